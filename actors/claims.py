@@ -1,0 +1,232 @@
+"""Claims: exclusive, leased, fenced ownership of a key inside a scope.
+
+A claim key has at most one holder whose lease has not ended. Each new holder gets a `generation`
+one greater than the last (the counter survives releases and expiries, and restarts through the
+journal) and a fresh opaque `token`. Renew and release name the claim by its token; a token that is
+not the current one is `STALE_CLAIM`, whatever else is true.
+
+A lease ends at `expires_ms`. The supervisor proposes the expiry; until it is recorded, every
+decision already treats a lease past its end as ended, so nothing depends on when the supervisor
+gets to run.
+
+Pure: no IO, no clock reads; every method takes `now_ms`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .errors import CLAIM_HELD, STALE_CLAIM, KernelError
+from .timestamps import format_ms
+
+__all__ = ["Claim", "ClaimTable"]
+
+
+class Claim:
+    __slots__ = (
+        "scope_id",
+        "key",
+        "generation",
+        "token",
+        "holder",
+        "session",
+        "lease_ms",
+        "expires_ms",
+        "acquired_ms",
+    )
+
+    def __init__(self, scope_id: str, key: str) -> None:
+        self.scope_id = scope_id
+        self.key = key
+        self.generation = 0
+        self.token: str | None = None
+        self.holder: str | None = None
+        self.session: str | None = None
+        self.lease_ms = 0
+        self.expires_ms = 0
+        self.acquired_ms = 0
+
+    def held_at(self, now_ms: int) -> bool:
+        return self.token is not None and now_ms < self.expires_ms
+
+
+class ClaimTable:
+    """The claims of one space, by scope then key, and by token."""
+
+    __slots__ = ("_by_scope", "_by_token")
+
+    def __init__(self) -> None:
+        self._by_scope: dict[str, dict[str, Claim]] = {}
+        self._by_token: dict[str, Claim] = {}
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def get(self, scope_id: str, key: str) -> Claim | None:
+        keys = self._by_scope.get(scope_id)
+        return None if keys is None else keys.get(key)
+
+    def by_token(self, token: str) -> Claim | None:
+        return self._by_token.get(token)
+
+    def in_scope(self, scope_id: str) -> Iterator[Claim]:
+        return iter(self._by_scope.get(scope_id, {}).values())
+
+    def held(self) -> Iterator[Claim]:
+        """Every claim with a token (its lease may have ended unrecorded)."""
+        return iter(self._by_token.values())
+
+    def __len__(self) -> int:
+        return sum(len(keys) for keys in self._by_scope.values())
+
+    @staticmethod
+    def view(claim: Claim) -> dict:
+        return {
+            "key": claim.key,
+            "scopeId": claim.scope_id,
+            "token": claim.token,
+            "generation": claim.generation,
+            "holder": claim.holder,
+            "holderSession": claim.session,
+            "leaseSeconds": claim.lease_ms // 1000,
+            "leaseExpiresAt": format_ms(claim.expires_ms),
+            "acquiredAt": format_ms(claim.acquired_ms),
+        }
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def decide_acquire(
+        self,
+        scope_id: str,
+        key: str,
+        holder: str,
+        session: str,
+        lease_ms: int,
+        token: str,
+        now_ms: int,
+    ) -> list[dict]:
+        """Records that give the key to `holder`, or CLAIM_HELD naming who has it and until when.
+
+        Asking again while holding it is CLAIM_HELD too, even from the same holder and session:
+        two `run()`s at once in one client must not share a fencing token.
+        """
+        claim = self.get(scope_id, key)
+        records: list[dict] = []
+        generation = 1
+        if claim is not None:
+            if claim.held_at(now_ms):
+                raise KernelError(
+                    CLAIM_HELD,
+                    f"claim {key!r} is held by {claim.holder} until {format_ms(claim.expires_ms)}",
+                    details={
+                        "holder": claim.holder,
+                        "generation": claim.generation,
+                        "leaseExpiresAt": format_ms(claim.expires_ms),
+                    },
+                    retry_after_s=max(0.0, (claim.expires_ms - now_ms) / 1000),
+                )
+            if claim.token is not None:  # ended but not yet recorded: record it first
+                records.append(self._ended_record("claim.expired", claim, now_ms))
+            generation = claim.generation + 1
+        records.append(
+            {
+                "type": "claim.acquired",
+                "scopeId": scope_id,
+                "key": key,
+                "generation": generation,
+                "token": token,
+                "holder": holder,
+                "session": session,
+                "lease_ms": lease_ms,
+                "expires_ms": now_ms + lease_ms,
+                "at_ms": now_ms,
+            }
+        )
+        return records
+
+    def current(self, key: str, token: str, now_ms: int) -> Claim:
+        """The claim `token` holds on `key` with a lease not yet ended, else STALE_CLAIM."""
+        claim = self._by_token.get(token)
+        if claim is None or claim.key != key:
+            raise KernelError(STALE_CLAIM, f"token is not the current one for claim {key!r}")
+        if now_ms >= claim.expires_ms:
+            raise KernelError(STALE_CLAIM, f"the lease on claim {key!r} has ended")
+        return claim
+
+    def decide_renew(self, key: str, token: str, lease_ms: int | None, now_ms: int) -> dict:
+        """Extend from now by `lease_ms`, or by the lease's own length when none is given."""
+        claim = self.current(key, token, now_ms)
+        length = claim.lease_ms if lease_ms is None else lease_ms
+        return {
+            "type": "claim.renewed",
+            "token": token,
+            "lease_ms": length,
+            "expires_ms": now_ms + length,
+            "at_ms": now_ms,
+        }
+
+    def decide_release(self, key: str, token: str, observation: object, now_ms: int) -> dict:
+        claim = self.current(key, token, now_ms)
+        record = self._ended_record("claim.released", claim, now_ms)
+        if observation is not None:
+            record["observation"] = observation
+        return record
+
+    def decide_expire(self, token: str, now_ms: int) -> dict | None:
+        """The expiry the supervisor proposed, if `token` still holds a lease that has ended."""
+        claim = self._by_token.get(token)
+        if claim is None or now_ms < claim.expires_ms:
+            return None
+        return self._ended_record("claim.expired", claim, now_ms)
+
+    @staticmethod
+    def _ended_record(kind: str, claim: Claim, now_ms: int) -> dict:
+        return {
+            "type": kind,
+            "token": claim.token,
+            "key": claim.key,
+            "generation": claim.generation,
+            "at_ms": now_ms,
+        }
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply_acquired(self, record: dict) -> Claim:
+        keys = self._by_scope.setdefault(record["scopeId"], {})
+        claim = keys.get(record["key"])
+        if claim is None:
+            claim = keys[record["key"]] = Claim(record["scopeId"], record["key"])
+        elif claim.token is not None:
+            del self._by_token[claim.token]
+        claim.generation = record["generation"]
+        claim.token = record["token"]
+        claim.holder = record["holder"]
+        claim.session = record["session"]
+        claim.lease_ms = record["lease_ms"]
+        claim.expires_ms = record["expires_ms"]
+        claim.acquired_ms = record["at_ms"]
+        self._by_token[claim.token] = claim
+        return claim
+
+    def apply_renewed(self, record: dict) -> Claim:
+        claim = self._by_token[record["token"]]
+        claim.lease_ms = record["lease_ms"]
+        claim.expires_ms = record["expires_ms"]
+        return claim
+
+    def apply_ended(self, record: dict) -> Claim:
+        """A release or an expiry: the key is free, its generation counter stays."""
+        claim = self._by_token.pop(record["token"])
+        claim.token = None
+        claim.holder = None
+        claim.session = None
+        return claim
+
+    def drop_scopes(self, scope_ids: list[str]) -> list[Claim]:
+        """Forget every claim of ended scopes (no acquire can happen there again); returns those held."""
+        held = []
+        for scope_id in scope_ids:
+            for claim in self._by_scope.pop(scope_id, {}).values():
+                if claim.token is not None:
+                    del self._by_token[claim.token]
+                    held.append(claim)
+        return held

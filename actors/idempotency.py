@@ -1,0 +1,79 @@
+"""Idempotency keys: a mutation retried with the same key returns the first answer.
+
+The official client sends one random key per logical call and the same key on each transport
+retry, so a retried acquire gets the lease it already got rather than CLAIM_HELD from itself, and a
+retried long-poll receive gets the delivery it already leased rather than a second one.
+
+Stored: (space, key) -> fingerprint of (method, path, body) and the 2xx response body. Errors and
+empty answers are not stored, so a retry runs again. The same key with another fingerprint is
+IDEMPOTENCY_CONFLICT. Entries live `idempotency_ttl_s` (24 h by default) and at most
+`idempotency_keys_max` are kept, oldest dropped first; both are decided from the records' own
+times, so a replay keeps exactly the entries the live server kept.
+
+Pure: no IO, no clock reads.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from .errors import IDEMPOTENCY_CONFLICT, KernelError
+from .limits import Limits
+
+__all__ = ["IdempotencyTable", "Stored"]
+
+
+class Stored:
+    __slots__ = ("fingerprint", "body", "at_ms", "lsn")
+
+    def __init__(self, fingerprint: str, body: Any, at_ms: int) -> None:
+        self.fingerprint = fingerprint
+        self.body = body
+        self.at_ms = at_ms
+        # The journal position that makes this answer durable; 0 once known durable (replay).
+        self.lsn = 0
+
+
+class IdempotencyTable:
+    __slots__ = ("_entries", "_limits")
+
+    def __init__(self, limits: Limits) -> None:
+        self._entries: OrderedDict[tuple[str, str], Stored] = OrderedDict()
+        self._limits = limits
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, space: str, key: str, fingerprint: str, now_ms: int) -> Stored | None:
+        """The stored answer for a repeat, None for a first try, IDEMPOTENCY_CONFLICT for a misuse."""
+        stored = self._entries.get((space, key))
+        if stored is None or now_ms - stored.at_ms >= self._limits.idempotency_ttl_s * 1000:
+            return None
+        if stored.fingerprint != fingerprint:
+            raise KernelError(
+                IDEMPOTENCY_CONFLICT,
+                "this Idempotency-Key was already used for a different request",
+            )
+        return stored
+
+    @staticmethod
+    def record(space: str, key: str, fingerprint: str, body: Any, now_ms: int) -> dict:
+        return {"type": "idem.stored", "space": space, "key": key, "fingerprint": fingerprint, "body": body, "at_ms": now_ms}
+
+    def apply_stored(self, record: dict) -> Stored:
+        entry_key = (record["space"], record["key"])
+        stored = Stored(record["fingerprint"], record["body"], record["at_ms"])
+        self._entries.pop(entry_key, None)  # a re-run after the first entry expired
+        self._entries[entry_key] = stored
+        self._evict(record["at_ms"])
+        return stored
+
+    def _evict(self, now_ms: int) -> None:
+        horizon = now_ms - self._limits.idempotency_ttl_s * 1000
+        entries = self._entries
+        while entries:
+            oldest = next(iter(entries.values()))
+            if oldest.at_ms > horizon and len(entries) <= self._limits.idempotency_keys_max:
+                break
+            entries.popitem(last=False)

@@ -1,0 +1,281 @@
+"""The kernel: actors per key, the supervisor, the journal, and the commands the shell calls.
+
+Each key (a claim key in a scope, a scope, a queue...) has an actor: a channel of calls and at most
+one trio task draining it, started when a call arrives and gone when the channel is empty. A turn
+takes one call, reads the clock once, runs the command against the state, journals the records,
+arms the timers and pokes the actors named in the outcome. Turns never await, so one key's calls
+run strictly one after another, and an actor never waits on another actor.
+
+A caller parks once per call: the actor wakes it when the records are durable (ack after durable),
+at once when there is nothing to write, or later when it was waiting (a long poll) and a poke made
+its command succeed. Callers own their timeouts: `call(..., wait_until=...)` is the only wait.
+
+Rule for everything below: state changes only through `SpaceState` commands and `KernelState.apply`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any, Callable
+
+import outcome as trio_outcome
+import trio
+
+from ..snapshots.journal import Journal, MemoryJournal
+from .clock import Clock
+from .errors import INTERNAL, UNAVAILABLE, KernelError
+from .ids import IdSource
+from .outcome import ActorKey, Outcome
+from .state import KernelState
+from .supervisor import Supervisor
+
+__all__ = ["Kernel", "Idem", "EMPTY"]
+
+log = logging.getLogger("runstate.kernel")
+
+# What a waiting call returns when its wait ended with nothing (a long poll answered 204).
+EMPTY = None
+
+# Turns an actor runs before letting other tasks in.
+TURNS_PER_SLICE = 64
+
+_QUEUED, _WAITING, _DECIDED, _DONE = range(4)
+
+# A command: applied to the whole state at `now_ms`, inside one turn.
+Command = Callable[[KernelState, int], Outcome]
+
+
+class Idem:
+    """An Idempotency-Key, the space it was sent to, and the fingerprint of its request."""
+
+    __slots__ = ("space", "key", "fingerprint")
+
+    def __init__(self, space: str, key: str, fingerprint: str) -> None:
+        self.space = space
+        self.key = key
+        self.fingerprint = fingerprint
+
+
+class _Call:
+    __slots__ = ("command", "idem", "task", "phase", "waits")
+
+    def __init__(self, command: Command | None, idem: Idem | None, task: Any, waits: bool) -> None:
+        self.command = command  # None: a poke (re-run the waiters)
+        self.idem = idem
+        self.task = task  # None: nobody waits for the answer (a timer, a poke)
+        self.phase = _QUEUED
+        self.waits = waits
+
+
+class _Actor:
+    __slots__ = ("key", "channel", "running", "waiters")
+
+    def __init__(self, key: ActorKey) -> None:
+        self.key = key
+        self.channel: deque[_Call] = deque()
+        self.running = False
+        # Calls parked until a poke: insertion-ordered (FIFO), removable in O(1).
+        self.waiters: dict[_Call, None] = {}
+
+
+class Kernel:
+    """Create inside trio, then `await nursery.start(kernel.run)` before calling commands."""
+
+    def __init__(
+        self,
+        *,
+        state: KernelState | None = None,
+        journal: Journal | None = None,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+    ) -> None:
+        self.state = state or KernelState()
+        self.limits = self.state.limits
+        self.journal: Journal = journal if journal is not None else MemoryJournal()
+        self.clock = clock or Clock()
+        self.ids = ids or IdSource()
+        self.supervisor = Supervisor(self.clock, self._on_timer)
+        self._actors: dict[ActorKey, _Actor] = {}
+        self._nursery: trio.Nursery | None = None
+        self.turns = 0
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled: the supervisor and every actor live in this nursery."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for timer in self.state.timers():
+                self.supervisor.arm(timer)
+            await nursery.start(self.supervisor.run)
+            task_status.started()
+
+    @property
+    def actors(self) -> int:
+        """Actors alive now (running a turn or holding waiters)."""
+        return len(self._actors)
+
+    # -- calling --------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        actor: ActorKey,
+        command: Command,
+        *,
+        idem: Idem | None = None,
+        wait_until: float | None = None,
+    ) -> Any:
+        """Run `command` in `actor`'s next turn and return its reply once durable.
+
+        With `wait_until` (a trio deadline), a command whose outcome is empty parks until a poke
+        makes it succeed or the deadline passes; then the answer is `EMPTY`. Raises `KernelError`.
+        """
+        task = trio.lowlevel.current_task()
+        call = _Call(command, idem, task, wait_until is not None)
+        self._post(actor, call)
+        if wait_until is None:
+            return await self._park(actor, call)
+        with trio.move_on_at(wait_until):
+            return await self._park(actor, call)
+        return EMPTY
+
+    async def _park(self, actor: ActorKey, call: _Call) -> Any:
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            # Not yet decided: withdraw it. Decided: the change is made and being written; the
+            # answer follows within one fsync, so the caller waits for it rather than losing it.
+            if call.phase == _DECIDED:
+                return trio.lowlevel.Abort.FAILED
+            was_waiting = call.phase == _WAITING
+            call.phase = _DONE
+            entry = self._actors.get(actor)
+            if was_waiting and entry is not None:
+                del entry.waiters[call]
+                self._retire_if_idle(entry)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def post(self, actor: ActorKey, command: Command) -> None:
+        """Run `command` in `actor`'s next turn; nobody waits for the answer."""
+        self._post(actor, _Call(command, None, None, False))
+
+    def poke(self, actor: ActorKey) -> None:
+        """Make `actor`'s waiters run their commands again (if it has any)."""
+        entry = self._actors.get(actor)
+        if entry is not None and entry.waiters:
+            self._post(actor, _Call(None, None, None, False))
+
+    def _on_timer(self, actor: ActorKey, tag: Any, marker: Any) -> None:
+        self.post(actor, lambda state, now_ms: state.space(actor[1]).on_timer(actor, tag, marker, now_ms))
+
+    def _post(self, key: ActorKey, call: _Call) -> None:
+        entry = self._actors.get(key)
+        if entry is None:
+            entry = self._actors[key] = _Actor(key)
+        entry.channel.append(call)
+        if not entry.running:
+            entry.running = True
+            self._nursery.start_soon(self._drain, entry)  # type: ignore[union-attr]
+
+    # -- the actor ------------------------------------------------------------------------------
+
+    async def _drain(self, entry: _Actor) -> None:
+        """The actor's task: run every queued call, then retire."""
+        try:
+            turns = 0
+            channel = entry.channel
+            while channel:
+                call = channel.popleft()
+                if call.phase != _QUEUED:
+                    continue  # withdrawn by its caller
+                if call.command is None or self._turn(entry, call):
+                    self._rerun_waiters(entry)
+                turns += 1
+                if turns % TURNS_PER_SLICE == 0:
+                    await trio.lowlevel.checkpoint()
+        finally:
+            entry.running = False
+            self._retire_if_idle(entry)
+
+    def _retire_if_idle(self, entry: _Actor) -> None:
+        if not entry.running and not entry.waiters and not entry.channel:
+            if self._actors.get(entry.key) is entry:
+                del self._actors[entry.key]
+
+    def _rerun_waiters(self, entry: _Actor) -> None:
+        for call in list(entry.waiters):
+            if call.phase == _WAITING:
+                self._turn(entry, call)
+
+    def _turn(self, entry: _Actor, call: _Call) -> bool:
+        """Run one call; returns True when it changed state (waiters may now succeed)."""
+        self.turns += 1
+        now_ms = self.clock.now_ms()
+        state = self.state
+        idem = call.idem
+        try:
+            if self.journal.failure is not None:
+                raise KernelError(UNAVAILABLE, "the journal cannot write; changes are refused until it recovers")
+            if idem is not None:
+                stored = state.idempotency.lookup(idem.space, idem.key, idem.fingerprint, now_ms)
+                if stored is not None:
+                    self._leave_waiters(entry, call)
+                    call.phase = _DECIDED
+                    self.journal.after(stored.lsn, lambda error: self._answer(call, stored.body, error))
+                    return False
+            result = call.command(state, now_ms)  # type: ignore[misc]
+        except KernelError as error:
+            self._leave_waiters(entry, call)
+            self._wake(call, trio_outcome.Error(error))
+            return False
+        except Exception as error:  # a bug: answer INTERNAL, keep the actor alive
+            log.exception("turn failed in %r", entry.key)
+            self._leave_waiters(entry, call)
+            self._wake(call, trio_outcome.Error(KernelError(INTERNAL, f"internal error: {type(error).__name__}")))
+            return False
+
+        if result.empty and not result.records and call.waits:
+            if call.phase == _QUEUED:
+                call.phase = _WAITING
+                entry.waiters[call] = None
+            return False
+        self._leave_waiters(entry, call)
+        for timer in result.timers:
+            self.supervisor.arm(timer)
+        for actor in result.pokes:
+            if actor != entry.key:
+                self.poke(actor)
+        records = result.records
+        if not records:
+            self._wake(call, trio_outcome.Value(EMPTY if result.empty else result.reply))
+            return False
+        stored_entry = None
+        if idem is not None:
+            idem_record = state.idempotency.record(idem.space, idem.key, idem.fingerprint, result.reply, now_ms)
+            stored_entry = state.idempotency.apply_stored(idem_record)
+            records.append(idem_record)
+        call.phase = _DECIDED
+        reply = result.reply
+        lsn = self.journal.append(records, lambda error: self._answer(call, reply, error))
+        if stored_entry is not None:
+            stored_entry.lsn = lsn
+        return True
+
+    def _leave_waiters(self, entry: _Actor, call: _Call) -> None:
+        if call.phase == _WAITING:
+            del entry.waiters[call]
+
+    def _answer(self, call: _Call, reply: Any, error: BaseException | None) -> None:
+        if error is None:
+            self._wake(call, trio_outcome.Value(reply))
+        else:
+            self._wake(call, trio_outcome.Error(KernelError(UNAVAILABLE, f"the change was not recorded: {error}")))
+
+    @staticmethod
+    def _wake(call: _Call, result: trio_outcome.Outcome) -> None:
+        if call.phase == _DONE:
+            return
+        call.phase = _DONE
+        if call.task is not None:
+            trio.lowlevel.reschedule(call.task, result)

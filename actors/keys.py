@@ -1,0 +1,111 @@
+"""API keys: which spaces a bearer key opens.
+
+Only a SHA-256 digest of a key is kept, in memory and in the journal; the key itself is shown once
+when it is made and never again. A key opens exactly the spaces it was issued for. A revoked key
+opens nothing, at once.
+
+Pure: no IO, no clock reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from typing import Iterator
+
+from .errors import CONFLICT, NOT_FOUND, KernelError
+
+__all__ = ["ApiKey", "KeyTable", "digest", "new_secret"]
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_secret() -> str:
+    """A new bearer key: `rs_` + 192 random bits, URL-safe."""
+    return "rs_" + secrets.token_urlsafe(24)
+
+
+class ApiKey:
+    __slots__ = ("id", "digest", "name", "spaces", "created_ms", "revoked_ms")
+
+    def __init__(self, key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], created_ms: int) -> None:
+        self.id = key_id
+        self.digest = key_digest
+        self.name = name
+        self.spaces = spaces
+        self.created_ms = created_ms
+        self.revoked_ms: int | None = None
+
+
+class KeyTable:
+    __slots__ = ("_by_digest", "_by_id")
+
+    def __init__(self) -> None:
+        self._by_digest: dict[str, ApiKey] = {}
+        self._by_id: dict[str, ApiKey] = {}
+
+    def spaces_for(self, secret: str) -> frozenset[str]:
+        """The spaces `secret` opens; empty when it is unknown or revoked."""
+        wanted = digest(secret)
+        key = self._by_digest.get(wanted)
+        if key is None or key.revoked_ms is not None or not hmac.compare_digest(key.digest, wanted):
+            return frozenset()
+        return key.spaces
+
+    def by_digest(self, key_digest: str) -> ApiKey | None:
+        return self._by_digest.get(key_digest)
+
+    def by_id(self, key_id: str) -> ApiKey | None:
+        return self._by_id.get(key_id)
+
+    def all(self) -> Iterator[ApiKey]:
+        return iter(self._by_id.values())
+
+    def spaces(self) -> set[str]:
+        return {space for key in self._by_id.values() if key.revoked_ms is None for space in key.spaces}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def decide_register(
+        self, key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], now_ms: int
+    ) -> dict | None:
+        """Register a key for `spaces`; None when it already opens exactly those."""
+        existing = self._by_digest.get(key_digest)
+        if existing is not None:
+            if existing.revoked_ms is not None:
+                raise KernelError(CONFLICT, f"key {existing.id} was revoked; make a new one")
+            if existing.spaces == spaces:
+                return None
+            key_id = existing.id
+        return {
+            "type": "key.registered",
+            "id": key_id,
+            "digest": key_digest,
+            "name": name,
+            "spaces": sorted(spaces),
+            "at_ms": now_ms,
+        }
+
+    def decide_revoke(self, key_id: str, now_ms: int) -> dict | None:
+        key = self._by_id.get(key_id)
+        if key is None:
+            raise KernelError(NOT_FOUND, f"key {key_id!r} not found")
+        if key.revoked_ms is not None:
+            return None
+        return {"type": "key.revoked", "id": key_id, "at_ms": now_ms}
+
+    def apply_registered(self, record: dict) -> None:
+        key = self._by_id.get(record["id"])
+        if key is None:
+            key = ApiKey(record["id"], record["digest"], record["name"], frozenset(record["spaces"]), record["at_ms"])
+            self._by_id[key.id] = key
+            self._by_digest[key.digest] = key
+        else:
+            key.spaces = frozenset(record["spaces"])
+
+    def apply_revoked(self, record: dict) -> None:
+        self._by_id[record["id"]].revoked_ms = record["at_ms"]

@@ -1,0 +1,66 @@
+"""Every limit, window and default of the kernel, in one place, with units last.
+
+The defaults are the product's published ones (PROTOCOL.md "Our decisions" and the product page).
+All of them are settings: the server builds a `Limits` from its configuration, the state machines
+only read it. A value outside a limit is a `VALIDATION_FAILED` (or `BACKLOG_FULL`), never a crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+__all__ = ["Limits"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    # Claims and leases.
+    lease_s_min: int = 5
+    lease_s_max: int = 600
+    lease_s_default: int = 30
+    claim_key_len_max: int = 512
+    holder_len_max: int = 256
+    # A lease alive at a crash gets at least this long after recovery before it can expire
+    # (at least one renew interval of the longest default lease).
+    restart_grace_s: int = 15
+
+    # Scopes.
+    name_len_max: int = 256
+    scope_depth_max: int = 32
+    child_limit_max: int = 1_000_000
+
+    # Payloads (a message payload, a task input, a delivery result, a release observation).
+    payload_bytes_max: int = 65_536
+    # The whole request body; larger is 413.
+    request_bytes_max: int = 1_048_576
+    # Deep JSON is refused before it is parsed further.
+    json_depth_max: int = 64
+
+    # Idempotency keys: replayed for this long, at most this many kept per server.
+    idempotency_ttl_s: int = 86_400
+    idempotency_keys_max: int = 1_000_000
+    idempotency_key_len_max: int = 255
+
+    # Queues and tasks.
+    task_key_len_max: int = 512
+    work_key_len_max: int = 512
+    work_key_ttl_s: int = 7 * 86_400
+    retention_s: int = 7 * 86_400
+    attempts_max_default: int = 5
+    attempts_max_max: int = 100
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 60.0
+    wait_ms_max: int = 30_000
+    backlog_limit_max: int = 10_000_000
+    subscribers_max: int = 1_000
+    mailboxes_max: int = 10_000
+
+    def replace(self, **changes: object) -> "Limits":
+        """A copy with some settings changed; unknown names are a `TypeError`."""
+        known = {f.name for f in fields(self)}
+        unknown = set(changes) - known
+        if unknown:
+            raise TypeError(f"unknown limit(s): {', '.join(sorted(unknown))}")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return Limits(**values)  # type: ignore[arg-type]

@@ -1,0 +1,208 @@
+"""Scopes (runs): a tree of lifetimes that everything else lives in.
+
+A scope is created active, and ends once: cancelled, completed, or expired at its deadline. Its
+*effective* state is the first ending found walking from it up to the root, so ending a scope ends
+its whole subtree at once, without touching every descendant. What the end does to claims, queued
+tasks and waiters in the subtree is decided by the space (`space.py`), which owns the cascade.
+
+Pure: no IO, no clock reads; every method takes `now_ms`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError
+from .limits import Limits
+from .timestamps import format_ms
+
+__all__ = ["Scope", "ScopeTree", "ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED"]
+
+ACTIVE = "ACTIVE"
+CANCELLED = "CANCELLED"
+COMPLETED = "COMPLETED"
+EXPIRED = "EXPIRED"
+
+
+class Scope:
+    __slots__ = (
+        "id",
+        "name",
+        "parent_id",
+        "deadline_ms",
+        "child_limit",
+        "stored_state",
+        "created_ms",
+        "ended_ms",
+        "children",
+        "depth",
+    )
+
+    def __init__(
+        self,
+        scope_id: str,
+        name: str | None,
+        parent_id: str | None,
+        deadline_ms: int | None,
+        child_limit: int | None,
+        created_ms: int,
+        depth: int,
+    ) -> None:
+        self.id = scope_id
+        self.name = name
+        self.parent_id = parent_id
+        self.deadline_ms = deadline_ms
+        self.child_limit = child_limit
+        self.stored_state = ACTIVE
+        self.created_ms = created_ms
+        self.ended_ms: int | None = None
+        self.children: list[str] = []
+        self.depth = depth
+
+
+class ScopeTree:
+    """The scopes of one space."""
+
+    __slots__ = ("_scopes", "_limits")
+
+    def __init__(self, limits: Limits) -> None:
+        self._scopes: dict[str, Scope] = {}
+        self._limits = limits
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    def __contains__(self, scope_id: str) -> bool:
+        return scope_id in self._scopes
+
+    def get(self, scope_id: str) -> Scope:
+        scope = self._scopes.get(scope_id)
+        if scope is None:
+            raise KernelError(NOT_FOUND, f"scope {scope_id!r} not found")
+        return scope
+
+    def all(self) -> Iterator[Scope]:
+        return iter(self._scopes.values())
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def effective(self, scope: Scope, now_ms: int) -> str:
+        """ACTIVE only if this scope and every ancestor is active and before its deadline."""
+        node: Scope | None = scope
+        while node is not None:
+            if node.stored_state != ACTIVE:
+                return node.stored_state
+            if node.deadline_ms is not None and now_ms >= node.deadline_ms:
+                return EXPIRED
+            node = self._scopes.get(node.parent_id) if node.parent_id else None
+        return ACTIVE
+
+    def require_active(self, scope_id: str, now_ms: int) -> Scope:
+        """The scope, or NOT_FOUND / SCOPE_CANCELLED (the code that stops a worker cleanly)."""
+        scope = self.get(scope_id)
+        state = self.effective(scope, now_ms)
+        if state != ACTIVE:
+            raise KernelError(SCOPE_CANCELLED, f"scope {scope_id} is {state.lower()}")
+        return scope
+
+    def subtree(self, scope_id: str) -> list[str]:
+        """The scope and all its descendants, parents before children."""
+        order = [scope_id]
+        for current in order:  # grows while iterating: a breadth-first walk
+            order.extend(self._scopes[current].children)
+        return order
+
+    def view(self, scope: Scope, now_ms: int) -> dict:
+        return {
+            "id": scope.id,
+            "name": scope.name,
+            "parentId": scope.parent_id,
+            "deadline": None if scope.deadline_ms is None else format_ms(scope.deadline_ms),
+            "childLimit": scope.child_limit,
+            "children": len(scope.children),
+            "storedState": scope.stored_state,
+            "effective": self.effective(scope, now_ms),
+            "createdAt": format_ms(scope.created_ms),
+            "endedAt": None if scope.ended_ms is None else format_ms(scope.ended_ms),
+        }
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def decide_create(
+        self,
+        scope_id: str,
+        name: str | None,
+        parent_id: str | None,
+        deadline_ms: int | None,
+        child_limit: int | None,
+        now_ms: int,
+    ) -> dict:
+        """The `scope.created` record for a new scope, or a refusal."""
+        depth = 0
+        if parent_id is not None:
+            parent = self.require_active(parent_id, now_ms)
+            if parent.child_limit is not None and len(parent.children) >= parent.child_limit:
+                raise KernelError(
+                    CONFLICT,
+                    f"scope {parent_id} already has {len(parent.children)} children, "
+                    f"its childLimit is {parent.child_limit}",
+                )
+            depth = parent.depth + 1
+            if depth > self._limits.scope_depth_max:
+                raise KernelError(
+                    VALIDATION_FAILED,
+                    f"scopes nest at most {self._limits.scope_depth_max} deep",
+                )
+        if scope_id in self._scopes:  # an id source collision: the caller draws another id
+            raise KernelError(CONFLICT, f"scope id {scope_id} is taken")
+        return {
+            "type": "scope.created",
+            "id": scope_id,
+            "name": name,
+            "parentId": parent_id,
+            "deadline_ms": deadline_ms,
+            "childLimit": child_limit,
+            "at_ms": now_ms,
+        }
+
+    def decide_end(self, scope_id: str, state: str, now_ms: int) -> dict | None:
+        """The `scope.ended` record that moves an active scope to `state`, or None if it is a repeat.
+
+        Ending a scope the same way twice is harmless; ending it another way than it already ended
+        is a CONFLICT (completing a cancelled scope says something false about it).
+        """
+        scope = self.get(scope_id)
+        if scope.stored_state == state:
+            return None
+        if scope.stored_state != ACTIVE:
+            raise KernelError(
+                CONFLICT, f"scope {scope_id} is already {scope.stored_state.lower()}"
+            )
+        return {"type": "scope.ended", "id": scope_id, "state": state, "at_ms": now_ms}
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply_created(self, record: dict) -> Scope:
+        parent_id = record["parentId"]
+        depth = 0
+        if parent_id is not None:
+            parent = self._scopes[parent_id]
+            parent.children.append(record["id"])
+            depth = parent.depth + 1
+        scope = Scope(
+            record["id"],
+            record["name"],
+            parent_id,
+            record["deadline_ms"],
+            record["childLimit"],
+            record["at_ms"],
+            depth,
+        )
+        self._scopes[scope.id] = scope
+        return scope
+
+    def apply_ended(self, record: dict) -> Scope:
+        scope = self._scopes[record["id"]]
+        scope.stored_state = record["state"]
+        scope.ended_ms = record["at_ms"]
+        return scope

@@ -1,0 +1,162 @@
+"""One space: its scopes and claims, and the commands that cross between them.
+
+Each command method checks, decides the records, applies them through `apply` (the same code replay
+runs) and returns an `Outcome` with the reply, the records, the timers to arm and the actors to
+poke. Cross-table effects live here and nowhere else: ending a scope ends its subtree, which frees
+its claims in the same record, so no crash can leave a claim held in an ended scope.
+
+Pure: no IO, no clock reads, no awaits.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from .claims import ClaimTable
+from .errors import VALIDATION_FAILED, KernelError
+from .limits import Limits
+from .outcome import Outcome, Timer
+from .scopes import ACTIVE, EXPIRED, ScopeTree
+from .timestamps import format_ms
+
+__all__ = ["SpaceState", "RECORD_TYPES", "claim_actor", "scope_actor"]
+
+
+def claim_actor(space: str, scope_id: str, key: str) -> tuple:
+    return ("claim", space, scope_id, key)
+
+
+def scope_actor(space: str, scope_id: str) -> tuple:
+    return ("scope", space, scope_id)
+
+
+class SpaceState:
+    __slots__ = ("id", "limits", "scopes", "claims")
+
+    def __init__(self, space_id: str, limits: Limits) -> None:
+        self.id = space_id
+        self.limits = limits
+        self.scopes = ScopeTree(limits)
+        self.claims = ClaimTable()
+
+    def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
+        for record in records:
+            record["space"] = self.id
+            self.apply(record)
+            outcome.records.append(record)
+        return outcome
+
+    # -- scopes ---------------------------------------------------------------------------------
+
+    def create_scope(
+        self,
+        scope_id: str,
+        name: str | None,
+        parent_id: str | None,
+        deadline_ms: int | None,
+        child_limit: int | None,
+        now_ms: int,
+    ) -> Outcome:
+        record = self.scopes.decide_create(scope_id, name, parent_id, deadline_ms, child_limit, now_ms)
+        outcome = self._commit(Outcome(), record)
+        scope = self.scopes.get(scope_id)
+        if deadline_ms is not None:
+            outcome.timers.append(Timer(deadline_ms, scope_actor(self.id, scope_id), "deadline", None))
+        outcome.reply = self.scopes.view(scope, now_ms)
+        return outcome
+
+    def end_scope(self, scope_id: str, state: str, now_ms: int) -> Outcome:
+        """Cancel or complete a scope; repeating the same end is harmless."""
+        record = self.scopes.decide_end(scope_id, state, now_ms)
+        outcome = Outcome() if record is None else self._commit(Outcome(), record)
+        outcome.reply = self.scopes.view(self.scopes.get(scope_id), now_ms)
+        return outcome
+
+    def expire_scope(self, scope_id: str, now_ms: int) -> Outcome:
+        """The supervisor's proposal: record EXPIRED if the deadline has passed on an active scope."""
+        scope = self.scopes.get(scope_id)
+        if scope.stored_state != ACTIVE or scope.deadline_ms is None or now_ms < scope.deadline_ms:
+            return Outcome()
+        return self._commit(Outcome(), self.scopes.decide_end(scope_id, EXPIRED, now_ms))
+
+    # -- claims ---------------------------------------------------------------------------------
+
+    def acquire_claim(
+        self,
+        scope_id: str,
+        key: str,
+        holder: str,
+        session: str,
+        lease_ms: int,
+        token: str,
+        now_ms: int,
+    ) -> Outcome:
+        self.scopes.require_active(scope_id, now_ms)
+        records = self.claims.decide_acquire(scope_id, key, holder, session, lease_ms, token, now_ms)
+        outcome = self._commit(Outcome(), *records)
+        claim = self.claims.get(scope_id, key)
+        outcome.timers.append(self._lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms))
+        outcome.reply = self.claims.view(claim)
+        return outcome
+
+    def renew_claim(self, key: str, token: str, lease_ms: int | None, now_ms: int) -> Outcome:
+        record = self.claims.decide_renew(key, token, lease_ms, now_ms)
+        outcome = self._commit(Outcome(), record)
+        claim = self.claims.by_token(token)
+        outcome.timers.append(self._lease_timer(claim.scope_id, claim.key, token, claim.expires_ms))
+        outcome.reply = self.claims.view(claim)
+        return outcome
+
+    def release_claim(self, key: str, token: str, observation: Any, now_ms: int) -> Outcome:
+        claim = self.claims.current(key, token, now_ms)
+        reply = self.claims.view(claim)
+        outcome = self._commit(Outcome(), self.claims.decide_release(key, token, observation, now_ms))
+        reply.update(token=None, released=True, releasedAt=format_ms(now_ms))
+        outcome.reply = reply
+        return outcome
+
+    def expire_claim(self, token: str, now_ms: int) -> Outcome:
+        record = self.claims.decide_expire(token, now_ms)
+        return Outcome() if record is None else self._commit(Outcome(), record)
+
+    def _lease_timer(self, scope_id: str, key: str, token: str, expires_ms: int) -> Timer:
+        return Timer(expires_ms, claim_actor(self.id, scope_id, key), "lease", token)
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    def on_timer(self, actor: tuple, tag: Any, marker: Any, now_ms: int) -> Outcome:
+        kind = actor[0]
+        if kind == "claim":
+            return self.expire_claim(marker, now_ms)
+        if kind == "scope":
+            return self.expire_scope(actor[2], now_ms)
+        raise KernelError(VALIDATION_FAILED, f"no timer of kind {kind!r}")
+
+    def timers(self) -> Iterator[Timer]:
+        """Every timer the current state needs: after a recovery the kernel arms these."""
+        for scope in self.scopes.all():
+            if scope.stored_state == ACTIVE and scope.deadline_ms is not None:
+                yield Timer(scope.deadline_ms, scope_actor(self.id, scope.id), "deadline", None)
+        for claim in self.claims.held():
+            yield self._lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms)
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply(self, record: dict) -> None:
+        _APPLY[record["type"]](self, record)
+
+    def _apply_scope_ended(self, record: dict) -> None:
+        self.scopes.apply_ended(record)
+        self.claims.drop_scopes(self.scopes.subtree(record["id"]))
+
+
+_APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
+    "scope.created": lambda space, record: space.scopes.apply_created(record),
+    "scope.ended": SpaceState._apply_scope_ended,
+    "claim.acquired": lambda space, record: space.claims.apply_acquired(record),
+    "claim.renewed": lambda space, record: space.claims.apply_renewed(record),
+    "claim.released": lambda space, record: space.claims.apply_ended(record),
+    "claim.expired": lambda space, record: space.claims.apply_ended(record),
+}
+
+RECORD_TYPES = frozenset(_APPLY)

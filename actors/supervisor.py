@@ -1,0 +1,116 @@
+"""The supervisor: one task that keeps every deadline and proposes expiries when they fall due.
+
+Lease ends, delivery timeouts, scope deadlines, retry backoffs and retention all arrive here as
+`Timer`s. The supervisor only *proposes*: at the due time it posts `(tag, marker)` to the actor,
+which checks that the proposal still holds (the lease was not renewed, the token is still
+current) and journals the expiry like any other change. A stale proposal does nothing, so nothing
+has to be taken out of the heap when a lease is renewed or released.
+
+The heap is lazy and holds about one entry per live timer: each (actor, tag) has a slot with its
+current due time and the due time of its heap entry. Renewing to a later time only updates the slot;
+when the early entry pops, it is pushed again at the slot's time. Only moving a timer earlier pushes
+a second entry, and the older one is dropped when it pops. (etcd's lessor and trio's own deadline
+heap do the same.)
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from typing import Any, Callable
+
+import trio
+
+from .clock import Clock
+from .outcome import ActorKey, Timer
+
+__all__ = ["Supervisor"]
+
+# Expiries handled before yielding to other tasks, so an expiry storm cannot stall requests.
+FIRE_BATCH_MAX = 256
+
+
+class _Slot:
+    __slots__ = ("due_ms", "marker", "queued_ms")
+
+    def __init__(self, due_ms: int, marker: Any) -> None:
+        self.due_ms = due_ms
+        self.marker = marker
+        self.queued_ms: int | None = None
+
+
+class Supervisor:
+    def __init__(self, clock: Clock, fire: Callable[[ActorKey, Any, Any], None]) -> None:
+        self._clock = clock
+        self._fire = fire
+        self._heap: list[tuple[int, int, tuple[ActorKey, Any]]] = []
+        self._slots: dict[tuple[ActorKey, Any], _Slot] = {}
+        self._seq = itertools.count()
+        self._sleep: trio.CancelScope | None = None
+        self.fired = 0
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def arm(self, timer: Timer) -> None:
+        """Fire `timer` at its due time instead of whatever that (actor, tag) had before."""
+        name = (timer.actor, timer.tag)
+        slot = self._slots.get(name)
+        if slot is None:
+            slot = self._slots[name] = _Slot(timer.due_ms, timer.marker)
+        else:
+            slot.due_ms = timer.due_ms
+            slot.marker = timer.marker
+        if slot.queued_ms is None or timer.due_ms < slot.queued_ms:
+            self._push(name, slot, timer.due_ms)
+
+    def disarm(self, actor: ActorKey, tag: Any) -> None:
+        self._slots.pop((actor, tag), None)
+
+    def _push(self, name: tuple[ActorKey, Any], slot: _Slot, due_ms: int) -> None:
+        slot.queued_ms = due_ms
+        heapq.heappush(self._heap, (due_ms, next(self._seq), name))
+        if len(self._heap) > 2 * len(self._slots) + 64:
+            self._rebuild()
+        sleep = self._sleep
+        if sleep is not None and self._heap[0][0] == due_ms:
+            sleep.deadline = min(sleep.deadline, self._clock.deadline_for(due_ms))
+
+    def _rebuild(self) -> None:
+        """Drop stale entries: one entry per slot, at the time it is queued for."""
+        self._heap = [
+            (slot.queued_ms, next(self._seq), name)
+            for name, slot in self._slots.items()
+            if slot.queued_ms is not None
+        ]
+        heapq.heapify(self._heap)
+
+    def fire_due(self, now_ms: int) -> int:
+        """Propose every expiry due by `now_ms` (at most FIRE_BATCH_MAX); returns how many."""
+        heap, slots = self._heap, self._slots
+        fired = 0
+        while heap and heap[0][0] <= now_ms and fired < FIRE_BATCH_MAX:
+            due_ms, _, name = heapq.heappop(heap)
+            slot = slots.get(name)
+            if slot is None or slot.queued_ms != due_ms:
+                continue  # disarmed, or moved earlier and already queued again
+            if slot.due_ms > due_ms:  # moved later: wait for the new time
+                self._push(name, slot, slot.due_ms)
+                continue
+            del slots[name]
+            fired += 1
+            self._fire(name[0], name[1], slot.marker)
+        self.fired += fired
+        return fired
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            if self.fire_due(self._clock.now_ms()):
+                await trio.lowlevel.checkpoint()
+                continue
+            deadline = self._clock.deadline_for(self._heap[0][0]) if self._heap else math.inf
+            with trio.CancelScope(deadline=deadline) as self._sleep:
+                await trio.sleep_forever()
+            self._sleep = None

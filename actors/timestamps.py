@@ -1,0 +1,51 @@
+"""Wall-clock timestamps on the wire: formatting and parsing, pure functions.
+
+Persisted and transmitted times are UTC wall milliseconds since the Unix epoch. The wire format
+the official client parses is exactly `YYYY-MM-DDTHH:MM:SS.mmmZ`; what clients send us (deadlines)
+is any RFC 3339 timestamp with a zone.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+__all__ = ["format_ms", "parse_timestamp"]
+
+
+def format_ms(wall_ms: int) -> str:
+    """Wall milliseconds as the wire format `YYYY-MM-DDTHH:MM:SS.mmmZ` (exactly 3 digits, uppercase Z)."""
+    seconds, millis = divmod(wall_ms, 1000)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    return f"{stamp}.{millis:03d}Z"
+
+
+def parse_timestamp(text: str) -> int:
+    """An RFC 3339 / ISO 8601 timestamp with a `Z` or an offset as wall milliseconds.
+
+    Any number of fraction digits is accepted. A timestamp without a zone is refused: guessing
+    the zone of a deadline is how work expires an hour early. Raises `ValueError`.
+    """
+    if not isinstance(text, str) or not 10 <= len(text) <= 64:
+        raise ValueError("not an ISO 8601 timestamp")
+    value = text.strip()
+    if value[-1:] in ("Z", "z"):
+        value = value[:-1] + "+00:00"
+    if "T" not in value and "t" not in value and " " not in value:
+        raise ValueError("an ISO 8601 timestamp needs a date and a time")
+    value = value.replace("t", "T")
+    head, dot, tail = value.partition(".")
+    if dot:
+        # fromisoformat (3.11) takes any fraction length, but normalise to 6 digits so the
+        # arithmetic below is exact and 9-digit nanoseconds are accepted too.
+        digits = 0
+        while digits < len(tail) and tail[digits].isdigit():
+            digits += 1
+        if digits == 0:
+            raise ValueError("empty fraction")
+        value = f"{head}.{tail[:digits][:6].ljust(6, '0')}{tail[digits:]}"
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError("timestamp has no zone: add Z or an offset such as +00:00")
+    delta = parsed - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000

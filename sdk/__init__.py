@@ -1,0 +1,1 @@
+"""runstate: the Python SDK."""

@@ -1,0 +1,51 @@
+"""The journal seam between the kernel and the disk.
+
+The kernel appends the records a turn produced and is told, through a callback, when they are
+durable; only then does the caller get its answer (ack after durable). A journal that has failed
+says so in `failure`, and the kernel refuses mutations with UNAVAILABLE until it recovers.
+
+`MemoryJournal` keeps nothing on disk: records are durable the moment they are appended. It is the
+journal of `runstate.testing` and of a server started without a data directory. It can keep the
+records it was given, so a test can replay them into a fresh state and compare.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+__all__ = ["Journal", "MemoryJournal", "Durable"]
+
+# Called once with None when the records are durable, or with the error that stopped them.
+Durable = Callable[[BaseException | None], None]
+
+
+class Journal(Protocol):
+    failure: BaseException | None
+
+    def append(self, records: list[dict], on_durable: Durable) -> int:
+        """Queue `records` (never blocks, never does IO) and return the LSN of the last one."""
+        ...
+
+    def after(self, lsn: int, on_durable: Durable) -> None:
+        """Call `on_durable` once everything up to `lsn` is durable (at once if it already is)."""
+        ...
+
+
+class MemoryJournal:
+    __slots__ = ("failure", "lsn", "records", "_keep")
+
+    def __init__(self, *, keep: bool = False) -> None:
+        self.failure: BaseException | None = None
+        self.lsn = 0
+        self.records: list[dict] = []
+        self._keep = keep
+
+    def append(self, records: list[dict], on_durable: Durable) -> int:
+        self.lsn += len(records)
+        if self._keep:
+            self.records.extend(records)
+        on_durable(None)
+        return self.lsn
+
+    def after(self, lsn: int, on_durable: Durable) -> None:
+        on_durable(None)
