@@ -1,20 +1,15 @@
-"""The `runstate` command. The server is an optional extra, so it is imported only when run."""
+"""The `runstate` console command: the server's CLI, when the server is installed."""
 
 from __future__ import annotations
 
 import sys
+from typing import Sequence
 
-__all__ = ["main"]
 
-
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     try:
-        from runstate.server import cli
+        from .server.cli import main as server_main
     except ImportError:
         print("the runstate server is not installed: pip install 'runstate[server]'", file=sys.stderr)
-        raise SystemExit(2)
-    return cli.main(sys.argv[1:] if argv is None else argv)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+        return 2
+    return server_main(argv)
