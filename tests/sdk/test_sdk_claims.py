@@ -315,13 +315,20 @@ async def test_run_cancels_a_coroutine_when_the_lease_is_lost(autojump_clock, pi
 @pytest.mark.trio
 async def test_run_stops_waiting_for_a_thread_when_the_lease_is_lost(autojump_clock, pinned_jitter):
     """A plain fn runs in a worker thread; on loss run() raises at once and the thread finishes later on its own."""
-    rs, transport = make_client(claim_server(renew=lambda sent: error(409, "STALE_CLAIM")))
+    started = threading.Event()
     release_thread = threading.Event()
     finished = threading.Event()
     seen = {}
 
+    async def stale_once_the_thread_runs(sent):
+        await trio.to_thread.run_sync(started.wait, 5)
+        return error(409, "STALE_CLAIM")
+
+    rs, transport = make_client(claim_server(renew=stale_once_the_thread_runs))
+
     def blocking_work(lease):
-        seen["thread"] = threading.current_thread().name
+        seen["thread"] = threading.current_thread()
+        started.set()
         release_thread.wait(5)
         seen["lost_seen_by_thread"] = lease.is_lost
         finished.set()
@@ -329,7 +336,7 @@ async def test_run_stops_waiting_for_a_thread_when_the_lease_is_lost(autojump_cl
     with pytest.raises(runstate.LeaseLostError):
         await rs.scope("sc_1").claim("k").run(blocking_work, lease_seconds=30)
     assert not finished.is_set()
-    assert seen["thread"] != threading.current_thread().name
+    assert seen["thread"] is not threading.current_thread()
     release_thread.set()
     await trio.to_thread.run_sync(finished.wait, 5)
     assert seen["lost_seen_by_thread"] is True
