@@ -59,6 +59,12 @@ class _Loop:
             self.loop.close()
 
     def wrap(self, value: Any) -> Any:
+        if isinstance(value, dict):  # e.g. try_acquire()'s {"kind": ..., "lease": lease}
+            return {k: self.wrap(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.wrap(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self.wrap(v) for v in value)
         if isinstance(value, _PLAIN) or isinstance(value, _Blocking):
             return value
         return _Blocking(value, self)
@@ -133,6 +139,8 @@ class Runstate:
 
     def close(self) -> None:
         """Close the async client (best effort, at most 5 s) and stop the loop thread."""
+        if self._loop.loop.is_closed():
+            return
         try:
             self._loop.run(self._async.aclose(), timeout=5)
         except Exception:
