@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import anyio
+
 import runstate
 
 API_KEY = "key-1"
@@ -78,3 +79,75 @@ GRANT = {"token": "tok-1", "generation": 7, "leaseExpiresAt": "2030-01-01T00:00:
 RENEWED = {"leaseExpiresAt": "2030-01-01T00:01:00.000Z"}
 
 
+def claim_server(*, held_for: int = 0, limited_for: int = 0, renew=None, release=None):
+    """Answers POST /claims (CLAIM_HELD `held_for` times, CONCURRENCY_LIMITED `limited_for` times first),
+    renew with `renew(sent)` (default: renewed) and release with `release(sent)` (default: ok)."""
+    tries = {"n": 0}
+
+    def handler(sent):
+        if sent.suffix == "/claims":
+            tries["n"] += 1
+            if tries["n"] <= limited_for:
+                return error(429, "CONCURRENCY_LIMITED")
+            if tries["n"] <= limited_for + held_for:
+                return error(409, "CLAIM_HELD", "held by someone")
+            return ok(GRANT)
+        if sent.suffix.endswith("/renew"):
+            return renew(sent) if renew else ok(RENEWED)
+        if sent.suffix.endswith("/release"):
+            return release(sent) if release else ok({})
+        raise AssertionError(f"unexpected {sent.method} {sent.path}")
+
+    return handler
+
+
+MAILBOXES = {"mailboxes": [{"id": "mb_1", "name": "research", "mode": "WORK"}]}
+
+
+class QueueServer:
+    """A scripted mailbox: `messages` are handed out in order by recv; settlements are recorded."""
+
+    def __init__(self, messages=(), *, recv_error=None, renew_error=None, hold=True):
+        self.messages = list(messages)
+        self.recv_error = recv_error  # a function (n) -> exchange or None
+        self.renew_error = renew_error
+        self.hold = hold
+        self.recvs = 0
+
+    async def __call__(self, sent):
+        if sent.method == "GET" and sent.suffix == "/mailboxes":
+            return ok(MAILBOXES)
+        if sent.suffix == "/mailboxes/mb_1/recv":
+            self.recvs += 1
+            if self.recv_error is not None:
+                answer = self.recv_error(self.recvs)
+                if answer is not None:
+                    return answer
+            if self.messages:
+                n, payload = self.messages.pop(0)
+                message = {"id": f"msg_{n}", "scopeId": "sc_1", "payload": payload, "attempt": 1}
+                return ok({"message": message, "token": f"t{n}", "leaseExpiresAt": "2030-01-01T00:00:30.000Z"})
+            if self.hold and "waitMs" in sent.json:
+                await anyio.sleep(sent.json["waitMs"] / 1000)
+            return 204, {}, b""
+        if sent.suffix.startswith("/messages/"):
+            if sent.suffix.endswith("/renew") and self.renew_error is not None:
+                return self.renew_error
+            return ok({})
+        raise AssertionError(f"unexpected {sent.method} {sent.path}")
+
+
+def settlements(transport):
+    return [(s.suffix, s.json) for s in transport.sent if s.suffix.startswith("/messages/") and not s.suffix.endswith("/renew")]
+
+
+def task_server(states):
+    views = iter(states)
+
+    def handler(sent):
+        if sent.method == "GET":
+            state = next(views)
+            return ok({"id": "tk_1", "state": state, "outcome": "report" if state == "SUCCEEDED" else None, "outcomeReason": None})
+        return ok({"id": "tk_1", "state": "CANCELLED"})
+
+    return handler

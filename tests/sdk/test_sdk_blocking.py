@@ -7,8 +7,7 @@ import threading
 import pytest
 
 import runstate
-from sdk_fakes import GRANT, RENEWED, ok
-from test_sdk_mailboxes import MAILBOXES, QueueServer, settlements
+from sdk_fakes import GRANT, MAILBOXES, RENEWED, QueueServer, Scripted, ok, settlements
 
 
 def claim_handler(sent):
@@ -20,8 +19,6 @@ def claim_handler(sent):
 
 
 def blocking_client(handler):
-    from sdk_fakes import Scripted
-
     transport = Scripted(handler)
     return runstate.Runstate(api_key="k", space_id="sp1", holder="h1", transport=transport), transport
 

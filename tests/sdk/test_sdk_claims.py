@@ -12,29 +12,7 @@ import trio
 import runstate
 from runstate import _renewal
 from runstate.transport import TransportError
-from sdk_fakes import GRANT, RENEWED, error, make_client, ok
-
-
-def claim_server(*, held_for: int = 0, limited_for: int = 0, renew=None, release=None):
-    """Answers POST /claims (CLAIM_HELD `held_for` times, CONCURRENCY_LIMITED `limited_for` times first),
-    renew with `renew(sent)` (default: renewed) and release with `release(sent)` (default: ok)."""
-    tries = {"n": 0}
-
-    def handler(sent):
-        if sent.suffix == "/claims":
-            tries["n"] += 1
-            if tries["n"] <= limited_for:
-                return error(429, "CONCURRENCY_LIMITED")
-            if tries["n"] <= limited_for + held_for:
-                return error(409, "CLAIM_HELD", "held by someone")
-            return ok(GRANT)
-        if sent.suffix.endswith("/renew"):
-            return renew(sent) if renew else ok(RENEWED)
-        if sent.suffix.endswith("/release"):
-            return release(sent) if release else ok({})
-        raise AssertionError(f"unexpected {sent.method} {sent.path}")
-
-    return handler
+from sdk_fakes import RENEWED, claim_server, error, make_client, ok
 
 
 # -- acquire ----------------------------------------------------------------------------------

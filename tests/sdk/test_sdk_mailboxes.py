@@ -10,47 +10,7 @@ import pytest
 import trio
 
 import runstate
-from sdk_fakes import error, make_client, ok
-
-MAILBOXES = {"mailboxes": [{"id": "mb_1", "name": "research", "mode": "WORK"}]}
-
-
-class QueueServer:
-    """A scripted mailbox: `messages` are handed out in order by recv; settlements are recorded."""
-
-    def __init__(self, messages=(), *, recv_error=None, renew_error=None, hold=True):
-        self.messages = list(messages)
-        self.recv_error = recv_error  # a function (n) -> exchange or None
-        self.renew_error = renew_error
-        self.hold = hold
-        self.recvs = 0
-
-    async def __call__(self, sent):
-        if sent.method == "GET" and sent.suffix == "/mailboxes":
-            return ok(MAILBOXES)
-        if sent.suffix == "/mailboxes/mb_1/recv":
-            self.recvs += 1
-            if self.recv_error is not None:
-                answer = self.recv_error(self.recvs)
-                if answer is not None:
-                    return answer
-            if self.messages:
-                n, payload = self.messages.pop(0)
-                message = {"id": f"msg_{n}", "scopeId": "sc_1", "payload": payload, "attempt": 1}
-                return ok({"message": message, "token": f"t{n}", "leaseExpiresAt": "2030-01-01T00:00:30.000Z"})
-            if self.hold and "waitMs" in sent.json:
-                await anyio.sleep(sent.json["waitMs"] / 1000)
-            return 204, {}, b""
-        if sent.suffix.startswith("/messages/"):
-            if sent.suffix.endswith("/renew") and self.renew_error is not None:
-                return self.renew_error
-            return ok({})
-        raise AssertionError(f"unexpected {sent.method} {sent.path}")
-
-
-def settlements(transport):
-    return [(s.suffix, s.json) for s in transport.sent if s.suffix.startswith("/messages/") and not s.suffix.endswith("/renew")]
-
+from sdk_fakes import MAILBOXES, QueueServer, error, make_client, ok, settlements, task_server
 
 # -- ensure, lookup, producers ----------------------------------------------------------------
 
@@ -163,18 +123,6 @@ async def test_retry_and_reject_send_nack_with_the_retry_flag():
 
 
 # -- task tickets -----------------------------------------------------------------------------
-
-
-def task_server(states):
-    views = iter(states)
-
-    def handler(sent):
-        if sent.method == "GET":
-            state = next(views)
-            return ok({"id": "tk_1", "state": state, "outcome": "report" if state == "SUCCEEDED" else None, "outcomeReason": None})
-        return ok({"id": "tk_1", "state": "CANCELLED"})
-
-    return handler
 
 
 @pytest.mark.trio
