@@ -2,6 +2,7 @@
 
 import pytest
 import trio
+import trio.testing
 
 from runstate.actors import Idem, KernelError, KernelState
 from runstate.actors.errors import CLAIM_HELD, IDEMPOTENCY_CONFLICT, SCOPE_CANCELLED, STALE_CLAIM
@@ -51,6 +52,7 @@ async def test_renewing_keeps_a_short_lease_alive_far_beyond_its_length(harness,
     with pytest.raises(KernelError):
         await acquire(h, scope["id"], holder="b")
     await trio.sleep(5)
+    await trio.testing.wait_all_tasks_blocked()
     assert h.kernel.supervisor.fired == 1
     assert (await acquire(h, scope["id"], holder="b"))["generation"] == 2
 
