@@ -61,7 +61,7 @@ async def send(services: Runtime, request: Request, space: str, mailbox_id: str)
         space,
         mailbox_id,
         scope_id=body.text("scopeId"),
-        payload=body.value("payload", bytes_max=services.limits.payload_bytes_max),
+        payload=body.value("payload", services.limits),
         work_key=body.opt_text("workKey"),
         deadline_ms=body.opt_timestamp("deadline"),
         idem=request.idem(space),

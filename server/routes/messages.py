@@ -22,7 +22,7 @@ async def complete(services: Runtime, request: Request, space: str, message_id: 
         space,
         message_id,
         token=body.text("token"),
-        result=body.value("result", bytes_max=services.limits.payload_bytes_max),
+        result=body.value("result", services.limits),
         idem=request.idem(space),
     )
     return 200, reply
