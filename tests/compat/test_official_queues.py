@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from .official_client import Clients, clients, official_sdk, server_process  # noqa: F401 - fixtures
+from .official_scripts import Clients, clients  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
@@ -190,7 +190,7 @@ def setup_task(clients: Clients, mailbox: str, key: str = "research:acme", **ext
 
 
 def task_view(clients: Clients, task_id: str) -> dict:
-    response = clients.server.get(f"/tasks/{task_id}")
+    response = clients.get(f"/tasks/{task_id}")
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -275,7 +275,7 @@ def test_a_killed_worker_is_taken_over_and_its_token_completes_nothing(clients: 
 def test_a_handler_that_keeps_failing_retries_until_the_task_fails(clients: Clients):
     """maxAttempts 3: on_error sees attempts 1, 2, 3 (after 1 s and 2 s backoffs), then FAILED."""
     mailbox = unique("flaky")
-    assert clients.server.post("/mailboxes", {"name": mailbox, "maxAttempts": 3}).status_code == 201
+    assert clients.post("/mailboxes", {"name": mailbox, "maxAttempts": 3}).status_code == 201
     result = clients.run(
         """
         async def main():
@@ -333,8 +333,8 @@ def test_reject_fails_the_task_and_dead_letters_it(clients: Clients):
         mailbox=mailbox,
     )
     assert result["outcome"] == {"state": "FAILED", "outcome": None, "reason": "rejected"}
-    mailbox_id = next(m["id"] for m in clients.server.get("/mailboxes").json()["mailboxes"] if m["name"] == mailbox)
-    letters = clients.server.get(f"/mailboxes/{mailbox_id}/dead-letters").json()
+    mailbox_id = next(m["id"] for m in clients.get("/mailboxes").json()["mailboxes"] if m["name"] == mailbox)
+    letters = clients.get(f"/mailboxes/{mailbox_id}/dead-letters").json()
     assert [letter["id"] for letter in letters["deadLetters"]] == [result["message"]]
     assert letters["deadLetters"][0]["payload"] == {"malformed": True}
 
@@ -471,6 +471,6 @@ def test_cancelling_the_run_stops_a_running_consume_at_once(clients: Clients):
 def test_cancelling_a_run_cancels_its_queued_tasks(clients: Clients):
     mailbox = unique("cascade")
     created = setup_task(clients, mailbox, key="waiting")
-    assert clients.server.post(f"/scopes/{created['run']}/cancel").status_code == 200
+    assert clients.post(f"/scopes/{created['run']}/cancel").status_code == 200
     view = task_view(clients, created["task"])
     assert view["state"] == "CANCELLED" and view["outcomeReason"] == "scope_cancelled"

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from .official_client import Clients, clients, official_sdk, server_process  # noqa: F401 - fixtures
+from .official_scripts import Clients, clients  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
@@ -77,10 +77,9 @@ asyncio.run(main())
 
 
 def run_scale(clients: Clients, tasks: int) -> dict:
-    server = clients.server
-    run = server.post("/scopes", {"name": "scale"}).json()["id"]
+    run = clients.post("/scopes", {"name": "scale"}).json()["id"]
     name = f"scale-{uuid.uuid4().hex[:8]}"
-    mailbox = server.post("/mailboxes", {"name": name}).json()["id"]
+    mailbox = clients.post("/mailboxes", {"name": name}).json()["id"]
     common = {"run": run, "mailbox": name}
     workers = [clients.start(WORKER, worker=w, **common) for w in range(WORKERS)]
     planners = []
@@ -133,13 +132,12 @@ def test_planners_share_tasks_and_workers_handle_each_exactly_once(clients: Clie
             assert outcome["outcome"]["i"] == i
             assert by_worker[i] in (None, outcome["outcome"]["worker"]), "two results for one task"
             by_worker[i] = outcome["outcome"]["worker"]
-    server = clients.server
     for task_id in task_ids:
-        view = server.get(f"/tasks/{task_id}").json()
+        view = clients.get(f"/tasks/{task_id}").json()
         assert view["state"] == "SUCCEEDED" and view["attempt"] == 1
         assert view["outcome"]["worker"] == by_worker[view["outcome"]["i"]]
         assert len(view["subscribers"]) == SUBMITS_PER_KEY
-    row = server.get(f"/mailboxes/{result['mailbox']}").json()
+    row = clients.get(f"/mailboxes/{result['mailbox']}").json()
     assert row["backlog"] == 0 and row["counts"]["deadLetters"] == 0
 
     wall_s = result["wall_s"]

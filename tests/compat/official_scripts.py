@@ -1,22 +1,17 @@
-"""The official client `runstate-sdk==0.2.0` against a real server process.
+"""Scripts of the official client `runstate-sdk==0.2.0`, run against a real server process.
 
-- `official_sdk`: the client installed once with `pip install --target` into pytest's cache folder
-  (never into the virtualenv: it also imports as `runstate`). Skips when it cannot be installed.
-- `server_process`: `runstate serve --port 0` in a subprocess, with `RUNSTATE_API_KEY` and
-  `RUNSTATE_SPACE_ID` set; the port comes from its `runstate: serving on ...` line.
-- `Clients.run(script)`: a client script in its own interpreter, started with `-S` and
-  `PYTHONPATH` set to the installed client, so it sees only the official package and the standard
-  library (not our SDK, which an editable install would otherwise put first). A script reports
-  by printing JSON lines; the last one is its result.
+Built on the shared fixtures of `tests/conftest.py`: `official_client` (the client installed into
+an isolated folder) and `module_server` (`runstate serve --port 0`). `Clients.run(script)` runs a
+script to its end under the base interpreter with `PYTHONPATH` set to the client, so our own
+package cannot shadow it; `Clients.start(script)` runs one in the background (a worker) and
+reads its lines as it prints them. A script reports by printing JSON lines; the last is its result.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -26,10 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-SDK_REQUIREMENT = "runstate-sdk==0.2.0"
-API_KEY = "rs_compat_key"
-SPACE = "default"
-SERVER_START_S = 30
+from ..servers import ServerProcess, base_python
 
 # Every script starts with this: the official client, a JSON reporter, and its arguments.
 PRELUDE = """
@@ -47,97 +39,27 @@ def emit(**fields):
 """
 
 
-@pytest.fixture(scope="session")
-def official_sdk(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = getattr(request.config, "cache", None)
-    folder = cache.mkdir("runstate-sdk-0.2.0") if cache is not None else tmp_path_factory.mktemp("runstate-sdk")
-    marker = folder / ".installed"
-    if not marker.exists():
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
-             "--target", str(folder), "--upgrade", SDK_REQUIREMENT],
-            capture_output=True,
-            text=True,
-            timeout=600,
+class ClientError(AssertionError):
+    pass
+
+
+class Clients:
+    """Runs official-client scripts against one server; `get`/`post` reach its space directly."""
+
+    def __init__(self, sdk: Path, server: ServerProcess) -> None:
+        self.sdk = sdk
+        self.server = server
+        self.http = httpx.Client(
+            base_url=f"{server.base_url}/v1/spaces/{server.space_id}",
+            headers={"authorization": f"Bearer {server.api_key}"},
+            timeout=30,
         )
-        if result.returncode != 0:
-            pytest.skip(f"cannot install {SDK_REQUIREMENT}: {result.stderr.strip()[-400:]}")
-        marker.write_text(SDK_REQUIREMENT)
-    return folder
-
-
-class ServerProcess:
-    def __init__(self, process: subprocess.Popen, base_url: str) -> None:
-        self.process = process
-        self.base_url = base_url
-        self.log: list[str] = []
-        self.http = httpx.Client(base_url=f"{base_url}/v1/spaces/{SPACE}", headers={"authorization": f"Bearer {API_KEY}"}, timeout=30)
-
-    def drain(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.log.append(line.rstrip())
 
     def post(self, tail: str, body: Any = None) -> httpx.Response:
         return self.http.post(tail, json=body)
 
     def get(self, tail: str) -> httpx.Response:
         return self.http.get(tail)
-
-    def stop(self) -> None:
-        self.http.close()
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def start_server(env_extra: dict[str, str] | None = None) -> ServerProcess:
-    env = {**os.environ, "RUNSTATE_API_KEY": API_KEY, "RUNSTATE_SPACE_ID": SPACE, **(env_extra or {})}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "runstate.server.cli", "serve", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
-    assert process.stdout is not None
-    deadline = time.monotonic() + SERVER_START_S
-    seen = []
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line.rstrip())
-        match = re.search(r"runstate: serving on (http://\S+)", line)
-        if match:
-            server = ServerProcess(process, match.group(1))
-            server.log.extend(seen)
-            threading.Thread(target=server.drain, daemon=True).start()
-            return server
-    process.kill()
-    raise RuntimeError("the server did not start:\n" + "\n".join(seen))
-
-
-@pytest.fixture(scope="session")
-def server_process() -> ServerProcess:
-    server = start_server()
-    yield server
-    server.stop()
-
-
-class ClientError(AssertionError):
-    pass
-
-
-class Clients:
-    """Runs official-client scripts against one server."""
-
-    def __init__(self, sdk: Path, server: ServerProcess) -> None:
-        self.sdk = sdk
-        self.server = server
 
     def env(self, args: dict[str, Any]) -> dict[str, str]:
         return {
@@ -146,13 +68,13 @@ class Clients:
             "PYTHONNOUSERSITE": "1",
             "PYTHONUNBUFFERED": "1",
             "RUNSTATE_BASE_URL": self.server.base_url,
-            "RUNSTATE_API_KEY": API_KEY,
-            "RUNSTATE_SPACE_ID": SPACE,
+            "RUNSTATE_API_KEY": self.server.api_key,
+            "RUNSTATE_SPACE_ID": self.server.space_id,
             "TEST_ARGS": json.dumps(args),
         }
 
     def command(self, script: str) -> list[str]:
-        return [sys.executable, "-S", "-c", PRELUDE + textwrap.dedent(script)]
+        return [base_python(), "-c", PRELUDE + textwrap.dedent(script)]
 
     def run(self, script: str, *, timeout_s: float = 60, **args: Any) -> dict:
         """Run a script to its end; its last JSON line is the result."""
@@ -238,5 +160,7 @@ def last_json(stdout: str) -> dict:
 
 
 @pytest.fixture
-def clients(official_sdk: Path, server_process: ServerProcess) -> Clients:
-    return Clients(official_sdk, server_process)
+def clients(official_client: Path, module_server: ServerProcess):
+    clients = Clients(official_client, module_server)
+    yield clients
+    clients.http.close()
