@@ -162,6 +162,24 @@ class MailboxTable:
             "at_ms": now_ms,
         }
 
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this table through `apply_created`, in creation order.
+
+        The counts are not imaged: the message table rebuilds them as its messages come back.
+        """
+        for mailbox in self._by_id.values():
+            yield {
+                "type": "mailbox.image",
+                "id": mailbox.id,
+                "name": mailbox.name,
+                "mode": mailbox.mode,
+                "backlogLimit": mailbox.backlog_limit,
+                "maxAttempts": mailbox.max_attempts,
+                "at_ms": mailbox.created_ms,
+            }
+
     # -- applying -------------------------------------------------------------------------------
 
     def apply_created(self, record: dict) -> Mailbox:

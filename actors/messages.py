@@ -61,6 +61,13 @@ DEAD = "DEAD"
 DROPPED = "DROPPED"
 LIVE = frozenset({QUEUED, DELAYED, LEASED})
 
+# Everything a message holds, as an image record carries it (the slot names are the keys).
+_IMAGED = (
+    "id", "mailbox_id", "scope_id", "seq", "payload", "payload_hash", "work_key", "deadline_ms",
+    "task_id", "state", "attempts", "gen", "visible_ms", "token", "holder", "session", "lease_ms",
+    "expires_ms", "created_ms", "finished_ms", "reason",
+)
+
 # How each state is counted on the mailbox (the listing's counts and the backlog).
 _COUNTER = {QUEUED: "queued", DELAYED: "delayed", LEASED: "leased", DEAD: "dead"}
 
@@ -406,6 +413,79 @@ class MessageTable:
         if message.state != DELAYED or now_ms < message.visible_ms:
             return None
         return {"type": "message.visible", "messageId": message.id, "gen": message.gen, "at_ms": now_ms}
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this table exactly through the `apply_image_*` methods.
+
+        Order matters and is kept: the enqueue counter first; then the finished messages in the
+        order they finished (what retention forgets first, and the dead letters' order); then the
+        unfinished ones in enqueue order (each queue's order); then the work keys oldest first.
+        """
+        yield {"type": "messages.image", "seq": self.seq}
+        finished = (self._messages.get(message_id) for _, message_id in self._finished)
+        live = (message for message in self._messages.values() if message.state in LIVE)
+        for message in (*finished, *live):
+            if message is None:
+                continue  # already forgotten
+            yield {
+                "type": "message.image",
+                **{slot: getattr(message, slot) for slot in _IMAGED},
+                "at_ms": message.created_ms,
+            }
+        for at_ms, key in self._work_key_order:
+            entry = self._work_keys.get(key)
+            if entry is not None and entry.at_ms == at_ms:
+                mailbox_id, scope_id, work_key = key
+                yield {
+                    "type": "workkey.image",
+                    "mailboxId": mailbox_id,
+                    "scopeId": scope_id,
+                    "workKey": work_key,
+                    "messageId": entry.message_id,
+                    "payloadHash": entry.payload_hash,
+                    "at_ms": at_ms,
+                }
+
+    def apply_image_counter(self, record: dict) -> None:
+        self.seq = record["seq"]
+
+    def apply_image_message(self, record: dict) -> Message:
+        message = Message(
+            record["id"],
+            record["mailbox_id"],
+            record["scope_id"],
+            record["seq"],
+            record["payload"],
+            record["payload_hash"],
+            record["work_key"],
+            record["deadline_ms"],
+            record["task_id"],
+            record["created_ms"],
+        )
+        for slot in _IMAGED:
+            setattr(message, slot, record[slot])
+        self._messages[message.id] = message
+        self._count(message, +1)
+        if message.state in LIVE:
+            queue = self._queue(message.mailbox_id, message.scope_id)
+            queue.live[message.id] = None
+            if message.state == QUEUED:
+                heapq.heappush(queue.ready, (message.seq, message.gen, message.id))
+            elif message.state == DELAYED:
+                heapq.heappush(queue.delayed, (message.visible_ms, message.seq, message.gen, message.id))
+        else:
+            assert message.finished_ms is not None
+            self._finished.append((message.finished_ms, message.id))
+            if message.state == DEAD:
+                self._dead.setdefault(message.mailbox_id, {})[message.id] = None
+        return message
+
+    def apply_image_work_key(self, record: dict) -> None:
+        key = (record["mailboxId"], record["scopeId"], record["workKey"])
+        self._work_keys[key] = _WorkKey(record["messageId"], record["payloadHash"], record["at_ms"])
+        self._work_key_order.append((record["at_ms"], key))
 
     # -- applying -------------------------------------------------------------------------------
 

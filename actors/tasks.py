@@ -262,6 +262,55 @@ class TaskTable:
             return None
         return {"type": "task.tombstoned", "taskId": task.id, "at_ms": now_ms}
 
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this table exactly through `apply_image` (inputs live with the messages)."""
+        for task in self._by_id.values():
+            yield {
+                "type": "task.image",
+                "id": task.id,
+                "taskKey": task.key,
+                "scopeId": task.scope_id,
+                "mailboxId": task.mailbox_id,
+                "messageId": task.message_id,
+                "inputHash": task.input_hash,
+                "state": task.state,
+                "attempt": task.attempt,
+                "outcome": task.outcome,
+                "reason": task.reason,
+                "deadline_ms": task.deadline_ms,
+                "subscribers": [[subscriber, scope] for subscriber, scope in task.subscribers.items()],
+                "created_ms": task.created_ms,
+                "updated_ms": task.updated_ms,
+                "finished_ms": task.finished_ms,
+                "tombstoned": task.tombstoned,
+                "at_ms": task.updated_ms,
+            }
+
+    def apply_image(self, record: dict) -> Task:
+        task = Task(
+            record["id"],
+            record["taskKey"],
+            record["scopeId"],
+            record["mailboxId"],
+            record["messageId"],
+            record["inputHash"],
+            record["deadline_ms"],
+            record["created_ms"],
+        )
+        task.state = record["state"]
+        task.attempt = record["attempt"]
+        task.outcome = record["outcome"]
+        task.reason = record["reason"]
+        task.subscribers = {subscriber: scope for subscriber, scope in record["subscribers"]}
+        task.updated_ms = record["updated_ms"]
+        task.finished_ms = record["finished_ms"]
+        task.tombstoned = record["tombstoned"]
+        self._by_id[task.id] = task
+        self._by_key[(task.scope_id, task.key)] = task
+        return task
+
     # -- applying -------------------------------------------------------------------------------
 
     def apply_created(self, record: dict) -> Task:

@@ -394,6 +394,53 @@ class WorkCommands:
         for task in self.tasks.all():
             yield from self._task_timers(task)
 
+    # -- restarts and images --------------------------------------------------------------------
+
+    def restart_deliveries(self, newest_ms: int, grace_ms: int, spread_ms: int, now_ms: int) -> Outcome:
+        """After a recovery: leases that ended before the crash end now; the rest get a grace period.
+
+        The crash happened at or after `newest_ms`, the newest time the journal recorded. A lease
+        that ended by then had ended before the crash: its delivery is released as a lost lease
+        would be (requeued at once, or ended, see `_release`). Any other lease may still be held by
+        a live worker that keeps renewing, so it is given until at least `now_ms + grace_ms`, as a
+        renewal with the same token; those ends are spread over `spread_ms` in the order of the old
+        ones, so a restart does not set off a wave of requeues at one instant. (The same rule as
+        `ClaimTable.decide_restart`.)
+        """
+        outcome = Outcome()
+        short: list[Message] = []
+        for message in [m for m in self.messages.live() if m.state == LEASED]:
+            if message.expires_ms <= newest_ms:
+                self._commit(outcome, self._release(message, "expired", None, 1.0, now_ms))
+                outcome.timers.extend(self._message_timers(message))
+                if message.task_id is not None:
+                    outcome.timers.extend(self._task_timers(self.tasks.get(message.task_id)))
+            elif message.expires_ms < now_ms + grace_ms:
+                short.append(message)
+        short.sort(key=lambda message: (message.expires_ms, message.id))
+        for index, message in enumerate(short):
+            record = {
+                "type": "delivery.renewed",
+                "messageId": message.id,
+                "token": message.token,
+                "lease_ms": message.lease_ms,
+                "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
+                "at_ms": now_ms,
+            }
+            self._commit(outcome, record)
+            outcome.timers.extend(self._message_timers(message))
+        return outcome
+
+    def work_image(self) -> Iterator[dict]:
+        """Records that rebuild the mailboxes, messages and tasks exactly (mailboxes first: the
+        messages count themselves on them)."""
+        yield from self.mailboxes.image()
+        yield from self.messages.image()
+        yield from self.tasks.image()
+
+    def work_is_empty(self) -> bool:
+        return not len(self.mailboxes) and not len(self.messages) and not len(self.tasks)
+
     # -- the scope cascade ----------------------------------------------------------------------
 
     def queue_actors(self, scope_ids: list[str]) -> list[tuple]:
@@ -490,4 +537,10 @@ WORK_APPLY: dict[str, Callable[[Any, dict], Any]] = {
     "task.detached": lambda space, record: space.tasks.apply_detached(record),
     "task.ended": WorkCommands._apply_task_ended,
     "task.tombstoned": lambda space, record: space.tasks.apply_tombstoned(record),
+    # Image-only records (a snapshot's way of saying what a table holds).
+    "mailbox.image": lambda space, record: space.mailboxes.apply_created(record),
+    "messages.image": lambda space, record: space.messages.apply_image_counter(record),
+    "message.image": lambda space, record: space.messages.apply_image_message(record),
+    "workkey.image": lambda space, record: space.messages.apply_image_work_key(record),
+    "task.image": lambda space, record: space.tasks.apply_image(record),
 }
