@@ -76,6 +76,16 @@ asyncio.run(main())
 """
 
 
+def server_cpu_s(clients: Clients) -> float | None:
+    """CPU seconds the server process has used so far (Linux), to tell server cost from client cost."""
+    try:
+        with open(f"/proc/{clients.server.proc.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError, IndexError):
+        return None
+
+
 def run_scale(clients: Clients, tasks: int) -> dict:
     run = clients.post("/scopes", {"name": "scale"}).json()["id"]
     name = f"scale-{uuid.uuid4().hex[:8]}"
@@ -86,20 +96,22 @@ def run_scale(clients: Clients, tasks: int) -> dict:
     try:
         for worker in workers:
             worker.wait_for("ready")
-        began = time.monotonic()
+        began, cpu_before = time.monotonic(), server_cpu_s(clients)
         planners = [
             clients.start(PLANNER, planner=p, planners=PLANNERS, per_key=SUBMITS_PER_KEY, tasks=tasks, **common)
             for p in range(PLANNERS)
         ]
         reports = [planner.finish(timeout_s=240) for planner in planners]
         wall_s = time.monotonic() - began
+        cpu_after = server_cpu_s(clients)
         for worker in workers:
             worker.process.terminate()
         handled = [row for worker in workers for row in worker.finish()["handled"]]
     finally:
         for process in (*workers, *planners):
             process.kill()
-    return {"run": run, "mailbox": mailbox, "reports": reports, "handled": handled, "wall_s": wall_s}
+    server_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    return {"run": run, "mailbox": mailbox, "reports": reports, "handled": handled, "wall_s": wall_s, "server_cpu_s": server_cpu}
 
 
 def test_planners_share_tasks_and_workers_handle_each_exactly_once(clients: Clients, record_property):
@@ -147,8 +159,10 @@ def test_planners_share_tasks_and_workers_handle_each_exactly_once(clients: Clie
     record_property("tasks", TASKS)
     record_property("wall_s", round(wall_s, 3))
     record_property("tasks_per_s", round(rate, 1))
+    server_cpu = result["server_cpu_s"]
     print(
         f"\nscale: {TASKS} tasks, {submits} submits by {PLANNERS} planners, {WORKERS} workers: "
         f"wall {wall_s:.2f} s including process starts ({rate:.0f} tasks/s); "
-        f"first submit to last result {last_end - first_start:.2f} s ({TASKS / (last_end - first_start):.0f} tasks/s)"
+        f"first submit to last result {last_end - first_start:.2f} s ({TASKS / (last_end - first_start):.0f} tasks/s); "
+        f"server CPU {'n/a' if server_cpu is None else f'{server_cpu:.2f} s'}"
     )
