@@ -220,10 +220,6 @@ class MessageTable:
             for message_id in queue.live:
                 yield self._messages[message_id]
 
-    def queue_scopes(self, mailbox_id: str) -> list[str]:
-        """Scopes where `mailbox_id` has unfinished messages."""
-        return [q.scope_id for q in self._queues.values() if q.mailbox_id == mailbox_id]
-
     def waiting_in_scopes(self, scope_ids: list[str]) -> list[Message]:
         """Messages of these scopes not delivered and not being delivered (QUEUED or DELAYED)."""
         found = []
