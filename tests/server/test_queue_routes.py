@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from runstate.actors.timestamps import parse_timestamp
 
@@ -153,6 +154,7 @@ async def test_complete_nack_and_renew_with_a_stale_token_are_409_stale_claim(cl
     delivery = (await client.recv(mailbox, run, leaseSeconds=5)).json
     message = delivery["message"]["id"]
     await trio.sleep(5)
+    await trio.testing.wait_all_tasks_blocked()  # the lease's expiry is due now: let it be recorded
     for action, body in (("complete", {}), ("nack", {"retry": True}), ("renew", {})):
         response = await client.post(f"/messages/{message}/{action}", {"token": delivery["token"], **body})
         assert response.status == 409 and response.code == "STALE_CLAIM", (action, response)
