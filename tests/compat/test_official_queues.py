@@ -475,3 +475,35 @@ def test_cancelling_a_run_cancels_its_queued_tasks(clients: Clients):
     assert clients.post(f"/scopes/{created['run']}/cancel").status_code == 200
     view = task_view(clients, created["task"])
     assert view["state"] == "CANCELLED" and view["outcomeReason"] == "scope_cancelled"
+
+
+def test_a_consume_stopped_mid_poll_leaves_the_next_message_to_the_next_receiver(clients: Clients):
+    """Stopping an idle consume cancels its long poll (the client disconnects); the server
+    withdraws that wait, so a message sent afterwards is delivered to the next receiver at its
+    first attempt, not leased to the receiver that went away."""
+    result = clients.run(
+        """
+        async def main():
+            rs = AsyncRunstate()
+            run = await rs.scopes.create()
+            await rs.mailboxes.ensure(ARGS["mailbox"], mode="WORK")
+            mailbox = run.mailbox(ARGS["mailbox"])
+            stop = asyncio.Event()
+
+            async def never(data, delivery):
+                raise AssertionError("the stopped worker got a delivery")
+
+            worker = asyncio.ensure_future(mailbox.consume(never, stop_event=stop))
+            await asyncio.sleep(1)  # parked in a 20 s long poll
+            stop.set()
+            await asyncio.wait_for(worker, 5)
+            await asyncio.sleep(0.5)  # the disconnect reaches the server
+            await mailbox.send({"n": 1})
+            delivery = await mailbox.receive()
+            emit(attempt=delivery.attempt, data=delivery.data)
+
+        asyncio.run(main())
+        """,
+        mailbox=unique("disconnect"),
+    )
+    assert result == {"attempt": 1, "data": {"n": 1}}
