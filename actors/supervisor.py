@@ -65,6 +65,13 @@ class Supervisor:
         if slot.queued_ms is None or timer.due_ms < slot.queued_ms:
             self._push(name, slot, timer.due_ms)
 
+    def reset(self) -> None:
+        """Forget every timer (the state they were armed for was replaced); arm the new ones next."""
+        self._heap.clear()
+        self._slots.clear()
+        if self._sleep is not None:
+            self._sleep.deadline = -math.inf  # wake up and look at the (new) heap
+
     def disarm(self, actor: ActorKey, tag: Any) -> None:
         self._slots.pop((actor, tag), None)
 
