@@ -34,7 +34,7 @@ import trio
 from .disk import Disk
 from .compaction import take_snapshot
 from .recovery import Loaded, RecoveryError, load, snapshot_dir, wal_dir
-from .wal import SegmentWriter, WalJournal
+from .wal import RunBlocking, SegmentWriter, WalJournal
 
 __all__ = ["StoreConfig", "RecoveryReport", "Store", "StoreLocked", "open_store"]
 
@@ -124,12 +124,14 @@ class Store:
         make_state: Callable[[], Any],
         clock: Any,
         lock_fd: int,
+        run_blocking: RunBlocking | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.config = config
         self.disk = disk
         self.make_state = make_state
         self.clock = clock
+        self.run_blocking: RunBlocking = run_blocking or trio.to_thread.run_sync
         self.state: Any = None
         self.journal: WalJournal | None = None
         self.report: RecoveryReport | None = None
@@ -144,15 +146,20 @@ class Store:
 
     async def _open(self) -> None:
         started = time.perf_counter()
-        loaded: Loaded = await trio.to_thread.run_sync(
+        loaded: Loaded = await self.run_blocking(
             lambda: load(self.data_dir, self.make_state, repair=True, disk=self.disk)
         )
         self.clock.advance_anchor_to(loaded.newest_ms)
         writer = SegmentWriter(wal_dir(self.data_dir), self.disk, self.config.segment_bytes_max)
-        await trio.to_thread.run_sync(writer.start, loaded.last_lsn + 1, loaded.prev_crc)
-        self.journal = WalJournal(writer, fsync=self.config.fsync, batch_interval_ms=self.config.batch_interval_ms)
+        await self.run_blocking(writer.start, loaded.last_lsn + 1, loaded.prev_crc)
+        self.journal = WalJournal(
+            writer,
+            fsync=self.config.fsync,
+            batch_interval_ms=self.config.batch_interval_ms,
+            run_blocking=self.run_blocking,
+        )
         now_ms = self.clock.now_ms()
-        records, expired, graced = await trio.to_thread.run_sync(
+        records, expired, graced = await self.run_blocking(
             _boot_records, loaded.state, self.config.fsync, loaded.newest_ms, now_ms
         )
         await self.journal.write_now(records)
@@ -224,7 +231,7 @@ class Store:
                 return 0
             through = journal.durable_lsn
             try:
-                info = await trio.to_thread.run_sync(
+                info = await self.run_blocking(
                     take_snapshot, self.data_dir, through, self.make_state, self.disk, self.config.snapshots_kept
                 )
             except (OSError, RecoveryError) as error:
@@ -253,14 +260,14 @@ class Store:
         while True:
             try:
                 through = writer.good.next_lsn - 1 if writer.good is not None else 0
-                loaded = await trio.to_thread.run_sync(
+                loaded = await self.run_blocking(
                     lambda: load(self.data_dir, self.make_state, repair=False, through_lsn=through, disk=self.disk)
                 )
                 self.state = loaded.state
                 if kernel is not None:
                     kernel.restore(loaded.state)  # from here on, reads show only recorded changes
-                await trio.to_thread.run_sync(writer.repair)
-                records, _, _ = await trio.to_thread.run_sync(
+                await self.run_blocking(writer.repair)
+                records, _, _ = await self.run_blocking(
                     _boot_records, loaded.state, self.config.fsync, loaded.newest_ms, self.clock.now_ms()
                 )
                 await journal.write_now(records)
@@ -284,11 +291,13 @@ async def open_store(
     config: StoreConfig | None = None,
     disk: Disk | None = None,
     make_state: Callable[[], Any] | None = None,
+    run_blocking: RunBlocking | None = None,
 ) -> Store:
     """Recover `data_dir` and record the boot; raises `RecoveryError` (file, offset) or `StoreLocked`.
 
     `fsync` is used unless a `config` is given. Call inside trio; the clock (created here when not
-    given) is advanced to the newest time the journal holds.
+    given) is advanced to the newest time the journal holds. `run_blocking` runs the blocking IO
+    (default: a worker thread; tests in virtual time pass `wal.inline`).
     """
     from ..actors.clock import Clock
     from ..actors.state import KernelState
@@ -297,8 +306,8 @@ async def open_store(
     disk = disk or Disk(config.fsync_slow_ms)
     if make_state is None:
         make_state = lambda: KernelState(limits)  # noqa: E731
-    lock_fd = await trio.to_thread.run_sync(_lock, data_dir)
-    store = Store(data_dir, config, disk, make_state, clock or Clock(), lock_fd)
+    lock_fd = await (run_blocking or trio.to_thread.run_sync)(_lock, data_dir)
+    store = Store(data_dir, config, disk, make_state, clock or Clock(), lock_fd, run_blocking)
     try:
         await store._open()
     except BaseException:

@@ -33,6 +33,7 @@ import itertools
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 
 import orjson
 import trio
@@ -41,7 +42,16 @@ from .disk import Disk
 from .frame import BODY_BYTES_MAX, FILE_HEADER_BYTES, WAL_MAGIC, encode_file_header, encode_frames
 from .journal import Durable
 
-__all__ = ["WalJournal", "SegmentWriter", "Position", "segment_name", "FSYNC_POLICIES"]
+__all__ = ["WalJournal", "SegmentWriter", "Position", "segment_name", "FSYNC_POLICIES", "RunBlocking", "inline"]
+
+# How blocking IO is run: `trio.to_thread.run_sync` (the default), or `inline` in tests that run in
+# virtual time, where a worker thread would let the mock clock jump while the IO runs.
+RunBlocking = Callable[..., Awaitable[Any]]
+
+
+async def inline(function: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking `function` on the event loop itself (tests in virtual time only)."""
+    return function(*args)
 
 log = logging.getLogger("runstate.snapshots")
 
@@ -166,10 +176,12 @@ class WalJournal:
         fsync: str = "always",
         batch_interval_ms: float = 3.0,
         batch_records_max: int = 65_536,
+        run_blocking: RunBlocking | None = None,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
         self.writer = writer
+        self.run_blocking: RunBlocking = run_blocking or trio.to_thread.run_sync
         self.fsync = fsync
         self.batch_interval_s = batch_interval_ms / 1000
         self.batch_records_max = batch_records_max
@@ -249,7 +261,7 @@ class WalJournal:
         bodies = [body for _, part, _ in batch for body in part]
         sync = self.fsync != "off"
         try:
-            await trio.to_thread.run_sync(self.writer.write, first_lsn, bodies, sync)
+            await self.run_blocking(self.writer.write, first_lsn, bodies, sync)
         except OSError as error:
             log.error("the journal cannot write (%s): refusing changes until the disk works again", error)
             self._fail(error, batch)
@@ -292,7 +304,7 @@ class WalJournal:
         """
         assert not self._pending
         if records:
-            await trio.to_thread.run_sync(self._write_now, records)
+            await self.run_blocking(self._write_now, records)
         self.appended_lsn = self.durable_lsn = self.writer.next_lsn - 1
         return self.durable_lsn
 
