@@ -1,0 +1,102 @@
+"""Reading a JSON request body: one parse, typed fields, and a clear 400 for anything else.
+
+The official client leaves optional fields out rather than sending null, and PROTOCOL.md asks us
+to treat a missing key and `null` alike, so an optional field that is null is simply absent. A
+required field that is missing or null, or any field of the wrong JSON type, is VALIDATION_FAILED
+naming the field. Integers are JSON integers: `30.0`, `"30"` and `true` are refused, not coerced.
+Unknown fields are ignored, so newer clients that send more still work.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..actors.errors import VALIDATION_FAILED
+from ..actors.timestamps import parse_timestamp
+from .errors import ApiError
+
+__all__ = ["Body", "parse_body", "payload_size"]
+
+def parse_body(raw: bytes) -> "Body":
+    """The body as an object; an empty body is an empty object (bodyless POSTs are allowed)."""
+    if not raw:
+        return Body({})
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        raise ApiError(VALIDATION_FAILED, f"request body is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ApiError(VALIDATION_FAILED, "request body must be a JSON object")
+    return Body(data)
+
+
+def payload_size(value: Any) -> int:
+    return len(orjson.dumps(value))
+
+
+class Body:
+    __slots__ = ("data",)
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def _required(self, name: str) -> Any:
+        value = self.data.get(name)
+        if value is None:
+            raise ApiError(VALIDATION_FAILED, f"field {name!r} is required")
+        return value
+
+    def text(self, name: str) -> str:
+        value = self._required(name)
+        if not isinstance(value, str):
+            raise ApiError(VALIDATION_FAILED, f"field {name!r} must be a string")
+        return value
+
+    def opt_text(self, name: str) -> str | None:
+        return None if self.data.get(name) is None else self.text(name)
+
+    def integer(self, name: str) -> int:
+        value = self._required(name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ApiError(VALIDATION_FAILED, f"field {name!r} must be an integer")
+        return value
+
+    def opt_integer(self, name: str, default: int | None = None) -> int | None:
+        return default if self.data.get(name) is None else self.integer(name)
+
+    def boolean(self, name: str) -> bool:
+        value = self._required(name)
+        if not isinstance(value, bool):
+            raise ApiError(VALIDATION_FAILED, f"field {name!r} must be true or false")
+        return value
+
+    def opt_boolean(self, name: str, default: bool | None = None) -> bool | None:
+        return default if self.data.get(name) is None else self.boolean(name)
+
+    def opt_timestamp(self, name: str) -> int | None:
+        """An RFC 3339 timestamp with a zone, as wall milliseconds; None when absent."""
+        value = self.opt_text(name)
+        if value is None:
+            return None
+        try:
+            return parse_timestamp(value)
+        except ValueError as error:
+            raise ApiError(
+                VALIDATION_FAILED,
+                f"field {name!r} must be an ISO 8601 timestamp with a zone, e.g. 2026-01-31T12:00:00Z ({error})",
+            ) from None
+
+    def value(self, name: str, *, bytes_max: int) -> Any:
+        """Caller data of any JSON type (null when absent), at most `bytes_max` encoded."""
+        value = self.data.get(name)
+        if value is not None and payload_size(value) > bytes_max:
+            raise ApiError(VALIDATION_FAILED, f"field {name!r} exceeds {bytes_max} bytes")
+        return value
+
+    def obj(self, name: str, *, bytes_max: int) -> dict | None:
+        value = self.value(name, bytes_max=bytes_max)
+        if value is not None and not isinstance(value, dict):
+            raise ApiError(VALIDATION_FAILED, f"field {name!r} must be a JSON object")
+        return value

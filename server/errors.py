@@ -1,0 +1,64 @@
+"""The error envelope and the HTTP status of every code (PROTOCOL.md 1.8 and 1.10).
+
+Every answer of 400 and above carries `{"error": {"code", "message", "requestId", ...}}`: the
+official client picks the exception class from `code` alone, and without an envelope it would
+report UNAVAILABLE whatever happened. Extra facts a caller can act on (who holds a claim, until
+when) go into `details`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..actors.errors import KernelError
+
+__all__ = ["STATUS", "status_of", "envelope", "ApiError"]
+
+STATUS: dict[str, int] = {
+    "VALIDATION_FAILED": 400,
+    "UNAUTHENTICATED": 401,
+    "FORBIDDEN": 403,
+    "NOT_FOUND": 404,
+    "METHOD_NOT_ALLOWED": 405,
+    "CONFLICT": 409,
+    "CLAIM_HELD": 409,
+    "IDEMPOTENCY_CONFLICT": 409,
+    "SCOPE_CANCELLED": 409,
+    "DEADLINE_EXCEEDED": 409,
+    "STALE_CLAIM": 409,
+    "CAPACITY_UNAVAILABLE": 409,
+    "BACKLOG_FULL": 409,
+    "RATE_LIMITED": 429,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+}
+
+
+def status_of(code: str) -> int:
+    return STATUS.get(code, 400)
+
+
+class ApiError(KernelError):
+    """A refusal decided by the shell itself (routing, auth, parsing), same shape as the kernel's."""
+
+    def __init__(self, code: str, message: str, *, status: int | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(code, message)
+        self.status = status
+        self.headers = headers
+
+
+def envelope(error: KernelError, request_id: str) -> tuple[int, bytes, dict[str, str]]:
+    """(status, body, extra headers) for a refusal."""
+    body: dict[str, Any] = {"code": error.code, "message": error.message, "requestId": request_id}
+    if error.details:
+        body["details"] = error.details
+    headers: dict[str, str] = {}
+    if error.retry_after_s is not None:
+        headers["retry-after"] = f"{error.retry_after_s:.3f}".rstrip("0").rstrip(".") or "0"
+    status = status_of(error.code)
+    if isinstance(error, ApiError):
+        status = error.status or status
+        headers.update(error.headers or {})
+    return status, orjson.dumps({"error": body}), headers

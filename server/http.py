@@ -1,0 +1,233 @@
+"""HTTP plumbing: the request object, the router and the ASGI connection handler.
+
+Routing works on the raw path, one percent-decoded segment at a time, so a claim key such as
+`file/a b` arrives intact from `/claims/file%2Fa%20b/renew` (PROTOCOL.md 5.7). Each route is a plain
+coroutine `(services, request, **path_params) -> (status, body)`; it never sees ASGI or Quart, which
+keeps handlers testable and the per-request cost to parsing, one kernel call and one `orjson.dumps`.
+
+Every answer is JSON, refusals in the error envelope, including the ones no route decides: unknown
+paths (404), wrong methods (405), bodies over the limit (413), a server still recovering (503).
+Long-poll routes also watch the connection: when the client goes away, the handler is cancelled
+and its wait withdrawn, so no lease is handed to nobody.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from typing import Any, Awaitable, Callable
+from urllib.parse import unquote
+
+import orjson
+import trio
+
+from ..actors.errors import INTERNAL, NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
+from ..actors.kernel import Idem
+from .body import Body, parse_body
+from .errors import ApiError, envelope
+
+__all__ = ["Request", "Router", "Route", "serve_http"]
+
+log = logging.getLogger("runstate.http")
+
+Handler = Callable[..., Awaitable[tuple[int, Any]]]
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class Request:
+    __slots__ = ("method", "raw_path", "headers", "body", "request_id", "client", "_parsed")
+
+    def __init__(self, method: str, raw_path: str, headers: dict[str, str], body: bytes, client: str | None) -> None:
+        self.method = method
+        self.raw_path = raw_path
+        self.headers = headers
+        self.body = body
+        self.client = client
+        self.request_id = "req_" + os.urandom(8).hex()
+        self._parsed: Body | None = None
+
+    def json(self) -> Body:
+        if self._parsed is None:
+            self._parsed = parse_body(self.body)
+        return self._parsed
+
+    def idem(self, space: str) -> Idem | None:
+        """The request's Idempotency-Key with the fingerprint of what it was sent with."""
+        key = self.headers.get("idempotency-key")
+        if key is None:
+            return None
+        if not 1 <= len(key) <= 255 or not key.isprintable():
+            raise ApiError(VALIDATION_FAILED, "Idempotency-Key must be 1-255 printable characters")
+        fingerprint = hashlib.blake2b(
+            b"%s %s\n%s" % (self.method.encode(), self.raw_path.encode(), self.body), digest_size=16
+        ).hexdigest()
+        return Idem(space, key, fingerprint)
+
+    def bearer(self) -> str:
+        value = self.headers.get("authorization", "")
+        scheme, _, secret = value.partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise ApiError(UNAUTHENTICATED, "missing or malformed Authorization header: send 'Bearer <api key>'")
+        return secret.strip()
+
+
+class Route:
+    __slots__ = ("method", "pattern", "handler", "long_poll", "public", "params")
+
+    def __init__(self, method: str, pattern: str, handler: Handler, *, long_poll: bool, public: bool) -> None:
+        self.method = method
+        self.pattern = tuple(pattern.strip("/").split("/"))
+        self.params = tuple(p[1:-1] if p.startswith("{") else None for p in self.pattern)
+        self.handler = handler
+        self.long_poll = long_poll
+        self.public = public
+
+
+class Router:
+    def __init__(self) -> None:
+        self._by_length: dict[int, list[Route]] = {}
+        self.routes: list[Route] = []
+
+    def route(self, method: str, pattern: str, *, long_poll: bool = False, public: bool = False) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            route = Route(method, pattern, handler, long_poll=long_poll, public=public)
+            self.routes.append(route)
+            self._by_length.setdefault(len(route.pattern), []).append(route)
+            return handler
+
+        return register
+
+    def include(self, other: "Router") -> None:
+        for route in other.routes:
+            self.routes.append(route)
+            self._by_length.setdefault(len(route.pattern), []).append(route)
+
+    def match(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
+        try:
+            segments = [unquote(s, errors="strict") for s in raw_path.strip("/").split("/")]
+        except UnicodeDecodeError:
+            raise ApiError(VALIDATION_FAILED, "the path is not valid UTF-8 once percent-decoded") from None
+        allowed: list[str] = []
+        for route in self._by_length.get(len(segments), ()):
+            params: dict[str, str] = {}
+            for want, name, got in zip(route.pattern, route.params, segments):
+                if name is not None:
+                    if not got:
+                        break
+                    params[name] = got
+                elif want != got:
+                    break
+            else:
+                if route.method == method:
+                    return route, params
+                allowed.append(route.method)
+        if allowed:
+            raise ApiError(
+                "METHOD_NOT_ALLOWED",
+                f"{method} is not allowed on {raw_path}; use {', '.join(sorted(set(allowed)))}",
+                status=405,
+                headers={"allow": ", ".join(sorted(set(allowed)))},
+            )
+        raise ApiError(NOT_FOUND, f"no such route: {method} {raw_path}")
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request was complete: there is nobody to answer."""
+
+
+async def _read_body(receive: Callable[[], Awaitable[dict]], bytes_max: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > bytes_max:
+            raise ApiError(VALIDATION_FAILED, f"request body exceeds {bytes_max} bytes", status=413)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _send(send: Callable[[dict], Awaitable[None]], status: int, body: bytes, extra: dict[str, str] | None, request_id: str) -> None:
+    headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body)), (b"x-request-id", request_id.encode())]
+    if extra:
+        headers.extend((k.encode(), v.encode()) for k, v in extra.items())
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_empty(send: Callable[[dict], Awaitable[None]], request_id: str) -> None:
+    await send({"type": "http.response.start", "status": 204, "headers": [(b"x-request-id", request_id.encode())]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def serve_http(
+    services: Any,
+    router: Router,
+    scope: dict,
+    receive: Callable[[], Awaitable[dict]],
+    send: Callable[[dict], Awaitable[None]],
+) -> None:
+    """Answer one ASGI `http` request."""
+    method = scope["method"]
+    raw = scope.get("raw_path") or scope["path"].encode()
+    raw_path = raw.decode("latin-1").partition("?")[0]
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    client = scope.get("client")
+    request = Request(method, raw_path, headers, b"", client[0] if client else None)
+    try:
+        route, params = router.match(method, raw_path)
+        if not route.public and not services.ready:
+            raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
+        request.body = await _read_body(receive, services.limits.request_bytes_max)
+        if route.long_poll:
+            answer = await _with_disconnect_watch(route.handler, services, request, params, receive)
+            if answer is None:  # the client went away: nothing to send
+                return
+        else:
+            answer = await route.handler(services, request, **params)
+        status, body = answer
+        if status == 204:
+            await _send_empty(send, request.request_id)
+        else:
+            await _send(send, status, orjson.dumps(body), None, request.request_id)
+    except _ClientGone:
+        return
+    except KernelError as error:
+        status, body, extra = envelope(error, request.request_id)
+        await _send(send, status, body, extra, request.request_id)
+    except Exception:
+        log.exception("request %s %s failed", method, raw_path)
+        status, body, extra = envelope(KernelError(INTERNAL, "internal error"), request.request_id)
+        await _send(send, status, body, extra, request.request_id)
+
+
+async def _with_disconnect_watch(handler: Handler, services: Any, request: Request, params: dict[str, str], receive: Callable[[], Awaitable[dict]]) -> tuple[int, Any] | None:
+    """Run a long-poll handler, cancelling it if the client disconnects first."""
+    answer: tuple[int, Any] | None = None
+    error: BaseException | None = None
+
+    async def run(cancel_scope: trio.CancelScope) -> None:
+        nonlocal answer, error
+        try:
+            answer = await handler(services, request, **params)
+        except KernelError as caught:
+            error = caught
+        cancel_scope.cancel()
+
+    async def watch(cancel_scope: trio.CancelScope) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, nursery.cancel_scope)
+        nursery.start_soon(watch, nursery.cancel_scope)
+    if error is not None:
+        raise error
+    return answer

@@ -1,0 +1,18 @@
+"""`GET /healthz`: 200 once the state is recovered and the server serves, 503 before. Reveals nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...actors.errors import UNAVAILABLE
+from ..errors import ApiError
+from ..http import Request, Router
+
+router = Router()
+
+
+@router.route("GET", "/healthz", public=True)
+async def healthz(services: Any, request: Request) -> tuple[int, dict]:
+    if not services.ready:
+        raise ApiError(UNAVAILABLE, "recovering", headers={"retry-after": "1"})
+    return 200, {"status": "ok"}

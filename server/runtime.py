@@ -1,0 +1,78 @@
+"""The running server's parts, as the routes see them: kernel operations, limits, readiness.
+
+`Runtime.run` is started in the application's nursery when the ASGI lifespan starts. It reports
+started at once, so the listener opens and `/healthz` can answer 503 while the state is being
+made ready; every other route answers 503 UNAVAILABLE until then.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import trio
+
+from ..actors.clock import Clock
+from ..actors.errors import NOT_FOUND, UNAUTHENTICATED
+from ..actors.ids import IdSource
+from ..actors.kernel import Kernel
+from ..actors.keys import new_secret
+from ..actors.ops import ClaimOps, KeyOps, ScopeOps
+from ..actors.state import KernelState
+from .errors import ApiError
+from .http import Request
+from .settings import Settings
+
+__all__ = ["Runtime"]
+
+log = logging.getLogger("runstate.server")
+
+# Called once with (key, space) when the server made a key because none was configured.
+NewKeyHandler = Callable[[str, str], None]
+
+
+class Runtime:
+    def __init__(self, settings: Settings, *, clock: Clock | None = None, on_new_key: NewKeyHandler | None = None) -> None:
+        self.settings = settings
+        self.limits = settings.limits
+        self.ready = False
+        self._clock = clock
+        self._on_new_key = on_new_key
+        self.kernel: Kernel | None = None
+        self.keys: KeyOps
+        self.scopes: ScopeOps
+        self.claims: ClaimOps
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            kernel = Kernel(
+                state=KernelState(self.limits),
+                clock=self._clock or Clock(),
+                ids=IdSource(self.settings.seed),
+            )
+            await nursery.start(kernel.run)
+            self.kernel = kernel
+            self.keys, self.scopes, self.claims = KeyOps(kernel), ScopeOps(kernel), ClaimOps(kernel)
+            await self._configure_keys()
+            self.ready = True
+            log.info("ready")
+
+    async def _configure_keys(self) -> None:
+        settings = self.settings
+        if settings.api_key:
+            await self.keys.register(settings.api_key, frozenset({settings.space_id}), name="RUNSTATE_API_KEY")
+        elif not len(self.kernel.state.keys):  # type: ignore[union-attr]
+            secret = new_secret()
+            await self.keys.register(secret, frozenset({settings.space_id}), name="generated at first start")
+            if self._on_new_key is not None:
+                self._on_new_key(secret, settings.space_id)
+
+    def authorize(self, request: Request, space: str) -> str:
+        """The space, if the request's key opens it: 401 for a bad key, 404 for another space."""
+        spaces = self.keys.spaces_for(request.bearer())
+        if not spaces:
+            raise ApiError(UNAUTHENTICATED, "the API key is not valid")
+        if space not in spaces:
+            raise ApiError(NOT_FOUND, f"space {space!r} not found")
+        return space

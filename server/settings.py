@@ -1,0 +1,26 @@
+"""Server settings: where to listen, where to keep data, which key to accept, every limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..actors.limits import Limits
+
+__all__ = ["Settings", "FSYNC_POLICIES"]
+
+FSYNC_POLICIES = ("always", "batch", "off")
+
+
+@dataclass
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # None keeps everything in memory (nothing survives a restart).
+    data_dir: str | None = None
+    fsync: str = "always"
+    # A bearer key to accept at start for `space_id` (RUNSTATE_API_KEY / RUNSTATE_SPACE_ID).
+    api_key: str | None = None
+    space_id: str = "default"
+    limits: Limits = field(default_factory=Limits)
+    # Fixed randomness for simulations and tests; None draws from the operating system.
+    seed: int | None = None
