@@ -25,7 +25,8 @@ def held_keys(run, scope_id: str) -> list[str]:
 @pytest.mark.parametrize(
     ("fsync", "fault"), [("always", "fsync"), ("always", "write"), ("batch", "fsync"), ("batch", "write"), ("off", "write")]
 )
-async def test_a_failed_write_is_refused_and_rolled_back_until_the_disk_recovers(tmp_path, autojump_clock, fault, fsync):    data = str(tmp_path)
+async def test_a_failed_write_is_refused_and_rolled_back_until_the_disk_recovers(tmp_path, autojump_clock, fault, fsync):
+    data = str(tmp_path)
     disk = FaultyDisk()
     config = StoreConfig(fsync=fsync, probe_interval_s=1.0)
     async with running(data, fsync=fsync, config=config, disk=disk) as run:
