@@ -22,6 +22,7 @@ Not to be confused with the WAL: a snapshot holds no history, only how things st
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,8 @@ def write_snapshot(
         add(1, {"type": "snapshot.begin", "lsn": lsn, "newest_ms": newest_ms, "format": FORMAT})
         for entries, record in enumerate(records, 1):
             add(entries + 1, record)
+            if not entries % 256:
+                time.sleep(0)  # let the event loop's thread have the interpreter lock
         add(entries + 2, {"type": "snapshot.end", "lsn": lsn, "entries": entries})
         disk.write(fd, b"".join(chunk))
         size += chunk_bytes
@@ -164,6 +167,8 @@ def load_snapshot(path: str, apply: Any) -> SnapshotInfo:
                 raise SnapshotError(path, found.end, "bytes after the end mark")
             break
         else:
+            if not index % 256:
+                time.sleep(0)  # let the event loop's thread have the interpreter lock
             try:
                 apply(record)
             except Exception as error:  # a record this kernel cannot apply

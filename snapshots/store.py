@@ -22,7 +22,9 @@ takes changes again.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import gc
 import logging
 import os
 import time
@@ -55,6 +57,25 @@ class StoreConfig:
     fsync_slow_ms: float = 100.0
     # After a failed write: how often to try the disk again.
     probe_interval_s: float = 1.0
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """No cyclic garbage collection while a large state is built in a worker thread.
+
+    A full collection walks every tracked object while holding the interpreter lock: with a
+    million claims live and a million more being built for a snapshot, that is hundreds of
+    milliseconds in which the event loop cannot run, and building the state is exactly what
+    triggers full collections. The state holds no reference cycles (reference counts free it), so
+    nothing is lost by pausing the collector for the seconds the build takes.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class StoreLocked(Exception):
@@ -146,9 +167,10 @@ class Store:
 
     async def _open(self) -> None:
         started = time.perf_counter()
-        loaded: Loaded = await self.run_blocking(
-            lambda: load(self.data_dir, self.make_state, repair=True, disk=self.disk)
-        )
+        with _collector_paused():
+            loaded: Loaded = await self.run_blocking(
+                lambda: load(self.data_dir, self.make_state, repair=True, disk=self.disk)
+            )
         self.clock.advance_anchor_to(loaded.newest_ms)
         writer = SegmentWriter(wal_dir(self.data_dir), self.disk, self.config.segment_bytes_max)
         await self.run_blocking(writer.start, loaded.last_lsn + 1, loaded.prev_crc)
@@ -164,6 +186,10 @@ class Store:
         )
         await self.journal.write_now(records)
         self.state = loaded.state
+        # The recovered state lives as long as the server and holds no cycles: keep the collector
+        # from walking it again and again (each full collection would stall the loop).
+        gc.collect()
+        gc.freeze()
         self.snapshot_lsn = loaded.snapshot_lsn
         self.report = RecoveryReport(
             data_dir=self.data_dir,
@@ -226,14 +252,17 @@ class Store:
         """Take a snapshot at the durable end of the log now; returns its LSN (0 if none was taken)."""
         journal = self.journal
         assert journal is not None
+        if journal.failure is not None:
+            return 0
         async with self._busy:
             if journal.failure is not None:
                 return 0
             through = journal.durable_lsn
             try:
-                info = await self.run_blocking(
-                    take_snapshot, self.data_dir, through, self.make_state, self.disk, self.config.snapshots_kept
-                )
+                with _collector_paused():
+                    info = await self.run_blocking(
+                        take_snapshot, self.data_dir, through, self.make_state, self.disk, self.config.snapshots_kept
+                    )
             except (OSError, RecoveryError) as error:
                 log.error("snapshot at LSN %d failed (the WAL is kept): %s", through, error)
                 return 0
@@ -249,28 +278,16 @@ class Store:
         assert journal is not None
         while True:
             await journal.failed.wait()
-            async with self._busy:
-                await self._repair()
+            await self._repair()
 
     async def _repair(self) -> None:
         """Rebuild the state from disk, truncate the WAL to its last good record, start again."""
         journal, kernel = self.journal, self._kernel
         assert journal is not None
-        writer = journal.writer
         while True:
             try:
-                through = writer.good.next_lsn - 1 if writer.good is not None else 0
-                loaded = await self.run_blocking(
-                    lambda: load(self.data_dir, self.make_state, repair=False, through_lsn=through, disk=self.disk)
-                )
-                self.state = loaded.state
-                if kernel is not None:
-                    kernel.restore(loaded.state)  # from here on, reads show only recorded changes
-                await self.run_blocking(writer.repair)
-                records, _, _ = await self.run_blocking(
-                    _boot_records, loaded.state, self.config.fsync, loaded.newest_ms, self.clock.now_ms()
-                )
-                await journal.write_now(records)
+                async with self._busy:  # not during a snapshot; released while waiting to try again
+                    loaded = await self._repair_once(kernel)
                 break
             except (OSError, RecoveryError) as error:
                 log.warning("the disk still fails (%s); trying again in %.1f s", error, self.config.probe_interval_s)
@@ -280,6 +297,26 @@ class Store:
         journal.reopen()
         self.repairs_done += 1
         log.warning("the journal works again: state rebuilt from disk up to LSN %d", journal.durable_lsn)
+
+    async def _repair_once(self, kernel: Any) -> Loaded:
+        """One attempt: reload what is durable (reads show it at once), truncate, record the boot."""
+        journal = self.journal
+        assert journal is not None
+        writer = journal.writer
+        through = writer.good.next_lsn - 1 if writer.good is not None else 0
+        with _collector_paused():
+            loaded = await self.run_blocking(
+                lambda: load(self.data_dir, self.make_state, repair=False, through_lsn=through, disk=self.disk)
+            )
+        self.state = loaded.state
+        if kernel is not None:
+            kernel.restore(loaded.state)  # from here on, reads show only recorded changes
+        await self.run_blocking(writer.repair)
+        records, _, _ = await self.run_blocking(
+            _boot_records, loaded.state, self.config.fsync, loaded.newest_ms, self.clock.now_ms()
+        )
+        await journal.write_now(records)
+        return loaded
 
 
 async def open_store(
