@@ -187,8 +187,8 @@ class Store:
         await self.journal.write_now(records)
         self.state = loaded.state
         # The recovered state lives as long as the server and holds no cycles: keep the collector
-        # from walking it again and again (each full collection would stall the loop).
-        gc.collect()
+        # from walking it again and again (each full collection would stall the loop). No collect
+        # first: on a large state that alone would hold the loop for a second.
         gc.freeze()
         self.snapshot_lsn = loaded.snapshot_lsn
         self.report = RecoveryReport(
