@@ -46,7 +46,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -232,7 +231,7 @@ def _replay_wal(directory: str, loaded: Loaded, repair: bool, through_lsn: int |
                     loaded.newest_ms = at_ms
                 loaded.records += 1
                 if not loaded.records % YIELD_EVERY:
-                    time.sleep(0)  # let the event loop's thread have the interpreter lock
+                    os.sched_yield()  # let the event loop's thread have the interpreter lock
             prev_crc = found.crc
             expected += 1
             offset = found.end

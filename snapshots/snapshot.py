@@ -22,7 +22,6 @@ Not to be confused with the WAL: a snapshot holds no history, only how things st
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -115,7 +114,7 @@ def write_snapshot(
         for entries, record in enumerate(records, 1):
             add(entries + 1, record)
             if not entries % 256:
-                time.sleep(0)  # let the event loop's thread have the interpreter lock
+                os.sched_yield()  # let the event loop's thread have the interpreter lock
         add(entries + 2, {"type": "snapshot.end", "lsn": lsn, "entries": entries})
         disk.write(fd, b"".join(chunk))
         size += chunk_bytes
@@ -168,7 +167,7 @@ def load_snapshot(path: str, apply: Any) -> SnapshotInfo:
             break
         else:
             if not index % 256:
-                time.sleep(0)  # let the event loop's thread have the interpreter lock
+                os.sched_yield()  # let the event loop's thread have the interpreter lock
             try:
                 apply(record)
             except Exception as error:  # a record this kernel cannot apply
