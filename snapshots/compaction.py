@@ -113,3 +113,32 @@ def dismantle(root: Any) -> None:
 
 # What `dismantle` never looks into: values that hold no dicts or lists of the state.
 _LEAVES = (str, bytes, int, float, bool, tuple, frozenset, type(None))
+
+
+def prune(data_dir: str, keep: int, disk: Disk | None = None) -> tuple[int, int]:
+    """Delete snapshots beyond the newest `keep`, then segments wholly before the oldest kept one.
+
+    Returns (snapshots deleted, segments deleted).
+    """
+    assert keep >= 1
+    disk = disk or Disk()
+    snaps = list_snapshots(snapshot_dir(data_dir))
+    if not snaps:
+        return 0, 0
+    old, kept = snaps[:-keep], snaps[-keep:]
+    for _, path in old:
+        disk.remove(path)
+    if old:
+        disk.fsync_dir(snapshot_dir(data_dir))
+    covered = kept[0][0]
+    segments = list_segments(wal_dir(data_dir))
+    deleted = 0
+    for (_, path), (next_first, _) in zip(segments, segments[1:]):
+        if next_first > covered + 1:
+            break
+        disk.remove(path)  # every record in it is at or before the oldest snapshot kept
+        deleted += 1
+    if deleted:
+        disk.fsync_dir(wal_dir(data_dir))
+    log.info("snapshot at LSN %d: deleted %d older snapshot(s) and %d WAL segment(s)", snaps[-1][0], len(old), deleted)
+    return len(old), deleted
