@@ -110,8 +110,7 @@ class Kernel:
         """Serve until cancelled: the supervisor and every actor live in this nursery."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            for timer in self.state.timers():
-                self.supervisor.arm(timer)
+            self.supervisor.arm_all(self.state.timers())
             await nursery.start(self.supervisor.run)
             task_status.started()
 
@@ -128,8 +127,7 @@ class Kernel:
         self.state = state
         self.limits = state.limits
         self.supervisor.reset()
-        for timer in state.timers():
-            self.supervisor.arm(timer)
+        self.supervisor.arm_all(state.timers())
         error = KernelError(UNAVAILABLE, "the state was rebuilt from the journal; try again")
         for entry in list(self._actors.values()):
             parked = list(entry.waiters)

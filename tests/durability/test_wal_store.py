@@ -177,3 +177,20 @@ async def test_with_worker_threads_in_real_time(tmp_path):
         await acquire_many(run, scope_id, 100, prefix="after")
         live = run.kernel.state
     assert_same_state(live, reload(data).state)
+
+
+def test_dismantle_empties_a_state_and_leaves_shared_settings_alone():
+    from runstate.actors import KernelState, Limits
+    from runstate.snapshots.compaction import dismantle
+
+    limits = Limits(restart_grace_s=20)
+    state = KernelState(limits)
+    space = state.space(SPACE)
+    space.create_scope("sc", None, None, None, None, 0)
+    space.create_scope("child", None, "sc", None, None, 0)
+    for number in range(3000):
+        space.acquire_claim("sc", f"k{number}", "h", "x", 5000, f"t{number}", 0)
+    state.apply(state.idempotency.record(SPACE, "i", "fp", {"nested": [1, {"a": 2}]}, 0))
+    dismantle(state)
+    assert state.counts() == {"spaces": 0, "scopes": 0, "claims": 0, "claims_held": 0, "keys": 0, "idempotency_keys": 0}
+    assert limits.restart_grace_s == 20 and state.limits is limits
