@@ -231,16 +231,29 @@ class WalJournal:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        while True:
-            if not self._pending or self.failure is not None:
-                await self._wakeup.wait()
-                self._wakeup = trio.Event()
-                continue
-            if self.fsync == "batch":
-                due = self._synced_at + self.batch_interval_s
-                if trio.current_time() < due:
-                    await trio.sleep_until(due)
-            await self._commit(self._take())
+        try:
+            while True:
+                if not self._pending or self.failure is not None:
+                    await self._wakeup.wait()
+                    self._wakeup = trio.Event()
+                    continue
+                if self.fsync == "batch":
+                    due = self._synced_at + self.batch_interval_s
+                    if trio.current_time() < due:
+                        await trio.sleep_until(due)
+                await self._commit(self._take())
+        finally:
+            # Stopped (shutdown): callers of changes still queued wait for an answer that no
+            # write will bring; tell them these were not recorded. (A batch already in a worker
+            # thread finishes first: that call cannot be cancelled.)
+            if self._pending or self._after:
+                stopped = OSError("the journal stopped before this change was written")
+                pending, self._pending, self._pending_records = self._pending, [], 0
+                after, self._after = self._after, []
+                for _, _, on_durable in pending:
+                    on_durable(stopped)
+                for _, _, on_durable in sorted(after):
+                    on_durable(stopped)
 
     def _take(self) -> list[tuple[int, list[bytes], Durable]]:
         """The next batch: everything queued, or at most `batch_records_max` records of it."""

@@ -194,3 +194,22 @@ def test_dismantle_empties_a_state_and_leaves_shared_settings_alone():
     dismantle(state)
     assert state.counts() == {"spaces": 0, "scopes": 0, "claims": 0, "claims_held": 0, "keys": 0, "idempotency_keys": 0}
     assert limits.restart_grace_s == 20 and state.limits is limits
+
+
+@pytest.mark.trio
+async def test_stopping_the_journal_answers_the_changes_it_had_not_written(tmp_path, autojump_clock):
+    """At shutdown a caller whose change was queued gets UNAVAILABLE instead of waiting forever."""
+    config = StoreConfig(fsync="batch", batch_interval_ms=1000)
+    answers = []
+    async with running(str(tmp_path), fsync="batch", config=config) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+
+        async def change() -> None:
+            try:
+                await run.claims.acquire(SPACE, scope_id=scope_id, key="k", holder="h", session="x", lease_s=60)
+            except KernelError as error:
+                answers.append(error.code)
+
+        run.kernel._nursery.start_soon(change)  # lives as long as the kernel
+        await trio.sleep(0.1)  # decided, waiting for the next fsync slot
+    assert answers == ["UNAVAILABLE"]
