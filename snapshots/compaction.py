@@ -1,5 +1,14 @@
 """Taking a snapshot, and deleting what it makes unnecessary.
 
+The store runs `take_snapshot` in a child process (`main` below) by default, else in a worker
+thread. A child process shares nothing with the server: building a million-entry state in a
+thread of the server holds the interpreter lock for a dict resize or a deallocation cascade at a
+time (tens to a hundred milliseconds at that size) and leaves the freed memory to the server's
+heap; a child costs an interpreter start (a fifth of a second) and gives it all back when it exits.
+A child left running by a server killed mid-snapshot is harmless: it publishes a snapshot of
+records that were durable, and prunes only what is older than the oldest snapshot kept, which no
+recovery (its own or a restarted server's) reads.
+
 A snapshot is built from the disk, not from the live state: in a worker thread, the newest
 snapshot and the WAL up to a durable LSN are read into a fresh state (exactly what a recovery
 would do), and that state's image is written. Why not from memory: an image of the live state is
@@ -7,9 +16,7 @@ consistent only if nothing changes while it is taken, which means either holding
 the length of the copy (a million claims: seconds) or copy-on-write in every table. Rebuilding
 from disk needs neither: the event loop does no work for it at all, the tables need nothing but
 `apply` and `image`, and every snapshot also proves that the log reads back. The cost is a second
-copy of the state in memory while the snapshot is built, and the CPU of one replay (which shares
-the interpreter lock with the loop, so the loop waits at most one switch interval, 5 ms by
-default, each time it needs to run).
+copy of the state in memory while the snapshot is built, and the CPU of one replay.
 
 The state built for a snapshot is then taken apart bit by bit (`dismantle`) rather than dropped:
 dropping a million claims at once frees them in one cascade of deallocations that holds the
@@ -22,18 +29,21 @@ what lets recovery fall back to it when the newest does not verify (row 8 of `re
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import importlib
+import json
 import logging
 import os
+import sys
 from typing import Any, Callable, Iterator
 
 from .disk import Disk
 from .recovery import list_segments, load, snapshot_dir, wal_dir
 from .snapshot import SnapshotInfo, list_snapshots, write_snapshot
 
-__all__ = ["take_snapshot", "prune", "dismantle"]
+__all__ = ["take_snapshot", "prune", "dismantle", "state_factory", "main", "command"]
 
-# Objects freed between two releases of the interpreter lock while a state is taken apart.
-DISMANTLE_YIELD_EVERY = 1024
 # Settings shared with the live state: never emptied.
 _SHARED = frozenset({"limits", "_limits"})
 
@@ -72,23 +82,21 @@ def dismantle(root: Any) -> None:
     """Empty the dicts and lists of a state a little at a time, then let it go.
 
     Popping an entry frees what only it held at once, on its own, so nothing is freed in one
-    long cascade when the root is dropped; the interpreter lock is released every
-    `DISMANTLE_YIELD_EVERY` entries. Objects are looked into (for the containers they hold) only
+    long cascade when the root is dropped, and the interpreter can hand its lock to the event
+    loop's thread between any two entries (its forced switch every 5 ms). No explicit yields:
+    releasing the lock by hand resets the interpreter's count of a waiting thread's patience, and
+    starves it instead. Objects are looked into (for the containers they hold) only
     when the first object of their type held one: a claim holds none and is simply freed, a space
     holds its tables. Only for a state nothing else uses (the one built for a snapshot, or one
     replaced by a rebuild). Blocking: run it in a worker thread.
     """
     holds_containers: dict[type, tuple[str, ...]] = {}
     stack = [root]
-    count = 0
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
             while node:
                 value = node.popitem()[1]
-                count += 1
-                if not count % DISMANTLE_YIELD_EVERY:
-                    os.sched_yield()
                 if not isinstance(value, _LEAVES) and holds_containers.get(type(value)) != ():
                     stack.append(value)  # else it is freed here, now, if this was its last holder
         elif isinstance(node, list):
@@ -142,3 +150,47 @@ def prune(data_dir: str, keep: int, disk: Disk | None = None) -> tuple[int, int]
         disk.fsync_dir(wal_dir(data_dir))
     log.info("snapshot at LSN %d: deleted %d older snapshot(s) and %d WAL segment(s)", snaps[-1][0], len(old), deleted)
     return len(old), deleted
+
+
+# -- in a child process --------------------------------------------------------------------------
+
+
+def state_factory(spec: str, limits: dict) -> Callable[[], Any]:
+    """`make_state` from "module:callable" (called with a `Limits`) and the limits' fields."""
+    from ..actors.limits import Limits
+
+    module_name, _, attribute = spec.partition(":")
+    factory = getattr(importlib.import_module(module_name), attribute)
+    settings = Limits(**limits)
+    return lambda: factory(settings)
+
+
+def command(data_dir: str, through_lsn: int, keep: int, spec: str, limits: Any) -> list[str]:
+    """The command line that runs `take_snapshot` in a child process."""
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from runstate.snapshots.compaction import main; sys.exit(main())",
+        "--data-dir", data_dir,
+        "--through", str(through_lsn),
+        "--keep", str(keep),
+        "--state", spec,
+        "--limits", json.dumps(dataclasses.asdict(limits)),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Take a snapshot and print what was written as one JSON line (null when none was needed)."""
+    parser = argparse.ArgumentParser(prog="runstate-snapshot")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--through", type=int, required=True)
+    parser.add_argument("--keep", type=int, default=2)
+    parser.add_argument("--state", default="runstate.actors.state:KernelState")
+    parser.add_argument("--limits", default="{}")
+    args = parser.parse_args(argv)
+    import gc
+
+    gc.disable()  # a state without cycles, in a process about to exit
+    info = take_snapshot(args.data_dir, args.through, state_factory(args.state, json.loads(args.limits)), keep=args.keep)
+    print(json.dumps(None if info is None else dataclasses.asdict(info)), flush=True)
+    os._exit(0)  # skip freeing the state object by object

@@ -60,11 +60,6 @@ __all__ = ["RecoveryError", "Repair", "Loaded", "load", "list_segments", "wal_di
 
 log = logging.getLogger("runstate.snapshots")
 
-# Records replayed between two explicit releases of the interpreter lock. Recovery and snapshots
-# run in a worker thread; without these the event loop's thread waits a whole switch interval
-# (5 ms) each time it wants to run, several times per request.
-YIELD_EVERY = 256
-
 
 def wal_dir(data_dir: str) -> str:
     return os.path.join(data_dir, "wal")
@@ -230,8 +225,6 @@ def _replay_wal(directory: str, loaded: Loaded, repair: bool, through_lsn: int |
                 if isinstance(at_ms, int) and at_ms > loaded.newest_ms:
                     loaded.newest_ms = at_ms
                 loaded.records += 1
-                if not loaded.records % YIELD_EVERY:
-                    os.sched_yield()  # let the event loop's thread have the interpreter lock
             prev_crc = found.crc
             expected += 1
             offset = found.end

@@ -113,8 +113,6 @@ def write_snapshot(
         add(1, {"type": "snapshot.begin", "lsn": lsn, "newest_ms": newest_ms, "format": FORMAT})
         for entries, record in enumerate(records, 1):
             add(entries + 1, record)
-            if not entries % 256:
-                os.sched_yield()  # let the event loop's thread have the interpreter lock
         add(entries + 2, {"type": "snapshot.end", "lsn": lsn, "entries": entries})
         disk.write(fd, b"".join(chunk))
         size += chunk_bytes
@@ -166,8 +164,6 @@ def load_snapshot(path: str, apply: Any) -> SnapshotInfo:
                 raise SnapshotError(path, found.end, "bytes after the end mark")
             break
         else:
-            if not index % 256:
-                os.sched_yield()  # let the event loop's thread have the interpreter lock
             try:
                 apply(record)
             except Exception as error:  # a record this kernel cannot apply

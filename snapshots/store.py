@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
+import json
 import logging
 import os
 import time
@@ -34,7 +35,8 @@ from typing import Any, Callable
 import trio
 
 from .disk import Disk
-from .compaction import take_snapshot
+from .compaction import command, take_snapshot
+from .snapshot import SnapshotInfo
 from .recovery import Loaded, RecoveryError, load, snapshot_dir, wal_dir
 from .wal import RunBlocking, SegmentWriter, WalJournal
 
@@ -54,6 +56,8 @@ class StoreConfig:
     # How often the snapshot task looks whether one is due.
     snapshot_poll_s: float = 1.0
     snapshots_kept: int = 2
+    # Build snapshots in a child process (see compaction.py); else in a worker thread.
+    snapshot_process: bool = True
     fsync_slow_ms: float = 100.0
     # After a failed write: how often to try the disk again.
     probe_interval_s: float = 1.0
@@ -146,6 +150,7 @@ class Store:
         clock: Any,
         lock_fd: int,
         run_blocking: RunBlocking | None = None,
+        state_spec: tuple[str, Any] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.config = config
@@ -153,6 +158,8 @@ class Store:
         self.make_state = make_state
         self.clock = clock
         self.run_blocking: RunBlocking = run_blocking or trio.to_thread.run_sync
+        # How a child process makes the state: ("module:callable", limits); None: threads only.
+        self.state_spec = state_spec if run_blocking is None else None
         self.state: Any = None
         self.journal: WalJournal | None = None
         self.report: RecoveryReport | None = None
@@ -259,10 +266,13 @@ class Store:
                 return 0
             through = journal.durable_lsn
             try:
-                with _collector_paused():
-                    info = await self.run_blocking(
-                        take_snapshot, self.data_dir, through, self.make_state, self.disk, self.config.snapshots_kept
-                    )
+                if self.config.snapshot_process and self.state_spec is not None:
+                    info = await self._snapshot_in_child(through)
+                else:
+                    with _collector_paused():
+                        info = await self.run_blocking(
+                            take_snapshot, self.data_dir, through, self.make_state, self.disk, self.config.snapshots_kept
+                        )
             except (OSError, RecoveryError) as error:
                 log.error("snapshot at LSN %d failed (the WAL is kept): %s", through, error)
                 return 0
@@ -272,6 +282,17 @@ class Store:
         self.snapshots_taken += 1
         log.info("snapshot at LSN %d: %d entries, %d bytes", info.lsn, info.entries, info.size_bytes)
         return info.lsn
+
+    async def _snapshot_in_child(self, through: int) -> SnapshotInfo | None:
+        assert self.state_spec is not None
+        spec, limits = self.state_spec
+        argv = command(self.data_dir, through, self.config.snapshots_kept, spec, limits)
+        result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+        if result.returncode != 0:
+            detail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
+            raise OSError(f"the snapshot process exited with {result.returncode}: {detail[0]}")
+        found = json.loads(result.stdout.decode().strip().splitlines()[-1])
+        return None if found is None else SnapshotInfo(**found)
 
     async def _repairs(self) -> None:
         journal = self.journal
@@ -339,12 +360,17 @@ async def open_store(
     from ..actors.clock import Clock
     from ..actors.state import KernelState
 
+    from ..actors.limits import Limits
+
     config = config or StoreConfig(fsync=fsync)
     disk = disk or Disk(config.fsync_slow_ms)
+    state_spec = None
     if make_state is None:
+        limits = limits or Limits()
         make_state = lambda: KernelState(limits)  # noqa: E731
+        state_spec = ("runstate.actors.state:KernelState", limits)
     lock_fd = await (run_blocking or trio.to_thread.run_sync)(_lock, data_dir)
-    store = Store(data_dir, config, disk, make_state, clock or Clock(), lock_fd, run_blocking)
+    store = Store(data_dir, config, disk, make_state, clock or Clock(), lock_fd, run_blocking, state_spec)
     try:
         await store._open()
     except BaseException:
