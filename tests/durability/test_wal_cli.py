@@ -55,3 +55,40 @@ def test_public_names_are_exported_explicitly():
             "MemoryJournal", "Journal", "FaultyDisk", "assert_same_state"} <= exported
     assert all(hasattr(runstate.snapshots, name) for name in exported)
     assert wal_dir("/d") == "/d/wal"
+
+
+@pytest.mark.e2e
+def test_healthz_answers_503_while_recovering_then_200(tmp_path):
+    """The server listens first and recovers after: /healthz says 503 until the state is back."""
+    import os
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    data = str(tmp_path / "data")
+    write_log(data, numbered_batches(*[2000] * 100))  # 200k records: most of a second to recover
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [*RUNSTATE, "serve", "--port", str(port), "--data-dir", data],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, RUNSTATE_API_KEY="rs_k"),
+    )
+    seen = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not seen or seen[-1] != 200):
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code
+                if not seen or seen[-1] != status:
+                    seen.append(status)
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.01)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=30)[0].decode()
+    assert seen == [503, 200], output
+    assert "200000 WAL records replayed" in output and "recovered" in output
