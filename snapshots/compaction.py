@@ -1,26 +1,23 @@
 """Taking a snapshot, and deleting what it makes unnecessary.
 
-The store runs `take_snapshot` in a child process (`main` below) by default, else in a worker
-thread. A child process shares nothing with the server: building a million-entry state in a
-thread of the server holds the interpreter lock for a dict resize or a deallocation cascade at a
-time (tens to a hundred milliseconds at that size) and leaves the freed memory to the server's
-heap; a child costs an interpreter start (a fifth of a second) and gives it all back when it exits.
-A child left running by a server killed mid-snapshot is harmless: it publishes a snapshot of
-records that were durable, and prunes only what is older than the oldest snapshot kept, which no
-recovery (its own or a restarted server's) reads.
+A snapshot is built from the disk, not from the live state: the newest snapshot and the WAL up to
+a durable LSN are read into a fresh state (exactly what a recovery does), and that state's image
+is written. Why not from memory: an image of the live state is consistent only if nothing changes
+while it is taken, which means either holding every turn for the length of the copy (a million
+claims: seconds) or copy-on-write in every table. Rebuilding from disk needs neither: the event
+loop does no work for it, the tables need nothing but `apply` and `image`, and every snapshot also
+proves that the log reads back. The cost is the CPU of one replay and a second copy of the state
+in memory while it is built.
 
-A snapshot is built from the disk, not from the live state: in a worker thread, the newest
-snapshot and the WAL up to a durable LSN are read into a fresh state (exactly what a recovery
-would do), and that state's image is written. Why not from memory: an image of the live state is
-consistent only if nothing changes while it is taken, which means either holding every turn for
-the length of the copy (a million claims: seconds) or copy-on-write in every table. Rebuilding
-from disk needs neither: the event loop does no work for it at all, the tables need nothing but
-`apply` and `image`, and every snapshot also proves that the log reads back. The cost is a second
-copy of the state in memory while the snapshot is built, and the CPU of one replay.
-
-The state built for a snapshot is then taken apart bit by bit (`dismantle`) rather than dropped:
-dropping a million claims at once frees them in one cascade of deallocations that holds the
-interpreter lock, and the event loop, for half a second.
+Where: the store runs `take_snapshot` in a child process (`main` below) by default, else in a
+worker thread (a custom state, tests in virtual time). A child shares nothing with the server:
+building a million-entry state in a thread of the server holds the interpreter lock for a whole
+dict resize or deallocation cascade at a time (tens to a hundred milliseconds at that size) and
+leaves the memory in the server's heap; a child costs an interpreter start (a fifth of a second)
+and gives everything back when it exits. A child left running by a server killed mid-snapshot is
+harmless: it publishes a snapshot of records that were durable, and prunes only what is older
+than the oldest snapshot it keeps (at least two are kept), which no recovery reads. In a thread,
+the built state is taken apart bit by bit (`dismantle`) rather than dropped in one cascade.
 
 After the new snapshot is durable, older snapshots beyond the newest `keep` are deleted, then WAL
 segments wholly before the oldest snapshot kept. Keeping the previous snapshot (and its WAL) is
@@ -128,7 +125,8 @@ def prune(data_dir: str, keep: int, disk: Disk | None = None) -> tuple[int, int]
 
     Returns (snapshots deleted, segments deleted).
     """
-    assert keep >= 1
+    if keep < 2:
+        raise ValueError("keep at least two snapshots (the fallback, and safety from a leftover snapshot process)")
     disk = disk or Disk()
     snaps = list_snapshots(snapshot_dir(data_dir))
     if not snaps:
