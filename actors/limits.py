@@ -36,6 +36,8 @@ class Limits:
     payload_bytes_max: int = 65_536
     # The whole request body; larger is 413.
     request_bytes_max: int = 1_048_576
+    # Caller data nested deeper than this is refused (the journal must be able to write it back).
+    json_depth_max: int = 64
     # Deep JSON is refused before it is parsed further.
     json_depth_max: int = 64
 

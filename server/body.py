@@ -14,10 +14,11 @@ from typing import Any
 import orjson
 
 from ..actors.errors import VALIDATION_FAILED
+from ..actors.limits import Limits
 from ..actors.timestamps import parse_timestamp
 from .errors import ApiError
 
-__all__ = ["Body", "parse_body", "payload_size"]
+__all__ = ["Body", "parse_body", "payload_size", "depth_exceeds"]
 
 def parse_body(raw: bytes) -> "Body":
     """The body as an object; an empty body is an empty object (bodyless POSTs are allowed)."""
@@ -34,6 +35,23 @@ def parse_body(raw: bytes) -> "Body":
 
 def payload_size(value: Any) -> int:
     return len(orjson.dumps(value))
+
+
+def depth_exceeds(value: Any, depth_max: int) -> bool:
+    """True when containers nest deeper than `depth_max` (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > depth_max:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 class Body:
@@ -88,15 +106,19 @@ class Body:
                 f"field {name!r} must be an ISO 8601 timestamp with a zone, e.g. 2026-01-31T12:00:00Z ({error})",
             ) from None
 
-    def value(self, name: str, *, bytes_max: int) -> Any:
-        """Caller data of any JSON type (null when absent), at most `bytes_max` encoded."""
+    def value(self, name: str, limits: Limits) -> Any:
+        """Caller data of any JSON type (null when absent), within the payload size and depth limits."""
         value = self.data.get(name)
-        if value is not None and payload_size(value) > bytes_max:
-            raise ApiError(VALIDATION_FAILED, f"field {name!r} exceeds {bytes_max} bytes")
+        if value is None:
+            return None
+        if depth_exceeds(value, limits.json_depth_max):
+            raise ApiError(VALIDATION_FAILED, f"field {name!r} nests deeper than {limits.json_depth_max} levels")
+        if payload_size(value) > limits.payload_bytes_max:
+            raise ApiError(VALIDATION_FAILED, f"field {name!r} exceeds {limits.payload_bytes_max} bytes")
         return value
 
-    def obj(self, name: str, *, bytes_max: int) -> dict | None:
-        value = self.value(name, bytes_max=bytes_max)
+    def obj(self, name: str, limits: Limits) -> dict | None:
+        value = self.value(name, limits)
         if value is not None and not isinstance(value, dict):
             raise ApiError(VALIDATION_FAILED, f"field {name!r} must be a JSON object")
         return value

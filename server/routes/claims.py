@@ -51,7 +51,7 @@ async def release(services: Runtime, request: Request, space: str, key: str) -> 
         space,
         key=key,
         token=body.text("token"),
-        observation=body.value("observation", bytes_max=services.limits.payload_bytes_max),
+        observation=body.value("observation", services.limits),
         idem=request.idem(space),
     )
     return 200, view

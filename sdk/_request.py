@@ -1,0 +1,152 @@
+"""The request layer: one logical API call on top of a transport.
+
+What it does, in the wire contract's words (PROTOCOL.md 1.2-1.9):
+
+- `authorization: Bearer <key>` on every request;
+- one `idempotency-key` (24 lowercase hex characters) made per logical call, sent on every request
+  that is not a GET and reused unchanged on each transport retry of that call. A new logical call,
+  including each pass of a wait loop, gets a new key: the key says "this same call again", never
+  "the same intent";
+- a JSON body is compact, UTF-8 sent raw, and top-level keys whose value is `None` are left out
+  (nested `None`s inside user data stay `null`). `body=None` sends no body at all;
+- only transport failures are retried (`retries` times, 25-100 ms apart); an HTTP answer, whatever
+  its status, is never retried;
+- 204 gives an empty reply; any status below 400 is parsed as JSON (`{}` when it is not JSON);
+  400 and above raise the exception for the envelope's code, `UNAVAILABLE` when there is none;
+- `Retry-After` on an error answer becomes `retry_after_ms`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from dataclasses import dataclass
+from typing import Any, Mapping
+from urllib.parse import urlencode
+
+import anyio
+import httpx
+
+from . import _runtime
+from .errors import RunstateError, UnavailableError, map_error
+from .transport import Transport, TransportError
+
+__all__ = ["Requester", "Reply", "new_idempotency_key"]
+
+# Back-off between transport retries, in seconds (uniform).
+RETRY_BACKOFF_MIN_S = 0.025
+RETRY_BACKOFF_MAX_S = 0.100
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A successful answer: its status and its JSON body (`None` for a 204)."""
+
+    status: int
+    body: Any
+
+
+def new_idempotency_key() -> str:
+    """24 lowercase hex characters (12 random bytes)."""
+    return secrets.token_hex(12)
+
+
+def encode_json(body: Mapping[str, Any]) -> bytes:
+    """Compact JSON with top-level `None` values left out."""
+    kept = {key: value for key, value in body.items() if value is not None}
+    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def parse_retry_after(value: str | None) -> int | None:
+    """Seconds (a decimal number, maybe with a fraction) to whole milliseconds; otherwise None."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return round(seconds * 1000)
+
+
+def _parse_json(data: bytes) -> Any:
+    if not data:
+        return {}
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {}
+
+
+class Requester:
+    """Sends logical calls through a transport; shared by every view of one client."""
+
+    def __init__(self, transport: Transport, api_key: str, request_timeout_ms: int, retries: int) -> None:
+        self.transport = transport
+        self.request_timeout_ms = request_timeout_ms
+        self.retries = retries
+        self._authorization = f"Bearer {api_key}"
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        query: Mapping[str, Any] | None = None,
+        wait_ms: int = 0,
+    ) -> Reply:
+        """One logical call. `wait_ms` > 0 marks a long poll: the server may hold the request that
+        long, so each attempt may take `wait_ms` plus the usual request timeout."""
+        if query:
+            kept = {key: value for key, value in query.items() if value is not None}
+            if kept:
+                path = f"{path}?{urlencode(kept)}"
+        headers = {"authorization": self._authorization}
+        if method != "GET":
+            headers["idempotency-key"] = new_idempotency_key()
+        content: bytes | None = None
+        if body is not None:
+            content = encode_json(body)
+            headers["content-type"] = "application/json"
+        timeout_s = (self.request_timeout_ms + max(wait_ms, 0)) / 1000
+
+        last: BaseException | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await anyio.sleep(_runtime.uniform(RETRY_BACKOFF_MIN_S, RETRY_BACKOFF_MAX_S))
+            try:
+                status, response_headers, data = await self.transport.send(
+                    method, path, headers, content, timeout_s
+                )
+            except (TransportError, httpx.RequestError) as err:
+                last = err
+                continue
+            return _reply(status, response_headers, data)
+        raise UnavailableError(
+            "UNAVAILABLE", 503, f"transport failure after retries: {last}"
+        ) from last
+
+
+def _reply(status: int, headers: Mapping[str, str], data: bytes) -> Reply:
+    if status == 204:
+        return Reply(204, None)
+    parsed = _parse_json(data)
+    if status < 400:
+        return Reply(status, parsed)
+    envelope = parsed.get("error") if isinstance(parsed, dict) else None
+    if not isinstance(envelope, dict):
+        envelope = {}
+    code = envelope.get("code") or "UNAVAILABLE"
+    message = envelope.get("message") or f"request failed with {status}"
+    raise _error(code, status, message, envelope.get("requestId"), headers)
+
+
+def _error(code: Any, status: int, message: Any, request_id: Any, headers: Mapping[str, str]) -> RunstateError:
+    retry_after = None
+    for name, value in headers.items():
+        if name.lower() == "retry-after":
+            retry_after = parse_retry_after(value)
+    return map_error(str(code), status, str(message), request_id, retry_after)

@@ -1,0 +1,291 @@
+"""Claims: exclusive, leased, fenced ownership of a key inside a scope.
+
+`ClaimRef` names a key in a scope and sends nothing until asked. `acquire()` gives a `ClaimLease`
+that renews itself in the background (see `runstate._renewal`) until `release()`. A lease whose
+renewal fails is lost for good: `is_lost` turns true, `lost_event` is set, and `raise_if_lost()`
+raises `LeaseLostError`. The kernel is the authority on ownership; the lease object only reports
+what the client last learned, so work that must not overlap another owner's should also carry
+`lease.token()` to the system it writes to.
+
+`run(fn)` is the safe way to hold a claim: acquire, run `fn(lease)`, release in a `finally`. A
+coroutine function is cancelled as soon as the lease is lost, and `run()` raises `LeaseLostError`.
+A plain function runs in a worker thread, which cannot be interrupted: `run()` stops waiting for it
+and raises, and the thread runs on to its end.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Callable
+from urllib.parse import quote
+
+import anyio
+
+from . import _runtime
+from ._context import Context
+from ._renewal import renew_until_lost
+from .errors import ConflictError, LeaseLostError, RateLimitError, WaitTimeoutError
+
+__all__ = ["ClaimRef", "ClaimLease", "encode_claim_key", "parse_timestamp"]
+
+DEFAULT_LEASE_SECONDS = 30
+DEFAULT_TIMEOUT_MS = 30_000
+# Pause between two tries of a wait=True acquire (uniform, seconds): a held key, then a plan limit.
+HELD_RETRY_S = (0.225, 0.375)
+LIMITED_RETRY_S = (0.75, 1.25)
+
+
+def encode_claim_key(key: str) -> str:
+    """Percent-encode a claim key for a path segment: only `A-Za-z0-9_.-~` stay as they are."""
+    return quote(key, safe="")
+
+
+def parse_timestamp(value: str) -> datetime:
+    """The server's `YYYY-MM-DDTHH:MM:SS.mmmZ` as an aware datetime."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+class ClaimRef:
+    """A claim key in a scope. Cheap to make; each method is one or more requests."""
+
+    def __init__(self, ctx: Context, scope_id: str, key: str) -> None:
+        self._ctx = ctx
+        self.scope_id = scope_id
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"ClaimRef(scope_id={self.scope_id!r}, key={self.key!r})"
+
+    async def acquire(
+        self,
+        *,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        wait: bool = False,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> "ClaimLease":
+        """Take the claim. With `wait=False` a held key raises `ConflictError` (`CLAIM_HELD`) at once;
+        with `wait=True` it is tried again every ~0.3 s (every ~1 s on `CONCURRENCY_LIMITED`) until
+        it is free or `timeout_ms` has passed, then `WaitTimeoutError` is raised."""
+        started = anyio.current_time()
+        body = {
+            "key": self.key,
+            "scopeId": self.scope_id,
+            "holder": self._ctx.holder,
+            "holderSession": self._ctx.session,
+            "leaseSeconds": lease_seconds,
+        }
+        while True:
+            try:
+                reply = await self._ctx.call("POST", "/claims", body=body)
+            except (ConflictError, RateLimitError) as err:
+                if not wait or err.code not in ("CLAIM_HELD", "CONCURRENCY_LIMITED"):
+                    raise
+                elapsed_s = anyio.current_time() - started
+                if elapsed_s * 1000 >= timeout_ms:
+                    raise WaitTimeoutError(
+                        "WAIT_TIMEOUT", 0, f"timed out waiting for claim {self.key!r} after {timeout_ms} ms"
+                    ) from err
+                low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else HELD_RETRY_S
+                # Never sleep past the deadline: the last try comes when the time is up.
+                await anyio.sleep(min(_runtime.uniform(low, high), timeout_ms / 1000 - elapsed_s))
+                continue
+            return ClaimLease._start(self._ctx, self.key, reply.body, lease_seconds)
+
+    async def try_acquire(
+        self,
+        *,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        wait: bool = False,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> dict:
+        """`{"kind": "acquired", "lease": lease}`, or `{"kind": "busy"}` when another holder has it.
+        Other errors, `CONCURRENCY_LIMITED` included, are raised."""
+        try:
+            lease = await self.acquire(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms)
+        except ConflictError as err:
+            if err.code == "CLAIM_HELD":
+                return {"kind": "busy"}
+            raise
+        return {"kind": "acquired", "lease": lease}
+
+    async def run(
+        self,
+        fn: Callable[["ClaimLease"], Any],
+        *,
+        wait: bool = False,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+    ) -> Any:
+        """Acquire, return `fn(lease)` while the lease is renewed, release in a `finally`.
+
+        If the lease is lost first, a coroutine function is cancelled and a plain function (in a
+        worker thread) is no longer waited for; either way `LeaseLostError` (`STALE_CLAIM`) is
+        raised. Errors from the release are ignored: the lease expires on its own.
+        """
+        lease = await self.acquire(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms)
+        try:
+            return await lease._run_guarded(fn)
+        finally:
+            await lease._release_quietly()
+
+
+class ClaimLease:
+    """A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()`."""
+
+    def __init__(self, ctx: Context, key: str, grant: dict, lease_seconds: int) -> None:
+        self._ctx = ctx
+        self.key = key
+        self.generation = grant["generation"]
+        self.expires_at = parse_timestamp(grant["leaseExpiresAt"])
+        self.lease_seconds = lease_seconds
+        self._token: str = grant["token"]
+        # The running library's own event: asyncio.Event or trio.Event.
+        self.lost_event = _runtime.new_native_event()
+        self.lost_error: BaseException | None = None
+        self._released = False
+        self._lost_callbacks: list[Callable[[], None]] = []
+        self._renewal: _runtime.Background | None = None
+
+    @classmethod
+    def _start(cls, ctx: Context, key: str, grant: dict, lease_seconds: int) -> "ClaimLease":
+        lease = cls(ctx, key, grant, lease_seconds)
+        lease._renewal = _runtime.spawn_background(
+            renew_until_lost, lease._renew_auto, lease_seconds, lease._mark_lost, name=f"runstate-renew:{key}"
+        )
+        ctx.leases.add(lease)
+        return lease
+
+    def __repr__(self) -> str:
+        return f"ClaimLease(key={self.key!r}, generation={self.generation!r}, token='[redacted]')"
+
+    # -- what the holder reads ------------------------------------------------------------------
+
+    def token(self) -> str:
+        """The fencing token: opaque, compare it for equality only."""
+        return self._token
+
+    @property
+    def is_lost(self) -> bool:
+        return self.lost_event.is_set()
+
+    def raise_if_lost(self) -> None:
+        """Raise `LeaseLostError` if renewal has failed; a cheap check for long loops."""
+        if self.is_lost:
+            raise LeaseLostError("STALE_CLAIM", 409, f"lease for {self.key!r} was lost") from self.lost_error
+
+    # -- renewal and release --------------------------------------------------------------------
+
+    async def renew(self, lease_seconds: int | None = None) -> None:
+        """Renew now. Without `lease_seconds` the server extends by the lease's own length.
+        A lease already lost raises `LeaseLostError`; a stale answer marks it lost."""
+        self.raise_if_lost()
+        try:
+            reply = await self._ctx.call(
+                "POST",
+                f"/claims/{encode_claim_key(self.key)}/renew",
+                body={"token": self._token, "leaseSeconds": lease_seconds},
+            )
+        except LeaseLostError as err:
+            self._mark_lost(err)
+            raise
+        self.expires_at = parse_timestamp(reply.body["leaseExpiresAt"])
+
+    async def _renew_auto(self, lease_seconds: int) -> None:
+        reply = await self._ctx.call(
+            "POST",
+            f"/claims/{encode_claim_key(self.key)}/renew",
+            body={"token": self._token, "leaseSeconds": lease_seconds},
+        )
+        self.expires_at = parse_timestamp(reply.body["leaseExpiresAt"])
+
+    async def release(self, observation: Any = None) -> None:
+        """Stop renewing and give the claim back. A second call sends nothing; a `LeaseLostError`
+        answer (the lease had already gone) is ignored."""
+        if self._released:
+            return
+        self._released = True
+        await self._stop_renewal()
+        try:
+            await self._ctx.call(
+                "POST",
+                f"/claims/{encode_claim_key(self.key)}/release",
+                body={"token": self._token, "observation": observation},
+            )
+        except LeaseLostError:
+            return
+
+    async def aclose(self) -> None:
+        """Stop renewing without releasing: the claim stays held until its lease runs out."""
+        await self._stop_renewal()
+
+    async def __aenter__(self) -> "ClaimLease":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self._release_quietly()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    async def _stop_renewal(self) -> None:
+        self._ctx.leases.discard(self)
+        renewal, self._renewal = self._renewal, None
+        if renewal is not None:
+            renewal.cancel()
+            await renewal.wait()
+
+    def _stop_renewal_nowait(self) -> None:
+        self._ctx.leases.discard(self)
+        if self._renewal is not None:
+            self._renewal.cancel()
+
+    def _mark_lost(self, err: BaseException) -> None:
+        if self.is_lost:
+            return
+        self.lost_error = err
+        self.lost_event.set()
+        self._ctx.leases.discard(self)
+        callbacks, self._lost_callbacks = self._lost_callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def _when_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` when the lease is lost (now, if it already is); returns an unsubscribe."""
+        if self.is_lost:
+            callback()
+            return lambda: None
+        self._lost_callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._lost_callbacks:
+                self._lost_callbacks.remove(callback)
+
+        return unsubscribe
+
+    async def _run_guarded(self, fn: Callable[["ClaimLease"], Any]) -> Any:
+        with anyio.CancelScope() as scope:
+            unsubscribe = self._when_lost(scope.cancel)
+            try:
+                result = await _runtime.invoke(fn, self)
+            except Exception as err:
+                if scope.cancel_called and self.is_lost:
+                    raise self._lost_during_run() from err
+                raise
+            finally:
+                unsubscribe()
+        if scope.cancelled_caught:
+            raise self._lost_during_run() from self.lost_error
+        return result
+
+    def _lost_during_run(self) -> LeaseLostError:
+        return LeaseLostError("STALE_CLAIM", 409, f"lease for {self.key!r} was lost during run()")
+
+    async def _release_quietly(self) -> None:
+        # Shielded so that a cancelled caller still gives the key back, and bounded so that an
+        # unreachable server cannot hold the caller forever; failing that, the lease expires.
+        requester = self._ctx.requester
+        bound_s = (requester.retries + 1) * (requester.request_timeout_ms / 1000 + 0.1)
+        with anyio.move_on_after(bound_s, shield=True):
+            try:
+                await self.release()
+            except Exception:
+                pass

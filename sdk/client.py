@@ -1,0 +1,165 @@
+"""`AsyncRunstate`, the async client, and its space-wide APIs (`scopes`, `mailboxes`).
+
+Building a client sends nothing. It holds one request layer (over one transport), the space id,
+and the worker identity: `holder` (the logical worker, yours to choose, stable across restarts)
+and `session` (12 hex characters, fresh for every client, so two live clients never look like
+one). `with_space(id)` gives a view on another space that shares all of that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._config import Config, resolve_config
+from ._context import Context
+from ._request import Requester
+from .errors import ConflictError, RunstateError
+from .scopes import ScopeHandle, create_scope
+from .transport import HTTPTransport, Transport
+
+__all__ = ["AsyncRunstate", "ScopesAPI", "MailboxesAPI"]
+
+
+class ScopesAPI:
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def create(
+        self,
+        *,
+        name: str | None = None,
+        parent_id: str | None = None,
+        deadline: str | None = None,
+        child_limit: int | None = None,
+    ) -> ScopeHandle:
+        """Create a scope (a run); `name` is a label, not unique and never used for lookup."""
+        return await create_scope(self._ctx, name=name, parent_id=parent_id, deadline=deadline, child_limit=child_limit)
+
+
+class MailboxesAPI:
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def ensure(self, name: str, *, mode: str | None = None, backlog_limit: int | None = None) -> dict:
+        """Get the mailbox `name`, creating it if it is missing; returns its row.
+
+        It lists first and creates only when the name is missing. If the create loses a race
+        (`ConflictError`), it lists again. A mailbox that exists with another `mode` (compared
+        without regard to case) raises `ConflictError` (`CONFLICT`); `backlog_limit` is not compared.
+        """
+        row = await self._find(name)
+        if row is None:
+            body = {"name": name, "mode": mode, "backlogLimit": backlog_limit}
+            try:
+                return (await self._ctx.call("POST", "/mailboxes", body=body)).body
+            except ConflictError:
+                row = await self._find(name)
+                if row is None:
+                    raise
+        _check_mode(row, mode)
+        return row
+
+    async def list(self) -> list[dict]:
+        """Every mailbox row in the space."""
+        return (await self._ctx.call("GET", "/mailboxes")).body["mailboxes"]
+
+    async def _find(self, name: str) -> dict | None:
+        for row in await self.list():
+            if row["name"] == name:
+                return row
+        return None
+
+
+def _check_mode(row: dict, mode: str | None) -> None:
+    stored = row.get("mode")
+    if mode and stored and str(stored).upper() != mode.upper():
+        raise ConflictError("CONFLICT", 409, f"mailbox {row['name']!r} exists with mode {stored}, not {mode}")
+
+
+class AsyncRunstate:
+    """The async client. Use `async with AsyncRunstate(...) as rs:` or call `aclose()`."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        space_id: str | None = None,
+        base_url: str | None = None,
+        request_timeout_ms: int | None = None,
+        retries: int | None = None,
+        holder: str | None = None,
+        transport: Transport | None = None,
+    ) -> None:
+        config = resolve_config(
+            api_key=api_key,
+            space_id=space_id,
+            base_url=base_url,
+            request_timeout_ms=request_timeout_ms,
+            retries=retries,
+            holder=holder,
+        )
+        # A transport the client makes is the client's to close; one passed in stays the caller's.
+        self._owns_transport = transport is None
+        if transport is None:
+            transport = HTTPTransport(config.base_url)
+        requester = Requester(transport, config.api_key, config.request_timeout_ms, config.retries)
+        self._setup(Context(requester, config.space_id, config.holder, config.session, set()), config, is_view=False)
+
+    def _setup(self, ctx: Context, config: Config, *, is_view: bool) -> None:
+        self._ctx = ctx
+        self._config = config
+        self._is_view = is_view
+        self._closed = False
+        self.scopes = ScopesAPI(ctx)
+        self.mailboxes = MailboxesAPI(ctx)
+
+    @property
+    def space_id(self) -> str:
+        return self._ctx.space_id
+
+    @property
+    def holder(self) -> str:
+        return self._ctx.holder
+
+    @property
+    def session(self) -> str:
+        return self._ctx.session
+
+    @property
+    def transport(self) -> Transport:
+        return self._ctx.requester.transport
+
+    def __repr__(self) -> str:
+        return f"AsyncRunstate(space_id={self.space_id!r}, holder={self.holder!r})"
+
+    def scope(self, scope_id: str) -> ScopeHandle:
+        """A handle on an existing scope; sends nothing."""
+        return ScopeHandle(self._ctx, scope_id)
+
+    def with_space(self, space_id: str) -> "AsyncRunstate":
+        """A view bound to another space, sharing the transport, holder and session."""
+        view = object.__new__(type(self))
+        view._owns_transport = False
+        view._setup(self._ctx.for_space(space_id), self._config, is_view=True)
+        return view
+
+    async def aclose(self) -> None:
+        """Stop every lease renewal this client runs (those leases count as lost from here on:
+        they will expire) and close the transport if the client made it. Views close nothing."""
+        if self._is_view or self._closed:
+            return
+        self._closed = True
+        closing = RunstateError("CLIENT_CLOSED", 0, "the client was closed")
+        for lease in list(self._ctx.leases):
+            lease._mark_lost(closing)
+            await lease.aclose()
+        if self._owns_transport:
+            aclose = getattr(self._ctx.requester.transport, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def __aenter__(self) -> "AsyncRunstate":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()

@@ -1,0 +1,64 @@
+"""Scope handles. A scope (a "run") bounds everything created in it: cancelling it stops the
+claims, tasks and deliveries of its whole subtree. The handle is local; each method is a request."""
+
+from __future__ import annotations
+
+from ._context import Context
+from .claims import ClaimRef
+from .mailboxes import MailboxRef
+from .tasks import TaskTicket
+
+__all__ = ["ScopeHandle"]
+
+
+class ScopeHandle:
+    def __init__(self, ctx: Context, scope_id: str) -> None:
+        self._ctx = ctx
+        self.id = scope_id
+
+    def __repr__(self) -> str:
+        return f"ScopeHandle(id={self.id!r})"
+
+    async def status(self) -> dict:
+        """The scope view (`storedState`, `effective`, `deadline`, ...)."""
+        return (await self._ctx.call("GET", f"/scopes/{self.id}")).body
+
+    async def cancel(self) -> dict:
+        """Cancel the scope and its subtree (a POST with no body)."""
+        return (await self._ctx.call("POST", f"/scopes/{self.id}/cancel")).body
+
+    async def complete(self) -> dict:
+        """Mark the scope completed (a POST with no body)."""
+        return (await self._ctx.call("POST", f"/scopes/{self.id}/complete")).body
+
+    async def child(
+        self, *, name: str | None = None, deadline: str | None = None, child_limit: int | None = None
+    ) -> "ScopeHandle":
+        """Create a scope under this one."""
+        return await create_scope(self._ctx, name=name, parent_id=self.id, deadline=deadline, child_limit=child_limit)
+
+    def claim(self, key: str) -> ClaimRef:
+        return ClaimRef(self._ctx, self.id, key)
+
+    def mailbox(self, name: str) -> MailboxRef:
+        return MailboxRef.by_name(self._ctx, self.id, name)
+
+    def mailbox_by_id(self, mailbox_id: str) -> MailboxRef:
+        return MailboxRef.by_id(self._ctx, self.id, mailbox_id)
+
+    def task(self, task_id: str) -> TaskTicket:
+        """Re-attach to a task by id; sends nothing."""
+        return TaskTicket(self._ctx, task_id, self.id)
+
+
+async def create_scope(
+    ctx: Context,
+    *,
+    name: str | None = None,
+    parent_id: str | None = None,
+    deadline: str | None = None,
+    child_limit: int | None = None,
+) -> ScopeHandle:
+    body = {"name": name, "parentId": parent_id, "deadline": deadline, "childLimit": child_limit}
+    reply = await ctx.call("POST", "/scopes", body=body)
+    return ScopeHandle(ctx, reply.body["id"])

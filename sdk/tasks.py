@@ -1,0 +1,74 @@
+"""Task tickets: a handle on one shared task, by id.
+
+A ticket is only a task id (and the scope it was submitted in): a process that restarts gets it
+back with `rs.scope(run_id).task(task_id)` and reads the recorded outcome; nothing runs again.
+`result()` waits on this side only: when it times out the task carries on, and stopping it takes
+an explicit `cancel()`.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from ._context import Context
+from .errors import WaitTimeoutError
+
+__all__ = ["TaskTicket", "TERMINAL_STATES"]
+
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
+DEFAULT_TIMEOUT_MS = 30_000
+DEFAULT_POLL_MS = 250
+
+
+class TaskTicket:
+    def __init__(self, ctx: Context, task_id: str, scope_id: str | None = None) -> None:
+        self._ctx = ctx
+        self.id = task_id
+        self.scope_id = scope_id
+
+    def __repr__(self) -> str:
+        return f"TaskTicket(id={self.id!r})"
+
+    async def status(self) -> dict:
+        """The task view: `state`, `attempt`, `outcome`, `outcomeReason`, `subscribers`..."""
+        return (await self._ctx.call("GET", f"/tasks/{self.id}")).body
+
+    async def result(self, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> dict:
+        """Poll until the task is terminal: `{"state", "outcome", "reason"}`.
+        Raises `WaitTimeoutError` after `timeout_ms`; the task keeps going."""
+        view = await self._poll(TERMINAL_STATES, timeout_ms, poll_ms, "finish")
+        return {"state": view["state"], "outcome": view.get("outcome"), "reason": view.get("outcomeReason")}
+
+    async def await_admission(self, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> dict:
+        """Poll until the task is `RUNNING` or terminal; returns the whole view."""
+        return await self._poll(TERMINAL_STATES | {"RUNNING"}, timeout_ms, poll_ms, "start")
+
+    async def _poll(self, states: frozenset, timeout_ms: int, poll_ms: int, what: str) -> dict:
+        started = anyio.current_time()
+        while True:
+            view = await self.status()
+            if view["state"] in states:
+                return view
+            elapsed_s = anyio.current_time() - started
+            if elapsed_s * 1000 >= timeout_ms:
+                raise WaitTimeoutError(
+                    "WAIT_TIMEOUT", 0, f"task {self.id} did not {what} within {timeout_ms} ms"
+                )
+            await anyio.sleep(min(poll_ms / 1000, timeout_ms / 1000 - elapsed_s))
+
+    async def cancel(self, reason: str | None = None) -> dict:
+        """Cancel the task; without a reason the body is `{}`."""
+        return (await self._ctx.call("POST", f"/tasks/{self.id}/cancel", body={"reason": reason})).body
+
+    async def join(self, subscriber_id: str, scope_id: str | None = None) -> dict:
+        """Subscribe to the task (harmless to repeat). `scope_id` defaults to the ticket's scope."""
+        scope = scope_id or self.scope_id
+        if not scope:
+            raise ValueError("join() needs a scope_id: this ticket does not know its scope")
+        body = {"subscriberId": subscriber_id, "scopeId": scope}
+        return (await self._ctx.call("POST", f"/tasks/{self.id}/join", body=body)).body
+
+    async def detach(self, subscriber_id: str) -> dict:
+        """Unsubscribe. A task left with no subscribers is not cancelled."""
+        body = {"subscriberId": subscriber_id}
+        return (await self._ctx.call("POST", f"/tasks/{self.id}/detach", body=body)).body

@@ -1,0 +1,408 @@
+"""Test your agents against a real runstate kernel, in-process, in your own event loop.
+
+::
+
+    async with runstate.testing.serve() as rs:          # an AsyncRunstate
+        run = await rs.scopes.create()
+        async with await run.claim("company:acme").acquire() as lease:
+            ...
+        rs.kernel                                       # the server's kernel, for assertions
+        other = rs.new_client(holder="worker-2")        # a second worker, same server
+
+No port and no subprocess: requests go to the server's ASGI app through `ASGITransport`, a
+transport that calls the app directly. How the app is run depends on the caller's library:
+
+- **trio**: the app (its lifespan, the kernel and each request) runs in the caller's own trio run.
+  Under `trio.testing.MockClock` with autojump, the kernel's leases and expiries and the SDK's
+  renewals and waits all run in virtual time, so a test can keep a 5 s lease alive for an hour of
+  virtual time in milliseconds, and assert exact instants.
+- **asyncio**: the kernel is trio-only, so it runs as a trio *guest run* on the caller's asyncio
+  loop (`trio.lowlevel.start_guest_run`): same thread, same loop, no private thread. A request
+  crosses over with `TrioToken.run_sync_soon` and comes back through an asyncio future; cancelling
+  the request on the asyncio side cancels it on the trio side, as a client disconnect would.
+  Time is real time here (asyncio has no virtual clock), so keep such tests short.
+
+The server side needs the server extra: `pip install 'runstate[server]'`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Mapping
+from urllib.parse import unquote
+
+import anyio
+import anyio.abc
+
+from . import _runtime
+from .client import AsyncRunstate
+from .transport import Exchange, TransportError
+
+__all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate"]
+
+ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+DEFAULT_CLIENT = ("127.0.0.1", 40000)
+DEFAULT_SERVER = ("runstate.test", 80)
+# How long the server may take to become ready after its lifespan started (virtual time under trio).
+READY_TIMEOUT_S = 30.0
+READY_POLL_S = 0.001
+
+
+async def call_asgi(
+    app: ASGIApp,
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    *,
+    client: tuple[str, int] = DEFAULT_CLIENT,
+    server: tuple[str, int] = DEFAULT_SERVER,
+    state: dict | None = None,
+) -> Exchange:
+    """Send one HTTP request to an ASGI app in the current task and collect its whole answer.
+
+    After the request body, `receive()` blocks until the answer is complete and then reports
+    `http.disconnect`, as a server does once the client is done. If the caller is cancelled the
+    app is cancelled with it: for the app that is the client going away.
+    """
+    raw_path, _, query = path.partition("?")
+    header_list = [(b"host", server[0].encode("ascii"))]
+    header_list += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    if body is not None or method in ("POST", "PUT", "PATCH"):
+        header_list.append((b"content-length", str(len(body or b"")).encode("ascii")))
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": dict(_ASGI),
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": unquote(raw_path),
+        "raw_path": raw_path.encode("ascii"),
+        "query_string": query.encode("ascii"),
+        "root_path": "",
+        "headers": header_list,
+        "client": client,
+        "server": server,
+        "extensions": {},
+    }
+    if state is not None:
+        scope["state"] = dict(state)
+
+    request_sent = False
+    complete = anyio.Event()
+    status: int | None = None
+    response_headers: dict[str, str] = {}
+    chunks: list[bytes] = []
+
+    async def receive() -> dict:
+        nonlocal request_sent
+        if not request_sent:
+            request_sent = True
+            return {"type": "http.request", "body": body or b"", "more_body": False}
+        await complete.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            for name, value in message.get("headers", []):
+                key = name.decode("latin-1").lower()
+                text = value.decode("latin-1")
+                response_headers[key] = f"{response_headers[key]}, {text}" if key in response_headers else text
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                complete.set()
+
+    await app(scope, receive, send)
+    if status is None or not complete.is_set():
+        raise TransportError(f"the app returned without a complete answer to {method} {raw_path}")
+    return status, response_headers, b"".join(chunks)
+
+
+class ASGITransport:
+    """A transport that calls an ASGI app in the caller's task (same thread, same library).
+
+    For a trio app under asyncio use `serve()` / `serve_app()`, which host it in a trio guest run.
+    Errors raised by the app are raised to the caller (a test wants to see them); a request that
+    outlives `timeout_s` is cancelled and reported as a `TransportError`, like a read timeout.
+    """
+
+    def __init__(self, app: ASGIApp, *, client: tuple[str, int] = DEFAULT_CLIENT, state: dict | None = None) -> None:
+        self.app = app
+        self._client = client
+        self._state = state
+
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        with anyio.move_on_after(timeout_s):
+            return await call_asgi(self.app, method, path, headers, body, client=self._client, state=self._state)
+        raise TransportError(f"{method} {path} timed out after {timeout_s} s")
+
+
+class _Lifespan:
+    """Drives an app's ASGI lifespan: startup before the first request, shutdown at the end."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.state: dict = {}
+        self._to_app = anyio.create_memory_object_stream[dict](2)
+        self._from_app = anyio.create_memory_object_stream[dict](2)
+        self._supported = True
+
+    async def startup(self, group: anyio.abc.TaskGroup) -> None:
+        send_to_app, receive_in_app = self._to_app
+        send_from_app, receive_from_app = self._from_app
+        failure: list[BaseException] = []
+
+        async def run_app() -> None:
+            scope = {"type": "lifespan", "asgi": dict(_ASGI), "state": self.state}
+            try:
+                async with send_from_app:
+                    await self.app(scope, receive_in_app.receive, send_from_app.send)
+            except Exception as err:
+                failure.append(err)
+
+        group.start_soon(run_app)
+        await send_to_app.send({"type": "lifespan.startup"})
+        try:
+            message = await receive_from_app.receive()
+        except anyio.EndOfStream:
+            if failure:
+                raise failure[0]
+            self._supported = False  # an app without a lifespan: nothing to start or stop
+            return
+        if message["type"] != "lifespan.startup.complete":
+            raise RuntimeError(f"the app failed to start: {message.get('message', message['type'])}")
+
+    async def shutdown(self) -> None:
+        if not self._supported:
+            return
+        send_to_app, _ = self._to_app
+        _, receive_from_app = self._from_app
+        await send_to_app.send({"type": "lifespan.shutdown"})
+        try:
+            message = await receive_from_app.receive()
+        except anyio.EndOfStream:
+            return
+        if message["type"] != "lifespan.shutdown.complete":
+            raise RuntimeError(f"the app failed to stop: {message.get('message', message['type'])}")
+
+
+async def _wait_ready(app: Any) -> None:
+    """The runstate app answers 503 until its kernel is ready; other apps are ready at once."""
+    runtime = getattr(app, "runtime", None)
+    if runtime is None:
+        return
+    with anyio.fail_after(READY_TIMEOUT_S):
+        while not runtime.ready:
+            await anyio.sleep(READY_POLL_S)
+
+
+class _TrioGuest:
+    """A trio run hosted on the running asyncio loop, serving one ASGI app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.state: dict = {}
+
+    async def start(self) -> None:
+        import asyncio
+
+        import trio
+
+        self._loop = asyncio.get_running_loop()
+        self._ready: asyncio.Future = self._loop.create_future()
+        self._done: asyncio.Future = self._loop.create_future()
+        self._stop = trio.Event()
+        trio.lowlevel.start_guest_run(
+            self._main,
+            run_sync_soon_threadsafe=self._loop.call_soon_threadsafe,
+            run_sync_soon_not_threadsafe=self._loop.call_soon,
+            done_callback=self._finished,
+            host_uses_signal_set_wakeup_fd=True,
+        )
+        await self._ready
+
+    async def _main(self) -> None:
+        import trio
+
+        self._token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            lifespan = _Lifespan(self.app)
+            try:
+                await lifespan.startup(nursery)
+                await _wait_ready(self.app)
+            except BaseException as err:
+                self._settle(self._ready, error=err if isinstance(err, Exception) else RuntimeError("startup was cancelled"))
+                raise
+            self.state = lifespan.state
+            self._settle(self._ready, result=None)
+            await self._stop.wait()
+            with trio.move_on_after(READY_TIMEOUT_S):
+                await lifespan.shutdown()
+            nursery.cancel_scope.cancel()
+
+    def _finished(self, outcome: Any) -> None:
+        self._settle(self._ready, error=RuntimeError("the server's trio run ended before it was ready"))
+        self._settle(self._done, result=outcome)
+
+    def _settle(self, future: Any, *, result: Any = None, error: BaseException | None = None) -> None:
+        def apply() -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        self._loop.call_soon_threadsafe(apply)
+
+    async def request(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None) -> Exchange:
+        """Called on the asyncio side: run one request in the trio run and wait for its answer."""
+        import trio
+
+        future = self._loop.create_future()
+        cancel_scope = trio.CancelScope()
+
+        async def serve_one() -> None:
+            with cancel_scope:
+                try:
+                    result = await call_asgi(self.app, method, path, headers, body, state=self.state)
+                except Exception as err:
+                    self._settle(future, error=err)
+                else:
+                    self._settle(future, result=result)
+
+        self._token.run_sync_soon(self._nursery.start_soon, serve_one)
+        try:
+            return await future
+        finally:
+            if not future.done():
+                self._token.run_sync_soon(cancel_scope.cancel)
+
+    async def stop(self) -> None:
+        self._token.run_sync_soon(self._stop.set)
+        outcome = await self._done
+        outcome.unwrap()
+
+
+class _GuestTransport:
+    """The asyncio side of a trio guest run: a transport whose requests cross into trio."""
+
+    def __init__(self, guest: _TrioGuest) -> None:
+        self.guest = guest
+
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        with anyio.move_on_after(timeout_s):
+            return await self.guest.request(method, path, headers, body)
+        raise TransportError(f"{method} {path} timed out after {timeout_s} s")
+
+
+class InProcessRunstate(AsyncRunstate):
+    """The client `serve()` yields: an `AsyncRunstate` that also exposes the server it talks to."""
+
+    app: Any
+    _extra_clients: list[AsyncRunstate]
+
+    @property
+    def runtime(self) -> Any:
+        """The server's runtime (routes' view of the kernel), when the app is runstate's."""
+        return getattr(self.app, "runtime", None)
+
+    @property
+    def kernel(self) -> Any:
+        """The running kernel, for assertions on its state."""
+        runtime = self.runtime
+        return None if runtime is None else runtime.kernel
+
+    def new_client(self, **kwargs: Any) -> AsyncRunstate:
+        """Another client of the same server: its own holder (pass `holder=`) and session.
+        It is closed when `serve()` ends."""
+        config = self._config
+        options = {"api_key": config.api_key, "space_id": self.space_id, **kwargs}
+        client = AsyncRunstate(transport=self.transport, **options)
+        self._extra_clients.append(client)
+        return client
+
+
+class serve_app:
+    """Serve any ASGI app in-process and yield an `InProcessRunstate` connected to it.
+
+    Use as `async with serve_app(app, api_key=..., space_id=...) as rs:`. Exceptions from the
+    body of the `async with` come out as they are, never wrapped in an exception group.
+    """
+
+    def __init__(self, app: ASGIApp, *, api_key: str = "test-key", space_id: str = "default", **client_kwargs: Any) -> None:
+        self.app = app
+        self._client_kwargs = {"api_key": api_key, "space_id": space_id, **client_kwargs}
+        self._client: InProcessRunstate | None = None
+
+    async def __aenter__(self) -> InProcessRunstate:
+        if _runtime.current_library() == "trio":
+            self._group = anyio.create_task_group()
+            await self._group.__aenter__()
+            try:
+                self._lifespan = _Lifespan(self.app)
+                await self._lifespan.startup(self._group)
+                await _wait_ready(self.app)
+            except BaseException:
+                self._group.cancel_scope.cancel()
+                await self._group.__aexit__(None, None, None)
+                raise
+            transport: Any = ASGITransport(self.app, state=self._lifespan.state)
+        else:
+            self._guest = _TrioGuest(self.app)
+            await self._guest.start()
+            transport = _GuestTransport(self._guest)
+        client = InProcessRunstate(transport=transport, **self._client_kwargs)
+        client.app = self.app
+        client._extra_clients = []
+        self._client = client
+        return client
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        client = self._client
+        on_trio = _runtime.current_library() == "trio"
+        try:
+            with anyio.CancelScope(shield=True):
+                if client is not None:
+                    for extra in client._extra_clients:
+                        await extra.aclose()
+                    await client.aclose()
+                if on_trio:
+                    with anyio.move_on_after(READY_TIMEOUT_S):
+                        await self._lifespan.shutdown()
+                else:
+                    await self._guest.stop()
+        finally:
+            if on_trio:
+                # Outside the shielded scope: a task group must be exited where it was entered.
+                self._group.cancel_scope.cancel()
+                await self._group.__aexit__(None, None, None)
+
+
+def serve(
+    *,
+    api_key: str = "test-key",
+    space_id: str = "default",
+    settings: Any = None,
+    seed: int | None = 1,
+    **client_kwargs: Any,
+) -> serve_app:
+    """A fresh in-memory runstate server in this event loop, and a client for it.
+
+    `settings` is a `runstate.server.settings.Settings`; by default an in-memory server that
+    accepts `api_key` for `space_id`, with a fixed seed so runs repeat. Other keyword arguments go
+    to the client (`holder=`, `request_timeout_ms=`, `retries=`...).
+    """
+    try:
+        from runstate.server.app import create_app
+        from runstate.server.settings import Settings
+    except ImportError as err:  # pragma: no cover - depends on the installed extras
+        raise ImportError("runstate.testing.serve() needs the server: pip install 'runstate[server]'") from err
+    if settings is None:
+        settings = Settings(api_key=api_key, space_id=space_id, seed=seed)
+    return serve_app(create_app(settings), api_key=api_key, space_id=space_id, **client_kwargs)

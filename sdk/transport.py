@@ -1,0 +1,84 @@
+"""The transport seam: how one HTTP exchange reaches a server.
+
+A transport does one thing: send a request and hand back the status, the headers and the body
+bytes. Everything the wire contract says about a *logical call* (authentication, idempotency keys,
+retries, JSON, the error envelope) lives one layer up, in `runstate._request`, so every transport
+gets it for free and a test can swap the network for a script or for the server's ASGI app
+(`runstate.testing`).
+
+A transport signals a failure to exchange (no connection, a timeout, a broken response) by raising
+`TransportError`; the request layer retries those and nothing else. Any HTTP answer, even a 503, is
+a successful exchange and is returned, not raised.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Protocol, runtime_checkable
+
+import httpx
+
+__all__ = ["Transport", "TransportError", "HTTPTransport", "Exchange"]
+
+# status, headers (names in lower case), body bytes.
+Exchange = tuple[int, Mapping[str, str], bytes]
+
+
+class TransportError(Exception):
+    """The request could not be exchanged with the server; it is safe to send again.
+
+    The request layer retries it (with the same idempotency key) and, when the retries are used
+    up, raises `UnavailableError` with this error as its cause.
+    """
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """One HTTP exchange. `path` starts with `/` and already carries any query string."""
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        timeout_s: float,
+    ) -> Exchange: ...
+
+
+class HTTPTransport:
+    """HTTP/1.1 to a server through one `httpx.AsyncClient` (a keep-alive connection pool).
+
+    Redirects are not followed: a 3xx is handed back as it is, as the wire contract expects.
+    `timeout_s` bounds each phase (connect, write, each read, waiting for a pooled connection), not
+    the whole exchange, so a long poll needs a value above its wait.
+    """
+
+    def __init__(self, base_url: str, *, client: httpx.AsyncClient | None = None) -> None:
+        self.base_url = base_url
+        self._client = client or httpx.AsyncClient(base_url=base_url, follow_redirects=False)
+        self._owns_client = client is None
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        timeout_s: float,
+    ) -> Exchange:
+        try:
+            response = await self._client.request(
+                method,
+                path,
+                content=body,
+                headers=dict(headers),
+                timeout=timeout_s,
+                follow_redirects=False,
+            )
+        except httpx.HTTPError as err:
+            raise TransportError(f"{type(err).__name__}: {err}") from err
+        return response.status_code, {k.lower(): v for k, v in response.headers.items()}, response.content
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()

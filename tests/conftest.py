@@ -1,0 +1,29 @@
+"""Fixtures shared by every test folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .servers import ServerProcess, official_client_dir
+
+
+@pytest.fixture(scope="session")
+def official_client(request: pytest.FixtureRequest) -> Path:
+    """The official runstate-sdk 0.2.0, installed into an isolated folder (cached between runs)."""
+    return official_client_dir(Path(request.config.cache.mkdir("official-client")))
+
+
+@pytest.fixture
+def server():
+    """A real `runstate serve` process on 127.0.0.1 and a random port, stopped after the test."""
+    with ServerProcess() as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def module_server():
+    """One real server shared by a module's tests."""
+    with ServerProcess() as process:
+        yield process

@@ -1,0 +1,73 @@
+"""`runstate serve` as a real process on 127.0.0.1 and a random port."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from ..servers import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def test_serves_health_and_a_claim_cycle_over_real_http(server):
+    """Health is 200 without a key; a claim whose key has a slash and a space is acquired, renewed, released."""
+    assert server.base_url.startswith("http://127.0.0.1:")
+    assert httpx.get(server.base_url + "/healthz").json() == {"status": "ok"}
+    with server.client() as http:
+        run = http.post("/v1/spaces/default/scopes", json={"name": "e2e"}).json()
+        lease = http.post(
+            "/v1/spaces/default/claims",
+            json={"key": "file/a b%", "scopeId": run["id"], "holder": "h", "holderSession": "s", "leaseSeconds": 30},
+        ).json()
+        assert lease["generation"] == 1 and lease["key"] == "file/a b%"
+        encoded = "file%2Fa%20b%25"
+        renewed = http.post(f"/v1/spaces/default/claims/{encoded}/renew", json={"token": lease["token"], "leaseSeconds": 60})
+        assert renewed.status_code == 200 and renewed.json()["leaseSeconds"] == 60
+        released = http.post(f"/v1/spaces/default/claims/{encoded}/release", json={"token": lease["token"]})
+        assert released.status_code == 200
+        stale = http.post(f"/v1/spaces/default/claims/{encoded}/renew", json={"token": lease["token"]})
+        assert stale.status_code == 409 and stale.json()["error"]["code"] == "STALE_CLAIM"
+        assert stale.headers["content-type"] == "application/json"
+
+
+def test_without_a_configured_key_one_is_made_and_printed_once():
+    """With no RUNSTATE_API_KEY the server prints a new key once; that key works, others do not."""
+    process = ServerProcess(env={"RUNSTATE_API_KEY": ""}).start()
+    try:
+        output = "\n".join(process.lines)
+        keys = re.findall(r"RUNSTATE_API_KEY=(rs_[A-Za-z0-9_-]+)", output)
+        assert len(keys) == 1
+        assert "RUNSTATE_SPACE_ID=default" in output
+        with process.client(api_key=keys[0]) as http:
+            assert http.post("/v1/spaces/default/scopes", json={}).status_code == 201
+        with process.client(api_key="e2e-key") as http:
+            assert http.post("/v1/spaces/default/scopes", json={}).status_code == 401
+    finally:
+        process.stop()
+
+
+def test_many_requests_on_one_keep_alive_connection(server):
+    """One connection carries hundreds of requests, errors included, and stays usable."""
+    with server.client() as http:
+        run = http.post("/v1/spaces/default/scopes", json={}).json()
+        for n in range(200):
+            body = {"key": f"k{n % 7}", "scopeId": run["id"], "holder": "h", "holderSession": "s"}
+            answer = http.post("/v1/spaces/default/claims", json=body)
+            if answer.status_code == 200:
+                http.post(f"/v1/spaces/default/claims/k{n % 7}/release", json={"token": answer.json()["token"]})
+            assert answer.status_code in (200, 409)
+            assert http.post("/v1/spaces/default/claims", content=b"{broken").status_code == 400
+        assert httpx.get(server.base_url + "/healthz").status_code == 200
+
+
+def test_the_command_explains_itself():
+    """`runstate serve --help` shows the options and examples."""
+    done = subprocess.run([sys.executable, "-m", "runstate.server.cli", "serve", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0
+    for text in ("--host", "--port", "--data-dir", "--fsync", "examples:"):
+        assert text in done.stdout

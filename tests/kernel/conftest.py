@@ -1,0 +1,33 @@
+import pytest
+import trio
+
+from runstate.actors import Clock, ClaimOps, IdSource, Kernel, KernelState, ScopeOps
+from runstate.snapshots import MemoryJournal
+
+# 2027-01-15T08:00:00.000Z: a fixed wall time so tests can assert exact timestamps.
+T0 = 1_800_000_000_000
+
+
+class Harness:
+    """A running kernel with its operations; tests must also request `autojump_clock`."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.scopes = ScopeOps(kernel)
+        self.claims = ClaimOps(kernel)
+        self.t0 = trio.current_time()
+
+    def elapsed(self) -> float:
+        return trio.current_time() - self.t0
+
+
+@pytest.fixture
+async def harness(nursery):
+    kernel = Kernel(
+        state=KernelState(),
+        journal=MemoryJournal(keep=True),
+        clock=Clock(wall_anchor_ms=T0),
+        ids=IdSource(seed=1),
+    )
+    await nursery.start(kernel.run)
+    return Harness(kernel)

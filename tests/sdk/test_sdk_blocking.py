@@ -1,0 +1,79 @@
+"""The blocking `Runstate` facade: same API without await, on a private event-loop thread."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import runstate
+from sdk_fakes import GRANT, MAILBOXES, RENEWED, QueueServer, Scripted, ok, settlements
+
+
+def claim_handler(sent):
+    if sent.suffix == "/scopes":
+        return ok({"id": "sc_1"})
+    if sent.suffix == "/claims":
+        return ok(GRANT)
+    return ok(RENEWED)
+
+
+def blocking_client(handler):
+    transport = Scripted(handler)
+    return runstate.Runstate(api_key="k", space_id="sp1", holder="h1", transport=transport), transport
+
+
+def test_blocking_client_runs_a_claim_with_a_plain_function():
+    """Runstate creates a run and runs a claim with a plain function, which sees a usable lease."""
+    with blocking_client(claim_handler)[0] as rs:
+        run = rs.scopes.create(name="blocking")
+        assert run.id == "sc_1"
+        result = run.claim("k").run(lambda lease: (lease.generation, lease.token(), lease.is_lost))
+        assert result == (7, "tok-1", False)
+
+
+def test_blocking_acquire_and_release_by_hand():
+    """acquire() returns a lease whose renew() and release() block until done."""
+    rs, transport = blocking_client(claim_handler)
+    try:
+        lease = rs.scope("sc_1").claim("k").try_acquire()["lease"]
+        lease.renew(60)
+        assert lease.expires_at.isoformat() == "2030-01-01T00:01:00+00:00"
+        lease.release()
+        assert [s.suffix for s in transport.sent] == ["/claims", "/claims/k/renew", "/claims/k/release"]
+    finally:
+        rs.close()
+
+
+def test_blocking_consume_with_a_thread_safe_stop_flag():
+    """consume() blocks; a plain handler can settle its delivery itself and set the stop flag."""
+    rs, transport = blocking_client(QueueServer([(1, "x")]))
+    try:
+        stop = rs.new_event()
+
+        def handle(data, delivery):
+            delivery.complete(result={"payload": data.upper()})
+            stop.set()
+
+        rs.scope("sc_1").mailbox("research").consume(handle, stop_event=stop, wait_ms=200)
+        assert settlements(transport) == [("/messages/msg_1/complete", {"token": "t1", "result": {"payload": "X"}})]
+    finally:
+        rs.close()
+
+
+def test_blocking_client_reports_config_errors_and_leaves_no_thread():
+    """A missing key raises ConfigError from the constructor and its loop thread is gone."""
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(runstate.ConfigError):
+        runstate.Runstate(api_key="", space_id="s")
+    assert not [t for t in threading.enumerate() if t.name == "runstate-blocking" and t.name not in before]
+
+
+def test_blocking_close_is_idempotent_and_stops_the_thread():
+    """close() twice is harmless and the loop thread ends."""
+    rs, _ = blocking_client(lambda sent: ok(MAILBOXES))
+    rs.mailboxes.ensure("research", mode="work")
+    thread = rs._loop.thread
+    rs.close()
+    rs.close()
+    assert not thread.is_alive()

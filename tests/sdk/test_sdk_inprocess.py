@@ -1,0 +1,274 @@
+"""The SDK against a real kernel through `runstate.testing`: trio in virtual time, asyncio in real time."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+import trio
+
+import runstate
+from runstate import testing
+from runstate.transport import TransportError
+
+pytest.importorskip("runstate.server.app")
+
+
+class Flaky:
+    """Wraps a transport; while `down` is true, claim renewals fail as if the network dropped them."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.down = False
+
+    async def send(self, method, path, headers, body, timeout_s):
+        if self.down and path.endswith("/renew"):
+            raise TransportError("network unreachable")
+        return await self.inner.send(method, path, headers, body, timeout_s)
+
+
+# -- trio, virtual time -----------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_a_5s_lease_lives_for_minutes_through_background_renewal(autojump_clock):
+    """A 5 s lease stays held for 10 virtual minutes by renewal alone; then release hands the key on with generation + 1."""
+    async with testing.serve() as rs:
+        run = await rs.scopes.create(name="renewal")
+        lease = await run.claim("company:acme").acquire(lease_seconds=5)
+        other = rs.new_client(holder="worker-2").scope(run.id).claim("company:acme")
+        for _ in range(10):
+            await trio.sleep(60)
+            assert await other.try_acquire() == {"kind": "busy"}
+            assert not lease.is_lost
+        await lease.release()
+        attempt = await other.try_acquire()
+        assert attempt["kind"] == "acquired"
+        assert attempt["lease"].generation == lease.generation + 1
+        assert attempt["lease"].token() != lease.token()
+        await attempt["lease"].release()
+
+
+@pytest.mark.trio
+async def test_a_holder_that_stops_renewing_loses_the_key_at_expiry(autojump_clock, pinned_jitter):
+    """When the owner stops renewing, a waiting holder gets the key within one retry of expiry, with generation + 1, and the old token is stale."""
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        start = trio.current_time()
+        lease = await run.claim("file:report.md").acquire(lease_seconds=5)
+        await lease.aclose()  # the process "pauses": no more renewals
+        taker = rs.new_client(holder="worker-2").scope(run.id).claim("file:report.md")
+        second = await taker.acquire(wait=True, timeout_ms=30_000)
+        took_over_after = trio.current_time() - start
+        assert 5.0 <= took_over_after <= 5.3 + 1e-6
+        assert second.generation == lease.generation + 1
+        with pytest.raises(runstate.LeaseLostError) as caught:
+            await lease.renew()
+        assert caught.value.code == "STALE_CLAIM"
+        await lease.release()  # a stale release is ignored
+        await second.release()
+
+
+@pytest.mark.trio
+async def test_run_raises_lease_lost_when_renewals_stop_getting_through(autojump_clock, pinned_jitter):
+    """A network drop makes the first renewal fail (after its retries): run() cancels the work and raises LeaseLostError; another holder takes over."""
+    async with testing.serve() as rs:
+        flaky = Flaky(rs.transport)
+        worker = runstate.AsyncRunstate(api_key="test-key", space_id="default", holder="worker-1", transport=flaky)
+        run = await rs.scopes.create()
+        start = trio.current_time()
+        progress = []
+
+        async def write_report(lease):
+            flaky.down = True
+            for section in range(100):
+                lease.raise_if_lost()
+                await trio.sleep(1)
+                progress.append(section)
+
+        with pytest.raises(runstate.LeaseLostError):
+            await worker.scope(run.id).claim("file:report.md").run(write_report, lease_seconds=6)
+        # The first renewal is due at 2 s; its three attempts fail 25-100 ms apart.
+        assert 2.0 < trio.current_time() - start < 2.2
+        assert progress == [0, 1]  # sections finished at 1 s and 2 s; cancelled during the third
+        flaky.down = False
+        takeover = await rs.scope(run.id).claim("file:report.md").acquire(wait=True)
+        assert takeover.generation == 2
+        await takeover.release()
+        await worker.aclose()
+
+
+@pytest.mark.trio
+async def test_waiting_for_a_held_key_times_out(autojump_clock):
+    """wait=True on a key held by another live holder raises WaitTimeoutError after timeout_ms of virtual time."""
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        held = await run.claim("k").acquire()
+        start = trio.current_time()
+        with pytest.raises(runstate.WaitTimeoutError):
+            await rs.new_client().scope(run.id).claim("k").acquire(wait=True, timeout_ms=2_000)
+        assert trio.current_time() - start == pytest.approx(2.0)
+        with pytest.raises(runstate.ConflictError) as caught:
+            await rs.new_client().scope(run.id).claim("k").acquire()
+        assert caught.value.code == "CLAIM_HELD"
+        await held.release()
+
+
+@pytest.mark.trio
+async def test_the_kernel_refuses_what_the_contract_says(autojump_clock):
+    """Bad lease lengths, a bad key, another space and a cancelled run get the documented error classes."""
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        for seconds in (4, 601):
+            with pytest.raises(runstate.RunstateError) as caught:
+                await run.claim("k").acquire(lease_seconds=seconds)
+            assert (type(caught.value), caught.value.code) == (runstate.RunstateError, "VALIDATION_FAILED")
+        with pytest.raises(runstate.AuthenticationError):
+            await rs.new_client(api_key="wrong").scopes.create()
+        with pytest.raises(runstate.NotFoundError):
+            await rs.with_space("elsewhere").scopes.create()
+        with pytest.raises(runstate.NotFoundError):
+            await rs.scope("sc_missing").status()
+        child = await run.child(name="child")
+        await run.cancel()
+        assert (await child.status())["effective"] != "ACTIVE"
+        with pytest.raises(runstate.ScopeCancelledError):
+            await child.claim("k").acquire()
+
+
+@pytest.mark.trio
+async def test_lease_lost_event_is_a_trio_event_and_the_kernel_is_exposed(autojump_clock):
+    """Under trio lost_event is a trio.Event; serve() exposes the app and its kernel."""
+    async with testing.serve() as rs:
+        assert rs.kernel is not None and rs.app is not None
+        lease = await (await rs.scopes.create()).claim("k").acquire()
+        assert isinstance(lease.lost_event, trio.Event)
+        await lease.release()
+
+
+# -- the product page's Python claim examples, as written --------------------------------------
+
+
+async def research_company(name):
+    await anyio.sleep(0.01)
+    return f"report on {name}"
+
+
+async def write_section(section, fencing_token):
+    assert fencing_token
+    await anyio.sleep(0.01)
+
+
+sections = ["intro", "findings", "summary"]
+
+
+async def product_page_claim_examples(rs, capsys):
+    run = await rs.scopes.create()
+
+    async def research(lease):
+        print(f"researching acme as generation {lease.generation}")
+        return await research_company("acme")
+
+    report = await run.claim("company:acme").run(research, wait=True, timeout_ms=120_000)
+    assert report == "report on acme"
+
+    attempt = await run.claim("company:acme").try_acquire()
+    if attempt["kind"] == "busy":
+        print("another agent is already on acme")
+    else:
+        lease = attempt["lease"]
+        try:
+            await research_company("acme")
+        finally:
+            await lease.release()
+
+    from runstate import LeaseLostError
+
+    async def write_report(lease):
+        for section in sections:
+            lease.raise_if_lost()
+            await write_section(section, fencing_token=lease.token())
+
+    try:
+        await run.claim("file:report.md").run(write_report)
+    except LeaseLostError:
+        print("lost ownership of report.md; another agent may own it now")
+
+    out = capsys.readouterr().out
+    assert "researching acme as generation 1" in out
+    assert "another agent" not in out and "lost ownership" not in out
+    return run
+
+
+@pytest.mark.trio
+async def test_product_page_claim_examples_under_trio(autojump_clock, capsys):
+    """The product page's Python claim examples run as written under trio."""
+    async with testing.serve() as rs:
+        await product_page_claim_examples(rs, capsys)
+
+
+@pytest.mark.anyio
+async def test_product_page_claim_examples_under_asyncio(capsys):
+    """The product page's Python claim examples run as written under asyncio, with the kernel as a trio guest."""
+    async with testing.serve() as rs:
+        run = await product_page_claim_examples(rs, capsys)
+        lease = await run.claim("company:acme").acquire()
+        assert isinstance(lease.lost_event, asyncio.Event)
+        assert lease.generation == 3
+        await lease.release()
+
+
+@pytest.mark.anyio
+async def test_asyncio_claims_against_the_kernel():
+    """Under asyncio: busy for a second holder, WaitTimeoutError after a short wait, release hands over with generation + 1."""
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        lease = await run.claim("k").acquire(lease_seconds=5)
+        other = rs.new_client(holder="worker-2").scope(run.id).claim("k")
+        assert await other.try_acquire() == {"kind": "busy"}
+        with pytest.raises(runstate.WaitTimeoutError):
+            await other.acquire(wait=True, timeout_ms=400)
+        await lease.release()
+        second = await other.acquire(wait=True, timeout_ms=2_000)
+        assert second.generation == lease.generation + 1
+        await second.release()
+
+
+@pytest.mark.trio
+async def test_product_page_setup_from_the_environment_over_real_http(monkeypatch, capsys):
+    """`AsyncRunstate(holder=...)` configured only from the environment reaches a real server over HTTP."""
+    from runstate.server.serve import serve
+    from runstate.server.settings import Settings
+
+    import os
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(serve, Settings(port=0, api_key="env-key", space_id="env-space"))
+        capsys.readouterr()
+        monkeypatch.setenv("RUNSTATE_API_KEY", "env-key")
+        monkeypatch.setenv("RUNSTATE_SPACE_ID", "env-space")
+        monkeypatch.setenv("RUNSTATE_BASE_URL", binds[0])
+        with trio.fail_after(10):
+            while True:
+                try:
+                    async with runstate.AsyncRunstate() as probe:
+                        monkeypatch.setenv("RUNSTATE_SCOPE_ID", (await probe.scopes.create()).id)
+                    break
+                except runstate.UnavailableError:
+                    await trio.sleep(0.05)
+
+        from runstate import AsyncRunstate
+
+        rs = AsyncRunstate(holder="researcher-1")
+        run = rs.scope(os.environ["RUNSTATE_SCOPE_ID"])  # or: await rs.scopes.create()
+
+        async def research(lease):
+            print(f"researching acme as generation {lease.generation}")
+            return await research_company("acme")
+
+        report = await run.claim("company:acme").run(research, wait=True, timeout_ms=120_000)
+        assert report == "report on acme"
+        assert "researching acme as generation 1" in capsys.readouterr().out
+        await rs.aclose()
+        nursery.cancel_scope.cancel()

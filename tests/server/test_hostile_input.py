@@ -1,0 +1,167 @@
+"""Bad input of every kind gets a 4xx with the error envelope, and the server keeps serving."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.trio
+
+
+def assert_envelope(status: int, body: dict, code: str, expected_status: int) -> None:
+    assert status == expected_status, body
+    assert set(body) == {"error"}
+    assert body["error"]["code"] == code
+    assert body["error"]["message"] and body["error"]["requestId"].startswith("req_")
+
+
+async def new_run(api) -> str:
+    status, _, body = await api.post("/scopes", {"name": "hostile"})
+    assert status == 201
+    return body["id"]
+
+
+def claim(scope_id: str, **changes) -> dict:
+    body = {"key": "k", "scopeId": scope_id, "holder": "h", "holderSession": "s", "leaseSeconds": 30}
+    body.update(changes)
+    return {k: v for k, v in body.items() if v is not ...}
+
+
+async def test_malformed_and_non_utf8_json_is_refused(api, autojump_clock):
+    """Broken JSON, non-UTF-8 bytes, a JSON array or a bare string: 400 VALIDATION_FAILED."""
+    for raw in [b"{", b"\xff\xfe{}", b'{"key": "\xc3\x28"}', b"[1,2]", b'"text"', b"null", b"{'a': 1}", b"NaN"]:
+        status, _, body = await api.post("/scopes", body=raw, headers={"content-type": "application/json"})
+        assert_envelope(status, body, "VALIDATION_FAILED", 400)
+
+
+@pytest.mark.parametrize("bad", ["30", 30.0, 30.5, True, None, [30], {"s": 30}])
+async def test_wrong_types_where_an_integer_belongs(api, autojump_clock, bad):
+    """leaseSeconds as a string, float, boolean, list or object is 400 naming the field (null means default)."""
+    scope_id = await new_run(api)
+    status, _, body = await api.post("/claims", claim(scope_id, leaseSeconds=bad))
+    if bad is None:
+        assert status == 200 and body["leaseSeconds"] == 30
+    else:
+        assert_envelope(status, body, "VALIDATION_FAILED", 400)
+        assert "leaseSeconds" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("field", ["key", "scopeId", "holder", "holderSession"])
+async def test_missing_or_mistyped_required_fields(api, autojump_clock, field):
+    """A required field that is missing, null or not a string is 400 naming it."""
+    scope_id = await new_run(api)
+    for value in (..., None, 7, ["x"]):
+        status, _, body = await api.post("/claims", claim(scope_id, **{field: value}))
+        assert_envelope(status, body, "VALIDATION_FAILED", 400)
+        assert field in body["error"]["message"]
+
+
+async def test_limits_on_keys_names_leases_and_payloads(api, autojump_clock):
+    """Over-long keys and names, empty keys, leases outside 5-600 and oversized observations are 400."""
+    scope_id = await new_run(api)
+    cases = [
+        ("/claims", claim(scope_id, key="k" * 513)),
+        ("/claims", claim(scope_id, key="")),
+        ("/claims", claim(scope_id, leaseSeconds=4)),
+        ("/claims", claim(scope_id, leaseSeconds=601)),
+        ("/claims", claim(scope_id, leaseSeconds=-1)),
+        ("/claims", claim(scope_id, holder="h" * 257)),
+        ("/scopes", {"name": "n" * 257}),
+        ("/scopes", {"name": ""}),
+        ("/scopes", {"childLimit": -1}),
+        ("/scopes", {"deadline": "tomorrow"}),
+        ("/scopes", {"deadline": "2030-01-01T00:00:00"}),
+        ("/scopes", {"deadline": 1893456000}),
+    ]
+    for path, payload in cases:
+        status, _, body = await api.post(path, payload)
+        assert_envelope(status, body, "VALIDATION_FAILED", 400)
+    huge = b'{"key":"k","scopeId":"%s","holder":"h","holderSession":"s","leaseSeconds":100000000000000000000000000000}'
+    status, _, body = await api.post("/claims", body=huge % scope_id.encode())
+    assert_envelope(status, body, "VALIDATION_FAILED", 400)
+    status, _, body = await api.post("/claims", claim(scope_id, key="k" * 512))
+    assert status == 200
+    status, _, body = await api.post(
+        "/claims/" + "k" * 512 + "/release", {"token": body["token"], "observation": {"blob": "x" * 70_000}}
+    )
+    assert_envelope(status, body, "VALIDATION_FAILED", 400)
+    assert "exceeds 65536 bytes" in body["error"]["message"]
+
+
+async def test_oversized_bodies_get_413_with_the_envelope(api, autojump_clock):
+    """A body over 1 MiB is refused with 413 before it is parsed."""
+    status, _, body = await api.post("/scopes", body=b"{" + b" " * (1024 * 1024 + 10) + b"}")
+    assert_envelope(status, body, "VALIDATION_FAILED", 413)
+    assert "exceeds 1048576 bytes" in body["error"]["message"]
+
+
+async def test_deep_nesting_is_refused_or_bounded(api, autojump_clock):
+    """JSON nested far deeper than any real request is refused as invalid, not a crash."""
+    deep = b'{"name": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    status, _, body = await api.post("/scopes", body=deep)
+    assert_envelope(status, body, "VALIDATION_FAILED", 400)
+    scope_id = await new_run(api)
+    status, _, lease = await api.post("/claims", claim(scope_id))
+    too_deep = b'{"token": "%s", "observation": ' % lease["token"].encode() + b"[" * 300 + b"]" * 300 + b"}"
+    status, _, body = await api.post("/claims/k/release", body=too_deep)
+    assert_envelope(status, body, "VALIDATION_FAILED", 400)
+    assert "nests deeper than 64" in body["error"]["message"]
+    nested: dict = {"a": None}
+    for _ in range(60):
+        nested = {"a": nested}
+    status, _, body = await api.post("/claims/k/release", {"token": lease["token"], "observation": nested})
+    assert status == 200
+
+
+async def test_unknown_routes_and_methods(api, autojump_clock):
+    """Unknown paths are 404 NOT_FOUND, wrong methods 405 with Allow, both with the envelope."""
+    for method, path in [("GET", "/nope"), ("POST", "/v1/spaces/default/widgets"), ("GET", "/v1/spaces/default/claims/k/renew/extra")]:
+        status, _, body = await api.request(method, path)
+        assert_envelope(status, body, "NOT_FOUND", 404)
+    status, headers, body = await api.request("DELETE", "/v1/spaces/default/claims")
+    assert_envelope(status, body, "METHOD_NOT_ALLOWED", 405)
+    assert headers["allow"] == "POST"
+    status, _, body = await api.request("GET", "/v1/spaces/default/claims/%ff%fe/renew")
+    assert_envelope(status, body, "VALIDATION_FAILED", 400)
+
+
+async def test_missing_wrong_and_foreign_keys(api, autojump_clock):
+    """No key or a malformed header is 401; a wrong key 401; a space the key does not open 404."""
+    scope_id = await new_run(api)
+    for headers, key in [({}, None), ({"authorization": "Basic abc"}, None), ({"authorization": "Bearer"}, None), ({}, "wrong-key")]:
+        status, _, body = await api.request("GET", f"/v1/spaces/default/scopes/{scope_id}", headers=headers, key=key)
+        assert_envelope(status, body, "UNAUTHENTICATED", 401)
+    status, _, body = await api.request("GET", f"/v1/spaces/other/scopes/{scope_id}")
+    assert_envelope(status, body, "NOT_FOUND", 404)
+    status, _, body = await api.get("/scopes/sc_nope")
+    assert_envelope(status, body, "NOT_FOUND", 404)
+
+
+async def test_bad_idempotency_keys_and_key_reuse(api, autojump_clock):
+    """An over-long Idempotency-Key is 400; reusing one for a different request is 409 IDEMPOTENCY_CONFLICT."""
+    status, _, body = await api.post("/scopes", {}, headers={"idempotency-key": "x" * 256})
+    assert_envelope(status, body, "VALIDATION_FAILED", 400)
+    first = await api.post("/scopes", {"name": "a"}, headers={"idempotency-key": "same"})
+    again = await api.post("/scopes", {"name": "a"}, headers={"idempotency-key": "same"})
+    assert first[0] == again[0] == 201 and first[2] == again[2]
+    status, _, body = await api.post("/scopes", {"name": "b"}, headers={"idempotency-key": "same"})
+    assert_envelope(status, body, "IDEMPOTENCY_CONFLICT", 409)
+
+
+async def test_the_server_keeps_serving_after_all_of_it(api, autojump_clock):
+    """After a barrage of bad requests, health is 200 and a claim cycle works."""
+    for raw in [b"{", b"\x00" * 100, b"[]" * 1000]:
+        await api.post("/claims", body=raw)
+    status, _, body = await api.request("GET", "/healthz", key=None)
+    assert (status, body) == (200, {"status": "ok"})
+    scope_id = await new_run(api)
+    status, _, lease = await api.post("/claims", claim(scope_id))
+    assert status == 200
+    status, _, body = await api.post("/claims/k/release", {"token": lease["token"]})
+    assert status == 200 and body["released"] is True
+
+
+async def test_bodyless_posts_are_accepted(api, autojump_clock):
+    """cancel and complete come with no body and no content-type (PROTOCOL.md 1.3)."""
+    scope_id = await new_run(api)
+    status, _, body = await api.request("POST", f"/v1/spaces/default/scopes/{scope_id}/complete", body=b"")
+    assert status == 200 and body["storedState"] == "COMPLETED"

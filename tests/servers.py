@@ -1,0 +1,146 @@
+"""Real server processes and the official client, for end-to-end and compatibility tests.
+
+`ServerProcess` runs `runstate serve --port 0` as a subprocess on 127.0.0.1 and learns its port
+from the line it prints. `official_client_dir()` installs the official `runstate-sdk==0.2.0` into
+an isolated folder (never into our venv: it imports as `runstate` too), and `run_official()` runs a
+script with it under the base interpreter, so our own package cannot shadow it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+OFFICIAL_SDK = "runstate-sdk==0.2.0"
+SERVING = re.compile(r"runstate: serving on (http://\S+)")
+START_TIMEOUT_S = 30
+
+
+class ServerProcess:
+    """`runstate serve` in a subprocess; use as a context manager or call start()/stop()."""
+
+    def __init__(self, *args: str, api_key: str = "e2e-key", space_id: str = "default", env: dict[str, str] | None = None) -> None:
+        self.args = list(args)
+        self.api_key = api_key
+        self.space_id = space_id
+        self.extra_env = env or {}
+        self.base_url = ""
+        self.lines: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"RUNSTATE_API_KEY": self.api_key, "RUNSTATE_SPACE_ID": self.space_id, "PYTHONUNBUFFERED": "1"})
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> "ServerProcess":
+        command = [sys.executable, "-m", "runstate.server.cli", "serve", "--host", "127.0.0.1", "--port", "0", *self.args]
+        self.lines = []
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env())
+        found = threading.Event()
+
+        def read() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.lines.append(line.rstrip("\n"))
+                match = SERVING.search(line)
+                if match and not found.is_set():
+                    self.base_url = match.group(1)
+                    found.set()
+
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
+        if not found.wait(START_TIMEOUT_S):
+            self.kill()
+            raise RuntimeError("server did not start:\n" + "\n".join(self.lines))
+        self.wait_healthy()
+        return self
+
+    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.base_url + "/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("server not healthy:\n" + "\n".join(self.lines))
+
+    def client(self, api_key: str | None = None) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, headers={"authorization": f"Bearer {api_key or self.api_key}"}, timeout=10)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._reader is not None:
+            self._reader.join(5)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def base_python() -> str:
+    """The interpreter our venv was made from: it has no `runstate` of ours installed."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def official_client_dir(cache_dir: Path) -> Path:
+    """A folder holding the official client and its dependencies, installed once."""
+    target = cache_dir / "runstate-sdk-0.2.0"
+    done = target / ".installed"
+    if not done.exists():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(target), OFFICIAL_SDK],
+            check=True,
+        )
+        done.write_text(OFFICIAL_SDK)
+    return target
+
+
+def run_official(client_dir: Path, server: ServerProcess, script: str, *, timeout_s: float = 120, env: dict[str, str] | None = None) -> Any:
+    """Run `script` with the official client against `server`; it prints one JSON document last."""
+    preamble = (
+        "import runstate, os\n"
+        f"assert runstate.__file__.startswith({str(client_dir)!r}), runstate.__file__\n"
+    )
+    full_env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(client_dir),
+        "RUNSTATE_API_KEY": server.api_key,
+        "RUNSTATE_SPACE_ID": server.space_id,
+        "RUNSTATE_BASE_URL": server.base_url,
+        **(env or {}),
+    }
+    done = subprocess.run([base_python(), "-c", preamble + script], capture_output=True, text=True, env=full_env, timeout=timeout_s)
+    if done.returncode != 0:
+        raise AssertionError(f"official client script failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
