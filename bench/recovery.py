@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,10 +67,11 @@ def main() -> int:
           f"{first['seconds']:.2f} s = {first['records'] / first['seconds']:,.0f} records/s; "
           f"peak RSS {first['peak_rss_mib']:.0f} MiB (an idle interpreter with the imports: {baseline:.0f} MiB); "
           f"entities {first['counts']}")
-    print(f"then a snapshot of that state took {first['snapshot_s']:.2f} s (in a worker thread)")
+    print(f"then a snapshot of that state took {first['snapshot_s']:.2f} s (in a child process)")
     second = open_in_child(data)
     print(f"recovery from the snapshot (+ {second['records']} WAL records): {second['seconds']:.2f} s; "
           f"peak RSS {second['peak_rss_mib']:.0f} MiB")
+    shutil.rmtree(data, ignore_errors=True)
     return 0
 
 

@@ -4,8 +4,8 @@
 
 Recovers a data directory holding N held claims (a WAL written for the purpose), runs the kernel
 on it, and measures how late a task that sleeps 1 ms at a time wakes up: first for a while with no
-snapshot, then while `store.snapshot()` rebuilds the state from disk and writes its image in a
-worker thread (see snapshots/compaction.py). Meanwhile a few callers renew claims through the
+snapshot, then while `store.snapshot()` rebuilds the state from disk and writes its image (in a
+child process, the default; see snapshots/compaction.py). Meanwhile a few callers renew claims through the
 kernel, so the loop has real work, and their latencies are reported too.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -85,6 +86,7 @@ async def main_async(claims: int, baseline_s: float) -> None:
         print(f"renew call latency without / with: {summary(quiet_calls)} / {summary(calls)}")
         nursery.cancel_scope.cancel()
     store.close()
+    shutil.rmtree(data, ignore_errors=True)
 
 
 def main() -> int:
