@@ -55,11 +55,16 @@ async def main_async(claims: int, baseline_s: float) -> None:
         late: list[float] = []
         calls: list[float] = []
 
+        worst = [0.0, 0.0]  # lateness, when (perf_counter)
+
         async def ticker() -> None:
             while True:
                 before = time.perf_counter()
                 await trio.sleep(0.001)
-                late.append(time.perf_counter() - before - 0.001)
+                lateness = time.perf_counter() - before - 0.001
+                late.append(lateness)
+                if lateness > worst[0]:
+                    worst[:] = [lateness, before]
 
         async def renewer(number: int) -> None:
             while True:
@@ -76,13 +81,14 @@ async def main_async(claims: int, baseline_s: float) -> None:
         quiet, quiet_calls = late[:], calls[:]
         late.clear()
         calls.clear()
+        worst[:] = [0.0, 0.0]
         began = time.perf_counter()
         lsn = await store.snapshot()
         took = time.perf_counter() - began
         size = os.path.getsize(os.path.join(data, "snapshots", f"{lsn:020d}.snap"))
         print(f"snapshot at LSN {lsn}: {took:.1f} s, {size / 2**20:.0f} MiB")
         print(f"loop lateness without a snapshot: {summary(quiet)}")
-        print(f"loop lateness while snapshotting: {summary(late)}")
+        print(f"loop lateness while snapshotting: {summary(late)}; the worst began {worst[1] - began:.2f} s in")
         print(f"renew call latency without / with: {summary(quiet_calls)} / {summary(calls)}")
         nursery.cancel_scope.cancel()
     store.close()
