@@ -151,6 +151,8 @@ class Queue:
     """The messages of one mailbox in one scope that are not finished, and their two heaps."""
 
     __slots__ = ("mailbox_id", "scope_id", "live", "ready", "delayed")
+    # Indexes rebuilt from the messages: a replay lays them out differently (no stale entries).
+    _DERIVED = ("ready", "delayed")
 
     def __init__(self, mailbox_id: str, scope_id: str) -> None:
         self.mailbox_id = mailbox_id

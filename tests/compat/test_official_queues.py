@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from ..servers import ServerProcess
 from .official_scripts import Clients, clients  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
@@ -507,3 +508,60 @@ def test_a_consume_stopped_mid_poll_leaves_the_next_message_to_the_next_receiver
         mailbox=unique("disconnect"),
     )
     assert result == {"attempt": 1, "data": {"n": 1}}
+
+
+def test_results_and_work_keys_survive_a_killed_server(official_client, tmp_path):
+    """A server on a data directory is killed (SIGKILL) after a task completed and while another
+    is leased; restarted on the same directory, a client re-attaching by task id reads the
+    recorded result, the work key still replays, and the leased task's worker still holds it."""
+    data = str(tmp_path / "data")
+    server = ServerProcess("--data-dir", data).start()
+    try:
+        first = Clients(official_client, server).run(
+            """
+            async def main():
+                rs = AsyncRunstate()
+                run = await rs.scopes.create()
+                await rs.mailboxes.ensure("research", mode="WORK")
+                mailbox = run.mailbox("research")
+                done = await mailbox.submit({"company": "acme"}, key="research:acme")
+                delivery = await mailbox.receive()
+                await delivery.complete(result={"payload": {"report": "acme makes anvils"}})
+                held = await mailbox.submit({"company": "globex"}, key="research:globex")
+                leased = await mailbox.receive()
+                sent = await mailbox.send({"crawl": "acme"}, work_key="crawl:acme")
+                emit(run=run.id, done=done.id, held=held.id, message=leased.id, token=leased._token, sent=sent["id"])
+
+            asyncio.run(main())
+            """
+        )
+    finally:
+        server.kill()
+    server = ServerProcess("--data-dir", data).start()
+    try:
+        after = Clients(official_client, server).run(
+            """
+            from runstate.mailboxes import Delivery
+
+            async def main():
+                rs = AsyncRunstate()
+                run = rs.scope(ARGS["run"])
+                outcome = await run.task(ARGS["done"]).result(timeout_ms=5_000)
+                resent = await run.mailbox("research").send({"crawl": "acme"}, work_key="crawl:acme")
+                raw = {"message": {"id": ARGS["message"], "payload": None, "attempt": 1, "scopeId": ARGS["run"]},
+                       "token": ARGS["token"]}
+                leased = Delivery(rs._ctx, raw)
+                await leased.renew()
+                await leased.complete(result={"payload": "after the restart"})
+                held = await run.task(ARGS["held"]).result(timeout_ms=5_000)
+                emit(outcome=outcome, resent=resent, held=held)
+
+            asyncio.run(main())
+            """,
+            **first,
+        )
+    finally:
+        server.stop()
+    assert after["outcome"] == {"state": "SUCCEEDED", "outcome": {"report": "acme makes anvils"}, "reason": None}
+    assert after["resent"]["replay"] is True and after["resent"]["id"] == first["sent"]
+    assert after["held"] == {"state": "SUCCEEDED", "outcome": "after the restart", "reason": None}
