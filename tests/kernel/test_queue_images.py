@@ -17,13 +17,10 @@ from .test_queue_simulation import Simulation
 
 
 def restored(world: World) -> SpaceState:
-    """A fresh space from the scope records (scopes image themselves elsewhere) and the work image."""
+    """A fresh space rebuilt from the image of the world's space alone."""
     fresh = SpaceState(SPACE, world.limits)
-    for record in world.records:
-        if record["type"].startswith("scope."):
-            fresh.apply(record)
-    for record in world.space.work_image():
-        fresh.apply({**record, "space": SPACE})
+    for record in world.space.image():
+        fresh.apply(record)
     return fresh
 
 
