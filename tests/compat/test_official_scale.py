@@ -5,7 +5,9 @@ and wait for the results; 4 worker processes consume them with the official clie
 there are exactly N tasks, each SUCCEEDED with one recorded result, each handled exactly once (no
 delivery needed a second attempt). The test prints the wall time and the rate.
 
-The normal suite runs N = 200; `RUNSTATE_SCALE_TASKS=1000` runs the full size.
+It runs against a server in memory and against one on a data directory (`--fsync always`: every
+answer waits for its record's fsync). The normal suite runs N = 200; `RUNSTATE_SCALE_TASKS=1000`
+runs the full size.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import uuid
 
 import pytest
 
-from .official_scripts import Clients, clients  # noqa: F401 - the fixture
+from ..servers import ServerProcess
+from .official_scripts import Clients
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
@@ -114,7 +117,22 @@ def run_scale(clients: Clients, tasks: int) -> dict:
     return {"run": run, "mailbox": mailbox, "reports": reports, "handled": handled, "wall_s": wall_s, "server_cpu_s": server_cpu}
 
 
-def test_planners_share_tasks_and_workers_handle_each_exactly_once(clients: Clients, record_property):
+@pytest.fixture(params=["memory", "disk"])
+def scale_clients(request, official_client, module_server, tmp_path):
+    """Clients of the in-memory module server, or of a server on a data directory of its own."""
+    if request.param == "memory":
+        clients = Clients(official_client, module_server)
+        yield clients
+        clients.http.close()
+        return
+    with ServerProcess("--data-dir", str(tmp_path / "data"), "--fsync", "always") as server:
+        clients = Clients(official_client, server)
+        yield clients
+        clients.http.close()
+
+
+def test_planners_share_tasks_and_workers_handle_each_exactly_once(scale_clients: Clients, record_property, request):
+    clients = scale_clients
     result = run_scale(clients, TASKS)
     reports, handled = result["reports"], result["handled"]
 
@@ -161,7 +179,7 @@ def test_planners_share_tasks_and_workers_handle_each_exactly_once(clients: Clie
     record_property("tasks_per_s", round(rate, 1))
     server_cpu = result["server_cpu_s"]
     print(
-        f"\nscale: {TASKS} tasks, {submits} submits by {PLANNERS} planners, {WORKERS} workers: "
+        f"\nscale ({request.node.callspec.id}): {TASKS} tasks, {submits} submits by {PLANNERS} planners, {WORKERS} workers: "
         f"wall {wall_s:.2f} s including process starts ({rate:.0f} tasks/s); "
         f"first submit to last result {last_end - first_start:.2f} s ({TASKS / (last_end - first_start):.0f} tasks/s); "
         f"server CPU {'n/a' if server_cpu is None else f'{server_cpu:.2f} s'}"
