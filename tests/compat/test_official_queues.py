@@ -239,8 +239,10 @@ def test_a_killed_worker_is_taken_over_and_its_token_completes_nothing(clients: 
     try:
         started_a = a.wait_for("started")
         a.kill()
+        killed_at = time.monotonic()
         b = clients.start(WORKER, holder="worker-b", run=created["run"], mailbox=mailbox, lease_s=5, once=True)
         assert b.wait_for("started", timeout_s=15)["attempt"] == 2
+        print(f"\ntakeover: worker b started attempt 2 {time.monotonic() - killed_at:.2f} s after worker a was killed (5 s lease)")
         assert b.wait_for("completed")["attempt"] == 2
         assert b.finish()["event"] == "stopped"
     finally:
