@@ -1,0 +1,432 @@
+"""The simulated users: claimers, task submitters, workers, a run manager, the crasher and an auditor.
+
+Every agent is a trio task with its own `AsyncRunstate` (its own holder and session) over the
+simulation's transport, and its own `random.Random` derived from the seed and its name, so what it
+decides does not depend on how the others were scheduled. Agents go through the SDK's public API
+where it shows the oracle what it needs: claims (`acquire`, `run`, background renewal,
+`release`, `aclose` to vanish), scopes, `mailboxes.ensure`, `submit`, tickets (`status`, `result`,
+`cancel`, `join`, `detach`) and `send`. Deliveries and deliberately stale requests go through the
+SDK's request layer (`ctx.call`: the same transport, idempotency keys and retries), because the
+oracle needs every answer (each renewal's new lease end) and because the SDK, rightly, refuses to
+send a token it knows is lost, while a zombie worker is exactly one that does.
+
+Errors the server may rightly answer (409s, 404s, 503 while it recovers, a broken connection) are
+part of the game; anything else an agent meets (a `KeyError` from a malformed answer, a 500) is a
+failure of the run.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timezone
+from typing import Any, Callable
+from urllib.parse import quote
+
+import trio
+
+from runstate import AsyncRunstate
+from runstate.errors import RunstateError
+
+from .cluster import API_KEY, SPACE, Cluster, SimTransport, now_ms
+from .oracle import Oracle
+
+__all__ = ["World", "AGENTS"]
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED")
+
+
+def wall_ms(text: str) -> int:
+    """A wire timestamp (`...T08:00:01.250Z`) as wall milliseconds."""
+    return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+class World:
+    """What every agent shares: the server, the oracle, the trace, the runs and queues in use."""
+
+    def __init__(self, seed: int, cluster: Cluster, transport: SimTransport, oracle: Oracle, trace: list[str], end_s: float) -> None:
+        self.seed = seed
+        self.cluster = cluster
+        self.transport = transport
+        self.oracle = oracle
+        self.trace = trace
+        self.end_s = end_s
+        self.scopes: list[str] = []
+        self.mailboxes: dict[str, str] = {}  # name -> id
+        self.ready = trio.Event()
+
+    def rng(self, name: str) -> random.Random:
+        return random.Random(f"{self.seed}:{name}")
+
+    def client(self, holder: str) -> AsyncRunstate:
+        return AsyncRunstate(api_key=API_KEY, space_id=SPACE, holder=holder, transport=self.transport, request_timeout_ms=10_000)
+
+    def log(self, who: str, text: str) -> None:
+        self.trace.append(f"{trio.current_time():10.3f} {who:<9} {text}")
+
+    @property
+    def running(self) -> bool:
+        return trio.current_time() < self.end_s
+
+    def scope_gone(self, scope_id: str) -> None:
+        if scope_id in self.scopes and len(self.scopes) > 1:
+            self.scopes.remove(scope_id)
+
+    async def call(self, who: str, what: str, step: Callable[[], Any]) -> tuple[bool, Any]:
+        """Run one SDK step: (True, its value) or (False, the RunstateError it raised)."""
+        try:
+            return True, await step()
+        except RunstateError as error:
+            self.log(who, f"{what}: {error.code}")
+            return False, error
+
+
+# -- claims --------------------------------------------------------------------------------------
+
+
+async def claimer(world: World, name: str) -> None:
+    """Acquires claim keys and holds, runs, abandons or stalls on them; sometimes acts as a zombie."""
+    rng, oracle = world.rng(name), world.oracle
+    rs = world.client(name)
+    old: list[tuple[str, str, str, int]] = []  # (scope, key, token, lease seconds) it once held
+    await world.ready.wait()
+    while world.running:
+        await trio.sleep(rng.expovariate(1 / 2.0))
+        if old and rng.random() < 0.15:
+            await zombie_claim(world, name, rs, rng.choice(old), rng)
+            continue
+        scope_id, key = rng.choice(world.scopes), f"k{rng.randint(0, 2)}"
+        lease_s = rng.choice([5, 5, 10, 30])
+        mode = rng.choices(["hold", "run", "abandon", "stall"], [5, 3, 1, 1])[0]
+        ref = rs.scope(scope_id).claim(key)
+        if mode == "run":
+            async def work(lease: Any) -> None:
+                grant(world, name, scope_id, key, lease, lease_s)
+                await hold(world, lease, rng.uniform(0, 3 * lease_s))
+                oracle.extended(lease.token(), wall_ms_of(lease))
+                oracle.letting_go(lease.token())  # run() releases when this returns
+
+            ok, error = await world.call(name, f"run {key}", lambda: ref.run(work, lease_seconds=lease_s, wait=rng.random() < 0.5, timeout_ms=5_000))
+            if not ok and error.code == "SCOPE_CANCELLED":
+                world.scope_gone(scope_id)
+            continue
+        wait = rng.random() < 0.4
+        ok, lease = await world.call(name, f"acquire {key}", lambda: ref.acquire(lease_seconds=lease_s, wait=wait, timeout_ms=rng.choice([2_000, 15_000])))
+        if not ok:
+            if lease.code == "SCOPE_CANCELLED":
+                world.scope_gone(scope_id)
+            continue
+        grant(world, name, scope_id, key, lease, lease_s)
+        old.append((scope_id, key, lease.token(), lease_s))
+        if mode == "hold":
+            await hold(world, lease, rng.uniform(0, 3 * lease_s))
+            oracle.extended(lease.token(), wall_ms_of(lease))
+            oracle.letting_go(lease.token())
+            ok, _ = await world.call(name, f"release {key}", lease.release)
+            if ok and not lease.is_lost:
+                oracle.released(lease.token(), now_ms())
+            world.log(name, f"released {key} g{lease.generation}" if ok else f"release {key} failed")
+        else:  # abandon (vanish), or stall past the lease and come back as a zombie
+            await hold(world, lease, rng.uniform(0, lease_s))
+            oracle.extended(lease.token(), wall_ms_of(lease))
+            await lease.aclose()
+            world.log(name, f"{mode}s {key} g{lease.generation}")
+            if mode == "stall":
+                await trio.sleep(lease_s + rng.uniform(0, 10))
+                await zombie_claim(world, name, rs, old[-1], rng)
+        if len(old) > 20:
+            del old[:-20]
+    await rs.aclose()
+
+
+def wall_ms_of(lease: Any) -> int:
+    return round(lease.expires_at.timestamp() * 1000)
+
+
+def grant(world: World, name: str, scope_id: str, key: str, lease: Any, lease_s: int) -> None:
+    end = wall_ms_of(lease)
+    world.oracle.granted(("claim", scope_id, key), name, lease.token(), lease.generation, end - lease_s * 1000, end)
+    world.log(name, f"holds {key} in {scope_id[-4:]} g{lease.generation} until {end % 10**7}")
+
+
+async def hold(world: World, lease: Any, seconds: float) -> None:
+    """Keep a lease (the SDK renews it) for `seconds`, telling the oracle each new end; stop if lost."""
+    until = trio.current_time() + seconds
+    while trio.current_time() < until and not lease.is_lost:
+        await trio.sleep(min(1.0, until - trio.current_time()))
+        world.oracle.extended(lease.token(), wall_ms_of(lease))
+
+
+async def zombie_claim(world: World, name: str, rs: AsyncRunstate, held: tuple, rng: random.Random) -> None:
+    """Renew or release with a token this agent held once, whatever happened since."""
+    scope_id, key, token, lease_s = held
+    oracle = world.oracle
+    why = oracle.stale_for_certain(token)
+    action = rng.choice(["renew", "release"])
+    path = f"/claims/{quote(key, safe='')}/{action}"
+    body = {"token": token, "leaseSeconds": lease_s} if action == "renew" else {"token": token}
+    if action == "release":
+        oracle.letting_go(token)
+    ok, reply = await world.call(name, f"zombie {action} {key}", lambda: rs._ctx.call("POST", path, body=body))
+    if not ok:
+        return
+    world.log(name, f"zombie {action} {key} accepted")
+    if why is not None:
+        oracle.accepted_stale(token, why, f"a {action} of {key!r}")
+    if action == "renew":
+        oracle.extended(token, wall_ms(reply.body["leaseExpiresAt"]))
+    else:
+        oracle.released(token, now_ms())
+
+
+# -- tasks and messages --------------------------------------------------------------------------
+
+
+async def submitter(world: World, name: str) -> None:
+    """Submits tasks (same key and input as others, sometimes another input), reads, cancels, sends."""
+    rng, oracle = world.rng(name), world.oracle
+    rs = world.client(name)
+    tickets: list[Any] = []
+    await world.ready.wait()
+    while world.running:
+        await trio.sleep(rng.expovariate(1 / 1.5))
+        action = rng.choices(["submit", "status", "cancel", "join", "send", "result"], [6, 4, 1, 1, 2, 0.5])[0]
+        if action == "submit" or not tickets and action != "send":
+            scope_id, key = rng.choice(world.scopes), f"t{rng.randint(0, 7)}"
+            box = rng.choice(["work", "work", "fragile"]) if rng.random() < 0.1 else "work"
+            task_input = {"key": key, "n": 1 if rng.random() < 0.9 else 2}
+            expected_conflict = oracle.conflict_expected(scope_id, key, (box, task_input))
+            mailbox = rs.scope(scope_id).mailbox_by_id(world.mailboxes[box])
+            ok, ticket = await world.call(name, f"submit {key}", lambda: mailbox.submit(task_input, key=key, subscriber_id=name))
+            if not ok:
+                if ticket.code == "SCOPE_CANCELLED":
+                    world.scope_gone(scope_id)
+                continue
+            world.log(name, f"submitted {key} in {scope_id[-4:]} -> {ticket.id}")
+            oracle.submitted(scope_id, key, (box, task_input), ticket.id)
+            if expected_conflict:
+                world.log(name, "a conflicting submission was accepted")
+            tickets.append(ticket)
+            del tickets[:-12]
+        elif action == "send":
+            scope_id = rng.choice(world.scopes)
+            mailbox = rs.scope(scope_id).mailbox_by_id(world.mailboxes["work"])
+            work_key = rng.choice([None, f"w{rng.randint(0, 3)}"])
+            ok, sent = await world.call(name, "send", lambda: mailbox.send({"note": rng.randint(0, 9)} if not work_key else {"w": work_key}, work_key=work_key))
+            if ok:
+                oracle.messages.add(sent["id"])
+                world.log(name, f"sent {sent['id']} replay={sent['replay']}")
+        else:
+            ticket = rng.choice(tickets)
+            if action == "status":
+                ok, view = await world.call(name, "status", ticket.status)
+                if ok:
+                    oracle.task_seen(ticket.id, view["state"], view["outcome"], view["tombstoned"])
+                    world.log(name, f"sees {ticket.id} {view['state']} {view['outcome']!r}")
+            elif action == "result":
+                ok, result = await world.call(name, "result", lambda: ticket.result(timeout_ms=rng.choice([1_000, 10_000])))
+                if ok:
+                    oracle.task_seen(ticket.id, result["state"], result["outcome"])
+            elif action == "cancel":
+                ok, view = await world.call(name, "cancel", lambda: ticket.cancel(rng.choice([None, "changed my mind"])))
+                if ok:
+                    oracle.task_seen(ticket.id, view["state"], view["outcome"], view["tombstoned"], acked=True)
+                    world.log(name, f"cancelled {ticket.id}: {view['state']}")
+            else:
+                if rng.random() < 0.5:
+                    await world.call(name, "join", lambda: ticket.join(f"{name}-2"))
+                else:
+                    await world.call(name, "detach", lambda: ticket.detach(f"{name}-2"))
+    await rs.aclose()
+
+
+async def worker(world: World, name: str) -> None:
+    """Receives deliveries (long polls included) and completes, retries, rejects, overruns or vanishes."""
+    rng, oracle = world.rng(name), world.oracle
+    life = 0
+    rs = world.client(name)
+    await world.ready.wait()
+    while world.running:
+        scope_id = rng.choice(world.scopes)
+        box = rng.choice(["work", "work", "fragile"])
+        wait_ms = rng.choice([0, 0, 2_000, 10_000, 25_000])
+        lease_s = rng.choice([5, 10, 30])
+        body = {"scopeId": scope_id, "holder": name, "holderSession": rs.session, "leaseSeconds": lease_s, "waitMs": wait_ms or None}
+        path = f"/mailboxes/{world.mailboxes[box]}/recv"
+        ok, reply = await world.call(name, "recv", lambda: rs._ctx.call("POST", path, body=body, wait_ms=wait_ms))
+        if not ok or reply.status == 204:
+            if not ok and reply.code == "SCOPE_CANCELLED":
+                world.scope_gone(scope_id)
+            await trio.sleep(rng.uniform(0.1, 2.0))
+            continue
+        delivery = reply.body
+        message, token = delivery["message"], delivery["token"]
+        end = wall_ms(delivery["leaseExpiresAt"])
+        oracle.granted(("message", message["id"]), name, token, message["attempt"], end - delivery["leaseSeconds"] * 1000, end)
+        world.log(name, f"leased {message['id']} attempt {message['attempt']} task {message['taskId']} until {end % 10**7}")
+        mode = rng.choices(["complete", "slow", "retry", "reject", "stall", "vanish"], [8, 2, 2, 1, 1, 1])[0]
+        if mode == "vanish":
+            world.log(name, f"vanishes with {message['id']}")
+            await rs.aclose()
+            life += 1
+            rs = world.client(name)  # the process came back: a new session
+            continue
+        if mode == "slow":  # longer than the lease, renewing as it goes
+            for _ in range(rng.randint(2, 4)):
+                await trio.sleep(lease_s / 3)
+                ok, renewed = await world.call(name, "renew", lambda: rs._ctx.call("POST", f"/messages/{message['id']}/renew", body={"token": token, "leaseSeconds": lease_s}))
+                if not ok:
+                    break
+                oracle.extended(token, wall_ms(renewed.body["leaseExpiresAt"]))
+        elif mode == "stall":
+            await trio.sleep(lease_s + rng.uniform(0, 5))
+        else:
+            await trio.sleep(rng.uniform(0, 0.8 * lease_s))
+        await settle(world, name, rs, message, token, mode, rng)
+    await rs.aclose()
+
+
+async def settle(world: World, name: str, rs: AsyncRunstate, message: dict, token: str, mode: str, rng: random.Random) -> None:
+    oracle = world.oracle
+    why = oracle.stale_for_certain(token)
+    if mode in ("retry", "reject"):
+        action, body = "nack", {"token": token, "retry": mode == "retry"}
+        result = None
+    else:
+        result = f"{name}:{message['id']}:{message['attempt']}"
+        action, body = "complete", {"token": token, "result": {"payload": result}}
+    oracle.letting_go(token)
+    ok, reply = await world.call(name, f"{action} {message['id']}", lambda: rs._ctx.call("POST", f"/messages/{message['id']}/{action}", body=body))
+    if not ok:
+        return
+    if why is not None:
+        oracle.accepted_stale(token, why, f"a {action} of message {message['id']}")
+    oracle.released(token, now_ms())
+    answer = reply.body
+    world.log(name, f"{action} {message['id']} -> {answer.get('state')} task {answer.get('taskState')}")
+    task_id, task_state = answer.get("taskId"), answer.get("taskState")
+    if task_id is not None and task_state in TERMINAL:
+        oracle.task_settled(task_id, token, task_state, result if task_state == "SUCCEEDED" else None)
+
+
+# -- runs and the server -------------------------------------------------------------------------
+
+
+async def manager(world: World, name: str) -> None:
+    """Makes the queues and the first runs, then now and then ends a run and starts another."""
+    rng, oracle = world.rng(name), world.oracle
+    rs = world.client(name)
+
+    async def must(what: str, step: Callable[[], Any]) -> Any:
+        while True:
+            ok, value = await world.call(name, what, step)
+            if ok:
+                return value
+            await trio.sleep(0.5)
+
+    work = await must("ensure work", lambda: rs.mailboxes.ensure("work"))
+
+    async def ensure_fragile() -> dict:
+        for row in await rs.mailboxes.list():
+            if row["name"] == "fragile":
+                return row
+        return (await rs._ctx.call("POST", "/mailboxes", body={"name": "fragile", "maxAttempts": 2})).body
+
+    fragile = await must("ensure fragile", ensure_fragile)
+    world.mailboxes = {"work": work["id"], "fragile": fragile["id"]}
+    oracle.mailboxes.update(world.mailboxes.values())
+    for number in range(3):
+        scope = await must("create run", lambda: rs.scopes.create(name=f"run-{number}"))
+        oracle.scopes.add(scope.id)
+        world.scopes.append(scope.id)
+    world.log(name, f"runs {[s[-4:] for s in world.scopes]}, mailboxes {world.mailboxes}")
+    world.ready.set()
+    number = 3
+    while world.running:
+        await trio.sleep(min(rng.expovariate(1 / 40), max(0.0, world.end_s - trio.current_time())))
+        if not world.running:
+            break
+        if len(world.scopes) > 2 and rng.random() < 0.6:
+            scope_id = rng.choice(world.scopes)
+            end = rng.choice(["cancel", "complete"])
+            ok, view = await world.call(name, f"{end} run", lambda: getattr(rs.scope(scope_id), end)())
+            if ok:
+                world.log(name, f"{end}s run {scope_id[-4:]}")
+                world.scope_gone(scope_id)
+        deadline = None
+        if rng.random() < 0.3:
+            deadline = datetime.fromtimestamp((now_ms() + rng.randint(20_000, 200_000)) / 1000, tz=timezone.utc).isoformat()
+        ok, scope = await world.call(name, "create run", lambda: rs.scopes.create(name=f"run-{number}", deadline=deadline))
+        if ok:
+            number += 1
+            oracle.scopes.add(scope.id)
+            world.scopes.append(scope.id)
+            world.log(name, f"new run {scope.id[-4:]} deadline={deadline is not None}")
+    await rs.aclose()
+
+
+async def crasher(world: World, name: str, mean_s: float) -> None:
+    """Crashes the server now and then (power cut, torn write, kill, or inside a WAL write), waits,
+    restarts it on what the disk kept, and has the oracle check the recovered state."""
+    rng, cluster = world.rng(name), world.cluster
+    kinds = ["kill"] if cluster.fsync == "off" else ["power", "torn", "kill", "write", "write"]
+    await world.ready.wait()
+    while world.running:
+        await trio.sleep(min(rng.expovariate(1 / mean_s), max(0.0, world.end_s - trio.current_time())))
+        if not world.running:
+            break
+        how = rng.choice(kinds)
+        if how == "write":
+            cluster.crash_in_next_write()
+            with trio.move_on_after(5):
+                while cluster.current is not None:
+                    await trio.sleep(0.01)
+            if cluster.current is not None:  # nothing was written meanwhile
+                cluster.fs.tear_next_write = False
+                cluster.crash("power")
+        else:
+            cluster.crash(how)
+        await trio.sleep(rng.choice([0.001, 0.5, 3.0, 12.0]))
+        await restart(world)
+
+
+async def restart(world: World) -> None:
+    cluster = world.cluster
+    if await cluster.start():
+        world.oracle.check_recovered(cluster.kernel.state, SPACE)
+
+
+async def auditor(world: World, name: str) -> None:
+    """Once in a while, when nothing waits to be written: the live state equals a replay of the disk.
+
+    (Also at the end of every run. Comparing whole states costs more than the rest of a run, so
+    it is done rarely.)"""
+    rng = world.rng(name)
+    await world.ready.wait()
+    for at in sorted(rng.uniform(0.1, 1.0) * world.end_s for _ in range(2)):
+        await trio.sleep_until(at)
+        while world.running and not audit(world):
+            await trio.sleep(0.5)
+
+
+def audit(world: World) -> bool:
+    from runstate.actors import KernelState
+    from runstate.snapshots import load
+    from runstate.snapshots.equality import contents, first_difference
+
+    cluster = world.cluster
+    kernel = cluster.kernel
+    if kernel is None or cluster.current is None or not cluster.current.serving:
+        return False
+    journal = kernel.journal
+    if journal.failure is not None or journal._pending or journal.appended_lsn != journal.durable_lsn:
+        return False
+    limits = cluster.limits
+    loaded = load(cluster.data_dir, lambda: KernelState(limits), repair=False)
+    difference = first_difference(contents(kernel.state), contents(loaded.state))
+    world.oracle.checks += 1
+    if difference is not None:
+        world.oracle.fail("replay", f"the live state differs from a replay of the disk at {difference}")
+    return True
+
+
+AGENTS = {"claimer": claimer, "submitter": submitter, "worker": worker}

@@ -1,0 +1,315 @@
+"""The simulated server: incarnations that crash and recover, and the network the SDK reaches them by.
+
+One `Cluster` is one server machine over time. Each incarnation is the real server stack (the
+`Runtime` that `runstate serve` runs: recovery by `open_store`, the WAL writer with group commit,
+snapshots, the kernel, `serve_http` and the routes), started in the simulation's own trio run under
+`MockClock`, with its blocking IO run inline so the clock cannot jump while a file is written. The
+only differences from production are the `SimDisk` under the journal (so a crash can lose what was
+not fsynced) and small segment and snapshot sizes (so rollovers and snapshots happen often).
+
+`crash()` ends an incarnation at once: a power cut (`SimFs.power_cut`, optionally tearing the
+unsynced tail), a killed process (`SimFs.kill`), or a cut in the middle of the next WAL write.
+Everything the incarnation was doing is cancelled; requests in flight get no answer (the SDK sees
+a broken connection and retries with the same idempotency key). `restart()` starts the next
+incarnation on what the disk kept: the same recovery code the server runs at every start.
+
+`SimTransport` is the SDK's transport seam: a request runs as a task *inside the incarnation* (so
+a crash cancels it, as a dead process would), the caller waits for its answer with the SDK's
+timeout, and a caller that gives up disconnects (a long poll is then withdrawn). It can also lose
+a reply after the server sent it, so that the idempotency replay path is exercised.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any, Callable, Mapping
+
+import trio
+
+from runstate.actors import Clock, Limits
+from runstate.server.http import serve_http
+from runstate.server.routes import ROUTER
+from runstate.server.runtime import Runtime
+from runstate.server.settings import Settings
+from runstate.snapshots import RecoveryError, open_store
+from runstate.snapshots.recovery import snapshot_dir, wal_dir
+from runstate.snapshots.store import StoreConfig
+from runstate.snapshots.wal import inline
+from runstate.transport import TransportError
+
+from .disk import SimFs
+
+__all__ = ["Cluster", "SimTransport", "T0_MS", "API_KEY", "SPACE", "now_ms"]
+
+T0_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z: wall time at virtual time 0
+API_KEY = "rs_sim_key"
+SPACE = "sim"
+
+
+def now_ms() -> int:
+    """The simulation's wall time: the same function of trio's clock as the server's `Clock`."""
+    return T0_MS + round(trio.current_time() * 1000)
+
+
+def sim_clock() -> Clock:
+    clock = Clock(wall_anchor_ms=T0_MS)
+    clock._trio_anchor = 0.0  # wall = T0 + virtual seconds, in every incarnation alike
+    return clock
+
+
+class SimRuntime(Runtime):
+    """`Runtime` with the store opened on the simulated disk, IO inline (virtual time)."""
+
+    def __init__(self, settings: Settings, *, fs: SimFs, data_dir: str, store_config: StoreConfig) -> None:
+        super().__init__(settings, clock=sim_clock())
+        self.fs = fs
+        self.data_dir = data_dir
+        self.store_config = store_config
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        clock = self._clock
+        assert clock is not None
+        try:
+            store = self.store = await open_store(
+                self.data_dir,
+                limits=self.limits,
+                clock=clock,
+                config=self.store_config,
+                disk=self.fs.disk(),
+                run_blocking=inline,
+            )
+        except RecoveryError as error:
+            self.fatal = error
+            self.stopped.set()
+            return
+        try:
+            async with trio.open_nursery() as nursery:
+                await self._serve(nursery, clock, store)
+        finally:
+            store.close()
+
+
+class Incarnation:
+    def __init__(self, number: int, runtime: SimRuntime) -> None:
+        self.number = number
+        self.runtime = runtime
+        self.scope = trio.CancelScope()
+        self.nursery: trio.Nursery | None = None
+        self.alive = True
+        self.finished = trio.Event()  # its tasks are all gone (its files closed, its lock released)
+
+    @property
+    def serving(self) -> bool:
+        return self.alive and self.runtime.ready and self.nursery is not None
+
+
+class Cluster:
+    def __init__(
+        self,
+        seed: int,
+        data_dir: str,
+        rng: random.Random,
+        *,
+        fsync: str,
+        limits: Limits,
+        on_failure: Callable[[str, str], None],
+        trace: Callable[[str], None],
+    ) -> None:
+        self.seed = seed
+        self.data_dir = data_dir
+        self.rng = rng
+        self.fsync = fsync
+        self.limits = limits
+        self.fail = on_failure
+        self.trace = trace
+        self.fs = SimFs([wal_dir(data_dir), snapshot_dir(data_dir)], random.Random(rng.random()))
+        self.fs.on_power_cut = self._power_went
+        self.store_config = StoreConfig(
+            fsync=fsync,
+            segment_bytes_max=16 * 1024,
+            snapshot_every_records=rng.choice([500, 1500, 5000]),
+            snapshot_every_s=120.0,
+            snapshot_process=False,
+        )
+        self.current: Incarnation | None = None
+        self._last: Incarnation | None = None
+        self.incarnations = 0
+        self.crashes = 0
+        self.recoveries: list[Any] = []
+        self._nursery: trio.Nursery | None = None
+        self.on_recovered: Callable[[Any], None] | None = None
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def start(self) -> bool:
+        """Start the next incarnation on what the disk holds; False if recovery refused to start."""
+        assert self._nursery is not None
+        if self._last is not None:
+            await self._last.finished.wait()
+        self.incarnations += 1
+        settings = Settings(api_key=API_KEY, space_id=SPACE, seed=self.seed * 1000 + self.incarnations, limits=self.limits)
+        runtime = SimRuntime(settings, fs=self.fs, data_dir=self.data_dir, store_config=self.store_config)
+        incarnation = self._last = Incarnation(self.incarnations, runtime)
+        await self._nursery.start(self._host, incarnation)
+        while not runtime.ready and not runtime.stopped.is_set():
+            await trio.sleep(0.001)
+        if runtime.fatal is not None:
+            self.fail("recovery", f"incarnation {incarnation.number} refused to start: {runtime.fatal}")
+            return False
+        self.current = incarnation
+        if runtime.store is not None and runtime.store.report is not None:
+            report = runtime.store.report
+            self.recoveries.append(report)
+            self.trace(
+                f"server {incarnation.number} up: snapshot LSN {report.snapshot_lsn}, {report.records} records "
+                f"replayed, {report.expired} expired, {report.graced} graced, repairs {len(report.repairs)}"
+            )
+        return True
+
+    async def _host(self, incarnation: Incarnation, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with incarnation.scope:
+                async with trio.open_nursery() as nursery:
+                    incarnation.nursery = nursery
+                    await nursery.start(incarnation.runtime.run)
+                    task_status.started()
+                    await trio.sleep_forever()
+        finally:
+            incarnation.finished.set()
+
+    def crash(self, how: str) -> None:
+        """End the current incarnation now: `power` (lose what was not fsynced), `torn` (also keep
+        random prefixes of unsynced writes), `kill` (a killed process: keep what was written)."""
+        incarnation = self.current
+        if incarnation is None or not incarnation.alive:
+            return
+        if how == "kill":
+            self.fs.kill()
+        else:
+            self.fs.power_cut(tear=how == "torn")
+        self._end(incarnation, how)
+
+    def crash_in_next_write(self) -> None:
+        """Arm a power cut inside the next WAL write (a torn batch)."""
+        self.fs.tear_next_write = True
+
+    def _power_went(self) -> None:
+        incarnation = self.current
+        if incarnation is not None and incarnation.alive:
+            self._end(incarnation, "mid-write")
+
+    def _end(self, incarnation: Incarnation, how: str) -> None:
+        self.crashes += 1
+        incarnation.alive = False
+        incarnation.scope.cancel()
+        self.current = None
+        self.trace(f"server {incarnation.number} crashed ({how})")
+
+    async def stop(self) -> None:
+        incarnation = self.current
+        if incarnation is not None:
+            incarnation.alive = False
+            incarnation.scope.cancel()
+            self.current = None
+        self.fs.tear_next_write = False
+
+    # -- what the checks read -------------------------------------------------------------------
+
+    @property
+    def kernel(self) -> Any:
+        return None if self.current is None else self.current.runtime.kernel
+
+
+async def _exchange(
+    incarnation: Incarnation, method: str, path: str, headers: Mapping[str, str], body: bytes | None, gone: trio.Event
+) -> tuple[int, dict[str, str], bytes]:
+    """One ASGI exchange with the incarnation's router; `gone` set = the client disconnected."""
+    raw_path, _, query = path.partition("?")
+    header_list = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": raw_path,
+        "raw_path": raw_path.encode("ascii"),
+        "query_string": query.encode("ascii"),
+        "headers": header_list,
+        "client": ("127.0.0.1", 40000),
+    }
+    sent = False
+    status = 0
+    response_headers: dict[str, str] = {}
+    chunks: list[bytes] = []
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body or b"", "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            response_headers.update((k.decode("latin-1"), v.decode("latin-1")) for k, v in message["headers"])
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await serve_http(incarnation.runtime, ROUTER, scope, receive, send)
+    return status, response_headers, b"".join(chunks)
+
+
+class SimTransport:
+    """The SDK's transport to whichever incarnation is up (or none: connection refused)."""
+
+    def __init__(self, cluster: Cluster, rng: random.Random, *, reply_loss_p: float) -> None:
+        self.cluster = cluster
+        self.rng = rng
+        self.reply_loss_p = reply_loss_p
+        self.exchanges = 0
+        self.lost_replies = 0
+
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Any:
+        incarnation = self.cluster.current
+        if incarnation is None or not incarnation.serving:
+            await trio.sleep(0)
+            raise TransportError("connection refused: the server is down")
+        box: dict[str, Any] = {}
+        done = trio.Event()
+        gone = trio.Event()
+
+        async def serve_one() -> None:
+            try:
+                box["answer"] = await _exchange(incarnation, method, path, headers, body, gone)
+            except Exception as error:  # serve_http answers every error itself: this is a bug
+                self.cluster.fail("server", f"{method} {path} raised {type(error).__name__}: {error}")
+            finally:
+                done.set()
+
+        assert incarnation.nursery is not None
+        incarnation.nursery.start_soon(serve_one)
+        try:
+            with trio.move_on_after(timeout_s):
+                await done.wait()
+        finally:
+            gone.set()
+        self.exchanges += 1
+        answer = box.get("answer")
+        if answer is None:
+            raise TransportError(f"{method} {path}: no answer (connection reset or timed out)")
+        status = answer[0]
+        if status >= 500 and status != 503:
+            self.cluster.fail("server", f"{method} {path} answered {status}: {answer[2][:300]!r}")
+        if status < 500 and self.reply_loss_p and self.rng.random() < self.reply_loss_p:
+            self.lost_replies += 1
+            raise TransportError(f"{method} {path}: the reply was lost")
+        return answer

@@ -1,0 +1,267 @@
+"""The invariants, checked against what clients were told (acknowledged answers) and what recovery kept.
+
+Every check is phrased in the server's wall milliseconds, which the simulation shares with the
+server (`cluster.now_ms`), so "at the same instant" means exactly that. A lease is an interval:
+it starts when the server granted it (the end it answered minus its length) and ends at the
+latest end the holder was told (renewals move it), or earlier, when the holder let go (a release
+or a settlement: from the moment it was sent, since it may have been applied without the answer
+arriving). Restart grace periods only lengthen leases on the server, never in these intervals,
+so they cannot cause a false alarm.
+
+Invariants:
+
+1. **One holder.** Two acknowledged leases of one claim key (or one message) never overlap: a
+   lease granted later starts at or after the end of every earlier one.
+2. **Generations grow.** Acknowledged grants of one claim key have distinct generations that
+   grow with the grant time, across recoveries too; delivery attempts of one message likewise.
+3. **One outcome.** A task's terminal state and outcome, once seen (in a view or in the answer to
+   a complete, nack or cancel), never change (a tombstone only drops the outcome); two different
+   settlements of one task are never both acknowledged. One allowance: reads do not wait for the
+   disk (ARCHITECTURE.md 4.1), so an outcome seen *only in a view* may be taken back by a crash
+   before it was durable; recovery then forgets it (counted as `reverted_reads`). An outcome
+   acknowledged by a write never may.
+4. **Nothing acknowledged is lost.** After each recovery, every acknowledged scope, mailbox, task
+   (with its key), sent message, terminal outcome, claim generation and delivery attempt is in
+   the recovered state; a task key submitted again returns the task first acknowledged for it,
+   and another input under that key is refused.
+5. **No stale token.** A renew, release, complete or nack whose token is stale for certain when it
+   is sent (a later grant of that key or message was acknowledged before, or its own release was)
+   is never accepted.
+
+A violation is recorded with its invariant, a message, and the trace excerpt around it; the run
+goes on (one failure per invariant is enough to report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["Oracle", "Lease", "Violation", "INVARIANTS"]
+
+INVARIANTS = ("one-holder", "generations", "one-outcome", "durability", "stale-token", "server", "recovery", "replay", "hang")
+
+
+@dataclass
+class Lease:
+    """An acknowledged grant: of a claim (`generation`) or of a delivery (`generation` = attempt)."""
+
+    subject: tuple  # ("claim", scope, key) or ("message", message id)
+    owner: str
+    token: str
+    generation: int
+    start_ms: int
+    end_ms: int  # the latest end its holder was told, or when it let go
+    released_ms: int | None = None  # set when a release was acknowledged
+
+
+@dataclass
+class Violation:
+    invariant: str
+    message: str
+    at_ms: int
+    trace: list[str] = field(default_factory=list)
+
+
+class Oracle:
+    def __init__(self, now_ms: Callable[[], int], trace: list[str]) -> None:
+        self.now_ms = now_ms
+        self.trace = trace
+        self.violations: list[Violation] = []
+        self.leases: dict[tuple, list[Lease]] = {}
+        self.by_token: dict[str, Lease] = {}
+        # Acknowledged facts that recovery must keep.
+        self.scopes: set[str] = set()
+        self.mailboxes: set[str] = set()
+        self.messages: set[str] = set()
+        self.tasks: dict[str, tuple[str, str]] = {}  # task id -> (scope, key)
+        self.task_keys: dict[tuple[str, str], tuple[str, Any]] = {}  # (scope, key) -> (task id, input)
+        # task id -> [terminal state, outcome, acknowledged]: seen in a view only (reads do not wait
+        # for the disk, so a crash may take back what a read showed), or acknowledged by a write.
+        self.outcomes: dict[str, list] = {}
+        self.reverted_reads = 0
+        self.settled: dict[str, str] = {}  # task id -> the delivery token whose settlement was acknowledged
+        self.checks = 0
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    def fail(self, invariant: str, message: str) -> None:
+        if any(v.invariant == invariant for v in self.violations):
+            return  # the first one of each kind is what matters
+        self.violations.append(Violation(invariant, message, self.now_ms(), self.trace[-40:]))
+        self.trace.append(f"VIOLATION {invariant}: {message}")
+
+    # -- leases (claims and deliveries) ----------------------------------------------------------
+
+    def granted(self, subject: tuple, owner: str, token: str, generation: int, start_ms: int, end_ms: int) -> Lease:
+        """An acknowledged grant; checks invariants 1 and 2 against every other grant of `subject`."""
+        self.checks += 1
+        lease = Lease(subject, owner, token, generation, start_ms, end_ms)
+        others = self.leases.setdefault(subject, [])
+        for other in others:
+            if other.token == token:
+                return other  # the same grant answered twice (an idempotent replay)
+        for other in others:
+            self._check_pair(other, lease)
+            if other.generation == generation:
+                self.fail("generations", f"{_name(subject)}: generation/attempt {generation} handed out twice "
+                          f"({other.owner} at {other.start_ms}, {owner} at {start_ms})")
+            elif (other.generation < generation) != (other.start_ms <= start_ms):
+                self.fail("generations", f"{_name(subject)}: generation/attempt {generation} granted at {start_ms} "
+                          f"but {other.generation} at {other.start_ms}")
+        others.append(lease)
+        self.by_token[token] = lease
+        return lease
+
+    def extended(self, token: str, end_ms: int) -> None:
+        """A renewal was acknowledged with a new end."""
+        self.checks += 1
+        lease = self.by_token.get(token)
+        if lease is None:
+            return
+        if lease.released_ms is not None:
+            self.fail("stale-token", f"{_name(lease.subject)}: a renewal was accepted after its release was acknowledged")
+        lease.end_ms = max(lease.end_ms, end_ms) if lease.released_ms is None else lease.end_ms
+        for other in self.leases[lease.subject]:
+            if other is not lease:
+                self._check_pair(other, lease) if other.start_ms <= lease.start_ms else self._check_pair(lease, other)
+
+    def letting_go(self, token: str) -> None:
+        """The holder sends a release or a settlement: from now on it no longer counts on the lease."""
+        lease = self.by_token.get(token)
+        if lease is not None:
+            lease.end_ms = min(lease.end_ms, self.now_ms())
+
+    def released(self, token: str, at_ms: int) -> None:
+        lease = self.by_token.get(token)
+        if lease is not None:
+            lease.released_ms = at_ms
+            lease.end_ms = min(lease.end_ms, at_ms)
+
+    def stale_for_certain(self, token: str) -> str | None:
+        """Why `token` is stale for certain now, or None when it might still be current."""
+        lease = self.by_token.get(token)
+        if lease is None:
+            return None
+        if lease.released_ms is not None:
+            return "its release was acknowledged"
+        for other in self.leases[lease.subject]:
+            if other.generation > lease.generation:
+                return f"{other.owner} was granted generation/attempt {other.generation}"
+        return None
+
+    def accepted_stale(self, token: str, why: str, what: str) -> None:
+        lease = self.by_token[token]
+        self.fail("stale-token", f"{_name(lease.subject)}: {what} with the token of {lease.owner}'s "
+                  f"generation/attempt {lease.generation} was accepted, though {why}")
+
+    def _check_pair(self, earlier: Lease, later: Lease) -> None:
+        if earlier.start_ms > later.start_ms:
+            earlier, later = later, earlier
+        if later.start_ms < earlier.end_ms:
+            self.fail("one-holder", f"{_name(later.subject)}: {later.owner} was granted generation/attempt "
+                      f"{later.generation} at {later.start_ms} while {earlier.owner}'s generation/attempt "
+                      f"{earlier.generation} (from {earlier.start_ms}) ran until {earlier.end_ms}")
+
+    # -- tasks -------------------------------------------------------------------------------------
+
+    def submitted(self, scope: str, key: str, task_input: Any, task_id: str) -> None:
+        self.checks += 1
+        first = self.task_keys.get((scope, key))
+        if first is None:
+            self.task_keys[(scope, key)] = (task_id, task_input)
+        else:
+            first_id, first_input = first
+            if first_id != task_id:
+                self.fail("durability", f"task key {key!r} in {scope} answered {task_id}, first acknowledged as {first_id}")
+            if first_input != task_input:
+                self.fail("one-outcome", f"task key {key!r} in {scope} accepted input {task_input!r} after {first_input!r}")
+        self.tasks[task_id] = (scope, key)
+
+    def conflict_expected(self, scope: str, key: str, task_input: Any) -> bool:
+        first = self.task_keys.get((scope, key))
+        return first is not None and first[1] != task_input
+
+    def task_seen(self, task_id: str, state: str, outcome: Any, tombstoned: bool = False, *, acked: bool = False) -> None:
+        """A task view (`acked=False`) or an acknowledged change (`acked=True`) showed `state`."""
+        self.checks += 1
+        known = self.outcomes.get(task_id)
+        if state not in ("SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"):
+            if known is not None:
+                self.fail("one-outcome", f"task {task_id} was {known[0]} and is now {state}")
+            return
+        if known is None:
+            self.outcomes[task_id] = [state, None if tombstoned else outcome, acked]
+            return
+        if known[0] != state:
+            self.fail("one-outcome", f"task {task_id} ended {known[0]} and is now {state}")
+        elif not tombstoned and known[1] is not None and outcome != known[1]:
+            self.fail("one-outcome", f"task {task_id} recorded {known[1]!r} and now shows {outcome!r}")
+        else:
+            if known[1] is None and outcome is not None and not tombstoned:
+                known[1] = outcome
+            known[2] = known[2] or acked
+
+    def task_settled(self, task_id: str, token: str, state: str, outcome: Any) -> None:
+        """A complete or nack of a task's delivery was acknowledged and ended the task in `state`."""
+        other = self.settled.get(task_id)
+        if other is not None and other != token:
+            self.fail("one-outcome", f"task {task_id}: two deliveries' settlements were both acknowledged")
+        self.settled[task_id] = token
+        self.task_seen(task_id, state, outcome, acked=True)
+
+    # -- recovery ----------------------------------------------------------------------------------
+
+    def check_recovered(self, state: Any, space_id: str) -> None:
+        """Invariant 4 against a freshly recovered state."""
+        self.checks += 1
+        space = state.spaces.get(space_id)
+        if space is None:
+            if self.scopes or self.mailboxes:
+                self.fail("durability", "the recovered state has no space at all")
+            return
+        for scope_id in self.scopes:
+            if scope_id not in space.scopes:
+                self.fail("durability", f"acknowledged scope {scope_id} is missing after recovery")
+        for mailbox_id in self.mailboxes:
+            if space.mailboxes.find(mailbox_id) is None:
+                self.fail("durability", f"acknowledged mailbox {mailbox_id} is missing after recovery")
+        for message_id in self.messages:
+            if space.messages.find(message_id) is None:
+                self.fail("durability", f"acknowledged message {message_id} is missing after recovery")
+        for task_id, (scope_id, key) in self.tasks.items():
+            task = space.tasks.find(task_id)
+            if task is None or task.key != key or task.scope_id != scope_id:
+                self.fail("durability", f"acknowledged task {task_id} ({key!r}) is missing after recovery")
+                continue
+            known = self.outcomes.get(task_id)
+            if known is None:
+                continue
+            state_now, outcome_now = task.state, (None if task.tombstoned else task.outcome)
+            same = state_now == known[0] and (known[1] is None or outcome_now is None or outcome_now == known[1])
+            if same:
+                continue
+            if known[2]:
+                self.fail("durability", f"task {task_id} was acknowledged {known[0]} ({known[1]!r}), "
+                          f"recovered as {state_now} ({outcome_now!r})")
+            else:  # only read, never acknowledged: the crash took back a change that was not durable
+                self.reverted_reads += 1
+                del self.outcomes[task_id]
+        for subject, leases in self.leases.items():
+            top = max(lease.generation for lease in leases)
+            if subject[0] == "claim":
+                claim = space.claims.get(subject[1], subject[2])
+                if claim is not None and claim.generation < top:
+                    self.fail("generations", f"{_name(subject)}: generation {top} was acknowledged, "
+                              f"the recovered counter is {claim.generation}")
+            else:
+                message = space.messages.find(subject[1])
+                if message is not None and message.attempts < top:
+                    self.fail("durability", f"{_name(subject)}: attempt {top} was acknowledged, "
+                              f"recovered with {message.attempts}")
+
+
+def _name(subject: tuple) -> str:
+    if subject[0] == "claim":
+        return f"claim {subject[2]!r} in {subject[1]}"
+    return f"message {subject[1]}"

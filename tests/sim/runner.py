@@ -1,0 +1,280 @@
+"""Running one seed, a batch of seeds, or a soak; the `make sim` / `make soak` command line.
+
+    python -m tests.sim                     # the CI batch: SIM_SEEDS seeds (default 300)
+    python -m tests.sim --seed 17           # replay one seed exactly, print its trace on failure
+    python -m tests.sim --seconds 3600      # soak: new seeds until an hour of wall time is used
+    python -m tests.sim --seed 17 --trace   # print the whole trace
+
+A seed decides everything: the fsync policy, the agents' choices (each agent has its own
+`random.Random` derived from the seed and its name), the crashes, the kernel's ids and tokens
+(`IdSource`), the SDK's jitter and trio's own scheduling order (`trio._core._run._r`, which
+shuffles each batch of runnable tasks). The run is one `trio.run` under `MockClock` with autojump,
+so virtual time passes only when every task waits; the same seed gives the same trace, byte for
+byte (`tests/sim/test_sim.py` checks it). The last line a batch prints is
+`sim: N seeds, M failures`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import heapq
+import itertools
+import logging
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import weakref
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import trio
+import trio.testing
+
+from runstate import _runtime as sdk_runtime
+from runstate.actors import Limits
+
+from . import agents
+from .cluster import Cluster, SimTransport, now_ms
+from .oracle import Oracle, Violation
+
+__all__ = ["SeedResult", "run_seed", "run_batch", "main", "VIRTUAL_SECONDS"]
+
+# Virtual seconds one seed simulates; each seed crashes the server every CRASH_MEAN_S on average.
+VIRTUAL_SECONDS = 600.0
+CRASH_MEAN_S = 60.0
+DEFAULT_SEEDS = 300
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    fsync: str
+    virtual_s: float
+    wall_s: float
+    violations: list[Violation]
+    trace: list[str] = field(repr=False)
+    stats: dict[str, int]
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256("\n".join(self.trace).encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        lines = [f"seed {self.seed} (fsync {self.fsync}): {len(self.violations)} violation(s)"]
+        for violation in self.violations:
+            lines.append(f"  [{violation.invariant}] at {violation.at_ms}: {violation.message}")
+            lines.append("  trace before it:")
+            lines.extend(f"    {line}" for line in violation.trace[-25:])
+        return "\n".join(lines)
+
+
+def _scheduler_seed(seed: int) -> None:
+    """Seed every source of randomness the run reads that is not already an input."""
+    trio._core._run._r.seed(seed)  # the order trio runs each batch of ready tasks in
+    sdk_runtime._rng.seed(seed)  # the SDK's jitter (renewal intervals, retry back-off)
+    global _sequence, _task_base
+    _sequence = itertools.count()  # hashes and tiebreakers count from zero in every run
+    _task_base = trio._core._run.Task.__attrs_attrs__._counter.default.factory()
+
+
+# Trio is deterministic given its seeded shuffle, except where it falls back on memory addresses:
+# ties between deadlines are broken by `id(scope)`, and tasks and cancel statuses live in sets,
+# which iterate in the order of their hashes (addresses) when a cancellation is delivered. In
+# virtual time deadlines coincide exactly and cancellations are everywhere (every long poll,
+# every crash), so the order of events would depend on the allocator. The simulation gives those
+# objects hashes (and deadlines a tiebreaker) in the order they were made instead, which a seed
+# reproduces in any process.
+_sequence = itertools.count()
+_status_hashes: dict[int, int] = {}
+_task_base = 0
+
+
+def _add_deadline(self: Any, deadline: float, cancel_scope: Any) -> None:
+    heapq.heappush(self._heap, (deadline, next(_sequence), cancel_scope))
+    self._active += 1
+
+
+def _status_hash(self: Any) -> int:
+    key = id(self)
+    value = _status_hashes.get(key)
+    if value is None:
+        value = _status_hashes[key] = next(_sequence)
+        weakref.finalize(self, _status_hashes.pop, key, None)
+    return value
+
+
+def _deterministic_trio() -> None:
+    run = trio._core._run
+    run.Deadlines.add = _add_deadline  # type: ignore[method-assign]
+    run.Task.__hash__ = lambda self: self._counter - _task_base  # type: ignore[method-assign]
+    run.CancelStatus.__hash__ = _status_hash  # type: ignore[method-assign]
+
+
+_deterministic_trio()
+
+
+def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: float = CRASH_MEAN_S, keep_dir: bool = False) -> SeedResult:
+    """Simulate one seed and return what the oracle found."""
+    rng = random.Random(seed)
+    fsync = rng.choice(["always", "always", "batch", "off"])
+    root = tempfile.mkdtemp(prefix=f"sim-{seed}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    trace: list[str] = []
+    started = time.perf_counter()
+    logging.getLogger("runstate").setLevel(logging.CRITICAL)
+    logging.getLogger("hypercorn").setLevel(logging.CRITICAL)
+    holder: dict = {}
+    try:
+        _scheduler_seed(seed)
+        trio.run(_simulate, seed, rng, fsync, root, trace, virtual_s, crash_mean_s, holder, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        if not keep_dir:
+            shutil.rmtree(root, ignore_errors=True)
+    oracle: Oracle = holder["oracle"]
+    cluster: Cluster = holder["cluster"]
+    transport: SimTransport = holder["transport"]
+    stats = {
+        "checks": oracle.checks,
+        "requests": transport.exchanges,
+        "lost_replies": transport.lost_replies,
+        "crashes": cluster.crashes,
+        "power_cuts": cluster.fs.power_cuts,
+        "torn_files": cluster.fs.torn_files,
+        "kills": cluster.fs.kills,
+        "recoveries": len(cluster.recoveries),
+        "repairs": sum(len(report.repairs) for report in cluster.recoveries),
+        "snapshots": sum(1 for report in cluster.recoveries if report.snapshot_lsn),
+        "claim_grants": sum(len(v) for k, v in oracle.leases.items() if k[0] == "claim"),
+        "deliveries": sum(len(v) for k, v in oracle.leases.items() if k[0] == "message"),
+        "tasks": len(oracle.tasks),
+        "outcomes": len(oracle.outcomes),
+        "reverted_reads": oracle.reverted_reads,
+    }
+    return SeedResult(seed, fsync, holder.get("virtual_s", 0.0), time.perf_counter() - started, oracle.violations, trace, stats)
+
+
+async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace: list[str], virtual_s: float, crash_mean_s: float, holder: dict) -> None:
+    oracle = Oracle(now_ms, trace)
+    limits = Limits()
+    cluster = Cluster(seed, os.path.join(root, "data"), rng, fsync=fsync, limits=limits, on_failure=oracle.fail, trace=lambda text: trace.append(f"{trio.current_time():10.3f} {'server':<9} {text}"))
+    transport = SimTransport(cluster, random.Random(rng.random()), reply_loss_p=0.01)
+    holder.update(oracle=oracle, cluster=cluster, transport=transport)
+    world = agents.World(seed, cluster, transport, oracle, trace, end_s=virtual_s)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cluster.run)
+        if not await cluster.start():
+            nursery.cancel_scope.cancel()
+            return
+        async with trio.open_nursery() as people:
+            people.start_soon(agents.manager, world, "manager")
+            for number in range(4):
+                people.start_soon(agents.claimer, world, f"claimer{number}")
+            for number in range(3):
+                people.start_soon(agents.submitter, world, f"submit{number}")
+            for number in range(4):
+                people.start_soon(agents.worker, world, f"worker{number}")
+            people.start_soon(agents.crasher, world, "crasher", crash_mean_s)
+            people.start_soon(agents.auditor, world, "auditor")
+            with trio.move_on_at(virtual_s + 120) as watchdog:  # agents finish what they hold
+                await _wait_for(people)
+            if watchdog.cancelled_caught:
+                oracle.fail("hang", "agents were still busy 120 virtual seconds after the end")
+                people.cancel_scope.cancel()
+        # The end: one last power cut and recovery, checked like the others.
+        cluster.crash("power")
+        await agents.restart(world)
+        agents.audit(world)
+        holder["virtual_s"] = trio.current_time()
+        await cluster.stop()
+        nursery.cancel_scope.cancel()
+
+
+async def _wait_for(people: trio.Nursery) -> None:
+    while people.child_tasks:
+        await trio.sleep(1)
+
+
+def _one(seed: int) -> SeedResult:
+    result = run_seed(seed)
+    if not result.violations:
+        result.trace = []  # keep what crosses between processes small
+    return result
+
+
+def run_batch(seeds: list[int], workers: int = 1) -> Iterator[SeedResult]:
+    """Yield each seed's result (in seed order), using `workers` processes."""
+    if workers <= 1:
+        for seed in seeds:
+            yield _one(seed)
+        return
+    with ProcessPoolExecutor(workers) as pool:
+        yield from pool.map(_one, seeds, chunksize=4)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, help="replay this one seed")
+    parser.add_argument("--seeds", type=int, default=int(os.environ.get("SIM_SEEDS", DEFAULT_SEEDS)), help="how many seeds (from --first)")
+    parser.add_argument("--first", type=int, default=1, help="the first seed of a batch")
+    parser.add_argument("--seconds", type=float, help="soak: run new seeds until this much wall time has passed")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: one per core)")
+    parser.add_argument("--trace", action="store_true", help="print the whole trace of --seed")
+    args = parser.parse_args(argv)
+
+    if args.seed is not None:
+        result = run_seed(args.seed)
+        if args.trace:
+            print("\n".join(result.trace))
+        print(result.describe() if result.violations else f"seed {result.seed} (fsync {result.fsync}): ok, {result.stats}")
+        print(f"trace digest {result.digest}, {len(result.trace)} lines, {result.virtual_s:.0f} virtual s in {result.wall_s:.2f} s")
+        print(f"sim: 1 seeds, {1 if result.violations else 0} failures")
+        return 1 if result.violations else 0
+
+    started = time.perf_counter()
+    if args.seconds is not None:
+        seeds = _soak_seeds(args.first, args.seconds, started, args.workers)
+    else:
+        seeds = iter(range(args.first, args.first + args.seeds))
+    count = failures = 0
+    virtual = 0.0
+    totals: dict[str, int] = {}
+    for result in _run_stream(seeds, args.workers):
+        count += 1
+        virtual += result.virtual_s
+        for name, value in result.stats.items():
+            totals[name] = totals.get(name, 0) + value
+        if result.violations:
+            failures += 1
+            print(result.describe(), flush=True)
+            print(f"  replay: make sim SEED={result.seed}", flush=True)
+    wall = time.perf_counter() - started
+    print(f"{virtual / 3600:.1f} virtual hours in {wall:.1f} s; totals {totals}")
+    print(f"sim: {count} seeds, {failures} failures")
+    return 1 if failures else 0
+
+
+def _soak_seeds(first: int, seconds: float, started: float, workers: int) -> Iterator[int]:
+    seed = first
+    while time.perf_counter() - started < seconds:
+        for _ in range(max(1, workers) * 4):
+            yield seed
+            seed += 1
+
+
+def _run_stream(seeds: Iterator[int], workers: int) -> Iterator[SeedResult]:
+    chunk: list[int] = []
+    for seed in seeds:
+        chunk.append(seed)
+        if len(chunk) >= max(1, workers) * 4:
+            yield from run_batch(chunk, workers)
+            chunk = []
+    if chunk:
+        yield from run_batch(chunk, workers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
