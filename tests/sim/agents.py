@@ -144,7 +144,11 @@ def wall_ms_of(lease: Any) -> int:
 
 def grant(world: World, name: str, scope_id: str, key: str, lease: Any, lease_s: int) -> None:
     end = wall_ms_of(lease)
-    world.oracle.granted(("claim", scope_id, key), name, lease.token(), lease.generation, end - lease_s * 1000, end)
+    token = lease.token()
+    world.oracle.granted(("claim", scope_id, key), name, token, lease.generation, end - lease_s * 1000, end)
+    # A renewal that fails (any error: a 409, or the server down past the SDK's retries) makes the
+    # SDK count the lease lost; `run()` then releases it. From then on the holder has let go.
+    lease._when_lost(lambda: world.oracle.letting_go(token))
     world.log(name, f"holds {key} in {scope_id[-4:]} g{lease.generation} until {end % 10**7}")
 
 

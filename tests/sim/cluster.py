@@ -150,20 +150,28 @@ class Cluster:
             await trio.sleep_forever()
 
     async def start(self) -> bool:
-        """Start the next incarnation on what the disk holds; False if recovery refused to start."""
+        """Start the next incarnation on what the disk holds; False if recovery refused to start.
+
+        An incarnation that loses power while it recovers (its own writes can be torn too) is
+        followed by another, as an operator would restart it.
+        """
         assert self._nursery is not None
-        if self._last is not None:
-            await self._last.finished.wait()
-        self.incarnations += 1
-        settings = Settings(api_key=API_KEY, space_id=SPACE, seed=self.seed * 1000 + self.incarnations, limits=self.limits)
-        runtime = SimRuntime(settings, fs=self.fs, data_dir=self.data_dir, store_config=self.store_config)
-        incarnation = self._last = Incarnation(self.incarnations, runtime)
-        await self._nursery.start(self._host, incarnation)
-        while not runtime.ready and not runtime.stopped.is_set():
-            await trio.sleep(0.001)
-        if runtime.fatal is not None:
-            self.fail("recovery", f"incarnation {incarnation.number} refused to start: {runtime.fatal}")
-            return False
+        while True:
+            if self._last is not None:
+                await self._last.finished.wait()
+            self.incarnations += 1
+            settings = Settings(api_key=API_KEY, space_id=SPACE, seed=self.seed * 1000 + self.incarnations, limits=self.limits)
+            runtime = SimRuntime(settings, fs=self.fs, data_dir=self.data_dir, store_config=self.store_config)
+            incarnation = self._last = Incarnation(self.incarnations, runtime)
+            await self._nursery.start(self._host, incarnation)
+            while incarnation.alive and not runtime.ready and not runtime.stopped.is_set():
+                await trio.sleep(0.001)
+            if runtime.fatal is not None:
+                self.fail("recovery", f"incarnation {incarnation.number} refused to start: {runtime.fatal}")
+                self._retire(incarnation)
+                return False
+            if incarnation.alive:
+                break
         self.current = incarnation
         if runtime.store is not None and runtime.store.report is not None:
             report = runtime.store.report
@@ -189,6 +197,7 @@ class Cluster:
         """End the current incarnation now: `power` (lose what was not fsynced), `torn` (also keep
         random prefixes of unsynced writes), `kill` (a killed process: keep what was written)."""
         incarnation = self.current
+        self.fs.tear_next_write = False
         if incarnation is None or not incarnation.alive:
             return
         if how == "kill":
@@ -202,7 +211,7 @@ class Cluster:
         self.fs.tear_next_write = True
 
     def _power_went(self) -> None:
-        incarnation = self.current
+        incarnation = self._last  # the running one, or one still starting (recovery writes too)
         if incarnation is not None and incarnation.alive:
             self._end(incarnation, "mid-write")
 
@@ -214,12 +223,17 @@ class Cluster:
         self.trace(f"server {incarnation.number} crashed ({how})")
 
     async def stop(self) -> None:
-        incarnation = self.current
-        if incarnation is not None:
-            incarnation.alive = False
-            incarnation.scope.cancel()
-            self.current = None
         self.fs.tear_next_write = False
+        if self._last is not None:
+            self._retire(self._last)
+        self.current = None
+
+    def _retire(self, incarnation: Incarnation) -> None:
+        """The process exits (not a crash): its files close, nothing else happens to the disk."""
+        if self.fs.current is not None:
+            self.fs.current.die()
+        incarnation.alive = False
+        incarnation.scope.cancel()
 
     # -- what the checks read -------------------------------------------------------------------
 

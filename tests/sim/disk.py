@@ -86,6 +86,7 @@ class SimFs:
                     data += extra[:cut]
             with open(path, "wb") as file:
                 file.write(data)
+            self.content[inode] = data  # what survived is on the platter now: durable
         self.live = dict(self.durable_names)
 
     def _unsynced(self) -> dict[int, bytes]:

@@ -45,8 +45,8 @@ from .oracle import Oracle, Violation
 __all__ = ["SeedResult", "run_seed", "run_batch", "main", "VIRTUAL_SECONDS"]
 
 # Virtual seconds one seed simulates; each seed crashes the server every CRASH_MEAN_S on average.
-VIRTUAL_SECONDS = 600.0
-CRASH_MEAN_S = 60.0
+VIRTUAL_SECONDS = 240.0
+CRASH_MEAN_S = 30.0
 DEFAULT_SEEDS = 300
 
 
@@ -185,7 +185,7 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
                 oracle.fail("hang", "agents were still busy 120 virtual seconds after the end")
                 people.cancel_scope.cancel()
         # The end: one last power cut and recovery, checked like the others.
-        cluster.crash("power")
+        cluster.crash("kill" if fsync == "off" else "power")
         await agents.restart(world)
         agents.audit(world)
         holder["virtual_s"] = trio.current_time()
