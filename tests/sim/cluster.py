@@ -84,6 +84,10 @@ class SimRuntime(Runtime):
             self.fatal = error
             self.stopped.set()
             return
+        except Exception as error:  # not a refusal the decision table makes: a bug in recovery
+            self.fatal = RuntimeError(f"recovery raised {type(error).__name__}: {error!r}")
+            self.stopped.set()
+            return
         try:
             async with trio.open_nursery() as nursery:
                 await self._serve(nursery, clock, store)

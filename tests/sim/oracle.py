@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 __all__ = ["Oracle", "Lease", "Violation", "INVARIANTS"]
 
-INVARIANTS = ("one-holder", "generations", "one-outcome", "durability", "stale-token", "server", "recovery", "replay", "hang")
+INVARIANTS = ("one-holder", "generations", "one-outcome", "durability", "stale-token", "server", "recovery", "replay", "hang", "sim")
 
 
 @dataclass

@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 import weakref
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -82,7 +83,8 @@ def _scheduler_seed(seed: int) -> None:
     _task_base = trio._core._run.Task.__attrs_attrs__._counter.default.factory()
 
 
-# Trio is deterministic given its seeded shuffle, except where it falls back on memory addresses:
+# Trio is deterministic given its seeded shuffle (and the sort below), except where it falls back
+# on memory addresses:
 # ties between deadlines are broken by `id(scope)`, and tasks and cancel statuses live in sets,
 # which iterate in the order of their hashes (addresses) when a cancellation is delivered. In
 # virtual time deadlines coincide exactly and cancellations are everywhere (every long poll,
@@ -110,6 +112,9 @@ def _status_hash(self: Any) -> int:
 
 def _deterministic_trio() -> None:
     run = trio._core._run
+    # What trio does when Hypothesis is loaded: each batch of ready tasks is sorted by creation
+    # before the seeded shuffle, so the order tasks were woken in does not matter.
+    run._ALLOW_DETERMINISTIC_SCHEDULING = True
     run.Deadlines.add = _add_deadline  # type: ignore[method-assign]
     run.Task.__hash__ = lambda self: self._counter - _task_base  # type: ignore[method-assign]
     run.CancelStatus.__hash__ = _status_hash  # type: ignore[method-assign]
@@ -131,6 +136,9 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
     try:
         _scheduler_seed(seed)
         trio.run(_simulate, seed, rng, fsync, root, trace, virtual_s, crash_mean_s, holder, clock=trio.testing.MockClock(autojump_threshold=0))
+    except Exception as error:  # the simulation itself broke: report it like a violation
+        details = "".join(traceback.format_exception(error)).strip().splitlines()
+        holder["oracle"].fail("sim", f"the run raised {type(error).__name__}: " + " | ".join(details[-6:]))
     finally:
         if not keep_dir:
             shutil.rmtree(root, ignore_errors=True)
