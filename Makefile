@@ -4,7 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv serve test clean
+BENCH_STAMP := $(VENV)/.installed-bench
+
+.PHONY: venv serve test clean bench bench-quick profile
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +21,21 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Benchmarks (README "Benchmarks"): wrk and redis-server come from Debian (apt-get install -y wrk
+# redis-server); the bench installs them itself when run as root, or says how.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[server,test,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m bench.run $(BENCH_ARGS)
+
+bench-quick: $(BENCH_STAMP)
+	$(PY) -m bench.run --quick $(BENCH_ARGS)
+
+profile: $(BENCH_STAMP)
+	$(PY) -m bench.profile $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
