@@ -13,11 +13,19 @@ from datetime import datetime, timezone
 __all__ = ["format_ms", "parse_timestamp"]
 
 
+# (second, its formatted text): most stamps in a burst share their second, so format it once.
+# One tuple, replaced whole, so a reader in another thread never sees half an update.
+_last = (-1, "")
+
+
 def format_ms(wall_ms: int) -> str:
     """Wall milliseconds as the wire format `YYYY-MM-DDTHH:MM:SS.mmmZ` (exactly 3 digits, uppercase Z)."""
+    global _last
     seconds, millis = divmod(wall_ms, 1000)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-    return f"{stamp}.{millis:03d}Z"
+    last = _last
+    if seconds != last[0]:
+        last = _last = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
+    return f"{last[1]}.{millis:03d}Z"
 
 
 def parse_timestamp(text: str) -> int:
