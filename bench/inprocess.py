@@ -2,8 +2,11 @@
 
 - `kernel`: claim cycles per second through `actors/ops.py` with many concurrent callers and no
   HTTP: the kernel's own cost (state machines, actors, supervisor, in-memory journal).
+- `tasks`: task lifecycles per second (submit, receive, complete, read the result), each caller on
+  its own scope (so its own queue), once the queue operations are on the branch.
 - `scale`: resident memory per idle claim: N claims acquired with a long lease and left alone,
   measured as the growth of the process's RSS over an empty kernel (after a full collection).
+- `scale-tasks`: the same per queued task (submitted with no input, nobody receiving).
 
 Each prints one JSON line, `BENCH_JSON {...}`, that bench/run.py reads.
 """
@@ -116,6 +119,96 @@ async def scale_claims(count: int, callers: int) -> dict:
     return await _with_kernel(body)
 
 
+def queue_ops():  # type: ignore[no-untyped-def]
+    """The queue operations, or None on a branch without them."""
+    try:
+        from runstate.actors.queue_ops import MailboxOps, MessageOps, TaskOps
+    except ImportError:
+        return None
+    return MailboxOps, MessageOps, TaskOps
+
+
+async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict:
+    MailboxOps, MessageOps, TaskOps = queue_ops()
+
+    async def body(kernel: Kernel) -> dict:
+        scopes, messages, tasks = ScopeOps(kernel), MessageOps(kernel), TaskOps(kernel)
+        mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
+        counting = False
+        stop = False
+        lifecycles = 0
+
+        async def caller(i: int) -> None:
+            nonlocal lifecycles
+            scope_id = (await scopes.create(SPACE, name=f"caller-{i}"))["id"]
+            holder, session = f"worker-{i}", f"session-{i}"
+            count = 0
+            while not stop:
+                count += 1
+                task = await tasks.submit(SPACE, scope_id=scope_id, mailbox_id=mailbox_id, key=f"w{i}-t{count}", task_input={"n": count})
+                delivery = await messages.receive(SPACE, mailbox_id, scope_id=scope_id, holder=holder, session=session, lease_s=30, wait_ms=10_000)
+                await messages.complete(SPACE, delivery["message"]["id"], token=delivery["token"], result={"ok": True})
+                if tasks.view(SPACE, task["taskId"])["state"] != "SUCCEEDED":
+                    raise RuntimeError("the task did not show its result")
+                if counting:
+                    lifecycles += 1
+
+        async with trio.open_nursery() as nursery:
+            for i in range(callers):
+                nursery.start_soon(caller, i)
+            await trio.sleep(warmup_s)
+            counting = True
+            began, cpu_began = time.perf_counter(), time.process_time()
+            await trio.sleep(duration_s)
+            counting = False
+            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+            stop = True
+        return {
+            "callers": callers,
+            "duration_s": elapsed,
+            "lifecycles": lifecycles,
+            "lifecycles_per_s": lifecycles / elapsed,
+            "cpu": cpu / elapsed,
+        }
+
+    return await _with_kernel(body)
+
+
+async def scale_tasks(count: int, callers: int) -> dict:
+    MailboxOps, MessageOps, TaskOps = queue_ops()
+
+    async def body(kernel: Kernel) -> dict:
+        scopes, tasks = ScopeOps(kernel), TaskOps(kernel)
+        mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
+        scope_ids = [(await scopes.create(SPACE, name=f"caller-{i}"))["id"] for i in range(callers)]
+        await tasks.submit(SPACE, scope_id=scope_ids[0], mailbox_id=mailbox_id, key="warm")
+        gc.collect()
+        baseline = rss_bytes()
+        began = time.perf_counter()
+        per_caller = count // callers
+
+        async def caller(i: int) -> None:
+            for j in range(per_caller):
+                await tasks.submit(SPACE, scope_id=scope_ids[i], mailbox_id=mailbox_id, key=f"task:{i}-{j}")
+
+        async with trio.open_nursery() as nursery:
+            for i in range(callers):
+                nursery.start_soon(caller, i)
+        built_s = time.perf_counter() - began
+        gc.collect()
+        grown = rss_bytes() - baseline
+        made = per_caller * callers
+        return {
+            "tasks": made,
+            "rss_baseline_bytes": baseline,
+            "rss_grown_bytes": grown,
+            "bytes_per_task": grown / made,
+            "build_s": built_s,
+        }
+
+    return await _with_kernel(body)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="leg", required=True)
@@ -123,15 +216,29 @@ def main(argv: list[str] | None = None) -> None:
     k.add_argument("--callers", type=int, default=64)
     k.add_argument("--seconds", type=float, default=5)
     k.add_argument("--warmup", type=float, default=1)
+    t = commands.add_parser("tasks")
+    t.add_argument("--callers", type=int, default=64)
+    t.add_argument("--seconds", type=float, default=5)
+    t.add_argument("--warmup", type=float, default=1)
     s = commands.add_parser("scale")
     s.add_argument("--claims", type=int, default=100_000)
     s.add_argument("--callers", type=int, default=100)
+    st = commands.add_parser("scale-tasks")
+    st.add_argument("--tasks", type=int, default=100_000)
+    st.add_argument("--callers", type=int, default=100)
+    commands.add_parser("has-queues")
     args = parser.parse_args(argv)
     pin_self()
     if args.leg == "kernel":
         report(trio.run(kernel_claims, args.callers, args.seconds, args.warmup))
     elif args.leg == "scale":
         report(trio.run(scale_claims, args.claims, args.callers))
+    elif args.leg == "has-queues":
+        report({"queues": queue_ops() is not None})
+    elif args.leg == "tasks":
+        report(trio.run(kernel_tasks, args.callers, args.seconds, args.warmup))
+    elif args.leg == "scale-tasks":
+        report(trio.run(scale_tasks, args.tasks, args.callers))
 
 
 if __name__ == "__main__":

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 
-from .procs import CPU_LOAD, Processes, python
+from .procs import CPU_LOAD, ROOT, Processes, python
 
 
 def run(procs: Processes, args: list[str], timeout_s: float = 300) -> dict:
-    proc = procs.start(f"inprocess {args[0]}", [python(), "-m", "bench.inprocess", *args], cpu=CPU_LOAD)
+    # BENCH_SERVER_PYTHON (see targets.py) measures another checkout's kernel with this bench.
+    interpreter = os.environ.get("BENCH_SERVER_PYTHON") or python()
+    env = {"PYTHONPATH": str(ROOT)}
+    proc = procs.start(f"inprocess {args[0]}", [interpreter, "-m", "bench.inprocess", *args], cpu=CPU_LOAD, env=env)
     try:
         proc.popen.wait(timeout_s)
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 from . import inprocess_runner, queues
 from .harness import ClaimSession, RedisLockSession, drive
 from .procs import PINNED, RESULTS, ROOT, Processes, find_tool, missing_tool_message, pin_self
-from .report import INFO, NA, REFERENCE, Row, ms, n, table, verdict_at_least, verdict_at_most, write_json
+from .report import INFO, NA, REFERENCE, USABLE_CPUS, Row, ms, n, table, verdict_at_least, verdict_at_most, write_json
 from .takeover import takeover_retry_after, takeover_sdk_loop
 from .targets import Target, create_scope, data_root, journal_on_disk, start_ceiling, start_redis, start_runstate
 from .wrk import WrkResult, run_wrk
@@ -54,12 +55,13 @@ class Mode:
     takeover_keys: int
     sdk_keys: int
     redis_aof: bool
+    wake_samples: int
 
 
-QUICK = Mode("quick", wrk_s=4, reps=1, harness_s=3, warmup_s=0.5, kernel_s=3, kernel_reps=1,
-             scale_counts=(100_000,), takeover_keys=16, sdk_keys=8, redis_aof=False)
-FULL = Mode("full", wrk_s=10, reps=3, harness_s=6, warmup_s=1, kernel_s=6, kernel_reps=3,
-            scale_counts=(100_000, 1_000_000), takeover_keys=32, sdk_keys=16, redis_aof=True)
+QUICK = Mode("quick", wrk_s=2, reps=3, harness_s=3, warmup_s=0.5, kernel_s=3, kernel_reps=1,
+             scale_counts=(100_000,), takeover_keys=16, sdk_keys=8, redis_aof=False, wake_samples=100)
+FULL = Mode("full", wrk_s=6, reps=5, harness_s=6, warmup_s=1, kernel_s=6, kernel_reps=3,
+            scale_counts=(100_000, 1_000_000), takeover_keys=32, sdk_keys=16, redis_aof=True, wake_samples=400)
 
 
 class Bench:
@@ -73,12 +75,14 @@ class Bench:
         self.redis_server: str | None = None
         self.durable = False
         self.claim_targets: list[tuple[str, Target, float | None]] = []  # (label, server, target ratio)
+        self.ceiling: Target
+        self._has_queues: bool | None = None
 
     # -- servers ---------------------------------------------------------------------------------
 
     def start_servers(self) -> Target:
         """The ceiling and the claim-cycle servers; the WAL legs only when the WAL is on this branch."""
-        ceiling = start_ceiling(self.procs)
+        ceiling = self.ceiling = start_ceiling(self.procs)
         batch = start_runstate(self.procs, "fsync-batch", fsync="batch", data_root=data_root())
         asyncio.run(create_scope(batch, "probe"))
         self.durable = journal_on_disk(batch)
@@ -109,6 +113,7 @@ class Bench:
             return
         runs: dict[tuple[str, int], list[WrkResult]] = {}
         ratios: dict[tuple[str, int], list[float]] = {}
+        cost_ratios: dict[tuple[str, int], list[float]] = {}
         for _ in range(self.mode.reps):
             for connections in CONNECTIONS:
                 base = run_wrk(self.procs, self.wrk, ceiling.base_url, "ceiling.lua", [ceiling.space],
@@ -121,6 +126,7 @@ class Bench:
                                      connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
                     runs.setdefault((label, connections), []).append(result)
                     ratios.setdefault((label, connections), []).append(result.rps / base.rps)
+                    cost_ratios.setdefault((label, connections), []).append(per_cpu_s(result) / per_cpu_s(base))
         for connections in CONNECTIONS:
             base_runs = runs[("ceiling", connections)]
             base_rps = med(r.rps for r in base_runs)
@@ -135,9 +141,10 @@ class Bench:
                 rps = med(r.rps for r in results)
                 cycles = med(r.counters.get("cycles", 0) / r.duration_s for r in results)
                 ratio = med(ratios[(label, connections)])
+                cost_ratio = med(cost_ratios[(label, connections)])
                 refused = sum(r.counters.get("refused", 0) + r.errors for r in results)
                 figure = (f"{n(rps)} req/s = {n(cycles)} cycles/s, p50 {ms(med(r.p50_ms for r in results))}, "
-                          f"p99 {ms(med(r.p99_ms for r in results))}")
+                          f"p99 {ms(med(r.p99_ms for r in results))}; per server CPU-second {cost_ratio:.2f}")
                 if refused:
                     figure += f", {refused} refused"
                 self.rows.append(Row(
@@ -147,8 +154,13 @@ class Bench:
                     ratio=ratio,
                     target="-" if minimum is None else f">= {minimum:.2f}",
                     verdict=INFO if minimum is None else verdict_at_least(ratio, minimum),
-                    data={"runs": [r.as_dict() for r in results], "ratios": ratios[(label, connections)]},
+                    data={"runs": [r.as_dict() for r in results], "ratios": ratios[(label, connections)],
+                          "per_cpu_second_ratios": cost_ratios[(label, connections)]},
                 ))
+        self.notes.append(
+            "'per server CPU-second' is the ratio of requests per second of server CPU (the claim cycle's over "
+            "the ceiling's): unlike the throughput ratio it holds when other processes take CPU from the server."
+        )
         loads = [r.wrk_cpu for rs in runs.values() for r in rs]
         self.notes.append(f"wrk used at most {max(loads):.0%} of its core (a load generator near 100% would be the bottleneck).")
         if max(loads) > 0.85:
@@ -164,7 +176,7 @@ class Bench:
                     verdict=INFO,
                     data=result.as_dict(),
                 ))
-                self._note_harness(result)
+                self.note_harness(result)
 
     def _harness_claims(self, server: Target, connections: int):  # type: ignore[no-untyped-def]
         scope_id = asyncio.run(create_scope(server, "harness"))
@@ -175,7 +187,7 @@ class Bench:
         return asyncio.run(drive(f"claims {server.name}", make, concurrency=connections,
                                  duration_s=self.mode.harness_s, warmup_s=self.mode.warmup_s, server_pid=server.pid))
 
-    def _note_harness(self, result) -> None:  # type: ignore[no-untyped-def]
+    def note_harness(self, result) -> None:  # type: ignore[no-untyped-def]
         if result.harness_cpu > 0.85:
             self.notes.append(f"WARNING: the Python harness used {result.harness_cpu:.0%} of its core in "
                               f"'{result.name}' at {result.concurrency} conn: its figure is a floor.")
@@ -205,7 +217,7 @@ class Bench:
                     theirs = asyncio.run(drive(redis_target.name, make, concurrency=connections,
                                                duration_s=self.mode.harness_s, warmup_s=self.mode.warmup_s,
                                                server_pid=redis_target.pid))
-                    self._note_harness(theirs)
+                    self.note_harness(theirs)
                     kind = "appendfsync always" if aof else "no persistence"
                     self.rows.append(Row(
                         f"Peer: Redis Lock ({kind}) vs claim cycle {label}, {connections} conn",
@@ -244,13 +256,33 @@ class Bench:
         samples = [inprocess_runner.run(self.procs, ["kernel", "--seconds", str(self.mode.kernel_s)])
                    for _ in range(self.mode.kernel_reps)]
         rate = med(s["cycles_per_s"] for s in samples)
+        per_core = med(s["cycles_per_s"] / max(s["cpu"], 1e-6) for s in samples)
         self.rows.append(Row(
-            f"Kernel alone, claim cycles/s ({samples[0]['callers']} callers, 1 core)",
-            f"{n(rate)} cycles/s",
+            f"Kernel alone, claim cycles per CPU-second ({samples[0]['callers']} callers, 1 core)",
+            f"{n(per_core)} cycles/CPU-s ({n(rate)} cycles/s at {med(s['cpu'] for s in samples):.0%} of the core)",
             target=f">= {n(KERNEL_CLAIM_CYCLES_S)}",
-            verdict=verdict_at_least(rate, KERNEL_CLAIM_CYCLES_S),
+            verdict=verdict_at_least(per_core, KERNEL_CLAIM_CYCLES_S),
             data={"runs": samples},
         ))
+        if not self.has_queues():
+            self.rows.append(Row("Kernel alone, task lifecycles/s", "n/a: no queue operations on this branch yet", verdict=NA))
+            return
+        samples = [inprocess_runner.run(self.procs, ["tasks", "--seconds", str(self.mode.kernel_s)])
+                   for _ in range(self.mode.kernel_reps)]
+        rate = med(s["lifecycles_per_s"] for s in samples)
+        per_core = med(s["lifecycles_per_s"] / max(s["cpu"], 1e-6) for s in samples)
+        self.rows.append(Row(
+            f"Kernel alone, task lifecycles per CPU-second ({samples[0]['callers']} callers, 1 core)",
+            f"{n(per_core)} lifecycles/CPU-s ({n(rate)} lifecycles/s at {med(s['cpu'] for s in samples):.0%} of the core)",
+            target=f">= {n(KERNEL_TASK_LIFECYCLES_S)}",
+            verdict=verdict_at_least(per_core, KERNEL_TASK_LIFECYCLES_S),
+            data={"runs": samples},
+        ))
+
+    def has_queues(self) -> bool:
+        if self._has_queues is None:
+            self._has_queues = bool(inprocess_runner.run(self.procs, ["has-queues"])["queues"])
+        return self._has_queues
 
     def scale(self) -> None:
         for count in self.mode.scale_counts:
@@ -265,6 +297,30 @@ class Bench:
             ))
         if 1_000_000 not in self.mode.scale_counts:
             self.rows.append(Row("RSS per idle claim at 1,000,000", "full run only (make bench)", verdict=NA))
+        if not self.has_queues():
+            self.rows.append(Row("RSS per queued task", "n/a: no queue operations on this branch yet", verdict=NA))
+        else:
+            for count in self.mode.scale_counts:
+                result = inprocess_runner.run(self.procs, ["scale-tasks", "--tasks", str(count)], timeout_s=900)
+                per = result["bytes_per_task"]
+                self.rows.append(Row(
+                    f"RSS per queued task at {n(result['tasks'])} (in-process, no input)",
+                    f"{n(per)} B (+{n(result['rss_grown_bytes'] / 2**20, 1)} MiB over an empty kernel)",
+                    target=f"<= {n(BYTES_PER_QUEUED_TASK)} B",
+                    verdict=verdict_at_most(per, BYTES_PER_QUEUED_TASK),
+                    data=result,
+                ))
+            if 1_000_000 not in self.mode.scale_counts:
+                self.rows.append(Row("RSS per queued task at 1,000,000", "full run only (make bench)", verdict=NA))
+        self.recovery()
+
+    def recovery(self) -> None:
+        self.rows.append(Row("Recovery of a 1M-record log", "n/a: no WAL on this branch yet", verdict=NA))
+
+
+def per_cpu_s(result: WrkResult) -> float:
+    """Requests per second of server CPU: what a request costs, whatever else runs on the machine."""
+    return result.rps / max(result.server_cpu, 1e-6)
 
 
 def med(values) -> float:  # type: ignore[no-untyped-def]
@@ -284,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown legs: {', '.join(sorted(unknown))}")
     started = time.time()
+    load_before = os.getloadavg()[0]
     pin_self()
     print(f"bench: {mode.name} run, legs {', '.join(l for l in LEGS if l in legs)}"
           + ("" if PINNED else " (one core: servers and load generators share it)"), flush=True)
@@ -308,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             procs.stop_all()
             shutil.rmtree(data_root(), ignore_errors=True)
+    bench.notes.append(
+        f"Load average (1 min) {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end on "
+        f"{len(USABLE_CPUS)} cores: above about 2, other processes took CPU from this run and absolute figures suffer."
+    )
     print()
     print(table(bench.rows))
     for note in bench.notes:

@@ -44,7 +44,10 @@ def start_ceiling(procs: Processes) -> Target:
 
 def start_runstate(procs: Processes, name: str, *, fsync: str | None = None, data_root: str | None = None) -> Target:
     """`runstate serve` on a random port; with `fsync`, on a fresh data directory under `data_root`."""
-    args = [python(), "-m", "runstate.server.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
+    # BENCH_SERVER_PYTHON measures the server of another checkout (its venv's interpreter) with this
+    # bench, e.g. a branch before it is merged.
+    server_python = os.environ.get("BENCH_SERVER_PYTHON") or python()
+    args = [server_python, "-m", "runstate.server.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
     data_dir = None
     if fsync is not None:
         data_dir = tempfile.mkdtemp(prefix=f"{name}-", dir=data_root)
