@@ -56,12 +56,16 @@ class Mode:
     sdk_keys: int
     redis_aof: bool
     wake_samples: int
+    peer_reps: int
+    recovery_records: int
 
 
-QUICK = Mode("quick", wrk_s=2, reps=3, harness_s=3, warmup_s=0.5, kernel_s=3, kernel_reps=1,
-             scale_counts=(100_000,), takeover_keys=16, sdk_keys=8, redis_aof=False, wake_samples=100)
+QUICK = Mode("quick", wrk_s=2, reps=3, harness_s=2, warmup_s=0.5, kernel_s=3, kernel_reps=1,
+             scale_counts=(100_000,), takeover_keys=16, sdk_keys=8, redis_aof=False, wake_samples=100,
+             peer_reps=1, recovery_records=250_000)
 FULL = Mode("full", wrk_s=6, reps=5, harness_s=6, warmup_s=1, kernel_s=6, kernel_reps=3,
-            scale_counts=(100_000, 1_000_000), takeover_keys=32, sdk_keys=16, redis_aof=True, wake_samples=400)
+            scale_counts=(100_000, 1_000_000), takeover_keys=32, sdk_keys=16, redis_aof=True, wake_samples=400,
+            peer_reps=3, recovery_records=1_000_000)
 
 
 class Bench:
@@ -209,23 +213,26 @@ class Bench:
             redis_target = start_redis(self.procs, self.redis_server, appendfsync_always=aof, data_root=data_root())
             try:
                 for connections in CONNECTIONS:
-                    mine = self._harness_claims(ours, connections)
+                    pairs = []
+                    for _ in range(self.mode.peer_reps):
+                        mine = self._harness_claims(ours, connections)
 
-                    async def make(i: int) -> RedisLockSession:
-                        return await RedisLockSession(redis_target, i).open()
+                        async def make(i: int) -> RedisLockSession:
+                            return await RedisLockSession(redis_target, i).open()
 
-                    theirs = asyncio.run(drive(redis_target.name, make, concurrency=connections,
-                                               duration_s=self.mode.harness_s, warmup_s=self.mode.warmup_s,
-                                               server_pid=redis_target.pid))
-                    self.note_harness(theirs)
+                        theirs = asyncio.run(drive(redis_target.name, make, concurrency=connections,
+                                                   duration_s=self.mode.harness_s, warmup_s=self.mode.warmup_s,
+                                                   server_pid=redis_target.pid))
+                        self.note_harness(theirs)
+                        pairs.append((mine, theirs))
                     kind = "appendfsync always" if aof else "no persistence"
                     self.rows.append(Row(
                         f"Peer: Redis Lock ({kind}) vs claim cycle {label}, {connections} conn",
-                        f"ours {n(mine.cycles_per_s)} cycles/s, p50 {ms(mine.p50_ms)}",
-                        reference=f"Redis {n(theirs.cycles_per_s)} cycles/s, p50 {ms(theirs.p50_ms)}",
-                        ratio=mine.cycles_per_s / theirs.cycles_per_s,
+                        f"ours {n(med(m.cycles_per_s for m, _ in pairs))} cycles/s, p50 {ms(med(m.p50_ms for m, _ in pairs))}",
+                        reference=f"Redis {n(med(t.cycles_per_s for _, t in pairs))} cycles/s, p50 {ms(med(t.p50_ms for _, t in pairs))}",
+                        ratio=med(m.cycles_per_s / t.cycles_per_s for m, t in pairs),
                         verdict=INFO,
-                        data={"ours": mine.as_dict(), "redis": theirs.as_dict()},
+                        data={"ours": [m.as_dict() for m, _ in pairs], "redis": [t.as_dict() for _, t in pairs]},
                     ))
             finally:
                 self.procs.stop(redis_target.proc)
