@@ -7,6 +7,10 @@
 - `scale`: resident memory per idle claim: N claims acquired with a long lease and left alone,
   measured as the growth of the process's RSS over an empty kernel (after a full collection).
 - `scale-tasks`: the same per queued task (submitted with no input, nobody receiving).
+- `recovery`: writes a WAL of N records (claim acquires, renewals and releases, 60/25/15 %, with
+  the writer in bench/_logs.py) and times `open_store` on it in a fresh process (`recover`): read
+  and verify every frame, replay through the state machines, record the boot, as `runstate serve
+  --data-dir` does at start.
 
 Each prints one JSON line, `BENCH_JSON {...}`, that bench/run.py reads.
 """
@@ -209,6 +213,47 @@ async def scale_tasks(count: int, callers: int) -> dict:
     return await _with_kernel(body)
 
 
+def has_wal() -> bool:
+    try:
+        from runstate.snapshots import open_store  # noqa: F401
+
+        from . import _logs  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def write_log(records: int, directory: str) -> dict:
+    from ._logs import write_claims_log
+
+    claims = int(records * 0.6)
+    renews = int(records * 0.25)
+    began = time.perf_counter()
+    # Two records more than asked: the boot and the scope come first.
+    written = write_claims_log(directory, claims, renews=renews, releases=records - claims - renews - 2)
+    return {"records": written, "write_s": time.perf_counter() - began}
+
+
+async def recover(directory: str) -> dict:
+    import resource
+
+    from runstate.snapshots import open_store
+
+    began, cpu_began = time.perf_counter(), time.process_time()
+    store = await open_store(directory, fsync="always")
+    took, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+    report_ = store.report
+    store.close()
+    return {
+        "seconds": took,
+        "cpu_s": cpu,
+        "replayed": report_.records,
+        "snapshot_lsn": report_.snapshot_lsn,
+        "wal_bytes": report_.wal_bytes,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="leg", required=True)
@@ -227,6 +272,12 @@ def main(argv: list[str] | None = None) -> None:
     st.add_argument("--tasks", type=int, default=100_000)
     st.add_argument("--callers", type=int, default=100)
     commands.add_parser("has-queues")
+    commands.add_parser("has-wal")
+    w = commands.add_parser("write-log")
+    w.add_argument("--records", type=int, default=1_000_000)
+    w.add_argument("directory")
+    r = commands.add_parser("recover")
+    r.add_argument("directory")
     args = parser.parse_args(argv)
     pin_self()
     if args.leg == "kernel":
@@ -235,6 +286,12 @@ def main(argv: list[str] | None = None) -> None:
         report(trio.run(scale_claims, args.claims, args.callers))
     elif args.leg == "has-queues":
         report({"queues": queue_ops() is not None})
+    elif args.leg == "has-wal":
+        report({"wal": has_wal()})
+    elif args.leg == "write-log":
+        report(write_log(args.records, args.directory))
+    elif args.leg == "recover":
+        report(trio.run(recover, args.directory))
     elif args.leg == "tasks":
         report(trio.run(kernel_tasks, args.callers, args.seconds, args.warmup))
     elif args.leg == "scale-tasks":
