@@ -13,13 +13,15 @@ import asyncio
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Protocol, TypeVar
 
 import orjson
 
 from .client import Connection
 from .procs import cpu_seconds
 from .targets import Target
+
+T = TypeVar("T")
 
 
 class Session(Protocol):
@@ -161,6 +163,15 @@ class RedisLockSession:
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+# No leg driven from asyncio may take longer than this, whatever a server does.
+LEG_TIMEOUT_S = 300
+
+
+def run_bounded(coroutine: Awaitable[T]) -> T:
+    """`asyncio.run(coroutine)`, cancelled after LEG_TIMEOUT_S."""
+    return asyncio.run(asyncio.wait_for(coroutine, LEG_TIMEOUT_S))
 
 
 def median(values: list[float]) -> float:

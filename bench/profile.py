@@ -15,7 +15,6 @@ the time the server was busy.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
@@ -25,8 +24,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from .harness import run_bounded
 from .procs import CPU_LOAD, RESULTS, Processes, find_tool, missing_tool_message, pin_self
-from .targets import create_scope, data_root, journal_on_disk, start_runstate
+from .targets import create_scope, data_root, journal_on_disk, remove_data_root, start_runstate
 from .wrk import run_wrk
 
 NAME = "profile-claim-cycle"
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Processes() as procs:
             server = start_runstate(procs, "profiled", fsync="batch", data_root=data_root())
-            scope_id = asyncio.run(create_scope(server, "profile"))
+            scope_id = run_bounded(create_scope(server, "profile"))
             mode = "--fsync batch" if journal_on_disk(server) else "in memory (no WAL on this branch)"
             print(f"profile: claim cycle, {mode}, {args.connections} conn, {args.seconds:g} s", flush=True)
             spy = procs.start(
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("py-spy failed (it needs ptrace: run as root or with CAP_SYS_PTRACE):\n" + "\n".join(spy.lines[-20:]), file=sys.stderr)
                 return 1
     finally:
-        shutil.rmtree(data_root(), ignore_errors=True)
+        remove_data_root()
     speedscope = json.loads(out.read_text())
     (RESULTS / f"{NAME}.folded").write_text(folded(speedscope))
     header = (

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from .client import Connection
-from .harness import HarnessResult, drive, percentile
+from .harness import HarnessResult, drive, percentile, run_bounded
 from .report import INFO, NA, Row, ms, n, verdict_at_most
 from .takeover import parse_ms
 from .targets import Target, create_scope
@@ -212,7 +212,7 @@ def run(bench: "Bench") -> list[Row]:
     from .run import TAKEOVER_MS, WAKEUP_P50_MS
 
     label, server, _ = bench.claim_targets[0]
-    if not asyncio.run(has_queues(server)):
+    if not run_bounded(has_queues(server)):
         reason = "n/a: no mailbox or task routes on this branch yet"
         return [
             Row("Task lifecycle over HTTP (submit, recv, complete, result)", reason, verdict=NA),
@@ -225,7 +225,7 @@ def run(bench: "Bench") -> list[Row]:
     targets = bench.claim_targets if mode.name == "full" else bench.claim_targets[:1]
     for target_label, target, _ in targets:
         for connections in (1, 16):
-            tasks, base = asyncio.run(task_lifecycle(target, bench.ceiling, connections, mode.harness_s, mode.warmup_s))
+            tasks, base = run_bounded(task_lifecycle(target, bench.ceiling, connections, mode.harness_s, mode.warmup_s))
             bench.note_harness(tasks)
             bench.note_harness(base)
             rps = tasks.cycles_per_s * 4
@@ -237,7 +237,7 @@ def run(bench: "Bench") -> list[Row]:
                 verdict=INFO,
                 data={"tasks": tasks.as_dict(), "ceiling": base.as_dict()},
             ))
-    wake = asyncio.run(wake_up(server, mode.wake_samples))
+    wake = run_bounded(wake_up(server, mode.wake_samples))
     rows.append(Row(
         f"Wake-up: send to a waiting recv, {label}",
         f"p50 {ms(wake['p50_ms'])}, p99 {ms(wake['p99_ms'])} ({wake['samples']} sends)",
@@ -245,7 +245,7 @@ def run(bench: "Bench") -> list[Row]:
         verdict=verdict_at_most(wake["p50_ms"], WAKEUP_P50_MS),
         data=wake,
     ))
-    takeover = asyncio.run(delivery_takeover(server, mode.takeover_keys))
+    takeover = run_bounded(delivery_takeover(server, mode.takeover_keys))
     rows.append(Row(
         f"Takeover of a delivery, {label} (waiting long-poll recv)",
         f"p50 {ms(takeover['p50_ms'])}, p99 {ms(takeover['p99_ms'])} after expiry ({takeover['samples']} leases)",

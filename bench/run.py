@@ -9,7 +9,6 @@ See README "Benchmarks" for what each leg means and the targets.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import statistics
@@ -21,11 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import inprocess_runner, queues
-from .harness import ClaimSession, RedisLockSession, drive
+from .harness import ClaimSession, RedisLockSession, drive, run_bounded
 from .procs import PINNED, RESULTS, ROOT, Processes, find_tool, missing_tool_message, pin_self
 from .report import INFO, NA, REFERENCE, USABLE_CPUS, Row, ms, n, table, verdict_at_least, verdict_at_most, write_json
 from .takeover import takeover_retry_after, takeover_sdk_loop
-from .targets import Target, create_scope, data_root, journal_on_disk, start_ceiling, start_redis, start_runstate
+from .targets import (
+    Target,
+    create_scope,
+    data_root,
+    journal_on_disk,
+    remove_data_root,
+    start_ceiling,
+    start_redis,
+    start_runstate,
+)
 from .wrk import WrkResult, run_wrk
 
 # The targets (README "Performance" and issue 5). They live here and in the README, never in tests.
@@ -85,11 +93,11 @@ class Bench:
 
     # -- servers ---------------------------------------------------------------------------------
 
-    def start_servers(self) -> Target:
+    def start_servers(self) -> None:
         """The ceiling and the claim-cycle servers; the WAL legs only when the WAL is on this branch."""
-        ceiling = self.ceiling = start_ceiling(self.procs)
+        self.ceiling = start_ceiling(self.procs)
         batch = start_runstate(self.procs, "fsync-batch", fsync="batch", data_root=data_root())
-        asyncio.run(create_scope(batch, "probe"))
+        run_bounded(create_scope(batch, "probe"))
         self.durable = journal_on_disk(batch)
         if self.durable:
             always = start_runstate(self.procs, "fsync-always", fsync="always", data_root=data_root())
@@ -108,11 +116,11 @@ class Bench:
                 "No WAL on this branch (--data-dir writes nothing): the claim cycle runs on the in-memory "
                 "server and is held to the --fsync batch target; the --fsync always leg is n/a."
             )
-        return ceiling
 
     # -- legs ------------------------------------------------------------------------------------
 
-    def http(self, ceiling: Target) -> None:
+    def http(self) -> None:
+        ceiling = self.ceiling
         if self.wrk is None:
             self.rows.append(Row("HTTP ceiling and claim cycle (wrk)", missing_tool_message("wrk", "wrk"), verdict=NA))
             return
@@ -125,7 +133,7 @@ class Bench:
                                connections=connections, duration_s=self.mode.wrk_s, server_pid=ceiling.pid)
                 runs.setdefault(("ceiling", connections), []).append(base)
                 for label, server, _ in self.claim_targets:
-                    scope_id = asyncio.run(create_scope(server, "wrk"))
+                    scope_id = run_bounded(create_scope(server, "wrk"))
                     result = run_wrk(self.procs, self.wrk, server.base_url, "claim_cycle.lua",
                                      [server.space, scope_id, server.api_key],
                                      connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
@@ -184,12 +192,12 @@ class Bench:
                 self.note_harness(result)
 
     def _harness_claims(self, server: Target, connections: int):  # type: ignore[no-untyped-def]
-        scope_id = asyncio.run(create_scope(server, "harness"))
+        scope_id = run_bounded(create_scope(server, "harness"))
 
         async def make(i: int) -> ClaimSession:
             return await ClaimSession(server, scope_id, i).open()
 
-        return asyncio.run(drive(f"claims {server.name}", make, concurrency=connections,
+        return run_bounded(drive(f"claims {server.name}", make, concurrency=connections,
                                  duration_s=self.mode.harness_s, warmup_s=self.mode.warmup_s, server_pid=server.pid))
 
     def note_harness(self, result) -> None:  # type: ignore[no-untyped-def]
@@ -221,7 +229,7 @@ class Bench:
                         async def make(i: int) -> RedisLockSession:
                             return await RedisLockSession(redis_target, i).open()
 
-                        theirs = asyncio.run(drive(redis_target.name, make, concurrency=connections,
+                        theirs = run_bounded(drive(redis_target.name, make, concurrency=connections,
                                                    duration_s=self.mode.harness_s, warmup_s=self.mode.warmup_s,
                                                    server_pid=redis_target.pid))
                         self.note_harness(theirs)
@@ -241,7 +249,7 @@ class Bench:
 
     def takeover(self) -> None:
         label, server, _ = self.claim_targets[0]
-        fast = asyncio.run(takeover_retry_after(server, self.mode.takeover_keys))
+        fast = run_bounded(takeover_retry_after(server, self.mode.takeover_keys))
         self.rows.append(Row(
             f"Takeover of a claim, {label} (retry at Retry-After)",
             f"p50 {ms(fast['p50_ms'])}, p99 {ms(fast['p99_ms'])} after expiry ({fast['samples']} leases)",
@@ -249,7 +257,7 @@ class Bench:
             verdict=verdict_at_most(fast["p99_ms"], TAKEOVER_MS),
             data=fast,
         ))
-        slow = asyncio.run(takeover_sdk_loop(server, self.mode.sdk_keys))
+        slow = run_bounded(takeover_sdk_loop(server, self.mode.sdk_keys))
         self.rows.append(Row(
             f"Takeover of a claim, {label} (SDK wait loop, 0.225-0.375 s polls)",
             f"p50 {ms(slow['p50_ms'])}, p99 {ms(slow['p99_ms'])} after expiry ({slow['samples']} leases)",
@@ -340,7 +348,7 @@ class Bench:
             f"Recovery of a {n(written['records'])}-record WAL (open_store, fresh process)",
             f"{seconds:.2f} s ({result['cpu_s']:.2f} CPU-s) = {n(result['replayed'] / seconds)} records/s, "
             f"peak RSS {n(result['peak_rss_mib'])} MiB",
-            target=f"<= {limit:.1f} s" + ("" if written["records"] >= 1_000_000 else f" (10 s per 1M)"),
+            target=f"<= {limit:.1f} s" + ("" if written["records"] >= 1_000_000 else " (10 s per 1M)"),
             verdict=verdict_at_most(seconds, limit),
             data={**written, **result},
         ))
@@ -379,10 +387,10 @@ def main(argv: list[str] | None = None) -> int:
             if legs & {"http", "latency", "peer", "takeover", "queues"}:
                 bench.wrk = find_tool("wrk", "wrk") if "http" in legs else None
                 bench.redis_server = find_tool("redis-server", "redis-server") if "peer" in legs else None
-                ceiling = bench.start_servers()
+                bench.start_servers()
                 for leg in ("http", "latency", "peer", "takeover", "queues"):
                     if leg in legs:
-                        step(bench, leg, lambda leg=leg: bench.http(ceiling) if leg == "http" else getattr(bench, leg)())
+                        step(bench, leg, getattr(bench, leg))
                 procs.stop_all()
             for leg in ("kernel", "scale"):
                 if leg in legs:
@@ -392,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             status = 130
         finally:
             procs.stop_all()
-            shutil.rmtree(data_root(), ignore_errors=True)
+            remove_data_root()
     bench.notes.append(
         f"Load average (1 min) {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end on "
         f"{len(USABLE_CPUS)} cores: above about 2, other processes took CPU from this run and absolute figures suffer."

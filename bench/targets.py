@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -126,8 +127,25 @@ def start_redis(procs: Processes, redis_server: str, *, appendfsync_always: bool
     return Target(name, f"redis://127.0.0.1:{port}/0", proc, data_dir=workdir)
 
 
+_data_root: str | None = None
+
+
 def data_root() -> str:
-    """Where data directories go: on the disk the repository is on (not a tmpfs), so fsync is real."""
-    root = os.environ.get("BENCH_DATA_DIR") or str(Path(__file__).resolve().parent / "results" / "data")
-    os.makedirs(root, exist_ok=True)
-    return root
+    """A fresh directory for this run's data directories, removed with `remove_data_root()`.
+
+    It is made on the disk the repository is on (not a tmpfs, where fsync costs nothing), under
+    bench/results/, or under `BENCH_DATA_DIR` when that is set.
+    """
+    global _data_root
+    if _data_root is None or not os.path.isdir(_data_root):
+        base = os.environ.get("BENCH_DATA_DIR") or str(Path(__file__).resolve().parent / "results")
+        os.makedirs(base, exist_ok=True)
+        _data_root = tempfile.mkdtemp(prefix="data-", dir=base)
+    return _data_root
+
+
+def remove_data_root() -> None:
+    global _data_root
+    if _data_root is not None:
+        shutil.rmtree(_data_root, ignore_errors=True)
+        _data_root = None
