@@ -6,7 +6,10 @@ writes under bench/results/:
 
 - `profile-claim-cycle.speedscope.json`: open it at speedscope.app (or any speedscope viewer);
 - `profile-claim-cycle.folded`: the same stacks in the folded format of flamegraph.pl / inferno;
-- `profile-claim-cycle.txt`: the top functions by own time and by cumulative time.
+- `profile-claim-cycle.txt`: own time by package, and the top functions by own time and by
+  cumulative time;
+- the same three for the kernel alone (`profile-kernel-claims.*`): the in-process claim-cycle leg
+  (bench/inprocess.py kernel) under py-spy, no HTTP.
 
 Idle samples (the event loop waiting in epoll) are left out by py-spy, so the percentages are of
 the time the server was busy.
@@ -30,6 +33,8 @@ from .targets import create_scope, data_root, journal_on_disk, remove_data_root,
 from .wrk import run_wrk
 
 NAME = "profile-claim-cycle"
+KERNEL_NAME = "profile-kernel-claims"
+PTRACE_HINT = "py-spy failed (it needs ptrace: run as root or with CAP_SYS_PTRACE)"
 
 
 def summarize(speedscope: dict, top: int = 30) -> str:
@@ -102,22 +107,21 @@ def _name(frame: dict) -> str:
     return f"{frame.get('name', '?')} ({path})"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=20)
-    parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
-    args = parser.parse_args(argv)
-    pin_self()
+def write_outputs(name: str, speedscope_path: Path, header: str) -> str:
+    speedscope = json.loads(speedscope_path.read_text())
+    (RESULTS / f"{name}.folded").write_text(folded(speedscope))
+    summary = header + summarize(speedscope)
+    (RESULTS / f"{name}.txt").write_text(summary)
+    print(summary)
+    print(f"profile: wrote {speedscope_path}, {RESULTS / (name + '.folded')} and {RESULTS / (name + '.txt')}\n")
+    return summary
+
+
+def profile_server(py_spy: str, args: argparse.Namespace) -> int:
     wrk = find_tool("wrk", "wrk")
     if wrk is None:
         print(missing_tool_message("wrk", "wrk"), file=sys.stderr)
         return 2
-    py_spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
-    if py_spy is None:
-        print("py-spy not found: pip install -e '.[bench]' (make profile does)", file=sys.stderr)
-        return 2
-    RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{NAME}.speedscope.json"
     try:
         with Processes() as procs:
@@ -136,22 +140,62 @@ def main(argv: list[str] | None = None) -> int:
                              connections=args.connections, duration_s=args.seconds, server_pid=server.pid)
             spy.popen.wait(60)
             if spy.popen.returncode != 0 or not out.exists():
-                print("py-spy failed (it needs ptrace: run as root or with CAP_SYS_PTRACE):\n" + "\n".join(spy.lines[-20:]), file=sys.stderr)
+                print(PTRACE_HINT + "\n" + "\n".join(spy.lines[-20:]), file=sys.stderr)
                 return 1
     finally:
         remove_data_root()
-    speedscope = json.loads(out.read_text())
-    (RESULTS / f"{NAME}.folded").write_text(folded(speedscope))
-    header = (
+    write_outputs(NAME, out, (
         f"Claim cycle ({mode}) under wrk, {args.connections} connections, {args.seconds:g} s: "
         f"{result.rps:,.0f} req/s while sampled at {args.rate} Hz (py-spy), "
         f"server CPU {result.server_cpu:.0%} of a core.\n"
-    )
-    summary = header + summarize(speedscope)
-    (RESULTS / f"{NAME}.txt").write_text(summary)
-    print(summary)
-    print(f"profile: wrote {out}, {RESULTS / (NAME + '.folded')} and {RESULTS / (NAME + '.txt')}")
+    ))
     return 0
+
+
+def profile_kernel(py_spy: str, args: argparse.Namespace) -> int:
+    """The kernel-alone leg (claim cycles through actors/ops.py, no HTTP) under py-spy."""
+    out = RESULTS / f"{KERNEL_NAME}.speedscope.json"
+    print(f"profile: kernel alone, claim cycles, {args.seconds:g} s", flush=True)
+    with Processes() as procs:
+        spy = procs.start(
+            "py-spy",
+            [py_spy, "record", "--rate", str(args.rate), "--format", "speedscope", "--output", str(out), "--",
+             sys.executable, "-m", "bench.inprocess", "kernel", "--seconds", str(args.seconds), "--warmup", "0.5"],
+            cpu=CPU_LOAD,
+        )
+        spy.popen.wait(args.seconds + 120)
+        line = next((l for l in spy.lines if l.startswith("BENCH_JSON ")), None)
+        if spy.popen.returncode != 0 or not out.exists() or line is None:
+            print(PTRACE_HINT + "\n" + "\n".join(spy.lines[-20:]), file=sys.stderr)
+            return 1
+    result = json.loads(line.split(" ", 1)[1])
+    write_outputs(KERNEL_NAME, out, (
+        f"Kernel alone: {result['callers']} callers, {result['cycles_per_s']:,.0f} claim cycles/s at "
+        f"{result['cpu']:.0%} of a core while sampled at {args.rate} Hz (py-spy; warm-up and start included).\n"
+    ))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--what", default="server,kernel", help="server (claim cycle under wrk), kernel (kernel alone), or both")
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    args = parser.parse_args(argv)
+    pin_self()
+    py_spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+    if py_spy is None:
+        print("py-spy not found: pip install -e '.[bench]' (make profile does)", file=sys.stderr)
+        return 2
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    status = 0
+    what = {w.strip() for w in args.what.split(",")}
+    if "server" in what:
+        status = profile_server(py_spy, args) or status
+    if "kernel" in what:
+        status = profile_kernel(py_spy, args) or status
+    return status
 
 
 if __name__ == "__main__":
