@@ -95,9 +95,10 @@ def git_commit(root: Path) -> str | None:
         return None
 
 
-def write_json(path: Path, mode: str, rows: list[Row], notes: list[str], started: float, root: Path) -> None:
+def write_json(path: Path, mode: str, rows: list[Row], notes: list[str], started: float, root: Path, *, complete: bool = True) -> None:
     document = {
         "mode": mode,
+        "complete": complete,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "elapsed_s": round(time.time() - started, 1),
         "commit": git_commit(root),

@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(bench.rows))
     for note in bench.notes:
         print(f"- {note}")
-    write_json(Path(args.json), mode.name, bench.rows, bench.notes, started, ROOT)
+    write_json(Path(args.json), mode.name, bench.rows, bench.notes, started, ROOT, complete=status != 130)
     print(f"\nbench: {time.time() - started:.0f} s; results in {args.json}")
     if any(r.verdict == "error" for r in bench.rows):
         status = status or 1
