@@ -38,24 +38,33 @@ PTRACE_HINT = "py-spy failed (it needs ptrace: run as root or with CAP_SYS_PTRAC
 
 
 def summarize(speedscope: dict, top: int = 30) -> str:
+    """Own time by package and the top functions, for the busiest thread (the event loop).
+
+    Other threads (trio's worker threads, which run the journal's writes and fsyncs) are listed
+    with their share of the samples only: their waits would drown the event loop's figures.
+    """
     frames = speedscope["shared"]["frames"]
+    profiles = sorted(speedscope["profiles"], key=lambda p: -sum(p["weights"]))
+    everything = sum(sum(p["weights"]) for p in profiles) or 1.0
+    lines = ["Samples by thread:"]
+    lines += [f"  {100 * sum(p['weights']) / everything:5.1f}%  {p['name']}" for p in profiles]
+    loop = profiles[0]
     own: Counter[str] = Counter()
     cumulative: Counter[str] = Counter()
     total = 0.0
-    count = 0
-    for profile in speedscope["profiles"]:
-        for stack, weight in zip(profile["samples"], profile["weights"]):
-            total += weight
-            count += 1
-            names = [_name(frames[i]) for i in stack]
-            if names:
-                own[names[-1]] += weight
-            for name in set(names):
-                cumulative[name] += weight
+    for stack, weight in zip(loop["samples"], loop["weights"]):
+        total += weight
+        names = [_name(frames[i]) for i in stack]
+        if names:
+            own[names[-1]] += weight
+        for name in set(names):
+            cumulative[name] += weight
+    total = total or 1.0
     packages: Counter[str] = Counter()
     for name, weight in own.items():
         packages[_package(name)] += weight
-    lines = [f"{count} samples, {total:.1f} s busy (idle time excluded)", "", "Own time by package:"]
+    lines += ["", f"In {loop['name']}: {len(loop['samples'])} samples, {total:.1f} s busy (idle time excluded)"]
+    lines += ["", "Own time by package:"]
     lines += [f"  {100 * w / total:5.1f}%  {name}" for name, w in packages.most_common()]
     lines += ["", f"Top {top} functions by own time:"]
     lines += [f"  {100 * w / total:5.1f}%  {name}" for name, w in own.most_common(top)]
@@ -74,6 +83,8 @@ def folded(speedscope: dict) -> str:
 
 
 _LIBRARY = re.compile(r"/lib/python3\.\d+/(site-packages/)?")
+# Our packages, in this checkout or another one (BENCH_SERVER_PYTHON).
+_OURS = re.compile(r"/(server|actors|snapshots|sdk|bench)/(\w+/)*\w+\.py$")
 
 _PACKAGES = (
     ("server/", "runstate server (server/)"),
@@ -100,10 +111,11 @@ def _name(frame: dict) -> str:
     function is one entry however many of its lines were sampled)."""
     path = frame.get("file") or "?"
     library = _LIBRARY.search(path)
+    ours = _OURS.search(path)
     if library:
         path = path[library.end():]
-    else:
-        path = path.replace(str(Path(__file__).resolve().parent.parent) + "/", "")
+    elif ours:
+        path = path[ours.start() + 1:]
     return f"{frame.get('name', '?')} ({path})"
 
 
