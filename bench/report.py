@@ -49,7 +49,7 @@ def ms(value: float) -> str:
 def table(rows: list[Row]) -> str:
     header = ("leg", "figure", "reference", "ratio", "target", "verdict")
     cells = [header] + [
-        (r.leg, r.figure, r.reference, "-" if r.ratio is None else f"{r.ratio:.2f}", r.target, r.verdict) for r in rows
+        (r.leg, r.figure, r.reference, "-" if r.ratio is None else f"{r.ratio:.3f}", r.target, r.verdict) for r in rows
     ]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     lines = []

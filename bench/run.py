@@ -2,7 +2,8 @@
 
 Every leg is measured in the same run as its reference, and compared as a ratio, because absolute
 figures drift on shared machines. Throughput legs alternate between the reference and the measured
-server inside each repetition, and the ratio is taken per repetition (median over repetitions).
+servers inside each repetition (in reverse order every other repetition), and the ratio is taken
+per repetition (median over repetitions).
 See README "Benchmarks" for what each leg means and the targets.
 """
 
@@ -127,16 +128,28 @@ class Bench:
         runs: dict[tuple[str, int], list[WrkResult]] = {}
         ratios: dict[tuple[str, int], list[float]] = {}
         cost_ratios: dict[tuple[str, int], list[float]] = {}
-        for _ in range(self.mode.reps):
+        for rep in range(self.mode.reps):
             for connections in CONNECTIONS:
-                base = run_wrk(self.procs, self.wrk, ceiling.base_url, "ceiling.lua", [ceiling.space],
-                               connections=connections, duration_s=self.mode.wrk_s, server_pid=ceiling.pid)
-                runs.setdefault(("ceiling", connections), []).append(base)
-                for label, server, _ in self.claim_targets:
+                # A B C ceiling, then ceiling C B A...: each server is on average as far in time
+                # from the ceiling run it is compared with.
+                order = [None, *self.claim_targets]
+                if rep % 2:
+                    order.reverse()
+                measured: dict[str, WrkResult] = {}
+                for entry in order:
+                    if entry is None:
+                        measured["ceiling"] = run_wrk(
+                            self.procs, self.wrk, ceiling.base_url, "ceiling.lua", [ceiling.space],
+                            connections=connections, duration_s=self.mode.wrk_s, server_pid=ceiling.pid)
+                        continue
+                    label, server, _ = entry
                     scope_id = run_bounded(create_scope(server, "wrk"))
-                    result = run_wrk(self.procs, self.wrk, server.base_url, "claim_cycle.lua",
-                                     [server.space, scope_id, server.api_key],
-                                     connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
+                    measured[label] = run_wrk(
+                        self.procs, self.wrk, server.base_url, "claim_cycle.lua", [server.space, scope_id, server.api_key],
+                        connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
+                base = measured.pop("ceiling")
+                runs.setdefault(("ceiling", connections), []).append(base)
+                for label, result in measured.items():
                     runs.setdefault((label, connections), []).append(result)
                     ratios.setdefault((label, connections), []).append(result.rps / base.rps)
                     cost_ratios.setdefault((label, connections), []).append(per_cpu_s(result) / per_cpu_s(base))
