@@ -1,9 +1,17 @@
-"""The `runstate` command: `runstate serve`.
+"""The `runstate` command: `runstate serve`, `runstate check`.
 
 Examples:
     runstate serve                              # 127.0.0.1:8080, state in memory
+    runstate serve --data-dir /var/lib/runstate # durable: WAL + snapshots, recovered at start
     runstate serve --port 9000
     RUNSTATE_API_KEY=rs_dev runstate serve      # accept this key for space "default"
+    runstate check --data-dir /var/lib/runstate # verify a data directory offline
+
+The data directory comes from `--data-dir`, else the environment variable RUNSTATE_DATA_DIR; with
+neither the server keeps its state in memory only (and says so at start). There is deliberately no
+implicit directory such as `./.runstate`: two servers started in one folder would contend for it,
+and a server that silently wrote into whatever folder it was started from would surprise as much
+as one that silently lost everything. Production runs pass one.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import Sequence
 
 import trio
 
+from ..snapshots import RecoveryError, StoreLocked, check
 from .serve import serve
 from .settings import FSYNC_POLICIES, Settings
 
@@ -45,8 +54,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one (default 8080)")
-    serve_cmd.add_argument("--data-dir", default=None, help="directory for the journal and snapshots")
-    serve_cmd.add_argument("--fsync", choices=FSYNC_POLICIES, default="always", help="when to fsync the journal (default always)")
+    serve_cmd.add_argument(
+        "--data-dir",
+        default=os.environ.get("RUNSTATE_DATA_DIR") or None,
+        help="directory for the journal and snapshots (default $RUNSTATE_DATA_DIR; none: in memory only)",
+    )
+    serve_cmd.add_argument(
+        "--fsync",
+        choices=FSYNC_POLICIES,
+        default="always",
+        help="always: answer after fsync (default); batch: fsync every few ms, answer after it; "
+        "off: answer after the write, no fsync (survives a killed process, not a power cut)",
+    )
+    check_cmd = commands.add_parser(
+        "check",
+        help="verify a data directory offline",
+        description="Verify a data directory without changing it and print what it holds. "
+        "Exits 1 when a server would refuse to start on it.",
+    )
+    check_cmd.add_argument("--data-dir", default=os.environ.get("RUNSTATE_DATA_DIR") or None, required=False)
     return parser
 
 
@@ -79,7 +105,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             trio.run(serve, settings, _key_announcer(settings))
         except KeyboardInterrupt:
             pass
+        except (RecoveryError, StoreLocked) as error:
+            print(f"runstate: cannot start: {error}", file=sys.stderr, flush=True)
+            return 1
         return 0
+    if args.command == "check":
+        if not args.data_dir:
+            print("runstate check: give --data-dir (or set RUNSTATE_DATA_DIR)", file=sys.stderr)
+            return 2
+        report = check(args.data_dir)
+        print(report.format(), flush=True)
+        return 0 if report.ok else 1
     return 2
 
 

@@ -37,4 +37,11 @@ async def serve(settings: Settings, on_new_key: NewKeyHandler | None = None, *, 
                 print(f"runstate: serving on {bind}", flush=True)
             task_status.started(binds)
 
-    await hypercorn_serve(app, hypercorn_config(settings), task_status=_Status())  # type: ignore[arg-type]
+    await hypercorn_serve(
+        app,
+        hypercorn_config(settings),
+        shutdown_trigger=app.runtime.stopped.wait,
+        task_status=_Status(),  # type: ignore[arg-type]
+    )
+    if app.runtime.fatal is not None:  # the data directory could not be used: say why, exit non-zero
+        raise app.runtime.fatal
