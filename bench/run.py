@@ -75,7 +75,7 @@ QUICK = Mode("quick", wrk_s=2, reps=3, harness_s=2, warmup_s=0.5, kernel_s=3, ke
              peer_reps=1, recovery_records=250_000)
 FULL = Mode("full", wrk_s=3, reps=8, harness_s=6, warmup_s=1, kernel_s=6, kernel_reps=3,
             scale_counts=(100_000, 1_000_000), takeover_keys=32, sdk_keys=16, redis_aof=True, wake_samples=400,
-            peer_reps=3, recovery_records=1_000_000)
+            peer_reps=2, recovery_records=1_000_000)
 
 
 class Bench:
