@@ -24,6 +24,7 @@ from ..actors.ids import IdSource
 from ..actors.kernel import Kernel
 from ..actors.keys import new_secret
 from ..actors.ops import ClaimOps, KeyOps, ScopeOps
+from ..actors.queue_ops import MailboxOps, MessageOps, TaskOps
 from ..actors.state import KernelState
 from ..snapshots import RecoveryError, StoreLocked, open_store
 from .errors import ApiError
@@ -53,6 +54,9 @@ class Runtime:
         self.keys: KeyOps
         self.scopes: ScopeOps
         self.claims: ClaimOps
+        self.mailboxes: MailboxOps
+        self.messages: MessageOps
+        self.tasks: TaskOps
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -90,6 +94,7 @@ class Runtime:
         await nursery.start(kernel.run)
         self.kernel = kernel
         self.keys, self.scopes, self.claims = KeyOps(kernel), ScopeOps(kernel), ClaimOps(kernel)
+        self.mailboxes, self.messages, self.tasks = MailboxOps(kernel), MessageOps(kernel), TaskOps(kernel)
         await self._configure_keys()
         self.ready = True
         log.info("ready")

@@ -1,10 +1,10 @@
 """The HTTP API, one module per resource; `ROUTER` holds every route."""
 
 from ..http import Router
-from . import claims, health, scopes
+from . import claims, health, mailboxes, messages, scopes, tasks
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
-for module in (health, scopes, claims):
+for module in (health, scopes, claims, mailboxes, messages, tasks):
     ROUTER.include(module.router)
