@@ -33,6 +33,7 @@ class Claim:
         "lease_ms",
         "expires_ms",
         "acquired_ms",
+        "expired",
     )
 
     def __init__(self, scope_id: str, key: str) -> None:
@@ -45,6 +46,8 @@ class Claim:
         self.lease_ms = 0
         self.expires_ms = 0
         self.acquired_ms = 0
+        # The last lease ended by expiring, not by a release: the next acquire is a takeover.
+        self.expired = False
 
     def held_at(self, now_ms: int) -> bool:
         return self.token is not None and now_ms < self.expires_ms
@@ -219,6 +222,7 @@ class ClaimTable:
         claim.token = None
         claim.holder = None
         claim.session = None
+        claim.expired = record["type"] == "claim.expired"
         return claim
 
     def drop_scopes(self, scope_ids: list[str]) -> list[Claim]:

@@ -18,6 +18,7 @@ from .limits import Limits
 from .outcome import Outcome, Timer
 from .scopes import ACTIVE, EXPIRED, ScopeTree
 from .timestamps import format_ms
+from .usage import Usage
 
 __all__ = ["SpaceState", "RECORD_TYPES", "claim_actor", "scope_actor"]
 
@@ -31,13 +32,14 @@ def scope_actor(space: str, scope_id: str) -> tuple:
 
 
 class SpaceState:
-    __slots__ = ("id", "limits", "scopes", "claims")
+    __slots__ = ("id", "limits", "scopes", "claims", "usage")
 
     def __init__(self, space_id: str, limits: Limits) -> None:
         self.id = space_id
         self.limits = limits
         self.scopes = ScopeTree(limits)
         self.claims = ClaimTable()
+        self.usage = Usage()
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
         for record in records:
@@ -143,6 +145,7 @@ class SpaceState:
     # -- applying -------------------------------------------------------------------------------
 
     def apply(self, record: dict) -> None:
+        self.usage.count(self, record)
         _APPLY[record["type"]](self, record)
 
     def _apply_scope_ended(self, record: dict) -> None:
@@ -157,6 +160,7 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     "claim.renewed": lambda space, record: space.claims.apply_renewed(record),
     "claim.released": lambda space, record: space.claims.apply_ended(record),
     "claim.expired": lambda space, record: space.claims.apply_ended(record),
+    "usage.image": lambda space, record: space.usage.apply_image(record),
 }
 
 RECORD_TYPES = frozenset(_APPLY)

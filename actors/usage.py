@@ -1,0 +1,131 @@
+"""Usage: how many operations a space has done, counted from its journal records.
+
+Counting happens in `SpaceState.apply`, the one place every change goes through, live and in
+replay. So the counts are exact across restarts (replaying the journal counts each record once
+more into a state rebuilt from nothing), and a snapshot carries them as one `usage.image` record
+that sets them outright. Counting in the HTTP layer instead would count refused requests and
+retries, and would forget everything at a restart.
+
+What counts as an operation: an accepted change a caller asked for (creating, cancelling or
+completing a run, acquiring or releasing a claim). Not counted as operations:
+- renewals ("Renewals are free; they don't count as billable operations"), kept apart as `free`;
+- what the server does by itself (a lease or a run expiring), kept apart as `events`, together
+  with takeovers (a claim acquired after its previous holder's lease expired);
+- reads, refusals (a held claim, a stale token) and idempotent replays: they write no record.
+
+Every record type of the space is classified here; a test checks that none is left out, so a new
+record type (queues, tasks) must say whether it is an operation.
+
+Pure: no IO, no clock reads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .space import SpaceState
+
+__all__ = ["Usage", "OPERATIONS", "FREE", "EVENTS", "NOT_COUNTED", "CLASSIFIED"]
+
+OPERATION, FREE_OPERATION, EVENT = "operations", "free", "events"
+
+def _scope_end(record: dict) -> tuple[str, str]:
+    state = record["state"]
+    if state == "EXPIRED":
+        return EVENT, "scopes.expire"
+    return OPERATION, "scopes.cancel" if state == "CANCELLED" else "scopes.complete"
+
+
+# Record type -> the name it is counted under, in one of the three buckets.
+OPERATIONS: dict[str, str] = {
+    "scope.created": "scopes.create",
+    "claim.acquired": "claims.acquire",
+    "claim.released": "claims.release",
+}
+FREE: dict[str, str] = {
+    "claim.renewed": "claims.renew",
+}
+EVENTS: dict[str, str] = {
+    "claim.expired": "claims.expire",
+}
+# Decided by the record's content.
+_BY_CONTENT: dict[str, Callable[[dict], tuple[str, str]]] = {
+    "scope.ended": _scope_end,
+}
+# Records that are no change a caller made: snapshot images and the usage image itself.
+NOT_COUNTED = frozenset({"usage.image", "scope.image", "claim.image"})
+
+CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED
+
+TAKEOVER = "claims.takeover"
+
+
+class Usage:
+    """The counters of one space: operations, free operations and events, by name."""
+
+    __slots__ = ("operations", "free", "events")
+
+    def __init__(self) -> None:
+        self.operations: dict[str, int] = {}
+        self.free: dict[str, int] = {}
+        self.events: dict[str, int] = {}
+
+    @property
+    def total(self) -> int:
+        """Operations in all (free ones and events not included)."""
+        return sum(self.operations.values())
+
+    def count(self, space: "SpaceState", record: dict) -> None:
+        """Count `record`; call it before the record is applied (a takeover is judged on the claim as it was)."""
+        kind = record["type"]
+        name = OPERATIONS.get(kind)
+        if name is not None:
+            _bump(self.operations, name)
+            if kind == "claim.acquired":
+                claim = space.claims.get(record["scopeId"], record["key"])
+                if claim is not None and claim.expired:
+                    _bump(self.events, TAKEOVER)
+            return
+        name = FREE.get(kind)
+        if name is not None:
+            _bump(self.free, name)
+            return
+        name = EVENTS.get(kind)
+        if name is not None:
+            _bump(self.events, name)
+            return
+        decide = _BY_CONTENT.get(kind)
+        if decide is not None:
+            bucket, name = decide(record)
+            _bump(getattr(self, bucket), name)
+
+    def view(self, space_id: str) -> dict[str, Any]:
+        return {
+            "spaceId": space_id,
+            "operations": dict(sorted(self.operations.items())),
+            "total": self.total,
+            "free": dict(sorted(self.free.items())),
+            "events": dict(sorted(self.events.items())),
+        }
+
+    # -- snapshots ------------------------------------------------------------------------------
+
+    def image(self, space_id: str) -> dict:
+        """The record that sets these counters outright: last in a space's snapshot image."""
+        return {
+            "type": "usage.image",
+            "space": space_id,
+            "operations": dict(self.operations),
+            "free": dict(self.free),
+            "events": dict(self.events),
+        }
+
+    def apply_image(self, record: dict) -> None:
+        self.operations = dict(record["operations"])
+        self.free = dict(record["free"])
+        self.events = dict(record["events"])
+
+
+def _bump(counts: dict[str, int], name: str) -> None:
+    counts[name] = counts.get(name, 0) + 1
