@@ -24,3 +24,15 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     # Fixed randomness for simulations and tests; None draws from the operating system.
     seed: int | None = None
+
+    # Operating it (see `config.py` for the flags, variables and TOML names of each).
+    # The credential of the admin endpoints; None: read or made in the data directory, or printed once.
+    admin_key: str | None = None
+    log_format: str = "json"
+    log_level: str = "info"
+    log_requests: str = "all"
+    # /metrics without a key from any address, not only from loopback.
+    metrics_public: bool = False
+    shutdown_grace_s: float = 10.0
+    keep_alive_s: float = 75.0
+    expiry_storm_per_s: int = 1000
