@@ -13,15 +13,18 @@ from typing import Callable
 import trio
 
 from ..actors.clock import Clock
-from ..actors.errors import NOT_FOUND, UNAUTHENTICATED
+from ..actors.errors import NOT_FOUND, UNAUTHENTICATED, KernelError
 from ..actors.ids import IdSource
 from ..actors.kernel import Kernel
 from ..actors.keys import new_secret
 from ..actors.ops import ClaimOps, KeyOps, ScopeOps
 from ..actors.state import KernelState
+from .admin import AdminCredential
 from .errors import ApiError
 from .http import Request
+from .logs import event
 from .settings import Settings
+from .telemetry import Telemetry
 
 __all__ = ["Runtime"]
 
@@ -32,7 +35,15 @@ NewKeyHandler = Callable[[str, str], None]
 
 
 class Runtime:
-    def __init__(self, settings: Settings, *, clock: Clock | None = None, on_new_key: NewKeyHandler | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        on_new_key: NewKeyHandler | None = None,
+        telemetry: Telemetry | None = None,
+        on_admin_key: Callable[[str], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.limits = settings.limits
         self.ready = False
@@ -42,6 +53,12 @@ class Runtime:
         self.keys: KeyOps
         self.scopes: ScopeOps
         self.claims: ClaimOps
+        # Operating it: metrics and request lines, the admin credential, shutdown in progress.
+        self.telemetry = telemetry or Telemetry()
+        self.telemetry.metrics.state.runtime = self
+        self.admin = AdminCredential()
+        self._on_admin_key = on_admin_key
+        self.draining = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -56,12 +73,16 @@ class Runtime:
             self.keys, self.scopes, self.claims = KeyOps(kernel), ScopeOps(kernel), ClaimOps(kernel)
             await self._configure_keys()
             self.ready = True
-            log.info("ready")
+            event(log, "ready", "ready", spaces=len(kernel.state.keys.spaces()), keys=len(kernel.state.keys))
 
     async def _configure_keys(self) -> None:
         settings = self.settings
+        self.admin.prepare(settings.admin_key, settings.data_dir, self._on_admin_key)
         if settings.api_key:
-            await self.keys.register(settings.api_key, frozenset({settings.space_id}), name="RUNSTATE_API_KEY")
+            try:
+                await self.keys.register(settings.api_key, frozenset({settings.space_id}), name="RUNSTATE_API_KEY")
+            except KernelError as error:  # revoked through the admin API: it stays revoked
+                log.warning("RUNSTATE_API_KEY is not accepted: %s", error.message)
         elif not len(self.kernel.state.keys):  # type: ignore[union-attr]
             secret = new_secret()
             await self.keys.register(secret, frozenset({settings.space_id}), name="generated at first start")
@@ -76,3 +97,30 @@ class Runtime:
         if space not in spaces:
             raise ApiError(NOT_FOUND, f"space {space!r} not found")
         return space
+
+    # -- operating it ------------------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Make everything recorded so far durable (at shutdown, after the drain)."""
+        journal = self.kernel.journal  # type: ignore[union-attr]
+        done = trio.Event()
+        journal.after(getattr(journal, "lsn", 0), lambda error: done.set())
+        await done.wait()
+
+    def authorize_admin(self, request: Request) -> None:
+        """Let the request through only with the admin key: 401 without a valid key, 403 with an API key."""
+        secret = request.bearer()
+        if self.admin.matches(secret):
+            return
+        if self.ready and self.keys.spaces_for(secret):
+            raise ApiError("FORBIDDEN", "this needs the admin key; an API key opens only its spaces")
+        raise ApiError(UNAUTHENTICATED, "the admin key is not valid")
+
+    def authorize_read(self, request: Request, space: str) -> str:
+        """Reads for inspection: an API key that opens `space`, or the admin key for any known space."""
+        secret = request.bearer()
+        if self.admin.matches(secret):
+            if space not in self.kernel.state.spaces and space not in self.kernel.state.keys.spaces():  # type: ignore[union-attr]
+                raise ApiError(NOT_FOUND, f"space {space!r} not found")
+            return space
+        return self.authorize(request, space)

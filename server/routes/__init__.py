@@ -2,9 +2,10 @@
 
 from ..http import Router
 from . import claims, health, scopes
+from . import admin, inspect, metrics
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
-for module in (health, scopes, claims):
+for module in (health, scopes, claims, admin, inspect, metrics):
     ROUTER.include(module.router)
