@@ -1,9 +1,15 @@
-"""The `runstate` command: `runstate serve`.
+"""The `runstate` command: `serve`, `config`, and the admin commands `keys`, `spaces`, `inspect`.
 
 Examples:
     runstate serve                              # 127.0.0.1:8080, state in memory
-    runstate serve --port 9000
-    RUNSTATE_API_KEY=rs_dev runstate serve      # accept this key for space "default"
+    runstate serve --port 9000 --log-format text
+    runstate serve --config /etc/runstate.toml  # flags > RUNSTATE_* > the file > defaults
+    runstate config --lease-s-max 300           # the settings `serve` would use, and where each came from
+    runstate keys create --space research       # prints the new key once
+    runstate inspect claims sc_0123456789abcdef
+
+`serve` and `config` read the settings (`config.py`); a wrong one exits 2 naming it. `keys`,
+`spaces` and `inspect` talk to a running server over HTTP (`admin_cli.py`).
 """
 
 from __future__ import annotations
@@ -14,39 +20,82 @@ import os
 import sys
 from typing import Sequence
 
-import trio
+import orjson
 
-from .serve import serve
-from .settings import FSYNC_POLICIES, Settings
+from . import admin_cli
+from .config import SETTINGS, ConfigError, Loaded, describe, load
+from .logs import AccessLog, event, setup
+from .settings import Settings
 
 __all__ = ["main"]
+
+log = logging.getLogger("runstate.server")
+
+_SERVE_EXAMPLES = """examples:
+  runstate serve
+  runstate serve --port 9000 --log-format text
+  runstate serve --data-dir /var/lib/runstate --fsync batch
+  runstate serve --config runstate.toml --lease-s-max 300
+  RUNSTATE_API_KEY=rs_dev RUNSTATE_SPACE_ID=default runstate serve
+
+Every setting is a flag, a variable RUNSTATE_<NAME> and a key of the TOML file (limits in its
+[limits] table); precedence: flags > environment > file > defaults. Secrets (RUNSTATE_API_KEY,
+RUNSTATE_ADMIN_KEY) have no flag. With RUNSTATE_API_KEY set, that key opens the space
+RUNSTATE_SPACE_ID; with no key at all the server makes one and prints it once. SIGTERM or SIGINT
+shut it down gracefully; a second one stops it at once."""
+
+_CONFIG_EXAMPLES = """examples:
+  runstate config
+  runstate config --config runstate.toml --json
+  RUNSTATE_LEASE_S_MAX=300 runstate config --port 9000
+
+Prints every setting `runstate serve` would use with the same flags, environment and file, and
+where each value came from. Exits 2 on a wrong setting, like `serve`."""
+
+
+def _add_setting_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--config", metavar="FILE", default=None, help="TOML file of settings (default $RUNSTATE_CONFIG)")
+    server = command.add_argument_group("server settings")
+    limits = command.add_argument_group("limits (PROTOCOL.md 'Our decisions'; TOML table [limits])")
+    for setting in SETTINGS:
+        if setting.flag is None:
+            continue
+        group = limits if setting.limit else server
+        extra = f" One of: {', '.join(setting.choices)}." if setting.choices else ""
+        help_text = f"{setting.doc}{extra} (default {setting.describe_default()}; ${setting.env})".replace("%", "%%")
+        if setting.kind is bool:
+            group.add_argument(setting.flag, dest=setting.name, default=None, action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            metavar = {int: "N", float: "SECONDS" if setting.name.endswith("_s") else "X"}.get(setting.kind, "TEXT")
+            group.add_argument(setting.flag, dest=setting.name, default=None, metavar=metavar, help=help_text)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="runstate",
         description="runstate: a coordination kernel for agent swarms (claims, shared tasks, work queues).",
+        epilog=__doc__.split("\n\n")[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve_cmd = commands.add_parser(
         "serve",
         help="run the server",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run the HTTP server.",
-        epilog=(
-            "examples:\n"
-            "  runstate serve\n"
-            "  runstate serve --port 9000\n"
-            "  RUNSTATE_API_KEY=rs_dev RUNSTATE_SPACE_ID=default runstate serve\n\n"
-            "With RUNSTATE_API_KEY set, that key opens the space RUNSTATE_SPACE_ID (default 'default').\n"
-            "With no key configured the server makes one and prints it once."
-        ),
+        epilog=_SERVE_EXAMPLES,
     )
-    serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one (default 8080)")
-    serve_cmd.add_argument("--data-dir", default=None, help="directory for the journal and snapshots")
-    serve_cmd.add_argument("--fsync", choices=FSYNC_POLICIES, default="always", help="when to fsync the journal (default always)")
+    _add_setting_flags(serve_cmd)
+    config_cmd = commands.add_parser(
+        "config",
+        help="show the settings serve would use, and their sources",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Show the effective configuration: every setting, its value and where it came from.",
+        epilog=_CONFIG_EXAMPLES,
+    )
+    _add_setting_flags(config_cmd)
+    config_cmd.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    admin_cli.add_commands(commands)
     return parser
 
 
@@ -63,24 +112,88 @@ def _key_announcer(settings: Settings):  # type: ignore[no-untyped-def]
     return announce
 
 
+def _admin_key_announcer(secret: str) -> None:
+    print(
+        "runstate: no admin key was configured and there is no data directory, so this one was made\n"
+        "for `runstate keys`, `runstate spaces` and `runstate inspect`. It is shown only now and lasts\n"
+        "until the server stops.\n\n"
+        f"    export RUNSTATE_ADMIN_KEY={secret}\n",
+        flush=True,
+    )
+
+
+def _load(args: argparse.Namespace) -> Loaded:
+    flags = {setting.name: getattr(args, setting.name) for setting in SETTINGS if setting.flag is not None}
+    return load(flags, os.environ, args.config)
+
+
+def _print_config(loaded: Loaded, as_json: bool) -> None:
+    rows = describe(loaded)
+    if as_json:
+        print(orjson.dumps({"configFile": loaded.config_file, "settings": rows}, option=orjson.OPT_INDENT_2).decode())
+        return
+    if loaded.config_file:
+        print(f"config file: {loaded.config_file}")
+    admin_cli.print_table(
+        rows,
+        [("SETTING", "name"), ("VALUE", lambda row: admin_cli.show(row["value"])), ("SOURCE", "source")],
+    )
+
+
+def _serve(loaded: Loaded) -> int:
+    import trio  # the server's imports are kept out of the admin commands' start-up
+
+    from .serve import serve
+
+    settings = loaded.settings
+    write = setup(settings.log_format, settings.log_level)
+    access = AccessLog(write, log_format=settings.log_format, log_level=settings.log_level, log_requests=settings.log_requests)
+    changed = {name: source for name, source in loaded.sources.items() if source != "default"}
+    event(
+        log, "starting", "starting",
+        host=settings.host, port=settings.port, data_dir=settings.data_dir, fsync=settings.fsync,
+        config_file=loaded.config_file, settings_changed=sorted(changed),
+    )
+    try:
+        forced = trio.run(
+            lambda: serve(settings, _key_announcer(settings), on_admin_key=_admin_key_announcer, access=access)
+        )
+    except KeyboardInterrupt:  # before the signal handlers were in place
+        return 0
+    except (OSError, BaseExceptionGroup) as error:
+        cause = _os_error(error)
+        if cause is None:
+            raise
+        print(f"runstate serve: cannot serve on {settings.host}:{settings.port}: {cause.strerror or cause}", file=sys.stderr, flush=True)
+        return 1
+    return 1 if forced else 0
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The OSError (a port in use, an address not on this machine) inside what trio raised, if any."""
+    if isinstance(error, OSError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _os_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "serve":
-        settings = Settings(
-            host=args.host,
-            port=args.port,
-            data_dir=args.data_dir,
-            fsync=args.fsync,
-            api_key=os.environ.get("RUNSTATE_API_KEY") or None,
-            space_id=os.environ.get("RUNSTATE_SPACE_ID") or "default",
-        )
+    if args.command in ("serve", "config"):
         try:
-            trio.run(serve, settings, _key_announcer(settings))
-        except KeyboardInterrupt:
-            pass
-        return 0
-    return 2
+            loaded = _load(args)
+        except ConfigError as error:
+            print(f"runstate {args.command}: {error}", file=sys.stderr, flush=True)
+            return 2
+        if args.command == "config":
+            _print_config(loaded, args.json)
+            return 0
+        return _serve(loaded)
+    return admin_cli.run(args)
 
 
 if __name__ == "__main__":
