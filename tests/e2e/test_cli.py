@@ -8,6 +8,7 @@ import re
 import stat
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -173,3 +174,20 @@ def test_help_as_a_subprocess_through_the_installed_command():
     """The installed `runstate` entry point answers --help too (the SDK's command forwards to the server's)."""
     done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "runstate"), "inspect", "claims", "--help"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and "runstate inspect claims sc_" in done.stdout
+
+
+def test_a_real_servers_log_line_carries_the_error_envelopes_request_id(admin_server):
+    """The JSON request line on the server's stderr has the requestId the client got in the envelope, and no key."""
+    with admin_server.client() as http:
+        refused = http.get("/v1/spaces/default/scopes/sc_missing")
+    request_id = refused.json()["error"]["requestId"]
+    assert refused.headers["x-request-id"] == request_id
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [json.loads(line) for line in admin_server.lines if request_id in line]
+        if lines:
+            break
+        time.sleep(0.05)
+    assert lines == [lines[0]] and lines[0]["status"] == 404 and lines[0]["code"] == "NOT_FOUND"
+    assert lines[0]["route"] == "/v1/spaces/{space}/scopes/{scope_id}" and lines[0]["method"] == "GET"
+    assert not any(admin_server.api_key in line or ADMIN in line for line in admin_server.lines)
