@@ -2,7 +2,9 @@
 
 A claim key has at most one holder whose lease has not ended. Each new holder gets a `generation`
 one greater than the last (the counter survives releases and expiries, and restarts through the
-journal) and a fresh opaque `token`. Renew and release name the claim by its token; a token that is
+journal) and a fresh opaque `token`. A boot may set a generation floor (see `state.BootInfo`): the
+first holder after such a boot gets at least the floor, so no generation handed out before a crash
+can come again even when the end of the journal was lost. Renew and release name the claim by its token; a token that is
 not the current one is `STALE_CLAIM`, whatever else is true.
 
 A lease ends at `expires_ms`. The supervisor proposes the expiry; until it is recorded, every
@@ -106,6 +108,7 @@ class ClaimTable:
         lease_ms: int,
         token: str,
         now_ms: int,
+        generation_floor: int = 0,
     ) -> list[dict]:
         """Records that give the key to `holder`, or CLAIM_HELD naming who has it and until when.
 
@@ -130,6 +133,7 @@ class ClaimTable:
             if claim.token is not None:  # ended but not yet recorded: record it first
                 records.append(self._ended_record("claim.expired", claim, now_ms))
             generation = claim.generation + 1
+        generation = max(generation, generation_floor)
         records.append(
             {
                 "type": "claim.acquired",
@@ -190,6 +194,77 @@ class ClaimTable:
             "generation": claim.generation,
             "at_ms": now_ms,
         }
+
+    def decide_restart(self, newest_ms: int, now_ms: int, grace_ms: int, spread_ms: int) -> list[dict]:
+        """After a recovery: expire what had ended before the crash, give the rest a grace period.
+
+        The crash happened at or after `newest_ms`, the newest time the journal recorded. A lease
+        that ended by then had ended before the crash: it is expired. Any other lease may have been
+        alive at the crash, and its holder may still be renewing: it is given until at least
+        `now_ms + grace_ms`, as a renewal with the same token. Those new ends are spread over
+        `spread_ms`, in the order of the old ones, so a restart does not set off a wave of expiries
+        at one instant. Leases that end after the grace period anyway are left alone.
+        """
+        records: list[dict] = []
+        short: list[Claim] = []
+        for claim in self._by_token.values():
+            if claim.expires_ms <= newest_ms:
+                records.append(self._ended_record("claim.expired", claim, now_ms))
+            elif claim.expires_ms < now_ms + grace_ms:
+                short.append(claim)
+        short.sort(key=lambda claim: (claim.expires_ms, claim.token))
+        count = len(short)
+        for index, claim in enumerate(short):
+            records.append(
+                {
+                    "type": "claim.renewed",
+                    "token": claim.token,
+                    "lease_ms": claim.lease_ms,
+                    "expires_ms": now_ms + grace_ms + spread_ms * index // count,
+                    "at_ms": now_ms,
+                }
+            )
+        return records
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this table exactly through `apply_image`, free keys included.
+
+        A free key must keep its generation counter, which no ordinary record can say on its own:
+        hence the image-only `claim.image` record.
+        """
+        for keys in self._by_scope.values():
+            for claim in keys.values():
+                yield {
+                    "type": "claim.image",
+                    "scopeId": claim.scope_id,
+                    "key": claim.key,
+                    "generation": claim.generation,
+                    "token": claim.token,
+                    "holder": claim.holder,
+                    "session": claim.session,
+                    "lease_ms": claim.lease_ms,
+                    "expires_ms": claim.expires_ms,
+                    "acquired_ms": claim.acquired_ms,
+                    "expired": claim.expired,
+                    "at_ms": claim.acquired_ms,
+                }
+
+    def apply_image(self, record: dict) -> Claim:
+        claim = Claim(record["scopeId"], record["key"])
+        claim.generation = record["generation"]
+        claim.token = record["token"]
+        claim.holder = record["holder"]
+        claim.session = record["session"]
+        claim.lease_ms = record["lease_ms"]
+        claim.expires_ms = record["expires_ms"]
+        claim.acquired_ms = record["acquired_ms"]
+        claim.expired = record.get("expired", False)
+        self._by_scope.setdefault(claim.scope_id, {})[claim.key] = claim
+        if claim.token is not None:
+            self._by_token[claim.token] = claim
+        return claim
 
     # -- applying -------------------------------------------------------------------------------
 

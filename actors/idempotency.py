@@ -16,7 +16,7 @@ Pure: no IO, no clock reads.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import IDEMPOTENCY_CONFLICT, KernelError
 from .limits import Limits
@@ -60,6 +60,15 @@ class IdempotencyTable:
     @staticmethod
     def record(space: str, key: str, fingerprint: str, body: Any, now_ms: int) -> dict:
         return {"type": "idem.stored", "space": space, "key": key, "fingerprint": fingerprint, "body": body, "at_ms": now_ms}
+
+    def image(self) -> Iterator[dict]:
+        """The stored answers as `idem.stored` records, oldest first.
+
+        Applied in this order, each record's eviction pass drops nothing (every entry here was kept
+        at a later time), so the table comes back with the same entries in the same order.
+        """
+        for (space, key), stored in self._entries.items():
+            yield self.record(space, key, stored.fingerprint, stored.body, stored.at_ms)
 
     def apply_stored(self, record: dict) -> Stored:
         entry_key = (record["space"], record["key"])

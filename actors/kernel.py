@@ -11,6 +11,10 @@ at once when there is nothing to write, or later when it was waiting (a long pol
 its command succeed. Callers own their timeouts: `call(..., wait_until=...)` is the only wait.
 
 Rule for everything below: state changes only through `SpaceState` commands and `KernelState.apply`.
+
+One exception, `restore()`: when the journal could not write, the state holds changes that are not
+on disk. The journal refuses further changes (`failure`), rebuilds the state from disk, and hands it
+to `restore()`, which swaps it in, re-arms every timer from it and fails the parked callers.
 """
 
 from __future__ import annotations
@@ -110,8 +114,7 @@ class Kernel:
         """Serve until cancelled: the supervisor and every actor live in this nursery."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            for timer in self.state.timers():
-                self.supervisor.arm(timer)
+            self.supervisor.arm_all(self.state.timers())
             await nursery.start(self.supervisor.run)
             task_status.started()
 
@@ -132,6 +135,28 @@ class Kernel:
                 ended += 1
             self._retire_if_idle(entry)
         return ended
+
+    def restore(self, state: KernelState) -> None:
+        """Replace the whole state with one rebuilt from the journal.
+
+        Used after the journal failed to write: the in-memory state may hold changes that were
+        never recorded, and must not keep them. Call it while `journal.failure` is still set (so
+        no turn changes the state meanwhile). Timers are re-armed from the new state; callers
+        parked in a long poll are answered UNAVAILABLE, since what they waited on may be gone.
+        Calls already decided were answered by the journal; queued calls run against the new
+        state (and are refused while the failure lasts).
+        """
+        self.state = state
+        self.limits = state.limits
+        self.supervisor.reset()
+        self.supervisor.arm_all(state.timers())
+        error = KernelError(UNAVAILABLE, "the state was rebuilt from the journal; try again")
+        for entry in list(self._actors.values()):
+            parked = list(entry.waiters)
+            entry.waiters.clear()
+            for call in parked:
+                self._wake(call, trio_outcome.Error(error))
+            self._retire_if_idle(entry)
 
     @property
     def actors(self) -> int:

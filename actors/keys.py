@@ -98,6 +98,20 @@ class KeyTable:
             return None
         return {"type": "key.revoked", "id": key_id, "at_ms": now_ms}
 
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this table exactly: each key as registered, then its revocation."""
+        for key in self._by_id.values():
+            yield {
+                "type": "key.registered",
+                "id": key.id,
+                "digest": key.digest,
+                "name": key.name,
+                "spaces": sorted(key.spaces),
+                "at_ms": key.created_ms,
+            }
+            if key.revoked_ms is not None:
+                yield {"type": "key.revoked", "id": key.id, "at_ms": key.revoked_ms}
+
     def apply_registered(self, record: dict) -> None:
         key = self._by_id.get(record["id"])
         if key is None:

@@ -23,6 +23,9 @@ class Limits:
     # A lease alive at a crash gets at least this long after recovery before it can expire
     # (at least one renew interval of the longest default lease).
     restart_grace_s: int = 15
+    # The grace periods given at a restart end spread over this long after the grace, so that
+    # leases which would all end at once do not all expire at one instant.
+    restart_spread_s: int = 15
 
     # Scopes.
     name_len_max: int = 256

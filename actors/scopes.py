@@ -180,6 +180,33 @@ class ScopeTree:
             )
         return {"type": "scope.ended", "id": scope_id, "state": state, "at_ms": now_ms}
 
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this tree exactly through `apply_image`.
+
+        Scopes come in creation order, so every parent comes before its children and each
+        parent's list of children is rebuilt in the same order.
+        """
+        for scope in self._scopes.values():
+            yield {
+                "type": "scope.image",
+                "id": scope.id,
+                "name": scope.name,
+                "parentId": scope.parent_id,
+                "deadline_ms": scope.deadline_ms,
+                "childLimit": scope.child_limit,
+                "state": scope.stored_state,
+                "ended_ms": scope.ended_ms,
+                "at_ms": scope.created_ms,
+            }
+
+    def apply_image(self, record: dict) -> Scope:
+        scope = self.apply_created(record)
+        scope.stored_state = record["state"]
+        scope.ended_ms = record["ended_ms"]
+        return scope
+
     # -- applying -------------------------------------------------------------------------------
 
     def apply_created(self, record: dict) -> Scope:

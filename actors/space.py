@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
+from .boot import BootInfo
 from .claims import ClaimTable
 from .errors import VALIDATION_FAILED, KernelError
 from .limits import Limits
@@ -32,11 +33,12 @@ def scope_actor(space: str, scope_id: str) -> tuple:
 
 
 class SpaceState:
-    __slots__ = ("id", "limits", "scopes", "claims", "usage")
+    __slots__ = ("id", "limits", "boot", "scopes", "claims", "usage")
 
-    def __init__(self, space_id: str, limits: Limits) -> None:
+    def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
         self.id = space_id
         self.limits = limits
+        self.boot = boot if boot is not None else BootInfo()  # shared by all spaces of a state
         self.scopes = ScopeTree(limits)
         self.claims = ClaimTable()
         self.usage = Usage()
@@ -94,7 +96,9 @@ class SpaceState:
         now_ms: int,
     ) -> Outcome:
         self.scopes.require_active(scope_id, now_ms)
-        records = self.claims.decide_acquire(scope_id, key, holder, session, lease_ms, token, now_ms)
+        records = self.claims.decide_acquire(
+            scope_id, key, holder, session, lease_ms, token, now_ms, self.boot.generation_floor
+        )
         outcome = self._commit(Outcome(), *records)
         claim = self.claims.get(scope_id, key)
         outcome.timers.append(self._lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms))
@@ -142,6 +146,31 @@ class SpaceState:
         for claim in self.claims.held():
             yield self._lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms)
 
+    # -- restarts and images -----------------------------------------------------------------------
+
+    def restart(self, newest_ms: int, now_ms: int) -> Outcome:
+        """After a recovery: the claim expiries and grace renewals of `ClaimTable.decide_restart`."""
+        records = self.claims.decide_restart(
+            newest_ms, now_ms, self.limits.restart_grace_s * 1000, self.limits.restart_spread_s * 1000
+        )
+        return self._commit(Outcome(), *records)
+
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this space exactly: its scopes, its claims, then its usage counters."""
+        for record in self.scopes.image():
+            record["space"] = self.id
+            yield record
+        for record in self.claims.image():
+            record["space"] = self.id
+            yield record
+        usage = self.usage
+        if usage.operations or usage.free or usage.events:
+            yield usage.image(self.id)  # last: it sets the counters outright
+
+    def is_empty(self) -> bool:
+        """Nothing recorded here (a space is made on first use, reads included)."""
+        return not len(self.scopes) and not len(self.claims)
+
     # -- applying -------------------------------------------------------------------------------
 
     def apply(self, record: dict) -> None:
@@ -160,6 +189,9 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     "claim.renewed": lambda space, record: space.claims.apply_renewed(record),
     "claim.released": lambda space, record: space.claims.apply_ended(record),
     "claim.expired": lambda space, record: space.claims.apply_ended(record),
+    # Image-only records: a snapshot's way of saying "this is how it stands".
+    "scope.image": lambda space, record: space.scopes.apply_image(record),
+    "claim.image": lambda space, record: space.claims.apply_image(record),
     "usage.image": lambda space, record: space.usage.apply_image(record),
 }
 

@@ -5,6 +5,12 @@ journal) change state, so replaying the journal reproduces the state exactly, ge
 included. The state is plain objects in dicts: a million idle claims cost their memory, not a
 million tasks.
 
+`image()` is the other way round: records that, applied to an empty state, rebuild this one
+exactly. A snapshot is an image. Each table yields its own part, so a new table (mailboxes, tasks)
+joins snapshots by adding its records to `apply` and its part to `image`, with no change to the
+journal. `restart()` is what a recovery decides once the state is back (expire what had ended
+before the crash, give the rest a grace period), journaled like any other change.
+
 Pure: no IO, no clock reads, no awaits.
 """
 
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .boot import BootInfo
 from .idempotency import IdempotencyTable
 from .keys import ApiKey, KeyTable
 from .limits import Limits
@@ -23,10 +30,11 @@ __all__ = ["KernelState"]
 
 
 class KernelState:
-    __slots__ = ("limits", "spaces", "keys", "idempotency")
+    __slots__ = ("limits", "boot", "spaces", "keys", "idempotency")
 
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
+        self.boot = BootInfo()
         self.spaces: dict[str, SpaceState] = {}
         self.keys = KeyTable()
         self.idempotency = IdempotencyTable(self.limits)
@@ -35,7 +43,7 @@ class KernelState:
         """The state of a space, made empty on first use (a space exists once a key opens it)."""
         space = self.spaces.get(space_id)
         if space is None:
-            space = self.spaces[space_id] = SpaceState(space_id, self.limits)
+            space = self.spaces[space_id] = SpaceState(space_id, self.limits, self.boot)
         return space
 
     def apply(self, record: dict) -> None:
@@ -46,8 +54,49 @@ class KernelState:
             self.keys.apply_registered(record)
         elif kind == "key.revoked":
             self.keys.apply_revoked(record)
+        elif kind == "kernel.booted":
+            self.boot.apply_booted(record)
         else:
             self.space(record["space"]).apply(record)
+
+    # -- boots, restarts and images ---------------------------------------------------------------
+
+    def decide_boot(self, fsync: str, now_ms: int) -> list[dict]:
+        """Record a boot (see `boot.py` for the generation floor it may set); returns its record."""
+        record = self.boot.decide_boot(fsync, now_ms)
+        self.apply(record)
+        return [record]
+
+    def restart(self, newest_ms: int, now_ms: int) -> list[dict]:
+        """Decide and apply what a recovery changes; returns the records to journal.
+
+        `newest_ms` is the newest time the journal holds (the crash came at or after it), `now_ms`
+        the time now, already advanced to at least `newest_ms`.
+        """
+        records: list[dict] = []
+        for space in list(self.spaces.values()):
+            records.extend(space.restart(newest_ms, now_ms).records)
+        return records
+
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this state exactly when applied, in order, to an empty one."""
+        yield from self.boot.image()
+        yield from self.keys.image()
+        for space in self.spaces.values():
+            yield from space.image()
+        yield from self.idempotency.image()
+
+    def counts(self) -> dict[str, int]:
+        """How many of each thing the state holds (for recovery reports and `runstate check`)."""
+        spaces = [space for space in self.spaces.values() if not space.is_empty()]
+        return {
+            "spaces": len(spaces),
+            "scopes": sum(len(space.scopes) for space in spaces),
+            "claims": sum(len(space.claims) for space in spaces),
+            "claims_held": sum(1 for space in spaces for _ in space.claims.held()),
+            "keys": len(self.keys),
+            "idempotency_keys": len(self.idempotency),
+        }
 
     # -- keys (not in any space: a key names the spaces it opens) ---------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import trio
 
@@ -64,6 +64,39 @@ class Supervisor:
             slot.marker = timer.marker
         if slot.queued_ms is None or timer.due_ms < slot.queued_ms:
             self._push(name, slot, timer.due_ms)
+
+    def arm_all(self, timers: Iterable[Timer]) -> int:
+        """`arm` each of `timers` (a recovered state's), building the heap once; returns how many.
+
+        A million leases after a recovery: one heapify instead of a million pushes.
+        """
+        slots, heap, seq = self._slots, self._heap, self._seq
+        count = 0
+        for timer in timers:
+            name = (timer.actor, timer.tag)
+            slot = slots.get(name)
+            if slot is None:
+                slot = slots[name] = _Slot(timer.due_ms, timer.marker)
+            else:
+                slot.due_ms = timer.due_ms
+                slot.marker = timer.marker
+            if slot.queued_ms is None or timer.due_ms < slot.queued_ms:
+                slot.queued_ms = timer.due_ms
+                heap.append((timer.due_ms, next(seq), name))
+            count += 1
+        heapq.heapify(heap)
+        if len(heap) > 2 * len(slots) + 64:
+            self._rebuild()
+        if self._sleep is not None:
+            self._sleep.deadline = -math.inf  # look at the heap again
+        return count
+
+    def reset(self) -> None:
+        """Forget every timer (the state they were armed for was replaced); arm the new ones next."""
+        self._heap.clear()
+        self._slots.clear()
+        if self._sleep is not None:
+            self._sleep.deadline = -math.inf  # wake up and look at the (new) heap
 
     def disarm(self, actor: ActorKey, tag: Any) -> None:
         self._slots.pop((actor, tag), None)

@@ -1,15 +1,23 @@
-"""The `runstate` command: `serve`, `config`, and the admin commands `keys`, `spaces`, `inspect`.
+"""The `runstate` command: `serve`, `config`, `check`, and the admin commands `keys`, `spaces`, `inspect`.
 
 Examples:
     runstate serve                              # 127.0.0.1:8080, state in memory
+    runstate serve --data-dir /var/lib/runstate # durable: WAL + snapshots, recovered at start
     runstate serve --port 9000 --log-format text
     runstate serve --config /etc/runstate.toml  # flags > RUNSTATE_* > the file > defaults
     runstate config --lease-s-max 300           # the settings `serve` would use, and where each came from
+    runstate check --data-dir /var/lib/runstate # verify a data directory offline
     runstate keys create --space research       # prints the new key once
     runstate inspect claims sc_0123456789abcdef
 
 `serve` and `config` read the settings (`config.py`); a wrong one exits 2 naming it. `keys`,
 `spaces` and `inspect` talk to a running server over HTTP (`admin_cli.py`).
+
+The data directory comes from `--data-dir`, else the environment variable RUNSTATE_DATA_DIR (or
+the TOML file); with none the server keeps its state in memory only (and says so at start). There
+is deliberately no implicit directory such as `./.runstate`: two servers started in one folder
+would contend for it, and a server that silently wrote into whatever folder it was started from
+would surprise as much as one that silently lost everything. Production runs pass one.
 """
 
 from __future__ import annotations
@@ -43,6 +51,13 @@ Every setting is a flag, a variable RUNSTATE_<NAME> and a key of the TOML file (
 RUNSTATE_ADMIN_KEY) have no flag. With RUNSTATE_API_KEY set, that key opens the space
 RUNSTATE_SPACE_ID; with no key at all the server makes one and prints it once. SIGTERM or SIGINT
 shut it down gracefully; a second one stops it at once."""
+
+_CHECK_EXAMPLES = """examples:
+  runstate check --data-dir /var/lib/runstate
+  RUNSTATE_DATA_DIR=/var/lib/runstate runstate check
+
+Verifies the snapshots and the WAL without changing anything and prints what they hold. Exits 1
+when a server would refuse to start on the directory (the message names the file and offset)."""
 
 _CONFIG_EXAMPLES = """examples:
   runstate config
@@ -95,6 +110,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(config_cmd)
     config_cmd.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    check_cmd = commands.add_parser(
+        "check",
+        help="verify a data directory offline",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Verify a data directory without changing it and print what it holds.",
+        epilog=_CHECK_EXAMPLES,
+    )
+    check_cmd.add_argument("--data-dir", default=None, metavar="DIR", help="the directory (default $RUNSTATE_DATA_DIR)")
     admin_cli.add_commands(commands)
     return parser
 
@@ -140,9 +163,22 @@ def _print_config(loaded: Loaded, as_json: bool) -> None:
     )
 
 
+def _check(data_dir: str | None) -> int:
+    from ..snapshots import check
+
+    data_dir = data_dir or os.environ.get("RUNSTATE_DATA_DIR") or None
+    if not data_dir:
+        print("runstate check: give --data-dir (or set RUNSTATE_DATA_DIR)", file=sys.stderr)
+        return 2
+    report = check(data_dir)
+    print(report.format(), flush=True)
+    return 0 if report.ok else 1
+
+
 def _serve(loaded: Loaded) -> int:
     import trio  # the server's imports are kept out of the admin commands' start-up
 
+    from ..snapshots import RecoveryError, StoreLocked
     from .serve import serve
 
     settings = loaded.settings
@@ -160,11 +196,17 @@ def _serve(loaded: Loaded) -> int:
         )
     except KeyboardInterrupt:  # before the signal handlers were in place
         return 0
+    except (RecoveryError, StoreLocked) as error:  # the data directory cannot be used as it is
+        print(f"runstate: cannot start: {error}", file=sys.stderr, flush=True)
+        return 1
     except (OSError, BaseExceptionGroup) as error:
         cause = _os_error(error)
         if cause is None:
             raise
-        print(f"runstate serve: cannot serve on {settings.host}:{settings.port}: {cause.strerror or cause}", file=sys.stderr, flush=True)
+        if cause.filename is None:  # the address: a port in use, an interface not on this machine
+            print(f"runstate serve: cannot serve on {settings.host}:{settings.port}: {cause.strerror or cause}", file=sys.stderr, flush=True)
+        else:
+            print(f"runstate: cannot start: {cause}", file=sys.stderr, flush=True)
         return 1
     return 1 if forced else 0
 
@@ -193,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_config(loaded, args.json)
             return 0
         return _serve(loaded)
+    if args.command == "check":
+        return _check(args.data_dir)
     return admin_cli.run(args)
 
 

@@ -87,7 +87,8 @@ _SERVER: tuple[Setting, ...] = (
     Setting("host", str, "127.0.0.1", "Interface to listen on. Loopback only unless you say otherwise."),
     Setting("port", int, 8080, "Port to listen on; 0 picks a free one (the chosen one is printed).", minimum=0, maximum=65535),
     Setting("data_dir", str, None, "Directory for the journal and snapshots; none keeps the state in memory only.", optional=True),
-    Setting("fsync", str, "always", "When the journal is fsynced: before each answer (always), every few ms (batch), or never (off).", choices=FSYNC_POLICIES),
+    Setting("fsync", str, "always", "When the journal is fsynced: before each answer (always); every few ms, answering after it (batch); "
+            "never, answering after the write (off: survives a killed process, not a power cut).", choices=FSYNC_POLICIES),
     Setting("api_key", str, None, "A bearer key accepted for `space_id` at start (journaled as its digest).", optional=True, secret=True),
     Setting("space_id", str, "default", "The space `api_key` (or the key made at first start) opens."),
     Setting("admin_key", str, None, "The admin credential for /v1/admin and `runstate keys`; at least 16 characters. "

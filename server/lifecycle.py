@@ -52,7 +52,13 @@ class Lifecycle:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.runtime.run)
                 nursery.start_soon(self.watch_expiries)
+                nursery.start_soon(self._watch_fatal)
                 task_status.started()
+
+    async def _watch_fatal(self) -> None:
+        """A state that cannot be made ready (a damaged or locked data directory) stops the server."""
+        await self.runtime.stopped.wait()
+        self.begin_shutdown("the state could not be made ready")
 
     async def stop_runtime(self) -> None:
         """After the drain: flush the journal, write the final snapshot, end the kernel."""

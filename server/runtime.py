@@ -3,6 +3,12 @@
 `Runtime.run` is started in the application's nursery when the ASGI lifespan starts. It reports
 started at once, so the listener opens and `/healthz` can answer 503 while the state is being
 made ready; every other route answers 503 UNAVAILABLE until then.
+
+With a data directory, making the state ready is a recovery (`runstate.snapshots.open_store`):
+snapshot and WAL are read in a worker thread, the journal's tasks start beside the kernel, and
+the recovery time and counts are logged. A directory that cannot be used (damage before the end of
+the log, another server holding it) sets `fatal` and `stopped`: `serve` then shuts down and the
+command exits non-zero with the message, which names the file and offset.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from ..actors.kernel import Kernel
 from ..actors.keys import new_secret
 from ..actors.ops import ClaimOps, KeyOps, ScopeOps
 from ..actors.state import KernelState
+from ..snapshots import RecoveryError, StoreLocked, open_store
 from .admin import AdminCredential
 from .errors import ApiError
 from .http import Request
@@ -50,6 +57,10 @@ class Runtime:
         self._clock = clock
         self._on_new_key = on_new_key
         self.kernel: Kernel | None = None
+        self.store = None
+        # Set when the state could not be made ready; `stopped` tells `serve` to shut down.
+        self.fatal: BaseException | None = None
+        self.stopped = trio.Event()
         self.keys: KeyOps
         self.scopes: ScopeOps
         self.claims: ClaimOps
@@ -62,18 +73,43 @@ class Runtime:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        async with trio.open_nursery() as nursery:
-            kernel = Kernel(
-                state=KernelState(self.limits),
-                clock=self._clock or Clock(),
-                ids=IdSource(self.settings.seed),
-            )
-            await nursery.start(kernel.run)
-            self.kernel = kernel
-            self.keys, self.scopes, self.claims = KeyOps(kernel), ScopeOps(kernel), ClaimOps(kernel)
-            await self._configure_keys()
-            self.ready = True
-            event(log, "ready", "ready", spaces=len(kernel.state.keys.spaces()), keys=len(kernel.state.keys))
+        clock = self._clock or Clock()
+        store = None
+        if self.settings.data_dir:
+            try:
+                store = self.store = await open_store(
+                    self.settings.data_dir, fsync=self.settings.fsync, limits=self.limits, clock=clock
+                )
+            except (RecoveryError, StoreLocked, OSError) as error:
+                log.critical("cannot start on %s: %s", self.settings.data_dir, error)
+                self.fatal = error
+                self.stopped.set()
+                return
+        else:
+            log.warning("no data directory: the state is kept in memory only and is lost at exit")
+        try:
+            async with trio.open_nursery() as nursery:
+                await self._serve(nursery, clock, store)
+        finally:
+            if store is not None:
+                store.close()
+
+    async def _serve(self, nursery: trio.Nursery, clock: Clock, store) -> None:  # type: ignore[no-untyped-def]
+        """Start the kernel (and the store's tasks) in `nursery`, then declare the server ready."""
+        kernel = Kernel(
+            state=store.state if store is not None else KernelState(self.limits),
+            journal=store.journal if store is not None else None,
+            clock=clock,
+            ids=IdSource(self.settings.seed),
+        )
+        if store is not None:
+            await nursery.start(store.run, kernel)
+        await nursery.start(kernel.run)
+        self.kernel = kernel
+        self.keys, self.scopes, self.claims = KeyOps(kernel), ScopeOps(kernel), ClaimOps(kernel)
+        await self._configure_keys()
+        self.ready = True
+        event(log, "ready", "ready", spaces=len(kernel.state.keys.spaces()), keys=len(kernel.state.keys))
 
     async def _configure_keys(self) -> None:
         settings = self.settings

@@ -68,4 +68,6 @@ async def serve(
         await lifecycle.stop_runtime()
         nursery.cancel_scope.cancel()
     event(log, "stopped", "stopped", forced=lifecycle.forced)
+    if app.runtime.fatal is not None:  # the data directory could not be used: say why, exit non-zero
+        raise app.runtime.fatal
     return lifecycle.forced

@@ -1,5 +1,37 @@
-"""Durability: the journal the kernel writes its records to."""
+"""Durability: the journal the kernel writes its records to, on disk or in memory.
 
+`open_store` recovers a data directory and returns a `Store` (state, running journal, report);
+`check` verifies one offline. The WAL (`wal`), snapshots (`snapshot`, `compaction`) and recovery
+(`recovery`, with its decision table) sit underneath; `MemoryJournal` keeps nothing on disk.
+"""
+
+from .check import CheckReport, check
+from .disk import Disk, FaultyDisk
+from .equality import assert_same_state, contents
 from .journal import Durable, Journal, MemoryJournal
+from .recovery import RecoveryError, load
+from .snapshot import SnapshotError
+from .store import RecoveryReport, Store, StoreConfig, StoreLocked, open_store
+from .wal import FSYNC_POLICIES, WalJournal
 
-__all__ = ["Durable", "Journal", "MemoryJournal"]
+__all__ = [
+    "CheckReport",
+    "Disk",
+    "Durable",
+    "FSYNC_POLICIES",
+    "FaultyDisk",
+    "Journal",
+    "MemoryJournal",
+    "RecoveryError",
+    "RecoveryReport",
+    "SnapshotError",
+    "Store",
+    "StoreConfig",
+    "StoreLocked",
+    "WalJournal",
+    "assert_same_state",
+    "check",
+    "contents",
+    "load",
+    "open_store",
+]

@@ -142,6 +142,7 @@ HELP = [
     (),
     ("serve",),
     ("config",),
+    ("check",),
     ("keys",),
     ("keys", "create"),
     ("keys", "list"),

@@ -1,0 +1,103 @@
+"""The file operations the journal and the snapshots use, in one replaceable object.
+
+Everything that touches the disk for writing goes through a `Disk`, so a test can hand the journal
+one that fails on demand (`FaultyDisk`) and watch what the kernel does with an error from `write`
+or `fsync`. The methods are blocking: callers run them in a worker thread, never on the event loop.
+
+Slow fsyncs are logged (etcd does the same): a disk that takes a second to sync is the usual reason
+for slow answers under `--fsync always`, and the log line says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+__all__ = ["Disk", "FaultyDisk"]
+
+log = logging.getLogger("runstate.snapshots")
+
+
+class Disk:
+    def __init__(self, fsync_slow_ms: float = 100.0) -> None:
+        self.fsync_slow_ms = fsync_slow_ms
+        self.fsyncs = 0
+
+    def create(self, path: str) -> int:
+        """A new file open for writing; it must not exist yet."""
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+    def open_write(self, path: str) -> int:
+        return os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def write(self, fd: int, data: bytes | memoryview) -> None:
+        """Write all of `data` (a short write is continued, not returned)."""
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+    def fsync(self, fd: int, what: str = "") -> None:
+        started = time.perf_counter()
+        os.fsync(fd)
+        self.fsyncs += 1
+        took_ms = (time.perf_counter() - started) * 1000
+        if took_ms > self.fsync_slow_ms:
+            log.warning("fsync%s took %.1f ms (slow disk: answers wait for it)", f" of {what}" if what else "", took_ms)
+
+    def fsync_dir(self, path: str) -> None:
+        """Make a create, rename or delete inside directory `path` durable."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            self.fsync(fd, path)
+        finally:
+            os.close(fd)
+
+    def truncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def replace(self, source: str, target: str) -> None:
+        os.replace(source, target)
+
+    def remove(self, path: str) -> None:
+        os.remove(path)
+
+
+class FaultyDisk(Disk):
+    """A `Disk` that raises `OSError` from `write` or `fsync` while told to (tests only)."""
+
+    def __init__(self, fsync_slow_ms: float = 100.0) -> None:
+        super().__init__(fsync_slow_ms)
+        self.fail_write = False
+        self.fail_fsync = False
+        self.failures = 0
+
+    def _fault(self, what: str) -> None:
+        self.failures += 1
+        raise OSError(5, f"injected {what} failure")
+
+    def write(self, fd: int, data: bytes | memoryview) -> None:
+        if self.fail_write:
+            # Like a real failing disk, part of the data may have gone down before the error.
+            os.write(fd, bytes(data[: len(data) // 2]))
+            self._fault("write")
+        super().write(fd, data)
+
+    def fsync(self, fd: int, what: str = "") -> None:
+        if self.fail_fsync:
+            self._fault("fsync")
+        super().fsync(fd, what)
+
+    def truncate(self, fd: int, size: int) -> None:
+        if self.fail_write:
+            self._fault("truncate")
+        super().truncate(fd, size)
+
+    def create(self, path: str) -> int:
+        if self.fail_write:
+            self._fault("create")
+        return super().create(path)

@@ -1,0 +1,174 @@
+"""Framing: how records sit in WAL segments and snapshot files. Pure functions over bytes.
+
+A file starts with a 24-byte header, then holds frames back to back:
+
+    file header  magic (8) | first_lsn u64 | prev_crc u32 | header_crc u32                  = 24 bytes
+    frame        length u32 | lsn u64 | index u32 | prev_crc u32 | crc u32 | body (length)  = 24 + length
+
+All integers are little-endian. `index` is the frame's place in its batch (the frames one write put
+down together: 0, 1, 2...), so `lsn - index` is the first LSN of its batch. Recovery uses it to tell
+a torn final batch (whose later frames may reach the disk before its earlier ones) from damage
+further back: only the last batch can be half written, since a batch is written only after the one
+before it is durable. `body` is one record as orjson. `crc` is CRC-32 (zlib) over the
+first 20 header bytes and the body, so a damaged length, LSN or link is caught as surely as a
+damaged body. `prev_crc` chains each frame to the one before it (the file header carries the link
+into the previous segment): a frame that verifies on its own but belongs elsewhere (left over from
+an older run, or out of order) breaks the chain. The link is stored rather than only mixed into
+the checksum so that a reader can still tell "this frame is intact" apart from "this frame is in
+the right place", which is what recovery needs to tell a torn tail from damage in the middle.
+
+A length of zero never occurs (a body is a JSON object, at least `{}`), so a zeroed header reads as
+"nothing here": that is how a preallocated or zero-filled tail is recognised. A length above
+`BODY_BYTES_MAX` or above the bytes left is rejected before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import NamedTuple
+
+__all__ = [
+    "BODY_BYTES_MAX",
+    "FILE_HEADER_BYTES",
+    "FRAME_HEADER_BYTES",
+    "WAL_MAGIC",
+    "SNAPSHOT_MAGIC",
+    "Frame",
+    "Damage",
+    "encode_frame",
+    "encode_frames",
+    "encode_file_header",
+    "decode_file_header",
+    "read_frame",
+    "find_intact_frame",
+]
+
+WAL_MAGIC = b"RSWAL\x00\x00\x01"
+SNAPSHOT_MAGIC = b"RSSNAP\x00\x01"
+
+# The largest body a frame may carry. Records are far smaller (a request is at most 1 MiB); this
+# bounds what a damaged length can make a reader allocate.
+BODY_BYTES_MAX = 16 * 1024 * 1024
+
+_FILE_HEADER = struct.Struct("<8sQII")
+_FRAME_HEAD = struct.Struct("<IQII")  # length, lsn, index, prev_crc: the 20 checksummed header bytes
+_CRC = struct.Struct("<I")
+FILE_HEADER_BYTES = _FILE_HEADER.size  # 24
+FRAME_HEADER_BYTES = _FRAME_HEAD.size + _CRC.size  # 24
+assert FILE_HEADER_BYTES == 24 and FRAME_HEADER_BYTES == 24
+
+
+def _checksum(head: bytes, body: bytes | memoryview) -> int:
+    return zlib.crc32(body, zlib.crc32(head))
+
+
+def encode_frame(lsn: int, prev_crc: int, body: bytes, index: int = 0) -> tuple[bytes, int]:
+    """One frame and its crc (the next frame's `prev_crc`)."""
+    length = len(body)
+    if not 0 < length <= BODY_BYTES_MAX:
+        raise ValueError(f"a record body must be 1..{BODY_BYTES_MAX} bytes, got {length}")
+    head = _FRAME_HEAD.pack(length, lsn, index, prev_crc)
+    crc = _checksum(head, body)
+    return head + _CRC.pack(crc) + body, crc
+
+
+def encode_frames(first_lsn: int, prev_crc: int, bodies: list[bytes]) -> tuple[bytes, int]:
+    """One batch: frames for `bodies` with consecutive LSNs from `first_lsn`; the bytes and last crc."""
+    parts = []
+    for index, body in enumerate(bodies):
+        frame, prev_crc = encode_frame(first_lsn + index, prev_crc, body, index)
+        parts.append(frame)
+    return b"".join(parts), prev_crc
+
+
+def encode_file_header(magic: bytes, first_lsn: int, prev_crc: int) -> bytes:
+    head = _FILE_HEADER.pack(magic, first_lsn, prev_crc, 0)[:-4]
+    return head + _CRC.pack(zlib.crc32(head))
+
+
+def decode_file_header(data: bytes | memoryview, magic: bytes) -> tuple[int, int] | None:
+    """(first_lsn, prev_crc), or None when the header is short, foreign or damaged."""
+    if len(data) < FILE_HEADER_BYTES:
+        return None
+    found, first_lsn, prev_crc, crc = _FILE_HEADER.unpack_from(data, 0)
+    if found != magic or zlib.crc32(bytes(data[: FILE_HEADER_BYTES - 4])) != crc:
+        return None
+    return first_lsn, prev_crc
+
+
+class Frame(NamedTuple):  # a tuple: made a million times by a recovery
+    offset: int  # where the frame starts in the file
+    lsn: int
+    prev_crc: int
+    crc: int
+    body: memoryview
+    end: int  # offset just past the frame
+    batch_lsn: int  # the LSN of the first frame of its batch
+
+
+class Damage(NamedTuple):
+    """Why no intact frame starts at `offset`. `kind` is one of:
+
+    - `zero`: the header bytes are all zero (nothing was ever written here);
+    - `short`: fewer bytes are left than a header, or than the header's length says (cut off);
+    - `length`: the length is zero or above the maximum (a damaged header);
+    - `checksum`: the bytes are all there but the crc does not match.
+    """
+
+    offset: int
+    kind: str
+
+
+def read_frame(data: bytes | memoryview, offset: int) -> Frame | Damage:
+    """The intact frame at `offset`, or why there is none. Checks only the frame itself.
+
+    The length is checked against the maximum and against the bytes left before the body is
+    touched; the body is a view into `data`, never a copy.
+    """
+    left = len(data) - offset
+    if left < FRAME_HEADER_BYTES:
+        if left > 0 and not any(data[offset:]):
+            return Damage(offset, "zero")
+        return Damage(offset, "short")
+    length, lsn, index, prev_crc = _FRAME_HEAD.unpack_from(data, offset)
+    (crc,) = _CRC.unpack_from(data, offset + 20)
+    if length == 0:
+        if lsn == 0 and index == 0 and prev_crc == 0 and crc == 0:
+            return Damage(offset, "zero")
+        return Damage(offset, "length")
+    if length > BODY_BYTES_MAX:
+        return Damage(offset, "length")
+    end = offset + FRAME_HEADER_BYTES + length
+    if end > len(data):
+        return Damage(offset, "short")
+    view = memoryview(data)
+    body = view[offset + FRAME_HEADER_BYTES : end]
+    if _checksum(view[offset : offset + 20], body) != crc or index > lsn:
+        return Damage(offset, "checksum")
+    return Frame(offset, lsn, prev_crc, crc, body, end, lsn - index)
+
+
+def find_intact_frame(data: bytes | memoryview, start: int, lsn_min: int) -> Frame | None:
+    """The first intact frame at or after `start` whose LSN is at least `lsn_min`, if any.
+
+    Recovery uses this after a damaged frame: an intact frame further on means the damage is in
+    the middle of the log (refuse to start), none means it is a torn tail (truncate). It looks at
+    every offset, so it is slow, but it only runs on a damaged file, past the damage.
+    """
+    end = len(data) - FRAME_HEADER_BYTES
+    # A frame takes at least 25 bytes, so no LSN further on can be above this.
+    lsn_max = lsn_min + (len(data) - start) // (FRAME_HEADER_BYTES + 1)
+    offset = start
+    while offset <= end:
+        length, lsn, _, _ = _FRAME_HEAD.unpack_from(data, offset)
+        if (
+            0 < length <= BODY_BYTES_MAX
+            and lsn_min <= lsn <= lsn_max
+            and offset + FRAME_HEADER_BYTES + length <= len(data)
+        ):
+            found = read_frame(data, offset)
+            if isinstance(found, Frame):
+                return found
+        offset += 1
+    return None

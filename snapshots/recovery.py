@@ -1,0 +1,278 @@
+"""Recovery: the newest snapshot that verifies, then the WAL after it, through `KernelState.apply`.
+
+`load()` reads a data directory (`<data>/snapshots/`, `<data>/wal/`) into a fresh state. It reads
+every WAL segment that holds records after the snapshot, checks each frame (length, crc, LSN, chain,
+see `frame.py`) and applies the records through the same `apply` the live kernel uses. What it does
+when something is not as written is decided by this table, one test per row
+(`tests/durability/test_wal_recovery.py`):
+
+| # | What recovery finds                                                   | Decision                                         |
+|---|-----------------------------------------------------------------------|--------------------------------------------------|
+| 1 | The last segment ends exactly after an intact frame (clean end)       | Use everything.                                  |
+| 2 | The last segment goes on with zero bytes only, from a frame boundary  | Truncate the zeros, log it. Nothing is lost: no  |
+|   | to its end (zero-filled tail: preallocated or never written)          | record was ever there.                           |
+| 3 | The last segment ends in a frame that is cut short or fails its crc,  | Torn final batch: copy the segment aside as      |
+|   | and every intact frame after it belongs to the same batch             | `<name>.broken`, truncate at the last intact     |
+|   | (a crash while writing the last batch)                                | frame, log file, offset and bytes dropped. That  |
+|   |                                                                       | batch was never acknowledged (ack after durable).|
+| 4 | A damaged frame followed by an intact frame of a later batch, or a    | Refuse to start: `RecoveryError` naming the file |
+|   | damaged frame in any segment but the last (bad record before the tail)| and the byte offset of the damaged frame.        |
+| 5 | An intact frame whose LSN is not the next one, or whose link to the   | Refuse to start (file, offset): an LSN gap or a  |
+|   | frame before it is wrong                                              | record out of place.                             |
+| 6 | A segment that does not begin right after the one before it (or the   | Refuse to start (file, offset 0): records are    |
+|   | log begins after the snapshot's LSN + 1)                              | missing.                                         |
+| 7 | The last segment's header is short, zero or damaged, and no intact    | A crash while starting a segment: move it aside  |
+|   | frame follows it                                                      | as `.broken` (it holds no record), log it.       |
+| 8 | The newest snapshot does not verify (crc, count, end mark)            | Log it and try the next older one; with none     |
+|   |                                                                       | left, replay the WAL from LSN 1 (row 6 if it no  |
+|   |                                                                       | longer begins there). A `.tmp` is deleted.       |
+| 9 | An intact frame whose body is not JSON or does not apply              | Refuse to start (file, offset).                  |
+
+Segments wholly before the snapshot are not read (`runstate check` reads them all). Frames at or
+before the snapshot's LSN are checked but not applied. A WAL that ends before the snapshot's LSN
+(possible after a power cut under `--fsync off`) is accepted: the snapshot covers it, and the
+writer starts a new segment after the snapshot.
+
+Row 3 relies on one batch being written only after the one before it is durable (`always`,
+`batch`); under `--fsync off` a power cut can tear several batches, which row 4 then refuses:
+`runstate check` shows where, and truncating there by hand is the way on.
+
+With `repair=False` nothing is changed on disk: the repairs that a start would make are reported
+(`runstate check`). Blocking: run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import orjson
+
+from .disk import Disk
+from .frame import FILE_HEADER_BYTES, WAL_MAGIC, Frame, decode_file_header, find_intact_frame, read_frame
+from .snapshot import SnapshotError, list_snapshots, load_snapshot
+from .wal import SEGMENT_SUFFIX
+
+__all__ = ["RecoveryError", "Repair", "Loaded", "load", "list_segments", "wal_dir", "snapshot_dir"]
+
+log = logging.getLogger("runstate.snapshots")
+
+
+def wal_dir(data_dir: str) -> str:
+    return os.path.join(data_dir, "wal")
+
+
+def snapshot_dir(data_dir: str) -> str:
+    return os.path.join(data_dir, "snapshots")
+
+
+def list_segments(directory: str) -> list[tuple[int, str]]:
+    """(first LSN, path) of every segment file, in LSN order."""
+    if not os.path.isdir(directory):
+        return []
+    found = []
+    for name in os.listdir(directory):
+        stem = name[: -len(SEGMENT_SUFFIX)]
+        if name.endswith(SEGMENT_SUFFIX) and len(stem) == 20 and stem.isdigit():
+            found.append((int(stem), os.path.join(directory, name)))
+    return sorted(found)
+
+
+class RecoveryError(Exception):
+    """The data directory cannot be used as it is: names the file and the byte offset."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"{path}: byte {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class Repair:
+    """A change to the tail of the log that a start makes (row 2, 3 or 7)."""
+
+    kind: str  # "zero tail", "torn tail", "broken segment header"
+    path: str
+    offset: int  # where the log now ends in that file
+    dropped_bytes: int
+    broken_copy: str | None = None
+    done: bool = False
+
+    def describe(self) -> str:
+        copy = f", copy kept as {self.broken_copy}" if self.broken_copy else ""
+        return f"{self.kind} in {self.path} at byte {self.offset}: {self.dropped_bytes} bytes dropped{copy}"
+
+
+@dataclass(slots=True)
+class Loaded:
+    state: Any
+    snapshot_lsn: int = 0
+    snapshot_path: str | None = None
+    last_lsn: int = 0  # the LSN of the last record in the log (or the snapshot's, if later)
+    prev_crc: int = 0  # the crc of that record: the link for the next segment
+    newest_ms: int = 0  # the newest `at_ms` seen
+    records: int = 0  # WAL records applied on top of the snapshot
+    segments: int = 0
+    wal_bytes: int = 0
+    repairs: list[Repair] = field(default_factory=list)
+    bad_snapshots: list[str] = field(default_factory=list)
+
+
+def load(
+    data_dir: str,
+    make_state: Callable[[], Any],
+    *,
+    repair: bool,
+    through_lsn: int | None = None,
+    disk: Disk | None = None,
+) -> Loaded:
+    """Read `data_dir` into `make_state()`; repair the tail when `repair`, else only report.
+
+    With `through_lsn`, stop after that record (the snapshot builder reads only what is durable)
+    and treat any damage before it as fatal. Raises `RecoveryError` for rows 4, 5, 6 and 9.
+    """
+    disk = disk or Disk()
+    snaps = snapshot_dir(data_dir)
+    if repair and os.path.isdir(snaps):
+        for name in os.listdir(snaps):
+            if name.endswith(".tmp"):  # a crash while writing a snapshot (row 8)
+                log.warning("removing %s, left by a crash while writing a snapshot", name)
+                disk.remove(os.path.join(snaps, name))
+    loaded = _load_snapshot(snaps, make_state, through_lsn)
+    _replay_wal(wal_dir(data_dir), loaded, repair, through_lsn, disk)
+    return loaded
+
+
+def _load_snapshot(snaps: str, make_state: Callable[[], Any], through_lsn: int | None) -> Loaded:
+    bad: list[str] = []
+    for lsn, path in reversed(list_snapshots(snaps)):
+        if through_lsn is not None and lsn > through_lsn:
+            continue
+        state = make_state()
+        try:
+            info = load_snapshot(path, state.apply)
+        except (SnapshotError, OSError) as error:
+            log.error("snapshot does not verify, trying an older one: %s", error)
+            bad.append(str(error))
+            continue
+        return Loaded(state, lsn, path, lsn, 0, info.newest_ms, bad_snapshots=bad)
+    return Loaded(make_state(), bad_snapshots=bad)
+
+
+def _replay_wal(directory: str, loaded: Loaded, repair: bool, through_lsn: int | None, disk: Disk) -> None:
+    segments = list_segments(directory)
+    snapshot_lsn = loaded.snapshot_lsn
+    # Skip the segments wholly covered by the snapshot: the next one starts at or before L + 1.
+    start = 0
+    while start + 1 < len(segments) and segments[start + 1][0] <= snapshot_lsn + 1:
+        start += 1
+    segments = segments[start:]
+    if segments and segments[0][0] > snapshot_lsn + 1:
+        first_lsn, path = segments[0]
+        raise RecoveryError(
+            path, 0, f"the log begins at LSN {first_lsn} but the snapshot ends at {snapshot_lsn}: records are missing"
+        )
+    state_apply = loaded.state.apply
+    last_lsn: int | None = None  # of the log read so far (None before the first segment)
+    prev_crc = 0
+    for number, (name_lsn, path) in enumerate(segments):
+        is_last = number == len(segments) - 1
+        with open(path, "rb") as file:
+            data = file.read()
+        loaded.segments += 1
+        loaded.wal_bytes += len(data)
+        header = decode_file_header(data, WAL_MAGIC)
+        if header is None or header[0] != name_lsn:
+            if is_last and find_intact_frame(data, 0, name_lsn) is None:
+                _repair(loaded, Repair("broken segment header", path, 0, len(data)), repair, disk, data, remove=True)
+                break
+            reason = "damaged segment header" if header is None else f"header says LSN {header[0]}, name says {name_lsn}"
+            raise RecoveryError(path, 0, reason)
+        first_lsn, link = header
+        if last_lsn is not None:
+            if first_lsn == last_lsn + 1:
+                if link != prev_crc:
+                    raise RecoveryError(path, 0, "segment is not linked to the one before it (crc chain broken)")
+            elif not last_lsn < first_lsn <= snapshot_lsn + 1:
+                raise RecoveryError(path, 0, f"segment begins at LSN {first_lsn}, the one before ends at {last_lsn}")
+        expected = first_lsn
+        prev_crc = link
+        offset = FILE_HEADER_BYTES
+        while offset < len(data):
+            if through_lsn is not None and expected > through_lsn:
+                break
+            found = read_frame(data, offset)
+            if not isinstance(found, Frame):
+                if not is_last or through_lsn is not None:
+                    raise RecoveryError(path, offset, f"damaged record ({found.kind}) before the end of the log")
+                _repair(loaded, _tail_decision(path, data, offset, expected), repair, disk, data)
+                break
+            if found.lsn != expected:
+                raise RecoveryError(path, offset, f"record has LSN {found.lsn}, expected {expected} (a gap)")
+            if found.prev_crc != prev_crc:
+                raise RecoveryError(path, offset, f"record {found.lsn} is not linked to the one before it")
+            if found.lsn > snapshot_lsn:
+                try:
+                    record = orjson.loads(found.body)
+                    state_apply(record)
+                except Exception as error:  # not JSON, or not a record this kernel can apply
+                    raise RecoveryError(path, offset, f"record {found.lsn} does not apply: {error!r}") from None
+                at_ms = record.get("at_ms")
+                if isinstance(at_ms, int) and at_ms > loaded.newest_ms:
+                    loaded.newest_ms = at_ms
+                loaded.records += 1
+            prev_crc = found.crc
+            expected += 1
+            offset = found.end
+        last_lsn = expected - 1
+        if through_lsn is not None and expected > through_lsn:
+            break
+    if through_lsn is not None and max(last_lsn or 0, snapshot_lsn) < through_lsn:
+        raise RecoveryError(directory, 0, f"the log ends at LSN {last_lsn}, before {through_lsn}")
+    if last_lsn is not None and last_lsn >= snapshot_lsn:
+        loaded.last_lsn, loaded.prev_crc = last_lsn, prev_crc
+    else:  # no WAL after the snapshot (or it ends before it): continue from the snapshot
+        loaded.last_lsn, loaded.prev_crc = snapshot_lsn, 0
+
+
+def _tail_decision(path: str, data: bytes, offset: int, expected: int) -> Repair:
+    """Row 2, 3 or 4 for damage at `offset` in the last segment."""
+    dropped = len(data) - offset
+    if not any(memoryview(data)[offset:]):
+        return Repair("zero tail", path, offset, dropped)
+    frame = find_intact_frame(data, offset + 1, expected)
+    while frame is not None:
+        if frame.batch_lsn > expected:  # a later batch was written after the damaged one
+            raise RecoveryError(
+                path,
+                offset,
+                f"damaged record before the end of the log (record {frame.lsn} at byte {frame.offset} is intact)",
+            )
+        frame = find_intact_frame(data, frame.end, frame.lsn + 1)
+    return Repair("torn tail", path, offset, dropped)
+
+
+def _repair(loaded: Loaded, fix: Repair, repair: bool, disk: Disk, data: bytes, remove: bool = False) -> None:
+    loaded.repairs.append(fix)
+    if fix.kind != "zero tail":
+        fix.broken_copy = fix.path + ".broken"
+    if not repair:
+        return
+    if remove:
+        disk.replace(fix.path, fix.broken_copy)
+        disk.fsync_dir(os.path.dirname(fix.path))
+    else:
+        if fix.broken_copy:
+            shutil.copyfile(fix.path, fix.broken_copy)
+        fd = disk.open_write(fix.path)
+        try:
+            disk.truncate(fd, fix.offset)
+            disk.fsync(fd, fix.path)
+        finally:
+            disk.close(fd)
+    fix.done = True
+    log.warning("recovery: %s", fix.describe())

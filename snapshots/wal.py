@@ -1,0 +1,328 @@
+"""The write-ahead log: segment files and the one writer task that group-commits to them.
+
+Segments live in `<data>/wal/` and are named by the LSN of their first record
+(`00000000000000000001.wal`); `frame.py` gives their layout. A segment is sealed (fsynced) when it
+reaches `segment_bytes_max` and the next one is started; a new segment's name is made durable (the
+directory is fsynced) before any record is written into it, whatever the policy.
+
+`WalJournal` is the kernel's `Journal`. `append()` only encodes the records (orjson, on the loop,
+so a reply the shell goes on to mutate cannot change what is written) and queues them: it never
+blocks and never does IO. One writer task takes everything queued from all actors as one batch,
+writes it and, by policy, fsyncs it in a worker thread, then calls each batch's `on_durable(None)`
+in LSN order:
+
+- `always` (default): write and fsync every batch before answering. Batches grow by themselves
+  under load (group commit): whatever is appended while one fsync runs goes in the next.
+- `batch`: the same, but fsync at most once every `batch_interval_ms`: a batch waits until that
+  much time has passed since the previous fsync, gathering more records meanwhile.
+- `off`: write (to the operating system) and answer; no fsync. Survives a kill of the process, not
+  a power cut (see `actors/boot.py` for what still holds for generations).
+
+If a write or fsync fails, every mutation of that batch and all queued after it is answered with
+the error (the kernel turns it into 503 UNAVAILABLE), `failure` is set so the kernel refuses new
+mutations at once, and `failed` is set for the store, which rebuilds the state from disk and calls
+`reopen()` once the disk works again. After a failed fsync nothing written since the last good
+fsync can be trusted (the kernel may have dropped those pages), so `good` only ever moves after a
+batch is fully durable under the policy, and a repair truncates back to it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import orjson
+import trio
+
+from .disk import Disk
+from .frame import BODY_BYTES_MAX, FILE_HEADER_BYTES, WAL_MAGIC, encode_file_header, encode_frames
+from .journal import Durable
+
+__all__ = ["WalJournal", "SegmentWriter", "Position", "segment_name", "FSYNC_POLICIES", "RunBlocking", "inline"]
+
+# How blocking IO is run: `trio.to_thread.run_sync` (the default), or `inline` in tests that run in
+# virtual time, where a worker thread would let the mock clock jump while the IO runs.
+RunBlocking = Callable[..., Awaitable[Any]]
+
+
+async def inline(function: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking `function` on the event loop itself (tests in virtual time only)."""
+    return function(*args)
+
+log = logging.getLogger("runstate.snapshots")
+
+FSYNC_POLICIES = ("always", "batch", "off")
+
+SEGMENT_SUFFIX = ".wal"
+
+
+def segment_name(first_lsn: int) -> str:
+    return f"{first_lsn:020d}{SEGMENT_SUFFIX}"
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A point in the log just after a record: where the next one goes."""
+
+    path: str  # the segment file
+    offset: int  # bytes of that file in use
+    next_lsn: int
+    prev_crc: int  # crc of the record before this point (0 when there is none)
+
+
+class SegmentWriter:
+    """The open segment. Blocking; used from one thread at a time (the writer's)."""
+
+    def __init__(self, wal_dir: str, disk: Disk, segment_bytes_max: int) -> None:
+        self.wal_dir = wal_dir
+        self.disk = disk
+        self.segment_bytes_max = segment_bytes_max
+        self._fd: int | None = None
+        self._path = ""
+        self._offset = 0
+        self.next_lsn = 1
+        self._prev_crc = 0
+        self.good: Position | None = None  # the last point known durable under the policy
+
+    def start(self, next_lsn: int, prev_crc: int) -> None:
+        """Begin a new segment at `next_lsn` (recovery and repairs always start a fresh one)."""
+        self._open_segment(next_lsn, prev_crc)
+        self.next_lsn = next_lsn
+        self._prev_crc = prev_crc
+        self.good = Position(self._path, self._offset, next_lsn, prev_crc)
+
+    def _open_segment(self, first_lsn: int, prev_crc: int) -> None:
+        path = os.path.join(self.wal_dir, segment_name(first_lsn))
+        if os.path.exists(path):
+            if os.path.getsize(path) > FILE_HEADER_BYTES:
+                raise FileExistsError(f"segment {path} already holds records")
+            self.disk.remove(path)  # an empty segment left by an earlier start
+        fd = self.disk.create(path)
+        try:
+            self.disk.write(fd, encode_file_header(WAL_MAGIC, first_lsn, prev_crc))
+            self.disk.fsync(fd, path)
+            self.disk.fsync_dir(self.wal_dir)
+        except BaseException:
+            self.disk.close(fd)
+            raise
+        old = self._fd
+        self._fd, self._path, self._offset = fd, path, FILE_HEADER_BYTES
+        if old is not None:
+            self.disk.close(old)
+
+    def write(self, first_lsn: int, bodies: list[bytes], sync: bool) -> None:
+        """Append `bodies` as one batch; fsync it when `sync`. On any error, `good` stays put."""
+        assert self._fd is not None, "start() first"
+        assert first_lsn == self.next_lsn, f"LSN {first_lsn} appended, {self.next_lsn} expected"
+        if self._offset >= self.segment_bytes_max and self._offset > FILE_HEADER_BYTES:
+            self.disk.fsync(self._fd, self._path)  # seal the full segment
+            self._open_segment(first_lsn, self._prev_crc)
+        data, crc = encode_frames(first_lsn, self._prev_crc, bodies)
+        self.disk.write(self._fd, data)
+        if sync:
+            self.disk.fsync(self._fd, self._path)
+        self._offset += len(data)
+        self.next_lsn += len(bodies)
+        self._prev_crc = crc
+        self.good = Position(self._path, self._offset, self.next_lsn, crc)
+
+    def sync(self) -> None:
+        if self._fd is not None:
+            self.disk.fsync(self._fd, self._path)
+
+    def repair(self) -> Position:
+        """After a failure: drop everything past `good` from disk and start a new segment there."""
+        good = self.good
+        assert good is not None
+        if self._fd is not None:
+            try:
+                self.disk.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+        good_name = os.path.basename(good.path)
+        for name in sorted(os.listdir(self.wal_dir)):
+            if name.endswith(SEGMENT_SUFFIX) and name > good_name:
+                self.disk.remove(os.path.join(self.wal_dir, name))  # begun after the good point
+        fd = self.disk.open_write(good.path)
+        try:
+            self.disk.truncate(fd, good.offset)
+            self.disk.fsync(fd, good.path)
+        finally:
+            self.disk.close(fd)
+        self.disk.fsync_dir(self.wal_dir)
+        if good.offset <= FILE_HEADER_BYTES:
+            self.disk.remove(good.path)  # no records: start() makes it again
+        self.start(good.next_lsn, good.prev_crc)
+        return good
+
+    def close(self) -> None:
+        if self._fd is not None:
+            self.disk.close(self._fd)
+            self._fd = None
+
+
+class WalJournal:
+    """The kernel's journal on disk. Create inside trio; run `run` in a nursery."""
+
+    def __init__(
+        self,
+        writer: SegmentWriter,
+        *,
+        fsync: str = "always",
+        batch_interval_ms: float = 3.0,
+        batch_records_max: int = 65_536,
+        run_blocking: RunBlocking | None = None,
+    ) -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
+        self.writer = writer
+        self.run_blocking: RunBlocking = run_blocking or trio.to_thread.run_sync
+        self.fsync = fsync
+        self.batch_interval_s = batch_interval_ms / 1000
+        self.batch_records_max = batch_records_max
+        self.failure: BaseException | None = None
+        self.failed = trio.Event()  # set on failure, for the store's repair loop
+        self.appended_lsn = writer.next_lsn - 1
+        self.durable_lsn = writer.next_lsn - 1
+        self.batches = 0
+        self._pending: list[tuple[int, list[bytes], Durable]] = []  # (first LSN, bodies, callback)
+        self._pending_records = 0
+        self._after: list[tuple[int, int, Durable]] = []  # heap of (LSN, seq, callback)
+        self._seq = itertools.count()
+        self._wakeup = trio.Event()
+        self._synced_at = -float("inf")
+
+    # -- the Journal protocol ----------------------------------------------------------------------
+
+    def append(self, records: list[dict], on_durable: Durable) -> int:
+        if self.failure is not None:
+            on_durable(self.failure)
+            return self.appended_lsn
+        try:
+            bodies = [orjson.dumps(record) for record in records]
+            for body in bodies:
+                if len(body) > BODY_BYTES_MAX:
+                    raise ValueError(f"a {records[0].get('type')} record of {len(body)} bytes is over the maximum")
+        except (TypeError, ValueError) as error:  # a bug upstream; the state holds an unrecorded change
+            log.error("cannot encode a record: %s", error)
+            self._fail(error, [(self.appended_lsn + 1, [], on_durable)])
+            return self.appended_lsn
+        first_lsn = self.appended_lsn + 1
+        self.appended_lsn += len(bodies)
+        self._pending.append((first_lsn, bodies, on_durable))
+        self._pending_records += len(bodies)
+        self._wakeup.set()
+        return self.appended_lsn
+
+    def after(self, lsn: int, on_durable: Durable) -> None:
+        if lsn <= self.durable_lsn:
+            on_durable(None)
+        elif self.failure is not None:
+            on_durable(self.failure)
+        else:
+            heapq.heappush(self._after, (lsn, next(self._seq), on_durable))
+
+    # -- the writer task ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            while True:
+                if not self._pending or self.failure is not None:
+                    await self._wakeup.wait()
+                    self._wakeup = trio.Event()
+                    continue
+                if self.fsync == "batch":
+                    due = self._synced_at + self.batch_interval_s
+                    if trio.current_time() < due:
+                        await trio.sleep_until(due)
+                await self._commit(self._take())
+        finally:
+            # Stopped (shutdown): callers of changes still queued wait for an answer that no
+            # write will bring; tell them these were not recorded. (A batch already in a worker
+            # thread finishes first: that call cannot be cancelled.)
+            if self._pending or self._after:
+                stopped = OSError("the journal stopped before this change was written")
+                pending, self._pending, self._pending_records = self._pending, [], 0
+                after, self._after = self._after, []
+                for _, _, on_durable in pending:
+                    on_durable(stopped)
+                for _, _, on_durable in sorted(after):
+                    on_durable(stopped)
+
+    def _take(self) -> list[tuple[int, list[bytes], Durable]]:
+        """The next batch: everything queued, or at most `batch_records_max` records of it."""
+        if self._pending_records <= self.batch_records_max:
+            batch, self._pending, self._pending_records = self._pending, [], 0
+            return batch
+        taken = 0
+        for count, (_, bodies, _) in enumerate(self._pending, 1):
+            taken += len(bodies)
+            if taken >= self.batch_records_max:
+                break
+        batch, self._pending = self._pending[:count], self._pending[count:]
+        self._pending_records -= taken
+        return batch
+
+    async def _commit(self, batch: list[tuple[int, list[bytes], Durable]]) -> None:
+        first_lsn = batch[0][0]
+        bodies = [body for _, part, _ in batch for body in part]
+        sync = self.fsync != "off"
+        try:
+            await self.run_blocking(self.writer.write, first_lsn, bodies, sync)
+        except OSError as error:
+            log.error("the journal cannot write (%s): refusing changes until the disk works again", error)
+            self._fail(error, batch)
+            return
+        if sync:
+            self._synced_at = trio.current_time()
+        self.batches += 1
+        self.durable_lsn = first_lsn + len(bodies) - 1
+        for _, _, on_durable in batch:
+            on_durable(None)
+        after = self._after
+        while after and after[0][0] <= self.durable_lsn:
+            heapq.heappop(after)[2](None)
+
+    def _fail(self, error: BaseException, batch: list[tuple[int, list[bytes], Durable]]) -> None:
+        self.failure = error
+        waiting = batch + self._pending
+        self._pending, self._pending_records = [], 0
+        for _, _, on_durable in waiting:
+            on_durable(error)
+        after, self._after = self._after, []
+        for _, _, on_durable in sorted(after):
+            on_durable(error)
+        self.failed.set()
+
+    # -- repairs (the store calls these) -------------------------------------------------------------
+
+    def reopen(self) -> None:
+        """The disk works again and the writer was repaired: take appends from where it ends."""
+        assert not self._pending
+        self.appended_lsn = self.durable_lsn = self.writer.next_lsn - 1
+        self.failed = trio.Event()
+        self.failure = None
+        self._wakeup.set()
+
+    async def write_now(self, records: list[dict]) -> int:
+        """Write and fsync `records` at once, whatever the policy (boot records); returns the LSN.
+
+        Only while nothing else is queued: at a start, or during a repair before `reopen()`.
+        """
+        assert not self._pending
+        if records:
+            await self.run_blocking(self._write_now, records)
+        self.appended_lsn = self.durable_lsn = self.writer.next_lsn - 1
+        return self.durable_lsn
+
+    def _write_now(self, records: list[dict]) -> None:
+        bodies = [orjson.dumps(record) for record in records]
+        for start in range(0, len(bodies), self.batch_records_max):
+            part = bodies[start : start + self.batch_records_max]
+            self.writer.write(self.writer.next_lsn, part, True)

@@ -1,0 +1,94 @@
+"""`runstate check` and `runstate serve --data-dir` as a user runs them, in subprocesses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import runstate.snapshots
+from runstate.snapshots.recovery import wal_dir
+
+from .helpers import flip_byte, frames, numbered_batches, segments, write_log
+
+RUNSTATE = [sys.executable, "-c", "import sys; from runstate._cli import main; sys.exit(main())"]
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*RUNSTATE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.e2e
+def test_check_prints_what_a_good_directory_holds_and_exits_0(tmp_path):
+    data = str(tmp_path)
+    write_log(data, numbered_batches(2, 3))
+    result = run("check", "--data-dir", data)
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout and "keys: 5" in result.stdout and "last LSN: 5" in result.stdout
+
+
+@pytest.mark.e2e
+def test_a_damaged_directory_fails_check_and_serve_with_file_and_offset(tmp_path):
+    data = str(tmp_path)
+    write_log(data, numbered_batches(1, 1, 1, 1))
+    [path] = segments(data)
+    offset = frames(path)[1].offset
+    flip_byte(path, offset + 30)
+    checked = run("check", "--data-dir", data)
+    assert checked.returncode == 1 and "BAD" in checked.stdout and f"{path}: byte {offset}" in checked.stdout
+    served = run("serve", "--port", "0", "--data-dir", data)
+    assert served.returncode == 1
+    assert f"cannot start: {path}: byte {offset}" in served.stderr
+
+
+@pytest.mark.e2e
+def test_check_without_a_directory_says_so(tmp_path):
+    assert run("check").returncode == 2
+    missing = run("check", "--data-dir", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and "not a directory" in missing.stdout
+
+
+def test_public_names_are_exported_explicitly():
+    exported = set(runstate.snapshots.__all__)
+    assert {"open_store", "check", "Store", "StoreConfig", "RecoveryReport", "RecoveryError", "WalJournal",
+            "MemoryJournal", "Journal", "FaultyDisk", "assert_same_state"} <= exported
+    assert all(hasattr(runstate.snapshots, name) for name in exported)
+    assert wal_dir("/d") == "/d/wal"
+
+
+@pytest.mark.e2e
+def test_healthz_answers_503_while_recovering_then_200(tmp_path):
+    """The server listens first and recovers after: /healthz says 503 until the state is back."""
+    import os
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    data = str(tmp_path / "data")
+    write_log(data, numbered_batches(*[2000] * 100))  # 200k records: most of a second to recover
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [*RUNSTATE, "serve", "--port", str(port), "--data-dir", data],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, RUNSTATE_API_KEY="rs_k"),
+    )
+    seen = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not seen or seen[-1] != 200):
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code
+                if not seen or seen[-1] != status:
+                    seen.append(status)
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.01)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=30)[0].decode()
+    assert seen == [503, 200], output
+    assert "200000 WAL records replayed" in output and "recovered" in output

@@ -1,0 +1,107 @@
+"""Failure while writing: the failed batch and everything after it is answered UNAVAILABLE, new
+changes are refused at once, reads go on and show only recorded changes, and once the disk works
+again the WAL is truncated to its last good record and the state rebuilt from disk."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from runstate.actors import KernelError
+from runstate.actors.outcome import Outcome
+from runstate.snapshots import FaultyDisk, assert_same_state, check
+from runstate.snapshots.store import StoreConfig
+
+from .helpers import reload, running
+
+SPACE = "s1"
+
+
+def held_keys(run, scope_id: str) -> list[str]:
+    return sorted(view["key"] for view in run.claims.in_scope(SPACE, scope_id))
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize(
+    ("fsync", "fault"), [("always", "fsync"), ("always", "write"), ("batch", "fsync"), ("batch", "write"), ("off", "write")]
+)
+async def test_a_failed_write_is_refused_and_rolled_back_until_the_disk_recovers(tmp_path, autojump_clock, fault, fsync):
+    data = str(tmp_path)
+    disk = FaultyDisk()
+    config = StoreConfig(fsync=fsync, probe_interval_s=1.0)
+    async with running(data, fsync=fsync, config=config, disk=disk) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        kept = await run.claims.acquire(SPACE, scope_id=scope_id, key="kept", holder="h", session="x", lease_s=60)
+
+        setattr(disk, f"fail_{fault}", True)
+        errors = []
+
+        async def doomed(key: str) -> None:
+            try:
+                await run.claims.acquire(SPACE, scope_id=scope_id, key=key, holder="h", session="x", lease_s=60)
+            except KernelError as error:
+                errors.append(error.code)
+
+        async with trio.open_nursery() as nursery:  # one batch fails; those queued behind it too
+            for number in range(5):
+                nursery.start_soon(doomed, f"lost{number}")
+        assert errors == ["UNAVAILABLE"] * 5
+        assert run.store.journal.failure is not None
+
+        # Refused at once while the disk is down; reads work and show only what was recorded.
+        with pytest.raises(KernelError) as refused:
+            await run.claims.renew(SPACE, key="kept", token=kept["token"])
+        assert refused.value.code == "UNAVAILABLE"
+        assert held_keys(run, scope_id) == ["kept"]
+        await trio.sleep(5)  # probes keep failing
+        assert run.store.journal.failure is not None and disk.failures > 1
+
+        setattr(disk, f"fail_{fault}", False)
+        await trio.sleep(1.5)  # the next probe repairs
+        assert run.store.journal.failure is None and run.store.repairs_done == 1
+        again = await run.claims.acquire(SPACE, scope_id=scope_id, key="lost0", holder="h", session="x", lease_s=60)
+        # A repair records a boot; after an `off` boot the generation floor rises (actors/boot.py).
+        assert again["generation"] == (1 if fsync != "off" else 2 << 32)
+        await run.claims.renew(SPACE, key="kept", token=kept["token"])
+        assert held_keys(run, scope_id) == ["kept", "lost0"]
+        live = run.kernel.state
+    report = check(data)
+    assert report.ok and report.repairs == []  # the half-written batch was truncated by the repair
+    assert_same_state(live, reload(data).state)
+
+
+@pytest.mark.trio
+async def test_parked_callers_are_answered_unavailable_when_the_state_is_rebuilt(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    disk = FaultyDisk()
+    async with running(data, disk=disk) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        answers = []
+
+        async def long_poll() -> None:  # a command with nothing to do yet parks until poked
+            try:
+                await run.kernel.call(("poll", SPACE, "box"), lambda state, now_ms: Outcome(empty=True),
+                                      wait_until=trio.current_time() + 30)
+            except KernelError as error:
+                answers.append(error.code)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(long_poll)
+            await trio.sleep(1)
+            disk.fail_fsync = True
+            with pytest.raises(KernelError):
+                await run.claims.acquire(SPACE, scope_id=scope_id, key="k", holder="h", session="x", lease_s=60)
+        assert answers == ["UNAVAILABLE"]
+        assert trio.current_time() < 30  # answered at the rebuild, not at its deadline
+
+
+@pytest.mark.trio
+async def test_a_snapshot_is_not_taken_while_the_journal_has_failed(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    disk = FaultyDisk()
+    async with running(data, disk=disk, config=StoreConfig(probe_interval_s=100)) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        disk.fail_write = True
+        with pytest.raises(KernelError):
+            await run.claims.acquire(SPACE, scope_id=scope_id, key="k", holder="h", session="x", lease_s=60)
+        assert await run.store.snapshot() == 0

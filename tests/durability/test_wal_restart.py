@@ -1,0 +1,162 @@
+"""Restart semantics: leases alive at a crash survive with a grace period, ended ones expire,
+generations never come again, idempotency keys replay. In virtual time."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import trio
+
+from runstate.actors import Idem, KernelError, KernelState, Limits
+from runstate.actors.boot import EPOCH_SHIFT
+from runstate.snapshots import assert_same_state
+
+from .helpers import T0_MS, frames, reload, running, segments
+
+SPACE = "s1"
+
+
+async def acquire(run, scope_id: str, key: str = "k", holder: str = "h1", lease_s: int = 30, idem=None) -> dict:
+    return await run.claims.acquire(
+        SPACE, scope_id=scope_id, key=key, holder=holder, session="x", lease_s=lease_s, idem=idem
+    )
+
+
+@pytest.mark.trio
+async def test_a_held_lease_survives_a_crash_gets_grace_and_its_token_renews(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    async with running(data) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        grant = await acquire(run, scope_id, lease_s=30)
+        await trio.sleep(10)  # crash 10 s into a 30 s lease (it had 20 s left)
+    # Down for a minute: the lease's old end (T0 + 30 s) is long past at the restart.
+    restart_ms = T0_MS + 70_000
+    async with running(data, wall_ms=restart_ms) as run:
+        assert run.store.report.graced == 1 and run.store.report.expired == 0
+        claim = run.kernel.state.space(SPACE).claims.get(scope_id, "k")
+        assert claim.token == grant["token"] and claim.generation == 1
+        grace_ms = Limits().restart_grace_s * 1000
+        assert restart_ms + grace_ms <= claim.expires_ms <= restart_ms + grace_ms + Limits().restart_spread_s * 1000
+        await trio.sleep(grace_ms / 1000 - 1)  # not yet expired near the end of the grace period
+        renewed = await run.claims.renew(SPACE, key="k", token=grant["token"])
+        assert renewed["generation"] == 1 and renewed["token"] == grant["token"]
+        with pytest.raises(KernelError) as held:
+            await acquire(run, scope_id, holder="h2")
+        assert held.value.code == "CLAIM_HELD"
+        live = run.kernel.state
+    assert_same_state(live, reload(data).state)  # the grace period was journaled as a renewal
+
+
+@pytest.mark.trio
+async def test_a_lease_nobody_renews_expires_after_the_grace_period(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    async with running(data) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        await acquire(run, scope_id, lease_s=30)
+    async with running(data, wall_ms=T0_MS + 3_600_000) as run:
+        expires_ms = run.kernel.state.space(SPACE).claims.get(scope_id, "k").expires_ms
+        await trio.sleep((expires_ms - run.kernel.clock.now_ms()) / 1000 + 0.01)
+        grant = await acquire(run, scope_id, holder="h2")
+        assert grant["generation"] == 2
+
+
+@pytest.mark.trio
+async def test_the_next_owner_after_a_crash_gets_a_greater_generation(tmp_path, autojump_clock):
+    """The acquire acknowledged just before the crash is on disk (ack after fsync), so the count goes on."""
+    data = str(tmp_path)
+    generations = []
+    for crash in range(4):
+        async with running(data, wall_ms=T0_MS + crash * 600_000) as run:
+            if crash == 0:
+                scope_id = (await run.scopes.create(SPACE))["id"]
+            else:
+                await trio.sleep(60)  # grace and spread are over: the old lease expires
+            generations.append((await acquire(run, scope_id, holder=f"h{crash}", lease_s=5))["generation"])
+            # crash right after the answer
+    assert generations == [1, 2, 3, 4]
+
+
+@pytest.mark.trio
+async def test_under_fsync_off_a_lost_tail_cannot_bring_a_generation_back(tmp_path, autojump_clock):
+    """With `off`, a power cut may lose acknowledged records; the next boot's floor is above them."""
+    data = str(tmp_path)
+    async with running(data, fsync="off") as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        first = await acquire(run, scope_id, lease_s=5)
+        assert first["generation"] == 1
+    # The power cut: the acquire's record never reached the disk.
+    path = segments(data)[-1]
+    acquired = [f for f in frames(path) if b"claim.acquired" in bytes(f.body)][0]
+    with open(path, "r+b") as file:
+        file.truncate(acquired.offset)
+    async with running(data, wall_ms=T0_MS + 60_000) as run:
+        assert run.kernel.state.space(SPACE).claims.get(scope_id, "k") is None  # lost
+        second = await acquire(run, scope_id, holder="h2", lease_s=5)
+        assert second["generation"] == 2 << EPOCH_SHIFT > first["generation"]
+        third = await acquire(run, scope_id, key="other", lease_s=5)
+        assert third["generation"] == 2 << EPOCH_SHIFT
+        await trio.sleep(6)
+        fourth = await acquire(run, scope_id, holder="h3", lease_s=5)
+        assert fourth["generation"] == second["generation"] + 1  # within a boot: one more per owner
+
+
+@pytest.mark.trio
+async def test_generations_do_not_jump_after_always_boots(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    async with running(data, fsync="batch") as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        await acquire(run, scope_id, lease_s=5)
+    async with running(data, wall_ms=T0_MS + 600_000) as run:
+        await trio.sleep(60)
+        assert (await acquire(run, scope_id, holder="h2"))["generation"] == 2
+        assert run.kernel.state.boot.epoch == 2 and run.kernel.state.boot.generation_floor == 0
+
+
+@pytest.mark.trio
+async def test_idempotency_keys_replay_after_a_restart(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    idem = Idem(SPACE, "retry-1", "POST /claims {k}")
+    async with running(data) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        grant = await acquire(run, scope_id, idem=idem)
+    async with running(data, wall_ms=T0_MS + 5_000) as run:
+        lsn = run.store.journal.appended_lsn
+        again = await acquire(run, scope_id, idem=idem)
+        assert again == grant
+        assert run.store.journal.appended_lsn == lsn  # answered from the store, nothing new recorded
+        with pytest.raises(KernelError) as conflict:
+            await acquire(run, scope_id, idem=Idem(SPACE, "retry-1", "another request"))
+        assert conflict.value.code == "IDEMPOTENCY_CONFLICT"
+
+
+def test_restart_decisions_expire_ended_leases_and_spread_the_rest():
+    """The pure decision: ended by the newest record: expired; short of the grace: renewed, spread
+    in the order of their old ends; long enough: untouched."""
+    limits = Limits(restart_grace_s=10, restart_spread_s=4)
+    state = KernelState(limits)
+    space = state.space(SPACE)
+    space.create_scope("sc", None, None, None, None, T0_MS)
+    for number, lease_s in enumerate([5, 8, 12, 7, 100]):
+        space.acquire_claim("sc", f"k{number}", "h", "x", lease_s * 1000, f"ct_{number}", T0_MS)
+    newest_ms, now_ms = T0_MS + 6_000, T0_MS + 50_000
+    records = state.restart(newest_ms, now_ms)
+    kinds = {record["token"]: (record["type"], record.get("expires_ms")) for record in records}
+    assert kinds["ct_0"] == ("claim.expired", None)  # ended at +5 s, before the newest record
+    assert "ct_4" not in kinds  # ends at +100 s, after the grace period anyway
+    renewed = sorted((kinds[token][1], token) for token in ("ct_3", "ct_1", "ct_2"))
+    assert [token for _, token in renewed] == ["ct_3", "ct_1", "ct_2"]  # old order: 7 s, 8 s, 12 s
+    base = now_ms + 10_000
+    assert [due for due, _ in renewed] == [base, base + 4_000 // 3, base + 8_000 // 3]
+    assert all(record["at_ms"] == now_ms for record in records)
+
+
+@pytest.mark.trio
+async def test_a_second_server_on_the_same_directory_is_refused(tmp_path, autojump_clock):
+    from runstate.snapshots import StoreLocked, open_store
+
+    data = str(tmp_path)
+    async with running(data):
+        with pytest.raises(StoreLocked):
+            await open_store(data)
+    assert os.path.exists(os.path.join(data, "LOCK"))

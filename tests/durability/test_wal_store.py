@@ -1,0 +1,215 @@
+"""The store at work: group commit under each fsync policy, segment rollover, snapshots and what
+they delete, slow-fsync logging, and `check` on a healthy directory."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+import trio
+
+from runstate.actors import KernelError
+from runstate.snapshots import Disk, assert_same_state, check
+from runstate.snapshots.recovery import snapshot_dir, wal_dir
+from runstate.snapshots.snapshot import list_snapshots
+from runstate.snapshots.store import StoreConfig
+
+from .helpers import reload, running, segments
+
+SPACE = "s1"
+
+
+async def acquire_many(run, scope_id: str, count: int, prefix: str = "k") -> list[dict]:
+    grants: list[dict] = []
+
+    async def one(number: int) -> None:
+        grants.append(
+            await run.claims.acquire(SPACE, scope_id=scope_id, key=f"{prefix}{number}", holder="h", session="x", lease_s=600)
+        )
+
+    async with trio.open_nursery() as nursery:
+        for number in range(count):
+            nursery.start_soon(one, number)
+    return grants
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("fsync", ["always", "batch", "off"])
+async def test_concurrent_changes_are_group_committed_and_all_recovered(tmp_path, autojump_clock, fsync):
+    data = str(tmp_path)
+    disk = Disk()
+    async with running(data, fsync=fsync, disk=disk, config=StoreConfig(fsync=fsync, batch_interval_ms=5)) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        fsyncs_before, batches_before = disk.fsyncs, run.store.journal.batches
+        grants = await acquire_many(run, scope_id, 200)
+        batches = run.store.journal.batches - batches_before
+        assert len(grants) == 200 and batches < 20  # many changes per write
+        if fsync == "off":
+            assert disk.fsyncs == fsyncs_before
+        else:
+            assert 1 <= disk.fsyncs - fsyncs_before <= batches
+        live = run.kernel.state
+    assert_same_state(live, reload(data).state)
+
+
+@pytest.mark.trio
+async def test_batch_policy_fsyncs_at_most_once_per_interval(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    disk = Disk()
+    config = StoreConfig(fsync="batch", batch_interval_ms=5)
+    async with running(data, fsync="batch", disk=disk, config=config) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        started, fsyncs = trio.current_time(), disk.fsyncs
+        for number in range(40):  # one change at a time: each waits for the next fsync slot
+            await run.claims.acquire(SPACE, scope_id=scope_id, key=f"k{number}", holder="h", session="x", lease_s=600)
+        took = trio.current_time() - started
+        assert disk.fsyncs - fsyncs == 40
+        assert took >= 39 * 0.005 - 1e-9
+
+
+@pytest.mark.trio
+async def test_segments_roll_over_at_their_size_limit(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    async with running(data, config=StoreConfig(segment_bytes_max=4096)) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        for round_number in range(10):
+            await acquire_many(run, scope_id, 20, prefix=f"r{round_number}-")
+        live = run.kernel.state
+    assert len(segments(data)) > 5
+    assert_same_state(live, reload(data).state)
+
+
+@pytest.mark.trio
+async def test_snapshots_are_taken_every_n_records_and_delete_what_they_cover(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    config = StoreConfig(segment_bytes_max=2048, snapshot_every_records=100, snapshot_poll_s=0.5, snapshots_kept=2)
+    async with running(data, config=config) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        for round_number in range(8):
+            await acquire_many(run, scope_id, 50, prefix=f"r{round_number}-")
+            with trio.fail_after(30):
+                while run.store.snapshot_lsn < run.store.journal.durable_lsn - 100:
+                    await trio.sleep(0.5)
+        live = run.kernel.state
+        taken = run.store.snapshots_taken
+    assert taken >= 3
+    snaps = list_snapshots(snapshot_dir(data))
+    assert len(snaps) == 2
+    oldest_kept = snaps[0][0]
+    first_segment_lsn = int(os.path.basename(segments(data)[0])[:20])
+    assert first_segment_lsn <= oldest_kept + 1  # nothing needed after the oldest snapshot is gone
+    loaded = reload(data)
+    assert loaded.snapshot_lsn == snaps[-1][0]
+    assert_same_state(live, loaded.state)
+
+
+@pytest.mark.trio
+async def test_snapshots_are_taken_every_t_seconds_when_there_is_something_new(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    config = StoreConfig(snapshot_every_s=60, snapshot_poll_s=1)
+    async with running(data, config=config) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        await trio.sleep(61)
+        assert run.store.snapshots_taken == 1
+        await trio.sleep(120)
+        assert run.store.snapshots_taken == 1  # nothing new since
+        await acquire_many(run, scope_id, 3)
+        await trio.sleep(61)
+        assert run.store.snapshots_taken == 2
+
+
+@pytest.mark.trio
+async def test_slow_fsyncs_are_logged(tmp_path, autojump_clock, caplog):
+    caplog.set_level(logging.WARNING, "runstate.snapshots")
+    async with running(str(tmp_path), disk=Disk(fsync_slow_ms=0)) as run:
+        await run.scopes.create(SPACE)
+    assert "fsync of" in caplog.text and "slow disk" in caplog.text
+
+
+@pytest.mark.trio
+async def test_check_reports_what_a_directory_holds(tmp_path, autojump_clock):
+    data = str(tmp_path)
+    async with running(data) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        grants = await acquire_many(run, scope_id, 5)
+        await run.claims.release(SPACE, key=grants[0]["key"], token=grants[0]["token"])
+        await run.store.snapshot()
+        await acquire_many(run, scope_id, 2, prefix="late")
+        last = run.store.journal.durable_lsn
+    report = check(data)
+    assert report.ok and report.problem is None
+    assert report.snapshots == 1 and report.snapshot_lsn > 0 and report.last_lsn == last
+    assert report.counts["scopes"] == 1 and report.counts["claims"] == 7 and report.counts["claims_held"] == 6
+    text = report.format()
+    assert "OK" in text and "claims held: 6" in text and f"last LSN: {last}" in text
+    assert not check(str(tmp_path / "missing")).ok
+
+
+def test_a_record_too_large_or_not_json_fails_the_journal_rather_than_the_kernel(tmp_path):
+    """A record the journal cannot encode is a bug upstream: the change is answered UNAVAILABLE."""
+
+    async def main() -> None:
+        async with running(str(tmp_path)) as run:
+            scope_id = (await run.scopes.create(SPACE))["id"]
+            with pytest.raises(KernelError) as caught:
+                await run.claims.release(SPACE, key="x", token="nope")
+            assert caught.value.code == "STALE_CLAIM"
+            grant = (await acquire_many(run, scope_id, 1))[0]
+            with pytest.raises(KernelError) as caught:
+                await run.claims.release(SPACE, key=grant["key"], token=grant["token"], observation={1, 2})
+            assert caught.value.code == "UNAVAILABLE"
+            await trio.sleep(2)  # the repair rebuilds the state from disk: the claim is still held
+            assert run.store.journal.failure is None
+            assert run.claims.in_scope(SPACE, scope_id)[0]["token"] == grant["token"]
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@pytest.mark.trio
+async def test_with_worker_threads_in_real_time(tmp_path):
+    """The production path: IO and snapshots in worker threads, the real clock."""
+    data = str(tmp_path)
+    async with running(data, threads=True, config=StoreConfig(segment_bytes_max=8192)) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        await acquire_many(run, scope_id, 100)
+        assert await run.store.snapshot() > 0
+        await acquire_many(run, scope_id, 100, prefix="after")
+        live = run.kernel.state
+    assert_same_state(live, reload(data).state)
+
+
+def test_dismantle_empties_a_state_and_leaves_shared_settings_alone():
+    from runstate.actors import KernelState, Limits
+    from runstate.snapshots.compaction import dismantle
+
+    limits = Limits(restart_grace_s=20)
+    state = KernelState(limits)
+    space = state.space(SPACE)
+    space.create_scope("sc", None, None, None, None, 0)
+    space.create_scope("child", None, "sc", None, None, 0)
+    for number in range(3000):
+        space.acquire_claim("sc", f"k{number}", "h", "x", 5000, f"t{number}", 0)
+    state.apply(state.idempotency.record(SPACE, "i", "fp", {"nested": [1, {"a": 2}]}, 0))
+    dismantle(state)
+    assert state.counts() == {"spaces": 0, "scopes": 0, "claims": 0, "claims_held": 0, "keys": 0, "idempotency_keys": 0}
+    assert limits.restart_grace_s == 20 and state.limits is limits
+
+
+@pytest.mark.trio
+async def test_stopping_the_journal_answers_the_changes_it_had_not_written(tmp_path, autojump_clock):
+    """At shutdown a caller whose change was queued gets UNAVAILABLE instead of waiting forever."""
+    config = StoreConfig(fsync="batch", batch_interval_ms=1000)
+    answers = []
+    async with running(str(tmp_path), fsync="batch", config=config) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+
+        async def change() -> None:
+            try:
+                await run.claims.acquire(SPACE, scope_id=scope_id, key="k", holder="h", session="x", lease_s=60)
+            except KernelError as error:
+                answers.append(error.code)
+
+        run.kernel._nursery.start_soon(change)  # lives as long as the kernel
+        await trio.sleep(0.1)  # decided, waiting for the next fsync slot
+    assert answers == ["UNAVAILABLE"]
