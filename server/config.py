@@ -101,6 +101,11 @@ _SERVER: tuple[Setting, ...] = (
     Setting("shutdown_grace_s", float, 10.0, "On SIGTERM/SIGINT, how long requests in flight may take to finish.", minimum=0, maximum=3600),
     Setting("keep_alive_s", float, 75.0, "How long an idle keep-alive connection stays open.", minimum=1, maximum=3600),
     Setting("expiry_storm_per_s", int, 1000, "Expiries in one second that are logged as an expiry storm.", minimum=1),
+    Setting("fsync_batch_ms", float, Settings().fsync_batch_ms, "With fsync batch: at most one fsync per this many milliseconds.", minimum=0.1, maximum=1000),
+    Setting("snapshot_every_records", int, Settings().snapshot_every_records, "A snapshot once the WAL holds this many records past the last one.", minimum=1),
+    Setting("snapshot_every_s", float, Settings().snapshot_every_s, "A snapshot at least this often (seconds) while anything changed.", minimum=1),
+    Setting("snapshots_kept", int, Settings().snapshots_kept, "Snapshots kept (with the WAL after the oldest); at least 2.", minimum=2, maximum=100),
+    Setting("fsync_slow_ms", float, Settings().fsync_slow_ms, "An fsync slower than this many milliseconds is logged.", minimum=0),
 )
 
 # One line per field of `Limits`, for `--help`, `runstate config` and the README's table.
@@ -336,3 +341,17 @@ def describe(loaded: Loaded) -> list[dict[str, Any]]:
             value = "(set)"
         rows.append({"name": setting.toml, "value": value, "source": loaded.sources[setting.name]})
     return rows
+
+
+def markdown_table() -> str:
+    """The README's configuration table (`python -m runstate.server.config` prints it)."""
+    lines = ["| Flag | Variable | TOML | Default | Meaning |", "|---|---|---|---|---|"]
+    for setting in SETTINGS:
+        flag = f"`{setting.flag}`" if setting.flag else "none (secret)"
+        extra = f" One of {', '.join(setting.choices)}." if setting.choices else ""
+        lines.append(f"| {flag} | `{setting.env}` | `{setting.toml}` | `{setting.describe_default()}` | {setting.doc}{extra} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..actors.limits import Limits
+from ..snapshots.store import StoreConfig
+
+_STORE = StoreConfig()
 
 __all__ = ["Settings", "FSYNC_POLICIES"]
 
@@ -36,3 +39,20 @@ class Settings:
     shutdown_grace_s: float = 10.0
     keep_alive_s: float = 75.0
     expiry_storm_per_s: int = 1000
+
+    # The durable journal (with a data directory); defaults are the store's own.
+    fsync_batch_ms: float = _STORE.batch_interval_ms
+    snapshot_every_records: int = _STORE.snapshot_every_records
+    snapshot_every_s: float = _STORE.snapshot_every_s
+    snapshots_kept: int = _STORE.snapshots_kept
+    fsync_slow_ms: float = _STORE.fsync_slow_ms
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(
+            fsync=self.fsync,
+            batch_interval_ms=self.fsync_batch_ms,
+            snapshot_every_records=self.snapshot_every_records,
+            snapshot_every_s=self.snapshot_every_s,
+            snapshots_kept=self.snapshots_kept,
+            fsync_slow_ms=self.fsync_slow_ms,
+        )
