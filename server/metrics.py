@@ -14,25 +14,31 @@ Two kinds of metric, kept apart on purpose:
   again from zero.
 
 Hooks for the other parts of the server:
-- `JournalMetrics` (`Metrics.journal`): the journal calls `append(seconds)`, `fsync(seconds)` and
-  `snapshot(seconds)`; the families are exported from the start, empty until it does.
+- `JournalMetrics` (`Metrics.journal`): `append(seconds)`, `fsync(seconds)` and `snapshot(seconds)`.
+  The server feeds them with `MeteredDisk`, the journal's `Disk` timing the WAL's own writes and
+  fsyncs (in the journal's worker thread; prometheus-client's metrics take a lock, so that is
+  safe), and with the store's `on_snapshot`. Without a data directory they stay empty.
 - `Metrics.add_source(read)`: `read(state, now_ms)` yields more metric families at scrape time.
   The queue's gauges (`queue_families`) are one: they read each space's mailboxes if it has any.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client import disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ..snapshots.disk import Disk
+
 if TYPE_CHECKING:
     from ..actors.state import KernelState
     from .runtime import Runtime
 
-__all__ = ["Metrics", "RouteMetrics", "JournalMetrics", "queue_families", "CONTENT_TYPE"]
+__all__ = ["Metrics", "RouteMetrics", "JournalMetrics", "MeteredDisk", "queue_families", "CONTENT_TYPE"]
 
 # No `_created` series beside every counter: they double the output and nobody graphs them.
 disable_created_metrics()
@@ -86,6 +92,45 @@ class JournalMetrics:
             "runstate_snapshot_duration_seconds", "Time to write one snapshot, from start to its rename.",
             buckets=SNAPSHOT_BUCKETS_S, registry=registry,
         ).observe
+
+
+class MeteredDisk(Disk):
+    """The journal's disk, timing the writes and fsyncs of WAL segments (not those of snapshots)."""
+
+    def __init__(self, journal: JournalMetrics, wal_dir: str, fsync_slow_ms: float = 100.0) -> None:
+        super().__init__(fsync_slow_ms)
+        self._journal = journal
+        self._wal_dir = os.path.abspath(wal_dir) + os.sep
+        self._wal_fds: set[int] = set()
+
+    def _track(self, fd: int, path: str) -> int:
+        if os.path.abspath(path).startswith(self._wal_dir):
+            self._wal_fds.add(fd)
+        return fd
+
+    def create(self, path: str) -> int:
+        return self._track(super().create(path), path)
+
+    def open_write(self, path: str) -> int:
+        return self._track(super().open_write(path), path)
+
+    def close(self, fd: int) -> None:
+        self._wal_fds.discard(fd)
+        super().close(fd)
+
+    def write(self, fd: int, data: bytes | memoryview) -> None:
+        if fd not in self._wal_fds:
+            return super().write(fd, data)
+        started = time.perf_counter()
+        super().write(fd, data)
+        self._journal.append(time.perf_counter() - started)
+
+    def fsync(self, fd: int, what: str = "") -> None:
+        if fd not in self._wal_fds:
+            return super().fsync(fd, what)
+        started = time.perf_counter()
+        super().fsync(fd, what)
+        self._journal.fsync(time.perf_counter() - started)
 
 
 class Metrics:

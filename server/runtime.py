@@ -26,10 +26,12 @@ from ..actors.keys import new_secret
 from ..actors.ops import ClaimOps, KeyOps, ScopeOps
 from ..actors.state import KernelState
 from ..snapshots import RecoveryError, StoreLocked, open_store
+from ..snapshots.recovery import wal_dir
 from .admin import AdminCredential
 from .errors import ApiError
 from .http import Request
 from .logs import event
+from .metrics import MeteredDisk
 from .settings import Settings
 from .telemetry import Telemetry
 
@@ -78,8 +80,9 @@ class Runtime:
         if self.settings.data_dir:
             try:
                 store = self.store = await open_store(
-                    self.settings.data_dir, fsync=self.settings.fsync, limits=self.limits, clock=clock
+                    self.settings.data_dir, limits=self.limits, clock=clock, **self._store_options()
                 )
+                store.on_snapshot = self.telemetry.metrics.journal.snapshot
             except (RecoveryError, StoreLocked, OSError) as error:
                 log.critical("cannot start on %s: %s", self.settings.data_dir, error)
                 self.fatal = error
@@ -136,12 +139,24 @@ class Runtime:
 
     # -- operating it ------------------------------------------------------------------------------
 
+    def _store_options(self) -> dict:
+        """The journal's settings, with a disk that times WAL writes and fsyncs for the metrics."""
+        config = self.settings.store_config()
+        journal_metrics = self.telemetry.metrics.journal
+        disk = MeteredDisk(journal_metrics, wal_dir(self.settings.data_dir), config.fsync_slow_ms)  # type: ignore[arg-type]
+        return {"config": config, "disk": disk}
+
     async def flush(self) -> None:
-        """Make everything recorded so far durable (at shutdown, after the drain)."""
+        """At shutdown, after the drain: everything recorded made durable, then a final snapshot."""
         journal = self.kernel.journal  # type: ignore[union-attr]
+        last = journal.appended_lsn if hasattr(journal, "appended_lsn") else journal.lsn
         done = trio.Event()
-        journal.after(getattr(journal, "lsn", 0), lambda error: done.set())
+        journal.after(last, lambda error: done.set())
         await done.wait()
+        event(log, "journal_flushed", "journal flushed", lsn=last)
+        store = self.store
+        if store is not None and journal.failure is None and journal.durable_lsn > store.snapshot_lsn:
+            await store.snapshot()
 
     def authorize_admin(self, request: Request) -> None:
         """Let the request through only with the admin key: 401 without a valid key, 403 with an API key."""
