@@ -1,9 +1,9 @@
 """The runstate kernel: pure state machines inside per-key trio actors, and the supervisor.
 
-Layers, from the inside out: the state machines (`scopes`, `claims`, `keys`, `idempotency`, gathered
-per space in `space` and overall in `state`) decide and apply records and never do IO; the `kernel`
-runs them in actors, journals their records and keeps their timers with the `supervisor`; `ops` is
-what the HTTP shell calls.
+Layers, from the inside out: the state machines (`scopes`, `claims`, `mailboxes`, `messages`,
+`tasks`, `keys`, `idempotency`, gathered per space in `space` and `work` and overall in `state`)
+decide and apply records and never do IO; the `kernel` runs them in actors, journals their records
+and keeps their timers with the `supervisor`; `ops` and `queue_ops` are what the HTTP shell calls.
 """
 
 from .clock import Clock
@@ -12,6 +12,7 @@ from .ids import IdSource
 from .kernel import EMPTY, Idem, Kernel
 from .limits import Limits
 from .ops import ClaimOps, KeyOps, ScopeOps
+from .queue_ops import MailboxOps, MessageOps, TaskOps
 from .outcome import Outcome, Timer
 from .state import KernelState
 from .timestamps import format_ms, parse_timestamp
@@ -27,8 +28,11 @@ __all__ = [
     "KernelState",
     "KeyOps",
     "Limits",
+    "MailboxOps",
+    "MessageOps",
     "Outcome",
     "ScopeOps",
+    "TaskOps",
     "Timer",
     "format_ms",
     "parse_timestamp",

@@ -1,9 +1,10 @@
-"""One space: its scopes and claims, and the commands that cross between them.
+"""One space: its scopes, claims, mailboxes, messages and tasks, and the commands that cross between them.
 
 Each command method checks, decides the records, applies them through `apply` (the same code replay
 runs) and returns an `Outcome` with the reply, the records, the timers to arm and the actors to
 poke. Cross-table effects live here and nowhere else: ending a scope ends its subtree, which frees
-its claims in the same record, so no crash can leave a claim held in an ended scope.
+its claims in the same record, so no crash can leave a claim held in an ended scope, and cancels
+the tasks waiting in its queues (the queue and task commands are in `work.py`).
 
 Pure: no IO, no clock reads, no awaits.
 """
@@ -16,12 +17,16 @@ from .boot import BootInfo
 from .claims import ClaimTable
 from .errors import VALIDATION_FAILED, KernelError
 from .limits import Limits
+from .mailboxes import MailboxTable
+from .messages import MessageTable
 from .outcome import Outcome, Timer
 from .scopes import ACTIVE, EXPIRED, ScopeTree
+from .tasks import TaskTable
 from .timestamps import format_ms
 from .usage import Usage
+from .work import WORK_APPLY, WorkCommands, mailboxes_actor, queue_actor
 
-__all__ = ["SpaceState", "RECORD_TYPES", "claim_actor", "scope_actor"]
+__all__ = ["SpaceState", "RECORD_TYPES", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor"]
 
 
 def claim_actor(space: str, scope_id: str, key: str) -> tuple:
@@ -32,8 +37,8 @@ def scope_actor(space: str, scope_id: str) -> tuple:
     return ("scope", space, scope_id)
 
 
-class SpaceState:
-    __slots__ = ("id", "limits", "boot", "scopes", "claims", "usage")
+class SpaceState(WorkCommands):
+    __slots__ = ("id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage")
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
         self.id = space_id
@@ -41,6 +46,9 @@ class SpaceState:
         self.boot = boot if boot is not None else BootInfo()  # shared by all spaces of a state
         self.scopes = ScopeTree(limits)
         self.claims = ClaimTable()
+        self.mailboxes = MailboxTable(limits)
+        self.messages = MessageTable(limits, self.mailboxes)
+        self.tasks = TaskTable(limits)
         self.usage = Usage()
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
@@ -72,7 +80,7 @@ class SpaceState:
     def end_scope(self, scope_id: str, state: str, now_ms: int) -> Outcome:
         """Cancel or complete a scope; repeating the same end is harmless."""
         record = self.scopes.decide_end(scope_id, state, now_ms)
-        outcome = Outcome() if record is None else self._commit(Outcome(), record)
+        outcome = Outcome() if record is None else self._end_scope_commit(record)
         outcome.reply = self.scopes.view(self.scopes.get(scope_id), now_ms)
         return outcome
 
@@ -81,7 +89,18 @@ class SpaceState:
         scope = self.scopes.get(scope_id)
         if scope.stored_state != ACTIVE or scope.deadline_ms is None or now_ms < scope.deadline_ms:
             return Outcome()
-        return self._commit(Outcome(), self.scopes.decide_end(scope_id, EXPIRED, now_ms))
+        return self._end_scope_commit(self.scopes.decide_end(scope_id, EXPIRED, now_ms))
+
+    def _end_scope_commit(self, record: dict) -> Outcome:
+        """Record a scope's end; wake the receivers parked in its subtree, time its ended tasks."""
+        subtree = self.scopes.subtree(record["id"])
+        waiting = self.messages.waiting_in_scopes(subtree)
+        outcome = self._commit(Outcome(), record)
+        outcome.pokes.extend(self.queue_actors(subtree))
+        for message in waiting:
+            if message.task_id is not None:
+                outcome.timers.extend(self._task_timers(self.tasks.get(message.task_id)))
+        return outcome
 
     # -- claims ---------------------------------------------------------------------------------
 
@@ -136,6 +155,8 @@ class SpaceState:
             return self.expire_claim(marker, now_ms)
         if kind == "scope":
             return self.expire_scope(actor[2], now_ms)
+        if kind == "queue":
+            return self.on_queue_timer(tag, marker, now_ms)
         raise KernelError(VALIDATION_FAILED, f"no timer of kind {kind!r}")
 
     def timers(self) -> Iterator[Timer]:
@@ -145,22 +166,31 @@ class SpaceState:
                 yield Timer(scope.deadline_ms, scope_actor(self.id, scope.id), "deadline", None)
         for claim in self.claims.held():
             yield self._lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms)
+        yield from self.work_timers()
 
     # -- restarts and images -----------------------------------------------------------------------
 
     def restart(self, newest_ms: int, now_ms: int) -> Outcome:
-        """After a recovery: the claim expiries and grace renewals of `ClaimTable.decide_restart`."""
-        records = self.claims.decide_restart(
-            newest_ms, now_ms, self.limits.restart_grace_s * 1000, self.limits.restart_spread_s * 1000
-        )
-        return self._commit(Outcome(), *records)
+        """After a recovery: the claim expiries and grace renewals of `ClaimTable.decide_restart`,
+        and the same rule for delivery leases (`WorkCommands.restart_deliveries`)."""
+        grace_ms, spread_ms = self.limits.restart_grace_s * 1000, self.limits.restart_spread_s * 1000
+        records = self.claims.decide_restart(newest_ms, now_ms, grace_ms, spread_ms)
+        outcome = self._commit(Outcome(), *records)
+        deliveries = self.restart_deliveries(newest_ms, grace_ms, spread_ms, now_ms)
+        outcome.records.extend(deliveries.records)
+        outcome.timers.extend(deliveries.timers)
+        return outcome
 
     def image(self) -> Iterator[dict]:
-        """Records that rebuild this space exactly: its scopes, its claims, then its usage counters."""
+        """Records that rebuild this space exactly: its scopes, its claims, then its mailboxes,
+        messages and tasks (scopes first: the queues live in them), and last its usage counters."""
         for record in self.scopes.image():
             record["space"] = self.id
             yield record
         for record in self.claims.image():
+            record["space"] = self.id
+            yield record
+        for record in self.work_image():
             record["space"] = self.id
             yield record
         usage = self.usage
@@ -169,7 +199,7 @@ class SpaceState:
 
     def is_empty(self) -> bool:
         """Nothing recorded here (a space is made on first use, reads included)."""
-        return not len(self.scopes) and not len(self.claims)
+        return not len(self.scopes) and not len(self.claims) and self.work_is_empty()
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -179,7 +209,9 @@ class SpaceState:
 
     def _apply_scope_ended(self, record: dict) -> None:
         self.scopes.apply_ended(record)
-        self.claims.drop_scopes(self.scopes.subtree(record["id"]))
+        subtree = self.scopes.subtree(record["id"])
+        self.claims.drop_scopes(subtree)
+        self._cascade_scope_ended(subtree, record["state"], record["at_ms"])
 
 
 _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
@@ -192,6 +224,8 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     # Image-only records: a snapshot's way of saying "this is how it stands".
     "scope.image": lambda space, record: space.scopes.apply_image(record),
     "claim.image": lambda space, record: space.claims.apply_image(record),
+    # Mailboxes, messages and tasks, image records included.
+    **WORK_APPLY,
     "usage.image": lambda space, record: space.usage.apply_image(record),
 }
 

@@ -94,6 +94,9 @@ class KernelState:
             "scopes": sum(len(space.scopes) for space in spaces),
             "claims": sum(len(space.claims) for space in spaces),
             "claims_held": sum(1 for space in spaces for _ in space.claims.held()),
+            "mailboxes": sum(len(space.mailboxes) for space in spaces),
+            "messages": sum(len(space.messages) for space in spaces),
+            "tasks": sum(len(space.tasks) for space in spaces),
             "keys": len(self.keys),
             "idempotency_keys": len(self.idempotency),
         }

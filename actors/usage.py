@@ -7,11 +7,20 @@ that sets them outright. Counting in the HTTP layer instead would count refused 
 retries, and would forget everything at a restart.
 
 What counts as an operation: an accepted change a caller asked for (creating, cancelling or
-completing a run, acquiring or releasing a claim). Not counted as operations:
-- renewals ("Renewals are free; they don't count as billable operations"), kept apart as `free`;
-- what the server does by itself (a lease or a run expiring), kept apart as `events`, together
-  with takeovers (a claim acquired after its previous holder's lease expired);
-- reads, refusals (a held claim, a stale token) and idempotent replays: they write no record.
+completing a run; acquiring or releasing a claim; creating a mailbox, sending a message,
+submitting, joining, detaching or cancelling a task; receiving a delivery, completing or nacking
+it). Not counted as operations:
+- renewals of claims and deliveries ("Renewals are free; they don't count as billable
+  operations"), kept apart as `free`;
+- what the server does by itself (a lease, a run or a task expiring, a backoff ending, a task
+  tombstoned, a message dropped or dead-lettered when its attempts run out), kept apart as
+  `events`, together with takeovers (a claim acquired after its previous holder's lease expired);
+- reads, refusals (a held claim, a stale token), empty long polls and idempotent replays: they
+  write no record.
+
+Judged by the record alone, so two edges are named here: a nack that ends its task (the last
+attempt, or a run that has ended) is counted as the event it causes, not as a nack; and a task
+cancelled with one of the reasons the server itself uses for a run's end counts as that event.
 
 Every record type of the space is classified here; a test checks that none is left out, so a new
 record type (queues, tasks) must say whether it is an operation.
@@ -26,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from .space import SpaceState
 
-__all__ = ["Usage", "OPERATIONS", "FREE", "EVENTS", "NOT_COUNTED", "CLASSIFIED"]
+__all__ = ["Usage", "OPERATIONS", "FREE", "EVENTS", "NOT_COUNTED", "CLASSIFIED", "EXPIRIES", "TAKEOVER"]
 
 OPERATION, FREE_OPERATION, EVENT = "operations", "free", "events"
 
@@ -37,28 +46,66 @@ def _scope_end(record: dict) -> tuple[str, str]:
     return OPERATION, "scopes.cancel" if state == "CANCELLED" else "scopes.complete"
 
 
+# The reasons the queue records when the server, not a caller, ends a task (`work.py`).
+_SERVER_TASK_ENDS = frozenset({"deadline_exceeded", "scope_cancelled", "scope_completed", "scope_expired"})
+
+
+def _task_end(record: dict) -> tuple[str, str]:
+    if record["state"] == "EXPIRED":
+        return EVENT, "tasks.expire"
+    if record.get("reason") in _SERVER_TASK_ENDS:
+        return EVENT, "tasks.end_with_run"
+    return OPERATION, "tasks.cancel"
+
+
+def _requeue(record: dict) -> tuple[str, str]:
+    return (OPERATION, "deliveries.nack") if record.get("cause") == "retry" else (EVENT, "deliveries.expire")
+
+
+def _dead(record: dict) -> tuple[str, str]:
+    return (OPERATION, "deliveries.nack") if record.get("cause") == "rejected" else (EVENT, "deliveries.dead")
+
+
 # Record type -> the name it is counted under, in one of the three buckets.
 OPERATIONS: dict[str, str] = {
     "scope.created": "scopes.create",
     "claim.acquired": "claims.acquire",
     "claim.released": "claims.release",
+    "mailbox.created": "mailboxes.create",
+    "message.sent": "messages.send",
+    "task.created": "tasks.submit",
+    "task.joined": "tasks.join",
+    "task.detached": "tasks.detach",
+    "delivery.leased": "deliveries.receive",
+    "delivery.completed": "deliveries.complete",
 }
 FREE: dict[str, str] = {
     "claim.renewed": "claims.renew",
+    "delivery.renewed": "deliveries.renew",
 }
 EVENTS: dict[str, str] = {
     "claim.expired": "claims.expire",
+    "message.visible": "messages.backoff_over",
+    "message.dropped": "messages.drop",
+    "task.tombstoned": "tasks.tombstone",
 }
 # Decided by the record's content.
 _BY_CONTENT: dict[str, Callable[[dict], tuple[str, str]]] = {
     "scope.ended": _scope_end,
+    "task.ended": _task_end,
+    "delivery.requeued": _requeue,
+    "delivery.dead": _dead,
 }
 # Records that are no change a caller made: snapshot images and the usage image itself.
-NOT_COUNTED = frozenset({"usage.image", "scope.image", "claim.image"})
+NOT_COUNTED = frozenset(
+    {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image", "workkey.image"}
+)
 
 CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED
 
 TAKEOVER = "claims.takeover"
+# The events that are something's time running out, by the kind of thing (metrics, expiry storms).
+EXPIRIES: dict[str, str] = {"claims.expire": "claim", "scopes.expire": "scope", "deliveries.expire": "delivery", "tasks.expire": "task"}
 
 
 class Usage:
@@ -75,6 +122,12 @@ class Usage:
     def total(self) -> int:
         """Operations in all (free ones and events not included)."""
         return sum(self.operations.values())
+
+    @property
+    def expiries(self) -> int:
+        """Leases, runs and tasks whose time ran out."""
+        events = self.events
+        return sum(events.get(name, 0) for name in EXPIRIES)
 
     def count(self, space: "SpaceState", record: dict) -> None:
         """Count `record`; call it before the record is applied (a takeover is judged on the claim as it was)."""

@@ -24,6 +24,7 @@ from ..actors.ids import IdSource
 from ..actors.kernel import Kernel
 from ..actors.keys import new_secret
 from ..actors.ops import ClaimOps, KeyOps, ScopeOps
+from ..actors.queue_ops import MailboxOps, MessageOps, TaskOps
 from ..actors.state import KernelState
 from ..snapshots import RecoveryError, StoreLocked, open_store
 from ..snapshots.recovery import wal_dir
@@ -66,6 +67,9 @@ class Runtime:
         self.keys: KeyOps
         self.scopes: ScopeOps
         self.claims: ClaimOps
+        self.mailboxes: MailboxOps
+        self.messages: MessageOps
+        self.tasks: TaskOps
         # Operating it: metrics and request lines, the admin credential, shutdown in progress.
         self.telemetry = telemetry or Telemetry()
         self.telemetry.metrics.state.runtime = self
@@ -110,6 +114,7 @@ class Runtime:
         await nursery.start(kernel.run)
         self.kernel = kernel
         self.keys, self.scopes, self.claims = KeyOps(kernel), ScopeOps(kernel), ClaimOps(kernel)
+        self.mailboxes, self.messages, self.tasks = MailboxOps(kernel), MessageOps(kernel), TaskOps(kernel)
         await self._configure_keys()
         self.ready = True
         event(log, "ready", "ready", spaces=len(kernel.state.keys.spaces()), keys=len(kernel.state.keys))
@@ -129,9 +134,16 @@ class Runtime:
                 self._on_new_key(secret, settings.space_id)
 
     def authorize(self, request: Request, space: str) -> str:
-        """The space, if the request's key opens it: 401 for a bad key, 404 for another space."""
-        spaces = self.keys.spaces_for(request.bearer())
+        """The space, if the request's key opens it: 401 for a bad key, 404 for another space.
+
+        The admin key reads (GET) every space the server knows, for `runstate inspect`; it
+        changes nothing inside a space.
+        """
+        secret = request.bearer()
+        spaces = self.keys.spaces_for(secret)
         if not spaces:
+            if request.method == "GET" and self.admin.matches(secret):
+                return self._known_space(space)
             raise ApiError(UNAUTHENTICATED, "the API key is not valid")
         if space not in spaces:
             raise ApiError(NOT_FOUND, f"space {space!r} not found")
@@ -167,11 +179,9 @@ class Runtime:
             raise ApiError("FORBIDDEN", "this needs the admin key; an API key opens only its spaces")
         raise ApiError(UNAUTHENTICATED, "the admin key is not valid")
 
-    def authorize_read(self, request: Request, space: str) -> str:
-        """Reads for inspection: an API key that opens `space`, or the admin key for any known space."""
-        secret = request.bearer()
-        if self.admin.matches(secret):
-            if space not in self.kernel.state.spaces and space not in self.kernel.state.keys.spaces():  # type: ignore[union-attr]
-                raise ApiError(NOT_FOUND, f"space {space!r} not found")
-            return space
-        return self.authorize(request, space)
+    def _known_space(self, space: str) -> str:
+        """`space` if it holds anything or a key opens it; reading it must not make it."""
+        state = self.kernel.state  # type: ignore[union-attr]
+        if space not in state.spaces and space not in state.keys.spaces():
+            raise ApiError(NOT_FOUND, f"space {space!r} not found")
+        return space

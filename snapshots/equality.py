@@ -9,15 +9,19 @@ out, and why:
   rightly does not know (it is durable there by definition);
 - `boot` below the top level: the spaces share the state's one `BootInfo`, compared once;
 - a value in a dict whose `is_empty()` says so: a space is made on first use, reads included, so
-  a live state has empty spaces a replay does not.
+  a live state has empty spaces a replay does not;
+- the attributes a class lists in `_DERIVED`: indexes rebuilt from the rest of its state, whose
+  layout depends on the path taken (a queue's lazy heaps keep stale entries that a replay never
+  had); the state they index is compared.
 
-Ordered dicts are compared in order (the idempotency table evicts oldest first); plain dicts as
-mappings, since their order is not state.
+Ordered dicts and deques are compared in order (the idempotency table evicts oldest first, so do
+the message table's retention and work-key queues); plain dicts as mappings, since their order is
+not state.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 __all__ = ["contents", "assert_same_state", "first_difference"]
@@ -48,13 +52,14 @@ def contents(obj: Any, _top: bool = True) -> Any:
             for key, value in obj.items()
             if not (hasattr(value, "is_empty") and value.is_empty())
         }
-    if isinstance(obj, (list, tuple)):
+    if isinstance(obj, (list, tuple, deque)):
         return [contents(value, False) for value in obj]
     if isinstance(obj, (set, frozenset)):
         return sorted((contents(value, False) for value in obj), key=repr)
     dumped: dict[str, Any] = {"__class__": type(obj).__name__}
+    derived = getattr(type(obj), "_DERIVED", ())
     for name in _attributes(obj):
-        if name in _SKIPPED or (name in _SHARED and not _top) or name.startswith("__"):
+        if name in _SKIPPED or name in derived or (name in _SHARED and not _top) or name.startswith("__"):
             continue
         if hasattr(obj, name):
             dumped[name] = contents(getattr(obj, name), False)

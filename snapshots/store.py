@@ -136,8 +136,10 @@ def _boot_records(state: Any, fsync: str, newest_ms: int, now_ms: int) -> tuple[
     """The boot and restart records (applied to `state`), and how many expiries and grace periods."""
     records = state.decide_boot(fsync, now_ms)
     restart = state.restart(newest_ms, now_ms)
-    expired = sum(1 for record in restart if record["type"] == "claim.expired")
-    return records + restart, expired, len(restart) - expired
+    # A grace period is a renewal (of a claim or a delivery); every other restart record ends a
+    # lease that had ended before the crash (a claim expiry, a delivery requeued or ended).
+    graced = sum(1 for record in restart if record["type"].endswith(".renewed"))
+    return records + restart, len(restart) - graced, graced
 
 
 class Store:

@@ -1,11 +1,11 @@
 """The HTTP API, one module per resource; `ROUTER` holds every route."""
 
 from ..http import Router
-from . import claims, health, scopes
+from . import claims, health, mailboxes, messages, scopes, tasks
 from . import admin, inspect, metrics
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
-for module in (health, scopes, claims, admin, inspect, metrics):
+for module in (health, scopes, claims, mailboxes, messages, tasks, admin, inspect, metrics):
     ROUTER.include(module.router)

@@ -7,6 +7,7 @@ the token is the holder's proof of ownership, and whoever could read it could re
 
     GET /v1/spaces/{space}/scopes[?limit=N]               {"scopes": [...newest first], "truncated"}
     GET /v1/spaces/{space}/scopes/{id}/claims[?limit=N]   {"scopeId", "claims": [...], "truncated"}
+    GET /v1/spaces/{space}/scopes/{id}/tasks[?limit=N]    {"scopeId", "tasks": [...newest first], "truncated"}
     GET /v1/spaces/{space}/usage                          {"spaceId", "operations", "total", "free", "events"}
 """
 
@@ -37,7 +38,7 @@ def _limit(request: Request) -> int:
 
 @router.route("GET", BASE + "/scopes")
 async def list_scopes(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
-    services.authorize_read(request, space)
+    services.authorize(request, space)
     limit = _limit(request)
     state = services.kernel.state.space(space)  # type: ignore[union-attr]
     now_ms = services.kernel.clock.now_ms()  # type: ignore[union-attr]
@@ -48,7 +49,7 @@ async def list_scopes(services: Runtime, request: Request, space: str) -> tuple[
 
 @router.route("GET", BASE + "/scopes/{scope_id}/claims")
 async def list_claims(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
-    services.authorize_read(request, space)
+    services.authorize(request, space)
     limit = _limit(request)
     claims = services.claims.in_scope(space, scope_id)
     for claim in claims:
@@ -56,7 +57,19 @@ async def list_claims(services: Runtime, request: Request, space: str, scope_id:
     return 200, {"scopeId": scope_id, "claims": claims[:limit], "truncated": len(claims) > limit}
 
 
+@router.route("GET", BASE + "/scopes/{scope_id}/tasks")
+async def list_tasks(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    limit = _limit(request)
+    state = services.kernel.state.space(space)  # type: ignore[union-attr]
+    state.scopes.get(scope_id)  # 404 for a run that does not exist
+    now_ms = services.kernel.clock.now_ms()  # type: ignore[union-attr]
+    tasks = sorted((task for task in state.tasks.all() if task.scope_id == scope_id), key=lambda task: task.created_ms, reverse=True)
+    views = [state.tasks.view(task, now_ms) for task in tasks[:limit]]
+    return 200, {"scopeId": scope_id, "tasks": views, "truncated": len(tasks) > limit}
+
+
 @router.route("GET", BASE + "/usage")
 async def usage(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
-    services.authorize_read(request, space)
+    services.authorize(request, space)
     return 200, services.kernel.state.space(space).usage.view(space)  # type: ignore[union-attr]

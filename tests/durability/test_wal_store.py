@@ -192,7 +192,10 @@ def test_dismantle_empties_a_state_and_leaves_shared_settings_alone():
         space.acquire_claim("sc", f"k{number}", "h", "x", 5000, f"t{number}", 0)
     state.apply(state.idempotency.record(SPACE, "i", "fp", {"nested": [1, {"a": 2}]}, 0))
     dismantle(state)
-    assert state.counts() == {"spaces": 0, "scopes": 0, "claims": 0, "claims_held": 0, "keys": 0, "idempotency_keys": 0}
+    assert state.counts() == {
+        "spaces": 0, "scopes": 0, "claims": 0, "claims_held": 0, "mailboxes": 0, "messages": 0, "tasks": 0,
+        "keys": 0, "idempotency_keys": 0,
+    }
     assert limits.restart_grace_s == 20 and state.limits is limits
 
 

@@ -1,0 +1,646 @@
+"""Messages and their deliveries: one FIFO queue per (mailbox, scope), leases, dead letters.
+
+A message is put on the queue of its mailbox and scope (a plain `send`, or the one message of a
+task) and then moves through these states:
+
+    QUEUED --lease--> LEASED --complete--> COMPLETED
+       ^                |  \\--reject, or attempts used up--> DEAD (a dead letter)
+       |   (backoff)    |
+    DELAYED <--retry----+--lease ran out: QUEUED at once
+       any live state --deadline, task ended, scope ended--> DROPPED
+
+`recv` leases the oldest deliverable message of exactly one queue: QUEUED, or DELAYED whose
+backoff has run out, and not past its deadline. Each lease has a fresh opaque token and the
+delivery's `attempt` (1 for the first delivery). Complete, nack and renew must carry the current
+token while the lease runs; anything else is STALE_CLAIM and changes nothing.
+
+The queue order is the order of enqueue (`seq`), which a retried message keeps: it comes back
+ahead of younger messages once its backoff ends. Two lazy heaps index a queue: `ready` by `seq`
+for messages deliverable now, `delayed` by the end of their backoff. An entry carries the message's
+`gen` (bumped at every requeue) and counts only while it matches, so nothing is ever removed from
+the middle of a heap. Reading the head may drop stale entries and move ended backoffs from
+`delayed` to `ready`: upkeep of the index only, never a change any record has to carry.
+
+What is forgotten, and when, is decided from the records' own times, so a replay keeps exactly
+what the live server kept: work keys `work_key_ttl_s` after their send, finished messages
+(dead letters included) `retention_s` after they finished.
+
+Pure: no IO, no clock reads, no awaits.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Any, Iterator
+
+from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError
+from .limits import Limits
+from .mailboxes import Mailbox, MailboxTable
+from .timestamps import format_ms
+
+__all__ = [
+    "Message",
+    "MessageTable",
+    "Queue",
+    "QUEUED",
+    "DELAYED",
+    "LEASED",
+    "COMPLETED",
+    "DEAD",
+    "DROPPED",
+    "LIVE",
+    "backoff_ms",
+]
+
+QUEUED = "QUEUED"
+DELAYED = "DELAYED"
+LEASED = "LEASED"
+COMPLETED = "COMPLETED"
+DEAD = "DEAD"
+DROPPED = "DROPPED"
+LIVE = frozenset({QUEUED, DELAYED, LEASED})
+
+# Everything a message holds, as an image record carries it (the slot names are the keys).
+_IMAGED = (
+    "id", "mailbox_id", "scope_id", "seq", "payload", "payload_hash", "work_key", "deadline_ms",
+    "task_id", "state", "attempts", "gen", "visible_ms", "token", "holder", "session", "lease_ms",
+    "expires_ms", "created_ms", "finished_ms", "reason",
+)
+
+# How each state is counted on the mailbox (the listing's counts and the backlog).
+_COUNTER = {QUEUED: "queued", DELAYED: "delayed", LEASED: "leased", DEAD: "dead"}
+
+
+def backoff_ms(limits: Limits, attempt: int, jitter: float) -> int:
+    """The wait before redelivery after `attempt` asked for a retry: 1 s, 2 s, 4 s... capped.
+
+    `jitter` is a factor drawn by the caller from the kernel's seeded source (0.8 to 1.0), so the
+    wait never passes the cap and replay needs only the recorded result. Not to be confused with
+    a lease that ran out, which requeues at once.
+    """
+    nominal_s = min(limits.backoff_max_s, limits.backoff_base_s * 2 ** min(max(attempt - 1, 0), 30))
+    return max(0, round(nominal_s * 1000 * jitter))
+
+
+class Message:
+    __slots__ = (
+        "id",
+        "mailbox_id",
+        "scope_id",
+        "seq",
+        "payload",
+        "payload_hash",
+        "work_key",
+        "deadline_ms",
+        "task_id",
+        "state",
+        "attempts",  # deliveries so far; the current (or last) delivery's `attempt`
+        "gen",
+        "visible_ms",
+        "token",
+        "holder",
+        "session",
+        "lease_ms",
+        "expires_ms",
+        "created_ms",
+        "finished_ms",
+        "reason",
+    )
+
+    def __init__(
+        self,
+        message_id: str,
+        mailbox_id: str,
+        scope_id: str,
+        seq: int,
+        payload: Any,
+        payload_hash: str | None,
+        work_key: str | None,
+        deadline_ms: int | None,
+        task_id: str | None,
+        created_ms: int,
+    ) -> None:
+        self.id = message_id
+        self.mailbox_id = mailbox_id
+        self.scope_id = scope_id
+        self.seq = seq
+        self.payload = payload
+        self.payload_hash = payload_hash
+        self.work_key = work_key
+        self.deadline_ms = deadline_ms
+        self.task_id = task_id
+        self.state = QUEUED
+        self.attempts = 0
+        self.gen = 0
+        self.visible_ms = created_ms
+        self.token: str | None = None
+        self.holder: str | None = None
+        self.session: str | None = None
+        self.lease_ms = 0
+        self.expires_ms = 0
+        self.created_ms = created_ms
+        self.finished_ms: int | None = None
+        self.reason: str | None = None
+
+    def past_deadline(self, now_ms: int) -> bool:
+        return self.deadline_ms is not None and now_ms >= self.deadline_ms
+
+
+class Queue:
+    """The messages of one mailbox in one scope that are not finished, and their two heaps."""
+
+    __slots__ = ("mailbox_id", "scope_id", "live", "ready", "delayed")
+    # Indexes rebuilt from the messages: a replay lays them out differently (no stale entries).
+    _DERIVED = ("ready", "delayed")
+
+    def __init__(self, mailbox_id: str, scope_id: str) -> None:
+        self.mailbox_id = mailbox_id
+        self.scope_id = scope_id
+        self.live: dict[str, None] = {}  # insertion-ordered set of message ids
+        self.ready: list[tuple[int, int, str]] = []  # (seq, gen, id)
+        self.delayed: list[tuple[int, int, int, str]] = []  # (visible_ms, seq, gen, id)
+
+
+class _WorkKey:
+    __slots__ = ("message_id", "payload_hash", "at_ms")
+
+    def __init__(self, message_id: str, payload_hash: str, at_ms: int) -> None:
+        self.message_id = message_id
+        self.payload_hash = payload_hash
+        self.at_ms = at_ms
+
+
+class MessageTable:
+    """The messages of one space: by id, in queues by (mailbox, scope), work keys, dead letters."""
+
+    __slots__ = (
+        "_limits",
+        "_mailboxes",
+        "_messages",
+        "_queues",
+        "_queues_by_scope",
+        "_work_keys",
+        "_work_key_order",
+        "_finished",
+        "_dead",
+        "seq",
+    )
+
+    def __init__(self, limits: Limits, mailboxes: MailboxTable) -> None:
+        self._limits = limits
+        self._mailboxes = mailboxes
+        self._messages: dict[str, Message] = {}
+        self._queues: dict[tuple[str, str], Queue] = {}
+        self._queues_by_scope: dict[str, dict[str, None]] = {}  # scope -> mailbox ids
+        self._work_keys: dict[tuple[str, str, str], _WorkKey] = {}
+        self._work_key_order: deque[tuple[int, tuple[str, str, str]]] = deque()
+        self._finished: deque[tuple[int, str]] = deque()  # (finished_ms, id), oldest first
+        self._dead: dict[str, dict[str, None]] = {}  # mailbox -> dead letter ids, oldest first
+        self.seq = 0  # enqueue counter: the FIFO order, rebuilt identically by replay
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def get(self, message_id: str) -> Message:
+        message = self._messages.get(message_id)
+        if message is None:
+            raise KernelError(NOT_FOUND, f"message {message_id!r} not found")
+        return message
+
+    def find(self, message_id: str) -> Message | None:
+        return self._messages.get(message_id)
+
+    def all(self) -> Iterator[Message]:
+        return iter(self._messages.values())
+
+    def live(self) -> Iterator[Message]:
+        """Every message not finished, queue by queue."""
+        for queue in self._queues.values():
+            for message_id in queue.live:
+                yield self._messages[message_id]
+
+    def waiting_in_scopes(self, scope_ids: list[str]) -> list[Message]:
+        """Messages of these scopes not delivered and not being delivered (QUEUED or DELAYED)."""
+        found = []
+        for scope_id in scope_ids:
+            for mailbox_id in self._queues_by_scope.get(scope_id, ()):
+                queue = self._queues[(mailbox_id, scope_id)]
+                for message_id in queue.live:
+                    message = self._messages[message_id]
+                    if message.state != LEASED:
+                        found.append(message)
+        return found
+
+    def dead_letters(self, mailbox_id: str) -> list[Message]:
+        """The mailbox's dead letters still kept, oldest first."""
+        return [self._messages[m] for m in self._dead.get(mailbox_id, ())]
+
+    def work_key(self, mailbox_id: str, scope_id: str, work_key: str, now_ms: int) -> _WorkKey | None:
+        """The send a work key still remembers (for `work_key_ttl_s` after it), or None."""
+        entry = self._work_keys.get((mailbox_id, scope_id, work_key))
+        if entry is None or now_ms - entry.at_ms >= self._limits.work_key_ttl_s * 1000:
+            return None
+        return entry
+
+    def next_deliverable(self, mailbox_id: str, scope_id: str, now_ms: int) -> Message | None:
+        """The oldest message of this queue that can be delivered at `now_ms`, or None."""
+        queue = self._queues.get((mailbox_id, scope_id))
+        if queue is None:
+            return None
+        messages = self._messages
+        delayed, ready = queue.delayed, queue.ready
+        while delayed and delayed[0][0] <= now_ms:
+            _, seq, gen, message_id = heapq.heappop(delayed)
+            message = messages.get(message_id)
+            if message is not None and message.gen == gen and message.state == DELAYED:
+                heapq.heappush(ready, (seq, gen, message_id))
+        while ready:
+            _, gen, message_id = ready[0]
+            message = messages.get(message_id)
+            if message is None or message.gen != gen or message.state not in (QUEUED, DELAYED):
+                heapq.heappop(ready)
+                continue
+            if message.past_deadline(now_ms):
+                # Never deliverable again; its deadline timer records how it ended.
+                heapq.heappop(ready)
+                continue
+            return message
+        return None
+
+    def current(self, message_id: str, token: str, now_ms: int) -> Message:
+        """The message `token` holds a running lease on, else STALE_CLAIM (NOT_FOUND if unknown)."""
+        message = self.get(message_id)
+        if message.token != token or message.state != LEASED:
+            if message.state == LEASED:
+                why = f"it was delivered again since (attempt {message.attempts})"
+            elif message.state in (QUEUED, DELAYED):
+                why = "its lease ended and it is back on the queue"
+            else:
+                why = f"it is {message.state.lower()}"
+                if message.reason:
+                    why += f" ({message.reason})"
+            raise KernelError(
+                STALE_CLAIM, f"token is not the current one for message {message_id}: {why}"
+            )
+        if now_ms >= message.expires_ms:
+            raise KernelError(STALE_CLAIM, f"the lease on message {message_id} has ended")
+        return message
+
+    def view(self, message: Message, *, payload: bool = False) -> dict:
+        body = {
+            "id": message.id,
+            "mailboxId": message.mailbox_id,
+            "scopeId": message.scope_id,
+            "taskId": message.task_id,
+            "state": message.state,
+            "attempt": message.attempts,
+            "workKey": message.work_key,
+            "deadline": None if message.deadline_ms is None else format_ms(message.deadline_ms),
+            "createdAt": format_ms(message.created_ms),
+            "finishedAt": None if message.finished_ms is None else format_ms(message.finished_ms),
+            "reason": message.reason,
+        }
+        if message.state == LEASED:
+            body["leaseExpiresAt"] = format_ms(message.expires_ms)
+            body["holder"] = message.holder
+        elif message.state == DELAYED:
+            body["visibleAt"] = format_ms(message.visible_ms)
+        if payload:
+            body["payload"] = message.payload
+        return body
+
+    @staticmethod
+    def delivery_view(message: Message) -> dict:
+        """What recv answers (PROTOCOL.md 5.3)."""
+        return {
+            "message": {
+                "id": message.id,
+                "mailboxId": message.mailbox_id,
+                "scopeId": message.scope_id,
+                "payload": message.payload,
+                "attempt": message.attempts,
+                "workKey": message.work_key,
+                "deadline": None if message.deadline_ms is None else format_ms(message.deadline_ms),
+                "taskId": message.task_id,
+            },
+            "token": message.token,
+            "leaseExpiresAt": format_ms(message.expires_ms),
+            "leaseSeconds": message.lease_ms // 1000,
+        }
+
+    # -- deciding -------------------------------------------------------------------------------
+    # Each returns one record; the checks that need other tables are the space's (work.py).
+
+    def check_new_id(self, message_id: str) -> None:
+        if message_id in self._messages:  # an id source collision: the caller draws another id
+            raise KernelError(CONFLICT, f"message id {message_id} is taken")
+
+    @staticmethod
+    def decide_lease(
+        message: Message, token: str, holder: str, session: str, lease_ms: int, now_ms: int
+    ) -> dict:
+        return {
+            "type": "delivery.leased",
+            "messageId": message.id,
+            "token": token,
+            "attempt": message.attempts + 1,
+            "holder": holder,
+            "session": session,
+            "lease_ms": lease_ms,
+            "expires_ms": now_ms + lease_ms,
+            "at_ms": now_ms,
+        }
+
+    @staticmethod
+    def decide_renew(message: Message, lease_ms: int | None, now_ms: int) -> dict:
+        """Extend from now by `lease_ms`, or by the lease's own length when none is given."""
+        length = message.lease_ms if lease_ms is None else lease_ms
+        return {
+            "type": "delivery.renewed",
+            "messageId": message.id,
+            "token": message.token,
+            "lease_ms": length,
+            "expires_ms": now_ms + length,
+            "at_ms": now_ms,
+        }
+
+    @staticmethod
+    def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
+        record = {
+            "type": "delivery.completed",
+            "messageId": message.id,
+            "token": message.token,
+            "at_ms": now_ms,
+        }
+        if message.task_id is not None:  # a plain message's result is not kept
+            record["outcome"] = outcome
+        return record
+
+    @staticmethod
+    def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -> dict:
+        return {
+            "type": "delivery.requeued",
+            "messageId": message.id,
+            "token": message.token,
+            "cause": cause,
+            "visible_ms": visible_ms,
+            "at_ms": now_ms,
+        }
+
+    @staticmethod
+    def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> dict:
+        return {
+            "type": "delivery.dead",
+            "messageId": message.id,
+            "token": message.token,
+            "cause": cause,
+            "reason": reason,
+            "at_ms": now_ms,
+        }
+
+    @staticmethod
+    def decide_drop(message: Message, reason: str, now_ms: int) -> dict:
+        return {"type": "message.dropped", "messageId": message.id, "reason": reason, "at_ms": now_ms}
+
+    @staticmethod
+    def decide_visible(message: Message, now_ms: int) -> dict | None:
+        """The end of a backoff, if `message` is still waiting it out."""
+        if message.state != DELAYED or now_ms < message.visible_ms:
+            return None
+        return {"type": "message.visible", "messageId": message.id, "gen": message.gen, "at_ms": now_ms}
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this table exactly through the `apply_image_*` methods.
+
+        Order matters and is kept: the enqueue counter first; then the finished messages in the
+        order they finished (what retention forgets first, and the dead letters' order); then the
+        unfinished ones in enqueue order (each queue's order); then the work keys oldest first.
+        """
+        yield {"type": "messages.image", "seq": self.seq}
+        finished = (self._messages.get(message_id) for _, message_id in self._finished)
+        live = (message for message in self._messages.values() if message.state in LIVE)
+        for message in (*finished, *live):
+            if message is None:
+                continue  # already forgotten
+            yield {
+                "type": "message.image",
+                **{slot: getattr(message, slot) for slot in _IMAGED},
+                "at_ms": message.created_ms,
+            }
+        for at_ms, key in self._work_key_order:
+            entry = self._work_keys.get(key)
+            if entry is not None and entry.at_ms == at_ms:
+                mailbox_id, scope_id, work_key = key
+                yield {
+                    "type": "workkey.image",
+                    "mailboxId": mailbox_id,
+                    "scopeId": scope_id,
+                    "workKey": work_key,
+                    "messageId": entry.message_id,
+                    "payloadHash": entry.payload_hash,
+                    "at_ms": at_ms,
+                }
+
+    def apply_image_counter(self, record: dict) -> None:
+        self.seq = record["seq"]
+
+    def apply_image_message(self, record: dict) -> Message:
+        message = Message(
+            record["id"],
+            record["mailbox_id"],
+            record["scope_id"],
+            record["seq"],
+            record["payload"],
+            record["payload_hash"],
+            record["work_key"],
+            record["deadline_ms"],
+            record["task_id"],
+            record["created_ms"],
+        )
+        for slot in _IMAGED:
+            setattr(message, slot, record[slot])
+        self._messages[message.id] = message
+        self._count(message, +1)
+        if message.state in LIVE:
+            queue = self._queue(message.mailbox_id, message.scope_id)
+            queue.live[message.id] = None
+            if message.state == QUEUED:
+                heapq.heappush(queue.ready, (message.seq, message.gen, message.id))
+            elif message.state == DELAYED:
+                heapq.heappush(queue.delayed, (message.visible_ms, message.seq, message.gen, message.id))
+        else:
+            assert message.finished_ms is not None
+            self._finished.append((message.finished_ms, message.id))
+            if message.state == DEAD:
+                self._dead.setdefault(message.mailbox_id, {})[message.id] = None
+        return message
+
+    def apply_image_work_key(self, record: dict) -> None:
+        key = (record["mailboxId"], record["scopeId"], record["workKey"])
+        self._work_keys[key] = _WorkKey(record["messageId"], record["payloadHash"], record["at_ms"])
+        self._work_key_order.append((record["at_ms"], key))
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply_enqueued(
+        self,
+        message_id: str,
+        mailbox_id: str,
+        scope_id: str,
+        payload: Any,
+        payload_hash: str | None,
+        work_key: str | None,
+        deadline_ms: int | None,
+        task_id: str | None,
+        at_ms: int,
+    ) -> Message:
+        """A new message at the back of its queue (a `message.sent` or a task's creation)."""
+        self._evict(at_ms)
+        self.seq += 1
+        message = Message(
+            message_id, mailbox_id, scope_id, self.seq, payload, payload_hash, work_key, deadline_ms, task_id, at_ms
+        )
+        self._messages[message_id] = message
+        queue = self._queue(mailbox_id, scope_id)
+        queue.live[message_id] = None
+        heapq.heappush(queue.ready, (message.seq, message.gen, message_id))
+        self._count(message, +1)
+        if work_key is not None and payload_hash is not None:
+            key = (mailbox_id, scope_id, work_key)
+            self._work_keys[key] = _WorkKey(message_id, payload_hash, at_ms)
+            self._work_key_order.append((at_ms, key))
+        return message
+
+    def apply_leased(self, record: dict) -> Message:
+        message = self._messages[record["messageId"]]
+        self._move(message, LEASED)
+        message.attempts = record["attempt"]
+        message.token = record["token"]
+        message.holder = record["holder"]
+        message.session = record["session"]
+        message.lease_ms = record["lease_ms"]
+        message.expires_ms = record["expires_ms"]
+        return message
+
+    def apply_renewed(self, record: dict) -> Message:
+        message = self._messages[record["messageId"]]
+        message.lease_ms = record["lease_ms"]
+        message.expires_ms = record["expires_ms"]
+        return message
+
+    def apply_requeued(self, record: dict) -> Message:
+        message = self._messages[record["messageId"]]
+        self._end_lease(message)
+        message.gen += 1
+        message.visible_ms = record["visible_ms"]
+        queue = self._queues[(message.mailbox_id, message.scope_id)]
+        if message.visible_ms <= record["at_ms"]:
+            self._move(message, QUEUED)
+            heapq.heappush(queue.ready, (message.seq, message.gen, message.id))
+        else:
+            self._move(message, DELAYED)
+            heapq.heappush(queue.delayed, (message.visible_ms, message.seq, message.gen, message.id))
+        self._compact(queue)
+        return message
+
+    def apply_visible(self, record: dict) -> Message:
+        message = self._messages[record["messageId"]]
+        if message.state == DELAYED and message.gen == record["gen"]:
+            self._move(message, QUEUED)
+            queue = self._queues[(message.mailbox_id, message.scope_id)]
+            heapq.heappush(queue.ready, (message.seq, message.gen, message.id))
+        return message
+
+    def apply_finished(self, message_id: str, state: str, reason: str | None, at_ms: int) -> Message:
+        """The message's last change: COMPLETED, DEAD or DROPPED. Its lease, if any, ends."""
+        message = self._messages[message_id]
+        assert message.state in LIVE, f"message {message_id} finished twice"
+        self._end_lease(message)
+        self._move(message, state)
+        message.finished_ms = at_ms
+        message.reason = reason
+        if state != DEAD:
+            message.payload = None  # kept only where someone may still read it: dead letters
+        key = (message.mailbox_id, message.scope_id)
+        queue = self._queues[key]
+        del queue.live[message_id]
+        if not queue.live:
+            del self._queues[key]
+            scopes = self._queues_by_scope[message.scope_id]
+            del scopes[message.mailbox_id]
+            if not scopes:
+                del self._queues_by_scope[message.scope_id]
+        if state == DEAD:
+            self._dead.setdefault(message.mailbox_id, {})[message_id] = None
+        self._finished.append((at_ms, message_id))
+        self._evict(at_ms)
+        return message
+
+    # -- upkeep ---------------------------------------------------------------------------------
+
+    def _queue(self, mailbox_id: str, scope_id: str) -> Queue:
+        key = (mailbox_id, scope_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = Queue(mailbox_id, scope_id)
+            self._queues_by_scope.setdefault(scope_id, {})[mailbox_id] = None
+        return queue
+
+    def _move(self, message: Message, state: str) -> None:
+        """Change state and keep the mailbox's counts exact."""
+        self._count(message, -1)
+        message.state = state
+        self._count(message, +1)
+
+    def _count(self, message: Message, step: int) -> None:
+        counter = _COUNTER.get(message.state)
+        if counter is not None:
+            mailbox: Mailbox = self._mailboxes.get(message.mailbox_id)
+            setattr(mailbox, counter, getattr(mailbox, counter) + step)
+
+    @staticmethod
+    def _end_lease(message: Message) -> None:
+        message.token = None
+        message.holder = None
+        message.session = None
+
+    def _compact(self, queue: Queue) -> None:
+        """Rebuild a queue's heaps when stale entries outnumber live ones (lazy deletion's bill)."""
+        if len(queue.ready) + len(queue.delayed) <= 2 * len(queue.live) + 64:
+            return
+        ready, delayed = [], []
+        for message_id in queue.live:
+            message = self._messages[message_id]
+            if message.state == QUEUED:
+                ready.append((message.seq, message.gen, message_id))
+            elif message.state == DELAYED:
+                delayed.append((message.visible_ms, message.seq, message.gen, message_id))
+        heapq.heapify(ready)
+        heapq.heapify(delayed)
+        queue.ready, queue.delayed = ready, delayed
+
+    def _evict(self, now_ms: int) -> None:
+        """Forget work keys past their window and finished messages past retention."""
+        horizon = now_ms - self._limits.work_key_ttl_s * 1000
+        order, keys = self._work_key_order, self._work_keys
+        while order and order[0][0] <= horizon:
+            at_ms, key = order.popleft()
+            entry = keys.get(key)
+            if entry is not None and entry.at_ms == at_ms:
+                del keys[key]
+        horizon = now_ms - self._limits.retention_s * 1000
+        finished, messages = self._finished, self._messages
+        while finished and finished[0][0] <= horizon:
+            _, message_id = finished.popleft()
+            message = messages.pop(message_id, None)
+            if message is not None and message.state == DEAD:
+                self._count(message, -1)
+                dead = self._dead[message.mailbox_id]
+                del dead[message_id]
+                if not dead:
+                    del self._dead[message.mailbox_id]

@@ -1,0 +1,376 @@
+"""Tasks: one piece of work per (scope, task key), one recorded outcome, any number of readers.
+
+Submitting a key creates the task, or returns the task that key already has in that scope, even a
+finished or tombstoned one: the same work is never started twice under one name. The same key
+with a different input (compared by a canonical hash: orjson with sorted keys) or for another
+mailbox is IDEMPOTENCY_CONFLICT, because that would be two different pieces of work under one name.
+
+A task is delivered through its mailbox as one message whose payload is the task's input, so its
+state follows that message's deliveries:
+
+    QUEUED <--> RUNNING --> SUCCEEDED | FAILED
+      \\_________\\______--> CANCELLED (cancel, scope ended) | EXPIRED (deadline)
+
+A terminal state, its `outcome` and `outcomeReason` never change again. `retention_s` after it
+ended the task is tombstoned: the outcome is let go (`outcome: null`, `tombstoned: true`), state and
+reason stay, and the key still returns the task. Subscribers are a record of interest: detaching the
+last one does not cancel anything.
+
+Pure: no IO, no clock reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterator
+
+import orjson
+
+from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
+from .limits import Limits
+from .timestamps import format_ms
+
+__all__ = [
+    "Task",
+    "TaskTable",
+    "input_hash",
+    "QUEUED",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "EXPIRED",
+    "TERMINAL",
+]
+
+QUEUED = "QUEUED"
+RUNNING = "RUNNING"
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
+CANCELLED = "CANCELLED"
+EXPIRED = "EXPIRED"
+TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED})
+
+
+def input_hash(value: Any) -> str:
+    """A canonical digest of a JSON value: key order does not matter, anything else does."""
+    return hashlib.blake2b(orjson.dumps(value, option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()
+
+
+class Task:
+    __slots__ = (
+        "id",
+        "key",
+        "scope_id",
+        "mailbox_id",
+        "message_id",
+        "input_hash",
+        "state",
+        "attempt",
+        "outcome",
+        "reason",
+        "deadline_ms",
+        "subscribers",
+        "created_ms",
+        "updated_ms",
+        "finished_ms",
+        "tombstoned",
+    )
+
+    def __init__(
+        self,
+        task_id: str,
+        key: str,
+        scope_id: str,
+        mailbox_id: str,
+        message_id: str,
+        digest: str,
+        deadline_ms: int | None,
+        created_ms: int,
+    ) -> None:
+        self.id = task_id
+        self.key = key
+        self.scope_id = scope_id
+        self.mailbox_id = mailbox_id
+        self.message_id = message_id
+        self.input_hash = digest
+        self.state = QUEUED
+        self.attempt = 0
+        self.outcome: Any = None
+        self.reason: str | None = None
+        self.deadline_ms = deadline_ms
+        self.subscribers: dict[str, str] = {}  # subscriber id -> the scope it joined from
+        self.created_ms = created_ms
+        self.updated_ms = created_ms
+        self.finished_ms: int | None = None
+        self.tombstoned = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+
+class TaskTable:
+    """The tasks of one space, by id and by (scope, key)."""
+
+    __slots__ = ("_by_id", "_by_key", "_limits")
+
+    def __init__(self, limits: Limits) -> None:
+        self._by_id: dict[str, Task] = {}
+        self._by_key: dict[tuple[str, str], Task] = {}
+        self._limits = limits
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def get(self, task_id: str) -> Task:
+        task = self._by_id.get(task_id)
+        if task is None:
+            raise KernelError(NOT_FOUND, f"task {task_id!r} not found")
+        return task
+
+    def find(self, task_id: str) -> Task | None:
+        return self._by_id.get(task_id)
+
+    def by_key(self, scope_id: str, key: str) -> Task | None:
+        return self._by_key.get((scope_id, key))
+
+    def all(self) -> Iterator[Task]:
+        return iter(self._by_id.values())
+
+    def tombstone_due_ms(self, task: Task) -> int | None:
+        """When a finished task is tombstoned; None while it runs."""
+        if task.finished_ms is None:
+            return None
+        return task.finished_ms + self._limits.retention_s * 1000
+
+    def view(self, task: Task, now_ms: int) -> dict:
+        """The task view of PROTOCOL.md "Our decisions".
+
+        A task past its retention is shown tombstoned even before the tombstone is recorded, so
+        what a reader sees does not depend on when the supervisor got to it.
+        """
+        due_ms = self.tombstone_due_ms(task)
+        tombstoned = task.tombstoned or (due_ms is not None and now_ms >= due_ms)
+        return {
+            "id": task.id,
+            "taskId": task.id,
+            "taskKey": task.key,
+            "scopeId": task.scope_id,
+            "mailboxId": task.mailbox_id,
+            "messageId": task.message_id,
+            "state": task.state,
+            "attempt": task.attempt,
+            "outcome": None if tombstoned else task.outcome,
+            "outcomeReason": task.reason,
+            "deadline": None if task.deadline_ms is None else format_ms(task.deadline_ms),
+            "subscribers": list(task.subscribers),
+            "createdAt": format_ms(task.created_ms),
+            "updatedAt": format_ms(task.updated_ms),
+            "finishedAt": None if task.finished_ms is None else format_ms(task.finished_ms),
+            "tombstoned": tombstoned,
+        }
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    @staticmethod
+    def check_replay(task: Task, mailbox_id: str, digest: str) -> None:
+        """A second submit of a key must be the same work: same mailbox, same input."""
+        if task.mailbox_id != mailbox_id:
+            raise KernelError(
+                IDEMPOTENCY_CONFLICT,
+                f"task key {task.key!r} is already used in this scope by task {task.id} "
+                f"of another mailbox ({task.mailbox_id})",
+            )
+        if task.input_hash != digest:
+            raise KernelError(
+                IDEMPOTENCY_CONFLICT,
+                f"task key {task.key!r} is already used in this scope by task {task.id} "
+                "with a different input; use a new key for different work",
+            )
+
+    def decide_create(
+        self,
+        task_id: str,
+        key: str,
+        scope_id: str,
+        mailbox_id: str,
+        message_id: str,
+        task_input: Any,
+        digest: str,
+        deadline_ms: int | None,
+        subscriber_id: str | None,
+        now_ms: int,
+    ) -> dict:
+        if task_id in self._by_id:  # an id source collision: the caller draws another id
+            raise KernelError(CONFLICT, f"task id {task_id} is taken")
+        return {
+            "type": "task.created",
+            "id": task_id,
+            "taskKey": key,
+            "scopeId": scope_id,
+            "mailboxId": mailbox_id,
+            "messageId": message_id,
+            "input": task_input,
+            "inputHash": digest,
+            "deadline_ms": deadline_ms,
+            "subscriberId": subscriber_id,
+            "at_ms": now_ms,
+        }
+
+    def decide_join(self, task: Task, subscriber_id: str, scope_id: str, now_ms: int) -> dict | None:
+        """Subscribing twice is harmless: None when `subscriber_id` is already there."""
+        if subscriber_id in task.subscribers:
+            return None
+        if len(task.subscribers) >= self._limits.subscribers_max:
+            raise KernelError(
+                VALIDATION_FAILED, f"a task has at most {self._limits.subscribers_max} subscribers"
+            )
+        return {
+            "type": "task.joined",
+            "taskId": task.id,
+            "subscriberId": subscriber_id,
+            "scopeId": scope_id,
+            "at_ms": now_ms,
+        }
+
+    @staticmethod
+    def decide_detach(task: Task, subscriber_id: str, now_ms: int) -> dict | None:
+        if subscriber_id not in task.subscribers:
+            return None
+        return {"type": "task.detached", "taskId": task.id, "subscriberId": subscriber_id, "at_ms": now_ms}
+
+    @staticmethod
+    def decide_end(task: Task, state: str, reason: str, now_ms: int) -> dict | None:
+        """End a task that has not ended: CANCELLED or EXPIRED. Cancelling again is harmless.
+
+        Cancelling a task that ended another way is CONFLICT: its one outcome is recorded.
+        """
+        if task.state == state:
+            return None
+        if task.terminal:
+            raise KernelError(
+                CONFLICT, f"task {task.id} already ended {task.state.lower()}; its outcome does not change"
+            )
+        return {"type": "task.ended", "taskId": task.id, "state": state, "reason": reason, "at_ms": now_ms}
+
+    def decide_tombstone(self, task: Task, now_ms: int) -> dict | None:
+        due_ms = self.tombstone_due_ms(task)
+        if task.tombstoned or due_ms is None or now_ms < due_ms:
+            return None
+        return {"type": "task.tombstoned", "taskId": task.id, "at_ms": now_ms}
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        """Records that rebuild this table exactly through `apply_image` (inputs live with the messages)."""
+        for task in self._by_id.values():
+            yield {
+                "type": "task.image",
+                "id": task.id,
+                "taskKey": task.key,
+                "scopeId": task.scope_id,
+                "mailboxId": task.mailbox_id,
+                "messageId": task.message_id,
+                "inputHash": task.input_hash,
+                "state": task.state,
+                "attempt": task.attempt,
+                "outcome": task.outcome,
+                "reason": task.reason,
+                "deadline_ms": task.deadline_ms,
+                "subscribers": [[subscriber, scope] for subscriber, scope in task.subscribers.items()],
+                "created_ms": task.created_ms,
+                "updated_ms": task.updated_ms,
+                "finished_ms": task.finished_ms,
+                "tombstoned": task.tombstoned,
+                "at_ms": task.updated_ms,
+            }
+
+    def apply_image(self, record: dict) -> Task:
+        task = Task(
+            record["id"],
+            record["taskKey"],
+            record["scopeId"],
+            record["mailboxId"],
+            record["messageId"],
+            record["inputHash"],
+            record["deadline_ms"],
+            record["created_ms"],
+        )
+        task.state = record["state"]
+        task.attempt = record["attempt"]
+        task.outcome = record["outcome"]
+        task.reason = record["reason"]
+        task.subscribers = {subscriber: scope for subscriber, scope in record["subscribers"]}
+        task.updated_ms = record["updated_ms"]
+        task.finished_ms = record["finished_ms"]
+        task.tombstoned = record["tombstoned"]
+        self._by_id[task.id] = task
+        self._by_key[(task.scope_id, task.key)] = task
+        return task
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply_created(self, record: dict) -> Task:
+        task = Task(
+            record["id"],
+            record["taskKey"],
+            record["scopeId"],
+            record["mailboxId"],
+            record["messageId"],
+            record["inputHash"],
+            record["deadline_ms"],
+            record["at_ms"],
+        )
+        if record["subscriberId"] is not None:
+            task.subscribers[record["subscriberId"]] = record["scopeId"]
+        self._by_id[task.id] = task
+        self._by_key[(task.scope_id, task.key)] = task
+        return task
+
+    def apply_joined(self, record: dict) -> Task:
+        task = self._by_id[record["taskId"]]
+        task.subscribers[record["subscriberId"]] = record["scopeId"]
+        task.updated_ms = record["at_ms"]
+        return task
+
+    def apply_detached(self, record: dict) -> Task:
+        task = self._by_id[record["taskId"]]
+        task.subscribers.pop(record["subscriberId"], None)
+        task.updated_ms = record["at_ms"]
+        return task
+
+    def apply_running(self, task_id: str, attempt: int, at_ms: int) -> Task:
+        task = self._by_id[task_id]
+        assert not task.terminal, f"task {task_id} delivered after it ended"
+        task.state = RUNNING
+        task.attempt = attempt
+        task.updated_ms = at_ms
+        return task
+
+    def apply_queued(self, task_id: str, at_ms: int) -> Task:
+        task = self._by_id[task_id]
+        assert not task.terminal, f"task {task_id} requeued after it ended"
+        task.state = QUEUED
+        task.updated_ms = at_ms
+        return task
+
+    def apply_ended(self, task_id: str, state: str, outcome: Any, reason: str | None, at_ms: int) -> Task:
+        """The one terminal change of a task."""
+        task = self._by_id[task_id]
+        assert not task.terminal, f"task {task_id} ended twice"
+        assert state in TERMINAL
+        task.state = state
+        task.outcome = outcome
+        task.reason = reason
+        task.updated_ms = at_ms
+        task.finished_ms = at_ms
+        return task
+
+    def apply_tombstoned(self, record: dict) -> Task:
+        task = self._by_id[record["taskId"]]
+        task.tombstoned = True
+        task.outcome = None
+        return task

@@ -1,0 +1,546 @@
+"""Mailboxes, messages and tasks inside a space: the commands, their timers, the cascade.
+
+`WorkCommands` is part of `SpaceState` (a base class, so the space keeps one `apply` and one
+`_commit`): every command here checks, decides records through the tables (`mailboxes.py`,
+`messages.py`, `tasks.py`), applies them, and returns an `Outcome` with the reply, the records, the
+timers and the pokes. Effects that cross tables live here: a delivery moves its task, a task's end
+drops its message, a scope's end cancels what waits in its subtree.
+
+Everything that touches one queue runs in that queue's actor, `("queue", space, mailbox_id,
+scope_id)`: send, submit, recv (and its parked long polls), complete, nack, renew, cancel, join and
+detach of its tasks, and every timer of its messages and tasks. So a parked recv is answered in
+the same turn that made a message deliverable, without polling, and two deliveries of one message
+can never be decided at once.
+
+Timers (tags on the queue actor, each proposing a change the turn checks again):
+    ("lease", message_id)     marker token  a lease ran out: requeue at once, or end the message
+    ("visible", message_id)   marker gen    a retry backoff ended: wake parked receivers
+    ("deadline", message_id)  -             a plain message's deadline: drop it if not delivered
+    ("task-deadline", task_id) -            a task's deadline: EXPIRED if not ended
+    ("retention", task_id)    -             a finished task's retention ended: tombstone it
+
+Pure: no IO, no clock reads, no awaits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, VALIDATION_FAILED, KernelError
+from .mailboxes import MailboxTable
+from .messages import DELAYED, LEASED, LIVE, QUEUED, Message, MessageTable, backoff_ms
+from .outcome import Outcome, Timer
+from .scopes import ACTIVE
+from .tasks import CANCELLED, EXPIRED, FAILED, SUCCEEDED, Task, TaskTable
+
+if TYPE_CHECKING:
+    from .limits import Limits
+    from .scopes import ScopeTree
+
+__all__ = ["WorkCommands", "WORK_APPLY", "queue_actor", "mailboxes_actor", "outcome_of"]
+
+# Reasons recorded as `outcomeReason` (0.3.0 understands `scope_cancelled`).
+REASON_CANCELLED = "cancelled"
+REASON_DEADLINE = "deadline_exceeded"
+SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
+
+
+def queue_actor(space: str, mailbox_id: str, scope_id: str) -> tuple:
+    return ("queue", space, mailbox_id, scope_id)
+
+
+def mailboxes_actor(space: str) -> tuple:
+    return ("mailboxes", space)
+
+
+def outcome_of(result: Any) -> Any:
+    """A task's outcome from a delivery's `result`: its `payload` when it has one, else all of it."""
+    if isinstance(result, dict) and "payload" in result:
+        return result["payload"]
+    return result
+
+
+class WorkCommands:
+    __slots__ = ()
+
+    # Provided by SpaceState.
+    id: str
+    limits: "Limits"
+    scopes: "ScopeTree"
+    mailboxes: MailboxTable
+    messages: MessageTable
+    tasks: TaskTable
+    _commit: Callable[..., Outcome]
+
+    # -- mailboxes ------------------------------------------------------------------------------
+
+    def create_mailbox(
+        self,
+        mailbox_id: str,
+        name: str,
+        mode: str | None,
+        backlog_limit: int | None,
+        max_attempts: int | None,
+        now_ms: int,
+    ) -> Outcome:
+        record = self.mailboxes.decide_create(mailbox_id, name, mode, backlog_limit, max_attempts, now_ms)
+        outcome = self._commit(Outcome(), record)
+        outcome.reply = self.mailboxes.view(self.mailboxes.get(mailbox_id))
+        return outcome
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def send_message(
+        self,
+        mailbox_id: str,
+        scope_id: str,
+        message_id: str,
+        payload: Any,
+        payload_hash: str | None,
+        work_key: str | None,
+        deadline_ms: int | None,
+        now_ms: int,
+    ) -> Outcome:
+        """Put a plain message on the queue, or return the one its work key already sent."""
+        mailbox = self.mailboxes.get(mailbox_id)
+        self.scopes.require_active(scope_id, now_ms)
+        if work_key is not None:
+            assert payload_hash is not None
+            entry = self.messages.work_key(mailbox_id, scope_id, work_key, now_ms)
+            if entry is not None:
+                if entry.payload_hash != payload_hash:
+                    raise KernelError(
+                        IDEMPOTENCY_CONFLICT,
+                        f"workKey {work_key!r} was already sent with a different payload "
+                        f"(message {entry.message_id})",
+                    )
+                return Outcome(reply=self._sent_view(entry.message_id, mailbox_id, scope_id, work_key, replay=True))
+        self._check_deadline(deadline_ms, now_ms)
+        self._check_backlog(mailbox)
+        self.messages.check_new_id(message_id)
+        record = {
+            "type": "message.sent",
+            "id": message_id,
+            "mailboxId": mailbox_id,
+            "scopeId": scope_id,
+            "payload": payload,
+            "payloadHash": payload_hash if work_key is not None else None,
+            "workKey": work_key,
+            "deadline_ms": deadline_ms,
+            "at_ms": now_ms,
+        }
+        outcome = self._commit(Outcome(), record)
+        message = self.messages.get(message_id)
+        outcome.timers.extend(self._message_timers(message))
+        outcome.reply = self._sent_view(message_id, mailbox_id, scope_id, work_key, replay=False)
+        return outcome
+
+    def _sent_view(self, message_id: str, mailbox_id: str, scope_id: str, work_key: str | None, *, replay: bool) -> dict:
+        message = self.messages.find(message_id)
+        return {
+            "id": message_id,
+            "messageId": message_id,
+            "mailboxId": mailbox_id,
+            "scopeId": scope_id,
+            "workKey": work_key,
+            "state": None if message is None else message.state,
+            "replay": replay,
+            "deduplicated": replay,
+        }
+
+    def _check_deadline(self, deadline_ms: int | None, now_ms: int) -> None:
+        if deadline_ms is not None and deadline_ms <= now_ms:
+            raise KernelError(DEADLINE_EXCEEDED, "the deadline has already passed")
+
+    def _check_backlog(self, mailbox: Any) -> None:
+        limit = mailbox.backlog_limit or self.limits.backlog_limit_max
+        if mailbox.backlog >= limit:
+            raise KernelError(
+                BACKLOG_FULL,
+                f"mailbox {mailbox.name!r} holds {mailbox.backlog} unsettled messages, its limit",
+                retry_after_s=1.0,
+            )
+
+    # -- tasks ----------------------------------------------------------------------------------
+
+    def submit_task(
+        self,
+        task_id: str,
+        message_id: str,
+        scope_id: str,
+        mailbox_id: str,
+        key: str,
+        task_input: Any,
+        digest: str,
+        deadline_ms: int | None,
+        subscriber_id: str | None,
+        now_ms: int,
+    ) -> Outcome:
+        """Create the task for (scope, key), or return the one it has (joining the subscriber)."""
+        mailbox = self.mailboxes.get(mailbox_id)
+        self.scopes.require_active(scope_id, now_ms)
+        task = self.tasks.by_key(scope_id, key)
+        if task is not None:
+            self.tasks.check_replay(task, mailbox_id, digest)
+            outcome = Outcome()
+            if subscriber_id is not None:
+                record = self.tasks.decide_join(task, subscriber_id, scope_id, now_ms)
+                if record is not None:
+                    self._commit(outcome, record)
+            outcome.reply = {**self.tasks.view(task, now_ms), "created": False, "replay": True}
+            return outcome
+        self._check_deadline(deadline_ms, now_ms)
+        self._check_backlog(mailbox)
+        self.messages.check_new_id(message_id)
+        record = self.tasks.decide_create(
+            task_id, key, scope_id, mailbox_id, message_id, task_input, digest, deadline_ms, subscriber_id, now_ms
+        )
+        outcome = self._commit(Outcome(), record)
+        task = self.tasks.get(task_id)
+        outcome.timers.extend(self._task_timers(task))
+        outcome.reply = {**self.tasks.view(task, now_ms), "created": True, "replay": False}
+        return outcome
+
+    def cancel_task(self, task_id: str, reason: str | None, now_ms: int) -> Outcome:
+        task = self.tasks.get(task_id)
+        record = self.tasks.decide_end(task, CANCELLED, reason or REASON_CANCELLED, now_ms)
+        outcome = Outcome() if record is None else self._commit(Outcome(), record)
+        outcome.reply = self.tasks.view(task, now_ms)
+        return outcome
+
+    def join_task(self, task_id: str, subscriber_id: str, scope_id: str, now_ms: int) -> Outcome:
+        task = self.tasks.get(task_id)
+        self.scopes.get(scope_id)
+        record = self.tasks.decide_join(task, subscriber_id, scope_id, now_ms)
+        outcome = Outcome() if record is None else self._commit(Outcome(), record)
+        outcome.reply = self.tasks.view(task, now_ms)
+        return outcome
+
+    def detach_task(self, task_id: str, subscriber_id: str, now_ms: int) -> Outcome:
+        task = self.tasks.get(task_id)
+        record = self.tasks.decide_detach(task, subscriber_id, now_ms)
+        outcome = Outcome() if record is None else self._commit(Outcome(), record)
+        outcome.reply = self.tasks.view(task, now_ms)
+        return outcome
+
+    # -- deliveries -----------------------------------------------------------------------------
+
+    def receive(
+        self,
+        mailbox_id: str,
+        scope_id: str,
+        holder: str,
+        session: str,
+        lease_ms: int,
+        token: str,
+        now_ms: int,
+    ) -> Outcome:
+        """Lease the oldest deliverable message of this queue; `empty` when there is none.
+
+        An empty outcome writes nothing, so a long poll parks on the queue's actor and is run again
+        by the turn that makes a message deliverable (or ends the scope).
+        """
+        self.mailboxes.get(mailbox_id)
+        self.scopes.require_active(scope_id, now_ms)
+        message = self.messages.next_deliverable(mailbox_id, scope_id, now_ms)
+        if message is None:
+            return Outcome(empty=True)
+        outcome = self._commit(Outcome(), self.messages.decide_lease(message, token, holder, session, lease_ms, now_ms))
+        outcome.timers.extend(self._message_timers(message))
+        outcome.reply = self.messages.delivery_view(message)
+        return outcome
+
+    def renew_delivery(self, message_id: str, token: str, lease_ms: int | None, now_ms: int) -> Outcome:
+        message = self.messages.current(message_id, token, now_ms)
+        outcome = self._commit(Outcome(), self.messages.decide_renew(message, lease_ms, now_ms))
+        outcome.timers.extend(self._message_timers(message))
+        outcome.reply = {
+            "id": message.id,
+            "leaseExpiresAt": self.messages.delivery_view(message)["leaseExpiresAt"],
+            "leaseSeconds": message.lease_ms // 1000,
+            "attempt": message.attempts,
+        }
+        return outcome
+
+    def complete_delivery(self, message_id: str, token: str, result: Any, now_ms: int) -> Outcome:
+        """Settle a delivery as done; a task records its one outcome (SUCCEEDED)."""
+        message = self.messages.current(message_id, token, now_ms)
+        outcome = self._commit(Outcome(), self.messages.decide_complete(message, outcome_of(result), now_ms))
+        outcome.timers.extend(self._message_timers(message))
+        return self._settled(outcome, message, now_ms)
+
+    def nack_delivery(
+        self, message_id: str, token: str, retry: bool, error: str | None, jitter: float, now_ms: int
+    ) -> Outcome:
+        """`retry`: back on the queue after a backoff (or ended, see `_release`). Else a dead letter."""
+        message = self.messages.current(message_id, token, now_ms)
+        if retry:
+            record = self._release(message, "retry", error, jitter, now_ms)
+        else:
+            reason = "rejected" if not error else f"rejected: {error}"
+            record = self.messages.decide_dead(message, "rejected", reason, now_ms)
+        outcome = self._commit(Outcome(), record)
+        outcome.timers.extend(self._message_timers(message))
+        return self._settled(outcome, message, now_ms)
+
+    def _settled(self, outcome: Outcome, message: Message, now_ms: int) -> Outcome:
+        reply = {"id": message.id, "state": message.state, "attempt": message.attempts, "taskId": message.task_id}
+        if message.state == DELAYED:
+            reply["visibleAt"] = self.messages.view(message)["visibleAt"]
+        if message.task_id is not None:
+            task = self.tasks.get(message.task_id)
+            reply["taskState"] = task.state
+            outcome.timers.extend(self._task_timers(task))
+        outcome.reply = reply
+        return outcome
+
+    def _release(self, message: Message, cause: str, error: str | None, jitter: float, now_ms: int) -> dict:
+        """What ends a delivery that did not complete (a retry, or a lease that ran out).
+
+        In order: a scope that ended cancels the task (nobody may receive there again); a deadline
+        that passed expires it; a mailbox whose attempts are used up dead-letters it (FAILED);
+        otherwise it goes back on the queue, at once for a lost lease, after a backoff for a retry.
+        """
+        scope_state = self.scopes.effective(self.scopes.get(message.scope_id), now_ms)
+        task = None if message.task_id is None else self.tasks.get(message.task_id)
+        if scope_state != ACTIVE:
+            reason = SCOPE_END_REASONS[scope_state]
+            return self._end_undelivered(message, task, CANCELLED, reason, now_ms)
+        if message.past_deadline(now_ms):
+            return self._end_undelivered(message, task, EXPIRED, REASON_DEADLINE, now_ms)
+        max_attempts = self.mailboxes.get(message.mailbox_id).max_attempts
+        if message.attempts >= max_attempts:
+            last = "asked for a retry" if cause == "retry" else "let its lease run out"
+            reason = f"attempts_exhausted: {message.attempts} of {max_attempts} attempts used; the last one {last}"
+            if error:
+                reason += f" (handler_error: {error})"
+            return self.messages.decide_dead(message, "attempts", reason, now_ms)
+        if cause == "retry":
+            visible_ms = now_ms + backoff_ms(self.limits, message.attempts, jitter)
+        else:
+            visible_ms = now_ms
+        return self.messages.decide_requeue(message, cause, visible_ms, now_ms)
+
+    def _end_undelivered(self, message: Message, task: Task | None, state: str, reason: str, now_ms: int) -> dict:
+        if task is None:
+            return self.messages.decide_drop(message, reason, now_ms)
+        record = self.tasks.decide_end(task, state, reason, now_ms)
+        assert record is not None
+        return record
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    def on_queue_timer(self, tag: tuple, marker: Any, now_ms: int) -> Outcome:
+        kind, ident = tag
+        record: dict | None = None
+        message: Message | None = None
+        task: Task | None = None
+        if kind == "lease":
+            message = self.messages.find(ident)
+            if message is not None and message.state == LEASED and message.token == marker and now_ms >= message.expires_ms:
+                record = self._release(message, "expired", None, 1.0, now_ms)
+        elif kind == "visible":
+            message = self.messages.find(ident)
+            if message is not None and message.gen == marker:
+                record = self.messages.decide_visible(message, now_ms)
+        elif kind == "deadline":
+            message = self.messages.find(ident)
+            if message is not None and message.state in (QUEUED, DELAYED) and message.past_deadline(now_ms):
+                record = self.messages.decide_drop(message, REASON_DEADLINE, now_ms)
+        elif kind == "task-deadline":
+            task = self.tasks.find(ident)
+            if task is not None and not task.terminal and task.deadline_ms is not None and now_ms >= task.deadline_ms:
+                record = self.tasks.decide_end(task, EXPIRED, REASON_DEADLINE, now_ms)
+        elif kind == "retention":
+            task = self.tasks.find(ident)
+            if task is not None:
+                record = self.tasks.decide_tombstone(task, now_ms)
+        else:
+            raise KernelError(VALIDATION_FAILED, f"no queue timer of kind {kind!r}")
+        if record is None:
+            return Outcome()
+        outcome = self._commit(Outcome(), record)
+        if message is not None:
+            outcome.timers.extend(self._message_timers(message))
+            if message.task_id is not None:
+                task = self.tasks.get(message.task_id)
+        if task is not None:
+            outcome.timers.extend(self._task_timers(task))
+        return outcome
+
+    def _message_timers(self, message: Message) -> Iterator[Timer]:
+        actor = queue_actor(self.id, message.mailbox_id, message.scope_id)
+        if message.state == LEASED:
+            yield Timer(message.expires_ms, actor, ("lease", message.id), message.token)
+        elif message.state == DELAYED:
+            yield Timer(message.visible_ms, actor, ("visible", message.id), message.gen)
+        if message.task_id is None and message.deadline_ms is not None and message.state in (QUEUED, DELAYED):
+            yield Timer(message.deadline_ms, actor, ("deadline", message.id), None)
+
+    def _task_timers(self, task: Task) -> Iterator[Timer]:
+        actor = queue_actor(self.id, task.mailbox_id, task.scope_id)
+        if not task.terminal:
+            if task.deadline_ms is not None:
+                yield Timer(task.deadline_ms, actor, ("task-deadline", task.id), None)
+        elif not task.tombstoned:
+            due_ms = self.tasks.tombstone_due_ms(task)
+            assert due_ms is not None
+            yield Timer(due_ms, actor, ("retention", task.id), None)
+
+    def work_timers(self) -> Iterator[Timer]:
+        """Every timer the queues and tasks need now (after a recovery)."""
+        for message in self.messages.live():
+            yield from self._message_timers(message)
+        for task in self.tasks.all():
+            yield from self._task_timers(task)
+
+    # -- restarts and images --------------------------------------------------------------------
+
+    def restart_deliveries(self, newest_ms: int, grace_ms: int, spread_ms: int, now_ms: int) -> Outcome:
+        """After a recovery: leases that ended before the crash end now; the rest get a grace period.
+
+        The crash happened at or after `newest_ms`, the newest time the journal recorded. A lease
+        that ended by then had ended before the crash: its delivery is released as a lost lease
+        would be (requeued at once, or ended, see `_release`). Any other lease may still be held by
+        a live worker that keeps renewing, so it is given until at least `now_ms + grace_ms`, as a
+        renewal with the same token; those ends are spread over `spread_ms` in the order of the old
+        ones, so a restart does not set off a wave of requeues at one instant. (The same rule as
+        `ClaimTable.decide_restart`.)
+        """
+        outcome = Outcome()
+        short: list[Message] = []
+        for message in [m for m in self.messages.live() if m.state == LEASED]:
+            if message.expires_ms <= newest_ms:
+                self._commit(outcome, self._release(message, "expired", None, 1.0, now_ms))
+                outcome.timers.extend(self._message_timers(message))
+                if message.task_id is not None:
+                    outcome.timers.extend(self._task_timers(self.tasks.get(message.task_id)))
+            elif message.expires_ms < now_ms + grace_ms:
+                short.append(message)
+        short.sort(key=lambda message: (message.expires_ms, message.id))
+        for index, message in enumerate(short):
+            record = {
+                "type": "delivery.renewed",
+                "messageId": message.id,
+                "token": message.token,
+                "lease_ms": message.lease_ms,
+                "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
+                "at_ms": now_ms,
+            }
+            self._commit(outcome, record)
+            outcome.timers.extend(self._message_timers(message))
+        return outcome
+
+    def work_image(self) -> Iterator[dict]:
+        """Records that rebuild the mailboxes, messages and tasks exactly (mailboxes first: the
+        messages count themselves on them)."""
+        yield from self.mailboxes.image()
+        yield from self.messages.image()
+        yield from self.tasks.image()
+
+    def work_is_empty(self) -> bool:
+        return not len(self.mailboxes) and not len(self.messages) and not len(self.tasks)
+
+    # -- the scope cascade ----------------------------------------------------------------------
+
+    def queue_actors(self, scope_ids: list[str]) -> list[tuple]:
+        """Every queue actor of these scopes, so parked receivers there hear that the scope ended.
+
+        All mailboxes, not only those with messages: a receiver may be parked on an empty queue.
+        """
+        return [queue_actor(self.id, mailbox.id, scope_id) for scope_id in scope_ids for mailbox in self.mailboxes.all()]
+
+    def _cascade_scope_ended(self, scope_ids: list[str], end_state: str, at_ms: int) -> None:
+        """Applied with `scope.ended`: what waits in the subtree ends with it.
+
+        Queued tasks become CANCELLED (reason `scope_cancelled`, or `scope_completed` /
+        `scope_expired`), plain messages are dropped. Deliveries under way are left to finish:
+        their completion is still recorded, and a retry or a lost lease then ends them (`_release`).
+        """
+        reason = SCOPE_END_REASONS[end_state]
+        for message in self.messages.waiting_in_scopes(scope_ids):
+            if message.task_id is not None:
+                self.tasks.apply_ended(message.task_id, CANCELLED, None, reason, at_ms)
+            self.messages.apply_finished(message.id, "DROPPED", reason, at_ms)
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def _apply_message_sent(self, record: dict) -> None:
+        self.messages.apply_enqueued(
+            record["id"],
+            record["mailboxId"],
+            record["scopeId"],
+            record["payload"],
+            record["payloadHash"],
+            record["workKey"],
+            record["deadline_ms"],
+            None,
+            record["at_ms"],
+        )
+
+    def _apply_task_created(self, record: dict) -> None:
+        task = self.tasks.apply_created(record)
+        self.messages.apply_enqueued(
+            task.message_id,
+            task.mailbox_id,
+            task.scope_id,
+            record["input"],
+            None,
+            None,
+            task.deadline_ms,
+            task.id,
+            record["at_ms"],
+        )
+
+    def _apply_leased(self, record: dict) -> None:
+        message = self.messages.apply_leased(record)
+        if message.task_id is not None:
+            self.tasks.apply_running(message.task_id, message.attempts, record["at_ms"])
+
+    def _apply_requeued(self, record: dict) -> None:
+        message = self.messages.apply_requeued(record)
+        if message.task_id is not None:
+            self.tasks.apply_queued(message.task_id, record["at_ms"])
+
+    def _apply_completed(self, record: dict) -> None:
+        message = self.messages.apply_finished(record["messageId"], "COMPLETED", None, record["at_ms"])
+        if message.task_id is not None:
+            self.tasks.apply_ended(message.task_id, SUCCEEDED, record.get("outcome"), None, record["at_ms"])
+
+    def _apply_dead(self, record: dict) -> None:
+        message = self.messages.apply_finished(record["messageId"], "DEAD", record["reason"], record["at_ms"])
+        if message.task_id is not None:
+            self.tasks.apply_ended(message.task_id, FAILED, None, record["reason"], record["at_ms"])
+
+    def _apply_dropped(self, record: dict) -> None:
+        self.messages.apply_finished(record["messageId"], "DROPPED", record["reason"], record["at_ms"])
+
+    def _apply_task_ended(self, record: dict) -> None:
+        task = self.tasks.apply_ended(record["taskId"], record["state"], None, record["reason"], record["at_ms"])
+        message = self.messages.find(task.message_id)
+        if message is not None and message.state in LIVE:
+            self.messages.apply_finished(message.id, "DROPPED", record["reason"], record["at_ms"])
+
+
+WORK_APPLY: dict[str, Callable[[Any, dict], Any]] = {
+    "mailbox.created": lambda space, record: space.mailboxes.apply_created(record),
+    "message.sent": WorkCommands._apply_message_sent,
+    "message.visible": lambda space, record: space.messages.apply_visible(record),
+    "message.dropped": WorkCommands._apply_dropped,
+    "delivery.leased": WorkCommands._apply_leased,
+    "delivery.renewed": lambda space, record: space.messages.apply_renewed(record),
+    "delivery.requeued": WorkCommands._apply_requeued,
+    "delivery.completed": WorkCommands._apply_completed,
+    "delivery.dead": WorkCommands._apply_dead,
+    "task.created": WorkCommands._apply_task_created,
+    "task.joined": lambda space, record: space.tasks.apply_joined(record),
+    "task.detached": lambda space, record: space.tasks.apply_detached(record),
+    "task.ended": WorkCommands._apply_task_ended,
+    "task.tombstoned": lambda space, record: space.tasks.apply_tombstoned(record),
+    # Image-only records (a snapshot's way of saying what a table holds).
+    "mailbox.image": lambda space, record: space.mailboxes.apply_created(record),
+    "messages.image": lambda space, record: space.messages.apply_image_counter(record),
+    "message.image": lambda space, record: space.messages.apply_image_message(record),
+    "workkey.image": lambda space, record: space.messages.apply_image_work_key(record),
+    "task.image": lambda space, record: space.tasks.apply_image(record),
+}

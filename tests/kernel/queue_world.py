@@ -1,0 +1,153 @@
+"""A space driven by hand, without trio: commands at chosen instants, every record and timer kept.
+
+`World.replayed()` applies the kept records to a fresh space, and `snapshot()` describes what a
+space holds, so a test can check that replay rebuilds exactly the state the commands built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runstate.actors.limits import Limits
+from runstate.actors.outcome import Outcome
+from runstate.actors.space import SpaceState
+from runstate.actors.tasks import input_hash
+
+# 2027-01-15T08:00:00.000Z
+T0 = 1_800_000_000_000
+SPACE = "default"
+
+
+class World:
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self.space = SpaceState(SPACE, self.limits)
+        self.now = T0
+        self.records: list[dict] = []
+        self.timers: list = []
+        self.pokes: list = []
+        self._ids = 0
+
+    def new_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}{self._ids:04d}"
+
+    def at(self, offset_ms: int) -> "World":
+        """Move the clock to T0 + offset (never backwards)."""
+        assert T0 + offset_ms >= self.now
+        self.now = T0 + offset_ms
+        return self
+
+    def do(self, method: str, *args: Any) -> Outcome:
+        outcome = getattr(self.space, method)(*args, self.now)
+        self.records.extend(outcome.records)
+        self.timers.extend(outcome.timers)
+        self.pokes.extend(outcome.pokes)
+        return outcome
+
+    # -- shorthands -----------------------------------------------------------------------------
+
+    def scope(self, parent: str | None = None, deadline_ms: int | None = None) -> str:
+        scope_id = self.new_id("sc_")
+        self.do("create_scope", scope_id, None, parent, deadline_ms, None)
+        return scope_id
+
+    def mailbox(self, name: str = "research", **settings: Any) -> str:
+        mailbox_id = self.new_id("mb_")
+        self.do(
+            "create_mailbox",
+            mailbox_id,
+            name,
+            settings.get("mode"),
+            settings.get("backlog_limit"),
+            settings.get("max_attempts"),
+        )
+        return mailbox_id
+
+    def send(self, mailbox_id: str, scope_id: str, payload: Any = None, work_key: str | None = None, deadline_ms: int | None = None) -> dict:
+        digest = None if work_key is None else input_hash(payload)
+        return self.do("send_message", mailbox_id, scope_id, self.new_id("ms_"), payload, digest, work_key, deadline_ms).reply
+
+    def submit(
+        self,
+        mailbox_id: str,
+        scope_id: str,
+        key: str,
+        task_input: Any = None,
+        deadline_ms: int | None = None,
+        subscriber: str | None = None,
+    ) -> dict:
+        return self.do(
+            "submit_task",
+            self.new_id("tk_"),
+            self.new_id("ms_"),
+            scope_id,
+            mailbox_id,
+            key,
+            task_input,
+            input_hash(task_input),
+            deadline_ms,
+            subscriber,
+        ).reply
+
+    def recv(self, mailbox_id: str, scope_id: str, lease_s: int = 30, holder: str = "w1") -> dict | None:
+        outcome = self.do("receive", mailbox_id, scope_id, holder, "s-" + holder, lease_s * 1000, self.new_id("dt_"))
+        return None if outcome.empty else outcome.reply
+
+    def fire(self, timer_tag: tuple, marker: Any = None, actor: tuple | None = None) -> Outcome:
+        """Run the newest timer with this tag (as the supervisor would), at the current time."""
+        if actor is None:
+            matching = [t for t in self.timers if t.tag == timer_tag]
+            assert matching, f"no timer {timer_tag}"
+            timer = matching[-1]
+            actor, marker = timer.actor, timer.marker
+        return self.do("on_timer", actor, timer_tag, marker)
+
+    def task(self, task_id: str) -> dict:
+        return self.space.tasks.view(self.space.tasks.get(task_id), self.now)
+
+    def message(self, message_id: str) -> dict:
+        return self.space.messages.view(self.space.messages.get(message_id), payload=True)
+
+    def replayed(self) -> SpaceState:
+        fresh = SpaceState(SPACE, self.limits)
+        for record in self.records:
+            fresh.apply(record)
+        return fresh
+
+    def assert_replay_matches(self) -> None:
+        assert snapshot(self.replayed(), self.now) == snapshot(self.space, self.now)
+
+
+def snapshot(space: SpaceState, now_ms: int) -> dict:
+    """Everything a space holds about mailboxes, messages and tasks, internals included."""
+    messages = {}
+    for message in space.messages.all():
+        messages[message.id] = {
+            slot: getattr(message, slot) for slot in type(message).__slots__
+        }
+    tasks = {}
+    for task in space.tasks.all():
+        tasks[task.id] = {slot: getattr(task, slot) for slot in type(task).__slots__}
+        tasks[task.id]["subscribers"] = dict(task.subscribers)
+    mailboxes = {m.id: space.mailboxes.view(m) for m in space.mailboxes.all()}
+    return {
+        "mailboxes": mailboxes,
+        "messages": messages,
+        "tasks": tasks,
+        "seq": space.messages.seq,
+        "live": sorted(m.id for m in space.messages.live()),
+        "timers": sorted((t.due_ms, t.actor, t.tag, str(t.marker)) for t in space.timers()),
+    }
+
+
+def recount(space: SpaceState) -> dict:
+    """The mailbox counts recomputed from the messages (they must equal the kept ones)."""
+    counts: dict[str, dict[str, int]] = {
+        m.id: {"queued": 0, "delayed": 0, "leased": 0, "deadLetters": 0} for m in space.mailboxes.all()
+    }
+    names = {"QUEUED": "queued", "DELAYED": "delayed", "LEASED": "leased", "DEAD": "deadLetters"}
+    for message in space.messages.all():
+        if message.state in names:
+            counts[message.mailbox_id][names[message.state]] += 1
+    return counts
