@@ -89,8 +89,9 @@ def add_commands(commands: Any) -> None:
     claims = _sub(what, "claims", "list the live claims of a run", "  runstate inspect claims sc_0123456789abcdef", [reader])
     claims.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
     claims.add_argument("--limit", type=int, default=1000, help="at most this many (1-1000, default 1000)")
-    tasks = _sub(what, "tasks", "list the tasks of a run", "  runstate inspect tasks sc_0123456789abcdef", [reader])
+    tasks = _sub(what, "tasks", "list the tasks of a run, newest first", "  runstate inspect tasks sc_0123456789abcdef", [reader])
     tasks.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
+    tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
     _sub(what, "mailboxes", "list the mailboxes of a space", "  runstate inspect mailboxes --json", [reader])
     _sub(what, "usage", "operations counted for a space (renewals are free)", "  runstate inspect usage\n  runstate inspect usage --space research", [reader])
 
@@ -138,7 +139,7 @@ def _request(args: argparse.Namespace, method: str, path: str, secret: str, body
             raise CommandError(f"{method} {path}: HTTP {answer.status_code}, not a runstate answer")
         message = envelope.get("message", "")
         if answer.status_code == 404 and message.startswith("no such route"):
-            raise CommandError(f"this server has no route {method} {path}: it was built without that part (tasks and mailboxes come with the queue)")
+            raise CommandError(f"this server has no route {method} {path}: it was built without that part")
         raise CommandError(f"{envelope.get('code')}: {message} (request {envelope.get('requestId')})")
     return data
 
@@ -225,14 +226,20 @@ def _inspect(args: argparse.Namespace) -> None:
             ("LEASE S", "leaseSeconds"), ("EXPIRES", "leaseExpiresAt"), ("ACQUIRED", "acquiredAt"),
         ]
     elif action == "tasks":
-        data = _request(args, "GET", f"{base}/scopes/{args.run}/tasks", secret)
+        data = _request(args, "GET", f"{base}/scopes/{args.run}/tasks", secret, params={"limit": args.limit})
         rows, columns = data["tasks"], [
-            ("ID", "id"), ("KEY", "taskKey"), ("STATE", "state"), ("ATTEMPT", "attempt"), ("MAILBOX", "mailboxId"), ("UPDATED", "updatedAt"),
+            ("ID", "id"), ("KEY", "taskKey"), ("STATE", "state"), ("ATTEMPT", "attempt"), ("MAILBOX", "mailboxId"),
+            ("REASON", "outcomeReason"), ("UPDATED", "updatedAt"),
         ]
     elif action == "mailboxes":
         data = _request(args, "GET", base + "/mailboxes", secret)
         rows = data["mailboxes"]
-        columns = [(name.upper(), name) for name in (rows[0] if rows else {"id": 0, "name": 0, "mode": 0})]
+        counts = lambda name: lambda row: (row.get("counts") or {}).get(name)  # noqa: E731
+        columns = [
+            ("NAME", "name"), ("ID", "id"), ("MODE", "mode"), ("QUEUED", counts("queued")), ("DELAYED", counts("delayed")),
+            ("LEASED", counts("leased")), ("DEAD LETTERS", counts("deadLetters")), ("BACKLOG LIMIT", "backlogLimit"),
+            ("MAX ATTEMPTS", "maxAttempts"),
+        ]
     else:
         data = _request(args, "GET", base + "/usage", secret)
         rows = [{"kind": kind, "name": name, "count": count} for kind in ("operations", "free", "events") for name, count in data[kind].items()]

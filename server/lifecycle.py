@@ -131,10 +131,7 @@ class Lifecycle:
             kernel = self.runtime.kernel
             if kernel is None:
                 continue
-            total = sum(
-                space.usage.events.get("claims.expire", 0) + space.usage.events.get("scopes.expire", 0)
-                for space in kernel.state.spaces.values()
-            )
+            total = sum(space.usage.expiries for space in kernel.state.spaces.values())
             if last is None:
                 last = total
                 continue

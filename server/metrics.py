@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client import disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ..actors.usage import EXPIRIES, TAKEOVER
 from ..snapshots.disk import Disk
 
 if TYPE_CHECKING:
@@ -220,7 +221,9 @@ def _space_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
         labels=["space", "operation"],
     )
     free = CounterMetricFamily("runstate_free_operations", "Operations not counted for usage (renewals), by space.", labels=["space", "operation"])
-    expiries = CounterMetricFamily("runstate_expiries", "Leases and runs that expired, by space and kind.", labels=["space", "kind"])
+    expiries = CounterMetricFamily(
+        "runstate_expiries", "Claim leases, runs, delivery leases and tasks whose time ran out, by space and kind.", labels=["space", "kind"]
+    )
     takeovers = CounterMetricFamily("runstate_claim_takeovers", "Claims acquired after the previous holder's lease expired.", labels=["space"])
     for space_id, space in state.spaces.items():
         live.add_metric([space_id], sum(1 for claim in space.claims.held() if claim.held_at(now_ms)))
@@ -229,11 +232,11 @@ def _space_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
             operations.add_metric([space_id, name], count)
         for name, count in usage.free.items():
             free.add_metric([space_id, name], count)
-        for kind in ("claims", "scopes"):
-            count = usage.events.get(f"{kind}.expire", 0)
+        for name, kind in EXPIRIES.items():
+            count = usage.events.get(name, 0)
             if count:
-                expiries.add_metric([space_id, kind[:-1]], count)
-        takeovers.add_metric([space_id], usage.events.get("claims.takeover", 0))
+                expiries.add_metric([space_id, kind], count)
+        takeovers.add_metric([space_id], usage.events.get(TAKEOVER, 0))
     yield from (live, operations, free, expiries, takeovers)
 
 

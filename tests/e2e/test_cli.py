@@ -96,13 +96,32 @@ def test_inspect_runs_claims_and_usage(admin_server):
     assert "claims.acquire" in runstate("inspect", "usage", env=api_env).stdout
 
 
-def test_inspect_tasks_and_mailboxes_say_the_server_has_no_such_route(admin_server):
-    """Without the queue the server has no such routes: the command says so and fails, it shows no empty list."""
+def test_inspect_mailboxes_and_tasks(admin_server):
+    """Two tasks submitted, one received: the mailbox shows one queued and one leased, the run's tasks their states."""
+    with admin_server.client() as http:
+        run = http.post("/v1/spaces/default/scopes", json={"name": "queued"}).json()
+        mailbox = http.post("/v1/spaces/default/mailboxes", json={"name": "inspected-work"}).json()
+        for n in range(2):
+            body = {"scopeId": run["id"], "mailboxId": mailbox["id"], "taskKey": f"task-{n}", "input": {"n": n}}
+            assert http.post("/v1/spaces/default/tasks", json=body).status_code == 201
+        received = http.post(
+            f"/v1/spaces/default/mailboxes/{mailbox['id']}/recv",
+            json={"scopeId": run["id"], "holder": "worker-1", "holderSession": "s"},
+        )
+        assert received.status_code == 200
     env = admin_env(admin_server)
-    for args in (("inspect", "mailboxes"), ("inspect", "tasks", "sc_0000000000000000")):
-        done = runstate(*args, env=env)
-        assert done.returncode == 1
-        assert "this server has no route GET /v1/spaces/default/" in done.stderr
+    mailboxes = as_json(runstate("inspect", "mailboxes", "--json", env=env))["mailboxes"]
+    row = next(m for m in mailboxes if m["name"] == "inspected-work")
+    assert row["counts"]["queued"] == 1 and row["counts"]["leased"] == 1
+    table = runstate("inspect", "mailboxes", env=env)
+    assert table.returncode == 0 and table.stdout.splitlines()[0].split()[:3] == ["NAME", "ID", "MODE"]
+    assert "inspected-work" in table.stdout
+    tasks = as_json(runstate("inspect", "tasks", run["id"], "--json", env=env))["tasks"]
+    assert sorted((t["taskKey"], t["state"]) for t in tasks) == [("task-0", "RUNNING"), ("task-1", "QUEUED")]
+    table = runstate("inspect", "tasks", run["id"], env=env)
+    assert table.returncode == 0 and "task-1" in table.stdout and "QUEUED" in table.stdout
+    missing = runstate("inspect", "tasks", "sc_0000000000000000", env=env)
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
 
 
 def test_missing_credentials_and_unreachable_servers_are_explained():

@@ -160,3 +160,28 @@ def test_sigint_shuts_down_gracefully_too():
     process.proc.send_signal(signal.SIGINT)  # type: ignore[union-attr]
     assert wait_exit(process, 10) == 0
     assert next(r for r in events(process) if r["event"] == "shutdown")["reason"] == "SIGINT"
+
+
+def test_a_parked_long_poll_is_answered_204_at_sigterm_and_the_server_exits_at_once():
+    """A receive waiting up to 30 s on an empty queue gets 204 as soon as SIGTERM arrives; the server exits 0."""
+    process = ServerProcess().start()
+    with process.client() as http:
+        run = http.post("/v1/spaces/default/scopes", json={}).json()
+        mailbox = http.post("/v1/spaces/default/mailboxes", json={"name": "empty"}).json()
+    answers: list[httpx.Response] = []
+
+    def poll() -> None:
+        with process.client() as http:
+            body = {"scopeId": run["id"], "holder": "w", "holderSession": "s", "waitMs": 30_000}
+            answers.append(http.post(f"/v1/spaces/default/mailboxes/{mailbox['id']}/recv", json=body, timeout=40))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    time.sleep(0.5)  # parked
+    process.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    started = time.monotonic()
+    poller.join(10)
+    assert answers and answers[0].status_code == 204
+    assert time.monotonic() - started < 5
+    assert wait_exit(process, 10) == 0
+    assert next(r for r in events(process) if r["event"] == "shutdown")["long_polls_ended"] == 1
