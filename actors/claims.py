@@ -58,11 +58,13 @@ class Claim:
 class ClaimTable:
     """The claims of one space, by scope then key, and by token."""
 
-    __slots__ = ("_by_scope", "_by_token")
+    __slots__ = ("_by_scope", "_by_token", "takeovers")
 
     def __init__(self) -> None:
         self._by_scope: dict[str, dict[str, Claim]] = {}
         self._by_token: dict[str, Claim] = {}
+        # Acquisitions of a key whose last lease expired (usage counts them as events).
+        self.takeovers = 0
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -273,8 +275,12 @@ class ClaimTable:
         claim = keys.get(record["key"])
         if claim is None:
             claim = keys[record["key"]] = Claim(record["scopeId"], record["key"])
-        elif claim.token is not None:
-            del self._by_token[claim.token]
+        else:
+            if claim.token is not None:
+                del self._by_token[claim.token]
+            if claim.expired:
+                self.takeovers += 1
+                claim.expired = False
         claim.generation = record["generation"]
         claim.token = record["token"]
         claim.holder = record["holder"]

@@ -49,7 +49,7 @@ class SpaceState(WorkCommands):
         self.mailboxes = MailboxTable(limits)
         self.messages = MessageTable(limits, self.mailboxes)
         self.tasks = TaskTable(limits)
-        self.usage = Usage()
+        self.usage = Usage(self.claims)
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
         for record in records:
@@ -194,7 +194,7 @@ class SpaceState(WorkCommands):
             record["space"] = self.id
             yield record
         usage = self.usage
-        if usage.operations or usage.free or usage.events:
+        if usage.operations or usage.free or usage.events or usage.takeovers:
             yield usage.image(self.id)  # last: it sets the counters outright
 
     def is_empty(self) -> bool:
@@ -204,7 +204,7 @@ class SpaceState(WorkCommands):
     # -- applying -------------------------------------------------------------------------------
 
     def apply(self, record: dict) -> None:
-        self.usage.count(self, record)
+        self.usage.count(record)
         _APPLY[record["type"]](self, record)
 
     def _apply_scope_ended(self, record: dict) -> None:

@@ -33,13 +33,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from .space import SpaceState
+    from .claims import ClaimTable
 
 __all__ = ["Usage", "OPERATIONS", "FREE", "EVENTS", "NOT_COUNTED", "CLASSIFIED", "EXPIRIES", "TAKEOVER"]
 
-OPERATION, FREE_OPERATION, EVENT = "operations", "free", "events"
+# The three buckets, as indexes into `Usage._buckets`.
+OPERATION, FREE_OPERATION, EVENT = 0, 1, 2
 
-def _scope_end(record: dict) -> tuple[str, str]:
+def _scope_end(record: dict) -> tuple[int, str]:
     state = record["state"]
     if state == "EXPIRED":
         return EVENT, "scopes.expire"
@@ -50,7 +51,7 @@ def _scope_end(record: dict) -> tuple[str, str]:
 _SERVER_TASK_ENDS = frozenset({"deadline_exceeded", "scope_cancelled", "scope_completed", "scope_expired"})
 
 
-def _task_end(record: dict) -> tuple[str, str]:
+def _task_end(record: dict) -> tuple[int, str]:
     if record["state"] == "EXPIRED":
         return EVENT, "tasks.expire"
     if record.get("reason") in _SERVER_TASK_ENDS:
@@ -58,11 +59,11 @@ def _task_end(record: dict) -> tuple[str, str]:
     return OPERATION, "tasks.cancel"
 
 
-def _requeue(record: dict) -> tuple[str, str]:
+def _requeue(record: dict) -> tuple[int, str]:
     return (OPERATION, "deliveries.nack") if record.get("cause") == "retry" else (EVENT, "deliveries.expire")
 
 
-def _dead(record: dict) -> tuple[str, str]:
+def _dead(record: dict) -> tuple[int, str]:
     return (OPERATION, "deliveries.nack") if record.get("cause") == "rejected" else (EVENT, "deliveries.dead")
 
 
@@ -90,7 +91,7 @@ EVENTS: dict[str, str] = {
     "task.tombstoned": "tasks.tombstone",
 }
 # Decided by the record's content.
-_BY_CONTENT: dict[str, Callable[[dict], tuple[str, str]]] = {
+_BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
     "scope.ended": _scope_end,
     "task.ended": _task_end,
     "delivery.requeued": _requeue,
@@ -108,15 +109,27 @@ TAKEOVER = "claims.takeover"
 EXPIRIES: dict[str, str] = {"claims.expire": "claim", "scopes.expire": "scope", "deliveries.expire": "delivery", "tasks.expire": "task"}
 
 
+# Record type -> (bucket, name), or a function of the record that says which: one lookup a record.
+_PLAN: dict[str, Any] = {
+    **{kind: (OPERATION, name) for kind, name in OPERATIONS.items()},
+    **{kind: (FREE_OPERATION, name) for kind, name in FREE.items()},
+    **{kind: (EVENT, name) for kind, name in EVENTS.items()},
+    **_BY_CONTENT,
+}
+
+
 class Usage:
     """The counters of one space: operations, free operations and events, by name."""
 
-    __slots__ = ("operations", "free", "events")
+    __slots__ = ("operations", "free", "events", "_buckets", "_claims")
 
-    def __init__(self) -> None:
+    def __init__(self, claims: "ClaimTable | None" = None) -> None:
         self.operations: dict[str, int] = {}
         self.free: dict[str, int] = {}
         self.events: dict[str, int] = {}
+        self._buckets = (self.operations, self.free, self.events)
+        # Takeovers are counted by the claim table, which has the claim at hand when it applies.
+        self._claims = claims
 
     @property
     def total(self) -> int:
@@ -129,29 +142,23 @@ class Usage:
         events = self.events
         return sum(events.get(name, 0) for name in EXPIRIES)
 
-    def count(self, space: "SpaceState", record: dict) -> None:
-        """Count `record`; call it before the record is applied (a takeover is judged on the claim as it was)."""
-        kind = record["type"]
-        name = OPERATIONS.get(kind)
-        if name is not None:
-            _bump(self.operations, name)
-            if kind == "claim.acquired":
-                claim = space.claims.get(record["scopeId"], record["key"])
-                if claim is not None and claim.expired:
-                    _bump(self.events, TAKEOVER)
+    @property
+    def takeovers(self) -> int:
+        return 0 if self._claims is None else self._claims.takeovers
+
+    def count(self, record: dict) -> None:
+        """Count `record`. On every record applied, live and in replay: one lookup and one update."""
+        plan = _PLAN.get(record["type"])
+        if plan is None:
             return
-        name = FREE.get(kind)
-        if name is not None:
-            _bump(self.free, name)
-            return
-        name = EVENTS.get(kind)
-        if name is not None:
-            _bump(self.events, name)
-            return
-        decide = _BY_CONTENT.get(kind)
-        if decide is not None:
-            bucket, name = decide(record)
-            _bump(getattr(self, bucket), name)
+        bucket, name = plan if plan.__class__ is tuple else plan(record)
+        counts = self._buckets[bucket]
+        counts[name] = counts.get(name, 0) + 1
+
+    def all_events(self) -> dict[str, int]:
+        """The events, takeovers included."""
+        takeovers = self.takeovers
+        return {**self.events, TAKEOVER: takeovers} if takeovers else dict(self.events)
 
     def view(self, space_id: str) -> dict[str, Any]:
         return {
@@ -159,7 +166,7 @@ class Usage:
             "operations": dict(sorted(self.operations.items())),
             "total": self.total,
             "free": dict(sorted(self.free.items())),
-            "events": dict(sorted(self.events.items())),
+            "events": dict(sorted(self.all_events().items())),
         }
 
     # -- snapshots ------------------------------------------------------------------------------
@@ -172,13 +179,13 @@ class Usage:
             "operations": dict(self.operations),
             "free": dict(self.free),
             "events": dict(self.events),
+            "takeovers": self.takeovers,
         }
 
     def apply_image(self, record: dict) -> None:
         self.operations = dict(record["operations"])
         self.free = dict(record["free"])
         self.events = dict(record["events"])
-
-
-def _bump(counts: dict[str, int], name: str) -> None:
-    counts[name] = counts.get(name, 0) + 1
+        self._buckets = (self.operations, self.free, self.events)
+        if self._claims is not None:
+            self._claims.takeovers = record.get("takeovers", 0)

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client import disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..actors.usage import EXPIRIES, TAKEOVER
+from ..actors.usage import EXPIRIES
 from ..snapshots.disk import Disk
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ def _space_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
             count = usage.events.get(name, 0)
             if count:
                 expiries.add_metric([space_id, kind], count)
-        takeovers.add_metric([space_id], usage.events.get(TAKEOVER, 0))
+        takeovers.add_metric([space_id], usage.takeovers)
     yield from (live, operations, free, expiries, takeovers)
 
 
