@@ -11,6 +11,7 @@ minimum over the rounds, so other load on the machine disturbs it little.
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import sys
@@ -37,6 +38,7 @@ class NoTelemetry:
 
 
 async def measure(per_round: int, rounds: int) -> None:
+    logging.disable(logging.WARNING)  # the in-memory warning is expected here
     app = create_app(Settings(api_key="k", seed=1))
     async with trio.open_nursery() as nursery:
         await nursery.start(app.lifecycle.run_runtime)
