@@ -115,6 +115,10 @@ class Kernel:
         self._sweeper: Any = None  # the sweep task while it waits for an actor to linger
         self._nursery: trio.Nursery | None = None
         self.turns = 0
+        # Calls answered from a stored Idempotency-Key answer instead of being run again.
+        self.idempotent_replays = 0
+        # Set by `end_waits()` at shutdown: no call parks any more, a long poll answers EMPTY.
+        self.waits_ended = False
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -126,6 +130,24 @@ class Kernel:
             await nursery.start(self.supervisor.run)
             nursery.start_soon(self._sweep_lingering)
             task_status.started()
+
+    def end_waits(self) -> int:
+        """Answer every parked call `EMPTY` (a long poll's 204) and park none from now on.
+
+        For shutdown: a receiver parked for up to 30 s would otherwise hold the drain back, and
+        an empty answer is one it already handles (it simply asks again, of the next server).
+        Calls being run or written are not touched; they finish normally. Returns how many ended.
+        """
+        self.waits_ended = True
+        ended = 0
+        for entry in list(self._actors.values()):
+            parked = list(entry.waiters)
+            entry.waiters.clear()
+            for call in parked:
+                self._wake(call, trio_outcome.Value(EMPTY))
+                ended += 1
+            self._retire_if_idle(entry)
+        return ended
 
     def restore(self, state: KernelState) -> None:
         """Replace the whole state with one rebuilt from the journal.
@@ -303,6 +325,7 @@ class Kernel:
             if idem is not None:
                 stored = state.idempotency.lookup(idem.space, idem.key, idem.fingerprint, now_ms)
                 if stored is not None:
+                    self.idempotent_replays += 1
                     self._leave_waiters(entry, call)
                     call.phase = _DECIDED
                     self.journal.after(stored.lsn, lambda error: self._answer(call, stored.body, error))
@@ -318,7 +341,7 @@ class Kernel:
             self._wake(call, trio_outcome.Error(KernelError(INTERNAL, f"internal error: {type(error).__name__}")))
             return False
 
-        if result.empty and not result.records and call.waits:
+        if result.empty and not result.records and call.waits and not self.waits_ended:
             if call.phase == _QUEUED:
                 call.phase = _WAITING
                 entry.waiters[call] = None
