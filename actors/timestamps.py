@@ -13,19 +13,22 @@ from datetime import datetime, timezone
 __all__ = ["format_ms", "parse_timestamp"]
 
 
-# (second, its formatted text): most stamps in a burst share their second, so format it once.
+# (day number, its date as text): the date changes once a day, so only the time is computed.
 # One tuple, replaced whole, so a reader in another thread never sees half an update.
-_last = (-1, "")
+_day = (-1, "")
 
 
 def format_ms(wall_ms: int) -> str:
     """Wall milliseconds as the wire format `YYYY-MM-DDTHH:MM:SS.mmmZ` (exactly 3 digits, uppercase Z)."""
-    global _last
+    global _day
     seconds, millis = divmod(wall_ms, 1000)
-    last = _last
-    if seconds != last[0]:
-        last = _last = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
-    return f"{last[1]}.{millis:03d}Z"
+    day, second_of_day = divmod(seconds, 86_400)
+    cached = _day
+    if day != cached[0]:
+        cached = _day = (day, time.strftime("%Y-%m-%d", time.gmtime(day * 86_400)))
+    hours, rest = divmod(second_of_day, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{cached[1]}T{hours:02d}:{minutes:02d}:{secs:02d}.{millis:03d}Z"
 
 
 def parse_timestamp(text: str) -> int:
