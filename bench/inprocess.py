@@ -37,6 +37,15 @@ def report(document: dict) -> None:
     sys.stdout.flush()
 
 
+async def _until_actors_retire(kernel: Kernel, timeout_s: float = 10.0) -> int:
+    """Wait until no actor is alive (they may linger a moment after their last call); returns how
+    many are still alive after `timeout_s`. An idle key has no actor: only its state is counted."""
+    with trio.move_on_after(timeout_s):
+        while kernel.actors:
+            await trio.sleep(0.1)
+    return kernel.actors
+
+
 async def _with_kernel(body, limits: Limits | None = None):  # type: ignore[no-untyped-def]
     kernel = Kernel(state=KernelState(limits or Limits()), clock=Clock(), ids=IdSource())
     async with trio.open_nursery() as nursery:
@@ -92,6 +101,7 @@ async def scale_claims(count: int, callers: int) -> dict:
         scope_id = (await scopes.create(SPACE, name="bench"))["id"]
         # A first claim, so that every structure a claim needs exists before the baseline.
         await claims.acquire(SPACE, scope_id=scope_id, key="warm", holder="h", session="s", lease_s=600)
+        await _until_actors_retire(kernel)
         gc.collect()
         baseline = rss_bytes()
         began = time.perf_counter()
@@ -108,6 +118,7 @@ async def scale_claims(count: int, callers: int) -> dict:
             for i in range(callers):
                 nursery.start_soon(caller, i)
         built_s = time.perf_counter() - began
+        alive = await _until_actors_retire(kernel)
         gc.collect()
         grown = rss_bytes() - baseline
         made = per_caller * callers
@@ -117,7 +128,7 @@ async def scale_claims(count: int, callers: int) -> dict:
             "rss_grown_bytes": grown,
             "bytes_per_claim": grown / made,
             "build_s": built_s,
-            "actors_alive": kernel.actors,
+            "actors_alive": alive,
         }
 
     return await _with_kernel(body)
@@ -186,6 +197,7 @@ async def scale_tasks(count: int, callers: int) -> dict:
         mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
         scope_ids = [(await scopes.create(SPACE, name=f"caller-{i}"))["id"] for i in range(callers)]
         await tasks.submit(SPACE, scope_id=scope_ids[0], mailbox_id=mailbox_id, key="warm")
+        await _until_actors_retire(kernel)
         gc.collect()
         baseline = rss_bytes()
         began = time.perf_counter()
@@ -199,11 +211,13 @@ async def scale_tasks(count: int, callers: int) -> dict:
             for i in range(callers):
                 nursery.start_soon(caller, i)
         built_s = time.perf_counter() - began
+        alive = await _until_actors_retire(kernel)
         gc.collect()
         grown = rss_bytes() - baseline
         made = per_caller * callers
         return {
             "tasks": made,
+            "actors_alive": alive,
             "rss_baseline_bytes": baseline,
             "rss_grown_bytes": grown,
             "bytes_per_task": grown / made,
