@@ -49,7 +49,7 @@ TURNS_PER_SLICE = 64
 ACTOR_LINGER_S = 1.0
 # At most this many actors linger at once; past it an actor retires as soon as it is idle, so a
 # burst over a million keys leaves plain state behind, not a million parked tasks.
-ACTORS_LINGERING_MAX = 4096
+ACTORS_LINGERING_MAX = 1024
 
 _QUEUED, _WAITING, _DECIDED, _DONE = range(4)
 
@@ -69,7 +69,7 @@ class Idem:
 
 
 class _Call:
-    __slots__ = ("command", "idem", "task", "phase", "waits")
+    __slots__ = ("command", "idem", "task", "phase", "waits", "parked", "answer")
 
     def __init__(self, command: Command | None, idem: Idem | None, task: Any, waits: bool) -> None:
         self.command = command  # None: a poke (re-run the waiters)
@@ -77,6 +77,14 @@ class _Call:
         self.task = task  # None: nobody waits for the answer (a timer, a poke)
         self.phase = _QUEUED
         self.waits = waits
+        # Whether `task` is parked on this call now; if not, an answer waits in `answer`.
+        self.parked = False
+        self.answer: trio_outcome.Outcome | None = None
+
+
+# What the actor hands back to a caller whose command found nothing yet and who may wait: the
+# caller then parks again, inside its deadline. (A sentinel, never an answer.)
+_WAIT = object()
 
 
 class _Actor:
@@ -194,13 +202,21 @@ class Kernel:
         task = trio.lowlevel.current_task()
         call = _Call(command, idem, task, wait_until is not None)
         self._post(actor, call)
-        if wait_until is None:
-            return await self._park(actor, call)
-        with trio.move_on_at(wait_until):
+        answer = await self._park(actor, call)
+        if answer is not _WAIT:
+            return answer
+        # Nothing to answer yet: wait among the actor's waiters for a poke that makes the command
+        # succeed. Only a call that really waits pays for a cancel scope.
+        with trio.move_on_at(wait_until):  # type: ignore[arg-type]
             return await self._park(actor, call)
         return EMPTY
 
     async def _park(self, actor: ActorKey, call: _Call) -> Any:
+        """Wait for the call's answer (returned at once if it came while the caller was away)."""
+        if call.answer is not None:
+            answer, call.answer = call.answer, None
+            return answer.unwrap()
+
         def abort(_: Any) -> trio.lowlevel.Abort:
             # Not yet decided: withdraw it. Decided: the change is made and being written; the
             # answer follows within one fsync, so the caller waits for it rather than losing it.
@@ -208,12 +224,14 @@ class Kernel:
                 return trio.lowlevel.Abort.FAILED
             was_waiting = call.phase == _WAITING
             call.phase = _DONE
+            call.parked = False
             entry = self._actors.get(actor)
             if was_waiting and entry is not None:
                 del entry.waiters[call]
                 self._retire_if_idle(entry)
             return trio.lowlevel.Abort.SUCCEEDED
 
+        call.parked = True
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
     def post(self, actor: ActorKey, command: Command) -> None:
@@ -345,6 +363,7 @@ class Kernel:
             if call.phase == _QUEUED:
                 call.phase = _WAITING
                 entry.waiters[call] = None
+                self._hand_back(call, trio_outcome.Value(_WAIT))
             return False
         self._leave_waiters(entry, call)
         for timer in result.timers:
@@ -378,10 +397,20 @@ class Kernel:
         else:
             self._wake(call, trio_outcome.Error(KernelError(UNAVAILABLE, f"the change was not recorded: {error}")))
 
-    @staticmethod
-    def _wake(call: _Call, result: trio_outcome.Outcome) -> None:
+    @classmethod
+    def _wake(cls, call: _Call, result: trio_outcome.Outcome) -> None:
         if call.phase == _DONE:
             return
         call.phase = _DONE
-        if call.task is not None:
+        cls._hand_back(call, result)
+
+    @staticmethod
+    def _hand_back(call: _Call, result: trio_outcome.Outcome) -> None:
+        """Give `result` to the caller: now if it is parked on the call, else when it parks again."""
+        if call.task is None:
+            return
+        if call.parked:
+            call.parked = False
             trio.lowlevel.reschedule(call.task, result)
+        else:
+            call.answer = result
