@@ -1,4 +1,4 @@
-"""Legs that need mailboxes and tasks (PROTOCOL.md 2.3-2.5, 3.7, 3.8).
+"""Legs that need mailboxes and tasks.
 
 - Task lifecycle: each worker has its own scope (so its own queue) and runs submit -> long-poll recv
   (it gets the task it just submitted) -> complete with a result -> read the task until it shows

@@ -9,7 +9,7 @@ so it includes one round trip. The server treats a lease past its end as ended a
 supervisor's expiry record comes whenever it comes), so this measures the kernel's readiness at
 expiry, not a polling interval.
 
-The SDK's own wait loop (PROTOCOL.md 3.4) tries again every 0.225-0.375 s instead: `sdk_loop`
+The SDK's own wait loop tries again every 0.225-0.375 s instead: `sdk_loop`
 measures that, for reference; its figure is dominated by the polling interval, by design.
 """
 

@@ -71,7 +71,7 @@ where each value came from. Exits 2 on a wrong setting, like `serve`."""
 def _add_setting_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--config", metavar="FILE", default=None, help="TOML file of settings (default $RUNSTATE_CONFIG)")
     server = command.add_argument_group("server settings")
-    limits = command.add_argument_group("limits (PROTOCOL.md 'Our decisions'; TOML table [limits])")
+    limits = command.add_argument_group("limits (TOML table [limits])")
     for setting in SETTINGS:
         if setting.flag is None:
             continue

@@ -1,7 +1,7 @@
 """HTTP plumbing: the request object, the router and the ASGI connection handler.
 
 Routing works on the raw path, one percent-decoded segment at a time, so a claim key such as
-`file/a b` arrives intact from `/claims/file%2Fa%20b/renew` (PROTOCOL.md 5.7). Each route is a plain
+`file/a b` arrives intact from `/claims/file%2Fa%20b/renew`. Each route is a plain
 coroutine `(services, request, **path_params) -> (status, body)`; it never sees ASGI or Quart, which
 keeps handlers testable and the per-request cost to parsing, one kernel call and one `orjson.dumps`.
 
