@@ -4,7 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv serve test sim soak clean
+BENCH_STAMP := $(VENV)/.installed-bench
+
+.PHONY: venv serve test sim soak clean bench bench-quick profile
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +31,21 @@ sim: $(STAMP)
 SECONDS ?= 600
 soak: $(STAMP)
 	$(PY) -m tests.sim --seconds $(SECONDS)
+
+# Benchmarks (README "Benchmarks"): wrk and redis-server come from Debian (apt-get install -y wrk
+# redis-server); the bench installs them itself when run as root, or says how.
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[server,test,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m bench.run $(BENCH_ARGS)
+
+bench-quick: $(BENCH_STAMP)
+	$(PY) -m bench.run --quick $(BENCH_ARGS)
+
+profile: $(BENCH_STAMP)
+	$(PY) -m bench.profile $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -35,6 +35,7 @@ class Claim:
         "lease_ms",
         "expires_ms",
         "acquired_ms",
+        "expired",
     )
 
     def __init__(self, scope_id: str, key: str) -> None:
@@ -47,6 +48,8 @@ class Claim:
         self.lease_ms = 0
         self.expires_ms = 0
         self.acquired_ms = 0
+        # The last lease ended by expiring, not by a release: the next acquire is a takeover.
+        self.expired = False
 
     def held_at(self, now_ms: int) -> bool:
         return self.token is not None and now_ms < self.expires_ms
@@ -55,11 +58,13 @@ class Claim:
 class ClaimTable:
     """The claims of one space, by scope then key, and by token."""
 
-    __slots__ = ("_by_scope", "_by_token")
+    __slots__ = ("_by_scope", "_by_token", "takeovers")
 
     def __init__(self) -> None:
         self._by_scope: dict[str, dict[str, Claim]] = {}
         self._by_token: dict[str, Claim] = {}
+        # Acquisitions of a key whose last lease expired (usage counts them as events).
+        self.takeovers = 0
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -244,6 +249,7 @@ class ClaimTable:
                     "lease_ms": claim.lease_ms,
                     "expires_ms": claim.expires_ms,
                     "acquired_ms": claim.acquired_ms,
+                    "expired": claim.expired,
                     "at_ms": claim.acquired_ms,
                 }
 
@@ -256,6 +262,7 @@ class ClaimTable:
         claim.lease_ms = record["lease_ms"]
         claim.expires_ms = record["expires_ms"]
         claim.acquired_ms = record["acquired_ms"]
+        claim.expired = record.get("expired", False)
         self._by_scope.setdefault(claim.scope_id, {})[claim.key] = claim
         if claim.token is not None:
             self._by_token[claim.token] = claim
@@ -268,8 +275,12 @@ class ClaimTable:
         claim = keys.get(record["key"])
         if claim is None:
             claim = keys[record["key"]] = Claim(record["scopeId"], record["key"])
-        elif claim.token is not None:
-            del self._by_token[claim.token]
+        else:
+            if claim.token is not None:
+                del self._by_token[claim.token]
+            if claim.expired:
+                self.takeovers += 1
+                claim.expired = False
         claim.generation = record["generation"]
         claim.token = record["token"]
         claim.holder = record["holder"]
@@ -292,6 +303,7 @@ class ClaimTable:
         claim.token = None
         claim.holder = None
         claim.session = None
+        claim.expired = record["type"] == "claim.expired"
         return claim
 
     def drop_scopes(self, scope_ids: list[str]) -> list[Claim]:

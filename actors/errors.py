@@ -1,7 +1,7 @@
 """The refusals the kernel decides, as stable codes.
 
 A `KernelError` is a normal answer, not a fault: a held claim, a stale token, a cancelled scope.
-It carries the wire code of PROTOCOL.md 1.10 and a message a person can act on; the HTTP shell
+It carries the wire code of the v1 API and a message a person can act on; the HTTP shell
 maps the code to a status. Anything else raised inside a turn is a bug and is reported as one.
 """
 

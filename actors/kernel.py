@@ -43,6 +43,13 @@ EMPTY = None
 
 # Turns an actor runs before letting other tasks in.
 TURNS_PER_SLICE = 64
+# An actor out of calls lingers between one and two of these before it retires, so a key in use
+# keeps its task instead of starting a new one for every call (a start costs about as much as a
+# whole turn).
+ACTOR_LINGER_S = 1.0
+# At most this many actors linger at once; past it an actor retires as soon as it is idle, so a
+# burst over a million keys leaves plain state behind, not a million parked tasks.
+ACTORS_LINGERING_MAX = 1024
 
 _QUEUED, _WAITING, _DECIDED, _DONE = range(4)
 
@@ -62,7 +69,7 @@ class Idem:
 
 
 class _Call:
-    __slots__ = ("command", "idem", "task", "phase", "waits")
+    __slots__ = ("command", "idem", "task", "phase", "waits", "parked", "answer")
 
     def __init__(self, command: Command | None, idem: Idem | None, task: Any, waits: bool) -> None:
         self.command = command  # None: a poke (re-run the waiters)
@@ -70,15 +77,26 @@ class _Call:
         self.task = task  # None: nobody waits for the answer (a timer, a poke)
         self.phase = _QUEUED
         self.waits = waits
+        # Whether `task` is parked on this call now; if not, an answer waits in `answer`.
+        self.parked = False
+        self.answer: trio_outcome.Outcome | None = None
+
+
+# What the actor hands back to a caller whose command found nothing yet and who may wait: the
+# caller then parks again, inside its deadline. (A sentinel, never an answer.)
+_WAIT = object()
 
 
 class _Actor:
-    __slots__ = ("key", "channel", "running", "waiters")
+    __slots__ = ("key", "channel", "running", "waiters", "parked", "fresh")
 
     def __init__(self, key: ActorKey) -> None:
         self.key = key
         self.channel: deque[_Call] = deque()
         self.running = False
+        # The actor's task while it lingers for more calls, and whether it parked since the last sweep.
+        self.parked: Any = None
+        self.fresh = False
         # Calls parked until a poke: insertion-ordered (FIFO), removable in O(1).
         self.waiters: dict[_Call, None] = {}
 
@@ -101,8 +119,14 @@ class Kernel:
         self.ids = ids or IdSource()
         self.supervisor = Supervisor(self.clock, self._on_timer)
         self._actors: dict[ActorKey, _Actor] = {}
+        self._lingering: dict[ActorKey, _Actor] = {}
+        self._sweeper: Any = None  # the sweep task while it waits for an actor to linger
         self._nursery: trio.Nursery | None = None
         self.turns = 0
+        # Calls answered from a stored Idempotency-Key answer instead of being run again.
+        self.idempotent_replays = 0
+        # Set by `end_waits()` at shutdown: no call parks any more, a long poll answers EMPTY.
+        self.waits_ended = False
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -112,7 +136,26 @@ class Kernel:
             self._nursery = nursery
             self.supervisor.arm_all(self.state.timers())
             await nursery.start(self.supervisor.run)
+            nursery.start_soon(self._sweep_lingering)
             task_status.started()
+
+    def end_waits(self) -> int:
+        """Answer every parked call `EMPTY` (a long poll's 204) and park none from now on.
+
+        For shutdown: a receiver parked for up to 30 s would otherwise hold the drain back, and
+        an empty answer is one it already handles (it simply asks again, of the next server).
+        Calls being run or written are not touched; they finish normally. Returns how many ended.
+        """
+        self.waits_ended = True
+        ended = 0
+        for entry in list(self._actors.values()):
+            parked = list(entry.waiters)
+            entry.waiters.clear()
+            for call in parked:
+                self._wake(call, trio_outcome.Value(EMPTY))
+                ended += 1
+            self._retire_if_idle(entry)
+        return ended
 
     def restore(self, state: KernelState) -> None:
         """Replace the whole state with one rebuilt from the journal.
@@ -138,7 +181,7 @@ class Kernel:
 
     @property
     def actors(self) -> int:
-        """Actors alive now (running a turn or holding waiters)."""
+        """Actors alive now (running or lingering, or holding waiters)."""
         return len(self._actors)
 
     # -- calling --------------------------------------------------------------------------------
@@ -159,13 +202,21 @@ class Kernel:
         task = trio.lowlevel.current_task()
         call = _Call(command, idem, task, wait_until is not None)
         self._post(actor, call)
-        if wait_until is None:
-            return await self._park(actor, call)
-        with trio.move_on_at(wait_until):
+        answer = await self._park(actor, call)
+        if answer is not _WAIT:
+            return answer
+        # Nothing to answer yet: wait among the actor's waiters for a poke that makes the command
+        # succeed. Only a call that really waits pays for a cancel scope.
+        with trio.move_on_at(wait_until):  # type: ignore[arg-type]
             return await self._park(actor, call)
         return EMPTY
 
     async def _park(self, actor: ActorKey, call: _Call) -> Any:
+        """Wait for the call's answer (returned at once if it came while the caller was away)."""
+        if call.answer is not None:
+            answer, call.answer = call.answer, None
+            return answer.unwrap()
+
         def abort(_: Any) -> trio.lowlevel.Abort:
             # Not yet decided: withdraw it. Decided: the change is made and being written; the
             # answer follows within one fsync, so the caller waits for it rather than losing it.
@@ -173,12 +224,14 @@ class Kernel:
                 return trio.lowlevel.Abort.FAILED
             was_waiting = call.phase == _WAITING
             call.phase = _DONE
+            call.parked = False
             entry = self._actors.get(actor)
             if was_waiting and entry is not None:
                 del entry.waiters[call]
                 self._retire_if_idle(entry)
             return trio.lowlevel.Abort.SUCCEEDED
 
+        call.parked = True
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
     def post(self, actor: ActorKey, command: Command) -> None:
@@ -199,29 +252,74 @@ class Kernel:
         if entry is None:
             entry = self._actors[key] = _Actor(key)
         entry.channel.append(call)
-        if not entry.running:
+        if entry.parked is not None:
+            task, entry.parked = entry.parked, None
+            del self._lingering[key]
+            trio.lowlevel.reschedule(task, trio_outcome.Value(True))
+        elif not entry.running:
             entry.running = True
             self._nursery.start_soon(self._drain, entry)  # type: ignore[union-attr]
 
     # -- the actor ------------------------------------------------------------------------------
 
     async def _drain(self, entry: _Actor) -> None:
-        """The actor's task: run every queued call, then retire."""
+        """The actor's task: run every queued call, linger for more, then retire."""
         try:
             turns = 0
             channel = entry.channel
-            while channel:
-                call = channel.popleft()
-                if call.phase != _QUEUED:
-                    continue  # withdrawn by its caller
-                if call.command is None or self._turn(entry, call):
-                    self._rerun_waiters(entry)
-                turns += 1
-                if turns % TURNS_PER_SLICE == 0:
-                    await trio.lowlevel.checkpoint()
+            while True:
+                while channel:
+                    call = channel.popleft()
+                    if call.phase != _QUEUED:
+                        continue  # withdrawn by its caller
+                    if call.command is None or self._turn(entry, call):
+                        self._rerun_waiters(entry)
+                    turns += 1
+                    if turns % TURNS_PER_SLICE == 0:
+                        await trio.lowlevel.checkpoint()
+                if len(self._lingering) >= ACTORS_LINGERING_MAX:
+                    return
+                # Retired, unless a call arrived between the sweep's decision and this task's turn.
+                if not await self._linger(entry) and not channel:
+                    return
         finally:
             entry.running = False
             self._retire_if_idle(entry)
+
+    async def _linger(self, entry: _Actor) -> bool:
+        """Wait for another call (True) or for the sweep to retire this actor (False)."""
+        entry.parked = trio.lowlevel.current_task()
+        entry.fresh = True
+        self._lingering[entry.key] = entry
+        if self._sweeper is not None:
+            sweeper, self._sweeper = self._sweeper, None
+            trio.lowlevel.reschedule(sweeper)
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            entry.parked = None
+            self._lingering.pop(entry.key, None)
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _sweep_lingering(self) -> None:
+        """Retire actors that lingered a whole sweep period without a call."""
+        while True:
+            if not self._lingering:
+                self._sweeper = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._abort_sweeper)
+            await trio.sleep(ACTOR_LINGER_S)
+            for key, entry in list(self._lingering.items()):
+                if entry.fresh:
+                    entry.fresh = False
+                    continue
+                del self._lingering[key]
+                task, entry.parked = entry.parked, None
+                trio.lowlevel.reschedule(task, trio_outcome.Value(False))
+
+    def _abort_sweeper(self, _: Any) -> trio.lowlevel.Abort:
+        self._sweeper = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def _retire_if_idle(self, entry: _Actor) -> None:
         if not entry.running and not entry.waiters and not entry.channel:
@@ -245,6 +343,7 @@ class Kernel:
             if idem is not None:
                 stored = state.idempotency.lookup(idem.space, idem.key, idem.fingerprint, now_ms)
                 if stored is not None:
+                    self.idempotent_replays += 1
                     self._leave_waiters(entry, call)
                     call.phase = _DECIDED
                     self.journal.after(stored.lsn, lambda error: self._answer(call, stored.body, error))
@@ -260,10 +359,11 @@ class Kernel:
             self._wake(call, trio_outcome.Error(KernelError(INTERNAL, f"internal error: {type(error).__name__}")))
             return False
 
-        if result.empty and not result.records and call.waits:
+        if result.empty and not result.records and call.waits and not self.waits_ended:
             if call.phase == _QUEUED:
                 call.phase = _WAITING
                 entry.waiters[call] = None
+                self._hand_back(call, trio_outcome.Value(_WAIT))
             return False
         self._leave_waiters(entry, call)
         for timer in result.timers:
@@ -297,10 +397,20 @@ class Kernel:
         else:
             self._wake(call, trio_outcome.Error(KernelError(UNAVAILABLE, f"the change was not recorded: {error}")))
 
-    @staticmethod
-    def _wake(call: _Call, result: trio_outcome.Outcome) -> None:
+    @classmethod
+    def _wake(cls, call: _Call, result: trio_outcome.Outcome) -> None:
         if call.phase == _DONE:
             return
         call.phase = _DONE
-        if call.task is not None:
+        cls._hand_back(call, result)
+
+    @staticmethod
+    def _hand_back(call: _Call, result: trio_outcome.Outcome) -> None:
+        """Give `result` to the caller: now if it is parked on the call, else when it parks again."""
+        if call.task is None:
+            return
+        if call.parked:
+            call.parked = False
             trio.lowlevel.reschedule(call.task, result)
+        else:
+            call.answer = result

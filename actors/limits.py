@@ -1,6 +1,6 @@
 """Every limit, window and default of the kernel, in one place, with units last.
 
-The defaults are the product's published ones (PROTOCOL.md "Our decisions" and the product page).
+The defaults are the product's published ones (the v1 API's documented limits and defaults).
 All of them are settings: the server builds a `Limits` from its configuration, the state machines
 only read it. A value outside a limit is a `VALIDATION_FAILED` (or `BACKLOG_FULL`), never a crash.
 """

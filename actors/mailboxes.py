@@ -126,7 +126,7 @@ class MailboxTable:
         """The `mailbox.created` record, or a refusal.
 
         A name that exists is CONFLICT whatever the settings: the official client's `ensure` then
-        lists the mailboxes and compares the mode itself (PROTOCOL.md 3.13).
+        lists the mailboxes and compares the mode itself.
         """
         limits = self._limits
         stored_mode = WORK if mode is None else mode.upper()

@@ -314,7 +314,7 @@ class MessageTable:
 
     @staticmethod
     def delivery_view(message: Message) -> dict:
-        """What recv answers (PROTOCOL.md 5.3)."""
+        """What recv answers."""
         return {
             "message": {
                 "id": message.id,

@@ -23,6 +23,7 @@ from .outcome import Outcome, Timer
 from .scopes import ACTIVE, EXPIRED, ScopeTree
 from .tasks import TaskTable
 from .timestamps import format_ms
+from .usage import Usage
 from .work import WORK_APPLY, WorkCommands, mailboxes_actor, queue_actor
 
 __all__ = ["SpaceState", "RECORD_TYPES", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor"]
@@ -37,7 +38,7 @@ def scope_actor(space: str, scope_id: str) -> tuple:
 
 
 class SpaceState(WorkCommands):
-    __slots__ = ("id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks")
+    __slots__ = ("id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage")
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
         self.id = space_id
@@ -48,6 +49,7 @@ class SpaceState(WorkCommands):
         self.mailboxes = MailboxTable(limits)
         self.messages = MessageTable(limits, self.mailboxes)
         self.tasks = TaskTable(limits)
+        self.usage = Usage(self.claims)
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
         for record in records:
@@ -181,7 +183,7 @@ class SpaceState(WorkCommands):
 
     def image(self) -> Iterator[dict]:
         """Records that rebuild this space exactly: its scopes, its claims, then its mailboxes,
-        messages and tasks (scopes first: the queues live in them)."""
+        messages and tasks (scopes first: the queues live in them), and last its usage counters."""
         for record in self.scopes.image():
             record["space"] = self.id
             yield record
@@ -191,6 +193,9 @@ class SpaceState(WorkCommands):
         for record in self.work_image():
             record["space"] = self.id
             yield record
+        usage = self.usage
+        if usage.operations or usage.free or usage.events or usage.takeovers:
+            yield usage.image(self.id)  # last: it sets the counters outright
 
     def is_empty(self) -> bool:
         """Nothing recorded here (a space is made on first use, reads included)."""
@@ -199,6 +204,7 @@ class SpaceState(WorkCommands):
     # -- applying -------------------------------------------------------------------------------
 
     def apply(self, record: dict) -> None:
+        self.usage.count(record)
         _APPLY[record["type"]](self, record)
 
     def _apply_scope_ended(self, record: dict) -> None:
@@ -220,6 +226,7 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     "claim.image": lambda space, record: space.claims.apply_image(record),
     # Mailboxes, messages and tasks, image records included.
     **WORK_APPLY,
+    "usage.image": lambda space, record: space.usage.apply_image(record),
 }
 
 RECORD_TYPES = frozenset(_APPLY)

@@ -147,7 +147,7 @@ class TaskTable:
         return task.finished_ms + self._limits.retention_s * 1000
 
     def view(self, task: Task, now_ms: int) -> dict:
-        """The task view of PROTOCOL.md "Our decisions".
+        """The task view.
 
         A task past its retention is shown tombstoned even before the tombstone is recorded, so
         what a reader sees does not depend on when the supervisor got to it.

@@ -13,19 +13,22 @@ from datetime import datetime, timezone
 __all__ = ["format_ms", "parse_timestamp"]
 
 
-# (second, its formatted text): most stamps in a burst share their second, so format it once.
-# One tuple, replaced whole, so a reader in another thread never sees half an update.
-_last = (-1, "")
+# Formatted seconds, most recent first in use: a reply usually stamps `now` and `now + lease`, so a
+# one-entry cache would miss half the time. Cleared whole when full; a dict read or write is
+# atomic, so a reader in another thread sees an entry or none, never half of one.
+_SECONDS: dict[int, str] = {}
+SECONDS_CACHED_MAX = 4096
 
 
 def format_ms(wall_ms: int) -> str:
     """Wall milliseconds as the wire format `YYYY-MM-DDTHH:MM:SS.mmmZ` (exactly 3 digits, uppercase Z)."""
-    global _last
     seconds, millis = divmod(wall_ms, 1000)
-    last = _last
-    if seconds != last[0]:
-        last = _last = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)))
-    return f"{last[1]}.{millis:03d}Z"
+    stamp = _SECONDS.get(seconds)
+    if stamp is None:
+        if len(_SECONDS) >= SECONDS_CACHED_MAX:
+            _SECONDS.clear()
+        stamp = _SECONDS[seconds] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    return f"{stamp}.{millis:03d}Z"
 
 
 def parse_timestamp(text: str) -> int:

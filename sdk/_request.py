@@ -1,6 +1,6 @@
 """The request layer: one logical API call on top of a transport.
 
-What it does, in the wire contract's words (PROTOCOL.md 1.2-1.9):
+What it does, in the wire contract's words:
 
 - `authorization: Bearer <key>` on every request;
 - one `idempotency-key` (24 lowercase hex characters) made per logical call, sent on every request

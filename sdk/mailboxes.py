@@ -5,7 +5,7 @@ A `MailboxRef` is a queue name bound to a scope; the name is turned into an id w
 lease belongs to this worker until it runs out, and the delivery settles at most once (`complete`,
 `retry` or `reject`; a second settlement sends nothing).
 
-`consume()` is the worker loop. Its rules, from the wire contract (PROTOCOL.md 3.7):
+`consume()` is the worker loop. Its rules, from the wire contract:
 
 - intake: while not stopped, and while fewer than `concurrency` handlers run, long-poll `recv`
   (`wait_ms`); the stop flag is checked every 100 ms and a stop cancels the long poll;

@@ -10,15 +10,17 @@ every answer must be a JSON envelope, errors included). `ApiConnection` hands ea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from quart_trio import QuartTrio
 
 from ..actors.clock import Clock
 from .http import serve_http
+from .lifecycle import Lifecycle
 from .routes import ROUTER
 from .runtime import NewKeyHandler, Runtime
 from .settings import Settings
+from .telemetry import Telemetry
 
 __all__ = ["RunstateApp", "create_app"]
 
@@ -39,15 +41,30 @@ class ApiConnection:
 class RunstateApp(QuartTrio):
     asgi_http_class = ApiConnection  # type: ignore[assignment]
     runtime: Runtime
+    lifecycle: Lifecycle
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None, on_new_key: NewKeyHandler | None = None) -> RunstateApp:
-    """The server as an ASGI app; its lifespan starts and stops the kernel."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    on_new_key: NewKeyHandler | None = None,
+    telemetry: Telemetry | None = None,
+    on_admin_key: Callable[[str], None] | None = None,
+) -> RunstateApp:
+    """The server as an ASGI app; its lifespan starts the kernel and stops it after the drain."""
     app = RunstateApp("runstate")
-    app.runtime = Runtime(settings or Settings(), clock=clock, on_new_key=on_new_key)
+    app.runtime = Runtime(settings or Settings(), clock=clock, on_new_key=on_new_key, telemetry=telemetry, on_admin_key=on_admin_key)
+    app.lifecycle = Lifecycle(app.runtime)
 
     @app.before_serving
     async def start_runtime() -> None:
-        await app.nursery.start(app.runtime.run)
+        if not app.lifecycle.external:
+            await app.nursery.start(app.lifecycle.run_runtime)
+
+    @app.after_serving
+    async def stop_runtime() -> None:
+        if not app.lifecycle.external:
+            await app.lifecycle.stop_runtime()
 
     return app

@@ -1,6 +1,6 @@
 """Reading a JSON request body: one parse, typed fields, and a clear 400 for anything else.
 
-The official client leaves optional fields out rather than sending null, and PROTOCOL.md asks us
+The official client leaves optional fields out rather than sending null, and the v1 wire contract asks us
 to treat a missing key and `null` alike, so an optional field that is null is simply absent. A
 required field that is missing or null, or any field of the wrong JSON type, is VALIDATION_FAILED
 naming the field. Integers are JSON integers: `30.0`, `"30"` and `true` are refused, not coerced.

@@ -1,17 +1,23 @@
-"""The `runstate` command: `runstate serve`, `runstate check`.
+"""The `runstate` command: `serve`, `config`, `check`, and the admin commands `keys`, `spaces`, `inspect`.
 
 Examples:
     runstate serve                              # 127.0.0.1:8080, state in memory
     runstate serve --data-dir /var/lib/runstate # durable: WAL + snapshots, recovered at start
-    runstate serve --port 9000
-    RUNSTATE_API_KEY=rs_dev runstate serve      # accept this key for space "default"
+    runstate serve --port 9000 --log-format text
+    runstate serve --config /etc/runstate.toml  # flags > RUNSTATE_* > the file > defaults
+    runstate config --lease-s-max 300           # the settings `serve` would use, and where each came from
     runstate check --data-dir /var/lib/runstate # verify a data directory offline
+    runstate keys create --space research       # prints the new key once
+    runstate inspect claims sc_0123456789abcdef
 
-The data directory comes from `--data-dir`, else the environment variable RUNSTATE_DATA_DIR; with
-neither the server keeps its state in memory only (and says so at start). There is deliberately no
-implicit directory such as `./.runstate`: two servers started in one folder would contend for it,
-and a server that silently wrote into whatever folder it was started from would surprise as much
-as one that silently lost everything. Production runs pass one.
+`serve` and `config` read the settings (`config.py`); a wrong one exits 2 naming it. `keys`,
+`spaces` and `inspect` talk to a running server over HTTP (`admin_cli.py`).
+
+The data directory comes from `--data-dir`, else the environment variable RUNSTATE_DATA_DIR (or
+the TOML file); with none the server keeps its state in memory only (and says so at start). There
+is deliberately no implicit directory such as `./.runstate`: two servers started in one folder
+would contend for it, and a server that silently wrote into whatever folder it was started from
+would surprise as much as one that silently lost everything. Production runs pass one.
 """
 
 from __future__ import annotations
@@ -22,57 +28,97 @@ import os
 import sys
 from typing import Sequence
 
-import trio
+import orjson
 
-from ..snapshots import RecoveryError, StoreLocked, check
-from .serve import serve
-from .settings import FSYNC_POLICIES, Settings
+from . import admin_cli
+from .config import SETTINGS, ConfigError, Loaded, describe, load
+from .logs import AccessLog, event, setup
+from .settings import Settings
 
 __all__ = ["main"]
+
+log = logging.getLogger("runstate.server")
+
+_SERVE_EXAMPLES = """examples:
+  runstate serve
+  runstate serve --port 9000 --log-format text
+  runstate serve --data-dir /var/lib/runstate --fsync batch
+  runstate serve --config runstate.toml --lease-s-max 300
+  RUNSTATE_API_KEY=rs_dev RUNSTATE_SPACE_ID=default runstate serve
+
+Every setting is a flag, a variable RUNSTATE_<NAME> and a key of the TOML file (limits in its
+[limits] table); precedence: flags > environment > file > defaults. Secrets (RUNSTATE_API_KEY,
+RUNSTATE_ADMIN_KEY) have no flag. With RUNSTATE_API_KEY set, that key opens the space
+RUNSTATE_SPACE_ID; with no key at all the server makes one and prints it once. SIGTERM or SIGINT
+shut it down gracefully; a second one stops it at once."""
+
+_CHECK_EXAMPLES = """examples:
+  runstate check --data-dir /var/lib/runstate
+  RUNSTATE_DATA_DIR=/var/lib/runstate runstate check
+
+Verifies the snapshots and the WAL without changing anything and prints what they hold. Exits 1
+when a server would refuse to start on the directory (the message names the file and offset)."""
+
+_CONFIG_EXAMPLES = """examples:
+  runstate config
+  runstate config --config runstate.toml --json
+  RUNSTATE_LEASE_S_MAX=300 runstate config --port 9000
+
+Prints every setting `runstate serve` would use with the same flags, environment and file, and
+where each value came from. Exits 2 on a wrong setting, like `serve`."""
+
+
+def _add_setting_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--config", metavar="FILE", default=None, help="TOML file of settings (default $RUNSTATE_CONFIG)")
+    server = command.add_argument_group("server settings")
+    limits = command.add_argument_group("limits (TOML table [limits])")
+    for setting in SETTINGS:
+        if setting.flag is None:
+            continue
+        group = limits if setting.limit else server
+        extra = f" One of: {', '.join(setting.choices)}." if setting.choices else ""
+        help_text = f"{setting.doc}{extra} (default {setting.describe_default()}; ${setting.env})".replace("%", "%%")
+        if setting.kind is bool:
+            group.add_argument(setting.flag, dest=setting.name, default=None, action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            metavar = {int: "N", float: "SECONDS" if setting.name.endswith("_s") else "X"}.get(setting.kind, "TEXT")
+            group.add_argument(setting.flag, dest=setting.name, default=None, metavar=metavar, help=help_text)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="runstate",
         description="runstate: a coordination kernel for agent swarms (claims, shared tasks, work queues).",
+        epilog=__doc__.split("\n\n")[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve_cmd = commands.add_parser(
         "serve",
         help="run the server",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run the HTTP server.",
-        epilog=(
-            "examples:\n"
-            "  runstate serve\n"
-            "  runstate serve --port 9000\n"
-            "  RUNSTATE_API_KEY=rs_dev RUNSTATE_SPACE_ID=default runstate serve\n\n"
-            "With RUNSTATE_API_KEY set, that key opens the space RUNSTATE_SPACE_ID (default 'default').\n"
-            "With no key configured the server makes one and prints it once."
-        ),
+        epilog=_SERVE_EXAMPLES,
     )
-    serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one (default 8080)")
-    serve_cmd.add_argument(
-        "--data-dir",
-        default=os.environ.get("RUNSTATE_DATA_DIR") or None,
-        help="directory for the journal and snapshots (default $RUNSTATE_DATA_DIR; none: in memory only)",
+    _add_setting_flags(serve_cmd)
+    config_cmd = commands.add_parser(
+        "config",
+        help="show the settings serve would use, and their sources",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Show the effective configuration: every setting, its value and where it came from.",
+        epilog=_CONFIG_EXAMPLES,
     )
-    serve_cmd.add_argument(
-        "--fsync",
-        choices=FSYNC_POLICIES,
-        default="always",
-        help="always: answer after fsync (default); batch: fsync every few ms, answer after it; "
-        "off: answer after the write, no fsync (survives a killed process, not a power cut)",
-    )
+    _add_setting_flags(config_cmd)
+    config_cmd.add_argument("--json", action="store_true", help="print JSON instead of a table")
     check_cmd = commands.add_parser(
         "check",
         help="verify a data directory offline",
-        description="Verify a data directory without changing it and print what it holds. "
-        "Exits 1 when a server would refuse to start on it.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Verify a data directory without changing it and print what it holds.",
+        epilog=_CHECK_EXAMPLES,
     )
-    check_cmd.add_argument("--data-dir", default=os.environ.get("RUNSTATE_DATA_DIR") or None, required=False)
+    check_cmd.add_argument("--data-dir", default=None, metavar="DIR", help="the directory (default $RUNSTATE_DATA_DIR)")
+    admin_cli.add_commands(commands)
     return parser
 
 
@@ -89,34 +135,109 @@ def _key_announcer(settings: Settings):  # type: ignore[no-untyped-def]
     return announce
 
 
+def _admin_key_announcer(secret: str) -> None:
+    print(
+        "runstate: no admin key was configured and there is no data directory, so this one was made\n"
+        "for `runstate keys`, `runstate spaces` and `runstate inspect`. It is shown only now and lasts\n"
+        "until the server stops.\n\n"
+        f"    export RUNSTATE_ADMIN_KEY={secret}\n",
+        flush=True,
+    )
+
+
+def _load(args: argparse.Namespace) -> Loaded:
+    flags = {setting.name: getattr(args, setting.name) for setting in SETTINGS if setting.flag is not None}
+    return load(flags, os.environ, args.config)
+
+
+def _print_config(loaded: Loaded, as_json: bool) -> None:
+    rows = describe(loaded)
+    if as_json:
+        print(orjson.dumps({"configFile": loaded.config_file, "settings": rows}, option=orjson.OPT_INDENT_2).decode())
+        return
+    if loaded.config_file:
+        print(f"config file: {loaded.config_file}")
+    admin_cli.print_table(
+        rows,
+        [("SETTING", "name"), ("VALUE", lambda row: admin_cli.show(row["value"])), ("SOURCE", "source")],
+    )
+
+
+def _check(data_dir: str | None) -> int:
+    from ..snapshots import check
+
+    data_dir = data_dir or os.environ.get("RUNSTATE_DATA_DIR") or None
+    if not data_dir:
+        print("runstate check: give --data-dir (or set RUNSTATE_DATA_DIR)", file=sys.stderr)
+        return 2
+    report = check(data_dir)
+    print(report.format(), flush=True)
+    return 0 if report.ok else 1
+
+
+def _serve(loaded: Loaded) -> int:
+    import trio  # the server's imports are kept out of the admin commands' start-up
+
+    from ..snapshots import RecoveryError, StoreLocked
+    from .serve import serve
+
+    settings = loaded.settings
+    write = setup(settings.log_format, settings.log_level)
+    access = AccessLog(write, log_format=settings.log_format, log_level=settings.log_level, log_requests=settings.log_requests)
+    changed = {name: source for name, source in loaded.sources.items() if source != "default"}
+    event(
+        log, "starting", "starting",
+        host=settings.host, port=settings.port, data_dir=settings.data_dir, fsync=settings.fsync,
+        config_file=loaded.config_file, settings_changed=sorted(changed),
+    )
+    try:
+        forced = trio.run(
+            lambda: serve(settings, _key_announcer(settings), on_admin_key=_admin_key_announcer, access=access)
+        )
+    except KeyboardInterrupt:  # before the signal handlers were in place
+        return 0
+    except (RecoveryError, StoreLocked) as error:  # the data directory cannot be used as it is
+        print(f"runstate: cannot start: {error}", file=sys.stderr, flush=True)
+        return 1
+    except (OSError, BaseExceptionGroup) as error:
+        cause = _os_error(error)
+        if cause is None:
+            raise
+        if cause.filename is None:  # the address: a port in use, an interface not on this machine
+            print(f"runstate serve: cannot serve on {settings.host}:{settings.port}: {cause.strerror or cause}", file=sys.stderr, flush=True)
+        else:
+            print(f"runstate: cannot start: {cause}", file=sys.stderr, flush=True)
+        return 1
+    return 1 if forced else 0
+
+
+def _os_error(error: BaseException) -> OSError | None:
+    """The OSError (a port in use, an address not on this machine) inside what trio raised, if any."""
+    if isinstance(error, OSError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _os_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "serve":
-        settings = Settings(
-            host=args.host,
-            port=args.port,
-            data_dir=args.data_dir,
-            fsync=args.fsync,
-            api_key=os.environ.get("RUNSTATE_API_KEY") or None,
-            space_id=os.environ.get("RUNSTATE_SPACE_ID") or "default",
-        )
+    if args.command in ("serve", "config"):
         try:
-            trio.run(serve, settings, _key_announcer(settings))
-        except KeyboardInterrupt:
-            pass
-        except (RecoveryError, StoreLocked) as error:
-            print(f"runstate: cannot start: {error}", file=sys.stderr, flush=True)
-            return 1
-        return 0
-    if args.command == "check":
-        if not args.data_dir:
-            print("runstate check: give --data-dir (or set RUNSTATE_DATA_DIR)", file=sys.stderr)
+            loaded = _load(args)
+        except ConfigError as error:
+            print(f"runstate {args.command}: {error}", file=sys.stderr, flush=True)
             return 2
-        report = check(args.data_dir)
-        print(report.format(), flush=True)
-        return 0 if report.ok else 1
-    return 2
+        if args.command == "config":
+            _print_config(loaded, args.json)
+            return 0
+        return _serve(loaded)
+    if args.command == "check":
+        return _check(args.data_dir)
+    return admin_cli.run(args)
 
 
 if __name__ == "__main__":

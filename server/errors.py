@@ -1,4 +1,4 @@
-"""The error envelope and the HTTP status of every code (PROTOCOL.md 1.8 and 1.10).
+"""The error envelope and the HTTP status of every code (the v1 API's error contract).
 
 Every answer of 400 and above carries `{"error": {"code", "message", "requestId", ...}}`: the
 official client picks the exception class from `code` alone, and without an envelope it would

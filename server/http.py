@@ -1,7 +1,7 @@
 """HTTP plumbing: the request object, the router and the ASGI connection handler.
 
 Routing works on the raw path, one percent-decoded segment at a time, so a claim key such as
-`file/a b` arrives intact from `/claims/file%2Fa%20b/renew` (PROTOCOL.md 5.7). Each route is a plain
+`file/a b` arrives intact from `/claims/file%2Fa%20b/renew`. Each route is a plain
 coroutine `(services, request, **path_params) -> (status, body)`; it never sees ASGI or Quart, which
 keeps handlers testable and the per-request cost to parsing, one kernel call and one `orjson.dumps`.
 
@@ -17,7 +17,7 @@ import hashlib
 import logging
 import os
 from typing import Any, Awaitable, Callable
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 import orjson
 import trio
@@ -26,18 +26,32 @@ from ..actors.errors import INTERNAL, NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, V
 from ..actors.kernel import Idem
 from .body import Body, parse_body
 from .errors import ApiError, envelope
+from .telemetry import CLIENT_GONE
 
-__all__ = ["Request", "Router", "Route", "serve_http"]
+__all__ = ["Request", "Router", "Route", "Raw", "serve_http"]
 
 log = logging.getLogger("runstate.http")
 
 Handler = Callable[..., Awaitable[tuple[int, Any]]]
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+# While the server shuts down every answer says so, so that clients open no new request on the
+# connection (one sent while the server closes it would be lost, or would stall the drain).
+_CLOSE = {"connection": "close"}
+
+
+class Raw:
+    """An answer body that is not JSON (the metrics text): bytes and their content type."""
+
+    __slots__ = ("body", "content_type")
+
+    def __init__(self, body: bytes, content_type: str) -> None:
+        self.body = body
+        self.content_type = content_type
 
 
 class Request:
-    __slots__ = ("method", "raw_path", "headers", "body", "request_id", "client", "_parsed")
+    __slots__ = ("method", "raw_path", "headers", "body", "request_id", "client", "query", "_parsed")
 
     def __init__(self, method: str, raw_path: str, headers: dict[str, str], body: bytes, client: str | None) -> None:
         self.method = method
@@ -46,7 +60,13 @@ class Request:
         self.body = body
         self.client = client
         self.request_id = "req_" + os.urandom(8).hex()
+        self.query = b""
         self._parsed: Body | None = None
+
+    def param(self, name: str) -> str | None:
+        """The last value of query parameter `name`, decoded; None when absent."""
+        values = parse_qs(self.query.decode("latin-1"), keep_blank_values=True).get(name)
+        return values[-1] if values else None
 
     def json(self) -> Body:
         if self._parsed is None:
@@ -161,8 +181,21 @@ async def _send(send: Callable[[dict], Awaitable[None]], status: int, body: byte
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_empty(send: Callable[[dict], Awaitable[None]], request_id: str) -> None:
-    await send({"type": "http.response.start", "status": 204, "headers": [(b"x-request-id", request_id.encode())]})
+async def _send_raw(send: Callable[[dict], Awaitable[None]], status: int, raw: Raw, request_id: str) -> None:
+    headers = [
+        (b"content-type", raw.content_type.encode()),
+        (b"content-length", b"%d" % len(raw.body)),
+        (b"x-request-id", request_id.encode()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": raw.body})
+
+
+async def _send_empty(send: Callable[[dict], Awaitable[None]], request_id: str, close: bool = False) -> None:
+    headers = [(b"x-request-id", request_id.encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": 204, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
 
 
@@ -173,13 +206,18 @@ async def serve_http(
     receive: Callable[[], Awaitable[dict]],
     send: Callable[[dict], Awaitable[None]],
 ) -> None:
-    """Answer one ASGI `http` request."""
+    """Answer one ASGI `http` request, and report it (metrics, request line) once answered."""
+    telemetry = services.telemetry
+    started = telemetry.begin()
     method = scope["method"]
     raw = scope.get("raw_path") or scope["path"].encode()
     raw_path = raw.decode("latin-1").partition("?")[0]
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     client = scope.get("client")
     request = Request(method, raw_path, headers, b"", client[0] if client else None)
+    request.query = scope.get("query_string", b"")
+    route = None
+    status, code = CLIENT_GONE, None
     try:
         route, params = router.match(method, raw_path)
         if not route.public and not services.ready:
@@ -193,18 +231,26 @@ async def serve_http(
             answer = await route.handler(services, request, **params)
         status, body = answer
         if status == 204:
-            await _send_empty(send, request.request_id)
+            await _send_empty(send, request.request_id, services.draining)
+        elif isinstance(body, Raw):
+            await _send_raw(send, status, body, request.request_id)
         else:
-            await _send(send, status, orjson.dumps(body), None, request.request_id)
+            await _send(send, status, orjson.dumps(body), _CLOSE if services.draining else None, request.request_id)
     except _ClientGone:
-        return
+        status = CLIENT_GONE
     except KernelError as error:
         status, body, extra = envelope(error, request.request_id)
+        code = error.code
+        if services.draining:
+            extra.update(_CLOSE)
         await _send(send, status, body, extra, request.request_id)
     except Exception:
-        log.exception("request %s %s failed", method, raw_path)
+        log.exception("request %s %s failed (%s)", method, raw_path, request.request_id)
         status, body, extra = envelope(KernelError(INTERNAL, "internal error"), request.request_id)
+        code = INTERNAL
         await _send(send, status, body, extra, request.request_id)
+    finally:
+        telemetry.end(method, route, status, started, request.request_id, code)
 
 
 async def _with_disconnect_watch(handler: Handler, services: Any, request: Request, params: dict[str, str], receive: Callable[[], Awaitable[dict]]) -> tuple[int, Any] | None:

@@ -19,7 +19,7 @@ from typing import Callable
 import trio
 
 from ..actors.clock import Clock
-from ..actors.errors import NOT_FOUND, UNAUTHENTICATED
+from ..actors.errors import NOT_FOUND, UNAUTHENTICATED, KernelError
 from ..actors.ids import IdSource
 from ..actors.kernel import Kernel
 from ..actors.keys import new_secret
@@ -27,9 +27,14 @@ from ..actors.ops import ClaimOps, KeyOps, ScopeOps
 from ..actors.queue_ops import MailboxOps, MessageOps, TaskOps
 from ..actors.state import KernelState
 from ..snapshots import RecoveryError, StoreLocked, open_store
+from ..snapshots.recovery import wal_dir
+from .admin import AdminCredential
 from .errors import ApiError
 from .http import Request
+from .logs import event
+from .metrics import MeteredDisk
 from .settings import Settings
+from .telemetry import Telemetry
 
 __all__ = ["Runtime"]
 
@@ -40,7 +45,15 @@ NewKeyHandler = Callable[[str, str], None]
 
 
 class Runtime:
-    def __init__(self, settings: Settings, *, clock: Clock | None = None, on_new_key: NewKeyHandler | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        on_new_key: NewKeyHandler | None = None,
+        telemetry: Telemetry | None = None,
+        on_admin_key: Callable[[str], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.limits = settings.limits
         self.ready = False
@@ -57,6 +70,12 @@ class Runtime:
         self.mailboxes: MailboxOps
         self.messages: MessageOps
         self.tasks: TaskOps
+        # Operating it: metrics and request lines, the admin credential, shutdown in progress.
+        self.telemetry = telemetry or Telemetry()
+        self.telemetry.metrics.state.runtime = self
+        self.admin = AdminCredential()
+        self._on_admin_key = on_admin_key
+        self.draining = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -65,8 +84,9 @@ class Runtime:
         if self.settings.data_dir:
             try:
                 store = self.store = await open_store(
-                    self.settings.data_dir, fsync=self.settings.fsync, limits=self.limits, clock=clock
+                    self.settings.data_dir, limits=self.limits, clock=clock, **self._store_options()
                 )
+                store.on_snapshot = self.telemetry.metrics.journal.snapshot
             except (RecoveryError, StoreLocked, OSError) as error:
                 log.critical("cannot start on %s: %s", self.settings.data_dir, error)
                 self.fatal = error
@@ -97,12 +117,16 @@ class Runtime:
         self.mailboxes, self.messages, self.tasks = MailboxOps(kernel), MessageOps(kernel), TaskOps(kernel)
         await self._configure_keys()
         self.ready = True
-        log.info("ready")
+        event(log, "ready", "ready", spaces=len(kernel.state.keys.spaces()), keys=len(kernel.state.keys))
 
     async def _configure_keys(self) -> None:
         settings = self.settings
+        self.admin.prepare(settings.admin_key, settings.data_dir, self._on_admin_key)
         if settings.api_key:
-            await self.keys.register(settings.api_key, frozenset({settings.space_id}), name="RUNSTATE_API_KEY")
+            try:
+                await self.keys.register(settings.api_key, frozenset({settings.space_id}), name="RUNSTATE_API_KEY")
+            except KernelError as error:  # revoked through the admin API: it stays revoked
+                log.warning("RUNSTATE_API_KEY is not accepted: %s", error.message)
         elif not len(self.kernel.state.keys):  # type: ignore[union-attr]
             secret = new_secret()
             await self.keys.register(secret, frozenset({settings.space_id}), name="generated at first start")
@@ -110,10 +134,54 @@ class Runtime:
                 self._on_new_key(secret, settings.space_id)
 
     def authorize(self, request: Request, space: str) -> str:
-        """The space, if the request's key opens it: 401 for a bad key, 404 for another space."""
-        spaces = self.keys.spaces_for(request.bearer())
+        """The space, if the request's key opens it: 401 for a bad key, 404 for another space.
+
+        The admin key reads (GET) every space the server knows, for `runstate inspect`; it
+        changes nothing inside a space.
+        """
+        secret = request.bearer()
+        spaces = self.keys.spaces_for(secret)
         if not spaces:
+            if request.method == "GET" and self.admin.matches(secret):
+                return self._known_space(space)
             raise ApiError(UNAUTHENTICATED, "the API key is not valid")
         if space not in spaces:
+            raise ApiError(NOT_FOUND, f"space {space!r} not found")
+        return space
+
+    # -- operating it ------------------------------------------------------------------------------
+
+    def _store_options(self) -> dict:
+        """The journal's settings, with a disk that times WAL writes and fsyncs for the metrics."""
+        config = self.settings.store_config()
+        journal_metrics = self.telemetry.metrics.journal
+        disk = MeteredDisk(journal_metrics, wal_dir(self.settings.data_dir), config.fsync_slow_ms)  # type: ignore[arg-type]
+        return {"config": config, "disk": disk}
+
+    async def flush(self) -> None:
+        """At shutdown, after the drain: everything recorded made durable, then a final snapshot."""
+        journal = self.kernel.journal  # type: ignore[union-attr]
+        last = journal.appended_lsn if hasattr(journal, "appended_lsn") else journal.lsn
+        done = trio.Event()
+        journal.after(last, lambda error: done.set())
+        await done.wait()
+        event(log, "journal_flushed", "journal flushed", lsn=last)
+        store = self.store
+        if store is not None and journal.failure is None and journal.durable_lsn > store.snapshot_lsn:
+            await store.snapshot()
+
+    def authorize_admin(self, request: Request) -> None:
+        """Let the request through only with the admin key: 401 without a valid key, 403 with an API key."""
+        secret = request.bearer()
+        if self.admin.matches(secret):
+            return
+        if self.ready and self.keys.spaces_for(secret):
+            raise ApiError("FORBIDDEN", "this needs the admin key; an API key opens only its spaces")
+        raise ApiError(UNAUTHENTICATED, "the admin key is not valid")
+
+    def _known_space(self, space: str) -> str:
+        """`space` if it holds anything or a key opens it; reading it must not make it."""
+        state = self.kernel.state  # type: ignore[union-attr]
+        if space not in state.spaces and space not in state.keys.spaces():
             raise ApiError(NOT_FOUND, f"space {space!r} not found")
         return space

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..actors.limits import Limits
+from ..snapshots.store import StoreConfig
+
+_STORE = StoreConfig()
 
 __all__ = ["Settings", "FSYNC_POLICIES"]
 
@@ -24,3 +27,32 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     # Fixed randomness for simulations and tests; None draws from the operating system.
     seed: int | None = None
+
+    # Operating it (see `config.py` for the flags, variables and TOML names of each).
+    # The credential of the admin endpoints; None: read or made in the data directory, or printed once.
+    admin_key: str | None = None
+    log_format: str = "json"
+    log_level: str = "info"
+    log_requests: str = "all"
+    # /metrics without a key from any address, not only from loopback.
+    metrics_public: bool = False
+    shutdown_grace_s: float = 10.0
+    keep_alive_s: float = 75.0
+    expiry_storm_per_s: int = 1000
+
+    # The durable journal (with a data directory); defaults are the store's own.
+    fsync_batch_ms: float = _STORE.batch_interval_ms
+    snapshot_every_records: int = _STORE.snapshot_every_records
+    snapshot_every_s: float = _STORE.snapshot_every_s
+    snapshots_kept: int = _STORE.snapshots_kept
+    fsync_slow_ms: float = _STORE.fsync_slow_ms
+
+    def store_config(self) -> StoreConfig:
+        return StoreConfig(
+            fsync=self.fsync,
+            batch_interval_ms=self.fsync_batch_ms,
+            snapshot_every_records=self.snapshot_every_records,
+            snapshot_every_s=self.snapshot_every_s,
+            snapshots_kept=self.snapshots_kept,
+            fsync_slow_ms=self.fsync_slow_ms,
+        )

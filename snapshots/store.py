@@ -171,6 +171,8 @@ class Store:
         self._lock_fd: int | None = lock_fd
         self._kernel: Any = None
         self._busy = trio.Lock()  # snapshots and repairs never run at the same time
+        # Told the seconds each snapshot took (the server's metrics).
+        self.on_snapshot: Callable[[float], None] | None = None
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -267,6 +269,7 @@ class Store:
             if journal.failure is not None:
                 return 0
             through = journal.durable_lsn
+            started = time.perf_counter()
             try:
                 if self.config.snapshot_process and self.state_spec is not None:
                     info = await self._snapshot_in_child(through)
@@ -280,9 +283,13 @@ class Store:
                 return 0
         if info is None:
             return 0
+        seconds = time.perf_counter() - started
         self.snapshot_lsn = info.lsn
         self.snapshots_taken += 1
-        log.info("snapshot at LSN %d: %d entries, %d bytes", info.lsn, info.entries, info.size_bytes)
+        fields = {"lsn": info.lsn, "entries": info.entries, "bytes": info.size_bytes, "seconds": round(seconds, 3)}
+        log.info("snapshot at LSN %d: %d entries, %d bytes", info.lsn, info.entries, info.size_bytes, extra={"event": "snapshot", "fields": fields})
+        if self.on_snapshot is not None:
+            self.on_snapshot(seconds)
         return info.lsn
 
     async def _snapshot_in_child(self, through: int) -> SnapshotInfo | None:
@@ -378,5 +385,11 @@ async def open_store(
     except BaseException:
         store.close()
         raise
-    log.info("%s", store.report.describe())
+    report = store.report
+    fields = {
+        "seconds": round(report.seconds, 3), "snapshot_lsn": report.snapshot_lsn, "records": report.records,
+        "last_lsn": report.last_lsn, "epoch": report.epoch, "expired": report.expired, "graced": report.graced,
+        "repairs": len(report.repairs), **report.counts,
+    }
+    log.info("%s", report.describe(), extra={"event": "recovery", "fields": fields})
     return store

@@ -14,7 +14,7 @@ in LSN order:
 - `always` (default): write and fsync every batch before answering. Batches grow by themselves
   under load (group commit): whatever is appended while one fsync runs goes in the next.
 - `batch`: the same, but fsync at most once every `batch_interval_ms`: a batch waits until that
-  much time has passed since the previous fsync, gathering more records meanwhile.
+  much time has passed since the previous fsync began, gathering more records meanwhile.
 - `off`: write (to the operating system) and answer; no fsync. Survives a kill of the process, not
   a power cut (see `actors/boot.py` for what still holds for generations).
 
@@ -273,6 +273,7 @@ class WalJournal:
         first_lsn = batch[0][0]
         bodies = [body for _, part, _ in batch for body in part]
         sync = self.fsync != "off"
+        started = trio.current_time()
         try:
             await self.run_blocking(self.writer.write, first_lsn, bodies, sync)
         except OSError as error:
@@ -280,7 +281,9 @@ class WalJournal:
             self._fail(error, batch)
             return
         if sync:
-            self._synced_at = trio.current_time()
+            # The interval runs from the start of an fsync, so a change waits only for what is
+            # left of it once the previous fsync is done, not for a whole interval after it.
+            self._synced_at = started
         self.batches += 1
         self.durable_lsn = first_lsn + len(bodies) - 1
         for _, _, on_durable in batch:

@@ -2,9 +2,10 @@
 
 from ..http import Router
 from . import claims, health, mailboxes, messages, scopes, tasks
+from . import admin, inspect, metrics
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
-for module in (health, scopes, claims, mailboxes, messages, tasks):
+for module in (health, scopes, claims, mailboxes, messages, tasks, admin, inspect, metrics):
     ROUTER.include(module.router)

@@ -1,4 +1,4 @@
-"""Claims: acquire, renew, release (PROTOCOL.md 2.2, 5.7, 5.8).
+"""Claims: acquire, renew, release.
 
 Renew and release carry no scope: the token names the claim, and the key in the path must match.
 """

@@ -1,4 +1,6 @@
-"""`GET /healthz`: 200 once the state is recovered and the server serves, 503 before. Reveals nothing else."""
+"""`GET /healthz`: 200 once the state is recovered and the server serves, 503 before and while it shuts down.
+
+Reveals nothing else."""
 
 from __future__ import annotations
 
@@ -15,4 +17,6 @@ router = Router()
 async def healthz(services: Any, request: Request) -> tuple[int, dict]:
     if not services.ready:
         raise ApiError(UNAVAILABLE, "recovering", headers={"retry-after": "1"})
+    if services.draining:
+        raise ApiError(UNAVAILABLE, "shutting down")
     return 200, {"status": "ok"}

@@ -1,4 +1,4 @@
-"""Mailboxes and their queues: list, create, send, recv, dead letters (PROTOCOL.md 2.3, 2.4, 3.7, 3.8).
+"""Mailboxes and their queues: list, create, send, recv, dead letters.
 
 `recv` is a long poll: with `waitMs` it is held until a message arrives or the wait ends (capped
 at `wait_ms_max`), and answers 204 with an empty body when there is nothing; when the client goes

@@ -1,4 +1,4 @@
-"""Settling a delivery: complete, nack, renew (PROTOCOL.md 2.4, 5.4, 5.5).
+"""Settling a delivery: complete, nack, renew.
 
 Each carries the delivery's token; one that is not current (the lease ran out and the message was
 delivered again, or the task was cancelled) is 409 STALE_CLAIM and changes nothing.

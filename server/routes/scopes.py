@@ -1,4 +1,4 @@
-"""Scopes (runs): create, read, cancel, complete (PROTOCOL.md 2.1)."""
+"""Scopes (runs): create, read, cancel, complete."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tasks: submit (create or replay), read, cancel, join, detach (PROTOCOL.md 2.5, 3.10, 5.15).
+"""Tasks: submit (create or replay), read, cancel, join, detach.
 
 A submit that creates the task answers 201, one that returns the key's existing task 200 with
 `created: false`; both carry `taskId`, which is all the official client reads.

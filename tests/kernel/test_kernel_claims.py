@@ -132,12 +132,18 @@ async def test_replaying_the_journal_rebuilds_the_same_claims(harness, autojump_
         assert (a.generation, a.token, a.holder, a.expires_ms) == (b.generation, b.token, b.holder, b.expires_ms)
 
 
-async def test_actors_retire_when_idle(harness, autojump_clock):
-    """After the calls are answered no actor task is left; the state stays in plain dicts."""
+async def test_actors_linger_briefly_then_retire(harness, autojump_clock):
+    """A key in use keeps its actor task between calls; idle actors retire within two linger periods."""
+    from runstate.actors.kernel import ACTOR_LINGER_S
+
     h = harness
     run = await h.scopes.create("default")
     for n in range(100):
         await acquire(h, run["id"], key=f"k{n}")
+    await trio.testing.wait_all_tasks_blocked()
+    assert h.kernel.actors == 101  # 100 claim keys and the run's scope, lingering
+    await trio.sleep(ACTOR_LINGER_S)
+    await trio.sleep(ACTOR_LINGER_S)
     await trio.testing.wait_all_tasks_blocked()
     assert h.kernel.actors == 0
     assert len(h.kernel.state.space("default").claims) == 100

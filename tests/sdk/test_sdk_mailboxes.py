@@ -1,4 +1,4 @@
-"""Mailboxes, deliveries, consume() and task tickets against a scripted server (PROTOCOL.md 2.3-2.5, 3.7, 3.10)."""
+"""Mailboxes, deliveries, consume() and task tickets against a scripted server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The request layer, configuration, errors and the HTTP transport (PROTOCOL.md 1.1-1.11)."""
+"""The request layer, configuration, errors and the HTTP transport."""
 
 from __future__ import annotations
 

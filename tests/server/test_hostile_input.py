@@ -161,7 +161,7 @@ async def test_the_server_keeps_serving_after_all_of_it(api, autojump_clock):
 
 
 async def test_bodyless_posts_are_accepted(api, autojump_clock):
-    """cancel and complete come with no body and no content-type (PROTOCOL.md 1.3)."""
+    """cancel and complete come with no body and no content-type."""
     scope_id = await new_run(api)
     status, _, body = await api.request("POST", f"/v1/spaces/default/scopes/{scope_id}/complete", body=b"")
     assert status == 200 and body["storedState"] == "COMPLETED"

@@ -2,7 +2,7 @@
 
 What the official client depends on is checked literally: status codes (201/200/204), the
 `mailboxes` wrapper, the recv shape, 204 with an empty body, error envelopes with the codes of
-PROTOCOL.md 1.10, Retry-After on BACKLOG_FULL. Bad input of any kind is a 4xx, never a 500.
+the v1 error table, Retry-After on BACKLOG_FULL. Bad input of any kind is a 4xx, never a 500.
 """
 
 from __future__ import annotations

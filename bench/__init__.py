@@ -1,0 +1,1 @@
+"""The benchmark suite: `make bench` (full) and `make bench-quick`; see README "Benchmarks"."""

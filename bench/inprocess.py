@@ -1,0 +1,316 @@
+"""In-process legs, each run in its own process on one core (`python -m bench.inprocess LEG ...`).
+
+- `kernel`: claim cycles per second through `actors/ops.py` with many concurrent callers and no
+  HTTP: the kernel's own cost (state machines, actors, supervisor, in-memory journal).
+- `tasks`: task lifecycles per second (submit, receive, complete, read the result), each caller on
+  its own scope (so its own queue), once the queue operations are on the branch.
+- `scale`: resident memory per idle claim: N claims acquired with a long lease and left alone,
+  measured as the growth of the process's RSS over an empty kernel (after a full collection).
+- `scale-tasks`: the same per queued task (submitted with no input, nobody receiving).
+- `recovery`: writes a WAL of N records (claim acquires, renewals and releases, 60/25/15 %, with
+  the writer in bench/_logs.py) and times `open_store` on it in a fresh process (`recover`): read
+  and verify every frame, replay through the state machines, record the boot, as `runstate serve
+  --data-dir` does at start.
+
+Each prints one JSON line, `BENCH_JSON {...}`, that bench/run.py reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+
+import orjson
+import trio
+
+from runstate.actors import ClaimOps, Clock, IdSource, Kernel, KernelState, Limits, ScopeOps
+
+from .procs import pin_self, rss_bytes
+
+SPACE = "default"
+
+
+def report(document: dict) -> None:
+    sys.stdout.write("BENCH_JSON " + orjson.dumps(document).decode() + "\n")
+    sys.stdout.flush()
+
+
+async def _until_actors_retire(kernel: Kernel, timeout_s: float = 10.0) -> int:
+    """Wait until no actor is alive (they may linger a moment after their last call); returns how
+    many are still alive after `timeout_s`. An idle key has no actor: only its state is counted."""
+    with trio.move_on_after(timeout_s):
+        while kernel.actors:
+            await trio.sleep(0.1)
+    return kernel.actors
+
+
+async def _with_kernel(body, limits: Limits | None = None):  # type: ignore[no-untyped-def]
+    kernel = Kernel(state=KernelState(limits or Limits()), clock=Clock(), ids=IdSource())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(kernel.run)
+        try:
+            return await body(kernel)
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dict:
+    async def body(kernel: Kernel) -> dict:
+        scopes, claims = ScopeOps(kernel), ClaimOps(kernel)
+        scope_id = (await scopes.create(SPACE, name="bench"))["id"]
+        counting = False
+        stop = False
+        cycles = 0
+
+        async def caller(i: int) -> None:
+            nonlocal cycles
+            key = f"k{i}"
+            holder, session = f"worker-{i}", f"session-{i}"
+            while not stop:
+                view = await claims.acquire(SPACE, scope_id=scope_id, key=key, holder=holder, session=session, lease_s=30)
+                await claims.release(SPACE, key=key, token=view["token"])
+                if counting:
+                    cycles += 1
+
+        async with trio.open_nursery() as nursery:
+            for i in range(callers):
+                nursery.start_soon(caller, i)
+            await trio.sleep(warmup_s)
+            counting = True
+            began, cpu_began = time.perf_counter(), time.process_time()
+            await trio.sleep(duration_s)
+            counting = False
+            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+            stop = True
+        return {
+            "callers": callers,
+            "duration_s": elapsed,
+            "cycles": cycles,
+            "cycles_per_s": cycles / elapsed,
+            "cpu": cpu / elapsed,
+        }
+
+    return await _with_kernel(body)
+
+
+async def scale_claims(count: int, callers: int) -> dict:
+    async def body(kernel: Kernel) -> dict:
+        scopes, claims = ScopeOps(kernel), ClaimOps(kernel)
+        scope_id = (await scopes.create(SPACE, name="bench"))["id"]
+        # A first claim, so that every structure a claim needs exists before the baseline.
+        await claims.acquire(SPACE, scope_id=scope_id, key="warm", holder="h", session="s", lease_s=600)
+        await _until_actors_retire(kernel)
+        gc.collect()
+        baseline = rss_bytes()
+        began = time.perf_counter()
+        per_caller = count // callers
+
+        async def caller(i: int) -> None:
+            for j in range(per_caller):
+                # Keys, holders and sessions as an agent swarm would send them (not interned).
+                await claims.acquire(
+                    SPACE, scope_id=scope_id, key=f"company:{i}-{j}", holder=f"worker-{i}", session=f"session-{i}", lease_s=600
+                )
+
+        async with trio.open_nursery() as nursery:
+            for i in range(callers):
+                nursery.start_soon(caller, i)
+        built_s = time.perf_counter() - began
+        alive = await _until_actors_retire(kernel)
+        gc.collect()
+        grown = rss_bytes() - baseline
+        made = per_caller * callers
+        return {
+            "claims": made,
+            "rss_baseline_bytes": baseline,
+            "rss_grown_bytes": grown,
+            "bytes_per_claim": grown / made,
+            "build_s": built_s,
+            "actors_alive": alive,
+        }
+
+    return await _with_kernel(body)
+
+
+def queue_ops():  # type: ignore[no-untyped-def]
+    """The queue operations, or None on a branch without them."""
+    try:
+        from runstate.actors.queue_ops import MailboxOps, MessageOps, TaskOps
+    except ImportError:
+        return None
+    return MailboxOps, MessageOps, TaskOps
+
+
+async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict:
+    MailboxOps, MessageOps, TaskOps = queue_ops()
+
+    async def body(kernel: Kernel) -> dict:
+        scopes, messages, tasks = ScopeOps(kernel), MessageOps(kernel), TaskOps(kernel)
+        mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
+        counting = False
+        stop = False
+        lifecycles = 0
+
+        async def caller(i: int) -> None:
+            nonlocal lifecycles
+            scope_id = (await scopes.create(SPACE, name=f"caller-{i}"))["id"]
+            holder, session = f"worker-{i}", f"session-{i}"
+            count = 0
+            while not stop:
+                count += 1
+                task = await tasks.submit(SPACE, scope_id=scope_id, mailbox_id=mailbox_id, key=f"w{i}-t{count}", task_input={"n": count})
+                delivery = await messages.receive(SPACE, mailbox_id, scope_id=scope_id, holder=holder, session=session, lease_s=30, wait_ms=10_000)
+                await messages.complete(SPACE, delivery["message"]["id"], token=delivery["token"], result={"ok": True})
+                if tasks.view(SPACE, task["taskId"])["state"] != "SUCCEEDED":
+                    raise RuntimeError("the task did not show its result")
+                if counting:
+                    lifecycles += 1
+
+        async with trio.open_nursery() as nursery:
+            for i in range(callers):
+                nursery.start_soon(caller, i)
+            await trio.sleep(warmup_s)
+            counting = True
+            began, cpu_began = time.perf_counter(), time.process_time()
+            await trio.sleep(duration_s)
+            counting = False
+            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+            stop = True
+        return {
+            "callers": callers,
+            "duration_s": elapsed,
+            "lifecycles": lifecycles,
+            "lifecycles_per_s": lifecycles / elapsed,
+            "cpu": cpu / elapsed,
+        }
+
+    return await _with_kernel(body)
+
+
+async def scale_tasks(count: int, callers: int) -> dict:
+    MailboxOps, MessageOps, TaskOps = queue_ops()
+
+    async def body(kernel: Kernel) -> dict:
+        scopes, tasks = ScopeOps(kernel), TaskOps(kernel)
+        mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
+        scope_ids = [(await scopes.create(SPACE, name=f"caller-{i}"))["id"] for i in range(callers)]
+        await tasks.submit(SPACE, scope_id=scope_ids[0], mailbox_id=mailbox_id, key="warm")
+        await _until_actors_retire(kernel)
+        gc.collect()
+        baseline = rss_bytes()
+        began = time.perf_counter()
+        per_caller = count // callers
+
+        async def caller(i: int) -> None:
+            for j in range(per_caller):
+                await tasks.submit(SPACE, scope_id=scope_ids[i], mailbox_id=mailbox_id, key=f"task:{i}-{j}")
+
+        async with trio.open_nursery() as nursery:
+            for i in range(callers):
+                nursery.start_soon(caller, i)
+        built_s = time.perf_counter() - began
+        alive = await _until_actors_retire(kernel)
+        gc.collect()
+        grown = rss_bytes() - baseline
+        made = per_caller * callers
+        return {
+            "tasks": made,
+            "actors_alive": alive,
+            "rss_baseline_bytes": baseline,
+            "rss_grown_bytes": grown,
+            "bytes_per_task": grown / made,
+            "build_s": built_s,
+        }
+
+    return await _with_kernel(body)
+
+
+def has_wal() -> bool:
+    try:
+        from runstate.snapshots import open_store  # noqa: F401
+
+        from . import _logs  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def write_log(records: int, directory: str) -> dict:
+    from ._logs import write_claims_log
+
+    claims = int(records * 0.6)
+    renews = int(records * 0.25)
+    began = time.perf_counter()
+    # Two records more than asked: the boot and the scope come first.
+    written = write_claims_log(directory, claims, renews=renews, releases=records - claims - renews - 2)
+    return {"records": written, "write_s": time.perf_counter() - began}
+
+
+async def recover(directory: str) -> dict:
+    import resource
+
+    from runstate.snapshots import open_store
+
+    began, cpu_began = time.perf_counter(), time.process_time()
+    store = await open_store(directory, fsync="always")
+    took, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+    report_ = store.report
+    store.close()
+    return {
+        "seconds": took,
+        "cpu_s": cpu,
+        "replayed": report_.records,
+        "snapshot_lsn": report_.snapshot_lsn,
+        "wal_bytes": report_.wal_bytes,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="leg", required=True)
+    k = commands.add_parser("kernel")
+    k.add_argument("--callers", type=int, default=64)
+    k.add_argument("--seconds", type=float, default=5)
+    k.add_argument("--warmup", type=float, default=1)
+    t = commands.add_parser("tasks")
+    t.add_argument("--callers", type=int, default=64)
+    t.add_argument("--seconds", type=float, default=5)
+    t.add_argument("--warmup", type=float, default=1)
+    s = commands.add_parser("scale")
+    s.add_argument("--claims", type=int, default=100_000)
+    s.add_argument("--callers", type=int, default=100)
+    st = commands.add_parser("scale-tasks")
+    st.add_argument("--tasks", type=int, default=100_000)
+    st.add_argument("--callers", type=int, default=100)
+    commands.add_parser("has-queues")
+    commands.add_parser("has-wal")
+    w = commands.add_parser("write-log")
+    w.add_argument("--records", type=int, default=1_000_000)
+    w.add_argument("directory")
+    r = commands.add_parser("recover")
+    r.add_argument("directory")
+    args = parser.parse_args(argv)
+    pin_self()
+    if args.leg == "kernel":
+        report(trio.run(kernel_claims, args.callers, args.seconds, args.warmup))
+    elif args.leg == "scale":
+        report(trio.run(scale_claims, args.claims, args.callers))
+    elif args.leg == "has-queues":
+        report({"queues": queue_ops() is not None})
+    elif args.leg == "has-wal":
+        report({"wal": has_wal()})
+    elif args.leg == "write-log":
+        report(write_log(args.records, args.directory))
+    elif args.leg == "recover":
+        report(trio.run(recover, args.directory))
+    elif args.leg == "tasks":
+        report(trio.run(kernel_tasks, args.callers, args.seconds, args.warmup))
+    elif args.leg == "scale-tasks":
+        report(trio.run(scale_tasks, args.tasks, args.callers))
+
+
+if __name__ == "__main__":
+    main()

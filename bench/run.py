@@ -1,0 +1,452 @@
+"""Run the benchmark legs and print one table: `python -m bench.run [--quick] [--only LEGS]`.
+
+Every leg is measured in the same run as its reference, and compared as a ratio, because absolute
+figures drift on shared machines. Throughput legs alternate between the reference and the measured
+servers inside each repetition (in reverse order every other repetition), and the ratio is taken
+per repetition (median over repetitions).
+See README "Benchmarks" for what each leg means and the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import inprocess_runner, queues
+from .harness import ClaimSession, RedisLockSession, drive, run_bounded
+from .procs import PINNED, RESULTS, ROOT, Processes, find_tool, missing_tool_message, pin_self
+from .report import INFO, NA, REFERENCE, USABLE_CPUS, Row, ms, n, table, verdict_at_least, verdict_at_most, write_json
+from .takeover import takeover_retry_after, takeover_sdk_loop
+from .targets import (
+    Target,
+    create_scope,
+    data_root,
+    journal_on_disk,
+    remove_data_root,
+    start_ceiling,
+    start_redis,
+    start_runstate,
+)
+from .wrk import WrkResult, run_wrk
+
+# The targets (README "Performance" and issue 5). They live here and in the README, never in tests.
+CYCLE_VS_CEILING_BATCH = 0.85
+CYCLE_VS_CEILING_ALWAYS = 0.70
+KERNEL_CLAIM_CYCLES_S = 50_000
+KERNEL_TASK_LIFECYCLES_S = 20_000
+WAKEUP_P50_MS = 2.0
+TAKEOVER_MS = 50.0
+BYTES_PER_IDLE_CLAIM = 1024
+BYTES_PER_QUEUED_TASK = 2048
+RECOVERY_1M_S = 10.0
+
+CONNECTIONS = (1, 16)
+LEGS = ("http", "latency", "peer", "takeover", "queues", "kernel", "scale")
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    wrk_s: float
+    reps: int
+    harness_s: float
+    warmup_s: float
+    kernel_s: float
+    kernel_reps: int
+    scale_counts: tuple[int, ...]
+    takeover_keys: int
+    sdk_keys: int
+    redis_aof: bool
+    wake_samples: int
+    peer_reps: int
+    recovery_records: int
+
+
+QUICK = Mode("quick", wrk_s=2, reps=3, harness_s=2, warmup_s=0.5, kernel_s=3, kernel_reps=1,
+             scale_counts=(100_000,), takeover_keys=16, sdk_keys=8, redis_aof=False, wake_samples=100,
+             peer_reps=1, recovery_records=250_000)
+FULL = Mode("full", wrk_s=3, reps=8, harness_s=6, warmup_s=1, kernel_s=6, kernel_reps=3,
+            scale_counts=(100_000, 1_000_000), takeover_keys=32, sdk_keys=16, redis_aof=True, wake_samples=400,
+            peer_reps=2, recovery_records=1_000_000)
+
+
+class Bench:
+    def __init__(self, mode: Mode, legs: set[str], procs: Processes) -> None:
+        self.mode = mode
+        self.legs = legs
+        self.procs = procs
+        self.rows: list[Row] = []
+        self.notes: list[str] = []
+        self.wrk: str | None = None
+        self.redis_server: str | None = None
+        self.durable = False
+        self.claim_targets: list[tuple[str, Target, float | None]] = []  # (label, server, target ratio)
+        self.ceiling: Target
+        self._has_queues: bool | None = None
+
+    # -- servers ---------------------------------------------------------------------------------
+
+    def start_servers(self) -> None:
+        """The ceiling and the claim-cycle servers; the WAL legs only when the WAL is on this branch."""
+        self.ceiling = start_ceiling(self.procs)
+        batch = start_runstate(self.procs, "fsync-batch", fsync="batch", data_root=data_root())
+        run_bounded(create_scope(batch, "probe"))
+        self.durable = journal_on_disk(batch)
+        if self.durable:
+            always = start_runstate(self.procs, "fsync-always", fsync="always", data_root=data_root())
+            memory = start_runstate(self.procs, "memory")
+            self.claim_targets = [
+                ("--fsync batch", batch, CYCLE_VS_CEILING_BATCH),
+                ("--fsync always", always, CYCLE_VS_CEILING_ALWAYS),
+                ("in memory, no data dir", memory, None),
+            ]
+        else:
+            # --data-dir is accepted but nothing is written: this branch has no WAL yet.
+            self.procs.stop(batch.proc)
+            memory = start_runstate(self.procs, "memory")
+            self.claim_targets = [("in memory (no WAL on this branch)", memory, CYCLE_VS_CEILING_BATCH)]
+            self.notes.append(
+                "No WAL on this branch (--data-dir writes nothing): the claim cycle runs on the in-memory "
+                "server and is held to the --fsync batch target; the --fsync always leg is n/a."
+            )
+
+    # -- legs ------------------------------------------------------------------------------------
+
+    def http(self) -> None:
+        ceiling = self.ceiling
+        if self.wrk is None:
+            self.rows.append(Row("HTTP ceiling and claim cycle (wrk)", missing_tool_message("wrk", "wrk"), verdict=NA))
+            return
+        runs: dict[tuple[str, int], list[WrkResult]] = {}
+        ratios: dict[tuple[str, int], list[float]] = {}
+        cost_ratios: dict[tuple[str, int], list[float]] = {}
+        for rep in range(self.mode.reps):
+            for connections in CONNECTIONS:
+                # A B C ceiling, then ceiling C B A...: each server is on average as far in time
+                # from the ceiling run it is compared with.
+                order = [None, *self.claim_targets]
+                if rep % 2:
+                    order.reverse()
+                measured: dict[str, WrkResult] = {}
+                for entry in order:
+                    if entry is None:
+                        measured["ceiling"] = run_wrk(
+                            self.procs, self.wrk, ceiling.base_url, "ceiling.lua", [ceiling.space],
+                            connections=connections, duration_s=self.mode.wrk_s, server_pid=ceiling.pid)
+                        continue
+                    label, server, _ = entry
+                    scope_id = run_bounded(create_scope(server, "wrk"))
+                    measured[label] = run_wrk(
+                        self.procs, self.wrk, server.base_url, "claim_cycle.lua", [server.space, scope_id, server.api_key],
+                        connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
+                base = measured.pop("ceiling")
+                runs.setdefault(("ceiling", connections), []).append(base)
+                for label, result in measured.items():
+                    runs.setdefault((label, connections), []).append(result)
+                    ratios.setdefault((label, connections), []).append(result.rps / base.rps)
+                    cost_ratios.setdefault((label, connections), []).append(per_cpu_s(result) / per_cpu_s(base))
+        for connections in CONNECTIONS:
+            base_runs = runs[("ceiling", connections)]
+            base_rps = med(r.rps for r in base_runs)
+            self.rows.append(Row(
+                f"HTTP ceiling, {connections} conn (wrk)",
+                f"{n(base_rps)} req/s, p50 {ms(med(r.p50_ms for r in base_runs))}, p99 {ms(med(r.p99_ms for r in base_runs))}",
+                verdict=REFERENCE,
+                data={"runs": [r.as_dict() for r in base_runs]},
+            ))
+            for label, _, minimum in self.claim_targets:
+                results = runs[(label, connections)]
+                rps = med(r.rps for r in results)
+                cycles = med(r.counters.get("cycles", 0) / r.duration_s for r in results)
+                ratio = med(ratios[(label, connections)])
+                cost_ratio = med(cost_ratios[(label, connections)])
+                refused = sum(r.counters.get("refused", 0) + r.errors for r in results)
+                figure = (f"{n(rps)} req/s = {n(cycles)} cycles/s, p50 {ms(med(r.p50_ms for r in results))}, "
+                          f"p99 {ms(med(r.p99_ms for r in results))}; per server CPU-second {cost_ratio:.2f}")
+                if refused:
+                    figure += f", {refused} refused"
+                self.rows.append(Row(
+                    f"Claim cycle {label}, {connections} conn (wrk)",
+                    figure,
+                    reference=f"ceiling {n(base_rps)} req/s",
+                    ratio=ratio,
+                    target="-" if minimum is None else f">= {minimum:.2f}",
+                    verdict=INFO if minimum is None else verdict_at_least(ratio, minimum),
+                    data={"runs": [r.as_dict() for r in results], "ratios": ratios[(label, connections)],
+                          "per_cpu_second_ratios": cost_ratios[(label, connections)]},
+                ))
+        self.notes.append(
+            "'per server CPU-second' is the ratio of requests per second of server CPU (the claim cycle's over "
+            "the ceiling's): unlike the throughput ratio it holds when other processes take CPU from the server."
+        )
+        loads = [r.wrk_cpu for rs in runs.values() for r in rs]
+        self.notes.append(f"wrk used at most {max(loads):.0%} of its core (a load generator near 100% would be the bottleneck).")
+        if max(loads) > 0.85:
+            self.notes.append("WARNING: wrk was near saturation; the throughput figures are a floor.")
+
+    def latency(self) -> None:
+        # The quick run measures the first server only (--fsync batch once the WAL is on the branch).
+        targets = self.claim_targets if self.mode.name == "full" else self.claim_targets[:1]
+        for label, server, _ in targets:
+            for connections in CONNECTIONS:
+                result = self._harness_claims(server, connections)
+                self.rows.append(Row(
+                    f"Claim cycle latency {label}, {connections} conn (harness)",
+                    f"p50 {ms(result.p50_ms)}, p99 {ms(result.p99_ms)} per cycle; {n(result.cycles_per_s)} cycles/s",
+                    verdict=INFO,
+                    data=result.as_dict(),
+                ))
+                self.note_harness(result)
+
+    def _harness_claims(self, server: Target, connections: int):  # type: ignore[no-untyped-def]
+        scope_id = run_bounded(create_scope(server, "harness"))
+
+        async def make(i: int) -> ClaimSession:
+            return await ClaimSession(server, scope_id, i).open()
+
+        return run_bounded(drive(f"claims {server.name}", make, concurrency=connections,
+                                 duration_s=self.mode.harness_s, warmup_s=self.mode.warmup_s, server_pid=server.pid))
+
+    def note_harness(self, result) -> None:  # type: ignore[no-untyped-def]
+        if result.harness_cpu > 0.85:
+            self.note(f"WARNING: the Python harness used over 85% of its core in '{result.name}' at "
+                      f"{result.concurrency} conn: its figure is a floor, not the server's limit.")
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def peer(self) -> None:
+        if self.redis_server is None:
+            self.rows.append(Row("Peer: Redis lock", missing_tool_message("redis-server", "redis-server"), verdict=NA))
+            return
+        try:
+            import redis  # noqa: F401
+        except ImportError:
+            self.rows.append(Row("Peer: Redis lock", "redis-py missing: pip install -e '.[bench]' (make bench does)", verdict=NA))
+            return
+        pairs = [(False, self.claim_targets[0])]
+        if self.mode.redis_aof:
+            always = next((t for t in self.claim_targets if "always" in t[0]), None)
+            pairs.append((True, always or self.claim_targets[0]))
+        for aof, (label, ours) in [(a, (t[0], t[1])) for a, t in pairs]:
+            redis_target = start_redis(self.procs, self.redis_server, appendfsync_always=aof, data_root=data_root())
+            try:
+                for connections in CONNECTIONS:
+                    pairs = []
+                    for _ in range(self.mode.peer_reps):
+                        mine = self._harness_claims(ours, connections)
+
+                        async def make(i: int) -> RedisLockSession:
+                            return await RedisLockSession(redis_target, i).open()
+
+                        theirs = run_bounded(drive(redis_target.name, make, concurrency=connections,
+                                                   duration_s=self.mode.harness_s, warmup_s=self.mode.warmup_s,
+                                                   server_pid=redis_target.pid))
+                        self.note_harness(theirs)
+                        pairs.append((mine, theirs))
+                    kind = "appendfsync always" if aof else "no persistence"
+                    self.rows.append(Row(
+                        f"Peer: Redis Lock ({kind}) vs claim cycle {label}, {connections} conn",
+                        f"ours {n(med(m.cycles_per_s for m, _ in pairs))} cycles/s, p50 {ms(med(m.p50_ms for m, _ in pairs))}",
+                        reference=f"Redis {n(med(t.cycles_per_s for _, t in pairs))} cycles/s, p50 {ms(med(t.p50_ms for _, t in pairs))}",
+                        ratio=med(m.cycles_per_s / t.cycles_per_s for m, t in pairs),
+                        verdict=INFO,
+                        data={"ours": [m.as_dict() for m, _ in pairs], "redis": [t.as_dict() for _, t in pairs]},
+                    ))
+            finally:
+                self.procs.stop(redis_target.proc)
+                shutil.rmtree(redis_target.data_dir or "", ignore_errors=True)
+
+    def takeover(self) -> None:
+        label, server, _ = self.claim_targets[0]
+        fast = run_bounded(takeover_retry_after(server, self.mode.takeover_keys))
+        self.rows.append(Row(
+            f"Takeover of a claim, {label} (retry at Retry-After)",
+            f"p50 {ms(fast['p50_ms'])}, p99 {ms(fast['p99_ms'])} after expiry ({fast['samples']} leases)",
+            target=f"<= {TAKEOVER_MS:.0f} ms (p99)",
+            verdict=verdict_at_most(fast["p99_ms"], TAKEOVER_MS),
+            data=fast,
+        ))
+        slow = run_bounded(takeover_sdk_loop(server, self.mode.sdk_keys))
+        self.rows.append(Row(
+            f"Takeover of a claim, {label} (SDK wait loop, 0.225-0.375 s polls)",
+            f"p50 {ms(slow['p50_ms'])}, p99 {ms(slow['p99_ms'])} after expiry ({slow['samples']} leases)",
+            verdict=INFO,
+            data=slow,
+        ))
+
+    def queues(self) -> None:
+        self.rows.extend(queues.run(self))
+
+    def kernel(self) -> None:
+        samples = [inprocess_runner.run(self.procs, ["kernel", "--seconds", str(self.mode.kernel_s)])
+                   for _ in range(self.mode.kernel_reps)]
+        rate = med(s["cycles_per_s"] for s in samples)
+        per_core = med(s["cycles_per_s"] / max(s["cpu"], 1e-6) for s in samples)
+        self.rows.append(Row(
+            f"Kernel alone, claim cycles per CPU-second ({samples[0]['callers']} callers, 1 core)",
+            f"{n(per_core)} cycles/CPU-s ({n(rate)} cycles/s at {med(s['cpu'] for s in samples):.0%} of the core)",
+            target=f">= {n(KERNEL_CLAIM_CYCLES_S)}",
+            verdict=verdict_at_least(per_core, KERNEL_CLAIM_CYCLES_S),
+            data={"runs": samples},
+        ))
+        if not self.has_queues():
+            self.rows.append(Row("Kernel alone, task lifecycles/s", "n/a: no queue operations on this branch yet", verdict=NA))
+            return
+        samples = [inprocess_runner.run(self.procs, ["tasks", "--seconds", str(self.mode.kernel_s)])
+                   for _ in range(self.mode.kernel_reps)]
+        rate = med(s["lifecycles_per_s"] for s in samples)
+        per_core = med(s["lifecycles_per_s"] / max(s["cpu"], 1e-6) for s in samples)
+        self.rows.append(Row(
+            f"Kernel alone, task lifecycles per CPU-second ({samples[0]['callers']} callers, 1 core)",
+            f"{n(per_core)} lifecycles/CPU-s ({n(rate)} lifecycles/s at {med(s['cpu'] for s in samples):.0%} of the core)",
+            target=f">= {n(KERNEL_TASK_LIFECYCLES_S)}",
+            verdict=verdict_at_least(per_core, KERNEL_TASK_LIFECYCLES_S),
+            data={"runs": samples},
+        ))
+
+    def has_queues(self) -> bool:
+        if self._has_queues is None:
+            self._has_queues = bool(inprocess_runner.run(self.procs, ["has-queues"])["queues"])
+        return self._has_queues
+
+    def scale(self) -> None:
+        for count in self.mode.scale_counts:
+            result = inprocess_runner.run(self.procs, ["scale", "--claims", str(count)], timeout_s=900)
+            per = result["bytes_per_claim"]
+            self.rows.append(Row(
+                f"RSS per idle claim at {n(result['claims'])} (in-process)",
+                f"{n(per)} B (+{n(result['rss_grown_bytes'] / 2**20, 1)} MiB over an empty kernel)",
+                target=f"<= {n(BYTES_PER_IDLE_CLAIM)} B",
+                verdict=verdict_at_most(per, BYTES_PER_IDLE_CLAIM),
+                data=result,
+            ))
+        if 1_000_000 not in self.mode.scale_counts:
+            self.rows.append(Row("RSS per idle claim at 1,000,000", "full run only (make bench)", verdict=NA))
+        if not self.has_queues():
+            self.rows.append(Row("RSS per queued task", "n/a: no queue operations on this branch yet", verdict=NA))
+        else:
+            for count in self.mode.scale_counts:
+                result = inprocess_runner.run(self.procs, ["scale-tasks", "--tasks", str(count)], timeout_s=900)
+                per = result["bytes_per_task"]
+                self.rows.append(Row(
+                    f"RSS per queued task at {n(result['tasks'])} (in-process, no input)",
+                    f"{n(per)} B (+{n(result['rss_grown_bytes'] / 2**20, 1)} MiB over an empty kernel)",
+                    target=f"<= {n(BYTES_PER_QUEUED_TASK)} B",
+                    verdict=verdict_at_most(per, BYTES_PER_QUEUED_TASK),
+                    data=result,
+                ))
+            if 1_000_000 not in self.mode.scale_counts:
+                self.rows.append(Row("RSS per queued task at 1,000,000", "full run only (make bench)", verdict=NA))
+        self.recovery()
+
+    def recovery(self) -> None:
+        if not inprocess_runner.run(self.procs, ["has-wal"])["wal"]:
+            self.rows.append(Row("Recovery of a 1M-record log", "n/a: no WAL on this branch yet", verdict=NA))
+            return
+        records = self.mode.recovery_records
+        directory = tempfile.mkdtemp(prefix="recovery-", dir=data_root())
+        try:
+            written = inprocess_runner.run(self.procs, ["write-log", "--records", str(records), directory], timeout_s=900)
+            result = inprocess_runner.run(self.procs, ["recover", directory], timeout_s=900)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        seconds = result["seconds"]
+        # The target is for 1M records; a shorter log (the quick run) is judged pro rata.
+        limit = RECOVERY_1M_S * written["records"] / 1_000_000
+        self.rows.append(Row(
+            f"Recovery of a {n(written['records'])}-record WAL (open_store, fresh process)",
+            f"{seconds:.2f} s ({result['cpu_s']:.2f} CPU-s) = {n(result['replayed'] / seconds)} records/s, "
+            f"peak RSS {n(result['peak_rss_mib'])} MiB",
+            target=f"<= {limit:.1f} s" + ("" if written["records"] >= 1_000_000 else " (10 s per 1M)"),
+            verdict=verdict_at_most(seconds, limit),
+            data={**written, **result},
+        ))
+
+
+def per_cpu_s(result: WrkResult) -> float:
+    """Requests per second of server CPU: what a request costs, whatever else runs on the machine."""
+    return result.rps / max(result.server_cpu, 1e-6)
+
+
+def med(values) -> float:  # type: ignore[no-untyped-def]
+    values = list(values)
+    return statistics.median(values) if values else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="runstate benchmarks")
+    parser.add_argument("--quick", action="store_true", help="short runs, one repetition (under 3 minutes)")
+    parser.add_argument("--only", default=",".join(LEGS), help=f"comma-separated legs out of {','.join(LEGS)}")
+    parser.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the results")
+    args = parser.parse_args(argv)
+    mode = QUICK if args.quick else FULL
+    legs = {leg.strip() for leg in args.only.split(",") if leg.strip()}
+    unknown = legs - set(LEGS)
+    if unknown:
+        parser.error(f"unknown legs: {', '.join(sorted(unknown))}")
+    started = time.time()
+    load_before = os.getloadavg()[0]
+    pin_self()
+    print(f"bench: {mode.name} run, legs {', '.join(l for l in LEGS if l in legs)}"
+          + ("" if PINNED else " (one core: servers and load generators share it)"), flush=True)
+    status = 0
+    with Processes() as procs:
+        bench = Bench(mode, legs, procs)
+        try:
+            if legs & {"http", "latency", "peer", "takeover", "queues"}:
+                bench.wrk = find_tool("wrk", "wrk") if "http" in legs else None
+                bench.redis_server = find_tool("redis-server", "redis-server") if "peer" in legs else None
+                bench.start_servers()
+                for leg in ("http", "latency", "peer", "takeover", "queues"):
+                    if leg in legs:
+                        step(bench, leg, getattr(bench, leg))
+                procs.stop_all()
+            for leg in ("kernel", "scale"):
+                if leg in legs:
+                    step(bench, leg, getattr(bench, leg))
+        except KeyboardInterrupt:
+            print("bench: interrupted; stopping every process it started", file=sys.stderr)
+            status = 130
+        finally:
+            procs.stop_all()
+            remove_data_root()
+    bench.notes.append(
+        f"Load average (1 min) {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end on "
+        f"{len(USABLE_CPUS)} cores: above about 2, other processes took CPU from this run and absolute figures suffer."
+    )
+    print()
+    print(table(bench.rows))
+    for note in bench.notes:
+        print(f"- {note}")
+    write_json(Path(args.json), mode.name, bench.rows, bench.notes, started, ROOT, complete=status != 130)
+    print(f"\nbench: {time.time() - started:.0f} s; results in {args.json}")
+    if any(r.verdict == "error" for r in bench.rows):
+        status = status or 1
+    return status
+
+
+def step(bench: Bench, leg: str, body) -> None:  # type: ignore[no-untyped-def]
+    print(f"bench: {leg} ...", flush=True)
+    began = time.monotonic()
+    try:
+        body()
+    except KeyboardInterrupt:
+        raise
+    except Exception as error:  # one leg failing still prints the others
+        traceback.print_exc()
+        bench.rows.append(Row(f"{leg}", f"failed: {type(error).__name__}: {str(error)[:120]}", verdict="error"))
+    print(f"bench: {leg} took {time.monotonic() - began:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

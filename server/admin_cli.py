@@ -1,0 +1,262 @@
+"""`runstate keys`, `runstate spaces`, `runstate inspect`: a running server's admin and read endpoints.
+
+They talk HTTP to the server (`--url`, else RUNSTATE_BASE_URL, else http://127.0.0.1:8080), so a
+key made or revoked takes effect at once on the server that answers, with nothing to restart.
+
+Credentials, first found wins:
+- keys, spaces: the admin key: RUNSTATE_ADMIN_KEY, else the file `--admin-key-file`, else
+  DATA_DIR/admin.key (`--data-dir` or RUNSTATE_DATA_DIR: on the server's machine);
+- inspect: the admin key as above (any space), else RUNSTATE_API_KEY (its own space).
+
+Exit status: 0 done; 1 the server refused or could not be reached (the message says which);
+2 a usage error (a missing credential, a bad argument).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+import httpx
+import orjson
+
+from .admin import ADMIN_KEY_FILE
+
+__all__ = ["add_commands", "run", "print_table", "show"]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+TIMEOUT_S = 10.0
+
+Column = tuple[str, "str | Callable[[dict], Any]"]
+
+
+class CommandError(Exception):
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# -- the parsers ----------------------------------------------------------------------------------
+
+def _common(admin_only: bool) -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=None, help=f"the server (default $RUNSTATE_BASE_URL, else {DEFAULT_URL})")
+    common.add_argument("--admin-key-file", default=None, metavar="FILE", help="read the admin key from FILE (when RUNSTATE_ADMIN_KEY is not set)")
+    common.add_argument("--data-dir", default=None, metavar="DIR", help=f"read the admin key from DIR/{ADMIN_KEY_FILE} (default $RUNSTATE_DATA_DIR)")
+    common.add_argument("--json", action="store_true", help="print the server's JSON instead of a table")
+    if not admin_only:
+        common.add_argument("--space", default=None, help="the space to inspect (default $RUNSTATE_SPACE_ID, else 'default')")
+    return common
+
+
+def _sub(commands: Any, name: str, help_text: str, examples: str, parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    return commands.add_parser(
+        name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".", parents=parents,
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog="examples:\n" + examples,
+    )
+
+
+def add_commands(commands: Any) -> None:
+    admin = _common(admin_only=True)
+    reader = _common(admin_only=False)
+
+    keys = _sub(commands, "keys", "create, list and revoke API keys (admin key needed)",
+                "  runstate keys create --space research --name crawler\n  runstate keys list\n  runstate keys revoke ak_0123456789abcdef", [])
+    key_commands = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = _sub(key_commands, "create", "make an API key for a space; it is printed once",
+                  "  runstate keys create --space research\n  runstate keys create --space research --name crawler --json", [admin])
+    create.add_argument("--space", required=True, action="append", help="the space the key opens (repeat for several)")
+    create.add_argument("--name", default=None, help="a label to recognise the key by")
+    listing = _sub(key_commands, "list", "list API keys (never their secrets)",
+                   "  runstate keys list\n  runstate keys list --space research --json", [admin])
+    listing.add_argument("--space", default=None, help="only keys that open this space")
+    revoke = _sub(key_commands, "revoke", "revoke an API key at once",
+                  "  runstate keys revoke ak_0123456789abcdef", [admin])
+    revoke.add_argument("key_id", metavar="KEY_ID", help="the key's id (ak_...), as `keys list` shows it")
+
+    spaces = _sub(commands, "spaces", "list spaces (admin key needed)", "  runstate spaces list\n  runstate spaces list --json", [])
+    space_commands = spaces.add_subparsers(dest="action", required=True, metavar="ACTION")
+    _sub(space_commands, "list", "list the spaces the server knows, with keys, runs, live claims and operations",
+         "  runstate spaces list\n  runstate spaces list --json", [admin])
+
+    inspect = _sub(commands, "inspect", "look at a running server: runs, claims, tasks, mailboxes, usage",
+                   "  runstate inspect runs\n  runstate inspect claims sc_0123456789abcdef\n  runstate inspect usage --space research --json", [])
+    what = inspect.add_subparsers(dest="action", required=True, metavar="WHAT")
+    runs = _sub(what, "runs", "list runs (scopes), newest first", "  runstate inspect runs\n  runstate inspect runs --limit 10 --json", [reader])
+    runs.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
+    claims = _sub(what, "claims", "list the live claims of a run", "  runstate inspect claims sc_0123456789abcdef", [reader])
+    claims.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
+    claims.add_argument("--limit", type=int, default=1000, help="at most this many (1-1000, default 1000)")
+    tasks = _sub(what, "tasks", "list the tasks of a run, newest first", "  runstate inspect tasks sc_0123456789abcdef", [reader])
+    tasks.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
+    tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
+    _sub(what, "mailboxes", "list the mailboxes of a space", "  runstate inspect mailboxes --json", [reader])
+    _sub(what, "usage", "operations counted for a space (renewals are free)", "  runstate inspect usage\n  runstate inspect usage --space research", [reader])
+
+
+# -- talking to the server ------------------------------------------------------------------------
+
+def _admin_key(args: argparse.Namespace, required: bool) -> str | None:
+    secret = os.environ.get("RUNSTATE_ADMIN_KEY") or None
+    if secret:
+        return secret
+    path = args.admin_key_file
+    data_dir = args.data_dir or os.environ.get("RUNSTATE_DATA_DIR") or None
+    if path is None and data_dir:
+        path = os.path.join(data_dir, ADMIN_KEY_FILE)
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read().strip()
+        except OSError as error:
+            raise CommandError(f"cannot read the admin key from {path}: {error.strerror}", 2) from None
+    if required:
+        raise CommandError(
+            "this needs the admin key: set RUNSTATE_ADMIN_KEY, or pass --data-dir DIR on the server's machine "
+            f"(the server keeps it in DIR/{ADMIN_KEY_FILE}), or --admin-key-file FILE",
+            2,
+        )
+    return None
+
+
+def _request(args: argparse.Namespace, method: str, path: str, secret: str, body: Any = None, params: dict | None = None) -> Any:
+    url = (args.url or os.environ.get("RUNSTATE_BASE_URL") or DEFAULT_URL).rstrip("/")
+    try:
+        answer = httpx.request(
+            method, url + path, headers={"authorization": f"Bearer {secret}"}, json=body, params=params, timeout=TIMEOUT_S
+        )
+    except httpx.HTTPError as error:
+        raise CommandError(f"cannot reach the runstate server at {url} ({error}); is it running? (--url or RUNSTATE_BASE_URL)") from None
+    try:
+        data = answer.json()
+    except ValueError:
+        data = None
+    if answer.status_code >= 400:
+        envelope = data.get("error") if isinstance(data, dict) else None
+        if not isinstance(envelope, dict):
+            raise CommandError(f"{method} {path}: HTTP {answer.status_code}, not a runstate answer")
+        message = envelope.get("message", "")
+        if answer.status_code == 404 and message.startswith("no such route"):
+            raise CommandError(f"this server has no route {method} {path}: it was built without that part")
+        raise CommandError(f"{envelope.get('code')}: {message} (request {envelope.get('requestId')})")
+    return data
+
+
+# -- output ---------------------------------------------------------------------------------------
+
+def show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(show(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def print_table(rows: Sequence[dict], columns: Sequence[Column]) -> None:
+    cells = [[h for h, _ in columns]]
+    for row in rows:
+        cells.append([show(get(row) if callable(get) else row.get(get)) for _, get in columns])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+
+
+def _print_json(data: Any) -> None:
+    print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+# -- the commands ---------------------------------------------------------------------------------
+
+KEY_COLUMNS: list[Column] = [("ID", "id"), ("NAME", "name"), ("SPACES", "spaces"), ("CREATED", "createdAt"), ("REVOKED", "revokedAt")]
+
+
+def _keys(args: argparse.Namespace) -> None:
+    secret = _admin_key(args, required=True)
+    assert secret is not None
+    if args.action == "create":
+        body = {"spaces": args.space, "name": args.name} if args.name else {"spaces": args.space}
+        made = _request(args, "POST", "/v1/admin/keys", secret, body)
+        if args.json:
+            _print_json(made)
+            return
+        spaces = ",".join(made["spaces"])
+        print(f"created API key {made['id']} for space {spaces}. It is shown only now; the server keeps only its digest.\n")
+        print(f"    export RUNSTATE_API_KEY={made['key']} RUNSTATE_SPACE_ID={made['spaces'][0]}\n")
+    elif args.action == "list":
+        listed = _request(args, "GET", "/v1/admin/keys", secret, params={"space": args.space} if args.space else None)
+        _print_json(listed) if args.json else print_table(listed["keys"], KEY_COLUMNS)
+    else:
+        revoked = _request(args, "POST", f"/v1/admin/keys/{args.key_id}/revoke", secret)
+        _print_json(revoked) if args.json else print(f"revoked {revoked['id']} at {revoked['revokedAt']}")
+
+
+def _spaces(args: argparse.Namespace) -> None:
+    secret = _admin_key(args, required=True)
+    assert secret is not None
+    listed = _request(args, "GET", "/v1/admin/spaces", secret)
+    if args.json:
+        _print_json(listed)
+        return
+    print_table(listed["spaces"], [("SPACE", "id"), ("KEYS", "keys"), ("RUNS", "runs"), ("LIVE CLAIMS", "claimsLive"), ("OPERATIONS", "operations")])
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    secret = _admin_key(args, required=False) or os.environ.get("RUNSTATE_API_KEY") or None
+    if secret is None:
+        raise CommandError("inspect needs a key: RUNSTATE_API_KEY (its own space) or the admin key (RUNSTATE_ADMIN_KEY or --data-dir)", 2)
+    space = args.space or os.environ.get("RUNSTATE_SPACE_ID") or "default"
+    base = f"/v1/spaces/{space}"
+    action = args.action
+    if action == "runs":
+        data = _request(args, "GET", base + "/scopes", secret, params={"limit": args.limit})
+        rows, columns = data["scopes"], [
+            ("ID", "id"), ("NAME", "name"), ("STATE", "effective"), ("PARENT", "parentId"),
+            ("CHILDREN", "children"), ("CREATED", "createdAt"), ("DEADLINE", "deadline"),
+        ]
+    elif action == "claims":
+        data = _request(args, "GET", f"{base}/scopes/{args.run}/claims", secret, params={"limit": args.limit})
+        rows, columns = data["claims"], [
+            ("KEY", "key"), ("HOLDER", "holder"), ("SESSION", "holderSession"), ("GENERATION", "generation"),
+            ("LEASE S", "leaseSeconds"), ("EXPIRES", "leaseExpiresAt"), ("ACQUIRED", "acquiredAt"),
+        ]
+    elif action == "tasks":
+        data = _request(args, "GET", f"{base}/scopes/{args.run}/tasks", secret, params={"limit": args.limit})
+        rows, columns = data["tasks"], [
+            ("ID", "id"), ("KEY", "taskKey"), ("STATE", "state"), ("ATTEMPT", "attempt"), ("MAILBOX", "mailboxId"),
+            ("REASON", "outcomeReason"), ("UPDATED", "updatedAt"),
+        ]
+    elif action == "mailboxes":
+        data = _request(args, "GET", base + "/mailboxes", secret)
+        rows = data["mailboxes"]
+        counts = lambda name: lambda row: (row.get("counts") or {}).get(name)  # noqa: E731
+        columns = [
+            ("NAME", "name"), ("ID", "id"), ("MODE", "mode"), ("QUEUED", counts("queued")), ("DELAYED", counts("delayed")),
+            ("LEASED", counts("leased")), ("DEAD LETTERS", counts("deadLetters")), ("BACKLOG LIMIT", "backlogLimit"),
+            ("MAX ATTEMPTS", "maxAttempts"),
+        ]
+    else:
+        data = _request(args, "GET", base + "/usage", secret)
+        rows = [{"kind": kind, "name": name, "count": count} for kind in ("operations", "free", "events") for name, count in data[kind].items()]
+        rows.append({"kind": "total", "name": "operations counted", "count": data["total"]})
+        columns = [("KIND", "kind"), ("NAME", "name"), ("COUNT", "count")]
+    if args.json:
+        _print_json(data)
+        return
+    print_table(rows, columns)
+    if data.get("truncated"):
+        print("(more not shown: raise --limit)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        {"keys": _keys, "spaces": _spaces, "inspect": _inspect}[args.command](args)
+    except CommandError as error:
+        print(f"runstate {args.command}: {error}", file=sys.stderr, flush=True)
+        return error.status
+    return 0

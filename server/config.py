@@ -1,0 +1,357 @@
+"""Configuration: every setting of `runstate serve`, from flags, the environment and a TOML file.
+
+Each setting has one name and four spellings, derived from it so they can never drift apart:
+
+    name            flag              variable                TOML
+    port            --port            RUNSTATE_PORT           port
+    lease_s_max     --lease-s-max     RUNSTATE_LEASE_S_MAX    [limits] lease_s_max
+
+Precedence, highest first: flags > environment (`RUNSTATE_*`) > the TOML file (`--config FILE` or
+`RUNSTATE_CONFIG`) > defaults. Every field of `Limits` is a setting by construction (a limit added
+to `Limits` becomes a setting with no change here; its description belongs in `LIMIT_DOCS`).
+
+A wrong setting stops the start with a `ConfigError` naming it and where it came from, and the
+command exits 2: an unknown name (with the nearest known one), a value of the wrong type, one out
+of range, or a combination that cannot work (a default lease outside the allowed leases). Starting
+with a setting silently ignored is worse than not starting: the operator believes it is in force.
+
+Secrets (`api_key`, `admin_key`) have no flag: a flag shows in `ps` to every user of the machine.
+Empty environment variables count as unset, so `RUNSTATE_API_KEY= runstate serve` clears one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from dataclasses import dataclass, fields
+from typing import Any, Iterable, Mapping
+
+from ..actors.limits import Limits
+from .settings import FSYNC_POLICIES, Settings
+
+__all__ = ["ConfigError", "Setting", "SETTINGS", "LIMIT_DOCS", "Loaded", "load", "ENV_CONFIG", "CLIENT_VARIABLES"]
+
+ENV_PREFIX = "RUNSTATE_"
+ENV_CONFIG = "RUNSTATE_CONFIG"
+# Variables of the same prefix that clients read (the SDKs, the product page's examples) and that a
+# shell running both may well export: never an error for the server.
+CLIENT_VARIABLES = frozenset({ENV_CONFIG, "RUNSTATE_BASE_URL", "RUNSTATE_SCOPE_ID", "RUNSTATE_RUN"})
+
+LOG_FORMATS = ("json", "text")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_REQUESTS = ("all", "errors", "off")
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the message names it and its source."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    kind: type
+    default: Any
+    doc: str
+    limit: bool = False  # a field of `Limits` (TOML: in the [limits] table)
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    optional: bool = False  # None (unset) is a valid value
+    secret: bool = False  # no flag; never printed
+
+    @property
+    def flag(self) -> str | None:
+        return None if self.secret else "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def toml(self) -> str:
+        return f"limits.{self.name}" if self.limit else self.name
+
+    def describe_default(self) -> str:
+        if self.default is None:
+            return "none"
+        if isinstance(self.default, bool):
+            return "true" if self.default else "false"
+        return str(self.default)
+
+
+# -- the settings ---------------------------------------------------------------------------------
+
+_SERVER: tuple[Setting, ...] = (
+    Setting("host", str, "127.0.0.1", "Interface to listen on. Loopback only unless you say otherwise."),
+    Setting("port", int, 8080, "Port to listen on; 0 picks a free one (the chosen one is printed).", minimum=0, maximum=65535),
+    Setting("data_dir", str, None, "Directory for the journal and snapshots; none keeps the state in memory only.", optional=True),
+    Setting("fsync", str, "always", "When the journal is fsynced: before each answer (always); every few ms, answering after it (batch); "
+            "never, answering after the write (off: survives a killed process, not a power cut).", choices=FSYNC_POLICIES),
+    Setting("api_key", str, None, "A bearer key accepted for `space_id` at start (journaled as its digest).", optional=True, secret=True),
+    Setting("space_id", str, "default", "The space `api_key` (or the key made at first start) opens."),
+    Setting("admin_key", str, None, "The admin credential for /v1/admin and `runstate keys`; at least 16 characters. "
+            "Unset: read from (or made in) DATA_DIR/admin.key, or without a data directory made and printed once.",
+            optional=True, secret=True),
+    Setting("log_format", str, "json", "Log lines as JSON objects (json) or readable text (text).", choices=LOG_FORMATS),
+    Setting("log_level", str, "info", "Least severe level logged; request lines are info.", choices=LOG_LEVELS),
+    Setting("log_requests", str, "all", "One line per request (all), only for answers of 400 and above (errors), or none (off).", choices=LOG_REQUESTS),
+    Setting("metrics_public", bool, False, "Serve /metrics without a key to any address (by default only to loopback; others need the admin key)."),
+    Setting("shutdown_grace_s", float, 10.0, "On SIGTERM/SIGINT, how long requests in flight may take to finish.", minimum=0, maximum=3600),
+    Setting("keep_alive_s", float, 75.0, "How long an idle keep-alive connection stays open.", minimum=1, maximum=3600),
+    Setting("expiry_storm_per_s", int, 1000, "Expiries in one second that are logged as an expiry storm.", minimum=1),
+    Setting("fsync_batch_ms", float, Settings().fsync_batch_ms, "With fsync batch: at most one fsync per this many milliseconds.", minimum=0.1, maximum=1000),
+    Setting("snapshot_every_records", int, Settings().snapshot_every_records, "A snapshot once the WAL holds this many records past the last one.", minimum=1),
+    Setting("snapshot_every_s", float, Settings().snapshot_every_s, "A snapshot at least this often (seconds) while anything changed.", minimum=1),
+    Setting("snapshots_kept", int, Settings().snapshots_kept, "Snapshots kept (with the WAL after the oldest); at least 2.", minimum=2, maximum=100),
+    Setting("fsync_slow_ms", float, Settings().fsync_slow_ms, "An fsync slower than this many milliseconds is logged.", minimum=0),
+)
+
+# One line per field of `Limits`, for `--help`, `runstate config` and the README's table.
+LIMIT_DOCS: dict[str, str] = {
+    "lease_s_min": "Shortest lease a claim may ask for (leaseSeconds), in seconds.",
+    "lease_s_max": "Longest lease a claim may ask for, in seconds.",
+    "lease_s_default": "Lease of a claim that names none, in seconds.",
+    "claim_key_len_max": "Longest claim key, in characters.",
+    "holder_len_max": "Longest holder and holderSession, in characters.",
+    "restart_grace_s": "After a restart, a lease alive at the crash lives at least this long, in seconds.",
+    "restart_spread_s": "After a restart, the grace periods' ends spread over this long, in seconds.",
+    "name_len_max": "Longest name (runs, mailboxes), in characters.",
+    "scope_depth_max": "Deepest nesting of child runs.",
+    "child_limit_max": "Largest childLimit a run may set.",
+    "payload_bytes_max": "Largest payload, input, result or observation, in bytes of JSON.",
+    "request_bytes_max": "Largest request body, in bytes (413 above).",
+    "json_depth_max": "Deepest nesting of caller JSON data.",
+    "idempotency_ttl_s": "How long an Idempotency-Key's answer is replayed, in seconds.",
+    "idempotency_keys_max": "Most Idempotency-Key answers kept by the server.",
+    "idempotency_key_len_max": "Longest Idempotency-Key, in characters.",
+    "task_key_len_max": "Longest task key, in characters.",
+    "work_key_len_max": "Longest work key, in characters.",
+    "work_key_ttl_s": "How long a message's work key is remembered, in seconds.",
+    "retention_s": "How long a finished task keeps its outcome before it is tombstoned, in seconds.",
+    "attempts_max_default": "Deliveries a message gets before it is dead-lettered, unless its mailbox says otherwise.",
+    "attempts_max_max": "Largest attempt limit a mailbox may set.",
+    "backoff_base_s": "First retry backoff after a nack, in seconds (doubles each attempt).",
+    "backoff_max_s": "Longest retry backoff, in seconds.",
+    "wait_ms_max": "Longest long poll (waitMs), in milliseconds.",
+    "backlog_limit_max": "Largest backlogLimit a mailbox may set.",
+    "subscribers_max": "Most callers joined to one task.",
+    "mailboxes_max": "Most mailboxes in one space.",
+}
+
+# Limits that may be zero (a grace or a spread of nothing); every other one is at least 1 (> 0 for floats).
+_LIMITS_MAY_BE_ZERO = frozenset({"restart_grace_s", "restart_spread_s", "backoff_base_s"})
+
+# (smaller, larger): the first must not exceed the second.
+_ORDERED: tuple[tuple[str, str], ...] = (
+    ("lease_s_min", "lease_s_default"),
+    ("lease_s_default", "lease_s_max"),
+    ("backoff_base_s", "backoff_max_s"),
+    ("attempts_max_default", "attempts_max_max"),
+    ("payload_bytes_max", "request_bytes_max"),
+)
+
+
+def _limit_settings() -> tuple[Setting, ...]:
+    made = []
+    for field in fields(Limits):
+        default = getattr(Limits(), field.name)
+        kind = float if isinstance(default, float) else int
+        minimum = 0 if field.name in _LIMITS_MAY_BE_ZERO else (1 if kind is int else 0.001)
+        doc = LIMIT_DOCS.get(field.name, "See runstate.actors.Limits.")
+        made.append(Setting(field.name, kind, default, doc, limit=True, minimum=minimum))
+    return tuple(made)
+
+
+SETTINGS: tuple[Setting, ...] = _SERVER + _limit_settings()
+_BY_NAME = {setting.name: setting for setting in SETTINGS}
+_BY_ENV = {setting.env: setting for setting in SETTINGS}
+_SPACE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+# -- reading values -------------------------------------------------------------------------------
+
+def _nearest(word: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _from_text(setting: Setting, text: str, source: str) -> Any:
+    """A value given as text (a flag or a variable), converted to the setting's type."""
+    if setting.kind is bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"setting {setting.name} (from {source}): expected true or false, got {text!r}")
+    if setting.kind is int:
+        try:
+            return int(text.strip(), 10)
+        except ValueError:
+            raise ConfigError(f"setting {setting.name} (from {source}): expected an integer, got {text!r}") from None
+    if setting.kind is float:
+        try:
+            return float(text.strip())
+        except ValueError:
+            raise ConfigError(f"setting {setting.name} (from {source}): expected a number, got {text!r}") from None
+    return text
+
+
+def _from_toml(setting: Setting, value: Any, source: str) -> Any:
+    """A value from the TOML file, which must already have the setting's type (no quoting numbers)."""
+    wanted = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[setting.kind]
+    ok = (
+        isinstance(value, bool) if setting.kind is bool
+        else isinstance(value, int) and not isinstance(value, bool) if setting.kind is int
+        else isinstance(value, (int, float)) and not isinstance(value, bool) if setting.kind is float
+        else isinstance(value, str)
+    )
+    if not ok:
+        raise ConfigError(f"setting {setting.name} (from {source}): expected {wanted}, got {value!r}")
+    return float(value) if setting.kind is float else value
+
+
+def _check(setting: Setting, value: Any, source: str) -> None:
+    if value is None:
+        return
+    where = f"setting {setting.name} (from {source})"
+    if setting.choices is not None and value not in setting.choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(setting.choices)}, got {value!r}")
+    if setting.minimum is not None and value < setting.minimum:
+        raise ConfigError(f"{where}: must be at least {setting.minimum:g}, got {value!r}")
+    if setting.maximum is not None and value > setting.maximum:
+        raise ConfigError(f"{where}: must be at most {setting.maximum:g}, got {value!r}")
+    if setting.kind is str and not value and not setting.optional:
+        raise ConfigError(f"{where}: must not be empty")
+    if setting.name == "space_id" and not _SPACE_ID.fullmatch(value):
+        raise ConfigError(f"{where}: must be 1-64 characters of A-Z a-z 0-9 - _, got {value!r}")
+    if setting.name == "admin_key" and len(value) < 16:
+        raise ConfigError(f"{where}: must be at least 16 characters (it opens every space)")
+
+
+def _read_file(path: str) -> dict[str, tuple[Any, str]]:
+    """The settings a TOML file gives: name -> (value, source)."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found") from None
+    except OSError as error:
+        raise ConfigError(f"config file {path}: cannot be read ({error.strerror})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {path}: not valid TOML ({error})") from None
+    found: dict[str, tuple[Any, str]] = {}
+    server_names = [s.name for s in SETTINGS if not s.limit]
+    limit_names = [s.name for s in SETTINGS if s.limit]
+    for key, value in data.items():
+        if key == "limits":
+            if not isinstance(value, dict):
+                raise ConfigError(f"config file {path}: 'limits' must be a table ([limits])")
+            for name, limit_value in value.items():
+                setting = _BY_NAME.get(name)
+                if setting is None or not setting.limit:
+                    raise ConfigError(f"config file {path}: unknown setting limits.{name}{_nearest(name, limit_names)}")
+                source = f"{path} [limits] {name}"
+                found[name] = (_from_toml(setting, limit_value, source), source)
+            continue
+        setting = _BY_NAME.get(key)
+        if setting is None or setting.limit:
+            hint = _nearest(key, server_names)
+            if setting is not None:
+                hint = f" (limits go in the [limits] table: limits.{key})"
+            raise ConfigError(f"config file {path}: unknown setting {key}{hint}")
+        found[key] = (_from_toml(setting, value, f"{path} {key}"), f"{path} {key}")
+    return found
+
+
+def _read_environment(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    found: dict[str, tuple[Any, str]] = {}
+    for variable, text in environ.items():
+        if not variable.startswith(ENV_PREFIX) or variable in CLIENT_VARIABLES:
+            continue
+        setting = _BY_ENV.get(variable)
+        if setting is None:
+            raise ConfigError(f"unknown setting in the environment: {variable}{_nearest(variable, _BY_ENV)}")
+        if text == "":
+            continue
+        found[setting.name] = (_from_text(setting, text, variable), variable)
+    return found
+
+
+@dataclass(slots=True)
+class Loaded:
+    settings: Settings
+    # name -> where its value came from: "default", a flag, a variable or "FILE [table] key".
+    sources: dict[str, str]
+    config_file: str | None
+
+
+def load(flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None, config_file: str | None = None) -> Loaded:
+    """The settings from `flags` (name -> text or bool, None when not given), the environment and the file.
+
+    The file is `config_file` (the `--config` flag), else the one `RUNSTATE_CONFIG` names, else none.
+    Raises `ConfigError`.
+    """
+    environ = os.environ if environ is None else environ
+    flags = flags or {}
+    values: dict[str, Any] = {s.name: s.default for s in SETTINGS}
+    sources: dict[str, str] = {s.name: "default" for s in SETTINGS}
+    path = config_file or environ.get(ENV_CONFIG) or None
+    layers = [_read_file(path)] if path else []
+    layers.append(_read_environment(environ))
+    given: dict[str, tuple[Any, str]] = {}
+    for name, raw in flags.items():
+        if raw is None:
+            continue
+        setting = _BY_NAME.get(name)
+        if setting is None:
+            raise ConfigError(f"unknown setting {name}{_nearest(name, _BY_NAME)}")
+        flag = setting.flag or name
+        given[name] = (raw if isinstance(raw, bool) else _from_text(setting, raw, flag), flag)
+    layers.append(given)
+    for layer in layers:  # lowest first: each later one overrides
+        for name, (value, source) in layer.items():
+            values[name] = value
+            sources[name] = source
+    for setting in SETTINGS:
+        _check(setting, values[setting.name], sources[setting.name])
+    for smaller, larger in _ORDERED:
+        if values[smaller] > values[larger]:
+            raise ConfigError(
+                f"settings {smaller} = {values[smaller]} (from {sources[smaller]}) and {larger} = {values[larger]} "
+                f"(from {sources[larger]}) do not fit: {smaller} must not exceed {larger}"
+            )
+    limits = Limits(**{s.name: values[s.name] for s in SETTINGS if s.limit})
+    settings = Settings(limits=limits, **{s.name: values[s.name] for s in SETTINGS if not s.limit})
+    return Loaded(settings, sources, path)
+
+
+def value_of(settings: Settings, setting: Setting) -> Any:
+    return getattr(settings.limits if setting.limit else settings, setting.name)
+
+
+def describe(loaded: Loaded) -> list[dict[str, Any]]:
+    """Every setting with its value (secrets masked) and source, for `runstate config`."""
+    rows = []
+    for setting in SETTINGS:
+        value = value_of(loaded.settings, setting)
+        if setting.secret and value is not None:
+            value = "(set)"
+        rows.append({"name": setting.toml, "value": value, "source": loaded.sources[setting.name]})
+    return rows
+
+
+def markdown_table() -> str:
+    """The README's configuration table (`python -m runstate.server.config` prints it)."""
+    lines = ["| Flag | Variable | TOML | Default | Meaning |", "|---|---|---|---|---|"]
+    for setting in SETTINGS:
+        flag = f"`{setting.flag}`" if setting.flag else "none (secret)"
+        extra = f" One of {', '.join(setting.choices)}." if setting.choices else ""
+        lines.append(f"| {flag} | `{setting.env}` | `{setting.toml}` | `{setting.describe_default()}` | {setting.doc}{extra} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -1,0 +1,145 @@
+"""The server's lifetime around the runtime: start, expiry-storm watch, signals and a graceful stop.
+
+Shutdown, on the first SIGTERM or SIGINT:
+
+1. `/healthz` answers 503 (load balancers stop sending), and every parked long poll is answered
+   204 at once (`Kernel.end_waits`); from now on no call parks, so a new long poll answers 204.
+2. hypercorn stops accepting: the listening sockets close, idle keep-alive connections close, a
+   busy one closes after its answer.
+3. Requests in flight get `shutdown_grace_s` to finish (mutations finish their journal write
+   first either way: a decided change is never abandoned half-acknowledged).
+4. The runtime stops: the journal is flushed (`Runtime.flush`), a final snapshot is written when
+   the journal keeps them, and the kernel ends.
+5. The process exits 0. A second signal skips what is left of the drain and exits 1.
+
+Each step is logged as a lifecycle event (`shutdown`, `drained`, `stopped`).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+import trio
+
+from .logs import event
+
+__all__ = ["Lifecycle"]
+
+log = logging.getLogger("runstate.server")
+
+# How often the expiry rate is looked at.
+STORM_WINDOW_S = 1.0
+# How often the drain looks whether requests are still in flight.
+DRAIN_POLL_S = 0.01
+
+
+class Lifecycle:
+    def __init__(self, runtime) -> None:  # type: ignore[no-untyped-def]
+        self.runtime = runtime
+        # Set to make hypercorn stop accepting and drain (its shutdown trigger).
+        self.stop = trio.Event()
+        self.forced = False
+        # True when `serve` runs the runtime itself instead of the ASGI lifespan (see `drain`).
+        self.external = False
+        self._scope: trio.CancelScope | None = None
+
+    # -- the runtime's lifetime (the ASGI lifespan) ---------------------------------------------
+
+    async def run_runtime(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the runtime and its watchers until `stop_runtime` ends them."""
+        with trio.CancelScope() as self._scope:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.runtime.run)
+                nursery.start_soon(self.watch_expiries)
+                nursery.start_soon(self._watch_fatal)
+                task_status.started()
+
+    async def _watch_fatal(self) -> None:
+        """A state that cannot be made ready (a damaged or locked data directory) stops the server."""
+        await self.runtime.stopped.wait()
+        self.begin_shutdown("the state could not be made ready")
+
+    async def stop_runtime(self) -> None:
+        """After the drain: flush the journal, write the final snapshot, end the kernel."""
+        runtime = self.runtime
+        kernel = runtime.kernel
+        operations = 0 if kernel is None else sum(space.usage.total for space in kernel.state.spaces.values())
+        event(log, "drained", "requests drained", in_flight=runtime.telemetry.in_flight, operations=operations)
+        if runtime.kernel is not None:
+            runtime.kernel.end_waits()
+            try:
+                await runtime.flush()
+            except Exception:
+                log.exception("the final journal flush failed")
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def drain(self, serving: trio.CancelScope) -> None:
+        """After the stop: once no request is in flight (or the grace period is over), end the serving.
+
+        hypercorn alone waits for every connection task, and one can be left waiting for a
+        request it will never read (a keep-alive connection that had just received its next
+        request as it was closed), which would hold the stop for the whole grace period. Nothing
+        that matters is left once no request is in flight, so the serving ends then.
+        """
+        await self.stop.wait()
+        telemetry = self.runtime.telemetry
+        with trio.move_on_after(self.runtime.settings.shutdown_grace_s):
+            while telemetry.in_flight > 0:
+                await trio.sleep(DRAIN_POLL_S)
+        serving.cancel()
+
+    # -- signals ----------------------------------------------------------------------------------
+
+    def begin_shutdown(self, reason: str) -> None:
+        """Stop taking new work: health 503, long polls answered 204, then tell hypercorn to drain."""
+        if self.stop.is_set():
+            return
+        runtime = self.runtime
+        runtime.draining = True
+        ended = runtime.kernel.end_waits() if runtime.kernel is not None else 0
+        event(
+            log, "shutdown", f"shutting down ({reason})", reason=reason,
+            in_flight=runtime.telemetry.in_flight, long_polls_ended=ended, grace_s=runtime.settings.shutdown_grace_s,
+        )
+        self.stop.set()
+
+    async def watch_signals(self, cancel: trio.CancelScope, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """First SIGTERM/SIGINT: a graceful shutdown. Second: stop now (`cancel`), exit status 1."""
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if not self.stop.is_set():
+                    self.begin_shutdown(name)
+                    continue
+                event(log, "shutdown_forced", f"{name} again: stopping without finishing the drain", level=logging.WARNING)
+                self.forced = True
+                cancel.cancel()
+                return
+
+    # -- expiry storms ----------------------------------------------------------------------------
+
+    async def watch_expiries(self) -> None:
+        """Log when expiries per second reach `expiry_storm_per_s`, and when the storm is over."""
+        threshold = self.runtime.settings.expiry_storm_per_s
+        last = None
+        storm_total = 0
+        while True:
+            await trio.sleep(STORM_WINDOW_S)
+            kernel = self.runtime.kernel
+            if kernel is None:
+                continue
+            total = sum(space.usage.expiries for space in kernel.state.spaces.values())
+            if last is None:
+                last = total
+                continue
+            rate, last = total - last, total
+            if rate >= threshold:
+                if not storm_total:
+                    event(log, "expiry_storm", f"{rate} expiries in {STORM_WINDOW_S:g} s", level=logging.WARNING, expiries=rate, window_s=STORM_WINDOW_S)
+                storm_total += rate
+            elif storm_total:
+                event(log, "expiry_storm_over", f"expiry storm over after {storm_total} expiries", expiries=storm_total)
+                storm_total = 0

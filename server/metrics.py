@@ -1,0 +1,261 @@
+"""Prometheus metrics: cheap to count per request, everything else read from the state when scraped.
+
+Two kinds of metric, kept apart on purpose:
+
+- **Counted as it happens**, on the request path and in the journal: requests and their latency,
+  WAL append and fsync latency, snapshot duration. These use prometheus-client's own counters and
+  histograms with their label children bound ahead of time (`RouteMetrics`: one per route, one
+  counter child per status code it has answered), so a request costs two method calls and no
+  label lookup: with the two clock reads, about 1.7 µs (`scripts/request_cost.py`).
+- **Read when scraped** (`StateCollector`): live claims, usage counters, expiries and takeovers,
+  supervisor fires, idempotent replays, actors, queued and running tasks. They cost nothing
+  between scrapes. Counts that come from the state's usage counters (`runstate_operations_total`,
+  expiries, takeovers) are replayed from the journal, so they survive restarts instead of starting
+  again from zero.
+
+Hooks for the other parts of the server:
+- `JournalMetrics` (`Metrics.journal`): `append(seconds)`, `fsync(seconds)` and `snapshot(seconds)`.
+  The server feeds them with `MeteredDisk`, the journal's `Disk` timing the WAL's own writes and
+  fsyncs (in the journal's worker thread; prometheus-client's metrics take a lock, so that is
+  safe), and with the store's `on_snapshot`. Without a data directory they stay empty.
+- `Metrics.add_source(read)`: `read(state, now_ms)` yields more metric families at scrape time.
+  The queue's gauges (`queue_families`) are one: they read each space's mailboxes if it has any.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
+from prometheus_client import disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ..actors.usage import EXPIRIES
+from ..snapshots.disk import Disk
+
+if TYPE_CHECKING:
+    from ..actors.state import KernelState
+    from .runtime import Runtime
+
+__all__ = ["Metrics", "RouteMetrics", "JournalMetrics", "MeteredDisk", "queue_families", "CONTENT_TYPE"]
+
+# No `_created` series beside every counter: they double the output and nobody graphs them.
+disable_created_metrics()
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Requests are answered in tens of microseconds; long polls wait up to 30 s.
+LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# An fsync takes from tens of microseconds (cache) to hundreds of milliseconds (a busy disk).
+DISK_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+SNAPSHOT_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+# Source of more families at scrape time: (state, now_ms) -> families.
+Source = Callable[["KernelState", int], Iterable[Metric]]
+
+
+class RouteMetrics:
+    """The pre-bound children of one route (or of the requests no route matched)."""
+
+    __slots__ = ("method", "route", "_requests", "_latency", "_by_status")
+
+    def __init__(self, requests: Counter, latency: Histogram, method: str, route: str) -> None:
+        self.method = method
+        self.route = route
+        self._requests = requests
+        self._latency = latency.labels(method, route)
+        self._by_status: dict[int, Any] = {}
+
+    def observe(self, status: int, seconds: float) -> None:
+        child = self._by_status.get(status)
+        if child is None:
+            child = self._by_status[status] = self._requests.labels(self.method, self.route, str(status))
+        child.inc()
+        self._latency.observe(seconds)
+
+
+class JournalMetrics:
+    """What the journal reports: append and fsync latency, snapshot duration."""
+
+    __slots__ = ("append", "fsync", "snapshot")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.append = Histogram(
+            "runstate_wal_append_seconds", "Time to write one batch of records to the WAL (before any fsync).",
+            buckets=DISK_BUCKETS_S, registry=registry,
+        ).observe
+        self.fsync = Histogram(
+            "runstate_wal_fsync_seconds", "Time of one fsync of the WAL.", buckets=DISK_BUCKETS_S, registry=registry,
+        ).observe
+        self.snapshot = Histogram(
+            "runstate_snapshot_duration_seconds", "Time to write one snapshot, from start to its rename.",
+            buckets=SNAPSHOT_BUCKETS_S, registry=registry,
+        ).observe
+
+
+class MeteredDisk(Disk):
+    """The journal's disk, timing the writes and fsyncs of WAL segments (not those of snapshots)."""
+
+    def __init__(self, journal: JournalMetrics, wal_dir: str, fsync_slow_ms: float = 100.0) -> None:
+        super().__init__(fsync_slow_ms)
+        self._journal = journal
+        self._wal_dir = os.path.abspath(wal_dir) + os.sep
+        self._wal_fds: set[int] = set()
+
+    def _track(self, fd: int, path: str) -> int:
+        if os.path.abspath(path).startswith(self._wal_dir):
+            self._wal_fds.add(fd)
+        return fd
+
+    def create(self, path: str) -> int:
+        return self._track(super().create(path), path)
+
+    def open_write(self, path: str) -> int:
+        return self._track(super().open_write(path), path)
+
+    def close(self, fd: int) -> None:
+        self._wal_fds.discard(fd)
+        super().close(fd)
+
+    def write(self, fd: int, data: bytes | memoryview) -> None:
+        if fd not in self._wal_fds:
+            return super().write(fd, data)
+        started = time.perf_counter()
+        super().write(fd, data)
+        self._journal.append(time.perf_counter() - started)
+
+    def fsync(self, fd: int, what: str = "") -> None:
+        if fd not in self._wal_fds:
+            return super().fsync(fd, what)
+        started = time.perf_counter()
+        super().fsync(fd, what)
+        self._journal.fsync(time.perf_counter() - started)
+
+
+class Metrics:
+    def __init__(self, *, process: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(
+            "runstate_http_requests", "HTTP requests answered, by method, route pattern and status code.",
+            ["method", "route", "status"], registry=self.registry,
+        )
+        self._latency = Histogram(
+            "runstate_http_request_duration_seconds", "Time from a request's arrival to its answer, by method and route pattern.",
+            ["method", "route"], buckets=LATENCY_BUCKETS_S, registry=self.registry,
+        )
+        self.journal = JournalMetrics(self.registry)
+        self.state = StateCollector()
+        self.registry.register(self.state)
+        if process:
+            ProcessCollector(registry=self.registry)
+
+    def route(self, method: str, route: str) -> RouteMetrics:
+        return RouteMetrics(self._requests, self._latency, method, route)
+
+    def add_source(self, read: Source) -> None:
+        self.state.sources.append(read)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class StateCollector:
+    """Families read from the running server at scrape time."""
+
+    def __init__(self) -> None:
+        self.runtime: "Runtime | None" = None
+        self.sources: list[Source] = [queue_families]
+
+    def describe(self) -> list[Metric]:
+        return []  # families depend on what the state holds; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        runtime = self.runtime
+        if runtime is None:
+            return
+        ready = GaugeMetricFamily("runstate_ready", "1 once the state is recovered and the server answers, else 0.")
+        ready.add_metric([], 1 if runtime.ready else 0)
+        yield ready
+        in_flight = GaugeMetricFamily("runstate_http_requests_in_flight", "Requests being answered now (long polls included).")
+        in_flight.add_metric([], runtime.telemetry.in_flight)
+        yield in_flight
+        kernel = runtime.kernel
+        if kernel is None:
+            return
+        yield from _kernel_families(kernel)
+        now_ms = kernel.clock.now_ms()
+        yield from _space_families(kernel.state, now_ms)
+        for read in self.sources:
+            yield from read(kernel.state, now_ms)
+
+
+def _kernel_families(kernel: Any) -> Iterator[Metric]:
+    fires = CounterMetricFamily("runstate_supervisor_fires", "Expiries the supervisor proposed (lease ends, deadlines); stale ones included.")
+    fires.add_metric([], kernel.supervisor.fired)
+    yield fires
+    timers = GaugeMetricFamily("runstate_supervisor_timers", "Timers the supervisor keeps (leases, deadlines).")
+    timers.add_metric([], len(kernel.supervisor))
+    yield timers
+    replays = CounterMetricFamily("runstate_idempotency_replays", "Requests answered from a stored Idempotency-Key answer instead of being run again.")
+    replays.add_metric([], kernel.idempotent_replays)
+    yield replays
+    turns = CounterMetricFamily("runstate_kernel_turns", "Commands run by the kernel's actors.")
+    turns.add_metric([], kernel.turns)
+    yield turns
+    actors = GaugeMetricFamily("runstate_kernel_actors", "Actors alive now (running a command or holding parked callers).")
+    actors.add_metric([], kernel.actors)
+    yield actors
+    keys = GaugeMetricFamily("runstate_api_keys", "API keys registered, by state.", labels=["state"])
+    revoked = sum(1 for key in kernel.state.keys.all() if key.revoked_ms is not None)
+    keys.add_metric(["active"], len(kernel.state.keys) - revoked)
+    keys.add_metric(["revoked"], revoked)
+    yield keys
+
+
+def _space_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
+    live = GaugeMetricFamily("runstate_claims_live", "Claims held now, with a lease that has not ended.", labels=["space"])
+    operations = CounterMetricFamily(
+        "runstate_operations", "Operations done, by space and operation, as counted for usage (renewals not included).",
+        labels=["space", "operation"],
+    )
+    free = CounterMetricFamily("runstate_free_operations", "Operations not counted for usage (renewals), by space.", labels=["space", "operation"])
+    expiries = CounterMetricFamily(
+        "runstate_expiries", "Claim leases, runs, delivery leases and tasks whose time ran out, by space and kind.", labels=["space", "kind"]
+    )
+    takeovers = CounterMetricFamily("runstate_claim_takeovers", "Claims acquired after the previous holder's lease expired.", labels=["space"])
+    for space_id, space in state.spaces.items():
+        live.add_metric([space_id], sum(1 for claim in space.claims.held() if claim.held_at(now_ms)))
+        usage = space.usage
+        for name, count in usage.operations.items():
+            operations.add_metric([space_id, name], count)
+        for name, count in usage.free.items():
+            free.add_metric([space_id, name], count)
+        for name, kind in EXPIRIES.items():
+            count = usage.events.get(name, 0)
+            if count:
+                expiries.add_metric([space_id, kind], count)
+        takeovers.add_metric([space_id], usage.takeovers)
+    yield from (live, operations, free, expiries, takeovers)
+
+
+def queue_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
+    """Queued and running work per mailbox, and deliveries in flight, from each space's mailboxes.
+
+    A space without mailboxes (a server built without the queue) yields the families empty.
+    """
+    queued = GaugeMetricFamily("runstate_tasks_queued", "Messages and tasks waiting for a worker, by mailbox (retry backoff included).", labels=["space", "mailbox"])
+    running = GaugeMetricFamily("runstate_tasks_running", "Messages and tasks a worker holds under a lease, by mailbox.", labels=["space", "mailbox"])
+    in_flight = GaugeMetricFamily("runstate_deliveries_in_flight", "Deliveries handed out and not yet settled, by space.", labels=["space"])
+    for space_id, space in state.spaces.items():
+        mailboxes = getattr(space, "mailboxes", None)
+        if mailboxes is None:
+            continue
+        leased_total = 0
+        for mailbox in mailboxes.all():
+            queued.add_metric([space_id, mailbox.name], mailbox.queued + mailbox.delayed)
+            running.add_metric([space_id, mailbox.name], mailbox.leased)
+            leased_total += mailbox.leased
+        in_flight.add_metric([space_id], leased_total)
+    yield from (queued, running, in_flight)

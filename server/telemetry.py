@@ -1,0 +1,59 @@
+"""What the HTTP shell reports about each request: one metrics observation and one log line.
+
+`serve_http` calls `begin()` when a request arrives and `end(...)` once it is answered, whatever
+the answer. The work per request is kept to what cannot be avoided: two `perf_counter` reads, a
+dict lookup for the route's pre-bound metric children, a counter and a histogram update, and the
+request line when request logging is on. `in_flight` is what shutdown waits on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .logs import AccessLog
+from .metrics import Metrics, RouteMetrics
+
+__all__ = ["Telemetry", "UNMATCHED", "CLIENT_GONE"]
+
+# The route label of requests no route matched (404, 405, an undecodable path).
+UNMATCHED = "unmatched"
+# The status recorded when the client went away before its answer (nginx's convention).
+CLIENT_GONE = 499
+
+# Methods kept as they are in labels; any other becomes OTHER, so a client cannot make new series.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+now = time.perf_counter
+
+
+class Telemetry:
+    __slots__ = ("metrics", "access", "in_flight", "_routes", "_unmatched")
+
+    def __init__(self, metrics: Metrics | None = None, access: AccessLog | None = None) -> None:
+        self.metrics = metrics or Metrics()
+        self.access = access or AccessLog()
+        self.in_flight = 0
+        self._routes: dict[Any, RouteMetrics] = {}
+        self._unmatched: dict[str, RouteMetrics] = {}
+
+    def begin(self) -> float:
+        self.in_flight += 1
+        return now()
+
+    def end(self, method: str, route: Any, status: int, started: float, request_id: str, code: str | None) -> None:
+        """Record one answered request; `route` is the matched `Route` or None."""
+        seconds = now() - started
+        self.in_flight -= 1
+        if route is not None:
+            bound = self._routes.get(route)
+            if bound is None:
+                bound = self._routes[route] = self.metrics.route(route.method, "/" + "/".join(route.pattern))
+        else:
+            label = method if method in _METHODS else "OTHER"
+            bound = self._unmatched.get(label)
+            if bound is None:
+                bound = self._unmatched[label] = self.metrics.route(label, UNMATCHED)
+        bound.observe(status, seconds)
+        if self.access.enabled:
+            self.access.line(method if route is not None else bound.method, bound.route, status, seconds, request_id, code)

@@ -1,0 +1,49 @@
+"""`runstate serve` and `runstate config` as subprocesses: wrong settings exit 2, sources are reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "runstate.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "runstate.server.cli", *args], capture_output=True, text=True, env=environ, timeout=30)
+
+
+def test_serve_exits_2_naming_the_wrong_setting():
+    """A real `runstate serve` with a wrong setting stops before serving, with exit status 2."""
+    done = run("serve", "--port", "0", env={"RUNSTATE_LEASE_S_MAX": "ten"})
+    assert done.returncode == 2
+    assert "runstate serve: setting lease_s_max (from RUNSTATE_LEASE_S_MAX): expected an integer, got 'ten'" in done.stderr
+    assert "serving on" not in done.stdout
+    unknown = run("serve", "--port", "0", env={"RUNSTATE_PROT": "1"})
+    assert unknown.returncode == 2 and "RUNSTATE_PROT (did you mean RUNSTATE_PORT?)" in unknown.stderr
+
+
+def test_runstate_config_shows_each_value_and_where_it_came_from(tmp_path):
+    """`runstate config --json` applies the same precedence as serve and reports the sources."""
+    path = write(tmp_path, "port = 7001\n[limits]\nlease_s_max = 100\n")
+    done = run("config", "--json", "--port", "7003", env={"RUNSTATE_CONFIG": path, "RUNSTATE_LEASE_S_MAX": "200", "RUNSTATE_ADMIN_KEY": "a" * 20})
+    assert done.returncode == 0, done.stderr
+    rows = {row["name"]: row for row in json.loads(done.stdout)["settings"]}
+    assert rows["port"] == {"name": "port", "value": 7003, "source": "--port"}
+    assert rows["limits.lease_s_max"] == {"name": "limits.lease_s_max", "value": 200, "source": "RUNSTATE_LEASE_S_MAX"}
+    assert rows["admin_key"]["value"] == "(set)"  # never the secret itself
+    assert "a" * 20 not in done.stdout
+    table = run("config", "--lease-s-max", "300")
+    assert table.returncode == 0 and "limits.lease_s_max" in table.stdout and "--lease-s-max" in table.stdout

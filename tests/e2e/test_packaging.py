@@ -1,0 +1,38 @@
+"""`pip install .` gives the SDK alone; the server and its dependencies come with the `server` extra."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_plain_install_is_the_sdk_alone(tmp_path):
+    """Without extras: the SDK imports and works offline; no trio or hypercorn; `runstate` says how to get the server."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(ROOT)],
+        check=True,
+        cwd=tmp_path,
+    )
+    probe = (
+        "import importlib.util, runstate\n"
+        "from runstate import AsyncRunstate, Runstate, LeaseLostError, WaitTimeoutError\n"
+        "AsyncRunstate(api_key='k', space_id='default')\n"
+        "print(importlib.util.find_spec('trio') is None, importlib.util.find_spec('hypercorn') is None)\n"
+    )
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
+    command = subprocess.run([str(env_dir / "bin" / "runstate"), "serve"], capture_output=True, text=True, cwd=tmp_path)
+    assert command.returncode == 2
+    assert "pip install 'runstate[server]'" in command.stderr

@@ -1,0 +1,187 @@
+"""Graceful shutdown of a real `runstate serve` process: SIGTERM under load, requests in flight, a second signal."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+from ..servers import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+KEY = "e2e-key"
+
+
+def events(process: ServerProcess) -> list[dict]:
+    found = []
+    for line in process.lines:
+        if line.startswith("{"):
+            record = json.loads(line)
+            if "event" in record and record["logger"] != "runstate.access":
+                found.append(record)
+    return found
+
+
+def address(process: ServerProcess) -> tuple[str, int]:
+    url = urlparse(process.base_url)
+    return url.hostname, url.port  # type: ignore[return-value]
+
+
+def start_slow_request(process: ServerProcess) -> socket.socket:
+    """A POST whose body is one byte short: the server is reading it, the request is in flight."""
+    sock = socket.create_connection(address(process), timeout=10)
+    head = (
+        "POST /v1/spaces/default/scopes HTTP/1.1\r\nhost: x\r\n"
+        f"authorization: Bearer {KEY}\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{"
+    )
+    sock.sendall(head.encode())
+    time.sleep(0.3)  # the server has the headers and waits for the body
+    return sock
+
+
+def read_answer(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def wait_exit(process: ServerProcess, timeout_s: float) -> int:
+    assert process.proc is not None
+    code = process.proc.wait(timeout_s)
+    if process._reader is not None:
+        process._reader.join(5)
+    return code
+
+
+def test_sigterm_during_load_answers_everything_it_applied_and_exits_0():
+    """Eight clients create runs as fast as they can; SIGTERM mid-stream. Every request either got its full answer
+    or a connection error, none got a 5xx, the server exits 0 at once (no waiting out the grace period), and every
+    acknowledged operation was applied.
+
+    Applied may exceed acknowledged by the few requests that reached a keep-alive connection the instant it
+    was closed: the client sees a transport error, and a retry with the same Idempotency-Key (what the SDKs
+    do) returns the recorded answer."""
+    process = ServerProcess().start()
+    acknowledged: list[str] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        with httpx.Client(base_url=process.base_url, headers={"authorization": f"Bearer {KEY}"}, timeout=10) as http:
+            while not stop.is_set():
+                try:
+                    answer = http.post("/v1/spaces/default/scopes", json={"name": "load"})
+                except httpx.TransportError:
+                    return  # refused or closed: not acknowledged, and the client knows it
+                if answer.status_code != 201:
+                    failures.append(f"{answer.status_code} {answer.text}")
+                    return
+                acknowledged.append(answer.json()["id"])
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(acknowledged) < 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    started = time.monotonic()
+    code = wait_exit(process, 15)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    assert code == 0
+    assert time.monotonic() - started < 5
+    assert failures == []
+    assert len(acknowledged) >= 200 and len(set(acknowledged)) == len(acknowledged)
+    named = {record["event"]: record for record in events(process)}
+    assert {"shutdown", "drained", "journal_flushed", "stopped"} <= set(named)
+    assert named["shutdown"]["reason"] == "SIGTERM"
+    assert len(acknowledged) <= named["drained"]["operations"] <= len(acknowledged) + len(threads)
+    assert named["stopped"]["forced"] is False
+
+
+def test_a_request_in_flight_at_sigterm_finishes_and_new_connections_are_refused():
+    """A request whose body is still arriving when SIGTERM comes is answered 201; the listener is closed meanwhile."""
+    process = ServerProcess().start()
+    sock = start_slow_request(process)
+    process.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    time.sleep(0.5)
+    assert process.proc.poll() is None  # still draining  # type: ignore[union-attr]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(process.base_url + "/healthz", timeout=2)
+    sock.sendall(b"}")
+    answer = read_answer(sock)
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 201")
+    assert b'"effective":"ACTIVE"' in answer
+    assert wait_exit(process, 10) == 0
+    assert [r["event"] for r in events(process)][-4:] == ["shutdown", "drained", "journal_flushed", "stopped"]
+
+
+def test_the_drain_ends_at_the_grace_period():
+    """A request that never completes holds the drain only for --shutdown-grace-s; then the server exits 0."""
+    process = ServerProcess("--shutdown-grace-s", "1").start()
+    sock = start_slow_request(process)
+    process.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    started = time.monotonic()
+    assert wait_exit(process, 10) == 0
+    assert 0.8 <= time.monotonic() - started < 6
+    sock.close()
+
+
+def test_a_second_signal_stops_at_once_with_status_1():
+    """SIGTERM then SIGINT while a request holds the drain: no waiting for the grace period, exit status 1."""
+    process = ServerProcess("--shutdown-grace-s", "30").start()
+    sock = start_slow_request(process)
+    process.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    time.sleep(0.5)
+    process.proc.send_signal(signal.SIGINT)  # type: ignore[union-attr]
+    started = time.monotonic()
+    assert wait_exit(process, 10) == 1
+    assert time.monotonic() - started < 5
+    assert "shutdown_forced" in [r["event"] for r in events(process)]
+    sock.close()
+
+
+def test_sigint_shuts_down_gracefully_too():
+    process = ServerProcess().start()
+    process.proc.send_signal(signal.SIGINT)  # type: ignore[union-attr]
+    assert wait_exit(process, 10) == 0
+    assert next(r for r in events(process) if r["event"] == "shutdown")["reason"] == "SIGINT"
+
+
+def test_a_parked_long_poll_is_answered_204_at_sigterm_and_the_server_exits_at_once():
+    """A receive waiting up to 30 s on an empty queue gets 204 as soon as SIGTERM arrives; the server exits 0."""
+    process = ServerProcess().start()
+    with process.client() as http:
+        run = http.post("/v1/spaces/default/scopes", json={}).json()
+        mailbox = http.post("/v1/spaces/default/mailboxes", json={"name": "empty"}).json()
+    answers: list[httpx.Response] = []
+
+    def poll() -> None:
+        with process.client() as http:
+            body = {"scopeId": run["id"], "holder": "w", "holderSession": "s", "waitMs": 30_000}
+            answers.append(http.post(f"/v1/spaces/default/mailboxes/{mailbox['id']}/recv", json=body, timeout=40))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    time.sleep(0.5)  # parked
+    process.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    started = time.monotonic()
+    poller.join(10)
+    assert answers and answers[0].status_code == 204
+    assert time.monotonic() - started < 5
+    assert wait_exit(process, 10) == 0
+    assert next(r for r in events(process) if r["event"] == "shutdown")["long_polls_ended"] == 1

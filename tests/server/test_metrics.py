@@ -1,0 +1,162 @@
+"""`GET /metrics`: the families are there, they move with the traffic, and only loopback reads them without a key."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+from prometheus_client.parser import text_string_to_metric_families
+
+import runstate.testing
+from runstate.server.app import create_app
+from runstate.server.settings import Settings
+from runstate.testing import call_asgi
+
+pytestmark = pytest.mark.trio
+
+KEY = "test-key"
+ADMIN = "admin-key-0123456789"
+
+FAMILIES = {
+    "runstate_http_requests",
+    "runstate_http_request_duration_seconds",
+    "runstate_http_requests_in_flight",
+    "runstate_ready",
+    "runstate_claims_live",
+    "runstate_operations",
+    "runstate_free_operations",
+    "runstate_expiries",
+    "runstate_claim_takeovers",
+    "runstate_supervisor_fires",
+    "runstate_supervisor_timers",
+    "runstate_idempotency_replays",
+    "runstate_kernel_turns",
+    "runstate_kernel_actors",
+    "runstate_api_keys",
+    "runstate_tasks_queued",
+    "runstate_tasks_running",
+    "runstate_deliveries_in_flight",
+    "runstate_wal_append_seconds",
+    "runstate_wal_fsync_seconds",
+    "runstate_snapshot_duration_seconds",
+}
+
+
+def settings(**changes):
+    return Settings(api_key=KEY, seed=1, admin_key=ADMIN, **changes)
+
+
+async def scrape(app, client=("127.0.0.1", 40000), key=None):
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    status, answer_headers, body = await call_asgi(app, "GET", "/metrics", headers, None, client=client)
+    return status, {name.lower(): value for name, value in dict(answer_headers).items()}, body
+
+
+def samples(body: bytes) -> dict[tuple, float]:
+    """(sample name, sorted labels) -> value."""
+    found = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def families(body: bytes) -> set[str]:
+    return {family.name for family in text_string_to_metric_families(body.decode())}
+
+
+async def post(app, path, json_body=None, key=KEY):
+    import orjson
+
+    body = orjson.dumps(json_body) if json_body is not None else b""
+    status, _, raw = await call_asgi(app, "POST", "/v1/spaces/default" + path, {"authorization": f"Bearer {key}", "content-type": "application/json"}, body)
+    return status, orjson.loads(raw) if raw else None
+
+
+async def test_every_family_is_exported_in_prometheus_text_format():
+    """All families are present from the start, those fed by later parts (queue, durable journal) included."""
+    async with runstate.testing.serve_app(create_app(settings())) as rs:
+        status, headers, body = await scrape(rs.app)
+    assert status == 200
+    assert headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert FAMILIES <= families(body)
+
+
+async def test_the_numbers_move_with_requests_claims_expiries_and_takeovers(autojump_clock):
+    """Requests are counted by route pattern and status; claims, usage, expiries and takeovers follow the state."""
+    async with runstate.testing.serve_app(create_app(settings())) as rs:
+        app = rs.app
+        _, run = await post(app, "/scopes", {"name": "m"})
+        claim = {"key": "file/a b", "scopeId": run["id"], "holder": "a", "holderSession": "s", "leaseSeconds": 5}
+        status, lease = await post(app, "/claims", claim)
+        assert status == 200
+        assert (await post(app, "/claims", {**claim, "holder": "b"}))[0] == 409
+        await post(app, "/claims/file%2Fa%20b/renew", {"token": lease["token"]})
+        first = samples((await scrape(app))[2])
+        await trio.sleep(6)
+        await trio.testing.wait_all_tasks_blocked()
+        await post(app, "/claims", {**claim, "holder": "b"})
+        second = samples((await scrape(app))[2])
+
+    route = ("route", "/v1/spaces/{space}/claims")
+    assert first[("runstate_http_requests_total", (("method", "POST"), route, ("status", "200")))] == 1
+    assert first[("runstate_http_requests_total", (("method", "POST"), route, ("status", "409")))] == 1
+    renew_route = ("route", "/v1/spaces/{space}/claims/{key}/renew")
+    assert first[("runstate_http_request_duration_seconds_count", (("method", "POST"), renew_route))] == 1
+    assert first[("runstate_claims_live", (("space", "default"),))] == 1
+    assert first[("runstate_operations_total", (("operation", "claims.acquire"), ("space", "default")))] == 1
+    assert first[("runstate_free_operations_total", (("operation", "claims.renew"), ("space", "default")))] == 1
+    assert first[("runstate_claim_takeovers_total", (("space", "default"),))] == 0
+    assert first[("runstate_ready", ())] == 1
+
+    assert second[("runstate_http_requests_total", (("method", "POST"), route, ("status", "200")))] == 2
+    assert second[("runstate_claims_live", (("space", "default"),))] == 1
+    assert second[("runstate_expiries_total", (("kind", "claim"), ("space", "default")))] == 1
+    assert second[("runstate_claim_takeovers_total", (("space", "default"),))] == 1
+    assert second[("runstate_supervisor_fires_total", ())] == 1
+    assert second[("runstate_operations_total", (("operation", "claims.acquire"), ("space", "default")))] == 2
+
+
+async def test_idempotent_replays_and_unmatched_routes_are_counted():
+    """A retried Idempotency-Key is a replay; an unknown path counts under `unmatched`, not under its own path."""
+    async with runstate.testing.serve_app(create_app(settings())) as rs:
+        app = rs.app
+        headers = {"authorization": f"Bearer {KEY}", "idempotency-key": "same-key-1"}
+        for _ in range(3):
+            await call_asgi(app, "POST", "/v1/spaces/default/scopes", headers, b"{}")
+        await call_asgi(app, "GET", "/no/such/thing/123", {}, None)
+        await call_asgi(app, "BREW", "/coffee", {}, None)
+        found = samples((await scrape(app))[2])
+    assert found[("runstate_idempotency_replays_total", ())] == 2
+    assert found[("runstate_http_requests_total", (("method", "GET"), ("route", "unmatched"), ("status", "404")))] == 1
+    assert found[("runstate_http_requests_total", (("method", "OTHER"), ("route", "unmatched"), ("status", "404")))] == 1
+    assert not any("/no/such" in str(labels) for _, labels in found)
+
+
+async def test_only_loopback_reads_metrics_without_a_key():
+    """From another address: 401 without a key, 403 with an API key, 200 with the admin key; IPv6 loopback is loopback."""
+    async with runstate.testing.serve_app(create_app(settings())) as rs:
+        app = rs.app
+        assert (await scrape(app, client=("::1", 40000)))[0] == 200
+        assert (await scrape(app, client=("10.1.2.3", 40000)))[0] == 401
+        assert (await scrape(app, client=("10.1.2.3", 40000), key=KEY))[0] == 403
+        assert (await scrape(app, client=("10.1.2.3", 40000), key=ADMIN))[0] == 200
+
+
+async def test_metrics_public_opens_them_to_every_address():
+    async with runstate.testing.serve_app(create_app(settings(metrics_public=True))) as rs:
+        assert (await scrape(rs.app, client=("10.1.2.3", 40000)))[0] == 200
+
+
+async def test_the_journal_hooks_feed_their_histograms():
+    """The durable journal reports append, fsync and snapshot times through `Metrics.journal`."""
+    app = create_app(settings())
+    journal = app.runtime.telemetry.metrics.journal
+    journal.append(0.0002)
+    journal.fsync(0.003)
+    journal.snapshot(1.5)
+    async with runstate.testing.serve_app(app) as rs:
+        found = samples((await scrape(rs.app))[2])
+    assert found[("runstate_wal_append_seconds_count", ())] == 1
+    assert found[("runstate_wal_fsync_seconds_sum", ())] == pytest.approx(0.003)
+    assert found[("runstate_snapshot_duration_seconds_bucket", (("le", "2.5"),))] == 1

@@ -1,0 +1,121 @@
+"""Operating the queue: usage counts its operations (renewals free, expiries as events), the metrics show queued
+and running work per mailbox, and a parked long poll is answered 204 when shutdown begins."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+import trio
+import trio.testing
+from prometheus_client.parser import text_string_to_metric_families
+
+import runstate.testing
+from runstate.server.app import create_app
+from runstate.server.settings import Settings
+from runstate.testing import call_asgi
+
+pytestmark = pytest.mark.trio
+
+KEY = "test-key"
+
+
+class Api:
+    def __init__(self, app) -> None:  # type: ignore[no-untyped-def]
+        self.app = app
+
+    async def call(self, method: str, path: str, body=None):  # type: ignore[no-untyped-def]
+        raw = None if body is None else orjson.dumps(body)
+        status, _, answer = await call_asgi(self.app, method, "/v1/spaces/default" + path, {"authorization": f"Bearer {KEY}"}, raw)
+        return status, (orjson.loads(answer) if answer else None)
+
+    async def setup(self, tasks: int = 2):  # type: ignore[no-untyped-def]
+        _, run = await self.call("POST", "/scopes", {})
+        _, mailbox = await self.call("POST", "/mailboxes", {"name": "work"})
+        for n in range(tasks):
+            status, _ = await self.call("POST", "/tasks", {"scopeId": run["id"], "mailboxId": mailbox["id"], "taskKey": f"t{n}"})
+            assert status == 201
+        return run, mailbox
+
+    async def receive(self, run, mailbox, lease_s: int = 5, wait_ms: int | None = None):  # type: ignore[no-untyped-def]
+        body = {"scopeId": run["id"], "holder": "w", "holderSession": "s", "leaseSeconds": lease_s}
+        if wait_ms is not None:
+            body["waitMs"] = wait_ms
+        return await self.call("POST", f"/mailboxes/{mailbox['id']}/recv", body)
+
+    async def usage(self) -> dict:
+        return (await self.call("GET", "/usage"))[1]
+
+
+def app_and_api():  # type: ignore[no-untyped-def]
+    app = create_app(Settings(api_key=KEY, seed=1))
+    return app, Api(app)
+
+
+async def test_queue_operations_are_counted_renewals_are_free_and_lost_leases_are_events(autojump_clock):
+    """Submit, receive, complete and nack count; a delivery renewal is free; a lease that runs out is an event."""
+    app, api = app_and_api()
+    async with runstate.testing.serve_app(app):
+        run, mailbox = await api.setup(tasks=3)
+        _, first = await api.receive(run, mailbox)
+        await api.call("POST", f"/messages/{first['message']['id']}/renew", {"token": first["token"]})
+        await api.call("POST", f"/messages/{first['message']['id']}/complete", {"token": first["token"], "result": {"payload": 1}})
+        _, second = await api.receive(run, mailbox)
+        await api.call("POST", f"/messages/{second['message']['id']}/nack", {"token": second["token"], "retry": True})
+        _, third = await api.receive(run, mailbox, lease_s=5)  # the third task; its lease runs out
+        await trio.sleep(6)
+        await trio.testing.wait_all_tasks_blocked()
+        usage = await api.usage()
+    assert usage["operations"] == {
+        "deliveries.complete": 1,
+        "deliveries.nack": 1,
+        "deliveries.receive": 3,
+        "mailboxes.create": 1,
+        "scopes.create": 1,
+        "tasks.submit": 3,
+    }
+    assert usage["free"] == {"deliveries.renew": 1}
+    assert usage["events"]["deliveries.expire"] == 1
+
+
+async def test_the_metrics_show_queued_and_running_work_per_mailbox(autojump_clock):
+    """Three tasks, one received: queued 2 and running 1 in the mailbox, one delivery in flight in the space."""
+    app, api = app_and_api()
+    async with runstate.testing.serve_app(app):
+        run, mailbox = await api.setup(tasks=3)
+        await api.receive(run, mailbox)
+        _, _, body = await call_asgi(app, "GET", "/metrics", {}, None)
+    found = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+    }
+    labels = (("mailbox", "work"), ("space", "default"))
+    assert found[("runstate_tasks_queued", labels)] == 2
+    assert found[("runstate_tasks_running", labels)] == 1
+    assert found[("runstate_deliveries_in_flight", (("space", "default"),))] == 1
+    assert found[("runstate_operations_total", (("operation", "tasks.submit"), ("space", "default")))] == 3
+
+
+async def test_a_parked_long_poll_is_answered_204_when_shutdown_begins(autojump_clock):
+    """A receive waiting 30 s on an empty queue gets 204 the moment shutdown begins, not 30 s later."""
+    app, api = app_and_api()
+    async with runstate.testing.serve_app(app):
+        run, mailbox = await api.setup(tasks=0)
+        answers = []
+
+        async def poll() -> None:
+            answers.append((await api.receive(run, mailbox, wait_ms=30_000), trio.current_time()))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            await trio.sleep(2)
+            await trio.testing.wait_all_tasks_blocked()
+            assert answers == [] and app.runtime.telemetry.in_flight == 1
+            began = trio.current_time()
+            app.lifecycle.begin_shutdown("SIGTERM")
+        (status, body), at = answers[0]
+        assert status == 204 and body is None and at == began
+        # A new long poll during the drain does not park either.
+        before = trio.current_time()
+        assert (await api.receive(run, mailbox, wait_ms=30_000))[0] == 204
+        assert trio.current_time() == before
