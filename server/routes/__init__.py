@@ -2,10 +2,10 @@
 
 from ..http import Router
 from . import claims, health, mailboxes, messages, scopes, tasks
-from . import admin, inspect, metrics
+from . import admin, inspect, metrics, openapi
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
-for module in (health, scopes, claims, mailboxes, messages, tasks, admin, inspect, metrics):
+for module in (health, scopes, claims, mailboxes, messages, tasks, admin, inspect, metrics, openapi):
     ROUTER.include(module.router)

@@ -1,0 +1,23 @@
+"""`GET /v1/openapi.json`: the OpenAPI 3.1 description of every route (`server/openapi.py`). No key needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..http import Raw, Request, Router
+from ..openapi import OPENAPI_PATH, openapi
+
+router = Router()
+
+_cache: dict[Any, bytes] = {}  # Limits (frozen, hashable) -> the document
+
+
+@router.route("GET", OPENAPI_PATH, public=True)
+async def document(services: Any, request: Request) -> tuple[int, Raw]:
+    limits = services.limits
+    body = _cache.get(limits)
+    if body is None:
+        body = _cache[limits] = orjson.dumps(openapi(limits))
+    return 200, Raw(body, "application/json")

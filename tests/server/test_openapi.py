@@ -1,0 +1,150 @@
+"""The OpenAPI description is complete and true: every route is in it with its method and path
+parameters, nothing else is, it is served without a key, and a live server's answers to
+generated requests (valid and invalid) are never a 5xx and always match it (schemathesis).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis import checks as st_checks
+
+from runstate.server.openapi import OPENAPI_PATH, openapi
+from runstate.server.routes import ROUTER
+
+from ..servers import ServerProcess
+
+METHODS = ("get", "post", "put", "patch", "delete")
+EXAMPLES = int(os.environ.get("SCHEMATHESIS_EXAMPLES", "25"))
+API_KEY = "openapi-key"
+SPACE = "default"
+
+
+def _routes() -> dict[tuple[str, str], set[str]]:
+    found = {}
+    for route in ROUTER.routes:
+        path = "/" + "/".join(route.pattern)
+        found[(route.method.lower(), path)] = {name for name in route.params if name is not None}
+    return found
+
+
+def _spec_params(document: dict, path: str, operation: dict) -> set[str]:
+    names = set()
+    for parameter in operation.get("parameters", []):
+        if "$ref" in parameter:
+            parameter = document["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
+        if parameter["in"] == "path":
+            names.add(parameter["name"])
+    assert names == set(re.findall(r"{(\w+)}", path)), f"{path}: path parameters {names} do not match the template"
+    return names
+
+
+def test_every_route_is_described_and_nothing_else():
+    """Each (method, path) of the router is in the document with the same path parameters, and back."""
+    document = openapi()
+    described = {}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            assert method in METHODS
+            described[(method, path)] = _spec_params(document, path, operation)
+            assert operation["responses"], f"{method} {path} has no responses"
+    routes = _routes()
+    assert sorted(set(routes) - set(described)) == [], "routes missing from the OpenAPI document"
+    assert sorted(set(described) - set(routes)) == [], "operations in the OpenAPI document with no route"
+    for key, params in routes.items():
+        assert described[key] == params, f"{key}: parameters {described[key]} in the document, {params} in the router"
+
+
+def test_errors_point_at_the_envelope_and_the_key_is_a_bearer_scheme():
+    """Every 4xx/5xx answer is the error envelope; the security scheme is HTTP bearer."""
+    document = openapi()
+    assert document["openapi"] == "3.1.0"
+    assert document["components"]["securitySchemes"]["bearer"] == {**document["components"]["securitySchemes"]["bearer"], "type": "http", "scheme": "bearer"}
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            for status, response in operation["responses"].items():
+                if status.startswith(("4", "5")):
+                    schema = response["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
+    recv = document["paths"]["/v1/spaces/{space}/mailboxes/{mailbox_id}/recv"]["post"]["responses"]
+    assert "204" in recv and "content" not in recv["204"]
+
+
+@pytest.mark.trio
+async def test_the_document_is_served_without_a_key(api):
+    """GET /v1/openapi.json answers the document to anyone."""
+    status, headers, body = await api.request("GET", OPENAPI_PATH, key=None)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert body == openapi()
+
+
+# -- schemathesis against a real server ---------------------------------------------------------
+#
+# Driven by hand rather than through schemathesis' pytest plugin: each operation's strategy is run
+# under hypothesis with a bounded number of examples, positive (valid by the document) and
+# negative (invalid) alike, once with random ids in the path and once with ids of things that
+# exist (a run, a mailbox, a task, a message, a held claim), so the requests reach the kernel.
+
+CHECKS = [
+    st_checks.not_a_server_error,
+    st_checks.status_code_conformance,
+    st_checks.content_type_conformance,
+    st_checks.response_schema_conformance,
+    st_checks.response_headers_conformance,
+]
+
+
+def _existing(server: ServerProcess) -> dict[str, str]:
+    with server.client() as http:
+        base = f"/v1/spaces/{SPACE}"
+        scope_id = http.post(base + "/scopes", json={"name": "fuzz"}).json()["id"]
+        mailbox_id = http.post(base + "/mailboxes", json={"name": "fuzz"}).json()["id"]
+        task = http.post(base + "/tasks", json={"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": "t", "input": {"n": 1}}).json()
+        http.post(base + "/claims", json={"key": "k", "scopeId": scope_id, "holder": "h", "holderSession": "s", "leaseSeconds": 600})
+    return {"space": SPACE, "scope_id": scope_id, "mailbox_id": mailbox_id, "task_id": task["taskId"], "message_id": task["messageId"], "key": "k", "key_id": "ak_0"}
+
+
+@pytest.mark.e2e
+def test_generated_requests_never_get_a_5xx_and_answers_match_the_document():
+    """Every operation, EXAMPLES valid and EXAMPLES invalid requests each way: no 5xx, answers conform."""
+    from hypothesis import given
+
+    with ServerProcess(api_key=API_KEY, space_id=SPACE) as server:
+        existing = _existing(server)
+        loaded = schemathesis.openapi.from_url(server.base_url + OPENAPI_PATH)
+        headers = {"authorization": f"Bearer {API_KEY}"}
+        failures: list[str] = []
+        operations = 0
+        for result in loaded.get_all_operations():
+            operation = result.ok()
+            operations += 1
+            names = {p.name for p in operation.path_parameters}
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+                for fixed in (None, {name: existing[name] for name in names}) if names else (None,):
+                    try:
+                        strategy = operation.as_strategy(generation_mode=mode, path_parameters=fixed or None)
+                    except Exception:  # some operations have nothing to make invalid
+                        continue
+
+                    @given(case=strategy)
+                    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
+                    def run(case):  # type: ignore[no-untyped-def]
+                        case.call_and_validate(headers=headers, checks=CHECKS, timeout=15)
+
+                    try:
+                        run()
+                    except Unsatisfiable:  # nothing invalid to make of it (no parameters, no body)
+                        pass
+                    except BaseException as error:  # hypothesis shrank it (an exception group)
+                        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                            raise
+                        failures.append(f"{operation.label} ({mode.value}, {'existing' if fixed else 'random'} ids): {str(error)[:1500]}")
+        assert operations >= 30
+        assert server.proc is not None and server.proc.poll() is None, "the server died"
+        assert not failures, "\n\n".join(failures)
