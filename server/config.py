@@ -100,6 +100,10 @@ _SERVER: tuple[Setting, ...] = (
     Setting("metrics_public", bool, False, "Serve /metrics without a key to any address (by default only to loopback; others need the admin key)."),
     Setting("shutdown_grace_s", float, 10.0, "On SIGTERM/SIGINT, how long requests in flight may take to finish.", minimum=0, maximum=3600),
     Setting("keep_alive_s", float, 75.0, "How long an idle keep-alive connection stays open.", minimum=1, maximum=3600),
+    Setting("body_timeout_s", float, 30.0, "A request body not complete this many seconds after its headers gets 408 and the connection closes.",
+            minimum=0.1, maximum=3600),
+    Setting("read_timeout_s", float, 90.0, "A connection whose client sends and reads nothing for this many seconds is closed "
+            "(keep it above the longest long poll, 30 s, and above keep_alive_s).", minimum=0.1, maximum=3600),
     Setting("expiry_storm_per_s", int, 1000, "Expiries in one second that are logged as an expiry storm.", minimum=1),
     Setting("fsync_batch_ms", float, Settings().fsync_batch_ms, "With fsync batch: at most one fsync per this many milliseconds.", minimum=0.1, maximum=1000),
     Setting("snapshot_every_records", int, Settings().snapshot_every_records, "A snapshot once the WAL holds this many records past the last one.", minimum=1),

@@ -22,6 +22,7 @@ STATUS: dict[str, int] = {
     "FORBIDDEN": 403,
     "NOT_FOUND": 404,
     "METHOD_NOT_ALLOWED": 405,
+    "REQUEST_TIMEOUT": 408,
     "CONFLICT": 409,
     "CLAIM_HELD": 409,
     "IDEMPOTENCY_CONFLICT": 409,

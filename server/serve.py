@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Callable
 
 import trio
@@ -20,13 +21,39 @@ __all__ = ["serve", "hypercorn_config"]
 log = logging.getLogger("runstate.server")
 
 
+class _Config(Config):
+    """hypercorn's Config, with a bound on how long an answer may wait for a client that reads nothing.
+
+    hypercorn shields its socket writes from cancellation, so no timeout in the app can end a send
+    to a client that stopped reading (zero TCP window). `TCP_USER_TIMEOUT` on the listening socket
+    (inherited by every accepted one) makes the kernel give up on such a connection after
+    `read_timeout_s`: the write fails and hypercorn closes the connection.
+    """
+
+    send_timeout_s: float | None = None
+
+    def create_sockets(self):  # type: ignore[no-untyped-def]
+        sockets = super().create_sockets()
+        option = getattr(socket, "TCP_USER_TIMEOUT", None)
+        if option is not None and self.send_timeout_s:
+            for sock in sockets.insecure_sockets:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    sock.setsockopt(socket.IPPROTO_TCP, option, int(self.send_timeout_s * 1000))
+        return sockets
+
+
 def hypercorn_config(settings: Settings) -> Config:
-    config = Config()
+    config = _Config()
+    config.send_timeout_s = settings.read_timeout_s
     config.bind = [f"{settings.host}:{settings.port}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     # Keep-alive connections from SDK pools stay open between calls.
     config.keep_alive_timeout = settings.keep_alive_s
+    # Slow clients: a connection silent this long is closed, whatever it is doing (a slowloris
+    # sending its headers a byte at a time, a client that never reads its answer). Requests whose
+    # body never ends are bounded in `serve_http` by `body_timeout_s`.
+    config.read_timeout = settings.read_timeout_s  # type: ignore[assignment]
     # At shutdown, requests in flight get this long to finish.
     config.graceful_timeout = settings.shutdown_grace_s
     return config

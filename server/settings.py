@@ -38,6 +38,14 @@ class Settings:
     metrics_public: bool = False
     shutdown_grace_s: float = 10.0
     keep_alive_s: float = 75.0
+    # Slow clients. A request whose body has not all arrived this long after its headers gets 408
+    # and the connection closes (a body that never ends holds nothing for long).
+    body_timeout_s: float = 30.0
+    # The longest silence from a client while its connection is open: while it sends its headers,
+    # while it waits for an answer (a long poll holds up to 30 s with nothing sent), while the
+    # server's answer waits for it to read, and while it idles between requests. Above the longest
+    # long poll and above `keep_alive_s`, so that neither is cut short.
+    read_timeout_s: float = 90.0
     expiry_storm_per_s: int = 1000
 
     # The durable journal (with a data directory); defaults are the store's own.
