@@ -28,6 +28,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
+import trio
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client import disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -207,6 +208,9 @@ def _kernel_families(kernel: Any) -> Iterator[Metric]:
     actors = GaugeMetricFamily("runstate_kernel_actors", "Actors alive now (running a command or holding parked callers).")
     actors.add_metric([], kernel.actors)
     yield actors
+    tasks = GaugeMetricFamily("runstate_trio_tasks", "Trio tasks alive in the server (connections, requests, actors, timers): flat under a steady load.")
+    tasks.add_metric([], trio.lowlevel.current_statistics().tasks_living)
+    yield tasks
     keys = GaugeMetricFamily("runstate_api_keys", "API keys registered, by state.", labels=["state"])
     revoked = sum(1 for key in kernel.state.keys.all() if key.revoked_ms is not None)
     keys.add_metric(["active"], len(kernel.state.keys) - revoked)
