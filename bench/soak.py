@@ -114,7 +114,10 @@ async def _claimer(http: httpx.AsyncClient, counts: Counts, scope_id: str, per_s
 
 
 async def _soak(base_url: str, seconds: float, receivers: int, workers: int, rate: float, settle_s: float, wait_ms: int = 20_000) -> dict:
-    limits = httpx.Limits(max_connections=receivers + workers + 50, max_keepalive_connections=receivers + workers + 50)
+    # Connections are kept as long as the server keeps them (httpx's own default drops a connection
+    # idle for 5 s; the server holds a connection whose client left until its keep-alive ends,
+    # so that default would measure connection churn rather than leaks: see README "Load and leaks").
+    limits = httpx.Limits(max_connections=receivers + workers + 50, max_keepalive_connections=receivers + workers + 50, keepalive_expiry=60)
     headers = {"authorization": f"Bearer {API_KEY}"}
     async with httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits) as http:
         idle_before = await _metrics(http)
