@@ -37,7 +37,10 @@ class Settings:
     # /metrics without a key from any address, not only from loopback.
     metrics_public: bool = False
     shutdown_grace_s: float = 10.0
-    keep_alive_s: float = 75.0
+    # An idle keep-alive connection closes after this long. Kept short on purpose: hypercorn
+    # reclaims a connection whose client has gone only when this runs out (its socket waits in
+    # CLOSE-WAIT until then), and the SDKs' pools drop idle connections after 5 s anyway.
+    keep_alive_s: float = 15.0
     # Slow clients. A request whose body has not all arrived this long after its headers gets 408
     # and the connection closes (a body that never ends holds nothing for long).
     body_timeout_s: float = 30.0
