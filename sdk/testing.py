@@ -59,11 +59,13 @@ async def call_asgi(
     client: tuple[str, int] = DEFAULT_CLIENT,
     server: tuple[str, int] = DEFAULT_SERVER,
     state: dict | None = None,
+    disconnect: anyio.Event | None = None,
 ) -> Exchange:
     """Send one HTTP request to an ASGI app in the current task and collect its whole answer.
 
     After the request body, `receive()` blocks until the answer is complete and then reports
-    `http.disconnect`, as a server does once the client is done. If the caller is cancelled the
+    `http.disconnect`, as a server does once the client is done; setting `disconnect` reports it
+    earlier, as a client that goes away while its request is held (a long poll). If the caller is cancelled the
     app is cancelled with it: for the app that is the client going away.
     """
     raw_path, _, query = path.partition("?")
@@ -91,6 +93,7 @@ async def call_asgi(
 
     request_sent = False
     complete = anyio.Event()
+    gone = disconnect if disconnect is not None else complete
     status: int | None = None
     response_headers: dict[str, str] = {}
     chunks: list[bytes] = []
@@ -100,7 +103,17 @@ async def call_asgi(
         if not request_sent:
             request_sent = True
             return {"type": "http.request", "body": body or b"", "more_body": False}
-        await complete.wait()
+        if gone is complete:
+            await complete.wait()
+        else:
+            async with anyio.create_task_group() as either:
+
+                async def until(event: anyio.Event) -> None:
+                    await event.wait()
+                    either.cancel_scope.cancel()
+
+                either.start_soon(until, complete)
+                either.start_soon(until, gone)
         return {"type": "http.disconnect"}
 
     async def send(message: dict) -> None:

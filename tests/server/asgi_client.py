@@ -19,6 +19,8 @@ from runstate.server.http import serve_http
 from runstate.server.routes import ROUTER
 from runstate.server.runtime import Runtime
 from runstate.server.settings import Settings
+from runstate.testing import call_asgi
+from runstate.transport import TransportError
 
 # 2027-01-15T08:00:00.000Z
 T0 = 1_800_000_000_000
@@ -77,40 +79,17 @@ class AsgiClient:
             sent_headers["idempotency-key"] = idempotency_key or f"{self._keys:024x}"
         sent_headers.update(headers or {})
         path = self.path(tail) if tail.startswith("/") and not tail.startswith("/v1") and tail != "/healthz" else tail
-        scope = {
-            "type": "http",
-            "method": method,
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": b"",
-            "headers": [(k.encode(), v.encode()) for k, v in sent_headers.items()],
-            "client": ("127.0.0.1", 50000),
-        }
-        delivered = False
-        gone = disconnect if disconnect is not None else trio.Event()
 
-        async def receive() -> dict:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            await gone.wait()
-            return {"type": "http.disconnect"}
+        async def app(scope: dict, receive: Any, send: Any) -> None:
+            await serve_http(self.runtime, ROUTER, scope, receive, send)
 
-        started: dict = {}
-        chunks: list[bytes] = []
-
-        async def send(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                started.update(message)
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-
-        await serve_http(self.runtime, ROUTER, scope, receive, send)
-        if not started:
+        try:
+            status, answer_headers, answer = await call_asgi(
+                app, method, path, sent_headers, raw, client=("127.0.0.1", 50000), disconnect=disconnect
+            )
+        except TransportError:  # no answer: the client went away first
             return None
-        response_headers = {k.decode(): v.decode() for k, v in started["headers"]}
-        return Response(started["status"], response_headers, b"".join(chunks))
+        return Response(status, answer_headers, answer)
 
     async def get(self, tail: str) -> Response:
         response = await self.request("GET", tail)
