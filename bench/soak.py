@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import sys
 import tempfile
 import time
@@ -79,47 +80,62 @@ async def _call(http: httpx.AsyncClient, counts: Counts, method: str, path: str,
     return response
 
 
-async def _receiver(http: httpx.AsyncClient, counts: Counts, mailbox_id: str, scope_id: str, number: int, until: float, wait_ms: int) -> None:
+def _client(base_url: str, connections: int = 1) -> httpx.AsyncClient:
+    """One client per simulated agent, as each agent process would have its own.
+
+    One shared client with hundreds of connections measures httpcore instead of the server: its
+    pool polls every idle connection each time it hands one out, and with a few hundred long
+    polls finishing together that stalls the load generator for seconds. Connections are kept as
+    long as the server keeps them (httpx's own default drops one idle for 5 s, which would measure
+    connection churn rather than leaks: see README "Load and leaks").
+    """
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections, keepalive_expiry=60)
+    return httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {API_KEY}"}, limits=limits, verify=_TLS)
+
+
+_TLS = ssl.create_default_context()  # unused on plain http, but httpx builds one per client unless given one
+
+
+async def _receiver(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, number: int, until: float, wait_ms: int) -> None:
     body = {"scopeId": scope_id, "holder": f"r{number}", "holderSession": f"s{number}", "waitMs": wait_ms}
-    while trio.current_time() < until:
-        await _call(http, counts, "POST", f"{BASE}/mailboxes/{mailbox_id}/recv", body)
+    async with _client(base_url) as http:
+        while trio.current_time() < until:
+            await _call(http, counts, "POST", f"{BASE}/mailboxes/{mailbox_id}/recv", body)
 
 
-async def _worker(http: httpx.AsyncClient, counts: Counts, mailbox_id: str, scope_id: str, number: int, until: float) -> None:
+async def _worker(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, number: int, until: float) -> None:
     body = {"scopeId": scope_id, "holder": f"w{number}", "holderSession": f"ws{number}", "waitMs": 5_000, "leaseSeconds": 30}
-    while trio.current_time() < until:
-        response = await _call(http, counts, "POST", f"{BASE}/mailboxes/{mailbox_id}/recv", body)
-        if response is not None and response.status_code == 200:
-            delivery = response.json()
-            await _call(http, counts, "POST", f"{BASE}/messages/{delivery['message']['id']}/complete", {"token": delivery["token"], "result": {"payload": number}})
+    async with _client(base_url) as http:
+        while trio.current_time() < until:
+            response = await _call(http, counts, "POST", f"{BASE}/mailboxes/{mailbox_id}/recv", body)
+            if response is not None and response.status_code == 200:
+                delivery = response.json()
+                await _call(http, counts, "POST", f"{BASE}/messages/{delivery['message']['id']}/complete", {"token": delivery["token"], "result": {"payload": number}})
 
 
-async def _producer(http: httpx.AsyncClient, counts: Counts, mailbox_id: str, scope_id: str, per_s: float, until: float) -> None:
+async def _producer(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, per_s: float, until: float) -> None:
     number = 0
-    while trio.current_time() < until:
-        number += 1
-        await _call(http, counts, "POST", f"{BASE}/tasks", {"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": f"t{number}", "input": {"n": number}})
-        await trio.sleep(1 / per_s)
+    async with _client(base_url) as http:
+        while trio.current_time() < until:
+            number += 1
+            await _call(http, counts, "POST", f"{BASE}/tasks", {"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": f"t{number}", "input": {"n": number}})
+            await trio.sleep(1 / per_s)
 
 
-async def _claimer(http: httpx.AsyncClient, counts: Counts, scope_id: str, per_s: float, until: float) -> None:
+async def _claimer(base_url: str, counts: Counts, scope_id: str, per_s: float, until: float) -> None:
     number = 0
-    while trio.current_time() < until:
-        number += 1
-        body = {"key": f"k{number % 50}", "scopeId": scope_id, "holder": "c", "holderSession": "cs", "leaseSeconds": 10}
-        response = await _call(http, counts, "POST", f"{BASE}/claims", body)
-        if response is not None and response.status_code == 200:
-            await _call(http, counts, "POST", f"{BASE}/claims/k{number % 50}/release", {"token": response.json()["token"]})
-        await trio.sleep(1 / per_s)
+    async with _client(base_url) as http:
+        while trio.current_time() < until:
+            number += 1
+            body = {"key": f"k{number % 50}", "scopeId": scope_id, "holder": "c", "holderSession": "cs", "leaseSeconds": 10}
+            response = await _call(http, counts, "POST", f"{BASE}/claims", body)
+            if response is not None and response.status_code == 200:
+                await _call(http, counts, "POST", f"{BASE}/claims/k{number % 50}/release", {"token": response.json()["token"]})
+            await trio.sleep(1 / per_s)
 
 
 async def _soak(base_url: str, seconds: float, receivers: int, workers: int, rate: float, settle_s: float, wait_ms: int = 20_000) -> dict:
-    # Connections are kept as long as the server keeps them (httpx's own default drops a connection
-    # idle for 5 s; the server holds a connection whose client left until its keep-alive ends,
-    # so that default would measure connection churn rather than leaks: see README "Load and leaks").
-    limits = httpx.Limits(max_connections=receivers + workers + 50, max_keepalive_connections=receivers + workers + 50, keepalive_expiry=60)
-    headers = {"authorization": f"Bearer {API_KEY}"}
-    async with httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits) as http:
+    async with _client(base_url) as http:
         idle_before = await _metrics(http)
         scope_id = (await http.post(f"{BASE}/scopes", json={"name": "soak"})).json()["id"]
         idle_box = (await http.post(f"{BASE}/mailboxes", json={"name": "idle"})).json()["id"]
@@ -130,11 +146,11 @@ async def _soak(base_url: str, seconds: float, receivers: int, workers: int, rat
         samples = []
         async with trio.open_nursery() as nursery:
             for number in range(receivers):
-                nursery.start_soon(_receiver, http, counts, idle_box, scope_id, number, until, wait_ms)
+                nursery.start_soon(_receiver, base_url, counts, idle_box, scope_id, number, until, wait_ms)
             for number in range(workers):
-                nursery.start_soon(_worker, http, counts, work_box, scope_id, number, until)
-            nursery.start_soon(_producer, http, counts, work_box, scope_id, rate, until)
-            nursery.start_soon(_claimer, http, counts, scope_id, rate, until)
+                nursery.start_soon(_worker, base_url, counts, work_box, scope_id, number, until)
+            nursery.start_soon(_producer, base_url, counts, work_box, scope_id, rate, until)
+            nursery.start_soon(_claimer, base_url, counts, scope_id, rate, until)
             await trio.sleep(settle_s)
             under_load_start = await _metrics(http)
             while trio.current_time() < until - 2:
@@ -142,7 +158,7 @@ async def _soak(base_url: str, seconds: float, receivers: int, workers: int, rat
                 samples.append({"at_s": round(trio.current_time() - started, 1), **await _metrics(http)})
             under_load_end = samples[-1] if samples else await _metrics(http)
         ran_s = trio.current_time() - started
-    async with httpx.AsyncClient(base_url=base_url, headers=headers) as http:
+    async with _client(base_url) as http:
         await trio.sleep(2)  # connections close, parked requests end
         idle_after = await _metrics(http)
         healthy = (await http.get("/healthz")).status_code == 200

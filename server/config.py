@@ -100,6 +100,8 @@ _SERVER: tuple[Setting, ...] = (
     Setting("metrics_public", bool, False, "Serve /metrics without a key to any address (by default only to loopback; others need the admin key)."),
     Setting("shutdown_grace_s", float, 10.0, "On SIGTERM/SIGINT, how long requests in flight may take to finish.", minimum=0, maximum=3600),
     Setting("keep_alive_s", float, 15.0, "How long an idle keep-alive connection stays open (a departed client's socket is reclaimed only then).", minimum=1, maximum=3600),
+    Setting("backlog", int, 1024, "Connections the kernel queues before they are accepted (a swarm connecting at once; capped by net.core.somaxconn).",
+            minimum=1, maximum=65535),
     Setting("body_timeout_s", float, 30.0, "A request body not complete this many seconds after its headers gets 408 and the connection closes.",
             minimum=0.1, maximum=3600),
     Setting("read_timeout_s", float, 90.0, "A connection whose client sends and reads nothing for this many seconds is closed "

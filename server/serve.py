@@ -50,6 +50,7 @@ def hypercorn_config(settings: Settings) -> Config:
     config.errorlog = logging.getLogger("hypercorn.error")
     # Keep-alive connections from SDK pools stay open between calls.
     config.keep_alive_timeout = settings.keep_alive_s
+    config.backlog = settings.backlog
     # Slow clients: a connection silent this long is closed, whatever it is doing (a slowloris
     # sending its headers a byte at a time, a client that never reads its answer). Requests whose
     # body never ends are bounded in `serve_http` by `body_timeout_s`.

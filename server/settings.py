@@ -41,6 +41,9 @@ class Settings:
     # reclaims a connection whose client has gone only when this runs out (its socket waits in
     # CLOSE-WAIT until then), and the SDKs' pools drop idle connections after 5 s anyway.
     keep_alive_s: float = 15.0
+    # Connections the kernel queues for accept. hypercorn's 100 resets connections when a swarm of
+    # agents connects at once.
+    backlog: int = 1024
     # Slow clients. A request whose body has not all arrived this long after its headers gets 408
     # and the connection closes (a body that never ends holds nothing for long).
     body_timeout_s: float = 30.0
