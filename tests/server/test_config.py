@@ -112,3 +112,13 @@ def test_a_missing_file_is_named(tmp_path):
     missing = str(tmp_path / "nope.toml")
     with pytest.raises(ConfigError, match="config file .*nope.toml: not found"):
         load({}, {}, missing)
+
+
+def test_connection_settings_reach_hypercorn():
+    """The listen backlog, keep-alive and read timeout are handed to hypercorn as given."""
+    from runstate.server.serve import hypercorn_config
+
+    settings = load({"backlog": "2048", "keep_alive_s": "7", "read_timeout_s": "60"}, {}, None).settings
+    config = hypercorn_config(settings)
+    assert (config.backlog, config.keep_alive_timeout, config.read_timeout) == (2048, 7.0, 60.0)
+    assert hypercorn_config(load({}, {}, None).settings).backlog == 1024
