@@ -7,7 +7,7 @@ Two paths write lines, in the same format and to the same file descriptor:
   logs a named event with fields: `{"ts", "level", "logger", "event", "msg", ...fields}`.
 - Request lines (`AccessLog`) skip `logging`: building a `LogRecord` and formatting it costs about
   7 µs, a large share of a request here. A request line is one string format and one `os.write`
-  (about 3 µs, `scripts/request_cost.py`), written only when request logging is on.
+  (about 3 µs, `bench/request_cost.py`), written only when request logging is on.
 
 A line is written with a single `os.write`, so lines from both paths never interleave. Nothing
 secret is ever logged: no bearer key, no admin key, no fencing token (key ids are fine).

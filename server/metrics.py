@@ -6,7 +6,7 @@ Two kinds of metric, kept apart on purpose:
   WAL append and fsync latency, snapshot duration. These use prometheus-client's own counters and
   histograms with their label children bound ahead of time (`RouteMetrics`: one per route, one
   counter child per status code it has answered), so a request costs two method calls and no
-  label lookup: with the two clock reads, about 1.7 µs (`scripts/request_cost.py`).
+  label lookup: with the two clock reads, about 1.7 µs (`bench/request_cost.py`).
 - **Read when scraped** (`StateCollector`): live claims, usage counters, expiries and takeovers,
   supervisor fires, idempotent replays, actors, queued and running tasks. They cost nothing
   between scrapes. Counts that come from the state's usage counters (`runstate_operations_total`,

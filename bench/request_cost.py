@@ -1,6 +1,6 @@
 """What metrics and request lines cost per request, measured in-process on the HTTP shell's own path.
 
-    .venv/bin/python scripts/request_cost.py [requests_per_round] [rounds]
+    .venv/bin/python bench/request_cost.py [requests_per_round] [rounds]
 
 Runs `serve_http` (routing, auth, the kernel read, the JSON answer) for a `GET /scopes/{id}` with
 a fake ASGI connection, so hypercorn and the network are out of the picture and only the shell's
