@@ -6,7 +6,7 @@ there are exactly N tasks, each SUCCEEDED with one recorded result, each handled
 delivery needed a second attempt). The test prints the wall time and the rate.
 
 It runs against a server in memory and against one on a data directory (`--fsync always`: every
-answer waits for its record's fsync). The normal suite runs N = 200; `RUNSTATE_SCALE_TASKS=1000`
+answer waits for its record's fsync). The normal suite runs N = 200; `SCALE_TASKS=1000`
 runs the full size.
 """
 
@@ -23,7 +23,7 @@ from .official_scripts import Clients
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
-TASKS = int(os.environ.get("RUNSTATE_SCALE_TASKS", "200"))
+TASKS = int(os.environ.get("SCALE_TASKS", "200"))
 PLANNERS = 10
 WORKERS = 4
 SUBMITS_PER_KEY = 3
