@@ -3,7 +3,7 @@
 - `kernel`: claim cycles per second through `actors/ops.py` with many concurrent callers and no
   HTTP: the kernel's own cost (state machines, actors, supervisor, in-memory journal).
 - `tasks`: task lifecycles per second (submit, receive, complete, read the result), each caller on
-  its own scope (so its own queue), once the queue operations are on the branch.
+  its own scope (so its own queue).
 - `scale`: resident memory per idle claim: N claims acquired with a long lease and left alone,
   measured as the growth of the process's RSS over an empty kernel (after a full collection).
 - `scale-tasks`: the same per queued task (submitted with no input, nobody receiving).
@@ -26,6 +26,7 @@ import orjson
 import trio
 
 from runstate.actors import ClaimOps, Clock, IdSource, Kernel, KernelState, Limits, ScopeOps
+from runstate.actors.queue_ops import MailboxOps, MessageOps, TaskOps
 
 from .procs import pin_self, rss_bytes
 
@@ -56,41 +57,50 @@ async def _with_kernel(body, limits: Limits | None = None):  # type: ignore[no-u
             nursery.cancel_scope.cancel()
 
 
+async def _count_cycles(callers: int, make_cycle, warmup_s: float, duration_s: float) -> dict:  # type: ignore[no-untyped-def]
+    """Run `callers` concurrent callers, each repeating the cycle `await make_cycle(i)` returns,
+    and count the cycles finished within `duration_s` after a `warmup_s` warm-up."""
+    counting = False
+    stop = False
+    done = 0
+
+    async def caller(i: int) -> None:
+        nonlocal done
+        cycle = await make_cycle(i)
+        while not stop:
+            await cycle()
+            if counting:
+                done += 1
+
+    async with trio.open_nursery() as nursery:
+        for i in range(callers):
+            nursery.start_soon(caller, i)
+        await trio.sleep(warmup_s)
+        counting = True
+        began, cpu_began = time.perf_counter(), time.process_time()
+        await trio.sleep(duration_s)
+        counting = False
+        elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
+        stop = True
+    return {"callers": callers, "duration_s": elapsed, "count": done, "per_s": done / elapsed, "cpu": cpu / elapsed}
+
+
 async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dict:
     async def body(kernel: Kernel) -> dict:
         scopes, claims = ScopeOps(kernel), ClaimOps(kernel)
         scope_id = (await scopes.create(SPACE, name="bench"))["id"]
-        counting = False
-        stop = False
-        cycles = 0
 
-        async def caller(i: int) -> None:
-            nonlocal cycles
-            key = f"k{i}"
-            holder, session = f"worker-{i}", f"session-{i}"
-            while not stop:
+        async def make_cycle(i: int):  # type: ignore[no-untyped-def]
+            key, holder, session = f"k{i}", f"worker-{i}", f"session-{i}"
+
+            async def cycle() -> None:
                 view = await claims.acquire(SPACE, scope_id=scope_id, key=key, holder=holder, session=session, lease_s=30)
                 await claims.release(SPACE, key=key, token=view["token"])
-                if counting:
-                    cycles += 1
 
-        async with trio.open_nursery() as nursery:
-            for i in range(callers):
-                nursery.start_soon(caller, i)
-            await trio.sleep(warmup_s)
-            counting = True
-            began, cpu_began = time.perf_counter(), time.process_time()
-            await trio.sleep(duration_s)
-            counting = False
-            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
-            stop = True
-        return {
-            "callers": callers,
-            "duration_s": elapsed,
-            "cycles": cycles,
-            "cycles_per_s": cycles / elapsed,
-            "cpu": cpu / elapsed,
-        }
+            return cycle
+
+        counted = await _count_cycles(callers, make_cycle, warmup_s, duration_s)
+        return {**counted, "cycles": counted["count"], "cycles_per_s": counted["per_s"]}
 
     return await _with_kernel(body)
 
@@ -134,64 +144,34 @@ async def scale_claims(count: int, callers: int) -> dict:
     return await _with_kernel(body)
 
 
-def queue_ops():  # type: ignore[no-untyped-def]
-    """The queue operations, or None on a branch without them."""
-    try:
-        from runstate.actors.queue_ops import MailboxOps, MessageOps, TaskOps
-    except ImportError:
-        return None
-    return MailboxOps, MessageOps, TaskOps
-
-
 async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict:
-    MailboxOps, MessageOps, TaskOps = queue_ops()
-
     async def body(kernel: Kernel) -> dict:
         scopes, messages, tasks = ScopeOps(kernel), MessageOps(kernel), TaskOps(kernel)
         mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
-        counting = False
-        stop = False
-        lifecycles = 0
 
-        async def caller(i: int) -> None:
-            nonlocal lifecycles
+        async def make_cycle(i: int):  # type: ignore[no-untyped-def]
             scope_id = (await scopes.create(SPACE, name=f"caller-{i}"))["id"]
             holder, session = f"worker-{i}", f"session-{i}"
             count = 0
-            while not stop:
+
+            async def cycle() -> None:
+                nonlocal count
                 count += 1
                 task = await tasks.submit(SPACE, scope_id=scope_id, mailbox_id=mailbox_id, key=f"w{i}-t{count}", task_input={"n": count})
                 delivery = await messages.receive(SPACE, mailbox_id, scope_id=scope_id, holder=holder, session=session, lease_s=30, wait_ms=10_000)
                 await messages.complete(SPACE, delivery["message"]["id"], token=delivery["token"], result={"ok": True})
                 if tasks.view(SPACE, task["taskId"])["state"] != "SUCCEEDED":
                     raise RuntimeError("the task did not show its result")
-                if counting:
-                    lifecycles += 1
 
-        async with trio.open_nursery() as nursery:
-            for i in range(callers):
-                nursery.start_soon(caller, i)
-            await trio.sleep(warmup_s)
-            counting = True
-            began, cpu_began = time.perf_counter(), time.process_time()
-            await trio.sleep(duration_s)
-            counting = False
-            elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
-            stop = True
-        return {
-            "callers": callers,
-            "duration_s": elapsed,
-            "lifecycles": lifecycles,
-            "lifecycles_per_s": lifecycles / elapsed,
-            "cpu": cpu / elapsed,
-        }
+            return cycle
+
+        counted = await _count_cycles(callers, make_cycle, warmup_s, duration_s)
+        return {**counted, "lifecycles": counted["count"], "lifecycles_per_s": counted["per_s"]}
 
     return await _with_kernel(body)
 
 
 async def scale_tasks(count: int, callers: int) -> dict:
-    MailboxOps, MessageOps, TaskOps = queue_ops()
-
     async def body(kernel: Kernel) -> dict:
         scopes, tasks = ScopeOps(kernel), TaskOps(kernel)
         mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
@@ -225,16 +205,6 @@ async def scale_tasks(count: int, callers: int) -> dict:
         }
 
     return await _with_kernel(body)
-
-
-def has_wal() -> bool:
-    try:
-        from runstate.snapshots import open_store  # noqa: F401
-
-        from . import _logs  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def write_log(records: int, directory: str) -> dict:
@@ -285,8 +255,6 @@ def main(argv: list[str] | None = None) -> None:
     st = commands.add_parser("scale-tasks")
     st.add_argument("--tasks", type=int, default=100_000)
     st.add_argument("--callers", type=int, default=100)
-    commands.add_parser("has-queues")
-    commands.add_parser("has-wal")
     w = commands.add_parser("write-log")
     w.add_argument("--records", type=int, default=1_000_000)
     w.add_argument("directory")
@@ -298,10 +266,6 @@ def main(argv: list[str] | None = None) -> None:
         report(trio.run(kernel_claims, args.callers, args.seconds, args.warmup))
     elif args.leg == "scale":
         report(trio.run(scale_claims, args.claims, args.callers))
-    elif args.leg == "has-queues":
-        report({"queues": queue_ops() is not None})
-    elif args.leg == "has-wal":
-        report({"wal": has_wal()})
     elif args.leg == "write-log":
         report(write_log(args.records, args.directory))
     elif args.leg == "recover":

@@ -1,8 +1,7 @@
 """Where a claim cycle's time goes: `make profile` (python -m bench.profile [--seconds S]).
 
-Runs `runstate serve` (on a data directory with `--fsync batch` when this branch has a WAL, in
-memory otherwise) under `py-spy record` while wrk drives the claim cycle at 16 connections, then
-writes under bench/results/:
+Runs `runstate serve` (on a data directory with `--fsync batch`) under `py-spy record` while wrk
+drives the claim cycle at 16 connections, then writes under bench/results/:
 
 - `profile-claim-cycle.speedscope.json`: open it at speedscope.app (or any speedscope viewer);
 - `profile-claim-cycle.folded`: the same stacks in the folded format of flamegraph.pl / inferno;
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from .harness import run_bounded
 from .procs import CPU_LOAD, RESULTS, Processes, find_tool, missing_tool_message, pin_self
-from .targets import create_scope, data_root, journal_on_disk, remove_data_root, start_runstate
+from .targets import create_scope, data_root, remove_data_root, start_runstate
 from .wrk import run_wrk
 
 NAME = "profile-claim-cycle"
@@ -139,8 +138,7 @@ def profile_server(py_spy: str, args: argparse.Namespace) -> int:
         with Processes() as procs:
             server = start_runstate(procs, "profiled", fsync="batch", data_root=data_root())
             scope_id = run_bounded(create_scope(server, "profile"))
-            mode = "--fsync batch" if journal_on_disk(server) else "in memory (no WAL on this branch)"
-            print(f"profile: claim cycle, {mode}, {args.connections} conn, {args.seconds:g} s", flush=True)
+            print(f"profile: claim cycle, --fsync batch, {args.connections} conn, {args.seconds:g} s", flush=True)
             spy = procs.start(
                 "py-spy",
                 [py_spy, "record", "--pid", str(server.pid), "--rate", str(args.rate), "--duration", str(int(args.seconds)),
@@ -157,7 +155,7 @@ def profile_server(py_spy: str, args: argparse.Namespace) -> int:
     finally:
         remove_data_root()
     write_outputs(NAME, out, (
-        f"Claim cycle ({mode}) under wrk, {args.connections} connections, {args.seconds:g} s: "
+        f"Claim cycle (--fsync batch) under wrk, {args.connections} connections, {args.seconds:g} s: "
         f"{result.rps:,.0f} req/s while sampled at {args.rate} Hz (py-spy), "
         f"server CPU {result.server_cpu:.0%} of a core.\n"
     ))

@@ -10,8 +10,6 @@
   worker waits in a long-poll recv on the same queue. The time from the first lease's
   `leaseExpiresAt` to the second worker having the delivery: the supervisor's expiry, the requeue
   and the wake-up, all server-side.
-
-They run only against a server that has the queue routes; until then each is listed as n/a.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ import orjson
 
 from .client import Connection
 from .harness import HarnessResult, drive, percentile, run_bounded
-from .report import INFO, NA, Row, ms, n, verdict_at_most
+from .report import INFO, Row, ms, n, verdict_at_most
 from .takeover import parse_ms
 from .targets import Target, create_scope
 
@@ -33,16 +31,6 @@ if TYPE_CHECKING:
 
 LEASE_S = 5
 WAIT_MS = 10_000
-
-
-async def has_queues(target: Target) -> bool:
-    """Whether the server routes `/mailboxes` (a 404 with "no such route" means it does not)."""
-    conn = await Connection(target.base_url, target.api_key).open()
-    try:
-        status, body = await conn.get(f"/v1/spaces/{target.space}/mailboxes")
-    finally:
-        await conn.close()
-    return not (status == 404 and "no such route" in str(body))
 
 
 async def create_mailbox(target: Target, name: str) -> str:
@@ -212,16 +200,9 @@ def run(bench: "Bench") -> list[Row]:
     from .run import TAKEOVER_MS, WAKEUP_P50_MS
 
     label, server, _ = bench.claim_targets[0]
-    if not run_bounded(has_queues(server)):
-        reason = "n/a: no mailbox or task routes on this branch yet"
-        return [
-            Row("Task lifecycle over HTTP (submit, recv, complete, result)", reason, verdict=NA),
-            Row("Wake-up: send to a waiting long-poll recv", reason, verdict=NA),
-            Row("Takeover of a delivery after lease expiry", reason, verdict=NA),
-        ]
     rows: list[Row] = []
     mode = bench.mode
-    # The quick run measures the first server only (--fsync batch once the WAL is on the branch).
+    # The quick run measures the first server only (--fsync batch).
     targets = bench.claim_targets if mode.name == "full" else bench.claim_targets[:1]
     for target_label, target, _ in targets:
         for connections in (1, 16):

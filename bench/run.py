@@ -87,36 +87,25 @@ class Bench:
         self.notes: list[str] = []
         self.wrk: str | None = None
         self.redis_server: str | None = None
-        self.durable = False
         self.claim_targets: list[tuple[str, Target, float | None]] = []  # (label, server, target ratio)
         self.ceiling: Target
-        self._has_queues: bool | None = None
 
     # -- servers ---------------------------------------------------------------------------------
 
     def start_servers(self) -> None:
-        """The ceiling and the claim-cycle servers; the WAL legs only when the WAL is on this branch."""
+        """The ceiling and the three claim-cycle servers: --fsync batch, --fsync always, in memory."""
         self.ceiling = start_ceiling(self.procs)
         batch = start_runstate(self.procs, "fsync-batch", fsync="batch", data_root=data_root())
         run_bounded(create_scope(batch, "probe"))
-        self.durable = journal_on_disk(batch)
-        if self.durable:
-            always = start_runstate(self.procs, "fsync-always", fsync="always", data_root=data_root())
-            memory = start_runstate(self.procs, "memory")
-            self.claim_targets = [
-                ("--fsync batch", batch, CYCLE_VS_CEILING_BATCH),
-                ("--fsync always", always, CYCLE_VS_CEILING_ALWAYS),
-                ("in memory, no data dir", memory, None),
-            ]
-        else:
-            # --data-dir is accepted but nothing is written: this branch has no WAL yet.
-            self.procs.stop(batch.proc)
-            memory = start_runstate(self.procs, "memory")
-            self.claim_targets = [("in memory (no WAL on this branch)", memory, CYCLE_VS_CEILING_BATCH)]
-            self.notes.append(
-                "No WAL on this branch (--data-dir writes nothing): the claim cycle runs on the in-memory "
-                "server and is held to the --fsync batch target; the --fsync always leg is n/a."
-            )
+        if not journal_on_disk(batch):
+            raise RuntimeError(f"the --fsync batch server wrote nothing into {batch.data_dir}: the bench would not measure the journal")
+        always = start_runstate(self.procs, "fsync-always", fsync="always", data_root=data_root())
+        memory = start_runstate(self.procs, "memory")
+        self.claim_targets = [
+            ("--fsync batch", batch, CYCLE_VS_CEILING_BATCH),
+            ("--fsync always", always, CYCLE_VS_CEILING_ALWAYS),
+            ("in memory, no data dir", memory, None),
+        ]
 
     # -- legs ------------------------------------------------------------------------------------
 
@@ -193,7 +182,7 @@ class Bench:
             self.notes.append("WARNING: wrk was near saturation; the throughput figures are a floor.")
 
     def latency(self) -> None:
-        # The quick run measures the first server only (--fsync batch once the WAL is on the branch).
+        # The quick run measures the first server only (--fsync batch).
         targets = self.claim_targets if self.mode.name == "full" else self.claim_targets[:1]
         for label, server, _ in targets:
             for connections in CONNECTIONS:
@@ -299,9 +288,6 @@ class Bench:
             verdict=verdict_at_least(per_core, KERNEL_CLAIM_CYCLES_S),
             data={"runs": samples},
         ))
-        if not self.has_queues():
-            self.rows.append(Row("Kernel alone, task lifecycles/s", "n/a: no queue operations on this branch yet", verdict=NA))
-            return
         samples = [inprocess_runner.run(self.procs, ["tasks", "--seconds", str(self.mode.kernel_s)])
                    for _ in range(self.mode.kernel_reps)]
         rate = med(s["lifecycles_per_s"] for s in samples)
@@ -313,11 +299,6 @@ class Bench:
             verdict=verdict_at_least(per_core, KERNEL_TASK_LIFECYCLES_S),
             data={"runs": samples},
         ))
-
-    def has_queues(self) -> bool:
-        if self._has_queues is None:
-            self._has_queues = bool(inprocess_runner.run(self.procs, ["has-queues"])["queues"])
-        return self._has_queues
 
     def scale(self) -> None:
         for count in self.mode.scale_counts:
@@ -332,27 +313,21 @@ class Bench:
             ))
         if 1_000_000 not in self.mode.scale_counts:
             self.rows.append(Row("RSS per idle claim at 1,000,000", "full run only (make bench)", verdict=NA))
-        if not self.has_queues():
-            self.rows.append(Row("RSS per queued task", "n/a: no queue operations on this branch yet", verdict=NA))
-        else:
-            for count in self.mode.scale_counts:
-                result = inprocess_runner.run(self.procs, ["scale-tasks", "--tasks", str(count)], timeout_s=900)
-                per = result["bytes_per_task"]
-                self.rows.append(Row(
-                    f"RSS per queued task at {n(result['tasks'])} (in-process, no input)",
-                    f"{n(per)} B (+{n(result['rss_grown_bytes'] / 2**20, 1)} MiB over an empty kernel)",
-                    target=f"<= {n(BYTES_PER_QUEUED_TASK)} B",
-                    verdict=verdict_at_most(per, BYTES_PER_QUEUED_TASK),
-                    data=result,
-                ))
-            if 1_000_000 not in self.mode.scale_counts:
-                self.rows.append(Row("RSS per queued task at 1,000,000", "full run only (make bench)", verdict=NA))
+        for count in self.mode.scale_counts:
+            result = inprocess_runner.run(self.procs, ["scale-tasks", "--tasks", str(count)], timeout_s=900)
+            per = result["bytes_per_task"]
+            self.rows.append(Row(
+                f"RSS per queued task at {n(result['tasks'])} (in-process, no input)",
+                f"{n(per)} B (+{n(result['rss_grown_bytes'] / 2**20, 1)} MiB over an empty kernel)",
+                target=f"<= {n(BYTES_PER_QUEUED_TASK)} B",
+                verdict=verdict_at_most(per, BYTES_PER_QUEUED_TASK),
+                data=result,
+            ))
+        if 1_000_000 not in self.mode.scale_counts:
+            self.rows.append(Row("RSS per queued task at 1,000,000", "full run only (make bench)", verdict=NA))
         self.recovery()
 
     def recovery(self) -> None:
-        if not inprocess_runner.run(self.procs, ["has-wal"])["wal"]:
-            self.rows.append(Row("Recovery of a 1M-record log", "n/a: no WAL on this branch yet", verdict=NA))
-            return
         records = self.mode.recovery_records
         directory = tempfile.mkdtemp(prefix="recovery-", dir=data_root())
         try:

@@ -24,7 +24,6 @@ import shutil
 import ssl
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 
 import httpx

@@ -46,7 +46,7 @@ def start_ceiling(procs: Processes) -> Target:
 def start_runstate(procs: Processes, name: str, *, fsync: str | None = None, data_root: str | None = None) -> Target:
     """`runstate serve` on a random port; with `fsync`, on a fresh data directory under `data_root`."""
     # BENCH_SERVER_PYTHON measures the server of another checkout (its venv's interpreter) with this
-    # bench, e.g. a branch before it is merged.
+    # bench, e.g. an older release against this one.
     server_python = os.environ.get("BENCH_SERVER_PYTHON") or python()
     args = [server_python, "-m", "runstate.server.cli", "serve", "--host", "127.0.0.1", "--port", "0"]
     data_dir = None
@@ -86,7 +86,7 @@ async def wait_healthy(target: Target, timeout_s: float = 30) -> None:
 
 
 def journal_on_disk(target: Target) -> bool:
-    """Whether the server wrote anything into its data directory (a WAL is on this branch)."""
+    """Whether the server wrote anything into its data directory (its journal is on disk)."""
     if not target.data_dir:
         return False
     for _, _, files in os.walk(target.data_dir):
