@@ -301,30 +301,23 @@ class Bench:
         ))
 
     def scale(self) -> None:
-        for count in self.mode.scale_counts:
-            result = inprocess_runner.run(self.procs, ["scale", "--claims", str(count)], timeout_s=900)
-            per = result["bytes_per_claim"]
-            self.rows.append(Row(
-                f"RSS per idle claim at {n(result['claims'])} (in-process)",
-                f"{n(per)} B (+{n(result['rss_grown_bytes'] / 2**20, 1)} MiB over an empty kernel)",
-                target=f"<= {n(BYTES_PER_IDLE_CLAIM)} B",
-                verdict=verdict_at_most(per, BYTES_PER_IDLE_CLAIM),
-                data=result,
-            ))
-        if 1_000_000 not in self.mode.scale_counts:
-            self.rows.append(Row("RSS per idle claim at 1,000,000", "full run only (make bench)", verdict=NA))
-        for count in self.mode.scale_counts:
-            result = inprocess_runner.run(self.procs, ["scale-tasks", "--tasks", str(count)], timeout_s=900)
-            per = result["bytes_per_task"]
-            self.rows.append(Row(
-                f"RSS per queued task at {n(result['tasks'])} (in-process, no input)",
-                f"{n(per)} B (+{n(result['rss_grown_bytes'] / 2**20, 1)} MiB over an empty kernel)",
-                target=f"<= {n(BYTES_PER_QUEUED_TASK)} B",
-                verdict=verdict_at_most(per, BYTES_PER_QUEUED_TASK),
-                data=result,
-            ))
-        if 1_000_000 not in self.mode.scale_counts:
-            self.rows.append(Row("RSS per queued task at 1,000,000", "full run only (make bench)", verdict=NA))
+        legs = [
+            ("idle claim", "scale", "--claims", "claims", "bytes_per_claim", "", BYTES_PER_IDLE_CLAIM),
+            ("queued task", "scale-tasks", "--tasks", "tasks", "bytes_per_task", ", no input", BYTES_PER_QUEUED_TASK),
+        ]
+        for what, leg, flag, counted, per_key, detail, limit in legs:
+            for count in self.mode.scale_counts:
+                result = inprocess_runner.run(self.procs, [leg, flag, str(count)], timeout_s=900)
+                per = result[per_key]
+                self.rows.append(Row(
+                    f"RSS per {what} at {n(result[counted])} (in-process{detail})",
+                    f"{n(per)} B (+{n(result['rss_grown_bytes'] / 2**20, 1)} MiB over an empty kernel)",
+                    target=f"<= {n(limit)} B",
+                    verdict=verdict_at_most(per, limit),
+                    data=result,
+                ))
+            if 1_000_000 not in self.mode.scale_counts:
+                self.rows.append(Row(f"RSS per {what} at 1,000,000", "full run only (make bench)", verdict=NA))
         self.recovery()
 
     def recovery(self) -> None:
