@@ -105,41 +105,51 @@ async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dic
     return await _with_kernel(body)
 
 
+async def _rss_growth(kernel: Kernel, count: int, callers: int, make_one, what: str) -> dict:  # type: ignore[no-untyped-def]
+    """Make `count` entities with `callers` concurrent callers (`await make_one(i, j)` makes one),
+    let every actor retire, and report the RSS grown over the baseline taken before."""
+    await _until_actors_retire(kernel)
+    gc.collect()
+    baseline = rss_bytes()
+    began = time.perf_counter()
+    per_caller = count // callers
+
+    async def caller(i: int) -> None:
+        for j in range(per_caller):
+            await make_one(i, j)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(callers):
+            nursery.start_soon(caller, i)
+    built_s = time.perf_counter() - began
+    alive = await _until_actors_retire(kernel)
+    gc.collect()
+    grown = rss_bytes() - baseline
+    made = per_caller * callers
+    return {
+        what: made,
+        "rss_baseline_bytes": baseline,
+        "rss_grown_bytes": grown,
+        f"bytes_per_{what[:-1]}": grown / made,
+        "build_s": built_s,
+        "actors_alive": alive,
+    }
+
+
 async def scale_claims(count: int, callers: int) -> dict:
     async def body(kernel: Kernel) -> dict:
         scopes, claims = ScopeOps(kernel), ClaimOps(kernel)
         scope_id = (await scopes.create(SPACE, name="bench"))["id"]
         # A first claim, so that every structure a claim needs exists before the baseline.
         await claims.acquire(SPACE, scope_id=scope_id, key="warm", holder="h", session="s", lease_s=600)
-        await _until_actors_retire(kernel)
-        gc.collect()
-        baseline = rss_bytes()
-        began = time.perf_counter()
-        per_caller = count // callers
 
-        async def caller(i: int) -> None:
-            for j in range(per_caller):
-                # Keys, holders and sessions as an agent swarm would send them (not interned).
-                await claims.acquire(
-                    SPACE, scope_id=scope_id, key=f"company:{i}-{j}", holder=f"worker-{i}", session=f"session-{i}", lease_s=600
-                )
+        async def make_one(i: int, j: int) -> None:
+            # Keys, holders and sessions as an agent swarm would send them (not interned).
+            await claims.acquire(
+                SPACE, scope_id=scope_id, key=f"company:{i}-{j}", holder=f"worker-{i}", session=f"session-{i}", lease_s=600
+            )
 
-        async with trio.open_nursery() as nursery:
-            for i in range(callers):
-                nursery.start_soon(caller, i)
-        built_s = time.perf_counter() - began
-        alive = await _until_actors_retire(kernel)
-        gc.collect()
-        grown = rss_bytes() - baseline
-        made = per_caller * callers
-        return {
-            "claims": made,
-            "rss_baseline_bytes": baseline,
-            "rss_grown_bytes": grown,
-            "bytes_per_claim": grown / made,
-            "build_s": built_s,
-            "actors_alive": alive,
-        }
+        return await _rss_growth(kernel, count, callers, make_one, "claims")
 
     return await _with_kernel(body)
 
@@ -177,32 +187,11 @@ async def scale_tasks(count: int, callers: int) -> dict:
         mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
         scope_ids = [(await scopes.create(SPACE, name=f"caller-{i}"))["id"] for i in range(callers)]
         await tasks.submit(SPACE, scope_id=scope_ids[0], mailbox_id=mailbox_id, key="warm")
-        await _until_actors_retire(kernel)
-        gc.collect()
-        baseline = rss_bytes()
-        began = time.perf_counter()
-        per_caller = count // callers
 
-        async def caller(i: int) -> None:
-            for j in range(per_caller):
-                await tasks.submit(SPACE, scope_id=scope_ids[i], mailbox_id=mailbox_id, key=f"task:{i}-{j}")
+        async def make_one(i: int, j: int) -> None:
+            await tasks.submit(SPACE, scope_id=scope_ids[i], mailbox_id=mailbox_id, key=f"task:{i}-{j}")
 
-        async with trio.open_nursery() as nursery:
-            for i in range(callers):
-                nursery.start_soon(caller, i)
-        built_s = time.perf_counter() - began
-        alive = await _until_actors_retire(kernel)
-        gc.collect()
-        grown = rss_bytes() - baseline
-        made = per_caller * callers
-        return {
-            "tasks": made,
-            "actors_alive": alive,
-            "rss_baseline_bytes": baseline,
-            "rss_grown_bytes": grown,
-            "bytes_per_task": grown / made,
-            "build_s": built_s,
-        }
+        return await _rss_growth(kernel, count, callers, make_one, "tasks")
 
     return await _with_kernel(body)
 
