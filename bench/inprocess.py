@@ -99,8 +99,7 @@ async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dic
 
             return cycle
 
-        counted = await _count_cycles(callers, make_cycle, warmup_s, duration_s)
-        return {**counted, "cycles": counted["count"], "cycles_per_s": counted["per_s"]}
+        return await _count_cycles(callers, make_cycle, warmup_s, duration_s)
 
     return await _with_kernel(body)
 
@@ -175,8 +174,7 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
 
             return cycle
 
-        counted = await _count_cycles(callers, make_cycle, warmup_s, duration_s)
-        return {**counted, "lifecycles": counted["count"], "lifecycles_per_s": counted["per_s"]}
+        return await _count_cycles(callers, make_cycle, warmup_s, duration_s)
 
     return await _with_kernel(body)
 

@@ -180,7 +180,7 @@ def profile_kernel(py_spy: str, args: argparse.Namespace) -> int:
             return 1
     result = json.loads(line.split(" ", 1)[1])
     write_outputs(KERNEL_NAME, out, (
-        f"Kernel alone: {result['callers']} callers, {result['cycles_per_s']:,.0f} claim cycles/s at "
+        f"Kernel alone: {result['callers']} callers, {result['per_s']:,.0f} claim cycles/s at "
         f"{result['cpu']:.0%} of a core while sampled at {args.rate} Hz (py-spy; warm-up and start included).\n"
     ))
     return 0

@@ -277,28 +277,19 @@ class Bench:
         self.rows.extend(queues.run(self))
 
     def kernel(self) -> None:
-        samples = [inprocess_runner.run(self.procs, ["kernel", "--seconds", str(self.mode.kernel_s)])
-                   for _ in range(self.mode.kernel_reps)]
-        rate = med(s["cycles_per_s"] for s in samples)
-        per_core = med(s["cycles_per_s"] / max(s["cpu"], 1e-6) for s in samples)
-        self.rows.append(Row(
-            f"Kernel alone, claim cycles per CPU-second ({samples[0]['callers']} callers, 1 core)",
-            f"{n(per_core)} cycles/CPU-s ({n(rate)} cycles/s at {med(s['cpu'] for s in samples):.0%} of the core)",
-            target=f">= {n(KERNEL_CLAIM_CYCLES_S)}",
-            verdict=verdict_at_least(per_core, KERNEL_CLAIM_CYCLES_S),
-            data={"runs": samples},
-        ))
-        samples = [inprocess_runner.run(self.procs, ["tasks", "--seconds", str(self.mode.kernel_s)])
-                   for _ in range(self.mode.kernel_reps)]
-        rate = med(s["lifecycles_per_s"] for s in samples)
-        per_core = med(s["lifecycles_per_s"] / max(s["cpu"], 1e-6) for s in samples)
-        self.rows.append(Row(
-            f"Kernel alone, task lifecycles per CPU-second ({samples[0]['callers']} callers, 1 core)",
-            f"{n(per_core)} lifecycles/CPU-s ({n(rate)} lifecycles/s at {med(s['cpu'] for s in samples):.0%} of the core)",
-            target=f">= {n(KERNEL_TASK_LIFECYCLES_S)}",
-            verdict=verdict_at_least(per_core, KERNEL_TASK_LIFECYCLES_S),
-            data={"runs": samples},
-        ))
+        legs = [("kernel", "claim cycles", "cycles", KERNEL_CLAIM_CYCLES_S), ("tasks", "task lifecycles", "lifecycles", KERNEL_TASK_LIFECYCLES_S)]
+        for leg, what, unit, target in legs:
+            samples = [inprocess_runner.run(self.procs, [leg, "--seconds", str(self.mode.kernel_s)])
+                       for _ in range(self.mode.kernel_reps)]
+            rate = med(s["per_s"] for s in samples)
+            per_core = med(s["per_s"] / max(s["cpu"], 1e-6) for s in samples)
+            self.rows.append(Row(
+                f"Kernel alone, {what} per CPU-second ({samples[0]['callers']} callers, 1 core)",
+                f"{n(per_core)} {unit}/CPU-s ({n(rate)} {unit}/s at {med(s['cpu'] for s in samples):.0%} of the core)",
+                target=f">= {n(target)}",
+                verdict=verdict_at_least(per_core, target),
+                data={"runs": samples},
+            ))
 
     def scale(self) -> None:
         legs = [
