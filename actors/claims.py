@@ -255,18 +255,23 @@ class ClaimTable:
 
     def apply_image(self, record: dict) -> Claim:
         claim = Claim(record["scopeId"], record["key"])
+        self._hold(claim, record, record["acquired_ms"])
+        claim.expired = record.get("expired", False)
+        self._by_scope.setdefault(claim.scope_id, {})[claim.key] = claim
+        if claim.token is not None:
+            self._by_token[claim.token] = claim
+        return claim
+
+    @staticmethod
+    def _hold(claim: Claim, record: dict, acquired_ms: int) -> None:
+        """Give `claim` the owner, lease and fencing values a `claim.acquired` or `claim.image` record carries."""
         claim.generation = record["generation"]
         claim.token = record["token"]
         claim.holder = record["holder"]
         claim.session = record["session"]
         claim.lease_ms = record["lease_ms"]
         claim.expires_ms = record["expires_ms"]
-        claim.acquired_ms = record["acquired_ms"]
-        claim.expired = record.get("expired", False)
-        self._by_scope.setdefault(claim.scope_id, {})[claim.key] = claim
-        if claim.token is not None:
-            self._by_token[claim.token] = claim
-        return claim
+        claim.acquired_ms = acquired_ms
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -281,13 +286,7 @@ class ClaimTable:
             if claim.expired:
                 self.takeovers += 1
                 claim.expired = False
-        claim.generation = record["generation"]
-        claim.token = record["token"]
-        claim.holder = record["holder"]
-        claim.session = record["session"]
-        claim.lease_ms = record["lease_ms"]
-        claim.expires_ms = record["expires_ms"]
-        claim.acquired_ms = record["at_ms"]
+        self._hold(claim, record, record["at_ms"])
         self._by_token[claim.token] = claim
         return claim
 

@@ -289,16 +289,7 @@ class TaskTable:
             }
 
     def apply_image(self, record: dict) -> Task:
-        task = Task(
-            record["id"],
-            record["taskKey"],
-            record["scopeId"],
-            record["mailboxId"],
-            record["messageId"],
-            record["inputHash"],
-            record["deadline_ms"],
-            record["created_ms"],
-        )
+        task = self._add(record, record["created_ms"])
         task.state = record["state"]
         task.attempt = record["attempt"]
         task.outcome = record["outcome"]
@@ -307,13 +298,10 @@ class TaskTable:
         task.updated_ms = record["updated_ms"]
         task.finished_ms = record["finished_ms"]
         task.tombstoned = record["tombstoned"]
-        self._by_id[task.id] = task
-        self._by_key[(task.scope_id, task.key)] = task
         return task
 
-    # -- applying -------------------------------------------------------------------------------
-
-    def apply_created(self, record: dict) -> Task:
+    def _add(self, record: dict, created_ms: int) -> Task:
+        """A new task from a `task.created` or `task.image` record, indexed by id and by key."""
         task = Task(
             record["id"],
             record["taskKey"],
@@ -322,12 +310,18 @@ class TaskTable:
             record["messageId"],
             record["inputHash"],
             record["deadline_ms"],
-            record["at_ms"],
+            created_ms,
         )
-        if record["subscriberId"] is not None:
-            task.subscribers[record["subscriberId"]] = record["scopeId"]
         self._by_id[task.id] = task
         self._by_key[(task.scope_id, task.key)] = task
+        return task
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply_created(self, record: dict) -> Task:
+        task = self._add(record, record["at_ms"])
+        if record["subscriberId"] is not None:
+            task.subscribers[record["subscriberId"]] = record["scopeId"]
         return task
 
     def apply_joined(self, record: dict) -> Task:
