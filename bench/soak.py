@@ -79,7 +79,11 @@ async def _call(http: httpx.AsyncClient, counts: Counts, method: str, path: str,
     return response
 
 
-def _client(base_url: str, connections: int = 1) -> httpx.AsyncClient:
+# Unused on plain http, but httpx builds (and loads CA files into) one per client unless given one.
+_TLS = ssl.create_default_context()
+
+
+def _client(base_url: str) -> httpx.AsyncClient:
     """One client per simulated agent, as each agent process would have its own.
 
     One shared client with hundreds of connections measures httpcore instead of the server: its
@@ -88,11 +92,8 @@ def _client(base_url: str, connections: int = 1) -> httpx.AsyncClient:
     long as the server keeps them (httpx's own default drops one idle for 5 s, which would measure
     connection churn rather than leaks: see README "Load and leaks").
     """
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections, keepalive_expiry=60)
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=60)
     return httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {API_KEY}"}, limits=limits, verify=_TLS)
-
-
-_TLS = ssl.create_default_context()  # unused on plain http, but httpx builds one per client unless given one
 
 
 async def _receiver(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, number: int, until: float, wait_ms: int) -> None:
