@@ -83,35 +83,37 @@ class Setting:
 
 # -- the settings ---------------------------------------------------------------------------------
 
+_DEFAULTS = Settings()
+
 _SERVER: tuple[Setting, ...] = (
-    Setting("host", str, "127.0.0.1", "Interface to listen on. Loopback only unless you say otherwise."),
-    Setting("port", int, 8080, "Port to listen on; 0 picks a free one (the chosen one is printed).", minimum=0, maximum=65535),
-    Setting("data_dir", str, None, "Directory for the journal and snapshots; none keeps the state in memory only.", optional=True),
-    Setting("fsync", str, "always", "When the journal is fsynced: before each answer (always); every few ms, answering after it (batch); "
+    Setting("host", str, _DEFAULTS.host, "Interface to listen on. Loopback only unless you say otherwise."),
+    Setting("port", int, _DEFAULTS.port, "Port to listen on; 0 picks a free one (the chosen one is printed).", minimum=0, maximum=65535),
+    Setting("data_dir", str, _DEFAULTS.data_dir, "Directory for the journal and snapshots; none keeps the state in memory only.", optional=True),
+    Setting("fsync", str, _DEFAULTS.fsync, "When the journal is fsynced: before each answer (always); every few ms, answering after it (batch); "
             "never, answering after the write (off: survives a killed process, not a power cut).", choices=FSYNC_POLICIES),
-    Setting("api_key", str, None, "A bearer key accepted for `space_id` at start (journaled as its digest).", optional=True, secret=True),
-    Setting("space_id", str, "default", "The space `api_key` (or the key made at first start) opens."),
-    Setting("admin_key", str, None, "The admin credential for /v1/admin and `runstate keys`; at least 16 characters. "
+    Setting("api_key", str, _DEFAULTS.api_key, "A bearer key accepted for `space_id` at start (journaled as its digest).", optional=True, secret=True),
+    Setting("space_id", str, _DEFAULTS.space_id, "The space `api_key` (or the key made at first start) opens."),
+    Setting("admin_key", str, _DEFAULTS.admin_key, "The admin credential for /v1/admin and `runstate keys`; at least 16 characters. "
             "Unset: read from (or made in) DATA_DIR/admin.key, or without a data directory made and printed once.",
             optional=True, secret=True),
-    Setting("log_format", str, "json", "Log lines as JSON objects (json) or readable text (text).", choices=LOG_FORMATS),
-    Setting("log_level", str, "info", "Least severe level logged; request lines are info.", choices=LOG_LEVELS),
-    Setting("log_requests", str, "all", "One line per request (all), only for answers of 400 and above (errors), or none (off).", choices=LOG_REQUESTS),
-    Setting("metrics_public", bool, False, "Serve /metrics without a key to any address (by default only to loopback; others need the admin key)."),
-    Setting("shutdown_grace_s", float, 10.0, "On SIGTERM/SIGINT, how long requests in flight may take to finish.", minimum=0, maximum=3600),
-    Setting("keep_alive_s", float, 15.0, "How long an idle keep-alive connection stays open (a departed client's socket is reclaimed only then).", minimum=1, maximum=3600),
-    Setting("backlog", int, 1024, "Connections the kernel queues before they are accepted (a swarm connecting at once; capped by net.core.somaxconn).",
+    Setting("log_format", str, _DEFAULTS.log_format, "Log lines as JSON objects (json) or readable text (text).", choices=LOG_FORMATS),
+    Setting("log_level", str, _DEFAULTS.log_level, "Least severe level logged; request lines are info.", choices=LOG_LEVELS),
+    Setting("log_requests", str, _DEFAULTS.log_requests, "One line per request (all), only for answers of 400 and above (errors), or none (off).", choices=LOG_REQUESTS),
+    Setting("metrics_public", bool, _DEFAULTS.metrics_public, "Serve /metrics without a key to any address (by default only to loopback; others need the admin key)."),
+    Setting("shutdown_grace_s", float, _DEFAULTS.shutdown_grace_s, "On SIGTERM/SIGINT, how long requests in flight may take to finish.", minimum=0, maximum=3600),
+    Setting("keep_alive_s", float, _DEFAULTS.keep_alive_s, "How long an idle keep-alive connection stays open (a departed client's socket is reclaimed only then).", minimum=1, maximum=3600),
+    Setting("backlog", int, _DEFAULTS.backlog, "Connections the kernel queues before they are accepted (a swarm connecting at once; capped by net.core.somaxconn).",
             minimum=1, maximum=65535),
-    Setting("body_timeout_s", float, 30.0, "A request body not complete this many seconds after its headers gets 408 and the connection closes.",
+    Setting("body_timeout_s", float, _DEFAULTS.body_timeout_s, "A request body not complete this many seconds after its headers gets 408 and the connection closes.",
             minimum=0.1, maximum=3600),
-    Setting("read_timeout_s", float, 90.0, "A connection whose client sends and reads nothing for this many seconds is closed "
+    Setting("read_timeout_s", float, _DEFAULTS.read_timeout_s, "A connection whose client sends and reads nothing for this many seconds is closed "
             "(keep it above the longest long poll, 30 s, and above keep_alive_s).", minimum=0.1, maximum=3600),
-    Setting("expiry_storm_per_s", int, 1000, "Expiries in one second that are logged as an expiry storm.", minimum=1),
-    Setting("fsync_batch_ms", float, Settings().fsync_batch_ms, "With fsync batch: at most one fsync per this many milliseconds.", minimum=0.1, maximum=1000),
-    Setting("snapshot_every_records", int, Settings().snapshot_every_records, "A snapshot once the WAL holds this many records past the last one.", minimum=1),
-    Setting("snapshot_every_s", float, Settings().snapshot_every_s, "A snapshot at least this often (seconds) while anything changed.", minimum=1),
-    Setting("snapshots_kept", int, Settings().snapshots_kept, "Snapshots kept (with the WAL after the oldest); at least 2.", minimum=2, maximum=100),
-    Setting("fsync_slow_ms", float, Settings().fsync_slow_ms, "An fsync slower than this many milliseconds is logged.", minimum=0),
+    Setting("expiry_storm_per_s", int, _DEFAULTS.expiry_storm_per_s, "Expiries in one second that are logged as an expiry storm.", minimum=1),
+    Setting("fsync_batch_ms", float, _DEFAULTS.fsync_batch_ms, "With fsync batch: at most one fsync per this many milliseconds.", minimum=0.1, maximum=1000),
+    Setting("snapshot_every_records", int, _DEFAULTS.snapshot_every_records, "A snapshot once the WAL holds this many records past the last one.", minimum=1),
+    Setting("snapshot_every_s", float, _DEFAULTS.snapshot_every_s, "A snapshot at least this often (seconds) while anything changed.", minimum=1),
+    Setting("snapshots_kept", int, _DEFAULTS.snapshots_kept, "Snapshots kept (with the WAL after the oldest); at least 2.", minimum=2, maximum=100),
+    Setting("fsync_slow_ms", float, _DEFAULTS.fsync_slow_ms, "An fsync slower than this many milliseconds is logged.", minimum=0),
 )
 
 # One line per field of `Limits`, for `--help`, `runstate config` and the README's table.
