@@ -157,11 +157,6 @@ class _ClientGone(Exception):
     """The client disconnected before its request was complete: there is nobody to answer."""
 
 
-def _body_timeout_s(services: Any) -> float:
-    settings = getattr(services, "settings", None)
-    return getattr(settings, "body_timeout_s", 30.0)
-
-
 async def _read_body(receive: Callable[[], Awaitable[dict]], bytes_max: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
@@ -227,7 +222,7 @@ async def serve_http(
         route, params = router.match(method, raw_path)
         if not route.public and not services.ready:
             raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
-        with trio.move_on_after(_body_timeout_s(services)) as reading:
+        with trio.move_on_after(services.settings.body_timeout_s) as reading:
             request.body = await _read_body(receive, services.limits.request_bytes_max)
         if reading.cancelled_caught:
             raise ApiError("REQUEST_TIMEOUT", "the request body did not arrive in time", status=408, headers=dict(_CLOSE))
