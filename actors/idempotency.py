@@ -25,14 +25,12 @@ __all__ = ["IdempotencyTable", "Stored"]
 
 
 class Stored:
-    __slots__ = ("fingerprint", "body", "at_ms", "lsn")
+    __slots__ = ("fingerprint", "body", "at_ms")
 
     def __init__(self, fingerprint: str, body: Any, at_ms: int) -> None:
         self.fingerprint = fingerprint
         self.body = body
         self.at_ms = at_ms
-        # The journal position that makes this answer durable; 0 once known durable (replay).
-        self.lsn = 0
 
 
 class IdempotencyTable:

@@ -1,16 +1,17 @@
 """The kernel: actors per key, the supervisor, the journal, and the commands the shell calls.
 
 Each key (a claim key in a scope, a scope, a queue...) has an actor: a channel of calls and at most
-one trio task draining it, started when a call arrives and gone when the channel is empty. A turn
-takes one call, reads the clock once, runs the command against the state, journals the records,
-arms the timers and pokes the actors named in the outcome. Turns never await, so one key's calls
+one trio task draining it, started when a call arrives and gone when the channel is empty. A call
+carries a command (`commands.py`: plain data, never a function); the command names its actor. A
+turn takes one call, reads the clock once, runs the command's transition (`transitions.py`)
+against the state, journals the records, arms the timers and pokes the actors named in the outcome. Turns never await, so one key's calls
 run strictly one after another, and an actor never waits on another actor.
 
 A caller parks once per call: the actor wakes it when the records are durable (ack after durable),
 at once when there is nothing to write, or later when it was waiting (a long poll) and a poke made
 its command succeed. Callers own their timeouts: `call(..., wait_until=...)` is the only wait.
 
-Rule for everything below: state changes only through `SpaceState` commands and `KernelState.apply`.
+Rule for everything below: state changes only through transitions and `KernelState.apply`.
 
 One exception, `restore()`: when the journal could not write, the state holds changes that are not
 on disk. The journal refuses further changes (`failure`), rebuilds the state from disk, and hands it
@@ -21,20 +22,23 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any, Callable
+from typing import Any
 
 import outcome as trio_outcome
 import trio
 
-from ..snapshots.journal import Journal, MemoryJournal
 from .clock import Clock
+from .commands import Command, FireTimer
 from .errors import INTERNAL, UNAVAILABLE, KernelError
+from .fields import parse
 from .ids import IdSource
-from .outcome import ActorKey, Outcome
+from .journal import Journal, MemoryJournal
+from .outcome import ActorKey
 from .state import KernelState
 from .supervisor import Supervisor
+from .transitions import TRANSITIONS
 
-__all__ = ["Kernel", "Idem", "EMPTY"]
+__all__ = ["Kernel", "Idem", "EMPTY", "JITTER_LOW", "JITTER_HIGH"]
 
 log = logging.getLogger("runstate.kernel")
 
@@ -53,8 +57,9 @@ ACTORS_LINGERING_MAX = 1024
 
 _QUEUED, _WAITING, _DECIDED, _DONE = range(4)
 
-# A command: applied to the whole state at `now_ms`, inside one turn.
-Command = Callable[[KernelState, int], Outcome]
+# The retry backoff is the nominal wait (1 s, 2 s, 4 s...) times a factor drawn in this range.
+JITTER_LOW = 0.8
+JITTER_HIGH = 1.0
 
 
 class Idem:
@@ -186,20 +191,34 @@ class Kernel:
 
     # -- calling --------------------------------------------------------------------------------
 
-    async def call(
-        self,
-        actor: ActorKey,
-        command: Command,
-        *,
-        idem: Idem | None = None,
-        wait_until: float | None = None,
-    ) -> Any:
-        """Run `command` in `actor`'s next turn and return its reply once durable.
+    def parse(self, command_class: type, body: dict, params: dict[str, str]) -> Any:
+        """A command of `command_class` from a request's JSON body and path parameters, checked
+        against the limits, with its random values drawn from this kernel's seeded source."""
+        return parse(command_class, body, params, self.limits, self.draw)
 
-        With `wait_until` (a trio deadline), a command whose outcome is empty parks until a poke
-        makes it succeed or the deadline passes; then the answer is `EMPTY`. Raises `KernelError`.
+    def draw(self, what: str) -> Any:
+        """A random value a command needs (see `fields.drawn`): drawn here, recorded with it."""
+        if what == "token":
+            return self.ids.token()
+        if what == "delivery-token":
+            return self.ids.make("dt_", 128)
+        if what == "jitter":
+            return self.ids.uniform(JITTER_LOW, JITTER_HIGH)
+        return self.ids.make(what)
+
+    async def submit(self, command: Command, *, idem: Idem | None = None, wait_ms: int | None = None) -> Any:
+        """Run `command` in its actor's next turn and return its reply once durable.
+
+        With `wait_ms`, a command whose outcome is empty (a long poll's receive) parks until a
+        poke makes it succeed or the wait (capped at `wait_ms_max`) ends; then the answer is
+        `EMPTY`. Raises `KernelError`.
         """
+        actor = command.actor(self.state)
         task = trio.lowlevel.current_task()
+        wait_until = None
+        if wait_ms:
+            clock = self.clock
+            wait_until = clock.deadline_for(clock.now_ms() + min(wait_ms, self.limits.wait_ms_max))
         call = _Call(command, idem, task, wait_until is not None)
         self._post(actor, call)
         answer = await self._park(actor, call)
@@ -234,9 +253,9 @@ class Kernel:
         call.parked = True
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
-    def post(self, actor: ActorKey, command: Command) -> None:
-        """Run `command` in `actor`'s next turn; nobody waits for the answer."""
-        self._post(actor, _Call(command, None, None, False))
+    def post(self, command: Command) -> None:
+        """Run `command` in its actor's next turn; nobody waits for the answer."""
+        self._post(command.actor(self.state), _Call(command, None, None, False))
 
     def poke(self, actor: ActorKey) -> None:
         """Make `actor`'s waiters run their commands again (if it has any)."""
@@ -245,7 +264,7 @@ class Kernel:
             self._post(actor, _Call(None, None, None, False))
 
     def _on_timer(self, actor: ActorKey, tag: Any, marker: Any) -> None:
-        self.post(actor, lambda state, now_ms: state.space(actor[1]).on_timer(actor, tag, marker, now_ms))
+        self._post(actor, _Call(FireTimer(on=actor, tag=tag, marker=marker), None, None, False))
 
     def _post(self, key: ActorKey, call: _Call) -> None:
         entry = self._actors.get(key)
@@ -346,9 +365,12 @@ class Kernel:
                     self.idempotent_replays += 1
                     self._leave_waiters(entry, call)
                     call.phase = _DECIDED
-                    self.journal.after(stored.lsn, lambda error: self._answer(call, stored.body, error))
+                    # The first answer was recorded in an earlier turn, so it is durable once
+                    # everything appended so far is.
+                    self.journal.after(self.journal.appended_lsn, lambda error: self._answer(call, stored.body, error))
                     return False
-            result = call.command(state, now_ms)  # type: ignore[misc]
+            command = call.command
+            result = TRANSITIONS[type(command)](state, command, now_ms)
         except KernelError as error:
             self._leave_waiters(entry, call)
             self._wake(call, trio_outcome.Error(error))
@@ -375,16 +397,13 @@ class Kernel:
         if not records:
             self._wake(call, trio_outcome.Value(EMPTY if result.empty else result.reply))
             return False
-        stored_entry = None
         if idem is not None:
             idem_record = state.idempotency.record(idem.space, idem.key, idem.fingerprint, result.reply, now_ms)
-            stored_entry = state.idempotency.apply_stored(idem_record)
+            state.apply(idem_record)
             records.append(idem_record)
         call.phase = _DECIDED
         reply = result.reply
-        lsn = self.journal.append(records, lambda error: self._answer(call, reply, error))
-        if stored_entry is not None:
-            stored_entry.lsn = lsn
+        self.journal.append(records, lambda error: self._answer(call, reply, error))
         return True
 
     def _leave_waiters(self, entry: _Actor, call: _Call) -> None:

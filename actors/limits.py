@@ -38,8 +38,6 @@ class Limits:
     request_bytes_max: int = 1_048_576
     # Caller data nested deeper than this is refused (the journal must be able to write it back).
     json_depth_max: int = 64
-    # Deep JSON is refused before it is parsed further.
-    json_depth_max: int = 64
 
     # Idempotency keys: replayed for this long, at most this many kept per server.
     idempotency_ttl_s: int = 86_400
@@ -59,6 +57,8 @@ class Limits:
     backlog_limit_max: int = 10_000_000
     subscribers_max: int = 1_000
     mailboxes_max: int = 10_000
+    # A nack's error text and a cancel's reason are kept as `outcomeReason`; 0.3.0 sends up to 2000.
+    reason_len_max: int = 2000
 
     def replace(self, **changes: object) -> "Limits":
         """A copy with some settings changed; unknown names are a `TypeError`."""

@@ -129,21 +129,10 @@ class MailboxTable:
         lists the mailboxes and compares the mode itself.
         """
         limits = self._limits
+        # The mode, backlogLimit and maxAttempts were checked with the command (`CreateMailbox`).
         stored_mode = WORK if mode is None else mode.upper()
-        if stored_mode not in MODES:
-            raise KernelError(
-                VALIDATION_FAILED,
-                f"mode {mode!r} is not supported; supported modes: {', '.join(MODES)}",
-            )
-        if backlog_limit is not None and not 1 <= backlog_limit <= limits.backlog_limit_max:
-            raise KernelError(
-                VALIDATION_FAILED, f"backlogLimit must be between 1 and {limits.backlog_limit_max}"
-            )
+        assert stored_mode in MODES, stored_mode
         attempts = limits.attempts_max_default if max_attempts is None else max_attempts
-        if not 1 <= attempts <= limits.attempts_max_max:
-            raise KernelError(
-                VALIDATION_FAILED, f"maxAttempts must be between 1 and {limits.attempts_max_max}"
-            )
         if name in self._by_name:
             raise KernelError(CONFLICT, f"a mailbox named {name!r} already exists")
         if len(self._by_id) >= limits.mailboxes_max:

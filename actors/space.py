@@ -1,20 +1,28 @@
-"""One space: its scopes, claims, mailboxes, messages and tasks, and the commands that cross between them.
+"""One space: its scopes, claims, mailboxes, messages and tasks, composed of one part per primitive.
+
+The tables (`scopes.py`, `claims.py`, `mailboxes.py`, `messages.py`, `tasks.py`) hold the state and
+decide records; the parts hold the commands: `ClaimCommands` (`claiming.py`) and `WorkCommands`
+(`work.py`) are each given only the tables they use and the space's `commit`. What crosses between
+primitives lives here and nowhere else: ending a scope ends its subtree, which frees its claims in
+the same record (so no crash can leave a claim held in an ended scope) and cancels the tasks
+waiting in its queues.
 
 Each command method checks, decides the records, applies them through `apply` (the same code replay
 runs) and returns an `Outcome` with the reply, the records, the timers to arm and the actors to
-poke. Cross-table effects live here and nowhere else: ending a scope ends its subtree, which frees
-its claims in the same record, so no crash can leave a claim held in an ended scope, and cancels
-the tasks waiting in its queues (the queue and task commands are in `work.py`).
+poke. Timers come back as `FireTimer` commands; `TIMERS` maps each kind of timer to what it
+proposes, in one table.
 
 Pure: no IO, no clock reads, no awaits.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .boot import BootInfo
+from .claiming import LEASE_TIMER, ClaimCommands
 from .claims import ClaimTable
+from .commands import claim_actor, mailboxes_actor, queue_actor, scope_actor
 from .errors import VALIDATION_FAILED, KernelError
 from .limits import Limits
 from .mailboxes import MailboxTable
@@ -22,23 +30,21 @@ from .messages import MessageTable
 from .outcome import Outcome, Timer
 from .scopes import ACTIVE, EXPIRED, ScopeTree
 from .tasks import TaskTable
-from .timestamps import format_ms
 from .usage import Usage
-from .work import WORK_APPLY, WorkCommands, mailboxes_actor, queue_actor
+from .work import WORK_APPLY, WORK_TIMERS, WorkCommands
 
-__all__ = ["SpaceState", "RECORD_TYPES", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor"]
+if TYPE_CHECKING:
+    from .commands import CreateScope, EndScope
 
+__all__ = ["SpaceState", "RECORD_TYPES", "TIMERS", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor"]
 
-def claim_actor(space: str, scope_id: str, key: str) -> tuple:
-    return ("claim", space, scope_id, key)
-
-
-def scope_actor(space: str, scope_id: str) -> tuple:
-    return ("scope", space, scope_id)
+DEADLINE_TIMER = "scope-deadline"
 
 
-class SpaceState(WorkCommands):
-    __slots__ = ("id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage")
+class SpaceState:
+    __slots__ = (
+        "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "claiming", "work",
+    )
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
         self.id = space_id
@@ -50,6 +56,8 @@ class SpaceState(WorkCommands):
         self.messages = MessageTable(limits, self.mailboxes)
         self.tasks = TaskTable(limits)
         self.usage = Usage(self.claims)
+        self.claiming = ClaimCommands(space_id, self.scopes, self.claims, self.boot, self._commit)
+        self.work = WorkCommands(space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self._commit)
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
         for record in records:
@@ -60,28 +68,23 @@ class SpaceState(WorkCommands):
 
     # -- scopes ---------------------------------------------------------------------------------
 
-    def create_scope(
-        self,
-        scope_id: str,
-        name: str | None,
-        parent_id: str | None,
-        deadline_ms: int | None,
-        child_limit: int | None,
-        now_ms: int,
-    ) -> Outcome:
-        record = self.scopes.decide_create(scope_id, name, parent_id, deadline_ms, child_limit, now_ms)
+    def create_scope(self, command: "CreateScope", now_ms: int) -> Outcome:
+        scope_id, deadline_ms = command.scope_id, command.deadline_ms
+        record = self.scopes.decide_create(
+            scope_id, command.name, command.parent_id, deadline_ms, command.child_limit, now_ms
+        )
         outcome = self._commit(Outcome(), record)
         scope = self.scopes.get(scope_id)
         if deadline_ms is not None:
-            outcome.timers.append(Timer(deadline_ms, scope_actor(self.id, scope_id), "deadline", None))
+            outcome.timers.append(self._deadline_timer(scope_id, deadline_ms))
         outcome.reply = self.scopes.view(scope, now_ms)
         return outcome
 
-    def end_scope(self, scope_id: str, state: str, now_ms: int) -> Outcome:
+    def end_scope(self, command: "EndScope", now_ms: int) -> Outcome:
         """Cancel or complete a scope; repeating the same end is harmless."""
-        record = self.scopes.decide_end(scope_id, state, now_ms)
+        record = self.scopes.decide_end(command.scope_id, command.end, now_ms)
         outcome = Outcome() if record is None else self._end_scope_commit(record)
-        outcome.reply = self.scopes.view(self.scopes.get(scope_id), now_ms)
+        outcome.reply = self.scopes.view(self.scopes.get(command.scope_id), now_ms)
         return outcome
 
     def expire_scope(self, scope_id: str, now_ms: int) -> Outcome:
@@ -96,77 +99,32 @@ class SpaceState(WorkCommands):
         subtree = self.scopes.subtree(record["id"])
         waiting = self.messages.waiting_in_scopes(subtree)
         outcome = self._commit(Outcome(), record)
-        outcome.pokes.extend(self.queue_actors(subtree))
+        outcome.pokes.extend(self.work.queue_actors(subtree))
         for message in waiting:
             if message.task_id is not None:
-                outcome.timers.extend(self._task_timers(self.tasks.get(message.task_id)))
+                outcome.timers.extend(self.work.task_timers(self.tasks.get(message.task_id)))
         return outcome
 
-    # -- claims ---------------------------------------------------------------------------------
-
-    def acquire_claim(
-        self,
-        scope_id: str,
-        key: str,
-        holder: str,
-        session: str,
-        lease_ms: int,
-        token: str,
-        now_ms: int,
-    ) -> Outcome:
-        self.scopes.require_active(scope_id, now_ms)
-        records = self.claims.decide_acquire(
-            scope_id, key, holder, session, lease_ms, token, now_ms, self.boot.generation_floor
-        )
-        outcome = self._commit(Outcome(), *records)
-        claim = self.claims.get(scope_id, key)
-        outcome.timers.append(self._lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms))
-        outcome.reply = self.claims.view(claim)
-        return outcome
-
-    def renew_claim(self, key: str, token: str, lease_ms: int | None, now_ms: int) -> Outcome:
-        record = self.claims.decide_renew(key, token, lease_ms, now_ms)
-        outcome = self._commit(Outcome(), record)
-        claim = self.claims.by_token(token)
-        outcome.timers.append(self._lease_timer(claim.scope_id, claim.key, token, claim.expires_ms))
-        outcome.reply = self.claims.view(claim)
-        return outcome
-
-    def release_claim(self, key: str, token: str, observation: Any, now_ms: int) -> Outcome:
-        claim = self.claims.current(key, token, now_ms)
-        reply = self.claims.view(claim)
-        outcome = self._commit(Outcome(), self.claims.decide_release(key, token, observation, now_ms))
-        reply.update(token=None, released=True, releasedAt=format_ms(now_ms))
-        outcome.reply = reply
-        return outcome
-
-    def expire_claim(self, token: str, now_ms: int) -> Outcome:
-        record = self.claims.decide_expire(token, now_ms)
-        return Outcome() if record is None else self._commit(Outcome(), record)
-
-    def _lease_timer(self, scope_id: str, key: str, token: str, expires_ms: int) -> Timer:
-        return Timer(expires_ms, claim_actor(self.id, scope_id, key), "lease", token)
+    def _deadline_timer(self, scope_id: str, deadline_ms: int) -> Timer:
+        return Timer(deadline_ms, scope_actor(self.id, scope_id), (DEADLINE_TIMER, scope_id), None)
 
     # -- timers ---------------------------------------------------------------------------------
 
-    def on_timer(self, actor: tuple, tag: Any, marker: Any, now_ms: int) -> Outcome:
-        kind = actor[0]
-        if kind == "claim":
-            return self.expire_claim(marker, now_ms)
-        if kind == "scope":
-            return self.expire_scope(actor[2], now_ms)
-        if kind == "queue":
-            return self.on_queue_timer(tag, marker, now_ms)
-        raise KernelError(VALIDATION_FAILED, f"no timer of kind {kind!r}")
+    def fire(self, tag: tuple, marker: Any, now_ms: int) -> Outcome:
+        """A timer fell due: run what its kind proposes (each checks again that it still holds)."""
+        kind, ident = tag
+        handler = TIMERS.get(kind)
+        if handler is None:
+            raise KernelError(VALIDATION_FAILED, f"no timer of kind {kind!r}")
+        return handler(self, ident, marker, now_ms)
 
     def timers(self) -> Iterator[Timer]:
         """Every timer the current state needs: after a recovery the kernel arms these."""
         for scope in self.scopes.all():
             if scope.stored_state == ACTIVE and scope.deadline_ms is not None:
-                yield Timer(scope.deadline_ms, scope_actor(self.id, scope.id), "deadline", None)
-        for claim in self.claims.held():
-            yield self._lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms)
-        yield from self.work_timers()
+                yield self._deadline_timer(scope.id, scope.deadline_ms)
+        yield from self.claiming.timers()
+        yield from self.work.timers()
 
     # -- restarts and images -----------------------------------------------------------------------
 
@@ -174,9 +132,8 @@ class SpaceState(WorkCommands):
         """After a recovery: the claim expiries and grace renewals of `ClaimTable.decide_restart`,
         and the same rule for delivery leases (`WorkCommands.restart_deliveries`)."""
         grace_ms, spread_ms = self.limits.restart_grace_s * 1000, self.limits.restart_spread_s * 1000
-        records = self.claims.decide_restart(newest_ms, now_ms, grace_ms, spread_ms)
-        outcome = self._commit(Outcome(), *records)
-        deliveries = self.restart_deliveries(newest_ms, grace_ms, spread_ms, now_ms)
+        outcome = self.claiming.restart(newest_ms, now_ms, grace_ms, spread_ms)
+        deliveries = self.work.restart_deliveries(newest_ms, grace_ms, spread_ms, now_ms)
         outcome.records.extend(deliveries.records)
         outcome.timers.extend(deliveries.timers)
         return outcome
@@ -190,7 +147,7 @@ class SpaceState(WorkCommands):
         for record in self.claims.image():
             record["space"] = self.id
             yield record
-        for record in self.work_image():
+        for record in self.work.image():
             record["space"] = self.id
             yield record
         usage = self.usage
@@ -199,7 +156,7 @@ class SpaceState(WorkCommands):
 
     def is_empty(self) -> bool:
         """Nothing recorded here (a space is made on first use, reads included)."""
-        return not len(self.scopes) and not len(self.claims) and self.work_is_empty()
+        return not len(self.scopes) and not len(self.claims) and self.work.is_empty()
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -211,8 +168,16 @@ class SpaceState(WorkCommands):
         self.scopes.apply_ended(record)
         subtree = self.scopes.subtree(record["id"])
         self.claims.drop_scopes(subtree)
-        self._cascade_scope_ended(subtree, record["state"], record["at_ms"])
+        self.work.cascade_scope_ended(subtree, record["state"], record["at_ms"])
 
+
+# What each kind of timer proposes, by the first element of its tag.
+TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
+    LEASE_TIMER: lambda space, key, token, now_ms: space.claiming.expire(token, now_ms),
+    DEADLINE_TIMER: lambda space, scope_id, _, now_ms: space.expire_scope(scope_id, now_ms),
+    **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.work, ident, marker, now_ms))(handler)
+       for kind, handler in WORK_TIMERS.items()},
+}
 
 _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     "scope.created": lambda space, record: space.scopes.apply_created(record),
@@ -225,7 +190,7 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     "scope.image": lambda space, record: space.scopes.apply_image(record),
     "claim.image": lambda space, record: space.claims.apply_image(record),
     # Mailboxes, messages and tasks, image records included.
-    **WORK_APPLY,
+    **{kind: (lambda applier: lambda space, record: applier(space.work, record))(applier) for kind, applier in WORK_APPLY.items()},
     "usage.image": lambda space, record: space.usage.apply_image(record),
 }
 

@@ -16,7 +16,7 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from .boot import BootInfo
 from .idempotency import IdempotencyTable
@@ -25,6 +25,9 @@ from .limits import Limits
 from .outcome import Outcome, Timer
 from .timestamps import format_ms
 from .space import SpaceState
+
+if TYPE_CHECKING:
+    from .commands import RegisterKey, RevokeKey
 
 __all__ = ["KernelState"]
 
@@ -103,24 +106,22 @@ class KernelState:
 
     # -- keys (not in any space: a key names the spaces it opens) ---------------------------------
 
-    def register_key(
-        self, key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], now_ms: int
-    ) -> Outcome:
-        record = self.keys.decide_register(key_id, key_digest, name, spaces, now_ms)
+    def register_key(self, command: "RegisterKey", now_ms: int) -> Outcome:
+        record = self.keys.decide_register(command.key_id, command.key_digest, command.name, command.spaces, now_ms)
         outcome = Outcome()
         if record is not None:
             self.apply(record)
             outcome.records.append(record)
-        outcome.reply = self.key_view(self.keys.by_digest(key_digest))
+        outcome.reply = self.key_view(self.keys.by_digest(command.key_digest))
         return outcome
 
-    def revoke_key(self, key_id: str, now_ms: int) -> Outcome:
-        record = self.keys.decide_revoke(key_id, now_ms)
+    def revoke_key(self, command: "RevokeKey", now_ms: int) -> Outcome:
+        record = self.keys.decide_revoke(command.key_id, now_ms)
         outcome = Outcome()
         if record is not None:
             self.apply(record)
             outcome.records.append(record)
-        outcome.reply = self.key_view(self.keys.by_id(key_id))
+        outcome.reply = self.key_view(self.keys.by_id(command.key_id))
         return outcome
 
     @staticmethod

@@ -1,9 +1,9 @@
 """Mailboxes, messages and tasks inside a space: the commands, their timers, the cascade.
 
-`WorkCommands` is part of `SpaceState` (a base class, so the space keeps one `apply` and one
-`_commit`): every command here checks, decides records through the tables (`mailboxes.py`,
-`messages.py`, `tasks.py`), applies them, and returns an `Outcome` with the reply, the records, the
-timers and the pokes. Effects that cross tables live here: a delivery moves its task, a task's end
+`WorkCommands` is one part of a `SpaceState`: it is given the tables it uses (the scope tree, and
+`mailboxes.py`, `messages.py`, `tasks.py`) and the space's `commit`, and nothing else. Every
+command here checks, decides records through the tables, applies them through `commit`, and
+returns an `Outcome` with the reply, the records, the timers and the pokes. Effects that cross tables live here: a delivery moves its task, a task's end
 drops its message, a scope's end cancels what waits in its subtree.
 
 Everything that touches one queue runs in that queue's actor, `("queue", space, mailbox_id,
@@ -12,7 +12,8 @@ detach of its tasks, and every timer of its messages and tasks. So a parked recv
 the same turn that made a message deliverable, without polling, and two deliveries of one message
 can never be decided at once.
 
-Timers (tags on the queue actor, each proposing a change the turn checks again):
+Timers (tags on the queue actor, each proposing a change the turn checks again; `WORK_TIMERS`
+maps each kind to its handler):
     ("lease", message_id)     marker token  a lease ran out: requeue at once, or end the message
     ("visible", message_id)   marker gen    a retry backoff ended: wake parked receivers
     ("deadline", message_id)  -             a plain message's deadline: drop it if not delivered
@@ -26,31 +27,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, VALIDATION_FAILED, KernelError
+from .commands import queue_actor
+from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError
+from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import DELAYED, LEASED, LIVE, QUEUED, Message, MessageTable, backoff_ms
 from .outcome import Outcome, Timer
-from .scopes import ACTIVE
-from .tasks import CANCELLED, EXPIRED, FAILED, SUCCEEDED, Task, TaskTable
+from .scopes import ACTIVE, ScopeTree
+from .tasks import CANCELLED, EXPIRED, FAILED, SUCCEEDED, Task, TaskTable, input_hash
 
 if TYPE_CHECKING:
-    from .limits import Limits
-    from .scopes import ScopeTree
+    from .commands import (
+        CancelTask, CompleteDelivery, CreateMailbox, DetachTask, JoinTask, NackDelivery, Receive, RenewDelivery,
+        SendMessage, SubmitTask,
+    )
 
-__all__ = ["WorkCommands", "WORK_APPLY", "queue_actor", "mailboxes_actor", "outcome_of"]
+__all__ = ["WorkCommands", "WORK_APPLY", "WORK_TIMERS", "outcome_of"]
 
 # Reasons recorded as `outcomeReason` (0.3.0 understands `scope_cancelled`).
 REASON_CANCELLED = "cancelled"
 REASON_DEADLINE = "deadline_exceeded"
 SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
-
-
-def queue_actor(space: str, mailbox_id: str, scope_id: str) -> tuple:
-    return ("queue", space, mailbox_id, scope_id)
-
-
-def mailboxes_actor(space: str) -> tuple:
-    return ("mailboxes", space)
 
 
 def outcome_of(result: Any) -> Any:
@@ -61,47 +58,44 @@ def outcome_of(result: Any) -> Any:
 
 
 class WorkCommands:
-    __slots__ = ()
+    __slots__ = ("id", "limits", "scopes", "mailboxes", "messages", "tasks", "_commit")
 
-    # Provided by SpaceState.
-    id: str
-    limits: "Limits"
-    scopes: "ScopeTree"
-    mailboxes: MailboxTable
-    messages: MessageTable
-    tasks: TaskTable
-    _commit: Callable[..., Outcome]
+    def __init__(
+        self,
+        space_id: str,
+        limits: Limits,
+        scopes: ScopeTree,
+        mailboxes: MailboxTable,
+        messages: MessageTable,
+        tasks: TaskTable,
+        commit: Callable[..., Outcome],
+    ) -> None:
+        self.id = space_id
+        self.limits = limits
+        self.scopes = scopes
+        self.mailboxes = mailboxes
+        self.messages = messages
+        self.tasks = tasks
+        self._commit = commit
 
     # -- mailboxes ------------------------------------------------------------------------------
 
-    def create_mailbox(
-        self,
-        mailbox_id: str,
-        name: str,
-        mode: str | None,
-        backlog_limit: int | None,
-        max_attempts: int | None,
-        now_ms: int,
-    ) -> Outcome:
-        record = self.mailboxes.decide_create(mailbox_id, name, mode, backlog_limit, max_attempts, now_ms)
+    def create_mailbox(self, command: "CreateMailbox", now_ms: int) -> Outcome:
+        mailbox_id = command.mailbox_id
+        record = self.mailboxes.decide_create(
+            mailbox_id, command.name, command.mode, command.backlog_limit, command.max_attempts, now_ms
+        )
         outcome = self._commit(Outcome(), record)
         outcome.reply = self.mailboxes.view(self.mailboxes.get(mailbox_id))
         return outcome
 
     # -- sending --------------------------------------------------------------------------------
 
-    def send_message(
-        self,
-        mailbox_id: str,
-        scope_id: str,
-        message_id: str,
-        payload: Any,
-        payload_hash: str | None,
-        work_key: str | None,
-        deadline_ms: int | None,
-        now_ms: int,
-    ) -> Outcome:
+    def send_message(self, command: "SendMessage", now_ms: int) -> Outcome:
         """Put a plain message on the queue, or return the one its work key already sent."""
+        mailbox_id, scope_id, message_id = command.mailbox_id, command.scope_id, command.message_id
+        payload, work_key, deadline_ms = command.payload, command.work_key, command.deadline_ms
+        payload_hash = None if work_key is None else input_hash(payload)
         mailbox = self.mailboxes.get(mailbox_id)
         self.scopes.require_active(scope_id, now_ms)
         if work_key is not None:
@@ -163,20 +157,12 @@ class WorkCommands:
 
     # -- tasks ----------------------------------------------------------------------------------
 
-    def submit_task(
-        self,
-        task_id: str,
-        message_id: str,
-        scope_id: str,
-        mailbox_id: str,
-        key: str,
-        task_input: Any,
-        digest: str,
-        deadline_ms: int | None,
-        subscriber_id: str | None,
-        now_ms: int,
-    ) -> Outcome:
+    def submit_task(self, command: "SubmitTask", now_ms: int) -> Outcome:
         """Create the task for (scope, key), or return the one it has (joining the subscriber)."""
+        task_id, message_id, key, task_input = command.task_id, command.message_id, command.key, command.task_input
+        scope_id, mailbox_id, deadline_ms = command.scope_id, command.mailbox_id, command.deadline_ms
+        subscriber_id = command.subscriber_id
+        digest = input_hash(task_input)
         mailbox = self.mailboxes.get(mailbox_id)
         self.scopes.require_active(scope_id, now_ms)
         task = self.tasks.by_key(scope_id, key)
@@ -197,49 +183,42 @@ class WorkCommands:
         )
         outcome = self._commit(Outcome(), record)
         task = self.tasks.get(task_id)
-        outcome.timers.extend(self._task_timers(task))
+        outcome.timers.extend(self.task_timers(task))
         outcome.reply = {**self.tasks.view(task, now_ms), "created": True, "replay": False}
         return outcome
 
-    def cancel_task(self, task_id: str, reason: str | None, now_ms: int) -> Outcome:
-        task = self.tasks.get(task_id)
-        record = self.tasks.decide_end(task, CANCELLED, reason or REASON_CANCELLED, now_ms)
+    def cancel_task(self, command: "CancelTask", now_ms: int) -> Outcome:
+        task = self.tasks.get(command.task_id)
+        record = self.tasks.decide_end(task, CANCELLED, command.reason or REASON_CANCELLED, now_ms)
         outcome = Outcome() if record is None else self._commit(Outcome(), record)
         outcome.reply = self.tasks.view(task, now_ms)
         return outcome
 
-    def join_task(self, task_id: str, subscriber_id: str, scope_id: str, now_ms: int) -> Outcome:
-        task = self.tasks.get(task_id)
-        self.scopes.get(scope_id)
-        record = self.tasks.decide_join(task, subscriber_id, scope_id, now_ms)
+    def join_task(self, command: "JoinTask", now_ms: int) -> Outcome:
+        task = self.tasks.get(command.task_id)
+        self.scopes.get(command.scope_id)
+        record = self.tasks.decide_join(task, command.subscriber_id, command.scope_id, now_ms)
         outcome = Outcome() if record is None else self._commit(Outcome(), record)
         outcome.reply = self.tasks.view(task, now_ms)
         return outcome
 
-    def detach_task(self, task_id: str, subscriber_id: str, now_ms: int) -> Outcome:
-        task = self.tasks.get(task_id)
-        record = self.tasks.decide_detach(task, subscriber_id, now_ms)
+    def detach_task(self, command: "DetachTask", now_ms: int) -> Outcome:
+        task = self.tasks.get(command.task_id)
+        record = self.tasks.decide_detach(task, command.subscriber_id, now_ms)
         outcome = Outcome() if record is None else self._commit(Outcome(), record)
         outcome.reply = self.tasks.view(task, now_ms)
         return outcome
 
     # -- deliveries -----------------------------------------------------------------------------
 
-    def receive(
-        self,
-        mailbox_id: str,
-        scope_id: str,
-        holder: str,
-        session: str,
-        lease_ms: int,
-        token: str,
-        now_ms: int,
-    ) -> Outcome:
+    def receive(self, command: "Receive", now_ms: int) -> Outcome:
         """Lease the oldest deliverable message of this queue; `empty` when there is none.
 
         An empty outcome writes nothing, so a long poll parks on the queue's actor and is run again
         by the turn that makes a message deliverable (or ends the scope).
         """
+        mailbox_id, scope_id = command.mailbox_id, command.scope_id
+        holder, session, lease_ms, token = command.holder, command.session, command.lease_s * 1000, command.token
         self.mailboxes.get(mailbox_id)
         self.scopes.require_active(scope_id, now_ms)
         message = self.messages.next_deliverable(mailbox_id, scope_id, now_ms)
@@ -250,8 +229,9 @@ class WorkCommands:
         outcome.reply = self.messages.delivery_view(message)
         return outcome
 
-    def renew_delivery(self, message_id: str, token: str, lease_ms: int | None, now_ms: int) -> Outcome:
-        message = self.messages.current(message_id, token, now_ms)
+    def renew_delivery(self, command: "RenewDelivery", now_ms: int) -> Outcome:
+        lease_ms = None if command.lease_s is None else command.lease_s * 1000
+        message = self.messages.current(command.message_id, command.token, now_ms)
         outcome = self._commit(Outcome(), self.messages.decide_renew(message, lease_ms, now_ms))
         outcome.timers.extend(self._message_timers(message))
         outcome.reply = {
@@ -262,20 +242,19 @@ class WorkCommands:
         }
         return outcome
 
-    def complete_delivery(self, message_id: str, token: str, result: Any, now_ms: int) -> Outcome:
+    def complete_delivery(self, command: "CompleteDelivery", now_ms: int) -> Outcome:
         """Settle a delivery as done; a task records its one outcome (SUCCEEDED)."""
-        message = self.messages.current(message_id, token, now_ms)
-        outcome = self._commit(Outcome(), self.messages.decide_complete(message, outcome_of(result), now_ms))
+        message = self.messages.current(command.message_id, command.token, now_ms)
+        outcome = self._commit(Outcome(), self.messages.decide_complete(message, outcome_of(command.result), now_ms))
         outcome.timers.extend(self._message_timers(message))
         return self._settled(outcome, message, now_ms)
 
-    def nack_delivery(
-        self, message_id: str, token: str, retry: bool, error: str | None, jitter: float, now_ms: int
-    ) -> Outcome:
+    def nack_delivery(self, command: "NackDelivery", now_ms: int) -> Outcome:
         """`retry`: back on the queue after a backoff (or ended, see `_release`). Else a dead letter."""
-        message = self.messages.current(message_id, token, now_ms)
-        if retry:
-            record = self._release(message, "retry", error, jitter, now_ms)
+        message = self.messages.current(command.message_id, command.token, now_ms)
+        error = command.error
+        if command.retry:
+            record = self._release(message, "retry", error, command.jitter, now_ms)
         else:
             reason = "rejected" if not error else f"rejected: {error}"
             record = self.messages.decide_dead(message, "rejected", reason, now_ms)
@@ -290,7 +269,7 @@ class WorkCommands:
         if message.task_id is not None:
             task = self.tasks.get(message.task_id)
             reply["taskState"] = task.state
-            outcome.timers.extend(self._task_timers(task))
+            outcome.timers.extend(self.task_timers(task))
         outcome.reply = reply
         return outcome
 
@@ -330,33 +309,43 @@ class WorkCommands:
 
     # -- timers ---------------------------------------------------------------------------------
 
-    def on_queue_timer(self, tag: tuple, marker: Any, now_ms: int) -> Outcome:
-        kind, ident = tag
-        record: dict | None = None
-        message: Message | None = None
-        task: Task | None = None
-        if kind == "lease":
-            message = self.messages.find(ident)
-            if message is not None and message.state == LEASED and message.token == marker and now_ms >= message.expires_ms:
-                record = self._release(message, "expired", None, 1.0, now_ms)
-        elif kind == "visible":
-            message = self.messages.find(ident)
-            if message is not None and message.gen == marker:
-                record = self.messages.decide_visible(message, now_ms)
-        elif kind == "deadline":
-            message = self.messages.find(ident)
-            if message is not None and message.state in (QUEUED, DELAYED) and message.past_deadline(now_ms):
-                record = self.messages.decide_drop(message, REASON_DEADLINE, now_ms)
-        elif kind == "task-deadline":
-            task = self.tasks.find(ident)
-            if task is not None and not task.terminal and task.deadline_ms is not None and now_ms >= task.deadline_ms:
-                record = self.tasks.decide_end(task, EXPIRED, REASON_DEADLINE, now_ms)
-        elif kind == "retention":
-            task = self.tasks.find(ident)
-            if task is not None:
-                record = self.tasks.decide_tombstone(task, now_ms)
-        else:
-            raise KernelError(VALIDATION_FAILED, f"no queue timer of kind {kind!r}")
+    def on_lease_timer(self, message_id: str, token: Any, now_ms: int) -> Outcome:
+        """A delivery's lease ran out: requeue it at once, or end its message (see `_release`)."""
+        message = self.messages.find(message_id)
+        if message is None or message.state != LEASED or message.token != token or now_ms < message.expires_ms:
+            return Outcome()
+        return self._timer_commit(self._release(message, "expired", None, 1.0, now_ms), message, None)
+
+    def on_visible_timer(self, message_id: str, gen: Any, now_ms: int) -> Outcome:
+        """A retry's backoff ended: the message is deliverable again (parked receivers wake)."""
+        message = self.messages.find(message_id)
+        if message is None or message.gen != gen:
+            return Outcome()
+        return self._timer_commit(self.messages.decide_visible(message, now_ms), message, None)
+
+    def on_deadline_timer(self, message_id: str, _: Any, now_ms: int) -> Outcome:
+        """A plain message's deadline passed before it was delivered: drop it."""
+        message = self.messages.find(message_id)
+        if message is None or message.state not in (QUEUED, DELAYED) or not message.past_deadline(now_ms):
+            return Outcome()
+        return self._timer_commit(self.messages.decide_drop(message, REASON_DEADLINE, now_ms), message, None)
+
+    def on_task_deadline_timer(self, task_id: str, _: Any, now_ms: int) -> Outcome:
+        """A task's deadline passed before it ended: EXPIRED."""
+        task = self.tasks.find(task_id)
+        if task is None or task.terminal or task.deadline_ms is None or now_ms < task.deadline_ms:
+            return Outcome()
+        return self._timer_commit(self.tasks.decide_end(task, EXPIRED, REASON_DEADLINE, now_ms), None, task)
+
+    def on_retention_timer(self, task_id: str, _: Any, now_ms: int) -> Outcome:
+        """A finished task's retention ended: tombstone it."""
+        task = self.tasks.find(task_id)
+        if task is None:
+            return Outcome()
+        record = self.tasks.decide_tombstone(task, now_ms)
+        return Outcome() if record is None else self._timer_commit(record, None, task)
+
+    def _timer_commit(self, record: dict | None, message: Message | None, task: Task | None) -> Outcome:
         if record is None:
             return Outcome()
         outcome = self._commit(Outcome(), record)
@@ -365,7 +354,7 @@ class WorkCommands:
             if message.task_id is not None:
                 task = self.tasks.get(message.task_id)
         if task is not None:
-            outcome.timers.extend(self._task_timers(task))
+            outcome.timers.extend(self.task_timers(task))
         return outcome
 
     def _message_timers(self, message: Message) -> Iterator[Timer]:
@@ -377,7 +366,7 @@ class WorkCommands:
         if message.task_id is None and message.deadline_ms is not None and message.state in (QUEUED, DELAYED):
             yield Timer(message.deadline_ms, actor, ("deadline", message.id), None)
 
-    def _task_timers(self, task: Task) -> Iterator[Timer]:
+    def task_timers(self, task: Task) -> Iterator[Timer]:
         actor = queue_actor(self.id, task.mailbox_id, task.scope_id)
         if not task.terminal:
             if task.deadline_ms is not None:
@@ -387,12 +376,12 @@ class WorkCommands:
             assert due_ms is not None
             yield Timer(due_ms, actor, ("retention", task.id), None)
 
-    def work_timers(self) -> Iterator[Timer]:
+    def timers(self) -> Iterator[Timer]:
         """Every timer the queues and tasks need now (after a recovery)."""
         for message in self.messages.live():
             yield from self._message_timers(message)
         for task in self.tasks.all():
-            yield from self._task_timers(task)
+            yield from self.task_timers(task)
 
     # -- restarts and images --------------------------------------------------------------------
 
@@ -414,7 +403,7 @@ class WorkCommands:
                 self._commit(outcome, self._release(message, "expired", None, 1.0, now_ms))
                 outcome.timers.extend(self._message_timers(message))
                 if message.task_id is not None:
-                    outcome.timers.extend(self._task_timers(self.tasks.get(message.task_id)))
+                    outcome.timers.extend(self.task_timers(self.tasks.get(message.task_id)))
             elif message.expires_ms < now_ms + grace_ms:
                 short.append(message)
         short.sort(key=lambda message: (message.expires_ms, message.id))
@@ -431,14 +420,14 @@ class WorkCommands:
             outcome.timers.extend(self._message_timers(message))
         return outcome
 
-    def work_image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[dict]:
         """Records that rebuild the mailboxes, messages and tasks exactly (mailboxes first: the
         messages count themselves on them)."""
         yield from self.mailboxes.image()
         yield from self.messages.image()
         yield from self.tasks.image()
 
-    def work_is_empty(self) -> bool:
+    def is_empty(self) -> bool:
         return not len(self.mailboxes) and not len(self.messages) and not len(self.tasks)
 
     # -- the scope cascade ----------------------------------------------------------------------
@@ -450,7 +439,7 @@ class WorkCommands:
         """
         return [queue_actor(self.id, mailbox.id, scope_id) for scope_id in scope_ids for mailbox in self.mailboxes.all()]
 
-    def _cascade_scope_ended(self, scope_ids: list[str], end_state: str, at_ms: int) -> None:
+    def cascade_scope_ended(self, scope_ids: list[str], end_state: str, at_ms: int) -> None:
         """Applied with `scope.ended`: what waits in the subtree ends with it.
 
         Queued tasks become CANCELLED (reason `scope_cancelled`, or `scope_completed` /
@@ -522,7 +511,16 @@ class WorkCommands:
             self.messages.apply_finished(message.id, "DROPPED", record["reason"], record["at_ms"])
 
 
-WORK_APPLY: dict[str, Callable[[Any, dict], Any]] = {
+# What each kind of queue timer proposes (see the module docstring for the tags).
+WORK_TIMERS: dict[str, Callable[[WorkCommands, Any, Any, int], Outcome]] = {
+    "lease": WorkCommands.on_lease_timer,
+    "visible": WorkCommands.on_visible_timer,
+    "deadline": WorkCommands.on_deadline_timer,
+    "task-deadline": WorkCommands.on_task_deadline_timer,
+    "retention": WorkCommands.on_retention_timer,
+}
+
+WORK_APPLY: dict[str, Callable[[WorkCommands, dict], Any]] = {
     "mailbox.created": lambda space, record: space.mailboxes.apply_created(record),
     "message.sent": WorkCommands._apply_message_sent,
     "message.visible": lambda space, record: space.messages.apply_visible(record),

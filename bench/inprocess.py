@@ -25,8 +25,9 @@ import time
 import orjson
 import trio
 
-from runstate.actors import ClaimOps, Clock, IdSource, Kernel, KernelState, Limits, ScopeOps
-from runstate.actors.queue_ops import MailboxOps, MessageOps, TaskOps
+from runstate.actors import Clock, IdSource, Kernel, KernelState, Limits
+
+from tests.ops import ClaimOps, MailboxOps, MessageOps, ScopeOps, TaskOps
 
 from .procs import pin_self, rss_bytes
 

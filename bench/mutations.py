@@ -18,7 +18,9 @@ import time
 
 import trio
 
-from runstate.actors import ClaimOps, Clock, Kernel, ScopeOps
+from runstate.actors import Clock, Kernel
+
+from tests.ops import ClaimOps, ScopeOps
 from runstate.snapshots import Disk, open_store
 from runstate.snapshots.store import StoreConfig
 

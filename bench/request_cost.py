@@ -25,6 +25,7 @@ from runstate.server.logs import AccessLog, fd_writer
 from runstate.server.routes import ROUTER
 from runstate.server.settings import Settings
 from runstate.server.telemetry import Telemetry
+from tests.ops import ScopeOps
 
 
 class NoTelemetry:
@@ -45,7 +46,7 @@ async def measure(per_round: int, rounds: int) -> None:
         runtime = app.runtime
         while not runtime.ready:
             await trio.sleep(0.01)
-        run = await runtime.scopes.create("default")
+        run = await ScopeOps(runtime.kernel).create("default")
         path = f"/v1/spaces/default/scopes/{run['id']}"
         scope = {
             "type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",

@@ -22,7 +22,8 @@ import trio
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from runstate.actors import ClaimOps, Clock, Kernel  # noqa: E402
+from runstate.actors import Clock, Kernel  # noqa: E402
+from tests.ops import ClaimOps  # noqa: E402
 from runstate.snapshots import open_store  # noqa: E402
 
 

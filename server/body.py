@@ -1,10 +1,7 @@
-"""Reading a JSON request body: one parse, typed fields, and a clear 400 for anything else.
+"""Reading a JSON request body: one parse into an object, and a clear 400 for anything else.
 
-The official client leaves optional fields out rather than sending null, and the v1 wire contract asks us
-to treat a missing key and `null` alike, so an optional field that is null is simply absent. A
-required field that is missing or null, or any field of the wrong JSON type, is VALIDATION_FAILED
-naming the field. Integers are JSON integers: `30.0`, `"30"` and `true` are refused, not coerced.
-Unknown fields are ignored, so newer clients that send more still work.
+The fields of the object are read and checked by the declarations of the command they belong to
+(`actors/fields.py`), in one place; this module only turns bytes into the object.
 """
 
 from __future__ import annotations
@@ -14,11 +11,10 @@ from typing import Any
 import orjson
 
 from ..actors.errors import VALIDATION_FAILED
-from ..actors.limits import Limits
-from ..actors.timestamps import parse_timestamp
 from .errors import ApiError
 
-__all__ = ["Body", "parse_body", "payload_size", "depth_exceeds"]
+__all__ = ["Body", "parse_body"]
+
 
 def parse_body(raw: bytes) -> "Body":
     """The body as an object; an empty body is an empty object (bodyless POSTs are allowed)."""
@@ -33,92 +29,10 @@ def parse_body(raw: bytes) -> "Body":
     return Body(data)
 
 
-def payload_size(value: Any) -> int:
-    return len(orjson.dumps(value))
-
-
-def depth_exceeds(value: Any, depth_max: int) -> bool:
-    """True when containers nest deeper than `depth_max` (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > depth_max:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
-
-
 class Body:
+    """A parsed request body: the JSON object, its fields not yet read."""
+
     __slots__ = ("data",)
 
     def __init__(self, data: dict[str, Any]) -> None:
         self.data = data
-
-    def _required(self, name: str) -> Any:
-        value = self.data.get(name)
-        if value is None:
-            raise ApiError(VALIDATION_FAILED, f"field {name!r} is required")
-        return value
-
-    def text(self, name: str) -> str:
-        value = self._required(name)
-        if not isinstance(value, str):
-            raise ApiError(VALIDATION_FAILED, f"field {name!r} must be a string")
-        return value
-
-    def opt_text(self, name: str) -> str | None:
-        return None if self.data.get(name) is None else self.text(name)
-
-    def integer(self, name: str) -> int:
-        value = self._required(name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ApiError(VALIDATION_FAILED, f"field {name!r} must be an integer")
-        return value
-
-    def opt_integer(self, name: str, default: int | None = None) -> int | None:
-        return default if self.data.get(name) is None else self.integer(name)
-
-    def boolean(self, name: str) -> bool:
-        value = self._required(name)
-        if not isinstance(value, bool):
-            raise ApiError(VALIDATION_FAILED, f"field {name!r} must be true or false")
-        return value
-
-    def opt_boolean(self, name: str, default: bool | None = None) -> bool | None:
-        return default if self.data.get(name) is None else self.boolean(name)
-
-    def opt_timestamp(self, name: str) -> int | None:
-        """An RFC 3339 timestamp with a zone, as wall milliseconds; None when absent."""
-        value = self.opt_text(name)
-        if value is None:
-            return None
-        try:
-            return parse_timestamp(value)
-        except ValueError as error:
-            raise ApiError(
-                VALIDATION_FAILED,
-                f"field {name!r} must be an ISO 8601 timestamp with a zone, e.g. 2026-01-31T12:00:00Z ({error})",
-            ) from None
-
-    def value(self, name: str, limits: Limits) -> Any:
-        """Caller data of any JSON type (null when absent), within the payload size and depth limits."""
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if depth_exceeds(value, limits.json_depth_max):
-            raise ApiError(VALIDATION_FAILED, f"field {name!r} nests deeper than {limits.json_depth_max} levels")
-        if payload_size(value) > limits.payload_bytes_max:
-            raise ApiError(VALIDATION_FAILED, f"field {name!r} exceeds {limits.payload_bytes_max} bytes")
-        return value
-
-    def obj(self, name: str, limits: Limits) -> dict | None:
-        value = self.value(name, limits)
-        if value is not None and not isinstance(value, dict):
-            raise ApiError(VALIDATION_FAILED, f"field {name!r} must be a JSON object")
-        return value

@@ -29,6 +29,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping
 
 from ..actors.limits import Limits
+from ..actors.errors import KernelError
+from ..actors.fields import SPACE_ID_LEN_MAX, check_space_id
 from .settings import FSYNC_POLICIES, Settings
 
 __all__ = ["ConfigError", "Setting", "SETTINGS", "LIMIT_DOCS", "Loaded", "load", "ENV_CONFIG", "CLIENT_VARIABLES"]
@@ -146,6 +148,7 @@ LIMIT_DOCS: dict[str, str] = {
     "backlog_limit_max": "Largest backlogLimit a mailbox may set.",
     "subscribers_max": "Most callers joined to one task.",
     "mailboxes_max": "Most mailboxes in one space.",
+    "reason_len_max": "Longest nack error or cancel reason kept as a task's outcomeReason, in characters.",
 }
 
 # Limits that may be zero (a grace or a spread of nothing); every other one is at least 1 (> 0 for floats).
@@ -175,7 +178,6 @@ def _limit_settings() -> tuple[Setting, ...]:
 SETTINGS: tuple[Setting, ...] = _SERVER + _limit_settings()
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _BY_ENV = {setting.env: setting for setting in SETTINGS}
-_SPACE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 # -- reading values -------------------------------------------------------------------------------
@@ -233,8 +235,11 @@ def _check(setting: Setting, value: Any, source: str) -> None:
         raise ConfigError(f"{where}: must be at most {setting.maximum:g}, got {value!r}")
     if setting.kind is str and not value and not setting.optional:
         raise ConfigError(f"{where}: must not be empty")
-    if setting.name == "space_id" and not _SPACE_ID.fullmatch(value):
-        raise ConfigError(f"{where}: must be 1-64 characters of A-Z a-z 0-9 - _, got {value!r}")
+    if setting.name == "space_id":
+        try:
+            check_space_id(value)
+        except KernelError:
+            raise ConfigError(f"{where}: must be 1-{SPACE_ID_LEN_MAX} characters of A-Z a-z 0-9 - _, got {value!r}") from None
     if setting.name == "admin_key" and len(value) < 16:
         raise ConfigError(f"{where}: must be at least 16 characters (it opens every space)")
 

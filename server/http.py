@@ -24,6 +24,7 @@ import trio
 
 from ..actors.errors import INTERNAL, NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
 from ..actors.kernel import Idem
+from ..actors.limits import Limits
 from .body import Body, parse_body
 from .errors import ApiError, envelope
 from .telemetry import CLIENT_GONE
@@ -51,9 +52,11 @@ class Raw:
 
 
 class Request:
-    __slots__ = ("method", "raw_path", "headers", "body", "request_id", "client", "query", "_parsed")
+    __slots__ = ("method", "raw_path", "headers", "body", "request_id", "client", "query", "limits", "_parsed")
 
-    def __init__(self, method: str, raw_path: str, headers: dict[str, str], body: bytes, client: str | None) -> None:
+    def __init__(
+        self, method: str, raw_path: str, headers: dict[str, str], body: bytes, client: str | None, limits: Limits
+    ) -> None:
         self.method = method
         self.raw_path = raw_path
         self.headers = headers
@@ -61,6 +64,7 @@ class Request:
         self.client = client
         self.request_id = "req_" + os.urandom(8).hex()
         self.query = b""
+        self.limits = limits
         self._parsed: Body | None = None
 
     def param(self, name: str) -> str | None:
@@ -78,8 +82,9 @@ class Request:
         key = self.headers.get("idempotency-key")
         if key is None:
             return None
-        if not 1 <= len(key) <= 255 or not key.isprintable():
-            raise ApiError(VALIDATION_FAILED, "Idempotency-Key must be 1-255 printable characters")
+        length_max = self.limits.idempotency_key_len_max
+        if not 1 <= len(key) <= length_max or not key.isprintable():
+            raise ApiError(VALIDATION_FAILED, f"Idempotency-Key must be 1-{length_max} printable characters")
         fingerprint = hashlib.blake2b(
             b"%s %s\n%s" % (self.method.encode(), self.raw_path.encode(), self.body), digest_size=16
         ).hexdigest()
@@ -94,15 +99,21 @@ class Request:
 
 
 class Route:
-    __slots__ = ("method", "pattern", "handler", "long_poll", "public", "params")
+    __slots__ = ("method", "pattern", "handler", "long_poll", "public", "params", "doc")
 
-    def __init__(self, method: str, pattern: str, handler: Handler, *, long_poll: bool, public: bool) -> None:
+    def __init__(self, method: str, pattern: str, handler: Handler, *, long_poll: bool, public: bool, doc: Any = None) -> None:
         self.method = method
         self.pattern = tuple(pattern.strip("/").split("/"))
         self.params = tuple(p[1:-1] if p.startswith("{") else None for p in self.pattern)
         self.handler = handler
         self.long_poll = long_poll
         self.public = public
+        # What the route declares for its documents (`api.Doc`): the OpenAPI operation, the docs.
+        self.doc = doc
+
+    @property
+    def path(self) -> str:
+        return "/" + "/".join(self.pattern)
 
 
 class Router:
@@ -110,14 +121,11 @@ class Router:
         self._by_length: dict[int, list[Route]] = {}
         self.routes: list[Route] = []
 
-    def route(self, method: str, pattern: str, *, long_poll: bool = False, public: bool = False) -> Callable[[Handler], Handler]:
-        def register(handler: Handler) -> Handler:
-            route = Route(method, pattern, handler, long_poll=long_poll, public=public)
-            self.routes.append(route)
-            self._by_length.setdefault(len(route.pattern), []).append(route)
-            return handler
-
-        return register
+    def add(self, method: str, pattern: str, handler: Handler, *, long_poll: bool = False, public: bool = False, doc: Any = None) -> None:
+        """Serve `handler` at `method pattern` (declarations go through `api.endpoint`)."""
+        route = Route(method, pattern, handler, long_poll=long_poll, public=public, doc=doc)
+        self.routes.append(route)
+        self._by_length.setdefault(len(route.pattern), []).append(route)
 
     def include(self, other: "Router") -> None:
         for route in other.routes:
@@ -214,7 +222,7 @@ async def serve_http(
     raw_path = raw.decode("latin-1").partition("?")[0]
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     client = scope.get("client")
-    request = Request(method, raw_path, headers, b"", client[0] if client else None)
+    request = Request(method, raw_path, headers, b"", client[0] if client else None, services.limits)
     request.query = scope.get("query_string", b"")
     route = None
     status, code = CLIENT_GONE, None

@@ -1,9 +1,11 @@
 """The OpenAPI 3.1 description of every route, served at `GET /v1/openapi.json`.
 
-Written by hand, next to the routes, and kept true by `tests/server/test_openapi.py`: a route in
-the router missing here (or a path here with no route, or different path parameters) fails it,
-and schemathesis checks the answers of a live server against these schemas. Limits come from
-`Limits`, so the document says what this server enforces. Response schemas list the fields a
+Made from the routes' declarations (`api.py`): each route's operation comes from its `Doc` and,
+for a command, from the command's field declarations (`actors/fields.py`), so a route cannot be
+served without being described, or described otherwise than it parses. Only the shapes of the
+answers (the component schemas below) are written here. `tests/server/test_openapi.py` checks the
+document against the router, and schemathesis checks a live server's answers against it. Limits
+come from `Limits`, so the document says what this server enforces. Response schemas list the fields a
 client may rely on and leave room for more (`additionalProperties` is open): adding a field is not
 a breaking change.
 
@@ -15,14 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..actors.fields import body_fields, schema
 from ..actors.limits import Limits
+from .api import Doc
 
-__all__ = ["openapi", "OPENAPI_PATH"]
+__all__ = ["openapi", "operation", "OPENAPI_PATH"]
 
 OPENAPI_PATH = "/v1/openapi.json"
 
 _TS = {"type": "string", "description": "UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ`"}
-_TS_IN = {"type": "string", "minLength": 10, "maxLength": 64, "description": "RFC 3339 with a zone, e.g. 2030-01-31T12:00:00Z"}
 
 
 def _nullable(schema: dict) -> dict:
@@ -42,10 +45,6 @@ def _obj(required: dict[str, dict], optional: dict[str, dict] | None = None) -> 
 
 def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _text(length_max: int, length_min: int = 1) -> dict:
-    return {"type": "string", "minLength": length_min, "maxLength": length_max}
 
 
 def _components(limits: Limits) -> dict:
@@ -228,168 +227,73 @@ _ERRORS = {
     "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal"),
 }
 
+# What every keyed route may answer whatever it does: a bad or missing key, a bad
+# Idempotency-Key or path encoding, a body over the limit, a server not ready.
+_KEYED_ERRORS = ("400", "401", "413", "503")
 
-def _json(status_description: str, schema: dict) -> dict:
-    return {"description": status_description, "content": {"application/json": {"schema": schema}}}
+
+def _schema(schema: str | dict | None) -> dict | None:
+    return _ref(schema) if isinstance(schema, str) else schema
 
 
-def _operation(
-    summary: str,
-    responses: dict[str, dict],
-    *,
-    params: tuple[str, ...] = (),
-    body: dict | None = None,
-    body_required: bool = True,
-    query: tuple[str, ...] = (),
-    public: bool = False,
-    errors: tuple[str, ...] = ("400", "401", "404", "409", "413", "503"),
-    post: bool = True,
-) -> dict:
+def _request_body(doc: Doc, limits: Limits) -> dict | None:
+    specs = list(body_fields(doc.command)) if doc.command is not None else list(doc.body or ())
+    if not specs:
+        return None
+    properties = {spec.wire: schema(spec, limits) for spec in specs}
+    body: dict[str, Any] = {"type": "object", "properties": properties}
+    required = [spec.wire for spec in specs if spec.required]
+    if required:
+        body["required"] = required
+    return {"required": doc.body_required, "content": {"application/json": {"schema": body}}}
+
+
+def operation(route: Any, limits: Limits) -> dict:
+    """The OpenAPI operation of one declared route."""
+    doc: Doc = route.doc
     parameters: list[dict] = []
-    for name in params:
+    for name in route.params:
+        if name is None:
+            continue
         if name == "space":
             parameters.append({"$ref": "#/components/parameters/space"})
         else:
             parameters.append({"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}})
-    for name in query:
-        parameters.append({"$ref": f"#/components/parameters/{name}"} if name == "limit" else {"name": name, "in": "query", "required": False, "schema": {"type": "string"}})
-    if post and not public:
+    for name in doc.query:
+        if name == "limit":
+            parameters.append({"$ref": "#/components/parameters/limit"})
+        else:
+            parameters.append({"name": name, "in": "query", "required": False, "schema": {"type": "string"}})
+    if doc.idempotent:
         parameters.append({"$ref": "#/components/parameters/idempotency"})
-    operation: dict[str, Any] = {"summary": summary, "parameters": parameters, "responses": {**responses}}
-    if not public:  # a bad Idempotency-Key or path encoding, a body over the limit, a server not ready
-        errors = (*errors, "400", "413", "503")
+    responses: dict[str, dict] = {}
+    for reply in doc.replies:
+        answer: dict[str, Any] = {"description": reply.description}
+        if reply.schema is not None:
+            answer["content"] = {reply.content_type: {"schema": _schema(reply.schema)}}
+        responses[str(reply.status)] = answer
+    errors = doc.errors if route.public else (*doc.errors, *_KEYED_ERRORS)
     for code in sorted(set(errors)):
-        operation["responses"].setdefault(code, _ERRORS[code])
-    if public:
-        operation["security"] = []
+        responses.setdefault(code, _ERRORS[code])
+    result: dict[str, Any] = {"summary": doc.summary, "parameters": parameters, "responses": responses}
+    if route.public:
+        result["security"] = []
+    body = _request_body(doc, limits)
     if body is not None:
-        operation["requestBody"] = {"required": body_required, "content": {"application/json": {"schema": body}}}
-    return operation
+        result["requestBody"] = body
+    return result
 
 
-def openapi(limits: Limits | None = None) -> dict:
-    """The whole document for a server with these limits."""
+def openapi(limits: Limits | None = None, routes: list | None = None) -> dict:
+    """The whole document for a server with these limits, made from the routes' declarations."""
     limits = limits or Limits()
-    key_text = _text(limits.claim_key_len_max)
-    holder = _text(limits.holder_len_max)
-    lease = {"type": "integer", "minimum": limits.lease_s_min, "maximum": limits.lease_s_max}
-    payload = {"description": f"any JSON value, at most {limits.payload_bytes_max} bytes, {limits.json_depth_max} levels"}
-    token = {"type": "string"}
-    space = "/v1/spaces/{space}"
-    ok = lambda schema, text="OK": {"200": _json(text, schema)}  # noqa: E731
+    if routes is None:
+        from .routes import ROUTER  # the routes import this module to serve the document
+
+        routes = ROUTER.routes
     paths: dict[str, dict] = {}
-
-    def add(path: str, method: str, operation: dict) -> None:
-        paths.setdefault(path, {})[method] = operation
-
-    add("/healthz", "get", _operation("Health: 200 once the state is recovered and served", ok(_ref("Health")), public=True, errors=("503",), post=False))
-    add(OPENAPI_PATH, "get", _operation("This document", ok({"type": "object"}), public=True, errors=(), post=False))
-    add("/metrics", "get", _operation(
-        "Prometheus metrics (from loopback without a key, else with the admin key)",
-        {"200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}},
-        public=True, errors=("401", "403"), post=False,
-    ))
-
-    # Scopes.
-    add(space + "/scopes", "post", _operation(
-        "Create a run (scope)", {"201": _json("Created", _ref("Scope"))}, params=("space",),
-        body=_obj({}, {"name": _nullable(_text(limits.name_len_max)), "parentId": _nullable({"type": "string"}), "deadline": _nullable(_TS_IN),
-                        "childLimit": _nullable({"type": "integer", "minimum": 0, "maximum": limits.child_limit_max})}),
-        body_required=False,
-    ))
-    add(space + "/scopes", "get", _operation("Runs of the space, newest first", ok(_obj({"scopes": {"type": "array", "items": _ref("Scope")}, "truncated": {"type": "boolean"}})), params=("space",), query=("limit",), post=False, errors=("400", "401", "404", "503")))
-    add(space + "/scopes/{scope_id}", "get", _operation("A run", ok(_ref("Scope")), params=("space", "scope_id"), post=False, errors=("401", "404", "503")))
-    for end in ("cancel", "complete"):
-        add(space + "/scopes/{scope_id}/" + end, "post", _operation(f"{end.title()} a run and its subtree (no body)", ok(_ref("Scope")), params=("space", "scope_id"), errors=("401", "404", "409", "413", "503")))
-    add(space + "/scopes/{scope_id}/claims", "get", _operation("Claims held in a run (tokens left out)", ok(_obj({"scopeId": {"type": "string"}, "claims": {"type": "array", "items": {"type": "object"}}, "truncated": {"type": "boolean"}})), params=("space", "scope_id"), query=("limit",), post=False, errors=("400", "401", "404", "503")))
-    add(space + "/scopes/{scope_id}/tasks", "get", _operation("Tasks of a run, newest first", ok(_obj({"scopeId": {"type": "string"}, "tasks": {"type": "array", "items": _ref("Task")}, "truncated": {"type": "boolean"}})), params=("space", "scope_id"), query=("limit",), post=False, errors=("400", "401", "404", "503")))
-    add(space + "/usage", "get", _operation("Operations counted for the space", ok(_ref("Usage")), params=("space",), post=False, errors=("401", "404", "503")))
-
-    # Claims.
-    add(space + "/claims", "post", _operation(
-        "Acquire a claim", ok(_ref("Claim")), params=("space",),
-        body=_obj({"key": key_text, "scopeId": {"type": "string"}, "holder": holder, "holderSession": holder}, {"leaseSeconds": _nullable(lease)}),
-    ))
-    add(space + "/claims/{key}/renew", "post", _operation(
-        "Renew a claim's lease ({key} percent-encoded)", ok(_ref("Claim")), params=("space", "key"),
-        body=_obj({"token": token}, {"leaseSeconds": _nullable(lease)}),
-    ))
-    add(space + "/claims/{key}/release", "post", _operation(
-        "Release a claim", ok(_ref("Claim")), params=("space", "key"),
-        body=_obj({"token": token}, {"observation": payload}),
-    ))
-
-    # Mailboxes and messages.
-    add(space + "/mailboxes", "get", _operation("Every mailbox of the space", ok(_obj({"mailboxes": {"type": "array", "items": _ref("Mailbox")}})), params=("space",), post=False, errors=("401", "404", "503")))
-    add(space + "/mailboxes", "post", _operation(
-        "Create a work queue", {"201": _json("Created", _ref("Mailbox"))}, params=("space",),
-        body=_obj({"name": _text(limits.name_len_max)}, {
-            "mode": _nullable({"type": "string", "description": "WORK (the default) is the one mode served"}),
-            "backlogLimit": _nullable({"type": "integer", "minimum": 1, "maximum": limits.backlog_limit_max}),
-            "maxAttempts": _nullable({"type": "integer", "minimum": 1, "maximum": limits.attempts_max_max}),
-        }),
-    ))
-    add(space + "/mailboxes/{mailbox_id}", "get", _operation("A mailbox", ok(_ref("Mailbox")), params=("space", "mailbox_id"), post=False, errors=("401", "404", "503")))
-    add(space + "/mailboxes/{mailbox_id}/dead-letters", "get", _operation(
-        "The newest dead letters", ok(_obj({"deadLetters": {"type": "array", "items": _ref("Message")}, "total": {"type": "integer"}, "truncated": {"type": "boolean"}})),
-        params=("space", "mailbox_id"), post=False, errors=("401", "404", "503"),
-    ))
-    add(space + "/mailboxes/{mailbox_id}/messages", "post", _operation(
-        "Send a message", {"201": _json("Sent", _ref("Sent")), "200": _json("A replay of the work key's message", _ref("Sent"))}, params=("space", "mailbox_id"),
-        body=_obj({"scopeId": {"type": "string"}}, {"payload": payload, "workKey": _nullable(_text(limits.work_key_len_max)), "deadline": _nullable(_TS_IN)}),
-    ))
-    add(space + "/mailboxes/{mailbox_id}/recv", "post", _operation(
-        "Lease the oldest deliverable message (a long poll with waitMs)",
-        {"200": _json("A delivery", _ref("Delivery")), "204": {"description": "Nothing to deliver (after waiting up to waitMs)"}},
-        params=("space", "mailbox_id"),
-        body=_obj({"scopeId": {"type": "string"}, "holder": holder, "holderSession": holder},
-                  {"leaseSeconds": _nullable(lease), "waitMs": _nullable({"type": "integer", "minimum": 0, "description": f"capped at {limits.wait_ms_max}"})}),
-    ))
-    settle = {"token": token}
-    add(space + "/messages/{message_id}/complete", "post", _operation(
-        "Complete a delivery", ok(_ref("Settled")), params=("space", "message_id"), body=_obj(settle, {"result": payload}),
-    ))
-    add(space + "/messages/{message_id}/nack", "post", _operation(
-        "Retry (after a backoff) or reject a delivery", ok(_ref("Settled")), params=("space", "message_id"),
-        body=_obj({**settle, "retry": {"type": "boolean"}}, {"error": _nullable({"type": "string", "maxLength": 2000})}),
-    ))
-    add(space + "/messages/{message_id}/renew", "post", _operation(
-        "Renew a delivery's lease", ok(_ref("DeliveryRenewed")), params=("space", "message_id"), body=_obj(settle, {"leaseSeconds": _nullable(lease)}),
-    ))
-
-    # Tasks.
-    add(space + "/tasks", "post", _operation(
-        "Create the task of (scopeId, taskKey), or return the one it has",
-        {"201": _json("Created", _ref("Submitted")), "200": _json("The key's existing task", _ref("Submitted"))}, params=("space",),
-        body=_obj({"scopeId": {"type": "string"}, "mailboxId": {"type": "string"}, "taskKey": _text(limits.task_key_len_max)},
-                  {"input": payload, "deadline": _nullable(_TS_IN), "subscriberId": _nullable(holder)}),
-    ))
-    add(space + "/tasks/{task_id}", "get", _operation("A task", ok(_ref("Task")), params=("space", "task_id"), post=False, errors=("401", "404", "503")))
-    add(space + "/tasks/{task_id}/cancel", "post", _operation(
-        "Cancel a task", ok(_ref("Task")), params=("space", "task_id"), body=_obj({}, {"reason": _nullable({"type": "string", "maxLength": 2000})}), body_required=False,
-    ))
-    add(space + "/tasks/{task_id}/join", "post", _operation(
-        "Subscribe to a task", ok(_ref("Task")), params=("space", "task_id"), body=_obj({"subscriberId": holder, "scopeId": {"type": "string"}}),
-    ))
-    add(space + "/tasks/{task_id}/detach", "post", _operation(
-        "Unsubscribe from a task", ok(_ref("Task")), params=("space", "task_id"), body=_obj({"subscriberId": holder}),
-    ))
-
-    # Admin (the admin key).
-    admin_errors = ("400", "401", "403", "404", "413", "503")
-    add("/v1/admin/keys", "post", _operation(
-        "Make an API key for some spaces", {"201": _json("Created, with the secret", _ref("ApiKey"))},
-        body=_obj({}, {"space": {"type": "string"}, "spaces": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 100}, "name": _nullable(_text(limits.name_len_max))}),
-        errors=admin_errors, post=False,
-    ))
-    add("/v1/admin/keys", "get", _operation("API keys (optionally of one space)", ok(_obj({"keys": {"type": "array", "items": _ref("ApiKey")}})), query=("space",), post=False, errors=("401", "403", "503")))
-    add("/v1/admin/keys/{key_id}/revoke", "post", _operation("Revoke an API key", ok(_ref("ApiKey")), params=("key_id",), errors=("401", "403", "404", "413", "503"), post=False))
-    add("/v1/admin/spaces", "get", _operation(
-        "Spaces and what they hold",
-        ok(_obj({"spaces": {"type": "array", "items": _obj({"id": {"type": "string"}, "keys": {"type": "integer"}, "runs": {"type": "integer"}, "claimsLive": {"type": "integer"}, "operations": {"type": "integer"}})}})),
-        post=False, errors=("401", "403", "503"),
-    ))
-
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = operation(route, limits)
     return {
         "openapi": "3.1.0",
         "info": {

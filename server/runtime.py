@@ -22,9 +22,8 @@ from ..actors.clock import Clock
 from ..actors.errors import NOT_FOUND, UNAUTHENTICATED, KernelError
 from ..actors.ids import IdSource
 from ..actors.kernel import Kernel
-from ..actors.keys import new_secret
-from ..actors.ops import ClaimOps, KeyOps, ScopeOps
-from ..actors.queue_ops import MailboxOps, MessageOps, TaskOps
+from ..actors.commands import RegisterKey
+from ..actors.keys import digest, new_secret
 from ..actors.state import KernelState
 from ..snapshots import RecoveryError, StoreLocked, open_store
 from ..snapshots.recovery import wal_dir
@@ -64,12 +63,6 @@ class Runtime:
         # Set when the state could not be made ready; `stopped` tells `serve` to shut down.
         self.fatal: BaseException | None = None
         self.stopped = trio.Event()
-        self.keys: KeyOps
-        self.scopes: ScopeOps
-        self.claims: ClaimOps
-        self.mailboxes: MailboxOps
-        self.messages: MessageOps
-        self.tasks: TaskOps
         # Operating it: metrics and request lines, the admin credential, shutdown in progress.
         self.telemetry = telemetry or Telemetry()
         self.telemetry.metrics.state.runtime = self
@@ -113,8 +106,6 @@ class Runtime:
             await nursery.start(store.run, kernel)
         await nursery.start(kernel.run)
         self.kernel = kernel
-        self.keys, self.scopes, self.claims = KeyOps(kernel), ScopeOps(kernel), ClaimOps(kernel)
-        self.mailboxes, self.messages, self.tasks = MailboxOps(kernel), MessageOps(kernel), TaskOps(kernel)
         await self._configure_keys()
         self.ready = True
         event(log, "ready", "ready", spaces=len(kernel.state.keys.spaces()), keys=len(kernel.state.keys))
@@ -124,14 +115,21 @@ class Runtime:
         self.admin.prepare(settings.admin_key, settings.data_dir, self._on_admin_key)
         if settings.api_key:
             try:
-                await self.keys.register(settings.api_key, frozenset({settings.space_id}), name="RUNSTATE_API_KEY")
+                await self._register_key(settings.api_key, settings.space_id, "RUNSTATE_API_KEY")
             except KernelError as error:  # revoked through the admin API: it stays revoked
                 log.warning("RUNSTATE_API_KEY is not accepted: %s", error.message)
         elif not len(self.kernel.state.keys):  # type: ignore[union-attr]
             secret = new_secret()
-            await self.keys.register(secret, frozenset({settings.space_id}), name="generated at first start")
+            await self._register_key(secret, settings.space_id, "generated at first start")
             if self._on_new_key is not None:
                 self._on_new_key(secret, settings.space_id)
+
+    async def _register_key(self, secret: str, space: str, name: str) -> dict:
+        kernel = self.kernel
+        assert kernel is not None
+        command = RegisterKey(key_digest=digest(secret), spaces=frozenset({space}), name=name, key_id=kernel.draw("ak_"))
+        command.check(kernel.limits)
+        return await kernel.submit(command)
 
     def authorize(self, request: Request, space: str) -> str:
         """The space, if the request's key opens it: 401 for a bad key, 404 for another space.
@@ -140,7 +138,7 @@ class Runtime:
         changes nothing inside a space.
         """
         secret = request.bearer()
-        spaces = self.keys.spaces_for(secret)
+        spaces = self.kernel.state.keys.spaces_for(secret)  # type: ignore[union-attr]
         if not spaces:
             if request.method == "GET" and self.admin.matches(secret):
                 return self._known_space(space)
@@ -175,7 +173,7 @@ class Runtime:
         secret = request.bearer()
         if self.admin.matches(secret):
             return
-        if self.ready and self.keys.spaces_for(secret):
+        if self.ready and self.kernel.state.keys.spaces_for(secret):  # type: ignore[union-attr]
             raise ApiError("FORBIDDEN", "this needs the admin key; an API key opens only its spaces")
         raise ApiError(UNAUTHENTICATED, "the admin key is not valid")
 

@@ -6,12 +6,11 @@ from dataclasses import dataclass, field
 
 from ..actors.limits import Limits
 from ..snapshots.store import StoreConfig
+from ..snapshots.wal import FSYNC_POLICIES
 
 _STORE = StoreConfig()
 
 __all__ = ["Settings", "FSYNC_POLICIES"]
-
-FSYNC_POLICIES = ("always", "batch", "off")
 
 
 @dataclass

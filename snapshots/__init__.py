@@ -2,13 +2,13 @@
 
 `open_store` recovers a data directory and returns a `Store` (state, running journal, report);
 `check` verifies one offline. The WAL (`wal`), snapshots (`snapshot`, `compaction`) and recovery
-(`recovery`, with its decision table) sit underneath; `MemoryJournal` keeps nothing on disk.
+(`recovery`, with its decision table) sit underneath. The WAL journal satisfies the kernel's
+`Journal` protocol (`runstate.actors.journal`) structurally; the in-memory journal lives there too.
 """
 
 from .check import CheckReport, check
 from .disk import Disk, FaultyDisk
 from .equality import assert_same_state, contents
-from .journal import Durable, Journal, MemoryJournal
 from .recovery import RecoveryError, load
 from .snapshot import SnapshotError
 from .store import RecoveryReport, Store, StoreConfig, StoreLocked, open_store
@@ -17,11 +17,8 @@ from .wal import FSYNC_POLICIES, WalJournal
 __all__ = [
     "CheckReport",
     "Disk",
-    "Durable",
     "FSYNC_POLICIES",
     "FaultyDisk",
-    "Journal",
-    "MemoryJournal",
     "RecoveryError",
     "RecoveryReport",
     "SnapshotError",

@@ -40,13 +40,15 @@ import trio
 
 from .disk import Disk
 from .frame import BODY_BYTES_MAX, FILE_HEADER_BYTES, WAL_MAGIC, encode_file_header, encode_frames
-from .journal import Durable
 
 __all__ = ["WalJournal", "SegmentWriter", "Position", "segment_name", "FSYNC_POLICIES", "RunBlocking", "inline"]
 
 # How blocking IO is run: `trio.to_thread.run_sync` (the default), or `inline` in tests that run in
 # virtual time, where a worker thread would let the mock clock jump while the IO runs.
 RunBlocking = Callable[..., Awaitable[Any]]
+# Called once with None when appended records are durable, or with the error that stopped them
+# (the kernel's journal seam; the WAL satisfies that protocol without importing it).
+Durable = Callable[[BaseException | None], None]
 
 
 async def inline(function: Callable[..., Any], *args: Any) -> Any:

@@ -13,36 +13,47 @@ nowhere else; the request takes no Idempotency-Key, because a stored answer woul
 
 from __future__ import annotations
 
-from ...actors.errors import VALIDATION_FAILED
-from ...actors.keys import new_secret
-from ..errors import ApiError
+from ...actors import commands as c
+from ...actors.fields import TEXT, TEXTS, Spec, read_field
+from ...actors.keys import digest, new_secret
+from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
 
 router = Router()
 
 BASE = "/v1/admin"
-# At most this many spaces on one key (a key for every space is the admin key's job).
-KEY_SPACES_MAX = 100
+G = "Admin (the admin key)"
+
+# The request of POST /keys: "space", or "spaces" (one of the two), and an optional "name".
+_SPACE = Spec("space", TEXT, required=False)
+_SPACES = Spec("spaces", TEXTS, required=False, items_max=c.KEY_SPACES_MAX)
+_NAME = Spec("name", TEXT, required=False, length_max="name_len_max")
+_SPACE_REQUIRED = Spec("space", TEXT)
 
 
-@router.route("POST", BASE + "/keys")
 async def create_key(services: Runtime, request: Request) -> tuple[int, dict]:
     services.authorize_admin(request)
-    body = request.json()
-    spaces = body.data.get("spaces")
+    kernel = services.kernel
+    limits = kernel.limits
+    data = request.json().data
+    spaces = read_field(_SPACES, data, limits)
     if spaces is None:
-        spaces = [body.text("space")]
-    elif not isinstance(spaces, list) or not spaces or not all(isinstance(s, str) for s in spaces):
-        raise ApiError(VALIDATION_FAILED, "field 'spaces' must be a non-empty list of space ids")
-    if len(spaces) > KEY_SPACES_MAX:
-        raise ApiError(VALIDATION_FAILED, f"a key opens at most {KEY_SPACES_MAX} spaces")
+        spaces = [read_field(_SPACE_REQUIRED, data, limits)]
+    name = read_field(_NAME, data, limits)
     secret = new_secret()
-    view = await services.keys.register(secret, frozenset(spaces), name=body.opt_text("name"))
+    command = c.RegisterKey(key_digest=digest(secret), spaces=frozenset(spaces), name=name, key_id=kernel.draw("ak_"))
+    command.check(limits)
+    view = await kernel.submit(command)
     return 201, {**view, "key": secret}
 
 
-@router.route("GET", BASE + "/keys")
+async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[int, dict]:
+    services.authorize_admin(request)
+    kernel = services.kernel
+    return 200, await kernel.submit(kernel.parse(c.RevokeKey, {}, {"key_id": key_id}))
+
+
 async def list_keys(services: Runtime, request: Request) -> tuple[int, dict]:
     services.authorize_admin(request)
     space = request.param("space")
@@ -51,13 +62,6 @@ async def list_keys(services: Runtime, request: Request) -> tuple[int, dict]:
     return 200, {"keys": views}
 
 
-@router.route("POST", BASE + "/keys/{key_id}/revoke")
-async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[int, dict]:
-    services.authorize_admin(request)
-    return 200, await services.keys.revoke(key_id)
-
-
-@router.route("GET", BASE + "/spaces")
 async def list_spaces(services: Runtime, request: Request) -> tuple[int, dict]:
     services.authorize_admin(request)
     state = services.kernel.state  # type: ignore[union-attr]
@@ -80,3 +84,24 @@ async def list_spaces(services: Runtime, request: Request) -> tuple[int, dict]:
             }
         )
     return 200, {"spaces": rows}
+
+
+_KEY_LIST = {"type": "object", "properties": {"keys": {"type": "array", "items": {"$ref": "#/components/schemas/ApiKey"}}}, "required": ["keys"]}
+_SPACE_ROW = {
+    "type": "object",
+    "properties": {k: {"type": t} for k, t in (("id", "string"), ("keys", "integer"), ("runs", "integer"), ("claimsLive", "integer"), ("operations", "integer"))},
+    "required": ["id", "keys", "runs", "claimsLive", "operations"],
+}
+_SPACE_LIST = {"type": "object", "properties": {"spaces": {"type": "array", "items": _SPACE_ROW}}, "required": ["spaces"]}
+
+endpoint(router, "POST", BASE + "/keys", Doc(
+    "Make an API key for some spaces", (Reply(201, "ApiKey", "Created, with the secret"),), body=(_SPACE, _SPACES, _NAME),
+    body_required=False, errors=("400", "403", "404"), group=G,
+), create_key)
+endpoint(router, "GET", BASE + "/keys", Doc(
+    "API keys (optionally of one space)", (Reply(200, _KEY_LIST),), query=("space",), errors=("403",), group=G,
+), list_keys)
+endpoint(router, "POST", BASE + "/keys/{key_id}/revoke", Doc(
+    "Revoke an API key", (Reply(200, "ApiKey"),), errors=("403", "404"), group=G,
+), revoke_key)
+endpoint(router, "GET", BASE + "/spaces", Doc("Spaces and what they hold", (Reply(200, _SPACE_LIST),), errors=("403",), group=G), list_spaces)

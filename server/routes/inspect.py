@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import itertools
 
+from ...actors import reads
 from ...actors.errors import VALIDATION_FAILED
+from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
@@ -36,7 +38,6 @@ def _limit(request: Request) -> int:
     return int(text)
 
 
-@router.route("GET", BASE + "/scopes")
 async def list_scopes(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
     services.authorize(request, space)
     limit = _limit(request)
@@ -47,17 +48,15 @@ async def list_scopes(services: Runtime, request: Request, space: str) -> tuple[
     return 200, {"scopes": views, "truncated": len(newest) > limit}
 
 
-@router.route("GET", BASE + "/scopes/{scope_id}/claims")
 async def list_claims(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
     services.authorize(request, space)
     limit = _limit(request)
-    claims = services.claims.in_scope(space, scope_id)
+    claims = reads.claims_in_scope(services.kernel, space, scope_id)
     for claim in claims:
         del claim["token"]
     return 200, {"scopeId": scope_id, "claims": claims[:limit], "truncated": len(claims) > limit}
 
 
-@router.route("GET", BASE + "/scopes/{scope_id}/tasks")
 async def list_tasks(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
     services.authorize(request, space)
     limit = _limit(request)
@@ -69,7 +68,28 @@ async def list_tasks(services: Runtime, request: Request, space: str, scope_id: 
     return 200, {"scopeId": scope_id, "tasks": views, "truncated": len(tasks) > limit}
 
 
-@router.route("GET", BASE + "/usage")
 async def usage(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
     services.authorize(request, space)
     return 200, services.kernel.state.space(space).usage.view(space)  # type: ignore[union-attr]
+
+
+def _listing(field: str, items: dict, **more: dict) -> dict:
+    properties = {field: {"type": "array", "items": items}, **more, "truncated": {"type": "boolean"}}
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+_TEXT = {"type": "string"}
+G = "Inspection"
+endpoint(router, "GET", BASE + "/scopes", Doc(
+    "Runs of the space, newest first", (Reply(200, _listing("scopes", {"$ref": "#/components/schemas/Scope"})),),
+    query=("limit",), errors=("400", "404"), group=G,
+), list_scopes)
+endpoint(router, "GET", BASE + "/scopes/{scope_id}/claims", Doc(
+    "Claims held in a run (tokens left out)", (Reply(200, _listing("claims", {"type": "object"}, scopeId=_TEXT)),),
+    query=("limit",), errors=("400", "404"), group=G,
+), list_claims)
+endpoint(router, "GET", BASE + "/scopes/{scope_id}/tasks", Doc(
+    "Tasks of a run, newest first", (Reply(200, _listing("tasks", {"$ref": "#/components/schemas/Task"}, scopeId=_TEXT)),),
+    query=("limit",), errors=("400", "404"), group=G,
+), list_tasks)
+endpoint(router, "GET", BASE + "/usage", Doc("Operations counted for the space", (Reply(200, "Usage"),), errors=("404",), group=G), usage)

@@ -7,8 +7,9 @@ away the wait is withdrawn, so no lease is handed to nobody.
 
 from __future__ import annotations
 
-from typing import Any
-
+from ...actors import commands as c
+from ...actors import reads
+from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
 
@@ -19,70 +20,49 @@ BASE = "/v1/spaces/{space}/mailboxes"
 # The most dead letters one listing shows (newest first); `total` says how many are kept.
 DEAD_LETTERS_LIST_MAX = 1000
 
+_LIST = {"type": "object", "properties": {"mailboxes": {"type": "array", "items": {"$ref": "#/components/schemas/Mailbox"}}}, "required": ["mailboxes"]}
+_DEAD = {
+    "type": "object",
+    "properties": {
+        "deadLetters": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
+        "total": {"type": "integer"},
+        "truncated": {"type": "boolean"},
+    },
+    "required": ["deadLetters", "total", "truncated"],
+}
 
-@router.route("GET", BASE)
+
 async def list_mailboxes(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
     services.authorize(request, space)
-    return 200, {"mailboxes": services.mailboxes.list(space)}
+    return 200, {"mailboxes": reads.mailboxes(services.kernel, space)}
 
 
-@router.route("POST", BASE)
-async def create(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
-    services.authorize(request, space)
-    body = request.json()
-    view = await services.mailboxes.create(
-        space,
-        name=body.text("name"),
-        mode=body.opt_text("mode"),
-        backlog_limit=body.opt_integer("backlogLimit"),
-        max_attempts=body.opt_integer("maxAttempts"),
-        idem=request.idem(space),
-    )
-    return 201, view
-
-
-@router.route("GET", BASE + "/{mailbox_id}")
 async def read(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, dict]:
     services.authorize(request, space)
-    return 200, services.mailboxes.view(space, mailbox_id)
+    return 200, reads.mailbox(services.kernel, space, mailbox_id)
 
 
-@router.route("GET", BASE + "/{mailbox_id}/dead-letters")
 async def dead_letters(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, dict]:
     services.authorize(request, space)
-    return 200, services.mailboxes.dead_letters(space, mailbox_id, DEAD_LETTERS_LIST_MAX)
+    return 200, reads.dead_letters(services.kernel, space, mailbox_id, DEAD_LETTERS_LIST_MAX)
 
 
-@router.route("POST", BASE + "/{mailbox_id}/messages")
-async def send(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, dict]:
-    services.authorize(request, space)
-    body = request.json()
-    view = await services.messages.send(
-        space,
-        mailbox_id,
-        scope_id=body.text("scopeId"),
-        payload=body.value("payload", services.limits),
-        work_key=body.opt_text("workKey"),
-        deadline_ms=body.opt_timestamp("deadline"),
-        idem=request.idem(space),
-    )
-    return (200 if view["replay"] else 201), view
-
-
-@router.route("POST", BASE + "/{mailbox_id}/recv", long_poll=True)
-async def recv(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, Any]:
-    services.authorize(request, space)
-    body = request.json()
-    delivery = await services.messages.receive(
-        space,
-        mailbox_id,
-        scope_id=body.text("scopeId"),
-        holder=body.text("holder"),
-        session=body.text("holderSession"),
-        lease_s=body.opt_integer("leaseSeconds", services.limits.lease_s_default),
-        wait_ms=body.opt_integer("waitMs"),
-        idem=request.idem(space),
-    )
-    if delivery is None:
-        return 204, None
-    return 200, delivery
+G = "Mailboxes and messages"
+endpoint(router, "GET", BASE, Doc("Every mailbox of the space", (Reply(200, _LIST),), errors=("404",), group=G), list_mailboxes)
+endpoint(router, "POST", BASE, Doc(
+    "Create a work queue", (Reply(201, "Mailbox", "Created"),), c.CreateMailbox, errors=("400", "404", "409"),
+    idempotent=True, group=G,
+), status=201)
+endpoint(router, "GET", BASE + "/{mailbox_id}", Doc("A mailbox", (Reply(200, "Mailbox"),), errors=("404",), group=G), read)
+endpoint(router, "GET", BASE + "/{mailbox_id}/dead-letters", Doc(
+    "The newest dead letters", (Reply(200, _DEAD),), errors=("404",), group=G,
+), dead_letters)
+endpoint(router, "POST", BASE + "/{mailbox_id}/messages", Doc(
+    "Send a message", (Reply(201, "Sent", "Sent"), Reply(200, "Sent", "A replay of the work key's message")),
+    c.SendMessage, errors=("400", "404", "409"), idempotent=True, group=G,
+), status=lambda view: 200 if view["replay"] else 201)
+endpoint(router, "POST", BASE + "/{mailbox_id}/recv", Doc(
+    "Lease the oldest deliverable message (a long poll with waitMs)",
+    (Reply(200, "Delivery", "A delivery"), Reply(204, NO_CONTENT, "Nothing to deliver (after waiting up to waitMs)")),
+    c.Receive, errors=("400", "404", "409"), idempotent=True, group=G,
+), long_poll=True)

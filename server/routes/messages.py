@@ -6,52 +6,23 @@ delivered again, or the task was cancelled) is 409 STALE_CLAIM and changes nothi
 
 from __future__ import annotations
 
-from ..http import Request, Router
-from ..runtime import Runtime
+from ...actors import commands as c
+from ..api import Doc, Reply, endpoint
+from ..http import Router
 
 router = Router()
 
 BASE = "/v1/spaces/{space}/messages/{message_id}"
+ERRORS = ("400", "404", "409")
+G = "Mailboxes and messages"
 
-
-@router.route("POST", BASE + "/complete")
-async def complete(services: Runtime, request: Request, space: str, message_id: str) -> tuple[int, dict]:
-    services.authorize(request, space)
-    body = request.json()
-    reply = await services.messages.complete(
-        space,
-        message_id,
-        token=body.text("token"),
-        result=body.value("result", services.limits),
-        idem=request.idem(space),
-    )
-    return 200, reply
-
-
-@router.route("POST", BASE + "/nack")
-async def nack(services: Runtime, request: Request, space: str, message_id: str) -> tuple[int, dict]:
-    services.authorize(request, space)
-    body = request.json()
-    reply = await services.messages.nack(
-        space,
-        message_id,
-        token=body.text("token"),
-        retry=body.boolean("retry"),
-        error=body.opt_text("error"),
-        idem=request.idem(space),
-    )
-    return 200, reply
-
-
-@router.route("POST", BASE + "/renew")
-async def renew(services: Runtime, request: Request, space: str, message_id: str) -> tuple[int, dict]:
-    services.authorize(request, space)
-    body = request.json()
-    reply = await services.messages.renew(
-        space,
-        message_id,
-        token=body.text("token"),
-        lease_s=body.opt_integer("leaseSeconds"),
-        idem=request.idem(space),
-    )
-    return 200, reply
+endpoint(router, "POST", BASE + "/complete", Doc(
+    "Complete a delivery", (Reply(200, "Settled"),), c.CompleteDelivery, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/nack", Doc(
+    "Retry (after a backoff) or reject a delivery", (Reply(200, "Settled"),), c.NackDelivery, errors=ERRORS,
+    idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/renew", Doc(
+    "Renew a delivery's lease", (Reply(200, "DeliveryRenewed"),), c.RenewDelivery, errors=ERRORS, idempotent=True, group=G,
+))

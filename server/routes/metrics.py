@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from ..api import Doc, Reply, endpoint
 from ..http import Raw, Request, Router
 from ..metrics import CONTENT_TYPE
 from ..runtime import Runtime
@@ -25,8 +26,13 @@ def _loopback(address: str | None) -> bool:
         return False
 
 
-@router.route("GET", "/metrics", public=True)
 async def metrics(services: Runtime, request: Request) -> tuple[int, Raw]:
     if not services.settings.metrics_public and not _loopback(request.client):
         services.authorize_admin(request)
     return 200, Raw(services.telemetry.metrics.render(), CONTENT_TYPE)
+
+
+endpoint(router, "GET", "/metrics", Doc(
+    "Prometheus metrics (from loopback without a key, else with the admin key)",
+    (Reply(200, {"type": "string"}, "Prometheus text format", "text/plain"),), errors=("401", "403"), group="Operating it",
+), metrics, public=True)

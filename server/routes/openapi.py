@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from ..api import Doc, Reply, endpoint
 from ..http import Raw, Request, Router
 from ..openapi import OPENAPI_PATH, openapi
 
@@ -14,10 +15,12 @@ router = Router()
 _cache: dict[Any, bytes] = {}  # Limits (frozen, hashable) -> the document
 
 
-@router.route("GET", OPENAPI_PATH, public=True)
 async def document(services: Any, request: Request) -> tuple[int, Raw]:
     limits = services.limits
     body = _cache.get(limits)
     if body is None:
         body = _cache[limits] = orjson.dumps(openapi(limits))
     return 200, Raw(body, "application/json")
+
+
+endpoint(router, "GET", OPENAPI_PATH, Doc("This document", (Reply(200, {"type": "object"}),), group="Operating it"), document, public=True)

@@ -2,42 +2,33 @@
 
 from __future__ import annotations
 
+from ...actors import commands as c
+from ...actors import reads
+from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
 
 router = Router()
 
 BASE = "/v1/spaces/{space}/scopes"
+SCOPE = "Scope"
 
 
-@router.route("POST", BASE)
-async def create(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
-    services.authorize(request, space)
-    body = request.json()
-    view = await services.scopes.create(
-        space,
-        name=body.opt_text("name"),
-        parent_id=body.opt_text("parentId"),
-        deadline_ms=body.opt_timestamp("deadline"),
-        child_limit=body.opt_integer("childLimit"),
-        idem=request.idem(space),
-    )
-    return 201, view
-
-
-@router.route("GET", BASE + "/{scope_id}")
 async def read(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
     services.authorize(request, space)
-    return 200, services.scopes.view(space, scope_id)
+    return 200, reads.scope(services.kernel, space, scope_id)
 
 
-@router.route("POST", BASE + "/{scope_id}/cancel")
-async def cancel(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
-    services.authorize(request, space)
-    return 200, await services.scopes.cancel(space, scope_id, idem=request.idem(space))
-
-
-@router.route("POST", BASE + "/{scope_id}/complete")
-async def complete(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
-    services.authorize(request, space)
-    return 200, await services.scopes.complete(space, scope_id, idem=request.idem(space))
+endpoint(router, "POST", BASE, Doc(
+    "Create a run (scope)", (Reply(201, SCOPE, "Created"),), c.CreateScope, body_required=False,
+    errors=("400", "404", "409"), idempotent=True, group="Scopes",
+), status=201)
+endpoint(router, "GET", BASE + "/{scope_id}", Doc("A run", (Reply(200, SCOPE),), errors=("404",), group="Scopes"), read)
+endpoint(router, "POST", BASE + "/{scope_id}/cancel", Doc(
+    "Cancel a run and its subtree (no body)", (Reply(200, SCOPE),), c.CancelScope, errors=("404", "409"),
+    idempotent=True, group="Scopes",
+))
+endpoint(router, "POST", BASE + "/{scope_id}/complete", Doc(
+    "Complete a run and its subtree (no body)", (Reply(200, SCOPE),), c.CompleteScope, errors=("404", "409"),
+    idempotent=True, group="Scopes",
+))

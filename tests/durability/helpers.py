@@ -9,12 +9,14 @@ from typing import AsyncIterator
 import orjson
 import trio
 
-from runstate.actors import ClaimOps, Clock, Kernel, KernelState, KeyOps, ScopeOps
+from runstate.actors import Clock, Kernel, KernelState
 from runstate.snapshots import Disk, load, open_store
 from runstate.snapshots.frame import FILE_HEADER_BYTES, Frame, read_frame
 from runstate.snapshots.recovery import list_segments, wal_dir
 from runstate.snapshots.store import StoreConfig
 from runstate.snapshots.wal import SegmentWriter, inline
+
+from ..ops import ClaimOps, KeyOps, ScopeOps
 
 T0_MS = 1_800_000_000_000  # a fixed wall time for tests: 2027-01-15T08:00:00Z
 

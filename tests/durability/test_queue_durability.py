@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from runstate.actors import KernelError
-from runstate.actors.queue_ops import MailboxOps, MessageOps, TaskOps
+from ..ops import MailboxOps, MessageOps, TaskOps
 from runstate.actors.space import SpaceState
 from runstate.snapshots import assert_same_state
 

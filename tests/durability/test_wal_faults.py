@@ -8,10 +8,10 @@ import pytest
 import trio
 
 from runstate.actors import KernelError
-from runstate.actors.outcome import Outcome
 from runstate.snapshots import FaultyDisk, assert_same_state, check
 from runstate.snapshots.store import StoreConfig
 
+from ..ops import MailboxOps, MessageOps
 from .helpers import reload, running
 
 SPACE = "s1"
@@ -76,12 +76,14 @@ async def test_parked_callers_are_answered_unavailable_when_the_state_is_rebuilt
     disk = FaultyDisk()
     async with running(data, disk=disk) as run:
         scope_id = (await run.scopes.create(SPACE))["id"]
+        mailbox_id = (await MailboxOps(run.kernel).create(SPACE, name="box"))["id"]
         answers = []
 
-        async def long_poll() -> None:  # a command with nothing to do yet parks until poked
+        async def long_poll() -> None:  # a receive with nothing to deliver yet parks until poked
             try:
-                await run.kernel.call(("poll", SPACE, "box"), lambda state, now_ms: Outcome(empty=True),
-                                      wait_until=trio.current_time() + 30)
+                await MessageOps(run.kernel).receive(
+                    SPACE, mailbox_id, scope_id=scope_id, holder="h", session="s", lease_s=30, wait_ms=30_000
+                )
             except KernelError as error:
                 answers.append(error.code)
 

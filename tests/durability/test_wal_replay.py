@@ -11,7 +11,8 @@ import trio
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from runstate.actors import KernelError, KernelState, Limits
-from runstate.actors.scopes import CANCELLED, COMPLETED
+from runstate.actors import commands as c
+from runstate.actors.transitions import TRANSITIONS
 from runstate.snapshots import assert_same_state, contents
 from runstate.snapshots.equality import first_difference
 
@@ -40,13 +41,13 @@ class Driver:
         try:
             if idem is not None and state.idempotency.lookup(idem[0], idem[1], "fp", self.now_ms):
                 return
-            outcome = command(state, self.now_ms)
+            outcome = TRANSITIONS[type(command)](state, command, self.now_ms)
         except KernelError:
             return
         records = list(outcome.records)
         if idem is not None and records:
             record = state.idempotency.record(idem[0], idem[1], "fp", outcome.reply, self.now_ms)
-            state.idempotency.apply_stored(record)
+            state.apply(record)
             records.append(record)
         self.records.extend(records)
 
@@ -62,37 +63,36 @@ class Driver:
             parent = scopes[pick % len(scopes)] if scopes and flag else None
             deadline = self.now_ms + (pick % 5 + 1) * 10_000 if pick % 3 == 0 else None
             scope_id = self._id("sc_")
-            self.run(lambda s, now: s.space(space_id).create_scope(scope_id, None, parent, deadline, None, now), idem)
+            self.run(c.CreateScope(space=space_id, scope_id=scope_id, parent_id=parent, deadline_ms=deadline), idem)
         elif kind in (1, 2, 3):
             scope_id = scopes[pick % len(scopes)]
             key = KEYS[pick % len(KEYS)]
             token = self._id("ct_")
             lease_ms = (5 + pick % 30) * 1000
-            self.run(lambda s, now: s.space(space_id).acquire_claim(scope_id, key, "h", "sess", lease_ms, token, now), idem)
+            self.run(c.AcquireClaim(space=space_id, scope_id=scope_id, key=key, holder="h", session="sess", lease_s=lease_ms // 1000, token=token), idem)
         elif kind == 4 and held:
             claim = held[pick % len(held)]
-            self.run(lambda s, now: s.space(space_id).renew_claim(claim.key, claim.token, None, now), idem)
+            self.run(c.RenewClaim(space=space_id, key=claim.key, token=claim.token), idem)
         elif kind == 5 and held:
             claim = held[pick % len(held)]
             observation = {"seen": pick} if flag else None
-            self.run(lambda s, now: s.space(space_id).release_claim(claim.key, claim.token, observation, now), idem)
+            self.run(c.ReleaseClaim(space=space_id, key=claim.key, token=claim.token, observation=observation), idem)
         elif kind == 6:
             self.now_ms += (pick % 40) * 1000  # time passes; the supervisor proposes what fell due
             for timer in list(state.timers()):
                 if timer.due_ms <= self.now_ms:
-                    actor = timer.actor
-                    self.run(lambda s, now: s.space(actor[1]).on_timer(actor, timer.tag, timer.marker, now))
+                    self.run(c.FireTimer(on=timer.actor, tag=timer.tag, marker=timer.marker))
         elif kind == 7:
             scope_id = scopes[pick % len(scopes)]
-            end = CANCELLED if flag else COMPLETED
-            self.run(lambda s, now: s.space(space_id).end_scope(scope_id, end, now), idem)
+            end = c.CancelScope if flag else c.CompleteScope
+            self.run(end(space=space_id, scope_id=scope_id), idem)
         elif kind == 8:
             key_id, digest = f"ak_{pick % 4}", f"{pick % 4:064x}"
             spaces = frozenset(SPACES[: 1 + pick % 2])
-            self.run(lambda s, now: s.register_key(key_id, digest, None, spaces, now))
+            self.run(c.RegisterKey(key_id=key_id, key_digest=digest, name=None, spaces=spaces))
         elif kind == 9 and len(state.keys):
             key_id = f"ak_{pick % 4}"
-            self.run(lambda s, now: s.revoke_key(key_id, now))
+            self.run(c.RevokeKey(key_id=key_id))
         elif kind == 10 and flag:  # a restart: boot record, expiries and grace periods
             newest = self.now_ms
             self.now_ms += (pick % 20) * 1000
@@ -137,14 +137,14 @@ def test_generations_count_by_one_and_survive_replay():
     """Each new owner of a key gets one more; the counter survives releases, expiries and replay."""
     driver = Driver(Limits())
     scope = "sc_x"
-    driver.run(lambda s, now: s.space("s1").create_scope(scope, None, None, None, None, now))
+    driver.run(c.CreateScope(space="s1", scope_id=scope))
     generations = []
     for round_number in range(5):
         token = f"ct_{round_number}"
-        driver.run(lambda s, now: s.space("s1").acquire_claim(scope, "k", "h", "x", 5000, token, now))
+        driver.run(c.AcquireClaim(space="s1", scope_id=scope, key="k", holder="h", session="x", lease_s=5, token=token))
         generations.append(driver.state.space("s1").claims.get(scope, "k").generation)
         if round_number % 2:
-            driver.run(lambda s, now: s.space("s1").release_claim("k", token, None, now))
+            driver.run(c.ReleaseClaim(space="s1", key="k", token=token))
         else:
             driver.now_ms += 6000  # the lease runs out; the next acquire records its expiry first
     assert generations == [1, 2, 3, 4, 5]

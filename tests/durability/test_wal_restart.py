@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from runstate.actors import Idem, KernelError, KernelState, Limits
+from runstate.actors import commands as c
 from runstate.actors.boot import EPOCH_SHIFT
 from runstate.snapshots import assert_same_state
 
@@ -136,9 +137,10 @@ def test_restart_decisions_expire_ended_leases_and_spread_the_rest():
     limits = Limits(restart_grace_s=10, restart_spread_s=4)
     state = KernelState(limits)
     space = state.space(SPACE)
-    space.create_scope("sc", None, None, None, None, T0_MS)
+    space.create_scope(c.CreateScope(space=SPACE, scope_id="sc"), T0_MS)
     for number, lease_s in enumerate([5, 8, 12, 7, 100]):
-        space.acquire_claim("sc", f"k{number}", "h", "x", lease_s * 1000, f"ct_{number}", T0_MS)
+        command = c.AcquireClaim(space=SPACE, scope_id="sc", key=f"k{number}", holder="h", session="x", lease_s=lease_s, token=f"ct_{number}")
+        space.claiming.acquire(command, T0_MS)
     newest_ms, now_ms = T0_MS + 6_000, T0_MS + 50_000
     records = state.restart(newest_ms, now_ms)
     kinds = {record["token"]: (record["type"], record.get("expires_ms")) for record in records}

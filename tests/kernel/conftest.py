@@ -1,8 +1,10 @@
 import pytest
 import trio
 
-from runstate.actors import Clock, ClaimOps, IdSource, Kernel, KernelState, ScopeOps
-from runstate.snapshots import MemoryJournal
+from runstate.actors import Clock, IdSource, Kernel, KernelState
+from runstate.actors.journal import MemoryJournal
+
+from ..ops import ClaimOps, ScopeOps
 
 # 2027-01-15T08:00:00.000Z: a fixed wall time so tests can assert exact timestamps.
 T0 = 1_800_000_000_000

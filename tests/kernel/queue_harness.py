@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runstate.actors import Clock, IdSource, Kernel, KernelState, ScopeOps
-from runstate.actors.queue_ops import MailboxOps, MessageOps, TaskOps
-from runstate.snapshots import MemoryJournal
+from runstate.actors import Clock, IdSource, Kernel, KernelState
+
+from ..ops import MailboxOps, MessageOps, ScopeOps, TaskOps
+from runstate.actors.journal import MemoryJournal
 
 from .queue_world import SPACE, T0, snapshot
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from runstate.actors import commands as c
+from runstate.actors.fields import validate
 from runstate.actors.limits import Limits
 from runstate.actors.outcome import Outcome
 from runstate.actors.space import SpaceState
-from runstate.actors.tasks import input_hash
+from runstate.actors.transitions import TRANSITIONS
 
 # 2027-01-15T08:00:00.000Z
 T0 = 1_800_000_000_000
@@ -39,7 +41,13 @@ class World:
         return self
 
     def do(self, method: str, *args: Any) -> Outcome:
-        outcome = getattr(self.space, method)(*args, self.now)
+        """Run one command on the space at the current time, named by what it does (see `_COMMANDS`)."""
+        if method == "restart_deliveries":
+            outcome = self.space.work.restart_deliveries(*args, self.now)
+        else:
+            command = _COMMANDS[method](*args)
+            validate(command, self.limits)
+            outcome = TRANSITIONS[type(command)](_OneSpace(self.space), command, self.now)
         self.records.extend(outcome.records)
         self.timers.extend(outcome.timers)
         self.pokes.extend(outcome.pokes)
@@ -65,8 +73,7 @@ class World:
         return mailbox_id
 
     def send(self, mailbox_id: str, scope_id: str, payload: Any = None, work_key: str | None = None, deadline_ms: int | None = None) -> dict:
-        digest = None if work_key is None else input_hash(payload)
-        return self.do("send_message", mailbox_id, scope_id, self.new_id("ms_"), payload, digest, work_key, deadline_ms).reply
+        return self.do("send_message", mailbox_id, scope_id, self.new_id("ms_"), payload, work_key, deadline_ms).reply
 
     def submit(
         self,
@@ -85,7 +92,6 @@ class World:
             mailbox_id,
             key,
             task_input,
-            input_hash(task_input),
             deadline_ms,
             subscriber,
         ).reply
@@ -151,3 +157,61 @@ def recount(space: SpaceState) -> dict:
         if message.state in names:
             counts[message.mailbox_id][names[message.state]] += 1
     return counts
+
+
+class _OneSpace:
+    """What a transition reads of a kernel state, for a world of one space."""
+
+    def __init__(self, space: SpaceState) -> None:
+        self._space = space
+
+    def space(self, space_id: str) -> SpaceState:
+        assert space_id == SPACE
+        return self._space
+
+
+# The world's commands by what they do, with their arguments in order.
+_COMMANDS: dict[str, Any] = {
+    "create_scope": lambda scope_id, name, parent_id, deadline_ms, child_limit: c.CreateScope(
+        space=SPACE, scope_id=scope_id, name=name, parent_id=parent_id, deadline_ms=deadline_ms, child_limit=child_limit
+    ),
+    "end_scope": lambda scope_id, end: (c.CancelScope if end == "CANCELLED" else c.CompleteScope)(space=SPACE, scope_id=scope_id),
+    "create_mailbox": lambda mailbox_id, name, mode, backlog_limit, max_attempts: c.CreateMailbox(
+        space=SPACE, mailbox_id=mailbox_id, name=name, mode=mode, backlog_limit=backlog_limit, max_attempts=max_attempts
+    ),
+    "send_message": lambda mailbox_id, scope_id, message_id, payload, work_key, deadline_ms: c.SendMessage(
+        space=SPACE, mailbox_id=mailbox_id, scope_id=scope_id, message_id=message_id, payload=payload,
+        work_key=work_key, deadline_ms=deadline_ms,
+    ),
+    "submit_task": lambda task_id, message_id, scope_id, mailbox_id, key, task_input, deadline_ms, subscriber: c.SubmitTask(
+        space=SPACE, task_id=task_id, message_id=message_id, scope_id=scope_id, mailbox_id=mailbox_id, key=key,
+        task_input=task_input, deadline_ms=deadline_ms, subscriber_id=subscriber,
+    ),
+    "receive": lambda mailbox_id, scope_id, holder, session, lease_ms, token: c.Receive(
+        space=SPACE, mailbox_id=mailbox_id, scope_id=scope_id, holder=holder, session=session,
+        lease_s=lease_ms // 1000, token=token,
+    ),
+    "cancel_task": lambda task_id, reason: c.CancelTask(space=SPACE, task_id=task_id, reason=reason),
+    "join_task": lambda task_id, subscriber_id, scope_id: c.JoinTask(
+        space=SPACE, task_id=task_id, subscriber_id=subscriber_id, scope_id=scope_id
+    ),
+    "detach_task": lambda task_id, subscriber_id: c.DetachTask(space=SPACE, task_id=task_id, subscriber_id=subscriber_id),
+    "complete_delivery": lambda message_id, token, result: c.CompleteDelivery(
+        space=SPACE, message_id=message_id, token=token, result=result
+    ),
+    "nack_delivery": lambda message_id, token, retry, error, jitter: c.NackDelivery(
+        space=SPACE, message_id=message_id, token=token, retry=retry, error=error, jitter=jitter
+    ),
+    "renew_delivery": lambda message_id, token, lease_ms: c.RenewDelivery(
+        space=SPACE, message_id=message_id, token=token, lease_s=None if lease_ms is None else lease_ms // 1000
+    ),
+    "on_timer": lambda actor, tag, marker: c.FireTimer(on=actor, tag=_timer_tag(actor, tag), marker=marker),
+}
+
+
+def _timer_tag(actor: tuple, tag: Any) -> tuple:
+    """A timer's tag, also as tests wrote a scope's deadline: ("scope", space, id) with "deadline"."""
+    if isinstance(tag, tuple):
+        return tag
+    assert actor[0] == "scope" and tag == "deadline", (actor, tag)
+    return ("scope-deadline", actor[2])

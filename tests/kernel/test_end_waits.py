@@ -4,24 +4,29 @@ import pytest
 import trio
 import trio.testing
 
-from runstate.actors import EMPTY, Outcome
+from runstate.actors import EMPTY
+
+from ..ops import MailboxOps, MessageOps
 
 pytestmark = pytest.mark.trio
-
-ACTOR = ("test", "default", "inbox")
-
-
-def nothing_yet(state, now_ms):
-    return Outcome(empty=True)
 
 
 async def test_parked_calls_are_answered_empty_at_once_and_new_ones_do_not_park(harness, autojump_clock):
     """Two callers parked for 30 s get EMPTY the moment end_waits runs; a later caller is not parked at all."""
     kernel = harness.kernel
+    scope_id = (await harness.scopes.create("default"))["id"]
+    mailbox_id = (await MailboxOps(kernel).create("default", name="inbox"))["id"]
+    await trio.sleep(5)  # the actors that made them have retired
+    assert kernel.actors == 0
+    t0 = trio.current_time()
+    messages = MessageOps(kernel)
     answers = []
 
+    async def receive():
+        return await messages.receive("default", mailbox_id, scope_id=scope_id, holder="h", session="s", lease_s=30, wait_ms=30_000)
+
     async def poll():
-        answers.append((await kernel.call(ACTOR, nothing_yet, wait_until=trio.current_time() + 30), trio.current_time()))
+        answers.append((await receive(), trio.current_time()))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poll)
@@ -31,11 +36,11 @@ async def test_parked_calls_are_answered_empty_at_once_and_new_ones_do_not_park(
         assert kernel.actors == 1 and not answers
         assert kernel.end_waits() == 2
     assert [answer for answer, _ in answers] == [EMPTY, EMPTY]
-    assert all(at == pytest.approx(harness.t0 + 2) for _, at in answers)
+    assert all(at == pytest.approx(t0 + 2) for _, at in answers)
     assert kernel.actors == 0
 
     before = trio.current_time()
-    assert await kernel.call(ACTOR, nothing_yet, wait_until=trio.current_time() + 30) is EMPTY
+    assert await receive() is EMPTY
     assert trio.current_time() == before
 
 

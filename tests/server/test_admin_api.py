@@ -11,7 +11,7 @@ import runstate.testing
 from runstate.actors.kernel import Kernel
 from runstate.server.app import create_app
 from runstate.server.settings import Settings
-from runstate.snapshots import MemoryJournal
+from runstate.actors.journal import MemoryJournal
 from runstate.testing import call_asgi
 
 pytestmark = pytest.mark.trio

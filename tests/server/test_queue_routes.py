@@ -13,6 +13,7 @@ import trio.testing
 
 from runstate.actors.timestamps import parse_timestamp
 
+from ..ops import KeyOps
 from .asgi_client import SPACE, T0, AsgiClient, client  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.trio
@@ -253,7 +254,7 @@ async def test_a_cancelled_run_answers_409_scope_cancelled_to_recv_send_and_subm
 async def test_another_spaces_ids_answer_404(client, autojump_clock):
     run, mailbox = await client.run(), await client.mailbox()
     task_id = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "k"})).json["taskId"]
-    await client.runtime.keys.register("rs_other", frozenset({"other"}))
+    await KeyOps(client.runtime.kernel).register("rs_other", frozenset({"other"}))
     stranger = AsgiClient(client.runtime, api_key="rs_other", space="other")
     assert (await stranger.get(f"/tasks/{task_id}")).status == 404
     assert (await stranger.get(f"/mailboxes/{mailbox}")).status == 404

@@ -20,7 +20,17 @@ Durable = Callable[[BaseException | None], None]
 
 
 class Journal(Protocol):
+    """What the kernel needs from whatever keeps its records: the WAL, a replicated log, memory.
+
+    Defined here, by its consumer, so that the kernel depends on no implementation of it.
+    """
+
     failure: BaseException | None
+
+    @property
+    def appended_lsn(self) -> int:
+        """The LSN of the last record appended (durable or not)."""
+        ...
 
     def append(self, records: list[dict], on_durable: Durable) -> int:
         """Queue `records` (never blocks, never does IO) and return the LSN of the last one."""
@@ -39,6 +49,10 @@ class MemoryJournal:
         self.lsn = 0
         self.records: list[dict] = []
         self._keep = keep
+
+    @property
+    def appended_lsn(self) -> int:
+        return self.lsn
 
     def append(self, records: list[dict], on_durable: Durable) -> int:
         self.lsn += len(records)

@@ -1,0 +1,100 @@
+"""Claims inside a space: acquire, renew, release, and the expiry of a lease that ran out.
+
+`ClaimCommands` is one part of a `SpaceState`: it is given the tables it uses (the scope tree, to
+refuse a claim in an ended scope, and the claim table), the boot facts (the generation floor) and
+the space's `commit`, and nothing else. Each method is a pure transition: a command and `now_ms`
+in, an `Outcome` out, its records already applied through `commit`.
+
+Timers (tag on the claim's actor, each proposing a change the turn checks again):
+    ("claim-lease", key)   marker token   the lease ran out: record the expiry if still due
+
+Pure: no IO, no clock reads, no awaits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from .boot import BootInfo
+from .claims import ClaimTable
+from .commands import claim_actor
+from .outcome import Outcome, Timer
+from .scopes import ScopeTree
+from .timestamps import format_ms
+
+if TYPE_CHECKING:
+    from .commands import AcquireClaim, ReleaseClaim, RenewClaim
+
+__all__ = ["ClaimCommands", "LEASE_TIMER"]
+
+LEASE_TIMER = "claim-lease"
+
+Commit = Callable[..., Outcome]
+
+
+class ClaimCommands:
+    __slots__ = ("_space_id", "_scopes", "_claims", "_boot", "_commit")
+
+    def __init__(self, space_id: str, scopes: ScopeTree, claims: ClaimTable, boot: BootInfo, commit: Commit) -> None:
+        self._space_id = space_id
+        self._scopes = scopes
+        self._claims = claims
+        self._boot = boot
+        self._commit = commit
+
+    def acquire(self, command: "AcquireClaim", now_ms: int) -> Outcome:
+        self._scopes.require_active(command.scope_id, now_ms)
+        claims = self._claims
+        records = claims.decide_acquire(
+            command.scope_id,
+            command.key,
+            command.holder,
+            command.session,
+            command.lease_s * 1000,
+            command.token,
+            now_ms,
+            self._boot.generation_floor,
+        )
+        outcome = self._commit(Outcome(), *records)
+        claim = claims.get(command.scope_id, command.key)
+        assert claim is not None and claim.token == command.token, "an acquire must leave its token current"
+        outcome.timers.append(self.lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms))
+        outcome.reply = claims.view(claim)
+        return outcome
+
+    def renew(self, command: "RenewClaim", now_ms: int) -> Outcome:
+        lease_ms = None if command.lease_s is None else command.lease_s * 1000
+        record = self._claims.decide_renew(command.key, command.token, lease_ms, now_ms)
+        outcome = self._commit(Outcome(), record)
+        claim = self._claims.by_token(command.token)
+        assert claim is not None, "a renewed claim keeps its token"
+        outcome.timers.append(self.lease_timer(claim.scope_id, claim.key, command.token, claim.expires_ms))
+        outcome.reply = self._claims.view(claim)
+        return outcome
+
+    def release(self, command: "ReleaseClaim", now_ms: int) -> Outcome:
+        claims = self._claims
+        claim = claims.current(command.key, command.token, now_ms)
+        reply = claims.view(claim)
+        outcome = self._commit(Outcome(), claims.decide_release(command.key, command.token, command.observation, now_ms))
+        assert claims.by_token(command.token) is None, "a released token must not stay valid"
+        reply.update(token=None, released=True, releasedAt=format_ms(now_ms))
+        outcome.reply = reply
+        return outcome
+
+    def expire(self, token: str, now_ms: int) -> Outcome:
+        """The supervisor's proposal: record the expiry if the lease of `token` has run out."""
+        record = self._claims.decide_expire(token, now_ms)
+        return Outcome() if record is None else self._commit(Outcome(), record)
+
+    def lease_timer(self, scope_id: str, key: str, token: str, expires_ms: int) -> Timer:
+        return Timer(expires_ms, claim_actor(self._space_id, scope_id, key), (LEASE_TIMER, key), token)
+
+    def timers(self) -> Iterator[Timer]:
+        for claim in self._claims.held():
+            yield self.lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms)  # type: ignore[arg-type]
+
+    def restart(self, newest_ms: int, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
+        """After a recovery: the expiries and grace renewals of `ClaimTable.decide_restart`."""
+        records = self._claims.decide_restart(newest_ms, now_ms, grace_ms, spread_ms)
+        return self._commit(Outcome(), *records)

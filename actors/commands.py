@@ -1,0 +1,381 @@
+"""Every kernel operation, declared once: its fields, its checks, and the actor it runs on.
+
+A command is a frozen dataclass. Its fields say where each value comes from (the JSON body, the
+path, or a draw from the kernel's seeded source) and which limits it must keep (`fields.py`); its
+`check` holds whatever spans more than one field; its `actor` names the key whose actor
+serializes it. Which pure transition it runs is the table in `transitions.py`. Nothing else is
+sent to an actor: a command is data, so it can be logged, compared, replayed in a test, or sent to
+another node later.
+
+Reading the state to find an actor (a token's claim, a message's queue) happens in the caller's
+task; the turn checks again, since the state may change before the turn runs.
+
+Adding an operation: declare it here, add its transition to `transitions.py`, and its route to
+`server/routes/`; the OpenAPI document and the API reference follow from those declarations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
+from .fields import BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, body, check_space_id, drawn, path
+from .limits import Limits
+from .mailboxes import MODES
+from .outcome import ActorKey
+from .scopes import CANCELLED, COMPLETED
+
+__all__ = [
+    "Command", "RegisterKey", "RevokeKey", "CreateScope", "EndScope", "CancelScope", "CompleteScope",
+    "AcquireClaim", "RenewClaim", "ReleaseClaim", "CreateMailbox", "SendMessage", "Receive",
+    "CompleteDelivery", "NackDelivery", "RenewDelivery", "SubmitTask", "CancelTask", "JoinTask",
+    "DetachTask", "FireTimer", "KEYS_ACTOR", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor",
+]
+
+# A key's spaces are recorded with it; a key for every space is the admin key's job.
+KEY_SPACES_MAX = 100
+
+KEYS_ACTOR: ActorKey = ("keys",)
+
+
+def claim_actor(space: str, scope_id: str, key: str) -> ActorKey:
+    return ("claim", space, scope_id, key)
+
+
+def scope_actor(space: str, scope_id: str) -> ActorKey:
+    return ("scope", space, scope_id)
+
+
+def queue_actor(space: str, mailbox_id: str, scope_id: str) -> ActorKey:
+    """Everything that touches one queue (a mailbox in a scope) runs here, its long polls included."""
+    return ("queue", space, mailbox_id, scope_id)
+
+
+def mailboxes_actor(space: str) -> ActorKey:
+    """Mailbox creation: two creates of one name are decided one after the other."""
+    return ("mailboxes", space)
+
+
+class Command:
+    """Base of every command. Subclasses are `@dataclass(frozen=True, slots=True, kw_only=True)`."""
+
+    __slots__ = ()
+
+    def actor(self, state: Any) -> ActorKey:
+        raise NotImplementedError
+
+    def check(self, limits: Limits) -> None:
+        """Checks that involve more than one field (each field's own limits are in `fields.py`)."""
+
+
+def _command(cls: type) -> type:
+    return dataclass(frozen=True, slots=True, kw_only=True)(cls)
+
+
+def _lease(required: bool = False, default: str | None = None) -> Any:
+    return body("leaseSeconds", INTEGER, required=required, minimum="lease_s_min", maximum="lease_s_max", default=default)
+
+
+def _reason(wire: str) -> Any:
+    return body(wire, TEXT, required=False, length_min=0, length_max="reason_len_max")
+
+
+# -- keys (not in any space: a key names the spaces it opens) --------------------------------------
+
+
+@_command
+class RegisterKey(Command):
+    """Let the secret whose digest this is open `spaces`; only the digest is recorded."""
+
+    key_digest: str
+    spaces: frozenset
+    name: str | None = body("name", required=False, length_max="name_len_max")
+    key_id: str = drawn("ak_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return KEYS_ACTOR
+
+    def check(self, limits: Limits) -> None:
+        if not self.spaces:
+            raise KernelError(VALIDATION_FAILED, "a key opens at least one space")
+        if len(self.spaces) > KEY_SPACES_MAX:
+            raise KernelError(VALIDATION_FAILED, f"a key opens at most {KEY_SPACES_MAX} spaces")
+        for space in self.spaces:
+            check_space_id(space)
+
+
+@_command
+class RevokeKey(Command):
+    key_id: str = path("key_id")
+
+    def actor(self, state: Any) -> ActorKey:
+        return KEYS_ACTOR
+
+
+# -- scopes ------------------------------------------------------------------------------------
+
+
+@_command
+class CreateScope(Command):
+    space: str = path("space")
+    name: str | None = body("name", required=False, length_max="name_len_max")
+    parent_id: str | None = body("parentId", required=False)
+    deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    child_limit: int | None = body("childLimit", INTEGER, required=False, minimum=0, maximum="child_limit_max")
+    scope_id: str = drawn("sc_")
+
+    def actor(self, state: Any) -> ActorKey:
+        # A child is created in its parent's turn, so childLimit counts exactly.
+        return scope_actor(self.space, self.parent_id if self.parent_id is not None else self.scope_id)
+
+
+@_command
+class EndScope(Command):
+    """Cancel or complete a scope and its subtree; repeating the same end is harmless."""
+
+    end: ClassVar[str]
+    space: str = path("space")
+    scope_id: str = path("scope_id")
+
+    def actor(self, state: Any) -> ActorKey:
+        return scope_actor(self.space, self.scope_id)
+
+
+@_command
+class CancelScope(EndScope):
+    end: ClassVar[str] = CANCELLED
+
+
+@_command
+class CompleteScope(EndScope):
+    end: ClassVar[str] = COMPLETED
+
+
+# -- claims ------------------------------------------------------------------------------------
+
+
+@_command
+class AcquireClaim(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key", length_max="claim_key_len_max")
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = _lease(default="lease_s_default")
+    token: str = drawn("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return claim_actor(self.space, self.scope_id, self.key)
+
+
+def _claim_actor_of(state: Any, space: str, key: str, token: str) -> ActorKey:
+    """The actor of the claim `token` names; the turn checks again that it is still current."""
+    claim = state.space(space).claims.by_token(token)
+    if claim is None or claim.key != key:
+        raise KernelError(STALE_CLAIM, f"token is not the current one for claim {key!r}")
+    return claim_actor(space, claim.scope_id, key)
+
+
+@_command
+class RenewClaim(Command):
+    """Renew by token: the token names the claim, and the key in the path must match."""
+
+    space: str = path("space")
+    key: str = path("key")
+    token: str = body("token")
+    lease_s: int | None = _lease()
+
+    def actor(self, state: Any) -> ActorKey:
+        return _claim_actor_of(state, self.space, self.key, self.token)
+
+
+@_command
+class ReleaseClaim(Command):
+    space: str = path("space")
+    key: str = path("key")
+    token: str = body("token")
+    observation: Any = body("observation", JSON, required=False)
+
+    def actor(self, state: Any) -> ActorKey:
+        return _claim_actor_of(state, self.space, self.key, self.token)
+
+
+# -- mailboxes and messages --------------------------------------------------------------------
+
+
+@_command
+class CreateMailbox(Command):
+    space: str = path("space")
+    name: str = body("name", length_max="name_len_max")
+    mode: str | None = body("mode", required=False, description="WORK (the default) is the one mode served")
+    backlog_limit: int | None = body("backlogLimit", INTEGER, required=False, minimum=1, maximum="backlog_limit_max")
+    max_attempts: int | None = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max")
+    mailbox_id: str = drawn("mb_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return mailboxes_actor(self.space)
+
+    def check(self, limits: Limits) -> None:
+        if self.mode is not None and self.mode.upper() not in MODES:
+            raise KernelError(
+                VALIDATION_FAILED, f"mode {self.mode!r} is not supported; supported modes: {', '.join(MODES)}"
+            )
+
+
+def _message_queue(state: Any, space: str, message_id: str) -> ActorKey:
+    message = state.space(space).messages.get(message_id)
+    return queue_actor(space, message.mailbox_id, message.scope_id)
+
+
+def _task_queue(state: Any, space: str, task_id: str) -> ActorKey:
+    task = state.space(space).tasks.get(task_id)
+    return queue_actor(space, task.mailbox_id, task.scope_id)
+
+
+@_command
+class SendMessage(Command):
+    """A plain message; with a `workKey`, one message per key and payload for the key's window."""
+
+    space: str = path("space")
+    mailbox_id: str = path("mailbox_id")
+    scope_id: str = body("scopeId")
+    payload: Any = body("payload", JSON, required=False)
+    work_key: str | None = body("workKey", required=False, length_max="work_key_len_max")
+    deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    message_id: str = drawn("ms_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return queue_actor(self.space, self.mailbox_id, self.scope_id)
+
+
+@_command
+class Receive(Command):
+    """Lease the oldest deliverable message; a long poll waits up to `wait_ms` (capped)."""
+
+    space: str = path("space")
+    mailbox_id: str = path("mailbox_id")
+    scope_id: str = body("scopeId")
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = _lease(default="lease_s_default")
+    wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="capped at {wait_ms_max}")
+    token: str = drawn("delivery-token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return queue_actor(self.space, self.mailbox_id, self.scope_id)
+
+
+@_command
+class CompleteDelivery(Command):
+    space: str = path("space")
+    message_id: str = path("message_id")
+    token: str = body("token")
+    result: Any = body("result", JSON, required=False)
+
+    def actor(self, state: Any) -> ActorKey:
+        return _message_queue(state, self.space, self.message_id)
+
+
+@_command
+class NackDelivery(Command):
+    """`retry`: back on the queue after a backoff (its jitter drawn here). Else a dead letter."""
+
+    space: str = path("space")
+    message_id: str = path("message_id")
+    token: str = body("token")
+    retry: bool = body("retry", BOOLEAN)
+    error: str | None = _reason("error")
+    jitter: float = drawn("jitter")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _message_queue(state, self.space, self.message_id)
+
+
+@_command
+class RenewDelivery(Command):
+    space: str = path("space")
+    message_id: str = path("message_id")
+    token: str = body("token")
+    lease_s: int | None = _lease()
+
+    def actor(self, state: Any) -> ActorKey:
+        return _message_queue(state, self.space, self.message_id)
+
+
+# -- tasks -------------------------------------------------------------------------------------
+
+
+@_command
+class SubmitTask(Command):
+    """Create the task of (scope, key), or return the one it has (joining the subscriber)."""
+
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    mailbox_id: str = body("mailboxId")
+    key: str = body("taskKey", length_max="task_key_len_max")
+    task_input: Any = body("input", JSON, required=False)
+    deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    subscriber_id: str | None = body("subscriberId", required=False, length_max="holder_len_max")
+    # Taken by admission (pools, quotas, budgets), which this server does not serve yet: refusing
+    # them beats delivering the task without what it asked for.
+    requirements: Any = body("requirements", JSON, required=False, description="not supported by this server yet")
+    work_limit: Any = body("workLimit", JSON, required=False, description="not supported by this server yet")
+    task_id: str = drawn("tk_")
+    message_id: str = drawn("ms_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return queue_actor(self.space, self.mailbox_id, self.scope_id)
+
+    def check(self, limits: Limits) -> None:
+        for wire, value in (("requirements", self.requirements), ("workLimit", self.work_limit)):
+            if value is not None:
+                raise KernelError(VALIDATION_FAILED, f"field {wire!r} is not supported by this server yet")
+
+
+@_command
+class CancelTask(Command):
+    space: str = path("space")
+    task_id: str = path("task_id")
+    reason: str | None = _reason("reason")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _task_queue(state, self.space, self.task_id)
+
+
+@_command
+class JoinTask(Command):
+    space: str = path("space")
+    task_id: str = path("task_id")
+    subscriber_id: str = body("subscriberId", length_max="holder_len_max")
+    scope_id: str = body("scopeId")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _task_queue(state, self.space, self.task_id)
+
+
+@_command
+class DetachTask(Command):
+    space: str = path("space")
+    task_id: str = path("task_id")
+    subscriber_id: str = body("subscriberId", length_max="holder_len_max")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _task_queue(state, self.space, self.task_id)
+
+
+# -- timers ------------------------------------------------------------------------------------
+
+
+@_command
+class FireTimer(Command):
+    """The supervisor's proposal that a timer is due; the turn checks it still is (`timers` in
+    `space.py` maps each kind of timer to what it proposes)."""
+
+    on: ActorKey
+    tag: tuple
+    marker: Any
+
+    def actor(self, state: Any) -> ActorKey:
+        return self.on
+

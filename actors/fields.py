@@ -1,0 +1,318 @@
+"""The fields of a command: where each comes from, its JSON type, and the limits it must keep.
+
+A command (`commands.py`) is a frozen dataclass whose fields are declared with `body(...)`,
+`path(...)` or `drawn(...)`. From those declarations come, in one place:
+
+- parsing: `parse(CommandClass, body, path_params, limits, ids)` reads each field from the JSON body
+  or the path, checks its type and limits, draws what must be random, and builds the command;
+- validation: every length, range and lease bound is checked here, with one wording for each kind
+  of refusal (VALIDATION_FAILED naming the field), and nowhere else;
+- description: `schema(spec, limits)` gives the JSON Schema of a field, from which the OpenAPI
+  document and the API reference are generated.
+
+Wire conventions (the v1 contract): an optional field that is null is the same as an absent one; a
+required field that is missing or null, or of the wrong JSON type, is refused naming the field;
+integers are JSON integers (`30.0`, `"30"` and `true` are refused, not coerced); unknown fields are
+ignored, so newer clients that send more still work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import orjson
+
+from .errors import VALIDATION_FAILED, KernelError
+from .limits import Limits
+from .timestamps import parse_timestamp
+
+__all__ = [
+    "Spec", "body", "path", "drawn", "parse", "specs", "schema", "check_text", "check_space_id",
+    "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS",
+]
+
+# Kinds of field, by their JSON type and what the command keeps.
+TEXT = "text"  # a string
+INTEGER = "integer"  # a JSON integer
+BOOLEAN = "boolean"
+TIMESTAMP = "timestamp"  # an RFC 3339 string with a zone, kept as wall milliseconds
+JSON = "json"  # caller data of any JSON type, within the payload limits
+TEXTS = "texts"  # a non-empty list of strings
+
+# Where a field comes from.
+BODY, PATH, DRAWN = "body", "path", "drawn"
+
+# How a value may be echoed in a refusal: long enough to recognise, never the whole of a huge one.
+_ECHO_CHARS_MAX = 100
+
+Bound = int | str | None  # a number, or the name of a `Limits` attribute
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """One field of a command, as the wire carries it."""
+
+    wire: str  # the name in the JSON body or the path; for a drawn value, what is drawn
+    kind: str
+    source: str = BODY
+    required: bool = True
+    # Text length; `length_min` 0 lets an empty string through.
+    length_max: Bound = None
+    length_min: int = 1
+    # Integer range, and the value of an absent optional field.
+    minimum: Bound = None
+    maximum: Bound = None
+    default: Bound = None
+    items_max: int | None = None  # for TEXTS
+    description: str = ""
+
+    def bound(self, value: Bound, limits: Limits) -> Any:
+        return getattr(limits, value) if isinstance(value, str) else value
+
+
+def body(
+    wire: str,
+    kind: str = TEXT,
+    *,
+    required: bool = True,
+    length_max: Bound = None,
+    length_min: int = 1,
+    minimum: Bound = None,
+    maximum: Bound = None,
+    default: Bound = None,
+    items_max: int | None = None,
+    description: str = "",
+) -> Any:
+    """A field read from the JSON body under `wire`."""
+    spec = Spec(wire, kind, BODY, required, length_max, length_min, minimum, maximum, default, items_max, description)
+    if required:
+        return dataclasses.field(metadata={"spec": spec})
+    return dataclasses.field(default=None, metadata={"spec": spec})
+
+
+def path(wire: str) -> Any:
+    """A field taken from the path parameter `wire` (already percent-decoded)."""
+    return dataclasses.field(metadata={"spec": Spec(wire, TEXT, PATH)})
+
+
+def drawn(what: str) -> Any:
+    """A value drawn from the kernel's seeded source when the command is parsed: an id with the
+    prefix `what` (e.g. "sc_"), "token" (a claim token), "delivery-token", or "jitter"."""
+    return dataclasses.field(metadata={"spec": Spec(what, TEXT, DRAWN)})
+
+
+def specs(command_class: type) -> tuple[tuple[str, Spec], ...]:
+    """The declared fields of a command class, in order: (attribute, spec)."""
+    cached = command_class.__dict__.get("_specs")
+    if cached is None:
+        cached = tuple(
+            (field.name, field.metadata["spec"]) for field in dataclasses.fields(command_class) if "spec" in field.metadata
+        )
+        command_class._specs = cached  # type: ignore[attr-defined]
+    return cached
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+
+def echo(value: Any) -> str:
+    """`value` as a refusal quotes it, cut to a length a person can read."""
+    text = repr(value)
+    if len(text) > _ECHO_CHARS_MAX:
+        return text[:_ECHO_CHARS_MAX] + f"... ({len(text)} characters)"
+    return text
+
+
+def check_text(field: str, value: str, length_max: int, length_min: int = 1) -> str:
+    """A string of `length_min` (1: not empty) to `length_max` characters."""
+    if length_min and not value:
+        raise KernelError(VALIDATION_FAILED, f"{field} must not be empty")
+    if len(value) > length_max:
+        raise KernelError(VALIDATION_FAILED, f"{field} is longer than {length_max} characters")
+    return value
+
+
+SPACE_ID_LEN_MAX = 64
+
+
+def check_space_id(space: str) -> str:
+    """A space id: 1-64 characters of A-Z a-z 0-9 - _ (the same rule for keys, settings and paths)."""
+    if (
+        not space
+        or len(space) > SPACE_ID_LEN_MAX
+        or not space.isascii()
+        or not all(c.isalnum() or c in "-_" for c in space)
+    ):
+        raise KernelError(
+            VALIDATION_FAILED, f"space id {echo(space)} must be 1-{SPACE_ID_LEN_MAX} characters of A-Z a-z 0-9 - _"
+        )
+    return space
+
+
+def payload_size(value: Any) -> int:
+    return len(orjson.dumps(value))
+
+
+def depth_exceeds(value: Any, depth_max: int) -> bool:
+    """True when containers nest deeper than `depth_max` (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > depth_max:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _refuse(message: str) -> KernelError:
+    return KernelError(VALIDATION_FAILED, message)
+
+
+def _read(spec: Spec, value: Any, limits: Limits) -> Any:
+    """One present (non-null) body value of `spec`'s kind, checked against its limits."""
+    name = spec.wire
+    kind = spec.kind
+    if kind == TEXT:
+        if not isinstance(value, str):
+            raise _refuse(f"field {name!r} must be a string")
+        if spec.length_max is not None:
+            check_text(name, value, spec.bound(spec.length_max, limits), spec.length_min)
+        return value
+    if kind == INTEGER:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _refuse(f"field {name!r} must be an integer")
+        low, high = spec.bound(spec.minimum, limits), spec.bound(spec.maximum, limits)
+        if high is None and low is not None and value < low:
+            raise _refuse(f"{name} must not be less than {low}, got {value}")
+        if high is not None and not (low if low is not None else value) <= value <= high:
+            raise _refuse(f"{name} must be between {low} and {high}, got {value}")
+        return value
+    if kind == BOOLEAN:
+        if not isinstance(value, bool):
+            raise _refuse(f"field {name!r} must be true or false")
+        return value
+    if kind == TIMESTAMP:
+        if not isinstance(value, str):
+            raise _refuse(f"field {name!r} must be a string")
+        try:
+            return parse_timestamp(value)
+        except ValueError as error:
+            raise _refuse(
+                f"field {name!r} must be an ISO 8601 timestamp with a zone, e.g. 2026-01-31T12:00:00Z ({error})"
+            ) from None
+    if kind == JSON:
+        if depth_exceeds(value, limits.json_depth_max):
+            raise _refuse(f"field {name!r} nests deeper than {limits.json_depth_max} levels")
+        if payload_size(value) > limits.payload_bytes_max:
+            raise _refuse(f"field {name!r} exceeds {limits.payload_bytes_max} bytes")
+        return value
+    if kind == TEXTS:
+        if not isinstance(value, list) or not value or not all(isinstance(item, str) for item in value):
+            raise _refuse(f"field {name!r} must be a non-empty list of strings")
+        if spec.items_max is not None and len(value) > spec.items_max:
+            raise _refuse(f"field {name!r} holds at most {spec.items_max} items")
+        return value
+    raise AssertionError(f"no field kind {kind!r}")
+
+
+def read_field(spec: Spec, data: dict, limits: Limits) -> Any:
+    """The value of a body field: checked, or its default when absent or null."""
+    value = data.get(spec.wire)
+    if value is None:
+        if spec.required and spec.kind != JSON:
+            raise _refuse(f"field {spec.wire!r} is required")
+        return spec.bound(spec.default, limits)
+    return _read(spec, value, limits)
+
+
+Draw = Callable[[str], Any]
+
+
+def parse(command_class: type, data: dict, params: dict[str, str], limits: Limits, draw: Draw) -> Any:
+    """Build a command from a JSON body and path parameters: every field read and checked, every
+    drawn value drawn; then the command's own cross-field `check` runs."""
+    values: dict[str, Any] = {}
+    for attribute, spec in specs(command_class):
+        source = spec.source
+        if source == BODY:
+            values[attribute] = read_field(spec, data, limits)
+        elif source == PATH:
+            values[attribute] = params[spec.wire]
+        else:
+            values[attribute] = draw(spec.wire)
+    command = command_class(**values)
+    command.check(limits)
+    return command
+
+
+def validate(command: Any, limits: Limits, *, skip: tuple[str, ...] = ()) -> Any:
+    """Check a command built in code (not parsed from the wire) as `parse` would, but for fields
+    of the kinds in `skip`."""
+    for attribute, spec in specs(type(command)):
+        if spec.source == BODY and spec.kind not in skip:
+            value = getattr(command, attribute)
+            if value is None:
+                if spec.required and spec.kind != JSON:
+                    raise _refuse(f"field {spec.wire!r} is required")
+            elif spec.kind != TIMESTAMP:  # a built command holds the milliseconds already
+                _read(spec, value, limits)
+    command.check(limits)
+    return command
+
+
+# -- description ---------------------------------------------------------------------------------
+
+_TIMESTAMP_IN = {
+    "type": "string", "minLength": 10, "maxLength": 64, "description": "RFC 3339 with a zone, e.g. 2030-01-31T12:00:00Z",
+}
+
+
+def schema(spec: Spec, limits: Limits) -> dict:
+    """The JSON Schema of a body field, with this server's limits."""
+    kind = spec.kind
+    result: dict[str, Any]
+    if kind == TEXT:
+        result = {"type": "string"}
+        if spec.length_max is not None:
+            if spec.length_min:
+                result["minLength"] = spec.length_min
+            result["maxLength"] = spec.bound(spec.length_max, limits)
+    elif kind == INTEGER:
+        result = {"type": "integer"}
+        if spec.minimum is not None:
+            result["minimum"] = spec.bound(spec.minimum, limits)
+        if spec.maximum is not None:
+            result["maximum"] = spec.bound(spec.maximum, limits)
+    elif kind == BOOLEAN:
+        result = {"type": "boolean"}
+    elif kind == TIMESTAMP:
+        result = dict(_TIMESTAMP_IN)
+    elif kind == JSON:
+        result = {"description": f"any JSON value, at most {limits.payload_bytes_max} bytes, {limits.json_depth_max} levels"}
+    elif kind == TEXTS:
+        result = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+        if spec.items_max is not None:
+            result["maxItems"] = spec.items_max
+    else:
+        raise AssertionError(f"no field kind {kind!r}")
+    if spec.description:
+        # A description may name limits, e.g. "capped at {wait_ms_max}".
+        result["description"] = spec.description.format(**{f.name: getattr(limits, f.name) for f in dataclasses.fields(limits)})
+    if not spec.required and "type" in result:
+        result["type"] = [result["type"], "null"]
+    return result
+
+
+def body_fields(command_class: type) -> Iterator[Spec]:
+    """The fields a command reads from the JSON body."""
+    for _, spec in specs(command_class):
+        if spec.source == BODY:
+            yield spec

@@ -1,0 +1,53 @@
+"""Reads: views straight from the state, without a turn (they never wait for the disk).
+
+A read may see a change whose record is not yet durable; that is the price of never making a read
+wait, and no caller acts on a read as on an acknowledgement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["scope", "claims_in_scope", "mailboxes", "mailbox", "dead_letters", "task"]
+
+
+def scope(kernel: Any, space: str, scope_id: str) -> dict:
+    state = kernel.state.space(space)
+    return state.scopes.view(state.scopes.get(scope_id), kernel.clock.now_ms())
+
+
+def claims_in_scope(kernel: Any, space: str, scope_id: str) -> list[dict]:
+    """The claims of a scope whose leases have not ended (for inspection)."""
+    state = kernel.state.space(space)
+    state.scopes.get(scope_id)
+    now_ms = kernel.clock.now_ms()
+    return [state.claims.view(c) for c in state.claims.in_scope(scope_id) if c.held_at(now_ms)]
+
+
+def mailboxes(kernel: Any, space: str) -> list[dict]:
+    """Every mailbox of the space, in creation order (the client reads the list as complete)."""
+    state = kernel.state.space(space)
+    return [state.mailboxes.view(mailbox) for mailbox in state.mailboxes.all()]
+
+
+def mailbox(kernel: Any, space: str, mailbox_id: str) -> dict:
+    state = kernel.state.space(space)
+    return state.mailboxes.view(state.mailboxes.get(mailbox_id))
+
+
+def dead_letters(kernel: Any, space: str, mailbox_id: str, limit: int) -> dict:
+    """The newest `limit` dead letters still kept, newest first, with their payloads."""
+    state = kernel.state.space(space)
+    state.mailboxes.get(mailbox_id)
+    letters = state.messages.dead_letters(mailbox_id)
+    newest = letters[::-1][:limit]
+    return {
+        "deadLetters": [state.messages.view(message, payload=True) for message in newest],
+        "total": len(letters),
+        "truncated": len(letters) > limit,
+    }
+
+
+def task(kernel: Any, space: str, task_id: str) -> dict:
+    state = kernel.state.space(space)
+    return state.tasks.view(state.tasks.get(task_id), kernel.clock.now_ms())

@@ -1,0 +1,91 @@
+"""Routes declared once: method, path, request fields, response shape, error codes.
+
+A route is declared with `endpoint(...)` on a `Router`. A route that runs a kernel command names
+the command class and needs no handler of its own: the request's body and path are parsed into the
+command (every field checked by its declaration, `actors/fields.py`), the key is checked against
+the space, and the command is submitted with the request's Idempotency-Key. Reads and the admin
+routes give a handler. Either way the declaration carries what the OpenAPI document
+(`openapi.py`) and the API reference (`apidoc.py`) say about the route, so the router, the document
+and the docs cannot drift apart: all three are made from the same list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..actors.kernel import EMPTY
+from .http import Handler, Request, Router
+
+__all__ = ["Doc", "Reply", "endpoint", "NO_CONTENT"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One documented answer: its status, the component schema (or an inline schema), a description."""
+
+    status: int
+    schema: str | dict | None
+    description: str = "OK"
+    content_type: str = "application/json"
+
+
+NO_CONTENT = None  # a Reply schema for an answer without a body (a long poll's 204)
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    """What a route declares besides its method, path and handler."""
+
+    summary: str
+    replies: tuple[Reply, ...]
+    command: type | None = None
+    # The request body's fields for a route that is not a command (`actors.fields.Spec`s).
+    body: tuple | None = None
+    body_required: bool = True
+    query: tuple[str, ...] = ()
+    # Error statuses besides those every keyed route can answer (bad key, bad path, 413, 503).
+    errors: tuple[str, ...] = ()
+    # Whether the route takes an Idempotency-Key (mutations of a space do).
+    idempotent: bool = False
+    group: str = ""
+
+
+# The status of a command's answer, when it depends on the answer (201 created, 200 replayed).
+StatusOf = Callable[[Any], int]
+
+
+def endpoint(
+    router: Router,
+    method: str,
+    pattern: str,
+    doc: Doc,
+    handler: Handler | None = None,
+    *,
+    status: int | StatusOf = 200,
+    long_poll: bool = False,
+    public: bool = False,
+) -> None:
+    """Declare a route. Without `handler`, `doc.command` is run (see the module docstring)."""
+    if handler is None:
+        assert doc.command is not None, f"{method} {pattern}: a route needs a handler or a command"
+        handler = _command_handler(doc.command, status)
+    router.add(method, pattern, handler, long_poll=long_poll, public=public, doc=doc)
+
+
+def _command_handler(command_class: type, status: int | StatusOf) -> Handler:
+    status_of = status if callable(status) else None
+
+    async def run(services: Any, request: Request, **params: str) -> tuple[int, Any]:
+        space = params.get("space")
+        services.authorize(request, space)
+        kernel = services.kernel
+        command = kernel.parse(command_class, request.json().data, params)
+        reply = await kernel.submit(command, idem=request.idem(space), wait_ms=getattr(command, "wait_ms", None))
+        if reply is EMPTY:
+            return 204, None
+        return (status_of(reply) if status_of is not None else status), reply  # type: ignore[return-value]
+
+    run.__name__ = run.__qualname__ = command_class.__name__
+    return run
+
