@@ -1,7 +1,8 @@
 """In-process legs, each run in its own process on one core (`python -m bench.inprocess LEG ...`).
 
-- `kernel`: claim cycles per second through `actors/ops.py` with many concurrent callers and no
-  HTTP: the kernel's own cost (state machines, actors, supervisor, in-memory journal).
+- `kernel`: claim cycles per second through the kernel's commands (parsed from their JSON bodies,
+  as the HTTP shell does) with many concurrent callers and no HTTP: the kernel's own cost
+  (parsing and checks, state machines, actors, supervisor, in-memory journal).
 - `tasks`: task lifecycles per second (submit, receive, complete, read the result), each caller on
   its own scope (so its own queue).
 - `scale`: resident memory per idle claim: N claims acquired with a long lease and left alone,
@@ -27,7 +28,8 @@ import trio
 
 from runstate.actors import Clock, IdSource, Kernel, KernelState, Limits
 
-from tests.ops import ClaimOps, MailboxOps, MessageOps, ScopeOps, TaskOps
+from runstate.actors import commands as c
+from runstate.actors import reads
 
 from .procs import pin_self, rss_bytes
 
@@ -86,17 +88,22 @@ async def _count_cycles(callers: int, make_cycle, warmup_s: float, duration_s: f
     return {"callers": callers, "duration_s": elapsed, "count": done, "per_s": done / elapsed, "cpu": cpu / elapsed}
 
 
+async def run(kernel: Kernel, command_class: type, body: dict, **params: str):  # type: ignore[no-untyped-def]
+    """One command as the HTTP shell runs it, minus HTTP: parsed from its body, then submitted."""
+    command = kernel.parse(command_class, body, {"space": SPACE, **params})
+    return await kernel.submit(command, wait_ms=getattr(command, "wait_ms", None))
+
+
 async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dict:
     async def body(kernel: Kernel) -> dict:
-        scopes, claims = ScopeOps(kernel), ClaimOps(kernel)
-        scope_id = (await scopes.create(SPACE, name="bench"))["id"]
+        scope_id = (await run(kernel, c.CreateScope, {"name": "bench"}))["id"]
 
         async def make_cycle(i: int):  # type: ignore[no-untyped-def]
-            key, holder, session = f"k{i}", f"worker-{i}", f"session-{i}"
+            acquire = {"scopeId": scope_id, "key": f"k{i}", "holder": f"worker-{i}", "holderSession": f"session-{i}", "leaseSeconds": 30}
 
             async def cycle() -> None:
-                view = await claims.acquire(SPACE, scope_id=scope_id, key=key, holder=holder, session=session, lease_s=30)
-                await claims.release(SPACE, key=key, token=view["token"])
+                view = await run(kernel, c.AcquireClaim, acquire)
+                await run(kernel, c.ReleaseClaim, {"token": view["token"]}, key=acquire["key"])
 
             return cycle
 
@@ -138,16 +145,14 @@ async def _rss_growth(kernel: Kernel, count: int, callers: int, make_one, what: 
 
 async def scale_claims(count: int, callers: int) -> dict:
     async def body(kernel: Kernel) -> dict:
-        scopes, claims = ScopeOps(kernel), ClaimOps(kernel)
-        scope_id = (await scopes.create(SPACE, name="bench"))["id"]
+        scope_id = (await run(kernel, c.CreateScope, {"name": "bench"}))["id"]
         # A first claim, so that every structure a claim needs exists before the baseline.
-        await claims.acquire(SPACE, scope_id=scope_id, key="warm", holder="h", session="s", lease_s=600)
+        await run(kernel, c.AcquireClaim, {"scopeId": scope_id, "key": "warm", "holder": "h", "holderSession": "s", "leaseSeconds": 600})
 
         async def make_one(i: int, j: int) -> None:
             # Keys, holders and sessions as an agent swarm would send them (not interned).
-            await claims.acquire(
-                SPACE, scope_id=scope_id, key=f"company:{i}-{j}", holder=f"worker-{i}", session=f"session-{i}", lease_s=600
-            )
+            body = {"scopeId": scope_id, "key": f"company:{i}-{j}", "holder": f"worker-{i}", "holderSession": f"session-{i}", "leaseSeconds": 600}
+            await run(kernel, c.AcquireClaim, body)
 
         return await _rss_growth(kernel, count, callers, make_one, "claims")
 
@@ -156,21 +161,21 @@ async def scale_claims(count: int, callers: int) -> dict:
 
 async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict:
     async def body(kernel: Kernel) -> dict:
-        scopes, messages, tasks = ScopeOps(kernel), MessageOps(kernel), TaskOps(kernel)
-        mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
+        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"}))["id"]
 
         async def make_cycle(i: int):  # type: ignore[no-untyped-def]
-            scope_id = (await scopes.create(SPACE, name=f"caller-{i}"))["id"]
-            holder, session = f"worker-{i}", f"session-{i}"
+            scope_id = (await run(kernel, c.CreateScope, {"name": f"caller-{i}"}))["id"]
+            receive = {"scopeId": scope_id, "holder": f"worker-{i}", "holderSession": f"session-{i}", "leaseSeconds": 30, "waitMs": 10_000}
             count = 0
 
             async def cycle() -> None:
                 nonlocal count
                 count += 1
-                task = await tasks.submit(SPACE, scope_id=scope_id, mailbox_id=mailbox_id, key=f"w{i}-t{count}", task_input={"n": count})
-                delivery = await messages.receive(SPACE, mailbox_id, scope_id=scope_id, holder=holder, session=session, lease_s=30, wait_ms=10_000)
-                await messages.complete(SPACE, delivery["message"]["id"], token=delivery["token"], result={"ok": True})
-                if tasks.view(SPACE, task["taskId"])["state"] != "SUCCEEDED":
+                submit = {"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": f"w{i}-t{count}", "input": {"n": count}}
+                task = await run(kernel, c.SubmitTask, submit)
+                delivery = await run(kernel, c.Receive, receive, mailbox_id=mailbox_id)
+                await run(kernel, c.CompleteDelivery, {"token": delivery["token"], "result": {"ok": True}}, message_id=delivery["message"]["id"])
+                if reads.task(kernel, SPACE, task["taskId"])["state"] != "SUCCEEDED":
                     raise RuntimeError("the task did not show its result")
 
             return cycle
@@ -182,13 +187,12 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
 
 async def scale_tasks(count: int, callers: int) -> dict:
     async def body(kernel: Kernel) -> dict:
-        scopes, tasks = ScopeOps(kernel), TaskOps(kernel)
-        mailbox_id = (await MailboxOps(kernel).create(SPACE, name="bench"))["id"]
-        scope_ids = [(await scopes.create(SPACE, name=f"caller-{i}"))["id"] for i in range(callers)]
-        await tasks.submit(SPACE, scope_id=scope_ids[0], mailbox_id=mailbox_id, key="warm")
+        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"}))["id"]
+        scope_ids = [(await run(kernel, c.CreateScope, {"name": f"caller-{i}"}))["id"] for i in range(callers)]
+        await run(kernel, c.SubmitTask, {"scopeId": scope_ids[0], "mailboxId": mailbox_id, "taskKey": "warm"})
 
         async def make_one(i: int, j: int) -> None:
-            await tasks.submit(SPACE, scope_id=scope_ids[i], mailbox_id=mailbox_id, key=f"task:{i}-{j}")
+            await run(kernel, c.SubmitTask, {"scopeId": scope_ids[i], "mailboxId": mailbox_id, "taskKey": f"task:{i}-{j}"})
 
         return await _rss_growth(kernel, count, callers, make_one, "tasks")
 

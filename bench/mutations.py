@@ -3,7 +3,7 @@
     .venv/bin/python bench/mutations.py --seconds 5 --tasks 64
 
 `--tasks` concurrent callers each loop acquire -> renew -> release on its own key through
-`ClaimOps` (the calls the HTTP shell makes, minus HTTP), on a store in a temporary directory
+the claim commands (as the HTTP shell runs them, minus HTTP), on a store in a temporary directory
 opened by `open_store` with IO in worker threads. A mutation is one acknowledged call (its record
 durable under the policy). Also printed: records per write batch (group commit) and fsyncs.
 """
@@ -20,7 +20,7 @@ import trio
 
 from runstate.actors import Clock, Kernel
 
-from tests.ops import ClaimOps, ScopeOps
+from runstate.actors import commands as c
 from runstate.snapshots import Disk, open_store
 from runstate.snapshots.store import StoreConfig
 
@@ -36,8 +36,7 @@ async def measure(policy: str, seconds: float, tasks: int, data: str | None) -> 
         kernel = Kernel(state=store.state, journal=store.journal, clock=clock)
         await nursery.start(store.run, kernel)
         await nursery.start(kernel.run)
-        claims = ClaimOps(kernel)
-        scope_id = (await ScopeOps(kernel).create("bench"))["id"]
+        scope_id = (await kernel.submit(kernel.parse(c.CreateScope, {}, {"space": "bench"})))["id"]
         fsyncs, batches = disk.fsyncs, store.journal.batches
         stop_at = trio.current_time() + seconds
 
@@ -46,9 +45,11 @@ async def measure(policy: str, seconds: float, tasks: int, data: str | None) -> 
             key = f"key-{number}"
             while trio.current_time() < stop_at:
                 began = time.perf_counter()
-                grant = await claims.acquire("bench", scope_id=scope_id, key=key, holder="h", session="s", lease_s=60)
-                await claims.renew("bench", key=key, token=grant["token"])
-                await claims.release("bench", key=key, token=grant["token"])
+                body = {"scopeId": scope_id, "key": key, "holder": "h", "holderSession": "s", "leaseSeconds": 60}
+                grant = await kernel.submit(kernel.parse(c.AcquireClaim, body, {"space": "bench"}))
+                token = {"token": grant["token"]}
+                await kernel.submit(kernel.parse(c.RenewClaim, token, {"space": "bench", "key": key}))
+                await kernel.submit(kernel.parse(c.ReleaseClaim, token, {"space": "bench", "key": key}))
                 latencies.append((time.perf_counter() - began) / 3)
                 done += 3
 

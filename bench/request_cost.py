@@ -25,7 +25,7 @@ from runstate.server.logs import AccessLog, fd_writer
 from runstate.server.routes import ROUTER
 from runstate.server.settings import Settings
 from runstate.server.telemetry import Telemetry
-from tests.ops import ScopeOps
+from runstate.actors import commands as c
 
 
 class NoTelemetry:
@@ -46,7 +46,7 @@ async def measure(per_round: int, rounds: int) -> None:
         runtime = app.runtime
         while not runtime.ready:
             await trio.sleep(0.01)
-        run = await ScopeOps(runtime.kernel).create("default")
+        run = await runtime.kernel.submit(runtime.kernel.parse(c.CreateScope, {}, {"space": "default"}))
         path = f"/v1/spaces/default/scopes/{run['id']}"
         scope = {
             "type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",

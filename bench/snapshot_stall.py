@@ -23,7 +23,7 @@ import trio
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from runstate.actors import Clock, Kernel  # noqa: E402
-from tests.ops import ClaimOps  # noqa: E402
+from runstate.actors import commands as c  # noqa: E402
 from runstate.snapshots import open_store  # noqa: E402
 
 
@@ -52,7 +52,6 @@ async def main_async(claims: int, baseline_s: float) -> None:
         began = time.perf_counter()
         await nursery.start(kernel.run)
         print(f"kernel armed {claims} lease timers in {time.perf_counter() - began:.2f} s (at start, before serving)")
-        ops = ClaimOps(kernel)
         late: list[float] = []
         calls: list[float] = []
 
@@ -71,7 +70,7 @@ async def main_async(claims: int, baseline_s: float) -> None:
             while True:
                 token = f"ct_{number:032x}"
                 before = time.perf_counter()
-                await ops.renew(SPACE, key=f"key-{number}", token=token)
+                await kernel.submit(c.RenewClaim(space=SPACE, key=f"key-{number}", token=token, lease_s=None))
                 calls.append(time.perf_counter() - before)
                 await trio.sleep(0.005)
 
