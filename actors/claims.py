@@ -281,11 +281,13 @@ class ClaimTable:
         if claim is None:
             claim = keys[record["key"]] = Claim(record["scopeId"], record["key"])
         else:
+            assert record["generation"] > claim.generation, "each new owner gets a greater generation"
             if claim.token is not None:
                 del self._by_token[claim.token]
             if claim.expired:
                 self.takeovers += 1
                 claim.expired = False
+        assert record["token"] not in self._by_token, "a fencing token is never handed out twice"
         self._hold(claim, record, record["at_ms"])
         self._by_token[claim.token] = claim
         return claim

@@ -70,6 +70,8 @@ _IMAGED = (
 
 # How each state is counted on the mailbox (the listing's counts and the backlog).
 _COUNTER = {QUEUED: "queued", DELAYED: "delayed", LEASED: "leased", DEAD: "dead"}
+# Stale queue-heap entries tolerated beyond two per live message before a queue is compacted.
+QUEUE_HEAP_SLACK = 64
 
 
 def backoff_ms(limits: Limits, attempt: int, jitter: float) -> int:
@@ -518,6 +520,7 @@ class MessageTable:
 
     def apply_leased(self, record: dict) -> Message:
         message = self._messages[record["messageId"]]
+        assert message.state != LEASED, "a message is never leased twice at once"
         self._move(message, LEASED)
         message.attempts = record["attempt"]
         message.token = record["token"]
@@ -611,7 +614,7 @@ class MessageTable:
 
     def _compact(self, queue: Queue) -> None:
         """Rebuild a queue's heaps when stale entries outnumber live ones (lazy deletion's bill)."""
-        if len(queue.ready) + len(queue.delayed) <= 2 * len(queue.live) + 64:
+        if len(queue.ready) + len(queue.delayed) <= 2 * len(queue.live) + QUEUE_HEAP_SLACK:
             return
         ready, delayed = [], []
         for message_id in queue.live:

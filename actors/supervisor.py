@@ -29,6 +29,9 @@ __all__ = ["Supervisor"]
 
 # Expiries handled before yielding to other tasks, so an expiry storm cannot stall requests.
 FIRE_BATCH_MAX = 256
+# Stale heap entries tolerated beyond one per live timer before the heap is rebuilt: with a few
+# timers, rebuilding on every other renewal would cost more than the entries it drops.
+HEAP_SLACK = 64
 
 
 class _Slot:
@@ -85,7 +88,7 @@ class Supervisor:
                 heap.append((timer.due_ms, next(seq), name))
             count += 1
         heapq.heapify(heap)
-        if len(heap) > 2 * len(slots) + 64:
+        if len(heap) > 2 * len(slots) + HEAP_SLACK:
             self._rebuild()
         if self._sleep is not None:
             self._sleep.deadline = -math.inf  # look at the heap again
@@ -104,7 +107,7 @@ class Supervisor:
     def _push(self, name: tuple[ActorKey, Any], slot: _Slot, due_ms: int) -> None:
         slot.queued_ms = due_ms
         heapq.heappush(self._heap, (due_ms, next(self._seq), name))
-        if len(self._heap) > 2 * len(self._slots) + 64:
+        if len(self._heap) > 2 * len(self._slots) + HEAP_SLACK:
             self._rebuild()
         sleep = self._sleep
         if sleep is not None and self._heap[0][0] == due_ms:
@@ -118,6 +121,7 @@ class Supervisor:
             if slot.queued_ms is not None
         ]
         heapq.heapify(self._heap)
+        assert len(self._heap) <= len(self._slots), "a rebuilt heap holds at most one entry per timer"
 
     def fire_due(self, now_ms: int) -> int:
         """Propose every expiry due by `now_ms` (at most FIRE_BATCH_MAX); returns how many."""
@@ -131,6 +135,7 @@ class Supervisor:
             if slot.due_ms > due_ms:  # moved later: wait for the new time
                 self._push(name, slot, slot.due_ms)
                 continue
+            assert slot.due_ms == due_ms <= now_ms, "a timer never fires before it is due"
             del slots[name]
             fired += 1
             self._fire(name[0], name[1], slot.marker)
