@@ -17,7 +17,10 @@ from typing import Any, Callable
 from ..actors.kernel import EMPTY
 from .http import Handler, Request, Router
 
-__all__ = ["Doc", "Reply", "endpoint", "NO_CONTENT"]
+__all__ = ["Doc", "Reply", "endpoint", "NO_CONTENT", "OPENAPI_PATH"]
+
+# Where the OpenAPI document made from these declarations is served.
+OPENAPI_PATH = "/v1/openapi.json"
 
 
 @dataclass(frozen=True, slots=True)

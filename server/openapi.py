@@ -19,11 +19,10 @@ from typing import Any
 
 from ..actors.fields import body_fields, schema
 from ..actors.limits import Limits
-from .api import Doc
+from .api import OPENAPI_PATH, Doc
 
 __all__ = ["openapi", "operation", "OPENAPI_PATH"]
 
-OPENAPI_PATH = "/v1/openapi.json"
 
 _TS = {"type": "string", "description": "UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ`"}
 
