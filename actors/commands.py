@@ -20,17 +20,20 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
-from .fields import BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, body, check_space_id, drawn, path
+from .fields import BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, body, check_space_id, check_text, drawn, path, query
 from .limits import Limits
 from .mailboxes import MODES
+from .once import once_actor
 from .outcome import ActorKey
+from .runs import run_actor
 from .scopes import CANCELLED, COMPLETED
 
 __all__ = [
     "Command", "RegisterKey", "RevokeKey", "CreateScope", "EndScope", "CancelScope", "CompleteScope",
     "AcquireClaim", "RenewClaim", "ReleaseClaim", "CreateMailbox", "SendMessage", "Receive",
     "CompleteDelivery", "NackDelivery", "RenewDelivery", "SubmitTask", "CancelTask", "JoinTask",
-    "DetachTask", "FireTimer", "KEYS_ACTOR", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor",
+    "DetachTask", "FireTimer", "EnsureRun", "EnsureMailbox", "WaitTask", "AcquireOnce", "WaitOnce", "RenewOnce",
+    "CompleteOnce", "FailOnce", "KEYS_ACTOR", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor",
 ]
 
 # A key's spaces are recorded with it; a key for every space is the admin key's job.
@@ -362,6 +365,123 @@ class DetachTask(Command):
 
     def actor(self, state: Any) -> ActorKey:
         return _task_queue(state, self.space, self.task_id)
+
+
+# -- by name, once, and waits on a task (what the 0.3.0 client adds) ----------------------------
+
+
+@_command
+class EnsureRun(Command):
+    """Get or create the run (a root scope) of this name (`runs.py` says what a stopped run answers)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    scope_id: str = drawn("sc_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return run_actor(self.space, self.name)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+
+
+@_command
+class EnsureMailbox(Command):
+    """Get or create the mailbox of this name; settings sent must match the mailbox's (else CONFLICT)."""
+
+    # Created with the defaults of these (a PUT by name sets only maxAttempts).
+    mode: ClassVar[None] = None
+    backlog_limit: ClassVar[None] = None
+    space: str = path("space")
+    name: str = path("name")
+    max_attempts: int | None = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max")
+    requirements: Any = body("requirements", JSON, required=False, description="not supported by this server yet")
+    mailbox_id: str = drawn("mb_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return mailboxes_actor(self.space)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+        if self.requirements is not None:
+            raise KernelError(VALIDATION_FAILED, "field 'requirements' is not supported by this server yet")
+
+
+@_command
+class WaitTask(Command):
+    """A task's view once it has ended, or when the wait ends (`GET /tasks/{id}?waitMs=`)."""
+
+    space: str = path("space")
+    task_id: str = path("task_id")
+    wait_ms: int | None = query("waitMs", INTEGER, minimum=0, description="capped at {wait_ms_max}")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _task_queue(state, self.space, self.task_id)
+
+
+@_command
+class AcquireOnce(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key", length_max="claim_key_len_max")
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = _lease(default="lease_s_default")
+    token: str = drawn("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+@_command
+class WaitOnce(Command):
+    """The slot once it is not held (settled, or open again), or when the wait ends."""
+
+    space: str = path("space")
+    scope_id: str = query("scopeId", required=True)
+    key: str = query("key", required=True)
+    wait_ms: int | None = query("waitMs", INTEGER, minimum=0, description="capped at {wait_ms_max}")
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+@_command
+class RenewOnce(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key")
+    token: str = body("token")
+    lease_s: int | None = _lease()
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+@_command
+class CompleteOnce(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key")
+    token: str = body("token")
+    result: Any = body("result", JSON, required=False)
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+@_command
+class FailOnce(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key")
+    token: str = body("token")
+    error: str | None = _reason("error")
+    max_attempts: int = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max", default=3)
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
 
 
 # -- timers ------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from .timestamps import parse_timestamp
 
 __all__ = [
     "Spec", "body", "path", "drawn", "parse", "specs", "schema", "check_text", "check_space_id",
-    "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS",
+    "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "query",
 ]
 
 # Kinds of field, by their JSON type and what the command keeps.
@@ -42,7 +42,7 @@ JSON = "json"  # caller data of any JSON type, within the payload limits
 TEXTS = "texts"  # a non-empty list of strings
 
 # Where a field comes from.
-BODY, PATH, DRAWN = "body", "path", "drawn"
+BODY, PATH, QUERY, DRAWN = "body", "path", "query", "drawn"
 
 # How a value may be echoed in a refusal: long enough to recognise, never the whole of a huge one.
 _ECHO_CHARS_MAX = 100
@@ -95,6 +95,14 @@ def body(
 def path(wire: str) -> Any:
     """A field taken from the path parameter `wire` (already percent-decoded)."""
     return dataclasses.field(metadata={"spec": Spec(wire, TEXT, PATH)})
+
+
+def query(wire: str, kind: str = TEXT, *, required: bool = False, minimum: Bound = None, maximum: Bound = None, description: str = "") -> Any:
+    """A field read from the query string (a GET's parameters); an INTEGER is written in digits."""
+    spec = Spec(wire, kind, QUERY, required, None, 1, minimum, maximum, None, None, description)
+    if required:
+        return dataclasses.field(metadata={"spec": spec})
+    return dataclasses.field(default=None, metadata={"spec": spec})
 
 
 def drawn(what: str) -> Any:
@@ -236,9 +244,25 @@ def read_field(spec: Spec, data: dict, limits: Limits) -> Any:
 Draw = Callable[[str], Any]
 
 
-def parse(command_class: type, data: dict, params: dict[str, str], limits: Limits, draw: Draw) -> Any:
-    """Build a command from a JSON body and path parameters: every field read and checked, every
-    drawn value drawn; then the command's own cross-field `check` runs."""
+def _query_value(spec: Spec, text: str | None) -> Any:
+    """A query parameter as the JSON value it stands for (digits for an INTEGER)."""
+    if text is None or spec.kind != INTEGER:
+        return text
+    if not (text.isascii() and text.lstrip("-").isdigit()):
+        raise _refuse(f"query parameter {spec.wire!r} must be an integer, got {echo(text)}")
+    return int(text)
+
+
+def parse(
+    command_class: type,
+    data: dict,
+    params: dict[str, str],
+    limits: Limits,
+    draw: Draw,
+    query: Callable[[str], str | None] | None = None,
+) -> Any:
+    """Build a command from a JSON body, path parameters and (for a GET) query parameters: every
+    field read and checked, every drawn value drawn; then the command's own cross-field `check`."""
     values: dict[str, Any] = {}
     for attribute, spec in specs(command_class):
         source = spec.source
@@ -246,6 +270,9 @@ def parse(command_class: type, data: dict, params: dict[str, str], limits: Limit
             values[attribute] = read_field(spec, data, limits)
         elif source == PATH:
             values[attribute] = params[spec.wire]
+        elif source == QUERY:
+            text = None if query is None else query(spec.wire)
+            values[attribute] = read_field(spec, {spec.wire: _query_value(spec, text)}, limits)
         else:
             values[attribute] = draw(spec.wire)
     command = command_class(**values)
@@ -315,4 +342,11 @@ def body_fields(command_class: type) -> Iterator[Spec]:
     """The fields a command reads from the JSON body."""
     for _, spec in specs(command_class):
         if spec.source == BODY:
+            yield spec
+
+
+def query_fields(command_class: type) -> Iterator[Spec]:
+    """The fields a command reads from the query string."""
+    for _, spec in specs(command_class):
+        if spec.source == QUERY:
             yield spec

@@ -191,10 +191,11 @@ class Kernel:
 
     # -- calling --------------------------------------------------------------------------------
 
-    def parse(self, command_class: type, body: dict, params: dict[str, str]) -> Any:
-        """A command of `command_class` from a request's JSON body and path parameters, checked
-        against the limits, with its random values drawn from this kernel's seeded source."""
-        return parse(command_class, body, params, self.limits, self.draw)
+    def parse(self, command_class: type, body: dict, params: dict[str, str], query: Any = None) -> Any:
+        """A command of `command_class` from a request's JSON body, path parameters and query
+        (a function of a name), checked against the limits, with its random values drawn from this
+        kernel's seeded source."""
+        return parse(command_class, body, params, self.limits, self.draw, query)
 
     def draw(self, what: str) -> Any:
         """A random value a command needs (see `fields.drawn`): drawn here, recorded with it."""

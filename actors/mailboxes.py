@@ -90,6 +90,9 @@ class MailboxTable:
     def find(self, mailbox_id: str) -> Mailbox | None:
         return self._by_id.get(mailbox_id)
 
+    def by_name(self, name: str) -> Mailbox | None:
+        return self._by_name.get(name)
+
     def all(self) -> Iterator[Mailbox]:
         """In creation order."""
         return iter(self._by_id.values())

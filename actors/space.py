@@ -27,7 +27,10 @@ from .errors import VALIDATION_FAILED, KernelError
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import MessageTable
+from .once import LEASE_TIMER as ONCE_LEASE_TIMER
+from .once import ONCE_APPLY, OnceCommands, OnceTable
 from .outcome import Outcome, Timer
+from .runs import RunCommands, RunNames
 from .scopes import ACTIVE, EXPIRED, ScopeTree
 from .tasks import TaskTable
 from .usage import Usage
@@ -43,7 +46,8 @@ DEADLINE_TIMER = "scope-deadline"
 
 class SpaceState:
     __slots__ = (
-        "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "claiming", "work",
+        "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "once", "run_names",
+        "claiming", "work", "onces", "runs",
     )
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
@@ -56,8 +60,12 @@ class SpaceState:
         self.messages = MessageTable(limits, self.mailboxes)
         self.tasks = TaskTable(limits)
         self.usage = Usage(self.claims)
+        self.once = OnceTable()
+        self.run_names = RunNames()
         self.claiming = ClaimCommands(space_id, self.scopes, self.claims, self.boot, self._commit)
         self.work = WorkCommands(space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self._commit)
+        self.onces = OnceCommands(space_id, self.scopes, self.once, self._commit)
+        self.runs = RunCommands(space_id, self.scopes, self.run_names, self._commit, self._deadline_timer)
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
         for record in records:
@@ -125,6 +133,7 @@ class SpaceState:
                 yield self._deadline_timer(scope.id, scope.deadline_ms)
         yield from self.claiming.timers()
         yield from self.work.timers()
+        yield from self.onces.timers()
 
     # -- restarts and images -----------------------------------------------------------------------
 
@@ -133,9 +142,10 @@ class SpaceState:
         and the same rule for delivery leases (`WorkCommands.restart_deliveries`)."""
         grace_ms, spread_ms = self.limits.restart_grace_s * 1000, self.limits.restart_spread_s * 1000
         outcome = self.claiming.restart(newest_ms, now_ms, grace_ms, spread_ms)
-        deliveries = self.work.restart_deliveries(newest_ms, grace_ms, spread_ms, now_ms)
-        outcome.records.extend(deliveries.records)
-        outcome.timers.extend(deliveries.timers)
+        for part in (self.work.restart_deliveries(newest_ms, grace_ms, spread_ms, now_ms),
+                     self.onces.restart(newest_ms, now_ms, grace_ms, spread_ms)):
+            outcome.records.extend(part.records)
+            outcome.timers.extend(part.timers)
         return outcome
 
     def image(self) -> Iterator[dict]:
@@ -150,13 +160,16 @@ class SpaceState:
         for record in self.work.image():
             record["space"] = self.id
             yield record
+        for record in (*self.once.image(), *self.run_names.image()):
+            record["space"] = self.id
+            yield record
         usage = self.usage
         if usage.operations or usage.free or usage.events or usage.takeovers:
             yield usage.image(self.id)  # last: it sets the counters outright
 
     def is_empty(self) -> bool:
         """Nothing recorded here (a space is made on first use, reads included)."""
-        return not len(self.scopes) and not len(self.claims) and self.work.is_empty()
+        return not len(self.scopes) and not len(self.claims) and self.work.is_empty() and not len(self.once)
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -175,6 +188,7 @@ class SpaceState:
 TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
     LEASE_TIMER: lambda space, key, token, now_ms: space.claiming.expire(token, now_ms),
     DEADLINE_TIMER: lambda space, scope_id, _, now_ms: space.expire_scope(scope_id, now_ms),
+    ONCE_LEASE_TIMER: lambda space, ident, token, now_ms: space.onces.expire(ident, token, now_ms),
     **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.work, ident, marker, now_ms))(handler)
        for kind, handler in WORK_TIMERS.items()},
 }
@@ -192,6 +206,9 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     # Mailboxes, messages and tasks, image records included.
     **{kind: (lambda applier: lambda space, record: applier(space.work, record))(applier) for kind, applier in WORK_APPLY.items()},
     "usage.image": lambda space, record: space.usage.apply_image(record),
+    # Once slots, and run names (`run.named` is its own image).
+    **{kind: (lambda applier: lambda space, record: applier(space.once, record))(applier) for kind, applier in ONCE_APPLY.items()},
+    "run.named": lambda space, record: space.run_names.apply_named(record),
 }
 
 RECORD_TYPES = frozenset(_APPLY)

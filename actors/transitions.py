@@ -12,7 +12,9 @@ from typing import Any, Callable
 
 from . import commands as c
 from .claiming import ClaimCommands
+from .once import OnceCommands
 from .outcome import Outcome
+from .runs import RunCommands
 from .work import WorkCommands
 
 __all__ = ["TRANSITIONS", "Transition"]
@@ -28,6 +30,10 @@ def _claims(method: Callable[..., Outcome]) -> Transition:
 def _work(method: Callable[..., Outcome]) -> Transition:
     """A transition of the mailboxes, messages and tasks part of the command's space."""
     return lambda state, command, now_ms: method(state.space(command.space).work, command, now_ms)
+
+
+def _once(method: Callable[..., Outcome]) -> Transition:
+    return lambda state, command, now_ms: method(state.space(command.space).onces, command, now_ms)
 
 
 def _end_scope(state: Any, command: c.EndScope, now_ms: int) -> Outcome:
@@ -53,5 +59,13 @@ TRANSITIONS: dict[type, Transition] = {
     c.CancelTask: _work(WorkCommands.cancel_task),
     c.JoinTask: _work(WorkCommands.join_task),
     c.DetachTask: _work(WorkCommands.detach_task),
+    c.EnsureRun: lambda state, command, now_ms: RunCommands.ensure(state.space(command.space).runs, command, now_ms),
+    c.EnsureMailbox: _work(WorkCommands.ensure_mailbox),
+    c.WaitTask: _work(WorkCommands.wait_task),
+    c.AcquireOnce: _once(OnceCommands.acquire),
+    c.WaitOnce: _once(OnceCommands.wait),
+    c.RenewOnce: _once(OnceCommands.renew),
+    c.CompleteOnce: _once(OnceCommands.complete),
+    c.FailOnce: _once(OnceCommands.fail),
     c.FireTimer: lambda state, command, now_ms: state.space(command.on[1]).fire(command.tag, command.marker, now_ms),
 }

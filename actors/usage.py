@@ -79,16 +79,21 @@ OPERATIONS: dict[str, str] = {
     "task.detached": "tasks.detach",
     "delivery.leased": "deliveries.receive",
     "delivery.completed": "deliveries.complete",
+    "once.acquired": "once.acquire",
+    "once.completed": "once.complete",
+    "once.failed": "once.fail",
 }
 FREE: dict[str, str] = {
     "claim.renewed": "claims.renew",
     "delivery.renewed": "deliveries.renew",
+    "once.renewed": "once.renew",
 }
 EVENTS: dict[str, str] = {
     "claim.expired": "claims.expire",
     "message.visible": "messages.backoff_over",
     "message.dropped": "messages.drop",
     "task.tombstoned": "tasks.tombstone",
+    "once.expired": "once.expire",
 }
 # Decided by the record's content.
 _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
@@ -97,9 +102,11 @@ _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
     "delivery.requeued": _requeue,
     "delivery.dead": _dead,
 }
-# Records that are no change a caller made: snapshot images and the usage image itself.
+# Records that are no change a caller made: snapshot images and the usage image itself; a run's
+# name (its `scope.created` is the operation).
 NOT_COUNTED = frozenset(
-    {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image", "workkey.image"}
+    {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image",
+     "workkey.image", "once.image", "run.named"}
 )
 
 CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED

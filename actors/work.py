@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .commands import queue_actor
-from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError
+from .errors import BACKLOG_FULL, CONFLICT, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import DELAYED, LEASED, LIVE, QUEUED, Message, MessageTable, backoff_ms
@@ -38,8 +38,8 @@ from .tasks import CANCELLED, EXPIRED, FAILED, SUCCEEDED, Task, TaskTable, input
 
 if TYPE_CHECKING:
     from .commands import (
-        CancelTask, CompleteDelivery, CreateMailbox, DetachTask, JoinTask, NackDelivery, Receive, RenewDelivery,
-        SendMessage, SubmitTask,
+        CancelTask, CompleteDelivery, CreateMailbox, DetachTask, EnsureMailbox, JoinTask, NackDelivery, Receive,
+        RenewDelivery, SendMessage, SubmitTask, WaitTask,
     )
 
 __all__ = ["WorkCommands", "WORK_APPLY", "WORK_TIMERS", "outcome_of"]
@@ -88,6 +88,18 @@ class WorkCommands:
         outcome = self._commit(Outcome(), record)
         outcome.reply = self.mailboxes.view(self.mailboxes.get(mailbox_id))
         return outcome
+
+    def ensure_mailbox(self, command: "EnsureMailbox", now_ms: int) -> Outcome:
+        """The mailbox of this name, created with defaults when missing; settings sent must match."""
+        mailbox = self.mailboxes.by_name(command.name)
+        if mailbox is None:
+            return self.create_mailbox(command, now_ms)  # type: ignore[arg-type]
+        if command.max_attempts is not None and command.max_attempts != mailbox.max_attempts:
+            raise KernelError(
+                CONFLICT,
+                f"mailbox {mailbox.name!r} has maxAttempts {mailbox.max_attempts}, not {command.max_attempts}",
+            )
+        return Outcome(reply=self.mailboxes.view(mailbox))
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -186,6 +198,13 @@ class WorkCommands:
         outcome.timers.extend(self.task_timers(task))
         outcome.reply = {**self.tasks.view(task, now_ms), "created": True, "replay": False}
         return outcome
+
+    def wait_task(self, command: "WaitTask", now_ms: int) -> Outcome:
+        """The task's view once it has ended; `empty` (a long poll parks) until then."""
+        task = self.tasks.get(command.task_id)
+        if not task.terminal:
+            return Outcome(empty=True)
+        return Outcome(reply=self.tasks.view(task, now_ms))
 
     def cancel_task(self, command: "CancelTask", now_ms: int) -> Outcome:
         task = self.tasks.get(command.task_id)

@@ -83,7 +83,7 @@ def _command_handler(command_class: type, status: int | StatusOf) -> Handler:
         space = params.get("space")
         services.authorize(request, space)
         kernel = services.kernel
-        command = kernel.parse(command_class, request.json().data, params)
+        command = kernel.parse(command_class, request.json().data, params, request.param)
         reply = await kernel.submit(command, idem=request.idem(space), wait_ms=getattr(command, "wait_ms", None))
         if reply is EMPTY:
             return 204, None

@@ -15,9 +15,10 @@ carry an `Idempotency-Key` (1-255 printable characters); a retry with it returns
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from ..actors.fields import body_fields, schema
+from ..actors.fields import body_fields, query_fields, schema
 from ..actors.limits import Limits
 from .api import OPENAPI_PATH, Doc
 
@@ -171,6 +172,18 @@ def _components(limits: Limits) -> dict:
                 "tombstoned": {"type": "boolean"},
             }
         ),
+        "Once": _obj(
+            {"state": {"enum": ["ACQUIRED", "OPEN", "HELD", "DONE", "FAILED"]}},
+            {
+                "attempts": integer,
+                "token": text,
+                "result": {"description": "the recorded result (DONE)"},
+                "lastError": _nullable(text),
+                "holder": text,
+                "leaseExpiresAt": _TS,
+                "leaseSeconds": integer,
+            },
+        ),
         "Usage": _obj(
             {
                 "spaceId": text,
@@ -263,6 +276,11 @@ def operation(route: Any, limits: Limits) -> dict:
             parameters.append({"$ref": "#/components/parameters/limit"})
         else:
             parameters.append({"name": name, "in": "query", "required": False, "schema": {"type": "string"}})
+    if doc.command is not None:
+        for spec in query_fields(doc.command):
+            # A query parameter is absent or a value: never null.
+            value = schema(dataclasses.replace(spec, required=True), limits)
+            parameters.append({"name": spec.wire, "in": "query", "required": spec.required, "schema": value})
     if doc.idempotent:
         parameters.append({"$ref": "#/components/parameters/idempotency"})
     responses: dict[str, dict] = {}

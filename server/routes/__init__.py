@@ -1,11 +1,11 @@
 """The HTTP API, one module per resource; `ROUTER` holds every route."""
 
 from ..http import Router
-from . import claims, health, mailboxes, messages, scopes, tasks
+from . import claims, health, mailboxes, messages, once, scopes, tasks
 from . import admin, inspect, metrics, openapi
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
-for module in (health, scopes, claims, mailboxes, messages, tasks, admin, inspect, metrics, openapi):
+for module in (health, scopes, claims, mailboxes, messages, tasks, once, admin, inspect, metrics, openapi):
     ROUTER.include(module.router)

@@ -53,6 +53,10 @@ endpoint(router, "POST", BASE, Doc(
     "Create a work queue", (Reply(201, "Mailbox", "Created"),), c.CreateMailbox, errors=("400", "404", "409"),
     idempotent=True, group=G,
 ), status=201)
+endpoint(router, "PUT", BASE + "/by-name/{name}", Doc(
+    "Get or create the mailbox of this name; maxAttempts sent must match (else 409 CONFLICT)",
+    (Reply(200, "Mailbox"),), c.EnsureMailbox, body_required=False, errors=("400", "404", "409"), idempotent=True, group=G,
+))
 endpoint(router, "GET", BASE + "/{mailbox_id}", Doc("A mailbox", (Reply(200, "Mailbox"),), errors=("404",), group=G), read)
 endpoint(router, "GET", BASE + "/{mailbox_id}/dead-letters", Doc(
     "The newest dead letters", (Reply(200, _DEAD),), errors=("404",), group=G,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...actors import commands as c
 from ...actors import reads
+from ...actors.kernel import EMPTY
 from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
@@ -20,8 +21,15 @@ ERRORS = ("400", "404", "409")
 
 
 async def read(services: Runtime, request: Request, space: str, task_id: str) -> tuple[int, dict]:
+    """The task now; with `waitMs`, once it has ended or when the wait ends (a long poll)."""
     services.authorize(request, space)
-    return 200, reads.task(services.kernel, space, task_id)
+    kernel = services.kernel
+    command = kernel.parse(c.WaitTask, {}, {"space": space, "task_id": task_id}, request.param)
+    if command.wait_ms:
+        reply = await kernel.submit(command, wait_ms=command.wait_ms)
+        if reply is not EMPTY:
+            return 200, reply
+    return 200, reads.task(kernel, space, task_id)
 
 
 endpoint(router, "POST", BASE, Doc(
@@ -29,7 +37,9 @@ endpoint(router, "POST", BASE, Doc(
     (Reply(201, "Submitted", "Created"), Reply(200, "Submitted", "The key's existing task")),
     c.SubmitTask, errors=ERRORS, idempotent=True, group="Tasks",
 ), status=lambda view: 201 if view["created"] else 200)
-endpoint(router, "GET", BASE + "/{task_id}", Doc("A task", TASK, errors=("404",), group="Tasks"), read)
+endpoint(router, "GET", BASE + "/{task_id}", Doc(
+    "A task; with waitMs, once it has ended (a long poll)", TASK, c.WaitTask, errors=("400", "404"), group="Tasks",
+), read, long_poll=True)
 endpoint(router, "POST", BASE + "/{task_id}/cancel", Doc(
     "Cancel a task", TASK, c.CancelTask, body_required=False, errors=ERRORS, idempotent=True, group="Tasks",
 ))

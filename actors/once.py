@@ -1,0 +1,312 @@
+"""Once: a piece of work done exactly once per (run, key), its one result handed to every caller.
+
+A slot is OPEN until a caller acquires it: that caller HOLDS it under a fenced lease (a token, and
+a lease it renews) and runs the work. Completing records the result: the slot is DONE for good and
+every later acquire answers the result instead of a lease. Failing gives the attempt back: the
+slot is OPEN again, or FAILED for good once `maxAttempts` attempts were used. A holder that dies
+lets its lease run out: the slot opens again and the next caller takes over, the lost attempt
+counted. Waiters (`GET /once?waitMs=`) park on the slot's actor and are answered when it settles
+or opens.
+
+    OPEN --acquire--> HELD --complete--> DONE
+      ^                |  --fail (attempts left), lease ran out--> OPEN
+      |                +--fail (attempts used up)--> FAILED
+
+`attempts` counts the acquisitions so far; an acquire answers the count before it, so the holder's
+attempt number is `attempts + 1`.
+
+Records (snake_case, units last): `once.acquired` {scope_id, key, token, holder, session, lease_ms,
+expires_ms, attempts, at_ms}, `once.renewed` {scope_id, key, token, lease_ms, expires_ms, at_ms},
+`once.completed` {scope_id, key, result, at_ms}, `once.failed` {scope_id, key, error, failed, at_ms},
+`once.expired` {scope_id, key, at_ms}, `once.image` (a slot as it stands).
+
+Pure: no IO, no clock reads, no awaits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from .errors import STALE_CLAIM, KernelError
+from .outcome import Outcome, Timer
+from .scopes import ScopeTree
+from .timestamps import format_ms
+
+if TYPE_CHECKING:
+    from .commands import AcquireOnce, CompleteOnce, FailOnce, RenewOnce, WaitOnce
+
+__all__ = ["OnceTable", "OnceCommands", "ONCE_APPLY", "LEASE_TIMER", "once_actor", "OPEN", "HELD", "DONE", "FAILED"]
+
+OPEN, HELD, DONE, FAILED = "OPEN", "HELD", "DONE", "FAILED"
+LEASE_TIMER = "once-lease"
+
+
+def once_actor(space: str, scope_id: str, key: str) -> tuple:
+    return ("once", space, scope_id, key)
+
+
+class Slot:
+    __slots__ = ("scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms",
+                 "result", "last_error", "updated_ms")
+
+    def __init__(self, scope_id: str, key: str) -> None:
+        self.scope_id = scope_id
+        self.key = key
+        self.state = OPEN
+        self.attempts = 0
+        self.token: str | None = None
+        self.holder: str | None = None
+        self.session: str | None = None
+        self.lease_ms = 0
+        self.expires_ms = 0
+        self.result: Any = None
+        self.last_error: str | None = None
+        self.updated_ms = 0
+
+    def held_at(self, now_ms: int) -> bool:
+        return self.state == HELD and now_ms < self.expires_ms
+
+
+class OnceTable:
+    """The once slots of one space, by (scope, key)."""
+
+    __slots__ = ("_slots",)
+
+    def __init__(self) -> None:
+        self._slots: dict[tuple[str, str], Slot] = {}
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def find(self, scope_id: str, key: str) -> Slot | None:
+        return self._slots.get((scope_id, key))
+
+    def all(self) -> Iterator[Slot]:
+        return iter(self._slots.values())
+
+    def view(self, slot: Slot | None, now_ms: int) -> dict:
+        """What a caller learns of a slot: its state, and the result or the last error."""
+        if slot is None:
+            return {"state": OPEN, "attempts": 0, "result": None, "lastError": None}
+        state = slot.state
+        if state == HELD and not slot.held_at(now_ms):
+            state = OPEN  # the lease ran out; the expiry is recorded by the next turn or the timer
+        view: dict[str, Any] = {"state": state, "attempts": slot.attempts, "result": slot.result, "lastError": slot.last_error}
+        if state == HELD:
+            view.update(holder=slot.holder, leaseExpiresAt=format_ms(slot.expires_ms))
+        return view
+
+    def current(self, scope_id: str, key: str, token: str, now_ms: int) -> Slot:
+        """The slot `token` holds now, or STALE_CLAIM."""
+        slot = self._slots.get((scope_id, key))
+        if slot is None or slot.token != token or not slot.held_at(now_ms):
+            raise KernelError(STALE_CLAIM, f"token is not the current one for once key {key!r}")
+        return slot
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def _slot(self, record: dict) -> Slot:
+        key = (record["scope_id"], record["key"])
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = Slot(record["scope_id"], record["key"])
+        return slot
+
+    def apply_acquired(self, record: dict) -> Slot:
+        slot = self._slot(record)
+        assert slot.state in (OPEN, HELD), "a settled once slot is never acquired again"
+        slot.state = HELD
+        slot.attempts = record["attempts"]
+        slot.token = record["token"]
+        slot.holder = record["holder"]
+        slot.session = record["session"]
+        slot.lease_ms = record["lease_ms"]
+        slot.expires_ms = record["expires_ms"]
+        slot.updated_ms = record["at_ms"]
+        return slot
+
+    def apply_renewed(self, record: dict) -> Slot:
+        slot = self._slot(record)
+        assert slot.token == record["token"]
+        slot.lease_ms = record["lease_ms"]
+        slot.expires_ms = record["expires_ms"]
+        return slot
+
+    def _end_lease(self, slot: Slot, state: str, at_ms: int) -> Slot:
+        slot.state = state
+        slot.token = slot.holder = slot.session = None
+        slot.updated_ms = at_ms
+        return slot
+
+    def apply_completed(self, record: dict) -> Slot:
+        slot = self._slot(record)
+        assert slot.state != DONE, "a once result is recorded once and never changed"
+        slot.result = record["result"]
+        return self._end_lease(slot, DONE, record["at_ms"])
+
+    def apply_failed(self, record: dict) -> Slot:
+        slot = self._slot(record)
+        slot.last_error = record["error"]
+        return self._end_lease(slot, FAILED if record["failed"] else OPEN, record["at_ms"])
+
+    def apply_expired(self, record: dict) -> Slot:
+        return self._end_lease(self._slot(record), OPEN, record["at_ms"])
+
+    def apply_image(self, record: dict) -> Slot:
+        slot = self._slot(record)
+        for name in ("state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms", "result"):
+            setattr(slot, name, record[name])
+        slot.last_error = record["last_error"]
+        slot.updated_ms = record["at_ms"]
+        return slot
+
+    def image(self) -> Iterator[dict]:
+        for slot in self._slots.values():
+            yield {
+                "type": "once.image", "scope_id": slot.scope_id, "key": slot.key, "state": slot.state,
+                "attempts": slot.attempts, "token": slot.token, "holder": slot.holder, "session": slot.session,
+                "lease_ms": slot.lease_ms, "expires_ms": slot.expires_ms, "result": slot.result,
+                "last_error": slot.last_error, "at_ms": slot.updated_ms,
+            }
+
+
+Commit = Callable[..., Outcome]
+
+
+class OnceCommands:
+    """The once part of a space: given the scope tree (a run must be active), the table, `commit`."""
+
+    __slots__ = ("_space_id", "_scopes", "_slots", "_commit")
+
+    def __init__(self, space_id: str, scopes: ScopeTree, slots: OnceTable, commit: Commit) -> None:
+        self._space_id = space_id
+        self._scopes = scopes
+        self._slots = slots
+        self._commit = commit
+
+    def acquire(self, command: "AcquireOnce", now_ms: int) -> Outcome:
+        """The result if DONE, the error if FAILED, the holder if HELD; else the caller holds it."""
+        scope_id, key = command.scope_id, command.key
+        self._scopes.require_active(scope_id, now_ms)
+        slots = self._slots
+        slot = slots.find(scope_id, key)
+        outcome = Outcome()
+        if slot is not None:
+            if slot.state in (DONE, FAILED) or slot.held_at(now_ms):
+                outcome.reply = slots.view(slot, now_ms)
+                return outcome
+            if slot.state == HELD:  # ran out, not yet recorded: record it first
+                self._commit(outcome, self._expired(scope_id, key, now_ms))
+        attempts = 0 if slot is None else slot.attempts
+        lease_ms = command.lease_s * 1000
+        record = {
+            "type": "once.acquired", "scope_id": scope_id, "key": key, "token": command.token,
+            "holder": command.holder, "session": command.session, "lease_ms": lease_ms,
+            "expires_ms": now_ms + lease_ms, "attempts": attempts + 1, "at_ms": now_ms,
+        }
+        self._commit(outcome, record)
+        outcome.timers.append(self._lease_timer(scope_id, key, command.token, now_ms + lease_ms))
+        outcome.reply = {
+            "state": "ACQUIRED", "token": command.token, "attempts": attempts,
+            "leaseExpiresAt": format_ms(now_ms + lease_ms), "leaseSeconds": command.lease_s,
+        }
+        return outcome
+
+    def wait(self, command: "WaitOnce", now_ms: int) -> Outcome:
+        """The slot's view once it is not held; `empty` (park) while a live lease holds it."""
+        slot = self._slots.find(command.scope_id, command.key)
+        if slot is not None and slot.held_at(now_ms):
+            return Outcome(empty=True)
+        return Outcome(reply=self._slots.view(slot, now_ms))
+
+    def renew(self, command: "RenewOnce", now_ms: int) -> Outcome:
+        slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
+        lease_ms = slot.lease_ms if command.lease_s is None else command.lease_s * 1000
+        record = {
+            "type": "once.renewed", "scope_id": slot.scope_id, "key": slot.key, "token": command.token,
+            "lease_ms": lease_ms, "expires_ms": now_ms + lease_ms, "at_ms": now_ms,
+        }
+        outcome = self._commit(Outcome(), record)
+        outcome.timers.append(self._lease_timer(slot.scope_id, slot.key, command.token, slot.expires_ms))
+        outcome.reply = {"state": HELD, "leaseExpiresAt": format_ms(slot.expires_ms), "leaseSeconds": lease_ms // 1000}
+        return outcome
+
+    def complete(self, command: "CompleteOnce", now_ms: int) -> Outcome:
+        slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
+        record = {"type": "once.completed", "scope_id": slot.scope_id, "key": slot.key, "result": command.result, "at_ms": now_ms}
+        outcome = self._commit(Outcome(), record)
+        outcome.reply = self._slots.view(slot, now_ms)
+        return outcome
+
+    def fail(self, command: "FailOnce", now_ms: int) -> Outcome:
+        """Give the attempt back: OPEN again, or FAILED once `maxAttempts` attempts were used."""
+        slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
+        failed = slot.attempts >= command.max_attempts
+        record = {
+            "type": "once.failed", "scope_id": slot.scope_id, "key": slot.key, "error": command.error or "",
+            "failed": failed, "at_ms": now_ms,
+        }
+        outcome = self._commit(Outcome(), record)
+        outcome.reply = self._slots.view(slot, now_ms)
+        return outcome
+
+    def expire(self, ident: tuple, token: str, now_ms: int) -> Outcome:
+        """The supervisor's proposal: the lease of `token` ran out; open the slot if still so."""
+        scope_id, key = ident
+        slot = self._slots.find(scope_id, key)
+        if slot is None or slot.state != HELD or slot.token != token or now_ms < slot.expires_ms:
+            return Outcome()
+        return self._commit(Outcome(), self._expired(scope_id, key, now_ms))
+
+    @staticmethod
+    def _expired(scope_id: str, key: str, now_ms: int) -> dict:
+        return {"type": "once.expired", "scope_id": scope_id, "key": key, "at_ms": now_ms}
+
+    def _lease_timer(self, scope_id: str, key: str, token: str, expires_ms: int) -> Timer:
+        return Timer(expires_ms, once_actor(self._space_id, scope_id, key), (LEASE_TIMER, (scope_id, key)), token)
+
+    def timers(self) -> Iterator[Timer]:
+        for slot in self._slots.all():
+            if slot.state == HELD:
+                yield self._lease_timer(slot.scope_id, slot.key, slot.token, slot.expires_ms)  # type: ignore[arg-type]
+
+    def restart(self, newest_ms: int, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
+        """After a recovery, the claims' rule: leases that ended before the crash end now; the
+        others get a grace period (renewals with the same token), spread over `spread_ms`."""
+        outcome = Outcome()
+        short: list[Slot] = []
+        for slot in [s for s in self._slots.all() if s.state == HELD]:
+            if slot.expires_ms <= newest_ms:
+                self._commit(outcome, self._expired(slot.scope_id, slot.key, now_ms))
+            elif slot.expires_ms < now_ms + grace_ms:
+                short.append(slot)
+        short.sort(key=lambda slot: (slot.expires_ms, slot.scope_id, slot.key))
+        for index, slot in enumerate(short):
+            record = {
+                "type": "once.renewed", "scope_id": slot.scope_id, "key": slot.key, "token": slot.token,
+                "lease_ms": slot.lease_ms, "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
+                "at_ms": now_ms,
+            }
+            self._commit(outcome, record)
+        return outcome
+
+
+ONCE_APPLY: dict[str, Callable[[OnceTable, dict], Any]] = {
+    "once.acquired": OnceTable.apply_acquired,
+    "once.renewed": OnceTable.apply_renewed,
+    "once.completed": OnceTable.apply_completed,
+    "once.failed": OnceTable.apply_failed,
+    "once.expired": OnceTable.apply_expired,
+    "once.image": OnceTable.apply_image,
+}
+
+# The fields of each record type (for the record registry).
+ONCE_RECORDS: dict[str, tuple[str, ...]] = {
+    "once.acquired": ("scope_id", "key", "token", "holder", "session", "lease_ms", "expires_ms", "attempts", "at_ms"),
+    "once.renewed": ("scope_id", "key", "token", "lease_ms", "expires_ms", "at_ms"),
+    "once.completed": ("scope_id", "key", "result", "at_ms"),
+    "once.failed": ("scope_id", "key", "error", "failed", "at_ms"),
+    "once.expired": ("scope_id", "key", "at_ms"),
+    "once.image": ("scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms",
+                   "result", "last_error", "at_ms"),
+}

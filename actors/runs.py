@@ -1,0 +1,86 @@
+"""Runs by name: `PUT /runs/{name}` gets or creates a named root scope, the same one for every caller.
+
+A name, once given to a run, keeps naming that run: a PUT of a run that has since been cancelled,
+completed or expired answers that run as it is (`effective` not ACTIVE), and callers treat it as
+stopped. That is what makes a stop reach every worker of the run, including those that join later;
+work that should start afresh takes a new run name. A deadline sent with the PUT applies only when
+the run is created.
+
+Records: `run.named` {name, scope_id, at_ms}, written in the turn that writes the run's
+`scope.created`; snapshots carry it as is (it is its own image).
+
+Pure: no IO, no clock reads, no awaits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from .outcome import Outcome, Timer
+from .scopes import ScopeTree
+
+if TYPE_CHECKING:
+    from .commands import EnsureRun
+
+__all__ = ["RunNames", "RunCommands", "run_actor", "RUN_RECORDS"]
+
+
+def run_actor(space: str, name: str) -> tuple:
+    """Ensures of one name are decided one after the other."""
+    return ("run", space, name)
+
+
+class RunNames:
+    __slots__ = ("_by_name",)
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def scope_of(self, name: str) -> str | None:
+        return self._by_name.get(name)
+
+    def apply_named(self, record: dict) -> None:
+        assert record["name"] not in self._by_name, "a run name names one run"
+        self._by_name[record["name"]] = record["scope_id"]
+
+    def image(self) -> Iterator[dict]:
+        for name, scope_id in self._by_name.items():
+            yield {"type": "run.named", "name": name, "scope_id": scope_id, "at_ms": 0}
+
+
+class RunCommands:
+    __slots__ = ("_space_id", "_scopes", "_names", "_commit", "_deadline_timer")
+
+    def __init__(
+        self,
+        space_id: str,
+        scopes: ScopeTree,
+        names: RunNames,
+        commit: Callable[..., Outcome],
+        deadline_timer: Callable[[str, int], Timer],
+    ) -> None:
+        self._space_id = space_id
+        self._scopes = scopes
+        self._names = names
+        self._commit = commit
+        self._deadline_timer = deadline_timer
+
+    def ensure(self, command: "EnsureRun", now_ms: int) -> Outcome:
+        scopes = self._scopes
+        existing = self._names.scope_of(command.name)
+        if existing is not None:
+            return Outcome(reply=scopes.view(scopes.get(existing), now_ms))
+        scope_id = command.scope_id
+        created = scopes.decide_create(scope_id, command.name, None, command.deadline_ms, None, now_ms)
+        named = {"type": "run.named", "name": command.name, "scope_id": scope_id, "at_ms": now_ms}
+        outcome = self._commit(Outcome(), created, named)
+        if command.deadline_ms is not None:
+            outcome.timers.append(self._deadline_timer(scope_id, command.deadline_ms))
+        outcome.reply = scopes.view(scopes.get(scope_id), now_ms)
+        return outcome
+
+
+RUN_RECORDS: dict[str, tuple[str, ...]] = {"run.named": ("name", "scope_id", "at_ms")}

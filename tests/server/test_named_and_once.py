@@ -1,0 +1,231 @@
+"""Runs and mailboxes by name, once keys, and a task's long poll, over HTTP (in-process ASGI), in
+virtual time: what the 0.3.0 client's `PUT /runs/{name}`, `PUT /mailboxes/by-name/{name}`,
+`/once/*` and `GET /tasks/{id}?waitMs=` rely on, with exact times for every lease and wait."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from runstate.actors import KernelState
+
+from .asgi_client import T0, client  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.trio
+
+
+def _put(client, tail, body=None):  # type: ignore[no-untyped-def]
+    return client.request("PUT", tail, {} if body is None else body)
+
+
+# -- runs by name -----------------------------------------------------------------------------------
+
+
+async def test_a_run_name_gives_every_caller_the_same_root_scope(client, autojump_clock):
+    first = await _put(client, "/runs/nightly")
+    again = await _put(client, "/runs/nightly", {"deadline": "2030-01-01T00:00:00Z"})
+    other = await _put(client, "/runs/other")
+    assert first.status == again.status == 200
+    assert first.json["id"] == again.json["id"] != other.json["id"]
+    assert first.json["name"] == "nightly" and first.json["parentId"] is None
+    assert first.json["effective"] == first.json["storedState"] == "ACTIVE"
+    assert again.json["deadline"] is None  # a deadline applies only when the run is created
+
+
+async def test_a_stopped_run_is_answered_as_it_is_so_late_joiners_stop_too(client, autojump_clock):
+    run = (await _put(client, "/runs/batch")).json
+    assert (await client.post(f"/scopes/{run['id']}/cancel", {})).status == 200
+    late = await _put(client, "/runs/batch")
+    assert late.status == 200 and late.json["id"] == run["id"]
+    assert late.json["effective"] == late.json["storedState"] == "CANCELLED"
+    assert (await _put(client, "/runs/batch-2")).json["effective"] == "ACTIVE"  # a new name starts fresh
+
+
+async def test_a_run_created_with_a_deadline_expires_at_it(client, autojump_clock):
+    run = (await _put(client, "/runs/timed", {"deadline": "2027-01-15T08:00:05Z"})).json
+    assert run["deadline"] == "2027-01-15T08:00:05.000Z"
+    await trio.sleep(5)
+    assert (await client.get(f"/scopes/{run['id']}")).json["effective"] == "EXPIRED"
+
+
+async def test_run_names_are_checked_and_survive_replay(client, autojump_clock):
+    assert (await _put(client, "/runs/" + "n" * 257)).code == "VALIDATION_FAILED"
+    run = (await _put(client, "/runs/kept")).json
+    replayed = KernelState(client.runtime.limits)
+    for record in list(client.runtime.kernel.state.image()):
+        replayed.apply(record)
+    assert replayed.space("default").run_names.scope_of("kept") == run["id"]
+
+
+# -- mailboxes by name -------------------------------------------------------------------------------
+
+
+async def test_a_mailbox_by_name_is_created_with_defaults_then_checked(client, autojump_clock):
+    made = await _put(client, "/mailboxes/by-name/review")
+    assert made.status == 200 and made.json["name"] == "review" and made.json["maxAttempts"] == 5
+    same = await _put(client, "/mailboxes/by-name/review", {"maxAttempts": 5})
+    assert same.json["id"] == made.json["id"]
+    looked_up = await _put(client, "/mailboxes/by-name/review")
+    assert looked_up.json["id"] == made.json["id"]
+    mismatch = await _put(client, "/mailboxes/by-name/review", {"maxAttempts": 3})
+    assert mismatch.status == 409 and mismatch.code == "CONFLICT" and "maxAttempts 5" in mismatch.json["error"]["message"]
+    declared = await _put(client, "/mailboxes/by-name/crawl", {"maxAttempts": 2})
+    assert declared.json["maxAttempts"] == 2
+    assert (await _put(client, "/mailboxes/by-name/x", {"maxAttempts": 101})).code == "VALIDATION_FAILED"
+    assert (await _put(client, "/mailboxes/by-name/x", {"requirements": {"pools": []}})).code == "VALIDATION_FAILED"
+
+
+# -- once ------------------------------------------------------------------------------------------------
+
+
+def _acquire(client, run, holder="w1", key="k", lease=5):  # type: ignore[no-untyped-def]
+    body = {"scopeId": run, "key": key, "holder": holder, "holderSession": "s-" + holder, "leaseSeconds": lease}
+    return client.post("/once/acquire", body)
+
+
+async def test_once_has_one_holder_then_one_result_for_everyone(client, autojump_clock):
+    run = await client.run()
+    held = (await _acquire(client, run)).json
+    assert held["state"] == "ACQUIRED" and held["attempts"] == 0 and held["token"]
+    busy = (await _acquire(client, run, holder="w2")).json
+    assert busy["state"] == "HELD" and busy["holder"] == "w1"
+    stale = await client.post("/once/complete", {"scopeId": run, "key": "k", "token": "nope", "result": 1})
+    assert stale.status == 409 and stale.code == "STALE_CLAIM"
+    done = await client.post("/once/complete", {"scopeId": run, "key": "k", "token": held["token"], "result": {"answer": 42}})
+    assert done.status == 200 and done.json["state"] == "DONE"
+    later = (await _acquire(client, run, holder="w3")).json
+    assert later == {"state": "DONE", "attempts": 1, "result": {"answer": 42}, "lastError": None}
+    again = await client.post("/once/complete", {"scopeId": run, "key": "k", "token": held["token"], "result": 2})
+    assert again.code == "STALE_CLAIM"  # the result is recorded once and never changed
+    view = await client.get(f"/once?scopeId={run}&key=k")
+    assert view.json["state"] == "DONE" and view.json["result"] == {"answer": 42}
+
+
+async def test_failed_attempts_open_the_key_until_they_are_used_up(client, autojump_clock):
+    run = await client.run()
+    for attempt in range(3):
+        held = (await _acquire(client, run)).json
+        assert held["state"] == "ACQUIRED" and held["attempts"] == attempt
+        failed = await client.post("/once/fail", {"scopeId": run, "key": "k", "token": held["token"], "error": f"boom {attempt}", "maxAttempts": 3})
+        assert failed.json["state"] == ("FAILED" if attempt == 2 else "OPEN")
+    final = (await _acquire(client, run)).json
+    assert final["state"] == "FAILED" and final["attempts"] == 3 and final["lastError"] == "boom 2"
+
+
+async def test_a_dead_holders_lease_runs_out_and_the_next_caller_takes_over_counting_the_attempt(client, autojump_clock):
+    run = await client.run()
+    started = trio.current_time()
+    first = (await _acquire(client, run, lease=5)).json
+    renewed = await client.post("/once/renew", {"scopeId": run, "key": "k", "token": first["token"], "leaseSeconds": 10})
+    assert renewed.status == 200 and renewed.json["leaseExpiresAt"] == "2027-01-15T08:00:10.000Z"
+    waiter = {}
+
+    async def wait() -> None:
+        waiter["view"] = (await client.get(f"/once?scopeId={run}&key=k&waitMs=30000")).json
+        waiter["at"] = trio.current_time() - started
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+    assert waiter == {"view": {"state": "OPEN", "attempts": 1, "result": None, "lastError": None}, "at": 10.0}
+    second = (await _acquire(client, run, holder="w2")).json
+    assert second["state"] == "ACQUIRED" and second["attempts"] == 1 and second["token"] != first["token"]
+    late = await client.post("/once/complete", {"scopeId": run, "key": "k", "token": first["token"], "result": "late"})
+    assert late.code == "STALE_CLAIM"
+
+
+async def test_a_waiter_is_answered_the_moment_the_result_is_recorded(client, autojump_clock):
+    run = await client.run()
+    held = (await _acquire(client, run, lease=60)).json
+    seen = {}
+
+    async def wait() -> None:
+        seen["view"] = (await client.get(f"/once?scopeId={run}&key=k&waitMs=25000")).json
+        seen["at"] = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.sleep(3)
+        await client.post("/once/complete", {"scopeId": run, "key": "k", "token": held["token"], "result": [1]})
+        done_at = trio.current_time()
+    assert seen["view"]["state"] == "DONE" and seen["view"]["result"] == [1] and seen["at"] == done_at
+    quiet = await client.get(f"/once?scopeId={run}&key=other&waitMs=1000")
+    assert quiet.json["state"] == "OPEN"
+
+
+async def test_a_held_key_is_answered_held_when_the_wait_ends(client, autojump_clock):
+    run = await client.run()
+    await _acquire(client, run, lease=60)
+    before = trio.current_time()
+    view = (await client.get(f"/once?scopeId={run}&key=k&waitMs=2000")).json
+    assert view["state"] == "HELD" and trio.current_time() - before == pytest.approx(2.0)
+
+
+async def test_once_refuses_bad_input_and_a_stopped_run(client, autojump_clock):
+    run = await client.run()
+    assert (await client.get(f"/once?scopeId={run}")).code == "VALIDATION_FAILED"
+    assert (await client.get(f"/once?scopeId={run}&key=k&waitMs=soon")).code == "VALIDATION_FAILED"
+    assert (await _acquire(client, run, lease=4)).code == "VALIDATION_FAILED"
+    held = (await _acquire(client, run)).json
+    big = await client.post("/once/complete", {"scopeId": run, "key": "k", "token": held["token"], "result": "x" * 70_000})
+    assert big.code == "VALIDATION_FAILED" and "exceeds 65536 bytes" in big.json["error"]["message"]
+    await client.post(f"/scopes/{run}/cancel", {})
+    assert (await _acquire(client, run, key="k2")).code == "SCOPE_CANCELLED"
+
+
+async def test_once_slots_survive_replay_and_images(client, autojump_clock):
+    run = await client.run()
+    held = (await _acquire(client, run, key="a")).json
+    await client.post("/once/complete", {"scopeId": run, "key": "a", "token": held["token"], "result": "r"})
+    await _acquire(client, run, key="b", lease=60)
+    live = client.runtime.kernel.state.space("default")
+    rebuilt = KernelState(client.runtime.limits)
+    for record in list(client.runtime.kernel.state.image()):
+        rebuilt.apply(record)
+    now = client.runtime.kernel.clock.now_ms()
+    for key in ("a", "b"):
+        space = rebuilt.space("default")
+        assert space.once.view(space.once.find(run, key), now) == live.once.view(live.once.find(run, key), now)
+
+
+# -- a task's long poll ----------------------------------------------------------------------------------
+
+
+async def test_a_task_long_poll_is_woken_by_the_tasks_end(client, autojump_clock):
+    run, mailbox = await client.run(), await client.mailbox()
+    task = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "t", "input": 1})).json
+    seen = {}
+
+    async def wait() -> None:
+        seen["task"] = (await client.get(f"/tasks/{task['taskId']}?waitMs=25000")).json
+        seen["at"] = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.sleep(4)
+        delivery = (await client.recv(mailbox, run)).json
+        await client.post(f"/messages/{delivery['message']['id']}/complete", {"token": delivery["token"], "result": {"payload": "ok"}})
+        done_at = trio.current_time()
+    assert seen["task"]["state"] == "SUCCEEDED" and seen["task"]["outcome"] == "ok" and seen["at"] == done_at
+    before = trio.current_time()
+    assert (await client.get(f"/tasks/{task['taskId']}?waitMs=25000")).json["state"] == "SUCCEEDED"
+    assert trio.current_time() == before  # an ended task answers at once
+
+
+async def test_a_task_long_poll_ends_with_the_wait_or_the_runs_cancel(client, autojump_clock):
+    run, mailbox = await client.run(), await client.mailbox()
+    task = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "t"})).json
+    before = trio.current_time()
+    queued = (await client.get(f"/tasks/{task['taskId']}?waitMs=1500")).json
+    assert queued["state"] == "QUEUED" and trio.current_time() - before == pytest.approx(1.5)
+    seen = {}
+
+    async def wait() -> None:
+        seen["task"] = (await client.get(f"/tasks/{task['taskId']}?waitMs=25000")).json
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.sleep(1)
+        await client.post(f"/scopes/{run}/cancel", {})
+    assert seen["task"]["state"] == "CANCELLED" and seen["task"]["outcomeReason"] == "scope_cancelled"
+    assert (await client.get(f"/tasks/{task['taskId']}?waitMs=-1")).code == "VALIDATION_FAILED"
