@@ -6,13 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from .servers import ServerProcess, official_client_dir
+from .servers import OFFICIAL_SDK_030, ServerProcess, official_client_dir
 
 
 @pytest.fixture(scope="session")
 def official_client(request: pytest.FixtureRequest) -> Path:
     """The official runstate-sdk 0.2.0, installed into an isolated folder (cached between runs)."""
     return official_client_dir(Path(request.config.cache.mkdir("official-client")))
+
+
+@pytest.fixture(scope="session")
+def official_client_030(request: pytest.FixtureRequest) -> Path:
+    """The current official runstate-sdk 0.3.0, installed into an isolated folder (cached between runs)."""
+    return official_client_dir(Path(request.config.cache.mkdir("official-client")), OFFICIAL_SDK_030)
 
 
 @pytest.fixture

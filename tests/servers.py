@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 OFFICIAL_SDK = "runstate-sdk==0.2.0"
+OFFICIAL_SDK_030 = "runstate-sdk==0.3.0"
 SERVING = re.compile(r"runstate: serving on (http://\S+)")
 START_TIMEOUT_S = 30
 
@@ -113,16 +114,16 @@ def base_python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-def official_client_dir(cache_dir: Path) -> Path:
-    """A folder holding the official client and its dependencies, installed once."""
-    target = cache_dir / "runstate-sdk-0.2.0"
+def official_client_dir(cache_dir: Path, requirement: str = OFFICIAL_SDK) -> Path:
+    """A folder holding an official client (`runstate-sdk==X`) and its dependencies, installed once."""
+    target = cache_dir / requirement.replace("==", "-")
     done = target / ".installed"
     if not done.exists():
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(target), OFFICIAL_SDK],
+            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(target), requirement],
             check=True,
         )
-        done.write_text(OFFICIAL_SDK)
+        done.write_text(requirement)
     return target
 
 

@@ -1,0 +1,192 @@
+"""The current official client, runstate-sdk 0.3.0, as users write code with it, against a real
+server: `@runstate.once` across processes, its attempts, runs by name and `runstate.stop()`, and
+both official clients against one server process at the same time.
+
+The client is installed into an isolated folder and each script runs in its own interpreter with
+`PYTHONPATH` set to it (it imports as `runstate`, like our SDK). Processes meet at a wall-clock
+instant passed in their arguments, so their calls really are concurrent.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ..servers import ServerProcess, base_python
+
+pytestmark = [pytest.mark.compat, pytest.mark.e2e]
+
+PRELUDE = """
+import asyncio, json, os, sys, time
+import runstate
+assert runstate.__version__ == "0.3.0", runstate.__version__
+assert runstate.__file__.startswith(os.environ["PYTHONPATH"]), runstate.__file__
+ARGS = json.loads(os.environ.get("TEST_ARGS", "{}"))
+
+def emit(**fields):
+    print(json.dumps(fields), flush=True)
+
+def meet():
+    while time.time() < ARGS["start_at"]:
+        time.sleep(0.001)
+"""
+
+
+def _env(sdk: Path, server: ServerProcess, run: str, args: dict) -> dict[str, str]:
+    import os
+
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(sdk),
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "RUNSTATE_BASE_URL": server.base_url,
+        "RUNSTATE_API_KEY": server.api_key,
+        "RUNSTATE_SPACE_ID": server.space_id,
+        "RUNSTATE_RUN": run,
+        "TEST_ARGS": json.dumps(args),
+    }
+
+
+def _start(sdk: Path, server: ServerProcess, script: str, run: str, **args) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+    return subprocess.Popen(
+        [base_python(), "-c", PRELUDE + textwrap.dedent(script)],
+        env=_env(sdk, server, run, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _finish(process: subprocess.Popen, timeout_s: float = 90) -> dict:
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"the script did not end:\n{err[-3000:]}\n{out[-2000:]}")
+    if process.returncode != 0:
+        raise AssertionError(f"the script failed ({process.returncode}):\n{err[-3000:]}\n{out[-2000:]}")
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, f"no JSON from the script:\n{out}\n{err[-2000:]}"
+    return json.loads(lines[-1])
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ServerProcess() as process:
+        yield process
+
+
+ONCE_FROM_MANY = """
+runs = os.path.join(ARGS["dir"], "ran")
+
+@runstate.once
+def research(name):
+    with open(runs, "a") as out:
+        out.write(f"{os.getpid()}\\n")
+    time.sleep(1.0)  # long enough that every other caller arrives while it runs
+    return {"company": name, "by": os.getpid()}
+
+meet()
+emit(result=research("acme"))
+"""
+
+
+def test_once_from_four_processes_at_the_same_moment_runs_its_body_once(official_client_030, server, tmp_path):
+    start_at = time.time() + 3.0
+    workers = [_start(official_client_030, server, ONCE_FROM_MANY, "once-4", dir=str(tmp_path), start_at=start_at) for _ in range(4)]
+    results = [_finish(worker)["result"] for worker in workers]
+    ran = (tmp_path / "ran").read_text().split()
+    assert len(ran) == 1, f"the body ran {len(ran)} times"
+    assert all(result == {"company": "acme", "by": int(ran[0])} for result in results), results
+
+
+ONCE_FAILING = """
+calls = os.path.join(ARGS["dir"], "calls")
+
+@runstate.once(attempts=3)
+def flaky(n):
+    with open(calls, "a") as out:
+        out.write("x\\n")
+    raise RuntimeError(f"no luck with {n}")
+
+errors = []
+for _ in range(4):
+    try:
+        flaky(7)
+    except runstate.OnceFailedError as error:
+        errors.append(("OnceFailedError", str(error)))
+    except RuntimeError as error:
+        errors.append(("RuntimeError", str(error)))
+emit(errors=errors)
+"""
+
+
+def test_a_failing_once_uses_its_attempts_then_raises_once_failed(official_client_030, server, tmp_path):
+    result = _finish(_start(official_client_030, server, ONCE_FAILING, "once-fail", dir=str(tmp_path)))
+    kinds = [kind for kind, _ in result["errors"]]
+    assert kinds == ["RuntimeError", "RuntimeError", "OnceFailedError", "OnceFailedError"], result
+    assert len((tmp_path / "calls").read_text().split()) == 3  # three attempts, then the recorded failure
+    assert "no luck with 7" in result["errors"][-1][1]
+
+
+RUN_AND_STOP = """
+@runstate.once
+def step(n):
+    return n * 2
+
+first = step(21)
+run_id = runstate.run_id()  # (asked before the stop: a stopped run's calls raise StoppedError)
+runstate.stop()
+try:
+    step(22)
+    stopped = None
+except runstate.StoppedError as error:
+    stopped = str(error)
+emit(first=first, run_id=run_id, stopped=stopped)
+"""
+
+JOIN_STOPPED = """
+@runstate.once
+def step(n):
+    return n * 2
+
+try:
+    step(1)
+    emit(stopped=None)
+except runstate.StoppedError as error:
+    emit(stopped=str(error))
+"""
+
+
+def test_a_named_run_is_shared_and_stop_reaches_a_process_that_joins_later(official_client_030, server):
+    result = _finish(_start(official_client_030, server, RUN_AND_STOP, "stop-me"))
+    assert result["first"] == 42 and result["stopped"]
+    scope = server.client().get(f"/v1/spaces/{server.space_id}/scopes/{result['run_id']}").json()
+    assert scope["name"] == "stop-me" and scope["storedState"] == "CANCELLED"
+    late = _finish(_start(official_client_030, server, JOIN_STOPPED, "stop-me"))
+    assert late["stopped"] and result["run_id"] in late["stopped"]  # "scope <the run's id> is cancelled"
+
+
+def test_both_official_clients_work_against_one_server_at_once(official_client, official_client_030, server):
+    """A 0.2.0 claim and a 0.3.0 once, from two processes, against the same server process."""
+    old = subprocess.Popen(
+        [base_python(), "-c", textwrap.dedent("""
+            import asyncio, json
+            from runstate import AsyncRunstate
+            async def main():
+                async with AsyncRunstate(holder="old-client") as rs:
+                    run = await rs.scopes.create()
+                    lease = await rs.scope(run.id).claim("shared-key").acquire()
+                    print(json.dumps({"generation": lease.generation}), flush=True)
+                    await lease.release()
+            asyncio.run(main())
+        """)],
+        env=_env(official_client, server, "unused", {}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    new = _start(official_client_030, server, "@runstate.once\ndef f():\n    return 'new'\nemit(result=f())\n", "mixed")
+    assert _finish(old)["generation"] == 1
+    assert _finish(new)["result"] == "new"
