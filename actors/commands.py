@@ -160,12 +160,18 @@ class CompleteScope(EndScope):
 
 @_command
 class AcquireClaim(Command):
+    """With `waitMs` (our extension), a held claim parks the request until the claim is free (in
+    arrival order) or the wait ends, then CLAIM_HELD; without it, CLAIM_HELD at once."""
+
     space: str = path("space")
     scope_id: str = body("scopeId")
     key: str = body("key", length_max="claim_key_len_max")
     holder: str = body("holder", length_max="holder_len_max")
     session: str = body("holderSession", length_max="holder_len_max")
     lease_s: int = _lease(default="lease_s_default")
+    wait_ms: int | None = body(
+        "waitMs", INTEGER, required=False, minimum=0, description="wait for a held claim, capped at {wait_ms_max}"
+    )
     token: str = drawn("token")
 
     def actor(self, state: Any) -> ActorKey:

@@ -106,7 +106,10 @@ class SpaceState:
         """Record a scope's end; wake the receivers parked in its subtree, time its ended tasks."""
         subtree = self.scopes.subtree(record["id"])
         waiting = self.messages.waiting_in_scopes(subtree)
+        # Acquirers parked on a held claim of the subtree hear that the scope ended.
+        claim_actors = [claim_actor(self.id, c.scope_id, c.key) for s in subtree for c in self.claims.in_scope(s)]
         outcome = self._commit(Outcome(), record)
+        outcome.pokes.extend(claim_actors)
         outcome.pokes.extend(self.work.queue_actors(subtree))
         for message in waiting:
             if message.task_id is not None:

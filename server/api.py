@@ -66,7 +66,7 @@ def endpoint(
     handler: Handler | None = None,
     *,
     status: int | StatusOf = 200,
-    long_poll: bool = False,
+    long_poll: Any = False,
     public: bool = False,
 ) -> None:
     """Declare a route. Without `handler`, `doc.command` is run (see the module docstring)."""

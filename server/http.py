@@ -34,6 +34,9 @@ __all__ = ["Request", "Router", "Route", "Raw", "serve_http"]
 log = logging.getLogger("runstate.http")
 
 Handler = Callable[..., Awaitable[tuple[int, Any]]]
+# Whether a route's requests are long polls (watched for the client going away): always, never,
+# or decided per request (a wait the caller asked for), so that a plain call pays nothing for it.
+LongPoll = bool | Callable[["Request"], bool]
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 # While the server shuts down every answer says so, so that clients open no new request on the
@@ -101,7 +104,9 @@ class Request:
 class Route:
     __slots__ = ("method", "pattern", "handler", "long_poll", "public", "params", "doc")
 
-    def __init__(self, method: str, pattern: str, handler: Handler, *, long_poll: bool, public: bool, doc: Any = None) -> None:
+    def __init__(
+        self, method: str, pattern: str, handler: Handler, *, long_poll: "LongPoll", public: bool, doc: Any = None
+    ) -> None:
         self.method = method
         self.pattern = tuple(pattern.strip("/").split("/"))
         self.params = tuple(p[1:-1] if p.startswith("{") else None for p in self.pattern)
@@ -121,7 +126,9 @@ class Router:
         self._by_length: dict[int, list[Route]] = {}
         self.routes: list[Route] = []
 
-    def add(self, method: str, pattern: str, handler: Handler, *, long_poll: bool = False, public: bool = False, doc: Any = None) -> None:
+    def add(
+        self, method: str, pattern: str, handler: Handler, *, long_poll: "LongPoll" = False, public: bool = False, doc: Any = None
+    ) -> None:
         """Serve `handler` at `method pattern` (declarations go through `api.endpoint`)."""
         route = Route(method, pattern, handler, long_poll=long_poll, public=public, doc=doc)
         self.routes.append(route)
@@ -234,7 +241,8 @@ async def serve_http(
             request.body = await _read_body(receive, services.limits.request_bytes_max)
         if reading.cancelled_caught:
             raise ApiError("REQUEST_TIMEOUT", "the request body did not arrive in time", status=408, headers=dict(_CLOSE))
-        if route.long_poll:
+        long_poll = route.long_poll
+        if long_poll is True or (long_poll and long_poll(request)):
             answer = await _with_disconnect_watch(route.handler, services, request, params, receive)
             if answer is None:  # the client went away: nothing to send
                 return

@@ -5,9 +5,13 @@ Renew and release carry no scope: the token names the claim, and the key in the 
 
 from __future__ import annotations
 
+import dataclasses
+
 from ...actors import commands as c
+from ...actors.kernel import EMPTY
 from ..api import Doc, Reply, endpoint
-from ..http import Router
+from ..http import Request, Router
+from ..runtime import Runtime
 
 router = Router()
 
@@ -15,7 +19,22 @@ BASE = "/v1/spaces/{space}/claims"
 CLAIM = (Reply(200, "Claim"),)
 ERRORS = ("400", "404", "409")
 
-endpoint(router, "POST", BASE, Doc("Acquire a claim", CLAIM, c.AcquireClaim, errors=ERRORS, idempotent=True, group="Claims"))
+async def acquire(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    """Acquire; with `waitMs`, a held claim parks the request until it is free or the wait ends."""
+    services.authorize(request, space)
+    kernel = services.kernel
+    command = kernel.parse(c.AcquireClaim, request.json().data, {"space": space})
+    idem = request.idem(space)
+    reply = await kernel.submit(command, idem=idem, wait_ms=command.wait_ms)
+    if reply is EMPTY:  # still held when the wait ended: answer as an acquire without a wait does
+        reply = await kernel.submit(dataclasses.replace(command, wait_ms=None), idem=idem)
+    return 200, reply
+
+
+endpoint(router, "POST", BASE, Doc(
+    "Acquire a claim (with waitMs, wait in arrival order for a held one)", CLAIM, c.AcquireClaim, errors=ERRORS,
+    idempotent=True, group="Claims",
+), acquire, long_poll=lambda request: b'"waitMs"' in request.body)
 endpoint(router, "POST", BASE + "/{key}/renew", Doc(
     "Renew a claim's lease ({key} percent-encoded)", CLAIM, c.RenewClaim, errors=ERRORS, idempotent=True, group="Claims",
 ))

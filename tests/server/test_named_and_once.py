@@ -229,3 +229,55 @@ async def test_a_task_long_poll_ends_with_the_wait_or_the_runs_cancel(client, au
         await client.post(f"/scopes/{run}/cancel", {})
     assert seen["task"]["state"] == "CANCELLED" and seen["task"]["outcomeReason"] == "scope_cancelled"
     assert (await client.get(f"/tasks/{task['taskId']}?waitMs=-1")).code == "VALIDATION_FAILED"
+
+
+# -- a claim acquire that waits on the server --------------------------------------------------------
+
+
+def _claim(client, run, holder, **more):  # type: ignore[no-untyped-def]
+    body = {"scopeId": run, "key": "k", "holder": holder, "holderSession": "s-" + holder, "leaseSeconds": 10, **more}
+    return client.post("/claims", body)
+
+
+async def test_a_waiting_acquire_gets_the_claim_the_moment_it_is_released_in_arrival_order(client, autojump_clock):
+    run = await client.run()
+    first = (await _claim(client, run, "w1")).json
+    got = []
+
+    async def wait(holder: str) -> None:
+        answer = await _claim(client, run, holder, waitMs=30_000)
+        got.append((holder, answer.status, answer.json.get("generation"), trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait, "w2")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(wait, "w3")
+        await trio.sleep(2)
+        released_at = trio.current_time()
+        await client.post("/claims/k/release", {"token": first["token"]})
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [("w2", 200, 2, released_at)]  # the first to arrive, at the release, not by polling
+        expires_at = trio.current_time() + 10
+    assert got[1][:3] == ("w3", 200, 3) and got[1][3] == pytest.approx(expires_at)  # w2's lease ran out
+
+
+async def test_a_waiting_acquire_is_claim_held_when_its_wait_ends_or_stopped_by_its_scope(client, autojump_clock):
+    run = await client.run()
+    await _claim(client, run, "w1")
+    before = trio.current_time()
+    held = await _claim(client, run, "w2", waitMs=3_000)
+    assert held.status == 409 and held.code == "CLAIM_HELD" and trio.current_time() - before == pytest.approx(3.0)
+    assert "retry-after" in held.headers
+    seen = {}
+
+    async def wait() -> None:
+        seen["answer"] = await _claim(client, run, "w3", waitMs=30_000)
+        seen["at"] = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.sleep(1)
+        await client.post(f"/scopes/{run}/cancel", {})
+        cancelled_at = trio.current_time()
+    assert seen["answer"].code == "SCOPE_CANCELLED" and seen["at"] == cancelled_at
+    assert (await _claim(client, run, "w4", waitMs=-5)).code == "VALIDATION_FAILED"
