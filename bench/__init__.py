@@ -1,1 +1,1 @@
-"""The benchmark suite: `make bench` (full) and `make bench-quick`; see README "Benchmarks"."""
+"""The benchmark suite: `make bench` (full) and `make bench-quick`; see bench/README.md."""

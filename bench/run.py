@@ -4,7 +4,7 @@ Every leg is measured in the same run as its reference, and compared as a ratio,
 figures drift on shared machines. Throughput legs alternate between the reference and the measured
 servers inside each repetition (in reverse order every other repetition), and the ratio is taken
 per repetition (median over repetitions).
-See README "Benchmarks" for what each leg means and the targets.
+See bench/README.md for what each leg means and the targets.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .targets import (
 )
 from .wrk import WrkResult, run_wrk
 
-# The targets (README "Performance" and issue 5). They live here and in the README, never in tests.
+# The targets (bench/README.md). They live here and in bench/README.md, never in tests.
 CYCLE_VS_CEILING_BATCH = 0.85
 CYCLE_VS_CEILING_ALWAYS = 0.70
 KERNEL_CLAIM_CYCLES_S = 50_000

@@ -90,7 +90,7 @@ def _client(base_url: str) -> httpx.AsyncClient:
     pool polls every idle connection each time it hands one out, and with a few hundred long
     polls finishing together that stalls the load generator for seconds. Connections are kept as
     long as the server keeps them (httpx's own default drops one idle for 5 s, which would measure
-    connection churn rather than leaks: see README "Load and leaks").
+    connection churn rather than leaks: see docs/testing.md "Load and leaks").
     """
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=60)
     return httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {API_KEY}"}, limits=limits, verify=_TLS)

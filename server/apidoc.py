@@ -21,7 +21,9 @@ _INTRO = """# HTTP API reference
 
 Generated from the route declarations (`server/routes/`) by `python -m runstate.server.apidoc`;
 the OpenAPI 3.1 document served at `GET {openapi_path}` comes from the same declarations. Limits
-shown are the defaults; every one is a setting ([configuration](configuration.md)).
+shown are the defaults; every one is a setting ([configuration](configuration.md)). How the
+routes behave (tasks and queues, runs by name, once keys, the error codes) is in
+[behaviour.md](behaviour.md).
 
 - **Keys.** Every route but the public ones takes `Authorization: Bearer <key>`. An API key opens
   the spaces it was made for; another space's ids answer 404 as if they did not exist. The admin

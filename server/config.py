@@ -118,7 +118,7 @@ _SERVER: tuple[Setting, ...] = (
     Setting("fsync_slow_ms", float, _DEFAULTS.fsync_slow_ms, "An fsync slower than this many milliseconds is logged.", minimum=0),
 )
 
-# One line per field of `Limits`, for `--help`, `runstate config` and the README's table.
+# One line per field of `Limits`, for `--help`, `runstate config` and the table of docs/configuration.md.
 LIMIT_DOCS: dict[str, str] = {
     "lease_s_min": "Shortest lease a claim may ask for (leaseSeconds), in seconds.",
     "lease_s_max": "Longest lease a claim may ask for, in seconds.",
@@ -357,7 +357,7 @@ def describe(loaded: Loaded) -> list[dict[str, Any]]:
 
 
 def markdown_table() -> str:
-    """The README's configuration table (`python -m runstate.server.config` prints it)."""
+    """The settings table of docs/configuration.md (`python -m runstate.server.config` prints it)."""
     lines = ["| Flag | Variable | TOML | Default | Meaning |", "|---|---|---|---|---|"]
     for setting in SETTINGS:
         flag = f"`{setting.flag}`" if setting.flag else "none (secret)"
