@@ -11,6 +11,7 @@ import time
 
 import orjson
 
+from runstate.actors.records import VERSION
 from runstate.snapshots import Disk
 from runstate.snapshots.recovery import wal_dir
 from runstate.snapshots.wal import SegmentWriter
@@ -40,7 +41,7 @@ def write_claims_log(data_dir: str, claims: int, renews: int = 0, releases: int 
                      lease_ms: int = 600_000, batch: int = 1000) -> int:
     """A WAL of `claims` acquires, then renewals and releases; returns the number of records."""
     os.makedirs(wal_dir(data_dir), exist_ok=True)
-    writer = SegmentWriter(wal_dir(data_dir), Disk(fsync_slow_ms=1e9), 64 * 1024 * 1024)
+    writer = SegmentWriter(wal_dir(data_dir), Disk(fsync_slow_ms=1e9), 64 * 1024 * 1024, version=VERSION)
     writer.start(1, 0)
     bodies: list[bytes] = []
     for record in _records(claims, renews, releases, lease_ms):

@@ -165,12 +165,13 @@ def _print_config(loaded: Loaded, as_json: bool) -> None:
 
 def _check(data_dir: str | None) -> int:
     from ..snapshots import check
+    from .durable import state_model
 
     data_dir = data_dir or os.environ.get("RUNSTATE_DATA_DIR") or None
     if not data_dir:
         print("runstate check: give --data-dir (or set RUNSTATE_DATA_DIR)", file=sys.stderr)
         return 2
-    report = check(data_dir)
+    report = check(data_dir, state_model())
     print(report.format(), flush=True)
     return 0 if report.ok else 1
 

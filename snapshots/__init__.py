@@ -2,13 +2,15 @@
 
 `open_store` recovers a data directory and returns a `Store` (state, running journal, report);
 `check` verifies one offline. The WAL (`wal`), snapshots (`snapshot`, `compaction`) and recovery
-(`recovery`, with its decision table) sit underneath; `MemoryJournal` keeps nothing on disk.
+(`recovery`, with its decision table) sit underneath; `MemoryJournal` keeps nothing on disk. What
+this package needs from the state it keeps is said in `model` (`StateModel`): the caller hands it in.
 """
 
 from .check import CheckReport, check
 from .disk import Disk, FaultyDisk
 from .equality import assert_same_state, contents
 from .journal import Durable, Journal, MemoryJournal
+from .model import RecordFormat, RecoverableState, StateModel
 from .recovery import RecoveryError, load
 from .snapshot import SnapshotError
 from .store import RecoveryReport, Store, StoreConfig, StoreLocked, open_store
@@ -22,9 +24,12 @@ __all__ = [
     "FaultyDisk",
     "Journal",
     "MemoryJournal",
+    "RecordFormat",
+    "RecoverableState",
     "RecoveryError",
     "RecoveryReport",
     "SnapshotError",
+    "StateModel",
     "Store",
     "StoreConfig",
     "StoreLocked",

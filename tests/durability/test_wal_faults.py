@@ -9,10 +9,10 @@ import trio
 
 from runstate.actors import KernelError
 from runstate.actors.outcome import Outcome
-from runstate.snapshots import FaultyDisk, assert_same_state, check
+from runstate.snapshots import FaultyDisk, assert_same_state
 from runstate.snapshots.store import StoreConfig
 
-from .helpers import reload, running
+from .helpers import check, reload, running
 
 SPACE = "s1"
 
