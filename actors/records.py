@@ -33,9 +33,9 @@ class RecordError(ValueError):
     """A record whose type is unknown, or whose fields are not the ones its type carries."""
 
 
-def _spec(*required: str, optional: tuple[str, ...] = ()) -> tuple[frozenset[str], frozenset[str]]:
+def _spec(*required: str, optional: tuple[str, ...] = ()) -> tuple[frozenset[str], frozenset[str], bool]:
     names = frozenset(("type", *required))
-    return names, names | frozenset(optional)
+    return names, names | frozenset(optional), not optional
 
 
 # Every record of a space carries `space` (added where it is committed).
@@ -48,8 +48,8 @@ _MESSAGE_SLOTS = (
     "expires_ms", "created_ms", "finished_ms", "reason",
 )
 
-# Record type -> (required fields, allowed fields). `type` is required everywhere.
-FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+# Record type -> (required fields, allowed fields, whether they are the same). `type` is required everywhere.
+FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     # The kernel as a whole (`boot.py`, `keys.py`, `idempotency.py`).
     "kernel.booted": _spec("epoch", "fsync", "generation_floor", "at_ms"),
     "key.registered": _spec("id", "digest", "name", "spaces", "at_ms"),
@@ -113,19 +113,21 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 def check_record(record: Any) -> None:
     """Raise `RecordError` unless `record` is a known type carrying exactly its fields.
 
-    On every record written and read: one lookup and two set comparisons, done in C.
+    On every record written and read: a lookup and a subset test, done in C (about a microsecond).
+    When a type has no optional field, a record holding only allowed names holds every required
+    one exactly when it holds as many names.
     """
     if type(record) is not dict:
         raise RecordError(f"a record is a JSON object, not {type(record).__name__}")
     spec = FIELDS.get(record.get("type"))  # type: ignore[arg-type]
     if spec is None:
         raise RecordError(f"unknown record type {record.get('type')!r}")
-    required, allowed = spec
+    required, allowed, exact = spec
+    if allowed.issuperset(record) and (len(record) == len(required) if exact else record.keys() >= required):
+        return
     names = record.keys()
-    if not (names >= required and names <= allowed):
-        missing = sorted(required - names)
-        unknown = sorted(names - allowed)
-        raise RecordError(f"a {record['type']} record: missing {missing}, unknown {unknown}")
+    missing, unknown = sorted(required - names), sorted(names - allowed)
+    raise RecordError(f"a {record['type']} record: missing {missing}, unknown {unknown}")
 
 
 # Version 0 -> 1: field names that were camelCase, as they are spelled now. Only top-level names
@@ -165,12 +167,9 @@ class RecordFormat:
 
     __slots__ = ()
     version = VERSION
-
-    def check(self, record: dict) -> None:
-        check_record(record)
-
-    def upgrade(self, record: dict, version: int) -> dict:
-        return upgrade(record, version)
+    # The functions themselves (no method frame in between: `check` runs on every record).
+    check = staticmethod(check_record)
+    upgrade = staticmethod(upgrade)
 
 
 FORMAT = RecordFormat()

@@ -56,8 +56,9 @@ _CHECK_EXAMPLES = """examples:
   runstate check --data-dir /var/lib/runstate
   RUNSTATE_DATA_DIR=/var/lib/runstate runstate check
 
-Verifies the snapshots and the WAL without changing anything and prints what they hold. Exits 1
-when a server would refuse to start on the directory (the message names the file and offset)."""
+Verifies the snapshots and the WAL without changing anything and prints what they hold, with the
+record format version of the files (older ones are upgraded by the next start). Exits 1 when a
+server would refuse to start on the directory (the message names the file and offset)."""
 
 _CONFIG_EXAMPLES = """examples:
   runstate config

@@ -261,3 +261,17 @@ def test_a_wal_ending_before_the_snapshot_continues_after_it(tmp_path):
     write_snapshot(snapshot_dir(data), 4, T0_MS + 4, image.image(), MODEL.records)
     loaded = reload(data, repair=True)
     assert loaded.last_lsn == 4 and keys_of(loaded) == expected_keys(4)
+
+
+def test_row10_a_segment_of_a_newer_record_format_refuses_to_start(tmp_path):
+    """Row 10: a server never reads records spelled in a format it does not know yet."""
+    data = str(tmp_path)
+    os.makedirs(wal_dir(data))
+    path = os.path.join(wal_dir(data), f"{1:020d}.wal")
+    frames, _ = encode_frames(1, 0, [orjson.dumps(key_record(1))])
+    with open(path, "wb") as file:
+        file.write(encode_file_header(file_magic(WAL_KIND, VERSION + 1), 1, 0) + frames)
+    with pytest.raises(RecoveryError, match="newer than this server") as caught:
+        reload(data, repair=True)
+    assert caught.value.path == path and caught.value.offset == 6
+    assert not check(data).ok
