@@ -68,7 +68,7 @@ from .frame import (
     read_frame,
 )
 from .model import StateModel
-from .snapshot import SnapshotError, list_snapshots, load_snapshot
+from .snapshot import SnapshotError, list_snapshots, load_snapshot, snapshot_version
 from .wal import SEGMENT_SUFFIX
 
 __all__ = [
@@ -188,6 +188,9 @@ def _load_snapshot(snaps: str, model: StateModel, through_lsn: int | None) -> Lo
     for lsn, path in reversed(list_snapshots(snaps)):
         if through_lsn is not None and lsn > through_lsn:
             continue
+        version = snapshot_version(path)
+        if version is not None and version > model.records.version:  # row 10, not row 8: never fall back
+            raise RecoveryError(path, 6, f"record format {version} is newer than this server's ({model.records.version})")
         state = model.make_state()
         try:
             info = load_snapshot(path, state.apply, model.records)

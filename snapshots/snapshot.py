@@ -47,7 +47,13 @@ from .frame import (
 from .model import RecordFormat
 
 __all__ = [
-    "SnapshotError", "SnapshotInfo", "write_snapshot", "load_snapshot", "snapshot_name", "list_snapshots", "snapshot_version",
+    "SnapshotError",
+    "SnapshotInfo",
+    "write_snapshot",
+    "load_snapshot",
+    "snapshot_name",
+    "list_snapshots",
+    "snapshot_version",
 ]
 
 SNAPSHOT_SUFFIX = ".snap"
@@ -99,12 +105,17 @@ def snapshot_version(path: str) -> int | None:
 
 
 def write_snapshot(
-    snap_dir: str, lsn: int, newest_ms: int, records: Iterable[dict], record_format: RecordFormat, disk: Disk | None = None
+    snap_dir: str,
+    lsn: int,
+    newest_ms: int,
+    records: Iterable[dict],
+    record_format: RecordFormat,
+    disk: Disk | None = None,
 ) -> SnapshotInfo:
-    """Write the image `records` (in format `record_format`, each checked) as the snapshot at `lsn`, atomically.
+    """Write the image `records` as the snapshot at `lsn`, atomically, each record checked first.
 
-    Blocking: run it in a thread. A record the format refuses raises its `ValueError` before the
-    snapshot is published (the temporary file is left for the next start to delete).
+    Blocking: run it in a thread. A record `record_format` refuses raises its `ValueError` before
+    the snapshot is published (the temporary file is left for the next start to delete).
     """
     disk = disk or Disk()
     check = record_format.check
@@ -149,8 +160,8 @@ def write_snapshot(
 def load_snapshot(path: str, apply: Any, record_format: RecordFormat) -> SnapshotInfo:
     """Verify the snapshot at `path` while feeding its records to `apply`; SnapshotError if bad.
 
-    Each entry is upgraded from the file's record format version to `record_format`'s and checked before
-    it is applied. The records are applied as they are read, so on an error the caller must throw
+    Each entry is upgraded from the file's record format version to `record_format`'s and checked
+    before it is applied. The records are applied as they are read, so on an error the caller must throw
     away whatever it applied them to (recovery builds a fresh state for each snapshot it tries).
     """
     with open(path, "rb") as file:

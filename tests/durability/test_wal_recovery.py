@@ -10,7 +10,7 @@ import pytest
 from runstate.actors import KernelState
 from runstate.actors.records import VERSION
 from runstate.snapshots import RecoveryError
-from runstate.snapshots.frame import FILE_HEADER_BYTES, WAL_KIND, encode_file_header, encode_frames, file_magic
+from runstate.snapshots.frame import FILE_HEADER_BYTES, SNAPSHOT_KIND, WAL_KIND, encode_file_header, encode_frames, file_magic
 from runstate.snapshots.recovery import snapshot_dir, wal_dir
 from runstate.snapshots.snapshot import write_snapshot
 
@@ -275,3 +275,18 @@ def test_row10_a_segment_of_a_newer_record_format_refuses_to_start(tmp_path):
         reload(data, repair=True)
     assert caught.value.path == path and caught.value.offset == 6
     assert not check(data).ok
+
+
+def test_row10_a_snapshot_of_a_newer_record_format_refuses_rather_than_falls_back(tmp_path):
+    data = str(tmp_path)
+    write_log(data, numbered_batches(1, 1))
+    os.makedirs(snapshot_dir(data))
+    image = KernelState()
+    image.apply(key_record(1))
+    write_snapshot(snapshot_dir(data), 1, T0_MS + 1, image.image(), MODEL.records)
+    newer = os.path.join(snapshot_dir(data), f"{2:020d}.snap")
+    with open(newer, "wb") as file:
+        file.write(encode_file_header(file_magic(SNAPSHOT_KIND, VERSION + 1), 2, 0))
+    with pytest.raises(RecoveryError, match="newer than this server") as caught:
+        reload(data, repair=True)
+    assert caught.value.path == newer and caught.value.offset == 6
