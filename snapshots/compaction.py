@@ -12,8 +12,9 @@ in memory while it is built.
 Where: the store runs `take_snapshot` in a child process (`main` below) by default, else in a
 worker thread (tests in virtual time, or when told to). The child is handed the `StateModel` itself,
 pickled on its standard input (a picklable factory such as `functools.partial(KernelState, limits)`
-and the record format), so it makes exactly the state the server makes without naming a class. A child shares nothing with the server:
-building a million-entry state in a thread of the server holds the interpreter lock for a whole
+and the record format), so it makes exactly the state the server makes without naming a class.
+
+A child shares nothing with the server: building a million-entry state in a thread of the server holds the interpreter lock for a whole
 dict resize or deallocation cascade at a time (tens to a hundred milliseconds at that size) and
 leaves the memory in the server's heap; a child costs an interpreter start (a fifth of a second)
 and gives everything back when it exits. A child left running by a server killed mid-snapshot is

@@ -9,8 +9,9 @@ All integers are little-endian. The first 8 bytes are the file's magic: its kind
 WAL segment, `RSSNAP` for a snapshot), the record format version of the records it holds
 (`actors/records.py`: a reader upgrades older records as it reads them), and the frame layout
 described here (1). Files written before the version was recorded carry 0 there (their magic was
-`RSWAL\0\0\1` and `RSSNAP\0\1`), which is exactly version 0, layout 1. `index` is the frame's place in its batch (the frames one write put
-down together: 0, 1, 2...), so `lsn - index` is the first LSN of its batch. Recovery uses it to tell
+`RSWAL\0\0\1` and `RSSNAP\0\1`), which is exactly version 0, layout 1.
+
+`index` is the frame's place in its batch (the frames one write put down together: 0, 1, 2...), so `lsn - index` is the first LSN of its batch. Recovery uses it to tell
 a torn final batch (whose later frames may reach the disk before its earlier ones) from damage
 further back: only the last batch can be half written, since a batch is written only after the one
 before it is durable. `body` is one record as orjson. `crc` is CRC-32 (zlib) over the

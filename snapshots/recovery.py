@@ -190,7 +190,9 @@ def _load_snapshot(snaps: str, model: StateModel, through_lsn: int | None) -> Lo
             continue
         version = snapshot_version(path)
         if version is not None and version > model.records.version:  # row 10, not row 8: never fall back
-            raise RecoveryError(path, 6, f"record format {version} is newer than this server's ({model.records.version})")
+            raise RecoveryError(
+                path, 6, f"record format {version} is newer than this server's ({model.records.version})"
+            )
         state = model.make_state()
         try:
             info = load_snapshot(path, state.apply, model.records)

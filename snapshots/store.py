@@ -204,9 +204,12 @@ class Store:
             loaded: Loaded = await self.run_blocking(
                 lambda: load(self.data_dir, self.model, repair=True, disk=self.disk)
             )
-        upgraded_from = await self.run_blocking(self._upgrade, loaded)
+        with _collector_paused():  # an upgrade writes an image of the whole state
+            upgraded_from = await self.run_blocking(self._upgrade, loaded)
         self.clock.advance_anchor_to(loaded.newest_ms)
-        writer = SegmentWriter(wal_dir(self.data_dir), self.disk, self.config.segment_bytes_max, version=record_format.version)
+        writer = SegmentWriter(
+            wal_dir(self.data_dir), self.disk, self.config.segment_bytes_max, version=record_format.version
+        )
         await self.run_blocking(writer.start, loaded.last_lsn + 1, loaded.prev_crc)
         self.journal = WalJournal(
             writer,
@@ -261,10 +264,11 @@ class Store:
         snaps = snapshot_dir(self.data_dir)
         newest = list_snapshots(snaps)[-1:]
         covered = bool(newest) and newest[0][0] >= loaded.last_lsn and snapshot_version(newest[0][1]) == current
+        fields = {"from": versions, "to": current, "lsn": loaded.last_lsn, "files": len(old)}
         log.warning(
             "upgrading %s from record format %s to %d: a snapshot at LSN %d replaces %d older file(s)",
             self.data_dir, ", ".join(map(str, versions)), current, loaded.last_lsn, len(old),
-            extra={"event": "upgrade", "fields": {"from": versions, "to": current, "lsn": loaded.last_lsn, "files": len(old)}},
+            extra={"event": "upgrade", "fields": fields},
         )
         if loaded.last_lsn > 0 and not covered:
             info = write_snapshot(
