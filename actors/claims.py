@@ -139,7 +139,7 @@ class ClaimTable:
         records.append(
             {
                 "type": "claim.acquired",
-                "scopeId": scope_id,
+                "scope_id": scope_id,
                 "key": key,
                 "generation": generation,
                 "token": token,
@@ -240,7 +240,7 @@ class ClaimTable:
             for claim in keys.values():
                 yield {
                     "type": "claim.image",
-                    "scopeId": claim.scope_id,
+                    "scope_id": claim.scope_id,
                     "key": claim.key,
                     "generation": claim.generation,
                     "token": claim.token,
@@ -254,7 +254,7 @@ class ClaimTable:
                 }
 
     def apply_image(self, record: dict) -> Claim:
-        claim = Claim(record["scopeId"], record["key"])
+        claim = Claim(record["scope_id"], record["key"])
         self._hold(claim, record, record["acquired_ms"])
         claim.expired = record.get("expired", False)
         self._by_scope.setdefault(claim.scope_id, {})[claim.key] = claim
@@ -276,10 +276,10 @@ class ClaimTable:
     # -- applying -------------------------------------------------------------------------------
 
     def apply_acquired(self, record: dict) -> Claim:
-        keys = self._by_scope.setdefault(record["scopeId"], {})
+        keys = self._by_scope.setdefault(record["scope_id"], {})
         claim = keys.get(record["key"])
         if claim is None:
-            claim = keys[record["key"]] = Claim(record["scopeId"], record["key"])
+            claim = keys[record["key"]] = Claim(record["scope_id"], record["key"])
         else:
             assert record["generation"] > claim.generation, "each new owner gets a greater generation"
             if claim.token is not None:

@@ -149,8 +149,8 @@ class MailboxTable:
             "id": mailbox_id,
             "name": name,
             "mode": stored_mode,
-            "backlogLimit": backlog_limit,
-            "maxAttempts": attempts,
+            "backlog_limit": backlog_limit,
+            "max_attempts": attempts,
             "at_ms": now_ms,
         }
 
@@ -167,8 +167,8 @@ class MailboxTable:
                 "id": mailbox.id,
                 "name": mailbox.name,
                 "mode": mailbox.mode,
-                "backlogLimit": mailbox.backlog_limit,
-                "maxAttempts": mailbox.max_attempts,
+                "backlog_limit": mailbox.backlog_limit,
+                "max_attempts": mailbox.max_attempts,
                 "at_ms": mailbox.created_ms,
             }
 
@@ -179,8 +179,8 @@ class MailboxTable:
             record["id"],
             record["name"],
             record["mode"],
-            record["backlogLimit"],
-            record["maxAttempts"],
+            record["backlog_limit"],
+            record["max_attempts"],
             record["at_ms"],
         )
         self._by_id[mailbox.id] = mailbox

@@ -346,7 +346,7 @@ class MessageTable:
     ) -> dict:
         return {
             "type": "delivery.leased",
-            "messageId": message.id,
+            "message_id": message.id,
             "token": token,
             "attempt": message.attempts + 1,
             "holder": holder,
@@ -362,7 +362,7 @@ class MessageTable:
         length = message.lease_ms if lease_ms is None else lease_ms
         return {
             "type": "delivery.renewed",
-            "messageId": message.id,
+            "message_id": message.id,
             "token": message.token,
             "lease_ms": length,
             "expires_ms": now_ms + length,
@@ -373,7 +373,7 @@ class MessageTable:
     def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
         record = {
             "type": "delivery.completed",
-            "messageId": message.id,
+            "message_id": message.id,
             "token": message.token,
             "at_ms": now_ms,
         }
@@ -385,7 +385,7 @@ class MessageTable:
     def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -> dict:
         return {
             "type": "delivery.requeued",
-            "messageId": message.id,
+            "message_id": message.id,
             "token": message.token,
             "cause": cause,
             "visible_ms": visible_ms,
@@ -396,7 +396,7 @@ class MessageTable:
     def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> dict:
         return {
             "type": "delivery.dead",
-            "messageId": message.id,
+            "message_id": message.id,
             "token": message.token,
             "cause": cause,
             "reason": reason,
@@ -405,14 +405,14 @@ class MessageTable:
 
     @staticmethod
     def decide_drop(message: Message, reason: str, now_ms: int) -> dict:
-        return {"type": "message.dropped", "messageId": message.id, "reason": reason, "at_ms": now_ms}
+        return {"type": "message.dropped", "message_id": message.id, "reason": reason, "at_ms": now_ms}
 
     @staticmethod
     def decide_visible(message: Message, now_ms: int) -> dict | None:
         """The end of a backoff, if `message` is still waiting it out."""
         if message.state != DELAYED or now_ms < message.visible_ms:
             return None
-        return {"type": "message.visible", "messageId": message.id, "gen": message.gen, "at_ms": now_ms}
+        return {"type": "message.visible", "message_id": message.id, "gen": message.gen, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------
 
@@ -440,11 +440,11 @@ class MessageTable:
                 mailbox_id, scope_id, work_key = key
                 yield {
                     "type": "workkey.image",
-                    "mailboxId": mailbox_id,
-                    "scopeId": scope_id,
-                    "workKey": work_key,
-                    "messageId": entry.message_id,
-                    "payloadHash": entry.payload_hash,
+                    "mailbox_id": mailbox_id,
+                    "scope_id": scope_id,
+                    "work_key": work_key,
+                    "message_id": entry.message_id,
+                    "payload_hash": entry.payload_hash,
                     "at_ms": at_ms,
                 }
 
@@ -483,8 +483,8 @@ class MessageTable:
         return message
 
     def apply_image_work_key(self, record: dict) -> None:
-        key = (record["mailboxId"], record["scopeId"], record["workKey"])
-        self._work_keys[key] = _WorkKey(record["messageId"], record["payloadHash"], record["at_ms"])
+        key = (record["mailbox_id"], record["scope_id"], record["work_key"])
+        self._work_keys[key] = _WorkKey(record["message_id"], record["payload_hash"], record["at_ms"])
         self._work_key_order.append((record["at_ms"], key))
 
     # -- applying -------------------------------------------------------------------------------
@@ -519,7 +519,7 @@ class MessageTable:
         return message
 
     def apply_leased(self, record: dict) -> Message:
-        message = self._messages[record["messageId"]]
+        message = self._messages[record["message_id"]]
         assert message.state != LEASED, "a message is never leased twice at once"
         self._move(message, LEASED)
         message.attempts = record["attempt"]
@@ -531,13 +531,13 @@ class MessageTable:
         return message
 
     def apply_renewed(self, record: dict) -> Message:
-        message = self._messages[record["messageId"]]
+        message = self._messages[record["message_id"]]
         message.lease_ms = record["lease_ms"]
         message.expires_ms = record["expires_ms"]
         return message
 
     def apply_requeued(self, record: dict) -> Message:
-        message = self._messages[record["messageId"]]
+        message = self._messages[record["message_id"]]
         self._end_lease(message)
         message.gen += 1
         message.visible_ms = record["visible_ms"]
@@ -552,7 +552,7 @@ class MessageTable:
         return message
 
     def apply_visible(self, record: dict) -> Message:
-        message = self._messages[record["messageId"]]
+        message = self._messages[record["message_id"]]
         if message.state == DELAYED and message.gen == record["gen"]:
             self._move(message, QUEUED)
             queue = self._queues[(message.mailbox_id, message.scope_id)]

@@ -159,9 +159,9 @@ class ScopeTree:
             "type": "scope.created",
             "id": scope_id,
             "name": name,
-            "parentId": parent_id,
+            "parent_id": parent_id,
             "deadline_ms": deadline_ms,
-            "childLimit": child_limit,
+            "child_limit": child_limit,
             "at_ms": now_ms,
         }
 
@@ -193,9 +193,9 @@ class ScopeTree:
                 "type": "scope.image",
                 "id": scope.id,
                 "name": scope.name,
-                "parentId": scope.parent_id,
+                "parent_id": scope.parent_id,
                 "deadline_ms": scope.deadline_ms,
-                "childLimit": scope.child_limit,
+                "child_limit": scope.child_limit,
                 "state": scope.stored_state,
                 "ended_ms": scope.ended_ms,
                 "at_ms": scope.created_ms,
@@ -210,7 +210,7 @@ class ScopeTree:
     # -- applying -------------------------------------------------------------------------------
 
     def apply_created(self, record: dict) -> Scope:
-        parent_id = record["parentId"]
+        parent_id = record["parent_id"]
         depth = 0
         if parent_id is not None:
             parent = self._scopes[parent_id]
@@ -221,7 +221,7 @@ class ScopeTree:
             record["name"],
             parent_id,
             record["deadline_ms"],
-            record["childLimit"],
+            record["child_limit"],
             record["at_ms"],
             depth,
         )

@@ -45,6 +45,9 @@ DEADLINE_TIMER = "scope-deadline"
 
 
 class SpaceState:
+    # The parts hold commands over the tables, no state of their own (`snapshots.equality`).
+    _DERIVED = ("claiming", "work", "onces", "runs")
+
     __slots__ = (
         "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "once", "run_names",
         "claiming", "work", "onces", "runs",

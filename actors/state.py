@@ -7,8 +7,8 @@ million tasks.
 
 `image()` is the other way round: records that, applied to an empty state, rebuild this one
 exactly. A snapshot is an image. Each table yields its own part, so a new table (mailboxes, tasks)
-joins snapshots by adding its records to `apply` and its part to `image`, with no change to the
-journal. `restart()` is what a recovery decides once the state is back (expire what had ended
+joins snapshots by adding its records to `apply` and its part to `image`, and its record types and
+their fields to `records.py`, with no change to the journal. `restart()` is what a recovery decides once the state is back (expire what had ended
 before the crash, give the rest a grace period), journaled like any other change.
 
 Pure: no IO, no clock reads, no awaits.

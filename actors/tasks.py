@@ -209,14 +209,14 @@ class TaskTable:
         return {
             "type": "task.created",
             "id": task_id,
-            "taskKey": key,
-            "scopeId": scope_id,
-            "mailboxId": mailbox_id,
-            "messageId": message_id,
+            "task_key": key,
+            "scope_id": scope_id,
+            "mailbox_id": mailbox_id,
+            "message_id": message_id,
             "input": task_input,
-            "inputHash": digest,
+            "input_hash": digest,
             "deadline_ms": deadline_ms,
-            "subscriberId": subscriber_id,
+            "subscriber_id": subscriber_id,
             "at_ms": now_ms,
         }
 
@@ -230,9 +230,9 @@ class TaskTable:
             )
         return {
             "type": "task.joined",
-            "taskId": task.id,
-            "subscriberId": subscriber_id,
-            "scopeId": scope_id,
+            "task_id": task.id,
+            "subscriber_id": subscriber_id,
+            "scope_id": scope_id,
             "at_ms": now_ms,
         }
 
@@ -240,7 +240,7 @@ class TaskTable:
     def decide_detach(task: Task, subscriber_id: str, now_ms: int) -> dict | None:
         if subscriber_id not in task.subscribers:
             return None
-        return {"type": "task.detached", "taskId": task.id, "subscriberId": subscriber_id, "at_ms": now_ms}
+        return {"type": "task.detached", "task_id": task.id, "subscriber_id": subscriber_id, "at_ms": now_ms}
 
     @staticmethod
     def decide_end(task: Task, state: str, reason: str, now_ms: int) -> dict | None:
@@ -254,13 +254,13 @@ class TaskTable:
             raise KernelError(
                 CONFLICT, f"task {task.id} already ended {task.state.lower()}; its outcome does not change"
             )
-        return {"type": "task.ended", "taskId": task.id, "state": state, "reason": reason, "at_ms": now_ms}
+        return {"type": "task.ended", "task_id": task.id, "state": state, "reason": reason, "at_ms": now_ms}
 
     def decide_tombstone(self, task: Task, now_ms: int) -> dict | None:
         due_ms = self.tombstone_due_ms(task)
         if task.tombstoned or due_ms is None or now_ms < due_ms:
             return None
-        return {"type": "task.tombstoned", "taskId": task.id, "at_ms": now_ms}
+        return {"type": "task.tombstoned", "task_id": task.id, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------
 
@@ -270,11 +270,11 @@ class TaskTable:
             yield {
                 "type": "task.image",
                 "id": task.id,
-                "taskKey": task.key,
-                "scopeId": task.scope_id,
-                "mailboxId": task.mailbox_id,
-                "messageId": task.message_id,
-                "inputHash": task.input_hash,
+                "task_key": task.key,
+                "scope_id": task.scope_id,
+                "mailbox_id": task.mailbox_id,
+                "message_id": task.message_id,
+                "input_hash": task.input_hash,
                 "state": task.state,
                 "attempt": task.attempt,
                 "outcome": task.outcome,
@@ -304,11 +304,11 @@ class TaskTable:
         """A new task from a `task.created` or `task.image` record, indexed by id and by key."""
         task = Task(
             record["id"],
-            record["taskKey"],
-            record["scopeId"],
-            record["mailboxId"],
-            record["messageId"],
-            record["inputHash"],
+            record["task_key"],
+            record["scope_id"],
+            record["mailbox_id"],
+            record["message_id"],
+            record["input_hash"],
             record["deadline_ms"],
             created_ms,
         )
@@ -320,19 +320,19 @@ class TaskTable:
 
     def apply_created(self, record: dict) -> Task:
         task = self._add(record, record["at_ms"])
-        if record["subscriberId"] is not None:
-            task.subscribers[record["subscriberId"]] = record["scopeId"]
+        if record["subscriber_id"] is not None:
+            task.subscribers[record["subscriber_id"]] = record["scope_id"]
         return task
 
     def apply_joined(self, record: dict) -> Task:
-        task = self._by_id[record["taskId"]]
-        task.subscribers[record["subscriberId"]] = record["scopeId"]
+        task = self._by_id[record["task_id"]]
+        task.subscribers[record["subscriber_id"]] = record["scope_id"]
         task.updated_ms = record["at_ms"]
         return task
 
     def apply_detached(self, record: dict) -> Task:
-        task = self._by_id[record["taskId"]]
-        task.subscribers.pop(record["subscriberId"], None)
+        task = self._by_id[record["task_id"]]
+        task.subscribers.pop(record["subscriber_id"], None)
         task.updated_ms = record["at_ms"]
         return task
 
@@ -364,7 +364,7 @@ class TaskTable:
         return task
 
     def apply_tombstoned(self, record: dict) -> Task:
-        task = self._by_id[record["taskId"]]
+        task = self._by_id[record["task_id"]]
         task.tombstoned = True
         task.outcome = None
         return task

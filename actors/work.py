@@ -127,11 +127,11 @@ class WorkCommands:
         record = {
             "type": "message.sent",
             "id": message_id,
-            "mailboxId": mailbox_id,
-            "scopeId": scope_id,
+            "mailbox_id": mailbox_id,
+            "scope_id": scope_id,
             "payload": payload,
-            "payloadHash": payload_hash if work_key is not None else None,
-            "workKey": work_key,
+            "payload_hash": payload_hash if work_key is not None else None,
+            "work_key": work_key,
             "deadline_ms": deadline_ms,
             "at_ms": now_ms,
         }
@@ -429,7 +429,7 @@ class WorkCommands:
         for index, message in enumerate(short):
             record = {
                 "type": "delivery.renewed",
-                "messageId": message.id,
+                "message_id": message.id,
                 "token": message.token,
                 "lease_ms": message.lease_ms,
                 "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
@@ -476,11 +476,11 @@ class WorkCommands:
     def _apply_message_sent(self, record: dict) -> None:
         self.messages.apply_enqueued(
             record["id"],
-            record["mailboxId"],
-            record["scopeId"],
+            record["mailbox_id"],
+            record["scope_id"],
             record["payload"],
-            record["payloadHash"],
-            record["workKey"],
+            record["payload_hash"],
+            record["work_key"],
             record["deadline_ms"],
             None,
             record["at_ms"],
@@ -511,20 +511,20 @@ class WorkCommands:
             self.tasks.apply_queued(message.task_id, record["at_ms"])
 
     def _apply_completed(self, record: dict) -> None:
-        message = self.messages.apply_finished(record["messageId"], "COMPLETED", None, record["at_ms"])
+        message = self.messages.apply_finished(record["message_id"], "COMPLETED", None, record["at_ms"])
         if message.task_id is not None:
             self.tasks.apply_ended(message.task_id, SUCCEEDED, record.get("outcome"), None, record["at_ms"])
 
     def _apply_dead(self, record: dict) -> None:
-        message = self.messages.apply_finished(record["messageId"], "DEAD", record["reason"], record["at_ms"])
+        message = self.messages.apply_finished(record["message_id"], "DEAD", record["reason"], record["at_ms"])
         if message.task_id is not None:
             self.tasks.apply_ended(message.task_id, FAILED, None, record["reason"], record["at_ms"])
 
     def _apply_dropped(self, record: dict) -> None:
-        self.messages.apply_finished(record["messageId"], "DROPPED", record["reason"], record["at_ms"])
+        self.messages.apply_finished(record["message_id"], "DROPPED", record["reason"], record["at_ms"])
 
     def _apply_task_ended(self, record: dict) -> None:
-        task = self.tasks.apply_ended(record["taskId"], record["state"], None, record["reason"], record["at_ms"])
+        task = self.tasks.apply_ended(record["task_id"], record["state"], None, record["reason"], record["at_ms"])
         message = self.messages.find(task.message_id)
         if message is not None and message.state in LIVE:
             self.messages.apply_finished(message.id, "DROPPED", record["reason"], record["at_ms"])

@@ -20,6 +20,7 @@ import trio
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from runstate.server.durable import state_model  # noqa: E402
 from runstate.snapshots import check  # noqa: E402
 from tests.durability.crashloop import run_cycles  # noqa: E402
 
@@ -36,7 +37,7 @@ def main() -> int:
     started = time.perf_counter()
     acked = trio.run(run_cycles, data, args.cycles, args.seed, log, args.clients, (0.1, 1.5))
     took = time.perf_counter() - started
-    report = check(data)
+    report = check(data, state_model())
     print(f"{args.cycles} kill -9 cycles in {took:.1f} s (seed {args.seed}, {args.clients} clients)")
     print(f"acknowledged changes checked: {acked.changes}; claims renewed after a restart: {acked.renewed_after_restart}")
     print(f"scopes: {len(acked.scopes)} ({len(acked.ended)} ended), keys with generations: {len(acked.generation_max)}")

@@ -213,10 +213,12 @@ def write_log(records: int, directory: str) -> dict:
 async def recover(directory: str) -> dict:
     import resource
 
+    from runstate.actors import Clock
+    from runstate.server.durable import state_model
     from runstate.snapshots import open_store
 
     began, cpu_began = time.perf_counter(), time.process_time()
-    store = await open_store(directory, fsync="always")
+    store = await open_store(directory, model=state_model(), clock=Clock(), fsync="always")
     took, cpu = time.perf_counter() - began, time.process_time() - cpu_began
     report_ = store.report
     store.close()

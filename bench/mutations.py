@@ -19,8 +19,8 @@ import time
 import trio
 
 from runstate.actors import Clock, Kernel
-
 from runstate.actors import commands as c
+from runstate.server.durable import state_model
 from runstate.snapshots import Disk, open_store
 from runstate.snapshots.store import StoreConfig
 
@@ -29,7 +29,7 @@ async def measure(policy: str, seconds: float, tasks: int, data: str | None) -> 
     directory = tempfile.mkdtemp(prefix=f"runstate-{policy}-", dir=data)
     disk = Disk(fsync_slow_ms=1e9)
     clock = Clock()
-    store = await open_store(directory, config=StoreConfig(fsync=policy, snapshot_every_records=10**12), disk=disk, clock=clock)
+    store = await open_store(directory, model=state_model(), config=StoreConfig(fsync=policy, snapshot_every_records=10**12), disk=disk, clock=clock)
     done = 0
     latencies: list[float] = []
     async with trio.open_nursery() as nursery:

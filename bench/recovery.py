@@ -24,10 +24,12 @@ sys.path.insert(0, HERE)
 
 CHILD = r"""
 import json, resource, sys, time, trio
+from runstate.actors import Clock
+from runstate.server.durable import state_model
 from runstate.snapshots import open_store
 async def main():
     started = time.perf_counter()
-    store = await open_store(sys.argv[1], fsync="always")
+    store = await open_store(sys.argv[1], model=state_model(), clock=Clock(), fsync="always")
     took = time.perf_counter() - started
     snapshot_s = None
     if sys.argv[2] == "snapshot":

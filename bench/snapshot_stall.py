@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from runstate.actors import Clock, Kernel  # noqa: E402
 from runstate.actors import commands as c  # noqa: E402
+from runstate.server.durable import state_model  # noqa: E402
 from runstate.snapshots import open_store  # noqa: E402
 
 
@@ -44,7 +45,7 @@ async def main_async(claims: int, baseline_s: float) -> None:
     print(f"wrote {claims} acquires in {time.perf_counter() - began:.1f} s")
     clock = Clock()
     began = time.perf_counter()
-    store = await open_store(data, clock=clock)
+    store = await open_store(data, model=state_model(), clock=clock)
     print(f"recovered in {time.perf_counter() - began:.1f} s: {store.report.counts}")
     async with trio.open_nursery() as nursery:
         kernel = Kernel(state=store.state, journal=store.journal, clock=clock)

@@ -56,8 +56,9 @@ _CHECK_EXAMPLES = """examples:
   runstate check --data-dir /var/lib/runstate
   RUNSTATE_DATA_DIR=/var/lib/runstate runstate check
 
-Verifies the snapshots and the WAL without changing anything and prints what they hold. Exits 1
-when a server would refuse to start on the directory (the message names the file and offset)."""
+Verifies the snapshots and the WAL without changing anything and prints what they hold, with the
+record format version of the files (older ones are upgraded by the next start). Exits 1 when a
+server would refuse to start on the directory (the message names the file and offset)."""
 
 _CONFIG_EXAMPLES = """examples:
   runstate config
@@ -165,12 +166,13 @@ def _print_config(loaded: Loaded, as_json: bool) -> None:
 
 def _check(data_dir: str | None) -> int:
     from ..snapshots import check
+    from .durable import state_model
 
     data_dir = data_dir or os.environ.get("RUNSTATE_DATA_DIR") or None
     if not data_dir:
         print("runstate check: give --data-dir (or set RUNSTATE_DATA_DIR)", file=sys.stderr)
         return 2
-    report = check(data_dir)
+    report = check(data_dir, state_model())
     print(report.format(), flush=True)
     return 0 if report.ok else 1
 

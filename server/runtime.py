@@ -28,6 +28,7 @@ from ..actors.state import KernelState
 from ..snapshots import RecoveryError, StoreLocked, open_store
 from ..snapshots.recovery import wal_dir
 from .admin import AdminCredential
+from .durable import state_model
 from .errors import ApiError
 from .http import Request
 from .logs import event
@@ -77,7 +78,7 @@ class Runtime:
         if self.settings.data_dir:
             try:
                 store = self.store = await open_store(
-                    self.settings.data_dir, limits=self.limits, clock=clock, **self._store_options()
+                    self.settings.data_dir, model=state_model(self.limits), clock=clock, **self._store_options()
                 )
                 store.on_snapshot = self.telemetry.metrics.journal.snapshot
             except (RecoveryError, StoreLocked, OSError) as error:

@@ -10,8 +10,11 @@ proves that the log reads back. The cost is the CPU of one replay and a second c
 in memory while it is built.
 
 Where: the store runs `take_snapshot` in a child process (`main` below) by default, else in a
-worker thread (a custom state, tests in virtual time). A child shares nothing with the server:
-building a million-entry state in a thread of the server holds the interpreter lock for a whole
+worker thread (tests in virtual time, or when told to). The child is handed the `StateModel` itself,
+pickled on its standard input (a picklable factory such as `functools.partial(KernelState, limits)`
+and the record format), so it makes exactly the state the server makes without naming a class.
+
+A child shares nothing with the server: building a million-entry state in a thread of the server holds the interpreter lock for a whole
 dict resize or deallocation cascade at a time (tens to a hundred milliseconds at that size) and
 leaves the memory in the server's heap; a child costs an interpreter start (a fifth of a second)
 and gives everything back when it exits. A child left running by a server killed mid-snapshot is
@@ -28,18 +31,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import logging
 import os
+import pickle
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .disk import Disk
+from .model import StateModel
 from .recovery import list_segments, load, snapshot_dir, wal_dir
 from .snapshot import SnapshotInfo, list_snapshots, write_snapshot
 
-__all__ = ["take_snapshot", "prune", "dismantle", "state_factory", "main", "command"]
+__all__ = ["take_snapshot", "prune", "dismantle", "main", "command", "model_bytes"]
 
 # Settings shared with the live state: never emptied.
 _SHARED = frozenset({"limits", "_limits"})
@@ -48,19 +52,19 @@ log = logging.getLogger("runstate.snapshots")
 
 
 def take_snapshot(
-    data_dir: str, through_lsn: int, make_state: Callable[[], Any], disk: Disk | None = None, keep: int = 2
+    data_dir: str, through_lsn: int, model: StateModel, disk: Disk | None = None, keep: int = 2
 ) -> SnapshotInfo | None:
     """Snapshot the state at `through_lsn` (durable) and prune; None if the newest is already there.
 
     Blocking: run it in a worker thread, never at the same time as a WAL repair.
     """
     disk = disk or Disk()
-    loaded = load(data_dir, make_state, repair=False, through_lsn=through_lsn, disk=disk)
+    loaded = load(data_dir, model, repair=False, through_lsn=through_lsn, disk=disk)
     if loaded.snapshot_lsn >= through_lsn:
         return None
     snaps = snapshot_dir(data_dir)
     os.makedirs(snaps, exist_ok=True)
-    info = write_snapshot(snaps, through_lsn, loaded.newest_ms, loaded.state.image(), disk)
+    info = write_snapshot(snaps, through_lsn, loaded.newest_ms, loaded.state.image(), model.records, disk)
     state, loaded.state = loaded.state, None
     dismantle(state)
     prune(data_dir, keep, disk)
@@ -153,18 +157,19 @@ def prune(data_dir: str, keep: int, disk: Disk | None = None) -> tuple[int, int]
 # -- in a child process --------------------------------------------------------------------------
 
 
-def state_factory(spec: str, limits: dict) -> Callable[[], Any]:
-    """`make_state` from "module:callable" (called with a `Limits`) and the limits' fields."""
-    from ..actors.limits import Limits
+def model_bytes(model: StateModel) -> bytes:
+    """`model` as the child reads it; TypeError when it does not pickle (a lambda, a local class)."""
+    try:
+        return pickle.dumps(model)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        raise TypeError(
+            f"a snapshot process needs a state model that pickles ({error}); "
+            "pass a module-level factory, or set snapshot_process=False"
+        ) from None
 
-    module_name, _, attribute = spec.partition(":")
-    factory = getattr(importlib.import_module(module_name), attribute)
-    settings = Limits(**limits)
-    return lambda: factory(settings)
 
-
-def command(data_dir: str, through_lsn: int, keep: int, spec: str, limits: Any) -> list[str]:
-    """The command line that runs `take_snapshot` in a child process."""
+def command(data_dir: str, through_lsn: int, keep: int) -> list[str]:
+    """The command line that runs `take_snapshot` in a child process (the model comes on stdin)."""
     return [
         sys.executable,
         "-c",
@@ -172,8 +177,6 @@ def command(data_dir: str, through_lsn: int, keep: int, spec: str, limits: Any) 
         "--data-dir", data_dir,
         "--through", str(through_lsn),
         "--keep", str(keep),
-        "--state", spec,
-        "--limits", json.dumps(dataclasses.asdict(limits)),
     ]
 
 
@@ -183,12 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--through", type=int, required=True)
     parser.add_argument("--keep", type=int, default=2)
-    parser.add_argument("--state", default="runstate.actors.state:KernelState")
-    parser.add_argument("--limits", default="{}")
     args = parser.parse_args(argv)
+    # The parent's own model, which it wrote there (`model_bytes`): never data from elsewhere.
+    model = pickle.loads(sys.stdin.buffer.read())
+    if not isinstance(model, StateModel):
+        raise SystemExit("the snapshot process reads a StateModel on its standard input")
     import gc
 
     gc.disable()  # a state without cycles, in a process about to exit
-    info = take_snapshot(args.data_dir, args.through, state_factory(args.state, json.loads(args.limits)), keep=args.keep)
+    info = take_snapshot(args.data_dir, args.through, model, keep=args.keep)
     print(json.dumps(None if info is None else dataclasses.asdict(info)), flush=True)
     os._exit(0)  # skip freeing the state object by object

@@ -2,11 +2,16 @@
 
 A file starts with a 24-byte header, then holds frames back to back:
 
-    file header  magic (8) | first_lsn u64 | prev_crc u32 | header_crc u32                  = 24 bytes
-    frame        length u32 | lsn u64 | index u32 | prev_crc u32 | crc u32 | body (length)  = 24 + length
+    file header  kind (6) | version u8 | layout u8 | first_lsn u64 | prev_crc u32 | header_crc u32  = 24
+    frame        length u32 | lsn u64 | index u32 | prev_crc u32 | crc u32 | body (length)       = 24 + length
 
-All integers are little-endian. `index` is the frame's place in its batch (the frames one write put
-down together: 0, 1, 2...), so `lsn - index` is the first LSN of its batch. Recovery uses it to tell
+All integers are little-endian. The first 8 bytes are the file's magic: its kind (`RSWAL\0` for a
+WAL segment, `RSSNAP` for a snapshot), the record format version of the records it holds
+(`actors/records.py`: a reader upgrades older records as it reads them), and the frame layout
+described here (1). Files written before the version was recorded carry 0 there (their magic was
+`RSWAL\0\0\1` and `RSSNAP\0\1`), which is exactly version 0, layout 1.
+
+`index` is the frame's place in its batch (the frames one write put down together: 0, 1, 2...), so `lsn - index` is the first LSN of its batch. Recovery uses it to tell
 a torn final batch (whose later frames may reach the disk before its earlier ones) from damage
 further back: only the last batch can be half written, since a batch is written only after the one
 before it is durable. `body` is one record as orjson. `crc` is CRC-32 (zlib) over the
@@ -32,8 +37,11 @@ __all__ = [
     "BODY_BYTES_MAX",
     "FILE_HEADER_BYTES",
     "FRAME_HEADER_BYTES",
-    "WAL_MAGIC",
-    "SNAPSHOT_MAGIC",
+    "WAL_KIND",
+    "SNAPSHOT_KIND",
+    "FRAME_LAYOUT",
+    "file_magic",
+    "file_version",
     "Frame",
     "Damage",
     "encode_frame",
@@ -44,8 +52,9 @@ __all__ = [
     "find_intact_frame",
 ]
 
-WAL_MAGIC = b"RSWAL\x00\x00\x01"
-SNAPSHOT_MAGIC = b"RSSNAP\x00\x01"
+WAL_KIND = b"RSWAL\x00"
+SNAPSHOT_KIND = b"RSSNAP"
+FRAME_LAYOUT = 1
 
 # The largest body a frame may carry. Records are far smaller (a request is at most 1 MiB); this
 # bounds what a damaged length can make a reader allocate.
@@ -80,6 +89,23 @@ def encode_frames(first_lsn: int, prev_crc: int, bodies: list[bytes]) -> tuple[b
         frame, prev_crc = encode_frame(first_lsn + index, prev_crc, body, index)
         parts.append(frame)
     return b"".join(parts), prev_crc
+
+
+def file_magic(kind: bytes, version: int) -> bytes:
+    """The 8 bytes a file of `kind` holding records of format `version` begins with."""
+    assert len(kind) == 6 and 0 <= version <= 255
+    return kind + bytes((version, FRAME_LAYOUT))
+
+
+def file_version(data: bytes | memoryview, kind: bytes) -> int | None:
+    """The record format version a file of `kind` says it holds; None if it is not such a file.
+
+    Only the magic is looked at: `decode_file_header` with `file_magic(kind, version)` then checks
+    the whole header (the version is covered by its crc).
+    """
+    if len(data) < 8 or bytes(data[:6]) != kind or data[7] != FRAME_LAYOUT:
+        return None
+    return data[6]
 
 
 def encode_file_header(magic: bytes, first_lsn: int, prev_crc: int) -> bytes:

@@ -1,8 +1,10 @@
-"""Recovery: the newest snapshot that verifies, then the WAL after it, through `KernelState.apply`.
+"""Recovery: the newest snapshot that verifies, then the WAL after it, through the state's `apply`.
 
-`load()` reads a data directory (`<data>/snapshots/`, `<data>/wal/`) into a fresh state. It reads
-every WAL segment that holds records after the snapshot, checks each frame (length, crc, LSN, chain,
-see `frame.py`) and applies the records through the same `apply` the live kernel uses. What it does
+`load()` reads a data directory (`<data>/snapshots/`, `<data>/wal/`) into a fresh state made by the
+`StateModel` it is given. It reads every WAL segment that holds records after the snapshot, checks
+each frame (length, crc, LSN, chain, see `frame.py`), reads each record as the model's record format
+spells it (upgraded from the version its file's header names, then checked), and applies it
+through the same `apply` the live kernel uses. What it does
 when something is not as written is decided by this table, one test per row
 (`tests/durability/test_wal_recovery.py`):
 
@@ -26,7 +28,9 @@ when something is not as written is decided by this table, one test per row
 | 8 | The newest snapshot does not verify (crc, count, end mark)            | Log it and try the next older one; with none     |
 |   |                                                                       | left, replay the WAL from LSN 1 (row 6 if it no  |
 |   |                                                                       | longer begins there). A `.tmp` is deleted.       |
-| 9 | An intact frame whose body is not JSON or does not apply              | Refuse to start (file, offset).                  |
+| 9 | An intact frame whose body is not JSON, is not a record of the format | Refuse to start (file, offset).                  |
+|   | (unknown type, missing or unknown fields), or does not apply          |                                                  |
+|10 | A segment or snapshot of a record format newer than the server's      | Refuse to start (file, offset 6: the version).   |
 
 Segments wholly before the snapshot are not read (`runstate check` reads them all). Frames at or
 before the snapshot's LSN are checked but not applied. A WAL that ends before the snapshot's LSN
@@ -47,16 +51,29 @@ import logging
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
 from .disk import Disk
-from .frame import FILE_HEADER_BYTES, WAL_MAGIC, Frame, decode_file_header, find_intact_frame, read_frame
-from .snapshot import SnapshotError, list_snapshots, load_snapshot
+from .frame import (
+    FILE_HEADER_BYTES,
+    SNAPSHOT_KIND,
+    WAL_KIND,
+    Frame,
+    decode_file_header,
+    file_magic,
+    file_version,
+    find_intact_frame,
+    read_frame,
+)
+from .model import StateModel
+from .snapshot import SnapshotError, list_snapshots, load_snapshot, snapshot_version
 from .wal import SEGMENT_SUFFIX
 
-__all__ = ["RecoveryError", "Repair", "Loaded", "load", "list_segments", "wal_dir", "snapshot_dir"]
+__all__ = [
+    "RecoveryError", "Repair", "Loaded", "load", "list_segments", "wal_dir", "snapshot_dir", "file_versions",
+]
 
 log = logging.getLogger("runstate.snapshots")
 
@@ -79,6 +96,23 @@ def list_segments(directory: str) -> list[tuple[int, str]]:
         if name.endswith(SEGMENT_SUFFIX) and len(stem) == 20 and stem.isdigit():
             found.append((int(stem), os.path.join(directory, name)))
     return sorted(found)
+
+
+def file_versions(data_dir: str) -> dict[str, int]:
+    """The record format version of every snapshot and WAL segment in `data_dir`, by path.
+
+    Only headers are read. A file whose header does not name a version (damaged, or a segment
+    begun by a crash) is left out: recovery decides about it.
+    """
+    found: dict[str, int] = {}
+    files = [(SNAPSHOT_KIND, path) for _, path in list_snapshots(snapshot_dir(data_dir))]
+    files += [(WAL_KIND, path) for _, path in list_segments(wal_dir(data_dir))]
+    for kind, path in files:
+        with open(path, "rb") as file:
+            version = file_version(file.read(FILE_HEADER_BYTES), kind)
+        if version is not None:
+            found[path] = version
+    return found
 
 
 class RecoveryError(Exception):
@@ -120,17 +154,19 @@ class Loaded:
     wal_bytes: int = 0
     repairs: list[Repair] = field(default_factory=list)
     bad_snapshots: list[str] = field(default_factory=list)
+    # The record format versions of the files read (the snapshot used and the segments replayed).
+    versions: set[int] = field(default_factory=set)
 
 
 def load(
     data_dir: str,
-    make_state: Callable[[], Any],
+    model: StateModel,
     *,
     repair: bool,
     through_lsn: int | None = None,
     disk: Disk | None = None,
 ) -> Loaded:
-    """Read `data_dir` into `make_state()`; repair the tail when `repair`, else only report.
+    """Read `data_dir` into `model.make_state()`; repair the tail when `repair`, else only report.
 
     With `through_lsn`, stop after that record (the snapshot builder reads only what is durable)
     and treat any damage before it as fatal. Raises `RecoveryError` for rows 4, 5, 6 and 9.
@@ -142,28 +178,35 @@ def load(
             if name.endswith(".tmp"):  # a crash while writing a snapshot (row 8)
                 log.warning("removing %s, left by a crash while writing a snapshot", name)
                 disk.remove(os.path.join(snaps, name))
-    loaded = _load_snapshot(snaps, make_state, through_lsn)
-    _replay_wal(wal_dir(data_dir), loaded, repair, through_lsn, disk)
+    loaded = _load_snapshot(snaps, model, through_lsn)
+    _replay_wal(wal_dir(data_dir), loaded, model, repair, through_lsn, disk)
     return loaded
 
 
-def _load_snapshot(snaps: str, make_state: Callable[[], Any], through_lsn: int | None) -> Loaded:
+def _load_snapshot(snaps: str, model: StateModel, through_lsn: int | None) -> Loaded:
     bad: list[str] = []
     for lsn, path in reversed(list_snapshots(snaps)):
         if through_lsn is not None and lsn > through_lsn:
             continue
-        state = make_state()
+        version = snapshot_version(path)
+        if version is not None and version > model.records.version:  # row 10, not row 8: never fall back
+            raise RecoveryError(
+                path, 6, f"record format {version} is newer than this server's ({model.records.version})"
+            )
+        state = model.make_state()
         try:
-            info = load_snapshot(path, state.apply)
+            info = load_snapshot(path, state.apply, model.records)
         except (SnapshotError, OSError) as error:
             log.error("snapshot does not verify, trying an older one: %s", error)
             bad.append(str(error))
             continue
-        return Loaded(state, lsn, path, lsn, 0, info.newest_ms, bad_snapshots=bad)
-    return Loaded(make_state(), bad_snapshots=bad)
+        return Loaded(state, lsn, path, lsn, 0, info.newest_ms, bad_snapshots=bad, versions={info.version})
+    return Loaded(model.make_state(), bad_snapshots=bad)
 
 
-def _replay_wal(directory: str, loaded: Loaded, repair: bool, through_lsn: int | None, disk: Disk) -> None:
+def _replay_wal(
+    directory: str, loaded: Loaded, model: StateModel, repair: bool, through_lsn: int | None, disk: Disk
+) -> None:
     segments = list_segments(directory)
     snapshot_lsn = loaded.snapshot_lsn
     # Skip the segments wholly covered by the snapshot: the next one starts at or before L + 1.
@@ -177,6 +220,8 @@ def _replay_wal(directory: str, loaded: Loaded, repair: bool, through_lsn: int |
             path, 0, f"the log begins at LSN {first_lsn} but the snapshot ends at {snapshot_lsn}: records are missing"
         )
     state_apply = loaded.state.apply
+    record_format = model.records
+    check, upgrade, current = record_format.check, record_format.upgrade, record_format.version
     last_lsn: int | None = None  # of the log read so far (None before the first segment)
     prev_crc = 0
     for number, (name_lsn, path) in enumerate(segments):
@@ -185,7 +230,10 @@ def _replay_wal(directory: str, loaded: Loaded, repair: bool, through_lsn: int |
             data = file.read()
         loaded.segments += 1
         loaded.wal_bytes += len(data)
-        header = decode_file_header(data, WAL_MAGIC)
+        version = file_version(data, WAL_KIND)
+        header = None if version is None else decode_file_header(data, file_magic(WAL_KIND, version))
+        if header is not None and version > current:  # type: ignore[operator]
+            raise RecoveryError(path, 6, f"record format {version} is newer than this server's ({current})")
         if header is None or header[0] != name_lsn:
             if is_last and find_intact_frame(data, 0, name_lsn) is None:
                 _repair(loaded, Repair("broken segment header", path, 0, len(data)), repair, disk, data, remove=True)
@@ -193,6 +241,7 @@ def _replay_wal(directory: str, loaded: Loaded, repair: bool, through_lsn: int |
             reason = "damaged segment header" if header is None else f"header says LSN {header[0]}, name says {name_lsn}"
             raise RecoveryError(path, 0, reason)
         first_lsn, link = header
+        loaded.versions.add(version)  # type: ignore[arg-type]
         if last_lsn is not None:
             if first_lsn == last_lsn + 1:
                 if link != prev_crc:
@@ -218,8 +267,11 @@ def _replay_wal(directory: str, loaded: Loaded, repair: bool, through_lsn: int |
             if found.lsn > snapshot_lsn:
                 try:
                     record = orjson.loads(found.body)
+                    if version != current:
+                        record = upgrade(record, version)
+                    check(record)
                     state_apply(record)
-                except Exception as error:  # not JSON, or not a record this kernel can apply
+                except Exception as error:  # not JSON, not a record of the format, or not one that applies
                     raise RecoveryError(path, offset, f"record {found.lsn} does not apply: {error!r}") from None
                 at_ms = record.get("at_ms")
                 if isinstance(at_ms, int) and at_ms > loaded.newest_ms:

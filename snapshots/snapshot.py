@@ -4,10 +4,14 @@ A snapshot lives in `<data>/snapshots/` and is named by the LSN it covers
 (`00000000000000001234.snap`). It uses the WAL's framing (`frame.py`) with the snapshot magic; the
 frame's LSN field counts entries 1, 2, 3... and every frame is chained to the one before:
 
-    header   magic "RSSNAP", lsn, prev_crc 0
+    header   magic "RSSNAP" + record format version, lsn, prev_crc 0
     frame 1  {"type": "snapshot.begin", "lsn": L, "newest_ms": T, "format": 1}
-    frames   the state's image: records that `KernelState.apply` turns back into the state
+    frames   the state's image: records that the state's `apply` turns back into the state
     frame n  {"type": "snapshot.end", "lsn": L, "entries": n - 2}
+
+`format` in the begin mark is this file layout (begin, entries, end); the version in the header is
+the record format of the entries, each checked before it is written and, upgraded from an older
+version if need be, after it is read.
 
 A file verifies when every frame is intact and chained, the entries are numbered without a gap,
 it begins and ends as above with the right count, and nothing follows the end. Because the
@@ -31,15 +35,26 @@ import orjson
 from .disk import Disk
 from .frame import (
     FILE_HEADER_BYTES,
-    SNAPSHOT_MAGIC,
+    SNAPSHOT_KIND,
     Frame,
     decode_file_header,
     encode_file_header,
     encode_frame,
+    file_magic,
+    file_version,
     read_frame,
 )
+from .model import RecordFormat
 
-__all__ = ["SnapshotError", "SnapshotInfo", "write_snapshot", "load_snapshot", "snapshot_name", "list_snapshots"]
+__all__ = [
+    "SnapshotError",
+    "SnapshotInfo",
+    "write_snapshot",
+    "load_snapshot",
+    "snapshot_name",
+    "list_snapshots",
+    "snapshot_version",
+]
 
 SNAPSHOT_SUFFIX = ".snap"
 FORMAT = 1
@@ -80,13 +95,30 @@ class SnapshotInfo:
     newest_ms: int
     entries: int
     size_bytes: int
+    version: int  # the record format of its entries
+
+
+def snapshot_version(path: str) -> int | None:
+    """The record format version a snapshot file says it holds (None: not a snapshot)."""
+    with open(path, "rb") as file:
+        return file_version(file.read(FILE_HEADER_BYTES), SNAPSHOT_KIND)
 
 
 def write_snapshot(
-    snap_dir: str, lsn: int, newest_ms: int, records: Iterable[dict], disk: Disk | None = None
+    snap_dir: str,
+    lsn: int,
+    newest_ms: int,
+    records: Iterable[dict],
+    record_format: RecordFormat,
+    disk: Disk | None = None,
 ) -> SnapshotInfo:
-    """Write the image `records` as the snapshot at `lsn`, atomically. Blocking: run it in a thread."""
+    """Write the image `records` as the snapshot at `lsn`, atomically, each record checked first.
+
+    Blocking: run it in a thread. A record `record_format` refuses raises its `ValueError` before
+    the snapshot is published (the temporary file is left for the next start to delete).
+    """
     disk = disk or Disk()
+    check = record_format.check
     path = os.path.join(snap_dir, snapshot_name(lsn))
     temporary = path + ".tmp"
     if os.path.exists(temporary):
@@ -94,7 +126,7 @@ def write_snapshot(
     fd = disk.create(temporary)
     size = 0
     try:
-        chunk = [encode_file_header(SNAPSHOT_MAGIC, lsn, 0)]
+        chunk = [encode_file_header(file_magic(SNAPSHOT_KIND, record_format.version), lsn, 0)]
         chunk_bytes = FILE_HEADER_BYTES
         prev_crc = 0
         entries = 0
@@ -112,6 +144,7 @@ def write_snapshot(
 
         add(1, {"type": "snapshot.begin", "lsn": lsn, "newest_ms": newest_ms, "format": FORMAT})
         for entries, record in enumerate(records, 1):
+            check(record)
             add(entries + 1, record)
         add(entries + 2, {"type": "snapshot.end", "lsn": lsn, "entries": entries})
         disk.write(fd, b"".join(chunk))
@@ -121,20 +154,25 @@ def write_snapshot(
         disk.close(fd)
     disk.replace(temporary, path)
     disk.fsync_dir(snap_dir)
-    return SnapshotInfo(path, lsn, newest_ms, entries, size)
+    return SnapshotInfo(path, lsn, newest_ms, entries, size, record_format.version)
 
 
-def load_snapshot(path: str, apply: Any) -> SnapshotInfo:
+def load_snapshot(path: str, apply: Any, record_format: RecordFormat) -> SnapshotInfo:
     """Verify the snapshot at `path` while feeding its records to `apply`; SnapshotError if bad.
 
-    The records are applied as they are read, so on an error the caller must throw away whatever
-    it applied them to (recovery builds a fresh state for each snapshot it tries).
+    Each entry is upgraded from the file's record format version to `record_format`'s and checked
+    before it is applied. The records are applied as they are read, so on an error the caller must throw
+    away whatever it applied them to (recovery builds a fresh state for each snapshot it tries).
     """
     with open(path, "rb") as file:
         data = file.read()
-    header = decode_file_header(data, SNAPSHOT_MAGIC)
+    version = file_version(data, SNAPSHOT_KIND)
+    header = None if version is None else decode_file_header(data, file_magic(SNAPSHOT_KIND, version))
     if header is None:
         raise SnapshotError(path, 0, "not a snapshot, or its header is damaged")
+    if version > record_format.version:
+        raise SnapshotError(path, 6, f"record format {version} is newer than this server's ({record_format.version})")
+    check, upgrade = record_format.check, record_format.upgrade
     lsn = header[0]
     offset = FILE_HEADER_BYTES
     prev_crc = 0
@@ -165,9 +203,12 @@ def load_snapshot(path: str, apply: Any) -> SnapshotInfo:
             break
         else:
             try:
+                if version != record_format.version:
+                    record = upgrade(record, version)
+                check(record)
                 apply(record)
             except Exception as error:  # a record this kernel cannot apply
                 raise SnapshotError(path, offset, f"entry {index} ({kind}) does not apply: {error!r}") from None
         offset = found.end
     assert begin is not None
-    return SnapshotInfo(path, lsn, begin["newest_ms"], index - 2, len(data))
+    return SnapshotInfo(path, lsn, begin["newest_ms"], index - 2, len(data), version)

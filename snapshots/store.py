@@ -1,23 +1,34 @@
 """The store: what the server opens on a data directory, and the tasks that keep it.
 
-    store = await open_store(data_dir, fsync="always", limits=limits, clock=clock)
+    store = await open_store(data_dir, model=model, clock=clock, fsync="always")
     kernel = Kernel(state=store.state, journal=store.journal, clock=clock)
     await nursery.start(store.run, kernel)   # the WAL writer, snapshots, repairs after a disk error
     await nursery.start(kernel.run)
 
+The caller hands in the `StateModel` (how to make a state, the record format; `model.py`) and the
+clock: this package knows neither the kernel's classes nor where time comes from.
+
 `open_store` takes the directory's lock (one server per directory), recovers (`recovery.py`, in a
-worker thread: the loop stays free to answer `/healthz` 503 meanwhile), advances the clock to the
-newest time the journal holds, starts a new WAL segment and records the boot before anything is
-served: the `kernel.booted` record (epoch and generation floor, `actors/boot.py`) and the restart
-decisions of `KernelState.restart` (leases that had ended expire; the others get a grace period),
-written and fsynced whatever the policy. It returns the state, the journal and a `RecoveryReport`.
+worker thread: the loop stays free to answer `/healthz` 503 meanwhile), upgrades a directory written
+in an older record format (below), advances the clock to the newest time the journal holds, starts
+a new WAL segment and records the boot before anything is served: the state's boot record (epoch
+and generation floor) and its restart decisions (leases that had ended expire; the others get a
+grace period), written and fsynced whatever the policy. It returns the state, the journal and a
+`RecoveryReport`.
+
+Upgrading. Files say which record format they hold (`frame.py`). When any is older than the
+model's, recovery has read them upgraded record by record; the start then writes the state so read
+as a snapshot of the current format at the last LSN, deletes every older file (their records are
+all at or before it) and logs that it did. A crash part way is harmless: the new snapshot is
+published atomically before anything is deleted, and the next start deletes what is left.
 
 `Store.run` keeps three things going: the journal's writer, snapshots every `snapshot_every_records`
 records or `snapshot_every_s` seconds (`compaction.py`), and the repair after a failed write: the
 state is rebuilt from what is on disk and handed to `kernel.restore()` at once (reads then show
-only recorded changes), then every `probe_interval_s` the WAL is truncated to the last good record
-and a new segment begun; once that works, the boot is recorded as at a start, and the journal
-takes changes again.
+only recorded changes). Then every `probe_interval_s` the WAL is truncated to the last good record
+and a new segment begun; once that works, another rebuild (not yet live, so nothing reads it while
+it changes) takes the boot decisions as at a start, they are written, and that state is restored:
+the journal takes changes again.
 """
 
 from __future__ import annotations
@@ -35,9 +46,10 @@ from typing import Any, Callable
 import trio
 
 from .disk import Disk
-from .compaction import command, take_snapshot
-from .snapshot import SnapshotInfo
-from .recovery import Loaded, RecoveryError, load, snapshot_dir, wal_dir
+from .compaction import command, model_bytes, take_snapshot
+from .model import Clock, RecoverableState, StateModel
+from .snapshot import SnapshotInfo, list_snapshots, snapshot_version, write_snapshot
+from .recovery import Loaded, RecoveryError, file_versions, load, snapshot_dir, wal_dir
 from .wal import RunBlocking, SegmentWriter, WalJournal
 
 __all__ = ["StoreConfig", "RecoveryReport", "Store", "StoreLocked", "open_store"]
@@ -104,6 +116,8 @@ class RecoveryReport:
     counts: dict[str, int] = field(default_factory=dict)
     repairs: list[str] = field(default_factory=list)
     bad_snapshots: list[str] = field(default_factory=list)
+    version: int = 0  # the record format written from now on
+    upgraded_from: list[int] = field(default_factory=list)  # older formats this start upgraded
 
     def describe(self) -> str:
         things = ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in self.counts.items())
@@ -117,6 +131,8 @@ class RecoveryReport:
             text += f"; repaired: {repair}"
         for bad in self.bad_snapshots:
             text += f"; skipped snapshot: {bad}"
+        if self.upgraded_from:
+            text += f"; upgraded from record format {', '.join(map(str, self.upgraded_from))} to {self.version}"
         return text
 
 
@@ -132,8 +148,11 @@ def _lock(data_dir: str) -> int:
     return fd
 
 
-def _boot_records(state: Any, fsync: str, newest_ms: int, now_ms: int) -> tuple[list[dict], int, int]:
-    """The boot and restart records (applied to `state`), and how many expiries and grace periods."""
+def _boot_records(state: RecoverableState, fsync: str, newest_ms: int, now_ms: int) -> tuple[list[dict], int, int]:
+    """The boot and restart records (applied to `state`), and how many expiries and grace periods.
+
+    Only on a state nothing else reads yet: it changes it, in a worker thread.
+    """
     records = state.decide_boot(fsync, now_ms)
     restart = state.restart(newest_ms, now_ms)
     # A grace period is a renewal (of a claim or a delivery); every other restart record ends a
@@ -148,20 +167,22 @@ class Store:
         data_dir: str,
         config: StoreConfig,
         disk: Disk,
-        make_state: Callable[[], Any],
-        clock: Any,
+        model: StateModel,
+        clock: Clock,
         lock_fd: int,
         run_blocking: RunBlocking | None = None,
-        state_spec: tuple[str, Any] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.config = config
         self.disk = disk
-        self.make_state = make_state
+        self.model = model
         self.clock = clock
         self.run_blocking: RunBlocking = run_blocking or trio.to_thread.run_sync
-        # How a child process makes the state: ("module:callable", limits); None: threads only.
-        self.state_spec = state_spec if run_blocking is None else None
+        # The model as a snapshot's child process reads it; None: snapshots are built in a thread
+        # (asked for, or IO run inline in virtual time, where a child's wait would be real time).
+        self._child_model: bytes | None = None
+        if config.snapshot_process and run_blocking is None:
+            self._child_model = model_bytes(model)
         self.state: Any = None
         self.journal: WalJournal | None = None
         self.report: RecoveryReport | None = None
@@ -178,18 +199,24 @@ class Store:
 
     async def _open(self) -> None:
         started = time.perf_counter()
+        record_format = self.model.records
         with _collector_paused():
             loaded: Loaded = await self.run_blocking(
-                lambda: load(self.data_dir, self.make_state, repair=True, disk=self.disk)
+                lambda: load(self.data_dir, self.model, repair=True, disk=self.disk)
             )
+        with _collector_paused():  # an upgrade writes an image of the whole state
+            upgraded_from = await self.run_blocking(self._upgrade, loaded)
         self.clock.advance_anchor_to(loaded.newest_ms)
-        writer = SegmentWriter(wal_dir(self.data_dir), self.disk, self.config.segment_bytes_max)
+        writer = SegmentWriter(
+            wal_dir(self.data_dir), self.disk, self.config.segment_bytes_max, version=record_format.version
+        )
         await self.run_blocking(writer.start, loaded.last_lsn + 1, loaded.prev_crc)
         self.journal = WalJournal(
             writer,
             fsync=self.config.fsync,
             batch_interval_ms=self.config.batch_interval_ms,
             run_blocking=self.run_blocking,
+            check=record_format.check,
         )
         now_ms = self.clock.now_ms()
         records, expired, graced = await self.run_blocking(
@@ -219,7 +246,42 @@ class Store:
             counts=self.state.counts(),
             repairs=[repair.describe() for repair in loaded.repairs],
             bad_snapshots=loaded.bad_snapshots,
+            version=record_format.version,
+            upgraded_from=upgraded_from,
         )
+
+    def _upgrade(self, loaded: Loaded) -> list[int]:
+        """Rewrite a directory that holds files of an older record format; the versions it held.
+
+        `loaded` was read upgraded in memory: its state, as a snapshot at the last LSN in the
+        current format, replaces every older file. Blocking: run it in a worker thread.
+        """
+        current = self.model.records.version
+        old = {path: version for path, version in file_versions(self.data_dir).items() if version < current}
+        if not old:
+            return []
+        versions = sorted(set(old.values()))
+        snaps = snapshot_dir(self.data_dir)
+        newest = list_snapshots(snaps)[-1:]
+        covered = bool(newest) and newest[0][0] >= loaded.last_lsn and snapshot_version(newest[0][1]) == current
+        fields = {"from": versions, "to": current, "lsn": loaded.last_lsn, "files": len(old)}
+        log.warning(
+            "upgrading %s from record format %s to %d: a snapshot at LSN %d replaces %d older file(s)",
+            self.data_dir, ", ".join(map(str, versions)), current, loaded.last_lsn, len(old),
+            extra={"event": "upgrade", "fields": fields},
+        )
+        if loaded.last_lsn > 0 and not covered:
+            info = write_snapshot(
+                snaps, loaded.last_lsn, loaded.newest_ms, loaded.state.image(), self.model.records, self.disk
+            )
+            loaded.snapshot_lsn, loaded.snapshot_path = info.lsn, info.path
+        for path in old:  # every record in them is at or before the snapshot just made durable
+            if path != loaded.snapshot_path:
+                self.disk.remove(path)
+        self.disk.fsync_dir(snaps)
+        self.disk.fsync_dir(wal_dir(self.data_dir))
+        loaded.prev_crc = 0  # the record it linked to is gone; a segment after a snapshot needs no link
+        return versions
 
     def close(self) -> None:
         """Sync and close the open segment and release the directory (at shutdown)."""
@@ -271,14 +333,14 @@ class Store:
             through = journal.durable_lsn
             started = time.perf_counter()
             try:
-                if self.config.snapshot_process and self.state_spec is not None:
+                if self._child_model is not None:
                     info = await self._snapshot_in_child(through)
                 else:
                     with _collector_paused():
                         info = await self.run_blocking(
-                            take_snapshot, self.data_dir, through, self.make_state, self.disk, self.config.snapshots_kept
+                            take_snapshot, self.data_dir, through, self.model, self.disk, self.config.snapshots_kept
                         )
-            except (OSError, RecoveryError) as error:
+            except (OSError, ValueError, RecoveryError) as error:  # ValueError: a record the format refuses
                 log.error("snapshot at LSN %d failed (the WAL is kept): %s", through, error)
                 return 0
         if info is None:
@@ -293,10 +355,11 @@ class Store:
         return info.lsn
 
     async def _snapshot_in_child(self, through: int) -> SnapshotInfo | None:
-        assert self.state_spec is not None
-        spec, limits = self.state_spec
-        argv = command(self.data_dir, through, self.config.snapshots_kept, spec, limits)
-        result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+        assert self._child_model is not None
+        argv = command(self.data_dir, through, self.config.snapshots_kept)
+        result = await trio.run_process(
+            argv, stdin=self._child_model, capture_stdout=True, capture_stderr=True, check=False
+        )
         if result.returncode != 0:
             detail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
             raise OSError(f"the snapshot process exited with {result.returncode}: {detail[0]}")
@@ -311,37 +374,56 @@ class Store:
             await self._repair()
 
     async def _repair(self) -> None:
-        """Rebuild the state from disk, truncate the WAL to its last good record, start again."""
+        """Drop the unrecorded changes, wait for the disk, truncate the WAL, record a boot, go on.
+
+        Two rebuilds from disk. The first is handed to the kernel at once, so reads show only
+        recorded changes while the disk is down; it is never changed afterwards. The second is
+        made once the WAL is truncated: the boot decisions are applied to it while nothing reads
+        it (in a worker thread), written, and only then is it handed to the kernel, once, with
+        the timers of its grace periods. Deciding on the live state instead would change it off
+        the event loop while reads are served.
+        """
         journal, kernel = self.journal, self._kernel
         assert journal is not None
-        while True:
-            try:
-                async with self._busy:  # not during a snapshot; released while waiting to try again
-                    loaded = await self._repair_once(kernel)
-                break
-            except (OSError, RecoveryError) as error:
-                log.warning("the disk still fails (%s); trying again in %.1f s", error, self.config.probe_interval_s)
-                await trio.sleep(self.config.probe_interval_s)
+        recorded = await self._until_the_disk_works(self._rebuild)
+        self.state = recorded.state
         if kernel is not None:
-            kernel.restore(loaded.state)  # again, for the timers of the grace periods just recorded
+            kernel.restore(recorded.state)  # from here on, reads show only recorded changes
+        del recorded
+        booted = await self._until_the_disk_works(self._repair_once)
+        self.state = booted.state
+        if kernel is not None:
+            kernel.restore(booted.state)
         journal.reopen()
         self.repairs_done += 1
         log.warning("the journal works again: state rebuilt from disk up to LSN %d", journal.durable_lsn)
 
-    async def _repair_once(self, kernel: Any) -> Loaded:
-        """One attempt: reload what is durable (reads show it at once), truncate, record the boot."""
+    async def _until_the_disk_works(self, attempt: Callable[[], Any]) -> Loaded:
+        while True:
+            try:
+                async with self._busy:  # not during a snapshot; released while waiting to try again
+                    return await attempt()
+            except (OSError, RecoveryError) as error:
+                log.warning("the disk still fails (%s); trying again in %.1f s", error, self.config.probe_interval_s)
+                await trio.sleep(self.config.probe_interval_s)
+
+    async def _rebuild(self) -> Loaded:
+        """The state as recorded: everything up to the last record known durable (`writer.good`)."""
         journal = self.journal
         assert journal is not None
-        writer = journal.writer
-        through = writer.good.next_lsn - 1 if writer.good is not None else 0
+        good = journal.writer.good
+        through = good.next_lsn - 1 if good is not None else 0
         with _collector_paused():
-            loaded = await self.run_blocking(
-                lambda: load(self.data_dir, self.make_state, repair=False, through_lsn=through, disk=self.disk)
+            return await self.run_blocking(
+                lambda: load(self.data_dir, self.model, repair=False, through_lsn=through, disk=self.disk)
             )
-        self.state = loaded.state
-        if kernel is not None:
-            kernel.restore(loaded.state)  # from here on, reads show only recorded changes
-        await self.run_blocking(writer.repair)
+
+    async def _repair_once(self) -> Loaded:
+        """One attempt: truncate the WAL, rebuild, decide and write the boot on the rebuilt state."""
+        journal = self.journal
+        assert journal is not None
+        await self.run_blocking(journal.writer.repair)
+        loaded = await self._rebuild()
         records, _, _ = await self.run_blocking(
             _boot_records, loaded.state, self.config.fsync, loaded.newest_ms, self.clock.now_ms()
         )
@@ -352,34 +434,28 @@ class Store:
 async def open_store(
     data_dir: str,
     *,
+    model: StateModel,
+    clock: Clock,
     fsync: str = "always",
-    limits: Any = None,
-    clock: Any = None,
     config: StoreConfig | None = None,
     disk: Disk | None = None,
-    make_state: Callable[[], Any] | None = None,
     run_blocking: RunBlocking | None = None,
 ) -> Store:
-    """Recover `data_dir` and record the boot; raises `RecoveryError` (file, offset) or `StoreLocked`.
+    """Recover `data_dir` into `model`'s state and record the boot.
 
-    `fsync` is used unless a `config` is given. Call inside trio; the clock (created here when not
-    given) is advanced to the newest time the journal holds. `run_blocking` runs the blocking IO
-    (default: a worker thread; tests in virtual time pass `wal.inline`).
+    Raises `RecoveryError` (file, offset) or `StoreLocked`. `fsync` is used unless a `config` is
+    given. Call inside trio; `clock` is advanced to the newest time the journal holds.
+    `run_blocking` runs the blocking IO (default: a worker thread; tests in virtual time pass
+    `wal.inline`). With `config.snapshot_process`, `model` must pickle (TypeError here if not).
     """
-    from ..actors.clock import Clock
-    from ..actors.state import KernelState
-
-    from ..actors.limits import Limits
-
     config = config or StoreConfig(fsync=fsync)
     disk = disk or Disk(config.fsync_slow_ms)
-    state_spec = None
-    if make_state is None:
-        limits = limits or Limits()
-        make_state = lambda: KernelState(limits)  # noqa: E731
-        state_spec = ("runstate.actors.state:KernelState", limits)
     lock_fd = await (run_blocking or trio.to_thread.run_sync)(_lock, data_dir)
-    store = Store(data_dir, config, disk, make_state, clock or Clock(), lock_fd, run_blocking, state_spec)
+    try:
+        store = Store(data_dir, config, disk, model, clock, lock_fd, run_blocking)
+    except BaseException:
+        os.close(lock_fd)
+        raise
     try:
         await store._open()
     except BaseException:
@@ -389,7 +465,8 @@ async def open_store(
     fields = {
         "seconds": round(report.seconds, 3), "snapshot_lsn": report.snapshot_lsn, "records": report.records,
         "last_lsn": report.last_lsn, "epoch": report.epoch, "expired": report.expired, "graced": report.graced,
-        "repairs": len(report.repairs), **report.counts,
+        "repairs": len(report.repairs), "record_format": report.version, "upgraded_from": report.upgraded_from,
+        **report.counts,
     }
     log.info("%s", report.describe(), extra={"event": "recovery", "fields": fields})
     return store

@@ -1,11 +1,15 @@
 """The write-ahead log: segment files and the one writer task that group-commits to them.
 
 Segments live in `<data>/wal/` and are named by the LSN of their first record
-(`00000000000000000001.wal`); `frame.py` gives their layout. A segment is sealed (fsynced) when it
+(`00000000000000000001.wal`); `frame.py` gives their layout. A segment's header names the record
+format version of what it holds: the writer always writes the current one (older segments are
+upgraded away at a start, see `store.py`). A segment is sealed (fsynced) when it
 reaches `segment_bytes_max` and the next one is started; a new segment's name is made durable (the
 directory is fsynced) before any record is written into it, whatever the policy.
 
-`WalJournal` is the kernel's `Journal`. `append()` only encodes the records (orjson, on the loop,
+`WalJournal` is the kernel's `Journal` (structurally: nothing here imports the kernel). `append()`
+checks each record against the record format (`check`, handed in by whoever opens the store) and
+only encodes the records (orjson, on the loop,
 so a reply the shell goes on to mutate cannot change what is written) and queues them: it never
 blocks and never does IO. One writer task takes everything queued from all actors as one batch,
 writes it and, by policy, fsyncs it in a worker thread, then calls each batch's `on_durable(None)`
@@ -39,16 +43,14 @@ import orjson
 import trio
 
 from .disk import Disk
-from .frame import BODY_BYTES_MAX, FILE_HEADER_BYTES, WAL_MAGIC, encode_file_header, encode_frames
+from .frame import BODY_BYTES_MAX, FILE_HEADER_BYTES, WAL_KIND, encode_file_header, encode_frames, file_magic
+from .model import Durable
 
 __all__ = ["WalJournal", "SegmentWriter", "Position", "segment_name", "FSYNC_POLICIES", "RunBlocking", "inline"]
 
 # How blocking IO is run: `trio.to_thread.run_sync` (the default), or `inline` in tests that run in
 # virtual time, where a worker thread would let the mock clock jump while the IO runs.
 RunBlocking = Callable[..., Awaitable[Any]]
-# Called once with None when appended records are durable, or with the error that stopped them
-# (the kernel's journal seam; the WAL satisfies that protocol without importing it).
-Durable = Callable[[BaseException | None], None]
 
 
 async def inline(function: Callable[..., Any], *args: Any) -> Any:
@@ -79,10 +81,11 @@ class Position:
 class SegmentWriter:
     """The open segment. Blocking; used from one thread at a time (the writer's)."""
 
-    def __init__(self, wal_dir: str, disk: Disk, segment_bytes_max: int) -> None:
+    def __init__(self, wal_dir: str, disk: Disk, segment_bytes_max: int, *, version: int) -> None:
         self.wal_dir = wal_dir
         self.disk = disk
         self.segment_bytes_max = segment_bytes_max
+        self.magic = file_magic(WAL_KIND, version)  # the record format every new segment says it holds
         self._fd: int | None = None
         self._path = ""
         self._offset = 0
@@ -105,7 +108,7 @@ class SegmentWriter:
             self.disk.remove(path)  # an empty segment left by an earlier start
         fd = self.disk.create(path)
         try:
-            self.disk.write(fd, encode_file_header(WAL_MAGIC, first_lsn, prev_crc))
+            self.disk.write(fd, encode_file_header(self.magic, first_lsn, prev_crc))
             self.disk.fsync(fd, path)
             self.disk.fsync_dir(self.wal_dir)
         except BaseException:
@@ -179,6 +182,7 @@ class WalJournal:
         batch_interval_ms: float = 3.0,
         batch_records_max: int = 65_536,
         run_blocking: RunBlocking | None = None,
+        check: Callable[[dict], None] | None = None,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
@@ -187,6 +191,8 @@ class WalJournal:
         self.fsync = fsync
         self.batch_interval_s = batch_interval_ms / 1000
         self.batch_records_max = batch_records_max
+        # Raises ValueError for a record the format does not know (None: records are not checked).
+        self.check = check
         self.failure: BaseException | None = None
         self.failed = trio.Event()  # set on failure, for the store's repair loop
         self.appended_lsn = writer.next_lsn - 1
@@ -206,6 +212,9 @@ class WalJournal:
             on_durable(self.failure)
             return self.appended_lsn
         try:
+            if self.check is not None:
+                for record in records:
+                    self.check(record)
             bodies = [orjson.dumps(record) for record in records]
             for body in bodies:
                 if len(body) > BODY_BYTES_MAX:
@@ -327,6 +336,9 @@ class WalJournal:
         return self.durable_lsn
 
     def _write_now(self, records: list[dict]) -> None:
+        if self.check is not None:
+            for record in records:
+                self.check(record)
         bodies = [orjson.dumps(record) for record in records]
         for start in range(0, len(bodies), self.batch_records_max):
             part = bodies[start : start + self.batch_records_max]

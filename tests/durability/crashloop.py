@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import httpx
 import trio
 
-from runstate.actors import KernelState
+from runstate.server.durable import state_model
 from runstate.snapshots import load
 
 API_KEY = "rs_crash_test_key"
@@ -156,7 +156,7 @@ def verify(data_dir: str, acked: Acked) -> list[tuple[str, str, str]]:
     Returns the claims acquired in the last cycle that still held at the crash. (A scope ended by a
     request whose answer the kill cut off is ended on disk: its claims are gone, rightly.)
     """
-    state = load(data_dir, KernelState, repair=False).state
+    state = load(data_dir, state_model(), repair=False).state
     space = state.space(SPACE)
     for scope_id in acked.scopes:
         assert scope_id in space.scopes, f"acknowledged scope {scope_id} is missing"

@@ -9,8 +9,11 @@ from typing import AsyncIterator
 import orjson
 import trio
 
-from runstate.actors import Clock, Kernel, KernelState
-from runstate.snapshots import Disk, load, open_store
+from runstate.actors import Clock, Kernel
+from runstate.actors.records import VERSION
+from runstate.server.durable import state_model
+from runstate.snapshots import CheckReport, Disk, load, open_store
+from runstate.snapshots import check as check_dir
 from runstate.snapshots.frame import FILE_HEADER_BYTES, Frame, read_frame
 from runstate.snapshots.recovery import list_segments, wal_dir
 from runstate.snapshots.store import StoreConfig
@@ -19,6 +22,9 @@ from runstate.snapshots.wal import SegmentWriter, inline
 from ..ops import ClaimOps, KeyOps, ScopeOps
 
 T0_MS = 1_800_000_000_000  # a fixed wall time for tests: 2027-01-15T08:00:00Z
+
+# The kernel's state and record format, with the default limits, as the server hands them in.
+MODEL = state_model()
 
 
 def key_record(number: int) -> dict:
@@ -36,7 +42,7 @@ def key_record(number: int) -> dict:
 def write_log(data_dir: str, batches: list[list[dict]], segment_bytes_max: int = 1 << 20) -> None:
     """Write `batches` into `data_dir`'s WAL as the writer would, one write + fsync per batch."""
     os.makedirs(wal_dir(data_dir), exist_ok=True)
-    writer = SegmentWriter(wal_dir(data_dir), Disk(), segment_bytes_max)
+    writer = SegmentWriter(wal_dir(data_dir), Disk(), segment_bytes_max, version=VERSION)
     writer.start(1, 0)
     for batch in batches:
         writer.write(writer.next_lsn, [orjson.dumps(record) for record in batch], True)
@@ -77,7 +83,12 @@ def flip_byte(path: str, offset: int) -> None:
 
 
 def reload(data_dir: str, repair: bool = False):
-    return load(data_dir, KernelState, repair=repair)
+    return load(data_dir, MODEL, repair=repair)
+
+
+def check(data_dir: str) -> CheckReport:
+    """`runstate check` on `data_dir`, as the command runs it."""
+    return check_dir(data_dir, MODEL)
 
 
 class Running:
@@ -111,8 +122,8 @@ async def running(
     clock = Clock(wall_anchor_ms=wall_ms)
     store = await open_store(
         data_dir,
+        model=state_model(Limits().replace(**limits) if limits else None),
         fsync=fsync,
-        limits=Limits().replace(**limits) if limits else None,
         clock=clock,
         config=config,
         disk=disk,

@@ -8,9 +8,8 @@ import os
 import pytest
 import trio
 
-from runstate.snapshots import check
-
 from .crashloop import run_cycles
+from .helpers import check
 
 CYCLES = int(os.environ.get("RUNSTATE_CRASH_CYCLES", "20"))
 

@@ -8,11 +8,11 @@ import pytest
 import trio
 
 from runstate.actors import KernelError
-from runstate.snapshots import FaultyDisk, assert_same_state, check
+from runstate.snapshots import FaultyDisk, assert_same_state
 from runstate.snapshots.store import StoreConfig
 
 from ..ops import MailboxOps, MessageOps
-from .helpers import reload, running
+from .helpers import check, reload, running
 
 SPACE = "s1"
 
@@ -107,3 +107,39 @@ async def test_a_snapshot_is_not_taken_while_the_journal_has_failed(tmp_path, au
         with pytest.raises(KernelError):
             await run.claims.acquire(SPACE, scope_id=scope_id, key="k", holder="h", session="x", lease_s=60)
         assert await run.store.snapshot() == 0
+
+
+@pytest.mark.trio
+async def test_a_repair_records_the_boot_on_a_rebuild_before_the_kernel_gets_it(tmp_path, autojump_clock, monkeypatch):
+    """No state the kernel serves reads from is changed off the event loop: the first rebuild
+    (handed over at once, so reads show only recorded changes) is never touched again, and the one
+    the journal goes on from is handed over with its boot already decided and recorded."""
+    from runstate.actors import Kernel
+    from runstate.snapshots import contents
+
+    restored: list = []
+    restore = Kernel.restore
+
+    def watched(kernel, state) -> None:  # type: ignore[no-untyped-def]
+        restored.append((state, contents(state)))
+        restore(kernel, state)
+
+    monkeypatch.setattr(Kernel, "restore", watched)
+    data = str(tmp_path)
+    disk = FaultyDisk()
+    async with running(data, disk=disk, config=StoreConfig(probe_interval_s=1.0)) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        await run.claims.acquire(SPACE, scope_id=scope_id, key="kept", holder="h", session="x", lease_s=60)
+        disk.fail_fsync = True
+        with pytest.raises(KernelError):
+            await run.claims.acquire(SPACE, scope_id=scope_id, key="lost", holder="h", session="x", lease_s=60)
+        await trio.sleep(3)  # probes fail
+        disk.fail_fsync = False
+        await trio.sleep(1.5)
+        assert run.store.repairs_done == 1
+        [(recorded, recorded_then), (booted, booted_then)] = restored
+        assert recorded.boot.epoch == 1 and contents(recorded) == recorded_then  # never changed once served
+        assert booted_then["boot"]["epoch"] == 2  # decided before the kernel had it
+        assert run.kernel.state is booted and held_keys(run, scope_id) == ["kept"]
+        live = run.kernel.state
+    assert_same_state(live, reload(data).state)

@@ -11,17 +11,21 @@ from runstate.snapshots.frame import (
     BODY_BYTES_MAX,
     FILE_HEADER_BYTES,
     FRAME_HEADER_BYTES,
-    SNAPSHOT_MAGIC,
-    WAL_MAGIC,
+    SNAPSHOT_KIND,
+    WAL_KIND,
     Damage,
     Frame,
     decode_file_header,
     encode_file_header,
     encode_frame,
     encode_frames,
+    file_magic,
+    file_version,
     find_intact_frame,
     read_frame,
 )
+
+WAL_MAGIC, SNAPSHOT_MAGIC = file_magic(WAL_KIND, 1), file_magic(SNAPSHOT_KIND, 1)
 
 bodies = st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=20)
 
@@ -122,3 +126,15 @@ def test_find_intact_frame_skips_garbage_and_respects_the_lsn_floor():
     assert found is not None and found.lsn == 2 and found.offset == len(first) + 13
     assert find_intact_frame(data, 1, 3) is None
     assert find_intact_frame(b"\x00" * 100, 0, 1) is None
+
+
+def test_the_magic_names_the_record_format_and_older_files_read_as_version_0():
+    """The version sits in the magic (byte 6); the magics written before it had a number read as 0."""
+    assert file_version(encode_file_header(WAL_MAGIC, 1, 0), WAL_KIND) == 1
+    assert file_version(b"RSWAL\x00\x00\x01" + bytes(16), WAL_KIND) == 0
+    assert file_version(b"RSSNAP\x00\x01" + bytes(16), SNAPSHOT_KIND) == 0
+    assert file_version(b"RSSNAP\x00\x01" + bytes(16), WAL_KIND) is None
+    assert file_version(b"RSWAL\x00\x00\x02" + bytes(16), WAL_KIND) is None  # another frame layout
+    old = encode_file_header(b"RSWAL\x00\x00\x01", 7, 3)
+    assert decode_file_header(old, file_magic(WAL_KIND, 0)) == (7, 3)
+    assert decode_file_header(old, WAL_MAGIC) is None

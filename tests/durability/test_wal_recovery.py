@@ -8,12 +8,15 @@ import orjson
 import pytest
 
 from runstate.actors import KernelState
-from runstate.snapshots import RecoveryError, check
-from runstate.snapshots.frame import FILE_HEADER_BYTES, WAL_MAGIC, encode_file_header, encode_frames
+from runstate.actors.records import VERSION
+from runstate.snapshots import RecoveryError
+from runstate.snapshots.frame import FILE_HEADER_BYTES, SNAPSHOT_KIND, WAL_KIND, encode_file_header, encode_frames, file_magic
 from runstate.snapshots.recovery import snapshot_dir, wal_dir
 from runstate.snapshots.snapshot import write_snapshot
 
-from .helpers import T0_MS, flip_byte, frames, key_record, numbered_batches, reload, segments, write_log
+from .helpers import MODEL, T0_MS, check, flip_byte, frames, key_record, numbered_batches, reload, segments, write_log
+
+WAL_MAGIC = file_magic(WAL_KIND, VERSION)  # a segment of the current record format
 
 
 def keys_of(loaded) -> list[str]:
@@ -201,7 +204,7 @@ def test_row8_a_snapshot_that_does_not_verify_falls_back_to_the_older_one(tmp_pa
         for record in state.image():
             if int(record["id"][3:]) <= lsn:
                 partial.apply(record)
-        write_snapshot(snapshot_dir(data), lsn, T0_MS + lsn, partial.image())
+        write_snapshot(snapshot_dir(data), lsn, T0_MS + lsn, partial.image(), MODEL.records)
     newest = os.path.join(snapshot_dir(data), f"{4:020d}.snap")
     flip_byte(newest, size(newest) - 5)
     leftover = os.path.join(snapshot_dir(data), f"{6:020d}.snap.tmp")
@@ -218,7 +221,7 @@ def test_row8_no_snapshot_verifies_replays_from_lsn_1(tmp_path):
     data = str(tmp_path)
     write_log(data, numbered_batches(1, 1, 1))
     os.makedirs(snapshot_dir(data))
-    write_snapshot(snapshot_dir(data), 2, T0_MS, iter([]))
+    write_snapshot(snapshot_dir(data), 2, T0_MS, iter([]), MODEL.records)
     path = os.path.join(snapshot_dir(data), f"{2:020d}.snap")
     with open(path, "r+b") as file:
         file.truncate(size(path) - 1)
@@ -242,7 +245,7 @@ def test_frames_at_or_before_the_snapshot_are_not_applied_again(tmp_path):
     image = KernelState()
     image.apply(key_record(1))
     image.apply(key_record(2))
-    write_snapshot(snapshot_dir(data), 2, T0_MS + 2, image.image())
+    write_snapshot(snapshot_dir(data), 2, T0_MS + 2, image.image(), MODEL.records)
     loaded = reload(data, repair=True)
     assert loaded.snapshot_lsn == 2 and loaded.records == 2 and keys_of(loaded) == expected_keys(4)
 
@@ -255,6 +258,35 @@ def test_a_wal_ending_before_the_snapshot_continues_after_it(tmp_path):
     image = KernelState()
     for n in range(1, 5):
         image.apply(key_record(n))
-    write_snapshot(snapshot_dir(data), 4, T0_MS + 4, image.image())
+    write_snapshot(snapshot_dir(data), 4, T0_MS + 4, image.image(), MODEL.records)
     loaded = reload(data, repair=True)
     assert loaded.last_lsn == 4 and keys_of(loaded) == expected_keys(4)
+
+
+def test_row10_a_segment_of_a_newer_record_format_refuses_to_start(tmp_path):
+    """Row 10: a server never reads records spelled in a format it does not know yet."""
+    data = str(tmp_path)
+    os.makedirs(wal_dir(data))
+    path = os.path.join(wal_dir(data), f"{1:020d}.wal")
+    frames, _ = encode_frames(1, 0, [orjson.dumps(key_record(1))])
+    with open(path, "wb") as file:
+        file.write(encode_file_header(file_magic(WAL_KIND, VERSION + 1), 1, 0) + frames)
+    with pytest.raises(RecoveryError, match="newer than this server") as caught:
+        reload(data, repair=True)
+    assert caught.value.path == path and caught.value.offset == 6
+    assert not check(data).ok
+
+
+def test_row10_a_snapshot_of_a_newer_record_format_refuses_rather_than_falls_back(tmp_path):
+    data = str(tmp_path)
+    write_log(data, numbered_batches(1, 1))
+    os.makedirs(snapshot_dir(data))
+    image = KernelState()
+    image.apply(key_record(1))
+    write_snapshot(snapshot_dir(data), 1, T0_MS + 1, image.image(), MODEL.records)
+    newer = os.path.join(snapshot_dir(data), f"{2:020d}.snap")
+    with open(newer, "wb") as file:
+        file.write(encode_file_header(file_magic(SNAPSHOT_KIND, VERSION + 1), 2, 0))
+    with pytest.raises(RecoveryError, match="newer than this server") as caught:
+        reload(data, repair=True)
+    assert caught.value.path == newer and caught.value.offset == 6

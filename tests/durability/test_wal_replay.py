@@ -156,7 +156,7 @@ def test_generations_count_by_one_and_survive_replay():
 def test_the_equality_helper_sees_a_generation_difference():
     a, b = KernelState(), KernelState()
     for state, generation in ((a, 3), (b, 4)):
-        state.apply({"type": "claim.image", "space": "s1", "scopeId": "sc", "key": "k", "generation": generation,
+        state.apply({"type": "claim.image", "space": "s1", "scope_id": "sc", "key": "k", "generation": generation,
                      "token": None, "holder": None, "session": None, "lease_ms": 0, "expires_ms": 0,
                      "acquired_ms": 0, "at_ms": 0})
     assert "generation" in first_difference(contents(a), contents(b))

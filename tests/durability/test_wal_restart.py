@@ -155,10 +155,13 @@ def test_restart_decisions_expire_ended_leases_and_spread_the_rest():
 
 @pytest.mark.trio
 async def test_a_second_server_on_the_same_directory_is_refused(tmp_path, autojump_clock):
+    from runstate.actors import Clock
     from runstate.snapshots import StoreLocked, open_store
+
+    from .helpers import MODEL
 
     data = str(tmp_path)
     async with running(data):
         with pytest.raises(StoreLocked):
-            await open_store(data)
+            await open_store(data, model=MODEL, clock=Clock())
     assert os.path.exists(os.path.join(data, "LOCK"))

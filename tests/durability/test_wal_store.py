@@ -10,12 +10,12 @@ import pytest
 import trio
 
 from runstate.actors import KernelError
-from runstate.snapshots import Disk, assert_same_state, check
+from runstate.snapshots import Disk, assert_same_state
 from runstate.snapshots.recovery import snapshot_dir, wal_dir
 from runstate.snapshots.snapshot import list_snapshots
 from runstate.snapshots.store import StoreConfig
 
-from .helpers import reload, running, segments
+from .helpers import check, reload, running, segments
 
 SPACE = "s1"
 

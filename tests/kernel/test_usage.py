@@ -90,14 +90,14 @@ def test_the_usage_image_sets_the_counters_outright():
     """A snapshot carries usage as one record that overrides whatever replaying the image counted."""
     state = KernelState()
     space = state.space("default")
-    space.apply({"type": "scope.created", "space": "default", "id": "sc_1", "name": None, "parentId": None,
-                 "deadline_ms": None, "childLimit": None, "at_ms": T0})
+    space.apply({"type": "scope.created", "space": "default", "id": "sc_1", "name": None, "parent_id": None,
+                 "deadline_ms": None, "child_limit": None, "at_ms": T0})
     image = space.usage.image("default")
     fresh = KernelState()
-    fresh.apply({"type": "scope.created", "space": "default", "id": "sc_1", "name": None, "parentId": None,
-                 "deadline_ms": None, "childLimit": None, "at_ms": T0})
-    fresh.apply({"type": "scope.created", "space": "default", "id": "sc_2", "name": None, "parentId": None,
-                 "deadline_ms": None, "childLimit": None, "at_ms": T0})
+    fresh.apply({"type": "scope.created", "space": "default", "id": "sc_1", "name": None, "parent_id": None,
+                 "deadline_ms": None, "child_limit": None, "at_ms": T0})
+    fresh.apply({"type": "scope.created", "space": "default", "id": "sc_2", "name": None, "parent_id": None,
+                 "deadline_ms": None, "child_limit": None, "at_ms": T0})
     fresh.apply(image)
     assert fresh.space("default").usage.operations == {"scopes.create": 1}
 

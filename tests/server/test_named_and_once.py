@@ -9,6 +9,8 @@ import trio
 import trio.testing
 
 from runstate.actors import KernelState
+from runstate.actors.journal import MemoryJournal
+from runstate.actors.records import check_record
 
 from .asgi_client import T0, client  # noqa: F401 - the fixture
 
@@ -181,6 +183,7 @@ async def test_once_slots_survive_replay_and_images(client, autojump_clock):
     live = client.runtime.kernel.state.space("default")
     rebuilt = KernelState(client.runtime.limits)
     for record in list(client.runtime.kernel.state.image()):
+        check_record(record)  # every image record is one the record format knows
         rebuilt.apply(record)
     now = client.runtime.kernel.clock.now_ms()
     for key in ("a", "b"):
@@ -281,3 +284,22 @@ async def test_a_waiting_acquire_is_claim_held_when_its_wait_ends_or_stopped_by_
         cancelled_at = trio.current_time()
     assert seen["answer"].code == "SCOPE_CANCELLED" and seen["at"] == cancelled_at
     assert (await _claim(client, run, "w4", waitMs=-5)).code == "VALIDATION_FAILED"
+
+
+async def test_every_record_these_routes_write_is_registered(client, autojump_clock):
+    """Runs, mailboxes by name, once keys through every state: each record is one the format knows."""
+    journal = client.runtime.kernel.journal = MemoryJournal(keep=True)
+    run = (await _put(client, "/runs/registered", {"deadline": "2027-01-15T09:00:00Z"})).json["id"]
+    await _put(client, "/mailboxes/by-name/q")
+    done = (await _acquire(client, run, key="a")).json
+    await client.post("/once/renew", {"scopeId": run, "key": "a", "token": done["token"]})
+    await client.post("/once/complete", {"scopeId": run, "key": "a", "token": done["token"], "result": 1})
+    failing = (await _acquire(client, run, key="b")).json
+    await client.post("/once/fail", {"scopeId": run, "key": "b", "token": failing["token"], "error": "x", "maxAttempts": 1})
+    await _acquire(client, run, key="c", lease=5)
+    await trio.sleep(6)  # the lease of c runs out
+    kinds = set()
+    for record in journal.records:
+        check_record(record)
+        kinds.add(record["type"])
+    assert {"run.named", "once.acquired", "once.renewed", "once.completed", "once.failed", "once.expired"} <= kinds

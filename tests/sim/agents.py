@@ -413,7 +413,7 @@ async def auditor(world: World, name: str) -> None:
 
 
 def audit(world: World) -> bool:
-    from runstate.actors import KernelState
+    from runstate.server.durable import state_model
     from runstate.snapshots import load
     from runstate.snapshots.equality import contents, first_difference
 
@@ -425,7 +425,7 @@ def audit(world: World) -> bool:
     if journal.failure is not None or journal._pending or journal.appended_lsn != journal.durable_lsn:
         return False
     limits = cluster.limits
-    loaded = load(cluster.data_dir, lambda: KernelState(limits), repair=False)
+    loaded = load(cluster.data_dir, state_model(limits), repair=False)
     difference = first_difference(contents(kernel.state), contents(loaded.state))
     world.oracle.checks += 1
     if difference is not None:

@@ -32,6 +32,7 @@ from runstate.server.http import serve_http
 from runstate.server.routes import ROUTER
 from runstate.server.runtime import Runtime
 from runstate.server.settings import Settings
+from runstate.server.durable import state_model
 from runstate.snapshots import RecoveryError, open_store
 from runstate.snapshots.recovery import snapshot_dir, wal_dir
 from runstate.snapshots.store import StoreConfig
@@ -74,7 +75,7 @@ class SimRuntime(Runtime):
         try:
             store = self.store = await open_store(
                 self.data_dir,
-                limits=self.limits,
+                model=state_model(self.limits),
                 clock=clock,
                 config=self.store_config,
                 disk=self.fs.disk(),

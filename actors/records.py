@@ -1,0 +1,181 @@
+"""The record format: every type of journal record and snapshot image, and the fields it carries.
+
+A record is one JSON object with a `type`. Its field names are spelled one way everywhere: snake
+case, units last (`scope_id`, `lease_ms`, `at_ms`). Values a caller gave us (a task's `input`, a
+delivery's `outcome`, a message's `payload`, a claim's `observation`, a stored answer's `body`)
+are kept exactly as they came: they are values, never renamed. Not to be confused with the wire:
+the HTTP API speaks camelCase (`scopeId`), records do not.
+
+`check_record` is run on every record before it is written (the journal's `append`, the
+snapshot writer) and after it is read (recovery), so a record a table forgot a field of, or
+spelled in a way nothing reads back, is refused where it is made and not found a restart later.
+It checks names, not values: it runs on every change, and the tables that apply a record read
+every field they need.
+
+`VERSION` is the format's number, written in the header of every WAL segment and snapshot
+(`snapshots/frame.py`). Version 0 is the format before it had a number, which spelled some fields
+in camelCase (`scopeId` beside `lease_ms`); `upgrade` reads such a record as this version spells
+it. A new version adds its own step here and bumps `VERSION`; the files say which steps to run.
+
+Pure: no IO.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .once import ONCE_RECORDS
+from .runs import RUN_RECORDS
+
+__all__ = ["VERSION", "FIELDS", "RecordError", "RecordFormat", "FORMAT", "check_record", "upgrade"]
+
+VERSION = 1
+
+
+class RecordError(ValueError):
+    """A record whose type is unknown, or whose fields are not the ones its type carries."""
+
+
+def _spec(*required: str, optional: tuple[str, ...] = ()) -> tuple[frozenset[str], frozenset[str], bool]:
+    names = frozenset(("type", *required))
+    return names, names | frozenset(optional), not optional
+
+
+# Every record of a space carries `space` (added where it is committed).
+_SPACE = "space"
+
+# The slots of a message, as `message.image` carries them (`messages.py` images them by name).
+_MESSAGE_SLOTS = (
+    "id", "mailbox_id", "scope_id", "seq", "payload", "payload_hash", "work_key", "deadline_ms",
+    "task_id", "state", "attempts", "gen", "visible_ms", "token", "holder", "session", "lease_ms",
+    "expires_ms", "created_ms", "finished_ms", "reason",
+)
+
+# Record type -> (required fields, allowed fields, whether they are the same). `type` is required everywhere.
+FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
+    # The kernel as a whole (`boot.py`, `keys.py`, `idempotency.py`).
+    "kernel.booted": _spec("epoch", "fsync", "generation_floor", "at_ms"),
+    "key.registered": _spec("id", "digest", "name", "spaces", "at_ms"),
+    "key.revoked": _spec("id", "at_ms"),
+    "idem.stored": _spec(_SPACE, "key", "fingerprint", "body", "at_ms"),
+    # Scopes (`scopes.py`).
+    "scope.created": _spec(_SPACE, "id", "name", "parent_id", "deadline_ms", "child_limit", "at_ms"),
+    "scope.ended": _spec(_SPACE, "id", "state", "at_ms"),
+    "scope.image": _spec(
+        _SPACE, "id", "name", "parent_id", "deadline_ms", "child_limit", "state", "ended_ms", "at_ms"
+    ),
+    # Claims (`claims.py`).
+    "claim.acquired": _spec(
+        _SPACE, "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms"
+    ),
+    "claim.renewed": _spec(_SPACE, "token", "lease_ms", "expires_ms", "at_ms"),
+    "claim.released": _spec(_SPACE, "token", "key", "generation", "at_ms", optional=("observation",)),
+    "claim.expired": _spec(_SPACE, "token", "key", "generation", "at_ms"),
+    "claim.image": _spec(
+        _SPACE, "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms",
+        "acquired_ms", "at_ms", optional=("expired",),
+    ),
+    # Mailboxes (`mailboxes.py`).
+    "mailbox.created": _spec(_SPACE, "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms"),
+    "mailbox.image": _spec(_SPACE, "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms"),
+    # Messages and deliveries (`messages.py`, `work.py`).
+    "message.sent": _spec(
+        _SPACE, "id", "mailbox_id", "scope_id", "payload", "payload_hash", "work_key", "deadline_ms", "at_ms"
+    ),
+    "message.visible": _spec(_SPACE, "message_id", "gen", "at_ms"),
+    "message.dropped": _spec(_SPACE, "message_id", "reason", "at_ms"),
+    "messages.image": _spec(_SPACE, "seq"),
+    "message.image": _spec(_SPACE, *_MESSAGE_SLOTS, "at_ms"),
+    "workkey.image": _spec(_SPACE, "mailbox_id", "scope_id", "work_key", "message_id", "payload_hash", "at_ms"),
+    "delivery.leased": _spec(
+        _SPACE, "message_id", "token", "attempt", "holder", "session", "lease_ms", "expires_ms", "at_ms"
+    ),
+    "delivery.renewed": _spec(_SPACE, "message_id", "token", "lease_ms", "expires_ms", "at_ms"),
+    "delivery.requeued": _spec(_SPACE, "message_id", "token", "cause", "visible_ms", "at_ms"),
+    "delivery.completed": _spec(_SPACE, "message_id", "token", "at_ms", optional=("outcome",)),
+    "delivery.dead": _spec(_SPACE, "message_id", "token", "cause", "reason", "at_ms"),
+    # Tasks (`tasks.py`).
+    "task.created": _spec(
+        _SPACE, "id", "task_key", "scope_id", "mailbox_id", "message_id", "input", "input_hash", "deadline_ms",
+        "subscriber_id", "at_ms",
+    ),
+    "task.joined": _spec(_SPACE, "task_id", "subscriber_id", "scope_id", "at_ms"),
+    "task.detached": _spec(_SPACE, "task_id", "subscriber_id", "at_ms"),
+    "task.ended": _spec(_SPACE, "task_id", "state", "reason", "at_ms"),
+    "task.tombstoned": _spec(_SPACE, "task_id", "at_ms"),
+    "task.image": _spec(
+        _SPACE, "id", "task_key", "scope_id", "mailbox_id", "message_id", "input_hash", "state", "attempt",
+        "outcome", "reason", "deadline_ms", "subscribers", "created_ms", "updated_ms", "finished_ms",
+        "tombstoned", "at_ms",
+    ),
+    # Once slots (`once.py`) and run names (`runs.py`).
+    **{kind: _spec(_SPACE, *fields) for kind, fields in ONCE_RECORDS.items()},
+    **{kind: _spec(_SPACE, *fields) for kind, fields in RUN_RECORDS.items()},
+    # Usage counters (`usage.py`): the counter names inside are data, not fields.
+    "usage.image": _spec(_SPACE, "operations", "free", "events", optional=("takeovers",)),
+}
+
+
+def check_record(record: Any) -> None:
+    """Raise `RecordError` unless `record` is a known type carrying exactly its fields.
+
+    On every record written and read: a lookup and a subset test, done in C (about a microsecond).
+    When a type has no optional field, a record holding only allowed names holds every required
+    one exactly when it holds as many names.
+    """
+    if type(record) is not dict:
+        raise RecordError(f"a record is a JSON object, not {type(record).__name__}")
+    spec = FIELDS.get(record.get("type"))  # type: ignore[arg-type]
+    if spec is None:
+        raise RecordError(f"unknown record type {record.get('type')!r}")
+    required, allowed, exact = spec
+    if allowed.issuperset(record) and (len(record) == len(required) if exact else record.keys() >= required):
+        return
+    names = record.keys()
+    missing, unknown = sorted(required - names), sorted(names - allowed)
+    raise RecordError(f"a {record['type']} record: missing {missing}, unknown {unknown}")
+
+
+# Version 0 -> 1: field names that were camelCase, as they are spelled now. Only top-level names
+# are renamed (a caller's values inside `payload`, `input`, `body`... stay as they are), and no
+# version-0 record used any of these names for anything else.
+_V0_NAMES = {
+    "parentId": "parent_id",
+    "childLimit": "child_limit",
+    "scopeId": "scope_id",
+    "backlogLimit": "backlog_limit",
+    "maxAttempts": "max_attempts",
+    "mailboxId": "mailbox_id",
+    "messageId": "message_id",
+    "payloadHash": "payload_hash",
+    "workKey": "work_key",
+    "taskId": "task_id",
+    "taskKey": "task_key",
+    "inputHash": "input_hash",
+    "subscriberId": "subscriber_id",
+}
+
+
+def upgrade(record: dict, version: int) -> dict:
+    """`record`, read from a file of format `version`, as this version spells it (then checked)."""
+    if version == VERSION:
+        return record
+    if version == 0:
+        return {_V0_NAMES.get(name, name): value for name, value in record.items()}
+    raise RecordError(f"record format {version} is not one this server reads (it reads 0 to {VERSION})")
+
+
+class RecordFormat:
+    """The format as the journal and the snapshots take it: its number, its check, its upgrade.
+
+    A class (not the module) so that it pickles by name into a snapshot's child process.
+    """
+
+    __slots__ = ()
+    version = VERSION
+    # The functions themselves (no method frame in between: `check` runs on every record).
+    check = staticmethod(check_record)
+    upgrade = staticmethod(upgrade)
+
+
+FORMAT = RecordFormat()

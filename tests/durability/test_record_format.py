@@ -1,0 +1,246 @@
+"""Record format v1: one registry of record types checked on both sides of the disk, a version in
+every file header, and a data directory of version 0 (the format before it had a number) upgraded
+on its first start and served as it was written (`fixtures/v0`, made by `fixtures/make_v0.py`)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import os
+import shutil
+
+import pytest
+import trio
+import trio.testing
+
+from runstate.actors import Clock, KernelState
+from runstate.actors.records import FIELDS, VERSION, RecordError, check_record, upgrade
+from runstate.actors.space import RECORD_TYPES
+from runstate.server.runtime import Runtime
+from runstate.server.settings import Settings
+from runstate.snapshots import assert_same_state, contents
+from runstate.snapshots.recovery import file_versions, list_segments, snapshot_dir, wal_dir
+from runstate.snapshots.snapshot import list_snapshots, load_snapshot, write_snapshot
+from tests.server.asgi_client import AsgiClient
+
+from .helpers import MODEL, T0_MS, check, reload, running
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+ANSWERS = json.load(open(os.path.join(FIXTURES, "v0-answers.json")))
+SPACE = "default"
+
+
+def written_contents() -> dict:
+    """The state the version-0 server read back from its directory, as it wrote it down."""
+    with open(os.path.join(FIXTURES, "v0-contents.txt")) as file:
+        return ast.literal_eval(file.read())
+
+
+# Tables a space has gained since the version-0 server wrote its contents down: empty in a
+# directory it wrote.
+_TABLES_SINCE_V0 = {"once": {"__class__": "OnceTable", "_slots": {}}, "run_names": {"__class__": "RunNames", "_by_name": {}}}
+
+
+def with_tables_added_since(written: dict) -> dict:
+    for space in written["spaces"].values():
+        space.update(_TABLES_SINCE_V0)
+    return written
+
+
+def copy_of_v0(tmp_path) -> str:
+    data = str(tmp_path / "data")
+    shutil.copytree(os.path.join(FIXTURES, "v0"), data)
+    return data
+
+
+# -- the registry -------------------------------------------------------------------------------
+
+
+def test_the_registry_names_every_record_type_the_state_applies():
+    """Nothing applies a record the registry does not know, and the registry knows nothing extra."""
+    kernel_wide = {"kernel.booted", "key.registered", "key.revoked", "idem.stored"}
+    assert set(FIELDS) == set(RECORD_TYPES) | kernel_wide
+
+
+def test_every_field_name_is_snake_case_with_units_last():
+    for kind, (required, allowed, exact) in FIELDS.items():
+        assert exact == (required == allowed)
+        assert required <= allowed and "type" in required
+        for name in allowed:
+            assert name == name.lower() and " " not in name, (kind, name)
+            assert not name.startswith(("ms_", "s_")), (kind, name)
+
+
+def test_a_record_with_a_missing_an_unknown_or_a_misspelled_field_is_refused():
+    good = {"type": "claim.renewed", "space": "s", "token": "t", "lease_ms": 1, "expires_ms": 2, "at_ms": 0}
+    check_record(good)
+    with pytest.raises(RecordError, match="missing \\['token'\\]"):
+        check_record({key: value for key, value in good.items() if key != "token"})
+    with pytest.raises(RecordError, match="unknown \\['leaseMs'\\]"):
+        check_record({**good, "leaseMs": 1})
+    with pytest.raises(RecordError, match="unknown record type"):
+        check_record({"type": "claim.stolen"})
+    with pytest.raises(RecordError):
+        check_record(["claim.renewed"])
+    check_record({"type": "claim.released", "space": "s", "token": "t", "key": "k", "generation": 1, "at_ms": 0,
+                  "observation": {"anyThing": "kept as given"}})
+
+
+def test_version_0_names_are_renamed_and_a_callers_values_are_not():
+    v0 = {"type": "message.sent", "space": "s", "id": "ms_1", "mailboxId": "mb_1", "scopeId": "sc_1",
+          "payload": {"scopeId": "mine", "workKey": "also mine"}, "payloadHash": "h", "workKey": "wk",
+          "deadline_ms": None, "at_ms": 5}
+    v1 = upgrade(v0, 0)
+    check_record(v1)
+    assert v1 == {"type": "message.sent", "space": "s", "id": "ms_1", "mailbox_id": "mb_1", "scope_id": "sc_1",
+                  "payload": {"scopeId": "mine", "workKey": "also mine"}, "payload_hash": "h", "work_key": "wk",
+                  "deadline_ms": None, "at_ms": 5}
+    assert upgrade(v1, VERSION) is v1
+    with pytest.raises(RecordError, match="not one this server reads"):
+        upgrade(v1, VERSION + 1)
+
+
+@pytest.mark.trio
+async def test_the_journal_refuses_a_record_the_format_does_not_know(tmp_path, autojump_clock):
+    """Checked before it is written: the change is refused, nothing reaches the disk."""
+    data = str(tmp_path)
+    async with running(data) as run:
+        journal = run.store.journal
+        written = journal.durable_lsn
+        answers = []
+        journal.append([{"type": "key.revoked", "id": "ak_1", "at_ms": 1, "keyId": "ak_1"}], answers.append)
+        assert len(answers) == 1 and isinstance(answers[0], RecordError)
+        assert journal.failure is answers[0] and journal.durable_lsn == written
+
+
+# -- the version-0 directory --------------------------------------------------------------------
+
+
+def test_check_says_a_version_0_directory_is_upgraded_by_a_start(tmp_path):
+    data = copy_of_v0(tmp_path)
+    report = check(data)
+    assert report.ok, report.format()
+    assert report.versions == {0: 2} and report.version == VERSION
+    assert "record format: version 0 (2 file(s)); a start upgrades the directory to version 1" in report.format()
+    assert file_versions(data) == {path: 0 for path in [*file_versions(data)]}  # check changed nothing
+
+
+def test_a_version_0_directory_reads_back_exactly_as_it_was_written(tmp_path):
+    """Snapshot and WAL upgraded record by record: the same state the version-0 server read."""
+    loaded = reload(copy_of_v0(tmp_path))
+    assert loaded.versions == {0} and loaded.snapshot_lsn == ANSWERS["snapshot_lsn"] and loaded.records == 30
+    assert contents(loaded.state) == with_tables_added_since(written_contents())
+
+
+@pytest.mark.trio
+async def test_a_version_0_directory_is_upgraded_on_its_first_start_and_serves(tmp_path, caplog):
+    """The first start rewrites the directory in the current format (and says so), then serves
+    what was written: claims renew with their tokens, the delivery still leased renews, outcomes
+    read back, a work key and an Idempotency-Key answer as before, a revoked key stays revoked."""
+    data = copy_of_v0(tmp_path)
+    old_files = set(file_versions(data))
+    caplog.set_level(logging.INFO, logger="runstate.snapshots")
+    # One minute after the last record: the leases of 600 s are alive and get their grace.
+    settings = Settings(data_dir=data, api_key=ANSWERS["api_key"], space_id=SPACE, seed=3)
+    runtime = Runtime(settings, clock=Clock(wall_anchor_ms=T0_MS + 60_000))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runtime.run)
+        while not runtime.ready:
+            assert runtime.fatal is None, runtime.fatal
+            await trio.sleep(0.01)
+        client = AsgiClient(runtime, api_key=ANSWERS["api_key"], space=SPACE)
+        client._keys = 1 << 40  # its Idempotency-Keys count on from where the fixture's left off
+        await _served_as_written(client)
+        nursery.cancel_scope.cancel()
+
+    upgrade_lines = [record for record in caplog.records if getattr(record, "event", None) == "upgrade"]
+    assert len(upgrade_lines) == 1
+    assert "upgrading" in upgrade_lines[0].getMessage() and "from record format 0 to 1" in upgrade_lines[0].getMessage()
+    assert runtime.store.report.upgraded_from == [0]
+    # The old files are gone; what is left is all of the current format.
+    versions = file_versions(data)
+    assert not old_files & set(versions) and set(versions.values()) == {VERSION}
+    [(snapshot_lsn, snapshot_path)] = list_snapshots(snapshot_dir(data))
+    assert snapshot_lsn == 64 and [lsn for lsn, _ in list_segments(wal_dir(data))] == [65]
+    # The snapshot the upgrade wrote holds exactly the state that was written.
+    rebuilt = KernelState()
+    load_snapshot(snapshot_path, rebuilt.apply, MODEL.records)
+    assert contents(rebuilt) == with_tables_added_since(written_contents())
+    report = check(data)
+    assert report.ok and report.versions == {VERSION: 2} and "a start upgrades" not in report.format()
+
+
+async def _served_as_written(client: AsgiClient) -> None:
+    scopes, tasks = ANSWERS["scopes"], ANSWERS["tasks"]
+    renewed = await client.post("/claims/k-held/renew", {"token": ANSWERS["held_token"]})
+    assert renewed.status == 200 and renewed.json["generation"] == ANSWERS["held_generation"], renewed
+    assert (await client.post("/claims/k-late/renew", {"token": ANSWERS["late_token"]})).status == 200
+    listed = await client.get(f"/scopes/{scopes['alpha']}/claims")
+    assert listed.status == 200, listed
+    held = {claim["key"] for claim in listed.json["claims"]}  # the claims whose leases run
+    assert held == {"k-held", "k-renewed", "k-late"}
+    # A new holder of a released key gets the next generation: the counter came through.
+    again = await client.post("/claims", {"scopeId": scopes["alpha"], "key": "k-released", "holder": "agent-2",
+                                          "holderSession": "s2", "leaseSeconds": 30})
+    assert again.status == 200 and again.json["generation"] == 2, again
+
+    done = await client.get(f"/tasks/{tasks['done']}")
+    assert done.json["state"] == "SUCCEEDED" and done.json["outcome"] == {"answer": 42}
+    queued = await client.get(f"/tasks/{tasks['queued']}")
+    assert queued.json["state"] == "QUEUED" and queued.json["subscribers"] == ["sub-1", "sub-2"]
+    cancelled = await client.get(f"/tasks/{tasks['cancelled']}")
+    assert cancelled.json["state"] == "CANCELLED" and cancelled.json["outcomeReason"] == "not needed"
+    leased = await client.get(f"/tasks/{tasks['leased']}")
+    assert leased.json["state"] == "RUNNING"
+    renew = await client.post(f"/messages/{ANSWERS['leased_message']}/renew", {"token": ANSWERS["leased_token"]})
+    assert renew.status == 200, renew
+
+    mailbox = await client.get(f"/mailboxes/{ANSWERS['mailbox']}")
+    assert mailbox.json["maxAttempts"] == 3 and mailbox.json["backlogLimit"] == 100
+    send = f"/mailboxes/{ANSWERS['mailbox']}/messages"
+    # The same bytes as the first time (the fingerprint covers the body as sent, keys in order).
+    sent = ANSWERS["send_body"]
+    body = {"scopeId": sent["scopeId"], "payload": sent["payload"], "workKey": sent["workKey"]}
+    replayed = await client.post(send, body, idempotency_key=ANSWERS["send_idempotency_key"])
+    assert replayed.json == ANSWERS["send_answer"]  # the stored answer, byte for byte the same JSON
+    by_work_key = await client.post(send, body)
+    assert by_work_key.json["replay"] is True and by_work_key.json["id"] == ANSWERS["send_answer"]["id"]
+    assert (await client.get(f"/scopes/{scopes['cancelled']}")).json["storedState"] == "CANCELLED"
+    assert (await client.get(f"/scopes/{scopes['child']}")).json["parentId"] == scopes["alpha"]
+    assert (await client.get(f"/scopes/{scopes['child']}")).json["childLimit"] == 4
+    revoked = AsgiClient(client.runtime, api_key="rs_fixture_other_key", space="other")
+    assert (await revoked.get(f"/scopes/{scopes['alpha']}")).status == 401
+
+
+def test_a_second_start_does_not_upgrade_again(tmp_path, caplog):
+    """After the upgrade the directory is of the current format: nothing is rewritten."""
+
+    async def start_twice() -> None:
+        data = copy_of_v0(tmp_path)
+        for _ in range(2):
+            async with running(data, wall_ms=T0_MS + 60_000) as run:
+                live = run.kernel.state
+        assert_same_state(live, reload(data).state)
+
+    caplog.set_level(logging.INFO, logger="runstate.snapshots")
+    trio.run(start_twice, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert sum(getattr(record, "event", None) == "upgrade" for record in caplog.records) == 1
+
+
+def test_a_crash_after_the_new_snapshot_finishes_the_upgrade_at_the_next_start(tmp_path, caplog):
+    """The new snapshot is durable before anything is deleted: the next start deletes what is left."""
+    data = copy_of_v0(tmp_path)
+    loaded = reload(data)  # as the upgrade does: read upgraded, write the current format at the end
+    write_snapshot(snapshot_dir(data), loaded.last_lsn, loaded.newest_ms, loaded.state.image(), MODEL.records)
+    assert check(data).versions == {0: 2, VERSION: 1}
+
+    async def start() -> None:
+        async with running(data, wall_ms=T0_MS + 60_000):
+            pass
+
+    caplog.set_level(logging.INFO, logger="runstate.snapshots")
+    trio.run(start, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert set(file_versions(data).values()) == {VERSION}
+    assert [lsn for lsn, _ in list_snapshots(snapshot_dir(data))] == [loaded.last_lsn]  # not written again
+    assert check(data).ok and "upgrading" in caplog.text
