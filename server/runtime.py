@@ -158,6 +158,16 @@ class Runtime:
             raise ApiError(NOT_FOUND, f"space {quote(space)} not found")
         return space
 
+    def journal_refusal(self) -> str | None:
+        """Why the journal refuses every change now (a write or fsync failed), or None while it takes them.
+
+        The store probes the disk and repairs itself once it works again; until then reads go on
+        and `/healthz` says not ready, so a load balancer sends changes elsewhere.
+        """
+        journal = self.kernel.journal if self.kernel is not None else None
+        failure = getattr(journal, "failure", None)
+        return None if failure is None else f"the journal refuses changes: {failure}"
+
     def key_is_known(self, secret: str) -> bool:
         """Whether `secret` is any key of this server (an API key or the admin key), from the headers alone."""
         return bool(self.keys.spaces_for(secret)) or self.admin.matches(secret)
