@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
+from .errors import STALE_CLAIM, VALIDATION_FAILED, KernelError, quote
 from .fields import BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, body, check_space_id, check_text, drawn, path, query
 from .limits import Limits
 from .mailboxes import MODES
@@ -228,7 +228,7 @@ class CreateMailbox(Command):
     def check(self, limits: Limits) -> None:
         if self.mode is not None and self.mode.upper() not in MODES:
             raise KernelError(
-                VALIDATION_FAILED, f"mode {self.mode!r} is not supported; supported modes: {', '.join(MODES)}"
+                VALIDATION_FAILED, f"mode {quote(self.mode)} is not supported; supported modes: {', '.join(MODES)}"
             )
 
 

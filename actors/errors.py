@@ -23,6 +23,8 @@ __all__ = [
     "BACKLOG_FULL",
     "UNAVAILABLE",
     "INTERNAL",
+    "quote",
+    "QUOTE_CHARS_MAX",
 ]
 
 VALIDATION_FAILED = "VALIDATION_FAILED"
@@ -38,6 +40,18 @@ BACKLOG_FULL = "BACKLOG_FULL"
 UNAVAILABLE = "UNAVAILABLE"
 # Not a protocol code: a bug inside the kernel, answered 500 with the envelope.
 INTERNAL = "INTERNAL"
+
+# How much of a refused value a message quotes: enough to recognise it, never the whole of a
+# 100 KB id sent back in every refusal (and written to every log line about it).
+QUOTE_CHARS_MAX = 100
+
+
+def quote(value: Any) -> str:
+    """`repr(value)` for a message, cut after QUOTE_CHARS_MAX characters with the full length said."""
+    text = repr(value)
+    if len(text) <= QUOTE_CHARS_MAX:
+        return text
+    return f"{text[:QUOTE_CHARS_MAX]}... ({len(text)} characters)"
 
 
 class KernelError(Exception):

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from .errors import VALIDATION_FAILED, KernelError
+from .errors import VALIDATION_FAILED, KernelError, quote
 from .limits import Limits
 from .timestamps import parse_timestamp
 
@@ -43,9 +43,6 @@ TEXTS = "texts"  # a non-empty list of strings
 
 # Where a field comes from.
 BODY, PATH, QUERY, DRAWN = "body", "path", "query", "drawn"
-
-# How a value may be echoed in a refusal: long enough to recognise, never the whole of a huge one.
-_ECHO_CHARS_MAX = 100
 
 Bound = int | str | None  # a number, or the name of a `Limits` attribute
 
@@ -125,14 +122,6 @@ def specs(command_class: type) -> tuple[tuple[str, Spec], ...]:
 # -- checks ------------------------------------------------------------------------------------
 
 
-def echo(value: Any) -> str:
-    """`value` as a refusal quotes it, cut to a length a person can read."""
-    text = repr(value)
-    if len(text) > _ECHO_CHARS_MAX:
-        return text[:_ECHO_CHARS_MAX] + f"... ({len(text)} characters)"
-    return text
-
-
 def check_text(field: str, value: str, length_max: int, length_min: int = 1) -> str:
     """A string of `length_min` (1: not empty) to `length_max` characters."""
     if length_min and not value:
@@ -154,7 +143,7 @@ def check_space_id(space: str) -> str:
         or not all(c.isalnum() or c in "-_" for c in space)
     ):
         raise KernelError(
-            VALIDATION_FAILED, f"space id {echo(space)} must be 1-{SPACE_ID_LEN_MAX} characters of A-Z a-z 0-9 - _"
+            VALIDATION_FAILED, f"space id {quote(space)} must be 1-{SPACE_ID_LEN_MAX} characters of A-Z a-z 0-9 - _"
         )
     return space
 
@@ -249,7 +238,7 @@ def _query_value(spec: Spec, text: str | None) -> Any:
     if text is None or spec.kind != INTEGER:
         return text
     if not (text.isascii() and text.lstrip("-").isdigit()):
-        raise _refuse(f"query parameter {spec.wire!r} must be an integer, got {echo(text)}")
+        raise _refuse(f"query parameter {spec.wire!r} must be an integer, got {quote(text)}")
     return int(text)
 
 

@@ -14,7 +14,7 @@ import hmac
 import secrets
 from typing import Iterator
 
-from .errors import CONFLICT, NOT_FOUND, KernelError
+from .errors import CONFLICT, NOT_FOUND, KernelError, quote
 
 __all__ = ["ApiKey", "KeyTable", "digest", "new_secret"]
 
@@ -93,7 +93,7 @@ class KeyTable:
     def decide_revoke(self, key_id: str, now_ms: int) -> dict | None:
         key = self._by_id.get(key_id)
         if key is None:
-            raise KernelError(NOT_FOUND, f"key {key_id!r} not found")
+            raise KernelError(NOT_FOUND, f"key {quote(key_id)} not found")
         if key.revoked_ms is not None:
             return None
         return {"type": "key.revoked", "id": key_id, "at_ms": now_ms}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
+from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
 from .limits import Limits
 from .timestamps import format_ms
 
@@ -84,7 +84,7 @@ class MailboxTable:
     def get(self, mailbox_id: str) -> Mailbox:
         mailbox = self._by_id.get(mailbox_id)
         if mailbox is None:
-            raise KernelError(NOT_FOUND, f"mailbox {mailbox_id!r} not found")
+            raise KernelError(NOT_FOUND, f"mailbox {quote(mailbox_id)} not found")
         return mailbox
 
     def find(self, mailbox_id: str) -> Mailbox | None:

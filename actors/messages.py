@@ -34,7 +34,7 @@ import heapq
 from collections import deque
 from typing import Any, Iterator
 
-from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError
+from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
 from .limits import Limits
 from .mailboxes import Mailbox, MailboxTable
 from .timestamps import format_ms
@@ -209,7 +209,7 @@ class MessageTable:
     def get(self, message_id: str) -> Message:
         message = self._messages.get(message_id)
         if message is None:
-            raise KernelError(NOT_FOUND, f"message {message_id!r} not found")
+            raise KernelError(NOT_FOUND, f"message {quote(message_id)} not found")
         return message
 
     def find(self, message_id: str) -> Message | None:

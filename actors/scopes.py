@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError
+from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError, quote
 from .limits import Limits
 from .timestamps import format_ms
 
@@ -78,7 +78,7 @@ class ScopeTree:
     def get(self, scope_id: str) -> Scope:
         scope = self._scopes.get(scope_id)
         if scope is None:
-            raise KernelError(NOT_FOUND, f"scope {scope_id!r} not found")
+            raise KernelError(NOT_FOUND, f"scope {quote(scope_id)} not found")
         return scope
 
     def all(self) -> Iterator[Scope]:

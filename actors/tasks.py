@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import orjson
 
-from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
+from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
 from .limits import Limits
 from .timestamps import format_ms
 
@@ -128,7 +128,7 @@ class TaskTable:
     def get(self, task_id: str) -> Task:
         task = self._by_id.get(task_id)
         if task is None:
-            raise KernelError(NOT_FOUND, f"task {task_id!r} not found")
+            raise KernelError(NOT_FOUND, f"task {quote(task_id)} not found")
         return task
 
     def find(self, task_id: str) -> Task | None:

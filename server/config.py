@@ -110,6 +110,10 @@ _SERVER: tuple[Setting, ...] = (
             minimum=0.1, maximum=3600),
     Setting("read_timeout_s", float, _DEFAULTS.read_timeout_s, "A connection whose client sends and reads nothing for this many seconds is closed "
             "(keep it above the longest long poll, 30 s, and above keep_alive_s).", minimum=0.1, maximum=3600),
+    Setting("connections_max", int, _DEFAULTS.connections_max, "Connections served at once; one more is answered 503 and closed "
+            "(keep it below the open-files limit, ulimit -n).", minimum=1, maximum=1_000_000),
+    Setting("body_bytes_in_flight_max", int, _DEFAULTS.body_bytes_in_flight_max, "Bytes of request bodies held across all requests "
+            "in flight; past it a request gets 503 with Retry-After.", minimum=1024),
     Setting("expiry_storm_per_s", int, _DEFAULTS.expiry_storm_per_s, "Expiries in one second that are logged as an expiry storm.", minimum=1),
     Setting("fsync_batch_ms", float, _DEFAULTS.fsync_batch_ms, "With fsync batch: at most one fsync per this many milliseconds.", minimum=0.1, maximum=1000),
     Setting("snapshot_every_records", int, _DEFAULTS.snapshot_every_records, "A snapshot once the WAL holds this many records past the last one.", minimum=1),

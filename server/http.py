@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from functools import partial
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs, unquote
 
@@ -26,6 +27,7 @@ from ..actors.errors import INTERNAL, NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, V
 from ..actors.kernel import Idem
 from ..actors.limits import Limits
 from .body import Body, parse_body
+from .doors import BodyReading, ClientGone, check_known_key, drain, read_body, send_while_discarding
 from .errors import ApiError, envelope
 from .telemetry import CLIENT_GONE
 
@@ -168,26 +170,6 @@ class Router:
         raise ApiError(NOT_FOUND, f"no such route: {method} {raw_path}")
 
 
-class _ClientGone(Exception):
-    """The client disconnected before its request was complete: there is nobody to answer."""
-
-
-async def _read_body(receive: Callable[[], Awaitable[dict]], bytes_max: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise _ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > bytes_max:
-            raise ApiError(VALIDATION_FAILED, f"request body exceeds {bytes_max} bytes", status=413)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 async def _send(send: Callable[[dict], Awaitable[None]], status: int, body: bytes, extra: dict[str, str] | None, request_id: str) -> None:
     headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body)), (b"x-request-id", request_id.encode())]
     if extra:
@@ -233,13 +215,18 @@ async def serve_http(
     request.query = scope.get("query_string", b"")
     route = None
     status, code = CLIENT_GONE, None
+    doors = services.doors
+    incoming = BodyReading()
     try:
         route, params = router.match(method, raw_path)
-        if not route.public and not services.ready:
-            raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
+        if not route.public:
+            if not services.ready:
+                raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
+            check_known_key(request, services)  # from the headers: an unknown key's body is never read
         with trio.move_on_after(services.settings.body_timeout_s) as reading:
-            request.body = await _read_body(receive, services.limits.request_bytes_max)
+            request.body = await read_body(receive, headers, services.limits.request_bytes_max, doors, incoming)
         if reading.cancelled_caught:
+            incoming.timed_out = True
             raise ApiError("REQUEST_TIMEOUT", "the request body did not arrive in time", status=408, headers=dict(_CLOSE))
         long_poll = route.long_poll
         if long_poll is True or (long_poll and long_poll(request)):
@@ -255,20 +242,26 @@ async def serve_http(
             await _send_raw(send, status, body, request.request_id)
         else:
             await _send(send, status, orjson.dumps(body), _CLOSE if services.draining else None, request.request_id)
-    except _ClientGone:
+    except ClientGone:
         status = CLIENT_GONE
     except KernelError as error:
-        status, body, extra = envelope(error, request.request_id)
+        status, answer_body, extra = envelope(error, request.request_id)
         code = error.code
         if services.draining:
             extra.update(_CLOSE)
-        await _send(send, status, body, extra, request.request_id)
+        if await drain(receive, doors, incoming):  # refused before its body was read: read it, drop it
+            await _send(send, status, answer_body, extra, request.request_id)
+        else:
+            extra.update(_CLOSE)
+            answer = partial(_send, send, status, answer_body, extra, request.request_id)
+            await send_while_discarding(receive, answer, doors.linger_s)
     except Exception:
         log.exception("request %s %s failed (%s)", method, raw_path, request.request_id)
         status, body, extra = envelope(KernelError(INTERNAL, "internal error"), request.request_id)
         code = INTERNAL
         await _send(send, status, body, extra, request.request_id)
     finally:
+        doors.release(incoming.held)
         telemetry.end(method, route, status, started, request.request_id, code)
 
 

@@ -19,7 +19,7 @@ from typing import Callable
 import trio
 
 from ..actors.clock import Clock
-from ..actors.errors import NOT_FOUND, UNAUTHENTICATED, KernelError
+from ..actors.errors import NOT_FOUND, UNAUTHENTICATED, KernelError, quote
 from ..actors.ids import IdSource
 from ..actors.kernel import Kernel
 from ..actors.commands import RegisterKey
@@ -29,6 +29,7 @@ from ..snapshots import RecoveryError, StoreLocked, open_store
 from ..snapshots.recovery import wal_dir
 from .admin import AdminCredential
 from .durable import state_model
+from .doors import Doors
 from .errors import ApiError
 from .http import Request
 from .logs import event
@@ -70,6 +71,8 @@ class Runtime:
         self.admin = AdminCredential()
         self._on_admin_key = on_admin_key
         self.draining = False
+        # Connections and request bodies held (see `doors`), bounded by the settings.
+        self.doors = Doors.of(settings)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -136,17 +139,37 @@ class Runtime:
         """The space, if the request's key opens it: 401 for a bad key, 404 for another space.
 
         The admin key reads (GET) every space the server knows, for `runstate inspect`; it
-        changes nothing inside a space.
+        changes nothing inside a space: a write with it is 403 FORBIDDEN (the key is valid, the
+        action is not allowed), not 401.
         """
         secret = request.bearer()
         spaces = self.kernel.state.keys.spaces_for(secret)  # type: ignore[union-attr]
         if not spaces:
-            if request.method == "GET" and self.admin.matches(secret):
-                return self._known_space(space)
+            if self.admin.matches(secret):
+                if request.method == "GET":
+                    return self._known_space(space)
+                raise ApiError(
+                    "FORBIDDEN",
+                    "the admin key only reads inside a space; changes there need an API key issued for it",
+                )
             raise ApiError(UNAUTHENTICATED, "the API key is not valid")
         if space not in spaces:
-            raise ApiError(NOT_FOUND, f"space {space!r} not found")
+            raise ApiError(NOT_FOUND, f"space {quote(space)} not found")
         return space
+
+    def journal_refusal(self) -> str | None:
+        """Why the journal refuses every change now (a write or fsync failed), or None while it takes them.
+
+        The store probes the disk and repairs itself once it works again; until then reads go on
+        and `/healthz` says not ready, so a load balancer sends changes elsewhere.
+        """
+        journal = self.kernel.journal if self.kernel is not None else None
+        failure = getattr(journal, "failure", None)
+        return None if failure is None else f"the journal refuses changes: {failure}"
+
+    def key_is_known(self, secret: str) -> bool:
+        """Whether `secret` is any key of this server (an API key or the admin key), from the headers alone."""
+        return bool(self.kernel.state.keys.spaces_for(secret)) or self.admin.matches(secret)
 
     # -- operating it ------------------------------------------------------------------------------
 
@@ -182,5 +205,5 @@ class Runtime:
         """`space` if it holds anything or a key opens it; reading it must not make it."""
         state = self.kernel.state  # type: ignore[union-attr]
         if space not in state.spaces and space not in state.keys.spaces():
-            raise ApiError(NOT_FOUND, f"space {space!r} not found")
+            raise ApiError(NOT_FOUND, f"space {quote(space)} not found")
         return space

@@ -1,4 +1,4 @@
-"""Serving the app with hypercorn's trio worker, with signals handled for a graceful shutdown."""
+"""Serving the app with hypercorn's trio worker (through `doors`), with signals handled for a graceful shutdown."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Callable
 
 import trio
 from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 
 from .app import create_app
+from .doors import serve_app
 from .logs import AccessLog, event
 from .runtime import NewKeyHandler
 from .settings import Settings
@@ -87,9 +87,10 @@ async def serve(
         await nursery.start(lifecycle.run_runtime)
         with trio.CancelScope() as serving:
             nursery.start_soon(lifecycle.drain, serving)
-            await hypercorn_serve(
+            await serve_app(
                 app,
                 hypercorn_config(settings),
+                app.runtime.doors,
                 shutdown_trigger=lifecycle.stop.wait,
                 task_status=_Status(),  # type: ignore[arg-type]
             )

@@ -52,6 +52,11 @@ class Settings:
     # long poll and above `keep_alive_s`, so that neither is cut short.
     read_timeout_s: float = 90.0
     expiry_storm_per_s: int = 1000
+    # The doors (`doors.py`). Connections served at once; one more gets 503 and is closed. Keep it
+    # below the open-files limit (`ulimit -n`) less what the journal needs.
+    connections_max: int = 1000
+    # Bytes of request bodies held across all requests in flight; past it, 503 with Retry-After.
+    body_bytes_in_flight_max: int = 64 * 1024 * 1024
 
     # The durable journal (with a data directory); defaults are the store's own.
     fsync_batch_ms: float = _STORE.batch_interval_ms

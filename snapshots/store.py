@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import trio
 
-from .disk import Disk
+from .disk import FILE_MODE, Disk, make_private
 from .compaction import command, model_bytes, take_snapshot
 from .model import Clock, RecoverableState, StateModel
 from .snapshot import SnapshotInfo, list_snapshots, snapshot_version, write_snapshot
@@ -137,9 +137,9 @@ class RecoveryReport:
 
 
 def _lock(data_dir: str) -> int:
-    os.makedirs(wal_dir(data_dir), exist_ok=True)
-    os.makedirs(snapshot_dir(data_dir), exist_ok=True)
-    fd = os.open(os.path.join(data_dir, "LOCK"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    for folder in (data_dir, wal_dir(data_dir), snapshot_dir(data_dir)):
+        make_private(folder)  # 0700 folders, 0600 files (see disk.py)
+    fd = os.open(os.path.join(data_dir, "LOCK"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -1,6 +1,11 @@
-"""`GET /healthz`: 200 once the state is recovered and the server serves, 503 before and while it shuts down.
+"""`GET /healthz`: the probes. Reveals nothing else.
 
-Reveals nothing else."""
+- Readiness, `GET /healthz`: 200 once the state is recovered and the server takes changes; 503 with
+  the reason while it recovers, while the journal refuses changes (a failing disk: 200 again once
+  the store has repaired itself) and while it shuts down. Route traffic by it.
+- Liveness, `GET /healthz?probe=live`: 200 whenever the process answers HTTP, in any of those
+  states, since none of them is cured by a restart. Restart on it failing, never on readiness.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +20,15 @@ router = Router()
 
 
 async def healthz(services: Any, request: Request) -> tuple[int, dict]:
+    if request.param("probe") == "live":
+        return 200, {"status": "live"}
     if not services.ready:
         raise ApiError(UNAVAILABLE, "recovering", headers={"retry-after": "1"})
     if services.draining:
         raise ApiError(UNAVAILABLE, "shutting down")
+    refusal = services.journal_refusal()
+    if refusal is not None:
+        raise ApiError(UNAVAILABLE, refusal, headers={"retry-after": "1"})
     return 200, {"status": "ok"}
 
 

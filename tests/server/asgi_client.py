@@ -78,7 +78,7 @@ class AsgiClient:
             self._keys += 1
             sent_headers["idempotency-key"] = idempotency_key or f"{self._keys:024x}"
         sent_headers.update(headers or {})
-        path = self.path(tail) if tail.startswith("/") and not tail.startswith("/v1") and tail != "/healthz" else tail
+        path = self.path(tail) if tail.startswith("/") and not tail.startswith("/v1") and tail.partition("?")[0] != "/healthz" else tail
 
         async def app(scope: dict, receive: Any, send: Any) -> None:
             await serve_http(self.runtime, ROUTER, scope, receive, send)

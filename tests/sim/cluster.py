@@ -54,9 +54,7 @@ def now_ms() -> int:
 
 
 def sim_clock() -> Clock:
-    clock = Clock(wall_anchor_ms=T0_MS)
-    clock._trio_anchor = 0.0  # wall = T0 + virtual seconds, in every incarnation alike
-    return clock
+    return Clock.at_trio_zero(T0_MS)  # wall = T0 + virtual seconds, in every incarnation alike
 
 
 class SimRuntime(Runtime):

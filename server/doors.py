@@ -1,0 +1,410 @@
+"""The doors: what stands between a TCP connection and the router.
+
+hypercorn parses HTTP/1.1 for us; this module decides who gets in and what a refusal looks like,
+in four places:
+
+- **The accept loop** (`serve_app`, our copy of hypercorn's trio worker for plain TCP): at most
+  `connections_max` connections are served at once; one more is answered 503 UNAVAILABLE with the
+  envelope and closed, instead of each costing a task, buffers and a descriptor.
+- **The connection** (`_Protocol`, hypercorn's h11 protocol with our refusals): the answers the
+  HTTP layer gives before our router runs (a 431 for oversized headers or path, a 400 for a
+  malformed request line, a bad `Content-Length`, TLS bytes on the plain port, HTTP/0.9) carry the
+  error envelope, as every other answer does (clients turn an empty error body into UNAVAILABLE).
+  HTTP/2 is not offered: an `Upgrade: h2c` is ignored and the request answered in HTTP/1.1.
+- **The body** (`read_body`): read only once the request may proceed (route found, key known), and
+  counted against `body_bytes_in_flight_max`, a bound on the bytes held across every request in
+  flight: past it a request gets 503 UNAVAILABLE with Retry-After, not memory.
+- **The refusal of an unread body** (`drain`, `send_while_discarding`): a request refused before its
+  body was read (401 for an unknown key, 413 for a `Content-Length` over the limit) has the rest of
+  its body read and dropped, at most `LINGER_BYTES_MAX` bytes for at most `LINGER_S` seconds, before
+  the answer goes out. A client that sends its whole body before reading (httpx, the SDKs) then reads
+  the answer instead of a reset connection, and the connection can be used again; nothing of the
+  body is kept. This is nginx's lingering close, done before the answer rather than after it, since
+  hypercorn closes the connection as soon as an answer ends while the client is still sending.
+
+Memory per connection is then bounded by hypercorn's own queue (`APP_QUEUE_MESSAGES` messages of at
+most `RECEIVE_BYTES_MAX`) plus, for a request being read, its share of `body_bytes_in_flight_max`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from functools import partial
+from typing import Any, Awaitable, Callable
+
+import h11
+import orjson
+import trio
+from hypercorn.config import Config
+from hypercorn.events import Closed, RawData
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.statsd import StatsdLogger
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.task_group import TaskGroup
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import ShutdownError, parse_socket_addr, raise_shutdown, repr_socket_addr, wrap_app
+
+from ..actors.errors import UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED
+from .errors import ApiError
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+__all__ = ["Doors", "serve_app", "read_body", "drain", "send_while_discarding", "APP_QUEUE_MESSAGES"]
+
+log = logging.getLogger("runstate.doors")
+
+# ASGI messages hypercorn queues per request before it stops reading the socket (its default is 10),
+# and the largest read from a socket (hypercorn's is 64 KiB): a connection whose body is on its way
+# holds a few of these at a time, so they set what 1000 uploading connections cost (a few MB).
+APP_QUEUE_MESSAGES = 2
+RECEIVE_BYTES_MAX = 16 * 1024
+# A request refused before its body was read has the rest read and dropped, at most this many bytes
+# for at most this long (nginx's lingering close gives 30 s), so its client reads the answer rather
+# than a reset connection. Dropping costs bandwidth, not memory.
+LINGER_BYTES_MAX = 64 * 1024 * 1024
+LINGER_S = 5.0
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large",
+            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+# The first bytes of a TLS handshake record (content type 22, version 3.x).
+_TLS_RECORD = 0x16
+# How much of a request's first line is looked at for HTTP/0.9 (hypercorn refuses longer heads).
+_FIRST_LINE_BYTES_MAX = 16 * 1024
+
+
+class Doors:
+    """The bounds of the doors and what they hold now (one per server)."""
+
+    def __init__(self, *, connections_max: int, body_bytes_in_flight_max: int, linger_bytes_max: int, linger_s: float) -> None:
+        self.connections_max = connections_max
+        self.body_bytes_in_flight_max = body_bytes_in_flight_max
+        self.linger_bytes_max = linger_bytes_max
+        self.linger_s = linger_s
+        self.connections = 0
+        self.body_bytes_in_flight = 0
+        # Counted for the metrics: connections refused at the cap, answers given before the router.
+        self.connections_refused = 0
+        self.protocol_errors = 0
+
+    @classmethod
+    def of(cls, settings: Any) -> "Doors":
+        return cls(
+            connections_max=settings.connections_max,
+            body_bytes_in_flight_max=settings.body_bytes_in_flight_max,
+            linger_bytes_max=LINGER_BYTES_MAX,
+            linger_s=LINGER_S,
+        )
+
+    def reserve(self, size: int) -> bool:
+        """Count `size` more body bytes as held, unless that goes past the bound."""
+        if self.body_bytes_in_flight + size > self.body_bytes_in_flight_max:
+            return False
+        self.body_bytes_in_flight += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.body_bytes_in_flight -= size
+        assert self.body_bytes_in_flight >= 0
+
+
+# -- the body -------------------------------------------------------------------------------------
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request was complete: there is nobody to answer."""
+
+
+class BodyReading:
+    """The state of one request's body: how much of it this request holds, and whether it ended."""
+
+    __slots__ = ("held", "ended", "timed_out")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.ended = False
+        self.timed_out = False
+
+
+def declared_length(headers: dict[str, str]) -> int | None:
+    """The request's Content-Length as a number (hypercorn has already refused a malformed one)."""
+    value = headers.get("content-length")
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
+async def read_body(
+    receive: Callable[[], Awaitable[dict]], headers: dict[str, str], bytes_max: int, doors: Doors, reading: BodyReading
+) -> bytes:
+    """The whole body, at most `bytes_max` bytes, each held byte counted in `doors` (413 / 503 past them)."""
+    declared = declared_length(headers)
+    if declared is not None and declared > bytes_max:
+        raise ApiError(VALIDATION_FAILED, f"request body exceeds {bytes_max} bytes", status=413)
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        if reading.held + len(chunk) > bytes_max:
+            raise ApiError(VALIDATION_FAILED, f"request body exceeds {bytes_max} bytes", status=413)
+        if chunk and not doors.reserve(len(chunk)):
+            raise ApiError(
+                UNAVAILABLE,
+                f"the server holds {doors.body_bytes_in_flight} bytes of request bodies, its limit "
+                "(body_bytes_in_flight_max); try again shortly",
+                headers={"retry-after": "1"},
+            )
+        reading.held += len(chunk)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            reading.ended = True
+            return b"".join(chunks)
+
+
+async def drain(receive: Callable[[], Awaitable[dict]], doors: Doors, reading: BodyReading) -> bool:
+    """Read and drop the rest of a refused request's body; True when it ended within the bounds.
+
+    False means the connection must close after the answer: the client is still sending, too
+    much or too slowly, or it has gone.
+    """
+    if reading.ended:
+        return True
+    if reading.timed_out:
+        return False
+    dropped = 0
+    with trio.move_on_after(doors.linger_s):
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return False
+            dropped += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                reading.ended = True
+                return True
+            if dropped > doors.linger_bytes_max:
+                return False
+    return False
+
+
+async def send_while_discarding(receive: Callable[[], Awaitable[dict]], answer: Callable[[], Awaitable[None]], seconds: float) -> None:
+    """Send an answer while the rest of the request is read and dropped.
+
+    When an answer ends while the client is still sending, hypercorn tells the request it is over
+    through the same bounded queue the body arrives in; if nobody empties that queue, the answer
+    never completes. So something reads until the end is told, for at most `seconds`.
+    """
+
+    async def discard() -> None:
+        with trio.move_on_after(seconds):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(discard)
+        await answer()
+        nursery.cancel_scope.cancel()
+
+
+def check_known_key(request: Any, services: Any) -> None:
+    """401 UNAUTHENTICATED now, from the headers, when the bearer key opens nothing on this server."""
+    secret = request.bearer()
+    if not services.key_is_known(secret):
+        raise ApiError(UNAUTHENTICATED, "the API key is not valid")
+
+
+# -- answers made below the router ----------------------------------------------------------------
+
+
+def raw_answer(config: Config, status: int, code: str, message: str, extra: list[tuple[bytes, bytes]] = ()) -> bytes:
+    """A whole HTTP/1.1 answer with the error envelope that closes the connection."""
+    body = orjson.dumps({"error": {"code": code, "message": message, "requestId": "req_" + os.urandom(8).hex()}})
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        (b"connection", b"close"),
+        *extra,
+        *config.response_headers("h11"),
+    ]
+    head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Error"))
+    return head + b"".join(b"%s: %s\r\n" % (name, value) for name, value in headers) + b"\r\n" + body
+
+
+def _protocol_refusal(status: int, error: BaseException | None) -> str:
+    if status == 431:
+        return "the request line and headers exceed 16384 bytes"
+    detail = f" ({error})" if error is not None and str(error) else ""
+    return f"the request is not valid HTTP/1.1{detail}"
+
+
+class _Protocol(H11Protocol):
+    """hypercorn's HTTP/1.1 protocol, with every refusal it makes itself in the error envelope."""
+
+    def __init__(self, *args: Any, doors: Doors) -> None:
+        super().__init__(*args)
+        self._doors = doors
+        self._first_line: bytearray | None = bytearray()  # None once the first line was looked at
+
+    async def handle(self, event: Any) -> None:
+        if self._first_line is not None and isinstance(event, RawData) and event.data:
+            refusal = self._look_at_first_line(event.data)
+            if refusal is not None:
+                self._doors.protocol_errors += 1
+                await self.send(RawData(data=raw_answer(self.config, 400, VALIDATION_FAILED, refusal)))
+                await self.send(Closed())
+                return
+        await super().handle(event)
+
+    def _look_at_first_line(self, data: bytes) -> str | None:
+        line = self._first_line
+        assert line is not None
+        if not line and data[0] == _TLS_RECORD:
+            return "this port speaks plain HTTP/1.1, not TLS: use http:// (or put a TLS proxy in front)"
+        line.extend(data[: _FIRST_LINE_BYTES_MAX - len(line)])
+        end = line.find(b"\n")
+        if end < 0 and len(line) < _FIRST_LINE_BYTES_MAX:
+            return None
+        self._first_line = None
+        if end >= 0 and len(line[:end].split()) == 2:
+            return "HTTP/0.9 requests are not served: send HTTP/1.1 (a request line ends with HTTP/1.1)"
+        return None
+
+    async def _send_error_response(self, status_code: int) -> None:
+        # Called by hypercorn inside `except h11.RemoteProtocolError`: the error is the one in flight.
+        error = sys.exc_info()[1]
+        self._doors.protocol_errors += 1
+        await self.send(RawData(data=raw_answer(self.config, status_code, VALIDATION_FAILED, _protocol_refusal(status_code, error))))
+
+    async def _check_protocol(self, event: h11.Request) -> None:
+        """No HTTP/2 (prior knowledge or h2c upgrade): every request is answered in HTTP/1.1."""
+
+
+class _Connection(TCPServer):
+    """hypercorn's per-connection server for plain TCP, speaking through `_Protocol`."""
+
+    def __init__(self, app: Any, config: Config, context: WorkerContext, state: Any, stream: Any, doors: Doors) -> None:
+        super().__init__(app, config, context, state, stream)
+        self._doors = doors
+
+    async def run(self) -> None:
+        socket = self.stream.socket
+        try:
+            client = parse_socket_addr(socket.family, socket.getpeername())
+            server = parse_socket_addr(socket.family, socket.getsockname())
+            async with TaskGroup() as task_group:
+                self._task_group = task_group
+                self.protocol = _Protocol(  # type: ignore[assignment]
+                    self.app, self.config, self.context, task_group, ConnectionState(self.state),
+                    False, client, server, self.protocol_send, doors=self._doors,
+                )
+                await self.protocol.initiate()
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                await self._read_data()
+                # The client has gone: the keep-alive timer would hold the connection (and its slot
+                # under connections_max) until it runs out. Requests still running finish.
+                await self.idle_task.stop()
+        except OSError:
+            pass
+        finally:
+            await self._close()
+
+    async def _read_data(self) -> None:
+        """hypercorn's read loop, in reads of RECEIVE_BYTES_MAX instead of 64 KiB."""
+        while True:
+            try:
+                with trio.fail_after(self.config.read_timeout or math.inf):
+                    data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
+            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
+                break
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
+
+
+async def _refuse_connection(config: Config, doors: Doors, stream: trio.SocketStream) -> None:
+    """503 with the envelope to a connection over the cap, then close it (briefly reading what it sent)."""
+    doors.connections_refused += 1
+    answer = raw_answer(
+        config, 503, UNAVAILABLE,
+        f"the server has {doors.connections} connections open, its limit (connections_max); try again shortly",
+        [(b"retry-after", b"1")],
+    )
+    with trio.move_on_after(min(doors.linger_s, 1.0)):
+        try:
+            await stream.send_all(answer)
+            await stream.send_eof()
+            dropped = 0
+            while dropped < 64 * 1024:
+                data = await stream.receive_some(16 * 1024)
+                if not data:
+                    break
+                dropped += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    await stream.aclose()
+
+
+async def _connection(app: Any, config: Config, context: WorkerContext, state: Any, doors: Doors, stream: trio.SocketStream) -> None:
+    if doors.connections >= doors.connections_max:
+        await _refuse_connection(config, doors, stream)
+        return
+    doors.connections += 1
+    try:
+        await _Connection(app, config, context, state, stream, doors).run()
+    finally:
+        doors.connections -= 1
+
+
+async def serve_app(
+    app: Any,
+    config: Config,
+    doors: Doors,
+    *,
+    shutdown_trigger: Callable[..., Awaitable[None]],
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """hypercorn's trio worker (`hypercorn.trio.run.worker_serve`) for plain TCP, through the doors.
+
+    The same lifespan, graceful shutdown and sockets; TLS, QUIC and HTTP/2 are left out (the server
+    listens on plain HTTP/1.1; TLS belongs to a proxy in front).
+    """
+    config.set_statsd_logger_class(StatsdLogger)
+    config.max_app_queue_size = APP_QUEUE_MESSAGES
+    wrapped = wrap_app(app, config.wsgi_max_body_size, None)
+    lifespan_state: dict = {}
+    lifespan = Lifespan(wrapped, config, lifespan_state)
+    context = WorkerContext(None)
+
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+        async with trio.open_nursery() as server_nursery:
+            sockets = config.create_sockets()
+            assert not sockets.secure_sockets and not sockets.quic_sockets, "TLS is not served here"
+            listeners = []
+            binds = []
+            for sock in sockets.insecure_sockets:
+                sock.listen(config.backlog)
+                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+                binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+            task_status.started(binds)
+            handler = partial(_connection, wrapped, config, context, ConnectionState(lifespan_state.copy()), doors)
+            try:
+                async with trio.open_nursery(strict_exception_groups=True) as nursery:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger)
+                    nursery.start_soon(raise_shutdown, context.terminate.wait)
+                    nursery.start_soon(partial(trio.serve_listeners, handler, listeners, handler_nursery=server_nursery))
+                    await trio.sleep_forever()
+            except BaseExceptionGroup as error:
+                _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
+                if other_errors is not None:
+                    raise other_errors
+            finally:
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()

@@ -1,0 +1,146 @@
+"""The doors of a real server: refusals below the router carry the envelope, bodies cost nothing unasked.
+
+Each test drives a `runstate serve` subprocess over real sockets, since what is tested here happens
+in the HTTP layer before any of our code that an in-process client reaches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from tests.servers import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ServerProcess() as running:
+        yield running
+
+
+def _address(server: ServerProcess) -> tuple[str, int]:
+    host, port = server.base_url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+def _exchange(server: ServerProcess, data: bytes, timeout_s: float = 10) -> bytes:
+    """Send `data` on a fresh connection and read until the server closes it."""
+    with socket.create_connection(_address(server), timeout=timeout_s) as sock:
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+
+def _envelope(answer: bytes) -> tuple[int, dict]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"content-type: application/json" in head.lower(), head
+    return status, orjson.loads(body)["error"]
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize(
+    "data, status, words",
+    [
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n", 431, "16384 bytes"),
+        (b"GET /" + b"p" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 431, "16384 bytes"),
+        (b"GARBAGE\r\n\r\n", 400, "not valid HTTP/1.1"),
+        (b"POST /v1/spaces/default/scopes HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400, "Content-Length"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(64), 400, "not TLS"),
+        (b"GET /healthz\r\n", 400, "HTTP/0.9"),
+    ],
+    ids=["header-100kb", "path-100kb", "request-line", "content-length", "tls", "http-0.9"],
+)
+def test_refusals_of_the_http_layer_carry_the_envelope(server, data, status, words):
+    """Oversized heads, malformed request lines, bad Content-Length, TLS and HTTP/0.9: status and envelope."""
+    got_status, error = _envelope(_exchange(server, data))
+    assert got_status == status
+    assert error["code"] == "VALIDATION_FAILED"
+    assert words in error["message"]
+    assert error["requestId"].startswith("req_")
+
+
+def test_a_16_mib_body_gets_its_413_through_an_async_client(server):
+    """httpx.AsyncClient sends the whole body before reading: it reads the 413, 20 times out of 20."""
+
+    async def main() -> list[int]:
+        statuses = []
+        async with httpx.AsyncClient(base_url=server.base_url, headers={"authorization": f"Bearer {server.api_key}"}, timeout=30) as client:
+            for _ in range(20):
+                answer = await client.post("/v1/spaces/default/scopes", content=b"x" * (16 * MIB), headers={"content-type": "application/json"})
+                assert answer.json()["error"]["message"] == "request body exceeds 1048576 bytes"
+                statuses.append(answer.status_code)
+            assert (await client.post("/v1/spaces/default/scopes", json={})).status_code == 201  # the pool still works
+        return statuses
+
+    assert asyncio.run(main()) == [413] * 20
+
+
+def test_an_unknown_key_is_refused_before_its_body_is_read(server):
+    """100 connections each sending 1 MiB without a key: 401 for all, the server's RSS barely moves."""
+    assert server.proc is not None
+    host, port = _address(server)
+    head = b"POST /v1/spaces/default/scopes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % MIB
+    body = b"x" * MIB
+    before = _rss_bytes(server.proc.pid)
+
+    async def one(sent: asyncio.Event, count: list[int]) -> int:
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(head + body)
+        await writer.drain()
+        count.append(1)
+        if len(count) == 100:
+            sent.set()
+        await sent.wait()
+        status = int((await reader.readline()).split()[1])
+        writer.close()
+        return status
+
+    async def main() -> tuple[list[int], int]:
+        sent, count = asyncio.Event(), []
+        tasks = [asyncio.create_task(one(sent, count)) for _ in range(100)]
+        await asyncio.wait_for(sent.wait(), 60)
+        peak = _rss_bytes(server.proc.pid)  # every body sent, no answer read yet
+        return await asyncio.gather(*tasks), peak
+
+    statuses, during = asyncio.run(main())
+    assert statuses == [401] * 100
+    print(f"RSS before {before} during {during} bytes: +{(during - before) / MIB:.1f} MiB")
+    assert during - before < 8 * MIB, (before, during)
+
+
+def test_connections_past_the_cap_get_503_with_the_envelope():
+    """With connections_max 4, a fifth connection is answered 503 UNAVAILABLE and closed; a freed slot serves again."""
+    with ServerProcess("--connections-max", "4") as capped:
+        held = []
+        for _ in range(4):  # one after the other, each seen served: they hold the four slots
+            sock = socket.create_connection(_address(capped), timeout=10)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            held.append(sock)
+        try:
+            status, error = _envelope(_exchange(capped, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+            assert status == 503
+            assert error["code"] == "UNAVAILABLE"
+            assert "connections_max" in error["message"]
+        finally:
+            for sock in held:
+                sock.close()
+        capped.wait_healthy(10)
