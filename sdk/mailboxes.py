@@ -306,7 +306,7 @@ class MailboxRef:
     async def receive(self, *, wait_ms: int = 0) -> Delivery | None:
         """One delivery leased for 30 s (not renewed for you), or None if there is none.
         With `wait_ms` the server holds the request until a message comes or the wait ends."""
-        raw = await self._recv(RECEIVE_LEASE_SECONDS, check_wait_ms(wait_ms, "wait_ms"))
+        raw = await self._recv(RECEIVE_LEASE_SECONDS, check_wait_ms(wait_ms))
         return None if raw is None else Delivery(self._ctx, raw)
 
     async def _recv(self, lease_seconds: int, wait_ms: int) -> dict[str, Any] | None:
@@ -367,8 +367,8 @@ class MailboxRef:
         """
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an integer of at least 1, got {concurrency!r}")
-        check_lease_seconds(lease_seconds, "lease_seconds")
-        check_wait_ms(wait_ms, "wait_ms")
+        check_lease_seconds(lease_seconds)
+        check_wait_ms(wait_ms)
         check_positive("poll_ms", poll_ms)
         check_positive("shutdown_timeout", shutdown_timeout, allow_zero=True)
         if give_up_after_s is not None:

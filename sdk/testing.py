@@ -22,7 +22,23 @@ transport that calls the app directly. How the app is run depends on the caller'
   the request on the asyncio side cancels it on the trio side, as a client disconnect would.
   Time is real time here (asyncio has no virtual clock), so keep such tests short.
 
-The server side needs the server extra: `pip install 'runstate[server]'`.
+The server side needs the server extra: `pip install 'runstate[server]'`. The examples are
+pytest tests for pytest-trio (`@pytest.mark.trio`, or `trio_mode = true` in the pytest
+configuration); under asyncio, `@pytest.mark.anyio` runs them too, in real time.
+
+Crashes, for testing takeover logic: `crash(x)` makes `x` behave as if its process had died at
+that instant, without running any of its clean-up.
+
+- `crash(lease)`: the claim lease stops renewing and is never released; the key stays held until
+  the lease runs out on the server, then another holder can take it.
+- `crash(delivery)`: inside `consume()`, the handler is cancelled, the lease stops renewing, and
+  the delivery is neither completed nor put back: the task comes back with `attempt + 1` once
+  its lease runs out.
+- `crash(client)`: a worker killed mid-task. Every lease and delivery the client holds is
+  crashed, every `consume()` it runs returns at once without giving anything back, and any later
+  call through it raises `CrashedError` (a dead process sends nothing).
+
+Nothing else in the server is touched: the other clients, and the kernel's own expiry, carry on.
 """
 
 from __future__ import annotations
@@ -34,10 +50,13 @@ import anyio
 import anyio.abc
 
 from . import _runtime
+from ._context import CrashedError
+from .claims import ClaimLease
 from .client import AsyncRunstate
+from .mailboxes import Delivery
 from .transport import Exchange, TransportError
 
-__all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate"]
+__all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate", "crash", "CrashedError"]
 
 ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
@@ -143,7 +162,10 @@ class ASGITransport:
     outlives `timeout_s` is cancelled and reported as a `TransportError`, like a read timeout.
     """
 
-    def __init__(self, app: ASGIApp, *, client: tuple[str, int] = DEFAULT_CLIENT, state: dict | None = None) -> None:
+    # What error messages call the server this transport reaches.
+    base_url = "the in-process test server"
+
+    def __init__(self, app: ASGIApp, *, client: tuple[str, int] = DEFAULT_CLIENT, state: dict[str, Any] | None = None) -> None:
         self.app = app
         self._client = client
         self._state = state
@@ -305,6 +327,8 @@ class _TrioGuest:
 class _GuestTransport:
     """The asyncio side of a trio guest run: a transport whose requests cross into trio."""
 
+    base_url = "the in-process test server"
+
     def __init__(self, guest: _TrioGuest) -> None:
         self.guest = guest
 
@@ -419,3 +443,26 @@ def serve(
     if settings is None:
         settings = Settings(api_key=api_key, space_id=space_id, seed=seed)
     return serve_app(create_app(settings), api_key=api_key, space_id=space_id, **client_kwargs)
+
+
+def crash(target: ClaimLease | Delivery | AsyncRunstate) -> None:
+    """Make a lease, a delivery or a whole client behave as if its process died now (see above).
+
+    Synchronous, so a handler can call it at the exact point where the crash should happen;
+    whatever runs on after it sends nothing.
+    """
+    if isinstance(target, ClaimLease):
+        target._crash()
+    elif isinstance(target, Delivery):
+        target._crash()
+    elif isinstance(target, AsyncRunstate):
+        holdings = target._ctx.holdings
+        holdings.crashed = True
+        for lease in list(holdings.leases):
+            lease._crash()
+        for delivery in list(holdings.deliveries):
+            delivery._crash()
+        for consumer in list(holdings.consumers):
+            consumer.cancel()
+    else:
+        raise TypeError(f"crash() takes a ClaimLease, a Delivery or a client, not {type(target).__name__}")
