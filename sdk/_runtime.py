@@ -126,6 +126,24 @@ def _spawn_asyncio(async_fn: Callable[..., Awaitable[Any]], args: tuple, name: s
     return Background(task.cancel, wait, task.done)
 
 
+def single_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one real error inside a task group's exception group, or the group itself.
+
+    Cancellations are not counted: a handler that raised `KeyboardInterrupt` while its siblings
+    were being cancelled gives back the `KeyboardInterrupt`, so the caller can catch it as such.
+    """
+    cancelled = anyio.get_cancelled_exc_class()
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        error = pending.pop()
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        elif not isinstance(error, cancelled):
+            leaves.append(error)
+    return leaves[0] if len(leaves) == 1 else group
+
+
 def is_async_callable(fn: Any) -> bool:
     """True for coroutine functions, partials of them and objects with an async `__call__`."""
     while isinstance(fn, functools.partial):

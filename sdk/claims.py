@@ -91,7 +91,7 @@ class ClaimRef:
         }
         while True:
             left_ms = timeout_ms - (anyio.current_time() - started) * 1000
-            wait_ms = int(min(left_ms, CLAIM_WAIT_MS_MAX)) if wait else 0
+            wait_ms = round(min(left_ms, CLAIM_WAIT_MS_MAX)) if wait else 0
             body["waitMs"] = wait_ms if wait_ms > 0 else None
             sent = anyio.current_time()
             try:

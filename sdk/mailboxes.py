@@ -391,6 +391,13 @@ class MailboxRef:
                         await self._drain(running, shutdown_timeout)
                     # After a failure the handlers are cancelled; each puts its delivery back.
                     group.cancel_scope.cancel()
+            except BaseExceptionGroup as errors:
+                # A KeyboardInterrupt (or another BaseException) from inside a handler comes out
+                # as itself, not wrapped in a group: `except KeyboardInterrupt` must catch it.
+                single = _runtime.single_error(errors)
+                if single is errors:
+                    raise
+                raise single from None
             finally:
                 holdings.consumers.discard(consumer)
         if failure is not None:
