@@ -88,7 +88,7 @@ def spawn_background(async_fn: Callable[..., Awaitable[Any]], *args: Any, name: 
     return _spawn_asyncio(async_fn, args, name)
 
 
-def _spawn_trio(async_fn: Callable[..., Awaitable[Any]], args: tuple, name: str) -> Background:
+def _spawn_trio(async_fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], name: str) -> Background:
     import trio
 
     scope = trio.CancelScope()
@@ -107,7 +107,7 @@ def _spawn_trio(async_fn: Callable[..., Awaitable[Any]], args: tuple, name: str)
     return Background(scope.cancel, ended.wait, ended.is_set)
 
 
-def _spawn_asyncio(async_fn: Callable[..., Awaitable[Any]], args: tuple, name: str) -> Background:
+def _spawn_asyncio(async_fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], name: str) -> Background:
     import asyncio
 
     async def runner() -> None:
@@ -123,7 +123,10 @@ def _spawn_asyncio(async_fn: Callable[..., Awaitable[Any]], args: tuple, name: s
     async def wait() -> None:
         await asyncio.wait({task})
 
-    return Background(task.cancel, wait, task.done)
+    def cancel() -> None:
+        task.cancel()
+
+    return Background(cancel, wait, task.done)
 
 
 def single_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -188,7 +188,7 @@ class ClaimLease:
 
     @property
     def is_lost(self) -> bool:
-        return self.lost_event.is_set()
+        return bool(self.lost_event.is_set())
 
     def raise_if_lost(self) -> None:
         """Raise `LeaseLostError` if renewal has failed; a cheap check for long loops."""

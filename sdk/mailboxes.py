@@ -217,7 +217,7 @@ class _Outage:
         return self.give_up_after_s is not None and now - self.started >= self.give_up_after_s
 
     def pause_s(self) -> float:
-        pause = min(self.poll_s * 2 ** (self.failures - 1), OUTAGE_PAUSE_MAX_S)
+        pause: float = min(self.poll_s * 2.0 ** (self.failures - 1), OUTAGE_PAUSE_MAX_S)
         if self.give_up_after_s is not None and self.started is not None:
             # Never sleep past the moment to give up: the last try comes when the time is up.
             left = self.started + self.give_up_after_s - anyio.current_time()

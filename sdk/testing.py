@@ -43,7 +43,7 @@ Nothing else in the server is touched: the other clients, and the kernel's own e
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, Protocol
 from urllib.parse import unquote
 
 import anyio
@@ -58,7 +58,7 @@ from .transport import Exchange, TransportError
 
 __all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate", "crash", "CrashedError"]
 
-ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]]
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 DEFAULT_CLIENT = ("127.0.0.1", 40000)
@@ -77,7 +77,7 @@ async def call_asgi(
     *,
     client: tuple[str, int] = DEFAULT_CLIENT,
     server: tuple[str, int] = DEFAULT_SERVER,
-    state: dict | None = None,
+    state: dict[str, Any] | None = None,
     disconnect: anyio.Event | None = None,
 ) -> Exchange:
     """Send one HTTP request to an ASGI app in the current task and collect its whole answer.
@@ -117,7 +117,7 @@ async def call_asgi(
     response_headers: dict[str, str] = {}
     chunks: list[bytes] = []
 
-    async def receive() -> dict:
+    async def receive() -> dict[str, Any]:
         nonlocal request_sent
         if not request_sent:
             request_sent = True
@@ -135,7 +135,7 @@ async def call_asgi(
                 either.start_soon(until, gone)
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: dict[str, Any]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
@@ -176,17 +176,23 @@ class ASGITransport:
         raise TransportError(f"{method} {path} timed out after {timeout_s} s")
 
 
+class _Spawner(Protocol):
+    """What `_Lifespan` needs of a task group: an anyio `TaskGroup` or a trio `Nursery`."""
+
+    def start_soon(self, async_fn: Callable[[], Coroutine[Any, Any, None]], /) -> object: ...
+
+
 class _Lifespan:
     """Drives an app's ASGI lifespan: startup before the first request, shutdown at the end."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.state: dict = {}
-        self._to_app = anyio.create_memory_object_stream[dict](2)
-        self._from_app = anyio.create_memory_object_stream[dict](2)
+        self.state: dict[str, Any] = {}
+        self._to_app = anyio.create_memory_object_stream[dict[str, Any]](2)
+        self._from_app = anyio.create_memory_object_stream[dict[str, Any]](2)
         self._supported = True
 
-    async def startup(self, group: anyio.abc.TaskGroup) -> None:
+    async def startup(self, group: _Spawner) -> None:
         send_to_app, receive_in_app = self._to_app
         send_from_app, receive_from_app = self._from_app
         failure: list[BaseException] = []
@@ -240,7 +246,7 @@ class _TrioGuest:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.state: dict = {}
+        self.state: dict[str, Any] = {}
 
     async def start(self) -> None:
         import asyncio
@@ -248,8 +254,8 @@ class _TrioGuest:
         import trio
 
         self._loop = asyncio.get_running_loop()
-        self._ready: asyncio.Future = self._loop.create_future()
-        self._done: asyncio.Future = self._loop.create_future()
+        self._ready: asyncio.Future[Any] = self._loop.create_future()
+        self._done: asyncio.Future[Any] = self._loop.create_future()
         self._stop = trio.Event()
         trio.lowlevel.start_guest_run(
             self._main,
@@ -313,7 +319,8 @@ class _TrioGuest:
 
         self._token.run_sync_soon(self._nursery.start_soon, serve_one)
         try:
-            return await future
+            answer: Exchange = await future
+            return answer
         finally:
             if not future.done():
                 self._token.run_sync_soon(cancel_scope.cancel)
