@@ -15,10 +15,23 @@ from typing import Any
 
 from .errors import ValidationError
 
-__all__ = ["LEASE_SECONDS_MIN", "LEASE_SECONDS_MAX", "check_lease_seconds", "check_wait_ms", "check_positive"]
+__all__ = [
+    "LEASE_SECONDS_MIN",
+    "LEASE_SECONDS_MAX",
+    "KEY_LEN_MAX",
+    "HOLDER_LEN_MAX",
+    "check_lease_seconds",
+    "check_wait_ms",
+    "check_text",
+    "check_positive",
+]
 
 LEASE_SECONDS_MIN = 5
 LEASE_SECONDS_MAX = 600
+# A claim key, a task key, a work key.
+KEY_LEN_MAX = 512
+# A holder, a holder session, a subscriber id.
+HOLDER_LEN_MAX = 256
 
 
 def _refuse(message: str) -> ValidationError:
@@ -45,6 +58,17 @@ def check_wait_ms(value: Any, field: str = "waitMs") -> int:
     if wait_ms < 0:
         raise _refuse(f"{field} must not be negative")
     return wait_ms
+
+
+def check_text(field: str, value: Any, length_max: int) -> str:
+    """A non-empty string of at most `length_max` characters."""
+    if not isinstance(value, str):
+        raise _refuse(f"field {field!r} must be a string")
+    if not value:
+        raise _refuse(f"{field} must not be empty")
+    if len(value) > length_max:
+        raise _refuse(f"{field} is longer than {length_max} characters")
+    return value
 
 
 def check_positive(field: str, value: Any, *, allow_zero: bool = False) -> float:

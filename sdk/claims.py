@@ -24,7 +24,7 @@ import anyio
 from . import _runtime
 from ._context import Context
 from ._renewal import renew_until_lost
-from ._checks import check_lease_seconds
+from ._checks import KEY_LEN_MAX, check_lease_seconds, check_text
 from .errors import ConflictError, LeaseLostError, RateLimitError, WaitTimeoutError
 from .types import AcquireAttempt
 
@@ -79,6 +79,7 @@ class ClaimRef:
         ~0.3 s (every ~1 s on `CONCURRENCY_LIMITED`). When `timeout_ms` has passed,
         `WaitTimeoutError` is raised."""
         check_lease_seconds(lease_seconds)
+        check_text("key", self.key, KEY_LEN_MAX)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
             raise ValueError(f"timeout_ms must be an integer of 0 or more, got {timeout_ms!r}")
         started = anyio.current_time()

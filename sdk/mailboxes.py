@@ -44,7 +44,7 @@ import anyio
 import anyio.abc
 
 from . import _runtime
-from ._checks import check_lease_seconds, check_positive, check_wait_ms
+from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms
 from ._context import Context
 from ._renewal import renew_until_lost
 from .errors import LeaseLostError, NotFoundError, RunstateError, ScopeCancelledError, is_permanent
@@ -281,6 +281,9 @@ class MailboxRef:
         work_limit: str | None = None,
     ) -> TaskTicket:
         """Create the task `key` in this scope, or get the existing one (same input)."""
+        check_text("taskKey", key, KEY_LEN_MAX)
+        if subscriber_id is not None:
+            check_text("subscriberId", subscriber_id, HOLDER_LEN_MAX)
         body = {
             "scopeId": self.scope_id,
             "mailboxId": await self.resolve_id(),
@@ -296,6 +299,8 @@ class MailboxRef:
 
     async def send(self, data: Any, *, work_key: str | None = None, deadline: str | None = None) -> MessageView:
         """Put a plain message on the queue; a repeated `work_key` returns the original (`replay`)."""
+        if work_key is not None:
+            check_text("workKey", work_key, KEY_LEN_MAX)
         mailbox_id = await self.resolve_id()
         body = {"scopeId": self.scope_id, "payload": data, "workKey": work_key, "deadline": deadline}
         view: MessageView = (await self._ctx.call("POST", f"/mailboxes/{mailbox_id}/messages", body=body)).body

@@ -269,3 +269,24 @@ async def test_a_stale_settlement_marks_the_delivery_lost(autojump_clock):
         await delivery.complete()
     assert delivery.is_lost and not delivery.settled
 
+
+
+@pytest.mark.trio
+async def test_keys_are_checked_on_this_side_with_the_servers_messages(autojump_clock):
+    """An empty or overlong claim key, task key or work key raises what the server would say, before sending."""
+    async with testing.serve() as rs:
+        run, _ = await _make_work(rs)
+        cases = [
+            (run.claim("").acquire(), "key must not be empty"),
+            (run.claim("k" * 513).acquire(), "key is longer than 512 characters"),
+            (run.mailbox("research").submit({}, key=""), "taskKey must not be empty"),
+            (run.mailbox("research").send({}, work_key="w" * 513), "workKey is longer than 512 characters"),
+        ]
+        for call, message in cases:
+            with pytest.raises(runstate.ValidationError) as caught:
+                await call
+            assert caught.value.message == message
+        # The server says the same about the same claim key.
+        with pytest.raises(runstate.ValidationError) as server_said:
+            await rs._ctx.call("POST", "/claims", body={"key": "", "scopeId": run.id, "holder": "h", "holderSession": "s"})
+        assert server_said.value.message == "key must not be empty"
