@@ -43,7 +43,7 @@ Nothing else in the server is touched: the other clients, and the kernel's own e
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Coroutine, Mapping, Protocol
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, Protocol, Union
 from urllib.parse import unquote
 
 import anyio
@@ -51,6 +51,7 @@ import anyio.abc
 
 from . import _runtime
 from ._context import CrashedError
+from .blocking import BlockingDelivery, BlockingLease, Runstate
 from .claims import ClaimLease
 from .client import AsyncRunstate
 from .mailboxes import Delivery
@@ -452,12 +453,34 @@ def serve(
     return serve_app(create_app(settings), api_key=api_key, space_id=space_id, **client_kwargs)
 
 
-def crash(target: ClaimLease | Delivery | AsyncRunstate) -> None:
+Crashable = Union[ClaimLease, Delivery, AsyncRunstate, BlockingLease, BlockingDelivery, Runstate]
+
+
+def crash(target: Crashable) -> None:
     """Make a lease, a delivery or a whole client behave as if its process died now (see above).
 
     Synchronous, so a handler can call it at the exact point where the crash should happen;
-    whatever runs on after it sends nothing.
+    whatever runs on after it sends nothing. The blocking client's objects are accepted too.
     """
+    if isinstance(target, (BlockingLease, BlockingDelivery, Runstate)):
+        # The blocking client's objects live on its own loop: crash them there, and wait.
+        inner: ClaimLease | Delivery | AsyncRunstate
+        if isinstance(target, BlockingLease):
+            inner = target._lease
+        elif isinstance(target, BlockingDelivery):
+            inner = target._delivery
+        else:
+            inner = target._async
+
+        async def on_the_loop() -> None:
+            _crash(inner)
+
+        target._loop.run(on_the_loop())
+        return
+    _crash(target)
+
+
+def _crash(target: ClaimLease | Delivery | AsyncRunstate) -> None:
     if isinstance(target, ClaimLease):
         target._crash()
     elif isinstance(target, Delivery):

@@ -134,3 +134,20 @@ def test_closing_a_with_space_view_leaves_the_client_running():
         assert transport.sent[-1].path == "/v1/spaces/sp1/scopes"
     finally:
         rs.close()
+
+
+def test_crash_takes_the_blocking_clients_objects():
+    """runstate.testing.crash() on a blocking lease stops its renewal and makes release() send nothing."""
+    from runstate import testing
+
+    rs, transport = blocking_client(claim_handler)
+    try:
+        lease = rs.scope("sc_1").claim("k").acquire(lease_seconds=5)
+        testing.crash(lease)
+        lease.release()
+        assert [s.suffix for s in transport.sent] == ["/claims"]
+        testing.crash(rs)
+        with pytest.raises(testing.CrashedError):
+            rs.scopes.create()
+    finally:
+        rs.close()
