@@ -496,7 +496,7 @@ class MailboxRef:
             delivery._cancel = None
             holdings.deliveries.discard(delivery)
             running.finished(delivery)
-            if not ended and delivery._open:
+            if not ended and delivery._open and not holdings.crashed:
                 # Cancelled before the handler finished (Ctrl-C, an enclosing timeout, a failure
                 # elsewhere in consume): hand the delivery back now rather than at lease expiry.
                 with anyio.move_on_after(self._ctx.cleanup_bound_s(), shield=True):
