@@ -19,7 +19,9 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/runstate serve $(ARGS)
 
+# The strict type check (mypy over the SDK and the product page's examples), then the tests.
 test: $(STAMP)
+	$(PY) -m tests.typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The deterministic simulation (tests/sim): SEEDS seeds, or replay one with SEED=n.

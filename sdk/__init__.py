@@ -3,6 +3,9 @@
 `AsyncRunstate` is the client (asyncio or trio); `Runstate` is its blocking twin. Both take
 `api_key`, `space_id` and `base_url`, or read `RUNSTATE_API_KEY`, `RUNSTATE_SPACE_ID` and
 `RUNSTATE_BASE_URL`. `runstate.testing` runs a real kernel in-process for tests.
+
+The package is typed (`py.typed`); the answers the server sends are `TypedDict`s in
+`runstate.types`, and the exceptions, one per error family, are drawn in `runstate.errors`.
 """
 
 from ._config import Config, resolve_config
@@ -10,23 +13,29 @@ from .blocking import Runstate
 from .claims import ClaimLease, ClaimRef
 from .client import AsyncRunstate, MailboxesAPI, ScopesAPI
 from .errors import (
+    ERRORS,
     AuthenticationError,
     ConfigError,
     ConflictError,
     CursorExpiredError,
+    InternalError,
     LeaseLostError,
     NotFoundError,
     RateLimitError,
     RunstateError,
     ScopeCancelledError,
     UnavailableError,
+    UnreachableError,
+    ValidationError,
     WaitTimeoutError,
+    is_permanent,
     map_error,
 )
 from .mailboxes import Delivery, MailboxRef
 from .scopes import ScopeHandle
 from .tasks import TaskTicket
 from .transport import HTTPTransport, Transport, TransportError
+from .types import AcquireAttempt, MailboxRow, MessageView, ScopeView, TaskResult, TaskView
 
 __version__ = "0.1.0"
 
@@ -46,8 +55,15 @@ __all__ = [
     "Transport",
     "TransportError",
     "HTTPTransport",
+    "TaskView",
+    "TaskResult",
+    "ScopeView",
+    "MailboxRow",
+    "MessageView",
+    "AcquireAttempt",
     "RunstateError",
     "ConfigError",
+    "ValidationError",
     "AuthenticationError",
     "NotFoundError",
     "ConflictError",
@@ -56,6 +72,10 @@ __all__ = [
     "WaitTimeoutError",
     "RateLimitError",
     "UnavailableError",
+    "UnreachableError",
+    "InternalError",
     "CursorExpiredError",
+    "ERRORS",
     "map_error",
+    "is_permanent",
 ]

@@ -12,4 +12,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError:
         print("the runstate server is not installed: pip install 'runstate[server]'", file=sys.stderr)
         return 2
-    return server_main(argv)
+    status: int = server_main(argv)
+    return status

@@ -1,33 +1,67 @@
-"""What every handle shares: the request layer, the space, the worker identity, live leases."""
+"""What every handle shares: the request layer, the space, the worker identity, what it holds."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+import anyio
 
 from ._request import Reply, Requester
 
-__all__ = ["Context"]
+if TYPE_CHECKING:
+    from .claims import ClaimLease
+    from .mailboxes import Delivery
+
+__all__ = ["Context", "Holdings", "CrashedError"]
+
+
+class CrashedError(RuntimeError):
+    """A call on a client that `runstate.testing.crash()` has crashed: a dead process sends nothing."""
+
+
+class Holdings:
+    """What one client holds, shared by all its views: it stops or crashes them all at once."""
+
+    __slots__ = ("leases", "deliveries", "consumers", "crashed")
+
+    def __init__(self) -> None:
+        # Claim leases whose renewal is running; the client stops them all on close.
+        self.leases: set[ClaimLease] = set()
+        # Deliveries that a consume() handler is working on.
+        self.deliveries: set[Delivery] = set()
+        # The cancel scopes of the consume() calls running now.
+        self.consumers: set[anyio.CancelScope] = set()
+        self.crashed = False
 
 
 class Context:
     """One client's view of one space. `with_space()` views share everything but the space id."""
 
-    __slots__ = ("requester", "space_id", "holder", "session", "leases")
+    __slots__ = ("requester", "space_id", "holder", "session", "holdings")
 
-    def __init__(self, requester: Requester, space_id: str, holder: str, session: str, leases: set) -> None:
+    def __init__(self, requester: Requester, space_id: str, holder: str, session: str, holdings: Holdings) -> None:
         self.requester = requester
         self.space_id = space_id
         self.holder = holder
         self.session = session
-        # Claim leases whose renewal is running; the client stops them all on close.
-        self.leases = leases
+        self.holdings = holdings
 
-    def for_space(self, space_id: str) -> "Context":
-        return Context(self.requester, space_id, self.holder, self.session, self.leases)
+    @property
+    def leases(self) -> set[ClaimLease]:
+        return self.holdings.leases
+
+    def for_space(self, space_id: str) -> Context:
+        return Context(self.requester, space_id, self.holder, self.session, self.holdings)
 
     def path(self, suffix: str) -> str:
         """`/v1/spaces/{space}` + suffix. Ids go in as they are: the wire contract encodes none."""
         return f"/v1/spaces/{self.space_id}{suffix}"
+
+    def cleanup_bound_s(self) -> float:
+        """How long a shielded clean-up call (a release, a give-back) may take before it is dropped:
+        every attempt of one call at its timeout. Past that the lease simply runs out."""
+        requester = self.requester
+        return (requester.retries + 1) * (requester.request_timeout_ms / 1000 + 0.1)
 
     async def call(
         self,
@@ -38,4 +72,6 @@ class Context:
         query: Mapping[str, Any] | None = None,
         wait_ms: int = 0,
     ) -> Reply:
+        if self.holdings.crashed:
+            raise CrashedError(f"{method} {suffix}: this client was crashed by runstate.testing.crash()")
         return await self.requester.call(method, self.path(suffix), body=body, query=query, wait_ms=wait_ms)

@@ -13,13 +13,16 @@ What it does, in the wire contract's words:
   its status, is never retried;
 - 204 gives an empty reply; any status below 400 is parsed as JSON (`{}` when it is not JSON);
   400 and above raise the exception for the envelope's code, `UNAVAILABLE` when there is none;
-- `Retry-After` on an error answer becomes `retry_after_ms`.
+- `Retry-After` on an error answer becomes `retry_after_ms`;
+- when the retries are used up, `UnreachableError` names the server's URL; a refused key
+  (`UNAUTHENTICATED`) says where the key came from, and says so when it is the admin key.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import secrets
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -29,7 +32,7 @@ import anyio
 import httpx
 
 from . import _runtime
-from .errors import RunstateError, UnavailableError, map_error
+from .errors import RunstateError, UnreachableError, map_error
 from .transport import Transport, TransportError
 
 __all__ = ["Requester", "Reply", "new_idempotency_key"]
@@ -83,10 +86,23 @@ def _parse_json(data: bytes) -> Any:
 class Requester:
     """Sends logical calls through a transport; shared by every view of one client."""
 
-    def __init__(self, transport: Transport, api_key: str, request_timeout_ms: int, retries: int) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        api_key: str,
+        request_timeout_ms: int,
+        retries: int,
+        *,
+        base_url: str = "",
+        api_key_source: str = "api_key=",
+    ) -> None:
         self.transport = transport
         self.request_timeout_ms = request_timeout_ms
         self.retries = retries
+        # What error messages call the server: its URL, or what an in-process transport says it is.
+        self.base_url = str(getattr(transport, "base_url", "") or base_url or "the configured server")
+        self._api_key = api_key
+        self._api_key_source = api_key_source
         self._authorization = f"Bearer {api_key}"
 
     async def call(
@@ -124,10 +140,28 @@ class Requester:
             except (TransportError, httpx.RequestError) as err:
                 last = err
                 continue
-            return _reply(status, response_headers, data)
-        raise UnavailableError(
-            "UNAVAILABLE", 503, f"transport failure after retries: {last}"
+            try:
+                return _reply(status, response_headers, data)
+            except RunstateError as refused:
+                if refused.code == "UNAUTHENTICATED":
+                    refused.message = f"{refused.message} ({self._key_hint()})"
+                    refused.args = (refused.message,)
+                raise
+        attempts = self.retries + 1
+        raise UnreachableError(
+            self.base_url, f"{method} {path} failed {attempts} time{'s' if attempts > 1 else ''}: {last}"
         ) from last
+
+    def _key_hint(self) -> str:
+        """Where the refused key came from, and whether it is the admin key."""
+        source = "passed as api_key=" if self._api_key_source == "api_key=" else f"from {self._api_key_source}"
+        hint = f"the key {source}, sent to {self.base_url}"
+        if self._api_key == os.environ.get("RUNSTATE_ADMIN_KEY"):
+            hint += (
+                "; it is the admin key (RUNSTATE_ADMIN_KEY), which opens no space: use an API key"
+                " (`runstate keys create --space SPACE`)"
+            )
+        return hint
 
 
 def _reply(status: int, headers: Mapping[str, str], data: bytes) -> Reply:

@@ -88,7 +88,7 @@ def spawn_background(async_fn: Callable[..., Awaitable[Any]], *args: Any, name: 
     return _spawn_asyncio(async_fn, args, name)
 
 
-def _spawn_trio(async_fn: Callable[..., Awaitable[Any]], args: tuple, name: str) -> Background:
+def _spawn_trio(async_fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], name: str) -> Background:
     import trio
 
     scope = trio.CancelScope()
@@ -107,7 +107,7 @@ def _spawn_trio(async_fn: Callable[..., Awaitable[Any]], args: tuple, name: str)
     return Background(scope.cancel, ended.wait, ended.is_set)
 
 
-def _spawn_asyncio(async_fn: Callable[..., Awaitable[Any]], args: tuple, name: str) -> Background:
+def _spawn_asyncio(async_fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], name: str) -> Background:
     import asyncio
 
     async def runner() -> None:
@@ -123,7 +123,28 @@ def _spawn_asyncio(async_fn: Callable[..., Awaitable[Any]], args: tuple, name: s
     async def wait() -> None:
         await asyncio.wait({task})
 
-    return Background(task.cancel, wait, task.done)
+    def cancel() -> None:
+        task.cancel()
+
+    return Background(cancel, wait, task.done)
+
+
+def single_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one real error inside a task group's exception group, or the group itself.
+
+    Cancellations are not counted: a handler that raised `KeyboardInterrupt` while its siblings
+    were being cancelled gives back the `KeyboardInterrupt`, so the caller can catch it as such.
+    """
+    cancelled = anyio.get_cancelled_exc_class()
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        error = pending.pop()
+        if isinstance(error, BaseExceptionGroup):
+            pending.extend(error.exceptions)
+        elif not isinstance(error, cancelled):
+            leaves.append(error)
+    return leaves[0] if len(leaves) == 1 else group
 
 
 def is_async_callable(fn: Any) -> bool:

@@ -1,32 +1,55 @@
 """`Runstate`: the blocking client, for code that is not async.
 
-It runs an `AsyncRunstate` on an event loop of its own, in one daemon thread per client, and
-forwards every call to it: a method that returns a coroutine is run on that loop and waited for;
-anything else that is not a plain value comes back wrapped the same way, so
-`rs.scope(id).claim(key).run(fn)` blocks and returns `fn`'s result. Lease renewal runs on the
-client's loop, so a slow blocking caller never starves it.
+It runs an `AsyncRunstate` on an event loop of its own, in one daemon thread per client. Every
+class here is a thin, explicitly typed twin of an async one (`BlockingScope` of `ScopeHandle`,
+`BlockingLease` of `ClaimLease`...): each method runs its async twin on that loop and waits for it,
+so a type checker and an editor see the real signatures. Lease renewal runs on the client's loop,
+so a slow blocking caller never starves it.
 
 Functions handed to the client (`run(fn)`, `consume(handler)`) are plain functions here; they run
-in worker threads, and the objects they receive (the lease, the delivery) are wrapped too, so
-`delivery.complete()` blocks as expected inside a handler. Do not call blocking methods from a
-coroutine running on the client's own loop: that would wait on itself, and raises instead.
+in worker threads and receive the blocking twins, so `delivery.complete()` blocks as expected
+inside a handler. Do not call blocking methods from a coroutine running on the client's own loop:
+that would wait on itself, and raises instead.
+
+Ctrl-C (`KeyboardInterrupt`) while a call blocks cancels that call on the client's loop and waits
+(at most `INTERRUPT_WAIT_S`) for its clean-up, so a `consume()` gives back the deliveries it holds
+and a `claim(...).run()` releases its claim before the interrupt goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import functools
-import inspect
 import threading
-from typing import Any, Awaitable
+from typing import Any, Awaitable, Callable, Literal, NotRequired, TypedDict, TypeVar
 
 from ._runtime import is_async_callable
+from .claims import DEFAULT_LEASE_SECONDS, DEFAULT_TIMEOUT_MS, ClaimLease, ClaimRef
 from .client import AsyncRunstate
+from .mailboxes import DEFAULT_CONSUME_WAIT_MS, Delivery, MailboxRef, StopFlag
+from .scopes import ScopeHandle
+from .tasks import DEFAULT_POLL_MS, TaskTicket
+from .tasks import DEFAULT_TIMEOUT_MS as TASK_TIMEOUT_MS
+from .transport import Transport
+from .types import MailboxRow, MessageView, ScopeView, TaskResult, TaskView
 
-__all__ = ["Runstate"]
+__all__ = [
+    "Runstate",
+    "BlockingScope",
+    "BlockingClaim",
+    "BlockingLease",
+    "BlockingAcquireAttempt",
+    "BlockingMailbox",
+    "BlockingDelivery",
+    "BlockingTicket",
+    "BlockingScopes",
+    "BlockingMailboxes",
+]
 
-_PLAIN = (str, bytes, int, float, bool, type(None), dict, list, tuple, set, frozenset, datetime.datetime, BaseException)
+T = TypeVar("T")
+
+# After Ctrl-C, how long a blocked call waits for its cancelled coroutine to give back what it held.
+INTERRUPT_WAIT_S = 10.0
 
 
 class _Loop:
@@ -41,14 +64,25 @@ class _Loop:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def run(self, awaitable: Awaitable[Any], timeout: float | None = None) -> Any:
+    def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
         if threading.current_thread() is self.thread:
             raise RuntimeError("a blocking runstate call was made on the client's own event loop; await the async API there")
+        ended = threading.Event()
 
-        async def main() -> Any:
-            return await awaitable
+        async def main() -> T:
+            try:
+                return await awaitable
+            finally:
+                ended.set()
 
-        return asyncio.run_coroutine_threadsafe(main(), self.loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(main(), self.loop)
+        try:
+            return future.result(timeout)
+        except KeyboardInterrupt:
+            # Cancel the call where it runs and let its clean-up (give back, release) finish.
+            future.cancel()
+            ended.wait(INTERRUPT_WAIT_S)
+            raise
 
     def stop(self) -> None:
         if self.loop.is_closed():
@@ -58,88 +92,437 @@ class _Loop:
         if not self.thread.is_alive():
             self.loop.close()
 
-    def wrap(self, value: Any) -> Any:
-        if isinstance(value, dict):  # e.g. try_acquire()'s {"kind": ..., "lease": lease}
-            return {k: self.wrap(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.wrap(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(self.wrap(v) for v in value)
-        if isinstance(value, _PLAIN) or isinstance(value, _Blocking):
-            return value
-        return _Blocking(value, self)
 
-    def adapt(self, value: Any) -> Any:
-        """A plain function given to the client gets wrapped objects as its arguments."""
-        if callable(value) and not isinstance(value, type) and not isinstance(value, _Blocking) and not is_async_callable(value):
+class BlockingLease:
+    """A held claim (see `ClaimLease`); `lost_event` is a `threading.Event` here."""
 
-            @functools.wraps(value)
-            def adapted(*args: Any, **kwargs: Any) -> Any:
-                return value(*(self.wrap(a) for a in args), **{k: self.wrap(v) for k, v in kwargs.items()})
-
-            return adapted
-        return value
-
-
-class _Blocking:
-    """Forwards attribute access to an async object; coroutines are run to completion."""
-
-    __slots__ = ("_target", "_loop")
-
-    def __init__(self, target: Any, loop: _Loop) -> None:
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_loop", loop)
-
-    def __getattr__(self, name: str) -> Any:
-        loop: _Loop = object.__getattribute__(self, "_loop")
-        value = getattr(object.__getattribute__(self, "_target"), name)
-        if not callable(value) or isinstance(value, type):
-            return loop.wrap(value)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            args = tuple(loop.adapt(a) for a in args)
-            kwargs = {k: loop.adapt(v) for k, v in kwargs.items()}
-            if inspect.iscoroutinefunction(value):
-                return loop.wrap(loop.run(value(*args, **kwargs)))
-            result = value(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = loop.run(result)
-            return loop.wrap(result)
-
-        return call
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("blocking wrappers are read-only")
+    def __init__(self, lease: ClaimLease, loop: _Loop) -> None:
+        self._lease = lease
+        self._loop = loop
+        self.lost_event = threading.Event()
+        loop.loop.call_soon_threadsafe(lease._when_lost, self.lost_event.set)
 
     def __repr__(self) -> str:
-        return f"<blocking {object.__getattribute__(self, '_target')!r}>"
+        return f"<blocking {self._lease!r}>"
+
+    @property
+    def key(self) -> str:
+        return self._lease.key
+
+    @property
+    def generation(self) -> int:
+        generation: int = self._lease.generation
+        return generation
+
+    @property
+    def expires_at(self) -> datetime.datetime:
+        return self._lease.expires_at
+
+    @property
+    def lease_seconds(self) -> int:
+        return self._lease.lease_seconds
+
+    @property
+    def is_lost(self) -> bool:
+        return self._lease.is_lost
+
+    @property
+    def lost_error(self) -> BaseException | None:
+        return self._lease.lost_error
+
+    def token(self) -> str:
+        return self._lease.token()
+
+    def raise_if_lost(self) -> None:
+        self._lease.raise_if_lost()
+
+    def renew(self, lease_seconds: int | None = None) -> None:
+        self._loop.run(self._lease.renew(lease_seconds))
+
+    def release(self, observation: Any = None) -> None:
+        self._loop.run(self._lease.release(observation))
+
+    def close(self) -> None:
+        """Stop renewing without releasing (see `ClaimLease.aclose`)."""
+        self._loop.run(self._lease.aclose())
+
+    def __enter__(self) -> BlockingLease:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._loop.run(self._lease._release_quietly())
+
+
+class BlockingAcquireAttempt(TypedDict):
+    """`claim.try_acquire()`: `{"kind": "acquired", "lease": lease}` or `{"kind": "busy"}`."""
+
+    kind: Literal["acquired", "busy"]
+    lease: NotRequired[BlockingLease]
+
+
+class BlockingClaim:
+    """A claim key in a scope (see `ClaimRef`)."""
+
+    def __init__(self, ref: ClaimRef, loop: _Loop) -> None:
+        self._ref = ref
+        self._loop = loop
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._ref!r}>"
+
+    @property
+    def key(self) -> str:
+        return self._ref.key
+
+    @property
+    def scope_id(self) -> str:
+        return self._ref.scope_id
+
+    def acquire(
+        self, *, lease_seconds: int = DEFAULT_LEASE_SECONDS, wait: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS
+    ) -> BlockingLease:
+        lease = self._loop.run(self._ref.acquire(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms))
+        return BlockingLease(lease, self._loop)
+
+    def try_acquire(
+        self, *, lease_seconds: int = DEFAULT_LEASE_SECONDS, wait: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS
+    ) -> BlockingAcquireAttempt:
+        attempt = self._loop.run(self._ref.try_acquire(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms))
+        if "lease" in attempt:
+            return BlockingAcquireAttempt(kind="acquired", lease=BlockingLease(attempt["lease"], self._loop))
+        return BlockingAcquireAttempt(kind="busy")
+
+    def run(
+        self,
+        fn: Callable[[BlockingLease], T],
+        *,
+        wait: bool = False,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+    ) -> T:
+        """Acquire, return `fn(lease)` (run in a worker thread) while renewed, release on the way out."""
+        loop = self._loop
+
+        def in_thread(lease: ClaimLease) -> T:
+            return fn(BlockingLease(lease, loop))
+
+        result: T = loop.run(self._ref.run(in_thread, wait=wait, timeout_ms=timeout_ms, lease_seconds=lease_seconds))
+        return result
+
+
+class BlockingDelivery:
+    """One leased message (see `Delivery`)."""
+
+    def __init__(self, delivery: Delivery, loop: _Loop) -> None:
+        self._delivery = delivery
+        self._loop = loop
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._delivery!r}>"
+
+    @property
+    def id(self) -> str:
+        return self._delivery.id
+
+    @property
+    def data(self) -> Any:
+        return self._delivery.data
+
+    @property
+    def attempt(self) -> int:
+        return self._delivery.attempt
+
+    @property
+    def scope_id(self) -> str:
+        return self._delivery.scope_id
+
+    @property
+    def deadline(self) -> str | None:
+        return self._delivery.deadline
+
+    @property
+    def task_id(self) -> str | None:
+        return self._delivery.task_id
+
+    @property
+    def settled(self) -> bool:
+        return self._delivery.settled
+
+    @property
+    def is_lost(self) -> bool:
+        return self._delivery.is_lost
+
+    def complete(self, result: Any = None) -> None:
+        self._loop.run(self._delivery.complete(result))
+
+    def retry(self) -> None:
+        self._loop.run(self._delivery.retry())
+
+    def reject(self) -> None:
+        self._loop.run(self._delivery.reject())
+
+    def renew(self, lease_seconds: int | None = None) -> None:
+        self._loop.run(self._delivery.renew(lease_seconds))
+
+
+class BlockingTicket:
+    """A handle on one shared task (see `TaskTicket`)."""
+
+    def __init__(self, ticket: TaskTicket, loop: _Loop) -> None:
+        self._ticket = ticket
+        self._loop = loop
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._ticket!r}>"
+
+    @property
+    def id(self) -> str:
+        return self._ticket.id
+
+    @property
+    def scope_id(self) -> str | None:
+        return self._ticket.scope_id
+
+    def status(self) -> TaskView:
+        return self._loop.run(self._ticket.status())
+
+    def result(self, *, timeout_ms: int = TASK_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> TaskResult:
+        return self._loop.run(self._ticket.result(timeout_ms=timeout_ms, poll_ms=poll_ms))
+
+    def await_admission(self, *, timeout_ms: int = TASK_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> TaskView:
+        return self._loop.run(self._ticket.await_admission(timeout_ms=timeout_ms, poll_ms=poll_ms))
+
+    def cancel(self, reason: str | None = None) -> dict[str, Any]:
+        return self._loop.run(self._ticket.cancel(reason))
+
+    def join(self, subscriber_id: str, scope_id: str | None = None) -> dict[str, Any]:
+        return self._loop.run(self._ticket.join(subscriber_id, scope_id))
+
+    def detach(self, subscriber_id: str) -> dict[str, Any]:
+        return self._loop.run(self._ticket.detach(subscriber_id))
+
+
+class BlockingMailbox:
+    """A queue bound to a scope (see `MailboxRef`)."""
+
+    def __init__(self, ref: MailboxRef, loop: _Loop) -> None:
+        self._ref = ref
+        self._loop = loop
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._ref!r}>"
+
+    @property
+    def scope_id(self) -> str:
+        return self._ref.scope_id
+
+    @property
+    def name(self) -> str | None:
+        return self._ref.name
+
+    def resolve_id(self) -> str:
+        return self._loop.run(self._ref.resolve_id())
+
+    def submit(
+        self,
+        input: Any,
+        *,
+        key: str,
+        subscriber_id: str | None = None,
+        deadline: str | None = None,
+        requirements: dict[str, Any] | None = None,
+        work_limit: str | None = None,
+    ) -> BlockingTicket:
+        ticket = self._loop.run(
+            self._ref.submit(
+                input, key=key, subscriber_id=subscriber_id, deadline=deadline,
+                requirements=requirements, work_limit=work_limit,
+            )
+        )
+        return BlockingTicket(ticket, self._loop)
+
+    def send(self, data: Any, *, work_key: str | None = None, deadline: str | None = None) -> MessageView:
+        return self._loop.run(self._ref.send(data, work_key=work_key, deadline=deadline))
+
+    def receive(self, *, wait_ms: int = 0) -> BlockingDelivery | None:
+        delivery = self._loop.run(self._ref.receive(wait_ms=wait_ms))
+        return None if delivery is None else BlockingDelivery(delivery, self._loop)
+
+    def consume(
+        self,
+        handler: Callable[[Any, BlockingDelivery], Any],
+        *,
+        concurrency: int = 1,
+        lease_seconds: int = 30,
+        poll_ms: int = 250,
+        wait_ms: int = DEFAULT_CONSUME_WAIT_MS,
+        shutdown_timeout: float = 30.0,
+        stop_event: StopFlag | None = None,
+        on_error: Callable[[BaseException, BlockingDelivery | None], Any] | None = None,
+        give_up_after_s: float | None = None,
+    ) -> None:
+        """Run `handler(data, delivery)` in worker threads until stopped (see `MailboxRef.consume`)."""
+        loop = self._loop
+
+        def in_thread(data: Any, delivery: Delivery) -> Any:
+            return handler(data, BlockingDelivery(delivery, loop))
+
+        def report(err: BaseException, delivery: Delivery | None) -> Any:
+            # Called on the client's loop: it may log or count, not make blocking calls.
+            return on_error(err, None if delivery is None else BlockingDelivery(delivery, loop)) if on_error else None
+
+        if is_async_callable(handler):
+            raise TypeError("the blocking client's consume() takes a plain function; use AsyncRunstate for async handlers")
+        loop.run(
+            self._ref.consume(
+                in_thread, concurrency=concurrency, lease_seconds=lease_seconds, poll_ms=poll_ms, wait_ms=wait_ms,
+                shutdown_timeout=shutdown_timeout, stop_event=stop_event,
+                on_error=report if on_error is not None else None, give_up_after_s=give_up_after_s,
+            )
+        )
+
+
+class BlockingScope:
+    """A scope (a run) (see `ScopeHandle`)."""
+
+    def __init__(self, handle: ScopeHandle, loop: _Loop) -> None:
+        self._handle = handle
+        self._loop = loop
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._handle!r}>"
+
+    @property
+    def id(self) -> str:
+        return self._handle.id
+
+    def status(self) -> ScopeView:
+        return self._loop.run(self._handle.status())
+
+    def cancel(self) -> dict[str, Any]:
+        return self._loop.run(self._handle.cancel())
+
+    def complete(self) -> dict[str, Any]:
+        return self._loop.run(self._handle.complete())
+
+    def child(self, *, name: str | None = None, deadline: str | None = None, child_limit: int | None = None) -> BlockingScope:
+        handle = self._loop.run(self._handle.child(name=name, deadline=deadline, child_limit=child_limit))
+        return BlockingScope(handle, self._loop)
+
+    def claim(self, key: str) -> BlockingClaim:
+        return BlockingClaim(self._handle.claim(key), self._loop)
+
+    def mailbox(self, name: str) -> BlockingMailbox:
+        return BlockingMailbox(self._handle.mailbox(name), self._loop)
+
+    def mailbox_by_id(self, mailbox_id: str) -> BlockingMailbox:
+        return BlockingMailbox(self._handle.mailbox_by_id(mailbox_id), self._loop)
+
+    def task(self, task_id: str) -> BlockingTicket:
+        return BlockingTicket(self._handle.task(task_id), self._loop)
+
+
+class BlockingScopes:
+    def __init__(self, client: AsyncRunstate, loop: _Loop) -> None:
+        self._client = client
+        self._loop = loop
+
+    def create(
+        self,
+        *,
+        name: str | None = None,
+        parent_id: str | None = None,
+        deadline: str | None = None,
+        child_limit: int | None = None,
+    ) -> BlockingScope:
+        handle = self._loop.run(
+            self._client.scopes.create(name=name, parent_id=parent_id, deadline=deadline, child_limit=child_limit)
+        )
+        return BlockingScope(handle, self._loop)
+
+
+class BlockingMailboxes:
+    def __init__(self, client: AsyncRunstate, loop: _Loop) -> None:
+        self._client = client
+        self._loop = loop
+
+    def ensure(self, name: str, *, mode: str | None = None, backlog_limit: int | None = None) -> MailboxRow:
+        return self._loop.run(self._client.mailboxes.ensure(name, mode=mode, backlog_limit=backlog_limit))
+
+    def list(self) -> list[MailboxRow]:
+        return self._loop.run(self._client.mailboxes.list())
 
 
 class Runstate:
     """The blocking client: the same arguments and methods as `AsyncRunstate`, without `await`."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        space_id: str | None = None,
+        base_url: str | None = None,
+        request_timeout_ms: int | None = None,
+        retries: int | None = None,
+        holder: str | None = None,
+        transport: Transport | None = None,
+    ) -> None:
         self._loop = _Loop()
+        options = {
+            "api_key": api_key, "space_id": space_id, "base_url": base_url, "request_timeout_ms": request_timeout_ms,
+            "retries": retries, "holder": holder, "transport": transport,
+        }
         try:
-            self._async: AsyncRunstate = self._loop.run(_build(kwargs))
+            self._async = self._loop.run(_build(options))
         except BaseException:
             self._loop.stop()
             raise
-        self._proxy = _Blocking(self._async, self._loop)
+        self._setup(self._async)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(object.__getattribute__(self, "_proxy"), name)
+    def _setup(self, client: AsyncRunstate, *, is_view: bool = False) -> None:
+        self._async = client
+        self._is_view = is_view
+        self.scopes = BlockingScopes(client, self._loop)
+        self.mailboxes = BlockingMailboxes(client, self._loop)
 
     def __repr__(self) -> str:
         return f"Runstate(space_id={self._async.space_id!r}, holder={self._async.holder!r})"
+
+    @property
+    def space_id(self) -> str:
+        return self._async.space_id
+
+    @property
+    def holder(self) -> str:
+        return self._async.holder
+
+    @property
+    def session(self) -> str:
+        return self._async.session
+
+    @property
+    def transport(self) -> Transport:
+        return self._async.transport
+
+    def scope(self, scope_id: str) -> BlockingScope:
+        """A handle on an existing scope; sends nothing."""
+        return BlockingScope(self._async.scope(scope_id), self._loop)
+
+    def with_space(self, space_id: str) -> Runstate:
+        """A view bound to another space, sharing the loop, transport, holder and session."""
+        view = object.__new__(Runstate)
+        view._loop = self._loop
+        view._setup(self._async.with_space(space_id), is_view=True)
+        return view
 
     def new_event(self) -> threading.Event:
         """A thread-safe stop flag for `consume(stop_event=...)`: call `.set()` from any thread."""
         return threading.Event()
 
     def close(self) -> None:
-        """Close the async client (best effort, at most 5 s) and stop the loop thread."""
-        if self._loop.loop.is_closed():
+        """Close the async client (best effort, at most 5 s) and stop the loop thread.
+        A `with_space` view closes nothing."""
+        if self._is_view or self._loop.loop.is_closed():
             return
         try:
             self._loop.run(self._async.aclose(), timeout=5)
@@ -148,12 +531,13 @@ class Runstate:
         finally:
             self._loop.stop()
 
-    def __enter__(self) -> "Runstate":
+    def __enter__(self) -> Runstate:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
-async def _build(kwargs: dict) -> AsyncRunstate:
-    return AsyncRunstate(**kwargs)
+async def _build(options: dict[str, Any]) -> AsyncRunstate:
+    return AsyncRunstate(**options)
+

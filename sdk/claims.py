@@ -16,7 +16,7 @@ and raises, and the thread runs on to its end.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 from urllib.parse import quote
 
 import anyio
@@ -24,7 +24,9 @@ import anyio
 from . import _runtime
 from ._context import Context
 from ._renewal import renew_until_lost
+from ._checks import KEY_LEN_MAX, check_lease_seconds, check_text
 from .errors import ConflictError, LeaseLostError, RateLimitError, WaitTimeoutError
+from .types import AcquireAttempt
 
 __all__ = ["ClaimRef", "ClaimLease", "encode_claim_key", "parse_timestamp"]
 
@@ -33,6 +35,12 @@ DEFAULT_TIMEOUT_MS = 30_000
 # Pause between two tries of a wait=True acquire (uniform, seconds): a held key, then a plan limit.
 HELD_RETRY_S = (0.225, 0.375)
 LIMITED_RETRY_S = (0.75, 1.25)
+# The longest `waitMs` one claim request asks the server to hold it (the server's own cap on
+# long polls); a longer `timeout_ms` is covered by several requests.
+CLAIM_WAIT_MS_MAX = 30_000
+# A CLAIM_HELD that came after at least this share of the asked wait means the server held the
+# request: the next try goes at once. A quicker one means it does not hold claim requests.
+PARKED_FRACTION = 0.9
 
 
 def encode_claim_key(key: str) -> str:
@@ -62,12 +70,20 @@ class ClaimRef:
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         wait: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
-    ) -> "ClaimLease":
-        """Take the claim. With `wait=False` a held key raises `ConflictError` (`CLAIM_HELD`) at once;
-        with `wait=True` it is tried again every ~0.3 s (every ~1 s on `CONCURRENCY_LIMITED`) until
-        it is free or `timeout_ms` has passed, then `WaitTimeoutError` is raised."""
+    ) -> ClaimLease:
+        """Take the claim. With `wait=False` a held key raises `ConflictError` (`CLAIM_HELD`) at once.
+
+        With `wait=True` each try asks the server to hold the request until the key is free
+        (`waitMs`: the time left of `timeout_ms`, at most 30 s a request). A server that does not
+        hold claim requests answers `CLAIM_HELD` at once; then the key is tried again every
+        ~0.3 s (every ~1 s on `CONCURRENCY_LIMITED`). When `timeout_ms` has passed,
+        `WaitTimeoutError` is raised."""
+        check_lease_seconds(lease_seconds)
+        check_text("key", self.key, KEY_LEN_MAX)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be an integer of 0 or more, got {timeout_ms!r}")
         started = anyio.current_time()
-        body = {
+        body: dict[str, Any] = {
             "key": self.key,
             "scopeId": self.scope_id,
             "holder": self._ctx.holder,
@@ -75,8 +91,12 @@ class ClaimRef:
             "leaseSeconds": lease_seconds,
         }
         while True:
+            left_ms = timeout_ms - (anyio.current_time() - started) * 1000
+            wait_ms = round(min(left_ms, CLAIM_WAIT_MS_MAX)) if wait else 0
+            body["waitMs"] = wait_ms if wait_ms > 0 else None
+            sent = anyio.current_time()
             try:
-                reply = await self._ctx.call("POST", "/claims", body=body)
+                reply = await self._ctx.call("POST", "/claims", body=body, wait_ms=wait_ms)
             except (ConflictError, RateLimitError) as err:
                 if not wait or err.code not in ("CLAIM_HELD", "CONCURRENCY_LIMITED"):
                     raise
@@ -85,6 +105,8 @@ class ClaimRef:
                     raise WaitTimeoutError(
                         "WAIT_TIMEOUT", 0, f"timed out waiting for claim {self.key!r} after {timeout_ms} ms"
                     ) from err
+                if err.code == "CLAIM_HELD" and wait_ms and (anyio.current_time() - sent) * 1000 >= wait_ms * PARKED_FRACTION:
+                    continue  # the server held the request for the whole wait: ask again at once
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else HELD_RETRY_S
                 # Never sleep past the deadline: the last try comes when the time is up.
                 await anyio.sleep(min(_runtime.uniform(low, high), timeout_ms / 1000 - elapsed_s))
@@ -97,20 +119,20 @@ class ClaimRef:
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         wait: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
-    ) -> dict:
+    ) -> AcquireAttempt:
         """`{"kind": "acquired", "lease": lease}`, or `{"kind": "busy"}` when another holder has it.
         Other errors, `CONCURRENCY_LIMITED` included, are raised."""
         try:
             lease = await self.acquire(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms)
         except ConflictError as err:
             if err.code == "CLAIM_HELD":
-                return {"kind": "busy"}
+                return AcquireAttempt(kind="busy")
             raise
-        return {"kind": "acquired", "lease": lease}
+        return AcquireAttempt(kind="acquired", lease=lease)
 
     async def run(
         self,
-        fn: Callable[["ClaimLease"], Any],
+        fn: Callable[[ClaimLease], Any],
         *,
         wait: bool = False,
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
@@ -132,7 +154,7 @@ class ClaimRef:
 class ClaimLease:
     """A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()`."""
 
-    def __init__(self, ctx: Context, key: str, grant: dict, lease_seconds: int) -> None:
+    def __init__(self, ctx: Context, key: str, grant: Mapping[str, Any], lease_seconds: int) -> None:
         self._ctx = ctx
         self.key = key
         self.generation = grant["generation"]
@@ -140,14 +162,15 @@ class ClaimLease:
         self.lease_seconds = lease_seconds
         self._token: str = grant["token"]
         # The running library's own event: asyncio.Event or trio.Event.
-        self.lost_event = _runtime.new_native_event()
+        self.lost_event: Any = _runtime.new_native_event()
         self.lost_error: BaseException | None = None
         self._released = False
+        self._crashed = False
         self._lost_callbacks: list[Callable[[], None]] = []
         self._renewal: _runtime.Background | None = None
 
     @classmethod
-    def _start(cls, ctx: Context, key: str, grant: dict, lease_seconds: int) -> "ClaimLease":
+    def _start(cls, ctx: Context, key: str, grant: Mapping[str, Any], lease_seconds: int) -> ClaimLease:
         lease = cls(ctx, key, grant, lease_seconds)
         lease._renewal = _runtime.spawn_background(
             renew_until_lost, lease._renew_auto, lease_seconds, lease._mark_lost, name=f"runstate-renew:{key}"
@@ -166,7 +189,7 @@ class ClaimLease:
 
     @property
     def is_lost(self) -> bool:
-        return self.lost_event.is_set()
+        return bool(self.lost_event.is_set())
 
     def raise_if_lost(self) -> None:
         """Raise `LeaseLostError` if renewal has failed; a cheap check for long loops."""
@@ -178,7 +201,11 @@ class ClaimLease:
     async def renew(self, lease_seconds: int | None = None) -> None:
         """Renew now. Without `lease_seconds` the server extends by the lease's own length.
         A lease already lost raises `LeaseLostError`; a stale answer marks it lost."""
+        if lease_seconds is not None:
+            check_lease_seconds(lease_seconds)
         self.raise_if_lost()
+        if self._crashed:
+            return
         try:
             reply = await self._ctx.call(
                 "POST",
@@ -218,7 +245,7 @@ class ClaimLease:
         """Stop renewing without releasing: the claim stays held until its lease runs out."""
         await self._stop_renewal()
 
-    async def __aenter__(self) -> "ClaimLease":
+    async def __aenter__(self) -> ClaimLease:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -237,6 +264,13 @@ class ClaimLease:
         self._ctx.leases.discard(self)
         if self._renewal is not None:
             self._renewal.cancel()
+
+    def _crash(self) -> None:
+        """Stop renewing and never release, as a process that died would (`runstate.testing.crash`).
+        The claim stays held until its lease runs out; then another holder can take it."""
+        self._crashed = True
+        self._released = True  # release() sends nothing from here on
+        self._stop_renewal_nowait()
 
     def _mark_lost(self, err: BaseException) -> None:
         if self.is_lost:
@@ -261,7 +295,7 @@ class ClaimLease:
 
         return unsubscribe
 
-    async def _run_guarded(self, fn: Callable[["ClaimLease"], Any]) -> Any:
+    async def _run_guarded(self, fn: Callable[[ClaimLease], Any]) -> Any:
         with anyio.CancelScope() as scope:
             unsubscribe = self._when_lost(scope.cancel)
             try:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from ._config import Config, resolve_config
-from ._context import Context
+from ._context import Context, Holdings
 from ._request import Requester
 from .errors import ConflictError, RunstateError
 from .scopes import ScopeHandle, create_scope
 from .transport import HTTPTransport, Transport
+from .types import MailboxRow
 
 __all__ = ["AsyncRunstate", "ScopesAPI", "MailboxesAPI"]
 
@@ -40,7 +41,7 @@ class MailboxesAPI:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def ensure(self, name: str, *, mode: str | None = None, backlog_limit: int | None = None) -> dict:
+    async def ensure(self, name: str, *, mode: str | None = None, backlog_limit: int | None = None) -> MailboxRow:
         """Get the mailbox `name`, creating it if it is missing; returns its row.
 
         It lists first and creates only when the name is missing. If the create loses a race
@@ -51,7 +52,8 @@ class MailboxesAPI:
         if row is None:
             body = {"name": name, "mode": mode, "backlogLimit": backlog_limit}
             try:
-                return (await self._ctx.call("POST", "/mailboxes", body=body)).body
+                created: MailboxRow = (await self._ctx.call("POST", "/mailboxes", body=body)).body
+                return created
             except ConflictError:
                 row = await self._find(name)
                 if row is None:
@@ -59,18 +61,19 @@ class MailboxesAPI:
         _check_mode(row, mode)
         return row
 
-    async def list(self) -> list[dict]:
+    async def list(self) -> list[MailboxRow]:
         """Every mailbox row in the space."""
-        return (await self._ctx.call("GET", "/mailboxes")).body["mailboxes"]
+        rows: list[MailboxRow] = (await self._ctx.call("GET", "/mailboxes")).body["mailboxes"]
+        return rows
 
-    async def _find(self, name: str) -> dict | None:
+    async def _find(self, name: str) -> MailboxRow | None:
         for row in await self.list():
             if row["name"] == name:
                 return row
         return None
 
 
-def _check_mode(row: dict, mode: str | None) -> None:
+def _check_mode(row: MailboxRow, mode: str | None) -> None:
     stored = row.get("mode")
     if mode and stored and str(stored).upper() != mode.upper():
         raise ConflictError("CONFLICT", 409, f"mailbox {row['name']!r} exists with mode {stored}, not {mode}")
@@ -102,8 +105,15 @@ class AsyncRunstate:
         self._owns_transport = transport is None
         if transport is None:
             transport = HTTPTransport(config.base_url)
-        requester = Requester(transport, config.api_key, config.request_timeout_ms, config.retries)
-        self._setup(Context(requester, config.space_id, config.holder, config.session, set()), config, is_view=False)
+        requester = Requester(
+            transport,
+            config.api_key,
+            config.request_timeout_ms,
+            config.retries,
+            base_url=config.base_url,
+            api_key_source=config.api_key_source,
+        )
+        self._setup(Context(requester, config.space_id, config.holder, config.session, Holdings()), config, is_view=False)
 
     def _setup(self, ctx: Context, config: Config, *, is_view: bool) -> None:
         self._ctx = ctx
@@ -136,7 +146,7 @@ class AsyncRunstate:
         """A handle on an existing scope; sends nothing."""
         return ScopeHandle(self._ctx, scope_id)
 
-    def with_space(self, space_id: str) -> "AsyncRunstate":
+    def with_space(self, space_id: str) -> AsyncRunstate:
         """A view bound to another space, sharing the transport, holder and session."""
         view = object.__new__(type(self))
         view._owns_transport = False
@@ -158,7 +168,7 @@ class AsyncRunstate:
             if aclose is not None:
                 await aclose()
 
-    async def __aenter__(self) -> "AsyncRunstate":
+    async def __aenter__(self) -> AsyncRunstate:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:

@@ -3,10 +3,13 @@ claims, tasks and deliveries of its whole subtree. The handle is local; each met
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._context import Context
 from .claims import ClaimRef
 from .mailboxes import MailboxRef
 from .tasks import TaskTicket
+from .types import ScopeView
 
 __all__ = ["ScopeHandle"]
 
@@ -19,21 +22,24 @@ class ScopeHandle:
     def __repr__(self) -> str:
         return f"ScopeHandle(id={self.id!r})"
 
-    async def status(self) -> dict:
+    async def status(self) -> ScopeView:
         """The scope view (`storedState`, `effective`, `deadline`, ...)."""
-        return (await self._ctx.call("GET", f"/scopes/{self.id}")).body
+        view: ScopeView = (await self._ctx.call("GET", f"/scopes/{self.id}")).body
+        return view
 
-    async def cancel(self) -> dict:
+    async def cancel(self) -> dict[str, Any]:
         """Cancel the scope and its subtree (a POST with no body)."""
-        return (await self._ctx.call("POST", f"/scopes/{self.id}/cancel")).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", f"/scopes/{self.id}/cancel")).body
+        return answer
 
-    async def complete(self) -> dict:
+    async def complete(self) -> dict[str, Any]:
         """Mark the scope completed (a POST with no body)."""
-        return (await self._ctx.call("POST", f"/scopes/{self.id}/complete")).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", f"/scopes/{self.id}/complete")).body
+        return answer
 
     async def child(
         self, *, name: str | None = None, deadline: str | None = None, child_limit: int | None = None
-    ) -> "ScopeHandle":
+    ) -> ScopeHandle:
         """Create a scope under this one."""
         return await create_scope(self._ctx, name=name, parent_id=self.id, deadline=deadline, child_limit=child_limit)
 

@@ -8,14 +8,17 @@ an explicit `cancel()`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 
 from ._context import Context
 from .errors import WaitTimeoutError
+from .types import TaskResult, TaskView
 
 __all__ = ["TaskTicket", "TERMINAL_STATES"]
 
-TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
+TERMINAL_STATES: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_POLL_MS = 250
 
@@ -29,21 +32,22 @@ class TaskTicket:
     def __repr__(self) -> str:
         return f"TaskTicket(id={self.id!r})"
 
-    async def status(self) -> dict:
+    async def status(self) -> TaskView:
         """The task view: `state`, `attempt`, `outcome`, `outcomeReason`, `subscribers`..."""
-        return (await self._ctx.call("GET", f"/tasks/{self.id}")).body
+        view: TaskView = (await self._ctx.call("GET", f"/tasks/{self.id}")).body
+        return view
 
-    async def result(self, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> dict:
+    async def result(self, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> TaskResult:
         """Poll until the task is terminal: `{"state", "outcome", "reason"}`.
         Raises `WaitTimeoutError` after `timeout_ms`; the task keeps going."""
         view = await self._poll(TERMINAL_STATES, timeout_ms, poll_ms, "finish")
-        return {"state": view["state"], "outcome": view.get("outcome"), "reason": view.get("outcomeReason")}
+        return TaskResult(state=view["state"], outcome=view.get("outcome"), reason=view.get("outcomeReason"))
 
-    async def await_admission(self, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> dict:
+    async def await_admission(self, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> TaskView:
         """Poll until the task is `RUNNING` or terminal; returns the whole view."""
         return await self._poll(TERMINAL_STATES | {"RUNNING"}, timeout_ms, poll_ms, "start")
 
-    async def _poll(self, states: frozenset, timeout_ms: int, poll_ms: int, what: str) -> dict:
+    async def _poll(self, states: frozenset[str], timeout_ms: int, poll_ms: int, what: str) -> TaskView:
         started = anyio.current_time()
         while True:
             view = await self.status()
@@ -56,19 +60,22 @@ class TaskTicket:
                 )
             await anyio.sleep(min(poll_ms / 1000, timeout_ms / 1000 - elapsed_s))
 
-    async def cancel(self, reason: str | None = None) -> dict:
+    async def cancel(self, reason: str | None = None) -> dict[str, Any]:
         """Cancel the task; without a reason the body is `{}`."""
-        return (await self._ctx.call("POST", f"/tasks/{self.id}/cancel", body={"reason": reason})).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", f"/tasks/{self.id}/cancel", body={"reason": reason})).body
+        return answer
 
-    async def join(self, subscriber_id: str, scope_id: str | None = None) -> dict:
+    async def join(self, subscriber_id: str, scope_id: str | None = None) -> dict[str, Any]:
         """Subscribe to the task (harmless to repeat). `scope_id` defaults to the ticket's scope."""
         scope = scope_id or self.scope_id
         if not scope:
             raise ValueError("join() needs a scope_id: this ticket does not know its scope")
         body = {"subscriberId": subscriber_id, "scopeId": scope}
-        return (await self._ctx.call("POST", f"/tasks/{self.id}/join", body=body)).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", f"/tasks/{self.id}/join", body=body)).body
+        return answer
 
-    async def detach(self, subscriber_id: str) -> dict:
+    async def detach(self, subscriber_id: str) -> dict[str, Any]:
         """Unsubscribe. A task left with no subscribers is not cancelled."""
         body = {"subscriberId": subscriber_id}
-        return (await self._ctx.call("POST", f"/tasks/{self.id}/detach", body=body)).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", f"/tasks/{self.id}/detach", body=body)).body
+        return answer

@@ -22,24 +22,44 @@ transport that calls the app directly. How the app is run depends on the caller'
   the request on the asyncio side cancels it on the trio side, as a client disconnect would.
   Time is real time here (asyncio has no virtual clock), so keep such tests short.
 
-The server side needs the server extra: `pip install 'runstate[server]'`.
+The server side needs the server extra: `pip install 'runstate[server]'`. The examples are
+pytest tests for pytest-trio (`@pytest.mark.trio`, or `trio_mode = true` in the pytest
+configuration); under asyncio, `@pytest.mark.anyio` runs them too, in real time.
+
+Crashes, for testing takeover logic: `crash(x)` makes `x` behave as if its process had died at
+that instant, without running any of its clean-up.
+
+- `crash(lease)`: the claim lease stops renewing and is never released; the key stays held until
+  the lease runs out on the server, then another holder can take it.
+- `crash(delivery)`: inside `consume()`, the handler is cancelled, the lease stops renewing, and
+  the delivery is neither completed nor put back: the task comes back with `attempt + 1` once
+  its lease runs out.
+- `crash(client)`: a worker killed mid-task. Every lease and delivery the client holds is
+  crashed, every `consume()` it runs returns at once without giving anything back, and any later
+  call through it raises `CrashedError` (a dead process sends nothing).
+
+Nothing else in the server is touched: the other clients, and the kernel's own expiry, carry on.
 """
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Coroutine, Mapping, Protocol, Union
 from urllib.parse import unquote
 
 import anyio
 import anyio.abc
 
 from . import _runtime
+from ._context import CrashedError
+from .blocking import BlockingDelivery, BlockingLease, Runstate
+from .claims import ClaimLease
 from .client import AsyncRunstate
+from .mailboxes import Delivery
 from .transport import Exchange, TransportError
 
-__all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate"]
+__all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate", "crash", "CrashedError"]
 
-ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]]
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 DEFAULT_CLIENT = ("127.0.0.1", 40000)
@@ -58,7 +78,7 @@ async def call_asgi(
     *,
     client: tuple[str, int] = DEFAULT_CLIENT,
     server: tuple[str, int] = DEFAULT_SERVER,
-    state: dict | None = None,
+    state: dict[str, Any] | None = None,
     disconnect: anyio.Event | None = None,
 ) -> Exchange:
     """Send one HTTP request to an ASGI app in the current task and collect its whole answer.
@@ -98,7 +118,7 @@ async def call_asgi(
     response_headers: dict[str, str] = {}
     chunks: list[bytes] = []
 
-    async def receive() -> dict:
+    async def receive() -> dict[str, Any]:
         nonlocal request_sent
         if not request_sent:
             request_sent = True
@@ -116,7 +136,7 @@ async def call_asgi(
                 either.start_soon(until, gone)
         return {"type": "http.disconnect"}
 
-    async def send(message: dict) -> None:
+    async def send(message: dict[str, Any]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
@@ -143,7 +163,10 @@ class ASGITransport:
     outlives `timeout_s` is cancelled and reported as a `TransportError`, like a read timeout.
     """
 
-    def __init__(self, app: ASGIApp, *, client: tuple[str, int] = DEFAULT_CLIENT, state: dict | None = None) -> None:
+    # What error messages call the server this transport reaches.
+    base_url = "the in-process test server"
+
+    def __init__(self, app: ASGIApp, *, client: tuple[str, int] = DEFAULT_CLIENT, state: dict[str, Any] | None = None) -> None:
         self.app = app
         self._client = client
         self._state = state
@@ -154,17 +177,23 @@ class ASGITransport:
         raise TransportError(f"{method} {path} timed out after {timeout_s} s")
 
 
+class _Spawner(Protocol):
+    """What `_Lifespan` needs of a task group: an anyio `TaskGroup` or a trio `Nursery`."""
+
+    def start_soon(self, async_fn: Callable[[], Coroutine[Any, Any, None]], /) -> object: ...
+
+
 class _Lifespan:
     """Drives an app's ASGI lifespan: startup before the first request, shutdown at the end."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.state: dict = {}
-        self._to_app = anyio.create_memory_object_stream[dict](2)
-        self._from_app = anyio.create_memory_object_stream[dict](2)
+        self.state: dict[str, Any] = {}
+        self._to_app = anyio.create_memory_object_stream[dict[str, Any]](2)
+        self._from_app = anyio.create_memory_object_stream[dict[str, Any]](2)
         self._supported = True
 
-    async def startup(self, group: anyio.abc.TaskGroup) -> None:
+    async def startup(self, group: _Spawner) -> None:
         send_to_app, receive_in_app = self._to_app
         send_from_app, receive_from_app = self._from_app
         failure: list[BaseException] = []
@@ -218,7 +247,7 @@ class _TrioGuest:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.state: dict = {}
+        self.state: dict[str, Any] = {}
 
     async def start(self) -> None:
         import asyncio
@@ -226,8 +255,8 @@ class _TrioGuest:
         import trio
 
         self._loop = asyncio.get_running_loop()
-        self._ready: asyncio.Future = self._loop.create_future()
-        self._done: asyncio.Future = self._loop.create_future()
+        self._ready: asyncio.Future[Any] = self._loop.create_future()
+        self._done: asyncio.Future[Any] = self._loop.create_future()
         self._stop = trio.Event()
         trio.lowlevel.start_guest_run(
             self._main,
@@ -291,7 +320,8 @@ class _TrioGuest:
 
         self._token.run_sync_soon(self._nursery.start_soon, serve_one)
         try:
-            return await future
+            answer: Exchange = await future
+            return answer
         finally:
             if not future.done():
                 self._token.run_sync_soon(cancel_scope.cancel)
@@ -304,6 +334,8 @@ class _TrioGuest:
 
 class _GuestTransport:
     """The asyncio side of a trio guest run: a transport whose requests cross into trio."""
+
+    base_url = "the in-process test server"
 
     def __init__(self, guest: _TrioGuest) -> None:
         self.guest = guest
@@ -419,3 +451,48 @@ def serve(
     if settings is None:
         settings = Settings(api_key=api_key, space_id=space_id, seed=seed)
     return serve_app(create_app(settings), api_key=api_key, space_id=space_id, **client_kwargs)
+
+
+Crashable = Union[ClaimLease, Delivery, AsyncRunstate, BlockingLease, BlockingDelivery, Runstate]
+
+
+def crash(target: Crashable) -> None:
+    """Make a lease, a delivery or a whole client behave as if its process died now (see above).
+
+    Synchronous, so a handler can call it at the exact point where the crash should happen;
+    whatever runs on after it sends nothing. The blocking client's objects are accepted too.
+    """
+    if isinstance(target, (BlockingLease, BlockingDelivery, Runstate)):
+        # The blocking client's objects live on its own loop: crash them there, and wait.
+        inner: ClaimLease | Delivery | AsyncRunstate
+        if isinstance(target, BlockingLease):
+            inner = target._lease
+        elif isinstance(target, BlockingDelivery):
+            inner = target._delivery
+        else:
+            inner = target._async
+
+        async def on_the_loop() -> None:
+            _crash(inner)
+
+        target._loop.run(on_the_loop())
+        return
+    _crash(target)
+
+
+def _crash(target: ClaimLease | Delivery | AsyncRunstate) -> None:
+    if isinstance(target, ClaimLease):
+        target._crash()
+    elif isinstance(target, Delivery):
+        target._crash()
+    elif isinstance(target, AsyncRunstate):
+        holdings = target._ctx.holdings
+        holdings.crashed = True
+        for lease in list(holdings.leases):
+            lease._crash()
+        for delivery in list(holdings.deliveries):
+            delivery._crash()
+        for consumer in list(holdings.consumers):
+            consumer.cancel()
+    else:
+        raise TypeError(f"crash() takes a ClaimLease, a Delivery or a client, not {type(target).__name__}")

@@ -3,10 +3,15 @@
 They talk HTTP to the server (`--url`, else RUNSTATE_BASE_URL, else http://127.0.0.1:8080), so a
 key made or revoked takes effect at once on the server that answers, with nothing to restart.
 
-Credentials, first found wins:
-- keys, spaces: the admin key: RUNSTATE_ADMIN_KEY, else the file `--admin-key-file`, else
-  DATA_DIR/admin.key (`--data-dir` or RUNSTATE_DATA_DIR: on the server's machine);
-- inspect: the admin key as above (any space), else RUNSTATE_API_KEY (its own space).
+Credentials, first found wins, in the order `runstate serve` itself uses (flag > environment >
+data directory), so the commands find the key the server really has:
+- keys, spaces: the admin key: the file `--admin-key-file`, else RUNSTATE_ADMIN_KEY, else
+  DATA_DIR/admin.key (`--data-dir` or RUNSTATE_DATA_DIR: on the server's machine). A server with
+  RUNSTATE_ADMIN_KEY set ignores the file in its data directory, and so do these commands;
+- inspect: the admin key as above (any space, `--space`), else RUNSTATE_API_KEY in its own space
+  (RUNSTATE_SPACE_ID, as `runstate keys create` prints it).
+
+Every refusal names the server's URL and where the key came from.
 
 Exit status: 0 done; 1 the server refused or could not be reached (the message says which);
 2 a usage error (a missing credential, a bad argument).
@@ -30,6 +35,18 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 TIMEOUT_S = 10.0
 
 Column = tuple[str, "str | Callable[[dict], Any]"]
+
+
+class Credential:
+    """A key and where it came from (for messages; never the key itself)."""
+
+    def __init__(self, secret: str, source: str, admin: bool) -> None:
+        self.secret = secret
+        self.source = source
+        self.admin = admin
+
+    def describe(self) -> str:
+        return f"the {'admin' if self.admin else 'API'} key from {self.source}"
 
 
 class CommandError(Exception):
@@ -98,20 +115,17 @@ def add_commands(commands: Any) -> None:
 
 # -- talking to the server ------------------------------------------------------------------------
 
-def _admin_key(args: argparse.Namespace, required: bool) -> str | None:
+def _admin_key(args: argparse.Namespace, required: bool) -> Credential | None:
+    """The admin key, in the order the server itself takes it: flag > environment > data directory."""
+    if args.admin_key_file is not None:
+        return Credential(_read_key(args.admin_key_file), f"--admin-key-file {args.admin_key_file}", admin=True)
     secret = os.environ.get("RUNSTATE_ADMIN_KEY") or None
     if secret:
-        return secret
-    path = args.admin_key_file
-    data_dir = args.data_dir or os.environ.get("RUNSTATE_DATA_DIR") or None
-    if path is None and data_dir:
+        return Credential(secret, "RUNSTATE_ADMIN_KEY", admin=True)
+    data_dir, origin = (args.data_dir, "--data-dir") if args.data_dir else (os.environ.get("RUNSTATE_DATA_DIR") or None, "RUNSTATE_DATA_DIR")
+    if data_dir:
         path = os.path.join(data_dir, ADMIN_KEY_FILE)
-    if path is not None:
-        try:
-            with open(path, encoding="utf-8") as file:
-                return file.read().strip()
-        except OSError as error:
-            raise CommandError(f"cannot read the admin key from {path}: {error.strerror}", 2) from None
+        return Credential(_read_key(path), f"{path} ({origin})", admin=True)
     if required:
         raise CommandError(
             "this needs the admin key: set RUNSTATE_ADMIN_KEY, or pass --data-dir DIR on the server's machine "
@@ -121,14 +135,36 @@ def _admin_key(args: argparse.Namespace, required: bool) -> str | None:
     return None
 
 
-def _request(args: argparse.Namespace, method: str, path: str, secret: str, body: Any = None, params: dict | None = None) -> Any:
-    url = (args.url or os.environ.get("RUNSTATE_BASE_URL") or DEFAULT_URL).rstrip("/")
+def _read_key(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            secret = file.read().strip()
+    except OSError as error:
+        raise CommandError(f"cannot read the admin key from {path}: {error.strerror}", 2) from None
+    if not secret:
+        raise CommandError(f"the admin key file {path} is empty", 2)
+    return secret
+
+
+def _server_url(args: argparse.Namespace) -> tuple[str, str]:
+    """The server's URL and where it came from."""
+    if args.url:
+        return args.url.rstrip("/"), "--url"
+    if os.environ.get("RUNSTATE_BASE_URL"):
+        return os.environ["RUNSTATE_BASE_URL"].rstrip("/"), "RUNSTATE_BASE_URL"
+    return DEFAULT_URL, "the default; --url or RUNSTATE_BASE_URL to change it"
+
+
+def _request(
+    args: argparse.Namespace, method: str, path: str, key: Credential, body: Any = None, params: dict[str, Any] | None = None
+) -> Any:
+    url, url_source = _server_url(args)
     try:
         answer = httpx.request(
-            method, url + path, headers={"authorization": f"Bearer {secret}"}, json=body, params=params, timeout=TIMEOUT_S
+            method, url + path, headers={"authorization": f"Bearer {key.secret}"}, json=body, params=params, timeout=TIMEOUT_S
         )
     except httpx.HTTPError as error:
-        raise CommandError(f"cannot reach the runstate server at {url} ({error}); is it running? (--url or RUNSTATE_BASE_URL)") from None
+        raise CommandError(f"cannot reach the runstate server at {url} ({url_source}): {error}; is it running?") from None
     try:
         data = answer.json()
     except ValueError:
@@ -136,11 +172,19 @@ def _request(args: argparse.Namespace, method: str, path: str, secret: str, body
     if answer.status_code >= 400:
         envelope = data.get("error") if isinstance(data, dict) else None
         if not isinstance(envelope, dict):
-            raise CommandError(f"{method} {path}: HTTP {answer.status_code}, not a runstate answer")
+            raise CommandError(f"{method} {url}{path}: HTTP {answer.status_code}, not a runstate answer (is {url} a runstate server?)")
         message = envelope.get("message", "")
+        code = envelope.get("code")
         if answer.status_code == 404 and message.startswith("no such route"):
             raise CommandError(f"this server has no route {method} {path}: it was built without that part")
-        raise CommandError(f"{envelope.get('code')}: {message} (request {envelope.get('requestId')})")
+        detail = f"request {envelope.get('requestId')}"
+        if code in ("UNAUTHENTICATED", "FORBIDDEN"):
+            detail = f"{key.describe()}, sent to {url}; {detail}"
+        elif code == "NOT_FOUND" and not key.admin and message.startswith("space "):
+            detail = (
+                f"{key.describe()} does not open it: pass --space or set RUNSTATE_SPACE_ID to the key's own space; {detail}"
+            )
+        raise CommandError(f"{code}: {message} ({detail})")
     return data
 
 
@@ -207,9 +251,12 @@ def _spaces(args: argparse.Namespace) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> None:
-    secret = _admin_key(args, required=False) or os.environ.get("RUNSTATE_API_KEY") or None
+    secret = _admin_key(args, required=False)
+    if secret is None and os.environ.get("RUNSTATE_API_KEY"):
+        secret = Credential(os.environ["RUNSTATE_API_KEY"], "RUNSTATE_API_KEY", admin=False)
     if secret is None:
         raise CommandError("inspect needs a key: RUNSTATE_API_KEY (its own space) or the admin key (RUNSTATE_ADMIN_KEY or --data-dir)", 2)
+    # An API key reads its own space: RUNSTATE_SPACE_ID, which `keys create` prints beside it.
     space = args.space or os.environ.get("RUNSTATE_SPACE_ID") or "default"
     base = f"/v1/spaces/{space}"
     action = args.action

@@ -11,7 +11,9 @@ Examples:
     runstate inspect claims sc_0123456789abcdef
 
 `serve` and `config` read the settings (`config.py`); a wrong one exits 2 naming it. `keys`,
-`spaces` and `inspect` talk to a running server over HTTP (`admin_cli.py`).
+`spaces` and `inspect` talk to a running server over HTTP (`admin_cli.py`). Every command but
+`serve` takes `--json`; `runstate --version` prints the version. Output cut short by its reader
+(`runstate config | head`) ends the command quietly, without a traceback.
 
 The data directory comes from `--data-dir`, else the environment variable RUNSTATE_DATA_DIR (or
 the TOML file); with none the server keeps its state in memory only (and says so at start). There
@@ -23,10 +25,11 @@ would surprise as much as one that silently lost everything. Production runs pas
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 import orjson
 
@@ -93,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n\n")[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"runstate {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve_cmd = commands.add_parser(
         "serve",
@@ -119,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_CHECK_EXAMPLES,
     )
     check_cmd.add_argument("--data-dir", default=None, metavar="DIR", help="the directory (default $RUNSTATE_DATA_DIR)")
+    check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     admin_cli.add_commands(commands)
     return parser
 
@@ -164,7 +169,23 @@ def _print_config(loaded: Loaded, as_json: bool) -> None:
     )
 
 
-def _check(data_dir: str | None) -> int:
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("runstate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from .. import __version__
+
+        return __version__
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _check(data_dir: str | None, as_json: bool = False) -> int:
     from ..snapshots import check
     from .durable import state_model
 
@@ -173,7 +194,11 @@ def _check(data_dir: str | None) -> int:
         print("runstate check: give --data-dir (or set RUNSTATE_DATA_DIR)", file=sys.stderr)
         return 2
     report = check(data_dir, state_model())
-    print(report.format(), flush=True)
+    if as_json:
+        fields: dict[str, Any] = {_camel(name): value for name, value in dataclasses.asdict(report).items()}
+        print(orjson.dumps(fields, option=orjson.OPT_INDENT_2).decode(), flush=True)
+    else:
+        print(report.format(), flush=True)
     return 0 if report.ok else 1
 
 
@@ -227,6 +252,21 @@ def _os_error(error: BaseException) -> OSError | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return _main(args)
+    try:
+        status = _main(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`runstate config | head`): nothing more to say, and no traceback.
+        # Point stdout at /dev/null so the interpreter's own final flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # as a shell reports a command ended by SIGPIPE
+    return status
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.command in ("serve", "config"):
         try:
             loaded = _load(args)
@@ -238,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         return _serve(loaded)
     if args.command == "check":
-        return _check(args.data_dir)
+        return _check(args.data_dir, args.json)
     return admin_cli.run(args)
 
 

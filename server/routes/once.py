@@ -39,7 +39,7 @@ endpoint(router, "POST", BASE + "/acquire", Doc(
 ))
 endpoint(router, "GET", BASE, Doc(
     "A once key's state; with waitMs, once it is no longer held (a long poll)", ONCE, c.WaitOnce,
-    errors=("400",), group=G,
+    errors=("400", "404"), group=G,
 ), wait, long_poll=True)
 endpoint(router, "POST", BASE + "/renew", Doc("Renew the lease on a once key", ONCE, c.RenewOnce, errors=ERRORS, idempotent=True, group=G))
 endpoint(router, "POST", BASE + "/complete", Doc(

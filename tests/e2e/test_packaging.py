@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_plain_install_is_the_sdk_alone(tmp_path):
-    """Without extras: the SDK imports and works offline; no trio or hypercorn; `runstate` says how to get the server."""
+    """Without extras: the SDK imports and works offline, typed (py.typed); no trio or hypercorn; `runstate` says how to get the server."""
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -29,6 +29,7 @@ def test_the_plain_install_is_the_sdk_alone(tmp_path):
         "from runstate import AsyncRunstate, Runstate, LeaseLostError, WaitTimeoutError\n"
         "AsyncRunstate(api_key='k', space_id='default')\n"
         "print(importlib.util.find_spec('trio') is None, importlib.util.find_spec('hypercorn') is None)\n"
+        "import pathlib; assert (pathlib.Path(runstate.__file__).parent / 'py.typed').is_file()\n"
     )
     done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

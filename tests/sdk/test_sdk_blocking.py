@@ -77,3 +77,77 @@ def test_blocking_close_is_idempotent_and_stops_the_thread():
     rs.close()
     rs.close()
     assert not thread.is_alive()
+
+
+def test_the_blocking_client_has_real_signatures_not_a_proxy():
+    """Every blocking class defines its methods itself: no __getattr__ forwarding, and the signatures match the async twins."""
+    import inspect
+
+    from runstate import blocking
+    from runstate.claims import ClaimRef
+    from runstate.mailboxes import MailboxRef
+
+    for cls in (blocking.Runstate, blocking.BlockingScope, blocking.BlockingClaim, blocking.BlockingLease,
+                blocking.BlockingMailbox, blocking.BlockingDelivery, blocking.BlockingTicket):
+        assert "__getattr__" not in vars(cls), cls
+    for blocking_cls, async_cls in ((blocking.BlockingClaim, ClaimRef), (blocking.BlockingMailbox, MailboxRef)):
+        for name in ("acquire", "try_acquire", "run") if async_cls is ClaimRef else ("submit", "send", "receive", "consume"):
+            ours = list(inspect.signature(getattr(blocking_cls, name)).parameters)
+            theirs = list(inspect.signature(getattr(async_cls, name)).parameters)
+            assert ours == theirs, name
+
+
+def test_blocking_try_acquire_when_busy_and_a_lost_lease_sets_a_thread_event():
+    """try_acquire() reports busy; a lease whose renewal is refused sets its threading.Event lost_event."""
+    from sdk_fakes import error
+
+    state = {"held": True}
+
+    def handler(sent):
+        if sent.suffix == "/claims":
+            if state["held"]:
+                return error(409, "CLAIM_HELD", "held")
+            return ok(GRANT)
+        if sent.suffix.endswith("/renew"):
+            return error(409, "STALE_CLAIM", "moved on")
+        return ok({})
+
+    with blocking_client(handler)[0] as rs:
+        claim = rs.scope("sc_1").claim("k")
+        assert claim.try_acquire() == {"kind": "busy"}
+        state["held"] = False
+        lease = claim.acquire(lease_seconds=5)
+        assert isinstance(lease.lost_event, threading.Event) and not lease.is_lost
+        with pytest.raises(runstate.LeaseLostError):
+            lease.renew(5)
+        assert lease.lost_event.wait(2) and lease.is_lost
+
+
+def test_closing_a_with_space_view_leaves_the_client_running():
+    """A with_space view shares the loop; closing it closes nothing."""
+    rs, transport = blocking_client(lambda sent: ok({"id": "sc_2"}))
+    try:
+        view = rs.with_space("sp2")
+        assert view.space_id == "sp2" and view.holder == rs.holder
+        view.close()
+        assert rs.scopes.create().id == "sc_2"
+        assert transport.sent[-1].path == "/v1/spaces/sp1/scopes"
+    finally:
+        rs.close()
+
+
+def test_crash_takes_the_blocking_clients_objects():
+    """runstate.testing.crash() on a blocking lease stops its renewal and makes release() send nothing."""
+    from runstate import testing
+
+    rs, transport = blocking_client(claim_handler)
+    try:
+        lease = rs.scope("sc_1").claim("k").acquire(lease_seconds=5)
+        testing.crash(lease)
+        lease.release()
+        assert [s.suffix for s in transport.sent] == ["/claims"]
+        testing.crash(rs)
+        with pytest.raises(testing.CrashedError):
+            rs.scopes.create()
+    finally:
+        rs.close()

@@ -27,8 +27,8 @@ def anyio_backend(request):
 
 @pytest.fixture
 def fast_renewal(monkeypatch):
-    """Renew every 10 ms (lease_seconds=0 in these tests), so a failing renewal shows up at once."""
-    monkeypatch.setattr(_renewal, "INTERVAL_MIN_S", 0.01)
+    """Renew every 10 ms, so a failing renewal shows up at once."""
+    monkeypatch.setattr(_renewal, "interval_s", lambda lease_seconds: 0.01)
 
 
 def native_event_type():
@@ -64,7 +64,7 @@ async def test_claim_wait_times_out():
 async def test_failed_renewal_sets_the_native_lost_event(fast_renewal):
     """A stale renewal fails closed and sets lost_event, an event of the running library."""
     rs, _ = make_client(claim_server(renew=lambda sent: error(409, "STALE_CLAIM")))
-    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=0)
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=5)
     assert type(lease.lost_event) is native_event_type()
     with anyio.fail_after(5):
         await lease.lost_event.wait()
@@ -85,7 +85,7 @@ async def test_run_cancels_a_coroutine_on_loss(fast_renewal):
 
     with anyio.fail_after(5):
         with pytest.raises(runstate.LeaseLostError):
-            await rs.scope("sc_1").claim("k").run(work, lease_seconds=0)
+            await rs.scope("sc_1").claim("k").run(work, lease_seconds=5)
     assert reached_end == [] and transport.sent[-1].suffix == "/claims/k/release"
 
 
@@ -108,7 +108,7 @@ async def test_run_abandons_a_thread_on_loss(fast_renewal):
     # No fail_after here: under autojump a virtual deadline would pass while the thread starts.
     # The thread's own waits bound the test instead.
     with pytest.raises(runstate.LeaseLostError):
-        await rs.scope("sc_1").claim("k").run(work, lease_seconds=0)
+        await rs.scope("sc_1").claim("k").run(work, lease_seconds=5)
     go_on.set()
 
 
@@ -193,7 +193,7 @@ async def test_task_result_polls_and_times_out():
 async def test_closing_the_client_stops_renewal_tasks():
     """aclose() leaves no renewal running: no renew request goes out afterwards."""
     rs, transport = make_client(lambda sent: ok(GRANT) if sent.suffix == "/claims" else ok({}))
-    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=0)
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=5)
     await rs.aclose()
     await anyio.sleep(0.05)
     assert transport.to("/claims/k/renew") == [] and lease.is_lost

@@ -126,16 +126,17 @@ async def test_renewal_runs_every_third_of_the_lease(autojump_clock, pinned_jitt
 
 @pytest.mark.trio
 async def test_renewal_interval_has_a_one_second_floor_and_jitter_bounds(autojump_clock, monkeypatch):
-    """A 2 s lease renews every 1 s (the floor); the jitter factor spans 0.9-1.1 of the interval."""
+    """A 5 s lease renews every 5/3 s; under 3 s the 1 s floor applies; the jitter spans 0.9-1.1."""
     from runstate import _runtime
 
     monkeypatch.setattr(_runtime, "uniform", lambda low, high: high if high == 1.1 else (low + high) / 2)
     rs, transport = make_client(claim_server())
     start = trio.current_time()
-    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=2)
-    await trio.sleep(3.5)
-    assert [round(s.at - start, 6) for s in transport.to("/claims/k/renew")] == [1.1, 2.2, 3.3]
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=5)
+    await trio.sleep(6)
+    assert [round(s.at - start, 6) for s in transport.to("/claims/k/renew")] == [1.833333, 3.666667, 5.5]
     await lease.release()
+    assert _renewal.interval_s(2) == pytest.approx(1.1)
     monkeypatch.setattr(_runtime, "uniform", lambda low, high: low)
     assert _renewal.interval_s(30) == pytest.approx(9.0)
 
@@ -170,9 +171,9 @@ async def test_a_malformed_renewal_answer_also_loses_the_lease(autojump_clock, p
 @pytest.mark.anyio
 async def test_asyncio_lease_has_an_asyncio_event_and_fails_closed(monkeypatch, pinned_jitter):
     """Under asyncio lost_event is an asyncio.Event and a stale renewal sets it."""
-    monkeypatch.setattr(_renewal, "INTERVAL_MIN_S", 0.01)
+    monkeypatch.setattr(_renewal, "interval_s", lambda lease_seconds: 0.01)
     rs, transport = make_client(claim_server(renew=lambda sent: error(409, "STALE_CLAIM")))
-    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=0)
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=5)
     assert isinstance(lease.lost_event, asyncio.Event)
     with anyio.fail_after(2):
         await lease.lost_event.wait()
@@ -323,7 +324,7 @@ async def test_run_stops_waiting_for_a_thread_when_the_lease_is_lost(autojump_cl
 @pytest.mark.anyio
 async def test_asyncio_run_cancels_the_coroutine_on_loss(monkeypatch, pinned_jitter):
     """Under asyncio too, a lost lease cancels run()'s coroutine and raises LeaseLostError."""
-    monkeypatch.setattr(_renewal, "INTERVAL_MIN_S", 0.01)
+    monkeypatch.setattr(_renewal, "interval_s", lambda lease_seconds: 0.01)
     rs, transport = make_client(claim_server(renew=lambda sent: error(409, "STALE_CLAIM")))
     cancelled = []
 
@@ -336,7 +337,7 @@ async def test_asyncio_run_cancels_the_coroutine_on_loss(monkeypatch, pinned_jit
 
     with anyio.fail_after(2):
         with pytest.raises(runstate.LeaseLostError):
-            await rs.scope("sc_1").claim("k").run(long_work, lease_seconds=0)
+            await rs.scope("sc_1").claim("k").run(long_work, lease_seconds=5)
     assert cancelled == [True]
     assert transport.sent[-1].suffix == "/claims/k/release"
 

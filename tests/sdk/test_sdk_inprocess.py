@@ -123,7 +123,7 @@ async def test_the_kernel_refuses_what_the_contract_says(autojump_clock):
         for seconds in (4, 601):
             with pytest.raises(runstate.RunstateError) as caught:
                 await run.claim("k").acquire(lease_seconds=seconds)
-            assert (type(caught.value), caught.value.code) == (runstate.RunstateError, "VALIDATION_FAILED")
+            assert (type(caught.value), caught.value.code) == (runstate.ValidationError, "VALIDATION_FAILED")
         with pytest.raises(runstate.AuthenticationError):
             await rs.new_client(api_key="wrong").scopes.create()
         with pytest.raises(runstate.NotFoundError):

@@ -97,7 +97,8 @@ async def test_transport_failures_are_retried_with_the_same_key_then_unavailable
     assert all(0.025 <= gap <= 0.100 for gap in gaps)
     err = caught.value
     assert (err.code, err.status) == ("UNAVAILABLE", 503)
-    assert "transport failure after retries" in err.message
+    assert err.message.startswith("cannot reach the runstate server at http://localhost:8080; is it running?")
+    assert type(err) is runstate.UnreachableError and err.base_url == "http://localhost:8080"
     assert isinstance(err.__cause__, TransportError)
 
 
@@ -167,7 +168,10 @@ async def test_redirect_status_is_a_success_body():
 
 
 CODE_CLASSES = {
-    "VALIDATION_FAILED": (400, runstate.RunstateError),
+    "VALIDATION_FAILED": (400, runstate.ValidationError),
+    "METHOD_NOT_ALLOWED": (405, runstate.ValidationError),
+    "REQUEST_TIMEOUT": (408, runstate.UnavailableError),
+    "INTERNAL": (500, runstate.InternalError),
     "UNAUTHENTICATED": (401, runstate.AuthenticationError),
     "FORBIDDEN": (403, runstate.AuthenticationError),
     "ENTITLEMENT_EXCEEDED": (403, runstate.AuthenticationError),
@@ -207,7 +211,10 @@ async def test_error_envelope_maps_code_to_exception_class(code):
         await rs.scope("sc_1").status()
     err = caught.value
     assert type(err) is cls
-    assert (err.code, err.status, err.message, err.request_id) == (code, status, "nope", "req_1")
+    assert (err.code, err.status, err.request_id) == (code, status, "req_1")
+    # A refused key also says where the key came from and where it was sent.
+    hint = " (the key passed as api_key=, sent to http://localhost:8080)" if code == "UNAUTHENTICATED" else ""
+    assert err.message == "nope" + hint
 
 
 @pytest.mark.anyio
@@ -301,8 +308,9 @@ async def test_with_space_shares_transport_and_identity():
 
 def test_every_error_class_derives_directly_from_runstate_error():
     """Each SDK exception is a direct subclass of RunstateError (LeaseLostError is not a ConflictError)."""
-    for name in ("ConfigError", "AuthenticationError", "NotFoundError", "ConflictError", "ScopeCancelledError",
-                 "LeaseLostError", "WaitTimeoutError", "RateLimitError", "UnavailableError", "CursorExpiredError"):
+    for name in ("ConfigError", "ValidationError", "AuthenticationError", "NotFoundError", "ConflictError",
+                 "ScopeCancelledError", "LeaseLostError", "WaitTimeoutError", "RateLimitError", "UnavailableError",
+                 "InternalError", "CursorExpiredError"):
         assert getattr(errors_module, name).__bases__ == (runstate.RunstateError,)
     assert not issubclass(runstate.LeaseLostError, runstate.ConflictError)
 
@@ -390,7 +398,8 @@ def test_public_names_are_exported():
         "ClaimRef", "ClaimLease", "MailboxRef", "Delivery", "TaskTicket", "Transport", "TransportError",
         "HTTPTransport", "RunstateError", "ConfigError", "AuthenticationError", "NotFoundError", "ConflictError",
         "ScopeCancelledError", "LeaseLostError", "WaitTimeoutError", "RateLimitError", "UnavailableError",
-        "CursorExpiredError", "map_error",
+        "CursorExpiredError", "map_error", "ValidationError", "UnreachableError", "InternalError", "ERRORS",
+        "is_permanent", "TaskView", "TaskResult", "ScopeView", "MailboxRow", "MessageView", "AcquireAttempt",
     }
     assert set(runstate.__all__) == expected
     for name in expected:

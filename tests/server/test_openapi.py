@@ -107,7 +107,8 @@ def _existing(server: ServerProcess) -> dict[str, str]:
         mailbox_id = http.post(base + "/mailboxes", json={"name": "fuzz"}).json()["id"]
         task = http.post(base + "/tasks", json={"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": "t", "input": {"n": 1}}).json()
         http.post(base + "/claims", json={"key": "k", "scopeId": scope_id, "holder": "h", "holderSession": "s", "leaseSeconds": 600})
-    return {"space": SPACE, "scope_id": scope_id, "mailbox_id": mailbox_id, "task_id": task["taskId"], "message_id": task["messageId"], "key": "k", "key_id": "ak_0"}
+        http.put(base + "/runs/fuzz", json={})  # a run and a mailbox named "fuzz" (routes by name)
+    return {"space": SPACE, "scope_id": scope_id, "mailbox_id": mailbox_id, "task_id": task["taskId"], "message_id": task["messageId"], "key": "k", "key_id": "ak_0", "name": "fuzz"}
 
 
 @pytest.mark.e2e

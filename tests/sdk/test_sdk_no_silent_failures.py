@@ -1,0 +1,292 @@
+"""consume(), receive() and Delivery never fail silently.
+
+Each of the first three tests reproduces a failure that once went unseen: a lease length the
+server refuses, a server that is not there, a completion the server refused. The rest pin the
+rules around them: what stops consume(), what it waits out and says so, and when a delivery
+counts as settled.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import anyio
+import pytest
+import trio
+
+import runstate
+from runstate import testing
+from runstate.transport import TransportError
+from sdk_fakes import QueueServer, error, make_client, settlements
+
+BIG_RESULT = {"payload": "y" * 100_000}
+
+
+async def _make_work(rs, name="research", payload=None):
+    await rs.mailboxes.ensure(name, mode="WORK")
+    run = await rs.scopes.create()
+    ticket = await run.mailbox(name).submit(payload or {"company": "acme"}, key="research:acme")
+    return run, ticket
+
+
+class Refusing:
+    """Wraps a transport: the first `times` requests whose path ends with `suffix` get `answer`."""
+
+    def __init__(self, inner, suffix: str, answer, times: int = 1) -> None:
+        self.inner = inner
+        self.suffix = suffix
+        self.answer = answer
+        self.left = times
+        self.base_url = getattr(inner, "base_url", "")
+
+    async def send(self, method, path, headers, body, timeout_s):
+        if self.left and path.endswith(self.suffix):
+            self.left -= 1
+            return self.answer
+        return await self.inner.send(method, path, headers, body, timeout_s)
+
+
+def _dead_url() -> str:
+    """A local URL where nothing listens: bind a port, then close it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# -- the three failures -----------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_consume_with_a_lease_the_server_refuses_raises_at_once_in_the_servers_words(autojump_clock):
+    """consume(lease_seconds=3) raises ValidationError before sending anything, with the server's message."""
+    async with testing.serve() as rs:
+        run, _ = await _make_work(rs)
+        mailbox_id = await run.mailbox("research").resolve_id()
+        with pytest.raises(runstate.ValidationError) as refused_here:
+            await run.mailbox("research").consume(lambda data, delivery: None, lease_seconds=3)
+        # The server's own answer to the same lease, sent raw.
+        with pytest.raises(runstate.ValidationError) as refused_there:
+            await rs._ctx.call(
+                "POST", f"/mailboxes/{mailbox_id}/recv",
+                body={"scopeId": run.id, "holder": "h", "holderSession": "s", "leaseSeconds": 3},
+            )
+        assert refused_here.value.message == refused_there.value.message == "leaseSeconds must be between 5 and 600, got 3"
+        assert refused_here.value.code == "VALIDATION_FAILED" and refused_here.value.status == 400
+
+
+@pytest.mark.anyio
+async def test_consume_against_a_dead_url_warns_naming_it_calls_on_error_and_can_give_up(caplog):
+    """A server that is not running: a warning names the URL, on_error gets each failure, give_up_after_s ends it."""
+    url = _dead_url()
+    errors = []
+    caplog.set_level(logging.WARNING, logger="runstate")
+    async with runstate.AsyncRunstate(api_key="k", space_id="s", base_url=url, retries=0) as rs:
+        mailbox = rs.scope("sc_1").mailbox_by_id("mb_1")
+        with anyio.fail_after(10):
+            with pytest.raises(runstate.UnreachableError) as caught:
+                await mailbox.consume(
+                    lambda data, delivery: None, poll_ms=20, give_up_after_s=0.3,
+                    on_error=lambda err, delivery: errors.append((err, delivery)),
+                )
+    assert url in str(caught.value) and "is it running?" in str(caught.value)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "runstate" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and url in warnings[0]
+    assert len(errors) >= 2
+    assert all(isinstance(err, runstate.UnreachableError) and delivery is None for err, delivery in errors)
+
+
+@pytest.mark.trio
+async def test_a_refused_completion_leaves_the_delivery_unsettled_so_the_next_call_works(autojump_clock):
+    """complete() with a result over the limit raises and settles nothing; a small complete() then succeeds."""
+    async with testing.serve() as rs:
+        run, ticket = await _make_work(rs)
+        delivery = await run.mailbox("research").receive()
+        assert delivery is not None
+        with pytest.raises(runstate.ValidationError) as caught:
+            await delivery.complete(result=BIG_RESULT)
+        assert "result" in caught.value.message and "65536" in caught.value.message
+        assert not delivery.settled
+        await delivery.complete(result={"payload": "y"})
+        assert delivery.settled
+        assert await ticket.result(timeout_ms=1_000) == {"state": "SUCCEEDED", "outcome": "y", "reason": None}
+
+
+@pytest.mark.trio
+async def test_a_refused_completion_inside_consume_puts_the_task_back_at_once(autojump_clock):
+    """The handler's complete() is refused (503): on_error is called and the task is back at once, not at lease expiry."""
+    async with testing.serve() as rs:
+        run, ticket = await _make_work(rs)
+        worker = runstate.AsyncRunstate(
+            api_key="test-key", space_id="default",
+            transport=Refusing(rs.transport, "/complete", error(503, "UNAVAILABLE", "draining")),
+        )
+        errors, attempts, stop = [], [], trio.Event()
+        start = trio.current_time()
+
+        async def handle(data, delivery):
+            attempts.append((delivery.attempt, trio.current_time() - start))
+            await delivery.complete(result={"payload": f"done on attempt {delivery.attempt}"})
+            stop.set()
+
+        await worker.scope(run.id).mailbox("research").consume(
+            handle, lease_seconds=60, stop_event=stop, on_error=lambda err, d: errors.append((err.code, d.attempt)),
+        )
+        assert errors == [("UNAVAILABLE", 1)]
+        # Back on the queue with the mailbox's retry backoff (1 s), far inside the 60 s lease.
+        assert [a for a, _ in attempts] == [1, 2] and attempts[1][1] < 2
+        assert (await ticket.result(timeout_ms=1_000))["outcome"] == "done on attempt 2"
+        await worker.aclose()
+
+
+@pytest.mark.trio
+async def test_a_result_over_the_limit_inside_consume_fails_the_task_at_once(autojump_clock):
+    """A completion that can never be accepted (too large) goes to on_error and the task is rejected at once."""
+    async with testing.serve() as rs:
+        run, ticket = await _make_work(rs)
+        errors, stop = [], trio.Event()
+
+        async def handle(data, delivery):
+            try:
+                await delivery.complete(result=BIG_RESULT)
+            finally:
+                stop.set()
+
+        start = trio.current_time()
+        await run.mailbox("research").consume(
+            handle, lease_seconds=60, stop_event=stop, on_error=lambda err, d: errors.append(type(err)),
+        )
+        outcome = await ticket.result(timeout_ms=1_000)
+        assert errors == [runstate.ValidationError]
+        assert outcome["state"] == "FAILED" and trio.current_time() - start < 2
+
+
+# -- what stops consume() and what it waits out ------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_consume_stops_on_a_validation_error_from_the_server(autojump_clock):
+    """A 400 from recv (a server with other limits) ends consume with ValidationError after one request."""
+    server = QueueServer([], recv_error=lambda n: error(400, "VALIDATION_FAILED", "leaseSeconds must be between 60 and 600, got 30"))
+    rs, _ = make_client(server)
+    with pytest.raises(runstate.ValidationError, match="between 60 and 600"):
+        await rs.scope("sc_1").mailbox("research").consume(lambda d, x: None)
+    assert server.recvs == 1
+
+
+@pytest.mark.trio
+async def test_an_unknown_4xx_stops_consume_but_an_unknown_5xx_is_waited_out(autojump_clock):
+    """A code the SDK does not know stops consume when it is a 4xx (same answer again), not when it is a 5xx."""
+    rs, _ = make_client(QueueServer([], recv_error=lambda n: error(422, "BRAND_NEW")))
+    with pytest.raises(runstate.RunstateError) as caught:
+        await rs.scope("sc_1").mailbox("research").consume(lambda d, x: None)
+    assert caught.value.code == "BRAND_NEW"
+    answers = {1: error(502, "BRAND_NEW_5XX")}
+    rs, transport = make_client(QueueServer([(1, "x")], recv_error=lambda n: answers.get(n)))
+    stop = trio.Event()
+    await rs.scope("sc_1").mailbox("research").consume(lambda d, x: stop.set(), stop_event=stop)
+    assert settlements(transport) == [("/messages/msg_1/complete", {"token": "t1"})]
+
+
+@pytest.mark.trio
+async def test_an_outage_is_logged_when_it_starts_and_when_it_ends(autojump_clock, caplog, pinned_jitter):
+    """Three transport failures, then answers: one warning naming the URL, one on recovery, on_error three times."""
+    failures = {"left": 3}
+    queue = QueueServer([(1, "x")])
+
+    async def flaky(sent):
+        if sent.suffix.endswith("/recv") and failures["left"]:
+            failures["left"] -= 1
+            raise TransportError("connection refused")
+        return await queue(sent)
+
+    caplog.set_level(logging.WARNING, logger="runstate")
+    rs, transport = make_client(flaky, retries=0, base_url="http://runstate.example:8080")
+    stop, seen = trio.Event(), []
+    start = trio.current_time()
+    await rs.scope("sc_1").mailbox("research").consume(
+        lambda d, x: stop.set(), stop_event=stop, poll_ms=250, on_error=lambda err, d: seen.append(type(err)),
+    )
+    warnings = [r.getMessage() for r in caplog.records if r.name == "runstate"]
+    assert len(warnings) == 2
+    assert "http://runstate.example:8080 failed to answer" in warnings[0]
+    assert "http://runstate.example:8080 answers again, after 1.8 s and 3 failed tries" in warnings[1]
+    assert seen == [runstate.UnreachableError] * 3
+    # The pause doubles: 0.25, 0.5, 1.0 s.
+    assert [round(s.at - start, 6) for s in transport.sent if s.suffix.endswith("/recv")] == [0, 0.25, 0.75, 1.75]
+
+
+@pytest.mark.trio
+async def test_receive_checks_its_wait_before_sending(autojump_clock):
+    """receive(wait_ms=-1) raises ValidationError and sends nothing."""
+    rs, transport = make_client(QueueServer([]))
+    with pytest.raises(runstate.ValidationError, match="waitMs must not be negative"):
+        await rs.scope("sc_1").mailbox("research").receive(wait_ms=-1)
+    assert transport.sent == []
+
+
+# -- settling -----------------------------------------------------------------------------------
+
+
+@pytest.mark.trio
+async def test_retry_after_a_refused_complete_is_sent(autojump_clock):
+    """A complete() refused at the transport leaves the delivery open: retry() is then sent and settles it."""
+    calls = {"complete": 0}
+    queue = QueueServer([(1, "x")])
+
+    async def handler(sent):
+        if sent.suffix.endswith("/complete"):
+            calls["complete"] += 1
+            raise TransportError("reset by peer")
+        return await queue(sent)
+
+    rs, transport = make_client(handler, retries=0)
+    delivery = await rs.scope("sc_1").mailbox("research").receive()
+    with pytest.raises(runstate.UnreachableError):
+        await delivery.complete("r")
+    assert not delivery.settled
+    await delivery.retry()
+    assert delivery.settled
+    await delivery.reject()  # settled: sends nothing
+    assert settlements(transport)[-1] == ("/messages/msg_1/nack", {"token": "t1", "retry": True})
+    assert len(settlements(transport)) == 2
+
+
+@pytest.mark.trio
+async def test_a_stale_settlement_marks_the_delivery_lost(autojump_clock):
+    """A STALE_CLAIM answer to complete() raises LeaseLostError and the delivery reports itself lost."""
+    queue = QueueServer([(1, "x")])
+
+    async def handler(sent):
+        if sent.suffix.endswith("/complete"):
+            return error(409, "STALE_CLAIM", "the delivery's lease has moved on")
+        return await queue(sent)
+
+    rs, _ = make_client(handler)
+    delivery = await rs.scope("sc_1").mailbox("research").receive()
+    with pytest.raises(runstate.LeaseLostError):
+        await delivery.complete()
+    assert delivery.is_lost and not delivery.settled
+
+
+
+@pytest.mark.trio
+async def test_keys_are_checked_on_this_side_with_the_servers_messages(autojump_clock):
+    """An empty or overlong claim key, task key or work key raises what the server would say, before sending."""
+    async with testing.serve() as rs:
+        run, _ = await _make_work(rs)
+        cases = [
+            (run.claim("").acquire(), "key must not be empty"),
+            (run.claim("k" * 513).acquire(), "key is longer than 512 characters"),
+            (run.mailbox("research").submit({}, key=""), "taskKey must not be empty"),
+            (run.mailbox("research").send({}, work_key="w" * 513), "workKey is longer than 512 characters"),
+        ]
+        for call, message in cases:
+            with pytest.raises(runstate.ValidationError) as caught:
+                await call
+            assert caught.value.message == message
+        # The server says the same about the same claim key.
+        with pytest.raises(runstate.ValidationError) as server_said:
+            await rs._ctx.call("POST", "/claims", body={"key": "", "scopeId": run.id, "holder": "h", "holderSession": "s"})
+        assert server_said.value.message == "key must not be empty"
