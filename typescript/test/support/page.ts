@@ -50,6 +50,11 @@ const taskId = process.env.TEST_TASK_ID ?? '';
 const emit = (fields: Record<string, unknown>) => console.log('RESULT ' + JSON.stringify(fields));
 `;
 
+/** The stand-ins the examples expect, and the `emit` of the epilogues. */
+export function pagePrelude(): string {
+  return PRELUDE;
+}
+
 /** How to recognise each example on the page, and what its program prints at the end. */
 export const EXAMPLES: Array<{ name: string; marker: string; epilogue: string }> = [
   { name: 'setup', marker: "const rs = new Runstate({ holder: 'researcher-1' });", epilogue: '' },
@@ -101,12 +106,13 @@ export async function buildPrograms(markdown: string): Promise<Map<string, strin
     sources.push(source);
     outputs.set(example.name, join(PROGRAMS_DIR, `${example.name}.js`));
   }
-  compile(sources, PROGRAMS_DIR);
+  compileIn(sources, PROGRAMS_DIR);
   return outputs;
 }
 
-/** Type-check and emit `sources` into `outDir` with the package's own compiler settings. */
-export function compile(sources: string[], outDir: string): void {
+/** Type-check and emit `sources` into `outDir` with the package's own compiler settings; `runstate-sdk`
+ * resolves from `outDir` as any import would (the package itself, or an installed copy). */
+export function compileIn(sources: string[], outDir: string): void {
   const configPath = join(PACKAGE_DIR, 'tsconfig.json');
   const config = ts.readConfigFile(configPath, ts.sys.readFile);
   const parsed = ts.parseJsonConfigFileContent(config.config, ts.sys, PACKAGE_DIR);
@@ -114,6 +120,8 @@ export function compile(sources: string[], outDir: string): void {
     ...parsed.options,
     rootDir: outDir,
     outDir,
+    // The Node types come from this package's dev dependencies, wherever the programs are.
+    typeRoots: [join(PACKAGE_DIR, 'node_modules', '@types')],
     declaration: false,
     sourceMap: false,
     noEmitOnError: true,

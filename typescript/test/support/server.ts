@@ -114,15 +114,21 @@ export class Server {
     };
   }
 
-  /** One raw API call, bypassing the SDK: `{ status, body }`. */
+  /** One raw API call, bypassing the SDK: `{ status, body }`. A dropped connection is tried once
+   * more with the same idempotency key, so the retry cannot apply a mutation twice. */
   async api(method: 'GET' | 'POST', suffix: string, body?: unknown): Promise<{ status: number; body: any }> {
-    const headers: Record<string, string> = { authorization: `Bearer ${this.apiKey}` };
+    const headers: Record<string, string> = {
+      authorization: `Bearer ${this.apiKey}`,
+      'idempotency-key': Math.random().toString(16).slice(2).padEnd(24, '0').slice(0, 24),
+    };
     if (body !== undefined) headers['content-type'] = 'application/json';
-    const response = await fetch(`${this.baseUrl}/v1/spaces/${this.spaceId}${suffix}`, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    const request = () =>
+      fetch(`${this.baseUrl}/v1/spaces/${this.spaceId}${suffix}`, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    const response = await request().catch(() => request());
     const text = await response.text();
     return { status: response.status, body: text === '' ? null : JSON.parse(text) };
   }
