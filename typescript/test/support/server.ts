@@ -24,6 +24,8 @@ export interface StartOptions {
   apiKey?: string;
   spaceId?: string;
   args?: string[];
+  /** Keep the state in memory only (no data directory, nothing fsynced). */
+  memory?: boolean;
 }
 
 export class Server {
@@ -55,7 +57,7 @@ export class Server {
     Object.assign(env, { RUNSTATE_API_KEY: apiKey, RUNSTATE_SPACE_ID: spaceId, PYTHONUNBUFFERED: '1' });
     const proc = spawn(
       runstateBin(),
-      ['serve', '--host', '127.0.0.1', '--port', '0', '--data-dir', dataDir, ...(options.args ?? [])],
+      ['serve', '--host', '127.0.0.1', '--port', '0', ...(options.memory ? [] : ['--data-dir', dataDir]), ...(options.args ?? [])],
       { env, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     const lines: string[] = [];
