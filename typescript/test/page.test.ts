@@ -128,4 +128,11 @@ describe('the product page, verbatim', { skip }, () => {
     const empty = await runProgram(program('receive'), env);
     assert.equal(empty.result.delivery, null);
   });
+
+  test("the package README's example runs too", async () => {
+    const run = await runProgram(program('package-readme'), env);
+    assert.match(run.stdout, /^researching acme as generation 1$/m);
+    assert.deepEqual(run.result.report, { company: 'acme', summary: 'acme makes anvils' });
+    assert.notEqual(run.result.scopeId, scopeId, 'in a run of its own');
+  });
 });

@@ -106,6 +106,13 @@ export async function buildPrograms(markdown: string): Promise<Map<string, strin
     sources.push(source);
     outputs.set(example.name, join(PROGRAMS_DIR, `${example.name}.js`));
   }
+  // The package README's own example, built the same way (it brings its own setup).
+  const readme = typescriptBlocks(readFileSync(join(PACKAGE_DIR, 'README.md'), 'utf8'))[0];
+  if (readme === undefined) throw new Error('the package README has no TypeScript example');
+  const readmeSource = join(PROGRAMS_DIR, 'package-readme.ts');
+  await writeFile(readmeSource, `${PRELUDE}\n${readme}\nemit({ report, scopeId: run.id });\n`);
+  sources.push(readmeSource);
+  outputs.set('package-readme', join(PROGRAMS_DIR, 'package-readme.js'));
   compileIn(sources, PROGRAMS_DIR);
   return outputs;
 }
