@@ -39,6 +39,8 @@ describe('request layer', () => {
   let baseUrl: string;
   let seen: Seen[];
   let answers: Answer[];
+  /** Answers by request, ahead of the queue, for tests whose requests interleave. */
+  let route: ((seen: Seen) => Answer | undefined) | undefined;
 
   const json = (status: number, body: unknown, headers: Record<string, string> = {}): Answer => (_seen, res) => {
     res.writeHead(status, { 'content-type': 'application/json', ...headers });
@@ -53,7 +55,7 @@ describe('request layer', () => {
       req.on('end', () => {
         const entry = { method: req.method!, url: req.url!, headers: req.headers, body };
         seen.push(entry);
-        const answer = answers.shift() ?? json(500, { error: { code: 'UNEXPECTED', message: 'no answer queued' } });
+        const answer = route?.(entry) ?? answers.shift() ?? json(500, { error: { code: 'UNEXPECTED', message: 'no answer queued' } });
         answer(entry, res, req);
       });
     });
@@ -69,6 +71,7 @@ describe('request layer', () => {
   beforeEach(() => {
     seen = [];
     answers = [];
+    route = undefined;
   });
 
   const client = (options: Record<string, unknown> = {}) =>
@@ -196,6 +199,53 @@ describe('request layer', () => {
     assert.equal(timeout.code, 'WAIT_TIMEOUT');
     assert.equal(timeout.status, 0);
     assert.ok(tookMs >= 600 && tookMs < 1_200, `gave up at the deadline, took ${tookMs}`);
+  });
+
+  test('renewal fails closed on any error: a 429 loses the claim, a 503 loses the delivery, and consume settles nothing', async () => {
+    const grant = { token: 't', generation: 1, leaseExpiresAt: '2030-01-01T00:00:00.000Z' };
+    const delivery = { token: 'd', message: { id: 'ms_1', payload: { n: 1 }, attempt: 1, scopeId: 'sc_1' } };
+    let delivered = false;
+    route = ({ url }) => {
+      if (url.endsWith('/claims')) return json(200, grant);
+      if (url.endsWith('/claims/k/renew')) return json(429, { error: { code: 'RATE_LIMITED', message: 'slow down' } });
+      if (url.endsWith('/claims/k/release')) return json(200, {});
+      if (url.endsWith('/mailboxes')) return json(200, { mailboxes: [{ id: 'mb_1', name: 'q' }] });
+      if (url.endsWith('/recv')) {
+        if (delivered) return (_entry, res) => void setTimeout(() => { res.writeHead(204); res.end(); }, 100);
+        delivered = true;
+        return json(200, delivery);
+      }
+      if (url.endsWith('/messages/ms_1/renew')) return json(503, { error: { code: 'UNAVAILABLE', message: 'busy' } });
+      return undefined;
+    };
+    const run = client().scope('sc_1');
+    const controller = new AbortController();
+    let deliverySignalReason: unknown;
+    const consuming = run.mailbox('q').consume(
+      async (_data, handled) => {
+        await new Promise((resolve) => handled.signal.addEventListener('abort', resolve, { once: true }));
+        deliverySignalReason = handled.signal.reason;
+        controller.abort();
+      },
+      { leaseSeconds: 5, waitMs: 100, signal: controller.signal },
+    );
+    const result = await run.claim('k').run(
+      async (lease) => {
+        await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }));
+        return lease.isLost;
+      },
+      { leaseSeconds: 5 },
+    ).catch((err) => err);
+    await consuming;
+    assert.ok(result instanceof LeaseLostError, 'run() does not hand back a result made after the loss');
+    const lost = result.cause as LeaseLostError;
+    assert.ok(lost instanceof LeaseLostError);
+    assert.equal((lost.cause as RunstateError).code, 'RATE_LIMITED', 'the renewal error is kept as the cause');
+    assert.ok(deliverySignalReason instanceof LeaseLostError);
+    const renewals = seen.filter((entry) => entry.url.endsWith('/renew'));
+    assert.equal(renewals.length, 2, 'one failed renewal each, then no more');
+    assert.deepEqual(JSON.parse(renewals.find((entry) => entry.url.includes('/claims/'))!.body), { token: 't', leaseSeconds: 5 });
+    assert.equal(seen.filter((entry) => /\/messages\/ms_1\/(complete|nack)$/.test(entry.url)).length, 0, 'a lost delivery is not settled');
   });
 });
 
