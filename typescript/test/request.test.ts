@@ -250,6 +250,17 @@ describe('request layer', () => {
 });
 
 describe('errors and configuration', () => {
+  test('the public surface is exactly these names', async () => {
+    const sdk = await import('runstate-sdk');
+    assert.deepEqual(Object.keys(sdk).sort(), [
+      'AuthenticationError', 'ClaimLease', 'ClaimRef', 'ConfigError', 'ConflictError', 'CursorExpiredError',
+      'DEFAULT_BASE_URL', 'Delivery', 'LeaseLostError', 'MailboxRef', 'MailboxesAPI', 'NotFoundError',
+      'RateLimitError', 'Runstate', 'RunstateError', 'STATUS_BY_CODE', 'ScopeCancelledError', 'ScopeHandle',
+      'ScopesAPI', 'TERMINAL_STATES', 'TaskTicket', 'UnavailableError', 'WaitTimeoutError', 'encodeClaimKey',
+      'mapError', 'resolveConfig',
+    ]);
+  });
+
   test('each code maps to its class; every class derives directly from RunstateError', () => {
     const cases: Array<[string, Function]> = [
       ['UNAUTHENTICATED', AuthenticationError],
