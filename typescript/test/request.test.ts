@@ -201,6 +201,24 @@ describe('request layer', () => {
     assert.ok(tookMs >= 600 && tookMs < 1_200, `gave up at the deadline, took ${tookMs}`);
   });
 
+  test('a settlement counts only once the server accepted it: a transport failure leaves the delivery open', async () => {
+    answers.push(json(200, { mailboxes: [{ id: 'mb_1', name: 'q' }] }));
+    answers.push(json(200, { token: 'd', message: { id: 'ms_7', payload: null, attempt: 1, scopeId: 'sc_1' } }));
+    const delivery = (await client({ retries: 1 }).scope('sc_1').mailbox('q').receive())!;
+    answers.push(drop, drop);
+    await assert.rejects(delivery.complete({ payload: 1 }), UnavailableError);
+    assert.equal(delivery.settled, false);
+    answers.push(json(200, {}));
+    await delivery.complete({ payload: 1 });
+    assert.equal(delivery.settled, true);
+    await delivery.retry();
+    const settlements = seen.filter((entry) => entry.url.startsWith('/v1/spaces/sp/messages/ms_7/'));
+    assert.deepEqual(settlements.map((entry) => entry.url.split('/').pop()), ['complete', 'complete', 'complete']);
+    assert.equal(new Set(settlements.slice(0, 2).map((entry) => entry.headers['idempotency-key'])).size, 1);
+    assert.notEqual(settlements[2]!.headers['idempotency-key'], settlements[0]!.headers['idempotency-key']);
+    assert.deepEqual(JSON.parse(settlements[2]!.body), { token: 'd', result: { payload: 1 } });
+  });
+
   test('renewal fails closed on any error: a 429 loses the claim, a 503 loses the delivery, and consume settles nothing', async () => {
     const grant = { token: 't', generation: 1, leaseExpiresAt: '2030-01-01T00:00:00.000Z' };
     const delivery = { token: 'd', message: { id: 'ms_1', payload: { n: 1 }, attempt: 1, scopeId: 'sc_1' } };
