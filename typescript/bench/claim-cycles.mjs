@@ -2,7 +2,12 @@
 // TypeScript client against a real `runstate serve`, next to the Python SDK's measured the same
 // way against the same server.
 //
-//   npm run build && node bench/claim-cycles.mjs [--seconds 10] [--warmup 2] [--callers 1,16] [--memory] [-- serve flags]
+//   npm run build && node bench/claim-cycles.mjs [--seconds 10] [--warmup 2] [--callers 1,16] [--rounds 3]
+//                                                [--memory] [-- serve flags]
+//
+// The legs alternate (TypeScript, Python, TypeScript, ...) for --rounds rounds and the median of
+// each is reported, with each client's own CPU time per cycle, which a busy machine disturbs far
+// less than the rate does.
 //
 // The server is the worktree's .venv/bin/runstate (or RUNSTATE_BIN) on 127.0.0.1, a random port,
 // a fresh temporary data directory (none with --memory), and its default fsync policy (always)
@@ -23,6 +28,7 @@ const { values, positionals } = parseArgs({
     warmup: { type: 'string', default: '2' },
     callers: { type: 'string', default: '1,16' },
     memory: { type: 'boolean', default: false },
+    rounds: { type: 'string', default: '3' },
   },
   allowPositionals: true,
 });
@@ -65,17 +71,30 @@ try {
   const rows = [];
   for (const callers of callerCounts) {
     await tsCycles(run, `ts-warmup-${callers}`, callers, warmupS);
-    const started = performance.now();
-    const count = await tsCycles(run, `ts-${callers}`, callers, seconds);
-    const elapsedS = (performance.now() - started) / 1000;
-    rows.push({ sdk: 'typescript', callers, cycles: count, seconds: +elapsedS.toFixed(3), per_s: +(count / elapsedS).toFixed(1) });
-    const py = await pyCycles(server, run.id, callers);
-    rows.push({ sdk: 'python', ...py });
+    for (let round = 0; round < Number(values.rounds); round += 1) {
+      const started = performance.now();
+      const cpuStarted = process.cpuUsage();
+      const count = await tsCycles(run, `ts-${callers}-${round}`, callers, seconds);
+      const elapsedS = (performance.now() - started) / 1000;
+      const cpu = process.cpuUsage(cpuStarted);
+      rows.push({
+        sdk: 'typescript', callers, cycles: count, seconds: +elapsedS.toFixed(3), per_s: +(count / elapsedS).toFixed(1),
+        client_cpu_ms_per_cycle: +((cpu.user + cpu.system) / 1000 / Math.max(count, 1)).toFixed(3),
+      });
+      rows.push({ sdk: 'python', round, ...(await pyCycles(server, run.id, callers)) });
+    }
   }
-  console.log(`claim cycles (acquire + release) per second, ${seconds} s per leg, serve ${[values.memory ? '(in memory)' : '--data-dir TMP', ...positionals].join(' ')}, load ${loadavg()[0].toFixed(2)}`);
-  console.log('sdk         callers   cycles/s   cycles');
-  for (const row of rows) {
-    console.log(`${row.sdk.padEnd(12)}${String(row.callers).padStart(7)}${String(row.per_s).padStart(11)}${String(row.cycles).padStart(9)}`);
+  const median = (numbers) => [...numbers].sort((a, b) => a - b)[Math.floor(numbers.length / 2)];
+  console.log(`claim cycles (acquire + release) per second, ${values.rounds} x ${seconds} s per leg, serve ${[values.memory ? '(in memory)' : '--data-dir TMP', ...positionals].join(' ')}, load ${loadavg()[0].toFixed(2)}`);
+  console.log('sdk         callers   cycles/s (median; all rounds)        client CPU ms/cycle (median)');
+  for (const callers of callerCounts) {
+    for (const sdk of ['typescript', 'python']) {
+      const legs = rows.filter((row) => row.sdk === sdk && row.callers === callers);
+      const rates = legs.map((row) => row.per_s);
+      console.log(
+        `${sdk.padEnd(12)}${String(callers).padStart(7)}${String(median(rates)).padStart(11)}   ${rates.join(', ').padEnd(26)}${String(median(legs.map((row) => row.client_cpu_ms_per_cycle))).padStart(10)}`,
+      );
+    }
   }
   console.log(JSON.stringify(rows));
 } finally {
