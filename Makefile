@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv serve test sim soak clean bench bench-quick profile
+.PHONY: venv serve test test-ts sim soak clean bench bench-quick profile
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,19 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m tests.typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(MAKE) test-ts
+
+# The TypeScript SDK (typescript/): its dev dependencies from the lockfile (npm ci, again whenever
+# package-lock.json changes), then the build and the Node tests against a real `runstate serve`.
+TS := typescript
+TS_STAMP := $(TS)/node_modules/.installed
+
+$(TS_STAMP): $(TS)/package-lock.json $(TS)/package.json
+	cd $(TS) && npm ci --no-audit --no-fund
+	@touch $(TS_STAMP)
+
+test-ts: $(STAMP) $(TS_STAMP)
+	cd $(TS) && npm run build && npm test
 
 # The deterministic simulation (tests/sim): SEEDS seeds, or replay one with SEED=n.
 SEEDS ?= 300
@@ -50,4 +63,4 @@ profile: $(BENCH_STAMP)
 	$(PY) -m bench.profile $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(TS)/node_modules $(TS)/dist $(TS)/build

@@ -1,0 +1,270 @@
+/**
+ * Claims: exclusive, leased, fenced ownership of a key inside a scope.
+ *
+ * `ClaimRef` names a key in a scope and sends nothing until asked. `acquire()` gives a `ClaimLease`
+ * that renews itself in the background (see `renewal.ts`) until `release()`. A lease whose renewal
+ * fails is lost for good: `isLost` turns true and `signal` aborts with a `LeaseLostError`. The
+ * server is the authority on ownership; the lease only reports what the client last learned, so
+ * work that must not overlap another owner's should also carry `lease.token()` to the system it
+ * writes to.
+ *
+ * `run(fn)` is the safe way to hold a claim: acquire, run `fn(lease)`, release in a `finally`.
+ * Unlike the Python SDK, which cancels the coroutine, a lost lease does **not** interrupt `fn`: a
+ * JavaScript function cannot be cancelled from outside, so `run()` aborts `lease.signal`, sets
+ * `lease.isLost`, and lets `fn` run until it returns. If `fn` then returns normally, `run()` throws
+ * `LeaseLostError` (`STALE_CLAIM`) rather than hand back a result made without ownership; if `fn`
+ * throws, its own error goes up.
+ */
+
+import type { Context, Stoppable } from './context.js';
+import { ConflictError, LeaseLostError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
+import { Renewal } from './renewal.js';
+import { nowMs, pause, uniform } from './time.js';
+
+export const DEFAULT_LEASE_SECONDS = 30;
+export const DEFAULT_CLAIM_TIMEOUT_MS = 30_000;
+/**
+ * The longest server-side wait asked for on one acquire. A server that parks claim waits holds the
+ * request until the key is free or this passes; one that does not ignores the field and answers at
+ * once, and the client loop below waits instead. Either way the caller sees the same behaviour.
+ */
+export const CLAIM_WAIT_MS_MAX = 30_000;
+// Pause between two tries of a `wait: true` acquire (uniform, ms): a held key, then a plan limit.
+const HELD_RETRY_MS: [number, number] = [225, 375];
+const LIMITED_RETRY_MS: [number, number] = [750, 1250];
+
+export interface AcquireOptions {
+  /** 5 to 600; default 30. Renewed in the background at about a third of it. */
+  leaseSeconds?: number;
+  /** Retry a held key every ~300 ms until `timeoutMs`; default false (throw `CLAIM_HELD` at once). */
+  wait?: boolean;
+  /** How long `wait: true` keeps trying; default 30 000 ms, then `WaitTimeoutError`. */
+  timeoutMs?: number;
+  /** Stops a waiting acquire (it rejects with the signal's reason). */
+  signal?: AbortSignal;
+}
+
+export type RunOptions = AcquireOptions;
+
+export type TryAcquireResult = { kind: 'acquired'; lease: ClaimLease } | { kind: 'busy' };
+
+/** Percent-encode a claim key for a path segment: only `A-Za-z0-9_.-~` stay as they are. */
+export function encodeClaimKey(key: string): string {
+  return encodeURIComponent(key).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
+/** The server's `YYYY-MM-DDTHH:MM:SS.mmmZ`; a value that is not a timestamp is a malformed answer. */
+export function parseTimestamp(value: unknown): Date {
+  const parsed = typeof value === 'string' ? new Date(value) : new Date(Number.NaN);
+  if (Number.isNaN(parsed.getTime())) throw new TypeError(`malformed answer: not a timestamp: ${String(value)}`);
+  return parsed;
+}
+
+function required(body: any, field: string): any {
+  if (body === null || typeof body !== 'object' || !(field in body)) {
+    throw new TypeError(`malformed answer: no ${field}`);
+  }
+  return body[field];
+}
+
+/** A claim key in a scope. Cheap to make; each method is one or more requests. */
+export class ClaimRef {
+  readonly #ctx: Context;
+  readonly scopeId: string;
+  readonly key: string;
+
+  constructor(ctx: Context, scopeId: string, key: string) {
+    this.#ctx = ctx;
+    this.scopeId = scopeId;
+    this.key = key;
+  }
+
+  /**
+   * Take the claim. With `wait: false` a held key throws `ConflictError` (`CLAIM_HELD`) at once;
+   * with `wait: true` it is tried again every ~300 ms (every ~1 s on `CONCURRENCY_LIMITED`) until
+   * it is free or `timeoutMs` has passed, then `WaitTimeoutError` is thrown. Each try is a new
+   * logical call with a new idempotency key.
+   */
+  async acquire(options: AcquireOptions = {}): Promise<ClaimLease> {
+    const { leaseSeconds = DEFAULT_LEASE_SECONDS, wait = false, timeoutMs = DEFAULT_CLAIM_TIMEOUT_MS, signal } = options;
+    const started = nowMs();
+    for (;;) {
+      const remainingMs = Math.floor(timeoutMs - (nowMs() - started));
+      const waitMs = wait ? Math.min(CLAIM_WAIT_MS_MAX, Math.max(remainingMs, 0)) : 0;
+      const body = {
+        key: this.key,
+        scopeId: this.scopeId,
+        holder: this.#ctx.holder,
+        holderSession: this.#ctx.session,
+        leaseSeconds,
+        waitMs: waitMs > 0 ? waitMs : undefined,
+      };
+      let reply;
+      try {
+        reply = await this.#ctx.call('POST', '/claims', { body, waitMs, signal });
+      } catch (err) {
+        const retryable =
+          (err instanceof ConflictError && err.code === 'CLAIM_HELD') ||
+          (err instanceof RateLimitError && err.code === 'CONCURRENCY_LIMITED');
+        if (!wait || !retryable) throw err;
+        const elapsedMs = nowMs() - started;
+        if (elapsedMs >= timeoutMs) {
+          throw waitTimeout(`timed out waiting for claim ${JSON.stringify(this.key)} after ${timeoutMs} ms`, err);
+        }
+        const [low, high] = (err as RunstateError).code === 'CONCURRENCY_LIMITED' ? LIMITED_RETRY_MS : HELD_RETRY_MS;
+        // Never sleep past the deadline: the last try comes when the time is up.
+        await pause(Math.min(uniform(low, high), timeoutMs - elapsedMs), { signal });
+        signal?.throwIfAborted();
+        continue;
+      }
+      return ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds);
+    }
+  }
+
+  /** `{ kind: 'acquired', lease }`, or `{ kind: 'busy' }` when another holder has it. Other errors,
+   * `CONCURRENCY_LIMITED` included, are thrown. */
+  async tryAcquire(options: AcquireOptions = {}): Promise<TryAcquireResult> {
+    try {
+      return { kind: 'acquired', lease: await this.acquire(options) };
+    } catch (err) {
+      if (err instanceof ConflictError && err.code === 'CLAIM_HELD') return { kind: 'busy' };
+      throw err;
+    }
+  }
+
+  /**
+   * Acquire, return `fn(lease)` while the lease is renewed, release in a `finally`. A lost lease
+   * aborts `lease.signal` and sets `lease.isLost` but does not interrupt `fn`; once `fn` returns,
+   * `run()` throws `LeaseLostError`. Errors from the release are ignored: the lease expires anyway.
+   */
+  async run<T>(fn: (lease: ClaimLease) => T | PromiseLike<T>, options: RunOptions = {}): Promise<T> {
+    const lease = await this.acquire(options);
+    try {
+      const result = await fn(lease);
+      if (lease.isLost) {
+        throw new LeaseLostError('STALE_CLAIM', 409, `lease for ${JSON.stringify(this.key)} was lost during run()`, {
+          cause: lease.lostError,
+        });
+      }
+      return result;
+    } finally {
+      await lease.release().catch(() => undefined);
+    }
+  }
+}
+
+/** A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()`. */
+export class ClaimLease implements Stoppable {
+  readonly key: string;
+  /** Grows with each new owner of the key; the value to compare, unlike the opaque token. */
+  readonly generation: number;
+  readonly leaseSeconds: number;
+  /** When the lease runs out unless renewed, as the server last said. */
+  expiresAt: Date;
+  readonly #ctx: Context;
+  readonly #token: string;
+  readonly #lost = new AbortController();
+  #lostError: LeaseLostError | null = null;
+  #released = false;
+  #renewal: Renewal | null = null;
+
+  private constructor(ctx: Context, key: string, grant: any, leaseSeconds: number) {
+    this.#ctx = ctx;
+    this.key = key;
+    this.#token = required(grant, 'token');
+    this.generation = required(grant, 'generation');
+    this.expiresAt = parseTimestamp(required(grant, 'leaseExpiresAt'));
+    this.leaseSeconds = leaseSeconds;
+  }
+
+  /** @internal */
+  static start(ctx: Context, key: string, grant: any, leaseSeconds: number): ClaimLease {
+    const lease = new ClaimLease(ctx, key, grant, leaseSeconds);
+    lease.#renewal = new Renewal(
+      (seconds, signal) => lease.#send('renew', { token: lease.#token, leaseSeconds: seconds }, signal),
+      leaseSeconds,
+      (err) => lease.#markLost(err),
+    );
+    ctx.live.add(lease);
+    return lease;
+  }
+
+  /** The fencing token: opaque, compare it for equality only. */
+  token(): string {
+    return this.#token;
+  }
+
+  /** Aborted (with a `LeaseLostError`) when the lease is lost; pass it to work that should stop then. */
+  get signal(): AbortSignal {
+    return this.#lost.signal;
+  }
+
+  get isLost(): boolean {
+    return this.#lostError !== null;
+  }
+
+  /** Why the lease was lost, or null. */
+  get lostError(): LeaseLostError | null {
+    return this.#lostError;
+  }
+
+  /** Throw `LeaseLostError` if renewal has failed; a cheap check for long loops. */
+  throwIfLost(): void {
+    if (this.#lostError !== null) throw this.#lostError;
+  }
+
+  /** Renew now. Without `leaseSeconds` the server extends by the lease's own length. A lease
+   * already lost throws `LeaseLostError`; a stale answer marks it lost. */
+  async renew(leaseSeconds?: number): Promise<void> {
+    this.throwIfLost();
+    try {
+      await this.#send('renew', { token: this.#token, leaseSeconds });
+    } catch (err) {
+      if (err instanceof LeaseLostError) this.#markLost(err);
+      throw err;
+    }
+  }
+
+  /** Stop renewing and give the claim back. A second call sends nothing; a `LeaseLostError`
+   * answer (the lease had already gone) is ignored. */
+  async release(observation?: unknown): Promise<void> {
+    if (this.#released) return;
+    this.#released = true;
+    await this.#stopRenewal();
+    try {
+      await this.#ctx.call('POST', `/claims/${encodeClaimKey(this.key)}/release`, {
+        body: { token: this.#token, observation },
+      });
+    } catch (err) {
+      if (!(err instanceof LeaseLostError)) throw err;
+    }
+  }
+
+  /** @internal The client is closing: the lease counts as lost from here on and will expire. */
+  abandon(reason: Error): void {
+    void this.#stopRenewal();
+    this.#markLost(reason);
+  }
+
+  async #send(action: 'renew', body: Record<string, unknown>, signal?: AbortSignal): Promise<void> {
+    const reply = await this.#ctx.call('POST', `/claims/${encodeClaimKey(this.key)}/${action}`, { body, signal });
+    this.expiresAt = parseTimestamp(required(reply.body, 'leaseExpiresAt'));
+  }
+
+  async #stopRenewal(): Promise<void> {
+    this.#ctx.live.delete(this);
+    const renewal = this.#renewal;
+    this.#renewal = null;
+    if (renewal !== null) await renewal.stop();
+  }
+
+  #markLost(cause: unknown): void {
+    if (this.#lostError !== null) return;
+    this.#lostError =
+      cause instanceof LeaseLostError
+        ? cause
+        : new LeaseLostError('STALE_CLAIM', 409, `lease for ${JSON.stringify(this.key)} was lost`, { cause });
+    this.#ctx.live.delete(this);
+    this.#lost.abort(this.#lostError);
+  }
+}

@@ -1,0 +1,150 @@
+/**
+ * `Runstate`, the client, and its space-wide APIs (`scopes`, `mailboxes`).
+ *
+ * Building a client sends nothing. It holds one request layer, the space id, and the worker
+ * identity: `holder` (the logical worker, yours to choose, stable across restarts) and `session`
+ * (12 hex characters, fresh for every client, so two live clients never look like one).
+ * `withSpace(id)` gives a view on another space that shares all of that.
+ */
+
+import { resolveConfig, type Config, type RunstateOptions } from './config.js';
+import { Context } from './context.js';
+import { ConflictError, RunstateError } from './errors.js';
+import { Requester } from './request.js';
+import { ScopeHandle, createScope, type CreateScopeOptions } from './scopes.js';
+
+export interface MailboxRow {
+  id: string;
+  name: string;
+  mode?: string;
+  [field: string]: unknown;
+}
+
+export interface EnsureMailboxOptions {
+  /** `WORK` (competing consumers) is the mode the server implements. */
+  mode?: string;
+  backlogLimit?: number;
+}
+
+export class ScopesAPI {
+  readonly #ctx: Context;
+
+  constructor(ctx: Context) {
+    this.#ctx = ctx;
+  }
+
+  /** Create a scope (a run). */
+  create(options: CreateScopeOptions = {}): Promise<ScopeHandle> {
+    return createScope(this.#ctx, options);
+  }
+}
+
+export class MailboxesAPI {
+  readonly #ctx: Context;
+
+  constructor(ctx: Context) {
+    this.#ctx = ctx;
+  }
+
+  /**
+   * Get the mailbox `name`, creating it if it is missing; resolves to its row. It lists first and
+   * creates only when the name is missing; a create that loses a race (`ConflictError`) lists
+   * again. A mailbox that exists with another `mode` (compared without regard to case) throws
+   * `ConflictError` (`CONFLICT`); `backlogLimit` is not compared.
+   */
+  async ensure(name: string, options: EnsureMailboxOptions = {}): Promise<MailboxRow> {
+    let row = await this.#find(name);
+    if (row === undefined) {
+      try {
+        return (await this.#ctx.call('POST', '/mailboxes', { body: { name, mode: options.mode, backlogLimit: options.backlogLimit } }))
+          .body;
+      } catch (err) {
+        if (!(err instanceof ConflictError)) throw err;
+        row = await this.#find(name);
+        if (row === undefined) throw err;
+      }
+    }
+    const stored = row.mode;
+    if (options.mode && stored && String(stored).toUpperCase() !== options.mode.toUpperCase()) {
+      throw new ConflictError('CONFLICT', 409, `mailbox ${JSON.stringify(name)} exists with mode ${stored}, not ${options.mode}`);
+    }
+    return row;
+  }
+
+  /** Every mailbox row in the space. */
+  async list(): Promise<MailboxRow[]> {
+    return (await this.#ctx.call('GET', '/mailboxes')).body.mailboxes;
+  }
+
+  async #find(name: string): Promise<MailboxRow | undefined> {
+    return (await this.list()).find((row) => row.name === name);
+  }
+}
+
+/** Set only by `withSpace()`: the view's context. Not exported, so not part of the options. */
+const VIEW_OF: unique symbol = Symbol('runstate.viewOf');
+
+interface InternalOptions extends RunstateOptions {
+  [VIEW_OF]?: Context;
+}
+
+export class Runstate {
+  readonly scopes: ScopesAPI;
+  readonly mailboxes: MailboxesAPI;
+  readonly #ctx: Context;
+  readonly #isView: boolean;
+  #closed = false;
+
+  constructor(options: RunstateOptions = {}) {
+    const view = (options as InternalOptions)[VIEW_OF];
+    if (view !== undefined) {
+      this.#ctx = view;
+      this.#isView = true;
+    } else {
+      const config: Config = resolveConfig(options);
+      const requester = new Requester(config.baseUrl, config.apiKey, config.requestTimeoutMs, config.retries);
+      this.#ctx = new Context(requester, config.spaceId, config.holder, config.session, new Set());
+      this.#isView = false;
+    }
+    this.scopes = new ScopesAPI(this.#ctx);
+    this.mailboxes = new MailboxesAPI(this.#ctx);
+  }
+
+  get spaceId(): string {
+    return this.#ctx.spaceId;
+  }
+
+  get holder(): string {
+    return this.#ctx.holder;
+  }
+
+  get session(): string {
+    return this.#ctx.session;
+  }
+
+  get baseUrl(): string {
+    return this.#ctx.requester.baseUrl;
+  }
+
+  /** A handle on an existing scope; sends nothing. */
+  scope(scopeId: string): ScopeHandle {
+    return new ScopeHandle(this.#ctx, scopeId);
+  }
+
+  /** A view bound to another space, sharing the request layer, holder and session. */
+  withSpace(spaceId: string): Runstate {
+    const options: InternalOptions = { [VIEW_OF]: this.#ctx.forSpace(spaceId) };
+    return new Runstate(options);
+  }
+
+  /**
+   * Stop every lease renewal this client runs; those leases count as lost from here on (their
+   * signals abort) and expire on the server. Views close nothing. Idempotent.
+   */
+  close(): void {
+    if (this.#isView || this.#closed) return;
+    this.#closed = true;
+    const closing = new RunstateError('CLIENT_CLOSED', 0, 'the client was closed');
+    for (const live of [...this.#ctx.live]) live.abandon(closing);
+  }
+}

@@ -1,0 +1,70 @@
+/**
+ * Client configuration: options first, then the environment, then defaults.
+ *
+ * Building a client sends nothing; a missing API key or space id fails at once with `ConfigError`
+ * rather than on the first request.
+ */
+
+import { ConfigError } from './errors.js';
+import { randomHex } from './time.js';
+
+export const ENV_API_KEY = 'RUNSTATE_API_KEY';
+export const ENV_SPACE_ID = 'RUNSTATE_SPACE_ID';
+export const ENV_BASE_URL = 'RUNSTATE_BASE_URL';
+
+export const DEFAULT_BASE_URL = 'http://localhost:8080';
+export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
+export const DEFAULT_RETRIES = 2;
+
+export interface RunstateOptions {
+  /** Else `RUNSTATE_API_KEY`. Required. */
+  apiKey?: string;
+  /** Else `RUNSTATE_SPACE_ID`. Required. */
+  spaceId?: string;
+  /** Else `RUNSTATE_BASE_URL`, else `http://localhost:8080`. One trailing `/` is dropped. */
+  baseUrl?: string;
+  /** The logical worker (stable across restarts); default `worker-` and 6 hex characters. */
+  holder?: string;
+  /** Per attempt of a request (a long poll gets its wait on top); default 10 000 ms. */
+  requestTimeoutMs?: number;
+  /** Transport retries of one call, with the same idempotency key; default 2 (3 attempts). */
+  retries?: number;
+}
+
+export interface Config {
+  apiKey: string;
+  spaceId: string;
+  baseUrl: string;
+  holder: string;
+  /** 12 hex characters, fresh for every client: two live clients never share a session. */
+  session: string;
+  requestTimeoutMs: number;
+  retries: number;
+}
+
+function fromEnv(name: string): string | undefined {
+  const value = process.env[name];
+  return value === undefined || value === '' ? undefined : value;
+}
+
+/** Merge the options over the environment and check that the required values are there. */
+export function resolveConfig(options: RunstateOptions = {}): Config {
+  const apiKey = options.apiKey || fromEnv(ENV_API_KEY);
+  const spaceId = options.spaceId || fromEnv(ENV_SPACE_ID);
+  const baseUrl = options.baseUrl || fromEnv(ENV_BASE_URL) || DEFAULT_BASE_URL;
+  if (!apiKey) throw new ConfigError(`missing apiKey: pass { apiKey } or set ${ENV_API_KEY}`);
+  if (!spaceId) throw new ConfigError(`missing spaceId: pass { spaceId } or set ${ENV_SPACE_ID}`);
+  const retries = options.retries ?? DEFAULT_RETRIES;
+  if (!Number.isInteger(retries) || retries < 0) throw new ConfigError('retries must be a whole number, 0 or more');
+  const requestTimeoutMs = options.requestTimeoutMs || DEFAULT_REQUEST_TIMEOUT_MS;
+  if (!(requestTimeoutMs > 0)) throw new ConfigError('requestTimeoutMs must be positive');
+  return {
+    apiKey,
+    spaceId,
+    baseUrl: baseUrl.endsWith('/') ? baseUrl.slice(0, -1) : baseUrl,
+    holder: options.holder || `worker-${randomHex(3)}`,
+    session: randomHex(6),
+    requestTimeoutMs,
+    retries,
+  };
+}

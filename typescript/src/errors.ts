@@ -1,0 +1,174 @@
+/**
+ * The SDK's errors: one base class, one flat level of subclasses.
+ *
+ * ```
+ * Error
+ *  +-- RunstateError            code, status, message, requestId, retryAfterMs
+ *       +-- ConfigError           CONFIG_ERROR (status 0): no API key or space id
+ *       +-- AuthenticationError   UNAUTHENTICATED, FORBIDDEN, ENTITLEMENT_EXCEEDED, SPACE_SUSPENDED
+ *       +-- NotFoundError         NOT_FOUND (also a name that a lookup did not find)
+ *       +-- ConflictError         CONFLICT, CLAIM_HELD, IDEMPOTENCY_CONFLICT, DEADLINE_EXCEEDED,
+ *       |                         CAPACITY_UNAVAILABLE, BACKLOG_FULL, BARRIER_RELEASED,
+ *       |                         BARRIER_CANCELLED, INSUFFICIENT_BUDGET
+ *       +-- ScopeCancelledError   SCOPE_CANCELLED
+ *       +-- LeaseLostError        STALE_CLAIM, LEASE_RENEWALS_EXHAUSTED
+ *       +-- WaitTimeoutError      WAIT_TIMEOUT (status 0): a wait on this side ran out
+ *       +-- RateLimitError        RATE_LIMITED, SERVICE_RATE_LIMITED, ALLOWANCE_EXHAUSTED,
+ *       |                         ALLOWANCE_COOLDOWN, CONCURRENCY_LIMITED, OPERATIONS_EXHAUSTED
+ *       +-- UnavailableError      UNAVAILABLE: also an answer without an error envelope, and
+ *       |                         transport failures once the retries are used up
+ *       +-- CursorExpiredError    CURSOR_EXPIRED
+ * ```
+ *
+ * Every subclass derives directly from `RunstateError`: a `LeaseLostError` is *not* a
+ * `ConflictError`, even though both arrive as HTTP 409. The class depends only on the error code;
+ * `status` is the HTTP status the server really sent. A code this table does not know is kept on a
+ * plain `RunstateError`, never collapsed into another code. This is the Python SDK's hierarchy,
+ * name for name, so the two SDKs branch on the same things.
+ */
+
+/** The HTTP status each code is sent with; used only for errors made on this side (status 0). */
+export const STATUS_BY_CODE: Readonly<Record<string, number>> = Object.freeze({
+  VALIDATION_FAILED: 400,
+  UNAUTHENTICATED: 401,
+  FORBIDDEN: 403,
+  ENTITLEMENT_EXCEEDED: 403,
+  SPACE_SUSPENDED: 403,
+  NOT_FOUND: 404,
+  CONFLICT: 409,
+  CLAIM_HELD: 409,
+  IDEMPOTENCY_CONFLICT: 409,
+  SCOPE_CANCELLED: 409,
+  DEADLINE_EXCEEDED: 409,
+  STALE_CLAIM: 409,
+  CAPACITY_UNAVAILABLE: 409,
+  BACKLOG_FULL: 409,
+  BARRIER_RELEASED: 409,
+  BARRIER_CANCELLED: 409,
+  INSUFFICIENT_BUDGET: 409,
+  LEASE_RENEWALS_EXHAUSTED: 409,
+  RATE_LIMITED: 429,
+  SERVICE_RATE_LIMITED: 429,
+  ALLOWANCE_EXHAUSTED: 429,
+  ALLOWANCE_COOLDOWN: 429,
+  CONCURRENCY_LIMITED: 429,
+  OPERATIONS_EXHAUSTED: 429,
+  UNAVAILABLE: 503,
+});
+
+export interface RunstateErrorOptions {
+  requestId?: string | null;
+  retryAfterMs?: number | null;
+  cause?: unknown;
+}
+
+/**
+ * Base class of every error the SDK throws on purpose. `code` is the stable value to branch on;
+ * `message` is for people. `retryAfterMs` comes from a `Retry-After` header on an error answer:
+ * the SDK's own wait loops do not act on it, it is there for callers who want to.
+ */
+export class RunstateError extends Error {
+  readonly code: string;
+  readonly status: number;
+  readonly requestId: string | null;
+  readonly retryAfterMs: number | null;
+
+  constructor(code: string, status: number, message: string, options: RunstateErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.status = status;
+    this.requestId = options.requestId ?? null;
+    this.retryAfterMs = options.retryAfterMs ?? null;
+  }
+}
+
+/** The client cannot be built: the API key or the space id is missing, or an option is invalid. */
+export class ConfigError extends RunstateError {
+  constructor(message: string) {
+    super('CONFIG_ERROR', 0, message);
+  }
+}
+
+/** The API key was refused, or it may not do this. */
+export class AuthenticationError extends RunstateError {}
+
+/** The space, scope, task or named resource does not exist. */
+export class NotFoundError extends RunstateError {}
+
+/** The request conflicts with the current state (a held claim, a duplicate name...). */
+export class ConflictError extends RunstateError {}
+
+/** The scope, or one of its ancestors, is no longer active. */
+export class ScopeCancelledError extends RunstateError {}
+
+/** The lease's token is no longer current: another holder may own the key now. */
+export class LeaseLostError extends RunstateError {}
+
+/** A wait on the client side (claim, task result) ran out; nothing changed on the server. */
+export class WaitTimeoutError extends RunstateError {}
+
+/** Too many requests or too much concurrency for now; see `retryAfterMs`. */
+export class RateLimitError extends RunstateError {}
+
+/** The server could not be reached, or answered without a usable error envelope. */
+export class UnavailableError extends RunstateError {}
+
+/** An events cursor points before the oldest event still kept. */
+export class CursorExpiredError extends RunstateError {}
+
+type ErrorClass = new (code: string, status: number, message: string, options?: RunstateErrorOptions) => RunstateError;
+
+const CLASS_BY_CODE = new Map<string, ErrorClass>();
+const FAMILIES: Array<[ErrorClass, string[]]> = [
+  [AuthenticationError, ['UNAUTHENTICATED', 'FORBIDDEN', 'ENTITLEMENT_EXCEEDED', 'SPACE_SUSPENDED']],
+  [NotFoundError, ['NOT_FOUND']],
+  [
+    ConflictError,
+    [
+      'CONFLICT',
+      'CLAIM_HELD',
+      'IDEMPOTENCY_CONFLICT',
+      'DEADLINE_EXCEEDED',
+      'CAPACITY_UNAVAILABLE',
+      'BACKLOG_FULL',
+      'BARRIER_RELEASED',
+      'BARRIER_CANCELLED',
+      'INSUFFICIENT_BUDGET',
+    ],
+  ],
+  [ScopeCancelledError, ['SCOPE_CANCELLED']],
+  [LeaseLostError, ['STALE_CLAIM', 'LEASE_RENEWALS_EXHAUSTED']],
+  [WaitTimeoutError, ['WAIT_TIMEOUT']],
+  [
+    RateLimitError,
+    [
+      'RATE_LIMITED',
+      'SERVICE_RATE_LIMITED',
+      'ALLOWANCE_EXHAUSTED',
+      'ALLOWANCE_COOLDOWN',
+      'CONCURRENCY_LIMITED',
+      'OPERATIONS_EXHAUSTED',
+    ],
+  ],
+  [UnavailableError, ['UNAVAILABLE']],
+  [CursorExpiredError, ['CURSOR_EXPIRED']],
+];
+for (const [cls, codes] of FAMILIES) {
+  for (const code of codes) CLASS_BY_CODE.set(code, cls);
+}
+
+/**
+ * The error for a code; an unknown code gives a plain `RunstateError` that keeps it. `status` is
+ * kept as given: only 0 (an error made on this side) is replaced by the code's usual status, or 503.
+ */
+export function mapError(code: string, status: number, message: string, options: RunstateErrorOptions = {}): RunstateError {
+  const cls = CLASS_BY_CODE.get(code) ?? RunstateError;
+  const resolved = status || STATUS_BY_CODE[code] || 503;
+  return new cls(code, resolved, message, options);
+}
+
+/** A client-side wait ran out (status 0, like the Python SDK). */
+export function waitTimeout(message: string, cause?: unknown): WaitTimeoutError {
+  return new WaitTimeoutError('WAIT_TIMEOUT', 0, message, { cause });
+}

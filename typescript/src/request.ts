@@ -1,0 +1,175 @@
+/**
+ * The request layer: one logical API call over Node's own `fetch`.
+ *
+ * What it does, in the wire contract's words (the Python SDK's `_request.py` does the same):
+ *
+ * - `authorization: Bearer <key>` on every request;
+ * - one `idempotency-key` (24 lowercase hex characters) made per logical call, sent on every request
+ *   that is not a GET and reused unchanged on each transport retry of that call. A new logical call,
+ *   including each pass of a wait loop, gets a new key: the key says "this same call again", never
+ *   "the same intent". That is what makes the retries safe: the server answers a replayed key with
+ *   the original response instead of applying the mutation twice;
+ * - a JSON body with top-level `undefined`/`null` values left out (nested ones inside user data stay
+ *   `null`); no body at all for the bodyless POSTs;
+ * - only transport failures (a refused connection, a reset, a per-attempt timeout) are retried,
+ *   `retries` times, 25-100 ms apart; an HTTP answer, whatever its status, is never retried;
+ * - 204 gives an empty reply; any status below 400 is parsed as JSON (`{}` when it is not JSON);
+ *   400 and above throw the error for the envelope's code, `UNAVAILABLE` when there is none;
+ * - `Retry-After` on an error answer becomes `retryAfterMs`.
+ *
+ * A caller's `signal` is not a transport failure: when it aborts, the call rejects with the
+ * signal's reason at once and is not retried.
+ */
+
+import { UnavailableError, mapError } from './errors.js';
+import { pause, randomHex, uniform } from './time.js';
+
+const RETRY_BACKOFF_MIN_MS = 25;
+const RETRY_BACKOFF_MAX_MS = 100;
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+export interface Reply {
+  status: number;
+  /** The parsed JSON body; `null` for a 204. */
+  body: any;
+}
+
+export interface CallOptions {
+  /** A JSON object; top-level `undefined` and `null` values are left out. No body when absent. */
+  body?: Record<string, unknown>;
+  /** A long poll: the server may hold the request this long, so each attempt may take as much longer. */
+  waitMs?: number;
+  /** Abandons the call (the request is aborted and the call rejects with the signal's reason). */
+  signal?: AbortSignal;
+}
+
+/** 24 lowercase hex characters (12 random bytes). */
+export function newIdempotencyKey(): string {
+  return randomHex(12);
+}
+
+/** Compact JSON with top-level `undefined` and `null` values left out. */
+export function encodeBody(body: Record<string, unknown>): string {
+  const kept: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(body)) {
+    if (value !== undefined && value !== null) kept[key] = value;
+  }
+  return JSON.stringify(kept);
+}
+
+/** Seconds (a decimal number, maybe with a fraction) to whole milliseconds; otherwise null. */
+export function parseRetryAfter(value: string | null): number | null {
+  if (value === null || value.trim() === '') return null;
+  const text = value.trim();
+  if (!/^\d+(\.\d+)?$/.test(text)) return null;
+  return Math.round(Number(text) * 1000);
+}
+
+function parseJson(text: string): any {
+  if (text === '') return {};
+  try {
+    return JSON.parse(text);
+  } catch {
+    return {};
+  }
+}
+
+export class Requester {
+  readonly baseUrl: string;
+  readonly requestTimeoutMs: number;
+  readonly retries: number;
+  readonly #authorization: string;
+
+  constructor(baseUrl: string, apiKey: string, requestTimeoutMs: number, retries: number) {
+    this.baseUrl = baseUrl;
+    this.requestTimeoutMs = requestTimeoutMs;
+    this.retries = retries;
+    this.#authorization = `Bearer ${apiKey}`;
+  }
+
+  /** One logical call to `path` (already prefixed with `/v1/spaces/{space}`). */
+  async call(method: 'GET' | 'POST', path: string, options: CallOptions = {}): Promise<Reply> {
+    const { body, waitMs = 0, signal } = options;
+    const headers: Record<string, string> = { authorization: this.#authorization };
+    if (method !== 'GET') headers['idempotency-key'] = newIdempotencyKey();
+    let payload: string | undefined;
+    if (body !== undefined) {
+      payload = encodeBody(body);
+      headers['content-type'] = 'application/json';
+    }
+    const attemptTimeoutMs = this.requestTimeoutMs + Math.max(waitMs, 0);
+    let last: unknown;
+    for (let attempt = 0; attempt <= this.retries; attempt += 1) {
+      if (attempt > 0) {
+        await pause(uniform(RETRY_BACKOFF_MIN_MS, RETRY_BACKOFF_MAX_MS), { signal });
+      }
+      signal?.throwIfAborted();
+      const attemptSignal = withTimeout(signal, attemptTimeoutMs);
+      let status: number;
+      let responseHeaders: Headers;
+      let text: string;
+      try {
+        const response = await fetch(this.baseUrl + path, {
+          method,
+          headers,
+          body: payload,
+          signal: attemptSignal.signal,
+          redirect: 'manual',
+        });
+        status = response.status;
+        responseHeaders = response.headers;
+        text = await response.text();
+      } catch (err) {
+        // The caller's own abort is not a transport failure: no retry, its reason goes up as is.
+        if (signal?.aborted) throw signal.reason;
+        last = err;
+        continue;
+      } finally {
+        attemptSignal.dispose();
+      }
+      return reply(status, responseHeaders, text);
+    }
+    throw new UnavailableError('UNAVAILABLE', 503, `transport failure after retries: ${describe(last)}`, {
+      cause: last,
+    });
+  }
+}
+
+function reply(status: number, headers: Headers, text: string): Reply {
+  if (status === 204) return { status, body: null };
+  const parsed = parseJson(text);
+  if (status < 400) return { status, body: parsed };
+  const envelope =
+    parsed !== null && typeof parsed === 'object' && parsed.error !== null && typeof parsed.error === 'object'
+      ? parsed.error
+      : {};
+  const code = typeof envelope.code === 'string' && envelope.code !== '' ? envelope.code : 'UNAVAILABLE';
+  const message =
+    typeof envelope.message === 'string' && envelope.message !== '' ? envelope.message : `request failed with ${status}`;
+  const requestId = typeof envelope.requestId === 'string' ? envelope.requestId : null;
+  throw mapError(code, status, message, { requestId, retryAfterMs: parseRetryAfter(headers.get('retry-after')) });
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) {
+    const cause = err.cause instanceof Error ? `: ${err.cause.message}` : '';
+    return `${err.name}: ${err.message}${cause}`;
+  }
+  return String(err);
+}
+
+/** A signal that aborts when `outer` does or after `timeoutMs`; `dispose()` clears the timer. */
+function withTimeout(outer: AbortSignal | undefined, timeoutMs: number): { signal: AbortSignal; dispose(): void } {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+  const onAbort = () => controller.abort(outer?.reason);
+  outer?.addEventListener('abort', onAbort, { once: true });
+  return {
+    signal: controller.signal,
+    dispose() {
+      clearTimeout(timer);
+      outer?.removeEventListener('abort', onAbort);
+    },
+  };
+}

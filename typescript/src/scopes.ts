@@ -1,0 +1,72 @@
+/**
+ * Scope handles. A scope (a "run") bounds everything created in it: cancelling it stops the
+ * claims, tasks and deliveries of its whole subtree. The handle is local; each method is a request.
+ */
+
+import { ClaimRef } from './claims.js';
+import type { Context } from './context.js';
+import { MailboxRef } from './mailboxes.js';
+import { TaskTicket } from './tasks.js';
+
+export interface CreateScopeOptions {
+  /** A label: not unique, never used for lookup. */
+  name?: string;
+  parentId?: string;
+  /** ISO 8601. */
+  deadline?: string;
+  childLimit?: number;
+}
+
+export class ScopeHandle {
+  readonly #ctx: Context;
+  readonly id: string;
+
+  constructor(ctx: Context, scopeId: string) {
+    this.#ctx = ctx;
+    this.id = scopeId;
+  }
+
+  /** The scope view (`storedState`, `effective`, `deadline`, ...). */
+  async status(): Promise<Record<string, unknown>> {
+    return (await this.#ctx.call('GET', `/scopes/${this.id}`)).body;
+  }
+
+  /** Cancel the scope and its subtree (a POST with no body). */
+  async cancel(): Promise<Record<string, unknown>> {
+    return (await this.#ctx.call('POST', `/scopes/${this.id}/cancel`)).body;
+  }
+
+  /** Mark the scope completed (a POST with no body). */
+  async complete(): Promise<Record<string, unknown>> {
+    return (await this.#ctx.call('POST', `/scopes/${this.id}/complete`)).body;
+  }
+
+  /** Create a scope under this one. */
+  child(options: Omit<CreateScopeOptions, 'parentId'> = {}): Promise<ScopeHandle> {
+    return createScope(this.#ctx, { ...options, parentId: this.id });
+  }
+
+  claim(key: string): ClaimRef {
+    return new ClaimRef(this.#ctx, this.id, key);
+  }
+
+  mailbox(name: string): MailboxRef {
+    return new MailboxRef(this.#ctx, this.id, { name });
+  }
+
+  mailboxById(mailboxId: string): MailboxRef {
+    return new MailboxRef(this.#ctx, this.id, { id: mailboxId });
+  }
+
+  /** Re-attach to a task by id; sends nothing. */
+  task<Outcome = unknown>(taskId: string): TaskTicket<Outcome> {
+    return new TaskTicket<Outcome>(this.#ctx, taskId, this.id);
+  }
+}
+
+export async function createScope(ctx: Context, options: CreateScopeOptions = {}): Promise<ScopeHandle> {
+  const body = { name: options.name, parentId: options.parentId, deadline: options.deadline, childLimit: options.childLimit };
+  const reply = await ctx.call('POST', '/scopes', { body });
+  if (typeof reply.body?.id !== 'string') throw new TypeError('malformed answer: no scope id');
+  return new ScopeHandle(ctx, reply.body.id);
+}

@@ -1,0 +1,51 @@
+/**
+ * Clock, randomness and pauses: the few primitives every wait loop uses.
+ *
+ * Deadlines are measured on `performance.now()` (monotonic), never on `Date.now()`, which jumps
+ * when the wall clock is set. Pauses take an optional `AbortSignal` and resolve early (never reject)
+ * when it aborts, so a loop checks its own stop condition afterwards instead of catching errors.
+ */
+
+import { randomBytes } from 'node:crypto';
+
+/** Monotonic milliseconds. */
+export function nowMs(): number {
+  return performance.now();
+}
+
+/** A uniform random number in [low, high). */
+export function uniform(low: number, high: number): number {
+  return low + Math.random() * (high - low);
+}
+
+/** `bytes` random bytes as lowercase hex (2 characters each). */
+export function randomHex(bytes: number): string {
+  return randomBytes(bytes).toString('hex');
+}
+
+export interface PauseOptions {
+  signal?: AbortSignal;
+  /** An unref'd pause does not keep the process alive on its own (background renewal). */
+  unref?: boolean;
+}
+
+/** Wait `ms` milliseconds, or less if `signal` aborts first. Never rejects. */
+export function pause(ms: number, options: PauseOptions = {}): Promise<void> {
+  const { signal, unref = false } = options;
+  return new Promise((resolve) => {
+    if (signal?.aborted) {
+      resolve();
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, Math.max(0, ms));
+    if (unref) timer.unref();
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}

@@ -1,0 +1,342 @@
+/**
+ * The request layer and configuration, against a small local HTTP server that answers what each
+ * test needs (a dropped connection, a 503, an error envelope, a slow answer): what goes on the wire,
+ * what is retried with the same idempotency key, and which error each answer becomes.
+ */
+
+import assert from 'node:assert/strict';
+import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, beforeEach, describe, test } from 'node:test';
+
+import {
+  AuthenticationError,
+  ConfigError,
+  ConflictError,
+  LeaseLostError,
+  NotFoundError,
+  RateLimitError,
+  Runstate,
+  RunstateError,
+  ScopeCancelledError,
+  UnavailableError,
+  WaitTimeoutError,
+  encodeClaimKey,
+  mapError,
+} from 'runstate-sdk';
+
+interface Seen {
+  method: string;
+  url: string;
+  headers: IncomingMessage['headers'];
+  body: string;
+}
+
+type Answer = (seen: Seen, res: ServerResponse, req: IncomingMessage) => void;
+
+describe('request layer', () => {
+  let http: HttpServer;
+  let baseUrl: string;
+  let seen: Seen[];
+  let answers: Answer[];
+  /** Answers by request, ahead of the queue, for tests whose requests interleave. */
+  let route: ((seen: Seen) => Answer | undefined) | undefined;
+
+  const json = (status: number, body: unknown, headers: Record<string, string> = {}): Answer => (_seen, res) => {
+    res.writeHead(status, { 'content-type': 'application/json', ...headers });
+    res.end(JSON.stringify(body));
+  };
+  const drop: Answer = (_seen, _res, req) => req.socket.destroy();
+
+  before(async () => {
+    http = createServer((req, res) => {
+      let body = '';
+      req.on('data', (chunk) => (body += chunk));
+      req.on('end', () => {
+        const entry = { method: req.method!, url: req.url!, headers: req.headers, body };
+        seen.push(entry);
+        const answer = route?.(entry) ?? answers.shift() ?? json(500, { error: { code: 'UNEXPECTED', message: 'no answer queued' } });
+        answer(entry, res, req);
+      });
+    });
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
+    baseUrl = `http://127.0.0.1:${(http.address() as AddressInfo).port}/`;
+  });
+
+  after(async () => {
+    http.closeAllConnections();
+    await new Promise((resolve) => http.close(resolve));
+  });
+
+  beforeEach(() => {
+    seen = [];
+    answers = [];
+    route = undefined;
+  });
+
+  const client = (options: Record<string, unknown> = {}) =>
+    new Runstate({ apiKey: 'k-1', spaceId: 'sp', baseUrl, holder: 'h-1', ...options });
+
+  test('a POST carries the bearer key, a fresh 24-hex idempotency key and compact JSON without nulls', async () => {
+    answers.push(json(201, { id: 'sc_1' }), json(201, { id: 'sc_2' }));
+    const rs = client();
+    const scope = await rs.scopes.create({ name: 'a' });
+    await rs.scopes.create({ name: 'b' });
+    assert.equal(scope.id, 'sc_1');
+    assert.equal(seen[0]!.url, '/v1/spaces/sp/scopes', 'one trailing slash of the base URL is dropped');
+    assert.equal(seen[0]!.headers.authorization, 'Bearer k-1');
+    assert.match(String(seen[0]!.headers['idempotency-key']), /^[0-9a-f]{24}$/);
+    assert.notEqual(seen[0]!.headers['idempotency-key'], seen[1]!.headers['idempotency-key'], 'each logical call has its own key');
+    assert.equal(seen[0]!.headers['content-type'], 'application/json');
+    assert.equal(seen[0]!.body, '{"name":"a"}');
+  });
+
+  test('bodyless POSTs send no body and no content type; GETs send no idempotency key', async () => {
+    answers.push(json(200, { state: 'CANCELLED' }), json(200, { id: 'sc_1' }));
+    const scope = client().scope('sc_1');
+    await scope.cancel();
+    await scope.status();
+    assert.equal(seen[0]!.body, '');
+    assert.equal(seen[0]!.headers['content-type'], undefined);
+    assert.equal(seen[0]!.headers['content-length'], '0');
+    assert.equal(seen[1]!.method, 'GET');
+    assert.equal(seen[1]!.headers['idempotency-key'], undefined);
+  });
+
+  test('a dropped connection is retried with the same idempotency key', async () => {
+    answers.push(drop, drop, json(200, { id: 'sc_9' }));
+    const scope = await client().scopes.create();
+    assert.equal(scope.id, 'sc_9');
+    assert.equal(seen.length, 3);
+    const keys = new Set(seen.map((entry) => entry.headers['idempotency-key']));
+    assert.equal(keys.size, 1, 'one logical call, one key on every attempt');
+  });
+
+  test('transport failures past the retries become UnavailableError with the cause kept', async () => {
+    answers.push(drop, drop);
+    const err = await client({ retries: 1 }).scopes.create().catch((caught) => caught);
+    assert.ok(err instanceof UnavailableError);
+    assert.equal(err.code, 'UNAVAILABLE');
+    assert.equal(err.status, 503);
+    assert.match(err.message, /^transport failure after retries/);
+    assert.ok(err.cause instanceof Error);
+    assert.equal(seen.length, 2);
+  });
+
+  test('a slow answer times out per attempt and is retried', async () => {
+    const slow: Answer = (entry, res, req) => void setTimeout(() => json(200, { id: 'late' })(entry, res, req), 400);
+    answers.push(slow, json(200, { id: 'sc_fast' }));
+    const scope = await client({ requestTimeoutMs: 150 }).scopes.create();
+    assert.equal(scope.id, 'sc_fast');
+    assert.equal(seen[0]!.headers['idempotency-key'], seen[1]!.headers['idempotency-key']);
+  });
+
+  test('an HTTP answer is never retried, not even a 503, and the envelope gives class, code, status, requestId', async () => {
+    answers.push(json(503, { error: { code: 'UNAVAILABLE', message: 'draining', requestId: 'req_1' } }, { 'retry-after': '1.5' }));
+    const err = await client().scopes.create().catch((caught) => caught);
+    assert.ok(err instanceof UnavailableError);
+    assert.equal(err.message, 'draining');
+    assert.equal(err.requestId, 'req_1');
+    assert.equal(err.retryAfterMs, 1500);
+    assert.equal(seen.length, 1);
+  });
+
+  test('an error without an envelope is UNAVAILABLE with the real status', async () => {
+    answers.push((_seen, res) => {
+      res.writeHead(404, { 'content-type': 'text/html' });
+      res.end('<h1>nope</h1>');
+    });
+    const err = await client().scope('sc_x').status().catch((caught) => caught);
+    assert.ok(err instanceof UnavailableError);
+    assert.equal(err.status, 404);
+    assert.equal(err.message, 'request failed with 404');
+  });
+
+  test('a caller abort is not retried and rejects with the abort reason', async () => {
+    const never: Answer = () => undefined;
+    answers.push(never);
+    const controller = new AbortController();
+    const receiving = client().scope('sc_1').mailboxById('mb_1').receive({ waitMs: 10_000, signal: controller.signal });
+    setTimeout(() => controller.abort(new Error('stop now')), 100);
+    await assert.rejects(receiving, /stop now/);
+    assert.equal(seen.length, 1);
+  });
+
+  test('a wait: true acquire asks the server to park it (waitMs) and keeps its own loop as the fallback', async () => {
+    const held = json(409, { error: { code: 'CLAIM_HELD', message: 'held' } });
+    answers.push(held, held, json(200, { token: 't', generation: 7, leaseExpiresAt: '2030-01-01T00:00:00.000Z' }));
+    const started = performance.now();
+    const lease = await client().scope('sc_1').claim('a/b c').acquire({ wait: true, timeoutMs: 5_000, leaseSeconds: 60 });
+    const tookMs = performance.now() - started;
+    assert.equal(lease.generation, 7);
+    assert.equal(seen.length, 3);
+    const first = JSON.parse(seen[0]!.body);
+    assert.deepEqual(Object.keys(first).sort(), ['holder', 'holderSession', 'key', 'leaseSeconds', 'scopeId', 'waitMs']);
+    assert.equal(first.key, 'a/b c');
+    assert.ok(first.waitMs > 4_000 && first.waitMs <= 5_000, `waitMs ${first.waitMs} is the time left`);
+    assert.match(first.holderSession, /^[0-9a-f]{12}$/);
+    assert.ok(tookMs >= 2 * 225 && tookMs < 2_000, `two pauses of ~300 ms, took ${tookMs}`);
+    assert.equal(new Set(seen.map((entry) => entry.headers['idempotency-key'])).size, 3, 'each try is a new call');
+    answers.push(json(200, { released: true }));
+    await lease.release();
+    assert.equal(seen[3]!.url, `/v1/spaces/sp/claims/${encodeClaimKey('a/b c')}/release`);
+    assert.equal(seen[3]!.url, '/v1/spaces/sp/claims/a%2Fb%20c/release');
+  });
+
+  test('wait: false sends no waitMs and throws CLAIM_HELD at once; wait: true gives up with WaitTimeoutError', async () => {
+    const held = json(409, { error: { code: 'CLAIM_HELD', message: 'held' } });
+    answers.push(held);
+    const claim = client().scope('sc_1').claim('k');
+    const err = await claim.acquire().catch((caught) => caught);
+    assert.ok(err instanceof ConflictError);
+    assert.equal(err.code, 'CLAIM_HELD');
+    assert.equal(JSON.parse(seen[0]!.body).waitMs, undefined);
+    for (let i = 0; i < 10; i += 1) answers.push(held);
+    const started = performance.now();
+    const timeout = await claim.acquire({ wait: true, timeoutMs: 600 }).catch((caught) => caught);
+    const tookMs = performance.now() - started;
+    assert.ok(timeout instanceof WaitTimeoutError);
+    assert.equal(timeout.code, 'WAIT_TIMEOUT');
+    assert.equal(timeout.status, 0);
+    assert.ok(tookMs >= 600 && tookMs < 1_200, `gave up at the deadline, took ${tookMs}`);
+  });
+
+  test('a settlement counts only once the server accepted it: a transport failure leaves the delivery open', async () => {
+    answers.push(json(200, { mailboxes: [{ id: 'mb_1', name: 'q' }] }));
+    answers.push(json(200, { token: 'd', message: { id: 'ms_7', payload: null, attempt: 1, scopeId: 'sc_1' } }));
+    const delivery = (await client({ retries: 1 }).scope('sc_1').mailbox('q').receive())!;
+    answers.push(drop, drop);
+    await assert.rejects(delivery.complete({ payload: 1 }), UnavailableError);
+    assert.equal(delivery.settled, false);
+    answers.push(json(200, {}));
+    await delivery.complete({ payload: 1 });
+    assert.equal(delivery.settled, true);
+    await delivery.retry();
+    const settlements = seen.filter((entry) => entry.url.startsWith('/v1/spaces/sp/messages/ms_7/'));
+    assert.deepEqual(settlements.map((entry) => entry.url.split('/').pop()), ['complete', 'complete', 'complete']);
+    assert.equal(new Set(settlements.slice(0, 2).map((entry) => entry.headers['idempotency-key'])).size, 1);
+    assert.notEqual(settlements[2]!.headers['idempotency-key'], settlements[0]!.headers['idempotency-key']);
+    assert.deepEqual(JSON.parse(settlements[2]!.body), { token: 'd', result: { payload: 1 } });
+  });
+
+  test('renewal fails closed on any error: a 429 loses the claim, a 503 loses the delivery, and consume settles nothing', async () => {
+    const grant = { token: 't', generation: 1, leaseExpiresAt: '2030-01-01T00:00:00.000Z' };
+    const delivery = { token: 'd', message: { id: 'ms_1', payload: { n: 1 }, attempt: 1, scopeId: 'sc_1' } };
+    let delivered = false;
+    route = ({ url }) => {
+      if (url.endsWith('/claims')) return json(200, grant);
+      if (url.endsWith('/claims/k/renew')) return json(429, { error: { code: 'RATE_LIMITED', message: 'slow down' } });
+      if (url.endsWith('/claims/k/release')) return json(200, {});
+      if (url.endsWith('/mailboxes')) return json(200, { mailboxes: [{ id: 'mb_1', name: 'q' }] });
+      if (url.endsWith('/recv')) {
+        if (delivered) return (_entry, res) => void setTimeout(() => { res.writeHead(204); res.end(); }, 100);
+        delivered = true;
+        return json(200, delivery);
+      }
+      if (url.endsWith('/messages/ms_1/renew')) return json(503, { error: { code: 'UNAVAILABLE', message: 'busy' } });
+      return undefined;
+    };
+    const run = client().scope('sc_1');
+    const controller = new AbortController();
+    let deliverySignalReason: unknown;
+    const consuming = run.mailbox('q').consume(
+      async (_data, handled) => {
+        await new Promise((resolve) => handled.signal.addEventListener('abort', resolve, { once: true }));
+        deliverySignalReason = handled.signal.reason;
+        controller.abort();
+      },
+      { leaseSeconds: 5, waitMs: 100, signal: controller.signal },
+    );
+    const result = await run.claim('k').run(
+      async (lease) => {
+        await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }));
+        return lease.isLost;
+      },
+      { leaseSeconds: 5 },
+    ).catch((err) => err);
+    await consuming;
+    assert.ok(result instanceof LeaseLostError, 'run() does not hand back a result made after the loss');
+    const lost = result.cause as LeaseLostError;
+    assert.ok(lost instanceof LeaseLostError);
+    assert.equal((lost.cause as RunstateError).code, 'RATE_LIMITED', 'the renewal error is kept as the cause');
+    assert.ok(deliverySignalReason instanceof LeaseLostError);
+    const renewals = seen.filter((entry) => entry.url.endsWith('/renew'));
+    assert.equal(renewals.length, 2, 'one failed renewal each, then no more');
+    assert.deepEqual(JSON.parse(renewals.find((entry) => entry.url.includes('/claims/'))!.body), { token: 't', leaseSeconds: 5 });
+    assert.equal(seen.filter((entry) => /\/messages\/ms_1\/(complete|nack)$/.test(entry.url)).length, 0, 'a lost delivery is not settled');
+  });
+});
+
+describe('errors and configuration', () => {
+  test('the public surface is exactly these names', async () => {
+    const sdk = await import('runstate-sdk');
+    assert.deepEqual(Object.keys(sdk).sort(), [
+      'AuthenticationError', 'ClaimLease', 'ClaimRef', 'ConfigError', 'ConflictError', 'CursorExpiredError',
+      'DEFAULT_BASE_URL', 'Delivery', 'LeaseLostError', 'MailboxRef', 'MailboxesAPI', 'NotFoundError',
+      'RateLimitError', 'Runstate', 'RunstateError', 'STATUS_BY_CODE', 'ScopeCancelledError', 'ScopeHandle',
+      'ScopesAPI', 'TERMINAL_STATES', 'TaskTicket', 'UnavailableError', 'WaitTimeoutError', 'encodeClaimKey',
+      'mapError', 'resolveConfig',
+    ]);
+  });
+
+  test('each code maps to its class; every class derives directly from RunstateError', () => {
+    const cases: Array<[string, Function]> = [
+      ['UNAUTHENTICATED', AuthenticationError],
+      ['FORBIDDEN', AuthenticationError],
+      ['NOT_FOUND', NotFoundError],
+      ['CLAIM_HELD', ConflictError],
+      ['IDEMPOTENCY_CONFLICT', ConflictError],
+      ['SCOPE_CANCELLED', ScopeCancelledError],
+      ['STALE_CLAIM', LeaseLostError],
+      ['LEASE_RENEWALS_EXHAUSTED', LeaseLostError],
+      ['CONCURRENCY_LIMITED', RateLimitError],
+      ['UNAVAILABLE', UnavailableError],
+    ];
+    for (const [code, cls] of cases) {
+      const err = mapError(code, 0, 'x');
+      assert.ok(err instanceof cls, code);
+      assert.equal(Object.getPrototypeOf(cls.prototype), RunstateError.prototype, `${cls.name} is one level down`);
+      assert.equal(err.name, cls.name);
+    }
+    assert.ok(!(mapError('STALE_CLAIM', 409, 'x') instanceof ConflictError));
+    const unknown = mapError('SOMETHING_NEW', 418, 'x');
+    assert.equal(unknown.constructor, RunstateError);
+    assert.equal(unknown.code, 'SOMETHING_NEW');
+    assert.equal(unknown.status, 418);
+    assert.equal(mapError('CLAIM_HELD', 0, 'x').status, 409, 'status 0 takes the code status');
+  });
+
+  test('configuration comes from the options, then RUNSTATE_*; a missing key or space is ConfigError', () => {
+    const saved = { ...process.env };
+    try {
+      process.env.RUNSTATE_API_KEY = 'env-key';
+      process.env.RUNSTATE_SPACE_ID = 'env-space';
+      delete process.env.RUNSTATE_BASE_URL;
+      const fromEnv = new Runstate();
+      assert.equal(fromEnv.spaceId, 'env-space');
+      assert.equal(fromEnv.baseUrl, 'http://localhost:8080');
+      assert.match(fromEnv.holder, /^worker-[0-9a-f]{6}$/);
+      assert.notEqual(new Runstate().session, fromEnv.session);
+      process.env.RUNSTATE_BASE_URL = 'http://example.test:9/';
+      assert.equal(new Runstate({ spaceId: 'mine' }).spaceId, 'mine');
+      assert.equal(new Runstate().baseUrl, 'http://example.test:9');
+      const view = fromEnv.withSpace('other');
+      assert.equal(view.spaceId, 'other');
+      assert.equal(view.session, fromEnv.session);
+      delete process.env.RUNSTATE_API_KEY;
+      assert.throws(() => new Runstate(), (err: unknown) => err instanceof ConfigError && err.code === 'CONFIG_ERROR' && err.status === 0);
+      process.env.RUNSTATE_API_KEY = 'k';
+      delete process.env.RUNSTATE_SPACE_ID;
+      assert.throws(() => new Runstate(), /RUNSTATE_SPACE_ID/);
+    } finally {
+      for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
+      Object.assign(process.env, saved);
+    }
+  });
+
+  test('claim keys are percent-encoded with only unreserved characters left as they are', () => {
+    assert.equal(encodeClaimKey('company:acme'), 'company%3Aacme');
+    assert.equal(encodeClaimKey("a/b c%!'()*~._-"), "a%2Fb%20c%25%21%27%28%29%2A~._-");
+    assert.equal(encodeClaimKey('é'), '%C3%A9');
+  });
+});
