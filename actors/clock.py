@@ -133,6 +133,11 @@ class Clock:
             return deadline
         return min(deadline, trio.current_time() + WALL_RECHECK_S)
 
+    def deadline_after(self, duration_ms: float) -> float:
+        """The trio deadline `duration_ms` from now: for a wait of a length (a long poll), which no
+        step of the host clock may shorten or stretch. Not to be confused with `deadline_for`."""
+        return trio.current_time() + duration_ms / 1000
+
     def advance_anchor_to(self, wall_ms: int) -> None:
         """Make `now_ms()` at least `wall_ms` from here on.
 

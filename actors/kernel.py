@@ -218,8 +218,7 @@ class Kernel:
         task = trio.lowlevel.current_task()
         wait_until = None
         if wait_ms:
-            clock = self.clock
-            wait_until = clock.deadline_for(clock.now_ms() + min(wait_ms, self.limits.wait_ms_max))
+            wait_until = self.clock.deadline_after(min(wait_ms, self.limits.wait_ms_max))
         call = _Call(command, idem, task, wait_until is not None)
         self._post(actor, call)
         answer = await self._park(actor, call)
