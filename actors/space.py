@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .boot import BootInfo
+from .capacity import CAPACITY_APPLY, CAPACITY_TIMERS, CapacityCommands  # -- capacity --
 from .claiming import LEASE_TIMER, ClaimCommands
 from .claims import ClaimTable
 from .commands import claim_actor, mailboxes_actor, queue_actor, scope_actor
@@ -44,6 +45,7 @@ DEADLINE_TIMER = "scope-deadline"
 class SpaceState:
     __slots__ = (
         "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "claiming", "work",
+        "capacity",  # -- capacity --
     )
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
@@ -58,6 +60,8 @@ class SpaceState:
         self.usage = Usage(self.claims)
         self.claiming = ClaimCommands(space_id, self.scopes, self.claims, self.boot, self._commit)
         self.work = WorkCommands(space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self._commit)
+        # -- capacity --
+        self.capacity = CapacityCommands(space_id, limits, self.scopes, self.tasks, self._commit)
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
         for record in records:
@@ -125,6 +129,7 @@ class SpaceState:
                 yield self._deadline_timer(scope.id, scope.deadline_ms)
         yield from self.claiming.timers()
         yield from self.work.timers()
+        yield from self.capacity.timers()  # -- capacity --
 
     # -- restarts and images -----------------------------------------------------------------------
 
@@ -136,6 +141,10 @@ class SpaceState:
         deliveries = self.work.restart_deliveries(newest_ms, grace_ms, spread_ms, now_ms)
         outcome.records.extend(deliveries.records)
         outcome.timers.extend(deliveries.timers)
+        # -- capacity --
+        grants = self.capacity.restart(newest_ms, now_ms, grace_ms)
+        outcome.records.extend(grants.records)
+        outcome.timers.extend(grants.timers)
         return outcome
 
     def image(self) -> Iterator[dict]:
@@ -150,13 +159,17 @@ class SpaceState:
         for record in self.work.image():
             record["space"] = self.id
             yield record
+        # -- capacity -- (after the tasks: a work limit counts its tasks by id)
+        for record in self.capacity.image():
+            record["space"] = self.id
+            yield record
         usage = self.usage
         if usage.operations or usage.free or usage.events or usage.takeovers:
             yield usage.image(self.id)  # last: it sets the counters outright
 
     def is_empty(self) -> bool:
         """Nothing recorded here (a space is made on first use, reads included)."""
-        return not len(self.scopes) and not len(self.claims) and self.work.is_empty()
+        return not len(self.scopes) and not len(self.claims) and self.work.is_empty() and self.capacity.is_empty()
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -169,6 +182,7 @@ class SpaceState:
         subtree = self.scopes.subtree(record["id"])
         self.claims.drop_scopes(subtree)
         self.work.cascade_scope_ended(subtree, record["state"], record["at_ms"])
+        self.capacity.cascade_scope_ended(subtree, record["at_ms"])  # -- capacity --
 
 
 # What each kind of timer proposes, by the first element of its tag.
@@ -177,6 +191,9 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
     DEADLINE_TIMER: lambda space, scope_id, _, now_ms: space.expire_scope(scope_id, now_ms),
     **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.work, ident, marker, now_ms))(handler)
        for kind, handler in WORK_TIMERS.items()},
+    # -- capacity --
+    **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.capacity, ident, marker, now_ms))(handler)
+       for kind, handler in CAPACITY_TIMERS.items()},
 }
 
 _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
@@ -192,6 +209,9 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     # Mailboxes, messages and tasks, image records included.
     **{kind: (lambda applier: lambda space, record: applier(space.work, record))(applier) for kind, applier in WORK_APPLY.items()},
     "usage.image": lambda space, record: space.usage.apply_image(record),
+    # -- capacity --
+    **{kind: (lambda applier: lambda space, record: applier(space.capacity, record))(applier)
+       for kind, applier in CAPACITY_APPLY.items()},
 }
 
 RECORD_TYPES = frozenset(_APPLY)

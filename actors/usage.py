@@ -79,16 +79,33 @@ OPERATIONS: dict[str, str] = {
     "task.detached": "tasks.detach",
     "delivery.leased": "deliveries.receive",
     "delivery.completed": "deliveries.complete",
+    # -- capacity --
+    "pool.created": "pools.create",
+    "grant.acquired": "pools.acquire",
+    "grant.released": "pools.release",
+    "allowance.created": "quotas.create",
+    "allowance.consumed": "quotas.consume",
+    "allowance.cooldown": "quotas.cooldown",
+    "waiter.added": "quotas.wait",
+    "work_limit.created": "work_limits.create",
+    "budget.created": "budgets.create",
+    "reservation.made": "budgets.reserve",
+    "reservation.settled": "budgets.settle",
 }
 FREE: dict[str, str] = {
     "claim.renewed": "claims.renew",
     "delivery.renewed": "deliveries.renew",
+    "grant.renewed": "pools.renew",  # -- capacity --
 }
 EVENTS: dict[str, str] = {
     "claim.expired": "claims.expire",
     "message.visible": "messages.backoff_over",
     "message.dropped": "messages.drop",
     "task.tombstoned": "tasks.tombstone",
+    # -- capacity --
+    "grant.expired": "pools.expire",
+    "waiter.granted": "quotas.grant",
+    # Counted with the submit it belongs to.
 }
 # Decided by the record's content.
 _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
@@ -96,10 +113,16 @@ _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
     "task.ended": _task_end,
     "delivery.requeued": _requeue,
     "delivery.dead": _dead,
+    # -- capacity --
+    "waiter.ended": lambda record: (OPERATION, "quotas.cancel_wait") if record["state"] == "CANCELLED" else (EVENT, "quotas.wait_expire"),
+    "reservation.ended": lambda record: (OPERATION, "budgets.void") if record["state"] == "VOIDED" else (EVENT, "budgets.release"),
 }
 # Records that are no change a caller made: snapshot images and the usage image itself.
 NOT_COUNTED = frozenset(
-    {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image", "workkey.image"}
+    {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image", "workkey.image",
+     # -- capacity --
+     "pool.image", "allowance.image", "waiter.image", "work_limit.image", "budget.image", "reservation.image",
+     "work_limit.counted"}
 )
 
 CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED
