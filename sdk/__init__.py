@@ -24,6 +24,7 @@ from .errors import (
     map_error,
 )
 from .mailboxes import Delivery, MailboxRef
+from .capacity import BudgetRef, BudgetReservation, PoolLease, PoolRef, QuotaRef  # -- capacity --
 from .scopes import ScopeHandle
 from .tasks import TaskTicket
 from .transport import HTTPTransport, Transport, TransportError
@@ -58,4 +59,10 @@ __all__ = [
     "UnavailableError",
     "CursorExpiredError",
     "map_error",
+    # -- capacity --
+    "PoolRef",
+    "PoolLease",
+    "QuotaRef",
+    "BudgetRef",
+    "BudgetReservation",
 ]

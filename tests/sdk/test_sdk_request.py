@@ -392,6 +392,7 @@ def test_public_names_are_exported():
         "ScopeCancelledError", "LeaseLostError", "WaitTimeoutError", "RateLimitError", "UnavailableError",
         "CursorExpiredError", "map_error",
     }
+    expected |= {"PoolRef", "PoolLease", "QuotaRef", "BudgetRef", "BudgetReservation"}  # -- capacity --
     assert set(runstate.__all__) == expected
     for name in expected:
         assert getattr(runstate, name) is not None
