@@ -44,7 +44,10 @@ QUOTA_RECORDS: dict[str, tuple[str, ...]] = {
     "waiter.granted": ("id", "consumption_id", "window_start_ms", "at_ms"),
     "waiter.ended": ("id", "state", "at_ms"),
     "allowance.image": ("id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms", "cooldown_reason"),
-    "waiter.image": ("id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "created_ms", "ended_ms"),
+    "waiter.image": (
+        "id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "window_start_ms",
+        "created_ms", "ended_ms",
+    ),
 }
 
 
@@ -86,7 +89,10 @@ class Allowance:
 
 
 class Waiter:
-    __slots__ = ("id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "created_ms", "ended_ms")
+    __slots__ = (
+        "id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "window_start_ms",
+        "created_ms", "ended_ms",
+    )
 
     def __init__(self, record: dict) -> None:
         self.id: str = record["id"]
@@ -97,6 +103,7 @@ class Waiter:
         self.expires_ms: int = record["expires_ms"]
         self.state: str = record.get("state", WAITING)
         self.consumption_id: str | None = record.get("consumption_id")
+        self.window_start_ms: int | None = record.get("window_start_ms")  # of its grant
         self.created_ms: int = record.get("created_ms", record.get("at_ms", 0))
         self.ended_ms: int | None = record.get("ended_ms")
 
@@ -165,6 +172,7 @@ class AllowanceTable:
             "units": waiter.units,
             "state": waiter.state,
             "consumptionId": waiter.consumption_id,
+            "windowStart": None if waiter.window_start_ms is None else format_ms(waiter.window_start_ms),
             "expiresAt": format_ms(waiter.expires_ms),
             "createdAt": format_ms(waiter.created_ms),
         }
@@ -318,6 +326,7 @@ class AllowanceTable:
         assert allowance.queue and allowance.queue[0] == waiter.id, "waiters are granted in order"
         self._count(allowance, waiter.units, record["window_start_ms"])
         waiter.consumption_id = record["consumption_id"]
+        waiter.window_start_ms = record["window_start_ms"]
         self._end(waiter, GRANTED, record["at_ms"])
 
     def apply_waiter_ended(self, record: dict) -> None:
@@ -345,7 +354,7 @@ class AllowanceTable:
             yield {
                 "type": "waiter.image", "id": waiter.id, "allowance_id": waiter.allowance_id, "scope_id": waiter.scope_id,
                 "holder": waiter.holder, "units": waiter.units, "expires_ms": waiter.expires_ms, "state": waiter.state,
-                "consumption_id": waiter.consumption_id, "created_ms": waiter.created_ms, "ended_ms": waiter.ended_ms,
+                "consumption_id": waiter.consumption_id, "window_start_ms": waiter.window_start_ms, "created_ms": waiter.created_ms, "ended_ms": waiter.ended_ms,
                 "at_ms": waiter.created_ms,
             }
 

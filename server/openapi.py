@@ -238,6 +238,7 @@ def _capacity_components() -> dict:
         "Waiter": _obj({
             "waiterId": text, "id": text, "allowanceId": text, "scopeId": text, "holder": text, "units": integer,
             "state": {"enum": ["WAITING", "GRANTED", "EXPIRED", "CANCELLED"]}, "consumptionId": _nullable(text),
+            "windowStart": _nullable(_TS),
             "expiresAt": _TS, "createdAt": _TS,
         }),
         "Cooldown": _obj({"allowanceId": text, "cooldownUntil": _TS, "reason": _nullable(text)}),
