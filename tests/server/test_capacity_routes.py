@@ -121,3 +121,36 @@ async def test_budgets_over_http(api):
     status, _, view = await api.get(base)
     assert status == 200 and (view["spentMinor"], view["reservedMinor"], view["availableMinor"]) == ("250", "0", "750")
     assert view["reservations"] == []
+
+
+async def test_capacity_gauges_follow_the_state():
+    """/metrics shows pool units in use, quota units left and waiters, budget spent and reserved."""
+    import orjson
+    from prometheus_client.parser import text_string_to_metric_families
+
+    import runstate.testing
+    from runstate.testing import call_asgi
+
+    async with runstate.testing.serve(api_key="k") as rs:
+        headers = {"authorization": "Bearer k", "content-type": "application/json"}
+
+        async def post(path, body):
+            status, _, raw = await call_asgi(rs.app, "POST", "/v1/spaces/default" + path, headers, orjson.dumps(body))
+            return orjson.loads(raw)
+
+        run = (await post("/scopes", {}))["id"]
+        pool = await post("/permits", {"name": "gpu", "units": 4})
+        await post(f"/permits/{pool['id']}/acquire", {"scopeId": run, "units": 3, "holder": "h", "holderSession": "s"})
+        allowance = await post("/allowances", {"name": "llm", "unitsLimit": 5, "windowSeconds": 60})
+        await post(f"/allowances/{allowance['id']}/consume", {"scopeId": run, "units": 2, "holder": "h"})
+        budget = await post("/budgets", {"name": "spend", "currency": "USD", "scale": 2, "limitMinor": "900"})
+        reservation = await post(f"/budgets/{budget['id']}/reserve", {"scopeId": run, "holder": "h", "amountMinor": "300"})
+        await post(f"/budgets/{budget['id']}/settle", {"reservationId": reservation["reservationId"], "amountMinor": "100", "workKey": "k"})
+        _, _, body = await call_asgi(rs.app, "GET", "/metrics", {"authorization": "Bearer k"}, None, client=("127.0.0.1", 4000))
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+    assert found[("runstate_pool_units_in_use", (("pool", "gpu"), ("space", "default")))] == 3
+    assert found[("runstate_pool_units", (("pool", "gpu"), ("space", "default")))] == 4
+    assert found[("runstate_quota_remaining", (("allowance", "llm"), ("space", "default")))] == 3
+    assert found[("runstate_quota_waiters", (("allowance", "llm"), ("space", "default")))] == 0
+    assert found[("runstate_budget_spent_minor", (("budget", "spend"), ("space", "default")))] == 100
+    assert found[("runstate_budget_reserved_minor", (("budget", "spend"), ("space", "default")))] == 200
