@@ -98,6 +98,12 @@ class BudgetTable:
             raise KernelError(NOT_FOUND, f"budget {budget_id!r} not found")
         return budget
 
+    def find(self, name: str) -> Budget:
+        budget = self._by_name.get(name)
+        if budget is None:
+            raise KernelError(NOT_FOUND, f"budget {name!r} not found")
+        return budget
+
     def reservation(self, budget: Budget, reservation_id: str) -> Reservation:
         reservation = budget.reservations.get(reservation_id)
         if reservation is None:

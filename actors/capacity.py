@@ -40,13 +40,20 @@ __all__ = ["CapacityCommands", "CAPACITY_APPLY", "CAPACITY_TIMERS", "CAPACITY_RE
 GRANT_TIMER, SERVE_TIMER, WAITER_TIMER, SETTLE_BY_TIMER = "grant-lease", "quota-serve", "waiter-ttl", "settle-by"
 
 # Every record type of capacity and its fields (type -> required fields), for the journal's registry.
-CAPACITY_RECORDS: dict[str, tuple[str, ...]] = {**POOL_RECORDS, **QUOTA_RECORDS, **WORK_LIMIT_RECORDS, **BUDGET_RECORDS}
+CAPACITY_RECORDS: dict[str, tuple[str, ...]] = {
+    **POOL_RECORDS, **QUOTA_RECORDS, **WORK_LIMIT_RECORDS, **BUDGET_RECORDS,
+    "task.requirements": ("task_id", "pools", "quotas", "budgets", "at_ms"),  # admission.py
+}
 
 Commit = Callable[..., Outcome]
 
 
 class CapacityCommands:
-    __slots__ = ("_space_id", "limits", "scopes", "pools", "allowances", "work_limits", "budgets", "_commit")
+    __slots__ = (
+        "_space_id", "limits", "scopes", "pools", "allowances", "work_limits", "budgets", "_commit", "requirements", "wakeups",
+    )
+    # Queues with an admission parked on them: not state (parked calls do not outlive a process).
+    _DERIVED = ("wakeups",)
 
     def __init__(self, space_id: str, limits: Limits, scopes: ScopeTree, tasks: TaskTable, commit: Commit) -> None:
         self._space_id = space_id
@@ -57,6 +64,21 @@ class CapacityCommands:
         self.work_limits = WorkLimitTable(tasks, limits.work_limits_max)
         self.budgets = BudgetTable(limits.budgets_max)
         self._commit = commit
+        # Task id -> what admission must take for it (`admission.py`), kept with the task.
+        self.requirements: dict[str, dict] = {}
+        self.wakeups: set[tuple] = set()
+
+    def needs_admission(self, task_id: str) -> bool:
+        return task_id in self.requirements
+
+    def take_wakeups(self) -> list[tuple]:
+        """The queues of parked admissions, once: each looks again and parks again if need be."""
+        woken = list(self.wakeups)
+        self.wakeups.clear()
+        return woken
+
+    def apply_requirements(self, record: dict) -> None:
+        self.requirements[record["task_id"]] = {"pools": record["pools"], "quotas": record["quotas"], "budgets": record["budgets"]}
 
     @property
     def _actor(self) -> tuple:
@@ -269,7 +291,8 @@ class CapacityCommands:
 
     def timers(self) -> Iterator[Timer]:
         for grant in self.pools.grants():
-            yield self._grant_timer(grant.id, grant.token, grant.expires_ms)
+            if grant.message_id is None:  # one taken at admission ends with its delivery
+                yield self._grant_timer(grant.id, grant.token, grant.expires_ms)
         for allowance in self.allowances.all():
             if allowance.queue:
                 # Due at once after a recovery: the turn grants what is owed and arms the next.
@@ -285,7 +308,8 @@ class CapacityCommands:
         """After a recovery: grant leases get the claims' rule (`PoolTable.decide_restart`)."""
         outcome = self._commit(Outcome(), *self.pools.decide_restart(newest_ms, now_ms, grace_ms))
         for grant in self.pools.grants():
-            outcome.timers.append(self._grant_timer(grant.id, grant.token, grant.expires_ms))
+            if grant.message_id is None:
+                outcome.timers.append(self._grant_timer(grant.id, grant.token, grant.expires_ms))
         return outcome
 
     def image(self) -> Iterator[dict]:
@@ -296,9 +320,11 @@ class CapacityCommands:
         yield from self.allowances.image()
         yield from self.budgets.image()
         yield from self.work_limits.image()
+        for task_id, needs in self.requirements.items():
+            yield {"type": "task.requirements", "task_id": task_id, **needs, "at_ms": 0}
 
     def is_empty(self) -> bool:
-        return not (len(self.pools) or len(self.allowances) or len(self.work_limits) or len(self.budgets))
+        return not (len(self.pools) or len(self.allowances) or len(self.work_limits) or len(self.budgets) or self.requirements)
 
     def cascade_scope_ended(self, scope_ids: list[str], at_ms: int) -> None:
         """Applied with `scope.ended`: grants of the subtree give their units back, its waiters are
@@ -332,6 +358,7 @@ CAPACITY_APPLY: dict[str, Callable[[CapacityCommands, dict], Any]] = {
     "reservation.ended": lambda part, record: part.budgets.apply_ended(record),
     "budget.image": lambda part, record: part.budgets.apply_image(record),
     "reservation.image": lambda part, record: part.budgets.apply_reservation_image(record),
+    "task.requirements": CapacityCommands.apply_requirements,
 }
 assert set(CAPACITY_APPLY) == set(CAPACITY_RECORDS), "every capacity record type has an applier and a field list"
 

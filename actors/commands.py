@@ -33,7 +33,7 @@ __all__ = [
     "DetachTask", "FireTimer", "KEYS_ACTOR", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor",
     # -- capacity --
     "capacity_actor", "CreatePool", "AcquireGrant", "RenewGrant", "ReleaseGrant", "CreateAllowance", "Consume",
-    "WaitAllowance", "CancelWaiter", "Cooldown", "CreateWorkLimit", "CreateBudget", "Reserve", "Settle", "Void",
+    "WaitAllowance", "CancelWaiter", "Cooldown", "CreateWorkLimit", "CreateBudget", "Reserve", "Settle", "Void", "Admit",
 ]
 
 # A key's spaces are recorded with it; a key for every space is the admin key's job.
@@ -320,9 +320,11 @@ class SubmitTask(Command):
     task_input: Any = body("input", JSON, required=False)
     deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
     subscriber_id: str | None = body("subscriberId", required=False, length_max="holder_len_max")
-    # Taken by admission (pools, quotas, budgets), which this server does not serve yet: refusing
-    # them beats delivering the task without what it asked for.
-    requirements: Any = body("requirements", JSON, required=False, description="not supported by this server yet")
+    # -- capacity --: what admission takes with the task (`admission.py`); recv never delivers it.
+    requirements: Any = body(
+        "requirements", JSON, required=False,
+        description="an object of pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+    )
     # -- capacity --
     work_limit: str | None = body(
         "workLimit", required=False, length_max="name_len_max", description="the name (or id) of a work limit"
@@ -334,8 +336,9 @@ class SubmitTask(Command):
         return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
     def check(self, limits: Limits) -> None:
-        if self.requirements is not None:
-            raise KernelError(VALIDATION_FAILED, "field 'requirements' is not supported by this server yet")
+        from .admission import parse_requirements  # -- capacity -- (admission imports this module)
+
+        parse_requirements(self.requirements)
 
 
 @_command
@@ -517,6 +520,23 @@ class Void(_Capacity):
     budget_id: str = path("budget_id")
     reservation_id: str = body("reservationId")
     work_key: str = body("workKey", length_max="work_key_len_max")
+
+
+@_command
+class Admit(Command):
+    """Lease the oldest eligible task delivery with everything its requirements name (a long poll with waitMs)."""
+
+    space: str = path("space")
+    mailbox_id: str = body("mailboxId")
+    scope_id: str = body("scopeId")
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = _lease(default="lease_s_default")
+    wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="capped at {wait_ms_max}")
+    token: str = drawn("delivery-token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
 
 # -- timers ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
 from .timestamps import format_ms
@@ -37,7 +37,7 @@ POOL_RECORDS: dict[str, tuple[str, ...]] = {
 
 
 class Grant:
-    __slots__ = ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "acquired_ms")
+    __slots__ = ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "acquired_ms", "message_id")
 
     def __init__(self, record: dict) -> None:
         self.id: str = record["id"]
@@ -50,15 +50,14 @@ class Grant:
         self.lease_ms: int = record["lease_ms"]
         self.expires_ms: int = record["expires_ms"]
         self.acquired_ms: int = record["at_ms"]
-
-    def held_at(self, now_ms: int) -> bool:
-        return now_ms < self.expires_ms
+        # Taken at admission: held exactly while that delivery's lease (this token) is.
+        self.message_id: str | None = record.get("message_id")
 
     def image(self) -> dict:
         return {
             "id": self.id, "pool_id": self.pool_id, "scope_id": self.scope_id, "units": self.units,
             "token": self.token, "holder": self.holder, "session": self.session, "lease_ms": self.lease_ms,
-            "expires_ms": self.expires_ms, "at_ms": self.acquired_ms,
+            "expires_ms": self.expires_ms, "at_ms": self.acquired_ms, "message_id": self.message_id,
         }
 
 
@@ -73,24 +72,35 @@ class Pool:
         # Grants not yet released or recorded as expired (some may have ended unrecorded).
         self.grants: dict[str, Grant] = {}
 
-    def in_use_at(self, now_ms: int) -> int:
-        return sum(grant.units for grant in self.grants.values() if grant.held_at(now_ms))
-
-    def held_units(self) -> int:
-        """Units of every grant not yet released or expired by a record (what replay can check)."""
-        return sum(grant.units for grant in self.grants.values())
 
 
 class PoolTable:
     """The pools of one space, by id and by name, and their live grants by id."""
 
-    __slots__ = ("_pools", "_by_name", "_grants", "pools_max")
+    __slots__ = ("_pools", "_by_name", "_grants", "pools_max", "delivery_held")
 
     def __init__(self, pools_max: int) -> None:
         self._pools: dict[str, Pool] = {}
         self._by_name: dict[str, Pool] = {}
         self._grants: dict[str, Grant] = {}
         self.pools_max = pools_max
+        # Whether a delivery (message id, token) still holds its lease at a time; the space sets it.
+        self.delivery_held: Callable[[str, str, int], bool] = lambda message_id, token, now_ms: False
+
+    def held(self, grant: Grant, now_ms: int) -> bool:
+        """A grant's units are in use: until its lease ends, or, taken at admission, while its delivery is leased."""
+        if grant.message_id is not None:
+            return self.delivery_held(grant.message_id, grant.token, now_ms)
+        return now_ms < grant.expires_ms
+
+    def in_use(self, pool: Pool, now_ms: int) -> int:
+        return sum(grant.units for grant in pool.grants.values() if self.held(grant, now_ms))
+
+    def find(self, name: str) -> Pool:
+        pool = self._by_name.get(name)
+        if pool is None:
+            raise KernelError(NOT_FOUND, f"permit pool {name!r} not found")
+        return pool
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -112,9 +122,8 @@ class PoolTable:
     def grants(self) -> Iterator[Grant]:
         return iter(self._grants.values())
 
-    @staticmethod
-    def view(pool: Pool, now_ms: int) -> dict:
-        in_use = pool.in_use_at(now_ms)
+    def view(self, pool: Pool, now_ms: int) -> dict:
+        in_use = self.in_use(pool, now_ms)
         return {
             "id": pool.id,
             "name": pool.name,
@@ -161,10 +170,10 @@ class PoolTable:
             raise KernelError(
                 VALIDATION_FAILED, f"units {units} is more than permit pool {pool.name!r} has ({pool.units_total})"
             )
-        records = [self._ended("grant.expired", grant, now_ms) for grant in pool.grants.values() if not grant.held_at(now_ms)]
-        in_use = pool.in_use_at(now_ms)
+        records = self.decide_ended(pool, now_ms)
+        in_use = self.in_use(pool, now_ms)
         if in_use + units > pool.units_total:
-            soonest = min(grant.expires_ms for grant in pool.grants.values() if grant.held_at(now_ms))
+            soonest = min(grant.expires_ms for grant in pool.grants.values() if self.held(grant, now_ms))
             raise KernelError(
                 CAPACITY_UNAVAILABLE,
                 f"permit pool {pool.name!r} has {pool.units_total - in_use} of {pool.units_total} units free, {units} asked",
@@ -178,11 +187,20 @@ class PoolTable:
         })
         return records
 
+    def decide_ended(self, pool: Pool, now_ms: int) -> list[dict]:
+        """Expiry records for the grants of `pool` that ended unrecorded (a lease ran out, or the
+        delivery a grant was taken with ended)."""
+        return [self._ended("grant.expired", grant, now_ms) for grant in pool.grants.values() if not self.held(grant, now_ms)]
+
     def current(self, grant_id: str, token: str, now_ms: int) -> Grant:
         grant = self._grants.get(grant_id)
         if grant is None or grant.token != token:
             raise KernelError(STALE_CLAIM, f"token is not the current one for grant {grant_id!r}")
-        if not grant.held_at(now_ms):
+        if grant.message_id is not None:
+            raise KernelError(
+                CONFLICT, f"grant {grant_id!r} was taken with delivery {grant.message_id}: renew or settle the delivery"
+            )
+        if not self.held(grant, now_ms):
             raise KernelError(STALE_CLAIM, f"the lease on grant {grant_id!r} has ended")
         return grant
 
@@ -200,7 +218,7 @@ class PoolTable:
 
     def decide_expire(self, grant_id: str, token: str, now_ms: int) -> dict | None:
         grant = self._grants.get(grant_id)
-        if grant is None or grant.token != token or grant.held_at(now_ms):
+        if grant is None or grant.token != token or self.held(grant, now_ms):
             return None
         return self._ended("grant.expired", grant, now_ms)
 
@@ -213,6 +231,8 @@ class PoolTable:
         that may have been alive gets at least `grace_ms` from now, as a renewal."""
         records: list[dict] = []
         for grant in sorted(self._grants.values(), key=lambda grant: (grant.expires_ms, grant.id)):
+            if grant.message_id is not None:
+                continue  # its delivery's lease has the restart rule
             if grant.expires_ms <= newest_ms:
                 records.append(self._ended("grant.expired", grant, now_ms))
             elif grant.expires_ms < now_ms + grace_ms:
@@ -234,7 +254,7 @@ class PoolTable:
         grant = Grant(record)
         pool = self._pools[grant.pool_id]
         assert grant.id not in self._grants, "a grant id is handed out once"
-        assert pool.in_use_at(grant.acquired_ms) + grant.units <= pool.units_total, "a grant never takes a pool over its units"
+        assert self.in_use(pool, grant.acquired_ms) + grant.units <= pool.units_total, "a grant never takes a pool over its units"
         pool.grants[grant.id] = self._grants[grant.id] = grant
         return grant
 

@@ -134,6 +134,16 @@ class AllowanceTable:
             raise KernelError(NOT_FOUND, f"allowance {allowance_id!r} not found")
         return allowance
 
+    def find(self, name: str) -> Allowance:
+        allowance = self._by_name.get(name)
+        if allowance is None:
+            raise KernelError(NOT_FOUND, f"allowance {name!r} not found")
+        return allowance
+
+    def waiting_at(self, allowance: Allowance, now_ms: int) -> int:
+        """Waiters ahead of any new taker: those still waiting whose TTL has not run out."""
+        return sum(1 for waiter_id in allowance.queue if now_ms < self._waiters[waiter_id].expires_ms)
+
     def waiter(self, waiter_id: str) -> Waiter:
         waiter = self._waiters.get(waiter_id)
         if waiter is None:
@@ -233,7 +243,7 @@ class AllowanceTable:
             )
         window_start = allowance.window_at(now_ms)
         remaining = allowance.remaining_at(now_ms)
-        waiting = sum(1 for waiter_id in allowance.queue if now_ms < self._waiters[waiter_id].expires_ms)
+        waiting = self.waiting_at(allowance, now_ms)
         if units > remaining or waiting:
             ahead = f", {waiting} waiter(s) ahead" if waiting else ""
             raise KernelError(

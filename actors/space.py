@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .boot import BootInfo
+from .admission import FREEING, WAKE_TIMER, on_wake_timer  # -- capacity --
 from .capacity import CAPACITY_APPLY, CAPACITY_TIMERS, CapacityCommands  # -- capacity --
 from .claiming import LEASE_TIMER, ClaimCommands
 from .claims import ClaimTable
@@ -62,12 +63,23 @@ class SpaceState:
         self.work = WorkCommands(space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self._commit)
         # -- capacity --
         self.capacity = CapacityCommands(space_id, limits, self.scopes, self.tasks, self._commit)
+        self.work.needs_admission = self.capacity.needs_admission
+        messages = self.messages
+
+        def delivery_held(message_id: str, token: str, now_ms: int) -> bool:
+            message = messages.find(message_id)
+            return message is not None and message.state == "LEASED" and message.token == token and now_ms < message.expires_ms
+
+        self.capacity.pools.delivery_held = delivery_held
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
         for record in records:
             record["space"] = self.id
             self.apply(record)
             outcome.records.append(record)
+        # -- capacity --: capacity given back wakes the admissions parked for it.
+        if self.capacity.wakeups and any(record["type"] in FREEING for record in records):
+            outcome.pokes.extend(self.capacity.take_wakeups())
         return outcome
 
     # -- scopes ---------------------------------------------------------------------------------
@@ -194,6 +206,7 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
     # -- capacity --
     **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.capacity, ident, marker, now_ms))(handler)
        for kind, handler in CAPACITY_TIMERS.items()},
+    WAKE_TIMER: on_wake_timer,
 }
 
 _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {

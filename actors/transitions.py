@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import commands as c
+from . import admission  # -- capacity --
 from .capacity import CapacityCommands  # -- capacity --
 from .claiming import ClaimCommands
 from .outcome import Outcome
@@ -41,12 +42,16 @@ def _submit_task(state: Any, command: c.SubmitTask, now_ms: int) -> Outcome:
     """A submit, held to its work limit: a task it creates is counted on the limit in the same
     turn, in the same batch of records, so no crash can count it without creating it or the reverse."""
     space = state.space(command.space)
-    if command.work_limit is None or space.tasks.by_key(command.scope_id, command.key) is not None:
+    if (command.work_limit is None and command.requirements is None) or space.tasks.by_key(command.scope_id, command.key) is not None:
         return space.work.submit_task(command, now_ms)
-    limit = space.capacity.check_work_limit(command.work_limit)
+    limit = None if command.work_limit is None else space.capacity.check_work_limit(command.work_limit)
+    needs = admission.requirements_record(space, command, now_ms)
     outcome = space.work.submit_task(command, now_ms)
     if outcome.reply["created"]:
-        space.capacity.count_task(outcome, limit, command.task_id, now_ms)
+        if needs is not None:
+            space._commit(outcome, needs)
+        if limit is not None:
+            space.capacity.count_task(outcome, limit, command.task_id, now_ms)
     return outcome
 # -- capacity (end) --
 
@@ -89,6 +94,7 @@ TRANSITIONS: dict[type, Transition] = {
     c.Reserve: _capacity(CapacityCommands.reserve),
     c.Settle: _capacity(CapacityCommands.settle),
     c.Void: _capacity(CapacityCommands.void),
+    c.Admit: lambda state, command, now_ms: admission.admit(state.space(command.space), command, now_ms),
     # -- capacity (end) --
     c.FireTimer: lambda state, command, now_ms: state.space(command.on[1]).fire(command.tag, command.marker, now_ms),
 }

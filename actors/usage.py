@@ -122,7 +122,7 @@ NOT_COUNTED = frozenset(
     {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image", "workkey.image",
      # -- capacity --
      "pool.image", "allowance.image", "waiter.image", "work_limit.image", "budget.image", "reservation.image",
-     "work_limit.counted"}
+     "work_limit.counted", "task.requirements"}
 )
 
 CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED

@@ -27,7 +27,7 @@ def capacity_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
             continue
         for pool in part.pools.all():
             total.add_metric([space_id, pool.name], pool.units_total)
-            in_use.add_metric([space_id, pool.name], pool.in_use_at(now_ms))
+            in_use.add_metric([space_id, pool.name], part.pools.in_use(pool, now_ms))
         for allowance in part.allowances.all():
             remaining.add_metric([space_id, allowance.name], allowance.remaining_at(now_ms))
             waiting.add_metric([space_id, allowance.name], len(allowance.queue))

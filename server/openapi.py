@@ -254,6 +254,15 @@ def _capacity_components() -> dict:
                 "id": text, "scopeId": text, "state": text, "reservedMinor": minor, "holder": text,
             })}},
         ),
+        "Admission": _obj(
+            {
+                "taskId": _nullable(text), "messageId": text, "scopeId": text, "payload": {"description": "the task's input"},
+                "attempt": integer, "token": text, "leaseExpiresAt": _TS, "leaseSeconds": integer,
+                "grants": {"type": "array", "items": _obj({"grantId": text, "permitId": text, "name": text, "units": integer, "leaseExpiresAt": _TS})},
+                "consumptions": {"type": "array", "items": _obj({"consumptionId": text, "allowanceId": text, "name": text, "units": integer, "windowStart": _TS})},
+                "reservations": {"type": "array", "items": text},
+            }
+        ),
         "Reservation": _obj({
             "reservationId": text, "budgetId": text, "scopeId": text, "holder": text,
             "state": {"enum": ["ACTIVE", "SETTLED", "VOIDED", "RELEASED"]}, "reservedMinor": minor,

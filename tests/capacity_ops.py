@@ -10,7 +10,7 @@ from runstate.actors import commands as c
 
 from .ops import _Ops
 
-__all__ = ["PoolOps", "QuotaOps", "WorkLimitOps", "BudgetOps"]
+__all__ = ["PoolOps", "QuotaOps", "WorkLimitOps", "BudgetOps", "AdmitOps"]
 
 
 class PoolOps(_Ops):
@@ -89,3 +89,17 @@ class BudgetOps(_Ops):
 
     def list(self, space: str) -> list[dict]:
         return reads.budgets(self._kernel, space)
+
+
+class AdmitOps(_Ops):
+    async def submit(self, space: str, *, scope_id, mailbox_id, key, task_input=None, requirements=None, work_limit=None, idem=None) -> dict:
+        return await self._submit(
+            c.SubmitTask, idem, space=space, scope_id=scope_id, mailbox_id=mailbox_id, key=key, task_input=task_input,
+            requirements=requirements, work_limit=work_limit,
+        )
+
+    async def admit(self, space: str, *, mailbox_id, scope_id, holder="w", session="s", lease_s=30, wait_ms=None, idem=None):
+        return await self._submit(
+            c.Admit, idem, space=space, mailbox_id=mailbox_id, scope_id=scope_id, holder=holder, session=session,
+            lease_s=lease_s, wait_ms=wait_ms,
+        )

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ...actors import capacity_reads as reads
 from ...actors import commands as c
-from ..api import Doc, Reply, endpoint
+from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
 
@@ -120,3 +120,11 @@ endpoint(router, "POST", BASE + "/budgets/{budget_id}/void", Doc(
     "Give back what the reservation still holds (idempotent per workKey)", (Reply(200, "Reservation"),), c.Void,
     errors=ERRORS, idempotent=True, group=G,
 ))
+
+# -- admission -------------------------------------------------------------------------------------
+
+endpoint(router, "POST", BASE + "/tasks/admit", Doc(
+    "Lease the oldest task delivery whose requirements all fit, taking them with it (a long poll with waitMs)",
+    (Reply(200, "Admission", "Admitted"), Reply(204, NO_CONTENT, "Nothing can be admitted (after waiting up to waitMs)")),
+    c.Admit, errors=ERRORS, idempotent=True, group="Tasks",
+), long_poll=True)

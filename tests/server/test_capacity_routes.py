@@ -91,8 +91,12 @@ async def test_work_limits_over_http(api):
     assert status == 201
     status, headers, body = await api.post("/tasks", {**task, "taskKey": "b"})
     assert status == 409 and body["error"]["code"] == "BACKLOG_FULL" and "retry-after" in headers
-    status, _, body = await api.post("/tasks", {**task, "taskKey": "c", "requirements": {"pools": []}})
-    assert status == 400, "admission is not served: requirements are refused rather than ignored"
+    plain = {"scopeId": run, "mailboxId": mailbox["id"]}
+    status, _, body = await api.post("/tasks", {**plain, "taskKey": "c", "requirements": {"pools": [{"name": "nope", "units": 1}]}})
+    assert status == 404 and body["error"]["code"] == "NOT_FOUND"
+    for bad in ({"gpus": []}, {"pools": [{"units": 1}]}, {"budgets": [{"name": "b", "reserveMinor": 5}]}, [1]):
+        status, _, body = await api.post("/tasks", {**plain, "taskKey": "c", "requirements": bad})
+        assert status == 400 and body["error"]["code"] == "VALIDATION_FAILED", bad
 
 
 async def test_budgets_over_http(api):
