@@ -408,3 +408,50 @@ class BudgetRef(_Named):
         }
         view = (await self._ctx.call("POST", f"/budgets/{budget['id']}/reserve", body=body)).body
         return BudgetReservation(self._ctx, budget["id"], budget["scale"], view)
+
+
+# -- admission -----------------------------------------------------------------------------------------
+
+
+class AdmittedWork:
+    """An admitted task delivery and what was taken with it: `task`, `delivery`, `resources`
+    (`grants`, `consumptions`, `reservations`), `attempt`. The grants share the delivery's lease:
+    renew the delivery (`delivery.renew()`) and they stay held; settle it and they are given back."""
+
+    __slots__ = ("task", "delivery", "resources", "attempt")
+
+    def __init__(self, task: Any, delivery: Any, resources: dict, attempt: int) -> None:
+        self.task = task
+        self.delivery = delivery
+        self.resources = resources
+        self.attempt = attempt
+
+    def __repr__(self) -> str:
+        return f"AdmittedWork(task={self.task.id!r}, attempt={self.attempt})"
+
+
+async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> AdmittedWork | None:
+    """`MailboxRef.admit`: the oldest task delivery whose requirements all fit, with them; None when
+    nothing can be admitted (within `wait_ms`, a long poll the server wakes when capacity frees)."""
+    from .mailboxes import Delivery
+    from .tasks import TaskTicket
+
+    ctx = mailbox._ctx
+    body = {
+        "scopeId": mailbox.scope_id, "mailboxId": await mailbox.resolve_id(), "holder": ctx.holder,
+        "holderSession": ctx.session, "leaseSeconds": lease_seconds, "waitMs": wait_ms if wait_ms > 0 else None,
+    }
+    reply = await ctx.call("POST", "/tasks/admit", body=body, wait_ms=max(wait_ms, 0))
+    if reply.status == 204:
+        return None
+    admitted = reply.body
+    raw = {
+        "message": {
+            "id": admitted["messageId"], "scopeId": mailbox.scope_id, "payload": admitted["payload"],
+            "attempt": admitted["attempt"], "deadline": None, "taskId": admitted["taskId"],
+        },
+        "token": admitted["token"],
+    }
+    resources = {k: admitted.get(k, []) for k in ("grants", "consumptions", "reservations")}
+    task = TaskTicket(ctx, admitted["taskId"], mailbox.scope_id) if admitted["taskId"] else None
+    return AdmittedWork(task, Delivery(ctx, raw), resources, admitted["attempt"])

@@ -174,8 +174,44 @@ async def budgets():
         "voided": voided, "status": status,
     }
 
+async def admission():
+    a, w = client("admit-a"), client("admit-worker")
+    await a.pools.ensure("adm-gpu", capacity=1)
+    await a.quotas.ensure("adm-llm", units_per_window=10, window_seconds=60)
+    await a.budgets.ensure("adm-spend", currency="USD", scale=2, limit="5.00")
+    await a.mailboxes.ensure("adm-jobs")
+    run = await a.scopes.create(name="admission")
+    box = a.scope(run.id).mailbox("adm-jobs")
+    needs = {"pools": [{"name": "adm-gpu", "units": 1}], "quotas": [{"name": "adm-llm", "units": 2}], "budgets": [{"name": "adm-spend", "reserveMinor": "150"}]}
+    first = await box.submit({"n": 1}, key="a", requirements=needs)
+    second = await box.submit({"n": 2}, key="b", requirements=needs)
+    plain = await w.scope(run.id).mailbox("adm-jobs").receive()
+    work = await w.scope(run.id).mailbox("adm-jobs").admit()
+    admitted_view = await first.await_admission(timeout_ms=5000)
+    pool_during = (await a.scope(run.id).pool("adm-gpu").status())["unitsAvailable"]
+    await work.delivery.renew()
+    started = time.monotonic()
+
+    async def finish_first():
+        await asyncio.sleep(1.5)
+        await work.delivery.complete({"payload": "first done"})
+    finishing = asyncio.ensure_future(finish_first())
+    nxt = await w.scope(run.id).mailbox("adm-jobs").admit(wait_ms=10000)
+    woke_after = time.monotonic() - started
+    await finishing
+    await nxt.delivery.complete()
+    empty = await w.scope(run.id).mailbox("adm-jobs").admit()
+    results["admission"] = {
+        "plain": plain, "task": work.task.id, "first": first.id, "second": second.id, "payload": work.delivery.data,
+        "attempt": work.attempt, "resources": work.resources, "admitted_state": admitted_view["state"],
+        "pool_during": pool_during, "next_task": nxt.task.id, "woke_after": woke_after,
+        "first_result": await first.result(timeout_ms=5000), "empty": empty,
+        "pool_after": (await a.scope(run.id).pool("adm-gpu").status())["unitsAvailable"],
+        "budget": await a.scope(run.id).budget("adm-spend").status(),
+    }
+
 async def main():
-    await asyncio.gather(pools(), quotas(), work_limits(), budgets())
+    await asyncio.gather(pools(), quotas(), work_limits(), budgets(), admission())
     print(json.dumps(results))
 
 asyncio.run(main())
@@ -268,3 +304,25 @@ def test_budgets_reserve_settle_void_in_exact_minor_units(outcome):
     assert budgets["voided"]["state"] == "VOIDED" and budgets["voided"]["reservedMinor"] == "0"
     status = budgets["status"]
     assert (status["spentMinor"], status["reservedMinor"], status["availableMinor"]) == ("125", "0", "2375")
+
+
+def test_admit_delivers_a_task_with_its_grants_consumptions_and_reservations(outcome):
+    """submit(requirements=) is left alone by receive(); admit() leases it with everything it names;
+    the task is RUNNING (await_admission); the grant lives with the delivery and goes when it completes."""
+    admission = outcome["admission"]
+    assert admission["plain"] is None and admission["task"] == admission["first"]
+    assert admission["payload"] == {"n": 1} and admission["attempt"] == 1 and admission["admitted_state"] == "RUNNING"
+    resources = admission["resources"]
+    assert [g["units"] for g in resources["grants"]] == [1] and [c["units"] for c in resources["consumptions"]] == [2]
+    assert len(resources["reservations"]) == 1 and isinstance(resources["reservations"][0], str)
+    assert admission["pool_during"] == 0 and admission["pool_after"] == 1
+    assert admission["first_result"]["state"] == "SUCCEEDED" and admission["first_result"]["outcome"] == "first done"
+    assert admission["budget"]["reservedMinor"] == "300"
+
+
+def test_a_waiting_admit_is_woken_when_the_grant_frees(outcome):
+    """admit(wait_ms=10000) parks while the pool is full and returns the next task right after the
+    first delivery completes (about 1.5 s), not at the end of its wait; then nothing is left (None)."""
+    admission = outcome["admission"]
+    assert admission["next_task"] == admission["second"] and 1.2 <= admission["woke_after"] < 4
+    assert admission["empty"] is None

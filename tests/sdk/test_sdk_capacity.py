@@ -135,3 +135,36 @@ def test_pools_under_asyncio_in_real_time():
             return (await run.pool("gpu").status())["unitsAvailable"]
 
     assert asyncio.run(main()) == 1
+
+
+@pytest.mark.trio
+async def test_submit_with_requirements_then_admit(autojump_clock):
+    """submit(..., requirements=) then mailbox.admit(): the delivery comes with its grant and
+    consumption; a second admit waits (long poll) until the first completes."""
+    async with testing.serve() as rs:
+        await rs.pools.ensure("gpu", capacity=1)
+        await rs.quotas.ensure("llm", units_per_window=10, window_seconds=60)
+        await rs.mailboxes.ensure("jobs")
+        run = await rs.scopes.create(name="admission")
+        box = run.mailbox("jobs")
+        needs = {"pools": [{"name": "gpu", "units": 1}], "quotas": [{"name": "llm", "units": 2}]}
+        first_ticket = await box.submit({"n": 1}, key="a", requirements=needs)
+        await box.submit({"n": 2}, key="b", requirements=needs)
+        assert await box.receive() is None, "recv leaves tasks with requirements to admit"
+        work = await box.admit()
+        assert work.task.id == first_ticket.id and work.delivery.data == {"n": 1}
+        assert work.resources["grants"][0]["units"] == 1 and work.resources["consumptions"][0]["units"] == 2
+        assert (await first_ticket.status())["state"] == "RUNNING"
+        results = []
+
+        async def second():
+            results.append(await box.admit(wait_ms=20_000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(second)
+            await trio.sleep(3)
+            assert results == []
+            await work.delivery.complete()
+        assert results[0].delivery.data == {"n": 2}
+        await results[0].delivery.complete()
+        assert (await first_ticket.result())["state"] == "SUCCEEDED"
