@@ -56,6 +56,7 @@ class World:
         from .capacity import CapacityBook  # -- capacity --
 
         self.capacity = CapacityBook(oracle)
+        self.admission_runs: list[str] = []
 
     def rng(self, name: str) -> random.Random:
         return random.Random(f"{self.seed}:{name}")

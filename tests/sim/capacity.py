@@ -16,7 +16,9 @@ server believes):
   the budget's limit at any reservation.
 
 Agents here use their own runs, which the manager never ends: a scope's end drops its grants,
-which no holder is told of.
+which no holder is told of. Admitted tasks share the pool, the allowance and the budget with the
+direct holders: their grants (bound to the delivery, surely held until the delivery's known lease
+end or a settlement sent) and consumptions count in the same invariants.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import trio
 
 from .cluster import now_ms
 
-__all__ = ["CapacityBook", "pooler", "quota_taker", "spender", "POOL_UNITS", "QUOTA_LIMIT", "BUDGET_LIMIT"]
+__all__ = [
+    "CapacityBook", "pooler", "quota_taker", "spender", "admission_submitter", "admitter", "POOL_UNITS", "QUOTA_LIMIT", "BUDGET_LIMIT",
+]
 
 POOL_UNITS = 3
 QUOTA_LIMIT, QUOTA_WINDOW_S = 4, 5
@@ -58,6 +62,7 @@ class CapacityBook:
         self.waiters: dict[str, tuple[int, int]] = {}  # waiter id -> (registered at, granted window)
         self.settled = 0
         self.reservations: dict[str, list] = {}  # id -> [amount still held, surely held until (ms)]
+        self.admissions = 0
 
     # -- pools ----------------------------------------------------------------------------------
 
@@ -280,4 +285,88 @@ async def spender(world: Any, name: str) -> None:
                 book.settled_amount(spent)
                 break
         await world.call(name, "void rest", lambda: reservation.void(usage_key=f"{name}-{number}-rest"))
+    await rs.aclose()
+
+
+async def admission_submitter(world: Any, name: str) -> None:
+    """Submits tasks that need pool units, and sometimes quota units and a budget amount, to its own run."""
+    rng: random.Random = world.rng(name)
+    rs = world.client(name)
+    await world.ready.wait()
+    await _must(world, name, "ensure pool", lambda: rs.pools.ensure("slots", capacity=POOL_UNITS))
+    await _must(world, name, "ensure quota", lambda: rs.quotas.ensure("calls", units_per_window=QUOTA_LIMIT, window_seconds=QUOTA_WINDOW_S))
+    await _must(world, name, "ensure budget", lambda: rs.budgets.ensure("spend", currency="USD", scale=2, limit="10.00"))
+    run = await _own_run(world, name, rs)
+    world.admission_runs.append(run.id)
+    box = rs.scope(run.id).mailbox_by_id(world.mailboxes["work"])
+    number = 0
+    while world.running:
+        await trio.sleep(rng.expovariate(1 / 3.0))
+        number += 1
+        needs: dict = {"pools": [{"name": "slots", "units": rng.choice([1, 1, 2, 3])}]}
+        if rng.random() < 0.5:
+            needs["quotas"] = [{"name": "calls", "units": rng.choice([1, 2])}]
+        if rng.random() < 0.3:
+            needs["budgets"] = [{"name": "spend", "reserveMinor": str(rng.randint(1, 200))}]
+        ok, ticket = await world.call(name, "submit admission task", lambda: box.submit({"n": number}, key=f"{name}-{number}", requirements=needs))
+        if ok:
+            world.log(name, f"submitted {ticket.id} needing {needs}")
+    await rs.aclose()
+
+
+async def admitter(world: Any, name: str) -> None:
+    """Admits tasks (long polls included) and completes, retries, renews past the lease, or vanishes;
+    settles or voids what was reserved for them."""
+    rng: random.Random = world.rng(name)
+    book: CapacityBook = world.capacity
+    rs = world.client(name)
+    await world.ready.wait()
+    budget = await _must(world, name, "ensure budget", lambda: rs.budgets.ensure("spend", currency="USD", scale=2, limit="10.00"))
+    while world.running:
+        if not world.admission_runs:
+            await trio.sleep(0.5)
+            continue
+        run_id = rng.choice(world.admission_runs)
+        lease_s, wait_ms = rng.choice([5, 10]), rng.choice([0, 2_000, 10_000])
+        body = {"scopeId": run_id, "mailboxId": world.mailboxes["work"], "holder": name, "holderSession": rs.session,
+                "leaseSeconds": lease_s, "waitMs": wait_ms or None}
+        ok, reply = await world.call(name, "admit", lambda: rs._ctx.call("POST", "/tasks/admit", body=body, wait_ms=wait_ms))
+        if not ok or reply.status == 204:
+            await trio.sleep(rng.uniform(0.1, 1.0))
+            continue
+        admitted = reply.body
+        message_id, token = admitted["messageId"], admitted["token"]
+        for grant in admitted["grants"]:
+            book.granted(name, {**grant, "leaseExpiresAt": admitted["leaseExpiresAt"]}, lease_s)
+        for consumption in admitted["consumptions"]:
+            book.consumed(consumption["consumptionId"], consumption["windowStart"], consumption["units"])
+        for reservation_id in admitted["reservations"]:
+            book.reserved(reservation_id, 0, now_ms())  # its amount is not in the answer: counted as spent when settled
+        book.admissions += 1
+        world.log(name, f"admitted {message_id} with {[g['units'] for g in admitted['grants']]} units")
+        mode = rng.choices(["complete", "slow", "retry", "vanish"], [6, 2, 2, 1])[0]
+        if mode == "vanish":
+            await rs.aclose()
+            rs = world.client(name)
+            continue
+        if mode == "slow":
+            for _ in range(rng.randint(2, 3)):
+                await trio.sleep(lease_s / 3)
+                ok, renewed = await world.call(name, "renew", lambda: rs._ctx.call("POST", f"/messages/{message_id}/renew", body={"token": token, "leaseSeconds": lease_s}))
+                if not ok:
+                    break
+                for grant in admitted["grants"]:
+                    book.extended(grant["grantId"], wall_ms(renewed.body["leaseExpiresAt"]))
+        else:
+            await trio.sleep(rng.uniform(0, 0.8 * lease_s))
+        for grant in admitted["grants"]:
+            book.letting_go(grant["grantId"])
+        action, settle = ("nack", {"token": token, "retry": True}) if mode == "retry" else ("complete", {"token": token})
+        await world.call(name, action, lambda: rs._ctx.call("POST", f"/messages/{message_id}/{action}", body=settle))
+        for reservation_id in admitted["reservations"]:  # what was reserved for it: spend some, give the rest back
+            spent = rng.randint(0, 5)
+            ok, view = await world.call(name, "settle", lambda: rs._ctx.call("POST", f"/budgets/{budget['id']}/settle", body={"reservationId": reservation_id, "amountMinor": str(spent), "workKey": f"{reservation_id}-s"}))
+            if ok and view.body["settledMinor"] == str(spent):
+                book.settled_amount(spent)
+            await world.call(name, "void", lambda: rs._ctx.call("POST", f"/budgets/{budget['id']}/void", body={"reservationId": reservation_id, "workKey": f"{reservation_id}-v"}))
     await rs.aclose()

@@ -166,6 +166,7 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         "consumptions": len(holder["world"].capacity.consumptions),
         "waiters_granted": sum(1 for _, window in holder["world"].capacity.waiters.values() if window >= 0),
         "reservations": len(holder["world"].capacity.reservations),
+        "admissions": holder["world"].capacity.admissions,
     }
     return SeedResult(seed, fsync, holder.get("virtual_s", 0.0), time.perf_counter() - started, oracle.violations, trace, stats)
 
@@ -192,11 +193,14 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
             for number in range(4):
                 people.start_soon(agents.worker, world, f"worker{number}")
             # -- capacity --
-            for number in range(3):
+            for number in range(2):
                 people.start_soon(capacity.pooler, world, f"pooler{number}")
             for number in range(2):
                 people.start_soon(capacity.quota_taker, world, f"quota{number}")
                 people.start_soon(capacity.spender, world, f"spender{number}")
+            people.start_soon(capacity.admission_submitter, world, "admsubmit")
+            for number in range(2):
+                people.start_soon(capacity.admitter, world, f"admitter{number}")
             people.start_soon(agents.crasher, world, "crasher", crash_mean_s)
             people.start_soon(agents.auditor, world, "auditor")
             with trio.move_on_at(virtual_s + 120) as watchdog:  # agents finish what they hold
