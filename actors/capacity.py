@@ -326,6 +326,13 @@ class CapacityCommands:
     def is_empty(self) -> bool:
         return not (len(self.pools) or len(self.allowances) or len(self.work_limits) or len(self.budgets) or self.requirements)
 
+    def serve_timers(self, at_ms: int) -> Iterator[Timer]:
+        """A serve at `at_ms` for every allowance with waiters (a scope's end may have removed the
+        head of a queue, so those behind it may fit now)."""
+        for allowance in self.allowances.all():
+            if allowance.queue:
+                yield Timer(at_ms, self._actor, (SERVE_TIMER, allowance.id), at_ms)
+
     def cascade_scope_ended(self, scope_ids: list[str], at_ms: int) -> None:
         """Applied with `scope.ended`: grants of the subtree give their units back, its waiters are
         CANCELLED. Budget reservations stay until settled, voided or their settleBy passes: the

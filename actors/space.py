@@ -116,6 +116,7 @@ class SpaceState:
         waiting = self.messages.waiting_in_scopes(subtree)
         outcome = self._commit(Outcome(), record)
         outcome.pokes.extend(self.work.queue_actors(subtree))
+        outcome.timers.extend(self.capacity.serve_timers(record["at_ms"]))  # -- capacity --
         for message in waiting:
             if message.task_id is not None:
                 outcome.timers.extend(self.work.task_timers(self.tasks.get(message.task_id)))

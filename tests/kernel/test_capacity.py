@@ -306,3 +306,18 @@ async def test_replaying_the_journal_rebuilds_capacity_exactly(world, autojump_c
     assert sorted(map(repr, replayed.space(SPACE).capacity.timers())) == timers == sorted(map(repr, imaged.capacity.timers()))
     view = world.pools.list(SPACE)[0]
     assert view["unitsInUse"] == 2, "the 5 s grant expired, the other scope's grant went with its scope"
+
+
+async def test_a_scope_end_cancels_its_waiters_and_serves_those_behind_them(world, autojump_clock):
+    """A waiter of an ended run is CANCELLED; the next waiter, which fits, is granted at once."""
+    run = await world.scopes.create(SPACE)
+    other = await world.scopes.create(SPACE)
+    allowance = await world.quotas.create(SPACE, name="q", units_limit=4, window_s=600)
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=2)
+    head = await world.quotas.wait(SPACE, allowance["id"], scope_id=other["id"], units=4, ttl_s=300)
+    behind = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=2, ttl_s=300)
+    assert behind["state"] == "WAITING"
+    await world.scopes.cancel(SPACE, other["id"])
+    await trio.sleep(0.001)
+    assert world.quotas.waiter(SPACE, head["waiterId"])["state"] == "CANCELLED"
+    assert world.quotas.waiter(SPACE, behind["waiterId"])["state"] == "GRANTED"
