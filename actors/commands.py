@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import STALE_CLAIM, VALIDATION_FAILED, KernelError, quote
-from .fields import BOOLEAN, INTEGER, JSON, TEXT, TIMESTAMP, body, check_space_id, check_text, drawn, path, query
+from .fields import BOOLEAN, INTEGER, JSON, MINOR, TEXT, TIMESTAMP, body, check_space_id, check_text, drawn, path, query
 from .limits import Limits
 from .mailboxes import MODES
 from .once import once_actor
@@ -34,6 +34,9 @@ __all__ = [
     "CompleteDelivery", "NackDelivery", "RenewDelivery", "SubmitTask", "CancelTask", "JoinTask",
     "DetachTask", "FireTimer", "EnsureRun", "EnsureMailbox", "WaitTask", "AcquireOnce", "WaitOnce", "RenewOnce",
     "CompleteOnce", "FailOnce", "KEYS_ACTOR", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor",
+    # -- capacity --
+    "capacity_actor", "CreatePool", "AcquireGrant", "RenewGrant", "ReleaseGrant", "CreateAllowance", "Consume",
+    "WaitAllowance", "CancelWaiter", "Cooldown", "CreateWorkLimit", "CreateBudget", "Reserve", "Settle", "Void", "Admit",
 ]
 
 # A key's spaces are recorded with it; a key for every space is the admin key's job.
@@ -326,10 +329,15 @@ class SubmitTask(Command):
     task_input: Any = body("input", JSON, required=False)
     deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
     subscriber_id: str | None = body("subscriberId", required=False, length_max="holder_len_max")
-    # Taken by admission (pools, quotas, budgets), which this server does not serve yet: refusing
-    # them beats delivering the task without what it asked for.
-    requirements: Any = body("requirements", JSON, required=False, description="not supported by this server yet")
-    work_limit: Any = body("workLimit", JSON, required=False, description="not supported by this server yet")
+    # -- capacity --: what admission takes with the task (`admission.py`); recv never delivers it.
+    requirements: Any = body(
+        "requirements", JSON, required=False,
+        description="an object of pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+    )
+    # -- capacity --
+    work_limit: str | None = body(
+        "workLimit", required=False, length_max="name_len_max", description="the name (or id) of a work limit"
+    )
     task_id: str = drawn("tk_")
     message_id: str = drawn("ms_")
 
@@ -337,9 +345,9 @@ class SubmitTask(Command):
         return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
     def check(self, limits: Limits) -> None:
-        for wire, value in (("requirements", self.requirements), ("workLimit", self.work_limit)):
-            if value is not None:
-                raise KernelError(VALIDATION_FAILED, f"field {wire!r} is not supported by this server yet")
+        from .admission import parse_requirements  # -- capacity -- (admission imports this module)
+
+        parse_requirements(self.requirements)
 
 
 @_command
@@ -488,6 +496,171 @@ class FailOnce(Command):
 
     def actor(self, state: Any) -> ActorKey:
         return once_actor(self.space, self.scope_id, self.key)
+# -- capacity --
+# Every command on a pool, an allowance, a work limit or a budget runs on the space's one capacity
+# actor, so a name is created once and each decision sees every earlier one (docs/design-capacity.md).
+
+
+def capacity_actor(space: str) -> ActorKey:
+    return ("capacity", space)
+
+
+class _Capacity(Command):
+    __slots__ = ()
+
+    def actor(self, state: Any) -> ActorKey:
+        return capacity_actor(self.space)  # type: ignore[attr-defined]
+
+
+@_command
+class CreatePool(_Capacity):
+    space: str = path("space")
+    name: str = body("name", length_max="name_len_max")
+    units: int = body("units", INTEGER, minimum=1, maximum="pool_units_max", description="the pool's capacity")
+    pool_id: str = drawn("pm_")
+
+
+@_command
+class AcquireGrant(_Capacity):
+    space: str = path("space")
+    pool_id: str = path("permit_id")
+    scope_id: str = body("scopeId")
+    units: int = body("units", INTEGER, required=False, minimum=1, maximum="pool_units_max", default=1)
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = _lease(default="lease_s_default")
+    grant_id: str = drawn("gr_")
+    token: str = drawn("token")
+
+
+@_command
+class RenewGrant(_Capacity):
+    space: str = path("space")
+    grant_id: str = path("grant_id")
+    token: str = body("token")
+    lease_s: int | None = _lease()
+
+
+@_command
+class ReleaseGrant(_Capacity):
+    space: str = path("space")
+    grant_id: str = path("grant_id")
+    token: str = body("token")
+    observation: Any = body("observation", JSON, required=False)
+
+
+@_command
+class CreateAllowance(_Capacity):
+    space: str = path("space")
+    name: str = body("name", length_max="name_len_max")
+    units_limit: int = body("unitsLimit", INTEGER, minimum=1, maximum="allowance_units_max")
+    window_s: int = body("windowSeconds", INTEGER, minimum=1, maximum="window_s_max")
+    allowance_id: str = drawn("al_")
+
+
+@_command
+class Consume(_Capacity):
+    space: str = path("space")
+    allowance_id: str = path("allowance_id")
+    scope_id: str = body("scopeId")
+    units: int = body("units", INTEGER, required=False, minimum=1, maximum="allowance_units_max", default=1)
+    holder: str = body("holder", length_max="holder_len_max")
+    consumption_id: str = drawn("cs_")
+
+
+@_command
+class WaitAllowance(_Capacity):
+    """Register a durable waiter, granted first come, first served (at once if nothing is ahead)."""
+
+    space: str = path("space")
+    allowance_id: str = path("allowance_id")
+    scope_id: str = body("scopeId")
+    units: int = body("units", INTEGER, required=False, minimum=1, maximum="allowance_units_max", default=1)
+    holder: str = body("holder", length_max="holder_len_max")
+    ttl_s: int = body("ttlSeconds", INTEGER, minimum="waiter_ttl_s_min", maximum="waiter_ttl_s_max")
+    waiter_id: str = drawn("aw_")
+
+
+@_command
+class CancelWaiter(_Capacity):
+    space: str = path("space")
+    waiter_id: str = path("waiter_id")
+
+
+@_command
+class Cooldown(_Capacity):
+    space: str = path("space")
+    allowance_id: str = path("allowance_id")
+    seconds: int = body("seconds", INTEGER, minimum=1, maximum="cooldown_s_max")
+    reason: str | None = _reason("reason")
+
+
+@_command
+class CreateWorkLimit(_Capacity):
+    space: str = path("space")
+    name: str = body("name", length_max="name_len_max")
+    scope_id: str = body("scopeId")
+    max_outstanding: int = body("maxOutstanding", INTEGER, minimum=1, maximum="backlog_limit_max")
+    work_limit_id: str = drawn("wl_")
+
+
+@_command
+class CreateBudget(_Capacity):
+    space: str = path("space")
+    name: str = body("name", length_max="name_len_max")
+    currency: str = body("currency", length_max="currency_len_max")
+    scale: int = body("scale", INTEGER, minimum=0, maximum="budget_scale_max", description="fraction digits")
+    limit: int = body("limitMinor", MINOR)
+    budget_id: str = drawn("bg_")
+
+
+@_command
+class Reserve(_Capacity):
+    space: str = path("space")
+    budget_id: str = path("budget_id")
+    scope_id: str = body("scopeId")
+    holder: str = body("holder", length_max="holder_len_max")
+    amount: int = body("amountMinor", MINOR)
+    settle_by_ms: int | None = body("settleBy", TIMESTAMP, required=False, description="default: {settle_by_s_default} s from now")
+    reservation_id: str = drawn("rs_")
+
+    def check(self, limits: Limits) -> None:
+        if self.amount == 0:
+            raise KernelError(VALIDATION_FAILED, "amountMinor must be more than 0")
+
+
+@_command
+class Settle(_Capacity):
+    space: str = path("space")
+    budget_id: str = path("budget_id")
+    reservation_id: str = body("reservationId")
+    amount: int = body("amountMinor", MINOR)
+    work_key: str = body("workKey", length_max="work_key_len_max")
+
+
+@_command
+class Void(_Capacity):
+    space: str = path("space")
+    budget_id: str = path("budget_id")
+    reservation_id: str = body("reservationId")
+    work_key: str = body("workKey", length_max="work_key_len_max")
+
+
+@_command
+class Admit(Command):
+    """Lease the oldest eligible task delivery with everything its requirements name (a long poll with waitMs)."""
+
+    space: str = path("space")
+    mailbox_id: str = body("mailboxId")
+    scope_id: str = body("scopeId")
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = _lease(default="lease_s_default")
+    wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="capped at {wait_ms_max}")
+    token: str = drawn("delivery-token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
 
 # -- timers ------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from .timestamps import parse_timestamp
 
 __all__ = [
     "Spec", "body", "path", "drawn", "parse", "specs", "schema", "check_text", "check_space_id",
-    "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "query",
+    "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "query", "MINOR",
 ]
 
 # Kinds of field, by their JSON type and what the command keeps.
@@ -40,6 +40,10 @@ BOOLEAN = "boolean"
 TIMESTAMP = "timestamp"  # an RFC 3339 string with a zone, kept as wall milliseconds
 JSON = "json"  # caller data of any JSON type, within the payload limits
 TEXTS = "texts"  # a non-empty list of strings
+MINOR = "minor"  # an amount in minor units: a canonical digit string on the wire, a Python int kept
+
+# An amount has at most this many digits (well past any real budget, and past int64 too).
+MINOR_DIGITS_MAX = 30
 
 # Where a field comes from.
 BODY, PATH, QUERY, DRAWN = "body", "path", "query", "drawn"
@@ -217,7 +221,24 @@ def _read(spec: Spec, value: Any, limits: Limits) -> Any:
         if spec.items_max is not None and len(value) > spec.items_max:
             raise _refuse(f"field {name!r} holds at most {spec.items_max} items")
         return value
+    if kind == MINOR:
+        return read_minor(name, value)
     raise AssertionError(f"no field kind {kind!r}")
+
+
+def read_minor(name: str, value: Any) -> int:
+    """A canonical digit string of minor units (no sign, no leading zeros, "0" for zero) as an int.
+
+    Never a JSON number: a float cannot hold every amount exactly, and the official client sends
+    and compares these as strings.
+    """
+    if not isinstance(value, str):
+        raise _refuse(f"field {name!r} must be a string of decimal digits (minor units), e.g. \"250\"")
+    if not value or len(value) > MINOR_DIGITS_MAX or not value.isascii() or not value.isdigit():
+        raise _refuse(f"field {name!r} must be 1-{MINOR_DIGITS_MAX} decimal digits (minor units), got {quote(value)}")
+    if len(value) > 1 and value[0] == "0":
+        raise _refuse(f"field {name!r} must have no leading zeros, got {quote(value)}")
+    return int(value)
 
 
 def read_field(spec: Spec, data: dict, limits: Limits) -> Any:
@@ -278,7 +299,7 @@ def validate(command: Any, limits: Limits, *, skip: tuple[str, ...] = ()) -> Any
             if value is None:
                 if spec.required and spec.kind != JSON:
                     raise _refuse(f"field {spec.wire!r} is required")
-            elif spec.kind != TIMESTAMP:  # a built command holds the milliseconds already
+            elif spec.kind not in (TIMESTAMP, MINOR):  # a built command holds milliseconds / an int already
                 _read(spec, value, limits)
     command.check(limits)
     return command
@@ -313,6 +334,8 @@ def schema(spec: Spec, limits: Limits) -> dict:
         result = dict(_TIMESTAMP_IN)
     elif kind == JSON:
         result = {"description": f"any JSON value, at most {limits.payload_bytes_max} bytes, {limits.json_depth_max} levels"}
+    elif kind == MINOR:
+        result = {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "maxLength": MINOR_DIGITS_MAX, "description": "minor units"}
     elif kind == TEXTS:
         result = {"type": "array", "items": {"type": "string"}, "minItems": 1}
         if spec.items_max is not None:

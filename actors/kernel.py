@@ -382,6 +382,8 @@ class Kernel:
             return False
 
         if result.empty and not result.records and call.waits and not self.waits_ended:
+            for timer in result.timers:  # a parked call may ask to be looked at again at a time (admission)
+                self.supervisor.arm(timer)
             if call.phase == _QUEUED:
                 call.phase = _WAITING
                 entry.waiters[call] = None

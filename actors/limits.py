@@ -60,6 +60,26 @@ class Limits:
     # A nack's error text and a cancel's reason are kept as `outcomeReason`; 0.3.0 sends up to 2000.
     reason_len_max: int = 2000
 
+    # -- capacity --
+    # Pools, allowances, budgets and work limits a space may hold, and their bounds.
+    pools_max: int = 10_000
+    pool_units_max: int = 1_000_000
+    allowances_max: int = 10_000
+    allowance_units_max: int = 1_000_000_000
+    window_s_max: int = 31 * 86_400
+    # Allowance waiters still waiting, per allowance; and their TTL (the client sends 5-3600).
+    waiters_max: int = 10_000
+    waiter_ttl_s_min: int = 5
+    waiter_ttl_s_max: int = 3600
+    cooldown_s_max: int = 86_400
+    budgets_max: int = 10_000
+    budget_scale_max: int = 18
+    currency_len_max: int = 16
+    # A reservation without `settleBy` is released after this long; a later `settleBy` is refused.
+    settle_by_s_default: int = 3600
+    settle_by_s_max: int = 30 * 86_400
+    work_limits_max: int = 10_000
+
     def replace(self, **changes: object) -> "Limits":
         """A copy with some settings changed; unknown names are a `TypeError`."""
         known = {f.name for f in fields(self)}

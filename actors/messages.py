@@ -272,6 +272,18 @@ class MessageTable:
             return message
         return None
 
+    # -- capacity --
+    def deliverable(self, mailbox_id: str, scope_id: str, now_ms: int) -> Iterator[Message]:
+        """Every message of this queue that can be delivered at `now_ms`, oldest first (admission
+        looks past the head for the oldest whose requirements fit)."""
+        if self.next_deliverable(mailbox_id, scope_id, now_ms) is None:  # promotes what became ready
+            return
+        messages = self._messages
+        for _, gen, message_id in sorted(self._queues[(mailbox_id, scope_id)].ready):
+            message = messages.get(message_id)
+            if message is not None and message.gen == gen and message.state in (QUEUED, DELAYED) and not message.past_deadline(now_ms):
+                yield message
+
     def current(self, message_id: str, token: str, now_ms: int) -> Message:
         """The message `token` holds a running lease on, else STALE_CLAIM (NOT_FOUND if unknown)."""
         message = self.get(message_id)

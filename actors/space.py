@@ -20,6 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .boot import BootInfo
+from .admission import FREEING, WAKE_TIMER, on_wake_timer  # -- capacity --
+from .capacity import CAPACITY_APPLY, CAPACITY_TIMERS, CapacityCommands  # -- capacity --
 from .claiming import LEASE_TIMER, ClaimCommands
 from .claims import ClaimTable
 from .commands import claim_actor, mailboxes_actor, queue_actor, scope_actor
@@ -51,6 +53,7 @@ class SpaceState:
     __slots__ = (
         "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "once", "run_names",
         "claiming", "work", "onces", "runs",
+        "capacity",  # -- capacity --
     )
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
@@ -69,12 +72,25 @@ class SpaceState:
         self.work = WorkCommands(space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self._commit)
         self.onces = OnceCommands(space_id, self.scopes, self.once, self._commit)
         self.runs = RunCommands(space_id, self.scopes, self.run_names, self._commit, self._deadline_timer)
+        # -- capacity --
+        self.capacity = CapacityCommands(space_id, limits, self.scopes, self.tasks, self._commit)
+        self.work.needs_admission = self.capacity.needs_admission
+        messages = self.messages
+
+        def delivery_held(message_id: str, token: str, now_ms: int) -> bool:
+            message = messages.find(message_id)
+            return message is not None and message.state == "LEASED" and message.token == token and now_ms < message.expires_ms
+
+        self.capacity.pools.delivery_held = delivery_held
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
         for record in records:
             record["space"] = self.id
             self.apply(record)
             outcome.records.append(record)
+        # -- capacity --: capacity given back wakes the admissions parked for it.
+        if self.capacity.wakeups and any(record["type"] in FREEING for record in records):
+            outcome.pokes.extend(self.capacity.take_wakeups())
         return outcome
 
     # -- scopes ---------------------------------------------------------------------------------
@@ -114,6 +130,7 @@ class SpaceState:
         outcome = self._commit(Outcome(), record)
         outcome.pokes.extend(claim_actors)
         outcome.pokes.extend(self.work.queue_actors(subtree))
+        outcome.timers.extend(self.capacity.serve_timers(record["at_ms"]))  # -- capacity --
         for message in waiting:
             if message.task_id is not None:
                 outcome.timers.extend(self.work.task_timers(self.tasks.get(message.task_id)))
@@ -140,6 +157,7 @@ class SpaceState:
         yield from self.claiming.timers()
         yield from self.work.timers()
         yield from self.onces.timers()
+        yield from self.capacity.timers()  # -- capacity --
 
     # -- restarts and images -----------------------------------------------------------------------
 
@@ -149,7 +167,8 @@ class SpaceState:
         grace_ms, spread_ms = self.limits.restart_grace_s * 1000, self.limits.restart_spread_s * 1000
         outcome = self.claiming.restart(newest_ms, now_ms, grace_ms, spread_ms)
         for part in (self.work.restart_deliveries(newest_ms, grace_ms, spread_ms, now_ms),
-                     self.onces.restart(newest_ms, now_ms, grace_ms, spread_ms)):
+                     self.onces.restart(newest_ms, now_ms, grace_ms, spread_ms),
+                     self.capacity.restart(newest_ms, now_ms, grace_ms)):  # -- capacity --
             outcome.records.extend(part.records)
             outcome.timers.extend(part.timers)
         return outcome
@@ -166,7 +185,8 @@ class SpaceState:
         for record in self.work.image():
             record["space"] = self.id
             yield record
-        for record in (*self.once.image(), *self.run_names.image()):
+        # Once slots and run names; capacity after the tasks (a work limit counts its tasks by id).
+        for record in (*self.once.image(), *self.run_names.image(), *self.capacity.image()):
             record["space"] = self.id
             yield record
         usage = self.usage
@@ -175,7 +195,10 @@ class SpaceState:
 
     def is_empty(self) -> bool:
         """Nothing recorded here (a space is made on first use, reads included)."""
-        return not len(self.scopes) and not len(self.claims) and self.work.is_empty() and not len(self.once)
+        return (
+            not len(self.scopes) and not len(self.claims) and self.work.is_empty() and not len(self.once)
+            and self.capacity.is_empty()
+        )
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -188,6 +211,7 @@ class SpaceState:
         subtree = self.scopes.subtree(record["id"])
         self.claims.drop_scopes(subtree)
         self.work.cascade_scope_ended(subtree, record["state"], record["at_ms"])
+        self.capacity.cascade_scope_ended(subtree, record["at_ms"])  # -- capacity --
 
 
 # What each kind of timer proposes, by the first element of its tag.
@@ -197,6 +221,10 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
     ONCE_LEASE_TIMER: lambda space, ident, token, now_ms: space.onces.expire(ident, token, now_ms),
     **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.work, ident, marker, now_ms))(handler)
        for kind, handler in WORK_TIMERS.items()},
+    # -- capacity --
+    **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.capacity, ident, marker, now_ms))(handler)
+       for kind, handler in CAPACITY_TIMERS.items()},
+    WAKE_TIMER: on_wake_timer,
 }
 
 _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
@@ -215,6 +243,9 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     # Once slots, and run names (`run.named` is its own image).
     **{kind: (lambda applier: lambda space, record: applier(space.once, record))(applier) for kind, applier in ONCE_APPLY.items()},
     "run.named": lambda space, record: space.run_names.apply_named(record),
+    # -- capacity --
+    **{kind: (lambda applier: lambda space, record: applier(space.capacity, record))(applier)
+       for kind, applier in CAPACITY_APPLY.items()},
 }
 
 RECORD_TYPES = frozenset(_APPLY)

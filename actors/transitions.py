@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import commands as c
+from . import admission  # -- capacity --
+from .capacity import CapacityCommands  # -- capacity --
 from .claiming import ClaimCommands
 from .once import OnceCommands
 from .outcome import Outcome
@@ -34,6 +36,28 @@ def _work(method: Callable[..., Outcome]) -> Transition:
 
 def _once(method: Callable[..., Outcome]) -> Transition:
     return lambda state, command, now_ms: method(state.space(command.space).onces, command, now_ms)
+# -- capacity --
+def _capacity(method: Callable[..., Outcome]) -> Transition:
+    """A transition of the pools, quotas, work limits and budgets part of the command's space."""
+    return lambda state, command, now_ms: method(state.space(command.space).capacity, command, now_ms)
+
+
+def _submit_task(state: Any, command: c.SubmitTask, now_ms: int) -> Outcome:
+    """A submit, held to its work limit: a task it creates is counted on the limit in the same
+    turn, in the same batch of records, so no crash can count it without creating it or the reverse."""
+    space = state.space(command.space)
+    if (command.work_limit is None and command.requirements is None) or space.tasks.by_key(command.scope_id, command.key) is not None:
+        return space.work.submit_task(command, now_ms)
+    limit = None if command.work_limit is None else space.capacity.check_work_limit(command.work_limit)
+    needs = admission.requirements_record(space, command, now_ms)
+    outcome = space.work.submit_task(command, now_ms)
+    if outcome.reply["created"]:
+        if needs is not None:
+            space._commit(outcome, needs)
+        if limit is not None:
+            space.capacity.count_task(outcome, limit, command.task_id, now_ms)
+    return outcome
+# -- capacity (end) --
 
 
 def _end_scope(state: Any, command: c.EndScope, now_ms: int) -> Outcome:
@@ -55,7 +79,7 @@ TRANSITIONS: dict[type, Transition] = {
     c.CompleteDelivery: _work(WorkCommands.complete_delivery),
     c.NackDelivery: _work(WorkCommands.nack_delivery),
     c.RenewDelivery: _work(WorkCommands.renew_delivery),
-    c.SubmitTask: _work(WorkCommands.submit_task),
+    c.SubmitTask: _submit_task,  # -- capacity --: held to its work limit
     c.CancelTask: _work(WorkCommands.cancel_task),
     c.JoinTask: _work(WorkCommands.join_task),
     c.DetachTask: _work(WorkCommands.detach_task),
@@ -67,5 +91,22 @@ TRANSITIONS: dict[type, Transition] = {
     c.RenewOnce: _once(OnceCommands.renew),
     c.CompleteOnce: _once(OnceCommands.complete),
     c.FailOnce: _once(OnceCommands.fail),
+    # -- capacity --
+    c.CreatePool: _capacity(CapacityCommands.create_pool),
+    c.AcquireGrant: _capacity(CapacityCommands.acquire_grant),
+    c.RenewGrant: _capacity(CapacityCommands.renew_grant),
+    c.ReleaseGrant: _capacity(CapacityCommands.release_grant),
+    c.CreateAllowance: _capacity(CapacityCommands.create_allowance),
+    c.Consume: _capacity(CapacityCommands.consume),
+    c.WaitAllowance: _capacity(CapacityCommands.wait),
+    c.CancelWaiter: _capacity(CapacityCommands.cancel_waiter),
+    c.Cooldown: _capacity(CapacityCommands.cooldown),
+    c.CreateWorkLimit: _capacity(CapacityCommands.create_work_limit),
+    c.CreateBudget: _capacity(CapacityCommands.create_budget),
+    c.Reserve: _capacity(CapacityCommands.reserve),
+    c.Settle: _capacity(CapacityCommands.settle),
+    c.Void: _capacity(CapacityCommands.void),
+    c.Admit: lambda state, command, now_ms: admission.admit(state.space(command.space), command, now_ms),
+    # -- capacity (end) --
     c.FireTimer: lambda state, command, now_ms: state.space(command.on[1]).fire(command.tag, command.marker, now_ms),
 }

@@ -82,11 +82,24 @@ OPERATIONS: dict[str, str] = {
     "once.acquired": "once.acquire",
     "once.completed": "once.complete",
     "once.failed": "once.fail",
+    # -- capacity --
+    "pool.created": "pools.create",
+    "grant.acquired": "pools.acquire",
+    "grant.released": "pools.release",
+    "allowance.created": "quotas.create",
+    "allowance.consumed": "quotas.consume",
+    "allowance.cooldown": "quotas.cooldown",
+    "waiter.added": "quotas.wait",
+    "work_limit.created": "work_limits.create",
+    "budget.created": "budgets.create",
+    "reservation.made": "budgets.reserve",
+    "reservation.settled": "budgets.settle",
 }
 FREE: dict[str, str] = {
     "claim.renewed": "claims.renew",
     "delivery.renewed": "deliveries.renew",
     "once.renewed": "once.renew",
+    "grant.renewed": "pools.renew",  # -- capacity --
 }
 EVENTS: dict[str, str] = {
     "claim.expired": "claims.expire",
@@ -94,6 +107,10 @@ EVENTS: dict[str, str] = {
     "message.dropped": "messages.drop",
     "task.tombstoned": "tasks.tombstone",
     "once.expired": "once.expire",
+    # -- capacity --
+    "grant.expired": "pools.expire",
+    "waiter.granted": "quotas.grant",
+    # Counted with the submit it belongs to.
 }
 # Decided by the record's content.
 _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
@@ -101,12 +118,18 @@ _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
     "task.ended": _task_end,
     "delivery.requeued": _requeue,
     "delivery.dead": _dead,
+    # -- capacity --
+    "waiter.ended": lambda record: (OPERATION, "quotas.cancel_wait") if record["state"] == "CANCELLED" else (EVENT, "quotas.wait_expire"),
+    "reservation.ended": lambda record: (OPERATION, "budgets.void") if record["state"] == "VOIDED" else (EVENT, "budgets.release"),
 }
 # Records that are no change a caller made: snapshot images and the usage image itself; a run's
 # name (its `scope.created` is the operation).
 NOT_COUNTED = frozenset(
     {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image",
-     "workkey.image", "once.image", "run.named"}
+     "workkey.image", "once.image", "run.named",
+     # -- capacity --
+     "pool.image", "allowance.image", "waiter.image", "work_limit.image", "budget.image", "reservation.image",
+     "work_limit.counted", "task.requirements"}
 )
 
 CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED

@@ -58,7 +58,7 @@ def outcome_of(result: Any) -> Any:
 
 
 class WorkCommands:
-    __slots__ = ("id", "limits", "scopes", "mailboxes", "messages", "tasks", "_commit")
+    __slots__ = ("id", "limits", "scopes", "mailboxes", "messages", "tasks", "_commit", "needs_admission")
 
     def __init__(
         self,
@@ -77,6 +77,8 @@ class WorkCommands:
         self.messages = messages
         self.tasks = tasks
         self._commit = commit
+        # -- capacity --: whether a task waits for admission (it has requirements), never for recv.
+        self.needs_admission: Callable[[str], bool] = lambda task_id: False
 
     # -- mailboxes ------------------------------------------------------------------------------
 
@@ -241,6 +243,11 @@ class WorkCommands:
         self.mailboxes.get(mailbox_id)
         self.scopes.require_active(scope_id, now_ms)
         message = self.messages.next_deliverable(mailbox_id, scope_id, now_ms)
+        if message is not None and message.task_id is not None and self.needs_admission(message.task_id):  # -- capacity --
+            needs = self.needs_admission
+            message = next(
+                (m for m in self.messages.deliverable(mailbox_id, scope_id, now_ms) if m.task_id is None or not needs(m.task_id)), None
+            )
         if message is None:
             return Outcome(empty=True)
         outcome = self._commit(Outcome(), self.messages.decide_lease(message, token, holder, session, lease_ms, now_ms))

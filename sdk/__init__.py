@@ -32,6 +32,7 @@ from .errors import (
     map_error,
 )
 from .mailboxes import Delivery, MailboxRef
+from .capacity import BudgetRef, BudgetReservation, PoolLease, PoolRef, QuotaRef  # -- capacity --
 from .scopes import ScopeHandle
 from .tasks import TaskTicket
 from .transport import HTTPTransport, Transport, TransportError
@@ -78,4 +79,10 @@ __all__ = [
     "ERRORS",
     "map_error",
     "is_permanent",
+    # -- capacity --
+    "PoolRef",
+    "PoolLease",
+    "QuotaRef",
+    "BudgetRef",
+    "BudgetReservation",
 ]

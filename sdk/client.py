@@ -13,6 +13,7 @@ from typing import Any
 from ._config import Config, resolve_config
 from ._context import Context, Holdings
 from ._request import Requester
+from .capacity import BudgetsAPI, PoolsAPI, QuotasAPI, WorkLimitsAPI  # -- capacity --
 from .errors import ConflictError, RunstateError
 from .scopes import ScopeHandle, create_scope
 from .transport import HTTPTransport, Transport
@@ -122,6 +123,9 @@ class AsyncRunstate:
         self._closed = False
         self.scopes = ScopesAPI(ctx)
         self.mailboxes = MailboxesAPI(ctx)
+        # -- capacity --
+        self.pools, self.quotas = PoolsAPI(ctx), QuotasAPI(ctx)
+        self.work_limits, self.budgets = WorkLimitsAPI(ctx), BudgetsAPI(ctx)
 
     @property
     def space_id(self) -> str:

@@ -308,6 +308,12 @@ class MailboxRef:
 
     # -- workers --------------------------------------------------------------------------------
 
+    async def admit(self, *, lease_seconds: int = 30, wait_ms: int = 0) -> Any:  # -- capacity --
+        """The oldest task delivery whose requirements all fit, taken with them (`runstate.capacity.admit`)."""
+        from .capacity import admit
+
+        return await admit(self, lease_seconds=lease_seconds, wait_ms=wait_ms)
+
     async def receive(self, *, wait_ms: int = 0) -> Delivery | None:
         """One delivery leased for 30 s (not renewed for you), or None if there is none.
         With `wait_ms` the server holds the request until a message comes or the wait ends."""

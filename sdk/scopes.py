@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._context import Context
+from .capacity import BudgetRef, PoolRef, QuotaRef  # -- capacity --
 from .claims import ClaimRef
 from .mailboxes import MailboxRef
 from .tasks import TaskTicket
@@ -51,6 +52,25 @@ class ScopeHandle:
 
     def mailbox_by_id(self, mailbox_id: str) -> MailboxRef:
         return MailboxRef.by_id(self._ctx, self.id, mailbox_id)
+
+    # -- capacity --
+    def pool(self, name: str) -> PoolRef:
+        return PoolRef(self._ctx, self.id, name=name)
+
+    def pool_by_id(self, permit_id: str) -> PoolRef:
+        return PoolRef(self._ctx, self.id, id=permit_id)
+
+    def quota(self, name: str) -> QuotaRef:
+        return QuotaRef(self._ctx, self.id, name=name)
+
+    def quota_by_id(self, allowance_id: str) -> QuotaRef:
+        return QuotaRef(self._ctx, self.id, id=allowance_id)
+
+    def budget(self, name: str) -> BudgetRef:
+        return BudgetRef(self._ctx, self.id, name=name)
+
+    def budget_by_id(self, budget_id: str) -> BudgetRef:
+        return BudgetRef(self._ctx, self.id, id=budget_id)
 
     def task(self, task_id: str) -> TaskTicket:
         """Re-attach to a task by id; sends nothing."""

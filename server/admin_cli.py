@@ -111,6 +111,10 @@ def add_commands(commands: Any) -> None:
     tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
     _sub(what, "mailboxes", "list the mailboxes of a space", "  runstate inspect mailboxes --json", [reader])
     _sub(what, "usage", "operations counted for a space (renewals are free)", "  runstate inspect usage\n  runstate inspect usage --space research", [reader])
+    # -- capacity --
+    _sub(what, "pools", "list the permit pools of a space and their units in use", "  runstate inspect pools --json", [reader])
+    _sub(what, "quotas", "list the allowances of a space and their current window", "  runstate inspect quotas", [reader])
+    _sub(what, "budgets", "list the budgets of a space: limit, spent, reserved, available", "  runstate inspect budgets", [reader])
 
 
 # -- talking to the server ------------------------------------------------------------------------
@@ -286,6 +290,22 @@ def _inspect(args: argparse.Namespace) -> None:
             ("NAME", "name"), ("ID", "id"), ("MODE", "mode"), ("QUEUED", counts("queued")), ("DELAYED", counts("delayed")),
             ("LEASED", counts("leased")), ("DEAD LETTERS", counts("deadLetters")), ("BACKLOG LIMIT", "backlogLimit"),
             ("MAX ATTEMPTS", "maxAttempts"),
+        ]
+    # -- capacity --
+    elif action == "pools":
+        data = _request(args, "GET", base + "/permits", secret)
+        rows, columns = data["permits"], [("NAME", "name"), ("ID", "id"), ("UNITS", "unitsTotal"), ("IN USE", "unitsInUse"), ("AVAILABLE", "unitsAvailable")]
+    elif action == "quotas":
+        data = _request(args, "GET", base + "/allowances", secret)
+        rows, columns = data["allowances"], [
+            ("NAME", "name"), ("ID", "id"), ("LIMIT", "unitsLimit"), ("WINDOW S", "windowSeconds"), ("REMAINING", "remaining"),
+            ("WAITING", "waiting"), ("WINDOW START", "windowStart"), ("COOLDOWN UNTIL", "cooldownUntil"),
+        ]
+    elif action == "budgets":
+        data = _request(args, "GET", base + "/budgets", secret)
+        rows, columns = data["budgets"], [
+            ("NAME", "name"), ("ID", "id"), ("CURRENCY", "currency"), ("SCALE", "scale"), ("LIMIT", "limitMinor"),
+            ("SPENT", "spentMinor"), ("RESERVED", "reservedMinor"), ("AVAILABLE", "availableMinor"),
         ]
     else:
         data = _request(args, "GET", base + "/usage", secret)

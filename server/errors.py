@@ -32,6 +32,10 @@ STATUS: dict[str, int] = {
     "CAPACITY_UNAVAILABLE": 409,
     "BACKLOG_FULL": 409,
     "RATE_LIMITED": 429,
+    # -- capacity --
+    "INSUFFICIENT_BUDGET": 409,
+    "ALLOWANCE_EXHAUSTED": 429,
+    "ALLOWANCE_COOLDOWN": 429,
     "INTERNAL": 500,
     "UNAVAILABLE": 503,
 }

@@ -35,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from ..actors.usage import EXPIRIES
 from ..snapshots.disk import Disk
+from .capacity_metrics import capacity_families  # -- capacity --
 
 if TYPE_CHECKING:
     from ..actors.state import KernelState
@@ -167,7 +168,7 @@ class StateCollector:
 
     def __init__(self) -> None:
         self.runtime: "Runtime | None" = None
-        self.sources: list[Source] = [queue_families]
+        self.sources: list[Source] = [queue_families, capacity_families]  # -- capacity --
 
     def describe(self) -> list[Metric]:
         return []  # families depend on what the state holds; nothing to check at registration

@@ -204,6 +204,7 @@ def _components(limits: Limits) -> dict:
             {"key": {"type": "string", "description": "the new key's secret: shown in this answer only"}},
         ),
     }
+    schemas.update(_capacity_components())  # -- capacity --
     schemas["Submitted"] = {"allOf": [_ref("Task"), _obj({"created": {"type": "boolean"}, "replay": {"type": "boolean"}})]}
     return {
         "schemas": schemas,
@@ -224,6 +225,65 @@ def _components(limits: Limits) -> dict:
     }
 
 
+# -- capacity --
+def _capacity_components() -> dict:
+    text, integer = {"type": "string"}, {"type": "integer"}
+    minor = {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
+    return {
+        "Pool": _obj({
+            "id": text, "name": text, "unitsTotal": integer, "units": integer, "unitsInUse": integer,
+            "unitsAvailable": integer, "createdAt": _TS,
+        }),
+        "Grant": _obj(
+            {
+                "grantId": text, "permitId": text, "name": text, "scopeId": text, "units": integer,
+                "token": _nullable(text), "holder": text, "holderSession": text, "leaseSeconds": integer,
+                "leaseExpiresAt": _TS, "acquiredAt": _TS,
+            },
+            {"released": {"type": "boolean"}, "releasedAt": _TS},
+        ),
+        "Allowance": _obj({
+            "id": text, "name": text, "unitsLimit": integer, "windowSeconds": integer, "windowStart": _TS,
+            "windowEnd": _TS, "used": integer, "remaining": integer, "waiting": integer,
+            "cooldownUntil": _nullable(_TS), "cooldownReason": _nullable(text), "createdAt": _TS,
+        }),
+        "Consumption": _obj({"consumptionId": text, "allowanceId": text, "units": integer, "windowStart": _TS, "remaining": integer}),
+        "Waiter": _obj({
+            "waiterId": text, "id": text, "allowanceId": text, "scopeId": text, "holder": text, "units": integer,
+            "state": {"enum": ["WAITING", "GRANTED", "EXPIRED", "CANCELLED"]}, "consumptionId": _nullable(text),
+            "windowStart": _nullable(_TS),
+            "expiresAt": _TS, "createdAt": _TS,
+        }),
+        "Cooldown": _obj({"allowanceId": text, "cooldownUntil": _TS, "reason": _nullable(text)}),
+        "WorkLimit": _obj({
+            "id": text, "name": text, "scopeId": text, "maxOutstanding": integer, "outstanding": integer, "createdAt": _TS,
+        }),
+        "Budget": _obj(
+            {
+                "id": text, "name": text, "currency": text, "scale": integer, "limitMinor": minor,
+                "reservedMinor": minor, "spentMinor": minor, "availableMinor": minor, "createdAt": _TS,
+            },
+            {"reservations": {"type": "array", "items": _obj({
+                "id": text, "scopeId": text, "state": text, "reservedMinor": minor, "holder": text,
+            })}},
+        ),
+        "Admission": _obj(
+            {
+                "taskId": _nullable(text), "messageId": text, "scopeId": text, "payload": {"description": "the task's input"},
+                "attempt": integer, "token": text, "leaseExpiresAt": _TS, "leaseSeconds": integer,
+                "grants": {"type": "array", "items": _obj({"grantId": text, "permitId": text, "name": text, "units": integer, "leaseExpiresAt": _TS})},
+                "consumptions": {"type": "array", "items": _obj({"consumptionId": text, "allowanceId": text, "name": text, "units": integer, "windowStart": _TS})},
+                "reservations": {"type": "array", "items": text},
+            }
+        ),
+        "Reservation": _obj({
+            "reservationId": text, "budgetId": text, "scopeId": text, "holder": text,
+            "state": {"enum": ["ACTIVE", "SETTLED", "VOIDED", "RELEASED"]}, "reservedMinor": minor,
+            "settledMinor": minor, "settleBy": _TS, "createdAt": _TS,
+        }),
+    }
+
+
 def _error(description: str) -> dict:
     return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
 
@@ -234,8 +294,9 @@ _ERRORS = {
     "403": _error("FORBIDDEN: this needs the admin key"),
     "404": _error("NOT_FOUND: no such thing in this space (or a space the key does not open)"),
     "405": _error("METHOD_NOT_ALLOWED"),
-    "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED"),
+    "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED, CAPACITY_UNAVAILABLE, INSUFFICIENT_BUDGET"),
     "413": _error("the request body is over the limit"),
+    "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),  # -- capacity --
     "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal"),
 }
 

@@ -3,9 +3,11 @@
 from ..http import Router
 from . import claims, health, mailboxes, messages, once, scopes, tasks
 from . import admin, inspect, metrics, openapi
+from . import capacity  # -- capacity --
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
 for module in (health, scopes, claims, mailboxes, messages, tasks, once, admin, inspect, metrics, openapi):
     ROUTER.include(module.router)
+ROUTER.include(capacity.router)  # -- capacity --

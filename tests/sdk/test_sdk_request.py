@@ -401,6 +401,7 @@ def test_public_names_are_exported():
         "CursorExpiredError", "map_error", "ValidationError", "UnreachableError", "InternalError", "ERRORS",
         "is_permanent", "TaskView", "TaskResult", "ScopeView", "MailboxRow", "MessageView", "AcquireAttempt",
     }
+    expected |= {"PoolRef", "PoolLease", "QuotaRef", "BudgetRef", "BudgetReservation"}  # -- capacity --
     assert set(runstate.__all__) == expected
     for name in expected:
         assert getattr(runstate, name) is not None

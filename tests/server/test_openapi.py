@@ -108,7 +108,15 @@ def _existing(server: ServerProcess) -> dict[str, str]:
         task = http.post(base + "/tasks", json={"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": "t", "input": {"n": 1}}).json()
         http.post(base + "/claims", json={"key": "k", "scopeId": scope_id, "holder": "h", "holderSession": "s", "leaseSeconds": 600})
         http.put(base + "/runs/fuzz", json={})  # a run and a mailbox named "fuzz" (routes by name)
-    return {"space": SPACE, "scope_id": scope_id, "mailbox_id": mailbox_id, "task_id": task["taskId"], "message_id": task["messageId"], "key": "k", "key_id": "ak_0", "name": "fuzz"}
+        # -- capacity --
+        permit_id = http.post(base + "/permits", json={"name": "fuzz", "units": 3}).json()["id"]
+        grant = http.post(base + f"/permits/{permit_id}/acquire", json={"scopeId": scope_id, "units": 1, "holder": "h", "holderSession": "s", "leaseSeconds": 600}).json()
+        allowance_id = http.post(base + "/allowances", json={"name": "fuzz", "unitsLimit": 1, "windowSeconds": 3600}).json()["id"]
+        http.post(base + f"/allowances/{allowance_id}/consume", json={"scopeId": scope_id, "units": 1, "holder": "h"})
+        waiter = http.post(base + f"/allowances/{allowance_id}/wait", json={"scopeId": scope_id, "units": 1, "holder": "h", "ttlSeconds": 600}).json()
+        budget_id = http.post(base + "/budgets", json={"name": "fuzz", "currency": "USD", "scale": 2, "limitMinor": "1000"}).json()["id"]
+    capacity = {"permit_id": permit_id, "grant_id": grant["grantId"], "allowance_id": allowance_id, "waiter_id": waiter["waiterId"], "budget_id": budget_id}
+    return {"space": SPACE, "scope_id": scope_id, "mailbox_id": mailbox_id, "task_id": task["taskId"], "message_id": task["messageId"], "key": "k", "key_id": "ak_0", **capacity, "name": "fuzz"}
 
 
 @pytest.mark.e2e

@@ -230,11 +230,11 @@ async def test_cancel_join_and_detach(client, autojump_clock):
     assert bodyless.status == 200 and bodyless.json["state"] == "CANCELLED"
 
 
-async def test_requirements_are_refused_until_admission_exists(client, autojump_clock):
+async def test_requirements_naming_a_pool_that_does_not_exist_are_refused(client, autojump_clock):
     run, mailbox = await client.run(), await client.mailbox()
     body = {"scopeId": run, "mailboxId": mailbox, "taskKey": "k", "requirements": {"pools": [{"name": "gpu", "units": 1}]}}
     response = await client.post("/tasks", body)
-    assert response.status == 400 and "requirements" in response.json["error"]["message"]
+    assert response.status == 404 and "gpu" in response.json["error"]["message"]
 
 
 async def test_a_cancelled_run_answers_409_scope_cancelled_to_recv_send_and_submit(client, autojump_clock):

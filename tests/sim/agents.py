@@ -53,6 +53,10 @@ class World:
         self.scopes: list[str] = []
         self.mailboxes: dict[str, str] = {}  # name -> id
         self.ready = trio.Event()
+        from .capacity import CapacityBook  # -- capacity --
+
+        self.capacity = CapacityBook(oracle)
+        self.admission_runs: list[str] = []
 
     def rng(self, name: str) -> random.Random:
         return random.Random(f"{self.seed}:{name}")

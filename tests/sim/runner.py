@@ -39,7 +39,7 @@ import trio.testing
 from runstate import _runtime as sdk_runtime
 from runstate.actors import Limits
 
-from . import agents
+from . import agents, capacity
 from .cluster import Cluster, SimTransport, now_ms
 from .oracle import Oracle, Violation
 
@@ -161,6 +161,12 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         "tasks": len(oracle.tasks),
         "outcomes": len(oracle.outcomes),
         "reverted_reads": oracle.reverted_reads,
+        # -- capacity --
+        "pool_grants": len(holder["world"].capacity.grants),
+        "consumptions": len(holder["world"].capacity.consumptions),
+        "waiters_granted": sum(1 for _, window in holder["world"].capacity.waiters.values() if window >= 0),
+        "reservations": len(holder["world"].capacity.reservations),
+        "admissions": holder["world"].capacity.admissions,
     }
     return SeedResult(seed, fsync, holder.get("virtual_s", 0.0), time.perf_counter() - started, oracle.violations, trace, stats)
 
@@ -172,6 +178,7 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
     transport = SimTransport(cluster, random.Random(rng.random()), reply_loss_p=0.01)
     holder.update(oracle=oracle, cluster=cluster, transport=transport)
     world = agents.World(seed, cluster, transport, oracle, trace, end_s=virtual_s)
+    holder["world"] = world
     async with trio.open_nursery() as nursery:
         await nursery.start(cluster.run)
         if not await cluster.start():
@@ -185,6 +192,15 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
                 people.start_soon(agents.submitter, world, f"submit{number}")
             for number in range(4):
                 people.start_soon(agents.worker, world, f"worker{number}")
+            # -- capacity --
+            for number in range(2):
+                people.start_soon(capacity.pooler, world, f"pooler{number}")
+            for number in range(2):
+                people.start_soon(capacity.quota_taker, world, f"quota{number}")
+                people.start_soon(capacity.spender, world, f"spender{number}")
+            people.start_soon(capacity.admission_submitter, world, "admsubmit")
+            for number in range(2):
+                people.start_soon(capacity.admitter, world, f"admitter{number}")
             people.start_soon(agents.crasher, world, "crasher", crash_mean_s)
             people.start_soon(agents.auditor, world, "auditor")
             with trio.move_on_at(virtual_s + 120) as watchdog:  # agents finish what they hold

@@ -70,3 +70,31 @@ def test_an_injected_double_lease_is_caught(monkeypatch):
     monkeypatch.setattr(MessageTable, "next_deliverable", next_deliverable)
     result = run_seed(3, virtual_s=60)
     assert "one-holder" in {violation.invariant for violation in result.violations}, result.describe()
+
+
+# -- capacity --
+
+
+def test_an_injected_double_return_of_pool_units_is_caught(monkeypatch):
+    """A release that gives units back twice (its own, and once more by dropping another grant of
+    the pool) lets the pool hand out more units than it has."""
+    from runstate.actors.pools import PoolTable
+
+    original = PoolTable.apply_ended
+
+    def apply_ended(self, record):
+        grant = original(self, record)
+        pool = self._pools[grant.pool_id]
+        if record["type"] == "grant.released" and pool.grants:  # the bug: the units come back again
+            other = next(iter(pool.grants.values()))
+            del self._grants[other.id], pool.grants[other.id]
+        return grant
+
+    monkeypatch.setattr(PoolTable, "apply_ended", apply_ended)
+    found = set()
+    for seed in (2, 3, 4):
+        result = run_seed(seed, virtual_s=90)
+        found |= {violation.invariant for violation in result.violations}
+        if "pool-units" in found:
+            break
+    assert "pool-units" in found, result.describe()

@@ -1,0 +1,255 @@
+"""Admission: a task delivered together with everything its `requirements` name, all or nothing.
+
+A task submitted with `requirements` (pool units, quota units, budget amounts, by name) is never
+handed out by `recv`; `admit` on its queue leases it in one turn together with:
+- pool grants that share the delivery's lease: held exactly while the delivery is (renewed by the
+  delivery's renewals, given back when it completes, is nacked, or its lease runs out);
+- quota consumptions, in the current window;
+- budget reservations, until settled, voided, or the default settle-by passes.
+Either all fit now and all are recorded in one batch, or nothing is taken: no partial hold, so two
+tasks with overlapping requirements cannot deadlock. The turn runs on the queue's actor and reads
+the space's capacity tables directly: a turn is synchronous and runs alone, so what it reads
+cannot change under it (see docs/design-capacity.md).
+
+The ordering rule: the queue is looked at oldest first, and a task that does not fit yet reserves
+every resource it names against the tasks behind it. A later task that needs none of those may go
+ahead; one that needs any of them waits. So a large task waiting for many units is never overtaken
+forever by small ones: once it is the oldest waiting for a resource, only it can take that
+resource next. (A task whose budget amount is more than the budget can ever give back reserves
+nothing: it would block the queue forever.)
+
+A parked `admit` (waitMs) is woken when capacity frees: `CapacityCommands.wakeups` holds the
+queues waiting, and every change that gives capacity back pokes them (`FREEING`); a quota's next
+window or a cooldown's end arms a timer that pokes them too.
+
+Pure: no IO, no clock reads, no awaits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .commands import capacity_actor, queue_actor
+from .errors import VALIDATION_FAILED, KernelError
+from .errors import quote
+from .fields import read_minor
+from .outcome import Outcome, Timer
+from .timestamps import format_ms
+
+if TYPE_CHECKING:
+    from .commands import Admit, SubmitTask
+    from .space import SpaceState
+
+__all__ = ["parse_requirements", "requirements_record", "admit", "FREEING", "WAKE_TIMER", "REQUIREMENT_RECORDS"]
+
+POOLS_MAX, QUOTAS_MAX, BUDGETS_MAX = 4, 4, 2
+WAKE_TIMER = "admission-wake"
+
+# Records that give capacity back: parked admissions look again after any of them.
+FREEING = frozenset({
+    "grant.released", "grant.expired", "scope.ended", "delivery.completed", "delivery.requeued", "delivery.dead",
+    "task.ended", "reservation.ended", "waiter.ended", "allowance.cooldown",
+})
+
+REQUIREMENT_RECORDS: dict[str, tuple[str, ...]] = {
+    "task.requirements": ("task_id", "pools", "quotas", "budgets", "at_ms"),
+}
+
+
+def _refuse(message: str) -> KernelError:
+    return KernelError(VALIDATION_FAILED, message)
+
+
+def _entries(value: dict, kind: str, most: int, amount_field: str) -> list[list]:
+    items = value.get(kind)
+    if items is None:
+        return []
+    if not isinstance(items, list) or len(items) > most:
+        raise _refuse(f"requirements.{kind} must be a list of at most {most} items")
+    entries, names = [], set()
+    for item in items:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not 1 <= len(item["name"]) <= 256:
+            raise _refuse(f"each of requirements.{kind} must be an object with a name (1-256 characters), got {quote(item)}")
+        if item["name"] in names:
+            raise _refuse(f"requirements.{kind} names {item['name']!r} twice")
+        names.add(item["name"])
+        if amount_field == "units":
+            units = item.get("units", 1)
+            if not isinstance(units, int) or isinstance(units, bool) or units < 1:
+                raise _refuse(f"requirements.{kind}[{item['name']!r}].units must be an integer of at least 1")
+            entries.append([item["name"], units])
+        else:
+            amount = read_minor(f"requirements.{kind}[{item['name']!r}].{amount_field}", item.get(amount_field))
+            if amount == 0:
+                raise _refuse(f"requirements.{kind}[{item['name']!r}].{amount_field} must be more than 0")
+            entries.append([item["name"], amount])
+    return entries
+
+
+def parse_requirements(value: Any) -> dict | None:
+    """`{pools?: [{name, units}] (<=4), quotas?: [{name, units}] (<=4), budgets?: [{name, reserveMinor}] (<=2)}`
+    as `{"pools": [[name, units]], "quotas": [[name, units]], "budgets": [[name, amount]]}`, or None
+    when it names nothing."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _refuse("requirements must be an object with pools, quotas and budgets")
+    unknown = set(value) - {"pools", "quotas", "budgets"}
+    if unknown:
+        raise _refuse(f"requirements may name pools, quotas and budgets, not {', '.join(sorted(unknown))}")
+    parsed = {
+        "pools": _entries(value, "pools", POOLS_MAX, "units"),
+        "quotas": _entries(value, "quotas", QUOTAS_MAX, "units"),
+        "budgets": _entries(value, "budgets", BUDGETS_MAX, "reserveMinor"),
+    }
+    return parsed if any(parsed.values()) else None
+
+
+def requirements_record(space: "SpaceState", command: "SubmitTask", now_ms: int) -> dict | None:
+    """The requirements of a new task, resolved to ids (NOT_FOUND for a name that does not exist;
+    400 for more than a pool or a window could ever give, since the task could never start)."""
+    parsed = parse_requirements(command.requirements)
+    if parsed is None:
+        return None
+    part = space.capacity
+    pools = []
+    for name, units in parsed["pools"]:
+        pool = part.pools.find(name)
+        if units > pool.units_total:
+            raise _refuse(f"requirements.pools[{name!r}] asks {units} units of a {pool.units_total}-unit pool")
+        pools.append([pool.id, units])
+    quotas = []
+    for name, units in parsed["quotas"]:
+        allowance = part.allowances.find(name)
+        part.allowances.check_units(allowance, units)
+        quotas.append([allowance.id, units])
+    budgets = []
+    for name, amount in parsed["budgets"]:
+        budget = part.budgets.find(name)
+        if amount > budget.limit:
+            raise _refuse(f"requirements.budgets[{name!r}] asks {amount}, more than the budget's limit {budget.limit}")
+        budgets.append([budget.id, str(amount)])
+    return {"type": "task.requirements", "task_id": command.task_id, "pools": pools, "quotas": quotas, "budgets": budgets, "at_ms": now_ms}
+
+
+def _lacking(space: "SpaceState", needs: dict, now_ms: int) -> tuple[set[str], list[int], bool]:
+    """What of `needs` does not fit now: resource ids, times a quota could fit again, and whether
+    it could never fit (a budget amount beyond what the budget can ever give back)."""
+    part = space.capacity
+    lacking: set[str] = set()
+    wake_ms: list[int] = []
+    never = False
+    for pool_id, units in needs["pools"]:
+        pool = part.pools.get(pool_id)
+        if part.pools.in_use(pool, now_ms) + units > pool.units_total:
+            lacking.add(pool_id)
+    for allowance_id, units in needs["quotas"]:
+        allowance = part.allowances.get(allowance_id)
+        if allowance.cooling_at(now_ms):
+            lacking.add(allowance_id)
+            wake_ms.append(allowance.cooldown_until_ms)
+        elif units > allowance.remaining_at(now_ms) or part.allowances.waiting_at(allowance, now_ms):
+            lacking.add(allowance_id)
+            wake_ms.append(allowance.window_at(now_ms) + allowance.window_ms)
+    for budget_id, amount in needs["budgets"]:
+        budget = part.budgets.get(budget_id)
+        if int(amount) > budget.available:
+            lacking.add(budget_id)
+            never = never or int(amount) > budget.limit - budget.spent
+    return lacking, wake_ms, never
+
+
+def _resources(needs: dict) -> set[str]:
+    return {entry[0] for kind in ("pools", "quotas", "budgets") for entry in needs[kind]}
+
+
+def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
+    """Lease the oldest eligible delivery of the queue with everything its task requires, or
+    nothing (`empty`: a long poll parks until capacity frees)."""
+    work, part = space.work, space.capacity
+    mailbox_id, scope_id = command.mailbox_id, command.scope_id
+    work.mailboxes.get(mailbox_id)
+    work.scopes.require_active(scope_id, now_ms)
+    blocked: set[str] = set()
+    wake_ms: list[int] = []
+    chosen = None
+    for message in work.messages.deliverable(mailbox_id, scope_id, now_ms):
+        needs = None if message.task_id is None else part.requirements.get(message.task_id)
+        if needs is None:
+            chosen = message
+            break
+        lacking, wakes, never = _lacking(space, needs, now_ms)
+        wants = _resources(needs)
+        if not lacking and not wants & blocked:
+            chosen = (message, needs)
+            break
+        wake_ms.extend(wakes)
+        if not never:
+            blocked |= wants
+    if chosen is None:
+        part.wakeups.add(queue_actor(space.id, mailbox_id, scope_id))
+        actor = capacity_actor(space.id)
+        return Outcome(empty=True, timers=[Timer(due, actor, (WAKE_TIMER, due), None) for due in sorted(set(wake_ms))])
+    message, needs = chosen if isinstance(chosen, tuple) else (chosen, None)
+    return _admitted(space, command, message, needs, now_ms)
+
+
+def _admitted(space: "SpaceState", command: "Admit", message: Any, needs: dict | None, now_ms: int) -> Outcome:
+    work, part = space.work, space.capacity
+    lease_ms, token = command.lease_s * 1000, command.token
+    records = [work.messages.decide_lease(message, token, command.holder, command.session, lease_ms, now_ms)]
+    attempt = message.attempts + 1
+    stem = f"{message.id.removeprefix('ms_')}_{attempt}"
+    grants, consumptions, reservations = [], [], []
+    settle_by_ms = now_ms + part.limits.settle_by_s_default * 1000
+    if needs is not None:
+        for index, (pool_id, units) in enumerate(needs["pools"]):
+            records.extend(part.pools.decide_ended(part.pools.get(pool_id), now_ms))
+            records.append({
+                "type": "grant.acquired", "id": f"gr_{stem}_{index}", "pool_id": pool_id, "scope_id": message.scope_id,
+                "units": units, "token": token, "holder": command.holder, "session": command.session,
+                "lease_ms": lease_ms, "expires_ms": now_ms + lease_ms, "at_ms": now_ms, "message_id": message.id,
+            })
+            grants.append((f"gr_{stem}_{index}", pool_id, units))
+        for index, (allowance_id, units) in enumerate(needs["quotas"]):
+            allowance = part.allowances.get(allowance_id)
+            record = part.allowances.decide_consume(allowance, f"cs_{stem}_{index}", message.scope_id, command.holder, units, now_ms)
+            records.append(record)
+            consumptions.append((record["consumption_id"], allowance, units, record["window_start_ms"]))
+        for index, (budget_id, amount) in enumerate(needs["budgets"]):
+            budget = part.budgets.get(budget_id)
+            record = part.budgets.decide_reserve(
+                budget, f"rs_{stem}_{index}", message.scope_id, command.holder, int(amount), settle_by_ms, now_ms
+            )
+            records.append(record)
+            reservations.append(record["id"])
+    outcome = space._commit(Outcome(), *records)
+    outcome.timers.extend(work._message_timers(message))
+    actor = capacity_actor(space.id)
+    outcome.timers.extend(Timer(settle_by_ms, actor, ("settle-by", reservation_id), None) for reservation_id in reservations)
+    delivery = work.messages.delivery_view(message)
+    outcome.reply = {
+        "taskId": message.task_id,
+        "messageId": message.id,
+        "scopeId": message.scope_id,
+        "payload": delivery["message"]["payload"],
+        "attempt": message.attempts,
+        "token": token,
+        "leaseExpiresAt": delivery["leaseExpiresAt"],
+        "leaseSeconds": lease_ms // 1000,
+        "grants": [
+            {"grantId": grant_id, "permitId": pool_id, "name": part.pools.get(pool_id).name, "units": units, "leaseExpiresAt": delivery["leaseExpiresAt"]}
+            for grant_id, pool_id, units in grants
+        ],
+        "consumptions": [
+            {"consumptionId": cid, "allowanceId": allowance.id, "name": allowance.name, "units": units, "windowStart": format_ms(window_ms)}
+            for cid, allowance, units, window_ms in consumptions
+        ],
+        "reservations": reservations,
+    }
+    return outcome
+
+
+def on_wake_timer(space: "SpaceState", _: Any, __: Any, now_ms: int) -> Outcome:
+    """A quota window began or a cooldown ended: parked admissions look again."""
+    return Outcome(pokes=space.capacity.take_wakeups())

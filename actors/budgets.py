@@ -1,0 +1,286 @@
+"""Budgets: a spending limit in minor units, reserved before work and settled after it.
+
+Amounts are exact integers of minor units (cents for scale 2), read from and written to the wire
+as canonical digit strings (`fields.MINOR`) and never held as floats. A budget has a `limit`;
+`reserved` is the sum of what active reservations still hold, `spent` the sum of settlements,
+and `available` = limit - spent - reserved, which never goes below zero: a reservation that does
+not fit is 409 INSUFFICIENT_BUDGET.
+
+A reservation is ACTIVE until its remainder is settled (SETTLED), given back (VOIDED), or its
+`settleBy` passes (RELEASED: the remainder goes back to the budget; the friendlier of the two
+readings, and the one 0.3.0 relies on). A settle charges at most what the reservation still
+holds; a partial settle keeps the rest reserved (still ACTIVE). Settle and void are idempotent
+per `workKey`: a key used already on the reservation answers its view again and changes nothing.
+Acting with a new key on a reservation that is no longer ACTIVE is 409 CONFLICT.
+
+Pure: no IO, no clock reads; every method takes `now_ms`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .errors import CONFLICT, NOT_FOUND, KernelError
+from .timestamps import format_ms
+
+__all__ = ["Budget", "Reservation", "BudgetTable", "INSUFFICIENT_BUDGET", "BUDGET_RECORDS", "ACTIVE", "SETTLED", "VOIDED", "RELEASED"]
+
+INSUFFICIENT_BUDGET = "INSUFFICIENT_BUDGET"
+
+ACTIVE, SETTLED, VOIDED, RELEASED = "ACTIVE", "SETTLED", "VOIDED", "RELEASED"
+
+# Amounts in records are digit strings too, so a journal written as JSON keeps them exact.
+BUDGET_RECORDS: dict[str, tuple[str, ...]] = {
+    "budget.created": ("id", "name", "currency", "scale", "limit_minor", "at_ms"),
+    "reservation.made": ("id", "budget_id", "scope_id", "holder", "amount_minor", "settle_by_ms", "at_ms"),
+    "reservation.settled": ("id", "amount_minor", "work_key", "at_ms"),
+    "reservation.ended": ("id", "state", "work_key", "at_ms"),
+    "budget.image": ("id", "name", "currency", "scale", "limit_minor", "spent_minor", "created_ms"),
+    "reservation.image": ("id", "budget_id", "scope_id", "holder", "reserved_minor", "settled_minor", "state", "settle_by_ms", "work_keys", "created_ms"),
+}
+
+
+class Budget:
+    __slots__ = ("id", "name", "currency", "scale", "limit", "spent", "reserved", "created_ms", "reservations")
+
+    def __init__(self, budget_id: str, name: str, currency: str, scale: int, limit: int, created_ms: int) -> None:
+        self.id = budget_id
+        self.name = name
+        self.currency = currency
+        self.scale = scale
+        self.limit = limit
+        self.spent = 0
+        self.reserved = 0
+        self.created_ms = created_ms
+        self.reservations: dict[str, Reservation] = {}
+
+    @property
+    def available(self) -> int:
+        return self.limit - self.spent - self.reserved
+
+
+class Reservation:
+    __slots__ = ("id", "budget_id", "scope_id", "holder", "reserved", "settled", "state", "settle_by_ms", "work_keys", "created_ms")
+
+    def __init__(self, reservation_id: str, budget_id: str, scope_id: str, holder: str, reserved: int, settle_by_ms: int, created_ms: int) -> None:
+        self.id = reservation_id
+        self.budget_id = budget_id
+        self.scope_id = scope_id
+        self.holder = holder
+        self.reserved = reserved  # what it still holds
+        self.settled = 0
+        self.state = ACTIVE
+        self.settle_by_ms = settle_by_ms
+        self.work_keys: list[str] = []
+        self.created_ms = created_ms
+
+
+class BudgetTable:
+    __slots__ = ("_budgets", "_by_name", "_reservations", "budgets_max")
+
+    def __init__(self, budgets_max: int) -> None:
+        self._budgets: dict[str, Budget] = {}
+        self._by_name: dict[str, Budget] = {}
+        self._reservations: dict[str, Reservation] = {}
+        self.budgets_max = budgets_max
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._budgets)
+
+    def all(self) -> Iterator[Budget]:
+        return iter(self._budgets.values())
+
+    def get(self, budget_id: str) -> Budget:
+        budget = self._budgets.get(budget_id)
+        if budget is None:
+            raise KernelError(NOT_FOUND, f"budget {budget_id!r} not found")
+        return budget
+
+    def find(self, name: str) -> Budget:
+        budget = self._by_name.get(name)
+        if budget is None:
+            raise KernelError(NOT_FOUND, f"budget {name!r} not found")
+        return budget
+
+    def reservation(self, budget: Budget, reservation_id: str) -> Reservation:
+        reservation = budget.reservations.get(reservation_id)
+        if reservation is None:
+            raise KernelError(NOT_FOUND, f"reservation {reservation_id!r} not found in budget {budget.name!r}")
+        return reservation
+
+    def reservations(self) -> Iterator[Reservation]:
+        return iter(self._reservations.values())
+
+    @staticmethod
+    def view(budget: Budget, *, reservations: bool = False) -> dict:
+        view = {
+            "id": budget.id,
+            "name": budget.name,
+            "currency": budget.currency,
+            "scale": budget.scale,
+            "limitMinor": str(budget.limit),
+            "reservedMinor": str(budget.reserved),
+            "spentMinor": str(budget.spent),
+            "availableMinor": str(budget.available),
+            "createdAt": format_ms(budget.created_ms),
+        }
+        if reservations:
+            view["reservations"] = [
+                {"id": r.id, "scopeId": r.scope_id, "state": r.state, "reservedMinor": str(r.reserved), "holder": r.holder}
+                for r in budget.reservations.values() if r.state == ACTIVE
+            ]
+        return view
+
+    @staticmethod
+    def reservation_view(reservation: Reservation) -> dict:
+        return {
+            "reservationId": reservation.id,
+            "budgetId": reservation.budget_id,
+            "scopeId": reservation.scope_id,
+            "holder": reservation.holder,
+            "state": reservation.state,
+            "reservedMinor": str(reservation.reserved),
+            "settledMinor": str(reservation.settled),
+            "settleBy": format_ms(reservation.settle_by_ms),
+            "createdAt": format_ms(reservation.created_ms),
+        }
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def decide_create(self, budget_id: str, name: str, currency: str, scale: int, limit: int, now_ms: int) -> dict:
+        if name in self._by_name:
+            raise KernelError(CONFLICT, f"a budget named {name!r} exists already", details={"id": self._by_name[name].id})
+        if len(self._budgets) >= self.budgets_max:
+            raise KernelError(CONFLICT, f"a space holds at most {self.budgets_max} budgets")
+        return {
+            "type": "budget.created", "id": budget_id, "name": name, "currency": currency, "scale": scale,
+            "limit_minor": str(limit), "at_ms": now_ms,
+        }
+
+    def decide_reserve(
+        self, budget: Budget, reservation_id: str, scope_id: str, holder: str, amount: int, settle_by_ms: int, now_ms: int
+    ) -> dict:
+        if amount > budget.available:
+            raise KernelError(
+                INSUFFICIENT_BUDGET,
+                f"budget {budget.name!r} has {budget.available} minor units available, {amount} asked",
+                details={"availableMinor": str(budget.available), "requestedMinor": str(amount)},
+            )
+        return {
+            "type": "reservation.made", "id": reservation_id, "budget_id": budget.id, "scope_id": scope_id,
+            "holder": holder, "amount_minor": str(amount), "settle_by_ms": settle_by_ms, "at_ms": now_ms,
+        }
+
+    @staticmethod
+    def _check_active(reservation: Reservation, action: str) -> None:
+        if reservation.state != ACTIVE:
+            raise KernelError(CONFLICT, f"reservation {reservation.id!r} is {reservation.state}: it cannot be {action}")
+
+    def decide_settle(self, reservation: Reservation, amount: int, work_key: str, now_ms: int) -> list[dict]:
+        """The settlement (and, when nothing is left, the end); nothing for a repeated work key."""
+        if work_key in reservation.work_keys:
+            return []
+        self._check_active(reservation, "settled")
+        if amount > reservation.reserved:
+            raise KernelError(
+                CONFLICT,
+                f"settle of {amount} minor units is more than reservation {reservation.id!r} holds ({reservation.reserved})",
+            )
+        return [{"type": "reservation.settled", "id": reservation.id, "amount_minor": str(amount), "work_key": work_key, "at_ms": now_ms}]
+
+    def decide_void(self, reservation: Reservation, work_key: str, now_ms: int) -> dict | None:
+        if work_key in reservation.work_keys:
+            return None
+        self._check_active(reservation, "voided")
+        return {"type": "reservation.ended", "id": reservation.id, "state": VOIDED, "work_key": work_key, "at_ms": now_ms}
+
+    def decide_release(self, reservation_id: str, now_ms: int) -> dict | None:
+        """The settle-by proposal: give the remainder back if the reservation is still active and due."""
+        reservation = self._reservations.get(reservation_id)
+        if reservation is None or reservation.state != ACTIVE or now_ms < reservation.settle_by_ms:
+            return None
+        return {"type": "reservation.ended", "id": reservation.id, "state": RELEASED, "work_key": None, "at_ms": now_ms}
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def _check(self, budget: Budget) -> None:
+        assert budget.reserved >= 0 and budget.spent >= 0, "amounts are never negative"
+        assert budget.spent + budget.reserved <= budget.limit, "spent plus reserved never exceeds the limit"
+
+    def apply_created(self, record: dict) -> Budget:
+        budget = Budget(record["id"], record["name"], record["currency"], record["scale"], int(record["limit_minor"]), record["at_ms"])
+        assert budget.id not in self._budgets and budget.name not in self._by_name
+        self._budgets[budget.id] = self._by_name[budget.name] = budget
+        return budget
+
+    def apply_made(self, record: dict) -> Reservation:
+        budget = self._budgets[record["budget_id"]]
+        amount = int(record["amount_minor"])
+        reservation = Reservation(record["id"], budget.id, record["scope_id"], record["holder"], amount, record["settle_by_ms"], record["at_ms"])
+        assert reservation.id not in self._reservations
+        budget.reservations[reservation.id] = self._reservations[reservation.id] = reservation
+        budget.reserved += amount
+        self._check(budget)
+        return reservation
+
+    def apply_settled(self, record: dict) -> None:
+        reservation = self._reservations[record["id"]]
+        budget = self._budgets[reservation.budget_id]
+        amount = int(record["amount_minor"])
+        assert reservation.state == ACTIVE and amount <= reservation.reserved, "a settle charges at most what is held"
+        reservation.reserved -= amount
+        reservation.settled += amount
+        reservation.work_keys.append(record["work_key"])
+        budget.reserved -= amount
+        budget.spent += amount
+        if reservation.reserved == 0:
+            reservation.state = SETTLED
+        self._check(budget)
+
+    def apply_ended(self, record: dict) -> None:
+        """A void or a release: the remainder goes back to the budget."""
+        reservation = self._reservations[record["id"]]
+        budget = self._budgets[reservation.budget_id]
+        assert reservation.state == ACTIVE, "a reservation ends once"
+        budget.reserved -= reservation.reserved
+        reservation.reserved = 0
+        reservation.state = record["state"]
+        if record.get("work_key") is not None:
+            reservation.work_keys.append(record["work_key"])
+        self._check(budget)
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        for budget in self._budgets.values():
+            yield {
+                "type": "budget.image", "id": budget.id, "name": budget.name, "currency": budget.currency,
+                "scale": budget.scale, "limit_minor": str(budget.limit), "spent_minor": str(budget.spent),
+                "created_ms": budget.created_ms, "at_ms": budget.created_ms,
+            }
+        for r in self._reservations.values():
+            yield {
+                "type": "reservation.image", "id": r.id, "budget_id": r.budget_id, "scope_id": r.scope_id,
+                "holder": r.holder, "reserved_minor": str(r.reserved), "settled_minor": str(r.settled), "state": r.state,
+                "settle_by_ms": r.settle_by_ms, "work_keys": list(r.work_keys), "created_ms": r.created_ms,
+                "at_ms": r.created_ms,
+            }
+
+    def apply_image(self, record: dict) -> None:
+        budget = self.apply_created({**record, "at_ms": record["created_ms"]})
+        budget.spent = int(record["spent_minor"])
+
+    def apply_reservation_image(self, record: dict) -> None:
+        budget = self._budgets[record["budget_id"]]
+        r = Reservation(
+            record["id"], budget.id, record["scope_id"], record["holder"], int(record["reserved_minor"]),
+            record["settle_by_ms"], record["created_ms"],
+        )
+        r.settled = int(record["settled_minor"])
+        r.state = record["state"]
+        r.work_keys = list(record["work_keys"])
+        budget.reservations[r.id] = self._reservations[r.id] = r
+        budget.reserved += r.reserved
+        self._check(budget)

@@ -1,0 +1,48 @@
+"""Reads of capacity: views straight from the state, without a turn (see `reads.py`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["pools", "allowances", "allowance", "waiter", "work_limits", "budgets", "budget"]
+
+
+def _part(kernel: Any, space: str) -> Any:
+    return kernel.state.space(space).capacity
+
+
+def pools(kernel: Any, space: str) -> list[dict]:
+    """Every pool of the space, in creation order (the client reads the list as complete)."""
+    part, now_ms = _part(kernel, space), kernel.clock.now_ms()
+    return [part.pools.view(pool, now_ms) for pool in part.pools.all()]
+
+
+def allowances(kernel: Any, space: str) -> list[dict]:
+    part, now_ms = _part(kernel, space), kernel.clock.now_ms()
+    return [part.allowances.view(allowance, now_ms) for allowance in part.allowances.all()]
+
+
+def allowance(kernel: Any, space: str, allowance_id: str) -> dict:
+    part = _part(kernel, space)
+    return part.allowances.view(part.allowances.get(allowance_id), kernel.clock.now_ms())
+
+
+def waiter(kernel: Any, space: str, waiter_id: str) -> dict:
+    part = _part(kernel, space)
+    return part.allowances.waiter_view(part.allowances.waiter(waiter_id))
+
+
+def work_limits(kernel: Any, space: str) -> list[dict]:
+    part = _part(kernel, space)
+    return [part.work_limits.view(limit) for limit in part.work_limits.all()]
+
+
+def budgets(kernel: Any, space: str) -> list[dict]:
+    part = _part(kernel, space)
+    return [part.budgets.view(budget) for budget in part.budgets.all()]
+
+
+def budget(kernel: Any, space: str, budget_id: str) -> dict:
+    """A budget with its active reservations (0.3.0 reads them)."""
+    part = _part(kernel, space)
+    return part.budgets.view(part.budgets.get(budget_id), reservations=True)

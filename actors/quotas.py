@@ -1,0 +1,382 @@
+"""Quotas (allowances): at most `units_limit` units consumed per fixed window, and FIFO waiters.
+
+Windows are fixed and aligned to the allowance's creation: window k covers
+[created + k * window, created + (k + 1) * window). A consumption counts in the window of the
+moment it is recorded, so the units consumed in one window never exceed the limit. A window with
+too few units left is 429 ALLOWANCE_EXHAUSTED with a Retry-After of the time to the next window;
+while a cooldown lasts (a back-off the provider reported), consume is 429 ALLOWANCE_COOLDOWN and
+no waiter is granted. Asking for more units than the limit is a 400: it could never succeed.
+
+Waiters are durable and served first come, first served: the head waiter is granted (the units
+consumed on its behalf, its `consumptionId` recorded) as soon as its units fit, and nobody behind
+it, and no new consumer, overtakes it. So a consume that arrives while waiters wait is refused even
+if its units would fit: fairness beats throughput here, since the head would otherwise starve
+behind a stream of small takes. A waiter ends GRANTED, EXPIRED (its TTL ran out) or CANCELLED.
+
+`decide_serve` is what grants waiters; every decision on an allowance calls it first, and a timer
+(`serve_due_ms`) calls it when the next window begins or the cooldown ends.
+
+Pure: no IO, no clock reads; every method takes `now_ms`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
+from .timestamps import format_ms
+
+__all__ = [
+    "Allowance", "Waiter", "AllowanceTable", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "QUOTA_RECORDS",
+    "WAITING", "GRANTED", "EXPIRED", "CANCELLED",
+]
+
+ALLOWANCE_EXHAUSTED = "ALLOWANCE_EXHAUSTED"
+ALLOWANCE_COOLDOWN = "ALLOWANCE_COOLDOWN"
+
+WAITING, GRANTED, EXPIRED, CANCELLED = "WAITING", "GRANTED", "EXPIRED", "CANCELLED"
+
+QUOTA_RECORDS: dict[str, tuple[str, ...]] = {
+    "allowance.created": ("id", "name", "units_limit", "window_ms", "at_ms"),
+    "allowance.consumed": ("id", "consumption_id", "scope_id", "holder", "units", "window_start_ms", "at_ms"),
+    "allowance.cooldown": ("id", "until_ms", "reason", "at_ms"),
+    "waiter.added": ("id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
+    "waiter.granted": ("id", "consumption_id", "window_start_ms", "at_ms"),
+    "waiter.ended": ("id", "state", "at_ms"),
+    "allowance.image": ("id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms", "cooldown_reason"),
+    "waiter.image": (
+        "id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "window_start_ms",
+        "created_ms", "ended_ms",
+    ),
+}
+
+
+def consumption_of(waiter_id: str) -> str:
+    """The consumption id of a waiter's grant, made from the waiter's id: one serve may grant many
+    waiters without drawing ids."""
+    return "cs_" + waiter_id.removeprefix("aw_")
+
+
+class Allowance:
+    __slots__ = (
+        "id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms",
+        "cooldown_reason", "queue",
+    )
+
+    def __init__(self, allowance_id: str, name: str, units_limit: int, window_ms: int, created_ms: int) -> None:
+        self.id = allowance_id
+        self.name = name
+        self.units_limit = units_limit
+        self.window_ms = window_ms
+        self.created_ms = created_ms
+        self.window_start_ms = created_ms  # the window `used` counts in
+        self.used = 0
+        self.cooldown_until_ms = 0
+        self.cooldown_reason: str | None = None
+        self.queue: list[str] = []  # waiter ids still WAITING, oldest first
+
+    def window_at(self, now_ms: int) -> int:
+        return self.created_ms + (now_ms - self.created_ms) // self.window_ms * self.window_ms
+
+    def used_at(self, now_ms: int) -> int:
+        return self.used if self.window_at(now_ms) == self.window_start_ms else 0
+
+    def remaining_at(self, now_ms: int) -> int:
+        return self.units_limit - self.used_at(now_ms)
+
+    def cooling_at(self, now_ms: int) -> bool:
+        return now_ms < self.cooldown_until_ms
+
+
+class Waiter:
+    __slots__ = (
+        "id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "window_start_ms",
+        "created_ms", "ended_ms",
+    )
+
+    def __init__(self, record: dict) -> None:
+        self.id: str = record["id"]
+        self.allowance_id: str = record["allowance_id"]
+        self.scope_id: str = record["scope_id"]
+        self.holder: str = record["holder"]
+        self.units: int = record["units"]
+        self.expires_ms: int = record["expires_ms"]
+        self.state: str = record.get("state", WAITING)
+        self.consumption_id: str | None = record.get("consumption_id")
+        self.window_start_ms: int | None = record.get("window_start_ms")  # of its grant
+        self.created_ms: int = record.get("created_ms", record.get("at_ms", 0))
+        self.ended_ms: int | None = record.get("ended_ms")
+
+
+class AllowanceTable:
+    """The allowances of one space, by id and name, and their waiters by id."""
+
+    __slots__ = ("_allowances", "_by_name", "_waiters", "allowances_max", "waiters_max")
+
+    def __init__(self, allowances_max: int, waiters_max: int) -> None:
+        self._allowances: dict[str, Allowance] = {}
+        self._by_name: dict[str, Allowance] = {}
+        self._waiters: dict[str, Waiter] = {}
+        self.allowances_max = allowances_max
+        self.waiters_max = waiters_max  # WAITING waiters per allowance
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._allowances)
+
+    def all(self) -> Iterator[Allowance]:
+        return iter(self._allowances.values())
+
+    def get(self, allowance_id: str) -> Allowance:
+        allowance = self._allowances.get(allowance_id)
+        if allowance is None:
+            raise KernelError(NOT_FOUND, f"allowance {allowance_id!r} not found")
+        return allowance
+
+    def find(self, name: str) -> Allowance:
+        allowance = self._by_name.get(name)
+        if allowance is None:
+            raise KernelError(NOT_FOUND, f"allowance {name!r} not found")
+        return allowance
+
+    def waiting_at(self, allowance: Allowance, now_ms: int) -> int:
+        """Waiters ahead of any new taker: those still waiting whose TTL has not run out."""
+        return sum(1 for waiter_id in allowance.queue if now_ms < self._waiters[waiter_id].expires_ms)
+
+    def waiter(self, waiter_id: str) -> Waiter:
+        waiter = self._waiters.get(waiter_id)
+        if waiter is None:
+            raise KernelError(NOT_FOUND, f"allowance waiter {waiter_id!r} not found")
+        return waiter
+
+    def waiters(self) -> Iterator[Waiter]:
+        return iter(self._waiters.values())
+
+    @staticmethod
+    def view(allowance: Allowance, now_ms: int) -> dict:
+        window_start = allowance.window_at(now_ms)
+        return {
+            "id": allowance.id,
+            "name": allowance.name,
+            "unitsLimit": allowance.units_limit,
+            "windowSeconds": allowance.window_ms // 1000,
+            "windowStart": format_ms(window_start),
+            "windowEnd": format_ms(window_start + allowance.window_ms),
+            "used": allowance.used_at(now_ms),
+            "remaining": allowance.remaining_at(now_ms),
+            "waiting": len(allowance.queue),
+            "cooldownUntil": format_ms(allowance.cooldown_until_ms) if allowance.cooling_at(now_ms) else None,
+            "cooldownReason": allowance.cooldown_reason if allowance.cooling_at(now_ms) else None,
+            "createdAt": format_ms(allowance.created_ms),
+        }
+
+    @staticmethod
+    def waiter_view(waiter: Waiter) -> dict:
+        return {
+            "waiterId": waiter.id,
+            "id": waiter.id,
+            "allowanceId": waiter.allowance_id,
+            "scopeId": waiter.scope_id,
+            "holder": waiter.holder,
+            "units": waiter.units,
+            "state": waiter.state,
+            "consumptionId": waiter.consumption_id,
+            "windowStart": None if waiter.window_start_ms is None else format_ms(waiter.window_start_ms),
+            "expiresAt": format_ms(waiter.expires_ms),
+            "createdAt": format_ms(waiter.created_ms),
+        }
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def decide_create(self, allowance_id: str, name: str, units_limit: int, window_ms: int, now_ms: int) -> dict:
+        if name in self._by_name:
+            raise KernelError(CONFLICT, f"an allowance named {name!r} exists already", details={"id": self._by_name[name].id})
+        if len(self._allowances) >= self.allowances_max:
+            raise KernelError(CONFLICT, f"a space holds at most {self.allowances_max} allowances")
+        return {
+            "type": "allowance.created", "id": allowance_id, "name": name, "units_limit": units_limit,
+            "window_ms": window_ms, "at_ms": now_ms,
+        }
+
+    def check_units(self, allowance: Allowance, units: int) -> None:
+        if units > allowance.units_limit:
+            raise KernelError(
+                VALIDATION_FAILED,
+                f"units {units} is more than allowance {allowance.name!r} grants in a window ({allowance.units_limit})",
+            )
+
+    def decide_serve(self, allowance: Allowance, now_ms: int) -> list[dict]:
+        """Grant waiters from the head while their units fit (and no cooldown lasts); expire those
+        whose TTL ran out on the way. The caller commits the records in order."""
+        records: list[dict] = []
+        remaining = allowance.remaining_at(now_ms)
+        for waiter_id in list(allowance.queue):
+            waiter = self._waiters[waiter_id]
+            if now_ms >= waiter.expires_ms:
+                records.append({"type": "waiter.ended", "id": waiter.id, "state": EXPIRED, "at_ms": now_ms})
+                continue
+            if allowance.cooling_at(now_ms) or waiter.units > remaining:
+                break
+            remaining -= waiter.units
+            records.append({
+                "type": "waiter.granted", "id": waiter.id, "consumption_id": consumption_of(waiter.id),
+                "window_start_ms": allowance.window_at(now_ms), "at_ms": now_ms,
+            })
+        return records
+
+    def decide_consume(
+        self, allowance: Allowance, consumption_id: str, scope_id: str, holder: str, units: int, now_ms: int
+    ) -> dict:
+        """The consumption, or 429: cooling down, too few units left, or waiters ahead.
+
+        Waiters still in the queue are ahead even when a new window has begun and the serve timer
+        has not run yet: they are served first, so this consume is refused (it changes nothing,
+        so the refusal needs no record)."""
+        self.check_units(allowance, units)
+        if allowance.cooling_at(now_ms):
+            raise KernelError(
+                ALLOWANCE_COOLDOWN,
+                f"allowance {allowance.name!r} is cooling down until {format_ms(allowance.cooldown_until_ms)}"
+                + (f": {allowance.cooldown_reason}" if allowance.cooldown_reason else ""),
+                retry_after_s=(allowance.cooldown_until_ms - now_ms) / 1000,
+            )
+        window_start = allowance.window_at(now_ms)
+        remaining = allowance.remaining_at(now_ms)
+        waiting = self.waiting_at(allowance, now_ms)
+        if units > remaining or waiting:
+            ahead = f", {waiting} waiter(s) ahead" if waiting else ""
+            raise KernelError(
+                ALLOWANCE_EXHAUSTED,
+                f"allowance {allowance.name!r} has {remaining} of {allowance.units_limit} units left in this window{ahead}, {units} asked",
+                details={"remaining": remaining, "windowStart": format_ms(window_start), "waiting": waiting},
+                retry_after_s=(window_start + allowance.window_ms - now_ms) / 1000,
+            )
+        return {
+            "type": "allowance.consumed", "id": allowance.id, "consumption_id": consumption_id, "scope_id": scope_id,
+            "holder": holder, "units": units, "window_start_ms": window_start, "at_ms": now_ms,
+        }
+
+    def decide_wait(self, allowance: Allowance, waiter_id: str, scope_id: str, holder: str, units: int, ttl_ms: int, now_ms: int) -> dict:
+        self.check_units(allowance, units)
+        if len(allowance.queue) >= self.waiters_max:
+            raise KernelError(CONFLICT, f"allowance {allowance.name!r} has {self.waiters_max} waiters already")
+        return {
+            "type": "waiter.added", "id": waiter_id, "allowance_id": allowance.id, "scope_id": scope_id,
+            "holder": holder, "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
+        }
+
+    def decide_cooldown(self, allowance: Allowance, seconds: int, reason: str | None, now_ms: int) -> dict:
+        """A cooldown never shortens one that lasts longer."""
+        until_ms = max(allowance.cooldown_until_ms, now_ms + seconds * 1000)
+        return {"type": "allowance.cooldown", "id": allowance.id, "until_ms": until_ms, "reason": reason, "at_ms": now_ms}
+
+    def decide_cancel(self, waiter: Waiter, now_ms: int) -> dict | None:
+        """Cancel a waiter still waiting; one that ended already stays as it ended (a grant stands)."""
+        if waiter.state != WAITING:
+            return None
+        return {"type": "waiter.ended", "id": waiter.id, "state": CANCELLED, "at_ms": now_ms}
+
+    def decide_expire(self, waiter_id: str, now_ms: int) -> dict | None:
+        waiter = self._waiters.get(waiter_id)
+        if waiter is None or waiter.state != WAITING or now_ms < waiter.expires_ms:
+            return None
+        return {"type": "waiter.ended", "id": waiter.id, "state": EXPIRED, "at_ms": now_ms}
+
+    def serve_due_ms(self, allowance: Allowance, now_ms: int) -> int | None:
+        """When waiters could next be granted: the next window, or the cooldown's end if later."""
+        if not allowance.queue:
+            return None
+        if allowance.cooling_at(now_ms):
+            return allowance.cooldown_until_ms
+        return allowance.window_at(now_ms) + allowance.window_ms
+
+    def end_in_scopes(self, scope_ids: list[str], at_ms: int) -> None:
+        """Applied with a scope's end: its waiters are CANCELLED."""
+        ended = set(scope_ids)
+        for waiter in self._waiters.values():
+            if waiter.state == WAITING and waiter.scope_id in ended:
+                self._end(waiter, CANCELLED, at_ms)
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply_created(self, record: dict) -> Allowance:
+        allowance = Allowance(record["id"], record["name"], record["units_limit"], record["window_ms"], record["at_ms"])
+        assert allowance.id not in self._allowances and allowance.name not in self._by_name
+        self._allowances[allowance.id] = self._by_name[allowance.name] = allowance
+        return allowance
+
+    def _count(self, allowance: Allowance, units: int, window_start_ms: int) -> None:
+        if window_start_ms != allowance.window_start_ms:
+            assert window_start_ms > allowance.window_start_ms, "windows only move forward"
+            allowance.window_start_ms = window_start_ms
+            allowance.used = 0
+        allowance.used += units
+        assert allowance.used <= allowance.units_limit, "a window never consumes more than the limit"
+
+    def apply_consumed(self, record: dict) -> None:
+        self._count(self._allowances[record["id"]], record["units"], record["window_start_ms"])
+
+    def apply_cooldown(self, record: dict) -> None:
+        allowance = self._allowances[record["id"]]
+        allowance.cooldown_until_ms = record["until_ms"]
+        allowance.cooldown_reason = record["reason"]
+
+    def apply_waiter_added(self, record: dict) -> Waiter:
+        waiter = Waiter(record)
+        assert waiter.id not in self._waiters
+        self._waiters[waiter.id] = waiter
+        self._allowances[waiter.allowance_id].queue.append(waiter.id)
+        return waiter
+
+    def apply_waiter_granted(self, record: dict) -> None:
+        waiter = self._waiters[record["id"]]
+        assert waiter.state == WAITING, "a waiter is granted once"
+        allowance = self._allowances[waiter.allowance_id]
+        assert allowance.queue and allowance.queue[0] == waiter.id, "waiters are granted in order"
+        self._count(allowance, waiter.units, record["window_start_ms"])
+        waiter.consumption_id = record["consumption_id"]
+        waiter.window_start_ms = record["window_start_ms"]
+        self._end(waiter, GRANTED, record["at_ms"])
+
+    def apply_waiter_ended(self, record: dict) -> None:
+        self._end(self._waiters[record["id"]], record["state"], record["at_ms"])
+
+    def _end(self, waiter: Waiter, state: str, at_ms: int) -> None:
+        assert waiter.state == WAITING, "a waiter ends once"
+        waiter.state = state
+        waiter.ended_ms = at_ms
+        self._allowances[waiter.allowance_id].queue.remove(waiter.id)
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        for allowance in self._allowances.values():
+            yield {
+                "type": "allowance.image", "id": allowance.id, "name": allowance.name, "units_limit": allowance.units_limit,
+                "window_ms": allowance.window_ms, "created_ms": allowance.created_ms,
+                "window_start_ms": allowance.window_start_ms, "used": allowance.used,
+                "cooldown_until_ms": allowance.cooldown_until_ms, "cooldown_reason": allowance.cooldown_reason,
+                "at_ms": allowance.created_ms,
+            }
+        # Waiters in the order they were added, so the queues come back in order.
+        for waiter in self._waiters.values():
+            yield {
+                "type": "waiter.image", "id": waiter.id, "allowance_id": waiter.allowance_id, "scope_id": waiter.scope_id,
+                "holder": waiter.holder, "units": waiter.units, "expires_ms": waiter.expires_ms, "state": waiter.state,
+                "consumption_id": waiter.consumption_id, "window_start_ms": waiter.window_start_ms, "created_ms": waiter.created_ms, "ended_ms": waiter.ended_ms,
+                "at_ms": waiter.created_ms,
+            }
+
+    def apply_image(self, record: dict) -> None:
+        allowance = self.apply_created({**record, "at_ms": record["created_ms"]})
+        allowance.window_start_ms = record["window_start_ms"]
+        allowance.used = record["used"]
+        allowance.cooldown_until_ms = record["cooldown_until_ms"]
+        allowance.cooldown_reason = record["cooldown_reason"]
+
+    def apply_waiter_image(self, record: dict) -> None:
+        waiter = Waiter(record)
+        self._waiters[waiter.id] = waiter
+        if waiter.state == WAITING:
+            self._allowances[waiter.allowance_id].queue.append(waiter.id)

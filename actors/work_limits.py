@@ -1,0 +1,132 @@
+"""Work limits: at most `max_outstanding` tasks not yet ended, among those submitted under a name.
+
+A submit naming a work limit (by name, or by id as a fallback) that would take its outstanding
+tasks over the limit is 409 BACKLOG_FULL. Outstanding means created and not yet terminal
+(SUCCEEDED, FAILED, CANCELLED, EXPIRED), whatever mailbox or scope the task is in: the limit is the
+caller's bound on work in flight, so it must count every task it let through. The scope the limit
+was made for is recorded and shown; it does not narrow what is counted.
+
+The tasks a limit let through are kept by id (recorded with the submit as `work_limit.counted`)
+and judged by the task table when counted, so a task's end needs no record here; ended tasks are
+dropped from the set when the next one is added (the same on replay, which sees the same tasks).
+
+Pure: no IO, no clock reads.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .errors import BACKLOG_FULL, CONFLICT, NOT_FOUND, KernelError
+from .tasks import TaskTable
+from .timestamps import format_ms
+
+__all__ = ["WorkLimit", "WorkLimitTable", "WORK_LIMIT_RECORDS"]
+
+WORK_LIMIT_RECORDS: dict[str, tuple[str, ...]] = {
+    "work_limit.created": ("id", "name", "scope_id", "max_outstanding", "at_ms"),
+    "work_limit.counted": ("id", "task_id", "at_ms"),
+    "work_limit.image": ("id", "name", "scope_id", "max_outstanding", "created_ms", "task_ids"),
+}
+
+# BACKLOG_FULL's Retry-After: no moment is known when a task will end, so a short, fixed wait.
+RETRY_AFTER_S = 1.0
+
+
+def _open(tasks: TaskTable, task_id: str) -> bool:
+    task = tasks.find(task_id)
+    return task is not None and not task.terminal
+
+
+class WorkLimit:
+    __slots__ = ("id", "name", "scope_id", "max_outstanding", "created_ms", "task_ids")
+
+    def __init__(self, record: dict, created_ms: int) -> None:
+        self.id: str = record["id"]
+        self.name: str = record["name"]
+        self.scope_id: str = record["scope_id"]
+        self.max_outstanding: int = record["max_outstanding"]
+        self.created_ms = created_ms
+        self.task_ids: list[str] = []
+
+
+class WorkLimitTable:
+    __slots__ = ("_limits", "_by_name", "_tasks", "work_limits_max")
+
+    def __init__(self, tasks: TaskTable, work_limits_max: int) -> None:
+        self._limits: dict[str, WorkLimit] = {}
+        self._by_name: dict[str, WorkLimit] = {}
+        self._tasks = tasks
+        self.work_limits_max = work_limits_max
+
+    def __len__(self) -> int:
+        return len(self._limits)
+
+    def all(self) -> Iterator[WorkLimit]:
+        return iter(self._limits.values())
+
+    def find(self, name_or_id: str) -> WorkLimit:
+        limit = self._by_name.get(name_or_id) or self._limits.get(name_or_id)
+        if limit is None:
+            raise KernelError(NOT_FOUND, f"work limit {name_or_id!r} not found")
+        return limit
+
+    def outstanding(self, limit: WorkLimit) -> int:
+        tasks = self._tasks
+        return sum(1 for task_id in limit.task_ids if _open(tasks, task_id))
+
+    def view(self, limit: WorkLimit) -> dict:
+        return {
+            "id": limit.id,
+            "name": limit.name,
+            "scopeId": limit.scope_id,
+            "maxOutstanding": limit.max_outstanding,
+            "outstanding": self.outstanding(limit),
+            "createdAt": format_ms(limit.created_ms),
+        }
+
+    def decide_create(self, limit_id: str, name: str, scope_id: str, max_outstanding: int, now_ms: int) -> dict:
+        if name in self._by_name:
+            raise KernelError(CONFLICT, f"a work limit named {name!r} exists already", details={"id": self._by_name[name].id})
+        if len(self._limits) >= self.work_limits_max:
+            raise KernelError(CONFLICT, f"a space holds at most {self.work_limits_max} work limits")
+        return {
+            "type": "work_limit.created", "id": limit_id, "name": name, "scope_id": scope_id,
+            "max_outstanding": max_outstanding, "at_ms": now_ms,
+        }
+
+    def check_room(self, limit: WorkLimit) -> None:
+        outstanding = self.outstanding(limit)
+        if outstanding >= limit.max_outstanding:
+            raise KernelError(
+                BACKLOG_FULL,
+                f"work limit {limit.name!r} has {outstanding} of {limit.max_outstanding} tasks outstanding",
+                details={"outstanding": outstanding, "maxOutstanding": limit.max_outstanding},
+                retry_after_s=RETRY_AFTER_S,
+            )
+
+    def apply_created(self, record: dict) -> WorkLimit:
+        limit = WorkLimit(record, record["at_ms"])
+        assert limit.id not in self._limits and limit.name not in self._by_name
+        self._limits[limit.id] = self._by_name[limit.name] = limit
+        return limit
+
+    def apply_counted(self, record: dict) -> None:
+        limit = self._limits[record["id"]]
+        tasks = self._tasks
+        limit.task_ids = [task_id for task_id in limit.task_ids if _open(tasks, task_id)]
+        limit.task_ids.append(record["task_id"])
+        assert len(limit.task_ids) <= limit.max_outstanding, "a work limit never lets more through than its maximum"
+
+    def image(self) -> Iterator[dict]:
+        for limit in self._limits.values():
+            yield {
+                "type": "work_limit.image", "id": limit.id, "name": limit.name, "scope_id": limit.scope_id,
+                "max_outstanding": limit.max_outstanding, "created_ms": limit.created_ms,
+                "task_ids": list(limit.task_ids),  # as they stand: ended ones go when the next is counted
+                "at_ms": limit.created_ms,
+            }
+
+    def apply_image(self, record: dict) -> None:
+        limit = self.apply_created({**record, "at_ms": record["created_ms"]})
+        limit.task_ids = list(record["task_ids"])

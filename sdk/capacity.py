@@ -1,0 +1,457 @@
+"""Capacity: pools of units, quotas per window, work limits and budgets, with the 0.2.0 names.
+
+- `rs.pools.ensure(name, capacity=)`, `rs.quotas.ensure(name, units_per_window=, window_seconds=)`,
+  `rs.work_limits.ensure(name, scope_id=, max_outstanding=)`, `rs.budgets.ensure(name, currency=,
+  scale=, limit=)`: create, or verify what exists (a 409 CONFLICT on create lists and compares).
+- `run.pool(name)`: `acquire()` / `try_acquire()` / `run(fn)`. A `PoolLease` behaves as a claim
+  lease: renewed in the background, lost for good on any renewal error, and `run(fn)` cancels `fn`
+  when it is lost and raises `LeaseLostError`.
+- `run.quota(name)`: `try_take()` / `take()` (which waits through a durable server-side waiter,
+  granted first come, first served) / `status()` / `cooldown()`.
+- `run.budget(name)`: `reserve(amount=)` -> `BudgetReservation.settle(amount=, usage_key=)` /
+  `void(usage_key=)`. Amounts are decimal strings in major units ("2.50"), turned into minor units
+  with integer arithmetic only, never floats.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import anyio
+
+from . import _runtime
+from ._context import Context
+from ._renewal import renew_until_lost
+from .claims import ClaimLease, parse_timestamp
+from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, RunstateError, WaitTimeoutError
+
+__all__ = [
+    "PoolsAPI", "QuotasAPI", "WorkLimitsAPI", "BudgetsAPI", "PoolRef", "PoolLease", "QuotaRef", "BudgetRef",
+    "BudgetReservation", "decimal_to_minor", "minor_to_decimal",
+]
+
+POOL_TIMEOUT_MS = 60_000
+QUOTA_TIMEOUT_MS = 30_000
+# Pauses (uniform, seconds): a full pool, a plan limit, between two looks at a quota waiter.
+CAPACITY_RETRY_S = (0.225, 0.375)
+LIMITED_RETRY_S = (0.75, 1.25)
+WAITER_POLL_S = (0.1875, 0.3125)
+WAITER_TTL_S = (5, 3600)
+_EXHAUSTED = ("ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN")
+_AMOUNT = re.compile(r"^(\d+)(?:\.(\d+))?$")
+
+
+def decimal_to_minor(amount: str, scale: int) -> str:
+    """A decimal string in major units ("2.50") as a canonical digit string of minor units ("250")."""
+    match = _AMOUNT.match(amount)
+    if match is None:
+        raise RunstateError("VALIDATION_FAILED", 0, f"invalid amount {amount!r}: digits with an optional fraction")
+    whole, fraction = match.group(1), (match.group(2) or "").rstrip("0")
+    if len(fraction) > scale:
+        raise RunstateError("VALIDATION_FAILED", 0, f"amount {amount!r} has more fraction digits than scale {scale}")
+    return (whole + fraction.ljust(scale, "0")).lstrip("0") or "0"
+
+
+def minor_to_decimal(minor: str, scale: int) -> str:
+    padded = minor.rjust(scale + 1, "0")
+    whole, fraction = padded[: len(padded) - scale], padded[len(padded) - scale :]
+    return whole if scale == 0 else f"{whole}.{fraction}"
+
+
+# -- create or verify --------------------------------------------------------------------------------
+
+
+async def _ensure(ctx: Context, suffix: str, key: str, body: dict, matches: Callable[[dict], bool], what: str) -> dict:
+    """POST first; on a conflict (or no right to create) list and verify, as 0.2.0 does."""
+    try:
+        return (await ctx.call("POST", suffix, body=body)).body
+    except (ConflictError, AuthenticationError) as err:
+        if isinstance(err, AuthenticationError) and err.code != "FORBIDDEN":
+            raise
+        rows = [row for row in (await ctx.call("GET", suffix)).body[key] if row["name"] == body["name"]]
+        for row in rows:
+            if matches(row):
+                return row
+        if not rows and err.code == "FORBIDDEN":
+            raise
+        raise ConflictError("CONFLICT", 409, f"{what} {body['name']!r} exists with different settings") from err
+
+
+class PoolsAPI:
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def ensure(self, name: str, *, capacity: int) -> dict:
+        body = {"name": name, "units": capacity}
+        return await _ensure(self._ctx, "/permits", "permits", body, lambda row: row["unitsTotal"] == capacity, "permit pool")
+
+    async def list(self) -> list[dict]:
+        return (await self._ctx.call("GET", "/permits")).body["permits"]
+
+
+class QuotasAPI:
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def ensure(self, name: str, *, units_per_window: int, window_seconds: int) -> dict:
+        body = {"name": name, "unitsLimit": units_per_window, "windowSeconds": window_seconds}
+        return await _ensure(
+            self._ctx, "/allowances", "allowances", body,
+            lambda row: row["unitsLimit"] == units_per_window and row["windowSeconds"] == window_seconds, "allowance",
+        )
+
+    async def list(self) -> list[dict]:
+        return (await self._ctx.call("GET", "/allowances")).body["allowances"]
+
+
+class WorkLimitsAPI:
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def ensure(self, name: str, *, scope_id: str, max_outstanding: int) -> dict:
+        body = {"name": name, "scopeId": scope_id, "maxOutstanding": max_outstanding}
+        return await _ensure(self._ctx, "/work-limits", "workLimits", body, lambda row: row["maxOutstanding"] == max_outstanding, "work limit")
+
+
+class BudgetsAPI:
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def ensure(self, name: str, *, currency: str, scale: int, limit: str) -> dict:
+        """Create the budget, or verify that it has this limit and scale (currency is not compared)."""
+        limit_minor = decimal_to_minor(limit, scale)
+        body = {"name": name, "currency": currency, "scale": scale, "limitMinor": limit_minor}
+        try:
+            return (await self._ctx.call("POST", "/budgets", body=body)).body
+        except ConflictError:
+            rows = [row for row in (await self._ctx.call("GET", "/budgets")).body["budgets"] if row["name"] == name]
+            for row in rows:
+                if row["limitMinor"] == limit_minor and row["scale"] == scale:
+                    return row
+            if not rows:
+                raise
+            raise ConflictError("CONFLICT", 409, f"budget {name!r} exists with a different limit or scale") from None
+
+
+# -- names to ids --------------------------------------------------------------------------------------
+
+
+class _Named:
+    """A pool, allowance or budget named in a scope, resolved to its row once (then cached)."""
+
+    _suffix = ""
+    _key = ""
+    _what = ""
+
+    def __init__(self, ctx: Context, scope_id: str, *, name: str | None = None, id: str | None = None) -> None:
+        self._ctx = ctx
+        self.scope_id = scope_id
+        self.name = name
+        self._id = id
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(scope_id={self.scope_id!r}, name={self.name!r}, id={self._id!r})"
+
+    async def _rows(self) -> list[dict]:
+        return (await self._ctx.call("GET", self._suffix)).body[self._key]
+
+    async def resolve_id(self) -> str:
+        if self._id is None:
+            for row in await self._rows():
+                if row["name"] == self.name:
+                    self._id = row["id"]
+                    break
+            else:
+                raise NotFoundError("NOT_FOUND", 404, f"{self._what} {self.name!r} not found in space {self._ctx.space_id}")
+        return self._id
+
+
+class PoolRef(_Named):
+    _suffix, _key, _what = "/permits", "permits", "permit pool"
+
+    async def status(self) -> dict | None:
+        pool_id = await self.resolve_id()
+        return next((row for row in await self._rows() if row["id"] == pool_id), None)
+
+    async def acquire(
+        self, *, units: int = 1, lease_seconds: int = 30, wait: bool = True, timeout_ms: int = POOL_TIMEOUT_MS
+    ) -> "PoolLease":
+        """Take `units` under a renewed lease; with `wait` (the default) a full pool is tried again
+        every ~0.3 s until `timeout_ms`, then `WaitTimeoutError`."""
+        pool_id = await self.resolve_id()
+        started = anyio.current_time()
+        body = {
+            "scopeId": self.scope_id, "units": units, "holder": self._ctx.holder, "holderSession": self._ctx.session,
+            "leaseSeconds": lease_seconds,
+        }
+        while True:
+            try:
+                reply = await self._ctx.call("POST", f"/permits/{pool_id}/acquire", body=body)
+            except (ConflictError, RateLimitError) as err:
+                if not wait or err.code not in ("CAPACITY_UNAVAILABLE", "CONCURRENCY_LIMITED"):
+                    raise
+                elapsed_s = anyio.current_time() - started
+                if elapsed_s * 1000 >= timeout_ms:
+                    raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for {units} unit(s) of {self.name or pool_id!r} after {timeout_ms} ms") from err
+                low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else CAPACITY_RETRY_S
+                await anyio.sleep(min(_runtime.uniform(low, high), timeout_ms / 1000 - elapsed_s))
+                continue
+            return PoolLease._start_grant(self._ctx, reply.body, lease_seconds)
+
+    async def try_acquire(self, *, units: int = 1, lease_seconds: int = 30) -> dict:
+        """`{"kind": "acquired", "lease": lease}` or `{"kind": "capacity-unavailable"}`."""
+        try:
+            lease = await self.acquire(units=units, lease_seconds=lease_seconds, wait=False)
+        except ConflictError as err:
+            if err.code == "CAPACITY_UNAVAILABLE":
+                return {"kind": "capacity-unavailable"}
+            raise
+        return {"kind": "acquired", "lease": lease}
+
+    async def run(self, fn: Callable[["PoolLease"], Any], **acquire: Any) -> Any:
+        """Acquire, return `fn(lease)` while the lease is renewed, release in a `finally`; a lost
+        lease cancels `fn` and raises `LeaseLostError` (as `ClaimRef.run`)."""
+        lease = await self.acquire(**acquire)
+        try:
+            return await lease._run_guarded(fn)
+        finally:
+            await lease._release_quietly()
+
+
+class PoolLease(ClaimLease):
+    """Units of a pool held under a lease: `grant_id`, `units`, `token()`, loss reporting,
+    `renew()`, `release()`. Renewal and loss work exactly as for a claim lease."""
+
+    def __init__(self, ctx: Context, grant: dict, lease_seconds: int) -> None:
+        super().__init__(ctx, grant["grantId"], {**grant, "generation": None}, lease_seconds)
+        self.grant_id: str = grant["grantId"]
+        self.units: int = grant.get("units", 1)
+
+    @classmethod
+    def _start_grant(cls, ctx: Context, grant: dict, lease_seconds: int) -> "PoolLease":
+        lease = cls(ctx, grant, lease_seconds)
+        lease._renewal = _runtime.spawn_background(
+            renew_until_lost, lease._renew_auto, lease_seconds, lease._mark_lost, name=f"runstate-renew:{lease.grant_id}"
+        )
+        ctx.leases.add(lease)
+        return lease
+
+    def __repr__(self) -> str:
+        return f"PoolLease(grant_id={self.grant_id!r}, units={self.units}, token='[redacted]')"
+
+    async def _renew_request(self, lease_seconds: int | None) -> None:
+        reply = await self._ctx.call("POST", f"/grants/{self.grant_id}/renew", body={"token": self._token, "leaseSeconds": lease_seconds})
+        self.expires_at = parse_timestamp(reply.body["leaseExpiresAt"])
+
+    async def renew(self, lease_seconds: int | None = None) -> None:
+        from .errors import LeaseLostError
+
+        self.raise_if_lost()
+        try:
+            await self._renew_request(lease_seconds)
+        except LeaseLostError as err:
+            self._mark_lost(err)
+            raise
+
+    async def _renew_auto(self, lease_seconds: int) -> None:
+        await self._renew_request(lease_seconds)
+
+    async def release(self, observation: Any = None) -> None:
+        from .errors import LeaseLostError
+
+        if self._released:
+            return
+        self._released = True
+        await self._stop_renewal()
+        try:
+            await self._ctx.call("POST", f"/grants/{self.grant_id}/release", body={"token": self._token, "observation": observation})
+        except LeaseLostError:
+            return
+
+
+# -- quotas --------------------------------------------------------------------------------------------
+
+
+class QuotaRef(_Named):
+    _suffix, _key, _what = "/allowances", "allowances", "allowance"
+
+    async def status(self) -> dict | None:
+        allowance_id = await self.resolve_id()
+        try:
+            return (await self._ctx.call("GET", f"/allowances/{allowance_id}")).body
+        except NotFoundError:
+            return None
+
+    async def try_take(self, *, units: int = 1) -> dict:
+        """`{"kind": "consumed", "consumption": ...}` or `{"kind": "exhausted"}` (used up, or cooling down)."""
+        allowance_id = await self.resolve_id()
+        body = {"scopeId": self.scope_id, "units": units, "holder": self._ctx.holder}
+        try:
+            reply = await self._ctx.call("POST", f"/allowances/{allowance_id}/consume", body=body)
+        except RateLimitError as err:
+            if err.code in _EXHAUSTED:
+                return {"kind": "exhausted"}
+            raise
+        return {"kind": "consumed", "consumption": reply.body}
+
+    async def take(self, *, units: int = 1, wait: bool = True, timeout_ms: int = QUOTA_TIMEOUT_MS) -> dict:
+        """Consume `units`, waiting through one durable waiter (served FIFO) when the window is used
+        up; `WaitTimeoutError` after `timeout_ms` (the waiter is cancelled, a grant that raced stands)."""
+        started = anyio.current_time()
+        waiter_id: str | None = None
+        while True:
+            attempt = await self.try_take(units=units)
+            if attempt["kind"] == "consumed":
+                return attempt["consumption"]
+            if not wait:
+                raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"allowance exhausted and wait disabled ({units} unit(s))")
+            left_ms = timeout_ms - (anyio.current_time() - started) * 1000
+            if left_ms <= 0:
+                await self._cancel_quietly(waiter_id)
+                raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for {units} unit(s) after {timeout_ms} ms")
+            if waiter_id is None:
+                allowance_id = await self.resolve_id()
+                low, high = WAITER_TTL_S
+                body = {
+                    "scopeId": self.scope_id, "units": units, "holder": self._ctx.holder,
+                    "ttlSeconds": min(high, max(low, int(left_ms // 1000) + 1)),
+                }
+                waiter = (await self._ctx.call("POST", f"/allowances/{allowance_id}/wait", body=body)).body
+                if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
+                    return await self._consumption(waiter["consumptionId"], units)
+                waiter_id = waiter["waiterId"]
+            waiter = await self._poll(waiter_id, started, timeout_ms)
+            if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
+                return await self._consumption(waiter["consumptionId"], waiter["units"])
+            waiter_id = None  # EXPIRED or CANCELLED: start again
+
+    async def cooldown(self, seconds: int, reason: str | None = None) -> dict:
+        """Report a provider's back-off: nothing is consumed or granted until it ends."""
+        allowance_id = await self.resolve_id()
+        return (await self._ctx.call("POST", f"/allowances/{allowance_id}/cooldown", body={"seconds": seconds, "reason": reason})).body
+
+    async def _consumption(self, consumption_id: str, units: int) -> dict:
+        status = await self.status()
+        return {
+            "consumptionId": consumption_id, "units": units,
+            "windowStart": status["windowStart"] if status else "", "remaining": status["remaining"] if status else 0,
+        }
+
+    async def _poll(self, waiter_id: str, started: float, timeout_ms: int) -> dict:
+        while True:
+            if (anyio.current_time() - started) * 1000 >= timeout_ms:
+                await self._cancel_quietly(waiter_id)
+                raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for allowance waiter after {timeout_ms} ms")
+            waiter = (await self._ctx.call("GET", f"/allowance-waiters/{waiter_id}")).body
+            if waiter["state"] != "WAITING":
+                return waiter
+            await anyio.sleep(_runtime.uniform(*WAITER_POLL_S))
+
+    async def _cancel_quietly(self, waiter_id: str | None) -> None:
+        if waiter_id is None:
+            return
+        try:
+            await self._ctx.call("POST", f"/allowance-waiters/{waiter_id}/cancel")
+        except Exception:  # best effort: the waiter's TTL ends it anyway
+            pass
+
+
+# -- budgets -------------------------------------------------------------------------------------------
+
+
+class BudgetReservation:
+    def __init__(self, ctx: Context, budget_id: str, scale: int, view: dict) -> None:
+        self._ctx = ctx
+        self._budget_id = budget_id
+        self._scale = scale
+        self.id: str = view["reservationId"]
+        self.reserved_minor: str = view["reservedMinor"]
+        self.state: str = view["state"]
+
+    def __repr__(self) -> str:
+        return f"BudgetReservation(id={self.id!r}, reserved={self.reserved!r}, state={self.state!r})"
+
+    @property
+    def reserved(self) -> str:
+        """What is still reserved, in major units."""
+        return minor_to_decimal(self.reserved_minor, self._scale)
+
+    async def settle(self, *, amount: str, usage_key: str) -> dict:
+        """Charge what was spent (at most what is reserved); repeating a `usage_key` changes nothing."""
+        body = {"reservationId": self.id, "amountMinor": decimal_to_minor(amount, self._scale), "workKey": usage_key}
+        return self._update((await self._ctx.call("POST", f"/budgets/{self._budget_id}/settle", body=body)).body)
+
+    async def void(self, *, usage_key: str) -> dict:
+        """Give back what is still reserved."""
+        body = {"reservationId": self.id, "workKey": usage_key}
+        return self._update((await self._ctx.call("POST", f"/budgets/{self._budget_id}/void", body=body)).body)
+
+    def _update(self, view: dict) -> dict:
+        self.reserved_minor, self.state = view.get("reservedMinor", self.reserved_minor), view.get("state", self.state)
+        return view
+
+
+class BudgetRef(_Named):
+    _suffix, _key, _what = "/budgets", "budgets", "budget"
+
+    async def status(self) -> dict:
+        budget_id = await self.resolve_id()
+        return (await self._ctx.call("GET", f"/budgets/{budget_id}")).body
+
+    async def reserve(self, *, amount: str, settle_by: str | None = None) -> BudgetReservation:
+        """Reserve `amount` (major units) until settled, voided, or `settle_by` passes."""
+        budget = await self.status()
+        body = {
+            "scopeId": self.scope_id, "holder": self._ctx.holder,
+            "amountMinor": decimal_to_minor(amount, budget["scale"]), "settleBy": settle_by,
+        }
+        view = (await self._ctx.call("POST", f"/budgets/{budget['id']}/reserve", body=body)).body
+        return BudgetReservation(self._ctx, budget["id"], budget["scale"], view)
+
+
+# -- admission -----------------------------------------------------------------------------------------
+
+
+class AdmittedWork:
+    """An admitted task delivery and what was taken with it: `task`, `delivery`, `resources`
+    (`grants`, `consumptions`, `reservations`), `attempt`. The grants share the delivery's lease:
+    renew the delivery (`delivery.renew()`) and they stay held; settle it and they are given back."""
+
+    __slots__ = ("task", "delivery", "resources", "attempt")
+
+    def __init__(self, task: Any, delivery: Any, resources: dict, attempt: int) -> None:
+        self.task = task
+        self.delivery = delivery
+        self.resources = resources
+        self.attempt = attempt
+
+    def __repr__(self) -> str:
+        return f"AdmittedWork(task={self.task.id!r}, attempt={self.attempt})"
+
+
+async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> AdmittedWork | None:
+    """`MailboxRef.admit`: the oldest task delivery whose requirements all fit, with them; None when
+    nothing can be admitted (within `wait_ms`, a long poll the server wakes when capacity frees)."""
+    from .mailboxes import Delivery
+    from .tasks import TaskTicket
+
+    ctx = mailbox._ctx
+    body = {
+        "scopeId": mailbox.scope_id, "mailboxId": await mailbox.resolve_id(), "holder": ctx.holder,
+        "holderSession": ctx.session, "leaseSeconds": lease_seconds, "waitMs": wait_ms if wait_ms > 0 else None,
+    }
+    reply = await ctx.call("POST", "/tasks/admit", body=body, wait_ms=max(wait_ms, 0))
+    if reply.status == 204:
+        return None
+    admitted = reply.body
+    raw = {
+        "message": {
+            "id": admitted["messageId"], "scopeId": mailbox.scope_id, "payload": admitted["payload"],
+            "attempt": admitted["attempt"], "deadline": None, "taskId": admitted["taskId"],
+        },
+        "token": admitted["token"],
+    }
+    resources = {k: admitted.get(k, []) for k in ("grants", "consumptions", "reservations")}
+    task = TaskTicket(ctx, admitted["taskId"], mailbox.scope_id) if admitted["taskId"] else None
+    return AdmittedWork(task, Delivery(ctx, raw), resources, admitted["attempt"])

@@ -1,0 +1,130 @@
+"""Capacity: pools (permits and grants), quotas (allowances and waiters), work limits, budgets.
+
+Every mutation runs on the space's capacity actor. Creating a name that exists is 409 CONFLICT
+whatever the settings (the official client then lists and compares itself). Lists are complete
+and unpaginated, as the client reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ...actors import capacity_reads as reads
+from ...actors import commands as c
+from ..api import NO_CONTENT, Doc, Reply, endpoint
+from ..http import Request, Router
+from ..runtime import Runtime
+
+router = Router()
+
+BASE = "/v1/spaces/{space}"
+ERRORS = ("400", "404", "409")
+QUOTA_ERRORS = ("400", "404", "409", "429")
+
+
+def _list(key: str, schema: str) -> dict:
+    return {"type": "object", "properties": {key: {"type": "array", "items": {"$ref": f"#/components/schemas/{schema}"}}}, "required": [key]}
+
+
+def _lister(key: str, read: Callable[[Any, str], list]) -> Callable:
+    async def handler(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+        services.authorize(request, space)
+        return 200, {key: read(services.kernel, space)}
+
+    handler.__name__ = handler.__qualname__ = f"list_{key}"
+    return handler
+
+
+def _reader(read: Callable[[Any, str, str], dict], param: str) -> Callable:
+    async def handler(services: Runtime, request: Request, space: str, **params: str) -> tuple[int, dict]:
+        services.authorize(request, space)
+        return 200, read(services.kernel, space, params[param])
+
+    handler.__name__ = handler.__qualname__ = f"read_{read.__name__}"
+    return handler
+
+
+# -- pools -----------------------------------------------------------------------------------------
+
+G = "Pools"
+endpoint(router, "GET", BASE + "/permits", Doc("Every permit pool of the space", (Reply(200, _list("permits", "Pool")),), errors=("404",), group=G), _lister("permits", reads.pools))
+endpoint(router, "POST", BASE + "/permits", Doc(
+    "Create a permit pool (409 CONFLICT if the name exists)", (Reply(201, "Pool", "Created"),), c.CreatePool,
+    errors=ERRORS, idempotent=True, group=G,
+), status=201)
+endpoint(router, "POST", BASE + "/permits/{permit_id}/acquire", Doc(
+    "Take units of a pool under a fenced lease (409 CAPACITY_UNAVAILABLE with Retry-After when too few are free)",
+    (Reply(200, "Grant"),), c.AcquireGrant, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/grants/{grant_id}/renew", Doc(
+    "Renew a grant's lease", (Reply(200, "Grant"),), c.RenewGrant, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/grants/{grant_id}/release", Doc(
+    "Give a grant's units back", (Reply(200, "Grant"),), c.ReleaseGrant, errors=ERRORS, idempotent=True, group=G,
+))
+
+# -- quotas ----------------------------------------------------------------------------------------
+
+G = "Quotas"
+endpoint(router, "GET", BASE + "/allowances", Doc("Every allowance of the space", (Reply(200, _list("allowances", "Allowance")),), errors=("404",), group=G), _lister("allowances", reads.allowances))
+endpoint(router, "POST", BASE + "/allowances", Doc(
+    "Create an allowance: unitsLimit units per fixed window (409 CONFLICT if the name exists)",
+    (Reply(201, "Allowance", "Created"),), c.CreateAllowance, errors=ERRORS, idempotent=True, group=G,
+), status=201)
+endpoint(router, "GET", BASE + "/allowances/{allowance_id}", Doc("An allowance and its current window", (Reply(200, "Allowance"),), errors=("404",), group=G), _reader(reads.allowance, "allowance_id"))
+endpoint(router, "POST", BASE + "/allowances/{allowance_id}/consume", Doc(
+    "Consume units in the current window (429 ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN with Retry-After)",
+    (Reply(200, "Consumption"),), c.Consume, errors=QUOTA_ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/allowances/{allowance_id}/wait", Doc(
+    "Register a durable FIFO waiter (GRANTED at once when nothing is ahead and the units are free)",
+    (Reply(200, "Waiter"),), c.WaitAllowance, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/allowances/{allowance_id}/cooldown", Doc(
+    "A back-off reported by the provider: nothing is consumed or granted until it ends",
+    (Reply(200, "Cooldown"),), c.Cooldown, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "GET", BASE + "/allowance-waiters/{waiter_id}", Doc("A waiter", (Reply(200, "Waiter"),), errors=("404",), group=G), _reader(reads.waiter, "waiter_id"))
+endpoint(router, "POST", BASE + "/allowance-waiters/{waiter_id}/cancel", Doc(
+    "Cancel a waiter still waiting (a grant that came first stands)", (Reply(200, "Waiter"),), c.CancelWaiter,
+    body_required=False, errors=ERRORS, idempotent=True, group=G,
+))
+
+# -- work limits -----------------------------------------------------------------------------------
+
+G = "Work limits"
+endpoint(router, "GET", BASE + "/work-limits", Doc("Every work limit of the space", (Reply(200, _list("workLimits", "WorkLimit")),), errors=("404",), group=G), _lister("workLimits", reads.work_limits))
+endpoint(router, "POST", BASE + "/work-limits", Doc(
+    "Create a work limit: submits naming it get 409 BACKLOG_FULL past maxOutstanding tasks not ended",
+    (Reply(201, "WorkLimit", "Created"),), c.CreateWorkLimit, errors=ERRORS, idempotent=True, group=G,
+), status=201)
+
+# -- budgets ---------------------------------------------------------------------------------------
+
+G = "Budgets"
+endpoint(router, "GET", BASE + "/budgets", Doc("Every budget of the space", (Reply(200, _list("budgets", "Budget")),), errors=("404",), group=G), _lister("budgets", reads.budgets))
+endpoint(router, "POST", BASE + "/budgets", Doc(
+    "Create a budget (amounts in minor units, as digit strings; 409 CONFLICT if the name exists)",
+    (Reply(201, "Budget", "Created"),), c.CreateBudget, errors=ERRORS, idempotent=True, group=G,
+), status=201)
+endpoint(router, "GET", BASE + "/budgets/{budget_id}", Doc("A budget with its active reservations", (Reply(200, "Budget"),), errors=("404",), group=G), _reader(reads.budget, "budget_id"))
+endpoint(router, "POST", BASE + "/budgets/{budget_id}/reserve", Doc(
+    "Reserve an amount (409 INSUFFICIENT_BUDGET when it does not fit)", (Reply(201, "Reservation", "Reserved"),), c.Reserve,
+    errors=ERRORS, idempotent=True, group=G,
+), status=201)
+endpoint(router, "POST", BASE + "/budgets/{budget_id}/settle", Doc(
+    "Charge what was spent (at most what the reservation holds; idempotent per workKey)", (Reply(200, "Reservation"),), c.Settle,
+    errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/budgets/{budget_id}/void", Doc(
+    "Give back what the reservation still holds (idempotent per workKey)", (Reply(200, "Reservation"),), c.Void,
+    errors=ERRORS, idempotent=True, group=G,
+))
+
+# -- admission -------------------------------------------------------------------------------------
+
+endpoint(router, "POST", BASE + "/tasks/admit", Doc(
+    "Lease the oldest task delivery whose requirements all fit, taking them with it (a long poll with waitMs)",
+    (Reply(200, "Admission", "Admitted"), Reply(204, NO_CONTENT, "Nothing can be admitted (after waiting up to waitMs)")),
+    c.Admit, errors=ERRORS, idempotent=True, group="Tasks",
+), long_poll=True)

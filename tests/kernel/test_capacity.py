@@ -1,0 +1,323 @@
+"""Capacity in the kernel, in virtual time: pools, quotas, work limits and budgets.
+
+Each test drives a real kernel (memory journal) through the capacity commands and asserts exact
+answers and virtual times; the last ones replay the journal and rebuild from the image and check
+that both give the same state and the same timers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from runstate.actors import Clock, IdSource, Kernel, KernelError, KernelState
+from runstate.actors.journal import MemoryJournal
+from runstate.actors.space import SpaceState
+
+from ..capacity_ops import BudgetOps, PoolOps, QuotaOps, WorkLimitOps
+from ..ops import MailboxOps, MessageOps, ScopeOps, TaskOps
+from .conftest import T0
+
+pytestmark = pytest.mark.trio
+
+SPACE = "sp1"
+
+
+class World:
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.scopes = ScopeOps(kernel)
+        self.pools = PoolOps(kernel)
+        self.quotas = QuotaOps(kernel)
+        self.work_limits = WorkLimitOps(kernel)
+        self.budgets = BudgetOps(kernel)
+        self.mailboxes = MailboxOps(kernel)
+        self.messages = MessageOps(kernel)
+        self.tasks = TaskOps(kernel)
+        self.t0 = trio.current_time()
+
+    def elapsed(self) -> float:
+        return trio.current_time() - self.t0
+
+    def now_ms(self) -> int:
+        return self.kernel.clock.now_ms()
+
+
+@pytest.fixture
+async def world(nursery):
+    kernel = Kernel(state=KernelState(), journal=MemoryJournal(keep=True), clock=Clock(wall_anchor_ms=T0), ids=IdSource(seed=3))
+    await nursery.start(kernel.run)
+    return World(kernel)
+
+
+async def refused(code: str, call) -> KernelError:
+    with pytest.raises(KernelError) as caught:
+        await call
+    assert caught.value.code == code, caught.value
+    return caught.value
+
+
+# -- pools -------------------------------------------------------------------------------------------
+
+
+async def test_a_pool_hands_out_units_up_to_its_capacity_and_never_more(world, autojump_clock):
+    """Acquire N units under a fenced lease; too few free is CAPACITY_UNAVAILABLE with the time to
+    the soonest lease end; more than the pool has at all is a 400; release gives them back."""
+    run = await world.scopes.create(SPACE)
+    pool = await world.pools.create(SPACE, name="browsers", units=3)
+    assert pool["unitsTotal"] == 3 and pool["unitsAvailable"] == 3 and pool["units"] == 3
+    await refused("CONFLICT", world.pools.create(SPACE, name="browsers", units=3))
+    first = await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=2, lease_s=30)
+    assert first["units"] == 2 and first["token"].startswith("ct_")
+    await trio.sleep(10)
+    error = await refused("CAPACITY_UNAVAILABLE", world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=2))
+    assert error.retry_after_s == 20.0
+    await refused("VALIDATION_FAILED", world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=4))
+    second = await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=1)
+    assert world.pools.list(SPACE)[0]["unitsAvailable"] == 0
+    released = await world.pools.release(SPACE, first["grantId"], token=first["token"])
+    assert released["released"] is True and released["token"] is None
+    assert world.pools.list(SPACE)[0]["unitsAvailable"] == 2
+    await refused("STALE_CLAIM", world.pools.release(SPACE, first["grantId"], token=first["token"]))
+    await refused("STALE_CLAIM", world.pools.renew(SPACE, second["grantId"], token=first["token"]))
+    await refused("NOT_FOUND", world.pools.acquire(SPACE, "pm_none", scope_id=run["id"]))
+
+
+async def test_an_expired_grant_returns_its_units_on_its_timer(world, autojump_clock):
+    """A lease that is not renewed ends at its time: the timer records the expiry and the units are
+    free again; a renewal before that moves the end; the token is then stale."""
+    run = await world.scopes.create(SPACE)
+    pool = await world.pools.create(SPACE, name="p", units=1)
+    grant = await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], lease_s=10)
+    await trio.sleep(8)
+    renewed = await world.pools.renew(SPACE, grant["grantId"], token=grant["token"])
+    assert renewed["leaseExpiresAt"] == "2027-01-15T08:00:18.000Z"
+    await trio.sleep(9.999)
+    assert world.pools.list(SPACE)[0]["unitsInUse"] == 1
+    await trio.sleep(0.002)
+    assert world.kernel.state.space(SPACE).capacity.pools.grant(grant["grantId"]) is None, "the timer recorded the expiry"
+    assert world.pools.list(SPACE)[0]["unitsInUse"] == 0
+    await refused("STALE_CLAIM", world.pools.renew(SPACE, grant["grantId"], token=grant["token"]))
+    kinds = [r["type"] for r in world.kernel.journal.records]
+    assert kinds.count("grant.expired") == 1
+
+
+async def test_a_cancelled_scope_gives_its_grants_back(world, autojump_clock):
+    """Ending a scope frees the units of every grant in its subtree, in the same record."""
+    run = await world.scopes.create(SPACE)
+    child = await world.scopes.create(SPACE, parent_id=run["id"])
+    pool = await world.pools.create(SPACE, name="p", units=2)
+    grant = await world.pools.acquire(SPACE, pool["id"], scope_id=child["id"], units=2)
+    await world.scopes.cancel(SPACE, run["id"])
+    assert world.pools.list(SPACE)[0]["unitsAvailable"] == 2
+    await refused("STALE_CLAIM", world.pools.renew(SPACE, grant["grantId"], token=grant["token"]))
+    await refused("SCOPE_CANCELLED", world.pools.acquire(SPACE, pool["id"], scope_id=child["id"]))
+
+
+# -- quotas ------------------------------------------------------------------------------------------
+
+
+async def test_a_window_consumes_up_to_its_limit_then_says_when_the_next_begins(world, autojump_clock):
+    """Fixed windows from the allowance's creation: the limit per window, 429 ALLOWANCE_EXHAUSTED
+    with Retry-After until the next window, more than the limit is a 400."""
+    run = await world.scopes.create(SPACE)
+    allowance = await world.quotas.create(SPACE, name="llm", units_limit=5, window_s=60)
+    await refused("CONFLICT", world.quotas.create(SPACE, name="llm", units_limit=5, window_s=60))
+    taken = await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=3)
+    assert taken["remaining"] == 2 and taken["windowStart"] == "2027-01-15T08:00:00.000Z"
+    await trio.sleep(15)
+    error = await refused("ALLOWANCE_EXHAUSTED", world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=3))
+    assert error.retry_after_s == 45.0
+    await refused("VALIDATION_FAILED", world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=6))
+    await trio.sleep(45)
+    again = await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=5)
+    assert again["remaining"] == 0 and again["windowStart"] == "2027-01-15T08:01:00.000Z"
+
+
+async def test_a_cooldown_refuses_and_grants_nothing_until_it_ends(world, autojump_clock):
+    """While a cooldown lasts consume is 429 ALLOWANCE_COOLDOWN (Retry-After its end) and no waiter
+    is granted; at its end the head waiter is granted by the timer."""
+    run = await world.scopes.create(SPACE)
+    allowance = await world.quotas.create(SPACE, name="llm", units_limit=5, window_s=600)
+    cooled = await world.quotas.cooldown(SPACE, allowance["id"], seconds=30, reason="provider 429")
+    assert cooled["cooldownUntil"] == "2027-01-15T08:00:30.000Z"
+    error = await refused("ALLOWANCE_COOLDOWN", world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"]))
+    assert error.retry_after_s == 30.0
+    waiter = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=2, ttl_s=120)
+    assert waiter["state"] == "WAITING"
+    await trio.sleep(29.9)
+    assert world.quotas.waiter(SPACE, waiter["waiterId"])["state"] == "WAITING"
+    await trio.sleep(0.2)
+    granted = world.quotas.waiter(SPACE, waiter["waiterId"])
+    assert granted["state"] == "GRANTED" and granted["consumptionId"] and granted["units"] == 2
+    assert world.quotas.view(SPACE, allowance["id"])["remaining"] == 3
+
+
+async def test_waiters_are_served_first_come_first_served_at_the_next_window(world, autojump_clock):
+    """A big head waiter is not overtaken by a small one behind it, nor by a fresh consume; at the
+    next window the head is granted first, then whoever fits behind it; a TTL ends a waiter
+    EXPIRED; cancel ends one CANCELLED, and cancelling a granted one changes nothing."""
+    run = await world.scopes.create(SPACE)
+    allowance = await world.quotas.create(SPACE, name="llm", units_limit=4, window_s=60)
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=3)
+    big = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=4, ttl_s=120)
+    small = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=1, ttl_s=300)
+    short = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=1, ttl_s=30)
+    assert small["state"] == "WAITING", "one unit is left, but the big waiter is ahead"
+    await refused("ALLOWANCE_EXHAUSTED", world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=1))
+    await trio.sleep(30.001)
+    assert world.quotas.waiter(SPACE, short["waiterId"])["state"] == "EXPIRED"
+    await trio.sleep(30)
+    assert world.quotas.waiter(SPACE, big["waiterId"])["state"] == "GRANTED"
+    assert world.quotas.waiter(SPACE, small["waiterId"])["state"] == "WAITING", "the window is used up by the head"
+    await trio.sleep(60)
+    assert world.quotas.waiter(SPACE, small["waiterId"])["state"] == "GRANTED"
+    cancelled = await world.quotas.cancel(SPACE, small["waiterId"])
+    assert cancelled["state"] == "GRANTED"
+    late = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=4, ttl_s=60)
+    assert (await world.quotas.cancel(SPACE, late["waiterId"]))["state"] == "CANCELLED"
+    now = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=3, ttl_s=60)
+    assert now["state"] == "GRANTED" and now["consumptionId"], "nothing ahead and the units fit: granted at once"
+
+
+# -- work limits -------------------------------------------------------------------------------------
+
+
+async def test_a_work_limit_refuses_a_submit_past_its_outstanding_maximum(world, autojump_clock):
+    """Tasks not yet ended count; a submit past maxOutstanding is BACKLOG_FULL; a replay of an
+    existing task key is not counted again; a task's end makes room."""
+    run = await world.scopes.create(SPACE)
+    mailbox = await world.mailboxes.create(SPACE, name="jobs")
+    limit = await world.work_limits.create(SPACE, name="crawl", scope_id=run["id"], max_outstanding=2)
+    assert limit["maxOutstanding"] == 2 and limit["outstanding"] == 0
+    await refused("CONFLICT", world.work_limits.create(SPACE, name="crawl", scope_id=run["id"], max_outstanding=2))
+
+    async def submit(key):
+        return await world.tasks._submit(
+            __import__("runstate.actors.commands", fromlist=["SubmitTask"]).SubmitTask, None,
+            space=SPACE, scope_id=run["id"], mailbox_id=mailbox["id"], key=key, work_limit="crawl",
+        )
+
+    first = await submit("a")
+    await submit("b")
+    assert (await submit("a"))["created"] is False
+    error = await refused("BACKLOG_FULL", submit("c"))
+    assert error.retry_after_s is not None
+    await world.tasks.cancel(SPACE, first["id"])
+    await submit("c")
+    assert world.work_limits.list(SPACE)[0]["outstanding"] == 2
+    await refused("NOT_FOUND", world.tasks._submit(
+        __import__("runstate.actors.commands", fromlist=["SubmitTask"]).SubmitTask, None,
+        space=SPACE, scope_id=run["id"], mailbox_id=mailbox["id"], key="d", work_limit="nope",
+    ))
+
+
+# -- budgets -----------------------------------------------------------------------------------------
+
+
+async def test_a_budget_reserves_settles_and_voids_in_exact_minor_units(world, autojump_clock):
+    """Reserve what fits (else INSUFFICIENT_BUDGET), settle at most what is held, idempotent per
+    work key; a partial settle keeps the rest reserved; void gives the rest back; amounts stay exact
+    integers far past a float's precision."""
+    run = await world.scopes.create(SPACE)
+    huge = 10**25 + 1
+    budget = await world.budgets.create(SPACE, name="spend", limit=huge)
+    assert budget["limitMinor"] == str(huge) and budget["availableMinor"] == str(huge)
+    await refused("CONFLICT", world.budgets.create(SPACE, name="spend", limit=1))
+    reservation = await world.budgets.reserve(SPACE, budget["id"], scope_id=run["id"], amount=10**25)
+    assert reservation["state"] == "ACTIVE" and reservation["reservedMinor"] == str(10**25)
+    await refused("INSUFFICIENT_BUDGET", world.budgets.reserve(SPACE, budget["id"], scope_id=run["id"], amount=2))
+    rid = reservation["reservationId"]
+    await refused("CONFLICT", world.budgets.settle(SPACE, budget["id"], reservation_id=rid, amount=10**25 + 1, work_key="u1"))
+    settled = await world.budgets.settle(SPACE, budget["id"], reservation_id=rid, amount=7, work_key="u1")
+    assert settled["state"] == "ACTIVE" and settled["settledMinor"] == "7"
+    again = await world.budgets.settle(SPACE, budget["id"], reservation_id=rid, amount=7, work_key="u1")
+    assert again == settled, "a repeated work key changes nothing"
+    view = world.budgets.view(SPACE, budget["id"])
+    assert view["spentMinor"] == "7" and view["reservedMinor"] == str(10**25 - 7) and view["availableMinor"] == "1"
+    assert int(view["spentMinor"]) + int(view["reservedMinor"]) + int(view["availableMinor"]) == huge
+    voided = await world.budgets.void(SPACE, budget["id"], reservation_id=rid, work_key="u2")
+    assert voided["state"] == "VOIDED" and voided["reservedMinor"] == "0"
+    assert (await world.budgets.void(SPACE, budget["id"], reservation_id=rid, work_key="u2"))["state"] == "VOIDED"
+    await refused("CONFLICT", world.budgets.settle(SPACE, budget["id"], reservation_id=rid, amount=1, work_key="u3"))
+    assert world.budgets.view(SPACE, budget["id"])["availableMinor"] == str(huge - 7)
+
+
+async def test_a_reservation_past_its_settle_by_is_released(world, autojump_clock):
+    """The settleBy timer gives the remainder back (state RELEASED); the spent part stays spent."""
+    run = await world.scopes.create(SPACE)
+    budget = await world.budgets.create(SPACE, name="spend", limit=100)
+    reservation = await world.budgets.reserve(SPACE, budget["id"], scope_id=run["id"], amount=60, settle_by_ms=world.now_ms() + 5000)
+    await world.budgets.settle(SPACE, budget["id"], reservation_id=reservation["reservationId"], amount=10, work_key="k")
+    await trio.sleep(4.9)
+    assert world.budgets.view(SPACE, budget["id"])["reservedMinor"] == "50"
+    await trio.sleep(0.2)
+    view = world.budgets.view(SPACE, budget["id"])
+    assert view["reservedMinor"] == "0" and view["spentMinor"] == "10" and view["availableMinor"] == "90"
+    await refused("VALIDATION_FAILED", world.budgets.reserve(SPACE, budget["id"], scope_id=run["id"], amount=1, settle_by_ms=world.now_ms()))
+
+
+# -- replay and images -------------------------------------------------------------------------------
+
+
+async def _busy(world: World) -> None:
+    run = await world.scopes.create(SPACE)
+    other = await world.scopes.create(SPACE)
+    pool = await world.pools.create(SPACE, name="p", units=4)
+    grant = await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=2, lease_s=20)
+    await world.pools.acquire(SPACE, pool["id"], scope_id=other["id"], units=1, lease_s=600)
+    await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=1, lease_s=5)
+    allowance = await world.quotas.create(SPACE, name="q", units_limit=3, window_s=30)
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=3)
+    await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=2, ttl_s=300)
+    await world.quotas.wait(SPACE, allowance["id"], scope_id=other["id"], units=2, ttl_s=300)
+    budget = await world.budgets.create(SPACE, name="b", limit=1000)
+    reservation = await world.budgets.reserve(SPACE, budget["id"], scope_id=run["id"], amount=300)
+    await world.budgets.settle(SPACE, budget["id"], reservation_id=reservation["reservationId"], amount=120, work_key="w")
+    await world.budgets.reserve(SPACE, budget["id"], scope_id=other["id"], amount=200, settle_by_ms=world.now_ms() + 10_000)
+    mailbox = await world.mailboxes.create(SPACE, name="m")
+    await world.work_limits.create(SPACE, name="wl", scope_id=run["id"], max_outstanding=5)
+    from runstate.actors import commands as c
+    for key in ("t1", "t2"):
+        await world.tasks._submit(c.SubmitTask, None, space=SPACE, scope_id=run["id"], mailbox_id=mailbox["id"], key=key, work_limit="wl")
+    await trio.sleep(12)
+    await world.pools.renew(SPACE, grant["grantId"], token=grant["token"])
+    await world.scopes.cancel(SPACE, other["id"])
+    await trio.sleep(15)
+
+
+def _state_of(space: SpaceState) -> list[dict]:
+    return list(space.capacity.image())
+
+
+async def test_replaying_the_journal_rebuilds_capacity_exactly(world, autojump_clock):
+    """The journal applied to an empty state gives the same capacity, and so does the image; both
+    ask for the same timers."""
+    await _busy(world)
+    live = world.kernel.state.space(SPACE)
+    replayed = KernelState()
+    for record in world.kernel.journal.records:
+        replayed.apply(record)
+    imaged = SpaceState(SPACE, live.limits)
+    for record in live.image():
+        imaged.apply(record)
+    assert _state_of(replayed.space(SPACE)) == _state_of(live) == _state_of(imaged)
+    timers = sorted(map(repr, live.capacity.timers()))
+    assert sorted(map(repr, replayed.space(SPACE).capacity.timers())) == timers == sorted(map(repr, imaged.capacity.timers()))
+    view = world.pools.list(SPACE)[0]
+    assert view["unitsInUse"] == 2, "the 5 s grant expired, the other scope's grant went with its scope"
+
+
+async def test_a_scope_end_cancels_its_waiters_and_serves_those_behind_them(world, autojump_clock):
+    """A waiter of an ended run is CANCELLED; the next waiter, which fits, is granted at once."""
+    run = await world.scopes.create(SPACE)
+    other = await world.scopes.create(SPACE)
+    allowance = await world.quotas.create(SPACE, name="q", units_limit=4, window_s=600)
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=2)
+    head = await world.quotas.wait(SPACE, allowance["id"], scope_id=other["id"], units=4, ttl_s=300)
+    behind = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=2, ttl_s=300)
+    assert behind["state"] == "WAITING"
+    await world.scopes.cancel(SPACE, other["id"])
+    await trio.sleep(0.001)
+    assert world.quotas.waiter(SPACE, head["waiterId"])["state"] == "CANCELLED"
+    assert world.quotas.waiter(SPACE, behind["waiterId"])["state"] == "GRANTED"
