@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from runstate.actors import KernelError
+from runstate.actors.records import VERSION
 from runstate.snapshots import Disk, assert_same_state
 from runstate.snapshots.recovery import snapshot_dir, wal_dir
 from runstate.snapshots.snapshot import list_snapshots
@@ -218,7 +219,7 @@ async def test_stopping_the_journal_answers_the_changes_it_had_not_written(tmp_p
     """At shutdown a change queued behind a write in progress is answered with an error, not left waiting."""
     from runstate.snapshots.wal import SegmentWriter, WalJournal
 
-    writer = SegmentWriter(str(tmp_path), Disk(), 1 << 20)
+    writer = SegmentWriter(str(tmp_path), Disk(), 1 << 20, version=VERSION)
     writer.start(1, 0)
 
     async def slow_disk(function, *args):  # a write that takes a second, in a thread (not cancellable once begun)
