@@ -4,15 +4,16 @@ Every start with a data directory records `kernel.booted` before it serves anyth
 to disk whatever the fsync policy. The record carries the boot's `epoch` (1, 2, 3...), the policy
 the boot runs with, and the `generation_floor` every claim's next generation must reach.
 
-Why a floor. With `--fsync always` or `batch` an acquire is answered only once its record is on
-disk, so after a crash replay knows every generation that was handed out, and the next owner gets
-one more: generations simply count 1, 2, 3 across restarts. With `--fsync off` an answer goes out
+Why a floor. With `--fsync always` an acquire is answered only once its record is on disk, so
+after a crash replay knows every generation that was handed out, and the next owner gets one more:
+generations simply count 1, 2, 3 across restarts. With `--fsync batch` or `off` an answer goes out
 once the record is written to the operating system, which survives a kill of the process but not a
-power cut: the end of the journal may then be lost, and with it generations that clients hold.
-So a boot that follows a boot under `off` raises the floor to `epoch << 32`: every key's next
-owner gets a generation above anything the previous boot could have handed out (it handed out
-fewer than 2**32 per key), and within a boot generations still grow by exactly one per owner.
-Boots after `always`/`batch` boots keep the floor they found (no jump).
+power cut (nor, under `batch`, a failed background fsync, which rolls back to the last good one):
+the end of the journal may then be lost, and with it generations that clients hold. So a boot that
+follows a boot under `batch` or `off` raises the floor to `epoch << 32`: every key's next owner
+gets a generation above anything the previous boot could have handed out (it handed out fewer than
+2**32 per key), and within a boot generations still grow by exactly one per owner. Boots after
+`always` boots keep the floor they found (no jump).
 
 Pure: no IO, no clock reads.
 """
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-__all__ = ["BootInfo", "FSYNC_POLICIES", "EPOCH_SHIFT"]
+__all__ = ["BootInfo", "FSYNC_POLICIES", "EPOCH_SHIFT", "UNSYNCED_ANSWERS"]
 
 FSYNC_POLICIES = ("always", "batch", "off")
+# The policies that answer a change before it is on disk: a power cut can lose what they answered.
+UNSYNCED_ANSWERS = frozenset({"batch", "off"})
 
 # Generations of one boot stay below the next boot's floor when a key has fewer owners than this
 # in one boot (2**32: at a thousand owners a second, fifty days).
@@ -45,7 +48,7 @@ class BootInfo:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
         epoch = self.epoch + 1
         floor = self.generation_floor
-        if self.fsync == "off":  # the previous boot may have lost generations it handed out
+        if self.fsync in UNSYNCED_ANSWERS:  # the previous boot may have lost generations it handed out
             floor = max(floor, epoch << EPOCH_SHIFT)
         return {"type": "kernel.booted", "epoch": epoch, "fsync": fsync, "generation_floor": floor, "at_ms": now_ms}
 

@@ -93,17 +93,19 @@ class Bench:
     # -- servers ---------------------------------------------------------------------------------
 
     def start_servers(self) -> None:
-        """The ceiling and the three claim-cycle servers: --fsync batch, --fsync always, in memory."""
+        """The ceiling and the claim-cycle servers: --fsync batch, --fsync always, --fsync off, in memory."""
         self.ceiling = start_ceiling(self.procs)
         batch = start_runstate(self.procs, "fsync-batch", fsync="batch", data_root=data_root())
         run_bounded(create_scope(batch, "probe"))
         if not journal_on_disk(batch):
             raise RuntimeError(f"the --fsync batch server wrote nothing into {batch.data_dir}: the bench would not measure the journal")
         always = start_runstate(self.procs, "fsync-always", fsync="always", data_root=data_root())
+        off = start_runstate(self.procs, "fsync-off", fsync="off", data_root=data_root())
         memory = start_runstate(self.procs, "memory")
         self.claim_targets = [
             ("--fsync batch", batch, CYCLE_VS_CEILING_BATCH),
             ("--fsync always", always, CYCLE_VS_CEILING_ALWAYS),
+            ("--fsync off", off, None),  # what batch, which answers after the write too, is measured against
             ("in memory, no data dir", memory, None),
         ]
 

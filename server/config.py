@@ -91,8 +91,9 @@ _SERVER: tuple[Setting, ...] = (
     Setting("host", str, _DEFAULTS.host, "Interface to listen on. Loopback only unless you say otherwise."),
     Setting("port", int, _DEFAULTS.port, "Port to listen on; 0 picks a free one (the chosen one is printed).", minimum=0, maximum=65535),
     Setting("data_dir", str, _DEFAULTS.data_dir, "Directory for the journal and snapshots; none keeps the state in memory only.", optional=True),
-    Setting("fsync", str, _DEFAULTS.fsync, "When the journal is fsynced: before each answer (always); every few ms, answering after it (batch); "
-            "never, answering after the write (off: survives a killed process, not a power cut).", choices=FSYNC_POLICIES),
+    Setting("fsync", str, _DEFAULTS.fsync, "When the journal is fsynced: before each answer (always); in the background every fsync_batch_ms, "
+            "answering after the write (batch: a power cut loses at most that window); never, answering after the write "
+            "(off: survives a killed process, not a power cut). See docs/durability.md.", choices=FSYNC_POLICIES),
     Setting("api_key", str, _DEFAULTS.api_key, "A bearer key accepted for `space_id` at start (journaled as its digest).", optional=True, secret=True),
     Setting("space_id", str, _DEFAULTS.space_id, "The space `api_key` (or the key made at first start) opens."),
     Setting("admin_key", str, _DEFAULTS.admin_key, "The admin credential for /v1/admin and `runstate keys`; at least 16 characters. "
@@ -115,7 +116,7 @@ _SERVER: tuple[Setting, ...] = (
     Setting("body_bytes_in_flight_max", int, _DEFAULTS.body_bytes_in_flight_max, "Bytes of request bodies held across all requests "
             "in flight; past it a request gets 503 with Retry-After.", minimum=1024),
     Setting("expiry_storm_per_s", int, _DEFAULTS.expiry_storm_per_s, "Expiries in one second that are logged as an expiry storm.", minimum=1),
-    Setting("fsync_batch_ms", float, _DEFAULTS.fsync_batch_ms, "With fsync batch: at most one fsync per this many milliseconds.", minimum=0.1, maximum=1000),
+    Setting("fsync_batch_ms", float, _DEFAULTS.fsync_batch_ms, "With fsync batch: a background fsync begins at most this many milliseconds after the last began.", minimum=0.1, maximum=1000),
     Setting("snapshot_every_records", int, _DEFAULTS.snapshot_every_records, "A snapshot once the WAL holds this many records past the last one.", minimum=1),
     Setting("snapshot_every_s", float, _DEFAULTS.snapshot_every_s, "A snapshot at least this often (seconds) while anything changed.", minimum=1),
     Setting("snapshots_kept", int, _DEFAULTS.snapshots_kept, "Snapshots kept (with the WAL after the oldest); at least 2.", minimum=2, maximum=100),

@@ -60,7 +60,7 @@ def _components(limits: Limits) -> dict:
                 )
             }
         ),
-        "Health": _obj({"status": {"const": "ok"}}),
+        "Health": _obj({"status": {"enum": ["ok", "live"]}}),
         "Scope": _obj(
             {
                 "id": text,

@@ -60,7 +60,7 @@ log = logging.getLogger("runstate.snapshots")
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     fsync: str = "always"
-    # `batch`: at most one fsync per this many milliseconds.
+    # `batch`: a background fsync begins at most this many milliseconds after the previous one began.
     batch_interval_ms: float = 3.0
     segment_bytes_max: int = 64 * 1024 * 1024
     snapshot_every_records: int = 1_000_000

@@ -17,17 +17,22 @@ in LSN order:
 
 - `always` (default): write and fsync every batch before answering. Batches grow by themselves
   under load (group commit): whatever is appended while one fsync runs goes in the next.
-- `batch`: the same, but fsync at most once every `batch_interval_ms`: a batch waits until that
-  much time has passed since the previous fsync began, gathering more records meanwhile.
+- `batch`: write (to the operating system) and answer, as `off` does; a second task fsyncs in the
+  background, beginning one at most `batch_interval_ms` after the previous one began, while
+  writes go on. Survives a kill of the process; a power cut loses at most the changes of the last
+  interval (plus one fsync's duration), like Redis's `appendfsync everysec` or PostgreSQL's
+  `synchronous_commit = off`. A lone request never waits for an interval.
 - `off`: write (to the operating system) and answer; no fsync. Survives a kill of the process, not
-  a power cut (see `actors/boot.py` for what still holds for generations).
+  a power cut (see `actors/boot.py` for what still holds for generations under `batch` and `off`).
 
 If a write or fsync fails, every mutation of that batch and all queued after it is answered with
 the error (the kernel turns it into 503 UNAVAILABLE), `failure` is set so the kernel refuses new
 mutations at once, and `failed` is set for the store, which rebuilds the state from disk and calls
 `reopen()` once the disk works again. After a failed fsync nothing written since the last good
 fsync can be trusted (the kernel may have dropped those pages), so `good` only ever moves after a
-batch is fully durable under the policy, and a repair truncates back to it.
+batch is fully durable under the policy, and a repair truncates back to it. Under `batch` that is
+the last background fsync that succeeded: a failed one rolls back the changes answered since, as a
+power cut would (and the next boot's generation floor covers what they handed out).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import heapq
 import itertools
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -92,13 +98,23 @@ class SegmentWriter:
         self.next_lsn = 1
         self._prev_crc = 0
         self.good: Position | None = None  # the last point known durable under the policy
+        self.written: Position | None = None  # the end of what was written (to the operating system)
+        # Whether a write without fsync is as good as it gets (`off`); under `batch` only an fsync
+        # moves `good`.
+        self.good_after_write = False
+        # `sync_through` may run in another thread than `write` (`batch`): the segment it syncs
+        # must not be closed under it, so rotating and syncing take this lock (writing does not).
+        self._segment_lock = threading.RLock()
+        self.epoch = 0  # how many times `start` ran: a sync aimed before a repair must not count after it
 
     def start(self, next_lsn: int, prev_crc: int) -> None:
         """Begin a new segment at `next_lsn` (recovery and repairs always start a fresh one)."""
-        self._open_segment(next_lsn, prev_crc)
-        self.next_lsn = next_lsn
-        self._prev_crc = prev_crc
-        self.good = Position(self._path, self._offset, next_lsn, prev_crc)
+        with self._segment_lock:
+            self._open_segment(next_lsn, prev_crc)
+            self.next_lsn = next_lsn
+            self._prev_crc = prev_crc
+            self.good = self.written = Position(self._path, self._offset, next_lsn, prev_crc)
+            self.epoch += 1
 
     def _open_segment(self, first_lsn: int, prev_crc: int) -> None:
         path = os.path.join(self.wal_dir, segment_name(first_lsn))
@@ -124,8 +140,9 @@ class SegmentWriter:
         assert self._fd is not None, "start() first"
         assert first_lsn == self.next_lsn, f"LSN {first_lsn} appended, {self.next_lsn} expected"
         if self._offset >= self.segment_bytes_max and self._offset > FILE_HEADER_BYTES:
-            self.disk.fsync(self._fd, self._path)  # seal the full segment
-            self._open_segment(first_lsn, self._prev_crc)
+            with self._segment_lock:
+                self.disk.fsync(self._fd, self._path)  # seal the full segment
+                self._open_segment(first_lsn, self._prev_crc)
         data, crc = encode_frames(first_lsn, self._prev_crc, bodies)
         self.disk.write(self._fd, data)
         if sync:
@@ -133,14 +150,36 @@ class SegmentWriter:
         self._offset += len(data)
         self.next_lsn += len(bodies)
         self._prev_crc = crc
-        self.good = Position(self._path, self._offset, self.next_lsn, crc)
+        self.written = Position(self._path, self._offset, self.next_lsn, crc)
+        if sync or self.good_after_write:
+            self.good = self.written
 
     def sync(self) -> None:
-        if self._fd is not None:
-            self.disk.fsync(self._fd, self._path)
+        with self._segment_lock:
+            if self._fd is not None:
+                self.disk.fsync(self._fd, self._path)
+
+    def sync_through(self, target: Position, epoch: int) -> None:
+        """Make everything up to `target` durable; then it is `good`. Safe beside a `write` in another thread.
+
+        A `target` in an earlier segment is durable already: a segment is fsynced when it is sealed.
+        A `target` from before the last `start` (a repair came between) is ignored.
+        """
+        with self._segment_lock:
+            if epoch != self.epoch:
+                return
+            if self._fd is not None and target.path == self._path:
+                self.disk.fsync(self._fd, self._path)
+            good = self.good
+            if good is None or target.next_lsn > good.next_lsn:
+                self.good = target
 
     def repair(self) -> Position:
         """After a failure: drop everything past `good` from disk and start a new segment there."""
+        with self._segment_lock:  # no background fsync runs meanwhile
+            return self._repair()
+
+    def _repair(self) -> Position:
         good = self.good
         assert good is not None
         if self._fd is not None:
@@ -166,9 +205,10 @@ class SegmentWriter:
         return good
 
     def close(self) -> None:
-        if self._fd is not None:
-            self.disk.close(self._fd)
-            self._fd = None
+        with self._segment_lock:
+            if self._fd is not None:
+                self.disk.close(self._fd)
+                self._fd = None
 
 
 class WalJournal:
@@ -196,8 +236,15 @@ class WalJournal:
         self.failure: BaseException | None = None
         self.failed = trio.Event()  # set on failure, for the store's repair loop
         self.appended_lsn = writer.next_lsn - 1
+        # Answered as durable under the policy (under `batch` and `off`: written to the OS).
         self.durable_lsn = writer.next_lsn - 1
+        # Under `batch`: fsynced by the background task (the rest may be lost to a power cut).
+        self.synced_lsn = writer.next_lsn - 1
         self.batches = 0
+        self.background_syncs = 0
+        writer.good_after_write = fsync == "off"
+        self._unsynced = trio.Event()  # something was written that the background fsync has not covered
+        self._sync_error: OSError | None = None  # a failed background fsync, for the writer to act on
         self._pending: list[tuple[int, list[bytes], Durable]] = []  # (first LSN, bodies, callback)
         self._pending_records = 0
         self._after: list[tuple[int, int, Durable]] = []  # heap of (LSN, seq, callback)
@@ -241,17 +288,21 @@ class WalJournal:
     # -- the writer task ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            if self.fsync == "batch":
+                nursery.start_soon(self._sync_in_background)
+            task_status.started()
+            await self._write()
+
+    async def _write(self) -> None:
         try:
             while True:
+                if self._sync_error is not None and self.failure is None:
+                    self._fail_sync()
                 if not self._pending or self.failure is not None:
                     await self._wakeup.wait()
                     self._wakeup = trio.Event()
                     continue
-                if self.fsync == "batch":
-                    due = self._synced_at + self.batch_interval_s
-                    if trio.current_time() < due:
-                        await trio.sleep_until(due)
                 await self._commit(self._take())
         finally:
             # Stopped (shutdown): callers of changes still queued wait for an answer that no
@@ -283,25 +334,65 @@ class WalJournal:
     async def _commit(self, batch: list[tuple[int, list[bytes], Durable]]) -> None:
         first_lsn = batch[0][0]
         bodies = [body for _, part, _ in batch for body in part]
-        sync = self.fsync != "off"
-        started = trio.current_time()
+        sync = self.fsync == "always"
         try:
             await self.run_blocking(self.writer.write, first_lsn, bodies, sync)
+        except trio.Cancelled:
+            # Stopped before the write began (a worker thread, once begun, is waited for): the batch
+            # is queued again, so that the stop answers it with the others.
+            self._pending[:0] = batch
+            self._pending_records += len(bodies)
+            raise
         except OSError as error:
             log.error("the journal cannot write (%s): refusing changes until the disk works again", error)
             self._fail(error, batch)
             return
-        if sync:
-            # The interval runs from the start of an fsync, so a change waits only for what is
-            # left of it once the previous fsync is done, not for a whole interval after it.
-            self._synced_at = started
         self.batches += 1
         self.durable_lsn = first_lsn + len(bodies) - 1
+        if sync:
+            self.synced_lsn = self.durable_lsn
+        elif self.fsync == "batch":
+            self._unsynced.set()
         for _, _, on_durable in batch:
             on_durable(None)
         after = self._after
         while after and after[0][0] <= self.durable_lsn:
             heapq.heappop(after)[2](None)
+
+    async def _sync_in_background(self) -> None:
+        """`batch`: fsync what was written, each fsync beginning at most `batch_interval_ms` after the last began.
+
+        The interval runs from the start of an fsync, so on a disk slower than the interval the
+        fsyncs follow each other without a pause. A failure is handed to the writer task, which
+        acts on it between two writes (a repair must not run beside a write).
+        """
+        while True:
+            if self._sync_error is not None or self.failure is not None or self.synced_lsn >= self.durable_lsn:
+                await self._unsynced.wait()
+                self._unsynced = trio.Event()
+                continue
+            due = self._synced_at + self.batch_interval_s
+            if trio.current_time() < due:
+                await trio.sleep_until(due)
+            target, epoch = self.writer.written, self.writer.epoch
+            assert target is not None
+            started = trio.current_time()
+            try:
+                await self.run_blocking(self.writer.sync_through, target, epoch)
+            except OSError as error:
+                log.error("the journal's background fsync failed (%s): refusing changes until the disk works again", error)
+                self._sync_error = error
+                self._wakeup.set()
+                continue
+            if epoch == self.writer.epoch:  # not overtaken by a repair
+                self._synced_at = started
+                self.synced_lsn = max(self.synced_lsn, target.next_lsn - 1)
+                self.background_syncs += 1
+
+    def _fail_sync(self) -> None:
+        error, self._sync_error = self._sync_error, None
+        assert error is not None
+        self._fail(error, [])
 
     def _fail(self, error: BaseException, batch: list[tuple[int, list[bytes], Durable]]) -> None:
         self.failure = error
@@ -319,10 +410,12 @@ class WalJournal:
     def reopen(self) -> None:
         """The disk works again and the writer was repaired: take appends from where it ends."""
         assert not self._pending
-        self.appended_lsn = self.durable_lsn = self.writer.next_lsn - 1
+        self.appended_lsn = self.durable_lsn = self.synced_lsn = self.writer.next_lsn - 1
         self.failed = trio.Event()
         self.failure = None
+        self._sync_error = None
         self._wakeup.set()
+        self._unsynced.set()
 
     async def write_now(self, records: list[dict]) -> int:
         """Write and fsync `records` at once, whatever the policy (boot records); returns the LSN.
@@ -332,7 +425,7 @@ class WalJournal:
         assert not self._pending
         if records:
             await self.run_blocking(self._write_now, records)
-        self.appended_lsn = self.durable_lsn = self.writer.next_lsn - 1
+        self.appended_lsn = self.durable_lsn = self.synced_lsn = self.writer.next_lsn - 1
         return self.durable_lsn
 
     def _write_now(self, records: list[dict]) -> None:

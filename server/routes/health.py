@@ -33,5 +33,6 @@ async def healthz(services: Any, request: Request) -> tuple[int, dict]:
 
 
 endpoint(router, "GET", "/healthz", Doc(
-    "Health: 200 once the state is recovered and served", (Reply(200, "Health"),), errors=("503",), group="Operating it",
+    "Readiness: 200 once the server takes changes, else 503 with the reason; ?probe=live is liveness",
+    (Reply(200, "Health"),), query=("probe",), errors=("503",), group="Operating it",
 ), healthz, public=True)

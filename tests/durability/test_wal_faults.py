@@ -23,7 +23,7 @@ def held_keys(run, scope_id: str) -> list[str]:
 
 @pytest.mark.trio
 @pytest.mark.parametrize(
-    ("fsync", "fault"), [("always", "fsync"), ("always", "write"), ("batch", "fsync"), ("batch", "write"), ("off", "write")]
+    ("fsync", "fault"), [("always", "fsync"), ("always", "write"), ("batch", "write"), ("off", "write")]
 )
 async def test_a_failed_write_is_refused_and_rolled_back_until_the_disk_recovers(tmp_path, autojump_clock, fault, fsync):
     data = str(tmp_path)
@@ -32,6 +32,7 @@ async def test_a_failed_write_is_refused_and_rolled_back_until_the_disk_recovers
     async with running(data, fsync=fsync, config=config, disk=disk) as run:
         scope_id = (await run.scopes.create(SPACE))["id"]
         kept = await run.claims.acquire(SPACE, scope_id=scope_id, key="kept", holder="h", session="x", lease_s=60)
+        await trio.sleep(0.01)  # past batch's interval: its background fsync has covered `kept`
 
         setattr(disk, f"fail_{fault}", True)
         errors = []
@@ -60,8 +61,8 @@ async def test_a_failed_write_is_refused_and_rolled_back_until_the_disk_recovers
         await trio.sleep(1.5)  # the next probe repairs
         assert run.store.journal.failure is None and run.store.repairs_done == 1
         again = await run.claims.acquire(SPACE, scope_id=scope_id, key="lost0", holder="h", session="x", lease_s=60)
-        # A repair records a boot; after an `off` boot the generation floor rises (actors/boot.py).
-        assert again["generation"] == (1 if fsync != "off" else 2 << 32)
+        # A repair records a boot; after a `batch` or `off` boot the generation floor rises (actors/boot.py).
+        assert again["generation"] == (1 if fsync == "always" else 2 << 32)
         await run.claims.renew(SPACE, key="kept", token=kept["token"])
         assert held_keys(run, scope_id) == ["kept", "lost0"]
         live = run.kernel.state

@@ -105,7 +105,7 @@ async def test_under_fsync_off_a_lost_tail_cannot_bring_a_generation_back(tmp_pa
 @pytest.mark.trio
 async def test_generations_do_not_jump_after_always_boots(tmp_path, autojump_clock):
     data = str(tmp_path)
-    async with running(data, fsync="batch") as run:
+    async with running(data, fsync="always") as run:
         scope_id = (await run.scopes.create(SPACE))["id"]
         await acquire(run, scope_id, lease_s=5)
     async with running(data, wall_ms=T0_MS + 600_000) as run:

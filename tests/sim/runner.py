@@ -209,7 +209,7 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
                 oracle.fail("hang", "agents were still busy 120 virtual seconds after the end")
                 people.cancel_scope.cancel()
         # The end: one last power cut and recovery, checked like the others.
-        cluster.crash("kill" if fsync == "off" else "power")
+        cluster.crash("kill" if fsync in ("batch", "off") else "power")
         await agents.restart(world)
         agents.audit(world)
         holder["virtual_s"] = trio.current_time()
