@@ -32,6 +32,10 @@ from .scopes import ACTIVE, EXPIRED, ScopeTree
 from .tasks import TaskTable
 from .usage import Usage
 from .work import WORK_APPLY, WORK_TIMERS, WorkCommands
+# -- coordination --
+from .commands import events_actor
+from .coordination import COORDINATION_APPLY, COORDINATION_TIMERS, CoordinationCommands
+from .events import EventLog, derive
 
 if TYPE_CHECKING:
     from .commands import CreateScope, EndScope
@@ -44,6 +48,8 @@ DEADLINE_TIMER = "scope-deadline"
 class SpaceState:
     __slots__ = (
         "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "claiming", "work",
+        # -- coordination --
+        "coordination", "events",
     )
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
@@ -58,12 +64,20 @@ class SpaceState:
         self.usage = Usage(self.claims)
         self.claiming = ClaimCommands(space_id, self.scopes, self.claims, self.boot, self._commit)
         self.work = WorkCommands(space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self._commit)
+        # -- coordination --
+        self.coordination = CoordinationCommands(
+            space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self.work, self._commit
+        )
+        self.events = EventLog(limits)
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
+        seq = self.events.seq  # -- coordination --
         for record in records:
             record["space"] = self.id
             self.apply(record)
             outcome.records.append(record)
+        if self.events.seq != seq:  # -- coordination -- (watches parked on the log look again)
+            outcome.pokes.append(events_actor(self.id))
         return outcome
 
     # -- scopes ---------------------------------------------------------------------------------
@@ -100,6 +114,7 @@ class SpaceState:
         waiting = self.messages.waiting_in_scopes(subtree)
         outcome = self._commit(Outcome(), record)
         outcome.pokes.extend(self.work.queue_actors(subtree))
+        outcome.pokes.extend(self.coordination.scope_actors(subtree))  # -- coordination --
         for message in waiting:
             if message.task_id is not None:
                 outcome.timers.extend(self.work.task_timers(self.tasks.get(message.task_id)))
@@ -125,6 +140,7 @@ class SpaceState:
                 yield self._deadline_timer(scope.id, scope.deadline_ms)
         yield from self.claiming.timers()
         yield from self.work.timers()
+        yield from self.coordination.all_timers()  # -- coordination --
 
     # -- restarts and images -----------------------------------------------------------------------
 
@@ -150,19 +166,34 @@ class SpaceState:
         for record in self.work.image():
             record["space"] = self.id
             yield record
+        # -- coordination -- (after the queues: groups name their tasks; the event log last)
+        for record in self.coordination.image():
+            record["space"] = self.id
+            yield record
+        for record in self.events.image():
+            record["space"] = self.id
+            yield record
         usage = self.usage
         if usage.operations or usage.free or usage.events or usage.takeovers:
             yield usage.image(self.id)  # last: it sets the counters outright
 
     def is_empty(self) -> bool:
         """Nothing recorded here (a space is made on first use, reads included)."""
-        return not len(self.scopes) and not len(self.claims) and self.work.is_empty()
+        return (
+            not len(self.scopes) and not len(self.claims) and self.work.is_empty()
+            and self.coordination.is_empty() and not self.events.seq  # -- coordination --
+        )
 
     # -- applying -------------------------------------------------------------------------------
 
     def apply(self, record: dict) -> None:
         self.usage.count(record)
+        events = derive(self, record)  # -- coordination -- (seen before the record changes anything)
         _APPLY[record["type"]](self, record)
+        # -- coordination -- what follows from the record (a scope's end, a group finalizing)
+        events.extend(self.coordination.after_apply(record))
+        if events:
+            self.events.append(events, record["at_ms"])
 
     def _apply_scope_ended(self, record: dict) -> None:
         self.scopes.apply_ended(record)
@@ -177,6 +208,9 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
     DEADLINE_TIMER: lambda space, scope_id, _, now_ms: space.expire_scope(scope_id, now_ms),
     **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.work, ident, marker, now_ms))(handler)
        for kind, handler in WORK_TIMERS.items()},
+    # -- coordination --
+    **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.coordination, ident, marker, now_ms))(handler)
+       for kind, handler in COORDINATION_TIMERS.items()},
 }
 
 _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
@@ -192,6 +226,11 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     # Mailboxes, messages and tasks, image records included.
     **{kind: (lambda applier: lambda space, record: applier(space.work, record))(applier) for kind, applier in WORK_APPLY.items()},
     "usage.image": lambda space, record: space.usage.apply_image(record),
+    # -- coordination --
+    **{kind: (lambda applier: lambda space, record: applier(space.coordination, record))(applier)
+       for kind, applier in COORDINATION_APPLY.items()},
+    "events.image": lambda space, record: space.events.apply_image_header(record),
+    "event.image": lambda space, record: space.events.apply_image_event(record),
 }
 
 RECORD_TYPES = frozenset(_APPLY)

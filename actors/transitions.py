@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 from . import commands as c
 from .claiming import ClaimCommands
+from .coordination import CoordinationCommands
+from .events import watch
 from .outcome import Outcome
 from .work import WorkCommands
 
@@ -28,6 +30,12 @@ def _claims(method: Callable[..., Outcome]) -> Transition:
 def _work(method: Callable[..., Outcome]) -> Transition:
     """A transition of the mailboxes, messages and tasks part of the command's space."""
     return lambda state, command, now_ms: method(state.space(command.space).work, command, now_ms)
+
+
+# -- coordination --
+def _coordination(method: Callable[..., Outcome]) -> Transition:
+    """A transition of the barriers, timers and task groups part of the command's space."""
+    return lambda state, command, now_ms: method(state.space(command.space).coordination, command, now_ms)
 
 
 def _end_scope(state: Any, command: c.EndScope, now_ms: int) -> Outcome:
@@ -53,5 +61,21 @@ TRANSITIONS: dict[type, Transition] = {
     c.CancelTask: _work(WorkCommands.cancel_task),
     c.JoinTask: _work(WorkCommands.join_task),
     c.DetachTask: _work(WorkCommands.detach_task),
+    # -- coordination --
+    c.CreateBarrier: _coordination(CoordinationCommands.create_barrier),
+    c.ArriveBarrier: _coordination(CoordinationCommands.arrive),
+    c.CreateTimer: _coordination(CoordinationCommands.create_timer),
+    c.PollTimers: _coordination(CoordinationCommands.poll_timers),
+    c.AckTimer: _coordination(CoordinationCommands.ack_timer),
+    c.CancelTimer: _coordination(CoordinationCommands.cancel_timer),
+    c.CreateGroup: _coordination(CoordinationCommands.create_group),
+    c.SubmitGroupTask: _coordination(CoordinationCommands.submit_member),
+    c.JoinGroupTask: _coordination(CoordinationCommands.join_member),
+    c.AcceptGroupTask: _coordination(CoordinationCommands.verdict),
+    c.RejectGroupTask: _coordination(CoordinationCommands.verdict),
+    c.CloseGroup: _coordination(CoordinationCommands.seal),
+    c.SealGroup: _coordination(CoordinationCommands.seal),
+    c.WatchEvents: lambda state, command, now_ms: watch(state.space(command.space), command, now_ms),
+    # -- end coordination --
     c.FireTimer: lambda state, command, now_ms: state.space(command.on[1]).fire(command.tag, command.marker, now_ms),
 }

@@ -79,6 +79,16 @@ OPERATIONS: dict[str, str] = {
     "task.detached": "tasks.detach",
     "delivery.leased": "deliveries.receive",
     "delivery.completed": "deliveries.complete",
+    # -- coordination --
+    "barrier.created": "barriers.create",
+    "barrier.arrived": "barriers.arrive",
+    "timer.created": "timers.create",
+    "timer.acked": "timers.ack",
+    "timer.cancelled": "timers.cancel",
+    "group.created": "groups.create",
+    "group.joined": "groups.join",
+    "group.verdict": "groups.verdict",
+    "group.sealed": "groups.seal",
 }
 FREE: dict[str, str] = {
     "claim.renewed": "claims.renew",
@@ -89,6 +99,11 @@ EVENTS: dict[str, str] = {
     "message.visible": "messages.backoff_over",
     "message.dropped": "messages.drop",
     "task.tombstoned": "tasks.tombstone",
+    # -- coordination --
+    "barrier.released": "barriers.release",
+    "timer.fired": "timers.fire",
+    "timer.expired": "timers.expire",
+    "group.expired": "groups.expire",
 }
 # Decided by the record's content.
 _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
@@ -99,7 +114,9 @@ _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
 }
 # Records that are no change a caller made: snapshot images and the usage image itself.
 NOT_COUNTED = frozenset(
-    {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image", "workkey.image"}
+    {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image", "workkey.image",
+     # -- coordination --
+     "barrier.image", "timer.image", "group.image", "events.image", "event.image"}
 )
 
 CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED

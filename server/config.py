@@ -149,6 +149,20 @@ LIMIT_DOCS: dict[str, str] = {
     "subscribers_max": "Most callers joined to one task.",
     "mailboxes_max": "Most mailboxes in one space.",
     "reason_len_max": "Longest nack error or cancel reason kept as a task's outcomeReason, in characters.",
+    # -- coordination --
+    "barriers_max": "Most barriers kept in one space.",
+    "barrier_target_max": "Largest target (arrivals needed) of a barrier.",
+    "timers_per_scope_max": "Most armed or fired timers in one run.",
+    "timer_after_s_max": "Longest afterSeconds of a timer, in seconds.",
+    "timer_fired_ttl_s": "A fired timer never acknowledged becomes EXPIRED after this long, in seconds.",
+    "timers_listed_max": "Most fired timers one poll lists (newest first).",
+    "groups_max": "Most task groups kept in one space.",
+    "group_members_max": "Most members of one task group.",
+    "events_kept_max": "Most events kept in a space's event log.",
+    "events_kept_s": "Oldest event kept in a space's event log, in seconds.",
+    "watch_wait_s_default": "How long an empty watch is held when it names no waitSeconds, in seconds.",
+    "watch_wait_s_legacy_max": "Longest hold of an empty watch for a client older than 0.3.0, in seconds.",
+    "watch_wait_s_max": "Longest hold of an empty watch, in seconds.",
 }
 
 # Limits that may be zero (a grace or a spread of nothing); every other one is at least 1 (> 0 for floats).

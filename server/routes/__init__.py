@@ -3,9 +3,11 @@
 from ..http import Router
 from . import claims, health, mailboxes, messages, scopes, tasks
 from . import admin, inspect, metrics, openapi
+from . import coordination  # -- coordination --
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
 for module in (health, scopes, claims, mailboxes, messages, tasks, admin, inspect, metrics, openapi):
     ROUTER.include(module.router)
+ROUTER.include(coordination.router)  # -- coordination --

@@ -107,7 +107,13 @@ def _existing(server: ServerProcess) -> dict[str, str]:
         mailbox_id = http.post(base + "/mailboxes", json={"name": "fuzz"}).json()["id"]
         task = http.post(base + "/tasks", json={"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": "t", "input": {"n": 1}}).json()
         http.post(base + "/claims", json={"key": "k", "scopeId": scope_id, "holder": "h", "holderSession": "s", "leaseSeconds": 600})
-    return {"space": SPACE, "scope_id": scope_id, "mailbox_id": mailbox_id, "task_id": task["taskId"], "message_id": task["messageId"], "key": "k", "key_id": "ak_0"}
+        barrier_id = http.post(base + "/barriers", json={"scopeId": scope_id, "target": 2}).json()["id"]
+        timer_id = http.post(base + "/timers", json={"scopeId": scope_id, "afterSeconds": 3600}).json()["id"]
+        group_id = http.post(base + "/task-groups", json={"mailboxId": mailbox_id, "condition": "ALL_TERMINAL"}).json()["groupId"]
+    return {
+        "space": SPACE, "scope_id": scope_id, "mailbox_id": mailbox_id, "task_id": task["taskId"], "message_id": task["messageId"],
+        "key": "k", "key_id": "ak_0", "barrier_id": barrier_id, "timer_id": timer_id, "group_id": group_id,
+    }
 
 
 @pytest.mark.e2e
