@@ -13,6 +13,7 @@ from typing import Any
 from ._config import Config, resolve_config
 from ._context import Context
 from ._request import Requester
+from .coordination import DiagnosticsAPI, EventsAPI
 from .errors import ConflictError, RunstateError
 from .scopes import ScopeHandle, create_scope
 from .transport import HTTPTransport, Transport
@@ -112,6 +113,8 @@ class AsyncRunstate:
         self._closed = False
         self.scopes = ScopesAPI(ctx)
         self.mailboxes = MailboxesAPI(ctx)
+        self.events = EventsAPI(ctx)
+        self.diagnostics = DiagnosticsAPI(ctx)
 
     @property
     def space_id(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ._context import Context
 from .claims import ClaimRef
+from .coordination import BarriersAPI, GroupsAPI, TimersAPI
 from .mailboxes import MailboxRef
 from .tasks import TaskTicket
 
@@ -15,6 +16,9 @@ class ScopeHandle:
     def __init__(self, ctx: Context, scope_id: str) -> None:
         self._ctx = ctx
         self.id = scope_id
+        self.barriers = BarriersAPI(ctx, scope_id)
+        self.timers = TimersAPI(ctx, scope_id)
+        self.groups = GroupsAPI(ctx)
 
     def __repr__(self) -> str:
         return f"ScopeHandle(id={self.id!r})"
