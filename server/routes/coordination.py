@@ -8,7 +8,7 @@ empty page is held until an event arrives or `waitSeconds` ends, and always answ
 for watch, so a client that does not say it is 0.3.0 or newer is held at most
 `watch_wait_s_legacy_max` (8 s); others at most `watch_wait_s_max` (20 s).
 
-Events are answered only once everything appended so far is durable: a reader resumes from the
+Timer polls and events are answered only once everything appended so far is durable: a reader resumes from the
 cursor it was given, so an event it saw must not be lost by a crash (its number would then be
 given to another event, and the reader would skip that one).
 """
@@ -75,6 +75,9 @@ async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[
     reply = await kernel.submit(command, idem=request.idem(space), wait_ms=command.wait_ms)
     if reply is EMPTY:
         return 200, {"scopeId": command.scope_id, "timers": []}
+    # A firing is shown only once it is durable: shown and then lost in a crash, the timer would
+    # fire again later with another time (and the caller would see it fire twice).
+    await _durable(kernel)
     return 200, reply
 
 
