@@ -85,6 +85,9 @@ class TimerTable:
     def find(self, timer_id: str) -> ScopeTimer | None:
         return self._by_id.get(timer_id)
 
+    def all(self) -> Iterator[ScopeTimer]:
+        return iter(self._by_id.values())
+
     def live(self) -> Iterator[ScopeTimer]:
         """Armed and fired timers (the ones that still need a supervisor deadline)."""
         for ids in self._by_scope.values():

@@ -285,6 +285,22 @@ def _coordination_components() -> dict:
         "GroupSubmitted": {"allOf": [_ref("Submitted"), _obj({"groupId": text, "group": _obj(group_state)})]},
         "Event": event,
         "EventPage": _obj({"events": {"type": "array", "items": _ref("Event")}, "nextCursor": text}),
+        "OpsRun": _obj(
+            {
+                "scopeId": text,
+                "effective": text,
+                "workers": {
+                    "type": "array",
+                    "items": _obj({"holder": text, "keys": {"type": "array", "items": text},
+                                   "deliveries": {"type": "array", "items": text}, "earliestLeaseExpiry": _TS}),
+                },
+                "waiting": {"type": "array", "items": {"type": "object"}},
+                "parked": {"type": "array", "items": _ref("Parked")},
+                "counts": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": integer}},
+            }
+        ),
+        "Parked": _obj({"on": text, "calls": integer}, {"mailboxId": text, "scopeId": text}),
+        "OpsWaits": _obj({"waits": {"type": "array", "items": _ref("Parked")}, "truncated": {"type": "boolean"}}),
     }
 
 

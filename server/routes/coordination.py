@@ -237,3 +237,27 @@ endpoint(router, "GET", BASE + "/watch", Doc(
     (Reply(200, "EventPage"),), query=(*QUERY, "types", "aggregate", "scopeId", "waitSeconds"),
     errors=("400", "404", "410"), group=G,
 ), watch, long_poll=True)
+
+
+# -- diagnostics ---------------------------------------------------------------------------------
+
+
+async def ops_run(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    return 200, reads.run(services.kernel, space, scope_id)
+
+
+async def ops_waits(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    return 200, reads.waits(services.kernel, space)
+
+
+G = "Diagnostics"
+endpoint(router, "GET", BASE + "/ops/runs/{scope_id}", Doc(
+    "A run's subtree: its workers with their keys and earliest lease end, what waits, counts by state",
+    (Reply(200, "OpsRun"),), errors=("404",), group=G,
+), ops_run)
+endpoint(router, "GET", BASE + "/ops/waits", Doc(
+    "The calls waiting in the space now (held receives, timer polls, watches)", (Reply(200, "OpsWaits"),),
+    errors=("404",), group=G,
+), ops_waits)

@@ -261,3 +261,27 @@ def test_a_watch_resumed_after_a_restart_sees_no_gap_and_no_duplicate(official_c
     ids = [event["eventId"] for event in before["events"] + after["events"]]
     assert len(ids) == len(set(ids)) == 6
     assert [int(eid.split("_")[1]) for eid in ids] == list(range(1, 7))
+
+
+def test_diagnostics_run_workers_and_waits(clients: Clients):
+    """diagnostics.run() returns the run's view, workers() its claim holders with their keys,
+    waits() the calls held now."""
+    result = clients.run(
+        """
+        async def main():
+            rs = AsyncRunstate(holder="diag-worker")
+            run = await rs.scopes.create()
+            lease = await run.claim("company:acme").acquire(lease_seconds=30)
+            view = await rs.diagnostics.run(run.id)
+            workers = await rs.diagnostics.workers(run.id)
+            waits = await rs.diagnostics.waits()
+            await lease.release()
+            emit(view=view, workers=workers, waits=waits, run=run.id)
+
+        asyncio.run(main())
+        """
+    )
+    assert result["view"]["scopeId"] == result["run"]
+    (worker,) = result["workers"]
+    assert worker["holder"] == "diag-worker" and worker["keys"] == ["company:acme"] and worker["earliestLeaseExpiry"]
+    assert isinstance(result["waits"]["waits"], list)

@@ -156,3 +156,42 @@ async def test_event_routes(nursery, autojump_clock):
     expired = await client.get("/events?cursor=999")
     assert (expired.status, expired.code) == (410, "CURSOR_EXPIRED")
     assert (await client.get("/watch?scopeId=sc_nothing&waitSeconds=0")).status == 404
+
+
+async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
+    """ops/runs shows a run's claim holders and delivery holders with their keys and earliest lease
+    end, and counts by state over its subtree; ops/waits lists the receives held now."""
+    run = await client.run()
+    child = (await client.post("/scopes", {"parentId": run})).json["id"]
+    mailbox = await client.mailbox()
+    await client.post("/claims", {"scopeId": child, "key": "k1", "holder": "w1", "holderSession": "s", "leaseSeconds": 60})
+    await client.post("/claims", {"scopeId": run, "key": "k2", "holder": "w1", "holderSession": "s", "leaseSeconds": 30})
+    await client.post("/tasks", {"scopeId": child, "mailboxId": mailbox, "taskKey": "t"})
+    await client.post("/tasks", {"scopeId": child, "mailboxId": mailbox, "taskKey": "u"})
+    delivery = (await client.recv(mailbox, child)).json
+    await client.post("/barriers", {"scopeId": child, "target": 2})
+    view = (await client.get(f"/ops/runs/{run}")).json
+    assert view["scopeId"] == run and view["waiting"] == []
+    (worker,) = view["workers"]
+    assert worker["holder"] == "w1" and sorted(worker["keys"]) == ["k1", "k2"]
+    assert worker["deliveries"] == [delivery["message"]["id"]]
+    claims = (await client.get(f"/scopes/{run}/claims")).json["claims"]
+    assert worker["earliestLeaseExpiry"] == min(claim["leaseExpiresAt"] for claim in claims)
+    assert view["counts"]["tasks"] == {"QUEUED": 1, "RUNNING": 1}
+    assert view["counts"]["scopes"] == {"ACTIVE": 2} and view["counts"]["barriers"] == {"OPEN": 1}
+    assert (await client.get("/ops/runs/sc_nothing")).status == 404
+
+    other = await client.run()
+    held = []
+
+    async def hold():
+        held.append(await client.recv(mailbox, other, waitMs=5_000))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold)
+        await trio.sleep(1)
+        waits = (await client.get("/ops/waits")).json["waits"]
+        assert waits == [{"on": "queue", "calls": 1, "mailboxId": mailbox, "scopeId": other}]
+        assert (await client.get(f"/ops/runs/{other}")).json["parked"] == waits
+    assert held[0].status == 204
+    assert (await client.get("/ops/waits")).json["waits"] == []
