@@ -19,7 +19,7 @@ import datetime
 import functools
 import inspect
 import threading
-from typing import Any, Awaitable
+from typing import Any, Awaitable, Iterator
 
 from ._runtime import is_async_callable
 from .client import AsyncRunstate
@@ -136,6 +136,18 @@ class Runstate:
     def new_event(self) -> threading.Event:
         """A thread-safe stop flag for `consume(stop_event=...)`: call `.set()` from any thread."""
         return threading.Event()
+
+    def watch(self, **kwargs: Any) -> Iterator[dict]:
+        """A blocking iterator over `events.watch(...)`; `stop_event=rs.new_event()` ends it."""
+        stream = self._async.events.watch(**kwargs)
+        try:
+            while True:
+                try:
+                    yield self._loop.run(stream.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._loop.run(stream.aclose())
 
     def close(self) -> None:
         """Close the async client (best effort, at most 5 s) and stop the loop thread."""

@@ -167,3 +167,27 @@ async def test_timers_and_barriers_under_asyncio():
         barrier = await run.barriers.create(target=1)
         assert (await barrier.arrive(key="only"))["state"] == "RELEASED"
         assert (await barrier.wait(timeout_ms=1_000))["state"] == "RELEASED"
+
+
+def test_the_blocking_client_watches_with_a_thread_safe_stop_flag():
+    """`Runstate.watch()` iterates without await; each event carries its page's cursor; the cursor
+    is sent back on the next request; setting the stop flag ends the iteration."""
+    from sdk_fakes import Scripted, ok
+
+    pages = iter([
+        {"events": [{"eventId": "ev_1", "type": "scope.created"}], "nextCursor": "1"},
+        {"events": [], "nextCursor": "1"},
+        {"events": [{"eventId": "ev_2", "type": "scope.cancelled"}], "nextCursor": "2"},
+    ])
+    transport = Scripted(lambda sent: ok(next(pages)))
+    rs = runstate.Runstate(api_key="k", space_id="sp1", transport=transport)
+    stop = rs.new_event()
+    seen = []
+    for event in rs.watch(wait_seconds=1, stop_event=stop):
+        seen.append(event)
+        if event["eventId"] == "ev_2":
+            stop.set()
+    rs.close()
+    assert [(event["eventId"], event["cursor"]) for event in seen] == [("ev_1", "1"), ("ev_2", "2")]
+    paths = [sent.path for sent in transport.sent]
+    assert "cursor" not in paths[0] and "cursor=1" in paths[1] and "cursor=1" in paths[2]
