@@ -118,3 +118,21 @@ def _count(states: Any) -> dict[str, int]:
     for name in states:
         counts[name] = counts.get(name, 0) + 1
     return dict(sorted(counts.items()))
+
+
+# -- inspection ------------------------------------------------------------------------------------
+
+
+def in_scope(kernel: Any, space: str, scope_id: str, what: str, limit: int) -> dict:
+    """The barriers, timers or task groups of one run, newest first, at most `limit`."""
+    state = kernel.state.space(space)
+    state.scopes.get(scope_id)  # 404 for a run that does not exist
+    part, now_ms = state.coordination, kernel.clock.now_ms()
+    if what == "barriers":
+        found = [part.barriers.view(b, now_ms) for b in part.barriers.all() if b.scope_id == scope_id]
+    elif what == "timers":
+        found = [part.timers.view(t) for t in part.timers.all() if t.scope_id == scope_id]
+    else:
+        found = [part.groups.view(g, now_ms) for g in part.groups.all() if g.scope_id == scope_id or g.parent_scope_id == scope_id]
+    found.reverse()
+    return {"scopeId": scope_id, what: found[:limit], "truncated": len(found) > limit}

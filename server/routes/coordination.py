@@ -261,3 +261,36 @@ endpoint(router, "GET", BASE + "/ops/waits", Doc(
     "The calls waiting in the space now (held receives, timer polls, watches)", (Reply(200, "OpsWaits"),),
     errors=("404",), group=G,
 ), ops_waits)
+
+
+# -- inspection (our extension) ------------------------------------------------------------------
+
+
+def _lister(what: str):
+    async def listing(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
+        services.authorize(request, space)
+        limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
+        return 200, reads.in_scope(services.kernel, space, scope_id, what, limit)
+
+    listing.__name__ = listing.__qualname__ = f"list_{what}"
+    return listing
+
+
+G = "Inspection"
+for _what, _schema, _summary in (
+    ("barriers", "Barrier", "Barriers of a run, newest first"),
+    ("timers", "Timer", "Timers of a run, newest first"),
+    ("groups", "TaskGroup", "Task groups of a run (gated by it or under it), newest first"),
+):
+    _listing_schema = {
+        "type": "object",
+        "properties": {
+            "scopeId": {"type": "string"},
+            _what: {"type": "array", "items": {"$ref": f"#/components/schemas/{_schema}"}},
+            "truncated": {"type": "boolean"},
+        },
+        "required": ["scopeId", _what, "truncated"],
+    }
+    endpoint(router, "GET", BASE + "/scopes/{scope_id}/" + _what, Doc(
+        _summary, (Reply(200, _listing_schema),), query=("limit",), errors=("400", "404"), group=G,
+    ), _lister(_what))
