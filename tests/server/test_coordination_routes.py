@@ -195,3 +195,30 @@ async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
         assert (await client.get(f"/ops/runs/{other}")).json["parked"] == waits
     assert held[0].status == 204
     assert (await client.get("/ops/waits")).json["waits"] == []
+
+
+async def test_metrics_show_coordination_by_state(client: AsgiClient, autojump_clock):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    run = await client.run()
+    barrier = (await client.post("/barriers", {"scopeId": run, "target": 1})).json["id"]
+    await client.post(f"/barriers/{barrier}/arrive", {"arrivalKey": "a"})
+    await client.post("/barriers", {"scopeId": run, "target": 2})
+    await client.post("/timers", {"scopeId": run, "afterSeconds": 60})
+    from runstate.server.http import serve_http
+    from runstate.server.routes import ROUTER
+    from runstate.testing import call_asgi
+
+    async def app(scope, receive, send):
+        await serve_http(client.runtime, ROUTER, scope, receive, send)
+
+    status, _, body = await call_asgi(app, "GET", "/metrics", {}, None, client=("127.0.0.1", 40000))
+    assert status == 200
+    found = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(body.decode()) for sample in family.samples
+    }
+    assert found[("runstate_barriers", (("space", "default"), ("state", "OPEN")))] == 1
+    assert found[("runstate_barriers", (("space", "default"), ("state", "RELEASED")))] == 1
+    assert found[("runstate_timers", (("space", "default"), ("state", "ARMED")))] == 1
+    assert found[("runstate_events_kept", (("space", "default"),))] == 6
