@@ -7,6 +7,10 @@ primitives lives here and nowhere else: ending a scope ends its subtree, which f
 the same record (so no crash can leave a claim held in an ended scope) and cancels the tasks
 waiting in its queues.
 
+Barriers, timers and task groups are the part `CoordinationCommands` (`coordination.py`); the
+space's event log (`events.py`) is made in `apply` from each record as it is applied, so it is
+rebuilt by replay like everything else, and a turn that made events pokes the watches parked on it.
+
 Each command method checks, decides the records, applies them through `apply` (the same code replay
 runs) and returns an `Outcome` with the reply, the records, the timers to arm and the actors to
 poke. Timers come back as `FireTimer` commands; `TIMERS` maps each kind of timer to what it
