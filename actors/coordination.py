@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import commands as c
 from .barriers import BARRIER_RECORDS, BarrierTable
-from .errors import DEADLINE_EXCEEDED, SCOPE_CANCELLED, KernelError
+from .errors import DEADLINE_EXCEEDED, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError
 from .groups import ACCEPTED, FINALIZED, GROUP_RECORDS, REJECTED, Group, GroupTable
 from .limits import Limits
 from .mailboxes import MailboxTable
@@ -106,6 +106,10 @@ class CoordinationCommands:
 
     def create_timer(self, command: c.CreateTimer, now_ms: int) -> Outcome:
         fire_ms = command.at_ms if command.at_ms is not None else now_ms + command.after_s * 1000
+        if fire_ms - now_ms > self.limits.timer_after_s_max * 1000:
+            raise KernelError(
+                VALIDATION_FAILED, f"a timer fires at most {self.limits.timer_after_s_max} seconds from now"
+            )
         record = self.timers.decide_create(command.timer_id, command.scope_id, fire_ms, command.token, now_ms)
         outcome = self._commit(Outcome(), record)
         timer = self.timers.get(command.timer_id)

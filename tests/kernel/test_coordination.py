@@ -203,6 +203,11 @@ async def test_a_timer_needs_exactly_one_of_after_seconds_and_at(world, autojump
     run = (await world.scopes.create(S))["id"]
     assert (await _error(world.timers.create(S, scope_id=run))).code == "VALIDATION_FAILED"
     assert (await _error(world.timers.create(S, scope_id=run, after_s=1, at_ms=world.now_ms()))).code == "VALIDATION_FAILED"
+    too_far = world.now_ms() + (world.kernel.limits.timer_after_s_max + 1) * 1000
+    assert (await _error(world.timers.create(S, scope_id=run, at_ms=too_far))).code == "VALIDATION_FAILED"
+    past = await world.timers.create(S, scope_id=run, at_ms=world.now_ms() - 60_000)
+    await trio.testing.wait_all_tasks_blocked()
+    assert world.timers.view(S, past["id"])["state"] == "FIRED"
 
 
 async def test_a_timer_due_while_the_server_was_down_fires_once_after_recovery(autojump_clock):
