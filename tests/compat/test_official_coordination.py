@@ -110,6 +110,8 @@ def test_task_groups_follow_their_conditions(clients: Clients):
             await rs.mailboxes.ensure(ARGS["mailbox"], mode="WORK")
             group = await run.groups.create(mailbox=ARGS["mailbox"], condition="N_ACCEPTED", threshold=2, parent_scope_id=run.id)
             tickets = [await group.submit({"n": n}, key=f"answer-{n}") for n in range(3)]
+            outsider = await run.mailbox(ARGS["mailbox"]).submit({"n": "outside"}, key="outsider")
+            joined_open = await group.join_task(outsider.id)
             await group.accept(tickets[0].id)
             await group.accept(tickets[0].id)
             await group.reject(tickets[1].id)
@@ -141,7 +143,7 @@ def test_task_groups_follow_their_conditions(clients: Clients):
                 joined = None
             except ConflictError as error:
                 joined = error.code
-            emit(before=before["state"], conflict=conflict, done=done, sealed=sealed, closed=closed,
+            emit(joined_open=[m["taskId"] for m in joined_open["members"]], outsider=outsider.id, before=before["state"], conflict=conflict, done=done, sealed=sealed, closed=closed,
                  sealed_state=state["state"], outcome=outcome, joined=joined, parent=state["parentScopeId"], run=run.id,
                  member=member.id, member_result=await member.result(timeout_ms=2_000))
 
@@ -150,6 +152,7 @@ def test_task_groups_follow_their_conditions(clients: Clients):
         mailbox=unique("answers"),
     )
     assert result["before"] == "OPEN" and result["conflict"] == ["CONFLICT", 409]
+    assert len(result["joined_open"]) == 4 and result["joined_open"][-1] == result["outsider"]
     assert result["done"] == {"outcome": "SUCCEEDED", "outcomeReason": "threshold_reached"}
     assert result["sealed"] == "CONFLICT" and result["closed"]["state"] == "FINALIZED"
     assert result["sealed_state"] == "SEALED" and result["parent"] is None
