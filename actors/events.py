@@ -218,6 +218,19 @@ def _claim_ended(kind: str) -> Derive:
     return derive
 
 
+_SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
+
+
+def _scope_ended(space: "SpaceState", record: dict) -> list:
+    """The scope's end, and the end of every task that waited in its subtree (they end with it)."""
+    events = [("scope." + record["state"].lower(), record["id"], "scope", record["id"], {"state": record["state"]})]
+    reason = _SCOPE_END_REASONS[record["state"]]
+    for message in space.messages.waiting_in_scopes(space.scopes.subtree(record["id"])):
+        if message.task_id is not None:
+            events.append(("task.cancelled", message.scope_id, "task", message.task_id, {"reason": reason}))
+    return events
+
+
 def _task_ended(space: "SpaceState", record: dict) -> list:
     task = space.tasks.find(record["taskId"])
     scope_id = None if task is None else task.scope_id
@@ -253,7 +266,7 @@ def _timer(kind: str, *fields: str) -> Derive:
 
 DERIVE: dict[str, Derive] = {
     "scope.created": lambda space, r: [("scope.created", r["id"], "scope", r["id"], {"parentId": r["parentId"]})],
-    "scope.ended": lambda space, r: [("scope." + r["state"].lower(), r["id"], "scope", r["id"], {"state": r["state"]})],
+    "scope.ended": _scope_ended,
     "claim.acquired": _claim_acquired,
     "claim.released": _claim_ended("claim.released"),
     "claim.expired": _claim_ended("claim.expired"),

@@ -400,9 +400,13 @@ async def test_events_are_derived_in_order_with_cursors_strictly_after_and_filte
     empty = world.events.page(S, after=5)
     assert empty == {"events": [], "nextCursor": "5"}
     assert (await _error(_raise(lambda: world.events.page(S, after=9)))).code == "CURSOR_EXPIRED"
+    mailbox = (await world.mailboxes.create(S, name="queue"))["id"]
+    task = await world.tasks.submit(S, scope_id=child, mailbox_id=mailbox, key="waiting")
+    cursor = int(world.events.page(S)["nextCursor"])
     await world.scopes.cancel(S, run)
-    tail = [event["type"] for event in world.events.page(S, after=5)["events"]]
-    assert tail == ["scope.cancelled"]
+    tail = world.events.page(S, after=cursor)["events"]
+    assert [(event["type"], event["aggregate"]["id"]) for event in tail] == [("scope.cancelled", run), ("task.cancelled", task["id"])]
+    assert tail[1]["payload"] == {"reason": "scope_cancelled"}
     world.replays_exactly()
 
 
