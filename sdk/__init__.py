@@ -9,6 +9,9 @@ from ._config import Config, resolve_config
 from .blocking import Runstate
 from .claims import ClaimLease, ClaimRef
 from .client import AsyncRunstate, MailboxesAPI, ScopesAPI
+from .coordination import (
+    BarrierHandle, BarriersAPI, DiagnosticsAPI, EventsAPI, GroupHandle, GroupsAPI, TimerHandle, TimersAPI,
+)
 from .errors import (
     AuthenticationError,
     ConfigError,
@@ -58,4 +61,12 @@ __all__ = [
     "UnavailableError",
     "CursorExpiredError",
     "map_error",
+    "BarrierHandle",
+    "BarriersAPI",
+    "TimerHandle",
+    "TimersAPI",
+    "GroupHandle",
+    "GroupsAPI",
+    "EventsAPI",
+    "DiagnosticsAPI",
 ]

@@ -391,6 +391,7 @@ def test_public_names_are_exported():
         "HTTPTransport", "RunstateError", "ConfigError", "AuthenticationError", "NotFoundError", "ConflictError",
         "ScopeCancelledError", "LeaseLostError", "WaitTimeoutError", "RateLimitError", "UnavailableError",
         "CursorExpiredError", "map_error",
+        "BarrierHandle", "BarriersAPI", "TimerHandle", "TimersAPI", "GroupHandle", "GroupsAPI", "EventsAPI", "DiagnosticsAPI",
     }
     assert set(runstate.__all__) == expected
     for name in expected:
