@@ -37,6 +37,10 @@ __all__ = [
     # -- capacity --
     "capacity_actor", "CreatePool", "AcquireGrant", "RenewGrant", "ReleaseGrant", "CreateAllowance", "Consume",
     "WaitAllowance", "CancelWaiter", "Cooldown", "CreateWorkLimit", "CreateBudget", "Reserve", "Settle", "Void", "Admit",
+    # -- coordination --
+    "CreateBarrier", "ArriveBarrier", "CreateTimer", "PollTimers", "AckTimer", "CancelTimer", "CreateGroup",
+    "SubmitGroupTask", "JoinGroupTask", "GroupVerdict", "AcceptGroupTask", "RejectGroupTask", "EndGroupMembership",
+    "CloseGroup", "SealGroup", "WatchEvents", "barrier_actor", "timers_actor", "events_actor",
 ]
 
 # A key's spaces are recorded with it; a key for every space is the admin key's job.
@@ -678,3 +682,212 @@ class FireTimer(Command):
     def actor(self, state: Any) -> ActorKey:
         return self.on
 
+
+
+# -- coordination --
+# Barriers, timers, task groups and the event log (`coordination.py`, `events.py`).
+
+
+def barrier_actor(space: str, barrier_id: str) -> ActorKey:
+    return ("barrier", space, barrier_id)
+
+
+def timers_actor(space: str, scope_id: str) -> ActorKey:
+    """Every timer of one scope: its creation, firing, expiry, ack, cancel, and the polls that list them."""
+    return ("timers", space, scope_id)
+
+
+def events_actor(space: str) -> ActorKey:
+    """Where watches of a space's events park; every turn that makes events pokes it."""
+    return ("events", space)
+
+
+@_command
+class CreateBarrier(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    target: int = body("target", INTEGER, minimum=1, maximum="barrier_target_max")
+    barrier_id: str = drawn("br_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return barrier_actor(self.space, self.barrier_id)
+
+
+@_command
+class ArriveBarrier(Command):
+    """Arrive once per arrival key; the arrival that makes `target` releases the barrier."""
+
+    space: str = path("space")
+    barrier_id: str = path("barrier_id")
+    arrival_key: str = body("arrivalKey", length_max="claim_key_len_max")
+
+    def actor(self, state: Any) -> ActorKey:
+        return barrier_actor(self.space, self.barrier_id)
+
+
+@_command
+class CreateTimer(Command):
+    """Arm a timer `afterSeconds` from now or `at` a time (exactly one of the two)."""
+
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    after_s: int | None = body("afterSeconds", INTEGER, required=False, minimum=0, maximum="timer_after_s_max")
+    at_ms: int | None = body("at", TIMESTAMP, required=False)
+    timer_id: str = drawn("tm_")
+    token: str = drawn("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return timers_actor(self.space, self.scope_id)
+
+    def check(self, limits: Limits) -> None:
+        if (self.after_s is None) == (self.at_ms is None):
+            raise KernelError(VALIDATION_FAILED, "give exactly one of 'afterSeconds' and 'at'")
+
+
+@_command
+class PollTimers(Command):
+    """List the fired, unacked timers of a scope with their tokens (harmless to repeat)."""
+
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    timer_id: str | None = body("timerId", required=False, description="only this timer (an extension of this server)")
+    wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="hold an empty listing up to this long, capped at {wait_ms_max}")
+
+    def actor(self, state: Any) -> ActorKey:
+        return timers_actor(self.space, self.scope_id)
+
+
+def _timer_actor_of(state: Any, space: str, timer_id: str) -> ActorKey:
+    return timers_actor(space, state.space(space).coordination.timers.get(timer_id).scope_id)
+
+
+@_command
+class AckTimer(Command):
+    space: str = path("space")
+    timer_id: str = path("timer_id")
+    token: str = body("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _timer_actor_of(state, self.space, self.timer_id)
+
+
+@_command
+class CancelTimer(Command):
+    space: str = path("space")
+    timer_id: str = path("timer_id")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _timer_actor_of(state, self.space, self.timer_id)
+
+
+@_command
+class CreateGroup(Command):
+    """A task group and its gate scope (a child of `parentScopeId`, or a root)."""
+
+    space: str = path("space")
+    mailbox_id: str = body("mailboxId")
+    condition: str = body("condition", description="ALL_TERMINAL, N_ACCEPTED (with threshold) or FIRST_ACCEPTED")
+    threshold: int | None = body("threshold", INTEGER, required=False, minimum=1, maximum="group_members_max")
+    expected_members: int | None = body("expectedMembers", INTEGER, required=False, minimum=1, maximum="group_members_max")
+    deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    parent_scope_id: str | None = body("parentScopeId", required=False)
+    group_id: str = drawn("tg_")
+    scope_id: str = drawn("sc_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return scope_actor(self.space, self.parent_scope_id if self.parent_scope_id is not None else self.scope_id)
+
+
+def _group_queue(state: Any, space: str, group_id: str) -> ActorKey:
+    """A group runs on its queue's actor: its members are that queue's tasks."""
+    group = state.space(space).coordination.groups.get(group_id)
+    return queue_actor(space, group.mailbox_id, group.scope_id)
+
+
+@_command
+class SubmitGroupTask(Command):
+    space: str = path("space")
+    group_id: str = path("group_id")
+    key: str = body("taskKey", length_max="task_key_len_max")
+    task_input: Any = body("input", JSON, required=False)
+    deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    task_id: str = drawn("tk_")
+    message_id: str = drawn("ms_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _group_queue(state, self.space, self.group_id)
+
+
+@_command
+class JoinGroupTask(Command):
+    """Make an outside task a member (only while the group is open)."""
+
+    space: str = path("space")
+    group_id: str = path("group_id")
+    task_id: str = body("taskId")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _group_queue(state, self.space, self.group_id)
+
+
+@_command
+class GroupVerdict(Command):
+    accept: ClassVar[bool]
+    space: str = path("space")
+    group_id: str = path("group_id")
+    task_id: str = path("task_id")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _group_queue(state, self.space, self.group_id)
+
+
+@_command
+class AcceptGroupTask(GroupVerdict):
+    accept: ClassVar[bool] = True
+
+
+@_command
+class RejectGroupTask(GroupVerdict):
+    accept: ClassVar[bool] = False
+
+
+@_command
+class EndGroupMembership(Command):
+    """Seal the group: no member joins any more. `close` is harmless to repeat; `seal` refuses a
+    finalized group."""
+
+    strict: ClassVar[bool]
+    space: str = path("space")
+    group_id: str = path("group_id")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _group_queue(state, self.space, self.group_id)
+
+
+@_command
+class CloseGroup(EndGroupMembership):
+    strict: ClassVar[bool] = False
+
+
+@_command
+class SealGroup(EndGroupMembership):
+    strict: ClassVar[bool] = True
+
+
+@_command
+class WatchEvents(Command):
+    """A page of a space's events after a cursor; with `wait_ms`, an empty page waits for events.
+
+    Built by the route from the query string (`server/routes/coordination.py`), not from a body.
+    """
+
+    space: str
+    after: int | None
+    limit: int
+    types: frozenset | None = None
+    aggregate: tuple | None = None
+    scope_id: str | None = None
+    wait_ms: int | None = None
+
+    def actor(self, state: Any) -> ActorKey:
+        return events_actor(self.space)

@@ -184,6 +184,11 @@ class Kernel:
                 self._wake(call, trio_outcome.Error(error))
             self._retire_if_idle(entry)
 
+    # -- coordination --
+    def parked(self) -> list[tuple[ActorKey, int]]:
+        """Actors with calls parked on them now (long polls, held watches), and how many each."""
+        return [(key, len(entry.waiters)) for key, entry in self._actors.items() if entry.waiters]
+
     @property
     def actors(self) -> int:
         """Actors alive now (running or lingering, or holding waiters)."""

@@ -79,6 +79,26 @@ class Limits:
     settle_by_s_default: int = 3600
     settle_by_s_max: int = 30 * 86_400
     work_limits_max: int = 10_000
+    # -- coordination --
+    # Barriers, timers and task groups kept per space (ended ones included), and their sizes.
+    barriers_max: int = 100_000
+    barrier_target_max: int = 10_000
+    timers_per_scope_max: int = 10_000
+    timer_after_s_max: int = 366 * 86_400
+    # A fired timer nobody acknowledges becomes EXPIRED this long after it fired.
+    timer_fired_ttl_s: int = 3_600
+    # The most fired timers one poll lists (newest first).
+    timers_listed_max: int = 1_000
+    groups_max: int = 100_000
+    group_members_max: int = 100
+    # The event log of a space: at most this many events, none older than this.
+    events_kept_max: int = 10_000
+    events_kept_s: int = 86_400
+    # How long an empty watch is held: without waitSeconds; at most for a client that does not say
+    # it is 0.3.0 or newer (the 0.2.0 client gives up after 10 s and does not extend it); at most.
+    watch_wait_s_default: int = 5
+    watch_wait_s_legacy_max: int = 8
+    watch_wait_s_max: int = 20
 
     def replace(self, **changes: object) -> "Limits":
         """A copy with some settings changed; unknown names are a `TypeError`."""

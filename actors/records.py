@@ -24,6 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .capacity import CAPACITY_RECORDS
+from .coordination import COORDINATION_RECORDS
+from .events import EVENT_RECORDS
 from .once import ONCE_RECORDS
 from .runs import RUN_RECORDS
 
@@ -110,6 +113,11 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     ),
     # Once slots (`once.py`) and run names (`runs.py`).
     **{kind: _spec(_SPACE, *fields) for kind, fields in ONCE_RECORDS.items()},
+    # Pools, quotas, work limits, budgets, admission (`capacity.py`); barriers, timers, task groups
+    # and the event log (`coordination.py`): each module declares its record types.
+    **{kind: _spec(_SPACE, *fields) for kind, fields in CAPACITY_RECORDS.items()},
+    **{kind: _spec(_SPACE, *fields) for kind, fields in COORDINATION_RECORDS.items()},
+    **{kind: _spec(_SPACE, *fields) for kind, fields in EVENT_RECORDS.items()},
     **{kind: _spec(_SPACE, *fields) for kind, fields in RUN_RECORDS.items()},
     # Usage counters (`usage.py`): the counter names inside are data, not fields.
     "usage.image": _spec(_SPACE, "operations", "free", "events", optional=("takeovers",)),

@@ -7,6 +7,10 @@ primitives lives here and nowhere else: ending a scope ends its subtree, which f
 the same record (so no crash can leave a claim held in an ended scope) and cancels the tasks
 waiting in its queues.
 
+Barriers, timers and task groups are the part `CoordinationCommands` (`coordination.py`); the
+space's event log (`events.py`) is made in `apply` from each record as it is applied, so it is
+rebuilt by replay like everything else, and a turn that made events pokes the watches parked on it.
+
 Each command method checks, decides the records, applies them through `apply` (the same code replay
 runs) and returns an `Outcome` with the reply, the records, the timers to arm and the actors to
 poke. Timers come back as `FireTimer` commands; `TIMERS` maps each kind of timer to what it
@@ -37,6 +41,10 @@ from .scopes import ACTIVE, EXPIRED, ScopeTree
 from .tasks import TaskTable
 from .usage import Usage
 from .work import WORK_APPLY, WORK_TIMERS, WorkCommands
+# -- coordination --
+from .commands import events_actor
+from .coordination import COORDINATION_APPLY, COORDINATION_TIMERS, CoordinationCommands
+from .events import EventLog, derive
 
 if TYPE_CHECKING:
     from .commands import CreateScope, EndScope
@@ -54,6 +62,8 @@ class SpaceState:
         "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "once", "run_names",
         "claiming", "work", "onces", "runs",
         "capacity",  # -- capacity --
+        # -- coordination --
+        "coordination", "events",
     )
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
@@ -82,8 +92,14 @@ class SpaceState:
             return message is not None and message.state == "LEASED" and message.token == token and now_ms < message.expires_ms
 
         self.capacity.pools.delivery_held = delivery_held
+        # -- coordination --
+        self.coordination = CoordinationCommands(
+            space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self.work, self._commit
+        )
+        self.events = EventLog(limits)
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
+        seq = self.events.seq  # -- coordination --
         for record in records:
             record["space"] = self.id
             self.apply(record)
@@ -91,6 +107,8 @@ class SpaceState:
         # -- capacity --: capacity given back wakes the admissions parked for it.
         if self.capacity.wakeups and any(record["type"] in FREEING for record in records):
             outcome.pokes.extend(self.capacity.take_wakeups())
+        if self.events.seq != seq:  # -- coordination -- (watches parked on the log look again)
+            outcome.pokes.append(events_actor(self.id))
         return outcome
 
     # -- scopes ---------------------------------------------------------------------------------
@@ -131,6 +149,7 @@ class SpaceState:
         outcome.pokes.extend(claim_actors)
         outcome.pokes.extend(self.work.queue_actors(subtree))
         outcome.timers.extend(self.capacity.serve_timers(record["at_ms"]))  # -- capacity --
+        outcome.pokes.extend(self.coordination.scope_actors(subtree))  # -- coordination --
         for message in waiting:
             if message.task_id is not None:
                 outcome.timers.extend(self.work.task_timers(self.tasks.get(message.task_id)))
@@ -158,6 +177,7 @@ class SpaceState:
         yield from self.work.timers()
         yield from self.onces.timers()
         yield from self.capacity.timers()  # -- capacity --
+        yield from self.coordination.all_timers()  # -- coordination --
 
     # -- restarts and images -----------------------------------------------------------------------
 
@@ -186,7 +206,11 @@ class SpaceState:
             record["space"] = self.id
             yield record
         # Once slots and run names; capacity after the tasks (a work limit counts its tasks by id).
-        for record in (*self.once.image(), *self.run_names.image(), *self.capacity.image()):
+        # -- coordination -- (after the queues: groups name their tasks; the event log last)
+        for record in (*self.once.image(), *self.run_names.image(), *self.capacity.image(), *self.coordination.image()):
+            record["space"] = self.id
+            yield record
+        for record in self.events.image():
             record["space"] = self.id
             yield record
         usage = self.usage
@@ -198,13 +222,19 @@ class SpaceState:
         return (
             not len(self.scopes) and not len(self.claims) and self.work.is_empty() and not len(self.once)
             and self.capacity.is_empty()
+            and self.coordination.is_empty() and not self.events.seq  # -- coordination --
         )
 
     # -- applying -------------------------------------------------------------------------------
 
     def apply(self, record: dict) -> None:
         self.usage.count(record)
+        events = derive(self, record)  # -- coordination -- (seen before the record changes anything)
         _APPLY[record["type"]](self, record)
+        # -- coordination -- what follows from the record (a scope's end, a group finalizing)
+        events.extend(self.coordination.after_apply(record))
+        if events:
+            self.events.append(events, record["at_ms"])
 
     def _apply_scope_ended(self, record: dict) -> None:
         self.scopes.apply_ended(record)
@@ -225,6 +255,9 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
     **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.capacity, ident, marker, now_ms))(handler)
        for kind, handler in CAPACITY_TIMERS.items()},
     WAKE_TIMER: on_wake_timer,
+    # -- coordination --
+    **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.coordination, ident, marker, now_ms))(handler)
+       for kind, handler in COORDINATION_TIMERS.items()},
 }
 
 _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
@@ -246,6 +279,11 @@ _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     # -- capacity --
     **{kind: (lambda applier: lambda space, record: applier(space.capacity, record))(applier)
        for kind, applier in CAPACITY_APPLY.items()},
+    # -- coordination --
+    **{kind: (lambda applier: lambda space, record: applier(space.coordination, record))(applier)
+       for kind, applier in COORDINATION_APPLY.items()},
+    "events.image": lambda space, record: space.events.apply_image_header(record),
+    "event.image": lambda space, record: space.events.apply_image_event(record),
 }
 
 RECORD_TYPES = frozenset(_APPLY)

@@ -15,6 +15,8 @@ from . import admission  # -- capacity --
 from .capacity import CapacityCommands  # -- capacity --
 from .claiming import ClaimCommands
 from .once import OnceCommands
+from .coordination import CoordinationCommands
+from .events import watch
 from .outcome import Outcome
 from .runs import RunCommands
 from .work import WorkCommands
@@ -58,6 +60,10 @@ def _submit_task(state: Any, command: c.SubmitTask, now_ms: int) -> Outcome:
             space.capacity.count_task(outcome, limit, command.task_id, now_ms)
     return outcome
 # -- capacity (end) --
+# -- coordination --
+def _coordination(method: Callable[..., Outcome]) -> Transition:
+    """A transition of the barriers, timers and task groups part of the command's space."""
+    return lambda state, command, now_ms: method(state.space(command.space).coordination, command, now_ms)
 
 
 def _end_scope(state: Any, command: c.EndScope, now_ms: int) -> Outcome:
@@ -108,5 +114,21 @@ TRANSITIONS: dict[type, Transition] = {
     c.Void: _capacity(CapacityCommands.void),
     c.Admit: lambda state, command, now_ms: admission.admit(state.space(command.space), command, now_ms),
     # -- capacity (end) --
+    # -- coordination --
+    c.CreateBarrier: _coordination(CoordinationCommands.create_barrier),
+    c.ArriveBarrier: _coordination(CoordinationCommands.arrive),
+    c.CreateTimer: _coordination(CoordinationCommands.create_timer),
+    c.PollTimers: _coordination(CoordinationCommands.poll_timers),
+    c.AckTimer: _coordination(CoordinationCommands.ack_timer),
+    c.CancelTimer: _coordination(CoordinationCommands.cancel_timer),
+    c.CreateGroup: _coordination(CoordinationCommands.create_group),
+    c.SubmitGroupTask: _coordination(CoordinationCommands.submit_member),
+    c.JoinGroupTask: _coordination(CoordinationCommands.join_member),
+    c.AcceptGroupTask: _coordination(CoordinationCommands.verdict),
+    c.RejectGroupTask: _coordination(CoordinationCommands.verdict),
+    c.CloseGroup: _coordination(CoordinationCommands.seal),
+    c.SealGroup: _coordination(CoordinationCommands.seal),
+    c.WatchEvents: lambda state, command, now_ms: watch(state.space(command.space), command, now_ms),
+    # -- end coordination --
     c.FireTimer: lambda state, command, now_ms: state.space(command.on[1]).fire(command.tag, command.marker, now_ms),
 }

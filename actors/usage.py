@@ -94,6 +94,16 @@ OPERATIONS: dict[str, str] = {
     "budget.created": "budgets.create",
     "reservation.made": "budgets.reserve",
     "reservation.settled": "budgets.settle",
+    # -- coordination --
+    "barrier.created": "barriers.create",
+    "barrier.arrived": "barriers.arrive",
+    "timer.created": "timers.create",
+    "timer.acked": "timers.ack",
+    "timer.cancelled": "timers.cancel",
+    "group.created": "groups.create",
+    "group.joined": "groups.join",
+    "group.verdict": "groups.verdict",
+    "group.sealed": "groups.seal",
 }
 FREE: dict[str, str] = {
     "claim.renewed": "claims.renew",
@@ -111,6 +121,11 @@ EVENTS: dict[str, str] = {
     "grant.expired": "pools.expire",
     "waiter.granted": "quotas.grant",
     # Counted with the submit it belongs to.
+    # -- coordination --
+    "barrier.released": "barriers.release",
+    "timer.fired": "timers.fire",
+    "timer.expired": "timers.expire",
+    "group.expired": "groups.expire",
 }
 # Decided by the record's content.
 _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
@@ -129,7 +144,9 @@ NOT_COUNTED = frozenset(
      "workkey.image", "once.image", "run.named",
      # -- capacity --
      "pool.image", "allowance.image", "waiter.image", "work_limit.image", "budget.image", "reservation.image",
-     "work_limit.counted", "task.requirements"}
+     "work_limit.counted", "task.requirements",
+     # -- coordination --
+     "barrier.image", "timer.image", "group.image", "events.image", "event.image"}
 )
 
 CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED

@@ -12,6 +12,9 @@ from ._config import Config, resolve_config
 from .blocking import Runstate
 from .claims import ClaimLease, ClaimRef
 from .client import AsyncRunstate, MailboxesAPI, ScopesAPI
+from .coordination import (
+    BarrierHandle, BarriersAPI, DiagnosticsAPI, EventsAPI, GroupHandle, GroupsAPI, TimerHandle, TimersAPI,
+)
 from .errors import (
     ERRORS,
     AuthenticationError,
@@ -85,4 +88,12 @@ __all__ = [
     "QuotaRef",
     "BudgetRef",
     "BudgetReservation",
+    "BarrierHandle",
+    "BarriersAPI",
+    "TimerHandle",
+    "TimersAPI",
+    "GroupHandle",
+    "GroupsAPI",
+    "EventsAPI",
+    "DiagnosticsAPI",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import threading
-from typing import Any, Awaitable, Callable, Literal, NotRequired, TypedDict, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, Literal, NotRequired, TypedDict, TypeVar
 
 from ._runtime import is_async_callable
 from .claims import DEFAULT_LEASE_SECONDS, DEFAULT_TIMEOUT_MS, ClaimLease, ClaimRef
@@ -518,6 +518,18 @@ class Runstate:
     def new_event(self) -> threading.Event:
         """A thread-safe stop flag for `consume(stop_event=...)`: call `.set()` from any thread."""
         return threading.Event()
+
+    def watch(self, **kwargs: Any) -> Iterator[dict]:
+        """A blocking iterator over `events.watch(...)`; `stop_event=rs.new_event()` ends it."""
+        stream = self._async.events.watch(**kwargs)
+        try:
+            while True:
+                try:
+                    yield self._loop.run(stream.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._loop.run(stream.aclose())
 
     def close(self) -> None:
         """Close the async client (best effort, at most 5 s) and stop the loop thread.

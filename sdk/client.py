@@ -14,6 +14,7 @@ from ._config import Config, resolve_config
 from ._context import Context, Holdings
 from ._request import Requester
 from .capacity import BudgetsAPI, PoolsAPI, QuotasAPI, WorkLimitsAPI  # -- capacity --
+from .coordination import DiagnosticsAPI, EventsAPI
 from .errors import ConflictError, RunstateError
 from .scopes import ScopeHandle, create_scope
 from .transport import HTTPTransport, Transport
@@ -126,6 +127,8 @@ class AsyncRunstate:
         # -- capacity --
         self.pools, self.quotas = PoolsAPI(ctx), QuotasAPI(ctx)
         self.work_limits, self.budgets = WorkLimitsAPI(ctx), BudgetsAPI(ctx)
+        self.events = EventsAPI(ctx)
+        self.diagnostics = DiagnosticsAPI(ctx)
 
     @property
     def space_id(self) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from ._context import Context
 from .capacity import BudgetRef, PoolRef, QuotaRef  # -- capacity --
 from .claims import ClaimRef
+from .coordination import BarriersAPI, GroupsAPI, TimersAPI
 from .mailboxes import MailboxRef
 from .tasks import TaskTicket
 from .types import ScopeView
@@ -19,6 +20,9 @@ class ScopeHandle:
     def __init__(self, ctx: Context, scope_id: str) -> None:
         self._ctx = ctx
         self.id = scope_id
+        self.barriers = BarriersAPI(ctx, scope_id)
+        self.timers = TimersAPI(ctx, scope_id)
+        self.groups = GroupsAPI(ctx)
 
     def __repr__(self) -> str:
         return f"ScopeHandle(id={self.id!r})"

@@ -98,7 +98,7 @@ def add_commands(commands: Any) -> None:
     _sub(space_commands, "list", "list the spaces the server knows, with keys, runs, live claims and operations",
          "  runstate spaces list\n  runstate spaces list --json", [admin])
 
-    inspect = _sub(commands, "inspect", "look at a running server: runs, claims, tasks, mailboxes, usage",
+    inspect = _sub(commands, "inspect", "look at a running server: runs, claims, tasks, mailboxes, usage, barriers, timers, groups, events",
                    "  runstate inspect runs\n  runstate inspect claims sc_0123456789abcdef\n  runstate inspect usage --space research --json", [])
     what = inspect.add_subparsers(dest="action", required=True, metavar="WHAT")
     runs = _sub(what, "runs", "list runs (scopes), newest first", "  runstate inspect runs\n  runstate inspect runs --limit 10 --json", [reader])
@@ -115,6 +115,17 @@ def add_commands(commands: Any) -> None:
     _sub(what, "pools", "list the permit pools of a space and their units in use", "  runstate inspect pools --json", [reader])
     _sub(what, "quotas", "list the allowances of a space and their current window", "  runstate inspect quotas", [reader])
     _sub(what, "budgets", "list the budgets of a space: limit, spent, reserved, available", "  runstate inspect budgets", [reader])
+    # -- coordination --
+    for name, help_text in (("barriers", "list the barriers of a run"), ("timers", "list the timers of a run"),
+                            ("groups", "list the task groups of a run")):
+        listing = _sub(what, name, help_text, f"  runstate inspect {name} sc_0123456789abcdef", [reader])
+        listing.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
+        listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
+    events = _sub(what, "events", "list the events of a space (--follow: keep printing them as they happen)",
+                  "  runstate inspect events\n  runstate inspect events --follow --cursor 120", [reader])
+    events.add_argument("--cursor", default=None, help="start after this cursor (default: the oldest event kept)")
+    events.add_argument("--limit", type=int, default=100, help="at most this many per page (1-1000, default 100)")
+    events.add_argument("--follow", action="store_true", help="keep waiting for new events until interrupted")
 
 
 # -- talking to the server ------------------------------------------------------------------------
@@ -307,6 +318,19 @@ def _inspect(args: argparse.Namespace) -> None:
             ("NAME", "name"), ("ID", "id"), ("CURRENCY", "currency"), ("SCALE", "scale"), ("LIMIT", "limitMinor"),
             ("SPENT", "spentMinor"), ("RESERVED", "reservedMinor"), ("AVAILABLE", "availableMinor"),
         ]
+    # -- coordination --
+    elif action in ("barriers", "timers", "groups"):
+        data = _request(args, "GET", f"{base}/scopes/{args.run}/{action}", secret, params={"limit": args.limit})
+        rows, columns = data[action], {
+            "barriers": [("ID", "id"), ("STATE", "state"), ("ARRIVED", "arrived"), ("TARGET", "target"), ("EPOCH", "epoch"),
+                         ("CREATED", "createdAt")],
+            "timers": [("ID", "id"), ("STATE", "state"), ("FIRE AT", "fireAt"), ("FIRED", "firedAt"), ("ENDED", "endedAt")],
+            "groups": [("ID", "id"), ("CONDITION", "condition"), ("STATE", "state"), ("OUTCOME", "outcome"),
+                       ("REASON", "outcomeReason"), ("MEMBERS", lambda row: row["counts"]["members"]), ("GATE", "scopeId")],
+        }[action]
+    elif action == "events":
+        _events(args, base, secret)
+        return
     else:
         data = _request(args, "GET", base + "/usage", secret)
         rows = [{"kind": kind, "name": name, "count": count} for kind in ("operations", "free", "events") for name, count in data[kind].items()]
@@ -318,6 +342,38 @@ def _inspect(args: argparse.Namespace) -> None:
     print_table(rows, columns)
     if data.get("truncated"):
         print("(more not shown: raise --limit)")
+
+
+# -- coordination --
+EVENT_COLUMNS: list[Column] = [
+    ("CURSOR", lambda row: row["eventId"].split("_", 1)[-1]), ("TYPE", "type"), ("AT", "createdAt"),
+    ("AGGREGATE", lambda row: f"{row['aggregate']['type']}:{row['aggregate']['id']}"), ("RUN", "scopeId"),
+]
+
+
+def _events(args: argparse.Namespace, base: str, secret: str) -> None:
+    """One page, or with --follow every event from the cursor on, one line (or JSON object) each."""
+    cursor = args.cursor
+    while True:
+        params: dict[str, Any] = {"limit": args.limit}
+        if cursor:
+            params["cursor"] = cursor
+        if args.follow:
+            params["waitSeconds"] = 5
+        page = _request(args, "GET", base + ("/watch" if args.follow else "/events"), secret, params=params)
+        if not args.follow:
+            if args.json:
+                _print_json(page)
+            else:
+                print_table(page["events"], EVENT_COLUMNS)
+                print(f"(next cursor: {page['nextCursor']})")
+            return
+        for event in page["events"]:
+            if args.json:
+                print(orjson.dumps(event).decode(), flush=True)
+            else:
+                print("  ".join(str(column(event) if callable(column) else event.get(column)) for _, column in EVENT_COLUMNS), flush=True)
+        cursor = page["nextCursor"]
 
 
 def run(args: argparse.Namespace) -> int:

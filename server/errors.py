@@ -31,6 +31,10 @@ STATUS: dict[str, int] = {
     "STALE_CLAIM": 409,
     "CAPACITY_UNAVAILABLE": 409,
     "BACKLOG_FULL": 409,
+    # -- coordination --
+    "BARRIER_RELEASED": 409,
+    "BARRIER_CANCELLED": 409,
+    "CURSOR_EXPIRED": 410,
     "RATE_LIMITED": 429,
     # -- capacity --
     "INSUFFICIENT_BUDGET": 409,

@@ -169,6 +169,10 @@ class StateCollector:
     def __init__(self) -> None:
         self.runtime: "Runtime | None" = None
         self.sources: list[Source] = [queue_families, capacity_families]  # -- capacity --
+        # -- coordination --
+        from .coordination_metrics import coordination_families
+
+        self.sources.append(coordination_families)
 
     def describe(self) -> list[Metric]:
         return []  # families depend on what the state holds; nothing to check at registration

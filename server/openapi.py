@@ -206,6 +206,7 @@ def _components(limits: Limits) -> dict:
     }
     schemas.update(_capacity_components())  # -- capacity --
     schemas["Submitted"] = {"allOf": [_ref("Task"), _obj({"created": {"type": "boolean"}, "replay": {"type": "boolean"}})]}
+    schemas.update(_coordination_components())  # -- coordination --
     return {
         "schemas": schemas,
         "securitySchemes": {
@@ -284,6 +285,98 @@ def _capacity_components() -> dict:
     }
 
 
+# -- coordination --
+def _coordination_components() -> dict:
+    """Barriers, timers, task groups and events."""
+    text, integer = {"type": "string"}, {"type": "integer"}
+    group_state = {
+        "groupId": text,
+        "state": {"enum": ["OPEN", "SEALED", "FINALIZED"]},
+        "outcome": _nullable({"enum": ["SUCCEEDED", "FAILED", "CANCELLED"]}),
+        "outcomeReason": _nullable(text),
+    }
+    timer = {
+        "id": text,
+        "scopeId": text,
+        "state": {"enum": ["ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED"]},
+        "fireAt": _TS,
+        "firedAt": _nullable(_TS),
+        "createdAt": _TS,
+        "endedAt": _nullable(_TS),
+    }
+    event = _obj(
+        {
+            "eventId": text,
+            "type": text,
+            "createdAt": _TS,
+            "scopeId": _nullable(text),
+            "aggregate": _obj({"type": text, "id": text}),
+            "payload": {"type": "object"},
+        }
+    )
+    return {
+        "Barrier": _obj(
+            {
+                "id": text,
+                "scopeId": text,
+                "state": {"enum": ["OPEN", "RELEASED", "CANCELLED"]},
+                "epoch": integer,
+                "target": integer,
+                "arrived": integer,
+                "createdAt": _TS,
+                "releasedAt": _nullable(_TS),
+            }
+        ),
+        "Timer": _obj(timer),
+        "TimerPoll": _obj(
+            {"scopeId": text, "timers": {"type": "array", "items": _obj({**timer, "token": text})}},
+            {"timer": _obj(timer)},
+        ),
+        "GroupState": _obj(group_state),
+        "GroupVerdict": _obj({**group_state, "taskId": text, "verdict": {"enum": ["ACCEPTED", "REJECTED"]}}),
+        "TaskGroup": _obj(
+            {
+                **group_state,
+                "id": text,
+                "scopeId": text,
+                "mailboxId": text,
+                "parentScopeId": _nullable(text),
+                "condition": {"enum": ["ALL_TERMINAL", "N_ACCEPTED", "FIRST_ACCEPTED"]},
+                "threshold": _nullable(integer),
+                "expectedMembers": _nullable(integer),
+                "deadline": _nullable(_TS),
+                "members": {
+                    "type": "array",
+                    "items": _obj({"taskId": text, "verdict": _nullable({"enum": ["ACCEPTED", "REJECTED"]}), "state": _nullable(text)}),
+                },
+                "counts": _obj({"members": integer, "accepted": integer, "rejected": integer}),
+                "createdAt": _TS,
+                "sealedAt": _nullable(_TS),
+                "finalizedAt": _nullable(_TS),
+            }
+        ),
+        "GroupSubmitted": {"allOf": [_ref("Submitted"), _obj({"groupId": text, "group": _obj(group_state)})]},
+        "Event": event,
+        "EventPage": _obj({"events": {"type": "array", "items": _ref("Event")}, "nextCursor": text}),
+        "OpsRun": _obj(
+            {
+                "scopeId": text,
+                "effective": text,
+                "workers": {
+                    "type": "array",
+                    "items": _obj({"holder": text, "keys": {"type": "array", "items": text},
+                                   "deliveries": {"type": "array", "items": text}, "earliestLeaseExpiry": _TS}),
+                },
+                "waiting": {"type": "array", "items": {"type": "object"}},
+                "parked": {"type": "array", "items": _ref("Parked")},
+                "counts": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": integer}},
+            }
+        ),
+        "Parked": _obj({"on": text, "calls": integer}, {"mailboxId": text, "scopeId": text}),
+        "OpsWaits": _obj({"waits": {"type": "array", "items": _ref("Parked")}, "truncated": {"type": "boolean"}}),
+    }
+
+
 def _error(description: str) -> dict:
     return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
 
@@ -295,6 +388,8 @@ _ERRORS = {
     "404": _error("NOT_FOUND: no such thing in this space (or a space the key does not open)"),
     "405": _error("METHOD_NOT_ALLOWED"),
     "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED, CAPACITY_UNAVAILABLE, INSUFFICIENT_BUDGET"),
+    "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED"),
+    "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one"),
     "413": _error("the request body is over the limit"),
     "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),  # -- capacity --
     "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal"),

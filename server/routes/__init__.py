@@ -4,6 +4,7 @@ from ..http import Router
 from . import claims, health, mailboxes, messages, once, scopes, tasks
 from . import admin, inspect, metrics, openapi
 from . import capacity  # -- capacity --
+from . import coordination  # -- coordination --
 
 __all__ = ["ROUTER"]
 
@@ -11,3 +12,4 @@ ROUTER = Router()
 for module in (health, scopes, claims, mailboxes, messages, tasks, once, admin, inspect, metrics, openapi):
     ROUTER.include(module.router)
 ROUTER.include(capacity.router)  # -- capacity --
+ROUTER.include(coordination.router)  # -- coordination --

@@ -4,6 +4,8 @@ answers are checked wherever a WAL is written: the journal checks each record it
 
 from __future__ import annotations
 
+from runstate.actors.capacity import CAPACITY_RECORDS
+from runstate.actors.coordination import COORDINATION_RECORDS
 from runstate.actors.records import FIELDS, check_record
 
 from .test_queue_simulation import STEPS, Simulation
@@ -22,4 +24,6 @@ def test_the_queue_simulation_writes_only_registered_records():
     # Every type of the queues, tasks, mailboxes and scopes came up: the check saw them all.
     # (Once slots and run names are checked by tests/server/test_named_and_once.py.)
     elsewhere = {kind for kind in FIELDS if kind.startswith(("claim.", "key.", "kernel.", "idem.", "once.", "run."))}
+    # (Capacity and coordination records are checked wherever their tests write a WAL.)
+    elsewhere |= set(CAPACITY_RECORDS) | set(COORDINATION_RECORDS)
     assert seen == set(FIELDS) - elsewhere

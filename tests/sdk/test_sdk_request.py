@@ -400,6 +400,8 @@ def test_public_names_are_exported():
         "ScopeCancelledError", "LeaseLostError", "WaitTimeoutError", "RateLimitError", "UnavailableError",
         "CursorExpiredError", "map_error", "ValidationError", "UnreachableError", "InternalError", "ERRORS",
         "is_permanent", "TaskView", "TaskResult", "ScopeView", "MailboxRow", "MessageView", "AcquireAttempt",
+        "CursorExpiredError", "map_error",
+        "BarrierHandle", "BarriersAPI", "TimerHandle", "TimersAPI", "GroupHandle", "GroupsAPI", "EventsAPI", "DiagnosticsAPI",
     }
     expected |= {"PoolRef", "PoolLease", "QuotaRef", "BudgetRef", "BudgetReservation"}  # -- capacity --
     assert set(runstate.__all__) == expected

@@ -40,6 +40,7 @@ from runstate import _runtime as sdk_runtime
 from runstate.actors import Limits
 
 from . import agents, capacity
+from .coordination_agents import COORDINATION_AGENTS
 from .cluster import Cluster, SimTransport, now_ms
 from .oracle import Oracle, Violation
 
@@ -203,6 +204,8 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
                 people.start_soon(capacity.admitter, world, f"admitter{number}")
             people.start_soon(agents.crasher, world, "crasher", crash_mean_s)
             people.start_soon(agents.auditor, world, "auditor")
+            for kind, agent in COORDINATION_AGENTS.items():  # barriers, timers, groups, the event log
+                people.start_soon(agent, world, kind)
             with trio.move_on_at(virtual_s + 120) as watchdog:  # agents finish what they hold
                 await _wait_for(people)
             if watchdog.cancelled_caught:

@@ -1,0 +1,138 @@
+"""Reads of barriers, timers, task groups and the event log, straight from the state (no turn).
+
+Like `reads.py`: a read may see a change whose record is not yet durable. The event log is the
+exception a reader acts on (a cursor it resumes from), so the routes that serve it wait until
+everything appended so far is durable before they answer (`server/routes/coordination.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import events as event_log
+
+__all__ = ["barrier", "timer", "group", "events_page"]
+
+
+def barrier(kernel: Any, space: str, barrier_id: str) -> dict:
+    part = kernel.state.space(space).coordination
+    return part.barriers.view(part.barriers.get(barrier_id), kernel.clock.now_ms())
+
+
+def timer(kernel: Any, space: str, timer_id: str) -> dict:
+    part = kernel.state.space(space).coordination
+    return part.timers.view(part.timers.get(timer_id))
+
+
+def group(kernel: Any, space: str, group_id: str) -> dict:
+    part = kernel.state.space(space).coordination
+    return part.groups.view(part.groups.get(group_id), kernel.clock.now_ms())
+
+
+def events_page(kernel: Any, space: str, after: int | None, limit: int, types=None, aggregate=None, scope_id=None) -> dict:
+    return event_log.page(kernel.state.space(space), after, limit, types, aggregate, scope_id)
+
+
+# -- diagnostics -----------------------------------------------------------------------------------
+# Observations for people and tooling, never a source of authority. Lists are cut at this many.
+OPS_LIST_MAX = 1000
+
+
+def run(kernel: Any, space: str, scope_id: str) -> dict:
+    """A run's subtree across primitives: who works in it (claim and delivery holders with their
+    keys and earliest lease end), what waits there, and how many things are in each state."""
+    from .timestamps import format_ms
+
+    state = kernel.state.space(space)
+    scope = state.scopes.get(scope_id)
+    now_ms = kernel.clock.now_ms()
+    subtree = state.scopes.subtree(scope.id)
+    inside = frozenset(subtree)
+    workers: dict[str, dict] = {}
+
+    def worker(holder: str, expires_ms: int) -> dict:
+        entry = workers.setdefault(holder, {"holder": holder, "keys": [], "deliveries": [], "expires_ms": expires_ms})
+        entry["expires_ms"] = min(entry["expires_ms"], expires_ms)
+        return entry
+
+    for scope_in in subtree:
+        for claim in state.claims.in_scope(scope_in):
+            if claim.held_at(now_ms) and claim.holder is not None:
+                worker(claim.holder, claim.expires_ms)["keys"].append(claim.key)
+    messages: dict[str, int] = {}
+    for message in state.messages.live():
+        if message.scope_id in inside:
+            messages[message.state] = messages.get(message.state, 0) + 1
+            if message.state == "LEASED" and message.holder is not None:
+                worker(message.holder, message.expires_ms)["deliveries"].append(message.id)
+    part = state.coordination
+    tasks = _count(task.state for task in state.tasks.all() if task.scope_id in inside)
+    rows = sorted(workers.values(), key=lambda row: (row["expires_ms"], row["holder"]))[:OPS_LIST_MAX]
+    for row in rows:
+        row["earliestLeaseExpiry"] = format_ms(row.pop("expires_ms"))
+    parked = [entry for entry in _parked(kernel, space) if entry.get("scopeId") in inside]
+    return {
+        "scopeId": scope.id,
+        "effective": state.scopes.effective(scope, now_ms),
+        "workers": rows,
+        # Pool waiters are what 0.3.0 reads here; this server has no pools yet, so none wait on one.
+        "waiting": [],
+        "parked": parked[:OPS_LIST_MAX],
+        "counts": {
+            "scopes": _count(state.scopes.effective(state.scopes.get(s), now_ms) for s in subtree),
+            "tasks": tasks,
+            "messages": messages,
+            "barriers": _count(part.barriers.state_of(b, now_ms) for b in part.barriers.all() if b.scope_id in inside),
+            "timers": _count(t.state for t in part.timers.all() if t.scope_id in inside),
+            "groups": _count(g.state for g in part.groups.all() if g.scope_id in inside),
+        },
+    }
+
+
+def waits(kernel: Any, space: str) -> dict:
+    """The calls parked now in this space: held receives, timer polls and watches, by where."""
+    waiting = _parked(kernel, space)
+    waiting.sort(key=lambda entry: (entry["on"], entry.get("mailboxId") or "", entry.get("scopeId") or ""))
+    # Quota and pool waiters are listed here too once this server has quotas and pools.
+    return {"waits": waiting[:OPS_LIST_MAX], "truncated": len(waiting) > OPS_LIST_MAX}
+
+
+def _parked(kernel: Any, space: str) -> list[dict]:
+    """The kernel's parked calls in this space: on a queue (receives), a scope's timers (polls), or
+    the event log (watches)."""
+    found = []
+    for key, calls in kernel.parked():
+        if len(key) < 2 or key[1] != space:
+            continue
+        entry: dict[str, Any] = {"on": key[0], "calls": calls}
+        if key[0] == "queue":
+            entry.update(mailboxId=key[2], scopeId=key[3])
+        elif key[0] == "timers":
+            entry.update(scopeId=key[2])
+        found.append(entry)
+    return found
+
+
+def _count(states: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for name in states:
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+# -- inspection ------------------------------------------------------------------------------------
+
+
+def in_scope(kernel: Any, space: str, scope_id: str, what: str, limit: int) -> dict:
+    """The barriers, timers or task groups of one run, newest first, at most `limit`."""
+    state = kernel.state.space(space)
+    state.scopes.get(scope_id)  # 404 for a run that does not exist
+    part, now_ms = state.coordination, kernel.clock.now_ms()
+    if what == "barriers":
+        found = [part.barriers.view(b, now_ms) for b in part.barriers.all() if b.scope_id == scope_id]
+    elif what == "timers":
+        found = [part.timers.view(t) for t in part.timers.all() if t.scope_id == scope_id]
+    else:
+        found = [part.groups.view(g, now_ms) for g in part.groups.all() if g.scope_id == scope_id or g.parent_scope_id == scope_id]
+    found.reverse()
+    return {"scopeId": scope_id, what: found[:limit], "truncated": len(found) > limit}

@@ -1,0 +1,341 @@
+"""The event log of a space: what happened, in order, derived from the journal's records.
+
+There is one source of truth, the records: every event is made from a record as it is applied
+(`SpaceState.apply`), live and in replay, so the log after a recovery is the log before the crash,
+event ids included, and nothing is ever written twice or written apart. A record that changes
+nothing a reader cares about (a renewal, an image) makes no event; a record can make several
+(a scope's end also cancels its barriers and timers, `coordination.after_apply`).
+
+An event is `{eventId, type, createdAt, scopeId, aggregate: {type, id}, payload}`; the payload
+holds ids and states, never a caller's data. Events are numbered 1, 2, 3... per space; a cursor is
+that number as a string and means "strictly after". The log keeps at most `events_kept_max`
+events and none older than `events_kept_s` (measured against the newest record's time, so
+trimming is decided by the records too). A cursor older than the oldest event kept is
+`CURSOR_EXPIRED`: the reader would miss events without knowing.
+
+Pure: no IO, no clock reads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from .errors import KernelError
+from .limits import Limits
+from .timestamps import format_ms
+
+if TYPE_CHECKING:
+    from .space import SpaceState
+
+__all__ = ["EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "derive", "EVENT_TYPES"]
+
+CURSOR_EXPIRED = "CURSOR_EXPIRED"
+
+EVENT_RECORDS: dict[str, tuple[str, ...]] = {
+    "events.image": ("seq",),
+    "event.image": ("seq", "event_type", "scope_id", "aggregate_type", "aggregate_id", "payload", "at_ms"),
+}
+
+
+class Event:
+    __slots__ = ("seq", "type", "scope_id", "aggregate_type", "aggregate_id", "payload", "at_ms")
+
+    def __init__(self, seq: int, kind: str, scope_id: str | None, aggregate_type: str, aggregate_id: str, payload: dict, at_ms: int) -> None:
+        self.seq = seq
+        self.type = kind
+        self.scope_id = scope_id
+        self.aggregate_type = aggregate_type
+        self.aggregate_id = aggregate_id
+        self.payload = payload
+        self.at_ms = at_ms
+
+    def view(self) -> dict:
+        return {
+            "eventId": f"ev_{self.seq}",
+            "type": self.type,
+            "createdAt": format_ms(self.at_ms),
+            "scopeId": self.scope_id,
+            "aggregate": {"type": self.aggregate_type, "id": self.aggregate_id},
+            "payload": self.payload,
+        }
+
+
+# (type, scope_id, aggregate type, aggregate id, payload)
+Change = tuple[str, "str | None", str, str, dict]
+
+
+class EventLog:
+    """The bounded, ordered events of one space."""
+
+    __slots__ = ("seq", "_events", "_limits")
+
+    def __init__(self, limits: Limits) -> None:
+        self.seq = 0  # the number of the newest event made (kept or trimmed)
+        self._events: deque[Event] = deque()
+        self._limits = limits
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @property
+    def oldest_seq(self) -> int:
+        """The number of the oldest event kept (seq + 1 when none is)."""
+        return self._events[0].seq if self._events else self.seq + 1
+
+    def append(self, changes: Iterable[Change], at_ms: int) -> int:
+        """Number and keep `changes`; returns how many."""
+        made = 0
+        for kind, scope_id, aggregate_type, aggregate_id, payload in changes:
+            self.seq += 1
+            self._events.append(Event(self.seq, kind, scope_id, aggregate_type, aggregate_id, payload, at_ms))
+            made += 1
+        if made:
+            self._trim(at_ms)
+        return made
+
+    def _trim(self, now_ms: int) -> None:
+        events, limits = self._events, self._limits
+        oldest_ms = now_ms - limits.events_kept_s * 1000
+        while events and (len(events) > limits.events_kept_max or events[0].at_ms < oldest_ms):
+            events.popleft()
+
+    def check_cursor(self, after: int) -> None:
+        """CURSOR_EXPIRED for a cursor whose next event is no longer kept, or that is ahead of
+        this log (a cursor from a log that was lost: reading on would skip events silently)."""
+        if after > self.seq:
+            raise KernelError(CURSOR_EXPIRED, f"cursor {after} is ahead of this space's events (newest {self.seq}); start again without a cursor")
+        if after + 1 < self.oldest_seq:
+            raise KernelError(
+                CURSOR_EXPIRED,
+                f"cursor {after} is older than the events kept (oldest {self.oldest_seq}); start again without a cursor",
+            )
+
+    def after(self, after: int) -> Iterator[Event]:
+        """The events strictly after `after`, oldest first."""
+        events = self._events
+        if not events:
+            return iter(())
+        start = max(0, after + 1 - events[0].seq)
+        return (events[index] for index in range(start, len(events)))
+
+    def page(self, after: int | None, limit: int, match: Callable[[Event], bool] | None) -> tuple[list[Event], int]:
+        """Up to `limit` events after `after` (None: from the oldest kept) that `match`, and the
+        cursor after the last event scanned: past the ones the filter skipped, so a reader never
+        scans them again, and the newest event's number when the scan reached the end."""
+        if after is None:
+            after = self.oldest_seq - 1
+        else:
+            self.check_cursor(after)
+        found: list[Event] = []
+        last = after
+        for event in self.after(after):
+            last = event.seq
+            if match is None or match(event):
+                found.append(event)
+                if len(found) >= limit:
+                    return found, last
+        return found, max(last, self.seq)
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        if not self.seq:
+            return
+        yield {"type": "events.image", "seq": self.seq}
+        for event in self._events:
+            yield {
+                "type": "event.image",
+                "seq": event.seq,
+                "event_type": event.type,
+                "scope_id": event.scope_id,
+                "aggregate_type": event.aggregate_type,
+                "aggregate_id": event.aggregate_id,
+                "payload": event.payload,
+                "at_ms": event.at_ms,
+            }
+
+    def apply_image_header(self, record: dict) -> None:
+        self.seq = record["seq"]
+        self._events.clear()
+
+    def apply_image_event(self, record: dict) -> None:
+        assert not self._events or self._events[-1].seq < record["seq"] <= self.seq, "events are imaged in order"
+        self._events.append(
+            Event(record["seq"], record["event_type"], record["scope_id"], record["aggregate_type"], record["aggregate_id"], record["payload"], record["at_ms"])
+        )
+
+
+# -- deriving events from records --------------------------------------------------------------
+# Each function sees the space before the record is applied (so what a record ends can still be
+# looked up) and returns the events the record makes.
+
+Derive = Callable[["SpaceState", dict], list]
+
+
+def _message(space: "SpaceState", message_id: str) -> Any:
+    return space.messages.find(message_id)
+
+
+def _delivery(task_type: str, message_type: str, **extra: str) -> Derive:
+    def derive(space: "SpaceState", record: dict) -> list:
+        message = _message(space, record["message_id"])
+        if message is None:
+            return []
+        payload = {"messageId": message.id, "mailboxId": message.mailbox_id, "attempt": message.attempts}
+        payload.update({key: record.get(field) for key, field in extra.items()})
+        if message.task_id is not None:
+            return [(task_type, message.scope_id, "task", message.task_id, payload)]
+        return [(message_type, message.scope_id, "message", message.id, payload)]
+
+    return derive
+
+
+def _dead(space: "SpaceState", record: dict) -> list:
+    message = _message(space, record["message_id"])
+    if message is None:
+        return []
+    payload = {"messageId": message.id, "mailboxId": message.mailbox_id, "reason": record.get("reason")}
+    events = [("delivery.dead_lettered", message.scope_id, "message", message.id, payload)]
+    if message.task_id is not None:
+        events.insert(0, ("task.failed", message.scope_id, "task", message.task_id, payload))
+    return events
+
+
+def _claim_acquired(space: "SpaceState", record: dict) -> list:
+    claim = space.claims.get(record["scope_id"], record["key"])
+    kind = "claim.taken_over" if claim is not None and claim.expired else "claim.acquired"
+    payload = {"generation": record["generation"], "holder": record["holder"]}
+    return [(kind, record["scope_id"], "claim", record["key"], payload)]
+
+
+def _claim_ended(kind: str) -> Derive:
+    def derive(space: "SpaceState", record: dict) -> list:
+        claim = space.claims.by_token(record["token"])
+        scope_id = None if claim is None else claim.scope_id
+        return [(kind, scope_id, "claim", record["key"], {"generation": record["generation"]})]
+
+    return derive
+
+
+_SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
+
+
+def _scope_ended(space: "SpaceState", record: dict) -> list:
+    """The scope's end, and the end of every task that waited in its subtree (they end with it)."""
+    events = [("scope." + record["state"].lower(), record["id"], "scope", record["id"], {"state": record["state"]})]
+    reason = _SCOPE_END_REASONS[record["state"]]
+    for message in space.messages.waiting_in_scopes(space.scopes.subtree(record["id"])):
+        if message.task_id is not None:
+            events.append(("task.cancelled", message.scope_id, "task", message.task_id, {"reason": reason}))
+    return events
+
+
+def _task_ended(space: "SpaceState", record: dict) -> list:
+    task = space.tasks.find(record["task_id"])
+    scope_id = None if task is None else task.scope_id
+    return [("task." + record["state"].lower(), scope_id, "task", record["task_id"], {"reason": record.get("reason")})]
+
+
+def _group(kind: str, *fields: str) -> Derive:
+    def derive(space: "SpaceState", record: dict) -> list:
+        group = space.coordination.groups.find(record["id"])
+        scope_id = record.get("scope_id") if group is None else group.scope_id
+        return [(kind, scope_id, "group", record["id"], {field: record[field] for field in fields})]
+
+    return derive
+
+
+def _barrier(kind: str, *fields: str) -> Derive:
+    def derive(space: "SpaceState", record: dict) -> list:
+        barrier = space.coordination.barriers.find(record["id"])
+        scope_id = record.get("scope_id") if barrier is None else barrier.scope_id
+        return [(kind, scope_id, "barrier", record["id"], {field: record[field] for field in fields})]
+
+    return derive
+
+
+def _timer(kind: str, *fields: str) -> Derive:
+    def derive(space: "SpaceState", record: dict) -> list:
+        timer = space.coordination.timers.find(record["id"])
+        scope_id = record.get("scope_id") if timer is None else timer.scope_id
+        return [(kind, scope_id, "timer", record["id"], {field: record[field] for field in fields})]
+
+    return derive
+
+
+DERIVE: dict[str, Derive] = {
+    "scope.created": lambda space, r: [("scope.created", r["id"], "scope", r["id"], {"parentId": r["parent_id"]})],
+    "scope.ended": _scope_ended,
+    "claim.acquired": _claim_acquired,
+    "claim.released": _claim_ended("claim.released"),
+    "claim.expired": _claim_ended("claim.expired"),
+    "task.created": lambda space, r: [("task.created", r["scope_id"], "task", r["id"], {"taskKey": r["task_key"], "mailboxId": r["mailbox_id"]})],
+    "message.sent": lambda space, r: [("message.sent", r["scope_id"], "message", r["id"], {"mailboxId": r["mailbox_id"]})],
+    "delivery.leased": _delivery("task.started", "delivery.leased"),
+    "delivery.completed": _delivery("task.succeeded", "delivery.completed"),
+    "delivery.requeued": _delivery("task.retried", "delivery.requeued", cause="cause"),
+    "delivery.dead": _dead,
+    "task.ended": _task_ended,
+    "barrier.created": _barrier("barrier.created", "target"),
+    "barrier.arrived": _barrier("barrier.arrived", "arrival_key"),
+    "barrier.released": _barrier("barrier.released"),
+    "timer.created": _timer("timer.created", "fire_ms"),
+    "timer.fired": _timer("timer.fired"),
+    "timer.acked": _timer("timer.acked"),
+    "timer.cancelled": _timer("timer.cancelled"),
+    "timer.expired": _timer("timer.expired"),
+    "group.created": _group("group.created", "condition", "mailbox_id"),
+    "group.joined": _group("group.joined", "task_id"),
+    "group.verdict": _group("group.verdict", "task_id", "verdict"),
+    "group.sealed": _group("group.sealed"),
+    "group.expired": _group("group.deadline_exceeded"),
+}
+
+# Every type an event can have (the ones `after_apply` makes included), for the `types` filter's docs.
+EVENT_TYPES = sorted(
+    {
+        "scope.created", "scope.cancelled", "scope.completed", "scope.expired", "claim.acquired", "claim.taken_over",
+        "claim.released", "claim.expired", "task.created", "task.started", "task.retried", "task.succeeded",
+        "task.failed", "task.cancelled", "task.expired", "message.sent", "delivery.leased", "delivery.completed",
+        "delivery.requeued", "delivery.dead_lettered", "barrier.created", "barrier.arrived", "barrier.released",
+        "barrier.cancelled", "timer.created", "timer.fired", "timer.acked", "timer.cancelled", "timer.expired",
+        "group.created", "group.joined", "group.verdict", "group.sealed", "group.deadline_exceeded", "group.finalized",
+    }
+)
+
+
+def derive(space: "SpaceState", record: dict) -> list:
+    """The events `record` makes, seen from the space before it is applied."""
+    function = DERIVE.get(record["type"])
+    return [] if function is None else function(space, record)
+
+
+def page(space: "SpaceState", after: int | None, limit: int, types: frozenset | None, aggregate: tuple | None, scope_id: str | None) -> dict:
+    """A page of the space's events as the wire carries it: `{events, nextCursor}`.
+
+    Filters: `types` (exact names), `aggregate` ((type, id)), `scope_id` (the scope and its
+    descendants; NOT_FOUND for a scope that does not exist).
+    """
+    subtree = None if scope_id is None else frozenset(space.scopes.subtree(space.scopes.get(scope_id).id))
+
+    def match(event: Event) -> bool:
+        if types is not None and event.type not in types:
+            return False
+        if aggregate is not None and (event.aggregate_type, event.aggregate_id) != aggregate:
+            return False
+        return subtree is None or event.scope_id in subtree
+
+    plain = types is None and aggregate is None and subtree is None
+    events, last = space.events.page(after, limit, None if plain else match)
+    return {"events": [event.view() for event in events], "nextCursor": str(last)}
+
+
+def watch(space: "SpaceState", command: Any, now_ms: int) -> Any:
+    """The watch transition: a page with events, or an empty outcome that parks a long poll."""
+    from .outcome import Outcome
+
+    reply = page(space, command.after, command.limit, command.types, command.aggregate, command.scope_id)
+    if not reply["events"] and command.wait_ms:
+        return Outcome(empty=True)
+    return Outcome(reply=reply)

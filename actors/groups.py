@@ -1,0 +1,357 @@
+"""Task groups: collective completion over durable tasks, OPEN -> SEALED -> FINALIZED.
+
+A group owns a gate scope (a child of `parentScopeId`, or a root) and delivers its members through
+one mailbox. Members are tasks submitted into the group (they live in the gate scope) or outside
+tasks joined while it is open; at most `group_members_max`. Callers give verdicts (accept, reject)
+on members, whatever the member task's state; the same verdict again is harmless, the other one a
+409 `CONFLICT`. The group is SEALED by `close`/`seal` or when `expectedMembers` have joined; then
+no member joins any more.
+
+Its condition decides when it is FINALIZED, with an `outcome` and an `outcomeReason`:
+
+    FIRST_ACCEPTED  SUCCEEDED at the first accept (threshold_reached)
+    N_ACCEPTED      SUCCEEDED at `threshold` accepts (threshold_reached); once sealed, FAILED as
+                    soon as accepts plus members without a verdict fall short (threshold_unreachable)
+    ALL_TERMINAL    once sealed and every member's task has ended: SUCCEEDED (all_terminal) if
+                    every member is accepted or, without a verdict, SUCCEEDED; else FAILED
+                    (member_failed)
+    any             FAILED at its deadline (deadline_exceeded); CANCELLED when its gate scope ends
+                    (scope_cancelled, scope_completed, scope_expired)
+
+Finalizing is not a record of its own: it follows from the records it depends on (a verdict, a
+seal, a member's task ending, the gate scope ending), so `evaluate` runs when those are applied,
+live and in replay alike, and decides the same thing both times. The outcome, once set, never
+changes.
+
+Pure: no IO, no clock reads.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
+from .limits import Limits
+from .tasks import SUCCEEDED, TaskTable
+from .timestamps import format_ms
+
+__all__ = [
+    "Group", "GroupTable", "GROUP_RECORDS", "CONDITIONS", "OPEN", "SEALED", "FINALIZED", "ACCEPTED", "REJECTED",
+]
+
+OPEN = "OPEN"
+SEALED = "SEALED"
+FINALIZED = "FINALIZED"
+
+ALL_TERMINAL = "ALL_TERMINAL"
+N_ACCEPTED = "N_ACCEPTED"
+FIRST_ACCEPTED = "FIRST_ACCEPTED"
+CONDITIONS = (ALL_TERMINAL, N_ACCEPTED, FIRST_ACCEPTED)
+
+ACCEPTED = "ACCEPTED"
+REJECTED = "REJECTED"
+
+# Outcomes.
+GROUP_SUCCEEDED = "SUCCEEDED"
+GROUP_FAILED = "FAILED"
+GROUP_CANCELLED = "CANCELLED"
+
+GROUP_RECORDS: dict[str, tuple[str, ...]] = {
+    "group.created": (
+        "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id", "at_ms",
+    ),
+    "group.joined": ("id", "task_id", "at_ms"),
+    "group.verdict": ("id", "task_id", "verdict", "at_ms"),
+    "group.sealed": ("id", "at_ms"),
+    "group.expired": ("id", "at_ms"),
+    "group.image": (
+        "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id",
+        "state", "outcome", "reason", "members", "sealed_ms", "finalized_ms", "at_ms",
+    ),
+}
+
+
+class Group:
+    __slots__ = (
+        "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id",
+        "state", "outcome", "reason", "members", "created_ms", "sealed_ms", "finalized_ms",
+    )
+
+    def __init__(self, record: dict) -> None:
+        self.id: str = record["id"]
+        self.scope_id: str = record["scope_id"]
+        self.mailbox_id: str = record["mailbox_id"]
+        self.condition: str = record["condition"]
+        self.threshold: int | None = record["threshold"]
+        self.expected_members: int | None = record["expected_members"]
+        self.deadline_ms: int | None = record["deadline_ms"]
+        self.parent_scope_id: str | None = record["parent_scope_id"]
+        self.state = OPEN
+        self.outcome: str | None = None
+        self.reason: str | None = None
+        # task id -> verdict (None until accepted or rejected), in joining order.
+        self.members: dict[str, str | None] = {}
+        self.created_ms: int = record["at_ms"]
+        self.sealed_ms: int | None = None
+        self.finalized_ms: int | None = None
+
+    @property
+    def needed(self) -> int | None:
+        """Accepts that succeed the group, for the conditions that count them."""
+        if self.condition == FIRST_ACCEPTED:
+            return 1
+        if self.condition == N_ACCEPTED:
+            return self.threshold
+        return None
+
+
+class GroupTable:
+    """The groups of one space, by id, with the groups each task is a member of."""
+
+    __slots__ = ("_by_id", "_by_task", "_unfinished", "_tasks", "_limits")
+
+    def __init__(self, limits: Limits, tasks: TaskTable) -> None:
+        self._by_id: dict[str, Group] = {}
+        self._by_task: dict[str, dict[str, None]] = {}
+        self._unfinished: dict[str, None] = {}
+        self._tasks = tasks
+        self._limits = limits
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def get(self, group_id: str) -> Group:
+        group = self._by_id.get(group_id)
+        if group is None:
+            raise KernelError(NOT_FOUND, f"task group {group_id!r} not found")
+        return group
+
+    def find(self, group_id: str) -> Group | None:
+        return self._by_id.get(group_id)
+
+    def all(self) -> Iterator[Group]:
+        return iter(self._by_id.values())
+
+    def unfinished(self) -> Iterator[Group]:
+        return (self._by_id[group_id] for group_id in list(self._unfinished))
+
+    def of_task(self, task_id: str) -> list[Group]:
+        return [self._by_id[group_id] for group_id in self._by_task.get(task_id, ())]
+
+    def view(self, group: Group, now_ms: int) -> dict:
+        members = []
+        for task_id, verdict in group.members.items():
+            task = self._tasks.find(task_id)
+            members.append({"taskId": task_id, "verdict": verdict, "state": None if task is None else task.state})
+        verdicts = list(group.members.values())
+        return {
+            "id": group.id,
+            "groupId": group.id,
+            "scopeId": group.scope_id,
+            "mailboxId": group.mailbox_id,
+            "parentScopeId": group.parent_scope_id,
+            "condition": group.condition,
+            "threshold": group.threshold,
+            "expectedMembers": group.expected_members,
+            "deadline": None if group.deadline_ms is None else format_ms(group.deadline_ms),
+            "state": group.state,
+            "outcome": group.outcome,
+            "outcomeReason": group.reason,
+            "members": members,
+            "counts": {
+                "members": len(verdicts),
+                "accepted": verdicts.count(ACCEPTED),
+                "rejected": verdicts.count(REJECTED),
+            },
+            "createdAt": format_ms(group.created_ms),
+            "sealedAt": None if group.sealed_ms is None else format_ms(group.sealed_ms),
+            "finalizedAt": None if group.finalized_ms is None else format_ms(group.finalized_ms),
+        }
+
+    @staticmethod
+    def state_view(group: Group) -> dict:
+        """What close and seal answer."""
+        return {"groupId": group.id, "state": group.state, "outcome": group.outcome, "outcomeReason": group.reason}
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def check_new(
+        self, condition: str, threshold: int | None, expected_members: int | None, group_id: str
+    ) -> None:
+        members_max = self._limits.group_members_max
+        if condition not in CONDITIONS:
+            raise KernelError(VALIDATION_FAILED, f"condition {condition!r} is not one of {', '.join(CONDITIONS)}")
+        if condition == N_ACCEPTED and threshold is None:
+            raise KernelError(VALIDATION_FAILED, "condition N_ACCEPTED needs a threshold")
+        if condition != N_ACCEPTED and threshold is not None and not (condition == FIRST_ACCEPTED and threshold == 1):
+            raise KernelError(VALIDATION_FAILED, f"threshold goes with condition N_ACCEPTED, not {condition}")
+        if threshold is not None and expected_members is not None and threshold > expected_members:
+            raise KernelError(
+                VALIDATION_FAILED, f"threshold {threshold} can never be reached by {expected_members} expected members"
+            )
+        if len(self._by_id) >= self._limits.groups_max:
+            raise KernelError(VALIDATION_FAILED, f"a space holds at most {self._limits.groups_max} task groups")
+        if group_id in self._by_id:
+            raise KernelError(CONFLICT, f"task group id {group_id} is taken")
+        assert members_max >= 1
+
+    def check_joinable(self, group: Group) -> None:
+        if group.state != OPEN:
+            raise KernelError(CONFLICT, f"task group {group.id} is {group.state.lower()}: no member joins any more")
+        if len(group.members) >= self._limits.group_members_max:
+            raise KernelError(CONFLICT, f"task group {group.id} already has {self._limits.group_members_max} members, its limit")
+
+    def decide_join(self, group: Group, task_id: str, now_ms: int) -> dict | None:
+        """Add a member; none for a task that already is one."""
+        if task_id in group.members:
+            return None
+        self.check_joinable(group)
+        return {"type": "group.joined", "id": group.id, "task_id": task_id, "at_ms": now_ms}
+
+    def decide_verdict(self, group: Group, task_id: str, verdict: str, now_ms: int) -> dict | None:
+        if task_id not in group.members:
+            raise KernelError(NOT_FOUND, f"task {task_id!r} is not a member of task group {group.id}")
+        given = group.members[task_id]
+        if given == verdict:
+            return None
+        if given is not None:
+            raise KernelError(CONFLICT, f"task {task_id} was already {given.lower()} in task group {group.id}")
+        return {"type": "group.verdict", "id": group.id, "task_id": task_id, "verdict": verdict, "at_ms": now_ms}
+
+    def decide_seal(self, group: Group, now_ms: int, *, strict: bool) -> dict | None:
+        """SEALED if open; a repeat is harmless, except that `seal` (strict) refuses a finalized group."""
+        if group.state == FINALIZED and strict:
+            raise KernelError(CONFLICT, f"task group {group.id} is already finalized ({group.outcome})")
+        if group.state != OPEN:
+            return None
+        return {"type": "group.sealed", "id": group.id, "at_ms": now_ms}
+
+    def decide_expire(self, group: Group, now_ms: int) -> dict | None:
+        if group.state == FINALIZED or group.deadline_ms is None or now_ms < group.deadline_ms:
+            return None
+        return {"type": "group.expired", "id": group.id, "at_ms": now_ms}
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply_created(self, record: dict) -> Group:
+        group = Group(record)
+        self._by_id[group.id] = group
+        self._unfinished[group.id] = None
+        return group
+
+    def apply_joined(self, record: dict) -> Group:
+        group = self._by_id[record["id"]]
+        task_id = record["task_id"]
+        assert group.state == OPEN, f"a member joined task group {group.id} after it was sealed"
+        group.members[task_id] = None
+        self._by_task.setdefault(task_id, {})[group.id] = None
+        assert len(group.members) <= self._limits.group_members_max, "a group holds at most group_members_max members"
+        if group.expected_members is not None and len(group.members) >= group.expected_members:
+            self._seal(group, record["at_ms"])
+        return group
+
+    def apply_verdict(self, record: dict) -> Group:
+        group = self._by_id[record["id"]]
+        assert group.members[record["task_id"]] is None, "a member's verdict is given once"
+        group.members[record["task_id"]] = record["verdict"]
+        return group
+
+    def apply_sealed(self, record: dict) -> Group:
+        group = self._by_id[record["id"]]
+        self._seal(group, record["at_ms"])
+        return group
+
+    def apply_expired(self, record: dict) -> Group:
+        group = self._by_id[record["id"]]
+        self._finalize(group, GROUP_FAILED, "deadline_exceeded", record["at_ms"])
+        return group
+
+    def _seal(self, group: Group, at_ms: int) -> None:
+        if group.state == OPEN:
+            group.state = SEALED
+            group.sealed_ms = at_ms
+
+    def _finalize(self, group: Group, outcome: str, reason: str, at_ms: int) -> None:
+        assert group.state != FINALIZED, f"task group {group.id} finalized twice"
+        if group.sealed_ms is None:
+            group.sealed_ms = at_ms
+        group.state = FINALIZED
+        group.outcome = outcome
+        group.reason = reason
+        group.finalized_ms = at_ms
+        self._unfinished.pop(group.id, None)
+
+    def end_with_scope(self, group: Group, reason: str, at_ms: int) -> bool:
+        """Its gate scope ended: CANCELLED, unless it was finalized already."""
+        if group.state == FINALIZED:
+            return False
+        self._finalize(group, GROUP_CANCELLED, reason, at_ms)
+        return True
+
+    def evaluate(self, group: Group, at_ms: int) -> bool:
+        """Finalize the group if its condition now holds; True when it did."""
+        if group.state == FINALIZED:
+            return False
+        verdicts = list(group.members.values())
+        sealed = group.state == SEALED
+        needed = group.needed
+        if needed is not None:
+            accepted = verdicts.count(ACCEPTED)
+            if accepted >= needed:
+                self._finalize(group, GROUP_SUCCEEDED, "threshold_reached", at_ms)
+                return True
+            if sealed and accepted + verdicts.count(None) < needed:
+                self._finalize(group, GROUP_FAILED, "threshold_unreachable", at_ms)
+                return True
+            return False
+        if not sealed:
+            return False
+        tasks = [self._tasks.find(task_id) for task_id in group.members]
+        if any(task is not None and not task.terminal for task in tasks):
+            return False
+        good = all(
+            verdict == ACCEPTED or (verdict is None and task is not None and task.state == SUCCEEDED)
+            for verdict, task in zip(verdicts, tasks)
+        )
+        if good:
+            self._finalize(group, GROUP_SUCCEEDED, "all_terminal", at_ms)
+        else:
+            self._finalize(group, GROUP_FAILED, "member_failed", at_ms)
+        return True
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        for group in self._by_id.values():
+            yield {
+                "type": "group.image",
+                "id": group.id,
+                "scope_id": group.scope_id,
+                "mailbox_id": group.mailbox_id,
+                "condition": group.condition,
+                "threshold": group.threshold,
+                "expected_members": group.expected_members,
+                "deadline_ms": group.deadline_ms,
+                "parent_scope_id": group.parent_scope_id,
+                "state": group.state,
+                "outcome": group.outcome,
+                "reason": group.reason,
+                "members": [[task_id, verdict] for task_id, verdict in group.members.items()],
+                "sealed_ms": group.sealed_ms,
+                "finalized_ms": group.finalized_ms,
+                "at_ms": group.created_ms,
+            }
+
+    def apply_image(self, record: dict) -> Group:
+        group = self.apply_created(record)
+        group.state = record["state"]
+        group.outcome = record["outcome"]
+        group.reason = record["reason"]
+        group.sealed_ms = record["sealed_ms"]
+        group.finalized_ms = record["finalized_ms"]
+        for task_id, verdict in record["members"]:
+            group.members[task_id] = verdict
+            self._by_task.setdefault(task_id, {})[group.id] = None
+        if group.state == FINALIZED:
+            self._unfinished.pop(group.id, None)
+        return group

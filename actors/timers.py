@@ -1,0 +1,227 @@
+"""Durable timers of a scope: ARMED -> FIRED -> ACKED, or CANCELLED, or EXPIRED.
+
+A timer is armed for a wall time (`afterSeconds` from now, or `at`). The supervisor proposes its
+firing at that time; the turn checks again that it is armed and due, so a timer never fires early
+and fires once. Its time is wall time in the journal, so a timer whose time passed while the server
+was down fires as soon as the state is back (`timers()` re-arms every armed timer after recovery,
+and the supervisor fires the overdue ones at once).
+
+A fired timer waits to be acknowledged with its token. `/timers/poll` lists every fired, unacked
+timer of a scope with its token: a listing, harmless to repeat, never an exclusive hand-out, since
+several handles in one scope poll for different timers. The token is drawn when the timer is
+created and shown only once it has fired. An ack with another token is 409 `STALE_CLAIM`; acking
+again with the right one is harmless. A fired timer nobody acknowledges becomes EXPIRED after
+`timer_fired_ttl_s`, so the listing stays short. Cancelling (or the end of its scope) makes it
+CANCELLED, and it is never listed.
+
+Pure: no IO, no clock reads; every method takes `now_ms`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
+from .limits import Limits
+from .scopes import ScopeTree
+from .timestamps import format_ms
+
+__all__ = ["ScopeTimer", "TimerTable", "TIMER_RECORDS", "ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED"]
+
+ARMED = "ARMED"
+FIRED = "FIRED"
+ACKED = "ACKED"
+CANCELLED = "CANCELLED"
+EXPIRED = "EXPIRED"
+ENDED = frozenset({ACKED, CANCELLED, EXPIRED})
+
+TIMER_RECORDS: dict[str, tuple[str, ...]] = {
+    "timer.created": ("id", "scope_id", "fire_ms", "token", "at_ms"),
+    "timer.fired": ("id", "at_ms"),
+    "timer.acked": ("id", "at_ms"),
+    "timer.cancelled": ("id", "at_ms"),
+    "timer.expired": ("id", "at_ms"),
+    "timer.image": ("id", "scope_id", "fire_ms", "token", "state", "fired_ms", "ended_ms", "at_ms"),
+}
+
+
+class ScopeTimer:
+    """One timer (named so as not to be confused with `outcome.Timer`, a supervisor deadline)."""
+
+    __slots__ = ("id", "scope_id", "fire_ms", "token", "state", "created_ms", "fired_ms", "ended_ms")
+
+    def __init__(self, timer_id: str, scope_id: str, fire_ms: int, token: str, created_ms: int) -> None:
+        self.id = timer_id
+        self.scope_id = scope_id
+        self.fire_ms = fire_ms
+        self.token = token
+        self.state = ARMED
+        self.created_ms = created_ms
+        self.fired_ms: int | None = None
+        self.ended_ms: int | None = None
+
+
+class TimerTable:
+    """The timers of one space, by id and by scope."""
+
+    __slots__ = ("_by_id", "_by_scope", "_limits", "_scopes")
+
+    def __init__(self, limits: Limits, scopes: ScopeTree) -> None:
+        self._by_id: dict[str, ScopeTimer] = {}
+        # The timers of each scope that are not ended (armed or fired), in creation order.
+        self._by_scope: dict[str, dict[str, None]] = {}
+        self._limits = limits
+        self._scopes = scopes
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def get(self, timer_id: str) -> ScopeTimer:
+        timer = self._by_id.get(timer_id)
+        if timer is None:
+            raise KernelError(NOT_FOUND, f"timer {timer_id!r} not found")
+        return timer
+
+    def find(self, timer_id: str) -> ScopeTimer | None:
+        return self._by_id.get(timer_id)
+
+    def all(self) -> Iterator[ScopeTimer]:
+        return iter(self._by_id.values())
+
+    def live(self) -> Iterator[ScopeTimer]:
+        """Armed and fired timers (the ones that still need a supervisor deadline)."""
+        for ids in self._by_scope.values():
+            for timer_id in ids:
+                yield self._by_id[timer_id]
+
+    def fired_in(self, scope_id: str) -> list[ScopeTimer]:
+        """Fired, unacked timers of a scope, newest first."""
+        timers = [self._by_id[timer_id] for timer_id in self._by_scope.get(scope_id, ())]
+        fired = [timer for timer in timers if timer.state == FIRED]
+        fired.sort(key=lambda timer: (timer.fired_ms, timer.id), reverse=True)
+        return fired
+
+    def expiry_ms(self, timer: ScopeTimer) -> int:
+        assert timer.fired_ms is not None
+        return timer.fired_ms + self._limits.timer_fired_ttl_s * 1000
+
+    def view(self, timer: ScopeTimer) -> dict:
+        return {
+            "id": timer.id,
+            "scopeId": timer.scope_id,
+            "state": timer.state,
+            "fireAt": format_ms(timer.fire_ms),
+            "firedAt": None if timer.fired_ms is None else format_ms(timer.fired_ms),
+            "createdAt": format_ms(timer.created_ms),
+            "endedAt": None if timer.ended_ms is None else format_ms(timer.ended_ms),
+        }
+
+    def fired_view(self, timer: ScopeTimer) -> dict:
+        """A poll entry: the view with the token that acknowledges it."""
+        return {**self.view(timer), "token": timer.token}
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def decide_create(self, timer_id: str, scope_id: str, fire_ms: int, token: str, now_ms: int) -> dict:
+        self._scopes.require_active(scope_id, now_ms)
+        live = self._by_scope.get(scope_id, ())
+        if len(live) >= self._limits.timers_per_scope_max:
+            raise KernelError(
+                VALIDATION_FAILED, f"a scope holds at most {self._limits.timers_per_scope_max} armed or fired timers"
+            )
+        if timer_id in self._by_id:  # an id source collision: the caller draws another id
+            raise KernelError(CONFLICT, f"timer id {timer_id} is taken")
+        return {"type": "timer.created", "id": timer_id, "scope_id": scope_id, "fire_ms": fire_ms, "token": token, "at_ms": now_ms}
+
+    def decide_fire(self, timer: ScopeTimer, now_ms: int) -> dict | None:
+        """The firing the supervisor proposed, if the timer is still armed and due."""
+        if timer.state != ARMED or now_ms < timer.fire_ms:
+            return None
+        return {"type": "timer.fired", "id": timer.id, "at_ms": now_ms}
+
+    def decide_expire(self, timer: ScopeTimer, now_ms: int) -> dict | None:
+        if timer.state != FIRED or now_ms < self.expiry_ms(timer):
+            return None
+        return {"type": "timer.expired", "id": timer.id, "at_ms": now_ms}
+
+    def decide_ack(self, timer: ScopeTimer, token: str, now_ms: int) -> dict | None:
+        """ACKED with the token it fired with; again with it, harmless; another token, STALE_CLAIM."""
+        if token != timer.token:
+            raise KernelError(STALE_CLAIM, f"token is not the one timer {timer.id} fired with")
+        if timer.state == ACKED:
+            return None
+        if timer.state != FIRED:
+            raise KernelError(CONFLICT, f"timer {timer.id} is {timer.state.lower()}, not fired")
+        return {"type": "timer.acked", "id": timer.id, "at_ms": now_ms}
+
+    def decide_cancel(self, timer: ScopeTimer, now_ms: int) -> dict | None:
+        """CANCELLED if armed or fired; a timer already ended stays as it is (a harmless repeat)."""
+        if timer.state in ENDED:
+            return None
+        return {"type": "timer.cancelled", "id": timer.id, "at_ms": now_ms}
+
+    # -- applying -------------------------------------------------------------------------------
+
+    def apply_created(self, record: dict) -> ScopeTimer:
+        timer = ScopeTimer(record["id"], record["scope_id"], record["fire_ms"], record["token"], record["at_ms"])
+        self._by_id[timer.id] = timer
+        self._by_scope.setdefault(timer.scope_id, {})[timer.id] = None
+        return timer
+
+    def apply_fired(self, record: dict) -> ScopeTimer:
+        timer = self._by_id[record["id"]]
+        assert timer.state == ARMED, f"timer {timer.id} fired twice"
+        assert record["at_ms"] >= timer.fire_ms, f"timer {timer.id} fired before its time"
+        timer.state = FIRED
+        timer.fired_ms = record["at_ms"]
+        return timer
+
+    def apply_ended(self, record: dict, state: str) -> ScopeTimer:
+        timer = self._by_id[record["id"]]
+        assert timer.state not in ENDED, f"timer {timer.id} ended twice"
+        self._end(timer, state, record["at_ms"])
+        return timer
+
+    def _end(self, timer: ScopeTimer, state: str, at_ms: int | None) -> None:
+        timer.state = state
+        timer.ended_ms = at_ms
+        live = self._by_scope.get(timer.scope_id)
+        if live is not None:
+            live.pop(timer.id, None)
+            if not live:
+                del self._by_scope[timer.scope_id]
+
+    def cancel_in_scopes(self, scope_ids: list[str], at_ms: int) -> list[ScopeTimer]:
+        """Applied with a scope's end: its armed and fired timers (and its subtree's) are CANCELLED."""
+        cancelled = []
+        for scope_id in scope_ids:
+            for timer_id in list(self._by_scope.get(scope_id, ())):
+                timer = self._by_id[timer_id]
+                self._end(timer, CANCELLED, at_ms)
+                cancelled.append(timer)
+        return cancelled
+
+    # -- images ---------------------------------------------------------------------------------
+
+    def image(self) -> Iterator[dict]:
+        for timer in self._by_id.values():
+            yield {
+                "type": "timer.image",
+                "id": timer.id,
+                "scope_id": timer.scope_id,
+                "fire_ms": timer.fire_ms,
+                "token": timer.token,
+                "state": timer.state,
+                "fired_ms": timer.fired_ms,
+                "ended_ms": timer.ended_ms,
+                "at_ms": timer.created_ms,
+            }
+
+    def apply_image(self, record: dict) -> ScopeTimer:
+        timer = self.apply_created(record)
+        timer.fired_ms = record["fired_ms"]
+        if record["state"] in ENDED:
+            self._end(timer, record["state"], record["ended_ms"])
+        else:
+            timer.state = record["state"]
+        return timer

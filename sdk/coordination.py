@@ -1,0 +1,314 @@
+"""Barriers, timers, task groups, events and diagnostics: the same names as the official client.
+
+    run.barriers.create(target=3)        -> BarrierHandle: arrive(key=), status(), wait()
+    run.timers.create(after_seconds=60)  -> TimerHandle: wait() (acks it), cancel()
+    run.groups.create(mailbox=, condition=, ...) -> GroupHandle: submit, accept, reject, close,
+                                            seal, join_task, status, wait
+    rs.events.list(), rs.events.watch()  (an async iterator that resumes after network errors)
+    rs.diagnostics.run(scope_id), .workers(scope_id), .waits()
+
+Where the server lets a wait park, it parks there: `TimerHandle.wait` holds its poll on the server
+(`waitMs`, for its own timer only) instead of asking every 250 ms; `events.watch` is a long poll.
+Barriers and groups are read every `poll_ms`, as the protocol gives them no held read. Every wait
+is bounded by the caller's `timeout_ms` and raises `WaitTimeoutError` after it; the thing waited
+for carries on.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator
+
+import anyio
+
+from ._context import Context
+from .claims import parse_timestamp
+from .errors import ConflictError, NotFoundError, UnavailableError, WaitTimeoutError
+from .tasks import TaskTicket
+
+__all__ = [
+    "BarrierHandle", "BarriersAPI", "TimerHandle", "TimersAPI", "GroupHandle", "GroupsAPI", "EventsAPI", "DiagnosticsAPI",
+]
+
+POLL_MS = 250
+# The longest hold one timer poll asks of the server (it caps it again itself).
+TIMER_HOLD_MS_MAX = 20_000
+# After a watch fails on the network, wait this long before asking again (doubling up to the max).
+WATCH_RETRY_S, WATCH_RETRY_S_MAX = 0.25, 5.0
+
+
+def _remaining_s(started: float, timeout_ms: int) -> float:
+    return timeout_ms / 1000 - (anyio.current_time() - started)
+
+
+def _timeout(what: str, timeout_ms: int) -> WaitTimeoutError:
+    return WaitTimeoutError("WAIT_TIMEOUT", 0, f"{what} within {timeout_ms} ms")
+
+
+# -- barriers ------------------------------------------------------------------------------------
+
+
+class BarrierHandle:
+    def __init__(self, ctx: Context, barrier_id: str) -> None:
+        self._ctx = ctx
+        self.id = barrier_id
+
+    def __repr__(self) -> str:
+        return f"BarrierHandle(id={self.id!r})"
+
+    async def arrive(self, *, key: str) -> dict:
+        """Arrive once under `key` (again with the same key counts once); the barrier view."""
+        return (await self._ctx.call("POST", f"/barriers/{self.id}/arrive", body={"arrivalKey": key})).body
+
+    async def status(self) -> dict:
+        return (await self._ctx.call("GET", f"/barriers/{self.id}")).body
+
+    async def wait(self, *, timeout_ms: int = 60_000, poll_ms: int = POLL_MS) -> dict:
+        """Until the barrier is released (or its epoch moves on); `ConflictError`
+        BARRIER_CANCELLED when its scope ended. It does not arrive for the caller."""
+        started = anyio.current_time()
+        pinned = await self.status()
+        while True:
+            view = await self.status()
+            if view["state"] == "CANCELLED":
+                raise ConflictError("BARRIER_CANCELLED", 409, f"barrier {self.id} was cancelled")
+            if view["state"] == "RELEASED" or view["epoch"] != pinned["epoch"]:
+                return view
+            remaining = _remaining_s(started, timeout_ms)
+            if remaining <= 0:
+                raise _timeout(f"barrier {self.id} did not release", timeout_ms)
+            await anyio.sleep(min(poll_ms / 1000, remaining))
+
+
+class BarriersAPI:
+    def __init__(self, ctx: Context, scope_id: str) -> None:
+        self._ctx = ctx
+        self.scope_id = scope_id
+
+    async def create(self, *, target: int) -> BarrierHandle:
+        reply = await self._ctx.call("POST", "/barriers", body={"scopeId": self.scope_id, "target": target})
+        return BarrierHandle(self._ctx, reply.body["id"])
+
+    def get(self, barrier_id: str) -> BarrierHandle:
+        return BarrierHandle(self._ctx, barrier_id)
+
+
+# -- timers --------------------------------------------------------------------------------------
+
+
+class TimerHandle:
+    def __init__(self, ctx: Context, scope_id: str, timer_id: str, fire_at: datetime) -> None:
+        self._ctx = ctx
+        self.scope_id = scope_id
+        self.id = timer_id
+        self.fire_at = fire_at
+
+    def __repr__(self) -> str:
+        return f"TimerHandle(id={self.id!r})"
+
+    async def status(self) -> dict:
+        return (await self._ctx.call("GET", f"/timers/{self.id}")).body
+
+    async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict:
+        """Until the timer fires; acknowledges it and returns `{"fired_at": datetime}`.
+        `ConflictError` when it was cancelled or expired unacknowledged."""
+        started = anyio.current_time()
+        while True:
+            remaining = _remaining_s(started, timeout_ms)
+            hold_ms = max(0, min(int(remaining * 1000), TIMER_HOLD_MS_MAX))
+            asked = anyio.current_time()
+            body = {"scopeId": self.scope_id, "timerId": self.id, "waitMs": hold_ms}
+            listing = (await self._ctx.call("POST", "/timers/poll", body=body, wait_ms=hold_ms)).body
+            for entry in listing["timers"]:
+                if entry["id"] == self.id:
+                    await self._ctx.call("POST", f"/timers/{self.id}/ack", body={"token": entry["token"]})
+                    return {"fired_at": parse_timestamp(entry["firedAt"])}
+            state = (listing.get("timer") or {}).get("state")
+            if state == "ACKED":  # acknowledged by another handle of this timer
+                return {"fired_at": parse_timestamp(listing["timer"]["firedAt"])}
+            if state in ("CANCELLED", "EXPIRED"):
+                raise ConflictError("CONFLICT", 409, f"timer {self.id} is {state.lower()}")
+            remaining = _remaining_s(started, timeout_ms)
+            if remaining <= 0:
+                raise _timeout(f"timer {self.id} did not fire", timeout_ms)
+            # A server that does not hold polls answers at once: fall back to polling.
+            if anyio.current_time() - asked < poll_ms / 1000:
+                await anyio.sleep(min(poll_ms / 1000, remaining))
+
+    async def cancel(self) -> dict:
+        return (await self._ctx.call("POST", f"/timers/{self.id}/cancel")).body
+
+
+class TimersAPI:
+    def __init__(self, ctx: Context, scope_id: str) -> None:
+        self._ctx = ctx
+        self.scope_id = scope_id
+
+    async def create(self, *, after_seconds: int | None = None, at: str | None = None) -> TimerHandle:
+        """Arm a timer `after_seconds` from now, or `at` a timestamp (give exactly one)."""
+        body = {"scopeId": self.scope_id, "afterSeconds": after_seconds, "at": at}
+        reply = (await self._ctx.call("POST", "/timers", body=body)).body
+        return TimerHandle(self._ctx, self.scope_id, reply["id"], parse_timestamp(reply["fireAt"]))
+
+    def get(self, timer_id: str) -> TimerHandle:
+        """A handle on a timer by id; sends nothing (its fire time is not known: the epoch)."""
+        return TimerHandle(self._ctx, self.scope_id, timer_id, datetime.fromtimestamp(0, timezone.utc))
+
+
+# -- task groups ---------------------------------------------------------------------------------
+
+
+class GroupHandle:
+    def __init__(self, ctx: Context, group_id: str, scope_id: str | None = None) -> None:
+        self._ctx = ctx
+        self.id = group_id
+        self.scope_id = scope_id  # the group's gate scope, when known
+
+    def __repr__(self) -> str:
+        return f"GroupHandle(id={self.id!r})"
+
+    def _path(self, suffix: str = "") -> str:
+        return f"/task-groups/{self.id}{suffix}"
+
+    async def status(self) -> dict:
+        return (await self._ctx.call("GET", self._path())).body
+
+    async def submit(self, input: object, *, key: str, deadline: str | None = None) -> TaskTicket:
+        """Submit a member task, delivered through the group's mailbox in its gate scope."""
+        reply = (await self._ctx.call("POST", self._path("/tasks"), body={"taskKey": key, "input": input, "deadline": deadline})).body
+        return TaskTicket(self._ctx, reply["taskId"], reply.get("scopeId"))
+
+    async def close(self) -> dict:
+        """No more members (SEALED); harmless to repeat. `{"state", "outcome", "outcomeReason"}`."""
+        return (await self._ctx.call("POST", self._path("/close"))).body
+
+    async def seal(self) -> dict:
+        """As `close`, but a `ConflictError` once the group is finalized."""
+        return (await self._ctx.call("POST", self._path("/seal"))).body
+
+    async def accept(self, task_id: str) -> dict:
+        return (await self._ctx.call("POST", self._path(f"/tasks/{task_id}/accept"))).body
+
+    async def reject(self, task_id: str) -> dict:
+        return (await self._ctx.call("POST", self._path(f"/tasks/{task_id}/reject"))).body
+
+    async def join_task(self, task_id: str) -> dict:
+        """Make an outside task a member (only while the group is open)."""
+        return (await self._ctx.call("POST", self._path("/join-task"), body={"taskId": task_id})).body
+
+    async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict:
+        """Until the group is FINALIZED: `{"outcome", "outcomeReason"}`."""
+        started = anyio.current_time()
+        while True:
+            view = await self.status()
+            if view["state"] == "FINALIZED":
+                return {"outcome": view.get("outcome"), "outcomeReason": view.get("outcomeReason")}
+            remaining = _remaining_s(started, timeout_ms)
+            if remaining <= 0:
+                raise _timeout(f"group {self.id} was not finalized", timeout_ms)
+            await anyio.sleep(min(poll_ms / 1000, remaining))
+
+
+class GroupsAPI:
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def create(
+        self,
+        *,
+        mailbox: str,
+        condition: str,
+        threshold: int | None = None,
+        expected_members: int | None = None,
+        deadline: str | None = None,
+        parent_scope_id: str | None = None,
+    ) -> GroupHandle:
+        """A group with its own gate scope, delivering through the mailbox named `mailbox`.
+        `parent_scope_id` is not taken from the scope handle (as in the official client)."""
+        rows = (await self._ctx.call("GET", "/mailboxes")).body["mailboxes"]
+        mailbox_id = next((row["id"] for row in rows if row["name"] == mailbox), None)
+        if mailbox_id is None:
+            raise NotFoundError("NOT_FOUND", 404, f"mailbox {mailbox!r} not found in space {self._ctx.space_id}")
+        body = {
+            "mailboxId": mailbox_id, "condition": condition, "threshold": threshold, "expectedMembers": expected_members,
+            "deadline": deadline, "parentScopeId": parent_scope_id,
+        }
+        reply = (await self._ctx.call("POST", "/task-groups", body=body)).body
+        return GroupHandle(self._ctx, reply["groupId"], reply.get("scopeId"))
+
+    def by_id(self, group_id: str) -> GroupHandle:
+        """Re-attach to a group by id; sends nothing."""
+        return GroupHandle(self._ctx, group_id)
+
+
+# -- events --------------------------------------------------------------------------------------
+
+
+class EventsAPI:
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def list(self, *, cursor: str | None = None, limit: int | None = None) -> dict:
+        """One page: `{"events", "nextCursor"}` (events strictly after `cursor`)."""
+        query = {"cursor": cursor or None, "limit": limit}
+        return (await self._ctx.call("GET", "/events", query=query)).body
+
+    async def watch(
+        self,
+        *,
+        cursor: str | None = None,
+        types: list[str] | None = None,
+        aggregate: dict | None = None,
+        scope_id: str | None = None,
+        limit: int | None = None,
+        wait_seconds: int | None = None,
+        stop_event: Any = None,
+    ) -> AsyncIterator[dict]:
+        """Every event after `cursor`, as it happens, each with the `cursor` to resume after it.
+
+        A network failure is retried with the same cursor (so nothing is skipped or repeated);
+        errors the server decided, `CursorExpiredError` among them, are raised. Setting
+        `stop_event` ends the iteration after the current page.
+        """
+        current = cursor or None
+        retry_s = WATCH_RETRY_S
+        hold_s = 8 if wait_seconds is None else wait_seconds
+        while stop_event is None or not stop_event.is_set():
+            query = {
+                "cursor": current,
+                "types": ",".join(types) if types else None,
+                "aggregate": f"{aggregate['type']}:{aggregate['id']}" if aggregate else None,
+                "scopeId": scope_id,
+                "limit": limit,
+                "waitSeconds": wait_seconds,
+            }
+            try:
+                page = (await self._ctx.call("GET", "/watch", query=query, wait_ms=hold_s * 1000)).body
+            except UnavailableError:
+                await anyio.sleep(retry_s)
+                retry_s = min(retry_s * 2, WATCH_RETRY_S_MAX)
+                continue
+            retry_s = WATCH_RETRY_S
+            for event in page.get("events", []):
+                yield {**event, "cursor": page.get("nextCursor") or current or ""}
+            if page.get("nextCursor"):
+                current = page["nextCursor"]
+
+
+# -- diagnostics ---------------------------------------------------------------------------------
+
+
+class DiagnosticsAPI:
+    """Read-only views for people and tooling; never a source of authority."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def run(self, scope_id: str) -> dict:
+        return (await self._ctx.call("GET", f"/ops/runs/{scope_id}")).body
+
+    async def waits(self) -> dict:
+        return (await self._ctx.call("GET", "/ops/waits")).body
+
+    async def workers(self, scope_id: str) -> list:
+        return (await self.run(scope_id)).get("workers", [])

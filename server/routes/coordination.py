@@ -1,0 +1,296 @@
+"""Coordination: barriers, timers, task groups, and the event log (list and watch).
+
+Barriers and groups are polled by the official client (`GET` every 250 ms); timers are found by
+`POST /timers/poll`, a listing that is harmless to repeat, which may also be held (`waitMs`, an
+extension our SDK uses, with `timerId` to wait for one timer). `GET /watch` is a long poll: an
+empty page is held until an event arrives or `waitSeconds` ends, and always answers JSON with
+`nextCursor` (never 204: the client would spin). The 0.2.0 client's 10 s timeout is not extended
+for watch, so a client that does not say it is 0.3.0 or newer is held at most
+`watch_wait_s_legacy_max` (8 s); others at most `watch_wait_s_max` (20 s).
+
+Timer polls and events are answered only once everything appended so far is durable: a reader resumes from the
+cursor it was given, so an event it saw must not be lost by a crash (its number would then be
+given to another event, and the reader would skip that one).
+"""
+
+from __future__ import annotations
+
+import re
+
+import trio
+
+from ...actors import commands as c
+from ...actors import coordination_reads as reads
+from ...actors.errors import UNAVAILABLE, VALIDATION_FAILED, KernelError
+from ...actors.kernel import EMPTY
+from ..api import Doc, Reply, endpoint
+from ..errors import ApiError
+from ..http import Request, Router
+from ..runtime import Runtime
+
+router = Router()
+
+BASE = "/v1/spaces/{space}"
+ERRORS = ("400", "404", "409")
+EVENTS_LIMIT_DEFAULT = 100
+EVENTS_LIMIT_MAX = 1000
+# `runstate-sdk-python/0.3.0` (and our own SDK's `runstate-python/...`): clients that extend their
+# timeout for watch.
+_USER_AGENT = re.compile(r"runstate(?:-sdk)?-python/(\d+)\.(\d+)")
+
+
+# -- barriers ------------------------------------------------------------------------------------
+
+
+async def read_barrier(services: Runtime, request: Request, space: str, barrier_id: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    return 200, reads.barrier(services.kernel, space, barrier_id)
+
+
+G = "Barriers"
+endpoint(router, "POST", BASE + "/barriers", Doc(
+    "Create a barrier that releases at target distinct arrivals", (Reply(201, "Barrier", "Created"),), c.CreateBarrier,
+    errors=ERRORS, idempotent=True, group=G,
+), status=201)
+endpoint(router, "GET", BASE + "/barriers/{barrier_id}", Doc("A barrier", (Reply(200, "Barrier"),), errors=("404",), group=G), read_barrier)
+endpoint(router, "POST", BASE + "/barriers/{barrier_id}/arrive", Doc(
+    "Arrive (once per arrivalKey); 409 BARRIER_RELEASED after the release, BARRIER_CANCELLED once its scope ended",
+    (Reply(200, "Barrier"),), c.ArriveBarrier, errors=ERRORS, idempotent=True, group=G,
+))
+
+
+# -- timers --------------------------------------------------------------------------------------
+
+
+async def read_timer(services: Runtime, request: Request, space: str, timer_id: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    return 200, reads.timer(services.kernel, space, timer_id)
+
+
+async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    """The listing; a held poll that ends with nothing answers the empty listing, not 204."""
+    services.authorize(request, space)
+    kernel = services.kernel
+    command = kernel.parse(c.PollTimers, request.json().data, {"space": space})
+    reply = await kernel.submit(command, idem=request.idem(space), wait_ms=command.wait_ms)
+    if reply is EMPTY:
+        return 200, {"scopeId": command.scope_id, "timers": []}
+    # A firing is shown only once it is durable: shown and then lost in a crash, the timer would
+    # fire again later with another time (and the caller would see it fire twice).
+    await _durable(kernel)
+    return 200, reply
+
+
+G = "Timers"
+endpoint(router, "POST", BASE + "/timers", Doc(
+    "Arm a timer (afterSeconds or at, exactly one)", (Reply(201, "Timer", "Created"),), c.CreateTimer,
+    errors=ERRORS, idempotent=True, group=G,
+), status=201)
+endpoint(router, "POST", BASE + "/timers/poll", Doc(
+    "Every fired, unacknowledged timer of a scope with its token (harmless to repeat)", (Reply(200, "TimerPoll"),),
+    c.PollTimers, errors=ERRORS, idempotent=True, group=G,
+), poll_timers, long_poll=True)
+endpoint(router, "GET", BASE + "/timers/{timer_id}", Doc("A timer", (Reply(200, "Timer"),), errors=("404",), group=G), read_timer)
+endpoint(router, "POST", BASE + "/timers/{timer_id}/ack", Doc(
+    "Acknowledge a fired timer with its token (409 STALE_CLAIM for another token)", (Reply(200, "Timer"),), c.AckTimer,
+    errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/timers/{timer_id}/cancel", Doc(
+    "Cancel a timer (no body)", (Reply(200, "Timer"),), c.CancelTimer, body_required=False, errors=ERRORS,
+    idempotent=True, group=G,
+))
+
+
+# -- task groups ---------------------------------------------------------------------------------
+
+
+async def read_group(services: Runtime, request: Request, space: str, group_id: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    return 200, reads.group(services.kernel, space, group_id)
+
+
+G = "Task groups"
+GROUP = "/task-groups/{group_id}"
+endpoint(router, "POST", BASE + "/task-groups", Doc(
+    "Create a task group and its gate scope", (Reply(201, "TaskGroup", "Created"),), c.CreateGroup, errors=ERRORS,
+    idempotent=True, group=G,
+), status=201)
+endpoint(router, "GET", BASE + GROUP, Doc("A task group", (Reply(200, "TaskGroup"),), errors=("404",), group=G), read_group)
+endpoint(router, "POST", BASE + GROUP + "/tasks", Doc(
+    "Submit a member task (or return the key's task)",
+    (Reply(201, "GroupSubmitted", "Created"), Reply(200, "GroupSubmitted", "The key's existing task")),
+    c.SubmitGroupTask, errors=ERRORS, idempotent=True, group=G,
+), status=lambda view: 201 if view["created"] else 200)
+endpoint(router, "POST", BASE + GROUP + "/join-task", Doc(
+    "Make an outside task a member (only while the group is open)", (Reply(200, "TaskGroup"),), c.JoinGroupTask,
+    errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + GROUP + "/tasks/{task_id}/accept", Doc(
+    "Accept a member (the same verdict again is harmless, the other one 409)", (Reply(200, "GroupVerdict"),),
+    c.AcceptGroupTask, body_required=False, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + GROUP + "/tasks/{task_id}/reject", Doc(
+    "Reject a member (the same verdict again is harmless, the other one 409)", (Reply(200, "GroupVerdict"),),
+    c.RejectGroupTask, body_required=False, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + GROUP + "/close", Doc(
+    "Close membership (SEALED); harmless to repeat", (Reply(200, "GroupState"),), c.CloseGroup, body_required=False,
+    errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + GROUP + "/seal", Doc(
+    "Close membership (SEALED); 409 once finalized", (Reply(200, "GroupState"),), c.SealGroup, body_required=False,
+    errors=ERRORS, idempotent=True, group=G,
+))
+
+
+# -- events --------------------------------------------------------------------------------------
+
+
+def _integer(request: Request, name: str, low: int, high: int | None) -> int | None:
+    text = request.param(name)
+    if text is None or text == "":
+        return None
+    if not text.isdigit() or int(text) < low or (high is not None and int(text) > high):
+        bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        raise ApiError(VALIDATION_FAILED, f"{name} must be an integer {bound}, got {text[:40]!r}")
+    return int(text)
+
+
+def _cursor(request: Request) -> int | None:
+    text = request.param("cursor")
+    if not text:
+        return None
+    if not text.isdigit() or len(text) > 18:
+        raise ApiError(VALIDATION_FAILED, f"cursor {text[:40]!r} is not a cursor this server gave out")
+    return int(text)
+
+
+def _wait_s(services: Runtime, request: Request) -> int:
+    """How long to hold an empty watch: `waitSeconds`, capped for the client that asks."""
+    limits = services.kernel.limits
+    asked = _integer(request, "waitSeconds", 0, None)
+    match = _USER_AGENT.search(request.headers.get("user-agent", ""))
+    extends = match is not None and (int(match.group(1)), int(match.group(2))) >= (0, 3)
+    cap = limits.watch_wait_s_max if extends else limits.watch_wait_s_legacy_max
+    return min(limits.watch_wait_s_default if asked is None else asked, cap)
+
+
+async def _durable(kernel: object) -> None:
+    """Wait until everything the journal has been given so far is durable."""
+    journal = kernel.journal  # type: ignore[attr-defined]
+    done = trio.Event()
+    failed: list[BaseException] = []
+
+    def on_durable(error: BaseException | None) -> None:
+        if error is not None:
+            failed.append(error)
+        done.set()
+
+    journal.after(journal.appended_lsn, on_durable)
+    await done.wait()
+    if failed:
+        raise KernelError(UNAVAILABLE, f"the events could not be made durable: {failed[0]}")
+
+
+async def list_events(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    kernel = services.kernel
+    limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
+    page = reads.events_page(kernel, space, _cursor(request), limit)
+    await _durable(kernel)
+    return 200, page
+
+
+async def watch(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    kernel = services.kernel
+    after, limit = _cursor(request), _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
+    types_text = request.param("types")
+    types = frozenset(name.strip() for name in types_text.split(",") if name.strip()) if types_text else None
+    aggregate = None
+    aggregate_text = request.param("aggregate")
+    if aggregate_text:
+        kind, colon, ident = aggregate_text.partition(":")
+        if not colon or not kind or not ident:
+            raise ApiError(VALIDATION_FAILED, f"aggregate must be TYPE:ID, got {aggregate_text[:80]!r}")
+        aggregate = (kind, ident)
+    scope_id = request.param("scopeId") or None
+    wait_ms = _wait_s(services, request) * 1000
+    command = c.WatchEvents(
+        space=space, after=after, limit=limit, types=types or None, aggregate=aggregate, scope_id=scope_id, wait_ms=wait_ms
+    )
+    reply = await kernel.submit(command, wait_ms=wait_ms)
+    if reply is EMPTY:  # the hold ended with nothing: the page again, for its nextCursor
+        reply = reads.events_page(kernel, space, after, limit, types or None, aggregate, scope_id)
+    await _durable(kernel)
+    return 200, reply
+
+
+G = "Events"
+QUERY = ("cursor", "limit")
+endpoint(router, "GET", BASE + "/events", Doc(
+    "A page of the space's events after a cursor (410 CURSOR_EXPIRED for a cursor older than what is kept)",
+    (Reply(200, "EventPage"),), query=QUERY, errors=("400", "404", "410"), group=G,
+), list_events)
+endpoint(router, "GET", BASE + "/watch", Doc(
+    "Events after a cursor, held until one arrives or waitSeconds ends; always with nextCursor",
+    (Reply(200, "EventPage"),), query=(*QUERY, "types", "aggregate", "scopeId", "waitSeconds"),
+    errors=("400", "404", "410"), group=G,
+), watch, long_poll=True)
+
+
+# -- diagnostics ---------------------------------------------------------------------------------
+
+
+async def ops_run(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    return 200, reads.run(services.kernel, space, scope_id)
+
+
+async def ops_waits(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    return 200, reads.waits(services.kernel, space)
+
+
+G = "Diagnostics"
+endpoint(router, "GET", BASE + "/ops/runs/{scope_id}", Doc(
+    "A run's subtree: its workers with their keys and earliest lease end, what waits, counts by state",
+    (Reply(200, "OpsRun"),), errors=("404",), group=G,
+), ops_run)
+endpoint(router, "GET", BASE + "/ops/waits", Doc(
+    "The calls waiting in the space now (held receives, timer polls, watches)", (Reply(200, "OpsWaits"),),
+    errors=("404",), group=G,
+), ops_waits)
+
+
+# -- inspection (our extension) ------------------------------------------------------------------
+
+
+def _lister(what: str):
+    async def listing(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
+        services.authorize(request, space)
+        limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
+        return 200, reads.in_scope(services.kernel, space, scope_id, what, limit)
+
+    listing.__name__ = listing.__qualname__ = f"list_{what}"
+    return listing
+
+
+G = "Inspection"
+for _what, _schema, _summary in (
+    ("barriers", "Barrier", "Barriers of a run, newest first"),
+    ("timers", "Timer", "Timers of a run, newest first"),
+    ("groups", "TaskGroup", "Task groups of a run (gated by it or under it), newest first"),
+):
+    _listing_schema = {
+        "type": "object",
+        "properties": {
+            "scopeId": {"type": "string"},
+            _what: {"type": "array", "items": {"$ref": f"#/components/schemas/{_schema}"}},
+            "truncated": {"type": "boolean"},
+        },
+        "required": ["scopeId", _what, "truncated"],
+    }
+    endpoint(router, "GET", BASE + "/scopes/{scope_id}/" + _what, Doc(
+        _summary, (Reply(200, _listing_schema),), query=("limit",), errors=("400", "404"), group=G,
+    ), _lister(_what))

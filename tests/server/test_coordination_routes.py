@@ -1,0 +1,224 @@
+"""Barrier, timer, task-group and event routes over HTTP (in-process ASGI), in virtual time.
+
+Checked literally where the official 0.2.0 client reads them: `id` and `groupId`, `state` and
+`epoch`, the `timers` list with `id`, `token` and `firedAt`, `events` and `nextCursor`; the codes
+BARRIER_RELEASED, BARRIER_CANCELLED, STALE_CLAIM, CONFLICT (409) and CURSOR_EXPIRED (410); bad
+input is a 400 with the envelope.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from runstate.actors.timestamps import parse_timestamp
+
+from runstate.actors import Limits
+from runstate.server.settings import Settings
+
+from .asgi_client import API_KEY, SPACE, AsgiClient, client, start_runtime  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.trio
+
+
+async def test_barrier_routes(client: AsgiClient, autojump_clock):
+    run = await client.run()
+    created = await client.post("/barriers", {"scopeId": run, "target": 2})
+    assert created.status == 201 and created.json["id"].startswith("br_")
+    barrier = created.json["id"]
+    assert (await client.get(f"/barriers/{barrier}")).json["state"] == "OPEN"
+    assert (await client.post(f"/barriers/{barrier}/arrive", {"arrivalKey": "a"})).json["arrived"] == 1
+    assert (await client.post(f"/barriers/{barrier}/arrive", {"arrivalKey": "a"})).json["arrived"] == 1
+    released = await client.post(f"/barriers/{barrier}/arrive", {"arrivalKey": "b"})
+    assert released.status == 200 and (released.json["state"], released.json["epoch"]) == ("RELEASED", 1)
+    late = await client.post(f"/barriers/{barrier}/arrive", {"arrivalKey": "c"})
+    assert (late.status, late.code) == (409, "BARRIER_RELEASED")
+    other = (await client.post("/barriers", {"scopeId": run, "target": 5})).json["id"]
+    await client.post(f"/scopes/{run}/cancel")
+    cancelled = await client.post(f"/barriers/{other}/arrive", {"arrivalKey": "a"})
+    assert (cancelled.status, cancelled.code) == (409, "BARRIER_CANCELLED")
+    assert (await client.get(f"/barriers/{other}")).json["state"] == "CANCELLED"
+    for bad in ({"scopeId": run}, {"scopeId": run, "target": 0}, {"scopeId": run, "target": "2"}):
+        response = await client.post("/barriers", bad)
+        assert (response.status, response.code) == (400, "VALIDATION_FAILED")
+    assert (await client.get("/barriers/br_nothing")).status == 404
+
+
+async def test_timer_routes(client: AsgiClient, autojump_clock):
+    run = await client.run()
+    created = await client.post("/timers", {"scopeId": run, "afterSeconds": 10})
+    assert created.status == 201
+    timer = created.json
+    assert parse_timestamp(timer["fireAt"]) - parse_timestamp(timer["createdAt"]) == 10_000 and timer["state"] == "ARMED"
+    empty = await client.post("/timers/poll", {"scopeId": run})
+    assert empty.status == 200 and empty.json["timers"] == []
+    await trio.sleep(10)
+    await trio.testing.wait_all_tasks_blocked()
+    listed = (await client.post("/timers/poll", {"scopeId": run})).json["timers"]
+    assert [entry["id"] for entry in listed] == [timer["id"]] and listed[0]["token"]
+    fired_ms = parse_timestamp(listed[0]["firedAt"])
+    assert parse_timestamp(timer["fireAt"]) <= fired_ms < parse_timestamp(timer["fireAt"]) + 100
+    wrong = await client.post(f"/timers/{timer['id']}/ack", {"token": "nope"})
+    assert (wrong.status, wrong.code) == (409, "STALE_CLAIM")
+    acked = await client.post(f"/timers/{timer['id']}/ack", {"token": listed[0]["token"]})
+    assert acked.status == 200 and acked.json["state"] == "ACKED"
+    other = (await client.post("/timers", {"scopeId": run, "at": "2027-01-15T09:00:00Z"})).json
+    assert (await client.post(f"/timers/{other['id']}/cancel")).json["state"] == "CANCELLED"
+    assert (await client.get(f"/timers/{other['id']}")).json["state"] == "CANCELLED"
+    # A held poll that sees nothing answers the empty listing, not 204.
+    held = await client.post("/timers/poll", {"scopeId": run, "waitMs": 2000})
+    assert held.status == 200 and held.json["timers"] == []
+    for bad in ({"scopeId": run}, {"scopeId": run, "afterSeconds": 1, "at": "2030-01-01T00:00:00Z"},
+                {"scopeId": run, "afterSeconds": -1}, {"scopeId": run, "at": "tomorrow"}):
+        response = await client.post("/timers", bad)
+        assert (response.status, response.code) == (400, "VALIDATION_FAILED")
+
+
+async def test_task_group_routes(client: AsgiClient, autojump_clock):
+    mailbox = await client.mailbox("group-work")
+    parent = await client.run()
+    created = await client.post("/task-groups", {"mailboxId": mailbox, "condition": "N_ACCEPTED", "threshold": 1, "parentScopeId": parent})
+    assert created.status == 201
+    group = created.json
+    assert group["groupId"].startswith("tg_") and group["state"] == "OPEN"
+    gate = (await client.get(f"/scopes/{group['scopeId']}")).json
+    assert gate["parentId"] == parent
+    submitted = await client.post(f"/task-groups/{group['groupId']}/tasks", {"taskKey": "a", "input": {"q": 1}})
+    assert submitted.status == 201 and submitted.json["taskId"].startswith("tk_")
+    again = await client.post(f"/task-groups/{group['groupId']}/tasks", {"taskKey": "a", "input": {"q": 1}})
+    assert again.status == 200 and again.json["taskId"] == submitted.json["taskId"]
+    outside = (await client.post("/tasks", {"scopeId": parent, "mailboxId": mailbox, "taskKey": "x"})).json["taskId"]
+    joined = await client.post(f"/task-groups/{group['groupId']}/join-task", {"taskId": outside})
+    assert joined.status == 200 and len(joined.json["members"]) == 2
+    task = submitted.json["taskId"]
+    rejected = await client.post(f"/task-groups/{group['groupId']}/tasks/{outside}/reject")
+    assert rejected.status == 200 and rejected.json["verdict"] == "REJECTED"
+    conflict = await client.post(f"/task-groups/{group['groupId']}/tasks/{outside}/accept")
+    assert (conflict.status, conflict.code) == (409, "CONFLICT")
+    accepted = await client.post(f"/task-groups/{group['groupId']}/tasks/{task}/accept")
+    assert accepted.json["state"] == "FINALIZED" and accepted.json["outcome"] == "SUCCEEDED"
+    view = (await client.get(f"/task-groups/{group['groupId']}")).json
+    assert (view["state"], view["outcome"], view["outcomeReason"]) == ("FINALIZED", "SUCCEEDED", "threshold_reached")
+    closed = await client.post(f"/task-groups/{group['groupId']}/close")
+    assert closed.status == 200 and set(closed.json) >= {"state", "outcome", "outcomeReason"}
+    sealed = await client.post(f"/task-groups/{group['groupId']}/seal")
+    assert (sealed.status, sealed.code) == (409, "CONFLICT")
+    late = await client.post(f"/task-groups/{group['groupId']}/join-task", {"taskId": outside + "0"})
+    assert late.status == 404
+    for bad in ({"mailboxId": mailbox, "condition": "MOST"}, {"mailboxId": mailbox, "condition": "N_ACCEPTED"},
+                {"mailboxId": mailbox, "condition": "ALL_TERMINAL", "expectedMembers": 101}):
+        response = await client.post("/task-groups", bad)
+        assert (response.status, response.code) == (400, "VALIDATION_FAILED"), response
+    assert (await client.post("/task-groups", {"mailboxId": "mb_none", "condition": "ALL_TERMINAL"})).status == 404
+
+
+async def test_event_routes(nursery, autojump_clock):
+    # Holds shortened (1 s by default, 2 s for 0.2.0, 3 s at most) so that the test runs quickly.
+    limits = Limits(watch_wait_s_default=1, watch_wait_s_legacy_max=2, watch_wait_s_max=3)
+    client = AsgiClient(await start_runtime(nursery, Settings(api_key=API_KEY, space_id=SPACE, seed=7, limits=limits)))
+    run = await client.run()
+    first = await client.get("/events")
+    assert first.status == 200 and [event["type"] for event in first.json["events"]] == ["scope.created"]
+    event = first.json["events"][0]
+    assert set(event) == {"eventId", "type", "createdAt", "scopeId", "aggregate", "payload"}
+    assert event["aggregate"] == {"type": "scope", "id": run} and event["scopeId"] == run
+    cursor = first.json["nextCursor"]
+    # An empty watch is held (the default without waitSeconds) and answers JSON with nextCursor.
+    start = trio.current_time()
+    empty = await client.get(f"/watch?cursor={cursor}")
+    assert empty.status == 200 and empty.json == {"events": [], "nextCursor": cursor}
+    assert trio.current_time() - start == pytest.approx(1, abs=0.05)
+    # A client older than 0.3.0 is held at most the legacy cap whatever it asks; 0.3.0 up to the cap.
+    start = trio.current_time()
+    await client.get(f"/watch?cursor={cursor}&waitSeconds=60")
+    assert trio.current_time() - start == pytest.approx(2, abs=0.05)
+    start = trio.current_time()
+    await client.request("GET", f"/watch?cursor={cursor}&waitSeconds=60", headers={"user-agent": "runstate-sdk-python/0.3.0"})
+    assert trio.current_time() - start == pytest.approx(3, abs=0.05)
+
+    got = []
+
+    async def watch():
+        got.append(await client.get(f"/watch?cursor={cursor}&waitSeconds=3&types=barrier.created"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        await trio.sleep(1)
+        await client.post("/barriers", {"scopeId": run, "target": 1})
+    page = got[0].json
+    assert [event["type"] for event in page["events"]] == ["barrier.created"] and int(page["nextCursor"]) > int(cursor)
+    aggregate = await client.get(f"/watch?aggregate=scope:{run}&waitSeconds=0")
+    assert [event["type"] for event in aggregate.json["events"]] == ["scope.created"]
+    for bad in ("/watch?cursor=abc", "/watch?aggregate=nocolon", "/watch?limit=0", "/watch?waitSeconds=-1", "/events?limit=5000"):
+        response = await client.get(bad)
+        assert (response.status, response.code) == (400, "VALIDATION_FAILED"), bad
+    expired = await client.get("/events?cursor=999")
+    assert (expired.status, expired.code) == (410, "CURSOR_EXPIRED")
+    assert (await client.get("/watch?scopeId=sc_nothing&waitSeconds=0")).status == 404
+
+
+async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
+    """ops/runs shows a run's claim holders and delivery holders with their keys and earliest lease
+    end, and counts by state over its subtree; ops/waits lists the receives held now."""
+    run = await client.run()
+    child = (await client.post("/scopes", {"parentId": run})).json["id"]
+    mailbox = await client.mailbox()
+    await client.post("/claims", {"scopeId": child, "key": "k1", "holder": "w1", "holderSession": "s", "leaseSeconds": 60})
+    await client.post("/claims", {"scopeId": run, "key": "k2", "holder": "w1", "holderSession": "s", "leaseSeconds": 30})
+    await client.post("/tasks", {"scopeId": child, "mailboxId": mailbox, "taskKey": "t"})
+    await client.post("/tasks", {"scopeId": child, "mailboxId": mailbox, "taskKey": "u"})
+    delivery = (await client.recv(mailbox, child)).json
+    await client.post("/barriers", {"scopeId": child, "target": 2})
+    view = (await client.get(f"/ops/runs/{run}")).json
+    assert view["scopeId"] == run and view["waiting"] == []
+    (worker,) = view["workers"]
+    assert worker["holder"] == "w1" and sorted(worker["keys"]) == ["k1", "k2"]
+    assert worker["deliveries"] == [delivery["message"]["id"]]
+    claims = (await client.get(f"/scopes/{run}/claims")).json["claims"]
+    assert worker["earliestLeaseExpiry"] == min(claim["leaseExpiresAt"] for claim in claims)
+    assert view["counts"]["tasks"] == {"QUEUED": 1, "RUNNING": 1}
+    assert view["counts"]["scopes"] == {"ACTIVE": 2} and view["counts"]["barriers"] == {"OPEN": 1}
+    assert (await client.get("/ops/runs/sc_nothing")).status == 404
+
+    other = await client.run()
+    held = []
+
+    async def hold():
+        held.append(await client.recv(mailbox, other, waitMs=5_000))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold)
+        await trio.sleep(1)
+        waits = (await client.get("/ops/waits")).json["waits"]
+        assert waits == [{"on": "queue", "calls": 1, "mailboxId": mailbox, "scopeId": other}]
+        assert (await client.get(f"/ops/runs/{other}")).json["parked"] == waits
+    assert held[0].status == 204
+    assert (await client.get("/ops/waits")).json["waits"] == []
+
+
+async def test_metrics_show_coordination_by_state(client: AsgiClient, autojump_clock):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    run = await client.run()
+    barrier = (await client.post("/barriers", {"scopeId": run, "target": 1})).json["id"]
+    await client.post(f"/barriers/{barrier}/arrive", {"arrivalKey": "a"})
+    await client.post("/barriers", {"scopeId": run, "target": 2})
+    await client.post("/timers", {"scopeId": run, "afterSeconds": 60})
+    from runstate.server.http import serve_http
+    from runstate.server.routes import ROUTER
+    from runstate.testing import call_asgi
+
+    async def app(scope, receive, send):
+        await serve_http(client.runtime, ROUTER, scope, receive, send)
+
+    status, _, body = await call_asgi(app, "GET", "/metrics", {}, None, client=("127.0.0.1", 40000))
+    assert status == 200
+    found = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(body.decode()) for sample in family.samples
+    }
+    assert found[("runstate_barriers", (("space", "default"), ("state", "OPEN")))] == 1
+    assert found[("runstate_barriers", (("space", "default"), ("state", "RELEASED")))] == 1
+    assert found[("runstate_timers", (("space", "default"), ("state", "ARMED")))] == 1
+    assert found[("runstate_events_kept", (("space", "default"),))] == 6
