@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
+from .records import RecordError, check_record
+
 __all__ = ["Journal", "MemoryJournal", "Durable"]
 
 # Called once with None when the records are durable, or with the error that stopped them.
@@ -55,6 +57,14 @@ class MemoryJournal:
         return self.lsn
 
     def append(self, records: list[dict], on_durable: Durable) -> int:
+        # Checked as the WAL checks them, so a record the format does not know is found by every
+        # test in memory too (a bug: its caller is answered that the change was not recorded).
+        for record in records:
+            try:
+                check_record(record)
+            except RecordError as error:
+                on_durable(error)
+                return self.lsn
         self.lsn += len(records)
         if self._keep:
             self.records.extend(records)

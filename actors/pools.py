@@ -28,7 +28,8 @@ CAPACITY_UNAVAILABLE = "CAPACITY_UNAVAILABLE"
 # The record types of this table and their fields (for the journal's registry).
 POOL_RECORDS: dict[str, tuple[str, ...]] = {
     "pool.created": ("id", "name", "units", "at_ms"),
-    "grant.acquired": ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms"),
+    # An admission's grant names the delivery whose lease it shares ("?": an optional field).
+    "grant.acquired": ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms", "message_id?"),
     "grant.renewed": ("id", "lease_ms", "expires_ms", "at_ms"),
     "grant.released": ("id", "at_ms"),
     "grant.expired": ("id", "at_ms"),

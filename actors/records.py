@@ -44,6 +44,13 @@ def _spec(*required: str, optional: tuple[str, ...] = ()) -> tuple[frozenset[str
     return names, names | frozenset(optional), not optional
 
 
+def _declared(fields: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str], bool]:
+    """A type as a module declares it: its fields, an optional one marked with a trailing "?"."""
+    return _spec(
+        _SPACE, *(f for f in fields if not f.endswith("?")), optional=tuple(f[:-1] for f in fields if f.endswith("?"))
+    )
+
+
 # Every record of a space carries `space` (added where it is committed).
 _SPACE = "space"
 
@@ -112,13 +119,13 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
         "tombstoned", "at_ms",
     ),
     # Once slots (`once.py`) and run names (`runs.py`).
-    **{kind: _spec(_SPACE, *fields) for kind, fields in ONCE_RECORDS.items()},
+    **{kind: _declared(fields) for kind, fields in ONCE_RECORDS.items()},
     # Pools, quotas, work limits, budgets, admission (`capacity.py`); barriers, timers, task groups
     # and the event log (`coordination.py`): each module declares its record types.
-    **{kind: _spec(_SPACE, *fields) for kind, fields in CAPACITY_RECORDS.items()},
-    **{kind: _spec(_SPACE, *fields) for kind, fields in COORDINATION_RECORDS.items()},
-    **{kind: _spec(_SPACE, *fields) for kind, fields in EVENT_RECORDS.items()},
-    **{kind: _spec(_SPACE, *fields) for kind, fields in RUN_RECORDS.items()},
+    **{kind: _declared(fields) for kind, fields in CAPACITY_RECORDS.items()},
+    **{kind: _declared(fields) for kind, fields in COORDINATION_RECORDS.items()},
+    **{kind: _declared(fields) for kind, fields in EVENT_RECORDS.items()},
+    **{kind: _declared(fields) for kind, fields in RUN_RECORDS.items()},
     # Usage counters (`usage.py`): the counter names inside are data, not fields.
     "usage.image": _spec(_SPACE, "operations", "free", "events", optional=("takeovers",)),
 }
