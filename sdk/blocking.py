@@ -519,7 +519,7 @@ class Runstate:
         """A thread-safe stop flag for `consume(stop_event=...)`: call `.set()` from any thread."""
         return threading.Event()
 
-    def watch(self, **kwargs: Any) -> Iterator[dict]:
+    def watch(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
         """A blocking iterator over `events.watch(...)`; `stop_event=rs.new_event()` ends it."""
         stream = self._async.events.watch(**kwargs)
         try:
@@ -529,7 +529,9 @@ class Runstate:
                 except StopAsyncIteration:
                     return
         finally:
-            self._loop.run(stream.aclose())
+            aclose = getattr(stream, "aclose", None)  # an async generator: let it clean up
+            if aclose is not None:
+                self._loop.run(aclose())
 
     def close(self) -> None:
         """Close the async client (best effort, at most 5 s) and stop the loop thread.

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import anyio
 
@@ -62,17 +62,18 @@ def minor_to_decimal(minor: str, scale: int) -> str:
 # -- create or verify --------------------------------------------------------------------------------
 
 
-async def _ensure(ctx: Context, suffix: str, key: str, body: dict, matches: Callable[[dict], bool], what: str) -> dict:
+async def _ensure(ctx: Context, suffix: str, key: str, body: dict[str, Any], matches: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
     """POST first; on a conflict (or no right to create) list and verify, as 0.2.0 does."""
     try:
-        return (await ctx.call("POST", suffix, body=body)).body
+        answer: dict[str, Any] = (await ctx.call("POST", suffix, body=body)).body
+        return answer
     except (ConflictError, AuthenticationError) as err:
         if isinstance(err, AuthenticationError) and err.code != "FORBIDDEN":
             raise
         rows = [row for row in (await ctx.call("GET", suffix)).body[key] if row["name"] == body["name"]]
         for row in rows:
             if matches(row):
-                return row
+                return cast(dict[str, Any], row)
         if not rows and err.code == "FORBIDDEN":
             raise
         raise ConflictError("CONFLICT", 409, f"{what} {body['name']!r} exists with different settings") from err
@@ -82,34 +83,34 @@ class PoolsAPI:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def ensure(self, name: str, *, capacity: int) -> dict:
+    async def ensure(self, name: str, *, capacity: int) -> dict[str, Any]:
         body = {"name": name, "units": capacity}
         return await _ensure(self._ctx, "/permits", "permits", body, lambda row: row["unitsTotal"] == capacity, "permit pool")
 
-    async def list(self) -> list[dict]:
-        return (await self._ctx.call("GET", "/permits")).body["permits"]
+    async def list(self) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], (await self._ctx.call("GET", "/permits")).body["permits"])
 
 
 class QuotasAPI:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def ensure(self, name: str, *, units_per_window: int, window_seconds: int) -> dict:
+    async def ensure(self, name: str, *, units_per_window: int, window_seconds: int) -> dict[str, Any]:
         body = {"name": name, "unitsLimit": units_per_window, "windowSeconds": window_seconds}
         return await _ensure(
             self._ctx, "/allowances", "allowances", body,
             lambda row: row["unitsLimit"] == units_per_window and row["windowSeconds"] == window_seconds, "allowance",
         )
 
-    async def list(self) -> list[dict]:
-        return (await self._ctx.call("GET", "/allowances")).body["allowances"]
+    async def list(self) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], (await self._ctx.call("GET", "/allowances")).body["allowances"])
 
 
 class WorkLimitsAPI:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def ensure(self, name: str, *, scope_id: str, max_outstanding: int) -> dict:
+    async def ensure(self, name: str, *, scope_id: str, max_outstanding: int) -> dict[str, Any]:
         body = {"name": name, "scopeId": scope_id, "maxOutstanding": max_outstanding}
         return await _ensure(self._ctx, "/work-limits", "workLimits", body, lambda row: row["maxOutstanding"] == max_outstanding, "work limit")
 
@@ -118,17 +119,18 @@ class BudgetsAPI:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def ensure(self, name: str, *, currency: str, scale: int, limit: str) -> dict:
+    async def ensure(self, name: str, *, currency: str, scale: int, limit: str) -> dict[str, Any]:
         """Create the budget, or verify that it has this limit and scale (currency is not compared)."""
         limit_minor = decimal_to_minor(limit, scale)
         body = {"name": name, "currency": currency, "scale": scale, "limitMinor": limit_minor}
         try:
-            return (await self._ctx.call("POST", "/budgets", body=body)).body
+            answer: dict[str, Any] = (await self._ctx.call("POST", "/budgets", body=body)).body
+            return answer
         except ConflictError:
             rows = [row for row in (await self._ctx.call("GET", "/budgets")).body["budgets"] if row["name"] == name]
             for row in rows:
                 if row["limitMinor"] == limit_minor and row["scale"] == scale:
-                    return row
+                    return cast(dict[str, Any], row)
             if not rows:
                 raise
             raise ConflictError("CONFLICT", 409, f"budget {name!r} exists with a different limit or scale") from None
@@ -153,8 +155,8 @@ class _Named:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(scope_id={self.scope_id!r}, name={self.name!r}, id={self._id!r})"
 
-    async def _rows(self) -> list[dict]:
-        return (await self._ctx.call("GET", self._suffix)).body[self._key]
+    async def _rows(self) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], (await self._ctx.call("GET", self._suffix)).body[self._key])
 
     async def resolve_id(self) -> str:
         if self._id is None:
@@ -170,7 +172,7 @@ class _Named:
 class PoolRef(_Named):
     _suffix, _key, _what = "/permits", "permits", "permit pool"
 
-    async def status(self) -> dict | None:
+    async def status(self) -> dict[str, Any] | None:
         pool_id = await self.resolve_id()
         return next((row for row in await self._rows() if row["id"] == pool_id), None)
 
@@ -199,7 +201,7 @@ class PoolRef(_Named):
                 continue
             return PoolLease._start_grant(self._ctx, reply.body, lease_seconds)
 
-    async def try_acquire(self, *, units: int = 1, lease_seconds: int = 30) -> dict:
+    async def try_acquire(self, *, units: int = 1, lease_seconds: int = 30) -> dict[str, Any]:
         """`{"kind": "acquired", "lease": lease}` or `{"kind": "capacity-unavailable"}`."""
         try:
             lease = await self.acquire(units=units, lease_seconds=lease_seconds, wait=False)
@@ -214,7 +216,7 @@ class PoolRef(_Named):
         lease cancels `fn` and raises `LeaseLostError` (as `ClaimRef.run`)."""
         lease = await self.acquire(**acquire)
         try:
-            return await lease._run_guarded(fn)
+            return await lease._run_guarded(cast(Any, fn))
         finally:
             await lease._release_quietly()
 
@@ -223,13 +225,13 @@ class PoolLease(ClaimLease):
     """Units of a pool held under a lease: `grant_id`, `units`, `token()`, loss reporting,
     `renew()`, `release()`. Renewal and loss work exactly as for a claim lease."""
 
-    def __init__(self, ctx: Context, grant: dict, lease_seconds: int) -> None:
+    def __init__(self, ctx: Context, grant: dict[str, Any], lease_seconds: int) -> None:
         super().__init__(ctx, grant["grantId"], {**grant, "generation": None}, lease_seconds)
         self.grant_id: str = grant["grantId"]
         self.units: int = grant.get("units", 1)
 
     @classmethod
-    def _start_grant(cls, ctx: Context, grant: dict, lease_seconds: int) -> "PoolLease":
+    def _start_grant(cls, ctx: Context, grant: dict[str, Any], lease_seconds: int) -> "PoolLease":
         lease = cls(ctx, grant, lease_seconds)
         lease._renewal = _runtime.spawn_background(
             renew_until_lost, lease._renew_auto, lease_seconds, lease._mark_lost, name=f"runstate-renew:{lease.grant_id}"
@@ -276,14 +278,15 @@ class PoolLease(ClaimLease):
 class QuotaRef(_Named):
     _suffix, _key, _what = "/allowances", "allowances", "allowance"
 
-    async def status(self) -> dict | None:
+    async def status(self) -> dict[str, Any] | None:
         allowance_id = await self.resolve_id()
         try:
-            return (await self._ctx.call("GET", f"/allowances/{allowance_id}")).body
+            answer: dict[str, Any] = (await self._ctx.call("GET", f"/allowances/{allowance_id}")).body
+            return answer
         except NotFoundError:
             return None
 
-    async def try_take(self, *, units: int = 1) -> dict:
+    async def try_take(self, *, units: int = 1) -> dict[str, Any]:
         """`{"kind": "consumed", "consumption": ...}` or `{"kind": "exhausted"}` (used up, or cooling down)."""
         allowance_id = await self.resolve_id()
         body = {"scopeId": self.scope_id, "units": units, "holder": self._ctx.holder}
@@ -295,7 +298,7 @@ class QuotaRef(_Named):
             raise
         return {"kind": "consumed", "consumption": reply.body}
 
-    async def take(self, *, units: int = 1, wait: bool = True, timeout_ms: int = QUOTA_TIMEOUT_MS) -> dict:
+    async def take(self, *, units: int = 1, wait: bool = True, timeout_ms: int = QUOTA_TIMEOUT_MS) -> dict[str, Any]:
         """Consume `units`, waiting through one durable waiter (served FIFO) when the window is used
         up; `WaitTimeoutError` after `timeout_ms` (the waiter is cancelled, a grant that raced stands)."""
         started = anyio.current_time()
@@ -303,7 +306,7 @@ class QuotaRef(_Named):
         while True:
             attempt = await self.try_take(units=units)
             if attempt["kind"] == "consumed":
-                return attempt["consumption"]
+                return cast(dict[str, Any], attempt["consumption"])
             if not wait:
                 raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"allowance exhausted and wait disabled ({units} unit(s))")
             left_ms = timeout_ms - (anyio.current_time() - started) * 1000
@@ -326,26 +329,27 @@ class QuotaRef(_Named):
                 return await self._consumption(waiter["consumptionId"], waiter["units"])
             waiter_id = None  # EXPIRED or CANCELLED: start again
 
-    async def cooldown(self, seconds: int, reason: str | None = None) -> dict:
+    async def cooldown(self, seconds: int, reason: str | None = None) -> dict[str, Any]:
         """Report a provider's back-off: nothing is consumed or granted until it ends."""
         allowance_id = await self.resolve_id()
-        return (await self._ctx.call("POST", f"/allowances/{allowance_id}/cooldown", body={"seconds": seconds, "reason": reason})).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", f"/allowances/{allowance_id}/cooldown", body={"seconds": seconds, "reason": reason})).body
+        return answer
 
-    async def _consumption(self, consumption_id: str, units: int) -> dict:
+    async def _consumption(self, consumption_id: str, units: int) -> dict[str, Any]:
         status = await self.status()
         return {
             "consumptionId": consumption_id, "units": units,
             "windowStart": status["windowStart"] if status else "", "remaining": status["remaining"] if status else 0,
         }
 
-    async def _poll(self, waiter_id: str, started: float, timeout_ms: int) -> dict:
+    async def _poll(self, waiter_id: str, started: float, timeout_ms: int) -> dict[str, Any]:
         while True:
             if (anyio.current_time() - started) * 1000 >= timeout_ms:
                 await self._cancel_quietly(waiter_id)
                 raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for allowance waiter after {timeout_ms} ms")
             waiter = (await self._ctx.call("GET", f"/allowance-waiters/{waiter_id}")).body
             if waiter["state"] != "WAITING":
-                return waiter
+                return cast(dict[str, Any], waiter)
             await anyio.sleep(_runtime.uniform(*WAITER_POLL_S))
 
     async def _cancel_quietly(self, waiter_id: str | None) -> None:
@@ -361,7 +365,7 @@ class QuotaRef(_Named):
 
 
 class BudgetReservation:
-    def __init__(self, ctx: Context, budget_id: str, scale: int, view: dict) -> None:
+    def __init__(self, ctx: Context, budget_id: str, scale: int, view: dict[str, Any]) -> None:
         self._ctx = ctx
         self._budget_id = budget_id
         self._scale = scale
@@ -377,17 +381,17 @@ class BudgetReservation:
         """What is still reserved, in major units."""
         return minor_to_decimal(self.reserved_minor, self._scale)
 
-    async def settle(self, *, amount: str, usage_key: str) -> dict:
+    async def settle(self, *, amount: str, usage_key: str) -> dict[str, Any]:
         """Charge what was spent (at most what is reserved); repeating a `usage_key` changes nothing."""
         body = {"reservationId": self.id, "amountMinor": decimal_to_minor(amount, self._scale), "workKey": usage_key}
         return self._update((await self._ctx.call("POST", f"/budgets/{self._budget_id}/settle", body=body)).body)
 
-    async def void(self, *, usage_key: str) -> dict:
+    async def void(self, *, usage_key: str) -> dict[str, Any]:
         """Give back what is still reserved."""
         body = {"reservationId": self.id, "workKey": usage_key}
         return self._update((await self._ctx.call("POST", f"/budgets/{self._budget_id}/void", body=body)).body)
 
-    def _update(self, view: dict) -> dict:
+    def _update(self, view: dict[str, Any]) -> dict[str, Any]:
         self.reserved_minor, self.state = view.get("reservedMinor", self.reserved_minor), view.get("state", self.state)
         return view
 
@@ -395,9 +399,10 @@ class BudgetReservation:
 class BudgetRef(_Named):
     _suffix, _key, _what = "/budgets", "budgets", "budget"
 
-    async def status(self) -> dict:
+    async def status(self) -> dict[str, Any]:
         budget_id = await self.resolve_id()
-        return (await self._ctx.call("GET", f"/budgets/{budget_id}")).body
+        answer: dict[str, Any] = (await self._ctx.call("GET", f"/budgets/{budget_id}")).body
+        return answer
 
     async def reserve(self, *, amount: str, settle_by: str | None = None) -> BudgetReservation:
         """Reserve `amount` (major units) until settled, voided, or `settle_by` passes."""
@@ -420,7 +425,7 @@ class AdmittedWork:
 
     __slots__ = ("task", "delivery", "resources", "attempt")
 
-    def __init__(self, task: Any, delivery: Any, resources: dict, attempt: int) -> None:
+    def __init__(self, task: Any, delivery: Any, resources: dict[str, Any], attempt: int) -> None:
         self.task = task
         self.delivery = delivery
         self.resources = resources

@@ -16,6 +16,8 @@ for carries on.
 
 from __future__ import annotations
 
+import builtins
+
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
@@ -56,14 +58,16 @@ class BarrierHandle:
     def __repr__(self) -> str:
         return f"BarrierHandle(id={self.id!r})"
 
-    async def arrive(self, *, key: str) -> dict:
+    async def arrive(self, *, key: str) -> dict[str, Any]:
         """Arrive once under `key` (again with the same key counts once); the barrier view."""
-        return (await self._ctx.call("POST", f"/barriers/{self.id}/arrive", body={"arrivalKey": key})).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", f"/barriers/{self.id}/arrive", body={"arrivalKey": key})).body
+        return answer
 
-    async def status(self) -> dict:
-        return (await self._ctx.call("GET", f"/barriers/{self.id}")).body
+    async def status(self) -> dict[str, Any]:
+        answer: dict[str, Any] = (await self._ctx.call("GET", f"/barriers/{self.id}")).body
+        return answer
 
-    async def wait(self, *, timeout_ms: int = 60_000, poll_ms: int = POLL_MS) -> dict:
+    async def wait(self, *, timeout_ms: int = 60_000, poll_ms: int = POLL_MS) -> dict[str, Any]:
         """Until the barrier is released (or its epoch moves on); `ConflictError`
         BARRIER_CANCELLED when its scope ended. It does not arrive for the caller."""
         started = anyio.current_time()
@@ -106,10 +110,11 @@ class TimerHandle:
     def __repr__(self) -> str:
         return f"TimerHandle(id={self.id!r})"
 
-    async def status(self) -> dict:
-        return (await self._ctx.call("GET", f"/timers/{self.id}")).body
+    async def status(self) -> dict[str, Any]:
+        answer: dict[str, Any] = (await self._ctx.call("GET", f"/timers/{self.id}")).body
+        return answer
 
-    async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict:
+    async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict[str, Any]:
         """Until the timer fires; acknowledges it and returns `{"fired_at": datetime}`.
         `ConflictError` when it was cancelled or expired unacknowledged."""
         started = anyio.current_time()
@@ -135,8 +140,9 @@ class TimerHandle:
             if anyio.current_time() - asked < poll_ms / 1000:
                 await anyio.sleep(min(poll_ms / 1000, remaining))
 
-    async def cancel(self) -> dict:
-        return (await self._ctx.call("POST", f"/timers/{self.id}/cancel")).body
+    async def cancel(self) -> dict[str, Any]:
+        answer: dict[str, Any] = (await self._ctx.call("POST", f"/timers/{self.id}/cancel")).body
+        return answer
 
 
 class TimersAPI:
@@ -170,33 +176,39 @@ class GroupHandle:
     def _path(self, suffix: str = "") -> str:
         return f"/task-groups/{self.id}{suffix}"
 
-    async def status(self) -> dict:
-        return (await self._ctx.call("GET", self._path())).body
+    async def status(self) -> dict[str, Any]:
+        answer: dict[str, Any] = (await self._ctx.call("GET", self._path())).body
+        return answer
 
     async def submit(self, input: object, *, key: str, deadline: str | None = None) -> TaskTicket:
         """Submit a member task, delivered through the group's mailbox in its gate scope."""
         reply = (await self._ctx.call("POST", self._path("/tasks"), body={"taskKey": key, "input": input, "deadline": deadline})).body
         return TaskTicket(self._ctx, reply["taskId"], reply.get("scopeId"))
 
-    async def close(self) -> dict:
+    async def close(self) -> dict[str, Any]:
         """No more members (SEALED); harmless to repeat. `{"state", "outcome", "outcomeReason"}`."""
-        return (await self._ctx.call("POST", self._path("/close"))).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", self._path("/close"))).body
+        return answer
 
-    async def seal(self) -> dict:
+    async def seal(self) -> dict[str, Any]:
         """As `close`, but a `ConflictError` once the group is finalized."""
-        return (await self._ctx.call("POST", self._path("/seal"))).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", self._path("/seal"))).body
+        return answer
 
-    async def accept(self, task_id: str) -> dict:
-        return (await self._ctx.call("POST", self._path(f"/tasks/{task_id}/accept"))).body
+    async def accept(self, task_id: str) -> dict[str, Any]:
+        answer: dict[str, Any] = (await self._ctx.call("POST", self._path(f"/tasks/{task_id}/accept"))).body
+        return answer
 
-    async def reject(self, task_id: str) -> dict:
-        return (await self._ctx.call("POST", self._path(f"/tasks/{task_id}/reject"))).body
+    async def reject(self, task_id: str) -> dict[str, Any]:
+        answer: dict[str, Any] = (await self._ctx.call("POST", self._path(f"/tasks/{task_id}/reject"))).body
+        return answer
 
-    async def join_task(self, task_id: str) -> dict:
+    async def join_task(self, task_id: str) -> dict[str, Any]:
         """Make an outside task a member (only while the group is open)."""
-        return (await self._ctx.call("POST", self._path("/join-task"), body={"taskId": task_id})).body
+        answer: dict[str, Any] = (await self._ctx.call("POST", self._path("/join-task"), body={"taskId": task_id})).body
+        return answer
 
-    async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict:
+    async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict[str, Any]:
         """Until the group is FINALIZED: `{"outcome", "outcomeReason"}`."""
         started = anyio.current_time()
         while True:
@@ -248,22 +260,23 @@ class EventsAPI:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def list(self, *, cursor: str | None = None, limit: int | None = None) -> dict:
+    async def list(self, *, cursor: str | None = None, limit: int | None = None) -> dict[str, Any]:
         """One page: `{"events", "nextCursor"}` (events strictly after `cursor`)."""
         query = {"cursor": cursor or None, "limit": limit}
-        return (await self._ctx.call("GET", "/events", query=query)).body
+        answer: dict[str, Any] = (await self._ctx.call("GET", "/events", query=query)).body
+        return answer
 
     async def watch(
         self,
         *,
         cursor: str | None = None,
-        types: list[str] | None = None,
-        aggregate: dict | None = None,
+        types: builtins.list[str] | None = None,
+        aggregate: dict[str, Any] | None = None,
         scope_id: str | None = None,
         limit: int | None = None,
         wait_seconds: int | None = None,
         stop_event: Any = None,
-    ) -> AsyncIterator[dict]:
+    ) -> AsyncIterator[dict[str, Any]]:
         """Every event after `cursor`, as it happens, each with the `cursor` to resume after it.
 
         A network failure is retried with the same cursor (so nothing is skipped or repeated);
@@ -304,11 +317,14 @@ class DiagnosticsAPI:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def run(self, scope_id: str) -> dict:
-        return (await self._ctx.call("GET", f"/ops/runs/{scope_id}")).body
+    async def run(self, scope_id: str) -> dict[str, Any]:
+        answer: dict[str, Any] = (await self._ctx.call("GET", f"/ops/runs/{scope_id}")).body
+        return answer
 
-    async def waits(self) -> dict:
-        return (await self._ctx.call("GET", "/ops/waits")).body
+    async def waits(self) -> dict[str, Any]:
+        answer: dict[str, Any] = (await self._ctx.call("GET", "/ops/waits")).body
+        return answer
 
-    async def workers(self, scope_id: str) -> list:
-        return (await self.run(scope_id)).get("workers", [])
+    async def workers(self, scope_id: str) -> builtins.list[dict[str, Any]]:
+        workers: builtins.list[dict[str, Any]] = (await self.run(scope_id)).get("workers", [])
+        return workers
