@@ -72,7 +72,8 @@ async def takeover_retry_after(target: Target, keys: int) -> dict:
 
 
 async def takeover_sdk_loop(target: Target, keys: int) -> dict:
-    """The same with our SDK's `acquire(wait=True)`, which polls every 0.225-0.375 s."""
+    """The same with our SDK's `acquire(wait=True)`: the request parks on the claim's actor
+    (`waitMs`) and is answered at the expiry (servers without the extension: polls every ~0.3 s)."""
     from runstate import AsyncRunstate
 
     scope_id = await create_scope(target, "takeover-sdk")
