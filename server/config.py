@@ -154,22 +154,23 @@ LIMIT_DOCS: dict[str, str] = {
     "subscribers_max": "Most callers joined to one task.",
     "mailboxes_max": "Most mailboxes in one space.",
     "reason_len_max": "Longest nack error or cancel reason kept as a task's outcomeReason, in characters.",
-    # -- coordination --
+    # -- capacity --
     "pools_max": "Most permit pools in one space.",
-    "pool_units_max": "Most units one pool may hold.",
+    "pool_units_max": "Largest capacity of a permit pool, in units.",
     "allowances_max": "Most allowances (quotas) in one space.",
-    "allowance_units_max": "Most units one allowance grants per window.",
-    "window_s_max": "Longest allowance window, in seconds.",
-    "waiters_max": "Most waiters still waiting on one allowance.",
+    "allowance_units_max": "Largest unitsLimit of an allowance, per window.",
+    "window_s_max": "Longest window of an allowance, in seconds.",
+    "waiters_max": "Most allowance waiters still waiting on one allowance.",
     "waiter_ttl_s_min": "Shortest TTL of an allowance waiter, in seconds.",
     "waiter_ttl_s_max": "Longest TTL of an allowance waiter, in seconds.",
-    "cooldown_s_max": "Longest allowance cooldown, in seconds.",
+    "cooldown_s_max": "Longest cooldown of an allowance, in seconds.",
     "budgets_max": "Most budgets in one space.",
-    "budget_scale_max": "Largest budget scale (digits after the decimal point of its minor units).",
-    "currency_len_max": "Longest budget currency code, in characters.",
-    "settle_by_s_default": "A reservation without settleBy is released this long after it was made, in seconds.",
+    "budget_scale_max": "Most fraction digits (scale) of a budget's currency.",
+    "currency_len_max": "Longest currency code of a budget, in characters.",
+    "settle_by_s_default": "A budget reservation without settleBy is released after this long, in seconds.",
     "settle_by_s_max": "Latest settleBy a reservation may ask for, in seconds from now.",
     "work_limits_max": "Most work limits in one space.",
+    # -- coordination --
     "barriers_max": "Most barriers kept in one space.",
     "barrier_target_max": "Largest target (arrivals needed) of a barrier.",
     "timers_per_scope_max": "Most armed or fired timers in one run.",
@@ -186,12 +187,14 @@ LIMIT_DOCS: dict[str, str] = {
 }
 
 # Limits that may be zero (a grace or a spread of nothing); every other one is at least 1 (> 0 for floats).
-_LIMITS_MAY_BE_ZERO = frozenset({"restart_grace_s", "restart_spread_s", "backoff_base_s"})
+_LIMITS_MAY_BE_ZERO = frozenset({"restart_grace_s", "restart_spread_s", "backoff_base_s", "budget_scale_max"})
 
 # (smaller, larger): the first must not exceed the second.
 _ORDERED: tuple[tuple[str, str], ...] = (
     ("lease_s_min", "lease_s_default"),
     ("lease_s_default", "lease_s_max"),
+    ("waiter_ttl_s_min", "waiter_ttl_s_max"),  # -- capacity --
+    ("settle_by_s_default", "settle_by_s_max"),
     ("backoff_base_s", "backoff_max_s"),
     ("attempts_max_default", "attempts_max_max"),
     ("payload_bytes_max", "request_bytes_max"),
