@@ -9,7 +9,7 @@ data directory), so the commands find the key the server really has:
   DATA_DIR/admin.key (`--data-dir` or RUNSTATE_DATA_DIR: on the server's machine). A server with
   RUNSTATE_ADMIN_KEY set ignores the file in its data directory, and so do these commands;
 - inspect: the admin key as above (any space, `--space`), else RUNSTATE_API_KEY in its own space
-  (RUNSTATE_SPACE_ID, as `runstate keys create` prints it).
+  (`--space`, RUNSTATE_SPACE_ID, else the space the server says the key opens: `GET /v1/key`).
 
 Every refusal names the server's URL and where the key came from.
 
@@ -265,14 +265,24 @@ def _spaces(args: argparse.Namespace) -> None:
     print_table(listed["spaces"], [("SPACE", "id"), ("KEYS", "keys"), ("RUNS", "runs"), ("LIVE CLAIMS", "claimsLive"), ("OPERATIONS", "operations")])
 
 
+def _own_space(args: argparse.Namespace, secret: Credential) -> str:
+    """The space an API key opens (asked of the server); the admin key reads 'default' by default."""
+    if secret.admin:
+        return "default"
+    spaces = _request(args, "GET", "/v1/key", secret)["spaces"]
+    if len(spaces) != 1:
+        raise CommandError(f"{secret.describe()} opens {len(spaces)} spaces ({', '.join(spaces)}): pass --space", 2)
+    return str(spaces[0])
+
+
 def _inspect(args: argparse.Namespace) -> None:
     secret = _admin_key(args, required=False)
     if secret is None and os.environ.get("RUNSTATE_API_KEY"):
         secret = Credential(os.environ["RUNSTATE_API_KEY"], "RUNSTATE_API_KEY", admin=False)
     if secret is None:
         raise CommandError("inspect needs a key: RUNSTATE_API_KEY (its own space) or the admin key (RUNSTATE_ADMIN_KEY or --data-dir)", 2)
-    # An API key reads its own space: RUNSTATE_SPACE_ID, which `keys create` prints beside it.
-    space = args.space or os.environ.get("RUNSTATE_SPACE_ID") or "default"
+    # An API key reads its own space: --space, RUNSTATE_SPACE_ID, else the one the key opens.
+    space = args.space or os.environ.get("RUNSTATE_SPACE_ID") or _own_space(args, secret)
     base = f"/v1/spaces/{space}"
     action = args.action
     if action == "runs":

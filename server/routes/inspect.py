@@ -16,7 +16,8 @@ from __future__ import annotations
 import itertools
 
 from ...actors import reads
-from ...actors.errors import VALIDATION_FAILED
+from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED
+from ...actors.keys import digest
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
@@ -93,3 +94,31 @@ endpoint(router, "GET", BASE + "/scopes/{scope_id}/tasks", Doc(
     query=("limit",), errors=("400", "404"), group=G,
 ), list_tasks)
 endpoint(router, "GET", BASE + "/usage", Doc("Operations counted for the space", (Reply(200, "Usage"),), errors=("404",), group=G), usage)
+
+
+async def whoami(services: Runtime, request: Request) -> tuple[int, dict]:
+    """The key this request carries: an API key's id, name and spaces, or that it is the admin key.
+
+    So that a tool holding only an API key can find the space it opens (`runstate inspect`)."""
+    secret = request.bearer()
+    state = services.kernel.state  # type: ignore[union-attr]
+    spaces = state.keys.spaces_for(secret)
+    if spaces:
+        view = state.key_view(state.keys.by_digest(digest(secret)))
+        return 200, {**view, "admin": False}
+    if services.admin.matches(secret):
+        return 200, {"id": None, "name": None, "spaces": [], "createdAt": None, "revokedAt": None, "admin": True}
+    raise ApiError(UNAUTHENTICATED, "the API key is not valid")
+
+
+_KEY_VIEW = {
+    "type": "object",
+    "properties": {
+        "id": {"type": ["string", "null"]}, "name": {"type": ["string", "null"]},
+        "spaces": {"type": "array", "items": {"type": "string"}}, "admin": {"type": "boolean"},
+    },
+    "required": ["spaces", "admin"],
+}
+endpoint(router, "GET", "/v1/key", Doc(
+    "The key of this request: its spaces (an API key), or that it is the admin key", (Reply(200, _KEY_VIEW),), group=G,
+), whoami)

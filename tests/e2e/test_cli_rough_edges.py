@@ -90,14 +90,17 @@ def test_the_environment_beats_the_data_directory_as_it_does_for_serve(research_
 
 
 def test_inspect_with_only_an_api_key_reads_its_own_space(research_server):
-    """With RUNSTATE_API_KEY and RUNSTATE_SPACE_ID (as `keys create` prints them) inspect reads that space;
-    without the space id the message says what to set."""
+    """With RUNSTATE_API_KEY alone inspect asks the server which space the key opens (GET /v1/key)
+    and reads that one; RUNSTATE_SPACE_ID or --space still choose; another space says what to set."""
     env = {"RUNSTATE_BASE_URL": research_server.base_url, "RUNSTATE_API_KEY": "research-key-1", "RUNSTATE_SPACE_ID": "research"}
     listed = runstate("inspect", "runs", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["scopes"] == []
     env.pop("RUNSTATE_SPACE_ID")
-    elsewhere = runstate("inspect", "runs", env=env)
+    own = runstate("inspect", "runs", "--json", env=env)
+    assert own.returncode == 0, own.stderr
+    assert json.loads(own.stdout)["scopes"] == []
+    elsewhere = runstate("inspect", "runs", "--space", "default", env=env)
     assert elsewhere.returncode == 1
     assert "the API key from RUNSTATE_API_KEY does not open it" in elsewhere.stderr
     assert "RUNSTATE_SPACE_ID" in elsewhere.stderr
