@@ -37,14 +37,17 @@ def written_contents() -> dict:
         return ast.literal_eval(file.read())
 
 
-# Tables a space has gained since the version-0 server wrote its contents down: empty in a
-# directory it wrote.
-_TABLES_SINCE_V0 = {"once": {"__class__": "OnceTable", "_slots": {}}, "run_names": {"__class__": "RunNames", "_by_name": {}}}
-
-
 def with_tables_added_since(written: dict) -> dict:
+    """`written` with the tables a space has gained since the version-0 server wrote its contents
+    down (once slots, run names, capacity, coordination, the event log), as an empty space has them:
+    a directory it wrote holds none of their records."""
+    from runstate.actors import Limits
+    from runstate.actors.space import SpaceState
+
+    empty = contents(SpaceState("default", Limits()), False)  # as a space inside a state
     for space in written["spaces"].values():
-        space.update(_TABLES_SINCE_V0)
+        for name, value in empty.items():
+            space.setdefault(name, value)
     return written
 
 
