@@ -62,6 +62,8 @@ class BarrierTable:
     """The barriers of one space, by id."""
 
     __slots__ = ("_by_id", "_open_by_scope", "_scopes", "_limits")
+    # (`_scopes` is the space's own table, compared there: `snapshots.equality`.)
+    _DERIVED = ("_scopes",)
 
     def __init__(self, limits: Limits, scopes: ScopeTree) -> None:
         self._by_id: dict[str, Barrier] = {}

@@ -53,7 +53,8 @@ class CapacityCommands:
         "_space_id", "limits", "scopes", "pools", "allowances", "work_limits", "budgets", "_commit", "requirements", "wakeups",
     )
     # Queues with an admission parked on them: not state (parked calls do not outlive a process).
-    _DERIVED = ("wakeups",)
+    # (`scopes` is the space's own tree, compared there.)
+    _DERIVED = ("wakeups", "scopes")
 
     def __init__(self, space_id: str, limits: Limits, scopes: ScopeTree, tasks: TaskTable, commit: Commit) -> None:
         self._space_id = space_id

@@ -64,6 +64,8 @@ Change = tuple[str, str | None, str, str, dict]
 
 class CoordinationCommands:
     __slots__ = ("id", "limits", "scopes", "mailboxes", "messages", "tasks", "work", "barriers", "timers", "groups", "_commit")
+    # The space's own tables and its work part, compared there (`snapshots.equality`).
+    _DERIVED = ("scopes", "mailboxes", "messages", "tasks", "work")
 
     def __init__(
         self,

@@ -109,6 +109,8 @@ class GroupTable:
     """The groups of one space, by id, with the groups each task is a member of."""
 
     __slots__ = ("_by_id", "_by_task", "_unfinished", "_tasks", "_limits")
+    # (`_tasks` is the space's own table, compared there: `snapshots.equality`.)
+    _DERIVED = ("_tasks",)
 
     def __init__(self, limits: Limits, tasks: TaskTable) -> None:
         self._by_id: dict[str, Group] = {}

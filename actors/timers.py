@@ -65,6 +65,8 @@ class TimerTable:
     """The timers of one space, by id and by scope."""
 
     __slots__ = ("_by_id", "_by_scope", "_limits", "_scopes")
+    # (`_scopes` is the space's own table, compared there: `snapshots.equality`.)
+    _DERIVED = ("_scopes",)
 
     def __init__(self, limits: Limits, scopes: ScopeTree) -> None:
         self._by_id: dict[str, ScopeTimer] = {}

@@ -52,6 +52,8 @@ class WorkLimit:
 
 class WorkLimitTable:
     __slots__ = ("_limits", "_by_name", "_tasks", "work_limits_max")
+    # (`_tasks` is the space's task table, compared there.)
+    _DERIVED = ("_tasks",)
 
     def __init__(self, tasks: TaskTable, work_limits_max: int) -> None:
         self._limits: dict[str, WorkLimit] = {}
