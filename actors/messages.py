@@ -532,7 +532,6 @@ class MessageTable:
 
     def apply_leased(self, record: dict) -> Message:
         message = self._messages[record["message_id"]]
-        assert message.state != LEASED, "a message is never leased twice at once"
         self._move(message, LEASED)
         message.attempts = record["attempt"]
         message.token = record["token"]
