@@ -100,7 +100,6 @@ EVENTS: dict[str, str] = {
     "message.dropped": "messages.drop",
     "task.tombstoned": "tasks.tombstone",
     # -- coordination --
-    "barrier.released": "barriers.release",
     "timer.fired": "timers.fire",
     "timer.expired": "timers.expire",
     "group.expired": "groups.expire",
