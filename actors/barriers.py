@@ -37,8 +37,9 @@ BARRIER_CANCELLED = "BARRIER_CANCELLED"
 # The record types of this table and the fields each must carry.
 BARRIER_RECORDS: dict[str, tuple[str, ...]] = {
     "barrier.created": ("id", "scope_id", "target", "at_ms"),
+    # The arrival that makes `target` releases the barrier in the same record: a release recorded
+    # apart could be lost with the tail of the journal while the arrival was kept.
     "barrier.arrived": ("id", "arrival_key", "at_ms"),
-    "barrier.released": ("id", "at_ms"),
     "barrier.image": ("id", "scope_id", "target", "epoch", "state", "arrivals", "at_ms", "ended_ms"),
 }
 
@@ -116,8 +117,8 @@ class BarrierTable:
         return {"type": "barrier.created", "id": barrier_id, "scope_id": scope_id, "target": target, "at_ms": now_ms}
 
     def decide_arrive(self, barrier: Barrier, arrival_key: str, now_ms: int) -> list[dict]:
-        """The arrival's records (with the release when it is the last one needed); none for a
-        key already counted in this epoch."""
+        """The arrival's record (which releases the barrier when it is the last one needed); none
+        for a key already counted in this epoch."""
         state = self.state_of(barrier, now_ms)
         if state == CANCELLED:
             raise KernelError(BARRIER_CANCELLED, f"barrier {barrier.id} was cancelled (its scope ended)")
@@ -128,10 +129,7 @@ class BarrierTable:
             )
         if arrival_key in barrier.arrivals:
             return []
-        records = [{"type": "barrier.arrived", "id": barrier.id, "arrival_key": arrival_key, "at_ms": now_ms}]
-        if len(barrier.arrivals) + 1 >= barrier.target:
-            records.append({"type": "barrier.released", "id": barrier.id, "at_ms": now_ms})
-        return records
+        return [{"type": "barrier.arrived", "id": barrier.id, "arrival_key": arrival_key, "at_ms": now_ms}]
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -155,14 +153,8 @@ class BarrierTable:
         assert barrier.state == OPEN, f"an arrival at barrier {barrier.id} after it ended"
         barrier.arrivals[record["arrival_key"]] = None
         assert len(barrier.arrivals) <= barrier.target, "a barrier counts at most target arrivals"
-        return barrier
-
-    def apply_released(self, record: dict) -> Barrier:
-        barrier = self._by_id[record["id"]]
-        assert barrier.state == OPEN and len(barrier.arrivals) >= barrier.target, (
-            f"barrier {barrier.id} released before {barrier.target} distinct arrivals"
-        )
-        self._close(barrier, RELEASED, record["at_ms"])
+        if len(barrier.arrivals) == barrier.target:
+            self._close(barrier, RELEASED, record["at_ms"])
         return barrier
 
     def cancel_in_scopes(self, scope_ids: list[str], at_ms: int) -> list[Barrier]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import commands as c
-from .barriers import BARRIER_RECORDS, BarrierTable
+from .barriers import BARRIER_RECORDS, RELEASED, BarrierTable
 from .errors import DEADLINE_EXCEEDED, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError
 from .groups import ACCEPTED, FINALIZED, GROUP_RECORDS, REJECTED, Group, GroupTable
 from .limits import Limits
@@ -279,6 +279,11 @@ class CoordinationCommands:
             groups = [self.groups.get(record["id"])]
         elif kind == "group.expired":
             return [self._finalized(self.groups.get(record["id"]))]
+        elif kind == "barrier.arrived":
+            barrier = self.barriers.get(record["id"])
+            if barrier.state == RELEASED:  # this arrival made the target
+                return [("barrier.released", barrier.scope_id, "barrier", barrier.id, {"arrived": len(barrier.arrivals)})]
+            return []
         else:
             return []
         return [self._finalized(group) for group in groups if self.groups.evaluate(group, record["at_ms"])]
@@ -338,7 +343,6 @@ COORDINATION_TIMERS: dict[str, Callable[[CoordinationCommands, Any, Any, int], O
 COORDINATION_APPLY: dict[str, Callable[[CoordinationCommands, dict], Any]] = {
     "barrier.created": lambda part, record: part.barriers.apply_created(record),
     "barrier.arrived": lambda part, record: part.barriers.apply_arrived(record),
-    "barrier.released": lambda part, record: part.barriers.apply_released(record),
     "timer.created": lambda part, record: part.timers.apply_created(record),
     "timer.fired": lambda part, record: part.timers.apply_fired(record),
     "timer.acked": lambda part, record: part.timers.apply_ended(record, "ACKED"),

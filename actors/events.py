@@ -279,7 +279,6 @@ DERIVE: dict[str, Derive] = {
     "task.ended": _task_ended,
     "barrier.created": _barrier("barrier.created", "target"),
     "barrier.arrived": _barrier("barrier.arrived", "arrival_key"),
-    "barrier.released": _barrier("barrier.released"),
     "timer.created": _timer("timer.created", "fire_ms"),
     "timer.fired": _timer("timer.fired"),
     "timer.acked": _timer("timer.acked"),

@@ -122,7 +122,6 @@ EVENTS: dict[str, str] = {
     "waiter.granted": "quotas.grant",
     # Counted with the submit it belongs to.
     # -- coordination --
-    "barrier.released": "barriers.release",
     "timer.fired": "timers.fire",
     "timer.expired": "timers.expire",
     "group.expired": "groups.expire",

@@ -21,6 +21,8 @@ def test_an_injected_barrier_that_counts_a_key_twice_is_caught(monkeypatch):
     def apply_arrived(self, record):
         barrier = self._by_id[record["id"]]
         barrier.arrivals[f"{record['arrival_key']}@{record['at_ms']}"] = None  # the bug
+        if len(barrier.arrivals) == barrier.target:
+            self._close(barrier, "RELEASED", record["at_ms"])
         return barrier
 
     monkeypatch.setattr(BarrierTable, "apply_arrived", apply_arrived)
