@@ -232,13 +232,18 @@ def _one(seed: int) -> SeedResult:
     return result
 
 
+SEEDS_PER_WORKER_PROCESS = 8
+
+
 def run_batch(seeds: list[int], workers: int = 1) -> Iterator[SeedResult]:
     """Yield each seed's result (in seed order), using `workers` processes."""
     if workers <= 1:
         for seed in seeds:
             yield _one(seed)
         return
-    with ProcessPoolExecutor(workers) as pool:
+    # Each worker process runs a few seeds, then a fresh one takes over: a seed's leftovers (a
+    # kernel's caches, a trace's strings) never pile up over hundreds of seeds in one process.
+    with ProcessPoolExecutor(workers, max_tasks_per_child=SEEDS_PER_WORKER_PROCESS) as pool:
         yield from pool.map(_one, seeds, chunksize=4)
 
 
