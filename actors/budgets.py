@@ -258,14 +258,13 @@ class BudgetTable:
             yield {
                 "type": "budget.image", "id": budget.id, "name": budget.name, "currency": budget.currency,
                 "scale": budget.scale, "limit_minor": str(budget.limit), "spent_minor": str(budget.spent),
-                "created_ms": budget.created_ms, "at_ms": budget.created_ms,
+                "created_ms": budget.created_ms,
             }
         for r in self._reservations.values():
             yield {
                 "type": "reservation.image", "id": r.id, "budget_id": r.budget_id, "scope_id": r.scope_id,
                 "holder": r.holder, "reserved_minor": str(r.reserved), "settled_minor": str(r.settled), "state": r.state,
                 "settle_by_ms": r.settle_by_ms, "work_keys": list(r.work_keys), "created_ms": r.created_ms,
-                "at_ms": r.created_ms,
             }
 
     def apply_image(self, record: dict) -> None:

@@ -287,7 +287,6 @@ class PoolTable:
             yield {
                 "type": "pool.image", "id": pool.id, "name": pool.name, "units": pool.units_total,
                 "created_ms": pool.created_ms, "grants": [grant.image() for grant in pool.grants.values()],
-                "at_ms": pool.created_ms,
             }
 
     def apply_image(self, record: dict) -> None:

@@ -357,7 +357,6 @@ class AllowanceTable:
                 "window_ms": allowance.window_ms, "created_ms": allowance.created_ms,
                 "window_start_ms": allowance.window_start_ms, "used": allowance.used,
                 "cooldown_until_ms": allowance.cooldown_until_ms, "cooldown_reason": allowance.cooldown_reason,
-                "at_ms": allowance.created_ms,
             }
         # Waiters in the order they were added, so the queues come back in order.
         for waiter in self._waiters.values():
@@ -365,7 +364,6 @@ class AllowanceTable:
                 "type": "waiter.image", "id": waiter.id, "allowance_id": waiter.allowance_id, "scope_id": waiter.scope_id,
                 "holder": waiter.holder, "units": waiter.units, "expires_ms": waiter.expires_ms, "state": waiter.state,
                 "consumption_id": waiter.consumption_id, "window_start_ms": waiter.window_start_ms, "created_ms": waiter.created_ms, "ended_ms": waiter.ended_ms,
-                "at_ms": waiter.created_ms,
             }
 
     def apply_image(self, record: dict) -> None:

@@ -126,7 +126,6 @@ class WorkLimitTable:
                 "type": "work_limit.image", "id": limit.id, "name": limit.name, "scope_id": limit.scope_id,
                 "max_outstanding": limit.max_outstanding, "created_ms": limit.created_ms,
                 "task_ids": list(limit.task_ids),  # as they stand: ended ones go when the next is counted
-                "at_ms": limit.created_ms,
             }
 
     def apply_image(self, record: dict) -> None:

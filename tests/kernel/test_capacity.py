@@ -12,6 +12,7 @@ import trio
 
 from runstate.actors import Clock, IdSource, Kernel, KernelError, KernelState
 from runstate.actors.journal import MemoryJournal
+from runstate.actors.records import check_record
 from runstate.actors.space import SpaceState
 
 from ..capacity_ops import BudgetOps, PoolOps, QuotaOps, WorkLimitOps
@@ -300,6 +301,7 @@ async def test_replaying_the_journal_rebuilds_capacity_exactly(world, autojump_c
         replayed.apply(record)
     imaged = SpaceState(SPACE, live.limits)
     for record in live.image():
+        check_record(record)  # as a snapshot writes it: the record format knows every image
         imaged.apply(record)
     assert _state_of(replayed.space(SPACE)) == _state_of(live) == _state_of(imaged)
     timers = sorted(map(repr, live.capacity.timers()))

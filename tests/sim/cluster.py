@@ -218,7 +218,14 @@ class Cluster:
         if incarnation is not None and incarnation.alive:
             self._end(incarnation, "mid-write")
 
+    def _check_snapshots(self, incarnation: Incarnation) -> None:
+        """A snapshot refused for anything but the disk failing is a bug: the durable log replays."""
+        store = incarnation.runtime.store
+        if store is not None and store.snapshot_refusals:
+            self.fail("snapshot", f"incarnation {incarnation.number}: snapshot {store.snapshot_refusals[0]}")
+
     def _end(self, incarnation: Incarnation, how: str) -> None:
+        self._check_snapshots(incarnation)
         self.crashes += 1
         incarnation.alive = False
         incarnation.scope.cancel()
@@ -233,6 +240,7 @@ class Cluster:
 
     def _retire(self, incarnation: Incarnation) -> None:
         """The process exits (not a crash): its files close, nothing else happens to the disk."""
+        self._check_snapshots(incarnation)
         if self.fs.current is not None:
             self.fs.current.die()
         incarnation.alive = False
