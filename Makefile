@@ -19,7 +19,9 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/runstate serve $(ARGS)
 
-# The strict type check (mypy over the SDK and the product page's examples), then the tests.
+# The strict type check (mypy over the SDK and the product page's examples), then the tests: two
+# processes, a test file each at a time (the simulation's batch, which has its own two, first).
+PYTEST_ARGS ?= -n 2 --dist loadfile
 test: $(STAMP)
 	$(PY) -m tests.typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -33,3 +33,8 @@ def module_server():
     """One real server shared by a module's tests."""
     with ServerProcess() as process:
         yield process
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The simulation's batch first: it is the longest test, so with `-n` it runs beside the rest."""
+    items.sort(key=lambda item: 0 if item.name == "test_a_batch_of_seeds_breaks_no_invariant" else 1)

@@ -8,6 +8,7 @@ script with it under the base interpreter, so our own package cannot shadow it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -118,12 +119,15 @@ def official_client_dir(cache_dir: Path, requirement: str = OFFICIAL_SDK) -> Pat
     """A folder holding an official client (`runstate-sdk==X`) and its dependencies, installed once."""
     target = cache_dir / requirement.replace("==", "-")
     done = target / ".installed"
-    if not done.exists():
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(target), requirement],
-            check=True,
-        )
-        done.write_text(requirement)
+    # Test processes running side by side (pytest -n) install it once: the others wait on the lock.
+    with open(cache_dir / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(target), requirement],
+                check=True,
+            )
+            done.write_text(requirement)
     return target
 
 

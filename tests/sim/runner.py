@@ -46,8 +46,9 @@ from .oracle import Oracle, Violation
 
 __all__ = ["SeedResult", "run_seed", "run_batch", "main", "VIRTUAL_SECONDS"]
 
-# Virtual seconds one seed simulates; each seed crashes the server every CRASH_MEAN_S on average.
-VIRTUAL_SECONDS = 240.0
+# Virtual seconds one seed simulates (SIM_VIRTUAL_S to change it); each seed crashes the server
+# every CRASH_MEAN_S on average, so a seed sees about four crashes and recoveries.
+VIRTUAL_SECONDS = float(os.environ.get("SIM_VIRTUAL_S", "120"))
 CRASH_MEAN_S = 30.0
 DEFAULT_SEEDS = 300
 
