@@ -21,7 +21,7 @@ serve: $(STAMP)
 
 # The strict type check (mypy over the SDK and the product page's examples), then the tests: two
 # processes, a test file each at a time (the simulation's batch, which has its own two, first).
-PYTEST_ARGS ?= -n 2 --dist loadfile
+PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
 test: $(STAMP)
 	$(PY) -m tests.typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -27,6 +27,7 @@ from .report import INFO, NA, REFERENCE, USABLE_CPUS, Row, ms, n, table, verdict
 from .takeover import takeover_retry_after, takeover_sdk_loop
 from .targets import (
     Target,
+    create_capacity,
     create_scope,
     data_root,
     journal_on_disk,
@@ -51,7 +52,7 @@ BYTES_PER_QUEUED_TASK = 2048
 RECOVERY_1M_S = 10.0
 
 CONNECTIONS = (1, 16)
-LEGS = ("http", "latency", "peer", "takeover", "queues", "kernel", "scale")
+LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "kernel", "scale")
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,59 @@ class Bench:
         self.notes.append(f"wrk used at most {max(loads):.0%} of its core (a load generator near 100% would be the bottleneck).")
         if max(loads) > 0.85:
             self.notes.append("WARNING: wrk was near saturation; the throughput figures are a floor.")
+
+    def capacity(self) -> None:
+        """The pool cycle (acquire + release) and the admit cycle (submit + admit + complete) through
+        the --fsync batch server, each alternating with the ceiling as the claim cycle does."""
+        if self.wrk is None:
+            self.rows.append(Row("Pool and admit cycles (wrk)", missing_tool_message("wrk", "wrk"), verdict=NA))
+            return
+        ceiling = self.ceiling
+        label, server, _ = self.claim_targets[0]
+        made = run_bounded(create_capacity(server, "wrk"))
+        legs = {
+            "pool": ("pool_cycle.lua", [server.space, made["scope_id"], server.api_key, made["permit_id"]]),
+            "admit": ("admit_cycle.lua", [server.space, made["scope_id"], server.api_key, made["mailbox_id"], made["pool"]]),
+        }
+        runs: dict[tuple[str, int], list[WrkResult]] = {}
+        ratios: dict[tuple[str, int], list[float]] = {}
+        for rep in range(self.mode.reps):
+            for connections in CONNECTIONS:
+                order = [None, *legs] if rep % 2 == 0 else [*reversed(legs), None]
+                measured: dict[str, WrkResult] = {}
+                for leg in order:
+                    if leg is None:
+                        measured["ceiling"] = run_wrk(
+                            self.procs, self.wrk, ceiling.base_url, "ceiling.lua", [ceiling.space],
+                            connections=connections, duration_s=self.mode.wrk_s, server_pid=ceiling.pid)
+                    else:
+                        script, args = legs[leg]
+                        measured[leg] = run_wrk(self.procs, self.wrk, server.base_url, script, args,
+                                                connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
+                base = measured.pop("ceiling")
+                for leg, result in measured.items():
+                    runs.setdefault((leg, connections), []).append(result)
+                    ratios.setdefault((leg, connections), []).append(result.rps / base.rps)
+        what = {"pool": ("Pool cycle (acquire + release)", 2), "admit": ("Admit cycle (submit + admit + complete)", 3)}
+        for leg in legs:
+            title, per_cycle = what[leg]
+            for connections in CONNECTIONS:
+                results = runs[(leg, connections)]
+                rps = med(r.rps for r in results)
+                cycles = med(r.counters.get("cycles", 0) / r.duration_s for r in results)
+                refused = sum(r.counters.get("refused", 0) + r.errors for r in results)
+                figure = (f"{n(rps)} req/s = {n(cycles)} cycles/s ({per_cycle} requests each), "
+                          f"p50 {ms(med(r.p50_ms for r in results))}, p99 {ms(med(r.p99_ms for r in results))}")
+                if refused:
+                    figure += f", {refused} refused"
+                self.rows.append(Row(
+                    f"{title} {label}, {connections} conn (wrk)",
+                    figure,
+                    reference="HTTP ceiling, same run",
+                    ratio=med(ratios[(leg, connections)]),
+                    verdict=INFO,
+                    data={"runs": [r.as_dict() for r in results], "ratios": ratios[(leg, connections)]},
+                ))
 
     def latency(self) -> None:
         # The quick run measures the first server only (--fsync batch).
@@ -367,11 +421,11 @@ def main(argv: list[str] | None = None) -> int:
     with Processes() as procs:
         bench = Bench(mode, legs, procs)
         try:
-            if legs & {"http", "latency", "peer", "takeover", "queues"}:
-                bench.wrk = find_tool("wrk", "wrk") if "http" in legs else None
+            if legs & {"http", "capacity", "latency", "peer", "takeover", "queues"}:
+                bench.wrk = find_tool("wrk", "wrk") if legs & {"http", "capacity"} else None
                 bench.redis_server = find_tool("redis-server", "redis-server") if "peer" in legs else None
                 bench.start_servers()
-                for leg in ("http", "latency", "peer", "takeover", "queues"):
+                for leg in ("http", "capacity", "latency", "peer", "takeover", "queues"):
                     if leg in legs:
                         step(bench, leg, getattr(bench, leg))
                 procs.stop_all()

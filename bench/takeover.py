@@ -73,7 +73,8 @@ async def takeover_retry_after(target: Target, keys: int) -> dict:
 
 async def takeover_sdk_loop(target: Target, keys: int) -> dict:
     """The same with our SDK's `acquire(wait=True)`: the request parks on the claim's actor
-    (`waitMs`) and is answered at the expiry (servers without the extension: polls every ~0.3 s)."""
+    (`waitMs`) and is answered at the expiry (servers without the extension: polls every ~0.3 s).
+    Leases are taken STAGGER_S apart, as in the Retry-After leg, so takeovers do not queue."""
     from runstate import AsyncRunstate
 
     scope_id = await create_scope(target, "takeover-sdk")
@@ -84,6 +85,7 @@ async def takeover_sdk_loop(target: Target, keys: int) -> dict:
 
         async def one(i: int) -> float:
             key = f"takeover-sdk-{i}"
+            await asyncio.sleep(i * STAGGER_S)
             first = await Connection(target.base_url, target.api_key).open()
             try:
                 body = {"key": key, "scopeId": scope_id, "holder": "first", "holderSession": "first-1", "leaseSeconds": LEASE_S}

@@ -106,6 +106,26 @@ async def create_scope(target: Target, name: str = "bench") -> str:
     return body["id"]  # type: ignore[index]
 
 
+async def create_capacity(target: Target, name: str = "bench") -> dict[str, str]:
+    """A scope, a permit pool of 10,000 units (more than any leg holds at once) and a mailbox."""
+    conn = await Connection(target.base_url, target.api_key).open()
+    base = f"/v1/spaces/{target.space}"
+    made: dict[str, str] = {"pool": f"{name}-slots"}
+    try:
+        for key, path, body, field in (
+            ("scope_id", "/scopes", {"name": name}, "id"),
+            ("permit_id", "/permits", {"name": made["pool"], "units": 10_000}, "id"),
+            ("mailbox_id", "/mailboxes", {"name": f"{name}-admit"}, "id"),
+        ):
+            status, answer, _ = await conn.post_json(base + path, body)
+            if status not in (200, 201):
+                raise RuntimeError(f"POST {path} on {target.name} answered {status}: {answer}")
+            made[key] = answer[field]  # type: ignore[index]
+    finally:
+        await conn.close()
+    return made
+
+
 def start_redis(procs: Processes, redis_server: str, *, appendfsync_always: bool, data_root: str | None = None) -> Target:
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="redis-", dir=data_root)

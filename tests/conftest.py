@@ -35,6 +35,9 @@ def module_server():
         yield process
 
 
+# The longest tests, first: with `-n` each starts on its own process and runs beside the rest.
+FIRST = ("test_a_batch_of_seeds_breaks_no_invariant", "test_generated_requests_never_get_a_5xx_and_answers_match_the_document")
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The simulation's batch first: it is the longest test, so with `-n` it runs beside the rest."""
-    items.sort(key=lambda item: 0 if item.name == "test_a_batch_of_seeds_breaks_no_invariant" else 1)
+    items.sort(key=lambda item: FIRST.index(item.name) if item.name in FIRST else len(FIRST))
