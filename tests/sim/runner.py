@@ -242,10 +242,13 @@ def run_batch(seeds: list[int], workers: int = 1) -> Iterator[SeedResult]:
         for seed in seeds:
             yield _one(seed)
         return
-    # Each worker process runs a few seeds, then a fresh one takes over: a seed's leftovers (a
-    # kernel's caches, a trace's strings) never pile up over hundreds of seeds in one process.
-    with ProcessPoolExecutor(workers, max_tasks_per_child=SEEDS_PER_WORKER_PROCESS) as pool:
-        yield from pool.map(_one, seeds, chunksize=4)
+    # A fresh pool every few seeds per process: a seed's leftovers (a kernel's caches, a trace's
+    # strings) never pile up over hundreds of seeds in one process. (Not `max_tasks_per_child`:
+    # on Python 3.11 the pool can hang for good when it replaces a worker that has finished.)
+    step = workers * SEEDS_PER_WORKER_PROCESS
+    for start in range(0, len(seeds), step):
+        with ProcessPoolExecutor(workers) as pool:
+            yield from pool.map(_one, seeds[start:start + step])
 
 
 def main(argv: list[str] | None = None) -> int:
