@@ -132,8 +132,9 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
     root = tempfile.mkdtemp(prefix=f"sim-{seed}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     trace: list[str] = []
     started = time.perf_counter()
-    logging.getLogger("runstate").setLevel(logging.CRITICAL)
-    logging.getLogger("hypercorn").setLevel(logging.CRITICAL)
+    quieted = {name: logging.getLogger(name).level for name in ("runstate", "hypercorn")}
+    for name in quieted:  # (put back at the end: tests run in the same process afterwards)
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     holder: dict = {}
     try:
         _scheduler_seed(seed)
@@ -142,6 +143,8 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         details = "".join(traceback.format_exception(error)).strip().splitlines()
         holder["oracle"].fail("sim", f"the run raised {type(error).__name__}: " + " | ".join(details[-6:]))
     finally:
+        for name, level in quieted.items():
+            logging.getLogger(name).setLevel(level)
         if not keep_dir:
             shutil.rmtree(root, ignore_errors=True)
     oracle: Oracle = holder["oracle"]
