@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 
 from ...actors import reads
-from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED
+from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED, quote
 from ...actors.keys import digest
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
@@ -34,8 +34,9 @@ def _limit(request: Request) -> int:
     text = request.param("limit")
     if text is None:
         return LIMIT_DEFAULT
-    if not text.isdigit() or not 1 <= int(text) <= LIMIT_MAX:
-        raise ApiError(VALIDATION_FAILED, f"limit must be an integer from 1 to {LIMIT_MAX}, got {text!r}")
+    # ASCII digits only, and few of them: `int()` refuses other digits ("²") and very long strings.
+    if not (text.isascii() and text.isdigit()) or len(text) > 6 or not 1 <= int(text) <= LIMIT_MAX:
+        raise ApiError(VALIDATION_FAILED, f"limit must be an integer from 1 to {LIMIT_MAX}, got {quote(text)}")
     return int(text)
 
 
