@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .caps import value_bytes
-from .errors import STALE_CLAIM, KernelError
+from .errors import STALE_CLAIM, KernelError, quote
 from .outcome import Outcome, Timer
 from .scopes import ScopeTree
 from .timestamps import format_ms
@@ -103,7 +103,7 @@ class OnceTable:
         """The slot `token` holds now, or STALE_CLAIM."""
         slot = self._slots.get((scope_id, key))
         if slot is None or slot.token != token or not slot.held_at(now_ms):
-            raise KernelError(STALE_CLAIM, f"token is not the current one for once key {key!r}")
+            raise KernelError(STALE_CLAIM, f"token is not the current one for once key {quote(key)}")
         return slot
 
     # -- applying -------------------------------------------------------------------------------

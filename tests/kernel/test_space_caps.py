@@ -332,3 +332,18 @@ async def test_the_default_backlog_and_payload_caps_are_reached(nursery, autojum
         await world.messages.send(S, other, scope_id=scope, payload=1)
     assert caught.value.code == BACKLOG_FULL
     assert "this needs 1 more (limit space_payload_bytes_max" in caught.value.message
+
+
+async def test_values_echoed_in_refusals_are_quoted_short(world, autojump_clock):
+    """A 512-character workKey, and an unknown timer kind, are quoted up to ~100 characters."""
+    scope = (await world.scopes.create(S))["id"]
+    mailbox = (await world.mailboxes.create(S, name="jobs"))["id"]
+    key = "w" * 512
+    await world.messages.send(S, mailbox, scope_id=scope, payload=1, work_key=key)
+    with pytest.raises(KernelError) as caught:
+        await world.messages.send(S, mailbox, scope_id=scope, payload=2, work_key=key)
+    assert caught.value.code == "IDEMPOTENCY_CONFLICT"
+    assert key not in caught.value.message and "... (514 characters)" in caught.value.message
+    with pytest.raises(KernelError) as caught:
+        world.space.fire(("k" * 300, "x"), None, 0)
+    assert caught.value.message.startswith("no timer of kind 'kkk") and "(302 characters)" in caught.value.message
