@@ -1,16 +1,21 @@
 """A real `runstate serve` with small caps set by flag: a space filling past them gets 409
 BACKLOG_FULL naming the setting, and after a kill -9 and a restart (the journal replayed) the
-counts are the same, so the same request is still refused and freeing one still lets it in."""
+counts are the same (from a snapshot's image and the journal after it), so the same request is still refused and freeing one still lets it in."""
 
 from __future__ import annotations
 
 import pytest
 
+from runstate.snapshots.recovery import snapshot_dir
+from runstate.snapshots.snapshot import list_snapshots
+
 from ..servers import ServerProcess
 
 pytestmark = pytest.mark.e2e
 
-FLAGS = ("--space-scopes-max", "2", "--space-tasks-max", "1", "--backlog-limit-max", "3")
+CAPS = ("--space-scopes-max", "2", "--space-tasks-max", "1", "--backlog-limit-max", "3")
+# Snapshots every few records: the restart loads an image and replays the journal after it.
+FLAGS = (*CAPS, "--snapshot-every-records", "3")
 
 
 def test_caps_set_by_flag_hold_across_a_crash_and_a_restart(tmp_path):
@@ -35,6 +40,7 @@ def test_caps_set_by_flag_hold_across_a_crash_and_a_restart(tmp_path):
     finally:
         process.kill()
 
+    assert list_snapshots(snapshot_dir(data_dir)), "the restart is to load a snapshot"
     again = ServerProcess("--data-dir", data_dir, *FLAGS).start()
     try:
         with again.client() as http:
