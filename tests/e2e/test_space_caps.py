@@ -4,6 +4,8 @@ counts are the same (from a snapshot's image and the journal after it), so the s
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from runstate.snapshots.recovery import snapshot_dir
@@ -15,7 +17,7 @@ pytestmark = pytest.mark.e2e
 
 CAPS = ("--space-scopes-max", "2", "--space-tasks-max", "1", "--backlog-limit-max", "3")
 # Snapshots every few records: the restart loads an image and replays the journal after it.
-FLAGS = (*CAPS, "--snapshot-every-records", "3")
+FLAGS = (*CAPS, "--snapshot-every-records", "3", "--snapshot-every-s", "1")
 
 
 def test_caps_set_by_flag_hold_across_a_crash_and_a_restart(tmp_path):
@@ -37,10 +39,14 @@ def test_caps_set_by_flag_hold_across_a_crash_and_a_restart(tmp_path):
             task = {"scopeId": second, "mailboxId": mailbox, "input": {"n": 1}}
             assert http.post("/v1/spaces/default/tasks", json={**task, "taskKey": "a"}).status_code in (200, 201)
             assert http.post("/v1/spaces/default/tasks", json={**task, "taskKey": "b"}).json()["error"]["code"] == "BACKLOG_FULL"
+        waited_until = time.monotonic() + 20  # the snapshot is taken in the background
+        while not list_snapshots(snapshot_dir(data_dir)) and time.monotonic() < waited_until:
+            time.sleep(0.1)
+        assert list_snapshots(snapshot_dir(data_dir)), "the restart is to load a snapshot"
+        with process.client() as http:  # one more record, in the journal after the snapshot
+            assert http.post("/v1/spaces/default/mailboxes", json={"name": "after"}).status_code == 201
     finally:
         process.kill()
-
-    assert list_snapshots(snapshot_dir(data_dir)), "the restart is to load a snapshot"
     again = ServerProcess("--data-dir", data_dir, *FLAGS).start()
     try:
         with again.client() as http:
