@@ -33,10 +33,29 @@ import orjson
 
 from .errors import BACKLOG_FULL, KernelError
 
-__all__ = ["full", "value_bytes", "check_bytes", "RETRY_AFTER_S"]
+__all__ = ["full", "value_bytes", "check_bytes", "view", "RETRY_AFTER_S", "SPACE_CAPS"]
 
 # What a refused caller is told to wait before trying again: something else must end first.
 RETRY_AFTER_S = 1.0
+
+
+# The caps of a whole space, by setting (a mailbox's backlog is on the mailbox's own view).
+SPACE_CAPS = ("space_scopes_max", "space_claims_max", "space_tasks_max", "space_payload_bytes_max")
+
+
+def view(space: Any) -> dict:
+    """How full a space is: for each cap, what it holds and its limit (`SpaceState`, duck-typed)."""
+    held = {
+        "space_scopes_max": space.scopes.live,
+        "space_claims_max": space.claims.held_count,
+        "space_tasks_max": space.tasks.live,
+        "space_payload_bytes_max": space.messages.payload_bytes + space.tasks.outcome_bytes + space.once.result_bytes,
+    }
+    limits = space.limits
+    return {
+        "spaceId": space.id,
+        "caps": [{"setting": name, "held": held[name], "limit": getattr(limits, name)} for name in SPACE_CAPS],
+    }
 
 
 def value_bytes(value: Any) -> int:

@@ -1,6 +1,6 @@
-"""The caps of a space over HTTP, in process and in virtual time: past each one a route answers 409
-BACKLOG_FULL with the error envelope, `Retry-After: 1` and a message naming the setting, and
-the space goes on once something ends."""
+"""The caps of a space over HTTP, in process and in virtual time: `GET /caps` shows how full the
+space is, and past each cap a route answers 409 BACKLOG_FULL with the error envelope,
+`Retry-After: 1` and a message naming the setting; the space goes on once something ends."""
 
 from __future__ import annotations
 
@@ -78,3 +78,21 @@ async def test_a_bad_list_limit_is_quoted_short_and_never_a_500(client):
         assert message.startswith("limit must be an integer from 1 to 1000, got ")
         assert len(message) < 200
     assert "... (5002 characters)" in (await client.get("/scopes?limit=" + "1" * 5000)).json["error"]["message"]
+
+
+async def test_the_caps_read_shows_what_the_space_holds_against_each_limit(client):
+    run = await client.run()
+    mailbox = await client.mailbox()
+    await client.post(f"/mailboxes/{mailbox}/messages", {"scopeId": run, "payload": "x" * 8})  # 10 bytes of JSON
+    await client.post("/claims", {"scopeId": run, "key": "a", "holder": "h", "holderSession": "s", "leaseSeconds": 30})
+    response = await client.get("/caps")
+    assert response.status == 200, response
+    assert response.json == {
+        "spaceId": SPACE,
+        "caps": [
+            {"setting": "space_scopes_max", "held": 1, "limit": 2},
+            {"setting": "space_claims_max", "held": 1, "limit": 1},
+            {"setting": "space_tasks_max", "held": 0, "limit": 1},
+            {"setting": "space_payload_bytes_max", "held": 10, "limit": 64},
+        ],
+    }
