@@ -33,9 +33,12 @@ Commit = Callable[..., Outcome]
 
 
 class ClaimCommands:
-    __slots__ = ("_space_id", "_scopes", "_claims", "_boot", "_commit")
+    __slots__ = ("_space_id", "_scopes", "_claims", "_boot", "_commit", "held_max")
 
-    def __init__(self, space_id: str, scopes: ScopeTree, claims: ClaimTable, boot: BootInfo, commit: Commit) -> None:
+    def __init__(
+        self, space_id: str, scopes: ScopeTree, claims: ClaimTable, boot: BootInfo, commit: Commit, held_max: int | None = None
+    ) -> None:
+        self.held_max = held_max  # `space_claims_max`
         self._space_id = space_id
         self._scopes = scopes
         self._claims = claims
@@ -58,6 +61,7 @@ class ClaimCommands:
             command.token,
             now_ms,
             self._boot.generation_floor,
+            self.held_max,
         )
         outcome = self._commit(Outcome(), *records)
         claim = claims.get(command.scope_id, command.key)

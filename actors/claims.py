@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .errors import CLAIM_HELD, STALE_CLAIM, KernelError
+from .caps import full
+from .errors import CLAIM_HELD, STALE_CLAIM, KernelError, quote
 from .timestamps import format_ms
 
 __all__ = ["Claim", "ClaimTable"]
@@ -85,6 +86,11 @@ class ClaimTable:
     def __len__(self) -> int:
         return sum(len(keys) for keys in self._by_scope.values())
 
+    @property
+    def held_count(self) -> int:
+        """Claims held (with a token): what `space_claims_max` bounds."""
+        return len(self._by_token)
+
     @staticmethod
     def view(claim: Claim) -> dict:
         return {
@@ -111,11 +117,14 @@ class ClaimTable:
         token: str,
         now_ms: int,
         generation_floor: int = 0,
+        held_max: int | None = None,
     ) -> list[dict]:
         """Records that give the key to `holder`, or CLAIM_HELD naming who has it and until when.
 
         Asking again while holding it is CLAIM_HELD too, even from the same holder and session:
-        two `run()`s at once in one client must not share a fencing token.
+        two `run()`s at once in one client must not share a fencing token. A key that holds no
+        token yet is one more claim held: past `held_max` it is BACKLOG_FULL (taking over a lease
+        that ended unrecorded holds no more than before).
         """
         claim = self.get(scope_id, key)
         records: list[dict] = []
@@ -124,7 +133,7 @@ class ClaimTable:
             if claim.held_at(now_ms):
                 raise KernelError(
                     CLAIM_HELD,
-                    f"claim {key!r} is held by {claim.holder} until {format_ms(claim.expires_ms)}",
+                    f"claim {quote(key)} is held by {claim.holder} until {format_ms(claim.expires_ms)}",
                     details={
                         "holder": claim.holder,
                         "generation": claim.generation,
@@ -135,6 +144,8 @@ class ClaimTable:
             if claim.token is not None:  # ended but not yet recorded: record it first
                 records.append(self._ended_record("claim.expired", claim, now_ms))
             generation = claim.generation + 1
+        if held_max is not None and (claim is None or claim.token is None) and len(self._by_token) >= held_max:
+            raise full(f"space holds {len(self._by_token)} claims", "space_claims_max")
         generation = max(generation, generation_floor)
         records.append(
             {
@@ -156,9 +167,9 @@ class ClaimTable:
         """The claim `token` holds on `key` with a lease not yet ended, else STALE_CLAIM."""
         claim = self._by_token.get(token)
         if claim is None or claim.key != key:
-            raise KernelError(STALE_CLAIM, f"token is not the current one for claim {key!r}")
+            raise KernelError(STALE_CLAIM, f"token is not the current one for claim {quote(key)}")
         if now_ms >= claim.expires_ms:
-            raise KernelError(STALE_CLAIM, f"the lease on claim {key!r} has ended")
+            raise KernelError(STALE_CLAIM, f"the lease on claim {quote(key)} has ended")
         return claim
 
     def decide_renew(self, key: str, token: str, lease_ms: int | None, now_ms: int) -> dict:

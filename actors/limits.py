@@ -54,11 +54,20 @@ class Limits:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     wait_ms_max: int = 30_000
-    backlog_limit_max: int = 10_000_000
+    # The most unsettled messages one mailbox holds: the backlog of a mailbox that sets no
+    # backlogLimit, and the largest backlogLimit one may set (a larger one is VALIDATION_FAILED).
+    backlog_limit_max: int = 100_000
     subscribers_max: int = 1_000
     mailboxes_max: int = 10_000
     # A nack's error text and a cancel's reason are kept as `outcomeReason`; 0.3.0 sends up to 2000.
     reason_len_max: int = 2000
+
+    # What the callers of one space can make it hold (`caps.py` says what counts); going past
+    # one is BACKLOG_FULL. Nothing a space key does grows memory past these unless they are raised.
+    space_scopes_max: int = 100_000
+    space_claims_max: int = 100_000
+    space_tasks_max: int = 100_000
+    space_payload_bytes_max: int = 256 * 1_048_576
 
     # -- capacity --
     # Pools, allowances, budgets and work limits a space may hold, and their bounds.

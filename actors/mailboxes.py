@@ -137,7 +137,7 @@ class MailboxTable:
         assert stored_mode in MODES, stored_mode
         attempts = limits.attempts_max_default if max_attempts is None else max_attempts
         if name in self._by_name:
-            raise KernelError(CONFLICT, f"a mailbox named {name!r} already exists")
+            raise KernelError(CONFLICT, f"a mailbox named {quote(name)} already exists")
         if len(self._by_id) >= limits.mailboxes_max:
             raise KernelError(
                 VALIDATION_FAILED, f"a space holds at most {limits.mailboxes_max} mailboxes"

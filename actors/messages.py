@@ -34,6 +34,7 @@ import heapq
 from collections import deque
 from typing import Any, Iterator
 
+from .caps import value_bytes
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
 from .limits import Limits
 from .mailboxes import Mailbox, MailboxTable
@@ -187,6 +188,7 @@ class MessageTable:
         "_finished",
         "_dead",
         "seq",
+        "payload_bytes",
     )
 
     def __init__(self, limits: Limits, mailboxes: MailboxTable) -> None:
@@ -200,6 +202,8 @@ class MessageTable:
         self._finished: deque[tuple[int, str]] = deque()  # (finished_ms, id), oldest first
         self._dead: dict[str, dict[str, None]] = {}  # mailbox -> dead letter ids, oldest first
         self.seq = 0  # enqueue counter: the FIFO order, rebuilt identically by replay
+        # Bytes of the payloads kept (live messages, task inputs, dead letters): `caps.py`.
+        self.payload_bytes = 0
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -480,6 +484,7 @@ class MessageTable:
             setattr(message, slot, record[slot])
         self._messages[message.id] = message
         self._count(message, +1)
+        self.payload_bytes += value_bytes(message.payload)
         if message.state in LIVE:
             queue = self._queue(message.mailbox_id, message.scope_id)
             queue.live[message.id] = None
@@ -524,6 +529,7 @@ class MessageTable:
         queue.live[message_id] = None
         heapq.heappush(queue.ready, (message.seq, message.gen, message_id))
         self._count(message, +1)
+        self.payload_bytes += value_bytes(payload)
         if work_key is not None and payload_hash is not None:
             key = (mailbox_id, scope_id, work_key)
             self._work_keys[key] = _WorkKey(message_id, payload_hash, at_ms)
@@ -579,6 +585,7 @@ class MessageTable:
         message.finished_ms = at_ms
         message.reason = reason
         if state != DEAD:
+            self.payload_bytes -= value_bytes(message.payload)
             message.payload = None  # kept only where someone may still read it: dead letters
         key = (message.mailbox_id, message.scope_id)
         queue = self._queues[key]
@@ -653,6 +660,7 @@ class MessageTable:
             _, message_id = finished.popleft()
             message = messages.pop(message_id, None)
             if message is not None and message.state == DEAD:
+                self.payload_bytes -= value_bytes(message.payload)
                 self._count(message, -1)
                 dead = self._dead[message.mailbox_id]
                 del dead[message_id]

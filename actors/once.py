@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .errors import STALE_CLAIM, KernelError
+from .caps import value_bytes
+from .errors import STALE_CLAIM, KernelError, quote
 from .outcome import Outcome, Timer
 from .scopes import ScopeTree
 from .timestamps import format_ms
@@ -70,10 +71,12 @@ class Slot:
 class OnceTable:
     """The once slots of one space, by (scope, key)."""
 
-    __slots__ = ("_slots",)
+    __slots__ = ("_slots", "result_bytes")
 
     def __init__(self) -> None:
         self._slots: dict[tuple[str, str], Slot] = {}
+        # Bytes of the results kept (for good: a DONE slot answers its result to every caller).
+        self.result_bytes = 0
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -100,7 +103,7 @@ class OnceTable:
         """The slot `token` holds now, or STALE_CLAIM."""
         slot = self._slots.get((scope_id, key))
         if slot is None or slot.token != token or not slot.held_at(now_ms):
-            raise KernelError(STALE_CLAIM, f"token is not the current one for once key {key!r}")
+            raise KernelError(STALE_CLAIM, f"token is not the current one for once key {quote(key)}")
         return slot
 
     # -- applying -------------------------------------------------------------------------------
@@ -142,6 +145,7 @@ class OnceTable:
         slot = self._slot(record)
         assert slot.state != DONE, "a once result is recorded once and never changed"
         slot.result = record["result"]
+        self.result_bytes += value_bytes(slot.result)
         return self._end_lease(slot, DONE, record["at_ms"])
 
     def apply_failed(self, record: dict) -> Slot:
@@ -156,6 +160,7 @@ class OnceTable:
         slot = self._slot(record)
         for name in ("state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms", "result"):
             setattr(slot, name, record[name])
+        self.result_bytes += value_bytes(slot.result)
         slot.last_error = record["last_error"]
         slot.updated_ms = record["at_ms"]
         return slot
@@ -176,13 +181,15 @@ Commit = Callable[..., Outcome]
 class OnceCommands:
     """The once part of a space: given the scope tree (a run must be active), the table, `commit`."""
 
-    __slots__ = ("_space_id", "_scopes", "_slots", "_commit")
+    __slots__ = ("_space_id", "_scopes", "_slots", "_commit", "check_bytes")
 
     def __init__(self, space_id: str, scopes: ScopeTree, slots: OnceTable, commit: Commit) -> None:
         self._space_id = space_id
         self._scopes = scopes
         self._slots = slots
         self._commit = commit
+        # The space's payload cap (`caps.check_bytes` over all its tables): (adding, freeing) -> None.
+        self.check_bytes: Callable[[int, int], None] = lambda adding, freeing: None
 
     def acquire(self, command: "AcquireOnce", now_ms: int) -> Outcome:
         """The result if DONE, the error if FAILED, the holder if HELD; else the caller holds it."""
@@ -233,6 +240,7 @@ class OnceCommands:
 
     def complete(self, command: "CompleteOnce", now_ms: int) -> Outcome:
         slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
+        self.check_bytes(value_bytes(command.result), 0)
         record = {"type": "once.completed", "scope_id": slot.scope_id, "key": slot.key, "result": command.result, "at_ms": now_ms}
         outcome = self._commit(Outcome(), record)
         outcome.reply = self._slots.view(slot, now_ms)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .caps import full
 from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError, quote
 from .limits import Limits
 from .timestamps import format_ms
@@ -36,6 +37,7 @@ class Scope:
         "ended_ms",
         "children",
         "depth",
+        "live",  # not ended, nor under an ended scope (what `space_scopes_max` counts)
     )
 
     def __init__(
@@ -58,16 +60,18 @@ class Scope:
         self.ended_ms: int | None = None
         self.children: list[str] = []
         self.depth = depth
+        self.live = True
 
 
 class ScopeTree:
-    """The scopes of one space."""
+    """The scopes of one space, and how many of them are live (counted as records are applied)."""
 
-    __slots__ = ("_scopes", "_limits")
+    __slots__ = ("_scopes", "_limits", "live")
 
     def __init__(self, limits: Limits) -> None:
         self._scopes: dict[str, Scope] = {}
         self._limits = limits
+        self.live = 0
 
     def __len__(self) -> int:
         return len(self._scopes)
@@ -153,6 +157,8 @@ class ScopeTree:
                     VALIDATION_FAILED,
                     f"scopes nest at most {self._limits.scope_depth_max} deep",
                 )
+        if self.live >= self._limits.space_scopes_max:
+            raise full(f"space holds {self.live} live scopes", "space_scopes_max")
         if scope_id in self._scopes:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"scope id {scope_id} is taken")
         return {
@@ -205,6 +211,9 @@ class ScopeTree:
         scope = self.apply_created(record)
         scope.stored_state = record["state"]
         scope.ended_ms = record["ended_ms"]
+        if scope.stored_state != ACTIVE and scope.live:
+            scope.live = False
+            self.live -= 1
         return scope
 
     # -- applying -------------------------------------------------------------------------------
@@ -225,11 +234,22 @@ class ScopeTree:
             record["at_ms"],
             depth,
         )
+        # Live unless its parent has ended (only an image brings a child after its parent's end).
+        scope.live = parent_id is None or self._scopes[parent_id].live
+        self.live += scope.live
         self._scopes[scope.id] = scope
         return scope
 
-    def apply_ended(self, record: dict) -> Scope:
+    def apply_ended(self, record: dict) -> list[str]:
+        """Record the end; returns the subtree it ends (parents first), none of which is live now."""
         scope = self._scopes[record["id"]]
         scope.stored_state = record["state"]
         scope.ended_ms = record["at_ms"]
-        return scope
+        subtree = self.subtree(scope.id)
+        scopes = self._scopes
+        for scope_id in subtree:
+            node = scopes[scope_id]
+            if node.live:
+                node.live = False
+                self.live -= 1
+        return subtree

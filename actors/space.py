@@ -24,12 +24,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .boot import BootInfo
+from .caps import check_bytes
 from .admission import FREEING, WAKE_TIMER, on_wake_timer  # -- capacity --
 from .capacity import CAPACITY_APPLY, CAPACITY_TIMERS, CapacityCommands  # -- capacity --
 from .claiming import LEASE_TIMER, ClaimCommands
 from .claims import ClaimTable
 from .commands import claim_actor, mailboxes_actor, queue_actor, scope_actor
-from .errors import VALIDATION_FAILED, KernelError
+from .errors import VALIDATION_FAILED, KernelError, quote
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import MessageTable
@@ -78,10 +79,13 @@ class SpaceState:
         self.usage = Usage(self.claims)
         self.once = OnceTable()
         self.run_names = RunNames()
-        self.claiming = ClaimCommands(space_id, self.scopes, self.claims, self.boot, self._commit)
+        self.claiming = ClaimCommands(
+            space_id, self.scopes, self.claims, self.boot, self._commit, limits.space_claims_max
+        )
         self.work = WorkCommands(space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self._commit)
         self.onces = OnceCommands(space_id, self.scopes, self.once, self._commit)
         self.runs = RunCommands(space_id, self.scopes, self.run_names, self._commit, self._deadline_timer)
+        self.work.check_bytes = self.onces.check_bytes = self._check_bytes
         # -- capacity --
         self.capacity = CapacityCommands(space_id, limits, self.scopes, self.tasks, self._commit)
         self.work.needs_admission = self.capacity.needs_admission
@@ -110,6 +114,11 @@ class SpaceState:
         if self.events.seq != seq:  # -- coordination -- (watches parked on the log look again)
             outcome.pokes.append(events_actor(self.id))
         return outcome
+
+    def _check_bytes(self, adding: int, freeing: int) -> None:
+        """The payload cap over every table that keeps caller values (`caps.py`)."""
+        held = self.messages.payload_bytes + self.tasks.outcome_bytes + self.once.result_bytes
+        check_bytes(held, adding, freeing, self.limits.space_payload_bytes_max)
 
     # -- scopes ---------------------------------------------------------------------------------
 
@@ -165,7 +174,7 @@ class SpaceState:
         kind, ident = tag
         handler = TIMERS.get(kind)
         if handler is None:
-            raise KernelError(VALIDATION_FAILED, f"no timer of kind {kind!r}")
+            raise KernelError(VALIDATION_FAILED, f"no timer of kind {quote(kind)}")
         return handler(self, ident, marker, now_ms)
 
     def timers(self) -> Iterator[Timer]:
@@ -237,8 +246,7 @@ class SpaceState:
             self.events.append(events, record["at_ms"])
 
     def _apply_scope_ended(self, record: dict) -> None:
-        self.scopes.apply_ended(record)
-        subtree = self.scopes.subtree(record["id"])
+        subtree = self.scopes.apply_ended(record)
         self.claims.drop_scopes(subtree)
         self.work.cascade_scope_ended(subtree, record["state"], record["at_ms"])
         self.capacity.cascade_scope_ended(subtree, record["at_ms"])  # -- capacity --

@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 import orjson
 
+from .caps import full, value_bytes
 from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
 from .limits import Limits
 from .timestamps import format_ms
@@ -111,14 +112,20 @@ class Task:
 
 
 class TaskTable:
-    """The tasks of one space, by id and by (scope, key)."""
+    """The tasks of one space, by id and by (scope, key).
 
-    __slots__ = ("_by_id", "_by_key", "_limits")
+    Two counts are kept as records are applied, for the space's caps (`caps.py`): `live`, the
+    tasks not ended, and `outcome_bytes`, the bytes of the outcomes kept (until tombstoned).
+    """
+
+    __slots__ = ("_by_id", "_by_key", "_limits", "live", "outcome_bytes")
 
     def __init__(self, limits: Limits) -> None:
         self._by_id: dict[str, Task] = {}
         self._by_key: dict[tuple[str, str], Task] = {}
         self._limits = limits
+        self.live = 0
+        self.outcome_bytes = 0
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -181,13 +188,13 @@ class TaskTable:
         if task.mailbox_id != mailbox_id:
             raise KernelError(
                 IDEMPOTENCY_CONFLICT,
-                f"task key {task.key!r} is already used in this scope by task {task.id} "
+                f"task key {quote(task.key)} is already used in this scope by task {task.id} "
                 f"of another mailbox ({task.mailbox_id})",
             )
         if task.input_hash != digest:
             raise KernelError(
                 IDEMPOTENCY_CONFLICT,
-                f"task key {task.key!r} is already used in this scope by task {task.id} "
+                f"task key {quote(task.key)} is already used in this scope by task {task.id} "
                 "with a different input; use a new key for different work",
             )
 
@@ -204,6 +211,8 @@ class TaskTable:
         subscriber_id: str | None,
         now_ms: int,
     ) -> dict:
+        if self.live >= self._limits.space_tasks_max:
+            raise full(f"space holds {self.live} tasks not ended", "space_tasks_max")
         if task_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"task id {task_id} is taken")
         return {
@@ -298,6 +307,9 @@ class TaskTable:
         task.updated_ms = record["updated_ms"]
         task.finished_ms = record["finished_ms"]
         task.tombstoned = record["tombstoned"]
+        if task.terminal:
+            self.live -= 1
+        self.outcome_bytes += value_bytes(task.outcome)
         return task
 
     def _add(self, record: dict, created_ms: int) -> Task:
@@ -314,6 +326,7 @@ class TaskTable:
         )
         self._by_id[task.id] = task
         self._by_key[(task.scope_id, task.key)] = task
+        self.live += 1
         return task
 
     # -- applying -------------------------------------------------------------------------------
@@ -361,10 +374,13 @@ class TaskTable:
         task.reason = reason
         task.updated_ms = at_ms
         task.finished_ms = at_ms
+        self.live -= 1
+        self.outcome_bytes += value_bytes(outcome)
         return task
 
     def apply_tombstoned(self, record: dict) -> Task:
         task = self._by_id[record["task_id"]]
         task.tombstoned = True
+        self.outcome_bytes -= value_bytes(task.outcome)
         task.outcome = None
         return task

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .caps import RETRY_AFTER_S, full, value_bytes
 from .commands import queue_actor
-from .errors import BACKLOG_FULL, CONFLICT, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError
+from .errors import BACKLOG_FULL, CONFLICT, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError, quote
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import DELAYED, LEASED, LIVE, QUEUED, Message, MessageTable, backoff_ms
@@ -58,7 +59,7 @@ def outcome_of(result: Any) -> Any:
 
 
 class WorkCommands:
-    __slots__ = ("id", "limits", "scopes", "mailboxes", "messages", "tasks", "_commit", "needs_admission")
+    __slots__ = ("id", "limits", "scopes", "mailboxes", "messages", "tasks", "_commit", "needs_admission", "check_bytes")
 
     def __init__(
         self,
@@ -79,6 +80,8 @@ class WorkCommands:
         self._commit = commit
         # -- capacity --: whether a task waits for admission (it has requirements), never for recv.
         self.needs_admission: Callable[[str], bool] = lambda task_id: False
+        # The space's payload cap (`caps.check_bytes` over all its tables): (adding, freeing) -> None.
+        self.check_bytes: Callable[[int, int], None] = lambda adding, freeing: None
 
     # -- mailboxes ------------------------------------------------------------------------------
 
@@ -99,7 +102,7 @@ class WorkCommands:
         if command.max_attempts is not None and command.max_attempts != mailbox.max_attempts:
             raise KernelError(
                 CONFLICT,
-                f"mailbox {mailbox.name!r} has maxAttempts {mailbox.max_attempts}, not {command.max_attempts}",
+                f"mailbox {quote(mailbox.name)} has maxAttempts {mailbox.max_attempts}, not {command.max_attempts}",
             )
         return Outcome(reply=self.mailboxes.view(mailbox))
 
@@ -119,12 +122,13 @@ class WorkCommands:
                 if entry.payload_hash != payload_hash:
                     raise KernelError(
                         IDEMPOTENCY_CONFLICT,
-                        f"workKey {work_key!r} was already sent with a different payload "
+                        f"workKey {quote(work_key)} was already sent with a different payload "
                         f"(message {entry.message_id})",
                     )
                 return Outcome(reply=self._sent_view(entry.message_id, mailbox_id, scope_id, work_key, replay=True))
         self._check_deadline(deadline_ms, now_ms)
         self._check_backlog(mailbox)
+        self.check_bytes(value_bytes(payload), 0)
         self.messages.check_new_id(message_id)
         record = {
             "type": "message.sent",
@@ -161,13 +165,19 @@ class WorkCommands:
             raise KernelError(DEADLINE_EXCEEDED, "the deadline has already passed")
 
     def _check_backlog(self, mailbox: Any) -> None:
-        limit = mailbox.backlog_limit or self.limits.backlog_limit_max
-        if mailbox.backlog >= limit:
-            raise KernelError(
-                BACKLOG_FULL,
-                f"mailbox {mailbox.name!r} holds {mailbox.backlog} unsettled messages, its limit",
-                retry_after_s=1.0,
-            )
+        """A mailbox holds at most its own backlogLimit, and never more than `backlog_limit_max`
+        (a limit set before the setting was lowered is held to the setting)."""
+        cap = self.limits.backlog_limit_max
+        backlog = mailbox.backlog
+        if mailbox.backlog_limit is not None and mailbox.backlog_limit < cap:
+            if backlog >= mailbox.backlog_limit:
+                raise KernelError(
+                    BACKLOG_FULL,
+                    f"mailbox {quote(mailbox.name)} holds {backlog} unsettled messages, its backlogLimit",
+                    retry_after_s=RETRY_AFTER_S,
+                )
+        elif backlog >= cap:
+            raise full(f"mailbox {quote(mailbox.name)} holds {backlog} unsettled messages", "backlog_limit_max")
 
     # -- tasks ----------------------------------------------------------------------------------
 
@@ -191,6 +201,7 @@ class WorkCommands:
             return outcome
         self._check_deadline(deadline_ms, now_ms)
         self._check_backlog(mailbox)
+        self.check_bytes(value_bytes(task_input), 0)
         self.messages.check_new_id(message_id)
         record = self.tasks.decide_create(
             task_id, key, scope_id, mailbox_id, message_id, task_input, digest, deadline_ms, subscriber_id, now_ms
@@ -271,6 +282,8 @@ class WorkCommands:
     def complete_delivery(self, command: "CompleteDelivery", now_ms: int) -> Outcome:
         """Settle a delivery as done; a task records its one outcome (SUCCEEDED)."""
         message = self.messages.current(command.message_id, command.token, now_ms)
+        if message.task_id is not None:  # the task keeps its outcome, the input is let go
+            self.check_bytes(value_bytes(outcome_of(command.result)), value_bytes(message.payload))
         outcome = self._commit(Outcome(), self.messages.decide_complete(message, outcome_of(command.result), now_ms))
         outcome.timers.extend(self._message_timers(message))
         return self._settled(outcome, message, now_ms)

@@ -150,10 +150,16 @@ LIMIT_DOCS: dict[str, str] = {
     "backoff_base_s": "First retry backoff after a nack, in seconds (doubles each attempt).",
     "backoff_max_s": "Longest retry backoff, in seconds.",
     "wait_ms_max": "Longest long poll (waitMs), in milliseconds.",
-    "backlog_limit_max": "Largest backlogLimit a mailbox may set.",
+    "backlog_limit_max": "Most unsettled messages of a mailbox that sets no backlogLimit, and the largest backlogLimit one may set "
+                         "(also the largest maxOutstanding of a work limit).",
     "subscribers_max": "Most callers joined to one task.",
     "mailboxes_max": "Most mailboxes in one space.",
     "reason_len_max": "Longest nack error or cancel reason kept as a task's outcomeReason, in characters.",
+    "space_scopes_max": "Most runs (scopes) not ended in one space; one more is 409 BACKLOG_FULL.",
+    "space_claims_max": "Most claims held at once in one space; one more is 409 BACKLOG_FULL.",
+    "space_tasks_max": "Most tasks not ended (queued or running) in one space; one more is 409 BACKLOG_FULL.",
+    "space_payload_bytes_max": "Most bytes of JSON one space keeps in message payloads, task inputs, task results and once results; "
+                               "past it a write is 409 BACKLOG_FULL.",
     # -- capacity --
     "pools_max": "Most permit pools in one space.",
     "pool_units_max": "Largest capacity of a permit pool, in units.",

@@ -9,14 +9,15 @@ the token is the holder's proof of ownership, and whoever could read it could re
     GET /v1/spaces/{space}/scopes/{id}/claims[?limit=N]   {"scopeId", "claims": [...], "truncated"}
     GET /v1/spaces/{space}/scopes/{id}/tasks[?limit=N]    {"scopeId", "tasks": [...newest first], "truncated"}
     GET /v1/spaces/{space}/usage                          {"spaceId", "operations", "total", "free", "events"}
+    GET /v1/spaces/{space}/caps                           {"spaceId", "caps": [{"setting", "held", "limit"}]}
 """
 
 from __future__ import annotations
 
 import itertools
 
-from ...actors import reads
-from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED
+from ...actors import caps, reads
+from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED, quote
 from ...actors.keys import digest
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
@@ -34,8 +35,9 @@ def _limit(request: Request) -> int:
     text = request.param("limit")
     if text is None:
         return LIMIT_DEFAULT
-    if not text.isdigit() or not 1 <= int(text) <= LIMIT_MAX:
-        raise ApiError(VALIDATION_FAILED, f"limit must be an integer from 1 to {LIMIT_MAX}, got {text!r}")
+    # ASCII digits only, and few of them: `int()` refuses other digits ("²") and very long strings.
+    if not (text.isascii() and text.isdigit()) or len(text) > 6 or not 1 <= int(text) <= LIMIT_MAX:
+        raise ApiError(VALIDATION_FAILED, f"limit must be an integer from 1 to {LIMIT_MAX}, got {quote(text)}")
     return int(text)
 
 
@@ -74,6 +76,25 @@ async def usage(services: Runtime, request: Request, space: str) -> tuple[int, d
     return 200, services.kernel.state.space(space).usage.view(space)  # type: ignore[union-attr]
 
 
+async def space_caps(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    return 200, caps.view(services.kernel.state.space(space))  # type: ignore[union-attr]
+
+
+_CAPS = {
+    "type": "object",
+    "properties": {
+        "spaceId": {"type": "string"},
+        "caps": {"type": "array", "items": {
+            "type": "object",
+            "properties": {"setting": {"type": "string"}, "held": {"type": "integer"}, "limit": {"type": "integer"}},
+            "required": ["setting", "held", "limit"],
+        }},
+    },
+    "required": ["spaceId", "caps"],
+}
+
+
 def _listing(field: str, items: dict, **more: dict) -> dict:
     properties = {field: {"type": "array", "items": items}, **more, "truncated": {"type": "boolean"}}
     return {"type": "object", "properties": properties, "required": list(properties)}
@@ -94,6 +115,9 @@ endpoint(router, "GET", BASE + "/scopes/{scope_id}/tasks", Doc(
     query=("limit",), errors=("400", "404"), group=G,
 ), list_tasks)
 endpoint(router, "GET", BASE + "/usage", Doc("Operations counted for the space", (Reply(200, "Usage"),), errors=("404",), group=G), usage)
+endpoint(router, "GET", BASE + "/caps", Doc(
+    "How full the space is: what it holds against each of its caps", (Reply(200, _CAPS),), errors=("404",), group=G,
+), space_caps)
 
 
 async def whoami(services: Runtime, request: Request) -> tuple[int, dict]:

@@ -48,7 +48,26 @@ def with_tables_added_since(written: dict) -> dict:
     for space in written["spaces"].values():
         for name, value in empty.items():
             space.setdefault(name, value)
+        with_counts_added_since(space)
     return written
+
+
+def with_counts_added_since(space: dict) -> None:
+    """The counts behind a space's caps (`actors/caps.py`), which the tables have gained since,
+    worked out from what the version-0 server wrote down as the tables rebuild them."""
+    from runstate.actors.caps import value_bytes
+    from runstate.actors.tasks import TERMINAL
+
+    tree = space["scopes"]
+    for scope in tree["_scopes"].values():  # parents first (creation order)
+        parent = tree["_scopes"].get(scope["parent_id"]) if scope["parent_id"] else None
+        scope.setdefault("live", scope["stored_state"] == "ACTIVE" and (parent is None or parent["live"]))
+    tree.setdefault("live", sum(scope["live"] for scope in tree["_scopes"].values()))
+    tasks = space["tasks"]["_by_id"].values()
+    space["tasks"].setdefault("live", sum(task["state"] not in TERMINAL for task in tasks))
+    space["tasks"].setdefault("outcome_bytes", sum(value_bytes(task["outcome"]) for task in tasks))
+    messages = space["messages"]
+    messages.setdefault("payload_bytes", sum(value_bytes(m["payload"]) for m in messages["_messages"].values()))
 
 
 def assert_as_written(actual: dict) -> None:

@@ -1,0 +1,90 @@
+"""The caps of a space: how much its callers can make it hold, and the refusal past one.
+
+Each table counts what it holds as it applies records (`ScopeTree.live`, `ClaimTable` held
+tokens, `TaskTable.live`, and the payload bytes of `MessageTable`, `TaskTable` and `OnceTable`),
+so replay and a snapshot's image rebuild the counts exactly and a check costs one comparison. A
+command that would go past a cap is refused with `BACKLOG_FULL` (409, with Retry-After) before
+any record is decided: a refusal writes nothing. The message names the setting and how to raise
+it, spelled as `runstate serve` spells settings (`--space-scopes-max`, `RUNSTATE_SPACE_SCOPES_MAX`).
+
+What counts, per space:
+- `space_scopes_max`: scopes not ended (a scope under an ended one has ended with it);
+- `space_claims_max`: claims held (a key released or expired is free, though its generation is
+  remembered until its scope ends);
+- `space_tasks_max`: tasks not ended (QUEUED or RUNNING); a finished task is bounded by its
+  result's bytes while it keeps its outcome, and by nothing once tombstoned (a tombstone keeps
+  the id, key, state and reason so that the key keeps returning the task);
+- `space_payload_bytes_max`: bytes of JSON of the values kept: message payloads and task inputs
+  while their message is not settled, dead letters' payloads until retention forgets them, task
+  outcomes until tombstoned, and once results (kept for good). Not counted: claim observations
+  (journaled, not kept) and stored idempotent answers (bounded server-wide by
+  `idempotency_keys_max`).
+- `backlog_limit_max`: per mailbox, unsettled messages of a mailbox that sets no `backlogLimit`
+  (one that does may only set less, see `CreateMailbox`).
+
+Pure: no IO, no clock reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .errors import BACKLOG_FULL, KernelError
+
+__all__ = ["full", "value_bytes", "check_bytes", "view", "RETRY_AFTER_S", "SPACE_CAPS"]
+
+# What a refused caller is told to wait before trying again: something else must end first.
+RETRY_AFTER_S = 1.0
+
+
+# The caps of a whole space, by setting (a mailbox's backlog is on the mailbox's own view).
+SPACE_CAPS = ("space_scopes_max", "space_claims_max", "space_tasks_max", "space_payload_bytes_max")
+
+
+def view(space: Any) -> dict:
+    """How full a space is: for each cap, what it holds and its limit (`SpaceState`, duck-typed)."""
+    held = {
+        "space_scopes_max": space.scopes.live,
+        "space_claims_max": space.claims.held_count,
+        "space_tasks_max": space.tasks.live,
+        "space_payload_bytes_max": space.messages.payload_bytes + space.tasks.outcome_bytes + space.once.result_bytes,
+    }
+    limits = space.limits
+    return {
+        "spaceId": space.id,
+        "caps": [{"setting": name, "held": held[name], "limit": getattr(limits, name)} for name in SPACE_CAPS],
+    }
+
+
+def value_bytes(value: Any) -> int:
+    """The bytes a kept caller value is counted for: its JSON; nothing for an absent one (None)."""
+    return 0 if value is None else len(orjson.dumps(value))
+
+
+def setting_spelling(setting: str) -> str:
+    """How an operator raises `setting`: its flag and its variable (as `server/config.py` derives them)."""
+    return f"--{setting.replace('_', '-')} / RUNSTATE_{setting.upper()}"
+
+
+def full(holding: str, setting: str) -> KernelError:
+    """The refusal at a cap: what the space holds, and the setting that bounds it."""
+    return KernelError(
+        BACKLOG_FULL,
+        f"{holding} (limit {setting}; raise it with {setting_spelling(setting)})",
+        retry_after_s=RETRY_AFTER_S,
+    )
+
+
+def check_bytes(held: int, adding: int, freeing: int, limit: int) -> None:
+    """Refuse a change that keeps `adding` bytes more and lets `freeing` go, if it ends past `limit`.
+
+    A change that keeps no more than it lets go always passes, so a full space can still settle
+    its work (a completion whose result is no larger than its task's input).
+    """
+    if adding > freeing and held - freeing + adding > limit:
+        raise full(
+            f"space holds {held} bytes of payloads, inputs and results and this needs {adding - freeing} more",
+            "space_payload_bytes_max",
+        )

@@ -1,0 +1,98 @@
+"""The caps of a space over HTTP, in process and in virtual time: `GET /caps` shows how full the
+space is, and past each cap a route answers 409 BACKLOG_FULL with the error envelope,
+`Retry-After: 1` and a message naming the setting; the space goes on once something ends."""
+
+from __future__ import annotations
+
+import pytest
+
+from runstate.actors import Limits
+from runstate.server.settings import Settings
+
+from .asgi_client import API_KEY, SPACE, AsgiClient, Response, start_runtime
+
+pytestmark = pytest.mark.trio
+
+LIMITS = Limits().replace(space_scopes_max=2, space_claims_max=1, space_tasks_max=1, backlog_limit_max=2, space_payload_bytes_max=64)
+
+
+@pytest.fixture
+async def client(nursery, autojump_clock) -> AsgiClient:
+    return AsgiClient(await start_runtime(nursery, Settings(api_key=API_KEY, space_id=SPACE, seed=7, limits=LIMITS)))
+
+
+def assert_full(response: Response, setting: str) -> str:
+    assert response.status == 409, response
+    assert response.code == "BACKLOG_FULL"
+    assert response.headers["retry-after"] == "1"
+    message = response.json["error"]["message"]
+    flag, variable = "--" + setting.replace("_", "-"), "RUNSTATE_" + setting.upper()
+    assert message.endswith(f"(limit {setting}; raise it with {flag} / {variable})"), message
+    return message
+
+
+async def test_runs_past_the_cap_and_a_run_by_name_too(client):
+    first = await client.run()
+    await client.run()
+    assert assert_full(await client.post("/scopes", {}), "space_scopes_max").startswith("space holds 2 live scopes")
+    assert_full(await client.request("PUT", "/runs/nightly", {}), "space_scopes_max")
+    assert (await client.post(f"/scopes/{first}/cancel")).status == 200
+    assert (await client.post("/scopes", {})).status == 201
+
+
+async def test_claims_tasks_messages_and_bytes_past_their_caps(client):
+    run = await client.run()
+    claim = {"scopeId": run, "holder": "h", "holderSession": "s", "leaseSeconds": 30}
+    held = await client.post("/claims", {**claim, "key": "a"})
+    assert held.status in (200, 201), held
+    assert_full(await client.post("/claims", {**claim, "key": "b"}), "space_claims_max")
+    assert (await client.post("/claims/a/release", {"token": held.json["token"]})).status == 200
+    assert (await client.post("/claims", {**claim, "key": "b"})).status in (200, 201)
+
+    mailbox = await client.mailbox()
+    task = {"scopeId": run, "mailboxId": mailbox, "input": {"n": 1}}
+    assert (await client.post("/tasks", {**task, "taskKey": "one"})).status in (200, 201)
+    assert_full(await client.post("/tasks", {**task, "taskKey": "two"}), "space_tasks_max")
+
+    await client.post(f"/mailboxes/{mailbox}/messages", {"scopeId": run, "payload": 1})
+    message = assert_full(await client.post(f"/mailboxes/{mailbox}/messages", {"scopeId": run}), "backlog_limit_max")
+    assert message.startswith("mailbox 'research' holds 2 unsettled messages")
+
+    other = await client.mailbox("other")
+    large = await client.post(f"/mailboxes/{other}/messages", {"scopeId": run, "payload": "x" * 60})
+    assert_full(large, "space_payload_bytes_max")
+
+    delivery = await client.recv(mailbox, run)  # the task: its end lets the next one in
+    assert delivery.status == 200, delivery
+    done = await client.post(f"/messages/{delivery.json['message']['id']}/complete", {"token": delivery.json["token"]})
+    assert done.status == 200, done
+    assert (await client.post("/tasks", {**task, "taskKey": "two"})).status in (200, 201)
+
+
+async def test_a_bad_list_limit_is_quoted_short_and_never_a_500(client):
+    """`?limit=` is echoed at most ~100 characters; digits that `int()` refuses are a 400 too."""
+    for text in ("1" * 5000, "%C2%B2", "0", "1001"):  # %C2%B2 is "²", a digit to str.isdigit()
+        response = await client.get(f"/scopes?limit={text}")
+        assert response.status == 400, (text[:10], response)
+        message = response.json["error"]["message"]
+        assert message.startswith("limit must be an integer from 1 to 1000, got ")
+        assert len(message) < 200
+    assert "... (5002 characters)" in (await client.get("/scopes?limit=" + "1" * 5000)).json["error"]["message"]
+
+
+async def test_the_caps_read_shows_what_the_space_holds_against_each_limit(client):
+    run = await client.run()
+    mailbox = await client.mailbox()
+    await client.post(f"/mailboxes/{mailbox}/messages", {"scopeId": run, "payload": "x" * 8})  # 10 bytes of JSON
+    await client.post("/claims", {"scopeId": run, "key": "a", "holder": "h", "holderSession": "s", "leaseSeconds": 30})
+    response = await client.get("/caps")
+    assert response.status == 200, response
+    assert response.json == {
+        "spaceId": SPACE,
+        "caps": [
+            {"setting": "space_scopes_max", "held": 1, "limit": 2},
+            {"setting": "space_claims_max", "held": 1, "limit": 1},
+            {"setting": "space_tasks_max", "held": 0, "limit": 1},
+            {"setting": "space_payload_bytes_max", "held": 10, "limit": 64},
+        ],
+    }
