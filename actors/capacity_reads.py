@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["pools", "allowances", "allowance", "waiter", "work_limits", "budgets", "budget"]
+__all__ = ["pools", "allowances", "allowance", "waiter", "pool_waiter", "work_limits", "budgets", "budget"]
 
 
 def _part(kernel: Any, space: str) -> Any:
@@ -30,6 +30,12 @@ def allowance(kernel: Any, space: str, allowance_id: str) -> dict:
 def waiter(kernel: Any, space: str, waiter_id: str) -> dict:
     part = _part(kernel, space)
     return part.allowances.waiter_view(part.allowances.waiter(waiter_id))
+
+
+def pool_waiter(kernel: Any, space: str, waiter_id: str) -> dict:
+    """A waiter in a pool's line, as 0.3.0's slots() polls it."""
+    part = _part(kernel, space)
+    return part.pools.waiter_view(part.pools.waiter(waiter_id))
 
 
 def work_limits(kernel: Any, space: str) -> list[dict]:

@@ -134,6 +134,9 @@ class AllowanceTable:
             raise KernelError(NOT_FOUND, f"allowance {allowance_id!r} not found")
         return allowance
 
+    def named(self, name: str) -> Allowance | None:
+        return self._by_name.get(name)
+
     def find(self, name: str) -> Allowance:
         allowance = self._by_name.get(name)
         if allowance is None:
