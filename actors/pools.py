@@ -54,7 +54,8 @@ POOL_RECORDS: dict[str, tuple[str, ...]] = {
     "permit_waiter.signaled": ("id", "turn_ends_ms", "at_ms"),
     "permit_waiter.ended": ("id", "state", "grant_id", "at_ms"),
     "permit_waiter.image": (
-        "id", "pool_id", "scope_id", "holder", "units", "expires_ms", "state", "turn_ends_ms", "grant_id", "created_ms", "ended_ms",
+        "id", "pool_id", "scope_id", "holder", "units", "expires_ms", "state", "signaled_ms", "turn_ends_ms", "grant_id",
+        "created_ms", "ended_ms",
     ),
 }
 
@@ -85,7 +86,10 @@ class Grant:
 
 
 class PoolWaiter:
-    __slots__ = ("id", "pool_id", "scope_id", "holder", "units", "expires_ms", "state", "turn_ends_ms", "grant_id", "created_ms", "ended_ms")
+    __slots__ = (
+        "id", "pool_id", "scope_id", "holder", "units", "expires_ms", "state", "signaled_ms", "turn_ends_ms", "grant_id",
+        "created_ms", "ended_ms",
+    )
 
     def __init__(self, record: dict) -> None:
         self.id: str = record["id"]
@@ -95,6 +99,7 @@ class PoolWaiter:
         self.units: int = record["units"]
         self.expires_ms: int = record["expires_ms"]  # its TTL, while WAITING
         self.state: str = record.get("state", WAITING)
+        self.signaled_ms: int | None = record.get("signaled_ms")  # when its turn began (kept after it ends)
         self.turn_ends_ms: int | None = record.get("turn_ends_ms")  # while SIGNALED
         self.grant_id: str | None = record.get("grant_id")
         self.created_ms: int = record.get("created_ms", record.get("at_ms", 0))
@@ -109,7 +114,7 @@ class PoolWaiter:
         return {
             "type": "permit_waiter.image", "id": self.id, "pool_id": self.pool_id, "scope_id": self.scope_id,
             "holder": self.holder, "units": self.units, "expires_ms": self.expires_ms, "state": self.state,
-            "turn_ends_ms": self.turn_ends_ms, "grant_id": self.grant_id, "created_ms": self.created_ms, "ended_ms": self.ended_ms,
+            "signaled_ms": self.signaled_ms, "turn_ends_ms": self.turn_ends_ms, "grant_id": self.grant_id, "created_ms": self.created_ms, "ended_ms": self.ended_ms,
         }
 
 
@@ -216,6 +221,7 @@ class PoolTable:
             "state": waiter.state,
             # Place in the line (1 = the head) while in it.
             "position": pool.line.index(waiter.id) + 1 if waiter.id in pool.line else None,
+            "signaledAt": None if waiter.signaled_ms is None else format_ms(waiter.signaled_ms),
             "turnEndsAt": format_ms(waiter.turn_ends_ms) if waiter.state == SIGNALED and waiter.turn_ends_ms is not None else None,
             "grantId": waiter.grant_id,
             "expiresAt": format_ms(waiter.expires_ms),
@@ -457,6 +463,7 @@ class PoolTable:
         ahead = pool.line[: pool.line.index(waiter.id)]
         assert all(self._waiters[other].state == SIGNALED for other in ahead), "waiters are signaled in the order they came"
         waiter.state = SIGNALED
+        waiter.signaled_ms = record["at_ms"]
         waiter.turn_ends_ms = record["turn_ends_ms"]
 
     def apply_waiter_ended(self, record: dict) -> None:

@@ -93,7 +93,7 @@ def _components(limits: Limits) -> dict:
             "waiterId": text, "id": text, "permitId": text, "name": text, "scopeId": text, "holder": text, "units": integer,
             "state": {"enum": ["WAITING", "SIGNALED", "GRANTED", "EXPIRED", "CANCELLED"]},
             "position": _nullable({"type": "integer", "description": "place in the line, 1 = the head"}),
-            "turnEndsAt": _nullable(_TS), "grantId": _nullable(text), "expiresAt": _TS, "createdAt": _TS,
+            "signaledAt": _nullable(_TS), "turnEndsAt": _nullable(_TS), "grantId": _nullable(text), "expiresAt": _TS, "createdAt": _TS,
             "endedAt": _nullable(_TS),
         }),
         "Mailbox": _obj(
@@ -254,7 +254,7 @@ def _capacity_components() -> dict:
             "waiterId": text, "id": text, "permitId": text, "name": text, "scopeId": text, "holder": text, "units": integer,
             "state": {"enum": ["WAITING", "SIGNALED", "GRANTED", "EXPIRED", "CANCELLED"]},
             "position": _nullable({"type": "integer", "description": "place in the line, 1 = the head"}),
-            "turnEndsAt": _nullable(_TS), "grantId": _nullable(text), "expiresAt": _TS, "createdAt": _TS,
+            "signaledAt": _nullable(_TS), "turnEndsAt": _nullable(_TS), "grantId": _nullable(text), "expiresAt": _TS, "createdAt": _TS,
             "endedAt": _nullable(_TS),
         }),
         "Allowance": _obj({
