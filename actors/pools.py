@@ -135,13 +135,16 @@ class Pool:
 class PoolTable:
     """The pools of one space, by id and by name, and their live grants by id."""
 
-    __slots__ = ("_pools", "_by_name", "_grants", "_waiters", "pools_max", "waiters_max", "delivery_held")
+    __slots__ = ("_pools", "_by_name", "_grants", "_waiters", "_ended_count", "pools_max", "waiters_max", "delivery_held")
 
     def __init__(self, pools_max: int, waiters_max: int = 10_000) -> None:
         self._pools: dict[str, Pool] = {}
         self._by_name: dict[str, Pool] = {}
         self._grants: dict[str, Grant] = {}
+        # Waiters in the order they joined; ended ones are kept (a client reads how its waiter
+        # ended) until more than `waiters_max` have ended, then the oldest ended go first.
         self._waiters: dict[str, PoolWaiter] = {}
+        self._ended_count = 0
         self.pools_max = pools_max
         self.waiters_max = waiters_max  # in one pool's line
         # Whether a delivery (message id, token) still holds its lease at a time; the space sets it.
@@ -477,6 +480,11 @@ class PoolTable:
         waiter.ended_ms = at_ms
         waiter.grant_id = grant_id
         self._pools[waiter.pool_id].line.remove(waiter.id)
+        self._ended_count += 1
+        while self._ended_count > self.waiters_max:  # forget the oldest ended waiter (replay does the same)
+            oldest = next(w for w in self._waiters.values() if w.state not in (WAITING, SIGNALED))
+            del self._waiters[oldest.id]
+            self._ended_count -= 1
 
     def end_in_scopes(self, scope_ids: list[str], at_ms: int) -> None:
         """Applied with a scope's end: its waiters are CANCELLED."""
@@ -513,6 +521,8 @@ class PoolTable:
         self._waiters[waiter.id] = waiter
         if waiter.state in (WAITING, SIGNALED):
             self._pools[waiter.pool_id].line.append(waiter.id)
+        else:
+            self._ended_count += 1
 
     def apply_image(self, record: dict) -> None:
         pool = self.apply_created({"id": record["id"], "name": record["name"], "units": record["units"], "at_ms": record["created_ms"]})

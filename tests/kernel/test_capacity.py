@@ -194,6 +194,10 @@ async def test_a_scope_end_cancels_its_pool_waiters_and_signals_those_behind(wor
     head = await world.pools.wait(SPACE, pool["id"], scope_id=other["id"], units=2)
     behind = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"], units=1)
     assert (head["state"], behind["state"]) == ("WAITING", "WAITING")
+    from runstate.actors.capacity_reads import pool_waiting
+
+    waiting = pool_waiting(world.kernel, SPACE, [run["id"]])
+    assert [(w["permit"], w["units"], w["waiterId"]) for w in waiting] == [("p", 1, behind["waiterId"])], "what status() reads"
     await world.scopes.cancel(SPACE, other["id"])
     await trio.sleep(0.001)
     assert world.pools.waiter(SPACE, head["waiterId"])["state"] == "CANCELLED"
@@ -467,3 +471,33 @@ async def test_a_scope_end_cancels_its_waiters_and_serves_those_behind_them(worl
     await trio.sleep(0.001)
     assert world.quotas.waiter(SPACE, head["waiterId"])["state"] == "CANCELLED"
     assert world.quotas.waiter(SPACE, behind["waiterId"])["state"] == "GRANTED"
+
+
+async def test_ended_pool_waiters_are_forgotten_oldest_first_past_the_bound(autojump_clock, nursery):
+    """A client reads how its waiter ended, so ended waiters are kept, but only the newest
+    `waiters_max` of them: replay and the image forget the same ones."""
+    from runstate.actors.limits import Limits
+
+    limits = Limits().replace(waiters_max=2)
+    kernel = Kernel(state=KernelState(limits), journal=MemoryJournal(keep=True), clock=Clock(wall_anchor_ms=T0), ids=IdSource(seed=4))
+    await nursery.start(kernel.run)
+    world = World(kernel)
+    run = await world.scopes.create(SPACE)
+    pool = await world.pools.create(SPACE, name="p", units=1)
+    await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], lease_s=600)
+    ids = []
+    for _ in range(3):
+        waiter = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"])
+        await world.pools.cancel(SPACE, waiter["waiterId"])
+        ids.append(waiter["waiterId"])
+    await refused("NOT_FOUND", world.pools.cancel(SPACE, ids[0]))
+    assert [world.pools.waiter(SPACE, i)["state"] for i in ids[1:]] == ["CANCELLED", "CANCELLED"]
+    live = kernel.state.space(SPACE)
+    replayed = KernelState(limits)
+    for record in kernel.journal.records:
+        replayed.apply(record)
+    imaged = SpaceState(SPACE, live.limits)
+    for record in live.image():
+        check_record(record)
+        imaged.apply(record)
+    assert _state_of(replayed.space(SPACE)) == _state_of(live) == _state_of(imaged)
