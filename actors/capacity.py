@@ -113,12 +113,15 @@ class CapacityCommands:
         self.scopes.require_active(command.scope_id, now_ms)
         pools = self.pools
         pool = pools.get(command.pool_id)
-        # The line moves first (a waiter whose turn came is signaled), then the acquire is decided.
-        outcome = self._pool_served(pool, now_ms)
+        # The line moves first (a waiter whose turn came is signaled), and the acquire is decided
+        # as after that move; both are committed only once nothing refuses (a turn that raises
+        # must not have changed the state).
+        served = pools.decide_serve(pool, self.limits.pool_turn_s * 1000, now_ms)
         records = pools.decide_acquire(
             command.pool_id, command.grant_id, command.scope_id, command.units, command.token, command.holder,
-            command.session, command.lease_s * 1000, now_ms, command.waiter_id,
+            command.session, command.lease_s * 1000, now_ms, command.waiter_id, tuple(served),
         )
+        outcome = self._waiter_timers(self._commit(Outcome(), *served), pool)
         self._commit(outcome, *records)
         grant = pools.grant(command.grant_id)
         assert grant is not None
@@ -156,11 +159,6 @@ class CapacityCommands:
         return self._serve_line(self._commit(Outcome(), record), pool, now_ms)
 
     # -- the line of a pool (`pools.py`: what 0.3.0's slots() waits in) -------------------------
-
-    def _pool_served(self, pool: Pool, now_ms: int) -> Outcome:
-        """An outcome that begins with the line moved: expiries, then signals (head first)."""
-        outcome = self._commit(Outcome(), *self.pools.decide_serve(pool, self.limits.pool_turn_s * 1000, now_ms))
-        return self._waiter_timers(outcome, pool)
 
     def _serve_line(self, outcome: Outcome, pool: Pool | None, now_ms: int) -> Outcome:
         """Move the line of `pool` at the end of `outcome` (units may have come back)."""

@@ -159,9 +159,10 @@ class PoolTable:
     def in_use(self, pool: Pool, now_ms: int) -> int:
         return sum(grant.units for grant in pool.grants.values() if self.held(grant, now_ms))
 
-    def held_back(self, pool: Pool) -> int:
-        """Units promised to signaled waiters: free, but only for them."""
-        return sum(self._waiters[waiter_id].units for waiter_id in pool.line if self._waiters[waiter_id].state == SIGNALED)
+    def held_back(self, pool: Pool, now_ms: int) -> int:
+        """Units promised to signaled waiters whose turn lasts: free, but only for them."""
+        waiters = self._waiters
+        return sum(waiters[i].units for i in pool.line if waiters[i].state == SIGNALED and now_ms < waiters[i].due_ms)
 
     def lined_up(self, pool: Pool, now_ms: int) -> int:
         """Waiters ahead of any newcomer: those in the line whose TTL or turn has not run out."""
@@ -171,7 +172,7 @@ class PoolTable:
         """Units a request not in the line could take now: none while anyone is lined up."""
         if self.lined_up(pool, now_ms):
             return 0
-        return pool.units_total - self.in_use(pool, now_ms) - self.held_back(pool)
+        return pool.units_total - self.in_use(pool, now_ms) - self.held_back(pool, now_ms)
 
     def named(self, name: str) -> Pool | None:
         return self._by_name.get(name)
@@ -278,10 +279,11 @@ class PoolTable:
 
     def decide_acquire(
         self, pool_id: str, grant_id: str, scope_id: str, units: int, token: str, holder: str, session: str,
-        lease_ms: int, now_ms: int, waiter_id: str | None = None,
+        lease_ms: int, now_ms: int, waiter_id: str | None = None, served: tuple[dict, ...] = (),
     ) -> list[dict]:
-        """Records of the grant, or CAPACITY_UNAVAILABLE (with Retry-After). The caller has served
-        the line first (`decide_serve`), so a waiter whose turn it is is SIGNALED by now.
+        """Records of the grant, or CAPACITY_UNAVAILABLE (with Retry-After), decided as if the
+        line's move `served` (`decide_serve`, not yet applied) had been: the caller commits those
+        records only if this one does not refuse, so a refusal changes nothing.
 
         Without `waiter_id` the units must be free and nobody lined up; with it, the waiter must
         be this pool's and SIGNALED (its units are held back for it). A waiter not signaled stays
@@ -296,12 +298,15 @@ class PoolTable:
                 raise KernelError(VALIDATION_FAILED, f"waiter {waiter_id!r} waits for another permit pool")
             if waiter.units != units:
                 raise KernelError(VALIDATION_FAILED, f"waiter {waiter_id!r} waits for {waiter.units} units, not {units}")
-            if waiter.state != SIGNALED or now_ms >= waiter.due_ms:
-                raise self._unavailable(pool, units, in_use, now_ms, f"waiter {waiter_id!r} is {waiter.state}, not SIGNALED")
+            turn = any(r["type"] == "permit_waiter.signaled" and r["id"] == waiter.id for r in served)
+            turn = turn or (waiter.state == SIGNALED and now_ms < waiter.due_ms)
+            if not turn:
+                state = EXPIRED if waiter.state in (WAITING, SIGNALED) and now_ms >= waiter.due_ms else waiter.state
+                raise self._unavailable(pool, units, in_use, now_ms, f"waiter {waiter_id!r} is {state}, not SIGNALED")
             assert in_use + units <= pool.units_total, "a signaled waiter's units are held back for it"
             records.append({"type": "permit_waiter.ended", "id": waiter.id, "state": GRANTED, "grant_id": grant_id, "at_ms": now_ms})
         else:
-            lined_up = self.lined_up(pool, now_ms)
+            lined_up = self.lined_up(pool, now_ms)  # a move of the line changes neither this nor room
             if lined_up or units > self.room(pool, now_ms):
                 ahead = f"; {lined_up} waiter(s) ahead" if lined_up else ""
                 raise self._unavailable(pool, units, in_use, now_ms, ahead)
@@ -435,7 +440,7 @@ class PoolTable:
         assert grant.id not in self._grants, "a grant id is handed out once"
         # Units held back for signaled waiters count as taken (a signaled waiter's own grant ended
         # its waiting in the record before this one).
-        taken = self.in_use(pool, grant.acquired_ms) + self.held_back(pool)
+        taken = self.in_use(pool, grant.acquired_ms) + self.held_back(pool, grant.acquired_ms)
         assert taken + grant.units <= pool.units_total, "a grant never takes a pool over its units, nor a signaled waiter's"
         pool.grants[grant.id] = self._grants[grant.id] = grant
         return grant

@@ -501,3 +501,42 @@ async def test_ended_pool_waiters_are_forgotten_oldest_first_past_the_bound(auto
         check_record(record)
         imaged.apply(record)
     assert _state_of(replayed.space(SPACE)) == _state_of(live) == _state_of(imaged)
+
+
+async def test_a_refused_acquire_changes_nothing_even_when_the_line_was_due_to_move():
+    """The line's move and the acquire are decided together and committed only if the acquire
+    succeeds: a refusal (a turn that raises) leaves the state as it was, the move included."""
+    from runstate.actors import commands as c
+    from runstate.actors.limits import Limits
+    from runstate.actors.transitions import TRANSITIONS
+
+    space = SpaceState(SPACE, Limits())
+    records = [
+        {"type": "scope.created", "id": "sc_1", "name": None, "parent_id": None, "deadline_ms": None, "child_limit": None, "at_ms": T0},
+        {"type": "pool.created", "id": "pm_1", "name": "p", "units": 1, "at_ms": T0},
+        {"type": "grant.acquired", "id": "gr_1", "pool_id": "pm_1", "scope_id": "sc_1", "units": 1, "token": "t1", "holder": "h",
+         "session": "s", "lease_ms": 60_000, "expires_ms": T0 + 60_000, "at_ms": T0},
+        {"type": "permit_waiter.added", "id": "pw_a", "pool_id": "pm_1", "scope_id": "sc_1", "holder": "a", "units": 1, "expires_ms": T0 + 5_000, "at_ms": T0},
+        {"type": "permit_waiter.added", "id": "pw_b", "pool_id": "pm_1", "scope_id": "sc_1", "holder": "b", "units": 1, "expires_ms": T0 + 600_000, "at_ms": T0},
+    ]
+    for record in records:
+        record["space"] = SPACE
+        check_record(record)
+        space.apply(record)
+    before = _state_of(space)
+    base = dict(space=SPACE, pool_id="pm_1", scope_id="sc_1", units=1, holder="x", session="s", lease_s=30, grant_id="gr_2", token="t2")
+    later = T0 + 10_000  # pw_a's TTL ran out, and no timer has recorded it
+    for waiter_id in (None, "pw_b", "pw_a"):
+        with pytest.raises(KernelError) as caught:
+            TRANSITIONS[c.AcquireGrant](_Spaces(space), c.AcquireGrant(**base, waiter_id=waiter_id), later)
+        assert caught.value.code == "CAPACITY_UNAVAILABLE"
+        assert _state_of(space) == before, f"a refused acquire (waiter {waiter_id}) changed the state"
+    assert "pw_a' is EXPIRED" in caught.value.message
+
+
+class _Spaces:
+    def __init__(self, space: SpaceState) -> None:
+        self._space = space
+
+    def space(self, space_id: str) -> SpaceState:
+        return self._space
