@@ -167,7 +167,7 @@ class CapacityCommands:
         self._commit(outcome, *self.pools.decide_serve(pool, self.limits.pool_turn_s * 1000, now_ms))
         return self._waiter_timers(outcome, pool)
 
-    def _waiter_timers(self, outcome: Outcome, pool: Pool) -> Outcome:
+    def _waiter_timers(self, outcome: Outcome, pool: Pool | None) -> Outcome:
         """The timer of every waiter signaled in `outcome` (its turn's end; a WAITING one has its TTL's)."""
         for record in outcome.records:
             if record["type"] == "permit_waiter.signaled":
@@ -445,12 +445,13 @@ class CapacityCommands:
         yield from self.pool_serve_timers(0)
 
     def restart(self, newest_ms: int, now_ms: int, grace_ms: int) -> Outcome:
-        """After a recovery: grant leases get the claims' rule (`PoolTable.decide_restart`)."""
+        """After a recovery: grant leases and signaled waiters' turns get the claims' rule
+        (`PoolTable.decide_restart`)."""
         outcome = self._commit(Outcome(), *self.pools.decide_restart(newest_ms, now_ms, grace_ms))
         for grant in self.pools.grants():
             if grant.message_id is None:
                 outcome.timers.append(self._grant_timer(grant.id, grant.token, grant.expires_ms))
-        return outcome
+        return self._waiter_timers(outcome, None)
 
     def image(self) -> Iterator[dict]:
         """Pools with their grants, allowances then their waiters (in the order they came),

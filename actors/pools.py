@@ -412,7 +412,8 @@ class PoolTable:
 
     def decide_restart(self, newest_ms: int, now_ms: int, grace_ms: int) -> list[dict]:
         """After a recovery, the claims' rule: a lease that ended before the crash is expired; one
-        that may have been alive gets at least `grace_ms` from now, as a renewal."""
+        that may have been alive gets at least `grace_ms` from now, as a renewal. Signaled
+        waiters' turns get the same rule."""
         records: list[dict] = []
         for grant in sorted(self._grants.values(), key=lambda grant: (grant.expires_ms, grant.id)):
             if grant.message_id is not None:
@@ -424,6 +425,14 @@ class PoolTable:
                     "type": "grant.renewed", "id": grant.id, "lease_ms": grant.lease_ms,
                     "expires_ms": now_ms + grace_ms, "at_ms": now_ms,
                 })
+        # A signaled waiter whose turn may have been alive at the crash gets the same grace to
+        # come for its units (a new end of its turn; it keeps its place and when its turn began).
+        for pool in self._pools.values():
+            for waiter_id in pool.line:
+                waiter = self._waiters[waiter_id]
+                turn_ends_ms = waiter.turn_ends_ms
+                if waiter.state == SIGNALED and turn_ends_ms is not None and newest_ms < turn_ends_ms < now_ms + grace_ms:
+                    records.append({"type": "permit_waiter.signaled", "id": waiter.id, "turn_ends_ms": now_ms + grace_ms, "at_ms": now_ms})
         return records
 
     # -- applying -------------------------------------------------------------------------------
@@ -466,6 +475,10 @@ class PoolTable:
 
     def apply_waiter_signaled(self, record: dict) -> None:
         waiter = self._waiters[record["id"]]
+        if waiter.state == SIGNALED:  # a restart's grace: the same turn, a later end
+            assert record["turn_ends_ms"] >= (waiter.turn_ends_ms or 0), "a turn is only ever made longer"
+            waiter.turn_ends_ms = record["turn_ends_ms"]
+            return
         assert waiter.state == WAITING, "a waiter is signaled once per turn"
         pool = self._pools[waiter.pool_id]
         ahead = pool.line[: pool.line.index(waiter.id)]

@@ -540,3 +540,32 @@ class _Spaces:
 
     def space(self, space_id: str) -> SpaceState:
         return self._space
+
+
+async def test_a_restart_gives_a_signaled_waiter_the_grace_to_come_for_its_units():
+    """The claims' restart rule for a pool's line: a turn that may have been alive at the crash
+    ends no sooner than the grace after the restart; one that ended before the crash is not
+    extended (the next move of the line expires it). The waiter keeps when its turn began."""
+    from runstate.actors.limits import Limits
+
+    space = SpaceState(SPACE, Limits())
+    records = [
+        {"type": "scope.created", "id": "sc_1", "name": None, "parent_id": None, "deadline_ms": None, "child_limit": None, "at_ms": T0},
+        {"type": "pool.created", "id": "pm_1", "name": "p", "units": 2, "at_ms": T0},
+        {"type": "pool.created", "id": "pm_2", "name": "q", "units": 1, "at_ms": T0},
+        {"type": "permit_waiter.added", "id": "pw_a", "pool_id": "pm_1", "scope_id": "sc_1", "holder": "a", "units": 1, "expires_ms": T0 + 600_000, "at_ms": T0},
+        {"type": "permit_waiter.added", "id": "pw_b", "pool_id": "pm_2", "scope_id": "sc_1", "holder": "b", "units": 1, "expires_ms": T0 + 600_000, "at_ms": T0},
+        {"type": "permit_waiter.signaled", "id": "pw_a", "turn_ends_ms": T0 + 10_000, "at_ms": T0},
+        {"type": "permit_waiter.signaled", "id": "pw_b", "turn_ends_ms": T0 + 3_000, "at_ms": T0 - 7_000},
+    ]
+    for record in records:
+        record["space"] = SPACE
+        space.apply(record)
+    newest, now = T0 + 5_000, T0 + 20_000  # the last record before the crash; the restart
+    outcome = space.capacity.restart(newest, now, grace_ms=15_000)
+    assert [(r["type"], r["id"], r["turn_ends_ms"]) for r in outcome.records] == [("permit_waiter.signaled", "pw_a", now + 15_000)]
+    waiter = space.capacity.pools.waiter("pw_a")
+    assert (waiter.state, waiter.signaled_ms, waiter.due_ms) == ("SIGNALED", T0, now + 15_000)
+    assert any(timer.tag == ("pool-waiter", "pw_a") and timer.due_ms == now + 15_000 for timer in outcome.timers)
+    for record in outcome.records:
+        check_record(record)
