@@ -247,3 +247,56 @@ def test_setup_creates_and_checks_limits_slots_and_budgets(official_client_030, 
         budget = next(b for b in http.get(base + "/budgets").json()["budgets"] if b["name"] == "setup-llm")
     assert pool["units"] == 5 and (quota["unitsLimit"], quota["windowSeconds"]) == (60, 60)
     assert (budget["limitMinor"], budget["currency"], budget["scale"]) == ("2000", "EUR", 2)
+
+
+LEGACY_SLOTS = """
+import asyncio, json, os, time
+from runstate import AsyncRunstate
+ARGS = json.loads(os.environ["TEST_ARGS"])
+
+def note(*fields):
+    with open(os.path.join(ARGS["dir"], f"{os.getpid()}.log"), "a") as out:
+        out.write(" ".join(map(str, fields)) + "\\n")
+
+async def main():
+    rs = AsyncRunstate(holder=f"legacy-{os.getpid()}")
+    await rs.pools.ensure("mixed-browser", capacity=2)
+    run = await rs.scopes.create(name="legacy-slots")
+    pool = rs.scope(run.id).pool("mixed-browser")
+    while time.time() < ARGS["start_at"]:
+        await asyncio.sleep(0.001)
+    for _ in range(ARGS["calls"]):
+        lease = await pool.acquire(units=1, timeout_ms=40_000)
+        note("enter", time.time())
+        await asyncio.sleep(0.4)
+        note("exit", time.time())
+        await lease.release()
+    print(json.dumps({"done": ARGS["calls"]}))
+
+asyncio.run(main())
+"""
+
+MIXED_SLOTS = SLOTS.replace('"browser"', '"mixed-browser"')
+
+
+def test_both_official_clients_share_one_pool_on_one_server(official_client, official_client_030, server, tmp_path):
+    """Teams upgrade one service at a time: 0.2.0's acquire loop and 0.3.0's slots() (which waits
+    in the pool's line) use one 2-unit pool at the same time. Every call of both runs, and never
+    more than 2 bodies at once."""
+    start_at = time.time() + 3.0
+    env = {
+        "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(official_client), "PYTHONNOUSERSITE": "1",
+        "RUNSTATE_BASE_URL": server.base_url, "RUNSTATE_API_KEY": server.api_key, "RUNSTATE_SPACE_ID": server.space_id,
+        "TEST_ARGS": json.dumps({"dir": str(tmp_path), "start_at": start_at, "calls": 3}),
+    }
+    legacy = subprocess.Popen([base_python(), "-c", LEGACY_SLOTS], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    current = [_start(official_client_030, server, MIXED_SLOTS, "mixed-slots", dir=str(tmp_path), start_at=start_at, calls=2) for _ in range(2)]
+    assert _finish(legacy) == {"done": 3}
+    assert [_finish(worker)["results"] for worker in current] == [[0, 1], [0, 1]]
+    events = sorted((float(at), 1 if kind == "enter" else -1) for kind, at in _notes(tmp_path))
+    assert len(events) == 14
+    inside, most = 0, 0
+    for _, step in events:
+        inside += step
+        most = max(most, inside)
+    assert inside == 0 and most <= 2, f"{most} bodies ran at once"
