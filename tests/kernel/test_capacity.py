@@ -473,9 +473,9 @@ async def test_a_scope_end_cancels_its_waiters_and_serves_those_behind_them(worl
     assert world.quotas.waiter(SPACE, behind["waiterId"])["state"] == "GRANTED"
 
 
-async def test_ended_pool_waiters_are_forgotten_oldest_first_past_the_bound(autojump_clock, nursery):
-    """A client reads how its waiter ended, so ended waiters are kept, but only the newest
-    `waiters_max` of them: replay and the image forget the same ones."""
+async def test_ended_waiters_are_forgotten_oldest_first_past_the_bound(autojump_clock, nursery):
+    """A client reads how its waiter ended, so ended waiters (of pools and of allowances) are
+    kept, but only the newest `waiters_max` of them: replay and the image forget the same ones."""
     from runstate.actors.limits import Limits
 
     limits = Limits().replace(waiters_max=2)
@@ -492,6 +492,15 @@ async def test_ended_pool_waiters_are_forgotten_oldest_first_past_the_bound(auto
         ids.append(waiter["waiterId"])
     await refused("NOT_FOUND", world.pools.cancel(SPACE, ids[0]))
     assert [world.pools.waiter(SPACE, i)["state"] for i in ids[1:]] == ["CANCELLED", "CANCELLED"]
+    allowance = await world.quotas.create(SPACE, name="q", units_limit=1, window_s=600)
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"])
+    quota_ids = []
+    for _ in range(3):
+        waiter = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], ttl_s=60)
+        await world.quotas.cancel(SPACE, waiter["waiterId"])
+        quota_ids.append(waiter["waiterId"])
+    await refused("NOT_FOUND", world.quotas.cancel(SPACE, quota_ids[0]))
+    assert [world.quotas.waiter(SPACE, i)["state"] for i in quota_ids[1:]] == ["CANCELLED", "CANCELLED"]
     live = kernel.state.space(SPACE)
     replayed = KernelState(limits)
     for record in kernel.journal.records:
