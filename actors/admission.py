@@ -41,17 +41,18 @@ if TYPE_CHECKING:
     from .commands import Admit, SubmitTask
     from .space import SpaceState
 
-__all__ = ["parse_requirements", "requirements_record", "admit", "FREEING", "POOL_FREEING", "WAKE_TIMER", "REQUIREMENT_RECORDS"]
+__all__ = ["parse_requirements", "requirements_record", "admit", "FREEING", "POOL_FREEING", "TASK_CREATED", "WAKE_TIMER", "REQUIREMENT_RECORDS"]
 
 POOLS_MAX, QUOTAS_MAX, BUDGETS_MAX = 4, 4, 2
 WAKE_TIMER = "admission-wake"
 
 # Records that give capacity back: parked admissions look again after any of them. (A task
-# created wakes them too: an admission that includes descendants waits on queues not its own.)
+# created wakes those that include descendants: they wait on queues not their own.)
 FREEING = frozenset({
     "grant.released", "grant.expired", "scope.ended", "delivery.completed", "delivery.requeued", "delivery.dead",
-    "task.ended", "reservation.ended", "waiter.ended", "allowance.cooldown", "permit_waiter.ended", "task.created",
+    "task.ended", "reservation.ended", "waiter.ended", "allowance.cooldown", "permit_waiter.ended",
 })
+TASK_CREATED = "task.created"
 # Of those, the records that may give pool units back outside the capacity actor (a delivery
 # holding admission grants ended): the pools' lines are moved by a timer on that actor.
 POOL_FREEING = frozenset({"scope.ended", "delivery.completed", "delivery.requeued", "delivery.dead", "task.ended"})
@@ -192,7 +193,7 @@ def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
         if not never:
             blocked |= wants
     if chosen is None:
-        part.wakeups.add(queue_actor(space.id, mailbox_id, scope_id))
+        (part.subtree_wakeups if command.include_descendants else part.wakeups).add(queue_actor(space.id, mailbox_id, scope_id))
         actor = capacity_actor(space.id)
         return Outcome(empty=True, timers=[Timer(due, actor, (WAKE_TIMER, due), None) for due in sorted(set(wake_ms))])
     message, needs = chosen if isinstance(chosen, tuple) else (chosen, None)

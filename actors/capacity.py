@@ -54,10 +54,12 @@ Commit = Callable[..., Outcome]
 class CapacityCommands:
     __slots__ = (
         "_space_id", "limits", "scopes", "pools", "allowances", "work_limits", "budgets", "_commit", "requirements", "wakeups",
+        "subtree_wakeups",
     )
     # Queues with an admission parked on them: not state (parked calls do not outlive a process).
-    # (`scopes` is the space's own tree, compared there.)
-    _DERIVED = ("wakeups", "scopes")
+    # `subtree_wakeups`: those admitting from descendant scopes too, which a new task of any queue
+    # may concern. (`scopes` is the space's own tree, compared there.)
+    _DERIVED = ("wakeups", "subtree_wakeups", "scopes")
 
     def __init__(self, space_id: str, limits: Limits, scopes: ScopeTree, tasks: TaskTable, commit: Commit) -> None:
         self._space_id = space_id
@@ -71,14 +73,22 @@ class CapacityCommands:
         # Task id -> what admission must take for it (`admission.py`), kept with the task.
         self.requirements: dict[str, dict] = {}
         self.wakeups: set[tuple] = set()
+        self.subtree_wakeups: set[tuple] = set()
 
     def needs_admission(self, task_id: str) -> bool:
         return task_id in self.requirements
 
     def take_wakeups(self) -> list[tuple]:
         """The queues of parked admissions, once: each looks again and parks again if need be."""
-        woken = list(self.wakeups)
+        woken = list(self.wakeups | self.subtree_wakeups)
         self.wakeups.clear()
+        self.subtree_wakeups.clear()
+        return woken
+
+    def take_subtree_wakeups(self) -> list[tuple]:
+        """The queues of parked admissions that include descendants, once (a task was created)."""
+        woken = list(self.subtree_wakeups)
+        self.subtree_wakeups.clear()
         return woken
 
     def apply_requirements(self, record: dict) -> None:
