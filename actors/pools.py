@@ -14,8 +14,9 @@ WAITING, is CAPACITY_UNAVAILABLE while anyone waits, and a waiter behind the hea
 once the head's units are held. So a big request is never starved by a stream of small ones; the
 price is that units may stay free while the head waits for enough of them. A waiter ends GRANTED
 (its grant id kept), CANCELLED, or EXPIRED (its TTL ran out while WAITING, or its turn passed while
-SIGNALED: a crashed head holds the line up for one turn at most). `decide_serve` moves the line;
-every decision on a pool runs it first, and a timer runs it when units come back.
+SIGNALED: a crashed head holds the line up for one turn at most). `decide_serve` moves the line:
+an acquire is decided as after that move, a release, a cancel or a new waiter moves it after
+itself, and timers move it when units come back or a turn or TTL ends.
 
 Renew and release name the grant by its id and its token; a token that is not the grant's current
 one, or a lease that has ended, is STALE_CLAIM, as for claims. A lease past its end counts as
