@@ -27,7 +27,8 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import heapq
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .commands import capacity_actor, queue_actor
 from .errors import VALIDATION_FAILED, KernelError
@@ -40,16 +41,21 @@ if TYPE_CHECKING:
     from .commands import Admit, SubmitTask
     from .space import SpaceState
 
-__all__ = ["parse_requirements", "requirements_record", "admit", "FREEING", "WAKE_TIMER", "REQUIREMENT_RECORDS"]
+__all__ = ["parse_requirements", "requirements_record", "admit", "FREEING", "POOL_FREEING", "TASK_CREATED", "WAKE_TIMER", "REQUIREMENT_RECORDS"]
 
 POOLS_MAX, QUOTAS_MAX, BUDGETS_MAX = 4, 4, 2
 WAKE_TIMER = "admission-wake"
 
-# Records that give capacity back: parked admissions look again after any of them.
+# Records that give capacity back: parked admissions look again after any of them. (A task
+# created wakes those that include descendants: they wait on queues not their own.)
 FREEING = frozenset({
     "grant.released", "grant.expired", "scope.ended", "delivery.completed", "delivery.requeued", "delivery.dead",
-    "task.ended", "reservation.ended", "waiter.ended", "allowance.cooldown",
+    "task.ended", "reservation.ended", "waiter.ended", "allowance.cooldown", "permit_waiter.ended",
 })
+TASK_CREATED = "task.created"
+# Of those, the records that may give pool units back outside the capacity actor (a delivery
+# holding admission grants ended): the pools' lines are moved by a timer on that actor.
+POOL_FREEING = frozenset({"scope.ended", "delivery.completed", "delivery.requeued", "delivery.dead", "task.ended"})
 
 REQUIREMENT_RECORDS: dict[str, tuple[str, ...]] = {
     "task.requirements": ("task_id", "pools", "quotas", "budgets", "at_ms"),
@@ -140,8 +146,8 @@ def _lacking(space: "SpaceState", needs: dict, now_ms: int) -> tuple[set[str], l
     wake_ms: list[int] = []
     never = False
     for pool_id, units in needs["pools"]:
-        pool = part.pools.get(pool_id)
-        if part.pools.in_use(pool, now_ms) + units > pool.units_total:
+        # Waiters in the pool's line come first (`pools.py`): admission does not overtake them.
+        if units > part.pools.room(part.pools.get(pool_id), now_ms):
             lacking.add(pool_id)
     for allowance_id, units in needs["quotas"]:
         allowance = part.allowances.get(allowance_id)
@@ -173,7 +179,7 @@ def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
     blocked: set[str] = set()
     wake_ms: list[int] = []
     chosen = None
-    for message in work.messages.deliverable(mailbox_id, scope_id, now_ms):
+    for message in _candidates(space, command, now_ms):
         needs = None if message.task_id is None else part.requirements.get(message.task_id)
         if needs is None:
             chosen = message
@@ -187,11 +193,22 @@ def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
         if not never:
             blocked |= wants
     if chosen is None:
-        part.wakeups.add(queue_actor(space.id, mailbox_id, scope_id))
+        (part.subtree_wakeups if command.include_descendants else part.wakeups).add(queue_actor(space.id, mailbox_id, scope_id))
         actor = capacity_actor(space.id)
         return Outcome(empty=True, timers=[Timer(due, actor, (WAKE_TIMER, due), None) for due in sorted(set(wake_ms))])
     message, needs = chosen if isinstance(chosen, tuple) else (chosen, None)
     return _admitted(space, command, message, needs, now_ms)
+
+
+def _candidates(space: "SpaceState", command: "Admit", now_ms: int) -> Iterator[Any]:
+    """The deliverable messages of the queue, oldest first; with includeDescendants, of the same
+    mailbox in every active scope of the subtree too, merged by age (`seq` orders the space)."""
+    messages = space.work.messages
+    if not command.include_descendants:
+        return messages.deliverable(command.mailbox_id, command.scope_id, now_ms)
+    tree = space.scopes
+    scopes = [s for s in tree.subtree(command.scope_id) if tree.effective(tree.get(s), now_ms) == "ACTIVE"]
+    return heapq.merge(*(messages.deliverable(command.mailbox_id, s, now_ms) for s in scopes), key=lambda message: message.seq)
 
 
 def _admitted(space: "SpaceState", command: "Admit", message: Any, needs: dict | None, now_ms: int) -> Outcome:
@@ -230,6 +247,7 @@ def _admitted(space: "SpaceState", command: "Admit", message: Any, needs: dict |
     delivery = work.messages.delivery_view(message)
     outcome.reply = {
         "taskId": message.task_id,
+        "taskKey": None if message.task_id is None else space.tasks.get(message.task_id).key,
         "messageId": message.id,
         "scopeId": message.scope_id,
         "payload": delivery["message"]["payload"],

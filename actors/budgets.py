@@ -9,7 +9,8 @@ not fit is 409 INSUFFICIENT_BUDGET.
 A reservation is ACTIVE until its remainder is settled (SETTLED), given back (VOIDED), or its
 `settleBy` passes (RELEASED: the remainder goes back to the budget; the friendlier of the two
 readings, and the one 0.3.0 relies on). A settle charges at most what the reservation still
-holds; a partial settle keeps the rest reserved (still ACTIVE). Settle and void are idempotent
+holds (unless `allowOverrun`: then up to what the budget can still cover); a partial settle keeps
+the rest reserved (still ACTIVE). Settle and void are idempotent
 per `workKey`: a key used already on the reservation answers its view again and changes nothing.
 Acting with a new key on a reservation that is no longer ACTIVE is 409 CONFLICT.
 
@@ -98,6 +99,9 @@ class BudgetTable:
             raise KernelError(NOT_FOUND, f"budget {budget_id!r} not found")
         return budget
 
+    def named(self, name: str) -> Budget | None:
+        return self._by_name.get(name)
+
     def find(self, name: str) -> Budget:
         budget = self._by_name.get(name)
         if budget is None:
@@ -178,12 +182,18 @@ class BudgetTable:
         if reservation.state != ACTIVE:
             raise KernelError(CONFLICT, f"reservation {reservation.id!r} is {reservation.state}: it cannot be {action}")
 
-    def decide_settle(self, reservation: Reservation, amount: int, work_key: str, now_ms: int) -> list[dict]:
-        """The settlement (and, when nothing is left, the end); nothing for a repeated work key."""
+    def decide_settle(self, reservation: Reservation, amount: int, work_key: str, now_ms: int, allow_overrun: bool = False) -> list[dict]:
+        """The settlement (and, when nothing is left, the end); nothing for a repeated work key.
+
+        With `allow_overrun` a settle may charge more than the reservation holds (the work cost
+        more than was reserved, 0.3.0's `cost()`): the excess comes from what the budget has
+        available, and is cut to it, so spent plus reserved still never exceeds the limit."""
         if work_key in reservation.work_keys:
             return []
         self._check_active(reservation, "settled")
-        if amount > reservation.reserved:
+        if allow_overrun:
+            amount = min(amount, reservation.reserved + self._budgets[reservation.budget_id].available)
+        elif amount > reservation.reserved:
             raise KernelError(
                 CONFLICT,
                 f"settle of {amount} minor units is more than reservation {reservation.id!r} holds ({reservation.reserved})",
@@ -229,11 +239,12 @@ class BudgetTable:
         reservation = self._reservations[record["id"]]
         budget = self._budgets[reservation.budget_id]
         amount = int(record["amount_minor"])
-        assert reservation.state == ACTIVE and amount <= reservation.reserved, "a settle charges at most what is held"
-        reservation.reserved -= amount
+        assert reservation.state == ACTIVE and amount <= reservation.reserved + budget.available, "a settle charges at most what is held and free"
+        held = min(amount, reservation.reserved)  # the rest is an overrun, taken from what is available
+        reservation.reserved -= held
         reservation.settled += amount
         reservation.work_keys.append(record["work_key"])
-        budget.reserved -= amount
+        budget.reserved -= held
         budget.spent += amount
         if reservation.reserved == 0:
             reservation.state = SETTLED

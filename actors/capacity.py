@@ -12,6 +12,8 @@ Timers (tags on the capacity actor, each proposing a change the turn checks agai
     ("quota-serve", allowance_id)      marker due_ms  a window began or a cooldown ended: grant waiters
     ("waiter-ttl", waiter_id)          -              a waiter's TTL ran out: EXPIRED if still waiting
     ("settle-by", reservation_id)      -              a reservation's settleBy passed: release it
+    ("pool-waiter", waiter_id)         -              a pool waiter's TTL or turn ran out: EXPIRED, the line moves
+    ("pool-serve", pool_id)            -              units came back outside this actor (a delivery ended): move the line
 
 Pure: no IO, no clock reads, no awaits.
 """
@@ -22,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .budgets import BUDGET_RECORDS, BudgetTable
 from .commands import capacity_actor
-from .errors import VALIDATION_FAILED, KernelError
+from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .limits import Limits
 from .outcome import Outcome, Timer
-from .pools import POOL_RECORDS, PoolTable
+from .pools import POOL_RECORDS, SIGNALED, Pool, PoolTable
 from .quotas import QUOTA_RECORDS, WAITING, Allowance, AllowanceTable
 from .scopes import ScopeTree
 from .tasks import TaskTable
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["CapacityCommands", "CAPACITY_APPLY", "CAPACITY_TIMERS", "CAPACITY_RECORDS"]
 
 GRANT_TIMER, SERVE_TIMER, WAITER_TIMER, SETTLE_BY_TIMER = "grant-lease", "quota-serve", "waiter-ttl", "settle-by"
+POOL_WAITER_TIMER, POOL_SERVE_TIMER = "pool-waiter", "pool-serve"
 
 # Every record type of capacity and its fields (type -> required fields), for the journal's registry.
 CAPACITY_RECORDS: dict[str, tuple[str, ...]] = {
@@ -51,16 +54,18 @@ Commit = Callable[..., Outcome]
 class CapacityCommands:
     __slots__ = (
         "_space_id", "limits", "scopes", "pools", "allowances", "work_limits", "budgets", "_commit", "requirements", "wakeups",
+        "subtree_wakeups",
     )
     # Queues with an admission parked on them: not state (parked calls do not outlive a process).
-    # (`scopes` is the space's own tree, compared there.)
-    _DERIVED = ("wakeups", "scopes")
+    # `subtree_wakeups`: those admitting from descendant scopes too, which a new task of any queue
+    # may concern. (`scopes` is the space's own tree, compared there.)
+    _DERIVED = ("wakeups", "subtree_wakeups", "scopes")
 
     def __init__(self, space_id: str, limits: Limits, scopes: ScopeTree, tasks: TaskTable, commit: Commit) -> None:
         self._space_id = space_id
         self.limits = limits
         self.scopes = scopes
-        self.pools = PoolTable(limits.pools_max)
+        self.pools = PoolTable(limits.pools_max, limits.waiters_max)
         self.allowances = AllowanceTable(limits.allowances_max, limits.waiters_max)
         self.work_limits = WorkLimitTable(tasks, limits.work_limits_max)
         self.budgets = BudgetTable(limits.budgets_max)
@@ -68,14 +73,22 @@ class CapacityCommands:
         # Task id -> what admission must take for it (`admission.py`), kept with the task.
         self.requirements: dict[str, dict] = {}
         self.wakeups: set[tuple] = set()
+        self.subtree_wakeups: set[tuple] = set()
 
     def needs_admission(self, task_id: str) -> bool:
         return task_id in self.requirements
 
     def take_wakeups(self) -> list[tuple]:
         """The queues of parked admissions, once: each looks again and parks again if need be."""
-        woken = list(self.wakeups)
+        woken = list(self.wakeups | self.subtree_wakeups)
         self.wakeups.clear()
+        self.subtree_wakeups.clear()
+        return woken
+
+    def take_subtree_wakeups(self) -> list[tuple]:
+        """The queues of parked admissions that include descendants, once (a task was created)."""
+        woken = list(self.subtree_wakeups)
+        self.subtree_wakeups.clear()
         return woken
 
     def apply_requirements(self, record: dict) -> None:
@@ -92,17 +105,40 @@ class CapacityCommands:
         outcome.reply = self.pools.view(self.pools.get(command.pool_id), now_ms)
         return outcome
 
+    def ensure_pool(self, command: "c.EnsurePool", now_ms: int) -> Outcome:
+        """`PUT /permits/by-name/{name}`: look up, create, or check the pool of this name."""
+        pool = self.pools.named(command.name)
+        if pool is None:
+            if command.units is None:
+                raise KernelError(NOT_FOUND, f"permit pool {command.name!r} not found (send units to create it)")
+            return self.create_pool(command, now_ms)  # type: ignore[arg-type]
+        if command.units is not None and command.units != pool.units_total:
+            raise KernelError(
+                CONFLICT, f"permit pool {pool.name!r} has {pool.units_total} units, not {command.units}",
+                details={"id": pool.id, "units": pool.units_total},
+            )
+        return Outcome(reply=self.pools.view(pool, now_ms))
+
     def acquire_grant(self, command: "c.AcquireGrant", now_ms: int) -> Outcome:
         self.scopes.require_active(command.scope_id, now_ms)
-        records = self.pools.decide_acquire(
+        pools = self.pools
+        pool = pools.get(command.pool_id)
+        # The line moves first (a waiter whose turn came is signaled), and the acquire is decided
+        # as after that move; both are committed only once nothing refuses (a turn that raises
+        # must not have changed the state).
+        served = pools.decide_serve(pool, self.limits.pool_turn_s * 1000, now_ms)
+        records = pools.decide_acquire(
             command.pool_id, command.grant_id, command.scope_id, command.units, command.token, command.holder,
-            command.session, command.lease_s * 1000, now_ms,
+            command.session, command.lease_s * 1000, now_ms, command.waiter_id, tuple(served),
         )
-        outcome = self._commit(Outcome(), *records)
-        grant = self.pools.grant(command.grant_id)
+        outcome = self._waiter_timers(self._commit(Outcome(), *served), pool)
+        self._commit(outcome, *records)
+        grant = pools.grant(command.grant_id)
         assert grant is not None
         outcome.timers.append(self._grant_timer(grant.id, grant.token, grant.expires_ms))
-        outcome.reply = self.pools.grant_view(grant, self.pools.get(grant.pool_id))
+        outcome.reply = pools.grant_view(grant, pool)
+        if command.waiter_id is not None:
+            outcome.reply["waiterId"] = command.waiter_id
         return outcome
 
     def renew_grant(self, command: "c.RenewGrant", now_ms: int) -> Outcome:
@@ -120,13 +156,77 @@ class CapacityCommands:
         reply = pools.grant_view(grant, pools.get(grant.pool_id))
         outcome = self._commit(Outcome(), pools.decide_release(command.grant_id, command.token, command.observation, now_ms))
         assert pools.grant(command.grant_id) is None, "a released grant must not stay valid"
+        self._serve_line(outcome, pools.get(grant.pool_id), now_ms)
         reply.update(token=None, released=True, releasedAt=format_ms(now_ms))
         outcome.reply = reply
         return outcome
 
     def on_grant_timer(self, grant_id: str, token: Any, now_ms: int) -> Outcome:
         record = self.pools.decide_expire(grant_id, token, now_ms)
-        return Outcome() if record is None else self._commit(Outcome(), record)
+        if record is None:
+            return Outcome()
+        pool = self.pools.get(self.pools.grant(grant_id).pool_id)  # type: ignore[union-attr]
+        return self._serve_line(self._commit(Outcome(), record), pool, now_ms)
+
+    # -- the line of a pool (`pools.py`: what 0.3.0's slots() waits in) -------------------------
+
+    def _serve_line(self, outcome: Outcome, pool: Pool | None, now_ms: int) -> Outcome:
+        """Move the line of `pool` at the end of `outcome` (units may have come back)."""
+        if pool is None or not pool.line:
+            return outcome
+        self._commit(outcome, *self.pools.decide_serve(pool, self.limits.pool_turn_s * 1000, now_ms))
+        return self._waiter_timers(outcome, pool)
+
+    def _waiter_timers(self, outcome: Outcome, pool: Pool | None) -> Outcome:
+        """The timer of every waiter signaled in `outcome` (its turn's end; a WAITING one has its TTL's)."""
+        for record in outcome.records:
+            if record["type"] == "permit_waiter.signaled":
+                outcome.timers.append(Timer(record["turn_ends_ms"], self._actor, (POOL_WAITER_TIMER, record["id"]), None))
+        return outcome
+
+    def wait_pool(self, command: "c.WaitPool", now_ms: int) -> Outcome:
+        self.scopes.require_active(command.scope_id, now_ms)
+        pools = self.pools
+        pool = pools.get(command.pool_id)
+        ttl_s = self.limits.waiter_ttl_s_max if command.ttl_s is None else command.ttl_s
+        record = pools.decide_wait(pool, command.waiter_id, command.scope_id, command.holder, command.units, ttl_s * 1000, now_ms)
+        outcome = self._commit(Outcome(), record)
+        # Signaled at once when nothing is ahead and its units are free.
+        self._serve_line(outcome, pool, now_ms)
+        waiter = pools.waiter(command.waiter_id)
+        if waiter.state != SIGNALED:
+            outcome.timers.append(Timer(waiter.due_ms, self._actor, (POOL_WAITER_TIMER, waiter.id), None))
+        outcome.reply = pools.waiter_view(waiter)
+        return outcome
+
+    def cancel_pool_waiter(self, command: "c.CancelPoolWaiter", now_ms: int) -> Outcome:
+        pools = self.pools
+        waiter = pools.waiter(command.waiter_id)
+        record = pools.decide_cancel(waiter, now_ms)
+        outcome = Outcome()
+        if record is not None:
+            self._commit(outcome, record)
+            # It may have been the head, or held units back: those behind it may fit now.
+            self._serve_line(outcome, pools.get(waiter.pool_id), now_ms)
+        outcome.reply = pools.waiter_view(waiter)
+        return outcome
+
+    def on_pool_waiter_timer(self, waiter_id: str, _: Any, now_ms: int) -> Outcome:
+        """A waiter's TTL or turn may have run out: the line moves (which ends it if so)."""
+        waiter = self.pools.waiter(waiter_id)
+        if waiter.state not in ("WAITING", SIGNALED):
+            return Outcome()
+        return self._serve_line(Outcome(), self.pools.get(waiter.pool_id), now_ms)
+
+    def on_pool_serve_timer(self, pool_id: str, _: Any, now_ms: int) -> Outcome:
+        return self._serve_line(Outcome(), self.pools.get(pool_id), now_ms)
+
+    def pool_serve_timers(self, at_ms: int) -> Iterator[Timer]:
+        """A move of every line at `at_ms`: units came back in another actor's turn (a delivery
+        holding admission grants ended), and only this actor signals waiters."""
+        for pool in self.pools.all():
+            if pool.line:
+                yield Timer(at_ms, self._actor, (POOL_SERVE_TIMER, pool.id), None)
 
     def _grant_timer(self, grant_id: str, token: str, expires_ms: int) -> Timer:
         return Timer(expires_ms, self._actor, (GRANT_TIMER, grant_id), token)
@@ -138,6 +238,24 @@ class CapacityCommands:
         outcome = self._commit(Outcome(), record)
         outcome.reply = self.allowances.view(self.allowances.get(command.allowance_id), now_ms)
         return outcome
+
+    def ensure_allowance(self, command: "c.EnsureAllowance", now_ms: int) -> Outcome:
+        """`PUT /allowances/by-name/{name}`: look up, create, or check the allowance of this name."""
+        allowance = self.allowances.named(command.name)
+        if allowance is None:
+            if command.units_limit is None:
+                raise KernelError(NOT_FOUND, f"allowance {command.name!r} not found (send unitsLimit and windowSeconds to create it)")
+            return self.create_allowance(command, now_ms)  # type: ignore[arg-type]
+        if command.units_limit is not None:
+            assert command.window_s is not None
+            if (command.units_limit, command.window_s * 1000) != (allowance.units_limit, allowance.window_ms):
+                raise KernelError(
+                    CONFLICT,
+                    f"allowance {allowance.name!r} allows {allowance.units_limit} units per {allowance.window_ms // 1000} s, "
+                    f"not {command.units_limit} per {command.window_s} s",
+                    details={"id": allowance.id, "unitsLimit": allowance.units_limit, "windowSeconds": allowance.window_ms // 1000},
+                )
+        return Outcome(reply=self.allowances.view(allowance, now_ms))
 
     def _served(self, allowance: Allowance, now_ms: int) -> Outcome:
         """An outcome that begins with the grants waiters are owed now (FIFO, head first)."""
@@ -249,6 +367,31 @@ class CapacityCommands:
         outcome.reply = self.budgets.view(self.budgets.get(command.budget_id))
         return outcome
 
+    def ensure_budget(self, command: "c.EnsureBudget", now_ms: int) -> Outcome:
+        """`PUT /budgets/by-name/{name}`: look up, create, or check the budget of this name."""
+        budget = self.budgets.named(command.name)
+        currency = command.currency or "USD"
+        scale = 2 if command.scale is None else command.scale
+        if budget is None:
+            if command.limit is None:
+                raise KernelError(NOT_FOUND, f"budget {command.name!r} not found (send limitMinor to create it)")
+            record = self.budgets.decide_create(command.budget_id, command.name, currency, scale, command.limit, now_ms)
+            outcome = self._commit(Outcome(), record)
+            outcome.reply = self.budgets.view(self.budgets.get(command.budget_id))
+            return outcome
+        if command.limit is not None:
+            differs = [
+                f"{field} {have!r}, not {want!r}"
+                for field, have, want in (("limitMinor", str(budget.limit), str(command.limit)), ("currency", budget.currency, currency), ("scale", budget.scale, scale))
+                if have != want
+            ]
+            if differs:
+                raise KernelError(
+                    CONFLICT, f"budget {budget.name!r} has " + ", ".join(differs),
+                    details={"id": budget.id, "limitMinor": str(budget.limit), "currency": budget.currency, "scale": budget.scale},
+                )
+        return Outcome(reply=self.budgets.view(budget))
+
     def reserve(self, command: "c.Reserve", now_ms: int) -> Outcome:
         self.scopes.require_active(command.scope_id, now_ms)
         limits = self.limits
@@ -272,7 +415,8 @@ class CapacityCommands:
     def settle(self, command: "c.Settle", now_ms: int) -> Outcome:
         budgets = self.budgets
         reservation = budgets.reservation(budgets.get(command.budget_id), command.reservation_id)
-        outcome = self._commit(Outcome(), *budgets.decide_settle(reservation, command.amount, command.work_key, now_ms))
+        records = budgets.decide_settle(reservation, command.amount, command.work_key, now_ms, bool(command.allow_overrun))
+        outcome = self._commit(Outcome(), *records)
         outcome.reply = budgets.reservation_view(reservation)
         return outcome
 
@@ -304,14 +448,20 @@ class CapacityCommands:
         for reservation in self.budgets.reservations():
             if reservation.state == "ACTIVE":
                 yield Timer(reservation.settle_by_ms, self._actor, (SETTLE_BY_TIMER, reservation.id), None)
+        for pool_waiter in self.pools.waiters():
+            if pool_waiter.state in ("WAITING", SIGNALED):
+                yield Timer(pool_waiter.due_ms, self._actor, (POOL_WAITER_TIMER, pool_waiter.id), None)
+        # Due at once after a recovery: units may have come back while nobody moved the line.
+        yield from self.pool_serve_timers(0)
 
     def restart(self, newest_ms: int, now_ms: int, grace_ms: int) -> Outcome:
-        """After a recovery: grant leases get the claims' rule (`PoolTable.decide_restart`)."""
+        """After a recovery: grant leases and signaled waiters' turns get the claims' rule
+        (`PoolTable.decide_restart`)."""
         outcome = self._commit(Outcome(), *self.pools.decide_restart(newest_ms, now_ms, grace_ms))
         for grant in self.pools.grants():
             if grant.message_id is None:
                 outcome.timers.append(self._grant_timer(grant.id, grant.token, grant.expires_ms))
-        return outcome
+        return self._waiter_timers(outcome, None)
 
     def image(self) -> Iterator[dict]:
         """Pools with their grants, allowances then their waiters (in the order they came),
@@ -328,17 +478,19 @@ class CapacityCommands:
         return not (len(self.pools) or len(self.allowances) or len(self.work_limits) or len(self.budgets) or self.requirements)
 
     def serve_timers(self, at_ms: int) -> Iterator[Timer]:
-        """A serve at `at_ms` for every allowance with waiters (a scope's end may have removed the
-        head of a queue, so those behind it may fit now)."""
+        """A serve at `at_ms` for every allowance with waiters and every pool with a line (a
+        scope's end may have removed the head of a queue, so those behind it may fit now)."""
         for allowance in self.allowances.all():
             if allowance.queue:
                 yield Timer(at_ms, self._actor, (SERVE_TIMER, allowance.id), at_ms)
+        yield from self.pool_serve_timers(at_ms)
 
     def cascade_scope_ended(self, scope_ids: list[str], at_ms: int) -> None:
         """Applied with `scope.ended`: grants of the subtree give their units back, its waiters are
         CANCELLED. Budget reservations stay until settled, voided or their settleBy passes: the
         money may have been spent already, and only the caller knows how much."""
         self.pools.drop_scopes(scope_ids)
+        self.pools.end_in_scopes(scope_ids, at_ms)
         self.allowances.end_in_scopes(scope_ids, at_ms)
 
 
@@ -349,6 +501,10 @@ CAPACITY_APPLY: dict[str, Callable[[CapacityCommands, dict], Any]] = {
     "grant.released": lambda part, record: part.pools.apply_ended(record),
     "grant.expired": lambda part, record: part.pools.apply_ended(record),
     "pool.image": lambda part, record: part.pools.apply_image(record),
+    "permit_waiter.added": lambda part, record: part.pools.apply_waiter_added(record),
+    "permit_waiter.signaled": lambda part, record: part.pools.apply_waiter_signaled(record),
+    "permit_waiter.ended": lambda part, record: part.pools.apply_waiter_ended(record),
+    "permit_waiter.image": lambda part, record: part.pools.apply_waiter_image(record),
     "allowance.created": lambda part, record: part.allowances.apply_created(record),
     "allowance.consumed": lambda part, record: part.allowances.apply_consumed(record),
     "allowance.cooldown": lambda part, record: part.allowances.apply_cooldown(record),
@@ -375,4 +531,6 @@ CAPACITY_TIMERS: dict[str, Callable[[CapacityCommands, Any, Any, int], Outcome]]
     SERVE_TIMER: CapacityCommands.on_serve_timer,
     WAITER_TIMER: CapacityCommands.on_waiter_timer,
     SETTLE_BY_TIMER: CapacityCommands.on_settle_by_timer,
+    POOL_WAITER_TIMER: CapacityCommands.on_pool_waiter_timer,
+    POOL_SERVE_TIMER: CapacityCommands.on_pool_serve_timer,
 }

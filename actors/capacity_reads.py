@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["pools", "allowances", "allowance", "waiter", "work_limits", "budgets", "budget"]
+__all__ = ["pools", "allowances", "allowance", "waiter", "pool_waiter", "pool_waiting", "work_limits", "budgets", "budget"]
 
 
 def _part(kernel: Any, space: str) -> Any:
@@ -30,6 +30,23 @@ def allowance(kernel: Any, space: str, allowance_id: str) -> dict:
 def waiter(kernel: Any, space: str, waiter_id: str) -> dict:
     part = _part(kernel, space)
     return part.allowances.waiter_view(part.allowances.waiter(waiter_id))
+
+
+def pool_waiter(kernel: Any, space: str, waiter_id: str) -> dict:
+    """A waiter in a pool's line, as 0.3.0's slots() polls it."""
+    part = _part(kernel, space)
+    return part.pools.waiter_view(part.pools.waiter(waiter_id))
+
+
+def pool_waiting(kernel: Any, space: str, scope_ids: list[str]) -> list[dict]:
+    """Who of these scopes is in a pool's line, head first per pool: `permit` (the pool's name)
+    and `units`, as 0.3.0's status() reads `waiting[]`."""
+    part, scopes = _part(kernel, space), set(scope_ids)
+    return [
+        {"permit": view["name"], "permitId": view["permitId"], "units": view["units"], "waiterId": view["waiterId"],
+         "state": view["state"], "holder": view["holder"], "scopeId": view["scopeId"]}
+        for view in (part.pools.waiter_view(w) for w in part.pools.waiters() if w.state in ("WAITING", "SIGNALED") and w.scope_id in scopes)
+    ]
 
 
 def work_limits(kernel: Any, space: str) -> list[dict]:

@@ -37,6 +37,7 @@ __all__ = [
     # -- capacity --
     "capacity_actor", "CreatePool", "AcquireGrant", "RenewGrant", "ReleaseGrant", "CreateAllowance", "Consume",
     "WaitAllowance", "CancelWaiter", "Cooldown", "CreateWorkLimit", "CreateBudget", "Reserve", "Settle", "Void", "Admit",
+    "EnsurePool", "EnsureAllowance", "EnsureBudget", "WaitPool", "CancelPoolWaiter",
     # -- coordination --
     "CreateBarrier", "ArriveBarrier", "CreateTimer", "PollTimers", "AckTimer", "CancelTimer", "CreateGroup",
     "SubmitGroupTask", "JoinGroupTask", "GroupVerdict", "AcceptGroupTask", "RejectGroupTask", "EndGroupMembership",
@@ -276,6 +277,9 @@ class Receive(Command):
     session: str = body("holderSession", length_max="holder_len_max")
     lease_s: int = _lease(default="lease_s_default")
     wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="capped at {wait_ms_max}")
+    include_descendants: bool | None = body(
+        "includeDescendants", BOOLEAN, required=False, description="admit tasks of the scope's descendants too (oldest first)"
+    )
     token: str = drawn("delivery-token")
 
     def actor(self, state: Any) -> ActorKey:
@@ -533,6 +537,9 @@ class AcquireGrant(_Capacity):
     holder: str = body("holder", length_max="holder_len_max")
     session: str = body("holderSession", length_max="holder_len_max")
     lease_s: int = _lease(default="lease_s_default")
+    waiter_id: str | None = body(
+        "waiterId", required=False, description="a waiter of this pool whose turn it is (SIGNALED); without it, nobody may be waiting"
+    )
     grant_id: str = drawn("gr_")
     token: str = drawn("token")
 
@@ -551,6 +558,77 @@ class ReleaseGrant(_Capacity):
     grant_id: str = path("grant_id")
     token: str = body("token")
     observation: Any = body("observation", JSON, required=False)
+
+
+@_command
+class WaitPool(_Capacity):
+    """Join the pool's line: SIGNALED when it is this waiter's turn, then acquire with its waiterId."""
+
+    space: str = path("space")
+    pool_id: str = path("permit_id")
+    scope_id: str = body("scopeId")
+    units: int = body("units", INTEGER, required=False, minimum=1, maximum="pool_units_max", default=1)
+    holder: str = body("holder", length_max="holder_len_max")
+    ttl_s: int | None = body(
+        "ttlSeconds", INTEGER, required=False, minimum="waiter_ttl_s_min", maximum="waiter_ttl_s_max",
+        description="how long it may wait (default {waiter_ttl_s_max} s)",
+    )
+    waiter_id: str = drawn("pw_")
+
+
+@_command
+class CancelPoolWaiter(_Capacity):
+    space: str = path("space")
+    waiter_id: str = path("waiter_id")
+
+
+@_command
+class EnsurePool(_Capacity):
+    """The pool of this name: `{}` looks it up; with `units` it is created when missing, and must
+    have those units when it exists (else CONFLICT)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    units: int | None = body("units", INTEGER, required=False, minimum=1, maximum="pool_units_max", description="the pool's capacity")
+    pool_id: str = drawn("pm_")
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+
+
+@_command
+class EnsureAllowance(_Capacity):
+    """The allowance of this name: `{}` looks it up; with both sizes it is created when missing,
+    and must have them when it exists (else CONFLICT)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    units_limit: int | None = body("unitsLimit", INTEGER, required=False, minimum=1, maximum="allowance_units_max")
+    window_s: int | None = body("windowSeconds", INTEGER, required=False, minimum=1, maximum="window_s_max")
+    allowance_id: str = drawn("al_")
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+        if (self.units_limit is None) != (self.window_s is None):
+            raise KernelError(VALIDATION_FAILED, "declare an allowance with both unitsLimit and windowSeconds, or neither")
+
+
+@_command
+class EnsureBudget(_Capacity):
+    """The budget of this name: `{}` looks it up; with `limitMinor` (currency USD and scale 2 unless
+    given) it is created when missing, and must match when it exists (else CONFLICT)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    limit: int | None = body("limitMinor", MINOR, required=False)
+    currency: str | None = body("currency", required=False, length_max="currency_len_max", description="default USD")
+    scale: int | None = body("scale", INTEGER, required=False, minimum=0, maximum="budget_scale_max", description="fraction digits, default 2")
+    budget_id: str = drawn("bg_")
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+        if self.limit is None and (self.currency is not None or self.scale is not None):
+            raise KernelError(VALIDATION_FAILED, "currency and scale are only taken with limitMinor")
 
 
 @_command
@@ -640,6 +718,10 @@ class Settle(_Capacity):
     reservation_id: str = body("reservationId")
     amount: int = body("amountMinor", MINOR)
     work_key: str = body("workKey", length_max="work_key_len_max")
+    allow_overrun: bool | None = body(
+        "allowOverrun", BOOLEAN, required=False,
+        description="charge more than the reservation holds, up to what the budget can still cover",
+    )
 
 
 @_command
@@ -661,6 +743,9 @@ class Admit(Command):
     session: str = body("holderSession", length_max="holder_len_max")
     lease_s: int = _lease(default="lease_s_default")
     wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="capped at {wait_ms_max}")
+    include_descendants: bool | None = body(
+        "includeDescendants", BOOLEAN, required=False, description="admit tasks of the scope's descendants too (oldest first)"
+    )
     token: str = drawn("delivery-token")
 
     def actor(self, state: Any) -> ActorKey:

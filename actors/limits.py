@@ -80,6 +80,9 @@ class Limits:
     waiters_max: int = 10_000
     waiter_ttl_s_min: int = 5
     waiter_ttl_s_max: int = 3600
+    # A signaled pool waiter holds its units back this long for its acquire (0.3.0 polls at most
+    # every 1.2 s); a crashed one holds the line up no longer.
+    pool_turn_s: int = 10
     cooldown_s_max: int = 86_400
     budgets_max: int = 10_000
     budget_scale_max: int = 18

@@ -6,6 +6,18 @@ lease has not ended, so they never exceed the total: an acquire that would go ov
 with CAPACITY_UNAVAILABLE (and a Retry-After of when the soonest lease ends), and an acquire for
 more units than the pool has at all is a 400, since it could never succeed.
 
+Waiters (what the 0.3.0 client's `slots()` waits in): a durable FIFO line per pool. A waiter is
+WAITING until it is its turn: the head of the line is SIGNALED as soon as its units fit, and the
+units are held back for it while it comes to take them (`acquire` with its `waiterId`) within
+`pool_turn_s`. Nobody overtakes the line: an acquire without a waiter id, or by a waiter still
+WAITING, is CAPACITY_UNAVAILABLE while anyone waits, and a waiter behind the head is signaled only
+once the head's units are held. So a big request is never starved by a stream of small ones; the
+price is that units may stay free while the head waits for enough of them. A waiter ends GRANTED
+(its grant id kept), CANCELLED, or EXPIRED (its TTL ran out while WAITING, or its turn passed while
+SIGNALED: a crashed head holds the line up for one turn at most). `decide_serve` moves the line:
+an acquire is decided as after that move, a release, a cancel or a new waiter moves it after
+itself, and timers move it when units come back or a turn or TTL ends.
+
 Renew and release name the grant by its id and its token; a token that is not the grant's current
 one, or a lease that has ended, is STALE_CLAIM, as for claims. A lease past its end counts as
 ended in every decision even before its expiry is recorded, so nothing depends on when the
@@ -21,9 +33,13 @@ from typing import Callable, Iterator
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
 from .timestamps import format_ms
 
-__all__ = ["Pool", "Grant", "PoolTable", "CAPACITY_UNAVAILABLE", "POOL_RECORDS"]
+__all__ = ["Pool", "Grant", "PoolWaiter", "PoolTable", "CAPACITY_UNAVAILABLE", "POOL_RECORDS", "SIGNALED"]
 
 CAPACITY_UNAVAILABLE = "CAPACITY_UNAVAILABLE"
+
+WAITING, SIGNALED, GRANTED, CANCELLED, EXPIRED = "WAITING", "SIGNALED", "GRANTED", "CANCELLED", "EXPIRED"
+# A line with nobody signaled and no lease to wait for: the Retry-After of CAPACITY_UNAVAILABLE.
+RETRY_AFTER_S = 1.0
 
 # The record types of this table and their fields (for the journal's registry).
 POOL_RECORDS: dict[str, tuple[str, ...]] = {
@@ -34,6 +50,14 @@ POOL_RECORDS: dict[str, tuple[str, ...]] = {
     "grant.released": ("id", "at_ms"),
     "grant.expired": ("id", "at_ms"),
     "pool.image": ("id", "name", "units", "created_ms", "grants"),
+    # The line of a pool (what `slots()` waits in).
+    "permit_waiter.added": ("id", "pool_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
+    "permit_waiter.signaled": ("id", "turn_ends_ms", "at_ms"),
+    "permit_waiter.ended": ("id", "state", "grant_id", "at_ms"),
+    "permit_waiter.image": (
+        "id", "pool_id", "scope_id", "holder", "units", "expires_ms", "state", "signaled_ms", "turn_ends_ms", "grant_id",
+        "created_ms", "ended_ms",
+    ),
 }
 
 
@@ -62,8 +86,41 @@ class Grant:
         }
 
 
+class PoolWaiter:
+    __slots__ = (
+        "id", "pool_id", "scope_id", "holder", "units", "expires_ms", "state", "signaled_ms", "turn_ends_ms", "grant_id",
+        "created_ms", "ended_ms",
+    )
+
+    def __init__(self, record: dict) -> None:
+        self.id: str = record["id"]
+        self.pool_id: str = record["pool_id"]
+        self.scope_id: str = record["scope_id"]
+        self.holder: str = record["holder"]
+        self.units: int = record["units"]
+        self.expires_ms: int = record["expires_ms"]  # its TTL, while WAITING
+        self.state: str = record.get("state", WAITING)
+        self.signaled_ms: int | None = record.get("signaled_ms")  # when its turn began (kept after it ends)
+        self.turn_ends_ms: int | None = record.get("turn_ends_ms")  # while SIGNALED
+        self.grant_id: str | None = record.get("grant_id")
+        self.created_ms: int = record.get("created_ms", record.get("at_ms", 0))
+        self.ended_ms: int | None = record.get("ended_ms")
+
+    @property
+    def due_ms(self) -> int:
+        """When it ends unless something happens first: its turn's end when signaled, else its TTL."""
+        return self.turn_ends_ms if self.state == SIGNALED and self.turn_ends_ms is not None else self.expires_ms
+
+    def image(self) -> dict:
+        return {
+            "type": "permit_waiter.image", "id": self.id, "pool_id": self.pool_id, "scope_id": self.scope_id,
+            "holder": self.holder, "units": self.units, "expires_ms": self.expires_ms, "state": self.state,
+            "signaled_ms": self.signaled_ms, "turn_ends_ms": self.turn_ends_ms, "grant_id": self.grant_id, "created_ms": self.created_ms, "ended_ms": self.ended_ms,
+        }
+
+
 class Pool:
-    __slots__ = ("id", "name", "units_total", "created_ms", "grants")
+    __slots__ = ("id", "name", "units_total", "created_ms", "grants", "line")
 
     def __init__(self, pool_id: str, name: str, units_total: int, created_ms: int) -> None:
         self.id = pool_id
@@ -72,19 +129,25 @@ class Pool:
         self.created_ms = created_ms
         # Grants not yet released or recorded as expired (some may have ended unrecorded).
         self.grants: dict[str, Grant] = {}
-
+        # Waiter ids WAITING or SIGNALED, in the order they came (the head first).
+        self.line: list[str] = []
 
 
 class PoolTable:
     """The pools of one space, by id and by name, and their live grants by id."""
 
-    __slots__ = ("_pools", "_by_name", "_grants", "pools_max", "delivery_held")
+    __slots__ = ("_pools", "_by_name", "_grants", "_waiters", "_ended_count", "pools_max", "waiters_max", "delivery_held")
 
-    def __init__(self, pools_max: int) -> None:
+    def __init__(self, pools_max: int, waiters_max: int = 10_000) -> None:
         self._pools: dict[str, Pool] = {}
         self._by_name: dict[str, Pool] = {}
         self._grants: dict[str, Grant] = {}
+        # Waiters in the order they joined; ended ones are kept (a client reads how its waiter
+        # ended) until more than `waiters_max` have ended, then the oldest ended go first.
+        self._waiters: dict[str, PoolWaiter] = {}
+        self._ended_count = 0
         self.pools_max = pools_max
+        self.waiters_max = waiters_max  # in one pool's line
         # Whether a delivery (message id, token) still holds its lease at a time; the space sets it.
         self.delivery_held: Callable[[str, str, int], bool] = lambda message_id, token, now_ms: False
 
@@ -96,6 +159,24 @@ class PoolTable:
 
     def in_use(self, pool: Pool, now_ms: int) -> int:
         return sum(grant.units for grant in pool.grants.values() if self.held(grant, now_ms))
+
+    def held_back(self, pool: Pool, now_ms: int) -> int:
+        """Units promised to signaled waiters whose turn lasts: free, but only for them."""
+        waiters = self._waiters
+        return sum(waiters[i].units for i in pool.line if waiters[i].state == SIGNALED and now_ms < waiters[i].due_ms)
+
+    def lined_up(self, pool: Pool, now_ms: int) -> int:
+        """Waiters ahead of any newcomer: those in the line whose TTL or turn has not run out."""
+        return sum(1 for waiter_id in pool.line if now_ms < self._waiters[waiter_id].due_ms)
+
+    def room(self, pool: Pool, now_ms: int) -> int:
+        """Units a request not in the line could take now: none while anyone is lined up."""
+        if self.lined_up(pool, now_ms):
+            return 0
+        return pool.units_total - self.in_use(pool, now_ms) - self.held_back(pool, now_ms)
+
+    def named(self, name: str) -> Pool | None:
+        return self._by_name.get(name)
 
     def find(self, name: str) -> Pool:
         pool = self._by_name.get(name)
@@ -123,6 +204,36 @@ class PoolTable:
     def grants(self) -> Iterator[Grant]:
         return iter(self._grants.values())
 
+    def waiter(self, waiter_id: str) -> PoolWaiter:
+        waiter = self._waiters.get(waiter_id)
+        if waiter is None:
+            raise KernelError(NOT_FOUND, f"permit waiter {waiter_id!r} not found")
+        return waiter
+
+    def waiters(self) -> Iterator[PoolWaiter]:
+        return iter(self._waiters.values())
+
+    def waiter_view(self, waiter: PoolWaiter) -> dict:
+        pool = self._pools[waiter.pool_id]
+        return {
+            "waiterId": waiter.id,
+            "id": waiter.id,
+            "permitId": waiter.pool_id,
+            "name": pool.name,
+            "scopeId": waiter.scope_id,
+            "holder": waiter.holder,
+            "units": waiter.units,
+            "state": waiter.state,
+            # Place in the line (1 = the head) while in it.
+            "position": pool.line.index(waiter.id) + 1 if waiter.id in pool.line else None,
+            "signaledAt": None if waiter.signaled_ms is None else format_ms(waiter.signaled_ms),
+            "turnEndsAt": format_ms(waiter.turn_ends_ms) if waiter.state == SIGNALED and waiter.turn_ends_ms is not None else None,
+            "grantId": waiter.grant_id,
+            "expiresAt": format_ms(waiter.expires_ms),
+            "createdAt": format_ms(waiter.created_ms),
+            "endedAt": None if waiter.ended_ms is None else format_ms(waiter.ended_ms),
+        }
+
     def view(self, pool: Pool, now_ms: int) -> dict:
         in_use = self.in_use(pool, now_ms)
         return {
@@ -132,6 +243,7 @@ class PoolTable:
             "units": pool.units_total,  # 0.3.0's by-name answer calls the capacity `units`
             "unitsInUse": in_use,
             "unitsAvailable": pool.units_total - in_use,
+            "waiting": len(pool.line),
             "createdAt": format_ms(pool.created_ms),
         }
 
@@ -160,33 +272,105 @@ class PoolTable:
             raise KernelError(CONFLICT, f"a space holds at most {self.pools_max} permit pools")
         return {"type": "pool.created", "id": pool_id, "name": name, "units": units, "at_ms": now_ms}
 
-    def decide_acquire(
-        self, pool_id: str, grant_id: str, scope_id: str, units: int, token: str, holder: str, session: str,
-        lease_ms: int, now_ms: int,
-    ) -> list[dict]:
-        """Records of the grant (after recording the ends of leases that ran out unrecorded), or
-        CAPACITY_UNAVAILABLE with the time until the soonest lease ends."""
-        pool = self.get(pool_id)
+    def check_units(self, pool: Pool, units: int) -> None:
         if units > pool.units_total:
             raise KernelError(
                 VALIDATION_FAILED, f"units {units} is more than permit pool {pool.name!r} has ({pool.units_total})"
             )
+
+    def decide_acquire(
+        self, pool_id: str, grant_id: str, scope_id: str, units: int, token: str, holder: str, session: str,
+        lease_ms: int, now_ms: int, waiter_id: str | None = None, served: tuple[dict, ...] = (),
+    ) -> list[dict]:
+        """Records of the grant, or CAPACITY_UNAVAILABLE (with Retry-After), decided as if the
+        line's move `served` (`decide_serve`, not yet applied) had been: the caller commits those
+        records only if this one does not refuse, so a refusal changes nothing.
+
+        Without `waiter_id` the units must be free and nobody lined up; with it, the waiter must
+        be this pool's and SIGNALED (its units are held back for it). A waiter not signaled stays
+        where it is in the line."""
+        pool = self.get(pool_id)
+        self.check_units(pool, units)
         records = self.decide_ended(pool, now_ms)
         in_use = self.in_use(pool, now_ms)
-        if in_use + units > pool.units_total:
-            soonest = min(grant.expires_ms for grant in pool.grants.values() if self.held(grant, now_ms))
-            raise KernelError(
-                CAPACITY_UNAVAILABLE,
-                f"permit pool {pool.name!r} has {pool.units_total - in_use} of {pool.units_total} units free, {units} asked",
-                details={"unitsAvailable": pool.units_total - in_use, "unitsTotal": pool.units_total},
-                retry_after_s=max(0.0, (soonest - now_ms) / 1000),
-            )
+        if waiter_id is not None:
+            waiter = self.waiter(waiter_id)
+            if waiter.pool_id != pool_id:
+                raise KernelError(VALIDATION_FAILED, f"waiter {waiter_id!r} waits for another permit pool")
+            if waiter.units != units:
+                raise KernelError(VALIDATION_FAILED, f"waiter {waiter_id!r} waits for {waiter.units} units, not {units}")
+            turn = any(r["type"] == "permit_waiter.signaled" and r["id"] == waiter.id for r in served)
+            turn = turn or (waiter.state == SIGNALED and now_ms < waiter.due_ms)
+            if not turn:
+                state = EXPIRED if waiter.state in (WAITING, SIGNALED) and now_ms >= waiter.due_ms else waiter.state
+                raise self._unavailable(pool, units, in_use, now_ms, f"waiter {waiter_id!r} is {state}, not SIGNALED")
+            assert in_use + units <= pool.units_total, "a signaled waiter's units are held back for it"
+            records.append({"type": "permit_waiter.ended", "id": waiter.id, "state": GRANTED, "grant_id": grant_id, "at_ms": now_ms})
+        else:
+            lined_up = self.lined_up(pool, now_ms)  # a move of the line changes neither this nor room
+            if lined_up or units > self.room(pool, now_ms):
+                ahead = f"; {lined_up} waiter(s) ahead" if lined_up else ""
+                raise self._unavailable(pool, units, in_use, now_ms, ahead)
         records.append({
             "type": "grant.acquired", "id": grant_id, "pool_id": pool_id, "scope_id": scope_id, "units": units,
             "token": token, "holder": holder, "session": session, "lease_ms": lease_ms,
             "expires_ms": now_ms + lease_ms, "at_ms": now_ms,
         })
         return records
+
+    def _unavailable(self, pool: Pool, units: int, in_use: int, now_ms: int, why: str) -> KernelError:
+        """CAPACITY_UNAVAILABLE, with a Retry-After of when the line may move next: the soonest
+        lease end or turn end (else a second)."""
+        ends = [grant.expires_ms for grant in pool.grants.values() if self.held(grant, now_ms)]
+        ends += [self._waiters[waiter_id].due_ms for waiter_id in pool.line if self._waiters[waiter_id].state == SIGNALED]
+        retry_after_s = max(0.0, (min(ends) - now_ms) / 1000) if ends else RETRY_AFTER_S
+        free = pool.units_total - in_use
+        sep = "; " if why and not why.startswith(";") else ""
+        return KernelError(
+            CAPACITY_UNAVAILABLE,
+            f"permit pool {pool.name!r} has {free} of {pool.units_total} units free, {units} asked{sep}{why}",
+            details={"unitsAvailable": free, "unitsTotal": pool.units_total, "waiting": len(pool.line)},
+            retry_after_s=retry_after_s,
+        )
+
+    # -- the line -------------------------------------------------------------------------------
+
+    def decide_wait(self, pool: Pool, waiter_id: str, scope_id: str, holder: str, units: int, ttl_ms: int, now_ms: int) -> dict:
+        self.check_units(pool, units)
+        if len(pool.line) >= self.waiters_max:
+            raise KernelError(CONFLICT, f"permit pool {pool.name!r} has {self.waiters_max} waiters already")
+        return {
+            "type": "permit_waiter.added", "id": waiter_id, "pool_id": pool.id, "scope_id": scope_id, "holder": holder,
+            "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
+        }
+
+    def decide_serve(self, pool: Pool, turn_ms: int, now_ms: int) -> list[dict]:
+        """Move the line: end the waiters whose TTL or turn ran out, hold units back for the
+        signaled ones, and signal from the head while the units fit. Nobody behind a waiter that
+        does not fit is signaled. The caller commits the records in order."""
+        records: list[dict] = []
+        free = pool.units_total - self.in_use(pool, now_ms)
+        blocked = False  # a waiter that does not fit: nobody behind it is signaled (they may still expire)
+        for waiter_id in pool.line:
+            waiter = self._waiters[waiter_id]
+            if now_ms >= waiter.due_ms:
+                records.append({"type": "permit_waiter.ended", "id": waiter.id, "state": EXPIRED, "grant_id": None, "at_ms": now_ms})
+                continue
+            if blocked:
+                continue
+            if waiter.state == WAITING:
+                if waiter.units > free:
+                    blocked = True
+                    continue
+                records.append({"type": "permit_waiter.signaled", "id": waiter.id, "turn_ends_ms": now_ms + turn_ms, "at_ms": now_ms})
+            free -= waiter.units
+        return records
+
+    def decide_cancel(self, waiter: PoolWaiter, now_ms: int) -> dict | None:
+        """Leave the line; a waiter that ended already stays as it ended (a grant stands)."""
+        if waiter.state not in (WAITING, SIGNALED):
+            return None
+        return {"type": "permit_waiter.ended", "id": waiter.id, "state": CANCELLED, "grant_id": None, "at_ms": now_ms}
 
     def decide_ended(self, pool: Pool, now_ms: int) -> list[dict]:
         """Expiry records for the grants of `pool` that ended unrecorded (a lease ran out, or the
@@ -229,7 +413,8 @@ class PoolTable:
 
     def decide_restart(self, newest_ms: int, now_ms: int, grace_ms: int) -> list[dict]:
         """After a recovery, the claims' rule: a lease that ended before the crash is expired; one
-        that may have been alive gets at least `grace_ms` from now, as a renewal."""
+        that may have been alive gets at least `grace_ms` from now, as a renewal. Signaled
+        waiters' turns get the same rule."""
         records: list[dict] = []
         for grant in sorted(self._grants.values(), key=lambda grant: (grant.expires_ms, grant.id)):
             if grant.message_id is not None:
@@ -241,6 +426,14 @@ class PoolTable:
                     "type": "grant.renewed", "id": grant.id, "lease_ms": grant.lease_ms,
                     "expires_ms": now_ms + grace_ms, "at_ms": now_ms,
                 })
+        # A signaled waiter whose turn may have been alive at the crash gets the same grace to
+        # come for its units (a new end of its turn; it keeps its place and when its turn began).
+        for pool in self._pools.values():
+            for waiter_id in pool.line:
+                waiter = self._waiters[waiter_id]
+                turn_ends_ms = waiter.turn_ends_ms
+                if waiter.state == SIGNALED and turn_ends_ms is not None and newest_ms < turn_ends_ms < now_ms + grace_ms:
+                    records.append({"type": "permit_waiter.signaled", "id": waiter.id, "turn_ends_ms": now_ms + grace_ms, "at_ms": now_ms})
         return records
 
     # -- applying -------------------------------------------------------------------------------
@@ -255,7 +448,10 @@ class PoolTable:
         grant = Grant(record)
         pool = self._pools[grant.pool_id]
         assert grant.id not in self._grants, "a grant id is handed out once"
-        assert self.in_use(pool, grant.acquired_ms) + grant.units <= pool.units_total, "a grant never takes a pool over its units"
+        # Units held back for signaled waiters count as taken (a signaled waiter's own grant ended
+        # its waiting in the record before this one).
+        taken = self.in_use(pool, grant.acquired_ms) + self.held_back(pool, grant.acquired_ms)
+        assert taken + grant.units <= pool.units_total, "a grant never takes a pool over its units, nor a signaled waiter's"
         pool.grants[grant.id] = self._grants[grant.id] = grant
         return grant
 
@@ -270,6 +466,53 @@ class PoolTable:
         grant = self._grants.pop(record["id"])
         del self._pools[grant.pool_id].grants[grant.id]
         return grant
+
+    def apply_waiter_added(self, record: dict) -> PoolWaiter:
+        waiter = PoolWaiter(record)
+        assert waiter.id not in self._waiters, "a waiter id is handed out once"
+        self._waiters[waiter.id] = waiter
+        self._pools[waiter.pool_id].line.append(waiter.id)
+        return waiter
+
+    def apply_waiter_signaled(self, record: dict) -> None:
+        waiter = self._waiters[record["id"]]
+        if waiter.state == SIGNALED:  # a restart's grace: the same turn, a later end
+            assert record["turn_ends_ms"] >= (waiter.turn_ends_ms or 0), "a turn is only ever made longer"
+            waiter.turn_ends_ms = record["turn_ends_ms"]
+            return
+        assert waiter.state == WAITING, "a waiter is signaled once per turn"
+        pool = self._pools[waiter.pool_id]
+        ahead = pool.line[: pool.line.index(waiter.id)]
+        assert all(self._waiters[other].state == SIGNALED for other in ahead), "waiters are signaled in the order they came"
+        waiter.state = SIGNALED
+        waiter.signaled_ms = record["at_ms"]
+        waiter.turn_ends_ms = record["turn_ends_ms"]
+
+    def apply_waiter_ended(self, record: dict) -> None:
+        waiter = self._waiters[record["id"]]
+        assert waiter.state in (WAITING, SIGNALED), "a waiter ends once"
+        assert record["state"] != GRANTED or waiter.state == SIGNALED, "only a signaled waiter is granted"
+        self._end(waiter, record["state"], record["at_ms"], record.get("grant_id"))
+
+    def _end(self, waiter: PoolWaiter, state: str, at_ms: int, grant_id: str | None = None) -> None:
+        waiter.state = state
+        waiter.ended_ms = at_ms
+        waiter.grant_id = grant_id
+        self._pools[waiter.pool_id].line.remove(waiter.id)
+        self._ended_count += 1
+        while self._ended_count > self.waiters_max:  # forget the oldest ended waiter (replay does the same)
+            oldest = next(w for w in self._waiters.values() if w.state not in (WAITING, SIGNALED))
+            del self._waiters[oldest.id]
+            self._ended_count -= 1
+
+    def end_in_scopes(self, scope_ids: list[str], at_ms: int) -> None:
+        """Applied with a scope's end: its waiters are CANCELLED."""
+        ended = set(scope_ids)
+        for pool in self._pools.values():
+            for waiter_id in list(pool.line):
+                waiter = self._waiters[waiter_id]
+                if waiter.scope_id in ended:
+                    self._end(waiter, CANCELLED, at_ms)
 
     def drop_scopes(self, scope_ids: list[str]) -> list[Grant]:
         """Applied with a scope's end: the grants of its subtree are given back."""
@@ -288,6 +531,17 @@ class PoolTable:
                 "type": "pool.image", "id": pool.id, "name": pool.name, "units": pool.units_total,
                 "created_ms": pool.created_ms, "grants": [grant.image() for grant in pool.grants.values()],
             }
+        # Waiters in the order they came, so every line comes back in order.
+        for waiter in self._waiters.values():
+            yield waiter.image()
+
+    def apply_waiter_image(self, record: dict) -> None:
+        waiter = PoolWaiter(record)
+        self._waiters[waiter.id] = waiter
+        if waiter.state in (WAITING, SIGNALED):
+            self._pools[waiter.pool_id].line.append(waiter.id)
+        else:
+            self._ended_count += 1
 
     def apply_image(self, record: dict) -> None:
         pool = self.apply_created({"id": record["id"], "name": record["name"], "units": record["units"], "at_ms": record["created_ms"]})

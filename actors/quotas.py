@@ -111,12 +111,15 @@ class Waiter:
 class AllowanceTable:
     """The allowances of one space, by id and name, and their waiters by id."""
 
-    __slots__ = ("_allowances", "_by_name", "_waiters", "allowances_max", "waiters_max")
+    __slots__ = ("_allowances", "_by_name", "_waiters", "_ended_count", "allowances_max", "waiters_max")
 
     def __init__(self, allowances_max: int, waiters_max: int) -> None:
         self._allowances: dict[str, Allowance] = {}
         self._by_name: dict[str, Allowance] = {}
+        # Waiters in the order they came. Ended ones stay readable (a client polls how its waiter
+        # ended; 0.3.0's limit() registers one per call), the newest `waiters_max` of them.
         self._waiters: dict[str, Waiter] = {}
+        self._ended_count = 0
         self.allowances_max = allowances_max
         self.waiters_max = waiters_max  # WAITING waiters per allowance
 
@@ -133,6 +136,9 @@ class AllowanceTable:
         if allowance is None:
             raise KernelError(NOT_FOUND, f"allowance {allowance_id!r} not found")
         return allowance
+
+    def named(self, name: str) -> Allowance | None:
+        return self._by_name.get(name)
 
     def find(self, name: str) -> Allowance:
         allowance = self._by_name.get(name)
@@ -347,6 +353,11 @@ class AllowanceTable:
         waiter.state = state
         waiter.ended_ms = at_ms
         self._allowances[waiter.allowance_id].queue.remove(waiter.id)
+        self._ended_count += 1
+        while self._ended_count > self.waiters_max:  # forget the oldest ended waiter (replay does the same)
+            oldest = next(w for w in self._waiters.values() if w.state != WAITING)
+            del self._waiters[oldest.id]
+            self._ended_count -= 1
 
     # -- images ---------------------------------------------------------------------------------
 
@@ -378,3 +389,5 @@ class AllowanceTable:
         self._waiters[waiter.id] = waiter
         if waiter.state == WAITING:
             self._allowances[waiter.allowance_id].queue.append(waiter.id)
+        else:
+            self._ended_count += 1

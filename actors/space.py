@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .boot import BootInfo
 from .caps import check_bytes
-from .admission import FREEING, WAKE_TIMER, on_wake_timer  # -- capacity --
+from .admission import FREEING, POOL_FREEING, TASK_CREATED, WAKE_TIMER, on_wake_timer  # -- capacity --
 from .capacity import CAPACITY_APPLY, CAPACITY_TIMERS, CapacityCommands  # -- capacity --
 from .claiming import LEASE_TIMER, ClaimCommands
 from .claims import ClaimTable
@@ -109,8 +109,15 @@ class SpaceState:
             self.apply(record)
             outcome.records.append(record)
         # -- capacity --: capacity given back wakes the admissions parked for it.
-        if self.capacity.wakeups and any(record["type"] in FREEING for record in records):
-            outcome.pokes.extend(self.capacity.take_wakeups())
+        capacity = self.capacity
+        if (capacity.wakeups or capacity.subtree_wakeups) and any(record["type"] in FREEING for record in records):
+            outcome.pokes.extend(capacity.take_wakeups())
+        if capacity.subtree_wakeups and any(record["type"] == TASK_CREATED for record in records):
+            outcome.pokes.extend(capacity.take_subtree_wakeups())
+        # -- capacity --: pool units given back by a delivery's end move the pools' lines.
+        freed = [record["at_ms"] for record in records if record["type"] in POOL_FREEING]
+        if freed:
+            outcome.timers.extend(self.capacity.pool_serve_timers(freed[-1]))
         if self.events.seq != seq:  # -- coordination -- (watches parked on the log look again)
             outcome.pokes.append(events_actor(self.id))
         return outcome

@@ -113,6 +113,11 @@ TRANSITIONS: dict[type, Transition] = {
     c.Settle: _capacity(CapacityCommands.settle),
     c.Void: _capacity(CapacityCommands.void),
     c.Admit: lambda state, command, now_ms: admission.admit(state.space(command.space), command, now_ms),
+    c.EnsurePool: _capacity(CapacityCommands.ensure_pool),
+    c.EnsureAllowance: _capacity(CapacityCommands.ensure_allowance),
+    c.EnsureBudget: _capacity(CapacityCommands.ensure_budget),
+    c.WaitPool: _capacity(CapacityCommands.wait_pool),
+    c.CancelPoolWaiter: _capacity(CapacityCommands.cancel_pool_waiter),
     # -- capacity (end) --
     # -- coordination --
     c.CreateBarrier: _coordination(CoordinationCommands.create_barrier),

@@ -90,6 +90,7 @@ OPERATIONS: dict[str, str] = {
     "allowance.consumed": "quotas.consume",
     "allowance.cooldown": "quotas.cooldown",
     "waiter.added": "quotas.wait",
+    "permit_waiter.added": "pools.wait",
     "work_limit.created": "work_limits.create",
     "budget.created": "budgets.create",
     "reservation.made": "budgets.reserve",
@@ -120,6 +121,7 @@ EVENTS: dict[str, str] = {
     # -- capacity --
     "grant.expired": "pools.expire",
     "waiter.granted": "quotas.grant",
+    "permit_waiter.signaled": "pools.signal",
     # Counted with the submit it belongs to.
     # -- coordination --
     "timer.fired": "timers.fire",
@@ -135,6 +137,10 @@ _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
     # -- capacity --
     "waiter.ended": lambda record: (OPERATION, "quotas.cancel_wait") if record["state"] == "CANCELLED" else (EVENT, "quotas.wait_expire"),
     "reservation.ended": lambda record: (OPERATION, "budgets.void") if record["state"] == "VOIDED" else (EVENT, "budgets.release"),
+    # A waiter's grant is part of its acquire (the operation is `grant.acquired`).
+    "permit_waiter.ended": lambda record: {
+        "CANCELLED": (OPERATION, "pools.cancel_wait"), "GRANTED": (FREE_OPERATION, "pools.take_turn"),
+    }.get(record["state"], (EVENT, "pools.wait_expire")),
 }
 # Records that are no change a caller made: snapshot images and the usage image itself; a run's
 # name (its `scope.created` is the operation).
@@ -142,7 +148,7 @@ NOT_COUNTED = frozenset(
     {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image",
      "workkey.image", "once.image", "run.named",
      # -- capacity --
-     "pool.image", "allowance.image", "waiter.image", "work_limit.image", "budget.image", "reservation.image",
+     "pool.image", "allowance.image", "waiter.image", "permit_waiter.image", "work_limit.image", "budget.image", "reservation.image",
      "work_limit.counted", "task.requirements",
      # -- coordination --
      "barrier.image", "timer.image", "group.image", "events.image", "event.image"}

@@ -87,8 +87,15 @@ def _components(limits: Limits) -> dict:
                 "leaseExpiresAt": _TS,
                 "acquiredAt": _TS,
             },
-            {"released": {"type": "boolean"}, "releasedAt": _TS},
+            {"released": {"type": "boolean"}, "releasedAt": _TS, "waiterId": text},
         ),
+        "PoolWaiter": _obj({
+            "waiterId": text, "id": text, "permitId": text, "name": text, "scopeId": text, "holder": text, "units": integer,
+            "state": {"enum": ["WAITING", "SIGNALED", "GRANTED", "EXPIRED", "CANCELLED"]},
+            "position": _nullable({"type": "integer", "description": "place in the line, 1 = the head"}),
+            "signaledAt": _nullable(_TS), "turnEndsAt": _nullable(_TS), "grantId": _nullable(text), "expiresAt": _TS, "createdAt": _TS,
+            "endedAt": _nullable(_TS),
+        }),
         "Mailbox": _obj(
             {
                 "id": text,
@@ -233,7 +240,7 @@ def _capacity_components() -> dict:
     return {
         "Pool": _obj({
             "id": text, "name": text, "unitsTotal": integer, "units": integer, "unitsInUse": integer,
-            "unitsAvailable": integer, "createdAt": _TS,
+            "unitsAvailable": integer, "waiting": integer, "createdAt": _TS,
         }),
         "Grant": _obj(
             {
@@ -241,8 +248,15 @@ def _capacity_components() -> dict:
                 "token": _nullable(text), "holder": text, "holderSession": text, "leaseSeconds": integer,
                 "leaseExpiresAt": _TS, "acquiredAt": _TS,
             },
-            {"released": {"type": "boolean"}, "releasedAt": _TS},
+            {"released": {"type": "boolean"}, "releasedAt": _TS, "waiterId": text},
         ),
+        "PoolWaiter": _obj({
+            "waiterId": text, "id": text, "permitId": text, "name": text, "scopeId": text, "holder": text, "units": integer,
+            "state": {"enum": ["WAITING", "SIGNALED", "GRANTED", "EXPIRED", "CANCELLED"]},
+            "position": _nullable({"type": "integer", "description": "place in the line, 1 = the head"}),
+            "signaledAt": _nullable(_TS), "turnEndsAt": _nullable(_TS), "grantId": _nullable(text), "expiresAt": _TS, "createdAt": _TS,
+            "endedAt": _nullable(_TS),
+        }),
         "Allowance": _obj({
             "id": text, "name": text, "unitsLimit": integer, "windowSeconds": integer, "windowStart": _TS,
             "windowEnd": _TS, "used": integer, "remaining": integer, "waiting": integer,
@@ -270,7 +284,8 @@ def _capacity_components() -> dict:
         ),
         "Admission": _obj(
             {
-                "taskId": _nullable(text), "messageId": text, "scopeId": text, "payload": {"description": "the task's input"},
+                "taskId": _nullable(text), "taskKey": _nullable(text), "messageId": text, "scopeId": text,
+                "payload": {"description": "the task's input"},
                 "attempt": integer, "token": text, "leaseExpiresAt": _TS, "leaseSeconds": integer,
                 "grants": {"type": "array", "items": _obj({"grantId": text, "permitId": text, "name": text, "units": integer, "leaseExpiresAt": _TS})},
                 "consumptions": {"type": "array", "items": _obj({"consumptionId": text, "allowanceId": text, "name": text, "units": integer, "windowStart": _TS})},

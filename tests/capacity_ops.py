@@ -17,11 +17,25 @@ class PoolOps(_Ops):
     async def create(self, space: str, *, name: str, units: int, idem: Any = None) -> dict:
         return await self._submit(c.CreatePool, idem, space=space, name=name, units=units)
 
-    async def acquire(self, space: str, pool_id: str, *, scope_id, units=1, holder="h", session="s", lease_s=30, idem=None) -> dict:
+    async def ensure(self, space: str, name: str, *, units=None, idem=None) -> dict:
+        return await self._submit(c.EnsurePool, idem, space=space, name=name, units=units)
+
+    async def acquire(
+        self, space: str, pool_id: str, *, scope_id, units=1, holder="h", session="s", lease_s=30, waiter_id=None, idem=None
+    ) -> dict:
         return await self._submit(
             c.AcquireGrant, idem, space=space, pool_id=pool_id, scope_id=scope_id, units=units, holder=holder,
-            session=session, lease_s=lease_s,
+            session=session, lease_s=lease_s, waiter_id=waiter_id,
         )
+
+    async def wait(self, space: str, pool_id: str, *, scope_id, units=1, holder="h", ttl_s=None, idem=None) -> dict:
+        return await self._submit(c.WaitPool, idem, space=space, pool_id=pool_id, scope_id=scope_id, units=units, holder=holder, ttl_s=ttl_s)
+
+    async def cancel(self, space: str, waiter_id: str, *, idem=None) -> dict:
+        return await self._submit(c.CancelPoolWaiter, idem, space=space, waiter_id=waiter_id)
+
+    def waiter(self, space: str, waiter_id: str) -> dict:
+        return reads.pool_waiter(self._kernel, space, waiter_id)
 
     async def renew(self, space: str, grant_id: str, *, token, lease_s=None, idem=None) -> dict:
         return await self._submit(c.RenewGrant, idem, space=space, grant_id=grant_id, token=token, lease_s=lease_s)
@@ -34,6 +48,9 @@ class PoolOps(_Ops):
 
 
 class QuotaOps(_Ops):
+    async def ensure(self, space: str, name: str, *, units_limit=None, window_s=None, idem=None) -> dict:
+        return await self._submit(c.EnsureAllowance, idem, space=space, name=name, units_limit=units_limit, window_s=window_s)
+
     async def create(self, space: str, *, name: str, units_limit: int, window_s: int, idem=None) -> dict:
         return await self._submit(c.CreateAllowance, idem, space=space, name=name, units_limit=units_limit, window_s=window_s)
 
@@ -70,6 +87,9 @@ class WorkLimitOps(_Ops):
 
 
 class BudgetOps(_Ops):
+    async def ensure(self, space: str, name: str, *, limit=None, currency=None, scale=None, idem=None) -> dict:
+        return await self._submit(c.EnsureBudget, idem, space=space, name=name, limit=limit, currency=currency, scale=scale)
+
     async def create(self, space: str, *, name: str, currency="USD", scale=2, limit: int, idem=None) -> dict:
         return await self._submit(c.CreateBudget, idem, space=space, name=name, currency=currency, scale=scale, limit=limit)
 
@@ -78,8 +98,11 @@ class BudgetOps(_Ops):
             c.Reserve, idem, space=space, budget_id=budget_id, scope_id=scope_id, holder=holder, amount=amount, settle_by_ms=settle_by_ms
         )
 
-    async def settle(self, space: str, budget_id: str, *, reservation_id: str, amount: int, work_key: str, idem=None) -> dict:
-        return await self._submit(c.Settle, idem, space=space, budget_id=budget_id, reservation_id=reservation_id, amount=amount, work_key=work_key)
+    async def settle(self, space: str, budget_id: str, *, reservation_id: str, amount: int, work_key: str, allow_overrun=None, idem=None) -> dict:
+        return await self._submit(
+            c.Settle, idem, space=space, budget_id=budget_id, reservation_id=reservation_id, amount=amount, work_key=work_key,
+            allow_overrun=allow_overrun,
+        )
 
     async def void(self, space: str, budget_id: str, *, reservation_id: str, work_key: str, idem=None) -> dict:
         return await self._submit(c.Void, idem, space=space, budget_id=budget_id, reservation_id=reservation_id, work_key=work_key)
@@ -98,8 +121,8 @@ class AdmitOps(_Ops):
             requirements=requirements, work_limit=work_limit,
         )
 
-    async def admit(self, space: str, *, mailbox_id, scope_id, holder="w", session="s", lease_s=30, wait_ms=None, idem=None):
+    async def admit(self, space: str, *, mailbox_id, scope_id, holder="w", session="s", lease_s=30, wait_ms=None, include_descendants=None, idem=None):
         return await self._submit(
             c.Admit, idem, space=space, mailbox_id=mailbox_id, scope_id=scope_id, holder=holder, session=session,
-            lease_s=lease_s, wait_ms=wait_ms,
+            lease_s=lease_s, wait_ms=wait_ms, include_descendants=include_descendants,
         )

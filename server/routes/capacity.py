@@ -52,9 +52,25 @@ endpoint(router, "POST", BASE + "/permits", Doc(
     "Create a permit pool (409 CONFLICT if the name exists)", (Reply(201, "Pool", "Created"),), c.CreatePool,
     errors=ERRORS, idempotent=True, group=G,
 ), status=201)
+endpoint(router, "PUT", BASE + "/permits/by-name/{name}", Doc(
+    "Look up the pool of this name ({}), or create or check it (units; 409 CONFLICT when it differs)",
+    (Reply(200, "Pool"),), c.EnsurePool, body_required=False, errors=ERRORS, idempotent=True, group=G,
+))
 endpoint(router, "POST", BASE + "/permits/{permit_id}/acquire", Doc(
-    "Take units of a pool under a fenced lease (409 CAPACITY_UNAVAILABLE with Retry-After when too few are free)",
+    "Take units of a pool under a fenced lease (409 CAPACITY_UNAVAILABLE with Retry-After when too few are free "
+    "or anyone is in the pool's line; with waiterId, the units held back for that signaled waiter)",
     (Reply(200, "Grant"),), c.AcquireGrant, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/permits/{permit_id}/wait", Doc(
+    "Join the pool's FIFO line: SIGNALED when it is this waiter's turn (at once if nothing is ahead and the units are free)",
+    (Reply(200, "PoolWaiter"),), c.WaitPool, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "GET", BASE + "/permit-waiters/{waiter_id}", Doc(
+    "A waiter in a pool's line", (Reply(200, "PoolWaiter"),), errors=("404",), group=G,
+), _reader(reads.pool_waiter, "waiter_id"))
+endpoint(router, "POST", BASE + "/permit-waiters/{waiter_id}/cancel", Doc(
+    "Leave the line (a grant that came first stands)", (Reply(200, "PoolWaiter"),), c.CancelPoolWaiter,
+    body_required=False, errors=ERRORS, idempotent=True, group=G,
 ))
 endpoint(router, "POST", BASE + "/grants/{grant_id}/renew", Doc(
     "Renew a grant's lease", (Reply(200, "Grant"),), c.RenewGrant, errors=ERRORS, idempotent=True, group=G,
@@ -71,6 +87,10 @@ endpoint(router, "POST", BASE + "/allowances", Doc(
     "Create an allowance: unitsLimit units per fixed window (409 CONFLICT if the name exists)",
     (Reply(201, "Allowance", "Created"),), c.CreateAllowance, errors=ERRORS, idempotent=True, group=G,
 ), status=201)
+endpoint(router, "PUT", BASE + "/allowances/by-name/{name}", Doc(
+    "Look up the allowance of this name ({}), or create or check it (unitsLimit and windowSeconds; 409 CONFLICT when it differs)",
+    (Reply(200, "Allowance"),), c.EnsureAllowance, body_required=False, errors=ERRORS, idempotent=True, group=G,
+))
 endpoint(router, "GET", BASE + "/allowances/{allowance_id}", Doc("An allowance and its current window", (Reply(200, "Allowance"),), errors=("404",), group=G), _reader(reads.allowance, "allowance_id"))
 endpoint(router, "POST", BASE + "/allowances/{allowance_id}/consume", Doc(
     "Consume units in the current window (429 ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN with Retry-After)",
@@ -107,13 +127,18 @@ endpoint(router, "POST", BASE + "/budgets", Doc(
     "Create a budget (amounts in minor units, as digit strings; 409 CONFLICT if the name exists)",
     (Reply(201, "Budget", "Created"),), c.CreateBudget, errors=ERRORS, idempotent=True, group=G,
 ), status=201)
+endpoint(router, "PUT", BASE + "/budgets/by-name/{name}", Doc(
+    "Look up the budget of this name ({}), or create or check it (limitMinor, currency USD and scale 2 by default; 409 CONFLICT when it differs)",
+    (Reply(200, "Budget"),), c.EnsureBudget, body_required=False, errors=ERRORS, idempotent=True, group=G,
+))
 endpoint(router, "GET", BASE + "/budgets/{budget_id}", Doc("A budget with its active reservations", (Reply(200, "Budget"),), errors=("404",), group=G), _reader(reads.budget, "budget_id"))
 endpoint(router, "POST", BASE + "/budgets/{budget_id}/reserve", Doc(
     "Reserve an amount (409 INSUFFICIENT_BUDGET when it does not fit)", (Reply(201, "Reservation", "Reserved"),), c.Reserve,
     errors=ERRORS, idempotent=True, group=G,
 ), status=201)
 endpoint(router, "POST", BASE + "/budgets/{budget_id}/settle", Doc(
-    "Charge what was spent (at most what the reservation holds; idempotent per workKey)", (Reply(200, "Reservation"),), c.Settle,
+    "Charge what was spent (at most what the reservation holds, or with allowOverrun what the budget can still cover; "
+    "idempotent per workKey)", (Reply(200, "Reservation"),), c.Settle,
     errors=ERRORS, idempotent=True, group=G,
 ))
 endpoint(router, "POST", BASE + "/budgets/{budget_id}/void", Doc(

@@ -192,3 +192,48 @@ async def test_admission_replays_and_images_exactly(world, autojump_clock):
     for record in live.space(SPACE).image():
         imaged.apply(record)
     assert_same_state(imaged, live.space(SPACE))
+
+
+async def test_admit_answers_the_task_key_and_includes_descendants_when_asked(world, autojump_clock):
+    """0.3.0's workers admit with includeDescendants: tasks of child scopes (a gather's gate scope)
+    come too, oldest first across the subtree; without it only the scope's own queue. The answer
+    names the task key; a parked admit wakes when a child scope's task arrives."""
+    await world.setup()
+    child = (await world.scopes.create(SPACE, parent_id=world.run))["id"]
+    in_child = await world.admission.submit(SPACE, scope_id=child, mailbox_id=world.box, key="c1", task_input=1)
+    assert await world.admit() is EMPTY, "the child's queue is not the run's"
+    mine = await world.submit("r1")
+    first = await world.admit(include_descendants=True)
+    assert (first["taskId"], first["taskKey"], first["scopeId"]) == (in_child["id"], "c1", child), "the oldest of the subtree"
+    second = await world.admit(include_descendants=True)
+    assert (second["taskId"], second["taskKey"]) == (mine["id"], "r1")
+    answers = []
+
+    async def parked():
+        answers.append((await world.admit(wait_ms=20_000, include_descendants=True), trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parked)
+        await trio.sleep(3)
+        start = trio.current_time()
+        late = await world.admission.submit(SPACE, scope_id=child, mailbox_id=world.box, key="c2", task_input=2)
+    got, at = answers[0]
+    assert got["taskId"] == late["id"] and at == pytest.approx(start, abs=1e-6)
+
+
+async def test_admission_does_not_overtake_a_pools_line_and_a_delivery_end_moves_it(world, autojump_clock):
+    """A task needing units of a pool with waiters lined up waits behind them; units given back by
+    a delivery's end (outside the capacity actor) signal the head of the line by a timer."""
+    await world.setup(units=1)
+    await world.submit("a", gpu(1))
+    first = await world.admit()
+    waiter = await world.pools.wait(SPACE, world.pool["id"], scope_id=world.run)
+    assert waiter["state"] == "WAITING"
+    await world.submit("b", gpu(1))
+    await world.messages.complete(SPACE, first["messageId"], token=first["token"])
+    await trio.sleep(0.001)
+    assert world.pools.waiter(SPACE, waiter["waiterId"])["state"] == "SIGNALED"
+    assert await world.admit() is EMPTY, "the signaled waiter's unit is held back for it"
+    grant = await world.pools.acquire(SPACE, world.pool["id"], scope_id=world.run, waiter_id=waiter["waiterId"])
+    await world.pools.release(SPACE, grant["grantId"], token=grant["token"])
+    assert (await world.admit())["taskKey"] == "b"

@@ -115,6 +115,147 @@ async def test_a_cancelled_scope_gives_its_grants_back(world, autojump_clock):
     await refused("SCOPE_CANCELLED", world.pools.acquire(SPACE, pool["id"], scope_id=child["id"]))
 
 
+# -- the line of a pool (0.3.0's slots) ----------------------------------------------------------------
+
+
+async def test_a_pools_line_is_served_in_order_and_a_big_request_is_not_starved(world, autojump_clock):
+    """Waiters are signaled head first, and only when their units fit; nobody overtakes the head:
+    not a smaller waiter behind it, not a plain acquire, not a waiter acquiring before its turn.
+    A signaled waiter's units are held back for it until it acquires with its waiter id."""
+    run = await world.scopes.create(SPACE)
+    pool = await world.pools.create(SPACE, name="browsers", units=3)
+    two = await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=2, lease_s=30)
+    one = await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=1, lease_s=60)
+    big = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"], units=3, holder="big")
+    small = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"], units=1, holder="small")
+    assert (big["state"], big["position"], small["state"], small["position"]) == ("WAITING", 1, "WAITING", 2)
+    assert big["waiterId"].startswith("pw_") and big["expiresAt"] == "2027-01-15T09:00:00.000Z", "default TTL: an hour"
+    error = await refused("CAPACITY_UNAVAILABLE", world.pools.acquire(SPACE, pool["id"], scope_id=run["id"]))
+    assert error.retry_after_s == 30.0 and "2 waiter(s) ahead" in error.message
+    await world.pools.release(SPACE, one["grantId"], token=one["token"])
+    assert world.pools.waiter(SPACE, small["waiterId"])["state"] == "WAITING", "a unit is free, but the big head is ahead"
+    await refused("CAPACITY_UNAVAILABLE", world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], waiter_id=small["waiterId"]))
+    await refused("CAPACITY_UNAVAILABLE", world.pools.acquire(SPACE, pool["id"], scope_id=run["id"]))
+    await trio.sleep(5)
+    await world.pools.release(SPACE, two["grantId"], token=two["token"])
+    signaled = world.pools.waiter(SPACE, big["waiterId"])
+    assert signaled["state"] == "SIGNALED" and signaled["turnEndsAt"] == "2027-01-15T08:00:15.000Z"
+    assert world.pools.waiter(SPACE, small["waiterId"])["state"] == "WAITING", "the head's units are held back"
+    error = await refused("CAPACITY_UNAVAILABLE", world.pools.acquire(SPACE, pool["id"], scope_id=run["id"]))
+    assert error.retry_after_s == 10.0, "the line moves next when the head's turn ends"
+    await refused("VALIDATION_FAILED", world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=2, waiter_id=big["waiterId"]))
+    grant = await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=3, waiter_id=big["waiterId"])
+    assert grant["units"] == 3 and grant["waiterId"] == big["waiterId"]
+    granted = world.pools.waiter(SPACE, big["waiterId"])
+    assert (granted["state"], granted["grantId"], granted["position"]) == ("GRANTED", grant["grantId"], None)
+    assert (await world.pools.cancel(SPACE, big["waiterId"]))["state"] == "GRANTED", "a grant stands"
+    await world.pools.release(SPACE, grant["grantId"], token=grant["token"])
+    assert world.pools.waiter(SPACE, small["waiterId"])["state"] == "SIGNALED"
+    mine = await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], waiter_id=small["waiterId"])
+    assert mine["units"] == 1 and world.pools.list(SPACE)[0]["waiting"] == 0
+    now = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"], units=2)
+    assert now["state"] == "SIGNALED", "nothing ahead and the units free: its turn at once"
+    await refused("NOT_FOUND", world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], waiter_id="pw_none"))
+    await refused("VALIDATION_FAILED", world.pools.wait(SPACE, pool["id"], scope_id=run["id"], units=4))
+
+
+async def test_a_signaled_waiter_that_does_not_come_loses_its_turn_to_the_next(world, autojump_clock):
+    """A crashed head holds the line up for one turn (pool_turn_s), then it is EXPIRED and the
+    next is signaled by the timer; a WAITING waiter's TTL ends it EXPIRED; a cancel leaves the
+    line; a lease that runs out signals the head on its own timer."""
+    run = await world.scopes.create(SPACE)
+    pool = await world.pools.create(SPACE, name="p", units=1)
+    held = await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], lease_s=20)
+    gone = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"], holder="crashed")
+    brief = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"], holder="brief", ttl_s=5)
+    late = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"], holder="late")
+    await trio.sleep(5.001)
+    assert world.pools.waiter(SPACE, brief["waiterId"])["state"] == "EXPIRED"
+    await trio.sleep(15)
+    assert world.pools.waiter(SPACE, gone["waiterId"])["state"] == "SIGNALED", "the lease ran out: the head's turn"
+    await trio.sleep(9.998)
+    assert world.pools.waiter(SPACE, late["waiterId"])["state"] == "WAITING"
+    await trio.sleep(0.002)
+    assert world.pools.waiter(SPACE, gone["waiterId"])["state"] == "EXPIRED"
+    assert world.pools.waiter(SPACE, late["waiterId"])["state"] == "SIGNALED"
+    await refused("CAPACITY_UNAVAILABLE", world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], waiter_id=gone["waiterId"]))
+    await refused("STALE_CLAIM", world.pools.renew(SPACE, held["grantId"], token=held["token"]))
+    assert (await world.pools.cancel(SPACE, late["waiterId"]))["state"] == "CANCELLED"
+    assert (await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"]))["units"] == 1, "nobody in line: a plain acquire"
+
+
+async def test_a_scope_end_cancels_its_pool_waiters_and_signals_those_behind(world, autojump_clock):
+    """A waiter of an ended run is CANCELLED in the scope's own record; the one behind it, which
+    fits, is signaled; joining the line from an ended scope is SCOPE_CANCELLED."""
+    run = await world.scopes.create(SPACE)
+    other = await world.scopes.create(SPACE)
+    pool = await world.pools.create(SPACE, name="p", units=2)
+    await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=1, lease_s=600)
+    head = await world.pools.wait(SPACE, pool["id"], scope_id=other["id"], units=2)
+    behind = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"], units=1)
+    assert (head["state"], behind["state"]) == ("WAITING", "WAITING")
+    from runstate.actors.capacity_reads import pool_waiting
+
+    waiting = pool_waiting(world.kernel, SPACE, [run["id"]])
+    assert [(w["permit"], w["units"], w["waiterId"]) for w in waiting] == [("p", 1, behind["waiterId"])], "what status() reads"
+    await world.scopes.cancel(SPACE, other["id"])
+    await trio.sleep(0.001)
+    assert world.pools.waiter(SPACE, head["waiterId"])["state"] == "CANCELLED"
+    assert world.pools.waiter(SPACE, behind["waiterId"])["state"] == "SIGNALED"
+    await refused("SCOPE_CANCELLED", world.pools.wait(SPACE, pool["id"], scope_id=other["id"]))
+
+
+# -- by name (0.3.0's setup and decorators) ------------------------------------------------------------
+
+
+async def test_by_name_looks_up_creates_or_checks_each_resource(world, autojump_clock):
+    """`{}` looks a name up (404 when missing); sizes create it when missing and must match when
+    it exists (409 CONFLICT naming what differs); half a declaration is a 400."""
+    await refused("NOT_FOUND", world.pools.ensure(SPACE, "browsers"))
+    pool = await world.pools.ensure(SPACE, "browsers", units=5)
+    assert (pool["name"], pool["units"]) == ("browsers", 5)
+    assert (await world.pools.ensure(SPACE, "browsers"))["id"] == pool["id"]
+    assert (await world.pools.ensure(SPACE, "browsers", units=5))["id"] == pool["id"]
+    error = await refused("CONFLICT", world.pools.ensure(SPACE, "browsers", units=4))
+    assert "has 5 units, not 4" in error.message
+
+    await refused("NOT_FOUND", world.quotas.ensure(SPACE, "search"))
+    quota = await world.quotas.ensure(SPACE, "search", units_limit=60, window_s=60)
+    assert (quota["unitsLimit"], quota["windowSeconds"]) == (60, 60)
+    assert (await world.quotas.ensure(SPACE, "search"))["id"] == quota["id"]
+    await refused("CONFLICT", world.quotas.ensure(SPACE, "search", units_limit=60, window_s=1))
+    await refused("VALIDATION_FAILED", world.quotas.ensure(SPACE, "other", units_limit=60))
+
+    await refused("NOT_FOUND", world.budgets.ensure(SPACE, "spend"))
+    budget = await world.budgets.ensure(SPACE, "spend", limit=500)
+    assert (budget["limitMinor"], budget["currency"], budget["scale"]) == ("500", "USD", 2)
+    assert (await world.budgets.ensure(SPACE, "spend", limit=500, currency="USD", scale=2))["id"] == budget["id"]
+    error = await refused("CONFLICT", world.budgets.ensure(SPACE, "spend", limit=500, scale=3))
+    assert "scale 2, not 3" in error.message
+    await refused("CONFLICT", world.budgets.ensure(SPACE, "spend", limit=501))
+    await refused("VALIDATION_FAILED", world.budgets.ensure(SPACE, "none", currency="EUR"))
+
+
+async def test_a_settle_with_overrun_charges_past_the_reservation_up_to_what_is_left(world, autojump_clock):
+    """allowOverrun charges more than was reserved, cut to what the budget still has (spent never
+    passes the limit); a smaller settle leaves the reservation ACTIVE with the rest; without
+    allowOverrun a settle past the reservation is a CONFLICT."""
+    run = await world.scopes.create(SPACE)
+    budget = await world.budgets.create(SPACE, name="b", limit=100)
+    first = await world.budgets.reserve(SPACE, budget["id"], scope_id=run["id"], amount=30)
+    await refused("CONFLICT", world.budgets.settle(SPACE, budget["id"], reservation_id=first["reservationId"], amount=40, work_key="k0"))
+    over = await world.budgets.settle(SPACE, budget["id"], reservation_id=first["reservationId"], amount=40, work_key="k1", allow_overrun=True)
+    assert (over["state"], over["settledMinor"], over["reservedMinor"]) == ("SETTLED", "40", "0")
+    second = await world.budgets.reserve(SPACE, budget["id"], scope_id=run["id"], amount=20)
+    part = await world.budgets.settle(SPACE, budget["id"], reservation_id=second["reservationId"], amount=5, work_key="k2", allow_overrun=True)
+    assert (part["state"], part["reservedMinor"]) == ("ACTIVE", "15")
+    capped = await world.budgets.settle(SPACE, budget["id"], reservation_id=second["reservationId"], amount=500, work_key="k3", allow_overrun=True)
+    assert (capped["state"], capped["settledMinor"]) == ("SETTLED", "60")
+    view = world.budgets.view(SPACE, budget["id"])
+    assert (view["spentMinor"], view["availableMinor"], view["reservations"]) == ("100", "0", [])
+    await refused("INSUFFICIENT_BUDGET", world.budgets.reserve(SPACE, budget["id"], scope_id=run["id"], amount=1))
+
+
 # -- quotas ------------------------------------------------------------------------------------------
 
 
@@ -281,10 +422,17 @@ async def _busy(world: World) -> None:
     from runstate.actors import commands as c
     for key in ("t1", "t2"):
         await world.tasks._submit(c.SubmitTask, None, space=SPACE, scope_id=run["id"], mailbox_id=mailbox["id"], key=key, work_limit="wl")
+    line = await world.pools.create(SPACE, name="line", units=2)
+    blocking = await world.pools.acquire(SPACE, line["id"], scope_id=run["id"], units=2, lease_s=600)
+    for scope, units in ((run, 1), (other, 2), (run, 1), (run, 2)):
+        await world.pools.wait(SPACE, line["id"], scope_id=scope["id"], units=units)
     await trio.sleep(12)
     await world.pools.renew(SPACE, grant["grantId"], token=grant["token"])
     await world.scopes.cancel(SPACE, other["id"])
     await trio.sleep(15)
+    # The line: one signaled, one waiting behind it, one cancelled with its scope.
+    await world.pools.release(SPACE, blocking["grantId"], token=blocking["token"])
+    await trio.sleep(1)
 
 
 def _state_of(space: SpaceState) -> list[dict]:
@@ -323,3 +471,110 @@ async def test_a_scope_end_cancels_its_waiters_and_serves_those_behind_them(worl
     await trio.sleep(0.001)
     assert world.quotas.waiter(SPACE, head["waiterId"])["state"] == "CANCELLED"
     assert world.quotas.waiter(SPACE, behind["waiterId"])["state"] == "GRANTED"
+
+
+async def test_ended_waiters_are_forgotten_oldest_first_past_the_bound(autojump_clock, nursery):
+    """A client reads how its waiter ended, so ended waiters (of pools and of allowances) are
+    kept, but only the newest `waiters_max` of them: replay and the image forget the same ones."""
+    from runstate.actors.limits import Limits
+
+    limits = Limits().replace(waiters_max=2)
+    kernel = Kernel(state=KernelState(limits), journal=MemoryJournal(keep=True), clock=Clock(wall_anchor_ms=T0), ids=IdSource(seed=4))
+    await nursery.start(kernel.run)
+    world = World(kernel)
+    run = await world.scopes.create(SPACE)
+    pool = await world.pools.create(SPACE, name="p", units=1)
+    await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], lease_s=600)
+    ids = []
+    for _ in range(3):
+        waiter = await world.pools.wait(SPACE, pool["id"], scope_id=run["id"])
+        await world.pools.cancel(SPACE, waiter["waiterId"])
+        ids.append(waiter["waiterId"])
+    await refused("NOT_FOUND", world.pools.cancel(SPACE, ids[0]))
+    assert [world.pools.waiter(SPACE, i)["state"] for i in ids[1:]] == ["CANCELLED", "CANCELLED"]
+    allowance = await world.quotas.create(SPACE, name="q", units_limit=1, window_s=600)
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"])
+    quota_ids = []
+    for _ in range(3):
+        waiter = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], ttl_s=60)
+        await world.quotas.cancel(SPACE, waiter["waiterId"])
+        quota_ids.append(waiter["waiterId"])
+    await refused("NOT_FOUND", world.quotas.cancel(SPACE, quota_ids[0]))
+    assert [world.quotas.waiter(SPACE, i)["state"] for i in quota_ids[1:]] == ["CANCELLED", "CANCELLED"]
+    live = kernel.state.space(SPACE)
+    replayed = KernelState(limits)
+    for record in kernel.journal.records:
+        replayed.apply(record)
+    imaged = SpaceState(SPACE, live.limits)
+    for record in live.image():
+        check_record(record)
+        imaged.apply(record)
+    assert _state_of(replayed.space(SPACE)) == _state_of(live) == _state_of(imaged)
+
+
+async def test_a_refused_acquire_changes_nothing_even_when_the_line_was_due_to_move():
+    """The line's move and the acquire are decided together and committed only if the acquire
+    succeeds: a refusal (a turn that raises) leaves the state as it was, the move included."""
+    from runstate.actors import commands as c
+    from runstate.actors.limits import Limits
+    from runstate.actors.transitions import TRANSITIONS
+
+    space = SpaceState(SPACE, Limits())
+    records = [
+        {"type": "scope.created", "id": "sc_1", "name": None, "parent_id": None, "deadline_ms": None, "child_limit": None, "at_ms": T0},
+        {"type": "pool.created", "id": "pm_1", "name": "p", "units": 1, "at_ms": T0},
+        {"type": "grant.acquired", "id": "gr_1", "pool_id": "pm_1", "scope_id": "sc_1", "units": 1, "token": "t1", "holder": "h",
+         "session": "s", "lease_ms": 60_000, "expires_ms": T0 + 60_000, "at_ms": T0},
+        {"type": "permit_waiter.added", "id": "pw_a", "pool_id": "pm_1", "scope_id": "sc_1", "holder": "a", "units": 1, "expires_ms": T0 + 5_000, "at_ms": T0},
+        {"type": "permit_waiter.added", "id": "pw_b", "pool_id": "pm_1", "scope_id": "sc_1", "holder": "b", "units": 1, "expires_ms": T0 + 600_000, "at_ms": T0},
+    ]
+    for record in records:
+        record["space"] = SPACE
+        check_record(record)
+        space.apply(record)
+    before = _state_of(space)
+    base = dict(space=SPACE, pool_id="pm_1", scope_id="sc_1", units=1, holder="x", session="s", lease_s=30, grant_id="gr_2", token="t2")
+    later = T0 + 10_000  # pw_a's TTL ran out, and no timer has recorded it
+    for waiter_id in (None, "pw_b", "pw_a"):
+        with pytest.raises(KernelError) as caught:
+            TRANSITIONS[c.AcquireGrant](_Spaces(space), c.AcquireGrant(**base, waiter_id=waiter_id), later)
+        assert caught.value.code == "CAPACITY_UNAVAILABLE"
+        assert _state_of(space) == before, f"a refused acquire (waiter {waiter_id}) changed the state"
+    assert "pw_a' is EXPIRED" in caught.value.message
+
+
+class _Spaces:
+    def __init__(self, space: SpaceState) -> None:
+        self._space = space
+
+    def space(self, space_id: str) -> SpaceState:
+        return self._space
+
+
+async def test_a_restart_gives_a_signaled_waiter_the_grace_to_come_for_its_units():
+    """The claims' restart rule for a pool's line: a turn that may have been alive at the crash
+    ends no sooner than the grace after the restart; one that ended before the crash is not
+    extended (the next move of the line expires it). The waiter keeps when its turn began."""
+    from runstate.actors.limits import Limits
+
+    space = SpaceState(SPACE, Limits())
+    records = [
+        {"type": "scope.created", "id": "sc_1", "name": None, "parent_id": None, "deadline_ms": None, "child_limit": None, "at_ms": T0},
+        {"type": "pool.created", "id": "pm_1", "name": "p", "units": 2, "at_ms": T0},
+        {"type": "pool.created", "id": "pm_2", "name": "q", "units": 1, "at_ms": T0},
+        {"type": "permit_waiter.added", "id": "pw_a", "pool_id": "pm_1", "scope_id": "sc_1", "holder": "a", "units": 1, "expires_ms": T0 + 600_000, "at_ms": T0},
+        {"type": "permit_waiter.added", "id": "pw_b", "pool_id": "pm_2", "scope_id": "sc_1", "holder": "b", "units": 1, "expires_ms": T0 + 600_000, "at_ms": T0},
+        {"type": "permit_waiter.signaled", "id": "pw_a", "turn_ends_ms": T0 + 10_000, "at_ms": T0},
+        {"type": "permit_waiter.signaled", "id": "pw_b", "turn_ends_ms": T0 + 3_000, "at_ms": T0 - 7_000},
+    ]
+    for record in records:
+        record["space"] = SPACE
+        space.apply(record)
+    newest, now = T0 + 5_000, T0 + 20_000  # the last record before the crash; the restart
+    outcome = space.capacity.restart(newest, now, grace_ms=15_000)
+    assert [(r["type"], r["id"], r["turn_ends_ms"]) for r in outcome.records] == [("permit_waiter.signaled", "pw_a", now + 15_000)]
+    waiter = space.capacity.pools.waiter("pw_a")
+    assert (waiter.state, waiter.signaled_ms, waiter.due_ms) == ("SIGNALED", T0, now + 15_000)
+    assert any(timer.tag == ("pool-waiter", "pw_a") and timer.due_ms == now + 15_000 for timer in outcome.timers)
+    for record in outcome.records:
+        check_record(record)

@@ -8,6 +8,10 @@ import pytest
 pytestmark = pytest.mark.trio
 
 
+async def _put(api, tail: str, json: dict):  # type: ignore[no-untyped-def]
+    return await api.request("PUT", "/v1/spaces/default" + tail, json=json)
+
+
 async def _run(api) -> str:
     status, _, body = await api.post("/scopes", {"name": "capacity"})
     assert status == 201
@@ -158,3 +162,85 @@ async def test_capacity_gauges_follow_the_state():
     assert found[("runstate_quota_waiters", (("allowance", "llm"), ("space", "default")))] == 0
     assert found[("runstate_budget_spent_minor", (("budget", "spend"), ("space", "default")))] == 100
     assert found[("runstate_budget_reserved_minor", (("budget", "spend"), ("space", "default")))] == 200
+
+
+async def test_by_name_over_http(api):
+    """0.3.0's `PUT .../by-name/{name}` for pools, allowances and budgets: `{}` looks up (404 when
+    missing), a body creates (200) or checks (409 CONFLICT on a difference); names are percent-decoded."""
+    for kind, sizes, other in (
+        ("permits", {"units": 2}, {"units": 3}),
+        ("allowances", {"unitsLimit": 3, "windowSeconds": 1}, {"unitsLimit": 3, "windowSeconds": 60}),
+        ("budgets", {"limitMinor": "500", "currency": "USD", "scale": 2}, {"limitMinor": "500", "currency": "EUR", "scale": 2}),
+    ):
+        status, _, body = await _put(api, f"/{kind}/by-name/web%20search", {})
+        assert status == 404 and body["error"]["code"] == "NOT_FOUND", kind
+        status, _, made = await _put(api, f"/{kind}/by-name/web%20search", sizes)
+        assert status == 200 and made["name"] == "web search" and made["id"], kind
+        status, _, found = await _put(api, f"/{kind}/by-name/web%20search", {})
+        assert status == 200 and found["id"] == made["id"], kind
+        status, _, same = await _put(api, f"/{kind}/by-name/web%20search", sizes)
+        assert status == 200 and same["id"] == made["id"], kind
+        status, _, body = await _put(api, f"/{kind}/by-name/web%20search", other)
+        assert status == 409 and body["error"]["code"] == "CONFLICT", kind
+    status, _, body = await _put(api, "/allowances/by-name/half", {"unitsLimit": 3})
+    assert status == 400 and body["error"]["code"] == "VALIDATION_FAILED"
+    status, _, found = await _put(api, "/budgets/by-name/web%20search", {})
+    assert (found["scale"], found["limitMinor"], found["currency"]) == (2, "500", "USD")
+
+
+async def test_a_pools_line_over_http(api):
+    """0.3.0's slots(): a failed acquire, wait (no TTL sent), the waiter's read (WAITING, then
+    SIGNALED once the units are back), acquire with waiterId, cancel with `{}`; a plain acquire
+    while anyone waits is 409 CAPACITY_UNAVAILABLE with Retry-After."""
+    run = await _run(api)
+    status, _, pool = await _put(api, "/permits/by-name/browser", {"units": 1})
+    acquire = {"scopeId": run, "units": 1, "holder": "w", "holderSession": "s", "leaseSeconds": 30}
+    status, _, held = await api.post(f"/permits/{pool['id']}/acquire", acquire)
+    assert status == 200
+    status, _, waiter = await api.post(f"/permits/{pool['id']}/wait", {"scopeId": run, "units": 1, "holder": "w"})
+    assert status == 200 and waiter["state"] == "WAITING" and waiter["waiterId"].startswith("pw_")
+    status, _, second = await api.post(f"/permits/{pool['id']}/wait", {"scopeId": run, "units": 1, "holder": "x"})
+    status, _, seen = await api.get(f"/permit-waiters/{waiter['waiterId']}")
+    assert status == 200 and (seen["state"], seen["position"]) == ("WAITING", 1)
+    status, _, body = await api.post(f"/permits/{pool['id']}/acquire", {**acquire, "waiterId": waiter["waiterId"]})
+    assert status == 409 and body["error"]["code"] == "CAPACITY_UNAVAILABLE"
+    status, _, _ = await api.post(f"/grants/{held['grantId']}/release", {"token": held["token"]})
+    status, _, seen = await api.get(f"/permit-waiters/{waiter['waiterId']}")
+    assert seen["state"] == "SIGNALED" and seen["turnEndsAt"]
+    status, headers, body = await api.post(f"/permits/{pool['id']}/acquire", acquire)
+    assert status == 409 and body["error"]["code"] == "CAPACITY_UNAVAILABLE" and 0 < float(headers["retry-after"]) <= 10
+    status, _, grant = await api.post(f"/permits/{pool['id']}/acquire", {**acquire, "waiterId": waiter["waiterId"]})
+    assert status == 200 and grant["grantId"] and grant["token"]
+    status, _, cancelled = await api.post(f"/permit-waiters/{second['waiterId']}/cancel", {})
+    assert status == 200 and cancelled["state"] == "CANCELLED"
+    status, _, body = await api.get("/permit-waiters/pw_nope")
+    assert status == 404 and body["error"]["code"] == "NOT_FOUND"
+
+
+async def test_what_0_3_0_reads_from_budgets_and_admissions(api):
+    """Settle with allowOverrun answers `state`; the budget view lists `reservations[]` with id and
+    scopeId; admit with includeDescendants answers `taskKey` and reservation ids as strings."""
+    run = await _run(api)
+    status, _, child = await api.post("/scopes", {"parentId": run})
+    status, _, budget = await _put(api, "/budgets/by-name/spend", {"limitMinor": "100", "currency": "USD", "scale": 2})
+    status, _, box = await _put(api, "/mailboxes/by-name/jobs", {})
+    status, _, task = await api.post("/tasks", {
+        "scopeId": child["id"], "mailboxId": box["id"], "taskKey": "t1", "input": 1,
+        "requirements": {"budgets": [{"name": "spend", "reserveMinor": "30"}]},
+    })
+    assert status in (200, 201), task
+    admit = {"scopeId": run, "mailboxId": box["id"], "holder": "w", "holderSession": "s", "leaseSeconds": 30}
+    status, _, _ = await api.post("/tasks/admit", admit)
+    assert status == 204, "without includeDescendants only the run's own queue"
+    status, _, admitted = await api.post("/tasks/admit", {**admit, "includeDescendants": True})
+    assert status == 200 and admitted["taskKey"] == "t1" and all(isinstance(r, str) for r in admitted["reservations"])
+    reservation = admitted["reservations"][0]
+    status, _, view = await api.get(f"/budgets/{budget['id']}")
+    assert [(r["id"], r["scopeId"]) for r in view["reservations"]] == [(reservation, child["id"])]
+    settle = {"reservationId": reservation, "amountMinor": "10", "workKey": f"settle:{reservation}", "allowOverrun": True}
+    status, _, settled = await api.post(f"/budgets/{budget['id']}/settle", settle)
+    assert status == 200 and settled["state"] == "ACTIVE" and settled["reservedMinor"] == "20"
+    status, _, voided = await api.post(f"/budgets/{budget['id']}/void", {"reservationId": reservation, "workKey": f"void:{reservation}"})
+    assert status == 200 and voided["state"] == "VOIDED"
+    status, _, body = await api.post(f"/budgets/{budget['id']}/settle", {**settle, "workKey": "again"})
+    assert status == 409 and body["error"]["code"] == "CONFLICT", "0.3.0 tolerates CONFLICT on a released reservation"

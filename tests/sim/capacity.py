@@ -11,6 +11,9 @@ server believes):
   waiter grants, each counted once by its id) never exceed the allowance's limit.
 - `fifo`: of two waiters of one allowance that were both granted, the one registered first (in an
   earlier millisecond) was not granted in a later window.
+- `pool-fifo`: of two waiters in a pool's line that were both granted, the one that joined first
+  (in an earlier millisecond, as the server dated it) did not get its turn after the other.
+  Waiters' grants count in `pool-units` like any other grant.
 - `budget-limit`: what was acknowledged as settled, plus what acknowledged reservations surely
   still held (until a settle or void was sent for them, or their settleBy passed), never exceeds
   the budget's limit at any reservation.
@@ -33,7 +36,8 @@ import trio
 from .cluster import now_ms
 
 __all__ = [
-    "CapacityBook", "pooler", "quota_taker", "spender", "admission_submitter", "admitter", "POOL_UNITS", "QUOTA_LIMIT", "BUDGET_LIMIT",
+    "CapacityBook", "pooler", "slot_waiter", "quota_taker", "spender", "admission_submitter", "admitter", "POOL_UNITS", "QUOTA_LIMIT",
+    "BUDGET_LIMIT",
 ]
 
 POOL_UNITS = 3
@@ -63,6 +67,7 @@ class CapacityBook:
         self.settled = 0
         self.reservations: dict[str, list] = {}  # id -> [amount still held, surely held until (ms)]
         self.admissions = 0
+        self.pool_waiters: dict[str, tuple[int, int]] = {}  # granted waiter id -> (joined at, its turn began at)
 
     # -- pools ----------------------------------------------------------------------------------
 
@@ -95,6 +100,19 @@ class CapacityBook:
         if units > POOL_UNITS:
             self.oracle.fail("pool-units", f"at {at_ms} {units} units of a {POOL_UNITS}-unit pool were held: "
                              + ", ".join(f"{h.owner} {h.units} ({h.start_ms}-{h.end_ms})" for h in holding))
+
+    def pool_waiter_granted(self, waiter: dict) -> None:
+        """A waiter of the pool's line was granted (its acquire with its waiter id succeeded)."""
+        self.oracle.checks += 1
+        joined, turn = wall_ms(waiter["createdAt"]), wall_ms(waiter["signaledAt"])
+        self.pool_waiters[waiter["waiterId"]] = (joined, turn)
+        for other, (other_joined, other_turn) in self.pool_waiters.items():
+            first, second = ((other, other_joined, other_turn), (waiter["waiterId"], joined, turn))
+            if other_joined > joined:
+                first, second = second, first
+            if first[1] < second[1] and first[2] > second[2]:
+                self.oracle.fail("pool-fifo", f"pool waiter {second[0]} (joined {second[1]}) got its turn at {second[2]}, "
+                                 f"before {first[0]} that joined first ({first[1]}) and got its turn at {first[2]}")
 
     # -- quotas ---------------------------------------------------------------------------------
 
@@ -206,6 +224,51 @@ async def pooler(world: Any, name: str) -> None:
             continue
         book.letting_go(lease.grant_id)
         await world.call(name, "release", lease.release)
+    await rs.aclose()
+
+
+async def slot_waiter(world: Any, name: str) -> None:
+    """0.3.0's slots(): acquires units of the 3-unit pool, or joins its line, polls the waiter,
+    acquires with the waiter id when signaled; gives up (cancel), or walks away from its turn."""
+    rng: random.Random = world.rng(name)
+    book: CapacityBook = world.capacity
+    rs = world.client(name)
+    await world.ready.wait()
+    row = await _must(world, name, "ensure pool", lambda: rs.pools.ensure("slots", capacity=POOL_UNITS))
+    run = await _own_run(world, name, rs)
+    path = f"/permits/{row['id']}"
+    while world.running:
+        await trio.sleep(rng.expovariate(1 / 2.0))
+        units, lease_s = rng.choice([1, 1, 2, 3]), rng.choice([5, 10])
+        acquire = {"scopeId": run.id, "units": units, "holder": name, "holderSession": rs.session, "leaseSeconds": lease_s}
+        ok, reply = await world.call(name, "slots acquire", lambda: rs._ctx.call("POST", path + "/acquire", body=acquire))
+        grant = reply.body if ok else None
+        if grant is None:
+            ok, reply = await world.call(name, "slots wait", lambda: rs._ctx.call("POST", path + "/wait", body={"scopeId": run.id, "units": units, "holder": name}))
+            if not ok:
+                continue
+            waiter, walk_away = reply.body, rng.random() < 0.1
+            give_up = trio.current_time() + rng.uniform(2, 20)
+            while trio.current_time() < give_up and waiter["state"] in ("WAITING", "SIGNALED"):
+                if waiter["state"] == "SIGNALED" and not walk_away:
+                    ok, reply = await world.call(name, "slots turn", lambda: rs._ctx.call("POST", path + "/acquire", body={**acquire, "waiterId": waiter["waiterId"]}))
+                    if ok:
+                        grant = reply.body
+                        book.pool_waiter_granted(waiter)
+                        break
+                await trio.sleep(rng.uniform(0.2, 1.0))
+                ok, reply = await world.call(name, "slots poll", lambda: rs._ctx.call("GET", f"/permit-waiters/{waiter['waiterId']}"))
+                if ok:
+                    waiter = reply.body
+            if grant is None:
+                if not walk_away:
+                    await world.call(name, "slots cancel", lambda: rs._ctx.call("POST", f"/permit-waiters/{waiter['waiterId']}/cancel", body={}))
+                continue
+        book.granted(name, grant, lease_s)
+        world.log(name, f"holds {units} slot units {grant['grantId']}")
+        await trio.sleep(rng.uniform(0, 0.8 * lease_s))
+        book.letting_go(grant["grantId"])
+        await world.call(name, "slots release", lambda: rs._ctx.call("POST", f"/grants/{grant['grantId']}/release", body={"token": grant["token"]}))
     await rs.aclose()
 
 

@@ -40,7 +40,7 @@ from typing import Any, Callable
 __all__ = ["Oracle", "Lease", "Violation", "INVARIANTS"]
 
 INVARIANTS = ("one-holder", "generations", "one-outcome", "durability", "stale-token", "server", "recovery", "replay", "hang", "sim")
-INVARIANTS += ("pool-units", "quota-window", "fifo", "budget-limit")  # -- capacity -- (tests/sim/capacity.py)
+INVARIANTS += ("pool-units", "quota-window", "fifo", "pool-fifo", "budget-limit")  # -- capacity -- (tests/sim/capacity.py)
 
 
 @dataclass

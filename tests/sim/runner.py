@@ -172,6 +172,7 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         "waiters_granted": sum(1 for _, window in holder["world"].capacity.waiters.values() if window >= 0),
         "reservations": len(holder["world"].capacity.reservations),
         "admissions": holder["world"].capacity.admissions,
+        "pool_waiters_granted": len(holder["world"].capacity.pool_waiters),
     }
     return SeedResult(seed, fsync, holder.get("virtual_s", 0.0), time.perf_counter() - started, oracle.violations, trace, stats)
 
@@ -200,6 +201,7 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
             # -- capacity --
             for number in range(2):
                 people.start_soon(capacity.pooler, world, f"pooler{number}")
+                people.start_soon(capacity.slot_waiter, world, f"slots{number}")
             for number in range(2):
                 people.start_soon(capacity.quota_taker, world, f"quota{number}")
                 people.start_soon(capacity.spender, world, f"spender{number}")
