@@ -41,6 +41,7 @@ __all__ = [
     "CreateBarrier", "ArriveBarrier", "CreateTimer", "PollTimers", "AckTimer", "CancelTimer", "CreateGroup",
     "SubmitGroupTask", "JoinGroupTask", "GroupVerdict", "AcceptGroupTask", "RejectGroupTask", "EndGroupMembership",
     "CloseGroup", "SealGroup", "WatchEvents", "barrier_actor", "timers_actor", "events_actor",
+    "EnsureTimer", "EnsureBarrier", "barrier_name_actor",
 ]
 
 # A key's spaces are recorded with it; a key for every space is the admin key's job.
@@ -697,6 +698,11 @@ def timers_actor(space: str, scope_id: str) -> ActorKey:
     return ("timers", space, scope_id)
 
 
+def barrier_name_actor(space: str, scope_id: str, name: str) -> ActorKey:
+    """A barrier's name in a scope: two puts of one name are decided one after the other."""
+    return ("barrier-name", space, scope_id, name)
+
+
 def events_actor(space: str) -> ActorKey:
     """Where watches of a space's events park; every turn that makes events pokes it."""
     return ("events", space)
@@ -711,6 +717,24 @@ class CreateBarrier(Command):
 
     def actor(self, state: Any) -> ActorKey:
         return barrier_actor(self.space, self.barrier_id)
+
+
+@_command
+class EnsureBarrier(Command):
+    """The barrier of this name in the scope, created with `target` when it does not exist yet; one
+    that exists must have that target (else CONFLICT)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    scope_id: str = body("scopeId")
+    target: int = body("target", INTEGER, minimum=1, maximum="barrier_target_max")
+    barrier_id: str = drawn("br_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return barrier_name_actor(self.space, self.scope_id, self.name)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
 
 
 @_command
@@ -740,6 +764,28 @@ class CreateTimer(Command):
         return timers_actor(self.space, self.scope_id)
 
     def check(self, limits: Limits) -> None:
+        if (self.after_s is None) == (self.at_ms is None):
+            raise KernelError(VALIDATION_FAILED, "give exactly one of 'afterSeconds' and 'at'")
+
+
+@_command
+class EnsureTimer(Command):
+    """The timer of this name in the scope, armed `afterSeconds` from now or `at` a time when it
+    does not exist yet (exactly one of the two); one that exists is answered as it is."""
+
+    space: str = path("space")
+    name: str = path("name")
+    scope_id: str = body("scopeId")
+    after_s: int | None = body("afterSeconds", INTEGER, required=False, minimum=0, maximum="timer_after_s_max")
+    at_ms: int | None = body("at", TIMESTAMP, required=False)
+    timer_id: str = drawn("tm_")
+    token: str = drawn("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return timers_actor(self.space, self.scope_id)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
         if (self.after_s is None) == (self.at_ms is None):
             raise KernelError(VALIDATION_FAILED, "give exactly one of 'afterSeconds' and 'at'")
 

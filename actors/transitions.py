@@ -116,8 +116,10 @@ TRANSITIONS: dict[type, Transition] = {
     # -- capacity (end) --
     # -- coordination --
     c.CreateBarrier: _coordination(CoordinationCommands.create_barrier),
+    c.EnsureBarrier: _coordination(CoordinationCommands.ensure_barrier),
     c.ArriveBarrier: _coordination(CoordinationCommands.arrive),
     c.CreateTimer: _coordination(CoordinationCommands.create_timer),
+    c.EnsureTimer: _coordination(CoordinationCommands.ensure_timer),
     c.PollTimers: _coordination(CoordinationCommands.poll_timers),
     c.AckTimer: _coordination(CoordinationCommands.ack_timer),
     c.CancelTimer: _coordination(CoordinationCommands.cancel_timer),

@@ -298,6 +298,7 @@ def _coordination_components() -> dict:
     timer = {
         "id": text,
         "scopeId": text,
+        "name": _nullable(text),
         "state": {"enum": ["ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED"]},
         "fireAt": _TS,
         "firedAt": _nullable(_TS),
@@ -319,6 +320,7 @@ def _coordination_components() -> dict:
             {
                 "id": text,
                 "scopeId": text,
+                "name": _nullable(text),
                 "state": {"enum": ["OPEN", "RELEASED", "CANCELLED"]},
                 "epoch": integer,
                 "target": integer,
@@ -328,6 +330,8 @@ def _coordination_components() -> dict:
             }
         ),
         "Timer": _obj(timer),
+        # A put by name: the server's clock, and the token once the timer has fired.
+        "NamedTimer": _obj({**timer, "now": _TS, "token": _nullable(text)}),
         "TimerPoll": _obj(
             {"scopeId": text, "timers": {"type": "array", "items": _obj({**timer, "token": text})}},
             {"timer": _obj(timer)},
