@@ -409,22 +409,25 @@ class EnsureRun(Command):
 class EnsureMailbox(Command):
     """Get or create the mailbox of this name; settings sent must match the mailbox's (else CONFLICT)."""
 
-    # Created with the defaults of these (a PUT by name sets only maxAttempts).
-    mode: ClassVar[None] = None
-    backlog_limit: ClassVar[None] = None
+    # Requirements are resolved as a task's are (`admission.requirements_record`), for no task.
+    task_id: ClassVar[None] = None
     space: str = path("space")
     name: str = path("name")
     max_attempts: int | None = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max")
-    requirements: Any = body("requirements", JSON, required=False, description="not supported by this server yet")
+    requirements: Any = body(
+        "requirements", JSON, required=False,
+        description="default requirements of its tasks that name none: pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+    )
     mailbox_id: str = drawn("mb_")
 
     def actor(self, state: Any) -> ActorKey:
         return mailboxes_actor(self.space)
 
     def check(self, limits: Limits) -> None:
+        from .admission import parse_requirements  # (admission imports this module)
+
         check_text("name", self.name, limits.name_len_max)
-        if self.requirements is not None:
-            raise KernelError(VALIDATION_FAILED, "field 'requirements' is not supported by this server yet")
+        parse_requirements(self.requirements)
 
 
 @_command

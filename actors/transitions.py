@@ -66,6 +66,14 @@ def _coordination(method: Callable[..., Outcome]) -> Transition:
     return lambda state, command, now_ms: method(state.space(command.space).coordination, command, now_ms)
 
 
+def _ensure_mailbox(state: Any, command: c.EnsureMailbox, now_ms: int) -> Outcome:
+    """A put by name; its default requirements resolved to ids first, as a task's are."""
+    space = state.space(command.space)
+    needs = admission.requirements_record(space, command, now_ms)
+    resolved = None if needs is None else {kind: needs[kind] for kind in ("pools", "quotas", "budgets")}
+    return space.work.ensure_mailbox(command, now_ms, resolved)
+
+
 def _end_scope(state: Any, command: c.EndScope, now_ms: int) -> Outcome:
     return state.space(command.space).end_scope(command, now_ms)
 
@@ -90,7 +98,7 @@ TRANSITIONS: dict[type, Transition] = {
     c.JoinTask: _work(WorkCommands.join_task),
     c.DetachTask: _work(WorkCommands.detach_task),
     c.EnsureRun: lambda state, command, now_ms: RunCommands.ensure(state.space(command.space).runs, command, now_ms),
-    c.EnsureMailbox: _work(WorkCommands.ensure_mailbox),
+    c.EnsureMailbox: _ensure_mailbox,
     c.WaitTask: _work(WorkCommands.wait_task),
     c.AcquireOnce: _once(OnceCommands.acquire),
     c.WaitOnce: _once(OnceCommands.wait),

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .commands import queue_actor
-from .errors import BACKLOG_FULL, CONFLICT, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError
+from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import DELAYED, LEASED, LIVE, QUEUED, Message, MessageTable, backoff_ms
@@ -91,17 +91,23 @@ class WorkCommands:
         outcome.reply = self.mailboxes.view(self.mailboxes.get(mailbox_id))
         return outcome
 
-    def ensure_mailbox(self, command: "EnsureMailbox", now_ms: int) -> Outcome:
-        """The mailbox of this name, created with defaults when missing; settings sent must match."""
+    def ensure_mailbox(self, command: "EnsureMailbox", now_ms: int, requirements: dict | None = None) -> Outcome:
+        """The mailbox of this name, created with what the put states (defaults for the rest) when
+        missing; a setting stated for the first time is declared, one that differs is CONFLICT.
+        `requirements` are the command's, resolved to ids by the caller (`transitions.py`)."""
         mailbox = self.mailboxes.by_name(command.name)
         if mailbox is None:
-            return self.create_mailbox(command, now_ms)  # type: ignore[arg-type]
-        if command.max_attempts is not None and command.max_attempts != mailbox.max_attempts:
-            raise KernelError(
-                CONFLICT,
-                f"mailbox {mailbox.name!r} has maxAttempts {mailbox.max_attempts}, not {command.max_attempts}",
+            record = self.mailboxes.decide_create(
+                command.mailbox_id, command.name, None, None, command.max_attempts, now_ms,
+                declared=command.max_attempts is not None, requirements=requirements,
             )
-        return Outcome(reply=self.mailboxes.view(mailbox))
+            outcome = self._commit(Outcome(), record)
+            outcome.reply = self.mailboxes.view(self.mailboxes.get(command.mailbox_id))
+            return outcome
+        record = self.mailboxes.decide_declare(mailbox, command.max_attempts, requirements, now_ms)
+        outcome = Outcome() if record is None else self._commit(Outcome(), record)
+        outcome.reply = self.mailboxes.view(mailbox)
+        return outcome
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -242,9 +248,10 @@ class WorkCommands:
         holder, session, lease_ms, token = command.holder, command.session, command.lease_s * 1000, command.token
         self.mailboxes.get(mailbox_id)
         self.scopes.require_active(scope_id, now_ms)
+        defaults = self.mailboxes.get(mailbox_id).requirements is not None  # every task waits for admission
         message = self.messages.next_deliverable(mailbox_id, scope_id, now_ms)
-        if message is not None and message.task_id is not None and self.needs_admission(message.task_id):  # -- capacity --
-            needs = self.needs_admission
+        if message is not None and message.task_id is not None and (defaults or self.needs_admission(message.task_id)):  # -- capacity --
+            needs = (lambda task_id: True) if defaults else self.needs_admission
             message = next(
                 (m for m in self.messages.deliverable(mailbox_id, scope_id, now_ms) if m.task_id is None or not needs(m.task_id)), None
             )
@@ -548,6 +555,7 @@ WORK_TIMERS: dict[str, Callable[[WorkCommands, Any, Any, int], Outcome]] = {
 
 WORK_APPLY: dict[str, Callable[[WorkCommands, dict], Any]] = {
     "mailbox.created": lambda space, record: space.mailboxes.apply_created(record),
+    "mailbox.declared": lambda space, record: space.mailboxes.apply_declared(record),
     "message.sent": WorkCommands._apply_message_sent,
     "message.visible": lambda space, record: space.messages.apply_visible(record),
     "message.dropped": WorkCommands._apply_dropped,

@@ -96,6 +96,12 @@ def _components(limits: Limits) -> dict:
                 "mode": {"const": "WORK"},
                 "backlogLimit": _nullable(integer),
                 "maxAttempts": integer,
+                # Default requirements of its tasks that name none, by id (a put by name declares them).
+                "requirements": _nullable(_obj({
+                    "pools": {"type": "array", "items": _obj({"permitId": text, "units": integer})},
+                    "quotas": {"type": "array", "items": _obj({"allowanceId": text, "units": integer})},
+                    "budgets": {"type": "array", "items": _obj({"budgetId": text, "reserveMinor": text})},
+                })),
                 "backlog": integer,
                 "counts": _obj({"queued": integer, "delayed": integer, "leased": integer, "deadLetters": integer}),
                 "createdAt": _TS,
