@@ -47,6 +47,8 @@ __all__ = ["WorkCommands", "WORK_APPLY", "WORK_TIMERS", "outcome_of"]
 # Reasons recorded as `outcomeReason` (0.3.0 understands `scope_cancelled`).
 REASON_CANCELLED = "cancelled"
 REASON_DEADLINE = "deadline_exceeded"
+# A nack's `error` (what the handler raised), as the reason of the task it ends.
+HANDLER_ERROR = "handler_error: "
 SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
 
 
@@ -289,7 +291,8 @@ class WorkCommands:
         if command.retry:
             record = self._release(message, "retry", error, command.jitter, now_ms)
         else:
-            reason = "rejected" if not error else f"rejected: {error}"
+            # The handler's own error is the task's reason (the 0.3.0 client shows what follows the prefix).
+            reason = "rejected" if not error else f"{HANDLER_ERROR}{error}"
             record = self.messages.decide_dead(message, "rejected", reason, now_ms)
         outcome = self._commit(Outcome(), record)
         outcome.timers.extend(self._message_timers(message))
@@ -322,10 +325,11 @@ class WorkCommands:
             return self._end_undelivered(message, task, EXPIRED, REASON_DEADLINE, now_ms)
         max_attempts = self.mailboxes.get(message.mailbox_id).max_attempts
         if message.attempts >= max_attempts:
-            last = "asked for a retry" if cause == "retry" else "let its lease run out"
-            reason = f"attempts_exhausted: {message.attempts} of {max_attempts} attempts used; the last one {last}"
-            if error:
-                reason += f" (handler_error: {error})"
+            if error:  # the last attempt's own error says why, and the count follows it
+                reason = f"{HANDLER_ERROR}{error} (attempts_exhausted: {message.attempts} of {max_attempts} attempts used)"
+            else:
+                last = "asked for a retry" if cause == "retry" else "let its lease run out"
+                reason = f"attempts_exhausted: {message.attempts} of {max_attempts} attempts used; the last one {last}"
             return self.messages.decide_dead(message, "attempts", reason, now_ms)
         if cause == "retry":
             visible_ms = now_ms + backoff_ms(self.limits, message.attempts, jitter)
