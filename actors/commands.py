@@ -860,11 +860,21 @@ class SubmitGroupTask(Command):
     key: str = body("taskKey", length_max="task_key_len_max")
     task_input: Any = body("input", JSON, required=False)
     deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    # What admission takes with the member, as for `POST /tasks` (else its mailbox's defaults).
+    requirements: Any = body(
+        "requirements", JSON, required=False,
+        description="an object of pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+    )
     task_id: str = drawn("tk_")
     message_id: str = drawn("ms_")
 
     def actor(self, state: Any) -> ActorKey:
         return _group_queue(state, self.space, self.group_id)
+
+    def check(self, limits: Limits) -> None:
+        from .admission import parse_requirements  # (admission imports this module)
+
+        parse_requirements(self.requirements)
 
 
 @_command

@@ -229,18 +229,23 @@ class CoordinationCommands:
         outcome.reply = self.groups.view(group, now_ms)
         return outcome
 
-    def submit_member(self, command: c.SubmitGroupTask, now_ms: int) -> Outcome:
-        """Submit a task into the group's queue (or return the key's task) and make it a member."""
+    def submit_member(
+        self, command: c.SubmitGroupTask, now_ms: int, submit: Callable[[c.SubmitTask, int], Outcome] | None = None
+    ) -> Outcome:
+        """Submit a task into the group's queue (or return the key's task) and make it a member.
+
+        `submit` is how a task is submitted in this space (with its requirements: `transitions.py`);
+        without it, the queue part's own submit, which records none."""
         group = self.groups.get(command.group_id)
         existing = self.tasks.by_key(group.scope_id, command.key)
         if existing is None or existing.id not in group.members:
             self.groups.check_joinable(group)
-        submit = c.SubmitTask(
+        task = c.SubmitTask(
             space=command.space, scope_id=group.scope_id, mailbox_id=group.mailbox_id, key=command.key,
             task_input=command.task_input, deadline_ms=command.deadline_ms, task_id=command.task_id,
-            message_id=command.message_id,
+            message_id=command.message_id, requirements=command.requirements,
         )
-        outcome = self.work.submit_task(submit, now_ms)
+        outcome = (self.work.submit_task if submit is None else submit)(task, now_ms)
         task_id = outcome.reply["id"]
         record = self.groups.decide_join(group, task_id, now_ms)
         if record is not None:

@@ -55,16 +55,29 @@ def run(kernel: Any, space: str, scope_id: str) -> dict:
         entry["expires_ms"] = min(entry["expires_ms"], expires_ms)
         return entry
 
+    # `keys`: everything a holder holds under a lease here, one entry each (the 0.3.0 client counts
+    # them): claim keys, once keys, the task keys of its deliveries (a plain message's id), and the
+    # pool names of grants held apart from a delivery (a delivery's own grants go with it).
     for scope_in in subtree:
         for claim in state.claims.in_scope(scope_in):
             if claim.held_at(now_ms) and claim.holder is not None:
                 worker(claim.holder, claim.expires_ms)["keys"].append(claim.key)
+    for slot in state.once.all():
+        if slot.scope_id in inside and slot.held_at(now_ms) and slot.holder is not None:
+            worker(slot.holder, slot.expires_ms)["keys"].append(slot.key)
+    pools = state.capacity.pools
+    for grant in pools.grants():
+        if grant.scope_id in inside and grant.message_id is None and now_ms < grant.expires_ms and grant.holder is not None:
+            worker(grant.holder, grant.expires_ms)["keys"].append(pools.get(grant.pool_id).name)
     messages: dict[str, int] = {}
     for message in state.messages.live():
         if message.scope_id in inside:
             messages[message.state] = messages.get(message.state, 0) + 1
             if message.state == "LEASED" and message.holder is not None:
-                worker(message.holder, message.expires_ms)["deliveries"].append(message.id)
+                entry = worker(message.holder, message.expires_ms)
+                entry["deliveries"].append(message.id)
+                task = None if message.task_id is None else state.tasks.find(message.task_id)
+                entry["keys"].append(message.id if task is None else task.key)
     part = state.coordination
     tasks = _count(task.state for task in state.tasks.all() if task.scope_id in inside)
     rows = sorted(workers.values(), key=lambda row: (row["expires_ms"], row["holder"]))[:OPS_LIST_MAX]

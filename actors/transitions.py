@@ -74,6 +74,12 @@ def _ensure_mailbox(state: Any, command: c.EnsureMailbox, now_ms: int) -> Outcom
     return space.work.ensure_mailbox(command, now_ms, resolved)
 
 
+def _submit_group_task(state: Any, command: c.SubmitGroupTask, now_ms: int) -> Outcome:
+    """A group member is submitted as any task is, its requirements included."""
+    part = state.space(command.space).coordination
+    return part.submit_member(command, now_ms, lambda task, at_ms: _submit_task(state, task, at_ms))
+
+
 def _end_scope(state: Any, command: c.EndScope, now_ms: int) -> Outcome:
     return state.space(command.space).end_scope(command, now_ms)
 
@@ -132,7 +138,7 @@ TRANSITIONS: dict[type, Transition] = {
     c.AckTimer: _coordination(CoordinationCommands.ack_timer),
     c.CancelTimer: _coordination(CoordinationCommands.cancel_timer),
     c.CreateGroup: _coordination(CoordinationCommands.create_group),
-    c.SubmitGroupTask: _coordination(CoordinationCommands.submit_member),
+    c.SubmitGroupTask: _submit_group_task,
     c.JoinGroupTask: _coordination(CoordinationCommands.join_member),
     c.AcceptGroupTask: _coordination(CoordinationCommands.verdict),
     c.RejectGroupTask: _coordination(CoordinationCommands.verdict),
