@@ -168,8 +168,7 @@ def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
     nothing (`empty`: a long poll parks until capacity frees)."""
     work, part = space.work, space.capacity
     mailbox_id, scope_id = command.mailbox_id, command.scope_id
-    # A task that names no requirements of its own takes its mailbox's defaults (`mailboxes.py`).
-    defaults = work.mailboxes.get(mailbox_id).requirements
+    defaults = work.mailboxes.get(mailbox_id).requirements  # for a task that names none (`mailboxes.py`)
     work.scopes.require_active(scope_id, now_ms)
     blocked: set[str] = set()
     wake_ms: list[int] = []
