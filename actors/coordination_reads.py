@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import events as event_log
+from .timestamps import format_ms
 
 __all__ = ["barrier", "timer", "group", "events_page"]
 
@@ -41,8 +42,6 @@ OPS_LIST_MAX = 1000
 def run(kernel: Any, space: str, scope_id: str) -> dict:
     """A run's subtree across primitives: who works in it (claim and delivery holders with their
     keys and earliest lease end), what waits there, and how many things are in each state."""
-    from .timestamps import format_ms
-
     state = kernel.state.space(space)
     scope = state.scopes.get(scope_id)
     now_ms = kernel.clock.now_ms()
@@ -88,8 +87,7 @@ def run(kernel: Any, space: str, scope_id: str) -> dict:
         "scopeId": scope.id,
         "effective": state.scopes.effective(scope, now_ms),
         "workers": rows,
-        # Pool waiters are what 0.3.0 reads here; this server has no pools yet, so none wait on one.
-        "waiting": [],
+        "waiting": _pool_waiters(state, inside, now_ms)[:OPS_LIST_MAX],
         "parked": parked[:OPS_LIST_MAX],
         "counts": {
             "scopes": _count(state.scopes.effective(state.scopes.get(s), now_ms) for s in subtree),
@@ -100,6 +98,24 @@ def run(kernel: Any, space: str, scope_id: str) -> dict:
             "groups": _count(g.state for g in part.groups.all() if g.scope_id in inside),
         },
     }
+
+
+def _pool_waiters(state: Any, inside: frozenset, now_ms: int) -> list[dict]:
+    """Who waits in a pool's line in the subtree, oldest first: `permit` (the pool's name) and
+    `units` are what the 0.3.0 client's `status()` shows. (A pool table without a line of waiters
+    has nobody waiting.)"""
+    pools = state.capacity.pools
+    waiting = []
+    for waiter in getattr(pools, "waiters", tuple)():
+        if waiter.scope_id in inside and waiter.state in ("WAITING", "SIGNALED") and now_ms < waiter.due_ms:
+            waiting.append({
+                "permit": pools.get(waiter.pool_id).name, "permitId": waiter.pool_id, "units": waiter.units,
+                "holder": waiter.holder, "waiterId": waiter.id, "state": waiter.state, "created_ms": waiter.created_ms,
+            })
+    waiting.sort(key=lambda entry: (entry["created_ms"], entry["waiterId"]))
+    for entry in waiting:
+        entry["since"] = format_ms(entry.pop("created_ms"))
+    return waiting
 
 
 def waits(kernel: Any, space: str) -> dict:

@@ -377,7 +377,11 @@ def _coordination_components() -> dict:
                     "items": _obj({"holder": text, "keys": {"type": "array", "items": text},
                                    "deliveries": {"type": "array", "items": text}, "earliestLeaseExpiry": _TS}),
                 },
-                "waiting": {"type": "array", "items": {"type": "object"}},
+                # Who waits in a pool's line here, oldest first (0.3.0's status() reads permit and units).
+                "waiting": {"type": "array", "items": _obj({
+                    "permit": text, "permitId": text, "units": integer, "holder": text, "waiterId": text,
+                    "state": {"enum": ["WAITING", "SIGNALED"]}, "since": _TS,
+                })},
                 "parked": {"type": "array", "items": _ref("Parked")},
                 "counts": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": integer}},
             }

@@ -57,6 +57,8 @@ WORKER = """
 def review(text):
     if text == "bad":
         raise ValueError(f"cannot review {text!r}")
+    if text == "huge":
+        return "x" * 70_000  # over the 64 KiB a result may be
     time.sleep(ARGS.get("work_s", 0.0))
     return {"length": len(text), "by": os.getpid()}
 
@@ -74,16 +76,22 @@ try:
     failed = None
 except runstate.TaskFailedError as error:
     failed = {"message": str(error), "reason": error.reason}
+try:
+    review("huge")
+    too_large = None
+except runstate.TaskFailedError as error:
+    too_large = error.reason
 stopped_at = time.time()
 runstate.stop()
-emit(results=results, failed=failed, stopped_at=stopped_at)
+emit(results=results, failed=failed, too_large=too_large, stopped_at=stopped_at)
 """
 
 
 def test_queue_producers_get_results_from_serving_workers_and_stop_ends_them(official_client_030, server):
     """Two processes serve a queue; a third submits six jobs and gets each result, a failing job
-    raises TaskFailedError with the handler's error once its 2 attempts are used, and
-    `runstate.stop()` makes both workers' `serve()` return within seconds."""
+    raises TaskFailedError with the handler's error once its 2 attempts are used, one whose result
+    is too large fails with the worker's error, and `runstate.stop()` makes both workers'
+    `serve()` return within seconds."""
     run = "queue-serve"
     workers = [_start(official_client_030, server, WORKER, run, work_s=0.2) for _ in range(2)]
     texts = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
@@ -94,6 +102,8 @@ def test_queue_producers_get_results_from_serving_workers_and_stop_ends_them(off
     assert {result["by"] for result in done["results"]} <= pids
     assert done["failed"]["reason"] == "handler_error: ValueError: cannot review 'bad' (attempts_exhausted: 2 of 2 attempts used)"
     assert done["failed"]["message"].startswith("ValueError: cannot review 'bad'")
+    # A result over 64 KiB is refused at completion; the worker then fails the job with its own error.
+    assert done["too_large"] == "handler_error: review returned a result over 64 KB"
     for worker in workers:
         exited = _exits(worker, timeout_s=EXIT_AFTER_STOP_S + 5)
         assert exited["exited_at"] - done["stopped_at"] < EXIT_AFTER_STOP_S, exited

@@ -297,3 +297,23 @@ async def test_group_members_take_requirements_and_the_groups_gate_scope(client:
     assert (await client.post(f"/scopes/{gate}/cancel", {})).status == 200
     left = (await client.get(f"/tasks/{members[2]}")).json
     assert (left["state"], left["outcomeReason"]) == ("CANCELLED", "scope_cancelled")
+
+
+async def test_ops_runs_lists_who_waits_in_a_pools_line(client: AsgiClient, autojump_clock):
+    """0.3.0's `status()` reads `waiting[].permit` and `.units`: the waiters of a pool's line in the
+    run's subtree, oldest first, while they wait or have their turn; not once they leave."""
+    run = await client.run()
+    child = (await client.post("/scopes", {"parentId": run})).json["id"]
+    pool = (await client.post("/permits", {"name": "browser", "units": 2})).json["id"]
+    held = await client.post(f"/permits/{pool}/acquire", {"scopeId": run, "units": 2, "holder": "w0", "holderSession": "s", "leaseSeconds": 60})
+    assert held.status in (200, 201)
+    first = await client.post(f"/permits/{pool}/wait", {"scopeId": child, "units": 1, "holder": "w1"})
+    if first.status == 404 and first.code in (None, "NOT_FOUND") and "no such route" in first.json["error"]["message"]:
+        pytest.skip("this server has no pool lines (POST /permits/{id}/wait)")
+    await trio.sleep(1)
+    second = (await client.post(f"/permits/{pool}/wait", {"scopeId": run, "units": 2, "holder": "w2"})).json
+    waiting = (await client.get(f"/ops/runs/{run}")).json["waiting"]
+    assert [(entry["permit"], entry["units"], entry["holder"]) for entry in waiting] == [("browser", 1, "w1"), ("browser", 2, "w2")]
+    assert (await client.get(f"/ops/runs/{child}")).json["waiting"][0]["waiterId"] == first.json["waiterId"]
+    await client.post(f"/permit-waiters/{second['waiterId']}/cancel", {})
+    assert [entry["holder"] for entry in (await client.get(f"/ops/runs/{run}")).json["waiting"]] == ["w1"]
