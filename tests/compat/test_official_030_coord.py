@@ -1,7 +1,7 @@
 """The official 0.3.0 client's queues and coordination against a real server, as users write code
 with it: `@runstate.queue` producers and `runstate.serve()` workers in other processes (failures,
 `gather(need=...)`, a queue's slots), `runstate.stop()` ending the serving workers, and `sleep`,
-`together`, `events` and `status`.
+`together`, `events` (through an expired cursor too) and `status`.
 
 Each script runs in its own interpreter with the client installed in an isolated folder
 (`test_official_030.py` says how). Every wait is bounded: a script that does not end within its
@@ -296,3 +296,44 @@ def test_events_and_status_follow_a_run(official_client_030, server):
     created = next(event for event in seen if event["type"] == "task.created")
     assert created["data"]["mailboxId"].startswith("mb_") and created["at"].endswith("+00:00")
     _exits(worker, timeout_s=EXIT_AFTER_STOP_S + 5)
+
+
+PILE_WATCHER = """
+import threading
+
+seen = []
+stop = threading.Event()
+for event in runstate.events(signal=stop):
+    seen.append([int(event.id.removeprefix("ev_")), event.type])
+    if event.type == "task.cancelled":
+        break
+emit(events=seen)
+"""
+
+PILE = """
+time.sleep(2.0)  # the watcher is waiting by now
+pile = runstate.queue("pile")
+for n in range(12):
+    pile.send(n)
+    time.sleep(0.2)  # one at a time, so the watcher sees each while it keeps up
+runstate.stop()  # cancels the twelve queued tasks in one turn: more events than the log keeps
+emit(stopped=True)
+"""
+
+
+def test_events_carry_on_after_their_cursor_expired(official_client_030):
+    """A server that keeps only 8 events: the watcher follows the run's events, then one turn makes
+    more than that (a stop cancelling twelve queued tasks), so its cursor has expired; the client
+    starts again without a cursor (CURSOR_EXPIRED) and carries on with the events still kept."""
+    with ServerProcess("--events-kept-max", "8") as small:
+        run = "expiring"
+        watcher = _start(official_client_030, small, PILE_WATCHER, run)
+        assert _finish(_start(official_client_030, small, PILE, run), timeout_s=SCRIPT_S)["stopped"]
+        seen = _finish(watcher, timeout_s=SCRIPT_S)["events"]
+        access = "\n".join(small.lines)
+    # It kept up with the run's start and the twelve sends, one event after another...
+    assert seen[:13] == [[1, "scope.created"], *([number, "task.created"] for number in range(2, 14))], seen
+    # ...then the stop's thirteen events (the run's end, twelve cancellations: 14 to 26) left only
+    # the last 8 kept: the client started again from the oldest kept one, 19.
+    assert seen[13:] == [[19, "task.cancelled"]], seen
+    assert '"status":410' in access  # the watch that answered CURSOR_EXPIRED
