@@ -135,7 +135,6 @@ class CoordinationCommands:
         """The scope's timer of this name as it is (the body is not compared), armed if missing."""
         timer = self.timers.by_name(command.scope_id, command.name)
         if timer is not None:
-            self.scopes.get(command.scope_id)
             return Outcome(reply=self.timers.named_view(timer, now_ms))
         outcome = self.create_timer(command, now_ms, command.name)
         outcome.reply = self.timers.named_view(self.timers.get(command.timer_id), now_ms)
