@@ -337,3 +337,33 @@ def test_events_carry_on_after_their_cursor_expired(official_client_030):
     # the last 8 kept: the client started again from the oldest kept one, 19.
     assert seen[13:] == [[19, "task.cancelled"]], seen
     assert '"status":410' in access  # the watch that answered CURSOR_EXPIRED
+
+
+HOLDER = """
+with runstate.slots("one-seat", max=1):
+    time.sleep(ARGS["hold_s"])
+emit(released_at=time.time())
+"""
+
+STATUS_WHILE_WAITING = """
+time.sleep(ARGS["after_s"])
+status = runstate.status()
+emit(workers=[[w.worker, w.holding] for w in status.workers], waiting=[[w.kind, w.name, w.units] for w in status.waiting])
+"""
+
+
+def test_status_shows_who_holds_a_slot_and_who_waits_for_one(official_client_030, server):
+    """One process holds the only slot of a pool; a second waits for it in the pool's line;
+    `status()` from a third shows the holder holding one thing and the waiter waiting for one
+    unit of `one-seat`."""
+    if not _serves(server, "POST", "/permits/{permit_id}/wait"):
+        pytest.skip("this server has no pool lines (POST /permits/{id}/wait)")
+    run = "slot-status"
+    holder = _start(official_client_030, server, HOLDER, run, hold_s=5)
+    time.sleep(1.5)  # it holds the slot by now
+    waiter = _start(official_client_030, server, HOLDER, run, hold_s=0)
+    status = _finish(_start(official_client_030, server, STATUS_WHILE_WAITING, run, after_s=1.5), timeout_s=SCRIPT_S)
+    assert status["waiting"] == [["slots", "one-seat", 1]], status
+    assert [holding for worker, holding in status["workers"] if worker.endswith(f"-{holder.pid}")] == [1], status
+    first, second = _finish(holder, timeout_s=SCRIPT_S), _finish(waiter, timeout_s=SCRIPT_S)
+    assert second["released_at"] >= first["released_at"]  # the waiter got the slot once it was given back
