@@ -174,13 +174,13 @@ def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
     nothing (`empty`: a long poll parks until capacity frees)."""
     work, part = space.work, space.capacity
     mailbox_id, scope_id = command.mailbox_id, command.scope_id
-    work.mailboxes.get(mailbox_id)
+    defaults = work.mailboxes.get(mailbox_id).requirements  # for a task that names none (`mailboxes.py`)
     work.scopes.require_active(scope_id, now_ms)
     blocked: set[str] = set()
     wake_ms: list[int] = []
     chosen = None
     for message in _candidates(space, command, now_ms):
-        needs = None if message.task_id is None else part.requirements.get(message.task_id)
+        needs = None if message.task_id is None else part.requirements.get(message.task_id, defaults)
         if needs is None:
             chosen = message
             break

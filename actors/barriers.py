@@ -12,6 +12,11 @@ then gets 409 `BARRIER_CANCELLED`. The cascade is applied with the scope's `scop
 scope. A barrier whose scope has passed its deadline before the expiry is recorded reads as
 CANCELLED already, and refuses arrivals the same way.
 
+A barrier may have a name, unique in its scope (`PUT /barriers/by-name/{name}`, what the 0.3.0
+client's `together(name, count)` uses): a put of a name that exists answers that barrier, in
+whatever state it is, if its target is the one sent, and is 409 `CONFLICT` otherwise (two callers
+that disagree on how many must meet would never both be right).
+
 Pure: no IO, no clock reads; every method takes `now_ms`.
 """
 
@@ -36,19 +41,21 @@ BARRIER_CANCELLED = "BARRIER_CANCELLED"
 
 # The record types of this table and the fields each must carry.
 BARRIER_RECORDS: dict[str, tuple[str, ...]] = {
-    "barrier.created": ("id", "scope_id", "target", "at_ms"),
+    # `name` only on a named barrier (`PUT /barriers/by-name/{name}`).
+    "barrier.created": ("id", "scope_id", "target", "at_ms", "name?"),
     # The arrival that makes `target` releases the barrier in the same record: a release recorded
     # apart could be lost with the tail of the journal while the arrival was kept.
     "barrier.arrived": ("id", "arrival_key", "at_ms"),
-    "barrier.image": ("id", "scope_id", "target", "epoch", "state", "arrivals", "at_ms", "ended_ms"),
+    "barrier.image": ("id", "scope_id", "target", "epoch", "state", "arrivals", "at_ms", "ended_ms", "name?"),
 }
 
 
 class Barrier:
-    __slots__ = ("id", "scope_id", "target", "epoch", "state", "arrivals", "created_ms", "ended_ms")
+    __slots__ = ("id", "scope_id", "target", "epoch", "state", "arrivals", "created_ms", "ended_ms", "name")
 
-    def __init__(self, barrier_id: str, scope_id: str, target: int, created_ms: int) -> None:
+    def __init__(self, barrier_id: str, scope_id: str, target: int, created_ms: int, name: str | None = None) -> None:
         self.id = barrier_id
+        self.name = name
         self.scope_id = scope_id
         self.target = target
         self.epoch = 1
@@ -62,7 +69,7 @@ class Barrier:
 class BarrierTable:
     """The barriers of one space, by id."""
 
-    __slots__ = ("_by_id", "_open_by_scope", "_scopes", "_limits")
+    __slots__ = ("_by_id", "_open_by_scope", "_by_name", "_scopes", "_limits")
     # (`_scopes` is the space's own table, compared there: `snapshots.equality`.)
     _DERIVED = ("_scopes",)
 
@@ -70,6 +77,8 @@ class BarrierTable:
         self._by_id: dict[str, Barrier] = {}
         # The open barriers of each scope, so a scope's end finds its own without a scan.
         self._open_by_scope: dict[str, dict[str, None]] = {}
+        # Named barriers, whatever their state: (scope_id, name) -> barrier id.
+        self._by_name: dict[tuple[str, str], str] = {}
         self._scopes = scopes
         self._limits = limits
 
@@ -85,6 +94,10 @@ class BarrierTable:
     def find(self, barrier_id: str) -> Barrier | None:
         return self._by_id.get(barrier_id)
 
+    def by_name(self, scope_id: str, name: str) -> Barrier | None:
+        barrier_id = self._by_name.get((scope_id, name))
+        return None if barrier_id is None else self._by_id[barrier_id]
+
     def all(self) -> Iterator[Barrier]:
         return iter(self._by_id.values())
 
@@ -98,6 +111,7 @@ class BarrierTable:
         return {
             "id": barrier.id,
             "scopeId": barrier.scope_id,
+            "name": barrier.name,
             "state": self.state_of(barrier, now_ms),
             "epoch": barrier.epoch,
             "target": barrier.target,
@@ -108,13 +122,24 @@ class BarrierTable:
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def decide_create(self, barrier_id: str, scope_id: str, target: int, now_ms: int) -> dict:
+    def decide_create(self, barrier_id: str, scope_id: str, target: int, now_ms: int, name: str | None = None) -> dict:
         self._scopes.require_active(scope_id, now_ms)
+        if name is not None and (scope_id, name) in self._by_name:
+            raise KernelError(CONFLICT, f"scope {scope_id} already has a barrier named {name!r}")
         if len(self._by_id) >= self._limits.barriers_max:
             raise KernelError(VALIDATION_FAILED, f"a space holds at most {self._limits.barriers_max} barriers")
         if barrier_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"barrier id {barrier_id} is taken")
-        return {"type": "barrier.created", "id": barrier_id, "scope_id": scope_id, "target": target, "at_ms": now_ms}
+        record = {"type": "barrier.created", "id": barrier_id, "scope_id": scope_id, "target": target, "at_ms": now_ms}
+        if name is not None:
+            record["name"] = name
+        return record
+
+    @staticmethod
+    def check_named(barrier: Barrier, target: int) -> None:
+        """A put by name of a barrier that exists: the target sent must be its own."""
+        if barrier.target != target:
+            raise KernelError(CONFLICT, f"barrier {barrier.name!r} has target {barrier.target}, not {target}")
 
     def decide_arrive(self, barrier: Barrier, arrival_key: str, now_ms: int) -> list[dict]:
         """The arrival's record (which releases the barrier when it is the last one needed); none
@@ -134,8 +159,11 @@ class BarrierTable:
     # -- applying -------------------------------------------------------------------------------
 
     def apply_created(self, record: dict) -> Barrier:
-        barrier = Barrier(record["id"], record["scope_id"], record["target"], record["at_ms"])
+        barrier = Barrier(record["id"], record["scope_id"], record["target"], record["at_ms"], record.get("name"))
         self._by_id[barrier.id] = barrier
+        if barrier.name is not None:
+            assert (barrier.scope_id, barrier.name) not in self._by_name, f"two barriers named {barrier.name!r}"
+            self._by_name[(barrier.scope_id, barrier.name)] = barrier.id
         self._open_by_scope.setdefault(barrier.scope_id, {})[barrier.id] = None
         return barrier
 
@@ -181,6 +209,7 @@ class BarrierTable:
                 "arrivals": list(barrier.arrivals),
                 "at_ms": barrier.created_ms,
                 "ended_ms": barrier.ended_ms,
+                "name": barrier.name,
             }
 
     def apply_image(self, record: dict) -> Barrier:

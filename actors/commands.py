@@ -42,6 +42,7 @@ __all__ = [
     "CreateBarrier", "ArriveBarrier", "CreateTimer", "PollTimers", "AckTimer", "CancelTimer", "CreateGroup",
     "SubmitGroupTask", "JoinGroupTask", "GroupVerdict", "AcceptGroupTask", "RejectGroupTask", "EndGroupMembership",
     "CloseGroup", "SealGroup", "WatchEvents", "barrier_actor", "timers_actor", "events_actor",
+    "EnsureTimer", "EnsureBarrier", "barrier_name_actor",
 ]
 
 # A key's spaces are recorded with it; a key for every space is the admin key's job.
@@ -412,22 +413,25 @@ class EnsureRun(Command):
 class EnsureMailbox(Command):
     """Get or create the mailbox of this name; settings sent must match the mailbox's (else CONFLICT)."""
 
-    # Created with the defaults of these (a PUT by name sets only maxAttempts).
-    mode: ClassVar[None] = None
-    backlog_limit: ClassVar[None] = None
+    # Requirements are resolved as a task's are (`admission.requirements_record`), for no task.
+    task_id: ClassVar[None] = None
     space: str = path("space")
     name: str = path("name")
     max_attempts: int | None = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max")
-    requirements: Any = body("requirements", JSON, required=False, description="not supported by this server yet")
+    requirements: Any = body(
+        "requirements", JSON, required=False,
+        description="default requirements of its tasks that name none: pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+    )
     mailbox_id: str = drawn("mb_")
 
     def actor(self, state: Any) -> ActorKey:
         return mailboxes_actor(self.space)
 
     def check(self, limits: Limits) -> None:
+        from .admission import parse_requirements  # (admission imports this module)
+
         check_text("name", self.name, limits.name_len_max)
-        if self.requirements is not None:
-            raise KernelError(VALIDATION_FAILED, "field 'requirements' is not supported by this server yet")
+        parse_requirements(self.requirements)
 
 
 @_command
@@ -782,6 +786,11 @@ def timers_actor(space: str, scope_id: str) -> ActorKey:
     return ("timers", space, scope_id)
 
 
+def barrier_name_actor(space: str, scope_id: str, name: str) -> ActorKey:
+    """A barrier's name in a scope: two puts of one name are decided one after the other."""
+    return ("barrier-name", space, scope_id, name)
+
+
 def events_actor(space: str) -> ActorKey:
     """Where watches of a space's events park; every turn that makes events pokes it."""
     return ("events", space)
@@ -796,6 +805,24 @@ class CreateBarrier(Command):
 
     def actor(self, state: Any) -> ActorKey:
         return barrier_actor(self.space, self.barrier_id)
+
+
+@_command
+class EnsureBarrier(Command):
+    """The barrier of this name in the scope, created with `target` when it does not exist yet; one
+    that exists must have that target (else CONFLICT)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    scope_id: str = body("scopeId")
+    target: int = body("target", INTEGER, minimum=1, maximum="barrier_target_max")
+    barrier_id: str = drawn("br_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return barrier_name_actor(self.space, self.scope_id, self.name)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
 
 
 @_command
@@ -825,6 +852,28 @@ class CreateTimer(Command):
         return timers_actor(self.space, self.scope_id)
 
     def check(self, limits: Limits) -> None:
+        if (self.after_s is None) == (self.at_ms is None):
+            raise KernelError(VALIDATION_FAILED, "give exactly one of 'afterSeconds' and 'at'")
+
+
+@_command
+class EnsureTimer(Command):
+    """The timer of this name in the scope, armed `afterSeconds` from now or `at` a time when it
+    does not exist yet (exactly one of the two); one that exists is answered as it is."""
+
+    space: str = path("space")
+    name: str = path("name")
+    scope_id: str = body("scopeId")
+    after_s: int | None = body("afterSeconds", INTEGER, required=False, minimum=0, maximum="timer_after_s_max")
+    at_ms: int | None = body("at", TIMESTAMP, required=False)
+    timer_id: str = drawn("tm_")
+    token: str = drawn("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return timers_actor(self.space, self.scope_id)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
         if (self.after_s is None) == (self.at_ms is None):
             raise KernelError(VALIDATION_FAILED, "give exactly one of 'afterSeconds' and 'at'")
 
@@ -896,11 +945,21 @@ class SubmitGroupTask(Command):
     key: str = body("taskKey", length_max="task_key_len_max")
     task_input: Any = body("input", JSON, required=False)
     deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    # What admission takes with the member, as for `POST /tasks` (else its mailbox's defaults).
+    requirements: Any = body(
+        "requirements", JSON, required=False,
+        description="an object of pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+    )
     task_id: str = drawn("tk_")
     message_id: str = drawn("ms_")
 
     def actor(self, state: Any) -> ActorKey:
         return _group_queue(state, self.space, self.group_id)
+
+    def check(self, limits: Limits) -> None:
+        from .admission import parse_requirements  # (admission imports this module)
+
+        parse_requirements(self.requirements)
 
 
 @_command

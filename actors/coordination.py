@@ -7,7 +7,8 @@ transition: a command and `now_ms` in, an `Outcome` out, its records already app
 
 Where each runs (the actor that serializes it):
     barriers    ("barrier", space, barrier_id)     create, arrive
-    timers      ("timers", space, scope_id)        create, poll (and its long poll), ack, cancel,
+                ("barrier-name", space, scope, name)  get or create by name
+    timers      ("timers", space, scope_id)        create (by name too), poll (and its long poll), ack, cancel,
                                                    and the timers' own firing and expiry
     groups      the group's queue actor            submit, join-task, accept, reject, close, seal,
                 ("queue", space, mailbox, gate)    and the deadline; created in its parent's scope
@@ -98,6 +99,17 @@ class CoordinationCommands:
         outcome.reply = self.barriers.view(self.barriers.get(command.barrier_id), now_ms)
         return outcome
 
+    def ensure_barrier(self, command: c.EnsureBarrier, now_ms: int) -> Outcome:
+        """The scope's barrier of this name (its target must be the one sent), created if missing."""
+        barrier = self.barriers.by_name(command.scope_id, command.name)
+        if barrier is not None:
+            self.barriers.check_named(barrier, command.target)
+            return Outcome(reply=self.barriers.view(barrier, now_ms))
+        record = self.barriers.decide_create(command.barrier_id, command.scope_id, command.target, now_ms, command.name)
+        outcome = self._commit(Outcome(), record)
+        outcome.reply = self.barriers.view(self.barriers.get(command.barrier_id), now_ms)
+        return outcome
+
     def arrive(self, command: c.ArriveBarrier, now_ms: int) -> Outcome:
         barrier = self.barriers.get(command.barrier_id)
         outcome = self._commit(Outcome(), *self.barriers.decide_arrive(barrier, command.arrival_key, now_ms))
@@ -106,17 +118,26 @@ class CoordinationCommands:
 
     # -- timers ---------------------------------------------------------------------------------
 
-    def create_timer(self, command: c.CreateTimer, now_ms: int) -> Outcome:
-        fire_ms = command.at_ms if command.at_ms is not None else now_ms + command.after_s * 1000
+    def create_timer(self, command: c.CreateTimer | c.EnsureTimer, now_ms: int, name: str | None = None) -> Outcome:
+        fire_ms = command.at_ms if command.at_ms is not None else now_ms + (command.after_s or 0) * 1000
         if fire_ms - now_ms > self.limits.timer_after_s_max * 1000:
             raise KernelError(
                 VALIDATION_FAILED, f"a timer fires at most {self.limits.timer_after_s_max} seconds from now"
             )
-        record = self.timers.decide_create(command.timer_id, command.scope_id, fire_ms, command.token, now_ms)
+        record = self.timers.decide_create(command.timer_id, command.scope_id, fire_ms, command.token, now_ms, name)
         outcome = self._commit(Outcome(), record)
         timer = self.timers.get(command.timer_id)
         outcome.timers.extend(self._timer_timers(timer))
         outcome.reply = self.timers.view(timer)
+        return outcome
+
+    def ensure_timer(self, command: c.EnsureTimer, now_ms: int) -> Outcome:
+        """The scope's timer of this name as it is (the body is not compared), armed if missing."""
+        timer = self.timers.by_name(command.scope_id, command.name)
+        if timer is not None:
+            return Outcome(reply=self.timers.named_view(timer, now_ms))
+        outcome = self.create_timer(command, now_ms, command.name)
+        outcome.reply = self.timers.named_view(self.timers.get(command.timer_id), now_ms)
         return outcome
 
     def poll_timers(self, command: c.PollTimers, now_ms: int) -> Outcome:
@@ -207,18 +228,23 @@ class CoordinationCommands:
         outcome.reply = self.groups.view(group, now_ms)
         return outcome
 
-    def submit_member(self, command: c.SubmitGroupTask, now_ms: int) -> Outcome:
-        """Submit a task into the group's queue (or return the key's task) and make it a member."""
+    def submit_member(
+        self, command: c.SubmitGroupTask, now_ms: int, submit: Callable[[c.SubmitTask, int], Outcome] | None = None
+    ) -> Outcome:
+        """Submit a task into the group's queue (or return the key's task) and make it a member.
+
+        `submit` is how a task is submitted in this space (with its requirements: `transitions.py`);
+        without it, the queue part's own submit, which records none."""
         group = self.groups.get(command.group_id)
         existing = self.tasks.by_key(group.scope_id, command.key)
         if existing is None or existing.id not in group.members:
             self.groups.check_joinable(group)
-        submit = c.SubmitTask(
+        task = c.SubmitTask(
             space=command.space, scope_id=group.scope_id, mailbox_id=group.mailbox_id, key=command.key,
             task_input=command.task_input, deadline_ms=command.deadline_ms, task_id=command.task_id,
-            message_id=command.message_id,
+            message_id=command.message_id, requirements=command.requirements,
         )
-        outcome = self.work.submit_task(submit, now_ms)
+        outcome = (self.work.submit_task if submit is None else submit)(task, now_ms)
         task_id = outcome.reply["id"]
         record = self.groups.decide_join(group, task_id, now_ms)
         if record is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import events as event_log
+from .timestamps import format_ms
 
 __all__ = ["barrier", "timer", "group", "events_page"]
 
@@ -41,8 +42,6 @@ OPS_LIST_MAX = 1000
 def run(kernel: Any, space: str, scope_id: str) -> dict:
     """A run's subtree across primitives: who works in it (claim and delivery holders with their
     keys and earliest lease end), what waits there, and how many things are in each state."""
-    from .timestamps import format_ms
-
     state = kernel.state.space(space)
     scope = state.scopes.get(scope_id)
     now_ms = kernel.clock.now_ms()
@@ -55,16 +54,29 @@ def run(kernel: Any, space: str, scope_id: str) -> dict:
         entry["expires_ms"] = min(entry["expires_ms"], expires_ms)
         return entry
 
+    # `keys`: everything a holder holds under a lease here, one entry each (the 0.3.0 client counts
+    # them): claim keys, once keys, the task keys of its deliveries (a plain message's id), and the
+    # pool names of grants held apart from a delivery (a delivery's own grants go with it).
     for scope_in in subtree:
         for claim in state.claims.in_scope(scope_in):
             if claim.held_at(now_ms) and claim.holder is not None:
                 worker(claim.holder, claim.expires_ms)["keys"].append(claim.key)
+    for slot in state.once.all():
+        if slot.scope_id in inside and slot.held_at(now_ms) and slot.holder is not None:
+            worker(slot.holder, slot.expires_ms)["keys"].append(slot.key)
+    pools = state.capacity.pools
+    for grant in pools.grants():
+        if grant.scope_id in inside and grant.message_id is None and now_ms < grant.expires_ms and grant.holder is not None:
+            worker(grant.holder, grant.expires_ms)["keys"].append(pools.get(grant.pool_id).name)
     messages: dict[str, int] = {}
     for message in state.messages.live():
         if message.scope_id in inside:
             messages[message.state] = messages.get(message.state, 0) + 1
             if message.state == "LEASED" and message.holder is not None:
-                worker(message.holder, message.expires_ms)["deliveries"].append(message.id)
+                entry = worker(message.holder, message.expires_ms)
+                entry["deliveries"].append(message.id)
+                task = None if message.task_id is None else state.tasks.find(message.task_id)
+                entry["keys"].append(message.id if task is None else task.key)
     part = state.coordination
     tasks = _count(task.state for task in state.tasks.all() if task.scope_id in inside)
     rows = sorted(workers.values(), key=lambda row: (row["expires_ms"], row["holder"]))[:OPS_LIST_MAX]
@@ -75,8 +87,7 @@ def run(kernel: Any, space: str, scope_id: str) -> dict:
         "scopeId": scope.id,
         "effective": state.scopes.effective(scope, now_ms),
         "workers": rows,
-        # Pool waiters are what 0.3.0 reads here; this server has no pools yet, so none wait on one.
-        "waiting": [],
+        "waiting": _pool_waiters(state, inside, now_ms)[:OPS_LIST_MAX],
         "parked": parked[:OPS_LIST_MAX],
         "counts": {
             "scopes": _count(state.scopes.effective(state.scopes.get(s), now_ms) for s in subtree),
@@ -87,6 +98,24 @@ def run(kernel: Any, space: str, scope_id: str) -> dict:
             "groups": _count(g.state for g in part.groups.all() if g.scope_id in inside),
         },
     }
+
+
+def _pool_waiters(state: Any, inside: frozenset, now_ms: int) -> list[dict]:
+    """Who waits in a pool's line in the subtree, oldest first: `permit` (the pool's name) and
+    `units` are what the 0.3.0 client's `status()` shows. (A pool table without a line of waiters
+    has nobody waiting.)"""
+    pools = state.capacity.pools
+    waiting = []
+    for waiter in getattr(pools, "waiters", tuple)():
+        if waiter.scope_id in inside and waiter.state in ("WAITING", "SIGNALED") and now_ms < waiter.due_ms:
+            waiting.append({
+                "permit": pools.get(waiter.pool_id).name, "permitId": waiter.pool_id, "units": waiter.units,
+                "holder": waiter.holder, "waiterId": waiter.id, "state": waiter.state, "created_ms": waiter.created_ms,
+            })
+    waiting.sort(key=lambda entry: (entry["created_ms"], entry["waiterId"]))
+    for entry in waiting:
+        entry["since"] = format_ms(entry.pop("created_ms"))
+    return waiting
 
 
 def waits(kernel: Any, space: str) -> dict:

@@ -237,11 +237,25 @@ def _task_ended(space: "SpaceState", record: dict) -> list:
     return [("task." + record["state"].lower(), scope_id, "task", record["task_id"], {"reason": record.get("reason")})]
 
 
+# Record fields as an event's payload names them (the wire's camelCase; times as timestamps).
+_WIRE = {"mailbox_id": "mailboxId", "task_id": "taskId", "arrival_key": "arrivalKey", "fire_ms": "fireAt"}
+
+
+def _payload(record: dict, fields: tuple[str, ...]) -> dict:
+    payload = {}
+    for field in fields:
+        if field not in record:
+            continue
+        value = record[field]
+        payload[_WIRE.get(field, field)] = format_ms(value) if field.endswith("_ms") else value
+    return payload
+
+
 def _group(kind: str, *fields: str) -> Derive:
     def derive(space: "SpaceState", record: dict) -> list:
         group = space.coordination.groups.find(record["id"])
         scope_id = record.get("scope_id") if group is None else group.scope_id
-        return [(kind, scope_id, "group", record["id"], {field: record[field] for field in fields})]
+        return [(kind, scope_id, "group", record["id"], _payload(record, fields))]
 
     return derive
 
@@ -250,7 +264,7 @@ def _barrier(kind: str, *fields: str) -> Derive:
     def derive(space: "SpaceState", record: dict) -> list:
         barrier = space.coordination.barriers.find(record["id"])
         scope_id = record.get("scope_id") if barrier is None else barrier.scope_id
-        return [(kind, scope_id, "barrier", record["id"], {field: record[field] for field in fields})]
+        return [(kind, scope_id, "barrier", record["id"], _payload(record, fields))]
 
     return derive
 
@@ -259,7 +273,7 @@ def _timer(kind: str, *fields: str) -> Derive:
     def derive(space: "SpaceState", record: dict) -> list:
         timer = space.coordination.timers.find(record["id"])
         scope_id = record.get("scope_id") if timer is None else timer.scope_id
-        return [(kind, scope_id, "timer", record["id"], {field: record[field] for field in fields})]
+        return [(kind, scope_id, "timer", record["id"], _payload(record, fields))]
 
     return derive
 
@@ -277,9 +291,9 @@ DERIVE: dict[str, Derive] = {
     "delivery.requeued": _delivery("task.retried", "delivery.requeued", cause="cause"),
     "delivery.dead": _dead,
     "task.ended": _task_ended,
-    "barrier.created": _barrier("barrier.created", "target"),
+    "barrier.created": _barrier("barrier.created", "target", "name"),
     "barrier.arrived": _barrier("barrier.arrived", "arrival_key"),
-    "timer.created": _timer("timer.created", "fire_ms"),
+    "timer.created": _timer("timer.created", "fire_ms", "name"),
     "timer.fired": _timer("timer.fired"),
     "timer.acked": _timer("timer.acked"),
     "timer.cancelled": _timer("timer.cancelled"),

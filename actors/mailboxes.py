@@ -5,6 +5,18 @@ number of deliveries a message may have (`maxAttempts`). Only the `WORK` mode (c
 consumers: each message goes to one receiver at a time) is implemented; any other mode is refused
 rather than silently given WORK semantics.
 
+A mailbox made by a put by name that states nothing (`PUT /mailboxes/by-name/{name}` with `{}`,
+what a 0.3.0 producer sends) has the default `maxAttempts` and no default requirements, and has
+declared neither: the first put that states `maxAttempts` sets it, and so does the first one
+that states `requirements` (a `mailbox.declared` record); from then on a put that states another
+value is 409 `CONFLICT`. So a producer that starts before its workers does not fix the settings
+the workers declare. A mailbox created by `POST /mailboxes` has declared its `maxAttempts`.
+
+Default `requirements` (pools, quotas and budgets by name, as a task's, `admission.py`) are kept
+resolved to ids. Admission takes them for a task of the mailbox that names none of its own, when
+it is admitted (so a task submitted before the workers declared them takes them too); `recv`
+never delivers a task of a mailbox that has them.
+
 The mailbox also carries the counts its listing shows. They are kept by the message table at
 every state change of a message (`messages.py`), so they are exact and replay keeps them exact.
 Messages themselves live in one queue per (mailbox, scope): a mailbox is shared by every run of
@@ -21,10 +33,23 @@ from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
 from .limits import Limits
 from .timestamps import format_ms
 
-__all__ = ["Mailbox", "MailboxTable", "WORK", "MODES"]
+__all__ = ["Mailbox", "MailboxTable", "WORK", "MODES", "MAILBOX_RECORDS"]
 
 WORK = "WORK"
 MODES = (WORK,)
+
+# The record types of this table and the fields each must carry ("name?": optional). A record
+# written before settings could be declared has neither optional field: it declared its attempts.
+MAILBOX_RECORDS: dict[str, tuple[str, ...]] = {
+    "mailbox.created": (
+        "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms", "attempts_declared?", "requirements?",
+    ),
+    # A put by name that states a setting the mailbox has not declared yet.
+    "mailbox.declared": ("id", "at_ms", "max_attempts?", "requirements?"),
+    "mailbox.image": (
+        "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms", "attempts_declared?", "requirements?",
+    ),
+}
 
 
 class Mailbox:
@@ -34,6 +59,8 @@ class Mailbox:
         "mode",
         "backlog_limit",
         "max_attempts",
+        "attempts_declared",  # whether max_attempts was stated (else it is the default, not fixed yet)
+        "requirements",  # default requirements of its tasks, resolved to ids, or None
         "created_ms",
         # Counts of this mailbox's messages, all scopes together.
         "queued",  # waiting to be delivered, visible now
@@ -50,12 +77,16 @@ class Mailbox:
         backlog_limit: int | None,
         max_attempts: int,
         created_ms: int,
+        attempts_declared: bool = True,
+        requirements: dict | None = None,
     ) -> None:
         self.id = mailbox_id
         self.name = name
         self.mode = mode
         self.backlog_limit = backlog_limit
         self.max_attempts = max_attempts
+        self.attempts_declared = attempts_declared
+        self.requirements = requirements
         self.created_ms = created_ms
         self.queued = 0
         self.delayed = 0
@@ -105,6 +136,7 @@ class MailboxTable:
             "mode": mailbox.mode,
             "backlogLimit": mailbox.backlog_limit,
             "maxAttempts": mailbox.max_attempts,
+            "requirements": requirements_view(mailbox.requirements),
             "backlog": mailbox.backlog,
             "counts": {
                 "queued": mailbox.queued,
@@ -125,8 +157,11 @@ class MailboxTable:
         backlog_limit: int | None,
         max_attempts: int | None,
         now_ms: int,
+        *,
+        declared: bool = True,
+        requirements: dict | None = None,
     ) -> dict:
-        """The `mailbox.created` record, or a refusal.
+        """The `mailbox.created` record, or a refusal (`declared`: whether it states maxAttempts).
 
         A name that exists is CONFLICT whatever the settings: the official client's `ensure` then
         lists the mailboxes and compares the mode itself.
@@ -144,7 +179,7 @@ class MailboxTable:
             )
         if mailbox_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"mailbox id {mailbox_id} is taken")
-        return {
+        record = {
             "type": "mailbox.created",
             "id": mailbox_id,
             "name": name,
@@ -153,6 +188,35 @@ class MailboxTable:
             "max_attempts": attempts,
             "at_ms": now_ms,
         }
+        if not declared:
+            record["attempts_declared"] = False
+        if requirements is not None:
+            record["requirements"] = requirements
+        return record
+
+    @staticmethod
+    def decide_declare(mailbox: Mailbox, max_attempts: int | None, requirements: dict | None, now_ms: int) -> dict | None:
+        """What a put by name states, held to what the mailbox declared: a `mailbox.declared`
+        record for a setting stated for the first time, CONFLICT for one that differs, nothing
+        when every setting stated is the mailbox's already."""
+        record: dict = {"type": "mailbox.declared", "id": mailbox.id, "at_ms": now_ms}
+        if max_attempts is not None:
+            if not mailbox.attempts_declared:
+                record["max_attempts"] = max_attempts
+            elif max_attempts != mailbox.max_attempts:
+                raise KernelError(
+                    CONFLICT, f"mailbox {mailbox.name!r} has maxAttempts {mailbox.max_attempts}, not {max_attempts}"
+                )
+        if requirements is not None:
+            if mailbox.requirements is None:
+                record["requirements"] = requirements
+            elif _canonical(requirements) != _canonical(mailbox.requirements):
+                raise KernelError(
+                    CONFLICT,
+                    f"mailbox {mailbox.name!r} has other default requirements: "
+                    f"{requirements_view(mailbox.requirements)}",
+                )
+        return record if len(record) > 3 else None
 
     # -- images ---------------------------------------------------------------------------------
 
@@ -170,6 +234,8 @@ class MailboxTable:
                 "backlog_limit": mailbox.backlog_limit,
                 "max_attempts": mailbox.max_attempts,
                 "at_ms": mailbox.created_ms,
+                "attempts_declared": mailbox.attempts_declared,
+                "requirements": mailbox.requirements,
             }
 
     # -- applying -------------------------------------------------------------------------------
@@ -182,7 +248,36 @@ class MailboxTable:
             record["backlog_limit"],
             record["max_attempts"],
             record["at_ms"],
+            record.get("attempts_declared", True),
+            record.get("requirements"),
         )
         self._by_id[mailbox.id] = mailbox
         self._by_name[mailbox.name] = mailbox
         return mailbox
+
+    def apply_declared(self, record: dict) -> Mailbox:
+        mailbox = self._by_id[record["id"]]
+        if "max_attempts" in record:
+            assert not mailbox.attempts_declared, f"mailbox {mailbox.id} declared its attempts twice"
+            mailbox.max_attempts = record["max_attempts"]
+            mailbox.attempts_declared = True
+        if "requirements" in record:
+            assert mailbox.requirements is None, f"mailbox {mailbox.id} declared its requirements twice"
+            mailbox.requirements = record["requirements"]
+        return mailbox
+
+
+def _canonical(requirements: dict) -> dict:
+    """Requirements compared as sets: the order a caller listed them in does not matter."""
+    return {kind: sorted(map(tuple, entries)) for kind, entries in requirements.items()}
+
+
+def requirements_view(requirements: dict | None) -> dict | None:
+    """Resolved requirements as the wire shows them (by id)."""
+    if requirements is None:
+        return None
+    return {
+        "pools": [{"permitId": pool_id, "units": units} for pool_id, units in requirements["pools"]],
+        "quotas": [{"allowanceId": allowance_id, "units": units} for allowance_id, units in requirements["quotas"]],
+        "budgets": [{"budgetId": budget_id, "reserveMinor": amount} for budget_id, amount in requirements["budgets"]],
+    }

@@ -27,6 +27,7 @@ from typing import Any
 from .capacity import CAPACITY_RECORDS
 from .coordination import COORDINATION_RECORDS
 from .events import EVENT_RECORDS
+from .mailboxes import MAILBOX_RECORDS
 from .once import ONCE_RECORDS
 from .runs import RUN_RECORDS
 
@@ -86,8 +87,7 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
         "acquired_ms", "at_ms", optional=("expired",),
     ),
     # Mailboxes (`mailboxes.py`).
-    "mailbox.created": _spec(_SPACE, "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms"),
-    "mailbox.image": _spec(_SPACE, "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms"),
+    **{kind: _declared(fields) for kind, fields in MAILBOX_RECORDS.items()},
     # Messages and deliveries (`messages.py`, `work.py`).
     "message.sent": _spec(
         _SPACE, "id", "mailbox_id", "scope_id", "payload", "payload_hash", "work_key", "deadline_ms", "at_ms"

@@ -14,6 +14,12 @@ again with the right one is harmless. A fired timer nobody acknowledges becomes 
 `timer_fired_ttl_s`, so the listing stays short. Cancelling (or the end of its scope) makes it
 CANCELLED, and it is never listed.
 
+A timer may have a name, unique in its scope (`PUT /timers/by-name/{name}`, what the 0.3.0
+client's `sleep(name, ...)` uses). The name is kept for the timer's whole life: a put of a name
+that exists answers that timer as it is, whatever its state and whatever the body says, so a
+process that restarts and sleeps again under the same name only waits for what is left, and one
+that slept to the end (ACKED or EXPIRED) does not sleep again in that scope.
+
 Pure: no IO, no clock reads; every method takes `now_ms`.
 """
 
@@ -36,22 +42,24 @@ EXPIRED = "EXPIRED"
 ENDED = frozenset({ACKED, CANCELLED, EXPIRED})
 
 TIMER_RECORDS: dict[str, tuple[str, ...]] = {
-    "timer.created": ("id", "scope_id", "fire_ms", "token", "at_ms"),
+    # `name` only on a named timer (`PUT /timers/by-name/{name}`).
+    "timer.created": ("id", "scope_id", "fire_ms", "token", "at_ms", "name?"),
     "timer.fired": ("id", "at_ms"),
     "timer.acked": ("id", "at_ms"),
     "timer.cancelled": ("id", "at_ms"),
     "timer.expired": ("id", "at_ms"),
-    "timer.image": ("id", "scope_id", "fire_ms", "token", "state", "fired_ms", "ended_ms", "at_ms"),
+    "timer.image": ("id", "scope_id", "fire_ms", "token", "state", "fired_ms", "ended_ms", "at_ms", "name?"),
 }
 
 
 class ScopeTimer:
     """One timer (named so as not to be confused with `outcome.Timer`, a supervisor deadline)."""
 
-    __slots__ = ("id", "scope_id", "fire_ms", "token", "state", "created_ms", "fired_ms", "ended_ms")
+    __slots__ = ("id", "scope_id", "fire_ms", "token", "state", "created_ms", "fired_ms", "ended_ms", "name")
 
-    def __init__(self, timer_id: str, scope_id: str, fire_ms: int, token: str, created_ms: int) -> None:
+    def __init__(self, timer_id: str, scope_id: str, fire_ms: int, token: str, created_ms: int, name: str | None = None) -> None:
         self.id = timer_id
+        self.name = name
         self.scope_id = scope_id
         self.fire_ms = fire_ms
         self.token = token
@@ -64,7 +72,7 @@ class ScopeTimer:
 class TimerTable:
     """The timers of one space, by id and by scope."""
 
-    __slots__ = ("_by_id", "_by_scope", "_limits", "_scopes")
+    __slots__ = ("_by_id", "_by_scope", "_by_name", "_limits", "_scopes")
     # (`_scopes` is the space's own table, compared there: `snapshots.equality`.)
     _DERIVED = ("_scopes",)
 
@@ -72,6 +80,8 @@ class TimerTable:
         self._by_id: dict[str, ScopeTimer] = {}
         # The timers of each scope that are not ended (armed or fired), in creation order.
         self._by_scope: dict[str, dict[str, None]] = {}
+        # Named timers, whatever their state: (scope_id, name) -> timer id.
+        self._by_name: dict[tuple[str, str], str] = {}
         self._limits = limits
         self._scopes = scopes
 
@@ -86,6 +96,10 @@ class TimerTable:
 
     def find(self, timer_id: str) -> ScopeTimer | None:
         return self._by_id.get(timer_id)
+
+    def by_name(self, scope_id: str, name: str) -> ScopeTimer | None:
+        timer_id = self._by_name.get((scope_id, name))
+        return None if timer_id is None else self._by_id[timer_id]
 
     def all(self) -> Iterator[ScopeTimer]:
         return iter(self._by_id.values())
@@ -111,6 +125,7 @@ class TimerTable:
         return {
             "id": timer.id,
             "scopeId": timer.scope_id,
+            "name": timer.name,
             "state": timer.state,
             "fireAt": format_ms(timer.fire_ms),
             "firedAt": None if timer.fired_ms is None else format_ms(timer.fired_ms),
@@ -124,8 +139,19 @@ class TimerTable:
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def decide_create(self, timer_id: str, scope_id: str, fire_ms: int, token: str, now_ms: int) -> dict:
+    def named_view(self, timer: ScopeTimer, now_ms: int) -> dict:
+        """A put by name's answer: the view, the server's `now` (the client sleeps until `fireAt` by
+        it, not by its own clock), and the token once the timer has fired (to acknowledge it)."""
+        view = {**self.view(timer), "now": format_ms(now_ms)}
+        view["token"] = timer.token if timer.state == FIRED else None
+        return view
+
+    def decide_create(
+        self, timer_id: str, scope_id: str, fire_ms: int, token: str, now_ms: int, name: str | None = None
+    ) -> dict:
         self._scopes.require_active(scope_id, now_ms)
+        if name is not None and (scope_id, name) in self._by_name:
+            raise KernelError(CONFLICT, f"scope {scope_id} already has a timer named {name!r}")
         live = self._by_scope.get(scope_id, ())
         if len(live) >= self._limits.timers_per_scope_max:
             raise KernelError(
@@ -133,7 +159,10 @@ class TimerTable:
             )
         if timer_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"timer id {timer_id} is taken")
-        return {"type": "timer.created", "id": timer_id, "scope_id": scope_id, "fire_ms": fire_ms, "token": token, "at_ms": now_ms}
+        record = {"type": "timer.created", "id": timer_id, "scope_id": scope_id, "fire_ms": fire_ms, "token": token, "at_ms": now_ms}
+        if name is not None:
+            record["name"] = name
+        return record
 
     def decide_fire(self, timer: ScopeTimer, now_ms: int) -> dict | None:
         """The firing the supervisor proposed, if the timer is still armed and due."""
@@ -165,8 +194,13 @@ class TimerTable:
     # -- applying -------------------------------------------------------------------------------
 
     def apply_created(self, record: dict) -> ScopeTimer:
-        timer = ScopeTimer(record["id"], record["scope_id"], record["fire_ms"], record["token"], record["at_ms"])
+        timer = ScopeTimer(
+            record["id"], record["scope_id"], record["fire_ms"], record["token"], record["at_ms"], record.get("name")
+        )
         self._by_id[timer.id] = timer
+        if timer.name is not None:
+            assert (timer.scope_id, timer.name) not in self._by_name, f"two timers named {timer.name!r}"
+            self._by_name[(timer.scope_id, timer.name)] = timer.id
         self._by_scope.setdefault(timer.scope_id, {})[timer.id] = None
         return timer
 
@@ -217,6 +251,7 @@ class TimerTable:
                 "fired_ms": timer.fired_ms,
                 "ended_ms": timer.ended_ms,
                 "at_ms": timer.created_ms,
+                "name": timer.name,
             }
 
     def apply_image(self, record: dict) -> ScopeTimer:

@@ -66,6 +66,20 @@ def _coordination(method: Callable[..., Outcome]) -> Transition:
     return lambda state, command, now_ms: method(state.space(command.space).coordination, command, now_ms)
 
 
+def _ensure_mailbox(state: Any, command: c.EnsureMailbox, now_ms: int) -> Outcome:
+    """A put by name; its default requirements resolved to ids first, as a task's are."""
+    space = state.space(command.space)
+    needs = admission.requirements_record(space, command, now_ms)
+    resolved = None if needs is None else {kind: needs[kind] for kind in ("pools", "quotas", "budgets")}
+    return space.work.ensure_mailbox(command, now_ms, resolved)
+
+
+def _submit_group_task(state: Any, command: c.SubmitGroupTask, now_ms: int) -> Outcome:
+    """A group member is submitted as any task is, its requirements included."""
+    part = state.space(command.space).coordination
+    return part.submit_member(command, now_ms, lambda task, at_ms: _submit_task(state, task, at_ms))
+
+
 def _end_scope(state: Any, command: c.EndScope, now_ms: int) -> Outcome:
     return state.space(command.space).end_scope(command, now_ms)
 
@@ -90,7 +104,7 @@ TRANSITIONS: dict[type, Transition] = {
     c.JoinTask: _work(WorkCommands.join_task),
     c.DetachTask: _work(WorkCommands.detach_task),
     c.EnsureRun: lambda state, command, now_ms: RunCommands.ensure(state.space(command.space).runs, command, now_ms),
-    c.EnsureMailbox: _work(WorkCommands.ensure_mailbox),
+    c.EnsureMailbox: _ensure_mailbox,
     c.WaitTask: _work(WorkCommands.wait_task),
     c.AcquireOnce: _once(OnceCommands.acquire),
     c.WaitOnce: _once(OnceCommands.wait),
@@ -121,13 +135,15 @@ TRANSITIONS: dict[type, Transition] = {
     # -- capacity (end) --
     # -- coordination --
     c.CreateBarrier: _coordination(CoordinationCommands.create_barrier),
+    c.EnsureBarrier: _coordination(CoordinationCommands.ensure_barrier),
     c.ArriveBarrier: _coordination(CoordinationCommands.arrive),
     c.CreateTimer: _coordination(CoordinationCommands.create_timer),
+    c.EnsureTimer: _coordination(CoordinationCommands.ensure_timer),
     c.PollTimers: _coordination(CoordinationCommands.poll_timers),
     c.AckTimer: _coordination(CoordinationCommands.ack_timer),
     c.CancelTimer: _coordination(CoordinationCommands.cancel_timer),
     c.CreateGroup: _coordination(CoordinationCommands.create_group),
-    c.SubmitGroupTask: _coordination(CoordinationCommands.submit_member),
+    c.SubmitGroupTask: _submit_group_task,
     c.JoinGroupTask: _coordination(CoordinationCommands.join_member),
     c.AcceptGroupTask: _coordination(CoordinationCommands.verdict),
     c.RejectGroupTask: _coordination(CoordinationCommands.verdict),

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .caps import RETRY_AFTER_S, full, value_bytes
 from .commands import queue_actor
-from .errors import BACKLOG_FULL, CONFLICT, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError, quote
+from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError, quote
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import DELAYED, LEASED, LIVE, QUEUED, Message, MessageTable, backoff_ms
@@ -48,6 +48,8 @@ __all__ = ["WorkCommands", "WORK_APPLY", "WORK_TIMERS", "outcome_of"]
 # Reasons recorded as `outcomeReason` (0.3.0 understands `scope_cancelled`).
 REASON_CANCELLED = "cancelled"
 REASON_DEADLINE = "deadline_exceeded"
+# A nack's `error` (what the handler raised), as the reason of the task it ends.
+HANDLER_ERROR = "handler_error: "
 SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
 
 
@@ -94,17 +96,23 @@ class WorkCommands:
         outcome.reply = self.mailboxes.view(self.mailboxes.get(mailbox_id))
         return outcome
 
-    def ensure_mailbox(self, command: "EnsureMailbox", now_ms: int) -> Outcome:
-        """The mailbox of this name, created with defaults when missing; settings sent must match."""
+    def ensure_mailbox(self, command: "EnsureMailbox", now_ms: int, requirements: dict | None = None) -> Outcome:
+        """The mailbox of this name, created with what the put states (defaults for the rest) when
+        missing; a setting stated for the first time is declared, one that differs is CONFLICT.
+        `requirements` are the command's, resolved to ids by the caller (`transitions.py`)."""
         mailbox = self.mailboxes.by_name(command.name)
         if mailbox is None:
-            return self.create_mailbox(command, now_ms)  # type: ignore[arg-type]
-        if command.max_attempts is not None and command.max_attempts != mailbox.max_attempts:
-            raise KernelError(
-                CONFLICT,
-                f"mailbox {quote(mailbox.name)} has maxAttempts {mailbox.max_attempts}, not {command.max_attempts}",
+            record = self.mailboxes.decide_create(
+                command.mailbox_id, command.name, None, None, command.max_attempts, now_ms,
+                declared=command.max_attempts is not None, requirements=requirements,
             )
-        return Outcome(reply=self.mailboxes.view(mailbox))
+            outcome = self._commit(Outcome(), record)
+            outcome.reply = self.mailboxes.view(self.mailboxes.get(command.mailbox_id))
+            return outcome
+        record = self.mailboxes.decide_declare(mailbox, command.max_attempts, requirements, now_ms)
+        outcome = Outcome() if record is None else self._commit(Outcome(), record)
+        outcome.reply = self.mailboxes.view(mailbox)
+        return outcome
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -253,9 +261,10 @@ class WorkCommands:
         holder, session, lease_ms, token = command.holder, command.session, command.lease_s * 1000, command.token
         self.mailboxes.get(mailbox_id)
         self.scopes.require_active(scope_id, now_ms)
+        defaults = self.mailboxes.get(mailbox_id).requirements is not None  # every task waits for admission
         message = self.messages.next_deliverable(mailbox_id, scope_id, now_ms)
-        if message is not None and message.task_id is not None and self.needs_admission(message.task_id):  # -- capacity --
-            needs = self.needs_admission
+        if message is not None and message.task_id is not None and (defaults or self.needs_admission(message.task_id)):  # -- capacity --
+            needs = (lambda task_id: True) if defaults else self.needs_admission
             message = next(
                 (m for m in self.messages.deliverable(mailbox_id, scope_id, now_ms) if m.task_id is None or not needs(m.task_id)), None
             )
@@ -295,7 +304,8 @@ class WorkCommands:
         if command.retry:
             record = self._release(message, "retry", error, command.jitter, now_ms)
         else:
-            reason = "rejected" if not error else f"rejected: {error}"
+            # The handler's own error is the task's reason (the 0.3.0 client shows what follows the prefix).
+            reason = "rejected" if not error else f"{HANDLER_ERROR}{error}"
             record = self.messages.decide_dead(message, "rejected", reason, now_ms)
         outcome = self._commit(Outcome(), record)
         outcome.timers.extend(self._message_timers(message))
@@ -328,10 +338,11 @@ class WorkCommands:
             return self._end_undelivered(message, task, EXPIRED, REASON_DEADLINE, now_ms)
         max_attempts = self.mailboxes.get(message.mailbox_id).max_attempts
         if message.attempts >= max_attempts:
-            last = "asked for a retry" if cause == "retry" else "let its lease run out"
-            reason = f"attempts_exhausted: {message.attempts} of {max_attempts} attempts used; the last one {last}"
-            if error:
-                reason += f" (handler_error: {error})"
+            if error:  # the last attempt's own error says why, and the count follows it
+                reason = f"{HANDLER_ERROR}{error} (attempts_exhausted: {message.attempts} of {max_attempts} attempts used)"
+            else:
+                last = "asked for a retry" if cause == "retry" else "let its lease run out"
+                reason = f"attempts_exhausted: {message.attempts} of {max_attempts} attempts used; the last one {last}"
             return self.messages.decide_dead(message, "attempts", reason, now_ms)
         if cause == "retry":
             visible_ms = now_ms + backoff_ms(self.limits, message.attempts, jitter)
@@ -561,6 +572,7 @@ WORK_TIMERS: dict[str, Callable[[WorkCommands, Any, Any, int], Outcome]] = {
 
 WORK_APPLY: dict[str, Callable[[WorkCommands, dict], Any]] = {
     "mailbox.created": lambda space, record: space.mailboxes.apply_created(record),
+    "mailbox.declared": lambda space, record: space.mailboxes.apply_declared(record),
     "message.sent": WorkCommands._apply_message_sent,
     "message.visible": lambda space, record: space.messages.apply_visible(record),
     "message.dropped": WorkCommands._apply_dropped,

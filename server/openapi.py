@@ -103,6 +103,12 @@ def _components(limits: Limits) -> dict:
                 "mode": {"const": "WORK"},
                 "backlogLimit": _nullable(integer),
                 "maxAttempts": integer,
+                # Default requirements of its tasks that name none, by id (a put by name declares them).
+                "requirements": _nullable(_obj({
+                    "pools": {"type": "array", "items": _obj({"permitId": text, "units": integer})},
+                    "quotas": {"type": "array", "items": _obj({"allowanceId": text, "units": integer})},
+                    "budgets": {"type": "array", "items": _obj({"budgetId": text, "reserveMinor": text})},
+                })),
                 "backlog": integer,
                 "counts": _obj({"queued": integer, "delayed": integer, "leased": integer, "deadLetters": integer}),
                 "createdAt": _TS,
@@ -313,6 +319,7 @@ def _coordination_components() -> dict:
     timer = {
         "id": text,
         "scopeId": text,
+        "name": _nullable(text),
         "state": {"enum": ["ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED"]},
         "fireAt": _TS,
         "firedAt": _nullable(_TS),
@@ -334,6 +341,7 @@ def _coordination_components() -> dict:
             {
                 "id": text,
                 "scopeId": text,
+                "name": _nullable(text),
                 "state": {"enum": ["OPEN", "RELEASED", "CANCELLED"]},
                 "epoch": integer,
                 "target": integer,
@@ -343,6 +351,8 @@ def _coordination_components() -> dict:
             }
         ),
         "Timer": _obj(timer),
+        # A put by name: the server's clock, and the token once the timer has fired.
+        "NamedTimer": _obj({**timer, "now": _TS, "token": _nullable(text)}),
         "TimerPoll": _obj(
             {"scopeId": text, "timers": {"type": "array", "items": _obj({**timer, "token": text})}},
             {"timer": _obj(timer)},
@@ -382,7 +392,11 @@ def _coordination_components() -> dict:
                     "items": _obj({"holder": text, "keys": {"type": "array", "items": text},
                                    "deliveries": {"type": "array", "items": text}, "earliestLeaseExpiry": _TS}),
                 },
-                "waiting": {"type": "array", "items": {"type": "object"}},
+                # Who waits in a pool's line here, oldest first (0.3.0's status() reads permit and units).
+                "waiting": {"type": "array", "items": _obj({
+                    "permit": text, "permitId": text, "units": integer, "holder": text, "waiterId": text,
+                    "state": {"enum": ["WAITING", "SIGNALED"]}, "since": _TS,
+                })},
                 "parked": {"type": "array", "items": _ref("Parked")},
                 "counts": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": integer}},
             }

@@ -17,6 +17,9 @@ class BarrierOps(_Ops):
     async def create(self, space: str, *, scope_id, target, idem=None) -> dict:
         return await self._submit(c.CreateBarrier, idem, space=space, scope_id=scope_id, target=target)
 
+    async def ensure(self, space: str, name: str, *, scope_id, target, idem=None) -> dict:
+        return await self._submit(c.EnsureBarrier, idem, space=space, name=name, scope_id=scope_id, target=target)
+
     async def arrive(self, space: str, barrier_id: str, *, key, idem=None) -> dict:
         return await self._submit(c.ArriveBarrier, idem, space=space, barrier_id=barrier_id, arrival_key=key)
 
@@ -27,6 +30,11 @@ class BarrierOps(_Ops):
 class TimerOps(_Ops):
     async def create(self, space: str, *, scope_id, after_s=None, at_ms=None, idem=None) -> dict:
         return await self._submit(c.CreateTimer, idem, space=space, scope_id=scope_id, after_s=after_s, at_ms=at_ms)
+
+    async def ensure(self, space: str, name: str, *, scope_id, after_s=None, at_ms=None, idem=None) -> dict:
+        return await self._submit(
+            c.EnsureTimer, idem, space=space, name=name, scope_id=scope_id, after_s=after_s, at_ms=at_ms
+        )
 
     async def poll(self, space: str, *, scope_id, timer_id=None, wait_ms=None) -> Any:
         return await self._submit(c.PollTimers, space=space, scope_id=scope_id, timer_id=timer_id, wait_ms=wait_ms)

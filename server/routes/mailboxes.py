@@ -54,7 +54,7 @@ endpoint(router, "POST", BASE, Doc(
     idempotent=True, group=G,
 ), status=201)
 endpoint(router, "PUT", BASE + "/by-name/{name}", Doc(
-    "Get or create the mailbox of this name; maxAttempts sent must match (else 409 CONFLICT)",
+    "Get or create the mailbox of this name; maxAttempts and requirements, once declared, must match (else 409 CONFLICT)",
     (Reply(200, "Mailbox"),), c.EnsureMailbox, body_required=False, errors=("400", "404", "409"), idempotent=True, group=G,
 ))
 endpoint(router, "GET", BASE + "/{mailbox_id}", Doc("A mailbox", (Reply(200, "Mailbox"),), errors=("404",), group=G), read)

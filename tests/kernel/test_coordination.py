@@ -14,6 +14,7 @@ import trio.testing
 from runstate.actors import EMPTY, Clock, IdSource, Kernel, KernelError, KernelState, Limits
 from runstate.actors.journal import MemoryJournal
 from runstate.actors.records import check_record
+from runstate.actors.timestamps import format_ms
 from runstate.snapshots import assert_same_state
 
 from ..coordination_ops import BarrierOps, EventOps, GroupOps, TimerOps
@@ -120,7 +121,60 @@ async def test_a_scope_end_cancels_its_open_barriers_and_its_subtrees(world, aut
     world.replays_exactly()
 
 
+async def test_a_named_barrier_is_one_per_scope_and_its_target_is_checked(world, autojump_clock):
+    """A put by name creates the barrier once; again it answers the same one (even released);
+    another target is CONFLICT; the same name in another scope is another barrier; the name is
+    kept through replay and the image."""
+    run, other = (await world.scopes.create(S))["id"], (await world.scopes.create(S))["id"]
+    first = await world.barriers.ensure(S, "meet", scope_id=run, target=2)
+    assert (first["name"], first["state"], first["target"], first["epoch"]) == ("meet", "OPEN", 2, 1)
+    assert (await world.barriers.ensure(S, "meet", scope_id=run, target=2))["id"] == first["id"]
+    assert (await _error(world.barriers.ensure(S, "meet", scope_id=run, target=3))).code == "CONFLICT"
+    elsewhere = await world.barriers.ensure(S, "meet", scope_id=other, target=3)
+    assert elsewhere["id"] != first["id"]
+    await world.barriers.arrive(S, first["id"], key="a")
+    assert (await world.barriers.arrive(S, first["id"], key="b"))["state"] == "RELEASED"
+    again = await world.barriers.ensure(S, "meet", scope_id=run, target=2)
+    assert (again["id"], again["state"]) == (first["id"], "RELEASED")
+    await world.scopes.cancel(S, other)
+    assert (await world.barriers.ensure(S, "meet", scope_id=other, target=3))["state"] == "CANCELLED"
+    assert (await _error(world.barriers.ensure(S, "late", scope_id=other, target=1))).code == "SCOPE_CANCELLED"
+    world.replays_exactly()
+
+
 # -- timers --------------------------------------------------------------------------------------
+
+
+async def test_a_named_timer_is_armed_once_and_answered_as_it_is_by_server_time(world, autojump_clock):
+    """A put by name arms the timer once; repeated it answers the same timer with the server's
+    `now` and the original `fireAt` (a restarted sleeper waits only for what is left, whatever
+    it sends); the token shows once it fired; after the ack the name stays ACKED."""
+    run = (await world.scopes.create(S))["id"]
+    t0 = world.now_ms()
+    armed = await world.timers.ensure(S, "nap", scope_id=run, after_s=10)
+    assert (armed["name"], armed["state"], armed["token"]) == ("nap", "ARMED", None)
+    assert armed["now"] == format_ms(t0) and armed["fireAt"] == format_ms(t0 + 10_000)
+    await trio.sleep(4)
+    again = await world.timers.ensure(S, "nap", scope_id=run, after_s=10)
+    assert (again["id"], again["fireAt"], again["now"]) == (armed["id"], armed["fireAt"], format_ms(t0 + 4_000))
+    await trio.sleep(6)
+    await trio.testing.wait_all_tasks_blocked()
+    fired = await world.timers.ensure(S, "nap", scope_id=run, at_ms=t0)
+    assert fired["state"] == "FIRED" and fired["token"]
+    assert (await world.timers.ack(S, armed["id"], token=fired["token"]))["state"] == "ACKED"
+    done = await world.timers.ensure(S, "nap", scope_id=run, after_s=10)
+    assert (done["id"], done["state"], done["token"]) == (armed["id"], "ACKED", None)
+    # A time already passed fires at once; the scope's end cancels a named timer like any other.
+    past = await world.timers.ensure(S, "past", scope_id=run, at_ms=t0)
+    await trio.testing.wait_all_tasks_blocked()
+    assert world.timers.view(S, past["id"])["state"] == "FIRED"
+    later = await world.timers.ensure(S, "later", scope_id=run, after_s=60)
+    await world.scopes.cancel(S, run)
+    assert (await world.timers.ensure(S, "later", scope_id=run, after_s=60))["state"] == "CANCELLED"
+    assert (await _error(world.timers.ensure(S, "new", scope_id=run, after_s=1))).code == "SCOPE_CANCELLED"
+    assert later["id"] != past["id"]
+    world.replays_exactly()
+
 
 
 async def test_a_timer_fires_at_its_time_is_listed_with_its_token_and_acked_once(world, autojump_clock):

@@ -226,7 +226,7 @@ def test_reject_dead_letters_the_message(world):
     letters = world.space.messages.dead_letters(mailbox)
     assert [m.id for m in letters] == [sent["id"]]
     assert world.message(sent["id"])["payload"] == {"bad": True}
-    assert world.message(sent["id"])["reason"] == "rejected: cannot parse"
+    assert world.message(sent["id"])["reason"] == "handler_error: cannot parse"
     assert world.recv(mailbox, run) is None
 
 
@@ -242,7 +242,7 @@ def test_past_the_attempt_limit_a_message_is_dead_lettered(world):
     reply = world.do("nack_delivery", sent["id"], second["token"], True, "boom", 1.0).reply
     assert reply["state"] == "DEAD"
     reason = world.message(sent["id"])["reason"]
-    assert reason.startswith("attempts_exhausted: 2 of 2 attempts used") and "boom" in reason
+    assert reason == "handler_error: boom (attempts_exhausted: 2 of 2 attempts used)"
 
 
 def test_dead_letters_are_forgotten_after_the_retention_window(world):

@@ -159,8 +159,9 @@ async def test_event_routes(nursery, autojump_clock):
 
 
 async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
-    """ops/runs shows a run's claim holders and delivery holders with their keys and earliest lease
-    end, and counts by state over its subtree; ops/waits lists the receives held now."""
+    """ops/runs shows a run's holders (claims, once keys, deliveries) with what they hold as keys
+    (claim keys, once keys, the delivered task's key) and their earliest lease end, and counts by
+    state over its subtree; ops/waits lists the receives held now."""
     run = await client.run()
     child = (await client.post("/scopes", {"parentId": run})).json["id"]
     mailbox = await client.mailbox()
@@ -170,10 +171,12 @@ async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
     await client.post("/tasks", {"scopeId": child, "mailboxId": mailbox, "taskKey": "u"})
     delivery = (await client.recv(mailbox, child)).json
     await client.post("/barriers", {"scopeId": child, "target": 2})
+    await client.post("/once/acquire", {"scopeId": child, "key": "o1", "holder": "w2", "holderSession": "s2", "leaseSeconds": 20})
     view = (await client.get(f"/ops/runs/{run}")).json
     assert view["scopeId"] == run and view["waiting"] == []
-    (worker,) = view["workers"]
-    assert worker["holder"] == "w1" and sorted(worker["keys"]) == ["k1", "k2"]
+    once_holder, worker = view["workers"]  # soonest lease end first
+    assert once_holder["holder"] == "w2" and once_holder["keys"] == ["o1"]
+    assert worker["holder"] == "w1" and sorted(worker["keys"]) == ["k1", "k2", "t"]
     assert worker["deliveries"] == [delivery["message"]["id"]]
     claims = (await client.get(f"/scopes/{run}/claims")).json["claims"]
     assert worker["earliestLeaseExpiry"] == min(claim["leaseExpiresAt"] for claim in claims)
@@ -222,3 +225,95 @@ async def test_metrics_show_coordination_by_state(client: AsgiClient, autojump_c
     assert found[("runstate_barriers", (("space", "default"), ("state", "RELEASED")))] == 1
     assert found[("runstate_timers", (("space", "default"), ("state", "ARMED")))] == 1
     assert found[("runstate_events_kept", (("space", "default"),))] == 6
+
+
+async def test_named_timer_and_barrier_routes(client: AsgiClient, autojump_clock):
+    """What 0.3.0's `sleep` and `together` send: a timer by name answers `now` and `fireAt` (the
+    client sleeps the difference) and, once fired, its token; a barrier by name answers `id` and
+    `epoch`, its arrival `state`. Names are percent-decoded; bad bodies are 400s."""
+    run = await client.run()
+    armed = await client.request("PUT", "/timers/by-name/nap%20time", {"scopeId": run, "afterSeconds": 5})
+    assert armed.status == 200 and armed.json["name"] == "nap time" and armed.json["token"] is None
+    assert parse_timestamp(armed.json["fireAt"]) - parse_timestamp(armed.json["now"]) == 5_000
+    await trio.sleep(5)
+    await trio.testing.wait_all_tasks_blocked()
+    fired = (await client.request("PUT", "/timers/by-name/nap%20time", {"scopeId": run, "afterSeconds": 5})).json
+    assert (fired["id"], fired["state"]) == (armed.json["id"], "FIRED") and fired["token"]
+    assert (await client.post(f"/timers/{fired['id']}/ack", {"token": fired["token"]})).json["state"] == "ACKED"
+    for bad in ({"scopeId": run}, {"afterSeconds": 1}, {"scopeId": run, "afterSeconds": 1, "at": "2030-01-01T00:00:00Z"}):
+        response = await client.request("PUT", "/timers/by-name/other", bad)
+        assert (response.status, response.code) == (400, "VALIDATION_FAILED")
+    assert (await client.request("PUT", "/timers/by-name/x", {"scopeId": "sc_nothing", "afterSeconds": 1})).status == 404
+
+    barrier = await client.request("PUT", "/barriers/by-name/meet", {"scopeId": run, "target": 2})
+    assert barrier.status == 200 and (barrier.json["epoch"], barrier.json["name"]) == (1, "meet")
+    again = await client.request("PUT", "/barriers/by-name/meet", {"scopeId": run, "target": 2})
+    assert again.json["id"] == barrier.json["id"]
+    conflict = await client.request("PUT", "/barriers/by-name/meet", {"scopeId": run, "target": 3})
+    assert (conflict.status, conflict.code) == (409, "CONFLICT")
+    first = await client.post(f"/barriers/{barrier.json['id']}/arrive", {"arrivalKey": "host-1"})
+    assert first.json["state"] == "OPEN"
+    assert (await client.post(f"/barriers/{barrier.json['id']}/arrive", {"arrivalKey": "host-2"})).json["state"] == "RELEASED"
+    for bad in ({"scopeId": run}, {"scopeId": run, "target": 0}, {"target": 2}):
+        response = await client.request("PUT", "/barriers/by-name/b", bad)
+        assert (response.status, response.code) == (400, "VALIDATION_FAILED")
+    assert (await client.request("PUT", "/barriers/by-name/" + "n" * 257, {"scopeId": run, "target": 1})).code == "VALIDATION_FAILED"
+
+
+async def test_group_members_take_requirements_and_the_groups_gate_scope(client: AsgiClient, autojump_clock):
+    """What 0.3.0's `gather` sends: the group answers its gate `scopeId`; a member submitted with
+    requirements is admitted (in the gate scope) only with them; verdicts come with `{}`; a nack's
+    error is the failed member's reason; cancelling the gate ends what is left."""
+    await client.post("/permits", {"name": "browser", "units": 1})
+    mailbox = await client.mailbox("gather-work")
+    run = await client.run()
+    group = (await client.post("/task-groups", {
+        "parentScopeId": run, "mailboxId": mailbox, "condition": "N_ACCEPTED", "threshold": 1, "expectedMembers": 3,
+    })).json
+    gate = group["scopeId"]
+    assert gate != run and (await client.get(f"/scopes/{gate}")).json["parentId"] == run
+    needs = {"pools": [{"name": "browser", "units": 1}]}
+    members = []
+    for key in ("a", "b", "c"):
+        response = await client.post(f"/task-groups/{group['groupId']}/tasks", {"taskKey": key, "input": key, "requirements": needs})
+        assert response.status == 201
+        members.append(response.json["taskId"])
+    bad = await client.post(f"/task-groups/{group['groupId']}/tasks", {"taskKey": "d", "requirements": {"pools": "x"}})
+    assert (bad.status, bad.code) == (400, "VALIDATION_FAILED")
+    assert (await client.recv(mailbox, gate)).status == 204  # members with requirements wait for admission
+    admit = {"scopeId": gate, "mailboxId": mailbox, "holder": "w", "holderSession": "s", "leaseSeconds": 30}
+    one = (await client.post("/tasks/admit", admit)).json
+    assert one["taskId"] == members[0] and len(one["grants"]) == 1
+    assert (await client.post("/tasks/admit", admit)).status == 204  # the one browser is taken
+    await client.post(f"/messages/{one['messageId']}/nack", {"token": one["token"], "retry": False, "error": "ValueError: no"})
+    failed = (await client.get(f"/tasks/{members[0]}")).json
+    assert (failed["state"], failed["outcomeReason"]) == ("FAILED", "handler_error: ValueError: no")
+    assert (await client.post(f"/task-groups/{group['groupId']}/tasks/{members[0]}/reject", {})).status == 200
+    two = (await client.post("/tasks/admit", admit)).json
+    await client.post(f"/messages/{two['messageId']}/complete", {"token": two["token"], "result": {"payload": "B"}})
+    assert (await client.get(f"/tasks/{members[1]}")).json["outcome"] == "B"
+    accepted = await client.post(f"/task-groups/{group['groupId']}/tasks/{members[1]}/accept", {})
+    assert accepted.status == 200 and accepted.json["state"] == "FINALIZED"
+    assert (await client.post(f"/scopes/{gate}/cancel", {})).status == 200
+    left = (await client.get(f"/tasks/{members[2]}")).json
+    assert (left["state"], left["outcomeReason"]) == ("CANCELLED", "scope_cancelled")
+
+
+async def test_ops_runs_lists_who_waits_in_a_pools_line(client: AsgiClient, autojump_clock):
+    """0.3.0's `status()` reads `waiting[].permit` and `.units`: the waiters of a pool's line in the
+    run's subtree, oldest first, while they wait or have their turn; not once they leave."""
+    run = await client.run()
+    child = (await client.post("/scopes", {"parentId": run})).json["id"]
+    pool = (await client.post("/permits", {"name": "browser", "units": 2})).json["id"]
+    held = await client.post(f"/permits/{pool}/acquire", {"scopeId": run, "units": 2, "holder": "w0", "holderSession": "s", "leaseSeconds": 60})
+    assert held.status in (200, 201)
+    first = await client.post(f"/permits/{pool}/wait", {"scopeId": child, "units": 1, "holder": "w1"})
+    if first.status == 404 and first.code in (None, "NOT_FOUND") and "no such route" in first.json["error"]["message"]:
+        pytest.skip("this server has no pool lines (POST /permits/{id}/wait)")
+    await trio.sleep(1)
+    second = (await client.post(f"/permits/{pool}/wait", {"scopeId": run, "units": 2, "holder": "w2"})).json
+    waiting = (await client.get(f"/ops/runs/{run}")).json["waiting"]
+    assert [(entry["permit"], entry["units"], entry["holder"]) for entry in waiting] == [("browser", 1, "w1"), ("browser", 2, "w2")]
+    assert (await client.get(f"/ops/runs/{child}")).json["waiting"][0]["waiterId"] == first.json["waiterId"]
+    await client.post(f"/permit-waiters/{second['waiterId']}/cancel", {})
+    assert [entry["holder"] for entry in (await client.get(f"/ops/runs/{run}")).json["waiting"]] == ["w1"]

@@ -75,7 +75,71 @@ async def test_a_mailbox_by_name_is_created_with_defaults_then_checked(client, a
     declared = await _put(client, "/mailboxes/by-name/crawl", {"maxAttempts": 2})
     assert declared.json["maxAttempts"] == 2
     assert (await _put(client, "/mailboxes/by-name/x", {"maxAttempts": 101})).code == "VALIDATION_FAILED"
-    assert (await _put(client, "/mailboxes/by-name/x", {"requirements": {"pools": []}})).code == "VALIDATION_FAILED"
+    assert (await _put(client, "/mailboxes/by-name/x", {"requirements": {"slots": []}})).code == "VALIDATION_FAILED"
+    assert (await _put(client, "/mailboxes/by-name/x", {"requirements": {"pools": [{"name": "none"}]}})).code == "NOT_FOUND"
+
+
+async def test_a_producer_first_does_not_fix_the_settings_its_workers_declare(client, autojump_clock):
+    """A put of `{}` (a 0.3.0 producer) creates the mailbox with defaults and declares nothing: the
+    first worker's maxAttempts and requirements are declared then, and from then on a put that
+    states others is CONFLICT, one that states none (or the same, in any order) is answered."""
+    journal = client.runtime.kernel.journal = MemoryJournal(keep=True)
+    await client.post("/permits", {"name": "browser", "units": 2})
+    await client.post("/permits", {"name": "gpu", "units": 1})
+    made = (await _put(client, "/mailboxes/by-name/review")).json
+    assert (made["maxAttempts"], made["requirements"]) == (5, None)
+    needs = {"pools": [{"name": "browser", "units": 1}, {"name": "gpu"}]}
+    worker = await _put(client, "/mailboxes/by-name/review", {"maxAttempts": 3, "requirements": needs})
+    assert worker.status == 200 and worker.json["id"] == made["id"] and worker.json["maxAttempts"] == 3
+    pools = worker.json["requirements"]["pools"]
+    assert [entry["units"] for entry in pools] == [1, 1] and all(entry["permitId"].startswith("pm_") for entry in pools)
+    reordered = {"pools": [{"name": "gpu", "units": 1}, {"name": "browser"}]}
+    assert (await _put(client, "/mailboxes/by-name/review", {"maxAttempts": 3, "requirements": reordered})).status == 200
+    assert (await _put(client, "/mailboxes/by-name/review")).json["maxAttempts"] == 3
+    other = await _put(client, "/mailboxes/by-name/review", {"requirements": {"pools": [{"name": "browser", "units": 2}]}})
+    assert other.code == "CONFLICT" and "requirements" in other.json["error"]["message"]
+    assert (await _put(client, "/mailboxes/by-name/review", {"maxAttempts": 4})).code == "CONFLICT"
+    # Declared settings are kept by the journal and the image.
+    state = client.runtime.kernel.state
+    assert "mailbox.declared" in {record["type"] for record in journal.records}
+    for records in (journal.records, list(state.image())):
+        rebuilt = KernelState(client.runtime.limits)
+        for record in records:
+            check_record(record)
+            rebuilt.apply(record)
+        mailbox = rebuilt.space("default").mailboxes.get(made["id"])
+        assert (mailbox.max_attempts, mailbox.attempts_declared) == (3, True)
+        assert mailbox.requirements == state.space("default").mailboxes.get(made["id"]).requirements
+
+
+async def test_a_task_that_names_no_requirements_is_admitted_with_its_mailboxs(client, autojump_clock):
+    """A queue whose workers declared one unit of a 1-unit pool: two tasks submitted without
+    requirements (before and after the declaration) are admitted one at a time, each with a grant;
+    the second the moment the first completes. `recv` delivers neither."""
+    run = await client.run()
+    await client.post("/permits", {"name": "browser", "units": 1})
+    mailbox = (await _put(client, "/mailboxes/by-name/crawl")).json["id"]
+    first = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "a", "input": 1})).json
+    await _put(client, "/mailboxes/by-name/crawl", {"maxAttempts": 5, "requirements": {"pools": [{"name": "browser", "units": 1}]}})
+    second = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "b", "input": 2})).json
+    recv = await client.post(f"/mailboxes/{mailbox}/recv", {"scopeId": run, "holder": "old", "holderSession": "s", "leaseSeconds": 30})
+    assert recv.status == 204
+    admit = {"scopeId": run, "mailboxId": mailbox, "holder": "w", "holderSession": "s", "leaseSeconds": 30}
+    one = (await client.post("/tasks/admit", admit)).json
+    assert one["taskId"] == first["taskId"] and [grant["units"] for grant in one["grants"]] == [1]
+    assert (await client.post("/tasks/admit", admit)).status == 204  # the pool is full
+    seen = {}
+
+    async def wait_admit() -> None:
+        seen["answer"] = await client.post("/tasks/admit", {**admit, "waitMs": 20_000})
+        seen["at"] = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait_admit)
+        await trio.sleep(3)
+        done_at = trio.current_time()
+        await client.post(f"/messages/{one['messageId']}/complete", {"token": one["token"], "result": {"payload": 1}})
+    assert seen["answer"].json["taskId"] == second["taskId"] and seen["at"] == done_at
 
 
 # -- once ------------------------------------------------------------------------------------------------

@@ -184,7 +184,7 @@ async def test_nack_retry_backs_off_and_reject_dead_letters_into_the_listing(cli
     letters = (await client.get(f"/mailboxes/{mailbox}/dead-letters")).json
     assert letters["total"] == 1
     assert letters["deadLetters"][0]["payload"] == {"n": 1}
-    assert letters["deadLetters"][0]["reason"] == "rejected: unparseable"
+    assert letters["deadLetters"][0]["reason"] == "handler_error: unparseable"
     row = (await client.get("/mailboxes")).json["mailboxes"][0]
     assert row["counts"]["deadLetters"] == 1 and row["backlog"] == 0
 

@@ -13,12 +13,16 @@ phrased against what was sent, and against what was acknowledged:
 - **group-outcome**: a group's outcome follows its condition: `threshold_reached` only with at
   least the needed accepts sent; `threshold_unreachable` only after a close was sent and with
   fewer accepts sent than needed; no agent sends two verdicts on one member.
+- **named-once**: a put by name (`PUT /timers/by-name/{name}`, `/barriers/by-name/{name}`) of one
+  (scope, name) answers one timer or barrier of that scope, the same one every time it is
+  answered, with the same `fireAt` or `target`, across crashes too.
 - **event-log**: a reader that pages the log from a cursor sees event numbers strictly one after
   another (no gap, no repeat), and an event number always names the same event, across crashes.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import trio
@@ -27,7 +31,22 @@ from .agents import World, wall_ms
 
 __all__ = ["COORDINATION_AGENTS", "COORDINATION_INVARIANTS"]
 
-COORDINATION_INVARIANTS = ("barrier-release", "timer-early", "timer-once", "group-outcome", "event-log")
+COORDINATION_INVARIANTS = ("barrier-release", "timer-early", "timer-once", "group-outcome", "event-log", "named-once")
+
+
+# What each (kind, scope, name) was first answered as, per simulated world.
+_NAMED: "weakref.WeakKeyDictionary[World, dict[tuple, tuple]]" = weakref.WeakKeyDictionary()
+
+
+def check_named(world: World, kind: str, scope_id: str, name: str, view: dict, fixed: str) -> None:
+    """The named-once invariant for one answer of a put by name (`fixed`: what never changes)."""
+    oracle = world.oracle
+    oracle.checks += 1
+    answered = _NAMED.setdefault(world, {}).setdefault((kind, scope_id, name), (view["id"], view[fixed]))
+    if view["scopeId"] != scope_id:
+        oracle.fail("named-once", f"{kind} {name!r} of scope {scope_id} answered {view['id']} of scope {view['scopeId']}")
+    if answered != (view["id"], view[fixed]):
+        oracle.fail("named-once", f"{kind} {name!r} of scope {scope_id} was {answered}, now {(view['id'], view[fixed])}")
 
 
 async def barrier_agent(world: World, name: str) -> None:
@@ -40,6 +59,15 @@ async def barrier_agent(world: World, name: str) -> None:
     await world.ready.wait()
     while world.running:
         await trio.sleep(rng.expovariate(1 / 1.5))
+        if rng.random() < 0.15:  # by name (as 0.3.0's together): a name's target is fixed, 2-4
+            scope_id, number = rng.choice(world.scopes), rng.randint(0, 2)
+            body = {"scopeId": scope_id, "target": 2 + number}
+            ok, reply = await world.call(name, f"barrier b{number}", lambda: rs._ctx.call("PUT", f"/barriers/by-name/b{number}", body=body))
+            if ok:
+                check_named(world, "barrier", scope_id, f"b{number}", reply.body, "target")
+                targets.setdefault(reply.body["id"], 2 + number)
+                sent.setdefault(reply.body["id"], set())
+            continue
         if not targets or rng.random() < 0.2:
             scope_id = rng.choice(world.scopes)
             target = rng.randint(2, 4)
@@ -76,6 +104,15 @@ async def timer_agent(world: World, name: str) -> None:
     await world.ready.wait()
     while world.running:
         await trio.sleep(rng.expovariate(1 / 1.0))
+        if rng.random() < 0.15:  # by name (as 0.3.0's sleep): answered as it is, whatever is sent
+            scope_id, number, after = rng.choice(world.scopes), rng.randint(0, 2), rng.randint(0, 20)
+            body = {"scopeId": scope_id, "afterSeconds": after}
+            ok, reply = await world.call(name, f"timer t{number}", lambda: rs._ctx.call("PUT", f"/timers/by-name/t{number}", body=body))
+            if ok:
+                check_named(world, "timer", scope_id, f"t{number}", reply.body, "fireAt")
+                fire_at.setdefault(reply.body["id"], wall_ms(reply.body["fireAt"]))
+                scopes.setdefault(reply.body["id"], scope_id)
+            continue
         if len(fire_at) < 3 or rng.random() < 0.3:
             scope_id = rng.choice(world.scopes)
             after = rng.randint(0, 20)

@@ -86,3 +86,19 @@ def test_an_injected_cursor_that_includes_its_own_event_is_caught(monkeypatch):
     monkeypatch.setattr(EventLog, "after", after)
     result = run_seed(6, virtual_s=90)
     assert "event-log" in _invariants(result), result.describe()
+
+
+def test_an_injected_name_lookup_across_scopes_is_caught(monkeypatch):
+    """Timers and barriers looked up by name alone, not by (scope, name): a put in one run answers
+    another run's timer or barrier."""
+
+    def timer_by_name(self, scope_id, name):
+        return next((timer for timer in self._by_id.values() if timer.name == name), None)  # the bug
+
+    def barrier_by_name(self, scope_id, name):
+        return next((barrier for barrier in self._by_id.values() if barrier.name == name), None)  # the bug
+
+    monkeypatch.setattr(TimerTable, "by_name", timer_by_name)
+    monkeypatch.setattr(BarrierTable, "by_name", barrier_by_name)
+    result = run_seed(7, virtual_s=60)
+    assert "named-once" in _invariants(result), result.describe()
