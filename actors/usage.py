@@ -73,6 +73,7 @@ OPERATIONS: dict[str, str] = {
     "claim.acquired": "claims.acquire",
     "claim.released": "claims.release",
     "mailbox.created": "mailboxes.create",
+    "mailbox.declared": "mailboxes.declare",
     "message.sent": "messages.send",
     "task.created": "tasks.submit",
     "task.joined": "tasks.join",

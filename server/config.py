@@ -167,6 +167,7 @@ LIMIT_DOCS: dict[str, str] = {
     "allowance_units_max": "Largest unitsLimit of an allowance, per window.",
     "window_s_max": "Longest window of an allowance, in seconds.",
     "waiters_max": "Most allowance waiters still waiting on one allowance.",
+    "pool_turn_s": "How long the head of a permit pool's line has its units held back for it to acquire, in seconds.",
     "waiter_ttl_s_min": "Shortest TTL of an allowance waiter, in seconds.",
     "waiter_ttl_s_max": "Longest TTL of an allowance waiter, in seconds.",
     "cooldown_s_max": "Longest cooldown of an allowance, in seconds.",
