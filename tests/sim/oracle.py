@@ -89,7 +89,11 @@ class Oracle:
     def fail(self, invariant: str, message: str) -> None:
         if any(v.invariant == invariant for v in self.violations):
             return  # the first one of each kind is what matters
-        self.violations.append(Violation(invariant, message, self.now_ms(), self.trace[-40:]))
+        try:
+            at_ms = self.now_ms()
+        except RuntimeError:  # after the run (the simulation itself broke): no clock any more
+            at_ms = -1
+        self.violations.append(Violation(invariant, message, at_ms, self.trace[-40:]))
         self.trace.append(f"VIOLATION {invariant}: {message}")
 
     # -- leases (claims and deliveries) ----------------------------------------------------------

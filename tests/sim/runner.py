@@ -41,6 +41,7 @@ from runstate.actors import Limits
 
 from . import agents, capacity
 from .coordination_agents import COORDINATION_AGENTS
+from .once_agents import once_agent
 from .cluster import Cluster, SimTransport, now_ms
 from .oracle import Oracle, Violation
 
@@ -212,6 +213,8 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
             people.start_soon(agents.auditor, world, "auditor")
             for kind, agent in COORDINATION_AGENTS.items():  # barriers, timers, groups, the event log
                 people.start_soon(agent, world, kind)
+            for number in range(2):  # -- once --
+                people.start_soon(once_agent, world, f"once{number}")
             with trio.move_on_at(virtual_s + 120) as watchdog:  # agents finish what they hold
                 await _wait_for(people)
             if watchdog.cancelled_caught:

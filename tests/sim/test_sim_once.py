@@ -1,0 +1,25 @@
+"""The simulation catches what its once invariant is for: a bug injected into once for the length
+of a test."""
+
+from __future__ import annotations
+
+from runstate.actors import commands
+from runstate.actors.once import DONE, OPEN, OnceCommands
+from runstate.actors.transitions import TRANSITIONS, _once
+
+from .runner import run_seed
+
+
+def test_an_injected_once_that_runs_a_finished_key_again_is_caught(monkeypatch):
+    """An acquire that takes a DONE key for an open one: a second holder records a second result."""
+    original = OnceCommands.acquire
+
+    def acquire(self, command, now_ms):
+        slot = self._slots.find(command.scope_id, command.key)
+        if slot is not None and slot.state == DONE:
+            slot.state = OPEN  # the bug: a recorded result does not close the key
+        return original(self, command, now_ms)
+
+    monkeypatch.setitem(TRANSITIONS, commands.AcquireOnce, _once(acquire))
+    result = run_seed(1, virtual_s=90)
+    assert "once-result" in {violation.invariant for violation in result.violations}, result.describe()
