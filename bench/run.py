@@ -19,6 +19,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from . import inprocess_runner, queues
 from .harness import ClaimSession, RedisLockSession, drive, run_bounded
@@ -115,38 +116,18 @@ class Bench:
     # -- legs ------------------------------------------------------------------------------------
 
     def http(self) -> None:
-        ceiling = self.ceiling
         if self.wrk is None:
             self.rows.append(Row("HTTP ceiling and claim cycle (wrk)", missing_tool_message("wrk", "wrk"), verdict=NA))
             return
-        runs: dict[tuple[str, int], list[WrkResult]] = {}
-        ratios: dict[tuple[str, int], list[float]] = {}
-        cost_ratios: dict[tuple[str, int], list[float]] = {}
-        for rep in range(self.mode.reps):
-            for connections in CONNECTIONS:
-                # A B C ceiling, then ceiling C B A...: each server is on average as far in time
-                # from the ceiling run it is compared with.
-                order = [None, *self.claim_targets]
-                if rep % 2:
-                    order.reverse()
-                measured: dict[str, WrkResult] = {}
-                for entry in order:
-                    if entry is None:
-                        measured["ceiling"] = run_wrk(
-                            self.procs, self.wrk, ceiling.base_url, "ceiling.lua", [ceiling.space],
-                            connections=connections, duration_s=self.mode.wrk_s, server_pid=ceiling.pid)
-                        continue
-                    label, server, _ = entry
-                    scope_id = run_bounded(create_scope(server, "wrk"))
-                    measured[label] = run_wrk(
-                        self.procs, self.wrk, server.base_url, "claim_cycle.lua", [server.space, scope_id, server.api_key],
-                        connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
-                base = measured.pop("ceiling")
-                runs.setdefault(("ceiling", connections), []).append(base)
-                for label, result in measured.items():
-                    runs.setdefault((label, connections), []).append(result)
-                    ratios.setdefault((label, connections), []).append(result.rps / base.rps)
-                    cost_ratios.setdefault((label, connections), []).append(per_cpu_s(result) / per_cpu_s(base))
+
+        def claim_cycle(server: Target) -> Callable[[int], WrkResult]:
+            def run(connections: int) -> WrkResult:
+                scope_id = run_bounded(create_scope(server, "wrk"))
+                return run_wrk(self.procs, self.wrk, server.base_url, "claim_cycle.lua", [server.space, scope_id, server.api_key],  # type: ignore[arg-type]
+                               connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
+            return run
+
+        runs, ratios, cost_ratios = self._against_ceiling({label: claim_cycle(server) for label, server, _ in self.claim_targets})
         for connections in CONNECTIONS:
             base_runs = runs[("ceiling", connections)]
             base_rps = med(r.rps for r in base_runs)
@@ -192,32 +173,17 @@ class Bench:
         if self.wrk is None:
             self.rows.append(Row("Pool and admit cycles (wrk)", missing_tool_message("wrk", "wrk"), verdict=NA))
             return
-        ceiling = self.ceiling
         label, server, _ = self.claim_targets[0]
         made = run_bounded(create_capacity(server, "wrk"))
         legs = {
             "pool": ("pool_cycle.lua", [server.space, made["scope_id"], server.api_key, made["permit_id"]]),
             "admit": ("admit_cycle.lua", [server.space, made["scope_id"], server.api_key, made["mailbox_id"], made["pool"]]),
         }
-        runs: dict[tuple[str, int], list[WrkResult]] = {}
-        ratios: dict[tuple[str, int], list[float]] = {}
-        for rep in range(self.mode.reps):
-            for connections in CONNECTIONS:
-                order = [None, *legs] if rep % 2 == 0 else [*reversed(legs), None]
-                measured: dict[str, WrkResult] = {}
-                for leg in order:
-                    if leg is None:
-                        measured["ceiling"] = run_wrk(
-                            self.procs, self.wrk, ceiling.base_url, "ceiling.lua", [ceiling.space],
-                            connections=connections, duration_s=self.mode.wrk_s, server_pid=ceiling.pid)
-                    else:
-                        script, args = legs[leg]
-                        measured[leg] = run_wrk(self.procs, self.wrk, server.base_url, script, args,
-                                                connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
-                base = measured.pop("ceiling")
-                for leg, result in measured.items():
-                    runs.setdefault((leg, connections), []).append(result)
-                    ratios.setdefault((leg, connections), []).append(result.rps / base.rps)
+        def leg(script: str, args: list[str]) -> Callable[[int], WrkResult]:
+            return lambda connections: run_wrk(self.procs, self.wrk, server.base_url, script, args,  # type: ignore[arg-type]
+                                               connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
+
+        runs, ratios, _ = self._against_ceiling({name: leg(script, args) for name, (script, args) in legs.items()})
         what = {"pool": ("Pool cycle (acquire + release)", 2), "admit": ("Admit cycle (submit + admit + complete)", 3)}
         for leg in legs:
             title, per_cycle = what[leg]
@@ -238,6 +204,37 @@ class Bench:
                     verdict=INFO,
                     data={"runs": [r.as_dict() for r in results], "ratios": ratios[(leg, connections)]},
                 ))
+
+    def _against_ceiling(self, legs: dict[str, Callable[[int], WrkResult]]):  # type: ignore[no-untyped-def]
+        """Run each leg (a function of the connection count) and the HTTP ceiling at each count,
+        `reps` times: A B C ceiling, then ceiling C B A..., so each leg is on average as far in
+        time from the ceiling run it is compared with. Returns the runs (the ceiling's under
+        "ceiling") and, per repetition, each leg's throughput ratio and per-CPU-second ratio."""
+        ceiling = self.ceiling
+        runs: dict[tuple[str, int], list[WrkResult]] = {}
+        ratios: dict[tuple[str, int], list[float]] = {}
+        cost_ratios: dict[tuple[str, int], list[float]] = {}
+        for rep in range(self.mode.reps):
+            for connections in CONNECTIONS:
+                order: list[str | None] = [None, *legs]
+                if rep % 2:
+                    order.reverse()
+                measured: dict[str | None, WrkResult] = {}
+                for name in order:
+                    if name is None:
+                        measured[None] = run_wrk(
+                            self.procs, self.wrk, ceiling.base_url, "ceiling.lua", [ceiling.space],  # type: ignore[arg-type]
+                            connections=connections, duration_s=self.mode.wrk_s, server_pid=ceiling.pid)
+                    else:
+                        measured[name] = legs[name](connections)
+                base = measured.pop(None)
+                runs.setdefault(("ceiling", connections), []).append(base)
+                for name, result in measured.items():
+                    assert name is not None
+                    runs.setdefault((name, connections), []).append(result)
+                    ratios.setdefault((name, connections), []).append(result.rps / base.rps)
+                    cost_ratios.setdefault((name, connections), []).append(per_cpu_s(result) / per_cpu_s(base))
+        return runs, ratios, cost_ratios
 
     def latency(self) -> None:
         # The quick run measures the first server only (--fsync batch).
