@@ -54,7 +54,8 @@ def with_tables_added_since(written: dict) -> dict:
 
 def with_counts_added_since(space: dict) -> None:
     """The counts behind a space's caps (`actors/caps.py`), which the tables have gained since,
-    worked out from what the version-0 server wrote down as the tables rebuild them."""
+    worked out from what the version-0 server wrote down as the tables rebuild them, and the
+    mailbox settings added since, as a mailbox written then reads back."""
     from runstate.actors.caps import value_bytes
     from runstate.actors.tasks import TERMINAL
 
@@ -68,6 +69,11 @@ def with_counts_added_since(space: dict) -> None:
     space["tasks"].setdefault("outcome_bytes", sum(value_bytes(task["outcome"]) for task in tasks))
     messages = space["messages"]
     messages.setdefault("payload_bytes", sum(value_bytes(m["payload"]) for m in messages["_messages"].values()))
+    for table in (space["mailboxes"], messages["_mailboxes"]):  # wherever a mailbox is held
+        for mailbox in (*table["_by_id"].values(), *table["_by_name"].values()):
+            # Settings declared by name came later: a mailbox written before declared its attempts.
+            mailbox.setdefault("attempts_declared", True)
+            mailbox.setdefault("requirements", None)
 
 
 def assert_as_written(actual: dict) -> None:
