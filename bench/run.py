@@ -10,6 +10,7 @@ See bench/README.md for what each leg means and the targets.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -179,8 +180,11 @@ class Bench:
             "pool": ("pool_cycle.lua", [server.space, made["scope_id"], server.api_key, made["permit_id"]]),
             "admit": ("admit_cycle.lua", [server.space, made["scope_id"], server.api_key, made["mailbox_id"], made["pool"]]),
         }
+        runs_made = itertools.count(1)
+
         def leg(script: str, args: list[str]) -> Callable[[int], WrkResult]:
-            return lambda connections: run_wrk(self.procs, self.wrk, server.base_url, script, args,  # type: ignore[arg-type]
+            # The last argument names the run, so each run's task keys are new ones.
+            return lambda connections: run_wrk(self.procs, self.wrk, server.base_url, script, [*args, f"r{next(runs_made)}"],  # type: ignore[arg-type]
                                                connections=connections, duration_s=self.mode.wrk_s, server_pid=server.pid)
 
         runs, ratios, _ = self._against_ceiling({name: leg(script, args) for name, (script, args) in legs.items()})

@@ -3,7 +3,8 @@
 -- unit back). Answers come back in order on each connection, so counts are enough: a submit's
 -- answer makes one admit due, an admit's answer queues its complete. The pool has more units than
 -- there are connections, so no admit waits.
--- wrk -s bench/lua/admit_cycle.lua URL -- SPACE SCOPE_ID API_KEY MAILBOX_ID POOL_NAME
+-- wrk -s bench/lua/admit_cycle.lua URL -- SPACE SCOPE_ID API_KEY MAILBOX_ID POOL_NAME RUN
+-- (RUN names this run: its task keys are new ones, never those of an earlier run.)
 package.path = debug.getinfo(1, "S").source:match("@?(.*/)") .. "?.lua;" .. package.path
 local report = require("report")
 
@@ -15,6 +16,7 @@ function init(args)
   local api_key = args[3] or "bench-key"
   mailbox = args[4]
   pool = args[5]
+  run = args[6] or "r"
   base = "/v1/spaces/" .. space
   headers = {["Authorization"] = "Bearer " .. api_key, ["Content-Type"] = "application/json"}
   admit = wrk.format("POST", base .. "/tasks/admit", headers, string.format(
@@ -36,8 +38,8 @@ function request()
   end
   sent = sent + 1
   return wrk.format("POST", base .. "/tasks", headers, string.format(
-    '{"scopeId":"%s","mailboxId":"%s","taskKey":"t%d-%d","requirements":{"pools":[{"name":"%s","units":1}]}}',
-    scope, mailbox, thread_id, sent, pool))
+    '{"scopeId":"%s","mailboxId":"%s","taskKey":"%s-t%d-%d","requirements":{"pools":[{"name":"%s","units":1}]}}',
+    scope, mailbox, run, thread_id, sent, pool))
 end
 
 function response(status, headers, body)
