@@ -440,6 +440,10 @@ class BlockingScopes:
         )
         return BlockingScope(handle, self._loop)
 
+    def ensure(self, name: str, *, deadline: str | None = None) -> BlockingScope:
+        """The run named `name`, made by the first caller and the same for every later one."""
+        return BlockingScope(self._loop.run(self._client.scopes.ensure(name, deadline=deadline)), self._loop)
+
 
 class BlockingMailboxes:
     def __init__(self, client: AsyncRunstate, loop: _Loop) -> None:

@@ -9,6 +9,7 @@ one). `with_space(id)` gives a view on another space that shares all of that.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from ._config import Config, resolve_config
 from ._context import Context, Holdings
@@ -37,6 +38,15 @@ class ScopesAPI:
     ) -> ScopeHandle:
         """Create a scope (a run); `name` is a label, not unique and never used for lookup."""
         return await create_scope(self._ctx, name=name, parent_id=parent_id, deadline=deadline, child_limit=child_limit)
+
+    async def ensure(self, name: str, *, deadline: str | None = None) -> ScopeHandle:
+        """The run named `name`: one root scope per name in the space, made by the first caller
+        (with `deadline`, if given) and the same for every later one, in any process, as the
+        official 0.3.0 client's runs by name are. A run that was stopped stays stopped: check
+        `status()`; a new name starts a new run."""
+        body = {} if deadline is None else {"deadline": deadline}
+        reply = await self._ctx.call("PUT", f"/runs/{quote(name, safe='')}", body=body)
+        return ScopeHandle(self._ctx, reply.body["id"])
 
 
 class MailboxesAPI:

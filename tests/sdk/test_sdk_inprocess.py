@@ -272,3 +272,19 @@ async def test_product_page_setup_from_the_environment_over_real_http(monkeypatc
         assert "researching acme as generation 1" in capsys.readouterr().out
         await rs.aclose()
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_a_run_by_name_is_the_same_root_scope_for_every_client_and_stays_stopped(autojump_clock):
+    """`scopes.ensure(name)` makes the run once (with its deadline) and gives every later caller,
+    any client, the same one; a stopped run is answered as it is; another name is another run."""
+    async with testing.serve() as rs:
+        first = await rs.scopes.ensure("nightly report", deadline="2100-01-01T00:00:00Z")
+        again = await rs.new_client(holder="worker-2").scopes.ensure("nightly report")
+        assert again.id == first.id
+        view = await again.status()
+        assert view["name"] == "nightly report" and view["parentId"] is None and view["deadline"] == "2100-01-01T00:00:00.000Z"
+        await first.cancel()
+        stopped = await rs.scopes.ensure("nightly report")
+        assert stopped.id == first.id and (await stopped.status())["effective"] == "CANCELLED"
+        assert (await rs.scopes.ensure("another")).id != first.id
