@@ -61,7 +61,7 @@ log = logging.getLogger("runstate.snapshots")
 class StoreConfig:
     fsync: str = "always"
     # `batch`: a background fsync begins at most this many milliseconds after the previous one began.
-    batch_interval_ms: float = 3.0
+    batch_interval_ms: float = 20.0
     segment_bytes_max: int = 64 * 1024 * 1024
     snapshot_every_records: int = 1_000_000
     snapshot_every_s: float = 3600.0

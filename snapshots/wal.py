@@ -219,7 +219,7 @@ class WalJournal:
         writer: SegmentWriter,
         *,
         fsync: str = "always",
-        batch_interval_ms: float = 3.0,
+        batch_interval_ms: float = 20.0,
         batch_records_max: int = 65_536,
         run_blocking: RunBlocking | None = None,
         check: Callable[[dict], None] | None = None,
