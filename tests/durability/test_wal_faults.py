@@ -32,7 +32,7 @@ async def test_a_failed_write_is_refused_and_rolled_back_until_the_disk_recovers
     async with running(data, fsync=fsync, config=config, disk=disk) as run:
         scope_id = (await run.scopes.create(SPACE))["id"]
         kept = await run.claims.acquire(SPACE, scope_id=scope_id, key="kept", holder="h", session="x", lease_s=60)
-        await trio.sleep(0.01)  # past batch's interval: its background fsync has covered `kept`
+        await trio.sleep(config.batch_interval_ms / 1000 + 0.01)  # past batch's interval: its background fsync has covered `kept`
 
         setattr(disk, f"fail_{fault}", True)
         errors = []
