@@ -11,10 +11,7 @@ every grant with the window it counted in, which no client-side clock can show.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,61 +23,9 @@ from runstate.snapshots.frame import FILE_HEADER_BYTES, Frame, read_frame
 from runstate.snapshots.recovery import list_segments, wal_dir
 
 from ..servers import ServerProcess, base_python
+from .test_official_030 import _env, _finish, _start
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
-
-PRELUDE = """
-import json, os, sys, time
-import runstate
-assert runstate.__version__ == "0.3.0", runstate.__version__
-assert runstate.__file__.startswith(os.environ["PYTHONPATH"]), runstate.__file__
-ARGS = json.loads(os.environ.get("TEST_ARGS", "{}"))
-
-def emit(**fields):
-    print(json.dumps(fields), flush=True)
-
-def meet():
-    while time.time() < ARGS["start_at"]:
-        time.sleep(0.001)
-
-def note(*fields):
-    with open(os.path.join(ARGS["dir"], f"{os.getpid()}.log"), "a") as out:
-        out.write(" ".join(map(str, fields)) + "\\n")
-"""
-
-SCRIPT_TIMEOUT_S = 60
-
-
-def _start(sdk: Path, server: ServerProcess, script: str, run: str, **args) -> subprocess.Popen:  # type: ignore[no-untyped-def]
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": str(sdk),
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "RUNSTATE_BASE_URL": server.base_url,
-        "RUNSTATE_API_KEY": server.api_key,
-        "RUNSTATE_SPACE_ID": server.space_id,
-        "RUNSTATE_RUN": run,
-        "TEST_ARGS": json.dumps(args),
-    }
-    return subprocess.Popen(
-        [base_python(), "-c", PRELUDE + textwrap.dedent(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def _finish(process: subprocess.Popen, timeout_s: float = SCRIPT_TIMEOUT_S) -> dict:
-    try:
-        out, err = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-        raise AssertionError(f"the script did not end within {timeout_s} s:\n{err[-3000:]}\n{out[-2000:]}")
-    if process.returncode != 0:
-        raise AssertionError(f"the script failed ({process.returncode}):\n{err[-3000:]}\n{out[-2000:]}")
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    assert lines, f"no JSON from the script:\n{out}\n{err[-2000:]}"
-    return json.loads(lines[-1])
-
 
 def _notes(folder: Path) -> list[list[str]]:
     return [line.split() for log in sorted(folder.glob("*.log")) for line in log.read_text().splitlines()]
@@ -284,11 +229,7 @@ def test_both_official_clients_share_one_pool_on_one_server(official_client, off
     in the pool's line) use one 2-unit pool at the same time. Every call of both runs, and never
     more than 2 bodies at once."""
     start_at = time.time() + 3.0
-    env = {
-        "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(official_client), "PYTHONNOUSERSITE": "1",
-        "RUNSTATE_BASE_URL": server.base_url, "RUNSTATE_API_KEY": server.api_key, "RUNSTATE_SPACE_ID": server.space_id,
-        "TEST_ARGS": json.dumps({"dir": str(tmp_path), "start_at": start_at, "calls": 3}),
-    }
+    env = _env(official_client, server, "mixed-slots", {"dir": str(tmp_path), "start_at": start_at, "calls": 3})
     legacy = subprocess.Popen([base_python(), "-c", LEGACY_SLOTS], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     current = [_start(official_client_030, server, MIXED_SLOTS, "mixed-slots", dir=str(tmp_path), start_at=start_at, calls=2) for _ in range(2)]
     assert _finish(legacy) == {"done": 3}
