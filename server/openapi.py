@@ -87,15 +87,8 @@ def _components(limits: Limits) -> dict:
                 "leaseExpiresAt": _TS,
                 "acquiredAt": _TS,
             },
-            {"released": {"type": "boolean"}, "releasedAt": _TS, "waiterId": text},
+            {"released": {"type": "boolean"}, "releasedAt": _TS},
         ),
-        "PoolWaiter": _obj({
-            "waiterId": text, "id": text, "permitId": text, "name": text, "scopeId": text, "holder": text, "units": integer,
-            "state": {"enum": ["WAITING", "SIGNALED", "GRANTED", "EXPIRED", "CANCELLED"]},
-            "position": _nullable({"type": "integer", "description": "place in the line, 1 = the head"}),
-            "signaledAt": _nullable(_TS), "turnEndsAt": _nullable(_TS), "grantId": _nullable(text), "expiresAt": _TS, "createdAt": _TS,
-            "endedAt": _nullable(_TS),
-        }),
         "Mailbox": _obj(
             {
                 "id": text,
