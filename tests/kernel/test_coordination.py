@@ -13,13 +13,11 @@ import trio.testing
 
 from runstate.actors import EMPTY, Clock, IdSource, Kernel, KernelError, KernelState, Limits
 from runstate.actors.journal import MemoryJournal
-from runstate.actors.records import check_record
 from runstate.actors.timestamps import format_ms
-from runstate.snapshots import assert_same_state
 
 from ..coordination_ops import BarrierOps, EventOps, GroupOps, TimerOps
 from ..ops import MailboxOps, MessageOps, ScopeOps, TaskOps
-from .conftest import T0
+from .conftest import T0, rebuilt_exactly
 
 pytestmark = pytest.mark.trio
 
@@ -43,16 +41,7 @@ class World:
 
     def replays_exactly(self) -> None:
         """The journal, and the image, rebuild this state (through JSON, as the WAL keeps them)."""
-        records = [orjson.loads(orjson.dumps(record)) for record in self.kernel.journal.records]
-        replayed = KernelState(self.kernel.state.limits)
-        for record in records:
-            replayed.apply(record)
-        assert_same_state(self.kernel.state, replayed)
-        imaged = KernelState(self.kernel.state.limits)
-        for record in self.kernel.state.image():
-            check_record(record)  # as a snapshot writes it: the record format knows every image
-            imaged.apply(orjson.loads(orjson.dumps(record)))
-        assert_same_state(self.kernel.state, imaged)
+        rebuilt_exactly(self.kernel)
 
 
 def _kernel(limits: Limits | None = None, state: KernelState | None = None, anchor_ms: int = T0) -> Kernel:

@@ -9,7 +9,6 @@ and comparing: the counts behind the caps are rebuilt exactly, not merely recomp
 
 from __future__ import annotations
 
-import orjson
 import pytest
 import trio
 
@@ -20,13 +19,11 @@ from runstate.actors.claims import ClaimTable
 from runstate.actors.errors import BACKLOG_FULL, VALIDATION_FAILED
 from runstate.actors.journal import MemoryJournal
 from runstate.actors.messages import MessageTable
-from runstate.actors.records import check_record
 from runstate.actors.scopes import ScopeTree
 from runstate.actors.tasks import TaskTable
-from runstate.snapshots import assert_same_state
 
 from ..ops import ClaimOps, MailboxOps, MessageOps, ScopeOps, TaskOps
-from .conftest import T0
+from .conftest import T0, rebuilt_exactly
 
 pytestmark = pytest.mark.trio
 
@@ -71,16 +68,7 @@ class World:
 
     def replays_exactly(self) -> None:
         """The journal, and the image, rebuild this state (through JSON, as the WAL keeps them)."""
-        records = [orjson.loads(orjson.dumps(record)) for record in self.kernel.journal.records]
-        replayed = KernelState(self.kernel.state.limits)
-        for record in records:
-            replayed.apply(record)
-        assert_same_state(self.kernel.state, replayed)
-        imaged = KernelState(self.kernel.state.limits)
-        for record in self.kernel.state.image():
-            check_record(record)
-            imaged.apply(orjson.loads(orjson.dumps(record)))
-        assert_same_state(self.kernel.state, imaged)
+        replayed, imaged = rebuilt_exactly(self.kernel)
         for state in (replayed, imaged):  # the counts themselves, named (assert_same_state covers them too)
             space, live = state.space(S), self.space
             assert space.scopes.live == live.scopes.live
