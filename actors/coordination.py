@@ -46,7 +46,7 @@ from .timers import ARMED, FIRED, TIMER_RECORDS, ScopeTimer, TimerTable
 if TYPE_CHECKING:
     from .work import WorkCommands
 
-__all__ = ["CoordinationCommands", "COORDINATION_APPLY", "COORDINATION_TIMERS", "COORDINATION_RECORDS"]
+__all__ = ["CoordinationCommands", "COORDINATION_APPLY", "COORDINATION_TIMERS", "COORDINATION_RECORDS", "AFTER_APPLY_KINDS"]
 
 FIRE_TIMER, EXPIRY_TIMER, GROUP_DEADLINE_TIMER = "timer-fire", "timer-expiry", "group-deadline"
 
@@ -57,6 +57,8 @@ SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_complet
 
 # Records after which a member task may have ended (its group may finalize), and how to find it.
 _TASK_ENDS = ("delivery.completed", "delivery.dead", "task.ended")
+# The record types `after_apply` may make events of (the space asks only for these).
+AFTER_APPLY_KINDS = frozenset({"scope.ended", *_TASK_ENDS, "group.joined", "group.verdict", "group.sealed", "group.expired", "barrier.arrived"})
 
 Commit = Callable[..., Outcome]
 # A change that followed from a record (for the event log): (type, scope_id, aggregate, id, payload).

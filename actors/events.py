@@ -72,7 +72,8 @@ class EventLog:
 
     def __init__(self, limits: Limits) -> None:
         self.seq = 0  # the number of the newest event made (kept or trimmed)
-        self._events: deque[Event] = deque()
+        # Bounded in C: appending to a full log drops its oldest event (`events_kept_max`).
+        self._events: deque[Event] = deque(maxlen=limits.events_kept_max)
         self._limits = limits
 
     def __len__(self) -> int:
@@ -85,14 +86,16 @@ class EventLog:
 
     def append(self, changes: Iterable[Change], at_ms: int) -> int:
         """Number and keep `changes`; returns how many."""
-        made = 0
+        events, first = self._events, self.seq
+        seq = first
         for kind, scope_id, aggregate_type, aggregate_id, payload in changes:
-            self.seq += 1
-            self._events.append(Event(self.seq, kind, scope_id, aggregate_type, aggregate_id, payload, at_ms))
-            made += 1
-        if made:
+            seq += 1
+            events.append(Event(seq, kind, scope_id, aggregate_type, aggregate_id, payload, at_ms))
+        self.seq = seq
+        limits = self._limits
+        if events and events[0].at_ms < at_ms - limits.events_kept_s * 1000:
             self._trim(at_ms)
-        return made
+        return seq - first
 
     def _trim(self, now_ms: int) -> None:
         events, limits = self._events, self._limits

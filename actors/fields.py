@@ -31,6 +31,7 @@ from .timestamps import parse_timestamp
 __all__ = [
     "Spec", "body", "path", "drawn", "parse", "specs", "schema", "check_text", "check_space_id",
     "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "query", "MINOR",
+    "compile_parser",
 ]
 
 # Kinds of field, by their JSON type and what the command keeps.
@@ -288,6 +289,83 @@ def parse(
     command = command_class(**values)
     command.check(limits)
     return command
+
+
+def _query_field(spec: Spec, query: Callable[[str], str | None] | None, limits: Limits) -> Any:
+    text = None if query is None else query(spec.wire)
+    return read_field(spec, {spec.wire: _query_value(spec, text)}, limits)
+
+
+Parser = Callable[[dict, "dict[str, str]", Draw, "Callable[[str], str | None] | None"], Any]
+
+
+def compile_parser(command_class: type, limits: Limits) -> Parser:
+    """`parse` for one command class and one set of limits, as one generated function.
+
+    Every request runs a parse, so the common case costs no call per field: each field's usual
+    value (a string of an allowed length, an integer in range, a boolean) is checked inline with
+    its bounds resolved from `limits` ahead; anything else goes to the same `_read` and
+    `read_field` that `parse` uses, which accept it or refuse it with their wording. Fields are
+    read, and values drawn, in the order `parse` does, so both give the same command or the same
+    error for every input (a property test holds them equal).
+    """
+    namespace: dict[str, Any] = {"_cls": command_class, "_limits": limits, "_read": _read, "_rf": read_field, "_qf": _query_field}
+    lines = ["def parse(data, params, draw, query):"]
+    names = []
+    for index, (attribute, spec) in enumerate(specs(command_class)):
+        s, v = f"_s{index}", f"v{index}"
+        namespace[s] = spec
+        names.append(f"{attribute}={v}")
+        source, kind = spec.source, spec.kind
+        if source == PATH:
+            lines.append(f"    {v} = params[{spec.wire!r}]")
+            continue
+        if source == DRAWN:
+            lines.append(f"    {v} = draw({spec.wire!r})")
+            continue
+        if source == QUERY:
+            lines.append(f"    {v} = _qf({s}, query, _limits)")
+            continue
+        lines.append(f"    {v} = data.get({spec.wire!r})")
+        if spec.required and kind != JSON:
+            lines.append(f"    if {v} is None: {v} = _rf({s}, data, _limits)")
+        else:
+            namespace[f"_d{index}"] = spec.bound(spec.default, limits)
+            lines.append(f"    if {v} is None: {v} = _d{index}")
+        plain = _plain_check(spec, v, limits)
+        if plain is None:
+            lines.append(f"    else: {v} = _read({s}, {v}, _limits)")
+        else:
+            lines.append(f"    elif {plain}: {v} = _read({s}, {v}, _limits)")
+    lines.append(f"    command = _cls({', '.join(names)})")
+    lines.append("    command.check(_limits)")
+    lines.append("    return command")
+    exec(compile("\n".join(lines), f"<parser of {command_class.__name__}>", "exec"), namespace)
+    parser: Parser = namespace["parse"]
+    return parser
+
+
+def _plain_check(spec: Spec, v: str, limits: Limits) -> str | None:
+    """A Python condition true when the present value `v` is NOT plainly acceptable (then `_read`
+    decides), or None when every value goes to `_read`."""
+    kind = spec.kind
+    if kind == TEXT:
+        if spec.length_max is None:
+            return f"{v}.__class__ is not str"
+        length_max = int(spec.bound(spec.length_max, limits))
+        empty = f" or not {v}" if spec.length_min else ""
+        return f"{v}.__class__ is not str or len({v}) > {length_max}{empty}"
+    if kind == INTEGER:
+        low, high = spec.bound(spec.minimum, limits), spec.bound(spec.maximum, limits)
+        test = f"{v}.__class__ is not int"
+        if low is not None:
+            test += f" or {v} < {int(low)}"
+        if high is not None:
+            test += f" or {v} > {int(high)}"
+        return test
+    if kind == BOOLEAN:
+        return f"{v}.__class__ is not bool"
+    return None
 
 
 def validate(command: Any, limits: Limits, *, skip: tuple[str, ...] = ()) -> Any:

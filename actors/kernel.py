@@ -30,7 +30,7 @@ import trio
 from .clock import Clock
 from .commands import Command, FireTimer
 from .errors import INTERNAL, UNAVAILABLE, KernelError
-from .fields import parse
+from .fields import Parser, compile_parser
 from .ids import IdSource
 from .journal import Journal, MemoryJournal
 from .outcome import ActorKey
@@ -128,6 +128,8 @@ class Kernel:
         self._sweeper: Any = None  # the sweep task while it waits for an actor to linger
         self._nursery: trio.Nursery | None = None
         self.turns = 0
+        # Each command class's parser, generated for the limits it was made with (`compile_parser`).
+        self._parsers: dict[type, tuple[Any, Parser]] = {}
         # Calls answered from a stored Idempotency-Key answer instead of being run again.
         self.idempotent_replays = 0
         # Set by `end_waits()` at shutdown: no call parks any more, a long poll answers EMPTY.
@@ -200,7 +202,11 @@ class Kernel:
         """A command of `command_class` from a request's JSON body, path parameters and query
         (a function of a name), checked against the limits, with its random values drawn from this
         kernel's seeded source."""
-        return parse(command_class, body, params, self.limits, self.draw, query)
+        limits = self.limits
+        made = self._parsers.get(command_class)
+        if made is None or made[0] is not limits:
+            made = self._parsers[command_class] = (limits, compile_parser(command_class, limits))
+        return made[1](body, params, self.draw, query)
 
     def draw(self, what: str) -> Any:
         """A random value a command needs (see `fields.drawn`): drawn here, recorded with it."""
