@@ -19,7 +19,7 @@ Pure: no IO, no clock reads.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple
 
 from .errors import KernelError
 from .limits import Limits
@@ -38,17 +38,14 @@ EVENT_RECORDS: dict[str, tuple[str, ...]] = {
 }
 
 
-class Event:
-    __slots__ = ("seq", "type", "scope_id", "aggregate_type", "aggregate_id", "payload", "at_ms")
-
-    def __init__(self, seq: int, kind: str, scope_id: str | None, aggregate_type: str, aggregate_id: str, payload: dict, at_ms: int) -> None:
-        self.seq = seq
-        self.type = kind
-        self.scope_id = scope_id
-        self.aggregate_type = aggregate_type
-        self.aggregate_id = aggregate_id
-        self.payload = payload
-        self.at_ms = at_ms
+class Event(NamedTuple):
+    seq: int
+    type: str
+    scope_id: str | None
+    aggregate_type: str
+    aggregate_id: str
+    payload: dict
+    at_ms: int
 
     def view(self) -> dict:
         return {
@@ -66,42 +63,48 @@ Change = tuple[str, "str | None", str, str, dict]
 
 
 class EventLog:
-    """The bounded, ordered events of one space."""
+    """The bounded, ordered events of one space.
 
-    __slots__ = ("seq", "_events", "_limits")
+    Kept as the changes `derive` made (one tuple each, no copy) beside their times, in two deques
+    of the same length: the log keeps the newest events only, so the kept ones are numbered
+    `oldest_seq` to `seq` without a gap, and an `Event` is made when one is read. A busy space
+    makes an event on nearly every record: this keeps that to two appends.
+    """
+
+    __slots__ = ("seq", "_changes", "_times", "_kept_ms")
 
     def __init__(self, limits: Limits) -> None:
         self.seq = 0  # the number of the newest event made (kept or trimmed)
         # Bounded in C: appending to a full log drops its oldest event (`events_kept_max`).
-        self._events: deque[Event] = deque(maxlen=limits.events_kept_max)
-        self._limits = limits
+        self._changes: deque[Change] = deque(maxlen=limits.events_kept_max)
+        self._times: deque[int] = deque(maxlen=limits.events_kept_max)
+        self._kept_ms = limits.events_kept_s * 1000
 
     def __len__(self) -> int:
-        return len(self._events)
+        return len(self._changes)
 
     @property
     def oldest_seq(self) -> int:
         """The number of the oldest event kept (seq + 1 when none is)."""
-        return self._events[0].seq if self._events else self.seq + 1
+        return self.seq - len(self._changes) + 1
 
-    def append(self, changes: Iterable[Change], at_ms: int) -> int:
+    def append(self, changes: list[Change], at_ms: int) -> int:
         """Number and keep `changes`; returns how many."""
-        events, first = self._events, self.seq
-        seq = first
-        for kind, scope_id, aggregate_type, aggregate_id, payload in changes:
-            seq += 1
-            events.append(Event(seq, kind, scope_id, aggregate_type, aggregate_id, payload, at_ms))
-        self.seq = seq
-        limits = self._limits
-        if events and events[0].at_ms < at_ms - limits.events_kept_s * 1000:
+        kept, times = self._changes, self._times
+        for change in changes:
+            kept.append(change)
+            times.append(at_ms)
+        self.seq += len(changes)
+        if times and times[0] < at_ms - self._kept_ms:
             self._trim(at_ms)
-        return seq - first
+        return len(changes)
 
     def _trim(self, now_ms: int) -> None:
-        events, limits = self._events, self._limits
-        oldest_ms = now_ms - limits.events_kept_s * 1000
-        while events and (len(events) > limits.events_kept_max or events[0].at_ms < oldest_ms):
-            events.popleft()
+        kept, times = self._changes, self._times
+        oldest_ms = now_ms - self._kept_ms
+        while times and times[0] < oldest_ms:
+            kept.popleft()
+            times.popleft()
 
     def check_cursor(self, after: int) -> None:
         """CURSOR_EXPIRED for a cursor whose next event is no longer kept, or that is ahead of
@@ -114,13 +117,15 @@ class EventLog:
                 f"cursor {after} is older than the events kept (oldest {self.oldest_seq}); start again without a cursor",
             )
 
+    def _event(self, index: int) -> Event:
+        """The kept event at `index` (0: the oldest)."""
+        kind, scope_id, aggregate_type, aggregate_id, payload = self._changes[index]
+        return Event(self.oldest_seq + index, kind, scope_id, aggregate_type, aggregate_id, payload, self._times[index])
+
     def after(self, after: int) -> Iterator[Event]:
         """The events strictly after `after`, oldest first."""
-        events = self._events
-        if not events:
-            return iter(())
-        start = max(0, after + 1 - events[0].seq)
-        return (events[index] for index in range(start, len(events)))
+        start = max(0, after + 1 - self.oldest_seq)
+        return (self._event(index) for index in range(start, len(self._changes)))
 
     def page(self, after: int | None, limit: int, match: Callable[[Event], bool] | None) -> tuple[list[Event], int]:
         """Up to `limit` events after `after` (None: from the oldest kept) that `match`, and the
@@ -146,7 +151,7 @@ class EventLog:
         if not self.seq:
             return
         yield {"type": "events.image", "seq": self.seq}
-        for event in self._events:
+        for event in self.after(self.oldest_seq - 1):
             yield {
                 "type": "event.image",
                 "seq": event.seq,
@@ -160,13 +165,14 @@ class EventLog:
 
     def apply_image_header(self, record: dict) -> None:
         self.seq = record["seq"]
-        self._events.clear()
+        self._changes.clear()
+        self._times.clear()
 
     def apply_image_event(self, record: dict) -> None:
-        assert not self._events or self._events[-1].seq < record["seq"] <= self.seq, "events are imaged in order"
-        self._events.append(
-            Event(record["seq"], record["event_type"], record["scope_id"], record["aggregate_type"], record["aggregate_id"], record["payload"], record["at_ms"])
-        )
+        # An image lists the kept events oldest first, the newest being `seq` (see the class).
+        assert record["seq"] <= self.seq, "events are imaged up to the header's number"
+        self._changes.append((record["event_type"], record["scope_id"], record["aggregate_type"], record["aggregate_id"], record["payload"]))
+        self._times.append(record["at_ms"])
 
 
 # -- deriving events from records --------------------------------------------------------------

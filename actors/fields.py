@@ -337,7 +337,18 @@ def compile_parser(command_class: type, limits: Limits) -> Parser:
             lines.append(f"    else: {v} = _read({s}, {v}, _limits)")
         else:
             lines.append(f"    elif {plain}: {v} = _read({s}, {v}, _limits)")
-    lines.append(f"    command = _cls({', '.join(names)})")
+    fields = dataclasses.fields(command_class)
+    slots = command_class.__dict__.get("__slots__", ())
+    if len(fields) == len(names) and all(field.name in slots for field in fields) and not hasattr(command_class, "__post_init__"):
+        # Every field comes from the request: set each slot straight, as the dataclass's own
+        # `__init__` would (a frozen class's `__init__` pays an `object.__setattr__` per field).
+        namespace["_new"] = object.__new__
+        lines.append("    command = _new(_cls)")
+        for index, (attribute, _) in enumerate(specs(command_class)):
+            namespace[f"_set{index}"] = command_class.__dict__[attribute].__set__
+            lines.append(f"    _set{index}(command, v{index})")
+    else:
+        lines.append(f"    command = _cls({', '.join(names)})")
     lines.append("    command.check(_limits)")
     lines.append("    return command")
     exec(compile("\n".join(lines), f"<parser of {command_class.__name__}>", "exec"), namespace)

@@ -128,8 +128,9 @@ class Kernel:
         self._sweeper: Any = None  # the sweep task while it waits for an actor to linger
         self._nursery: trio.Nursery | None = None
         self.turns = 0
-        # Each command class's parser, generated for the limits it was made with (`compile_parser`).
-        self._parsers: dict[type, tuple[Any, Parser]] = {}
+        # Each command class's parser, generated for `limits` (`compile_parser`); made again when
+        # a restored state brings its own limits.
+        self._parsers: dict[type, Parser] = {}
         # Calls answered from a stored Idempotency-Key answer instead of being run again.
         self.idempotent_replays = 0
         # Set by `end_waits()` at shutdown: no call parks any more, a long poll answers EMPTY.
@@ -176,6 +177,7 @@ class Kernel:
         """
         self.state = state
         self.limits = state.limits
+        self._parsers.clear()
         self.supervisor.reset()
         self.supervisor.arm_all(state.timers())
         error = KernelError(UNAVAILABLE, "the state was rebuilt from the journal; try again")
@@ -202,11 +204,10 @@ class Kernel:
         """A command of `command_class` from a request's JSON body, path parameters and query
         (a function of a name), checked against the limits, with its random values drawn from this
         kernel's seeded source."""
-        limits = self.limits
-        made = self._parsers.get(command_class)
-        if made is None or made[0] is not limits:
-            made = self._parsers[command_class] = (limits, compile_parser(command_class, limits))
-        return made[1](body, params, self.draw, query)
+        parser = self._parsers.get(command_class)
+        if parser is None:
+            parser = self._parsers[command_class] = compile_parser(command_class, self.limits)
+        return parser(body, params, self.draw, query)
 
     def draw(self, what: str) -> Any:
         """A random value a command needs (see `fields.drawn`): drawn here, recorded with it."""
@@ -357,6 +358,8 @@ class Kernel:
                 del self._actors[entry.key]
 
     def _rerun_waiters(self, entry: _Actor) -> None:
+        if not entry.waiters:
+            return
         for call in list(entry.waiters):
             if call.phase == _WAITING:
                 self._turn(entry, call)
@@ -425,7 +428,9 @@ class Kernel:
 
     def _answer(self, call: _Call, reply: Any, error: BaseException | None) -> None:
         if error is None:
-            self._wake(call, trio_outcome.Value(reply))
+            if call.phase != _DONE:
+                call.phase = _DONE
+                self._hand_back(call, trio_outcome.Value(reply))
         else:
             self._wake(call, trio_outcome.Error(KernelError(UNAVAILABLE, f"the change was not recorded: {error}")))
 

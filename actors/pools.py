@@ -136,10 +136,13 @@ class Pool:
 class PoolTable:
     """The pools of one space, by id and by name, and their live grants by id."""
 
-    __slots__ = ("_pools", "_by_name", "_grants", "_waiters", "_ended_count", "pools_max", "waiters_max", "delivery_held")
+    __slots__ = ("_pools", "_by_name", "_grants", "_waiters", "_ended_count", "pools_max", "waiters_max", "delivery_held", "made")
 
     def __init__(self, pools_max: int, waiters_max: int = 10_000) -> None:
         self._pools: dict[str, Pool] = {}
+        # Whether any pool was made here (pools are never removed): the space looks for pool
+        # lines to move after a record only then.
+        self.made = False
         self._by_name: dict[str, Pool] = {}
         self._grants: dict[str, Grant] = {}
         # Waiters in the order they joined; ended ones are kept (a client reads how its waiter
@@ -442,6 +445,7 @@ class PoolTable:
         pool = Pool(record["id"], record["name"], record["units"], record["at_ms"])
         assert pool.id not in self._pools and pool.name not in self._by_name, "a pool id and name are made once"
         self._pools[pool.id] = self._by_name[pool.name] = pool
+        self.made = True
         return pool
 
     def apply_acquired(self, record: dict) -> Grant:

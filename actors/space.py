@@ -58,7 +58,7 @@ DEADLINE_TIMER = "scope-deadline"
 
 class SpaceState:
     # The parts hold commands over the tables, no state of their own (`snapshots.equality`).
-    _DERIVED = ("claiming", "work", "onces", "runs", "_appliers")
+    _DERIVED = ("claiming", "work", "onces", "runs", "_appliers", "_events_actor")
 
     __slots__ = (
         "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "once", "run_names",
@@ -66,7 +66,7 @@ class SpaceState:
         "capacity",  # -- capacity --
         # -- coordination --
         "coordination", "events",
-        "_appliers",
+        "_appliers", "_events_actor",
     )
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
@@ -105,29 +105,34 @@ class SpaceState:
         self.events = EventLog(limits)
         # What applies each type of record here: `_APPLY`'s entries bound to this space's parts.
         self._appliers = _appliers(self)
+        self._events_actor = events_actor(space_id)  # -- coordination --
 
     def _commit(self, outcome: Outcome, *records: dict) -> Outcome:
-        seq = self.events.seq  # -- coordination --
+        events = self.events  # -- coordination --
+        seq = events.seq
         space_id, apply, kept = self.id, self.apply, outcome.records
-        freed_ms = None
         for record in records:
             record["space"] = space_id
             apply(record)
             kept.append(record)
-            if record["type"] in POOL_FREEING:
-                freed_ms = record["at_ms"]
-        # -- capacity --: capacity given back wakes the admissions parked for it.
+        # -- capacity --: capacity given back wakes the admissions parked for it, and pool units
+        # given back by a delivery's end move the pools' lines.
+        capacity = self.capacity
+        if capacity.wakeups or capacity.subtree_wakeups or capacity.pools.made:
+            self._capacity_after(outcome, records)
+        if events.seq != seq:  # -- coordination -- (watches parked on the log look again)
+            outcome.pokes.append(self._events_actor)
+        return outcome
+
+    def _capacity_after(self, outcome: Outcome, records: tuple[dict, ...]) -> None:
         capacity = self.capacity
         if (capacity.wakeups or capacity.subtree_wakeups) and any(record["type"] in FREEING for record in records):
             outcome.pokes.extend(capacity.take_wakeups())
         if capacity.subtree_wakeups and any(record["type"] == TASK_CREATED for record in records):
             outcome.pokes.extend(capacity.take_subtree_wakeups())
-        # -- capacity --: pool units given back by a delivery's end move the pools' lines.
-        if freed_ms is not None:
-            outcome.timers.extend(capacity.pool_serve_timers(freed_ms))
-        if self.events.seq != seq:  # -- coordination -- (watches parked on the log look again)
-            outcome.pokes.append(events_actor(space_id))
-        return outcome
+        freed = [record["at_ms"] for record in records if record["type"] in POOL_FREEING]
+        if freed:
+            outcome.timers.extend(capacity.pool_serve_timers(freed[-1]))
 
     def _check_bytes(self, adding: int, freeing: int) -> None:
         """The payload cap over every table that keeps caller values (`caps.py`)."""
@@ -254,13 +259,18 @@ class SpaceState:
         kind = record["type"]
         self.usage.count(record)
         derive = DERIVE.get(kind)  # -- coordination -- (seen before the record changes anything)
-        events = None if derive is None else derive(self, record)
+        if derive is None:
+            self._appliers[kind](record)
+            if kind in AFTER_APPLY_KINDS:
+                events = self.coordination.after_apply(record)
+                if events:
+                    self.events.append(events, record["at_ms"])
+            return
+        events = derive(self, record)
         self._appliers[kind](record)
         # -- coordination -- what follows from the record (a scope's end, a group finalizing)
         if kind in AFTER_APPLY_KINDS:
-            after = self.coordination.after_apply(record)
-            if after:
-                events = after if events is None else events + after
+            events += self.coordination.after_apply(record)
         if events:
             self.events.append(events, record["at_ms"])
 

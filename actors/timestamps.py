@@ -20,23 +20,8 @@ _SECONDS: dict[int, str] = {}
 SECONDS_CACHED_MAX = 4096
 
 
-# Whole stamps of the milliseconds formatted lately: replies stamp the same few instants over and
-# over (a turn's `now`, the lease ends of the claims it touches). Cleared whole when full, as above.
-_STAMPS: dict[int, str] = {}
-STAMPS_CACHED_MAX = 4096
-
-
 def format_ms(wall_ms: int) -> str:
     """Wall milliseconds as the wire format `YYYY-MM-DDTHH:MM:SS.mmmZ` (exactly 3 digits, uppercase Z)."""
-    stamp = _STAMPS.get(wall_ms)
-    if stamp is None:
-        if len(_STAMPS) >= STAMPS_CACHED_MAX:
-            _STAMPS.clear()
-        stamp = _STAMPS[wall_ms] = _format_ms(wall_ms)
-    return stamp
-
-
-def _format_ms(wall_ms: int) -> str:
     seconds, millis = divmod(wall_ms, 1000)
     stamp = _SECONDS.get(seconds)
     if stamp is None:

@@ -96,9 +96,13 @@ async def _count_cycles(callers: int, make_cycle, warmup_s: float, duration_s: f
     return {"callers": callers, "duration_s": elapsed, "count": done, "per_s": done / elapsed, "cpu": cpu / elapsed}
 
 
-async def run(kernel: Kernel, command_class: type, body: dict, **params: str):  # type: ignore[no-untyped-def]
-    """One command as the HTTP shell runs it, minus HTTP: parsed from its body, then submitted."""
-    command = kernel.parse(command_class, body, {"space": SPACE, **params})
+IN_SPACE = {"space": SPACE}
+
+
+async def run(kernel: Kernel, command_class: type, body: dict, params: dict[str, str] = IN_SPACE):  # type: ignore[no-untyped-def]
+    """One command as the HTTP shell runs it, minus HTTP: parsed from its body and path
+    parameters (`params`, the space included), then submitted."""
+    command = kernel.parse(command_class, body, params)
     return await kernel.submit(command, wait_ms=getattr(command, "wait_ms", None))
 
 
@@ -108,10 +112,11 @@ async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dic
 
         async def make_cycle(i: int):  # type: ignore[no-untyped-def]
             acquire = {"scopeId": scope_id, "key": f"k{i}", "holder": f"worker-{i}", "holderSession": f"session-{i}", "leaseSeconds": 30}
+            release = {"space": SPACE, "key": acquire["key"]}
 
             async def cycle() -> None:
                 view = await run(kernel, c.AcquireClaim, acquire)
-                await run(kernel, c.ReleaseClaim, {"token": view["token"]}, key=acquire["key"])
+                await run(kernel, c.ReleaseClaim, {"token": view["token"]}, release)
 
             return cycle
 
@@ -174,6 +179,7 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
         async def make_cycle(i: int):  # type: ignore[no-untyped-def]
             scope_id = (await run(kernel, c.CreateScope, {"name": f"caller-{i}"}))["id"]
             receive = {"scopeId": scope_id, "holder": f"worker-{i}", "holderSession": f"session-{i}", "leaseSeconds": 30, "waitMs": 10_000}
+            in_mailbox = {"space": SPACE, "mailbox_id": mailbox_id}
             count = 0
 
             async def cycle() -> None:
@@ -181,8 +187,8 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
                 count += 1
                 submit = {"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": f"w{i}-t{count}", "input": {"n": count}}
                 task = await run(kernel, c.SubmitTask, submit)
-                delivery = await run(kernel, c.Receive, receive, mailbox_id=mailbox_id)
-                await run(kernel, c.CompleteDelivery, {"token": delivery["token"], "result": {"ok": True}}, message_id=delivery["message"]["id"])
+                delivery = await run(kernel, c.Receive, receive, in_mailbox)
+                await run(kernel, c.CompleteDelivery, {"token": delivery["token"], "result": {"ok": True}}, {"space": SPACE, "message_id": delivery["message"]["id"]})
                 if reads.task(kernel, SPACE, task["taskId"])["state"] != "SUCCEEDED":
                     raise RuntimeError("the task did not show its result")
 
