@@ -28,7 +28,7 @@ from .timestamps import format_ms
 if TYPE_CHECKING:
     from .space import SpaceState
 
-__all__ = ["EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "derive", "EVENT_TYPES"]
+__all__ = ["EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "derive", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of"]
 
 CURSOR_EXPIRED = "CURSOR_EXPIRED"
 
@@ -88,6 +88,15 @@ class EventLog:
         """The number of the oldest event kept (seq + 1 when none is)."""
         return self.seq - len(self._changes) + 1
 
+    def add(self, change: Change, at_ms: int) -> None:
+        """Number and keep one change."""
+        self._changes.append(change)
+        times = self._times
+        times.append(at_ms)
+        self.seq += 1
+        if times[0] < at_ms - self._kept_ms:
+            self._trim(at_ms)
+
     def append(self, changes: list[Change], at_ms: int) -> int:
         """Number and keep `changes`; returns how many."""
         kept, times = self._changes, self._times
@@ -120,7 +129,7 @@ class EventLog:
     def _event(self, index: int) -> Event:
         """The kept event at `index` (0: the oldest)."""
         kind, scope_id, aggregate_type, aggregate_id, payload = self._changes[index]
-        return Event(self.oldest_seq + index, kind, scope_id, aggregate_type, aggregate_id, payload, self._times[index])
+        return Event(self.oldest_seq + index, kind, scope_id, aggregate_type, aggregate_id, payload_of(kind, payload), self._times[index])
 
     def after(self, after: int) -> Iterator[Event]:
         """The events strictly after `after`, oldest first."""
@@ -171,15 +180,38 @@ class EventLog:
     def apply_image_event(self, record: dict) -> None:
         # An image lists the kept events oldest first, the newest being `seq` (see the class).
         assert record["seq"] <= self.seq, "events are imaged up to the header's number"
-        self._changes.append((record["event_type"], record["scope_id"], record["aggregate_type"], record["aggregate_id"], record["payload"]))
+        kind, payload = record["event_type"], record["payload"]
+        names = PAYLOAD_NAMES.get(kind)
+        if names is not None and isinstance(payload, dict) and tuple(payload) == names:
+            payload = tuple(payload.values())  # kept as the live log keeps it
+        self._changes.append((kind, record["scope_id"], record["aggregate_type"], record["aggregate_id"], payload))
         self._times.append(record["at_ms"])
 
 
 # -- deriving events from records --------------------------------------------------------------
 # Each function sees the space before the record is applied (so what a record ends can still be
-# looked up) and returns the events the record makes.
+# looked up) and returns the events the record makes: one change (a tuple, the usual case), a list
+# of them, or None.
 
-Derive = Callable[["SpaceState", dict], list]
+Derive = Callable[["SpaceState", dict], Any]
+
+
+# The payloads kept as a tuple of values, by event type, and the names of those values: the events a
+# busy space makes on nearly every record (claims, deliveries, tasks) make no dict until read.
+PAYLOAD_NAMES: dict[str, tuple[str, ...]] = {
+    "claim.acquired": ("generation", "holder"),
+    "claim.taken_over": ("generation", "holder"),
+    "claim.released": ("generation",),
+    "claim.expired": ("generation",),
+    "scope.created": ("parentId",),
+    "task.created": ("taskKey", "mailboxId"),
+    "message.sent": ("mailboxId",),
+}
+
+
+def payload_of(kind: str, payload: Any) -> dict:
+    """An event's payload as the wire carries it (a dict), from what the log keeps."""
+    return payload if payload.__class__ is dict else dict(zip(PAYLOAD_NAMES[kind], payload))
 
 
 def _message(space: "SpaceState", message_id: str) -> Any:
@@ -187,15 +219,19 @@ def _message(space: "SpaceState", message_id: str) -> Any:
 
 
 def _delivery(task_type: str, message_type: str, **extra: str) -> Derive:
+    PAYLOAD_NAMES[task_type] = PAYLOAD_NAMES[message_type] = ("messageId", "mailboxId", "attempt", *extra)
+    fields = tuple(extra.values())
+
     def derive(space: "SpaceState", record: dict) -> list:
-        message = _message(space, record["message_id"])
+        message = space.messages.find(record["message_id"])
         if message is None:
-            return []
-        payload = {"messageId": message.id, "mailboxId": message.mailbox_id, "attempt": message.attempts}
-        payload.update({key: record.get(field) for key, field in extra.items()})
+            return None
+        payload: tuple = (message.id, message.mailbox_id, message.attempts)
+        if fields:
+            payload += tuple(record.get(field) for field in fields)
         if message.task_id is not None:
-            return [(task_type, message.scope_id, "task", message.task_id, payload)]
-        return [(message_type, message.scope_id, "message", message.id, payload)]
+            return (task_type, message.scope_id, "task", message.task_id, payload)
+        return (message_type, message.scope_id, "message", message.id, payload)
 
     return derive
 
@@ -214,15 +250,14 @@ def _dead(space: "SpaceState", record: dict) -> list:
 def _claim_acquired(space: "SpaceState", record: dict) -> list:
     claim = space.claims.get(record["scope_id"], record["key"])
     kind = "claim.taken_over" if claim is not None and claim.expired else "claim.acquired"
-    payload = {"generation": record["generation"], "holder": record["holder"]}
-    return [(kind, record["scope_id"], "claim", record["key"], payload)]
+    return (kind, record["scope_id"], "claim", record["key"], (record["generation"], record["holder"]))
 
 
 def _claim_ended(kind: str) -> Derive:
     def derive(space: "SpaceState", record: dict) -> list:
         claim = space.claims.by_token(record["token"])
         scope_id = None if claim is None else claim.scope_id
-        return [(kind, scope_id, "claim", record["key"], {"generation": record["generation"]})]
+        return (kind, scope_id, "claim", record["key"], (record["generation"],))
 
     return derive
 
@@ -288,13 +323,13 @@ def _timer(kind: str, *fields: str) -> Derive:
 
 
 DERIVE: dict[str, Derive] = {
-    "scope.created": lambda space, r: [("scope.created", r["id"], "scope", r["id"], {"parentId": r["parent_id"]})],
+    "scope.created": lambda space, r: ("scope.created", r["id"], "scope", r["id"], (r["parent_id"],)),
     "scope.ended": _scope_ended,
     "claim.acquired": _claim_acquired,
     "claim.released": _claim_ended("claim.released"),
     "claim.expired": _claim_ended("claim.expired"),
-    "task.created": lambda space, r: [("task.created", r["scope_id"], "task", r["id"], {"taskKey": r["task_key"], "mailboxId": r["mailbox_id"]})],
-    "message.sent": lambda space, r: [("message.sent", r["scope_id"], "message", r["id"], {"mailboxId": r["mailbox_id"]})],
+    "task.created": lambda space, r: ("task.created", r["scope_id"], "task", r["id"], (r["task_key"], r["mailbox_id"])),
+    "message.sent": lambda space, r: ("message.sent", r["scope_id"], "message", r["id"], (r["mailbox_id"],)),
     "delivery.leased": _delivery("task.started", "delivery.leased"),
     "delivery.completed": _delivery("task.succeeded", "delivery.completed"),
     "delivery.requeued": _delivery("task.retried", "delivery.requeued", cause="cause"),
@@ -330,7 +365,8 @@ EVENT_TYPES = sorted(
 def derive(space: "SpaceState", record: dict) -> list:
     """The events `record` makes, seen from the space before it is applied."""
     function = DERIVE.get(record["type"])
-    return [] if function is None else function(space, record)
+    made = None if function is None else function(space, record)
+    return [] if made is None else [made] if made.__class__ is tuple else made
 
 
 def page(space: "SpaceState", after: int | None, limit: int, types: frozenset | None, aggregate: tuple | None, scope_id: str | None) -> dict:

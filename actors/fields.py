@@ -158,19 +158,24 @@ def payload_size(value: Any) -> int:
 
 
 def depth_exceeds(value: Any, depth_max: int) -> bool:
-    """True when containers nest deeper than `depth_max` (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > depth_max:
+    """True when containers nest deeper than `depth_max` (a scalar is depth 0, `{}` depth 1).
+
+    Recursive, but never deeper than `depth_max` + 1 calls: it stops as soon as the bound is
+    passed. A container of scalars, the usual input or result, costs one call.
+    """
+    cls = value.__class__
+    if cls is dict:
+        children: Any = value.values()
+    elif cls is list:
+        children = value
+    else:
+        return False
+    if depth_max < 1:
+        return True
+    for child in children:
+        kind = child.__class__
+        if (kind is dict or kind is list) and depth_exceeds(child, depth_max - 1):
             return True
-        stack.extend((child, depth + 1) for child in children)
     return False
 
 

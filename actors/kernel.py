@@ -406,9 +406,12 @@ class Kernel:
         self._leave_waiters(entry, call)
         for timer in result.timers:
             self.supervisor.arm(timer)
-        for actor in result.pokes:
-            if actor != entry.key:
-                self.poke(actor)
+        if result.pokes:
+            actors = self._actors
+            for actor in result.pokes:
+                poked = actors.get(actor)
+                if poked is not None and poked.waiters and poked is not entry:
+                    self._post(actor, _Call(None, None, None, False))
         records = result.records
         if not records:
             self._wake(call, trio_outcome.Value(EMPTY if result.empty else result.reply))

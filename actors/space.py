@@ -259,20 +259,18 @@ class SpaceState:
         kind = record["type"]
         self.usage.count(record)
         derive = DERIVE.get(kind)  # -- coordination -- (seen before the record changes anything)
-        if derive is None:
-            self._appliers[kind](record)
-            if kind in AFTER_APPLY_KINDS:
-                events = self.coordination.after_apply(record)
-                if events:
-                    self.events.append(events, record["at_ms"])
-            return
-        events = derive(self, record)
+        made = None if derive is None else derive(self, record)  # one change, a list, or None
         self._appliers[kind](record)
         # -- coordination -- what follows from the record (a scope's end, a group finalizing)
         if kind in AFTER_APPLY_KINDS:
-            events += self.coordination.after_apply(record)
-        if events:
-            self.events.append(events, record["at_ms"])
+            after = self.coordination.after_apply(record)
+            if after:
+                made = [made, *after] if made.__class__ is tuple else after if made is None else made + after
+        if made:
+            if made.__class__ is tuple:
+                self.events.add(made, record["at_ms"])
+            else:
+                self.events.append(made, record["at_ms"])
 
     def _apply_scope_ended(self, record: dict) -> None:
         subtree = self.scopes.apply_ended(record)

@@ -118,3 +118,30 @@ def test_the_generated_parser_refuses_with_parse_wording() -> None:
 def test_every_command_with_fields_is_covered() -> None:
     assert c.AcquireClaim in COMMANDS and c.SubmitTask in COMMANDS and c.Receive in COMMANDS
     assert len(COMMANDS) > 30
+
+
+def _depth_reference(value, depth_max: int) -> bool:  # type: ignore[no-untyped-def]
+    """Depth by an explicit stack: the top container is depth 1."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > depth_max:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_JSON, depth_max=st.integers(0, 6))
+def test_the_depth_check_counts_nesting_as_a_stack_would(value, depth_max) -> None:  # type: ignore[no-untyped-def]
+    from runstate.actors.fields import depth_exceeds
+
+    assert depth_exceeds(value, depth_max) == _depth_reference(value, depth_max)
