@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 __all__ = ["KernelState"]
 
+# The records of the kernel itself; every other record belongs to a space and names it.
+_KERNEL_KINDS = frozenset({"idem.stored", "key.registered", "key.revoked", "kernel.booted"})
+
 
 class KernelState:
     __slots__ = ("limits", "boot", "spaces", "keys", "idempotency")
@@ -51,16 +54,17 @@ class KernelState:
 
     def apply(self, record: dict) -> None:
         kind = record["type"]
-        if kind == "idem.stored":
+        if kind not in _KERNEL_KINDS:  # nearly every record: one of a space
+            space = self.spaces.get(record["space"])
+            (self.space(record["space"]) if space is None else space).apply(record)
+        elif kind == "idem.stored":
             self.idempotency.apply_stored(record)
         elif kind == "key.registered":
             self.keys.apply_registered(record)
         elif kind == "key.revoked":
             self.keys.apply_revoked(record)
-        elif kind == "kernel.booted":
-            self.boot.apply_booted(record)
         else:
-            self.space(record["space"]).apply(record)
+            self.boot.apply_booted(record)
 
     # -- boots, restarts and images ---------------------------------------------------------------
 
