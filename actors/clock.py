@@ -8,10 +8,12 @@ themselves. Two clocks meet here:
 - a wall source (the operating system's `time.time()`) says what time it is for the world:
   `createdAt`, `leaseExpiresAt`, a client's `deadline`.
 
-`now_ms()` is `trio time + offset`, and each call reads the wall source again and moves the offset
+`now_ms()` is `trio time + offset`, and a call reads the wall source again and moves the offset
 up to it when the host's clock is ahead. So timestamps and deadline decisions follow the host at
 any uptime, however long ago the server started (a clock corrected by the time service after boot,
-a VM resumed or migrated), at the cost of one `time.time()` per reading.
+a VM resumed or migrated). The host's clock is read at most once per `HOST_READ_EVERY_MS` of trio
+time (a busy server asks for the time on every turn), so a step is followed within that long; a
+wall source given by the caller is read on every call.
 
 What a step of the host clock does:
 
@@ -44,7 +46,7 @@ from typing import Callable
 import trio
 import trio.testing
 
-__all__ = ["Clock", "WALL_RECHECK_S", "WALL_STEP_LOGGED_MS"]
+__all__ = ["Clock", "WALL_RECHECK_S", "WALL_STEP_LOGGED_MS", "HOST_READ_EVERY_MS"]
 
 log = logging.getLogger("runstate.clock")
 
@@ -53,6 +55,9 @@ log = logging.getLogger("runstate.clock")
 WALL_RECHECK_S = 0.1
 # A step of the host clock at least this large is logged (once per step).
 WALL_STEP_LOGGED_MS = 1000
+# The host's clock is read again once trio's clock has moved this far since the last reading (a
+# busy server reads the time on every turn; a step is still seen within this long).
+HOST_READ_EVERY_MS = 1.0
 
 WallSource = Callable[[], float]
 
@@ -70,7 +75,7 @@ class Clock:
     exactly (it never steps), so sleeps need not wake to read it again.
     """
 
-    __slots__ = ("_offset_ms", "_source", "_steps", "_virtual", "_ahead_ms", "_trio_time")
+    __slots__ = ("_offset_ms", "_source", "_steps", "_virtual", "_ahead_ms", "_trio_time", "_host", "_next_read_ms")
 
     def __init__(
         self, wall_anchor_ms: int | None = None, *, wall_source: WallSource | None = None, virtual: bool = False
@@ -86,6 +91,9 @@ class Clock:
             anchor_ms = float(int(time.time() * 1000) if wall_anchor_ms is None else wall_anchor_ms)
             wall_source = lambda: anchor_ms + (trio.current_time() - trio_now) * 1000  # noqa: E731
         self._source: WallSource = wall_source or _host_wall_ms
+        # The host's own clock is read at most every `HOST_READ_EVERY_MS`; a given source, always.
+        self._host = self._source is _host_wall_ms
+        self._next_read_ms = float("-inf")
         # now_ms = trio time (in ms) + offset; the offset only grows (see the module docstring).
         self._offset_ms = self._source() - trio_now * 1000
         self._ahead_ms = 0.0
@@ -103,8 +111,10 @@ class Clock:
     def now_ms(self) -> int:
         """The current wall time in whole milliseconds: never earlier than a previous reading."""
         base_ms = self._trio_time() * 1000
-        if self._virtual:  # follows trio's clock exactly: nothing to read
+        if self._virtual or base_ms < self._next_read_ms:  # nothing to read (see above)
             return round(base_ms + self._offset_ms)
+        if self._host:
+            self._next_read_ms = base_ms + HOST_READ_EVERY_MS
         gap_ms = self._source() - base_ms - self._offset_ms
         if gap_ms > 0:
             if gap_ms >= WALL_STEP_LOGGED_MS:

@@ -81,6 +81,15 @@ class Command:
         """Checks that involve more than one field (each field's own limits are in `fields.py`)."""
 
 
+def _check_requirements(requirements: Any) -> None:
+    """A task's requirements, checked as admission reads them (nothing to check when absent: the
+    import is paid only then, since admission imports this module)."""
+    if requirements is not None:
+        from .admission import parse_requirements
+
+        parse_requirements(requirements)
+
+
 def _command(cls: type) -> type:
     return dataclass(frozen=True, slots=True, kw_only=True)(cls)
 
@@ -354,9 +363,7 @@ class SubmitTask(Command):
         return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
     def check(self, limits: Limits) -> None:
-        from .admission import parse_requirements  # -- capacity -- (admission imports this module)
-
-        parse_requirements(self.requirements)
+        _check_requirements(self.requirements)  # -- capacity --
 
 
 @_command
@@ -428,10 +435,8 @@ class EnsureMailbox(Command):
         return mailboxes_actor(self.space)
 
     def check(self, limits: Limits) -> None:
-        from .admission import parse_requirements  # (admission imports this module)
-
         check_text("name", self.name, limits.name_len_max)
-        parse_requirements(self.requirements)
+        _check_requirements(self.requirements)
 
 
 @_command
@@ -957,9 +962,7 @@ class SubmitGroupTask(Command):
         return _group_queue(state, self.space, self.group_id)
 
     def check(self, limits: Limits) -> None:
-        from .admission import parse_requirements  # (admission imports this module)
-
-        parse_requirements(self.requirements)
+        _check_requirements(self.requirements)
 
 
 @_command
