@@ -77,11 +77,8 @@ def test_an_injected_cursor_that_includes_its_own_event_is_caught(monkeypatch):
     """A page "after" a cursor that starts at the cursor's event: the reader sees it twice."""
 
     def after(self, after):
-        events = self._events
-        if not events:
-            return iter(())
-        start = max(0, after - events[0].seq)  # the bug: not strictly after
-        return (events[index] for index in range(start, len(events)))
+        start = max(0, after - self.oldest_seq)  # the bug: not strictly after
+        return (self._event(index) for index in range(start, len(self)))
 
     monkeypatch.setattr(EventLog, "after", after)
     result = run_seed(6, virtual_s=90)
