@@ -28,7 +28,10 @@ from .timestamps import format_ms
 if TYPE_CHECKING:
     from .space import SpaceState
 
-__all__ = ["EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "derive", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of"]
+__all__ = [
+    "EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "derive", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of",
+    "claim_acquired", "claim_ended",
+]
 
 CURSOR_EXPIRED = "CURSOR_EXPIRED"
 
@@ -247,19 +250,18 @@ def _dead(space: "SpaceState", record: dict) -> list:
     return events
 
 
-def _claim_acquired(space: "SpaceState", record: dict) -> list:
-    claim = space.claims.get(record["scope_id"], record["key"])
-    kind = "claim.taken_over" if claim is not None and claim.expired else "claim.acquired"
+# A claim's events are made as its record is applied, from what applying it found (`space.py`):
+# the claim table is looked up once, not once here and once there.
+
+
+def claim_acquired(record: dict, took_over: bool) -> Change:
+    kind = "claim.taken_over" if took_over else "claim.acquired"
     return (kind, record["scope_id"], "claim", record["key"], (record["generation"], record["holder"]))
 
 
-def _claim_ended(kind: str) -> Derive:
-    def derive(space: "SpaceState", record: dict) -> list:
-        claim = space.claims.by_token(record["token"])
-        scope_id = None if claim is None else claim.scope_id
-        return (kind, scope_id, "claim", record["key"], (record["generation"],))
-
-    return derive
+def claim_ended(record: dict, scope_id: str) -> Change:
+    """A release or an expiry (the record's type is the event's)."""
+    return (record["type"], scope_id, "claim", record["key"], (record["generation"],))
 
 
 _SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
@@ -325,9 +327,6 @@ def _timer(kind: str, *fields: str) -> Derive:
 DERIVE: dict[str, Derive] = {
     "scope.created": lambda space, r: ("scope.created", r["id"], "scope", r["id"], (r["parent_id"],)),
     "scope.ended": _scope_ended,
-    "claim.acquired": _claim_acquired,
-    "claim.released": _claim_ended("claim.released"),
-    "claim.expired": _claim_ended("claim.expired"),
     "task.created": lambda space, r: ("task.created", r["scope_id"], "task", r["id"], (r["task_key"], r["mailbox_id"])),
     "message.sent": lambda space, r: ("message.sent", r["scope_id"], "message", r["id"], (r["mailbox_id"],)),
     "delivery.leased": _delivery("task.started", "delivery.leased"),

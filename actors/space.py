@@ -46,7 +46,7 @@ from .work import WORK_APPLY, WORK_TIMERS, WorkCommands
 # -- coordination --
 from .commands import events_actor
 from .coordination import AFTER_APPLY_KINDS, COORDINATION_APPLY, COORDINATION_TIMERS, CoordinationCommands
-from .events import DERIVE, EventLog
+from .events import DERIVE, EventLog, claim_acquired, claim_ended
 
 if TYPE_CHECKING:
     from .commands import CreateScope, EndScope
@@ -272,6 +272,16 @@ class SpaceState:
             else:
                 self.events.append(made, record["at_ms"])
 
+    def _apply_claim_acquired(self, record: dict) -> None:
+        claims = self.claims
+        takeovers = claims.takeovers
+        claims.apply_acquired(record)
+        self.events.add(claim_acquired(record, claims.takeovers != takeovers), record["at_ms"])  # -- coordination --
+
+    def _apply_claim_ended(self, record: dict) -> None:
+        claim = self.claims.apply_ended(record)
+        self.events.add(claim_ended(record, claim.scope_id), record["at_ms"])  # -- coordination --
+
     def _apply_scope_ended(self, record: dict) -> None:
         subtree = self.scopes.apply_ended(record)
         self.claims.drop_scopes(subtree)
@@ -298,10 +308,10 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
 _APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
     "scope.created": lambda space, record: space.scopes.apply_created(record),
     "scope.ended": SpaceState._apply_scope_ended,
-    "claim.acquired": lambda space, record: space.claims.apply_acquired(record),
+    "claim.acquired": SpaceState._apply_claim_acquired,
     "claim.renewed": lambda space, record: space.claims.apply_renewed(record),
-    "claim.released": lambda space, record: space.claims.apply_ended(record),
-    "claim.expired": lambda space, record: space.claims.apply_ended(record),
+    "claim.released": SpaceState._apply_claim_ended,
+    "claim.expired": SpaceState._apply_claim_ended,
     # Image-only records: a snapshot's way of saying "this is how it stands".
     "scope.image": lambda space, record: space.scopes.apply_image(record),
     "claim.image": lambda space, record: space.claims.apply_image(record),
@@ -339,10 +349,11 @@ def _appliers(space: SpaceState) -> dict[str, Callable[[dict], Any]]:
     scopes, claims = space.scopes, space.claims
     appliers.update({
         "scope.created": scopes.apply_created,
-        "claim.acquired": claims.apply_acquired,
+        # A claim's events come from what applying its record found (`events.claim_acquired`).
+        "claim.acquired": space._apply_claim_acquired,
         "claim.renewed": claims.apply_renewed,
-        "claim.released": claims.apply_ended,
-        "claim.expired": claims.apply_ended,
+        "claim.released": space._apply_claim_ended,
+        "claim.expired": space._apply_claim_ended,
         "scope.image": scopes.apply_image,
         "claim.image": claims.apply_image,
     })
