@@ -19,7 +19,7 @@ Pure: no IO, no clock reads.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from .errors import KernelError
 from .limits import Limits
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .space import SpaceState
 
 __all__ = [
-    "EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "derive", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of",
+    "EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "DERIVE", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of",
     "claim_acquired", "claim_ended",
 ]
 
@@ -217,15 +217,11 @@ def payload_of(kind: str, payload: Any) -> dict:
     return payload if payload.__class__ is dict else dict(zip(PAYLOAD_NAMES[kind], payload))
 
 
-def _message(space: "SpaceState", message_id: str) -> Any:
-    return space.messages.find(message_id)
-
-
 def _delivery(task_type: str, message_type: str, **extra: str) -> Derive:
     PAYLOAD_NAMES[task_type] = PAYLOAD_NAMES[message_type] = ("messageId", "mailboxId", "attempt", *extra)
     fields = tuple(extra.values())
 
-    def derive(space: "SpaceState", record: dict) -> list:
+    def derive(space: "SpaceState", record: dict) -> "Change | None":
         message = space.messages.find(record["message_id"])
         if message is None:
             return None
@@ -240,7 +236,7 @@ def _delivery(task_type: str, message_type: str, **extra: str) -> Derive:
 
 
 def _dead(space: "SpaceState", record: dict) -> list:
-    message = _message(space, record["message_id"])
+    message = space.messages.find(record["message_id"])
     if message is None:
         return []
     payload = {"messageId": message.id, "mailboxId": message.mailbox_id, "reason": record.get("reason")}
@@ -359,13 +355,6 @@ EVENT_TYPES = sorted(
         "group.created", "group.joined", "group.verdict", "group.sealed", "group.deadline_exceeded", "group.finalized",
     }
 )
-
-
-def derive(space: "SpaceState", record: dict) -> list:
-    """The events `record` makes, seen from the space before it is applied."""
-    function = DERIVE.get(record["type"])
-    made = None if function is None else function(space, record)
-    return [] if made is None else [made] if made.__class__ is tuple else made
 
 
 def page(space: "SpaceState", after: int | None, limit: int, types: frozenset | None, aggregate: tuple | None, scope_id: str | None) -> dict:

@@ -287,8 +287,7 @@ def parse(
         elif source == PATH:
             values[attribute] = params[spec.wire]
         elif source == QUERY:
-            text = None if query is None else query(spec.wire)
-            values[attribute] = read_field(spec, {spec.wire: _query_value(spec, text)}, limits)
+            values[attribute] = _query_field(spec, query, limits)
         else:
             values[attribute] = draw(spec.wire)
     command = command_class(**values)

@@ -406,12 +406,9 @@ class Kernel:
         self._leave_waiters(entry, call)
         for timer in result.timers:
             self.supervisor.arm(timer)
-        if result.pokes:
-            actors = self._actors
-            for actor in result.pokes:
-                poked = actors.get(actor)
-                if poked is not None and poked.waiters and poked is not entry:
-                    self._post(actor, _Call(None, None, None, False))
+        for actor in result.pokes:
+            if actor != entry.key:
+                self.poke(actor)
         records = result.records
         if not records:
             self._wake(call, trio_outcome.Value(EMPTY if result.empty else result.reply))
@@ -431,9 +428,7 @@ class Kernel:
 
     def _answer(self, call: _Call, reply: Any, error: BaseException | None) -> None:
         if error is None:
-            if call.phase != _DONE:
-                call.phase = _DONE
-                self._hand_back(call, trio_outcome.Value(reply))
+            self._wake(call, trio_outcome.Value(reply))
         else:
             self._wake(call, trio_outcome.Error(KernelError(UNAVAILABLE, f"the change was not recorded: {error}")))
 

@@ -21,7 +21,6 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .boot import BootInfo
@@ -103,7 +102,7 @@ class SpaceState:
             space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self.work, self._commit
         )
         self.events = EventLog(limits)
-        # What applies each type of record here: `_APPLY`'s entries bound to this space's parts.
+        # What applies each type of record here: `_APPLY` bound to this space's parts.
         self._appliers = _appliers(self)
         self._events_actor = events_actor(space_id)  # -- coordination --
 
@@ -305,57 +304,37 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
        for kind, handler in COORDINATION_TIMERS.items()},
 }
 
-_APPLY: dict[str, Callable[[SpaceState, dict], Any]] = {
-    "scope.created": lambda space, record: space.scopes.apply_created(record),
-    "scope.ended": SpaceState._apply_scope_ended,
-    "claim.acquired": SpaceState._apply_claim_acquired,
-    "claim.renewed": lambda space, record: space.claims.apply_renewed(record),
-    "claim.released": SpaceState._apply_claim_ended,
-    "claim.expired": SpaceState._apply_claim_ended,
-    # Image-only records: a snapshot's way of saying "this is how it stands".
-    "scope.image": lambda space, record: space.scopes.apply_image(record),
-    "claim.image": lambda space, record: space.claims.apply_image(record),
-    # Mailboxes, messages and tasks, image records included.
-    **{kind: (lambda applier: lambda space, record: applier(space.work, record))(applier) for kind, applier in WORK_APPLY.items()},
-    "usage.image": lambda space, record: space.usage.apply_image(record),
-    # Once slots, and run names (`run.named` is its own image).
-    **{kind: (lambda applier: lambda space, record: applier(space.once, record))(applier) for kind, applier in ONCE_APPLY.items()},
-    "run.named": lambda space, record: space.run_names.apply_named(record),
-    # -- capacity --
-    **{kind: (lambda applier: lambda space, record: applier(space.capacity, record))(applier)
-       for kind, applier in CAPACITY_APPLY.items()},
-    # -- coordination --
-    **{kind: (lambda applier: lambda space, record: applier(space.coordination, record))(applier)
-       for kind, applier in COORDINATION_APPLY.items()},
-    "events.image": lambda space, record: space.events.apply_image_header(record),
-    "event.image": lambda space, record: space.events.apply_image_event(record),
-}
-
-RECORD_TYPES = frozenset(_APPLY)
-
-# The record types each part applies itself, by the attribute that holds the part.
-_PART_APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
-    ("work", WORK_APPLY), ("once", ONCE_APPLY), ("capacity", CAPACITY_APPLY), ("coordination", COORDINATION_APPLY),
+# What applies each type of record, by the attribute of the space holding the part that applies
+# it ("" for the space itself: what crosses between parts, and a claim's records, whose events
+# come from what applying them found, `events.claim_acquired`). Image-only records are a
+# snapshot's way of saying "this is how it stands"; `run.named` is its own image.
+_APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
+    ("", {
+        "scope.ended": SpaceState._apply_scope_ended,
+        "claim.acquired": SpaceState._apply_claim_acquired,
+        "claim.released": SpaceState._apply_claim_ended,
+        "claim.expired": SpaceState._apply_claim_ended,
+    }),
+    ("scopes", {"scope.created": ScopeTree.apply_created, "scope.image": ScopeTree.apply_image}),
+    ("claims", {"claim.renewed": ClaimTable.apply_renewed, "claim.image": ClaimTable.apply_image}),
+    ("usage", {"usage.image": Usage.apply_image}),
+    ("run_names", {"run.named": RunNames.apply_named}),
+    ("work", WORK_APPLY),  # mailboxes, messages and tasks, image records included
+    ("once", ONCE_APPLY),
+    ("capacity", CAPACITY_APPLY),  # -- capacity --
+    ("coordination", COORDINATION_APPLY),  # -- coordination --
+    ("events", {"events.image": EventLog.apply_image_header, "event.image": EventLog.apply_image_event}),
 )
+
+RECORD_TYPES = frozenset(kind for _, table in _APPLY for kind in table)
+assert len(RECORD_TYPES) == sum(len(table) for _, table in _APPLY), "each record type is applied by one part"
 
 
 def _appliers(space: SpaceState) -> dict[str, Callable[[dict], Any]]:
-    """`_APPLY` for one space, each entry bound to the part it applies to (one call per record
-    instead of two: `apply` runs on every record, live and in replay)."""
-    appliers: dict[str, Callable[[dict], Any]] = {kind: partial(apply, space) for kind, apply in _APPLY.items()}
-    for attribute, table in _PART_APPLY:
-        part = getattr(space, attribute)
-        appliers.update((kind, partial(apply, part)) for kind, apply in table.items())
-    scopes, claims = space.scopes, space.claims
-    appliers.update({
-        "scope.created": scopes.apply_created,
-        # A claim's events come from what applying its record found (`events.claim_acquired`).
-        "claim.acquired": space._apply_claim_acquired,
-        "claim.renewed": claims.apply_renewed,
-        "claim.released": space._apply_claim_ended,
-        "claim.expired": space._apply_claim_ended,
-        "scope.image": scopes.apply_image,
-        "claim.image": claims.apply_image,
-    })
-    assert appliers.keys() == _APPLY.keys(), "every record type is applied, and only those"
-    return appliers
+    """`_APPLY` for one space: each entry bound to the part it applies to, so that applying a
+    record is one call (`apply` runs on every record, live and in replay)."""
+    return {
+        kind: apply.__get__(getattr(space, attribute) if attribute else space)
+        for attribute, table in _APPLY
+        for kind, apply in table.items()
+    }
