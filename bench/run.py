@@ -140,15 +140,9 @@ class Bench:
             ))
             for label, _, minimum in self.claim_targets:
                 results = runs[(label, connections)]
-                rps = med(r.rps for r in results)
-                cycles = med(r.counters.get("cycles", 0) / r.duration_s for r in results)
                 ratio = med(ratios[(label, connections)])
                 cost_ratio = med(cost_ratios[(label, connections)])
-                refused = sum(r.counters.get("refused", 0) + r.errors for r in results)
-                figure = (f"{n(rps)} req/s = {n(cycles)} cycles/s, p50 {ms(med(r.p50_ms for r in results))}, "
-                          f"p99 {ms(med(r.p99_ms for r in results))}; per server CPU-second {cost_ratio:.2f}")
-                if refused:
-                    figure += f", {refused} refused"
+                figure = cycle_figure(results, "", f"; per server CPU-second {cost_ratio:.2f}")
                 self.rows.append(Row(
                     f"Claim cycle {label}, {connections} conn (wrk)",
                     figure,
@@ -193,13 +187,7 @@ class Bench:
             title, per_cycle = what[leg]
             for connections in CONNECTIONS:
                 results = runs[(leg, connections)]
-                rps = med(r.rps for r in results)
-                cycles = med(r.counters.get("cycles", 0) / r.duration_s for r in results)
-                refused = sum(r.counters.get("refused", 0) + r.errors for r in results)
-                figure = (f"{n(rps)} req/s = {n(cycles)} cycles/s ({per_cycle} requests each), "
-                          f"p50 {ms(med(r.p50_ms for r in results))}, p99 {ms(med(r.p99_ms for r in results))}")
-                if refused:
-                    figure += f", {refused} refused"
+                figure = cycle_figure(results, f" ({per_cycle} requests each)", "")
                 self.rows.append(Row(
                     f"{title} {label}, {connections} conn (wrk)",
                     figure,
@@ -390,6 +378,17 @@ class Bench:
             verdict=verdict_at_most(seconds, limit),
             data={**written, **result},
         ))
+
+
+def cycle_figure(results: list[WrkResult], per_cycle: str, after: str) -> str:
+    """The figure of a cycle leg's wrk runs: medians of req/s, cycles/s, p50 and p99, then `after`,
+    and how many requests were refused, if any."""
+    rps = med(r.rps for r in results)
+    cycles = med(r.counters.get("cycles", 0) / r.duration_s for r in results)
+    figure = (f"{n(rps)} req/s = {n(cycles)} cycles/s{per_cycle}, p50 {ms(med(r.p50_ms for r in results))}, "
+              f"p99 {ms(med(r.p99_ms for r in results))}{after}")
+    refused = sum(r.counters.get("refused", 0) + r.errors for r in results)
+    return figure + (f", {refused} refused" if refused else "")
 
 
 def per_cpu_s(result: WrkResult) -> float:

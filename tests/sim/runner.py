@@ -45,7 +45,7 @@ from .once_agents import once_agent
 from .cluster import Cluster, SimTransport, now_ms
 from .oracle import Oracle, Violation
 
-__all__ = ["SeedResult", "run_seed", "run_batch", "main", "VIRTUAL_SECONDS"]
+__all__ = ["SeedResult", "run_seed", "run_seeds_until", "run_batch", "main", "VIRTUAL_SECONDS"]
 
 # Virtual seconds one seed simulates (SIM_VIRTUAL_S to change it); each seed crashes the server
 # every CRASH_MEAN_S on average, so a seed sees about four crashes and recoveries.
@@ -233,6 +233,18 @@ async def _wait_for(people: trio.Nursery) -> None:
     while people.child_tasks:
         await trio.sleep(1)
 
+
+
+def run_seeds_until(invariant: str, seeds: tuple[int, ...], *, virtual_s: float) -> tuple[set[str], SeedResult]:
+    """Simulate `seeds` in turn until one breaks `invariant` (an injected bug's test): the
+    invariants broken so far, and the last seed's result."""
+    found: set[str] = set()
+    for seed in seeds:
+        result = run_seed(seed, virtual_s=virtual_s)
+        found |= {violation.invariant for violation in result.violations}
+        if invariant in found:
+            break
+    return found, result
 
 def _one(seed: int) -> SeedResult:
     result = run_seed(seed)

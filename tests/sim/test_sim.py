@@ -12,7 +12,7 @@ import time
 from runstate.actors.claims import ClaimTable
 from runstate.actors.messages import LEASED, MessageTable
 
-from .runner import run_batch, run_seed
+from .runner import run_batch, run_seed, run_seeds_until
 
 SEEDS = int(os.environ.get("SIM_SEEDS", "300"))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -91,10 +91,5 @@ def test_an_injected_double_return_of_pool_units_is_caught(monkeypatch):
         return grant
 
     monkeypatch.setattr(PoolTable, "apply_ended", apply_ended)
-    found = set()
-    for seed in (2, 3, 4):
-        result = run_seed(seed, virtual_s=90)
-        found |= {violation.invariant for violation in result.violations}
-        if "pool-units" in found:
-            break
+    found, result = run_seeds_until("pool-units", (2, 3, 4), virtual_s=90)
     assert "pool-units" in found, result.describe()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from runstate.actors.pools import SIGNALED, WAITING, PoolTable
 
-from .runner import run_seed
+from .runner import run_seeds_until
 
 
 def test_an_injected_newest_first_pool_line_is_caught(monkeypatch):
@@ -36,10 +36,5 @@ def test_an_injected_newest_first_pool_line_is_caught(monkeypatch):
 
     monkeypatch.setattr(PoolTable, "decide_serve", decide_serve)
     monkeypatch.setattr(PoolTable, "apply_waiter_signaled", apply_waiter_signaled)
-    found: set[str] = set()
-    for seed in (1, 2, 3):
-        result = run_seed(seed, virtual_s=90)
-        found |= {violation.invariant for violation in result.violations}
-        if "pool-fifo" in found:
-            break
+    found, result = run_seeds_until("pool-fifo", (1, 2, 3), virtual_s=90)
     assert "pool-fifo" in found, result.describe()
