@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "DERIVE", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of",
-    "claim_acquired", "claim_ended",
 ]
 
 CURSOR_EXPIRED = "CURSOR_EXPIRED"
@@ -246,18 +245,10 @@ def _dead(space: "SpaceState", record: dict) -> list:
     return events
 
 
-# A claim's events are made as its record is applied, from what applying it found (`space.py`):
-# the claim table is looked up once, not once here and once there.
-
-
-def claim_acquired(record: dict, took_over: bool) -> Change:
-    kind = "claim.taken_over" if took_over else "claim.acquired"
-    return (kind, record["scope_id"], "claim", record["key"], (record["generation"], record["holder"]))
-
-
-def claim_ended(record: dict, scope_id: str) -> Change:
-    """A release or an expiry (the record's type is the event's)."""
-    return (record["type"], scope_id, "claim", record["key"], (record["generation"],))
+# A claim's events are made as its record is applied, from what applying it found
+# (`SpaceState._apply_claim_acquired` and `_apply_claim_ended`): the claim table is looked up once,
+# not once here and once there. `claim.acquired` or `claim.taken_over` (the previous holder's lease
+# had ended) carries (generation, holder); `claim.released` and `claim.expired` carry (generation,).
 
 
 _SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}

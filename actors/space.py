@@ -45,7 +45,7 @@ from .work import WORK_APPLY, WORK_TIMERS, WorkCommands
 # -- coordination --
 from .commands import events_actor
 from .coordination import AFTER_APPLY_KINDS, COORDINATION_APPLY, COORDINATION_TIMERS, CoordinationCommands
-from .events import DERIVE, EventLog, claim_acquired, claim_ended
+from .events import DERIVE, EventLog
 
 if TYPE_CHECKING:
     from .commands import CreateScope, EndScope
@@ -257,6 +257,9 @@ class SpaceState:
     def apply(self, record: dict) -> None:
         kind = record["type"]
         self.usage.count(record)
+        if kind not in _WITH_EVENTS:  # one call for a type that makes no event (or makes its own)
+            self._appliers[kind](record)
+            return
         derive = DERIVE.get(kind)  # -- coordination -- (seen before the record changes anything)
         made = None if derive is None else derive(self, record)  # one change, a list, or None
         self._appliers[kind](record)
@@ -275,11 +278,17 @@ class SpaceState:
         claims = self.claims
         takeovers = claims.takeovers
         claims.apply_acquired(record)
-        self.events.add(claim_acquired(record, claims.takeovers != takeovers), record["at_ms"])  # -- coordination --
+        # -- coordination -- (a claim's event, see `events.py`; built here, one per claim record)
+        self.events.add(
+            ("claim.taken_over" if claims.takeovers != takeovers else "claim.acquired", record["scope_id"], "claim",
+             record["key"], (record["generation"], record["holder"])),
+            record["at_ms"],
+        )
 
     def _apply_claim_ended(self, record: dict) -> None:
         claim = self.claims.apply_ended(record)
-        self.events.add(claim_ended(record, claim.scope_id), record["at_ms"])  # -- coordination --
+        # -- coordination -- (a release or an expiry is its own event type)
+        self.events.add((record["type"], claim.scope_id, "claim", record["key"], (record["generation"],)), record["at_ms"])
 
     def _apply_scope_ended(self, record: dict) -> None:
         subtree = self.scopes.apply_ended(record)
@@ -306,7 +315,7 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
 
 # What applies each type of record, by the attribute of the space holding the part that applies
 # it ("" for the space itself: what crosses between parts, and a claim's records, whose events
-# come from what applying them found, `events.claim_acquired`). Image-only records are a
+# come from what applying them found). Image-only records are a
 # snapshot's way of saying "this is how it stands"; `run.named` is its own image.
 _APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
     ("", {
@@ -328,6 +337,10 @@ _APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
 
 RECORD_TYPES = frozenset(kind for _, table in _APPLY for kind in table)
 assert len(RECORD_TYPES) == sum(len(table) for _, table in _APPLY), "each record type is applied by one part"
+# -- coordination -- the types whose events `apply` derives before and after applying them (a
+# claim's are made as it applies, `_apply_claim_acquired`; most other types make none).
+_WITH_EVENTS = frozenset(DERIVE) | AFTER_APPLY_KINDS
+assert _WITH_EVENTS <= RECORD_TYPES and not _WITH_EVENTS & {"claim.acquired", "claim.released", "claim.expired"}
 
 
 def _appliers(space: SpaceState) -> dict[str, Callable[[dict], Any]]:

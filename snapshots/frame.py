@@ -63,6 +63,7 @@ BODY_BYTES_MAX = 16 * 1024 * 1024
 _FILE_HEADER = struct.Struct("<8sQII")
 _FRAME_HEAD = struct.Struct("<IQII")  # length, lsn, index, prev_crc: the 20 checksummed header bytes
 _CRC = struct.Struct("<I")
+_FRAME_HEAD_AND_CRC = struct.Struct("<IQIII")  # the whole frame header, read in one call
 FILE_HEADER_BYTES = _FILE_HEADER.size  # 24
 FRAME_HEADER_BYTES = _FRAME_HEAD.size + _CRC.size  # 24
 assert FILE_HEADER_BYTES == 24 and FRAME_HEADER_BYTES == 24
@@ -152,25 +153,25 @@ def read_frame(data: bytes | memoryview, offset: int) -> Frame | Damage:
     The length is checked against the maximum and against the bytes left before the body is
     touched; the body is a view into `data`, never a copy.
     """
-    left = len(data) - offset
-    if left < FRAME_HEADER_BYTES:
-        if left > 0 and not any(data[offset:]):
+    size = len(data)
+    end = offset + FRAME_HEADER_BYTES
+    if end > size:
+        if offset < size and not any(data[offset:]):
             return Damage(offset, "zero")
         return Damage(offset, "short")
-    length, lsn, index, prev_crc = _FRAME_HEAD.unpack_from(data, offset)
-    (crc,) = _CRC.unpack_from(data, offset + 20)
+    length, lsn, index, prev_crc, crc = _FRAME_HEAD_AND_CRC.unpack_from(data, offset)
     if length == 0:
         if lsn == 0 and index == 0 and prev_crc == 0 and crc == 0:
             return Damage(offset, "zero")
         return Damage(offset, "length")
     if length > BODY_BYTES_MAX:
         return Damage(offset, "length")
-    end = offset + FRAME_HEADER_BYTES + length
-    if end > len(data):
+    body_at, end = end, end + length
+    if end > size:
         return Damage(offset, "short")
-    view = memoryview(data)
-    body = view[offset + FRAME_HEADER_BYTES : end]
-    if _checksum(view[offset : offset + 20], body) != crc or index > lsn:
+    view = data if data.__class__ is memoryview else memoryview(data)  # a reader of many frames passes one
+    body = view[body_at:end]
+    if zlib.crc32(body, zlib.crc32(view[offset : offset + 20])) != crc or index > lsn:
         return Damage(offset, "checksum")
     return Frame(offset, lsn, prev_crc, crc, body, end, lsn - index)
 

@@ -251,10 +251,13 @@ def _replay_wal(
         expected = first_lsn
         prev_crc = link
         offset = FILE_HEADER_BYTES
-        while offset < len(data):
+        frames = memoryview(data)  # read_frame slices bodies out of one view of the segment
+        size = len(data)
+        newest_ms, records = loaded.newest_ms, 0
+        while offset < size:
             if through_lsn is not None and expected > through_lsn:
                 break
-            found = read_frame(data, offset)
+            found = read_frame(frames, offset)
             if not isinstance(found, Frame):
                 if not is_last or through_lsn is not None:
                     raise RecoveryError(path, offset, f"damaged record ({found.kind}) before the end of the log")
@@ -274,12 +277,14 @@ def _replay_wal(
                 except Exception as error:  # not JSON, not a record of the format, or not one that applies
                     raise RecoveryError(path, offset, f"record {found.lsn} does not apply: {error!r}") from None
                 at_ms = record.get("at_ms")
-                if isinstance(at_ms, int) and at_ms > loaded.newest_ms:
-                    loaded.newest_ms = at_ms
-                loaded.records += 1
+                if at_ms.__class__ is int and at_ms > newest_ms:
+                    newest_ms = at_ms
+                records += 1
             prev_crc = found.crc
             expected += 1
             offset = found.end
+        loaded.newest_ms = newest_ms
+        loaded.records += records
         last_lsn = expected - 1
         if through_lsn is not None and expected > through_lsn:
             break
