@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["ClaimCommands", "LEASE_TIMER"]
 
 LEASE_TIMER = "claim-lease"
+# A lease timer's tag: the same for every claim, since its actor already names the claim (space,
+# scope and key), so a held claim keeps no tag of its own in the supervisor.
+_LEASE_TAG = (LEASE_TIMER, None)
 
 Commit = Callable[..., Outcome]
 
@@ -95,7 +98,7 @@ class ClaimCommands:
         return Outcome() if record is None else self._commit(Outcome(), record)
 
     def lease_timer(self, scope_id: str, key: str, token: str, expires_ms: int) -> Timer:
-        return Timer(expires_ms, claim_actor(self._space_id, scope_id, key), (LEASE_TIMER, key), token)
+        return Timer(expires_ms, claim_actor(self._space_id, scope_id, key), _LEASE_TAG, token)
 
     def timers(self) -> Iterator[Timer]:
         for claim in self._claims.held():

@@ -299,7 +299,7 @@ class SpaceState:
 
 # What each kind of timer proposes, by the first element of its tag.
 TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
-    LEASE_TIMER: lambda space, key, token, now_ms: space.claiming.expire(token, now_ms),
+    LEASE_TIMER: lambda space, _, token, now_ms: space.claiming.expire(token, now_ms),
     DEADLINE_TIMER: lambda space, scope_id, _, now_ms: space.expire_scope(scope_id, now_ms),
     ONCE_LEASE_TIMER: lambda space, ident, token, now_ms: space.onces.expire(ident, token, now_ms),
     **{kind: (lambda handler: lambda space, ident, marker, now_ms: handler(space.work, ident, marker, now_ms))(handler)
