@@ -260,19 +260,20 @@ class SpaceState:
         if kind not in _WITH_EVENTS:  # one call for a type that makes no event (or makes its own)
             self._appliers[kind](record)
             return
-        derive = DERIVE.get(kind)  # -- coordination -- (seen before the record changes anything)
+        events = self.events  # -- coordination --
+        derive = DERIVE.get(kind)  # seen before the record changes anything
         made = None if derive is None else derive(self, record)  # one change, a list, or None
         self._appliers[kind](record)
-        # -- coordination -- what follows from the record (a scope's end, a group finalizing)
+        if made:
+            if made.__class__ is tuple:
+                events.add(made, record["at_ms"])
+            else:
+                events.append(made, record["at_ms"])
+        # What follows from the record (a scope's end, a group finalizing), after its own events.
         if kind in AFTER_APPLY_KINDS:
             after = self.coordination.after_apply(record)
             if after:
-                made = [made, *after] if made.__class__ is tuple else after if made is None else made + after
-        if made:
-            if made.__class__ is tuple:
-                self.events.add(made, record["at_ms"])
-            else:
-                self.events.append(made, record["at_ms"])
+                events.append(after, record["at_ms"])
 
     def _apply_claim_acquired(self, record: dict) -> None:
         claims = self.claims

@@ -63,7 +63,7 @@ BODY_BYTES_MAX = 16 * 1024 * 1024
 _FILE_HEADER = struct.Struct("<8sQII")
 _FRAME_HEAD = struct.Struct("<IQII")  # length, lsn, index, prev_crc: the 20 checksummed header bytes
 _CRC = struct.Struct("<I")
-_FRAME_HEAD_AND_CRC = struct.Struct("<IQIII")  # the whole frame header, read in one call
+_FRAME_HEAD_AND_CRC = struct.Struct(_FRAME_HEAD.format + _CRC.format[1:])  # the whole frame header, read in one call
 FILE_HEADER_BYTES = _FILE_HEADER.size  # 24
 FRAME_HEADER_BYTES = _FRAME_HEAD.size + _CRC.size  # 24
 assert FILE_HEADER_BYTES == 24 and FRAME_HEADER_BYTES == 24
@@ -171,7 +171,7 @@ def read_frame(data: bytes | memoryview, offset: int) -> Frame | Damage:
         return Damage(offset, "short")
     view = data if data.__class__ is memoryview else memoryview(data)  # a reader of many frames passes one
     body = view[body_at:end]
-    if zlib.crc32(body, zlib.crc32(view[offset : offset + 20])) != crc or index > lsn:
+    if _checksum(view[offset : offset + 20], body) != crc or index > lsn:
         return Damage(offset, "checksum")
     return Frame(offset, lsn, prev_crc, crc, body, end, lsn - index)
 

@@ -178,8 +178,9 @@ def load_snapshot(path: str, apply: Any, record_format: RecordFormat) -> Snapsho
     prev_crc = 0
     index = 0
     begin: dict | None = None
+    frames = memoryview(data)  # read_frame slices bodies out of one view of the file
     while True:
-        found = read_frame(data, offset)
+        found = read_frame(frames, offset)
         if not isinstance(found, Frame):
             raise SnapshotError(path, offset, f"damaged entry ({found.kind}): the snapshot ends without its end mark")
         index += 1
