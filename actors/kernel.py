@@ -74,7 +74,7 @@ class Idem:
 
 
 class _Call:
-    __slots__ = ("command", "idem", "task", "phase", "waits", "parked", "answer")
+    __slots__ = ("command", "idem", "task", "phase", "waits", "parked", "answer", "entry", "reply")
 
     def __init__(self, command: Command | None, idem: Idem | None, task: Any, waits: bool) -> None:
         self.command = command  # None: a poke (re-run the waiters)
@@ -85,6 +85,31 @@ class _Call:
         # Whether `task` is parked on this call now; if not, an answer waits in `answer`.
         self.parked = False
         self.answer: trio_outcome.Outcome | None = None
+        # The actor it was posted to, and the reply it gets once its records are durable.
+        self.entry: _Actor | None = None
+        self.reply: Any = None
+
+    def durable(self, error: BaseException | None) -> None:
+        """The journal's answer for this call's records: the reply, or UNAVAILABLE."""
+        if error is None:
+            Kernel._wake(self, trio_outcome.Value(self.reply))
+        else:
+            Kernel._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"the change was not recorded: {error}")))
+
+    def abort(self, _: Any) -> trio.lowlevel.Abort:
+        """The caller was cancelled while parked on this call. Not yet decided: withdraw it.
+        Decided: the change is made and being written; the answer follows within one fsync, so
+        the caller waits for it rather than losing it."""
+        if self.phase == _DECIDED:
+            return trio.lowlevel.Abort.FAILED
+        was_waiting = self.phase == _WAITING
+        self.phase = _DONE
+        self.parked = False
+        entry = self.entry
+        if was_waiting and entry is not None:
+            del entry.waiters[self]
+            entry.kernel._retire_if_idle(entry)
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 # What the actor hands back to a caller whose command found nothing yet and who may wait: the
@@ -93,10 +118,11 @@ _WAIT = object()
 
 
 class _Actor:
-    __slots__ = ("key", "channel", "running", "waiters", "parked", "fresh")
+    __slots__ = ("key", "kernel", "channel", "running", "waiters", "parked", "fresh")
 
-    def __init__(self, key: ActorKey) -> None:
+    def __init__(self, key: ActorKey, kernel: "Kernel") -> None:
         self.key = key
+        self.kernel = kernel
         self.channel: deque[_Call] = deque()
         self.running = False
         # The actor's task while it lingers for more calls, and whether it parked since the last sweep.
@@ -104,6 +130,12 @@ class _Actor:
         self.fresh = False
         # Calls parked until a poke: insertion-ordered (FIFO), removable in O(1).
         self.waiters: dict[_Call, None] = {}
+
+    def abort_linger(self, _: Any) -> trio.lowlevel.Abort:
+        """The lingering task was cancelled (the kernel is stopping)."""
+        self.parked = None
+        self.kernel._lingering.pop(self.key, None)
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 class Kernel:
@@ -233,37 +265,22 @@ class Kernel:
             wait_until = self.clock.deadline_after(min(wait_ms, self.limits.wait_ms_max))
         call = _Call(command, idem, task, wait_until is not None)
         self._post(actor, call)
-        answer = await self._park(actor, call)
+        answer = await self._park(call)
         if answer is not _WAIT:
             return answer
         # Nothing to answer yet: wait among the actor's waiters for a poke that makes the command
         # succeed. Only a call that really waits pays for a cancel scope.
         with trio.move_on_at(wait_until):  # type: ignore[arg-type]
-            return await self._park(actor, call)
+            return await self._park(call)
         return EMPTY
 
-    async def _park(self, actor: ActorKey, call: _Call) -> Any:
+    async def _park(self, call: _Call) -> Any:
         """Wait for the call's answer (returned at once if it came while the caller was away)."""
         if call.answer is not None:
             answer, call.answer = call.answer, None
             return answer.unwrap()
-
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            # Not yet decided: withdraw it. Decided: the change is made and being written; the
-            # answer follows within one fsync, so the caller waits for it rather than losing it.
-            if call.phase == _DECIDED:
-                return trio.lowlevel.Abort.FAILED
-            was_waiting = call.phase == _WAITING
-            call.phase = _DONE
-            call.parked = False
-            entry = self._actors.get(actor)
-            if was_waiting and entry is not None:
-                del entry.waiters[call]
-                self._retire_if_idle(entry)
-            return trio.lowlevel.Abort.SUCCEEDED
-
         call.parked = True
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+        return await trio.lowlevel.wait_task_rescheduled(call.abort)
 
     def post(self, command: Command) -> None:
         """Run `command` in its actor's next turn; nobody waits for the answer."""
@@ -281,7 +298,8 @@ class Kernel:
     def _post(self, key: ActorKey, call: _Call) -> None:
         entry = self._actors.get(key)
         if entry is None:
-            entry = self._actors[key] = _Actor(key)
+            entry = self._actors[key] = _Actor(key, self)
+        call.entry = entry
         entry.channel.append(call)
         if entry.parked is not None:
             task, entry.parked = entry.parked, None
@@ -325,13 +343,7 @@ class Kernel:
         if self._sweeper is not None:
             sweeper, self._sweeper = self._sweeper, None
             trio.lowlevel.reschedule(sweeper)
-
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            entry.parked = None
-            self._lingering.pop(entry.key, None)
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+        return await trio.lowlevel.wait_task_rescheduled(entry.abort_linger)
 
     async def _sweep_lingering(self) -> None:
         """Retire actors that lingered a whole sweep period without a call."""
@@ -381,7 +393,8 @@ class Kernel:
                     call.phase = _DECIDED
                     # The first answer was recorded in an earlier turn, so it is durable once
                     # everything appended so far is.
-                    self.journal.after(self.journal.appended_lsn, lambda error: self._answer(call, stored.body, error))
+                    call.reply = stored.body
+                    self.journal.after(self.journal.appended_lsn, call.durable)
                     return False
             command = call.command
             result = TRANSITIONS[type(command)](state, command, now_ms)
@@ -418,19 +431,13 @@ class Kernel:
             state.apply(idem_record)
             records.append(idem_record)
         call.phase = _DECIDED
-        reply = result.reply
-        self.journal.append(records, lambda error: self._answer(call, reply, error))
+        call.reply = result.reply
+        self.journal.append(records, call.durable)
         return True
 
     def _leave_waiters(self, entry: _Actor, call: _Call) -> None:
         if call.phase == _WAITING:
             del entry.waiters[call]
-
-    def _answer(self, call: _Call, reply: Any, error: BaseException | None) -> None:
-        if error is None:
-            self._wake(call, trio_outcome.Value(reply))
-        else:
-            self._wake(call, trio_outcome.Error(KernelError(UNAVAILABLE, f"the change was not recorded: {error}")))
 
     @classmethod
     def _wake(cls, call: _Call, result: trio_outcome.Outcome) -> None:
