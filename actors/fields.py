@@ -353,11 +353,19 @@ def compile_parser(command_class: type, limits: Limits) -> Parser:
             lines.append(f"    _set{index}(command, v{index})")
     else:
         lines.append(f"    command = _cls({', '.join(names)})")
-    lines.append("    command.check(_limits)")
+    if _checks_across_fields(command_class):
+        lines.append("    command.check(_limits)")
     lines.append("    return command")
     exec(compile("\n".join(lines), f"<parser of {command_class.__name__}>", "exec"), namespace)
     parser: Parser = namespace["parse"]
     return parser
+
+
+def _checks_across_fields(command_class: type) -> bool:
+    """Whether the class, or a class it inherits from, defines its own `check`: the base one of
+    every command (the last class with a `check` in the class's lineage) checks nothing."""
+    owners = [klass for klass in command_class.__mro__ if "check" in klass.__dict__]
+    return len(owners) > 1
 
 
 def _plain_check(spec: Spec, v: str, limits: Limits) -> str | None:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from runstate.actors import commands as c
 from runstate.actors.errors import KernelError
-from runstate.actors.fields import BODY, INTEGER, PATH, QUERY, TEXT, compile_parser, parse, specs
+from runstate.actors.fields import BODY, INTEGER, PATH, QUERY, TEXT, _checks_across_fields, compile_parser, parse, specs
 from runstate.actors.limits import Limits
 
 LIMITS = Limits()
@@ -118,6 +118,15 @@ def test_the_generated_parser_refuses_with_parse_wording() -> None:
 def test_every_command_with_fields_is_covered() -> None:
     assert c.AcquireClaim in COMMANDS and c.SubmitTask in COMMANDS and c.Receive in COMMANDS
     assert len(COMMANDS) > 30
+
+
+def test_the_generated_parser_runs_check_exactly_for_the_commands_that_define_one() -> None:
+    """The base `check` checks nothing, so the generated parser leaves its call out; every
+    command with a `check` of its own (or inherited from a class between it and `Command`) runs it."""
+    everything = [cls for cls in vars(c).values() if isinstance(cls, type) and issubclass(cls, c.Command) and cls is not c.Command]
+    for cls in everything:
+        assert _checks_across_fields(cls) == (cls.check is not c.Command.check), cls.__name__
+    assert _checks_across_fields(c.RegisterKey) and not _checks_across_fields(c.AcquireClaim)
 
 
 def _depth_reference(value, depth_max: int) -> bool:  # type: ignore[no-untyped-def]
