@@ -13,22 +13,33 @@ from datetime import datetime, timezone
 __all__ = ["format_ms", "parse_timestamp"]
 
 
-# Formatted seconds, most recent first in use: a reply usually stamps `now` and `now + lease`, so a
-# one-entry cache would miss half the time. Cleared whole when full; a dict read or write is
-# atomic, so a reader in another thread sees an entry or none, never half of one.
+# Formatted times, most recent first in use, each cleared whole when full (a dict read or write is
+# atomic, so a reader in another thread sees an entry or none, never half of one):
+# - whole timestamps: a busy server stamps the same few milliseconds (`now`, `now + lease`) in
+#   many replies, so most stamps are one lookup;
+# - seconds: a reply usually stamps `now` and `now + lease`, so a one-entry cache would miss half
+#   the time.
+_STAMPS: dict[int, str] = {}
+STAMPS_CACHED_MAX = 1024
 _SECONDS: dict[int, str] = {}
 SECONDS_CACHED_MAX = 4096
 
 
 def format_ms(wall_ms: int) -> str:
     """Wall milliseconds as the wire format `YYYY-MM-DDTHH:MM:SS.mmmZ` (exactly 3 digits, uppercase Z)."""
+    stamp = _STAMPS.get(wall_ms)
+    if stamp is not None:
+        return stamp
+    if len(_STAMPS) >= STAMPS_CACHED_MAX:
+        _STAMPS.clear()
     seconds, millis = divmod(wall_ms, 1000)
-    stamp = _SECONDS.get(seconds)
-    if stamp is None:
+    prefix = _SECONDS.get(seconds)
+    if prefix is None:
         if len(_SECONDS) >= SECONDS_CACHED_MAX:
             _SECONDS.clear()
-        stamp = _SECONDS[seconds] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-    return f"{stamp}.{millis:03d}Z"
+        prefix = _SECONDS[seconds] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    stamp = _STAMPS[wall_ms] = f"{prefix}.{millis:03d}Z"
+    return stamp
 
 
 def parse_timestamp(text: str) -> int:

@@ -1,7 +1,10 @@
 """Wire timestamps: exactly YYYY-MM-DDTHH:MM:SS.mmmZ out, RFC 3339 with a zone in."""
 
+from datetime import datetime, timezone
+
 import pytest
 
+from runstate.actors import timestamps
 from runstate.actors.timestamps import format_ms, parse_timestamp
 
 
@@ -9,6 +12,21 @@ def test_format_has_exactly_three_fraction_digits_and_an_uppercase_z():
     """The official client on Python 3.10 parses only 3 or 6 fraction digits."""
     assert format_ms(0) == "1970-01-01T00:00:00.000Z"
     assert format_ms(1_800_000_000_007) == "2027-01-15T08:00:00.007Z"
+
+
+def test_formatting_is_the_same_from_the_caches_and_past_their_size():
+    """Stamps repeat (cached whole) and come in runs of one second (cached by second); more
+    distinct values than either cache holds still format exactly."""
+    start = 1_800_000_000_000
+    walls = [start + step * 7 for step in range(timestamps.STAMPS_CACHED_MAX + 500)]
+    walls += [start + step * 1000 for step in range(timestamps.SECONDS_CACHED_MAX + 500)]
+    for _ in range(2):
+        for wall_ms in walls:
+            moment = datetime.fromtimestamp(wall_ms / 1000, tz=timezone.utc)
+            expected = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{wall_ms % 1000:03d}Z"
+            assert format_ms(wall_ms) == expected
+    assert len(timestamps._STAMPS) <= timestamps.STAMPS_CACHED_MAX
+    assert len(timestamps._SECONDS) <= timestamps.SECONDS_CACHED_MAX
 
 
 @pytest.mark.parametrize(
