@@ -362,10 +362,9 @@ def compile_parser(command_class: type, limits: Limits) -> Parser:
 
 
 def _checks_across_fields(command_class: type) -> bool:
-    """Whether the class, or a class it inherits from, defines its own `check`: the base one of
-    every command (the last class with a `check` in the class's lineage) checks nothing."""
-    owners = [klass for klass in command_class.__mro__ if "check" in klass.__dict__]
-    return len(owners) > 1
+    """Whether a class in the command's lineage besides the base defines `check` (the base's,
+    the last one in the lineage, checks nothing)."""
+    return sum("check" in klass.__dict__ for klass in command_class.__mro__) > 1
 
 
 def _plain_check(spec: Spec, v: str, limits: Limits) -> str | None:

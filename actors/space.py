@@ -316,8 +316,8 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
 
 # What applies each type of record, by the attribute of the space holding the part that applies
 # it ("" for the space itself: what crosses between parts, and a claim's records, whose events
-# come from what applying them found). Image-only records are a
-# snapshot's way of saying "this is how it stands"; `run.named` is its own image.
+# come from what applying them found). Image-only records are a snapshot's way of saying "this is
+# how it stands"; `run.named` is its own image.
 _APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
     ("", {
         "scope.ended": SpaceState._apply_scope_ended,

@@ -13,12 +13,11 @@ from datetime import datetime, timezone
 __all__ = ["format_ms", "parse_timestamp"]
 
 
-# Formatted times, most recent first in use, each cleared whole when full (a dict read or write is
-# atomic, so a reader in another thread sees an entry or none, never half of one):
-# - whole timestamps: a busy server stamps the same few milliseconds (`now`, `now + lease`) in
-#   many replies, so most stamps are one lookup;
-# - seconds: a reply usually stamps `now` and `now + lease`, so a one-entry cache would miss half
-#   the time.
+# Formatted stamps and formatted seconds, each cleared whole when full (a dict read or write is
+# atomic, so a reader in another thread sees an entry or none, never half of one). A reply
+# usually stamps `now` and `now + lease`, and a busy server stamps the same few milliseconds in
+# many replies: most stamps are one lookup, and a new millisecond of a second already seen costs
+# no strftime.
 _STAMPS: dict[int, str] = {}
 STAMPS_CACHED_MAX = 1024
 _SECONDS: dict[int, str] = {}

@@ -234,7 +234,6 @@ async def _wait_for(people: trio.Nursery) -> None:
         await trio.sleep(1)
 
 
-
 def run_seeds_until(invariant: str, seeds: tuple[int, ...], *, virtual_s: float) -> tuple[set[str], SeedResult]:
     """Simulate `seeds` in turn until one breaks `invariant` (an injected bug's test): the
     invariants broken so far, and the last seed's result."""
@@ -245,6 +244,7 @@ def run_seeds_until(invariant: str, seeds: tuple[int, ...], *, virtual_s: float)
         if invariant in found:
             break
     return found, result
+
 
 def _one(seed: int) -> SeedResult:
     result = run_seed(seed)
