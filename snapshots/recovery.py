@@ -48,6 +48,7 @@ With `repair=False` nothing is changed on disk: the repairs that a start would m
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -223,6 +224,7 @@ def _replay_wal(
     record_format = model.records
     check, upgrade, current = record_format.check, record_format.upgrade, record_format.version
     last_lsn: int | None = None  # of the log read so far (None before the first segment)
+    stop_lsn = math.inf if through_lsn is None else through_lsn  # the last record to read
     prev_crc = 0
     for number, (name_lsn, path) in enumerate(segments):
         is_last = number == len(segments) - 1
@@ -253,38 +255,39 @@ def _replay_wal(
         offset = FILE_HEADER_BYTES
         frames = memoryview(data)  # read_frame slices bodies out of one view of the segment
         size = len(data)
-        newest_ms, records = loaded.newest_ms, 0
-        while offset < size:
-            if through_lsn is not None and expected > through_lsn:
-                break
+        newest_ms = loaded.newest_ms
+        older = version != current  # records to upgrade as they are read
+        # The loop runs once per record: what it needs is in locals, the frame is unpacked once.
+        while offset < size and expected <= stop_lsn:
             found = read_frame(frames, offset)
-            if not isinstance(found, Frame):
+            if found.__class__ is not Frame:
                 if not is_last or through_lsn is not None:
-                    raise RecoveryError(path, offset, f"damaged record ({found.kind}) before the end of the log")
+                    raise RecoveryError(path, offset, f"damaged record ({found.kind}) before the end of the log")  # type: ignore[union-attr]
                 _repair(loaded, _tail_decision(path, data, offset, expected), repair, disk, data)
                 break
-            if found.lsn != expected:
-                raise RecoveryError(path, offset, f"record has LSN {found.lsn}, expected {expected} (a gap)")
-            if found.prev_crc != prev_crc:
-                raise RecoveryError(path, offset, f"record {found.lsn} is not linked to the one before it")
-            if found.lsn > snapshot_lsn:
+            _, lsn, frame_prev_crc, crc, body, end, _ = found
+            if lsn != expected:
+                raise RecoveryError(path, offset, f"record has LSN {lsn}, expected {expected} (a gap)")
+            if frame_prev_crc != prev_crc:
+                raise RecoveryError(path, offset, f"record {lsn} is not linked to the one before it")
+            if lsn > snapshot_lsn:
                 try:
-                    record = orjson.loads(found.body)
-                    if version != current:
+                    record = orjson.loads(body)
+                    if older:
                         record = upgrade(record, version)
                     check(record)
                     state_apply(record)
                 except Exception as error:  # not JSON, not a record of the format, or not one that applies
-                    raise RecoveryError(path, offset, f"record {found.lsn} does not apply: {error!r}") from None
+                    raise RecoveryError(path, offset, f"record {lsn} does not apply: {error!r}") from None
                 at_ms = record.get("at_ms")
                 if at_ms.__class__ is int and at_ms > newest_ms:
                     newest_ms = at_ms
-                records += 1
-            prev_crc = found.crc
+            prev_crc = crc
             expected += 1
-            offset = found.end
+            offset = end
         loaded.newest_ms = newest_ms
-        loaded.records += records
+        # The records applied: the ones read past the snapshot's LSN.
+        loaded.records += max(0, expected - max(first_lsn, snapshot_lsn + 1))
         last_lsn = expected - 1
         if through_lsn is not None and expected > through_lsn:
             break

@@ -5,6 +5,7 @@ on its first start and served as it was written (`fixtures/v0`, made by `fixture
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import logging
 import os
@@ -124,6 +125,33 @@ def test_a_record_with_a_missing_an_unknown_or_a_misspelled_field_is_refused():
         check_record(["claim.renewed"])
     check_record({"type": "claim.released", "space": "s", "token": "t", "key": "k", "generation": 1, "at_ms": 0,
                   "observation": {"anyThing": "kept as given"}})
+
+
+def test_a_checked_order_of_names_passes_only_for_the_type_it_was_checked_for():
+    """The check remembers the orders of names it accepted, by type: the same names in the same
+    order under another type are still checked against that type's fields, and a full memory
+    starts over without accepting anything it would not."""
+    from runstate.actors import records
+
+    released = {"type": "claim.released", "space": "s", "token": "t", "key": "k", "generation": 1, "at_ms": 0}
+    for _ in range(2):
+        check_record(released)
+    assert "claim.released" in records._SEEN[tuple(released)]
+    with pytest.raises(RecordError, match="a claim.renewed record: missing \\['expires_ms', 'lease_ms'\\]"):
+        check_record({**released, "type": "claim.renewed"})
+    with pytest.raises(RecordError, match="unknown record type"):
+        check_record({**released, "type": "claim.stolen"})
+    with pytest.raises(RecordError):
+        check_record(list(released))
+    observed = {**released, "observation": None}
+    orders = itertools.islice(itertools.permutations(observed), records.SEEN_MAX + 10)
+    for count, names in enumerate(orders):  # orders enough to fill the memory, each accepted
+        check_record({name: observed[name] for name in names})
+        if count % 1000 == 0:
+            with pytest.raises(RecordError, match="unknown \\['x'\\]"):
+                check_record({**{name: observed[name] for name in names}, "x": 1})
+    assert len(records._SEEN) <= records.SEEN_MAX
+    check_record(released)
 
 
 def test_version_0_names_are_renamed_and_a_callers_values_are_not():
