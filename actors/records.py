@@ -131,17 +131,6 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
 }
 
 
-def _shapes(required: frozenset[str], allowed: frozenset[str]) -> tuple[frozenset[str], ...]:
-    """Every set of names a record of a type may carry: its required names with any of its
-    optional ones (at most two per type, so at most four sets)."""
-    shapes = [required]
-    for name in sorted(allowed - required):
-        shapes += [shape | {name} for shape in shapes]
-    return tuple(shapes)
-
-
-_SHAPES = {kind: _shapes(required, allowed) for kind, (required, allowed, _) in FIELDS.items()}
-
 # The names of records already checked, in their order, and the types they were checked for.
 # Every record of a type is made by one piece of code, so nearly all of them come in a handful of
 # orders: a record whose order was seen with its type is checked by one lookup, without comparing
@@ -154,8 +143,7 @@ def check_record(record: Any) -> None:
     """Raise `RecordError` unless `record` is a known type carrying exactly its fields.
 
     On every record written and read: its names, in order, looked up among the orders already
-    checked for its type; the first record of an order has its names compared with the sets its
-    type allows.
+    checked for its type; the first record of an order gets the full check (`_check_names`).
     """
     try:
         if record["type"] in _SEEN[tuple(record)]:
@@ -166,15 +154,18 @@ def check_record(record: Any) -> None:
 
 
 def _check_names(record: Any) -> None:
+    """The full check, by the type's fields (`FIELDS`); an order that passes is remembered. A type
+    with no optional field is held exactly by a record whose names equal its required ones;
+    otherwise the names must lie between the required and the allowed."""
     try:
-        names = record.keys()
         kind = record["type"]
-        for shape in _SHAPES[kind]:
-            if names == shape:
-                if len(_SEEN) >= SEEN_MAX:
-                    _SEEN.clear()
-                _SEEN.setdefault(tuple(record), set()).add(kind)
-                return
+        required, allowed, exact = FIELDS[kind]
+        names = record.keys()
+        if names == required if exact else names <= allowed and names >= required:
+            if len(_SEEN) >= SEEN_MAX:
+                _SEEN.clear()
+            _SEEN.setdefault(tuple(record), set()).add(kind)
+            return
     except (KeyError, TypeError, AttributeError):
         pass
     _refuse(record)

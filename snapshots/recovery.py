@@ -289,7 +289,7 @@ def _replay_wal(
         # The records applied: the ones read past the snapshot's LSN.
         loaded.records += max(0, expected - max(first_lsn, snapshot_lsn + 1))
         last_lsn = expected - 1
-        if through_lsn is not None and expected > through_lsn:
+        if expected > stop_lsn:
             break
     if through_lsn is not None and max(last_lsn or 0, snapshot_lsn) < through_lsn:
         raise RecoveryError(directory, 0, f"the log ends at LSN {last_lsn}, before {through_lsn}")
