@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import outcome as trio_outcome
 import trio
@@ -39,6 +39,8 @@ from .supervisor import Supervisor
 from .transitions import TRANSITIONS
 
 __all__ = ["Kernel", "Idem", "EMPTY", "JITTER_LOW", "JITTER_HIGH"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("runstate.kernel")
 
@@ -229,6 +231,36 @@ class Kernel:
     def actors(self) -> int:
         """Actors alive now (running or lingering, or holding waiters)."""
         return len(self._actors)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def read(self, space_id: str, view: Callable[[Any], T]) -> T:
+        """`view(space)` of a space as it stands now, answered once all it could see is durable.
+
+        `view` is given the space's state, or None when nothing was ever recorded in it (reading
+        never makes a space), and must not change it. It runs at once, with no await, so it sees
+        one consistent moment; its result is returned only when every record applied up to that
+        moment is durable, so a read never shows a change that a crash could still take back
+        (at most one group commit later, and at once when nothing is pending).
+        """
+        result = view(self.state.spaces.get(space_id))
+        await self.durable_through(self.journal.appended_lsn)
+        return result
+
+    async def durable_through(self, lsn: int) -> None:
+        """Return once every record up to `lsn` is durable; UNAVAILABLE if the journal failed first."""
+        failure: list[BaseException | None] = []
+        done = trio.Event()
+
+        def durable(error: BaseException | None) -> None:
+            failure.append(error)
+            done.set()
+
+        self.journal.after(lsn, durable)
+        if not done.is_set():
+            await done.wait()
+        if failure[0] is not None:
+            raise KernelError(UNAVAILABLE, f"the state read is not recorded: {failure[0]}")
 
     # -- calling --------------------------------------------------------------------------------
 
