@@ -8,7 +8,7 @@ __all__ = ["pools", "allowances", "allowance", "waiter", "pool_waiter", "pool_wa
 
 
 def _part(kernel: Any, space: str) -> Any:
-    return kernel.state.space(space).capacity
+    return kernel.space_view(space).capacity
 
 
 def pools(kernel: Any, space: str) -> list[dict]:

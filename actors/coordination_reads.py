@@ -16,22 +16,22 @@ __all__ = ["barrier", "timer", "group", "events_page"]
 
 
 def barrier(kernel: Any, space: str, barrier_id: str) -> dict:
-    part = kernel.state.space(space).coordination
+    part = kernel.space_view(space).coordination
     return part.barriers.view(part.barriers.get(barrier_id), kernel.clock.now_ms())
 
 
 def timer(kernel: Any, space: str, timer_id: str) -> dict:
-    part = kernel.state.space(space).coordination
+    part = kernel.space_view(space).coordination
     return part.timers.view(part.timers.get(timer_id))
 
 
 def group(kernel: Any, space: str, group_id: str) -> dict:
-    part = kernel.state.space(space).coordination
+    part = kernel.space_view(space).coordination
     return part.groups.view(part.groups.get(group_id), kernel.clock.now_ms())
 
 
 def events_page(kernel: Any, space: str, after: int | None, limit: int, types=None, aggregate=None, scope_id=None) -> dict:
-    return event_log.page(kernel.state.space(space), after, limit, types, aggregate, scope_id)
+    return event_log.page(kernel.space_view(space), after, limit, types, aggregate, scope_id)
 
 
 # -- diagnostics -----------------------------------------------------------------------------------
@@ -42,7 +42,7 @@ OPS_LIST_MAX = 1000
 def run(kernel: Any, space: str, scope_id: str) -> dict:
     """A run's subtree across primitives: who works in it (claim and delivery holders with their
     keys and earliest lease end), what waits there, and how many things are in each state."""
-    state = kernel.state.space(space)
+    state = kernel.space_view(space)
     scope = state.scopes.get(scope_id)
     now_ms = kernel.clock.now_ms()
     subtree = state.scopes.subtree(scope.id)
@@ -154,7 +154,7 @@ def _count(states: Any) -> dict[str, int]:
 
 def in_scope(kernel: Any, space: str, scope_id: str, what: str, limit: int) -> dict:
     """The barriers, timers or task groups of one run, newest first, at most `limit`."""
-    state = kernel.state.space(space)
+    state = kernel.space_view(space)
     state.scopes.get(scope_id)  # 404 for a run that does not exist
     part, now_ms = state.coordination, kernel.clock.now_ms()
     if what == "barriers":

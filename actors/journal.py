@@ -1,8 +1,14 @@
-"""The journal seam between the kernel and the disk.
+"""The seam between the kernel and whatever keeps its records: each side's needs, said once.
 
-The kernel appends the records a turn produced and is told, through a callback, when they are
-durable; only then does the caller get its answer (ack after durable). A journal that has failed
-says so in `failure`, and the kernel refuses mutations with UNAVAILABLE until it recovers.
+Two protocols face the journal. `Journal` is what the kernel needs from it while serving: append
+the records a turn produced and say, through a callback, when they are durable (only then does the
+caller get its answer: ack after durable), where the durable point is, and whether the journal has
+failed (then the kernel refuses changes with UNAVAILABLE until it recovers). `RecoverableState` and
+`RecordFormat` are what a journal needs from the state it keeps: apply records in order, an image
+of the state, the boot and restart decisions of a new start, and how records are spelled, checked
+and upgraded. `Restorable` is what a journal's owner calls after a failed write: swap in the state
+rebuilt from what is recorded. The local WAL (`snapshots/`) and a replicated log both stand behind
+these and nothing else; neither the kernel nor the state machines know which one it is.
 
 `MemoryJournal` keeps nothing on disk: records are durable the moment they are appended. It is the
 journal of `runstate.testing` and of a server started without a data directory. It can keep the
@@ -11,21 +17,18 @@ records it was given, so a test can replay them into a fresh state and compare.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from .records import RecordError, check_record
 
-__all__ = ["Journal", "MemoryJournal", "Durable"]
+__all__ = ["Journal", "MemoryJournal", "Durable", "Boot", "RecoverableState", "RecordFormat", "Restorable", "WallClock"]
 
 # Called once with None when the records are durable, or with the error that stopped them.
 Durable = Callable[[BaseException | None], None]
 
 
 class Journal(Protocol):
-    """What the kernel needs from whatever keeps its records: the WAL, a replicated log, memory.
-
-    Defined here, by its consumer, so that the kernel depends on no implementation of it.
-    """
+    """What the kernel needs from whatever keeps its records: the WAL, a replicated log, memory."""
 
     failure: BaseException | None
 
@@ -34,12 +37,81 @@ class Journal(Protocol):
         """The LSN of the last record appended (durable or not)."""
         ...
 
+    @property
+    def durable_lsn(self) -> int:
+        """The LSN up to which every record is durable under the journal's policy."""
+        ...
+
     def append(self, records: list[dict], on_durable: Durable) -> int:
         """Queue `records` (never blocks, never does IO) and return the LSN of the last one."""
         ...
 
     def after(self, lsn: int, on_durable: Durable) -> None:
         """Call `on_durable` once everything up to `lsn` is durable (at once if it already is)."""
+        ...
+
+
+class Boot(Protocol):
+    epoch: int  # which start of the partition this is (1, 2, 3...)
+
+
+class RecoverableState(Protocol):
+    """A state that records rebuild: everything recovery, snapshots and `runstate check` call."""
+
+    boot: Boot
+
+    def apply(self, record: dict) -> None:
+        """Change the state by one record (live, in replay, from a snapshot image alike)."""
+        ...
+
+    def image(self) -> Iterable[dict]:
+        """Records that rebuild this state exactly when applied, in order, to an empty one."""
+        ...
+
+    def decide_boot(self, fsync: str, now_ms: int) -> list[dict]:
+        """Decide and apply the record(s) of a new boot."""
+        ...
+
+    def restart(self, newest_ms: int, now_ms: int) -> list[dict]:
+        """Decide and apply what a start changes (leases that had ended, grace periods)."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """How many of each thing the state holds, by name (for reports)."""
+        ...
+
+
+class RecordFormat(Protocol):
+    """The records' format: its number (written in every file header), its check, its upgrade."""
+
+    version: int
+
+    def check(self, record: dict) -> None:
+        """Raise `ValueError` unless `record` is one this format knows, spelled as it spells it."""
+        ...
+
+    def upgrade(self, record: dict, version: int) -> dict:
+        """A record read from a file of an older `version`, as this format spells it."""
+        ...
+
+
+class Restorable(Protocol):
+    """What owns a journal's state while it serves (a partition), as the journal's repairs see it."""
+
+    def restore(self, state: RecoverableState) -> None:
+        """Serve `state` (rebuilt from what is recorded) from now on, instead of the live one."""
+        ...
+
+
+class WallClock(Protocol):
+    """What a journal needs from the clock: wall time, and never going back before its records."""
+
+    def now_ms(self) -> int:
+        """Wall time now, in milliseconds."""
+        ...
+
+    def advance_anchor_to(self, wall_ms: int) -> None:
+        """Never show a wall time before `wall_ms` (the newest time the journal holds)."""
         ...
 
 
@@ -54,6 +126,10 @@ class MemoryJournal:
 
     @property
     def appended_lsn(self) -> int:
+        return self.lsn
+
+    @property
+    def durable_lsn(self) -> int:
         return self.lsn
 
     def append(self, records: list[dict], on_durable: Durable) -> int:

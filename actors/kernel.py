@@ -76,7 +76,7 @@ class Idem:
 
 
 class _Call:
-    __slots__ = ("command", "idem", "task", "phase", "waits", "parked", "answer", "entry", "reply")
+    __slots__ = ("command", "idem", "task", "phase", "waits", "parked", "answer", "entry", "result")
 
     def __init__(self, command: Command | None, idem: Idem | None, task: Any, waits: bool) -> None:
         self.command = command  # None: a poke (re-run the waiters)
@@ -87,16 +87,16 @@ class _Call:
         # Whether `task` is parked on this call now; if not, an answer waits in `answer`.
         self.parked = False
         self.answer: trio_outcome.Outcome | None = None
-        # The actor it was posted to, and the reply it gets once its records are durable.
+        # The actor it was posted to, and the answer it gets once what it saw is durable.
         self.entry: _Actor | None = None
-        self.reply: Any = None
+        self.result: trio_outcome.Outcome | None = None
 
     def durable(self, error: BaseException | None) -> None:
-        """The journal's answer for this call's records: the reply, or UNAVAILABLE."""
+        """The journal's word on what this call changed or saw: the answer, or UNAVAILABLE."""
         if error is None:
-            Kernel._wake(self, trio_outcome.Value(self.reply))
+            Kernel._wake(self, self.result)  # type: ignore[arg-type]
         else:
-            Kernel._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"the change was not recorded: {error}")))
+            Kernel._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {error}")))
 
     def abort(self, _: Any) -> trio.lowlevel.Abort:
         """The caller was cancelled while parked on this call. Not yet decided: withdraw it.
@@ -234,6 +234,13 @@ class Kernel:
 
     # -- reading --------------------------------------------------------------------------------
 
+    def space_view(self, space_id: str) -> Any:
+        """A space's state to read from (an empty one, not kept, if nothing was recorded there).
+
+        What is read from it may include changes not yet durable: answer it only after
+        `settled(space_id)` (or read through `read`)."""
+        return self.state.space_view(space_id)
+
     async def read(self, space_id: str, view: Callable[[Any], T]) -> T:
         """`view(space)` of a space as it stands now, answered once all it could see is durable.
 
@@ -244,11 +251,19 @@ class Kernel:
         (at most one group commit later, and at once when nothing is pending).
         """
         result = view(self.state.spaces.get(space_id))
-        await self.durable_through(self.journal.appended_lsn)
+        await self.settled(space_id)
         return result
 
-    async def durable_through(self, lsn: int) -> None:
-        """Return once every record up to `lsn` is durable; UNAVAILABLE if the journal failed first."""
+    async def settled(self, space_id: str | None = None) -> None:
+        """Return once every record applied so far (in `space_id`'s partition, or in all) is durable.
+
+        The point is taken when this is called, before it first waits: a view made just before
+        the call may be answered when this returns. UNAVAILABLE if the journal fails first.
+        """
+        journal = self.journal
+        lsn = journal.appended_lsn
+        if lsn <= journal.durable_lsn:
+            return
         failure: list[BaseException | None] = []
         done = trio.Event()
 
@@ -256,11 +271,10 @@ class Kernel:
             failure.append(error)
             done.set()
 
-        self.journal.after(lsn, durable)
-        if not done.is_set():
-            await done.wait()
+        journal.after(lsn, durable)
+        await done.wait()
         if failure[0] is not None:
-            raise KernelError(UNAVAILABLE, f"the state read is not recorded: {failure[0]}")
+            raise KernelError(UNAVAILABLE, f"what this read shows is not recorded: {failure[0]}")
 
     # -- calling --------------------------------------------------------------------------------
 
@@ -422,22 +436,20 @@ class Kernel:
                 if stored is not None:
                     self.idempotent_replays += 1
                     self._leave_waiters(entry, call)
-                    call.phase = _DECIDED
                     # The first answer was recorded in an earlier turn, so it is durable once
                     # everything appended so far is.
-                    call.reply = stored.body
-                    self.journal.after(self.journal.appended_lsn, call.durable)
+                    self._answer(call, trio_outcome.Value(stored.body))
                     return False
             command = call.command
             result = TRANSITIONS[type(command)](state, command, now_ms)
         except KernelError as error:
             self._leave_waiters(entry, call)
-            self._wake(call, trio_outcome.Error(error))
+            self._answer(call, trio_outcome.Error(error))
             return False
         except Exception as error:  # a bug: answer INTERNAL, keep the actor alive
             log.exception("turn failed in %r", entry.key)
             self._leave_waiters(entry, call)
-            self._wake(call, trio_outcome.Error(KernelError(INTERNAL, f"internal error: {type(error).__name__}")))
+            self._answer(call, trio_outcome.Error(KernelError(INTERNAL, f"internal error: {type(error).__name__}")))
             return False
 
         if result.empty and not result.records and call.waits and not self.waits_ended:
@@ -456,16 +468,33 @@ class Kernel:
                 self.poke(actor)
         records = result.records
         if not records:
-            self._wake(call, trio_outcome.Value(EMPTY if result.empty else result.reply))
+            self._answer(call, trio_outcome.Value(EMPTY if result.empty else result.reply))
             return False
         if idem is not None:
             idem_record = state.idempotency.record(idem.space, idem.key, idem.fingerprint, result.reply, now_ms)
             state.apply(idem_record)
             records.append(idem_record)
         call.phase = _DECIDED
-        call.reply = result.reply
+        call.result = trio_outcome.Value(result.reply)
         self.journal.append(records, call.durable)
         return True
+
+    def _answer(self, call: _Call, result: trio_outcome.Outcome) -> None:
+        """Answer a call that changed nothing, once everything it could have seen is durable.
+
+        Its answer (a view, a refusal such as CLAIM_HELD, an empty long poll's wake-up, a stored
+        answer) may reflect records other turns appended that are not durable yet: a crash could
+        still take those back, so the answer waits for them (at most one group commit). With
+        nothing pending, which is the usual case, it goes at once.
+        """
+        journal = self.journal
+        appended = journal.appended_lsn
+        if call.task is None or appended <= journal.durable_lsn:
+            self._wake(call, result)
+            return
+        call.phase = _DECIDED
+        call.result = result
+        journal.after(appended, call.durable)
 
     def _leave_waiters(self, entry: _Actor, call: _Call) -> None:
         if call.phase == _WAITING:

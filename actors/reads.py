@@ -1,7 +1,9 @@
-"""Reads: views straight from the state, without a turn (they never wait for the disk).
+"""Reads: views straight from the state, without a turn.
 
-A read may see a change whose record is not yet durable; that is the price of never making a read
-wait, and no caller acts on a read as on an acknowledgement.
+A view may include a change whose record is not yet durable: the route that answers it first waits
+for the records appended when it was made (`Kernel.settled`, wrapped around every read route in
+`server/api.py`), so nobody is shown a change a crash could take back. A space nobody wrote to
+reads as an empty one (`Kernel.space_view`): reading never makes a space.
 """
 
 from __future__ import annotations
@@ -12,13 +14,13 @@ __all__ = ["scope", "claims_in_scope", "mailboxes", "mailbox", "dead_letters", "
 
 
 def scope(kernel: Any, space: str, scope_id: str) -> dict:
-    state = kernel.state.space(space)
+    state = kernel.space_view(space)
     return state.scopes.view(state.scopes.get(scope_id), kernel.clock.now_ms())
 
 
 def claims_in_scope(kernel: Any, space: str, scope_id: str) -> list[dict]:
     """The claims of a scope whose leases have not ended (for inspection)."""
-    state = kernel.state.space(space)
+    state = kernel.space_view(space)
     state.scopes.get(scope_id)
     now_ms = kernel.clock.now_ms()
     return [state.claims.view(c) for c in state.claims.in_scope(scope_id) if c.held_at(now_ms)]
@@ -26,18 +28,18 @@ def claims_in_scope(kernel: Any, space: str, scope_id: str) -> list[dict]:
 
 def mailboxes(kernel: Any, space: str) -> list[dict]:
     """Every mailbox of the space, in creation order (the client reads the list as complete)."""
-    state = kernel.state.space(space)
+    state = kernel.space_view(space)
     return [state.mailboxes.view(mailbox) for mailbox in state.mailboxes.all()]
 
 
 def mailbox(kernel: Any, space: str, mailbox_id: str) -> dict:
-    state = kernel.state.space(space)
+    state = kernel.space_view(space)
     return state.mailboxes.view(state.mailboxes.get(mailbox_id))
 
 
 def dead_letters(kernel: Any, space: str, mailbox_id: str, limit: int) -> dict:
     """The newest `limit` dead letters still kept, newest first, with their payloads."""
-    state = kernel.state.space(space)
+    state = kernel.space_view(space)
     state.mailboxes.get(mailbox_id)
     letters = state.messages.dead_letters(mailbox_id)
     newest = letters[::-1][:limit]
@@ -49,5 +51,5 @@ def dead_letters(kernel: Any, space: str, mailbox_id: str, limit: int) -> dict:
 
 
 def task(kernel: Any, space: str, task_id: str) -> dict:
-    state = kernel.state.space(space)
+    state = kernel.space_view(space)
     return state.tasks.view(state.tasks.get(task_id), kernel.clock.now_ms())

@@ -31,7 +31,7 @@ from .mailboxes import MAILBOX_RECORDS
 from .once import ONCE_RECORDS
 from .runs import RUN_RECORDS
 
-__all__ = ["VERSION", "FIELDS", "RecordError", "RecordFormat", "FORMAT", "check_record", "upgrade"]
+__all__ = ["VERSION", "FIELDS", "RecordError", "Format", "FORMAT", "check_record", "upgrade"]
 
 VERSION = 1
 
@@ -213,8 +213,9 @@ def upgrade(record: dict, version: int) -> dict:
     raise RecordError(f"record format {version} is not one this server reads (it reads 0 to {VERSION})")
 
 
-class RecordFormat:
-    """The format as the journal and the snapshots take it: its number, its check, its upgrade.
+class Format:
+    """The format as the journal and the snapshots take it (`journal.RecordFormat`): its number,
+    its check, its upgrade.
 
     A class (not the module) so that it pickles by name into a snapshot's child process.
     """
@@ -226,4 +227,4 @@ class RecordFormat:
     upgrade = staticmethod(upgrade)
 
 
-FORMAT = RecordFormat()
+FORMAT = Format()

@@ -52,6 +52,12 @@ class KernelState:
             space = self.spaces[space_id] = SpaceState(space_id, self.limits, self.boot)
         return space
 
+    def space_view(self, space_id: str) -> SpaceState:
+        """The state of a space for reading: the one recorded, or an empty one that is not kept
+        (reading never makes a space). Never change what this returns."""
+        space = self.spaces.get(space_id)
+        return space if space is not None else SpaceState(space_id, self.limits, self.boot)
+
     def apply(self, record: dict) -> None:
         kind = record["type"]
         if kind not in _KERNEL_KINDS:  # nearly every record: one of a space

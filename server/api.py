@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..actors.errors import KernelError
 from ..actors.kernel import EMPTY
 from .http import Handler, Request, Router
 
@@ -73,7 +74,31 @@ def endpoint(
     if handler is None:
         assert doc.command is not None, f"{method} {pattern}: a route needs a handler or a command"
         handler = _command_handler(doc.command, status)
+    elif not public:
+        handler = _settled(handler)
     router.add(method, pattern, handler, long_poll=long_poll, public=public, doc=doc)
+
+
+def _settled(handler: Handler) -> Handler:
+    """`handler`, answering only once everything it could have read is durable.
+
+    A route with a handler of its own reads the state straight (a view, a list, a 404): what it
+    read may include records appended but not yet durable, which a crash could take back, so its
+    answer, success or refusal, waits for them (nothing to wait for, usually). Commands need no
+    such wrapper: their turn answers the same way (`Kernel._answer`)."""
+
+    async def run(services: Any, request: Request, **params: str) -> tuple[int, Any]:
+        try:
+            answer = await handler(services, request, **params)
+        except KernelError:
+            await services.kernel.settled(params.get("space"))
+            raise
+        await services.kernel.settled(params.get("space"))
+        return answer
+
+    run.__name__ = run.__qualname__ = getattr(handler, "__name__", "handler")
+    run.__wrapped__ = handler  # type: ignore[attr-defined]
+    return run
 
 
 def _command_handler(command_class: type, status: int | StatusOf) -> Handler:

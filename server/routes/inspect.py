@@ -44,7 +44,7 @@ def _limit(request: Request) -> int:
 async def list_scopes(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
     services.authorize(request, space)
     limit = _limit(request)
-    state = services.kernel.state.space(space)  # type: ignore[union-attr]
+    state = services.kernel.space_view(space)  # type: ignore[union-attr]
     now_ms = services.kernel.clock.now_ms()  # type: ignore[union-attr]
     newest = list(itertools.islice(reversed(list(state.scopes.all())), limit + 1))
     views = [state.scopes.view(scope, now_ms) for scope in newest[:limit]]
@@ -63,7 +63,7 @@ async def list_claims(services: Runtime, request: Request, space: str, scope_id:
 async def list_tasks(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
     services.authorize(request, space)
     limit = _limit(request)
-    state = services.kernel.state.space(space)  # type: ignore[union-attr]
+    state = services.kernel.space_view(space)  # type: ignore[union-attr]
     state.scopes.get(scope_id)  # 404 for a run that does not exist
     now_ms = services.kernel.clock.now_ms()  # type: ignore[union-attr]
     tasks = sorted((task for task in state.tasks.all() if task.scope_id == scope_id), key=lambda task: task.created_ms, reverse=True)
@@ -73,12 +73,12 @@ async def list_tasks(services: Runtime, request: Request, space: str, scope_id: 
 
 async def usage(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
     services.authorize(request, space)
-    return 200, services.kernel.state.space(space).usage.view(space)  # type: ignore[union-attr]
+    return 200, services.kernel.space_view(space).usage.view(space)  # type: ignore[union-attr]
 
 
 async def space_caps(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
     services.authorize(request, space)
-    return 200, caps.view(services.kernel.state.space(space))  # type: ignore[union-attr]
+    return 200, caps.view(services.kernel.space_view(space))  # type: ignore[union-attr]
 
 
 _CAPS = {

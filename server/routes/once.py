@@ -28,7 +28,7 @@ async def wait(services: Runtime, request: Request, space: str) -> tuple[int, di
     command = kernel.parse(c.WaitOnce, {}, {"space": space}, request.param)
     reply = await kernel.submit(command, wait_ms=command.wait_ms)
     if reply is EMPTY:  # still held when the wait ended
-        state = kernel.state.space(space)
+        state = kernel.space_view(space)
         reply = state.once.view(state.once.find(command.scope_id, command.key), kernel.clock.now_ms())
     return 200, reply
 
