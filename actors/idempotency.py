@@ -4,11 +4,12 @@ The official client sends one random key per logical call and the same key on ea
 retry, so a retried acquire gets the lease it already got rather than CLAIM_HELD from itself, and a
 retried long-poll receive gets the delivery it already leased rather than a second one.
 
-Stored: (space, key) -> fingerprint of (method, path, body) and the 2xx response body. Errors and
-empty answers are not stored, so a retry runs again. The same key with another fingerprint is
+Each space keeps its own table (so one space can only ever evict its own answers), in the space's
+partition: key -> fingerprint of (method, path, body) and the 2xx response body. Errors and empty
+answers are not stored, so a retry runs again. The same key with another fingerprint is
 IDEMPOTENCY_CONFLICT. Entries live `idempotency_ttl_s` (24 h by default) and at most
-`idempotency_keys_max` are kept, oldest dropped first; both are decided from the records' own
-times, so a replay keeps exactly the entries the live server kept.
+`idempotency_keys_max` are kept per space, oldest dropped first; both are decided from the records'
+own times, so a replay keeps exactly the entries the live server kept.
 
 Pure: no IO, no clock reads.
 """
@@ -37,15 +38,15 @@ class IdempotencyTable:
     __slots__ = ("_entries", "_limits")
 
     def __init__(self, limits: Limits) -> None:
-        self._entries: OrderedDict[tuple[str, str], Stored] = OrderedDict()
+        self._entries: OrderedDict[str, Stored] = OrderedDict()
         self._limits = limits
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, space: str, key: str, fingerprint: str, now_ms: int) -> Stored | None:
+    def lookup(self, key: str, fingerprint: str, now_ms: int) -> Stored | None:
         """The stored answer for a repeat, None for a first try, IDEMPOTENCY_CONFLICT for a misuse."""
-        stored = self._entries.get((space, key))
+        stored = self._entries.get(key)
         if stored is None or now_ms - stored.at_ms >= self._limits.idempotency_ttl_s * 1000:
             return None
         if stored.fingerprint != fingerprint:
@@ -59,17 +60,17 @@ class IdempotencyTable:
     def record(space: str, key: str, fingerprint: str, body: Any, now_ms: int) -> dict:
         return {"type": "idem.stored", "space": space, "key": key, "fingerprint": fingerprint, "body": body, "at_ms": now_ms}
 
-    def image(self) -> Iterator[dict]:
+    def image(self, space: str) -> Iterator[dict]:
         """The stored answers as `idem.stored` records, oldest first.
 
         Applied in this order, each record's eviction pass drops nothing (every entry here was kept
         at a later time), so the table comes back with the same entries in the same order.
         """
-        for (space, key), stored in self._entries.items():
+        for key, stored in self._entries.items():
             yield self.record(space, key, stored.fingerprint, stored.body, stored.at_ms)
 
     def apply_stored(self, record: dict) -> Stored:
-        entry_key = (record["space"], record["key"])
+        entry_key = record["key"]
         stored = Stored(record["fingerprint"], record["body"], record["at_ms"])
         self._entries.pop(entry_key, None)  # a re-run after the first entry expired
         self._entries[entry_key] = stored

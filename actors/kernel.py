@@ -1,147 +1,52 @@
-"""The kernel: actors per key, the supervisor, the journal, and the commands the shell calls.
+"""The kernel: partitions of state, each with its actors, journal and timers, and the commands the shell calls.
 
-Each key (a claim key in a scope, a scope, a queue...) has an actor: a channel of calls and at most
-one trio task draining it, started when a call arrives and gone when the channel is empty. A call
-carries a command (`commands.py`: plain data, never a function); the command names its actor. A
-turn takes one call, reads the clock once, runs the command's transition (`transitions.py`)
-against the state, journals the records, arms the timers and pokes the actors named in the outcome. Turns never await, so one key's calls
-run strictly one after another, and an actor never waits on another actor.
+A command names the space it runs in; the kernel hands it to the partition that holds that space
+(`layout.py`), whose actor for the command's key runs it in turn (`partition.py`: actors, turns,
+ack after durable, and nothing shown before it is durable). Commands of no space (API keys) go to
+the system partition. The kernel itself keeps only what every partition shares: the limits, the
+clock, the seeded source of random values, and the parsers that make commands from requests.
 
-A caller parks once per call: the actor wakes it when the records are durable (ack after durable),
-at once when there is nothing to write, or later when it was waiting (a long poll) and a poke made
-its command succeed. Callers own their timeouts: `call(..., wait_until=...)` is the only wait.
-
-Rule for everything below: state changes only through transitions and `KernelState.apply`.
-
-One exception, `restore()`: when the journal could not write, the state holds changes that are not
-on disk. The journal refuses further changes (`failure`), rebuilds the state from disk, and hands it
-to `restore()`, which swaps it in, re-arms every timer from it and fails the parked callers.
+The shell reads through the kernel too, never a partition's state directly: `space_view` (reading
+never makes a space), `read`/`settled` (answer a view only once everything it could see is
+durable), `keys`, `spaces`. A partition that cannot serve (it could not be opened; it was stopped)
+refuses its commands and reads with UNAVAILABLE and its reason, while the others go on.
 """
 
 from __future__ import annotations
 
-import logging
-from collections import deque
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-import outcome as trio_outcome
 import trio
 
 from .clock import Clock
-from .commands import Command, FireTimer
-from .errors import INTERNAL, UNAVAILABLE, KernelError
+from .commands import Command
+from .errors import UNAVAILABLE, KernelError
 from .fields import Parser, compile_parser
 from .ids import IdSource
 from .journal import Journal, MemoryJournal
+from .keys import KeyTable
+from .layout import SYSTEM, Layout
+from .limits import Limits
 from .outcome import ActorKey
+from .partition import EMPTY, Idem, Partition
+from .space import SpaceState
 from .state import KernelState
-from .supervisor import Supervisor
-from .transitions import TRANSITIONS
 
 __all__ = ["Kernel", "Idem", "EMPTY", "JITTER_LOW", "JITTER_HIGH"]
 
 T = TypeVar("T")
-
-log = logging.getLogger("runstate.kernel")
-
-# What a waiting call returns when its wait ended with nothing (a long poll answered 204).
-EMPTY = None
-
-# Turns an actor runs before letting other tasks in.
-TURNS_PER_SLICE = 64
-# An actor out of calls lingers between one and two of these before it retires, so a key in use
-# keeps its task instead of starting a new one for every call (a start costs about as much as a
-# whole turn).
-ACTOR_LINGER_S = 1.0
-# At most this many actors linger at once; past it an actor retires as soon as it is idle, so a
-# burst over a million keys leaves plain state behind, not a million parked tasks.
-ACTORS_LINGERING_MAX = 1024
-
-_QUEUED, _WAITING, _DECIDED, _DONE = range(4)
 
 # The retry backoff is the nominal wait (1 s, 2 s, 4 s...) times a factor drawn in this range.
 JITTER_LOW = 0.8
 JITTER_HIGH = 1.0
 
 
-class Idem:
-    """An Idempotency-Key, the space it was sent to, and the fingerprint of its request."""
-
-    __slots__ = ("space", "key", "fingerprint")
-
-    def __init__(self, space: str, key: str, fingerprint: str) -> None:
-        self.space = space
-        self.key = key
-        self.fingerprint = fingerprint
-
-
-class _Call:
-    __slots__ = ("command", "idem", "task", "phase", "waits", "parked", "answer", "entry", "result")
-
-    def __init__(self, command: Command | None, idem: Idem | None, task: Any, waits: bool) -> None:
-        self.command = command  # None: a poke (re-run the waiters)
-        self.idem = idem
-        self.task = task  # None: nobody waits for the answer (a timer, a poke)
-        self.phase = _QUEUED
-        self.waits = waits
-        # Whether `task` is parked on this call now; if not, an answer waits in `answer`.
-        self.parked = False
-        self.answer: trio_outcome.Outcome | None = None
-        # The actor it was posted to, and the answer it gets once what it saw is durable.
-        self.entry: _Actor | None = None
-        self.result: trio_outcome.Outcome | None = None
-
-    def durable(self, error: BaseException | None) -> None:
-        """The journal's word on what this call changed or saw: the answer, or UNAVAILABLE."""
-        if error is None:
-            Kernel._wake(self, self.result)  # type: ignore[arg-type]
-        else:
-            Kernel._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {error}")))
-
-    def abort(self, _: Any) -> trio.lowlevel.Abort:
-        """The caller was cancelled while parked on this call. Not yet decided: withdraw it.
-        Decided: the change is made and being written; the answer follows within one fsync, so
-        the caller waits for it rather than losing it."""
-        if self.phase == _DECIDED:
-            return trio.lowlevel.Abort.FAILED
-        was_waiting = self.phase == _WAITING
-        self.phase = _DONE
-        self.parked = False
-        entry = self.entry
-        if was_waiting and entry is not None:
-            del entry.waiters[self]
-            entry.kernel._retire_if_idle(entry)
-        return trio.lowlevel.Abort.SUCCEEDED
-
-
-# What the actor hands back to a caller whose command found nothing yet and who may wait: the
-# caller then parks again, inside its deadline. (A sentinel, never an answer.)
-_WAIT = object()
-
-
-class _Actor:
-    __slots__ = ("key", "kernel", "channel", "running", "waiters", "parked", "fresh")
-
-    def __init__(self, key: ActorKey, kernel: "Kernel") -> None:
-        self.key = key
-        self.kernel = kernel
-        self.channel: deque[_Call] = deque()
-        self.running = False
-        # The actor's task while it lingers for more calls, and whether it parked since the last sweep.
-        self.parked: Any = None
-        self.fresh = False
-        # Calls parked until a poke: insertion-ordered (FIFO), removable in O(1).
-        self.waiters: dict[_Call, None] = {}
-
-    def abort_linger(self, _: Any) -> trio.lowlevel.Abort:
-        """The lingering task was cancelled (the kernel is stopping)."""
-        self.parked = None
-        self.kernel._lingering.pop(self.key, None)
-        return trio.lowlevel.Abort.SUCCEEDED
-
-
 class Kernel:
-    """Create inside trio, then `await nursery.start(kernel.run)` before calling commands."""
+    """Create inside trio, then `await nursery.start(kernel.run)` before calling commands.
+
+    `Kernel(state=..., journal=...)` is one partition holding everything (the kernel's tests);
+    `Kernel.partitioned(...)` is the server's shape: a system partition and P data partitions.
+    """
 
     def __init__(
         self,
@@ -150,98 +55,168 @@ class Kernel:
         journal: Journal | None = None,
         clock: Clock | None = None,
         ids: IdSource | None = None,
+        layout: Layout | None = None,
+        partitions: Iterable[Partition] | None = None,
+        limits: Limits | None = None,
     ) -> None:
-        self.state = state or KernelState()
-        self.limits = self.state.limits
-        self.journal: Journal = journal if journal is not None else MemoryJournal()
         self.clock = clock or Clock()
         self.ids = ids or IdSource()
-        self.supervisor = Supervisor(self.clock, self._on_timer)
-        self._actors: dict[ActorKey, _Actor] = {}
-        self._lingering: dict[ActorKey, _Actor] = {}
-        self._sweeper: Any = None  # the sweep task while it waits for an actor to linger
-        self._nursery: trio.Nursery | None = None
-        self.turns = 0
-        # Each command class's parser, generated for `limits` (`compile_parser`); made again when
-        # a restored state brings its own limits.
+        if partitions is None:
+            state = state or KernelState(limits)
+            partitions = [Partition(SYSTEM, state, journal if journal is not None else MemoryJournal(), self.clock)]
+            layout = Layout.single_partition()
+            limits = state.limits
+        assert layout is not None and limits is not None
+        self.layout = layout
+        self.limits = limits
+        self.partitions: list[Partition] = sorted(partitions, key=lambda partition: partition.number)
+        assert [partition.number for partition in self.partitions] == list(layout.numbers()), "a partition per number"
+        # Each command class's parser, generated for `limits` (`compile_parser`).
         self._parsers: dict[type, Parser] = {}
-        # Calls answered from a stored Idempotency-Key answer instead of being run again.
-        self.idempotent_replays = 0
-        # Set by `end_waits()` at shutdown: no call parks any more, a long poll answers EMPTY.
-        self.waits_ended = False
+        self._nursery: trio.Nursery | None = None
+
+    @classmethod
+    def partitioned(
+        cls,
+        states: dict[int, KernelState],
+        journals: dict[int, Journal] | None = None,
+        *,
+        layout: Layout,
+        limits: Limits,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        refusals: dict[int, str] | None = None,
+    ) -> "Kernel":
+        """A kernel of `layout`'s partitions, each with its state and journal (memory if none given).
+
+        A partition named in `refusals` serves nothing, with that reason (it could not be opened);
+        its state is an empty one until it is reopened (`reopen`)."""
+        clock = clock or Clock()
+        partitions = []
+        for number in layout.numbers():
+            state = states.get(number) or KernelState(limits)
+            journal = (journals or {}).get(number) or MemoryJournal()
+            partition = Partition(number, state, journal, clock)
+            partition.refusal = (refusals or {}).get(number)
+            partitions.append(partition)
+        return cls(clock=clock, ids=ids, layout=layout, partitions=partitions, limits=limits)
 
     # -- lifetime -------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled: the supervisor and every actor live in this nursery."""
+        """Serve until cancelled: every partition's supervisor and actors live in this nursery."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            self.supervisor.arm_all(self.state.timers())
-            await nursery.start(self.supervisor.run)
-            nursery.start_soon(self._sweep_lingering)
+            for partition in self.partitions:
+                await nursery.start(partition.run)
             task_status.started()
 
     def end_waits(self) -> int:
-        """Answer every parked call `EMPTY` (a long poll's 204) and park none from now on.
+        """Answer every parked call `EMPTY` and park none from now on (`Partition.end_waits`)."""
+        return sum(partition.end_waits() for partition in self.partitions)
 
-        For shutdown: a receiver parked for up to 30 s would otherwise hold the drain back, and
-        an empty answer is one it already handles (it simply asks again, of the next server).
-        Calls being run or written are not touched; they finish normally. Returns how many ended.
-        """
-        self.waits_ended = True
-        ended = 0
-        for entry in list(self._actors.values()):
-            parked = list(entry.waiters)
-            entry.waiters.clear()
-            for call in parked:
-                self._wake(call, trio_outcome.Value(EMPTY))
-                ended += 1
-            self._retire_if_idle(entry)
-        return ended
+    async def reopen(self, number: int, state: KernelState, journal: Journal) -> Partition:
+        """Serve partition `number` again, with `state` and `journal` (it could not be opened before)."""
+        old = self.partitions[number]
+        old.fail_waiters(KernelError(UNAVAILABLE, "the partition was reopened; try again"))
+        partition = Partition(number, state, journal, self.clock)
+        partition.waits_ended = old.waits_ended
+        assert self._nursery is not None
+        await self._nursery.start(partition.run)
+        self.partitions[number] = partition
+        return partition
 
-    def restore(self, state: KernelState) -> None:
-        """Replace the whole state with one rebuilt from the journal.
+    # -- partitions -----------------------------------------------------------------------------
 
-        Used after the journal failed to write: the in-memory state may hold changes that were
-        never recorded, and must not keep them. Call it while `journal.failure` is still set (so
-        no turn changes the state meanwhile). Timers are re-armed from the new state; callers
-        parked in a long poll are answered UNAVAILABLE, since what they waited on may be gone.
-        Calls already decided were answered by the journal; queued calls run against the new
-        state (and are refused while the failure lasts).
-        """
-        self.state = state
-        self.limits = state.limits
-        self._parsers.clear()
-        self.supervisor.reset()
-        self.supervisor.arm_all(state.timers())
-        error = KernelError(UNAVAILABLE, "the state was rebuilt from the journal; try again")
-        for entry in list(self._actors.values()):
-            parked = list(entry.waiters)
-            entry.waiters.clear()
-            for call in parked:
-                self._wake(call, trio_outcome.Error(error))
-            self._retire_if_idle(entry)
+    def partition_of(self, space_id: str | None) -> Partition:
+        """The partition that holds `space_id` (None: the system partition, which holds the keys)."""
+        return self.partitions[self.layout.of(space_id)]
 
-    # -- coordination --
-    def parked(self) -> list[tuple[ActorKey, int]]:
-        """Actors with calls parked on them now (long polls, held watches), and how many each."""
-        return [(key, len(entry.waiters)) for key, entry in self._actors.items() if entry.waiters]
+    def _single(self) -> Partition:
+        assert len(self.partitions) == 1, "only a kernel of one partition has one state, journal and supervisor"
+        return self.partitions[0]
+
+    @property
+    def state(self) -> KernelState:
+        """The state of a kernel of one partition (its tests read it)."""
+        return self._single().state
+
+    @property
+    def journal(self) -> Journal:
+        """The journal of a kernel of one partition."""
+        return self._single().journal
+
+    @journal.setter
+    def journal(self, journal: Journal) -> None:
+        self._single().journal = journal
+
+    @property
+    def supervisor(self) -> Any:
+        """The supervisor of a kernel of one partition."""
+        return self._single().supervisor
+
+    @property
+    def _actors(self) -> dict:
+        return self._single()._actors
+
+    # -- counts for the metrics ------------------------------------------------------------------
 
     @property
     def actors(self) -> int:
-        """Actors alive now (running or lingering, or holding waiters)."""
-        return len(self._actors)
+        """Actors alive now (running or lingering, or holding waiters), in every partition."""
+        return sum(partition.actors for partition in self.partitions)
+
+    @property
+    def turns(self) -> int:
+        return sum(partition.turns for partition in self.partitions)
+
+    @property
+    def idempotent_replays(self) -> int:
+        return sum(partition.idempotent_replays for partition in self.partitions)
+
+    @property
+    def waits_ended(self) -> bool:
+        return all(partition.waits_ended for partition in self.partitions)
+
+    def timers(self) -> tuple[int, int]:
+        """Timers armed now, and timers fired so far, over every partition."""
+        return (
+            sum(len(partition.supervisor) for partition in self.partitions),
+            sum(partition.supervisor.fired for partition in self.partitions),
+        )
+
+    def parked(self) -> list[tuple[ActorKey, int]]:
+        """Actors with calls parked on them now (long polls, held watches), and how many each."""
+        return [entry for partition in self.partitions for entry in partition.parked()]
 
     # -- reading --------------------------------------------------------------------------------
 
-    def space_view(self, space_id: str) -> Any:
+    @property
+    def keys(self) -> KeyTable:
+        """The API keys (in the system partition)."""
+        return self.partitions[SYSTEM].state.keys
+
+    def spaces(self) -> Iterator[SpaceState]:
+        """Every space recorded in a partition that serves."""
+        for partition in self.partitions:
+            if partition.refusal is None:
+                yield from partition.state.spaces.values()
+
+    def space_known(self, space_id: str) -> bool:
+        """Whether anything was recorded in `space_id` (reading it must not make it)."""
+        return space_id in self.partition_of(space_id).state.spaces
+
+    def space_view(self, space_id: str) -> SpaceState:
         """A space's state to read from (an empty one, not kept, if nothing was recorded there).
 
         What is read from it may include changes not yet durable: answer it only after
-        `settled(space_id)` (or read through `read`)."""
-        return self.state.space_view(space_id)
+        `settled(space_id)` (or read through `read`). UNAVAILABLE while its partition cannot serve."""
+        partition = self.partition_of(space_id)
+        if partition.refusal is not None:
+            raise KernelError(UNAVAILABLE, partition.refusal)
+        return partition.state.space_view(space_id)
 
-    async def read(self, space_id: str, view: Callable[[Any], T]) -> T:
+    async def read(self, space_id: str, view: Callable[[SpaceState | None], T]) -> T:
         """`view(space)` of a space as it stands now, answered once all it could see is durable.
 
         `view` is given the space's state, or None when nothing was ever recorded in it (reading
@@ -250,31 +225,25 @@ class Kernel:
         moment is durable, so a read never shows a change that a crash could still take back
         (at most one group commit later, and at once when nothing is pending).
         """
-        result = view(self.state.spaces.get(space_id))
-        await self.settled(space_id)
+        partition = self.partition_of(space_id)
+        if partition.refusal is not None:
+            raise KernelError(UNAVAILABLE, partition.refusal)
+        result = view(partition.state.spaces.get(space_id))
+        await partition.settled()
         return result
 
     async def settled(self, space_id: str | None = None) -> None:
         """Return once every record applied so far (in `space_id`'s partition, or in all) is durable.
 
         The point is taken when this is called, before it first waits: a view made just before
-        the call may be answered when this returns. UNAVAILABLE if the journal fails first.
+        the call may be answered when this returns. UNAVAILABLE if a journal fails first.
         """
-        journal = self.journal
-        lsn = journal.appended_lsn
-        if lsn <= journal.durable_lsn:
+        if space_id is not None:
+            await self.partition_of(space_id).settled()
             return
-        failure: list[BaseException | None] = []
-        done = trio.Event()
-
-        def durable(error: BaseException | None) -> None:
-            failure.append(error)
-            done.set()
-
-        journal.after(lsn, durable)
-        await done.wait()
-        if failure[0] is not None:
-            raise KernelError(UNAVAILABLE, f"what this read shows is not recorded: {failure[0]}")
+        for partition in self.partitions:  # a later partition's point is taken after the earlier
+            if partition.refusal is None:  # waits: later than at the call, which is only safer
+                await partition.settled()
 
     # -- calling --------------------------------------------------------------------------------
 
@@ -302,218 +271,11 @@ class Kernel:
 
         With `wait_ms`, a command whose outcome is empty (a long poll's receive) parks until a
         poke makes it succeed or the wait (capped at `wait_ms_max`) ends; then the answer is
-        `EMPTY`. Raises `KernelError`.
+        `EMPTY`. Raises `KernelError` (UNAVAILABLE while the command's partition cannot serve).
         """
-        actor = command.actor(self.state)
-        task = trio.lowlevel.current_task()
-        wait_until = None
-        if wait_ms:
-            wait_until = self.clock.deadline_after(min(wait_ms, self.limits.wait_ms_max))
-        call = _Call(command, idem, task, wait_until is not None)
-        self._post(actor, call)
-        answer = await self._park(call)
-        if answer is not _WAIT:
-            return answer
-        # Nothing to answer yet: wait among the actor's waiters for a poke that makes the command
-        # succeed. Only a call that really waits pays for a cancel scope.
-        with trio.move_on_at(wait_until):  # type: ignore[arg-type]
-            return await self._park(call)
-        return EMPTY
-
-    async def _park(self, call: _Call) -> Any:
-        """Wait for the call's answer (returned at once if it came while the caller was away)."""
-        if call.answer is not None:
-            answer, call.answer = call.answer, None
-            return answer.unwrap()
-        call.parked = True
-        return await trio.lowlevel.wait_task_rescheduled(call.abort)
+        wait_until = self.clock.deadline_after(min(wait_ms, self.limits.wait_ms_max)) if wait_ms else None
+        return await self.partition_of(getattr(command, "space", None)).submit(command, idem, wait_until)
 
     def post(self, command: Command) -> None:
         """Run `command` in its actor's next turn; nobody waits for the answer."""
-        self._post(command.actor(self.state), _Call(command, None, None, False))
-
-    def poke(self, actor: ActorKey) -> None:
-        """Make `actor`'s waiters run their commands again (if it has any)."""
-        entry = self._actors.get(actor)
-        if entry is not None and entry.waiters:
-            self._post(actor, _Call(None, None, None, False))
-
-    def _on_timer(self, actor: ActorKey, tag: Any, marker: Any) -> None:
-        self._post(actor, _Call(FireTimer(on=actor, tag=tag, marker=marker), None, None, False))
-
-    def _post(self, key: ActorKey, call: _Call) -> None:
-        entry = self._actors.get(key)
-        if entry is None:
-            entry = self._actors[key] = _Actor(key, self)
-        call.entry = entry
-        entry.channel.append(call)
-        if entry.parked is not None:
-            task, entry.parked = entry.parked, None
-            del self._lingering[key]
-            trio.lowlevel.reschedule(task, trio_outcome.Value(True))
-        elif not entry.running:
-            entry.running = True
-            self._nursery.start_soon(self._drain, entry)  # type: ignore[union-attr]
-
-    # -- the actor ------------------------------------------------------------------------------
-
-    async def _drain(self, entry: _Actor) -> None:
-        """The actor's task: run every queued call, linger for more, then retire."""
-        try:
-            turns = 0
-            channel = entry.channel
-            while True:
-                while channel:
-                    call = channel.popleft()
-                    if call.phase != _QUEUED:
-                        continue  # withdrawn by its caller
-                    if call.command is None or self._turn(entry, call):
-                        self._rerun_waiters(entry)
-                    turns += 1
-                    if turns % TURNS_PER_SLICE == 0:
-                        await trio.lowlevel.checkpoint()
-                if len(self._lingering) >= ACTORS_LINGERING_MAX:
-                    return
-                # Retired, unless a call arrived between the sweep's decision and this task's turn.
-                if not await self._linger(entry) and not channel:
-                    return
-        finally:
-            entry.running = False
-            self._retire_if_idle(entry)
-
-    async def _linger(self, entry: _Actor) -> bool:
-        """Wait for another call (True) or for the sweep to retire this actor (False)."""
-        entry.parked = trio.lowlevel.current_task()
-        entry.fresh = True
-        self._lingering[entry.key] = entry
-        if self._sweeper is not None:
-            sweeper, self._sweeper = self._sweeper, None
-            trio.lowlevel.reschedule(sweeper)
-        return await trio.lowlevel.wait_task_rescheduled(entry.abort_linger)
-
-    async def _sweep_lingering(self) -> None:
-        """Retire actors that lingered a whole sweep period without a call."""
-        while True:
-            if not self._lingering:
-                self._sweeper = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(self._abort_sweeper)
-            await trio.sleep(ACTOR_LINGER_S)
-            for key, entry in list(self._lingering.items()):
-                if entry.fresh:
-                    entry.fresh = False
-                    continue
-                del self._lingering[key]
-                task, entry.parked = entry.parked, None
-                trio.lowlevel.reschedule(task, trio_outcome.Value(False))
-
-    def _abort_sweeper(self, _: Any) -> trio.lowlevel.Abort:
-        self._sweeper = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    def _retire_if_idle(self, entry: _Actor) -> None:
-        if not entry.running and not entry.waiters and not entry.channel:
-            if self._actors.get(entry.key) is entry:
-                del self._actors[entry.key]
-
-    def _rerun_waiters(self, entry: _Actor) -> None:
-        if not entry.waiters:
-            return
-        for call in list(entry.waiters):
-            if call.phase == _WAITING:
-                self._turn(entry, call)
-
-    def _turn(self, entry: _Actor, call: _Call) -> bool:
-        """Run one call; returns True when it changed state (waiters may now succeed)."""
-        self.turns += 1
-        now_ms = self.clock.now_ms()
-        state = self.state
-        idem = call.idem
-        try:
-            if self.journal.failure is not None:
-                raise KernelError(UNAVAILABLE, "the journal cannot write; changes are refused until it recovers")
-            if idem is not None:
-                stored = state.idempotency.lookup(idem.space, idem.key, idem.fingerprint, now_ms)
-                if stored is not None:
-                    self.idempotent_replays += 1
-                    self._leave_waiters(entry, call)
-                    # The first answer was recorded in an earlier turn, so it is durable once
-                    # everything appended so far is.
-                    self._answer(call, trio_outcome.Value(stored.body))
-                    return False
-            command = call.command
-            result = TRANSITIONS[type(command)](state, command, now_ms)
-        except KernelError as error:
-            self._leave_waiters(entry, call)
-            self._answer(call, trio_outcome.Error(error))
-            return False
-        except Exception as error:  # a bug: answer INTERNAL, keep the actor alive
-            log.exception("turn failed in %r", entry.key)
-            self._leave_waiters(entry, call)
-            self._answer(call, trio_outcome.Error(KernelError(INTERNAL, f"internal error: {type(error).__name__}")))
-            return False
-
-        if result.empty and not result.records and call.waits and not self.waits_ended:
-            for timer in result.timers:  # a parked call may ask to be looked at again at a time (admission)
-                self.supervisor.arm(timer)
-            if call.phase == _QUEUED:
-                call.phase = _WAITING
-                entry.waiters[call] = None
-                self._hand_back(call, trio_outcome.Value(_WAIT))
-            return False
-        self._leave_waiters(entry, call)
-        for timer in result.timers:
-            self.supervisor.arm(timer)
-        for actor in result.pokes:
-            if actor != entry.key:
-                self.poke(actor)
-        records = result.records
-        if not records:
-            self._answer(call, trio_outcome.Value(EMPTY if result.empty else result.reply))
-            return False
-        if idem is not None:
-            idem_record = state.idempotency.record(idem.space, idem.key, idem.fingerprint, result.reply, now_ms)
-            state.apply(idem_record)
-            records.append(idem_record)
-        call.phase = _DECIDED
-        call.result = trio_outcome.Value(result.reply)
-        self.journal.append(records, call.durable)
-        return True
-
-    def _answer(self, call: _Call, result: trio_outcome.Outcome) -> None:
-        """Answer a call that changed nothing, once everything it could have seen is durable.
-
-        Its answer (a view, a refusal such as CLAIM_HELD, an empty long poll's wake-up, a stored
-        answer) may reflect records other turns appended that are not durable yet: a crash could
-        still take those back, so the answer waits for them (at most one group commit). With
-        nothing pending, which is the usual case, it goes at once.
-        """
-        journal = self.journal
-        appended = journal.appended_lsn
-        if call.task is None or appended <= journal.durable_lsn:
-            self._wake(call, result)
-            return
-        call.phase = _DECIDED
-        call.result = result
-        journal.after(appended, call.durable)
-
-    def _leave_waiters(self, entry: _Actor, call: _Call) -> None:
-        if call.phase == _WAITING:
-            del entry.waiters[call]
-
-    @classmethod
-    def _wake(cls, call: _Call, result: trio_outcome.Outcome) -> None:
-        if call.phase == _DONE:
-            return
-        call.phase = _DONE
-        cls._hand_back(call, result)
-
-    @staticmethod
-    def _hand_back(call: _Call, result: trio_outcome.Outcome) -> None:
-        """Give `result` to the caller: now if it is parked on the call, else when it parks again."""
-        if call.task is None:
-            return
-        if call.parked:
-            call.parked = False
-            trio.lowlevel.reschedule(call.task, result)
-        else:
-            call.answer = result
+        self.partition_of(getattr(command, "space", None)).post(command)

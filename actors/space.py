@@ -31,6 +31,7 @@ from .claiming import LEASE_TIMER, ClaimCommands
 from .claims import ClaimTable
 from .commands import claim_actor, mailboxes_actor, queue_actor, scope_actor
 from .errors import VALIDATION_FAILED, KernelError, quote
+from .idempotency import IdempotencyTable
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import MessageTable
@@ -61,6 +62,7 @@ class SpaceState:
 
     __slots__ = (
         "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "once", "run_names",
+        "idempotency",
         "claiming", "work", "onces", "runs",
         "capacity",  # -- capacity --
         # -- coordination --
@@ -80,6 +82,7 @@ class SpaceState:
         self.usage = Usage(self.claims)
         self.once = OnceTable()
         self.run_names = RunNames()
+        self.idempotency = IdempotencyTable(limits)  # this space's stored answers, evicted only by its own
         self.claiming = ClaimCommands(
             space_id, self.scopes, self.claims, self.boot, self._commit, limits.space_claims_max
         )
@@ -240,6 +243,7 @@ class SpaceState:
         for record in self.events.image():
             record["space"] = self.id
             yield record
+        yield from self.idempotency.image(self.id)
         usage = self.usage
         if usage.operations or usage.free or usage.events or usage.takeovers:
             yield usage.image(self.id)  # last: it sets the counters outright
@@ -250,6 +254,7 @@ class SpaceState:
             not len(self.scopes) and not len(self.claims) and self.work.is_empty() and not len(self.once)
             and self.capacity.is_empty()
             and self.coordination.is_empty() and not self.events.seq  # -- coordination --
+            and not len(self.idempotency)
         )
 
     # -- applying -------------------------------------------------------------------------------
@@ -334,6 +339,7 @@ _APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
     ("capacity", CAPACITY_APPLY),  # -- capacity --
     ("coordination", COORDINATION_APPLY),  # -- coordination --
     ("events", {"events.image": EventLog.apply_image_header, "event.image": EventLog.apply_image_event}),
+    ("idempotency", {"idem.stored": IdempotencyTable.apply_stored}),
 )
 
 RECORD_TYPES = frozenset(kind for _, table in _APPLY for kind in table)

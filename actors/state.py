@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator
 
 from .boot import BootInfo
-from .idempotency import IdempotencyTable
 from .keys import ApiKey, KeyTable
 from .limits import Limits
 from .outcome import Outcome, Timer
@@ -32,18 +31,17 @@ if TYPE_CHECKING:
 __all__ = ["KernelState"]
 
 # The records of the kernel itself; every other record belongs to a space and names it.
-_KERNEL_KINDS = frozenset({"idem.stored", "key.registered", "key.revoked", "kernel.booted"})
+_KERNEL_KINDS = frozenset({"key.registered", "key.revoked", "kernel.booted"})
 
 
 class KernelState:
-    __slots__ = ("limits", "boot", "spaces", "keys", "idempotency")
+    __slots__ = ("limits", "boot", "spaces", "keys")
 
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
         self.boot = BootInfo()
         self.spaces: dict[str, SpaceState] = {}
         self.keys = KeyTable()
-        self.idempotency = IdempotencyTable(self.limits)
 
     def space(self, space_id: str) -> SpaceState:
         """The state of a space, made empty on first use (a space exists once a key opens it)."""
@@ -63,8 +61,6 @@ class KernelState:
         if kind not in _KERNEL_KINDS:  # nearly every record: one of a space
             space = self.spaces.get(record["space"])
             (self.space(record["space"]) if space is None else space).apply(record)
-        elif kind == "idem.stored":
-            self.idempotency.apply_stored(record)
         elif kind == "key.registered":
             self.keys.apply_registered(record)
         elif kind == "key.revoked":
@@ -97,7 +93,6 @@ class KernelState:
         yield from self.keys.image()
         for space in self.spaces.values():
             yield from space.image()
-        yield from self.idempotency.image()
 
     def counts(self) -> dict[str, int]:
         """How many of each thing the state holds (for recovery reports and `runstate check`)."""
@@ -111,7 +106,7 @@ class KernelState:
             "messages": sum(len(space.messages) for space in spaces),
             "tasks": sum(len(space.tasks) for space in spaces),
             "keys": len(self.keys),
-            "idempotency_keys": len(self.idempotency),
+            "idempotency_keys": sum(len(space.idempotency) for space in spaces),
         }
 
     # -- keys (not in any space: a key names the spaces it opens) ---------------------------------

@@ -152,7 +152,9 @@ NOT_COUNTED = frozenset(
      "pool.image", "allowance.image", "waiter.image", "permit_waiter.image", "work_limit.image", "budget.image", "reservation.image",
      "work_limit.counted", "task.requirements",
      # -- coordination --
-     "barrier.image", "timer.image", "group.image", "events.image", "event.image"}
+     "barrier.image", "timer.image", "group.image", "events.image", "event.image",
+     # A stored answer: the request it answers was counted when it ran.
+     "idem.stored"}
 )
 
 CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED

@@ -49,7 +49,7 @@ async def main_async(claims: int, baseline_s: float) -> None:
     print(f"recovered in {time.perf_counter() - began:.1f} s: {store.report.counts}")
     async with trio.open_nursery() as nursery:
         kernel = Kernel(state=store.state, journal=store.journal, clock=clock)
-        await nursery.start(store.run, kernel)
+        await nursery.start(store.run, kernel.partitions[0])
         began = time.perf_counter()
         await nursery.start(kernel.run)
         print(f"kernel armed {claims} lease timers in {time.perf_counter() - began:.2f} s (at start, before serving)")

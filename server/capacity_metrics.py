@@ -4,24 +4,24 @@ no integers, and a gauge is for watching, not for accounting)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from ..actors.state import KernelState
+    from ..actors.space import SpaceState
 
 __all__ = ["capacity_families"]
 
 
-def capacity_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
+def capacity_families(spaces: "Mapping[str, SpaceState]", now_ms: int) -> Iterator[Metric]:
     total = GaugeMetricFamily("runstate_pool_units", "Units of each permit pool.", labels=["space", "pool"])
     in_use = GaugeMetricFamily("runstate_pool_units_in_use", "Units of each permit pool held under a lease now.", labels=["space", "pool"])
     remaining = GaugeMetricFamily("runstate_quota_remaining", "Units left in each allowance's current window.", labels=["space", "allowance"])
     waiting = GaugeMetricFamily("runstate_quota_waiters", "Allowance waiters still waiting.", labels=["space", "allowance"])
     spent = GaugeMetricFamily("runstate_budget_spent_minor", "What each budget has settled, in minor units.", labels=["space", "budget"])
     reserved = GaugeMetricFamily("runstate_budget_reserved_minor", "What each budget's active reservations hold, in minor units.", labels=["space", "budget"])
-    for space_id, space in state.spaces.items():
+    for space_id, space in spaces.items():
         part = getattr(space, "capacity", None)
         if part is None:
             continue

@@ -94,6 +94,9 @@ _SERVER: tuple[Setting, ...] = (
     Setting("fsync", str, _DEFAULTS.fsync, "When the journal is fsynced: before each answer (always); in the background every fsync_batch_ms, "
             "answering after the write (batch: a power cut loses at most that window); never, answering after the write "
             "(off: survives a killed process, not a power cut). See docs/durability.md.", choices=FSYNC_POLICIES),
+    Setting("partitions", int, _DEFAULTS.partitions, "Data partitions, each with its own journal, timers and actors, spaces spread over them "
+            "by a hash of their id. Fixed when the data directory is made (default 1); a later start may leave it out or repeat it.",
+            minimum=1, maximum=256, optional=True),
     Setting("api_key", str, _DEFAULTS.api_key, "A bearer key accepted for `space_id` at start (journaled as its digest).", optional=True, secret=True),
     Setting("space_id", str, _DEFAULTS.space_id, "The space `api_key` (or the key made at first start) opens."),
     Setting("admin_key", str, _DEFAULTS.admin_key, "The admin credential for /v1/admin and `runstate keys`; at least 16 characters. "

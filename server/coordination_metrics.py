@@ -8,22 +8,22 @@ states things are in now.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from ..actors.state import KernelState
+    from ..actors.space import SpaceState
 
 __all__ = ["coordination_families"]
 
 
-def coordination_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
+def coordination_families(spaces: "Mapping[str, SpaceState]", now_ms: int) -> Iterator[Metric]:
     barriers = GaugeMetricFamily("runstate_barriers", "Barriers by state (OPEN, RELEASED, CANCELLED), by space.", labels=["space", "state"])
     timers = GaugeMetricFamily("runstate_timers", "Timers by state (ARMED, FIRED, ACKED, CANCELLED, EXPIRED), by space.", labels=["space", "state"])
     groups = GaugeMetricFamily("runstate_task_groups", "Task groups by state (OPEN, SEALED, FINALIZED), by space.", labels=["space", "state"])
     events = GaugeMetricFamily("runstate_events_kept", "Events kept in the space's event log.", labels=["space"])
-    for space_id, space in state.spaces.items():
+    for space_id, space in spaces.items():
         part = getattr(space, "coordination", None)
         if part is None:
             continue

@@ -64,7 +64,7 @@ class Lifecycle:
         """After the drain: flush the journal, write the final snapshot, end the kernel."""
         runtime = self.runtime
         kernel = runtime.kernel
-        operations = 0 if kernel is None else sum(space.usage.total for space in kernel.state.spaces.values())
+        operations = 0 if kernel is None else sum(space.usage.total for space in kernel.spaces())
         event(log, "drained", "requests drained", in_flight=runtime.telemetry.in_flight, operations=operations)
         if runtime.kernel is not None:
             runtime.kernel.end_waits()
@@ -131,7 +131,7 @@ class Lifecycle:
             kernel = self.runtime.kernel
             if kernel is None:
                 continue
-            total = sum(space.usage.expiries for space in kernel.state.spaces.values())
+            total = sum(space.usage.expiries for space in kernel.spaces())
             if last is None:
                 last = total
                 continue

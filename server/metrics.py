@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import trio
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
@@ -38,7 +38,7 @@ from ..snapshots.disk import Disk
 from .capacity_metrics import capacity_families  # -- capacity --
 
 if TYPE_CHECKING:
-    from ..actors.state import KernelState
+    from ..actors.space import SpaceState
     from .runtime import Runtime
 
 __all__ = ["Metrics", "RouteMetrics", "JournalMetrics", "MeteredDisk", "queue_families", "CONTENT_TYPE"]
@@ -55,7 +55,7 @@ DISK_BUCKETS_S = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 
 SNAPSHOT_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 # Source of more families at scrape time: (state, now_ms) -> families.
-Source = Callable[["KernelState", int], Iterable[Metric]]
+Source = Callable[["Mapping[str, SpaceState]", int], Iterable[Metric]]
 
 
 class RouteMetrics:
@@ -192,17 +192,19 @@ class StateCollector:
             return
         yield from _kernel_families(kernel)
         now_ms = kernel.clock.now_ms()
-        yield from _space_families(kernel.state, now_ms)
+        spaces = {space.id: space for space in kernel.spaces()}
+        yield from _space_families(spaces, now_ms)
         for read in self.sources:
-            yield from read(kernel.state, now_ms)
+            yield from read(spaces, now_ms)
 
 
 def _kernel_families(kernel: Any) -> Iterator[Metric]:
     fires = CounterMetricFamily("runstate_supervisor_fires", "Expiries the supervisor proposed (lease ends, deadlines); stale ones included.")
-    fires.add_metric([], kernel.supervisor.fired)
+    armed, fired = kernel.timers()
+    fires.add_metric([], fired)
     yield fires
     timers = GaugeMetricFamily("runstate_supervisor_timers", "Timers the supervisor keeps (leases, deadlines).")
-    timers.add_metric([], len(kernel.supervisor))
+    timers.add_metric([], armed)
     yield timers
     replays = CounterMetricFamily("runstate_idempotency_replays", "Requests answered from a stored Idempotency-Key answer instead of being run again.")
     replays.add_metric([], kernel.idempotent_replays)
@@ -217,13 +219,13 @@ def _kernel_families(kernel: Any) -> Iterator[Metric]:
     tasks.add_metric([], trio.lowlevel.current_statistics().tasks_living)
     yield tasks
     keys = GaugeMetricFamily("runstate_api_keys", "API keys registered, by state.", labels=["state"])
-    revoked = sum(1 for key in kernel.state.keys.all() if key.revoked_ms is not None)
-    keys.add_metric(["active"], len(kernel.state.keys) - revoked)
+    revoked = sum(1 for key in kernel.keys.all() if key.revoked_ms is not None)
+    keys.add_metric(["active"], len(kernel.keys) - revoked)
     keys.add_metric(["revoked"], revoked)
     yield keys
 
 
-def _space_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
+def _space_families(spaces: "Mapping[str, SpaceState]", now_ms: int) -> Iterator[Metric]:
     live = GaugeMetricFamily("runstate_claims_live", "Claims held now, with a lease that has not ended.", labels=["space"])
     operations = CounterMetricFamily(
         "runstate_operations", "Operations done, by space and operation, as counted for usage (renewals not included).",
@@ -234,7 +236,7 @@ def _space_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
         "runstate_expiries", "Claim leases, runs, delivery leases and tasks whose time ran out, by space and kind.", labels=["space", "kind"]
     )
     takeovers = CounterMetricFamily("runstate_claim_takeovers", "Claims acquired after the previous holder's lease expired.", labels=["space"])
-    for space_id, space in state.spaces.items():
+    for space_id, space in spaces.items():
         live.add_metric([space_id], sum(1 for claim in space.claims.held() if claim.held_at(now_ms)))
         usage = space.usage
         for name, count in usage.operations.items():
@@ -249,7 +251,7 @@ def _space_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
     yield from (live, operations, free, expiries, takeovers)
 
 
-def queue_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
+def queue_families(spaces: "Mapping[str, SpaceState]", now_ms: int) -> Iterator[Metric]:
     """Queued and running work per mailbox, and deliveries in flight, from each space's mailboxes.
 
     A space without mailboxes (a server built without the queue) yields the families empty.
@@ -257,7 +259,7 @@ def queue_families(state: "KernelState", now_ms: int) -> Iterator[Metric]:
     queued = GaugeMetricFamily("runstate_tasks_queued", "Messages and tasks waiting for a worker, by mailbox (retry backoff included).", labels=["space", "mailbox"])
     running = GaugeMetricFamily("runstate_tasks_running", "Messages and tasks a worker holds under a lease, by mailbox.", labels=["space", "mailbox"])
     in_flight = GaugeMetricFamily("runstate_deliveries_in_flight", "Deliveries handed out and not yet settled, by space.", labels=["space"])
-    for space_id, space in state.spaces.items():
+    for space_id, space in spaces.items():
         mailboxes = getattr(space, "mailboxes", None)
         if mailboxes is None:
             continue

@@ -22,9 +22,9 @@ from ..actors.clock import Clock
 from ..actors.errors import NOT_FOUND, UNAUTHENTICATED, KernelError, quote
 from ..actors.ids import IdSource
 from ..actors.kernel import Kernel
+from ..actors.layout import Layout
 from ..actors.commands import RegisterKey
 from ..actors.keys import digest, new_secret
-from ..actors.state import KernelState
 from ..snapshots import RecoveryError, StoreLocked, open_store
 from ..snapshots.recovery import wal_dir
 from .admin import AdminCredential
@@ -100,19 +100,19 @@ class Runtime:
 
     async def _serve(self, nursery: trio.Nursery, clock: Clock, store) -> None:  # type: ignore[no-untyped-def]
         """Start the kernel (and the store's tasks) in `nursery`, then declare the server ready."""
-        kernel = Kernel(
-            state=store.state if store is not None else KernelState(self.limits),
-            journal=store.journal if store is not None else None,
-            clock=clock,
-            ids=IdSource(self.settings.seed),
-        )
+        ids = IdSource(self.settings.seed)
         if store is not None:
-            await nursery.start(store.run, kernel)
+            kernel = Kernel(state=store.state, journal=store.journal, clock=clock, ids=ids)
+        else:
+            layout = Layout(self.settings.partitions or 1)
+            kernel = Kernel.partitioned({}, layout=layout, limits=self.limits, clock=clock, ids=ids)
         await nursery.start(kernel.run)
+        if store is not None:
+            await nursery.start(store.run, kernel.partitions[0])
         self.kernel = kernel
         await self._configure_keys()
         self.ready = True
-        event(log, "ready", "ready", spaces=len(kernel.state.keys.spaces()), keys=len(kernel.state.keys))
+        event(log, "ready", "ready", spaces=len(kernel.keys.spaces()), keys=len(kernel.keys), partitions=kernel.layout.count)
 
     async def _configure_keys(self) -> None:
         settings = self.settings
@@ -122,7 +122,7 @@ class Runtime:
                 await self._register_key(settings.api_key, settings.space_id, "RUNSTATE_API_KEY")
             except KernelError as error:  # revoked through the admin API: it stays revoked
                 log.warning("RUNSTATE_API_KEY is not accepted: %s", error.message)
-        elif not len(self.kernel.state.keys):  # type: ignore[union-attr]
+        elif not len(self.kernel.keys):  # type: ignore[union-attr]
             secret = new_secret()
             await self._register_key(secret, settings.space_id, "generated at first start")
             if self._on_new_key is not None:
@@ -143,7 +143,7 @@ class Runtime:
         action is not allowed), not 401.
         """
         secret = request.bearer()
-        spaces = self.kernel.state.keys.spaces_for(secret)  # type: ignore[union-attr]
+        spaces = self.kernel.keys.spaces_for(secret)  # type: ignore[union-attr]
         if not spaces:
             if self.admin.matches(secret):
                 if request.method == "GET":
@@ -158,18 +158,30 @@ class Runtime:
         return space
 
     def journal_refusal(self) -> str | None:
-        """Why the journal refuses every change now (a write or fsync failed), or None while it takes them.
+        """Why some partition refuses every change now (it could not be opened, or a write or
+        fsync failed), or None while every one takes them.
 
         The store probes the disk and repairs itself once it works again; until then reads go on
         and `/healthz` says not ready, so a load balancer sends changes elsewhere.
         """
-        journal = self.kernel.journal if self.kernel is not None else None
-        failure = getattr(journal, "failure", None)
-        return None if failure is None else f"the journal refuses changes: {failure}"
+        if self.kernel is None:
+            return None
+        reasons = []
+        for partition in self.kernel.partitions:
+            failure = partition.journal.failure
+            if partition.refusal is not None:
+                reasons.append(f"partition {partition.number}: {partition.refusal}")
+            elif failure is not None:
+                reasons.append(f"partition {partition.number}: the journal refuses changes: {failure}")
+        if not reasons:
+            return None
+        if len(self.kernel.partitions) == 1:
+            return reasons[0].partition(": ")[2]
+        return "; ".join(reasons)
 
     def key_is_known(self, secret: str) -> bool:
         """Whether `secret` is any key of this server (an API key or the admin key), from the headers alone."""
-        return bool(self.kernel.state.keys.spaces_for(secret)) or self.admin.matches(secret)
+        return bool(self.kernel.keys.spaces_for(secret)) or self.admin.matches(secret)
 
     # -- operating it ------------------------------------------------------------------------------
 
@@ -182,12 +194,18 @@ class Runtime:
 
     async def flush(self) -> None:
         """At shutdown, after the drain: everything recorded made durable, then a final snapshot."""
-        journal = self.kernel.journal  # type: ignore[union-attr]
-        last = journal.appended_lsn if hasattr(journal, "appended_lsn") else journal.lsn
-        done = trio.Event()
-        journal.after(last, lambda error: done.set())
-        await done.wait()
-        event(log, "journal_flushed", "journal flushed", lsn=last)
+        kernel = self.kernel
+        assert kernel is not None
+        lsns = {}
+        for partition in kernel.partitions:
+            journal = partition.journal
+            last = lsns[partition.number] = journal.appended_lsn
+            done = trio.Event()
+            journal.after(last, lambda error: done.set())
+            await done.wait()
+        lsn = lsns[0] if len(lsns) == 1 else None
+        event(log, "journal_flushed", "journal flushed", lsn=lsn, partitions={str(number): last for number, last in lsns.items()})
+        journal = kernel.partitions[0].journal
         store = self.store
         if store is not None and journal.failure is None and journal.durable_lsn > store.snapshot_lsn:
             await store.snapshot()
@@ -197,13 +215,14 @@ class Runtime:
         secret = request.bearer()
         if self.admin.matches(secret):
             return
-        if self.ready and self.kernel.state.keys.spaces_for(secret):  # type: ignore[union-attr]
+        if self.ready and self.kernel.keys.spaces_for(secret):  # type: ignore[union-attr]
             raise ApiError("FORBIDDEN", "this needs the admin key; an API key opens only its spaces")
         raise ApiError(UNAUTHENTICATED, "the admin key is not valid")
 
     def _known_space(self, space: str) -> str:
         """`space` if it holds anything or a key opens it; reading it must not make it."""
-        state = self.kernel.state  # type: ignore[union-attr]
-        if space not in state.spaces and space not in state.keys.spaces():
+        kernel = self.kernel
+        assert kernel is not None
+        if not kernel.space_known(space) and space not in kernel.keys.spaces():
             raise ApiError(NOT_FOUND, f"space {quote(space)} not found")
         return space

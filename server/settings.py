@@ -26,6 +26,9 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     # Fixed randomness for simulations and tests; None draws from the operating system.
     seed: int | None = None
+    # Data partitions (`actors/layout.py`): fixed when a data directory is made (None: 1 for a new
+    # one, else the count the directory was made with).
+    partitions: int | None = None
 
     # Operating it (see `config.py` for the flags, variables and TOML names of each).
     # The credential of the admin endpoints; None: read or made in the data directory, or printed once.

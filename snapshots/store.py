@@ -2,8 +2,8 @@
 
     store = await open_store(data_dir, model=model, clock=clock, fsync="always")
     kernel = Kernel(state=store.state, journal=store.journal, clock=clock)
-    await nursery.start(store.run, kernel)   # the WAL writer, snapshots, repairs after a disk error
     await nursery.start(kernel.run)
+    await nursery.start(store.run, kernel.partitions[0])  # the WAL writer, snapshots, repairs
 
 The caller hands in the `StateModel` (how to make a state, the record format; `model.py`) and the
 clock: this package knows neither the kernel's classes nor where time comes from.
@@ -47,6 +47,7 @@ import trio
 
 from .disk import FILE_MODE, Disk, make_private
 from .compaction import command, model_bytes, take_snapshot
+from ..actors.journal import Restorable
 from .model import Clock, RecoverableState, StateModel
 from .snapshot import SnapshotInfo, list_snapshots, snapshot_version, write_snapshot
 from .recovery import Loaded, RecoveryError, file_versions, load, snapshot_dir, wal_dir
@@ -193,7 +194,7 @@ class Store:
         self.snapshot_refusals: list[str] = []
         self.repairs_done = 0
         self._lock_fd: int | None = lock_fd
-        self._kernel: Any = None
+        self._owner: Restorable | None = None
         self._busy = trio.Lock()  # snapshots and repairs never run at the same time
         # Told the seconds each snapshot took (the server's metrics).
         self.on_snapshot: Callable[[float], None] | None = None
@@ -300,10 +301,11 @@ class Store:
 
     # -- running ---------------------------------------------------------------------------------
 
-    async def run(self, kernel: Any, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The writer, the snapshots and the repairs, until cancelled."""
+    async def run(self, owner: Restorable | None, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The writer, the snapshots and the repairs, until cancelled; `owner` serves the state
+        (a partition) and is handed the state rebuilt after a failed write."""
         assert self.journal is not None
-        self._kernel = kernel
+        self._owner = owner
         async with trio.open_nursery() as nursery:
             await nursery.start(self.journal.run)
             nursery.start_soon(self._snapshots)
@@ -390,17 +392,17 @@ class Store:
         the timers of its grace periods. Deciding on the live state instead would change it off
         the event loop while reads are served.
         """
-        journal, kernel = self.journal, self._kernel
+        journal, owner = self.journal, self._owner
         assert journal is not None
         recorded = await self._until_the_disk_works(self._rebuild)
         self.state = recorded.state
-        if kernel is not None:
-            kernel.restore(recorded.state)  # from here on, reads show only recorded changes
+        if owner is not None:
+            owner.restore(recorded.state)  # from here on, reads show only recorded changes
         del recorded
         booted = await self._until_the_disk_works(self._repair_once)
         self.state = booted.state
-        if kernel is not None:
-            kernel.restore(booted.state)
+        if owner is not None:
+            owner.restore(booted.state)
         journal.reopen()
         self.repairs_done += 1
         log.warning("the journal works again: state rebuilt from disk up to LSN %d", journal.durable_lsn)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ...actors import commands as c
 from ...actors.fields import TEXT, TEXTS, Spec, read_field
 from ...actors.keys import digest, new_secret
+from ...actors.state import KernelState
 from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
@@ -57,23 +58,25 @@ async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[
 async def list_keys(services: Runtime, request: Request) -> tuple[int, dict]:
     services.authorize_admin(request)
     space = request.param("space")
-    state = services.kernel.state  # type: ignore[union-attr]
-    views = [state.key_view(key) for key in state.keys.all() if space is None or space in key.spaces]
+    keys = services.kernel.keys  # type: ignore[union-attr]
+    views = [KernelState.key_view(key) for key in keys.all() if space is None or space in key.spaces]
     return 200, {"keys": views}
 
 
 async def list_spaces(services: Runtime, request: Request) -> tuple[int, dict]:
     services.authorize_admin(request)
-    state = services.kernel.state  # type: ignore[union-attr]
-    now_ms = services.kernel.clock.now_ms()  # type: ignore[union-attr]
+    kernel = services.kernel
+    assert kernel is not None
+    now_ms = kernel.clock.now_ms()
+    spaces = {space.id: space for space in kernel.spaces()}
     keys_per_space: dict[str, int] = {}
-    for key in state.keys.all():
+    for key in kernel.keys.all():
         if key.revoked_ms is None:
             for space in key.spaces:
                 keys_per_space[space] = keys_per_space.get(space, 0) + 1
     rows = []
-    for space_id in sorted(set(keys_per_space) | {s for s, space in state.spaces.items() if len(space.scopes)}):
-        space = state.spaces.get(space_id)
+    for space_id in sorted(set(keys_per_space) | {s for s, space in spaces.items() if len(space.scopes)}):
+        space = spaces.get(space_id)
         rows.append(
             {
                 "id": space_id,

@@ -19,6 +19,7 @@ import itertools
 from ...actors import caps, reads
 from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED, quote
 from ...actors.keys import digest
+from ...actors.state import KernelState
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
@@ -125,10 +126,10 @@ async def whoami(services: Runtime, request: Request) -> tuple[int, dict]:
 
     So that a tool holding only an API key can find the space it opens (`runstate inspect`)."""
     secret = request.bearer()
-    state = services.kernel.state  # type: ignore[union-attr]
-    spaces = state.keys.spaces_for(secret)
+    keys = services.kernel.keys  # type: ignore[union-attr]
+    spaces = keys.spaces_for(secret)
     if spaces:
-        view = state.key_view(state.keys.by_digest(digest(secret)))
+        view = KernelState.key_view(keys.by_digest(digest(secret)))
         return 200, {**view, "admin": False}
     if services.admin.matches(secret):
         return 200, {"id": None, "name": None, "spaces": [], "createdAt": None, "revokedAt": None, "admin": True}

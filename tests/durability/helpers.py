@@ -132,7 +132,7 @@ async def running(
     try:
         async with trio.open_nursery() as nursery:
             kernel = Kernel(state=store.state, journal=store.journal, clock=clock)
-            await nursery.start(store.run, kernel)
+            await nursery.start(store.run, kernel.partitions[0])
             await nursery.start(kernel.run)
             yield Running(store, kernel)
             nursery.cancel_scope.cancel()

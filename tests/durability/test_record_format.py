@@ -5,6 +5,7 @@ on its first start and served as it was written (`fixtures/v0`, made by `fixture
 from __future__ import annotations
 
 import ast
+import copy
 import itertools
 import json
 import logging
@@ -48,8 +49,11 @@ def with_tables_added_since(written: dict) -> dict:
     empty = contents(SpaceState("default", Limits()), False)  # as a space inside a state
     for space in written["spaces"].values():
         for name, value in empty.items():
-            space.setdefault(name, value)
+            space.setdefault(name, copy.deepcopy(value))
         with_counts_added_since(space)
+    # Stored answers were kept in one table for the whole server; each space keeps its own now.
+    for (space_id, key), stored in written.pop("idempotency")["_entries"]:
+        written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
     return written
 
 

@@ -111,21 +111,21 @@ async def test_a_snapshot_is_not_taken_while_the_journal_has_failed(tmp_path, au
 
 
 @pytest.mark.trio
-async def test_a_repair_records_the_boot_on_a_rebuild_before_the_kernel_gets_it(tmp_path, autojump_clock, monkeypatch):
+async def test_a_repair_records_the_boot_on_a_rebuild_before_the_partition_gets_it(tmp_path, autojump_clock, monkeypatch):
     """No state the kernel serves reads from is changed off the event loop: the first rebuild
     (handed over at once, so reads show only recorded changes) is never touched again, and the one
     the journal goes on from is handed over with its boot already decided and recorded."""
-    from runstate.actors import Kernel
+    from runstate.actors.partition import Partition
     from runstate.snapshots import contents
 
     restored: list = []
-    restore = Kernel.restore
+    restore = Partition.restore
 
-    def watched(kernel, state) -> None:  # type: ignore[no-untyped-def]
+    def watched(partition, state) -> None:  # type: ignore[no-untyped-def]
         restored.append((state, contents(state)))
-        restore(kernel, state)
+        restore(partition, state)
 
-    monkeypatch.setattr(Kernel, "restore", watched)
+    monkeypatch.setattr(Partition, "restore", watched)
     data = str(tmp_path)
     disk = FaultyDisk()
     async with running(data, disk=disk, config=StoreConfig(probe_interval_s=1.0)) as run:

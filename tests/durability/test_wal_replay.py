@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from runstate.actors import KernelError, KernelState, Limits
 from runstate.actors import commands as c
+from runstate.actors.idempotency import IdempotencyTable
 from runstate.actors.transitions import TRANSITIONS
 from runstate.snapshots import assert_same_state, contents
 from runstate.snapshots.equality import first_difference
@@ -39,14 +40,15 @@ class Driver:
     def run(self, command, idem: tuple[str, str] | None = None) -> None:
         state = self.state
         try:
-            if idem is not None and state.idempotency.lookup(idem[0], idem[1], "fp", self.now_ms):
+            space = state.spaces.get(idem[0]) if idem is not None else None
+            if space is not None and space.idempotency.lookup(idem[1], "fp", self.now_ms):
                 return
             outcome = TRANSITIONS[type(command)](state, command, self.now_ms)
         except KernelError:
             return
         records = list(outcome.records)
         if idem is not None and records:
-            record = state.idempotency.record(idem[0], idem[1], "fp", outcome.reply, self.now_ms)
+            record = IdempotencyTable.record(idem[0], idem[1], "fp", outcome.reply, self.now_ms)
             state.apply(record)
             records.append(record)
         self.records.extend(records)

@@ -194,6 +194,7 @@ async def test_with_worker_threads_in_real_time(tmp_path):
 def test_dismantle_empties_a_state_and_leaves_shared_settings_alone():
     from runstate.actors import KernelState, Limits
     from runstate.actors import commands as c
+    from runstate.actors.idempotency import IdempotencyTable
     from runstate.snapshots.compaction import dismantle
 
     limits = Limits(restart_grace_s=20)
@@ -204,7 +205,7 @@ def test_dismantle_empties_a_state_and_leaves_shared_settings_alone():
     for number in range(3000):
         command = c.AcquireClaim(space=SPACE, scope_id="sc", key=f"k{number}", holder="h", session="x", lease_s=5, token=f"t{number}")
         space.claiming.acquire(command, 0)
-    state.apply(state.idempotency.record(SPACE, "i", "fp", {"nested": [1, {"a": 2}]}, 0))
+    state.apply(IdempotencyTable.record(SPACE, "i", "fp", {"nested": [1, {"a": 2}]}, 0))
     dismantle(state)
     assert state.counts() == {
         "spaces": 0, "scopes": 0, "claims": 0, "claims_held": 0, "mailboxes": 0, "messages": 0, "tasks": 0,

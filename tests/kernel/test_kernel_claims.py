@@ -134,7 +134,7 @@ async def test_replaying_the_journal_rebuilds_the_same_claims(harness, autojump_
 
 async def test_actors_linger_briefly_then_retire(harness, autojump_clock):
     """A key in use keeps its actor task between calls; idle actors retire within two linger periods."""
-    from runstate.actors.kernel import ACTOR_LINGER_S
+    from runstate.actors.partition import ACTOR_LINGER_S
 
     h = harness
     run = await h.scopes.create("default")

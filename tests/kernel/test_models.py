@@ -273,19 +273,21 @@ class KeyMachine(RuleBasedStateMachine):
 
 
 class IdempotencyMachine(RuleBasedStateMachine):
-    """IdempotencyTable: a stored answer replays for the TTL; another request under the key conflicts;
-    the oldest entries go first when there are too many."""
+    """IdempotencyTable, one per space: a stored answer replays for the TTL; another request under
+    the key conflicts; the oldest entries go first when there are too many, and a space's entries
+    are only ever evicted by that space's own requests."""
 
     def __init__(self) -> None:
         super().__init__()
         self.limits = Limits().replace(idempotency_ttl_s=10, idempotency_keys_max=3)
-        self.table = IdempotencyTable(self.limits)
+        self.tables = {space: IdempotencyTable(self.limits) for space in ("a", "b")}
         self.now = T0
-        self.model: OrderedDict[tuple[str, str], tuple[str, int, int]] = OrderedDict()  # -> (fingerprint, body, at)
+        # space -> key -> (fingerprint, body, at), oldest first
+        self.model: dict[str, OrderedDict[str, tuple[str, int, int]]] = {space: OrderedDict() for space in ("a", "b")}
         self.count = 0
 
-    def _live(self, entry_key: tuple[str, str]) -> tuple[str, int, int] | None:
-        entry = self.model.get(entry_key)
+    def _live(self, space: str, key: str) -> tuple[str, int, int] | None:
+        entry = self.model[space].get(key)
         if entry is None or self.now - entry[2] >= self.limits.idempotency_ttl_s * 1000:
             return None
         return entry
@@ -296,9 +298,10 @@ class IdempotencyMachine(RuleBasedStateMachine):
 
     @rule(space=st.sampled_from(["a", "b"]), key=st.sampled_from(["k1", "k2", "k3", "k4"]), fingerprint=st.sampled_from(["f1", "f2"]))
     def request(self, space: str, key: str, fingerprint: str) -> None:
-        entry = self._live((space, key))
+        entry = self._live(space, key)
+        table, model = self.tables[space], self.model[space]
         try:
-            stored = self.table.lookup(space, key, fingerprint, self.now)
+            stored = table.lookup(key, fingerprint, self.now)
         except KernelError as error:
             assert error.code == IDEMPOTENCY_CONFLICT and entry is not None and entry[0] != fingerprint
             return
@@ -307,22 +310,24 @@ class IdempotencyMachine(RuleBasedStateMachine):
             return
         assert stored is None
         self.count += 1
-        self.table.apply_stored(self.table.record(space, key, fingerprint, self.count, self.now))
-        self.model.pop((space, key), None)
-        self.model[(space, key)] = (fingerprint, self.count, self.now)
+        table.apply_stored(table.record(space, key, fingerprint, self.count, self.now))
+        model.pop(key, None)
+        model[key] = (fingerprint, self.count, self.now)
         horizon = self.now - self.limits.idempotency_ttl_s * 1000
-        while self.model:
-            oldest = next(iter(self.model.values()))
-            if oldest[2] > horizon and len(self.model) <= self.limits.idempotency_keys_max:
+        while model:
+            oldest = next(iter(model.values()))
+            if oldest[2] > horizon and len(model) <= self.limits.idempotency_keys_max:
                 break
-            self.model.popitem(last=False)
+            model.popitem(last=False)
 
     @invariant()
     def kept_entries_match(self) -> None:
-        assert len(self.table) == len(self.model) <= self.limits.idempotency_keys_max
-        for (space, key), (fingerprint, body, _) in self.model.items():
-            if self._live((space, key)) is not None:
-                assert self.table.lookup(space, key, fingerprint, self.now).body == body
+        for space, table in self.tables.items():
+            model = self.model[space]
+            assert len(table) == len(model) <= self.limits.idempotency_keys_max
+            for key, (fingerprint, body, _) in model.items():
+                if self._live(space, key) is not None:
+                    assert table.lookup(key, fingerprint, self.now).body == body
 
 
 # -- mailboxes, messages, deliveries and tasks -----------------------------------------------------

@@ -35,7 +35,7 @@ async def app():
     served = create_app(Settings(api_key=KEY, seed=1, admin_key=ADMIN))
     async with runstate.testing.serve_app(served):
         kernel: Kernel = served.runtime.kernel
-        kernel.journal = MemoryJournal(keep=True)  # see what is written from here on
+        kernel.partition_of(None).journal = MemoryJournal(keep=True)  # see what the system partition writes from here on
         yield served
 
 
@@ -59,7 +59,7 @@ async def test_keys_are_journaled_as_digests_and_the_secret_is_written_nowhere(a
     """The journal holds key.registered with the SHA-256 digest and key.revoked; never the key itself."""
     _, made = await request(app, "POST", "/v1/admin/keys", ADMIN, {"spaces": ["a", "b"]})
     await request(app, "POST", f"/v1/admin/keys/{made['id']}/revoke", ADMIN)
-    records = app.runtime.kernel.journal.records
+    records = app.runtime.kernel.partition_of(None).journal.records
     assert [r["type"] for r in records] == ["key.registered", "key.revoked"]
     assert records[0]["digest"] == hashlib.sha256(made["key"].encode()).hexdigest()
     assert records[0]["spaces"] == ["a", "b"]
@@ -124,7 +124,7 @@ async def test_the_admin_key_reads_any_known_space_and_an_api_key_only_its_own(a
     assert (await request(app, "GET", "/v1/spaces/research/usage", ADMIN))[0] == 200
     assert (await request(app, "GET", "/v1/spaces/default/usage", ADMIN))[0] == 200
     assert (await request(app, "GET", "/v1/spaces/nowhere/usage", ADMIN))[0] == 404
-    assert "nowhere" not in app.runtime.kernel.state.spaces
+    assert not app.runtime.kernel.space_known("nowhere")
     assert (await request(app, "GET", "/v1/spaces/default/usage", made["key"]))[0] == 404
     # The admin key reads; it does not act inside a space: valid, but not allowed there (403, not 401).
     status, refused = await request(app, "POST", "/v1/spaces/default/scopes", ADMIN, {})

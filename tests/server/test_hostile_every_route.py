@@ -126,7 +126,7 @@ async def test_after_all_of_it_the_server_is_healthy_and_consistent(api, autojum
     status, _, view = await api.request("GET", f"/v1/spaces/default/tasks/{task['taskId']}")
     assert view["outcome"] == 42
     kernel = api.rs.kernel
-    for space in kernel.state.spaces.values():
+    for space in kernel.spaces():
         for box in space.mailboxes.all():
             live = [m for m in space.messages.all() if m.mailbox_id == box.id]
             assert box.queued == sum(m.state == "QUEUED" for m in live)

@@ -55,7 +55,7 @@ async def test_run_names_are_checked_and_survive_replay(client, autojump_clock):
     assert (await _put(client, "/runs/" + "n" * 257)).code == "VALIDATION_FAILED"
     run = (await _put(client, "/runs/kept")).json
     replayed = KernelState(client.runtime.limits)
-    for record in list(client.runtime.kernel.state.image()):
+    for record in list(client.runtime.kernel.partition_of("default").state.image()):
         replayed.apply(record)
     assert replayed.space("default").run_names.scope_of("kept") == run["id"]
 
@@ -83,7 +83,7 @@ async def test_a_producer_first_does_not_fix_the_settings_its_workers_declare(cl
     """A put of `{}` (a 0.3.0 producer) creates the mailbox with defaults and declares nothing: the
     first worker's maxAttempts and requirements are declared then, and from then on a put that
     states others is CONFLICT, one that states none (or the same, in any order) is answered."""
-    journal = client.runtime.kernel.journal = MemoryJournal(keep=True)
+    journal = client.runtime.kernel.partition_of("default").journal = MemoryJournal(keep=True)
     await client.post("/permits", {"name": "browser", "units": 2})
     await client.post("/permits", {"name": "gpu", "units": 1})
     made = (await _put(client, "/mailboxes/by-name/review")).json
@@ -100,7 +100,7 @@ async def test_a_producer_first_does_not_fix_the_settings_its_workers_declare(cl
     assert other.code == "CONFLICT" and "requirements" in other.json["error"]["message"]
     assert (await _put(client, "/mailboxes/by-name/review", {"maxAttempts": 4})).code == "CONFLICT"
     # Declared settings are kept by the journal and the image.
-    state = client.runtime.kernel.state
+    state = client.runtime.kernel.partition_of("default").state
     assert "mailbox.declared" in {record["type"] for record in journal.records}
     for records in (journal.records, list(state.image())):
         rebuilt = KernelState(client.runtime.limits)
@@ -244,9 +244,9 @@ async def test_once_slots_survive_replay_and_images(client, autojump_clock):
     held = (await _acquire(client, run, key="a")).json
     await client.post("/once/complete", {"scopeId": run, "key": "a", "token": held["token"], "result": "r"})
     await _acquire(client, run, key="b", lease=60)
-    live = client.runtime.kernel.state.space("default")
+    live = client.runtime.kernel.partition_of("default").state.space("default")
     rebuilt = KernelState(client.runtime.limits)
-    for record in list(client.runtime.kernel.state.image()):
+    for record in list(client.runtime.kernel.partition_of("default").state.image()):
         check_record(record)  # every image record is one the record format knows
         rebuilt.apply(record)
     now = client.runtime.kernel.clock.now_ms()
@@ -352,7 +352,7 @@ async def test_a_waiting_acquire_is_claim_held_when_its_wait_ends_or_stopped_by_
 
 async def test_every_record_these_routes_write_is_registered(client, autojump_clock):
     """Runs, mailboxes by name, once keys through every state: each record is one the format knows."""
-    journal = client.runtime.kernel.journal = MemoryJournal(keep=True)
+    journal = client.runtime.kernel.partition_of("default").journal = MemoryJournal(keep=True)
     run = (await _put(client, "/runs/registered", {"deadline": "2027-01-15T09:00:00Z"})).json["id"]
     await _put(client, "/mailboxes/by-name/q")
     done = (await _acquire(client, run, key="a")).json
