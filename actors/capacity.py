@@ -454,10 +454,10 @@ class CapacityCommands:
         # Due at once after a recovery: units may have come back while nobody moved the line.
         yield from self.pool_serve_timers(0)
 
-    def restart(self, newest_ms: int, now_ms: int, grace_ms: int) -> Outcome:
+    def restart(self, now_ms: int, grace_ms: int) -> Outcome:
         """After a recovery: grant leases and signaled waiters' turns get the claims' rule
         (`PoolTable.decide_restart`)."""
-        outcome = self._commit(Outcome(), *self.pools.decide_restart(newest_ms, now_ms, grace_ms))
+        outcome = self._commit(Outcome(), *self.pools.decide_restart(now_ms, grace_ms))
         for grant in self.pools.grants():
             if grant.message_id is None:
                 outcome.timers.append(self._grant_timer(grant.id, grant.token, grant.expires_ms))

@@ -104,7 +104,7 @@ class ClaimCommands:
         for claim in self._claims.held():
             yield self.lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms)  # type: ignore[arg-type]
 
-    def restart(self, newest_ms: int, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
-        """After a recovery: the expiries and grace renewals of `ClaimTable.decide_restart`."""
-        records = self._claims.decide_restart(newest_ms, now_ms, grace_ms, spread_ms)
+    def restart(self, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
+        """At a start: the expiries and grace renewals of `ClaimTable.decide_restart`."""
+        records = self._claims.decide_restart(now_ms, grace_ms, spread_ms)
         return self._commit(Outcome(), *records)

@@ -37,6 +37,7 @@ class Claim:
         "expires_ms",
         "acquired_ms",
         "expired",
+        "graced",
     )
 
     def __init__(self, scope_id: str, key: str) -> None:
@@ -51,6 +52,9 @@ class Claim:
         self.acquired_ms = 0
         # The last lease ended by expiring, not by a release: the next acquire is a takeover.
         self.expired = False
+        # A restart gave this lease its grace and its holder has not renewed since: a restart
+        # gives a lease its grace once (see `decide_restart`).
+        self.graced = False
 
     def held_at(self, now_ms: int) -> bool:
         return self.token is not None and now_ms < self.expires_ms
@@ -208,22 +212,25 @@ class ClaimTable:
             "at_ms": now_ms,
         }
 
-    def decide_restart(self, newest_ms: int, now_ms: int, grace_ms: int, spread_ms: int) -> list[dict]:
-        """After a recovery: expire what had ended before the crash, give the rest a grace period.
+    def decide_restart(self, now_ms: int, grace_ms: int, spread_ms: int) -> list[dict]:
+        """At a start (a restart, or a failover to a new leader): the restart rule.
 
-        The crash happened at or after `newest_ms`, the newest time the journal recorded. A lease
-        that ended by then had ended before the crash: it is expired. Any other lease may have been
-        alive at the crash, and its holder may still be renewing: it is given until at least
-        `now_ms + grace_ms`, as a renewal with the same token. Those new ends are spread over
-        `spread_ms`, in the order of the old ones, so a restart does not set off a wave of expiries
-        at one instant. Leases that end after the grace period anyway are left alone.
+        A lease whose end has passed by now is expired: its holder, going by its own clock, has
+        already stopped using it (the SDKs fail closed at their lease's end), so keeping the key
+        blocked would serve nobody. A live lease keeps its end, and if that end is nearer than
+        `grace_ms` it is moved to at least `now_ms + grace_ms` (a renewal with the same token,
+        marked `graced`), so that a holder cut off by the restart has time to renew. A lease gets
+        that grace once: one still `graced` (its holder has not renewed since) keeps its end at
+        the next start, so restarts every few seconds cannot keep a dead holder's lease alive.
+        The new ends are spread over `spread_ms` in the order of the old ones, so a restart does
+        not set off a wave of expiries at one instant.
         """
         records: list[dict] = []
         short: list[Claim] = []
         for claim in self._by_token.values():
-            if claim.expires_ms <= newest_ms:
+            if claim.expires_ms <= now_ms:
                 records.append(self._ended_record("claim.expired", claim, now_ms))
-            elif claim.expires_ms < now_ms + grace_ms:
+            elif claim.expires_ms < now_ms + grace_ms and not claim.graced:
                 short.append(claim)
         short.sort(key=lambda claim: (claim.expires_ms, claim.token))
         count = len(short)
@@ -235,6 +242,7 @@ class ClaimTable:
                     "lease_ms": claim.lease_ms,
                     "expires_ms": now_ms + grace_ms + spread_ms * index // count,
                     "at_ms": now_ms,
+                    "graced": True,
                 }
             )
         return records
@@ -249,7 +257,7 @@ class ClaimTable:
         """
         for keys in self._by_scope.values():
             for claim in keys.values():
-                yield {
+                record = {
                     "type": "claim.image",
                     "scope_id": claim.scope_id,
                     "key": claim.key,
@@ -263,11 +271,15 @@ class ClaimTable:
                     "expired": claim.expired,
                     "at_ms": claim.acquired_ms,
                 }
+                if claim.graced:
+                    record["graced"] = True
+                yield record
 
     def apply_image(self, record: dict) -> Claim:
         claim = Claim(record["scope_id"], record["key"])
         self._hold(claim, record, record["acquired_ms"])
         claim.expired = record.get("expired", False)
+        claim.graced = "graced" in record
         self._by_scope.setdefault(claim.scope_id, {})[claim.key] = claim
         if claim.token is not None:
             self._by_token[claim.token] = claim
@@ -283,6 +295,7 @@ class ClaimTable:
         claim.lease_ms = record["lease_ms"]
         claim.expires_ms = record["expires_ms"]
         claim.acquired_ms = acquired_ms
+        claim.graced = False
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -307,6 +320,7 @@ class ClaimTable:
         claim = self._by_token[record["token"]]
         claim.lease_ms = record["lease_ms"]
         claim.expires_ms = record["expires_ms"]
+        claim.graced = "graced" in record  # a restart's grace; the holder's own renewal clears it
         return claim
 
     def apply_ended(self, record: dict) -> Claim:

@@ -106,7 +106,11 @@ class Clock:
         For simulations that restart the server inside one trio run: every incarnation's clock
         then gives the same wall time for the same virtual instant.
         """
-        return cls(wall_ms, wall_source=lambda: wall_ms + trio.current_time() * 1000, virtual=True)
+        clock = cls(wall_ms, wall_source=lambda: wall_ms + trio.current_time() * 1000, virtual=True)
+        # Exactly `wall_ms`, as the source says: `(wall_ms + t) - t` in floating point may miss it
+        # by a fraction of a millisecond, and every incarnation must round the same instant alike.
+        clock._offset_ms = float(wall_ms)
+        return clock
 
     def now_ms(self) -> int:
         """The current wall time in whole milliseconds: never earlier than a previous reading."""

@@ -72,7 +72,7 @@ class RecoverableState(Protocol):
         """Decide and apply the record(s) of a new boot."""
         ...
 
-    def restart(self, newest_ms: int, now_ms: int) -> list[dict]:
+    def restart(self, now_ms: int) -> list[dict]:
         """Decide and apply what a start changes (leases that had ended, grace periods)."""
         ...
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import zlib
 
-__all__ = ["Layout", "SYSTEM", "PARTITIONS_MAX"]
+__all__ = ["Layout", "SYSTEM", "PARTITIONS_MAX", "place_record"]
 
 SYSTEM = 0
 # Partitions a data directory may be made with: each is a journal, a supervisor and a folder.
@@ -53,3 +53,19 @@ class Layout:
 
     def __repr__(self) -> str:
         return "Layout(single)" if self.single else f"Layout({self.count})"
+
+
+def place_record(record: dict, count: int) -> tuple[int, ...]:
+    """The partitions of `count` data partitions that a record of one journal for everything (a
+    data directory from before partitions) belongs to, when that directory is split into them.
+
+    A record of a space goes to its space's partition; a key's to the system partition; a boot
+    record to every partition, so that each keeps the epoch and the generation floor it reached
+    (generations must never be handed out twice, whichever partition a key's space now lives in).
+    """
+    space = record.get("space")
+    if space is not None:
+        return (Layout(count).of(space),)
+    if record["type"] == "kernel.booted":
+        return tuple(range(count + 1))
+    return (SYSTEM,)

@@ -109,6 +109,7 @@ class Message:
         "created_ms",
         "finished_ms",
         "reason",
+        "graced",  # a restart gave the current lease its grace; its holder has not renewed since
     )
 
     def __init__(
@@ -145,6 +146,7 @@ class Message:
         self.created_ms = created_ms
         self.finished_ms: int | None = None
         self.reason: str | None = None
+        self.graced = False
 
     def past_deadline(self, now_ms: int) -> bool:
         return self.deadline_ms is not None and now_ms >= self.deadline_ms
@@ -445,11 +447,14 @@ class MessageTable:
         for message in (*finished, *live):
             if message is None:
                 continue  # already forgotten
-            yield {
+            record = {
                 "type": "message.image",
                 **{slot: getattr(message, slot) for slot in _IMAGED},
                 "at_ms": message.created_ms,
             }
+            if message.graced:
+                record["graced"] = True
+            yield record
         for at_ms, key in self._work_key_order:
             entry = self._work_keys.get(key)
             if entry is not None and entry.at_ms == at_ms:
@@ -482,6 +487,7 @@ class MessageTable:
         )
         for slot in _IMAGED:
             setattr(message, slot, record[slot])
+        message.graced = "graced" in record
         self._messages[message.id] = message
         self._count(message, +1)
         self.payload_bytes += value_bytes(message.payload)
@@ -545,12 +551,14 @@ class MessageTable:
         message.session = record["session"]
         message.lease_ms = record["lease_ms"]
         message.expires_ms = record["expires_ms"]
+        message.graced = False
         return message
 
     def apply_renewed(self, record: dict) -> Message:
         message = self._messages[record["message_id"]]
         message.lease_ms = record["lease_ms"]
         message.expires_ms = record["expires_ms"]
+        message.graced = "graced" in record
         return message
 
     def apply_requeued(self, record: dict) -> Message:

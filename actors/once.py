@@ -48,7 +48,7 @@ def once_actor(space: str, scope_id: str, key: str) -> tuple:
 
 class Slot:
     __slots__ = ("scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms",
-                 "result", "last_error", "updated_ms")
+                 "result", "last_error", "updated_ms", "graced")
 
     def __init__(self, scope_id: str, key: str) -> None:
         self.scope_id = scope_id
@@ -63,6 +63,7 @@ class Slot:
         self.result: Any = None
         self.last_error: str | None = None
         self.updated_ms = 0
+        self.graced = False  # a restart gave the lease its grace; its holder has not renewed since
 
     def held_at(self, now_ms: int) -> bool:
         return self.state == HELD and now_ms < self.expires_ms
@@ -126,6 +127,7 @@ class OnceTable:
         slot.lease_ms = record["lease_ms"]
         slot.expires_ms = record["expires_ms"]
         slot.updated_ms = record["at_ms"]
+        slot.graced = False
         return slot
 
     def apply_renewed(self, record: dict) -> Slot:
@@ -133,6 +135,7 @@ class OnceTable:
         assert slot.token == record["token"]
         slot.lease_ms = record["lease_ms"]
         slot.expires_ms = record["expires_ms"]
+        slot.graced = "graced" in record
         return slot
 
     def _end_lease(self, slot: Slot, state: str, at_ms: int) -> Slot:
@@ -163,16 +166,20 @@ class OnceTable:
         self.result_bytes += value_bytes(slot.result)
         slot.last_error = record["last_error"]
         slot.updated_ms = record["at_ms"]
+        slot.graced = "graced" in record
         return slot
 
     def image(self) -> Iterator[dict]:
         for slot in self._slots.values():
-            yield {
+            record = {
                 "type": "once.image", "scope_id": slot.scope_id, "key": slot.key, "state": slot.state,
                 "attempts": slot.attempts, "token": slot.token, "holder": slot.holder, "session": slot.session,
                 "lease_ms": slot.lease_ms, "expires_ms": slot.expires_ms, "result": slot.result,
                 "last_error": slot.last_error, "at_ms": slot.updated_ms,
             }
+            if slot.graced:
+                record["graced"] = True
+            yield record
 
 
 Commit = Callable[..., Outcome]
@@ -278,22 +285,23 @@ class OnceCommands:
             if slot.state == HELD:
                 yield self._lease_timer(slot.scope_id, slot.key, slot.token, slot.expires_ms)  # type: ignore[arg-type]
 
-    def restart(self, newest_ms: int, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
-        """After a recovery, the claims' rule: leases that ended before the crash end now; the
-        others get a grace period (renewals with the same token), spread over `spread_ms`."""
+    def restart(self, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
+        """At a start, the claims' restart rule (`ClaimTable.decide_restart`): leases whose end has
+        passed end now; live ones nearer their end than the grace get it once (renewals with the
+        same token, marked `graced`), spread over `spread_ms`."""
         outcome = Outcome()
         short: list[Slot] = []
         for slot in [s for s in self._slots.all() if s.state == HELD]:
-            if slot.expires_ms <= newest_ms:
+            if slot.expires_ms <= now_ms:
                 self._commit(outcome, self._expired(slot.scope_id, slot.key, now_ms))
-            elif slot.expires_ms < now_ms + grace_ms:
+            elif slot.expires_ms < now_ms + grace_ms and not slot.graced:
                 short.append(slot)
         short.sort(key=lambda slot: (slot.expires_ms, slot.scope_id, slot.key))
         for index, slot in enumerate(short):
             record = {
                 "type": "once.renewed", "scope_id": slot.scope_id, "key": slot.key, "token": slot.token,
                 "lease_ms": slot.lease_ms, "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
-                "at_ms": now_ms,
+                "at_ms": now_ms, "graced": True,
             }
             self._commit(outcome, record)
         return outcome
@@ -311,10 +319,10 @@ ONCE_APPLY: dict[str, Callable[[OnceTable, dict], Any]] = {
 # The fields of each record type (for the record registry).
 ONCE_RECORDS: dict[str, tuple[str, ...]] = {
     "once.acquired": ("scope_id", "key", "token", "holder", "session", "lease_ms", "expires_ms", "attempts", "at_ms"),
-    "once.renewed": ("scope_id", "key", "token", "lease_ms", "expires_ms", "at_ms"),
+    "once.renewed": ("scope_id", "key", "token", "lease_ms", "expires_ms", "at_ms", "graced?"),
     "once.completed": ("scope_id", "key", "result", "at_ms"),
     "once.failed": ("scope_id", "key", "error", "failed", "at_ms"),
     "once.expired": ("scope_id", "key", "at_ms"),
     "once.image": ("scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms",
-                   "result", "last_error", "at_ms"),
+                   "result", "last_error", "at_ms", "graced?"),
 }

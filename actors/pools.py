@@ -46,7 +46,7 @@ POOL_RECORDS: dict[str, tuple[str, ...]] = {
     "pool.created": ("id", "name", "units", "at_ms"),
     # An admission's grant names the delivery whose lease it shares ("?": an optional field).
     "grant.acquired": ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms", "message_id?"),
-    "grant.renewed": ("id", "lease_ms", "expires_ms", "at_ms"),
+    "grant.renewed": ("id", "lease_ms", "expires_ms", "at_ms", "graced?"),
     "grant.released": ("id", "at_ms"),
     "grant.expired": ("id", "at_ms"),
     "pool.image": ("id", "name", "units", "created_ms", "grants"),
@@ -62,7 +62,8 @@ POOL_RECORDS: dict[str, tuple[str, ...]] = {
 
 
 class Grant:
-    __slots__ = ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "acquired_ms", "message_id")
+    __slots__ = ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "acquired_ms", "message_id",
+                 "graced")
 
     def __init__(self, record: dict) -> None:
         self.id: str = record["id"]
@@ -77,13 +78,18 @@ class Grant:
         self.acquired_ms: int = record["at_ms"]
         # Taken at admission: held exactly while that delivery's lease (this token) is.
         self.message_id: str | None = record.get("message_id")
+        # A restart gave the lease its grace and its holder has not renewed since (in an image).
+        self.graced: bool = record.get("graced", False)
 
     def image(self) -> dict:
-        return {
+        image = {
             "id": self.id, "pool_id": self.pool_id, "scope_id": self.scope_id, "units": self.units,
             "token": self.token, "holder": self.holder, "session": self.session, "lease_ms": self.lease_ms,
             "expires_ms": self.expires_ms, "at_ms": self.acquired_ms, "message_id": self.message_id,
         }
+        if self.graced:
+            image["graced"] = True
+        return image
 
 
 class PoolWaiter:
@@ -414,20 +420,21 @@ class PoolTable:
     def _ended(kind: str, grant: Grant, now_ms: int) -> dict:
         return {"type": kind, "id": grant.id, "at_ms": now_ms}
 
-    def decide_restart(self, newest_ms: int, now_ms: int, grace_ms: int) -> list[dict]:
-        """After a recovery, the claims' rule: a lease that ended before the crash is expired; one
-        that may have been alive gets at least `grace_ms` from now, as a renewal. Signaled
-        waiters' turns get the same rule."""
+    def decide_restart(self, now_ms: int, grace_ms: int) -> list[dict]:
+        """At a start, the claims' restart rule (`ClaimTable.decide_restart`): a lease whose end has
+        passed is expired; a live one nearer its end than the grace gets at least `grace_ms` from
+        now, once, as a renewal marked `graced`. A signaled waiter's turn that has not ended gets
+        the grace the same way."""
         records: list[dict] = []
         for grant in sorted(self._grants.values(), key=lambda grant: (grant.expires_ms, grant.id)):
             if grant.message_id is not None:
                 continue  # its delivery's lease has the restart rule
-            if grant.expires_ms <= newest_ms:
+            if grant.expires_ms <= now_ms:
                 records.append(self._ended("grant.expired", grant, now_ms))
-            elif grant.expires_ms < now_ms + grace_ms:
+            elif grant.expires_ms < now_ms + grace_ms and not grant.graced:
                 records.append({
                     "type": "grant.renewed", "id": grant.id, "lease_ms": grant.lease_ms,
-                    "expires_ms": now_ms + grace_ms, "at_ms": now_ms,
+                    "expires_ms": now_ms + grace_ms, "at_ms": now_ms, "graced": True,
                 })
         # A signaled waiter whose turn may have been alive at the crash gets the same grace to
         # come for its units (a new end of its turn; it keeps its place and when its turn began).
@@ -435,7 +442,7 @@ class PoolTable:
             for waiter_id in pool.line:
                 waiter = self._waiters[waiter_id]
                 turn_ends_ms = waiter.turn_ends_ms
-                if waiter.state == SIGNALED and turn_ends_ms is not None and newest_ms < turn_ends_ms < now_ms + grace_ms:
+                if waiter.state == SIGNALED and turn_ends_ms is not None and now_ms < turn_ends_ms < now_ms + grace_ms:
                     records.append({"type": "permit_waiter.signaled", "id": waiter.id, "turn_ends_ms": now_ms + grace_ms, "at_ms": now_ms})
         return records
 
@@ -463,6 +470,7 @@ class PoolTable:
         grant = self._grants[record["id"]]
         grant.lease_ms = record["lease_ms"]
         grant.expires_ms = record["expires_ms"]
+        grant.graced = "graced" in record  # a restart's grace; the holder's own renewal clears it
         return grant
 
     def apply_ended(self, record: dict) -> Grant:

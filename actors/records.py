@@ -15,7 +15,11 @@ every field they need.
 `VERSION` is the format's number, written in the header of every WAL segment and snapshot
 (`snapshots/frame.py`). Version 0 is the format before it had a number, which spelled some fields
 in camelCase (`scopeId` beside `lease_ms`); `upgrade` reads such a record as this version spells
-it. A new version adds its own step here and bumps `VERSION`; the files say which steps to run.
+it. Version 1 is the last format of a data directory without partitions: one journal for every
+space and the keys. Version 2 is a partition's journal: each file names its partition in its
+header, each space's stored answers are its own, and a lease says whether a restart has already
+given it its grace (`graced`). A new version adds its own step here and bumps `VERSION`; the files
+say which steps to run.
 
 Pure: no IO.
 """
@@ -33,7 +37,7 @@ from .runs import RUN_RECORDS
 
 __all__ = ["VERSION", "FIELDS", "RecordError", "Format", "FORMAT", "check_record", "upgrade"]
 
-VERSION = 1
+VERSION = 2
 
 
 class RecordError(ValueError):
@@ -79,12 +83,12 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     "claim.acquired": _spec(
         _SPACE, "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms"
     ),
-    "claim.renewed": _spec(_SPACE, "token", "lease_ms", "expires_ms", "at_ms"),
+    "claim.renewed": _spec(_SPACE, "token", "lease_ms", "expires_ms", "at_ms", optional=("graced",)),
     "claim.released": _spec(_SPACE, "token", "key", "generation", "at_ms", optional=("observation",)),
     "claim.expired": _spec(_SPACE, "token", "key", "generation", "at_ms"),
     "claim.image": _spec(
         _SPACE, "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms",
-        "acquired_ms", "at_ms", optional=("expired",),
+        "acquired_ms", "at_ms", optional=("expired", "graced"),
     ),
     # Mailboxes (`mailboxes.py`).
     **{kind: _declared(fields) for kind, fields in MAILBOX_RECORDS.items()},
@@ -95,12 +99,12 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     "message.visible": _spec(_SPACE, "message_id", "gen", "at_ms"),
     "message.dropped": _spec(_SPACE, "message_id", "reason", "at_ms"),
     "messages.image": _spec(_SPACE, "seq"),
-    "message.image": _spec(_SPACE, *_MESSAGE_SLOTS, "at_ms"),
+    "message.image": _spec(_SPACE, *_MESSAGE_SLOTS, "at_ms", optional=("graced",)),
     "workkey.image": _spec(_SPACE, "mailbox_id", "scope_id", "work_key", "message_id", "payload_hash", "at_ms"),
     "delivery.leased": _spec(
         _SPACE, "message_id", "token", "attempt", "holder", "session", "lease_ms", "expires_ms", "at_ms"
     ),
-    "delivery.renewed": _spec(_SPACE, "message_id", "token", "lease_ms", "expires_ms", "at_ms"),
+    "delivery.renewed": _spec(_SPACE, "message_id", "token", "lease_ms", "expires_ms", "at_ms", optional=("graced",)),
     "delivery.requeued": _spec(_SPACE, "message_id", "token", "cause", "visible_ms", "at_ms"),
     "delivery.completed": _spec(_SPACE, "message_id", "token", "at_ms", optional=("outcome",)),
     "delivery.dead": _spec(_SPACE, "message_id", "token", "cause", "reason", "at_ms"),
@@ -209,7 +213,10 @@ def upgrade(record: dict, version: int) -> dict:
     if version == VERSION:
         return record
     if version == 0:
-        return {_V0_NAMES.get(name, name): value for name, value in record.items()}
+        record = {_V0_NAMES.get(name, name): value for name, value in record.items()}
+        version = 1
+    if version == 1:  # the records are spelled the same; where they go is the data directory's upgrade
+        return record
     raise RecordError(f"record format {version} is not one this server reads (it reads 0 to {VERSION})")
 
 

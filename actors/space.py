@@ -211,14 +211,14 @@ class SpaceState:
 
     # -- restarts and images -----------------------------------------------------------------------
 
-    def restart(self, newest_ms: int, now_ms: int) -> Outcome:
-        """After a recovery: the claim expiries and grace renewals of `ClaimTable.decide_restart`,
-        and the same rule for delivery leases (`WorkCommands.restart_deliveries`)."""
+    def restart(self, now_ms: int) -> Outcome:
+        """At a start: the claim expiries and grace renewals of `ClaimTable.decide_restart`, and
+        the same rule for delivery leases, once slots and pool grants."""
         grace_ms, spread_ms = self.limits.restart_grace_s * 1000, self.limits.restart_spread_s * 1000
-        outcome = self.claiming.restart(newest_ms, now_ms, grace_ms, spread_ms)
-        for part in (self.work.restart_deliveries(newest_ms, grace_ms, spread_ms, now_ms),
-                     self.onces.restart(newest_ms, now_ms, grace_ms, spread_ms),
-                     self.capacity.restart(newest_ms, now_ms, grace_ms)):  # -- capacity --
+        outcome = self.claiming.restart(now_ms, grace_ms, spread_ms)
+        for part in (self.work.restart_deliveries(grace_ms, spread_ms, now_ms),
+                     self.onces.restart(now_ms, grace_ms, spread_ms),
+                     self.capacity.restart(now_ms, grace_ms)):  # -- capacity --
             outcome.records.extend(part.records)
             outcome.timers.extend(part.timers)
         return outcome

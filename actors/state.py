@@ -76,15 +76,13 @@ class KernelState:
         self.apply(record)
         return [record]
 
-    def restart(self, newest_ms: int, now_ms: int) -> list[dict]:
-        """Decide and apply what a recovery changes; returns the records to journal.
-
-        `newest_ms` is the newest time the journal holds (the crash came at or after it), `now_ms`
-        the time now, already advanced to at least `newest_ms`.
-        """
+    def restart(self, now_ms: int) -> list[dict]:
+        """Decide and apply what a start changes (the restart rule: `ClaimTable.decide_restart`);
+        returns the records to journal. `now_ms` is the time now, already advanced past the
+        newest time the journal holds."""
         records: list[dict] = []
         for space in list(self.spaces.values()):
-            records.extend(space.restart(newest_ms, now_ms).records)
+            records.extend(space.restart(now_ms).records)
         return records
 
     def image(self) -> Iterator[dict]:

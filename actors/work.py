@@ -435,26 +435,24 @@ class WorkCommands:
 
     # -- restarts and images --------------------------------------------------------------------
 
-    def restart_deliveries(self, newest_ms: int, grace_ms: int, spread_ms: int, now_ms: int) -> Outcome:
-        """After a recovery: leases that ended before the crash end now; the rest get a grace period.
+    def restart_deliveries(self, grace_ms: int, spread_ms: int, now_ms: int) -> Outcome:
+        """At a start, the restart rule of `ClaimTable.decide_restart` for delivery leases.
 
-        The crash happened at or after `newest_ms`, the newest time the journal recorded. A lease
-        that ended by then had ended before the crash: its delivery is released as a lost lease
-        would be (requeued at once, or ended, see `_release`). Any other lease may still be held by
-        a live worker that keeps renewing, so it is given until at least `now_ms + grace_ms`, as a
-        renewal with the same token; those ends are spread over `spread_ms` in the order of the old
-        ones, so a restart does not set off a wave of requeues at one instant. (The same rule as
-        `ClaimTable.decide_restart`.)
+        A lease whose end has passed is released as a lost lease would be (requeued at once, or
+        ended, see `_release`). A live one keeps its end, moved to at least `now_ms + grace_ms`
+        (a renewal with the same token, marked `graced`) if it is nearer, once: a lease still
+        graced from an earlier start keeps its end. The new ends are spread over `spread_ms` in
+        the order of the old ones, so a restart does not set off a wave of requeues at one instant.
         """
         outcome = Outcome()
         short: list[Message] = []
         for message in [m for m in self.messages.live() if m.state == LEASED]:
-            if message.expires_ms <= newest_ms:
+            if message.expires_ms <= now_ms:
                 self._commit(outcome, self._release(message, "expired", None, 1.0, now_ms))
                 outcome.timers.extend(self._message_timers(message))
                 if message.task_id is not None:
                     outcome.timers.extend(self.task_timers(self.tasks.get(message.task_id)))
-            elif message.expires_ms < now_ms + grace_ms:
+            elif message.expires_ms < now_ms + grace_ms and not message.graced:
                 short.append(message)
         short.sort(key=lambda message: (message.expires_ms, message.id))
         for index, message in enumerate(short):
@@ -465,6 +463,7 @@ class WorkCommands:
                 "lease_ms": message.lease_ms,
                 "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
                 "at_ms": now_ms,
+                "graced": True,
             }
             self._commit(outcome, record)
             outcome.timers.extend(self._message_timers(message))

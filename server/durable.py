@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+from ..actors.layout import place_record
 from ..actors.limits import Limits
 from ..actors.records import FORMAT
 from ..actors.state import KernelState
@@ -19,4 +20,4 @@ __all__ = ["state_model"]
 
 def state_model(limits: Limits | None = None) -> StateModel:
     """The kernel's `StateModel` with `limits` (the defaults when None)."""
-    return StateModel(make_state=functools.partial(KernelState, limits or Limits()), records=FORMAT)
+    return StateModel(make_state=functools.partial(KernelState, limits or Limits()), records=FORMAT, place=place_record)

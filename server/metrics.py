@@ -100,14 +100,14 @@ class JournalMetrics:
 class MeteredDisk(Disk):
     """The journal's disk, timing the writes and fsyncs of WAL segments (not those of snapshots)."""
 
-    def __init__(self, journal: JournalMetrics, wal_dir: str, fsync_slow_ms: float = 100.0) -> None:
+    def __init__(self, journal: JournalMetrics, fsync_slow_ms: float = 100.0) -> None:
         super().__init__(fsync_slow_ms)
         self._journal = journal
-        self._wal_dir = os.path.abspath(wal_dir) + os.sep
         self._wal_fds: set[int] = set()
 
     def _track(self, fd: int, path: str) -> int:
-        if os.path.abspath(path).startswith(self._wal_dir):
+        # A segment lives in a partition's `wal` folder; a snapshot, in its `snapshots` folder.
+        if os.path.basename(os.path.dirname(os.path.abspath(path))) == "wal":
             self._wal_fds.add(fd)
         return fd
 

@@ -4,11 +4,14 @@
 started at once, so the listener opens and `/healthz` can answer 503 while the state is being
 made ready; every other route answers 503 UNAVAILABLE until then.
 
-With a data directory, making the state ready is a recovery (`runstate.snapshots.open_store`):
-snapshot and WAL are read in a worker thread, the journal's tasks start beside the kernel, and
-the recovery time and counts are logged. A directory that cannot be used (damage before the end of
-the log, another server holding it) sets `fatal` and `stopped`: `serve` then shuts down and the
-command exits non-zero with the message, which names the file and offset.
+With a data directory, making the state ready is a recovery of each partition
+(`runstate.snapshots.open_data_dir`): snapshots and WALs are read in worker threads, each
+partition's journal tasks start beside the kernel, and the recovery time and counts are logged. A
+directory that cannot be used at all (another server holding it, a partition count it was not made
+with, a damaged manifest) sets `fatal` and `stopped`: `serve` then shuts down and the command exits
+non-zero with the message. A partition that cannot be recovered (damage before the end of its log)
+does not stop the others: it refuses its spaces with the reason (file and offset) and is opened as
+soon as its files are repaired.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from ..actors.kernel import Kernel
 from ..actors.layout import Layout
 from ..actors.commands import RegisterKey
 from ..actors.keys import digest, new_secret
-from ..snapshots import RecoveryError, StoreLocked, open_store
-from ..snapshots.recovery import wal_dir
+from ..snapshots import RecoveryError, StoreLocked
+from ..snapshots.datadir import DataDir, DataDirError, open_data_dir
 from .admin import AdminCredential
 from .durable import state_model
 from .doors import Doors
@@ -38,6 +41,9 @@ from .settings import Settings
 from .telemetry import Telemetry
 
 __all__ = ["Runtime"]
+
+# How often a partition that did not open looks whether its files were repaired.
+REOPEN_POLL_S = 2.0
 
 log = logging.getLogger("runstate.server")
 
@@ -61,7 +67,9 @@ class Runtime:
         self._clock = clock
         self._on_new_key = on_new_key
         self.kernel: Kernel | None = None
-        self.store = None
+        # The open data directory (with a store per partition), or None: the state is in memory.
+        self.data: DataDir | None = None
+        self._nursery_for_stores: trio.Nursery | None = None
         # Set when the state could not be made ready; `stopped` tells `serve` to shut down.
         self.fatal: BaseException | None = None
         self.stopped = trio.Event()
@@ -77,14 +85,11 @@ class Runtime:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         clock = self._clock or Clock()
-        store = None
+        data = None
         if self.settings.data_dir:
             try:
-                store = self.store = await open_store(
-                    self.settings.data_dir, model=state_model(self.limits), clock=clock, **self._store_options()
-                )
-                store.on_snapshot = self.telemetry.metrics.journal.snapshot
-            except (RecoveryError, StoreLocked, OSError) as error:
+                data = self.data = await self._open_data_dir(clock)
+            except (RecoveryError, StoreLocked, DataDirError, OSError) as error:
                 log.critical("cannot start on %s: %s", self.settings.data_dir, error)
                 self.fatal = error
                 self.stopped.set()
@@ -93,22 +98,39 @@ class Runtime:
             log.warning("no data directory: the state is kept in memory only and is lost at exit")
         try:
             async with trio.open_nursery() as nursery:
-                await self._serve(nursery, clock, store)
+                await self._serve(nursery, clock, data)
         finally:
-            if store is not None:
-                store.close()
+            if data is not None:
+                data.close()
 
-    async def _serve(self, nursery: trio.Nursery, clock: Clock, store) -> None:  # type: ignore[no-untyped-def]
-        """Start the kernel (and the store's tasks) in `nursery`, then declare the server ready."""
+    async def _open_data_dir(self, clock: Clock) -> DataDir:
+        """Open the data directory: every partition recovered (those that cannot be are refused)."""
+        return await open_data_dir(
+            self.settings.data_dir,  # type: ignore[arg-type]
+            model=state_model(self.limits), clock=clock, partitions=self.settings.partitions, **self._store_options(),
+        )
+
+    async def _serve(self, nursery: trio.Nursery, clock: Clock, data: DataDir | None) -> None:
+        """Start the kernel (and each partition's store) in `nursery`, then declare the server ready."""
         ids = IdSource(self.settings.seed)
-        if store is not None:
-            kernel = Kernel(state=store.state, journal=store.journal, clock=clock, ids=ids)
+        if data is not None:
+            layout = Layout(data.partitions)
+            states = {number: store.state for number, store in data.stores.items()}
+            journals = {number: store.journal for number, store in data.stores.items()}
+            kernel = Kernel.partitioned(
+                states, journals, layout=layout, limits=self.limits, clock=clock, ids=ids, refusals=data.refusals,
+            )
         else:
             layout = Layout(self.settings.partitions or 1)
             kernel = Kernel.partitioned({}, layout=layout, limits=self.limits, clock=clock, ids=ids)
         await nursery.start(kernel.run)
-        if store is not None:
-            await nursery.start(store.run, kernel.partitions[0])
+        self._nursery_for_stores = nursery
+        if data is not None:
+            for number, store in data.stores.items():
+                store.on_snapshot = self.telemetry.metrics.journal.snapshot
+                await nursery.start(store.run, kernel.partitions[number])
+            for number in list(data.refusals):
+                nursery.start_soon(self._reopen_when_repaired, kernel, data, number)
         self.kernel = kernel
         await self._configure_keys()
         self.ready = True
@@ -189,8 +211,30 @@ class Runtime:
         """The journal's settings, with a disk that times WAL writes and fsyncs for the metrics."""
         config = self.settings.store_config()
         journal_metrics = self.telemetry.metrics.journal
-        disk = MeteredDisk(journal_metrics, wal_dir(self.settings.data_dir), config.fsync_slow_ms)  # type: ignore[arg-type]
+        disk = MeteredDisk(journal_metrics, config.fsync_slow_ms)
         return {"config": config, "disk": disk}
+
+    async def _reopen_when_repaired(self, kernel: Kernel, data: DataDir, number: int) -> None:
+        """Try partition `number` again each time its files change (an operator repaired them),
+        at most every `REOPEN_POLL_S`; once it opens, it serves like the others."""
+        tried = data.files_of(number)
+        while True:
+            await trio.sleep(REOPEN_POLL_S)
+            files = await trio.to_thread.run_sync(data.files_of, number)
+            if files == tried:
+                continue
+            tried = files
+            try:
+                store = await data.reopen(number)
+            except (RecoveryError, OSError) as error:
+                kernel.partitions[number].refusal = data.refusals[number] = f"its journal cannot be recovered: {error}"
+                log.error("partition %d still does not serve: %s", number, error)
+                continue
+            partition = await kernel.reopen(number, store.state, store.journal)  # type: ignore[arg-type]
+            store.on_snapshot = self.telemetry.metrics.journal.snapshot
+            assert self._nursery_for_stores is not None
+            await self._nursery_for_stores.start(store.run, partition)
+            return
 
     async def flush(self) -> None:
         """At shutdown, after the drain: everything recorded made durable, then a final snapshot."""
@@ -205,10 +249,13 @@ class Runtime:
             await done.wait()
         lsn = lsns[0] if len(lsns) == 1 else None
         event(log, "journal_flushed", "journal flushed", lsn=lsn, partitions={str(number): last for number, last in lsns.items()})
-        journal = kernel.partitions[0].journal
-        store = self.store
-        if store is not None and journal.failure is None and journal.durable_lsn > store.snapshot_lsn:
-            await store.snapshot()
+        data = self.data
+        if data is not None:  # each partition that changed since its start, side by side
+            async with trio.open_nursery() as snapshots:
+                for number, store in data.stores.items():
+                    journal = kernel.partitions[number].journal
+                    if journal.failure is None and journal.durable_lsn > store.booted_lsn:
+                        snapshots.start_soon(store.snapshot)
 
     def authorize_admin(self, request: Request) -> None:
         """Let the request through only with the admin key: 401 without a valid key, 403 with an API key."""

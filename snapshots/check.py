@@ -1,11 +1,12 @@
 """`runstate check`: verify a data directory offline and say what it holds.
 
-Reads the directory exactly as a start would (`recovery.load`), but changes nothing: a repair that a
-start would make (a torn or zero tail) is reported, not done. The directory is bad (`ok` is False,
-the command exits non-zero) when a start would refuse it; the problem names the file and offset.
-Safe to run on the directory of a running server (it only reads), though the tail it sees may be a
-batch still being written. It says which record format version the files hold: older files are
-read (upgraded in memory) and reported as what a start would upgrade.
+Reads the directory exactly as a start would (`recovery.load`), partition by partition, but changes
+nothing: a repair that a start would make (a torn or zero tail) is reported, not done. The
+directory is bad (`ok` is False, the command exits non-zero) when a start would leave a partition
+out, or refuse to start at all; the problem names the partition, the file and the offset. Safe to
+run on the directory of a running server (it only reads), though the tail it sees may be a batch
+still being written. It says which record format version the files hold: older files (a directory
+from before partitions) are read, upgraded in memory, and reported as what a start would upgrade.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .datadir import DataDirError, has_old_layout, partition_dir, read_manifest
 from .model import StateModel
 from .recovery import RecoveryError, file_versions, list_segments, load, snapshot_dir, wal_dir
 from .snapshot import list_snapshots
 
-__all__ = ["CheckReport", "check"]
+__all__ = ["CheckReport", "PartitionReport", "check"]
 
 
 @dataclass(slots=True)
-class CheckReport:
-    data_dir: str
+class PartitionReport:
+    """What one journal (a partition's, or a whole directory's from before partitions) holds."""
+
+    partition: int | None  # None: the one journal of a directory from before partitions
     ok: bool = True
     problem: str | None = None
     problem_path: str | None = None
@@ -37,20 +41,47 @@ class CheckReport:
     last_lsn: int = 0
     newest_ms: int = 0
     epoch: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    repairs: list[str] = field(default_factory=list)
+    bad_snapshots: list[str] = field(default_factory=list)
+    versions: dict[int, int] = field(default_factory=dict)  # record format version -> files holding it
+
+
+@dataclass(slots=True)
+class CheckReport:
+    data_dir: str
+    ok: bool = True
+    problem: str | None = None
+    problem_path: str | None = None
+    problem_offset: int | None = None
+    problem_partition: int | None = None
+    # The totals over every partition, and the newest of their points in time.
+    snapshots: int = 0
+    snapshot_lsn: int = 0
+    segments: int = 0
+    wal_bytes: int = 0
+    records: int = 0
+    last_lsn: int = 0
+    newest_ms: int = 0
+    epoch: int = 0
     seconds: float = 0.0
     counts: dict[str, int] = field(default_factory=dict)
     repairs: list[str] = field(default_factory=list)
     bad_snapshots: list[str] = field(default_factory=list)
     version: int = 0  # the record format this server writes
     versions: dict[int, int] = field(default_factory=dict)  # record format version -> files holding it
+    partition_count: int | None = None  # data partitions (None: a directory from before partitions)
+    partitions: list[PartitionReport] = field(default_factory=list)
 
     def format(self) -> str:
         lines = [f"data directory {self.data_dir}: {'OK' if self.ok else 'BAD'}"]
         if self.problem:
             lines.append(f"  problem: {self.problem}")
         lines.append(f"  record format: {self._describe_versions()}")
+        if self.partition_count is not None:
+            lines.append(f"  partitions: {self.partition_count} and the system partition")
         lines.append(f"  snapshots: {self.snapshots} (newest usable at LSN {self.snapshot_lsn})")
-        lines.append(f"  wal: {self.segments} segment(s), {self.wal_bytes} bytes, {self.records} record(s) after the snapshot")
+        lines.append(f"  wal: {self.segments} segment(s), {self.wal_bytes} bytes, {self.records} record(s) after the snapshots")
         lines.append(f"  last LSN: {self.last_lsn}, boots: {self.epoch}")
         if self.newest_ms:
             lines.append(f"  newest record: {_format_ms(self.newest_ms)}")
@@ -60,6 +91,13 @@ class CheckReport:
             lines.append(f"  a start would repair: {repair}")
         for bad in self.bad_snapshots:
             lines.append(f"  snapshot skipped: {bad}")
+        if self.partition_count is not None and len(self.partitions) > 1:
+            for part in self.partitions:
+                state = "OK" if part.ok else f"BAD: {part.problem}"
+                lines.append(
+                    f"  partition {part.partition}: {state}; last LSN {part.last_lsn}, {part.segments} segment(s), "
+                    f"{part.counts.get('spaces', 0)} space(s)"
+                )
         lines.append(f"  checked in {self.seconds:.3f} s")
         return "\n".join(lines)
 
@@ -67,7 +105,9 @@ class CheckReport:
         if not self.versions:
             return f"version {self.version} (no files yet)"
         found = ", ".join(f"version {version} ({count} file(s))" for version, count in sorted(self.versions.items()))
-        if any(version < self.version for version in self.versions):
+        if self.partition_count is None:
+            found += f"; a start upgrades the directory to partitions of version {self.version}"
+        elif any(version < self.version for version in self.versions):
             found += f"; a start upgrades the directory to version {self.version}"
         return found
 
@@ -78,6 +118,32 @@ def _format_ms(wall_ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
+def _check_journal(folder: str, model: StateModel, partition: int | None) -> PartitionReport:
+    part = PartitionReport(partition)
+    part.snapshots = len(list_snapshots(snapshot_dir(folder)))
+    part.versions = dict(Counter(file_versions(folder).values()))
+    try:
+        loaded = load(folder, model, repair=False, partition=partition)
+    except RecoveryError as error:
+        part.ok = False
+        part.problem = str(error)
+        part.problem_path = error.path
+        part.problem_offset = error.offset
+        part.segments = len(list_segments(wal_dir(folder)))
+        return part
+    part.snapshot_lsn = loaded.snapshot_lsn
+    part.segments = loaded.segments
+    part.wal_bytes = loaded.wal_bytes
+    part.records = loaded.records
+    part.last_lsn = loaded.last_lsn
+    part.newest_ms = loaded.newest_ms
+    part.epoch = loaded.state.boot.epoch
+    part.counts = loaded.state.counts()
+    part.repairs = [repair.describe() for repair in loaded.repairs]
+    part.bad_snapshots = loaded.bad_snapshots
+    return part
+
+
 def check(data_dir: str, model: StateModel) -> CheckReport:
     """Verify `data_dir` without changing it, reading it into `model`'s state. Blocking."""
     started = time.perf_counter()
@@ -86,26 +152,41 @@ def check(data_dir: str, model: StateModel) -> CheckReport:
         report.ok = False
         report.problem = f"{data_dir} is not a directory"
         return report
-    report.snapshots = len(list_snapshots(snapshot_dir(data_dir)))
-    report.versions = dict(Counter(file_versions(data_dir).values()))
     try:
-        loaded = load(data_dir, model, repair=False)
-    except RecoveryError as error:
+        manifest = read_manifest(data_dir)
+    except DataDirError as error:
         report.ok = False
         report.problem = str(error)
-        report.problem_path = error.path
-        report.problem_offset = error.offset
-        report.segments = len(list_segments(wal_dir(data_dir)))
+        return report
+    if manifest is None:
+        if has_old_layout(data_dir):
+            report.partitions = [_check_journal(data_dir, model, None)]
     else:
-        report.snapshot_lsn = loaded.snapshot_lsn
-        report.segments = loaded.segments
-        report.wal_bytes = loaded.wal_bytes
-        report.records = loaded.records
-        report.last_lsn = loaded.last_lsn
-        report.newest_ms = loaded.newest_ms
-        report.epoch = loaded.state.boot.epoch
-        report.counts = loaded.state.counts()
-        report.repairs = [repair.describe() for repair in loaded.repairs]
-        report.bad_snapshots = loaded.bad_snapshots
+        report.partition_count = manifest.partitions
+        report.partitions = [_check_journal(partition_dir(data_dir, number), model, number) for number in manifest.numbers()]
+    for part in report.partitions:
+        _add(report, part)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _add(report: CheckReport, part: PartitionReport) -> None:
+    if not part.ok and report.ok:
+        report.ok = False
+        where = "" if part.partition is None else f"partition {part.partition}: "
+        report.problem = where + (part.problem or "")
+        report.problem_path, report.problem_offset, report.problem_partition = part.problem_path, part.problem_offset, part.partition
+    report.snapshots += part.snapshots
+    report.segments += part.segments
+    report.wal_bytes += part.wal_bytes
+    report.records += part.records
+    report.snapshot_lsn = max(report.snapshot_lsn, part.snapshot_lsn)
+    report.last_lsn = max(report.last_lsn, part.last_lsn)
+    report.newest_ms = max(report.newest_ms, part.newest_ms)
+    report.epoch = max(report.epoch, part.epoch)
+    for name, count in part.counts.items():
+        report.counts[name] = report.counts.get(name, 0) + count
+    report.repairs.extend(part.repairs if part.partition is None else (f"partition {part.partition}: {r}" for r in part.repairs))
+    report.bad_snapshots.extend(part.bad_snapshots)
+    for version, count in part.versions.items():
+        report.versions[version] = report.versions.get(version, 0) + count

@@ -52,19 +52,21 @@ log = logging.getLogger("runstate.snapshots")
 
 
 def take_snapshot(
-    data_dir: str, through_lsn: int, model: StateModel, disk: Disk | None = None, keep: int = 2
+    data_dir: str, through_lsn: int, model: StateModel, disk: Disk | None = None, keep: int = 2,
+    partition: int | None = None,
 ) -> SnapshotInfo | None:
     """Snapshot the state at `through_lsn` (durable) and prune; None if the newest is already there.
 
+    `partition`: whose folder `data_dir` is (None: a directory from before partitions).
     Blocking: run it in a worker thread, never at the same time as a WAL repair.
     """
     disk = disk or Disk()
-    loaded = load(data_dir, model, repair=False, through_lsn=through_lsn, disk=disk)
+    loaded = load(data_dir, model, repair=False, through_lsn=through_lsn, disk=disk, partition=partition)
     if loaded.snapshot_lsn >= through_lsn:
         return None
     snaps = snapshot_dir(data_dir)
     os.makedirs(snaps, exist_ok=True)
-    info = write_snapshot(snaps, through_lsn, loaded.newest_ms, loaded.state.image(), model.records, disk)
+    info = write_snapshot(snaps, through_lsn, loaded.newest_ms, loaded.state.image(), model.records, disk, partition or 0)
     state, loaded.state = loaded.state, None
     dismantle(state)
     prune(data_dir, keep, disk)
@@ -168,7 +170,7 @@ def model_bytes(model: StateModel) -> bytes:
         ) from None
 
 
-def command(data_dir: str, through_lsn: int, keep: int) -> list[str]:
+def command(data_dir: str, through_lsn: int, keep: int, partition: int | None = None) -> list[str]:
     """The command line that runs `take_snapshot` in a child process (the model comes on stdin)."""
     return [
         sys.executable,
@@ -177,6 +179,7 @@ def command(data_dir: str, through_lsn: int, keep: int) -> list[str]:
         "--data-dir", data_dir,
         "--through", str(through_lsn),
         "--keep", str(keep),
+        *(() if partition is None else ("--partition", str(partition))),
     ]
 
 
@@ -186,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--through", type=int, required=True)
     parser.add_argument("--keep", type=int, default=2)
+    parser.add_argument("--partition", type=int, default=None)
     args = parser.parse_args(argv)
     # The parent's own model, which it wrote there (`model_bytes`): never data from elsewhere.
     model = pickle.loads(sys.stdin.buffer.read())
@@ -194,6 +198,6 @@ def main(argv: list[str] | None = None) -> int:
     import gc
 
     gc.disable()  # a state without cycles, in a process about to exit
-    info = take_snapshot(args.data_dir, args.through, model, keep=args.keep)
+    info = take_snapshot(args.data_dir, args.through, model, keep=args.keep, partition=args.partition)
     print(json.dumps(None if info is None else dataclasses.asdict(info)), flush=True)
     os._exit(0)  # skip freeing the state object by object

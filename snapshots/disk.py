@@ -91,36 +91,55 @@ class Disk:
 
 
 class FaultyDisk(Disk):
-    """A `Disk` that raises `OSError` from `write` or `fsync` while told to (tests only)."""
+    """A `Disk` that raises `OSError` from `write` or `fsync` while told to (tests only).
 
-    def __init__(self, fsync_slow_ms: float = 100.0) -> None:
+    With `only_under`, only files under that folder fail (one partition's, say): the disk of one
+    journal breaks while the others' go on working."""
+
+    def __init__(self, fsync_slow_ms: float = 100.0, *, only_under: str | None = None) -> None:
         super().__init__(fsync_slow_ms)
         self.fail_write = False
         self.fail_fsync = False
         self.failures = 0
+        self._only_under = None if only_under is None else os.path.abspath(only_under) + os.sep
+        self._paths: dict[int, str] = {}
 
     def _fault(self, what: str) -> None:
         self.failures += 1
         raise OSError(5, f"injected {what} failure")
 
+    def _affects(self, path: str | None) -> bool:
+        return self._only_under is None or (path is not None and os.path.abspath(path).startswith(self._only_under))
+
     def write(self, fd: int, data: bytes | memoryview) -> None:
-        if self.fail_write:
+        if self.fail_write and self._affects(self._paths.get(fd)):
             # Like a real failing disk, part of the data may have gone down before the error.
             os.write(fd, bytes(data[: len(data) // 2]))
             self._fault("write")
         super().write(fd, data)
 
     def fsync(self, fd: int, what: str = "") -> None:
-        if self.fail_fsync:
+        if self.fail_fsync and self._affects(self._paths.get(fd, what)):
             self._fault("fsync")
         super().fsync(fd, what)
 
     def truncate(self, fd: int, size: int) -> None:
-        if self.fail_write:
+        if self.fail_write and self._affects(self._paths.get(fd)):
             self._fault("truncate")
         super().truncate(fd, size)
 
     def create(self, path: str) -> int:
-        if self.fail_write:
+        if self.fail_write and self._affects(path):
             self._fault("create")
-        return super().create(path)
+        fd = super().create(path)
+        self._paths[fd] = path
+        return fd
+
+    def open_write(self, path: str) -> int:
+        fd = super().open_write(path)
+        self._paths[fd] = path
+        return fd
+
+    def close(self, fd: int) -> None:
+        self._paths.pop(fd, None)
+        super().close(fd)

@@ -1,14 +1,20 @@
 """Framing: how records sit in WAL segments and snapshot files. Pure functions over bytes.
 
-A file starts with a 24-byte header, then holds frames back to back:
+A file starts with a 32-byte header, then holds frames back to back:
 
-    file header  kind (6) | version u8 | layout u8 | first_lsn u64 | prev_crc u32 | header_crc u32  = 24
+    file header  kind (6) | version u8 | layout u8 | first_lsn u64 | prev_crc u32 | partition u32
+                 | reserved u32 (0) | header_crc u32                                                = 32
     frame        length u32 | lsn u64 | index u32 | prev_crc u32 | crc u32 | body (length)       = 24 + length
 
 All integers are little-endian. The first 8 bytes are the file's magic: its kind (`RSWAL\0` for a
 WAL segment, `RSSNAP` for a snapshot), the record format version of the records it holds
-(`actors/records.py`: a reader upgrades older records as it reads them), and the frame layout
-described here (1). Files written before the version was recorded carry 0 there (their magic was
+(`actors/records.py`: a reader upgrades older records as it reads them), and the layout described
+here (2). `partition` names the partition whose records the file holds (`actors/layout.py`), so a
+file that strays into another partition's folder is refused, not replayed into the wrong state.
+
+Layout 1 is the same without `partition` and `reserved` (a 24-byte header): the files of record
+formats 0 and 1, written before partitions, which are read as partition 0's and upgraded at the
+first start. Files written before the version was recorded carry 0 there (their magic was
 `RSWAL\0\0\1` and `RSSNAP\0\1`), which is exactly version 0, layout 1.
 
 `index` is the frame's place in its batch (the frames one write put down together: 0, 1, 2...), so `lsn - index` is the first LSN of its batch. Recovery uses it to tell
@@ -42,6 +48,8 @@ __all__ = [
     "FRAME_LAYOUT",
     "file_magic",
     "file_version",
+    "FileHeader",
+    "header_bytes",
     "Frame",
     "Damage",
     "encode_frame",
@@ -54,19 +62,22 @@ __all__ = [
 
 WAL_KIND = b"RSWAL\x00"
 SNAPSHOT_KIND = b"RSSNAP"
-FRAME_LAYOUT = 1
+FRAME_LAYOUT = 2
+# The header's size in each layout this code reads.
+_HEADER_BYTES = {1: 24, 2: 32}
 
 # The largest body a frame may carry. Records are far smaller (a request is at most 1 MiB); this
 # bounds what a damaged length can make a reader allocate.
 BODY_BYTES_MAX = 16 * 1024 * 1024
 
-_FILE_HEADER = struct.Struct("<8sQII")
+_FILE_HEADER_V1 = struct.Struct("<8sQII")  # magic, first_lsn, prev_crc, crc
+_FILE_HEADER = struct.Struct("<8sQIIII")  # magic, first_lsn, prev_crc, partition, reserved, crc
 _FRAME_HEAD = struct.Struct("<IQII")  # length, lsn, index, prev_crc: the 20 checksummed header bytes
 _CRC = struct.Struct("<I")
 _FRAME_HEAD_AND_CRC = struct.Struct(_FRAME_HEAD.format + _CRC.format[1:])  # the whole frame header, read in one call
-FILE_HEADER_BYTES = _FILE_HEADER.size  # 24
+FILE_HEADER_BYTES = _FILE_HEADER.size  # 32: what this code writes
 FRAME_HEADER_BYTES = _FRAME_HEAD.size + _CRC.size  # 24
-assert FILE_HEADER_BYTES == 24 and FRAME_HEADER_BYTES == 24
+assert FILE_HEADER_BYTES == _HEADER_BYTES[FRAME_LAYOUT] == 32 and _FILE_HEADER_V1.size == 24 and FRAME_HEADER_BYTES == 24
 
 
 def _checksum(head: bytes, body: bytes | memoryview) -> int:
@@ -92,36 +103,57 @@ def encode_frames(first_lsn: int, prev_crc: int, bodies: list[bytes]) -> tuple[b
     return b"".join(parts), prev_crc
 
 
-def file_magic(kind: bytes, version: int) -> bytes:
+def file_magic(kind: bytes, version: int, layout: int = FRAME_LAYOUT) -> bytes:
     """The 8 bytes a file of `kind` holding records of format `version` begins with."""
-    assert len(kind) == 6 and 0 <= version <= 255
-    return kind + bytes((version, FRAME_LAYOUT))
+    assert len(kind) == 6 and 0 <= version <= 255 and layout in _HEADER_BYTES
+    return kind + bytes((version, layout))
 
 
 def file_version(data: bytes | memoryview, kind: bytes) -> int | None:
     """The record format version a file of `kind` says it holds; None if it is not such a file.
 
-    Only the magic is looked at: `decode_file_header` with `file_magic(kind, version)` then checks
-    the whole header (the version is covered by its crc).
+    Only the magic is looked at: `decode_file_header` with the file's own magic (its first 8
+    bytes) then checks the whole header (the version is covered by its crc).
     """
-    if len(data) < 8 or bytes(data[:6]) != kind or data[7] != FRAME_LAYOUT:
+    if len(data) < 8 or bytes(data[:6]) != kind or data[7] not in _HEADER_BYTES:
         return None
     return data[6]
 
 
-def encode_file_header(magic: bytes, first_lsn: int, prev_crc: int) -> bytes:
-    head = _FILE_HEADER.pack(magic, first_lsn, prev_crc, 0)[:-4]
+def header_bytes(data: bytes | memoryview) -> int:
+    """The size of the header a file's magic announces (32; 24 for layout 1)."""
+    return _HEADER_BYTES.get(data[7], FILE_HEADER_BYTES) if len(data) >= 8 else FILE_HEADER_BYTES
+
+
+class FileHeader(NamedTuple):
+    first_lsn: int
+    prev_crc: int
+    partition: int  # 0 in a layout-1 file (before partitions)
+    size: int  # bytes of the header: where the first frame begins
+
+
+def encode_file_header(magic: bytes, first_lsn: int, prev_crc: int, partition: int = 0) -> bytes:
+    if magic[7] == 1:
+        head = _FILE_HEADER_V1.pack(magic, first_lsn, prev_crc, 0)[:-4]
+    else:
+        head = _FILE_HEADER.pack(magic, first_lsn, prev_crc, partition, 0, 0)[:-4]
     return head + _CRC.pack(zlib.crc32(head))
 
 
-def decode_file_header(data: bytes | memoryview, magic: bytes) -> tuple[int, int] | None:
-    """(first_lsn, prev_crc), or None when the header is short, foreign or damaged."""
-    if len(data) < FILE_HEADER_BYTES:
+def decode_file_header(data: bytes | memoryview, magic: bytes) -> FileHeader | None:
+    """The header, or None when it is short, foreign or damaged."""
+    layout = magic[7]
+    size = _HEADER_BYTES.get(layout)
+    if size is None or len(data) < size:
         return None
-    found, first_lsn, prev_crc, crc = _FILE_HEADER.unpack_from(data, 0)
-    if found != magic or zlib.crc32(bytes(data[: FILE_HEADER_BYTES - 4])) != crc:
+    if layout == 1:
+        found, first_lsn, prev_crc, crc = _FILE_HEADER_V1.unpack_from(data, 0)
+        partition = reserved = 0
+    else:
+        found, first_lsn, prev_crc, partition, reserved, crc = _FILE_HEADER.unpack_from(data, 0)
+    if found != magic or reserved != 0 or zlib.crc32(bytes(data[: size - 4])) != crc:
         return None
-    return first_lsn, prev_crc
+    return FileHeader(first_lsn, prev_crc, partition, size)
 
 
 class Frame(NamedTuple):  # a tuple: made a million times by a recovery

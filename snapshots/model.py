@@ -14,7 +14,7 @@ replica from, and the boot decisions of a new leader), and nothing about segment
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..actors.journal import Durable, RecordFormat, RecoverableState, WallClock
 
@@ -34,3 +34,6 @@ class StateModel:
 
     make_state: Callable[[], RecoverableState]
     records: RecordFormat
+    # Where a record of a directory from before partitions goes when it is split into `count`
+    # data partitions (and the system one, 0): the partitions it belongs to.
+    place: Callable[[dict, int], Iterable[int]] | None = None

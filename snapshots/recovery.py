@@ -31,6 +31,8 @@ when something is not as written is decided by this table, one test per row
 | 9 | An intact frame whose body is not JSON, is not a record of the format | Refuse to start (file, offset).                  |
 |   | (unknown type, missing or unknown fields), or does not apply          |                                                  |
 |10 | A segment or snapshot of a record format newer than the server's      | Refuse to start (file, offset 6: the version).   |
+|11 | A partition's segment or snapshot whose header names another partition | Refuse to start (file, offset 24: the partition) |
+|   | (or none: a file from before partitions)                              | : it was put in the wrong folder.                |
 
 Segments wholly before the snapshot are not read (`runstate check` reads them all). Frames at or
 before the snapshot's LSN are checked but not applied. A WAL that ends before the snapshot's LSN
@@ -63,7 +65,6 @@ from .frame import (
     WAL_KIND,
     Frame,
     decode_file_header,
-    file_magic,
     file_version,
     find_intact_frame,
     read_frame,
@@ -110,7 +111,7 @@ def file_versions(data_dir: str) -> dict[str, int]:
     files += [(WAL_KIND, path) for _, path in list_segments(wal_dir(data_dir))]
     for kind, path in files:
         with open(path, "rb") as file:
-            version = file_version(file.read(FILE_HEADER_BYTES), kind)
+            version = file_version(file.read(8), kind)
         if version is not None:
             found[path] = version
     return found
@@ -157,6 +158,8 @@ class Loaded:
     bad_snapshots: list[str] = field(default_factory=list)
     # The record format versions of the files read (the snapshot used and the segments replayed).
     versions: set[int] = field(default_factory=set)
+    # The older record formats a start found and rewrote in the current one (`Store.recover`).
+    upgraded_from: list[int] = field(default_factory=list)
 
 
 def load(
@@ -166,11 +169,14 @@ def load(
     repair: bool,
     through_lsn: int | None = None,
     disk: Disk | None = None,
+    partition: int | None = None,
 ) -> Loaded:
     """Read `data_dir` into `model.make_state()`; repair the tail when `repair`, else only report.
 
     With `through_lsn`, stop after that record (the snapshot builder reads only what is durable)
-    and treat any damage before it as fatal. Raises `RecoveryError` for rows 4, 5, 6 and 9.
+    and treat any damage before it as fatal. With `partition`, every file must say it holds that
+    partition's records (a partition's folder); without, the files of a data directory written
+    before partitions are read. Raises `RecoveryError` for rows 4, 5, 6, 9 and 11.
     """
     disk = disk or Disk()
     snaps = snapshot_dir(data_dir)
@@ -179,12 +185,12 @@ def load(
             if name.endswith(".tmp"):  # a crash while writing a snapshot (row 8)
                 log.warning("removing %s, left by a crash while writing a snapshot", name)
                 disk.remove(os.path.join(snaps, name))
-    loaded = _load_snapshot(snaps, model, through_lsn)
-    _replay_wal(wal_dir(data_dir), loaded, model, repair, through_lsn, disk)
+    loaded = _load_snapshot(snaps, model, through_lsn, partition)
+    _replay_wal(wal_dir(data_dir), loaded, model, repair, through_lsn, disk, partition)
     return loaded
 
 
-def _load_snapshot(snaps: str, model: StateModel, through_lsn: int | None) -> Loaded:
+def _load_snapshot(snaps: str, model: StateModel, through_lsn: int | None, partition: int | None) -> Loaded:
     bad: list[str] = []
     for lsn, path in reversed(list_snapshots(snaps)):
         if through_lsn is not None and lsn > through_lsn:
@@ -196,7 +202,7 @@ def _load_snapshot(snaps: str, model: StateModel, through_lsn: int | None) -> Lo
             )
         state = model.make_state()
         try:
-            info = load_snapshot(path, state.apply, model.records)
+            info = load_snapshot(path, state.apply, model.records, partition)
         except (SnapshotError, OSError) as error:
             log.error("snapshot does not verify, trying an older one: %s", error)
             bad.append(str(error))
@@ -206,7 +212,8 @@ def _load_snapshot(snaps: str, model: StateModel, through_lsn: int | None) -> Lo
 
 
 def _replay_wal(
-    directory: str, loaded: Loaded, model: StateModel, repair: bool, through_lsn: int | None, disk: Disk
+    directory: str, loaded: Loaded, model: StateModel, repair: bool, through_lsn: int | None, disk: Disk,
+    partition: int | None,
 ) -> None:
     segments = list_segments(directory)
     snapshot_lsn = loaded.snapshot_lsn
@@ -233,7 +240,7 @@ def _replay_wal(
         loaded.segments += 1
         loaded.wal_bytes += len(data)
         version = file_version(data, WAL_KIND)
-        header = None if version is None else decode_file_header(data, file_magic(WAL_KIND, version))
+        header = None if version is None else decode_file_header(data, bytes(data[:8]))
         if header is not None and version > current:  # type: ignore[operator]
             raise RecoveryError(path, 6, f"record format {version} is newer than this server's ({current})")
         if header is None or header[0] != name_lsn:
@@ -242,7 +249,10 @@ def _replay_wal(
                 break
             reason = "damaged segment header" if header is None else f"header says LSN {header[0]}, name says {name_lsn}"
             raise RecoveryError(path, 0, reason)
-        first_lsn, link = header
+        first_lsn, link, _, header_size = header
+        if partition is not None and (header_size != FILE_HEADER_BYTES or header.partition != partition):
+            held = f"partition {header.partition}" if header_size == FILE_HEADER_BYTES else "no partition (written before partitions)"
+            raise RecoveryError(path, 24, f"a segment of {held}, in the folder of partition {partition}")
         loaded.versions.add(version)  # type: ignore[arg-type]
         if last_lsn is not None:
             if first_lsn == last_lsn + 1:
@@ -252,7 +262,7 @@ def _replay_wal(
                 raise RecoveryError(path, 0, f"segment begins at LSN {first_lsn}, the one before ends at {last_lsn}")
         expected = first_lsn
         prev_crc = link
-        offset = FILE_HEADER_BYTES
+        offset = header_size
         frames = memoryview(data)  # read_frame slices bodies out of one view of the segment
         size = len(data)
         newest_ms = loaded.newest_ms

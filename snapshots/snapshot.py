@@ -36,6 +36,7 @@ from .disk import Disk
 from .frame import (
     FILE_HEADER_BYTES,
     SNAPSHOT_KIND,
+    FileHeader,
     Frame,
     decode_file_header,
     encode_file_header,
@@ -101,7 +102,7 @@ class SnapshotInfo:
 def snapshot_version(path: str) -> int | None:
     """The record format version a snapshot file says it holds (None: not a snapshot)."""
     with open(path, "rb") as file:
-        return file_version(file.read(FILE_HEADER_BYTES), SNAPSHOT_KIND)
+        return file_version(file.read(8), SNAPSHOT_KIND)
 
 
 def write_snapshot(
@@ -111,6 +112,7 @@ def write_snapshot(
     records: Iterable[dict],
     record_format: RecordFormat,
     disk: Disk | None = None,
+    partition: int = 0,
 ) -> SnapshotInfo:
     """Write the image `records` as the snapshot at `lsn`, atomically, each record checked first.
 
@@ -126,7 +128,7 @@ def write_snapshot(
     fd = disk.create(temporary)
     size = 0
     try:
-        chunk = [encode_file_header(file_magic(SNAPSHOT_KIND, record_format.version), lsn, 0)]
+        chunk = [encode_file_header(file_magic(SNAPSHOT_KIND, record_format.version), lsn, 0, partition)]
         chunk_bytes = FILE_HEADER_BYTES
         prev_crc = 0
         entries = 0
@@ -157,8 +159,15 @@ def write_snapshot(
     return SnapshotInfo(path, lsn, newest_ms, entries, size, record_format.version)
 
 
-def load_snapshot(path: str, apply: Any, record_format: RecordFormat) -> SnapshotInfo:
+def _partition_name(header: FileHeader) -> str:
+    return "no partition (written before partitions)" if header.size != FILE_HEADER_BYTES else f"partition {header.partition}"
+
+
+def load_snapshot(path: str, apply: Any, record_format: RecordFormat, partition: int | None = None) -> SnapshotInfo:
     """Verify the snapshot at `path` while feeding its records to `apply`; SnapshotError if bad.
+
+    With `partition`, the file must say it holds that partition's records (a layout-1 file, from
+    before partitions, holds no partition's).
 
     Each entry is upgraded from the file's record format version to `record_format`'s and checked
     before it is applied. The records are applied as they are read, so on an error the caller must throw
@@ -167,14 +176,16 @@ def load_snapshot(path: str, apply: Any, record_format: RecordFormat) -> Snapsho
     with open(path, "rb") as file:
         data = file.read()
     version = file_version(data, SNAPSHOT_KIND)
-    header = None if version is None else decode_file_header(data, file_magic(SNAPSHOT_KIND, version))
+    header = None if version is None else decode_file_header(data, bytes(data[:8]))
     if header is None:
         raise SnapshotError(path, 0, "not a snapshot, or its header is damaged")
+    if partition is not None and (header.size != FILE_HEADER_BYTES or header.partition != partition):
+        raise SnapshotError(path, 24, f"a snapshot of {_partition_name(header)}, in the folder of partition {partition}")
     if version > record_format.version:
         raise SnapshotError(path, 6, f"record format {version} is newer than this server's ({record_format.version})")
     check, upgrade = record_format.check, record_format.upgrade
-    lsn = header[0]
-    offset = FILE_HEADER_BYTES
+    lsn = header.first_lsn
+    offset = header.size
     prev_crc = 0
     index = 0
     begin: dict | None = None

@@ -95,6 +95,11 @@ def _collector_paused():
             gc.enable()
 
 
+def _make_folders_private(data_dir: str) -> None:
+    for folder in (data_dir, wal_dir(data_dir), snapshot_dir(data_dir)):
+        make_private(folder)
+
+
 class StoreLocked(Exception):
     """Another process holds the data directory."""
 
@@ -137,8 +142,9 @@ class RecoveryReport:
         return text
 
 
-def _lock(data_dir: str) -> int:
-    for folder in (data_dir, wal_dir(data_dir), snapshot_dir(data_dir)):
+def lock_dir(data_dir: str, *folders: str) -> int:
+    """Take `data_dir`'s lock (one server per directory), its folders made private first."""
+    for folder in (data_dir, *folders):
         make_private(folder)  # 0700 folders, 0600 files (see disk.py)
     fd = os.open(os.path.join(data_dir, "LOCK"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
     try:
@@ -149,16 +155,17 @@ def _lock(data_dir: str) -> int:
     return fd
 
 
-def _boot_records(state: RecoverableState, fsync: str, newest_ms: int, now_ms: int) -> tuple[list[dict], int, int]:
+def _boot_records(state: RecoverableState, fsync: str, now_ms: int) -> tuple[list[dict], int, int]:
     """The boot and restart records (applied to `state`), and how many expiries and grace periods.
 
-    Only on a state nothing else reads yet: it changes it, in a worker thread.
+    Only on a state nothing else reads yet: it changes it, in a worker thread. `now_ms` is past
+    the newest time the state's journal holds (the clock was advanced to it).
     """
     records = state.decide_boot(fsync, now_ms)
-    restart = state.restart(newest_ms, now_ms)
-    # A grace period is a renewal (of a claim or a delivery); every other restart record ends a
-    # lease that had ended before the crash (a claim expiry, a delivery requeued or ended).
-    graced = sum(1 for record in restart if record["type"].endswith(".renewed"))
+    restart = state.restart(now_ms)
+    # A grace period is a renewal marked `graced`; every other restart record ends a lease whose
+    # end had passed (a claim expiry, a delivery requeued or ended) or moves a waiter's turn.
+    graced = sum(1 for record in restart if record.get("graced"))
     return records + restart, len(restart) - graced, graced
 
 
@@ -170,10 +177,14 @@ class Store:
         disk: Disk,
         model: StateModel,
         clock: Clock,
-        lock_fd: int,
+        lock_fd: int | None,
         run_blocking: RunBlocking | None = None,
+        partition: int | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # The partition whose folder this is (every file must say so), or None: a data directory
+        # of one journal, as it was before partitions.
+        self.partition = partition
         self.config = config
         self.disk = disk
         self.model = model
@@ -188,6 +199,9 @@ class Store:
         self.journal: WalJournal | None = None
         self.report: RecoveryReport | None = None
         self.snapshot_lsn = 0
+        # The last LSN of the start's own records (boot, restart decisions): a final snapshot is
+        # worth taking only past it (`Runtime.flush`).
+        self.booted_lsn = 0
         self.snapshots_taken = 0
         # Snapshots refused for what the disk held or the state produced (never for a failing
         # disk): a bug, since the durable log always replays. Kept for /metrics and for tests.
@@ -202,17 +216,34 @@ class Store:
     # -- opening ---------------------------------------------------------------------------------
 
     async def _open(self) -> None:
-        started = time.perf_counter()
-        record_format = self.model.records
+        loaded = await self.recover()
+        self.clock.advance_anchor_to(loaded.newest_ms)
+        await self.begin(loaded)
+
+    async def recover(self) -> Loaded:
+        """Read the directory into a state (repairing a torn tail), upgraded to the current format.
+
+        Nothing is written to the WAL yet: `begin` does that, once the clock has been advanced
+        past the newest time every partition holds (a data directory recovers all of its
+        partitions before any of them decides its restart)."""
+        self._started = time.perf_counter()
+        if self._lock_fd is None:  # a partition's folder: the data directory holds the lock
+            await self.run_blocking(_make_folders_private, self.data_dir)
         with _collector_paused():
             loaded: Loaded = await self.run_blocking(
-                lambda: load(self.data_dir, self.model, repair=True, disk=self.disk)
+                lambda: load(self.data_dir, self.model, repair=True, disk=self.disk, partition=self.partition)
             )
         with _collector_paused():  # an upgrade writes an image of the whole state
-            upgraded_from = await self.run_blocking(self._upgrade, loaded)
-        self.clock.advance_anchor_to(loaded.newest_ms)
+            loaded.upgraded_from = await self.run_blocking(self._upgrade, loaded)
+        return loaded
+
+    async def begin(self, loaded: Loaded) -> None:
+        """Start a new WAL segment after `loaded` and record the boot and the restart decisions."""
+        record_format = self.model.records
+        upgraded_from = loaded.upgraded_from
         writer = SegmentWriter(
-            wal_dir(self.data_dir), self.disk, self.config.segment_bytes_max, version=record_format.version
+            wal_dir(self.data_dir), self.disk, self.config.segment_bytes_max, version=record_format.version,
+            partition=self.partition or 0,
         )
         await self.run_blocking(writer.start, loaded.last_lsn + 1, loaded.prev_crc)
         self.journal = WalJournal(
@@ -224,7 +255,7 @@ class Store:
         )
         now_ms = self.clock.now_ms()
         records, expired, graced = await self.run_blocking(
-            _boot_records, loaded.state, self.config.fsync, loaded.newest_ms, now_ms
+            _boot_records, loaded.state, self.config.fsync, now_ms
         )
         await self.journal.write_now(records)
         self.state = loaded.state
@@ -233,10 +264,11 @@ class Store:
         # first: on a large state that alone would hold the loop for a second.
         gc.freeze()
         self.snapshot_lsn = loaded.snapshot_lsn
+        self.booted_lsn = self.journal.durable_lsn
         self.report = RecoveryReport(
             data_dir=self.data_dir,
             fsync=self.config.fsync,
-            seconds=time.perf_counter() - started,
+            seconds=time.perf_counter() - self._started,
             snapshot_lsn=loaded.snapshot_lsn,
             snapshot_path=loaded.snapshot_path,
             records=loaded.records,
@@ -276,7 +308,8 @@ class Store:
         )
         if loaded.last_lsn > 0 and not covered:
             info = write_snapshot(
-                snaps, loaded.last_lsn, loaded.newest_ms, loaded.state.image(), self.model.records, self.disk
+                snaps, loaded.last_lsn, loaded.newest_ms, loaded.state.image(), self.model.records, self.disk,
+                partition=self.partition or 0,
             )
             loaded.snapshot_lsn, loaded.snapshot_path = info.lsn, info.path
         for path in old:  # every record in them is at or before the snapshot just made durable
@@ -287,6 +320,20 @@ class Store:
         loaded.prev_crc = 0  # the record it linked to is gone; a segment after a snapshot needs no link
         return versions
 
+    def log_recovery(self) -> None:
+        """Log what the recovery found and did, as one line with its figures."""
+        report = self.report
+        assert report is not None
+        fields = {
+            "seconds": round(report.seconds, 3), "snapshot_lsn": report.snapshot_lsn, "records": report.records,
+            "last_lsn": report.last_lsn, "epoch": report.epoch, "expired": report.expired, "graced": report.graced,
+            "repairs": len(report.repairs), "record_format": report.version, "upgraded_from": report.upgraded_from,
+            **report.counts,
+        }
+        if self.partition is not None:
+            fields["partition"] = self.partition
+        log.info("%s", report.describe(), extra={"event": "recovery", "fields": fields})
+
     def close(self) -> None:
         """Sync and close the open segment and release the directory (at shutdown)."""
         if self.journal is not None:
@@ -295,6 +342,7 @@ class Store:
             except OSError as error:
                 log.error("final fsync failed: %s", error)
             self.journal.writer.close()
+            self.journal = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -343,7 +391,8 @@ class Store:
                 else:
                     with _collector_paused():
                         info = await self.run_blocking(
-                            take_snapshot, self.data_dir, through, self.model, self.disk, self.config.snapshots_kept
+                            take_snapshot, self.data_dir, through, self.model, self.disk, self.config.snapshots_kept,
+                            self.partition,
                         )
             except OSError as error:
                 log.error("snapshot at LSN %d failed (the WAL is kept): %s", through, error)
@@ -358,6 +407,8 @@ class Store:
         self.snapshot_lsn = info.lsn
         self.snapshots_taken += 1
         fields = {"lsn": info.lsn, "entries": info.entries, "bytes": info.size_bytes, "seconds": round(seconds, 3)}
+        if self.partition is not None:
+            fields["partition"] = self.partition
         log.info("snapshot at LSN %d: %d entries, %d bytes", info.lsn, info.entries, info.size_bytes, extra={"event": "snapshot", "fields": fields})
         if self.on_snapshot is not None:
             self.on_snapshot(seconds)
@@ -365,7 +416,7 @@ class Store:
 
     async def _snapshot_in_child(self, through: int) -> SnapshotInfo | None:
         assert self._child_model is not None
-        argv = command(self.data_dir, through, self.config.snapshots_kept)
+        argv = command(self.data_dir, through, self.config.snapshots_kept, self.partition)
         result = await trio.run_process(
             argv, stdin=self._child_model, capture_stdout=True, capture_stderr=True, check=False
         )
@@ -424,7 +475,7 @@ class Store:
         through = good.next_lsn - 1 if good is not None else 0
         with _collector_paused():
             return await self.run_blocking(
-                lambda: load(self.data_dir, self.model, repair=False, through_lsn=through, disk=self.disk)
+                lambda: load(self.data_dir, self.model, repair=False, through_lsn=through, disk=self.disk, partition=self.partition)
             )
 
     async def _repair_once(self) -> Loaded:
@@ -434,7 +485,7 @@ class Store:
         await self.run_blocking(journal.writer.repair)
         loaded = await self._rebuild()
         records, _, _ = await self.run_blocking(
-            _boot_records, loaded.state, self.config.fsync, loaded.newest_ms, self.clock.now_ms()
+            _boot_records, loaded.state, self.config.fsync, self.clock.now_ms()
         )
         await journal.write_now(records)
         return loaded
@@ -459,7 +510,7 @@ async def open_store(
     """
     config = config or StoreConfig(fsync=fsync)
     disk = disk or Disk(config.fsync_slow_ms)
-    lock_fd = await (run_blocking or trio.to_thread.run_sync)(_lock, data_dir)
+    lock_fd = await (run_blocking or trio.to_thread.run_sync)(lock_dir, data_dir, wal_dir(data_dir), snapshot_dir(data_dir))
     try:
         store = Store(data_dir, config, disk, model, clock, lock_fd, run_blocking)
     except BaseException:
@@ -470,12 +521,5 @@ async def open_store(
     except BaseException:
         store.close()
         raise
-    report = store.report
-    fields = {
-        "seconds": round(report.seconds, 3), "snapshot_lsn": report.snapshot_lsn, "records": report.records,
-        "last_lsn": report.last_lsn, "epoch": report.epoch, "expired": report.expired, "graced": report.graced,
-        "repairs": len(report.repairs), "record_format": report.version, "upgraded_from": report.upgraded_from,
-        **report.counts,
-    }
-    log.info("%s", report.describe(), extra={"event": "recovery", "fields": fields})
+    store.log_recovery()
     return store

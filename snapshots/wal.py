@@ -87,11 +87,12 @@ class Position:
 class SegmentWriter:
     """The open segment. Blocking; used from one thread at a time (the writer's)."""
 
-    def __init__(self, wal_dir: str, disk: Disk, segment_bytes_max: int, *, version: int) -> None:
+    def __init__(self, wal_dir: str, disk: Disk, segment_bytes_max: int, *, version: int, partition: int = 0) -> None:
         self.wal_dir = wal_dir
         self.disk = disk
         self.segment_bytes_max = segment_bytes_max
         self.magic = file_magic(WAL_KIND, version)  # the record format every new segment says it holds
+        self.partition = partition  # whose records they are, also in every segment's header
         self._fd: int | None = None
         self._path = ""
         self._offset = 0
@@ -124,7 +125,7 @@ class SegmentWriter:
             self.disk.remove(path)  # an empty segment left by an earlier start
         fd = self.disk.create(path)
         try:
-            self.disk.write(fd, encode_file_header(self.magic, first_lsn, prev_crc))
+            self.disk.write(fd, encode_file_header(self.magic, first_lsn, prev_crc, self.partition))
             self.disk.fsync(fd, path)
             self.disk.fsync_dir(self.wal_dir)
         except BaseException:

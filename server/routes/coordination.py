@@ -19,7 +19,7 @@ import re
 
 from ...actors import commands as c
 from ...actors import coordination_reads as reads
-from ...actors.errors import UNAVAILABLE, VALIDATION_FAILED, KernelError
+from ...actors.errors import VALIDATION_FAILED
 from ...actors.kernel import EMPTY
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError

@@ -30,7 +30,8 @@ import httpx
 import trio
 
 from runstate.server.durable import state_model
-from runstate.snapshots import load
+from runstate.actors.layout import Layout
+from runstate.snapshots.datadir import load_partition, read_manifest
 
 API_KEY = "rs_crash_test_key"
 SPACE = "default"
@@ -156,7 +157,9 @@ def verify(data_dir: str, acked: Acked) -> list[tuple[str, str, str]]:
     Returns the claims acquired in the last cycle that still held at the crash. (A scope ended by a
     request whose answer the kill cut off is ended on disk: its claims are gone, rightly.)
     """
-    state = load(data_dir, state_model(), repair=False).state
+    manifest = read_manifest(data_dir)
+    assert manifest is not None
+    state = load_partition(data_dir, state_model(), Layout(manifest.partitions).of(SPACE)).state
     space = state.space(SPACE)
     for scope_id in acked.scopes:
         assert scope_id in space.scopes, f"acknowledged scope {scope_id} is missing"

@@ -15,6 +15,7 @@ from runstate.server.durable import state_model
 from runstate.snapshots import CheckReport, Disk, load, open_store
 from runstate.snapshots import check as check_dir
 from runstate.snapshots.frame import FILE_HEADER_BYTES, Frame, read_frame
+from runstate.snapshots.datadir import Manifest, make_data_dir, partition_dir
 from runstate.snapshots.recovery import list_segments, wal_dir
 from runstate.snapshots.store import StoreConfig
 from runstate.snapshots.wal import SegmentWriter, inline
@@ -39,14 +40,23 @@ def key_record(number: int) -> dict:
     }
 
 
-def write_log(data_dir: str, batches: list[list[dict]], segment_bytes_max: int = 1 << 20) -> None:
+def write_log(data_dir: str, batches: list[list[dict]], segment_bytes_max: int = 1 << 20, partition: int = 0) -> None:
     """Write `batches` into `data_dir`'s WAL as the writer would, one write + fsync per batch."""
     os.makedirs(wal_dir(data_dir), exist_ok=True)
-    writer = SegmentWriter(wal_dir(data_dir), Disk(), segment_bytes_max, version=VERSION)
+    writer = SegmentWriter(wal_dir(data_dir), Disk(), segment_bytes_max, version=VERSION, partition=partition)
     writer.start(1, 0)
     for batch in batches:
         writer.write(writer.next_lsn, [orjson.dumps(record) for record in batch], True)
     writer.close()
+
+
+def write_server_log(data_dir: str, batches: list[list[dict]], partitions: int = 1, partition: int = 0) -> str:
+    """A data directory a server opens (its manifest and partitions), with `batches` in the WAL of
+    `partition` (0, the system one, for key records); returns that partition's folder."""
+    make_data_dir(data_dir, Manifest(partitions))
+    folder = partition_dir(data_dir, partition)
+    write_log(folder, batches, partition=partition)
+    return folder
 
 
 def numbered_batches(*sizes: int) -> list[list[dict]]:

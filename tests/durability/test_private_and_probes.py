@@ -18,6 +18,7 @@ import trio.testing
 
 from runstate.actors import Clock
 from runstate.snapshots import FaultyDisk
+from runstate.snapshots.datadir import Manifest, make_data_dir, partition_dir
 from runstate.snapshots.wal import inline
 from runstate.server.runtime import Runtime
 from runstate.server.settings import Settings
@@ -65,11 +66,12 @@ async def test_data_files_are_0600_and_folders_0700_whatever_the_umask(tmp_path,
         runtime = await _start(nursery, data_dir, FaultyDisk())
         client = AsgiClient(runtime)
         assert (await client.post("/scopes", {})).status == 201
-        await runtime.store.snapshot()
+        await runtime.data.snapshot()
     finally:
         os.umask(old)
     modes = _modes(data_dir)
-    assert any(name.endswith(".wal") for name in modes) and any(name.startswith("snapshots/") for name in modes)
+    assert any(name.endswith(".wal") for name in modes) and any(name.endswith(".snap") for name in modes)
+    assert "runstate.json" in modes and "partitions" in modes
     for name, mode in modes.items():
         wanted = 0o700 if os.path.isdir(os.path.join(data_dir, name)) else 0o600
         assert mode == wanted, (name, oct(mode))
@@ -78,15 +80,17 @@ async def test_data_files_are_0600_and_folders_0700_whatever_the_umask(tmp_path,
 async def test_an_older_lax_data_directory_is_made_private_at_start(tmp_path, nursery, autojump_clock):
     """Folders and files left 0755/0644 by an earlier start are tightened when the store opens."""
     data_dir = str(tmp_path / "data")
-    os.makedirs(os.path.join(data_dir, "wal"), mode=0o755)
-    os.chmod(data_dir, 0o755)
-    lax = os.path.join(data_dir, "wal", "stray")
+    make_data_dir(data_dir, Manifest(1))
+    wal = os.path.join(partition_dir(data_dir, 1), "wal")
+    for folder in (data_dir, wal):
+        os.chmod(folder, 0o755)
+    lax = os.path.join(wal, "stray")
     with open(lax, "w") as file:
         file.write("x")
     os.chmod(lax, 0o644)
     await _start(nursery, data_dir, FaultyDisk())
     assert stat.S_IMODE(os.stat(data_dir).st_mode) == 0o700
-    assert stat.S_IMODE(os.stat(os.path.join(data_dir, "wal")).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(wal).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(lax).st_mode) == 0o600
 
 

@@ -17,13 +17,15 @@ import trio
 import trio.testing
 
 from runstate.actors import Clock, KernelState
+from runstate.actors.layout import Layout
 from runstate.actors.records import FIELDS, VERSION, RecordError, check_record, upgrade
 from runstate.actors.space import RECORD_TYPES
 from runstate.server.runtime import Runtime
 from runstate.server.settings import Settings
-from runstate.snapshots import assert_same_state, contents
+from runstate.snapshots import contents
+from runstate.snapshots.datadir import DataDirError, Manifest, load_partition, partition_dir, read_manifest
 from runstate.snapshots.recovery import file_versions, list_segments, snapshot_dir, wal_dir
-from runstate.snapshots.snapshot import list_snapshots, load_snapshot, write_snapshot
+from runstate.snapshots.snapshot import list_snapshots, load_snapshot
 from tests.server.asgi_client import AsgiClient
 
 from .helpers import MODEL, T0_MS, check, reload, running
@@ -103,7 +105,7 @@ def copy_of_v0(tmp_path) -> str:
 
 def test_the_registry_names_every_record_type_the_state_applies():
     """Nothing applies a record the registry does not know, and the registry knows nothing extra."""
-    kernel_wide = {"kernel.booted", "key.registered", "key.revoked", "idem.stored"}
+    kernel_wide = {"kernel.booted", "key.registered", "key.revoked"}
     assert set(FIELDS) == set(RECORD_TYPES) | kernel_wide
 
 
@@ -192,8 +194,11 @@ def test_check_says_a_version_0_directory_is_upgraded_by_a_start(tmp_path):
     data = copy_of_v0(tmp_path)
     report = check(data)
     assert report.ok, report.format()
-    assert report.versions == {0: 2} and report.version == VERSION
-    assert "record format: version 0 (2 file(s)); a start upgrades the directory to version 1" in report.format()
+    assert report.versions == {0: 2} and report.version == VERSION and report.partition_count is None
+    assert (
+        f"record format: version 0 (2 file(s)); a start upgrades the directory to partitions of version {VERSION}"
+        in report.format()
+    )
     assert file_versions(data) == {path: 0 for path in [*file_versions(data)]}  # check changed nothing
 
 
@@ -204,42 +209,70 @@ def test_a_version_0_directory_reads_back_exactly_as_it_was_written(tmp_path):
     assert_as_written(contents(loaded.state))
 
 
-@pytest.mark.trio
-async def test_a_version_0_directory_is_upgraded_on_its_first_start_and_serves(tmp_path, caplog):
-    """The first start rewrites the directory in the current format (and says so), then serves
-    what was written: claims renew with their tokens, the delivery still leased renews, outcomes
-    read back, a work key and an Idempotency-Key answer as before, a revoked key stays revoked."""
-    data = copy_of_v0(tmp_path)
-    old_files = set(file_versions(data))
-    caplog.set_level(logging.INFO, logger="runstate.snapshots")
-    # One minute after the last record: the leases of 600 s are alive and get their grace.
-    settings = Settings(data_dir=data, api_key=ANSWERS["api_key"], space_id=SPACE, seed=3)
-    runtime = Runtime(settings, clock=Clock(wall_anchor_ms=T0_MS + 60_000))
+def merged(data: str) -> KernelState:
+    """Every partition of an upgraded directory read back into one state (keys, boot and spaces),
+    as the directory held them before it was split: what it was written as, to compare."""
+    manifest = read_manifest(data)
+    assert manifest is not None
+    state = KernelState()
+    for number in manifest.numbers():
+        [(_, path)] = list_snapshots(snapshot_dir(partition_dir(data, number)))
+        load_snapshot(path, state.apply, MODEL.records, number)
+    return state
+
+
+async def _start_and_serve(data: str, api_key: str, serve, **settings) -> Runtime:  # type: ignore[no-untyped-def]
+    settings.setdefault("space_id", SPACE)
+    runtime = Runtime(Settings(data_dir=data, api_key=api_key, seed=3, **settings), clock=Clock(wall_anchor_ms=T0_MS + 60_000))
     async with trio.open_nursery() as nursery:
         await nursery.start(runtime.run)
         while not runtime.ready:
             assert runtime.fatal is None, runtime.fatal
             await trio.sleep(0.01)
+        await serve(runtime)
+        nursery.cancel_scope.cancel()
+    return runtime
+
+
+def _upgraded(caplog, data: str, old_files: set, partitions: int, version: int, lsn: int) -> None:
+    """The start logged the upgrade once, removed every old file, and left a snapshot at the old
+    log's end in each partition, then a WAL after it: a directory of the current format."""
+    upgrade_lines = [record for record in caplog.records if getattr(record, "event", None) == "upgrade"]
+    assert len(upgrade_lines) == 1
+    message = upgrade_lines[0].getMessage()
+    assert f"from record format {version}, one journal, to {partitions} partition(s) of record format {VERSION}" in message
+    assert not any(os.path.exists(path) for path in old_files)
+    assert not os.path.exists(wal_dir(data)) and not os.path.exists(snapshot_dir(data))
+    assert read_manifest(data) == Manifest(partitions)
+    for number in range(partitions + 1):
+        folder = partition_dir(data, number)
+        assert [found for found, _ in list_snapshots(snapshot_dir(folder))] == [lsn]
+        assert [found for found, _ in list_segments(wal_dir(folder))] == [lsn + 1]
+    report = check(data)
+    assert report.ok and report.versions == {VERSION: 2 * (partitions + 1)} and "a start upgrades" not in report.format()
+
+
+@pytest.mark.trio
+async def test_a_version_0_directory_is_upgraded_on_its_first_start_and_serves(tmp_path, caplog):
+    """The first start splits the directory into partitions in the current format (and says so),
+    then serves what was written: claims renew with their tokens, the delivery still leased renews,
+    outcomes read back, a work key and an Idempotency-Key answer as before, a revoked key stays
+    revoked."""
+    data = copy_of_v0(tmp_path)
+    old_files = set(file_versions(data))
+    caplog.set_level(logging.INFO, logger="runstate.snapshots")
+
+    async def serve(runtime: Runtime) -> None:
         client = AsgiClient(runtime, api_key=ANSWERS["api_key"], space=SPACE)
         client._keys = 1 << 40  # its Idempotency-Keys count on from where the fixture's left off
         await _served_as_written(client)
-        nursery.cancel_scope.cancel()
 
-    upgrade_lines = [record for record in caplog.records if getattr(record, "event", None) == "upgrade"]
-    assert len(upgrade_lines) == 1
-    assert "upgrading" in upgrade_lines[0].getMessage() and "from record format 0 to 1" in upgrade_lines[0].getMessage()
-    assert runtime.store.report.upgraded_from == [0]
-    # The old files are gone; what is left is all of the current format.
-    versions = file_versions(data)
-    assert not old_files & set(versions) and set(versions.values()) == {VERSION}
-    [(snapshot_lsn, snapshot_path)] = list_snapshots(snapshot_dir(data))
-    assert snapshot_lsn == 64 and [lsn for lsn, _ in list_segments(wal_dir(data))] == [65]
-    # The snapshot the upgrade wrote holds exactly the state that was written.
-    rebuilt = KernelState()
-    load_snapshot(snapshot_path, rebuilt.apply, MODEL.records)
-    assert_as_written(contents(rebuilt))
-    report = check(data)
-    assert report.ok and report.versions == {VERSION: 2} and "a start upgrades" not in report.format()
+    # One minute after the last record: the leases of 600 s are alive and get their grace.
+    runtime = await _start_and_serve(data, ANSWERS["api_key"], serve)
+    assert runtime.data is not None and runtime.data.upgraded_from == [0]
+    _upgraded(caplog, data, old_files, 1, 0, 64)
+    # The snapshots the upgrade wrote hold exactly the state that was written.
+    assert_as_written(contents(merged(data)))
 
 
 async def _served_as_written(client: AsgiClient) -> None:
@@ -290,28 +323,162 @@ def test_a_second_start_does_not_upgrade_again(tmp_path, caplog):
     async def start_twice() -> None:
         data = copy_of_v0(tmp_path)
         for _ in range(2):
-            async with running(data, wall_ms=T0_MS + 60_000) as run:
-                live = run.kernel.state
-        assert_same_state(live, reload(data).state)
+            runtime = await _start_and_serve(data, ANSWERS["api_key"], _nothing)
+        manifest = read_manifest(data)
+        for number in manifest.numbers():
+            reloaded = load_partition(data, MODEL, number).state
+            assert contents(reloaded)["spaces"].keys() == {
+                space for space in ("default",) if Layout(manifest.partitions).of(space) == number
+            }
+        assert runtime.data is not None and runtime.data.upgraded_from == []
 
     caplog.set_level(logging.INFO, logger="runstate.snapshots")
     trio.run(start_twice, clock=trio.testing.MockClock(autojump_threshold=0))
     assert sum(getattr(record, "event", None) == "upgrade" for record in caplog.records) == 1
 
 
-def test_a_crash_after_the_new_snapshot_finishes_the_upgrade_at_the_next_start(tmp_path, caplog):
-    """The new snapshot is durable before anything is deleted: the next start deletes what is left."""
-    data = copy_of_v0(tmp_path)
-    loaded = reload(data)  # as the upgrade does: read upgraded, write the current format at the end
-    write_snapshot(snapshot_dir(data), loaded.last_lsn, loaded.newest_ms, loaded.state.image(), MODEL.records)
-    assert check(data).versions == {0: 2, VERSION: 1}
+async def _nothing(runtime: Runtime) -> None:
+    pass
 
-    async def start() -> None:
-        async with running(data, wall_ms=T0_MS + 60_000):
-            pass
+
+def test_a_crash_before_the_manifest_starts_the_upgrade_again_and_one_after_finishes_it(tmp_path, caplog):
+    """The partitions' snapshots are made before the manifest and the old files are deleted only
+    after it is durable: a start that finds half-made partitions and no manifest starts over from
+    the old files; one that finds the manifest and old files left deletes them, rewriting nothing."""
+    from runstate.snapshots import datadir
 
     caplog.set_level(logging.INFO, logger="runstate.snapshots")
-    trio.run(start, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert set(file_versions(data).values()) == {VERSION}
-    assert [lsn for lsn, _ in list_snapshots(snapshot_dir(data))] == [loaded.last_lsn]  # not written again
-    assert check(data).ok and "upgrading" in caplog.text
+    before = copy_of_v0(tmp_path / "before")
+    os.makedirs(snapshot_dir(partition_dir(before, 1)))
+    with open(os.path.join(snapshot_dir(partition_dir(before, 1)), "00000000000000000064.snap"), "wb") as file:
+        file.write(b"half written")
+    trio.run(_start_and_serve, before, ANSWERS["api_key"], _nothing, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert_as_written(contents(merged_at(before, 64)))
+
+    after = copy_of_v0(tmp_path / "after")
+    removed: list = []
+    real_remove = datadir._remove_old_layout
+    datadir._remove_old_layout = lambda *args: removed.append(args)  # the crash: nothing deleted yet
+    try:
+        trio.run(_start_and_serve, after, ANSWERS["api_key"], _nothing, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        datadir._remove_old_layout = real_remove
+    assert removed and set(file_versions(after).values()) == {0}, "the old files are still there"
+    trio.run(_start_and_serve, after, ANSWERS["api_key"], _nothing, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert not os.path.exists(wal_dir(after)) and not os.path.exists(snapshot_dir(after))
+    assert sum(getattr(record, "event", None) == "upgrade" for record in caplog.records) == 2
+    assert_as_written(contents(merged_at(after, 64)))
+
+
+def merged_at(data: str, lsn: int) -> KernelState:
+    """The partitions' snapshots at `lsn` (the upgrade's) read back into one state."""
+    state = KernelState()
+    for number in read_manifest(data).numbers():
+        load_snapshot(os.path.join(snapshot_dir(partition_dir(data, number)), f"{lsn:020d}.snap"), state.apply, MODEL.records, number)
+    return state
+
+
+# -- the version-1 directory: two spaces, keys and every kind of record, split into partitions --
+
+
+V1 = json.load(open(os.path.join(FIXTURES, "v1-answers.json")))
+
+
+def copy_of_v1(tmp_path) -> str:
+    data = str(tmp_path / "data-v1")
+    shutil.copytree(os.path.join(FIXTURES, "v1"), data)
+    return data
+
+
+def test_a_version_1_directory_reads_back_exactly_as_it_was_written(tmp_path):
+    """The last format before partitions: the state it read back, table by table, with each
+    space's stored answers now its own (they were one table of the whole server)."""
+    loaded = reload(copy_of_v1(tmp_path))
+    assert loaded.versions == {1} and loaded.snapshot_lsn == V1["snapshot_lsn"]
+    assert contents(loaded.state) == v1_as_written()
+
+
+def v1_as_written() -> dict:
+    from runstate.actors import Limits
+    from runstate.actors.space import SpaceState
+
+    with open(os.path.join(FIXTURES, "v1-contents.txt")) as file:
+        written = ast.literal_eval(file.read())
+    empty = contents(SpaceState("default", Limits()), False)["idempotency"]
+    for space in written["spaces"].values():
+        space["idempotency"] = copy.deepcopy(empty)
+    for (space_id, key), stored in written.pop("idempotency")["_entries"]:
+        written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
+    return written
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("partitions", [1, 4])
+async def test_a_version_1_directory_is_split_into_partitions_and_serves_every_space(tmp_path, caplog, partitions):
+    """Started with --partitions 4 (or the default 1): each space lands in its own partition, the
+    keys in the system one, and everything serves as written: held claims and pool grants renew
+    with their tokens, a released key's next holder gets generation 2 (the counters came through
+    in every partition), leased deliveries renew, outcomes read back, a stored answer replays, the
+    other space's key still opens only its space, a revoked key stays revoked."""
+    data = copy_of_v1(tmp_path)
+    old_files = set(file_versions(data))
+    caplog.set_level(logging.INFO, logger="runstate.snapshots")
+    lsn = int(max(os.path.basename(path).split(".")[0] for path in old_files if path.endswith(".snap")))
+    lsn = max(lsn, reload(data).last_lsn)
+
+    async def serve(runtime: Runtime) -> None:
+        kernel = runtime.kernel
+        assert kernel is not None and kernel.layout.count == partitions
+        for space_id, got in V1["spaces"].items():
+            key = V1["api_key"] if space_id == "default" else V1["research_key"]
+            client = AsgiClient(runtime, api_key=key, space=space_id)
+            client._keys = 1 << 40
+            assert space_id in kernel.partition_of(space_id).state.spaces
+            renewed = await client.post("/claims/k-held/renew", {"token": got["held_token"]})
+            assert renewed.status == 200 and renewed.json["generation"] == got["held_generation"], renewed
+            assert (await client.post("/claims/k-late/renew", {"token": got["late_token"]})).status == 200
+            again = await client.post("/claims", {"scopeId": got["run"], "key": "k-released", "holder": "b",
+                                                  "holderSession": "b", "leaseSeconds": 30})
+            assert again.status == 200 and again.json["generation"] == 2, again
+            grant = await client.post(f"/grants/{got['grant']}/renew", {"token": got["grant_token"]})
+            assert grant.status == 200, grant
+            delivery = await client.post(f"/messages/{got['leased_message']}/renew", {"token": got["leased_token"]})
+            assert delivery.status == 200, delivery
+            done = await client.get(f"/tasks/{got['done_task']}")
+            assert done.json["state"] == "SUCCEEDED" and done.json["outcome"] == {"answer": 42}
+            assert (await client.get(f"/scopes/{got['ended']}")).json["storedState"] == "CANCELLED"
+            other = "research" if space_id == "default" else "default"
+            stranger = AsgiClient(runtime, api_key=key, space=other)
+            assert (await stranger.get(f"/scopes/{V1['spaces'][other]['run']}")).status == 404
+        client = AsgiClient(runtime, api_key=V1["api_key"], space="default")
+        client._keys = 1 << 41
+        sent = V1["send_body"]  # the same bytes as the first time: its keys in the order they were sent
+        body = {"scopeId": sent["scopeId"], "payload": sent["payload"], "workKey": sent["workKey"]}
+        replayed = await client.post(f"/mailboxes/{V1['spaces']['default']['mailbox']}/messages", body,
+                                     idempotency_key=V1["send_idempotency_key"])
+        assert replayed.json == V1["send_answer"]
+        revoked = AsgiClient(runtime, api_key="rs_fixture_v1_revoked", space="default")
+        assert (await revoked.get(f"/scopes/{V1['spaces']['default']['run']}")).status == 401
+
+    runtime = await _start_and_serve(data, V1["api_key"], serve, partitions=partitions)
+    assert runtime.data is not None and runtime.data.upgraded_from == [1]
+    _upgraded(caplog, data, old_files, partitions, 1, lsn)
+    merged_state = merged(data)
+    assert contents(merged_state)["spaces"] == v1_as_written()["spaces"]
+    assert contents(merged_state)["keys"] == v1_as_written()["keys"]
+
+
+def test_a_directory_keeps_the_partition_count_it_was_made_with(tmp_path):
+    """A start that asks for another count is refused, naming the count the directory has."""
+    data = copy_of_v1(tmp_path)
+    trio.run(_start_and_serve, data, V1["api_key"], _nothing, clock=trio.testing.MockClock(autojump_threshold=0))
+
+    async def start() -> Runtime:
+        runtime = Runtime(Settings(data_dir=data, api_key=V1["api_key"], partitions=8), clock=Clock(wall_anchor_ms=T0_MS))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runtime.run)
+            await runtime.stopped.wait()
+        return runtime
+
+    runtime = trio.run(start, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert isinstance(runtime.fatal, DataDirError) and "was made with 1 partition(s)" in str(runtime.fatal)

@@ -11,7 +11,7 @@ import runstate.actors
 import runstate.snapshots
 from runstate.snapshots.recovery import wal_dir
 
-from .helpers import flip_byte, frames, numbered_batches, segments, write_log
+from .helpers import flip_byte, frames, numbered_batches, segments, write_log, write_server_log
 
 RUNSTATE = [sys.executable, "-c", "import sys; from runstate._cli import main; sys.exit(main())"]
 
@@ -71,7 +71,7 @@ def test_healthz_answers_503_while_recovering_then_200(tmp_path):
     import httpx
 
     data = str(tmp_path / "data")
-    write_log(data, numbered_batches(*[2000] * 100))  # 200k records: most of a second to recover
+    write_server_log(data, numbered_batches(*[2000] * 100))  # 200k records: most of a second to recover
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

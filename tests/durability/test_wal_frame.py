@@ -14,6 +14,7 @@ from runstate.snapshots.frame import (
     SNAPSHOT_KIND,
     WAL_KIND,
     Damage,
+    FileHeader,
     Frame,
     decode_file_header,
     encode_file_header,
@@ -22,10 +23,12 @@ from runstate.snapshots.frame import (
     file_magic,
     file_version,
     find_intact_frame,
+    header_bytes,
     read_frame,
 )
+from runstate.actors.records import VERSION
 
-WAL_MAGIC, SNAPSHOT_MAGIC = file_magic(WAL_KIND, 1), file_magic(SNAPSHOT_KIND, 1)
+WAL_MAGIC, SNAPSHOT_MAGIC = file_magic(WAL_KIND, VERSION), file_magic(SNAPSHOT_KIND, VERSION)
 
 bodies = st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=20)
 
@@ -107,9 +110,11 @@ def test_cut_frames_and_zeros_are_told_apart():
 
 
 def test_file_headers_round_trip_and_reject_damage():
-    header = encode_file_header(WAL_MAGIC, 12345, 999)
-    assert len(header) == FILE_HEADER_BYTES
-    assert decode_file_header(header, WAL_MAGIC) == (12345, 999)
+    """A header names the first LSN, the link to the previous file and the partition; any damage,
+    and a nonzero reserved field, makes it unreadable."""
+    header = encode_file_header(WAL_MAGIC, 12345, 999, partition=7)
+    assert len(header) == FILE_HEADER_BYTES == 32
+    assert decode_file_header(header, WAL_MAGIC) == FileHeader(12345, 999, 7, 32)
     assert decode_file_header(header, SNAPSHOT_MAGIC) is None
     assert decode_file_header(header[:-1], WAL_MAGIC) is None
     for position in range(FILE_HEADER_BYTES):
@@ -129,12 +134,14 @@ def test_find_intact_frame_skips_garbage_and_respects_the_lsn_floor():
 
 
 def test_the_magic_names_the_record_format_and_older_files_read_as_version_0():
-    """The version sits in the magic (byte 6); the magics written before it had a number read as 0."""
-    assert file_version(encode_file_header(WAL_MAGIC, 1, 0), WAL_KIND) == 1
+    """The version sits in the magic (byte 6), the layout in byte 7; the magics written before the
+    version had a number read as version 0, layout 1 (a 24-byte header without a partition)."""
+    assert file_version(encode_file_header(WAL_MAGIC, 1, 0), WAL_KIND) == VERSION
     assert file_version(b"RSWAL\x00\x00\x01" + bytes(16), WAL_KIND) == 0
     assert file_version(b"RSSNAP\x00\x01" + bytes(16), SNAPSHOT_KIND) == 0
     assert file_version(b"RSSNAP\x00\x01" + bytes(16), WAL_KIND) is None
-    assert file_version(b"RSWAL\x00\x00\x02" + bytes(16), WAL_KIND) is None  # another frame layout
+    assert file_version(b"RSWAL\x00\x00\x03" + bytes(16), WAL_KIND) is None  # a layout this code does not know
     old = encode_file_header(b"RSWAL\x00\x00\x01", 7, 3)
-    assert decode_file_header(old, file_magic(WAL_KIND, 0)) == (7, 3)
+    assert len(old) == 24 and header_bytes(old) == 24
+    assert decode_file_header(old, file_magic(WAL_KIND, 0, layout=1)) == FileHeader(7, 3, 0, 24)
     assert decode_file_header(old, WAL_MAGIC) is None

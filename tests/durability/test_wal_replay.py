@@ -96,10 +96,9 @@ class Driver:
             key_id = f"ak_{pick % 4}"
             self.run(c.RevokeKey(key_id=key_id))
         elif kind == 10 and flag:  # a restart: boot record, expiries and grace periods
-            newest = self.now_ms
             self.now_ms += (pick % 20) * 1000
             boot = state.decide_boot("off" if pick % 2 else "always", self.now_ms)
-            self.records.extend(boot + state.restart(newest, self.now_ms))
+            self.records.extend(boot + state.restart(self.now_ms))
         elif kind == 11:
             self.images.append((len(self.records), list(state.image())))
         self.now_ms += 1 + pick % 500

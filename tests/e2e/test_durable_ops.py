@@ -76,12 +76,15 @@ def test_sigterm_under_load_then_restart_finds_every_acknowledged_change(tmp_pat
     first = events(process)
     applied = first["drained"][0]["operations"]
     assert len(acknowledged) <= applied
-    assert first["snapshot"][-1]["lsn"] == first["journal_flushed"][0]["lsn"]  # the final snapshot covers it all
+    # The space's partition (1 of 1): its final snapshot covers everything it flushed.
+    flushed = first["journal_flushed"][0]["partitions"]["1"]
+    final = [snapshot for snapshot in first["snapshot"] if snapshot["partition"] == 1][-1]
+    assert final["lsn"] == flushed
 
     again = ServerProcess("--data-dir", data_dir).start()
     try:
-        recovery = events(again)["recovery"][0]
-        assert recovery["records"] == 0 and recovery["snapshot_lsn"] == first["snapshot"][-1]["lsn"]
+        recovery = next(line for line in events(again)["recovery"] if line["partition"] == 1)
+        assert recovery["records"] == 0 and recovery["snapshot_lsn"] == final["lsn"]
         with again.client() as http:
             missing = [run for run in acknowledged if http.get(f"/v1/spaces/default/scopes/{run}").status_code != 200]
         assert missing == []

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from runstate.snapshots.datadir import partition_dir
 from runstate.snapshots.recovery import snapshot_dir
 from runstate.snapshots.snapshot import list_snapshots
 
@@ -40,9 +41,10 @@ def test_caps_set_by_flag_hold_across_a_crash_and_a_restart(tmp_path):
             assert http.post("/v1/spaces/default/tasks", json={**task, "taskKey": "a"}).status_code in (200, 201)
             assert http.post("/v1/spaces/default/tasks", json={**task, "taskKey": "b"}).json()["error"]["code"] == "BACKLOG_FULL"
         waited_until = time.monotonic() + 20  # the snapshot is taken in the background
-        while not list_snapshots(snapshot_dir(data_dir)) and time.monotonic() < waited_until:
+        snapshots = snapshot_dir(partition_dir(data_dir, 1))  # the partition of space `default`
+        while not list_snapshots(snapshots) and time.monotonic() < waited_until:
             time.sleep(0.1)
-        assert list_snapshots(snapshot_dir(data_dir)), "the restart is to load a snapshot"
+        assert list_snapshots(snapshots), "the restart is to load a snapshot"
         with process.client() as http:  # one more record, in the journal after the snapshot
             assert http.post("/v1/spaces/default/mailboxes", json={"name": "after"}).status_code == 201
     finally:

@@ -552,9 +552,9 @@ class _Spaces:
 
 
 async def test_a_restart_gives_a_signaled_waiter_the_grace_to_come_for_its_units():
-    """The claims' restart rule for a pool's line: a turn that may have been alive at the crash
-    ends no sooner than the grace after the restart; one that ended before the crash is not
-    extended (the next move of the line expires it). The waiter keeps when its turn began."""
+    """The claims' restart rule for a pool's line: a turn that has not ended by the restart ends
+    no sooner than the grace after it; one that has ended is not extended (the next move of the
+    line expires it). The waiter keeps when its turn began."""
     from runstate.actors.limits import Limits
 
     space = SpaceState(SPACE, Limits())
@@ -570,8 +570,8 @@ async def test_a_restart_gives_a_signaled_waiter_the_grace_to_come_for_its_units
     for record in records:
         record["space"] = SPACE
         space.apply(record)
-    newest, now = T0 + 5_000, T0 + 20_000  # the last record before the crash; the restart
-    outcome = space.capacity.restart(newest, now, grace_ms=15_000)
+    now = T0 + 8_000  # the restart: pw_a's turn (to +10 s) is still on, pw_b's (to +3 s) is over
+    outcome = space.capacity.restart(now, grace_ms=15_000)
     assert [(r["type"], r["id"], r["turn_ends_ms"]) for r in outcome.records] == [("permit_waiter.signaled", "pw_a", now + 15_000)]
     waiter = space.capacity.pools.waiter("pw_a")
     assert (waiter.state, waiter.signaled_ms, waiter.due_ms) == ("SIGNALED", T0, now + 15_000)

@@ -27,7 +27,8 @@ import trio
 from runstate import AsyncRunstate
 from runstate.errors import RunstateError
 
-from .cluster import API_KEY, SPACE, Cluster, SimTransport, now_ms
+from .disk import IO_LATENCY_MAX_S
+from .cluster import API_KEY, NEIGHBOR_KEY, SPACE, Cluster, SimTransport, now_ms
 from .oracle import Oracle
 
 __all__ = ["World", "AGENTS"]
@@ -57,12 +58,24 @@ class World:
 
         self.capacity = CapacityBook(oracle)
         self.admission_runs: list[str] = []
+        self._spectator: AsyncRunstate | None = None
+        # Set by the crasher: cut the power the instant a spectator's read shows a task ended.
+        self.crash_on_seen: trio.Event | None = None
+        # Set while the disk under SPACE's partition fails (the crasher's "disk"): the neighbor
+        # space, in another partition, must go on being served meanwhile.
+        self.disk_failing = False
 
     def rng(self, name: str) -> random.Random:
         return random.Random(f"{self.seed}:{name}")
 
     def client(self, holder: str) -> AsyncRunstate:
         return AsyncRunstate(api_key=API_KEY, space_id=SPACE, holder=holder, transport=self.transport, request_timeout_ms=10_000)
+
+    def spectator(self) -> AsyncRunstate:
+        """The client of whoever reads a task while its worker settles it (see `settle`)."""
+        if self._spectator is None:
+            self._spectator = self.client("spectator")
+        return self._spectator
 
     def log(self, who: str, text: str) -> None:
         self.trace.append(f"{trio.current_time():10.3f} {who:<9} {text}")
@@ -303,7 +316,18 @@ async def settle(world: World, name: str, rs: AsyncRunstate, message: dict, toke
         result = f"{name}:{message['id']}:{message['attempt']}"
         action, body = "complete", {"token": token, "result": {"payload": result}}
     oracle.letting_go(token)
-    ok, reply = await world.call(name, f"{action} {message['id']}", lambda: rs._ctx.call("POST", f"/messages/{message['id']}/{action}", body=body))
+    answers: list = []
+
+    async def settle_it() -> None:
+        answers.append(await world.call(name, f"{action} {message['id']}", lambda: rs._ctx.call("POST", f"/messages/{message['id']}/{action}", body=body)))
+
+    async with trio.open_nursery() as both:
+        both.start_soon(settle_it)
+        if message.get("taskId") is not None and rng.random() < 0.5:
+            # Someone else reads the task while the settlement is on its way to the disk: what
+            # that read shows must survive any crash (the dirty-read invariant).
+            both.start_soon(peek, world, message["taskId"], rng.uniform(0, IO_LATENCY_MAX_S))
+    ok, reply = answers[0]
     if not ok:
         return
     if why is not None:
@@ -314,6 +338,22 @@ async def settle(world: World, name: str, rs: AsyncRunstate, message: dict, toke
     task_id, task_state = answer.get("taskId"), answer.get("taskState")
     if task_id is not None and task_state in TERMINAL:
         oracle.task_settled(task_id, token, task_state, result if task_state == "SUCCEEDED" else None)
+
+
+async def peek(world: World, task_id: str, after_s: float) -> None:
+    await trio.sleep(after_s)  # the settlement's turn has run; its write may still be under way
+    ok, view = await world.call("spectator", f"status {task_id}", lambda: world.spectator()._ctx.call("GET", f"/tasks/{task_id}"))
+    if ok:
+        task = view.body
+        world.oracle.task_seen(task_id, task["state"], task["outcome"], task.get("tombstoned", False))
+        world.log("spectator", f"sees {task_id} {task['state']}")
+        armed = world.crash_on_seen
+        if armed is not None and task["state"] in TERMINAL and world.cluster.current is not None:
+            # The power goes the instant the read is answered: whatever it showed must already be
+            # on disk, or the crash takes it back (a dirty read).
+            world.crash_on_seen = None
+            world.cluster.crash("power")
+            armed.set()
 
 
 # -- runs and the server -------------------------------------------------------------------------
@@ -377,14 +417,33 @@ async def crasher(world: World, name: str, mean_s: float) -> None:
     restarts it on what the disk kept, and has the oracle check the recovered state."""
     rng, cluster = world.rng(name), world.cluster
     # Under `batch` and `off` a power cut may lose answered changes (by design): only kills then.
-    kinds = ["kill"] if cluster.fsync in ("batch", "off") else ["power", "torn", "kill", "write", "write"]
+    kinds = ["kill"] if cluster.fsync in ("batch", "off") else ["power", "torn", "kill", "write", "write", "seen", "seen"]
+    if cluster.neighbor is not None and cluster.fsync == "always":
+        # (Under `batch` a failed fsync rolls back what was answered since the last good one, as
+        # a power cut would: only `always` keeps every answer through it.)
+        kinds += ["disk", "disk"]
     await world.ready.wait()
     while world.running:
         await trio.sleep(min(rng.expovariate(1 / mean_s), max(0.0, world.end_s - trio.current_time())))
         if not world.running:
             break
         how = rng.choice(kinds)
-        if how == "write":
+        if how == "disk":  # SPACE's partition's disk fails for a while; nothing crashes
+            cluster.fail_disk(SPACE)
+            world.disk_failing = True
+            await trio.sleep(rng.uniform(0.5, 8.0))
+            cluster.fail_disk(None)
+            world.disk_failing = False
+            world.log(name, "the disk works again")
+            continue
+        if how == "seen":  # the next time a read shows a task ended, at that instant
+            world.crash_on_seen = seen = trio.Event()
+            with trio.move_on_after(30):
+                await seen.wait()
+            world.crash_on_seen = None
+            if not seen.is_set():
+                cluster.crash("power")
+        elif how == "write":
             cluster.crash_in_next_write()
             with trio.move_on_after(5):
                 while cluster.current is not None:
@@ -398,10 +457,57 @@ async def crasher(world: World, name: str, mean_s: float) -> None:
         await restart(world)
 
 
+async def neighbor(world: World, name: str) -> None:
+    """Claims in the neighbor space (another partition than SPACE's), one after another: each
+    acquired, held a moment (renewed) and released. Its invariant besides the claims' own:
+    **isolation**: while the disk of SPACE's partition fails, this space is served as ever
+    (no 503 from a server that is up)."""
+    space = world.cluster.neighbor
+    if space is None:
+        return
+    rng, oracle = world.rng(name), world.oracle
+    rs = AsyncRunstate(api_key=NEIGHBOR_KEY, space_id=space, holder=name, transport=world.transport, request_timeout_ms=10_000)
+    await world.ready.wait()
+    scope_id = None
+    while world.running:
+        await trio.sleep(rng.expovariate(1 / 1.0))
+        failing = world.disk_failing and world.cluster.current is not None
+        if scope_id is None:
+            ok, scope = await world.call(name, "new run", lambda: rs.scopes.create(name="neighbor"))
+            _isolated(world, name, ok, scope, failing)
+            if ok:
+                scope_id = scope.id
+                oracle.scopes_elsewhere.add(scope_id)
+            continue
+        key, lease_s = f"n{rng.randint(0, 2)}", rng.choice([5, 10])
+        ok, lease = await world.call(name, f"acquire {key}", lambda: rs.scope(scope_id).claim(key).acquire(lease_seconds=lease_s, wait=True, timeout_ms=3_000))
+        _isolated(world, name, ok, lease, failing and world.disk_failing)
+        if not ok:
+            continue
+        grant(world, name, scope_id, key, lease, lease_s)
+        await hold(world, lease, rng.uniform(0, 2 * lease_s))
+        oracle.extended(lease.token(), wall_ms_of(lease))
+        oracle.letting_go(lease.token())
+        ok, _ = await world.call(name, f"release {key}", lease.release)
+        if ok and not lease.is_lost:
+            oracle.released(lease.token(), now_ms())
+    await rs.aclose()
+
+
+def _isolated(world: World, name: str, ok: bool, answer: Any, failing: bool) -> None:
+    if not ok and failing and world.disk_failing and answer.code == "UNAVAILABLE" and world.cluster.current is not None:
+        world.oracle.fail("isolation", f"{name}: the neighbor space was refused while another partition's disk failed: {answer}")
+
+
 async def restart(world: World) -> None:
     cluster = world.cluster
     if await cluster.start():
-        world.oracle.check_recovered(cluster.kernel.state, SPACE)
+        world.oracle.check_recovered(cluster.kernel.partition_of(SPACE).state, SPACE)
+        if cluster.neighbor is not None:
+            space = cluster.kernel.partition_of(cluster.neighbor).state.spaces.get(cluster.neighbor)
+            for scope_id in world.oracle.scopes_elsewhere:
+                if space is None or scope_id not in space.scopes:
+                    world.oracle.fail("durability", f"acknowledged run {scope_id} of {cluster.neighbor} is missing after recovery")
 
 
 async def auditor(world: World, name: str) -> None:
@@ -420,21 +526,27 @@ async def auditor(world: World, name: str) -> None:
 def audit(world: World) -> bool:
     from runstate.server.durable import state_model
     from runstate.snapshots import load
+    from runstate.snapshots.datadir import partition_dir
     from runstate.snapshots.equality import contents, first_difference
 
     cluster = world.cluster
     kernel = cluster.kernel
     if kernel is None or cluster.current is None or not cluster.current.serving:
         return False
-    journal = kernel.journal
-    if journal.failure is not None or journal._pending or journal.appended_lsn != journal.durable_lsn:
-        return False
-    limits = cluster.limits
-    loaded = load(cluster.data_dir, state_model(limits), repair=False)
-    difference = first_difference(contents(kernel.state), contents(loaded.state))
-    world.oracle.checks += 1
-    if difference is not None:
-        world.oracle.fail("replay", f"the live state differs from a replay of the disk at {difference}")
+    for partition in kernel.partitions:
+        journal = partition.journal
+        if journal.failure is not None or journal._pending or journal.appended_lsn != journal.durable_lsn:
+            return False
+    model = state_model(cluster.limits)
+    for partition in kernel.partitions:
+        folder = partition_dir(cluster.data_dir, partition.number)
+        loaded = load(folder, model, repair=False, partition=partition.number)
+        difference = first_difference(contents(partition.state), contents(loaded.state))
+        world.oracle.checks += 1
+        if difference is not None:
+            world.oracle.fail(
+                "replay", f"partition {partition.number}: the live state differs from a replay of the disk at {difference}"
+            )
     return True
 
 

@@ -28,29 +28,39 @@ from typing import Any, Callable, Mapping
 import trio
 
 from runstate.actors import Clock, Limits
+from runstate.actors.layout import Layout
 from runstate.server.http import serve_http
 from runstate.server.routes import ROUTER
 from runstate.server.runtime import Runtime
 from runstate.server.settings import Settings
-from runstate.server.durable import state_model
-from runstate.snapshots import RecoveryError, open_store
+from runstate.snapshots import RecoveryError
+from runstate.snapshots.datadir import DataDir, DataDirError, Manifest, make_data_dir, partition_dir
 from runstate.snapshots.recovery import snapshot_dir, wal_dir
 from runstate.snapshots.store import StoreConfig
-from runstate.snapshots.wal import inline
 from runstate.transport import TransportError
 
 from .disk import SimFs
 
-__all__ = ["Cluster", "SimTransport", "T0_MS", "API_KEY", "SPACE", "now_ms"]
+__all__ = ["Cluster", "SimTransport", "T0_MS", "API_KEY", "SPACE", "NEIGHBOR_KEY", "now_ms"]
 
 T0_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z: wall time at virtual time 0
 API_KEY = "rs_sim_key"
 SPACE = "sim"
+# The key of the space a seed with several partitions also runs, in another partition than SPACE's.
+NEIGHBOR_KEY = "rs_sim_neighbor_key"
+
+
+def neighbor_space(partitions: int) -> str | None:
+    """A space in another partition than SPACE's (None with one partition)."""
+    if partitions < 2:
+        return None
+    layout = Layout(partitions)
+    return next(f"sim-{n}" for n in range(1000) if layout.of(f"sim-{n}") != layout.of(SPACE))
 
 
 def now_ms() -> int:
     """The simulation's wall time: the same function of trio's clock as the server's `Clock`."""
-    return T0_MS + round(trio.current_time() * 1000)
+    return round(trio.current_time() * 1000 + T0_MS)  # the server's own sum, rounded alike (`Clock.now_ms`)
 
 
 def sim_clock() -> Clock:
@@ -58,40 +68,34 @@ def sim_clock() -> Clock:
 
 
 class SimRuntime(Runtime):
-    """`Runtime` with the store opened on the simulated disk, IO inline (virtual time)."""
+    """`Runtime` with the data directory opened on the simulated disk, IO inline (virtual time)."""
 
-    def __init__(self, settings: Settings, *, fs: SimFs, data_dir: str, store_config: StoreConfig) -> None:
+    def __init__(self, settings: Settings, *, fs: SimFs, store_config: StoreConfig, neighbor: str | None) -> None:
         super().__init__(settings, clock=sim_clock())
         self.fs = fs
-        self.data_dir = data_dir
         self.store_config = store_config
+        self.neighbor = neighbor
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        clock = self._clock
-        assert clock is not None
+    async def _configure_keys(self) -> None:
+        await super()._configure_keys()
+        if self.neighbor is not None and not self.key_is_known(NEIGHBOR_KEY):
+            await self._register_key(NEIGHBOR_KEY, self.neighbor, "the neighbor space")
+
+    def _store_options(self) -> dict:
+        return {"config": self.store_config, "disk": self.fs.disk(), "run_blocking": self.fs.run_blocking}
+
+    async def _open_data_dir(self, clock: Clock) -> DataDir:
         try:
-            store = self.store = await open_store(
-                self.data_dir,
-                model=state_model(self.limits),
-                clock=clock,
-                config=self.store_config,
-                disk=self.fs.disk(),
-                run_blocking=inline,
-            )
-        except RecoveryError as error:
-            self.fatal = error
-            self.stopped.set()
-            return
+            data = await super()._open_data_dir(clock)
+        except (RecoveryError, DataDirError):
+            raise
         except Exception as error:  # not a refusal the decision table makes: a bug in recovery
-            self.fatal = RuntimeError(f"recovery raised {type(error).__name__}: {error!r}")
-            self.stopped.set()
-            return
-        try:
-            async with trio.open_nursery() as nursery:
-                await self._serve(nursery, clock, store)
-        finally:
-            store.close()
+            raise RecoveryError(self.settings.data_dir or "", 0, f"recovery raised {type(error).__name__}: {error!r}") from error
+        if data.refusals:  # the simulation's faults never leave a journal that cannot be recovered
+            data.close()
+            number, reason = next(iter(data.refusals.items()))
+            raise RecoveryError(self.settings.data_dir or "", 0, f"partition {number} refused: {reason}")
+        return data
 
 
 class Incarnation:
@@ -117,6 +121,7 @@ class Cluster:
         *,
         fsync: str,
         limits: Limits,
+        partitions: int = 1,
         on_failure: Callable[[str, str], None],
         trace: Callable[[str], None],
     ) -> None:
@@ -127,7 +132,13 @@ class Cluster:
         self.limits = limits
         self.fail = on_failure
         self.trace = trace
-        self.fs = SimFs([wal_dir(data_dir), snapshot_dir(data_dir)], random.Random(rng.random()))
+        # The directory is made once, as the first start makes it (its manifest never changes
+        # after that); what power cuts and kills act on is each partition's journal and snapshots.
+        self.partitions = partitions
+        self.neighbor = neighbor_space(partitions)
+        make_data_dir(data_dir, Manifest(partitions))
+        folders = [folder(partition_dir(data_dir, n)) for n in range(partitions + 1) for folder in (wal_dir, snapshot_dir)]
+        self.fs = SimFs(folders, random.Random(rng.random()))
         self.fs.on_power_cut = self._power_went
         self.store_config = StoreConfig(
             fsync=fsync,
@@ -163,8 +174,11 @@ class Cluster:
             if self._last is not None:
                 await self._last.finished.wait()
             self.incarnations += 1
-            settings = Settings(api_key=API_KEY, space_id=SPACE, seed=self.seed * 1000 + self.incarnations, limits=self.limits)
-            runtime = SimRuntime(settings, fs=self.fs, data_dir=self.data_dir, store_config=self.store_config)
+            settings = Settings(
+                api_key=API_KEY, space_id=SPACE, seed=self.seed * 1000 + self.incarnations, limits=self.limits,
+                data_dir=self.data_dir,
+            )
+            runtime = SimRuntime(settings, fs=self.fs, store_config=self.store_config, neighbor=self.neighbor)
             incarnation = self._last = Incarnation(self.incarnations, runtime)
             await self._nursery.start(self._host, incarnation)
             while incarnation.alive and not runtime.ready and not runtime.stopped.is_set():
@@ -176,13 +190,14 @@ class Cluster:
             if incarnation.alive:
                 break
         self.current = incarnation
-        if runtime.store is not None and runtime.store.report is not None:
-            report = runtime.store.report
-            self.recoveries.append(report)
-            self.trace(
-                f"server {incarnation.number} up: snapshot LSN {report.snapshot_lsn}, {report.records} records "
-                f"replayed, {report.expired} expired, {report.graced} graced, repairs {len(report.repairs)}"
-            )
+        if runtime.data is not None:
+            for number, report in runtime.data.reports().items():
+                self.recoveries.append(report)
+                self.trace(
+                    f"server {incarnation.number} partition {number} up: snapshot LSN {report.snapshot_lsn}, "
+                    f"{report.records} records replayed, {report.expired} expired, {report.graced} graced, "
+                    f"repairs {len(report.repairs)}"
+                )
         return True
 
     async def _host(self, incarnation: Incarnation, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -209,6 +224,15 @@ class Cluster:
             self.fs.power_cut(tear=how == "torn")
         self._end(incarnation, how)
 
+    def fail_disk(self, space: str | None) -> None:
+        """Make the disk under `space`'s partition fail every write and fsync (None: work again)."""
+        if space is None:
+            self.fs.failing_under = None
+            return
+        number = Layout(self.partitions).of(space)
+        self.fs.failing_under = os.path.abspath(partition_dir(self.data_dir, number))
+        self.trace(f"the disk of partition {number} fails")
+
     def crash_in_next_write(self) -> None:
         """Arm a power cut inside the next WAL write (a torn batch)."""
         self.fs.tear_next_write = True
@@ -220,9 +244,10 @@ class Cluster:
 
     def _check_snapshots(self, incarnation: Incarnation) -> None:
         """A snapshot refused for anything but the disk failing is a bug: the durable log replays."""
-        store = incarnation.runtime.store
-        if store is not None and store.snapshot_refusals:
-            self.fail("snapshot", f"incarnation {incarnation.number}: snapshot {store.snapshot_refusals[0]}")
+        data = incarnation.runtime.data
+        for number, store in ({} if data is None else data.stores).items():
+            if store.snapshot_refusals:
+                self.fail("snapshot", f"incarnation {incarnation.number} partition {number}: snapshot {store.snapshot_refusals[0]}")
 
     def _end(self, incarnation: Incarnation, how: str) -> None:
         self._check_snapshots(incarnation)

@@ -25,22 +25,32 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Callable
+from typing import Any, Callable
+
+import trio
 
 from runstate.snapshots.disk import Disk
 
-__all__ = ["SimFs", "SimDisk"]
+__all__ = ["SimFs", "SimDisk", "IO_LATENCY_MAX_S"]
+
+# The longest a simulated write, fsync or read of the store waits for the disk.
+IO_LATENCY_MAX_S = 0.003
 
 
 class SimFs:
     def __init__(self, folders: list[str], rng: random.Random) -> None:
         self.folders = [os.path.abspath(folder) for folder in folders]
         self.rng = rng
+        self.latency = random.Random(rng.random())  # its own stream: drawing it changes no other draw
         self._inodes = 0
         self.live: dict[str, int] = {}  # path -> inode, as the operating system sees it now
         self.durable_names: dict[str, int] = {}  # path -> inode, as of each folder's last fsync
         self.content: dict[int, bytes] = {}  # inode -> content as of its last fsync
         self.tear_next_write = False
+        # While set, every write, create and fsync of a file under this folder fails (one
+        # partition's disk going bad while the others' work): `SimDisk._failing`.
+        self.failing_under: str | None = None
+        self.disk_faults = 0
         self.on_power_cut: Callable[[], None] | None = None
         self.current: SimDisk | None = None
         self.power_cuts = 0
@@ -48,6 +58,13 @@ class SimFs:
         self.kills = 0
         for folder in self.folders:
             os.makedirs(folder, exist_ok=True)
+
+    async def run_blocking(self, function: Callable[..., Any], *args: Any) -> Any:
+        """The store's blocking IO, run inline after a latency drawn for it (0 to 3 ms of virtual
+        time), as a worker thread's IO lets the event loop run meanwhile: other turns go on while a
+        batch waits for the disk, and a crash can come between a change's append and its write."""
+        await trio.sleep(self.latency.uniform(0.0, IO_LATENCY_MAX_S))
+        return function(*args)
 
     def disk(self) -> "SimDisk":
         """A fresh view for a new incarnation (the previous one must be dead)."""
@@ -129,6 +146,12 @@ class SimDisk(Disk):
         if self.dead:
             raise OSError(5, "the machine is down")
 
+    def _failing(self, path: str | None) -> None:
+        under = self.fs.failing_under
+        if under is not None and path is not None and os.path.abspath(path).startswith(under + os.sep):
+            self.fs.disk_faults += 1
+            raise OSError(5, f"injected disk failure under {under}")
+
     def _tracked(self, path: str) -> bool:
         return os.path.dirname(os.path.abspath(path)) in self.fs.folders
 
@@ -136,6 +159,7 @@ class SimDisk(Disk):
 
     def create(self, path: str) -> int:
         self._alive()
+        self._failing(path)
         fd = super().create(path)
         path = os.path.abspath(path)
         inode = self.fs.new_inode()
@@ -155,6 +179,7 @@ class SimDisk(Disk):
 
     def write(self, fd: int, data: bytes | memoryview) -> None:
         self._alive()
+        self._failing(self._paths.get(fd))
         if self.fs.tear_next_write and fd in self._fds:
             self.fs.tear_next_write = False
             cut = self.fs.rng.randint(0, len(data))
@@ -165,6 +190,7 @@ class SimDisk(Disk):
 
     def fsync(self, fd: int, what: str = "") -> None:
         self._alive()
+        self._failing(self._paths.get(fd))
         inode = self._fds.get(fd)
         if inode:
             with open(self._paths[fd], "rb") as file:
@@ -181,6 +207,7 @@ class SimDisk(Disk):
 
     def truncate(self, fd: int, size: int) -> None:
         self._alive()
+        self._failing(self._paths.get(fd))
         super().truncate(fd, size)
 
     def close(self, fd: int) -> None:

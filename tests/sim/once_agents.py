@@ -4,8 +4,9 @@
 - **once-result**: a key has at most one result and it never changes. Every DONE answer shows a
   result that some holder of that key sent; once a completion is acknowledged, every later answer
   for the key is DONE with that result, across crashes too; a key whose failure was acknowledged
-  as FAILED never shows anything else. (Reads do not wait for the disk, so what only a read showed
-  may be taken back by a crash; acknowledged writes may not.)
+  as FAILED never shows anything else.
+- **dirty-read**: what any answer showed (a read included) is never taken back: once a key was
+  shown DONE with a result, every later answer shows that result, across crashes too.
 
 The holders' leases are checked like claims' (the attempt number is the generation): one holder
 at a time, attempt numbers that grow, and a completion or failure with the token of a holder that
@@ -35,6 +36,7 @@ MAX_ATTEMPTS = 3
 class _Key:
     sent: set[bytes] = field(default_factory=set)  # results sent in completions (as JSON)
     acked: bytes | None = None  # the result whose completion was acknowledged
+    shown: bytes | None = None  # the result an answer (any answer, a read too) showed
     failed: bool = False  # a failure answered FAILED was acknowledged
 
 
@@ -60,8 +62,13 @@ def observe(world: World, scope_id: str, key: str, view: dict, what: str) -> Non
             oracle.fail("once-result", f"{name} shows result {result.decode()}, its acknowledged one is {book.acked.decode()}")
         if book.failed:
             oracle.fail("once-result", f"{name} shows DONE after its failure was acknowledged")
+        if book.shown is not None and result != book.shown:
+            oracle.fail("dirty-read", f"{name} shows result {result.decode()}, an answer showed {book.shown.decode()}")
+        book.shown = result
     elif book.acked is not None:
         oracle.fail("once-result", f"{name} shows {state} after its result {book.acked.decode()} was acknowledged")
+    elif book.shown is not None:
+        oracle.fail("dirty-read", f"{name} shows {state} after an answer showed it DONE with {book.shown.decode()}")
     elif book.failed and state != "FAILED":
         oracle.fail("once-result", f"{name} shows {state} after it was acknowledged FAILED")
 

@@ -16,10 +16,11 @@ Invariants:
    grow with the grant time, across recoveries too; delivery attempts of one message likewise.
 3. **One outcome.** A task's terminal state and outcome, once seen (in a view or in the answer to
    a complete, nack or cancel), never change (a tombstone only drops the outcome); two different
-   settlements of one task are never both acknowledged. One allowance: reads do not wait for the
-   disk (ARCHITECTURE.md 4.1), so an outcome seen *only in a view* may be taken back by a crash
-   before it was durable; recovery then forgets it (counted as `reverted_reads`). An outcome
-   acknowledged by a write never may.
+   settlements of one task are never both acknowledged.
+6. **No dirty read.** Nothing any answer showed is taken back: an outcome seen only in a view (a
+   read, a join, a wait) must be there after every recovery exactly as an acknowledged one must,
+   since no answer shows a change before it is durable (docs/durability.md). A recovery that
+   forgets what a read showed breaks `dirty-read`.
 4. **Nothing acknowledged is lost.** After each recovery, every acknowledged scope, mailbox, task
    (with its key), sent message, terminal outcome, claim generation and delivery attempt is in
    the recovered state; a task key submitted again returns the task first acknowledged for it,
@@ -39,7 +40,10 @@ from typing import Any, Callable
 
 __all__ = ["Oracle", "Lease", "Violation", "INVARIANTS"]
 
-INVARIANTS = ("one-holder", "generations", "one-outcome", "durability", "stale-token", "server", "recovery", "replay", "hang", "sim")
+INVARIANTS = (
+    "one-holder", "generations", "one-outcome", "durability", "stale-token", "dirty-read", "isolation", "server",
+    "recovery", "replay", "hang", "sim",
+)
 INVARIANTS += ("pool-units", "quota-window", "fifo", "pool-fifo", "budget-limit")  # -- capacity -- (tests/sim/capacity.py)
 
 
@@ -73,14 +77,14 @@ class Oracle:
         self.by_token: dict[str, Lease] = {}
         # Acknowledged facts that recovery must keep.
         self.scopes: set[str] = set()
+        self.scopes_elsewhere: set[str] = set()  # runs of other spaces than SPACE (the neighbor's)
         self.mailboxes: set[str] = set()
         self.messages: set[str] = set()
         self.tasks: dict[str, tuple[str, str]] = {}  # task id -> (scope, key)
         self.task_keys: dict[tuple[str, str], tuple[str, Any]] = {}  # (scope, key) -> (task id, input)
-        # task id -> [terminal state, outcome, acknowledged]: seen in a view only (reads do not wait
-        # for the disk, so a crash may take back what a read showed), or acknowledged by a write.
+        # task id -> [terminal state, outcome, acknowledged]: seen in a view only, or acknowledged
+        # by a write. Either way recovery must keep it (invariants 4 and 6).
         self.outcomes: dict[str, list] = {}
-        self.reverted_reads = 0
         self.settled: dict[str, str] = {}  # task id -> the delivery token whose settlement was acknowledged
         self.checks = 0
 
@@ -249,9 +253,9 @@ class Oracle:
             if known[2]:
                 self.fail("durability", f"task {task_id} was acknowledged {known[0]} ({known[1]!r}), "
                           f"recovered as {state_now} ({outcome_now!r})")
-            else:  # only read, never acknowledged: the crash took back a change that was not durable
-                self.reverted_reads += 1
-                del self.outcomes[task_id]
+            else:  # only read, never acknowledged: a read showed a change that was not durable
+                self.fail("dirty-read", f"task {task_id} was shown {known[0]} ({known[1]!r}) by a read, "
+                          f"recovered as {state_now} ({outcome_now!r})")
         for subject, leases in self.leases.items():
             top = max(lease.generation for lease in leases)
             if subject[0] == "claim":

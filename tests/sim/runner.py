@@ -159,6 +159,8 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         "power_cuts": cluster.fs.power_cuts,
         "torn_files": cluster.fs.torn_files,
         "kills": cluster.fs.kills,
+        "disk_faults": cluster.fs.disk_faults,
+        "partitions": cluster.partitions,
         "recoveries": len(cluster.recoveries),
         "repairs": sum(len(report.repairs) for report in cluster.recoveries),
         "snapshots": sum(1 for report in cluster.recoveries if report.snapshot_lsn),
@@ -166,7 +168,6 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         "deliveries": sum(len(v) for k, v in oracle.leases.items() if k[0] == "message"),
         "tasks": len(oracle.tasks),
         "outcomes": len(oracle.outcomes),
-        "reverted_reads": oracle.reverted_reads,
         # -- capacity --
         "pool_grants": len(holder["world"].capacity.grants),
         "consumptions": len(holder["world"].capacity.consumptions),
@@ -178,10 +179,18 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
     return SeedResult(seed, fsync, holder.get("virtual_s", 0.0), time.perf_counter() - started, oracle.violations, trace, stats)
 
 
+# Data partitions a seed's server runs with (the default, and several).
+PARTITION_COUNTS = (1, 1, 2, 4)
+
+
 async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace: list[str], virtual_s: float, crash_mean_s: float, holder: dict) -> None:
     oracle = Oracle(now_ms, trace)
     limits = Limits()
-    cluster = Cluster(seed, os.path.join(root, "data"), rng, fsync=fsync, limits=limits, on_failure=oracle.fail, trace=lambda text: trace.append(f"{trio.current_time():10.3f} {'server':<9} {text}"))
+    partitions = rng.choice(PARTITION_COUNTS)
+    cluster = Cluster(
+        seed, os.path.join(root, "data"), rng, fsync=fsync, limits=limits, partitions=partitions, on_failure=oracle.fail,
+        trace=lambda text: trace.append(f"{trio.current_time():10.3f} {'server':<9} {text}"),
+    )
     transport = SimTransport(cluster, random.Random(rng.random()), reply_loss_p=0.01)
     holder.update(oracle=oracle, cluster=cluster, transport=transport)
     world = agents.World(seed, cluster, transport, oracle, trace, end_s=virtual_s)
@@ -209,6 +218,8 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
             people.start_soon(capacity.admission_submitter, world, "admsubmit")
             for number in range(2):
                 people.start_soon(capacity.admitter, world, f"admitter{number}")
+            for number in range(2):  # (with several partitions: a space in another one than SPACE's)
+                people.start_soon(agents.neighbor, world, f"neighbor{number}")
             people.start_soon(agents.crasher, world, "crasher", crash_mean_s)
             people.start_soon(agents.auditor, world, "auditor")
             for kind, agent in COORDINATION_AGENTS.items():  # barriers, timers, groups, the event log
@@ -234,12 +245,14 @@ async def _wait_for(people: trio.Nursery) -> None:
         await trio.sleep(1)
 
 
-def run_seeds_until(invariant: str, seeds: tuple[int, ...], *, virtual_s: float) -> tuple[set[str], SeedResult]:
+def run_seeds_until(
+    invariant: str, seeds: tuple[int, ...], *, virtual_s: float, crash_mean_s: float = CRASH_MEAN_S
+) -> tuple[set[str], SeedResult]:
     """Simulate `seeds` in turn until one breaks `invariant` (an injected bug's test): the
     invariants broken so far, and the last seed's result."""
     found: set[str] = set()
     for seed in seeds:
-        result = run_seed(seed, virtual_s=virtual_s)
+        result = run_seed(seed, virtual_s=virtual_s, crash_mean_s=crash_mean_s)
         found |= {violation.invariant for violation in result.violations}
         if invariant in found:
             break

@@ -93,3 +93,30 @@ def test_an_injected_double_return_of_pool_units_is_caught(monkeypatch):
     monkeypatch.setattr(PoolTable, "apply_ended", apply_ended)
     found, result = run_seeds_until("pool-units", (2, 3, 4), virtual_s=90)
     assert "pool-units" in found, result.describe()
+
+
+# -- partitions: nothing shown before it is durable --
+
+
+def test_an_injected_dirty_read_is_caught(monkeypatch):
+    """A kernel that answers a read, a refusal or a woken call before the records it shows are
+    durable lets a reader see a task end that a power cut then takes back."""
+    from runstate.actors.partition import Partition
+
+    def answer_at_once(self, call, result):
+        self._wake(call, result)  # the bug: no wait for the journal's durable point
+
+    async def settled_at_once(self):
+        return
+
+    monkeypatch.setattr(Partition, "_answer", answer_at_once)
+    monkeypatch.setattr(Partition, "settled", settled_at_once)
+    found, result = run_seeds_until("dirty-read", (1, 3, 4, 6), virtual_s=60, crash_mean_s=4)
+    assert "dirty-read" in found, result.describe()
+
+
+def test_the_same_crash_heavy_seeds_break_no_invariant_without_the_bug():
+    """The seeds that catch the injected dirty read, as they run on the real kernel: clean."""
+    for seed in (1, 3):
+        result = run_seed(seed, virtual_s=60, crash_mean_s=4)
+        assert not result.violations, result.describe()

@@ -1,0 +1,113 @@
+"""A real server with `--partitions 8`: damage in one partition's journal leaves the other seven serving.
+
+The server is killed; a record in the middle of one partition's WAL is damaged (a bad record
+before the tail, which no start repairs by itself). `runstate check` names the partition, the file
+and the offset and exits 1. The server starts anyway: that partition answers 503 UNAVAILABLE with
+the reason for its spaces, reads and changes alike, and `/healthz` is 503 naming it, while every
+other space is read and changed as before. The operator truncates the segment where check said;
+the server sees the files change, opens the partition, and it serves again (what came after the
+damage is gone, as it would be after any repair by hand).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from runstate.actors.layout import Layout
+from runstate.snapshots.datadir import partition_dir
+from runstate.snapshots.recovery import list_segments, wal_dir
+
+from ..durability.helpers import flip_byte, frames
+from ..servers import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 8
+ADMIN_KEY = "admin-key-for-the-partition-tests"
+RUNSTATE = [sys.executable, "-c", "import sys; from runstate._cli import main; sys.exit(main())"]
+
+
+def one_space_per_partition(count: int) -> dict[int, str]:
+    layout, spaces, number = Layout(count), {}, 0
+    while len(spaces) < count:
+        spaces.setdefault(layout.of(f"team-{number}"), f"team-{number}")
+        number += 1
+    return spaces
+
+
+def test_damage_in_one_partition_leaves_the_other_seven_serving_until_it_is_repaired(tmp_path):
+    spaces = one_space_per_partition(PARTITIONS)
+    broken = 5
+    data_dir = str(tmp_path / "data")
+    flags = ("--data-dir", data_dir, "--partitions", str(PARTITIONS))
+    env = {"RUNSTATE_ADMIN_KEY": ADMIN_KEY}
+    first = ServerProcess(*flags, env=env).start()
+    runs: dict[int, list[str]] = {}
+    try:
+        with first.client(ADMIN_KEY) as admin:
+            made = admin.post("/v1/admin/keys", json={"spaces": list(spaces.values())})
+            assert made.status_code == 201, made.text
+            key = made.json()["key"]
+        with first.client(key) as http:
+            for number, space in spaces.items():
+                runs[number] = [http.post(f"/v1/spaces/{space}/scopes", json={}).json()["id"] for _ in range(4)]
+    finally:
+        first.kill()
+
+    [(_, segment)] = list_segments(wal_dir(partition_dir(data_dir, broken)))
+    damaged = frames(segment)[3]  # a run's record, with later batches intact after it
+    flip_byte(segment, damaged.offset + 30)
+    checked = subprocess.run([*RUNSTATE, "check", "--data-dir", data_dir], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 1, checked.stdout
+    assert f"problem: partition {broken}: {segment}: byte {damaged.offset}" in checked.stdout
+    assert f"partition {broken}: BAD" in checked.stdout and "partition 4: OK" in checked.stdout
+
+    again = ServerProcess(*flags, env=env)
+    again.wait_healthy = lambda *args, **kwargs: None  # type: ignore[method-assign]  # it is not healthy: see below
+    again.start()
+    try:
+        _wait_answering(again)
+        with again.client(key) as http:
+            health = http.get("/healthz")
+            assert health.status_code == 503 and f"partition {broken}:" in health.json()["error"]["message"]
+            for number, space in spaces.items():
+                read = http.get(f"/v1/spaces/{space}/scopes/{runs[number][0]}")
+                change = http.post(f"/v1/spaces/{space}/scopes", json={})
+                if number == broken:
+                    for answer in (read, change):
+                        assert answer.status_code == 503, answer.text
+                        assert answer.json()["error"]["code"] == "UNAVAILABLE"
+                        assert f"byte {damaged.offset}" in answer.json()["error"]["message"]
+                else:
+                    assert read.status_code == 200 and change.status_code == 201, (number, read.text, change.text)
+
+            with open(segment, "r+b") as file:  # the repair `runstate check` points to
+                file.truncate(damaged.offset)
+            deadline = time.monotonic() + 30
+            while http.get("/healthz").status_code != 200 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert http.get("/healthz").status_code == 200
+            space = spaces[broken]
+            assert http.get(f"/v1/spaces/{space}/scopes/{runs[broken][0]}").status_code == 200  # before the damage
+            assert http.post(f"/v1/spaces/{space}/scopes", json={}).status_code == 201
+    finally:
+        assert again.stop() == 0
+
+
+def _wait_answering(process: ServerProcess, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(process.base_url + "/healthz?probe=live", timeout=2).status_code == 200:
+                body = httpx.get(process.base_url + "/healthz", timeout=2)
+                if body.status_code == 200 or "recovering" not in body.text:
+                    return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the server did not answer")
