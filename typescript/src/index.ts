@@ -13,6 +13,40 @@ export type { RunstateOptions, Config } from './config.js';
 export { ScopeHandle } from './scopes.js';
 export type { CreateScopeOptions } from './scopes.js';
 export { ClaimRef, ClaimLease, encodeClaimKey } from './claims.js';
+export { HeldLease } from './lease.js';
+export {
+  PoolsAPI,
+  QuotasAPI,
+  BudgetsAPI,
+  WorkLimitsAPI,
+  PoolRef,
+  PoolLease,
+  QuotaRef,
+  BudgetRef,
+  BudgetReservation,
+  decimalToMinor,
+  minorToDecimal,
+} from './capacity.js';
+export type { PoolAcquireOptions, PoolAttempt, QuotaAttempt, TakeOptions } from './capacity.js';
+export {
+  BarriersAPI,
+  BarrierHandle,
+  TimersAPI,
+  TimerHandle,
+  GroupsAPI,
+  GroupHandle,
+  EventsAPI,
+  DiagnosticsAPI,
+} from './coordination.js';
+export type {
+  PollOptions,
+  CreateGroupOptions,
+  GroupCondition,
+  RunstateEvent,
+  WatchedEvent,
+  EventsPage,
+  WatchOptions,
+} from './coordination.js';
 export type { AcquireOptions, RunOptions, TryAcquireResult } from './claims.js';
 export { MailboxRef, Delivery } from './mailboxes.js';
 export type {
@@ -23,6 +57,8 @@ export type {
   CompleteResult,
   ConsumeOptions,
   Handler,
+  AdmitOptions,
+  AdmittedWork,
 } from './mailboxes.js';
 export { TaskTicket, TERMINAL_STATES } from './tasks.js';
 export type { TaskView, TaskResult, TaskState, TerminalState, WaitOptions } from './tasks.js';
@@ -38,7 +74,12 @@ export {
   RateLimitError,
   UnavailableError,
   CursorExpiredError,
+  BudgetExceededError,
+  OnceFailedError,
+  TaskFailedError,
+  isTransient,
   mapError,
   STATUS_BY_CODE,
 } from './errors.js';
 export type { RunstateErrorOptions } from './errors.js';
+export { WARNING_TYPE } from './warnings.js';
