@@ -372,6 +372,7 @@ export class EventsAPI {
         waitSeconds: holdS,
       };
       let page: EventsPage;
+      const asked = nowMs();
       try {
         page = (await this.#ctx.call('GET', '/watch', { query, waitMs: holdS * 1000, signal })).body;
       } catch (err) {
@@ -383,8 +384,11 @@ export class EventsAPI {
       }
       retryMs = WATCH_RETRY_MS;
       const resume = page.nextCursor || current || '';
-      for (const event of page.events ?? []) yield { ...event, cursor: resume };
+      const events = page.events ?? [];
+      for (const event of events) yield { ...event, cursor: resume };
       if (page.nextCursor) current = page.nextCursor;
+      // A server that does not hold an empty watch answers at once: do not ask again at once.
+      if (events.length === 0 && holdS > 0 && nowMs() - asked < POLL_MS) await pause(POLL_MS, { signal });
     }
   }
 }

@@ -196,14 +196,15 @@ export class Delivery<T = unknown> {
     return this.#settle('complete', { token: this.#token, result }, true);
   }
 
-  /** Put it back on the queue (with backoff); the next delivery has `attempt + 1`. */
-  retry(): Promise<void> {
-    return this.#settle('nack', { token: this.#token, retry: true }, true);
+  /** Put it back on the queue (with backoff); the next delivery has `attempt + 1`. `error` (at most
+   * 2000 characters) says why; the task keeps the last one as its reason if it runs out of attempts. */
+  retry(options: { error?: string } = {}): Promise<void> {
+    return this.#settle('nack', { token: this.#token, retry: true, error: options.error }, true);
   }
 
-  /** Dead-letter it without retry; its task becomes `FAILED`. */
-  reject(): Promise<void> {
-    return this.#settle('nack', { token: this.#token, retry: false }, true);
+  /** Dead-letter it without retry; its task becomes `FAILED` (`error` says why). */
+  reject(options: { error?: string } = {}): Promise<void> {
+    return this.#settle('nack', { token: this.#token, retry: false, error: options.error }, true);
   }
 
   /** Extend the lease; without `leaseSeconds` by the lease's own length. */
@@ -241,8 +242,8 @@ export class Delivery<T = unknown> {
   }
 
   #settle(action: 'complete' | 'nack', body: Record<string, unknown>, rideThrough: boolean): Promise<void> {
-    if (this.#settled) return Promise.resolve();
     if (this.#rejected !== null) return Promise.reject(this.#rejected);
+    if (this.#settled) return Promise.resolve();
     if (this.#settling !== null) return this.#settling;
     const settling = (async () => {
       // One key for every try: a try whose answer was lost is answered again, not applied twice.
@@ -282,8 +283,11 @@ export class Delivery<T = unknown> {
     if (!this.#stopped.signal.aborted) this.#stopped.abort(reason);
   }
 
-  /** @internal consume() stopped waiting for its handler (shutdown, or its run ended). */
-  abandon(reason: Error): void {
+  /** @internal consume() stopped waiting for its handler (shutdown, or its run ended). With
+   * `refuse`, later settlements throw `reason` instead of doing nothing (the run ended: the work
+   * no longer counts, and the handler should hear so). */
+  abandon(reason: Error, refuse = false): void {
+    if (refuse && reason instanceof RunstateError && this.#rejected === null) this.#rejected = reason;
     if (!this.#stopped.signal.aborted) this.#stopped.abort(reason);
   }
 
@@ -430,109 +434,127 @@ export class MailboxRef {
    * Resolves once stopped and drained, or within a second of its run ending; rejects with an
    * authentication, configuration or not-found error. */
   async consume<T = unknown>(handler: Handler<T>, options: ConsumeOptions<T> = {}): Promise<void> {
-    const {
-      concurrency = 1,
-      leaseSeconds = 30,
-      pollMs = 250,
-      waitMs = DEFAULT_CONSUME_WAIT_MS,
-      shutdownTimeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS,
-      signal: stop,
-      onError,
-    } = options;
-    if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError('concurrency must be a whole number, 1 or more');
-    const running = new Running<T>();
-    // Intake stops when the caller aborts `signal` or the run ends; the watch stops with consume().
-    const intake = new AbortController();
-    const watching = new AbortController();
-    const onStop = () => intake.abort(stop?.reason);
-    if (stop?.aborted) onStop();
-    else stop?.addEventListener('abort', onStop, { once: true });
-    let ended: ScopeCancelledError | null = null;
-    const endRun = (err: ScopeCancelledError) => {
-      // A stop asked for first goes on as a stop (it drains); the run's end is seen only before.
-      if (ended !== null || intake.signal.aborted) return;
-      ended = err;
-      intake.abort(err);
-    };
-    void watchRunEnd(this.#ctx, this.scopeId, watching.signal).then((err) => {
-      if (err !== null) endRun(err);
+    const { leaseSeconds = 30 } = options;
+    await runWorker<T>({
+      ...options,
+      ctx: this.#ctx,
+      scopeId: this.scopeId,
+      what: 'consume()',
+      receive: async (waitMs, signal) => {
+        const sentMs = nowMs();
+        const raw = await this.#recv(leaseSeconds, waitMs, signal);
+        return raw === null ? null : new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), leaseSeconds);
+      },
+      invoke: (delivery) => handler(delivery.data, delivery),
+      complete: (delivery) => delivery.complete(),
     });
-    try {
-      const failure = await this.#intake(running, handler, onError, intake.signal, concurrency, leaseSeconds, pollMs, waitMs, endRun);
-      if (failure !== undefined) {
-        running.abandonAll(new Error('consume() stopped on an error'));
-        throw failure.error;
-      }
-      if (ended !== null) await running.abandonNow(ended);
-      else await running.drain(shutdownTimeoutMs);
-    } finally {
-      watching.abort();
-      stop?.removeEventListener('abort', onStop);
-    }
   }
+}
 
-  async #intake<T>(
-    running: Running<T>,
-    handler: Handler<T>,
-    onError: ConsumeOptions<T>['onError'],
-    stop: AbortSignal,
-    concurrency: number,
-    leaseSeconds: number,
-    pollMs: number,
-    waitMs: number,
-    endRun: (err: ScopeCancelledError) => void,
-  ): Promise<{ error: unknown } | undefined> {
-    let outage: RunstateError | null = null;
-    let pauseMs = pollMs;
-    while (!stop.aborted) {
-      if (running.size >= concurrency) {
-        await running.waitForChange(stop);
-        continue;
-      }
-      const started = nowMs();
-      let raw: any;
-      try {
-        raw = await this.#recv(leaseSeconds, waitMs, stop);
-      } catch (err) {
-        if (stop.aborted) return undefined;
-        if (err instanceof AuthenticationError || err instanceof ConfigError || err instanceof NotFoundError) {
-          return { error: err };
-        }
-        if (err instanceof ScopeCancelledError) {
-          endRun(err);
-          return undefined;
-        }
-        if (err instanceof RunstateError) {
-          if (outage === null) {
-            outage = err;
-            warn('RUNSTATE_WORKER_WAITING', `consume() cannot receive from ${this.#ctx.requester.baseUrl}, trying again: ${err.message}`);
-          }
-          await pause(pauseMs, { signal: stop });
-          pauseMs = Math.min(pauseMs * 2, OUTAGE_PAUSE_MAX_MS);
-          continue;
-        }
-        return { error: err }; // a malformed answer or a bug: not ours to hide
-      }
-      if (outage !== null) {
-        warn('RUNSTATE_WORKER_RESUMED', `consume() receives from ${this.#ctx.requester.baseUrl} again`);
-        outage = null;
-        pauseMs = pollMs;
-      }
-      if (raw === null) {
-        // After a real long poll, ask again at once; an early empty answer gets a pause.
-        if (waitMs <= 0 || nowMs() - started < Math.min(waitMs, EARLY_EMPTY_MS)) await pause(pollMs, { signal: stop });
-        continue;
-      }
-      let delivery: Delivery<T>;
-      try {
-        delivery = new Delivery<T>(this.#ctx, raw, grantStartMs(started, nowMs(), waitMs > 0), leaseSeconds);
-      } catch (err) {
+/** @internal What `runWorker()` needs besides `ConsumeOptions`: where work comes from and how it
+ * is run and completed (`consume()` receives messages, `serve()` admits tasks). */
+export interface WorkerLoop<T> extends ConsumeOptions<T> {
+  ctx: Context;
+  scopeId: string;
+  /** Names the loop in warnings. */
+  what: string;
+  /** One long poll for work (its lease is the loop's `leaseSeconds`); null when there is none. */
+  receive(waitMs: number, signal: AbortSignal): Promise<Delivery<T> | null>;
+  /** Runs the work of one delivery; its result goes to `complete`. */
+  invoke(delivery: Delivery<T>): unknown;
+  complete(delivery: Delivery<T>, result: unknown): Promise<void>;
+  /** How a failed handler's delivery goes back; default `delivery.retry()`. */
+  fail?(delivery: Delivery<T>, err: unknown): Promise<void>;
+  /** Called once per delivery after its settlement was accepted, or given up on (`settled` false). */
+  after?(delivery: Delivery<T>, result: { ok: boolean; value: unknown; settled: boolean }): Promise<void>;
+}
+
+/** @internal The worker loop behind `consume()` and `serve()` (see the module comment). */
+export async function runWorker<T>(loop: WorkerLoop<T>): Promise<void> {
+  const { concurrency = 1, shutdownTimeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS, signal: stop } = loop;
+  if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError('concurrency must be a whole number, 1 or more');
+  const running = new Running<T>();
+  // Intake stops when the caller aborts `signal` or the run ends; the watch stops with the loop.
+  const intake = new AbortController();
+  const watching = new AbortController();
+  const onStop = () => intake.abort(stop?.reason);
+  if (stop?.aborted) onStop();
+  else stop?.addEventListener('abort', onStop, { once: true });
+  let ended: ScopeCancelledError | null = null;
+  const endRun = (err: ScopeCancelledError) => {
+    // A stop asked for first goes on as a stop (it drains); the run's end is seen only before.
+    if (ended !== null || intake.signal.aborted) return;
+    ended = err;
+    intake.abort(err);
+  };
+  void watchRunEnd(loop.ctx, loop.scopeId, watching.signal).then((err) => {
+    if (err !== null) endRun(err);
+  });
+  try {
+    const failure = await intakeLoop(loop, running, intake.signal, endRun);
+    if (failure !== undefined) {
+      running.abandonAll(new Error(`${loop.what} stopped on an error`));
+      throw failure.error;
+    }
+    if (ended !== null) await running.abandonNow(ended, true);
+    else await running.drain(shutdownTimeoutMs);
+  } finally {
+    watching.abort();
+    stop?.removeEventListener('abort', onStop);
+  }
+}
+
+async function intakeLoop<T>(
+  loop: WorkerLoop<T>,
+  running: Running<T>,
+  stop: AbortSignal,
+  endRun: (err: ScopeCancelledError) => void,
+): Promise<{ error: unknown } | undefined> {
+  const { concurrency = 1, pollMs = 250, waitMs = DEFAULT_CONSUME_WAIT_MS } = loop;
+  let outage: RunstateError | null = null;
+  let pauseMs = pollMs;
+  while (!stop.aborted) {
+    if (running.size >= concurrency) {
+      await running.waitForChange(stop);
+      continue;
+    }
+    const started = nowMs();
+    let delivery: Delivery<T> | null;
+    try {
+      delivery = await loop.receive(waitMs, stop);
+    } catch (err) {
+      if (stop.aborted) return undefined;
+      if (err instanceof AuthenticationError || err instanceof ConfigError || err instanceof NotFoundError) {
         return { error: err };
       }
-      running.start(delivery, handle(delivery, handler, onError, leaseSeconds, running));
+      if (err instanceof ScopeCancelledError) {
+        endRun(err);
+        return undefined;
+      }
+      if (err instanceof RunstateError) {
+        if (outage === null) {
+          outage = err;
+          warn('RUNSTATE_WORKER_WAITING', `${loop.what} cannot get work from ${loop.ctx.requester.baseUrl}, trying again: ${err.message}`);
+        }
+        await pause(pauseMs, { signal: stop });
+        pauseMs = Math.min(pauseMs * 2, OUTAGE_PAUSE_MAX_MS);
+        continue;
+      }
+      return { error: err }; // a malformed answer or a bug: not ours to hide
     }
-    return undefined;
+    if (outage !== null) {
+      warn('RUNSTATE_WORKER_RESUMED', `${loop.what} gets work from ${loop.ctx.requester.baseUrl} again`);
+      outage = null;
+      pauseMs = pollMs;
+    }
+    if (delivery === null) {
+      // After a real long poll, ask again at once; an early empty answer gets a pause.
+      if (waitMs <= 0 || nowMs() - started < Math.min(waitMs, EARLY_EMPTY_MS)) await pause(pollMs, { signal: stop });
+      continue;
+    }
+    running.start(delivery, handle(delivery, loop, running));
   }
+  return undefined;
 }
 
 export interface AdmitOptions {
@@ -609,7 +631,7 @@ class Running<T> {
    * be reached, the lease running out puts it back anyway; after a run ended, the server ends the
    * task `CANCELLED` instead) and abort its signal with `reason`.
    */
-  async abandonNow(reason: Error): Promise<void> {
+  async abandonNow(reason: Error, refuseLater = false): Promise<void> {
     const unfinished = [...this.#handlers.keys()];
     for (const delivery of unfinished) this.#abandoned.add(delivery);
     await Promise.all(
@@ -617,7 +639,7 @@ class Running<T> {
         // Best effort by design: a refusal means the server has already ended the delivery. Put
         // back first, so a handler told to stop finds its delivery settled.
         if (!delivery.settled && !delivery.isLost) await delivery.requeueOnce().catch(() => undefined);
-        delivery.abandon(reason);
+        delivery.abandon(reason, refuseLater);
       }),
     );
   }
@@ -641,13 +663,8 @@ async function report<T>(onError: ConsumeOptions<T>['onError'], err: unknown, de
 }
 
 /** Run one handler with its lease renewed, and settle its delivery; never rejects. */
-async function handle<T>(
-  delivery: Delivery<T>,
-  handler: Handler<T>,
-  onError: ConsumeOptions<T>['onError'],
-  leaseSeconds: number,
-  running: Running<T>,
-): Promise<void> {
+async function handle<T>(delivery: Delivery<T>, loop: WorkerLoop<T>, running: Running<T>): Promise<void> {
+  const { onError, leaseSeconds = 30 } = loop;
   const renewal = new Renewal(
     (seconds, signal) => delivery.sendRenewal(seconds, signal),
     leaseSeconds,
@@ -659,15 +676,16 @@ async function handle<T>(
   const stopRenewal = () => void renewal.stop();
   delivery.signal.addEventListener('abort', stopRenewal, { once: true });
   let failed = false;
-  let error: unknown;
+  let value: unknown;
   try {
-    await handler(delivery.data, delivery);
+    value = await loop.invoke(delivery);
   } catch (err) {
     failed = true;
-    error = err;
+    value = err;
   }
+  let settled = false;
   try {
-    if (failed) await report(onError, error, delivery);
+    if (failed) await report(onError, value, delivery);
     if (delivery.settled || running.isAbandoned(delivery)) return;
     if (delivery.isLost) {
       // The lease went while the handler ran: the task goes to another worker, whose result counts.
@@ -680,7 +698,9 @@ async function handle<T>(
     }
     // The renewal goes on while the settlement rides through an outage.
     try {
-      await (failed ? delivery.retry() : delivery.complete());
+      if (failed) await (loop.fail ? loop.fail(delivery, value) : delivery.retry());
+      else await loop.complete(delivery, value);
+      settled = true;
     } catch (err) {
       if (running.isAbandoned(delivery) || delivery.settled) return;
       await report(onError, err, delivery);
@@ -690,5 +710,8 @@ async function handle<T>(
   } finally {
     await renewal.stop();
     delivery.signal.removeEventListener('abort', stopRenewal);
+    if (loop.after) await loop.after(delivery, { ok: !failed, value, settled: settled || delivery.settled }).catch((err) => {
+      warn('RUNSTATE_WORKER_HOOK_FAILED', `${loop.what}: delivery ${delivery.id}: ${String(err)}`);
+    });
   }
 }

@@ -17,13 +17,14 @@
 
 import type { Context } from './context.js';
 import { CursorExpiredError, ScopeCancelledError, isTransient } from './errors.js';
-import { pause } from './time.js';
+import { nowMs, pause } from './time.js';
 
 export const SCOPE_END_EVENTS = 'scope.cancelled,scope.completed,scope.expired';
 /** How long one watch asks the server to hold (the server holds a client of this kind 8 s at most). */
 export const RUN_WATCH_HOLD_S = 8;
 const PAGE_LIMIT = 1000;
 const RETRY_MIN_MS = 250;
+const EARLY_EMPTY_MS = 1000;
 const RETRY_MAX_MS = 5000;
 
 /** The error a worker stops with when its run is no longer active, from the run's view. */
@@ -47,11 +48,14 @@ export async function watchRunEnd(ctx: Context, scopeId: string, stop: AbortSign
       // The log is read from its start up to its head first (pages answered at once), then held.
       const holdS = caughtUp ? RUN_WATCH_HOLD_S : 0;
       const query = { types: SCOPE_END_EVENTS, cursor, limit: PAGE_LIMIT, waitSeconds: holdS };
+      const asked = nowMs();
       const page = (await ctx.call('GET', '/watch', { query, waitMs: holdS * 1000, signal: stop })).body;
       if (typeof page?.nextCursor === 'string' && page.nextCursor !== '') cursor = page.nextCursor;
       const count = Array.isArray(page?.events) ? page.events.length : 0;
-      if (!caughtUp && count < PAGE_LIMIT) caughtUp = true;
       retryMs = RETRY_MIN_MS;
+      // A server that does not hold the watch answers an empty page at once: then look every second.
+      if (caughtUp && count === 0 && nowMs() - asked < EARLY_EMPTY_MS) await pause(EARLY_EMPTY_MS, { signal: stop, unref: true });
+      if (!caughtUp && count < PAGE_LIMIT) caughtUp = true;
     } catch (err) {
       if (stop.aborted) return null;
       if (err instanceof CursorExpiredError) {
