@@ -93,6 +93,9 @@ export class MailboxesAPI {
   }
 }
 
+/** @internal The client's context, for the run API built on it (`work.ts`). */
+export const CONTEXT: unique symbol = Symbol('runstate.context');
+
 /** Set only by `withSpace()`: the view's context. Not exported, so not part of the options. */
 const VIEW_OF: unique symbol = Symbol('runstate.viewOf');
 
@@ -136,6 +139,11 @@ export class Runstate {
 
   get spaceId(): string {
     return this.#ctx.spaceId;
+  }
+
+  /** @internal */
+  get [CONTEXT](): Context {
+    return this.#ctx;
   }
 
   get holder(): string {

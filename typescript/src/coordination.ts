@@ -388,7 +388,7 @@ export class EventsAPI {
       for (const event of events) yield { ...event, cursor: resume };
       if (page.nextCursor) current = page.nextCursor;
       // A server that does not hold an empty watch answers at once: do not ask again at once.
-      if (events.length === 0 && holdS > 0 && nowMs() - asked < POLL_MS) await pause(POLL_MS, { signal });
+      if (events.length === 0 && nowMs() - asked < POLL_MS) await pause(POLL_MS, { signal });
     }
   }
 }

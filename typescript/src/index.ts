@@ -1,6 +1,11 @@
 /**
  * runstate-sdk: the TypeScript client for runstate-server.
  *
+ * Two ways in. The run API wraps a function where it is defined (`once`, `limit`, `slots`,
+ * `budget`, `queue` / `serve` / `gather`, `stop`, `sleep`, `together`: see `work.ts`). The client,
+ * `new Runstate({ holder })`, hands out every primitive (claims, tasks, queues, pools, quotas,
+ * budgets, groups, barriers, timers, events).
+ *
  * `new Runstate({ holder })` reads `RUNSTATE_API_KEY`, `RUNSTATE_SPACE_ID` and `RUNSTATE_BASE_URL`
  * (default `http://localhost:8080`) unless given `apiKey`, `spaceId` and `baseUrl`. No runtime
  * dependencies: Node's own `fetch` and `AbortController`.
@@ -83,3 +88,44 @@ export {
 } from './errors.js';
 export type { RunstateErrorOptions } from './errors.js';
 export { WARNING_TYPE } from './warnings.js';
+export {
+  RunClient,
+  defaultRun,
+  configure,
+  run,
+  child,
+  runId,
+  context,
+  once,
+  limit,
+  take,
+  slots,
+  budget,
+  queue,
+  serve,
+  stop,
+  finish,
+  sleep,
+  together,
+  setup,
+  events,
+  status,
+} from './work.js';
+export type {
+  RunClientOptions,
+  RunContext,
+  OnceOptions,
+  LimitOptions,
+  SlotsOptions,
+  BudgetOptions,
+  QueueOptions,
+  Queue,
+  Job,
+  GatherOptions,
+  ServeOptions,
+  RunEvent,
+  RunStatus,
+} from './work.js';
+export { canonicalJson, workKey } from './keys.js';
+export { parseDuration, parsePer, toMinor } from './units.js';
+export type { Duration, Per, Amount } from './units.js';

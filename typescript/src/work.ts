@@ -1,0 +1,1207 @@
+/**
+ * The run API: wrap a function once where it is defined, call it as before, and the coordination
+ * happens inside the call (the official 0.3.0 client's verbs, in TypeScript's idiom).
+ *
+ * ```ts
+ * import { once, limit, slots, budget, queue, serve, stop } from 'runstate-sdk';
+ *
+ * const research = once(async (company: string) => ({ company }), { name: 'research' });
+ * const search = limit('search-api', async (query: string) => [query], { max: 60, per: 'minute' });
+ * const openPage = slots('browser', async (url: string) => url, { max: 5 });
+ * const callModel = budget('model-usd', async (prompt: string) => ({ usd: 0.12 }), { reserve: 0.4, cost: (r) => r.usd, limit: 50 });
+ * ```
+ *
+ * Every verb belongs to a run: by name (`RUNSTATE_RUN`, default `default`; one root scope per name
+ * in the space, joined by every process that names it, made by the first), or the one picked with
+ * `run(name)` / `child(name)`. The module functions use a default `RunClient` configured from the
+ * environment (`RUNSTATE_API_KEY`, `RUNSTATE_SPACE_ID`, `RUNSTATE_BASE_URL`, `RUNSTATE_RUN`) on its
+ * first call: importing never reads the environment or sends anything.
+ *
+ * Semantics, as the 0.3.0 client's:
+ * - `once(fn)`: the first caller with given arguments in the run runs `fn`; every other caller, in
+ *   any process, waits and gets the same result. A failure gives the work back for another try
+ *   (`attempts`, default 3); the last one throws `OnceFailedError` to every caller. The hold is a
+ *   lease renewed as a claim's is (through an outage, until its end by this process's clock).
+ * - `limit(name, fn, { max, per })`: takes quota units (waiting in the server's fair line) before
+ *   each call. `take(name)` takes them without a function.
+ * - `slots(name, fn, { max })`: holds pool units while each call runs, at most `max` across every
+ *   worker.
+ * - `budget(name, fn, { reserve, cost })`: reserves money before each call, charges `cost(result)`
+ *   after it and gives back the rest; nothing is charged when `fn` throws.
+ * - `queue(name, handler?, options)`: work for worker processes. Calling it submits a job and waits
+ *   for its result; `send()` submits only; `gather()` submits a group and returns once `need` results
+ *   are accepted. `serve()` runs the handlers of every queue defined with one.
+ * - `stop()` cancels the run: nothing new starts anywhere, and running work sees its signal abort.
+ * - `sleep(name, duration)`: a durable sleep (a process that restarts waits only for what is left);
+ *   `together(name, count)`: continue once `count` workers arrived.
+ * - `context()`: what the current wrapped call or job runs under (`signal`, `attempt`, `key`, run).
+ *
+ * A wrapped function becomes async (it returns a promise), whatever it was.
+ */
+
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { hostname } from 'node:os';
+
+import { CONTEXT, Runstate } from './client.js';
+import type { Context } from './context.js';
+import { encodeClaimKey } from './claims.js';
+import type { RunstateEvent } from './coordination.js';
+import {
+  ConfigError,
+  LeaseLostError,
+  OnceFailedError,
+  RunstateError,
+  ScopeCancelledError,
+  TaskFailedError,
+  isTransient,
+  waitTimeout,
+} from './errors.js';
+import { checkName, workKey } from './keys.js';
+import type { Delivery } from './mailboxes.js';
+import { runWorker } from './mailboxes.js';
+import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, Renewal, grantStartMs } from './renewal.js';
+import { runEnded, watchRunEnd } from './runwatch.js';
+import type { ScopeHandle } from './scopes.js';
+import { nowMs, pause, uniform } from './time.js';
+import { type Amount, type Duration, type Per, leaseSeconds as toLeaseSeconds, parseDuration, parsePer, toMinor } from './units.js';
+import { warn } from './warnings.js';
+
+export const ENV_RUN = 'RUNSTATE_RUN';
+export const DEFAULT_RUN = 'default';
+/** How long one waiting read (a once key, a job's result) asks the server to hold it. */
+const HOLD_MS = 25_000;
+const RESULT_BYTES_MAX = 65_536;
+const GATHER_MAX = 100;
+const ADMIT_WAIT_MS = 20_000;
+const SETTLE_WITHIN_MS = 3_600_000;
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED']);
+
+// -- options and context ---------------------------------------------------------------------------
+
+export interface RunClientOptions {
+  /** Else `RUNSTATE_API_KEY`. */
+  apiKey?: string;
+  /** Else `RUNSTATE_SPACE_ID`. */
+  spaceId?: string;
+  /** Else `RUNSTATE_BASE_URL`, else `http://localhost:8080`. */
+  baseUrl?: string;
+  /** The run every call joins, by name; else `RUNSTATE_RUN`, else `default`. */
+  run?: string;
+  /** This worker's name on leases and waits; default `<hostname>-<pid>`. */
+  worker?: string;
+  requestTimeoutMs?: number;
+  retries?: number;
+}
+
+/** What the current wrapped call or queue job runs under. */
+export interface RunContext {
+  run: { id: string; name: string };
+  /** Aborts when the run stops or the hold behind this call is lost. */
+  signal: AbortSignal;
+  /** 1 for the first try; more after failed tries. */
+  attempt: number;
+  /** The work key for `once` and queue calls; null otherwise. */
+  key: string | null;
+}
+
+const current = new AsyncLocalStorage<RunContext>();
+
+/** What the current wrapped call or queue job runs under; null outside one. */
+export function context(): RunContext | null {
+  return current.getStore() ?? null;
+}
+
+type AnyFn = (...args: any[]) => any;
+type Wrapped<F extends AnyFn> = (...args: Parameters<F>) => Promise<Awaited<ReturnType<F>>>;
+
+function anySignal(signals: AbortSignal[]): AbortSignal {
+  const controller = new AbortController();
+  for (const signal of signals) {
+    if (signal.aborted) {
+      controller.abort(signal.reason);
+      break;
+    }
+    signal.addEventListener('abort', () => controller.abort(signal.reason), { once: true });
+  }
+  return controller.signal;
+}
+
+function errorMessage(err: unknown): string {
+  const text = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  return text.slice(0, 2000);
+}
+
+/** Wait between two polls: 0.15 s growing by half each time to 1 s, with jitter. */
+function pollDelay(attempt: number, signal?: AbortSignal): Promise<void> {
+  return pause(Math.min(1000, 150 * 1.5 ** attempt) * uniform(0.8, 1.2), { signal });
+}
+
+function positiveInt(value: unknown, what: string, high?: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || (high !== undefined && value > high)) {
+    throw new ConfigError(high === undefined ? `${what} must be a whole number of 1 or more` : `${what} must be a whole number from 1 to ${high}`);
+  }
+  return value;
+}
+
+/** A call that cannot reach the server is tried again (one idempotency key) until `clock`'s deadline. */
+async function rideThrough<T>(clock: LeaseClock, send: (key: string) => Promise<T>): Promise<T> {
+  const key = Math.random().toString(16).slice(2).padEnd(12, '0') + Math.random().toString(16).slice(2).padEnd(12, '0');
+  let backoffMs = RETRY_MIN_MS;
+  for (;;) {
+    try {
+      return await send(key.slice(0, 24));
+    } catch (err) {
+      const leftMs = clock.remainingMs;
+      if (!isTransient(err) || leftMs <= 0) throw err;
+      await pause(Math.min(backoffMs, leftMs));
+      backoffMs = Math.min(backoffMs * 2, RETRY_MAX_MS);
+    }
+  }
+}
+
+// -- the run client --------------------------------------------------------------------------------
+
+interface Shared {
+  options: RunClientOptions;
+  client: Runstate | null;
+  worker: string;
+  queues: Map<string, QueueImpl>;
+  resources: Map<string, Promise<any>>;
+}
+
+type RunSpec = { kind: 'named'; name?: string; deadline?: Duration } | { kind: 'child'; name?: string; deadline?: Duration; parent: RunClient };
+
+/** Set only by `run()` and `child()`: the settings shared, and the run bound. Not exported. */
+const BOUND: unique symbol = Symbol('runstate.bound');
+
+interface InternalRunOptions extends RunClientOptions {
+  [BOUND]?: { shared: Shared; spec: RunSpec };
+}
+
+export interface QueueOptions<I> {
+  /** Pool units each job holds while it runs: a pool name, or `{ name, units }`. */
+  slots?: string | { name: string; units?: number };
+  /** Quota units each job takes before it runs. */
+  limit?: string | { name: string; units?: number };
+  /** Money each job reserves before it runs, charged `cost(result)` after it. */
+  budget?: { name: string; reserve: Amount; cost?: (result: any) => Amount };
+  /** Tries per job before it fails for good; default 5. */
+  attempts?: number;
+  /** Each job's lease while its handler runs (renewed); default 30 s. */
+  lease?: Duration;
+  /** Jobs of this queue running at once in one `serve()`; default 1. */
+  concurrency?: number;
+  /** Names a job (default: a hash of its input); the same key in the run is the same job. */
+  key?: (input: I) => string;
+}
+
+/** A submitted job: `id`, and `result()` to wait for it. */
+export interface Job<O> {
+  readonly id: string;
+  /** Wait until it ends: its result, or `TaskFailedError` (`ScopeCancelledError` if the run stopped).
+   * Without `timeout`, waits until it does. */
+  result(options?: { timeout?: Duration }): Promise<O>;
+}
+
+export interface GatherOptions<I, O> {
+  /** `'all'` (the default), or how many accepted results are enough. */
+  need?: 'all' | number;
+  /** Whether a result counts (default: every result does). */
+  accept?: (result: O, input: I) => boolean | Promise<boolean>;
+  timeout?: Duration;
+}
+
+/** A queue of work for worker processes; call it to submit a job and wait for its result. */
+export interface Queue<I, O> {
+  (input: I): Promise<O>;
+  readonly queueName: string;
+  /** Submit only; resolves to the job. */
+  send(input: I): Promise<Job<O>>;
+  /** Submit every input as one group; resolve to the accepted results once `need` are in. */
+  gather(inputs: readonly I[], options?: GatherOptions<I, O>): Promise<O[]>;
+}
+
+export interface ServeOptions {
+  /** Jobs running at once per queue (instead of each queue's own `concurrency`). */
+  concurrency?: number;
+  /** Only these queues (each defined with a handler); default every one defined on this client. */
+  queues?: Array<Queue<any, any>>;
+  /** Abort to stop taking work, wait up to 30 s for running jobs, and put the rest back. */
+  signal?: AbortSignal;
+  /** Stop the same way on SIGTERM and SIGINT (a second SIGINT exits at once); default true. */
+  handleSignals?: boolean;
+}
+
+export interface RunEvent {
+  id: string;
+  type: string;
+  at: Date;
+  data: Record<string, any>;
+  /** Resume after this event with `events({ cursor })`. */
+  cursor: string;
+}
+
+export interface RunStatus {
+  run: { id: string; name: string; state: 'running' | 'stopped' | 'finished' | 'expired'; deadline: Date | null };
+  workers: Array<{ worker: string; holding: number; leaseExpiresAt: Date | null }>;
+  waiting: Array<{ kind: string; name: string; units: number }>;
+}
+
+/**
+ * A client bound to one run. `new RunClient(options)` joins the run `options.run` (else
+ * `RUNSTATE_RUN`, else `default`); `run(name)` and `child(name)` bind others, sharing the settings.
+ * Nothing is read or sent until the first call.
+ */
+export class RunClient {
+  readonly #shared: Shared;
+  readonly #spec: RunSpec;
+  #resolved: Promise<{ id: string; name: string }> | null = null;
+  #stopped: ScopeCancelledError | null = null;
+  readonly #stop = new AbortController();
+
+  constructor(options: RunClientOptions = {}) {
+    const bound = (options as InternalRunOptions)[BOUND];
+    if (bound !== undefined) {
+      this.#shared = bound.shared;
+      this.#spec = bound.spec;
+    } else {
+      const worker = options.worker ?? `${hostname()}-${process.pid}`;
+      this.#shared = { options: { ...options }, client: null, worker, queues: new Map(), resources: new Map() };
+      this.#spec = { kind: 'named', name: options.run };
+    }
+  }
+
+  static #bound(shared: Shared, spec: RunSpec): RunClient {
+    const options: InternalRunOptions = { [BOUND]: { shared, spec } };
+    return new RunClient(options);
+  }
+
+  /** Change settings: options given replace the current ones, the rest stay. */
+  configure(options: RunClientOptions): void {
+    const shared = this.#shared;
+    shared.options = { ...shared.options, ...Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) };
+    if (options.worker !== undefined) shared.worker = options.worker;
+    shared.client?.close();
+    shared.client = null;
+    shared.resources.clear();
+    this.#resolved = null;
+  }
+
+  /** A client bound to the named root run (joined, or made, on first use). */
+  run(name: string, options: { deadline?: Duration } = {}): RunClient {
+    checkName(name, 'run');
+    return RunClient.#bound(this.#shared, { kind: 'named', name, deadline: options.deadline });
+  }
+
+  /** A client bound to a new child run of this client's run. */
+  child(name?: string, options: { deadline?: Duration } = {}): RunClient {
+    if (name !== undefined) checkName(name, 'run');
+    return RunClient.#bound(this.#shared, { kind: 'child', name, deadline: options.deadline, parent: this });
+  }
+
+  /** @internal The full client underneath (built from the settings on first use). */
+  get client(): Runstate {
+    const shared = this.#shared;
+    if (shared.client === null) {
+      const { apiKey, spaceId, baseUrl, requestTimeoutMs, retries } = shared.options;
+      shared.client = new Runstate({ apiKey, spaceId, baseUrl, requestTimeoutMs, retries, holder: shared.worker });
+    }
+    return shared.client;
+  }
+
+  get #worker(): string {
+    return this.#shared.worker;
+  }
+
+  /** Aborts when this client sees its run stop. */
+  get signal(): AbortSignal {
+    return this.#stop.signal;
+  }
+
+  /** The run: its id and name, joining or making it on first use. Throws `ScopeCancelledError`
+   * once this client has seen the run stop. */
+  async info(): Promise<{ id: string; name: string }> {
+    if (this.#stopped !== null) throw this.#stopped;
+    if (this.#resolved === null) {
+      this.#resolved = this.#resolve();
+      this.#resolved.catch(() => (this.#resolved = null));
+    }
+    return this.#resolved;
+  }
+
+  /** The id of this client's run, joining or making it if needed. */
+  async runId(): Promise<string> {
+    return (await this.info()).id;
+  }
+
+  async #resolve(): Promise<{ id: string; name: string }> {
+    const spec = this.#spec;
+    const deadline = spec.deadline === undefined ? undefined : new Date(Date.now() + parseDuration(spec.deadline, 'deadline') * 1000).toISOString();
+    if (spec.kind === 'named') {
+      const name = spec.name ?? this.#shared.options.run ?? (process.env[ENV_RUN] || DEFAULT_RUN);
+      checkName(name, 'run');
+      const scope = await this.client.scopes.ensure(name, { deadline });
+      return { id: scope.id, name };
+    }
+    const parentId = await spec.parent.runId();
+    const scope = await this.client.scope(parentId).child({ name: spec.name, deadline });
+    return { id: scope.id, name: spec.name ?? '(child run)' };
+  }
+
+  async #scope(): Promise<ScopeHandle> {
+    return this.client.scope(await this.runId());
+  }
+
+  /** @internal A `ScopeCancelledError` from a call made in this run means the run has ended. */
+  noteError(err: unknown): void {
+    if (err instanceof ScopeCancelledError) this.#markStopped(err);
+  }
+
+  #markStopped(err: ScopeCancelledError): void {
+    if (this.#stopped !== null) return;
+    this.#stopped = err;
+    this.#stop.abort(err);
+  }
+
+  async #track<T>(work: () => Promise<T>): Promise<T> {
+    try {
+      return await work();
+    } catch (err) {
+      this.noteError(err);
+      throw err;
+    }
+  }
+
+  /** The context a call without a hold of its own passes down. */
+  async #context(signal?: AbortSignal): Promise<RunContext> {
+    const outer = context();
+    const run = await this.info();
+    const signals = [this.signal, ...(outer ? [outer.signal] : []), ...(signal ? [signal] : [])];
+    return { run, signal: anySignal(signals), attempt: outer?.attempt ?? 1, key: outer?.key ?? null };
+  }
+
+  /** A named resource, created or checked with `sizes` (`{}` looks it up), once per client. */
+  async #resource(kind: 'allowances' | 'permits' | 'budgets', name: string, sizes: Record<string, unknown>): Promise<any> {
+    const cacheKey = `${kind} ${name} ${JSON.stringify(sizes)}`;
+    const resources = this.#shared.resources;
+    let found = resources.get(cacheKey);
+    if (found === undefined) {
+      found = callPut(this.client, `/${kind}/by-name/${encodeClaimKey(name)}`, sizes).then((reply: any) => reply.body);
+      resources.set(cacheKey, found);
+      found.catch(() => resources.delete(cacheKey));
+    }
+    return found;
+  }
+
+  // -- stop and finish -----------------------------------------------------------------------------
+
+  /** Stop the run: nothing new starts anywhere, and running work sees its signal abort. */
+  async stop(): Promise<void> {
+    await this.#end('cancel');
+  }
+
+  /** Mark the run finished. */
+  async finish(): Promise<void> {
+    await this.#end('complete');
+  }
+
+  async #end(action: 'cancel' | 'complete'): Promise<void> {
+    if (this.#stopped !== null) return;
+    const scope = await this.#scope();
+    const view = action === 'cancel' ? await scope.cancel() : await scope.complete();
+    this.#markStopped(runEnded(scope.id, view));
+  }
+
+  // -- once ----------------------------------------------------------------------------------------
+
+  /** `fn` once per run for the same arguments; every caller gets its result. */
+  once<F extends AnyFn>(fn: F, options: OnceOptions<Parameters<F>> = {}): Wrapped<F> {
+    if (typeof fn !== 'function') throw new ConfigError('once() needs a function');
+    if (options.name === undefined && !fn.name) throw new ConfigError("once() needs a named function or a name option, e.g. once(fn, { name: 'research' })");
+    const name = checkName(options.name ?? fn.name, 'once');
+    const attempts = positiveInt(options.attempts ?? 3, 'attempts', 100);
+    const lease = toLeaseSeconds(options.lease);
+    return (async (...args: Parameters<F>) => {
+      const key = workKey(name, args, options.key as ((...a: any[]) => string) | undefined);
+      return this.#track(() => this.#once(fn, args, name, key, attempts, lease));
+    }) as Wrapped<F>;
+  }
+
+  async #once(fn: AnyFn, args: unknown[], name: string, key: string, attempts: number, lease: number): Promise<any> {
+    const run = await this.info();
+    const ctx = this.client;
+    const ids = { scopeId: run.id, key };
+    for (;;) {
+      if (this.#stopped !== null) throw this.#stopped;
+      const sentMs = nowMs();
+      const got = (await callPost(ctx, '/once/acquire', { ...ids, holder: this.#worker, holderSession: ctx.session, leaseSeconds: lease })).body;
+      if (got.state === 'DONE') return got.result ?? null;
+      if (got.state === 'FAILED') throw new OnceFailedError(got.lastError ?? '', got.attempts ?? 0);
+      if (got.state === 'HELD') {
+        const view = (await callGet(ctx, '/once', { ...ids, waitMs: HOLD_MS }, HOLD_MS, this.signal)).body;
+        if (view.state === 'DONE') return view.result ?? null;
+        if (view.state === 'FAILED') throw new OnceFailedError(view.lastError ?? '', view.attempts ?? 0);
+        continue; // OPEN (try it ourselves) or still HELD
+      }
+      // We hold it: run fn under a renewed lease and record the outcome.
+      const token: string = got.token;
+      const clock = new LeaseClock(sentMs, lease);
+      const lost = new AbortController();
+      const renewal = new Renewal(
+        (seconds, signal) => callPost(ctx, '/once/renew', { ...ids, token, leaseSeconds: seconds }, signal),
+        lease,
+        clock,
+        `once key ${JSON.stringify(key)}`,
+        (err) => {
+          this.noteError(err);
+          lost.abort(err instanceof LeaseLostError || err instanceof ScopeCancelledError ? err : new LeaseLostError('STALE_CLAIM', 409, `lost the hold on ${name}`, { cause: err }));
+        },
+      );
+      const runContext: RunContext = { run, signal: anySignal([lost.signal, this.signal]), attempt: (got.attempts ?? 0) + 1, key };
+      let ok = true;
+      let value: unknown;
+      try {
+        value = await current.run(runContext, () => fn(...args));
+      } catch (err) {
+        ok = false;
+        value = err;
+      }
+      await renewal.stop();
+      if (lost.signal.aborted || clock.passed) {
+        const reason = lost.signal.reason ?? new LeaseLostError('LEASE_RENEWALS_EXHAUSTED', 409, `the hold on ${name} ran out`);
+        if (reason instanceof ScopeCancelledError) throw reason;
+        throw new LeaseLostError('LEASE_LOST', 409, `lost the hold on ${name} before it finished; another worker may have taken it over`, { cause: reason });
+      }
+      if (!ok) {
+        const failed = await rideThrough(clock, (idempotencyKey) =>
+          callPost(ctx, '/once/fail', { ...ids, token, error: errorMessage(value), maxAttempts: attempts }, undefined, idempotencyKey),
+        ).then((reply) => reply.body, (err) => {
+          warn('RUNSTATE_ONCE_FAIL_LOST', `${name}: the failure could not be recorded (${String(err)}); its lease will run out instead`);
+          return null;
+        });
+        if (failed?.state === 'FAILED') throw new OnceFailedError(errorMessage(value), failed.attempts ?? attempts);
+        throw value;
+      }
+      const text = JSON.stringify(value ?? null);
+      if (Buffer.byteLength(text, 'utf8') > RESULT_BYTES_MAX) {
+        const message = `${name} returned ${Buffer.byteLength(text, 'utf8')} bytes; once results are at most ${RESULT_BYTES_MAX} bytes. Store it elsewhere and return a reference.`;
+        await callPost(ctx, '/once/fail', { ...ids, token, error: message, maxAttempts: attempts }).catch(() => undefined);
+        throw new RunstateError('RESULT_TOO_LARGE', 0, message);
+      }
+      try {
+        await rideThrough(clock, (idempotencyKey) => callPost(ctx, '/once/complete', { ...ids, token, result: value ?? null }, undefined, idempotencyKey));
+      } catch (err) {
+        if (err instanceof LeaseLostError) throw new LeaseLostError('LEASE_LOST', 409, `lost the hold on ${name} before its result was recorded`, { cause: err });
+        throw err;
+      }
+      return value;
+    }
+  }
+
+  // -- capacity ------------------------------------------------------------------------------------
+
+  /** Take quota units of `name` before each call of `fn`: `limit('search', fn, { max: 60, per: 'minute' })`. */
+  limit<F extends AnyFn>(name: string, fn: F, options: LimitOptions = {}): Wrapped<F> {
+    checkName(name, 'limit');
+    if (typeof fn !== 'function') throw new ConfigError('limit() needs a function; use take() to take units without one');
+    quotaSizes(options);
+    positiveInt(options.units ?? 1, 'units');
+    return (async (...args: Parameters<F>) => {
+      await this.take(name, options);
+      return current.run(await this.#context(), () => fn(...args));
+    }) as Wrapped<F>;
+  }
+
+  /** Take quota units of `name` without wrapping a function, waiting in line when the window is
+   * used up (`timeout` default 60 s, then `WaitTimeoutError`). */
+  async take(name: string, options: LimitOptions = {}): Promise<void> {
+    checkName(name, 'limit');
+    const units = positiveInt(options.units ?? 1, 'units');
+    const sizes = quotaSizes(options);
+    const timeoutMs = parseDuration(options.timeout ?? 60, 'timeout') * 1000;
+    await this.#track(async () => {
+      const run = await this.info();
+      const quota = await this.#resource('allowances', name, sizes ?? {});
+      const started = nowMs();
+      for (;;) {
+        const leftMs = timeoutMs - (nowMs() - started);
+        if (leftMs <= 0) throw waitTimeout(`waited too long for ${units} unit(s) of limit ${name}`);
+        const ttlSeconds = Math.min(3600, Math.max(5, Math.ceil(leftMs / 1000)));
+        const waiter = (await callPost(this.client, `/allowances/${quota.id}/wait`, { scopeId: run.id, units, holder: this.#worker, ttlSeconds })).body;
+        if (waiter.state === 'GRANTED') return;
+        for (let polls = 0; ; polls += 1) {
+          if (nowMs() - started >= timeoutMs) {
+            await callPost(this.client, `/allowance-waiters/${waiter.waiterId}/cancel`, {}).catch(() => undefined);
+            throw waitTimeout(`waited too long for ${units} unit(s) of limit ${name}`);
+          }
+          await pollDelay(polls, this.signal);
+          if (this.#stopped !== null) throw this.#stopped;
+          const view = (await callGet(this.client, `/allowance-waiters/${waiter.waiterId}`)).body;
+          if (view.state === 'GRANTED') return;
+          if (view.state !== 'WAITING') break; // expired or cancelled: join the line again
+        }
+      }
+    });
+  }
+
+  /** Hold `units` of the pool `name` while each call of `fn` runs: at most `max` at once across
+   * every worker. Without `fn`, a holder whose `run(fn)` does the same for one call. */
+  slots<F extends AnyFn>(name: string, fn: F, options?: SlotsOptions): Wrapped<F>;
+  slots(name: string, options?: SlotsOptions): { run<T>(fn: (ctx: RunContext) => T | PromiseLike<T>): Promise<T> };
+  slots(name: string, fnOrOptions?: AnyFn | SlotsOptions, maybeOptions: SlotsOptions = {}): any {
+    checkName(name, 'slots');
+    const fn = typeof fnOrOptions === 'function' ? fnOrOptions : undefined;
+    const options = (typeof fnOrOptions === 'function' ? maybeOptions : fnOrOptions) ?? {};
+    const units = positiveInt(options.units ?? 1, 'units');
+    if (options.max !== undefined) positiveInt(options.max, 'max');
+    const lease = toLeaseSeconds(options.lease);
+    const timeoutMs = parseDuration(options.timeout ?? 60, 'timeout') * 1000;
+    const hold = <T>(work: (ctx: RunContext) => T | PromiseLike<T>): Promise<T> =>
+      this.#track(async () => {
+        const pool = await this.#resource('permits', name, options.max === undefined ? {} : { units: options.max });
+        const lease_ = await (await this.#scope()).poolById(pool.id).acquire({ units, leaseSeconds: lease, timeoutMs, signal: this.signal });
+        try {
+          const runContext = await this.#context(lease_.signal);
+          const result = await current.run(runContext, () => work(runContext));
+          if (lease_.isLost) {
+            const cause = lease_.lostError;
+            if (cause?.cause instanceof ScopeCancelledError) throw cause.cause;
+            throw new LeaseLostError('LEASE_LOST', 409, `lost the ${name} slot while the function ran`, { cause });
+          }
+          return result;
+        } finally {
+          await lease_.release().catch(() => undefined);
+        }
+      });
+    if (fn === undefined) return { run: hold };
+    return (...args: unknown[]) => hold(() => fn(...args));
+  }
+
+  /** Reserve money from the budget `name` before each call of `fn`, charge `cost(result)` after it
+   * (the whole reserve without `cost`), and give back the rest; nothing is charged when `fn` throws. */
+  budget<F extends AnyFn>(name: string, fn: F, options: BudgetOptions<Awaited<ReturnType<F>>>): Wrapped<F> {
+    checkName(name, 'budget');
+    if (typeof fn !== 'function') throw new ConfigError('budget() needs a function');
+    if (options?.reserve === undefined) throw new ConfigError('budget() needs a reserve amount');
+    const sizes = budgetSizes(options);
+    return (async (...args: Parameters<F>) =>
+      this.#track(async () => {
+        const run = await this.info();
+        const info = await this.#resource('budgets', name, sizes ?? {});
+        const reserveMinor = toMinor(options.reserve, info.scale, 'reserve');
+        if (reserveMinor === '0') throw new ConfigError('reserve must be more than 0');
+        const settleBy = new Date(Date.now() + SETTLE_WITHIN_MS).toISOString();
+        const reservation = (await callPost(this.client, `/budgets/${info.id}/reserve`, { scopeId: run.id, holder: this.#worker, amountMinor: reserveMinor, settleBy })).body;
+        const reservationId: string = reservation.reservationId;
+        let result: Awaited<ReturnType<F>>;
+        try {
+          result = await current.run(await this.#context(), () => fn(...args));
+        } catch (err) {
+          await voidReservation(this.client, info.id, reservationId).catch((failure) => warnBudget(name, 'give back', failure));
+          throw err;
+        }
+        let costMinor = reserveMinor;
+        let costError: unknown = null;
+        try {
+          if (options.cost !== undefined) costMinor = toMinor(options.cost(result), info.scale, 'cost');
+        } catch (err) {
+          costError = err; // the work happened: the reserve is charged, then the cost function's failure is told
+        }
+        await settleReservation(this.client, info.id, reservationId, costMinor).catch((failure) => warnBudget(name, 'charge', failure));
+        if (costError !== null) {
+          throw costError instanceof ConfigError ? costError : new ConfigError(`cost() failed for budget ${name}: ${errorMessage(costError)}`);
+        }
+        return result;
+      })) as Wrapped<F>;
+  }
+
+  /** Create or check resources without calling anything or spending units. */
+  async setup(resources: { limits?: Record<string, { max: number; per: Per }>; slots?: Record<string, { max: number }>; budgets?: Record<string, { limit: Amount; currency?: string; scale?: number }> }): Promise<void> {
+    const wanted: Array<() => Promise<unknown>> = [];
+    for (const [name, sizes] of Object.entries(resources.limits ?? {})) {
+      const body = quotaSizes(sizes)!;
+      wanted.push(() => this.#resource('allowances', checkName(name, 'limit'), body));
+    }
+    for (const [name, sizes] of Object.entries(resources.slots ?? {})) {
+      const body = { units: positiveInt(sizes.max, 'max') };
+      wanted.push(() => this.#resource('permits', checkName(name, 'slots'), body));
+    }
+    for (const [name, sizes] of Object.entries(resources.budgets ?? {})) {
+      const body = budgetSizes(sizes)!;
+      wanted.push(() => this.#resource('budgets', checkName(name, 'budget'), body));
+    }
+    await Promise.all(wanted.map((ensure) => ensure()));
+  }
+
+  // -- queues --------------------------------------------------------------------------------------
+
+  /** A queue of work: `queue(name)` submits only; `queue(name, handler, options)` also registers
+   * `handler` for `serve()`. */
+  queue<I = unknown, O = unknown>(name: string, handler?: ((input: I) => O | PromiseLike<O>) | null, options: QueueOptions<I> = {}): Queue<I, Awaited<O>> {
+    if (handler !== undefined && handler !== null && typeof handler !== 'function') throw new ConfigError('queue() takes a handler function');
+    const impl = new QueueImpl(this, name, handler ?? null, options);
+    if (impl.handler !== null) this.#shared.queues.set(name, impl);
+    const call = ((input: I) => impl.call(input)) as Queue<I, Awaited<O>>;
+    Object.defineProperty(call, 'queueName', { value: impl.name });
+    Object.defineProperty(call, QUEUE_IMPL, { value: impl });
+    call.send = (input: I) => impl.send(input) as Promise<Job<Awaited<O>>>;
+    call.gather = (inputs, gatherOptions) => impl.gather(inputs, gatherOptions as GatherOptions<any, any>) as Promise<Array<Awaited<O>>>;
+    return call;
+  }
+
+  /** Run the handlers of the queues defined on this client until the run stops, `signal` aborts, or
+   * the process gets SIGTERM/SIGINT; then wait up to 30 s for running jobs. */
+  async serve(options: ServeOptions = {}): Promise<void> {
+    const chosen: QueueImpl[] = [];
+    if (options.queues === undefined) chosen.push(...this.#shared.queues.values());
+    else {
+      for (const queue of options.queues) {
+        const impl = (queue as any)?.[QUEUE_IMPL] as QueueImpl | undefined;
+        if (impl === undefined || impl.handler === null) throw new ConfigError('serve() was given a queue without a handler');
+        chosen.push(impl);
+      }
+    }
+    if (chosen.length === 0) throw new ConfigError("serve() found no queues with handlers; define one with queue(name, handler)");
+    if (options.concurrency !== undefined) positiveInt(options.concurrency, 'concurrency');
+    if (this.#stopped !== null) throw this.#stopped;
+    const stop = new AbortController();
+    const cleanups: Array<() => void> = [];
+    if (options.signal !== undefined) {
+      const onAbort = () => stop.abort(options.signal!.reason);
+      if (options.signal.aborted) onAbort();
+      else options.signal.addEventListener('abort', onAbort, { once: true });
+      cleanups.push(() => options.signal!.removeEventListener('abort', onAbort));
+    }
+    if (options.handleSignals ?? true) {
+      const onSignal = (name: NodeJS.Signals) => {
+        if (stop.signal.aborted && name === 'SIGINT') process.exit(130); // a second Ctrl-C stops waiting
+        stop.abort(new Error(`serve() was asked to stop (${name})`));
+      };
+      for (const name of ['SIGTERM', 'SIGINT'] as const) {
+        process.on(name, onSignal);
+        cleanups.push(() => process.off(name, onSignal));
+      }
+    }
+    try {
+      await Promise.all(chosen.map((impl) => impl.serve(options.concurrency ?? impl.concurrency, stop.signal)));
+    } finally {
+      for (const cleanup of cleanups) cleanup();
+    }
+  }
+
+  // -- timing --------------------------------------------------------------------------------------
+
+  /** A durable sleep: a process that restarts and sleeps with the same name waits only for what
+   * is left. Give a duration, or `{ until }` a time. */
+  async sleep(name: string, duration: Duration | { until: Date }): Promise<void> {
+    checkName(name, 'sleep');
+    const body =
+      typeof duration === 'object' && duration !== null && 'until' in duration
+        ? { at: duration.until.toISOString() }
+        : { afterSeconds: Math.ceil(parseDuration(duration as Duration, 'sleep')) };
+    await this.#track(async () => {
+      const run = await this.info();
+      for (let early = 0; ; ) {
+        const timer = (await callPut(this.client, `/timers/by-name/${encodeClaimKey(name)}`, { scopeId: run.id, ...body })).body;
+        if (timer.state === 'ACKED' || timer.state === 'EXPIRED') return;
+        if (timer.state === 'CANCELLED') throw new ScopeCancelledError('SCOPE_CANCELLED', 409, 'the run stopped while sleeping');
+        if (timer.state === 'FIRED') {
+          await callPost(this.client, `/timers/${timer.id}/ack`, { token: timer.token }).catch((err) => {
+            if (!(err instanceof RunstateError) || (err.code !== 'CONFLICT' && err.code !== 'STALE_CLAIM')) throw err;
+          });
+          return;
+        }
+        const remainingMs = new Date(timer.fireAt).getTime() - new Date(timer.now).getTime();
+        if (remainingMs > 0) {
+          early = 0;
+          await pause(Math.min(remainingMs, 30_000), { signal: this.signal });
+        } else {
+          await pollDelay(early, this.signal); // due: the server fires it within a moment
+          early += 1;
+        }
+        if (this.#stopped !== null) throw this.#stopped;
+      }
+    });
+  }
+
+  /** Continue once `count` workers have called `together()` with this name (a latecomer after the
+   * release carries on at once). */
+  async together(name: string, count: number, options: { timeout?: Duration } = {}): Promise<void> {
+    checkName(name, 'together');
+    positiveInt(count, 'count');
+    const timeoutMs = options.timeout === undefined ? Infinity : parseDuration(options.timeout, 'timeout') * 1000;
+    await this.#track(async () => {
+      const run = await this.info();
+      const barrier = (await callPut(this.client, `/barriers/by-name/${encodeClaimKey(name)}`, { scopeId: run.id, target: count })).body;
+      try {
+        const arrived = (await callPost(this.client, `/barriers/${barrier.id}/arrive`, { arrivalKey: this.#worker })).body;
+        if (arrived.state === 'RELEASED') return;
+      } catch (err) {
+        if (err instanceof RunstateError && err.code === 'BARRIER_RELEASED') return;
+        if (err instanceof RunstateError && err.code === 'BARRIER_CANCELLED') throw new ScopeCancelledError('SCOPE_CANCELLED', 409, 'the run stopped while waiting');
+        throw err;
+      }
+      const started = nowMs();
+      for (let polls = 0; ; polls += 1) {
+        if (nowMs() - started >= timeoutMs) throw waitTimeout(`waited too long for ${count} workers at ${name}`);
+        await pollDelay(polls, this.signal);
+        if (this.#stopped !== null) throw this.#stopped;
+        const view = (await callGet(this.client, `/barriers/${barrier.id}`)).body;
+        if (view.state === 'RELEASED' || view.epoch !== barrier.epoch) return;
+        if (view.state === 'CANCELLED') throw new ScopeCancelledError('SCOPE_CANCELLED', 409, 'the run stopped while waiting');
+      }
+    });
+  }
+
+  // -- watching ------------------------------------------------------------------------------------
+
+  /** The run's events as they happen (an async iterator that resumes after network errors); pass
+   * an event's `cursor` to start after it. */
+  async *events(options: { types?: string[]; cursor?: string; signal?: AbortSignal } = {}): AsyncGenerator<RunEvent, void, undefined> {
+    const run = await this.#knownRun();
+    for await (const event of this.client.events.watch({ scopeId: run.id, types: options.types, cursor: options.cursor, signal: options.signal })) {
+      yield toRunEvent(event);
+    }
+  }
+
+  /** The run's state, the workers holding work in it, and what waits for capacity. */
+  async status(): Promise<RunStatus> {
+    const run = await this.#knownRun();
+    const scope = await this.client.scope(run.id).status();
+    const states: Record<string, RunStatus['run']['state']> = { ACTIVE: 'running', CANCELLED: 'stopped', COMPLETED: 'finished', EXPIRED: 'expired' };
+    let state = states[String(scope.storedState)] ?? 'stopped';
+    const deadline = typeof scope.deadline === 'string' ? new Date(scope.deadline) : null;
+    if (state === 'running' && scope.effective !== 'ACTIVE') state = scope.effective === 'EXPIRED' ? 'expired' : 'stopped';
+    const ops = await this.client.diagnostics.run(run.id);
+    return {
+      run: { id: run.id, name: typeof scope.name === 'string' ? scope.name : run.name, state, deadline },
+      workers: (ops.workers ?? []).map((worker: any) => ({
+        worker: worker.holder,
+        holding: (worker.keys ?? []).length,
+        leaseExpiresAt: worker.earliestLeaseExpiry ? new Date(worker.earliestLeaseExpiry) : null,
+      })),
+      waiting: (ops.waiting ?? []).map((waiter: any) => ({ kind: 'slots', name: waiter.permit, units: waiter.units })),
+    };
+  }
+
+  /** The run, even after it stopped (status and events read it then too). */
+  async #knownRun(): Promise<{ id: string; name: string }> {
+    if (this.#stopped !== null && this.#resolved !== null) return this.#resolved;
+    return this.info();
+  }
+}
+
+const QUEUE_IMPL: unique symbol = Symbol('runstate.queue');
+
+export interface OnceOptions<A extends unknown[] = unknown[]> {
+  /** The work's name in the run; default the function's name. */
+  name?: string;
+  /** Names one piece of work from the arguments (default: a hash of them). */
+  key?: (...args: A) => string;
+  /** Tries before it fails for good; default 3. */
+  attempts?: number;
+  /** The hold's lease while `fn` runs (renewed); default 30 s. */
+  lease?: Duration;
+}
+
+export interface LimitOptions {
+  /** Declare the quota: `max` units `per` window (created if missing, checked if not). */
+  max?: number;
+  per?: Per;
+  /** Units each call takes; default 1. */
+  units?: number;
+  /** How long a call may wait in line; default 60 s, then `WaitTimeoutError`. */
+  timeout?: Duration;
+}
+
+export interface SlotsOptions {
+  /** Declare the pool: `max` units (created if missing, checked if not). */
+  max?: number;
+  units?: number;
+  timeout?: Duration;
+  lease?: Duration;
+}
+
+export interface BudgetOptions<R> {
+  /** Reserved before each call, in major units (`0.40` or `'0.40'`). */
+  reserve: Amount;
+  /** What the call really cost, from its result; default the whole reserve. */
+  cost?: (result: R) => Amount;
+  /** Declare the budget: its limit (created if missing, checked if not), currency and scale. */
+  limit?: Amount;
+  currency?: string;
+  scale?: number;
+}
+
+function quotaSizes(options: { max?: number; per?: Per }): { unitsLimit: number; windowSeconds: number } | null {
+  if (options.max === undefined && options.per === undefined) return null;
+  if (options.max === undefined || options.per === undefined) throw new ConfigError('declare a limit with both max and per');
+  return { unitsLimit: positiveInt(options.max, 'max'), windowSeconds: parsePer(options.per) };
+}
+
+function budgetSizes(options: { limit?: Amount; currency?: string; scale?: number }): { limitMinor: string; currency: string; scale: number } | null {
+  if (options.limit === undefined) {
+    if (options.currency !== undefined || options.scale !== undefined) throw new ConfigError('currency and scale only apply when you declare the budget with limit');
+    return null;
+  }
+  const scale = options.scale ?? 2;
+  if (!Number.isInteger(scale) || scale < 0 || scale > 9) throw new ConfigError('scale must be a whole number from 0 to 9');
+  const currency = (options.currency ?? 'USD').toUpperCase();
+  if (!/^[A-Z]{3}$/.test(currency)) throw new ConfigError('currency must be a 3-letter code such as USD');
+  const limitMinor = toMinor(options.limit, scale, 'limit');
+  if (limitMinor === '0') throw new ConfigError('a budget limit must be more than 0');
+  return { limitMinor, currency, scale };
+}
+
+function warnBudget(name: string, what: string, err: unknown): void {
+  warn('RUNSTATE_BUDGET_NOT_SETTLED', `budget ${name}: could not ${what} a reservation (the server releases it at its settle time): ${String(err)}`);
+}
+
+async function voidReservation(client: Runstate, budgetId: string, reservationId: string): Promise<void> {
+  try {
+    await callPost(client, `/budgets/${budgetId}/void`, { reservationId, workKey: `void:${reservationId}` });
+  } catch (err) {
+    if (!(err instanceof RunstateError && err.code === 'CONFLICT')) throw err;
+  }
+}
+
+/** Charge `costMinor` (more than reserved if the budget covers it) and give back the rest. */
+async function settleReservation(client: Runstate, budgetId: string, reservationId: string, costMinor: string): Promise<void> {
+  if (costMinor === '0') return voidReservation(client, budgetId, reservationId);
+  const settled = (await callPost(client, `/budgets/${budgetId}/settle`, { reservationId, amountMinor: costMinor, workKey: `settle:${reservationId}`, allowOverrun: true })).body;
+  if (settled?.state === 'ACTIVE') await voidReservation(client, budgetId, reservationId);
+}
+
+function toRunEvent(event: RunstateEvent & { cursor: string }): RunEvent {
+  return { id: event.eventId, type: event.type, at: new Date(event.createdAt), data: event.payload ?? {}, cursor: event.cursor };
+}
+
+// -- raw calls on the full client's request layer --------------------------------------------------
+
+function ctxOf(client: Runstate): Context {
+  return client[CONTEXT];
+}
+
+function callPost(client: Runstate, suffix: string, body: Record<string, unknown>, signal?: AbortSignal, idempotencyKey?: string) {
+  return ctxOf(client).call('POST', suffix, { body, signal, idempotencyKey });
+}
+
+function callPut(client: Runstate, suffix: string, body: Record<string, unknown>) {
+  return ctxOf(client).call('PUT', suffix, { body });
+}
+
+function callGet(client: Runstate, suffix: string, query?: Record<string, string | number>, holdMs = 0, signal?: AbortSignal) {
+  return ctxOf(client).call('GET', suffix, { query, waitMs: holdMs, signal });
+}
+
+// -- queues ----------------------------------------------------------------------------------------
+
+function resourceRef(ref: string | { name: string; units?: number } | undefined): { name: string; units: number } | undefined {
+  if (ref === undefined) return undefined;
+  const resolved = typeof ref === 'string' ? { name: ref, units: 1 } : { name: ref.name, units: ref.units ?? 1 };
+  checkName(resolved.name, 'resource');
+  positiveInt(resolved.units, 'units');
+  return resolved;
+}
+
+class QueueImpl {
+  readonly owner: RunClient;
+  readonly name: string;
+  readonly handler: ((input: any) => unknown) | null;
+  readonly attempts: number;
+  readonly declaresAttempts: boolean;
+  readonly lease: number;
+  readonly concurrency: number;
+  readonly slots: { name: string; units: number } | undefined;
+  readonly limit: { name: string; units: number } | undefined;
+  readonly budget: QueueOptions<any>['budget'];
+  readonly key: ((input: any) => string) | undefined;
+
+  constructor(owner: RunClient, name: string, handler: ((input: any) => unknown) | null, options: QueueOptions<any>) {
+    this.owner = owner;
+    this.name = checkName(name, 'queue');
+    this.handler = handler;
+    this.attempts = positiveInt(options.attempts ?? 5, 'attempts', 100);
+    this.declaresAttempts = handler !== null || options.attempts !== undefined;
+    this.lease = toLeaseSeconds(options.lease);
+    this.concurrency = positiveInt(options.concurrency ?? 1, 'concurrency');
+    this.slots = resourceRef(options.slots);
+    this.limit = resourceRef(options.limit);
+    if (options.budget !== undefined) {
+      if (options.budget.reserve === undefined) throw new ConfigError('budget takes { name, reserve, cost }');
+      checkName(options.budget.name, 'budget');
+    }
+    this.budget = options.budget;
+    this.key = options.key;
+  }
+
+  get #client(): Runstate {
+    return this.owner.client;
+  }
+
+  async #budgetInfo(): Promise<any | null> {
+    if (this.budget === undefined) return null;
+    return callPut(this.#client, `/budgets/by-name/${encodeClaimKey(this.budget.name)}`, {}).then((reply: any) => reply.body);
+  }
+
+  async requirements(): Promise<Record<string, unknown> | undefined> {
+    const budget = await this.#budgetInfo();
+    if (this.slots === undefined && this.limit === undefined && budget === null) return undefined;
+    return {
+      pools: this.slots === undefined ? undefined : [this.slots],
+      quotas: this.limit === undefined ? undefined : [this.limit],
+      budgets: budget === null ? undefined : [{ name: budget.name, reserveMinor: toMinor(this.budget!.reserve, budget.scale, 'reserve') }],
+    };
+  }
+
+  /** Workers declare the queue (its attempts, what its jobs need); producers only look it up. */
+  async mailboxId(): Promise<string> {
+    const settings: Record<string, unknown> = {};
+    if (this.declaresAttempts) settings.maxAttempts = this.attempts;
+    if (this.handler !== null) {
+      const requirements = await this.requirements();
+      if (requirements !== undefined) settings.requirements = JSON.parse(JSON.stringify(requirements));
+    }
+    return (await callPut(this.#client, `/mailboxes/by-name/${encodeClaimKey(this.name)}`, settings)).body.id;
+  }
+
+  taskKey(input: unknown): string {
+    return workKey(this.name, [input], this.key);
+  }
+
+  async send(input: unknown): Promise<Job<unknown>> {
+    const run = await this.owner.info();
+    const body = {
+      scopeId: run.id,
+      mailboxId: await this.mailboxId(),
+      taskKey: this.taskKey(input),
+      input: input ?? null,
+      requirements: await this.requirements(),
+    };
+    try {
+      const reply = await callPost(this.#client, '/tasks', body);
+      return this.#job(reply.body.taskId);
+    } catch (err) {
+      this.owner.noteError(err);
+      throw err;
+    }
+  }
+
+  #job(id: string): Job<unknown> {
+    return { id, result: (options = {}) => this.result(id, options.timeout) };
+  }
+
+  async call(input: unknown): Promise<unknown> {
+    return (await this.send(input)).result();
+  }
+
+  async waitTerminal(id: string, deadlineMs: number): Promise<any> {
+    for (;;) {
+      const leftMs = deadlineMs - nowMs();
+      if (leftMs <= 0) throw waitTimeout(`job ${id} is still running`);
+      const holdMs = Number.isFinite(leftMs) ? Math.min(HOLD_MS, Math.floor(leftMs)) : HOLD_MS;
+      const task = (await callGet(this.#client, `/tasks/${id}`, { waitMs: holdMs }, holdMs, this.owner.signal)).body;
+      if (TERMINAL.has(task.state)) return task;
+    }
+  }
+
+  async result(id: string, timeout?: Duration): Promise<unknown> {
+    const deadlineMs = timeout === undefined ? Infinity : nowMs() + parseDuration(timeout, 'timeout') * 1000;
+    try {
+      return outcomeOf(await this.waitTerminal(id, deadlineMs));
+    } catch (err) {
+      this.owner.noteError(err);
+      throw err;
+    }
+  }
+
+  async gather(inputs: readonly unknown[], options: GatherOptions<unknown, unknown> = {}): Promise<unknown[]> {
+    const items = [...inputs];
+    if (items.length === 0) return [];
+    if (items.length > GATHER_MAX) throw new ConfigError(`gather takes at most ${GATHER_MAX} inputs at a time`);
+    const need = options.need ?? 'all';
+    if (need !== 'all' && (!Number.isInteger(need) || need < 1 || need > items.length)) {
+      throw new ConfigError(`need must be 'all' or a whole number from 1 to ${items.length}`);
+    }
+    const deadlineMs = options.timeout === undefined ? Infinity : nowMs() + parseDuration(options.timeout, 'timeout') * 1000;
+    const run = await this.owner.info();
+    const condition = need === 'all' ? 'ALL_TERMINAL' : need === 1 ? 'FIRST_ACCEPTED' : 'N_ACCEPTED';
+    const requirements = await this.requirements();
+    const group = (
+      await callPost(this.#client, '/task-groups', {
+        parentScopeId: run.id,
+        mailboxId: await this.mailboxId(),
+        condition,
+        threshold: condition === 'N_ACCEPTED' ? need : undefined,
+        expectedMembers: items.length,
+      })
+    ).body;
+    try {
+      const members: Array<[string, unknown]> = [];
+      for (const item of items) {
+        const reply = await callPost(this.#client, `/task-groups/${group.groupId}/tasks`, { taskKey: this.taskKey(item), input: item ?? null, requirements });
+        members.push([reply.body.taskId, item]);
+      }
+      return await this.#collect(group.groupId, members, need, options.accept, deadlineMs);
+    } catch (err) {
+      this.owner.noteError(err);
+      throw err;
+    } finally {
+      // The group's own scope ends with the gather: members still queued or running stop.
+      await callPost(this.#client, `/scopes/${group.scopeId}/cancel`, {}).catch(() => undefined);
+    }
+  }
+
+  async #collect(groupId: string, members: Array<[string, unknown]>, need: 'all' | number, accept: GatherOptions<unknown, unknown>['accept'], deadlineMs: number): Promise<unknown[]> {
+    const accepted: unknown[] = [];
+    const failures: string[] = [];
+    const target = need === 'all' ? members.length : need;
+    let decided = 0;
+    const stop = new AbortController();
+    return new Promise<unknown[]>((resolve, reject) => {
+      const finish = (err?: unknown) => {
+        if (stop.signal.aborted) return;
+        stop.abort();
+        if (err === undefined) resolve(need === 'all' ? accepted : accepted.slice(0, target));
+        else reject(err);
+      };
+      for (const [memberId, item] of members) {
+        void (async () => {
+          const task = await this.waitTerminal(memberId, deadlineMs);
+          if (stop.signal.aborted) return;
+          let ok = false;
+          if (task.state === 'SUCCEEDED') {
+            const result = task.outcome ?? null;
+            ok = accept === undefined ? true : Boolean(await accept(result, item));
+            if (ok && !stop.signal.aborted) accepted.push(result);
+          } else {
+            failures.push(task.outcomeReason ?? String(task.state).toLowerCase());
+          }
+          await callPost(this.#client, `/task-groups/${groupId}/tasks/${memberId}/${ok ? 'accept' : 'reject'}`, {}).catch(() => undefined);
+          decided += 1;
+          if (need !== 'all' && accepted.length >= target) finish();
+          else if (decided === members.length) {
+            if (need === 'all' || accepted.length >= target) finish();
+            else finish(new TaskFailedError(`gather got ${accepted.length} of the ${target} results it needed`, { reason: failures[0] ?? 'not enough results were accepted' }));
+          } else if (need !== 'all' && accepted.length + (members.length - decided) < target) {
+            finish(new TaskFailedError(`gather can no longer reach ${target} accepted results`, { reason: failures[0] ?? 'too many results were rejected' }));
+          }
+        })().catch(finish);
+      }
+    });
+  }
+
+  /** Admit this queue's jobs (in the run and its descendants, so a gather's group too) until stopped. */
+  async serve(concurrency: number, signal: AbortSignal): Promise<void> {
+    const run = await this.owner.info();
+    const mailboxId = await this.mailboxId();
+    const scope = this.#client.scope(run.id);
+    const mailbox = scope.mailboxById(mailboxId);
+    const budget = this.budget === undefined ? null : await this.#budgetInfo();
+    const admitted = new Map<Delivery<unknown>, any[]>();
+    try {
+      await runWorker<unknown>({
+        ctx: ctxOf(this.#client),
+        scopeId: run.id,
+        what: `serve() of queue ${this.name}`,
+        concurrency,
+        leaseSeconds: this.lease,
+        waitMs: ADMIT_WAIT_MS,
+        shutdownTimeoutMs: 30_000,
+        signal,
+        receive: async (waitMs, stop) => {
+          const work = await mailbox.admit({ leaseSeconds: this.lease, waitMs, includeDescendants: true, signal: stop });
+          if (work === null) return null;
+          admitted.set(work.delivery, work.reservations);
+          return work.delivery;
+        },
+        invoke: (delivery) => {
+          const runContext: RunContext = { run, signal: anySignal([delivery.signal, this.owner.signal]), attempt: delivery.attempt, key: null };
+          return current.run(runContext, () => this.handler!(delivery.data));
+        },
+        complete: (delivery, result) => delivery.complete({ payload: result ?? null }),
+        fail: (delivery, err) => delivery.retry({ error: errorMessage(err) }),
+        onError: (err, delivery) => {
+          warn('RUNSTATE_JOB_FAILED', `queue ${this.name}: job ${delivery.taskId ?? delivery.id} (attempt ${delivery.attempt}) failed: ${errorMessage(err)}`);
+        },
+        after: async (delivery, outcome) => {
+          const reservations = admitted.get(delivery) ?? [];
+          admitted.delete(delivery);
+          if (budget === null || this.budget === undefined) return;
+          for (const reservation of reservations) {
+            const reservationId = typeof reservation === 'string' ? reservation : reservation?.reservationId ?? reservation?.id;
+            if (typeof reservationId !== 'string') continue;
+            if (!outcome.ok || !outcome.settled) {
+              await voidReservation(this.#client, budget.id, reservationId);
+              continue;
+            }
+            let costMinor = toMinor(this.budget.reserve, budget.scale, 'reserve');
+            try {
+              if (this.budget.cost !== undefined) costMinor = toMinor(this.budget.cost(outcome.value), budget.scale, 'cost');
+            } catch (err) {
+              warn('RUNSTATE_BUDGET_COST_FAILED', `queue ${this.name}: cost() failed, the whole reserve is charged: ${errorMessage(err)}`);
+            }
+            await settleReservation(this.#client, budget.id, reservationId, costMinor);
+          }
+        },
+      });
+    } catch (err) {
+      this.owner.noteError(err);
+      throw err;
+    }
+  }
+}
+
+function outcomeOf(task: any): unknown {
+  const reason: string | null = task.outcomeReason ?? null;
+  if (task.state === 'SUCCEEDED') return task.outcome ?? null;
+  if (task.state === 'CANCELLED') {
+    if (reason === 'scope_cancelled') throw new ScopeCancelledError('SCOPE_CANCELLED', 409, 'the run stopped before the job finished');
+    throw new TaskFailedError(`job ${task.id} was cancelled`, { taskId: task.id, reason: reason ?? 'cancelled' });
+  }
+  if (task.state === 'EXPIRED') throw new TaskFailedError(`job ${task.id} passed its deadline`, { taskId: task.id, reason: reason ?? 'expired' });
+  const full = reason ?? 'failed';
+  const prefix = 'handler_error: ';
+  throw new TaskFailedError(full.startsWith(prefix) ? full.slice(prefix.length) : full, { taskId: task.id, reason: full });
+}
+
+// -- the default client and the module functions ---------------------------------------------------
+
+let defaultClient: RunClient | null = null;
+
+/** The client behind the module functions, configured from the environment on first use. */
+export function defaultRun(): RunClient {
+  defaultClient ??= new RunClient();
+  return defaultClient;
+}
+
+export const configure = (options: RunClientOptions): void => defaultRun().configure(options);
+export const run = (name: string, options?: { deadline?: Duration }): RunClient => defaultRun().run(name, options);
+export const child = (name?: string, options?: { deadline?: Duration }): RunClient => defaultRun().child(name, options);
+export const runId = (): Promise<string> => defaultRun().runId();
+export function once<F extends AnyFn>(fn: F, options?: OnceOptions<Parameters<F>>): Wrapped<F> {
+  return defaultRun().once(fn, options);
+}
+export function limit<F extends AnyFn>(name: string, fn: F, options?: LimitOptions): Wrapped<F> {
+  return defaultRun().limit(name, fn, options);
+}
+export const take = (name: string, options?: LimitOptions): Promise<void> => defaultRun().take(name, options);
+export function slots<F extends AnyFn>(name: string, fn: F, options?: SlotsOptions): Wrapped<F>;
+export function slots(name: string, options?: SlotsOptions): { run<T>(fn: (ctx: RunContext) => T | PromiseLike<T>): Promise<T> };
+export function slots(name: string, fnOrOptions?: any, options?: SlotsOptions): any {
+  return defaultRun().slots(name, fnOrOptions, options);
+}
+export function budget<F extends AnyFn>(name: string, fn: F, options: BudgetOptions<Awaited<ReturnType<F>>>): Wrapped<F> {
+  return defaultRun().budget(name, fn, options);
+}
+export function queue<I = unknown, O = unknown>(name: string, handler?: ((input: I) => O | PromiseLike<O>) | null, options?: QueueOptions<I>): Queue<I, Awaited<O>> {
+  return defaultRun().queue(name, handler, options);
+}
+export const serve = (options?: ServeOptions): Promise<void> => defaultRun().serve(options);
+export const stop = (): Promise<void> => defaultRun().stop();
+export const finish = (): Promise<void> => defaultRun().finish();
+export const sleep = (name: string, duration: Duration | { until: Date }): Promise<void> => defaultRun().sleep(name, duration);
+export const together = (name: string, count: number, options?: { timeout?: Duration }): Promise<void> => defaultRun().together(name, count, options);
+export const setup = (resources: Parameters<RunClient['setup']>[0]): Promise<void> => defaultRun().setup(resources);
+export const events = (options?: { types?: string[]; cursor?: string; signal?: AbortSignal }): AsyncGenerator<RunEvent, void, undefined> => defaultRun().events(options);
+export const status = (): Promise<RunStatus> => defaultRun().status();
