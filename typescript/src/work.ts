@@ -60,7 +60,8 @@ import { checkName, workKey } from './keys.js';
 import type { Delivery } from './mailboxes.js';
 import { runWorker } from './mailboxes.js';
 import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, Renewal, grantStartMs } from './renewal.js';
-import { runEnded, watchRunEnd } from './runwatch.js';
+import { newIdempotencyKey } from './request.js';
+import { runEnded } from './runwatch.js';
 import type { ScopeHandle } from './scopes.js';
 import { nowMs, pause, uniform } from './time.js';
 import { type Amount, type Duration, type Per, leaseSeconds as toLeaseSeconds, parseDuration, parsePer, toMinor } from './units.js';
@@ -145,11 +146,11 @@ function positiveInt(value: unknown, what: string, high?: number): number {
 
 /** A call that cannot reach the server is tried again (one idempotency key) until `clock`'s deadline. */
 async function rideThrough<T>(clock: LeaseClock, send: (key: string) => Promise<T>): Promise<T> {
-  const key = Math.random().toString(16).slice(2).padEnd(12, '0') + Math.random().toString(16).slice(2).padEnd(12, '0');
+  const key = newIdempotencyKey();
   let backoffMs = RETRY_MIN_MS;
   for (;;) {
     try {
-      return await send(key.slice(0, 24));
+      return await send(key);
     } catch (err) {
       const leftMs = clock.remainingMs;
       if (!isTransient(err) || leftMs <= 0) throw err;

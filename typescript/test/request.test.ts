@@ -22,6 +22,7 @@ import {
   UnavailableError,
   WaitTimeoutError,
   encodeClaimKey,
+  isTransient,
   mapError,
 } from 'runstate-sdk';
 
@@ -326,15 +327,20 @@ describe('errors and configuration', () => {
   test('the public surface is exactly these names', async () => {
     const sdk = await import('runstate-sdk');
     assert.deepEqual(Object.keys(sdk).sort(), [
-      'AuthenticationError', 'ClaimLease', 'ClaimRef', 'ConfigError', 'ConflictError', 'CursorExpiredError',
-      'DEFAULT_BASE_URL', 'Delivery', 'LeaseLostError', 'MailboxRef', 'MailboxesAPI', 'NotFoundError',
-      'RateLimitError', 'Runstate', 'RunstateError', 'STATUS_BY_CODE', 'ScopeCancelledError', 'ScopeHandle',
-      'ScopesAPI', 'TERMINAL_STATES', 'TaskTicket', 'UnavailableError', 'WaitTimeoutError', 'encodeClaimKey',
-      'mapError', 'resolveConfig',
-    ]);
+      'AuthenticationError', 'BarrierHandle', 'BarriersAPI', 'BudgetExceededError', 'BudgetRef', 'BudgetReservation',
+      'BudgetsAPI', 'ClaimLease', 'ClaimRef', 'ConfigError', 'ConflictError', 'CursorExpiredError', 'DEFAULT_BASE_URL',
+      'Delivery', 'DiagnosticsAPI', 'EventsAPI', 'GroupHandle', 'GroupsAPI', 'HeldLease', 'LeaseLostError', 'MailboxRef',
+      'MailboxesAPI', 'NotFoundError', 'OnceFailedError', 'PoolLease', 'PoolRef', 'PoolsAPI', 'QuotaRef', 'QuotasAPI',
+      'RateLimitError', 'RunClient', 'Runstate', 'RunstateError', 'STATUS_BY_CODE', 'ScopeCancelledError', 'ScopeHandle',
+      'ScopesAPI', 'TERMINAL_STATES', 'TaskFailedError', 'TaskTicket', 'TimerHandle', 'TimersAPI', 'UnavailableError',
+      'WARNING_TYPE', 'WaitTimeoutError', 'WorkLimitsAPI', 'budget', 'canonicalJson', 'child', 'configure', 'context',
+      'decimalToMinor', 'defaultRun', 'encodeClaimKey', 'events', 'finish', 'isTransient', 'limit', 'mapError',
+      'minorToDecimal', 'once', 'parseDuration', 'parsePer', 'queue', 'resolveConfig', 'run', 'runId', 'serve', 'setup',
+      'sleep', 'slots', 'status', 'stop', 'take', 'toMinor', 'together', 'workKey',
+]);
   });
 
-  test('each code maps to its class; every class derives directly from RunstateError', () => {
+  test('each code maps to its class; every class derives directly from RunstateError but BudgetExceededError', () => {
     const cases: Array<[string, Function]> = [
       ['UNAUTHENTICATED', AuthenticationError],
       ['FORBIDDEN', AuthenticationError],
@@ -354,6 +360,14 @@ describe('errors and configuration', () => {
       assert.equal(err.name, cls.name);
     }
     assert.ok(!(mapError('STALE_CLAIM', 409, 'x') instanceof ConflictError));
+    const budget = mapError('INSUFFICIENT_BUDGET', 409, 'x');
+    assert.equal(budget.name, 'BudgetExceededError');
+    assert.ok(budget instanceof ConflictError, 'a ConflictError too, as it was');
+    assert.equal(isTransient(mapError('UNAVAILABLE', 503, 'x')), true);
+    assert.equal(isTransient(mapError('RATE_LIMITED', 429, 'x')), true);
+    assert.equal(isTransient(mapError('INTERNAL', 500, 'x')), true);
+    assert.equal(isTransient(mapError('STALE_CLAIM', 409, 'x')), false);
+    assert.equal(isTransient(mapError('SCOPE_CANCELLED', 409, 'x')), false);
     const unknown = mapError('SOMETHING_NEW', 418, 'x');
     assert.equal(unknown.constructor, RunstateError);
     assert.equal(unknown.code, 'SOMETHING_NEW');

@@ -40,6 +40,8 @@ export class Server {
   readonly lines: string[];
   readonly #options: StartOptions;
   #proc: ChildProcess;
+  /** How long the last start took, from spawning to healthy (ms). */
+  startMs = 0;
 
   private constructor(proc: ChildProcess, baseUrl: string, apiKey: string, spaceId: string, dataDir: string, lines: string[], options: StartOptions) {
     this.#proc = proc;
@@ -61,6 +63,7 @@ export class Server {
       if (value !== undefined && !name.startsWith('RUNSTATE_')) env[name] = value;
     }
     Object.assign(env, { RUNSTATE_API_KEY: apiKey, RUNSTATE_SPACE_ID: spaceId, PYTHONUNBUFFERED: '1' });
+    const spawnedAt = performance.now();
     const proc = spawn(
       runstateBin(),
       ['serve', '--host', '127.0.0.1', '--port', String(options.port ?? 0), ...(options.memory ? [] : ['--data-dir', dataDir]), ...(options.args ?? [])],
@@ -93,6 +96,7 @@ export class Server {
     });
     const server = new Server(proc, baseUrl, apiKey, spaceId, dataDir, lines, options);
     await server.#waitHealthy();
+    server.startMs = performance.now() - spawnedAt;
     return server;
   }
 
@@ -114,6 +118,7 @@ export class Server {
   async restart(): Promise<void> {
     const again = await Server.start({ ...this.#options, apiKey: this.apiKey, spaceId: this.spaceId, port: this.port, dataDir: this.dataDir });
     this.#proc = again.#proc;
+    this.startMs = again.startMs;
     this.lines.push(...again.lines);
   }
 
