@@ -940,9 +940,17 @@ class QueueImpl {
     return this.owner.client;
   }
 
+  #budgetRow: Promise<any> | null = null;
+  #mailboxRow: Promise<string> | null = null;
+
+  /** Looked up once (a failure is not remembered). */
   async #budgetInfo(): Promise<any | null> {
     if (this.budget === undefined) return null;
-    return callPut(this.#client, `/budgets/by-name/${encodeClaimKey(this.budget.name)}`, {}).then((reply: any) => reply.body);
+    if (this.#budgetRow === null) {
+      this.#budgetRow = callPut(this.#client, `/budgets/by-name/${encodeClaimKey(this.budget.name)}`, {}).then((reply: any) => reply.body);
+      this.#budgetRow.catch(() => (this.#budgetRow = null));
+    }
+    return this.#budgetRow;
   }
 
   async requirements(): Promise<Record<string, unknown> | undefined> {
@@ -955,8 +963,17 @@ class QueueImpl {
     };
   }
 
-  /** Workers declare the queue (its attempts, what its jobs need); producers only look it up. */
-  async mailboxId(): Promise<string> {
+  /** Workers declare the queue (its attempts, what its jobs need); producers only look it up.
+   * Once per queue (a failure is not remembered). */
+  mailboxId(): Promise<string> {
+    if (this.#mailboxRow === null) {
+      this.#mailboxRow = this.#declare();
+      this.#mailboxRow.catch(() => (this.#mailboxRow = null));
+    }
+    return this.#mailboxRow;
+  }
+
+  async #declare(): Promise<string> {
     const settings: Record<string, unknown> = {};
     if (this.declaresAttempts) settings.maxAttempts = this.attempts;
     if (this.handler !== null) {
