@@ -115,16 +115,26 @@ export function context(): RunContext | null {
 type AnyFn = (...args: any[]) => any;
 type Wrapped<F extends AnyFn> = (...args: Parameters<F>) => Promise<Awaited<ReturnType<F>>>;
 
-function anySignal(signals: AbortSignal[]): AbortSignal {
+/** A signal that aborts when any of `signals` does; `dispose()` unhooks it from them (they may
+ * live long, as a run's does, and must not gather a listener per call). */
+function linkSignals(signals: AbortSignal[]): { signal: AbortSignal; dispose(): void } {
   const controller = new AbortController();
+  const hooked: Array<[AbortSignal, () => void]> = [];
   for (const signal of signals) {
     if (signal.aborted) {
       controller.abort(signal.reason);
       break;
     }
-    signal.addEventListener('abort', () => controller.abort(signal.reason), { once: true });
+    const onAbort = () => controller.abort(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    hooked.push([signal, onAbort]);
   }
-  return controller.signal;
+  return {
+    signal: controller.signal,
+    dispose() {
+      for (const [signal, onAbort] of hooked) signal.removeEventListener('abort', onAbort);
+    },
+  };
 }
 
 function errorMessage(err: unknown): string {
@@ -373,12 +383,21 @@ export class RunClient {
     }
   }
 
-  /** The context a call without a hold of its own passes down. */
-  async #context(signal?: AbortSignal): Promise<RunContext> {
+  /**
+   * Run `work` in a context of this run: its signal aborts when the run stops, an enclosing call's
+   * signal aborts, or one of `extra` does (a hold is lost). `attempt` and `key` come from `own`,
+   * else from the enclosing call.
+   */
+  async #within<T>(extra: AbortSignal[], work: (ctx: RunContext) => T | PromiseLike<T>, own: { attempt?: number; key?: string } = {}): Promise<T> {
     const outer = context();
     const run = await this.info();
-    const signals = [this.signal, ...(outer ? [outer.signal] : []), ...(signal ? [signal] : [])];
-    return { run, signal: anySignal(signals), attempt: outer?.attempt ?? 1, key: outer?.key ?? null };
+    const linked = linkSignals([this.signal, ...(outer ? [outer.signal] : []), ...extra]);
+    const runContext: RunContext = { run, signal: linked.signal, attempt: own.attempt ?? outer?.attempt ?? 1, key: own.key ?? outer?.key ?? null };
+    try {
+      return await current.run(runContext, () => work(runContext));
+    } finally {
+      linked.dispose();
+    }
   }
 
   /** A named resource, created or checked with `sizes` (`{}` looks it up), once per client. */
@@ -458,11 +477,10 @@ export class RunClient {
           lost.abort(err instanceof LeaseLostError || err instanceof ScopeCancelledError ? err : new LeaseLostError('STALE_CLAIM', 409, `lost the hold on ${name}`, { cause: err }));
         },
       );
-      const runContext: RunContext = { run, signal: anySignal([lost.signal, this.signal]), attempt: (got.attempts ?? 0) + 1, key };
       let ok = true;
       let value: unknown;
       try {
-        value = await current.run(runContext, () => fn(...args));
+        value = await this.#within([lost.signal], () => fn(...args), { attempt: (got.attempts ?? 0) + 1, key });
       } catch (err) {
         ok = false;
         value = err;
@@ -509,7 +527,7 @@ export class RunClient {
     positiveInt(options.units ?? 1, 'units');
     return (async (...args: Parameters<F>) => {
       await this.take(name, options);
-      return current.run(await this.#context(), () => fn(...args));
+      return this.#within([], () => fn(...args));
     }) as Wrapped<F>;
   }
 
@@ -562,8 +580,7 @@ export class RunClient {
         const pool = await this.#resource('permits', name, options.max === undefined ? {} : { units: options.max });
         const lease_ = await (await this.#scope()).poolById(pool.id).acquire({ units, leaseSeconds: lease, timeoutMs, signal: this.signal });
         try {
-          const runContext = await this.#context(lease_.signal);
-          const result = await current.run(runContext, () => work(runContext));
+          const result = await this.#within([lease_.signal], work);
           if (lease_.isLost) {
             const cause = lease_.lostError;
             if (cause?.cause instanceof ScopeCancelledError) throw cause.cause;
@@ -596,7 +613,7 @@ export class RunClient {
         const reservationId: string = reservation.reservationId;
         let result: Awaited<ReturnType<F>>;
         try {
-          result = await current.run(await this.#context(), () => fn(...args));
+          result = await this.#within([], () => fn(...args));
         } catch (err) {
           await voidReservation(this.client, info.id, reservationId).catch((failure) => warnBudget(name, 'give back', failure));
           throw err;
@@ -1133,9 +1150,14 @@ class QueueImpl {
           admitted.set(work.delivery, work.reservations);
           return work.delivery;
         },
-        invoke: (delivery) => {
-          const runContext: RunContext = { run, signal: anySignal([delivery.signal, this.owner.signal]), attempt: delivery.attempt, key: null };
-          return current.run(runContext, () => this.handler!(delivery.data));
+        invoke: async (delivery) => {
+          const linked = linkSignals([delivery.signal, this.owner.signal]);
+          const runContext: RunContext = { run, signal: linked.signal, attempt: delivery.attempt, key: null };
+          try {
+            return await current.run(runContext, () => this.handler!(delivery.data));
+          } finally {
+            linked.dispose();
+          }
         },
         complete: (delivery, result) => delivery.complete({ payload: result ?? null }),
         fail: (delivery, err) => delivery.retry({ error: errorMessage(err) }),
