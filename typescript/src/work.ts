@@ -39,44 +39,51 @@
  * A wrapped function becomes async (it returns a promise), whatever it was.
  */
 
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { hostname } from 'node:os';
 
-import { CONTEXT, Runstate } from './client.js';
-import type { Context } from './context.js';
+import { Runstate } from './client.js';
 import { encodeClaimKey } from './claims.js';
 import type { RunstateEvent } from './coordination.js';
-import {
-  ConfigError,
-  LeaseLostError,
-  OnceFailedError,
-  RunstateError,
-  ScopeCancelledError,
-  TaskFailedError,
-  isTransient,
-  waitTimeout,
-} from './errors.js';
+import { ConfigError, LeaseLostError, OnceFailedError, RunstateError, ScopeCancelledError, waitTimeout } from './errors.js';
 import { checkName, workKey } from './keys.js';
-import type { Delivery } from './mailboxes.js';
-import { runWorker } from './mailboxes.js';
-import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, Renewal, grantStartMs } from './renewal.js';
-import { newIdempotencyKey } from './request.js';
+import { QUEUE_IMPL, QueueImpl, type GatherOptions, type Job, type Queue, type QueueOptions } from './queue.js';
+import { LeaseClock, Renewal } from './renewal.js';
 import { runEnded } from './runwatch.js';
+import {
+  HOLD_MS,
+  RESULT_BYTES_MAX,
+  SETTLE_WITHIN_MS,
+  type AnyFn,
+  type RunContext,
+  type Wrapped,
+  budgetSizes,
+  callGet,
+  callPost,
+  callPut,
+  context,
+  current,
+  errorMessage,
+  linkSignals,
+  pollDelay,
+  positiveInt,
+  quotaSizes,
+  rideThrough,
+  settleReservation,
+  voidReservation,
+  warnBudget,
+} from './runkit.js';
 import type { ScopeHandle } from './scopes.js';
-import { nowMs, pause, uniform } from './time.js';
-import { type Amount, type Duration, type Per, leaseSeconds as toLeaseSeconds, parseDuration, parsePer, toMinor } from './units.js';
+import { sleepNamed, timerBody, togetherNamed } from './timing.js';
+import { nowMs } from './time.js';
 import { warn } from './warnings.js';
+import { type Amount, type Duration, type Per, leaseSeconds as toLeaseSeconds, parseDuration, toMinor } from './units.js';
+
+export { context } from './runkit.js';
+export type { RunContext } from './runkit.js';
+export type { Queue, QueueOptions, Job, GatherOptions } from './queue.js';
 
 export const ENV_RUN = 'RUNSTATE_RUN';
 export const DEFAULT_RUN = 'default';
-/** How long one waiting read (a once key, a job's result) asks the server to hold it. */
-const HOLD_MS = 25_000;
-const RESULT_BYTES_MAX = 65_536;
-const GATHER_MAX = 100;
-const ADMIT_WAIT_MS = 20_000;
-const SETTLE_WITHIN_MS = 3_600_000;
-const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED']);
-
 // -- options and context ---------------------------------------------------------------------------
 
 export interface RunClientOptions {
@@ -92,82 +99,6 @@ export interface RunClientOptions {
   worker?: string;
   requestTimeoutMs?: number;
   retries?: number;
-}
-
-/** What the current wrapped call or queue job runs under. */
-export interface RunContext {
-  run: { id: string; name: string };
-  /** Aborts when the run stops or the hold behind this call is lost. */
-  signal: AbortSignal;
-  /** 1 for the first try; more after failed tries. */
-  attempt: number;
-  /** The work key for `once` and queue calls; null otherwise. */
-  key: string | null;
-}
-
-const current = new AsyncLocalStorage<RunContext>();
-
-/** What the current wrapped call or queue job runs under; null outside one. */
-export function context(): RunContext | null {
-  return current.getStore() ?? null;
-}
-
-type AnyFn = (...args: any[]) => any;
-type Wrapped<F extends AnyFn> = (...args: Parameters<F>) => Promise<Awaited<ReturnType<F>>>;
-
-/** A signal that aborts when any of `signals` does; `dispose()` unhooks it from them (they may
- * live long, as a run's does, and must not gather a listener per call). */
-function linkSignals(signals: AbortSignal[]): { signal: AbortSignal; dispose(): void } {
-  const controller = new AbortController();
-  const hooked: Array<[AbortSignal, () => void]> = [];
-  for (const signal of signals) {
-    if (signal.aborted) {
-      controller.abort(signal.reason);
-      break;
-    }
-    const onAbort = () => controller.abort(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    hooked.push([signal, onAbort]);
-  }
-  return {
-    signal: controller.signal,
-    dispose() {
-      for (const [signal, onAbort] of hooked) signal.removeEventListener('abort', onAbort);
-    },
-  };
-}
-
-function errorMessage(err: unknown): string {
-  const text = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-  return text.slice(0, 2000);
-}
-
-/** Wait between two polls: 0.15 s growing by half each time to 1 s, with jitter. */
-function pollDelay(attempt: number, signal?: AbortSignal): Promise<void> {
-  return pause(Math.min(1000, 150 * 1.5 ** attempt) * uniform(0.8, 1.2), { signal });
-}
-
-function positiveInt(value: unknown, what: string, high?: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || (high !== undefined && value > high)) {
-    throw new ConfigError(high === undefined ? `${what} must be a whole number of 1 or more` : `${what} must be a whole number from 1 to ${high}`);
-  }
-  return value;
-}
-
-/** A call that cannot reach the server is tried again (one idempotency key) until `clock`'s deadline. */
-async function rideThrough<T>(clock: LeaseClock, send: (key: string) => Promise<T>): Promise<T> {
-  const key = newIdempotencyKey();
-  let backoffMs = RETRY_MIN_MS;
-  for (;;) {
-    try {
-      return await send(key);
-    } catch (err) {
-      const leftMs = clock.remainingMs;
-      if (!isTransient(err) || leftMs <= 0) throw err;
-      await pause(Math.min(backoffMs, leftMs));
-      backoffMs = Math.min(backoffMs * 2, RETRY_MAX_MS);
-    }
-  }
 }
 
 // -- the run client --------------------------------------------------------------------------------
@@ -187,49 +118,6 @@ const BOUND: unique symbol = Symbol('runstate.bound');
 
 interface InternalRunOptions extends RunClientOptions {
   [BOUND]?: { shared: Shared; spec: RunSpec };
-}
-
-export interface QueueOptions<I> {
-  /** Pool units each job holds while it runs: a pool name, or `{ name, units }`. */
-  slots?: string | { name: string; units?: number };
-  /** Quota units each job takes before it runs. */
-  limit?: string | { name: string; units?: number };
-  /** Money each job reserves before it runs, charged `cost(result)` after it. */
-  budget?: { name: string; reserve: Amount; cost?: (result: any) => Amount };
-  /** Tries per job before it fails for good; default 5. */
-  attempts?: number;
-  /** Each job's lease while its handler runs (renewed); default 30 s. */
-  lease?: Duration;
-  /** Jobs of this queue running at once in one `serve()`; default 1. */
-  concurrency?: number;
-  /** Names a job (default: a hash of its input); the same key in the run is the same job. */
-  key?: (input: I) => string;
-}
-
-/** A submitted job: `id`, and `result()` to wait for it. */
-export interface Job<O> {
-  readonly id: string;
-  /** Wait until it ends: its result, or `TaskFailedError` (`ScopeCancelledError` if the run stopped).
-   * Without `timeout`, waits until it does. */
-  result(options?: { timeout?: Duration }): Promise<O>;
-}
-
-export interface GatherOptions<I, O> {
-  /** `'all'` (the default), or how many accepted results are enough. */
-  need?: 'all' | number;
-  /** Whether a result counts (default: every result does). */
-  accept?: (result: O, input: I) => boolean | Promise<boolean>;
-  timeout?: Duration;
-}
-
-/** A queue of work for worker processes; call it to submit a job and wait for its result. */
-export interface Queue<I, O> {
-  (input: I): Promise<O>;
-  readonly queueName: string;
-  /** Submit only; resolves to the job. */
-  send(input: I): Promise<Job<O>>;
-  /** Submit every input as one group; resolve to the accepted results once `need` are in. */
-  gather(inputs: readonly I[], options?: GatherOptions<I, O>): Promise<O[]>;
 }
 
 export interface ServeOptions {
@@ -406,9 +294,10 @@ export class RunClient {
     const resources = this.#shared.resources;
     let found = resources.get(cacheKey);
     if (found === undefined) {
-      found = callPut(this.client, `/${kind}/by-name/${encodeClaimKey(name)}`, sizes).then((reply: any) => reply.body);
-      resources.set(cacheKey, found);
-      found.catch(() => resources.delete(cacheKey));
+      const made: Promise<any> = callPut(this.client, `/${kind}/by-name/${encodeClaimKey(name)}`, sizes).then((reply) => reply.body);
+      resources.set(cacheKey, made);
+      made.catch(() => resources.delete(cacheKey));
+      found = made;
     }
     return found;
   }
@@ -713,33 +602,8 @@ export class RunClient {
    * is left. Give a duration, or `{ until }` a time. */
   async sleep(name: string, duration: Duration | { until: Date }): Promise<void> {
     checkName(name, 'sleep');
-    const body =
-      typeof duration === 'object' && duration !== null && 'until' in duration
-        ? { at: duration.until.toISOString() }
-        : { afterSeconds: Math.ceil(parseDuration(duration as Duration, 'sleep')) };
-    await this.#track(async () => {
-      const run = await this.info();
-      for (let early = 0; ; ) {
-        const timer = (await callPut(this.client, `/timers/by-name/${encodeClaimKey(name)}`, { scopeId: run.id, ...body })).body;
-        if (timer.state === 'ACKED' || timer.state === 'EXPIRED') return;
-        if (timer.state === 'CANCELLED') throw new ScopeCancelledError('SCOPE_CANCELLED', 409, 'the run stopped while sleeping');
-        if (timer.state === 'FIRED') {
-          await callPost(this.client, `/timers/${timer.id}/ack`, { token: timer.token }).catch((err) => {
-            if (!(err instanceof RunstateError) || (err.code !== 'CONFLICT' && err.code !== 'STALE_CLAIM')) throw err;
-          });
-          return;
-        }
-        const remainingMs = new Date(timer.fireAt).getTime() - new Date(timer.now).getTime();
-        if (remainingMs > 0) {
-          early = 0;
-          await pause(Math.min(remainingMs, 30_000), { signal: this.signal });
-        } else {
-          await pollDelay(early, this.signal); // due: the server fires it within a moment
-          early += 1;
-        }
-        if (this.#stopped !== null) throw this.#stopped;
-      }
-    });
+    const body = timerBody(duration);
+    await this.#track(async () => sleepNamed(this.client, (await this.info()).id, name, body, this.signal));
   }
 
   /** Continue once `count` workers have called `together()` with this name (a latecomer after the
@@ -748,27 +612,7 @@ export class RunClient {
     checkName(name, 'together');
     positiveInt(count, 'count');
     const timeoutMs = options.timeout === undefined ? Infinity : parseDuration(options.timeout, 'timeout') * 1000;
-    await this.#track(async () => {
-      const run = await this.info();
-      const barrier = (await callPut(this.client, `/barriers/by-name/${encodeClaimKey(name)}`, { scopeId: run.id, target: count })).body;
-      try {
-        const arrived = (await callPost(this.client, `/barriers/${barrier.id}/arrive`, { arrivalKey: this.#worker })).body;
-        if (arrived.state === 'RELEASED') return;
-      } catch (err) {
-        if (err instanceof RunstateError && err.code === 'BARRIER_RELEASED') return;
-        if (err instanceof RunstateError && err.code === 'BARRIER_CANCELLED') throw new ScopeCancelledError('SCOPE_CANCELLED', 409, 'the run stopped while waiting');
-        throw err;
-      }
-      const started = nowMs();
-      for (let polls = 0; ; polls += 1) {
-        if (nowMs() - started >= timeoutMs) throw waitTimeout(`waited too long for ${count} workers at ${name}`);
-        await pollDelay(polls, this.signal);
-        if (this.#stopped !== null) throw this.#stopped;
-        const view = (await callGet(this.client, `/barriers/${barrier.id}`)).body;
-        if (view.state === 'RELEASED' || view.epoch !== barrier.epoch) return;
-        if (view.state === 'CANCELLED') throw new ScopeCancelledError('SCOPE_CANCELLED', 409, 'the run stopped while waiting');
-      }
-    });
+    await this.#track(async () => togetherNamed(this.client, (await this.info()).id, this.#worker, name, count, timeoutMs, this.signal));
   }
 
   // -- watching ------------------------------------------------------------------------------------
@@ -808,8 +652,6 @@ export class RunClient {
     return this.info();
   }
 }
-
-const QUEUE_IMPL: unique symbol = Symbol('runstate.queue');
 
 export interface OnceOptions<A extends unknown[] = unknown[]> {
   /** The work's name in the run; default the function's name. */
@@ -851,358 +693,8 @@ export interface BudgetOptions<R> {
   scale?: number;
 }
 
-function quotaSizes(options: { max?: number; per?: Per }): { unitsLimit: number; windowSeconds: number } | null {
-  if (options.max === undefined && options.per === undefined) return null;
-  if (options.max === undefined || options.per === undefined) throw new ConfigError('declare a limit with both max and per');
-  return { unitsLimit: positiveInt(options.max, 'max'), windowSeconds: parsePer(options.per) };
-}
-
-function budgetSizes(options: { limit?: Amount; currency?: string; scale?: number }): { limitMinor: string; currency: string; scale: number } | null {
-  if (options.limit === undefined) {
-    if (options.currency !== undefined || options.scale !== undefined) throw new ConfigError('currency and scale only apply when you declare the budget with limit');
-    return null;
-  }
-  const scale = options.scale ?? 2;
-  if (!Number.isInteger(scale) || scale < 0 || scale > 9) throw new ConfigError('scale must be a whole number from 0 to 9');
-  const currency = (options.currency ?? 'USD').toUpperCase();
-  if (!/^[A-Z]{3}$/.test(currency)) throw new ConfigError('currency must be a 3-letter code such as USD');
-  const limitMinor = toMinor(options.limit, scale, 'limit');
-  if (limitMinor === '0') throw new ConfigError('a budget limit must be more than 0');
-  return { limitMinor, currency, scale };
-}
-
-function warnBudget(name: string, what: string, err: unknown): void {
-  warn('RUNSTATE_BUDGET_NOT_SETTLED', `budget ${name}: could not ${what} a reservation (the server releases it at its settle time): ${String(err)}`);
-}
-
-async function voidReservation(client: Runstate, budgetId: string, reservationId: string): Promise<void> {
-  try {
-    await callPost(client, `/budgets/${budgetId}/void`, { reservationId, workKey: `void:${reservationId}` });
-  } catch (err) {
-    if (!(err instanceof RunstateError && err.code === 'CONFLICT')) throw err;
-  }
-}
-
-/** Charge `costMinor` (more than reserved if the budget covers it) and give back the rest. */
-async function settleReservation(client: Runstate, budgetId: string, reservationId: string, costMinor: string): Promise<void> {
-  if (costMinor === '0') return voidReservation(client, budgetId, reservationId);
-  const settled = (await callPost(client, `/budgets/${budgetId}/settle`, { reservationId, amountMinor: costMinor, workKey: `settle:${reservationId}`, allowOverrun: true })).body;
-  if (settled?.state === 'ACTIVE') await voidReservation(client, budgetId, reservationId);
-}
-
 function toRunEvent(event: RunstateEvent & { cursor: string }): RunEvent {
   return { id: event.eventId, type: event.type, at: new Date(event.createdAt), data: event.payload ?? {}, cursor: event.cursor };
-}
-
-// -- raw calls on the full client's request layer --------------------------------------------------
-
-function ctxOf(client: Runstate): Context {
-  return client[CONTEXT];
-}
-
-function callPost(client: Runstate, suffix: string, body: Record<string, unknown>, signal?: AbortSignal, idempotencyKey?: string) {
-  return ctxOf(client).call('POST', suffix, { body, signal, idempotencyKey });
-}
-
-function callPut(client: Runstate, suffix: string, body: Record<string, unknown>) {
-  return ctxOf(client).call('PUT', suffix, { body });
-}
-
-function callGet(client: Runstate, suffix: string, query?: Record<string, string | number>, holdMs = 0, signal?: AbortSignal) {
-  return ctxOf(client).call('GET', suffix, { query, waitMs: holdMs, signal });
-}
-
-// -- queues ----------------------------------------------------------------------------------------
-
-function resourceRef(ref: string | { name: string; units?: number } | undefined): { name: string; units: number } | undefined {
-  if (ref === undefined) return undefined;
-  const resolved = typeof ref === 'string' ? { name: ref, units: 1 } : { name: ref.name, units: ref.units ?? 1 };
-  checkName(resolved.name, 'resource');
-  positiveInt(resolved.units, 'units');
-  return resolved;
-}
-
-class QueueImpl {
-  readonly owner: RunClient;
-  readonly name: string;
-  readonly handler: ((input: any) => unknown) | null;
-  readonly attempts: number;
-  readonly declaresAttempts: boolean;
-  readonly lease: number;
-  readonly concurrency: number;
-  readonly slots: { name: string; units: number } | undefined;
-  readonly limit: { name: string; units: number } | undefined;
-  readonly budget: QueueOptions<any>['budget'];
-  readonly key: ((input: any) => string) | undefined;
-
-  constructor(owner: RunClient, name: string, handler: ((input: any) => unknown) | null, options: QueueOptions<any>) {
-    this.owner = owner;
-    this.name = checkName(name, 'queue');
-    this.handler = handler;
-    this.attempts = positiveInt(options.attempts ?? 5, 'attempts', 100);
-    this.declaresAttempts = handler !== null || options.attempts !== undefined;
-    this.lease = toLeaseSeconds(options.lease);
-    this.concurrency = positiveInt(options.concurrency ?? 1, 'concurrency');
-    this.slots = resourceRef(options.slots);
-    this.limit = resourceRef(options.limit);
-    if (options.budget !== undefined) {
-      if (options.budget.reserve === undefined) throw new ConfigError('budget takes { name, reserve, cost }');
-      checkName(options.budget.name, 'budget');
-    }
-    this.budget = options.budget;
-    this.key = options.key;
-  }
-
-  get #client(): Runstate {
-    return this.owner.client;
-  }
-
-  #budgetRow: Promise<any> | null = null;
-  #mailboxRow: Promise<string> | null = null;
-
-  /** Looked up once (a failure is not remembered). */
-  async #budgetInfo(): Promise<any | null> {
-    if (this.budget === undefined) return null;
-    if (this.#budgetRow === null) {
-      this.#budgetRow = callPut(this.#client, `/budgets/by-name/${encodeClaimKey(this.budget.name)}`, {}).then((reply: any) => reply.body);
-      this.#budgetRow.catch(() => (this.#budgetRow = null));
-    }
-    return this.#budgetRow;
-  }
-
-  async requirements(): Promise<Record<string, unknown> | undefined> {
-    const budget = await this.#budgetInfo();
-    if (this.slots === undefined && this.limit === undefined && budget === null) return undefined;
-    return {
-      pools: this.slots === undefined ? undefined : [this.slots],
-      quotas: this.limit === undefined ? undefined : [this.limit],
-      budgets: budget === null ? undefined : [{ name: budget.name, reserveMinor: toMinor(this.budget!.reserve, budget.scale, 'reserve') }],
-    };
-  }
-
-  /** Workers declare the queue (its attempts, what its jobs need); producers only look it up.
-   * Once per queue (a failure is not remembered). */
-  mailboxId(): Promise<string> {
-    if (this.#mailboxRow === null) {
-      this.#mailboxRow = this.#declare();
-      this.#mailboxRow.catch(() => (this.#mailboxRow = null));
-    }
-    return this.#mailboxRow;
-  }
-
-  async #declare(): Promise<string> {
-    const settings: Record<string, unknown> = {};
-    if (this.declaresAttempts) settings.maxAttempts = this.attempts;
-    if (this.handler !== null) {
-      const requirements = await this.requirements();
-      if (requirements !== undefined) settings.requirements = JSON.parse(JSON.stringify(requirements));
-    }
-    return (await callPut(this.#client, `/mailboxes/by-name/${encodeClaimKey(this.name)}`, settings)).body.id;
-  }
-
-  taskKey(input: unknown): string {
-    return workKey(this.name, [input], this.key);
-  }
-
-  async send(input: unknown): Promise<Job<unknown>> {
-    const run = await this.owner.info();
-    const body = {
-      scopeId: run.id,
-      mailboxId: await this.mailboxId(),
-      taskKey: this.taskKey(input),
-      input: input ?? null,
-      requirements: await this.requirements(),
-    };
-    try {
-      const reply = await callPost(this.#client, '/tasks', body);
-      return this.#job(reply.body.taskId);
-    } catch (err) {
-      this.owner.noteError(err);
-      throw err;
-    }
-  }
-
-  #job(id: string): Job<unknown> {
-    return { id, result: (options = {}) => this.result(id, options.timeout) };
-  }
-
-  async call(input: unknown): Promise<unknown> {
-    return (await this.send(input)).result();
-  }
-
-  async waitTerminal(id: string, deadlineMs: number): Promise<any> {
-    for (;;) {
-      const leftMs = deadlineMs - nowMs();
-      if (leftMs <= 0) throw waitTimeout(`job ${id} is still running`);
-      const holdMs = Number.isFinite(leftMs) ? Math.min(HOLD_MS, Math.floor(leftMs)) : HOLD_MS;
-      const task = (await callGet(this.#client, `/tasks/${id}`, { waitMs: holdMs }, holdMs, this.owner.signal)).body;
-      if (TERMINAL.has(task.state)) return task;
-    }
-  }
-
-  async result(id: string, timeout?: Duration): Promise<unknown> {
-    const deadlineMs = timeout === undefined ? Infinity : nowMs() + parseDuration(timeout, 'timeout') * 1000;
-    try {
-      return outcomeOf(await this.waitTerminal(id, deadlineMs));
-    } catch (err) {
-      this.owner.noteError(err);
-      throw err;
-    }
-  }
-
-  async gather(inputs: readonly unknown[], options: GatherOptions<unknown, unknown> = {}): Promise<unknown[]> {
-    const items = [...inputs];
-    if (items.length === 0) return [];
-    if (items.length > GATHER_MAX) throw new ConfigError(`gather takes at most ${GATHER_MAX} inputs at a time`);
-    const need = options.need ?? 'all';
-    if (need !== 'all' && (!Number.isInteger(need) || need < 1 || need > items.length)) {
-      throw new ConfigError(`need must be 'all' or a whole number from 1 to ${items.length}`);
-    }
-    const deadlineMs = options.timeout === undefined ? Infinity : nowMs() + parseDuration(options.timeout, 'timeout') * 1000;
-    const run = await this.owner.info();
-    const condition = need === 'all' ? 'ALL_TERMINAL' : need === 1 ? 'FIRST_ACCEPTED' : 'N_ACCEPTED';
-    const requirements = await this.requirements();
-    const group = (
-      await callPost(this.#client, '/task-groups', {
-        parentScopeId: run.id,
-        mailboxId: await this.mailboxId(),
-        condition,
-        threshold: condition === 'N_ACCEPTED' ? need : undefined,
-        expectedMembers: items.length,
-      })
-    ).body;
-    try {
-      const members: Array<[string, unknown]> = [];
-      for (const item of items) {
-        const reply = await callPost(this.#client, `/task-groups/${group.groupId}/tasks`, { taskKey: this.taskKey(item), input: item ?? null, requirements });
-        members.push([reply.body.taskId, item]);
-      }
-      return await this.#collect(group.groupId, members, need, options.accept, deadlineMs);
-    } catch (err) {
-      this.owner.noteError(err);
-      throw err;
-    } finally {
-      // The group's own scope ends with the gather: members still queued or running stop.
-      await callPost(this.#client, `/scopes/${group.scopeId}/cancel`, {}).catch(() => undefined);
-    }
-  }
-
-  async #collect(groupId: string, members: Array<[string, unknown]>, need: 'all' | number, accept: GatherOptions<unknown, unknown>['accept'], deadlineMs: number): Promise<unknown[]> {
-    const accepted: unknown[] = [];
-    const failures: string[] = [];
-    const target = need === 'all' ? members.length : need;
-    let decided = 0;
-    const stop = new AbortController();
-    return new Promise<unknown[]>((resolve, reject) => {
-      const finish = (err?: unknown) => {
-        if (stop.signal.aborted) return;
-        stop.abort();
-        if (err === undefined) resolve(need === 'all' ? accepted : accepted.slice(0, target));
-        else reject(err);
-      };
-      for (const [memberId, item] of members) {
-        void (async () => {
-          const task = await this.waitTerminal(memberId, deadlineMs);
-          if (stop.signal.aborted) return;
-          let ok = false;
-          if (task.state === 'SUCCEEDED') {
-            const result = task.outcome ?? null;
-            ok = accept === undefined ? true : Boolean(await accept(result, item));
-            if (ok && !stop.signal.aborted) accepted.push(result);
-          } else {
-            failures.push(task.outcomeReason ?? String(task.state).toLowerCase());
-          }
-          await callPost(this.#client, `/task-groups/${groupId}/tasks/${memberId}/${ok ? 'accept' : 'reject'}`, {}).catch(() => undefined);
-          decided += 1;
-          if (need !== 'all' && accepted.length >= target) finish();
-          else if (decided === members.length) {
-            if (need === 'all' || accepted.length >= target) finish();
-            else finish(new TaskFailedError(`gather got ${accepted.length} of the ${target} results it needed`, { reason: failures[0] ?? 'not enough results were accepted' }));
-          } else if (need !== 'all' && accepted.length + (members.length - decided) < target) {
-            finish(new TaskFailedError(`gather can no longer reach ${target} accepted results`, { reason: failures[0] ?? 'too many results were rejected' }));
-          }
-        })().catch(finish);
-      }
-    });
-  }
-
-  /** Admit this queue's jobs (in the run and its descendants, so a gather's group too) until stopped. */
-  async serve(concurrency: number, signal: AbortSignal): Promise<void> {
-    const run = await this.owner.info();
-    const mailboxId = await this.mailboxId();
-    const scope = this.#client.scope(run.id);
-    const mailbox = scope.mailboxById(mailboxId);
-    const budget = this.budget === undefined ? null : await this.#budgetInfo();
-    const admitted = new Map<Delivery<unknown>, any[]>();
-    try {
-      await runWorker<unknown>({
-        ctx: ctxOf(this.#client),
-        scopeId: run.id,
-        what: `serve() of queue ${this.name}`,
-        concurrency,
-        leaseSeconds: this.lease,
-        waitMs: ADMIT_WAIT_MS,
-        shutdownTimeoutMs: 30_000,
-        signal,
-        receive: async (waitMs, stop) => {
-          const work = await mailbox.admit({ leaseSeconds: this.lease, waitMs, includeDescendants: true, signal: stop });
-          if (work === null) return null;
-          admitted.set(work.delivery, work.reservations);
-          return work.delivery;
-        },
-        invoke: async (delivery) => {
-          const linked = linkSignals([delivery.signal, this.owner.signal]);
-          const runContext: RunContext = { run, signal: linked.signal, attempt: delivery.attempt, key: null };
-          try {
-            return await current.run(runContext, () => this.handler!(delivery.data));
-          } finally {
-            linked.dispose();
-          }
-        },
-        complete: (delivery, result) => delivery.complete({ payload: result ?? null }),
-        fail: (delivery, err) => delivery.retry({ error: errorMessage(err) }),
-        onError: (err, delivery) => {
-          warn('RUNSTATE_JOB_FAILED', `queue ${this.name}: job ${delivery.taskId ?? delivery.id} (attempt ${delivery.attempt}) failed: ${errorMessage(err)}`);
-        },
-        after: async (delivery, outcome) => {
-          const reservations = admitted.get(delivery) ?? [];
-          admitted.delete(delivery);
-          if (budget === null || this.budget === undefined) return;
-          for (const reservation of reservations) {
-            const reservationId = typeof reservation === 'string' ? reservation : reservation?.reservationId ?? reservation?.id;
-            if (typeof reservationId !== 'string') continue;
-            if (!outcome.ok || !outcome.settled) {
-              await voidReservation(this.#client, budget.id, reservationId);
-              continue;
-            }
-            let costMinor = toMinor(this.budget.reserve, budget.scale, 'reserve');
-            try {
-              if (this.budget.cost !== undefined) costMinor = toMinor(this.budget.cost(outcome.value), budget.scale, 'cost');
-            } catch (err) {
-              warn('RUNSTATE_BUDGET_COST_FAILED', `queue ${this.name}: cost() failed, the whole reserve is charged: ${errorMessage(err)}`);
-            }
-            await settleReservation(this.#client, budget.id, reservationId, costMinor);
-          }
-        },
-      });
-    } catch (err) {
-      this.owner.noteError(err);
-      throw err;
-    }
-  }
-}
-
-function outcomeOf(task: any): unknown {
-  const reason: string | null = task.outcomeReason ?? null;
-  if (task.state === 'SUCCEEDED') return task.outcome ?? null;
-  if (task.state === 'CANCELLED') {
-    if (reason === 'scope_cancelled') throw new ScopeCancelledError('SCOPE_CANCELLED', 409, 'the run stopped before the job finished');
-    throw new TaskFailedError(`job ${task.id} was cancelled`, { taskId: task.id, reason: reason ?? 'cancelled' });
-  }
-  if (task.state === 'EXPIRED') throw new TaskFailedError(`job ${task.id} passed its deadline`, { taskId: task.id, reason: reason ?? 'expired' });
-  const full = reason ?? 'failed';
-  const prefix = 'handler_error: ';
-  throw new TaskFailedError(full.startsWith(prefix) ? full.slice(prefix.length) : full, { taskId: task.id, reason: full });
 }
 
 // -- the default client and the module functions ---------------------------------------------------
