@@ -194,6 +194,27 @@ describe('the run API', { concurrency: true }, () => {
     await assert.rejects(one.together('alone', 2, { timeout: '0.5s' }), WaitTimeoutError);
   });
 
+  test('run(name) binds another run by name, child() a new run under it; each has its own once results', async () => {
+    const base = client('base-run');
+    const other = base.run('other-run');
+    const sub = other.child('sub');
+    assert.notEqual(await base.runId(), await other.runId());
+    assert.equal(await other.runId(), await client('other-run').runId(), 'the same name is the same run');
+    const subView = await base.client.scope(await sub.runId()).status();
+    assert.equal(subView.parentId, await other.runId());
+    let runs = 0;
+    const count = async function count(): Promise<number> {
+      runs += 1;
+      return runs;
+    };
+    assert.equal(await other.once(count)(), 1);
+    assert.equal(await other.once(count)(), 1);
+    assert.equal(await sub.once(count)(), 2, 'a child run is a run of its own');
+    await sub.stop();
+    await assert.rejects(sub.once(count)(), ScopeCancelledError);
+    assert.equal(await other.once(count)(), 1, 'stopping the child leaves its parent running');
+  });
+
   test('events() iterates over the run\'s events; status() tells the run and its workers', async () => {
     const run = client('watch-run');
     const research = run.once(async function summary(company: string) {
