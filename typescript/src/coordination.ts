@@ -335,6 +335,16 @@ export interface WatchOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * The cursor to resume just after `event`: this server numbers its events (`ev_N`, whose cursor
+ * is `N`), so a reader that stops in the middle of a page misses nothing when it resumes. An event
+ * id of another form gets the page's cursor (`pageCursor`), and the reader dedupes by `eventId`.
+ */
+function cursorAfter(event: RunstateEvent, pageCursor: string): string {
+  const match = /^ev_(\d+)$/.exec(String(event.eventId));
+  return match === null ? pageCursor : match[1]!;
+}
+
 export class EventsAPI {
   readonly #ctx: Context;
 
@@ -350,8 +360,10 @@ export class EventsAPI {
   }
 
   /**
-   * Every event after `cursor`, as it happens, each with the `cursor` to resume after it: an
-   * async iterator that ends when `signal` aborts (or the caller breaks out of its loop).
+   * Every event after `cursor`, as it happens, each with the `cursor` to resume just after it (the
+   * last of a page carries the page's `nextCursor`, which also moves past the events the filters
+   * skipped): an async iterator that ends when `signal` aborts (or the caller breaks out of its
+   * loop).
    *
    * A request that gets no answer or a transient one is tried again with the same cursor (so
    * nothing is skipped or repeated), 0.25 s doubling to 5 s apart; errors the server decided,
@@ -385,7 +397,9 @@ export class EventsAPI {
       retryMs = WATCH_RETRY_MS;
       const resume = page.nextCursor || current || '';
       const events = page.events ?? [];
-      for (const event of events) yield { ...event, cursor: resume };
+      for (const [index, event] of events.entries()) {
+        yield { ...event, cursor: index === events.length - 1 ? resume : cursorAfter(event, resume) };
+      }
       if (page.nextCursor) current = page.nextCursor;
       // A server that does not hold an empty watch answers at once: do not ask again at once.
       if (events.length === 0 && nowMs() - asked < POLL_MS) await pause(POLL_MS, { signal });

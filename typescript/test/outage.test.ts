@@ -105,7 +105,7 @@ describe('a server restart within the lease', () => {
         assert.equal(delivery.isLost, false);
         return `report on ${data.company}`;
       },
-      { leaseSeconds: 10, waitMs: 1_000, signal: controller.signal, onError: (err) => void errors.push(err) },
+      { leaseSeconds: 30, waitMs: 1_000, signal: controller.signal, onError: (err) => void errors.push(err) },
     );
     try {
       await until('the handler to start', () => started);
@@ -113,7 +113,7 @@ describe('a server restart within the lease', () => {
       finish(); // the handler returns while nothing answers: consume() tries its completion again
       await sleep(3_000);
       await server.restart();
-      await until('the task to succeed', async () => (await ticket.status()).state === 'SUCCEEDED', 10_000);
+      await until('the task to succeed', async () => (await ticket.status()).state === 'SUCCEEDED', 20_000);
       const view = await ticket.status();
       assert.equal(view.attempt, 1, 'never delivered again');
       assert.deepEqual(errors, []);

@@ -189,6 +189,11 @@ describe('pools, quotas, budgets, work limits, admission, barriers, timers, grou
     await watching;
     assert.deepEqual(seen.map((event) => event.type), ['scope.created', 'barrier.created', 'barrier.arrived']);
     assert.ok(seen.every((event) => /^\d+$/.test(event.cursor)));
+    for (const [index, event] of seen.entries()) {
+      const seq = Number(event.eventId.slice('ev_'.length));
+      assert.ok(Number(event.cursor) >= seq, 'after the event');
+      if (index < seen.length - 1) assert.ok(Number(event.cursor) < Number(seen[index + 1]!.eventId.slice('ev_'.length)), 'before the next');
+    }
     // Resuming after the second event gives the third again, and nothing before it.
     const resumed: WatchedEvent[] = [];
     for await (const event of rs.events.watch({ scopeId: run.id, cursor: seen[1]!.cursor, waitSeconds: 0 })) {
