@@ -2,8 +2,9 @@
  * Claims: exclusive, leased, fenced ownership of a key inside a scope.
  *
  * `ClaimRef` names a key in a scope and sends nothing until asked. `acquire()` gives a `ClaimLease`
- * that renews itself in the background (see `renewal.ts`) until `release()`. A lease whose renewal
- * fails is lost for good: `isLost` turns true and `signal` aborts with a `LeaseLostError`. The
+ * that renews itself in the background (see `renewal.ts`: through an outage, until the lease's end
+ * by this process's clock) until `release()`. A lost lease is lost for good: `isLost` turns true
+ * and `signal` aborts with a `LeaseLostError` (see `lease.ts`). The
  * server is the authority on ownership; the lease only reports what the client last learned, so
  * work that must not overlap another owner's should also carry `lease.token()` to the system it
  * writes to.
@@ -16,10 +17,13 @@
  * throws, its own error goes up.
  */
 
-import type { Context, Stoppable } from './context.js';
-import { ConflictError, LeaseLostError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
-import { Renewal } from './renewal.js';
+import type { Context } from './context.js';
+import { ConflictError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
+import { HeldLease, required, runHeld } from './lease.js';
+import { grantStartMs } from './renewal.js';
 import { nowMs, pause, uniform } from './time.js';
+
+export { parseTimestamp } from './lease.js';
 
 export const DEFAULT_LEASE_SECONDS = 30;
 export const DEFAULT_CLAIM_TIMEOUT_MS = 30_000;
@@ -51,20 +55,6 @@ export type TryAcquireResult = { kind: 'acquired'; lease: ClaimLease } | { kind:
 /** Percent-encode a claim key for a path segment: only `A-Za-z0-9_.-~` stay as they are. */
 export function encodeClaimKey(key: string): string {
   return encodeURIComponent(key).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
-}
-
-/** The server's `YYYY-MM-DDTHH:MM:SS.mmmZ`; a value that is not a timestamp is a malformed answer. */
-export function parseTimestamp(value: unknown): Date {
-  const parsed = typeof value === 'string' ? new Date(value) : new Date(Number.NaN);
-  if (Number.isNaN(parsed.getTime())) throw new TypeError(`malformed answer: not a timestamp: ${String(value)}`);
-  return parsed;
-}
-
-function required(body: any, field: string): any {
-  if (body === null || typeof body !== 'object' || !(field in body)) {
-    throw new TypeError(`malformed answer: no ${field}`);
-  }
-  return body[field];
 }
 
 /** A claim key in a scope. Cheap to make; each method is one or more requests. */
@@ -100,6 +90,7 @@ export class ClaimRef {
         waitMs: waitMs > 0 ? waitMs : undefined,
       };
       let reply;
+      const sentMs = nowMs();
       try {
         reply = await this.#ctx.call('POST', '/claims', { body, waitMs, signal });
       } catch (err) {
@@ -117,7 +108,7 @@ export class ClaimRef {
         signal?.throwIfAborted();
         continue;
       }
-      return ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds);
+      return ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, grantStartMs(sentMs, nowMs(), waitMs > 0));
     }
   }
 
@@ -138,133 +129,34 @@ export class ClaimRef {
    * `run()` throws `LeaseLostError`. Errors from the release are ignored: the lease expires anyway.
    */
   async run<T>(fn: (lease: ClaimLease) => T | PromiseLike<T>, options: RunOptions = {}): Promise<T> {
-    const lease = await this.acquire(options);
-    try {
-      const result = await fn(lease);
-      if (lease.isLost) {
-        throw new LeaseLostError('STALE_CLAIM', 409, `lease for ${JSON.stringify(this.key)} was lost during run()`, {
-          cause: lease.lostError,
-        });
-      }
-      return result;
-    } finally {
-      await lease.release().catch(() => undefined);
-    }
+    return runHeld(await this.acquire(options), fn, `lease for ${JSON.stringify(this.key)}`);
   }
 }
 
-/** A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()`. */
-export class ClaimLease implements Stoppable {
+/** A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()` (see `lease.ts`). */
+export class ClaimLease extends HeldLease {
   readonly key: string;
   /** Grows with each new owner of the key; the value to compare, unlike the opaque token. */
   readonly generation: number;
-  readonly leaseSeconds: number;
-  /** When the lease runs out unless renewed, as the server last said. */
-  expiresAt: Date;
-  readonly #ctx: Context;
-  readonly #token: string;
-  readonly #lost = new AbortController();
-  #lostError: LeaseLostError | null = null;
-  #released = false;
-  #renewal: Renewal | null = null;
 
-  private constructor(ctx: Context, key: string, grant: any, leaseSeconds: number) {
-    this.#ctx = ctx;
+  private constructor(ctx: Context, key: string, grant: any, leaseSeconds: number, startedMs: number) {
+    super(ctx, required(grant, 'token'), required(grant, 'leaseExpiresAt'), leaseSeconds, startedMs);
     this.key = key;
-    this.#token = required(grant, 'token');
     this.generation = required(grant, 'generation');
-    this.expiresAt = parseTimestamp(required(grant, 'leaseExpiresAt'));
-    this.leaseSeconds = leaseSeconds;
   }
 
   /** @internal */
-  static start(ctx: Context, key: string, grant: any, leaseSeconds: number): ClaimLease {
-    const lease = new ClaimLease(ctx, key, grant, leaseSeconds);
-    lease.#renewal = new Renewal(
-      (seconds, signal) => lease.#send('renew', { token: lease.#token, leaseSeconds: seconds }, signal),
-      leaseSeconds,
-      (err) => lease.#markLost(err),
-    );
-    ctx.live.add(lease);
+  static start(ctx: Context, key: string, grant: any, leaseSeconds: number, startedMs: number): ClaimLease {
+    const lease = new ClaimLease(ctx, key, grant, leaseSeconds, startedMs);
+    lease.startRenewal();
     return lease;
   }
 
-  /** The fencing token: opaque, compare it for equality only. */
-  token(): string {
-    return this.#token;
+  protected describe(): string {
+    return `lease for ${JSON.stringify(this.key)}`;
   }
 
-  /** Aborted (with a `LeaseLostError`) when the lease is lost; pass it to work that should stop then. */
-  get signal(): AbortSignal {
-    return this.#lost.signal;
-  }
-
-  get isLost(): boolean {
-    return this.#lostError !== null;
-  }
-
-  /** Why the lease was lost, or null. */
-  get lostError(): LeaseLostError | null {
-    return this.#lostError;
-  }
-
-  /** Throw `LeaseLostError` if renewal has failed; a cheap check for long loops. */
-  throwIfLost(): void {
-    if (this.#lostError !== null) throw this.#lostError;
-  }
-
-  /** Renew now. Without `leaseSeconds` the server extends by the lease's own length. A lease
-   * already lost throws `LeaseLostError`; a stale answer marks it lost. */
-  async renew(leaseSeconds?: number): Promise<void> {
-    this.throwIfLost();
-    try {
-      await this.#send('renew', { token: this.#token, leaseSeconds });
-    } catch (err) {
-      if (err instanceof LeaseLostError) this.#markLost(err);
-      throw err;
-    }
-  }
-
-  /** Stop renewing and give the claim back. A second call sends nothing; a `LeaseLostError`
-   * answer (the lease had already gone) is ignored. */
-  async release(observation?: unknown): Promise<void> {
-    if (this.#released) return;
-    this.#released = true;
-    await this.#stopRenewal();
-    try {
-      await this.#ctx.call('POST', `/claims/${encodeClaimKey(this.key)}/release`, {
-        body: { token: this.#token, observation },
-      });
-    } catch (err) {
-      if (!(err instanceof LeaseLostError)) throw err;
-    }
-  }
-
-  /** @internal The client is closing: the lease counts as lost from here on and will expire. */
-  abandon(reason: Error): void {
-    void this.#stopRenewal();
-    this.#markLost(reason);
-  }
-
-  async #send(action: 'renew', body: Record<string, unknown>, signal?: AbortSignal): Promise<void> {
-    const reply = await this.#ctx.call('POST', `/claims/${encodeClaimKey(this.key)}/${action}`, { body, signal });
-    this.expiresAt = parseTimestamp(required(reply.body, 'leaseExpiresAt'));
-  }
-
-  async #stopRenewal(): Promise<void> {
-    this.#ctx.live.delete(this);
-    const renewal = this.#renewal;
-    this.#renewal = null;
-    if (renewal !== null) await renewal.stop();
-  }
-
-  #markLost(cause: unknown): void {
-    if (this.#lostError !== null) return;
-    this.#lostError =
-      cause instanceof LeaseLostError
-        ? cause
-        : new LeaseLostError('STALE_CLAIM', 409, `lease for ${JSON.stringify(this.key)} was lost`, { cause });
-    this.#ctx.live.delete(this);
-    this.#lost.abort(this.#lostError);
+  protected path(action: 'renew' | 'release'): string {
+    return `/claims/${encodeClaimKey(this.key)}/${action}`;
   }
 }

@@ -7,7 +7,10 @@
  * `withSpace(id)` gives a view on another space that shares all of that.
  */
 
+import { BudgetsAPI, PoolsAPI, QuotasAPI, WorkLimitsAPI } from './capacity.js';
+import { encodeClaimKey } from './claims.js';
 import { resolveConfig, type Config, type RunstateOptions } from './config.js';
+import { DiagnosticsAPI, EventsAPI } from './coordination.js';
 import { Context } from './context.js';
 import { ConflictError, RunstateError } from './errors.js';
 import { Requester } from './request.js';
@@ -36,6 +39,15 @@ export class ScopesAPI {
   /** Create a scope (a run). */
   create(options: CreateScopeOptions = {}): Promise<ScopeHandle> {
     return createScope(this.#ctx, options);
+  }
+
+  /** The run named `name`: one root scope per name in the space, made by the first caller (with
+   * `deadline`, if given) and the same for every later one, in any process. A run that was
+   * stopped stays stopped (check `status()`); a new name starts a new run. */
+  async ensure(name: string, options: { deadline?: string } = {}): Promise<ScopeHandle> {
+    const reply = await this.#ctx.call('PUT', `/runs/${encodeClaimKey(name)}`, { body: { deadline: options.deadline } });
+    if (typeof reply.body?.id !== 'string') throw new TypeError('malformed answer: no scope id');
+    return new ScopeHandle(this.#ctx, reply.body.id);
   }
 }
 
@@ -81,6 +93,9 @@ export class MailboxesAPI {
   }
 }
 
+/** @internal The client's context, for the run API built on it (`work.ts`). */
+export const CONTEXT: unique symbol = Symbol('runstate.context');
+
 /** Set only by `withSpace()`: the view's context. Not exported, so not part of the options. */
 const VIEW_OF: unique symbol = Symbol('runstate.viewOf');
 
@@ -91,6 +106,12 @@ interface InternalOptions extends RunstateOptions {
 export class Runstate {
   readonly scopes: ScopesAPI;
   readonly mailboxes: MailboxesAPI;
+  readonly pools: PoolsAPI;
+  readonly quotas: QuotasAPI;
+  readonly budgets: BudgetsAPI;
+  readonly workLimits: WorkLimitsAPI;
+  readonly events: EventsAPI;
+  readonly diagnostics: DiagnosticsAPI;
   readonly #ctx: Context;
   readonly #isView: boolean;
   #closed = false;
@@ -108,10 +129,21 @@ export class Runstate {
     }
     this.scopes = new ScopesAPI(this.#ctx);
     this.mailboxes = new MailboxesAPI(this.#ctx);
+    this.pools = new PoolsAPI(this.#ctx);
+    this.quotas = new QuotasAPI(this.#ctx);
+    this.budgets = new BudgetsAPI(this.#ctx);
+    this.workLimits = new WorkLimitsAPI(this.#ctx);
+    this.events = new EventsAPI(this.#ctx);
+    this.diagnostics = new DiagnosticsAPI(this.#ctx);
   }
 
   get spaceId(): string {
     return this.#ctx.spaceId;
+  }
+
+  /** @internal */
+  get [CONTEXT](): Context {
+    return this.#ctx;
   }
 
   get holder(): string {

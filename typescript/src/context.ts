@@ -1,6 +1,6 @@
 /** What every handle of one client shares: the request layer, the space, the worker identity. */
 
-import type { CallOptions, Reply, Requester } from './request.js';
+import type { CallOptions, Method, Reply, Requester } from './request.js';
 
 export interface Stoppable {
   /** Stop background work at once (the client is closing). */
@@ -28,7 +28,7 @@ export class Context {
   }
 
   /** `/v1/spaces/{space}` + suffix. Ids go in as they are: the wire contract encodes none but claim keys. */
-  call(method: 'GET' | 'POST', suffix: string, options?: CallOptions): Promise<Reply> {
+  call(method: Method, suffix: string, options?: CallOptions): Promise<Reply> {
     return this.requester.call(method, `/v1/spaces/${this.spaceId}${suffix}`, options);
   }
 }

@@ -8,20 +8,25 @@
  *       +-- AuthenticationError   UNAUTHENTICATED, FORBIDDEN, ENTITLEMENT_EXCEEDED, SPACE_SUSPENDED
  *       +-- NotFoundError         NOT_FOUND (also a name that a lookup did not find)
  *       +-- ConflictError         CONFLICT, CLAIM_HELD, IDEMPOTENCY_CONFLICT, DEADLINE_EXCEEDED,
- *       |                         CAPACITY_UNAVAILABLE, BACKLOG_FULL, BARRIER_RELEASED,
- *       |                         BARRIER_CANCELLED, INSUFFICIENT_BUDGET
- *       +-- ScopeCancelledError   SCOPE_CANCELLED
- *       +-- LeaseLostError        STALE_CLAIM, LEASE_RENEWALS_EXHAUSTED
+ *       |    |                    CAPACITY_UNAVAILABLE, BACKLOG_FULL, BARRIER_RELEASED,
+ *       |    |                    BARRIER_CANCELLED
+ *       |    +-- BudgetExceededError  INSUFFICIENT_BUDGET: a reservation does not fit in the budget
+ *       +-- ScopeCancelledError   SCOPE_CANCELLED: also a run stopped (`stop()`), seen by this side
+ *       +-- LeaseLostError        STALE_CLAIM, LEASE_RENEWALS_EXHAUSTED (no renewal got through
+ *       |                         before the lease's end by this process's clock)
  *       +-- WaitTimeoutError      WAIT_TIMEOUT (status 0): a wait on this side ran out
  *       +-- RateLimitError        RATE_LIMITED, SERVICE_RATE_LIMITED, ALLOWANCE_EXHAUSTED,
  *       |                         ALLOWANCE_COOLDOWN, CONCURRENCY_LIMITED, OPERATIONS_EXHAUSTED
  *       +-- UnavailableError      UNAVAILABLE: also an answer without an error envelope, and
  *       |                         transport failures once the retries are used up
  *       +-- CursorExpiredError    CURSOR_EXPIRED
+ *       +-- OnceFailedError       ONCE_FAILED (status 0): a `once()` function failed its last attempt
+ *       +-- TaskFailedError       TASK_FAILED (status 0): a queue job ended without a result
  * ```
  *
- * Every subclass derives directly from `RunstateError`: a `LeaseLostError` is *not* a
- * `ConflictError`, even though both arrive as HTTP 409. The class depends only on the error code;
+ * Every subclass derives directly from `RunstateError` but `BudgetExceededError`, which refines
+ * `ConflictError` (code that catches a `ConflictError` still catches it): a `LeaseLostError` is
+ * *not* a `ConflictError`, even though both arrive as HTTP 409. The class depends only on the error code;
  * `status` is the HTTP status the server really sent. A code this table does not know is kept on a
  * plain `RunstateError`, never collapsed into another code. This is the Python SDK's hierarchy,
  * name for name, so the two SDKs branch on the same things.
@@ -105,6 +110,9 @@ export class ScopeCancelledError extends RunstateError {}
 /** The lease's token is no longer current: another holder may own the key now. */
 export class LeaseLostError extends RunstateError {}
 
+/** A reservation does not fit in what is left of the budget (`INSUFFICIENT_BUDGET`). */
+export class BudgetExceededError extends ConflictError {}
+
 /** A wait on the client side (claim, task result) ran out; nothing changed on the server. */
 export class WaitTimeoutError extends RunstateError {}
 
@@ -116,6 +124,29 @@ export class UnavailableError extends RunstateError {}
 
 /** An events cursor points before the oldest event still kept. */
 export class CursorExpiredError extends RunstateError {}
+
+/** A `once()` function failed as many times as it may (`attempts`); `message` is its last error. */
+export class OnceFailedError extends RunstateError {
+  readonly attempts: number;
+
+  constructor(message: string, attempts: number) {
+    super('ONCE_FAILED', 0, message);
+    this.attempts = attempts;
+  }
+}
+
+/** A queue job ended without a result (FAILED, CANCELLED, EXPIRED), or `gather()` can no longer
+ * get the results it needs. `reason` is the task's recorded reason. */
+export class TaskFailedError extends RunstateError {
+  readonly taskId: string | null;
+  readonly reason: string;
+
+  constructor(message: string, options: { taskId?: string | null; reason?: string } = {}) {
+    super('TASK_FAILED', 0, message);
+    this.taskId = options.taskId ?? null;
+    this.reason = options.reason ?? message;
+  }
+}
 
 type ErrorClass = new (code: string, status: number, message: string, options?: RunstateErrorOptions) => RunstateError;
 
@@ -134,9 +165,9 @@ const FAMILIES: Array<[ErrorClass, string[]]> = [
       'BACKLOG_FULL',
       'BARRIER_RELEASED',
       'BARRIER_CANCELLED',
-      'INSUFFICIENT_BUDGET',
     ],
   ],
+  [BudgetExceededError, ['INSUFFICIENT_BUDGET']],
   [ScopeCancelledError, ['SCOPE_CANCELLED']],
   [LeaseLostError, ['STALE_CLAIM', 'LEASE_RENEWALS_EXHAUSTED']],
   [WaitTimeoutError, ['WAIT_TIMEOUT']],
@@ -166,6 +197,18 @@ export function mapError(code: string, status: number, message: string, options:
   const cls = CLASS_BY_CODE.get(code) ?? RunstateError;
   const resolved = status || STATUS_BY_CODE[code] || 503;
   return new cls(code, resolved, message, options);
+}
+
+/**
+ * True for an error that the same request may well not get again: no answer at all (the
+ * transport failed), the server unavailable or busy (`UNAVAILABLE`, a rate limit), or a server
+ * error (5xx). A loop that rides through an outage (lease renewal, a settlement) tries again on
+ * these and gives up on anything else: the server has decided.
+ */
+export function isTransient(err: unknown): boolean {
+  if (!(err instanceof RunstateError)) return false;
+  if (err instanceof UnavailableError || err instanceof RateLimitError) return true;
+  return err.status >= 500;
 }
 
 /** A client-side wait ran out (status 0, like the Python SDK). */

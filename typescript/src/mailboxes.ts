@@ -11,21 +11,34 @@
  * answer (`STALE_CLAIM`: the lease had run out and the task went to another worker) marks the
  * delivery lost, and later settlements throw that error without sending anything.
  *
+ * A delivery's lease has a deadline by this process's clock, as a claim's has (`renewal.ts`):
+ * `isLost` turns true when it passes, and a settlement that cannot reach the server is tried again
+ * with backoff until then (with one idempotency key, so a try whose answer was lost is answered
+ * by the server as the first one was), and throws its last error after it.
+ *
  * `consume()` is the worker loop (the Python SDK's, rule for rule):
  *
  * - intake: while not stopped and while fewer than `concurrency` handlers run, long-poll `recv`
  *   (`waitMs`); aborting `signal` aborts the long poll at once;
- * - each delivery runs `handler(data, delivery)` with its lease renewed in the background; a return
- *   completes it (unless the handler settled it), a throw calls `onError(err, delivery)` and puts it
- *   back (the server's backoff decides when it is seen again); a delivery whose renewal failed is
- *   lost and gets neither;
+ * - each delivery runs `handler(data, delivery)` with its lease renewed in the background, riding
+ *   through an outage until the lease's end by this process's clock; a return completes it
+ *   (unless the handler settled it), a throw calls `onError(err, delivery)` and puts it back (the
+ *   server's backoff decides when it is seen again). A completion or requeue that cannot reach the
+ *   server is tried again until the lease's end, then goes to `onError` and a `RunstateWarning`
+ *   process warning; so does a result that is dropped because the lease was lost first (the
+ *   delivery's `signal` aborted then). Nothing is dropped without a word;
+ * - the run is watched (`runwatch.ts`): when it is cancelled, completed or expired, `consume()`
+ *   stops within a second: no new work, every running handler's `delivery.signal` aborts with a
+ *   `ScopeCancelledError`, its delivery is put back (which ends its task `CANCELLED` on the
+ *   server), and `consume()` resolves without waiting for the handlers. A JavaScript handler cannot
+ *   be cancelled; one that settles later is refused by the server, and nothing more is sent;
  * - on stop: no new work, up to `shutdownTimeoutMs` for the running handlers, then whatever is still
- *   unfinished is put back and its `delivery.signal` aborted. A JavaScript handler cannot be
- *   cancelled; one that finishes later finds its delivery settled and nothing more is sent;
- * - `ScopeCancelledError` from `recv` is a clean stop (with the drain); authentication,
- *   configuration and not-found errors are thrown at once (the running handlers are abandoned,
- *   not drained: their leases expire); any other `RunstateError` is waited out (`pollMs`) and the
- *   loop goes on.
+ *   unfinished is put back and its `delivery.signal` aborted. One that finishes later finds its
+ *   delivery settled and nothing more is sent;
+ * - errors from `recv`: `ScopeCancelledError` ends it as a run end does (above); authentication,
+ *   configuration and not-found errors are thrown at once (the running handlers are abandoned, not
+ *   drained: their leases expire); any other `RunstateError` is waited out, `pollMs` doubling up to
+ *   5 s, with a `RunstateWarning` when the server stops answering and again when it is back.
  */
 
 import type { Context } from './context.js';
@@ -36,10 +49,14 @@ import {
   NotFoundError,
   RunstateError,
   ScopeCancelledError,
+  isTransient,
 } from './errors.js';
-import { Renewal } from './renewal.js';
+import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, Renewal, grantStartMs, renewalsExhausted } from './renewal.js';
+import { newIdempotencyKey } from './request.js';
+import { watchRunEnd } from './runwatch.js';
 import { TaskTicket } from './tasks.js';
 import { nowMs, pause } from './time.js';
+import { warn } from './warnings.js';
 
 /** How long an idle `consume()` asks the server to hold an empty recv. */
 export const DEFAULT_CONSUME_WAIT_MS = 20_000;
@@ -48,6 +65,8 @@ export const RECEIVE_LEASE_SECONDS = 30;
 export const DEFAULT_SHUTDOWN_TIMEOUT_MS = 30_000;
 // An empty long-poll answer faster than this (or than waitMs) is followed by a pollMs pause.
 const EARLY_EMPTY_MS = 1000;
+// The longest pause between two tries of recv while the server cannot be reached or is busy.
+const OUTAGE_PAUSE_MAX_MS = 5000;
 
 export interface SubmitOptions {
   /** The task's identity in the scope: the same key and input give back the same task. */
@@ -117,15 +136,18 @@ export class Delivery<T = unknown> {
   readonly scopeId: string;
   readonly taskId: string | null;
   readonly deadline: string | null;
+  /** The lease's length, as granted. */
+  readonly leaseSeconds: number;
   readonly #token: string;
   readonly #stopped = new AbortController();
+  readonly #clock: LeaseClock;
   #settled = false;
   #settling: Promise<void> | null = null;
   #lost = false;
-  #rejected: LeaseLostError | null = null;
+  #rejected: RunstateError | null = null;
 
-  /** @internal */
-  constructor(ctx: Context, raw: any) {
+  /** @internal `startedMs`: when the lease began by this process's clock (see `grantStartMs`). */
+  constructor(ctx: Context, raw: any, startedMs: number = nowMs(), leaseSeconds?: number) {
     const message = raw?.message;
     if (message === null || typeof message !== 'object' || typeof raw.token !== 'string') {
       throw new TypeError('malformed delivery: no message or token');
@@ -141,6 +163,8 @@ export class Delivery<T = unknown> {
     this.taskId = message.taskId ?? null;
     this.deadline = message.deadline ?? null;
     this.#token = raw.token;
+    this.leaseSeconds = leaseSeconds ?? (typeof raw.leaseSeconds === 'number' ? raw.leaseSeconds : RECEIVE_LEASE_SECONDS);
+    this.#clock = new LeaseClock(startedMs, this.leaseSeconds);
   }
 
   /** True once the server accepted `complete`, `retry` or `reject`. */
@@ -148,55 +172,97 @@ export class Delivery<T = unknown> {
     return this.#settled;
   }
 
-  /** True once a renewal failed or the server said the lease is gone: another worker may have it. */
+  /** True once the lease is gone: a renewal or a settlement was refused (another worker may have
+   * the task, or its run ended), or the lease's end by this process's clock passed unsettled. */
   get isLost(): boolean {
+    this.#checkClock();
     return this.#lost;
   }
 
-  /** Aborted when the delivery is lost, or when `consume()` gives up on it at shutdown. */
+  /** Aborted when the delivery is lost (a `LeaseLostError`), when its run ends while `consume()`
+   * runs it (a `ScopeCancelledError`), or when `consume()` gives up on it at shutdown. */
   get signal(): AbortSignal {
+    this.#checkClock();
     return this.#stopped.signal;
+  }
+
+  /** Until when (monotonic ms, `performance.now()`) this process may act on the delivery. */
+  get deadlineMs(): number {
+    return this.#clock.deadlineMs;
   }
 
   /** The work is done: the task records `result.payload`. */
   complete(result?: CompleteResult): Promise<void> {
-    return this.#settle('complete', { token: this.#token, result });
+    return this.#settle('complete', { token: this.#token, result }, true);
   }
 
-  /** Put it back on the queue (with backoff); the next delivery has `attempt + 1`. */
-  retry(): Promise<void> {
-    return this.#settle('nack', { token: this.#token, retry: true });
+  /** Put it back on the queue (with backoff); the next delivery has `attempt + 1`. `error` (at most
+   * 2000 characters) says why; the task keeps the last one as its reason if it runs out of attempts. */
+  retry(options: { error?: string } = {}): Promise<void> {
+    return this.#settle('nack', { token: this.#token, retry: true, error: options.error }, true);
   }
 
-  /** Dead-letter it without retry; its task becomes `FAILED`. */
-  reject(): Promise<void> {
-    return this.#settle('nack', { token: this.#token, retry: false });
+  /** Dead-letter it without retry; its task becomes `FAILED` (`error` says why). */
+  reject(options: { error?: string } = {}): Promise<void> {
+    return this.#settle('nack', { token: this.#token, retry: false, error: options.error }, true);
   }
 
   /** Extend the lease; without `leaseSeconds` by the lease's own length. */
   async renew(leaseSeconds?: number, options: { signal?: AbortSignal } = {}): Promise<void> {
+    const sentMs = nowMs();
+    const granted = await this.sendRenewal(leaseSeconds, options.signal);
+    this.#clock.renewed(sentMs, granted);
+  }
+
+  /** @internal One renewal request (the clock is the caller's to move); resolves to the seconds
+   * granted. A refusal that ends the lease marks the delivery lost. */
+  async sendRenewal(leaseSeconds: number | undefined, signal?: AbortSignal): Promise<number> {
     try {
-      await this.#ctx.call('POST', `/messages/${this.id}/renew`, {
+      const reply = await this.#ctx.call('POST', `/messages/${this.id}/renew`, {
         body: { token: this.#token, leaseSeconds },
-        signal: options.signal,
+        signal,
       });
+      const granted = reply.body?.leaseSeconds;
+      return typeof granted === 'number' ? granted : (leaseSeconds ?? this.leaseSeconds);
     } catch (err) {
-      if (err instanceof LeaseLostError) this.#markRejected(err);
+      if (err instanceof LeaseLostError || err instanceof ScopeCancelledError) this.#markRejected(err);
       throw err;
     }
   }
 
-  #settle(action: 'complete' | 'nack', body: Record<string, unknown>): Promise<void> {
-    if (this.#settled) return Promise.resolve();
+  /** @internal The lease's clock, which consume()'s renewal moves. */
+  get clock(): LeaseClock {
+    return this.#clock;
+  }
+
+  /** @internal Put it back with one try, not riding through: consume() giving up on it (the
+   * lease running out puts it back anyway). */
+  requeueOnce(): Promise<void> {
+    return this.#settle('nack', { token: this.#token, retry: true }, false);
+  }
+
+  #settle(action: 'complete' | 'nack', body: Record<string, unknown>, rideThrough: boolean): Promise<void> {
     if (this.#rejected !== null) return Promise.reject(this.#rejected);
+    if (this.#settled) return Promise.resolve();
     if (this.#settling !== null) return this.#settling;
     const settling = (async () => {
+      // One key for every try: a try whose answer was lost is answered again, not applied twice.
+      const idempotencyKey = newIdempotencyKey();
+      let backoffMs = RETRY_MIN_MS;
       try {
-        await this.#ctx.call('POST', `/messages/${this.id}/${action}`, { body });
-        this.#settled = true;
-      } catch (err) {
-        if (err instanceof LeaseLostError) this.#markRejected(err);
-        throw err;
+        for (;;) {
+          try {
+            await this.#ctx.call('POST', `/messages/${this.id}/${action}`, { body, idempotencyKey });
+            this.#settled = true;
+            return;
+          } catch (err) {
+            if (err instanceof LeaseLostError || err instanceof ScopeCancelledError) this.#markRejected(err);
+            const leftMs = this.#clock.remainingMs;
+            if (!rideThrough || !isTransient(err) || leftMs <= 0) throw err;
+            await pause(Math.min(backoffMs, leftMs));
+            backoffMs = Math.min(backoffMs * 2, RETRY_MAX_MS);
+          }
+        }
       } finally {
         this.#settling = null;
       }
@@ -205,21 +271,31 @@ export class Delivery<T = unknown> {
     return settling;
   }
 
-  /** @internal A renewal failed: consume() will send nothing more for it. */
+  /** @internal A renewal failed for good, or the lease's end passed: nothing more is sent for it by
+   * consume(). */
   markLost(err: unknown): void {
     if (this.#lost) return;
     this.#lost = true;
-    this.#stopped.abort(
-      err instanceof LeaseLostError ? err : new LeaseLostError('STALE_CLAIM', 409, `delivery ${this.id} was lost`, { cause: err }),
-    );
-  }
-
-  /** @internal consume() stopped waiting for its handler. */
-  abandon(reason: Error): void {
+    const reason =
+      err instanceof LeaseLostError || err instanceof ScopeCancelledError
+        ? err
+        : new LeaseLostError('STALE_CLAIM', 409, `delivery ${this.id} was lost`, { cause: err });
     if (!this.#stopped.signal.aborted) this.#stopped.abort(reason);
   }
 
-  #markRejected(err: LeaseLostError): void {
+  /** @internal consume() stopped waiting for its handler (shutdown, or its run ended). With
+   * `refuse`, later settlements throw `reason` instead of doing nothing (the run ended: the work
+   * no longer counts, and the handler should hear so). */
+  abandon(reason: Error, refuse = false): void {
+    if (refuse && reason instanceof RunstateError && this.#rejected === null) this.#rejected = reason;
+    if (!this.#stopped.signal.aborted) this.#stopped.abort(reason);
+  }
+
+  #checkClock(): void {
+    if (!this.#lost && !this.#settled && this.#clock.passed) this.markLost(renewalsExhausted(`delivery ${this.id}`, null));
+  }
+
+  #markRejected(err: RunstateError): void {
     this.#rejected = err;
     this.markLost(err);
   }
@@ -283,8 +359,58 @@ export class MailboxRef {
   /** One delivery leased for 30 s (not renewed for you), or null when there is none. With `waitMs`
    * the server holds the request until a message comes or the wait ends. */
   async receive<T = unknown>(options: ReceiveOptions = {}): Promise<Delivery<T> | null> {
-    const raw = await this.#recv(RECEIVE_LEASE_SECONDS, options.waitMs ?? 0, options.signal);
-    return raw === null ? null : new Delivery<T>(this.#ctx, raw);
+    const waitMs = options.waitMs ?? 0;
+    const sentMs = nowMs();
+    const raw = await this.#recv(RECEIVE_LEASE_SECONDS, waitMs, options.signal);
+    return raw === null ? null : new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), RECEIVE_LEASE_SECONDS);
+  }
+
+  /**
+   * The oldest task delivery of this queue whose requirements (pools, quotas, budgets) all fit
+   * now, leased with them taken in one step; null when nothing can be admitted within `waitMs` (a
+   * long poll the server wakes when capacity frees). The grants share the delivery's lease: renew
+   * the delivery and they stay held; settle it and they are given back.
+   */
+  async admit<T = unknown>(options: AdmitOptions = {}): Promise<AdmittedWork<T> | null> {
+    const { leaseSeconds = 30, waitMs = 0, signal, includeDescendants } = options;
+    const body = {
+      scopeId: this.scopeId,
+      mailboxId: await this.resolveId(),
+      holder: this.#ctx.holder,
+      holderSession: this.#ctx.session,
+      leaseSeconds,
+      waitMs: waitMs > 0 ? waitMs : undefined,
+      includeDescendants,
+    };
+    const sentMs = nowMs();
+    const reply = await this.#ctx.call('POST', '/tasks/admit', { body, waitMs: Math.max(waitMs, 0), signal });
+    if (reply.status === 204) return null;
+    const admitted = reply.body;
+    for (const field of ['messageId', 'taskId', 'token', 'attempt']) {
+      if (admitted === null || typeof admitted !== 'object' || !(field in admitted)) {
+        throw new TypeError(`malformed admission: no ${field}`);
+      }
+    }
+    const raw = {
+      message: {
+        id: admitted.messageId,
+        scopeId: admitted.scopeId ?? this.scopeId,
+        payload: admitted.payload ?? null,
+        attempt: admitted.attempt,
+        deadline: null,
+        taskId: admitted.taskId,
+      },
+      token: admitted.token,
+    };
+    const delivery = new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), leaseSeconds);
+    return {
+      task: new TaskTicket(this.#ctx, admitted.taskId, this.scopeId),
+      delivery,
+      attempt: admitted.attempt,
+      grants: Array.isArray(admitted.grants) ? admitted.grants : [],
+      consumptions: Array.isArray(admitted.consumptions) ? admitted.consumptions : [],
+      reservations: Array.isArray(admitted.reservations) ? admitted.reservations : [],
+    };
   }
 
   async #recv(leaseSeconds: number, waitMs: number, signal?: AbortSignal): Promise<any> {
@@ -305,74 +431,150 @@ export class MailboxRef {
   }
 
   /** Run `handler(data, delivery)` for each delivery until stopped (see the module comment).
-   * Resolves once stopped and drained; rejects with an authentication, configuration or
-   * not-found error. */
+   * Resolves once stopped and drained, or within a second of its run ending; rejects with an
+   * authentication, configuration or not-found error. */
   async consume<T = unknown>(handler: Handler<T>, options: ConsumeOptions<T> = {}): Promise<void> {
-    const {
-      concurrency = 1,
-      leaseSeconds = 30,
-      pollMs = 250,
-      waitMs = DEFAULT_CONSUME_WAIT_MS,
-      shutdownTimeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS,
-      signal: stop,
-      onError,
-    } = options;
-    if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError('concurrency must be a whole number, 1 or more');
-    const running = new Running<T>();
-    const failure = await this.#intake(running, handler, onError, stop, concurrency, leaseSeconds, pollMs, waitMs);
+    const { leaseSeconds = 30 } = options;
+    await runWorker<T>({
+      ...options,
+      ctx: this.#ctx,
+      scopeId: this.scopeId,
+      what: 'consume()',
+      receive: async (waitMs, signal) => {
+        const sentMs = nowMs();
+        const raw = await this.#recv(leaseSeconds, waitMs, signal);
+        return raw === null ? null : new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), leaseSeconds);
+      },
+      invoke: (delivery) => handler(delivery.data, delivery),
+      complete: (delivery) => delivery.complete(),
+    });
+  }
+}
+
+/** @internal What `runWorker()` needs besides `ConsumeOptions`: where work comes from and how it
+ * is run and completed (`consume()` receives messages, `serve()` admits tasks). */
+export interface WorkerLoop<T> extends ConsumeOptions<T> {
+  ctx: Context;
+  scopeId: string;
+  /** Names the loop in warnings. */
+  what: string;
+  /** One long poll for work (its lease is the loop's `leaseSeconds`); null when there is none. */
+  receive(waitMs: number, signal: AbortSignal): Promise<Delivery<T> | null>;
+  /** Runs the work of one delivery; its result goes to `complete`. */
+  invoke(delivery: Delivery<T>): unknown;
+  complete(delivery: Delivery<T>, result: unknown): Promise<void>;
+  /** How a failed handler's delivery goes back; default `delivery.retry()`. */
+  fail?(delivery: Delivery<T>, err: unknown): Promise<void>;
+  /** Called once per delivery after its settlement was accepted, or given up on (`settled` false). */
+  after?(delivery: Delivery<T>, result: { ok: boolean; value: unknown; settled: boolean }): Promise<void>;
+}
+
+/** @internal The worker loop behind `consume()` and `serve()` (see the module comment). */
+export async function runWorker<T>(loop: WorkerLoop<T>): Promise<void> {
+  const { concurrency = 1, shutdownTimeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS, signal: stop } = loop;
+  if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError('concurrency must be a whole number, 1 or more');
+  const running = new Running<T>();
+  // Intake stops when the caller aborts `signal` or the run ends; the watch stops with the loop.
+  const intake = new AbortController();
+  const watching = new AbortController();
+  const onStop = () => intake.abort(stop?.reason);
+  if (stop?.aborted) onStop();
+  else stop?.addEventListener('abort', onStop, { once: true });
+  let ended: ScopeCancelledError | null = null;
+  const endRun = (err: ScopeCancelledError) => {
+    // A stop asked for first goes on as a stop (it drains); the run's end is seen only before.
+    if (ended !== null || intake.signal.aborted) return;
+    ended = err;
+    intake.abort(err);
+  };
+  void watchRunEnd(loop.ctx, loop.scopeId, watching.signal).then((err) => {
+    if (err !== null) endRun(err);
+  });
+  try {
+    const failure = await intakeLoop(loop, running, intake.signal, endRun);
     if (failure !== undefined) {
-      running.abandonAll(new Error('consume() stopped on an error'));
+      running.abandonAll(new Error(`${loop.what} stopped on an error`));
       throw failure.error;
     }
-    await running.drain(shutdownTimeoutMs);
+    if (ended !== null) await running.abandonNow(ended, true);
+    else await running.drain(shutdownTimeoutMs);
+  } finally {
+    watching.abort();
+    stop?.removeEventListener('abort', onStop);
   }
+}
 
-  async #intake<T>(
-    running: Running<T>,
-    handler: Handler<T>,
-    onError: ConsumeOptions<T>['onError'],
-    stop: AbortSignal | undefined,
-    concurrency: number,
-    leaseSeconds: number,
-    pollMs: number,
-    waitMs: number,
-  ): Promise<{ error: unknown } | undefined> {
-    while (!stop?.aborted) {
-      if (running.size >= concurrency) {
-        await running.waitForChange(stop);
-        continue;
-      }
-      const started = nowMs();
-      let raw: any;
-      try {
-        raw = await this.#recv(leaseSeconds, waitMs, stop);
-      } catch (err) {
-        if (stop?.aborted) return undefined;
-        if (err instanceof AuthenticationError || err instanceof ConfigError || err instanceof NotFoundError) {
-          return { error: err };
-        }
-        if (err instanceof ScopeCancelledError) return undefined;
-        if (err instanceof RunstateError) {
-          await pause(pollMs, { signal: stop });
-          continue;
-        }
-        return { error: err }; // a malformed answer or a bug: not ours to hide
-      }
-      if (raw === null) {
-        // After a real long poll, ask again at once; an early empty answer gets a pause.
-        if (waitMs <= 0 || nowMs() - started < Math.min(waitMs, EARLY_EMPTY_MS)) await pause(pollMs, { signal: stop });
-        continue;
-      }
-      let delivery: Delivery<T>;
-      try {
-        delivery = new Delivery<T>(this.#ctx, raw);
-      } catch (err) {
+async function intakeLoop<T>(
+  loop: WorkerLoop<T>,
+  running: Running<T>,
+  stop: AbortSignal,
+  endRun: (err: ScopeCancelledError) => void,
+): Promise<{ error: unknown } | undefined> {
+  const { concurrency = 1, pollMs = 250, waitMs = DEFAULT_CONSUME_WAIT_MS } = loop;
+  let outage: RunstateError | null = null;
+  let pauseMs = pollMs;
+  while (!stop.aborted) {
+    if (running.size >= concurrency) {
+      await running.waitForChange(stop);
+      continue;
+    }
+    const started = nowMs();
+    let delivery: Delivery<T> | null;
+    try {
+      delivery = await loop.receive(waitMs, stop);
+    } catch (err) {
+      if (stop.aborted) return undefined;
+      if (err instanceof AuthenticationError || err instanceof ConfigError || err instanceof NotFoundError) {
         return { error: err };
       }
-      running.start(delivery, handle(delivery, handler, onError, leaseSeconds, running));
+      if (err instanceof ScopeCancelledError) {
+        endRun(err);
+        return undefined;
+      }
+      if (err instanceof RunstateError) {
+        if (outage === null) {
+          outage = err;
+          warn('RUNSTATE_WORKER_WAITING', `${loop.what} cannot get work from ${loop.ctx.requester.baseUrl}, trying again: ${err.message}`);
+        }
+        await pause(pauseMs, { signal: stop });
+        pauseMs = Math.min(pauseMs * 2, OUTAGE_PAUSE_MAX_MS);
+        continue;
+      }
+      return { error: err }; // a malformed answer or a bug: not ours to hide
     }
-    return undefined;
+    if (outage !== null) {
+      warn('RUNSTATE_WORKER_RESUMED', `${loop.what} gets work from ${loop.ctx.requester.baseUrl} again`);
+      outage = null;
+      pauseMs = pollMs;
+    }
+    if (delivery === null) {
+      // After a real long poll, ask again at once; an early empty answer gets a pause.
+      if (waitMs <= 0 || nowMs() - started < Math.min(waitMs, EARLY_EMPTY_MS)) await pause(pollMs, { signal: stop });
+      continue;
+    }
+    running.start(delivery, handle(delivery, loop, running));
   }
+  return undefined;
+}
+
+export interface AdmitOptions {
+  /** The delivery's lease (its grants share it); default 30. Not renewed for you. */
+  leaseSeconds?: number;
+  /** Let the server hold the request up to this long for something admissible; default 0. */
+  waitMs?: number;
+  /** Admit tasks of the scope's descendants too (oldest first). */
+  includeDescendants?: boolean;
+  signal?: AbortSignal;
+}
+
+/** An admitted task delivery and what was taken with it (lists as the server gives them). */
+export interface AdmittedWork<T = unknown> {
+  task: TaskTicket;
+  delivery: Delivery<T>;
+  attempt: number;
+  grants: any[];
+  consumptions: any[];
+  reservations: any[];
 }
 
 /** The handlers in flight of one consume() call. */
@@ -421,12 +623,23 @@ class Running<T> {
     } finally {
       clearTimeout(timer);
     }
+    await this.abandonNow(new Error('consume() stopped before the handler finished'));
+  }
+
+  /**
+   * Give up on every handler still running: put its delivery back (one try: if the server cannot
+   * be reached, the lease running out puts it back anyway; after a run ended, the server ends the
+   * task `CANCELLED` instead) and abort its signal with `reason`.
+   */
+  async abandonNow(reason: Error, refuseLater = false): Promise<void> {
     const unfinished = [...this.#handlers.keys()];
+    for (const delivery of unfinished) this.#abandoned.add(delivery);
     await Promise.all(
       unfinished.map(async (delivery) => {
-        this.#abandoned.add(delivery);
-        if (!delivery.settled && !delivery.isLost) await delivery.retry().catch(() => undefined);
-        delivery.abandon(new Error(`consume() stopped before the handler of delivery ${delivery.id} finished`));
+        // Best effort by design: a refusal means the server has already ended the delivery. Put
+        // back first, so a handler told to stop finds its delivery settled.
+        if (!delivery.settled && !delivery.isLost) await delivery.requeueOnce().catch(() => undefined);
+        delivery.abandon(reason, refuseLater);
       }),
     );
   }
@@ -439,39 +652,66 @@ class Running<T> {
   }
 }
 
+/** `onError(err, delivery)`, whose own failure becomes a warning. */
+async function report<T>(onError: ConsumeOptions<T>['onError'], err: unknown, delivery: Delivery<T>): Promise<void> {
+  if (onError === undefined) return;
+  try {
+    await onError(err, delivery);
+  } catch (failure) {
+    warn('RUNSTATE_ON_ERROR_FAILED', `onError failed for delivery ${delivery.id}: ${String(failure)}`);
+  }
+}
+
 /** Run one handler with its lease renewed, and settle its delivery; never rejects. */
-async function handle<T>(
-  delivery: Delivery<T>,
-  handler: Handler<T>,
-  onError: ConsumeOptions<T>['onError'],
-  leaseSeconds: number,
-  running: Running<T>,
-): Promise<void> {
+async function handle<T>(delivery: Delivery<T>, loop: WorkerLoop<T>, running: Running<T>): Promise<void> {
+  const { onError, leaseSeconds = 30 } = loop;
   const renewal = new Renewal(
-    (seconds, signal) => delivery.renew(seconds, { signal }),
+    (seconds, signal) => delivery.sendRenewal(seconds, signal),
     leaseSeconds,
+    delivery.clock,
+    `delivery ${delivery.id}`,
     (err) => delivery.markLost(err),
   );
-  // Abandoned at shutdown or on a failure: stop renewing at once, the lease runs out by itself.
+  // Abandoned at shutdown or lost: stop renewing at once, the lease runs out by itself.
   const stopRenewal = () => void renewal.stop();
   delivery.signal.addEventListener('abort', stopRenewal, { once: true });
   let failed = false;
-  let error: unknown;
+  let value: unknown;
   try {
-    await handler(delivery.data, delivery);
+    value = await loop.invoke(delivery);
   } catch (err) {
     failed = true;
-    error = err;
+    value = err;
   }
-  await renewal.stop();
-  delivery.signal.removeEventListener('abort', stopRenewal);
-  if (failed && onError !== undefined) {
-    try {
-      await onError(error, delivery);
-    } catch (err) {
-      process.emitWarning(`onError failed for delivery ${delivery.id}: ${String(err)}`);
+  let settled = false;
+  try {
+    if (failed) await report(onError, value, delivery);
+    if (delivery.settled || running.isAbandoned(delivery)) return;
+    if (delivery.isLost) {
+      // The lease went while the handler ran: the task goes to another worker, whose result counts.
+      if (!failed) {
+        const lost = delivery.signal.reason;
+        await report(onError, lost, delivery);
+        warn('RUNSTATE_RESULT_DROPPED', `delivery ${delivery.id}: its handler returned after the lease was lost, so its result was not sent: ${String(lost?.message ?? lost)}`);
+      }
+      return;
     }
+    // The renewal goes on while the settlement rides through an outage.
+    try {
+      if (failed) await (loop.fail ? loop.fail(delivery, value) : delivery.retry());
+      else await loop.complete(delivery, value);
+      settled = true;
+    } catch (err) {
+      if (running.isAbandoned(delivery) || delivery.settled) return;
+      await report(onError, err, delivery);
+      const what = failed ? 'putting it back' : 'its completion';
+      warn('RUNSTATE_SETTLEMENT_FAILED', `delivery ${delivery.id}: ${what} did not reach the server before the lease ended: ${(err as Error)?.message ?? String(err)}`);
+    }
+  } finally {
+    await renewal.stop();
+    delivery.signal.removeEventListener('abort', stopRenewal);
+    if (loop.after) await loop.after(delivery, { ok: !failed, value, settled: settled || delivery.settled }).catch((err) => {
+      warn('RUNSTATE_WORKER_HOOK_FAILED', `${loop.what}: delivery ${delivery.id}: ${String(err)}`);
+    });
   }
-  if (delivery.settled || delivery.isLost || running.isAbandoned(delivery)) return;
-  await (failed ? delivery.retry() : delivery.complete()).catch(() => undefined);
 }

@@ -22,9 +22,10 @@
  */
 
 import { UnavailableError, mapError } from './errors.js';
-import { pause, randomHex, uniform } from './time.js';
+import { pause, randomHex, uniform, withTimeout } from './time.js';
 
 const RETRY_BACKOFF_MIN_MS = 25;
+export const USER_AGENT = 'runstate-sdk-typescript/0.2.0';
 const RETRY_BACKOFF_MAX_MS = 100;
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -35,9 +36,16 @@ export interface Reply {
   body: any;
 }
 
+export type Method = 'GET' | 'POST' | 'PUT';
+
 export interface CallOptions {
   /** A JSON object; top-level `undefined` and `null` values are left out. No body when absent. */
   body?: Record<string, unknown>;
+  /** Query parameters; `undefined` and `null` values are left out. */
+  query?: Record<string, string | number | boolean | null | undefined>;
+  /** The call's idempotency key, for a caller that repeats one logical call (a settlement riding
+   * through an outage); by default each call makes its own. */
+  idempotencyKey?: string;
   /** A long poll: the server may hold the request this long, so each attempt may take as much longer. */
   waitMs?: number;
   /** Abandons the call (the request is aborted and the call rejects with the signal's reason). */
@@ -66,6 +74,17 @@ export function parseRetryAfter(value: string | null): number | null {
   return Math.round(Number(text) * 1000);
 }
 
+/** `?a=1&b=x` from the parameters that have a value; '' when none has. */
+export function queryString(query: CallOptions['query']): string {
+  if (query === undefined) return '';
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== undefined && value !== null) params.set(name, String(value));
+  }
+  const text = params.toString();
+  return text === '' ? '' : `?${text}`;
+}
+
 function parseJson(text: string): any {
   if (text === '') return {};
   try {
@@ -89,10 +108,11 @@ export class Requester {
   }
 
   /** One logical call to `path` (already prefixed with `/v1/spaces/{space}`). */
-  async call(method: 'GET' | 'POST', path: string, options: CallOptions = {}): Promise<Reply> {
+  async call(method: Method, path: string, options: CallOptions = {}): Promise<Reply> {
     const { body, waitMs = 0, signal } = options;
-    const headers: Record<string, string> = { authorization: this.#authorization };
-    if (method !== 'GET') headers['idempotency-key'] = newIdempotencyKey();
+    const headers: Record<string, string> = { authorization: this.#authorization, 'user-agent': USER_AGENT };
+    if (method !== 'GET') headers['idempotency-key'] = options.idempotencyKey ?? newIdempotencyKey();
+    const url = this.baseUrl + path + queryString(options.query);
     let payload: string | undefined;
     if (body !== undefined) {
       payload = encodeBody(body);
@@ -110,7 +130,7 @@ export class Requester {
       let responseHeaders: Headers;
       let text: string;
       try {
-        const response = await fetch(this.baseUrl + path, {
+        const response = await fetch(url, {
           method,
           headers,
           body: payload,
@@ -157,19 +177,4 @@ function describe(err: unknown): string {
     return `${err.name}: ${err.message}${cause}`;
   }
   return String(err);
-}
-
-/** A signal that aborts when `outer` does or after `timeoutMs`; `dispose()` clears the timer. */
-function withTimeout(outer: AbortSignal | undefined, timeoutMs: number): { signal: AbortSignal; dispose(): void } {
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
-  const onAbort = () => controller.abort(outer?.reason);
-  outer?.addEventListener('abort', onAbort, { once: true });
-  return {
-    signal: controller.signal,
-    dispose() {
-      clearTimeout(timer);
-      outer?.removeEventListener('abort', onAbort);
-    },
-  };
 }

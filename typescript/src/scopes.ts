@@ -3,8 +3,10 @@
  * claims, tasks and deliveries of its whole subtree. The handle is local; each method is a request.
  */
 
+import { BudgetRef, PoolRef, QuotaRef } from './capacity.js';
 import { ClaimRef } from './claims.js';
 import type { Context } from './context.js';
+import { BarriersAPI, GroupsAPI, TimersAPI } from './coordination.js';
 import { MailboxRef } from './mailboxes.js';
 import { TaskTicket } from './tasks.js';
 
@@ -20,10 +22,16 @@ export interface CreateScopeOptions {
 export class ScopeHandle {
   readonly #ctx: Context;
   readonly id: string;
+  readonly barriers: BarriersAPI;
+  readonly timers: TimersAPI;
+  readonly groups: GroupsAPI;
 
   constructor(ctx: Context, scopeId: string) {
     this.#ctx = ctx;
     this.id = scopeId;
+    this.barriers = new BarriersAPI(ctx, scopeId);
+    this.timers = new TimersAPI(ctx, scopeId);
+    this.groups = new GroupsAPI(ctx);
   }
 
   /** The scope view (`storedState`, `effective`, `deadline`, ...). */
@@ -56,6 +64,33 @@ export class ScopeHandle {
 
   mailboxById(mailboxId: string): MailboxRef {
     return new MailboxRef(this.#ctx, this.id, { id: mailboxId });
+  }
+
+  /** A pool of units, by name: `acquire()`, `tryAcquire()`, `run(fn)`. */
+  pool(name: string): PoolRef {
+    return new PoolRef(this.#ctx, this.id, { name });
+  }
+
+  poolById(poolId: string): PoolRef {
+    return new PoolRef(this.#ctx, this.id, { id: poolId });
+  }
+
+  /** A quota (units per window), by name: `tryTake()`, `take()`, `status()`, `cooldown()`. */
+  quota(name: string): QuotaRef {
+    return new QuotaRef(this.#ctx, this.id, { name });
+  }
+
+  quotaById(quotaId: string): QuotaRef {
+    return new QuotaRef(this.#ctx, this.id, { id: quotaId });
+  }
+
+  /** A budget, by name: `reserve({ amount })`, `status()`. */
+  budget(name: string): BudgetRef {
+    return new BudgetRef(this.#ctx, this.id, { name });
+  }
+
+  budgetById(budgetId: string): BudgetRef {
+    return new BudgetRef(this.#ctx, this.id, { id: budgetId });
   }
 
   /** Re-attach to a task by id; sends nothing. */

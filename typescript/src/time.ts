@@ -49,3 +49,27 @@ export function pause(ms: number, options: PauseOptions = {}): Promise<void> {
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
+
+export interface TimedSignal {
+  signal: AbortSignal;
+  /** Clears the timer and the link to the outer signal. */
+  dispose(): void;
+}
+
+/** A signal that aborts when `outer` does (with its reason) or after `timeoutMs` (with an `Error`
+ * saying so); `dispose()` when done with it. The timer is unref'd. */
+export function withTimeout(outer: AbortSignal | undefined, timeoutMs: number): TimedSignal {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new Error(`no answer within ${Math.round(timeoutMs)} ms`)), Math.max(0, timeoutMs));
+  timer.unref();
+  const onAbort = () => controller.abort(outer?.reason);
+  if (outer?.aborted) onAbort();
+  else outer?.addEventListener('abort', onAbort, { once: true });
+  return {
+    signal: controller.signal,
+    dispose() {
+      clearTimeout(timer);
+      outer?.removeEventListener('abort', onAbort);
+    },
+  };
+}

@@ -22,6 +22,7 @@ import {
   UnavailableError,
   WaitTimeoutError,
   encodeClaimKey,
+  isTransient,
   mapError,
 } from 'runstate-sdk';
 
@@ -201,69 +202,124 @@ describe('request layer', () => {
     assert.ok(tookMs >= 600 && tookMs < 1_200, `gave up at the deadline, took ${tookMs}`);
   });
 
-  test('a settlement counts only once the server accepted it: a transport failure leaves the delivery open', async () => {
+  test('a settlement rides through transport failures with one idempotency key; a refusal is not tried again', async () => {
     answers.push(json(200, { mailboxes: [{ id: 'mb_1', name: 'q' }] }));
     answers.push(json(200, { token: 'd', message: { id: 'ms_7', payload: null, attempt: 1, scopeId: 'sc_1' } }));
-    const delivery = (await client({ retries: 1 }).scope('sc_1').mailbox('q').receive())!;
-    answers.push(drop, drop);
-    await assert.rejects(delivery.complete({ payload: 1 }), UnavailableError);
-    assert.equal(delivery.settled, false);
-    answers.push(json(200, {}));
+    const mailbox = client({ retries: 1 }).scope('sc_1').mailbox('q');
+    const delivery = (await mailbox.receive())!;
+    answers.push(drop, drop, drop, json(200, {}));
     await delivery.complete({ payload: 1 });
     assert.equal(delivery.settled, true);
-    await delivery.retry();
+    await delivery.retry(); // settled: nothing more is sent
     const settlements = seen.filter((entry) => entry.url.startsWith('/v1/spaces/sp/messages/ms_7/'));
-    assert.deepEqual(settlements.map((entry) => entry.url.split('/').pop()), ['complete', 'complete', 'complete']);
-    assert.equal(new Set(settlements.slice(0, 2).map((entry) => entry.headers['idempotency-key'])).size, 1);
-    assert.notEqual(settlements[2]!.headers['idempotency-key'], settlements[0]!.headers['idempotency-key']);
-    assert.deepEqual(JSON.parse(settlements[2]!.body), { token: 'd', result: { payload: 1 } });
+    assert.deepEqual(settlements.map((entry) => entry.url.split('/').pop()), ['complete', 'complete', 'complete', 'complete']);
+    assert.equal(new Set(settlements.map((entry) => entry.headers['idempotency-key'])).size, 1, 'one logical settlement, one key');
+    assert.deepEqual(JSON.parse(settlements[3]!.body), { token: 'd', result: { payload: 1 } });
+
+    answers.push(json(200, { token: 'e', message: { id: 'ms_8', payload: null, attempt: 1, scopeId: 'sc_1' } }));
+    const other = (await mailbox.receive())!;
+    answers.push(json(400, { error: { code: 'VALIDATION_FAILED', message: 'result exceeds 65536 bytes' } }));
+    const refused = await other.complete({ payload: 'x' }).catch((err) => err);
+    assert.equal(refused.code, 'VALIDATION_FAILED');
+    assert.equal(other.settled, false, 'a refused settlement leaves the delivery open');
+    assert.equal(seen.filter((entry) => entry.url.startsWith('/v1/spaces/sp/messages/ms_8/')).length, 1);
   });
 
-  test('renewal fails closed on any error: a 429 loses the claim, a 503 loses the delivery, and consume settles nothing', async () => {
-    const grant = { token: 't', generation: 1, leaseExpiresAt: '2030-01-01T00:00:00.000Z' };
+  test('renewal rides through 503s and 429s until the lease ends by our clock, and stops at once on a refusal', async () => {
+    const grant = (token: string) => ({ token, generation: 1, leaseExpiresAt: '2030-01-01T00:00:00.000Z' });
+    let flakyRenewals = 0;
+    route = ({ url, body }) => {
+      if (url.endsWith('/claims')) return json(200, grant(JSON.parse(body).key));
+      if (url.endsWith('/claims/down/renew')) return json(503, { error: { code: 'UNAVAILABLE', message: 'restarting' } });
+      if (url.endsWith('/claims/stolen/renew')) return json(409, { error: { code: 'STALE_CLAIM', message: 'not yours' } });
+      if (url.endsWith('/claims/flaky/renew')) {
+        flakyRenewals += 1;
+        return flakyRenewals <= 2
+          ? json(429, { error: { code: 'RATE_LIMITED', message: 'slow down' } })
+          : json(200, { leaseExpiresAt: '2030-01-01T00:00:05.000Z' });
+      }
+      if (url.endsWith('/release')) return json(200, {});
+      return undefined;
+    };
+    const run = client().scope('sc_1');
+    const started = performance.now();
+    const [down, stolen, flaky] = await Promise.all(
+      ['down', 'stolen', 'flaky'].map((key) =>
+        run.claim(key).run(
+          async (lease) => {
+            await Promise.race([
+              new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true })),
+              new Promise((resolve) => setTimeout(resolve, 5_500)),
+            ]);
+            return { lost: lease.isLost, afterMs: performance.now() - started };
+          },
+          { leaseSeconds: 5 },
+        ).catch((err) => err),
+      ),
+    );
+    // Unreachable until the end: lost 4.5 s in (5 s less the 0.5 s margin), the last 503 as the cause.
+    assert.ok(down instanceof LeaseLostError);
+    const exhausted = down.cause as LeaseLostError;
+    assert.equal(exhausted.code, 'LEASE_RENEWALS_EXHAUSTED');
+    assert.equal((exhausted.cause as RunstateError).code, 'UNAVAILABLE');
+    const downTries = seen.filter((entry) => entry.url.endsWith('/claims/down/renew')).length;
+    assert.ok(downTries >= 3, `tried again through the outage: ${downTries}`);
+    // Refused by the server: lost at the first renewal, no second try.
+    assert.ok(stolen instanceof LeaseLostError);
+    assert.equal((stolen.cause as LeaseLostError).code, 'STALE_CLAIM');
+    assert.equal(seen.filter((entry) => entry.url.endsWith('/claims/stolen/renew')).length, 1);
+    // Two 429s, then through: never lost.
+    assert.deepEqual(Object.keys(flaky).sort(), ['afterMs', 'lost']);
+    assert.equal(flaky.lost, false);
+    assert.ok(flakyRenewals >= 3);
+    assert.deepEqual(JSON.parse(seen.find((entry) => entry.url.endsWith('/claims/flaky/renew'))!.body), { token: 'flaky', leaseSeconds: 5 });
+  });
+
+  test('consume(): a completion that cannot get through before the lease ends goes to onError and a warning', async () => {
     const delivery = { token: 'd', message: { id: 'ms_1', payload: { n: 1 }, attempt: 1, scopeId: 'sc_1' } };
     let delivered = false;
     route = ({ url }) => {
-      if (url.endsWith('/claims')) return json(200, grant);
-      if (url.endsWith('/claims/k/renew')) return json(429, { error: { code: 'RATE_LIMITED', message: 'slow down' } });
-      if (url.endsWith('/claims/k/release')) return json(200, {});
       if (url.endsWith('/mailboxes')) return json(200, { mailboxes: [{ id: 'mb_1', name: 'q' }] });
       if (url.endsWith('/recv')) {
         if (delivered) return (_entry, res) => void setTimeout(() => { res.writeHead(204); res.end(); }, 100);
         delivered = true;
         return json(200, delivery);
       }
-      if (url.endsWith('/messages/ms_1/renew')) return json(503, { error: { code: 'UNAVAILABLE', message: 'busy' } });
+      if (url.includes('/messages/ms_1/')) return json(503, { error: { code: 'UNAVAILABLE', message: 'down' } });
+      if (url.includes('/scopes/') || url.includes('/watch')) return json(200, { effective: 'ACTIVE', events: [], nextCursor: '1' });
       return undefined;
     };
-    const run = client().scope('sc_1');
     const controller = new AbortController();
-    let deliverySignalReason: unknown;
-    const consuming = run.mailbox('q').consume(
-      async (_data, handled) => {
-        await new Promise((resolve) => handled.signal.addEventListener('abort', resolve, { once: true }));
-        deliverySignalReason = handled.signal.reason;
-        controller.abort();
+    const errors: Array<[unknown, string]> = [];
+    const warnings: Array<{ code?: string }> = [];
+    const onWarning = (warning: Error) => void warnings.push(warning as { code?: string });
+    process.on('warning', onWarning);
+    const started = performance.now();
+    let reported!: () => void;
+    const wasReported = new Promise<void>((resolve) => (reported = resolve));
+    const consuming = client().scope('sc_1').mailbox('q').consume(async () => 'done', {
+      leaseSeconds: 5,
+      waitMs: 100,
+      signal: controller.signal,
+      onError: (err, handled) => {
+        errors.push([err, handled.id]);
+        reported();
       },
-      { leaseSeconds: 5, waitMs: 100, signal: controller.signal },
-    );
-    const result = await run.claim('k').run(
-      async (lease) => {
-        await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }));
-        return lease.isLost;
-      },
-      { leaseSeconds: 5 },
-    ).catch((err) => err);
+    });
+    await wasReported;
+    const tookMs = performance.now() - started;
+    controller.abort();
     await consuming;
-    assert.ok(result instanceof LeaseLostError, 'run() does not hand back a result made after the loss');
-    const lost = result.cause as LeaseLostError;
-    assert.ok(lost instanceof LeaseLostError);
-    assert.equal((lost.cause as RunstateError).code, 'RATE_LIMITED', 'the renewal error is kept as the cause');
-    assert.ok(deliverySignalReason instanceof LeaseLostError);
-    const renewals = seen.filter((entry) => entry.url.endsWith('/renew'));
-    assert.equal(renewals.length, 2, 'one failed renewal each, then no more');
-    assert.deepEqual(JSON.parse(renewals.find((entry) => entry.url.includes('/claims/'))!.body), { token: 't', leaseSeconds: 5 });
-    assert.equal(seen.filter((entry) => /\/messages\/ms_1\/(complete|nack)$/.test(entry.url)).length, 0, 'a lost delivery is not settled');
+    await new Promise((resolve) => setImmediate(resolve));
+    process.off('warning', onWarning);
+    assert.equal(errors.length, 1);
+    assert.ok(errors[0]![0] instanceof UnavailableError);
+    assert.equal(errors[0]![1], 'ms_1');
+    assert.ok(tookMs >= 4_000 && tookMs < 6_000, `tried until the lease's end: ${tookMs}`);
+    const completes = seen.filter((entry) => entry.url.endsWith('/messages/ms_1/complete'));
+    assert.ok(completes.length >= 3, `tried again: ${completes.length}`);
+    assert.equal(new Set(completes.map((entry) => entry.headers['idempotency-key'])).size, 1);
+    assert.ok(warnings.some((warning) => warning.code === 'RUNSTATE_SETTLEMENT_FAILED'));
   });
 });
 
@@ -271,15 +327,20 @@ describe('errors and configuration', () => {
   test('the public surface is exactly these names', async () => {
     const sdk = await import('runstate-sdk');
     assert.deepEqual(Object.keys(sdk).sort(), [
-      'AuthenticationError', 'ClaimLease', 'ClaimRef', 'ConfigError', 'ConflictError', 'CursorExpiredError',
-      'DEFAULT_BASE_URL', 'Delivery', 'LeaseLostError', 'MailboxRef', 'MailboxesAPI', 'NotFoundError',
-      'RateLimitError', 'Runstate', 'RunstateError', 'STATUS_BY_CODE', 'ScopeCancelledError', 'ScopeHandle',
-      'ScopesAPI', 'TERMINAL_STATES', 'TaskTicket', 'UnavailableError', 'WaitTimeoutError', 'encodeClaimKey',
-      'mapError', 'resolveConfig',
-    ]);
+      'AuthenticationError', 'BarrierHandle', 'BarriersAPI', 'BudgetExceededError', 'BudgetRef', 'BudgetReservation',
+      'BudgetsAPI', 'ClaimLease', 'ClaimRef', 'ConfigError', 'ConflictError', 'CursorExpiredError', 'DEFAULT_BASE_URL',
+      'Delivery', 'DiagnosticsAPI', 'EventsAPI', 'GroupHandle', 'GroupsAPI', 'HeldLease', 'LeaseLostError', 'MailboxRef',
+      'MailboxesAPI', 'NotFoundError', 'OnceFailedError', 'PoolLease', 'PoolRef', 'PoolsAPI', 'QuotaRef', 'QuotasAPI',
+      'RateLimitError', 'RunClient', 'Runstate', 'RunstateError', 'STATUS_BY_CODE', 'ScopeCancelledError', 'ScopeHandle',
+      'ScopesAPI', 'TERMINAL_STATES', 'TaskFailedError', 'TaskTicket', 'TimerHandle', 'TimersAPI', 'UnavailableError',
+      'WARNING_TYPE', 'WaitTimeoutError', 'WorkLimitsAPI', 'budget', 'canonicalJson', 'child', 'configure', 'context',
+      'decimalToMinor', 'defaultRun', 'encodeClaimKey', 'events', 'finish', 'isTransient', 'limit', 'mapError',
+      'minorToDecimal', 'once', 'parseDuration', 'parsePer', 'queue', 'resolveConfig', 'run', 'runId', 'serve', 'setup',
+      'sleep', 'slots', 'status', 'stop', 'take', 'toMinor', 'together', 'workKey',
+]);
   });
 
-  test('each code maps to its class; every class derives directly from RunstateError', () => {
+  test('each code maps to its class; every class derives directly from RunstateError but BudgetExceededError', () => {
     const cases: Array<[string, Function]> = [
       ['UNAUTHENTICATED', AuthenticationError],
       ['FORBIDDEN', AuthenticationError],
@@ -299,6 +360,14 @@ describe('errors and configuration', () => {
       assert.equal(err.name, cls.name);
     }
     assert.ok(!(mapError('STALE_CLAIM', 409, 'x') instanceof ConflictError));
+    const budget = mapError('INSUFFICIENT_BUDGET', 409, 'x');
+    assert.equal(budget.name, 'BudgetExceededError');
+    assert.ok(budget instanceof ConflictError, 'a ConflictError too, as it was');
+    assert.equal(isTransient(mapError('UNAVAILABLE', 503, 'x')), true);
+    assert.equal(isTransient(mapError('RATE_LIMITED', 429, 'x')), true);
+    assert.equal(isTransient(mapError('INTERNAL', 500, 'x')), true);
+    assert.equal(isTransient(mapError('STALE_CLAIM', 409, 'x')), false);
+    assert.equal(isTransient(mapError('SCOPE_CANCELLED', 409, 'x')), false);
     const unknown = mapError('SOMETHING_NEW', 418, 'x');
     assert.equal(unknown.constructor, RunstateError);
     assert.equal(unknown.code, 'SOMETHING_NEW');

@@ -113,6 +113,12 @@ export async function buildPrograms(markdown: string): Promise<Map<string, strin
   await writeFile(readmeSource, `${PRELUDE}\n${readme}\nemit({ report, scopeId: run.id });\n`);
   sources.push(readmeSource);
   outputs.set('package-readme', join(PROGRAMS_DIR, 'package-readme.js'));
+  // The README's other examples are type-checked against the package (compiled, not run).
+  for (const [index, block] of typescriptBlocks(readFileSync(join(PACKAGE_DIR, 'README.md'), 'utf8')).slice(1).entries()) {
+    const source = join(PROGRAMS_DIR, `package-readme-${index + 2}.ts`);
+    await writeFile(source, `${block}\nexport {};\n`);
+    sources.push(source);
+  }
   compileIn(sources, PROGRAMS_DIR);
   return outputs;
 }

@@ -26,6 +26,10 @@ export interface StartOptions {
   args?: string[];
   /** Keep the state in memory only (no data directory, nothing fsynced). */
   memory?: boolean;
+  /** Listen on this port (a restart takes the port it had); default 0, a free one. */
+  port?: number;
+  /** Use this data directory (a restart takes the one it had); default a fresh one. */
+  dataDir?: string;
 }
 
 export class Server {
@@ -34,10 +38,14 @@ export class Server {
   readonly spaceId: string;
   readonly dataDir: string;
   readonly lines: string[];
-  readonly #proc: ChildProcess;
+  readonly #options: StartOptions;
+  #proc: ChildProcess;
+  /** How long the last start took, from spawning to healthy (ms). */
+  startMs = 0;
 
-  private constructor(proc: ChildProcess, baseUrl: string, apiKey: string, spaceId: string, dataDir: string, lines: string[]) {
+  private constructor(proc: ChildProcess, baseUrl: string, apiKey: string, spaceId: string, dataDir: string, lines: string[], options: StartOptions) {
     this.#proc = proc;
+    this.#options = options;
     this.baseUrl = baseUrl;
     this.apiKey = apiKey;
     this.spaceId = spaceId;
@@ -48,16 +56,17 @@ export class Server {
   static async start(options: StartOptions = {}): Promise<Server> {
     const apiKey = options.apiKey ?? `ts-key-${Math.random().toString(16).slice(2)}`;
     const spaceId = options.spaceId ?? 'default';
-    const dataDir = await mkdtemp(join(tmpdir(), 'runstate-ts-'));
+    const dataDir = options.dataDir ?? (await mkdtemp(join(tmpdir(), 'runstate-ts-')));
     // Only the settings given here: an unknown RUNSTATE_* variable would stop the server.
     const env: Record<string, string> = {};
     for (const [name, value] of Object.entries(process.env)) {
       if (value !== undefined && !name.startsWith('RUNSTATE_')) env[name] = value;
     }
     Object.assign(env, { RUNSTATE_API_KEY: apiKey, RUNSTATE_SPACE_ID: spaceId, PYTHONUNBUFFERED: '1' });
+    const spawnedAt = performance.now();
     const proc = spawn(
       runstateBin(),
-      ['serve', '--host', '127.0.0.1', '--port', '0', ...(options.memory ? [] : ['--data-dir', dataDir]), ...(options.args ?? [])],
+      ['serve', '--host', '127.0.0.1', '--port', String(options.port ?? 0), ...(options.memory ? [] : ['--data-dir', dataDir]), ...(options.args ?? [])],
       { env, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     const lines: string[] = [];
@@ -85,9 +94,32 @@ export class Server {
         reject(new Error(`server exited with ${code}:\n${lines.join('\n')}`));
       });
     });
-    const server = new Server(proc, baseUrl, apiKey, spaceId, dataDir, lines);
+    const server = new Server(proc, baseUrl, apiKey, spaceId, dataDir, lines, options);
     await server.#waitHealthy();
+    server.startMs = performance.now() - spawnedAt;
     return server;
+  }
+
+  /** The port it listens on. */
+  get port(): number {
+    return Number(new URL(this.baseUrl).port);
+  }
+
+  /** Kill the process with SIGKILL, as a crash would: nothing is flushed or closed. */
+  async kill(): Promise<void> {
+    const proc = this.#proc;
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((resolve) => proc.once('exit', resolve));
+    proc.kill('SIGKILL');
+    await exited;
+  }
+
+  /** Start it again on the same port, data directory, key and space; resolves once it is healthy. */
+  async restart(): Promise<void> {
+    const again = await Server.start({ ...this.#options, apiKey: this.apiKey, spaceId: this.spaceId, port: this.port, dataDir: this.dataDir });
+    this.#proc = again.#proc;
+    this.startMs = again.startMs;
+    this.lines.push(...again.lines);
   }
 
   async #waitHealthy(): Promise<void> {
