@@ -22,9 +22,12 @@ Facts that bite (measured against 3.4.23 and 3.5.1; see SCALE-OUT.md), and what 
   nothing after its header revision is missed). A start revision older than the last compaction
   answers `created` and then `canceled` with `compact_revision`: `WatchCanceled` is raised, and
   the caller must start again from a snapshot. The stream stays open after `canceled`.
-- Every request carries `Grpc-Metadata-hasleader: true`. On a watch it is vital: without it a
-  watch on a member cut off from the others hangs forever; with it the member answers 503 "no
-  leader" (after 3.5-4 s on a watch, at once on a unary call) and this client moves on.
+- Every request but `status` carries `Grpc-Metadata-hasleader: true`. On a watch it is vital:
+  without it a watch on a member cut off from the others hangs forever; with it the member ends
+  the watch with "no leader" (after a few seconds) and this client moves on to another. A unary
+  call is refused at once once the member knows it has no leader (a linearizable read caught
+  just before that waits out its attempt). `status` goes without it: it must answer from a
+  member without a leader too, since that is what it is asked to find out.
 - A txn holds at most 128 operations and a request at most 1.5 MiB (etcd's defaults,
   `--max-txn-ops` and `--max-request-bytes`): both are checked before sending
   (`EtcdLimitExceeded`), since etcd's own refusal comes only after a round trip.
