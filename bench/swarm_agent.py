@@ -142,13 +142,11 @@ class Peer:
 
 
 class RunstatePeer(Peer):
-    """Our SDK (`shared_transport`: one connection pool per process, an identity per agent) or the
-    official 0.2.0 client (a client per agent: it has no public way to share one)."""
+    """Our SDK or the official 0.2.0 client, the same way: one client (a holder, with its own
+    connection pool) per agent, as an agent written against either would have it."""
 
-    def __init__(self, config: dict[str, Any], *, shared_transport: bool) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
-        self.shared_transport = shared_transport
-        self.transport: Any = None
         self.clients: list[Any] = []
         self.scopes: list[Any] = []
         self.mailboxes: list[Any] = []
@@ -160,17 +158,12 @@ class RunstatePeer(Peer):
         # The official client must be the one this process runs (never ours from the venv).
         official_folder = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]
         is_official = bool(official_folder) and runstate.__file__.startswith(official_folder)
-        if is_official == self.shared_transport:
+        if is_official != (self.config["peer"] == "official"):
             raise SystemExit(f"peer {self.config['peer']!r} imported the wrong client: {runstate.__file__}")
         target = self.config["target"]
-        common = {"api_key": target["api_key"], "space_id": target["space"], "base_url": target["url"]}
-        if self.shared_transport:
-            from runstate import HTTPTransport
-
-            self.transport = HTTPTransport(target["url"])
-            common["transport"] = self.transport
         for agent in range(agents):
-            client = AsyncRunstate(**common, holder=f"swarm-{self.process}-{agent}")
+            client = AsyncRunstate(api_key=target["api_key"], space_id=target["space"], base_url=target["url"],
+                                   holder=f"swarm-{self.process}-{agent}")
             scope = client.scope(target["scope_id"])
             self.clients.append(client)
             self.scopes.append(scope)
@@ -179,8 +172,6 @@ class RunstatePeer(Peer):
     async def close(self) -> None:
         for client in self.clients:
             await client.aclose()
-        if self.transport is not None:
-            await self.transport.aclose()
 
     async def hold(self, agent: int, key: str) -> Any:
         return await self.scopes[agent].claim(key).acquire(lease_seconds=self.hold_lease_s)
@@ -381,10 +372,8 @@ async def until_stopped(stop: anyio.Event, waiting: Awaitable[Any]) -> Any:
 
 def make_peer(config: dict[str, Any]) -> Peer:
     peer = config["peer"]
-    if peer == "ours":
-        return RunstatePeer(config, shared_transport=True)
-    if peer == "official":
-        return RunstatePeer(config, shared_transport=False)
+    if peer in ("ours", "official"):
+        return RunstatePeer(config)
     if peer == "redis":
         return RedisPeer(config)
     if peer == "etcd":
