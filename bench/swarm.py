@@ -133,30 +133,13 @@ class PeerResult:
 
 
 class Target:
-    """A peer's server: its process, what the agents need to reach it, how to count its requests."""
+    """A peer's server: its process and what the agents need to reach it."""
 
     def __init__(self, peer: str, proc: Proc, config: dict[str, Any], data_dir: str | None) -> None:
         self.peer = peer
         self.proc = proc
         self.config = config
         self.data_dir = data_dir
-
-    def requests(self) -> int | None:
-        """Requests the server has answered so far (None: the clients count them)."""
-        if self.peer in ("ours", "official"):
-            with urllib.request.urlopen(self.config["url"] + "/metrics", timeout=10) as response:
-                text = response.read().decode()
-            return round(sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
-                             if line.startswith("runstate_http_requests_total{")))
-        if self.peer == "redis":
-            import redis
-
-            client = redis.Redis.from_url(self.config["url"])
-            try:
-                return int(client.info("stats")["total_commands_processed"])
-            finally:
-                client.close()
-        return None
 
 
 def start_target(procs: Processes, peer: str, tools: dict[str, str | None]) -> Target:
@@ -247,11 +230,10 @@ def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str 
         for proc in agents_procs:
             proc.send(f"go {t0!r}")
         time.sleep(max(0.0, t0 - time.monotonic()))
-        server_before, requests_before = cpu_seconds(target.proc.pid), target.requests()
+        server_before = cpu_seconds(target.proc.pid)
         load = os.getloadavg()[0]
         time.sleep(max(0.0, t0 + size.window_s - time.monotonic()))
         server_cpu = cpu_seconds(target.proc.pid) - server_before
-        requests_after = target.requests()
         results = [wait_event(proc, "result", size.window_s + RESULT_GRACE_S) for proc in agents_procs]
     finally:
         for proc in agents_procs:
@@ -260,11 +242,7 @@ def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str 
         os.unlink(occupancy.name)
         if target.data_dir:
             shutil.rmtree(target.data_dir, ignore_errors=True)
-    if requests_before is None or requests_after is None:
-        requests = sum(r["requests"] or 0 for r in results)
-    else:
-        # The second count includes the first /metrics or INFO request, not itself.
-        requests = requests_after - requests_before - 1
+    requests = sum(r["requests"] for r in results)
     contended = [x for r in results for x in r["contended_ms"]]
     latency = [x for r in results for x in r["latency_ms"]]
     errors: dict[str, int] = {}

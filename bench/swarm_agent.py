@@ -17,8 +17,8 @@ its two claims the process prints `{"event": "ready"}`, then reads `go <t0>` on 
 `time.monotonic()` (one clock for every process of the machine) at which the measured window of
 `window_s` seconds begins. Agents start at once (the time until `t0` is the warm-up), stop at the
 window's end, and the process prints `{"event": "result", ...}`: what was done inside the window,
-the samples, its own CPU seconds over the window, and the errors it met (counted and the first
-few quoted, never hidden).
+the samples, its own CPU seconds and the requests its client sent over the window, and the
+errors it met (counted and the first few quoted, never hidden).
 
 Whether an acquire was contended is decided without asking the peer: every process counts, in a
 table shared through a memory-mapped file (`occupancy`), how many of its agents want or hold each
@@ -99,7 +99,7 @@ class Stats:
         self.errors: dict[str, int] = {}
         self.quoted: list[str] = []
         self.cpu_s = 0.0
-        self.requests: int | None = None
+        self.requests = 0
 
     def inside(self, moment: float) -> bool:
         return self.t0 <= moment <= self.t1
@@ -136,9 +136,23 @@ class Peer:
     async def produce(self, agent: int, task_key: str, payload: dict[str, Any]) -> None: ...
     async def work(self, agent: int, handle: Callable[[dict[str, Any]], Awaitable[None]], stop: anyio.Event) -> None: ...
 
-    def requests(self) -> int | None:
-        """Requests sent so far, when the client counts them (else the server is asked)."""
-        return None
+    def count_requests(self) -> Callable[[], int]:
+        """Count every request the client sends from now on; returns the reader of the count.
+
+        The HTTP clients (both runstate SDKs, our etcd client) all send through
+        `httpx.AsyncClient.send`, counted there; each peer's own counter replaces this one where
+        its client speaks something else."""
+        import httpx
+
+        sent = [0]
+        send = httpx.AsyncClient.send
+
+        async def counted(client: Any, request: Any, **kwargs: Any) -> Any:
+            sent[0] += 1
+            return await send(client, request, **kwargs)
+
+        httpx.AsyncClient.send = counted  # type: ignore[method-assign]
+        return lambda: sent[0]
 
 
 class RunstatePeer(Peer):
@@ -202,6 +216,20 @@ class RedisPeer(Peer):
     into the worker's own processing list; LREM as the ack)."""
 
     QUEUE = "swarm:queue"
+
+    def count_requests(self) -> Callable[[], int]:
+        """Every command (the Lock's scripts, BLMOVE, ...) goes through `execute_command`."""
+        from redis.asyncio.client import Redis
+
+        sent = [0]
+        execute = Redis.execute_command
+
+        async def counted(client: Any, *args: Any, **options: Any) -> Any:
+            sent[0] += 1
+            return await execute(client, *args, **options)
+
+        Redis.execute_command = counted  # type: ignore[method-assign]
+        return lambda: sent[0]
 
     async def open(self, agents: int) -> None:
         import redis.asyncio as aioredis
@@ -280,9 +308,6 @@ class EtcdPeer(Peer):
         for keeper in self.keepers:
             await keeper.revoke()
         await self.etcd.aclose()
-
-    def requests(self) -> int | None:
-        return self.etcd.requests
 
     def _me(self, agent: int) -> str:
         return f"{self.process}-{agent}"
@@ -493,20 +518,20 @@ class Swarm:
                 except Exception as err:
                     self.stats.error("release hold", err)
 
-    async def measure(self) -> None:
+    async def measure(self, requests: Callable[[], int]) -> None:
         stats = self.stats
         await anyio.sleep(max(0.0, stats.t0 - time.monotonic()))
-        cpu, requests = time.process_time(), self.peer.requests()
+        cpu, sent = time.process_time(), requests()
         await anyio.sleep(max(0.0, stats.t1 - time.monotonic()))
         stats.cpu_s = time.process_time() - cpu
-        after = self.peer.requests()
-        stats.requests = None if after is None or requests is None else after - requests
+        stats.requests = requests() - sent
         self.stop.set()
 
     async def run(self) -> None:
         stats = self.stats
         async with anyio.create_task_group() as background:
             self.peer.background = background
+            requests = self.peer.count_requests()
             await self.peer.open(len(self.roles))
             held = await self.take_holds()
             emit(event="ready", agents=len(self.roles))
@@ -517,7 +542,7 @@ class Swarm:
             stats.t0 = float(value)
             stats.t1 = stats.t0 + self.config["window_s"]
             async with anyio.create_task_group() as agents:
-                agents.start_soon(self.measure)
+                agents.start_soon(self.measure, requests)
                 for agent, role in enumerate(self.roles):
                     agents.start_soon(getattr(self, role), agent)
                 await self.stop.wait()
