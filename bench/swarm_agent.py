@@ -293,16 +293,28 @@ class EtcdPeer(Peer):
     PREFIX = "swarm/"
 
     async def open(self, agents: int) -> None:
-        from runstate.snapshots.etcd import EtcdClient, LeaseKeeper
+        from runstate.snapshots.etcd import EtcdClient
 
         # One member: there is no other to move on to, so an attempt may last as long as a request
         # of the runstate SDKs (10 s) instead of the ~1 s a cluster uses to rotate.
         self.etcd = EtcdClient(self.config["target"]["endpoints"], attempt_s=REQUEST_TIMEOUT_S)
-        self.keepers = []
-        for _ in range(agents):
-            keeper = await LeaseKeeper.grant(self.etcd, self.hold_lease_s)
-            self.background.start_soon(keeper.run)
-            self.keepers.append(keeper)
+        self.keepers = [await self._grant() for _ in range(agents)]
+
+    async def _grant(self) -> Any:
+        from runstate.snapshots.etcd import LeaseKeeper
+
+        keeper = await LeaseKeeper.grant(self.etcd, self.hold_lease_s)
+        self.background.start_soon(keeper.run)
+        return keeper
+
+    async def _lease(self, agent: int) -> int:
+        """The agent's session lease; a lost one is replaced (as clientv3's concurrency sessions are),
+        and the loss raised once so that it is counted."""
+        keeper = self.keepers[agent]
+        if keeper.alive:
+            return int(keeper.lease_id)
+        self.keepers[agent] = await self._grant()
+        raise RuntimeError(f"agent {agent}'s session lease was lost ({keeper.lost_reason or 'its deadline passed'}); a new one was granted")
 
     async def close(self) -> None:
         for keeper in self.keepers:
@@ -315,7 +327,7 @@ class EtcdPeer(Peer):
     async def _lock(self, agent: int, key: str, wait: bool) -> tuple[str, int]:
         from runstate.snapshots.etcd import Compare, Op
 
-        lease = self.keepers[agent].lease_id
+        lease = await self._lease(agent)
         while True:
             taken = await self.etcd.txn([Compare.absent(key)], [Op.put(key, self._me(agent), lease=lease)], [Op.get(key)])
             if taken.succeeded:
@@ -354,8 +366,8 @@ class EtcdPeer(Peer):
 
         queue = f"{self.PREFIX}queue/"
         processing = f"{self.PREFIX}processing/{self._me(agent)}/"
-        lease = self.keepers[agent].lease_id
         while not stop.is_set():
+            lease = await self._lease(agent)
             first = await self.etcd.range(queue, prefix=True, limit=1, sort_target="CREATE", sort_order="ASCEND")
             kv = first.kvs[0] if first.kvs else await until_stopped(stop, self._next_task(queue, first.header.revision + 1))
             if kv is None:
@@ -549,7 +561,11 @@ class Swarm:
                 # The group ends when every agent has finished; what is still running then is cancelled.
                 agents.cancel_scope.deadline = anyio.current_time() + STOP_GRACE_S
             await self.give_back(held)
-            await self.peer.close()
+            try:
+                with anyio.fail_after(30):
+                    await self.peer.close()
+            except Exception as err:
+                stats.error("close", err)
             background.cancel_scope.cancel()
         self.occupancy.close()
 
