@@ -45,6 +45,7 @@ STOP_GRACE_S = 3.0
 # How many holds are taken at once while the agents start.
 HOLD_CONCURRENCY = 16
 ERRORS_QUOTED_MAX = 5
+REDIS_CONNECTIONS_MAX = 1024
 # The runstate SDKs' default request timeout, used as the etcd client's attempt bound.
 REQUEST_TIMEOUT_S = 10.0
 INT_BYTES = 4
@@ -234,7 +235,9 @@ class RedisPeer(Peer):
     async def open(self, agents: int) -> None:
         import redis.asyncio as aioredis
 
-        self.redis = aioredis.Redis.from_url(self.config["target"]["url"])
+        # One pool for the process's agents. redis-py's asyncio pool refuses (rather than waits)
+        # past 100 connections, which 64 agents' blocking calls can reach.
+        self.redis = aioredis.Redis.from_url(self.config["target"]["url"], max_connections=REDIS_CONNECTIONS_MAX)
         await self.redis.ping()
 
     async def close(self) -> None:
