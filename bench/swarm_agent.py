@@ -564,12 +564,12 @@ class Swarm:
                 # The group ends when every agent has finished; what is still running then is cancelled.
                 agents.cancel_scope.deadline = anyio.current_time() + STOP_GRACE_S
             await self.give_back(held)
-            try:
-                with anyio.fail_after(30):
-                    await self.peer.close()
-            except Exception as err:
-                stats.error("close", err)
-            background.cancel_scope.cancel()
+            background.cancel_scope.cancel()  # renewals end before their client is closed
+        try:
+            with anyio.fail_after(30):
+                await self.peer.close()
+        except Exception as err:
+            stats.error("close", err)
         self.occupancy.close()
 
 
