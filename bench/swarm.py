@@ -308,9 +308,9 @@ def missing(peer: str, tools: dict[str, str | None]) -> str | None:
 
 
 def figure(result: PeerResult) -> str:
-    offered = f" of {n(result.produced / result.window_s)} offered" if result.produced else ""
+    sent = f" of {n(result.produced / result.window_s)} sent" if result.produced else ""
     text = (f"{n(result.useful_per_s)} useful ops/s ({n(result.cycles / result.window_s)} cycles + "
-            f"{n(result.tasks / result.window_s)} tasks{offered}); server {result.server_cpu_per_1k:.2f} CPU-s/1k ops; "
+            f"{n(result.tasks / result.window_s)} tasks{sent}); server {result.server_cpu_per_1k:.2f} CPU-s/1k ops; "
             f"client {result.client_cpu_ms_per_op:.2f} ms CPU/op; {result.requests_per_op:.2f} req/op; "
             f"contended acquire p50 {ms(result.contended_p50_ms)} p99 {ms(result.contended_p99_ms)} ({result.contended}); "
             f"task latency p50 {ms(result.latency_p50_ms)} p99 {ms(result.latency_p99_ms)}")
@@ -320,7 +320,7 @@ def figure(result: PeerResult) -> str:
 
 def side_by_side(results: list[PeerResult]) -> str:
     """The swarm table: one line per peer, every column of the leg."""
-    header = ("peer", "useful ops/s", "claim cycles/s", "tasks/s (offered)", "server CPU-s/1k ops",
+    header = ("peer", "useful ops/s", "claim cycles/s", "tasks/s (sent)", "server CPU-s/1k ops",
               "client CPU ms/op", "req/op", "contended acquire p50 / p99", "task latency p50 / p99", "errors")
     rows = [header]
     for r in results:
@@ -368,8 +368,8 @@ def rows_of(results: dict[str, PeerResult], skipped: dict[str, str], size: Swarm
 def notes_of(results: dict[str, PeerResult], size: SwarmSize) -> list[str]:
     notes = [
         f"Swarm table ({size.agents} agents in {size.processes} client processes on one core, servers on another; "
-        f"window {size.window_s:g} s after {size.warmup_s:g} s of warm-up; {n(size.task_rate * max(1, size.agents // size.processes // 8) * size.processes)} "
-        f"tasks/s offered):\n" + side_by_side([results[p] for p in PEERS if p in results])
+        f"window {size.window_s:g} s after {size.warmup_s:g} s of warm-up; producers asked to send "
+        f"{n(size.task_rate * max(1, size.agents // size.processes // 8) * size.processes)} tasks/s):\n" + side_by_side([results[p] for p in PEERS if p in results])
     ]
     for result in results.values():
         share = result.client_cpu_s / result.window_s
