@@ -66,8 +66,8 @@ SECONDS ?= 600
 soak: $(STAMP)
 	$(PY) -m tests.sim --seconds $(SECONDS)
 
-# Benchmarks (bench/README.md): wrk and redis-server come from Debian (apt-get install -y wrk
-# redis-server); the bench installs them itself when run as root, or says how.
+# Benchmarks (bench/README.md): wrk, redis-server and etcd come from Debian (apt-get install -y wrk
+# redis-server etcd-server); the bench installs them itself when run as root, or says how.
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install -q -e '.[server,test,bench]'
 	@touch $(BENCH_STAMP)
