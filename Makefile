@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv serve test test-ts sim soak clean bench bench-quick profile
+.PHONY: venv serve test test-ts sim soak clean bench bench-quick profile etcd
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,10 +22,27 @@ serve: $(STAMP)
 # The strict type check (mypy over the SDK and the product page's examples), then the tests: two
 # processes, a test file each at a time (the simulation's batch, which has its own two, first).
 PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
-test: $(STAMP)
+test: $(STAMP) etcd
 	$(PY) -m tests.typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) test-ts
+
+# The cluster tests start real etcd members (tests/etcd.py): Debian's etcd-server, installed here
+# when it is missing and this runs as root. Otherwise those tests are skipped, saying how to
+# install it, except in CI (CI=true), where they fail.
+ETCD_PACKAGES := etcd-server etcd-client
+etcd:
+	@if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing $(ETCD_PACKAGES) for the cluster tests"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q --no-install-recommends $(ETCD_PACKAGES) >/dev/null \
+	      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $(ETCD_PACKAGES) >/dev/null; } \
+	      || echo "make: could not install $(ETCD_PACKAGES): the cluster tests will say so"; \
+	  else \
+	    echo "make: etcd not found; the cluster tests need it: sudo apt-get install -y --no-install-recommends $(ETCD_PACKAGES)"; \
+	  fi; \
+	fi
 
 # The TypeScript SDK (typescript/): its dev dependencies from the lockfile (npm ci, again whenever
 # package-lock.json changes), then the build and the Node tests against a real `runstate serve`.
@@ -49,8 +66,8 @@ SECONDS ?= 600
 soak: $(STAMP)
 	$(PY) -m tests.sim --seconds $(SECONDS)
 
-# Benchmarks (bench/README.md): wrk and redis-server come from Debian (apt-get install -y wrk
-# redis-server); the bench installs them itself when run as root, or says how.
+# Benchmarks (bench/README.md): wrk, redis-server and etcd come from Debian (apt-get install -y wrk
+# redis-server etcd-server); the bench installs them itself when run as root, or says how.
 $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install -q -e '.[server,test,bench]'
 	@touch $(BENCH_STAMP)

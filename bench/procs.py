@@ -110,6 +110,12 @@ class Proc:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def send(self, line: str) -> None:
+        """One line to the process's stdin (started with `stdin=True`)."""
+        assert self.popen.stdin is not None, f"{self.name} was started without stdin"
+        self.popen.stdin.write(line + "\n")
+        self.popen.stdin.flush()
+
     def stop(self, timeout_s: float = 10) -> None:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
@@ -151,7 +157,9 @@ class Processes:
         env: dict[str, str] | None = None,
         pattern: str | None = None,
         cwd: Path | None = None,
+        stdin: bool = False,
     ) -> Proc:
+        """Start `command`; with `stdin`, `Proc.send()` writes lines to it (else it reads nothing)."""
         full_env = dict(os.environ)
         full_env["PYTHONUNBUFFERED"] = "1"
         full_env.update(env or {})
@@ -159,7 +167,7 @@ class Processes:
             list(command),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             text=True,
             env=full_env,
             cwd=str(cwd or ROOT),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import inprocess_runner, queues
+from . import inprocess_runner, queues, swarm
 from .harness import ClaimSession, RedisLockSession, drive, run_bounded
 from .procs import PINNED, RESULTS, ROOT, Processes, find_tool, missing_tool_message, pin_self
 from .report import INFO, NA, REFERENCE, USABLE_CPUS, Row, ms, n, table, verdict_at_least, verdict_at_most, write_json
@@ -54,7 +54,7 @@ BYTES_PER_QUEUED_TASK = 2048
 RECOVERY_1M_S = 10.0
 
 CONNECTIONS = (1, 16)
-LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "kernel", "scale")
+LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale")
 
 
 @dataclass(frozen=True)
@@ -73,14 +73,15 @@ class Mode:
     wake_samples: int
     peer_reps: int
     recovery_records: int
+    swarm: swarm.SwarmSize
 
 
 QUICK = Mode("quick", wrk_s=2, reps=3, harness_s=2, warmup_s=0.5, kernel_s=3, kernel_reps=1,
              scale_counts=(100_000,), takeover_keys=16, sdk_keys=8, redis_aof=False, wake_samples=100,
-             peer_reps=1, recovery_records=250_000)
+             peer_reps=1, recovery_records=250_000, swarm=swarm.QUICK)
 FULL = Mode("full", wrk_s=3, reps=8, harness_s=6, warmup_s=1, kernel_s=6, kernel_reps=3,
             scale_counts=(100_000, 1_000_000), takeover_keys=32, sdk_keys=16, redis_aof=True, wake_samples=400,
-            peer_reps=2, recovery_records=1_000_000)
+            peer_reps=2, recovery_records=1_000_000, swarm=swarm.FULL)
 
 
 class Bench:
@@ -324,6 +325,13 @@ class Bench:
     def queues(self) -> None:
         self.rows.extend(queues.run(self))
 
+    def swarm(self) -> None:
+        """The swarm workload through our SDK, the official client, Redis and etcd (bench/swarm.py);
+        it starts and stops its own servers, one peer at a time."""
+        rows, notes = swarm.run(self.procs, self.mode.swarm, list(swarm.PEERS))
+        self.rows.extend(rows)
+        self.notes.extend(notes)
+
     def kernel(self) -> None:
         legs = [("kernel", "claim cycles", "cycles", KERNEL_CLAIM_CYCLES_S), ("tasks", "task lifecycles", "lifecycles", KERNEL_TASK_LIFECYCLES_S)]
         for leg, what, unit, target in legs:
@@ -429,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                     if leg in legs:
                         step(bench, leg, getattr(bench, leg))
                 procs.stop_all()
-            for leg in ("kernel", "scale"):
+            for leg in ("swarm", "kernel", "scale"):
                 if leg in legs:
                     step(bench, leg, getattr(bench, leg))
         except KeyboardInterrupt:
