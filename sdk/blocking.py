@@ -252,6 +252,13 @@ class BlockingDelivery:
     def is_lost(self) -> bool:
         return self._delivery.is_lost
 
+    @property
+    def lost_error(self) -> BaseException | None:
+        return self._delivery.lost_error
+
+    def raise_if_lost(self) -> None:
+        self._delivery.raise_if_lost()
+
     def complete(self, result: Any = None) -> None:
         self._loop.run(self._delivery.complete(result))
 
