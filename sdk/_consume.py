@@ -221,6 +221,8 @@ class Consumer:
         # Set once the run is seen to have ended (by any of the ways in the module docstring).
         self.run_ended: ScopeCancelledError | None = None
         self._checked_at = -float("inf")
+        # Cancelled when the run is seen to end elsewhere: a take in flight is abandoned.
+        self._intake_scope = anyio.CancelScope()
 
     async def run(self) -> None:
         failure: BaseException | None = None
@@ -229,7 +231,8 @@ class Consumer:
             holdings.consumers.add(consumer)
             try:
                 async with anyio.create_task_group() as group:
-                    failure = await self._intake(group)
+                    with self._intake_scope:
+                        failure = await self._intake(group)
                     if self.run_ended is not None:
                         self._tell_run_ended()
                     elif failure is None:
@@ -313,14 +316,23 @@ class Consumer:
         if effective != "ACTIVE":
             self._ended(ScopeCancelledError("SCOPE_CANCELLED", 409, f"scope {self.scope_id} is {effective.lower()}"))
 
+    def end_run(self, error: ScopeCancelledError) -> None:
+        """The run has ended (seen elsewhere): stop taking work and tell the handlers in flight."""
+        self._ended(error)
+        self._intake_scope.cancel()
+
     def _ended(self, error: ScopeCancelledError) -> None:
         if self.run_ended is None:
             self.run_ended = error
             self.running.changed.set()
 
     def _lost(self, delivery: Delivery) -> None:
-        if isinstance(delivery.lost_error, ScopeCancelledError):
+        if not isinstance(delivery.lost_error, ScopeCancelledError):
+            return
+        if delivery.scope_id == self.scope_id:
             self._ended(delivery.lost_error)
+        else:  # a child scope of the run ended (a gather's group, say): is the run itself still on?
+            self._checked_at = -float("inf")
 
     def _tell_run_ended(self) -> None:
         error = self.run_ended

@@ -33,19 +33,23 @@ random factor in [0.9, 1.1], so a 30 s lease renews every 9-11 s and workers do 
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 import anyio
 
 from . import _runtime
+from ._context import CrashedError
+from ._request import new_idempotency_key
 from .errors import (
     InternalError, LeaseLostError, RateLimitError, RunstateError, UnavailableError,
 )
 
 __all__ = [
-    "LeaseClock", "keep_alive", "interval_s", "margin_s", "ends_lease", "outage_may_pass", "ran_out",
-    "INTERVAL_MIN_S", "RETRY_FIRST_S", "RETRY_MAX_S",
+    "LeaseClock", "keep_alive", "send_through", "interval_s", "margin_s", "ends_lease", "outage_may_pass",
+    "ran_out", "INTERVAL_MIN_S", "RETRY_FIRST_S", "RETRY_MAX_S",
 ]
+
+T = TypeVar("T")
 
 # The shortest time between two renewals, whatever the lease length.
 INTERVAL_MIN_S = 1.0
@@ -73,7 +77,10 @@ def margin_s(lease_seconds: float) -> float:
 def outage_may_pass(error: BaseException) -> bool:
     """True for a failure that says nothing about the lease itself: the server could not be
     reached, was busy or restarting, failed on a bug, or answered something this side could not
-    read. Such a request is worth sending again while the lease lasts."""
+    read. Such a request is worth sending again while the lease lasts. (A client crashed by
+    `runstate.testing.crash` is a dead process: nothing of it passes.)"""
+    if isinstance(error, CrashedError):
+        return False
     if isinstance(error, (UnavailableError, RateLimitError, InternalError)):
         return True
     if type(error) is RunstateError:  # a code we do not know: judge by its status
@@ -208,3 +215,28 @@ async def keep_alive(
         if error is not None:
             on_lost(error)
             return
+
+
+async def send_through(send: Callable[[str], Awaitable[T]], lease: LeaseClock | None, what: str) -> T:
+    """A settlement of leased work (a completion, a failure, a give-back), `send(idempotency_key)`,
+    sent again with the same key through an outage until the lease's local end: a try that did
+    reach the server is answered as it was then, never counted twice. An answer about the lease
+    itself (stale, its run ended, refused for good), or the end passing, raises; so does anything
+    without a lease to bound it."""
+    key = new_idempotency_key()
+    pause, told = RETRY_FIRST_S, False
+    while True:
+        try:
+            return await send(key)
+        except Exception as err:
+            if ends_lease(err) or lease is None or lease.left_s() <= 0:
+                raise
+            if not told:
+                told = True
+                _runtime.log.warning(
+                    "%s failed (%s); sending it again until the lease runs out (in %.1f s)", what, err, lease.left_s()
+                )
+            await anyio.sleep(min(_runtime.uniform(0.8 * pause, 1.2 * pause), max(0.0, lease.left_s())))
+            pause = min(2 * pause, RETRY_MAX_S)
+            if lease.left_s() <= 0:
+                raise

@@ -26,9 +26,8 @@ import anyio
 from . import _runtime
 from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms
 from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, StopFlag, give_back, report, report_lost
-from ._context import Context, CrashedError
-from ._renewal import RETRY_FIRST_S, RETRY_MAX_S, LeaseClock, ends_lease
-from ._request import new_idempotency_key
+from ._context import Context
+from ._renewal import LeaseClock, send_through
 from .errors import LeaseLostError, NotFoundError, ScopeCancelledError, is_permanent
 from .tasks import TaskTicket
 from .types import MailboxRow, MessageView
@@ -146,31 +145,20 @@ class Delivery:
         async with self._lock:
             if self._settled or self._crashed:
                 return
-            key = new_idempotency_key()  # every try of this one settlement is the same call
-            pause, told = RETRY_FIRST_S, False
-            while True:
-                try:
-                    await self._ctx.call("POST", f"/messages/{self.id}/{action}", body=body, idempotency_key=key)
-                    break
-                except (LeaseLostError, ScopeCancelledError) as err:
-                    self._refusal = err
-                    self._mark_lost(err)
-                    raise
-                except Exception as err:
-                    self._refusal = err
-                    clock = self._clock
-                    if ends_lease(err) or isinstance(err, CrashedError) or clock is None or clock.left_s() <= 0:
-                        raise
-                    if not told:
-                        told = True
-                        _runtime.log.warning(
-                            "delivery %s: %s failed (%s); sending it again until the lease runs out (in %.1f s)",
-                            self.id, action, err, clock.left_s(),
-                        )
-                    await anyio.sleep(min(_runtime.uniform(0.8 * pause, 1.2 * pause), max(0.0, clock.left_s())))
-                    pause = min(2 * pause, RETRY_MAX_S)
-                    if clock.left_s() <= 0:
-                        raise
+            path = f"/messages/{self.id}/{action}"
+
+            async def send(key: str) -> None:
+                await self._ctx.call("POST", path, body=body, idempotency_key=key)
+
+            try:
+                await send_through(send, self._clock, f"delivery {self.id}: {action}")
+            except (LeaseLostError, ScopeCancelledError) as err:
+                self._refusal = err
+                self._mark_lost(err)
+                raise
+            except Exception as err:
+                self._refusal = err
+                raise
             self._settled = True
             self._refusal = None
 

@@ -417,6 +417,13 @@ def test_public_names_are_exported():
         "StoppedError", "DeadlineExceededError", "BarrierCancelledError", "BudgetExceededError", "ResultTooLargeError",
         "OnceFailedError", "TaskFailedError", "AuthError", "TimeoutError", "is_runstate_error",
     }
+    expected |= {  # the run-bound API, with the official 0.3.0 client's names
+        "__version__", "configure", "run", "child", "run_id", "arun_id", "context", "once", "limit", "take", "atake",
+        "slots", "budget", "queue", "serve", "aserve", "sleep", "asleep", "together", "atogether", "setup", "asetup",
+        "stop", "astop", "finish", "afinish", "events", "aevents", "status", "astatus", "RunContext", "RunInfo",
+        "Signal", "Queue", "Job", "RunEvent", "RunStatus", "RunState", "WorkerStatus", "Waiting", "Amount", "Duration",
+        "Per",
+    }
     assert set(runstate.__all__) == expected
     for name in expected:
         assert getattr(runstate, name) is not None
