@@ -474,6 +474,12 @@ class RunBinding:
         answer = await self.call("POST", "/scopes", body={"name": self.spec.name, "parentId": parent_id, "deadline": deadline})
         return RunInfo(id=answer["id"], name=answer.get("name") or self.display_name())
 
+    def reset(self) -> None:
+        """Forget the run and any stop seen (`runstate.testing.use` starts and ends with this)."""
+        with self._lock:
+            self._info, self._generation, self._stopped = None, -1, None
+            self._flag = Flag()
+
     def throw_if_stopped(self) -> None:
         stopped = self._stopped
         if stopped is not None:

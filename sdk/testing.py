@@ -39,11 +39,18 @@ that instant, without running any of its clean-up.
   call through it raises `CrashedError` (a dead process sends nothing).
 
 Nothing else in the server is touched: the other clients, and the kernel's own expiry, carry on.
+
+The run-bound API (`@runstate.once`, `runstate.queue`...) talks to the same server through
+`rs.client(run="...")`, a `runstate.Runstate` on this server, or through the module functions
+inside `with runstate.testing.use(rs):`, which points the default client at it for the block.
+In-process, use the async forms (`async def` functions, `await runstate.aserve()`...): the
+blocking forms run on a loop thread of their own, and the in-process server lives in your loop.
 """
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Coroutine, Mapping, Protocol, Union
+import contextlib
+from typing import Any, Awaitable, Callable, Coroutine, Iterator, Mapping, Protocol, Union
 from urllib.parse import unquote
 
 import anyio
@@ -57,7 +64,7 @@ from .client import AsyncRunstate
 from .mailboxes import Delivery
 from .transport import Exchange, TransportError
 
-__all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate", "crash", "CrashedError"]
+__all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate", "crash", "CrashedError", "use"]
 
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]]
 
@@ -363,6 +370,12 @@ class InProcessRunstate(AsyncRunstate):
         runtime = self.runtime
         return None if runtime is None else runtime.kernel
 
+    def client(self, **options: Any) -> Runstate:
+        """A run-bound client of this server (`runstate.Runstate`: `once`, `queue`, `stop`...), for
+        its async forms in this event loop; `run=` picks its run, `worker=` its name."""
+        config = self._config
+        return Runstate(transport=self.transport, api_key=config.api_key, space_id=self.space_id, **options)
+
     def new_client(self, **kwargs: Any) -> AsyncRunstate:
         """Another client of the same server: its own holder (pass `holder=`) and session.
         It is closed when `serve()` ends."""
@@ -496,3 +509,23 @@ def _crash(target: ClaimLease | Delivery | AsyncRunstate) -> None:
             consumer.cancel()
     else:
         raise TypeError(f"crash() takes a ClaimLease, a Delivery or a client, not {type(target).__name__}")
+
+
+@contextlib.contextmanager
+def use(rs: InProcessRunstate, **options: Any) -> Iterator[None]:
+    """Point the module functions (`runstate.once`, `runstate.aserve()`...) at this in-process
+    server for the block (`run=`, `worker=` as for `configure()`), and back where they were after."""
+    import runstate
+
+    default = runstate._default
+    shared = default._shared
+    saved = dict(shared._options)
+    shared.configure({"transport": rs.transport, "api_key": rs._config.api_key, "space_id": rs.space_id, **options})
+    default._binding.reset()
+    try:
+        yield
+    finally:
+        with shared._lock:
+            shared._options = saved
+        shared.configure({})  # drop what was made for the block: the next call starts afresh
+        default._binding.reset()
