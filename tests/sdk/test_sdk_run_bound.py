@@ -8,6 +8,10 @@ with ours.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import anyio
 import pytest
 import trio
@@ -364,3 +368,18 @@ async def test_the_run_bound_api_under_asyncio():
             with anyio.fail_after(10):
                 assert await client.queue("echo").acall("hi") == "HI"
             await client.astop()
+
+
+def test_the_documented_testing_example_runs_verbatim(tmp_path):
+    """docs/python.md's example of testing run-bound code in-process, saved as a test file as it
+    is, passes under pytest with pytest-trio."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    after = text[text.index("<!-- run-bound-testing-snippet"):]
+    start = after.index("```python\n") + len("```python\n")
+    (tmp_path / "test_example.py").write_text(after[start:after.index("\n```", start) + 1])
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_example.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0 and "1 passed" in done.stdout, f"{done.stdout}\n{done.stderr}"
