@@ -47,14 +47,15 @@ from ._renewal import LeaseClock, keep_alive, ran_out
 from ._request import Reply
 from ._signal import AnyOf, Flag, Signal, wake_from_any_thread
 from .client import AsyncRunstate
-from .errors import ConfigError, RateLimitError, RunstateError, StoppedError, WaitTimeoutError
+from .errors import ConfigError, RunstateError, StoppedError, WaitTimeoutError
 from .transport import Transport
 from ._units import Duration, parse_duration
 
 __all__ = [
     "Resources", "Shared", "Settings", "RunSpec", "RunInfo", "RunBinding", "RunContext", "Held", "Done", "Call", "wrap",
     "current_context", "use_context", "run_context", "in_async_context", "enc", "iso_time", "parse_time",
-    "error_message", "check_count", "deadline_after", "poll_pause", "OPTION_NAMES", "ENV_RUN", "DEFAULT_RUN",
+    "error_message", "check_count", "deadline_after", "poll_pause", "sleep_unless", "until_set", "set_context",
+    "exit_quietly", "request", "OPTION_NAMES", "ENV_RUN", "DEFAULT_RUN",
 ]
 
 T = TypeVar("T")
@@ -685,7 +686,7 @@ async def drive_async(binding: RunBinding, call: Call, invoke: Callable[[], Awai
             return await call.exit(False, err)
         except BaseException as err:  # cancelled: clean up (shielded, bounded), then go on
             with anyio.move_on_after(CLEANUP_S, shield=True):
-                await _exit_quietly(call, err)
+                await exit_quietly(call, err)
             raise
         return await call.exit(True, result)
     except BaseException as err:
@@ -720,7 +721,7 @@ def drive_sync(binding: RunBinding, call: Call, invoke: Callable[[], Any]) -> An
         except Exception as err:
             return run(call.exit(False, err))
         except BaseException as err:  # Ctrl-C in the function: clean up on the loop, raise it here
-            run(_exit_quietly(call, err))
+            run(exit_quietly(call, err))
             raise
         return run(call.exit(True, result))
     except BaseException as err:
@@ -730,7 +731,7 @@ def drive_sync(binding: RunBinding, call: Call, invoke: Callable[[], Any]) -> An
         binding.end()
 
 
-async def _exit_quietly(call: Call, error: BaseException) -> None:
+async def exit_quietly(call: Call, error: BaseException) -> None:
     """`exit` for an interruption: its clean-up runs; the interruption itself is raised by the caller."""
     try:
         await call.exit(False, error)

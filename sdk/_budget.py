@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from . import _runtime
-from ._bound import Call, Done, RunBinding, RunContext, iso_time, run_context, wrap
+from ._bound import Done, RunBinding, RunContext, iso_time, run_context, wrap
 from ._keys import check_name
 from ._units import Amount, to_minor
 from .errors import ConfigError, RunstateError

@@ -17,13 +17,13 @@ from __future__ import annotations
 import math
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import anyio
 
 from . import _runtime
 from ._bound import (
-    Call, Done, Held, RunBinding, RunContext, _exit_quietly, check_count, deadline_after, poll_pause,
+    Done, Held, RunBinding, RunContext, check_count, deadline_after, exit_quietly, poll_pause,
     run_context, use_context, wrap,
 )
 from ._signal import AnyOf
@@ -313,7 +313,7 @@ class Slots:
         run = self._binding.shared.run_blocking
         try:
             if exc is not None and not isinstance(exc, Exception):
-                run(_exit_quietly(call, exc))
+                run(exit_quietly(call, exc))
                 return
             run(call.exit(exc is None, exc))
         except BaseException as err:
@@ -342,7 +342,7 @@ class Slots:
         try:
             if exc is not None and not isinstance(exc, Exception):
                 with anyio.CancelScope(shield=True):
-                    await _exit_quietly(call, exc)
+                    await exit_quietly(call, exc)
                 return
             await call.exit(exc is None, exc)
         except BaseException as err:

@@ -23,7 +23,7 @@ import contextvars
 import functools
 import inspect
 import math
-from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 import anyio
 import anyio.to_thread
@@ -37,7 +37,7 @@ from ._budget import settle_reservation, void_reservation
 from ._consume import STOPPED, Consumer, give_back, report_lost
 from ._keys import check_name, work_key
 from ._observe import until_flag
-from ._signal import AnyOf, Flag, Signal, call_soon_from_any_thread
+from ._signal import AnyOf, Flag, call_soon_from_any_thread
 from ._units import Duration, lease_seconds, to_minor
 from .errors import (
     ConfigError, LeaseLostError, ResultTooLargeError, ScopeCancelledError, StoppedError, TaskFailedError,

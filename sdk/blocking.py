@@ -28,7 +28,7 @@ import datetime
 import threading
 from typing import Any, Callable, Iterator, Literal, NotRequired, TypedDict, TypeVar
 
-from ._bound import RunBinding, RunSpec, Shared
+from ._bound import RunSpec, Shared
 from ._loop import Loop
 from ._runtime import is_async_callable
 from ._units import Duration
