@@ -303,6 +303,7 @@ async def settle(world: World, name: str, rs: AsyncRunstate, message: dict, toke
         result = f"{name}:{message['id']}:{message['attempt']}"
         action, body = "complete", {"token": token, "result": {"payload": result}}
     oracle.letting_go(token)
+    sent_ms = now_ms()
     ok, reply = await world.call(name, f"{action} {message['id']}", lambda: rs._ctx.call("POST", f"/messages/{message['id']}/{action}", body=body))
     if not ok:
         return
@@ -314,6 +315,8 @@ async def settle(world: World, name: str, rs: AsyncRunstate, message: dict, toke
     task_id, task_state = answer.get("taskId"), answer.get("taskState")
     if task_id is not None and task_state in TERMINAL:
         oracle.task_settled(task_id, token, task_state, result if task_state == "SUCCEEDED" else None)
+        if task_state == "SUCCEEDED":
+            oracle.completed(task_id, sent_ms)
 
 
 # -- runs and the server -------------------------------------------------------------------------
@@ -359,6 +362,7 @@ async def manager(world: World, name: str) -> None:
             ok, view = await world.call(name, f"{end} run", lambda: getattr(rs.scope(scope_id), end)())
             if ok:
                 world.log(name, f"{end}s run {scope_id[-4:]}")
+                oracle.run_ended(scope_id, now_ms())
                 world.scope_gone(scope_id)
         deadline = None
         if rng.random() < 0.3:
