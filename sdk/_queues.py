@@ -333,9 +333,13 @@ class QueueImpl:
                 "leaseSeconds": self.lease_s, "waitMs": wait_ms if wait_ms > 0 else None, "includeDescendants": True,
             }
             sent = anyio.current_time()
-            stopped, admitted = await until_flag(stop, binding.call("POST", "/tasks/admit", body=body, wait_ms=wait_ms))
-            if stopped:
-                return STOPPED
+            admitting = binding.call("POST", "/tasks/admit", body=body, wait_ms=wait_ms)
+            if isinstance(stop, StopWhen) and stop.never:
+                admitted = await admitting
+            else:
+                stopped, admitted = await until_flag(stop, admitting)
+                if stopped:
+                    return STOPPED
             if admitted is None:
                 return None
             began = sent if wait_ms <= 0 else anyio.current_time()
@@ -536,6 +540,11 @@ class StopWhen:
 
     def __init__(self, *flags: Any) -> None:
         self._flags = [flag for flag in flags if flag is not None]
+
+    @property
+    def never(self) -> bool:
+        """True when there is no flag to watch (nothing but the run's end stops it)."""
+        return not self._flags
 
     def is_set(self) -> bool:
         return any(flag.is_set() for flag in self._flags)
