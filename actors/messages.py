@@ -242,6 +242,15 @@ class MessageTable:
                         found.append(message)
         return found
 
+    def leased_in_scopes(self, scope_ids: list[str]) -> list[Message]:
+        """Messages of these scopes being delivered now (LEASED)."""
+        found = []
+        for scope_id in scope_ids:
+            for mailbox_id in self._queues_by_scope.get(scope_id, ()):
+                queue = self._queues[(mailbox_id, scope_id)]
+                found.extend(message for message_id in queue.live if (message := self._messages[message_id]).state == LEASED)
+        return found
+
     def dead_letters(self, mailbox_id: str) -> list[Message]:
         """The mailbox's dead letters still kept, oldest first."""
         return [self._messages[m] for m in self._dead.get(mailbox_id, ())]

@@ -5,7 +5,7 @@ decide records; the parts hold the commands: `ClaimCommands` (`claiming.py`) and
 (`work.py`) are each given only the tables they use and the space's `commit`. What crosses between
 primitives lives here and nowhere else: ending a scope ends its subtree, which frees its claims in
 the same record (so no crash can leave a claim held in an ended scope) and cancels the tasks
-waiting in its queues.
+waiting in its queues, and, in the same turn, the tasks under way there.
 
 Barriers, timers and task groups are the part `CoordinationCommands` (`coordination.py`); the
 space's event log (`events.py`) is made in `apply` from each record as it is applied, so it is
@@ -176,6 +176,8 @@ class SpaceState:
         # Acquirers parked on a held claim of the subtree hear that the scope ended.
         claim_actors = [claim_actor(self.id, c.scope_id, c.key) for s in subtree for c in self.claims.in_scope(s)]
         outcome = self._commit(Outcome(), record)
+        # Deliveries under way in the subtree end with it, in this turn (their tasks CANCELLED).
+        self.work.end_in_flight(outcome, subtree, record["at_ms"])
         outcome.pokes.extend(claim_actors)
         outcome.pokes.extend(self.work.queue_actors(subtree))
         outcome.timers.extend(self.capacity.serve_timers(record["at_ms"]))  # -- capacity --

@@ -6,6 +6,11 @@ command here checks, decides records through the tables, applies them through `c
 returns an `Outcome` with the reply, the records, the timers and the pokes. Effects that cross tables live here: a delivery moves its task, a task's end
 drops its message, a scope's end cancels what waits in its subtree.
 
+A scope's end ends what waits in its subtree (the cascade applied with `scope.ended`) and, in the
+same turn, the deliveries under way there (`end_in_flight`, explicit records): their tasks are
+CANCELLED with the scope's reason, so a worker's later renewal or settlement of one is refused with
+SCOPE_CANCELLED (the code that stops a worker), and no result is recorded in a run that has ended.
+
 Everything that touches one queue runs in that queue's actor, `("queue", space, mailbox_id,
 scope_id)`: send, submit, recv (and its parked long polls), complete, nack, renew, cancel, join and
 detach of its tasks, and every timer of its messages and tasks. So a parked recv is answered in
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .caps import RETRY_AFTER_S, full, value_bytes
 from .commands import queue_actor
-from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError, quote
+from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, SCOPE_CANCELLED, KernelError, quote
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import DELAYED, LEASED, LIVE, QUEUED, Message, MessageTable, backoff_ms
@@ -51,6 +56,7 @@ REASON_DEADLINE = "deadline_exceeded"
 # A nack's `error` (what the handler raised), as the reason of the task it ends.
 HANDLER_ERROR = "handler_error: "
 SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
+_SCOPE_ENDED = frozenset(SCOPE_END_REASONS.values())
 
 
 def outcome_of(result: Any) -> Any:
@@ -275,9 +281,21 @@ class WorkCommands:
         outcome.reply = self.messages.delivery_view(message)
         return outcome
 
+    def _held(self, message_id: str, token: str, now_ms: int) -> Message:
+        """The message `token` holds a running lease on (`MessageTable.current`), or SCOPE_CANCELLED
+        when it was under way in a scope that has ended since: its task ended with the scope."""
+        message = self.messages.get(message_id)
+        if (message.state == LEASED and message.token == token) or message.reason in _SCOPE_ENDED:
+            state = self.scopes.effective(self.scopes.get(message.scope_id), now_ms)
+            if state != ACTIVE:
+                raise KernelError(
+                    SCOPE_CANCELLED, f"scope {message.scope_id} is {state.lower()}: delivery {message_id} ended with it"
+                )
+        return self.messages.current(message_id, token, now_ms)
+
     def renew_delivery(self, command: "RenewDelivery", now_ms: int) -> Outcome:
         lease_ms = None if command.lease_s is None else command.lease_s * 1000
-        message = self.messages.current(command.message_id, command.token, now_ms)
+        message = self._held(command.message_id, command.token, now_ms)
         outcome = self._commit(Outcome(), self.messages.decide_renew(message, lease_ms, now_ms))
         outcome.timers.extend(self._message_timers(message))
         outcome.reply = {
@@ -290,7 +308,7 @@ class WorkCommands:
 
     def complete_delivery(self, command: "CompleteDelivery", now_ms: int) -> Outcome:
         """Settle a delivery as done; a task records its one outcome (SUCCEEDED)."""
-        message = self.messages.current(command.message_id, command.token, now_ms)
+        message = self._held(command.message_id, command.token, now_ms)
         if message.task_id is not None:  # the task keeps its outcome, the input is let go
             self.check_bytes(value_bytes(outcome_of(command.result)), value_bytes(message.payload))
         outcome = self._commit(Outcome(), self.messages.decide_complete(message, outcome_of(command.result), now_ms))
@@ -299,7 +317,7 @@ class WorkCommands:
 
     def nack_delivery(self, command: "NackDelivery", now_ms: int) -> Outcome:
         """`retry`: back on the queue after a backoff (or ended, see `_release`). Else a dead letter."""
-        message = self.messages.current(command.message_id, command.token, now_ms)
+        message = self._held(command.message_id, command.token, now_ms)
         error = command.error
         if command.retry:
             record = self._release(message, "retry", error, command.jitter, now_ms)
@@ -492,14 +510,25 @@ class WorkCommands:
         """Applied with `scope.ended`: what waits in the subtree ends with it.
 
         Queued tasks become CANCELLED (reason `scope_cancelled`, or `scope_completed` /
-        `scope_expired`), plain messages are dropped. Deliveries under way are left to finish:
-        their completion is still recorded, and a retry or a lost lease then ends them (`_release`).
+        `scope_expired`), plain messages are dropped. Deliveries under way are ended by explicit
+        records in the same turn (`end_in_flight`); a journal written before those records were
+        made replays as it did then: its later settlements are in it.
         """
         reason = SCOPE_END_REASONS[end_state]
         for message in self.messages.waiting_in_scopes(scope_ids):
             if message.task_id is not None:
                 self.tasks.apply_ended(message.task_id, CANCELLED, None, reason, at_ms)
             self.messages.apply_finished(message.id, "DROPPED", reason, at_ms)
+
+    def end_in_flight(self, outcome: Outcome, scope_ids: list[str], now_ms: int) -> None:
+        """After a scope's end: every delivery under way in its subtree ends now (`_release` in a
+        scope that is no longer active: its task CANCELLED with the scope's reason, a plain message
+        dropped), so its worker's renewal or settlement is refused with SCOPE_CANCELLED."""
+        for message in self.messages.leased_in_scopes(scope_ids):
+            self._commit(outcome, self._release(message, "scope", None, 1.0, now_ms))
+            outcome.timers.extend(self._message_timers(message))
+            if message.task_id is not None:
+                outcome.timers.extend(self.task_timers(self.tasks.get(message.task_id)))
 
     # -- applying -------------------------------------------------------------------------------
 

@@ -71,7 +71,10 @@ class Context:
         body: Mapping[str, Any] | None = None,
         query: Mapping[str, Any] | None = None,
         wait_ms: int = 0,
+        idempotency_key: str | None = None,
     ) -> Reply:
         if self.holdings.crashed:
             raise CrashedError(f"{method} {suffix}: this client was crashed by runstate.testing.crash()")
-        return await self.requester.call(method, self.path(suffix), body=body, query=query, wait_ms=wait_ms)
+        return await self.requester.call(
+            method, self.path(suffix), body=body, query=query, wait_ms=wait_ms, idempotency_key=idempotency_key
+        )

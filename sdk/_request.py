@@ -113,16 +113,21 @@ class Requester:
         body: Mapping[str, Any] | None = None,
         query: Mapping[str, Any] | None = None,
         wait_ms: int = 0,
+        idempotency_key: str | None = None,
     ) -> Reply:
         """One logical call. `wait_ms` > 0 marks a long poll: the server may hold the request that
-        long, so each attempt may take `wait_ms` plus the usual request timeout."""
+        long, so each attempt may take `wait_ms` plus the usual request timeout.
+
+        `idempotency_key` continues a logical call made before: a caller that tries one settlement
+        again after an outage passes the key of its first try, so a try that did reach the server
+        is answered as it was then, not refused as a second settlement."""
         if query:
             kept = {key: value for key, value in query.items() if value is not None}
             if kept:
                 path = f"{path}?{urlencode(kept)}"
         headers = {"authorization": self._authorization}
         if method != "GET":
-            headers["idempotency-key"] = new_idempotency_key()
+            headers["idempotency-key"] = idempotency_key or new_idempotency_key()
         content: bytes | None = None
         if body is not None:
             content = encode_json(body)

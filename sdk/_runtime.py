@@ -28,7 +28,7 @@ import anyio
 import anyio.to_thread
 import sniffio
 
-__all__ = ["uniform", "current_library", "new_native_event", "spawn_background", "Background", "invoke"]
+__all__ = ["uniform", "current_library", "clock", "new_native_event", "spawn_background", "Background", "invoke"]
 
 log = logging.getLogger("runstate")
 
@@ -46,6 +46,20 @@ def uniform(low: float, high: float) -> float:
 def current_library() -> str:
     """`"trio"` or `"asyncio"`: the async library running the current task."""
     return sniffio.current_async_library()
+
+
+def clock() -> Callable[[], float]:
+    """The running library's clock as a function that any thread may call: trio's clock object
+    (virtual under `MockClock`) or the asyncio loop's `time`. The same time as
+    `anyio.current_time()`, for code (a lease's `is_lost`) that is read outside the event loop."""
+    if current_library() == "trio":
+        import trio
+
+        now: Callable[[], float] = trio.lowlevel.current_clock().current_time
+        return now
+    import asyncio
+
+    return asyncio.get_running_loop().time
 
 
 def new_native_event() -> Any:

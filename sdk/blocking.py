@@ -1,4 +1,10 @@
-"""`Runstate`: the blocking client, for code that is not async.
+"""`Runstate`: the blocking client, for code that is not async, and the run-bound API.
+
+It has two faces. The handles of this SDK (`rs.scopes`, `rs.scope(id)`, `rs.mailboxes`...),
+twins of `AsyncRunstate`'s; and the run-bound API of the official 0.3.0 client (`rs.once`,
+`rs.queue`, `rs.stop()`..., `runstate._verbs`), with its options (`run=`, `worker=`, `timeout=`).
+Nothing is checked or sent until the first call: a missing API key is a `ConfigError` then, so
+making a client (and importing `runstate`, whose default client this is) never raises.
 
 It runs an `AsyncRunstate` on an event loop of its own, in one daemon thread per client. Every
 class here is a thin, explicitly typed twin of an async one (`BlockingScope` of `ScopeHandle`,
@@ -18,12 +24,15 @@ and a `claim(...).run()` releases its claim before the interrupt goes on.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import threading
-from typing import Any, Awaitable, Callable, Iterator, Literal, NotRequired, TypedDict, TypeVar
+from typing import Any, Callable, Iterator, Literal, NotRequired, TypedDict, TypeVar
 
+from ._bound import RunSpec, Shared
+from ._loop import Loop
 from ._runtime import is_async_callable
+from ._units import Duration
+from ._verbs import RunVerbs
 from .claims import DEFAULT_LEASE_SECONDS, DEFAULT_TIMEOUT_MS, ClaimLease, ClaimRef
 from .client import AsyncRunstate
 from .mailboxes import DEFAULT_CONSUME_WAIT_MS, Delivery, MailboxRef, StopFlag
@@ -48,55 +57,10 @@ __all__ = [
 
 T = TypeVar("T")
 
-# After Ctrl-C, how long a blocked call waits for its cancelled coroutine to give back what it held.
-INTERRUPT_WAIT_S = 10.0
-
-
-class _Loop:
-    """The client's private event loop and its thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._main, name="runstate-blocking", daemon=True)
-        self.thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
-        if threading.current_thread() is self.thread:
-            raise RuntimeError("a blocking runstate call was made on the client's own event loop; await the async API there")
-        ended = threading.Event()
-
-        async def main() -> T:
-            try:
-                return await awaitable
-            finally:
-                ended.set()
-
-        future = asyncio.run_coroutine_threadsafe(main(), self.loop)
-        try:
-            return future.result(timeout)
-        except KeyboardInterrupt:
-            # Cancel the call where it runs and let its clean-up (give back, release) finish.
-            future.cancel()
-            ended.wait(INTERRUPT_WAIT_S)
-            raise
-
-    def stop(self) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        if not self.thread.is_alive():
-            self.loop.close()
-
-
 class BlockingLease:
     """A held claim (see `ClaimLease`); `lost_event` is a `threading.Event` here."""
 
-    def __init__(self, lease: ClaimLease, loop: _Loop) -> None:
+    def __init__(self, lease: ClaimLease, loop: Loop) -> None:
         self._lease = lease
         self._loop = loop
         self.lost_event = threading.Event()
@@ -163,7 +127,7 @@ class BlockingAcquireAttempt(TypedDict):
 class BlockingClaim:
     """A claim key in a scope (see `ClaimRef`)."""
 
-    def __init__(self, ref: ClaimRef, loop: _Loop) -> None:
+    def __init__(self, ref: ClaimRef, loop: Loop) -> None:
         self._ref = ref
         self._loop = loop
 
@@ -213,7 +177,7 @@ class BlockingClaim:
 class BlockingDelivery:
     """One leased message (see `Delivery`)."""
 
-    def __init__(self, delivery: Delivery, loop: _Loop) -> None:
+    def __init__(self, delivery: Delivery, loop: Loop) -> None:
         self._delivery = delivery
         self._loop = loop
 
@@ -252,6 +216,13 @@ class BlockingDelivery:
     def is_lost(self) -> bool:
         return self._delivery.is_lost
 
+    @property
+    def lost_error(self) -> BaseException | None:
+        return self._delivery.lost_error
+
+    def raise_if_lost(self) -> None:
+        self._delivery.raise_if_lost()
+
     def complete(self, result: Any = None) -> None:
         self._loop.run(self._delivery.complete(result))
 
@@ -268,7 +239,7 @@ class BlockingDelivery:
 class BlockingTicket:
     """A handle on one shared task (see `TaskTicket`)."""
 
-    def __init__(self, ticket: TaskTicket, loop: _Loop) -> None:
+    def __init__(self, ticket: TaskTicket, loop: Loop) -> None:
         self._ticket = ticket
         self._loop = loop
 
@@ -305,7 +276,7 @@ class BlockingTicket:
 class BlockingMailbox:
     """A queue bound to a scope (see `MailboxRef`)."""
 
-    def __init__(self, ref: MailboxRef, loop: _Loop) -> None:
+    def __init__(self, ref: MailboxRef, loop: Loop) -> None:
         self._ref = ref
         self._loop = loop
 
@@ -385,7 +356,7 @@ class BlockingMailbox:
 class BlockingScope:
     """A scope (a run) (see `ScopeHandle`)."""
 
-    def __init__(self, handle: ScopeHandle, loop: _Loop) -> None:
+    def __init__(self, handle: ScopeHandle, loop: Loop) -> None:
         self._handle = handle
         self._loop = loop
 
@@ -423,7 +394,7 @@ class BlockingScope:
 
 
 class BlockingScopes:
-    def __init__(self, client: AsyncRunstate, loop: _Loop) -> None:
+    def __init__(self, client: AsyncRunstate, loop: Loop) -> None:
         self._client = client
         self._loop = loop
 
@@ -446,7 +417,7 @@ class BlockingScopes:
 
 
 class BlockingMailboxes:
-    def __init__(self, client: AsyncRunstate, loop: _Loop) -> None:
+    def __init__(self, client: AsyncRunstate, loop: Loop) -> None:
         self._client = client
         self._loop = loop
 
@@ -457,8 +428,11 @@ class BlockingMailboxes:
         return self._loop.run(self._client.mailboxes.list())
 
 
-class Runstate:
-    """The blocking client: the same arguments and methods as `AsyncRunstate`, without `await`."""
+class Runstate(RunVerbs):
+    """The blocking client: the same handles as `AsyncRunstate`, without `await`, and the
+    run-bound API (see the module docstring). `worker=` is 0.3.0's name for `holder=` (default
+    `{hostname}-{pid}`), `timeout=` its request timeout (seconds or `"30s"`), `run=` the run its
+    run-bound calls work in (default `RUNSTATE_RUN`, else `"default"`)."""
 
     def __init__(
         self,
@@ -466,31 +440,51 @@ class Runstate:
         api_key: str | None = None,
         space_id: str | None = None,
         base_url: str | None = None,
-        request_timeout_ms: int | None = None,
+        run: str | None = None,
+        worker: str | None = None,
+        timeout: Duration | None = None,
         retries: int | None = None,
+        request_timeout_ms: int | None = None,
         holder: str | None = None,
         transport: Transport | None = None,
     ) -> None:
-        self._loop = _Loop()
         options = {
-            "api_key": api_key, "space_id": space_id, "base_url": base_url, "request_timeout_ms": request_timeout_ms,
-            "retries": retries, "holder": holder, "transport": transport,
+            "api_key": api_key, "space_id": space_id, "base_url": base_url, "run": run, "worker": worker,
+            "timeout": timeout, "retries": retries, "request_timeout_ms": request_timeout_ms, "holder": holder,
+            "transport": transport,
         }
-        try:
-            self._async = self._loop.run(_build(options))
-        except BaseException:
-            self._loop.stop()
-            raise
-        self._setup(self._async)
+        self._init_bound(Shared(options), RunSpec(kind="named"))
 
-    def _setup(self, client: AsyncRunstate, *, is_view: bool = False) -> None:
-        self._async = client
-        self._is_view = is_view
-        self.scopes = BlockingScopes(client, self._loop)
-        self.mailboxes = BlockingMailboxes(client, self._loop)
+    def _init_bound(self, shared: Shared, spec: RunSpec) -> None:
+        super()._init_bound(shared, spec)
+        self._view_of_space: str | None = None
 
     def __repr__(self) -> str:
-        return f"Runstate(space_id={self._async.space_id!r}, holder={self._async.holder!r})"
+        try:
+            settings = self._shared.settings()
+        except Exception:
+            return "Runstate(not configured yet)"
+        return f"Runstate(space_id={self._view_of_space or settings.config.space_id!r}, holder={settings.config.holder!r})"
+
+    # -- the handles (this SDK's) -------------------------------------------------------------------
+
+    @property
+    def _loop(self) -> Loop:
+        return self._shared.loop()
+
+    @property
+    def _async(self) -> AsyncRunstate:
+        """The async client on this client's loop (for a `with_space` view, its view)."""
+        client = self._shared.blocking_client()
+        return client if self._view_of_space is None else client.with_space(self._view_of_space)
+
+    @property
+    def scopes(self) -> BlockingScopes:
+        return BlockingScopes(self._async, self._loop)
+
+    @property
+    def mailboxes(self) -> BlockingMailboxes:
+        return BlockingMailboxes(self._async, self._loop)
 
     @property
     def space_id(self) -> str:
@@ -514,9 +508,8 @@ class Runstate:
 
     def with_space(self, space_id: str) -> Runstate:
         """A view bound to another space, sharing the loop, transport, holder and session."""
-        view = object.__new__(Runstate)
-        view._loop = self._loop
-        view._setup(self._async.with_space(space_id), is_view=True)
+        view = self._bound_to(self._binding.spec)
+        view._view_of_space = space_id
         return view
 
     def new_event(self) -> threading.Event:
@@ -538,24 +531,14 @@ class Runstate:
                 self._loop.run(aclose())
 
     def close(self) -> None:
-        """Close the async client (best effort, at most 5 s) and stop the loop thread.
-        A `with_space` view closes nothing."""
-        if self._is_view or self._loop.loop.is_closed():
+        """Close the client (best effort, at most 5 s) and stop its loop thread. A `with_space`
+        view closes nothing; a client made with `run()` or `child()` shares its parent's."""
+        if self._view_of_space is not None:
             return
-        try:
-            self._loop.run(self._async.aclose(), timeout=5)
-        except Exception:
-            pass
-        finally:
-            self._loop.stop()
+        self._shared.close()
 
     def __enter__(self) -> Runstate:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-async def _build(options: dict[str, Any]) -> AsyncRunstate:
-    return AsyncRunstate(**options)
-

@@ -22,7 +22,6 @@ import anyio
 
 from . import _runtime
 from ._context import Context
-from ._renewal import renew_until_lost
 from .claims import ClaimLease, parse_timestamp
 from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, RunstateError, WaitTimeoutError
 
@@ -188,6 +187,7 @@ class PoolRef(_Named):
             "leaseSeconds": lease_seconds,
         }
         while True:
+            sent = anyio.current_time()
             try:
                 reply = await self._ctx.call("POST", f"/permits/{pool_id}/acquire", body=body)
             except (ConflictError, RateLimitError) as err:
@@ -199,7 +199,7 @@ class PoolRef(_Named):
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else CAPACITY_RETRY_S
                 await anyio.sleep(min(_runtime.uniform(low, high), timeout_ms / 1000 - elapsed_s))
                 continue
-            return PoolLease._start_grant(self._ctx, reply.body, lease_seconds)
+            return PoolLease._start_grant(self._ctx, reply.body, lease_seconds, sent)
 
     async def try_acquire(self, *, units: int = 1, lease_seconds: int = 30) -> dict[str, Any]:
         """`{"kind": "acquired", "lease": lease}` or `{"kind": "capacity-unavailable"}`."""
@@ -225,18 +225,15 @@ class PoolLease(ClaimLease):
     """Units of a pool held under a lease: `grant_id`, `units`, `token()`, loss reporting,
     `renew()`, `release()`. Renewal and loss work exactly as for a claim lease."""
 
-    def __init__(self, ctx: Context, grant: dict[str, Any], lease_seconds: int) -> None:
-        super().__init__(ctx, grant["grantId"], {**grant, "generation": None}, lease_seconds)
+    def __init__(self, ctx: Context, grant: dict[str, Any], lease_seconds: int, sent_at: float | None = None) -> None:
+        super().__init__(ctx, grant["grantId"], {**grant, "generation": None}, lease_seconds, sent_at)
         self.grant_id: str = grant["grantId"]
         self.units: int = grant.get("units", 1)
 
     @classmethod
-    def _start_grant(cls, ctx: Context, grant: dict[str, Any], lease_seconds: int) -> "PoolLease":
-        lease = cls(ctx, grant, lease_seconds)
-        lease._renewal = _runtime.spawn_background(
-            renew_until_lost, lease._renew_auto, lease_seconds, lease._mark_lost, name=f"runstate-renew:{lease.grant_id}"
-        )
-        ctx.leases.add(lease)
+    def _start_grant(cls, ctx: Context, grant: dict[str, Any], lease_seconds: int, sent_at: float) -> "PoolLease":
+        lease = cls(ctx, grant, lease_seconds, sent_at)
+        lease._start_renewal(f"pool grant {lease.grant_id}")
         return lease
 
     def __repr__(self) -> str:
@@ -245,19 +242,6 @@ class PoolLease(ClaimLease):
     async def _renew_request(self, lease_seconds: int | None) -> None:
         reply = await self._ctx.call("POST", f"/grants/{self.grant_id}/renew", body={"token": self._token, "leaseSeconds": lease_seconds})
         self.expires_at = parse_timestamp(reply.body["leaseExpiresAt"])
-
-    async def renew(self, lease_seconds: int | None = None) -> None:
-        from .errors import LeaseLostError
-
-        self.raise_if_lost()
-        try:
-            await self._renew_request(lease_seconds)
-        except LeaseLostError as err:
-            self._mark_lost(err)
-            raise
-
-    async def _renew_auto(self, lease_seconds: int) -> None:
-        await self._renew_request(lease_seconds)
 
     async def release(self, observation: Any = None) -> None:
         from .errors import LeaseLostError
@@ -446,6 +430,7 @@ async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> A
         "scopeId": mailbox.scope_id, "mailboxId": await mailbox.resolve_id(), "holder": ctx.holder,
         "holderSession": ctx.session, "leaseSeconds": lease_seconds, "waitMs": wait_ms if wait_ms > 0 else None,
     }
+    sent = anyio.current_time()
     reply = await ctx.call("POST", "/tasks/admit", body=body, wait_ms=max(wait_ms, 0))
     if reply.status == 204:
         return None
@@ -459,4 +444,6 @@ async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> A
     }
     resources = {k: admitted.get(k, []) for k in ("grants", "consumptions", "reservations")}
     task = TaskTicket(ctx, admitted["taskId"], mailbox.scope_id) if admitted["taskId"] else None
-    return AdmittedWork(task, Delivery(ctx, raw), resources, admitted["attempt"])
+    began = sent if wait_ms <= 0 else anyio.current_time()  # a held admission leases as it answers
+    delivery = Delivery(ctx, raw, lease_seconds=lease_seconds, sent_at=began)
+    return AdmittedWork(task, delivery, resources, admitted["attempt"])

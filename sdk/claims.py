@@ -1,11 +1,13 @@
 """Claims: exclusive, leased, fenced ownership of a key inside a scope.
 
 `ClaimRef` names a key in a scope and sends nothing until asked. `acquire()` gives a `ClaimLease`
-that renews itself in the background (see `runstate._renewal`) until `release()`. A lease whose
-renewal fails is lost for good: `is_lost` turns true, `lost_event` is set, and `raise_if_lost()`
-raises `LeaseLostError`. The kernel is the authority on ownership; the lease object only reports
-what the client last learned, so work that must not overlap another owner's should also carry
-`lease.token()` to the system it writes to.
+that renews itself in the background (see `runstate._renewal`) until `release()`. Renewals ride
+through an outage until the lease's end by this process's clock; a lease the server refuses to
+renew, or whose local end passes without a renewal, is lost for good: `is_lost` turns true,
+`lost_event` is set, and `raise_if_lost()` raises `LeaseLostError`. `is_lost` reads the local end
+itself, so a process paused past it sees the loss before doing anything else. The kernel is the
+authority on ownership; the lease object only reports what the client last learned, so work that
+must not overlap another owner's should also carry `lease.token()` to the system it writes to.
 
 `run(fn)` is the safe way to hold a claim: acquire, run `fn(lease)`, release in a `finally`. A
 coroutine function is cancelled as soon as the lease is lost, and `run()` raises `LeaseLostError`.
@@ -23,7 +25,7 @@ import anyio
 
 from . import _runtime
 from ._context import Context
-from ._renewal import renew_until_lost
+from ._renewal import LeaseClock, keep_alive
 from ._checks import KEY_LEN_MAX, check_lease_seconds, check_text
 from .errors import ConflictError, LeaseLostError, RateLimitError, WaitTimeoutError
 from .types import AcquireAttempt
@@ -111,7 +113,9 @@ class ClaimRef:
                 # Never sleep past the deadline: the last try comes when the time is up.
                 await anyio.sleep(min(_runtime.uniform(low, high), timeout_ms / 1000 - elapsed_s))
                 continue
-            return ClaimLease._start(self._ctx, self.key, reply.body, lease_seconds)
+            # The lease began when the server took the claim: at once, or at the end of a held try.
+            began = sent if not wait_ms else anyio.current_time()
+            return ClaimLease._start(self._ctx, self.key, reply.body, lease_seconds, began)
 
     async def try_acquire(
         self,
@@ -154,7 +158,9 @@ class ClaimRef:
 class ClaimLease:
     """A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()`."""
 
-    def __init__(self, ctx: Context, key: str, grant: Mapping[str, Any], lease_seconds: int) -> None:
+    def __init__(
+        self, ctx: Context, key: str, grant: Mapping[str, Any], lease_seconds: int, sent_at: float | None = None
+    ) -> None:
         self._ctx = ctx
         self.key = key
         self.generation = grant["generation"]
@@ -168,15 +174,21 @@ class ClaimLease:
         self._crashed = False
         self._lost_callbacks: list[Callable[[], None]] = []
         self._renewal: _runtime.Background | None = None
+        # When the lease ends by this process's clock (the moment the grant was asked for, plus
+        # its length), moved on by every renewal that gets through.
+        self._clock = LeaseClock(lease_seconds, anyio.current_time() if sent_at is None else sent_at)
 
     @classmethod
-    def _start(cls, ctx: Context, key: str, grant: Mapping[str, Any], lease_seconds: int) -> ClaimLease:
-        lease = cls(ctx, key, grant, lease_seconds)
-        lease._renewal = _runtime.spawn_background(
-            renew_until_lost, lease._renew_auto, lease_seconds, lease._mark_lost, name=f"runstate-renew:{key}"
-        )
-        ctx.leases.add(lease)
+    def _start(cls, ctx: Context, key: str, grant: Mapping[str, Any], lease_seconds: int, sent_at: float) -> ClaimLease:
+        lease = cls(ctx, key, grant, lease_seconds, sent_at)
+        lease._start_renewal(f"claim {key!r}")
         return lease
+
+    def _start_renewal(self, what: str) -> None:
+        self._renewal = _runtime.spawn_background(
+            keep_alive, self._renew_auto, self._clock, self._mark_lost, what, name=f"runstate-renew:{what}"
+        )
+        self._ctx.leases.add(self)
 
     def __repr__(self) -> str:
         return f"ClaimLease(key={self.key!r}, generation={self.generation!r}, token='[redacted]')"
@@ -189,10 +201,18 @@ class ClaimLease:
 
     @property
     def is_lost(self) -> bool:
-        return bool(self.lost_event.is_set())
+        """True once the server refused a renewal, or the lease's end by this process's clock
+        (less a safety margin) has passed without one getting through: read afresh on each call."""
+        return bool(self.lost_event.is_set()) or (not self._crashed and self._clock.expired())
+
+    @property
+    def lost_at(self) -> float:
+        """When the lease counts as lost unless renewed before, on the running library's clock
+        (`anyio.current_time()`)."""
+        return self._clock.lost_at
 
     def raise_if_lost(self) -> None:
-        """Raise `LeaseLostError` if renewal has failed; a cheap check for long loops."""
+        """Raise `LeaseLostError` if the lease is lost (see `is_lost`); a cheap check for long loops."""
         if self.is_lost:
             raise LeaseLostError("STALE_CLAIM", 409, f"lease for {self.key!r} was lost") from self.lost_error
 
@@ -206,24 +226,24 @@ class ClaimLease:
         self.raise_if_lost()
         if self._crashed:
             return
+        sent = anyio.current_time()
         try:
-            reply = await self._ctx.call(
-                "POST",
-                f"/claims/{encode_claim_key(self.key)}/renew",
-                body={"token": self._token, "leaseSeconds": lease_seconds},
-            )
+            await self._renew_request(lease_seconds)
         except LeaseLostError as err:
             self._mark_lost(err)
             raise
-        self.expires_at = parse_timestamp(reply.body["leaseExpiresAt"])
+        self._clock.renewed(sent, lease_seconds)
 
-    async def _renew_auto(self, lease_seconds: int) -> None:
+    async def _renew_request(self, lease_seconds: int | None) -> None:
         reply = await self._ctx.call(
             "POST",
             f"/claims/{encode_claim_key(self.key)}/renew",
             body={"token": self._token, "leaseSeconds": lease_seconds},
         )
         self.expires_at = parse_timestamp(reply.body["leaseExpiresAt"])
+
+    async def _renew_auto(self, lease_seconds: int) -> None:
+        await self._renew_request(lease_seconds)
 
     async def release(self, observation: Any = None) -> None:
         """Stop renewing and give the claim back. A second call sends nothing; a `LeaseLostError`
@@ -273,7 +293,7 @@ class ClaimLease:
         self._stop_renewal_nowait()
 
     def _mark_lost(self, err: BaseException) -> None:
-        if self.is_lost:
+        if self.lost_event.is_set():
             return
         self.lost_error = err
         self.lost_event.set()
@@ -284,7 +304,7 @@ class ClaimLease:
 
     def _when_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call `callback` when the lease is lost (now, if it already is); returns an unsubscribe."""
-        if self.is_lost:
+        if self.lost_event.is_set():
             callback()
             return lambda: None
         self._lost_callbacks.append(callback)

@@ -6,15 +6,22 @@
      +-- RunstateError            code, status, message, request_id, retry_after_ms
           +-- ConfigError           CONFIG_ERROR (status 0): no API key or space id, a bad argument
           +-- ValidationError       VALIDATION_FAILED, METHOD_NOT_ALLOWED: the same request would be
-          |                         refused the same way again
+          |    |                    refused the same way again
+          |    +-- ResultTooLargeError  VALIDATION_FAILED "... exceeds N bytes": a value over the limit
           +-- AuthenticationError   UNAUTHENTICATED, FORBIDDEN, ENTITLEMENT_EXCEEDED, SPACE_SUSPENDED
+          |                         (also importable as `AuthError`, 0.3.0's name)
           +-- NotFoundError         NOT_FOUND (also a name that a lookup did not find)
-          +-- ConflictError         CONFLICT, CLAIM_HELD, IDEMPOTENCY_CONFLICT, DEADLINE_EXCEEDED,
-          |                         CAPACITY_UNAVAILABLE, BACKLOG_FULL, BARRIER_RELEASED,
-          |                         BARRIER_CANCELLED, INSUFFICIENT_BUDGET
-          +-- ScopeCancelledError   SCOPE_CANCELLED
-          +-- LeaseLostError        STALE_CLAIM, LEASE_RENEWALS_EXHAUSTED
-          +-- WaitTimeoutError      WAIT_TIMEOUT (status 0): a wait on this side ran out
+          +-- ConflictError         CONFLICT, CLAIM_HELD, IDEMPOTENCY_CONFLICT, CAPACITY_UNAVAILABLE,
+          |    |                    BACKLOG_FULL, BARRIER_RELEASED
+          |    +-- BudgetExceededError    INSUFFICIENT_BUDGET
+          |    +-- DeadlineExceededError  DEADLINE_EXCEEDED      (also a StoppedError)
+          |    +-- BarrierCancelledError  BARRIER_CANCELLED      (also a StoppedError)
+          +-- StoppedError          STOPPED (status 0): the run was stopped, finished or ran out
+          |    +-- ScopeCancelledError   SCOPE_CANCELLED
+          +-- LeaseLostError        STALE_CLAIM, LEASE_RENEWALS_EXHAUSTED, LEASE_LOST (status 0: the
+          |                         lease ran out by this process's clock without a renewal)
+          +-- WaitTimeoutError      WAIT_TIMEOUT (status 0): a wait on this side ran out; also a
+          |                         built-in `TimeoutError` (and importable as `runstate.TimeoutError`)
           +-- RateLimitError        RATE_LIMITED, SERVICE_RATE_LIMITED, ALLOWANCE_EXHAUSTED,
           |                         ALLOWANCE_COOLDOWN, CONCURRENCY_LIMITED, OPERATIONS_EXHAUSTED
           +-- UnavailableError      UNAVAILABLE, REQUEST_TIMEOUT: also an answer without an error
@@ -22,12 +29,17 @@
           |    +-- UnreachableError   no answer at all: the transport failed
           +-- InternalError         INTERNAL: a bug on the server (HTTP 500)
           +-- CursorExpiredError    CURSOR_EXPIRED
+          +-- OnceFailedError       ONCE_FAILED (status 0): a `once` function used up its attempts
+          +-- TaskFailedError       TASK_FAILED (status 0): a queue job failed, or a gather fell short
 
-Every subclass of `RunstateError` derives directly from it (only `UnreachableError` refines
-`UnavailableError`): a `LeaseLostError` is *not* a `ConflictError`, even though both arrive as
-HTTP 409. The class depends only on the error code; the `status` attribute is the HTTP status the
-server really sent. A code this table does not know is kept on a plain `RunstateError`, never
-collapsed into another code.
+The families are those of the official 0.3.0 client where it has one (`StoppedError`,
+`BudgetExceededError`, `ResultTooLargeError`, `OnceFailedError`, `TaskFailedError`, `AuthError`,
+`TimeoutError`), refined where ours says more: code written against either catches what it
+expects. Apart from the refinements drawn above, every class derives directly from
+`RunstateError`: a `LeaseLostError` is *not* a `ConflictError`, even though both arrive as HTTP
+409. The class depends only on the error code (and, for `ResultTooLargeError`, the message); the
+`status` attribute is the HTTP status the server really sent. A code this table does not know is
+kept on a plain `RunstateError`, never collapsed into another code.
 
 `ERRORS` is the one table of code -> usual HTTP status -> class. The server has its own table of
 the codes it sends (`runstate.server.errors.STATUS`); a test ties the two together, so a code the
@@ -43,29 +55,49 @@ a client loop (`consume()`, a settlement inside it) stops or gives up on those i
 
 from __future__ import annotations
 
+import builtins
+import re
 from typing import NamedTuple
 
 __all__ = [
     "RunstateError",
     "ConfigError",
     "ValidationError",
+    "ResultTooLargeError",
     "AuthenticationError",
+    "AuthError",
     "NotFoundError",
     "ConflictError",
+    "BudgetExceededError",
+    "DeadlineExceededError",
+    "BarrierCancelledError",
+    "StoppedError",
     "ScopeCancelledError",
     "LeaseLostError",
     "WaitTimeoutError",
+    "TimeoutError",
     "RateLimitError",
     "UnavailableError",
     "UnreachableError",
     "InternalError",
     "CursorExpiredError",
+    "OnceFailedError",
+    "TaskFailedError",
     "ErrorKind",
     "ERRORS",
     "STATUS_BY_CODE",
+    "RETRYABLE_CODES",
     "map_error",
     "is_permanent",
+    "is_runstate_error",
 ]
+
+# Codes that mean "busy right now": the waits of the 0.3.0-style API sit them out by themselves,
+# and an error with one of them says so in `retryable`.
+RETRYABLE_CODES = frozenset({
+    "RATE_LIMITED", "SERVICE_RATE_LIMITED", "CONCURRENCY_LIMITED", "CLAIM_HELD", "CAPACITY_UNAVAILABLE",
+    "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "BACKLOG_FULL",
+})
 
 
 class RunstateError(Exception):
@@ -94,6 +126,19 @@ class RunstateError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code!r}, status={self.status}, message={self.message!r})"
 
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def retry_after(self) -> float | None:
+        """`retry_after_ms` in seconds (0.3.0's name), or None."""
+        return None if self.retry_after_ms is None else self.retry_after_ms / 1000
+
+    @property
+    def retryable(self) -> bool:
+        """True for contention that passes by itself (a held key, a full pool, a rate limit)."""
+        return self.code in RETRYABLE_CODES
+
 
 class ConfigError(RunstateError):
     """The client cannot be built or called like this: a missing API key or space id, a bad argument."""
@@ -108,6 +153,11 @@ class ValidationError(RunstateError):
     server's own wording."""
 
 
+class ResultTooLargeError(ValidationError):
+    """An input, payload or result over its size limit (the server's message says "exceeds N
+    bytes"); also raised on this side before sending a result that is too large."""
+
+
 class AuthenticationError(RunstateError):
     """The API key was refused, or it may not do this."""
 
@@ -120,16 +170,69 @@ class ConflictError(RunstateError):
     """The request conflicts with the current state (a held claim, a duplicate name...)."""
 
 
-class ScopeCancelledError(RunstateError):
+class BudgetExceededError(ConflictError):
+    """A reservation does not fit in what is left of the budget (INSUFFICIENT_BUDGET)."""
+
+
+class StoppedError(RunstateError):
+    """The run was stopped, finished, or passed its deadline, so the call cannot go on.
+
+    Made by the server as `ScopeCancelledError` and the two conflicts below; made on this side
+    (code `STOPPED`, status 0) by the run-bound API once it has seen its run end. It takes either
+    the base arguments or just a message: `StoppedError("the run has stopped")`.
+    """
+
+    def __init__(
+        self,
+        code: str = "the run has stopped",
+        status: int | None = None,
+        message: str | None = None,
+        request_id: str | None = None,
+        retry_after_ms: int | None = None,
+    ) -> None:
+        if status is None and message is None:  # StoppedError("why"), as the 0.3.0 client makes it
+            code, status, message = "STOPPED", 0, code
+        super().__init__(code, status or 0, message or "", request_id, retry_after_ms)
+
+
+class ScopeCancelledError(StoppedError):
     """The scope, or one of its ancestors, is no longer active."""
+
+
+class DeadlineExceededError(ConflictError, StoppedError):
+    """A deadline has already passed (DEADLINE_EXCEEDED): a conflict, and for run-bound code a stop."""
+
+
+class BarrierCancelledError(ConflictError, StoppedError):
+    """The barrier's scope ended while it waited (BARRIER_CANCELLED)."""
 
 
 class LeaseLostError(RunstateError):
     """The lease's token is no longer current: another holder may own the key now."""
 
 
-class WaitTimeoutError(RunstateError):
-    """A wait on the client side (claim, task result) ran out; nothing changed on the server."""
+class WaitTimeoutError(RunstateError, builtins.TimeoutError):
+    """A wait on the client side (claim, task result) ran out; nothing changed on the server.
+
+    It is also a built-in `TimeoutError`, and `runstate.TimeoutError` is this class (0.3.0's name).
+    """
+
+    def __init__(
+        self,
+        code: str,
+        status: int = 0,
+        message: str = "",
+        request_id: str | None = None,
+        retry_after_ms: int | None = None,
+    ) -> None:
+        if not message:  # WaitTimeoutError("why"), as the 0.3.0 client makes its TimeoutError
+            code, message = "WAIT_TIMEOUT", code
+        RunstateError.__init__(self, code, status, message, request_id, retry_after_ms)
+        self.args = (message,)
+
+
+# 0.3.0's name for it. Imported by name it shadows the built-in, as 0.3.0's does; it is a subclass.
+TimeoutError = WaitTimeoutError
 
 
 class RateLimitError(RunstateError):
@@ -164,6 +267,30 @@ class CursorExpiredError(RunstateError):
     """An events cursor points before the oldest event still kept."""
 
 
+class OnceFailedError(RunstateError):
+    """A `once` function failed as many times as it was allowed to; `attempts` says how many.
+    Every later call with the same arguments in the run raises it too, without running."""
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__("ONCE_FAILED", 0, message)
+        self.attempts = attempts
+
+
+class TaskFailedError(RunstateError):
+    """A queue job ended without a result (its handler failed on every attempt, it was cancelled
+    or expired), or a gather can no longer get the results it needs. `reason` is the task's own
+    reason (`handler_error: ...`, `cancelled`, ...); `job_id` the task's id when there is one."""
+
+    def __init__(self, message: str, *, job_id: str | None = None, reason: str | None = None) -> None:
+        super().__init__("TASK_FAILED", 0, message)
+        self.job_id = job_id
+        self.reason = message if reason is None else reason
+
+
+# 0.3.0's name for the authentication family.
+AuthError = AuthenticationError
+
+
 class ErrorKind(NamedTuple):
     """One row of `ERRORS`: the HTTP status a code is sent with and the class it is raised as."""
 
@@ -185,12 +312,12 @@ ERRORS: dict[str, ErrorKind] = {
     "CONFLICT": ErrorKind(409, ConflictError),
     "CLAIM_HELD": ErrorKind(409, ConflictError),
     "IDEMPOTENCY_CONFLICT": ErrorKind(409, ConflictError),
-    "DEADLINE_EXCEEDED": ErrorKind(409, ConflictError),
+    "DEADLINE_EXCEEDED": ErrorKind(409, DeadlineExceededError),
     "CAPACITY_UNAVAILABLE": ErrorKind(409, ConflictError),
     "BACKLOG_FULL": ErrorKind(409, ConflictError),
     "BARRIER_RELEASED": ErrorKind(409, ConflictError),
-    "BARRIER_CANCELLED": ErrorKind(409, ConflictError),
-    "INSUFFICIENT_BUDGET": ErrorKind(409, ConflictError),
+    "BARRIER_CANCELLED": ErrorKind(409, BarrierCancelledError),
+    "INSUFFICIENT_BUDGET": ErrorKind(409, BudgetExceededError),
     "SCOPE_CANCELLED": ErrorKind(409, ScopeCancelledError),
     "STALE_CLAIM": ErrorKind(409, LeaseLostError),
     "LEASE_RENEWALS_EXHAUSTED": ErrorKind(409, LeaseLostError),
@@ -206,6 +333,9 @@ ERRORS: dict[str, ErrorKind] = {
     # Made on this side, never sent by a server: status 0.
     "WAIT_TIMEOUT": ErrorKind(0, WaitTimeoutError),
 }
+
+# A size refusal: the server's VALIDATION_FAILED message names the limit ("exceeds 65536 bytes").
+_TOO_LARGE = re.compile(r"exceeds \d+ bytes")
 
 # The HTTP status each code is sent with. `map_error` uses it only when it is given status 0.
 STATUS_BY_CODE: dict[str, int] = {code: kind.status for code, kind in ERRORS.items() if kind.status}
@@ -234,8 +364,15 @@ def map_error(
     """
     kind = ERRORS.get(code)
     cls = RunstateError if kind is None else kind.error_class
+    if cls is ValidationError and _TOO_LARGE.search(message):
+        cls = ResultTooLargeError
     resolved = status or STATUS_BY_CODE.get(code, 503)
     return cls(code, resolved, message, request_id, retry_after_ms)
+
+
+def is_runstate_error(error: object) -> bool:
+    """True for any error the SDK raises on purpose (0.3.0 has this helper too)."""
+    return isinstance(error, RunstateError)
 
 
 def is_permanent(error: BaseException) -> bool:

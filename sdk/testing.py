@@ -38,12 +38,24 @@ that instant, without running any of its clean-up.
   crashed, every `consume()` it runs returns at once without giving anything back, and any later
   call through it raises `CrashedError` (a dead process sends nothing).
 
+The server can die too: `await rs.restart_server(down_s=6)` kills it as `kill -9` would, keeps it
+down (requests refused, as by a closed port), and starts it again on the same settings; with a
+`data_dir` in the settings it recovers its state and gives the leases still running their restart
+grace. Under trio, in virtual time, a test so shows that its workers ride through a restart.
+
 Nothing else in the server is touched: the other clients, and the kernel's own expiry, carry on.
+
+The run-bound API (`@runstate.once`, `runstate.queue`...) talks to the same server through
+`rs.client(run="...")`, a `runstate.Runstate` on this server, or through the module functions
+inside `with runstate.testing.use(rs):`, which points the default client at it for the block.
+In-process, use the async forms (`async def` functions, `await runstate.aserve()`...): the
+blocking forms run on a loop thread of their own, and the in-process server lives in your loop.
 """
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Coroutine, Mapping, Protocol, Union
+import contextlib
+from typing import Any, Awaitable, Callable, Coroutine, Iterator, Mapping, Protocol, Union
 from urllib.parse import unquote
 
 import anyio
@@ -57,7 +69,7 @@ from .client import AsyncRunstate
 from .mailboxes import Delivery
 from .transport import Exchange, TransportError
 
-__all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate", "crash", "CrashedError"]
+__all__ = ["serve", "serve_app", "ASGITransport", "InProcessRunstate", "crash", "CrashedError", "use"]
 
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]]
 
@@ -170,11 +182,32 @@ class ASGITransport:
         self.app = app
         self._client = client
         self._state = state
+        # While the server is down (`InProcessRunstate.restart_server`): refused, as a closed port.
+        self.down = False
+        self._in_flight: set[anyio.CancelScope] = set()
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
-        with anyio.move_on_after(timeout_s):
-            return await call_asgi(self.app, method, path, headers, body, client=self._client, state=self._state)
+        if self.down:
+            raise TransportError(f"{method} {path}: connection refused (the server is down)")
+        with anyio.CancelScope() as connection:
+            self._in_flight.add(connection)
+            try:
+                with anyio.move_on_after(timeout_s):
+                    return await call_asgi(self.app, method, path, headers, body, client=self._client, state=self._state)
+            finally:
+                self._in_flight.discard(connection)
+        if connection.cancel_called:
+            raise TransportError(f"{method} {path}: connection reset (the server died)")
         raise TransportError(f"{method} {path} timed out after {timeout_s} s")
+
+    def _server_died(self) -> None:
+        """The server is gone: requests in flight are reset, new ones refused, until `_server_back`."""
+        self.down = True
+        for connection in list(self._in_flight):
+            connection.cancel()
+
+    def _server_back(self, app: ASGIApp, state: dict[str, Any]) -> None:
+        self.app, self._state, self.down = app, state, False
 
 
 class _Spawner(Protocol):
@@ -192,6 +225,14 @@ class _Lifespan:
         self._to_app = anyio.create_memory_object_stream[dict[str, Any]](2)
         self._from_app = anyio.create_memory_object_stream[dict[str, Any]](2)
         self._supported = True
+        # Cancelling it kills the app (no shutdown), as a process killed with SIGKILL dies.
+        self._alive = anyio.CancelScope()
+        self._ended = anyio.Event()
+
+    async def kill(self) -> None:
+        """End the app's task at once, without its shutdown; return once it has ended."""
+        self._alive.cancel()
+        await self._ended.wait()
 
     async def startup(self, group: _Spawner) -> None:
         send_to_app, receive_in_app = self._to_app
@@ -201,10 +242,13 @@ class _Lifespan:
         async def run_app() -> None:
             scope = {"type": "lifespan", "asgi": dict(_ASGI), "state": self.state}
             try:
-                async with send_from_app:
-                    await self.app(scope, receive_in_app.receive, send_from_app.send)
+                with self._alive:
+                    async with send_from_app:
+                        await self.app(scope, receive_in_app.receive, send_from_app.send)
             except Exception as err:
                 failure.append(err)
+            finally:
+                self._ended.set()
 
         group.start_soon(run_app)
         await send_to_app.send({"type": "lifespan.startup"})
@@ -219,7 +263,7 @@ class _Lifespan:
             raise RuntimeError(f"the app failed to start: {message.get('message', message['type'])}")
 
     async def shutdown(self) -> None:
-        if not self._supported:
+        if not self._supported or self._ended.is_set():
             return
         send_to_app, _ = self._to_app
         _, receive_from_app = self._from_app
@@ -351,6 +395,7 @@ class InProcessRunstate(AsyncRunstate):
 
     app: Any
     _extra_clients: list[AsyncRunstate]
+    _server: "serve_app | None" = None
 
     @property
     def runtime(self) -> Any:
@@ -362,6 +407,24 @@ class InProcessRunstate(AsyncRunstate):
         """The running kernel, for assertions on its state."""
         runtime = self.runtime
         return None if runtime is None else runtime.kernel
+
+    async def restart_server(self, *, down_s: float = 0.0) -> None:
+        """Kill the server, as `kill -9` would (no shutdown, no final snapshot: what its data
+        directory holds is what an acknowledged write made durable), keep it down `down_s`
+        seconds (requests in flight are reset, new ones refused, as a closed port), then start it
+        again on the same settings: with a `data_dir`, it recovers its state, and the leases that
+        were still running get the restart grace. Under trio only (virtual time under MockClock);
+        for a server made by `serve()`."""
+        server = self._server
+        if server is None or server._make_app is None or _runtime.current_library() != "trio":
+            raise RuntimeError("restart_server() needs a server made by runstate.testing.serve(), under trio")
+        await server._restart(down_s)
+
+    def client(self, **options: Any) -> Runstate:
+        """A run-bound client of this server (`runstate.Runstate`: `once`, `queue`, `stop`...), for
+        its async forms in this event loop; `run=` picks its run, `worker=` its name."""
+        config = self._config
+        return Runstate(transport=self.transport, api_key=config.api_key, space_id=self.space_id, **options)
 
     def new_client(self, **kwargs: Any) -> AsyncRunstate:
         """Another client of the same server: its own holder (pass `holder=`) and session.
@@ -380,8 +443,17 @@ class serve_app:
     body of the `async with` come out as they are, never wrapped in an exception group.
     """
 
-    def __init__(self, app: ASGIApp, *, api_key: str = "test-key", space_id: str = "default", **client_kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        api_key: str = "test-key",
+        space_id: str = "default",
+        make_app: Callable[[], ASGIApp] | None = None,
+        **client_kwargs: Any,
+    ) -> None:
         self.app = app
+        self._make_app = make_app  # another app on the same settings, for `restart_server`
         self._client_kwargs = {"api_key": api_key, "space_id": space_id, **client_kwargs}
         self._client: InProcessRunstate | None = None
 
@@ -405,8 +477,23 @@ class serve_app:
         client = InProcessRunstate(transport=transport, **self._client_kwargs)
         client.app = self.app
         client._extra_clients = []
+        client._server = self
         self._client = client
         return client
+
+    async def _restart(self, down_s: float) -> None:
+        assert self._make_app is not None and self._client is not None
+        transport = self._client.transport
+        assert isinstance(transport, ASGITransport)
+        transport._server_died()
+        await self._lifespan.kill()
+        await anyio.sleep(down_s)
+        self.app = self._make_app()
+        self._lifespan = _Lifespan(self.app)
+        await self._lifespan.startup(self._group)
+        await _wait_ready(self.app)
+        transport._server_back(self.app, self._lifespan.state)
+        self._client.app = self.app
 
     async def __aexit__(self, *exc_info: Any) -> None:
         client = self._client
@@ -450,7 +537,9 @@ def serve(
         raise ImportError("runstate.testing.serve() needs the server: pip install 'runstate[server]'") from err
     if settings is None:
         settings = Settings(api_key=api_key, space_id=space_id, seed=seed)
-    return serve_app(create_app(settings), api_key=api_key, space_id=space_id, **client_kwargs)
+    return serve_app(
+        create_app(settings), api_key=api_key, space_id=space_id, make_app=lambda: create_app(settings), **client_kwargs
+    )
 
 
 Crashable = Union[ClaimLease, Delivery, AsyncRunstate, BlockingLease, BlockingDelivery, Runstate]
@@ -496,3 +585,23 @@ def _crash(target: ClaimLease | Delivery | AsyncRunstate) -> None:
             consumer.cancel()
     else:
         raise TypeError(f"crash() takes a ClaimLease, a Delivery or a client, not {type(target).__name__}")
+
+
+@contextlib.contextmanager
+def use(rs: InProcessRunstate, **options: Any) -> Iterator[None]:
+    """Point the module functions (`runstate.once`, `runstate.aserve()`...) at this in-process
+    server for the block (`run=`, `worker=` as for `configure()`), and back where they were after."""
+    import runstate
+
+    default = runstate._default
+    shared = default._shared
+    saved = dict(shared._options)
+    shared.configure({"transport": rs.transport, "api_key": rs._config.api_key, "space_id": rs.space_id, **options})
+    default._binding.reset()
+    try:
+        yield
+    finally:
+        with shared._lock:
+            shared._options = saved
+        shared.configure({})  # drop what was made for the block: the next call starts afresh
+        default._binding.reset()

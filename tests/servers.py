@@ -33,6 +33,8 @@ class ServerProcess:
 
     def __init__(self, *args: str, api_key: str = "e2e-key", space_id: str = "default", env: dict[str, str] | None = None) -> None:
         self.args = list(args)
+        # 0: any free port. `restart()` sets it to the one in use, so clients keep their URL.
+        self.port = 0
         self.api_key = api_key
         self.space_id = space_id
         self.extra_env = env or {}
@@ -48,7 +50,7 @@ class ServerProcess:
         return env
 
     def start(self) -> "ServerProcess":
-        command = [sys.executable, "-m", "runstate.server.cli", "serve", "--host", "127.0.0.1", "--port", "0", *self.args]
+        command = [sys.executable, "-m", "runstate.server.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args]
         self.lines = []
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env())
         found = threading.Event()
@@ -102,6 +104,12 @@ class ServerProcess:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
+
+    def restart(self) -> "ServerProcess":
+        """Start again (after `kill()` or `stop()`) on the same port, with the same arguments: a
+        server that keeps `--data-dir` comes back with its state, where its clients expect it."""
+        self.port = int(self.base_url.rsplit(":", 1)[1])
+        return self.start()
 
     def __enter__(self) -> "ServerProcess":
         return self.start()

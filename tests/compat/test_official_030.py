@@ -2,17 +2,22 @@
 server: `@runstate.once` across processes, its attempts, runs by name and `runstate.stop()`, and
 both official clients against one server process at the same time.
 
-The client is installed into an isolated folder and each script runs in its own interpreter with
-`PYTHONPATH` set to it (it imports as `runstate`, like our SDK). Processes meet at a wall-clock
-instant passed in their arguments, so their calls really are concurrent.
+Every script here (and in the other `test_official_030_*` files) runs twice, through the `sdk_030`
+fixture: once with the official client, installed into an isolated folder and put first on
+`PYTHONPATH` (it imports as `runstate`), and once with `import runstate` resolved to our own
+package, unchanged: code written for 0.3.0 runs as it is on ours. Each script checks which one it
+got. Processes meet at a wall-clock instant passed in their arguments, so their calls really are
+concurrent.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,11 +26,17 @@ from ..servers import ServerProcess, base_python
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
+# Where our own package lives: a script of ours must import `runstate` from there.
+OUR_SDK = Path(__file__).resolve().parents[2] / "sdk"
+
 PRELUDE = """
 import asyncio, json, os, sys, time
 import runstate
-assert runstate.__version__ == "0.3.0", runstate.__version__
-assert runstate.__file__.startswith(os.environ["PYTHONPATH"]), runstate.__file__
+if os.environ["TEST_SDK"] == "official":
+    assert runstate.__version__ == "0.3.0", runstate.__version__
+    assert runstate.__file__.startswith(os.environ["PYTHONPATH"]), runstate.__file__
+else:
+    assert runstate.__file__.startswith(os.environ["TEST_OUR_SDK"]), runstate.__file__
 ARGS = json.loads(os.environ.get("TEST_ARGS", "{}"))
 
 def emit(**fields):
@@ -41,12 +52,36 @@ def note(*fields):  # a line in this process's log, in the folder ARGS["dir"]
 """
 
 
-def _env(sdk: Path, server: ServerProcess, run: str, args: dict) -> dict[str, str]:
+@dataclass(frozen=True)
+class Sdk:
+    """Which package `import runstate` gives a script: the official 0.3.0 client in `folder`, or ours."""
+
+    name: str
+    folder: Path | None = None
+
+    @property
+    def python(self) -> str:
+        # The official client runs under the base interpreter (where no runstate of ours is
+        # installed); ours under the test interpreter, whose runstate is this checkout.
+        return base_python() if self.folder is not None else sys.executable
+
+
+@pytest.fixture(scope="module", params=["official", "ours"])
+def sdk_030(request: pytest.FixtureRequest) -> Sdk:
+    """The same scripts with the official 0.3.0 client, then with our package as `runstate`; each
+    module's server is made per client (it depends on this fixture), so runs by name start fresh."""
+    if request.param == "official":
+        return Sdk("official", request.getfixturevalue("official_client_030"))
+    return Sdk("ours")
+
+
+def _env(sdk: Sdk | Path, server: ServerProcess, run: str, args: dict) -> dict[str, str]:
     import os
 
-    return {
+    if isinstance(sdk, Path):  # a client folder (the official 0.2.0 client's, for the mixed tests)
+        sdk = Sdk("official", sdk)
+    env = {
         "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": str(sdk),
         "PYTHONNOUSERSITE": "1",
         "PYTHONUNBUFFERED": "1",
         "RUNSTATE_BASE_URL": server.base_url,
@@ -54,12 +89,17 @@ def _env(sdk: Path, server: ServerProcess, run: str, args: dict) -> dict[str, st
         "RUNSTATE_SPACE_ID": server.space_id,
         "RUNSTATE_RUN": run,
         "TEST_ARGS": json.dumps(args),
+        "TEST_SDK": sdk.name,
+        "TEST_OUR_SDK": str(OUR_SDK),
     }
+    if sdk.folder is not None:
+        env["PYTHONPATH"] = str(sdk.folder)
+    return env
 
 
-def _start(sdk: Path, server: ServerProcess, script: str, run: str, **args) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+def _start(sdk: Sdk, server: ServerProcess, script: str, run: str, **args) -> subprocess.Popen:  # type: ignore[no-untyped-def]
     return subprocess.Popen(
-        [base_python(), "-c", PRELUDE + textwrap.dedent(script)],
+        [sdk.python, "-c", PRELUDE + textwrap.dedent(script)],
         env=_env(sdk, server, run, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -79,7 +119,7 @@ def _finish(process: subprocess.Popen, timeout_s: float = 90) -> dict:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(sdk_030: Sdk):
     with ServerProcess() as process:
         yield process
 
@@ -99,9 +139,9 @@ emit(result=research("acme"))
 """
 
 
-def test_once_from_four_processes_at_the_same_moment_runs_its_body_once(official_client_030, server, tmp_path):
+def test_once_from_four_processes_at_the_same_moment_runs_its_body_once(sdk_030, server, tmp_path):
     start_at = time.time() + 3.0
-    workers = [_start(official_client_030, server, ONCE_FROM_MANY, "once-4", dir=str(tmp_path), start_at=start_at) for _ in range(4)]
+    workers = [_start(sdk_030, server, ONCE_FROM_MANY, "once-4", dir=str(tmp_path), start_at=start_at) for _ in range(4)]
     results = [_finish(worker)["result"] for worker in workers]
     ran = (tmp_path / "ran").read_text().split()
     assert len(ran) == 1, f"the body ran {len(ran)} times"
@@ -129,8 +169,8 @@ emit(errors=errors)
 """
 
 
-def test_a_failing_once_uses_its_attempts_then_raises_once_failed(official_client_030, server, tmp_path):
-    result = _finish(_start(official_client_030, server, ONCE_FAILING, "once-fail", dir=str(tmp_path)))
+def test_a_failing_once_uses_its_attempts_then_raises_once_failed(sdk_030, server, tmp_path):
+    result = _finish(_start(sdk_030, server, ONCE_FAILING, "once-fail", dir=str(tmp_path)))
     kinds = [kind for kind, _ in result["errors"]]
     assert kinds == ["RuntimeError", "RuntimeError", "OnceFailedError", "OnceFailedError"], result
     assert len((tmp_path / "calls").read_text().split()) == 3  # three attempts, then the recorded failure
@@ -166,16 +206,16 @@ except runstate.StoppedError as error:
 """
 
 
-def test_a_named_run_is_shared_and_stop_reaches_a_process_that_joins_later(official_client_030, server):
-    result = _finish(_start(official_client_030, server, RUN_AND_STOP, "stop-me"))
+def test_a_named_run_is_shared_and_stop_reaches_a_process_that_joins_later(sdk_030, server):
+    result = _finish(_start(sdk_030, server, RUN_AND_STOP, "stop-me"))
     assert result["first"] == 42 and result["stopped"]
     scope = server.client().get(f"/v1/spaces/{server.space_id}/scopes/{result['run_id']}").json()
     assert scope["name"] == "stop-me" and scope["storedState"] == "CANCELLED"
-    late = _finish(_start(official_client_030, server, JOIN_STOPPED, "stop-me"))
+    late = _finish(_start(sdk_030, server, JOIN_STOPPED, "stop-me"))
     assert late["stopped"] and result["run_id"] in late["stopped"]  # "scope <the run's id> is cancelled"
 
 
-def test_both_official_clients_work_against_one_server_at_once(official_client, official_client_030, server):
+def test_both_official_clients_work_against_one_server_at_once(official_client, sdk_030, server):
     """A 0.2.0 claim and a 0.3.0 once, from two processes, against the same server process."""
     old = subprocess.Popen(
         [base_python(), "-c", textwrap.dedent("""
@@ -191,6 +231,6 @@ def test_both_official_clients_work_against_one_server_at_once(official_client, 
         """)],
         env=_env(official_client, server, "unused", {}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    new = _start(official_client_030, server, "@runstate.once\ndef f():\n    return 'new'\nemit(result=f())\n", "mixed")
+    new = _start(sdk_030, server, "@runstate.once\ndef f():\n    return 'new'\nemit(result=f())\n", "mixed")
     assert _finish(old)["generation"] == 1
     assert _finish(new)["result"] == "new"

@@ -23,7 +23,7 @@ from runstate.snapshots.frame import FILE_HEADER_BYTES, Frame, read_frame
 from runstate.snapshots.recovery import list_segments, wal_dir
 
 from ..servers import ServerProcess, base_python
-from .test_official_030 import _env, _finish, _start
+from .test_official_030 import _env, _finish, _start, sdk_030  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
@@ -47,8 +47,8 @@ def _journal(data_dir: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("capacity-030-data")
+def data_dir(tmp_path_factory: pytest.TempPathFactory, sdk_030) -> Path:
+    return tmp_path_factory.mktemp(f"capacity-030-data-{sdk_030.name}")
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +68,12 @@ emit(results=[search(f"{os.getpid()}-{i}") for i in range(ARGS["calls"])])
 """
 
 
-def test_limit_lets_at_most_three_calls_start_per_window_across_processes(official_client_030, server, data_dir, tmp_path):
+def test_limit_lets_at_most_three_calls_start_per_window_across_processes(sdk_030, server, data_dir, tmp_path):
     """Three processes call a function limited to 3 per second, 4 times each: all 12 calls run,
     the server granted at most 3 in any one window (its journal says which window each grant
     counted in), and the starts spread over at least the windows 12 calls need."""
     start_at = time.time() + 3.0
-    workers = [_start(official_client_030, server, LIMITED, "limit-3", dir=str(tmp_path), start_at=start_at, calls=4) for _ in range(3)]
+    workers = [_start(sdk_030, server, LIMITED, "limit-3", dir=str(tmp_path), start_at=start_at, calls=4) for _ in range(3)]
     results = [_finish(worker)["results"] for worker in workers]
     assert sum(len(r) for r in results) == 12
     starts = sorted(float(fields[1]) for fields in _notes(tmp_path))
@@ -106,13 +106,13 @@ emit(results=[browse(i) for i in range(ARGS["calls"])])
 """
 
 
-def test_slots_never_run_more_than_two_bodies_at_once_across_four_processes(official_client_030, server, tmp_path):
+def test_slots_never_run_more_than_two_bodies_at_once_across_four_processes(sdk_030, server, tmp_path):
     """Four processes each call a function holding one of 2 slots, twice: every call runs, and
     at no instant are more than 2 bodies inside (their enter/exit times, from one clock); the
     pool's line serves the waiting processes, so all 8 finish well within their timeout."""
     start_at = time.time() + 3.0
     began = time.monotonic()
-    workers = [_start(official_client_030, server, SLOTS, "slots-2", dir=str(tmp_path), start_at=start_at, calls=2) for _ in range(4)]
+    workers = [_start(sdk_030, server, SLOTS, "slots-2", dir=str(tmp_path), start_at=start_at, calls=2) for _ in range(4)]
     results = [_finish(worker)["results"] for worker in workers]
     assert results == [[0, 1]] * 4
     events = sorted((float(at), 1 if kind == "enter" else -1) for kind, at in _notes(tmp_path))
@@ -149,12 +149,12 @@ emit(spent=spent, stopped=stopped)
 """
 
 
-def test_budget_stops_with_budget_exceeded_at_its_limit(official_client_030, server, tmp_path):
+def test_budget_stops_with_budget_exceeded_at_its_limit(sdk_030, server, tmp_path):
     """A 1.00 budget with a 0.30 reserve per call: costs under the reserve give the rest back,
     a cost over it is charged in full (an overrun the budget can still cover), a failing call is
     charged nothing, and the call whose reserve no longer fits raises BudgetExceededError
     without running. The server's view agrees to the cent."""
-    done = _finish(_start(official_client_030, server, BUDGETED, "budget-1", dir=str(tmp_path)))
+    done = _finish(_start(sdk_030, server, BUDGETED, "budget-1", dir=str(tmp_path)))
     assert done["spent"] == [0.10, 0.50, 0.30]
     assert done["stopped"]["code"] == "INSUFFICIENT_BUDGET" and done["stopped"]["status"] == 409, done
     assert [fields[1] for fields in _notes(tmp_path)] == ["0.1", "0.5", "fail", "0.3"], "the refused call did not run"
@@ -180,10 +180,10 @@ emit(conflict=conflict)
 """
 
 
-def test_setup_creates_and_checks_limits_slots_and_budgets(official_client_030, server, tmp_path):
+def test_setup_creates_and_checks_limits_slots_and_budgets(sdk_030, server, tmp_path):
     """`runstate.setup()` creates each resource with its sizes, accepts the same sizes again, and
     raises ConflictError for different ones; the resources are then what it declared."""
-    done = _finish(_start(official_client_030, server, SETUP, "setup-1", dir=str(tmp_path)))
+    done = _finish(_start(sdk_030, server, SETUP, "setup-1", dir=str(tmp_path)))
     assert done == {"conflict": "CONFLICT"}
     with server.client() as http:
         base = f"/v1/spaces/{server.space_id}"
@@ -224,14 +224,14 @@ asyncio.run(main())
 MIXED_SLOTS = SLOTS.replace('"browser"', '"mixed-browser"')
 
 
-def test_both_official_clients_share_one_pool_on_one_server(official_client, official_client_030, server, tmp_path):
+def test_both_official_clients_share_one_pool_on_one_server(official_client, sdk_030, server, tmp_path):
     """Teams upgrade one service at a time: 0.2.0's acquire loop and 0.3.0's slots() (which waits
     in the pool's line) use one 2-unit pool at the same time. Every call of both runs, and never
     more than 2 bodies at once."""
     start_at = time.time() + 3.0
     env = _env(official_client, server, "mixed-slots", {"dir": str(tmp_path), "start_at": start_at, "calls": 3})
     legacy = subprocess.Popen([base_python(), "-c", LEGACY_SLOTS], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    current = [_start(official_client_030, server, MIXED_SLOTS, "mixed-slots", dir=str(tmp_path), start_at=start_at, calls=2) for _ in range(2)]
+    current = [_start(sdk_030, server, MIXED_SLOTS, "mixed-slots", dir=str(tmp_path), start_at=start_at, calls=2) for _ in range(2)]
     assert _finish(legacy) == {"done": 3}
     assert [_finish(worker)["results"] for worker in current] == [[0, 1], [0, 1]]
     events = sorted((float(at), 1 if kind == "enter" else -1) for kind, at in _notes(tmp_path))

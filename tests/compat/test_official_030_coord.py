@@ -20,7 +20,7 @@ import time
 import pytest
 
 from ..servers import ServerProcess
-from .test_official_030 import _finish, _start
+from .test_official_030 import _finish, _start, sdk_030  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
@@ -31,7 +31,7 @@ EXIT_AFTER_STOP_S = 8.0
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(sdk_030):
     with ServerProcess() as process:
         yield process
 
@@ -86,15 +86,15 @@ emit(results=results, failed=failed, too_large=too_large, stopped_at=stopped_at)
 """
 
 
-def test_queue_producers_get_results_from_serving_workers_and_stop_ends_them(official_client_030, server):
+def test_queue_producers_get_results_from_serving_workers_and_stop_ends_them(sdk_030, server):
     """Two processes serve a queue; a third submits six jobs and gets each result, a failing job
     raises TaskFailedError with the handler's error once its 2 attempts are used, one whose result
     is too large fails with the worker's error, and `runstate.stop()` makes both workers'
     `serve()` return within seconds."""
     run = "queue-serve"
-    workers = [_start(official_client_030, server, WORKER, run, work_s=0.2) for _ in range(2)]
+    workers = [_start(sdk_030, server, WORKER, run, work_s=0.2) for _ in range(2)]
     texts = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
-    producer = _start(official_client_030, server, PRODUCER, run, texts=texts)
+    producer = _start(sdk_030, server, PRODUCER, run, texts=texts)
     done = _finish(producer, timeout_s=SCRIPT_S)
     assert [result["length"] for result in done["results"]] == [len(text) for text in texts]
     pids = {worker.pid for worker in workers}
@@ -124,14 +124,14 @@ emit(some=some, everything=everything, picky=picky, short=short)
 """
 
 
-def test_gather_returns_what_it_needs_from_serving_workers(official_client_030, server):
+def test_gather_returns_what_it_needs_from_serving_workers(sdk_030, server):
     """`gather(need=2)` of four inputs returns two results, `gather` of three all three, `need=1`
     with an `accept` the one accepted, and a gather that can no longer reach its need raises."""
     if not _serves(server, "POST", "/tasks/admit", "includeDescendants"):
         pytest.skip("this server's admit does not take includeDescendants (gather's members live in a child scope)")
     run = "queue-gather"
-    worker = _start(official_client_030, server, WORKER, run)
-    done = _finish(_start(official_client_030, server, GATHER, run), timeout_s=SCRIPT_S)
+    worker = _start(sdk_030, server, WORKER, run)
+    done = _finish(_start(sdk_030, server, GATHER, run), timeout_s=SCRIPT_S)
     assert len(done["some"]) == 2 and {result["length"] for result in done["some"]} <= {1, 2, 3, 4}
     assert sorted(result["length"] for result in done["everything"]) == [1, 2, 3]
     assert [result["length"] for result in done["picky"]] == [3]
@@ -165,16 +165,16 @@ emit(results=results)
 """
 
 
-def test_a_queues_slots_hold_its_jobs_to_the_pool_across_workers(official_client_030, server, tmp_path):
+def test_a_queues_slots_hold_its_jobs_to_the_pool_across_workers(sdk_030, server, tmp_path):
     """Two workers (each allowed two jobs at once) serve a queue declared with `slots="gpu"` on a
     one-slot pool; the producer names no requirements, yet the jobs run one at a time: the
     mailbox's default requirements are taken at admission."""
     if not _serves(server, "PUT", "/permits/by-name/{name}"):
         pytest.skip("this server does not serve pools by name (runstate.setup)")
     run = "queue-slots"
-    workers = [_start(official_client_030, server, SLOTTED_WORKER, run, dir=str(tmp_path)) for _ in range(2)]
+    workers = [_start(sdk_030, server, SLOTTED_WORKER, run, dir=str(tmp_path)) for _ in range(2)]
     time.sleep(1.5)  # the workers declare the queue (and its slots) before the jobs come
-    done = _finish(_start(official_client_030, server, SLOTTED_PRODUCER, run), timeout_s=SCRIPT_S)
+    done = _finish(_start(sdk_030, server, SLOTTED_PRODUCER, run), timeout_s=SCRIPT_S)
     assert done["results"] == [0, 1, 4, 9]
     running, most = 0, 0
     events = sorted((float(at), kind) for kind, at in (line.split() for line in (tmp_path / "busy").read_text().splitlines()))
@@ -203,15 +203,15 @@ emit(slept=first, again=time.time() - started)
 """
 
 
-def test_sleep_by_name_waits_only_for_what_is_left_after_a_restart(official_client_030, server):
+def test_sleep_by_name_waits_only_for_what_is_left_after_a_restart(sdk_030, server):
     """A process sleeping 4 s under a name is killed after 1.5 s; one that sleeps under that name
     again waits only for the rest (by the server's clock); once slept, the name returns at once."""
     run = "sleepy"
-    first = _start(official_client_030, server, SLEEPER, run, seconds=4, start_at=time.time() + 1.0)
+    first = _start(sdk_030, server, SLEEPER, run, seconds=4, start_at=time.time() + 1.0)
     time.sleep(2.5)  # it arms the timer at its start, then sleeps
     first.kill()
     first.communicate()
-    done = _finish(_start(official_client_030, server, SLEEP_AGAIN, run, seconds=4), timeout_s=SCRIPT_S)
+    done = _finish(_start(sdk_030, server, SLEEP_AGAIN, run, seconds=4), timeout_s=SCRIPT_S)
     assert 0.3 <= done["slept"] <= 3.2, done
     assert done["again"] < 1.0, done
 
@@ -223,23 +223,24 @@ emit(released_at=time.time())
 """
 
 LATECOMER = """
+runstate.run_id()  # the client's first call sets it up (its loop, its connection): not timed here
 started = time.time()
 runstate.together("meet", 3, timeout=20)
 emit(waited=time.time() - started)
 """
 
 
-def test_together_lets_three_processes_go_once_the_last_arrives(official_client_030, server):
+def test_together_lets_three_processes_go_once_the_last_arrives(sdk_030, server):
     """Two processes arrive at once and wait; the third arrives 2 s later and all three go then; a
     fourth arriving after the release goes on at once."""
     run = "together"
     now = time.time()
-    early = [_start(official_client_030, server, TOGETHER, run, start_at=now + 1.5) for _ in range(2)]
-    last = _start(official_client_030, server, TOGETHER, run, start_at=now + 3.5)
+    early = [_start(sdk_030, server, TOGETHER, run, start_at=now + 1.5) for _ in range(2)]
+    last = _start(sdk_030, server, TOGETHER, run, start_at=now + 3.5)
     released = [_finish(process, timeout_s=SCRIPT_S)["released_at"] for process in (*early, last)]
     assert min(released) >= now + 3.5, released  # nobody went before the third arrived
     assert max(released) - min(released) < 2.0, released  # polling at most 1 s apart
-    assert _finish(_start(official_client_030, server, LATECOMER, run), timeout_s=SCRIPT_S)["waited"] < 1.0
+    assert _finish(_start(sdk_030, server, LATECOMER, run), timeout_s=SCRIPT_S)["waited"] < 1.0
 
 
 WATCHER = """
@@ -275,14 +276,14 @@ emit(result=result, run=[status.run.name, status.run.state], workers=workers, af
 """
 
 
-def test_events_and_status_follow_a_run(official_client_030, server):
+def test_events_and_status_follow_a_run(sdk_030, server):
     """`status()` shows the run running and the worker holding its one job with a lease end;
     after `stop()` the run reads stopped. `events()` streams the run's events in order, each
     with an id, a type, a time and a payload, up to the job's success."""
     run = "watched"
-    watcher = _start(official_client_030, server, "import threading\n" + WATCHER, run)
-    worker = _start(official_client_030, server, BUSY_WORKER, run)
-    done = _finish(_start(official_client_030, server, WATCHED_PRODUCER, run), timeout_s=SCRIPT_S)
+    watcher = _start(sdk_030, server, "import threading\n" + WATCHER, run)
+    worker = _start(sdk_030, server, BUSY_WORKER, run)
+    done = _finish(_start(sdk_030, server, WATCHED_PRODUCER, run), timeout_s=SCRIPT_S)
     assert done["result"] == 1 and done["run"] == ["watched", "running"] and done["after"] == "stopped"
     (holding,) = done["workers"]
     assert holding["holding"] == 1 and str(worker.pid) in holding["worker"]
@@ -320,14 +321,14 @@ emit(stopped=True)
 """
 
 
-def test_events_carry_on_after_their_cursor_expired(official_client_030):
+def test_events_carry_on_after_their_cursor_expired(sdk_030):
     """A server that keeps only 8 events: the watcher follows the run's events, then one turn makes
     more than that (a stop cancelling twelve queued tasks), so its cursor has expired; the client
     starts again without a cursor (CURSOR_EXPIRED) and carries on with the events still kept."""
     with ServerProcess("--events-kept-max", "8") as small:
         run = "expiring"
-        watcher = _start(official_client_030, small, PILE_WATCHER, run)
-        assert _finish(_start(official_client_030, small, PILE, run), timeout_s=SCRIPT_S)["stopped"]
+        watcher = _start(sdk_030, small, PILE_WATCHER, run)
+        assert _finish(_start(sdk_030, small, PILE, run), timeout_s=SCRIPT_S)["stopped"]
         seen = _finish(watcher, timeout_s=SCRIPT_S)["events"]
         access = "\n".join(small.lines)
     # It kept up with the run's start and the twelve sends, one event after another...
@@ -351,17 +352,17 @@ emit(workers=[[w.worker, w.holding] for w in status.workers], waiting=[[w.kind, 
 """
 
 
-def test_status_shows_who_holds_a_slot_and_who_waits_for_one(official_client_030, server):
+def test_status_shows_who_holds_a_slot_and_who_waits_for_one(sdk_030, server):
     """One process holds the only slot of a pool; a second waits for it in the pool's line;
     `status()` from a third shows the holder holding one thing and the waiter waiting for one
     unit of `one-seat`."""
     if not _serves(server, "POST", "/permits/{permit_id}/wait"):
         pytest.skip("this server has no pool lines (POST /permits/{id}/wait)")
     run = "slot-status"
-    holder = _start(official_client_030, server, HOLDER, run, hold_s=5)
+    holder = _start(sdk_030, server, HOLDER, run, hold_s=5)
     time.sleep(1.5)  # it holds the slot by now
-    waiter = _start(official_client_030, server, HOLDER, run, hold_s=0)
-    status = _finish(_start(official_client_030, server, STATUS_WHILE_WAITING, run, after_s=1.5), timeout_s=SCRIPT_S)
+    waiter = _start(sdk_030, server, HOLDER, run, hold_s=0)
+    status = _finish(_start(sdk_030, server, STATUS_WHILE_WAITING, run, after_s=1.5), timeout_s=SCRIPT_S)
     assert status["waiting"] == [["slots", "one-seat", 1]], status
     assert [holding for worker, holding in status["workers"] if worker.endswith(f"-{holder.pid}")] == [1], status
     first, second = _finish(holder, timeout_s=SCRIPT_S), _finish(waiter, timeout_s=SCRIPT_S)

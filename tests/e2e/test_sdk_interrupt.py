@@ -140,3 +140,47 @@ def test_ctrl_c_in_claim_run_releases_the_claim_at_once(module_server, script):
         answer = api.post("/claims", json={"key": "report", "scopeId": run_id, "holder": "next", "holderSession": "s1", "leaseSeconds": 30})
     assert answer.status_code in (200, 201), answer.text
     assert answer.json()["generation"] == 2
+
+
+SERVE = """
+    import json, os, time
+    import runstate
+
+    @runstate.queue("slow-review")
+    def review(doc):
+        print(json.dumps({"working": doc}), flush=True)
+        time.sleep(2)
+        return {"reviewed": doc}
+
+    job = runstate.queue("slow-review").send("draft")
+    print(json.dumps({"job": job.id}), flush=True)
+    runstate.serve()
+    print(json.dumps({"served": True}), flush=True)
+"""
+
+
+def test_sigterm_on_serve_lets_the_running_job_finish_then_returns(module_server):
+    """The run-bound serve() (0.3.0's) on SIGTERM takes no new work, lets the job in hand finish
+    (it is recorded), and returns: the process ends normally."""
+    environment = {
+        **os.environ, "RUNSTATE_BASE_URL": module_server.base_url, "RUNSTATE_API_KEY": module_server.api_key,
+        "RUNSTATE_SPACE_ID": module_server.space_id, "RUNSTATE_RUN": f"sigterm-{uuid.uuid4().hex[:8]}",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SERVE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=environment,
+    )
+    try:
+        assert proc.stdout is not None
+        job = json.loads(proc.stdout.readline())["job"]
+        assert json.loads(proc.stdout.readline()) == {"working": "draft"}
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and json.loads(out.strip().splitlines()[-1]) == {"served": True}, err
+    with _api(module_server) as api:
+        view = api.get(f"/tasks/{job}").json()
+    assert (view["state"], view["outcome"]) == ("SUCCEEDED", {"reviewed": "draft"}), view

@@ -21,9 +21,10 @@ from runstate.actors.errors import (
 )
 from runstate.actors.limits import Limits
 from runstate.actors.messages import backoff_ms
+from runstate.actors.space import SpaceState
 from runstate.actors.work import outcome_of, queue_actor
 
-from .queue_world import SPACE, T0, World, recount
+from .queue_world import SPACE, T0, World, recount, snapshot
 
 
 @pytest.fixture
@@ -481,12 +482,10 @@ def test_a_finished_task_is_tombstoned_after_retention_and_its_key_still_returns
 
 
 def test_ending_a_scope_cancels_its_queued_tasks_and_wakes_its_queues(world):
-    """Queued tasks of the subtree: CANCELLED scope_cancelled. A running one may still complete."""
+    """Queued tasks of the subtree: CANCELLED scope_cancelled; the parked receivers of its queues wake."""
     mailbox, run = world.mailbox(), world.scope()
     child = world.scope(parent=run)
     outside = world.scope()
-    running = world.submit(mailbox, run, "running")
-    delivery = world.recv(mailbox, run)
     queued = world.submit(mailbox, child, "queued")
     elsewhere = world.submit(mailbox, outside, "elsewhere")
     plain = world.send(mailbox, run, "plain")
@@ -496,26 +495,60 @@ def test_ending_a_scope_cancels_its_queued_tasks_and_wakes_its_queues(world):
     assert world.task(queued["taskId"])["outcomeReason"] == "scope_cancelled"
     assert world.message(plain["id"])["state"] == "DROPPED"
     assert world.task(elsewhere["taskId"])["state"] == "QUEUED"
-    assert world.task(running["taskId"])["state"] == "RUNNING"
     queues = {actor for actor in world.pokes if actor[0] == "queue"}
     assert queues == {queue_actor(SPACE, mailbox, run), queue_actor(SPACE, mailbox, child)}
-    world.do("complete_delivery", delivery["message"]["id"], delivery["token"], {"payload": "done"})
-    assert world.task(running["taskId"])["state"] == "SUCCEEDED"
 
 
-def test_a_running_task_whose_scope_ended_is_cancelled_when_it_would_go_back(world):
+def test_ending_a_scope_ends_its_deliveries_under_way_and_refuses_their_settlement(world):
+    """A run cancelled while its workers hold deliveries: in the same turn their tasks end
+    CANCELLED (scope_cancelled) and a plain message is dropped; each worker's later completion,
+    retry and renewal is refused with SCOPE_CANCELLED and changes nothing, a delivery outside the
+    run carries on, and the journal and the image rebuild the same state."""
     mailbox, run = world.mailbox(), world.scope()
-    retried = world.submit(mailbox, run, "retried")
-    lost = world.submit(mailbox, run, "lost")
-    first = world.recv(mailbox, run, lease_s=5)
-    second = world.recv(mailbox, run, lease_s=5)
+    child = world.scope(parent=run)
+    outside = world.scope()
+    running = world.submit(mailbox, run, "running")
+    in_child = world.submit(mailbox, child, "in-child")
+    elsewhere = world.submit(mailbox, outside, "elsewhere")
+    world.send(mailbox, run, "plain")
+    first, second = world.recv(mailbox, run), world.recv(mailbox, run)
+    deep, other = world.recv(mailbox, child), world.recv(mailbox, outside)
     world.do("end_scope", run, "CANCELLED")
-    world.do("nack_delivery", first["message"]["id"], first["token"], True, None, 1.0)
-    world.at(5_000)
-    world.fire(("lease", second["message"]["id"]))
-    for task in (retried, lost):
+    for task in (running, in_child):
         view = world.task(task["taskId"])
         assert view["state"] == "CANCELLED" and view["outcomeReason"] == "scope_cancelled"
+    plain = next(d for d in (first, second) if d["message"]["taskId"] is None)
+    assert world.message(plain["message"]["id"])["state"] == "DROPPED"
+    for delivery in (first, second, deep):
+        message_id, token = delivery["message"]["id"], delivery["token"]
+        refused(SCOPE_CANCELLED, world.do, "complete_delivery", message_id, token, {"payload": "late"})
+        refused(SCOPE_CANCELLED, world.do, "nack_delivery", message_id, token, True, None, 1.0)
+        refused(SCOPE_CANCELLED, world.do, "renew_delivery", message_id, token, 30_000)
+    assert world.task(running["taskId"])["outcome"] is None
+    world.do("complete_delivery", other["message"]["id"], other["token"], {"payload": "fine"})
+    assert world.task(elsewhere["taskId"])["state"] == "SUCCEEDED"
+    world.at(60_000)
+    world.fire(("lease", deep["message"]["id"]))  # its lease timer finds nothing left to do
+    assert world.task(in_child["taskId"])["outcomeReason"] == "scope_cancelled"
+    world.assert_replay_matches()
+    image = SpaceState(SPACE, world.limits)
+    for record in world.space.image():
+        image.apply(record)
+    assert snapshot(image, world.now) == snapshot(world.space, world.now)
+
+
+def test_a_delivery_of_an_expired_run_is_refused_before_its_deadline_timer_runs(world):
+    """A run past its deadline is no longer active even before the supervisor records its end: a
+    completion then is refused with SCOPE_CANCELLED, and the deadline's turn cancels the task."""
+    mailbox = world.mailbox()
+    run = world.scope(deadline_ms=T0 + 1_000)
+    task = world.submit(mailbox, run, "k")
+    delivery = world.recv(mailbox, run)
+    world.at(1_000)
+    refused(SCOPE_CANCELLED, world.do, "complete_delivery", delivery["message"]["id"], delivery["token"], None)
+    world.do("on_timer", ("scope", SPACE, run), "deadline", None)
+    view = world.task(task["taskId"])
+    assert view["state"] == "CANCELLED" and view["outcomeReason"] == "scope_expired"
 
 
 def test_a_scope_that_expires_expires_its_queued_tasks_with_its_reason(world):

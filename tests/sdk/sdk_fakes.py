@@ -109,6 +109,7 @@ class QueueServer:
 
     def __init__(self, messages=(), *, recv_error=None, renew_error=None, hold=True):
         self.messages = list(messages)
+        self.scope_state = "ACTIVE"  # what GET /scopes/sc_1 says is its effective state
         self.recv_error = recv_error  # a function (n) -> exchange or None
         self.renew_error = renew_error
         self.hold = hold
@@ -117,6 +118,8 @@ class QueueServer:
     async def __call__(self, sent):
         if sent.method == "GET" and sent.suffix == "/mailboxes":
             return ok(MAILBOXES)
+        if sent.method == "GET" and sent.suffix == "/scopes/sc_1":
+            return ok({"id": "sc_1", "storedState": self.scope_state, "effective": self.scope_state})
         if sent.suffix == "/mailboxes/mb_1/recv":
             self.recvs += 1
             if self.recv_error is not None:

@@ -61,12 +61,20 @@ def test_blocking_consume_with_a_thread_safe_stop_flag():
         rs.close()
 
 
-def test_blocking_client_reports_config_errors_and_leaves_no_thread():
-    """A missing key raises ConfigError from the constructor and its loop thread is gone."""
-    before = {t.name for t in threading.enumerate()}
-    with pytest.raises(runstate.ConfigError):
-        runstate.Runstate(api_key="", space_id="s")
-    assert not [t for t in threading.enumerate() if t.name == "runstate-blocking" and t.name not in before]
+def test_blocking_client_reports_config_errors_and_leaves_no_thread(monkeypatch):
+    """Making a client checks nothing and starts nothing (as the official 0.3.0 client, so a
+    module can make one before its settings are loaded); a missing key raises ConfigError at the
+    first use, naming what to set, and no loop thread is started for it."""
+    monkeypatch.delenv("RUNSTATE_API_KEY", raising=False)
+    before = {t.ident for t in threading.enumerate() if t.name == "runstate-blocking"}
+    rs = runstate.Runstate(api_key="", space_id="s")
+    with pytest.raises(runstate.ConfigError, match="RUNSTATE_API_KEY"):
+        rs.scopes.create()
+    with pytest.raises(runstate.ConfigError, match="RUNSTATE_API_KEY"):
+        rs.run_id()
+    assert {t.ident for t in threading.enumerate() if t.name == "runstate-blocking"} == before
+    rs.configure(api_key="k")  # settings given later take effect at the next call
+    assert rs._shared.settings().config.api_key == "k"
 
 
 def test_blocking_close_is_idempotent_and_stops_the_thread():

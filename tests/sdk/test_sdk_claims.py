@@ -142,30 +142,91 @@ async def test_renewal_interval_has_a_one_second_floor_and_jitter_bounds(autojum
 
 
 @pytest.mark.trio
-async def test_a_failed_renewal_loses_the_lease_for_good(autojump_clock, pinned_jitter):
-    """One renewal error (here UNAVAILABLE) marks the lease lost at that instant and renewal stops."""
+async def test_renewals_ride_through_an_outage_until_the_local_end_of_the_lease(autojump_clock, pinned_jitter):
+    """A renewal that meets an outage (here UNAVAILABLE on every try) is tried again with backoff
+    (0.2 s doubling to 1 s) until the lease's end by the local clock less its 2 s margin: a 30 s
+    lease taken at 0 is lost at exactly 28 s, not at its first failed renewal, and renewal stops."""
     rs, transport = make_client(claim_server(renew=lambda sent: error(503, "UNAVAILABLE")))
     start = trio.current_time()
     lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=30)
+    await trio.sleep(27.9)
+    assert not lease.is_lost
     await lease.lost_event.wait()
-    assert trio.current_time() - start == pytest.approx(10)
-    assert lease.is_lost and isinstance(lease.lost_error, runstate.UnavailableError)
+    assert trio.current_time() - start == pytest.approx(28)
+    assert lease.is_lost and lease.lost_error.code == "LEASE_LOST"
+    assert isinstance(lease.lost_error.__cause__, runstate.UnavailableError)
     with pytest.raises(runstate.LeaseLostError) as caught:
         lease.raise_if_lost()
     assert caught.value.code == "STALE_CLAIM"
+    tries = [round(sent.at - start, 3) for sent in transport.to("/claims/k/renew")]
+    assert tries[:6] == [10, 10.2, 10.6, 11.4, 12.4, 13.4] and tries[-1] == 27.4
     await trio.sleep(100)
-    assert len(transport.to("/claims/k/renew")) == 1
+    assert len(transport.to("/claims/k/renew")) == len(tries)
     await lease.release()  # still sent after loss (PROTOCOL 3.3)
     assert len(transport.to("/claims/k/release")) == 1
 
 
 @pytest.mark.trio
-async def test_a_malformed_renewal_answer_also_loses_the_lease(autojump_clock, pinned_jitter):
-    """A renewal answer without leaseExpiresAt fails closed like any other error."""
-    rs, _ = make_client(claim_server(renew=lambda sent: ok({})))
+async def test_a_stale_renewal_loses_the_lease_at_once(autojump_clock, pinned_jitter):
+    """The server saying the token is stale ends the lease at that instant: no retry."""
+    rs, transport = make_client(claim_server(renew=lambda sent: error(409, "STALE_CLAIM")))
+    start = trio.current_time()
     lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=30)
     await lease.lost_event.wait()
-    assert isinstance(lease.lost_error, KeyError)
+    assert trio.current_time() - start == pytest.approx(10)
+    assert isinstance(lease.lost_error, runstate.LeaseLostError) and lease.lost_error.code == "STALE_CLAIM"
+    assert len(transport.to("/claims/k/renew")) == 1
+
+
+@pytest.mark.trio
+async def test_a_renewal_that_gets_through_after_an_outage_keeps_the_lease(autojump_clock, pinned_jitter):
+    """Renewals fail from 9 s to 15 s; the lease (30 s, renewed at 10 s) is renewed at the first try
+    after the outage, and its local end moves on from that try."""
+    down = (9.0, 15.0)
+    start = trio.current_time()
+
+    def renew(sent):
+        if down[0] <= sent.at - start < down[1]:
+            raise TransportError("connection refused")
+        return ok(RENEWED)
+
+    rs, transport = make_client(claim_server(renew=renew))
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=30)
+    await trio.sleep(16)
+    assert not lease.is_lost
+    got_through = [sent.at - start for sent in transport.to("/claims/k/renew") if sent.at - start >= down[1]][0]
+    assert down[1] <= got_through <= down[1] + _renewal.RETRY_MAX_S + 0.2  # within one pause of the end
+    assert lease.lost_at - start == pytest.approx(got_through + 28)
+    await lease.release()
+
+
+@pytest.mark.trio
+async def test_a_malformed_renewal_answer_is_tried_again_until_the_lease_runs_out(autojump_clock, pinned_jitter):
+    """A renewal answer without leaseExpiresAt (a proxy's page, say) says nothing about the lease:
+    it is tried again, and the lease is lost at its local end with that error as the cause."""
+    rs, _ = make_client(claim_server(renew=lambda sent: ok({})))
+    start = trio.current_time()
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=30)
+    await lease.lost_event.wait()
+    assert trio.current_time() - start == pytest.approx(28)
+    assert isinstance(lease.lost_error.__cause__, KeyError)
+
+
+@pytest.mark.trio
+async def test_a_paused_process_sees_the_loss_before_it_runs_anything_else(autojump_clock, pinned_jitter):
+    """is_lost reads the lease's end by the local clock: when the clock has jumped past it (a
+    process paused by SIGSTOP, here a clock jump with no chance for the renewal task to run),
+    raise_if_lost() raises at once, before the renewal loop has noticed anything."""
+    rs, transport = make_client(claim_server())
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=5)
+    autojump_clock.jump(6)  # 6 s pass without any task running
+    assert lease.is_lost and not lease.lost_event.is_set()
+    with pytest.raises(runstate.LeaseLostError):
+        lease.raise_if_lost()
+    await trio.sleep(0)
+    await lease.lost_event.wait()  # the loop marks it lost as soon as it runs, and sends nothing
+    assert transport.to("/claims/k/renew") == []
+    await lease.release()
 
 
 @pytest.mark.anyio

@@ -240,22 +240,30 @@ async def test_consume_renews_while_the_handler_runs(autojump_clock, pinned_jitt
 
 
 @pytest.mark.trio
-async def test_a_lost_delivery_is_neither_completed_nor_nacked(autojump_clock, pinned_jitter):
-    """When a renewal fails the delivery is lost: nothing is sent when the handler ends."""
+async def test_a_lost_delivery_cancels_its_handler_and_sends_nothing(autojump_clock, pinned_jitter):
+    """When the server refuses a renewal as stale the delivery is lost: its coroutine handler is
+    cancelled at that instant (10 s into a 30 s lease), nothing is sent for it, and on_error hears
+    of the loss; consume() goes on with the next delivery."""
     rs, transport = make_client(QueueServer([(1, "x"), (2, "y")], renew_error=error(409, "STALE_CLAIM")))
     stop = trio.Event()
-    done = []
+    started, finished, errors = [], [], []
 
     async def handle(data, delivery):
-        await trio.sleep(15)
-        done.append(delivery.is_lost)
+        started.append((data, trio.current_time()))
         if data == "y":
-            raise RuntimeError("late failure")
-        stop.set()
+            stop.set()
+            return
+        await trio.sleep(15)
+        finished.append(data)
 
-    await rs.scope("sc_1").mailbox("research").consume(handle, stop_event=stop, lease_seconds=30)
-    assert done == [True]
-    assert settlements(transport) == []
+    start = trio.current_time()
+    await rs.scope("sc_1").mailbox("research").consume(
+        handle, stop_event=stop, lease_seconds=30, on_error=lambda err, delivery: errors.append((type(err), delivery.id))
+    )
+    assert [data for data, _ in started] == ["x", "y"] and started[1][1] - start == pytest.approx(10)
+    assert finished == []
+    assert errors == [(runstate.LeaseLostError, "msg_1")]
+    assert settlements(transport) == [("/messages/msg_2/complete", {"token": "t2"})]
 
 
 @pytest.mark.trio
@@ -334,18 +342,24 @@ async def test_an_empty_long_poll_is_followed_at_once_and_an_early_empty_one_aft
 
 @pytest.mark.trio
 async def test_scope_cancelled_stops_consume_cleanly(autojump_clock):
-    """SCOPE_CANCELLED from recv ends consume without an error, after draining running handlers."""
+    """SCOPE_CANCELLED from recv ends consume without an error and at once: the handler in flight
+    (its task ended with the run on the server) is cancelled and told, and nothing is sent for it."""
     server = QueueServer([(1, "x")], recv_error=lambda n: error(409, "SCOPE_CANCELLED") if n == 2 else None)
     rs, transport = make_client(server)
-    finished = []
+    finished, told = [], []
 
     async def handle(data, delivery):
-        await trio.sleep(3)
-        finished.append(data)
+        try:
+            await trio.sleep(3)
+            finished.append(data)
+        finally:
+            told.append((delivery.is_lost, type(delivery.lost_error)))
 
+    start = trio.current_time()
     await rs.scope("sc_1").mailbox("research").consume(handle, concurrency=2)
-    assert finished == ["x"]
-    assert ("/messages/msg_1/complete", {"token": "t1"}) in settlements(transport)
+    assert trio.current_time() - start < 0.01
+    assert finished == [] and told == [(True, runstate.ScopeCancelledError)]
+    assert settlements(transport) == []
 
 
 @pytest.mark.trio

@@ -114,29 +114,68 @@ async def test_a_refused_completion_leaves_the_delivery_unsettled_so_the_next_ca
 
 
 @pytest.mark.trio
-async def test_a_refused_completion_inside_consume_puts_the_task_back_at_once(autojump_clock):
-    """The handler's complete() is refused (503): on_error is called and the task is back at once, not at lease expiry."""
+async def test_a_completion_the_server_cannot_take_yet_is_sent_again_until_it_does(autojump_clock, pinned_jitter):
+    """The handler's complete() meets three 503s (a server draining): it is sent again, with the
+    same idempotency key, 0.2, 0.4 and 0.8 s apart, and the fourth try is recorded; no on_error."""
     async with testing.serve() as rs:
         run, ticket = await _make_work(rs)
-        worker = runstate.AsyncRunstate(
-            api_key="test-key", space_id="default",
-            transport=Refusing(rs.transport, "/complete", error(503, "UNAVAILABLE", "draining")),
-        )
-        errors, attempts, stop = [], [], trio.Event()
+        refusing = Refusing(rs.transport, "/complete", error(503, "UNAVAILABLE", "draining"), times=3)
+        worker = runstate.AsyncRunstate(api_key="test-key", space_id="default", transport=refusing)
+        errors, stop = [], trio.Event()
         start = trio.current_time()
 
         async def handle(data, delivery):
-            attempts.append((delivery.attempt, trio.current_time() - start))
             await delivery.complete(result={"payload": f"done on attempt {delivery.attempt}"})
             stop.set()
 
         await worker.scope(run.id).mailbox("research").consume(
-            handle, lease_seconds=60, stop_event=stop, on_error=lambda err, d: errors.append((err.code, d.attempt)),
+            handle, lease_seconds=60, stop_event=stop, on_error=lambda err, d: errors.append(err),
         )
-        assert errors == [("UNAVAILABLE", 1)]
-        # Back on the queue with the mailbox's retry backoff (1 s), far inside the 60 s lease.
-        assert [a for a, _ in attempts] == [1, 2] and attempts[1][1] < 2
-        assert (await ticket.result(timeout_ms=1_000))["outcome"] == "done on attempt 2"
+        assert errors == [] and trio.current_time() - start == pytest.approx(1.4)
+        assert await ticket.result(timeout_ms=1_000) == {"state": "SUCCEEDED", "outcome": "done on attempt 1", "reason": None}
+        await worker.aclose()
+
+
+@pytest.mark.trio
+async def test_a_completion_that_never_gets_through_goes_to_on_error_and_a_warning(autojump_clock, caplog, pinned_jitter):
+    """A completion refused (503) until the delivery's lease runs out by the local clock (10 s
+    less its 1 s margin): on_error gets the last error, a warning says the settlement did not get
+    through, nothing else is sent for it, and the server hands the task on at its lease end."""
+    async with testing.serve() as rs:
+        run, ticket = await _make_work(rs)
+        refusing = Refusing(rs.transport, "/complete", error(503, "UNAVAILABLE", "draining"), times=1_000)
+        worker = runstate.AsyncRunstate(api_key="test-key", space_id="default", transport=refusing)
+        errors, stop = [], trio.Event()
+        caplog.set_level(logging.WARNING, logger="runstate")
+        start = trio.current_time()
+
+        async def handle(data, delivery):
+            stop.set()
+            return "done"
+
+        renewals = {"n": 0}
+        inner_send = refusing.send
+
+        async def no_renewals(method, path, headers, body, timeout_s):
+            if path.endswith("/renew"):  # the renewals fail as well: the lease ends where it began
+                renewals["n"] += 1
+                return error(503, "UNAVAILABLE", "draining")
+            return await inner_send(method, path, headers, body, timeout_s)
+
+        refusing.send = no_renewals
+        await worker.scope(run.id).mailbox("research").consume(
+            handle, lease_seconds=10, stop_event=stop, on_error=lambda err, d: errors.append((err.code, d.id)),
+        )
+        assert trio.current_time() - start == pytest.approx(9)
+        assert len(errors) == 1 and errors[0][0] in ("UNAVAILABLE", "LEASE_LOST")
+        assert renewals["n"] > 0
+        warnings = [r.getMessage() for r in caplog.records if r.name == "runstate"]
+        assert any("sending it again until the lease runs out" in w for w in warnings)
+        assert any(errors[0][1] in w and ("could not settle" in w or "was lost" in w) for w in warnings)
+        view = await ticket.status()
+        assert view["state"] == "RUNNING"  # the server still holds it for the last second of its lease
+        await trio.sleep(1.5)
+        assert (await ticket.status())["state"] == "QUEUED"
         await worker.aclose()
 
 
@@ -158,7 +197,7 @@ async def test_a_result_over_the_limit_inside_consume_fails_the_task_at_once(aut
             handle, lease_seconds=60, stop_event=stop, on_error=lambda err, d: errors.append(type(err)),
         )
         outcome = await ticket.result(timeout_ms=1_000)
-        assert errors == [runstate.ValidationError]
+        assert errors == [runstate.ResultTooLargeError] and issubclass(runstate.ResultTooLargeError, runstate.ValidationError)
         assert outcome["state"] == "FAILED" and trio.current_time() - start < 2
 
 
@@ -230,27 +269,30 @@ async def test_receive_checks_its_wait_before_sending(autojump_clock):
 
 
 @pytest.mark.trio
-async def test_retry_after_a_refused_complete_is_sent(autojump_clock):
-    """A complete() refused at the transport leaves the delivery open: retry() is then sent and settles it."""
-    calls = {"complete": 0}
+async def test_a_complete_that_cannot_reach_the_server_is_sent_again_until_the_lease_ends(autojump_clock, pinned_jitter):
+    """complete() on a received delivery (a 30 s lease) that meets transport failures is sent again
+    with one idempotency key until the lease's local end (28 s), then raises; the delivery stays
+    unsettled, and a retry() afterwards is still sent and settles it."""
     queue = QueueServer([(1, "x")])
 
     async def handler(sent):
         if sent.suffix.endswith("/complete"):
-            calls["complete"] += 1
             raise TransportError("reset by peer")
         return await queue(sent)
 
     rs, transport = make_client(handler, retries=0)
     delivery = await rs.scope("sc_1").mailbox("research").receive()
+    start = trio.current_time()
     with pytest.raises(runstate.UnreachableError):
         await delivery.complete("r")
-    assert not delivery.settled
+    assert trio.current_time() - start == pytest.approx(28)
+    completes = [s for s in transport.sent if s.suffix.endswith("/complete")]
+    assert len(completes) > 20 and len({s.headers["idempotency-key"] for s in completes}) == 1
+    assert not delivery.settled and delivery.is_lost
     await delivery.retry()
     assert delivery.settled
     await delivery.reject()  # settled: sends nothing
     assert settlements(transport)[-1] == ("/messages/msg_1/nack", {"token": "t1", "retry": True})
-    assert len(settlements(transport)) == 2
 
 
 @pytest.mark.trio

@@ -181,13 +181,13 @@ CODE_CLASSES = {
     "CLAIM_HELD": (409, runstate.ConflictError),
     "IDEMPOTENCY_CONFLICT": (409, runstate.ConflictError),
     "SCOPE_CANCELLED": (409, runstate.ScopeCancelledError),
-    "DEADLINE_EXCEEDED": (409, runstate.ConflictError),
+    "DEADLINE_EXCEEDED": (409, runstate.DeadlineExceededError),
     "STALE_CLAIM": (409, runstate.LeaseLostError),
     "CAPACITY_UNAVAILABLE": (409, runstate.ConflictError),
     "BACKLOG_FULL": (409, runstate.ConflictError),
     "BARRIER_RELEASED": (409, runstate.ConflictError),
-    "BARRIER_CANCELLED": (409, runstate.ConflictError),
-    "INSUFFICIENT_BUDGET": (409, runstate.ConflictError),
+    "BARRIER_CANCELLED": (409, runstate.BarrierCancelledError),
+    "INSUFFICIENT_BUDGET": (409, runstate.BudgetExceededError),
     "LEASE_RENEWALS_EXHAUSTED": (409, runstate.LeaseLostError),
     "RATE_LIMITED": (429, runstate.RateLimitError),
     "SERVICE_RATE_LIMITED": (429, runstate.RateLimitError),
@@ -307,12 +307,21 @@ async def test_with_space_shares_transport_and_identity():
 
 
 def test_every_error_class_derives_directly_from_runstate_error():
-    """Each SDK exception is a direct subclass of RunstateError (LeaseLostError is not a ConflictError)."""
+    """Each SDK exception is a direct subclass of RunstateError (LeaseLostError is not a
+    ConflictError), except the refinements the errors module draws: each is a subclass of the
+    family a caller of the 0.3.0 client catches (StoppedError, ConflictError, ValidationError)."""
     for name in ("ConfigError", "ValidationError", "AuthenticationError", "NotFoundError", "ConflictError",
-                 "ScopeCancelledError", "LeaseLostError", "WaitTimeoutError", "RateLimitError", "UnavailableError",
-                 "InternalError", "CursorExpiredError"):
+                 "StoppedError", "LeaseLostError", "RateLimitError", "UnavailableError",
+                 "InternalError", "CursorExpiredError", "OnceFailedError", "TaskFailedError"):
         assert getattr(errors_module, name).__bases__ == (runstate.RunstateError,)
     assert not issubclass(runstate.LeaseLostError, runstate.ConflictError)
+    assert runstate.ScopeCancelledError.__bases__ == (runstate.StoppedError,)
+    assert runstate.BudgetExceededError.__bases__ == (runstate.ConflictError,)
+    assert runstate.ResultTooLargeError.__bases__ == (runstate.ValidationError,)
+    for name in ("DeadlineExceededError", "BarrierCancelledError"):
+        assert getattr(errors_module, name).__bases__ == (runstate.ConflictError, runstate.StoppedError)
+    assert runstate.WaitTimeoutError.__bases__ == (runstate.RunstateError, TimeoutError)
+    assert runstate.TimeoutError is runstate.WaitTimeoutError and runstate.AuthError is runstate.AuthenticationError
 
 
 def test_map_error_fills_status_only_when_zero():
@@ -404,6 +413,17 @@ def test_public_names_are_exported():
         "BarrierHandle", "BarriersAPI", "TimerHandle", "TimersAPI", "GroupHandle", "GroupsAPI", "EventsAPI", "DiagnosticsAPI",
     }
     expected |= {"PoolRef", "PoolLease", "QuotaRef", "BudgetRef", "BudgetReservation"}  # -- capacity --
+    expected |= {  # the error families of the official 0.3.0 client
+        "StoppedError", "DeadlineExceededError", "BarrierCancelledError", "BudgetExceededError", "ResultTooLargeError",
+        "OnceFailedError", "TaskFailedError", "AuthError", "TimeoutError", "is_runstate_error",
+    }
+    expected |= {  # the run-bound API, with the official 0.3.0 client's names
+        "__version__", "configure", "run", "child", "run_id", "arun_id", "context", "once", "limit", "take", "atake",
+        "slots", "budget", "queue", "serve", "aserve", "sleep", "asleep", "together", "atogether", "setup", "asetup",
+        "stop", "astop", "finish", "afinish", "events", "aevents", "status", "astatus", "RunContext", "RunInfo",
+        "Signal", "Queue", "Job", "RunEvent", "RunStatus", "RunState", "WorkerStatus", "Waiting", "Amount", "Duration",
+        "Per",
+    }
     assert set(runstate.__all__) == expected
     for name in expected:
         assert getattr(runstate, name) is not None

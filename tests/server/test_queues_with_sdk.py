@@ -64,8 +64,10 @@ async def test_planners_share_one_task_and_read_its_single_result(autojump_clock
 
 
 async def test_a_frozen_worker_is_taken_over_at_lease_end_and_its_late_result_is_refused(autojump_clock, pinned_jitter):
-    """Worker A (5 s lease) freezes at once; B, long-polling, gets attempt 2 exactly when A's
-    last renewal runs out; A's completion afterwards is STALE_CLAIM; B's result is the one kept."""
+    """Worker A (5 s lease) freezes at once: its handler is told (cancelled) when the lease runs out
+    by A's own clock, less its 0.5 s margin, so it sends nothing; B, long-polling, gets attempt 2
+    exactly when A's lease runs out on the server; a completion A sends anyway with its old token
+    is STALE_CLAIM; B's result is the one kept."""
     async with testing.serve() as rs:
         await rs.mailboxes.ensure("research")
         run = await rs.scopes.create()
@@ -73,18 +75,17 @@ async def test_a_frozen_worker_is_taken_over_at_lease_end_and_its_late_result_is
         transport_a = FrozenRenewals(rs.transport)
         worker_a = runstate.AsyncRunstate(api_key="test-key", space_id="default", holder="a", transport=transport_a)
         took_over_at = {}
-        release_a = trio.Event()
+        told = {}
         start = trio.current_time()
-
         late = {}
 
         async def handle_a(data, delivery):
             transport_a.frozen = True  # from here on, no renewal gets through: the lease runs out
-            await release_a.wait()
+            told["delivery"] = delivery
             try:
-                await delivery.complete(result={"payload": "from a"})
-            except runstate.LeaseLostError as error:
-                late["code"] = error.code
+                await trio.sleep_forever()
+            finally:
+                told["at"] = trio.current_time() - start
 
         async def handle_b(data, delivery):
             took_over_at["t"] = trio.current_time() - start
@@ -98,8 +99,12 @@ async def test_a_frozen_worker_is_taken_over_at_lease_end_and_its_late_result_is
             nursery.start_soon(lambda: run.mailbox("research").consume(handle_b, lease_seconds=5, stop_event=stop))
             outcome = await ticket.result(timeout_ms=60_000)
             transport_a.frozen = False  # A wakes up and completes, too late
-            release_a.set()
+            try:
+                await told["delivery"].complete(result={"payload": "from a"})
+            except runstate.LeaseLostError as error:
+                late["code"] = error.code
             stop.set()
+        assert told["at"] == pytest.approx(4.5, abs=1e-6) and told["delivery"].is_lost
         assert late == {"code": "STALE_CLAIM"}
         assert took_over_at["attempt"] == 2
         # Leased at 0, never renewed (the first renewal, at 5/3 s, was already frozen out): ends at 5 s.

@@ -317,6 +317,7 @@ async def settle(world: World, name: str, rs: AsyncRunstate, message: dict, toke
         action, body = "complete", {"token": token, "result": {"payload": result}}
     oracle.letting_go(token)
     answers: list = []
+    sent_ms = now_ms()
 
     async def settle_it() -> None:
         answers.append(await world.call(name, f"{action} {message['id']}", lambda: rs._ctx.call("POST", f"/messages/{message['id']}/{action}", body=body)))
@@ -338,6 +339,8 @@ async def settle(world: World, name: str, rs: AsyncRunstate, message: dict, toke
     task_id, task_state = answer.get("taskId"), answer.get("taskState")
     if task_id is not None and task_state in TERMINAL:
         oracle.task_settled(task_id, token, task_state, result if task_state == "SUCCEEDED" else None)
+        if task_state == "SUCCEEDED":
+            oracle.completed(task_id, sent_ms)
 
 
 async def peek(world: World, task_id: str, after_s: float) -> None:
@@ -399,6 +402,7 @@ async def manager(world: World, name: str) -> None:
             ok, view = await world.call(name, f"{end} run", lambda: getattr(rs.scope(scope_id), end)())
             if ok:
                 world.log(name, f"{end}s run {scope_id[-4:]}")
+                oracle.run_ended(scope_id, now_ms())
                 world.scope_gone(scope_id)
         deadline = None
         if rng.random() < 0.3:

@@ -28,6 +28,9 @@ Invariants:
 5. **No stale token.** A renew, release, complete or nack whose token is stale for certain when it
    is sent (a later grant of that key or message was acknowledged before, or its own release was)
    is never accepted.
+6. **Nothing recorded in an ended run.** A completion sent after the end of its task's run was
+   acknowledged (a cancel or a complete of the run) is never acknowledged as SUCCEEDED: the run's
+   end ended its tasks under way with it.
 
 A violation is recorded with its invariant, a message, and the trace excerpt around it; the run
 goes on (one failure per invariant is enough to report).
@@ -41,8 +44,8 @@ from typing import Any, Callable
 __all__ = ["Oracle", "Lease", "Violation", "INVARIANTS"]
 
 INVARIANTS = (
-    "one-holder", "generations", "one-outcome", "durability", "stale-token", "dirty-read", "isolation", "server",
-    "recovery", "replay", "hang", "sim",
+    "one-holder", "generations", "one-outcome", "durability", "stale-token", "dirty-read", "isolation", "ended-run",
+    "server", "recovery", "replay", "hang", "sim",
 )
 INVARIANTS += ("pool-units", "quota-window", "fifo", "pool-fifo", "budget-limit")  # -- capacity -- (tests/sim/capacity.py)
 
@@ -86,6 +89,7 @@ class Oracle:
         # by a write. Either way recovery must keep it (invariants 4 and 6).
         self.outcomes: dict[str, list] = {}
         self.settled: dict[str, str] = {}  # task id -> the delivery token whose settlement was acknowledged
+        self.run_ends: dict[str, int] = {}  # run -> when its end (cancel or complete) was acknowledged
         self.checks = 0
 
     # -- reporting ------------------------------------------------------------------------------
@@ -218,6 +222,18 @@ class Oracle:
             self.fail("one-outcome", f"task {task_id}: two deliveries' settlements were both acknowledged")
         self.settled[task_id] = token
         self.task_seen(task_id, state, outcome, acked=True)
+
+    def run_ended(self, scope_id: str, at_ms: int) -> None:
+        """The end of a run was acknowledged at `at_ms`."""
+        self.run_ends.setdefault(scope_id, at_ms)
+
+    def completed(self, task_id: str, sent_ms: int) -> None:
+        """Invariant 6: a completion sent at `sent_ms` was acknowledged as SUCCEEDED."""
+        self.checks += 1
+        scope_id = self.tasks.get(task_id, ("",))[0]
+        ended_ms = self.run_ends.get(scope_id)
+        if ended_ms is not None and ended_ms < sent_ms:
+            self.fail("ended-run", f"task {task_id} recorded a result sent at {sent_ms}, after its run ended at {ended_ms}")
 
     # -- recovery ----------------------------------------------------------------------------------
 

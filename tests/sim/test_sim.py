@@ -72,6 +72,17 @@ def test_an_injected_double_lease_is_caught(monkeypatch):
     assert "one-holder" in {violation.invariant for violation in result.violations}, result.describe()
 
 
+def test_an_injected_completion_in_an_ended_run_is_caught(monkeypatch):
+    """A run's end that leaves its deliveries under way running (and takes their completions) lets
+    a worker record a result in a run that had ended."""
+    from runstate.actors.work import WorkCommands
+
+    monkeypatch.setattr(WorkCommands, "end_in_flight", lambda self, outcome, scope_ids, now_ms: None)
+    monkeypatch.setattr(WorkCommands, "_held", lambda self, message_id, token, now_ms: self.messages.current(message_id, token, now_ms))
+    found, result = run_seeds_until("ended-run", tuple(range(1, 13)), virtual_s=240)
+    assert "ended-run" in found, result.describe()
+
+
 # -- capacity --
 
 
