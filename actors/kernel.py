@@ -199,7 +199,7 @@ class Kernel:
     def spaces(self) -> Iterator[SpaceState]:
         """Every space recorded in a partition that serves."""
         for partition in self.partitions:
-            if partition.refusal is None:
+            if partition.refusal is None or partition.readable:
                 yield from partition.state.spaces.values()
 
     def space_known(self, space_id: str) -> bool:
@@ -212,7 +212,7 @@ class Kernel:
         What is read from it may include changes not yet durable: answer it only after
         `settled(space_id)` (or read through `read`). UNAVAILABLE while its partition cannot serve."""
         partition = self.partition_of(space_id)
-        if partition.refusal is not None:
+        if partition.refusal is not None and not partition.readable:
             raise KernelError(UNAVAILABLE, partition.refusal)
         return partition.state.space_view(space_id)
 
@@ -226,7 +226,7 @@ class Kernel:
         (at most one group commit later, and at once when nothing is pending).
         """
         partition = self.partition_of(space_id)
-        if partition.refusal is not None:
+        if partition.refusal is not None and not partition.readable:
             raise KernelError(UNAVAILABLE, partition.refusal)
         result = view(partition.state.spaces.get(space_id))
         await partition.settled()
@@ -239,7 +239,9 @@ class Kernel:
         the call may be answered when this returns. UNAVAILABLE if a journal fails first.
         """
         if space_id is not None:
-            await self.partition_of(space_id).settled()
+            partition = self.partition_of(space_id)
+            if partition.refusal is None:  # (a follower's state holds committed changes only)
+                await partition.settled()
             return
         for partition in self.partitions:  # a later partition's point is taken after the earlier
             if partition.refusal is None:  # waits: later than at the call, which is only safer

@@ -161,8 +161,11 @@ class Partition:
         # Set by `end_waits()` at shutdown: no call parks any more, a long poll answers EMPTY.
         self.waits_ended = False
         # Why the partition takes no command now (None: it serves): it could not be opened, or
-        # it was stopped. Its reads answer UNAVAILABLE with the same reason.
+        # it was stopped, or another node of a cluster leads it. Its reads answer UNAVAILABLE
+        # with the same reason, unless `readable` (a cluster's follower: its state holds
+        # committed changes only, a little behind the leader's).
         self.refusal: str | None = None
+        self.readable = False
 
     def __repr__(self) -> str:
         return f"<Partition {self.number}>"
@@ -173,7 +176,8 @@ class Partition:
         """Serve until cancelled: the supervisor and every actor live in this nursery."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            self.supervisor.arm_all(self.state.timers())
+            if self.refusal is None:  # (one that does not serve arms its timers when it starts to)
+                self.supervisor.arm_all(self.state.timers())
             await nursery.start(self.supervisor.run)
             nursery.start_soon(self._sweep_lingering)
             task_status.started()

@@ -97,6 +97,18 @@ _SERVER: tuple[Setting, ...] = (
     Setting("partitions", int, _DEFAULTS.partitions, "Data partitions, each with its own journal, timers and actors, spaces spread over them "
             "by a hash of their id. Fixed when the data directory is made (default 1); a later start may leave it out or repeat it.",
             minimum=1, maximum=256, optional=True),
+    Setting("etcd", str, _DEFAULTS.etcd, "Run as a node of a cluster whose journal is on etcd: its members' client URLs, "
+            "comma-separated (none: one node, its journal on the local disk). See docs/cluster.md.", optional=True),
+    Setting("cluster", str, _DEFAULTS.cluster, "The cluster's name: the prefix of its keys in etcd (several clusters can share one etcd)."),
+    Setting("node_id", str, _DEFAULTS.node_id, "This node's id in the cluster, the same across its restarts (default: the host name and port).",
+            optional=True),
+    Setting("advertise", str, _DEFAULTS.advertise, "The URL the cluster's other nodes reach this node by (default: http://HOST:PORT).",
+            optional=True),
+    Setting("cluster_lease_s", int, _DEFAULTS.cluster_lease_s, "TTL of this node's session with etcd, in seconds: a node that dies "
+            "loses its partitions about this long (plus half a second) later. 1 needs etcd's tuned timing (docs/cluster.md).",
+            minimum=1, maximum=30),
+    Setting("cluster_forward_wait_s", float, _DEFAULTS.cluster_forward_wait_s, "How long a request for a partition without a leader "
+            "(a failover) waits for the new one before it is answered 503.", minimum=0, maximum=60),
     Setting("api_key", str, _DEFAULTS.api_key, "A bearer key accepted for `space_id` at start (journaled as its digest).", optional=True, secret=True),
     Setting("space_id", str, _DEFAULTS.space_id, "The space `api_key` (or the key made at first start) opens."),
     Setting("admin_key", str, _DEFAULTS.admin_key, "The admin credential for /v1/admin and `runstate keys`; at least 16 characters. "
@@ -289,6 +301,14 @@ def _check(setting: Setting, value: Any, source: str) -> None:
             raise ConfigError(f"{where}: must be 1-{SPACE_ID_LEN_MAX} characters of A-Z a-z 0-9 - _, got {value!r}") from None
     if setting.name == "admin_key" and len(value) < 16:
         raise ConfigError(f"{where}: must be at least 16 characters (it opens every space)")
+    if setting.name == "etcd":
+        for url in value.split(","):
+            if not re.fullmatch(r"https?://[^\s/,]+/?", url.strip()):
+                raise ConfigError(f"{where}: must be etcd members' client URLs (http://HOST:PORT), comma-separated, got {url.strip()!r}")
+    if setting.name == "advertise" and not re.fullmatch(r"https?://[^\s/]+/?", value):
+        raise ConfigError(f"{where}: must be a URL (http://HOST:PORT) other nodes reach this one by, got {value!r}")
+    if setting.name in ("cluster", "node_id") and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):
+        raise ConfigError(f"{where}: must be 1-64 characters of A-Z a-z 0-9 . _ -, got {value!r}")
 
 
 def _read_file(path: str) -> dict[str, tuple[Any, str]]:
@@ -383,6 +403,16 @@ def load(flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | No
                 f"settings {smaller} = {values[smaller]} (from {sources[smaller]}) and {larger} = {values[larger]} "
                 f"(from {sources[larger]}) do not fit: {smaller} must not exceed {larger}"
             )
+    if values["etcd"] and not values["data_dir"]:
+        raise ConfigError(
+            f"setting etcd (from {sources['etcd']}): a node of a cluster keeps a copy of the partitions' logs and "
+            "their snapshots: give it --data-dir too"
+        )
+    if values["etcd"] and values["payload_bytes_max"] > 512 * 1024:
+        raise ConfigError(
+            f"setting payload_bytes_max (from {sources['payload_bytes_max']}): in a cluster a change is one etcd value "
+            "of at most about 1 MiB: keep payloads at most 512 KiB"
+        )
     limits = Limits(**{s.name: values[s.name] for s in SETTINGS if s.limit})
     settings = Settings(limits=limits, **{s.name: values[s.name] for s in SETTINGS if not s.limit})
     return Loaded(settings, sources, path)

@@ -25,6 +25,7 @@ import trio
 
 from ..actors.errors import INTERNAL, NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
 from ..actors.kernel import Idem
+from .forward import forward, partition_of_request
 from ..actors.limits import Limits
 from .body import Body, parse_body
 from .doors import BodyReading, ClientGone, check_known_key, drain, read_body, send_while_discarding
@@ -47,13 +48,14 @@ _CLOSE = {"connection": "close"}
 
 
 class Raw:
-    """An answer body that is not JSON (the metrics text): bytes and their content type."""
+    """An answer body that is not JSON (the metrics text): bytes, their content type, more headers."""
 
-    __slots__ = ("body", "content_type")
+    __slots__ = ("body", "content_type", "headers")
 
-    def __init__(self, body: bytes, content_type: str) -> None:
+    def __init__(self, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         self.body = body
         self.content_type = content_type
+        self.headers = headers
 
 
 class Request:
@@ -184,6 +186,8 @@ async def _send_raw(send: Callable[[dict], Awaitable[None]], status: int, raw: R
         (b"content-length", b"%d" % len(raw.body)),
         (b"x-request-id", request_id.encode()),
     ]
+    if raw.headers:
+        headers.extend((name.encode("latin-1"), value.encode("latin-1")) for name, value in raw.headers.items())
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": raw.body})
 
@@ -228,6 +232,18 @@ async def serve_http(
         if reading.cancelled_caught:
             incoming.timed_out = True
             raise ApiError("REQUEST_TIMEOUT", "the request body did not arrive in time", status=408, headers=dict(_CLOSE))
+        cluster = getattr(services, "cluster", None)
+        if cluster is not None and not route.public:
+            number = partition_of_request(services.kernel, method, route.pattern, params)
+            if number is not None:
+                path = raw_path + ("?" + request.query.decode("latin-1") if request.query else "")
+                answer = await forward(cluster, number, method, path, headers, request.body,
+                                       services.settings.cluster_forward_wait_s)
+                if answer is not None:
+                    status = answer.status
+                    await send({"type": "http.response.start", "status": status, "headers": answer.headers})
+                    await send({"type": "http.response.body", "body": answer.body})
+                    return
         long_poll = route.long_poll
         if long_poll is True or (long_poll and long_poll(request)):
             answer = await _with_disconnect_watch(route.handler, services, request, params, receive)

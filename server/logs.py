@@ -124,6 +124,8 @@ def setup(log_format: str = "json", log_level: str = "info", write: Write | None
     root.setLevel(_LEVELS[log_level])
     # hypercorn's own start lines repeat ours; its errors still come through.
     logging.getLogger("hypercorn.error").setLevel(max(_LEVELS[log_level], logging.WARNING))
+    # httpx logs a line per request at info: a cluster's node talks to etcd and its peers all the time.
+    logging.getLogger("httpx").setLevel(max(_LEVELS[log_level], logging.WARNING))
     return write
 
 

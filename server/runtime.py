@@ -17,6 +17,7 @@ soon as its files are repaired.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Callable
 
 import trio
@@ -30,6 +31,9 @@ from ..actors.commands import RegisterKey
 from ..actors.keys import digest, new_secret
 from ..snapshots import RecoveryError, StoreLocked
 from ..snapshots.datadir import DataDir, DataDirError, open_data_dir
+from ..snapshots.etcd import EtcdError
+from .cluster import STANDBY, Cluster, ClusterError
+from .config import ConfigError
 from .admin import AdminCredential
 from .durable import state_model
 from .doors import Doors
@@ -69,6 +73,8 @@ class Runtime:
         self.kernel: Kernel | None = None
         # The open data directory (with a store per partition), or None: the state is in memory.
         self.data: DataDir | None = None
+        # This node's part in a cluster (`--etcd`), or None: one node.
+        self.cluster: Cluster | None = None
         self._nursery_for_stores: trio.Nursery | None = None
         # Set when the state could not be made ready; `stopped` tells `serve` to shut down.
         self.fatal: BaseException | None = None
@@ -85,6 +91,9 @@ class Runtime:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         clock = self._clock or Clock()
+        if self.settings.etcd:
+            await self._run_cluster(clock)
+            return
         data = None
         if self.settings.data_dir:
             try:
@@ -136,9 +145,69 @@ class Runtime:
         self.ready = True
         event(log, "ready", "ready", spaces=len(kernel.keys.spaces()), keys=len(kernel.keys), partitions=kernel.layout.count)
 
-    async def _configure_keys(self) -> None:
+    # -- a node of a cluster -----------------------------------------------------------------------
+
+    async def _run_cluster(self, clock: Clock) -> None:
+        """Join the cluster on etcd: every partition followed from this node's copy, led where won."""
         settings = self.settings
-        self.admin.prepare(settings.admin_key, settings.data_dir, self._on_admin_key)
+        cluster = self.cluster = Cluster(
+            endpoints=[url.strip().rstrip("/") for url in settings.etcd.split(",")],  # type: ignore[union-attr]
+            name=settings.cluster, node_id=self.node_id(), advertise=self.advertise(),
+            data_dir=settings.data_dir, partitions=settings.partitions, lease_s=settings.cluster_lease_s,  # type: ignore[arg-type]
+            model=state_model(self.limits), clock=clock, **self._store_options(),
+        )
+        try:
+            with trio.fail_after(60):
+                states = await cluster.open()
+        except (ClusterError, EtcdError, RecoveryError, StoreLocked, DataDirError, OSError, trio.TooSlowError) as error:
+            log.critical("cannot join cluster %s: %s", settings.cluster, error)
+            cluster.close()
+            self.fatal = error
+            self.stopped.set()
+            return
+        layout = cluster.layout
+        assert layout is not None
+        refusals = {number: STANDBY for number in layout.numbers()}
+        kernel = Kernel.partitioned(
+            states, {}, layout=layout, limits=self.limits, clock=clock, ids=IdSource(self.settings.seed), refusals=refusals,
+        )
+        for partition in kernel.partitions:
+            partition.readable = True
+        cluster.on_lead = self._on_lead
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(kernel.run)
+                self.kernel = kernel
+                await nursery.start(cluster.run, kernel)
+                self.admin.prepare(settings.admin_key, settings.data_dir, self._on_admin_key)
+                self.ready = True
+                event(log, "ready", "ready", cluster=settings.cluster, node=cluster.node_id, partitions=layout.count)
+        finally:
+            cluster.close()
+
+    async def _on_lead(self, number: int) -> None:
+        """This node now leads partition `number`: the system partition's leader registers the keys
+        the nodes were started with, as a single node does at its start."""
+        if number == 0:
+            await self._configure_api_key()
+
+    def node_id(self) -> str:
+        return self.settings.node_id or f"{socket.gethostname()}-{self.settings.port}"
+
+    def advertise(self) -> str:
+        if self.settings.advertise:
+            return self.settings.advertise
+        if not self.settings.port:
+            raise ConfigError("a node of a cluster on port 0 must say how other nodes reach it: give --advertise")
+        host = self.settings.host if self.settings.host not in ("0.0.0.0", "::") else socket.gethostname()
+        return f"http://{host}:{self.settings.port}"
+
+    async def _configure_keys(self) -> None:
+        self.admin.prepare(self.settings.admin_key, self.settings.data_dir, self._on_admin_key)
+        await self._configure_api_key()
+
+    async def _configure_api_key(self) -> None:
+        settings = self.settings
         if settings.api_key:
             try:
                 await self._register_key(settings.api_key, settings.space_id, "RUNSTATE_API_KEY")
@@ -188,6 +257,8 @@ class Runtime:
         """
         if self.kernel is None:
             return None
+        if self.cluster is not None:
+            return self.cluster.readiness()
         reasons = []
         for partition in self.kernel.partitions:
             failure = partition.journal.failure

@@ -26,9 +26,19 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     # Fixed randomness for simulations and tests; None draws from the operating system.
     seed: int | None = None
-    # Data partitions (`actors/layout.py`): fixed when a data directory is made (None: 1 for a new
-    # one, else the count the directory was made with).
+    # Data partitions (`actors/layout.py`): fixed when a data directory (or a cluster) is made
+    # (None: 1 for a new directory, 8 for a new cluster, else the count it was made with).
     partitions: int | None = None
+    # A cluster on etcd (`cluster.py`): its members' client URLs, comma-separated (None: one node,
+    # its journal on the local disk), the cluster's name (its keys' prefix), this node's id (stable
+    # across its restarts; default: host name and port), the URL other nodes reach it by, the TTL
+    # of its session with etcd, and how long a request waits for a partition's new leader.
+    etcd: str | None = None
+    cluster: str = "runstate"
+    node_id: str | None = None
+    advertise: str | None = None
+    cluster_lease_s: int = 1
+    cluster_forward_wait_s: float = 5.0
 
     # Operating it (see `config.py` for the flags, variables and TOML names of each).
     # The credential of the admin endpoints; None: read or made in the data directory, or printed once.

@@ -75,6 +75,7 @@ from .wal import SEGMENT_SUFFIX
 
 __all__ = [
     "RecoveryError", "Repair", "Loaded", "load", "list_segments", "wal_dir", "snapshot_dir", "file_versions",
+    "replay_batch", "Replayed",
 ]
 
 log = logging.getLogger("runstate.snapshots")
@@ -307,6 +308,57 @@ def _replay_wal(
         loaded.last_lsn, loaded.prev_crc = last_lsn, prev_crc
     else:  # no WAL after the snapshot (or it ends before it): continue from the snapshot
         loaded.last_lsn, loaded.prev_crc = snapshot_lsn, 0
+
+
+@dataclass(slots=True)
+class Replayed:
+    """What `replay_batch` applied: the last LSN, the newest `at_ms` among the records, and each
+    record's body as it was framed (for a local copy)."""
+
+    last_lsn: int
+    newest_ms: int
+    bodies: list[bytes]
+
+
+def replay_batch(data: bytes, first_lsn: int, state_apply: Any, model: StateModel, where: str) -> Replayed:
+    """Apply one batch of frames from a replicated log, as recovery replays a segment.
+
+    `data` is what the leader committed (`frame.encode_frames`, a chain of its own from 0: the
+    batches follow each other by their keys' LSNs): every frame must be intact, carry the next LSN
+    from `first_lsn` and link to the one before; each record is read as the format spells it,
+    checked and applied through `state_apply`, the same `apply` replay uses. Raises
+    `RecoveryError(where, offset, reason)` on anything else: a standby that meets it stops
+    following rather than diverge.
+    """
+    prev_crc = 0
+    check = model.records.check  # (a replicated log is written in the current format)
+    view = memoryview(data)
+    offset, expected, newest_ms = 0, first_lsn, 0
+    bodies: list[bytes] = []
+    while offset < len(data):
+        found = read_frame(view, offset)
+        if found.__class__ is not Frame:
+            raise RecoveryError(where, offset, f"damaged record ({found.kind}) in a batch of the log")  # type: ignore[union-attr]
+        _, lsn, frame_prev_crc, crc, body, end, _ = found
+        if lsn != expected:
+            raise RecoveryError(where, offset, f"record has LSN {lsn}, expected {expected} (a gap)")
+        if frame_prev_crc != prev_crc:
+            raise RecoveryError(where, offset, f"record {lsn} is not linked to the one before it")
+        raw = bytes(body)
+        try:
+            record = orjson.loads(raw)
+            check(record)
+            state_apply(record)
+        except Exception as error:  # not JSON, not a record of the format, or not one that applies
+            raise RecoveryError(where, offset, f"record {lsn} does not apply: {error!r}") from None
+        at_ms = record.get("at_ms")
+        if at_ms.__class__ is int and at_ms > newest_ms:
+            newest_ms = at_ms
+        bodies.append(raw)
+        prev_crc, expected, offset = crc, expected + 1, end
+    if expected == first_lsn:
+        raise RecoveryError(where, 0, "an empty batch")
+    return Replayed(expected - 1, newest_ms, bodies)
 
 
 def _tail_decision(path: str, data: bytes, offset: int, expected: int) -> Repair:

@@ -207,6 +207,7 @@ class Store:
         # disk): a bug, since the durable log always replays. Kept for /metrics and for tests.
         self.snapshot_refusals: list[str] = []
         self.repairs_done = 0
+        self.following = False
         self._lock_fd: int | None = lock_fd
         self._owner: Restorable | None = None
         self._busy = trio.Lock()  # snapshots and repairs never run at the same time
@@ -237,10 +238,17 @@ class Store:
             loaded.upgraded_from = await self.run_blocking(self._upgrade, loaded)
         return loaded
 
-    async def begin(self, loaded: Loaded) -> None:
-        """Start a new WAL segment after `loaded` and record the boot and the restart decisions."""
+    async def begin(self, loaded: Loaded, *, follow: bool = False) -> None:
+        """Start a new WAL segment after `loaded` and record the boot and the restart decisions.
+
+        With `follow`, the folder is a local copy of a replicated log (a cluster's partition):
+        nothing is decided here; the batches the log commits are written as they come
+        (`journal.append_encoded`), without fsync (the log holds them durably; a crash that
+        loses the copy's tail is caught up from the log), and the copy's snapshots bound how much
+        of the log the node needs again after a restart."""
         record_format = self.model.records
         upgraded_from = loaded.upgraded_from
+        self.following = follow
         writer = SegmentWriter(
             wal_dir(self.data_dir), self.disk, self.config.segment_bytes_max, version=record_format.version,
             partition=self.partition or 0,
@@ -248,16 +256,18 @@ class Store:
         await self.run_blocking(writer.start, loaded.last_lsn + 1, loaded.prev_crc)
         self.journal = WalJournal(
             writer,
-            fsync=self.config.fsync,
+            fsync="off" if follow else self.config.fsync,
             batch_interval_ms=self.config.batch_interval_ms,
             run_blocking=self.run_blocking,
             check=record_format.check,
         )
-        now_ms = self.clock.now_ms()
-        records, expired, graced = await self.run_blocking(
-            _boot_records, loaded.state, self.config.fsync, now_ms
-        )
-        await self.journal.write_now(records)
+        expired = graced = 0
+        if not follow:
+            now_ms = self.clock.now_ms()
+            records, expired, graced = await self.run_blocking(
+                _boot_records, loaded.state, self.config.fsync, now_ms
+            )
+            await self.journal.write_now(records)
         self.state = loaded.state
         # The recovered state lives as long as the server and holds no cycles: keep the collector
         # from walking it again and again (each full collection would stall the loop). No collect
@@ -357,7 +367,8 @@ class Store:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.journal.run)
             nursery.start_soon(self._snapshots)
-            nursery.start_soon(self._repairs)
+            if not self.following:  # a local copy that fails is rebuilt by its node, not here
+                nursery.start_soon(self._repairs)
             task_status.started()
 
     async def _snapshots(self) -> None:

@@ -70,6 +70,10 @@ FSYNC_POLICIES = ("always", "batch", "off")
 SEGMENT_SUFFIX = ".wal"
 
 
+def _ignore(error: BaseException | None) -> None:
+    """Nobody waits for a copied batch; a failure is the journal's own (`failure`)."""
+
+
 def segment_name(first_lsn: int) -> str:
     return f"{first_lsn:020d}{SEGMENT_SUFFIX}"
 
@@ -277,6 +281,19 @@ class WalJournal:
         self._pending_records += len(bodies)
         self._wakeup.set()
         return self.appended_lsn
+
+    def append_encoded(self, first_lsn: int, bodies: list[bytes]) -> None:
+        """Queue records already checked and encoded elsewhere, at the LSNs they already have.
+
+        For a local copy of a replicated log (`Store.follow`): the batches come committed, in
+        order, and are written here as they are; nobody waits for them."""
+        if self.failure is not None:
+            return
+        assert first_lsn == self.appended_lsn + 1, f"LSN {first_lsn} copied, {self.appended_lsn + 1} expected"
+        self.appended_lsn += len(bodies)
+        self._pending.append((first_lsn, bodies, _ignore))
+        self._pending_records += len(bodies)
+        self._wakeup.set()
 
     def after(self, lsn: int, on_durable: Durable) -> None:
         if lsn <= self.durable_lsn:

@@ -2,14 +2,14 @@
 
 from ..http import Router
 from . import claims, health, mailboxes, messages, once, scopes, tasks
-from . import admin, inspect, metrics, openapi
+from . import admin, cluster, inspect, metrics, openapi
 from . import capacity  # -- capacity --
 from . import coordination  # -- coordination --
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
-for module in (health, scopes, claims, mailboxes, messages, tasks, once, admin, inspect, metrics, openapi):
+for module in (health, scopes, claims, mailboxes, messages, tasks, once, admin, inspect, metrics, openapi, cluster):
     ROUTER.include(module.router)
 ROUTER.include(capacity.router)  # -- capacity --
 ROUTER.include(coordination.router)  # -- coordination --

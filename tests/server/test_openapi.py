@@ -122,6 +122,7 @@ def _existing(server: ServerProcess) -> dict[str, str]:
     return {
         "space": SPACE, "scope_id": scope_id, "mailbox_id": mailbox_id, "task_id": task["taskId"], "message_id": task["messageId"],
         "key": "k", "key_id": "ak_0", "barrier_id": barrier_id, "timer_id": timer_id, "group_id": group_id, **capacity, "name": "fuzz",
+        "partition": "1",
     }
 
 

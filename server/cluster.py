@@ -1,0 +1,750 @@
+"""This node in a cluster on etcd: leading some partitions, following the others, answering for all.
+
+The journal of every partition lives in etcd (`snapshots/etcd_journal.py`); etcd's Raft gives it
+to a quorum and Jepsen found its transactions strict-serializable, so nothing here is consensus:
+it is who writes each partition's log, and everyone else reading it.
+
+Keys, under `/rs/<cluster>/`:
+
+    meta                 {"layout": 2, "partitions": P}: made by the first node, read by every later one
+    secret               random bytes: what nodes show each other (a snapshot asked of a peer)
+    nodes/<id>           {"url", "applied", "snapshots", "leads"}: a live node, on its session's lease
+    p/<NNN>/leader       {"node", "url"}: the partition's leader, on its session's lease
+    p/<NNN>/log/<LSN>    a committed batch of the partition, by the LSN of its first record
+
+A node's **session** is one etcd lease (TTL `cluster_lease_s`, kept alive every third of it by
+`LeaseKeeper`, whose deadline counts from when each keepalive was sent). The node's key and
+every leader key it holds live on it, so a node that dies loses all its partitions at once, about
+TTL + 0.5 s later. A node whose session deadline passes stops serving every partition it led
+before anyone else can win one (the deadline is earlier than etcd's expiry), then starts a new
+session and follows.
+
+Each **partition** has one task here (`_partition`), always in one of three phases:
+
+- *follow*: read the log from the next LSN this node lacks (a linearizable range read), apply
+  every batch through the same replay code recovery uses (`recovery.replay_batch`) into the
+  partition's state and write it into the local copy (`Store.follow`: snapshots bound what a
+  restart reads again), then watch the partition's keys for new batches and for its leader
+  leaving. The kernel refuses the partition's commands meanwhile (`refusal`): requests go to the
+  leader (`forward.py`); the console reads the followed state, which holds committed changes only.
+- *campaign*: the leader key is gone. The live node that the partition prefers (the highest
+  CRC-32 of node and partition: rendezvous hashing, which spreads partitions evenly and moves few
+  when a node comes or goes) tries at once, the others a little later. Winning is a transaction
+  that creates the leader key if it is absent; the epoch is the revision that created it.
+- *lead*: read the log to its end again (a batch committed by the old leader just before it lost
+  its key is there now, none can come after: its fence names its own epoch), then decide the
+  restart rules (`actors/state.py restart`: leases whose end has passed expire, live ones keep
+  their end and a grace once; generations come from the log, so they keep growing) and commit
+  them as the epoch's first batch, then serve the partition: the kernel gets the state and an
+  `EtcdJournal` fenced on the epoch. It serves until the journal is fenced (another node won: this
+  one was paused past its session), the session is lost, or the node steps down; then the state,
+  which may hold changes never committed, is rebuilt from the local copy and the log, and the
+  partition is followed again.
+
+Partitions are given back to the node that prefers them: a leader steps down from a partition
+whose preferred live node has caught up with its log, when it leads more than its share.
+
+The leader trims each partition's log below the newest snapshot every live node has of it (they
+say so in their node keys); a node whose copy is older than what the log still holds asks a peer
+for its snapshot (`GET /v1/cluster/partitions/{n}/snapshot`, shown the cluster's secret).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import secrets
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import httpx
+import trio
+
+from ..actors.clock import Clock
+from ..actors.kernel import Kernel
+from ..actors.layout import Layout
+from ..actors.errors import UNAVAILABLE, KernelError
+from ..snapshots.datadir import Manifest, make_data_dir, partition_dir, read_manifest
+from ..snapshots.etcd import Compare, EtcdClient, EtcdError, LeaseKeeper, Op, WatchCanceled, prefix_end
+from ..snapshots.etcd_journal import EtcdJournal, Fenced, PartitionKeys
+from ..snapshots.model import StateModel
+from ..snapshots.recovery import RecoveryError, load, replay_batch, snapshot_dir
+from ..snapshots.snapshot import list_snapshots
+from ..snapshots.store import Store, StoreConfig, lock_dir
+from ..snapshots.wal import RunBlocking
+
+__all__ = ["Cluster", "ClusterError", "Leader", "STANDBY", "DEFAULT_PARTITIONS"]
+
+log = logging.getLogger("runstate.cluster")
+
+# Data partitions of a new cluster when `--partitions` is not given (several nodes share them).
+DEFAULT_PARTITIONS = 8
+# The refusal of a partition this node follows: its requests go to the leader.
+STANDBY = "this node follows the partition; its leader answers"
+# A follower that the partition does not prefer waits this long (times its rank) before it campaigns.
+CAMPAIGN_DELAY_S = 0.3
+# How often a node says what it has (applied and snapshotted LSNs) in its key, and a leader trims.
+PUBLISH_EVERY_S = 2.0
+TRIM_EVERY_S = 10.0
+# Batches read from the log per request while catching up.
+CATCH_UP_BATCHES = 64
+# A node steps down from a partition whose preferred node is at most this many records behind.
+HANDOFF_LAG_MAX = 0
+SECRET_HEADER = "x-runstate-cluster-secret"
+
+
+class ClusterError(Exception):
+    """The cluster cannot be joined as asked (another partition count, an unreadable meta key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    node: str
+    url: str
+    epoch: int
+
+
+@dataclass(slots=True)
+class _Follower:
+    """What this node has of one partition: its local copy, and the point its state has reached."""
+
+    number: int
+    keys: PartitionKeys
+    store: Store
+    next_lsn: int = 1
+    leader: Leader | None = None
+    leader_seen: trio.Event = field(default_factory=trio.Event)  # set whenever `leader` changes
+    journal: EtcdJournal | None = None
+    step_down: trio.Event = field(default_factory=trio.Event)
+    store_scope: trio.CancelScope | None = None  # the local copy's tasks (its writer, its snapshots)
+    store_done: trio.Event = field(default_factory=trio.Event)
+    failovers: int = 0
+    lag_records: int = 0  # behind the newest batch the watch has seen (a follower)
+
+
+def preference(node: str, partition: int) -> int:
+    """The rendezvous score of `node` for `partition`: the live node with the highest leads it."""
+    return zlib.crc32(f"{node}/{partition}".encode())
+
+
+class Cluster:
+    """This node's part in the cluster. `open` before the kernel is made, then `run` beside it."""
+
+    def __init__(
+        self,
+        *,
+        endpoints: list[str],
+        name: str,
+        node_id: str,
+        advertise: str,
+        data_dir: str,
+        partitions: int | None,
+        lease_s: int,
+        model: StateModel,
+        clock: Clock,
+        config: StoreConfig,
+        disk: Any,
+        run_blocking: RunBlocking | None = None,
+    ) -> None:
+        self.endpoints = endpoints
+        self.name = name
+        self.node_id = node_id
+        self.advertise = advertise.rstrip("/")
+        self.data_dir = data_dir
+        self.asked_partitions = partitions
+        self.lease_s = lease_s
+        self.model = model
+        self.clock = clock
+        self.config = config
+        self.disk = disk
+        self.run_blocking = run_blocking
+        self.prefix = f"/rs/{name}/"
+        self.etcd = EtcdClient(endpoints)
+        self.partitions = 0
+        self.secret = ""
+        self.layout: Layout | None = None
+        self.followers: dict[int, _Follower] = {}
+        self.kernel: Kernel | None = None
+        self.session: LeaseKeeper | None = None
+        self.session_ready = trio.Event()
+        self.nodes: dict[str, dict] = {}  # live nodes (their keys' values), by id
+        self.nodes_changed = trio.Event()
+        self.sessions = 0
+        self.since_ms = clock.now_ms()  # when this node joined (others hand it partitions after a while)
+        self._lock_fd: int | None = None
+        self._http: httpx.AsyncClient | None = None
+        # Told each partition this node starts to lead, once it serves it (in a task of its own).
+        self.on_lead: Callable[[int], Awaitable[None]] | None = None
+
+    # -- opening ----------------------------------------------------------------------------------
+
+    async def open(self) -> dict[int, Any]:
+        """Join the cluster's meta (making it if this is the first node), open the local copy of
+        every partition; returns each partition's state as the local copy has it."""
+        meta_key = self.prefix + "meta"
+        asked = self.asked_partitions or DEFAULT_PARTITIONS
+        made = await self.etcd.txn(
+            [Compare.absent(meta_key)],
+            [Op.put(meta_key, json.dumps({"layout": 2, "partitions": asked})),
+             Op.put(self.prefix + "secret", secrets.token_hex(32))],
+            [Op.get(meta_key)],
+        )
+        if made.succeeded:
+            self.partitions = asked
+            log.warning("cluster %s made with %d partitions", self.name, asked,
+                        extra={"event": "cluster_made", "fields": {"cluster": self.name, "partitions": asked}})
+        else:
+            meta = json.loads(made.responses[0].kvs[0].value)
+            self.partitions = int(meta["partitions"])
+            if self.asked_partitions is not None and self.asked_partitions != self.partitions:
+                raise ClusterError(
+                    f"cluster {self.name} was made with {self.partitions} partition(s); the count is fixed when a "
+                    f"cluster is made, so start without --partitions (or with --partitions {self.partitions})"
+                )
+        secret = await self.etcd.get(self.prefix + "secret")
+        self.secret = "" if secret is None else secret.value.decode()
+        self.layout = Layout(self.partitions)
+        blocking = self.run_blocking or trio.to_thread.run_sync
+        self._lock_fd = await blocking(lock_dir, self.data_dir)
+        manifest = read_manifest(self.data_dir)
+        if manifest is None:
+            await blocking(make_data_dir, self.data_dir, Manifest(self.partitions), self.disk)
+        elif manifest.partitions != self.partitions:
+            raise ClusterError(
+                f"{self.data_dir} holds a copy of {manifest.partitions} partition(s); cluster {self.name} has "
+                f"{self.partitions}: give this node a directory of its own"
+            )
+        states = {}
+        for number in self.layout.numbers():
+            follower = await self._open_copy(number)
+            self.followers[number] = follower
+            states[number] = follower.store.state
+        self._http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        return states
+
+    async def _open_copy(self, number: int) -> _Follower:
+        store = Store(
+            partition_dir(self.data_dir, number), self.config, self.disk, self.model, self.clock, None,
+            self.run_blocking, partition=number,
+        )
+        loaded = await store.recover()
+        await store.begin(loaded, follow=True)
+        keys = PartitionKeys(self.prefix, number)
+        return _Follower(number, keys, store, loaded.last_lsn + 1)
+
+    def close(self) -> None:
+        for follower in self.followers.values():
+            follower.store.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- running ----------------------------------------------------------------------------------
+
+    async def run(self, kernel: Kernel, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The session, every partition's task, the membership watch, publishing and trimming."""
+        self.kernel = kernel
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for follower in self.followers.values():
+                    await nursery.start(self._run_store, follower)
+                await nursery.start(self._session_loop)
+                nursery.start_soon(self._watch_nodes)
+                for number in self.followers:
+                    nursery.start_soon(self._partition, number)
+                nursery.start_soon(self._publish)
+                nursery.start_soon(self._trim)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._leave()
+
+    async def _leave(self) -> None:
+        """At shutdown: give up leadership at once (revoking the session deletes the leader keys),
+        so the other nodes take over now rather than a lease later."""
+        session = self.session
+        if session is not None:
+            with trio.move_on_after(2):
+                try:
+                    await session.revoke()
+                except EtcdError as error:
+                    log.warning("could not revoke the session on leaving: %s", error)
+        await self.etcd.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def _session_loop(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        while True:
+            try:
+                session = await LeaseKeeper.grant(self.etcd, self.lease_s)
+                await self.etcd.put(self._node_key(), self._node_value(), lease=session.lease_id)
+            except EtcdError as error:
+                log.warning("cannot open a session with etcd (%s); trying again", error)
+                await trio.sleep(0.5)
+                continue
+            self.session = session
+            self.sessions += 1
+            self.session_ready.set()
+            log.info("session %x open (TTL %d s)", session.lease_id, session.ttl_s,
+                     extra={"event": "session", "fields": {"lease": session.lease_id, "ttl_s": session.ttl_s}})
+            if not started:
+                task_status.started()
+                started = True
+            await session.run()
+            # The deadline passed (or etcd ended the lease): stop leading everything at once.
+            log.error("session lost: %s; every partition this node led stops now", session.lost_reason,
+                      extra={"event": "session_lost", "fields": {"reason": session.lost_reason}})
+            self.session_ready = trio.Event()
+            for follower in self.followers.values():
+                follower.step_down.set()
+
+    async def _run_store(self, follower: _Follower, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        done = follower.store_done = trio.Event()
+        try:
+            with trio.CancelScope() as scope:
+                follower.store_scope = scope
+                await follower.store.run(None, task_status=task_status)
+        finally:
+            done.set()
+
+    async def _reopen_store(self, follower: _Follower) -> None:
+        """Stop the local copy's tasks, close it, open it again from its folder (recovered)."""
+        if follower.store_scope is not None:
+            follower.store_scope.cancel()
+            await follower.store_done.wait()
+        follower.store.close()
+        fresh = await self._open_copy(follower.number)
+        follower.store, follower.next_lsn = fresh.store, fresh.next_lsn
+        self.kernel.partitions[follower.number].state = follower.store.state  # type: ignore[union-attr]
+        assert self._nursery is not None
+        await self._nursery.start(self._run_store, follower)
+
+    def _node_key(self) -> str:
+        return f"{self.prefix}nodes/{self.node_id}"
+
+    def _node_value(self) -> str:
+        return json.dumps({
+            "url": self.advertise,
+            "applied": {str(n): f.next_lsn - 1 for n, f in self.followers.items()},
+            "snapshots": {str(n): f.store.snapshot_lsn for n, f in self.followers.items()},
+            "leads": sorted(n for n, f in self.followers.items() if f.journal is not None),
+            "at_ms": self.clock.now_ms(),
+            "since_ms": self.since_ms,
+        })
+
+    async def _publish(self) -> None:
+        while True:
+            await trio.sleep(PUBLISH_EVERY_S)
+            session = self.session
+            if session is None or not session.alive:
+                continue
+            try:
+                await self.etcd.put(self._node_key(), self._node_value(), lease=session.lease_id)
+            except EtcdError as error:
+                log.warning("cannot publish this node's status: %s", error)
+            self._rebalance()
+
+    async def _watch_nodes(self) -> None:
+        prefix = self.prefix + "nodes/"
+        while True:
+            try:
+                found = await self.etcd.range(prefix, prefix=True)
+                self.nodes = {kv.key.decode()[len(prefix):]: json.loads(kv.value) for kv in found.kvs}
+                self._nodes_changed()
+                async with self.etcd.watch(prefix, prefix=True, start_revision=found.header.revision + 1) as watch:
+                    async for response in watch:
+                        for event in response.events:
+                            node = event.kv.key.decode()[len(prefix):]
+                            if event.type == "DELETE":
+                                self.nodes.pop(node, None)
+                            else:
+                                self.nodes[node] = json.loads(event.kv.value)
+                        self._nodes_changed()
+            except (EtcdError, WatchCanceled) as error:
+                log.warning("the watch on the cluster's nodes broke (%s); taking it up again", error)
+                await trio.sleep(0.2)
+
+    def _nodes_changed(self) -> None:
+        self.nodes_changed.set()
+        self.nodes_changed = trio.Event()
+
+    def preferred(self, number: int) -> list[str]:
+        """Live nodes (and this one), most preferred for `number` first."""
+        live = set(self.nodes) | {self.node_id}
+        return sorted(live, key=lambda node: (-preference(node, number), node))
+
+    # -- one partition ----------------------------------------------------------------------------
+
+    async def _partition(self, number: int) -> None:
+        follower = self.followers[number]
+        while True:
+            try:
+                revision = await self._catch_up(follower)
+                leader = await self._leader(follower, revision)
+                if leader is None:
+                    if await self._campaign(follower):
+                        continue
+                else:
+                    await self._follow(follower, revision)
+            except (EtcdError, WatchCanceled) as error:
+                log.warning("partition %d: %s; following again", number, error)
+                await trio.sleep(0.2)
+            except RecoveryError as error:
+                self._refuse(follower, f"its log cannot be applied: {error}")
+                log.error("partition %d: %s", number, error)
+                await trio.sleep(5)
+                await self._rebuild(follower)
+
+    async def _leader(self, follower: _Follower, revision: int) -> Leader | None:
+        found = await self.etcd.range(follower.keys.leader, revision=revision)
+        self._set_leader(follower, self._parse_leader(found.kvs[0]) if found.kvs else None)
+        return follower.leader
+
+    @staticmethod
+    def _parse_leader(kv: Any) -> Leader:
+        value = json.loads(kv.value)
+        return Leader(value["node"], value["url"], kv.create_revision)
+
+    def _set_leader(self, follower: _Follower, leader: Leader | None) -> None:
+        if leader != follower.leader:
+            follower.leader = leader
+            follower.leader_seen.set()
+            follower.leader_seen = trio.Event()
+
+    async def _catch_up(self, follower: _Follower) -> int:
+        """Apply every batch the log holds past this node's point; the revision read at the end."""
+        keys = follower.keys
+        while True:
+            found = await self.etcd.range(keys.log(follower.next_lsn), prefix_end(keys.log_prefix), limit=CATCH_UP_BATCHES)
+            for kv in found.kvs:
+                lsn = keys.lsn_of(kv.key)
+                if lsn != follower.next_lsn:
+                    await self._bootstrap(follower, lsn)
+                    break
+                self._apply(follower, kv.value)
+            else:
+                if not found.more:
+                    follower.lag_records = 0
+                    return found.header.revision
+
+    def _apply(self, follower: _Follower, data: bytes) -> None:
+        state = self.kernel.partitions[follower.number].state  # type: ignore[union-attr]
+        where = f"{follower.keys.log(follower.next_lsn)}"
+        replayed = replay_batch(data, follower.next_lsn, state.apply, self.model, where)
+        follower.store.journal.append_encoded(follower.next_lsn, replayed.bodies)  # type: ignore[union-attr]
+        follower.next_lsn = replayed.last_lsn + 1
+
+    async def _follow(self, follower: _Follower, revision: int) -> None:
+        """Apply new batches as the leader commits them; return when the leader key goes away."""
+        keys = follower.keys
+        async with self.etcd.watch(keys.prefix, prefix=True, start_revision=revision + 1) as watch:
+            async for response in watch:
+                for event in response.events:
+                    key = event.kv.key
+                    if key == keys.leader.encode():
+                        if event.type == "DELETE":
+                            self._set_leader(follower, None)
+                            return
+                        self._set_leader(follower, self._parse_leader(event.kv))
+                    elif event.type == "PUT":
+                        lsn = keys.lsn_of(key)
+                        if lsn == follower.next_lsn:
+                            self._apply(follower, event.kv.value)
+                        elif lsn > follower.next_lsn:  # missed one: read the log again
+                            return
+
+    async def _campaign(self, follower: _Follower) -> bool:
+        """Try to become the partition's leader (after the preferred nodes had their chance)."""
+        number = follower.number
+        rank = self.preferred(number).index(self.node_id)
+        if rank:  # the nodes it prefers try first; if one wins, the transaction below fails
+            await trio.sleep(CAMPAIGN_DELAY_S * rank)
+        await self.session_ready.wait()
+        session = self.session
+        assert session is not None
+        if not session.alive:
+            return False
+        value = json.dumps({"node": self.node_id, "url": self.advertise})
+        won = await self.etcd.txn(
+            [Compare.absent(follower.keys.leader)],
+            [Op.put(follower.keys.leader, value, lease=session.lease_id)],
+            [Op.get(follower.keys.leader)],
+        )
+        if not won.succeeded:
+            kvs = won.responses[0].kvs
+            self._set_leader(follower, self._parse_leader(kvs[0]) if kvs else None)
+            return False
+        epoch = won.header.revision
+        await self._lead(follower, session, epoch)
+        return True
+
+    async def _lead(self, follower: _Follower, session: LeaseKeeper, epoch: int) -> None:
+        kernel = self.kernel
+        assert kernel is not None
+        number = follower.number
+        started = trio.current_time()
+        partition = kernel.partitions[number]
+        try:
+            await self._catch_up(follower)  # everything the old leader committed is in the log now
+            state = partition.state
+            journal = EtcdJournal(
+                self.etcd, follower.keys, epoch=epoch, next_lsn=follower.next_lsn,
+                check=self.model.records.check, on_committed=lambda first, bodies: self._committed(follower, first, bodies),
+            )
+            now_ms = self.clock.now_ms()
+            records = state.decide_boot("always", now_ms) + state.restart(now_ms)
+            await journal.write_now(records)
+        except Fenced as error:
+            log.warning("partition %d: lost the election while taking over (%s)", number, error)
+            await self._rebuild(follower)
+            return
+        follower.journal = journal
+        follower.failovers += 1
+        follower.step_down = trio.Event()
+        self._set_leader(follower, Leader(self.node_id, self.advertise, epoch))
+        partition.journal = journal
+        partition.restore(state)  # arms the state's timers
+        partition.refusal = None
+        took_ms = round((trio.current_time() - started) * 1000)
+        log.warning("partition %d: leading from LSN %d (epoch %d, took %d ms)", number, journal.durable_lsn, epoch, took_ms,
+                    extra={"event": "leading", "fields": {"partition": number, "epoch": epoch, "lsn": journal.durable_lsn, "ms": took_ms}})
+        reason = "stepped down"
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(journal.run)
+            if self.on_lead is not None:
+                nursery.start_soon(self._told, number)
+
+            async def until(event: trio.Event, why: str) -> None:
+                nonlocal reason
+                await event.wait()
+                reason = why
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until, journal.failed, "fenced")
+            nursery.start_soon(until, session.lost, "session lost")
+            nursery.start_soon(until, follower.step_down, "stepped down")
+        self._refuse(follower, STANDBY)
+        journal.fail(Fenced(f"this node no longer leads partition {number} ({reason})"))
+        follower.journal = None
+        if reason == "stepped down" and session.alive:
+            try:  # hand the key back now (fenced on the epoch): the preferred node takes it at once
+                await self.etcd.txn([Compare.create_revision(follower.keys.leader, "==", epoch)],
+                                    [Op.delete(follower.keys.leader)])
+            except EtcdError as error:
+                log.warning("partition %d: could not hand the leader key back: %s", number, error)
+        log.warning("partition %d: no longer leading (%s)", number, reason,
+                    extra={"event": "not_leading", "fields": {"partition": number, "reason": reason}})
+        await self._rebuild(follower)
+
+    async def _told(self, number: int) -> None:
+        try:
+            await self.on_lead(number)  # type: ignore[misc]
+        except KernelError as error:  # (the partition stopped meanwhile)
+            log.warning("partition %d: what a new leader does first did not finish: %s", number, error.message)
+
+    def _committed(self, follower: _Follower, first_lsn: int, bodies: list[bytes]) -> None:
+        follower.store.journal.append_encoded(first_lsn, bodies)  # type: ignore[union-attr]
+        follower.next_lsn = first_lsn + len(bodies)
+
+    def _refuse(self, follower: _Follower, reason: str) -> None:
+        partition = self.kernel.partitions[follower.number]  # type: ignore[union-attr]
+        partition.refusal = reason
+        partition.fail_waiters(KernelError(UNAVAILABLE, f"partition {follower.number}: {reason}"))
+        partition.supervisor.reset()
+
+    async def _rebuild(self, follower: _Follower) -> None:
+        """Drop the state (it may hold changes never committed) for one read from the local copy,
+        which holds committed batches only; the caller then catches it up from the log."""
+        journal = follower.store.journal
+        assert journal is not None
+        done = trio.Event()
+        journal.after(journal.appended_lsn, lambda error: done.set())
+        await done.wait()  # the copy has written everything it was given
+        folder, number = partition_dir(self.data_dir, follower.number), follower.number
+        blocking = self.run_blocking or trio.to_thread.run_sync
+        loaded = await blocking(lambda: load(folder, self.model, repair=False, partition=number))
+        if loaded.last_lsn != journal.appended_lsn:  # the copy itself failed: read it anew
+            await self._reopen_store(follower)
+            return
+        follower.next_lsn = loaded.last_lsn + 1
+        self.kernel.partitions[number].state = loaded.state  # type: ignore[union-attr]
+
+    async def _bootstrap(self, follower: _Follower, first_lsn_held: int) -> None:
+        """This node's copy ends before the oldest batch the log still holds (the log was trimmed
+        past it while the node was away): take the newest snapshot a peer has of the partition,
+        then read the log from there. Raises `RecoveryError` when no peer has one that reaches."""
+        number, tried = follower.number, []
+        leader = follower.leader
+        peers = [leader.url] if leader is not None and leader.node != self.node_id else []
+        peers += [str(value.get("url")) for node, value in self.nodes.items() if node != self.node_id]
+        for url in dict.fromkeys(peers):
+            try:
+                with trio.fail_after(30):
+                    answer = await self.http.get(f"{url}/v1/cluster/partitions/{number}/snapshot",
+                                                 headers={SECRET_HEADER: self.secret})
+            except (httpx.HTTPError, trio.TooSlowError) as error:
+                tried.append(f"{url}: {error!r}")
+                continue
+            lsn = int(answer.headers.get("x-runstate-snapshot-lsn", "0"))
+            if answer.status_code != 200 or lsn + 1 < first_lsn_held:
+                tried.append(f"{url}: {answer.status_code}, snapshot at LSN {lsn}")
+                continue
+            blocking = self.run_blocking or trio.to_thread.run_sync
+            await blocking(self._keep_snapshot, number, lsn, answer.content)
+            log.warning("partition %d: took a snapshot at LSN %d from %s (the log holds from %d on)",
+                        number, lsn, url, first_lsn_held,
+                        extra={"event": "bootstrap", "fields": {"partition": number, "lsn": lsn, "from": url}})
+            await self._reopen_store(follower)
+            return
+        raise RecoveryError(
+            follower.keys.log(follower.next_lsn), 0,
+            f"the log holds batches from LSN {first_lsn_held} on, this node's copy ends at {follower.next_lsn - 1}, "
+            f"and no peer gave a snapshot that reaches it ({'; '.join(tried) or 'no peer'})",
+        )
+
+    def _keep_snapshot(self, number: int, lsn: int, data: bytes) -> None:
+        """Write a peer's snapshot into this node's copy (atomically); older files of the copy
+        that it covers are left for the next snapshot's pruning."""
+        folder = snapshot_dir(partition_dir(self.data_dir, number))
+        path = os.path.join(folder, f"{lsn:020d}.snap")
+        temporary = path + ".tmp"
+        fd = self.disk.create(temporary)
+        try:
+            self.disk.write(fd, data)
+            self.disk.fsync(fd, temporary)
+        finally:
+            self.disk.close(fd)
+        self.disk.replace(temporary, path)
+        self.disk.fsync_dir(folder)
+
+    # -- keeping the log short, and the partitions spread -------------------------------------------
+
+    async def _trim(self) -> None:
+        while True:
+            await trio.sleep(TRIM_EVERY_S)
+            for follower in list(self.followers.values()):
+                journal = follower.journal
+                if journal is None or journal.failure is not None:
+                    continue
+                held = [int(node.get("snapshots", {}).get(str(follower.number), 0)) for node in self.nodes.values()]
+                floor = min(held, default=0)
+                if floor <= 0:
+                    continue
+                try:
+                    await self._trim_below(follower, journal.epoch, floor)
+                except EtcdError as error:
+                    log.warning("partition %d: trimming the log failed: %s", follower.number, error)
+
+    async def _trim_below(self, follower: _Follower, epoch: int, floor: int) -> None:
+        """Delete every batch wholly at or below `floor` (every live node has a snapshot there)."""
+        keys = follower.keys
+        found = await self.etcd.range(keys.log_prefix, keys.log(floor + 1), keys_only=True)
+        if len(found.kvs) < 2:
+            return
+        last = found.kvs[-1].key  # may hold records past the floor: kept
+        await self.etcd.txn([Compare.create_revision(keys.leader, "==", epoch)], [Op.delete(keys.log_prefix, last)])
+
+    def _rebalance(self) -> None:
+        """Step down from one partition that prefers another live node, caught up with its log,
+        while this node leads more than its share (one a round: each hand-off costs the partition
+        a few milliseconds without a leader)."""
+        led = [f for f in self.followers.values() if f.journal is not None]
+        share = math.ceil(len(self.followers) / max(1, len(self.nodes)))
+        if len(led) <= share:
+            return
+        for follower in led:
+            best = self.preferred(follower.number)[0]
+            if best == self.node_id:
+                continue
+            node = self.nodes.get(best, {})
+            applied = int(node.get("applied", {}).get(str(follower.number), -1))
+            seen_ms = self.clock.now_ms() - int(node.get("since_ms", node.get("at_ms", 0)))
+            if applied >= follower.next_lsn - 1 - HANDOFF_LAG_MAX and seen_ms >= 2 * PUBLISH_EVERY_S * 1000:
+                log.info("partition %d: handing it to %s, which it prefers", follower.number, best,
+                         extra={"event": "handoff", "fields": {"partition": follower.number, "to": best}})
+                follower.step_down.set()
+                return
+
+    # -- answering for the cluster -----------------------------------------------------------------
+
+    def leader_of(self, number: int) -> Leader | None:
+        return self.followers[number].leader
+
+    def leader_changed(self, number: int) -> trio.Event:
+        """Set when partition `number`'s leader changes from the one known now."""
+        return self.followers[number].leader_seen
+
+    def forget_leader(self, number: int, leader: Leader) -> None:
+        """`leader` did not answer: forward nothing more to it until the partition names one again."""
+        follower = self.followers[number]
+        if follower.leader == leader:
+            self._set_leader(follower, None)
+
+    def leads(self, number: int) -> bool:
+        """Whether this node serves `number` now: it won it, its journal is not fenced, and its
+        session's deadline has not passed (past it another node may win, so it answers nothing,
+        not even a read, whatever its own tasks have noticed yet)."""
+        follower, session = self.followers[number], self.session
+        return (
+            follower.journal is not None and follower.journal.failure is None
+            and session is not None and session.alive
+        )
+
+    async def wait_for_leader(self, number: int, deadline: float) -> Leader | None:
+        """The partition's leader, waiting until `deadline` (trio time) while it has none."""
+        follower = self.followers[number]
+        while follower.leader is None or (follower.leader.node == self.node_id and not self.leads(number)):
+            if trio.current_time() >= deadline:
+                return None
+            with trio.move_on_at(deadline):
+                await follower.leader_seen.wait()
+            if follower.leader is not None and follower.leader.node == self.node_id and not self.leads(number):
+                await trio.sleep(0.01)  # taking over here: its first batch is on its way
+        return follower.leader
+
+    def status(self) -> dict:
+        """The partition map and the nodes, as `GET /v1/cluster` answers it."""
+        partitions = []
+        for number, follower in sorted(self.followers.items()):
+            leader = follower.leader
+            partitions.append({
+                "partition": number,
+                "leader": None if leader is None else {"node": leader.node, "url": leader.url, "epoch": leader.epoch},
+                "appliedLsn": follower.next_lsn - 1,
+                "snapshotLsn": follower.store.snapshot_lsn,
+                "failovers": follower.failovers,
+            })
+        nodes = []
+        for node, value in sorted(self.nodes.items()):
+            nodes.append({"node": node, "url": value.get("url"), "leads": value.get("leads", []),
+                          "applied": value.get("applied", {}), "snapshots": value.get("snapshots", {})})
+        return {
+            "cluster": self.name, "node": self.node_id, "partitions": self.partitions, "layout": "crc32",
+            "map": partitions, "nodes": nodes,
+        }
+
+    def readiness(self) -> str | None:
+        """Why this node cannot serve now, or None: its session is open and every partition has a leader."""
+        session = self.session
+        if session is None or not session.alive:
+            return "this node has no session with etcd"
+        leaderless = [n for n, f in self.followers.items() if f.leader is None]
+        if leaderless:
+            return f"partition(s) {', '.join(map(str, leaderless))} have no leader yet"
+        return None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        assert self._http is not None
+        return self._http
+
+    def newest_snapshot(self, number: int) -> str | None:
+        found = list_snapshots(snapshot_dir(partition_dir(self.data_dir, number)))
+        return found[-1][1] if found else None
+
+    _nursery: trio.Nursery | None = None

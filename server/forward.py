@@ -1,0 +1,151 @@
+"""Any node answers: a request for a partition led elsewhere is sent on to its leader.
+
+The official clients follow no redirects and know nothing of partitions, so a node that does not
+lead a request's partition passes the request on, as it came (method, path and query, body,
+headers: the bearer key, the Idempotency-Key, the user agent), to the leader's advertised URL, and
+answers with what the leader answered, status, headers and body alike. Our SDKs learn the map
+(`GET /v1/cluster`) and go to the leader directly, so for them this is the exception.
+
+While the partition has no leader (a failover: about the session's TTL), the request waits for
+the new one, up to `cluster_forward_wait_s`, rather than failing; then 503 UNAVAILABLE with
+Retry-After. When the leader dies while a request is on its way, the request is sent again to the
+next leader only if sending it twice is harmless: a read, or a change with an Idempotency-Key
+(which the SDKs and the official clients send on every change); any other change is answered
+503, since it may or may not have been made.
+
+A forwarded request carries `x-runstate-forwarded-by`: a node that gets one for a partition it
+does not lead (its map was a moment old) waits for the leader as any request would, and sends it
+on once more at most.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import trio
+
+from ..actors.errors import UNAVAILABLE
+from .errors import ApiError
+
+__all__ = ["Forwarded", "forward", "FORWARDED_BY", "partition_of_request"]
+
+FORWARDED_BY = "x-runstate-forwarded-by"
+# Hop-by-hop and per-connection headers, never passed on (RFC 9110 7.6.1), and what httpx sets itself.
+_NOT_PASSED = frozenset({
+    "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
+    "content-length", "expect",
+})
+_NOT_RETURNED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"})
+# How long a forwarded request may take at the leader: above the longest long poll (30 s).
+FORWARD_TIMEOUT_S = 75.0
+
+
+def partition_of_request(kernel: Any, method: str, pattern: str, params: dict[str, str]) -> int | None:
+    """The partition a request belongs to, for the leader to answer; None: any node answers it.
+
+    A space's routes belong to the space's partition; the admin API's changes (keys) to the system
+    partition. Everything else is answered where it arrives: the probes, the metrics, this node's
+    view of the cluster, the admin API's reads (they read the keys and spaces this node follows,
+    committed and at most a moment old)."""
+    space = params.get("space")
+    if space is not None:
+        return int(kernel.layout.of(space))
+    if pattern.startswith("/v1/admin/") and method != "GET":
+        return 0
+    return None
+
+
+class _LeaderChanged(Exception):
+    pass
+
+
+async def _send_unless(changed: trio.Event, http: httpx.AsyncClient, method: str, url: str, headers: dict[str, str],
+                       body: bytes) -> httpx.Response:
+    """Send the request; give it up (`_LeaderChanged`) if the partition's leader changes first."""
+    answer: list[httpx.Response] = []
+    failed: list[Exception] = []
+    async with trio.open_nursery() as nursery:
+
+        async def send() -> None:
+            try:
+                answer.append(await http.request(method, url, headers=headers, content=body))
+            except httpx.HTTPError as error:  # raised below, as it is (not inside an exception group)
+                failed.append(error)
+            nursery.cancel_scope.cancel()
+
+        async def watch() -> None:
+            await changed.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(send)
+        nursery.start_soon(watch)
+    if failed:
+        raise failed[0]
+    if not answer:
+        raise _LeaderChanged()
+    return answer[0]
+
+
+class Forwarded:
+    """The leader's answer, passed back as it came."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+async def forward(cluster: Any, number: int, method: str, path: str, headers: dict[str, str], body: bytes,
+                  wait_s: float) -> Forwarded | None:
+    """The answer of partition `number`'s leader to this request; None when this node leads it."""
+    deadline = trio.current_time() + wait_s
+    hops = 1 if headers.get(FORWARDED_BY) else 0
+    repeatable = method == "GET" or "idempotency-key" in headers
+    sent = {name: value for name, value in headers.items() if name not in _NOT_PASSED}
+    sent[FORWARDED_BY] = cluster.node_id
+    while True:
+        if cluster.leads(number):
+            return None
+        leader = await cluster.wait_for_leader(number, deadline)
+        if leader is None:
+            raise ApiError(UNAVAILABLE, f"partition {number} has no leader now (a failover is under way); try again",
+                           headers={"retry-after": "1"})
+        if leader.node == cluster.node_id:
+            return None
+        if hops >= 2:
+            raise ApiError(UNAVAILABLE, f"partition {number}: the nodes disagree on its leader for now; try again",
+                           headers={"retry-after": "1"})
+        changed = cluster.leader_changed(number)
+        try:
+            with trio.fail_after(FORWARD_TIMEOUT_S):
+                answer = await _send_unless(changed, cluster.http, method, leader.url + path, sent, body)
+        except _LeaderChanged:
+            # A new leader was elected while the old one held the request (paused, or cut off):
+            # the old one can no longer commit it (its fence names the old epoch).
+            if not repeatable:
+                raise ApiError(UNAVAILABLE, f"partition {number}'s leader changed while answering; the change "
+                               "may or may not have been made", headers={"retry-after": "1"}) from None
+            continue
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            # The leader is gone and the request never reached it: wait for the next one.
+            cluster.forget_leader(number, leader)
+            continue
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+            # Gone while answering: the change may or may not have been made. Send it again only
+            # if that is harmless.
+            if not repeatable:
+                raise ApiError(UNAVAILABLE, f"partition {number}'s leader went away while answering; the change "
+                               "may or may not have been made", headers={"retry-after": "1"}) from error
+            cluster.forget_leader(number, leader)
+            continue
+        except (httpx.HTTPError, trio.TooSlowError) as error:
+            raise ApiError(UNAVAILABLE, f"partition {number}'s leader did not answer: {type(error).__name__}",
+                           headers={"retry-after": "1"}) from error
+        returned = [
+            (name.encode("latin-1"), value.encode("latin-1"))
+            for name, value in answer.headers.multi_items() if name.lower() not in _NOT_RETURNED
+        ]
+        return Forwarded(answer.status_code, returned, answer.content)

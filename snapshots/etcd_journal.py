@@ -1,0 +1,246 @@
+"""A partition's journal on etcd: one fenced transaction per batch, written only by its leader.
+
+The kernel's `Journal` (`actors/journal.py`), like the WAL's: `append` checks and encodes the
+records a turn produced and queues them, never blocking; one writer task takes everything queued
+as one batch (group commit) and writes it in one transaction:
+
+    compare  create_revision(/rs/<cluster>/p/<n>/leader) == epoch     this node still leads
+             create_revision(/rs/<cluster>/p/<n>/log/<first lsn>) == 0  nobody wrote this LSN yet
+    success  put log/<first lsn> = the batch's frames                 (`frame.encode_frames`)
+    failure  get leader, get log/<first lsn>                          read back, see below
+
+The batch is the WAL's own framing (length, LSN, CRC chained within the batch from 0, orjson body
+per record), so a standby applies it with the replay code recovery uses (`recovery.replay_batch`);
+batches follow each other by the LSNs in their keys, which the fence keeps without gaps. `epoch` is the revision at which this node created the leader key:
+the fence is exact because the log lives in the same store as the leader key (see the cluster's
+design notes: a lock alone is not safe).
+
+What an answer means:
+
+- success: the batch is committed (etcd's Raft quorum has it, fsynced): every caller in it is
+  answered, in LSN order; `on_committed` is told (the local copy).
+- failure, and the log key holds exactly this batch: an earlier attempt got there and its answer
+  was lost (a member died under it); it is ours: committed as above.
+- failure otherwise: another node leads now, or wrote this LSN: this node was deposed. The
+  journal fails with `Fenced` at once (every caller still waiting is answered that its change was
+  not recorded, and the kernel refuses further changes); the partition is dropped and rebuilt as
+  a standby from what was committed.
+- no member answers: the same transaction is sent again (it is repeatable: its compares make a
+  second copy fail) until it is answered or the journal is stopped (`fail`), which the node does
+  when its etcd lease can no longer be relied on.
+
+A batch is at most `batch_bytes_max` of frames (etcd refuses requests over 1.5 MiB, and a value
+travels as base64); a record that alone would be larger fails the journal, as a record the WAL
+cannot encode does (the server keeps requests far below it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from typing import Callable
+
+import orjson
+import trio
+
+from .etcd import Compare, EtcdClient, EtcdError, Op
+from .frame import encode_frames
+from .model import Durable
+
+__all__ = ["EtcdJournal", "Fenced", "PartitionKeys", "BATCH_BYTES_MAX"]
+
+log = logging.getLogger("runstate.cluster")
+
+# Frames of one batch: 1 MiB, which base64 makes 1.33 MiB, under etcd's 1.5 MiB per request.
+BATCH_BYTES_MAX = 1 << 20
+# After no member answered: the pause before the same transaction is sent again.
+RETRY_S = 0.05
+
+
+class Fenced(Exception):
+    """This node no longer leads the partition: its appends are refused by the fence."""
+
+
+class PartitionKeys:
+    """The etcd keys of one partition of a cluster."""
+
+    __slots__ = ("prefix", "leader", "log_prefix")
+
+    def __init__(self, cluster_prefix: str, number: int) -> None:
+        self.prefix = f"{cluster_prefix}p/{number:03d}/"
+        self.leader = self.prefix + "leader"
+        self.log_prefix = self.prefix + "log/"
+
+    def log(self, first_lsn: int) -> str:
+        return f"{self.log_prefix}{first_lsn:020d}"
+
+    @staticmethod
+    def lsn_of(key: bytes) -> int:
+        return int(key.rsplit(b"/", 1)[1])
+
+
+class EtcdJournal:
+    """The kernel's journal for one partition this node leads. Create inside trio; run `run`."""
+
+    def __init__(
+        self,
+        etcd: EtcdClient,
+        keys: PartitionKeys,
+        *,
+        epoch: int,
+        next_lsn: int,
+        check: Callable[[dict], None] | None = None,
+        on_committed: Callable[[int, list[bytes]], None] | None = None,
+        batch_bytes_max: int = BATCH_BYTES_MAX,
+    ) -> None:
+        self.etcd = etcd
+        self.keys = keys
+        self.epoch = epoch
+        self.check = check
+        self.on_committed = on_committed
+        self.batch_bytes_max = batch_bytes_max
+        self.failure: BaseException | None = None
+        self.failed = trio.Event()
+        self.appended_lsn = next_lsn - 1
+        self.durable_lsn = next_lsn - 1
+        self.batches = 0
+        self.retries = 0
+        self.commit_seconds: list[float] = []  # the last few transactions' times (for the metrics)
+        self._pending: list[tuple[int, list[bytes], Durable]] = []
+        self._pending_bytes = 0
+        self._after: list[tuple[int, int, Durable]] = []
+        self._seq = itertools.count()
+        self._wakeup = trio.Event()
+
+    # -- the Journal protocol ----------------------------------------------------------------------
+
+    def append(self, records: list[dict], on_durable: Durable) -> int:
+        if self.failure is not None:
+            on_durable(self.failure)
+            return self.appended_lsn
+        try:
+            if self.check is not None:
+                for record in records:
+                    self.check(record)
+            bodies = [orjson.dumps(record) for record in records]
+            size = sum(len(body) + 24 for body in bodies)
+            if size > self.batch_bytes_max:
+                raise ValueError(f"a change of {size} bytes is over the {self.batch_bytes_max} bytes of one batch")
+        except (TypeError, ValueError) as error:  # a bug upstream; the state holds an unrecorded change
+            log.error("cannot encode a record: %s", error)
+            self.fail(error, [(self.appended_lsn + 1, [], on_durable)])
+            return self.appended_lsn
+        first_lsn = self.appended_lsn + 1
+        self.appended_lsn += len(bodies)
+        self._pending.append((first_lsn, bodies, on_durable))
+        self._pending_bytes += size
+        self._wakeup.set()
+        return self.appended_lsn
+
+    def after(self, lsn: int, on_durable: Durable) -> None:
+        if lsn <= self.durable_lsn:
+            on_durable(None)
+        elif self.failure is not None:
+            on_durable(self.failure)
+        else:
+            heapq.heappush(self._after, (lsn, next(self._seq), on_durable))
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write what is appended, a batch per transaction, until cancelled or failed."""
+        task_status.started()
+        try:
+            while self.failure is None:
+                if not self._pending:
+                    await self._wakeup.wait()
+                    self._wakeup = trio.Event()
+                    continue
+                await self._commit(self._take())
+        finally:
+            if self._pending or self._after:
+                self.fail(self.failure or OSError("the journal stopped before this change was written"), [])
+
+    async def write_now(self, records: list[dict]) -> None:
+        """Commit `records` at once (a new leader's boot and restart decisions, before it serves).
+
+        Only while nothing else is queued. Raises `Fenced` if the node was deposed meanwhile."""
+        assert not self._pending
+        done: list[BaseException | None] = []
+        self.append(records, done.append)
+        if self._pending:
+            await self._commit(self._take())
+        if self.failure is not None:
+            raise self.failure
+        assert done == [None]
+
+    def _take(self) -> list[tuple[int, list[bytes], Durable]]:
+        batch, size = [], 0
+        while self._pending:
+            _, bodies, _ = self._pending[0]
+            part = sum(len(body) + 24 for body in bodies)
+            if batch and size + part > self.batch_bytes_max:
+                break
+            batch.append(self._pending.pop(0))
+            size += part
+        self._pending_bytes -= size
+        return batch
+
+    async def _commit(self, batch: list[tuple[int, list[bytes], Durable]]) -> None:
+        first_lsn = batch[0][0]
+        bodies = [body for _, part, _ in batch for body in part]
+        data, _ = encode_frames(first_lsn, 0, bodies)
+        log_key = self.keys.log(first_lsn)
+        fence = [Compare.create_revision(self.keys.leader, "==", self.epoch), Compare.absent(log_key)]
+        while True:
+            if self.failure is not None:  # stopped while waiting for an answer
+                self._answer(batch, self.failure)
+                return
+            started = trio.current_time()
+            try:
+                result = await self.etcd.txn(
+                    fence, [Op.put(log_key, data)], [Op.get(self.keys.leader), Op.get(log_key)], repeatable=True
+                )
+            except EtcdError as error:  # no member answered: the same transaction again
+                self.retries += 1
+                log.warning("partition %s: a batch at LSN %d is not committed yet (%s); sending it again",
+                            self.keys.prefix, first_lsn, error)
+                await trio.sleep(RETRY_S)
+                continue
+            break
+        self.commit_seconds = [*self.commit_seconds[-63:], trio.current_time() - started]
+        if not result.succeeded:
+            leader, written = result.responses[0].kvs, result.responses[1].kvs
+            if not (written and written[0].value == data):
+                who = "nobody" if not leader else leader[0].value.decode("utf-8", "replace")
+                reason = (f"LSN {first_lsn} was written by another leader" if written
+                          else f"another node leads the partition now (leader: {who})")
+                self.fail(Fenced(f"deposed: {reason}"), batch)
+                return
+        self.batches += 1
+        self.durable_lsn = first_lsn + len(bodies) - 1
+        if self.on_committed is not None:
+            self.on_committed(first_lsn, bodies)
+        self._answer(batch, None)
+        after = self._after
+        while after and after[0][0] <= self.durable_lsn:
+            heapq.heappop(after)[2](None)
+
+    @staticmethod
+    def _answer(batch: list[tuple[int, list[bytes], Durable]], error: BaseException | None) -> None:
+        for _, _, on_durable in batch:
+            on_durable(error)
+
+    def fail(self, error: BaseException, batch: list[tuple[int, list[bytes], Durable]] | None = None) -> None:
+        """Stop: answer every waiting caller with `error` and refuse every change from now on."""
+        if self.failure is None:
+            self.failure = error
+        waiting = (batch or []) + self._pending
+        self._pending, self._pending_bytes = [], 0
+        self._answer(waiting, self.failure)
+        after, self._after = self._after, []
+        for _, _, on_durable in sorted(after):
+            on_durable(self.failure)
+        self.failed.set()
+        self._wakeup.set()

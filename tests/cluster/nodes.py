@@ -1,0 +1,126 @@
+"""Real `runstate serve` nodes of a cluster on a real etcd, for the cluster's tests.
+
+`ClusterNodes(etcd, count)` starts `count` server processes on free ports of 127.0.0.1, each with
+its own data directory, all on the given etcd (`tests/etcd.py`); `wait_ready()` waits until every
+node answers `/healthz` 200 (a session, and a leader for every partition) and the partitions have
+settled on their preferred nodes. A node can be killed, stopped, continued and restarted on its
+directory and port. Every process is killed on the way out.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import httpx
+
+from runstate.actors.layout import Layout
+
+from ..etcd import EtcdCluster, free_port
+from ..servers import ServerProcess
+
+ADMIN_KEY = "admin-key-for-the-cluster-tests"
+API_KEY = "e2e-key"
+
+
+class Node:
+    def __init__(self, etcd: EtcdCluster, number: int, root: Path, partitions: int, extra: tuple[str, ...]) -> None:
+        self.name = f"n{number}"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = root / self.name
+        self.args = (
+            "--etcd", ",".join(etcd.endpoints), "--node-id", self.name, "--port", str(self.port), "--advertise", self.url,
+            "--data-dir", str(self.data_dir), "--partitions", str(partitions), *extra,
+        )
+        self.process: ServerProcess | None = None
+
+    def start(self) -> "Node":
+        process = ServerProcess(*self.args, api_key=API_KEY, env={"RUNSTATE_ADMIN_KEY": ADMIN_KEY})
+        process.wait_healthy = lambda *args, **kwargs: None  # type: ignore[method-assign]  # see ClusterNodes
+        self.process = process.start()
+        return self
+
+    def client(self, api_key: str = API_KEY, timeout_s: float = 15) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {api_key}"}, timeout=timeout_s)
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(self.url + "/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def signal(self, number: int) -> None:
+        assert self.process is not None and self.process.proc is not None
+        self.process.proc.send_signal(number)
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+
+    def stop(self) -> int | None:
+        return None if self.process is None else self.process.stop()
+
+    @property
+    def lines(self) -> list[str]:
+        return [] if self.process is None else self.process.lines
+
+
+class ClusterNodes:
+    def __init__(self, etcd: EtcdCluster, count: int, root: Path, *, partitions: int = 4, extra: tuple[str, ...] = ()) -> None:
+        self.etcd = etcd
+        self.partitions = partitions
+        self.layout = Layout(partitions)
+        self.nodes = [Node(etcd, number, root, partitions, extra) for number in range(count)]
+
+    def start(self) -> "ClusterNodes":
+        for node in self.nodes:
+            node.start()
+        return self
+
+    def wait_ready(self, timeout_s: float = 30, settle: bool = True) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(node.healthy() for node in self.nodes if node.process is not None and node.process.proc.poll() is None):
+                if not settle or self.balanced():
+                    return
+            time.sleep(0.1)
+        raise AssertionError("the cluster did not become ready:\n" + "\n".join(
+            line for node in self.nodes for line in node.lines[-15:]))
+
+    def map(self, through: Node | None = None) -> dict[int, str | None]:
+        with (through or self.live()[0]).client() as http:
+            answer = http.get("/v1/cluster").json()
+        return {entry["partition"]: entry["leader"] and entry["leader"]["node"] for entry in answer["map"]}
+
+    def balanced(self) -> bool:
+        """Every partition led by a live node, none leading more than its share."""
+        live = {node.name for node in self.live()}
+        leaders = self.map()
+        if any(leader not in live for leader in leaders.values()):
+            return False
+        share = -(-len(leaders) // len(live))
+        return all(list(leaders.values()).count(name) <= share for name in live)
+
+    def live(self) -> list[Node]:
+        return [node for node in self.nodes if node.process is not None and node.process.proc.poll() is None
+                and not getattr(node, "paused", False)]
+
+    def leader_of(self, space: str) -> Node:
+        name = self.map()[self.layout.of(space)]
+        return next(node for node in self.nodes if node.name == name)
+
+    def pause(self, node: Node) -> None:
+        node.signal(signal.SIGSTOP)
+        node.paused = True  # type: ignore[attr-defined]
+
+    def resume(self, node: Node) -> None:
+        node.signal(signal.SIGCONT)
+        node.paused = False  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        for node in self.nodes:
+            if getattr(node, "paused", False):
+                node.signal(signal.SIGCONT)
+            node.kill()
