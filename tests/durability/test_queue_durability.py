@@ -65,9 +65,9 @@ class Queues:
 @pytest.mark.trio
 async def test_queues_and_outcomes_survive_a_crash_and_a_held_delivery_gets_a_grace_period(tmp_path, autojump_clock):
     """Before the crash: one task completed, one leased (30 s, crash 10 s in), one retried (its 1 s
-    backoff pending), a dead letter, a work-keyed send. After a restart 70 s later: the outcome is
-    there, the leased delivery still belongs to its worker (grace), the retried one comes back, the
-    work key still replays, and the state on disk equals the live one."""
+    backoff pending), a dead letter, a work-keyed send. After a restart 10 s later, with 10 s of the
+    lease left: the outcome is there, the leased delivery still belongs to its worker (a grace), the
+    retried one comes back, the work key still replays, and the state on disk equals the live one."""
     data = str(tmp_path)
     async with running(data) as run:
         q = Queues(run)
@@ -83,7 +83,7 @@ async def test_queues_and_outcomes_survive_a_crash_and_a_held_delivery_gets_a_gr
         await trio.sleep(10)
         await q.messages.nack(SPACE, deliveries["retried"]["message"]["id"], token=deliveries["retried"]["token"], retry=True)
         # crash
-    restart_ms = T0_MS + 80_000
+    restart_ms = T0_MS + 20_000
     async with running(data, wall_ms=restart_ms) as run:
         q = Queues(run)
         assert run.store.report.graced == 1  # the held delivery

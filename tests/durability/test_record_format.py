@@ -56,7 +56,21 @@ def with_tables_added_since(written: dict) -> dict:
     # Stored answers were kept in one table for the whole server; each space keeps its own now.
     for (space_id, key), stored in written.pop("idempotency")["_entries"]:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
+    with_graced_added_since(written)
     return written
+
+
+def with_graced_added_since(node: object) -> None:
+    """The mark a lease has carried since record format 2 (`graced`: a restart gave it its grace),
+    False on every lease a directory of an older format wrote down."""
+    if isinstance(node, dict):
+        if node.get("__class__") in ("Claim", "Message", "Slot", "Grant"):
+            node.setdefault("graced", False)
+        for value in node.values():
+            with_graced_added_since(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            with_graced_added_since(value)
 
 
 def with_counts_added_since(space: dict) -> None:
@@ -409,6 +423,7 @@ def v1_as_written() -> dict:
         space["idempotency"] = copy.deepcopy(empty)
     for (space_id, key), stored in written.pop("idempotency")["_entries"]:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
+    with_graced_added_since(written)
     return written
 
 
