@@ -160,10 +160,11 @@ async def claims(console: Console, visit: Visit, space: str) -> Answer:
 
 @page("GET", "/s/{space}/lanes")
 async def lanes(console: Console, visit: Visit, space: str) -> Answer:
-    window = visit.choice("window", tuple(WINDOWS)) or "15m"
+    window = visit.choice("window", ("fit", *WINDOWS)) or "fit"
     fenced = console.runtime.telemetry.fenced.in_space(space, "claim")
-    data = await views.lanes(console.kernel, space, fenced, run=visit.text("run"), key=visit.text("key"), window_s=WINDOWS[window])
-    return console.page(visit, "lanes.html", windows=tuple(WINDOWS), window=window, **data)
+    data = await views.lanes(console.kernel, space, fenced, run=visit.text("run"), key=visit.text("key"),
+                             window_s=WINDOWS.get(window, 3600), fit=window == "fit")
+    return console.page(visit, "lanes.html", windows=("fit", *WINDOWS), window=window, **data)
 
 
 # -- tasks ---------------------------------------------------------------------------------------

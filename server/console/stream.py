@@ -236,7 +236,7 @@ async def _catch_up(kernel: Any, space: str, stream: Stream, after: int, joined:
             if error.code != CURSOR_EXPIRED:
                 raise
             stream.reset = True
-            return last
+            return 0  # the reset names the feed's cursor, not this one (it may be ahead)
         if events:
             chunks = []
             for event in events:

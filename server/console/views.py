@@ -49,7 +49,8 @@ PAGE_MAX = 500
 SUBTREE_ROWS_MAX = 20
 # Lanes drawn at once, and the windows a lane may span (seconds).
 LANES_MAX = 50
-LANE_WINDOWS_S = (300, 900, 3600, 6 * 3600, 86_400)
+# The shortest axis a fitted swimlane draws (seconds).
+LANE_FIT_MIN_S = 30
 # Events listed on a task's or a run's page.
 HISTORY_MAX = 100
 # How much of a caller's value (a payload, a result) a row previews; the JSON view shows it whole.
@@ -318,9 +319,11 @@ def _lanes_of(space: Any, start_ms: int, run: str | None, key: str | None) -> di
     return found
 
 
-async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, key: str | None, window_s: int) -> dict:
+async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, key: str | None, window_s: int,
+                fit: bool = False) -> dict:
     """Lease swimlanes: one lane per claim key over the last `window_s`, a bar per generation and
-    holder (acquired, renewed, released or expired), takeovers, and the writes fenced off.
+    holder (acquired, renewed, released or expired), takeovers, and the writes fenced off; with
+    `fit`, the time axis starts shortly before the first thing drawn instead.
 
     `fenced` are the refusals the shell saw in this space (`fenced.py`), oldest first: each is
     marked on the lanes of its key at its time. Renewals make no event; a lease still held shows
@@ -329,6 +332,8 @@ async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, ke
 
     def view(space: Any, now_ms: int) -> dict:
         start_ms = now_ms - window_s * 1000
+        if fit and space is not None:
+            start_ms = _fitted_start(space, start_ms, now_ms, run, key, fenced)
         if space is None:
             return {"lanes": [], "start": start_ms, "end": now_ms, "windowSeconds": window_s, "more": 0}
         found = _lanes_of(space, start_ms, run, key)
@@ -346,6 +351,20 @@ async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, ke
         return {"lanes": drawn, "start": start_ms, "end": now_ms, "windowSeconds": window_s, "more": max(0, len(ordered) - LANES_MAX)}
 
     return await _read(kernel, space_id, view)
+
+
+def _fitted_start(space: Any, start_ms: int, now_ms: int, run: str | None, key: str | None, fenced: list) -> int:
+    """The start of an axis that fits what the window holds: its first claim event or fenced
+    write, less a tenth of the span, at least LANE_FIT_MIN_S before now, never before `start_ms`."""
+    first = now_ms
+    for history in _lanes_of(space, start_ms, run, key).values():
+        first = min(first, history[0].at_ms)
+    for mark in fenced:
+        if mark.kind == "claim" and mark.at_ms >= start_ms and (not key or mark.ident.startswith(key)):
+            first = min(first, mark.at_ms)
+            break
+    span = max(LANE_FIT_MIN_S * 1000, (now_ms - first) * 11 // 10)
+    return max(start_ms, now_ms - span)
 
 
 def _lane(space: Any, scope_id: str, key: str, history: list, refusals: Iterable, start_ms: int, now_ms: int) -> dict:
@@ -489,10 +508,14 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def _money(budget: Any, minor: int) -> str:
+def _amount(budget: Any, minor: int) -> str:
+    """An amount in a budget's minor units, written in its currency's units (500 at scale 2: 5.00)."""
     scale = budget.scale
-    text = f"{minor / 10 ** scale:.{scale}f}" if scale else str(minor)
-    return f"{text} {budget.currency}"
+    return f"{minor / 10 ** scale:.{scale}f}" if scale else str(minor)
+
+
+def _money(budget: Any, minor: int) -> str:
+    return f"{_amount(budget, minor)} {budget.currency}"
 
 
 def _why_task(space: Any, found: Any, now_ms: int) -> dict:
@@ -572,18 +595,24 @@ def _quota_check(allowances: Any, allowance: Any, units: int, now_ms: int) -> di
 
 
 def _budget_check(budgets: Any, budget: Any, amount: int) -> dict:
+    """What is left of a budget, what is reserved and by which runs, against what a task reserves."""
     by_run: dict[str, int] = {}
     for reservation in budget.reservations.values():
         if reservation.state == "ACTIVE" and reservation.reserved:
             by_run[reservation.scope_id] = by_run.get(reservation.scope_id, 0) + reservation.reserved
-    detail = (f"budget {budget.name}: {_money(budget, budget.available)} of {_money(budget, budget.limit)} left "
-              f"({_money(budget, budget.spent)} spent, {_money(budget, budget.reserved)} reserved")
+    detail = f"budget {budget.name}: {_amount(budget, budget.available)} of {_money(budget, budget.limit)} left"
+    if budget.spent:
+        detail += f", {_amount(budget, budget.spent)} spent"
     if by_run:
-        biggest = sorted(by_run.items(), key=lambda item: -item[1])[:3]
-        detail += " by " + ", ".join(f"run {scope} ({_money(budget, minor)})" for scope, minor in biggest)
-    detail += f"); needs {_money(budget, amount)}"
+        runs = sorted(by_run.items(), key=lambda item: -item[1])
+        if len(runs) == 1:
+            detail += f", {_amount(budget, budget.reserved)} reserved by run {runs[0][0]}"
+        else:
+            detail += f", {_amount(budget, budget.reserved)} reserved (" + ", ".join(
+                f"run {scope}: {_amount(budget, minor)}" for scope, minor in runs[:3]) + (", …)" if len(runs) > 3 else ")")
+    detail += f"; needs {_money(budget, amount)}"
     if amount > budget.limit - budget.spent:
-        detail += "; more than it can ever give back, so it waits for nothing and never fits"
+        detail += "; more than it can ever give back, so it reserves nothing ahead and never fits"
     return _check(amount <= budget.available, "Budget", detail)
 
 
@@ -889,8 +918,8 @@ def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict]:
         values = event_log.payload_of(kind, payload)
         if kind in ("task.started", "delivery.leased"):
             lost = open_deliveries.pop(values["messageId"], None)
-            if lost is not None:
-                lost["next"] = f"{values.get('holder')} (attempt {values['attempt']})"
+            if lost is not None:  # the next lease of a delivery is its next attempt
+                lost["next"] = f"{values.get('holder')} (attempt {lost['attempt'] + 1})"
             continue
         who = values.get("holder")
         if at_ms < start_ms or who is None or (holder is not None and who != holder):
@@ -903,6 +932,7 @@ def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict]:
             lost = _loss(who, "takenOver" if expired else "retried",
                          f"{what} attempt {values['attempt']}: " + ("its lease ran out, back on the queue" if expired else "failed, retried"),
                          scope_id, at_ms, seq)
+            lost["attempt"] = values["attempt"]
             open_deliveries[values["messageId"]] = lost
             losses.append(lost)
     return losses
