@@ -13,7 +13,6 @@ import trio
 
 from ...actors.errors import NOT_FOUND, VALIDATION_FAILED, KernelError
 from ...actors.events import EVENT_TYPES
-from ...actors.keys import digest
 from .render import STATIC, render
 from .sessions import clear_cookie, set_cookie
 from .site import PREFIX, Answer, Console, Visit, page, redirect, refuse
@@ -67,14 +66,12 @@ async def login(console: Console, visit: Visit) -> Answer:
         return Answer(401, _login(console, visit, "That key is not valid: a key is at most 512 printable characters."))
     if not runtime.ready:
         return Answer(503, _login(console, visit, "The server is recovering its state; try again in a moment."))
-    keys = console.kernel.state.keys
     admin = runtime.admin.matches(secret)
-    key = None if admin else keys.by_digest(digest(secret))
-    if not admin and (key is None or not keys.spaces_for(secret)):
-        revoked = key is not None and key.revoked_ms is not None
+    key_id, name, revoked = (None, None, False) if admin else views.key_named(console.kernel, secret)
+    if not admin and not views.key_spaces(console.kernel, secret):
         why = "it was revoked" if revoked else "no API key of this server, and not its admin key"
         return Answer(401, _login(console, visit, f"That key is not valid: {why}."))
-    session = console.sessions.open(secret, admin, None if key is None else key.id, None if key is None else key.name, console.now_s())
+    session = console.sessions.open(secret, admin, key_id, name, console.now_s())
     console.check_key(session)
     return redirect(_next_path((visit.form.get("next") or [None])[-1]), [("set-cookie", set_cookie(session, visit.secure))])
 

@@ -190,7 +190,7 @@ class Console:
         """Whether the session's key still opens anything (a revoked key ends its sessions)."""
         if session.admin:
             return self.runtime.admin.matches(session.secret)
-        session.spaces = self.kernel.state.keys.spaces_for(session.secret)
+        session.spaces = views.key_spaces(self.kernel, session.secret)
         return bool(session.spaces)
 
     def spaces_of(self, session: Session) -> list[str]:

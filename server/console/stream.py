@@ -104,11 +104,10 @@ class Feed:
                 cursor = self.cursor
                 assert cursor is not None, "a feed has a cursor before its first stream watches"
                 command = WatchEvents(space=self.space, after=cursor, limit=WATCH_LIMIT, wait_ms=WATCH_WAIT_MS)
-                try:
+                try:  # (answered once the events it brings are durable, as every answer is)
                     reply = await kernel.submit(command, wait_ms=WATCH_WAIT_MS)
                     if reply is EMPTY:
                         continue
-                    await kernel.durable_through(kernel.journal.appended_lsn)
                 except KernelError as error:
                     if error.code != CURSOR_EXPIRED:
                         raise

@@ -9,8 +9,8 @@ newest event the read saw, from which the page's live stream resumes (no gap bet
 page shows and what the stream brings).
 
 The shared reads of `actors/` (`reads.py`, `capacity_reads.py`, `coordination_reads.py`) take a
-kernel and look the space up themselves; inside a read they are given `_Reading`, which answers
-that lookup with the space the view was given. The tables' own `view` methods make the rows, so a
+kernel and look the space up themselves (`space_view`); inside a read they are given `_Reading`,
+which answers that lookup with the space the view was given. The tables' own `view` methods make the rows, so a
 console row and an API answer say the same thing in the same words.
 
 Lists are paged by cursor with a cap (`PAGE_MAX`): a cursor is the sort key of the last row shown,
@@ -33,12 +33,13 @@ import orjson
 from ...actors import coordination_reads, events as event_log
 from ...actors.caps import view as caps_view
 from ...actors.errors import NOT_FOUND, VALIDATION_FAILED, KernelError, quote
+from ...actors.keys import digest
 from ...actors.timestamps import format_ms
 
 __all__ = [
     "PAGE_DEFAULT", "PAGE_MAX", "known_spaces", "newest_event", "runs", "run", "claims", "lanes", "tasks", "task",
     "queues", "queue", "capacity", "coordination", "events", "workers", "worker", "why_task", "why_waiter",
-    "space_overview", "events_after",
+    "space_overview", "events_after", "key_spaces", "key_named",
 ]
 
 T = TypeVar("T")
@@ -63,29 +64,20 @@ _CLAIM_EVENTS = frozenset({"claim.acquired", "claim.taken_over", "claim.released
 # -- reading -----------------------------------------------------------------------------------
 
 
-class _Space:
-    """A kernel state that holds one space: what the shared reads look the space up in."""
-
-    __slots__ = ("_space",)
-
-    def __init__(self, space: Any) -> None:
-        self._space = space
-
-    def space(self, space_id: str) -> Any:
-        assert space_id == self._space.id, "a read looks at the one space it was given"
-        return self._space
-
-
 class _Reading:
     """What the shared reads of `actors/` need of a kernel, inside one `kernel.read`: the space
-    given to the view (never made), the clock, and the calls parked now."""
+    given to the view (`space_view`), the clock, and the calls parked now."""
 
-    __slots__ = ("state", "clock", "_kernel")
+    __slots__ = ("_space", "clock", "_kernel")
 
     def __init__(self, kernel: Any, space: Any) -> None:
-        self.state = _Space(space)
+        self._space = space
         self.clock = kernel.clock
         self._kernel = kernel
+
+    def space_view(self, space_id: str) -> Any:
+        assert space_id == self._space.id, "a read looks at the one space it was given"
+        return self._space
 
     def parked(self) -> list:
         return self._kernel.parked()
@@ -106,6 +98,17 @@ def _required(space: Any, what: str) -> Any:
     if space is None:
         raise KernelError(NOT_FOUND, f"{what} not found (nothing was ever recorded in this space)")
     return space
+
+
+def key_spaces(kernel: Any, secret: str) -> frozenset[str]:
+    """The spaces an API key opens now (none when it is unknown or revoked)."""
+    return kernel.state.keys.spaces_for(secret)
+
+
+def key_named(kernel: Any, secret: str) -> tuple[str | None, str | None, bool]:
+    """An API key's id and name, and whether it was revoked; (None, None, False) when unknown."""
+    key = kernel.state.keys.by_digest(digest(secret))
+    return (None, None, False) if key is None else (key.id, key.name, key.revoked_ms is not None)
 
 
 def known_spaces(kernel: Any) -> list[str]:
