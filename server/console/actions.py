@@ -181,7 +181,7 @@ def _selection(visit: Visit) -> dict:
     older = visit.number("older", 1, 365 * 86_400)
     if older:
         selection["olderThanSeconds"] = older
-    return selection
+    return selection or {"all": True}
 
 
 @page("POST", "/s/{space}/queues/{mailbox_id}/dead-letters/{action}/preview")

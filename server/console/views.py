@@ -50,15 +50,19 @@ PAGE_MAX = 500
 SUBTREE_ROWS_MAX = 20
 # Lanes drawn at once, and the windows a lane may span (seconds).
 LANES_MAX = 50
-# The shortest axis a fitted swimlane draws (seconds).
+# The shortest axis a fitted swimlane draws (seconds), and the newest events a lane draws at most.
 LANE_FIT_MIN_S = 30
+LANE_EVENTS_MAX = 100
 # Events listed on a task's or a run's page.
 HISTORY_MAX = 100
 # How much of a caller's value (a payload, a result) a row previews; the JSON view shows it whole.
 PREVIEW_CHARS_MAX = 80
 JSON_BYTES_MAX = 256 * 1024
 
-_CLAIM_EVENTS = frozenset({"claim.acquired", "claim.taken_over", "claim.released", "claim.expired"})
+# A claim's events: taken (a new generation), or ended (released, expired, or released by an
+# operator without the holder's token).
+_CLAIM_EVENTS = frozenset({"claim.acquired", "claim.taken_over", "claim.released", "claim.expired", "claim.force_released"})
+_CLAIM_ENDS = {"claim.released": "released", "claim.expired": "expired", "claim.force_released": "released by an operator"}
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -306,27 +310,41 @@ async def claims(kernel: Any, space_id: str, *, run: str | None, key: str | None
     return await _read(kernel, space_id, view)
 
 
-def _lanes_of(space: Any, start_ms: int, run: str | None, key: str | None) -> dict[tuple[str, str], list]:
-    """The claim events of the window, oldest first, by (run, key)."""
+def _lanes_of(space: Any, start_ms: int, run: str | None, key: str | None) -> tuple[dict[tuple[str, str], list], bool]:
+    """The lanes of the LANES_MAX keys that changed last in the window (scanning newest first, the
+    first keys met are those), each with its newest LANE_EVENTS_MAX claim events as
+    `(seq, change, at_ms)`, newest first; and whether more keys changed in the window."""
     found: dict[tuple[str, str], list] = {}
-    events = space.events
-    for seq, change, at_ms in events.scan(newest_first=True):
+    complete = 0  # lanes that have all the events they draw
+    more = False
+    for seq, change, at_ms in space.events.scan(newest_first=True):
         if at_ms < start_ms:
             break
-        kind, scope_id, _, ident, _ = change
-        if kind not in _CLAIM_EVENTS or (run and scope_id != run) or (key and not ident.startswith(key)):
+        if change[0] not in _CLAIM_EVENTS:
             continue
-        found.setdefault((scope_id, ident), []).append(events.made(seq, change, at_ms))
-    for history in found.values():
-        history.reverse()
-    return found
+        scope_id, ident = change[1], change[3]
+        if (run and scope_id != run) or (key and not ident.startswith(key)):
+            continue
+        history = found.get((scope_id, ident))
+        if history is None:
+            if len(found) < LANES_MAX:
+                found[(scope_id, ident)] = [(seq, change, at_ms)]
+                continue
+            more = True
+            if complete == LANES_MAX:
+                break  # every lane drawn is full: nothing older would show
+        elif len(history) < LANE_EVENTS_MAX:
+            history.append((seq, change, at_ms))
+            complete += len(history) == LANE_EVENTS_MAX
+    return found, more
 
 
 async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, key: str | None, window_s: int,
                 fit: bool = False) -> dict:
     """Lease swimlanes: one lane per claim key over the last `window_s`, a bar per generation and
     holder (acquired, renewed, released or expired), takeovers, and the writes fenced off; with
-    `fit`, the time axis starts shortly before the first thing drawn instead.
+    `fit`, the time axis starts shortly before the first thing drawn instead. The lanes of the
+    keys that changed most recently come first, at most LANES_MAX.
 
     `fenced` are the refusals the shell saw in this space (`fenced.py`), oldest first: each is
     marked on the lanes of its key at its time. Renewals make no event; a lease still held shows
@@ -335,39 +353,33 @@ async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, ke
 
     def view(space: Any, now_ms: int) -> dict:
         start_ms = now_ms - window_s * 1000
-        if fit and space is not None:
-            start_ms = _fitted_start(space, start_ms, now_ms, run, key, fenced)
         if space is None:
             return {"lanes": [], "start": start_ms, "end": now_ms, "windowSeconds": window_s, "more": 0}
-        found = _lanes_of(space, start_ms, run, key)
+        found, more = _lanes_of(space, start_ms, run, key)
         if key or run:  # asked for: keys held now get a lane even with nothing in the window
             for claim in space.claims.held():
                 if claim.held_at(now_ms) and (not run or claim.scope_id == run) and (not key or claim.key.startswith(key)):
-                    found.setdefault((claim.scope_id, claim.key), [])
-        refusals: dict[str, list] = {}
+                    if (claim.scope_id, claim.key) not in found:
+                        if len(found) >= LANES_MAX:
+                            more = True
+                            break
+                        found[(claim.scope_id, claim.key)] = []
+        chosen = list(found.items())  # the lanes that changed last come first
+        marks: dict[str, list] = {}
         for mark in fenced:
             if mark.kind == "claim" and mark.at_ms >= start_ms:
-                refusals.setdefault(mark.ident, []).append(mark)
-        ordered = sorted(found.items(), key=lambda item: (-(item[1][-1].at_ms if item[1] else now_ms), item[0]))
-        drawn = [_lane(space, scope_id, ident, history, refusals.get(ident, ()), start_ms, now_ms)
-                 for (scope_id, ident), history in ordered[:LANES_MAX]]
-        return {"lanes": drawn, "start": start_ms, "end": now_ms, "windowSeconds": window_s, "more": max(0, len(ordered) - LANES_MAX)}
+                marks.setdefault(mark.ident, []).append(mark)
+        if fit:
+            firsts = [history[-1][2] for _, history in chosen if history]
+            firsts += [marks[ident][0].at_ms for (_, ident), _ in chosen if ident in marks]
+            first = min(firsts, default=now_ms)
+            start_ms = max(start_ms, now_ms - max(LANE_FIT_MIN_S * 1000, (now_ms - first) * 11 // 10))
+        made = space.events.made
+        drawn = [_lane(space, scope_id, ident, [made(*raw) for raw in reversed(history)], marks.get(ident, ()), start_ms, now_ms)
+                 for (scope_id, ident), history in chosen]
+        return {"lanes": drawn, "start": start_ms, "end": now_ms, "windowSeconds": window_s, "more": more}
 
     return await _read(kernel, space_id, view)
-
-
-def _fitted_start(space: Any, start_ms: int, now_ms: int, run: str | None, key: str | None, fenced: list) -> int:
-    """The start of an axis that fits what the window holds: its first claim event or fenced
-    write, less a tenth of the span, at least LANE_FIT_MIN_S before now, never before `start_ms`."""
-    first = now_ms
-    for history in _lanes_of(space, start_ms, run, key).values():
-        first = min(first, history[0].at_ms)
-    for mark in fenced:
-        if mark.kind == "claim" and mark.at_ms >= start_ms and (not key or mark.ident.startswith(key)):
-            first = min(first, mark.at_ms)
-            break
-    span = max(LANE_FIT_MIN_S * 1000, (now_ms - first) * 11 // 10)
-    return max(start_ms, now_ms - span)
 
 
 def _lane(space: Any, scope_id: str, key: str, history: list, refusals: Iterable, start_ms: int, now_ms: int) -> dict:
@@ -382,18 +394,29 @@ def _lane(space: Any, scope_id: str, key: str, history: list, refusals: Iterable
     for event in history:
         generation = event.payload["generation"]
         if event.type in ("claim.acquired", "claim.taken_over"):
+            if open_bar is not None:  # (a lease ends with an event of its own; never drawn on past the next)
+                open_bar["to"], open_bar["end"] = event.at_ms, "ended"
             open_bar = {"generation": generation, "holder": event.payload["holder"], "from": event.at_ms, "to": None,
                         "end": None, "takeover": event.type == "claim.taken_over", "cursor": event.seq}
             bars.append(open_bar)
         else:
             if open_bar is None or open_bar["generation"] != generation:  # taken before the window
-                open_bar = {"generation": generation, "holder": None, "from": start_ms, "to": None, "end": None,
-                            "takeover": False, "cursor": event.seq}
+                open_bar = {"generation": generation, "holder": event.payload.get("holder"), "from": start_ms, "to": None,
+                            "end": None, "takeover": False, "cursor": event.seq}
                 bars.append(open_bar)
-            open_bar["to"], open_bar["end"] = event.at_ms, "released" if event.type == "claim.released" else "expired"
+            open_bar["to"], open_bar["end"] = event.at_ms, _CLAIM_ENDS[event.type]
+            if event.payload.get("by"):
+                open_bar["end"] += f" ({event.payload['by']}" + (f": {event.payload['reason']})" if event.payload.get("reason") else ")")
             open_bar = None
     claim = space.claims.get(scope_id, key)
     live = claim is not None and claim.held_at(now_ms)
+    if not live and open_bar is not None:  # ended with no event: its run ended, or its end is not yet recorded
+        if claim is None:
+            scope = space.scopes.get(scope_id) if scope_id in space.scopes else None
+            ended_ms = scope.ended_ms if scope is not None and scope.ended_ms is not None else now_ms
+            open_bar["to"], open_bar["end"] = max(open_bar["from"], ended_ms), "ended with its run"
+        else:
+            open_bar["to"], open_bar["end"] = max(open_bar["from"], min(claim.expires_ms, now_ms)), "expired"
     if live:
         if not bars or bars[-1]["generation"] != claim.generation:  # taken before the window
             bars.append({"generation": claim.generation, "holder": claim.holder, "from": max(start_ms, claim.acquired_ms),
@@ -892,37 +915,56 @@ def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict]:
     claim leases that expired and deliveries whose lease ran out (each with who took it next),
     deliveries given back for a retry, and dead letters.
 
-    The whole log kept is read, oldest first: a lease that expired in the window may have been
-    taken before it (`claim.expired` names only the generation; its acquire names the holder).
+    Two passes over the log: the window, newest first, finds what ended badly in it (usually
+    little); then the whole log kept, oldest first, looks only at those: a lease that expired in
+    the window may have been taken before it (`claim.expired` names only the generation; its
+    acquire names the holder), and who took it next may come after it.
     """
+    log = space.events
+    expired: set[tuple] = set()  # (run, key) of the claims that expired in the window
+    lost: set[str] = set()  # the messages whose delivery ended badly in the window
+    for _, change, at_ms in log.scan(newest_first=True):
+        if at_ms < start_ms:
+            break
+        kind = change[0]
+        if kind == "claim.expired":
+            expired.add((change[1], change[3]))
+        elif kind in _LOSS_EVENTS:
+            payload = change[4]
+            lost.add(payload[0] if payload.__class__ is tuple else payload["messageId"])
+    if not expired and not lost:
+        return []
     holders: dict[tuple, str] = {}  # (run, key, generation) -> who took it
     open_claims: dict[tuple, dict] = {}  # (run, key) -> an expiry waiting for the next holder
     open_deliveries: dict[str, dict] = {}  # message id -> a lost lease waiting for the next one
     losses: list[dict] = []
-    for seq, change, at_ms in space.events.scan():
+    for seq, change, at_ms in log.scan():
         kind, scope_id, aggregate_type, ident, payload = change
         if kind in _CLAIM_EVENTS:
-            values = event_log.payload_of(kind, payload)
-            generation = values["generation"]
+            if (scope_id, ident) not in expired:
+                continue
+            values = payload if payload.__class__ is dict else None  # most are kept as a tuple: read it as one
+            generation = payload[0] if values is None else values["generation"]
             if kind in ("claim.acquired", "claim.taken_over"):
-                holders[(scope_id, ident, generation)] = values["holder"]
-                lost = open_claims.pop((scope_id, ident), None)
-                if lost is not None:
-                    lost["next"] = f"{values['holder']} (generation {generation})"
+                who = payload[1] if values is None else values["holder"]
+                holders[(scope_id, ident, generation)] = who
+                found = open_claims.pop((scope_id, ident), None)
+                if found is not None:
+                    found["next"] = f"{who} (generation {generation})"
             elif kind == "claim.expired" and at_ms >= start_ms:
                 who = holders.get((scope_id, ident, generation))
                 if who is not None and (holder is None or who == holder):
-                    lost = _loss(who, "expired", f"claim {ident} (generation {generation}): its lease expired", scope_id, at_ms, seq)
-                    open_claims[(scope_id, ident)] = lost
-                    losses.append(lost)
+                    found = _loss(who, "expired", f"claim {ident} (generation {generation}): its lease expired", scope_id, at_ms, seq)
+                    open_claims[(scope_id, ident)] = found
+                    losses.append(found)
             continue
-        if kind not in _DELIVERY_EVENTS:
+        if kind not in _DELIVERY_EVENTS or (payload[0] if payload.__class__ is tuple else payload["messageId"]) not in lost:
             continue
         values = event_log.payload_of(kind, payload)
         if kind in ("task.started", "delivery.leased"):
-            lost = open_deliveries.pop(values["messageId"], None)
-            if lost is not None:  # the next lease of a delivery is its next attempt
-                lost["next"] = f"{values.get('holder')} (attempt {lost['attempt'] + 1})"
+            found = open_deliveries.pop(values["messageId"], None)
+            if found is not None:  # the next lease of a delivery is its next attempt
+                found["next"] = f"{values.get('holder')} (attempt {found['attempt'] + 1})"
             continue
         who = values.get("holder")
         if at_ms < start_ms or who is None or (holder is not None and who != holder):
@@ -931,18 +973,20 @@ def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict]:
         if kind == "delivery.dead_lettered":  # (a task's also makes task.failed: counted once, here)
             losses.append(_loss(who, "deadLettered", f"{what}: dead-lettered ({values.get('reason') or 'no reason'})", scope_id, at_ms, seq))
         else:
-            expired = values.get("cause") == "expired"
-            lost = _loss(who, "takenOver" if expired else "retried",
-                         f"{what} attempt {values['attempt']}: " + ("its lease ran out, back on the queue" if expired else "failed, retried"),
-                         scope_id, at_ms, seq)
-            lost["attempt"] = values["attempt"]
-            open_deliveries[values["messageId"]] = lost
-            losses.append(lost)
+            expired_lease = values.get("cause") == "expired"
+            found = _loss(who, "takenOver" if expired_lease else "retried",
+                          f"{what} attempt {values['attempt']}: " + ("its lease ran out, back on the queue" if expired_lease else "failed, retried"),
+                          scope_id, at_ms, seq)
+            found["attempt"] = values["attempt"]
+            open_deliveries[values["messageId"]] = found
+            losses.append(found)
     return losses
 
 
-# The events of a delivery (a task's or a plain message's) that name the holder of its lease.
+# The events of a delivery (a task's or a plain message's) that name the holder of its lease, and
+# those of them that end it badly (its payload's first value, or `messageId`, names the message).
 _DELIVERY_EVENTS = frozenset({"task.started", "delivery.leased", "task.retried", "delivery.requeued", "delivery.dead_lettered"})
+_LOSS_EVENTS = frozenset({"task.retried", "delivery.requeued", "delivery.dead_lettered"})
 
 
 def _loss(holder: str, counts: str, what: str, scope_id: str | None, at_ms: int, seq: int) -> dict:

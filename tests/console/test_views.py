@@ -191,3 +191,23 @@ async def test_events_newest_first_filtered_by_type_run_and_key(world: World, au
     older = await views.events(world.kernel, SPACE, types=None, run=None, key=None, before=newest["next"], limit=50)
     seqs = [e["seq"] for e in newest["events"] + older["events"]]
     assert seqs == sorted(seqs, reverse=True) == list(range(newest["newest"], 0, -1))
+
+
+async def test_a_lane_ends_with_its_run_and_only_the_keys_that_changed_last_get_lanes(world: World, autojump_clock, monkeypatch):
+    """A claim whose run is cancelled ends its bar there (it makes no claim event); past
+    LANES_MAX keys, the lanes are those that changed last, and the view says more changed."""
+    monkeypatch.setattr(views, "LANES_MAX", 3)
+    run = await world.run()
+    await world.claim(run, "ends-with-run", "w", lease_s=60)
+    await trio.sleep(2)
+    await world.do(c.CancelScope, {}, scope_id=run)
+    await trio.sleep(2)
+    (lane,) = (await views.lanes(world.kernel, SPACE, [], run=None, key="ends", window_s=60))["lanes"]
+    (bar,) = lane["bars"]
+    assert bar["end"] == "ended with its run" and not lane["held"]
+    assert parse_timestamp(bar["toAt"]) - parse_timestamp(bar["fromAt"]) == 2000
+    other = await world.run("other")
+    for n in range(5):
+        await world.claim(other, f"many:{n}", "w", lease_s=60)
+    drawn = await views.lanes(world.kernel, SPACE, [], run=other, key=None, window_s=60)
+    assert [lane["key"] for lane in drawn["lanes"]] == ["many:4", "many:3", "many:2"] and drawn["more"]
