@@ -8,6 +8,7 @@ Each handler reads its filters from the URL (so every view is a link that can be
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import trio
 
@@ -184,6 +185,15 @@ async def task(console: Console, visit: Visit, space: str, task_id: str) -> Answ
 async def why_task(console: Console, visit: Visit, space: str, task_id: str) -> Answer:
     data = await views.why_task(console.kernel, space, task_id)
     return console.page(visit, "why.html", back=f"{PREFIX}/s/{space}/tasks/{task_id}", **data)
+
+
+@page("GET", "/s/{space}/claims/why")
+async def why_claim(console: Console, visit: Visit, space: str) -> Answer:
+    run, key = visit.text("run"), visit.text("key")
+    if run is None or key is None:
+        raise refuse(VALIDATION_FAILED, "name the claim: run and key")
+    data = await views.why_claim(console.kernel, space, run, key)
+    return console.page(visit, "why.html", back=f"{PREFIX}/s/{space}/claims?key={quote(key, safe='')}", **data)
 
 
 @page("GET", "/s/{space}/waiters/{waiter_id}/why")

@@ -38,7 +38,7 @@ from ...actors.timestamps import format_ms
 
 __all__ = [
     "PAGE_DEFAULT", "PAGE_MAX", "known_spaces", "newest_event", "runs", "run", "claims", "lanes", "tasks", "task",
-    "queues", "queue", "capacity", "coordination", "events", "workers", "worker", "why_task", "why_waiter",
+    "queues", "queue", "capacity", "coordination", "events", "workers", "worker", "why_task", "why_waiter", "why_claim",
     "space_overview", "events_after", "key_spaces", "key_named",
 ]
 
@@ -250,9 +250,11 @@ async def run(kernel: Any, space_id: str, scope_id: str) -> dict:
         children = [tree.view(tree.get(child), now_ms) for child in scope.children[-PAGE_MAX:][::-1]]
         inside = frozenset(tree.subtree(scope_id))
         history = _history(space, lambda change: change[1] in inside)
+        acquirers = [{"run": run_id, "key": key, "calls": calls}
+                     for (run_id, key), calls in sorted(_acquirers(kernel, space.id).items()) if run_id in inside]
         return {
             "run": tree.view(scope, now_ms), "ancestors": ancestors[::-1], "children": children,
-            "childrenTotal": len(scope.children), **diagnosis, "history": history,
+            "childrenTotal": len(scope.children), **diagnosis, "acquirers": acquirers[:PAGE_MAX], "history": history,
         }
 
     return await _read(kernel, space_id, view)
@@ -287,9 +289,15 @@ def _claim_row(claim: Any, now_ms: int) -> dict:
     }
 
 
+def _acquirers(kernel: Any, space_id: str) -> dict[tuple[str, str], int]:
+    """Acquires parked now (waitMs), per claim (run, key): who waits for a held claim."""
+    return {(key[2], key[3]): calls for key, calls in kernel.parked() if key[0] == "claim" and key[1] == space_id}
+
+
 async def claims(kernel: Any, space_id: str, *, run: str | None, key: str | None, holder: str | None, held_only: bool,
                  cursor: str | None, limit: int) -> dict:
-    """Claims by key (then run): held ones, or every key the space remembers with its generation."""
+    """Claims by key (then run): held ones, or every key the space remembers with its generation;
+    each with the acquires waiting for it."""
 
     def view(space: Any, now_ms: int) -> dict:
         if space is None:
@@ -305,7 +313,9 @@ async def claims(kernel: Any, space_id: str, *, run: str | None, key: str | None
         if holder:
             found = (c for c in found if c.holder == holder and c.held_at(now_ms))
         chosen, following, total = _paged(found, lambda c: (c.key, c.scope_id), (str, str), cursor, limit, newest_first=False)
-        return {"claims": [_claim_row(c, now_ms) for c in chosen], "next": following, "total": total}
+        waiting = _acquirers(kernel, space_id)
+        rows = [{**_claim_row(c, now_ms), "waiting": waiting.get((c.scope_id, c.key), 0)} for c in chosen]
+        return {"claims": rows, "next": following, "total": total}
 
     return await _read(kernel, space_id, view)
 
@@ -665,6 +675,33 @@ async def why_task(kernel: Any, space_id: str, task_id: str) -> dict:
         if found.state != "QUEUED":
             return {"subject": f"task {task_id}", "state": found.state, "checks": [], "waiting": False}
         return {"subject": f"task {task_id}", "state": found.state, **_why_task(space, found, now_ms)}
+
+    return await _read(kernel, space_id, view)
+
+
+async def why_claim(kernel: Any, space_id: str, run: str, key: str) -> dict:
+    """Why an acquire of a claim waits (or would): the run, who holds it until when, who else waits."""
+
+    def view(space: Any, now_ms: int) -> dict:
+        space = _required(space, f"claim {quote(key)}")
+        tree = space.scopes
+        state = tree.effective(tree.get(run), now_ms)
+        claim = space.claims.get(run, key)
+        checks = [_check(state == "ACTIVE", "Run", f"run {run} is {state.lower()}" + ("" if state == "ACTIVE" else "; nobody may take it"))]
+        held = claim is not None and claim.held_at(now_ms)
+        if held:
+            renewed = claim.expires_ms - claim.lease_ms
+            detail = (f"held by {claim.holder} at generation {claim.generation} until its lease ends in "
+                      f"{_seconds(claim.expires_ms - now_ms)}" + (f" (renewed {_seconds(now_ms - renewed)} ago)" if renewed > claim.acquired_ms else ""))
+            checks.append(_check(False, "Holder", detail + "; an acquire waits for its release or its expiry"))
+        else:
+            generation = 1 if claim is None else claim.generation + 1
+            checks.append(_check(True, "Holder", f"free: the next acquire gets generation {generation}"))
+        waiting = _acquirers(kernel, space_id).get((run, key), 0)
+        if waiting:
+            checks.append(_check(not held, "Line", f"{waiting} acquire(s) wait for it, served in arrival order"))
+        return {"subject": f"claim {key} in run {run}", "state": "HELD" if held else "FREE", "checks": checks,
+                "waiting": held and waiting > 0}
 
     return await _read(kernel, space_id, view)
 

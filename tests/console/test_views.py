@@ -30,7 +30,8 @@ class World:
 
     async def do(self, command: type, body: dict | None = None, **params: str) -> Any:
         kernel = self.kernel
-        return await kernel.submit(kernel.parse(command, body or {}, {"space": SPACE, **params}))
+        parsed = kernel.parse(command, body or {}, {"space": SPACE, **params})
+        return await kernel.submit(parsed, wait_ms=getattr(parsed, "wait_ms", None))
 
     async def run(self, name: str = "run") -> str:
         return (await self.do(c.CreateScope, {"name": name}))["id"]
@@ -211,3 +212,23 @@ async def test_a_lane_ends_with_its_run_and_only_the_keys_that_changed_last_get_
         await world.claim(other, f"many:{n}", "w", lease_s=60)
     drawn = await views.lanes(world.kernel, SPACE, [], run=other, key=None, window_s=60)
     assert [lane["key"] for lane in drawn["lanes"]] == ["many:4", "many:3", "many:2"] and drawn["more"]
+
+
+async def test_a_waiting_acquire_is_told_who_holds_the_claim_until_when(world: World, autojump_clock, nursery):
+    """An acquire parked on a held claim (waitMs) shows on the claim's row and run, and "why"
+    names the holder, its generation and when its lease ends."""
+    run = await world.run()
+    await world.claim(run, "busy", "holder-1", lease_s=10)
+    body = {"scopeId": run, "key": "busy", "holder": "second", "holderSession": "s", "leaseSeconds": 5, "waitMs": 20_000}
+    nursery.start_soon(world.do, c.AcquireClaim, body)
+    await trio.sleep(1)
+    (row,) = (await views.claims(world.kernel, SPACE, run=None, key="busy", holder=None, held_only=True, cursor=None, limit=5))["claims"]
+    assert row["waiting"] == 1
+    assert (await views.run(world.kernel, SPACE, run))["acquirers"] == [{"run": run, "key": "busy", "calls": 1}]
+    why = await views.why_claim(world.kernel, SPACE, run, "busy")
+    details = [check["detail"] for check in why["checks"]]
+    assert why["waiting"] and "held by holder-1 at generation 1 until its lease ends in 9.0 s" in details[1]
+    assert details[2] == "1 acquire(s) wait for it, served in arrival order"
+    await trio.sleep(10)  # the lease ends: the parked acquire takes the claim
+    (row,) = (await views.claims(world.kernel, SPACE, run=None, key="busy", holder=None, held_only=True, cursor=None, limit=5))["claims"]
+    assert (row["holder"], row["generation"], row["waiting"]) == ("second", 2, 0)
