@@ -26,12 +26,12 @@ ADMIN_KEY = "console-admin-key-0123456789"
 API_KEY = "console-key-default"
 # Where the browser tests save the screenshots docs/console.md shows (set it to docs/console to
 # make them again); by default they go to a temporary folder.
-SCREENSHOTS = "RUNSTATE_CONSOLE_SCREENSHOTS"
+SCREENSHOTS = "CONSOLE_SCREENSHOTS"
 
 
 def chromium_path() -> str:
     """Debian's Chromium, or a failure in CI and a skip elsewhere when it is missing."""
-    found = os.environ.get("RUNSTATE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    found = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     if os.path.exists(found):
         return found
     message = f"Chromium is not installed at {found}: `make test` installs it as root (apt-get install chromium)"
@@ -129,10 +129,10 @@ class Tab:
         """What the page logged as an error (a CSP violation, a failed load, a script error)."""
         return [m for m in self.messages if m.startswith(("error", "pageerror"))]
 
-    def screenshot(self, name: str, tmp: Path) -> None:
+    def screenshot(self, name: str, tmp: Path, full_page: bool = True) -> None:
         folder = Path(os.environ.get(SCREENSHOTS) or tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+        self.page.screenshot(path=str(folder / f"{name}.png"), full_page=full_page)
 
 
 @pytest.fixture
