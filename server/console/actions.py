@@ -29,6 +29,9 @@ from .site import PREFIX, Answer, Console, Visit, page, redirect, refuse
 
 __all__ = ["call_api", "api_has", "dead_letter_actions"]
 
+# Why a dead letter is not requeued (the API's `skipped`), in words.
+_SKIPPED = {"task": "a task's: its task ended FAILED; submit the work again", "runEnded": "their run has ended",
+            "deadlinePassed": "their deadline has passed"}
 # Messages picked on a page for one bulk action, at most.
 PICKED_MAX = 500
 REASON_CHARS_MAX = 256
@@ -193,8 +196,17 @@ async def preview_dead_letters(console: Console, visit: Visit, space: str, mailb
     counted = await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), {**selection, "dryRun": True})
     matched = counted.get("matched", 0)
     what = f"{len(selection['messageIds'])} picked" if "messageIds" in selection else "matching the filter"
-    effects = [f"{matched} dead letter(s) {what} are " + ("put back on the queue, attempts counted again" if action == "requeue"
-                                                       else "deleted for good, payloads included")]
+    if action == "requeue":
+        matched = counted.get("requeued", matched)
+        effects = [f"{matched} dead letter(s) {what} go back to the end of their queue, each as a new message with its attempts counted afresh"]
+        skipped = {why: n for why, n in (counted.get("skipped") or {}).items() if n}
+        if skipped:
+            effects.append("skipped, as they cannot go back: " + ", ".join(f"{n} ({_SKIPPED.get(why, why)})" for why, n in skipped.items()))
+    else:
+        effects = [f"{matched} dead letter(s) {what} are deleted for good, payloads included"]
+    if counted.get("remaining"):
+        effects.append(f"at most {counted.get('matched', 0) - counted['remaining']} in one action: "
+                       f"{counted['remaining']} will remain, to act on again")
     return console.page(visit, "confirm.html", title=f"{action.capitalize()} dead letters of mailbox {mailbox_id}",
                         subject={"mailboxId": mailbox_id, **selection}, effects=effects, button=f"{action.capitalize()} {matched}",
                         action=f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}/dead-letters/{action}", reason=False,
