@@ -217,6 +217,6 @@ async def preview_dead_letters(console: Console, visit: Visit, space: str, mailb
 async def act_on_dead_letters(console: Console, visit: Visit, space: str, mailbox_id: str, action: str) -> Answer:
     if action not in dead_letter_actions():
         raise refuse("NOT_FOUND", f"this server has no dead-letter {action}", status=404)
-    answer = await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), _selection(visit))
+    await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), _selection(visit))
     return _done(f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", f"{action}d")
 

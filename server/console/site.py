@@ -31,7 +31,7 @@ from ..http import Request, Router
 from ..telemetry import CLIENT_GONE
 from . import views
 from .render import render, render_block
-from .sessions import Session, Sessions, clear_cookie, cookie_value, same_origin, set_cookie
+from .sessions import Session, Sessions, cookie_value, same_origin
 from .stream import STREAM_S_MAX, Feeds
 
 __all__ = ["Console", "Visit", "Answer", "ROUTER", "PREFIX", "refuse", "for_console"]

@@ -88,7 +88,7 @@ def test_every_page_updates_in_place(tab: Tab, console: Console):
     run = console.run("in-place")
     expect(page.locator(f"tr[data-run='{run['id']}']")).to_be_visible(timeout=2000)
     mailbox = console.api.put("/v1/spaces/default/mailboxes/by-name/in-place", json={}).json()
-    tab.open(f"/console/s/default/queues")
+    tab.open("/console/s/default/queues")
     tab.wait_live()
     task = console.api.post("/v1/spaces/default/tasks", json={"scopeId": run["id"], "mailboxId": mailbox["id"], "taskKey": "k1", "input": {}}).json()
     expect(page.locator("tr[data-mailbox='in-place'] td[data-count='queued']")).to_have_text("1", timeout=2000)

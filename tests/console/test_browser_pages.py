@@ -142,7 +142,7 @@ def test_lists_are_paged_by_cursor_with_their_filters_in_the_url(tab: Tab, conso
     expect(page.locator("tr[data-claim]")).to_have_count(10)
     assert "key=page%3A" in page.url and "cursor=" in page.url
     expect(page.locator("tr[data-claim]").first).to_contain_text("page:50")
-    tab.open(f"/console/s/default/events?types=claim.acquired&key=page:07")
+    tab.open("/console/s/default/events?types=claim.acquired&key=page:07")
     expect(page.locator("tr[data-event]")).to_have_count(1)
     expect(page.get_by_label("Key (claim key or any id)")).to_have_value("page:07")
 

@@ -14,6 +14,7 @@ from runstate.actors.errors import KernelError
 from runstate.actors.journal import MemoryJournal
 from runstate.actors.timestamps import parse_timestamp
 from runstate.server.console import views
+from runstate.server.console.views import swimlanes
 from runstate.server.console.fenced import Fenced
 
 T0 = 1_800_000_000_000
@@ -197,7 +198,7 @@ async def test_events_newest_first_filtered_by_type_run_and_key(world: World, au
 async def test_a_lane_ends_with_its_run_and_only_the_keys_that_changed_last_get_lanes(world: World, autojump_clock, monkeypatch):
     """A claim whose run is cancelled ends its bar there (it makes no claim event); past
     LANES_MAX keys, the lanes are those that changed last, and the view says more changed."""
-    monkeypatch.setattr(views, "LANES_MAX", 3)
+    monkeypatch.setattr(swimlanes, "LANES_MAX", 3)
     run = await world.run()
     await world.claim(run, "ends-with-run", "w", lease_s=60)
     await trio.sleep(2)
