@@ -83,7 +83,7 @@ async def confirm_cancel_run(console: Console, visit: Visit, space: str, run_id:
     data = await views.run(console.kernel, space, run_id)
     counts = data["counts"]
     effects = [
-        f"{sum(counts['scopes'].values()) - 1} run(s) under it end with it",
+        f"{max(0, counts['scopes'].get('ACTIVE', 0) - 1)} run(s) under it end with it",
         f"{counts['tasks'].get('QUEUED', 0) + counts['tasks'].get('RUNNING', 0)} queued or running task(s) are cancelled",
         f"{sum(len(worker['keys']) for worker in data['workers'])} lease(s) held in it end; their holders are told "
         "SCOPE_CANCELLED at their next call",

@@ -99,7 +99,7 @@ def refuse(code: str, message: str, status: int | None = None) -> KernelError:
 class Visit(Request):
     """One console request: the request, its session (None on public routes), its form fields."""
 
-    __slots__ = ("session", "form", "space", "console")
+    __slots__ = ("session", "form", "space", "console", "streaming")
 
     def __init__(self, method: str, raw_path: str, headers: dict[str, str], client: str | None, limits: Any) -> None:
         super().__init__(method, raw_path, headers, b"", client, limits)
@@ -107,6 +107,7 @@ class Visit(Request):
         self.form: dict[str, list[str]] = {}
         self.space: str | None = None
         self.console: Console | None = None
+        self.streaming = False  # the answer's head is sent: an event stream is under way
 
     @property
     def htmx(self) -> bool:
@@ -238,8 +239,9 @@ class Console:
         except Exception:
             log.exception("console request %s %s failed (%s)", visit.method, raw_path, visit.request_id)
             code, status = INTERNAL, 500
-            error = KernelError(INTERNAL, f"internal error (request {visit.request_id}); the server's log has the details")
-            await self._send(send, visit, self._error_page(visit, error))
+            if not visit.streaming:  # (a stream already answered: it just ends, and the browser reconnects)
+                error = KernelError(INTERNAL, f"internal error (request {visit.request_id}); the server's log has the details")
+                await self._send(send, visit, self._error_page(visit, error))
         finally:
             runtime.doors.release(reading.held)
             telemetry.end(visit.method, route, status, started, visit.request_id, code)
@@ -333,6 +335,7 @@ class Console:
         return max(1.0, min(STREAM_S_MAX, self.runtime.settings.read_timeout_s / 2))
 
     async def stream_head(self, send: Callable[[dict], Awaitable[None]], visit: Visit) -> None:
+        visit.streaming = True
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),
             (b"x-accel-buffering", b"no"), (b"x-request-id", visit.request_id.encode()), *_SECURITY,

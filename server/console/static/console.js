@@ -146,8 +146,11 @@ function open() {
   source.addEventListener("signedout", () => window.location.assign("/console/login"));
   source.addEventListener("error", () => {
     if (source && source.readyState === EventSource.CLOSED) {
+      // Refused (signed out, or the server is back without this space): a reload of the page's
+      // regions says which (a signed-out tab is sent to sign in), then the stream is tried again.
       source = null;
       setStatus("offline", "down");
+      refreshFor("*");
       setTimeout(() => { if (!paused()) open(); }, REOPEN_MS);
     } else {
       setStatus("reconnecting…", "down");

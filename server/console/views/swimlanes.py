@@ -11,7 +11,7 @@ from .reading import _read
 # lane draws at most.
 LANES_MAX = 50
 LANE_FIT_MIN_S = 30
-LANE_EVENTS_MAX = 100
+LANE_EVENTS_MAX = 60
 
 # A claim's events: taken (a new generation), or ended (released, expired, or released by an
 # operator without the holder's token).
