@@ -81,10 +81,12 @@ class Console:
 
 
 @pytest.fixture(scope="module")
-def console() -> Iterator[Console]:
-    """One server per test module: leases may be as short as 1 s, so a takeover takes a second."""
+def console(request: pytest.FixtureRequest) -> Iterator[Console]:
+    """One server per test module: leases may be as short as 1 s, so a takeover takes a second;
+    a module's `SERVER_ARGS` adds flags (`--partitions`)."""
     env = {"RUNSTATE_ADMIN_KEY": ADMIN_KEY, "RUNSTATE_API_KEY": API_KEY}
-    with ServerProcess("--lease-s-min", "1", api_key=API_KEY, env=env) as server:
+    extra = getattr(request.module, "SERVER_ARGS", ())
+    with ServerProcess("--lease-s-min", "1", *extra, api_key=API_KEY, env=env) as server:
         yield Console(server)
 
 

@@ -10,6 +10,8 @@ from playwright.sync_api import expect
 from .conftest import Console, Tab
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+# A kernel of several partitions: spaces spread over them, each with its own journal and actors.
+SERVER_ARGS = ("--partitions", "3")
 
 
 def test_a_claim_taken_through_the_api_appears_within_a_second_and_a_takeover_shows_the_next_generation(tab: Tab, console: Console, tmp_path):

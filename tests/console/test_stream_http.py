@@ -14,6 +14,8 @@ from ..servers import ServerProcess
 from .conftest import ADMIN_KEY, API_KEY, Console
 
 pytestmark = pytest.mark.e2e
+# A kernel of several partitions: spaces spread over them, each with its own journal and actors.
+SERVER_ARGS = ("--partitions", "3")
 
 
 def _frames(response: httpx.Response, count: int, timeout_s: float = 10) -> list[dict]:

@@ -61,19 +61,18 @@ def _required(space: Any, what: str) -> Any:
 
 def key_spaces(kernel: Any, secret: str) -> frozenset[str]:
     """The spaces an API key opens now (none when it is unknown or revoked)."""
-    return kernel.state.keys.spaces_for(secret)
+    return kernel.keys.spaces_for(secret)
 
 
 def key_named(kernel: Any, secret: str) -> tuple[str | None, str | None, bool]:
     """An API key's id and name, and whether it was revoked; (None, None, False) when unknown."""
-    key = kernel.state.keys.by_digest(digest(secret))
+    key = kernel.keys.by_digest(digest(secret))
     return (None, None, False) if key is None else (key.id, key.name, key.revoked_ms is not None)
 
 
 def known_spaces(kernel: Any) -> list[str]:
     """Every space the server knows: one that holds anything, or that a key opens (the admin's list)."""
-    state = kernel.state
-    return sorted(set(state.spaces) | state.keys.spaces())
+    return sorted({space.id for space in kernel.spaces()} | kernel.keys.spaces())
 
 
 async def newest_event(kernel: Any, space_id: str) -> int:
