@@ -13,7 +13,7 @@ Not to be confused with the event log, which is durable and the same on every re
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 __all__ = ["Fenced", "FencedWrites", "FENCED_KEPT_MAX", "FENCED_SPACES_MAX"]
 
@@ -65,6 +65,3 @@ class FencedWrites:
     def in_space(self, space: str, kind: str | None = None, since_ms: int = 0) -> list[Fenced]:
         """The refusals kept for `space`, oldest first; of one kind and from a time on, if asked."""
         return [f for f in self._spaces.get(space, ()) if (kind is None or f.kind == kind) and f.at_ms >= since_ms]
-
-    def view(self, fenced: Fenced) -> dict[str, Any]:
-        return fenced._asdict()

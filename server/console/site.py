@@ -268,7 +268,7 @@ class Console:
         if session is None or not self.check_key(session):
             if session is not None:
                 self.sessions.close(session.id)
-            raise _SignIn(visit)
+            raise _SignIn()
         visit.session = session
         if visit.method == "POST":
             token = visit.headers.get("x-csrf-token") or (visit.form.get("csrf") or [None])[-1]
@@ -355,7 +355,7 @@ class Console:
 class _SignIn(KernelError):
     """No session (or its key no longer opens anything): the visitor is sent to sign in."""
 
-    def __init__(self, visit: Visit) -> None:
+    def __init__(self) -> None:
         super().__init__("UNAUTHENTICATED", "sign in with an API key")
 
 
