@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv serve test test-ts sim soak clean bench bench-quick profile etcd
+.PHONY: venv serve test test-ts sim soak clean bench bench-quick profile etcd chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,9 @@ serve: $(STAMP)
 
 # The strict type check (mypy over the SDK and the product page's examples), then the tests: two
 # processes, a test file each at a time (the simulation's batch, which has its own two, first).
+# The console's browser tests (tests/console) drive Debian's Chromium: installed first when missing.
 PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
-test: $(STAMP) etcd
+test: $(STAMP) etcd chromium
 	$(PY) -m tests.typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) test-ts
@@ -41,6 +42,23 @@ etcd:
 	      || echo "make: could not install $(ETCD_PACKAGES): the cluster tests will say so"; \
 	  else \
 	    echo "make: etcd not found; the cluster tests need it: sudo apt-get install -y --no-install-recommends $(ETCD_PACKAGES)"; \
+	  fi; \
+	fi
+
+# Chromium from Debian for the browser tests (tests/console; Playwright's own download cannot be
+# used here): installed when missing and this runs as root. Otherwise the browser tests are
+# skipped, saying how to install it, except in CI (CI=true), where they fail.
+CHROMIUM ?= /usr/bin/chromium
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: installing chromium for the browser tests"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q --no-install-recommends chromium >/dev/null \
+	      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; } \
+	      || echo "make: could not install chromium: the browser tests will say so"; \
+	  else \
+	    echo "make: $(CHROMIUM) not found; the browser tests need it: sudo apt-get install -y --no-install-recommends chromium"; \
 	  fi; \
 	fi
 

@@ -19,6 +19,7 @@ Pure: no IO, no clock reads.
 from __future__ import annotations
 
 from collections import deque
+from itertools import count
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from .errors import KernelError
@@ -138,6 +139,21 @@ class EventLog:
         start = max(0, after + 1 - self.oldest_seq)
         return (self._event(index) for index in range(start, len(self._changes)))
 
+    def scan(self, newest_first: bool = False) -> Iterator[tuple[int, Change, int]]:
+        """`(seq, change, at_ms)` of every kept event, oldest or newest first, without making
+        `Event`s: for a reader that filters many events and makes an `Event` (`made`) only of
+        those it keeps. It walks the deques in order; `after` indexes into them, which costs an
+        index's distance from an end, so `after` from deep inside a long log is slow."""
+        if newest_first:
+            return zip(count(self.seq, -1), reversed(self._changes), reversed(self._times))
+        return zip(count(self.oldest_seq), self._changes, self._times)
+
+    @staticmethod
+    def made(seq: int, change: Change, at_ms: int) -> Event:
+        """The `Event` of one `(seq, change, at_ms)` from `scan`."""
+        kind, scope_id, aggregate_type, aggregate_id, payload = change
+        return Event(seq, kind, scope_id, aggregate_type, aggregate_id, payload_of(kind, payload), at_ms)
+
     def page(self, after: int | None, limit: int, match: Callable[[Event], bool] | None) -> tuple[list[Event], int]:
         """Up to `limit` events after `after` (None: from the oldest kept) that `match`, and the
         cursor after the last event scanned: past the ones the filter skipped, so a reader never
@@ -217,14 +233,16 @@ def payload_of(kind: str, payload: Any) -> dict:
 
 
 def _delivery(task_type: str, message_type: str, **extra: str) -> Derive:
-    PAYLOAD_NAMES[task_type] = PAYLOAD_NAMES[message_type] = ("messageId", "mailboxId", "attempt", *extra)
+    """A delivery's event: the message, its attempt and its holder (the one it is leased to, or
+    the one whose lease this record ends: what a worker's crash took down), then `extra` fields."""
+    PAYLOAD_NAMES[task_type] = PAYLOAD_NAMES[message_type] = ("messageId", "mailboxId", "attempt", "holder", *extra)
     fields = tuple(extra.values())
 
     def derive(space: "SpaceState", record: dict) -> "Change | None":
         message = space.messages.find(record["message_id"])
         if message is None:
             return None
-        payload: tuple = (message.id, message.mailbox_id, message.attempts)
+        payload: tuple = (message.id, message.mailbox_id, message.attempts, record.get("holder", message.holder))
         if fields:
             payload += tuple(record.get(field) for field in fields)
         if message.task_id is not None:
@@ -238,7 +256,7 @@ def _dead(space: "SpaceState", record: dict) -> list:
     message = space.messages.find(record["message_id"])
     if message is None:
         return []
-    payload = {"messageId": message.id, "mailboxId": message.mailbox_id, "reason": record.get("reason")}
+    payload = {"messageId": message.id, "mailboxId": message.mailbox_id, "reason": record.get("reason"), "holder": message.holder}
     events = [("delivery.dead_lettered", message.scope_id, "message", message.id, payload)]
     if message.task_id is not None:
         events.insert(0, ("task.failed", message.scope_id, "task", message.task_id, payload))

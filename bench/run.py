@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import inprocess_runner, queues, swarm
+from . import console, inprocess_runner, queues, swarm
 from .harness import ClaimSession, RedisLockSession, drive, run_bounded
 from .procs import PINNED, RESULTS, ROOT, Processes, find_tool, missing_tool_message, pin_self
 from .report import INFO, NA, REFERENCE, USABLE_CPUS, Row, ms, n, table, verdict_at_least, verdict_at_most, write_json
@@ -54,7 +54,7 @@ BYTES_PER_QUEUED_TASK = 2048
 RECOVERY_1M_S = 10.0
 
 CONNECTIONS = (1, 16)
-LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale")
+LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale", "console")
 
 
 @dataclass(frozen=True)
@@ -367,6 +367,9 @@ class Bench:
                 self.rows.append(Row(f"RSS per {what} at 1,000,000", "full run only (make bench)", verdict=NA))
         self.recovery()
 
+    def console(self) -> None:
+        self.rows.extend(console.run(self))
+
     def recovery(self) -> None:
         records = self.mode.recovery_records
         directory = tempfile.mkdtemp(prefix="recovery-", dir=data_root())
@@ -437,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                     if leg in legs:
                         step(bench, leg, getattr(bench, leg))
                 procs.stop_all()
-            for leg in ("swarm", "kernel", "scale"):
+            for leg in ("swarm", "kernel", "scale", "console"):
                 if leg in legs:
                     step(bench, leg, getattr(bench, leg))
         except KeyboardInterrupt:

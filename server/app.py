@@ -5,7 +5,8 @@ in the app's nursery), configuration, and serving under hypercorn's trio worker.
 not go through Quart's request machinery: on this stack it costs about a third of what hypercorn
 alone can serve, while our routes need none of it (no templates, sessions, cookies or forms, and
 every answer must be a JSON envelope, errors included). `ApiConnection` hands each request to
-`serve_http`, which routes on the raw path and calls plain handler coroutines.
+`serve_http`, which routes on the raw path and calls plain handler coroutines. The web console
+(`/console` and below, and a browser's `GET /`) is served beside it by `console/site.py`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Callable
 from quart_trio import QuartTrio
 
 from ..actors.clock import Clock
+from .console.site import Console, for_console
 from .http import serve_http
 from .lifecycle import Lifecycle
 from .routes import ROUTER
@@ -35,6 +37,9 @@ class ApiConnection:
         self.scope = scope
 
     async def __call__(self, receive: Any, send: Any) -> None:
+        if for_console(self.scope):
+            await self.app.console.serve(self.scope, receive, send)
+            return
         await serve_http(self.app.runtime, ROUTER, self.scope, receive, send)
 
 
@@ -42,6 +47,7 @@ class RunstateApp(QuartTrio):
     asgi_http_class = ApiConnection  # type: ignore[assignment]
     runtime: Runtime
     lifecycle: Lifecycle
+    console: Console
 
 
 def create_app(
@@ -56,6 +62,7 @@ def create_app(
     app = RunstateApp("runstate")
     app.runtime = Runtime(settings or Settings(), clock=clock, on_new_key=on_new_key, telemetry=telemetry, on_admin_key=on_admin_key)
     app.lifecycle = Lifecycle(app.runtime)
+    app.console = Console(app.runtime)
 
     @app.before_serving
     async def start_runtime() -> None:

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, unquote
 import orjson
 import trio
 
-from ..actors.errors import INTERNAL, NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
+from ..actors.errors import INTERNAL, NOT_FOUND, STALE_CLAIM, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
 from ..actors.kernel import Idem
 from .forward import forward, partition_of_request
 from ..actors.limits import Limits
@@ -218,6 +218,7 @@ async def serve_http(
     request = Request(method, raw_path, headers, b"", client[0] if client else None, services.limits)
     request.query = scope.get("query_string", b"")
     route = None
+    params: dict[str, str] = {}
     status, code = CLIENT_GONE, None
     doors = services.doors
     incoming = BodyReading()
@@ -263,6 +264,8 @@ async def serve_http(
     except KernelError as error:
         status, answer_body, extra = envelope(error, request.request_id)
         code = error.code
+        if code == STALE_CLAIM and route is not None:  # a late write turned away: the console shows it
+            telemetry.fenced.saw(route.pattern, params, error.message, services.kernel.clock.now_ms())
         if services.draining:
             extra.update(_CLOSE)
         if await drain(receive, doors, incoming):  # refused before its body was read: read it, drop it

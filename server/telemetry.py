@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .console.fenced import FencedWrites
 from .logs import AccessLog
 from .metrics import Metrics, RouteMetrics
 
@@ -28,12 +29,14 @@ now = time.perf_counter
 
 
 class Telemetry:
-    __slots__ = ("metrics", "access", "in_flight", "_routes", "_unmatched")
+    __slots__ = ("metrics", "access", "in_flight", "fenced", "_routes", "_unmatched")
 
     def __init__(self, metrics: Metrics | None = None, access: AccessLog | None = None) -> None:
         self.metrics = metrics or Metrics()
         self.access = access or AccessLog()
         self.in_flight = 0
+        # Writes refused for a stale token, for the console's lease swimlanes (`console/fenced.py`).
+        self.fenced = FencedWrites()
         self._routes: dict[Any, RouteMetrics] = {}
         self._unmatched: dict[str, RouteMetrics] = {}
 

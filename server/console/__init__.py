@@ -1,0 +1,1 @@
+"""The web console: see and steer a swarm from a browser (see docs/console.md and `site.py`)."""

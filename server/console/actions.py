@@ -1,0 +1,222 @@
+"""The console's actions: each one a confirmation page, then the very API route it stands for.
+
+An action is never a second implementation: the console calls the API's own route in process
+(`call_api`), with the signed-in key as its bearer, so it is authorized, checked, journaled and
+shown in the event log exactly as the same request from `curl` or the CLI would be, and it is
+refused the same way (an admin key that may only read gets the API's 403, shown as such).
+
+Every action is two steps. `GET .../{action}` shows what will happen, with the numbers it will
+touch, and a form; `POST` (with the session's CSRF token, from a page of this host) does it and
+goes back to the page with a notice. A bulk action on dead letters asks the API for its count
+first (`dryRun`), so the confirmation says how many it will touch.
+
+Actions offered: cancel a run, cancel a task, release a stuck claim, requeue or delete dead
+letters. The last two are offered when this server has their routes (`api_has`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import orjson
+
+from ...actors.errors import VALIDATION_FAILED, KernelError
+from ..http import Request
+from ..routes import ROUTER as API
+from . import views
+from .site import PREFIX, Answer, Console, Visit, page, redirect, refuse
+
+__all__ = ["call_api", "api_has", "dead_letter_actions"]
+
+# Why a dead letter is not requeued (the API's `skipped`), in words.
+_SKIPPED = {"task": "a task's: its task ended FAILED; submit the work again", "runEnded": "their run has ended",
+            "deadlinePassed": "their deadline has passed"}
+# Messages picked on a page for one bulk action, at most.
+PICKED_MAX = 500
+REASON_CHARS_MAX = 256
+
+
+def _path(*segments: str) -> str:
+    return "/" + "/".join(quote(segment, safe="") for segment in segments)
+
+
+def api_has(method: str, path: str) -> bool:
+    """Whether this server serves `method path` (an action is offered only where its route is)."""
+    try:
+        API.match(method, path)
+    except KernelError:
+        return False
+    return True
+
+
+async def call_api(console: Console, visit: Visit, method: str, path: str, body: Any = None, query: dict | None = None) -> Any:
+    """Run the API route `method path` in process with the session's key; its answer's body, or
+    the route's refusal raised as it is (a `KernelError` with the API's code and message)."""
+    session = visit.session
+    assert session is not None, "an action needs a session"
+    headers = {"authorization": f"Bearer {session.secret}", "content-type": "application/json", "user-agent": "runstate-console"}
+    request = Request(method, path, headers, b"" if body is None else orjson.dumps(body), visit.client, console.runtime.limits)
+    request.query = urlencode({k: v for k, v in (query or {}).items() if v is not None}).encode()
+    route, params = API.match(method, path)
+    status, answer = await route.handler(console.runtime, request, **params)
+    return answer
+
+
+def _reason(visit: Visit) -> str | None:
+    reason = visit.text("reason")
+    if reason is not None and len(reason) > REASON_CHARS_MAX:
+        raise refuse(VALIDATION_FAILED, f"a reason is at most {REASON_CHARS_MAX} characters")
+    return reason
+
+
+def _done(location: str, notice: str) -> Answer:
+    """Back to `location`, which says the action is done (`site.NOTICES`)."""
+    return redirect(location + ("&" if "?" in location else "?") + urlencode({"done": notice}))
+
+
+# -- runs and tasks ------------------------------------------------------------------------------
+
+
+@page("GET", "/s/{space}/runs/{run_id}/cancel")
+async def confirm_cancel_run(console: Console, visit: Visit, space: str, run_id: str) -> Answer:
+    data = await views.run(console.kernel, space, run_id)
+    counts = data["counts"]
+    effects = [
+        f"{max(0, counts['scopes'].get('ACTIVE', 0) - 1)} run(s) under it end with it",
+        f"{counts['tasks'].get('QUEUED', 0) + counts['tasks'].get('RUNNING', 0)} queued or running task(s) are cancelled",
+        f"{sum(len(worker['keys']) for worker in data['workers'])} lease(s) held in it end; their holders are told "
+        "SCOPE_CANCELLED at their next call",
+    ]
+    return console.page(visit, "confirm.html", title=f"Cancel run {run_id}", subject=data["run"], effects=effects,
+                        action=visit.raw_path, button="Cancel run", reason=False, back=f"{PREFIX}/s/{space}/runs/{run_id}",
+                        cursor=data["cursor"])
+
+
+@page("POST", "/s/{space}/runs/{run_id}/cancel")
+async def cancel_run(console: Console, visit: Visit, space: str, run_id: str) -> Answer:
+    await call_api(console, visit, "POST", _path("v1", "spaces", space, "scopes", run_id, "cancel"))
+    return _done(f"{PREFIX}/s/{space}/runs/{quote(run_id, safe='')}", "run-cancelled")
+
+
+@page("GET", "/s/{space}/tasks/{task_id}/cancel")
+async def confirm_cancel_task(console: Console, visit: Visit, space: str, task_id: str) -> Answer:
+    data = await views.task(console.kernel, space, task_id)
+    found = data["task"]
+    effects = [f"task {found['taskKey']} ({found['state'].lower()}) ends CANCELLED with the reason given, and keeps it"]
+    if found["worker"]:
+        effects.append(f"{found['worker']} holds it now: its completion is refused from then on")
+    return console.page(visit, "confirm.html", title=f"Cancel task {task_id}", subject=found, effects=effects, action=visit.raw_path,
+                        button="Cancel task", reason=True, back=f"{PREFIX}/s/{space}/tasks/{task_id}", cursor=data["cursor"])
+
+
+@page("POST", "/s/{space}/tasks/{task_id}/cancel")
+async def cancel_task(console: Console, visit: Visit, space: str, task_id: str) -> Answer:
+    body = {} if _reason(visit) is None else {"reason": _reason(visit)}
+    await call_api(console, visit, "POST", _path("v1", "spaces", space, "tasks", task_id, "cancel"), body)
+    return _done(f"{PREFIX}/s/{space}/tasks/{quote(task_id, safe='')}", "task-cancelled")
+
+
+# -- claims --------------------------------------------------------------------------------------
+
+
+def _release_path(space: str, key: str) -> str:
+    return _path("v1", "spaces", space, "claims", key, "force-release")
+
+
+def release_offered() -> bool:
+    return api_has("POST", _release_path("s", "k"))
+
+
+@page("GET", "/s/{space}/claims/release")
+async def confirm_release(console: Console, visit: Visit, space: str) -> Answer:
+    run, key = visit.text("run"), visit.text("key")
+    if run is None or key is None:
+        raise refuse(VALIDATION_FAILED, "name the claim to release: run and key")
+    if not release_offered():
+        raise refuse("NOT_FOUND", "this server has no forced release (POST .../claims/{key}/force-release)", status=404)
+    data = await views.claims(console.kernel, space, run=run, key=key, holder=None, held_only=False, cursor=None, limit=views.PAGE_MAX)
+    found = next((c for c in data["claims"] if c["key"] == key and c["scopeId"] == run), None)
+    if found is None:
+        raise refuse("NOT_FOUND", f"claim {key!r} not found in run {run!r}")
+    effects = [f"the next holder of {key} gets generation {found['generation'] + 1}",
+               f"the token of generation {found['generation']} is refused from then on (STALE_CLAIM)"]
+    if found["holder"]:
+        effects.insert(0, f"{found['holder']} loses the claim now, before its lease ends")
+    return console.page(visit, "confirm.html", title=f"Release claim {key}", subject=found, effects=effects,
+                        action=visit.here(), button="Release claim", reason=True, back=f"{PREFIX}/s/{space}/claims", cursor=data["cursor"])
+
+
+@page("POST", "/s/{space}/claims/release")
+async def release(console: Console, visit: Visit, space: str) -> Answer:
+    run, key = visit.text("run"), visit.text("key")
+    if run is None or key is None:
+        raise refuse(VALIDATION_FAILED, "name the claim to release: run and key")
+    body = {"scopeId": run, **({"reason": _reason(visit)} if _reason(visit) else {})}
+    await call_api(console, visit, "POST", _release_path(space, key), body)
+    return _done(f"{PREFIX}/s/{space}/claims?{urlencode({'run': run, 'key': key, 'show': 'all'})}", "claim-released")
+
+
+# -- dead letters --------------------------------------------------------------------------------
+
+
+def _letters_path(space: str, mailbox_id: str, action: str) -> str:
+    return _path("v1", "spaces", space, "mailboxes", mailbox_id, "dead-letters", action)
+
+
+def dead_letter_actions() -> tuple[str, ...]:
+    """The dead-letter actions this server serves (requeue, delete)."""
+    return tuple(action for action in ("requeue", "delete") if api_has("POST", _letters_path("s", "m", action)))
+
+
+def _selection(visit: Visit) -> dict:
+    """The dead letters an action is for: the ones picked, or those the filter matches."""
+    picked = [m for m in visit.form.get("messageIds", []) + visit.form.get("pick", []) if m]
+    if not picked and visit.method == "GET":
+        picked = [m for m in (visit.param("messageIds") or "").split(",") if m]
+    if len(picked) > PICKED_MAX:
+        raise refuse(VALIDATION_FAILED, f"pick at most {PICKED_MAX} dead letters at once, or act on a filter")
+    if picked:
+        return {"messageIds": picked}
+    selection: dict[str, Any] = {}
+    if visit.text("reason"):
+        selection["reason"] = visit.text("reason")
+    older = visit.number("older", 1, 365 * 86_400)
+    if older:
+        selection["olderThanSeconds"] = older
+    return selection or {"all": True}
+
+
+@page("POST", "/s/{space}/queues/{mailbox_id}/dead-letters/{action}/preview")
+async def preview_dead_letters(console: Console, visit: Visit, space: str, mailbox_id: str, action: str) -> Answer:
+    """How many dead letters the action would touch (the API's dryRun), then its confirmation."""
+    if action not in dead_letter_actions():
+        raise refuse("NOT_FOUND", f"this server has no dead-letter {action}", status=404)
+    selection = _selection(visit)
+    counted = await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), {**selection, "dryRun": True})
+    matched = counted.get("matched", 0)
+    what = f"{len(selection['messageIds'])} picked" if "messageIds" in selection else "matching the filter"
+    if action == "requeue":
+        matched = counted.get("requeued", matched)
+        effects = [f"{matched} dead letter(s) {what} go back to the end of their queue, each as a new message with its attempts counted afresh"]
+        skipped = {why: n for why, n in (counted.get("skipped") or {}).items() if n}
+        if skipped:
+            effects.append("skipped, as they cannot go back: " + ", ".join(f"{n} ({_SKIPPED.get(why, why)})" for why, n in skipped.items()))
+    else:
+        effects = [f"{matched} dead letter(s) {what} are deleted for good, payloads included"]
+    if counted.get("remaining"):
+        effects.append(f"at most {counted.get('matched', 0) - counted['remaining']} in one action: "
+                       f"{counted['remaining']} will remain, to act on again")
+    return console.page(visit, "confirm.html", title=f"{action.capitalize()} dead letters of mailbox {mailbox_id}",
+                        subject={"mailboxId": mailbox_id, **selection}, effects=effects, button=f"{action.capitalize()} {matched}",
+                        action=f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}/dead-letters/{action}", reason=False,
+                        back=f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", selection=selection, matched=matched)
+
+
+@page("POST", "/s/{space}/queues/{mailbox_id}/dead-letters/{action}")
+async def act_on_dead_letters(console: Console, visit: Visit, space: str, mailbox_id: str, action: str) -> Answer:
+    if action not in dead_letter_actions():
+        raise refuse("NOT_FOUND", f"this server has no dead-letter {action}", status=404)
+    await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), _selection(visit))
+    return _done(f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", f"{action}d")
+

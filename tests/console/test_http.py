@@ -1,0 +1,53 @@
+"""The console over plain HTTP: where a browser lands, the headers every answer carries, and how
+refusals look to a page and to its live regions."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from .conftest import Console
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_browser_at_the_root_is_sent_to_the_console_and_an_api_client_is_not(console: Console):
+    html = httpx.get(console.url + "/", headers={"accept": "text/html,application/xhtml+xml"}, follow_redirects=False)
+    assert html.status_code == 303 and html.headers["location"] == "/console"
+    api = httpx.get(console.url + "/", headers={"accept": "application/json"})
+    assert api.status_code == 404 and api.json()["error"]["code"] == "NOT_FOUND"
+    assert httpx.get(console.url + "/consoles").json()["error"]["code"] == "NOT_FOUND"  # not the console's
+
+
+def test_every_answer_carries_the_security_headers_and_pages_are_not_cached(console: Console):
+    session = console.session()
+    for answer in (session.get("/console/s/default/runs"), session.get("/console/s/default/tasks?state=NOPE"),
+                   session.get("/console/nowhere"), httpx.get(console.url + "/console/login")):
+        headers = answer.headers
+        assert headers["content-security-policy"].startswith("default-src 'none'")
+        assert (headers["x-frame-options"], headers["x-content-type-options"], headers["cache-control"]) == ("DENY", "nosniff", "no-store")
+    assert session.get("/console/nowhere").status_code == 404
+    static = httpx.get(console.url + "/console/static/htmx.min.js")
+    assert static.status_code == 200 and "immutable" in static.headers["cache-control"]
+    assert static.headers["content-type"].startswith("text/javascript")
+    assert httpx.get(console.url + "/console/static/..%2Fsite.py").status_code == 404
+
+
+def test_a_live_region_of_a_signed_out_tab_is_sent_to_sign_in_and_a_refusal_is_its_message(console: Console):
+    """htmx reloads get the message alone with their status (the page shows it as an error), and
+    a tab whose session ended is sent to sign in (HX-Redirect)."""
+    htmx = {"hx-request": "true", "hx-target": "region"}
+    signed_out = httpx.get(console.url + "/console/s/default/claims", headers=htmx)
+    assert signed_out.status_code == 401 and signed_out.headers["hx-redirect"].startswith("/console/login")
+    session = console.session()
+    region = session.get("/console/s/default/claims", headers=htmx)
+    assert region.status_code == 200 and "<html" not in region.text and "<table>" in region.text
+    refused = session.get("/console/s/default/tasks?state=NOPE", headers=htmx)
+    assert refused.status_code == 400 and refused.text.startswith("VALIDATION_FAILED: state must be one of")
+
+
+def test_a_form_too_large_is_refused_and_the_login_form_checks_its_origin(console: Console):
+    big = httpx.post(console.url + "/console/login", data={"key": "x" * (2 * 1024 * 1024)}, headers={"origin": console.url})
+    assert big.status_code == 413
+    elsewhere = httpx.post(console.url + "/console/login", data={"key": "console-key-default"}, headers={"origin": "http://evil.example"})
+    assert elsewhere.status_code == 403 and "set-cookie" not in elsewhere.headers
