@@ -14,7 +14,7 @@ refuses its commands and reads with UNAVAILABLE and its reason, while the others
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Iterator, TypeVar
 
 import trio
 
@@ -35,6 +35,9 @@ from .state import KernelState
 __all__ = ["Kernel", "Idem", "EMPTY", "JITTER_LOW", "JITTER_HIGH"]
 
 T = TypeVar("T")
+
+# Spaces whose partition number the kernel remembers (past it, it forgets them all and starts over).
+SPACES_REMEMBERED_MAX = 65_536
 
 # The retry backoff is the nominal wait (1 s, 2 s, 4 s...) times a factor drawn in this range.
 JITTER_LOW = 0.8
@@ -73,6 +76,7 @@ class Kernel:
         assert [partition.number for partition in self.partitions] == list(layout.numbers()), "a partition per number"
         # Each command class's parser, generated for `limits` (`compile_parser`).
         self._parsers: dict[type, Parser] = {}
+        self._numbers: dict[str | None, int] = {}  # space -> its partition's number, as looked up
         self._nursery: trio.Nursery | None = None
 
     @classmethod
@@ -130,7 +134,13 @@ class Kernel:
 
     def partition_of(self, space_id: str | None) -> Partition:
         """The partition that holds `space_id` (None: the system partition, which holds the keys)."""
-        return self.partitions[self.layout.of(space_id)]
+        number = self._numbers.get(space_id)  # (every call looks it up: a hash per space, once)
+        if number is None:
+            number = self.layout.of(space_id)
+            if len(self._numbers) >= SPACES_REMEMBERED_MAX:
+                self._numbers.clear()
+            self._numbers[space_id] = number
+        return self.partitions[number]
 
     def _single(self) -> Partition:
         assert len(self.partitions) == 1, "only a kernel of one partition has one state, journal and supervisor"
@@ -268,15 +278,16 @@ class Kernel:
             return self.ids.uniform(JITTER_LOW, JITTER_HIGH)
         return self.ids.make(what)
 
-    async def submit(self, command: Command, *, idem: Idem | None = None, wait_ms: int | None = None) -> Any:
-        """Run `command` in its actor's next turn and return its reply once durable.
+    def submit(self, command: Command, *, idem: Idem | None = None, wait_ms: int | None = None) -> Awaitable[Any]:
+        """Run `command` in its actor's next turn and return (await) its reply once durable.
 
         With `wait_ms`, a command whose outcome is empty (a long poll's receive) parks until a
         poke makes it succeed or the wait (capped at `wait_ms_max`) ends; then the answer is
         `EMPTY`. Raises `KernelError` (UNAVAILABLE while the command's partition cannot serve).
+        (A plain function handing back the partition's call: one coroutine a call, not two.)
         """
         wait_until = self.clock.deadline_after(min(wait_ms, self.limits.wait_ms_max)) if wait_ms else None
-        return await self.partition_of(getattr(command, "space", None)).submit(command, idem, wait_until)
+        return self.partition_of(getattr(command, "space", None)).submit(command, idem, wait_until)
 
     def post(self, command: Command) -> None:
         """Run `command` in its actor's next turn; nobody waits for the answer."""
