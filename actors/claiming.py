@@ -23,7 +23,7 @@ from .scopes import ScopeTree
 from .timestamps import format_ms
 
 if TYPE_CHECKING:
-    from .commands import AcquireClaim, ReleaseClaim, RenewClaim
+    from .commands import AcquireClaim, ForceReleaseClaim, ReleaseClaim, RenewClaim
 
 __all__ = ["ClaimCommands", "LEASE_TIMER"]
 
@@ -89,6 +89,23 @@ class ClaimCommands:
         reply = claims.view(claim)
         outcome = self._commit(Outcome(), claims.decide_release(command.key, command.token, command.observation, now_ms))
         reply.update(token=None, released=True, releasedAt=format_ms(now_ms))
+        outcome.reply = reply
+        return outcome
+
+    def force_release(self, command: "ForceReleaseClaim", now_ms: int) -> Outcome:
+        """An operator's release without the token: the claim's view as it was, token withheld.
+
+        The scope may have ended (its claims are then gone: NOT_FOUND); the holder learns of it at
+        its next renewal, which is STALE_CLAIM like any other stale token's.
+        """
+        self._scopes.get(command.scope_id)
+        claims = self._claims
+        record = claims.decide_force_release(command.scope_id, command.key, command.reason, now_ms)
+        claim = claims.by_token(record["token"])
+        assert claim is not None
+        reply = claims.view(claim)
+        outcome = self._commit(Outcome(), record)
+        reply.update(token=None, released=True, releasedAt=format_ms(now_ms), forced=True, reason=command.reason)
         outcome.reply = reply
         return outcome
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .caps import full
-from .errors import CLAIM_HELD, STALE_CLAIM, KernelError, quote
+from .errors import CLAIM_HELD, CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
 from .timestamps import format_ms
 
 __all__ = ["Claim", "ClaimTable"]
@@ -195,6 +195,27 @@ class ClaimTable:
             record["observation"] = observation
         return record
 
+    def decide_force_release(self, scope_id: str, key: str, reason: str | None, now_ms: int) -> dict:
+        """An operator's release of the claim held on `key`, without its token.
+
+        NOT_FOUND for a key never claimed in the scope; CONFLICT for one not held now (released,
+        or its lease ended: a forced release of nobody's claim is a mistake to report, not a
+        no-op to hide). The record names the holder it took the key from, for the event log.
+        """
+        claim = self.get(scope_id, key)
+        if claim is None:
+            raise KernelError(NOT_FOUND, f"claim {quote(key)} was never acquired in scope {quote(scope_id)}")
+        if not claim.held_at(now_ms):
+            why = "its lease ended" if claim.token is not None or claim.expired else "it was released"
+            raise KernelError(
+                CONFLICT, f"claim {quote(key)} is not held ({why}; generation {claim.generation} was the last)"
+            )
+        record = self._ended_record("claim.force_released", claim, now_ms)
+        record["holder"] = claim.holder
+        if reason:
+            record["reason"] = reason
+        return record
+
     def decide_expire(self, token: str, now_ms: int) -> dict | None:
         """The expiry the supervisor proposed, if `token` still holds a lease that has ended."""
         claim = self._by_token.get(token)
@@ -324,7 +345,7 @@ class ClaimTable:
         return claim
 
     def apply_ended(self, record: dict) -> Claim:
-        """A release or an expiry: the key is free, its generation counter stays."""
+        """A release (forced or not) or an expiry: the key is free, its generation counter stays."""
         claim = self._by_token.pop(record["token"])
         claim.token = None
         claim.holder = None

@@ -30,7 +30,7 @@ from .scopes import CANCELLED, COMPLETED
 
 __all__ = [
     "Command", "RegisterKey", "RevokeKey", "CreateScope", "EndScope", "CancelScope", "CompleteScope",
-    "AcquireClaim", "RenewClaim", "ReleaseClaim", "CreateMailbox", "SendMessage", "Receive",
+    "AcquireClaim", "RenewClaim", "ReleaseClaim", "ForceReleaseClaim", "CreateMailbox", "SendMessage", "Receive",
     "CompleteDelivery", "NackDelivery", "RenewDelivery", "SubmitTask", "CancelTask", "JoinTask",
     "DetachTask", "FireTimer", "EnsureRun", "EnsureMailbox", "WaitTask", "AcquireOnce", "WaitOnce", "RenewOnce",
     "CompleteOnce", "FailOnce", "KEYS_ACTOR", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor",
@@ -226,6 +226,21 @@ class ReleaseClaim(Command):
 
     def actor(self, state: Any) -> ActorKey:
         return _claim_actor_of(state, self.space, self.key, self.token)
+
+
+@_command
+class ForceReleaseClaim(Command):
+    """An operator's release of a held claim, without its token (a holder that hangs, a stuck run):
+    the key is free at once, the holder's token is refused from then on (STALE_CLAIM), and the
+    next holder gets the next generation. The claim is named by run and key, as an acquire names it."""
+
+    space: str = path("space")
+    key: str = path("key")
+    scope_id: str = body("scopeId")
+    reason: str | None = _reason("reason")
+
+    def actor(self, state: Any) -> ActorKey:
+        return claim_actor(self.space, self.scope_id, self.key)
 
 
 # -- mailboxes and messages --------------------------------------------------------------------

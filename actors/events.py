@@ -221,6 +221,7 @@ PAYLOAD_NAMES: dict[str, tuple[str, ...]] = {
     "claim.taken_over": ("generation", "holder"),
     "claim.released": ("generation",),
     "claim.expired": ("generation",),
+    "claim.force_released": ("generation", "holder", "reason", "by"),
     "scope.created": ("parentId",),
     "task.created": ("taskKey", "mailboxId"),
     "message.sent": ("mailboxId",),
@@ -266,7 +267,8 @@ def _dead(space: "SpaceState", record: dict) -> list:
 # A claim's events are made as its record is applied, from what applying it found
 # (`SpaceState._apply_claim_acquired` and `_apply_claim_ended`): the claim table is looked up once,
 # not once here and once there. `claim.acquired` or `claim.taken_over` (the previous holder's lease
-# had ended) carries (generation, holder); `claim.released` and `claim.expired` carry (generation,).
+# had ended) carries (generation, holder); `claim.released` and `claim.expired` carry (generation,);
+# `claim.force_released` (an operator's release) carries (generation, holder, reason, by).
 
 
 _SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
@@ -357,7 +359,7 @@ DERIVE: dict[str, Derive] = {
 EVENT_TYPES = sorted(
     {
         "scope.created", "scope.cancelled", "scope.completed", "scope.expired", "claim.acquired", "claim.taken_over",
-        "claim.released", "claim.expired", "task.created", "task.started", "task.retried", "task.succeeded",
+        "claim.released", "claim.expired", "claim.force_released", "task.created", "task.started", "task.retried", "task.succeeded",
         "task.failed", "task.cancelled", "task.expired", "message.sent", "delivery.leased", "delivery.completed",
         "delivery.requeued", "delivery.dead_lettered", "barrier.created", "barrier.arrived", "barrier.released",
         "barrier.cancelled", "timer.created", "timer.fired", "timer.acked", "timer.cancelled", "timer.expired",

@@ -86,6 +86,8 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     "claim.renewed": _spec(_SPACE, "token", "lease_ms", "expires_ms", "at_ms", optional=("graced",)),
     "claim.released": _spec(_SPACE, "token", "key", "generation", "at_ms", optional=("observation",)),
     "claim.expired": _spec(_SPACE, "token", "key", "generation", "at_ms"),
+    # An operator's release without the token (`claims.decide_force_release`).
+    "claim.force_released": _spec(_SPACE, "token", "key", "generation", "holder", "at_ms", optional=("reason", "by")),
     "claim.image": _spec(
         _SPACE, "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms",
         "acquired_ms", "at_ms", optional=("expired", "graced"),

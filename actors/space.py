@@ -295,8 +295,13 @@ class SpaceState:
 
     def _apply_claim_ended(self, record: dict) -> None:
         claim = self.claims.apply_ended(record)
-        # -- coordination -- (a release or an expiry is its own event type)
-        self.events.add((record["type"], claim.scope_id, "claim", record["key"], (record["generation"],)), record["at_ms"])
+        # -- coordination -- (a release, a forced release or an expiry is its own event type)
+        kind = record["type"]
+        if kind == "claim.force_released":  # says whose claim it was, why and who took it
+            payload: tuple = (record["generation"], record["holder"], record.get("reason"), record.get("by"))
+        else:
+            payload = (record["generation"],)
+        self.events.add((kind, claim.scope_id, "claim", record["key"], payload), record["at_ms"])
 
     def _apply_scope_ended(self, record: dict) -> None:
         subtree = self.scopes.apply_ended(record)
@@ -331,6 +336,7 @@ _APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
         "claim.acquired": SpaceState._apply_claim_acquired,
         "claim.released": SpaceState._apply_claim_ended,
         "claim.expired": SpaceState._apply_claim_ended,
+        "claim.force_released": SpaceState._apply_claim_ended,
     }),
     ("scopes", {"scope.created": ScopeTree.apply_created, "scope.image": ScopeTree.apply_image}),
     ("claims", {"claim.renewed": ClaimTable.apply_renewed, "claim.image": ClaimTable.apply_image}),
@@ -349,7 +355,9 @@ assert len(RECORD_TYPES) == sum(len(table) for _, table in _APPLY), "each record
 # -- coordination -- the types whose events `apply` derives before and after applying them (a
 # claim's are made as it applies, `_apply_claim_acquired`; most other types make none).
 _WITH_EVENTS = frozenset(DERIVE) | AFTER_APPLY_KINDS
-assert _WITH_EVENTS <= RECORD_TYPES and not _WITH_EVENTS & {"claim.acquired", "claim.released", "claim.expired"}
+assert _WITH_EVENTS <= RECORD_TYPES and not _WITH_EVENTS & {
+    "claim.acquired", "claim.released", "claim.expired", "claim.force_released",
+}
 
 
 def _appliers(space: SpaceState) -> dict[str, Callable[[dict], Any]]:

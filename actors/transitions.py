@@ -93,6 +93,7 @@ TRANSITIONS: dict[type, Transition] = {
     c.AcquireClaim: _claims(ClaimCommands.acquire),
     c.RenewClaim: _claims(ClaimCommands.renew),
     c.ReleaseClaim: _claims(ClaimCommands.release),
+    c.ForceReleaseClaim: _claims(ClaimCommands.force_release),
     c.CreateMailbox: _work(WorkCommands.create_mailbox),
     c.SendMessage: _work(WorkCommands.send_message),
     c.Receive: _work(WorkCommands.receive),

@@ -72,6 +72,7 @@ OPERATIONS: dict[str, str] = {
     "scope.created": "scopes.create",
     "claim.acquired": "claims.acquire",
     "claim.released": "claims.release",
+    "claim.force_released": "claims.force_release",
     "mailbox.created": "mailboxes.create",
     "mailbox.declared": "mailboxes.declare",
     "message.sent": "messages.send",

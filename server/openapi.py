@@ -87,7 +87,7 @@ def _components(limits: Limits) -> dict:
                 "leaseExpiresAt": _TS,
                 "acquiredAt": _TS,
             },
-            {"released": {"type": "boolean"}, "releasedAt": _TS},
+            {"released": {"type": "boolean"}, "releasedAt": _TS, "forced": {"type": "boolean"}, "reason": _nullable(text)},
         ),
         "Mailbox": _obj(
             {

@@ -61,9 +61,10 @@ class ScopeOps(_Ops):
 
 
 class ClaimOps(_Ops):
-    async def acquire(self, space: str, *, scope_id, key, holder, session, lease_s, idem=None) -> dict:
+    async def acquire(self, space: str, *, scope_id, key, holder, session, lease_s, wait_ms=None, idem=None) -> dict:
         return await self._submit(
-            c.AcquireClaim, idem, space=space, scope_id=scope_id, key=key, holder=holder, session=session, lease_s=lease_s
+            c.AcquireClaim, idem, space=space, scope_id=scope_id, key=key, holder=holder, session=session, lease_s=lease_s,
+            wait_ms=wait_ms,
         )
 
     async def renew(self, space: str, *, key, token, lease_s=None, idem=None) -> dict:
@@ -71,6 +72,9 @@ class ClaimOps(_Ops):
 
     async def release(self, space: str, *, key, token, observation=None, idem=None) -> dict:
         return await self._submit(c.ReleaseClaim, idem, space=space, key=key, token=token, observation=observation)
+
+    async def force_release(self, space: str, *, scope_id, key, reason=None, idem=None) -> dict:
+        return await self._submit(c.ForceReleaseClaim, idem, space=space, scope_id=scope_id, key=key, reason=reason)
 
     def in_scope(self, space: str, scope_id: str) -> list[dict]:
         return reads.claims_in_scope(self._kernel, space, scope_id)

@@ -1,6 +1,8 @@
-"""Claims: acquire, renew, release.
+"""Claims: acquire, renew, release, and an operator's forced release.
 
 Renew and release carry no scope: the token names the claim, and the key in the path must match.
+A forced release has no token to name the claim by, so it names the run (`scopeId`) as an
+acquire does.
 """
 
 from __future__ import annotations
@@ -40,4 +42,9 @@ endpoint(router, "POST", BASE + "/{key}/renew", Doc(
 ))
 endpoint(router, "POST", BASE + "/{key}/release", Doc(
     "Release a claim", CLAIM, c.ReleaseClaim, errors=ERRORS, idempotent=True, group="Claims",
+))
+endpoint(router, "POST", BASE + "/{key}/force-release", Doc(
+    "Release a held claim without its token (an operator's action): the holder's token is refused from then on, "
+    "the next holder gets the next generation",
+    CLAIM, c.ForceReleaseClaim, errors=ERRORS, idempotent=True, group="Claims",
 ))

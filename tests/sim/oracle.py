@@ -26,8 +26,9 @@ Invariants:
    the recovered state; a task key submitted again returns the task first acknowledged for it,
    and another input under that key is refused.
 5. **No stale token.** A renew, release, complete or nack whose token is stale for certain when it
-   is sent (a later grant of that key or message was acknowledged before, or its own release was)
-   is never accepted.
+   is sent (a later grant of that key or message was acknowledged before, or its own release was,
+   or an operator's forced release of it was) is never accepted; no renewal made after a forced
+   release of its claim was acknowledged is ever answered.
 6. **Nothing recorded in an ended run.** A completion sent after the end of its task's run was
    acknowledged (a cancel or a complete of the run) is never acknowledged as SUCCEEDED: the run's
    end ended its tasks under way with it.
@@ -61,6 +62,12 @@ class Lease:
     start_ms: int
     end_ms: int  # the latest end its holder was told, or when it let go
     released_ms: int | None = None  # set when a release was acknowledged
+    # An operator's forced release (`tests/sim/operator_agents.py`): when it was sent (the lease
+    # may end there, whether or not the answer comes back), and when it was acknowledged.
+    forced_ms: int | None = None
+    forced_acked_ms: int | None = None
+    # Its length as granted: each renewal its holder makes asks for that length again.
+    length_ms: int = 0
 
 
 @dataclass
@@ -109,7 +116,7 @@ class Oracle:
     def granted(self, subject: tuple, owner: str, token: str, generation: int, start_ms: int, end_ms: int) -> Lease:
         """An acknowledged grant; checks invariants 1 and 2 against every other grant of `subject`."""
         self.checks += 1
-        lease = Lease(subject, owner, token, generation, start_ms, end_ms)
+        lease = Lease(subject, owner, token, generation, start_ms, end_ms, length_ms=end_ms - start_ms)
         others = self.leases.setdefault(subject, [])
         for other in others:
             if other.token == token:
@@ -132,6 +139,14 @@ class Oracle:
         lease = self.by_token.get(token)
         if lease is None:
             return
+        if lease.forced_ms is not None:
+            # Renewals applied before the forced release count for nothing (its end is when it
+            # was sent); one applied after its acknowledgement must never have been answered.
+            renewed_ms = end_ms - lease.length_ms
+            if lease.forced_acked_ms is not None and renewed_ms > lease.forced_acked_ms:
+                self.fail("stale-token", f"{_name(lease.subject)}: a renewal at {renewed_ms} was accepted after a forced "
+                          f"release was acknowledged at {lease.forced_acked_ms}")
+            return
         if lease.released_ms is not None:
             self.fail("stale-token", f"{_name(lease.subject)}: a renewal was accepted after its release was acknowledged")
         lease.end_ms = max(lease.end_ms, end_ms) if lease.released_ms is None else lease.end_ms
@@ -151,6 +166,22 @@ class Oracle:
             lease.released_ms = at_ms
             lease.end_ms = min(lease.end_ms, at_ms)
 
+    def forcing(self, subject: tuple, generation: int, sent_ms: int) -> Lease | None:
+        """An operator sends a forced release of the claim `subject` held at `generation`: from
+        now on its holder may no longer count on it (the answer may be lost after it was applied)."""
+        lease = next((lease for lease in self.leases.get(subject, ()) if lease.generation == generation), None)
+        if lease is not None:
+            lease.forced_ms = sent_ms if lease.forced_ms is None else min(lease.forced_ms, sent_ms)
+            lease.end_ms = min(lease.end_ms, sent_ms)
+        return lease
+
+    def forced(self, subject: tuple, generation: int, acked_ms: int) -> None:
+        """A forced release of `subject` at `generation` was acknowledged."""
+        self.checks += 1
+        for lease in self.leases.get(subject, ()):
+            if lease.generation == generation and lease.forced_acked_ms is None:
+                lease.forced_acked_ms = acked_ms
+
     def stale_for_certain(self, token: str) -> str | None:
         """Why `token` is stale for certain now, or None when it might still be current."""
         lease = self.by_token.get(token)
@@ -158,6 +189,8 @@ class Oracle:
             return None
         if lease.released_ms is not None:
             return "its release was acknowledged"
+        if lease.forced_acked_ms is not None:
+            return "an operator's forced release of it was acknowledged"
         for other in self.leases[lease.subject]:
             if other.generation > lease.generation:
                 return f"{other.owner} was granted generation/attempt {other.generation}"

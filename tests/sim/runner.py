@@ -42,6 +42,7 @@ from runstate.actors import Limits
 from . import agents, capacity
 from .coordination_agents import COORDINATION_AGENTS
 from .once_agents import once_agent
+from .operator_agents import operator
 from .cluster import Cluster, SimTransport, now_ms
 from .oracle import Oracle, Violation
 
@@ -168,6 +169,7 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         "deliveries": sum(len(v) for k, v in oracle.leases.items() if k[0] == "message"),
         "tasks": len(oracle.tasks),
         "outcomes": len(oracle.outcomes),
+        "forced_releases": sum(1 for leases in oracle.leases.values() for lease in leases if lease.forced_acked_ms is not None),
         # -- capacity --
         "pool_grants": len(holder["world"].capacity.grants),
         "consumptions": len(holder["world"].capacity.consumptions),
@@ -226,6 +228,7 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
                 people.start_soon(agent, world, kind)
             for number in range(2):  # -- once --
                 people.start_soon(once_agent, world, f"once{number}")
+            people.start_soon(operator, world, "operator")
             with trio.move_on_at(virtual_s + 120) as watchdog:  # agents finish what they hold
                 await _wait_for(people)
             if watchdog.cancelled_caught:

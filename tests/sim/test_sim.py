@@ -131,3 +131,19 @@ def test_the_same_crash_heavy_seeds_break_no_invariant_without_the_bug():
     for seed in (1, 3):
         result = run_seed(seed, virtual_s=60, crash_mean_s=4)
         assert not result.violations, result.describe()
+
+
+def test_an_injected_forced_release_that_keeps_the_token_is_caught(monkeypatch):
+    """A forced release that frees the key but leaves the holder's token current lets it renew."""
+    original = ClaimTable.apply_ended
+
+    def apply_ended(self, record):
+        if record["type"] != "claim.force_released":
+            return original(self, record)
+        claim = self._by_token[record["token"]]  # the bug: the token stays current, the holder keeps renewing
+        claim.expired = False
+        return claim
+
+    monkeypatch.setattr(ClaimTable, "apply_ended", apply_ended)
+    found, result = run_seeds_until("stale-token", (1, 2, 3, 4), virtual_s=90)
+    assert "stale-token" in found, result.describe()
