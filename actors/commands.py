@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import STALE_CLAIM, VALIDATION_FAILED, KernelError, quote
-from .fields import BOOLEAN, INTEGER, JSON, MINOR, TEXT, TIMESTAMP, body, check_space_id, check_text, drawn, path, query
+from .dead_letters import ACTION_MAX, AGE_S_MAX, DeadLetterFilter
+from .fields import BOOLEAN, INTEGER, JSON, MINOR, TEXT, TEXTS, TIMESTAMP, body, check_space_id, check_text, drawn, path, query
 from .limits import Limits
 from .mailboxes import MODES
 from .once import once_actor
@@ -31,9 +32,10 @@ from .scopes import CANCELLED, COMPLETED
 __all__ = [
     "Command", "RegisterKey", "RevokeKey", "CreateScope", "EndScope", "CancelScope", "CompleteScope",
     "AcquireClaim", "RenewClaim", "ReleaseClaim", "ForceReleaseClaim", "CreateMailbox", "SendMessage", "Receive",
-    "CompleteDelivery", "NackDelivery", "RenewDelivery", "SubmitTask", "CancelTask", "JoinTask",
+    "CompleteDelivery", "NackDelivery", "RenewDelivery", "RequeueDeadLetters", "DeleteDeadLetters", "SubmitTask", "CancelTask", "JoinTask",
     "DetachTask", "FireTimer", "EnsureRun", "EnsureMailbox", "WaitTask", "AcquireOnce", "WaitOnce", "RenewOnce",
     "CompleteOnce", "FailOnce", "KEYS_ACTOR", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor",
+    "mailbox_ops_actor",
     # -- capacity --
     "capacity_actor", "CreatePool", "AcquireGrant", "RenewGrant", "ReleaseGrant", "CreateAllowance", "Consume",
     "WaitAllowance", "CancelWaiter", "Cooldown", "CreateWorkLimit", "CreateBudget", "Reserve", "Settle", "Void", "Admit",
@@ -67,6 +69,13 @@ def queue_actor(space: str, mailbox_id: str, scope_id: str) -> ActorKey:
 def mailboxes_actor(space: str) -> ActorKey:
     """Mailbox creation: two creates of one name are decided one after the other."""
     return ("mailboxes", space)
+
+
+def mailbox_ops_actor(space: str, mailbox_id: str) -> ActorKey:
+    """An operator's actions on one mailbox's messages across its runs (its dead letters): decided
+    one after another. They change queues that have actors of their own, as a run's end does, and
+    poke those actors so parked receivers look again."""
+    return ("mailbox-ops", space, mailbox_id)
 
 
 class Command:
@@ -346,6 +355,57 @@ class RenewDelivery(Command):
 
     def actor(self, state: Any) -> ActorKey:
         return _message_queue(state, self.space, self.message_id)
+
+
+@_command
+class DeadLetterAction(Command):
+    """Act on a mailbox's dead letters (`dead_letters.py`): those named by `messageIds`, or those a
+    filter matches (`reason`, `olderThanSeconds`, `newerThanSeconds`), or `all` of them; with
+    `dryRun`, only say how many it would act on."""
+
+    space: str = path("space")
+    mailbox_id: str = path("mailbox_id")
+    message_ids: list | None = body("messageIds", TEXTS, required=False, items_max=ACTION_MAX)
+    reason: str | None = body(
+        "reason", TEXT, required=False, length_max="reason_len_max", description="dead letters whose reason contains this text"
+    )
+    older_than_s: int | None = body(
+        "olderThanSeconds", INTEGER, required=False, minimum=0, maximum=AGE_S_MAX,
+        description="dead letters that died at least this many seconds ago",
+    )
+    newer_than_s: int | None = body(
+        "newerThanSeconds", INTEGER, required=False, minimum=0, maximum=AGE_S_MAX,
+        description="dead letters that died at most this many seconds ago",
+    )
+    every: bool | None = body("all", BOOLEAN, required=False, description="every dead letter of the mailbox")
+    dry_run: bool | None = body("dryRun", BOOLEAN, required=False, description="change nothing; answer what would change")
+
+    @property
+    def where(self) -> DeadLetterFilter:
+        return DeadLetterFilter(self.reason, self.older_than_s, self.newer_than_s)
+
+    def actor(self, state: Any) -> ActorKey:
+        return mailbox_ops_actor(self.space, self.mailbox_id)
+
+    def check(self, limits: Limits) -> None:
+        chosen = [self.message_ids is not None, not self.where.empty, bool(self.every)]
+        if sum(chosen) != 1:
+            raise KernelError(
+                VALIDATION_FAILED,
+                "name the dead letters one way: messageIds, or a filter (reason, olderThanSeconds, newerThanSeconds), "
+                "or all: true",
+            )
+
+
+@_command
+class RequeueDeadLetters(DeadLetterAction):
+    # The new messages' ids: this, then "_" and their place in the request (0, 1, ...).
+    id_base: str = drawn("ms_")
+
+
+@_command
+class DeleteDeadLetters(DeadLetterAction):
+    pass
 
 
 # -- tasks -------------------------------------------------------------------------------------

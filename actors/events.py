@@ -331,6 +331,20 @@ def _timer(kind: str, *fields: str) -> Derive:
     return derive
 
 
+def _dead_letters(kind: str) -> Derive:
+    """An operator's action on a mailbox's dead letters: one event for the whole set."""
+
+    def derive(space: "SpaceState", record: dict) -> "Change":
+        ids = record["message_ids"]
+        payload = {"mailboxId": record["mailbox_id"], "count": len(ids), "messageIds": list(ids)}
+        if "new_ids" in record:
+            payload["newIds"] = list(record["new_ids"])
+        payload["by"] = record.get("by")
+        return (kind, None, "mailbox", record["mailbox_id"], payload)
+
+    return derive
+
+
 DERIVE: dict[str, Derive] = {
     "scope.created": lambda space, r: ("scope.created", r["id"], "scope", r["id"], (r["parent_id"],)),
     "scope.ended": _scope_ended,
@@ -340,6 +354,8 @@ DERIVE: dict[str, Derive] = {
     "delivery.completed": _delivery("task.succeeded", "delivery.completed"),
     "delivery.requeued": _delivery("task.retried", "delivery.requeued", cause="cause"),
     "delivery.dead": _dead,
+    "dead_letters.requeued": _dead_letters("dead_letters.requeued"),
+    "dead_letters.deleted": _dead_letters("dead_letters.deleted"),
     "task.ended": _task_ended,
     "barrier.created": _barrier("barrier.created", "target", "name"),
     "barrier.arrived": _barrier("barrier.arrived", "arrival_key"),
@@ -361,7 +377,8 @@ EVENT_TYPES = sorted(
         "scope.created", "scope.cancelled", "scope.completed", "scope.expired", "claim.acquired", "claim.taken_over",
         "claim.released", "claim.expired", "claim.force_released", "task.created", "task.started", "task.retried", "task.succeeded",
         "task.failed", "task.cancelled", "task.expired", "message.sent", "delivery.leased", "delivery.completed",
-        "delivery.requeued", "delivery.dead_lettered", "barrier.created", "barrier.arrived", "barrier.released",
+        "delivery.requeued", "delivery.dead_lettered", "dead_letters.requeued", "dead_letters.deleted",
+        "barrier.created", "barrier.arrived", "barrier.released",
         "barrier.cancelled", "timer.created", "timer.fired", "timer.acked", "timer.cancelled", "timer.expired",
         "group.created", "group.joined", "group.verdict", "group.sealed", "group.deadline_exceeded", "group.finalized",
     }

@@ -619,6 +619,46 @@ class MessageTable:
         self._evict(at_ms)
         return message
 
+    def apply_dead_requeued(self, record: dict) -> list[Message]:
+        """Dead letters put back at the end of their queues as new messages (`dead_letters.py`):
+        the same run, payload, work key and deadline, a fresh count of attempts. A work key that
+        still names the old message names the new one from now on (its window is not restarted)."""
+        at_ms = record["at_ms"]
+        made = []
+        for old, new_id in zip(self._forget_dead(record["mailbox_id"], record["message_ids"]), record["new_ids"]):
+            message = self.apply_enqueued(
+                new_id, old.mailbox_id, old.scope_id, old.payload, None, old.work_key, old.deadline_ms, None, at_ms
+            )
+            message.payload_hash = old.payload_hash
+            if old.work_key is not None:
+                entry = self._work_keys.get((old.mailbox_id, old.scope_id, old.work_key))
+                if entry is not None and entry.message_id == old.id:
+                    entry.message_id = new_id
+            made.append(message)
+        return made
+
+    def apply_dead_deleted(self, record: dict) -> None:
+        """Dead letters forgotten at once, as retention would forget them later."""
+        self._forget_dead(record["mailbox_id"], record["message_ids"])
+
+    def _forget_dead(self, mailbox_id: str, message_ids: list[str]) -> list[Message]:
+        """Drop these dead letters of one mailbox (their payload bytes given back), in order."""
+        dead = self._dead[mailbox_id]
+        gone = []
+        for message_id in message_ids:
+            message = self._messages.pop(message_id)
+            assert message.state == DEAD and message.mailbox_id == mailbox_id, f"{message_id} is not a dead letter here"
+            self.payload_bytes -= value_bytes(message.payload)
+            self._count(message, -1)
+            del dead[message_id]
+            gone.append(message)
+        if not dead:
+            del self._dead[mailbox_id]
+        # Retention's queue keeps no entry for a message that is gone: one pass, once per action.
+        ids = {message.id for message in gone}
+        self._finished = deque(entry for entry in self._finished if entry[1] not in ids)
+        return gone
+
     # -- upkeep ---------------------------------------------------------------------------------
 
     def _queue(self, mailbox_id: str, scope_id: str) -> Queue:

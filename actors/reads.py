@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .dead_letters import DeadLetterFilter
+from .dead_letters import page as dead_letter_page
+
 __all__ = ["scope", "claims_in_scope", "mailboxes", "mailbox", "dead_letters", "task"]
 
 
@@ -37,17 +40,14 @@ def mailbox(kernel: Any, space: str, mailbox_id: str) -> dict:
     return state.mailboxes.view(state.mailboxes.get(mailbox_id))
 
 
-def dead_letters(kernel: Any, space: str, mailbox_id: str, limit: int) -> dict:
-    """The newest `limit` dead letters still kept, newest first, with their payloads."""
+def dead_letters(
+    kernel: Any, space: str, mailbox_id: str, limit: int, cursor: str | None = None, where: DeadLetterFilter = DeadLetterFilter()
+) -> dict:
+    """A page of the mailbox's dead letters (newest first, with their payloads) that `where`
+    matches, after `cursor` (`dead_letters.page`)."""
     state = kernel.space_view(space)
     state.mailboxes.get(mailbox_id)
-    letters = state.messages.dead_letters(mailbox_id)
-    newest = letters[::-1][:limit]
-    return {
-        "deadLetters": [state.messages.view(message, payload=True) for message in newest],
-        "total": len(letters),
-        "truncated": len(letters) > limit,
-    }
+    return dead_letter_page(state.messages, mailbox_id, where, kernel.clock.now_ms(), cursor, limit)
 
 
 def task(kernel: Any, space: str, task_id: str) -> dict:

@@ -30,6 +30,7 @@ from typing import Any
 
 from .capacity import CAPACITY_RECORDS
 from .coordination import COORDINATION_RECORDS
+from .dead_letters import DEAD_LETTER_RECORDS
 from .events import EVENT_RECORDS
 from .mailboxes import MAILBOX_RECORDS
 from .once import ONCE_RECORDS
@@ -110,6 +111,8 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     "delivery.requeued": _spec(_SPACE, "message_id", "token", "cause", "visible_ms", "at_ms"),
     "delivery.completed": _spec(_SPACE, "message_id", "token", "at_ms", optional=("outcome",)),
     "delivery.dead": _spec(_SPACE, "message_id", "token", "cause", "reason", "at_ms"),
+    # An operator's actions on dead letters (`dead_letters.py`).
+    **{kind: _declared(fields) for kind, fields in DEAD_LETTER_RECORDS.items()},
     # Tasks (`tasks.py`).
     "task.created": _spec(
         _SPACE, "id", "task_key", "scope_id", "mailbox_id", "message_id", "input", "input_hash", "deadline_ms",

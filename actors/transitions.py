@@ -100,6 +100,8 @@ TRANSITIONS: dict[type, Transition] = {
     c.CompleteDelivery: _work(WorkCommands.complete_delivery),
     c.NackDelivery: _work(WorkCommands.nack_delivery),
     c.RenewDelivery: _work(WorkCommands.renew_delivery),
+    c.RequeueDeadLetters: _work(WorkCommands.requeue_dead_letters),
+    c.DeleteDeadLetters: _work(WorkCommands.delete_dead_letters),
     c.SubmitTask: _submit_task,  # -- capacity --: held to its work limit
     c.CancelTask: _work(WorkCommands.cancel_task),
     c.JoinTask: _work(WorkCommands.join_task),

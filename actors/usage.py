@@ -81,6 +81,8 @@ OPERATIONS: dict[str, str] = {
     "task.detached": "tasks.detach",
     "delivery.leased": "deliveries.receive",
     "delivery.completed": "deliveries.complete",
+    "dead_letters.requeued": "dead_letters.requeue",
+    "dead_letters.deleted": "dead_letters.delete",
     "once.acquired": "once.acquire",
     "once.completed": "once.complete",
     "once.failed": "once.fail",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from . import dead_letters
 from .caps import RETRY_AFTER_S, full, value_bytes
 from .commands import queue_actor
 from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, SCOPE_CANCELLED, KernelError, quote
@@ -44,8 +45,8 @@ from .tasks import CANCELLED, EXPIRED, FAILED, SUCCEEDED, Task, TaskTable, input
 
 if TYPE_CHECKING:
     from .commands import (
-        CancelTask, CompleteDelivery, CreateMailbox, DetachTask, EnsureMailbox, JoinTask, NackDelivery, Receive,
-        RenewDelivery, SendMessage, SubmitTask, WaitTask,
+        CancelTask, CompleteDelivery, CreateMailbox, DeleteDeadLetters, DetachTask, EnsureMailbox, JoinTask, NackDelivery,
+        Receive, RenewDelivery, RequeueDeadLetters, SendMessage, SubmitTask, WaitTask,
     )
 
 __all__ = ["WorkCommands", "WORK_APPLY", "WORK_TIMERS", "outcome_of"]
@@ -192,6 +193,73 @@ class WorkCommands:
                 )
         elif backlog >= cap:
             raise full(f"mailbox {quote(mailbox.name)} holds {backlog} unsettled messages", "backlog_limit_max")
+
+    def _backlog_room(self, mailbox: Any) -> int:
+        """How many more unsettled messages the mailbox takes (see `_check_backlog`)."""
+        cap = self.limits.backlog_limit_max
+        if mailbox.backlog_limit is not None and mailbox.backlog_limit < cap:
+            cap = mailbox.backlog_limit
+        return max(0, cap - mailbox.backlog)
+
+    # -- dead letters (an operator's actions, `dead_letters.py`) --------------------------------
+
+    def requeue_dead_letters(self, command: "RequeueDeadLetters", now_ms: int) -> Outcome:
+        """Put dead letters back on their queues as new messages, oldest first, as many as one
+        request may and the mailbox's backlog takes; say how many matched, were skipped and remain."""
+        mailbox = self.mailboxes.get(command.mailbox_id)
+        chosen = dead_letters.select(self.messages, mailbox.id, command.message_ids, command.where, now_ms)
+        skipped = dict.fromkeys(dead_letters.SKIP_REASONS, 0)
+        eligible = []
+        for message in chosen:
+            why = dead_letters.requeue_skip(message, self.scopes, now_ms)
+            if why is None:
+                eligible.append(message)
+            else:
+                skipped[why] += 1
+        taken = eligible[: min(dead_letters.ACTION_MAX, self._backlog_room(mailbox))]
+        reply = {
+            "matched": len(chosen), "requeued": len(taken), "skipped": skipped,
+            "remaining": len(eligible) - len(taken), "dryRun": bool(command.dry_run), "requeuedAs": {},
+        }
+        if eligible and not taken and not command.dry_run:
+            self._check_backlog(mailbox)  # full: BACKLOG_FULL, as a send would be refused
+        if command.dry_run or not taken:
+            return Outcome(reply=reply)
+        new_ids = [f"{command.id_base}_{index}" for index in range(len(taken))]
+        for message_id in new_ids:
+            self.messages.check_new_id(message_id)
+        record = {
+            "type": "dead_letters.requeued", "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken],
+            "new_ids": new_ids, "at_ms": now_ms,
+        }
+        outcome = self._commit(Outcome(), record)
+        scopes: dict[str, None] = {}
+        for message_id in new_ids:
+            message = self.messages.get(message_id)
+            outcome.timers.extend(self._message_timers(message))
+            scopes[message.scope_id] = None
+        # Receivers parked on those queues look again (the new messages are deliverable now).
+        outcome.pokes.extend(queue_actor(self.id, mailbox.id, scope_id) for scope_id in scopes)
+        reply["requeuedAs"] = dict(zip(record["message_ids"], new_ids))
+        outcome.reply = reply
+        return outcome
+
+    def delete_dead_letters(self, command: "DeleteDeadLetters", now_ms: int) -> Outcome:
+        """Forget dead letters at once, oldest first, as many as one request may."""
+        mailbox = self.mailboxes.get(command.mailbox_id)
+        chosen = dead_letters.select(self.messages, mailbox.id, command.message_ids, command.where, now_ms)
+        taken = chosen[: dead_letters.ACTION_MAX]
+        reply = {
+            "matched": len(chosen), "deleted": len(taken), "remaining": len(chosen) - len(taken),
+            "dryRun": bool(command.dry_run), "deletedIds": [],
+        }
+        if command.dry_run or not taken:
+            return Outcome(reply=reply)
+        record = {"type": "dead_letters.deleted", "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken], "at_ms": now_ms}
+        outcome = self._commit(Outcome(), record)
+        reply["deletedIds"] = record["message_ids"]
+        outcome.reply = reply
+        return outcome
 
     # -- tasks ----------------------------------------------------------------------------------
 
@@ -614,6 +682,8 @@ WORK_APPLY: dict[str, Callable[[WorkCommands, dict], Any]] = {
     "task.detached": lambda space, record: space.tasks.apply_detached(record),
     "task.ended": WorkCommands._apply_task_ended,
     "task.tombstoned": lambda space, record: space.tasks.apply_tombstoned(record),
+    "dead_letters.requeued": lambda space, record: space.messages.apply_dead_requeued(record),
+    "dead_letters.deleted": lambda space, record: space.messages.apply_dead_deleted(record),
     # Image-only records (a snapshot's way of saying what a table holds).
     "mailbox.image": lambda space, record: space.mailboxes.apply_created(record),
     "messages.image": lambda space, record: space.messages.apply_image_counter(record),

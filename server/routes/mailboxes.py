@@ -3,13 +3,19 @@
 `recv` is a long poll: with `waitMs` it is held until a message arrives or the wait ends (capped
 at `wait_ms_max`), and answers 204 with an empty body when there is nothing; when the client goes
 away the wait is withdrawn, so no lease is handed to nobody.
+
+Dead letters are listed a page at a time, newest first, filtered by reason and age, and an
+operator requeues or deletes a set of them (`actors/dead_letters.py`).
 """
 
 from __future__ import annotations
 
 from ...actors import commands as c
 from ...actors import reads
+from ...actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, SKIP_REASONS, DeadLetterFilter
+from ...actors.errors import VALIDATION_FAILED, quote
 from ..api import NO_CONTENT, Doc, Reply, endpoint
+from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
 
@@ -17,18 +23,38 @@ router = Router()
 
 BASE = "/v1/spaces/{space}/mailboxes"
 
-# The most dead letters one listing shows (newest first); `total` says how many are kept.
-DEAD_LETTERS_LIST_MAX = 1000
-
 _LIST = {"type": "object", "properties": {"mailboxes": {"type": "array", "items": {"$ref": "#/components/schemas/Mailbox"}}}, "required": ["mailboxes"]}
 _DEAD = {
     "type": "object",
     "properties": {
         "deadLetters": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
-        "total": {"type": "integer"},
-        "truncated": {"type": "boolean"},
+        "total": {"type": "integer", "description": "dead letters kept in the mailbox"},
+        "matched": {"type": "integer", "description": "those the filter matches, on every page"},
+        "truncated": {"type": "boolean", "description": "more pages follow"},
+        "nextCursor": {"type": ["string", "null"], "description": "the cursor of the next page (null: none)"},
     },
-    "required": ["deadLetters", "total", "truncated"],
+    "required": ["deadLetters", "total", "matched", "truncated", "nextCursor"],
+}
+_COUNT = {"type": "integer"}
+_ACTED = {
+    "matched": {**_COUNT, "description": "dead letters named or matched"},
+    "remaining": {**_COUNT, "description": "still to act on: repeat the request"},
+    "dryRun": {"type": "boolean"},
+}
+_REQUEUED = {
+    "type": "object",
+    "properties": {
+        **_ACTED,
+        "requeued": _COUNT,
+        "skipped": {"type": "object", "properties": {reason: _COUNT for reason in SKIP_REASONS}},
+        "requeuedAs": {"type": "object", "additionalProperties": {"type": "string"}, "description": "old id -> new message id"},
+    },
+    "required": ["matched", "requeued", "skipped", "remaining", "dryRun", "requeuedAs"],
+}
+_DELETED = {
+    "type": "object",
+    "properties": {**_ACTED, "deleted": _COUNT, "deletedIds": {"type": "array", "items": {"type": "string"}}},
+    "required": ["matched", "deleted", "remaining", "dryRun", "deletedIds"],
 }
 
 
@@ -42,9 +68,27 @@ async def read(services: Runtime, request: Request, space: str, mailbox_id: str)
     return 200, reads.mailbox(services.kernel, space, mailbox_id)
 
 
+def _integer(request: Request, name: str, low: int, high: int) -> int | None:
+    text = request.param(name)
+    if text is None or text == "":
+        return None
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or not low <= int(text) <= high:
+        raise ApiError(VALIDATION_FAILED, f"{name} must be an integer from {low} to {high}, got {quote(text)}")
+    return int(text)
+
+
 async def dead_letters(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, dict]:
+    """A page of dead letters, newest first: `limit`, `cursor`, and the filters of an action."""
     services.authorize(request, space)
-    return 200, reads.dead_letters(services.kernel, space, mailbox_id, DEAD_LETTERS_LIST_MAX)
+    kernel = services.kernel
+    limit = _integer(request, "limit", 1, LIST_LIMIT_MAX) or LIST_LIMIT_DEFAULT
+    reason = request.param("reason") or None
+    if reason is not None and len(reason) > kernel.limits.reason_len_max:
+        raise ApiError(VALIDATION_FAILED, f"reason is longer than {kernel.limits.reason_len_max} characters")
+    where = DeadLetterFilter(
+        reason, _integer(request, "olderThanSeconds", 0, AGE_S_MAX), _integer(request, "newerThanSeconds", 0, AGE_S_MAX)
+    )
+    return 200, reads.dead_letters(kernel, space, mailbox_id, limit, request.param("cursor") or None, where)
 
 
 G = "Mailboxes and messages"
@@ -59,8 +103,20 @@ endpoint(router, "PUT", BASE + "/by-name/{name}", Doc(
 ))
 endpoint(router, "GET", BASE + "/{mailbox_id}", Doc("A mailbox", (Reply(200, "Mailbox"),), errors=("404",), group=G), read)
 endpoint(router, "GET", BASE + "/{mailbox_id}/dead-letters", Doc(
-    "The newest dead letters", (Reply(200, _DEAD),), errors=("404",), group=G,
+    f"Dead letters, newest first, a page at a time (limit 1-{LIST_LIMIT_MAX}, default {LIST_LIMIT_DEFAULT}; cursor), "
+    "filtered by reason (contains) and age in seconds",
+    (Reply(200, _DEAD),), query=("limit", "cursor", "reason", "olderThanSeconds", "newerThanSeconds"), errors=("400", "404"),
+    group=G,
 ), dead_letters)
+endpoint(router, "POST", BASE + "/{mailbox_id}/dead-letters/requeue", Doc(
+    "Requeue dead letters (by messageIds, a filter, or all) as new messages at the end of their queues; "
+    "dryRun says how many it would",
+    (Reply(200, _REQUEUED),), c.RequeueDeadLetters, errors=("400", "404", "409"), idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/{mailbox_id}/dead-letters/delete", Doc(
+    "Delete dead letters (by messageIds, a filter, or all); dryRun says how many it would",
+    (Reply(200, _DELETED),), c.DeleteDeadLetters, errors=("400", "404"), idempotent=True, group=G,
+))
 endpoint(router, "POST", BASE + "/{mailbox_id}/messages", Doc(
     "Send a message", (Reply(201, "Sent", "Sent"), Reply(200, "Sent", "A replay of the work key's message")),
     c.SendMessage, errors=("400", "404", "409"), idempotent=True, group=G,

@@ -100,6 +100,13 @@ class World:
         outcome = self.do("receive", mailbox_id, scope_id, holder, "s-" + holder, lease_s * 1000, self.new_id("dt_"))
         return None if outcome.empty else outcome.reply
 
+    def requeue(self, mailbox_id: str, **fields: Any) -> dict:
+        """Requeue dead letters (`fields` as `RequeueDeadLetters` names them: message_ids, reason...)."""
+        return self.do("requeue_dead_letters", mailbox_id, self.new_id("ms_"), fields).reply
+
+    def delete(self, mailbox_id: str, **fields: Any) -> dict:
+        return self.do("delete_dead_letters", mailbox_id, fields).reply
+
     def fire(self, timer_tag: tuple, marker: Any = None, actor: tuple | None = None) -> Outcome:
         """Run the newest timer with this tag (as the supervisor would), at the current time."""
         if actor is None:
@@ -206,6 +213,11 @@ _COMMANDS: dict[str, Any] = {
         space=SPACE, message_id=message_id, token=token, lease_s=None if lease_ms is None else lease_ms // 1000
     ),
     "on_timer": lambda actor, tag, marker: c.FireTimer(on=actor, tag=_timer_tag(actor, tag), marker=marker),
+    # An operator's actions on dead letters: (mailbox, id base, fields of the body by attribute).
+    "requeue_dead_letters": lambda mailbox_id, id_base, fields: c.RequeueDeadLetters(
+        space=SPACE, mailbox_id=mailbox_id, id_base=id_base, **fields
+    ),
+    "delete_dead_letters": lambda mailbox_id, fields: c.DeleteDeadLetters(space=SPACE, mailbox_id=mailbox_id, **fields),
 }
 
 

@@ -32,6 +32,7 @@ class Simulation:
         self.tasks: list[str] = []
         self.ended: dict[str, tuple] = {}  # task id -> (state, outcome, reason) once terminal
         self.armed: dict[tuple, object] = {}  # (actor, tag) -> the newest timer
+        self.gone: set[str] = set()  # dead letters requeued (as new messages) or deleted: never seen again
 
     def step(self) -> None:
         w, rng = self.world, self.rng
@@ -39,8 +40,8 @@ class Simulation:
         self.fire_due()
         mailbox, scope = rng.choice(self.mailboxes), rng.choice(self.scopes)
         action = rng.choices(
-            ["send", "submit", "recv", "complete", "retry", "reject", "renew", "cancel", "join", "end"],
-            weights=[10, 12, 20, 10, 6, 2, 5, 3, 3, 0.3],
+            ["send", "submit", "recv", "complete", "retry", "reject", "renew", "cancel", "join", "end", "requeue", "delete"],
+            weights=[10, 12, 20, 10, 6, 2, 5, 3, 3, 0.3, 1, 0.5],
         )[0]
         before = len(w.records)
         try:
@@ -76,10 +77,34 @@ class Simulation:
                     w.do("detach_task", task_id, f"p{rng.randint(0, 3)}")
             elif action == "end":
                 w.do("end_scope", scope, rng.choice(["CANCELLED", "COMPLETED"]))
+            elif action in ("requeue", "delete"):
+                self.act_on_dead_letters(action, mailbox)
         except KernelError:
             assert len(w.records) == before, "a refusal wrote records"
         self.collect_timers()
         self.check()
+
+    def act_on_dead_letters(self, action: str, mailbox: str) -> None:
+        """An operator's requeue or delete, of some dead letters by id or of those a filter matches."""
+        w, rng = self.world, self.rng
+        letters = [m.id for m in w.space.messages.dead_letters(mailbox)]
+        fields = rng.choice([
+            {"every": True}, {"reason": "attempts_exhausted"}, {"older_than_s": 5}, {"newer_than_s": 5},
+            {"message_ids": rng.sample(letters, min(len(letters), 2))} if letters else {"every": True},
+        ])
+        dry_run = rng.random() < 0.2
+        before = len(w.records)
+        reply = (w.requeue if action == "requeue" else w.delete)(mailbox, dry_run=dry_run, **fields)
+        if dry_run:
+            assert len(w.records) == before, "a dry run wrote records"
+            return
+        acted = list(reply["requeuedAs"]) if action == "requeue" else letters if fields.get("every") else None
+        if acted is None:
+            record = w.records[-1] if len(w.records) > before else None
+            acted = [] if record is None else record["message_ids"]
+        self.gone.update(acted)
+        for new_id in reply.get("requeuedAs", {}).values():
+            assert w.space.messages.get(new_id).attempts == 0
 
     def collect_timers(self) -> None:
         for timer in self.world.timers:
@@ -115,6 +140,8 @@ class Simulation:
                 expected = {"QUEUED": ("QUEUED", "DELAYED"), "RUNNING": ("LEASED",)}[task.state]
                 assert message.state in expected, (task.state, message.state)
                 assert task.attempt == message.attempts
+        for message_id in self.gone:
+            assert space.messages.find(message_id) is None, f"dead letter {message_id} came back"
         for message in space.messages.all():
             mailbox = space.mailboxes.get(message.mailbox_id)
             assert message.attempts <= mailbox.max_attempts

@@ -1,4 +1,5 @@
-"""The operator's actions over HTTP (in-process ASGI), in virtual time: a forced claim release.
+"""The operator's actions over HTTP (in-process ASGI), in virtual time: a forced claim release,
+dead letters listed page by page and filtered, requeued and deleted.
 
 Each answer is checked literally, as a console or a script reads it; bad input is a 4xx with the
 envelope, and a refused action writes nothing.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
+import trio
 
 from .asgi_client import AsgiClient, client  # noqa: F401 - the fixture
 
@@ -68,3 +70,90 @@ async def test_a_forced_release_retried_with_its_idempotency_key_answers_the_sam
     first = await client.post("/claims/k/force-release", {"scopeId": run}, idempotency_key="retry-me")
     again = await client.post("/claims/k/force-release", {"scopeId": run}, idempotency_key="retry-me")
     assert first.status == again.status == 200 and first.json == again.json
+
+
+async def dead_letter(client: AsgiClient, mailbox: str, run: str, payload, error: str = "bad input") -> str:
+    sent = await client.post(f"/mailboxes/{mailbox}/messages", {"scopeId": run, "payload": payload})
+    delivery = (await client.recv(mailbox, run)).json
+    assert delivery["message"]["id"] == sent.json["id"]
+    nack = await client.post(f"/messages/{sent.json['id']}/nack", {"token": delivery["token"], "retry": False, "error": error})
+    assert nack.status == 200, nack
+    return sent.json["id"]
+
+
+async def test_dead_letters_are_listed_newest_first_a_page_at_a_time(client, autojump_clock):
+    """`deadLetters` (with payloads), `total`, `matched`, `truncated`, `nextCursor`; filters in the query."""
+    run, mailbox = await client.run(), await client.mailbox(maxAttempts=1)
+    letters = []
+    for n in range(5):
+        letters.append(await dead_letter(client, mailbox, run, {"n": n}, "timeout" if n % 2 else "malformed"))
+        await trio.sleep(10)
+    base = f"/mailboxes/{mailbox}/dead-letters"
+    first = (await client.get(base + "?limit=2")).json
+    assert [letter["id"] for letter in first["deadLetters"]] == [letters[4], letters[3]]
+    assert first["deadLetters"][0]["payload"] == {"n": 4} and first["deadLetters"][0]["state"] == "DEAD"
+    assert (first["total"], first["matched"], first["truncated"]) == (5, 5, True)
+    rest = (await client.get(base + f"?limit=2&cursor={first['nextCursor']}")).json
+    last = (await client.get(base + f"?limit=2&cursor={rest['nextCursor']}")).json
+    assert [letter["id"] for letter in rest["deadLetters"] + last["deadLetters"]] == [letters[2], letters[1], letters[0]]
+    assert last["nextCursor"] is None and last["truncated"] is False
+    timeouts = (await client.get(base + "?reason=timeout")).json
+    assert [letter["id"] for letter in timeouts["deadLetters"]] == [letters[3], letters[1]] and timeouts["matched"] == 2
+    old = (await client.get(base + "?olderThanSeconds=25&reason=malformed")).json
+    assert [letter["id"] for letter in old["deadLetters"]] == [letters[2], letters[0]]
+    fresh = (await client.get(base + "?newerThanSeconds=20")).json  # died at 40 s and 30 s; it is 50 s
+    assert [letter["id"] for letter in fresh["deadLetters"]] == [letters[4], letters[3]]
+    default = (await client.get(base)).json  # no limit: the first hundred
+    assert len(default["deadLetters"]) == 5 and default["nextCursor"] is None
+    for query, words in [("?limit=0", "limit"), ("?limit=1001", "limit"), ("?cursor=abc", "cursor"),
+                         ("?olderThanSeconds=-1", "olderThanSeconds"), (f"?reason={'x' * 2001}", "reason")]:
+        refused = await client.get(base + query)
+        assert refused.status == 400 and refused.code == "VALIDATION_FAILED" and words in refused.json["error"]["message"]
+    assert (await client.get("/mailboxes/mb_nope/dead-letters")).status == 404
+
+
+async def test_dead_letters_are_requeued_and_deleted_with_a_dry_run_first(client, autojump_clock):
+    run, mailbox = await client.run(), await client.mailbox(maxAttempts=1)
+    letters = [await dead_letter(client, mailbox, run, {"n": n}) for n in range(3)]
+    base = f"/mailboxes/{mailbox}/dead-letters"
+    dry = await client.post(base + "/requeue", {"reason": "bad input", "dryRun": True})
+    assert dry.status == 200 and dry.json == {
+        "matched": 3, "requeued": 3, "skipped": {"task": 0, "runEnded": 0, "deadlinePassed": 0}, "remaining": 0,
+        "dryRun": True, "requeuedAs": {},
+    }
+    assert (await client.get(base)).json["total"] == 3
+    done = await client.post(base + "/requeue", {"messageIds": letters[:2]})
+    assert done.status == 200 and done.json["requeued"] == 2 and list(done.json["requeuedAs"]) == letters[:2]
+    delivery = (await client.recv(mailbox, run)).json
+    assert delivery["message"]["id"] == done.json["requeuedAs"][letters[0]] and delivery["message"]["attempt"] == 1
+    assert delivery["message"]["payload"] == {"n": 0}
+    deleted = await client.post(base + "/delete", {"all": True})
+    assert deleted.json == {"matched": 1, "deleted": 1, "remaining": 0, "dryRun": False, "deletedIds": [letters[2]]}
+    assert (await client.get(base)).json["total"] == 0
+    events = (await client.get("/watch?waitSeconds=0&types=dead_letters.requeued,dead_letters.deleted")).json["events"]
+    assert [(e["type"], e["payload"]["count"]) for e in events] == [("dead_letters.requeued", 2), ("dead_letters.deleted", 1)]
+    assert events[0]["aggregate"] == {"type": "mailbox", "id": mailbox}
+    usage = (await client.get("/usage")).json["operations"]
+    assert usage["dead_letters.requeue"] == 1 and usage["dead_letters.delete"] == 1
+
+
+async def test_dead_letter_actions_refuse_bad_input_with_the_envelope(client, autojump_clock):
+    run, mailbox = await client.run(), await client.mailbox(maxAttempts=1)
+    letter = await dead_letter(client, mailbox, run, 1)
+    base = f"/mailboxes/{mailbox}/dead-letters"
+    cases = [
+        ("/requeue", {}, 400, "VALIDATION_FAILED"),
+        ("/delete", {"all": True, "reason": "x"}, 400, "VALIDATION_FAILED"),
+        ("/delete", {"messageIds": []}, 400, "VALIDATION_FAILED"),
+        ("/delete", {"messageIds": "ms_x"}, 400, "VALIDATION_FAILED"),
+        ("/delete", {"messageIds": ["ms_x"] * 1001}, 400, "VALIDATION_FAILED"),
+        ("/requeue", {"olderThanSeconds": "5"}, 400, "VALIDATION_FAILED"),
+        ("/requeue", {"all": True, "dryRun": "yes"}, 400, "VALIDATION_FAILED"),
+        ("/requeue", {"messageIds": [letter, "ms_unknown"]}, 404, "NOT_FOUND"),
+    ]
+    for tail, body, status, code in cases:
+        response = await client.post(base + tail, body)
+        assert (response.status, response.code) == (status, code), (tail, body, response)
+    missing = await client.post("/mailboxes/mb_nope/dead-letters/delete", {"all": True})
+    assert missing.status == 404
+    assert (await client.get(base)).json["total"] == 1

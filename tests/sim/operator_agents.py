@@ -1,4 +1,4 @@
-"""The simulated operator: forced claim releases, with the invariants they must keep.
+"""The simulated operator: forced claim releases and dead letters, with the invariants they keep.
 
 The operator goes through the SDK's request layer over the simulation's transport, with crashes
 and lost replies like every other agent. What it sent may have been applied even when no answer
@@ -9,11 +9,22 @@ what it was told is checked against the other agents' view:
   lease starts after it was sent and has a greater generation;
 - **stale-token**: once a forced release is acknowledged, the old holder's token is refused for
   renewals, releases and completions (the oracle's `stale_for_certain`), and no renewal of it made
-  after that is answered.
+  after that is answered;
+- **dead-letters**: a scan of a mailbox's dead letters, page after page, shows only dead letters
+  of that mailbox, newest first, none twice; a requeue never puts a task's dead letter back (its
+  FAILED outcome stands: the oracle's one-outcome); what a requeue made is a new message that
+  recovery keeps (durability), and what an acknowledged requeue or delete took away never comes
+  back, across crashes too.
+
+In the mailbox where the other agents' plain messages are (whose existence the oracle checks
+after every recovery) it names dead letters by id, from a scan; in the one that holds only
+tasks' messages it uses filters and `all`.
 """
 
 from __future__ import annotations
 
+import random
+from typing import Any
 from urllib.parse import quote
 
 import trio
@@ -25,29 +36,104 @@ __all__ = ["operator"]
 
 
 async def operator(world: World, name: str) -> None:
-    """Now and then, forces free a claim that some agent holds right now."""
-    rng, oracle = world.rng(name), world.oracle
+    """Now and then, forces free a claim that some agent holds right now, or acts on dead letters."""
+    rng = world.rng(name)
     rs = world.client(name)
     await world.ready.wait()
     while world.running:
-        await trio.sleep(rng.expovariate(1 / 12))
-        now = now_ms()
-        held = sorted(
-            (lease for subject, leases in oracle.leases.items() if subject[0] == "claim" for lease in leases
-             if lease.released_ms is None and lease.forced_ms is None and lease.end_ms > now),
-            key=lambda lease: (lease.start_ms, lease.token),
-        )
-        if not held:
-            continue
-        lease = rng.choice(held)
-        _, scope_id, key = lease.subject
-        oracle.forcing(lease.subject, lease.generation, now)
-        path = f"/claims/{quote(key, safe='')}/force-release"
-        body = {"scopeId": scope_id, "reason": f"{name} frees {lease.owner}'s claim"}
-        ok, reply = await world.call(name, f"force-release {key}", lambda: rs._ctx.call("POST", path, body=body))
-        if not ok:
-            continue
-        view = reply.body
-        world.log(name, f"forced {key} in {scope_id[-4:]} free from {view['holder']} g{view['generation']}")
-        oracle.forced(lease.subject, view["generation"], now_ms())
+        await trio.sleep(rng.expovariate(1 / 8))
+        if rng.random() < 0.5:
+            await force_release(world, name, rs, rng)
+        else:
+            await dead_letters(world, name, rs, rng)
     await rs.aclose()
+
+
+async def force_release(world: World, name: str, rs: Any, rng: random.Random) -> None:
+    """Force free a claim that some agent holds right now."""
+    oracle = world.oracle
+    now = now_ms()
+    held = sorted(
+        (lease for subject, leases in oracle.leases.items() if subject[0] == "claim" for lease in leases
+         if lease.released_ms is None and lease.forced_ms is None and lease.end_ms > now),
+        key=lambda lease: (lease.start_ms, lease.token),
+    )
+    if not held:
+        return
+    lease = rng.choice(held)
+    _, scope_id, key = lease.subject
+    oracle.forcing(lease.subject, lease.generation, now)
+    path = f"/claims/{quote(key, safe='')}/force-release"
+    body = {"scopeId": scope_id, "reason": f"{name} frees {lease.owner}'s claim"}
+    ok, reply = await world.call(name, f"force-release {key}", lambda: rs._ctx.call("POST", path, body=body))
+    if not ok:
+        return
+    view = reply.body
+    world.log(name, f"forced {key} in {scope_id[-4:]} free from {view['holder']} g{view['generation']}")
+    oracle.forced(lease.subject, view["generation"], now_ms())
+
+async def scan(world: World, name: str, rs: Any, mailbox_id: str, rng: random.Random) -> list[dict] | None:
+    """Every dead letter of the mailbox, page by page (small pages), checked; None if a page failed."""
+    oracle = world.oracle
+    seen: dict[str, dict] = {}
+    cursor = None
+    while True:
+        query = {"limit": rng.choice([1, 2, 5])}
+        if cursor is not None:
+            query["cursor"] = cursor
+        ok, reply = await world.call(name, "dead letters", lambda: rs._ctx.call("GET", f"/mailboxes/{mailbox_id}/dead-letters", query=query))
+        if not ok:
+            return None
+        oracle.checks += 1
+        page = reply.body
+        for letter in page["deadLetters"]:
+            if letter["state"] != "DEAD" or letter["mailboxId"] != mailbox_id:
+                oracle.fail("dead-letters", f"a scan of {mailbox_id} listed {letter['id']} ({letter['state']}, {letter['mailboxId']})")
+            if letter["id"] in seen:
+                oracle.fail("dead-letters", f"a scan of {mailbox_id} listed {letter['id']} twice")
+            if letter["id"] in oracle.gone:
+                oracle.fail("dead-letters", f"{letter['id']} is listed after its requeue or delete was acknowledged")
+            seen[letter["id"]] = letter
+        cursor = page["nextCursor"]
+        if cursor is None:
+            return list(seen.values())
+
+
+async def dead_letters(world: World, name: str, rs: Any, rng: random.Random) -> None:
+    oracle = world.oracle
+    box = rng.choice(["work", "fragile"])
+    mailbox_id = world.mailboxes[box]
+    letters = await scan(world, name, rs, mailbox_id, rng)
+    if letters is None:
+        return
+    action = rng.choice(["requeue", "delete"])
+    dry_run = rng.random() < 0.2
+    if box == "work":  # by id: the oracle may have been told of these messages
+        if not letters:
+            return
+        ids = [letter["id"] for letter in rng.sample(letters, min(len(letters), rng.randint(1, 3)))]
+        body: dict[str, Any] = {"messageIds": ids}
+    else:
+        ids = None
+        body = rng.choice([{"all": True}, {"reason": "attempts_exhausted"}, {"olderThanSeconds": 5}, {"newerThanSeconds": 30}])
+    if dry_run:
+        body["dryRun"] = True
+    elif ids is not None:
+        oracle.maybe_gone.update(ids)
+    path = f"/mailboxes/{mailbox_id}/dead-letters/{action}"
+    ok, reply = await world.call(name, f"{action} dead letters of {box}", lambda: rs._ctx.call("POST", path, body=body))
+    if not ok:
+        return
+    answer = reply.body
+    oracle.checks += 1
+    if action == "requeue":
+        if box == "fragile" and answer["requeued"]:
+            oracle.fail("dead-letters", f"a requeue put back {answer['requeued']} of a mailbox that holds only tasks' dead letters")
+        world.log(name, f"requeued {answer['requeued']} of {answer['matched']} in {box}{' (dry run)' if dry_run else ''}")
+        if not dry_run:
+            oracle.gone.update(answer["requeuedAs"])
+            oracle.messages.update(answer["requeuedAs"].values())
+    else:
+        world.log(name, f"deleted {answer['deleted']} of {answer['matched']} in {box}{' (dry run)' if dry_run else ''}")
+        if not dry_run:
+            oracle.gone.update(answer["deletedIds"])

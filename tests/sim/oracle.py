@@ -23,8 +23,9 @@ Invariants:
    forgets what a read showed breaks `dirty-read`.
 4. **Nothing acknowledged is lost.** After each recovery, every acknowledged scope, mailbox, task
    (with its key), sent message, terminal outcome, claim generation and delivery attempt is in
-   the recovered state; a task key submitted again returns the task first acknowledged for it,
-   and another input under that key is refused.
+   the recovered state (a dead letter an operator may have requeued or deleted excepted); a task
+   key submitted again returns the task first acknowledged for it, and another input under that
+   key is refused; a dead letter whose requeue or delete was acknowledged is not.
 5. **No stale token.** A renew, release, complete or nack whose token is stale for certain when it
    is sent (a later grant of that key or message was acknowledged before, or its own release was,
    or an operator's forced release of it was) is never accepted; no renewal made after a forced
@@ -48,6 +49,7 @@ INVARIANTS = (
     "one-holder", "generations", "one-outcome", "durability", "stale-token", "dirty-read", "isolation", "ended-run",
     "server", "recovery", "replay", "hang", "sim",
 )
+INVARIANTS += ("dead-letters",)  # an operator's scans of them (tests/sim/operator_agents.py)
 INVARIANTS += ("pool-units", "quota-window", "fifo", "pool-fifo", "budget-limit")  # -- capacity -- (tests/sim/capacity.py)
 
 
@@ -97,6 +99,10 @@ class Oracle:
         self.outcomes: dict[str, list] = {}
         self.settled: dict[str, str] = {}  # task id -> the delivery token whose settlement was acknowledged
         self.run_ends: dict[str, int] = {}  # run -> when its end (cancel or complete) was acknowledged
+        # Dead letters an operator sent a requeue or delete of (they may be gone, answered or not),
+        # and those whose requeue or delete was acknowledged (they must stay gone).
+        self.maybe_gone: set[str] = set()
+        self.gone: set[str] = set()
         self.checks = 0
 
     # -- reporting ------------------------------------------------------------------------------
@@ -285,8 +291,11 @@ class Oracle:
             if space.mailboxes.find(mailbox_id) is None:
                 self.fail("durability", f"acknowledged mailbox {mailbox_id} is missing after recovery")
         for message_id in self.messages:
-            if space.messages.find(message_id) is None:
+            if space.messages.find(message_id) is None and message_id not in self.maybe_gone:
                 self.fail("durability", f"acknowledged message {message_id} is missing after recovery")
+        for message_id in self.gone:
+            if space.messages.find(message_id) is not None:
+                self.fail("durability", f"dead letter {message_id} was acknowledged requeued or deleted, and is back after recovery")
         for task_id, (scope_id, key) in self.tasks.items():
             task = space.tasks.find(task_id)
             if task is None or task.key != key or task.scope_id != scope_id:

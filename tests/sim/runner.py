@@ -170,6 +170,7 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         "tasks": len(oracle.tasks),
         "outcomes": len(oracle.outcomes),
         "forced_releases": sum(1 for leases in oracle.leases.values() for lease in leases if lease.forced_acked_ms is not None),
+        "dead_letters_gone": len(oracle.gone),
         # -- capacity --
         "pool_grants": len(holder["world"].capacity.grants),
         "consumptions": len(holder["world"].capacity.consumptions),

@@ -147,3 +147,10 @@ def test_an_injected_forced_release_that_keeps_the_token_is_caught(monkeypatch):
     monkeypatch.setattr(ClaimTable, "apply_ended", apply_ended)
     found, result = run_seeds_until("stale-token", (1, 2, 3, 4), virtual_s=90)
     assert "stale-token" in found, result.describe()
+
+
+def test_an_injected_delete_of_dead_letters_that_forgets_nothing_is_caught(monkeypatch):
+    """A delete that answers but keeps the dead letters: the operator's next scan lists them."""
+    monkeypatch.setattr(MessageTable, "apply_dead_deleted", lambda self, record: None)
+    found, result = run_seeds_until("dead-letters", tuple(range(1, 13)), virtual_s=120)
+    assert "dead-letters" in found or "durability" in found, result.describe()
