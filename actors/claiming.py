@@ -100,12 +100,14 @@ class ClaimCommands:
         """
         self._scopes.get(command.scope_id)
         claims = self._claims
-        record = claims.decide_force_release(command.scope_id, command.key, command.reason, now_ms)
+        record = claims.decide_force_release(command.scope_id, command.key, command.reason, command.by, now_ms)
         claim = claims.by_token(record["token"])
         assert claim is not None
         reply = claims.view(claim)
         outcome = self._commit(Outcome(), record)
-        reply.update(token=None, released=True, releasedAt=format_ms(now_ms), forced=True, reason=command.reason)
+        reply.update(
+            token=None, released=True, releasedAt=format_ms(now_ms), forced=True, reason=command.reason, by=command.by
+        )
         outcome.reply = reply
         return outcome
 

@@ -195,7 +195,7 @@ class ClaimTable:
             record["observation"] = observation
         return record
 
-    def decide_force_release(self, scope_id: str, key: str, reason: str | None, now_ms: int) -> dict:
+    def decide_force_release(self, scope_id: str, key: str, reason: str | None, by: str | None, now_ms: int) -> dict:
         """An operator's release of the claim held on `key`, without its token.
 
         NOT_FOUND for a key never claimed in the scope; CONFLICT for one not held now (released,
@@ -214,6 +214,8 @@ class ClaimTable:
         record["holder"] = claim.holder
         if reason:
             record["reason"] = reason
+        if by is not None:
+            record["by"] = by
         return record
 
     def decide_expire(self, token: str, now_ms: int) -> dict | None:

@@ -21,7 +21,9 @@ from typing import Any, ClassVar
 
 from .errors import STALE_CLAIM, VALIDATION_FAILED, KernelError, quote
 from .dead_letters import ACTION_MAX, AGE_S_MAX, DeadLetterFilter
-from .fields import BOOLEAN, INTEGER, JSON, MINOR, TEXT, TEXTS, TIMESTAMP, body, check_space_id, check_text, drawn, path, query
+from .fields import (
+    BOOLEAN, INTEGER, JSON, MINOR, TEXT, TEXTS, TIMESTAMP, body, caller, check_space_id, check_text, drawn, path, query,
+)
 from .limits import Limits
 from .mailboxes import MODES
 from .once import once_actor
@@ -167,6 +169,7 @@ class EndScope(Command):
     end: ClassVar[str]
     space: str = path("space")
     scope_id: str = path("scope_id")
+    by: str | None = caller()
 
     def actor(self, state: Any) -> ActorKey:
         return scope_actor(self.space, self.scope_id)
@@ -247,6 +250,7 @@ class ForceReleaseClaim(Command):
     key: str = path("key")
     scope_id: str = body("scopeId")
     reason: str | None = _reason("reason")
+    by: str | None = caller()
 
     def actor(self, state: Any) -> ActorKey:
         return claim_actor(self.space, self.scope_id, self.key)
@@ -379,6 +383,7 @@ class DeadLetterAction(Command):
     )
     every: bool | None = body("all", BOOLEAN, required=False, description="every dead letter of the mailbox")
     dry_run: bool | None = body("dryRun", BOOLEAN, required=False, description="change nothing; answer what would change")
+    by: str | None = caller()
 
     @property
     def where(self) -> DeadLetterFilter:
@@ -446,6 +451,7 @@ class CancelTask(Command):
     space: str = path("space")
     task_id: str = path("task_id")
     reason: str | None = _reason("reason")
+    by: str | None = caller()
 
     def actor(self, state: Any) -> ActorKey:
         return _task_queue(state, self.space, self.task_id)

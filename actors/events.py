@@ -7,7 +7,9 @@ nothing a reader cares about (a renewal, an image) makes no event; a record can 
 (a scope's end also cancels its barriers and timers, `coordination.after_apply`).
 
 An event is `{eventId, type, createdAt, scopeId, aggregate: {type, id}, payload}`; the payload
-holds ids and states, never a caller's data. Events are numbered 1, 2, 3... per space; a cursor is
+holds ids and states, never a caller's data. An operator's action says who did it (`by`: the
+API key's id, or "admin" for the admin key): a run's end, a task's cancel, a forced release, an
+action on dead letters. Events are numbered 1, 2, 3... per space; a cursor is
 that number as a string and means "strictly after". The log keeps at most `events_kept_max`
 events and none older than `events_kept_s` (measured against the newest record's time, so
 trimming is decided by the records too). A cursor older than the oldest event kept is
@@ -276,18 +278,20 @@ _SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_comple
 
 def _scope_ended(space: "SpaceState", record: dict) -> list:
     """The scope's end, and the end of every task that waited in its subtree (they end with it)."""
-    events = [("scope." + record["state"].lower(), record["id"], "scope", record["id"], {"state": record["state"]})]
+    by = record.get("by")  # who ended it (an API key's id, or "admin"); None when it expired
+    events = [("scope." + record["state"].lower(), record["id"], "scope", record["id"], {"state": record["state"], "by": by})]
     reason = _SCOPE_END_REASONS[record["state"]]
     for message in space.messages.waiting_in_scopes(space.scopes.subtree(record["id"])):
         if message.task_id is not None:
-            events.append(("task.cancelled", message.scope_id, "task", message.task_id, {"reason": reason}))
+            events.append(("task.cancelled", message.scope_id, "task", message.task_id, {"reason": reason, "by": by}))
     return events
 
 
 def _task_ended(space: "SpaceState", record: dict) -> list:
     task = space.tasks.find(record["task_id"])
     scope_id = None if task is None else task.scope_id
-    return [("task." + record["state"].lower(), scope_id, "task", record["task_id"], {"reason": record.get("reason")})]
+    payload = {"reason": record.get("reason"), "by": record.get("by")}
+    return [("task." + record["state"].lower(), scope_id, "task", record["task_id"], payload)]
 
 
 # Record fields as an event's payload names them (the wire's camelCase; times as timestamps).

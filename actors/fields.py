@@ -29,7 +29,7 @@ from .limits import Limits
 from .timestamps import parse_timestamp
 
 __all__ = [
-    "Spec", "body", "path", "drawn", "parse", "specs", "schema", "check_text", "check_space_id",
+    "Spec", "body", "path", "drawn", "caller", "parse", "specs", "schema", "check_text", "check_space_id",
     "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "query", "MINOR",
     "compile_parser",
 ]
@@ -47,7 +47,7 @@ MINOR = "minor"  # an amount in minor units: a canonical digit string on the wir
 MINOR_DIGITS_MAX = 30
 
 # Where a field comes from.
-BODY, PATH, QUERY, DRAWN = "body", "path", "query", "drawn"
+BODY, PATH, QUERY, DRAWN, CALLER = "body", "path", "query", "drawn", "caller"
 
 Bound = int | str | None  # a number, or the name of a `Limits` attribute
 
@@ -111,6 +111,19 @@ def drawn(what: str) -> Any:
     """A value drawn from the kernel's seeded source when the command is parsed: an id with the
     prefix `what` (e.g. "sc_"), "token" (a claim token), "delivery-token", or "jitter"."""
     return dataclasses.field(metadata={"spec": Spec(what, TEXT, DRAWN)})
+
+
+def caller() -> Any:
+    """Who sends the command, as the shell names them (`"admin"` for the admin key, else the API
+    key's id): recorded by an operator's action so its record and event say who did it. Taken
+    from the path parameters under "caller", which the shell adds; None when a command is made
+    in code (a test, the server's own work)."""
+    return dataclasses.field(default=None, metadata={"spec": Spec("caller", TEXT, CALLER, required=False)})
+
+
+def takes_caller(command_class: type) -> bool:
+    """Whether a command records who sent it."""
+    return any(spec.source == CALLER for _, spec in specs(command_class))
 
 
 def specs(command_class: type) -> tuple[tuple[str, Spec], ...]:
@@ -288,6 +301,8 @@ def parse(
             values[attribute] = params[spec.wire]
         elif source == QUERY:
             values[attribute] = _query_field(spec, query, limits)
+        elif source == CALLER:
+            values[attribute] = params.get("caller")
         else:
             values[attribute] = draw(spec.wire)
     command = command_class(**values)
@@ -329,6 +344,9 @@ def compile_parser(command_class: type, limits: Limits) -> Parser:
             continue
         if source == QUERY:
             lines.append(f"    {v} = _qf({s}, query, _limits)")
+            continue
+        if source == CALLER:
+            lines.append(f"    {v} = params.get('caller')")
             continue
         lines.append(f"    {v} = data.get({spec.wire!r})")
         if spec.required and kind != JSON:

@@ -55,6 +55,14 @@ class KeyTable:
             return frozenset()
         return key.spaces
 
+    def active(self, secret: str) -> ApiKey | None:
+        """The key `secret` is, when it is known and not revoked."""
+        wanted = digest(secret)
+        key = self._by_digest.get(wanted)
+        if key is None or key.revoked_ms is not None or not hmac.compare_digest(key.digest, wanted):
+            return None
+        return key
+
     def by_digest(self, key_digest: str) -> ApiKey | None:
         return self._by_digest.get(key_digest)
 

@@ -76,7 +76,7 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     "idem.stored": _spec(_SPACE, "key", "fingerprint", "body", "at_ms"),
     # Scopes (`scopes.py`).
     "scope.created": _spec(_SPACE, "id", "name", "parent_id", "deadline_ms", "child_limit", "at_ms"),
-    "scope.ended": _spec(_SPACE, "id", "state", "at_ms"),
+    "scope.ended": _spec(_SPACE, "id", "state", "at_ms", optional=("by",)),
     "scope.image": _spec(
         _SPACE, "id", "name", "parent_id", "deadline_ms", "child_limit", "state", "ended_ms", "at_ms"
     ),
@@ -120,7 +120,7 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     ),
     "task.joined": _spec(_SPACE, "task_id", "subscriber_id", "scope_id", "at_ms"),
     "task.detached": _spec(_SPACE, "task_id", "subscriber_id", "at_ms"),
-    "task.ended": _spec(_SPACE, "task_id", "state", "reason", "at_ms"),
+    "task.ended": _spec(_SPACE, "task_id", "state", "reason", "at_ms", optional=("by",)),
     "task.tombstoned": _spec(_SPACE, "task_id", "at_ms"),
     "task.image": _spec(
         _SPACE, "id", "task_key", "scope_id", "mailbox_id", "message_id", "input_hash", "state", "attempt",

@@ -158,6 +158,8 @@ class SpaceState:
     def end_scope(self, command: "EndScope", now_ms: int) -> Outcome:
         """Cancel or complete a scope; repeating the same end is harmless."""
         record = self.scopes.decide_end(command.scope_id, command.end, now_ms)
+        if record is not None and command.by is not None:
+            record["by"] = command.by  # who ended it, for the event log
         outcome = Outcome() if record is None else self._end_scope_commit(record)
         outcome.reply = self.scopes.view(self.scopes.get(command.scope_id), now_ms)
         return outcome

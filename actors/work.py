@@ -232,6 +232,8 @@ class WorkCommands:
             "type": "dead_letters.requeued", "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken],
             "new_ids": new_ids, "at_ms": now_ms,
         }
+        if command.by is not None:
+            record["by"] = command.by
         outcome = self._commit(Outcome(), record)
         scopes: dict[str, None] = {}
         for message_id in new_ids:
@@ -256,6 +258,8 @@ class WorkCommands:
         if command.dry_run or not taken:
             return Outcome(reply=reply)
         record = {"type": "dead_letters.deleted", "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken], "at_ms": now_ms}
+        if command.by is not None:
+            record["by"] = command.by
         outcome = self._commit(Outcome(), record)
         reply["deletedIds"] = record["message_ids"]
         outcome.reply = reply
@@ -304,6 +308,8 @@ class WorkCommands:
     def cancel_task(self, command: "CancelTask", now_ms: int) -> Outcome:
         task = self.tasks.get(command.task_id)
         record = self.tasks.decide_end(task, CANCELLED, command.reason or REASON_CANCELLED, now_ms)
+        if record is not None and command.by is not None:
+            record["by"] = command.by  # who cancelled it, for the event log
         outcome = Outcome() if record is None else self._commit(Outcome(), record)
         outcome.reply = self.tasks.view(task, now_ms)
         return outcome

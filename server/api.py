@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..actors.errors import KernelError
+from ..actors.fields import takes_caller
 from ..actors.kernel import EMPTY
 from .http import Handler, Request, Router
 
@@ -53,6 +54,8 @@ class Doc:
     # Whether the route takes an Idempotency-Key (mutations of a space do).
     idempotent: bool = False
     group: str = ""
+    # An operator's action: the admin key may call it in any space, and its record says who did.
+    operator: bool = False
 
 
 # The status of a command's answer, when it depends on the answer (201 created, 200 replayed).
@@ -73,7 +76,7 @@ def endpoint(
     """Declare a route. Without `handler`, `doc.command` is run (see the module docstring)."""
     if handler is None:
         assert doc.command is not None, f"{method} {pattern}: a route needs a handler or a command"
-        handler = _command_handler(doc.command, status)
+        handler = _command_handler(doc.command, status, doc.operator)
     elif not public:
         handler = _settled(handler)
     router.add(method, pattern, handler, long_poll=long_poll, public=public, doc=doc)
@@ -101,12 +104,15 @@ def _settled(handler: Handler) -> Handler:
     return run
 
 
-def _command_handler(command_class: type, status: int | StatusOf) -> Handler:
+def _command_handler(command_class: type, status: int | StatusOf, operator: bool = False) -> Handler:
     status_of = status if callable(status) else None
+    records_caller = takes_caller(command_class)
 
     async def run(services: Any, request: Request, **params: str) -> tuple[int, Any]:
         space = params.get("space")
-        services.authorize(request, space)
+        services.authorize(request, space, operator=operator)
+        if records_caller:
+            params["caller"] = services.caller(request)
         kernel = services.kernel
         command = kernel.parse(command_class, request.json().data, params, request.param)
         reply = await kernel.submit(command, idem=request.idem(space), wait_ms=getattr(command, "wait_ms", None))

@@ -88,7 +88,8 @@ def render(routes: list | None = None, limits: Limits | None = None) -> str:
             described = operation(route, limits)
             answers = ", ".join(code for code in described["responses"] if code < "400")
             errors = ", ".join(code for code in described["responses"] if code >= "400")
-            out.append(f"| {route.method} | `{route.path}` | {route.doc.summary} | {answers} | {errors} |")
+            summary = route.doc.summary + (" (operator's action: the admin key too)" if route.doc.operator else "")
+            out.append(f"| {route.method} | `{route.path}` | {summary} | {answers} | {errors} |")
         out.append("")
     out.append("## Request bodies\n")
     for route in routes:

@@ -87,7 +87,10 @@ def _components(limits: Limits) -> dict:
                 "leaseExpiresAt": _TS,
                 "acquiredAt": _TS,
             },
-            {"released": {"type": "boolean"}, "releasedAt": _TS, "forced": {"type": "boolean"}, "reason": _nullable(text)},
+            {
+                "released": {"type": "boolean"}, "releasedAt": _TS, "forced": {"type": "boolean"}, "reason": _nullable(text),
+                "by": _nullable(text),
+            },
         ),
         "Mailbox": _obj(
             {
@@ -471,6 +474,11 @@ def operation(route: Any, limits: Limits) -> dict:
     for code in sorted(set(errors)):
         responses.setdefault(code, _ERRORS[code])
     result: dict[str, Any] = {"summary": doc.summary, "parameters": parameters, "responses": responses}
+    if doc.operator:
+        result["description"] = (
+            "An operator's action: the admin key may call it in any space the server knows, and its record and "
+            "event say who did (`by`: the API key's id, or `admin`)."
+        )
     if route.public:
         result["security"] = []
     body = _request_body(doc, limits)

@@ -226,27 +226,41 @@ class Runtime:
         command.check(kernel.limits)
         return await kernel.submit(command)
 
-    def authorize(self, request: Request, space: str) -> str:
+    def authorize(self, request: Request, space: str, *, operator: bool = False) -> str:
         """The space, if the request's key opens it: 401 for a bad key, 404 for another space.
 
-        The admin key reads (GET) every space the server knows, for `runstate inspect`; it
-        changes nothing inside a space: a write with it is 403 FORBIDDEN (the key is valid, the
+        The admin key reads (GET) every space the server knows, for `runstate inspect`, and
+        performs the operator's actions there (`operator`: cancelling a run or a task, a forced
+        claim release, requeuing or deleting dead letters, purging a mailbox); it does no other
+        work inside a space: any other write with it is 403 FORBIDDEN (the key is valid, the
         action is not allowed), not 401.
         """
         secret = request.bearer()
         spaces = self.kernel.keys.spaces_for(secret)  # type: ignore[union-attr]
         if not spaces:
             if self.admin.matches(secret):
-                if request.method == "GET":
+                if request.method == "GET" or operator:
                     return self._known_space(space)
                 raise ApiError(
                     "FORBIDDEN",
-                    "the admin key only reads inside a space; changes there need an API key issued for it",
+                    "the admin key reads inside a space and performs the operator's actions there (cancel a run or "
+                    "a task, force-release a claim, requeue or delete dead letters, purge a mailbox); other changes "
+                    "need an API key issued for the space",
                 )
             raise ApiError(UNAUTHENTICATED, "the API key is not valid")
         if space not in spaces:
             raise ApiError(NOT_FOUND, f"space {quote(space)} not found")
         return space
+
+    def caller(self, request: Request) -> str:
+        """Who sends the request, as an operator's action records it: "admin" for the admin key,
+        else the API key's id. (Called after `authorize`, so the key is one of the two.)"""
+        secret = request.bearer()
+        key = self.kernel.state.keys.active(secret)  # type: ignore[union-attr]
+        if key is not None:
+            return key.id
+        assert self.admin.matches(secret), "caller() is asked after authorize()"
+        return "admin"
 
     def journal_refusal(self) -> str | None:
         """Why some partition refuses every change now (it could not be opened, or a write or

@@ -44,7 +44,7 @@ endpoint(router, "POST", BASE + "/{key}/release", Doc(
     "Release a claim", CLAIM, c.ReleaseClaim, errors=ERRORS, idempotent=True, group="Claims",
 ))
 endpoint(router, "POST", BASE + "/{key}/force-release", Doc(
-    "Release a held claim without its token (an operator's action): the holder's token is refused from then on, "
+    "Release a held claim without its token: the holder's token is refused from then on, "
     "the next holder gets the next generation",
-    CLAIM, c.ForceReleaseClaim, errors=ERRORS, idempotent=True, group="Claims",
+    CLAIM, c.ForceReleaseClaim, errors=ERRORS, idempotent=True, group="Claims", operator=True,
 ))

@@ -111,11 +111,11 @@ endpoint(router, "GET", BASE + "/{mailbox_id}/dead-letters", Doc(
 endpoint(router, "POST", BASE + "/{mailbox_id}/dead-letters/requeue", Doc(
     "Requeue dead letters (by messageIds, a filter, or all) as new messages at the end of their queues; "
     "dryRun says how many it would",
-    (Reply(200, _REQUEUED),), c.RequeueDeadLetters, errors=("400", "404", "409"), idempotent=True, group=G,
+    (Reply(200, _REQUEUED),), c.RequeueDeadLetters, errors=("400", "404", "409"), idempotent=True, group=G, operator=True,
 ))
 endpoint(router, "POST", BASE + "/{mailbox_id}/dead-letters/delete", Doc(
     "Delete dead letters (by messageIds, a filter, or all); dryRun says how many it would",
-    (Reply(200, _DELETED),), c.DeleteDeadLetters, errors=("400", "404"), idempotent=True, group=G,
+    (Reply(200, _DELETED),), c.DeleteDeadLetters, errors=("400", "404"), idempotent=True, group=G, operator=True,
 ))
 endpoint(router, "POST", BASE + "/{mailbox_id}/messages", Doc(
     "Send a message", (Reply(201, "Sent", "Sent"), Reply(200, "Sent", "A replay of the work key's message")),

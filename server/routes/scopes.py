@@ -30,7 +30,7 @@ endpoint(router, "PUT", "/v1/spaces/{space}/runs/{name}", Doc(
 ))
 endpoint(router, "POST", BASE + "/{scope_id}/cancel", Doc(
     "Cancel a run and its subtree (no body)", (Reply(200, SCOPE),), c.CancelScope, errors=("404", "409"),
-    idempotent=True, group="Scopes",
+    idempotent=True, group="Scopes", operator=True,
 ))
 endpoint(router, "POST", BASE + "/{scope_id}/complete", Doc(
     "Complete a run and its subtree (no body)", (Reply(200, SCOPE),), c.CompleteScope, errors=("404", "409"),

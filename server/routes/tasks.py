@@ -41,7 +41,7 @@ endpoint(router, "GET", BASE + "/{task_id}", Doc(
     "A task; with waitMs, once it has ended (a long poll)", TASK, c.WaitTask, errors=("400", "404"), group="Tasks",
 ), read, long_poll=lambda request: b"waitMs" in request.query)
 endpoint(router, "POST", BASE + "/{task_id}/cancel", Doc(
-    "Cancel a task", TASK, c.CancelTask, body_required=False, errors=ERRORS, idempotent=True, group="Tasks",
+    "Cancel a task", TASK, c.CancelTask, body_required=False, errors=ERRORS, idempotent=True, group="Tasks", operator=True,
 ))
 endpoint(router, "POST", BASE + "/{task_id}/join", Doc(
     "Subscribe to a task", TASK, c.JoinTask, errors=ERRORS, idempotent=True, group="Tasks",

@@ -451,7 +451,7 @@ async def test_events_are_derived_in_order_with_cursors_strictly_after_and_filte
     await world.scopes.cancel(S, run)
     tail = world.events.page(S, after=cursor)["events"]
     assert [(event["type"], event["aggregate"]["id"]) for event in tail] == [("scope.cancelled", run), ("task.cancelled", task["id"])]
-    assert tail[1]["payload"] == {"reason": "scope_cancelled"}
+    assert tail[1]["payload"] == {"reason": "scope_cancelled", "by": None}  # cancelled in code: by nobody
     world.replays_exactly()
 
 

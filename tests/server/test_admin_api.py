@@ -126,7 +126,8 @@ async def test_the_admin_key_reads_any_known_space_and_an_api_key_only_its_own(a
     assert (await request(app, "GET", "/v1/spaces/nowhere/usage", ADMIN))[0] == 404
     assert not app.runtime.kernel.space_known("nowhere")
     assert (await request(app, "GET", "/v1/spaces/default/usage", made["key"]))[0] == 404
-    # The admin key reads; it does not act inside a space: valid, but not allowed there (403, not 401).
+    # The admin key reads, and does an operator's actions; it does no other work inside a space:
+    # valid, but not allowed there (403, not 401).
     status, refused = await request(app, "POST", "/v1/spaces/default/scopes", ADMIN, {})
     assert status == 403 and refused["error"]["code"] == "FORBIDDEN"
-    assert "only reads inside a space" in refused["error"]["message"]
+    assert "reads inside a space and performs the operator's actions" in refused["error"]["message"]
