@@ -34,7 +34,7 @@ from .scopes import CANCELLED, COMPLETED
 __all__ = [
     "Command", "RegisterKey", "RevokeKey", "CreateScope", "EndScope", "CancelScope", "CompleteScope",
     "AcquireClaim", "RenewClaim", "ReleaseClaim", "ForceReleaseClaim", "CreateMailbox", "SendMessage", "Receive",
-    "CompleteDelivery", "NackDelivery", "RenewDelivery", "RequeueDeadLetters", "DeleteDeadLetters", "SubmitTask", "CancelTask", "JoinTask",
+    "CompleteDelivery", "NackDelivery", "RenewDelivery", "RequeueDeadLetters", "DeleteDeadLetters", "PurgeMailbox", "SubmitTask", "CancelTask", "JoinTask",
     "DetachTask", "FireTimer", "EnsureRun", "EnsureMailbox", "WaitTask", "AcquireOnce", "WaitOnce", "RenewOnce",
     "CompleteOnce", "FailOnce", "KEYS_ACTOR", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor",
     "mailbox_ops_actor",
@@ -411,6 +411,24 @@ class RequeueDeadLetters(DeadLetterAction):
 @_command
 class DeleteDeadLetters(DeadLetterAction):
     pass
+
+
+@_command
+class PurgeMailbox(Command):
+    """An operator's purge: the mailbox's messages waiting to be delivered (queued, or waiting out
+    a retry's backoff) end now, in every run or in `scopeId`'s alone; a task's is CANCELLED, a
+    plain message is dropped. Deliveries under way are left to finish. With `dryRun`, only say how
+    many it would end."""
+
+    space: str = path("space")
+    mailbox_id: str = path("mailbox_id")
+    scope_id: str | None = body("scopeId", required=False, description="only this run's messages")
+    reason: str | None = _reason("reason")
+    dry_run: bool | None = body("dryRun", BOOLEAN, required=False, description="change nothing; answer what would change")
+    by: str | None = caller()
+
+    def actor(self, state: Any) -> ActorKey:
+        return mailbox_ops_actor(self.space, self.mailbox_id)
 
 
 # -- tasks -------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ nothing a reader cares about (a renewal, an image) makes no event; a record can 
 An event is `{eventId, type, createdAt, scopeId, aggregate: {type, id}, payload}`; the payload
 holds ids and states, never a caller's data. An operator's action says who did it (`by`: the
 API key's id, or "admin" for the admin key): a run's end, a task's cancel, a forced release, an
-action on dead letters. Events are numbered 1, 2, 3... per space; a cursor is
+action on dead letters, a mailbox's purge. Events are numbered 1, 2, 3... per space; a cursor is
 that number as a string and means "strictly after". The log keeps at most `events_kept_max`
 events and none older than `events_kept_s` (measured against the newest record's time, so
 trimming is decided by the records too). A cursor older than the oldest event kept is
@@ -360,6 +360,9 @@ DERIVE: dict[str, Derive] = {
     "delivery.dead": _dead,
     "dead_letters.requeued": _dead_letters("dead_letters.requeued"),
     "dead_letters.deleted": _dead_letters("dead_letters.deleted"),
+    "mailbox.purged": lambda space, r: ("mailbox.purged", r["scope_id"], "mailbox", r["mailbox_id"], {
+        "mailboxId": r["mailbox_id"], "scopeId": r["scope_id"], "count": r["count"], "reason": r.get("reason"), "by": r.get("by"),
+    }),
     "task.ended": _task_ended,
     "barrier.created": _barrier("barrier.created", "target", "name"),
     "barrier.arrived": _barrier("barrier.arrived", "arrival_key"),
@@ -381,7 +384,7 @@ EVENT_TYPES = sorted(
         "scope.created", "scope.cancelled", "scope.completed", "scope.expired", "claim.acquired", "claim.taken_over",
         "claim.released", "claim.expired", "claim.force_released", "task.created", "task.started", "task.retried", "task.succeeded",
         "task.failed", "task.cancelled", "task.expired", "message.sent", "delivery.leased", "delivery.completed",
-        "delivery.requeued", "delivery.dead_lettered", "dead_letters.requeued", "dead_letters.deleted",
+        "delivery.requeued", "delivery.dead_lettered", "dead_letters.requeued", "dead_letters.deleted", "mailbox.purged",
         "barrier.created", "barrier.arrived", "barrier.released",
         "barrier.cancelled", "timer.created", "timer.fired", "timer.acked", "timer.cancelled", "timer.expired",
         "group.created", "group.joined", "group.verdict", "group.sealed", "group.deadline_exceeded", "group.finalized",

@@ -46,6 +46,8 @@ MAILBOX_RECORDS: dict[str, tuple[str, ...]] = {
     ),
     # A put by name that states a setting the mailbox has not declared yet.
     "mailbox.declared": ("id", "at_ms", "max_attempts?", "requirements?"),
+    # An operator's purge (`work.purge_mailbox`): who, how many; the ends it made follow it.
+    "mailbox.purged": ("mailbox_id", "scope_id", "count", "at_ms", "reason?", "by?"),
     "mailbox.image": (
         "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms", "attempts_declared?", "requirements?",
     ),

@@ -251,6 +251,20 @@ class MessageTable:
                 found.extend(message for message_id in queue.live if (message := self._messages[message_id]).state == LEASED)
         return found
 
+    def waiting_in_mailbox(self, mailbox_id: str, scope_id: str | None = None) -> list[Message]:
+        """The mailbox's messages not delivered and not being delivered (QUEUED or DELAYED), in
+        every run or in `scope_id`'s, oldest first (by enqueue order)."""
+        found = []
+        for (queue_mailbox, queue_scope), queue in self._queues.items():
+            if queue_mailbox != mailbox_id or (scope_id is not None and queue_scope != scope_id):
+                continue
+            for message_id in queue.live:
+                message = self._messages[message_id]
+                if message.state != LEASED:
+                    found.append(message)
+        found.sort(key=lambda message: message.seq)
+        return found
+
     def dead_letters(self, mailbox_id: str) -> list[Message]:
         """The mailbox's dead letters still kept, oldest first."""
         return [self._messages[m] for m in self._dead.get(mailbox_id, ())]

@@ -102,6 +102,7 @@ TRANSITIONS: dict[type, Transition] = {
     c.RenewDelivery: _work(WorkCommands.renew_delivery),
     c.RequeueDeadLetters: _work(WorkCommands.requeue_dead_letters),
     c.DeleteDeadLetters: _work(WorkCommands.delete_dead_letters),
+    c.PurgeMailbox: _work(WorkCommands.purge_mailbox),
     c.SubmitTask: _submit_task,  # -- capacity --: held to its work limit
     c.CancelTask: _work(WorkCommands.cancel_task),
     c.JoinTask: _work(WorkCommands.join_task),

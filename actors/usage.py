@@ -83,6 +83,7 @@ OPERATIONS: dict[str, str] = {
     "delivery.completed": "deliveries.complete",
     "dead_letters.requeued": "dead_letters.requeue",
     "dead_letters.deleted": "dead_letters.delete",
+    "mailbox.purged": "mailboxes.purge",
     "once.acquired": "once.acquire",
     "once.completed": "once.complete",
     "once.failed": "once.fail",

@@ -46,13 +46,15 @@ from .tasks import CANCELLED, EXPIRED, FAILED, SUCCEEDED, Task, TaskTable, input
 if TYPE_CHECKING:
     from .commands import (
         CancelTask, CompleteDelivery, CreateMailbox, DeleteDeadLetters, DetachTask, EnsureMailbox, JoinTask, NackDelivery,
-        Receive, RenewDelivery, RequeueDeadLetters, SendMessage, SubmitTask, WaitTask,
+        PurgeMailbox, Receive, RenewDelivery, RequeueDeadLetters, SendMessage, SubmitTask, WaitTask,
     )
 
 __all__ = ["WorkCommands", "WORK_APPLY", "WORK_TIMERS", "outcome_of"]
 
 # Reasons recorded as `outcomeReason` (0.3.0 understands `scope_cancelled`).
 REASON_CANCELLED = "cancelled"
+# The reason of what an operator's purge ended (then ": " and the reason the operator gave, if any).
+REASON_PURGED = "purged"
 REASON_DEADLINE = "deadline_exceeded"
 # A nack's `error` (what the handler raised), as the reason of the task it ends.
 HANDLER_ERROR = "handler_error: "
@@ -262,6 +264,46 @@ class WorkCommands:
             record["by"] = command.by
         outcome = self._commit(Outcome(), record)
         reply["deletedIds"] = record["message_ids"]
+        outcome.reply = reply
+        return outcome
+
+    def purge_mailbox(self, command: "PurgeMailbox", now_ms: int) -> Outcome:
+        """End the mailbox's waiting messages, oldest first, as many as one request may: a task's
+        message CANCELS the task (reason `purged`, or `purged: <reason>`), a plain one is dropped.
+        One `mailbox.purged` record says who purged and how many, for the event log."""
+        mailbox = self.mailboxes.get(command.mailbox_id)
+        if command.scope_id is not None:
+            self.scopes.get(command.scope_id)
+        waiting = self.messages.waiting_in_mailbox(mailbox.id, command.scope_id)
+        taken = waiting[: dead_letters.ACTION_MAX]
+        reply = {"matched": len(waiting), "purged": len(taken), "remaining": len(waiting) - len(taken), "dryRun": bool(command.dry_run)}
+        if command.dry_run or not taken:
+            return Outcome(reply=reply)
+        reason = REASON_PURGED if not command.reason else f"{REASON_PURGED}: {command.reason}"
+        marker = {"type": "mailbox.purged", "mailbox_id": mailbox.id, "scope_id": command.scope_id, "count": len(taken), "at_ms": now_ms}
+        if command.reason:
+            marker["reason"] = command.reason
+        ends = []
+        for message in taken:
+            if message.task_id is None:
+                ends.append(self.messages.decide_drop(message, reason, now_ms))
+                continue
+            record = self.tasks.decide_end(self.tasks.get(message.task_id), CANCELLED, reason, now_ms)
+            assert record is not None, "a task whose message waits has not ended"
+            ends.append(record)
+        if command.by is not None:
+            marker["by"] = command.by
+            for record in ends:
+                if record["type"] == "task.ended":
+                    record["by"] = command.by
+        outcome = self._commit(Outcome(), marker, *ends)
+        scopes: dict[str, None] = {}
+        for message in taken:
+            scopes[message.scope_id] = None
+            if message.task_id is not None:
+                outcome.timers.extend(self.task_timers(self.tasks.get(message.task_id)))
+        # Callers waiting on those tasks (their queues' actors) look again.
+        outcome.pokes.extend(queue_actor(self.id, mailbox.id, scope_id) for scope_id in scopes)
         outcome.reply = reply
         return outcome
 
@@ -690,6 +732,8 @@ WORK_APPLY: dict[str, Callable[[WorkCommands, dict], Any]] = {
     "task.tombstoned": lambda space, record: space.tasks.apply_tombstoned(record),
     "dead_letters.requeued": lambda space, record: space.messages.apply_dead_requeued(record),
     "dead_letters.deleted": lambda space, record: space.messages.apply_dead_deleted(record),
+    # What a purge ended is in the records after this one; this one says who purged, for the log.
+    "mailbox.purged": lambda space, record: None,
     # Image-only records (a snapshot's way of saying what a table holds).
     "mailbox.image": lambda space, record: space.mailboxes.apply_created(record),
     "messages.image": lambda space, record: space.messages.apply_image_counter(record),

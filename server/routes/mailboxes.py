@@ -5,7 +5,7 @@ at `wait_ms_max`), and answers 204 with an empty body when there is nothing; whe
 away the wait is withdrawn, so no lease is handed to nobody.
 
 Dead letters are listed a page at a time, newest first, filtered by reason and age, and an
-operator requeues or deletes a set of them (`actors/dead_letters.py`).
+operator requeues or deletes a set of them (`actors/dead_letters.py`), or purges what waits.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ _REQUEUED = {
         "requeuedAs": {"type": "object", "additionalProperties": {"type": "string"}, "description": "old id -> new message id"},
     },
     "required": ["matched", "requeued", "skipped", "remaining", "dryRun", "requeuedAs"],
+}
+_PURGED = {
+    "type": "object",
+    "properties": {**_ACTED, "purged": _COUNT},
+    "required": ["matched", "purged", "remaining", "dryRun"],
 }
 _DELETED = {
     "type": "object",
@@ -115,7 +120,13 @@ endpoint(router, "POST", BASE + "/{mailbox_id}/dead-letters/requeue", Doc(
 ))
 endpoint(router, "POST", BASE + "/{mailbox_id}/dead-letters/delete", Doc(
     "Delete dead letters (by messageIds, a filter, or all); dryRun says how many it would",
-    (Reply(200, _DELETED),), c.DeleteDeadLetters, errors=("400", "404"), idempotent=True, group=G, operator=True,
+    (Reply(200, _DELETED),), c.DeleteDeadLetters, errors=("400", "404", "409"), idempotent=True, group=G, operator=True,
+))
+endpoint(router, "POST", BASE + "/{mailbox_id}/purge", Doc(
+    "End the messages waiting in the mailbox (all runs, or scopeId's): tasks CANCELLED, plain messages dropped; "
+    "deliveries under way finish; dryRun says how many it would",
+    (Reply(200, _PURGED),), c.PurgeMailbox, body_required=False, errors=("400", "404", "409"), idempotent=True, group=G,
+    operator=True,
 ))
 endpoint(router, "POST", BASE + "/{mailbox_id}/messages", Doc(
     "Send a message", (Reply(201, "Sent", "Sent"), Reply(200, "Sent", "A replay of the work key's message")),

@@ -107,6 +107,9 @@ class World:
     def delete(self, mailbox_id: str, **fields: Any) -> dict:
         return self.do("delete_dead_letters", mailbox_id, fields).reply
 
+    def purge(self, mailbox_id: str, **fields: Any) -> dict:
+        return self.do("purge_mailbox", mailbox_id, fields).reply
+
     def fire(self, timer_tag: tuple, marker: Any = None, actor: tuple | None = None) -> Outcome:
         """Run the newest timer with this tag (as the supervisor would), at the current time."""
         if actor is None:
@@ -218,6 +221,7 @@ _COMMANDS: dict[str, Any] = {
         space=SPACE, mailbox_id=mailbox_id, id_base=id_base, **fields
     ),
     "delete_dead_letters": lambda mailbox_id, fields: c.DeleteDeadLetters(space=SPACE, mailbox_id=mailbox_id, **fields),
+    "purge_mailbox": lambda mailbox_id, fields: c.PurgeMailbox(space=SPACE, mailbox_id=mailbox_id, **fields),
 }
 
 

@@ -1,4 +1,4 @@
-"""Dead letters an operator acts on, as pure state machines: requeue, delete, list, with replay.
+"""Dead letters an operator acts on, and a mailbox's purge, as pure state machines, with replay.
 
 Each test drives a space by hand at chosen instants; at the end the journal's records and the
 space's image must rebuild exactly the same state (every table compared, retention's queue and the
@@ -224,3 +224,36 @@ def test_pages_continue_where_the_last_one_ended_while_letters_die_and_go(world)
     assert [m["id"] for m in second["deadLetters"]] == [letters[1], letters[0]]
     assert second["truncated"] is False and second["nextCursor"] is None
     refused(VALIDATION_FAILED, page, messages, mailbox, DeadLetterFilter(), world.now, "12:x", 2)
+
+
+def test_a_purge_ends_what_waits_and_leaves_deliveries_under_way(world):
+    """Queued and backing-off messages end (tasks CANCELLED with the reason, plain ones dropped);
+    a leased one finishes as usual; the events say who purged and how many."""
+    mailbox, run, other = world.mailbox(), world.scope(), world.scope()
+    leased = world.send(mailbox, run, "leased")["id"]
+    delivery = world.recv(mailbox, run)
+    backing_off = world.send(mailbox, run, "retry")["id"]
+    world.do("nack_delivery", backing_off, world.recv(mailbox, run)["token"], True, None, 1.0)
+    task = world.submit(mailbox, run, "k", {"n": 1})
+    plain = world.send(mailbox, run, "plain")["id"]
+    elsewhere = world.send(mailbox, other, "other run")["id"]
+    assert world.purge(mailbox, scope_id=run, dry_run=True) == {"matched": 3, "purged": 3, "remaining": 0, "dryRun": True}
+    outcome = world.do("purge_mailbox", mailbox, {"scope_id": run, "reason": "bad batch", "by": "ak_ops"})
+    assert outcome.reply == {"matched": 3, "purged": 3, "remaining": 0, "dryRun": False}
+    assert [r["type"] for r in outcome.records] == ["mailbox.purged", "message.dropped", "task.ended", "message.dropped"]
+    assert world.task(task["taskId"])["state"] == "CANCELLED"
+    assert world.task(task["taskId"])["outcomeReason"] == "purged: bad batch"
+    for message_id in (backing_off, plain):
+        assert world.message(message_id)["state"] == "DROPPED"
+    assert world.message(elsewhere)["state"] == "QUEUED" and world.message(leased)["state"] == "LEASED"
+    world.do("complete_delivery", leased, delivery["token"], {"payload": 1})
+    assert queue_actor(SPACE, mailbox, run) in outcome.pokes
+    events = [e.view() for e in world.space.events.after(0) if e.type in ("mailbox.purged", "task.cancelled")]
+    assert events[0]["payload"] == {"mailboxId": mailbox, "scopeId": run, "count": 3, "reason": "bad batch", "by": "ak_ops"}
+    assert events[1]["payload"] == {"reason": "purged: bad batch", "by": "ak_ops"}
+    assert world.space.usage.operations["mailboxes.purge"] == 1
+    # Everything else, in every run: the other run's message.
+    assert world.purge(mailbox) == {"matched": 1, "purged": 1, "remaining": 0, "dryRun": False}
+    assert world.purge(mailbox) == {"matched": 0, "purged": 0, "remaining": 0, "dryRun": False}
+    refused(NOT_FOUND, world.purge, mailbox, scope_id="sc_nope")
+    refused(NOT_FOUND, world.purge, "mb_nope")

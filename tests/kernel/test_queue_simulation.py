@@ -40,8 +40,9 @@ class Simulation:
         self.fire_due()
         mailbox, scope = rng.choice(self.mailboxes), rng.choice(self.scopes)
         action = rng.choices(
-            ["send", "submit", "recv", "complete", "retry", "reject", "renew", "cancel", "join", "end", "requeue", "delete"],
-            weights=[10, 12, 20, 10, 6, 2, 5, 3, 3, 0.3, 1, 0.5],
+            ["send", "submit", "recv", "complete", "retry", "reject", "renew", "cancel", "join", "end", "requeue", "delete",
+             "purge"],
+            weights=[10, 12, 20, 10, 6, 2, 5, 3, 3, 0.3, 1, 0.5, 0.2],
         )[0]
         before = len(w.records)
         try:
@@ -79,6 +80,12 @@ class Simulation:
                 w.do("end_scope", scope, rng.choice(["CANCELLED", "COMPLETED"]))
             elif action in ("requeue", "delete"):
                 self.act_on_dead_letters(action, mailbox)
+            elif action == "purge":
+                waiting = {m.id for m in w.space.messages.waiting_in_mailbox(mailbox, scope)}
+                reply = w.purge(mailbox, scope_id=scope, dry_run=rng.random() < 0.2)
+                assert reply["matched"] == len(waiting)
+                if not reply["dryRun"]:
+                    assert all(w.space.messages.get(m).state == "DROPPED" for m in waiting)
         except KernelError:
             assert len(w.records) == before, "a refusal wrote records"
         self.collect_timers()

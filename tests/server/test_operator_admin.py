@@ -69,8 +69,9 @@ async def test_the_admin_key_performs_the_operators_actions_in_any_space(served)
     base = "/v1/spaces/research"
     actions = [
         ("/claims/k/force-release", {"scopeId": work["run"], "reason": "stuck"}, "claim.force_released"),
-        (f"/mailboxes/{work['mailbox']}/dead-letters/requeue", {"all": True}, "dead_letters.requeued"),
         (f"/tasks/{work['task']}/cancel", {"reason": "not needed"}, "task.ended"),
+        (f"/mailboxes/{work['mailbox']}/dead-letters/requeue", {"all": True}, "dead_letters.requeued"),
+        (f"/mailboxes/{work['mailbox']}/purge", {"reason": "drain"}, "mailbox.purged"),
         (f"/scopes/{work['run']}/cancel", None, "scope.ended"),
     ]
     journal = app.runtime.kernel.journal
@@ -82,7 +83,7 @@ async def test_the_admin_key_performs_the_operators_actions_in_any_space(served)
     status, page = await request(app, "GET", base + "/watch?waitSeconds=0", ADMIN)
     by_type = {event["type"]: event["payload"].get("by") for event in page["events"]}
     assert by_type["claim.force_released"] == "admin" and by_type["dead_letters.requeued"] == "admin"
-    assert by_type["task.cancelled"] == "admin" and by_type["scope.cancelled"] == "admin"
+    assert by_type["task.cancelled"] == by_type["mailbox.purged"] == by_type["scope.cancelled"] == "admin"
 
 
 async def test_an_api_keys_actions_are_recorded_with_its_id(served):

@@ -157,3 +157,19 @@ async def test_dead_letter_actions_refuse_bad_input_with_the_envelope(client, au
     missing = await client.post("/mailboxes/mb_nope/dead-letters/delete", {"all": True})
     assert missing.status == 404
     assert (await client.get(base)).json["total"] == 1
+
+
+async def test_a_mailbox_is_purged_of_what_waits(client, autojump_clock):
+    run, mailbox = await client.run(), await client.mailbox()
+    task = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "k"})).json["taskId"]
+    await client.post(f"/mailboxes/{mailbox}/messages", {"scopeId": run, "payload": 1})
+    dry = await client.post(f"/mailboxes/{mailbox}/purge", {"dryRun": True})
+    assert dry.status == 200 and dry.json == {"matched": 2, "purged": 2, "remaining": 0, "dryRun": True}
+    done = await client.post(f"/mailboxes/{mailbox}/purge")  # no body: everything, in every run
+    assert done.json == {"matched": 2, "purged": 2, "remaining": 0, "dryRun": False}
+    view = (await client.get(f"/tasks/{task}")).json
+    assert view["state"] == "CANCELLED" and view["outcomeReason"] == "purged"
+    assert (await client.get(f"/mailboxes/{mailbox}")).json["backlog"] == 0
+    for body, status in (({"scopeId": "sc_nope"}, 404), ({"scopeId": 5}, 400), ({"dryRun": "no"}, 400)):
+        assert (await client.post(f"/mailboxes/{mailbox}/purge", body)).status == status
+    assert (await client.post("/mailboxes/mb_nope/purge", {})).status == 404

@@ -1,4 +1,4 @@
-"""The simulated operator: forced claim releases and dead letters, with the invariants they keep.
+"""The simulated operator: forced claim releases, dead letters and purges, with the invariants they keep.
 
 The operator goes through the SDK's request layer over the simulation's transport, with crashes
 and lost replies like every other agent. What it sent may have been applied even when no answer
@@ -42,10 +42,13 @@ async def operator(world: World, name: str) -> None:
     await world.ready.wait()
     while world.running:
         await trio.sleep(rng.expovariate(1 / 8))
-        if rng.random() < 0.5:
+        choice = rng.random()
+        if choice < 0.5:
             await force_release(world, name, rs, rng)
-        else:
+        elif choice < 0.9:
             await dead_letters(world, name, rs, rng)
+        else:
+            await purge(world, name, rs, rng)
     await rs.aclose()
 
 
@@ -137,3 +140,15 @@ async def dead_letters(world: World, name: str, rs: Any, rng: random.Random) -> 
         world.log(name, f"deleted {answer['deleted']} of {answer['matched']} in {box}{' (dry run)' if dry_run else ''}")
         if not dry_run:
             oracle.gone.update(answer["deletedIds"])
+
+
+async def purge(world: World, name: str, rs: Any, rng: random.Random) -> None:
+    """Purge one run's waiting messages of a mailbox: its tasks end CANCELLED (the oracle's
+    one-outcome holds them there), deliveries under way go on (one-holder)."""
+    box, scope_id = rng.choice(["work", "fragile"]), rng.choice(world.scopes)
+    body = {"scopeId": scope_id, "reason": f"{name} drains it", "dryRun": rng.random() < 0.3}
+    path = f"/mailboxes/{world.mailboxes[box]}/purge"
+    ok, reply = await world.call(name, f"purge {box}", lambda: rs._ctx.call("POST", path, body=body))
+    if ok:
+        answer = reply.body
+        world.log(name, f"purged {answer['purged']} of {box} in {scope_id[-4:]}{' (dry run)' if answer['dryRun'] else ''}")
