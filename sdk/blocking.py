@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime
 import threading
-from typing import Any, Callable, Iterator, Literal, NotRequired, TypedDict, TypeVar
+from typing import Any, Callable, Iterator, Literal, NotRequired, Sequence, TypedDict, TypeVar
 
 from ._bound import RunSpec, Shared
 from ._loop import Loop
@@ -40,7 +40,9 @@ from .scopes import ScopeHandle
 from .tasks import DEFAULT_POLL_MS, TaskTicket
 from .tasks import DEFAULT_TIMEOUT_MS as TASK_TIMEOUT_MS
 from .transport import Transport
-from .types import MailboxRow, MessageView, ScopeView, TaskResult, TaskView
+from .types import (
+    ClaimView, DeadLetterPage, DeleteResult, MailboxRow, MessageView, PurgeResult, RequeueResult, ScopeView, TaskResult, TaskView,
+)
 
 __all__ = [
     "Runstate",
@@ -155,6 +157,9 @@ class BlockingClaim:
         if "lease" in attempt:
             return BlockingAcquireAttempt(kind="acquired", lease=BlockingLease(attempt["lease"], self._loop))
         return BlockingAcquireAttempt(kind="busy")
+
+    def force_release(self, reason: str | None = None) -> ClaimView:
+        return self._loop.run(self._ref.force_release(reason))
 
     def run(
         self,
@@ -426,6 +431,35 @@ class BlockingMailboxes:
 
     def list(self) -> list[MailboxRow]:
         return self._loop.run(self._client.mailboxes.list())
+
+    def dead_letters(
+        self, mailbox_id: str, *, limit: int | None = None, cursor: str | None = None, reason: str | None = None,
+        older_than_s: int | None = None, newer_than_s: int | None = None,
+    ) -> DeadLetterPage:
+        return self._loop.run(self._client.mailboxes.dead_letters(
+            mailbox_id, limit=limit, cursor=cursor, reason=reason, older_than_s=older_than_s, newer_than_s=newer_than_s
+        ))
+
+    def requeue_dead_letters(
+        self, mailbox_id: str, *, message_ids: Sequence[str] | None = None, reason: str | None = None,
+        older_than_s: int | None = None, newer_than_s: int | None = None, all: bool = False, dry_run: bool = False,
+    ) -> RequeueResult:
+        return self._loop.run(self._client.mailboxes.requeue_dead_letters(
+            mailbox_id, message_ids=message_ids, reason=reason, older_than_s=older_than_s, newer_than_s=newer_than_s,
+            all=all, dry_run=dry_run,
+        ))
+
+    def delete_dead_letters(
+        self, mailbox_id: str, *, message_ids: Sequence[str] | None = None, reason: str | None = None,
+        older_than_s: int | None = None, newer_than_s: int | None = None, all: bool = False, dry_run: bool = False,
+    ) -> DeleteResult:
+        return self._loop.run(self._client.mailboxes.delete_dead_letters(
+            mailbox_id, message_ids=message_ids, reason=reason, older_than_s=older_than_s, newer_than_s=newer_than_s,
+            all=all, dry_run=dry_run,
+        ))
+
+    def purge(self, mailbox_id: str, *, scope_id: str | None = None, reason: str | None = None, dry_run: bool = False) -> PurgeResult:
+        return self._loop.run(self._client.mailboxes.purge(mailbox_id, scope_id=scope_id, reason=reason, dry_run=dry_run))
 
 
 class Runstate(RunVerbs):

@@ -28,7 +28,7 @@ from ._context import Context
 from ._renewal import LeaseClock, keep_alive
 from ._checks import KEY_LEN_MAX, check_lease_seconds, check_text
 from .errors import ConflictError, LeaseLostError, RateLimitError, WaitTimeoutError
-from .types import AcquireAttempt
+from .types import AcquireAttempt, ClaimView
 
 __all__ = ["ClaimRef", "ClaimLease", "encode_claim_key", "parse_timestamp"]
 
@@ -46,7 +46,13 @@ PARKED_FRACTION = 0.9
 
 
 def encode_claim_key(key: str) -> str:
-    """Percent-encode a claim key for a path segment: only `A-Za-z0-9_.-~` stay as they are."""
+    """Percent-encode a claim key for a path segment: only `A-Za-z0-9_.-~` stay as they are.
+
+    A key that is `.` or `..` is sent as `%2E` or `%2E%2E`: as it is, the HTTP client would take
+    it for a dot segment and drop it from the path (RFC 3986 5.2.4), so the request would reach
+    another route."""
+    if key in (".", ".."):
+        return "%2E" * len(key)
     return quote(key, safe="")
 
 
@@ -153,6 +159,18 @@ class ClaimRef:
             return await lease._run_guarded(fn)
         finally:
             await lease._release_quietly()
+
+    async def force_release(self, reason: str | None = None) -> ClaimView:
+        """An operator's release of whoever holds this key now, without their token: the key is
+        free at once, the holder's token is refused from then on (its SDK sees the lease lost at
+        its next renewal), and the next holder gets the next generation. Returns the claim as it
+        was (`holder`, `generation`), with `token` None. A key not held raises `ConflictError`
+        (`CONFLICT`); one never claimed here, `NotFoundError`. The admin key may call it too."""
+        reply = await self._ctx.call(
+            "POST", f"/claims/{encode_claim_key(self.key)}/force-release", body={"scopeId": self.scope_id, "reason": reason}
+        )
+        view: ClaimView = reply.body
+        return view
 
 
 class ClaimLease:

@@ -8,7 +8,7 @@ one). `with_space(id)` gives a view on another space that shares all of that.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, AsyncIterator, Sequence
 from urllib.parse import quote
 
 from ._config import Config, resolve_config
@@ -19,7 +19,7 @@ from .coordination import DiagnosticsAPI, EventsAPI
 from .errors import ConflictError, RunstateError
 from .scopes import ScopeHandle, create_scope
 from .transport import HTTPTransport, Transport
-from .types import MailboxRow
+from .types import DeadLetter, DeadLetterPage, DeleteResult, MailboxRow, PurgeResult, RequeueResult
 
 __all__ = ["AsyncRunstate", "ScopesAPI", "MailboxesAPI"]
 
@@ -78,11 +78,102 @@ class MailboxesAPI:
         rows: list[MailboxRow] = (await self._ctx.call("GET", "/mailboxes")).body["mailboxes"]
         return rows
 
+    # -- an operator's tools: dead letters and purges (docs/operations.md, "Operator actions") ---
+
+    async def dead_letters(
+        self,
+        mailbox_id: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        reason: str | None = None,
+        older_than_s: int | None = None,
+        newer_than_s: int | None = None,
+    ) -> DeadLetterPage:
+        """One page of the mailbox's dead letters, newest first, with their payloads: those whose
+        reason contains `reason`, that died at least `older_than_s` / at most `newer_than_s`
+        seconds ago. Pass the page's `nextCursor` as `cursor` for the next one."""
+        query = {"limit": limit, "cursor": cursor, "reason": reason, "olderThanSeconds": older_than_s, "newerThanSeconds": newer_than_s}
+        page: DeadLetterPage = (await self._ctx.call("GET", f"/mailboxes/{mailbox_id}/dead-letters", query=query)).body
+        return page
+
+    async def iter_dead_letters(
+        self, mailbox_id: str, *, reason: str | None = None, older_than_s: int | None = None,
+        newer_than_s: int | None = None, page_size: int = 100,
+    ) -> AsyncIterator[DeadLetter]:
+        """Every dead letter that matches, newest first, a page at a time."""
+        cursor = None
+        while True:
+            page = await self.dead_letters(
+                mailbox_id, limit=page_size, cursor=cursor, reason=reason, older_than_s=older_than_s, newer_than_s=newer_than_s
+            )
+            for letter in page["deadLetters"]:
+                yield letter
+            cursor = page["nextCursor"]
+            if cursor is None:
+                return
+
+    async def requeue_dead_letters(
+        self,
+        mailbox_id: str,
+        *,
+        message_ids: Sequence[str] | None = None,
+        reason: str | None = None,
+        older_than_s: int | None = None,
+        newer_than_s: int | None = None,
+        all: bool = False,
+        dry_run: bool = False,
+    ) -> RequeueResult:
+        """Put dead letters back at the end of their queues, as new messages (`requeuedAs` maps
+        each old id to its new one), with attempts counted from zero. Name them one way:
+        `message_ids`, a filter, or `all=True`. One call acts on at most 1000, oldest first:
+        call again while `remaining` is more than 0. `dry_run=True` only counts. A task's dead
+        letter is never requeued (`skipped["task"]`): its FAILED outcome stands."""
+        body = _dead_letter_body(message_ids, reason, older_than_s, newer_than_s, all, dry_run)
+        result: RequeueResult = (await self._ctx.call("POST", f"/mailboxes/{mailbox_id}/dead-letters/requeue", body=body)).body
+        return result
+
+    async def delete_dead_letters(
+        self,
+        mailbox_id: str,
+        *,
+        message_ids: Sequence[str] | None = None,
+        reason: str | None = None,
+        older_than_s: int | None = None,
+        newer_than_s: int | None = None,
+        all: bool = False,
+        dry_run: bool = False,
+    ) -> DeleteResult:
+        """Forget dead letters now, named as for `requeue_dead_letters`; at most 1000 a call."""
+        body = _dead_letter_body(message_ids, reason, older_than_s, newer_than_s, all, dry_run)
+        result: DeleteResult = (await self._ctx.call("POST", f"/mailboxes/{mailbox_id}/dead-letters/delete", body=body)).body
+        return result
+
+    async def purge(
+        self, mailbox_id: str, *, scope_id: str | None = None, reason: str | None = None, dry_run: bool = False
+    ) -> PurgeResult:
+        """End what waits in the mailbox (in every run, or `scope_id`'s): tasks CANCELLED with the
+        reason `purged`, plain messages dropped; deliveries under way finish. At most 1000 a call."""
+        body = {"scopeId": scope_id, "reason": reason, "dryRun": dry_run or None}
+        result: PurgeResult = (await self._ctx.call("POST", f"/mailboxes/{mailbox_id}/purge", body=body)).body
+        return result
+
     async def _find(self, name: str) -> MailboxRow | None:
         for row in await self.list():
             if row["name"] == name:
                 return row
         return None
+
+
+def _dead_letter_body(
+    message_ids: Sequence[str] | None, reason: str | None, older_than_s: int | None, newer_than_s: int | None,
+    every: bool, dry_run: bool,
+) -> dict[str, Any]:
+    """The body of a requeue or a delete (the server checks that it names the letters one way)."""
+    return {
+        "messageIds": None if message_ids is None else list(message_ids), "reason": reason,
+        "olderThanSeconds": older_than_s, "newerThanSeconds": newer_than_s, "all": every or None, "dryRun": dry_run or None,
+    }
 
 
 def _check_mode(row: MailboxRow, mode: str | None) -> None:

@@ -20,6 +20,12 @@ __all__ = [
     "MailboxRow",
     "MessageView",
     "AcquireAttempt",
+    "ClaimView",
+    "DeadLetter",
+    "DeadLetterPage",
+    "RequeueResult",
+    "DeleteResult",
+    "PurgeResult",
 ]
 
 TaskState = Literal["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]
@@ -114,3 +120,79 @@ class AcquireAttempt(TypedDict):
 
     kind: Literal["acquired", "busy"]
     lease: NotRequired["ClaimLease"]
+
+
+class ClaimView(TypedDict):
+    """`claim.force_release()`: the claim as it was, its token withheld."""
+
+    key: str
+    scopeId: str
+    token: str | None
+    generation: int
+    holder: str | None
+    holderSession: str | None
+    leaseSeconds: int
+    leaseExpiresAt: str
+    acquiredAt: str
+    released: NotRequired[bool]
+    releasedAt: NotRequired[str]
+    forced: NotRequired[bool]
+    reason: NotRequired[str | None]
+    by: NotRequired[str | None]
+
+
+class DeadLetter(TypedDict):
+    """One dead letter: a message whose deliveries ended without a completion, with its payload."""
+
+    id: str
+    mailboxId: str
+    scopeId: str
+    taskId: str | None
+    state: str
+    attempt: int
+    workKey: str | None
+    deadline: str | None
+    createdAt: str
+    finishedAt: str | None
+    reason: str | None
+    payload: Any
+
+
+class DeadLetterPage(TypedDict):
+    """`rs.mailboxes.dead_letters()`: a page, newest first; `nextCursor` None on the last page."""
+
+    deadLetters: list[DeadLetter]
+    total: int
+    matched: int
+    truncated: bool
+    nextCursor: str | None
+
+
+class RequeueResult(TypedDict):
+    """`rs.mailboxes.requeue_dead_letters()`: counts, and each old id's new message id."""
+
+    matched: int
+    requeued: int
+    skipped: dict[str, int]
+    remaining: int
+    dryRun: bool
+    requeuedAs: dict[str, str]
+
+
+class DeleteResult(TypedDict):
+    """`rs.mailboxes.delete_dead_letters()`."""
+
+    matched: int
+    deleted: int
+    remaining: int
+    dryRun: bool
+    deletedIds: list[str]
+
+
+class PurgeResult(TypedDict):
+    """`rs.mailboxes.purge()`."""
+
+    matched: int
+    purged: int
+    remaining: int
+    dryRun: bool

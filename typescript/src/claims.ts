@@ -52,9 +52,33 @@ export type RunOptions = AcquireOptions;
 
 export type TryAcquireResult = { kind: 'acquired'; lease: ClaimLease } | { kind: 'busy' };
 
-/** Percent-encode a claim key for a path segment: only `A-Za-z0-9_.-~` stay as they are. */
+/**
+ * Percent-encode a claim key for a path segment: only `A-Za-z0-9_.-~` stay as they are. A key that
+ * is `.` or `..` goes as `%2E` or `%2E%2E`: as it is, the URL parser would take it for a dot
+ * segment and drop it from the path (RFC 3986 5.2.4), and the request would reach another route.
+ */
 export function encodeClaimKey(key: string): string {
+  if (key === '.' || key === '..') return '%2E'.repeat(key.length);
   return encodeURIComponent(key).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
+/** What `forceRelease()` answers: the claim as it was, its token withheld. */
+export interface ClaimView {
+  key: string;
+  scopeId: string;
+  token: string | null;
+  generation: number;
+  holder: string | null;
+  holderSession: string | null;
+  leaseSeconds: number;
+  leaseExpiresAt: string;
+  acquiredAt: string;
+  released?: boolean;
+  releasedAt?: string;
+  forced?: boolean;
+  reason?: string | null;
+  /** Who did it: the API key's id, or `admin`. */
+  by?: string | null;
 }
 
 /** A claim key in a scope. Cheap to make; each method is one or more requests. */
@@ -130,6 +154,20 @@ export class ClaimRef {
    */
   async run<T>(fn: (lease: ClaimLease) => T | PromiseLike<T>, options: RunOptions = {}): Promise<T> {
     return runHeld(await this.acquire(options), fn, `lease for ${JSON.stringify(this.key)}`);
+  }
+
+  /**
+   * An operator's release of whoever holds this key now, without their token: the key is free at
+   * once, the holder's token is refused from then on (its SDK sees the lease lost at its next
+   * renewal), and the next holder gets the next generation. Resolves to the claim as it was, with
+   * `token: null`. A key not held throws `ConflictError` (`CONFLICT`); one never claimed here,
+   * `NotFoundError`. The admin key may call it too.
+   */
+  async forceRelease(reason?: string): Promise<ClaimView> {
+    const reply = await this.#ctx.call('POST', `/claims/${encodeClaimKey(this.key)}/force-release`, {
+      body: { scopeId: this.scopeId, reason },
+    });
+    return reply.body as ClaimView;
   }
 }
 

@@ -29,6 +29,98 @@ export interface EnsureMailboxOptions {
   backlogLimit?: number;
 }
 
+/** One dead letter: a message whose deliveries ended without a completion, with its payload. */
+export interface DeadLetter {
+  id: string;
+  mailboxId: string;
+  scopeId: string;
+  taskId: string | null;
+  state: string;
+  attempt: number;
+  workKey: string | null;
+  deadline: string | null;
+  createdAt: string;
+  finishedAt: string | null;
+  reason: string | null;
+  payload: unknown;
+}
+
+/** A page of dead letters, newest first; `nextCursor` is null on the last page. */
+export interface DeadLetterPage {
+  deadLetters: DeadLetter[];
+  total: number;
+  matched: number;
+  truncated: boolean;
+  nextCursor: string | null;
+}
+
+/** Which dead letters: their reason contains `reason`; they died at least / at most that long ago. */
+export interface DeadLetterFilter {
+  reason?: string;
+  olderThanSeconds?: number;
+  newerThanSeconds?: number;
+}
+
+export interface DeadLetterPageOptions extends DeadLetterFilter {
+  /** 1 to 1000; default 100. */
+  limit?: number;
+  /** The `nextCursor` of the page before. */
+  cursor?: string;
+}
+
+/** Name the dead letters one way: `messageIds`, a filter, or `all: true`. */
+export interface DeadLetterActionOptions extends DeadLetterFilter {
+  messageIds?: string[];
+  all?: boolean;
+  /** Change nothing; answer the counts it would. */
+  dryRun?: boolean;
+}
+
+export interface RequeueResult {
+  matched: number;
+  requeued: number;
+  /** Matched but not requeued, by why: `task`, `runEnded`, `deadlinePassed`. */
+  skipped: Record<string, number>;
+  /** Still to requeue: call again. */
+  remaining: number;
+  dryRun: boolean;
+  /** Each old id's new message id. */
+  requeuedAs: Record<string, string>;
+}
+
+export interface DeleteResult {
+  matched: number;
+  deleted: number;
+  remaining: number;
+  dryRun: boolean;
+  deletedIds: string[];
+}
+
+export interface PurgeOptions {
+  /** Only this run's waiting messages; default every run's. */
+  scopeId?: string;
+  reason?: string;
+  dryRun?: boolean;
+}
+
+export interface PurgeResult {
+  matched: number;
+  purged: number;
+  remaining: number;
+  dryRun: boolean;
+}
+
+function actionBody(options: DeadLetterActionOptions): Record<string, unknown> {
+  return {
+    messageIds: options.messageIds,
+    reason: options.reason,
+    olderThanSeconds: options.olderThanSeconds,
+    newerThanSeconds: options.newerThanSeconds,
+    all: options.all || undefined,
+    dryRun: options.dryRun || undefined,
+  };
+}
+
 export class ScopesAPI {
   readonly #ctx: Context;
 
@@ -88,6 +180,52 @@ export class MailboxesAPI {
     return (await this.#ctx.call('GET', '/mailboxes')).body.mailboxes;
   }
 
+  // -- an operator's tools: dead letters and purges ------------------------------------------
+
+  /** One page of the mailbox's dead letters, newest first, with their payloads. */
+  async deadLetters(mailboxId: string, options: DeadLetterPageOptions = {}): Promise<DeadLetterPage> {
+    const query = new URLSearchParams();
+    for (const [name, value] of Object.entries(options)) {
+      if (value !== undefined && value !== null) query.set(name, String(value));
+    }
+    const text = query.toString();
+    return (await this.#ctx.call('GET', `/mailboxes/${mailboxId}/dead-letters${text ? `?${text}` : ''}`)).body;
+  }
+
+  /** Every dead letter that matches, newest first, a page at a time. */
+  async *iterDeadLetters(mailboxId: string, filter: DeadLetterFilter = {}): AsyncGenerator<DeadLetter> {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await this.deadLetters(mailboxId, { ...filter, cursor });
+      yield* page.deadLetters;
+      if (page.nextCursor === null) return;
+      cursor = page.nextCursor;
+    }
+  }
+
+  /**
+   * Put dead letters back at the end of their queues as new messages (`requeuedAs` maps each old id
+   * to its new one), attempts counted from zero. At most 1000 a call, oldest first: call again while
+   * `remaining` is more than 0. A task's dead letter is never requeued (`skipped.task`).
+   */
+  async requeueDeadLetters(mailboxId: string, options: DeadLetterActionOptions): Promise<RequeueResult> {
+    return (await this.#ctx.call('POST', `/mailboxes/${mailboxId}/dead-letters/requeue`, { body: actionBody(options) })).body;
+  }
+
+  /** Forget dead letters now, named as for `requeueDeadLetters`; at most 1000 a call. */
+  async deleteDeadLetters(mailboxId: string, options: DeadLetterActionOptions): Promise<DeleteResult> {
+    return (await this.#ctx.call('POST', `/mailboxes/${mailboxId}/dead-letters/delete`, { body: actionBody(options) })).body;
+  }
+
+  /**
+   * End what waits in the mailbox (every run's, or `scopeId`'s): tasks CANCELLED with the reason
+   * `purged`, plain messages dropped; deliveries under way finish. At most 1000 a call.
+   */
+  async purge(mailboxId: string, options: PurgeOptions = {}): Promise<PurgeResult> {
+    const body = { scopeId: options.scopeId, reason: options.reason, dryRun: options.dryRun || undefined };
+    return (await this.#ctx.call('POST', `/mailboxes/${mailboxId}/purge`, { body })).body;
+  }
+
   async #find(name: string): Promise<MailboxRow | undefined> {
     return (await this.list()).find((row) => row.name === name);
   }
@@ -123,7 +261,7 @@ export class Runstate {
       this.#isView = true;
     } else {
       const config: Config = resolveConfig(options);
-      const requester = new Requester(config.baseUrl, config.apiKey, config.requestTimeoutMs, config.retries);
+      const requester = new Requester(config.baseUrl, config.apiKey, config.requestTimeoutMs, config.retries, config.caBundle);
       this.#ctx = new Context(requester, config.spaceId, config.holder, config.session, new Set());
       this.#isView = false;
     }
@@ -178,5 +316,6 @@ export class Runstate {
     this.#closed = true;
     const closing = new RunstateError('CLIENT_CLOSED', 0, 'the client was closed');
     for (const live of [...this.#ctx.live]) live.abandon(closing);
+    this.#ctx.requester.close();
   }
 }

@@ -11,6 +11,7 @@ import { randomHex } from './time.js';
 export const ENV_API_KEY = 'RUNSTATE_API_KEY';
 export const ENV_SPACE_ID = 'RUNSTATE_SPACE_ID';
 export const ENV_BASE_URL = 'RUNSTATE_BASE_URL';
+export const ENV_CA_BUNDLE = 'RUNSTATE_CA_BUNDLE';
 
 export const DEFAULT_BASE_URL = 'http://localhost:8080';
 export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
@@ -29,6 +30,11 @@ export interface RunstateOptions {
   requestTimeoutMs?: number;
   /** Transport retries of one call, with the same idempotency key; default 2 (3 attempts). */
   retries?: number;
+  /**
+   * Else `RUNSTATE_CA_BUNDLE`: the path of a PEM file of the certificates to trust for an `https`
+   * server (one with a self-signed or private CA's certificate), instead of the system's.
+   */
+  caBundle?: string;
 }
 
 export interface Config {
@@ -40,6 +46,7 @@ export interface Config {
   session: string;
   requestTimeoutMs: number;
   retries: number;
+  caBundle?: string;
 }
 
 function fromEnv(name: string): string | undefined {
@@ -66,5 +73,6 @@ export function resolveConfig(options: RunstateOptions = {}): Config {
     session: randomHex(6),
     requestTimeoutMs,
     retries,
+    caBundle: options.caBundle || fromEnv(ENV_CA_BUNDLE),
   };
 }

@@ -12,7 +12,19 @@
  */
 
 export { Runstate, ScopesAPI, MailboxesAPI } from './client.js';
-export type { MailboxRow, EnsureMailboxOptions } from './client.js';
+export type {
+  MailboxRow,
+  EnsureMailboxOptions,
+  DeadLetter,
+  DeadLetterPage,
+  DeadLetterFilter,
+  DeadLetterPageOptions,
+  DeadLetterActionOptions,
+  RequeueResult,
+  DeleteResult,
+  PurgeOptions,
+  PurgeResult,
+} from './client.js';
 export { resolveConfig, DEFAULT_BASE_URL } from './config.js';
 export type { RunstateOptions, Config } from './config.js';
 export { ScopeHandle } from './scopes.js';
@@ -52,7 +64,7 @@ export type {
   EventsPage,
   WatchOptions,
 } from './coordination.js';
-export type { AcquireOptions, RunOptions, TryAcquireResult } from './claims.js';
+export type { AcquireOptions, RunOptions, TryAcquireResult, ClaimView } from './claims.js';
 export { MailboxRef, Delivery } from './mailboxes.js';
 export type {
   SubmitOptions,

@@ -1,5 +1,6 @@
 /**
- * The request layer: one logical API call over Node's own `fetch`.
+ * The request layer: one logical API call over Node's own `fetch` (or its `http`/`https` modules
+ * where `fetch` cannot go: a CA bundle, a `.` or `..` path segment, see `nodehttp.ts`).
  *
  * What it does, in the wire contract's words (the Python SDK's `_request.py` does the same):
  *
@@ -22,6 +23,7 @@
  */
 
 import { UnavailableError, mapError } from './errors.js';
+import { NodeHttp, hasDotSegment } from './nodehttp.js';
 import { pause, randomHex, uniform, withTimeout } from './time.js';
 
 const RETRY_BACKOFF_MIN_MS = 25;
@@ -99,12 +101,40 @@ export class Requester {
   readonly requestTimeoutMs: number;
   readonly retries: number;
   readonly #authorization: string;
+  // Node's own http(s), for a CA bundle (every request) and for dot segments (`nodehttp.ts`).
+  readonly #caBundle: string | undefined;
+  #nodeHttp: NodeHttp | undefined;
 
-  constructor(baseUrl: string, apiKey: string, requestTimeoutMs: number, retries: number) {
+  constructor(baseUrl: string, apiKey: string, requestTimeoutMs: number, retries: number, caBundle?: string) {
     this.baseUrl = baseUrl;
     this.requestTimeoutMs = requestTimeoutMs;
     this.retries = retries;
     this.#authorization = `Bearer ${apiKey}`;
+    this.#caBundle = caBundle;
+    if (caBundle !== undefined) this.#nodeHttp = new NodeHttp(baseUrl, caBundle);
+  }
+
+  /** One exchange: `fetch`, unless a CA bundle or a dot segment needs Node's own http(s). */
+  async #exchange(
+    method: string,
+    url: string,
+    path: string,
+    headers: Record<string, string>,
+    body: string | undefined,
+    signal: AbortSignal,
+  ): Promise<{ status: number; headers: Headers; text: string }> {
+    if (this.#caBundle !== undefined || hasDotSegment(path)) {
+      this.#nodeHttp ??= new NodeHttp(this.baseUrl);
+      return this.#nodeHttp.request(url, { method, headers, body, signal });
+    }
+    const response = await fetch(url, { method, headers, body, signal, redirect: 'manual' });
+    return { status: response.status, headers: response.headers, text: await response.text() };
+  }
+
+  /** Close the connections kept by Node's own http(s), if any were opened. */
+  close(): void {
+    this.#nodeHttp?.close();
+    this.#nodeHttp = undefined;
   }
 
   /** One logical call to `path` (already prefixed with `/v1/spaces/{space}`). */
@@ -130,16 +160,7 @@ export class Requester {
       let responseHeaders: Headers;
       let text: string;
       try {
-        const response = await fetch(url, {
-          method,
-          headers,
-          body: payload,
-          signal: attemptSignal.signal,
-          redirect: 'manual',
-        });
-        status = response.status;
-        responseHeaders = response.headers;
-        text = await response.text();
+        ({ status, headers: responseHeaders, text } = await this.#exchange(method, url, path, headers, payload, attemptSignal.signal));
       } catch (err) {
         // The caller's own abort is not a transport failure: no retry, its reason goes up as is.
         if (signal?.aborted) throw signal.reason;
