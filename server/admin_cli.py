@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
+import ssl
 import sys
 from typing import Any, Callable, Sequence
 
@@ -29,7 +31,7 @@ import orjson
 
 from .admin import ADMIN_KEY_FILE
 
-__all__ = ["add_commands", "run", "print_table", "show"]
+__all__ = ["add_commands", "run", "print_table", "show", "space_access", "request", "CommandError", "Credential", "print_json", "sub", "common"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 TIMEOUT_S = 10.0
@@ -93,8 +95,10 @@ def add_commands(commands: Any) -> None:
                   "  runstate keys revoke ak_0123456789abcdef", [admin])
     revoke.add_argument("key_id", metavar="KEY_ID", help="the key's id (ak_...), as `keys list` shows it")
 
-    spaces = _sub(commands, "spaces", "list spaces (admin key needed)", "  runstate spaces list\n  runstate spaces list --json", [])
-    space_commands = spaces.add_subparsers(dest="action", required=True, metavar="ACTION")
+    # `runstate spaces` alone lists them, as `spaces list` does (its one action).
+    spaces = _sub(commands, "spaces", "list spaces (admin key needed)", "  runstate spaces\n  runstate spaces list --json", [admin])
+    spaces.set_defaults(action="list")
+    space_commands = spaces.add_subparsers(dest="action", required=False, metavar="ACTION")
     _sub(space_commands, "list", "list the spaces the server knows, with keys, runs, live claims and operations",
          "  runstate spaces list\n  runstate spaces list --json", [admin])
 
@@ -161,6 +165,18 @@ def _read_key(path: str) -> str:
     return secret
 
 
+def _verify() -> ssl.SSLContext | bool:
+    """How an https server's certificate is checked: against RUNSTATE_CA_BUNDLE (a PEM file of the
+    certificates to trust, for a self-signed or private CA's certificate), else the system's roots."""
+    bundle = os.environ.get("RUNSTATE_CA_BUNDLE") or None
+    if bundle is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=bundle)
+    except (OSError, ssl.SSLError) as error:
+        raise CommandError(f"cannot read the CA bundle RUNSTATE_CA_BUNDLE={bundle}: {error}", 2) from None
+
+
 def _server_url(args: argparse.Namespace) -> tuple[str, str]:
     """The server's URL and where it came from."""
     if args.url:
@@ -171,15 +187,28 @@ def _server_url(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _request(
-    args: argparse.Namespace, method: str, path: str, key: Credential, body: Any = None, params: dict[str, Any] | None = None
+    args: argparse.Namespace, method: str, path: str, key: Credential, body: Any = None, params: dict[str, Any] | None = None,
+    *, idempotent: bool = False,
 ) -> Any:
+    """One call to the server: its JSON answer, or `CommandError` naming the server and the key.
+
+    `idempotent`: a change sent with an Idempotency-Key, sent once more with the same key when the
+    connection failed, so a change that was made but whose answer was lost is answered, not made twice.
+    """
     url, url_source = _server_url(args)
-    try:
-        answer = httpx.request(
-            method, url + path, headers={"authorization": f"Bearer {key.secret}"}, json=body, params=params, timeout=TIMEOUT_S
-        )
-    except httpx.HTTPError as error:
-        raise CommandError(f"cannot reach the runstate server at {url} ({url_source}): {error}; is it running?") from None
+    headers = {"authorization": f"Bearer {key.secret}"}
+    if idempotent:
+        headers["idempotency-key"] = secrets.token_hex(12)
+    answer = None
+    for attempt in range(2 if idempotent else 1):
+        try:
+            answer = httpx.request(method, url + path, headers=headers, json=body, params=params, timeout=TIMEOUT_S, verify=_verify())
+            break
+        except httpx.HTTPError as error:
+            if attempt + 1 < (2 if idempotent else 1):
+                continue
+            raise CommandError(f"cannot reach the runstate server at {url} ({url_source}): {error}; is it running?") from None
+    assert answer is not None
     try:
         data = answer.json()
     except ValueError:
@@ -275,14 +304,22 @@ def _own_space(args: argparse.Namespace, secret: Credential) -> str:
     return str(spaces[0])
 
 
-def _inspect(args: argparse.Namespace) -> None:
-    secret = _admin_key(args, required=False)
-    if secret is None and os.environ.get("RUNSTATE_API_KEY"):
-        secret = Credential(os.environ["RUNSTATE_API_KEY"], "RUNSTATE_API_KEY", admin=False)
+def space_access(args: argparse.Namespace, *, prefer_api_key: bool = False) -> tuple[Credential, str]:
+    """The key to use in a space, and the space: the admin key when one is at hand (any space),
+    else RUNSTATE_API_KEY (its own space); `prefer_api_key` for the work only a space's key may do.
+    The space: --space, else RUNSTATE_SPACE_ID, else the one the key opens (the admin key: 'default')."""
+    admin = _admin_key(args, required=False)
+    api = Credential(os.environ["RUNSTATE_API_KEY"], "RUNSTATE_API_KEY", admin=False) if os.environ.get("RUNSTATE_API_KEY") else None
+    secret = (api or admin) if prefer_api_key else (admin or api)
     if secret is None:
-        raise CommandError("inspect needs a key: RUNSTATE_API_KEY (its own space) or the admin key (RUNSTATE_ADMIN_KEY or --data-dir)", 2)
-    # An API key reads its own space: --space, RUNSTATE_SPACE_ID, else the one the key opens.
-    space = args.space or os.environ.get("RUNSTATE_SPACE_ID") or _own_space(args, secret)
+        raise CommandError(
+            f"{args.command} needs a key: RUNSTATE_API_KEY (its own space) or the admin key (RUNSTATE_ADMIN_KEY or --data-dir)", 2
+        )
+    return secret, args.space or os.environ.get("RUNSTATE_SPACE_ID") or _own_space(args, secret)
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    secret, space = space_access(args)
     base = f"/v1/spaces/{space}"
     action = args.action
     if action == "runs":
@@ -393,3 +430,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"runstate {args.command}: {error}", file=sys.stderr, flush=True)
         return error.status
     return 0
+
+
+# Names the other command modules (`ops_cli.py`, `top.py`) use.
+request = _request
+print_json = _print_json
+sub = _sub
+common = _common

@@ -1,4 +1,5 @@
-"""The `runstate` command: `serve`, `config`, `check`, and the admin commands `keys`, `spaces`, `inspect`.
+"""The `runstate` command: `serve`, `config`, `check`, the admin commands `keys`, `spaces`, `inspect`,
+and an operator's `runs`, `tasks`, `claims`, `mailboxes`, `dead-letters`.
 
 Examples:
     runstate serve                              # 127.0.0.1:8080, state in memory
@@ -9,9 +10,12 @@ Examples:
     runstate check --data-dir /var/lib/runstate # verify a data directory offline
     runstate keys create --space research       # prints the new key once
     runstate inspect claims sc_0123456789abcdef
+    runstate claims release sc_0123456789abcdef company:acme --reason 'holder hung'
+    runstate dead-letters requeue research --older-than 1h --dry-run
 
 `serve` and `config` read the settings (`config.py`); a wrong one exits 2 naming it. `keys`,
-`spaces` and `inspect` talk to a running server over HTTP (`admin_cli.py`). Every command but
+`spaces` and `inspect` talk to a running server over HTTP (`admin_cli.py`), and so do the
+operator's commands (`ops_cli.py`). Every command but
 `serve` takes `--json`; `runstate --version` prints the version. Output cut short by its reader
 (`runstate config | head`) ends the command quietly, without a traceback.
 
@@ -33,7 +37,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from . import admin_cli
+from . import admin_cli, ops_cli
 from .config import SETTINGS, ConfigError, Loaded, describe, load
 from .logs import AccessLog, event, setup
 from .settings import Settings
@@ -125,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     check_cmd.add_argument("--data-dir", default=None, metavar="DIR", help="the directory (default $RUNSTATE_DATA_DIR)")
     check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     admin_cli.add_commands(commands)
+    ops_cli.add_commands(commands)
     return parser
 
 
@@ -279,6 +284,8 @@ def _main(args: argparse.Namespace) -> int:
         return _serve(loaded)
     if args.command == "check":
         return _check(args.data_dir, args.json)
+    if args.command in ops_cli.COMMANDS:
+        return ops_cli.run(args)
     return admin_cli.run(args)
 
 

@@ -1,0 +1,161 @@
+"""The operator's commands as subprocesses against a real server: runs, tasks, claims, mailboxes
+and dead letters, with the admin key or a space's API key, as tables and as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from ..servers import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = "e2e-admin-key-0123456789"
+KEY = "ops-space-key-1"
+
+
+def runstate(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    environ.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "runstate.server.cli", *args], capture_output=True, text=True, env=environ, timeout=60,
+        input=stdin if stdin is not None else "",
+    )
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ServerProcess(api_key=KEY, space_id="ops", env={"RUNSTATE_ADMIN_KEY": ADMIN}) as process:
+        yield process
+
+
+def admin(server: ServerProcess) -> dict[str, str]:
+    return {"RUNSTATE_BASE_URL": server.base_url, "RUNSTATE_ADMIN_KEY": ADMIN, "RUNSTATE_SPACE_ID": "ops"}
+
+
+def space_key(server: ServerProcess) -> dict[str, str]:
+    return {"RUNSTATE_BASE_URL": server.base_url, "RUNSTATE_API_KEY": KEY}
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def as_json(done: subprocess.CompletedProcess[str]):
+    return json.loads(ok(done).stdout)
+
+
+@pytest.fixture
+def http(server):
+    with httpx.Client(base_url=server.base_url + "/v1/spaces/ops", headers={"authorization": f"Bearer {KEY}"}, timeout=10) as client:
+        yield client
+
+
+def dead_letters(http: httpx.Client, mailbox: str, run: str, count: int, error: str = "bad row") -> list[str]:
+    made = []
+    for n in range(count):
+        sent = http.post(f"/mailboxes/{mailbox}/messages", json={"scopeId": run, "payload": {"n": n}}).json()
+        delivery = http.post(f"/mailboxes/{mailbox}/recv", json={"scopeId": run, "holder": "w", "holderSession": "s"}).json()
+        http.post(f"/messages/{sent['id']}/nack", json={"token": delivery["token"], "retry": False, "error": error})
+        made.append(sent["id"])
+    return made
+
+
+def test_runs_are_created_listed_and_cancelled(server):
+    made = as_json(runstate("runs", "create", "--name", "nightly", "--json", env=space_key(server)))
+    assert made["name"] == "nightly" and made["storedState"] == "ACTIVE"
+    listed = as_json(runstate("runs", "list", "--json", env=admin(server)))
+    assert made["id"] in [run["id"] for run in listed["scopes"]]
+    table = ok(runstate("runs", "list", env=space_key(server))).stdout
+    assert table.startswith("ID ") and made["id"] in table
+    cancelled = ok(runstate("runs", "cancel", made["id"], env=admin(server)))
+    assert f"run {made['id']} is CANCELLED" in cancelled.stdout
+    refused = runstate("runs", "create", env=admin(server))
+    assert refused.returncode == 2 and "needs the space's API key" in refused.stderr
+
+
+def test_a_task_is_cancelled_with_a_reason_and_the_event_says_who(server, http):
+    run = http.post("/scopes", json={}).json()["id"]
+    mailbox = http.post("/mailboxes", json={"name": "cli-tasks"}).json()["id"]
+    task = http.post("/tasks", json={"scopeId": run, "mailboxId": mailbox, "taskKey": "k"}).json()["taskId"]
+    view = as_json(runstate("tasks", "cancel", task, "--reason", "not needed", "--json", env=admin(server)))
+    assert view["state"] == "CANCELLED" and view["outcomeReason"] == "not needed"
+    assert task in ok(runstate("tasks", "list", run, env=admin(server))).stdout
+    events = http.get("/watch", params={"types": "task.cancelled", "aggregate": f"task:{task}", "waitSeconds": 0}).json()["events"]
+    assert events[0]["payload"] == {"reason": "not needed", "by": "admin"}
+
+
+def test_a_claim_is_forced_free_and_its_old_token_refused(server, http):
+    run = http.post("/scopes", json={}).json()["id"]
+    lease = http.post("/claims", json={"scopeId": run, "key": "company:acme/1", "holder": "h", "holderSession": "s"}).json()
+    assert "company:acme/1" in ok(runstate("claims", "list", run, env=admin(server))).stdout
+    done = ok(runstate("claims", "release", run, "company:acme/1", "--reason", "holder hung", env=space_key(server)))
+    assert "forced free from h (generation 1)" in done.stdout
+    stale = http.post("/claims/company%3Aacme%2F1/renew", json={"token": lease["token"]})
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "STALE_CLAIM"
+    again = runstate("claims", "release", run, "company:acme/1", env=space_key(server))
+    assert again.returncode == 1 and "CONFLICT" in again.stderr and "not held" in again.stderr
+
+
+def test_a_mailbox_is_purged_after_a_count_and_a_yes(server, http):
+    run = http.post("/scopes", json={}).json()["id"]
+    mailbox = http.post("/mailboxes", json={"name": "cli-purge"}).json()["id"]
+    for n in range(3):
+        http.post(f"/mailboxes/{mailbox}/messages", json={"scopeId": run, "payload": n})
+    dry = ok(runstate("mailboxes", "purge", "cli-purge", "--dry-run", env=admin(server)))
+    assert "would purge 3 waiting in mailbox cli-purge" in dry.stdout
+    unasked = runstate("mailboxes", "purge", "cli-purge", env=admin(server))
+    assert unasked.returncode == 2 and "this would purge" in unasked.stderr and "--yes" in unasked.stderr
+    assert http.get(f"/mailboxes/{mailbox}").json()["backlog"] == 3
+    done = as_json(runstate("mailboxes", "purge", "cli-purge", "--run", run, "--yes", "--json", env=admin(server)))
+    assert done["purged"] == 3 and done["remaining"] == 0
+    assert http.get(f"/mailboxes/{mailbox}").json()["backlog"] == 0
+    listed = ok(runstate("mailboxes", "list", env=space_key(server))).stdout
+    assert "cli-purge" in listed and listed.startswith("NAME ")
+    missing = runstate("mailboxes", "purge", "no-such-box", "--yes", env=admin(server))
+    assert missing.returncode == 1 and "no mailbox 'no-such-box'" in missing.stderr
+
+
+def test_dead_letters_are_listed_requeued_and_deleted(server, http):
+    run = http.post("/scopes", json={}).json()["id"]
+    mailbox = http.post("/mailboxes", json={"name": "cli-dead", "maxAttempts": 1}).json()["id"]
+    letters = dead_letters(http, mailbox, run, 2, "timeout talking to crm") + dead_letters(http, mailbox, run, 1, "malformed")
+    page = as_json(runstate("dead-letters", "list", "cli-dead", "--limit", "2", "--json", env=admin(server)))
+    assert [letter["id"] for letter in page["deadLetters"]] == [letters[2], letters[1]] and page["nextCursor"]
+    table = ok(runstate("dead-letters", "list", mailbox, "--reason", "timeout", env=admin(server))).stdout
+    assert letters[0] in table and letters[2] not in table and "2 shown of 2 matching, 3 kept" in table
+    dry = ok(runstate("dead-letters", "requeue", "cli-dead", "--reason", "timeout", "--dry-run", env=admin(server)))
+    assert "would requeue 2 of 2 matching dead letters" in dry.stdout
+    done = as_json(runstate("dead-letters", "requeue", "cli-dead", "--reason", "timeout", "--yes", "--json", env=admin(server)))
+    assert done["requeued"] == 2 and set(done["requeuedAs"]) == set(letters[:2])
+    delivery = http.post(f"/mailboxes/{mailbox}/recv", json={"scopeId": run, "holder": "w", "holderSession": "s"}).json()
+    assert delivery["message"]["id"] == done["requeuedAs"][letters[0]] and delivery["message"]["attempt"] == 1
+    by_id = ok(runstate("dead-letters", "delete", "cli-dead", "--id", letters[2], env=space_key(server)))
+    assert "deleted 1 of 1 matching dead letters" in by_id.stdout
+    none = runstate("dead-letters", "delete", "cli-dead", env=admin(server))
+    assert none.returncode == 2 and "name the dead letters one way" in none.stderr
+    bad = runstate("dead-letters", "list", "cli-dead", "--older-than", "soon", env=admin(server))
+    assert bad.returncode == 2 and "not a duration" in bad.stderr
+
+
+def test_an_action_over_more_than_a_thousand_is_repeated_until_none_remain(server, http):
+    """1005 dead letters: one command, two requests, all deleted."""
+    run = http.post("/scopes", json={}).json()["id"]
+    mailbox = http.post("/mailboxes", json={"name": "cli-many", "maxAttempts": 1}).json()["id"]
+    dead_letters(http, mailbox, run, 1005)
+    done = as_json(runstate("dead-letters", "delete", "cli-many", "--older-than", "0s", "--yes", "--json", env=admin(server)))
+    assert done["deleted"] == 1005 and done["requests"] == 2 and done["remaining"] == 0 and len(done["deletedIds"]) == 1005
+    assert http.get(f"/mailboxes/{mailbox}").json()["counts"]["deadLetters"] == 0
+
+
+def test_spaces_alone_lists_them_and_takes_json(server):
+    """`runstate spaces --json`, as the quickstart writes it, is `spaces list --json`."""
+    listed = as_json(runstate("spaces", "--json", env=admin(server)))
+    assert "ops" in [space["id"] for space in listed["spaces"]]
+    assert ok(runstate("spaces", env=admin(server))).stdout.startswith("SPACE ")
