@@ -34,6 +34,16 @@ def events_page(kernel: Any, space: str, after: int | None, limit: int, types=No
     return event_log.page(kernel.space_view(space), after, limit, types, aggregate, scope_id)
 
 
+def events_latest(kernel: Any, space: str, count: int) -> dict:
+    """The newest `count` events kept (oldest of them first), and the cursor after the newest:
+    where a reader that wants only what happens from now on starts (`count` 0: the cursor alone)."""
+    state = kernel.space_view(space)
+    log = state.events
+    if not count:
+        return {"events": [], "nextCursor": str(log.seq)}
+    return event_log.page(state, max(log.oldest_seq - 1, log.seq - count), count, None, None, None)
+
+
 # -- diagnostics -----------------------------------------------------------------------------------
 # Observations for people and tooling, never a source of authority. Lists are cut at this many.
 OPS_LIST_MAX = 1000
@@ -100,16 +110,16 @@ def run(kernel: Any, space: str, scope_id: str) -> dict:
     }
 
 
-def _pool_waiters(state: Any, inside: frozenset, now_ms: int) -> list[dict]:
-    """Who waits in a pool's line in the subtree, oldest first: `permit` (the pool's name) and
+def _pool_waiters(state: Any, inside: frozenset | None, now_ms: int) -> list[dict]:
+    """Who waits in a pool's line in the subtree (None: anywhere in the space), oldest first: `permit` (the pool's name) and
     `units` are what the 0.3.0 client's `status()` shows. (A pool table without a line of waiters
     has nobody waiting.)"""
     pools = state.capacity.pools
     waiting = []
     for waiter in getattr(pools, "waiters", tuple)():
-        if waiter.scope_id in inside and waiter.state in ("WAITING", "SIGNALED") and now_ms < waiter.due_ms:
+        if (inside is None or waiter.scope_id in inside) and waiter.state in ("WAITING", "SIGNALED") and now_ms < waiter.due_ms:
             waiting.append({
-                "permit": pools.get(waiter.pool_id).name, "permitId": waiter.pool_id, "units": waiter.units,
+                "permit": pools.get(waiter.pool_id).name, "permitId": waiter.pool_id, "units": waiter.units, "scopeId": waiter.scope_id,
                 "holder": waiter.holder, "waiterId": waiter.id, "state": waiter.state, "created_ms": waiter.created_ms,
             })
     waiting.sort(key=lambda entry: (entry["created_ms"], entry["waiterId"]))
@@ -119,11 +129,34 @@ def _pool_waiters(state: Any, inside: frozenset, now_ms: int) -> list[dict]:
 
 
 def waits(kernel: Any, space: str) -> dict:
-    """The calls parked now in this space: held receives, timer polls and watches, by where."""
+    """What waits in this space now: the calls parked (held receives, timer polls, watches), by
+    where, then the waiters in the pools' lines and the allowances' queues, oldest first (those are
+    records, not parked calls: a waiter waits between its polls too)."""
     waiting = _parked(kernel, space)
     waiting.sort(key=lambda entry: (entry["on"], entry.get("mailboxId") or "", entry.get("scopeId") or ""))
-    # Quota and pool waiters are listed here too once this server has quotas and pools.
+    state = kernel.space_view(space)
+    now_ms = kernel.clock.now_ms()
+    for entry in _pool_waiters(state, None, now_ms):
+        waiting.append({"on": "pool", "calls": 1, **entry})
+    waiting.extend(_allowance_waiters(state, now_ms))
     return {"waits": waiting[:OPS_LIST_MAX], "truncated": len(waiting) > OPS_LIST_MAX}
+
+
+def _allowance_waiters(state: Any, now_ms: int) -> list[dict]:
+    """Who waits in an allowance's queue for units, oldest first, until its TTL runs out."""
+    allowances = state.capacity.allowances
+    found = []
+    for waiter in allowances.waiters():
+        if waiter.state == "WAITING" and now_ms < waiter.expires_ms:
+            found.append({
+                "on": "allowance", "calls": 1, "scopeId": waiter.scope_id, "allowance": allowances.get(waiter.allowance_id).name,
+                "allowanceId": waiter.allowance_id, "units": waiter.units, "holder": waiter.holder, "waiterId": waiter.id,
+                "created_ms": waiter.created_ms, "expiresAt": format_ms(waiter.expires_ms),
+            })
+    found.sort(key=lambda entry: (entry["created_ms"], entry["waiterId"]))
+    for entry in found:
+        entry["since"] = format_ms(entry.pop("created_ms"))
+    return found
 
 
 def _parked(kernel: Any, space: str) -> list[dict]:

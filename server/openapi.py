@@ -397,7 +397,13 @@ def _coordination_components() -> dict:
                 "counts": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": integer}},
             }
         ),
-        "Parked": _obj({"on": text, "calls": integer}, {"mailboxId": text, "scopeId": text}),
+        "Parked": _obj(
+            {"on": text, "calls": integer},
+            {
+                "mailboxId": text, "scopeId": text, "waiterId": text, "holder": text, "units": integer, "since": _TS,
+                "permit": text, "permitId": text, "state": text, "allowance": text, "allowanceId": text, "expiresAt": _TS,
+            },
+        ),
         "OpsWaits": _obj({"waits": {"type": "array", "items": _ref("Parked")}, "truncated": {"type": "boolean"}}),
     }
 

@@ -317,3 +317,35 @@ async def test_ops_runs_lists_who_waits_in_a_pools_line(client: AsgiClient, auto
     assert (await client.get(f"/ops/runs/{child}")).json["waiting"][0]["waiterId"] == first.json["waiterId"]
     await client.post(f"/permit-waiters/{second['waiterId']}/cancel", {})
     assert [entry["holder"] for entry in (await client.get(f"/ops/runs/{run}")).json["waiting"]] == ["w1"]
+
+
+async def test_ops_waits_lists_the_waiters_of_pools_and_allowances(client: AsgiClient, autojump_clock):
+    """Beside the parked calls, who waits in a pool's line and in an allowance's queue, oldest first,
+    until they leave (a grant, a cancel, their TTL)."""
+    run = await client.run()
+    pool = (await client.post("/permits", {"name": "gpu", "units": 1})).json["id"]
+    await client.post(f"/permits/{pool}/acquire", {"scopeId": run, "units": 1, "holder": "w0", "holderSession": "s", "leaseSeconds": 60})
+    in_line = (await client.post(f"/permits/{pool}/wait", {"scopeId": run, "units": 1, "holder": "w1"})).json
+    allowance = (await client.post("/allowances", {"name": "llm", "unitsLimit": 1, "windowSeconds": 3600})).json["id"]
+    await client.post(f"/allowances/{allowance}/consume", {"scopeId": run, "units": 1, "holder": "w0"})
+    queued = (await client.post(f"/allowances/{allowance}/wait", {"scopeId": run, "units": 1, "holder": "w2", "ttlSeconds": 60})).json
+    waits = (await client.get("/ops/waits")).json["waits"]
+    assert [(w["on"], w.get("permit") or w.get("allowance"), w["holder"], w["waiterId"], w["scopeId"]) for w in waits] == [
+        ("pool", "gpu", "w1", in_line["waiterId"], run), ("allowance", "llm", "w2", queued["waiterId"], run),
+    ]
+    await client.post(f"/permit-waiters/{in_line['waiterId']}/cancel", {})
+    await client.post(f"/allowance-waiters/{queued['waiterId']}/cancel", {})
+    assert (await client.get("/ops/waits")).json["waits"] == []
+
+
+async def test_events_latest_gives_the_newest_and_the_cursor_to_follow_from(client: AsgiClient, autojump_clock):
+    """`latest=N`: the newest N events kept, oldest of them first; `latest=0`: only the cursor."""
+    for _ in range(5):
+        await client.run()
+    newest = (await client.get("/events?latest=2")).json
+    assert [event["eventId"] for event in newest["events"]] == ["ev_4", "ev_5"] and newest["nextCursor"] == "5"
+    assert (await client.get("/events?latest=0")).json == {"events": [], "nextCursor": "5"}
+    assert len((await client.get("/events?latest=1000")).json["events"]) == 5
+    both = await client.get("/events?latest=1&cursor=2")
+    assert both.status == 400 and both.code == "VALIDATION_FAILED"
+    assert (await client.get("/events?latest=1001")).status == 400
