@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+from decimal import Decimal
 import ssl
 import sys
 from typing import Any, Callable, Sequence
@@ -125,11 +126,17 @@ def add_commands(commands: Any) -> None:
         listing = _sub(what, name, help_text, f"  runstate inspect {name} sc_0123456789abcdef", [reader])
         listing.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
         listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
-    events = _sub(what, "events", "list the events of a space (--follow: keep printing them as they happen)",
-                  "  runstate inspect events\n  runstate inspect events --follow --cursor 120", [reader])
-    events.add_argument("--cursor", default=None, help="start after this cursor (default: the oldest event kept)")
+    events = _sub(what, "events", "list the events of a space (--follow: print them as they happen, from now on)",
+                  "  runstate inspect events\n  runstate inspect events --follow --run sc_0123456789abcdef --type claim.force_released\n"
+                  "  runstate inspect events --follow --from-start --key company:acme --json", [reader])
+    events.add_argument("--cursor", default=None, help="start after this cursor (default: the oldest event kept; with --follow, now)")
+    events.add_argument("--from-start", action="store_true", help="with --follow: print the events kept first, then follow")
     events.add_argument("--limit", type=int, default=100, help="at most this many per page (1-1000, default 100)")
     events.add_argument("--follow", action="store_true", help="keep waiting for new events until interrupted")
+    events.add_argument("--run", default=None, metavar="RUN", help="only the events of this run and the runs under it")
+    events.add_argument("--type", dest="types", action="append", default=None, metavar="TYPE",
+                        help="only events of this type (repeat, or separate with commas)")
+    events.add_argument("--key", default=None, metavar="KEY", help="only events about this claim key, task, message or mailbox (id or task key)")
 
 
 # -- talking to the server ------------------------------------------------------------------------
@@ -360,10 +367,12 @@ def _inspect(args: argparse.Namespace) -> None:
             ("WAITING", "waiting"), ("WINDOW START", "windowStart"), ("COOLDOWN UNTIL", "cooldownUntil"),
         ]
     elif action == "budgets":
+        # Amounts in the currency (a limit of 1 USD at scale 2 is 1.00, not 100); --json keeps the
+        # server's minor units.
         data = _request(args, "GET", base + "/budgets", secret)
         rows, columns = data["budgets"], [
-            ("NAME", "name"), ("ID", "id"), ("CURRENCY", "currency"), ("SCALE", "scale"), ("LIMIT", "limitMinor"),
-            ("SPENT", "spentMinor"), ("RESERVED", "reservedMinor"), ("AVAILABLE", "availableMinor"),
+            ("NAME", "name"), ("ID", "id"), ("CURRENCY", "currency"), ("LIMIT", _amount("limitMinor")),
+            ("SPENT", _amount("spentMinor")), ("RESERVED", _amount("reservedMinor")), ("AVAILABLE", _amount("availableMinor")),
         ]
     # -- coordination --
     elif action in ("barriers", "timers", "groups"):
@@ -391,35 +400,64 @@ def _inspect(args: argparse.Namespace) -> None:
         print("(more not shown: raise --limit)")
 
 
+def _amount(field: str) -> Callable[[dict], str | None]:
+    """A budget's amount in minor units (a digit string) as the currency writes it: scale 2, "150" -> "1.50"."""
+
+    def amount(row: dict) -> str | None:
+        minor, scale = row.get(field), row.get("scale") or 0
+        if minor is None:
+            return None
+        value = Decimal(str(minor)).scaleb(-int(scale))
+        return f"{value:.{int(scale)}f}"
+
+    return amount
+
+
 # -- coordination --
 EVENT_COLUMNS: list[Column] = [
     ("CURSOR", lambda row: row["eventId"].split("_", 1)[-1]), ("TYPE", "type"), ("AT", "createdAt"),
     ("AGGREGATE", lambda row: f"{row['aggregate']['type']}:{row['aggregate']['id']}"), ("RUN", "scopeId"),
+    ("BY", lambda row: (row.get("payload") or {}).get("by")),
 ]
 
 
-def _events(args: argparse.Namespace, base: str, secret: str) -> None:
-    """One page, or with --follow every event from the cursor on, one line (or JSON object) each."""
+def _about(event: dict, key: str) -> bool:
+    """Whether an event is about `key`: its aggregate's id (a claim key, a task, a message, a
+    mailbox), or the task key it carries."""
+    return event["aggregate"]["id"] == key or (event.get("payload") or {}).get("taskKey") == key
+
+
+def _events(args: argparse.Namespace, base: str, secret: Credential) -> None:
+    """One page, or with --follow every event from now on (or from the cursor, or from the oldest
+    kept with --from-start), one line (or JSON object) each, under a header."""
+    types = ",".join(name.strip() for given in args.types or () for name in given.split(",") if name.strip()) or None
+    filtered = types is not None or args.run is not None
     cursor = args.cursor
+    if args.follow and cursor is None and not args.from_start:
+        cursor = _request(args, "GET", base + "/events", secret, params={"latest": 0})["nextCursor"]
+    if args.follow and not args.json:
+        print("  ".join(name for name, _ in EVENT_COLUMNS), flush=True)
     while True:
-        params: dict[str, Any] = {"limit": args.limit}
+        params: dict[str, Any] = {"limit": args.limit, "types": types, "scopeId": args.run}
         if cursor:
             params["cursor"] = cursor
-        if args.follow:
-            params["waitSeconds"] = 5
-        page = _request(args, "GET", base + ("/watch" if args.follow else "/events"), secret, params=params)
+        if args.follow or filtered:
+            params["waitSeconds"] = 5 if args.follow else 0
+        params = {name: value for name, value in params.items() if value is not None}
+        page = _request(args, "GET", base + ("/watch" if args.follow or filtered else "/events"), secret, params=params)
+        shown = [event for event in page["events"] if args.key is None or _about(event, args.key)]
         if not args.follow:
             if args.json:
-                _print_json(page)
+                _print_json({**page, "events": shown})
             else:
-                print_table(page["events"], EVENT_COLUMNS)
+                print_table(shown, EVENT_COLUMNS)
                 print(f"(next cursor: {page['nextCursor']})")
             return
-        for event in page["events"]:
+        for event in shown:
             if args.json:
                 print(orjson.dumps(event).decode(), flush=True)
             else:
-                print("  ".join(str(column(event) if callable(column) else event.get(column)) for _, column in EVENT_COLUMNS), flush=True)
+                print("  ".join(show(column(event) if callable(column) else event.get(column)) for _, column in EVENT_COLUMNS), flush=True)
         cursor = page["nextCursor"]
 
 

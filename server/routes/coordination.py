@@ -184,7 +184,13 @@ async def list_events(services: Runtime, request: Request, space: str) -> tuple[
     services.authorize(request, space)
     kernel = services.kernel
     limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
-    return 200, reads.events_page(kernel, space, _cursor(request), limit)
+    latest = _integer(request, "latest", 0, EVENTS_LIMIT_MAX)
+    cursor = _cursor(request)
+    if latest is not None:
+        if cursor is not None:
+            raise ApiError(VALIDATION_FAILED, "give either cursor (the events after it) or latest (the newest ones), not both")
+        return 200, reads.events_latest(kernel, space, latest)
+    return 200, reads.events_page(kernel, space, cursor, limit)
 
 
 async def watch(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
@@ -214,8 +220,9 @@ async def watch(services: Runtime, request: Request, space: str) -> tuple[int, d
 G = "Events"
 QUERY = ("cursor", "limit")
 endpoint(router, "GET", BASE + "/events", Doc(
-    "A page of the space's events after a cursor (410 CURSOR_EXPIRED for a cursor older than what is kept)",
-    (Reply(200, "EventPage"),), query=QUERY, errors=("400", "404", "410"), group=G,
+    "A page of the space's events after a cursor (410 CURSOR_EXPIRED for a cursor older than what is kept); "
+    "latest=N instead: the newest N (0: only the cursor after the newest, to follow from now on)",
+    (Reply(200, "EventPage"),), query=(*QUERY, "latest"), errors=("400", "404", "410"), group=G,
 ), list_events)
 endpoint(router, "GET", BASE + "/watch", Doc(
     "Events after a cursor, held until one arrives or waitSeconds ends; always with nextCursor",
@@ -243,7 +250,8 @@ endpoint(router, "GET", BASE + "/ops/runs/{scope_id}", Doc(
     (Reply(200, "OpsRun"),), errors=("404",), group=G,
 ), ops_run)
 endpoint(router, "GET", BASE + "/ops/waits", Doc(
-    "The calls waiting in the space now (held receives, timer polls, watches)", (Reply(200, "OpsWaits"),),
+    "What waits in the space now: held receives, timer polls, watches, and the waiters of pools' lines and allowances' queues",
+    (Reply(200, "OpsWaits"),),
     errors=("404",), group=G,
 ), ops_waits)
 

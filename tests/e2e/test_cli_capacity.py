@@ -33,7 +33,10 @@ def test_inspect_pools_quotas_and_budgets(admin_server):  # noqa: F811
     row = next(b for b in budgets if b["name"] == "inspected-spend")
     assert (row["reservedMinor"], row["availableMinor"]) == ("1250", "3750")
     table = runstate("inspect", "budgets", env=env)
-    assert table.returncode == 0 and "inspected-spend" in table.stdout and "3750" in table.stdout
+    # Amounts in the currency: 5000 minor units at scale 2 are 50.00 EUR, 3750 are 37.50.
+    assert table.returncode == 0 and "inspected-spend" in table.stdout
+    row = next(line.split() for line in table.stdout.splitlines() if line.startswith("inspected-spend"))
+    assert row[2:] == ["EUR", "50.00", "0.00", "12.50", "37.50"], table.stdout
 
 
 @pytest.mark.parametrize("what", ["pools", "quotas", "budgets"])

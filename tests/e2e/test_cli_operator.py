@@ -159,3 +159,54 @@ def test_spaces_alone_lists_them_and_takes_json(server):
     listed = as_json(runstate("spaces", "--json", env=admin(server)))
     assert "ops" in [space["id"] for space in listed["spaces"]]
     assert ok(runstate("spaces", env=admin(server))).stdout.startswith("SPACE ")
+
+
+def read_until(proc: subprocess.Popen, done, timeout_s: float = 20) -> list[str]:
+    """Lines of `proc`'s output until `done(lines)` is true (or the time is up)."""
+    import select
+    import time
+
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while not done(lines) and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip("\n"))
+    return lines
+
+
+def test_events_follow_starts_now_under_a_header_and_filters(server, http):
+    """The backlog is not replayed (--from-start does that); --type, --run and --key keep only those."""
+    run = http.post("/scopes", json={}).json()["id"]
+    other = http.post("/scopes", json={}).json()["id"]
+    for key in ("old-1", "old-2"):
+        http.post("/claims", json={"scopeId": run, "key": key, "holder": "h", "holderSession": "s"})
+        http.post(f"/claims/{key}/force-release", json={"scopeId": run})
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    environ.update(admin(server))
+    command = [sys.executable, "-m", "runstate.server.cli", "inspect", "events", "--follow", "--type", "claim.force_released",
+               "--run", run, "--key", "new-1"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    try:
+        header = read_until(proc, lambda lines: len(lines) >= 1)
+        assert header and header[0].split()[:3] == ["CURSOR", "TYPE", "AT"]
+        for scope, key in ((other, "new-1"), (run, "new-2"), (run, "new-1")):
+            http.post("/claims", json={"scopeId": scope, "key": key, "holder": "h", "holderSession": "s"})
+            http.post(f"/claims/{key}/force-release", json={"scopeId": scope, "reason": "test"})
+        lines = read_until(proc, lambda lines: len(lines) >= 1)
+        assert len(lines) == 1 and "claim.force_released" in lines[0] and "claim:new-1" in lines[0] and run in lines[0]
+        assert lines[0].split()[-1].startswith("ak_")  # BY: the id of the space's key that forced it
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    replay = subprocess.Popen([*command[:-4], "--from-start", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    try:
+        lines = read_until(replay, lambda lines: len(lines) >= 2)
+        keys = [json.loads(line)["aggregate"]["id"] for line in lines]
+        assert keys[:2] == ["old-1", "old-2"]
+    finally:
+        replay.terminate()
+        replay.wait(10)
