@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from . import admin_cli, ops_cli
+from . import admin_cli, ops_cli, top
 from .config import SETTINGS, ConfigError, Loaded, describe, load
 from .logs import AccessLog, event, setup
 from .settings import Settings
@@ -130,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     admin_cli.add_commands(commands)
     ops_cli.add_commands(commands)
+    top.add_command(commands)
     return parser
 
 
@@ -286,6 +287,8 @@ def _main(args: argparse.Namespace) -> int:
         return _check(args.data_dir, args.json)
     if args.command in ops_cli.COMMANDS:
         return ops_cli.run(args)
+    if args.command == "top":
+        return top.run(args)
     return admin_cli.run(args)
 
 

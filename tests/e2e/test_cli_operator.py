@@ -210,3 +210,56 @@ def test_events_follow_starts_now_under_a_header_and_filters(server, http):
     finally:
         replay.terminate()
         replay.wait(10)
+
+
+def test_top_draws_a_live_view_in_place_at_a_terminal(server, http):
+    """At a terminal each frame goes home and clears what is left: the holder of a claim taken
+    between two frames shows in the second; piped, frames follow one another; --json, one a line."""
+    import pty
+
+    run = http.post("/scopes", json={"name": "top-run"}).json()["id"]
+    mailbox = http.post("/mailboxes", json={"name": "top-queue"}).json()["id"]
+    http.post(f"/mailboxes/{mailbox}/messages", json={"scopeId": run, "payload": 1})
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    environ.update(admin(server))
+    environ["COLUMNS"] = "200"
+    main, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runstate.server.cli", "top", "--interval", "1", "--frames", "3"],
+        stdin=secondary, stdout=secondary, stderr=subprocess.PIPE, env=environ,
+    )
+    os.close(secondary)
+    output = b""
+    import select
+    import time
+
+    deadline = time.monotonic() + 30
+    took = False
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([main], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+        if not took and output.count(b"\x1b[H") >= 1:
+            http.post("/claims", json={"scopeId": run, "key": "top-key", "holder": "top-holder", "holderSession": "s"})
+            took = True
+        if proc.poll() is not None and not ready:
+            break
+    proc.wait(10)
+    os.close(main)
+    text = output.decode()
+    frames = text.split("\x1b[H")[1:]
+    assert proc.returncode == 0 and len(frames) == 3, text
+    assert "\x1b[K" in frames[0] and frames[0].rstrip().endswith("\x1b[J")
+    assert "top-queue" in frames[0] and "top-holder" not in frames[0]
+    assert "top-holder" in frames[-1] and "top-key" in frames[-1]
+    piped = ok(runstate("top", "--frames", "2", "--interval", "0.1", env=admin(server))).stdout
+    assert "\x1b[" not in piped and piped.count("WHO HOLDS WHAT") == 2
+    lines = ok(runstate("top", "--frames", "1", "--json", env=admin(server))).stdout.splitlines()
+    snap = json.loads(lines[0])
+    assert snap["space"] == "ops" and any(m["name"] == "top-queue" for m in snap["mailboxes"])

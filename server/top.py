@@ -1,0 +1,153 @@
+"""`runstate top`: a live view of one space in the terminal, refreshed in place.
+
+Every `--interval` seconds it reads the space through the API (runs, each shown run's workers and
+waits from `/ops/runs`, the mailboxes' counts, `/ops/waits`, the newest events) and draws one frame:
+who holds what (claim keys, once keys, deliveries, with their earliest lease end), the queues'
+depths, who waits, and what happened last. At a terminal each frame replaces the one before
+(the cursor goes home, each line clears what is left of the old one, the screen below is cleared);
+piped, frames follow one another; `--json` prints one snapshot per line. Ctrl-C ends it.
+
+It reads with the admin key when one is at hand (any space, `--space`) or the space's API key,
+like `runstate inspect`, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shutil
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from . import admin_cli
+from .admin_cli import CommandError, Credential
+
+__all__ = ["add_command", "run", "render"]
+
+# What draws over the last frame: cursor home; clear to the end of each line; clear what is below.
+HOME, CLEAR_LINE, CLEAR_BELOW = "\x1b[H", "\x1b[K", "\x1b[J"
+HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
+
+
+def add_command(commands: Any) -> None:
+    reader = admin_cli.common(admin_only=False)
+    top = admin_cli.sub(commands, "top", "a live view of a space: who holds what, queue depths, who waits, recent events",
+                        "  runstate top\n  runstate top --space research --interval 5\n  runstate top --frames 1 --json", [reader])
+    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="time between refreshes (default 2)")
+    top.add_argument("--frames", type=int, default=0, metavar="N", help="stop after N frames (default: until Ctrl-C)")
+    top.add_argument("--runs", type=int, default=10, metavar="N", help="the newest N active runs shown (default 10)")
+    top.add_argument("--events", type=int, default=10, metavar="N", help="the newest N events shown (default 10)")
+
+
+def snapshot(args: argparse.Namespace, key: Credential, space: str) -> dict:
+    """What one frame shows, read from the server."""
+    base = f"/v1/spaces/{space}"
+    scopes = admin_cli.request(args, "GET", base + "/scopes", key, params={"limit": 1000})
+    active = [scope for scope in scopes["scopes"] if scope["effective"] == "ACTIVE"]
+    runs = []
+    for scope in active[: max(args.runs, 0)]:
+        view = admin_cli.request(args, "GET", f"{base}/ops/runs/{scope['id']}", key)
+        runs.append({"id": scope["id"], "name": scope.get("name"), "workers": view["workers"], "counts": view["counts"]})
+    return {
+        "space": space,
+        "at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "activeRuns": len(active) if not scopes.get("truncated") else f"{len(active)}+",
+        "runs": runs,
+        "mailboxes": admin_cli.request(args, "GET", base + "/mailboxes", key)["mailboxes"],
+        "waits": admin_cli.request(args, "GET", base + "/ops/waits", key)["waits"],
+        "events": admin_cli.request(args, "GET", base + "/events", key, params={"latest": max(args.events, 0)})["events"],
+    }
+
+
+def _table(rows: list[list[str]], width: int) -> list[str]:
+    if len(rows) == 1:
+        return ["  " + "  ".join(rows[0]), "  (none)"]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths))).rstrip()[:width] for row in rows]
+
+
+def _seconds_left(stamp: str, now: datetime.datetime) -> str:
+    try:
+        when = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    left = (when - now).total_seconds()
+    return f"{left:.0f}s" if left >= 0 else "ended"
+
+
+def render(snap: dict, width: int = 120, now: datetime.datetime | None = None) -> list[str]:
+    """The lines of one frame."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    show = admin_cli.show
+    lines = [f"runstate top  space {snap['space']}  {snap['at']}  active runs {snap['activeRuns']}  (Ctrl-C to quit)", ""]
+    lines.append("WHO HOLDS WHAT")
+    rows = [["RUN", "HOLDER", "HOLDS", "LEASE ENDS IN"]]
+    for run in snap["runs"]:
+        for worker in run["workers"]:
+            rows.append([run["id"], worker["holder"], show(worker["keys"]), _seconds_left(worker["earliestLeaseExpiry"], now)])
+    lines += _table(rows, width)
+    lines += ["", "QUEUES"]
+    rows = [["MAILBOX", "QUEUED", "DELAYED", "LEASED", "DEAD", "BACKLOG"]]
+    for mailbox in snap["mailboxes"]:
+        counts = mailbox.get("counts") or {}
+        rows.append([mailbox["name"], *(show(counts.get(name)) for name in ("queued", "delayed", "leased", "deadLetters")),
+                     show(mailbox.get("backlog"))])
+    lines += _table(rows, width)
+    lines += ["", "WAITING"]
+    rows = [["ON", "WHERE", "WHO", "CALLS"]]
+    for wait in snap["waits"]:
+        where = wait.get("permit") or wait.get("allowance") or wait.get("mailboxId") or wait.get("scopeId") or ""
+        rows.append([wait["on"], str(where), show(wait.get("holder")), show(wait.get("calls"))])
+    lines += _table(rows, width)
+    lines += ["", "RECENT EVENTS"]
+    rows = [["AT", "TYPE", "ABOUT", "RUN", "BY"]]
+    for event in reversed(snap["events"]):  # newest first
+        aggregate = event["aggregate"]
+        rows.append([event["createdAt"][11:19], event["type"], f"{aggregate['type']}:{aggregate['id']}", show(event.get("scopeId")),
+                     show((event.get("payload") or {}).get("by"))])
+    lines += _table(rows, width)
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        key, space = admin_cli.space_access(args)
+        _loop(args, key, space)
+    except CommandError as error:
+        print(f"runstate top: {error}", file=sys.stderr, flush=True)
+        return error.status
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if sys.stdout.isatty() and not args.json:
+            sys.stdout.write(SHOW_CURSOR)
+            sys.stdout.flush()
+    return 0
+
+
+def _loop(args: argparse.Namespace, key: Credential, space: str) -> None:
+    if args.interval <= 0:
+        raise CommandError("--interval must be more than 0", 2)
+    in_place = sys.stdout.isatty() and not args.json
+    if in_place:
+        sys.stdout.write(HIDE_CURSOR)
+    shown = 0
+    while True:
+        snap = snapshot(args, key, space)
+        if args.json:
+            sys.stdout.write(orjson.dumps(snap).decode() + "\n")
+        else:
+            width = shutil.get_terminal_size((120, 40)).columns
+            lines = render(snap, width)
+            if in_place:
+                sys.stdout.write(HOME + "".join(line + CLEAR_LINE + "\n" for line in lines) + CLEAR_BELOW)
+            else:
+                sys.stdout.write("\n".join(lines) + "\n\n")
+        sys.stdout.flush()
+        shown += 1
+        if args.frames and shown >= args.frames:
+            return
+        time.sleep(args.interval)
