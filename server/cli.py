@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from . import admin_cli, ops_cli, top
+from . import admin_cli, completion, ops_cli, top
 from .config import SETTINGS, ConfigError, Loaded, describe, load
 from .logs import AccessLog, event, setup
 from .settings import Settings
@@ -131,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     admin_cli.add_commands(commands)
     ops_cli.add_commands(commands)
     top.add_command(commands)
+    completion.add_command(commands)
     return parser
 
 
@@ -289,6 +290,9 @@ def _main(args: argparse.Namespace) -> int:
         return ops_cli.run(args)
     if args.command == "top":
         return top.run(args)
+    if args.command == "completion":
+        print(completion.script(_parser(), args.shell), end="")
+        return 0
     return admin_cli.run(args)
 
 

@@ -1,0 +1,152 @@
+"""`runstate completion bash|zsh`: shell completion scripts, made from the command's own parser.
+
+Each script holds one table, made here by walking the argparse parser: for every command path
+(`""`, `"keys"`, `"dead-letters requeue"`...) the words that may come next (its subcommands and
+options), and the options that take a value. A shell function reads the words typed so far,
+follows the known path through them (skipping options and their values), and offers what may
+follow: commands and choices, and options once a dash is typed. A new command or option is
+completed with no change here.
+
+    runstate completion bash > /etc/bash_completion.d/runstate     # or: source <(runstate completion bash)
+    runstate completion zsh > "${fpath[1]}/_runstate"               # or: source <(runstate completion zsh)
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_command", "tree", "script", "SHELLS"]
+
+SHELLS = ("bash", "zsh")
+# Options whose value is a path: the shells complete file names there.
+PATH_OPTIONS = frozenset({"--config", "--data-dir", "--admin-key-file", "--certfile", "--keyfile", "--ca-bundle"})
+
+
+def add_command(commands: Any) -> None:
+    command = commands.add_parser(
+        "completion", help="print a shell completion script (bash or zsh)",
+        description="Print a completion script for bash or zsh.", formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  source <(runstate completion bash)            # this shell only\n"
+               "  runstate completion bash > /etc/bash_completion.d/runstate\n"
+               "  runstate completion zsh > \"${fpath[1]}/_runstate\"   # then: autoload -Uz compinit && compinit",
+    )
+    command.add_argument("shell", choices=SHELLS, help="the shell")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def tree(parser: argparse.ArgumentParser) -> tuple[dict[str, list[str]], set[str]]:
+    """(command path -> the words that may follow it, the options that take a value)."""
+    words: dict[str, list[str]] = {}
+    valued: set[str] = set()
+
+    def walk(path: str, node: argparse.ArgumentParser) -> None:
+        found: list[str] = []
+        children = _subparsers(node)
+        found.extend(children)
+        for action in node._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            if action.option_strings:
+                found.extend(option for option in action.option_strings if option.startswith("--"))
+                if action.nargs != 0:
+                    valued.update(action.option_strings)
+            elif action.choices:
+                found.extend(str(choice) for choice in action.choices)
+        words[path] = found
+        for name, child in children.items():
+            walk(f"{path} {name}".strip(), child)
+
+    walk("", parser)
+    return words, valued
+
+
+def script(parser: argparse.ArgumentParser, shell: str) -> str:
+    words, valued = tree(parser)
+    if shell == "bash":
+        return _bash(words, valued)
+    return _zsh(words, valued)
+
+
+def _bash(words: dict[str, list[str]], valued: set[str]) -> str:
+    cases = "\n".join(f'        "{path}") echo "{" ".join(found)}" ;;' for path, found in words.items())
+    known = "|".join(f'"{path}"' for path in words if path)
+    return f'''# bash completion for runstate (made by `runstate completion bash`)
+_runstate_words() {{
+    case "$1" in
+{cases}
+    esac
+}}
+
+_runstate() {{
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" path="" word i
+    case "$prev" in
+        {"|".join(sorted(PATH_OPTIONS & valued)) or "--no-such-option"}) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        {"|".join(sorted(valued - PATH_OPTIONS)) or "--no-such-option"}) COMPREPLY=(); return ;;
+    esac
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        word="${{COMP_WORDS[i]}}"
+        case "$word" in
+            -*) continue ;;
+        esac
+        case "${{path:+$path }}$word" in
+            {known or '"-"'}) path="${{path:+$path }}$word" ;;
+        esac
+    done
+    local offered="" candidate_word
+    for candidate_word in $(_runstate_words "$path"); do
+        # Options only once a dash is typed; commands and choices before.
+        if [[ "$cur" == -* || "$candidate_word" != -* ]]; then offered="$offered $candidate_word"; fi
+    done
+    COMPREPLY=($(compgen -W "$offered" -- "$cur"))
+}}
+
+complete -F _runstate runstate
+'''
+
+
+def _zsh(words: dict[str, list[str]], valued: set[str]) -> str:
+    entries = "\n".join(f'    "{path}" "{" ".join(found)}"' for path, found in words.items())
+    return f'''#compdef runstate
+# zsh completion for runstate (made by `runstate completion zsh`): put it in a folder of $fpath as
+# _runstate, or `source <(runstate completion zsh)` after compinit.
+typeset -gA _runstate_tree
+_runstate_tree=(
+{entries}
+)
+typeset -ga _runstate_valued _runstate_paths
+_runstate_valued=({" ".join(sorted(valued))})
+_runstate_paths=({" ".join(sorted(PATH_OPTIONS & valued))})
+
+_runstate() {{
+    local prev="${{words[CURRENT-1]}}" path="" word candidate
+    if (( ${{_runstate_paths[(Ie)$prev]}} )); then
+        _files
+        return
+    fi
+    (( ${{_runstate_valued[(Ie)$prev]}} )) && return
+    for word in "${{(@)words[2,CURRENT-1]}}"; do
+        [[ $word == -* ]] && continue
+        candidate="${{path:+$path }}$word"
+        (( ${{+_runstate_tree[$candidate]}} )) && path=$candidate
+    done
+    local -a choices
+    choices=(${{=_runstate_tree[$path]}})
+    # Options only once a dash is typed; commands and choices before.
+    [[ "${{words[CURRENT]}}" == -* ]] || choices=(${{choices:#-*}})
+    compadd -- $choices
+}}
+
+# Autoloaded from $fpath (compinit): complete now. Sourced: register the function.
+if [[ "${{zsh_eval_context[-1]}}" == loadautofunc ]]; then
+    _runstate "$@"
+else
+    compdef _runstate runstate
+fi
+'''
