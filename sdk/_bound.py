@@ -65,7 +65,7 @@ DEFAULT_RUN = "default"
 # What `Runstate(...)` and `configure(...)` take: 0.3.0's options, then this SDK's own.
 OPTION_NAMES = (
     "api_key", "space_id", "base_url", "run", "worker", "timeout", "retries",
-    "holder", "request_timeout_ms", "transport",
+    "holder", "request_timeout_ms", "transport", "ca_bundle",
 )
 # How often a binding looks at its run while calls are active, to set their signals on a stop.
 WATCH_S = 5.0
@@ -200,7 +200,7 @@ def resolve_settings(options: Mapping[str, Any]) -> Settings:
         raise ConfigError("retries must be a whole number of 0 or more")
     config = resolve_config(
         api_key=options.get("api_key"), space_id=options.get("space_id"), base_url=options.get("base_url"),
-        request_timeout_ms=timeout_ms, retries=retries, holder=str(worker),
+        request_timeout_ms=timeout_ms, retries=retries, holder=str(worker), ca_bundle=options.get("ca_bundle"),
     )
     return Settings(config=config, run=run, transport=options.get("transport"))
 
@@ -258,7 +258,7 @@ class Shared:
                 client = AsyncRunstate(
                     api_key=config.api_key, space_id=config.space_id, base_url=config.base_url,
                     request_timeout_ms=config.request_timeout_ms, retries=config.retries, holder=config.holder,
-                    transport=settings.transport,
+                    transport=settings.transport, ca_bundle=config.ca_bundle,
                 )
                 self._clients[key] = client
             return client

@@ -22,9 +22,10 @@ ENV_API_KEY = "RUNSTATE_API_KEY"
 ENV_SPACE_ID = "RUNSTATE_SPACE_ID"
 ENV_BASE_URL = "RUNSTATE_BASE_URL"
 ENV_ADMIN_KEY = "RUNSTATE_ADMIN_KEY"
+ENV_CA_BUNDLE = "RUNSTATE_CA_BUNDLE"
 # Never taken for a typo of one of ours: the SDK's own variables and the other runstate ones.
 KNOWN_VARIABLES = frozenset(
-    {ENV_API_KEY, ENV_SPACE_ID, ENV_BASE_URL, ENV_ADMIN_KEY, "RUNSTATE_SCOPE_ID", "RUNSTATE_DATA_DIR", "RUNSTATE_CONFIG"}
+    {ENV_API_KEY, ENV_SPACE_ID, ENV_BASE_URL, ENV_ADMIN_KEY, ENV_CA_BUNDLE, "RUNSTATE_SCOPE_ID", "RUNSTATE_DATA_DIR", "RUNSTATE_CONFIG"}
 )
 
 DEFAULT_BASE_URL = "http://localhost:8080"
@@ -55,6 +56,8 @@ class Config:
     session: str = field(default_factory=new_session)
     # Where the API key came from ("api_key=" or the variable's name), for error messages.
     api_key_source: str = "api_key="
+    # A PEM file of the certificates to trust for an https server, instead of the system's.
+    ca_bundle: str | None = None
 
     def __repr__(self) -> str:  # never print the key
         return (
@@ -91,6 +94,7 @@ def resolve_config(
     request_timeout_ms: int | None = None,
     retries: int | None = None,
     holder: str | None = None,
+    ca_bundle: str | None = None,
 ) -> Config:
     """Merge the arguments over the environment and check that the required values are there."""
     environ = os.environ
@@ -113,4 +117,5 @@ def resolve_config(
         retries=DEFAULT_RETRIES if retries is None else retries,
         holder=holder or default_holder(),
         api_key_source="api_key=" if api_key else ENV_API_KEY,
+        ca_bundle=ca_bundle or environ.get(ENV_CA_BUNDLE) or None,
     )

@@ -481,11 +481,12 @@ class Runstate(RunVerbs):
         request_timeout_ms: int | None = None,
         holder: str | None = None,
         transport: Transport | None = None,
+        ca_bundle: str | None = None,
     ) -> None:
         options = {
             "api_key": api_key, "space_id": space_id, "base_url": base_url, "run": run, "worker": worker,
             "timeout": timeout, "retries": retries, "request_timeout_ms": request_timeout_ms, "holder": holder,
-            "transport": transport,
+            "transport": transport, "ca_bundle": ca_bundle,
         }
         self._init_bound(Shared(options), RunSpec(kind="named"))
 

@@ -195,7 +195,10 @@ class AsyncRunstate:
         retries: int | None = None,
         holder: str | None = None,
         transport: Transport | None = None,
+        ca_bundle: str | None = None,
     ) -> None:
+        """`ca_bundle` (else RUNSTATE_CA_BUNDLE): a PEM file of the certificates to trust for an
+        https server with a self-signed or private CA's certificate."""
         config = resolve_config(
             api_key=api_key,
             space_id=space_id,
@@ -203,11 +206,12 @@ class AsyncRunstate:
             request_timeout_ms=request_timeout_ms,
             retries=retries,
             holder=holder,
+            ca_bundle=ca_bundle,
         )
         # A transport the client makes is the client's to close; one passed in stays the caller's.
         self._owns_transport = transport is None
         if transport is None:
-            transport = HTTPTransport(config.base_url)
+            transport = HTTPTransport(config.base_url, ca_bundle=config.ca_bundle)
         requester = Requester(
             transport,
             config.api_key,

@@ -13,9 +13,12 @@ a successful exchange and is returned, not raised.
 
 from __future__ import annotations
 
+import ssl
 from typing import Mapping, Protocol, runtime_checkable
 
 import httpx
+
+from .errors import ConfigError
 
 __all__ = ["Transport", "TransportError", "HTTPTransport", "Exchange"]
 
@@ -53,9 +56,17 @@ class HTTPTransport:
     the whole exchange, so a long poll needs a value above its wait.
     """
 
-    def __init__(self, base_url: str, *, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, base_url: str, *, client: httpx.AsyncClient | None = None, ca_bundle: str | None = None) -> None:
+        """`ca_bundle`: a PEM file of the certificates to trust for an https server (a self-signed
+        one, or a private CA's), instead of the system's roots."""
         self.base_url = base_url
-        self._client = client or httpx.AsyncClient(base_url=base_url, follow_redirects=False)
+        verify: ssl.SSLContext | bool = True
+        if ca_bundle is not None:
+            try:
+                verify = ssl.create_default_context(cafile=ca_bundle)
+            except (OSError, ssl.SSLError) as err:
+                raise ConfigError(f"cannot load the CA bundle {ca_bundle}: {err}") from err
+        self._client = client or httpx.AsyncClient(base_url=base_url, follow_redirects=False, verify=verify)
         self._owns_client = client is None
 
     async def send(

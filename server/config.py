@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import ssl
 import tomllib
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping
@@ -39,7 +40,7 @@ ENV_PREFIX = "RUNSTATE_"
 ENV_CONFIG = "RUNSTATE_CONFIG"
 # Variables of the same prefix that clients read (the SDKs, the product page's examples) and that a
 # shell running both may well export: never an error for the server.
-CLIENT_VARIABLES = frozenset({ENV_CONFIG, "RUNSTATE_BASE_URL", "RUNSTATE_SCOPE_ID", "RUNSTATE_RUN"})
+CLIENT_VARIABLES = frozenset({ENV_CONFIG, "RUNSTATE_BASE_URL", "RUNSTATE_SCOPE_ID", "RUNSTATE_RUN", "RUNSTATE_CA_BUNDLE"})
 
 LOG_FORMATS = ("json", "text")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -136,6 +137,9 @@ _SERVER: tuple[Setting, ...] = (
     Setting("snapshot_every_s", float, _DEFAULTS.snapshot_every_s, "A snapshot at least this often (seconds) while anything changed.", minimum=1),
     Setting("snapshots_kept", int, _DEFAULTS.snapshots_kept, "Snapshots kept (with the WAL after the oldest); at least 2.", minimum=2, maximum=100),
     Setting("fsync_slow_ms", float, _DEFAULTS.fsync_slow_ms, "An fsync slower than this many milliseconds is logged.", minimum=0),
+    Setting("certfile", str, _DEFAULTS.certfile, "TLS: the server's certificate chain (PEM); with keyfile the server speaks https itself "
+            "(HTTP/1.1 over TLS 1.2 or later).", optional=True),
+    Setting("keyfile", str, _DEFAULTS.keyfile, "TLS: the private key of certfile (PEM, not encrypted).", optional=True),
 )
 
 # One line per field of `Limits`, for `--help`, `runstate config` and the table of docs/configuration.md.
@@ -413,9 +417,30 @@ def load(flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | No
             f"setting payload_bytes_max (from {sources['payload_bytes_max']}): in a cluster a change is one etcd value "
             "of at most about 1 MiB: keep payloads at most 512 KiB"
         )
+    _check_tls(values, sources)
     limits = Limits(**{s.name: values[s.name] for s in SETTINGS if s.limit})
     settings = Settings(limits=limits, **{s.name: values[s.name] for s in SETTINGS if not s.limit})
     return Loaded(settings, sources, path)
+
+
+def _check_tls(values: dict[str, Any], sources: dict[str, str]) -> None:
+    """certfile and keyfile come together and load as a pair, or the start stops here (exit 2)
+    rather than at the first connection."""
+    certfile, keyfile = values["certfile"], values["keyfile"]
+    if certfile is None and keyfile is None:
+        return
+    if certfile is None or keyfile is None:
+        given, missing = ("certfile", "keyfile") if certfile is not None else ("keyfile", "certfile")
+        raise ConfigError(f"setting {given} (from {sources[given]}) needs {missing} too: TLS takes a certificate and its key")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+    except FileNotFoundError as error:
+        raise ConfigError(f"setting certfile/keyfile: {error.filename} not found") from None
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(
+            f"settings certfile {certfile} and keyfile {keyfile} (from {sources['certfile']}, {sources['keyfile']}) "
+            f"do not load as a certificate and its key: {error}"
+        ) from None
 
 
 def value_of(settings: Settings, setting: Setting) -> Any:

@@ -3,7 +3,7 @@
 hypercorn parses HTTP/1.1 for us; this module decides who gets in and what a refusal looks like,
 in four places:
 
-- **The accept loop** (`serve_app`, our copy of hypercorn's trio worker for plain TCP): at most
+- **The accept loop** (`serve_app`, our copy of hypercorn's trio worker, plain or TLS): at most
   `connections_max` connections are served at once; one more is answered 503 UNAVAILABLE with the
   envelope and closed, instead of each costing a task, buffers and a descriptor.
 - **The connection** (`_Protocol`, hypercorn's h11 protocol with our refusals): the answers the
@@ -261,7 +261,7 @@ class _Protocol(H11Protocol):
     def _look_at_first_line(self, data: bytes) -> str | None:
         line = self._first_line
         assert line is not None
-        if not line and data[0] == _TLS_RECORD:
+        if not line and data[0] == _TLS_RECORD and not self.ssl:
             return "this port speaks plain HTTP/1.1, not TLS: use http:// (or put a TLS proxy in front)"
         line.extend(data[: _FIRST_LINE_BYTES_MAX - len(line)])
         end = line.find(b"\n")
@@ -290,15 +290,25 @@ class _Connection(TCPServer):
         self._doors = doors
 
     async def run(self) -> None:
-        socket = self.stream.socket
+        secure = isinstance(self.stream, trio.SSLStream)
         try:
+            if secure:
+                # The handshake first, bounded: a client that never finishes it holds no slot for long.
+                try:
+                    with trio.fail_after(self.config.ssl_handshake_timeout):
+                        await self.stream.do_handshake()
+                except (trio.BrokenResourceError, trio.TooSlowError):
+                    return
+                socket = self.stream.transport_stream.socket
+            else:
+                socket = self.stream.socket
             client = parse_socket_addr(socket.family, socket.getpeername())
             server = parse_socket_addr(socket.family, socket.getsockname())
             async with TaskGroup() as task_group:
                 self._task_group = task_group
                 self.protocol = _Protocol(  # type: ignore[assignment]
                     self.app, self.config, self.context, task_group, ConnectionState(self.state),
-                    False, client, server, self.protocol_send, doors=self._doors,
+                    secure, client, server, self.protocol_send, doors=self._doors,
                 )
                 await self.protocol.initiate()
                 await self.idle_task.restart(self._task_group, self._idle_timeout)
@@ -325,7 +335,7 @@ class _Connection(TCPServer):
         await self.protocol.handle(Closed())
 
 
-async def _refuse_connection(config: Config, doors: Doors, stream: trio.SocketStream) -> None:
+async def _refuse_connection(config: Config, doors: Doors, stream: Any) -> None:
     """503 with the envelope to a connection over the cap, then close it (briefly reading what it sent)."""
     doors.connections_refused += 1
     answer = raw_answer(
@@ -336,7 +346,8 @@ async def _refuse_connection(config: Config, doors: Doors, stream: trio.SocketSt
     with trio.move_on_after(min(doors.linger_s, 1.0)):
         try:
             await stream.send_all(answer)
-            await stream.send_eof()
+            if isinstance(stream, trio.SocketStream):  # a TLS stream does not half-close
+                await stream.send_eof()
             dropped = 0
             while dropped < 64 * 1024:
                 data = await stream.receive_some(16 * 1024)
@@ -348,7 +359,7 @@ async def _refuse_connection(config: Config, doors: Doors, stream: trio.SocketSt
     await stream.aclose()
 
 
-async def _connection(app: Any, config: Config, context: WorkerContext, state: Any, doors: Doors, stream: trio.SocketStream) -> None:
+async def _connection(app: Any, config: Config, context: WorkerContext, state: Any, doors: Doors, stream: Any) -> None:
     if doors.connections >= doors.connections_max:
         await _refuse_connection(config, doors, stream)
         return
@@ -367,10 +378,10 @@ async def serve_app(
     shutdown_trigger: Callable[..., Awaitable[None]],
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """hypercorn's trio worker (`hypercorn.trio.run.worker_serve`) for plain TCP, through the doors.
+    """hypercorn's trio worker (`hypercorn.trio.run.worker_serve`), through the doors.
 
-    The same lifespan, graceful shutdown and sockets; TLS, QUIC and HTTP/2 are left out (the server
-    listens on plain HTTP/1.1; TLS belongs to a proxy in front).
+    The same lifespan, graceful shutdown and sockets: plain HTTP/1.1, or HTTP/1.1 over TLS when the
+    config has a certificate (`--certfile`, `--keyfile`); QUIC and HTTP/2 are left out.
     """
     config.set_statsd_logger_class(StatsdLogger)
     config.max_app_queue_size = APP_QUEUE_MESSAGES
@@ -384,9 +395,15 @@ async def serve_app(
         await lifespan.wait_for_startup()
         async with trio.open_nursery() as server_nursery:
             sockets = config.create_sockets()
-            assert not sockets.secure_sockets and not sockets.quic_sockets, "TLS is not served here"
-            listeners = []
+            assert not sockets.quic_sockets, "QUIC is not served here"
+            listeners: list[Any] = []
             binds = []
+            ssl_context = config.create_ssl_context()
+            for sock in sockets.secure_sockets:
+                sock.listen(config.backlog)
+                listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+                listeners.append(trio.SSLListener(listener, ssl_context, https_compatible=True))
+                binds.append(f"https://{repr_socket_addr(sock.family, sock.getsockname())}")
             for sock in sockets.insecure_sockets:
                 sock.listen(config.backlog)
                 listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))

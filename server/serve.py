@@ -20,6 +20,10 @@ __all__ = ["serve", "hypercorn_config"]
 
 log = logging.getLogger("runstate.server")
 
+# A client that does not finish its TLS handshake within this long is dropped (its connection slot
+# is not held for a whole read timeout by a connection that never says anything in HTTP).
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
 
 class _Config(Config):
     """hypercorn's Config, with a bound on how long an answer may wait for a client that reads nothing.
@@ -36,7 +40,7 @@ class _Config(Config):
         sockets = super().create_sockets()
         option = getattr(socket, "TCP_USER_TIMEOUT", None)
         if option is not None and self.send_timeout_s:
-            for sock in sockets.insecure_sockets:
+            for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
                 if sock.family in (socket.AF_INET, socket.AF_INET6):
                     sock.setsockopt(socket.IPPROTO_TCP, option, int(self.send_timeout_s * 1000))
         return sockets
@@ -57,6 +61,13 @@ def hypercorn_config(settings: Settings) -> Config:
     config.read_timeout = settings.read_timeout_s  # type: ignore[assignment]
     # At shutdown, requests in flight get this long to finish.
     config.graceful_timeout = settings.shutdown_grace_s
+    # TLS, served by hypercorn's own SSL context (TLS 1.2 or later) with the doors in front; HTTP/1.1
+    # only (no h2 offered in ALPN). A handshake not done within this is dropped.
+    if settings.certfile is not None:
+        config.certfile = settings.certfile
+        config.keyfile = settings.keyfile
+        config.alpn_protocols = ["http/1.1"]
+        config.ssl_handshake_timeout = TLS_HANDSHAKE_TIMEOUT_S
     return config
 
 

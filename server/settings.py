@@ -70,6 +70,10 @@ class Settings:
     connections_max: int = 1000
     # Bytes of request bodies held across all requests in flight; past it, 503 with Retry-After.
     body_bytes_in_flight_max: int = 64 * 1024 * 1024
+    # TLS: the certificate chain and its private key (PEM files), both or neither. With them the
+    # server speaks https itself (HTTP/1.1 over TLS 1.2+); without, plain http.
+    certfile: str | None = None
+    keyfile: str | None = None
 
     # The durable journal (with a data directory); defaults are the store's own.
     fsync_batch_ms: float = _STORE.batch_interval_ms

@@ -24,17 +24,22 @@ import httpx
 
 OFFICIAL_SDK = "runstate-sdk==0.2.0"
 OFFICIAL_SDK_030 = "runstate-sdk==0.3.0"
-SERVING = re.compile(r"runstate: serving on (http://\S+)")
+SERVING = re.compile(r"runstate: serving on (https?://\S+)")
 START_TIMEOUT_S = 30
 
 
 class ServerProcess:
     """`runstate serve` in a subprocess; use as a context manager or call start()/stop()."""
 
-    def __init__(self, *args: str, api_key: str = "e2e-key", space_id: str = "default", env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *args: str, api_key: str = "e2e-key", space_id: str = "default", env: dict[str, str] | None = None,
+        ca_bundle: str | None = None,
+    ) -> None:
         self.args = list(args)
         # 0: any free port. `restart()` sets it to the one in use, so clients keep their URL.
         self.port = 0
+        # An https server's certificate is checked against this PEM file (a self-signed one).
+        self.ca_bundle = ca_bundle
         self.api_key = api_key
         self.space_id = space_id
         self.extra_env = env or {}
@@ -76,7 +81,7 @@ class ServerProcess:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                if httpx.get(self.base_url + "/healthz", timeout=2).status_code == 200:
+                if httpx.get(self.base_url + "/healthz", timeout=2, verify=self.verify()).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -85,8 +90,15 @@ class ServerProcess:
             time.sleep(0.05)
         raise RuntimeError("server not healthy:\n" + "\n".join(self.lines))
 
+    def verify(self) -> Any:
+        import ssl
+
+        return True if self.ca_bundle is None else ssl.create_default_context(cafile=self.ca_bundle)
+
     def client(self, api_key: str | None = None) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, headers={"authorization": f"Bearer {api_key or self.api_key}"}, timeout=10)
+        return httpx.Client(
+            base_url=self.base_url, headers={"authorization": f"Bearer {api_key or self.api_key}"}, timeout=10, verify=self.verify()
+        )
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15) -> int | None:
         if self.proc is None:
