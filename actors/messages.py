@@ -265,6 +265,22 @@ class MessageTable:
         found.sort(key=lambda message: message.seq)
         return found
 
+    def oldest_waiting_ms(self) -> dict[str, int]:
+        """By mailbox, when its oldest message waiting for a worker (QUEUED or DELAYED) was enqueued.
+
+        A queue lists its messages in enqueue order, so each queue's first one not under a lease
+        is its oldest waiting (for the metrics, read when scraped)."""
+        oldest: dict[str, int] = {}
+        messages = self._messages
+        for (mailbox_id, _), queue in self._queues.items():
+            for message_id in queue.live:
+                message = messages[message_id]
+                if message.state != LEASED:
+                    if message.created_ms < oldest.get(mailbox_id, message.created_ms + 1):
+                        oldest[mailbox_id] = message.created_ms
+                    break
+        return oldest
+
     def dead_letters(self, mailbox_id: str) -> list[Message]:
         """The mailbox's dead letters still kept, oldest first."""
         return [self._messages[m] for m in self._dead.get(mailbox_id, ())]

@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client import disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ..actors import caps
 from ..actors.usage import EXPIRIES
 from ..snapshots.disk import Disk
 from .capacity_metrics import capacity_families  # -- capacity --
@@ -81,7 +82,7 @@ class RouteMetrics:
 class JournalMetrics:
     """What the journal reports: append and fsync latency, snapshot duration."""
 
-    __slots__ = ("append", "fsync", "snapshot")
+    __slots__ = ("append", "fsync", "snapshot", "errors")
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.append = Histogram(
@@ -95,6 +96,11 @@ class JournalMetrics:
             "runstate_snapshot_duration_seconds", "Time to write one snapshot, from start to its rename.",
             buckets=SNAPSHOT_BUCKETS_S, registry=registry,
         ).observe
+        # A WAL write or fsync that failed: from then on the journal refuses changes until it has
+        # repaired itself (`runstate_journal_refusing`).
+        self.errors = Counter(
+            "runstate_wal_errors", "WAL writes and fsyncs that failed, by operation.", ["operation"], registry=registry,
+        )
 
 
 class MeteredDisk(Disk):
@@ -125,14 +131,22 @@ class MeteredDisk(Disk):
         if fd not in self._wal_fds:
             return super().write(fd, data)
         started = time.perf_counter()
-        super().write(fd, data)
+        try:
+            super().write(fd, data)
+        except OSError:
+            self._journal.errors.labels("write").inc()
+            raise
         self._journal.append(time.perf_counter() - started)
 
     def fsync(self, fd: int, what: str = "") -> None:
         if fd not in self._wal_fds:
             return super().fsync(fd, what)
         started = time.perf_counter()
-        super().fsync(fd, what)
+        try:
+            super().fsync(fd, what)
+        except OSError:
+            self._journal.errors.labels("fsync").inc()
+            raise
         self._journal.fsync(time.perf_counter() - started)
 
 
@@ -168,7 +182,7 @@ class StateCollector:
 
     def __init__(self) -> None:
         self.runtime: "Runtime | None" = None
-        self.sources: list[Source] = [queue_families, capacity_families]  # -- capacity --
+        self.sources: list[Source] = [queue_families, cap_families, capacity_families]  # -- capacity --
         # -- coordination --
         from .coordination_metrics import coordination_families
 
@@ -190,6 +204,11 @@ class StateCollector:
         kernel = runtime.kernel
         if kernel is None:
             return
+        refusing = GaugeMetricFamily(
+            "runstate_journal_refusing", "1 while the journal refuses every change (a WAL write or fsync failed; it repairs itself), else 0."
+        )
+        refusing.add_metric([], 1 if runtime.journal_refusal() is not None else 0)
+        yield refusing
         yield from _kernel_families(kernel)
         now_ms = kernel.clock.now_ms()
         spaces = {space.id: space for space in kernel.spaces()}
@@ -259,14 +278,34 @@ def queue_families(spaces: "Mapping[str, SpaceState]", now_ms: int) -> Iterator[
     queued = GaugeMetricFamily("runstate_tasks_queued", "Messages and tasks waiting for a worker, by mailbox (retry backoff included).", labels=["space", "mailbox"])
     running = GaugeMetricFamily("runstate_tasks_running", "Messages and tasks a worker holds under a lease, by mailbox.", labels=["space", "mailbox"])
     in_flight = GaugeMetricFamily("runstate_deliveries_in_flight", "Deliveries handed out and not yet settled, by space.", labels=["space"])
+    dead = GaugeMetricFamily("runstate_dead_letters", "Dead letters kept, by mailbox.", labels=["space", "mailbox"])
+    oldest = GaugeMetricFamily(
+        "runstate_queue_oldest_age_seconds", "Age of the oldest message or task waiting for a worker, by mailbox (0 when none waits).",
+        labels=["space", "mailbox"],
+    )
     for space_id, space in spaces.items():
         mailboxes = getattr(space, "mailboxes", None)
         if mailboxes is None:
             continue
         leased_total = 0
+        waiting_since = space.messages.oldest_waiting_ms()
         for mailbox in mailboxes.all():
             queued.add_metric([space_id, mailbox.name], mailbox.queued + mailbox.delayed)
             running.add_metric([space_id, mailbox.name], mailbox.leased)
+            dead.add_metric([space_id, mailbox.name], mailbox.dead)
+            since_ms = waiting_since.get(mailbox.id)
+            oldest.add_metric([space_id, mailbox.name], 0 if since_ms is None else max(0, now_ms - since_ms) / 1000)
             leased_total += mailbox.leased
         in_flight.add_metric([space_id], leased_total)
-    yield from (queued, running, in_flight)
+    yield from (queued, running, in_flight, dead, oldest)
+
+
+def cap_families(spaces: "Mapping[str, SpaceState]", now_ms: int) -> Iterator[Metric]:
+    """How full each space is against its caps (`GET /caps`): what it holds and the limit."""
+    held = GaugeMetricFamily("runstate_space_cap_held", "What a space holds against each of its caps, by setting.", labels=["space", "setting"])
+    limit = GaugeMetricFamily("runstate_space_cap_limit", "The limit of each cap of a space, by setting.", labels=["space", "setting"])
+    for space_id, space in spaces.items():
+        for row in caps.view(space)["caps"]:
+            held.add_metric([space_id, row["setting"]], row["held"])
+            limit.add_metric([space_id, row["setting"]], row["limit"])
+    yield from (held, limit)

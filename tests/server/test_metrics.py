@@ -39,6 +39,12 @@ FAMILIES = {
     "runstate_wal_append_seconds",
     "runstate_wal_fsync_seconds",
     "runstate_snapshot_duration_seconds",
+    "runstate_journal_refusing",
+    "runstate_wal_errors",
+    "runstate_dead_letters",
+    "runstate_queue_oldest_age_seconds",
+    "runstate_space_cap_held",
+    "runstate_space_cap_limit",
 }
 
 
@@ -160,3 +166,48 @@ async def test_the_journal_hooks_feed_their_histograms():
     assert found[("runstate_wal_append_seconds_count", ())] == 1
     assert found[("runstate_wal_fsync_seconds_sum", ())] == pytest.approx(0.003)
     assert found[("runstate_snapshot_duration_seconds_bucket", (("le", "2.5"),))] == 1
+
+
+async def test_queue_age_dead_letters_and_caps_follow_the_state(autojump_clock):
+    """The oldest waiting message's age grows with the clock; dead letters and the space's caps show."""
+    async with runstate.testing.serve_app(create_app(settings())) as rs:
+        app = rs.app
+        _, run = await post(app, "/scopes", {})
+        _, mailbox = await post(app, "/mailboxes", {"name": "q", "maxAttempts": 1})
+        _, sent = await post(app, f"/mailboxes/{mailbox['id']}/messages", {"scopeId": run["id"], "payload": "x"})
+        await trio.sleep(30)
+        await post(app, f"/mailboxes/{mailbox['id']}/messages", {"scopeId": run["id"], "payload": "y"})
+        await trio.sleep(12)
+        found = samples((await scrape(app))[2])
+        by_mailbox = (("mailbox", "q"), ("space", "default"))
+        assert found[("runstate_queue_oldest_age_seconds", by_mailbox)] == pytest.approx(42)
+        _, delivery = await post(app, f"/mailboxes/{mailbox['id']}/recv", {"scopeId": run["id"], "holder": "w", "holderSession": "s"})
+        await post(app, f"/messages/{sent['id']}/nack", {"token": delivery["token"], "retry": False})
+        found = samples((await scrape(app))[2])
+    assert found[("runstate_queue_oldest_age_seconds", by_mailbox)] == pytest.approx(12)  # the younger one waits now
+    assert found[("runstate_dead_letters", by_mailbox)] == 1
+    assert found[("runstate_space_cap_held", (("setting", "space_scopes_max"), ("space", "default")))] == 1
+    assert found[("runstate_space_cap_limit", (("setting", "space_scopes_max"), ("space", "default")))] == 100_000
+    assert found[("runstate_journal_refusing", ())] == 0
+
+
+async def test_a_failed_wal_write_or_fsync_is_counted(tmp_path, monkeypatch):
+    from runstate.server.metrics import MeteredDisk, Metrics
+    from runstate.snapshots.disk import Disk
+
+    metrics = Metrics()
+    disk = MeteredDisk(metrics.journal, str(tmp_path))
+    fd = disk.create(str(tmp_path / "segment"))
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Disk, "write", broken)
+    monkeypatch.setattr(Disk, "fsync", broken)
+    for call in (lambda: disk.write(fd, b"x"), lambda: disk.fsync(fd)):
+        with pytest.raises(OSError):
+            call()
+    body = metrics.render()
+    found = samples(body)
+    assert found[("runstate_wal_errors_total", (("operation", "write"),))] == 1
+    assert found[("runstate_wal_errors_total", (("operation", "fsync"),))] == 1
