@@ -31,7 +31,7 @@ from .timestamps import parse_timestamp
 __all__ = [
     "Spec", "body", "path", "drawn", "caller", "parse", "specs", "schema", "check_text", "check_space_id",
     "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "query", "MINOR",
-    "compile_parser",
+    "compile_parser", "integer_range",
 ]
 
 # Kinds of field, by their JSON type and what the command keeps.
@@ -207,9 +207,9 @@ def _read(spec: Spec, value: Any, limits: Limits) -> Any:
             check_text(name, value, spec.bound(spec.length_max, limits), spec.length_min)
         return value
     if kind == INTEGER:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise _refuse(f"field {name!r} must be an integer")
         low, high = spec.bound(spec.minimum, limits), spec.bound(spec.maximum, limits)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _refuse(f"field {name!r} must be {integer_range(low, high)}, got {quote(value)}")
         if high is None and low is not None and value < low:
             raise _refuse(f"{name} must not be less than {low}, got {value}")
         if high is not None and not (low if low is not None else value) <= value <= high:
@@ -243,6 +243,15 @@ def _read(spec: Spec, value: Any, limits: Limits) -> Any:
     if kind == MINOR:
         return read_minor(name, value)
     raise AssertionError(f"no field kind {kind!r}")
+
+
+def integer_range(low: Any, high: Any) -> str:
+    """How a refusal names the integers a field takes: "an integer from 5 to 600"."""
+    if low is not None and high is not None:
+        return f"an integer from {low} to {high}"
+    if low is not None:
+        return f"an integer of at least {low}"
+    return "an integer"
 
 
 def read_minor(name: str, value: Any) -> int:

@@ -114,7 +114,7 @@ def _command_handler(command_class: type, status: int | StatusOf, operator: bool
         if records_caller:
             params["caller"] = services.caller(request)
         kernel = services.kernel
-        command = kernel.parse(command_class, request.json().data, params, request.param)
+        command = kernel.parse(command_class, request.json().for_command(command_class, kernel.limits), params, request.param)
         reply = await kernel.submit(command, idem=request.idem(space), wait_ms=getattr(command, "wait_ms", None))
         if reply is EMPTY:
             return 204, None

@@ -25,7 +25,7 @@ async def acquire(services: Runtime, request: Request, space: str) -> tuple[int,
     """Acquire; with `waitMs`, a held claim parks the request until it is free or the wait ends."""
     services.authorize(request, space)
     kernel = services.kernel
-    command = kernel.parse(c.AcquireClaim, request.json().data, {"space": space})
+    command = kernel.parse(c.AcquireClaim, request.json().for_command(c.AcquireClaim, kernel.limits), {"space": space})
     idem = request.idem(space)
     reply = await kernel.submit(command, idem=idem, wait_ms=command.wait_ms)
     if reply is EMPTY:  # still held when the wait ended: answer as an acquire without a wait does

@@ -73,7 +73,7 @@ async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[
     """The listing; a held poll that ends with nothing answers the empty listing, not 204."""
     services.authorize(request, space)
     kernel = services.kernel
-    command = kernel.parse(c.PollTimers, request.json().data, {"space": space})
+    command = kernel.parse(c.PollTimers, request.json().for_command(c.PollTimers, kernel.limits), {"space": space})
     reply = await kernel.submit(command, idem=request.idem(space), wait_ms=command.wait_ms)
     if reply is EMPTY:
         return 200, {"scopeId": command.scope_id, "timers": []}
