@@ -12,13 +12,16 @@ A command (`commands.py`) is a frozen dataclass whose fields are declared with `
 
 Wire conventions (the v1 contract): an optional field that is null is the same as an absent one; a
 required field that is missing or null, or of the wrong JSON type, is refused naming the field;
-integers are JSON integers (`30.0`, `"30"` and `true` are refused, not coerced); unknown fields are
-ignored, so newer clients that send more still work.
+integers are JSON integers (`30.0`, `"30"` and `true` are refused, not coerced); a field the command
+does not read is refused naming it (with the nearest one it reads, when one is near): a typo such as
+`nmae` would otherwise be dropped in silence and the request done without it. A command may list
+in `IGNORED` fields that clients send and it rightly does without; those are let through.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -31,7 +34,7 @@ from .timestamps import parse_timestamp
 __all__ = [
     "Spec", "body", "path", "drawn", "caller", "parse", "specs", "schema", "check_text", "check_space_id",
     "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "query", "MINOR",
-    "compile_parser", "integer_range",
+    "compile_parser", "integer_range", "body_wires", "refuse_unknown",
 ]
 
 # Kinds of field, by their JSON type and what the command keeps.
@@ -291,6 +294,28 @@ def _query_value(spec: Spec, text: str | None) -> Any:
     return int(text)
 
 
+def body_wires(command_class: type) -> frozenset[str]:
+    """The body fields a command reads, and those it lets through unread (`IGNORED`)."""
+    cached = command_class.__dict__.get("_body_wires")
+    if cached is None:
+        cached = frozenset(spec.wire for _, spec in specs(command_class) if spec.source == BODY)
+        cached |= frozenset(getattr(command_class, "IGNORED", ()))
+        command_class._body_wires = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def refuse_unknown(command_class: type, data: dict) -> None:
+    """VALIDATION_FAILED naming the first field of `data` the command does not read."""
+    known = body_wires(command_class)
+    for name in data:
+        if name not in known:
+            read = sorted(spec.wire for _, spec in specs(command_class) if spec.source == BODY)
+            near = difflib.get_close_matches(str(name), read, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            takes = f"this request takes {', '.join(read)}" if read else "this request takes no fields"
+            raise _refuse(f"unknown field {quote(name)}{hint}: {takes}")
+
+
 def parse(
     command_class: type,
     data: dict,
@@ -301,6 +326,8 @@ def parse(
 ) -> Any:
     """Build a command from a JSON body, path parameters and (for a GET) query parameters: every
     field read and checked, every drawn value drawn; then the command's own cross-field `check`."""
+    if not data.keys() <= body_wires(command_class):
+        refuse_unknown(command_class, data)
     values: dict[str, Any] = {}
     for attribute, spec in specs(command_class):
         source = spec.source
@@ -337,8 +364,11 @@ def compile_parser(command_class: type, limits: Limits) -> Parser:
     read, and values drawn, in the order `parse` does, so both give the same command or the same
     error for every input (a property test holds them equal).
     """
-    namespace: dict[str, Any] = {"_cls": command_class, "_limits": limits, "_read": _read, "_rf": read_field, "_qf": _query_field}
-    lines = ["def parse(data, params, draw, query):"]
+    namespace: dict[str, Any] = {
+        "_cls": command_class, "_limits": limits, "_read": _read, "_rf": read_field, "_qf": _query_field,
+        "_known": body_wires(command_class), "_unknown": refuse_unknown,
+    }
+    lines = ["def parse(data, params, draw, query):", "    if not data.keys() <= _known: _unknown(_cls, data)"]
     names = []
     for index, (attribute, spec) in enumerate(specs(command_class)):
         s, v = f"_s{index}", f"v{index}"

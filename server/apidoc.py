@@ -32,8 +32,9 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
   with `details` where there is more to act on, and `Retry-After` on contention.
 - **Retries.** Every mutation of a space takes an `Idempotency-Key` header (1-{key_len_max} printable
   characters): a retry with the same key and request returns the first answer, for 24 hours.
-- **Fields.** An optional field that is `null` is the same as an absent one; unknown fields are
-  ignored; integers are JSON integers (`30.0` and `"30"` are refused).
+- **Fields.** An optional field that is `null` is the same as an absent one; a field the route does
+  not read is refused with 400 naming it (a typo is not dropped in silence); integers are JSON
+  integers (`30.0` and `"30"` are refused).
 """
 
 

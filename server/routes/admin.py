@@ -14,10 +14,12 @@ nowhere else; the request takes no Idempotency-Key, because a stored answer woul
 from __future__ import annotations
 
 from ...actors import commands as c
+from ...actors.errors import VALIDATION_FAILED, quote
 from ...actors.fields import TEXT, TEXTS, Spec, read_field
 from ...actors.keys import digest, new_secret
 from ...actors.state import KernelState
 from ..api import Doc, Reply, endpoint
+from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
 
@@ -38,6 +40,9 @@ async def create_key(services: Runtime, request: Request) -> tuple[int, dict]:
     kernel = services.kernel
     limits = kernel.limits
     data = request.json().data
+    unknown = sorted(set(data) - {"spaces", "space", "name"})
+    if unknown:
+        raise ApiError(VALIDATION_FAILED, f"unknown field {quote(unknown[0])}: this request takes space (or spaces), name")
     spaces = read_field(_SPACES, data, limits)
     if spaces is None:
         spaces = [read_field(_SPACE_REQUIRED, data, limits)]

@@ -131,3 +131,8 @@ async def test_the_admin_key_reads_any_known_space_and_an_api_key_only_its_own(a
     status, refused = await request(app, "POST", "/v1/spaces/default/scopes", ADMIN, {})
     assert status == 403 and refused["error"]["code"] == "FORBIDDEN"
     assert "reads inside a space and performs the operator's actions" in refused["error"]["message"]
+
+
+async def test_a_key_is_not_made_from_a_body_with_a_field_it_does_not_read(app):
+    status, refused = await request(app, "POST", "/v1/admin/keys", ADMIN, {"space": "research", "nmae": "crawler"})
+    assert status == 400 and refused["error"]["code"] == "VALIDATION_FAILED" and "'nmae'" in refused["error"]["message"]

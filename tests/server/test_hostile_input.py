@@ -215,3 +215,18 @@ async def test_an_integer_field_out_of_any_range_says_what_range_it_takes(api, a
     status, _, body = await api.post("/claims", claim(scope_id, leaseSeconds="100000000000000000000"))
     assert_envelope(status, body, "VALIDATION_FAILED", 400)
     assert "must be an integer from 5 to 600" in body["error"]["message"]
+
+
+async def test_a_field_the_route_does_not_read_is_refused_naming_it(api, autojump_clock):
+    """`POST /scopes {"nmae": "x"}` made a run without a name (201); now 400 names the field and the
+    nearest one the route reads. Every route that takes a body does the same."""
+    status, _, body = await api.post("/scopes", {"nmae": "x"})
+    assert_envelope(status, body, "VALIDATION_FAILED", 400)
+    assert body["error"]["message"] == "unknown field 'nmae' (did you mean 'name'?): this request takes childLimit, deadline, name, parentId"
+    scope_id = await new_run(api)
+    status, _, body = await api.post("/claims", {**claim(scope_id), "leaseSecond": 30})
+    assert_envelope(status, body, "VALIDATION_FAILED", 400)
+    assert "'leaseSecond' (did you mean 'leaseSeconds'?)" in body["error"]["message"]
+    status, _, body = await api.post(f"/scopes/{scope_id}/cancel", {"why": "x"})
+    assert_envelope(status, body, "VALIDATION_FAILED", 400)
+    assert "this request takes no fields" in body["error"]["message"]
