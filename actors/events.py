@@ -245,7 +245,11 @@ def _delivery(task_type: str, message_type: str, **extra: str) -> Derive:
         message = space.messages.find(record["message_id"])
         if message is None:
             return None
-        payload: tuple = (message.id, message.mailbox_id, message.attempts, record.get("holder", message.holder))
+        # The delivery's attempt, numbered as the task view and recv number it (1 for the first):
+        # a lease is the attempt it starts (its record says which; the message, seen before the
+        # record applies, still counts the ones before); any other change is about the current one.
+        attempt = record["attempt"] if "attempt" in record else message.attempts
+        payload: tuple = (message.id, message.mailbox_id, attempt, record.get("holder", message.holder))
         if fields:
             payload += tuple(record.get(field) for field in fields)
         if message.task_id is not None:

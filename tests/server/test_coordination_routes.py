@@ -349,3 +349,19 @@ async def test_events_latest_gives_the_newest_and_the_cursor_to_follow_from(clie
     both = await client.get("/events?latest=1&cursor=2")
     assert both.status == 400 and both.code == "VALIDATION_FAILED"
     assert (await client.get("/events?latest=1001")).status == 400
+
+
+async def test_events_number_a_tasks_attempts_as_its_view_does(client: AsgiClient, autojump_clock):
+    """task.started said attempt 0 and task.succeeded 1 for the same first attempt; after a takeover,
+    started 1, retried 1, succeeded 2. One numbering now, the task view's: 1, 1; then 2, 2."""
+    run, mailbox = await client.run(), await client.mailbox()
+    task = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "k"})).json["taskId"]
+    first = (await client.recv(mailbox, run, leaseSeconds=5)).json
+    assert first["message"]["attempt"] == 1 and (await client.get(f"/tasks/{task}")).json["attempt"] == 1
+    await trio.sleep(6)  # the first worker vanished: its lease runs out, the task goes back
+    second = (await client.recv(mailbox, run)).json
+    assert second["message"]["attempt"] == 2 and (await client.get(f"/tasks/{task}")).json["attempt"] == 2
+    await client.post(f"/messages/{second['message']['id']}/complete", {"token": second["token"], "result": {"payload": 1}})
+    events = (await client.get(f"/watch?waitSeconds=0&aggregate=task:{task}")).json["events"]
+    attempts = [(event["type"], event["payload"].get("attempt")) for event in events if event["type"] != "task.created"]
+    assert attempts == [("task.started", 1), ("task.retried", 1), ("task.started", 2), ("task.succeeded", 2)]

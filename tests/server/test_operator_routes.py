@@ -173,3 +173,4 @@ async def test_a_mailbox_is_purged_of_what_waits(client, autojump_clock):
     for body, status in (({"scopeId": "sc_nope"}, 404), ({"scopeId": 5}, 400), ({"dryRun": "no"}, 400)):
         assert (await client.post(f"/mailboxes/{mailbox}/purge", body)).status == status
     assert (await client.post("/mailboxes/mb_nope/purge", {})).status == 404
+
