@@ -38,10 +38,14 @@ class TaskTicket:
         return view
 
     async def result(self, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> TaskResult:
-        """Poll until the task is terminal: `{"state", "outcome", "reason"}`.
-        Raises `WaitTimeoutError` after `timeout_ms`; the task keeps going."""
+        """Poll until the task is terminal: `{"state", "outcome", "reason"}`, and `"tombstoned":
+        True` when the result's retention ran out (`outcome` is then None: the result expired, it is
+        not an empty one). Raises `WaitTimeoutError` after `timeout_ms`; the task keeps going."""
         view = await self._poll(TERMINAL_STATES, timeout_ms, poll_ms, "finish")
-        return TaskResult(state=view["state"], outcome=view.get("outcome"), reason=view.get("outcomeReason"))
+        result = TaskResult(state=view["state"], outcome=view.get("outcome"), reason=view.get("outcomeReason"))
+        if view.get("tombstoned"):
+            result["tombstoned"] = True
+        return result
 
     async def await_admission(self, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> TaskView:
         """Poll until the task is `RUNNING` or terminal; returns the whole view."""

@@ -53,11 +53,15 @@ class TaskView(TypedDict):
 
 
 class TaskResult(TypedDict):
-    """`ticket.result()`: how a task ended (`outcome` is the recorded result, `reason` why not)."""
+    """`ticket.result()`: how a task ended (`outcome` is the recorded result, `reason` why not).
+
+    `tombstoned` is there, true, once the result's retention ran out: `outcome` is then None
+    because the result is no longer kept, not because the task recorded none."""
 
     state: TaskState
     outcome: Any
     reason: str | None
+    tombstoned: NotRequired[bool]
 
 
 class ScopeView(TypedDict):

@@ -117,3 +117,30 @@ def test_claim_keys_dot_and_dot_dot_renew_and_release_over_http(module_server):
             again = run.claim(key).acquire(lease_seconds=10)
             assert again.generation == lease.generation + 1
             again.release()
+
+
+@pytest.mark.trio
+async def test_a_result_past_its_retention_says_it_expired(autojump_clock):
+    """After retention, `result()` was `{'state': 'SUCCEEDED', 'outcome': None}`, which reads as a
+    success with an empty result; it now says `tombstoned: True`, as `status()` does."""
+    from runstate.actors import Limits
+    from runstate.server.settings import Settings
+
+    settings = Settings(api_key="test-key", space_id="default", seed=1, limits=Limits().replace(retention_s=60))
+    async with testing.serve(settings=settings) as rs:
+        run = await rs.scopes.create()
+        await rs.mailboxes.ensure("work")
+        ticket = await run.mailbox("work").submit({"n": 1}, key="k")
+        delivery = await run.mailbox("work").receive()
+        await delivery.complete({"payload": "report"})
+        assert await ticket.result() == {"state": "SUCCEEDED", "outcome": "report", "reason": None}
+        await anyio_sleep(61)
+        expired = await ticket.result()
+        assert expired == {"state": "SUCCEEDED", "outcome": None, "reason": None, "tombstoned": True}
+        assert (await ticket.status())["tombstoned"] is True
+
+
+async def anyio_sleep(seconds: float) -> None:
+    import anyio
+
+    await anyio.sleep(seconds)

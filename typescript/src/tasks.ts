@@ -40,11 +40,16 @@ export interface TaskView<Outcome = unknown> {
   [field: string]: unknown;
 }
 
-/** What `result()` gives once the task is terminal. */
+/**
+ * What `result()` gives once the task is terminal. `tombstoned: true` is there once the result's
+ * retention ran out: `outcome` is then null because the result is no longer kept, not because there
+ * was none.
+ */
 export interface TaskResult<Outcome = unknown> {
   state: TerminalState;
   outcome: Outcome | null;
   reason: string | null;
+  tombstoned?: true;
 }
 
 export interface WaitOptions {
@@ -75,7 +80,13 @@ export class TaskTicket<Outcome = unknown> {
    * `timeoutMs`; the task keeps going. */
   async result(options: WaitOptions = {}): Promise<TaskResult<Outcome>> {
     const view = await this.#poll(TERMINAL_STATES, options, 'finish');
-    return { state: view.state as TerminalState, outcome: view.outcome ?? null, reason: view.outcomeReason ?? null };
+    const result: TaskResult<Outcome> = {
+      state: view.state as TerminalState,
+      outcome: view.outcome ?? null,
+      reason: view.outcomeReason ?? null,
+    };
+    if (view.tombstoned === true) result.tombstoned = true;
+    return result;
   }
 
   /** Poll until the task is `RUNNING` or terminal; returns the whole view. */

@@ -100,3 +100,24 @@ describe('operator tools', () => {
     }
   });
 });
+
+describe('a result past its retention', () => {
+  test('says tombstoned, not an empty success', async () => {
+    const server = await Server.start({ memory: true, args: ['--retention-s', '1'] });
+    const rs = new Runstate({ apiKey: server.apiKey, spaceId: server.spaceId, baseUrl: server.baseUrl });
+    try {
+      const run = await rs.scopes.create();
+      await rs.mailboxes.ensure('work');
+      const ticket = await run.mailbox('work').submit({ n: 1 }, { key: 'k' });
+      const delivery = await run.mailbox('work').receive();
+      assert.ok(delivery);
+      await delivery.complete({ payload: 'report' });
+      assert.deepEqual(await ticket.result(), { state: 'SUCCEEDED', outcome: 'report', reason: null });
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      assert.deepEqual(await ticket.result(), { state: 'SUCCEEDED', outcome: null, reason: null, tombstoned: true });
+    } finally {
+      rs.close();
+      await server.stop();
+    }
+  });
+});
