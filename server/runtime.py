@@ -249,7 +249,14 @@ class Runtime:
                 )
             raise ApiError(UNAUTHENTICATED, "the API key is not valid")
         if space not in spaces:
-            raise ApiError(NOT_FOUND, f"space {quote(space)} not found")
+            # 404 whether `space` exists or not (a key learns nothing of other spaces), but saying
+            # which spaces this key opens: the usual cause is a key of another space.
+            opened = ", ".join(quote(name) for name in sorted(spaces)[:10]) + (", ..." if len(spaces) > 10 else "")
+            raise ApiError(
+                NOT_FOUND,
+                f"space {quote(space)} not found for this API key, which opens {opened}: use a key made for "
+                f"{quote(space)} (runstate keys create --space {space}), or that space's id",
+            )
         return space
 
     def caller(self, request: Request) -> str:

@@ -136,3 +136,15 @@ async def test_the_admin_key_reads_any_known_space_and_an_api_key_only_its_own(a
 async def test_a_key_is_not_made_from_a_body_with_a_field_it_does_not_read(app):
     status, refused = await request(app, "POST", "/v1/admin/keys", ADMIN, {"space": "research", "nmae": "crawler"})
     assert status == 400 and refused["error"]["code"] == "VALIDATION_FAILED" and "'nmae'" in refused["error"]["message"]
+
+
+async def test_a_key_sent_to_another_space_is_told_which_spaces_it_opens(app):
+    """A `default` key with space "research" got "space 'research' not found" though research exists:
+    the answer is still 404 (a key learns nothing of other spaces), and says which spaces it opens."""
+    await request(app, "POST", "/v1/admin/keys", ADMIN, {"space": "research"})
+    status, refused = await request(app, "POST", "/v1/spaces/research/scopes", KEY, {})
+    assert status == 404 and refused["error"]["code"] == "NOT_FOUND"
+    message = refused["error"]["message"]
+    assert "not found for this API key, which opens 'default'" in message and "keys create --space research" in message
+    status, unknown = await request(app, "POST", "/v1/spaces/nowhere/scopes", KEY, {})
+    assert status == 404 and unknown["error"]["message"].replace("nowhere", "research") == message
