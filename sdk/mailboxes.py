@@ -38,6 +38,9 @@ __all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEF
 DEFAULT_CONSUME_WAIT_MS = 20_000
 # The lease of a delivery from receive(); it is not renewed for the caller.
 RECEIVE_LEASE_SECONDS = 30
+# The longest a server holds one recv (its wait_ms_max, 30 s by default): receive() asks again for
+# the rest of a longer wait.
+RECV_WAIT_MS_MAX = 30_000
 # How often a long poll looks at the stop flag.
 STOP_CHECK_S = 0.1
 
@@ -277,12 +280,24 @@ class MailboxRef:
 
     async def receive(self, *, wait_ms: int = 0) -> Delivery | None:
         """One delivery leased for 30 s (not renewed for you), or None if there is none.
-        With `wait_ms` the server holds the request until a message comes or the wait ends."""
+
+        With `wait_ms` the server holds the request until a message comes or the wait ends. A
+        server holds one request at most 30 s (its `wait_ms_max`): a longer wait is made of as
+        many long polls as it takes, so None comes only once the whole `wait_ms` has passed (or
+        the server ended a wait early, as it does when it shuts down)."""
         wait_ms = check_wait_ms(wait_ms)
-        sent = anyio.current_time()
-        raw = await self._recv(RECEIVE_LEASE_SECONDS, wait_ms)
-        began = sent if wait_ms <= 0 else anyio.current_time()
-        return None if raw is None else Delivery(self._ctx, raw, lease_seconds=RECEIVE_LEASE_SECONDS, sent_at=began)
+        deadline = anyio.current_time() + wait_ms / 1000
+        while True:
+            left_ms = max(0, round((deadline - anyio.current_time()) * 1000))
+            sent = anyio.current_time()
+            raw = await self._recv(RECEIVE_LEASE_SECONDS, left_ms)
+            if raw is not None:
+                began = sent if left_ms <= 0 else anyio.current_time()
+                return Delivery(self._ctx, raw, lease_seconds=RECEIVE_LEASE_SECONDS, sent_at=began)
+            held_ms = (anyio.current_time() - sent) * 1000
+            # Again only when the server held the request its whole capped wait and time is left.
+            if left_ms <= RECV_WAIT_MS_MAX or held_ms < RECV_WAIT_MS_MAX * 0.9 or anyio.current_time() >= deadline:
+                return None
 
     async def _recv(self, lease_seconds: int, wait_ms: int) -> dict[str, Any] | None:
         mailbox_id = await self.resolve_id()

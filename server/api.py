@@ -19,10 +19,12 @@ from ..actors.fields import takes_caller
 from ..actors.kernel import EMPTY
 from .http import Handler, Request, Router
 
-__all__ = ["Doc", "Reply", "endpoint", "NO_CONTENT", "OPENAPI_PATH"]
+__all__ = ["Doc", "Reply", "endpoint", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER"]
 
 # Where the OpenAPI document made from these declarations is served.
 OPENAPI_PATH = "/v1/openapi.json"
+# On the answer to a long poll whose waitMs was over the server's cap: the wait it was held at most.
+WAIT_CAPPED_HEADER = "runstate-wait-capped-ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,11 @@ def _command_handler(command_class: type, status: int | StatusOf, operator: bool
             params["caller"] = services.caller(request)
         kernel = services.kernel
         command = kernel.parse(command_class, request.json().for_command(command_class, kernel.limits), params, request.param)
-        reply = await kernel.submit(command, idem=request.idem(space), wait_ms=getattr(command, "wait_ms", None))
+        wait_ms = getattr(command, "wait_ms", None)
+        if wait_ms is not None and wait_ms > kernel.limits.wait_ms_max:
+            # Held at most wait_ms_max: the answer says so, so that a caller can wait again.
+            request.answer_headers = {WAIT_CAPPED_HEADER: str(kernel.limits.wait_ms_max)}
+        reply = await kernel.submit(command, idem=request.idem(space), wait_ms=wait_ms)
         if reply is EMPTY:
             return 204, None
         return (status_of(reply) if status_of is not None else status), reply  # type: ignore[return-value]

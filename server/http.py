@@ -59,7 +59,7 @@ class Raw:
 
 
 class Request:
-    __slots__ = ("method", "raw_path", "headers", "body", "request_id", "client", "query", "limits", "_parsed")
+    __slots__ = ("method", "raw_path", "headers", "body", "request_id", "client", "query", "limits", "_parsed", "answer_headers")
 
     def __init__(
         self, method: str, raw_path: str, headers: dict[str, str], body: bytes, client: str | None, limits: Limits
@@ -73,6 +73,8 @@ class Request:
         self.query = b""
         self.limits = limits
         self._parsed: Body | None = None
+        # Headers a handler adds to its answer (a long poll's wait that was capped).
+        self.answer_headers: dict[str, str] | None = None
 
     def param(self, name: str) -> str | None:
         """The last value of query parameter `name`, decoded; None when absent."""
@@ -192,10 +194,14 @@ async def _send_raw(send: Callable[[dict], Awaitable[None]], status: int, raw: R
     await send({"type": "http.response.body", "body": raw.body})
 
 
-async def _send_empty(send: Callable[[dict], Awaitable[None]], request_id: str, close: bool = False) -> None:
+async def _send_empty(
+    send: Callable[[dict], Awaitable[None]], request_id: str, close: bool = False, extra: dict[str, str] | None = None
+) -> None:
     headers = [(b"x-request-id", request_id.encode())]
     if close:
         headers.append((b"connection", b"close"))
+    if extra:
+        headers.extend((k.encode(), v.encode()) for k, v in extra.items())
     await send({"type": "http.response.start", "status": 204, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
 
@@ -253,12 +259,15 @@ async def serve_http(
         else:
             answer = await route.handler(services, request, **params)
         status, body = answer
+        extra = request.answer_headers
         if status == 204:
-            await _send_empty(send, request.request_id, services.draining)
+            await _send_empty(send, request.request_id, services.draining, extra)
         elif isinstance(body, Raw):
             await _send_raw(send, status, body, request.request_id)
         else:
-            await _send(send, status, orjson.dumps(body), _CLOSE if services.draining else None, request.request_id)
+            if services.draining:
+                extra = {**(extra or {}), **_CLOSE}
+            await _send(send, status, orjson.dumps(body), extra, request.request_id)
     except ClientGone:
         status = CLIENT_GONE
     except KernelError as error:
@@ -266,6 +275,8 @@ async def serve_http(
         code = error.code
         if code == STALE_CLAIM and route is not None:  # a late write turned away: the console shows it
             telemetry.fenced.saw(route.pattern, params, error.message, services.kernel.clock.now_ms())
+        if request.answer_headers:
+            extra.update(request.answer_headers)
         if services.draining:
             extra.update(_CLOSE)
         if await drain(receive, doors, incoming):  # refused before its body was read: read it, drop it

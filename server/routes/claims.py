@@ -11,7 +11,7 @@ import dataclasses
 
 from ...actors import commands as c
 from ...actors.kernel import EMPTY
-from ..api import Doc, Reply, endpoint
+from ..api import WAIT_CAPPED_HEADER, Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
 
@@ -27,6 +27,8 @@ async def acquire(services: Runtime, request: Request, space: str) -> tuple[int,
     kernel = services.kernel
     command = kernel.parse(c.AcquireClaim, request.json().for_command(c.AcquireClaim, kernel.limits), {"space": space})
     idem = request.idem(space)
+    if command.wait_ms is not None and command.wait_ms > kernel.limits.wait_ms_max:
+        request.answer_headers = {WAIT_CAPPED_HEADER: str(kernel.limits.wait_ms_max)}
     reply = await kernel.submit(command, idem=idem, wait_ms=command.wait_ms)
     if reply is EMPTY:  # still held when the wait ended: answer as an acquire without a wait does
         reply = await kernel.submit(dataclasses.replace(command, wait_ms=None), idem=idem)

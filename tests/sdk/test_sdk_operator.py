@@ -144,3 +144,28 @@ async def anyio_sleep(seconds: float) -> None:
     import anyio
 
     await anyio.sleep(seconds)
+
+
+@pytest.mark.trio
+async def test_receive_waits_its_whole_wait_past_the_servers_cap(autojump_clock):
+    """receive(wait_ms=60000) gave up after 30 s (the server's cap) with nothing said; it now waits
+    the whole 60 s, one long poll after another, and a message sent at 45 s is delivered."""
+    import trio
+
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        await rs.mailboxes.ensure("work")
+        box = run.mailbox("work")
+        started = trio.current_time()
+        assert await box.receive(wait_ms=60_000) is None
+        assert trio.current_time() - started == pytest.approx(60, abs=0.5)
+        got = []
+        async with trio.open_nursery() as nursery:
+            async def wait() -> None:
+                got.append(await box.receive(wait_ms=60_000))
+
+            nursery.start_soon(wait)
+            await trio.sleep(45)
+            await box.send({"late": True})
+        assert got[0] is not None and got[0].data == {"late": True}
+

@@ -306,3 +306,19 @@ async def test_any_value_in_any_field_is_answered_without_a_500(client, autojump
     for raw in (b"{", b"[]", b"null", b'"s"', b"\xff\xfe"):
         response = await client.request("POST", "/tasks", raw=raw)
         assert response.status == 400 and response.code == "VALIDATION_FAILED"
+
+
+async def test_a_wait_over_the_cap_is_said_in_the_answer(client, autojump_clock):
+    """waitMs over wait_ms_max is held the cap and no longer; the answer says so in a header, so a
+    caller knows to ask again rather than take the 204 for its whole wait."""
+    run, mailbox = await client.run(), await client.mailbox()
+    started = trio.current_time()
+    capped = await client.recv(mailbox, run, waitMs=60_000)
+    assert capped.status == 204 and capped.headers["runstate-wait-capped-ms"] == "30000"
+    assert trio.current_time() - started == pytest.approx(30)
+    short = await client.recv(mailbox, run, waitMs=1_000)
+    assert short.status == 204 and "runstate-wait-capped-ms" not in short.headers
+    run_claim = {"scopeId": run, "key": "k", "holder": "h", "holderSession": "s", "leaseSeconds": 600}
+    await client.post("/claims", run_claim)
+    held = await client.post("/claims", {**run_claim, "holder": "other", "waitMs": 45_000})
+    assert held.status == 409 and held.headers["runstate-wait-capped-ms"] == "30000"

@@ -62,6 +62,8 @@ import { warn } from './warnings.js';
 export const DEFAULT_CONSUME_WAIT_MS = 20_000;
 /** The lease of a delivery from `receive()`; it is not renewed for the caller. */
 export const RECEIVE_LEASE_SECONDS = 30;
+/** The longest a server holds one recv (its wait_ms_max): `receive()` asks again for the rest. */
+const RECV_WAIT_MS_MAX = 30_000;
 export const DEFAULT_SHUTDOWN_TIMEOUT_MS = 30_000;
 // An empty long-poll answer faster than this (or than waitMs) is followed by a pollMs pause.
 const EARLY_EMPTY_MS = 1000;
@@ -356,13 +358,26 @@ export class MailboxRef {
 
   // -- workers -----------------------------------------------------------------------------------
 
-  /** One delivery leased for 30 s (not renewed for you), or null when there is none. With `waitMs`
-   * the server holds the request until a message comes or the wait ends. */
+  /**
+   * One delivery leased for 30 s (not renewed for you), or null when there is none. With `waitMs`
+   * the server holds the request until a message comes or the wait ends. A server holds one
+   * request at most 30 s (its `wait_ms_max`): a longer `waitMs` is made of as many long polls as it
+   * takes, so null comes only once the whole wait has passed (or the server ended a wait early, as
+   * at shutdown).
+   */
   async receive<T = unknown>(options: ReceiveOptions = {}): Promise<Delivery<T> | null> {
-    const waitMs = options.waitMs ?? 0;
-    const sentMs = nowMs();
-    const raw = await this.#recv(RECEIVE_LEASE_SECONDS, waitMs, options.signal);
-    return raw === null ? null : new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), RECEIVE_LEASE_SECONDS);
+    const deadline = nowMs() + Math.max(options.waitMs ?? 0, 0);
+    for (;;) {
+      const leftMs = Math.max(0, Math.round(deadline - nowMs()));
+      const sentMs = nowMs();
+      const raw = await this.#recv(RECEIVE_LEASE_SECONDS, leftMs, options.signal);
+      if (raw !== null) {
+        return new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), leftMs > 0), RECEIVE_LEASE_SECONDS);
+      }
+      const heldMs = nowMs() - sentMs;
+      // Again only when the server held the request its whole capped wait and time is left.
+      if (leftMs <= RECV_WAIT_MS_MAX || heldMs < RECV_WAIT_MS_MAX * 0.9 || nowMs() >= deadline) return null;
+    }
   }
 
   /**
