@@ -263,7 +263,7 @@ class Runtime:
         """Who sends the request, as an operator's action records it: "admin" for the admin key,
         else the API key's id. (Called after `authorize`, so the key is one of the two.)"""
         secret = request.bearer()
-        key = self.kernel.state.keys.active(secret)  # type: ignore[union-attr]
+        key = self.kernel.keys.active(secret)  # type: ignore[union-attr]
         if key is not None:
             return key.id
         assert self.admin.matches(secret), "caller() is asked after authorize()"

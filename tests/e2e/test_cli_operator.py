@@ -162,19 +162,25 @@ def test_spaces_alone_lists_them_and_takes_json(server):
 
 
 def read_until(proc: subprocess.Popen, done, timeout_s: float = 20) -> list[str]:
-    """Lines of `proc`'s output until `done(lines)` is true (or the time is up)."""
+    """Lines of `proc`'s output until `done(lines)` is true (or the time is up). Reads the pipe's
+    bytes itself: a buffered reader could hold a second line that `select` then never reports."""
     import select
     import time
 
+    fd = proc.stdout.fileno()
+    pending = b""
     lines: list[str] = []
     deadline = time.monotonic() + timeout_s
     while not done(lines) and time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.rstrip("\n"))
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        lines.extend(line.decode() for line in complete)
     return lines
 
 
@@ -189,7 +195,7 @@ def test_events_follow_starts_now_under_a_header_and_filters(server, http):
     environ.update(admin(server))
     command = [sys.executable, "-m", "runstate.server.cli", "inspect", "events", "--follow", "--type", "claim.force_released",
                "--run", run, "--key", "new-1"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ)
     try:
         header = read_until(proc, lambda lines: len(lines) >= 1)
         assert header and header[0].split()[:3] == ["CURSOR", "TYPE", "AT"]
@@ -202,11 +208,11 @@ def test_events_follow_starts_now_under_a_header_and_filters(server, http):
     finally:
         proc.terminate()
         proc.wait(10)
-    replay = subprocess.Popen([*command[:-4], "--from-start", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ)
+    replay = subprocess.Popen([*command[:-2], "--from-start", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ)
     try:
-        lines = read_until(replay, lambda lines: len(lines) >= 2)
+        lines = read_until(replay, lambda lines: len(lines) >= 4)
         keys = [json.loads(line)["aggregate"]["id"] for line in lines]
-        assert keys[:2] == ["old-1", "old-2"]
+        assert keys == ["old-1", "old-2", "new-2", "new-1"]  # this run's forced releases, from the oldest kept
     finally:
         replay.terminate()
         replay.wait(10)
