@@ -57,7 +57,7 @@ def start_runstate(procs: Processes, name: str, *, fsync: str | None = None, dat
         name,
         args,
         cpu=CPU_SERVER,
-        env={"RUNSTATE_API_KEY": API_KEY, "RUNSTATE_SPACE_ID": SPACE},
+        env={"RUNSTATE_SERVER_API_KEY": API_KEY, "RUNSTATE_SERVER_SPACE_ID": SPACE},
         pattern=r"runstate: serving on (http://\S+)",
     )
     base_url = proc.wait_ready()

@@ -51,13 +51,15 @@ _SERVE_EXAMPLES = """examples:
   runstate serve --port 9000 --log-format text
   runstate serve --data-dir /var/lib/runstate --fsync batch
   runstate serve --config runstate.toml --lease-s-max 300
-  RUNSTATE_API_KEY=rs_dev RUNSTATE_SPACE_ID=default runstate serve
+  RUNSTATE_SERVER_API_KEY=rs_dev RUNSTATE_SERVER_SPACE_ID=default runstate serve
+  runstate serve --certfile cert.pem --keyfile key.pem     # https
 
 Every setting is a flag, a variable RUNSTATE_<NAME> and a key of the TOML file (limits in its
-[limits] table); precedence: flags > environment > file > defaults. Secrets (RUNSTATE_API_KEY,
-RUNSTATE_ADMIN_KEY) have no flag. With RUNSTATE_API_KEY set, that key opens the space
-RUNSTATE_SPACE_ID; with no key at all the server makes one and prints it once. SIGTERM or SIGINT
-shut it down gracefully; a second one stops it at once."""
+[limits] table); precedence: flags > environment > file > defaults. Secrets (RUNSTATE_SERVER_API_KEY,
+RUNSTATE_ADMIN_KEY) have no flag. With RUNSTATE_SERVER_API_KEY set, that key opens the space
+RUNSTATE_SERVER_SPACE_ID; with no key at all the server makes one and prints it once (the lines to
+export, for the clients, come last, after it is ready). SIGTERM or SIGINT shut it down gracefully;
+a second one stops it at once."""
 
 _CHECK_EXAMPLES = """examples:
   runstate check --data-dir /var/lib/runstate
@@ -135,27 +137,44 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _key_announcer(settings: Settings):  # type: ignore[no-untyped-def]
-    def announce(secret: str, space: str) -> None:
-        base_url = f" RUNSTATE_BASE_URL=http://{settings.host}:{settings.port}" if settings.port else ""
-        print(
-            "runstate: no API key was configured, so this one was made for space "
-            f"{space!r}. It is shown only now; the server keeps only its hash.\n\n"
-            f"    export RUNSTATE_API_KEY={secret} RUNSTATE_SPACE_ID={space}{base_url}\n",
-            flush=True,
-        )
+class _Announcements:
+    """What `serve` tells whoever started it on standard output, once it is ready: where it serves
+    and the keys it made, as lines to export, apart from the log and after its `ready` line (the
+    keys are made during the start, but kept until then)."""
 
-    return announce
+    def __init__(self) -> None:
+        self.api_key: tuple[str, str] | None = None  # (secret, space)
+        self.admin_key: str | None = None
 
+    def new_key(self, secret: str, space: str) -> None:
+        self.api_key = (secret, space)
 
-def _admin_key_announcer(secret: str) -> None:
-    print(
-        "runstate: no admin key was configured and there is no data directory, so this one was made\n"
-        "for `runstate keys`, `runstate spaces` and `runstate inspect`. It is shown only now and lasts\n"
-        "until the server stops.\n\n"
-        f"    export RUNSTATE_ADMIN_KEY={secret}\n",
-        flush=True,
-    )
+    def new_admin_key(self, secret: str) -> None:
+        self.admin_key = secret
+
+    def ready(self, binds: list[str]) -> None:
+        lines = [""]
+        lines.extend(f"runstate: serving on {bind}" for bind in binds)
+        if self.api_key is not None:
+            secret, space = self.api_key
+            base_url = f" RUNSTATE_BASE_URL={binds[0]}" if binds else ""
+            lines += [
+                "",
+                f"runstate: no API key was configured, so this one was made for space {space!r}. It is shown only",
+                "now; the server keeps only its hash. For the clients:",
+                "",
+                f"    export RUNSTATE_API_KEY={secret} RUNSTATE_SPACE_ID={space}{base_url}",
+            ]
+        if self.admin_key is not None:
+            lines += [
+                "",
+                "runstate: no admin key was configured and there is no data directory, so this one was made",
+                "for `runstate keys`, `runstate spaces`, `runstate inspect` and the operator's commands. It is",
+                "shown only now and lasts until the server stops.",
+                "",
+                f"    export RUNSTATE_ADMIN_KEY={self.admin_key}",
+            ]
+        print("\n".join(lines) + "\n", flush=True)
 
 
 def _load(args: argparse.Namespace) -> Loaded:
@@ -224,9 +243,12 @@ def _serve(loaded: Loaded) -> int:
         host=settings.host, port=settings.port, data_dir=settings.data_dir, fsync=settings.fsync,
         config_file=loaded.config_file, settings_changed=sorted(changed),
     )
+    for warning in loaded.warnings:
+        log.warning("%s", warning)
     try:
+        said = _Announcements()
         forced = trio.run(
-            lambda: serve(settings, _key_announcer(settings), on_admin_key=_admin_key_announcer, access=access)
+            lambda: serve(settings, said.new_key, on_admin_key=said.new_admin_key, access=access, on_ready=said.ready)
         )
     except KeyboardInterrupt:  # before the signal handlers were in place
         return 0
@@ -281,6 +303,8 @@ def _main(args: argparse.Namespace) -> int:
             print(f"runstate {args.command}: {error}", file=sys.stderr, flush=True)
             return 2
         if args.command == "config":
+            for warning in loaded.warnings:
+                print(f"runstate config: warning: {warning}", file=sys.stderr, flush=True)
             _print_config(loaded, args.json)
             return 0
         return _serve(loaded)

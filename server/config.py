@@ -16,7 +16,12 @@ of range, or a combination that cannot work (a default lease outside the allowed
 with a setting silently ignored is worse than not starting: the operator believes it is in force.
 
 Secrets (`api_key`, `admin_key`) have no flag: a flag shows in `ps` to every user of the machine.
-Empty environment variables count as unset, so `RUNSTATE_API_KEY= runstate serve` clears one.
+Empty environment variables count as unset, so `RUNSTATE_SERVER_API_KEY= runstate serve` clears one.
+
+The API key and space the server accepts at start have variables of their own,
+`RUNSTATE_SERVER_API_KEY` and `RUNSTATE_SERVER_SPACE_ID`: `RUNSTATE_API_KEY` and `RUNSTATE_SPACE_ID`
+are what the clients read, so a shell that runs a client would hand its key to the server. The old
+names are still read when the new ones are not set, with a warning.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import os
 import re
 import ssl
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
 from ..actors.limits import Limits
@@ -63,6 +68,10 @@ class Setting:
     maximum: float | None = None
     optional: bool = False  # None (unset) is a valid value
     secret: bool = False  # no flag; never printed
+    # A variable of its own when RUNSTATE_<NAME> is one the clients read too (the API key, the space
+    # id), and the old name, still read, with a warning, when the new one is not set.
+    env_name: str | None = None
+    legacy_env: str | None = None
 
     @property
     def flag(self) -> str | None:
@@ -70,7 +79,7 @@ class Setting:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.name.upper()
+        return self.env_name or ENV_PREFIX + self.name.upper()
 
     @property
     def toml(self) -> str:
@@ -110,8 +119,12 @@ _SERVER: tuple[Setting, ...] = (
             minimum=1, maximum=30),
     Setting("cluster_forward_wait_s", float, _DEFAULTS.cluster_forward_wait_s, "How long a request for a partition without a leader "
             "(a failover) waits for the new one before it is answered 503.", minimum=0, maximum=60),
-    Setting("api_key", str, _DEFAULTS.api_key, "A bearer key accepted for `space_id` at start (journaled as its digest).", optional=True, secret=True),
-    Setting("space_id", str, _DEFAULTS.space_id, "The space `api_key` (or the key made at first start) opens."),
+    Setting("api_key", str, _DEFAULTS.api_key, "A bearer key accepted for `space_id` at start (journaled as its digest). "
+            "RUNSTATE_API_KEY, the clients' variable, is read too while this is not set, with a warning.",
+            optional=True, secret=True, env_name="RUNSTATE_SERVER_API_KEY", legacy_env="RUNSTATE_API_KEY"),
+    Setting("space_id", str, _DEFAULTS.space_id, "The space `api_key` (or the key made at first start) opens. "
+            "RUNSTATE_SPACE_ID, the clients' variable, is read too while this is not set, with a warning.",
+            env_name="RUNSTATE_SERVER_SPACE_ID", legacy_env="RUNSTATE_SPACE_ID"),
     Setting("admin_key", str, _DEFAULTS.admin_key, "The admin credential for /v1/admin and `runstate keys`; at least 16 characters. "
             "Unset: read from (or made in) DATA_DIR/admin.key, or without a data directory made and printed once.",
             optional=True, secret=True),
@@ -241,6 +254,7 @@ def _limit_settings() -> tuple[Setting, ...]:
 SETTINGS: tuple[Setting, ...] = _SERVER + _limit_settings()
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 _BY_ENV = {setting.env: setting for setting in SETTINGS}
+_BY_LEGACY_ENV = {setting.legacy_env: setting for setting in SETTINGS if setting.legacy_env}
 
 
 # -- reading values -------------------------------------------------------------------------------
@@ -350,10 +364,20 @@ def _read_file(path: str) -> dict[str, tuple[Any, str]]:
     return found
 
 
-def _read_environment(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+def _read_environment(environ: Mapping[str, str], warnings: list[str]) -> dict[str, tuple[Any, str]]:
     found: dict[str, tuple[Any, str]] = {}
+    for variable, setting in _BY_LEGACY_ENV.items():
+        # The server's old name of a setting, which clients read too: used only when the server's
+        # own variable is not set, and said, since in a client's shell it is the client's value.
+        text = environ.get(variable, "")
+        if text and not environ.get(setting.env):
+            found[setting.name] = (_from_text(setting, text, variable), variable)
+            warnings.append(
+                f"{variable} is taken as the server's {setting.name} (deprecated: it is the clients' variable; "
+                f"set {setting.env} for the server)"
+            )
     for variable, text in environ.items():
-        if not variable.startswith(ENV_PREFIX) or variable in CLIENT_VARIABLES:
+        if not variable.startswith(ENV_PREFIX) or variable in CLIENT_VARIABLES or variable in _BY_LEGACY_ENV:
             continue
         setting = _BY_ENV.get(variable)
         if setting is None:
@@ -370,6 +394,8 @@ class Loaded:
     # name -> where its value came from: "default", a flag, a variable or "FILE [table] key".
     sources: dict[str, str]
     config_file: str | None
+    # What the start should warn of (a deprecated variable taken).
+    warnings: list[str] = field(default_factory=list)
 
 
 def load(flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None, config_file: str | None = None) -> Loaded:
@@ -384,7 +410,8 @@ def load(flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | No
     sources: dict[str, str] = {s.name: "default" for s in SETTINGS}
     path = config_file or environ.get(ENV_CONFIG) or None
     layers = [_read_file(path)] if path else []
-    layers.append(_read_environment(environ))
+    warnings: list[str] = []
+    layers.append(_read_environment(environ, warnings))
     given: dict[str, tuple[Any, str]] = {}
     for name, raw in flags.items():
         if raw is None:
@@ -420,7 +447,7 @@ def load(flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | No
     _check_tls(values, sources)
     limits = Limits(**{s.name: values[s.name] for s in SETTINGS if s.limit})
     settings = Settings(limits=limits, **{s.name: values[s.name] for s in SETTINGS if not s.limit})
-    return Loaded(settings, sources, path)
+    return Loaded(settings, sources, path, warnings)
 
 
 def _check_tls(values: dict[str, Any], sources: dict[str, str]) -> None:

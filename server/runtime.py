@@ -68,6 +68,8 @@ class Runtime:
         self.settings = settings
         self.limits = settings.limits
         self.ready = False
+        # Set with `ready`: `serve` says where it serves, and the keys to export, only then.
+        self.became_ready = trio.Event()
         self._clock = clock
         self._on_new_key = on_new_key
         self.kernel: Kernel | None = None
@@ -143,6 +145,7 @@ class Runtime:
         self.kernel = kernel
         await self._configure_keys()
         self.ready = True
+        self.became_ready.set()
         event(log, "ready", "ready", spaces=len(kernel.keys.spaces()), keys=len(kernel.keys), partitions=kernel.layout.count)
 
     # -- a node of a cluster -----------------------------------------------------------------------
@@ -210,9 +213,9 @@ class Runtime:
         settings = self.settings
         if settings.api_key:
             try:
-                await self._register_key(settings.api_key, settings.space_id, "RUNSTATE_API_KEY")
+                await self._register_key(settings.api_key, settings.space_id, "RUNSTATE_SERVER_API_KEY")
             except KernelError as error:  # revoked through the admin API: it stays revoked
-                log.warning("RUNSTATE_API_KEY is not accepted: %s", error.message)
+                log.warning("the configured API key (api_key) is not accepted: %s", error.message)
         elif not len(self.kernel.keys):  # type: ignore[union-attr]
             secret = new_secret()
             await self._register_key(secret, settings.space_id, "generated at first start")

@@ -77,25 +77,39 @@ async def serve(
     *,
     on_admin_key: Callable[[str], None] | None = None,
     access: AccessLog | None = None,
+    on_ready: Callable[[list[str]], None] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> bool:
-    """Serve until SIGTERM/SIGINT and a graceful shutdown; returns True when a second signal cut it short."""
+    """Serve until SIGTERM/SIGINT and a graceful shutdown; returns True when a second signal cut it short.
+
+    `on_ready(binds)` is called once the server listens *and* its state is ready (recovered, keys
+    in place): what it prints comes after the log's `ready` line, never before it.
+    """
     app = create_app(settings, on_new_key=on_new_key, telemetry=Telemetry(access=access), on_admin_key=on_admin_key)
     lifecycle = app.lifecycle
     # The runtime lives beside hypercorn, not inside its lifespan, so that the serving can be ended
     # as soon as the drain is done and the runtime still stops in order afterwards.
     lifecycle.external = True
+    listening = trio.Event()
+    bound: list[str] = []
 
     class _Status:
         def started(self, binds: list[str]) -> None:
-            for bind in binds:
-                print(f"runstate: serving on {bind}", flush=True)
             event(log, "listening", "listening", binds=binds)
+            bound.extend(binds)
+            listening.set()
             task_status.started(binds)
+
+    async def announce_when_ready() -> None:
+        await listening.wait()
+        await app.runtime.became_ready.wait()
+        if on_ready is not None:
+            on_ready(bound)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(lifecycle.watch_signals, nursery.cancel_scope)
         await nursery.start(lifecycle.run_runtime)
+        nursery.start_soon(announce_when_ready)
         with trio.CancelScope() as serving:
             nursery.start_soon(lifecycle.drain, serving)
             await serve_app(

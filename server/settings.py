@@ -20,7 +20,7 @@ class Settings:
     # None keeps everything in memory (nothing survives a restart).
     data_dir: str | None = None
     fsync: str = "always"
-    # A bearer key to accept at start for `space_id` (RUNSTATE_API_KEY / RUNSTATE_SPACE_ID).
+    # A bearer key to accept at start for `space_id` (RUNSTATE_SERVER_API_KEY / RUNSTATE_SERVER_SPACE_ID).
     api_key: str | None = None
     space_id: str = "default"
     limits: Limits = field(default_factory=Limits)

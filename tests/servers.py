@@ -50,7 +50,7 @@ class ServerProcess:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update({"RUNSTATE_API_KEY": self.api_key, "RUNSTATE_SPACE_ID": self.space_id, "PYTHONUNBUFFERED": "1"})
+        env.update({"RUNSTATE_SERVER_API_KEY": self.api_key, "RUNSTATE_SERVER_SPACE_ID": self.space_id, "PYTHONUNBUFFERED": "1"})
         env.update(self.extra_env)
         return env
 

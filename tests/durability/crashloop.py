@@ -62,7 +62,7 @@ class Server:
     def __init__(self, data_dir: str, fsync: str, log_path: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, RUNSTATE_API_KEY=API_KEY, RUNSTATE_SPACE_ID=SPACE)
+        env = dict(os.environ, RUNSTATE_SERVER_API_KEY=API_KEY, RUNSTATE_SERVER_SPACE_ID=SPACE)
         self._log = open(log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-c", "import sys; from runstate._cli import main; sys.exit(main())",

@@ -77,7 +77,7 @@ def test_healthz_answers_503_while_recovering_then_200(tmp_path):
         port = sock.getsockname()[1]
     process = subprocess.Popen(
         [*RUNSTATE, "serve", "--port", str(port), "--data-dir", data],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, RUNSTATE_API_KEY="rs_k"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, RUNSTATE_SERVER_API_KEY="rs_k"),
     )
     seen = []
     try:

@@ -36,8 +36,8 @@ def test_serves_health_and_a_claim_cycle_over_real_http(server):
 
 
 def test_without_a_configured_key_one_is_made_and_printed_once():
-    """With no RUNSTATE_API_KEY the server prints a new key once; that key works, others do not."""
-    process = ServerProcess(env={"RUNSTATE_API_KEY": ""}).start()
+    """With no RUNSTATE_SERVER_API_KEY the server prints a new key once; that key works, others do not."""
+    process = ServerProcess(env={"RUNSTATE_SERVER_API_KEY": ""}).start()
     try:
         output = "\n".join(process.lines)
         keys = re.findall(r"RUNSTATE_API_KEY=(rs_[A-Za-z0-9_-]+)", output)
@@ -47,6 +47,25 @@ def test_without_a_configured_key_one_is_made_and_printed_once():
             assert http.post("/v1/spaces/default/scopes", json={}).status_code == 201
         with process.client(api_key="e2e-key") as http:
             assert http.post("/v1/spaces/default/scopes", json={}).status_code == 401
+    finally:
+        process.stop()
+
+
+def test_serving_on_and_the_exports_come_last_after_ready_set_apart(tmp_path):
+    """`serving on` came before the recovery and the `ready` line, and the lines to export sat
+    between JSON log lines: now both come after `ready`, in a block of their own."""
+    process = ServerProcess("--data-dir", str(tmp_path / "data"), env={"RUNSTATE_SERVER_API_KEY": ""}).start()
+    try:
+        lines = process.lines
+        ready = next(i for i, line in enumerate(lines) if '"event":"ready"' in line)
+        recovery = next(i for i, line in enumerate(lines) if '"event":"recovery"' in line)
+        serving = next(i for i, line in enumerate(lines) if line.startswith("runstate: serving on "))
+        export = next(i for i, line in enumerate(lines) if line.strip().startswith("export RUNSTATE_API_KEY="))
+        assert recovery < ready < serving < export
+        assert lines[serving - 1] == "" and lines[export - 1] == "" and lines[export + 1] == ""
+        assert f"RUNSTATE_BASE_URL={process.base_url}" in lines[export]  # the real port, not 0
+        block = lines[serving:export + 1]
+        assert not any(line.startswith("{") for line in block)  # no log line inside it
     finally:
         process.stop()
 

@@ -122,3 +122,20 @@ def test_connection_settings_reach_hypercorn():
     config = hypercorn_config(settings)
     assert (config.backlog, config.keep_alive_timeout, config.read_timeout) == (2048, 7.0, 60.0)
     assert hypercorn_config(load({}, {}, None).settings).backlog == 1024
+
+
+def test_the_servers_key_and_space_have_variables_of_their_own():
+    """RUNSTATE_API_KEY and RUNSTATE_SPACE_ID are the clients' variables: in a client's shell the server
+    took the client's key as its own. The server reads RUNSTATE_SERVER_API_KEY and
+    RUNSTATE_SERVER_SPACE_ID; the old names still work, with a warning, only when the new are unset."""
+    new = load({}, {"RUNSTATE_SERVER_API_KEY": "rs_server", "RUNSTATE_SERVER_SPACE_ID": "research",
+                    "RUNSTATE_API_KEY": "rs_client", "RUNSTATE_SPACE_ID": "other"}, None)
+    assert (new.settings.api_key, new.settings.space_id) == ("rs_server", "research") and new.warnings == []
+    assert new.sources["api_key"] == "RUNSTATE_SERVER_API_KEY"
+    old = load({}, {"RUNSTATE_API_KEY": "rs_client", "RUNSTATE_SPACE_ID": "other"}, None)
+    assert (old.settings.api_key, old.settings.space_id) == ("rs_client", "other")
+    assert old.sources["space_id"] == "RUNSTATE_SPACE_ID"
+    assert len(old.warnings) == 2 and "RUNSTATE_API_KEY is taken as the server's api_key (deprecated" in old.warnings[0]
+    assert "set RUNSTATE_SERVER_API_KEY for the server" in old.warnings[0]
+    flagged = load({"space_id": "flagged"}, {"RUNSTATE_SPACE_ID": "other"}, None)
+    assert flagged.settings.space_id == "flagged"

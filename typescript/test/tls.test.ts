@@ -31,7 +31,7 @@ describe('tls', () => {
     for (const [name, value] of Object.entries(process.env)) {
       if (value !== undefined && !name.startsWith('RUNSTATE_')) env[name] = value;
     }
-    Object.assign(env, { RUNSTATE_API_KEY: apiKey, RUNSTATE_SPACE_ID: 'default', PYTHONUNBUFFERED: '1' });
+    Object.assign(env, { RUNSTATE_SERVER_API_KEY: apiKey, RUNSTATE_SERVER_SPACE_ID: 'default', PYTHONUNBUFFERED: '1' });
     proc = spawn(runstateBin(), ['serve', '--host', '127.0.0.1', '--port', '0', '--certfile', join(folder, 'cert.pem'),
       '--keyfile', join(folder, 'key.pem')], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     baseUrl = await new Promise<string>((resolve, reject) => {
