@@ -140,7 +140,10 @@ _SERVER: tuple[Setting, ...] = (
             minimum=0.1, maximum=3600),
     Setting("read_timeout_s", float, _DEFAULTS.read_timeout_s, "A connection whose client sends and reads nothing for this many seconds is closed "
             "(keep it above the longest long poll, 30 s, and above keep_alive_s).", minimum=0.1, maximum=3600),
-    Setting("connections_max", int, _DEFAULTS.connections_max, "Connections served at once; one more is answered 503 and closed "
+    Setting("header_timeout_s", float, _DEFAULTS.header_timeout_s, "A request's line and headers not all arrived this many seconds "
+            "after their first byte get 408 and the connection closes (a slowloris's trickle).", minimum=0.1, maximum=3600),
+    Setting("connections_max", int, _DEFAULTS.connections_max, "Connections served at once; at the limit a new one takes the place "
+            "of the oldest that has not shown a valid key, else it is answered 503 and closed "
             "(keep it below the open-files limit, ulimit -n).", minimum=1, maximum=1_000_000),
     Setting("body_bytes_in_flight_max", int, _DEFAULTS.body_bytes_in_flight_max, "Bytes of request bodies held across all requests "
             "in flight; past it a request gets 503 with Retry-After.", minimum=1024),

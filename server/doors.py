@@ -39,7 +39,9 @@ import h11
 import orjson
 import trio
 from hypercorn.config import Config
-from hypercorn.events import Closed, RawData
+from hypercorn.events import Closed, RawData, Updated
+from hypercorn.protocol.events import Body, EndBody
+from hypercorn.protocol.h11 import STREAM_ID
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
@@ -55,7 +57,7 @@ from .errors import ApiError
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["Doors", "serve_app", "read_body", "drain", "send_while_discarding", "APP_QUEUE_MESSAGES"]
+__all__ = ["Doors", "Door", "serve_app", "read_body", "drain", "send_while_discarding", "APP_QUEUE_MESSAGES"]
 
 log = logging.getLogger("runstate.doors")
 
@@ -70,26 +72,57 @@ RECEIVE_BYTES_MAX = 16 * 1024
 LINGER_BYTES_MAX = 64 * 1024 * 1024
 LINGER_S = 5.0
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large",
-            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}
+            431: b"Request Header Fields Too Large", 501: b"Not Implemented", 503: b"Service Unavailable",
+            505: b"HTTP Version Not Supported"}
 # The first bytes of a TLS handshake record (content type 22, version 3.x).
 _TLS_RECORD = 0x16
 # How much of a request's first line is looked at for HTTP/0.9 (hypercorn refuses longer heads).
 _FIRST_LINE_BYTES_MAX = 16 * 1024
 
 
-class Doors:
-    """The bounds of the doors and what they hold now (one per server)."""
+class Door:
+    """One connection in: when it opened, whether it has shown a key the server knows, and how to
+    close it (its cancel scope)."""
 
-    def __init__(self, *, connections_max: int, body_bytes_in_flight_max: int, linger_bytes_max: int, linger_s: float) -> None:
+    __slots__ = ("opened", "authenticated", "scope")
+
+    def __init__(self, opened: float) -> None:
+        self.opened = opened
+        self.authenticated = False
+        self.scope = trio.CancelScope()
+
+
+class Doors:
+    """The bounds of the doors and what they hold now (one per server).
+
+    At `connections_max`, a new connection takes the place of the oldest one that has not yet
+    shown a key the server knows (a slowloris's, sending its headers a line at a time), which is
+    closed; only when every connection has shown a valid key is the new one refused with 503. So
+    sockets that never authenticate cannot keep the server's clients out, and a header block that
+    takes longer than `header_timeout_s` ends its connection anyway.
+    """
+
+    def __init__(
+        self, *, connections_max: int, body_bytes_in_flight_max: int, linger_bytes_max: int, linger_s: float,
+        header_timeout_s: float = 10.0,
+    ) -> None:
         self.connections_max = connections_max
         self.body_bytes_in_flight_max = body_bytes_in_flight_max
         self.linger_bytes_max = linger_bytes_max
         self.linger_s = linger_s
+        self.header_timeout_s = header_timeout_s
         self.connections = 0
         self.body_bytes_in_flight = 0
-        # Counted for the metrics: connections refused at the cap, answers given before the router.
+        # Counted for the metrics: connections refused at the cap, answers given before the router,
+        # connections closed to make room, header blocks that did not arrive in time.
         self.connections_refused = 0
         self.protocol_errors = 0
+        self.connections_evicted = 0
+        self.header_timeouts = 0
+        # The connections open now, oldest first.
+        self.open: dict[Door, None] = {}
+        # Whether a bearer key opens anything here (the runtime's `key_is_known`, set once it runs).
+        self.key_known: Callable[[str], bool] = lambda secret: False
 
     @classmethod
     def of(cls, settings: Any) -> "Doors":
@@ -98,7 +131,18 @@ class Doors:
             body_bytes_in_flight_max=settings.body_bytes_in_flight_max,
             linger_bytes_max=LINGER_BYTES_MAX,
             linger_s=LINGER_S,
+            header_timeout_s=getattr(settings, "header_timeout_s", 10.0),
         )
+
+    def make_room(self) -> bool:
+        """Close the oldest connection that has shown no valid key, for a new one; False if none."""
+        for door in self.open:
+            if not door.authenticated:
+                del self.open[door]
+                door.scope.cancel()
+                self.connections_evicted += 1
+                return True
+        return False
 
     def reserve(self, size: int) -> bool:
         """Count `size` more body bytes as held, unless that goes past the bound."""
@@ -234,29 +278,117 @@ def raw_answer(config: Config, status: int, code: str, message: str, extra: list
 
 
 def _protocol_refusal(status: int, error: BaseException | None) -> str:
+    """What is wrong with a request HTTP/1.1 refused, in words of our own: never the request's own
+    bytes (h11's message repeats the bad line, a bearer key included)."""
     if status == 431:
         return "the request line and headers exceed 16384 bytes"
-    detail = f" ({error})" if error is not None and str(error) else ""
-    return f"the request is not valid HTTP/1.1{detail}"
+    said = str(error).lower() if error is not None else ""
+    for words, meaning in (
+        ("header line", "a header line is malformed (its content is not repeated here)"),
+        ("request line", "the request line is malformed (METHOD /path HTTP/1.1)"),
+        ("content-length", "the Content-Length header is malformed or given twice with different values"),
+        ("transfer-encoding", "the Transfer-Encoding is not one this server reads"),
+        ("chunk", "the chunked body is malformed"),
+    ):
+        if words in said:
+            return f"the request is not valid HTTP/1.1: {meaning}"
+    return "the request is not valid HTTP/1.1"
+
+
+def _head_refusal(request: h11.Request) -> tuple[int, str] | None:
+    """Shapes of a request head that h11 lets through and this server refuses before anything else
+    (status, message), or None. Each closes the connection: what follows cannot be trusted."""
+    if request.http_version not in (b"1.1", b"1.0"):
+        return 505, f"HTTP/{request.http_version.decode('ascii', 'replace')} is not served here: send HTTP/1.1"
+    names = [name for name, _ in request.headers]
+    if b"transfer-encoding" in names and b"content-length" in names:
+        return 400, "a request with both Content-Length and Transfer-Encoding is refused (RFC 9112 6.3): send one"
+    if names.count(b"authorization") > 1:
+        return 400, "more than one Authorization header: send one"
+    return None
+
+
+def _bearer(request: h11.Request) -> str | None:
+    for name, value in request.headers:
+        if name == b"authorization":
+            scheme, _, secret = value.decode("latin-1").partition(" ")
+            return secret.strip() if scheme.lower() == "bearer" and secret.strip() else None
+    return None
 
 
 class _Protocol(H11Protocol):
     """hypercorn's HTTP/1.1 protocol, with every refusal it makes itself in the error envelope."""
 
-    def __init__(self, *args: Any, doors: Doors) -> None:
+    def __init__(self, *args: Any, doors: Doors, door: Door | None = None) -> None:
         super().__init__(*args)
         self._doors = doors
+        self._door = door or Door(0.0)
         self._first_line: bytearray | None = bytearray()  # None once the first line was looked at
+        # When the first byte of the request head now arriving came (None: no head under way): a
+        # head not complete `header_timeout_s` after it ends the connection (`_Connection`).
+        self.head_started: float | None = None
+        # Whether this request's head showed a key the server knows: only then is a client that
+        # waits (`Expect: 100-continue`) told to send its body.
+        self._key_shown = False
 
     async def handle(self, event: Any) -> None:
-        if self._first_line is not None and isinstance(event, RawData) and event.data:
-            refusal = self._look_at_first_line(event.data)
-            if refusal is not None:
-                self._doors.protocol_errors += 1
-                await self.send(RawData(data=raw_answer(self.config, 400, VALIDATION_FAILED, refusal)))
-                await self.send(Closed())
-                return
+        if isinstance(event, RawData) and event.data:
+            if self._first_line is not None:
+                refusal = self._look_at_first_line(event.data)
+                if refusal is not None:
+                    self._doors.protocol_errors += 1
+                    await self.send(RawData(data=raw_answer(self.config, 400, VALIDATION_FAILED, refusal)))
+                    await self.send(Closed())
+                    return
+            if self.head_started is None and self.connection.their_state is h11.IDLE:
+                self.head_started = trio.current_time()
         await super().handle(event)
+
+    async def _handle_events(self) -> None:
+        """hypercorn's loop (`H11Protocol._handle_events`), with the doors' checks on each request's
+        head before anything is read or answered: a head whose shape could smuggle a second request
+        (Content-Length beside Transfer-Encoding, two Authorization headers) or that is not HTTP/1.x
+        is refused and the connection closed; `100 Continue` goes only to a client that showed a
+        key the server knows (others get their 401 at once, their body never asked for)."""
+        while True:
+            connection = self.connection
+            if connection.they_are_waiting_for_100_continue and self._key_shown:
+                await self._send_h11_event(
+                    h11.InformationalResponse(status_code=100, headers=self.config.response_headers("h11"))
+                )
+            try:
+                event = connection.next_event()
+            except h11.RemoteProtocolError as error:
+                if connection.our_state in {h11.IDLE, h11.SEND_RESPONSE}:
+                    await self._send_error_response(error.error_status_hint)
+                await self.send(Closed())
+                break
+            if isinstance(event, h11.Request):
+                self.head_started = None
+                refusal = _head_refusal(event)
+                if refusal is not None:
+                    self._doors.protocol_errors += 1
+                    await self.send(RawData(data=raw_answer(self.config, refusal[0], VALIDATION_FAILED, refusal[1])))
+                    await self.send(Closed())
+                    break
+                secret = _bearer(event)
+                self._key_shown = secret is not None and self._doors.key_known(secret)
+                if self._key_shown:
+                    self._door.authenticated = True
+                await self.send(Updated(idle=False))
+                await self._check_protocol(event)
+                await self._create_stream(event)
+            elif event is h11.PAUSED:
+                await self.can_read.clear()
+                await self.can_read.wait()
+            elif isinstance(event, h11.ConnectionClosed) or event is h11.NEED_DATA:
+                break
+            elif self.stream is None:
+                break
+            elif isinstance(event, h11.Data):
+                await self.stream.handle(Body(stream_id=STREAM_ID, data=event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                await self.stream.handle(EndBody(stream_id=STREAM_ID))
 
     def _look_at_first_line(self, data: bytes) -> str | None:
         line = self._first_line
@@ -285,9 +417,12 @@ class _Protocol(H11Protocol):
 class _Connection(TCPServer):
     """hypercorn's per-connection server for plain TCP, speaking through `_Protocol`."""
 
-    def __init__(self, app: Any, config: Config, context: WorkerContext, state: Any, stream: Any, doors: Doors) -> None:
+    def __init__(
+        self, app: Any, config: Config, context: WorkerContext, state: Any, stream: Any, doors: Doors, door: Door | None = None
+    ) -> None:
         super().__init__(app, config, context, state, stream)
         self._doors = doors
+        self._door = door or Door(0.0)
 
     async def run(self) -> None:
         secure = isinstance(self.stream, trio.SSLStream)
@@ -308,7 +443,7 @@ class _Connection(TCPServer):
                 self._task_group = task_group
                 self.protocol = _Protocol(  # type: ignore[assignment]
                     self.app, self.config, self.context, task_group, ConnectionState(self.state),
-                    secure, client, server, self.protocol_send, doors=self._doors,
+                    secure, client, server, self.protocol_send, doors=self._doors, door=self._door,
                 )
                 await self.protocol.initiate()
                 await self.idle_task.restart(self._task_group, self._idle_timeout)
@@ -322,17 +457,39 @@ class _Connection(TCPServer):
             await self._close()
 
     async def _read_data(self) -> None:
-        """hypercorn's read loop, in reads of RECEIVE_BYTES_MAX instead of 64 KiB."""
+        """hypercorn's read loop, in reads of RECEIVE_BYTES_MAX instead of 64 KiB, and with a bound
+        on a request head: once its first byte came, the whole head (request line and headers) must
+        come within `header_timeout_s`, however it trickles in, or the connection ends with 408."""
+        protocol: _Protocol = self.protocol  # type: ignore[assignment]
+        doors = self._doors
         while True:
+            deadline = trio.current_time() + (self.config.read_timeout or math.inf)
+            head_deadline = math.inf if protocol.head_started is None else protocol.head_started + doors.header_timeout_s
             try:
-                with trio.fail_after(self.config.read_timeout or math.inf):
+                with trio.move_on_at(min(deadline, head_deadline)) as waiting:
                     data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
-            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
                 break
-            await self.protocol.handle(RawData(bytes(data)))
+            if waiting.cancelled_caught:
+                if head_deadline <= deadline and protocol.head_started is not None:
+                    doors.header_timeouts += 1
+                    await self._refuse_slow_head()
+                break
+            await protocol.handle(RawData(bytes(data)))
             if data == b"":
                 break
-        await self.protocol.handle(Closed())
+        await protocol.handle(Closed())
+
+    async def _refuse_slow_head(self) -> None:
+        answer = raw_answer(
+            self.config, 408, "REQUEST_TIMEOUT",
+            f"the request's headers did not all arrive within {self._doors.header_timeout_s:g} s",
+        )
+        with trio.move_on_after(1.0):
+            try:
+                await self.stream.send_all(answer)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
 
 
 async def _refuse_connection(config: Config, doors: Doors, stream: Any) -> None:
@@ -360,13 +517,20 @@ async def _refuse_connection(config: Config, doors: Doors, stream: Any) -> None:
 
 
 async def _connection(app: Any, config: Config, context: WorkerContext, state: Any, doors: Doors, stream: Any) -> None:
-    if doors.connections >= doors.connections_max:
+    if doors.connections >= doors.connections_max and not doors.make_room():
         await _refuse_connection(config, doors, stream)
         return
+    door = Door(trio.current_time())
+    doors.open[door] = None
     doors.connections += 1
     try:
-        await _Connection(app, config, context, state, stream, doors).run()
+        with door.scope:
+            await _Connection(app, config, context, state, stream, doors, door).run()
+        if door.scope.cancelled_caught:  # closed to make room: hypercorn's close did not run
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                await stream.aclose()
     finally:
+        doors.open.pop(door, None)
         doors.connections -= 1
 
 

@@ -279,7 +279,12 @@ async def serve_http(
             extra.update(request.answer_headers)
         if services.draining:
             extra.update(_CLOSE)
-        if await drain(receive, doors, incoming):  # refused before its body was read: read it, drop it
+        if headers.get("expect", "").lower() == "100-continue" and not incoming.held and not incoming.ended:
+            # Refused before the client was told to send its body (it waits for 100 Continue):
+            # answer now, and close, rather than wait for a body it should not send.
+            extra.update(_CLOSE)
+            await _send(send, status, answer_body, extra, request.request_id)
+        elif await drain(receive, doors, incoming):  # refused before its body was read: read it, drop it
             await _send(send, status, answer_body, extra, request.request_id)
         else:
             extra.update(_CLOSE)

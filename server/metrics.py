@@ -209,6 +209,20 @@ class StateCollector:
         )
         refusing.add_metric([], 1 if runtime.journal_refusal() is not None else 0)
         yield refusing
+        doors = runtime.doors
+        connections = GaugeMetricFamily("runstate_connections", "Connections open now (connections_max bounds them).")
+        connections.add_metric([], doors.connections)
+        yield connections
+        turned = CounterMetricFamily(
+            "runstate_connections_turned_away",
+            "Connections ended by the doors, by why: refused at connections_max (refused), closed to make room for a new one "
+            "(evicted: it had shown no valid key), a request head too slow (header_timeout), not valid HTTP/1.1 (protocol_error).",
+            labels=["reason"],
+        )
+        for reason, count in (("refused", doors.connections_refused), ("evicted", doors.connections_evicted),
+                              ("header_timeout", doors.header_timeouts), ("protocol_error", doors.protocol_errors)):
+            turned.add_metric([reason], count)
+        yield turned
         yield from _kernel_families(kernel)
         now_ms = kernel.clock.now_ms()
         spaces = {space.id: space for space in kernel.spaces()}

@@ -89,6 +89,7 @@ class Runtime:
         self.draining = False
         # Connections and request bodies held (see `doors`), bounded by the settings.
         self.doors = Doors.of(settings)
+        self.doors.key_known = lambda secret: self.ready and self.key_is_known(secret)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()

@@ -64,6 +64,9 @@ class Settings:
     # server's answer waits for it to read, and while it idles between requests. Above the longest
     # long poll and above `keep_alive_s`, so that neither is cut short.
     read_timeout_s: float = 90.0
+    # A request head (request line and headers) not complete this long after its first byte ends
+    # its connection with 408: a slowloris's trickle of header lines holds no slot for long.
+    header_timeout_s: float = 10.0
     expiry_storm_per_s: int = 1000
     # The doors (`doors.py`). Connections served at once; one more gets 503 and is closed. Keep it
     # below the open-files limit (`ulimit -n`) less what the journal needs.

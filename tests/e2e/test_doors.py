@@ -127,12 +127,13 @@ def test_an_unknown_key_is_refused_before_its_body_is_read(server):
 
 
 def test_connections_past_the_cap_get_503_with_the_envelope():
-    """With connections_max 4, a fifth connection is answered 503 UNAVAILABLE and closed; a freed slot serves again."""
+    """With connections_max 4 held by clients that showed a valid key, a fifth connection is answered
+    503 UNAVAILABLE and closed; a freed slot serves again."""
     with ServerProcess("--connections-max", "4") as capped:
         held = []
         for _ in range(4):  # one after the other, each seen served: they hold the four slots
             sock = socket.create_connection(_address(capped), timeout=10)
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.sendall(b"GET /v1/key HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer e2e-key\r\n\r\n")
             assert sock.recv(65536).startswith(b"HTTP/1.1 200")
             held.append(sock)
         try:
@@ -144,3 +145,107 @@ def test_connections_past_the_cap_get_503_with_the_envelope():
             for sock in held:
                 sock.close()
         capped.wait_healthy(10)
+
+
+# -- request smuggling shapes and hostile heads ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data, status, words",
+    [
+        (b"POST /v1/spaces/default/scopes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer e2e-key\r\nContent-Length: 5\r\n"
+         b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "RFC 9112 6.3"),
+        (b"GET /v1/key HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer e2e-key\r\nAuthorization: Bearer other\r\n\r\n", 400,
+         "more than one Authorization"),
+        (b"GET /healthz HTTP/3.0\r\nHost: x\r\n\r\n", 505, "HTTP/3.0 is not served"),
+        (b"POST /v1/spaces/default/scopes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "Transfer-Encoding"),
+    ],
+    ids=["content-length-and-chunked", "two-authorizations", "http-3.0", "transfer-coding-not-chunked"],
+)
+def test_heads_that_could_smuggle_are_refused_and_the_connection_closed(server, data, status, words):
+    """h11 let these through: both framings (one proxy reads one, we the other), two keys (which
+    wins?), another HTTP version on an HTTP/1 connection. Refused, the connection closed."""
+    answer = _exchange(server, data)  # reads until the server closes
+    got_status, error = _envelope(answer)
+    assert got_status == status and words in error["message"]
+    assert answer.count(b"HTTP/1.1 ") == 1  # nothing answered after the refusal
+
+
+def test_a_malformed_header_line_is_never_echoed(server):
+    """The 400 for a broken header line quoted the line back, a bearer key in it included."""
+    secret = b"rs_very_secret_key_0123456789"
+    answer = _exchange(server, b"GET /v1/key HTTP/1.1\r\nHost: x\r\nAuthorization Bearer " + secret + b"\r\n\r\n")
+    status, error = _envelope(answer)
+    assert status == 400 and "header line is malformed" in error["message"]
+    assert secret not in answer and b"Authorization" not in answer.partition(b"\r\n\r\n")[2]
+
+
+def test_expect_100_continue_is_answered_only_with_a_valid_key(server):
+    """Without a valid key: 401 at once, no 100 Continue, the body never waited for (it was 5 s);
+    with one: 100 Continue, then the answer to the body sent after it."""
+    import time
+
+    head = b"POST /v1/spaces/default/scopes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nExpect: 100-continue\r\n"
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        started = time.monotonic()
+        sock.sendall(head + b"Authorization: Bearer wrong-key\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        assert time.monotonic() - started < 2
+    assert not answer.startswith(b"HTTP/1.1 100") and answer.startswith(b"HTTP/1.1 401")
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        sock.sendall(head + b"Authorization: Bearer e2e-key\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 ")
+        sock.sendall(b"{}")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 201")
+
+
+def test_a_slowloris_holds_no_slot_a_client_with_a_key_needs():
+    """With connections_max 5, five sockets that send a header line every half second held every
+    slot (a real client got 503 for about 15 s). Now a client gets in at once, in the place of the
+    oldest socket that has shown no key, and each trickling head ends after header_timeout_s."""
+    import threading
+    import time
+
+    with ServerProcess("--connections-max", "5", "--header-timeout-s", "3") as capped:
+        stop = threading.Event()
+        answers: list[bytes] = []
+
+        def trickle() -> None:
+            with socket.create_connection(_address(capped), timeout=10) as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+                got = b""
+                try:
+                    while not stop.is_set():
+                        sock.sendall(b"X-Slow: 1\r\n")
+                        sock.settimeout(0.5)
+                        try:
+                            chunk = sock.recv(65536)
+                        except socket.timeout:
+                            continue
+                        if not chunk:
+                            break
+                        got += chunk
+                except OSError:
+                    pass
+                answers.append(got)
+
+        threads = [threading.Thread(target=trickle) for _ in range(5)]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.1)
+        time.sleep(0.5)
+        try:
+            started = time.monotonic()
+            with httpx.Client(base_url=capped.base_url, headers={"authorization": "Bearer e2e-key"}, timeout=5) as http:
+                assert http.get("/v1/key").status_code == 200
+            assert time.monotonic() - started < 1.5
+            time.sleep(4)  # past header_timeout_s: every trickling head has been ended
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(10)
+        assert len(answers) == 5
+        timed_out = [a for a in answers if a.startswith(b"HTTP/1.1 408")]
+        assert len(timed_out) >= 4 and b"did not all arrive within 3 s" in timed_out[0]

@@ -45,6 +45,8 @@ FAMILIES = {
     "runstate_queue_oldest_age_seconds",
     "runstate_space_cap_held",
     "runstate_space_cap_limit",
+    "runstate_connections",
+    "runstate_connections_turned_away",
 }
 
 
