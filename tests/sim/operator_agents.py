@@ -1,8 +1,8 @@
-"""The simulated operator: forced claim releases, dead letters and purges, with the invariants they keep.
+"""The simulated operator: forced claim releases, dead letters and purges, and their invariants.
 
-The operator goes through the SDK's request layer over the simulation's transport, with crashes
-and lost replies like every other agent. What it sent may have been applied even when no answer
-came back, so a claim it tries to force free counts as let go from the moment the request is sent;
+The operator goes through the SDK (`claim.force_release`, `rs.mailboxes.dead_letters` and the
+rest) over the simulation's transport, with crashes and lost replies like every other agent. What
+it sent may have been applied even when no answer came back, so a claim it tries to force free counts as let go from the moment the request is sent;
 what it was told is checked against the other agents' view:
 
 - **one-holder** and **generations** (the oracle's): after a forced release the next holder's
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import random
 from typing import Any
-from urllib.parse import quote
 
 import trio
 
@@ -66,12 +65,10 @@ async def force_release(world: World, name: str, rs: Any, rng: random.Random) ->
     lease = rng.choice(held)
     _, scope_id, key = lease.subject
     oracle.forcing(lease.subject, lease.generation, now)
-    path = f"/claims/{quote(key, safe='')}/force-release"
-    body = {"scopeId": scope_id, "reason": f"{name} frees {lease.owner}'s claim"}
-    ok, reply = await world.call(name, f"force-release {key}", lambda: rs._ctx.call("POST", path, body=body))
+    claim = rs.scope(scope_id).claim(key)
+    ok, view = await world.call(name, f"force-release {key}", lambda: claim.force_release(f"{name} frees {lease.owner}'s claim"))
     if not ok:
         return
-    view = reply.body
     world.log(name, f"forced {key} in {scope_id[-4:]} free from {view['holder']} g{view['generation']}")
     oracle.forced(lease.subject, view["generation"], now_ms())
 
@@ -81,14 +78,11 @@ async def scan(world: World, name: str, rs: Any, mailbox_id: str, rng: random.Ra
     seen: dict[str, dict] = {}
     cursor = None
     while True:
-        query = {"limit": rng.choice([1, 2, 5])}
-        if cursor is not None:
-            query["cursor"] = cursor
-        ok, reply = await world.call(name, "dead letters", lambda: rs._ctx.call("GET", f"/mailboxes/{mailbox_id}/dead-letters", query=query))
+        limit = rng.choice([1, 2, 5])
+        ok, page = await world.call(name, "dead letters", lambda: rs.mailboxes.dead_letters(mailbox_id, limit=limit, cursor=cursor))
         if not ok:
             return None
         oracle.checks += 1
-        page = reply.body
         for letter in page["deadLetters"]:
             if letter["state"] != "DEAD" or letter["mailboxId"] != mailbox_id:
                 oracle.fail("dead-letters", f"a scan of {mailbox_id} listed {letter['id']} ({letter['state']}, {letter['mailboxId']})")
@@ -115,19 +109,16 @@ async def dead_letters(world: World, name: str, rs: Any, rng: random.Random) -> 
         if not letters:
             return
         ids = [letter["id"] for letter in rng.sample(letters, min(len(letters), rng.randint(1, 3)))]
-        body: dict[str, Any] = {"messageIds": ids}
+        which: dict[str, Any] = {"message_ids": ids}
     else:
         ids = None
-        body = rng.choice([{"all": True}, {"reason": "attempts_exhausted"}, {"olderThanSeconds": 5}, {"newerThanSeconds": 30}])
-    if dry_run:
-        body["dryRun"] = True
-    elif ids is not None:
+        which = rng.choice([{"all": True}, {"reason": "attempts_exhausted"}, {"older_than_s": 5}, {"newer_than_s": 30}])
+    if not dry_run and ids is not None:
         oracle.maybe_gone.update(ids)
-    path = f"/mailboxes/{mailbox_id}/dead-letters/{action}"
-    ok, reply = await world.call(name, f"{action} dead letters of {box}", lambda: rs._ctx.call("POST", path, body=body))
+    act = rs.mailboxes.requeue_dead_letters if action == "requeue" else rs.mailboxes.delete_dead_letters
+    ok, answer = await world.call(name, f"{action} dead letters of {box}", lambda: act(mailbox_id, dry_run=dry_run, **which))
     if not ok:
         return
-    answer = reply.body
     oracle.checks += 1
     if action == "requeue":
         if box == "fragile" and answer["requeued"]:
@@ -146,9 +137,8 @@ async def purge(world: World, name: str, rs: Any, rng: random.Random) -> None:
     """Purge one run's waiting messages of a mailbox: its tasks end CANCELLED (the oracle's
     one-outcome holds them there), deliveries under way go on (one-holder)."""
     box, scope_id = rng.choice(["work", "fragile"]), rng.choice(world.scopes)
-    body = {"scopeId": scope_id, "reason": f"{name} drains it", "dryRun": rng.random() < 0.3}
-    path = f"/mailboxes/{world.mailboxes[box]}/purge"
-    ok, reply = await world.call(name, f"purge {box}", lambda: rs._ctx.call("POST", path, body=body))
+    dry_run = rng.random() < 0.3
+    purge_it = lambda: rs.mailboxes.purge(world.mailboxes[box], scope_id=scope_id, reason=f"{name} drains it", dry_run=dry_run)  # noqa: E731
+    ok, answer = await world.call(name, f"purge {box}", purge_it)
     if ok:
-        answer = reply.body
         world.log(name, f"purged {answer['purged']} of {box} in {scope_id[-4:]}{' (dry run)' if answer['dryRun'] else ''}")
