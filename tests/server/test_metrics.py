@@ -198,8 +198,9 @@ async def test_a_failed_wal_write_or_fsync_is_counted(tmp_path, monkeypatch):
     from runstate.snapshots.disk import Disk
 
     metrics = Metrics()
-    disk = MeteredDisk(metrics.journal, str(tmp_path))
-    fd = disk.create(str(tmp_path / "segment"))
+    disk = MeteredDisk(metrics.journal)
+    (tmp_path / "wal").mkdir()
+    fd = disk.create(str(tmp_path / "wal" / "segment"))
 
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
