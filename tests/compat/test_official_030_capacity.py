@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from runstate.snapshots.datadir import partition_dir, read_manifest
 from runstate.snapshots.frame import FILE_HEADER_BYTES, Frame, read_frame
 from runstate.snapshots.recovery import list_segments, wal_dir
 
@@ -32,9 +33,13 @@ def _notes(folder: Path) -> list[list[str]]:
 
 
 def _journal(data_dir: Path) -> list[dict]:
-    """Every record the server has written to its WAL so far, in order."""
+    """Every record the server has written to its WALs so far (each partition's, in its order)."""
     records = []
-    for _, segment in list_segments(wal_dir(str(data_dir))):
+    manifest = read_manifest(str(data_dir))
+    assert manifest is not None, f"{data_dir} has no manifest"
+    segments = [segment for number in manifest.numbers()
+                for _, segment in list_segments(wal_dir(partition_dir(str(data_dir), number)))]
+    for segment in segments:
         data = Path(segment).read_bytes()
         offset = FILE_HEADER_BYTES
         while True:
