@@ -424,7 +424,36 @@ def v1_as_written() -> dict:
     for (space_id, key), stored in written.pop("idempotency")["_entries"]:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
     with_graced_added_since(written)
+    with_delivery_events_as_kept_since(written)
     return written
+
+
+def with_delivery_events_as_kept_since(written: dict) -> None:
+    """A delivery's events have carried the holder of its lease, and a lease's event the attempt it
+    starts (1 for the first, as the task view numbers it), since the version-1 server wrote its
+    contents down. The events its snapshot holds read back as the snapshot wrote them (a dict of
+    messageId, mailboxId and attempt); the WAL's are made anew as it replays: after the snapshot,
+    the only delivery is the lease of `leased_message`, by "w" (make_v1.py), its first attempt."""
+    imaged = KernelState()
+    load_snapshot(os.path.join(FIXTURES, "v1", "snapshots", f"{V1['snapshot_lsn']:020d}.snap"), imaged.apply, MODEL.records)
+    for space_id, space in written["spaces"].items():
+        kept = imaged.spaces[space_id].events.seq
+        for index, change in enumerate(space["events"]["_changes"]):
+            kind, payload = change[0], change[4]
+            if PAYLOAD_NAMES_BEFORE.get(kind) is None:
+                continue
+            if index < kept:
+                change[4] = dict(zip(PAYLOAD_NAMES_BEFORE[kind], payload))
+            else:
+                assert kind == "task.started" and payload[0] == V1["spaces"][space_id]["leased_message"], change
+                change[4] = [payload[0], payload[1], 1, "w"]
+
+
+# The payloads of a delivery's events as the version-1 server kept them (a tuple), by event type.
+PAYLOAD_NAMES_BEFORE = {
+    **dict.fromkeys(("task.started", "delivery.leased", "task.succeeded", "delivery.completed"), ("messageId", "mailboxId", "attempt")),
+    **dict.fromkeys(("task.retried", "delivery.requeued"), ("messageId", "mailboxId", "attempt", "cause")),
+}
 
 
 @pytest.mark.trio
