@@ -140,24 +140,40 @@ def _parser() -> argparse.ArgumentParser:
 class _Announcements:
     """What `serve` tells whoever started it on standard output, once it is ready: where it serves
     and the keys it made, as lines to export, apart from the log and after its `ready` line (the
-    keys are made during the start, but kept until then)."""
+    keys are made during the start, but kept until then; a key made once it is ready, as a node of
+    a cluster makes it when it first leads the keys' partition, is said when it is made)."""
 
     def __init__(self) -> None:
         self.api_key: tuple[str, str] | None = None  # (secret, space)
         self.admin_key: str | None = None
+        self.binds: list[str] | None = None  # once ready
 
     def new_key(self, secret: str, space: str) -> None:
         self.api_key = (secret, space)
+        if self.binds is not None:
+            self._say(self._key_lines())
 
     def new_admin_key(self, secret: str) -> None:
         self.admin_key = secret
+        if self.binds is not None:
+            self._say(self._admin_key_lines())
 
     def ready(self, binds: list[str]) -> None:
+        self.binds = binds
         lines = [""]
         lines.extend(f"runstate: serving on {bind}" for bind in binds)
-        if self.api_key is not None:
+        self._say(lines + self._key_lines() + self._admin_key_lines())
+
+    @staticmethod
+    def _say(lines: list[str]) -> None:
+        if lines:
+            print("\n".join(lines) + "\n", flush=True)
+
+    def _key_lines(self) -> list[str]:
+        lines: list[str] = []
+        if self.api_key is not None and self.binds is not None:
             secret, space = self.api_key
-            base_url = f" RUNSTATE_BASE_URL={binds[0]}" if binds else ""
+            base_url = f" RUNSTATE_BASE_URL={self.binds[0]}" if self.binds else ""
             lines += [
                 "",
                 f"runstate: no API key was configured, so this one was made for space {space!r}. It is shown only",
@@ -165,6 +181,10 @@ class _Announcements:
                 "",
                 f"    export RUNSTATE_API_KEY={secret} RUNSTATE_SPACE_ID={space}{base_url}",
             ]
+        return lines
+
+    def _admin_key_lines(self) -> list[str]:
+        lines: list[str] = []
         if self.admin_key is not None:
             lines += [
                 "",
@@ -174,7 +194,7 @@ class _Announcements:
                 "",
                 f"    export RUNSTATE_ADMIN_KEY={self.admin_key}",
             ]
-        print("\n".join(lines) + "\n", flush=True)
+        return lines
 
 
 def _load(args: argparse.Namespace) -> Loaded:

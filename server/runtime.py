@@ -185,6 +185,7 @@ class Runtime:
                 await nursery.start(cluster.run, kernel)
                 self.admin.prepare(settings.admin_key, settings.data_dir, self._on_admin_key)
                 self.ready = True
+                self.became_ready.set()
                 event(log, "ready", "ready", cluster=settings.cluster, node=cluster.node_id, partitions=layout.count)
         finally:
             cluster.close()

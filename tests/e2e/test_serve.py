@@ -90,3 +90,17 @@ def test_the_command_explains_itself():
     assert done.returncode == 0
     for text in ("--host", "--port", "--data-dir", "--fsync", "examples:"):
         assert text in done.stdout
+
+
+def test_a_key_made_once_ready_is_said_when_it_is_made(capsys):
+    """A node of a cluster is ready before it leads the keys' partition, where it makes the key:
+    the key's lines come when it is made, after `serving on`, not never."""
+    from runstate.server.cli import _Announcements
+
+    said = _Announcements()
+    said.ready(["http://127.0.0.1:8080"])
+    assert "serving on http://127.0.0.1:8080" in capsys.readouterr().out
+    said.new_key("rs_made_later", "default")
+    later = capsys.readouterr().out
+    assert "export RUNSTATE_API_KEY=rs_made_later RUNSTATE_SPACE_ID=default RUNSTATE_BASE_URL=http://127.0.0.1:8080" in later
+    assert "serving on" not in later
