@@ -2,9 +2,8 @@
 (one, picked, or all matching a filter, after a count), each confirmed, done through its API
 route, and in the event log with who did it.
 
-They need the server's forced release and dead-letter actions (`ForceReleaseClaim`,
-`RequeueDeadLetters`, `DeleteDeadLetters`); a server without them offers neither action (checked
-here too), so these tests run wherever those commands exist.
+They go through the server's forced release and dead-letter routes, which the console offers
+exactly where the API serves them (checked here too).
 """
 
 from __future__ import annotations
@@ -12,14 +11,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from runstate.actors import commands
-
 from .conftest import ADMIN_KEY, Console, Tab
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-
-OPERATOR_ACTIONS = all(hasattr(commands, name) for name in ("ForceReleaseClaim", "RequeueDeadLetters", "DeleteDeadLetters"))
-needs_actions = pytest.mark.skipif(not OPERATOR_ACTIONS, reason="this server has no forced release or dead-letter actions")
 
 
 def _dead_letters(console: Console, run: str, mailbox: str, count: int, error: str, tasks: bool) -> list[str]:
@@ -39,7 +33,6 @@ def _dead_letters(console: Console, run: str, mailbox: str, count: int, error: s
     return ids
 
 
-@needs_actions
 def test_releasing_a_stuck_claim_gives_the_next_holder_the_next_generation(tab: Tab, console: Console, tmp_path):
     """Release…: the confirmation names the holder and the next generation; confirmed, the claim
     is free, the old token is refused, the next acquire gets generation 2, and the event log says
@@ -66,7 +59,6 @@ def test_releasing_a_stuck_claim_gives_the_next_holder_the_next_generation(tab: 
     expect(page.locator("tr[data-lane='stuck:key']")).to_contain_text("released by an operator")
 
 
-@needs_actions
 def test_dead_letters_are_counted_then_requeued_or_deleted(tab: Tab, console: Console, tmp_path):
     """Picked dead letters are requeued after a count (a task's is skipped, and the count says
     why); then every one whose reason matches a filter is deleted, the count first; each action
@@ -103,7 +95,6 @@ def test_dead_letters_are_counted_then_requeued_or_deleted(tab: Tab, console: Co
     assert tab.errors() == []
 
 
-@needs_actions
 def test_operator_actions_need_the_csrf_token_and_the_admin_key_may_act(console: Console):
     """A forced release or a dead-letter action without the session's CSRF token is 403 and
     changes nothing; with the admin key's session it goes through (the admin key may act)."""
@@ -120,14 +111,14 @@ def test_operator_actions_need_the_csrf_token_and_the_admin_key_may_act(console:
     assert console.api.get(f"/v1/spaces/default/scopes/{run['id']}/claims").json()["claims"] == []
 
 
-def test_without_the_routes_the_actions_are_not_offered(console: Console):
-    """The console offers a forced release and dead-letter actions exactly when the server has
-    their routes."""
+def test_the_actions_are_offered_where_the_api_serves_them(console: Console):
+    """The console offers a forced release and dead-letter actions because the API serves their
+    routes (it asks the API's router, so an action is never offered without its route)."""
     from runstate.server.console.actions import dead_letter_actions, release_offered
 
-    assert release_offered() == OPERATOR_ACTIONS
-    assert dead_letter_actions() == (("requeue", "delete") if OPERATOR_ACTIONS else ())
+    assert release_offered()
+    assert dead_letter_actions() == ("requeue", "delete")
     run = console.run("offered")
     console.claim(run["id"], "offered:key", "w")
     page = console.session().get("/console/s/default/claims?key=offered:").text
-    assert ("Release…" in page) == OPERATOR_ACTIONS
+    assert "Release…" in page
