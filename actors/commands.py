@@ -33,7 +33,7 @@ from .scopes import CANCELLED, COMPLETED
 
 __all__ = [
     "Command", "RegisterKey", "RevokeKey", "CreateScope", "EndScope", "CancelScope", "CompleteScope",
-    "AcquireClaim", "RenewClaim", "ReleaseClaim", "ForceReleaseClaim", "CreateMailbox", "SendMessage", "Receive",
+    "AcquireClaim", "RenewClaim", "ReleaseClaim", "ForceReleaseClaim", "CreateMailbox", "SendMessage", "Receive", "ReceiveMany",
     "CompleteDelivery", "NackDelivery", "RenewDelivery", "RequeueDeadLetters", "DeleteDeadLetters", "PurgeMailbox", "SubmitTask", "CancelTask", "JoinTask",
     "DetachTask", "FireTimer", "EnsureRun", "EnsureMailbox", "WaitTask", "AcquireOnce", "WaitOnce", "RenewOnce",
     "CompleteOnce", "FailOnce", "KEYS_ACTOR", "claim_actor", "scope_actor", "queue_actor", "mailboxes_actor",
@@ -322,6 +322,15 @@ class Receive(Command):
 
     def actor(self, state: Any) -> ActorKey:
         return queue_actor(self.space, self.mailbox_id, self.scope_id)
+
+
+@_command
+class ReceiveMany(Receive):
+    """Lease up to `count` deliverable messages, oldest first, in one turn (a worker's prefetch);
+    a long poll waits up to `wait_ms` for the first. Delivery i's token is the drawn one with `.i`
+    after it, so each is distinct and as hard to guess."""
+
+    count: int = body("maxMessages", INTEGER, minimum=1, maximum="receive_count_max", description="at most {receive_count_max}")
 
 
 @_command

@@ -33,7 +33,7 @@ from .timestamps import parse_timestamp
 
 __all__ = [
     "Spec", "body", "path", "drawn", "caller", "parse", "specs", "schema", "check_text", "check_space_id",
-    "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "query", "MINOR",
+    "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "OBJECTS", "query", "MINOR",
     "compile_parser", "integer_range", "body_wires", "refuse_unknown",
 ]
 
@@ -44,6 +44,7 @@ BOOLEAN = "boolean"
 TIMESTAMP = "timestamp"  # an RFC 3339 string with a zone, kept as wall milliseconds
 JSON = "json"  # caller data of any JSON type, within the payload limits
 TEXTS = "texts"  # a non-empty list of strings
+OBJECTS = "objects"  # a non-empty list of objects, at most `maximum` of them (a batch's operations)
 MINOR = "minor"  # an amount in minor units: a canonical digit string on the wire, a Python int kept
 
 # An amount has at most this many digits (well past any real budget, and past int64 too).
@@ -497,6 +498,10 @@ def schema(spec: Spec, limits: Limits) -> dict:
         result = {"type": "array", "items": {"type": "string"}, "minItems": 1}
         if spec.items_max is not None:
             result["maxItems"] = spec.items_max
+    elif kind == OBJECTS:
+        result = {"type": "array", "items": {"type": "object"}, "minItems": 1}
+        if spec.maximum is not None:
+            result["maxItems"] = spec.bound(spec.maximum, limits)
     else:
         raise AssertionError(f"no field kind {kind!r}")
     if spec.description:

@@ -36,6 +36,8 @@ class Limits:
     payload_bytes_max: int = 65_536
     # The whole request body; larger is 413.
     request_bytes_max: int = 1_048_576
+    # Operations one batch request carries (its bytes are bounded as any body's, above).
+    batch_operations_max: int = 1_000
     # Caller data nested deeper than this is refused (the journal must be able to write it back).
     json_depth_max: int = 64
 
@@ -54,6 +56,8 @@ class Limits:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     wait_ms_max: int = 30_000
+    # Deliveries one receive of many (a prefetch) leases at most.
+    receive_count_max: int = 100
     # The most unsettled messages one mailbox holds: the backlog of a mailbox that sets no
     # backlogLimit, and the largest backlogLimit one may set (a larger one is VALIDATION_FAILED).
     backlog_limit_max: int = 100_000

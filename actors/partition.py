@@ -273,6 +273,48 @@ class Partition:
             return await self._park(call)
         return EMPTY
 
+    async def submit_all(self, commands: list[tuple[Command, Idem | None]]) -> list[trio_outcome.Outcome]:
+        """Run every command in its actor's next turn and return each one's answer (a `Value`, or
+        an `Error` with its `KernelError`) once durable, in the order given.
+
+        Every call is posted before any of them runs (no await in between), so commands on one
+        actor run in the order given, and the turns of all of them run in one pass of the
+        scheduler: their records reach the journal together and go out in one group commit
+        (unless the writer was already on its way, when they may take two). Nothing parks: a
+        command that would wait (a long poll) is answered as without a wait. A command whose
+        actor cannot be found (a token that is not current) is refused on its own; the others
+        run. Cancelled while waiting, the calls not yet run are withdrawn; those decided are
+        recorded and their answers dropped, as for a caller of `submit` that went away."""
+        if self.refusal is not None:
+            raise KernelError(UNAVAILABLE, self.refusal)
+        task = trio.lowlevel.current_task()
+        posted: list[Any] = []
+        for command, idem in commands:
+            try:
+                actor = command.actor(self.state)
+            except KernelError as error:
+                posted.append(trio_outcome.Error(error))
+                continue
+            call = _Call(command, idem, task, False)
+            self._post(actor, call)
+            posted.append(call)
+        answers: list[trio_outcome.Outcome] = []
+        try:
+            for item in posted:
+                if not isinstance(item, _Call):
+                    answers.append(item)
+                    continue
+                try:
+                    answers.append(trio_outcome.Value(await self._park(item)))
+                except KernelError as error:
+                    answers.append(trio_outcome.Error(error))
+        except BaseException:
+            for item in posted:
+                if isinstance(item, _Call) and item.phase == _QUEUED:
+                    item.phase = _DONE  # withdrawn: its actor skips it
+            raise
+        return answers
+
     async def _park(self, call: _Call) -> Any:
         """Wait for the call's answer (returned at once if it came while the caller was away)."""
         if call.answer is not None:

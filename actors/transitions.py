@@ -97,6 +97,7 @@ TRANSITIONS: dict[type, Transition] = {
     c.CreateMailbox: _work(WorkCommands.create_mailbox),
     c.SendMessage: _work(WorkCommands.send_message),
     c.Receive: _work(WorkCommands.receive),
+    c.ReceiveMany: _work(WorkCommands.receive_many),
     c.CompleteDelivery: _work(WorkCommands.complete_delivery),
     c.NackDelivery: _work(WorkCommands.nack_delivery),
     c.RenewDelivery: _work(WorkCommands.renew_delivery),

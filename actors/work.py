@@ -30,6 +30,7 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import dead_letters
@@ -46,7 +47,7 @@ from .tasks import CANCELLED, EXPIRED, FAILED, SUCCEEDED, Task, TaskTable, input
 if TYPE_CHECKING:
     from .commands import (
         CancelTask, CompleteDelivery, CreateMailbox, DeleteDeadLetters, DetachTask, EnsureMailbox, JoinTask, NackDelivery,
-        PurgeMailbox, Receive, RenewDelivery, RequeueDeadLetters, SendMessage, SubmitTask, WaitTask,
+        PurgeMailbox, Receive, ReceiveMany, RenewDelivery, RequeueDeadLetters, SendMessage, SubmitTask, WaitTask,
     )
 
 __all__ = ["WorkCommands", "WORK_APPLY", "WORK_TIMERS", "outcome_of"]
@@ -395,6 +396,25 @@ class WorkCommands:
         outcome = self._commit(Outcome(), self.messages.decide_lease(message, token, holder, session, lease_ms, now_ms))
         outcome.timers.extend(self._message_timers(message))
         outcome.reply = self.messages.delivery_view(message)
+        return outcome
+
+    def receive_many(self, command: "ReceiveMany", now_ms: int) -> Outcome:
+        """Lease up to `command.count` messages as that many receives would, one after the other,
+        in this one turn: `{"deliveries": [...]}`, oldest first; `empty` when there is none."""
+        deliveries: list[dict] = []
+        outcome = Outcome()
+        for index in range(command.count):
+            token = command.token if index == 0 else f"{command.token}.{index}"
+            one = self.receive(replace(command, token=token), now_ms)
+            if one.empty:
+                break
+            outcome.records.extend(one.records)
+            outcome.timers.extend(one.timers)
+            outcome.pokes.extend(one.pokes)
+            deliveries.append(one.reply)
+        if not deliveries:
+            return Outcome(empty=True)
+        outcome.reply = {"deliveries": deliveries}
         return outcome
 
     def _held(self, message_id: str, token: str, now_ms: int) -> Message:

@@ -19,7 +19,7 @@ from ..actors.fields import takes_caller
 from ..actors.kernel import EMPTY
 from .http import Handler, Request, Router
 
-__all__ = ["Doc", "Reply", "endpoint", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER"]
+__all__ = ["Doc", "Reply", "endpoint", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER"]
 
 # Where the OpenAPI document made from these declarations is served.
 OPENAPI_PATH = "/v1/openapi.json"
@@ -74,14 +74,39 @@ def endpoint(
     status: int | StatusOf = 200,
     long_poll: Any = False,
     public: bool = False,
+    batchable: bool | None = None,
+    settle: bool = True,
 ) -> None:
-    """Declare a route. Without `handler`, `doc.command` is run (see the module docstring)."""
+    """Declare a route. Without `handler`, `doc.command` is run (see the module docstring).
+
+    A command route of a space may also be sent as one operation of a batch
+    (`routes/batch.py`), without a wait: every route declared without a handler is, and one
+    with a handler of its own only when it says `batchable=True` (its command run as it is), but
+    never an operator's action (`Doc.operator`).
+    A handler that answers only what kernel commands answered (each turn answers once durable)
+    says `settle=False`: it need not wait for the records of others (`_settled`)."""
+    if batchable is None:
+        batchable = handler is None
+    batch = None
+    if batchable and doc.command is not None and doc.idempotent and not public and not doc.operator:
+        batch = BatchOperation(doc.command, status)  # (an operator's action is always sent alone)
     if handler is None:
         assert doc.command is not None, f"{method} {pattern}: a route needs a handler or a command"
         handler = _command_handler(doc.command, status, doc.operator)
-    elif not public:
+    elif not public and settle:
         handler = _settled(handler)
-    router.add(method, pattern, handler, long_poll=long_poll, public=public, doc=doc)
+    router.add(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOperation:
+    """How a route runs as an operation of a batch: its command, and the status of its answer."""
+
+    command: type
+    status: int | Callable[[Any], int]
+
+    def status_of(self, reply: Any) -> int:
+        return self.status(reply) if callable(self.status) else self.status
 
 
 def _settled(handler: Handler) -> Handler:

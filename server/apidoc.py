@@ -39,7 +39,8 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
 
 
 def _type(spec: Any) -> str:
-    return {"text": "string", "texts": "list of strings", "timestamp": "RFC 3339 timestamp", "json": "any JSON"}.get(
+    return {"text": "string", "texts": "list of strings", "timestamp": "RFC 3339 timestamp", "json": "any JSON",
+            "objects": "list of objects"}.get(
         spec.kind, spec.kind
     )
 

@@ -172,6 +172,7 @@ LIMIT_DOCS: dict[str, str] = {
     "child_limit_max": "Largest childLimit a run may set.",
     "payload_bytes_max": "Largest payload, input, result or observation, in bytes of JSON.",
     "request_bytes_max": "Largest request body, in bytes (413 above).",
+    "batch_operations_max": "Most operations in one batch request (its body is bounded by request_bytes_max).",
     "json_depth_max": "Deepest nesting of caller JSON data.",
     "idempotency_ttl_s": "How long an Idempotency-Key's answer is replayed, in seconds.",
     "idempotency_keys_max": "Most Idempotency-Key answers kept by the server.",
@@ -185,6 +186,7 @@ LIMIT_DOCS: dict[str, str] = {
     "backoff_base_s": "First retry backoff after a nack, in seconds (doubles each attempt).",
     "backoff_max_s": "Longest retry backoff, in seconds.",
     "wait_ms_max": "Longest long poll (waitMs), in milliseconds.",
+    "receive_count_max": "Most deliveries one receive of many (a prefetch, maxMessages) leases.",
     "backlog_limit_max": "Most unsettled messages of a mailbox that sets no backlogLimit, and the largest backlogLimit one may set "
                          "(also the largest maxOutstanding of a work limit).",
     "subscribers_max": "Most callers joined to one task.",

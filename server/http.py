@@ -108,10 +108,11 @@ class Request:
 
 
 class Route:
-    __slots__ = ("method", "pattern", "handler", "long_poll", "public", "params", "doc")
+    __slots__ = ("method", "pattern", "handler", "long_poll", "public", "params", "doc", "batch")
 
     def __init__(
-        self, method: str, pattern: str, handler: Handler, *, long_poll: "LongPoll", public: bool, doc: Any = None
+        self, method: str, pattern: str, handler: Handler, *, long_poll: "LongPoll", public: bool, doc: Any = None,
+        batch: Any = None,
     ) -> None:
         self.method = method
         self.pattern = tuple(pattern.strip("/").split("/"))
@@ -121,6 +122,8 @@ class Route:
         self.public = public
         # What the route declares for its documents (`api.Doc`): the OpenAPI operation, the docs.
         self.doc = doc
+        # How it runs as an operation of a batch (`api.BatchOperation`), or None if it cannot.
+        self.batch = batch
 
     @property
     def path(self) -> str:
@@ -133,10 +136,11 @@ class Router:
         self.routes: list[Route] = []
 
     def add(
-        self, method: str, pattern: str, handler: Handler, *, long_poll: "LongPoll" = False, public: bool = False, doc: Any = None
+        self, method: str, pattern: str, handler: Handler, *, long_poll: "LongPoll" = False, public: bool = False,
+        doc: Any = None, batch: Any = None,
     ) -> None:
         """Serve `handler` at `method pattern` (declarations go through `api.endpoint`)."""
-        route = Route(method, pattern, handler, long_poll=long_poll, public=public, doc=doc)
+        route = Route(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch)
         self.routes.append(route)
         self._by_length.setdefault(len(route.pattern), []).append(route)
 

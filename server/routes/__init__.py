@@ -3,6 +3,7 @@
 from ..http import Router
 from . import claims, health, mailboxes, messages, once, scopes, tasks
 from . import admin, cluster, inspect, metrics, openapi
+from . import batch
 from . import capacity  # -- capacity --
 from . import coordination  # -- coordination --
 
@@ -13,3 +14,4 @@ for module in (health, scopes, claims, mailboxes, messages, tasks, once, admin, 
     ROUTER.include(module.router)
 ROUTER.include(capacity.router)  # -- capacity --
 ROUTER.include(coordination.router)  # -- coordination --
+ROUTER.include(batch.router)

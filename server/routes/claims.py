@@ -38,7 +38,7 @@ async def acquire(services: Runtime, request: Request, space: str) -> tuple[int,
 endpoint(router, "POST", BASE, Doc(
     "Acquire a claim (with waitMs, wait in arrival order for a held one)", CLAIM, c.AcquireClaim, errors=ERRORS,
     idempotent=True, group="Claims",
-), acquire, long_poll=lambda request: b'"waitMs"' in request.body)
+), acquire, long_poll=lambda request: b'"waitMs"' in request.body, batchable=True)
 endpoint(router, "POST", BASE + "/{key}/renew", Doc(
     "Renew a claim's lease ({key} percent-encoded)", CLAIM, c.RenewClaim, errors=ERRORS, idempotent=True, group="Claims",
 ))

@@ -6,6 +6,8 @@ away the wait is withdrawn, so no lease is handed to nobody.
 
 Dead letters are listed a page at a time, newest first, filtered by reason and age, and an
 operator requeues or deletes a set of them (`actors/dead_letters.py`), or purges what waits.
+
+`recv-many` (our extension) leases up to `maxMessages` at once, in one turn: a worker's prefetch.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ router = Router()
 BASE = "/v1/spaces/{space}/mailboxes"
 
 _LIST = {"type": "object", "properties": {"mailboxes": {"type": "array", "items": {"$ref": "#/components/schemas/Mailbox"}}}, "required": ["mailboxes"]}
+_MANY = {"type": "object", "properties": {"deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}}}, "required": ["deliveries"]}
 _DEAD = {
     "type": "object",
     "properties": {
@@ -136,4 +139,9 @@ endpoint(router, "POST", BASE + "/{mailbox_id}/recv", Doc(
     "Lease the oldest deliverable message (a long poll with waitMs)",
     (Reply(200, "Delivery", "A delivery"), Reply(204, NO_CONTENT, "Nothing to deliver (after waiting up to waitMs)")),
     c.Receive, errors=("400", "404", "409"), idempotent=True, group=G,
+), long_poll=True)
+endpoint(router, "POST", BASE + "/{mailbox_id}/recv-many", Doc(
+    "Lease up to maxMessages deliverable messages, oldest first (a long poll with waitMs, for the first): a prefetch (our extension)",
+    (Reply(200, _MANY, "The deliveries"), Reply(204, NO_CONTENT, "Nothing to deliver (after waiting up to waitMs)")),
+    c.ReceiveMany, errors=("400", "404", "409"), idempotent=True, group=G,
 ), long_poll=True)

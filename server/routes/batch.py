@@ -1,0 +1,197 @@
+"""Batches: many commands of one space in one request, each with its own answer (our extension).
+
+`POST /v1/spaces/{space}/batch` carries `operations`, each a command route of the space as it
+would be sent alone: its `method`, its `path` below `/v1/spaces/{space}` (percent-encoded as in a
+request), its `body`, and an `idempotencyKey` of its own. The answer holds one result per
+operation, in the same order: `{"status", "body"}` as the route alone would answer, `{"status"}`
+for a 204, or `{"status", "error"}` with the error envelope's fields (and `retryAfter`, in
+seconds, where the route alone would send `Retry-After`). A client that holds many leases renews
+them all in one request this way, and one whose agents release, complete and submit at the same
+moment sends all of it at once.
+
+What a batch is, and is not:
+
+- **Independent commands.** Each operation is read, checked and run as the same request alone
+  would be; one that is refused changes nothing for the others. It is not a transaction (as in
+  SQS's `SendMessageBatch` or Graph's JSON batching): there is no all-or-nothing, and each
+  answer must be read.
+- **In order per key.** The commands are handed to their keys' actors in the order given, before
+  any of them runs, so two operations on one key (a release, then an acquire of it) run in that
+  order; operations on different keys run in no particular order.
+- **One group commit.** Their turns run in one pass of the kernel's scheduler, so their records
+  reach the journal together and go out in one write (and one fsync under `--fsync always`),
+  instead of one per request. The batch is answered once every one of them is durable.
+- **No waits.** A long poll would hold every other answer back: an operation with `waitMs` is
+  refused on its own (send a long poll alone); a receive without one answers 204 at once.
+- **Bounded.** At most `batch_operations_max` operations (1,000 by default), and the body is
+  bounded as any body is (`request_bytes_max`, 413 above).
+- **Idempotent per operation.** An operation's `idempotencyKey` makes a retry of the same
+  operation (same method, path and body, sent in a batch again) answer as it did the first time;
+  the batch request's own `Idempotency-Key` header is not used.
+
+Only the routes of a space that run one kernel command can be sent in a batch (every route
+declared without a handler of its own, and acquire; `api.endpoint`), and only with a key that
+could send them alone: the batch is authorized for its space once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from ...actors.errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
+from ...actors.fields import OBJECTS, Spec, takes_caller
+from ...actors.kernel import EMPTY, Idem
+from ..api import Doc, Reply, endpoint
+from ..errors import ApiError, status_of
+from ..http import Request, Route, Router
+from ..runtime import Runtime
+
+router = Router()
+
+SPACE_PREFIX = ("v1", "spaces", "{space}")
+G = "Batches"
+
+_OPERATIONS: Router | None = None
+
+
+def operations_router() -> Router:
+    """The routes a batch may carry, by their path below the space (made once, from every route)."""
+    global _OPERATIONS
+    if _OPERATIONS is None:
+        from . import ROUTER  # the routes' package imports this module
+
+        operations = Router()
+        for route in ROUTER.routes:
+            if route.batch is not None and route.pattern[:3] == SPACE_PREFIX:
+                relative = "/" + "/".join(route.pattern[3:])
+                operations.add(route.method, relative, route.handler, doc=route.doc, batch=route.batch)
+        _OPERATIONS = operations
+    return _OPERATIONS
+
+
+class _Refused(Exception):
+    def __init__(self, error: KernelError) -> None:
+        self.error = error
+
+
+async def batch(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    kernel = services.kernel
+    assert kernel is not None
+    operations = request.json().data.get("operations")
+    limit = services.limits.batch_operations_max
+    if not isinstance(operations, list) or not operations:
+        raise ApiError(VALIDATION_FAILED, "operations must be a non-empty list of operations")
+    if len(operations) > limit:
+        raise ApiError(VALIDATION_FAILED, f"a batch carries at most {limit} operations, not {len(operations)} (batch_operations_max)")
+    results: list[Any] = [None] * len(operations)
+    commands: list[tuple[Any, Idem | None]] = []
+    places: list[tuple[int, Route, dict[str, str]]] = []
+    for index, operation in enumerate(operations):
+        try:
+            route, params, command, idem = _read(services, request, space, index, operation)
+        except KernelError as error:
+            results[index] = _refusal(services, request, error, None, None)
+            continue
+        commands.append((command, idem))
+        places.append((index, route, params))
+    if commands:
+        answers = await kernel.submit_all(space, commands)
+        for (index, route, params), answer in zip(places, answers):
+            error = getattr(answer, "error", None)
+            if error is not None:
+                if not isinstance(error, KernelError):
+                    raise error
+                results[index] = _refusal(services, request, error, route, params)
+                continue
+            reply = answer.value
+            if reply is EMPTY:
+                results[index] = {"status": 204}
+            else:
+                results[index] = {"status": route.batch.status_of(reply), "body": reply}
+    return 200, {"results": results}
+
+
+def _read(services: Runtime, request: Request, space: str, index: int, operation: Any) -> tuple[Route, dict[str, str], Any, Idem | None]:
+    """The route, path parameters, command and Idempotency-Key of one operation, or its refusal."""
+    where = f"operations[{index}]"
+    if not isinstance(operation, dict):
+        raise ApiError(VALIDATION_FAILED, f"{where} must be an object with method, path and body")
+    method, path = operation.get("method", "POST"), operation.get("path")
+    if not isinstance(method, str) or not isinstance(path, str) or not path.startswith("/"):
+        raise ApiError(VALIDATION_FAILED, f"{where} needs a method and a path below /v1/spaces/{{space}} (starting with /)")
+    body = operation.get("body")
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise ApiError(VALIDATION_FAILED, f"{where}.body must be a JSON object")
+    try:
+        route, params = operations_router().match(method, path)
+    except ApiError as error:
+        if error.code == VALIDATION_FAILED:
+            raise
+        raise ApiError(
+            VALIDATION_FAILED, f"{where}: {method} {path[:200]} is not a command of a space that a batch can carry"
+        ) from None
+    params["space"] = space
+    if takes_caller(route.batch.command):  # type: ignore[union-attr]
+        params["caller"] = services.caller(request)  # its record says who sent it, as alone
+    kernel = services.kernel
+    command = kernel.parse(route.batch.command, body, params)  # type: ignore[union-attr]
+    if getattr(command, "wait_ms", None):
+        raise ApiError(VALIDATION_FAILED, f"{where}: waitMs is not taken in a batch (a long poll would hold every answer); send it alone")
+    key = operation.get("idempotencyKey")
+    idem = None
+    if key is not None:
+        length_max = services.limits.idempotency_key_len_max
+        if not isinstance(key, str) or not 1 <= len(key) <= length_max or not key.isprintable():
+            raise ApiError(VALIDATION_FAILED, f"{where}.idempotencyKey must be 1-{length_max} printable characters")
+        idem = Idem(space, key, fingerprint(method, f"/v1/spaces/{space}{path}", body))
+    return route, params, command, idem
+
+
+def fingerprint(method: str, path: str, body: dict) -> str:
+    """What an operation's idempotencyKey is checked against: its method, whole path and body
+    (as orjson writes it: the same for the same operation sent again)."""
+    return hashlib.blake2b(b"%s %s\n%s" % (method.encode(), path.encode(), orjson.dumps(body)), digest_size=16).hexdigest()
+
+
+def _refusal(services: Runtime, request: Request, error: KernelError, route: Route | None, params: dict[str, str] | None) -> dict:
+    """One operation's refusal: its status and the error envelope's fields."""
+    status = (error.status if isinstance(error, ApiError) else None) or status_of(error.code)
+    envelope: dict[str, Any] = {"code": error.code, "message": error.message, "requestId": request.request_id}
+    if error.details:
+        envelope["details"] = error.details
+    result: dict[str, Any] = {"status": status, "error": envelope}
+    if error.retry_after_s is not None:
+        result["retryAfter"] = round(error.retry_after_s, 3)
+    if error.code == STALE_CLAIM and route is not None and params is not None:  # a late write turned away
+        services.telemetry.fenced.saw((*SPACE_PREFIX, *route.pattern), params, error.message, services.kernel.clock.now_ms())  # type: ignore[union-attr]
+    return result
+
+
+_OPERATION = {
+    "type": "object",
+    "properties": {
+        "status": {"type": "integer", "description": "the status the route alone would answer"},
+        "body": {"description": "the route's answer (absent for a 204 or a refusal)"},
+        "error": {"type": "object", "description": "a refusal: code, message, requestId, details"},
+        "retryAfter": {"type": "number", "description": "seconds, where the route alone would send Retry-After"},
+    },
+    "required": ["status"],
+}
+_RESULTS = {"type": "object", "properties": {"results": {"type": "array", "items": _OPERATION}}, "required": ["results"]}
+
+endpoint(router, "POST", "/v1/spaces/{space}/batch", Doc(
+    "Run many commands of the space, each with its own answer, in one group commit (our extension)",
+    (Reply(200, _RESULTS, "One result per operation, in order"),),
+    body=(Spec(
+        "operations", OBJECTS, minimum=1, maximum="batch_operations_max",
+        description="each an object of method (default POST), path (below /v1/spaces/{{space}}), body and "
+        "idempotencyKey: a command route of the space, without waitMs; run in order per key",
+    ),),
+    errors=("400", "404"), group=G,
+), batch, settle=False)
