@@ -65,7 +65,7 @@ from .mailboxes import Delivery, MailboxRef
 from .capacity import BudgetRef, BudgetReservation, PoolLease, PoolRef, QuotaRef  # -- capacity --
 from .scopes import ScopeHandle
 from .tasks import TaskTicket
-from .transport import HTTPTransport, Transport, TransportError
+from .transport import HTTPTransport, SocketTransport, Transport, TransportError
 from .types import AcquireAttempt, MailboxRow, MessageView, ScopeView, TaskResult, TaskView
 
 __version__ = "0.1.0"
@@ -132,6 +132,7 @@ __all__ = [
     "Transport",
     "TransportError",
     "HTTPTransport",
+    "SocketTransport",
     "TaskView",
     "TaskResult",
     "ScopeView",

@@ -20,10 +20,12 @@ import httpx
 
 from .errors import ConfigError
 
-__all__ = ["Transport", "TransportError", "HTTPTransport", "Exchange"]
+__all__ = ["Transport", "TransportError", "HTTPTransport", "SocketTransport", "Exchange", "default_transport"]
 
 # status, headers (names in lower case), body bytes.
 Exchange = tuple[int, Mapping[str, str], bytes]
+# Connections one transport keeps to its server at most (each long poll in flight holds one).
+CONNECTIONS_MAX = 256
 
 
 class TransportError(Exception):
@@ -56,18 +58,30 @@ class HTTPTransport:
     the whole exchange, so a long poll needs a value above its wait.
     """
 
-    def __init__(self, base_url: str, *, client: httpx.AsyncClient | None = None, ca_bundle: str | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, client: httpx.AsyncClient | None = None, ca_bundle: str | None = None,
+        connections_max: int = CONNECTIONS_MAX,
+    ) -> None:
         """`ca_bundle`: a PEM file of the certificates to trust for an https server (a self-signed
         one, or a private CA's), instead of the system's roots."""
         self.base_url = base_url
-        verify: ssl.SSLContext | bool = True
-        if ca_bundle is not None:
-            try:
-                verify = ssl.create_default_context(cafile=ca_bundle)
-            except (OSError, ssl.SSLError) as err:
-                raise ConfigError(f"cannot load the CA bundle {ca_bundle}: {err}") from err
-        self._client = client or httpx.AsyncClient(base_url=base_url, follow_redirects=False, verify=verify)
-        self._owns_client = client is None
+        if client is None:
+            # Every connection may stay open for the next request: a client shared by many agents
+            # holds one per long poll in flight, and closing those past httpx's 20 kept-alive
+            # would open a new connection for most requests. A plain http:// server needs no
+            # TLS context (building one loads the system's certificates).
+            verify: ssl.SSLContext | bool = not base_url.startswith("http://")
+            if ca_bundle is not None:
+                try:
+                    verify = ssl.create_default_context(cafile=ca_bundle)
+                except (OSError, ssl.SSLError) as err:
+                    raise ConfigError(f"cannot load the CA bundle {ca_bundle}: {err}") from err
+            limits = httpx.Limits(max_connections=connections_max, max_keepalive_connections=connections_max)
+            client = httpx.AsyncClient(base_url=base_url, follow_redirects=False, limits=limits, verify=verify)
+            self._owns_client = True
+        else:
+            self._owns_client = False
+        self._client = client
 
     async def send(
         self,
@@ -93,3 +107,24 @@ class HTTPTransport:
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.aclose()
+
+
+def default_transport(base_url: str, ca_bundle: str | None = None) -> Transport:
+    """The transport a client makes for `base_url`: `SocketTransport` (HTTP/1.1 on plain sockets,
+    `runstate._wire`) for an `http://` server with no proxy set for its host; `HTTPTransport`
+    (httpx) for `https://` (trusting `ca_bundle` when given), or when the environment names a
+    proxy for it, as httpx honours."""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
+
+    parts = urlsplit(base_url)
+    if parts.scheme == "http" and parts.hostname:
+        proxies = getproxies()
+        if not (proxies.get("http") or proxies.get("all")) or proxy_bypass(parts.hostname):
+            return SocketTransport(base_url)
+    return HTTPTransport(base_url, ca_bundle=ca_bundle)
+
+
+
+# Defined with the wire code, which imports the names above from this module.
+from ._wire import SocketTransport  # noqa: E402

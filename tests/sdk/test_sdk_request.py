@@ -405,7 +405,7 @@ def test_public_names_are_exported():
     expected = {
         "AsyncRunstate", "Runstate", "Config", "resolve_config", "ScopesAPI", "MailboxesAPI", "ScopeHandle",
         "ClaimRef", "ClaimLease", "MailboxRef", "Delivery", "TaskTicket", "Transport", "TransportError",
-        "HTTPTransport", "RunstateError", "ConfigError", "AuthenticationError", "NotFoundError", "ConflictError",
+        "HTTPTransport", "SocketTransport", "RunstateError", "ConfigError", "AuthenticationError", "NotFoundError", "ConflictError",
         "ScopeCancelledError", "LeaseLostError", "WaitTimeoutError", "RateLimitError", "UnavailableError",
         "CursorExpiredError", "map_error", "ValidationError", "UnreachableError", "InternalError", "ERRORS",
         "is_permanent", "TaskView", "TaskResult", "ScopeView", "MailboxRow", "MessageView", "AcquireAttempt",
