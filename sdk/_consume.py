@@ -37,6 +37,8 @@ library.
 
 from __future__ import annotations
 
+import functools
+from collections import deque
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Union
 
 import anyio
@@ -44,7 +46,7 @@ import anyio.abc
 
 from . import _runtime
 from ._context import Context
-from ._renewal import keep_alive
+from ._renewal import Kept
 from .errors import RunstateError, ScopeCancelledError, is_permanent
 
 if TYPE_CHECKING:
@@ -77,6 +79,8 @@ class NeverSet:
 ErrorHandler = Callable[[BaseException, Union["Delivery", None]], Union[Awaitable[Any], Any]]
 # Takes the next delivery: (wait_ms, stop) -> a Delivery, None when there is none, or STOPPED.
 Take = Callable[[int, StopFlag], Awaitable[Any]]
+# Takes up to `count` deliveries: (count, wait_ms, stop) -> a non-empty list, None, or STOPPED.
+TakeMany = Callable[[int, int, StopFlag], Awaitable[Any]]
 # Runs the handler on one delivery and settles it; raises nothing but cancellation.
 Work = Callable[["Delivery"], Awaitable[None]]
 
@@ -203,13 +207,21 @@ class Consumer:
         stop: StopFlag,
         on_error: ErrorHandler | None,
         give_up_after_s: float | None,
+        prefetch: int = 1,
+        take_many: TakeMany | None = None,
     ) -> None:
         self._ctx = ctx
         self.where = where
         self.scope_id = scope_id
         self._take = take
+        self._take_many = take_many
         self._work = work
         self.concurrency = concurrency
+        self.prefetch = prefetch
+        # Deliveries held at once: those in handlers, and those received ahead of a free slot.
+        self.capacity = max(concurrency, prefetch)
+        # Deliveries received (their leases renewed) and not handed to a handler yet, oldest first.
+        self._ahead: deque[Delivery] = deque()
         self.lease_seconds = lease_seconds
         self.poll_s = poll_ms / 1000
         self.wait_ms = wait_ms
@@ -231,8 +243,11 @@ class Consumer:
             holdings.consumers.add(consumer)
             try:
                 async with anyio.create_task_group() as group:
-                    with self._intake_scope:
-                        failure = await self._intake(group)
+                    try:
+                        with self._intake_scope:
+                            failure = await self._intake(group)
+                    finally:
+                        await self._give_back_ahead()
                     if self.run_ended is not None:
                         self._tell_run_ended()
                     elif failure is None:
@@ -255,14 +270,22 @@ class Consumer:
 
     async def _intake(self, group: anyio.abc.TaskGroup) -> BaseException | None:
         """Take deliveries until stopped; returns the error the call must raise, if any."""
-        outage, running = self.outage, self.running
+        outage, running, ahead = self.outage, self.running, self._ahead
         while not self.stop.is_set() and self.run_ended is None:
-            if len(running.scopes) >= self.concurrency:
+            in_handlers = len(running.scopes)
+            if ahead and in_handlers < self.concurrency:
+                self._start(group, ahead.popleft())
+                continue
+            if ahead or in_handlers >= self.capacity:
                 await self._while_full()
                 continue
             started = anyio.current_time()
             try:
-                delivery = await self._take(self.wait_ms, self.stop)
+                count = min(self.prefetch, self.capacity - in_handlers)
+                if count > 1 and self._take_many is not None:
+                    delivery = await self._take_many(count, self.wait_ms, self.stop)
+                else:
+                    delivery = await self._take(self.wait_ms, self.stop)
             except ScopeCancelledError as err:
                 self._ended(err)
                 return None
@@ -285,11 +308,47 @@ class Consumer:
                 if self.wait_ms <= 0 or (anyio.current_time() - started) * 1000 < min(self.wait_ms, EARLY_EMPTY_MS):
                     await anyio.sleep(self.poll_s)
                 continue
-            scope = anyio.CancelScope()
-            running.scopes[delivery] = scope
-            delivery._when_lost(lambda delivery=delivery: self._lost(delivery))
-            group.start_soon(self._handle, delivery, scope)
+            if isinstance(delivery, list):
+                for one in delivery:
+                    self._keep(one)
+                ahead.extend(delivery)
+                continue
+            self._keep(delivery)
+            self._start(group, delivery)
         return None
+
+    def _keep(self, delivery: Delivery) -> None:
+        """Renew `delivery`'s lease from its receipt to its settlement (or its return)."""
+        clock = delivery._clock
+        assert clock is not None, "a consumed delivery knows its lease"
+        delivery._kept = Kept(self._ctx, clock, delivery._renewal_request, delivery._renewal_reply, delivery._mark_lost, f"delivery {delivery.id}")
+        self._ctx.holdings.renewals.add(delivery._kept)
+        delivery._when_lost(lambda: self._lost(delivery))
+
+    def _start(self, group: anyio.abc.TaskGroup, delivery: Delivery) -> None:
+        scope = anyio.CancelScope()
+        self.running.scopes[delivery] = scope
+        group.start_soon(self._handle, delivery, scope)
+
+    async def _give_back_ahead(self) -> None:
+        """The deliveries received ahead and never handed to a handler: put back at once (a stop,
+        a failure, a cancellation), told as lost when the run ended, left alone after a crash."""
+        ahead, self._ahead = list(self._ahead), deque()
+        renewals, holdings = self._ctx.holdings.renewals, self._ctx.holdings
+        for delivery in ahead:
+            if delivery._kept is not None:
+                renewals.remove(delivery._kept)
+                delivery._kept = None
+        if holdings.crashed or not ahead:
+            return
+        if self.run_ended is not None:
+            for delivery in ahead:
+                delivery._mark_lost(self.run_ended)
+            return
+        with anyio.move_on_after(self._ctx.cleanup_bound_s(), shield=True):
+            async with anyio.create_task_group() as group:
+                for delivery in ahead:
+                    group.start_soon(functools.partial(give_back, delivery, retry=True))
 
     async def _while_full(self) -> None:
         """Every slot is busy: wait for one to free (or a stop), and look at the run now and then,
@@ -361,19 +420,19 @@ class Consumer:
         holdings.deliveries.add(delivery)
         delivery._cancel = scope.cancel
         ended = False
-        clock = delivery._clock
-        assert clock is not None, "a consumed delivery knows its lease"
+        renewals = holdings.renewals
         try:
             with scope:
-                async with anyio.create_task_group() as renewal:
-                    renewal.start_soon(
-                        keep_alive, delivery._renew_auto, clock, delivery._mark_lost, f"delivery {delivery.id}"
-                    )
-                    try:
+                try:
+                    if delivery._open:  # (lost while it waited for a slot: its handler is not run)
                         await self._work(delivery)
-                        ended = True
-                    finally:
-                        renewal.cancel_scope.cancel()
+                    else:
+                        await report_lost(self.on_error, delivery)
+                    ended = True
+                finally:
+                    if delivery._kept is not None:
+                        renewals.remove(delivery._kept)
+                        delivery._kept = None
         finally:
             delivery._cancel = None
             holdings.deliveries.discard(delivery)

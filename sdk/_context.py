@@ -22,9 +22,13 @@ class CrashedError(RuntimeError):
 class Holdings:
     """What one client holds, shared by all its views: it stops or crashes them all at once."""
 
-    __slots__ = ("leases", "deliveries", "consumers", "crashed")
+    __slots__ = ("leases", "deliveries", "consumers", "crashed", "renewals")
 
     def __init__(self) -> None:
+        from ._renewal import Renewals
+
+        # Every lease the client keeps alive, renewed together (`runstate._renewal.Renewals`).
+        self.renewals = Renewals()
         # Claim leases whose renewal is running; the client stops them all on close.
         self.leases: set[ClaimLease] = set()
         # Deliveries that a consume() handler is working on.
@@ -53,6 +57,9 @@ class Context:
     def for_space(self, space_id: str) -> Context:
         return Context(self.requester, space_id, self.holder, self.session, self.holdings)
 
+    def for_holder(self, holder: str, session: str) -> Context:
+        return Context(self.requester, self.space_id, holder, session, self.holdings)
+
     def path(self, suffix: str) -> str:
         """`/v1/spaces/{space}` + suffix. Ids go in as they are: the wire contract encodes none."""
         return f"/v1/spaces/{self.space_id}{suffix}"
@@ -72,9 +79,15 @@ class Context:
         query: Mapping[str, Any] | None = None,
         wait_ms: int = 0,
         idempotency_key: str | None = None,
+        batch: bool = False,
     ) -> Reply:
+        """One call. `batch`: a command of the space that may go out in a batch with other calls
+        of this client made at the same time (`runstate._batch`); it never waits on the server."""
         if self.holdings.crashed:
             raise CrashedError(f"{method} {suffix}: this client was crashed by runstate.testing.crash()")
-        return await self.requester.call(
+        requester = self.requester
+        if batch and requester.coalescer is not None and not query and not wait_ms:
+            return await requester.coalescer.call(self.path(""), method, suffix, body, idempotency_key)  # type: ignore[no-any-return]
+        return await requester.call(
             method, self.path(suffix), body=body, query=query, wait_ms=wait_ms, idempotency_key=idempotency_key
         )

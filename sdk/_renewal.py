@@ -45,6 +45,7 @@ from .errors import (
 )
 
 __all__ = [
+    "Renewals", "Kept", "GATHER_SHARE",
     "LeaseClock", "keep_alive", "send_through", "interval_s", "margin_s", "ends_lease", "outage_may_pass",
     "ran_out", "INTERVAL_MIN_S", "RETRY_FIRST_S", "RETRY_MAX_S",
 ]
@@ -240,3 +241,211 @@ async def send_through(send: Callable[[str], Awaitable[T]], lease: LeaseClock | 
             pause = min(2 * pause, RETRY_MAX_S)
             if lease.left_s() <= 0:
                 raise
+
+
+# -- every lease of a client, renewed together ----------------------------------------------------
+
+# A lease that is due is renewed with every other lease of its client due within this share of
+# their own interval: renewing early only moves a lease's end on, and it gathers a client's
+# renewals into one request per interval instead of one per lease.
+GATHER_SHARE = 0.5
+
+
+class Kept:
+    """One lease a client keeps alive (a claim, a pool grant, a delivery a handler works on):
+    how to renew it, its local clock, and what to do once it is lost.
+
+    `request(seconds)` gives the renewal's path (below the space) and body; `on_reply(body)`
+    reads the answer (a malformed one raises, which counts as an outage); `on_lost(error)` is
+    called once, when the lease is lost."""
+
+    __slots__ = ("ctx", "clock", "request", "on_reply", "on_lost", "what", "due", "retrying", "in_flight", "pause", "last", "outage")
+
+    def __init__(
+        self,
+        ctx: Any,
+        clock: LeaseClock,
+        request: Callable[[int], tuple[str, dict[str, Any]]],
+        on_reply: Callable[[Any], None],
+        on_lost: Callable[[BaseException], None],
+        what: str,
+    ) -> None:
+        self.ctx = ctx
+        self.clock = clock
+        self.request = request
+        self.on_reply = on_reply
+        self.on_lost = on_lost
+        self.what = what
+        self.due = 0.0
+        self.retrying = False  # in an outage: `due` is the next try
+        self.in_flight = False
+        self.pause = RETRY_FIRST_S
+        self.last: BaseException | None = None
+        self.outage = _Outage(what)
+
+    def __repr__(self) -> str:
+        return f"Kept({self.what}, due={self.due:.3f})"
+
+
+class Renewals:
+    """Every lease one client keeps alive, renewed by one loop: the leases that are due (and those
+    due soon, `GATHER_SHARE`) go out together, one request per space: alone as its own renewal
+    when it is one lease, else as one batch (`runstate._batch`), answered per lease.
+
+    Each lease keeps the rules of `keep_alive` and `renew_through` to the letter: its first
+    renewal an interval after it was taken, its next an interval after each answer; through an
+    outage, tries again after 0.2 s doubling to 1 s, until its local end (less the margin), where
+    it is lost; lost at once on an answer that ends it; never sent once past its end. The loop
+    runs while the client keeps a lease and ends with the last one."""
+
+    def __init__(self) -> None:
+        self._kept: dict[Kept, None] = {}
+        self._loop: _runtime.Background | None = None
+        self._changed: Any = None
+        # Renewal requests sent, and leases renewed in them (for tests and the bench).
+        self.requests = 0
+        self.renewed = 0
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def add(self, kept: Kept) -> None:
+        """Keep `kept` alive from now: its first renewal comes an interval from now."""
+        kept.due = min(anyio.current_time() + interval_s(kept.clock.lease_seconds), kept.clock.lost_at)
+        self._kept[kept] = None
+        if self._loop is None:
+            self._loop = _runtime.spawn_background(self._run, name="runstate-renewals")
+        else:
+            self._poke()
+
+    def remove(self, kept: Kept) -> None:
+        """Stop renewing `kept` (released, settled, crashed): an answer on its way is ignored."""
+        self._kept.pop(kept, None)
+        if not self._kept:
+            self._poke()  # the loop ends with the last lease
+
+    def close(self) -> None:
+        """Stop every renewal (the client closes)."""
+        self._kept.clear()
+        if self._loop is not None:
+            self._loop.cancel()
+
+    def _poke(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    def _lose(self, kept: Kept, error: BaseException) -> None:
+        self._kept.pop(kept, None)
+        kept.on_lost(error)
+
+    async def _run(self) -> None:
+        try:
+            async with anyio.create_task_group() as sends:
+                while self._kept:
+                    wake_at = self._due_now(sends)
+                    if wake_at is None:
+                        continue
+                    self._changed = anyio.Event()
+                    with anyio.move_on_at(wake_at):
+                        await self._changed.wait()
+                    self._changed = None
+        finally:
+            self._loop = None
+
+    def _due_now(self, sends: Any) -> float | None:
+        """Lose what ran out, send what is due; returns when to look again (None: at once)."""
+        now = anyio.current_time()
+        due: list[Kept] = []
+        wake_at = float("inf")
+        for kept in list(self._kept):
+            clock = kept.clock
+            if kept.in_flight or kept.retrying:
+                if now >= clock.lost_at:  # the try in flight, or the pause, reached the end
+                    self._lose(kept, ran_out(kept.what, clock, kept.last))
+                    continue
+                if kept.in_flight:
+                    wake_at = min(wake_at, clock.lost_at)
+                    continue
+            if now >= kept.due:
+                if not kept.retrying and clock.expired():  # paused, or starved, past the end
+                    self._lose(kept, ran_out(kept.what, clock, None))
+                    continue
+                due.append(kept)
+            else:
+                wake_at = min(wake_at, kept.due, clock.lost_at)
+        if not due:
+            return wake_at
+        chosen = set(due)
+        for kept in self._kept:
+            if kept in chosen or kept.in_flight or kept.retrying or kept.clock.expired():
+                continue
+            if kept.due - now <= max(INTERVAL_MIN_S, kept.clock.lease_seconds / 3) * GATHER_SHARE:
+                due.append(kept)
+        spaces: dict[tuple[int, str], list[Kept]] = {}
+        for kept in due:
+            kept.in_flight = True
+            spaces.setdefault((id(kept.ctx.requester), kept.ctx.space_id), []).append(kept)
+        for group in spaces.values():
+            sends.start_soon(self._send, group, now)
+        return None
+
+    async def _send(self, group: list[Kept], sent: float) -> None:
+        from ._batch import Operation, batch_unsupported, copy_error, send_batch
+
+        seconds = [int(kept.clock.lease_seconds) for kept in group]
+        ctx = group[0].ctx
+        answers: list[Any]
+        coalescer = ctx.requester.coalescer
+        if len(group) == 1 or coalescer is None or coalescer.unsupported:
+            answers = [None] * len(group)
+
+            async def alone(index: int) -> None:
+                suffix, body = group[index].request(seconds[index])
+                try:
+                    answers[index] = await group[index].ctx.call("POST", suffix, body=body)
+                except Exception as error:
+                    answers[index] = error
+
+            async with anyio.create_task_group() as each:
+                for index in range(len(group)):
+                    each.start_soon(alone, index)
+            self.requests += len(group)
+        else:
+            operations = [Operation("POST", *kept.request(n), new_idempotency_key()) for kept, n in zip(group, seconds)]
+            try:
+                answers = list(await send_batch(ctx.requester, ctx.path(""), operations))
+            except Exception as error:
+                if batch_unsupported(error):
+                    coalescer.unsupported = True
+                answers = [copy_error(error) for _ in group]
+            self.requests += 1
+        now = anyio.current_time()
+        for kept, answer, n in zip(group, answers, seconds):
+            kept.in_flight = False
+            if kept not in self._kept:
+                continue  # released, settled or lost meanwhile
+            if not isinstance(answer, BaseException):
+                try:
+                    kept.on_reply(answer.body)
+                except Exception as error:
+                    answer = error
+            if isinstance(answer, BaseException):
+                self._failed(kept, answer, now)
+                continue
+            kept.clock.renewed(sent, n)
+            kept.outage.recovered()
+            kept.outage = _Outage(kept.what) if kept.outage.started is not None else kept.outage
+            kept.retrying, kept.pause, kept.last = False, RETRY_FIRST_S, None
+            kept.due = min(now + interval_s(kept.clock.lease_seconds), kept.clock.lost_at)
+            self.renewed += 1
+        self._poke()
+
+    def _failed(self, kept: Kept, error: BaseException, now: float) -> None:
+        if ends_lease(error):
+            self._lose(kept, error)
+            return
+        kept.last = error
+        kept.outage.failed(error, kept.clock.left_s())
+        kept.retrying = True
+        kept.due = now + _runtime.uniform(0.8 * kept.pause, 1.2 * kept.pause)
+        kept.pause = min(2 * kept.pause, RETRY_MAX_S)

@@ -104,6 +104,8 @@ class Requester:
         self._api_key = api_key
         self._api_key_source = api_key_source
         self._authorization = f"Bearer {api_key}"
+        # Sends the calls that may be batched (`runstate._batch`); None: each goes alone.
+        self.coalescer: Any = None
 
     async def call(
         self,

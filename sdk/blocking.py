@@ -336,6 +336,7 @@ class BlockingMailbox:
         stop_event: StopFlag | None = None,
         on_error: Callable[[BaseException, BlockingDelivery | None], Any] | None = None,
         give_up_after_s: float | None = None,
+        prefetch: int = 1,
     ) -> None:
         """Run `handler(data, delivery)` in worker threads until stopped (see `MailboxRef.consume`)."""
         loop = self._loop
@@ -354,6 +355,7 @@ class BlockingMailbox:
                 in_thread, concurrency=concurrency, lease_seconds=lease_seconds, poll_ms=poll_ms, wait_ms=wait_ms,
                 shutdown_timeout=shutdown_timeout, stop_event=stop_event,
                 on_error=report if on_error is not None else None, give_up_after_s=give_up_after_s,
+                prefetch=prefetch,
             )
         )
 

@@ -22,7 +22,7 @@ import anyio
 
 from . import _runtime
 from ._context import Context
-from .claims import ClaimLease, parse_timestamp
+from .claims import ClaimLease
 from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, RunstateError, WaitTimeoutError
 
 __all__ = [
@@ -239,9 +239,8 @@ class PoolLease(ClaimLease):
     def __repr__(self) -> str:
         return f"PoolLease(grant_id={self.grant_id!r}, units={self.units}, token='[redacted]')"
 
-    async def _renew_request(self, lease_seconds: int | None) -> None:
-        reply = await self._ctx.call("POST", f"/grants/{self.grant_id}/renew", body={"token": self._token, "leaseSeconds": lease_seconds})
-        self.expires_at = parse_timestamp(reply.body["leaseExpiresAt"])
+    def _renewal_request(self, lease_seconds: int | None) -> tuple[str, dict[str, Any]]:
+        return f"/grants/{self.grant_id}/renew", {"token": self._token, "leaseSeconds": lease_seconds}
 
     async def release(self, observation: Any = None) -> None:
         from .errors import LeaseLostError
@@ -251,7 +250,7 @@ class PoolLease(ClaimLease):
         self._released = True
         await self._stop_renewal()
         try:
-            await self._ctx.call("POST", f"/grants/{self.grant_id}/release", body={"token": self._token, "observation": observation})
+            await self._ctx.call("POST", f"/grants/{self.grant_id}/release", body={"token": self._token, "observation": observation}, batch=True)
         except LeaseLostError:
             return
 

@@ -25,7 +25,7 @@ import anyio
 
 from . import _runtime
 from ._context import Context
-from ._renewal import LeaseClock, keep_alive
+from ._renewal import Kept, LeaseClock
 from ._checks import KEY_LEN_MAX, check_lease_seconds, check_text
 from .errors import ConflictError, LeaseLostError, RateLimitError, WaitTimeoutError
 from .types import AcquireAttempt, ClaimView
@@ -98,13 +98,25 @@ class ClaimRef:
             "holderSession": self._ctx.session,
             "leaseSeconds": lease_seconds,
         }
+        coalescer = self._ctx.requester.coalescer
+        if wait and timeout_ms and coalescer is not None and coalescer.busy(self._ctx.path("")):
+            # The client's calls are going out in batches now: a try without a wait rides in the
+            # next one (most keys are free), and only a held key costs a request of its own.
+            sent = anyio.current_time()
+            try:
+                reply = await self._ctx.call("POST", "/claims", body=body, batch=True)
+            except ConflictError as err:
+                if err.code != "CLAIM_HELD":
+                    raise
+            else:
+                return ClaimLease._start(self._ctx, self.key, reply.body, lease_seconds, sent)
         while True:
             left_ms = timeout_ms - (anyio.current_time() - started) * 1000
             wait_ms = round(min(left_ms, CLAIM_WAIT_MS_MAX)) if wait else 0
             body["waitMs"] = wait_ms if wait_ms > 0 else None
             sent = anyio.current_time()
             try:
-                reply = await self._ctx.call("POST", "/claims", body=body, wait_ms=wait_ms)
+                reply = await self._ctx.call("POST", "/claims", body=body, wait_ms=wait_ms, batch=not wait_ms)
             except (ConflictError, RateLimitError) as err:
                 if not wait or err.code not in ("CLAIM_HELD", "CONCURRENCY_LIMITED"):
                     raise
@@ -191,7 +203,8 @@ class ClaimLease:
         self._released = False
         self._crashed = False
         self._lost_callbacks: list[Callable[[], None]] = []
-        self._renewal: _runtime.Background | None = None
+        # Its place among the leases the client renews together, while it is renewed.
+        self._kept: Kept | None = None
         # When the lease ends by this process's clock (the moment the grant was asked for, plus
         # its length), moved on by every renewal that gets through.
         self._clock = LeaseClock(lease_seconds, anyio.current_time() if sent_at is None else sent_at)
@@ -203,9 +216,8 @@ class ClaimLease:
         return lease
 
     def _start_renewal(self, what: str) -> None:
-        self._renewal = _runtime.spawn_background(
-            keep_alive, self._renew_auto, self._clock, self._mark_lost, what, name=f"runstate-renew:{what}"
-        )
+        self._kept = Kept(self._ctx, self._clock, self._renewal_request, self._renewal_reply, self._mark_lost, what)
+        self._ctx.holdings.renewals.add(self._kept)
         self._ctx.leases.add(self)
 
     def __repr__(self) -> str:
@@ -253,15 +265,15 @@ class ClaimLease:
         self._clock.renewed(sent, lease_seconds)
 
     async def _renew_request(self, lease_seconds: int | None) -> None:
-        reply = await self._ctx.call(
-            "POST",
-            f"/claims/{encode_claim_key(self.key)}/renew",
-            body={"token": self._token, "leaseSeconds": lease_seconds},
-        )
-        self.expires_at = parse_timestamp(reply.body["leaseExpiresAt"])
+        suffix, body = self._renewal_request(lease_seconds)
+        self._renewal_reply((await self._ctx.call("POST", suffix, body=body)).body)
 
-    async def _renew_auto(self, lease_seconds: int) -> None:
-        await self._renew_request(lease_seconds)
+    def _renewal_request(self, lease_seconds: int | None) -> tuple[str, dict[str, Any]]:
+        """The renewal's path and body (sent alone, or with the client's other renewals)."""
+        return f"/claims/{encode_claim_key(self.key)}/renew", {"token": self._token, "leaseSeconds": lease_seconds}
+
+    def _renewal_reply(self, body: Any) -> None:
+        self.expires_at = parse_timestamp(body["leaseExpiresAt"])
 
     async def release(self, observation: Any = None) -> None:
         """Stop renewing and give the claim back. A second call sends nothing; a `LeaseLostError`
@@ -275,6 +287,7 @@ class ClaimLease:
                 "POST",
                 f"/claims/{encode_claim_key(self.key)}/release",
                 body={"token": self._token, "observation": observation},
+                batch=True,
             )
         except LeaseLostError:
             return
@@ -292,16 +305,13 @@ class ClaimLease:
     # -- internals ------------------------------------------------------------------------------
 
     async def _stop_renewal(self) -> None:
-        self._ctx.leases.discard(self)
-        renewal, self._renewal = self._renewal, None
-        if renewal is not None:
-            renewal.cancel()
-            await renewal.wait()
+        self._stop_renewal_nowait()
 
     def _stop_renewal_nowait(self) -> None:
         self._ctx.leases.discard(self)
-        if self._renewal is not None:
-            self._renewal.cancel()
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            self._ctx.holdings.renewals.remove(kept)
 
     def _crash(self) -> None:
         """Stop renewing and never release, as a process that died would (`runstate.testing.crash`).

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Sequence
 from urllib.parse import quote
 
-from ._config import Config, resolve_config
+from ._batch import Coalescer
+from ._config import Config, new_session, resolve_config
 from ._context import Context, Holdings
 from ._request import Requester
 from .capacity import BudgetsAPI, PoolsAPI, QuotasAPI, WorkLimitsAPI  # -- capacity --
@@ -196,9 +197,12 @@ class AsyncRunstate:
         holder: str | None = None,
         transport: Transport | None = None,
         ca_bundle: str | None = None,
+        batch_calls: bool = True,
     ) -> None:
         """`ca_bundle` (else RUNSTATE_CA_BUNDLE): a PEM file of the certificates to trust for an
-        https server with a self-signed or private CA's certificate."""
+        https server with a self-signed or private CA's certificate. `batch_calls` (default on):
+        calls made at the same moment by this client and its views go out as one batch request;
+        off, each call is a request of its own."""
         config = resolve_config(
             api_key=api_key,
             space_id=space_id,
@@ -220,6 +224,8 @@ class AsyncRunstate:
             base_url=config.base_url,
             api_key_source=config.api_key_source,
         )
+        if batch_calls:
+            requester.coalescer = Coalescer(requester)
         self._setup(Context(requester, config.space_id, config.holder, config.session, Holdings()), config, is_view=False)
 
     def _setup(self, ctx: Context, config: Config, *, is_view: bool) -> None:
@@ -265,6 +271,20 @@ class AsyncRunstate:
         view._setup(self._ctx.for_space(space_id), self._config, is_view=True)
         return view
 
+    def with_holder(self, holder: str) -> AsyncRunstate:
+        """A view for another worker of this process: its own `holder` and a fresh `session`, so
+        its claims and deliveries are its own (one agent of a swarm, say), sharing with this
+        client everything else: the transport and its connections, the batching of calls made
+        at the same time, and the one renewal loop that renews every lease together. Closing
+        the client closes its views; closing a view closes nothing."""
+        from ._checks import HOLDER_LEN_MAX, check_text
+
+        check_text("holder", holder, HOLDER_LEN_MAX)
+        view = object.__new__(type(self))
+        view._owns_transport = False
+        view._setup(self._ctx.for_holder(holder, new_session()), self._config, is_view=True)
+        return view
+
     async def aclose(self) -> None:
         """Stop every lease renewal this client runs (those leases count as lost from here on:
         they will expire) and close the transport if the client made it. Views close nothing."""
@@ -275,6 +295,10 @@ class AsyncRunstate:
         for lease in list(self._ctx.leases):
             lease._mark_lost(closing)
             await lease.aclose()
+        self._ctx.holdings.renewals.close()
+        coalescer = self._ctx.requester.coalescer
+        if coalescer is not None:
+            coalescer.close()
         if self._owns_transport:
             aclose = getattr(self._ctx.requester.transport, "aclose", None)
             if aclose is not None:

@@ -43,6 +43,8 @@ RECEIVE_LEASE_SECONDS = 30
 RECV_WAIT_MS_MAX = 30_000
 # How often a long poll looks at the stop flag.
 STOP_CHECK_S = 0.1
+# The most deliveries one consume() takes in one request (the server's receive_count_max is 100).
+PREFETCH_MAX = 100
 
 Handler = Callable[[Any, "Delivery"], Union[Awaitable[Any], Any]]
 
@@ -77,6 +79,8 @@ class Delivery:
         self._lock = anyio.Lock()
         # Set by consume() while a handler works on it: stops the handler and its renewal.
         self._cancel: Callable[[], None] | None = None
+        # Its place among the leases the client renews together, while consume() holds it.
+        self._kept: Any = None
         self._lost_callbacks: list[Callable[[], None]] = []
         # When the lease ends by this process's clock, if the caller said when it was asked for.
         self._clock = None if lease_seconds is None or sent_at is None else LeaseClock(lease_seconds, sent_at)
@@ -137,11 +141,15 @@ class Delivery:
             self._clock.renewed(sent, lease_seconds)
 
     async def _renew_request(self, lease_seconds: int | None) -> None:
-        body = {"token": self._token, "leaseSeconds": lease_seconds}
-        await self._ctx.call("POST", f"/messages/{self.id}/renew", body=body)
+        suffix, body = self._renewal_request(lease_seconds)
+        await self._ctx.call("POST", suffix, body=body)
 
-    async def _renew_auto(self, lease_seconds: int) -> None:
-        await self._renew_request(lease_seconds)
+    def _renewal_request(self, lease_seconds: int | None) -> tuple[str, dict[str, Any]]:
+        """The renewal's path and body (sent alone, or with the client's other renewals)."""
+        return f"/messages/{self.id}/renew", {"token": self._token, "leaseSeconds": lease_seconds}
+
+    def _renewal_reply(self, body: Any) -> None:
+        """A renewal's answer says nothing the delivery keeps."""
 
     async def _settle(self, action: str, body: dict[str, Any]) -> None:
         # One settlement in flight at a time; it counts only once the server has accepted it.
@@ -151,7 +159,7 @@ class Delivery:
             path = f"/messages/{self.id}/{action}"
 
             async def send(key: str) -> None:
-                await self._ctx.call("POST", path, body=body, idempotency_key=key)
+                await self._ctx.call("POST", path, body=body, idempotency_key=key, batch=True)
 
             try:
                 await send_through(send, self._clock, f"delivery {self.id}: {action}")
@@ -258,7 +266,7 @@ class MailboxRef:
             "requirements": requirements,
             "workLimit": work_limit,
         }
-        reply = await self._ctx.call("POST", "/tasks", body=body)
+        reply = await self._ctx.call("POST", "/tasks", body=body, batch=True)
         return TaskTicket(self._ctx, reply.body["taskId"], self.scope_id)
 
     async def send(self, data: Any, *, work_key: str | None = None, deadline: str | None = None) -> MessageView:
@@ -267,7 +275,7 @@ class MailboxRef:
             check_text("workKey", work_key, KEY_LEN_MAX)
         mailbox_id = await self.resolve_id()
         body = {"scopeId": self.scope_id, "payload": data, "workKey": work_key, "deadline": deadline}
-        view: MessageView = (await self._ctx.call("POST", f"/mailboxes/{mailbox_id}/messages", body=body)).body
+        view: MessageView = (await self._ctx.call("POST", f"/mailboxes/{mailbox_id}/messages", body=body, batch=True)).body
         return view
 
     # -- workers --------------------------------------------------------------------------------
@@ -314,8 +322,25 @@ class MailboxRef:
         raw: dict[str, Any] = reply.body
         return raw
 
-    async def _recv_until_stopped(self, lease_seconds: int, wait_ms: int, stop: StopFlag) -> Any:
-        """A long-poll recv that is abandoned (the request cancelled) as soon as `stop` is set."""
+    async def _recv_many(self, count: int, lease_seconds: int, wait_ms: int) -> list[dict[str, Any]] | None:
+        mailbox_id = await self.resolve_id()
+        body = {
+            "scopeId": self.scope_id,
+            "holder": self._ctx.holder,
+            "holderSession": self._ctx.session,
+            "leaseSeconds": lease_seconds,
+            "waitMs": wait_ms if wait_ms > 0 else None,
+            "maxMessages": count,
+        }
+        reply = await self._ctx.call("POST", f"/mailboxes/{mailbox_id}/recv-many", body=body, wait_ms=max(wait_ms, 0))
+        if reply.status == 204:
+            return None
+        deliveries: list[dict[str, Any]] = reply.body["deliveries"]
+        return deliveries
+
+    async def _recv_until_stopped(self, lease_seconds: int, wait_ms: int, stop: StopFlag, count: int = 0) -> Any:
+        """A long-poll recv (of up to `count` deliveries, if given) that is abandoned (the request
+        cancelled) as soon as `stop` is set."""
         outcome: dict[str, Any] = {}
 
         async def watch_stop(scope: anyio.CancelScope) -> None:
@@ -326,7 +351,10 @@ class MailboxRef:
         async with anyio.create_task_group() as group:
             group.start_soon(watch_stop, group.cancel_scope)
             try:
-                outcome["raw"] = await self._recv(lease_seconds, wait_ms)
+                if count:
+                    outcome["raw"] = await self._recv_many(count, lease_seconds, wait_ms)
+                else:
+                    outcome["raw"] = await self._recv(lease_seconds, wait_ms)
             except Exception as err:  # raised below, outside the group, unwrapped
                 outcome["error"] = err
             group.cancel_scope.cancel()
@@ -346,8 +374,15 @@ class MailboxRef:
         stop_event: StopFlag | None = None,
         on_error: ErrorHandler | None = None,
         give_up_after_s: float | None = None,
+        prefetch: int = 1,
     ) -> None:
         """Run `handler(data, delivery)` for each delivery until stopped (`runstate._consume`).
+
+        `prefetch`: take up to this many deliveries in one request (`recv-many`), and hold up to
+        `max(concurrency, prefetch)` at a time, those waiting for a free slot with their leases
+        renewed (a worker that finishes one starts the next without a round trip); their
+        completions go out together with the client's other calls. 1 (the default) takes one
+        at a time, as the official clients do.
 
         `handler` and `on_error` may be coroutine functions or plain functions; a plain handler
         runs in a worker thread so it cannot stall lease renewal. `on_error(err, delivery)` gets
@@ -358,6 +393,8 @@ class MailboxRef:
         """
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an integer of at least 1, got {concurrency!r}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or not 1 <= prefetch <= PREFETCH_MAX:
+            raise ValueError(f"prefetch must be an integer from 1 to {PREFETCH_MAX}, got {prefetch!r}")
         check_lease_seconds(lease_seconds)
         check_wait_ms(wait_ms)
         check_positive("poll_ms", poll_ms)
@@ -374,6 +411,17 @@ class MailboxRef:
             began = sent if wait_ms <= 0 else anyio.current_time()  # a held recv leases as it answers
             return Delivery(self._ctx, raw, lease_seconds=lease_seconds, sent_at=began)
 
+        async def take_many(count: int, wait_ms: int, stop: StopFlag) -> Any:
+            sent = anyio.current_time()
+            if wait_ms > 0:
+                raw = await self._recv_until_stopped(lease_seconds, wait_ms, stop, count)
+            else:
+                raw = await self._recv_many(count, lease_seconds, 0)
+            if raw is None or raw is STOPPED:
+                return raw
+            began = sent if wait_ms <= 0 else anyio.current_time()
+            return [Delivery(self._ctx, one, lease_seconds=lease_seconds, sent_at=began) for one in raw]
+
         async def work(delivery: Delivery) -> None:
             await _run_handler(delivery, handler, on_error)
 
@@ -381,6 +429,7 @@ class MailboxRef:
             self._ctx, f"consume({self.name or self._id!r})", self.scope_id, take, work,
             concurrency=concurrency, lease_seconds=lease_seconds, poll_ms=poll_ms, wait_ms=wait_ms,
             shutdown_timeout=shutdown_timeout, stop=stop, on_error=on_error, give_up_after_s=give_up_after_s,
+            prefetch=prefetch, take_many=take_many,
         )
         await consumer.run()
 
