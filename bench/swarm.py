@@ -38,6 +38,7 @@ from typing import Any
 from .harness import percentile, run_bounded
 from .procs import CPU_LOAD, CPU_SERVER, PINNED, RESULTS, ROOT, Proc, Processes, cpu_seconds, find_tool, free_port, missing_tool_message, pin_self, python
 from .queues import create_mailbox
+from .swarm_agent import occupancy_bytes
 from .report import INFO, NA, Row, ms, n, table, verdict_at_least, verdict_at_most
 from .targets import API_KEY, SPACE, create_scope, data_root, remove_data_root, start_redis, start_runstate
 
@@ -58,6 +59,8 @@ TASK_WORK_S = 0.010
 HOLD_LEASE_S = 10
 CYCLE_LEASE_S = 10
 ACQUIRE_TIMEOUT_S = 60
+# Deliveries one worker of our SDK takes in one request (`consume(prefetch=...)`).
+PREFETCH = 2
 
 # The targets of the swarm (bench/README.md): goals, never assertions in tests.
 USEFUL_VS_REDIS = 1.0
@@ -96,6 +99,9 @@ class PeerResult:
     contended: int
     contended_p50_ms: float
     contended_p99_ms: float
+    handoffs: int
+    handoff_p50_ms: float
+    handoff_p99_ms: float
     latency_p50_ms: float
     latency_p99_ms: float
     errors: dict[str, int]
@@ -209,7 +215,7 @@ def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str 
     occupancy = tempfile.NamedTemporaryFile(prefix="swarm-occupancy-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None, delete=False)
     agents_procs: list[Proc] = []
     try:
-        occupancy.write(b"\0" * (size.processes * KEYS * 4))
+        occupancy.write(b"\0" * occupancy_bytes(size.processes, KEYS))
         occupancy.close()
         command, env = agent_command(peer)
         shares = [size.agents // size.processes + (1 if i < size.agents % size.processes else 0) for i in range(size.processes)]
@@ -221,6 +227,7 @@ def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str 
                 "claim_work_s": CLAIM_WORK_S, "task_work_s": TASK_WORK_S, "task_rate": size.task_rate,
                 "hold_lease_s": HOLD_LEASE_S, "cycle_lease_s": CYCLE_LEASE_S, "acquire_timeout_s": ACQUIRE_TIMEOUT_S,
                 "window_s": size.window_s, "seed": seed, "run_id": run_id, "occupancy": occupancy.name,
+                "prefetch": PREFETCH,
             }
             agents_procs.append(procs.start(f"swarm-{peer}-{process}", command, cpu=CPU_LOAD, stdin=True,
                                             env={**env, "SWARM_CONFIG": json.dumps(config)}))
@@ -244,6 +251,7 @@ def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str 
             shutil.rmtree(target.data_dir, ignore_errors=True)
     requests = sum(r["requests"] for r in results)
     contended = [x for r in results for x in r["contended_ms"]]
+    handoff = [x for r in results for x in r["handoff_ms"]]
     latency = [x for r in results for x in r["latency_ms"]]
     errors: dict[str, int] = {}
     for r in results:
@@ -255,6 +263,7 @@ def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str 
         produced=sum(r["produced"] for r in results), server_cpu_s=server_cpu,
         client_cpu_s=sum(r["cpu_s"] for r in results), requests=requests, contended=len(contended),
         contended_p50_ms=percentile(contended, 50), contended_p99_ms=percentile(contended, 99),
+        handoffs=len(handoff), handoff_p50_ms=percentile(handoff, 50), handoff_p99_ms=percentile(handoff, 99),
         latency_p50_ms=percentile(latency, 50), latency_p99_ms=percentile(latency, 99),
         errors=errors, quoted=[q for r in results for q in r["quoted"]][:5], load_average=load,
     )
@@ -313,6 +322,7 @@ def figure(result: PeerResult) -> str:
             f"{n(result.tasks / result.window_s)} tasks{sent}); server {result.server_cpu_per_1k:.2f} CPU-s/1k ops; "
             f"client {result.client_cpu_ms_per_op:.2f} ms CPU/op; {result.requests_per_op:.2f} req/op; "
             f"contended acquire p50 {ms(result.contended_p50_ms)} p99 {ms(result.contended_p99_ms)} ({result.contended}); "
+            f"handoff p50 {ms(result.handoff_p50_ms)} p99 {ms(result.handoff_p99_ms)} ({result.handoffs}); "
             f"task latency p50 {ms(result.latency_p50_ms)} p99 {ms(result.latency_p99_ms)}")
     errors = sum(result.errors.values())
     return text + (f"; {errors} errors" if errors else "")
@@ -321,14 +331,15 @@ def figure(result: PeerResult) -> str:
 def side_by_side(results: list[PeerResult]) -> str:
     """The swarm table: one line per peer, every column of the leg."""
     header = ("peer", "useful ops/s", "claim cycles/s", "tasks/s (sent)", "server CPU-s/1k ops",
-              "client CPU ms/op", "req/op", "contended acquire p50 / p99", "task latency p50 / p99", "errors")
+              "client CPU ms/op", "req/op", "contended acquire p50 / p99", "handoff p50 / p99", "task latency p50 / p99", "errors")
     rows = [header]
     for r in results:
         rows.append((
             r.peer, n(r.useful_per_s), n(r.cycles / r.window_s),
             f"{n(r.tasks / r.window_s)} ({n(r.produced / r.window_s)})", f"{r.server_cpu_per_1k:.2f}",
             f"{r.client_cpu_ms_per_op:.2f}", f"{r.requests_per_op:.2f}",
-            f"{ms(r.contended_p50_ms)} / {ms(r.contended_p99_ms)}", f"{ms(r.latency_p50_ms)} / {ms(r.latency_p99_ms)}",
+            f"{ms(r.contended_p50_ms)} / {ms(r.contended_p99_ms)}", f"{ms(r.handoff_p50_ms)} / {ms(r.handoff_p99_ms)}",
+            f"{ms(r.latency_p50_ms)} / {ms(r.latency_p99_ms)}",
             str(sum(r.errors.values())),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

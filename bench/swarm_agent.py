@@ -23,7 +23,9 @@ errors it met (counted and the first few quoted, never hidden).
 Whether an acquire was contended is decided without asking the peer: every process counts, in a
 table shared through a memory-mapped file (`occupancy`), how many of its agents want or hold each
 key. An acquire is contended when another agent, of any process, wanted or held the key as it
-began.
+began. The same file holds, per key, when its last release began: a contended acquire that got
+the key after a release that began while it waited measures the handoff, from that release's
+start to this agent holding the key (the time the key held nobody although someone wanted it).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ REDIS_CONNECTIONS_MAX = 1024
 # The runstate SDKs' default request timeout, used as the etcd client's attempt bound.
 REQUEST_TIMEOUT_S = 10.0
 INT_BYTES = 4
+FLOAT_BYTES = 8
 
 
 def emit(**fields: Any) -> None:
@@ -63,16 +66,30 @@ def roles(agents: int) -> list[str]:
     return ["claimer"] * claimers + ["producer"] * producers + ["worker"] * workers
 
 
+def occupancy_bytes(processes: int, keys: int) -> int:
+    """The shared file: processes x keys int32 counters, then keys float64 release times."""
+    return processes * keys * INT_BYTES + keys * FLOAT_BYTES
+
+
 class Occupancy:
-    """processes x keys int32 counters in a shared file: this process writes only its own row."""
+    """processes x keys int32 counters in a shared file (this process writes only its own row),
+    then one float64 per key: when its last release began (`time.monotonic()`, any process)."""
 
     def __init__(self, path: str, processes: int, keys: int, process: int) -> None:
         self._file = open(path, "r+b")
-        self._map = mmap.mmap(self._file.fileno(), processes * keys * INT_BYTES)
-        self._cells = memoryview(self._map).cast("i")
+        self._map = mmap.mmap(self._file.fileno(), occupancy_bytes(processes, keys))
+        counters = processes * keys * INT_BYTES
+        self._cells = memoryview(self._map)[:counters].cast("i")
+        self._released = memoryview(self._map)[counters:].cast("d")
         self._base = process * keys
         self._keys = keys
         self._processes = processes
+
+    def releasing(self, key: int, moment: float) -> None:
+        self._released[key] = moment
+
+    def last_release(self, key: int) -> float:
+        return float(self._released[key])
 
     def taken(self, key: int) -> bool:
         cells, keys = self._cells, self._keys
@@ -83,6 +100,7 @@ class Occupancy:
 
     def close(self) -> None:
         self._cells.release()
+        self._released.release()
         self._map.close()
         self._file.close()
 
@@ -94,6 +112,7 @@ class Stats:
         self.cycles = 0
         self.acquires = 0
         self.contended_ms: list[float] = []
+        self.handoff_ms: list[float] = []
         self.tasks = 0
         self.latency_ms: list[float] = []
         self.produced = 0
@@ -170,23 +189,42 @@ class RunstatePeer(Peer):
         import runstate
         from runstate import AsyncRunstate
 
+
         # The official client must be the one this process runs (never ours from the venv).
         official_folder = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]
         is_official = bool(official_folder) and runstate.__file__.startswith(official_folder)
         if is_official != (self.config["peer"] == "official"):
             raise SystemExit(f"peer {self.config['peer']!r} imported the wrong client: {runstate.__file__}")
         target = self.config["target"]
+        shared = None
+        if self.config["peer"] == "ours":
+            # Our SDK as a swarm uses it: one client per process (one connection pool, one renewal
+            # loop, calls made at the same time batched), one view of it per agent (its own holder).
+            shared = AsyncRunstate(api_key=target["api_key"], space_id=target["space"], base_url=target["url"],
+                                   holder=f"swarm-{self.process}")
+            self.clients.append(shared)
         for agent in range(agents):
-            client = AsyncRunstate(api_key=target["api_key"], space_id=target["space"], base_url=target["url"],
-                                   holder=f"swarm-{self.process}-{agent}")
+            holder = f"swarm-{self.process}-{agent}"
+            if shared is not None:
+                client = shared.with_holder(holder)
+            else:
+                client = AsyncRunstate(api_key=target["api_key"], space_id=target["space"], base_url=target["url"], holder=holder)
+                self.clients.append(client)
             scope = client.scope(target["scope_id"])
-            self.clients.append(client)
             self.scopes.append(scope)
             self.mailboxes.append(scope.mailbox_by_id(target["mailbox_id"]))
 
     async def close(self) -> None:
         for client in self.clients:
             await client.aclose()
+
+    def count_requests(self) -> Callable[[], int]:
+        """Our SDK sends on its own sockets (`SocketTransport`, which counts what it writes), not
+        through httpx; the official client through httpx."""
+        if self.config["peer"] != "ours":
+            return super().count_requests()
+        counted = super().count_requests()  # (a transport of httpx, should one be made)
+        return lambda: counted() + sum(getattr(client.transport, "requests", 0) for client in self.clients)
 
     async def hold(self, agent: int, key: str) -> Any:
         return await self.scopes[agent].claim(key).acquire(lease_seconds=self.hold_lease_s)
@@ -208,7 +246,8 @@ class RunstatePeer(Peer):
         async def handler(data: Any, delivery: Any) -> None:
             await handle(data)
 
-        await self.mailboxes[agent].consume(handler, concurrency=1, lease_seconds=30, stop_event=stop, shutdown_timeout=2.0)
+        options = {"prefetch": self.config["prefetch"]} if self.config["peer"] == "ours" else {}
+        await self.mailboxes[agent].consume(handler, concurrency=1, lease_seconds=30, stop_event=stop, shutdown_timeout=2.0, **options)
 
 
 class RedisPeer(Peer):
@@ -458,7 +497,9 @@ class Swarm:
                 began = time.monotonic()
                 held = await self.peer.acquire(agent, f"c{key}")
                 got = time.monotonic()
+                released = occupancy.last_release(key)
                 await anyio.sleep(work_s)
+                occupancy.releasing(key, time.monotonic())
                 await self.peer.release(agent, held)
             except Exception as err:  # counted and quoted in the result, never hidden
                 stats.error("claim cycle", err)
@@ -471,6 +512,8 @@ class Swarm:
                 stats.acquires += 1
                 if contended:
                     stats.contended_ms.append((got - began) * 1000)
+                    if began < released <= got:  # handed over: released by another while this one waited
+                        stats.handoff_ms.append((got - released) * 1000)
 
     async def producer(self, agent: int) -> None:
         rng = random.Random(f"{self.config['seed']}-p-{self.process}-{agent}")
@@ -589,6 +632,7 @@ def main() -> int:
         cycles=stats.cycles,
         acquires=stats.acquires,
         contended_ms=[round(x, 3) for x in stats.contended_ms],
+        handoff_ms=[round(x, 3) for x in stats.handoff_ms],
         tasks=stats.tasks,
         latency_ms=[round(x, 3) for x in stats.latency_ms],
         produced=stats.produced,
