@@ -91,6 +91,13 @@ class Command:
     def check(self, limits: Limits) -> None:
         """Checks that involve more than one field (each field's own limits are in `fields.py`)."""
 
+    def wait_key(self) -> Any:
+        """What a parked call of this command waits for, when two parked calls with equal keys
+        find the same answer in the same state (a free claim, a deliverable message): after one
+        of them ran again and still found nothing, the others need not run (`Partition`). None:
+        each runs again."""
+        return None
+
 
 def _check_requirements(requirements: Any) -> None:
     """A task's requirements, checked as admission reads them (nothing to check when absent: the
@@ -207,6 +214,9 @@ class AcquireClaim(Command):
     def actor(self, state: Any) -> ActorKey:
         return claim_actor(self.space, self.scope_id, self.key)
 
+    def wait_key(self) -> Any:
+        return ("claim", self.scope_id, self.key)  # a parked acquire waits for the key to be free
+
 
 def _claim_actor_of(state: Any, space: str, key: str, token: str) -> ActorKey:
     """The actor of the claim `token` names; the turn checks again that it is still current."""
@@ -322,6 +332,10 @@ class Receive(Command):
 
     def actor(self, state: Any) -> ActorKey:
         return queue_actor(self.space, self.mailbox_id, self.scope_id)
+
+    def wait_key(self) -> Any:
+        # A parked receive waits for a deliverable message of its queue, whoever asks.
+        return ("receive", self.mailbox_id, self.scope_id, bool(self.include_descendants))
 
 
 @_command

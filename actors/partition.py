@@ -411,11 +411,24 @@ class Partition:
                 del self._actors[entry.key]
 
     def _rerun_waiters(self, entry: _Actor) -> None:
+        """Run the actor's parked calls again, oldest first (the first that can go gets what the
+        change freed). A parked call that still finds nothing changes nothing, so the ones after
+        it waiting for the same thing (`Command.wait_key`) would find nothing too: they are not
+        run until something changes, which keeps a release or a send with a hundred parked
+        callers from costing a hundred turns."""
         if not entry.waiters:
             return
+        nothing: set[Any] = set()
         for call in list(entry.waiters):
-            if call.phase == _WAITING:
-                self._turn(entry, call)
+            if call.phase != _WAITING:
+                continue
+            key = call.command.wait_key()  # type: ignore[union-attr]
+            if key is not None and key in nothing:
+                continue
+            if self._turn(entry, call):
+                nothing.clear()  # the state changed: what found nothing may find something now
+            elif key is not None and call.phase == _WAITING:
+                nothing.add(key)
 
     def _turn(self, entry: _Actor, call: _Call) -> bool:
         """Run one call; returns True when it changed state (waiters may now succeed)."""
