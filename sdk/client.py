@@ -19,7 +19,7 @@ from .capacity import BudgetsAPI, PoolsAPI, QuotasAPI, WorkLimitsAPI  # -- capac
 from .coordination import DiagnosticsAPI, EventsAPI
 from .errors import ConflictError, RunstateError
 from .scopes import ScopeHandle, create_scope
-from .transport import Transport, default_transport
+from .transport import Transport, cluster_transport
 from .types import DeadLetter, DeadLetterPage, DeleteResult, MailboxRow, PurgeResult, RequeueResult
 
 __all__ = ["AsyncRunstate", "ScopesAPI", "MailboxesAPI"]
@@ -215,7 +215,7 @@ class AsyncRunstate:
         # A transport the client makes is the client's to close; one passed in stays the caller's.
         self._owns_transport = transport is None
         if transport is None:
-            transport = default_transport(config.base_url, ca_bundle=config.ca_bundle)
+            transport = cluster_transport(config.base_url, ca_bundle=config.ca_bundle)
         requester = Requester(
             transport,
             config.api_key,

@@ -125,6 +125,17 @@ def default_transport(base_url: str, ca_bundle: str | None = None) -> Transport:
     return HTTPTransport(base_url, ca_bundle=ca_bundle)
 
 
+def cluster_transport(base_url: str, ca_bundle: str | None = None) -> Transport:
+    """What a client makes for `base_url`: `default_transport` to it, in a `ClusterRouter` that
+    sends each request to its partition's leader once it learns the cluster's map."""
+    from ._cluster import ClusterRouter
+
+    def make(url: str) -> Transport:
+        return default_transport(url, ca_bundle=ca_bundle)
+
+    return ClusterRouter(base_url.rstrip("/"), make(base_url), make)
+
+
 
 # Defined with the wire code, which imports the names above from this module.
 from ._wire import SocketTransport  # noqa: E402

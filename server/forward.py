@@ -15,7 +15,8 @@ next leader only if sending it twice is harmless: a read, or a change with an Id
 
 A forwarded request carries `x-runstate-forwarded-by`: a node that gets one for a partition it
 does not lead (its map was a moment old) waits for the leader as any request would, and sends it
-on once more at most.
+on once more at most. The answer passed back carries it too, naming the node that passed it: an
+SDK that sees it learns the map again.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import trio
 
 from ..actors.errors import INTERNAL, NOT_FOUND, STALE_CLAIM, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
 from ..actors.kernel import Idem
-from .forward import forward, partition_of_request
+from .forward import FORWARDED_BY, forward, partition_of_request
 from ..actors.limits import Limits
 from .body import Body, parse_body
 from .doors import BodyReading, ClientGone, check_known_key, drain, read_body, send_while_discarding
@@ -252,7 +252,9 @@ async def serve_http(
                                        services.settings.cluster_forward_wait_s)
                 if answer is not None:
                     status = answer.status
-                    await send({"type": "http.response.start", "status": status, "headers": answer.headers})
+                    # Says the request went through another node: our SDKs then learn the map.
+                    answer_headers = [*answer.headers, (FORWARDED_BY.encode(), cluster.node_id.encode())]
+                    await send({"type": "http.response.start", "status": status, "headers": answer_headers})
                     await send({"type": "http.response.body", "body": answer.body})
                     return
         long_poll = route.long_poll

@@ -213,7 +213,7 @@ async def test_under_asyncio_a_client_talks_to_a_server_through_it():
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     rs = AsyncRunstate(api_key="k", space_id="s", base_url=f"http://127.0.0.1:{port}")
-    assert isinstance(rs.transport, SocketTransport)
+    assert isinstance(rs.transport._base, SocketTransport)  # (in the router that learns a cluster's map)
     for _ in range(2):
         assert (await rs.scopes.create()).id == "sc_1"
     assert len(seen) == 2 and seen[0].startswith(b"POST /v1/spaces/s/scopes HTTP/1.1\r\n")
