@@ -33,14 +33,17 @@ from .wrk import run_wrk
 
 NAME = "profile-claim-cycle"
 KERNEL_NAME = "profile-kernel-claims"
+SWARM_NAME = "profile-swarm"
 PTRACE_HINT = "py-spy failed (it needs ptrace: run as root or with CAP_SYS_PTRACE)"
 
 
-def summarize(speedscope: dict, top: int = 30) -> str:
+def summarize(speedscope: dict, top: int = 30, operations: int = 0) -> str:
     """Own time by package and the top functions, for the busiest thread (the event loop).
 
     Other threads (trio's worker threads, which run the journal's writes and fsyncs) are listed
     with their share of the samples only: their waits would drown the event loop's figures.
+    With `operations` (useful operations done while sampled), each line also says how many
+    microseconds of the event loop's busy time that is per operation.
     """
     frames = speedscope["shared"]["frames"]
     profiles = sorted(speedscope["profiles"], key=lambda p: -sum(p["weights"]))
@@ -63,12 +66,20 @@ def summarize(speedscope: dict, top: int = 30) -> str:
     for name, weight in own.items():
         packages[_package(name)] += weight
     lines += ["", f"In {loop['name']}: {len(loop['samples'])} samples, {total:.1f} s busy (idle time excluded)"]
+
+    def share(weight: float) -> str:
+        if not operations:
+            return f"{100 * weight / total:5.1f}%"
+        return f"{100 * weight / total:5.1f}% {weight / operations * 1e6:7.1f} us/op"
+
+    if operations:
+        lines += [f"{operations:,} useful operations while sampled: {total / operations * 1e6:,.0f} us of the loop's busy time each"]
     lines += ["", "Own time by package:"]
-    lines += [f"  {100 * w / total:5.1f}%  {name}" for name, w in packages.most_common()]
+    lines += [f"  {share(w)}  {name}" for name, w in packages.most_common()]
     lines += ["", f"Top {top} functions by own time:"]
-    lines += [f"  {100 * w / total:5.1f}%  {name}" for name, w in own.most_common(top)]
+    lines += [f"  {share(w)}  {name}" for name, w in own.most_common(top)]
     lines += ["", f"Top {top} functions by cumulative time (own time plus callees):"]
-    lines += [f"  {100 * w / total:5.1f}%  {name}" for name, w in cumulative.most_common(top)]
+    lines += [f"  {share(w)}  {name}" for name, w in cumulative.most_common(top)]
     return "\n".join(lines) + "\n"
 
 
@@ -118,10 +129,10 @@ def _name(frame: dict) -> str:
     return f"{frame.get('name', '?')} ({path})"
 
 
-def write_outputs(name: str, speedscope_path: Path, header: str) -> str:
+def write_outputs(name: str, speedscope_path: Path, header: str, operations: int = 0) -> str:
     speedscope = json.loads(speedscope_path.read_text())
     (RESULTS / f"{name}.folded").write_text(folded(speedscope))
-    summary = header + summarize(speedscope)
+    summary = header + summarize(speedscope, operations=operations)
     (RESULTS / f"{name}.txt").write_text(summary)
     print(summary)
     print(f"profile: wrote {speedscope_path}, {RESULTS / (name + '.folded')} and {RESULTS / (name + '.txt')}\n")
@@ -186,9 +197,48 @@ def profile_kernel(py_spy: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def profile_swarm(py_spy: str, args: argparse.Namespace) -> int:
+    """The swarm leg (our SDK, `bench/swarm.py`, the quick size unless `--full`) with the server
+    under py-spy for its measured window: where the server's time goes per useful operation."""
+    from .swarm import FULL, QUICK, run_peer
+
+    size = FULL if args.full else QUICK
+    out = RESULTS / f"{SWARM_NAME}.speedscope.json"
+    spies: list = []
+    print(f"profile: swarm through our SDK, {size.agents} agents in {size.processes} processes, {size.window_s:g} s", flush=True)
+
+    def start_spy(pid: int, window_s: float) -> object:
+        spy = procs.start(
+            "py-spy",
+            [py_spy, "record", "--pid", str(pid), "--rate", str(args.rate), "--duration", str(int(window_s)),
+             "--format", "speedscope", "--output", str(out)],
+            cpu=CPU_LOAD,
+        )
+        spies.append(spy)
+        return spy
+
+    try:
+        with Processes() as procs:
+            result = run_peer(procs, "ours", size, {}, on_window=start_spy)
+    finally:
+        remove_data_root()
+    if not spies or spies[0].popen.returncode != 0 or not out.exists():
+        print(PTRACE_HINT + ("\n" + "\n".join(spies[0].lines[-20:]) if spies else ""), file=sys.stderr)
+        return 1
+    write_outputs(SWARM_NAME, out, (
+        f"Swarm (our SDK, {size.agents} agents in {size.processes} processes), {size.window_s:g} s window: "
+        f"{result.useful_per_s:,.0f} useful ops/s ({result.cycles / result.window_s:,.0f} claim cycles + "
+        f"{result.tasks / result.window_s:,.0f} tasks), server {result.server_cpu_per_1k:.2f} CPU-s per 1,000 ops, "
+        f"{result.requests_per_op:.2f} requests per op, sampled at {args.rate} Hz (py-spy).\n"
+    ), operations=result.useful)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--what", default="server,kernel", help="server (claim cycle under wrk), kernel (kernel alone), or both")
+    parser.add_argument("--what", default="server,kernel,swarm",
+                        help="server (claim cycle under wrk), kernel (kernel alone), swarm (the swarm leg), comma-separated")
+    parser.add_argument("--full", action="store_true", help="the swarm at make bench's size (256 agents) instead of the quick one")
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
@@ -205,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         status = profile_server(py_spy, args) or status
     if "kernel" in what:
         status = profile_kernel(py_spy, args) or status
+    if "swarm" in what:
+        status = profile_swarm(py_spy, args) or status
     return status
 
 

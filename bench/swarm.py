@@ -33,7 +33,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .harness import percentile, run_bounded
 from .procs import CPU_LOAD, CPU_SERVER, PINNED, RESULTS, ROOT, Proc, Processes, cpu_seconds, find_tool, free_port, missing_tool_message, pin_self, python
@@ -210,7 +210,10 @@ def agent_command(peer: str) -> tuple[list[str], dict[str, str]]:
     return [base_python(), "-m", "bench.swarm_agent"], {"PYTHONPATH": f"{folder}{os.pathsep}{ROOT}", "PYTHONNOUSERSITE": "1"}
 
 
-def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str | None], seed: int = 1) -> PeerResult:
+def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str | None], seed: int = 1,
+             on_window: Callable[[int, float], Any] | None = None) -> PeerResult:
+    """One peer's run. `on_window(server_pid, window_s)` is called as the window begins (the
+    profile leg starts py-spy there); what it returns is waited for after the window."""
     target = start_target(procs, peer, tools)
     occupancy = tempfile.NamedTemporaryFile(prefix="swarm-occupancy-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None, delete=False)
     agents_procs: list[Proc] = []
@@ -239,8 +242,11 @@ def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str 
         time.sleep(max(0.0, t0 - time.monotonic()))
         server_before = cpu_seconds(target.proc.pid)
         load = os.getloadavg()[0]
+        watcher = on_window(target.proc.pid, size.window_s) if on_window is not None else None
         time.sleep(max(0.0, t0 + size.window_s - time.monotonic()))
         server_cpu = cpu_seconds(target.proc.pid) - server_before
+        if watcher is not None and hasattr(watcher, "popen"):
+            watcher.popen.wait(60)
         results = [wait_event(proc, "result", size.window_s + RESULT_GRACE_S) for proc in agents_procs]
     finally:
         for proc in agents_procs:
