@@ -19,6 +19,7 @@ handler is cancelled, a plain one sees `delivery.is_lost`; nothing is sent for i
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Awaitable, Callable, Mapping, Union
 
 import anyio
@@ -28,6 +29,7 @@ from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_pos
 from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, StopFlag, give_back, report, report_lost
 from ._context import Context
 from ._renewal import LeaseClock, send_through
+from .claims import parse_timestamp
 from .errors import LeaseLostError, NotFoundError, ScopeCancelledError, is_permanent
 from .tasks import TaskTicket
 from .types import MailboxRow, MessageView
@@ -50,7 +52,8 @@ Handler = Callable[[Any, "Delivery"], Union[Awaitable[Any], Any]]
 
 
 class Delivery:
-    """One leased message: `id`, `data`, `attempt`, `scope_id`, and how it ends.
+    """One leased message: `id`, `data`, `attempt`, `scope_id`, `expires_at` (the lease's end
+    as the server last said it), and how it ends.
 
     `is_lost` turns true when the lease is lost: the server refused a renewal or a settlement as
     stale, the run ended, or the lease's end by this process's clock passed without a renewal
@@ -70,6 +73,8 @@ class Delivery:
         self.deadline: str | None = message.get("deadline")
         self.task_id: str | None = message.get("taskId")
         self._token: str = raw["token"]
+        expires = raw.get("leaseExpiresAt")
+        self.expires_at: datetime | None = None if expires is None else parse_timestamp(expires)
         self._settled = False
         self._lost = False
         self._crashed = False
@@ -142,14 +147,16 @@ class Delivery:
 
     async def _renew_request(self, lease_seconds: int | None) -> None:
         suffix, body = self._renewal_request(lease_seconds)
-        await self._ctx.call("POST", suffix, body=body)
+        self._renewal_reply((await self._ctx.call("POST", suffix, body=body)).body)
 
     def _renewal_request(self, lease_seconds: int | None) -> tuple[str, dict[str, Any]]:
         """The renewal's path and body (sent alone, or with the client's other renewals)."""
         return f"/messages/{self.id}/renew", {"token": self._token, "leaseSeconds": lease_seconds}
 
     def _renewal_reply(self, body: Any) -> None:
-        """A renewal's answer says nothing the delivery keeps."""
+        """A renewal's answer: the lease's new end."""
+        if isinstance(body, Mapping) and body.get("leaseExpiresAt"):
+            self.expires_at = parse_timestamp(body["leaseExpiresAt"])
 
     async def _settle(self, action: str, body: dict[str, Any]) -> None:
         # One settlement in flight at a time; it counts only once the server has accepted it.

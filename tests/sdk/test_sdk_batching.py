@@ -252,8 +252,12 @@ async def test_prefetch_takes_many_deliveries_in_one_request_and_keeps_their_lea
         tickets = [await mailbox.submit({"n": n}, key=f"t{n}") for n in range(6)]
         done: list[tuple[int, int]] = []
         stop = trio.Event()
+        left_at_start: list[float] = []
 
         async def handler(data: Any, delivery: runstate.Delivery) -> dict:
+            # The lease's end as last said (by the recv-many, then by each renewal): never past.
+            assert delivery.expires_at is not None
+            left_at_start.append(delivery.expires_at.timestamp() - trio.current_time())  # (+ the clocks' offset)
             await trio.sleep(12)
             done.append((data["n"], delivery.attempt))
             if len(done) == 6:
@@ -262,6 +266,10 @@ async def test_prefetch_takes_many_deliveries_in_one_request_and_keeps_their_lea
 
         await mailbox.consume(handler, prefetch=3, lease_seconds=10, stop_event=stop)
         assert done == [(n, 1) for n in range(6)]
+        # The first was taken at the start (10 s left); those that waited for the slot were renewed
+        # meanwhile, and what each says it has left when its turn comes is still within 10 s.
+        first = left_at_start[0]
+        assert all(first - 10 < left <= first + 0.01 for left in left_at_start), left_at_start
         # 3 taken at first, 2 while the third ran, 1 (of 2 asked) while the fifth ran, and the
         # long poll stopped at the end: four requests for six tasks.
         assert len(transport.paths("/recv-many")) == 4 and not transport.paths("/recv")

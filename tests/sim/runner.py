@@ -39,7 +39,7 @@ import trio.testing
 from runstate import _runtime as sdk_runtime
 from runstate.actors import Limits
 
-from . import agents, capacity
+from . import agents, batch_agents, capacity
 from .coordination_agents import COORDINATION_AGENTS
 from .once_agents import once_agent
 from .operator_agents import operator
@@ -211,6 +211,9 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
                 people.start_soon(agents.submitter, world, f"submit{number}")
             for number in range(4):
                 people.start_soon(agents.worker, world, f"worker{number}")
+            # Agents of one process on one client: coalesced calls, renewal batches, prefetch.
+            people.start_soon(batch_agents.crew, world, "crew")
+            people.start_soon(batch_agents.prefetcher, world, "prefetch")
             # -- capacity --
             for number in range(2):
                 people.start_soon(capacity.pooler, world, f"pooler{number}")

@@ -72,6 +72,22 @@ def test_an_injected_double_lease_is_caught(monkeypatch):
     assert "one-holder" in {violation.invariant for violation in result.violations}, result.describe()
 
 
+def test_an_injected_mixup_of_a_batchs_answers_is_caught(monkeypatch):
+    """A batch (the crew's coalesced acquires and releases, renewals sent together) whose answers
+    are handed to the wrong operations: an agent believes it holds what another was granted."""
+    from runstate.actors.partition import Partition
+
+    original = Partition.submit_all
+
+    async def submit_all(self, commands):
+        answers = await original(self, commands)
+        return answers[::-1] if len(answers) > 1 else answers  # the bug: answered in the wrong order
+
+    monkeypatch.setattr(Partition, "submit_all", submit_all)
+    found, result = run_seeds_until("one-holder", (1, 2, 3), virtual_s=120)
+    assert "one-holder" in found, result.describe()
+
+
 def test_an_injected_completion_in_an_ended_run_is_caught(monkeypatch):
     """A run's end that leaves its deliveries under way running (and takes their completions) lets
     a worker record a result in a run that had ended."""
