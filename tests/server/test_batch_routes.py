@@ -229,3 +229,20 @@ async def test_a_batchs_commands_go_out_in_one_group_commit(tmp_path, autojump_c
         for i in range(40):
             await kernel.submit(kernel.parse(c.AcquireClaim, {**body, "key": f"j{i}"}, {"space": "s1"}))
         assert journal.batches - batches == 40
+
+
+async def test_an_operators_action_is_sent_alone_and_a_batch_records_who_sent_it(client, autojump_clock):
+    """A forced release (an operator's action) is not carried by a batch; a run completed in a
+    batch records who completed it, as the same request alone does."""
+    run = await client.run()
+    got = await batch(client, acquire(run, "k", "me"))
+    assert got[0]["status"] == 200
+    refused = await batch(client, {"method": "POST", "path": "/claims/k/force-release", "body": {"scopeId": run}})
+    assert refused[0]["status"] == 400 and "not a command of a space that a batch can carry" in refused[0]["error"]["message"]
+    assert (await client.get(f"/scopes/{run}/claims")).json["claims"][0]["holder"] == "me"  # untouched
+    alone, batched = await client.run(), await client.run()
+    assert (await client.post(f"/scopes/{alone}/complete")).status == 200
+    assert (await batch(client, {"method": "POST", "path": f"/scopes/{batched}/complete"}))[0]["status"] == 200
+    events = (await client.get("/watch?waitSeconds=0&types=scope.completed")).json["events"]
+    by = {event["payload"]["scopeId"] if "scopeId" in event["payload"] else event.get("scopeId"): event["payload"].get("by") for event in events}
+    assert by[alone] is not None and by[batched] == by[alone], events
