@@ -15,10 +15,10 @@ sends each request of a space to its partition's leader itself:
   URL;
 - when a leader cannot be reached, or answers 503 (it stopped leading, it cannot serve), the
   request is sent again at once to the configured URL, whose node passes it on to whoever leads
-  now (the request's idempotency key makes that safe), that node is left alone for
-  `NODE_DOWN_S`, and the map is looked at again; so it is when an answer was passed on although
-  the map sent it to the leader (the map is a moment old). The map is looked at no more than
-  once every `REFRESH_MIN_S`.
+  now (the request's idempotency key makes that safe), and the map is looked at again; a node
+  that could not be reached is left alone for `NODE_DOWN_S`. The map is looked at again too when
+  an answer was passed on although the map sent it to the leader (the map is a moment old); no
+  more than once every `REFRESH_MIN_S`.
 """
 
 from __future__ import annotations
@@ -127,6 +127,7 @@ class ClusterRouter:
         try:
             status, _, data = await self._base.send("GET", "/v1/cluster", {"authorization": authorization}, None, 10.0)
             if status != 200:
+                _runtime.log.info("could not read the cluster map from %s: answered %s", self.base_url, status)
                 return
             document = json.loads(data)
             self._read_map(document)

@@ -100,6 +100,7 @@ export {
 } from './errors.js';
 export type { RunstateErrorOptions } from './errors.js';
 export { WARNING_TYPE } from './warnings.js';
+export { partitionOf } from './cluster.js';
 export {
   RunClient,
   defaultRun,

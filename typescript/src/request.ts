@@ -20,8 +20,13 @@
  *
  * A caller's `signal` is not a transport failure: when it aborts, the call rejects with the
  * signal's reason at once and is not retried.
+ *
+ * In a cluster, a request of a space goes to its partition's leader once an answer said it was
+ * passed on by another node (`cluster.ts`); when that leader cannot be reached or answers 503, it
+ * goes again at once through the configured URL.
  */
 
+import { ClusterMap, FORWARDED_BY } from './cluster.js';
 import { UnavailableError, mapError } from './errors.js';
 import { NodeHttp, hasDotSegment } from './nodehttp.js';
 import { pause, randomHex, uniform, withTimeout } from './time.js';
@@ -104,6 +109,8 @@ export class Requester {
   // Node's own http(s), for a CA bundle (every request) and for dot segments (`nodehttp.ts`).
   readonly #caBundle: string | undefined;
   #nodeHttp: NodeHttp | undefined;
+  /** Which node leads each partition of a cluster, once an answer said it was passed on. */
+  readonly cluster: ClusterMap;
 
   constructor(baseUrl: string, apiKey: string, requestTimeoutMs: number, retries: number, caBundle?: string) {
     this.baseUrl = baseUrl;
@@ -112,6 +119,19 @@ export class Requester {
     this.#authorization = `Bearer ${apiKey}`;
     this.#caBundle = caBundle;
     if (caBundle !== undefined) this.#nodeHttp = new NodeHttp(baseUrl, caBundle);
+    this.cluster = new ClusterMap(baseUrl, () => this.#readMap());
+  }
+
+  /** The cluster's map, from the configured URL (one try). */
+  async #readMap(): Promise<unknown> {
+    const attemptSignal = withTimeout(undefined, this.requestTimeoutMs);
+    try {
+      const headers = { authorization: this.#authorization, 'user-agent': USER_AGENT };
+      const answer = await this.#exchange('GET', `${this.baseUrl}/v1/cluster`, '/v1/cluster', headers, undefined, attemptSignal.signal);
+      return reply(answer.status, answer.headers, answer.text).body;
+    } finally {
+      attemptSignal.dispose();
+    }
   }
 
   /** One exchange: `fetch`, unless a CA bundle or a dot segment needs Node's own http(s). */
@@ -149,6 +169,24 @@ export class Requester {
       headers['content-type'] = 'application/json';
     }
     const attemptTimeoutMs = this.requestTimeoutMs + Math.max(waitMs, 0);
+    const leader = this.cluster.leaderUrl(path);
+    if (leader !== null) {
+      // To the partition's leader; through the configured URL (below) if it fails to answer.
+      const attemptSignal = withTimeout(signal, attemptTimeoutMs);
+      try {
+        const answer = await this.#exchange(method, leader + path + queryString(options.query), path, headers, payload, attemptSignal.signal);
+        if (answer.status !== 503) {
+          if (answer.headers.has(FORWARDED_BY)) this.cluster.learnSoon(); // it no longer leads
+          return reply(answer.status, answer.headers, answer.text);
+        }
+        this.cluster.learnSoon(); // it cannot serve (it stopped leading, say): the map again
+      } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        this.cluster.nodeDown(leader);
+      } finally {
+        attemptSignal.dispose();
+      }
+    }
     let last: unknown;
     for (let attempt = 0; attempt <= this.retries; attempt += 1) {
       if (attempt > 0) {
@@ -169,6 +207,7 @@ export class Requester {
       } finally {
         attemptSignal.dispose();
       }
+      if (responseHeaders.has(FORWARDED_BY)) this.cluster.learnSoon(); // passed on: learn the map
       return reply(status, responseHeaders, text);
     }
     throw new UnavailableError('UNAVAILABLE', 503, `transport failure after retries: ${describe(last)}`, {
