@@ -355,6 +355,10 @@ async def test_run_cancels_a_coroutine_when_the_lease_is_lost(autojump_clock, pi
 @pytest.mark.trio
 async def test_run_stops_waiting_for_a_thread_when_the_lease_is_lost(autojump_clock, pinned_jitter):
     """A plain fn runs in a worker thread; on loss run() raises at once and the thread finishes later on its own."""
+    # Virtual time jumps only after a real second with every task waiting: while the worker thread
+    # starts (on a busy machine, later than trio's own tasks run), the clock must not jump to the
+    # lease's end and lose it before the renewal is refused.
+    autojump_clock.autojump_threshold = 1.0
     started = threading.Event()
     release_thread = threading.Event()
     finished = threading.Event()
