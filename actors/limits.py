@@ -41,7 +41,7 @@ class Limits:
     # Caller data nested deeper than this is refused (the journal must be able to write it back).
     json_depth_max: int = 64
 
-    # Idempotency keys: replayed for this long, at most this many kept per server.
+    # Idempotency keys: replayed for this long, at most this many kept per space.
     idempotency_ttl_s: int = 86_400
     idempotency_keys_max: int = 1_000_000
     idempotency_key_len_max: int = 255

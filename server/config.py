@@ -175,7 +175,7 @@ LIMIT_DOCS: dict[str, str] = {
     "batch_operations_max": "Most operations in one batch request (its body is bounded by request_bytes_max).",
     "json_depth_max": "Deepest nesting of caller JSON data.",
     "idempotency_ttl_s": "How long an Idempotency-Key's answer is replayed, in seconds.",
-    "idempotency_keys_max": "Most Idempotency-Key answers kept by the server.",
+    "idempotency_keys_max": "Most Idempotency-Key answers kept per space (the oldest of that space goes first).",
     "idempotency_key_len_max": "Longest Idempotency-Key, in characters.",
     "task_key_len_max": "Longest task key, in characters.",
     "work_key_len_max": "Longest work key, in characters.",
