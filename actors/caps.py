@@ -16,9 +16,10 @@ What counts, per space:
   the id, key, state and reason so that the key keeps returning the task);
 - `space_payload_bytes_max`: bytes of JSON of the values kept: message payloads and task inputs
   while their message is not settled, dead letters' payloads until retention forgets them, task
-  outcomes until tombstoned, and once results (kept for good). Not counted: claim observations
-  (journaled, not kept) and stored idempotent answers (bounded server-wide by
-  `idempotency_keys_max`).
+  outcomes until tombstoned, and once results (kept for good); and the stored idempotent answers,
+  which take the room the values leave (`idempotency.py`: the oldest go first to make room for a
+  new one, and a value is never refused for their sake). Not counted: claim observations
+  (journaled, not kept).
 - `backlog_limit_max`: per mailbox, unsettled messages of a mailbox that sets no `backlogLimit`
   (one that does may only set less, see `CreateMailbox`).
 
@@ -49,7 +50,7 @@ def view(space: Any) -> dict:
         "space_scopes_max": space.scopes.live,
         "space_claims_max": space.claims.held_count,
         "space_tasks_max": space.tasks.live,
-        "space_payload_bytes_max": space.messages.payload_bytes + space.tasks.outcome_bytes + space.once.result_bytes,
+        "space_payload_bytes_max": space.values_bytes() + space.idempotency.bytes,
     }
     limits = space.limits
     return {

@@ -11,14 +11,24 @@ IDEMPOTENCY_CONFLICT. Entries live `idempotency_ttl_s` (24 h by default) and at 
 `idempotency_keys_max` are kept per space, oldest dropped first; both are decided from the records'
 own times, so a replay keeps exactly the entries the live server kept.
 
+The answers count against the space's byte cap (`space_payload_bytes_max`, `caps.py`): each is
+counted for its JSON, and a new answer takes the room the space's values (payloads, inputs,
+results) leave, the space's oldest answers going first to make it. The newest answer is always
+kept (a retry comes soon after its first try), so the answers pass the cap by at most that one.
+An answer is never a reason to refuse a value: the values' own check leaves the answers out, and
+their next stored answer gives the room back. The room is read when an answer is stored, from
+the space as the record finds it, so replay drops the same answers; a snapshot's image gives the
+answers first, before the values whose room they shared, and so drops none.
+
 Pure: no IO, no clock reads.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+from .caps import value_bytes
 from .errors import IDEMPOTENCY_CONFLICT, KernelError
 from .limits import Limits
 
@@ -26,20 +36,25 @@ __all__ = ["IdempotencyTable", "Stored"]
 
 
 class Stored:
-    __slots__ = ("fingerprint", "body", "at_ms")
+    __slots__ = ("fingerprint", "body", "at_ms", "size")
 
     def __init__(self, fingerprint: str, body: Any, at_ms: int) -> None:
         self.fingerprint = fingerprint
         self.body = body
         self.at_ms = at_ms
+        self.size = value_bytes(body)  # what it counts for against the space's byte cap
 
 
 class IdempotencyTable:
-    __slots__ = ("_entries", "_limits")
+    # `values_bytes`: the bytes of the space's kept values, read for the room an answer may take.
+    _DERIVED = ("values_bytes",)
+    __slots__ = ("_entries", "_limits", "bytes", "values_bytes")
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, values_bytes: Callable[[], int] = lambda: 0) -> None:
         self._entries: OrderedDict[str, Stored] = OrderedDict()
         self._limits = limits
+        self.bytes = 0  # the JSON of the answers kept
+        self.values_bytes = values_bytes
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -72,16 +87,27 @@ class IdempotencyTable:
     def apply_stored(self, record: dict) -> Stored:
         entry_key = record["key"]
         stored = Stored(record["fingerprint"], record["body"], record["at_ms"])
-        self._entries.pop(entry_key, None)  # a re-run after the first entry expired
-        self._entries[entry_key] = stored
+        entries = self._entries
+        replaced = entries.pop(entry_key, None)  # a re-run after the first entry expired
+        if replaced is not None:
+            self.bytes -= replaced.size
+        entries[entry_key] = stored
+        self.bytes += stored.size
         self._evict(record["at_ms"])
         return stored
 
     def _evict(self, now_ms: int) -> None:
-        horizon = now_ms - self._limits.idempotency_ttl_s * 1000
+        """Drop the oldest answers while one has expired, there are too many, or they take more
+        than the room the space's values leave; never the newest."""
+        limits = self._limits
+        horizon = now_ms - limits.idempotency_ttl_s * 1000
+        room = limits.space_payload_bytes_max - self.values_bytes()
         entries = self._entries
-        while entries:
+        while len(entries) > 1:
             oldest = next(iter(entries.values()))
-            if oldest.at_ms > horizon and len(entries) <= self._limits.idempotency_keys_max:
+            if oldest.at_ms > horizon and len(entries) <= limits.idempotency_keys_max and self.bytes <= room:
                 break
             entries.popitem(last=False)
+            self.bytes -= oldest.size
+        if entries and len(entries) > limits.idempotency_keys_max:  # idempotency_keys_max of 0
+            self.bytes -= entries.popitem(last=False)[1].size

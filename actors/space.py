@@ -82,7 +82,8 @@ class SpaceState:
         self.usage = Usage(self.claims)
         self.once = OnceTable()
         self.run_names = RunNames()
-        self.idempotency = IdempotencyTable(limits)  # this space's stored answers, evicted only by its own
+        # This space's stored answers, evicted only by its own, in the room its values leave.
+        self.idempotency = IdempotencyTable(limits, self.values_bytes)
         self.claiming = ClaimCommands(
             space_id, self.scopes, self.claims, self.boot, self._commit, limits.space_claims_max
         )
@@ -136,10 +137,14 @@ class SpaceState:
         if freed:
             outcome.timers.extend(capacity.pool_serve_timers(freed[-1]))
 
+    def values_bytes(self) -> int:
+        """The bytes of the caller values this space keeps (stored answers aside, `caps.py`)."""
+        return self.messages.payload_bytes + self.tasks.outcome_bytes + self.once.result_bytes
+
     def _check_bytes(self, adding: int, freeing: int) -> None:
-        """The payload cap over every table that keeps caller values (`caps.py`)."""
-        held = self.messages.payload_bytes + self.tasks.outcome_bytes + self.once.result_bytes
-        check_bytes(held, adding, freeing, self.limits.space_payload_bytes_max)
+        """The payload cap over every table that keeps caller values (`caps.py`); the stored
+        answers give their room back to a value, so they are not counted here."""
+        check_bytes(self.values_bytes(), adding, freeing, self.limits.space_payload_bytes_max)
 
     # -- scopes ---------------------------------------------------------------------------------
 
@@ -228,8 +233,11 @@ class SpaceState:
         return outcome
 
     def image(self) -> Iterator[dict]:
-        """Records that rebuild this space exactly: its scopes, its claims, then its mailboxes,
-        messages and tasks (scopes first: the queues live in them), and last its usage counters."""
+        """Records that rebuild this space exactly: its stored answers (first: each takes the room
+        the values leave, and before them it needs none), its scopes, its claims, then its
+        mailboxes, messages and tasks (scopes first: the queues live in them), and last its usage
+        counters."""
+        yield from self.idempotency.image(self.id)
         for record in self.scopes.image():
             record["space"] = self.id
             yield record
@@ -247,7 +255,6 @@ class SpaceState:
         for record in self.events.image():
             record["space"] = self.id
             yield record
-        yield from self.idempotency.image(self.id)
         usage = self.usage
         if usage.operations or usage.free or usage.events or usage.takeovers:
             yield usage.image(self.id)  # last: it sets the counters outright

@@ -196,7 +196,8 @@ LIMIT_DOCS: dict[str, str] = {
     "space_claims_max": "Most claims held at once in one space; one more is 409 BACKLOG_FULL.",
     "space_tasks_max": "Most tasks not ended (queued or running) in one space; one more is 409 BACKLOG_FULL.",
     "space_payload_bytes_max": "Most bytes of JSON one space keeps in message payloads, task inputs, task results and once results; "
-                               "past it a write is 409 BACKLOG_FULL.",
+                               "past it a write is 409 BACKLOG_FULL. Stored Idempotency-Key answers take the room these leave "
+                               "(the oldest go first).",
     # -- capacity --
     "pools_max": "Most permit pools in one space.",
     "pool_units_max": "Largest capacity of a permit pool, in units.",

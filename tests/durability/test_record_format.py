@@ -56,8 +56,22 @@ def with_tables_added_since(written: dict) -> dict:
     # Stored answers were kept in one table for the whole server; each space keeps its own now.
     for (space_id, key), stored in written.pop("idempotency")["_entries"]:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
+    with_answer_sizes_added_since(written)
     with_graced_added_since(written)
     return written
+
+
+def with_answer_sizes_added_since(written: dict) -> None:
+    """The bytes each stored answer counts for against its space's byte cap, and their sum per
+    space, kept since the answers count against it: the JSON of the answer as it was written."""
+    from runstate.actors.caps import value_bytes
+
+    for space in written["spaces"].values():
+        table = space["idempotency"]
+        table["bytes"] = 0
+        for _, stored in table["_entries"]:
+            stored["size"] = value_bytes(stored["body"])
+            table["bytes"] += stored["size"]
 
 
 def with_graced_added_since(node: object) -> None:
@@ -423,6 +437,7 @@ def v1_as_written() -> dict:
         space["idempotency"] = copy.deepcopy(empty)
     for (space_id, key), stored in written.pop("idempotency")["_entries"]:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
+    with_answer_sizes_added_since(written)
     with_graced_added_since(written)
     with_delivery_events_as_kept_since(written)
     return written

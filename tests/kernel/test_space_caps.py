@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runstate.actors import Clock, IdSource, Kernel, KernelError, KernelState, Limits
+from runstate.actors import Clock, Idem, IdSource, Kernel, KernelError, KernelState, Limits
 from runstate.actors import commands as c
 from runstate.actors.caps import value_bytes
 from runstate.actors.claims import ClaimTable
@@ -335,3 +335,39 @@ async def test_values_echoed_in_refusals_are_quoted_short(world, autojump_clock)
     with pytest.raises(KernelError) as caught:
         world.space.fire(("k" * 300, "x"), None, 0)
     assert caught.value.message.startswith("no timer of kind 'kkk") and "(302 characters)" in caught.value.message
+
+
+async def test_stored_answers_take_the_room_the_values_leave_and_replay_drops_the_same(nursery, autojump_clock):
+    """Keyed receives of 300-byte payloads in a space of 3,000 bytes: each answer counts its JSON;
+    a new one drops the oldest answers until the values and the answers fit (the newest is always
+    kept); a value is never refused for the answers' sake; replay and the image keep the same."""
+    limits = SMALL.replace(space_payload_bytes_max=3_000, backlog_limit_max=10)
+    kernel = Kernel(
+        state=KernelState(limits), journal=MemoryJournal(keep=True), clock=Clock(wall_anchor_ms=T0), ids=IdSource(seed=1)
+    )
+    await nursery.start(kernel.run)
+    world = World(kernel)
+    scope = (await world.scopes.create(S))["id"]
+    mailbox = (await world.mailboxes.create(S, name="jobs"))["id"]
+    answers = world.space.idempotency
+    kept = []
+    for n in range(10):
+        await world.messages.send(S, mailbox, scope_id=scope, payload="p" * 298)  # 300 bytes of JSON
+        got = await world.messages.receive(
+            S, mailbox, scope_id=scope, holder="w", session="s", lease_s=30, idem=Idem(S, f"r{n}", "fp")
+        )
+        if n % 2:  # every other delivery stays leased: its payload is a value the space keeps
+            await world.messages.complete(S, got["message"]["id"], token=got["token"])
+        kept.append(len(answers))
+        assert answers.bytes >= value_bytes(got) > 300
+        assert world.space.values_bytes() + answers.bytes <= limits.space_payload_bytes_max
+    assert max(kept) >= 3 and kept[-1] < max(kept), kept  # the room shrank as the leased payloads grew
+    assert world.space.values_bytes() == 1_500
+    # The values alone decide a refusal: 1,500 bytes more fit (the answers give their room back).
+    await world.refused(world.messages.send(S, mailbox, scope_id=scope, payload="p" * 1_499), "space_payload_bytes_max")
+    await world.messages.send(S, mailbox, scope_id=scope, payload="p" * 1_498)
+    assert world.space.values_bytes() == 3_000
+    # The next stored answer leaves only itself, the newest, past the cap.
+    await world.scopes.create(S, idem=Idem(S, "last", "fp"))
+    assert len(answers) == 1
+    world.replays_exactly()

@@ -87,12 +87,43 @@ async def test_the_caps_read_shows_what_the_space_holds_against_each_limit(clien
     await client.post("/claims", {"scopeId": run, "key": "a", "holder": "h", "holderSession": "s", "leaseSeconds": 30})
     response = await client.get("/caps")
     assert response.status == 200, response
+    # The client sent an Idempotency-Key with each change: their stored answers are counted too,
+    # in the room the payload leaves (a newest answer past it is kept: here, the claim's).
+    answers = client.runtime.kernel.space_view(SPACE).idempotency
+    assert len(answers) >= 1 and answers.bytes > 0
     assert response.json == {
         "spaceId": SPACE,
         "caps": [
             {"setting": "space_scopes_max", "held": 1, "limit": 2},
             {"setting": "space_claims_max", "held": 1, "limit": 1},
             {"setting": "space_tasks_max", "held": 0, "limit": 1},
-            {"setting": "space_payload_bytes_max", "held": 10, "limit": 64},
+            {"setting": "space_payload_bytes_max", "held": 10 + answers.bytes, "limit": 64},
         ],
     }
+
+
+async def test_stored_idempotent_answers_count_against_the_byte_cap_and_stay_within_it(nursery, autojump_clock):
+    """Keyed receives of 60 KB messages, each completed: the answers, which keep the payloads, are
+    counted in `/caps` and take only the room the space's values leave (the oldest go first), so
+    they never pass the cap by more than the newest answer; the retry of the newest still gets its
+    first answer, and a value is never refused for the answers' sake."""
+    limits = Limits().replace(space_payload_bytes_max=200_000)
+    client = AsgiClient(await start_runtime(nursery, Settings(api_key=API_KEY, space_id=SPACE, seed=7, limits=limits)))
+    run, mailbox = await client.run(), await client.mailbox()
+    payload = "x" * 60_000
+    body = {"scopeId": run, "holder": "w", "holderSession": "s", "leaseSeconds": 30}
+    for n in range(20):
+        sent = await client.post(f"/mailboxes/{mailbox}/messages", {"scopeId": run, "payload": payload})
+        assert sent.status in (200, 201), (n, sent)
+        key = f"recv-{n:020d}"
+        first = await client.post(f"/mailboxes/{mailbox}/recv", body, idempotency_key=key)
+        assert first.status == 200 and first.json["message"]["payload"] == payload, (n, first)
+        again = await client.post(f"/mailboxes/{mailbox}/recv", body, idempotency_key=key)
+        assert again.json == first.json
+        done = await client.post(f"/messages/{first.json['message']['id']}/complete", {"token": first.json["token"]})
+        assert done.status == 200, (n, done)
+        held = {row["setting"]: row["held"] for row in (await client.get("/caps")).json["caps"]}
+        assert 60_000 < held["space_payload_bytes_max"] <= limits.space_payload_bytes_max + 61_000, (n, held)
+    space = client.runtime.kernel.space_view(SPACE)
+    assert space.values_bytes() == 0 and space.idempotency.bytes == held["space_payload_bytes_max"]
+    assert len(space.idempotency) < 10, "the answers are bounded by the byte cap, not only by their count"
