@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
+from .caps import full
+from .errors import CONFLICT, NOT_FOUND, KernelError
 from .limits import Limits
 from .scopes import ACTIVE, ScopeTree
 from .timestamps import format_ms
@@ -127,7 +128,7 @@ class BarrierTable:
         if name is not None and (scope_id, name) in self._by_name:
             raise KernelError(CONFLICT, f"scope {scope_id} already has a barrier named {name!r}")
         if len(self._by_id) >= self._limits.barriers_max:
-            raise KernelError(VALIDATION_FAILED, f"a space holds at most {self._limits.barriers_max} barriers")
+            raise full(f"space holds {len(self._by_id)} barriers", "barriers_max")
         if barrier_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"barrier id {barrier_id} is taken")
         record = {"type": "barrier.created", "id": barrier_id, "scope_id": scope_id, "target": target, "at_ms": now_ms}

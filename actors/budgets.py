@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .caps import full
 from .errors import CONFLICT, NOT_FOUND, KernelError
 from .timestamps import format_ms
 
@@ -157,7 +158,7 @@ class BudgetTable:
         if name in self._by_name:
             raise KernelError(CONFLICT, f"a budget named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._budgets) >= self.budgets_max:
-            raise KernelError(CONFLICT, f"a space holds at most {self.budgets_max} budgets")
+            raise full(f"space holds {len(self._budgets)} budgets", "budgets_max")
         return {
             "type": "budget.created", "id": budget_id, "name": name, "currency": currency, "scale": scale,
             "limit_minor": str(limit), "at_ms": now_ms,

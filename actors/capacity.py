@@ -54,12 +54,12 @@ Commit = Callable[..., Outcome]
 class CapacityCommands:
     __slots__ = (
         "_space_id", "limits", "scopes", "pools", "allowances", "work_limits", "budgets", "_commit", "requirements", "wakeups",
-        "subtree_wakeups",
+        "subtree_wakeups", "check_entities",
     )
     # Queues with an admission parked on them: not state (parked calls do not outlive a process).
     # `subtree_wakeups`: those admitting from descendant scopes too, which a new task of any queue
     # may concern. (`scopes` is the space's own tree, compared there.)
-    _DERIVED = ("wakeups", "subtree_wakeups", "scopes")
+    _DERIVED = ("wakeups", "subtree_wakeups", "scopes", "check_entities")
 
     def __init__(self, space_id: str, limits: Limits, scopes: ScopeTree, tasks: TaskTable, commit: Commit) -> None:
         self._space_id = space_id
@@ -68,6 +68,8 @@ class CapacityCommands:
         self.pools = PoolTable(limits.pools_max, limits.waiters_max)
         self.allowances = AllowanceTable(limits.allowances_max, limits.waiters_max)
         self.work_limits = WorkLimitTable(tasks, limits.work_limits_max)
+        # The space's cap on the entities it keeps (`caps.py`): a waiter is one more.
+        self.check_entities: Callable[[int], None] = lambda adding: None
         self.budgets = BudgetTable(limits.budgets_max)
         self._commit = commit
         # Task id -> what admission must take for it (`admission.py`), kept with the task.
@@ -189,6 +191,7 @@ class CapacityCommands:
         pools = self.pools
         pool = pools.get(command.pool_id)
         ttl_s = self.limits.waiter_ttl_s_max if command.ttl_s is None else command.ttl_s
+        self.check_entities(1)
         record = pools.decide_wait(pool, command.waiter_id, command.scope_id, command.holder, command.units, ttl_s * 1000, now_ms)
         outcome = self._commit(Outcome(), record)
         # Signaled at once when nothing is ahead and its units are free.
@@ -289,6 +292,7 @@ class CapacityCommands:
         self.scopes.require_active(command.scope_id, now_ms)
         allowances = self.allowances
         allowance = allowances.get(command.allowance_id)
+        self.check_entities(1)
         record = allowances.decide_wait(
             allowance, command.waiter_id, command.scope_id, command.holder, command.units, command.ttl_s * 1000, now_ms
         )

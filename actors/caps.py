@@ -1,11 +1,16 @@
 """The caps of a space: how much its callers can make it hold, and the refusal past one.
 
 Each table counts what it holds as it applies records (`ScopeTree.live`, `ClaimTable` held
-tokens, `TaskTable.live`, and the payload bytes of `MessageTable`, `TaskTable` and `OnceTable`),
-so replay and a snapshot's image rebuild the counts exactly and a check costs one comparison. A
-command that would go past a cap is refused with `BACKLOG_FULL` (409, with Retry-After) before
-any record is decided: a refusal writes nothing. The message names the setting and how to raise
-it, spelled as `runstate serve` spells settings (`--space-scopes-max`, `RUNSTATE_SPACE_SCOPES_MAX`).
+tokens and keys, `TaskTable.live`, the payload bytes of `MessageTable`, `TaskTable` and
+`OnceTable`, and the tables' sizes), so replay and a snapshot's image rebuild the counts exactly
+and a check costs a few additions. A command that would go past a cap is refused with
+`BACKLOG_FULL` (409, with Retry-After) before any record is decided: a refusal writes nothing.
+The message names the setting and how to raise it, spelled as `runstate serve` spells settings
+(`--space-scopes-max`, `RUNSTATE_SPACE_SCOPES_MAX`). Every cap on how many of a kind a space, a
+run, a pool, an allowance, a task or a group holds (`mailboxes_max`, `pools_max`,
+`allowances_max`, `budgets_max`, `work_limits_max`, `barriers_max`, `groups_max`,
+`timers_per_scope_max`, `waiters_max`, `subscribers_max`, `group_members_max`) is refused in this
+one shape, by `full`.
 
 What counts, per space:
 - `space_scopes_max`: scopes not ended (a scope under an ended one has ended with it);
@@ -20,6 +25,11 @@ What counts, per space:
   which take the room the values leave (`idempotency.py`: the oldest go first to make room for a
   new one, and a value is never refused for their sake). Not counted: claim observations
   (journaled, not kept).
+- `space_entities_max`: every entity kept, live or ended: runs (ended ones are kept for good),
+  claim keys (a released key keeps its generation until its run ends), messages (unsettled, and
+  settled ones until retention forgets them), tasks (tombstones included), the waiters of pools
+  and allowances (waiting, and the newest ended ones), and the stored idempotent answers, which
+  take the room the others leave as they do for bytes;
 - `backlog_limit_max`: per mailbox, unsettled messages of a mailbox that sets no `backlogLimit`
   (one that does may only set less, see `CreateMailbox`).
 
@@ -41,7 +51,7 @@ RETRY_AFTER_S = 1.0
 
 
 # The caps of a whole space, by setting (a mailbox's backlog is on the mailbox's own view).
-SPACE_CAPS = ("space_scopes_max", "space_claims_max", "space_tasks_max", "space_payload_bytes_max")
+SPACE_CAPS = ("space_scopes_max", "space_claims_max", "space_tasks_max", "space_payload_bytes_max", "space_entities_max")
 
 
 def view(space: Any) -> dict:
@@ -51,6 +61,7 @@ def view(space: Any) -> dict:
         "space_claims_max": space.claims.held_count,
         "space_tasks_max": space.tasks.live,
         "space_payload_bytes_max": space.values_bytes() + space.idempotency.bytes,
+        "space_entities_max": space.entities() + len(space.idempotency),
     }
     limits = space.limits
     return {

@@ -36,7 +36,7 @@ Commit = Callable[..., Outcome]
 
 
 class ClaimCommands:
-    __slots__ = ("_space_id", "_scopes", "_claims", "_boot", "_commit", "held_max")
+    __slots__ = ("_space_id", "_scopes", "_claims", "_boot", "_commit", "held_max", "check_entities")
 
     def __init__(
         self, space_id: str, scopes: ScopeTree, claims: ClaimTable, boot: BootInfo, commit: Commit, held_max: int | None = None
@@ -47,6 +47,8 @@ class ClaimCommands:
         self._claims = claims
         self._boot = boot
         self._commit = commit
+        # The space's cap on the entities it keeps: a key not remembered yet is one more.
+        self.check_entities: Callable[[int], None] = lambda adding: None
 
     def acquire(self, command: "AcquireClaim", now_ms: int) -> Outcome:
         self._scopes.require_active(command.scope_id, now_ms)
@@ -55,6 +57,8 @@ class ClaimCommands:
             held = claims.get(command.scope_id, command.key)
             if held is not None and held.held_at(now_ms):
                 return Outcome(empty=True)  # park until the release or the expiry re-runs it
+        if claims.get(command.scope_id, command.key) is None:
+            self.check_entities(1)
         records = claims.decide_acquire(
             command.scope_id,
             command.key,

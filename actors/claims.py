@@ -63,11 +63,14 @@ class Claim:
 class ClaimTable:
     """The claims of one space, by scope then key, and by token."""
 
-    __slots__ = ("_by_scope", "_by_token", "takeovers")
+    # `keys`: how many keys are remembered, counted from `_by_scope` as it changes.
+    _DERIVED = ("keys",)
+    __slots__ = ("_by_scope", "_by_token", "takeovers", "keys")
 
     def __init__(self) -> None:
         self._by_scope: dict[str, dict[str, Claim]] = {}
         self._by_token: dict[str, Claim] = {}
+        self.keys = 0
         # Acquisitions of a key whose last lease expired (usage counts them as events).
         self.takeovers = 0
 
@@ -88,7 +91,8 @@ class ClaimTable:
         return iter(self._by_token.values())
 
     def __len__(self) -> int:
-        return sum(len(keys) for keys in self._by_scope.values())
+        """Keys remembered, held or not (a released key keeps its generation until its run ends)."""
+        return self.keys
 
     @property
     def held_count(self) -> int:
@@ -303,7 +307,10 @@ class ClaimTable:
         self._hold(claim, record, record["acquired_ms"])
         claim.expired = record.get("expired", False)
         claim.graced = "graced" in record
-        self._by_scope.setdefault(claim.scope_id, {})[claim.key] = claim
+        keys = self._by_scope.setdefault(claim.scope_id, {})
+        if claim.key not in keys:
+            self.keys += 1
+        keys[claim.key] = claim
         if claim.token is not None:
             self._by_token[claim.token] = claim
         return claim
@@ -327,6 +334,7 @@ class ClaimTable:
         claim = keys.get(record["key"])
         if claim is None:
             claim = keys[record["key"]] = Claim(record["scope_id"], record["key"])
+            self.keys += 1
         else:
             assert record["generation"] > claim.generation, "each new owner gets a greater generation"
             if claim.token is not None:
@@ -359,7 +367,9 @@ class ClaimTable:
         """Forget every claim of ended scopes (no acquire can happen there again); returns those held."""
         held = []
         for scope_id in scope_ids:
-            for claim in self._by_scope.pop(scope_id, {}).values():
+            dropped = self._by_scope.pop(scope_id, {})
+            self.keys -= len(dropped)
+            for claim in dropped.values():
                 if claim.token is not None:
                     del self._by_token[claim.token]
                     held.append(claim)

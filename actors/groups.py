@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .limits import Limits
 from .tasks import SUCCEEDED, TaskTable
@@ -192,7 +193,7 @@ class GroupTable:
                 VALIDATION_FAILED, f"threshold {threshold} can never be reached by {expected_members} expected members"
             )
         if len(self._by_id) >= self._limits.groups_max:
-            raise KernelError(VALIDATION_FAILED, f"a space holds at most {self._limits.groups_max} task groups")
+            raise full(f"space holds {len(self._by_id)} task groups", "groups_max")
         if group_id in self._by_id:
             raise KernelError(CONFLICT, f"task group id {group_id} is taken")
         assert members_max >= 1
@@ -201,7 +202,7 @@ class GroupTable:
         if group.state != OPEN:
             raise KernelError(CONFLICT, f"task group {group.id} is {group.state.lower()}: no member joins any more")
         if len(group.members) >= self._limits.group_members_max:
-            raise KernelError(CONFLICT, f"task group {group.id} already has {self._limits.group_members_max} members, its limit")
+            raise full(f"task group {group.id} has {len(group.members)} members", "group_members_max")
 
     def decide_join(self, group: Group, task_id: str, now_ms: int) -> dict | None:
         """Add a member; none for a task that already is one."""

@@ -13,7 +13,8 @@ own times, so a replay keeps exactly the entries the live server kept.
 
 The answers count against the space's byte cap (`space_payload_bytes_max`, `caps.py`): each is
 counted for its JSON, and a new answer takes the room the space's values (payloads, inputs,
-results) leave, the space's oldest answers going first to make it. The newest answer is always
+results) leave, the space's oldest answers going first to make it; likewise each is one entity
+against `space_entities_max`, in the room the space's other entities leave. The newest answer is always
 kept (a retry comes soon after its first try), so the answers pass the cap by at most that one.
 An answer is never a reason to refuse a value: the values' own check leaves the answers out, and
 their next stored answer gives the room back. The room is read when an answer is stored, from
@@ -46,15 +47,19 @@ class Stored:
 
 
 class IdempotencyTable:
-    # `values_bytes`: the bytes of the space's kept values, read for the room an answer may take.
-    _DERIVED = ("values_bytes",)
-    __slots__ = ("_entries", "_limits", "bytes", "values_bytes")
+    # `values_bytes`, `entities`: the bytes of the values and the count of the other entities the
+    # space keeps, read for the room an answer may take.
+    _DERIVED = ("values_bytes", "entities")
+    __slots__ = ("_entries", "_limits", "bytes", "values_bytes", "entities")
 
-    def __init__(self, limits: Limits, values_bytes: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self, limits: Limits, values_bytes: Callable[[], int] = lambda: 0, entities: Callable[[], int] = lambda: 0
+    ) -> None:
         self._entries: OrderedDict[str, Stored] = OrderedDict()
         self._limits = limits
         self.bytes = 0  # the JSON of the answers kept
         self.values_bytes = values_bytes
+        self.entities = entities
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -98,14 +103,15 @@ class IdempotencyTable:
 
     def _evict(self, now_ms: int) -> None:
         """Drop the oldest answers while one has expired, there are too many, or they take more
-        than the room the space's values leave; never the newest."""
+        bytes or entities than the space's values and other entities leave; never the newest."""
         limits = self._limits
         horizon = now_ms - limits.idempotency_ttl_s * 1000
         room = limits.space_payload_bytes_max - self.values_bytes()
+        kept_max = min(limits.idempotency_keys_max, limits.space_entities_max - self.entities())
         entries = self._entries
         while len(entries) > 1:
             oldest = next(iter(entries.values()))
-            if oldest.at_ms > horizon and len(entries) <= limits.idempotency_keys_max and self.bytes <= room:
+            if oldest.at_ms > horizon and len(entries) <= kept_max and self.bytes <= room:
                 break
             entries.popitem(last=False)
             self.bytes -= oldest.size

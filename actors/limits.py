@@ -72,6 +72,9 @@ class Limits:
     space_claims_max: int = 100_000
     space_tasks_max: int = 100_000
     space_payload_bytes_max: int = 256 * 1_048_576
+    # Every entity a space keeps, live or ended: runs, claim keys, messages, tasks, pool and
+    # allowance waiters, and (in the room those leave) stored idempotent answers.
+    space_entities_max: int = 1_000_000
 
     # -- capacity --
     # Pools, allowances, budgets and work limits a space may hold, and their bounds.

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
+from .caps import full
+from .errors import CONFLICT, NOT_FOUND, KernelError, quote
 from .limits import Limits
 from .timestamps import format_ms
 
@@ -176,9 +177,7 @@ class MailboxTable:
         if name in self._by_name:
             raise KernelError(CONFLICT, f"a mailbox named {quote(name)} already exists")
         if len(self._by_id) >= limits.mailboxes_max:
-            raise KernelError(
-                VALIDATION_FAILED, f"a space holds at most {limits.mailboxes_max} mailboxes"
-            )
+            raise full(f"space holds {len(self._by_id)} mailboxes", "mailboxes_max")
         if mailbox_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"mailbox id {mailbox_id} is taken")
         record = {

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
+from .caps import full
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
 from .timestamps import format_ms
 
@@ -198,6 +199,10 @@ class PoolTable:
     def __len__(self) -> int:
         return len(self._pools)
 
+    def waiters_kept(self) -> int:
+        """Waiters kept, in a line or ended (the newest `waiters_max` ended ones stay readable)."""
+        return len(self._waiters)
+
     def all(self) -> Iterator[Pool]:
         return iter(self._pools.values())
 
@@ -278,7 +283,7 @@ class PoolTable:
         if name in self._by_name:
             raise KernelError(CONFLICT, f"a permit pool named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._pools) >= self.pools_max:
-            raise KernelError(CONFLICT, f"a space holds at most {self.pools_max} permit pools")
+            raise full(f"space holds {len(self._pools)} permit pools", "pools_max")
         return {"type": "pool.created", "id": pool_id, "name": name, "units": units, "at_ms": now_ms}
 
     def check_units(self, pool: Pool, units: int) -> None:
@@ -347,7 +352,7 @@ class PoolTable:
     def decide_wait(self, pool: Pool, waiter_id: str, scope_id: str, holder: str, units: int, ttl_ms: int, now_ms: int) -> dict:
         self.check_units(pool, units)
         if len(pool.line) >= self.waiters_max:
-            raise KernelError(CONFLICT, f"permit pool {pool.name!r} has {self.waiters_max} waiters already")
+            raise full(f"permit pool {pool.name!r} has {len(pool.line)} waiters", "waiters_max")
         return {
             "type": "permit_waiter.added", "id": waiter_id, "pool_id": pool.id, "scope_id": scope_id, "holder": holder,
             "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .timestamps import format_ms
 
@@ -128,6 +129,10 @@ class AllowanceTable:
     def __len__(self) -> int:
         return len(self._allowances)
 
+    def waiters_kept(self) -> int:
+        """Waiters kept, waiting or ended (the newest `waiters_max` ended ones stay readable)."""
+        return len(self._waiters)
+
     def all(self) -> Iterator[Allowance]:
         return iter(self._allowances.values())
 
@@ -199,7 +204,7 @@ class AllowanceTable:
         if name in self._by_name:
             raise KernelError(CONFLICT, f"an allowance named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._allowances) >= self.allowances_max:
-            raise KernelError(CONFLICT, f"a space holds at most {self.allowances_max} allowances")
+            raise full(f"space holds {len(self._allowances)} allowances", "allowances_max")
         return {
             "type": "allowance.created", "id": allowance_id, "name": name, "units_limit": units_limit,
             "window_ms": window_ms, "at_ms": now_ms,
@@ -266,7 +271,7 @@ class AllowanceTable:
     def decide_wait(self, allowance: Allowance, waiter_id: str, scope_id: str, holder: str, units: int, ttl_ms: int, now_ms: int) -> dict:
         self.check_units(allowance, units)
         if len(allowance.queue) >= self.waiters_max:
-            raise KernelError(CONFLICT, f"allowance {allowance.name!r} has {self.waiters_max} waiters already")
+            raise full(f"allowance {allowance.name!r} has {len(allowance.queue)} waiters", "waiters_max")
         return {
             "type": "waiter.added", "id": waiter_id, "allowance_id": allowance.id, "scope_id": scope_id,
             "holder": holder, "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,

@@ -10,7 +10,7 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError, quote
@@ -66,12 +66,15 @@ class Scope:
 class ScopeTree:
     """The scopes of one space, and how many of them are live (counted as records are applied)."""
 
-    __slots__ = ("_scopes", "_limits", "live")
+    # `check_entities`: the space's cap on the entities it keeps (`caps.py`), not state.
+    _DERIVED = ("check_entities",)
+    __slots__ = ("_scopes", "_limits", "live", "check_entities")
 
     def __init__(self, limits: Limits) -> None:
         self._scopes: dict[str, Scope] = {}
         self._limits = limits
         self.live = 0
+        self.check_entities: Callable[[int], None] = lambda adding: None
 
     def __len__(self) -> int:
         return len(self._scopes)
@@ -159,6 +162,7 @@ class ScopeTree:
                 )
         if self.live >= self._limits.space_scopes_max:
             raise full(f"space holds {self.live} live scopes", "space_scopes_max")
+        self.check_entities(1)
         if scope_id in self._scopes:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"scope id {scope_id} is taken")
         return {

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .boot import BootInfo
-from .caps import check_bytes
+from .caps import check_bytes, full
 from .admission import FREEING, POOL_FREEING, TASK_CREATED, WAKE_TIMER, on_wake_timer  # -- capacity --
 from .capacity import CAPACITY_APPLY, CAPACITY_TIMERS, CapacityCommands  # -- capacity --
 from .claiming import LEASE_TIMER, ClaimCommands
@@ -82,8 +82,9 @@ class SpaceState:
         self.usage = Usage(self.claims)
         self.once = OnceTable()
         self.run_names = RunNames()
-        # This space's stored answers, evicted only by its own, in the room its values leave.
-        self.idempotency = IdempotencyTable(limits, self.values_bytes)
+        # This space's stored answers, evicted only by its own, in the room its values and its
+        # other entities leave.
+        self.idempotency = IdempotencyTable(limits, self.values_bytes, self.entities)
         self.claiming = ClaimCommands(
             space_id, self.scopes, self.claims, self.boot, self._commit, limits.space_claims_max
         )
@@ -91,9 +92,11 @@ class SpaceState:
         self.onces = OnceCommands(space_id, self.scopes, self.once, self._commit)
         self.runs = RunCommands(space_id, self.scopes, self.run_names, self._commit, self._deadline_timer)
         self.work.check_bytes = self.onces.check_bytes = self._check_bytes
+        self.scopes.check_entities = self.claiming.check_entities = self.work.check_entities = self._check_entities
         # -- capacity --
         self.capacity = CapacityCommands(space_id, limits, self.scopes, self.tasks, self._commit)
         self.work.needs_admission = self.capacity.needs_admission
+        self.capacity.check_entities = self._check_entities
         messages = self.messages
 
         def delivery_held(message_id: str, token: str, now_ms: int) -> bool:
@@ -140,6 +143,23 @@ class SpaceState:
     def values_bytes(self) -> int:
         """The bytes of the caller values this space keeps (stored answers aside, `caps.py`)."""
         return self.messages.payload_bytes + self.tasks.outcome_bytes + self.once.result_bytes
+
+    def entities(self) -> int:
+        """The entities this space keeps, live or ended (stored answers aside, `caps.py`)."""
+        capacity = self.capacity
+        return (
+            len(self.scopes) + len(self.claims) + len(self.messages) + len(self.tasks)
+            + capacity.pools.waiters_kept() + capacity.allowances.waiters_kept()
+        )
+
+    def _check_entities(self, adding: int) -> None:
+        """The entity cap (`caps.py`); the stored answers give their room back, so they are not counted."""
+        kept = self.entities()
+        if kept + adding > self.limits.space_entities_max:
+            raise full(
+                f"space keeps {kept} runs, claim keys, messages, tasks and waiters and this needs {adding} more",
+                "space_entities_max",
+            )
 
     def _check_bytes(self, adding: int, freeing: int) -> None:
         """The payload cap over every table that keeps caller values (`caps.py`); the stored

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import orjson
 
 from .caps import full, value_bytes
-from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
+from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, KernelError, quote
 from .limits import Limits
 from .timestamps import format_ms
 
@@ -234,9 +234,7 @@ class TaskTable:
         if subscriber_id in task.subscribers:
             return None
         if len(task.subscribers) >= self._limits.subscribers_max:
-            raise KernelError(
-                VALIDATION_FAILED, f"a task has at most {self._limits.subscribers_max} subscribers"
-            )
+            raise full(f"task {task.id} has {len(task.subscribers)} subscribers", "subscribers_max")
         return {
             "type": "task.joined",
             "task_id": task.id,

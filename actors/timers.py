@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
+from .caps import full
+from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError
 from .limits import Limits
 from .scopes import ScopeTree
 from .timestamps import format_ms
@@ -154,9 +155,7 @@ class TimerTable:
             raise KernelError(CONFLICT, f"scope {scope_id} already has a timer named {name!r}")
         live = self._by_scope.get(scope_id, ())
         if len(live) >= self._limits.timers_per_scope_max:
-            raise KernelError(
-                VALIDATION_FAILED, f"a scope holds at most {self._limits.timers_per_scope_max} armed or fired timers"
-            )
+            raise full(f"scope {scope_id} holds {len(live)} armed or fired timers", "timers_per_scope_max")
         if timer_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"timer id {timer_id} is taken")
         record = {"type": "timer.created", "id": timer_id, "scope_id": scope_id, "fire_ms": fire_ms, "token": token, "at_ms": now_ms}

@@ -71,7 +71,7 @@ def outcome_of(result: Any) -> Any:
 
 
 class WorkCommands:
-    __slots__ = ("id", "limits", "scopes", "mailboxes", "messages", "tasks", "_commit", "needs_admission", "check_bytes")
+    __slots__ = ("id", "limits", "scopes", "mailboxes", "messages", "tasks", "_commit", "needs_admission", "check_bytes", "check_entities")
 
     def __init__(
         self,
@@ -94,6 +94,8 @@ class WorkCommands:
         self.needs_admission: Callable[[str], bool] = lambda task_id: False
         # The space's payload cap (`caps.check_bytes` over all its tables): (adding, freeing) -> None.
         self.check_bytes: Callable[[int, int], None] = lambda adding, freeing: None
+        # The space's cap on the entities it keeps (`caps.py`): adding -> None.
+        self.check_entities: Callable[[int], None] = lambda adding: None
 
     # -- mailboxes ------------------------------------------------------------------------------
 
@@ -147,6 +149,7 @@ class WorkCommands:
         self._check_deadline(deadline_ms, now_ms)
         self._check_backlog(mailbox)
         self.check_bytes(value_bytes(payload), 0)
+        self.check_entities(1)
         self.messages.check_new_id(message_id)
         record = {
             "type": "message.sent",
@@ -331,6 +334,7 @@ class WorkCommands:
         self._check_deadline(deadline_ms, now_ms)
         self._check_backlog(mailbox)
         self.check_bytes(value_bytes(task_input), 0)
+        self.check_entities(2)  # the task and its message
         self.messages.check_new_id(message_id)
         record = self.tasks.decide_create(
             task_id, key, scope_id, mailbox_id, message_id, task_input, digest, deadline_ms, subscriber_id, now_ms

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .caps import full
 from .errors import BACKLOG_FULL, CONFLICT, NOT_FOUND, KernelError
 from .tasks import TaskTable
 from .timestamps import format_ms
@@ -91,7 +92,7 @@ class WorkLimitTable:
         if name in self._by_name:
             raise KernelError(CONFLICT, f"a work limit named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._limits) >= self.work_limits_max:
-            raise KernelError(CONFLICT, f"a space holds at most {self.work_limits_max} work limits")
+            raise full(f"space holds {len(self._limits)} work limits", "work_limits_max")
         return {
             "type": "work_limit.created", "id": limit_id, "name": name, "scope_id": scope_id,
             "max_outstanding": max_outstanding, "at_ms": now_ms,

@@ -198,13 +198,15 @@ LIMIT_DOCS: dict[str, str] = {
     "space_payload_bytes_max": "Most bytes of JSON one space keeps in message payloads, task inputs, task results and once results; "
                                "past it a write is 409 BACKLOG_FULL. Stored Idempotency-Key answers take the room these leave "
                                "(the oldest go first).",
+    "space_entities_max": "Most entities one space keeps, live or ended: runs, claim keys, messages, tasks, pool and allowance "
+                          "waiters; past it a write is 409 BACKLOG_FULL. Stored Idempotency-Key answers take the room these leave.",
     # -- capacity --
     "pools_max": "Most permit pools in one space.",
     "pool_units_max": "Largest capacity of a permit pool, in units.",
     "allowances_max": "Most allowances (quotas) in one space.",
     "allowance_units_max": "Largest unitsLimit of an allowance, per window.",
     "window_s_max": "Longest window of an allowance, in seconds.",
-    "waiters_max": "Most allowance waiters still waiting on one allowance.",
+    "waiters_max": "Most waiters still waiting on one allowance or in one permit pool's line (and ended ones kept readable).",
     "pool_turn_s": "How long the head of a permit pool's line has its units held back for it to acquire, in seconds.",
     "waiter_ttl_s_min": "Shortest TTL of an allowance waiter, in seconds.",
     "waiter_ttl_s_max": "Longest TTL of an allowance waiter, in seconds.",

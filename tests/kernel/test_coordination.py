@@ -407,7 +407,7 @@ async def test_a_group_holds_at_most_its_member_limit_and_checks_its_condition(n
     _, group = await _group_world(world, condition="ALL_TERMINAL")
     for key in "abc":
         await world.groups.submit(S, group["id"], key=key)
-    assert (await _error(world.groups.submit(S, group["id"], key="d"))).code == "CONFLICT"
+    assert (await _error(world.groups.submit(S, group["id"], key="d"))).code == "BACKLOG_FULL"
     mailbox = group["mailboxId"]
     for bad in ({"condition": "SOME"}, {"condition": "N_ACCEPTED"}, {"condition": "ALL_TERMINAL", "threshold": 2},
                 {"condition": "N_ACCEPTED", "threshold": 3, "expected_members": 2}):

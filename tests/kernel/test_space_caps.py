@@ -22,6 +22,7 @@ from runstate.actors.messages import MessageTable
 from runstate.actors.scopes import ScopeTree
 from runstate.actors.tasks import TaskTable
 
+from ..capacity_ops import PoolOps
 from ..ops import ClaimOps, MailboxOps, MessageOps, ScopeOps, TaskOps
 from .conftest import T0, rebuilt_exactly
 
@@ -370,4 +371,54 @@ async def test_stored_answers_take_the_room_the_values_leave_and_replay_drops_th
     # The next stored answer leaves only itself, the newest, past the cap.
     await world.scopes.create(S, idem=Idem(S, "last", "fp"))
     assert len(answers) == 1
+    world.replays_exactly()
+
+
+async def test_every_kept_entity_counts_against_the_space_entity_cap(nursery, autojump_clock):
+    """Ended runs, released claim keys, settled messages, ended tasks and pool waiters are kept,
+    and each counts against `space_entities_max` (none did: only live ones were capped); past it,
+    BACKLOG_FULL naming the setting and nothing written. Stored answers take the room the others
+    leave, never causing a refusal; replay and the image rebuild the same."""
+    limits = SMALL.replace(space_entities_max=7, space_scopes_max=100, space_claims_max=100, space_tasks_max=100)
+    kernel = Kernel(
+        state=KernelState(limits), journal=MemoryJournal(keep=True), clock=Clock(wall_anchor_ms=T0), ids=IdSource(seed=1)
+    )
+    await nursery.start(kernel.run)
+    world = World(kernel)
+    ended = (await world.scopes.create(S))["id"]
+    await world.scopes.cancel(S, ended)  # an ended run: kept for good
+    run = (await world.scopes.create(S))["id"]
+    held = await world.claims.acquire(S, scope_id=run, key="k", holder="h", session="s", lease_s=30)
+    await world.claims.release(S, key="k", token=held["token"])  # the key keeps its generation
+    mailbox = (await world.mailboxes.create(S, name="jobs"))["id"]
+    await world.messages.send(S, mailbox, scope_id=run, payload=None)
+    got = await world.receive(mailbox, run)
+    await world.messages.complete(S, got["message"]["id"], token=got["token"])  # settled: kept for retention
+    task = await world.tasks.submit(S, scope_id=run, mailbox_id=mailbox, key="t", task_input=None)
+    await world.tasks.cancel(S, task["id"])  # a cancelled task (and its message) are kept
+    pool = await PoolOps(kernel).create(S, name="p", units=1)
+    await PoolOps(kernel).acquire(S, pool["id"], scope_id=run, lease_s=60)
+    await PoolOps(kernel).wait(S, pool["id"], scope_id=run)
+    space = world.space
+    assert space.scopes.live == 1 and space.claims.held_count == 0 and space.tasks.live == 0
+    for call in (
+        world.scopes.create(S),
+        world.claims.acquire(S, scope_id=run, key="other", holder="h", session="s", lease_s=30),
+        world.messages.send(S, mailbox, scope_id=run, payload=None),
+        world.tasks.submit(S, scope_id=run, mailbox_id=mailbox, key="t2", task_input=None),
+        PoolOps(kernel).wait(S, pool["id"], scope_id=run),
+    ):
+        error = await world.refused(call, "space_entities_max")
+        assert error.message.startswith("space keeps 7 runs, claim keys, messages, tasks and waiters")
+    assert space.entities() == 7
+    # A key already remembered is no new entity: taking it again passes.
+    again = await world.claims.acquire(S, scope_id=run, key="k", holder="h", session="s", lease_s=30, idem=Idem(S, "i0", "fp"))
+    # Stored answers take the room the others leave: at the cap, only the newest is kept.
+    await world.claims.release(S, key="k", token=again["token"], idem=Idem(S, "i1", "fp"))
+    assert len(space.idempotency) == 1 and space.idempotency.lookup("i1", "fp", T0 + 1) is not None
+    # Ending the run gives back its key: room for one more entity.
+    await world.scopes.cancel(S, run, idem=Idem(S, "i2", "fp"))
+    assert space.entities() == 6 and len(space.idempotency) == 1
+    await world.scopes.create(S, idem=Idem(S, "i3", "fp"))
+    assert space.entities() == 7 and len(space.idempotency) == 1
     world.replays_exactly()

@@ -98,6 +98,8 @@ async def test_the_caps_read_shows_what_the_space_holds_against_each_limit(clien
             {"setting": "space_claims_max", "held": 1, "limit": 1},
             {"setting": "space_tasks_max", "held": 0, "limit": 1},
             {"setting": "space_payload_bytes_max", "held": 10 + answers.bytes, "limit": 64},
+            # The run, the message, the claim's key, and the answers stored.
+            {"setting": "space_entities_max", "held": 3 + len(answers), "limit": 1_000_000},
         ],
     }
 
@@ -127,3 +129,40 @@ async def test_stored_idempotent_answers_count_against_the_byte_cap_and_stay_wit
     space = client.runtime.kernel.space_view(SPACE)
     assert space.values_bytes() == 0 and space.idempotency.bytes == held["space_payload_bytes_max"]
     assert len(space.idempotency) < 10, "the answers are bounded by the byte cap, not only by their count"
+
+
+async def test_every_count_cap_of_a_space_is_refused_in_the_one_shape(nursery, autojump_clock):
+    """Mailboxes, pools, allowances, budgets, work limits, barriers, timers and the waiters of a
+    pool or an allowance: past each cap, 409 BACKLOG_FULL with Retry-After and the setting named,
+    as the other caps of a space (they answered 400 VALIDATION_FAILED or 409 CONFLICT)."""
+    limits = Limits().replace(
+        mailboxes_max=1, pools_max=1, allowances_max=1, budgets_max=1, work_limits_max=1, barriers_max=1,
+        timers_per_scope_max=1, waiters_max=1,
+    )
+    client = AsgiClient(await start_runtime(nursery, Settings(api_key=API_KEY, space_id=SPACE, seed=7, limits=limits)))
+    run = await client.run()
+    pool = (await client.post("/permits", {"name": "p", "units": 1})).json
+    allowance = (await client.post("/allowances", {"name": "a", "unitsLimit": 1, "windowSeconds": 60})).json
+    assert (await client.post(f"/permits/{pool['id']}/acquire", {"scopeId": run, "units": 1, "holder": "h", "holderSession": "s", "leaseSeconds": 60})).status == 200
+    assert (await client.post(f"/allowances/{allowance['id']}/consume", {"scopeId": run, "units": 1, "holder": "h"})).status == 200
+    wait = {"scopeId": run, "units": 1, "holder": "w", "ttlSeconds": 30}
+    for path in (f"/permits/{pool['id']}/wait", f"/allowances/{allowance['id']}/wait"):
+        assert (await client.post(path, wait)).status == 200
+    firsts_then_one_more = [
+        ("/mailboxes", {"name": "m1"}, {"name": "m2"}, "mailboxes_max"),
+        ("/permits", None, {"name": "p2", "units": 1}, "pools_max"),
+        ("/allowances", None, {"name": "a2", "unitsLimit": 1, "windowSeconds": 60}, "allowances_max"),
+        ("/budgets", {"name": "b1", "currency": "USD", "scale": 2, "limitMinor": "100"},
+         {"name": "b2", "currency": "USD", "scale": 2, "limitMinor": "100"}, "budgets_max"),
+        ("/work-limits", {"name": "w1", "scopeId": run, "maxOutstanding": 1}, {"name": "w2", "scopeId": run, "maxOutstanding": 1},
+         "work_limits_max"),
+        ("/barriers", {"scopeId": run, "target": 2}, {"scopeId": run, "target": 2}, "barriers_max"),
+        ("/timers", {"scopeId": run, "afterSeconds": 60}, {"scopeId": run, "afterSeconds": 60}, "timers_per_scope_max"),
+        (f"/permits/{pool['id']}/wait", None, {**wait, "holder": "x"}, "waiters_max"),
+        (f"/allowances/{allowance['id']}/wait", None, {**wait, "holder": "x"}, "waiters_max"),
+    ]
+    for path, first, more, setting in firsts_then_one_more:
+        if first is not None:
+            made = await client.post(path, first)
+            assert made.status in (200, 201), (path, made)
+        assert_full(await client.post(path, more), setting)

@@ -185,10 +185,15 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
 # Data partitions a seed's server runs with (the default, and several).
 PARTITION_COUNTS = (1, 1, 2, 4)
 
+# The limits a seed's server runs with, by the seed: the defaults, and (one seed in three) a
+# space's caps low enough that its stored idempotent answers are dropped for room and some writes
+# are refused at a cap.
+LIMITS = (Limits(), Limits(), Limits().replace(space_entities_max=400, space_payload_bytes_max=48 * 1024))
+
 
 async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace: list[str], virtual_s: float, crash_mean_s: float, holder: dict) -> None:
     oracle = Oracle(now_ms, trace)
-    limits = Limits()
+    limits = LIMITS[seed % len(LIMITS)]  # not drawn: a seed's random choices stay as they were
     partitions = rng.choice(PARTITION_COUNTS)
     cluster = Cluster(
         seed, os.path.join(root, "data"), rng, fsync=fsync, limits=limits, partitions=partitions, on_failure=oracle.fail,
