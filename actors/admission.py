@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any, Iterator
 
+from .scopes import SCOPE_ENDED
 from .commands import capacity_actor, queue_actor
 from .errors import VALIDATION_FAILED, KernelError
 from .errors import quote
@@ -49,13 +50,13 @@ WAKE_TIMER = "admission-wake"
 # Records that give capacity back: parked admissions look again after any of them. (A task
 # created wakes those that include descendants: they wait on queues not their own.)
 FREEING = frozenset({
-    "grant.released", "grant.expired", "scope.ended", "delivery.completed", "delivery.requeued", "delivery.dead",
+    "grant.released", "grant.expired", SCOPE_ENDED, "delivery.completed", "delivery.requeued", "delivery.dead",
     "task.ended", "reservation.ended", "waiter.ended", "allowance.cooldown", "permit_waiter.ended",
 })
 TASK_CREATED = "task.created"
 # Of those, the records that may give pool units back outside the capacity actor (a delivery
 # holding admission grants ended): the pools' lines are moved by a timer on that actor.
-POOL_FREEING = frozenset({"scope.ended", "delivery.completed", "delivery.requeued", "delivery.dead", "task.ended"})
+POOL_FREEING = frozenset({SCOPE_ENDED, "delivery.completed", "delivery.requeued", "delivery.dead", "task.ended"})
 
 REQUIREMENT_RECORDS: dict[str, tuple[str, ...]] = {
     "task.requirements": ("task_id", "pools", "quotas", "budgets", "at_ms"),

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-__all__ = ["BootInfo", "FSYNC_POLICIES", "EPOCH_SHIFT", "UNSYNCED_ANSWERS"]
+__all__ = ["BootInfo", "FSYNC_POLICIES", "EPOCH_SHIFT", "UNSYNCED_ANSWERS", "KERNEL_BOOTED"]
+
+# The record types this module decides and applies (the journal's spelling of each).
+KERNEL_BOOTED = "kernel.booted"
 
 FSYNC_POLICIES = ("always", "batch", "off")
 # The policies that answer a change before it is on disk: a power cut can lose what they answered.
@@ -50,7 +53,7 @@ class BootInfo:
         floor = self.generation_floor
         if self.fsync in UNSYNCED_ANSWERS:  # the previous boot may have lost generations it handed out
             floor = max(floor, epoch << EPOCH_SHIFT)
-        return {"type": "kernel.booted", "epoch": epoch, "fsync": fsync, "generation_floor": floor, "at_ms": now_ms}
+        return {"type": KERNEL_BOOTED, "epoch": epoch, "fsync": fsync, "generation_floor": floor, "at_ms": now_ms}
 
     def apply_booted(self, record: dict) -> None:
         self.epoch = record["epoch"]
@@ -61,7 +64,7 @@ class BootInfo:
     def image(self) -> Iterator[dict]:
         if self.epoch:
             yield {
-                "type": "kernel.booted",
+                "type": KERNEL_BOOTED,
                 "epoch": self.epoch,
                 "fsync": self.fsync,
                 "generation_floor": self.generation_floor,

@@ -22,7 +22,15 @@ from .caps import full
 from .errors import CLAIM_HELD, CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
 from .timestamps import format_ms
 
-__all__ = ["Claim", "ClaimTable"]
+__all__ = ["Claim", "ClaimTable", "CLAIM_ACQUIRED", "CLAIM_RENEWED", "CLAIM_RELEASED", "CLAIM_EXPIRED", "CLAIM_FORCE_RELEASED", "CLAIM_IMAGE"]
+
+# The record types this module decides and applies (the journal's spelling of each).
+CLAIM_ACQUIRED = "claim.acquired"
+CLAIM_RENEWED = "claim.renewed"
+CLAIM_RELEASED = "claim.released"
+CLAIM_EXPIRED = "claim.expired"
+CLAIM_FORCE_RELEASED = "claim.force_released"
+CLAIM_IMAGE = "claim.image"
 
 
 class Claim:
@@ -150,14 +158,14 @@ class ClaimTable:
                     retry_after_s=max(0.0, (claim.expires_ms - now_ms) / 1000),
                 )
             if claim.token is not None:  # ended but not yet recorded: record it first
-                records.append(self._ended_record("claim.expired", claim, now_ms))
+                records.append(self._ended_record(CLAIM_EXPIRED, claim, now_ms))
             generation = claim.generation + 1
         if held_max is not None and (claim is None or claim.token is None) and len(self._by_token) >= held_max:
             raise full(f"space holds {len(self._by_token)} claims", "space_claims_max")
         generation = max(generation, generation_floor)
         records.append(
             {
-                "type": "claim.acquired",
+                "type": CLAIM_ACQUIRED,
                 "scope_id": scope_id,
                 "key": key,
                 "generation": generation,
@@ -185,7 +193,7 @@ class ClaimTable:
         claim = self.current(key, token, now_ms)
         length = claim.lease_ms if lease_ms is None else lease_ms
         return {
-            "type": "claim.renewed",
+            "type": CLAIM_RENEWED,
             "token": token,
             "lease_ms": length,
             "expires_ms": now_ms + length,
@@ -194,7 +202,7 @@ class ClaimTable:
 
     def decide_release(self, key: str, token: str, observation: object, now_ms: int) -> dict:
         claim = self.current(key, token, now_ms)
-        record = self._ended_record("claim.released", claim, now_ms)
+        record = self._ended_record(CLAIM_RELEASED, claim, now_ms)
         if observation is not None:
             record["observation"] = observation
         return record
@@ -214,7 +222,7 @@ class ClaimTable:
             raise KernelError(
                 CONFLICT, f"claim {quote(key)} is not held ({why}; generation {claim.generation} was the last)"
             )
-        record = self._ended_record("claim.force_released", claim, now_ms)
+        record = self._ended_record(CLAIM_FORCE_RELEASED, claim, now_ms)
         record["holder"] = claim.holder
         if reason:
             record["reason"] = reason
@@ -227,7 +235,7 @@ class ClaimTable:
         claim = self._by_token.get(token)
         if claim is None or now_ms < claim.expires_ms:
             return None
-        return self._ended_record("claim.expired", claim, now_ms)
+        return self._ended_record(CLAIM_EXPIRED, claim, now_ms)
 
     @staticmethod
     def _ended_record(kind: str, claim: Claim, now_ms: int) -> dict:
@@ -256,7 +264,7 @@ class ClaimTable:
         short: list[Claim] = []
         for claim in self._by_token.values():
             if claim.expires_ms <= now_ms:
-                records.append(self._ended_record("claim.expired", claim, now_ms))
+                records.append(self._ended_record(CLAIM_EXPIRED, claim, now_ms))
             elif claim.expires_ms < now_ms + grace_ms and not claim.graced:
                 short.append(claim)
         short.sort(key=lambda claim: (claim.expires_ms, claim.token))
@@ -264,7 +272,7 @@ class ClaimTable:
         for index, claim in enumerate(short):
             records.append(
                 {
-                    "type": "claim.renewed",
+                    "type": CLAIM_RENEWED,
                     "token": claim.token,
                     "lease_ms": claim.lease_ms,
                     "expires_ms": now_ms + grace_ms + spread_ms * index // count,
@@ -285,7 +293,7 @@ class ClaimTable:
         for keys in self._by_scope.values():
             for claim in keys.values():
                 record = {
-                    "type": "claim.image",
+                    "type": CLAIM_IMAGE,
                     "scope_id": claim.scope_id,
                     "key": claim.key,
                     "generation": claim.generation,
@@ -360,7 +368,7 @@ class ClaimTable:
         claim.token = None
         claim.holder = None
         claim.session = None
-        claim.expired = record["type"] == "claim.expired"
+        claim.expired = record["type"] == CLAIM_EXPIRED
         return claim
 
     def drop_scopes(self, scope_ids: list[str]) -> list[Claim]:

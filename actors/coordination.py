@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .scopes import SCOPE_ENDED
 from . import commands as c
 from .barriers import BARRIER_RECORDS, RELEASED, BarrierTable
 from .errors import DEADLINE_EXCEEDED, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError
@@ -58,7 +59,7 @@ SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_complet
 # Records after which a member task may have ended (its group may finalize), and how to find it.
 _TASK_ENDS = ("delivery.completed", "delivery.dead", "task.ended")
 # The record types `after_apply` may make events of (the space asks only for these).
-AFTER_APPLY_KINDS = frozenset({"scope.ended", *_TASK_ENDS, "group.joined", "group.verdict", "group.sealed", "group.expired", "barrier.arrived"})
+AFTER_APPLY_KINDS = frozenset({SCOPE_ENDED, *_TASK_ENDS, "group.joined", "group.verdict", "group.sealed", "group.expired", "barrier.arrived"})
 
 Commit = Callable[..., Outcome]
 # A change that followed from a record (for the event log): (type, scope_id, aggregate, id, payload).
@@ -292,7 +293,7 @@ class CoordinationCommands:
     def after_apply(self, record: dict) -> list[Change]:
         """What changed here because `record` was applied (the scope cascade, groups finalizing)."""
         kind = record["type"]
-        if kind == "scope.ended":
+        if kind == SCOPE_ENDED:
             return self._scope_ended(record)
         groups: list[Group]
         if kind in _TASK_ENDS:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from .errors import KernelError
 from .limits import Limits
+from .scopes import SCOPE_CREATED, SCOPE_ENDED
 from .timestamps import format_ms
 
 if TYPE_CHECKING:
@@ -354,8 +355,8 @@ def _dead_letters(kind: str) -> Derive:
 
 
 DERIVE: dict[str, Derive] = {
-    "scope.created": lambda space, r: ("scope.created", r["id"], "scope", r["id"], (r["parent_id"],)),
-    "scope.ended": _scope_ended,
+    SCOPE_CREATED: lambda space, r: ("scope.created", r["id"], "scope", r["id"], (r["parent_id"],)),
+    SCOPE_ENDED: _scope_ended,
     "task.created": lambda space, r: ("task.created", r["scope_id"], "task", r["id"], (r["task_key"], r["mailbox_id"])),
     "message.sent": lambda space, r: ("message.sent", r["scope_id"], "message", r["id"], (r["mailbox_id"],)),
     "delivery.leased": _delivery("task.started", "delivery.leased"),

@@ -33,7 +33,10 @@ from .caps import value_bytes
 from .errors import IDEMPOTENCY_CONFLICT, KernelError
 from .limits import Limits
 
-__all__ = ["IdempotencyTable", "Stored"]
+__all__ = ["IdempotencyTable", "Stored", "IDEM_STORED"]
+
+# The record types this module decides and applies (the journal's spelling of each).
+IDEM_STORED = "idem.stored"
 
 
 class Stored:
@@ -78,7 +81,7 @@ class IdempotencyTable:
 
     @staticmethod
     def record(space: str, key: str, fingerprint: str, body: Any, now_ms: int) -> dict:
-        return {"type": "idem.stored", "space": space, "key": key, "fingerprint": fingerprint, "body": body, "at_ms": now_ms}
+        return {"type": IDEM_STORED, "space": space, "key": key, "fingerprint": fingerprint, "body": body, "at_ms": now_ms}
 
     def image(self, space: str) -> Iterator[dict]:
         """The stored answers as `idem.stored` records, oldest first.

@@ -16,7 +16,11 @@ from typing import Iterator
 
 from .errors import CONFLICT, NOT_FOUND, KernelError, quote
 
-__all__ = ["ApiKey", "KeyTable", "digest", "new_secret"]
+__all__ = ["ApiKey", "KeyTable", "digest", "new_secret", "KEY_REGISTERED", "KEY_REVOKED"]
+
+# The record types this module decides and applies (the journal's spelling of each).
+KEY_REGISTERED = "key.registered"
+KEY_REVOKED = "key.revoked"
 
 
 def digest(secret: str) -> str:
@@ -90,7 +94,7 @@ class KeyTable:
                 return None
             key_id = existing.id
         return {
-            "type": "key.registered",
+            "type": KEY_REGISTERED,
             "id": key_id,
             "digest": key_digest,
             "name": name,
@@ -104,13 +108,13 @@ class KeyTable:
             raise KernelError(NOT_FOUND, f"key {quote(key_id)} not found")
         if key.revoked_ms is not None:
             return None
-        return {"type": "key.revoked", "id": key_id, "at_ms": now_ms}
+        return {"type": KEY_REVOKED, "id": key_id, "at_ms": now_ms}
 
     def image(self) -> Iterator[dict]:
         """Records that rebuild this table exactly: each key as registered, then its revocation."""
         for key in self._by_id.values():
             yield {
-                "type": "key.registered",
+                "type": KEY_REGISTERED,
                 "id": key.id,
                 "digest": key.digest,
                 "name": key.name,
@@ -118,7 +122,7 @@ class KeyTable:
                 "at_ms": key.created_ms,
             }
             if key.revoked_ms is not None:
-                yield {"type": "key.revoked", "id": key.id, "at_ms": key.revoked_ms}
+                yield {"type": KEY_REVOKED, "id": key.id, "at_ms": key.revoked_ms}
 
     def apply_registered(self, record: dict) -> None:
         key = self._by_id.get(record["id"])

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import zlib
 
+from .boot import KERNEL_BOOTED
+
 __all__ = ["Layout", "SYSTEM", "PARTITIONS_MAX", "place_record"]
 
 SYSTEM = 0
@@ -66,6 +68,6 @@ def place_record(record: dict, count: int) -> tuple[int, ...]:
     space = record.get("space")
     if space is not None:
         return (Layout(count).of(space),)
-    if record["type"] == "kernel.booted":
+    if record["type"] == KERNEL_BOOTED:
         return tuple(range(count + 1))
     return (SYSTEM,)

@@ -28,6 +28,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .boot import KERNEL_BOOTED
+from .claims import CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED
+from .idempotency import IDEM_STORED
+from .keys import KEY_REGISTERED, KEY_REVOKED
+from .scopes import SCOPE_CREATED, SCOPE_ENDED, SCOPE_IMAGE
 from .capacity import CAPACITY_RECORDS
 from .coordination import COORDINATION_RECORDS
 from .dead_letters import DEAD_LETTER_RECORDS
@@ -70,26 +75,26 @@ _MESSAGE_SLOTS = (
 # Record type -> (required fields, allowed fields, whether they are the same). `type` is required everywhere.
 FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     # The kernel as a whole (`boot.py`, `keys.py`, `idempotency.py`).
-    "kernel.booted": _spec("epoch", "fsync", "generation_floor", "at_ms"),
-    "key.registered": _spec("id", "digest", "name", "spaces", "at_ms"),
-    "key.revoked": _spec("id", "at_ms"),
-    "idem.stored": _spec(_SPACE, "key", "fingerprint", "body", "at_ms"),
+    KERNEL_BOOTED: _spec("epoch", "fsync", "generation_floor", "at_ms"),
+    KEY_REGISTERED: _spec("id", "digest", "name", "spaces", "at_ms"),
+    KEY_REVOKED: _spec("id", "at_ms"),
+    IDEM_STORED: _spec(_SPACE, "key", "fingerprint", "body", "at_ms"),
     # Scopes (`scopes.py`).
-    "scope.created": _spec(_SPACE, "id", "name", "parent_id", "deadline_ms", "child_limit", "at_ms"),
-    "scope.ended": _spec(_SPACE, "id", "state", "at_ms", optional=("by",)),
-    "scope.image": _spec(
+    SCOPE_CREATED: _spec(_SPACE, "id", "name", "parent_id", "deadline_ms", "child_limit", "at_ms"),
+    SCOPE_ENDED: _spec(_SPACE, "id", "state", "at_ms", optional=("by",)),
+    SCOPE_IMAGE: _spec(
         _SPACE, "id", "name", "parent_id", "deadline_ms", "child_limit", "state", "ended_ms", "at_ms"
     ),
     # Claims (`claims.py`).
-    "claim.acquired": _spec(
+    CLAIM_ACQUIRED: _spec(
         _SPACE, "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms"
     ),
-    "claim.renewed": _spec(_SPACE, "token", "lease_ms", "expires_ms", "at_ms", optional=("graced",)),
-    "claim.released": _spec(_SPACE, "token", "key", "generation", "at_ms", optional=("observation",)),
-    "claim.expired": _spec(_SPACE, "token", "key", "generation", "at_ms"),
+    CLAIM_RENEWED: _spec(_SPACE, "token", "lease_ms", "expires_ms", "at_ms", optional=("graced",)),
+    CLAIM_RELEASED: _spec(_SPACE, "token", "key", "generation", "at_ms", optional=("observation",)),
+    CLAIM_EXPIRED: _spec(_SPACE, "token", "key", "generation", "at_ms"),
     # An operator's release without the token (`claims.decide_force_release`).
-    "claim.force_released": _spec(_SPACE, "token", "key", "generation", "holder", "at_ms", optional=("reason", "by")),
-    "claim.image": _spec(
+    CLAIM_FORCE_RELEASED: _spec(_SPACE, "token", "key", "generation", "holder", "at_ms", optional=("reason", "by")),
+    CLAIM_IMAGE: _spec(
         _SPACE, "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms",
         "acquired_ms", "at_ms", optional=("expired", "graced"),
     ),

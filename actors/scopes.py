@@ -17,7 +17,12 @@ from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, Ker
 from .limits import Limits
 from .timestamps import format_ms
 
-__all__ = ["Scope", "ScopeTree", "ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED"]
+__all__ = ["Scope", "ScopeTree", "ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED", "SCOPE_CREATED", "SCOPE_ENDED", "SCOPE_IMAGE"]
+
+# The record types this module decides and applies (the journal's spelling of each).
+SCOPE_CREATED = "scope.created"
+SCOPE_ENDED = "scope.ended"
+SCOPE_IMAGE = "scope.image"
 
 ACTIVE = "ACTIVE"
 CANCELLED = "CANCELLED"
@@ -166,7 +171,7 @@ class ScopeTree:
         if scope_id in self._scopes:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"scope id {scope_id} is taken")
         return {
-            "type": "scope.created",
+            "type": SCOPE_CREATED,
             "id": scope_id,
             "name": name,
             "parent_id": parent_id,
@@ -188,7 +193,7 @@ class ScopeTree:
             raise KernelError(
                 CONFLICT, f"scope {scope_id} is already {scope.stored_state.lower()}"
             )
-        return {"type": "scope.ended", "id": scope_id, "state": state, "at_ms": now_ms}
+        return {"type": SCOPE_ENDED, "id": scope_id, "state": state, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------
 
@@ -200,7 +205,7 @@ class ScopeTree:
         """
         for scope in self._scopes.values():
             yield {
-                "type": "scope.image",
+                "type": SCOPE_IMAGE,
                 "id": scope.id,
                 "name": scope.name,
                 "parent_id": scope.parent_id,

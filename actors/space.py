@@ -28,10 +28,10 @@ from .caps import check_bytes, full
 from .admission import FREEING, POOL_FREEING, TASK_CREATED, WAKE_TIMER, on_wake_timer  # -- capacity --
 from .capacity import CAPACITY_APPLY, CAPACITY_TIMERS, CapacityCommands  # -- capacity --
 from .claiming import LEASE_TIMER, ClaimCommands
-from .claims import ClaimTable
+from .claims import CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED, ClaimTable
 from .commands import claim_actor, mailboxes_actor, queue_actor, scope_actor
 from .errors import VALIDATION_FAILED, KernelError, quote
-from .idempotency import IdempotencyTable
+from .idempotency import IDEM_STORED, IdempotencyTable
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import MessageTable
@@ -39,7 +39,7 @@ from .once import LEASE_TIMER as ONCE_LEASE_TIMER
 from .once import ONCE_APPLY, OnceCommands, OnceTable
 from .outcome import Outcome, Timer
 from .runs import RunCommands, RunNames
-from .scopes import ACTIVE, EXPIRED, ScopeTree
+from .scopes import ACTIVE, EXPIRED, SCOPE_CREATED, SCOPE_ENDED, SCOPE_IMAGE, ScopeTree
 from .tasks import TaskTable
 from .usage import Usage
 from .work import WORK_APPLY, WORK_TIMERS, WorkCommands
@@ -326,7 +326,7 @@ class SpaceState:
         claim = self.claims.apply_ended(record)
         # -- coordination -- (a release, a forced release or an expiry is its own event type)
         kind = record["type"]
-        if kind == "claim.force_released":  # says whose claim it was, why and who took it
+        if kind == CLAIM_FORCE_RELEASED:  # says whose claim it was, why and who took it
             payload: tuple = (record["generation"], record["holder"], record.get("reason"), record.get("by"))
         else:
             payload = (record["generation"],)
@@ -361,14 +361,14 @@ TIMERS: dict[str, Callable[[SpaceState, Any, Any, int], Outcome]] = {
 # how it stands"; `run.named` is its own image.
 _APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
     ("", {
-        "scope.ended": SpaceState._apply_scope_ended,
-        "claim.acquired": SpaceState._apply_claim_acquired,
-        "claim.released": SpaceState._apply_claim_ended,
-        "claim.expired": SpaceState._apply_claim_ended,
-        "claim.force_released": SpaceState._apply_claim_ended,
+        SCOPE_ENDED: SpaceState._apply_scope_ended,
+        CLAIM_ACQUIRED: SpaceState._apply_claim_acquired,
+        CLAIM_RELEASED: SpaceState._apply_claim_ended,
+        CLAIM_EXPIRED: SpaceState._apply_claim_ended,
+        CLAIM_FORCE_RELEASED: SpaceState._apply_claim_ended,
     }),
-    ("scopes", {"scope.created": ScopeTree.apply_created, "scope.image": ScopeTree.apply_image}),
-    ("claims", {"claim.renewed": ClaimTable.apply_renewed, "claim.image": ClaimTable.apply_image}),
+    ("scopes", {SCOPE_CREATED: ScopeTree.apply_created, SCOPE_IMAGE: ScopeTree.apply_image}),
+    ("claims", {CLAIM_RENEWED: ClaimTable.apply_renewed, CLAIM_IMAGE: ClaimTable.apply_image}),
     ("usage", {"usage.image": Usage.apply_image}),
     ("run_names", {"run.named": RunNames.apply_named}),
     ("work", WORK_APPLY),  # mailboxes, messages and tasks, image records included
@@ -376,7 +376,7 @@ _APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
     ("capacity", CAPACITY_APPLY),  # -- capacity --
     ("coordination", COORDINATION_APPLY),  # -- coordination --
     ("events", {"events.image": EventLog.apply_image_header, "event.image": EventLog.apply_image_event}),
-    ("idempotency", {"idem.stored": IdempotencyTable.apply_stored}),
+    ("idempotency", {IDEM_STORED: IdempotencyTable.apply_stored}),
 )
 
 RECORD_TYPES = frozenset(kind for _, table in _APPLY for kind in table)
@@ -385,7 +385,7 @@ assert len(RECORD_TYPES) == sum(len(table) for _, table in _APPLY), "each record
 # claim's are made as it applies, `_apply_claim_acquired`; most other types make none).
 _WITH_EVENTS = frozenset(DERIVE) | AFTER_APPLY_KINDS
 assert _WITH_EVENTS <= RECORD_TYPES and not _WITH_EVENTS & {
-    "claim.acquired", "claim.released", "claim.expired", "claim.force_released",
+    CLAIM_ACQUIRED, CLAIM_RELEASED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED,
 }
 
 

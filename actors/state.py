@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator
 
+from .boot import KERNEL_BOOTED
+from .keys import KEY_REGISTERED, KEY_REVOKED
 from .boot import BootInfo
 from .keys import ApiKey, KeyTable
 from .limits import Limits
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["KernelState"]
 
 # The records of the kernel itself; every other record belongs to a space and names it.
-_KERNEL_KINDS = frozenset({"key.registered", "key.revoked", "kernel.booted"})
+_KERNEL_KINDS = frozenset({KEY_REGISTERED, KEY_REVOKED, KERNEL_BOOTED})
 
 
 class KernelState:
@@ -61,9 +63,9 @@ class KernelState:
         if kind not in _KERNEL_KINDS:  # nearly every record: one of a space
             space = self.spaces.get(record["space"])
             (self.space(record["space"]) if space is None else space).apply(record)
-        elif kind == "key.registered":
+        elif kind == KEY_REGISTERED:
             self.keys.apply_registered(record)
-        elif kind == "key.revoked":
+        elif kind == KEY_REVOKED:
             self.keys.apply_revoked(record)
         else:
             self.boot.apply_booted(record)

@@ -32,6 +32,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from .claims import CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED
+from .idempotency import IDEM_STORED
+from .scopes import SCOPE_CREATED, SCOPE_ENDED, SCOPE_IMAGE
+
 if TYPE_CHECKING:
     from .claims import ClaimTable
 
@@ -69,10 +73,10 @@ def _dead(record: dict) -> tuple[int, str]:
 
 # Record type -> the name it is counted under, in one of the three buckets.
 OPERATIONS: dict[str, str] = {
-    "scope.created": "scopes.create",
-    "claim.acquired": "claims.acquire",
-    "claim.released": "claims.release",
-    "claim.force_released": "claims.force_release",
+    SCOPE_CREATED: "scopes.create",
+    CLAIM_ACQUIRED: "claims.acquire",
+    CLAIM_RELEASED: "claims.release",
+    CLAIM_FORCE_RELEASED: "claims.force_release",
     "mailbox.created": "mailboxes.create",
     "mailbox.declared": "mailboxes.declare",
     "message.sent": "messages.send",
@@ -112,13 +116,13 @@ OPERATIONS: dict[str, str] = {
     "group.sealed": "groups.seal",
 }
 FREE: dict[str, str] = {
-    "claim.renewed": "claims.renew",
+    CLAIM_RENEWED: "claims.renew",
     "delivery.renewed": "deliveries.renew",
     "once.renewed": "once.renew",
     "grant.renewed": "pools.renew",  # -- capacity --
 }
 EVENTS: dict[str, str] = {
-    "claim.expired": "claims.expire",
+    CLAIM_EXPIRED: "claims.expire",
     "message.visible": "messages.backoff_over",
     "message.dropped": "messages.drop",
     "task.tombstoned": "tasks.tombstone",
@@ -135,7 +139,7 @@ EVENTS: dict[str, str] = {
 }
 # Decided by the record's content.
 _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
-    "scope.ended": _scope_end,
+    SCOPE_ENDED: _scope_end,
     "task.ended": _task_end,
     "delivery.requeued": _requeue,
     "delivery.dead": _dead,
@@ -150,7 +154,7 @@ _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
 # Records that are no change a caller made: snapshot images and the usage image itself; a run's
 # name (its `scope.created` is the operation).
 NOT_COUNTED = frozenset(
-    {"usage.image", "scope.image", "claim.image", "mailbox.image", "message.image", "messages.image", "task.image",
+    {"usage.image", SCOPE_IMAGE, CLAIM_IMAGE, "mailbox.image", "message.image", "messages.image", "task.image",
      "workkey.image", "once.image", "run.named",
      # -- capacity --
      "pool.image", "allowance.image", "waiter.image", "permit_waiter.image", "work_limit.image", "budget.image", "reservation.image",
@@ -158,7 +162,7 @@ NOT_COUNTED = frozenset(
      # -- coordination --
      "barrier.image", "timer.image", "group.image", "events.image", "event.image",
      # A stored answer: the request it answers was counted when it ran.
-     "idem.stored"}
+     IDEM_STORED}
 )
 
 CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED
