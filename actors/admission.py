@@ -30,19 +30,30 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any, Iterator
 
-from .scopes import SCOPE_ENDED
+from .budgets import RESERVATION_ENDED
 from .commands import capacity_actor, queue_actor
 from .errors import VALIDATION_FAILED, KernelError
 from .errors import quote
 from .fields import read_minor
+from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_REQUEUED
 from .outcome import Outcome, Timer
+from .pools import GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, PERMIT_WAITER_ENDED
+from .quotas import ALLOWANCE_COOLDOWN_RECORD, WAITER_ENDED
+from .scopes import SCOPE_ENDED
+from .tasks import TASK_CREATED, TASK_ENDED
 from .timestamps import format_ms
 
 if TYPE_CHECKING:
     from .commands import Admit, SubmitTask
     from .space import SpaceState
 
-__all__ = ["parse_requirements", "requirements_record", "admit", "FREEING", "POOL_FREEING", "TASK_CREATED", "WAKE_TIMER", "REQUIREMENT_RECORDS"]
+__all__ = [
+    "parse_requirements", "requirements_record", "admit", "FREEING", "POOL_FREEING", "TASK_CREATED", "WAKE_TIMER",
+    "REQUIREMENT_RECORDS", "TASK_REQUIREMENTS",
+]
+
+# The record types this module decides and applies (the journal's spelling of each).
+TASK_REQUIREMENTS = "task.requirements"
 
 POOLS_MAX, QUOTAS_MAX, BUDGETS_MAX = 4, 4, 2
 WAKE_TIMER = "admission-wake"
@@ -50,16 +61,15 @@ WAKE_TIMER = "admission-wake"
 # Records that give capacity back: parked admissions look again after any of them. (A task
 # created wakes those that include descendants: they wait on queues not their own.)
 FREEING = frozenset({
-    "grant.released", "grant.expired", SCOPE_ENDED, "delivery.completed", "delivery.requeued", "delivery.dead",
-    "task.ended", "reservation.ended", "waiter.ended", "allowance.cooldown", "permit_waiter.ended",
+    GRANT_RELEASED, GRANT_EXPIRED, SCOPE_ENDED, DELIVERY_COMPLETED, DELIVERY_REQUEUED, DELIVERY_DEAD,
+    TASK_ENDED, RESERVATION_ENDED, WAITER_ENDED, ALLOWANCE_COOLDOWN_RECORD, PERMIT_WAITER_ENDED,
 })
-TASK_CREATED = "task.created"
 # Of those, the records that may give pool units back outside the capacity actor (a delivery
 # holding admission grants ended): the pools' lines are moved by a timer on that actor.
-POOL_FREEING = frozenset({SCOPE_ENDED, "delivery.completed", "delivery.requeued", "delivery.dead", "task.ended"})
+POOL_FREEING = frozenset({SCOPE_ENDED, DELIVERY_COMPLETED, DELIVERY_REQUEUED, DELIVERY_DEAD, TASK_ENDED})
 
 REQUIREMENT_RECORDS: dict[str, tuple[str, ...]] = {
-    "task.requirements": ("task_id", "pools", "quotas", "budgets", "at_ms"),
+    TASK_REQUIREMENTS: ("task_id", "pools", "quotas", "budgets", "at_ms"),
 }
 
 
@@ -136,7 +146,7 @@ def requirements_record(space: "SpaceState", command: "SubmitTask", now_ms: int)
         if amount > budget.limit:
             raise _refuse(f"requirements.budgets[{name!r}] asks {amount}, more than the budget's limit {budget.limit}")
         budgets.append([budget.id, str(amount)])
-    return {"type": "task.requirements", "task_id": command.task_id, "pools": pools, "quotas": quotas, "budgets": budgets, "at_ms": now_ms}
+    return {"type": TASK_REQUIREMENTS, "task_id": command.task_id, "pools": pools, "quotas": quotas, "budgets": budgets, "at_ms": now_ms}
 
 
 def _lacking(space: "SpaceState", needs: dict, now_ms: int) -> tuple[set[str], list[int], bool]:
@@ -224,7 +234,7 @@ def _admitted(space: "SpaceState", command: "Admit", message: Any, needs: dict |
         for index, (pool_id, units) in enumerate(needs["pools"]):
             records.extend(part.pools.decide_ended(part.pools.get(pool_id), now_ms))
             records.append({
-                "type": "grant.acquired", "id": f"gr_{stem}_{index}", "pool_id": pool_id, "scope_id": message.scope_id,
+                "type": GRANT_ACQUIRED, "id": f"gr_{stem}_{index}", "pool_id": pool_id, "scope_id": message.scope_id,
                 "units": units, "token": token, "holder": command.holder, "session": command.session,
                 "lease_ms": lease_ms, "expires_ms": now_ms + lease_ms, "at_ms": now_ms, "message_id": message.id,
             })

@@ -30,7 +30,15 @@ from .limits import Limits
 from .scopes import ACTIVE, ScopeTree
 from .timestamps import format_ms
 
-__all__ = ["Barrier", "BarrierTable", "BARRIER_RECORDS", "OPEN", "RELEASED", "CANCELLED", "BARRIER_RELEASED", "BARRIER_CANCELLED"]
+__all__ = [
+    "Barrier", "BarrierTable", "BARRIER_RECORDS", "OPEN", "RELEASED", "CANCELLED", "BARRIER_RELEASED",
+    "BARRIER_CANCELLED", "BARRIER_ARRIVED", "BARRIER_CREATED", "BARRIER_IMAGE",
+]
+
+# The record types this module decides and applies (the journal's spelling of each).
+BARRIER_ARRIVED = "barrier.arrived"
+BARRIER_CREATED = "barrier.created"
+BARRIER_IMAGE = "barrier.image"
 
 OPEN = "OPEN"
 RELEASED = "RELEASED"
@@ -43,11 +51,11 @@ BARRIER_CANCELLED = "BARRIER_CANCELLED"
 # The record types of this table and the fields each must carry.
 BARRIER_RECORDS: dict[str, tuple[str, ...]] = {
     # `name` only on a named barrier (`PUT /barriers/by-name/{name}`).
-    "barrier.created": ("id", "scope_id", "target", "at_ms", "name?"),
+    BARRIER_CREATED: ("id", "scope_id", "target", "at_ms", "name?"),
     # The arrival that makes `target` releases the barrier in the same record: a release recorded
     # apart could be lost with the tail of the journal while the arrival was kept.
-    "barrier.arrived": ("id", "arrival_key", "at_ms"),
-    "barrier.image": ("id", "scope_id", "target", "epoch", "state", "arrivals", "at_ms", "ended_ms", "name?"),
+    BARRIER_ARRIVED: ("id", "arrival_key", "at_ms"),
+    BARRIER_IMAGE: ("id", "scope_id", "target", "epoch", "state", "arrivals", "at_ms", "ended_ms", "name?"),
 }
 
 
@@ -131,7 +139,7 @@ class BarrierTable:
             raise full(f"space holds {len(self._by_id)} barriers", "barriers_max")
         if barrier_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"barrier id {barrier_id} is taken")
-        record = {"type": "barrier.created", "id": barrier_id, "scope_id": scope_id, "target": target, "at_ms": now_ms}
+        record = {"type": BARRIER_CREATED, "id": barrier_id, "scope_id": scope_id, "target": target, "at_ms": now_ms}
         if name is not None:
             record["name"] = name
         return record
@@ -155,7 +163,7 @@ class BarrierTable:
             )
         if arrival_key in barrier.arrivals:
             return []
-        return [{"type": "barrier.arrived", "id": barrier.id, "arrival_key": arrival_key, "at_ms": now_ms}]
+        return [{"type": BARRIER_ARRIVED, "id": barrier.id, "arrival_key": arrival_key, "at_ms": now_ms}]
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -201,7 +209,7 @@ class BarrierTable:
     def image(self) -> Iterator[dict]:
         for barrier in self._by_id.values():
             yield {
-                "type": "barrier.image",
+                "type": BARRIER_IMAGE,
                 "id": barrier.id,
                 "scope_id": barrier.scope_id,
                 "target": barrier.target,

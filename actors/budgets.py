@@ -25,7 +25,19 @@ from .caps import full
 from .errors import CONFLICT, NOT_FOUND, KernelError
 from .timestamps import format_ms
 
-__all__ = ["Budget", "Reservation", "BudgetTable", "INSUFFICIENT_BUDGET", "BUDGET_RECORDS", "ACTIVE", "SETTLED", "VOIDED", "RELEASED"]
+__all__ = [
+    "Budget", "Reservation", "BudgetTable", "INSUFFICIENT_BUDGET", "BUDGET_RECORDS", "ACTIVE", "SETTLED", "VOIDED",
+    "RELEASED", "BUDGET_CREATED", "BUDGET_IMAGE", "RESERVATION_ENDED", "RESERVATION_IMAGE", "RESERVATION_MADE",
+    "RESERVATION_SETTLED",
+]
+
+# The record types this module decides and applies (the journal's spelling of each).
+BUDGET_CREATED = "budget.created"
+BUDGET_IMAGE = "budget.image"
+RESERVATION_ENDED = "reservation.ended"
+RESERVATION_IMAGE = "reservation.image"
+RESERVATION_MADE = "reservation.made"
+RESERVATION_SETTLED = "reservation.settled"
 
 INSUFFICIENT_BUDGET = "INSUFFICIENT_BUDGET"
 
@@ -33,12 +45,12 @@ ACTIVE, SETTLED, VOIDED, RELEASED = "ACTIVE", "SETTLED", "VOIDED", "RELEASED"
 
 # Amounts in records are digit strings too, so a journal written as JSON keeps them exact.
 BUDGET_RECORDS: dict[str, tuple[str, ...]] = {
-    "budget.created": ("id", "name", "currency", "scale", "limit_minor", "at_ms"),
-    "reservation.made": ("id", "budget_id", "scope_id", "holder", "amount_minor", "settle_by_ms", "at_ms"),
-    "reservation.settled": ("id", "amount_minor", "work_key", "at_ms"),
-    "reservation.ended": ("id", "state", "work_key", "at_ms"),
-    "budget.image": ("id", "name", "currency", "scale", "limit_minor", "spent_minor", "created_ms"),
-    "reservation.image": ("id", "budget_id", "scope_id", "holder", "reserved_minor", "settled_minor", "state", "settle_by_ms", "work_keys", "created_ms"),
+    BUDGET_CREATED: ("id", "name", "currency", "scale", "limit_minor", "at_ms"),
+    RESERVATION_MADE: ("id", "budget_id", "scope_id", "holder", "amount_minor", "settle_by_ms", "at_ms"),
+    RESERVATION_SETTLED: ("id", "amount_minor", "work_key", "at_ms"),
+    RESERVATION_ENDED: ("id", "state", "work_key", "at_ms"),
+    BUDGET_IMAGE: ("id", "name", "currency", "scale", "limit_minor", "spent_minor", "created_ms"),
+    RESERVATION_IMAGE: ("id", "budget_id", "scope_id", "holder", "reserved_minor", "settled_minor", "state", "settle_by_ms", "work_keys", "created_ms"),
 }
 
 
@@ -160,7 +172,7 @@ class BudgetTable:
         if len(self._budgets) >= self.budgets_max:
             raise full(f"space holds {len(self._budgets)} budgets", "budgets_max")
         return {
-            "type": "budget.created", "id": budget_id, "name": name, "currency": currency, "scale": scale,
+            "type": BUDGET_CREATED, "id": budget_id, "name": name, "currency": currency, "scale": scale,
             "limit_minor": str(limit), "at_ms": now_ms,
         }
 
@@ -174,7 +186,7 @@ class BudgetTable:
                 details={"availableMinor": str(budget.available), "requestedMinor": str(amount)},
             )
         return {
-            "type": "reservation.made", "id": reservation_id, "budget_id": budget.id, "scope_id": scope_id,
+            "type": RESERVATION_MADE, "id": reservation_id, "budget_id": budget.id, "scope_id": scope_id,
             "holder": holder, "amount_minor": str(amount), "settle_by_ms": settle_by_ms, "at_ms": now_ms,
         }
 
@@ -199,20 +211,20 @@ class BudgetTable:
                 CONFLICT,
                 f"settle of {amount} minor units is more than reservation {reservation.id!r} holds ({reservation.reserved})",
             )
-        return [{"type": "reservation.settled", "id": reservation.id, "amount_minor": str(amount), "work_key": work_key, "at_ms": now_ms}]
+        return [{"type": RESERVATION_SETTLED, "id": reservation.id, "amount_minor": str(amount), "work_key": work_key, "at_ms": now_ms}]
 
     def decide_void(self, reservation: Reservation, work_key: str, now_ms: int) -> dict | None:
         if work_key in reservation.work_keys:
             return None
         self._check_active(reservation, "voided")
-        return {"type": "reservation.ended", "id": reservation.id, "state": VOIDED, "work_key": work_key, "at_ms": now_ms}
+        return {"type": RESERVATION_ENDED, "id": reservation.id, "state": VOIDED, "work_key": work_key, "at_ms": now_ms}
 
     def decide_release(self, reservation_id: str, now_ms: int) -> dict | None:
         """The settle-by proposal: give the remainder back if the reservation is still active and due."""
         reservation = self._reservations.get(reservation_id)
         if reservation is None or reservation.state != ACTIVE or now_ms < reservation.settle_by_ms:
             return None
-        return {"type": "reservation.ended", "id": reservation.id, "state": RELEASED, "work_key": None, "at_ms": now_ms}
+        return {"type": RESERVATION_ENDED, "id": reservation.id, "state": RELEASED, "work_key": None, "at_ms": now_ms}
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -268,13 +280,13 @@ class BudgetTable:
     def image(self) -> Iterator[dict]:
         for budget in self._budgets.values():
             yield {
-                "type": "budget.image", "id": budget.id, "name": budget.name, "currency": budget.currency,
+                "type": BUDGET_IMAGE, "id": budget.id, "name": budget.name, "currency": budget.currency,
                 "scale": budget.scale, "limit_minor": str(budget.limit), "spent_minor": str(budget.spent),
                 "created_ms": budget.created_ms,
             }
         for r in self._reservations.values():
             yield {
-                "type": "reservation.image", "id": r.id, "budget_id": r.budget_id, "scope_id": r.scope_id,
+                "type": RESERVATION_IMAGE, "id": r.id, "budget_id": r.budget_id, "scope_id": r.scope_id,
                 "holder": r.holder, "reserved_minor": str(r.reserved), "settled_minor": str(r.settled), "state": r.state,
                 "settle_by_ms": r.settle_by_ms, "work_keys": list(r.work_keys), "created_ms": r.created_ms,
             }

@@ -22,17 +22,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .admission import TASK_REQUIREMENTS
 from .budgets import BUDGET_RECORDS, BudgetTable
+from .budgets import (
+    BUDGET_CREATED, BUDGET_IMAGE, RESERVATION_ENDED, RESERVATION_IMAGE, RESERVATION_MADE, RESERVATION_SETTLED,
+)
 from .commands import capacity_actor
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .limits import Limits
 from .outcome import Outcome, Timer
 from .pools import POOL_RECORDS, SIGNALED, Pool, PoolTable
+from .pools import (
+    GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, GRANT_RENEWED, PERMIT_WAITER_ADDED, PERMIT_WAITER_ENDED,
+    PERMIT_WAITER_IMAGE, PERMIT_WAITER_SIGNALED, POOL_CREATED, POOL_IMAGE,
+)
 from .quotas import QUOTA_RECORDS, WAITING, Allowance, AllowanceTable
+from .quotas import (
+    ALLOWANCE_CONSUMED, ALLOWANCE_COOLDOWN_RECORD, ALLOWANCE_CREATED, ALLOWANCE_IMAGE, WAITER_ADDED, WAITER_ENDED,
+    WAITER_GRANTED, WAITER_IMAGE,
+)
 from .scopes import ScopeTree
 from .tasks import TaskTable
 from .timestamps import format_ms
 from .work_limits import WORK_LIMIT_RECORDS, WorkLimitTable
+from .work_limits import WORK_LIMIT_COUNTED, WORK_LIMIT_CREATED, WORK_LIMIT_IMAGE
 
 if TYPE_CHECKING:
     from . import commands as c
@@ -45,7 +58,7 @@ POOL_WAITER_TIMER, POOL_SERVE_TIMER = "pool-waiter", "pool-serve"
 # Every record type of capacity and its fields (type -> required fields), for the journal's registry.
 CAPACITY_RECORDS: dict[str, tuple[str, ...]] = {
     **POOL_RECORDS, **QUOTA_RECORDS, **WORK_LIMIT_RECORDS, **BUDGET_RECORDS,
-    "task.requirements": ("task_id", "pools", "quotas", "budgets", "at_ms"),  # admission.py
+    TASK_REQUIREMENTS: ("task_id", "pools", "quotas", "budgets", "at_ms"),  # admission.py
 }
 
 Commit = Callable[..., Outcome]
@@ -182,7 +195,7 @@ class CapacityCommands:
     def _waiter_timers(self, outcome: Outcome, pool: Pool | None) -> Outcome:
         """The timer of every waiter signaled in `outcome` (its turn's end; a WAITING one has its TTL's)."""
         for record in outcome.records:
-            if record["type"] == "permit_waiter.signaled":
+            if record["type"] == PERMIT_WAITER_SIGNALED:
                 outcome.timers.append(Timer(record["turn_ends_ms"], self._actor, (POOL_WAITER_TIMER, record["id"]), None))
         return outcome
 
@@ -361,7 +374,7 @@ class CapacityCommands:
 
     def count_task(self, outcome: Outcome, limit: Any, task_id: str, now_ms: int) -> None:
         """Count the task a submit created on its work limit, in the submit's own outcome."""
-        self._commit(outcome, {"type": "work_limit.counted", "id": limit.id, "task_id": task_id, "at_ms": now_ms})
+        self._commit(outcome, {"type": WORK_LIMIT_COUNTED, "id": limit.id, "task_id": task_id, "at_ms": now_ms})
 
     # -- budgets --------------------------------------------------------------------------------
 
@@ -476,7 +489,7 @@ class CapacityCommands:
         yield from self.budgets.image()
         yield from self.work_limits.image()
         for task_id, needs in self.requirements.items():
-            yield {"type": "task.requirements", "task_id": task_id, **needs, "at_ms": 0}
+            yield {"type": TASK_REQUIREMENTS, "task_id": task_id, **needs, "at_ms": 0}
 
     def is_empty(self) -> bool:
         return not (len(self.pools) or len(self.allowances) or len(self.work_limits) or len(self.budgets) or self.requirements)
@@ -499,34 +512,34 @@ class CapacityCommands:
 
 
 CAPACITY_APPLY: dict[str, Callable[[CapacityCommands, dict], Any]] = {
-    "pool.created": lambda part, record: part.pools.apply_created(record),
-    "grant.acquired": lambda part, record: part.pools.apply_acquired(record),
-    "grant.renewed": lambda part, record: part.pools.apply_renewed(record),
-    "grant.released": lambda part, record: part.pools.apply_ended(record),
-    "grant.expired": lambda part, record: part.pools.apply_ended(record),
-    "pool.image": lambda part, record: part.pools.apply_image(record),
-    "permit_waiter.added": lambda part, record: part.pools.apply_waiter_added(record),
-    "permit_waiter.signaled": lambda part, record: part.pools.apply_waiter_signaled(record),
-    "permit_waiter.ended": lambda part, record: part.pools.apply_waiter_ended(record),
-    "permit_waiter.image": lambda part, record: part.pools.apply_waiter_image(record),
-    "allowance.created": lambda part, record: part.allowances.apply_created(record),
-    "allowance.consumed": lambda part, record: part.allowances.apply_consumed(record),
-    "allowance.cooldown": lambda part, record: part.allowances.apply_cooldown(record),
-    "waiter.added": lambda part, record: part.allowances.apply_waiter_added(record),
-    "waiter.granted": lambda part, record: part.allowances.apply_waiter_granted(record),
-    "waiter.ended": lambda part, record: part.allowances.apply_waiter_ended(record),
-    "allowance.image": lambda part, record: part.allowances.apply_image(record),
-    "waiter.image": lambda part, record: part.allowances.apply_waiter_image(record),
-    "work_limit.created": lambda part, record: part.work_limits.apply_created(record),
-    "work_limit.counted": lambda part, record: part.work_limits.apply_counted(record),
-    "work_limit.image": lambda part, record: part.work_limits.apply_image(record),
-    "budget.created": lambda part, record: part.budgets.apply_created(record),
-    "reservation.made": lambda part, record: part.budgets.apply_made(record),
-    "reservation.settled": lambda part, record: part.budgets.apply_settled(record),
-    "reservation.ended": lambda part, record: part.budgets.apply_ended(record),
-    "budget.image": lambda part, record: part.budgets.apply_image(record),
-    "reservation.image": lambda part, record: part.budgets.apply_reservation_image(record),
-    "task.requirements": CapacityCommands.apply_requirements,
+    POOL_CREATED: lambda part, record: part.pools.apply_created(record),
+    GRANT_ACQUIRED: lambda part, record: part.pools.apply_acquired(record),
+    GRANT_RENEWED: lambda part, record: part.pools.apply_renewed(record),
+    GRANT_RELEASED: lambda part, record: part.pools.apply_ended(record),
+    GRANT_EXPIRED: lambda part, record: part.pools.apply_ended(record),
+    POOL_IMAGE: lambda part, record: part.pools.apply_image(record),
+    PERMIT_WAITER_ADDED: lambda part, record: part.pools.apply_waiter_added(record),
+    PERMIT_WAITER_SIGNALED: lambda part, record: part.pools.apply_waiter_signaled(record),
+    PERMIT_WAITER_ENDED: lambda part, record: part.pools.apply_waiter_ended(record),
+    PERMIT_WAITER_IMAGE: lambda part, record: part.pools.apply_waiter_image(record),
+    ALLOWANCE_CREATED: lambda part, record: part.allowances.apply_created(record),
+    ALLOWANCE_CONSUMED: lambda part, record: part.allowances.apply_consumed(record),
+    ALLOWANCE_COOLDOWN_RECORD: lambda part, record: part.allowances.apply_cooldown(record),
+    WAITER_ADDED: lambda part, record: part.allowances.apply_waiter_added(record),
+    WAITER_GRANTED: lambda part, record: part.allowances.apply_waiter_granted(record),
+    WAITER_ENDED: lambda part, record: part.allowances.apply_waiter_ended(record),
+    ALLOWANCE_IMAGE: lambda part, record: part.allowances.apply_image(record),
+    WAITER_IMAGE: lambda part, record: part.allowances.apply_waiter_image(record),
+    WORK_LIMIT_CREATED: lambda part, record: part.work_limits.apply_created(record),
+    WORK_LIMIT_COUNTED: lambda part, record: part.work_limits.apply_counted(record),
+    WORK_LIMIT_IMAGE: lambda part, record: part.work_limits.apply_image(record),
+    BUDGET_CREATED: lambda part, record: part.budgets.apply_created(record),
+    RESERVATION_MADE: lambda part, record: part.budgets.apply_made(record),
+    RESERVATION_SETTLED: lambda part, record: part.budgets.apply_settled(record),
+    RESERVATION_ENDED: lambda part, record: part.budgets.apply_ended(record),
+    BUDGET_IMAGE: lambda part, record: part.budgets.apply_image(record),
+    RESERVATION_IMAGE: lambda part, record: part.budgets.apply_reservation_image(record),
+    TASK_REQUIREMENTS: CapacityCommands.apply_requirements,
 }
 assert set(CAPACITY_APPLY) == set(CAPACITY_RECORDS), "every capacity record type has an applier and a field list"
 

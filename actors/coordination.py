@@ -31,23 +31,31 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .scopes import SCOPE_ENDED
 from . import commands as c
 from .barriers import BARRIER_RECORDS, RELEASED, BarrierTable
+from .barriers import BARRIER_ARRIVED, BARRIER_CREATED, BARRIER_IMAGE
 from .errors import DEADLINE_EXCEEDED, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError
 from .groups import ACCEPTED, FINALIZED, GROUP_RECORDS, REJECTED, Group, GroupTable
+from .groups import GROUP_CREATED, GROUP_EXPIRED, GROUP_IMAGE, GROUP_JOINED, GROUP_SEALED, GROUP_VERDICT
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import MessageTable
+from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD
 from .outcome import ActorKey, Outcome, Timer
+from .scopes import SCOPE_ENDED
 from .scopes import ACTIVE, ScopeTree
 from .tasks import TaskTable
+from .tasks import TASK_ENDED
 from .timers import ARMED, FIRED, TIMER_RECORDS, ScopeTimer, TimerTable
+from .timers import TIMER_ACKED, TIMER_CANCELLED, TIMER_CREATED, TIMER_EXPIRED, TIMER_FIRED, TIMER_IMAGE
 
 if TYPE_CHECKING:
     from .work import WorkCommands
 
-__all__ = ["CoordinationCommands", "COORDINATION_APPLY", "COORDINATION_TIMERS", "COORDINATION_RECORDS", "AFTER_APPLY_KINDS"]
+__all__ = [
+    "CoordinationCommands", "COORDINATION_APPLY", "COORDINATION_TIMERS", "COORDINATION_RECORDS",
+    "AFTER_APPLY_KINDS",
+]
 
 FIRE_TIMER, EXPIRY_TIMER, GROUP_DEADLINE_TIMER = "timer-fire", "timer-expiry", "group-deadline"
 
@@ -57,9 +65,9 @@ COORDINATION_RECORDS: dict[str, tuple[str, ...]] = {**BARRIER_RECORDS, **TIMER_R
 SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
 
 # Records after which a member task may have ended (its group may finalize), and how to find it.
-_TASK_ENDS = ("delivery.completed", "delivery.dead", "task.ended")
+_TASK_ENDS = (DELIVERY_COMPLETED, DELIVERY_DEAD, TASK_ENDED)
 # The record types `after_apply` may make events of (the space asks only for these).
-AFTER_APPLY_KINDS = frozenset({SCOPE_ENDED, *_TASK_ENDS, "group.joined", "group.verdict", "group.sealed", "group.expired", "barrier.arrived"})
+AFTER_APPLY_KINDS = frozenset({SCOPE_ENDED, *_TASK_ENDS, GROUP_JOINED, GROUP_VERDICT, GROUP_SEALED, GROUP_EXPIRED, BARRIER_ARRIVED})
 
 Commit = Callable[..., Outcome]
 # A change that followed from a record (for the event log): (type, scope_id, aggregate, id, payload).
@@ -214,7 +222,7 @@ class CoordinationCommands:
             raise KernelError(DEADLINE_EXCEEDED, "the deadline has already passed")
         scope_record = self.scopes.decide_create(command.scope_id, None, command.parent_scope_id, None, None, now_ms)
         record = {
-            "type": "group.created",
+            "type": GROUP_CREATED,
             "id": command.group_id,
             "scope_id": command.scope_id,
             "mailbox_id": command.mailbox_id,
@@ -304,11 +312,11 @@ class CoordinationCommands:
             if task_id is None or not self.groups:
                 return []
             groups = self.groups.of_task(task_id)
-        elif kind in ("group.joined", "group.verdict", "group.sealed"):
+        elif kind in (GROUP_JOINED, GROUP_VERDICT, GROUP_SEALED):
             groups = [self.groups.get(record["id"])]
-        elif kind == "group.expired":
+        elif kind == GROUP_EXPIRED:
             return [self._finalized(self.groups.get(record["id"]))]
-        elif kind == "barrier.arrived":
+        elif kind == BARRIER_ARRIVED:
             barrier = self.barriers.get(record["id"])
             if barrier.state == RELEASED:  # this arrival made the target
                 return [("barrier.released", barrier.scope_id, "barrier", barrier.id, {"arrived": len(barrier.arrivals)})]
@@ -370,21 +378,21 @@ COORDINATION_TIMERS: dict[str, Callable[[CoordinationCommands, Any, Any, int], O
 }
 
 COORDINATION_APPLY: dict[str, Callable[[CoordinationCommands, dict], Any]] = {
-    "barrier.created": lambda part, record: part.barriers.apply_created(record),
-    "barrier.arrived": lambda part, record: part.barriers.apply_arrived(record),
-    "timer.created": lambda part, record: part.timers.apply_created(record),
-    "timer.fired": lambda part, record: part.timers.apply_fired(record),
-    "timer.acked": lambda part, record: part.timers.apply_ended(record, "ACKED"),
-    "timer.cancelled": lambda part, record: part.timers.apply_ended(record, "CANCELLED"),
-    "timer.expired": lambda part, record: part.timers.apply_ended(record, "EXPIRED"),
-    "group.created": lambda part, record: part.groups.apply_created(record),
-    "group.joined": lambda part, record: part.groups.apply_joined(record),
-    "group.verdict": lambda part, record: part.groups.apply_verdict(record),
-    "group.sealed": lambda part, record: part.groups.apply_sealed(record),
-    "group.expired": lambda part, record: part.groups.apply_expired(record),
+    BARRIER_CREATED: lambda part, record: part.barriers.apply_created(record),
+    BARRIER_ARRIVED: lambda part, record: part.barriers.apply_arrived(record),
+    TIMER_CREATED: lambda part, record: part.timers.apply_created(record),
+    TIMER_FIRED: lambda part, record: part.timers.apply_fired(record),
+    TIMER_ACKED: lambda part, record: part.timers.apply_ended(record, "ACKED"),
+    TIMER_CANCELLED: lambda part, record: part.timers.apply_ended(record, "CANCELLED"),
+    TIMER_EXPIRED: lambda part, record: part.timers.apply_ended(record, "EXPIRED"),
+    GROUP_CREATED: lambda part, record: part.groups.apply_created(record),
+    GROUP_JOINED: lambda part, record: part.groups.apply_joined(record),
+    GROUP_VERDICT: lambda part, record: part.groups.apply_verdict(record),
+    GROUP_SEALED: lambda part, record: part.groups.apply_sealed(record),
+    GROUP_EXPIRED: lambda part, record: part.groups.apply_expired(record),
     # Image-only records.
-    "barrier.image": lambda part, record: part.barriers.apply_image(record),
-    "timer.image": lambda part, record: part.timers.apply_image(record),
-    "group.image": lambda part, record: part.groups.apply_image(record),
+    BARRIER_IMAGE: lambda part, record: part.barriers.apply_image(record),
+    TIMER_IMAGE: lambda part, record: part.timers.apply_image(record),
+    GROUP_IMAGE: lambda part, record: part.groups.apply_image(record),
 }
 assert set(COORDINATION_APPLY) == set(COORDINATION_RECORDS), "every coordination record has an applier"

@@ -41,9 +41,14 @@ if TYPE_CHECKING:
     from .scopes import ScopeTree
 
 __all__ = [
-    "DeadLetterFilter", "ACTION_MAX", "LIST_LIMIT_MAX", "LIST_LIMIT_DEFAULT", "AGE_S_MAX", "SKIP_REASONS",
-    "page", "select", "parse_cursor", "requeue_skip", "DEAD_LETTER_RECORDS",
+    "DeadLetterFilter", "ACTION_MAX", "LIST_LIMIT_MAX", "LIST_LIMIT_DEFAULT", "AGE_S_MAX", "SKIP_REASONS", "page",
+    "select", "parse_cursor", "requeue_skip", "DEAD_LETTER_RECORDS", "DEAD_LETTERS_DELETED",
+    "DEAD_LETTERS_REQUEUED",
 ]
+
+# The record types this module decides and applies (the journal's spelling of each).
+DEAD_LETTERS_DELETED = "dead_letters.deleted"
+DEAD_LETTERS_REQUEUED = "dead_letters.requeued"
 
 # Dead letters one request requeues, deletes or purges at most (oldest first).
 ACTION_MAX = 1000
@@ -57,8 +62,8 @@ SKIP_REASONS = ("task", "runEnded", "deadlinePassed")
 
 DEAD_LETTER_RECORDS: dict[str, tuple[str, ...]] = {
     # Old ids, in order, and the new message each became.
-    "dead_letters.requeued": ("mailbox_id", "message_ids", "new_ids", "at_ms", "by?"),
-    "dead_letters.deleted": ("mailbox_id", "message_ids", "at_ms", "by?"),
+    DEAD_LETTERS_REQUEUED: ("mailbox_id", "message_ids", "new_ids", "at_ms", "by?"),
+    DEAD_LETTERS_DELETED: ("mailbox_id", "message_ids", "at_ms", "by?"),
 }
 
 

@@ -24,9 +24,16 @@ from collections import deque
 from itertools import count
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
+from .barriers import BARRIER_ARRIVED, BARRIER_CREATED
+from .dead_letters import DEAD_LETTERS_DELETED, DEAD_LETTERS_REQUEUED
 from .errors import KernelError
+from .groups import GROUP_CREATED, GROUP_EXPIRED, GROUP_JOINED, GROUP_SEALED, GROUP_VERDICT
 from .limits import Limits
+from .mailboxes import MAILBOX_PURGED
+from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_REQUEUED, MESSAGE_SENT
 from .scopes import SCOPE_CREATED, SCOPE_ENDED
+from .tasks import TASK_CREATED, TASK_ENDED
+from .timers import TIMER_ACKED, TIMER_CANCELLED, TIMER_CREATED, TIMER_EXPIRED, TIMER_FIRED
 from .timestamps import format_ms
 
 if TYPE_CHECKING:
@@ -34,13 +41,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "DERIVE", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of",
+    "EVENT_IMAGE", "EVENTS_IMAGE",
 ]
+
+# The record types this module decides and applies (the journal's spelling of each).
+EVENT_IMAGE = "event.image"
+EVENTS_IMAGE = "events.image"
 
 CURSOR_EXPIRED = "CURSOR_EXPIRED"
 
 EVENT_RECORDS: dict[str, tuple[str, ...]] = {
-    "events.image": ("seq",),
-    "event.image": ("seq", "event_type", "scope_id", "aggregate_type", "aggregate_id", "payload", "at_ms"),
+    EVENTS_IMAGE: ("seq",),
+    EVENT_IMAGE: ("seq", "event_type", "scope_id", "aggregate_type", "aggregate_id", "payload", "at_ms"),
 }
 
 
@@ -180,10 +192,10 @@ class EventLog:
     def image(self) -> Iterator[dict]:
         if not self.seq:
             return
-        yield {"type": "events.image", "seq": self.seq}
+        yield {"type": EVENTS_IMAGE, "seq": self.seq}
         for event in self.after(self.oldest_seq - 1):
             yield {
-                "type": "event.image",
+                "type": EVENT_IMAGE,
                 "seq": event.seq,
                 "event_type": event.type,
                 "scope_id": event.scope_id,
@@ -357,30 +369,30 @@ def _dead_letters(kind: str) -> Derive:
 DERIVE: dict[str, Derive] = {
     SCOPE_CREATED: lambda space, r: ("scope.created", r["id"], "scope", r["id"], (r["parent_id"],)),
     SCOPE_ENDED: _scope_ended,
-    "task.created": lambda space, r: ("task.created", r["scope_id"], "task", r["id"], (r["task_key"], r["mailbox_id"])),
-    "message.sent": lambda space, r: ("message.sent", r["scope_id"], "message", r["id"], (r["mailbox_id"],)),
-    "delivery.leased": _delivery("task.started", "delivery.leased"),
-    "delivery.completed": _delivery("task.succeeded", "delivery.completed"),
-    "delivery.requeued": _delivery("task.retried", "delivery.requeued", cause="cause"),
-    "delivery.dead": _dead,
-    "dead_letters.requeued": _dead_letters("dead_letters.requeued"),
-    "dead_letters.deleted": _dead_letters("dead_letters.deleted"),
-    "mailbox.purged": lambda space, r: ("mailbox.purged", r["scope_id"], "mailbox", r["mailbox_id"], {
+    TASK_CREATED: lambda space, r: ("task.created", r["scope_id"], "task", r["id"], (r["task_key"], r["mailbox_id"])),
+    MESSAGE_SENT: lambda space, r: ("message.sent", r["scope_id"], "message", r["id"], (r["mailbox_id"],)),
+    DELIVERY_LEASED: _delivery("task.started", "delivery.leased"),
+    DELIVERY_COMPLETED: _delivery("task.succeeded", "delivery.completed"),
+    DELIVERY_REQUEUED: _delivery("task.retried", "delivery.requeued", cause="cause"),
+    DELIVERY_DEAD: _dead,
+    DEAD_LETTERS_REQUEUED: _dead_letters("dead_letters.requeued"),
+    DEAD_LETTERS_DELETED: _dead_letters("dead_letters.deleted"),
+    MAILBOX_PURGED: lambda space, r: ("mailbox.purged", r["scope_id"], "mailbox", r["mailbox_id"], {
         "mailboxId": r["mailbox_id"], "scopeId": r["scope_id"], "count": r["count"], "reason": r.get("reason"), "by": r.get("by"),
     }),
-    "task.ended": _task_ended,
-    "barrier.created": _barrier("barrier.created", "target", "name"),
-    "barrier.arrived": _barrier("barrier.arrived", "arrival_key"),
-    "timer.created": _timer("timer.created", "fire_ms", "name"),
-    "timer.fired": _timer("timer.fired"),
-    "timer.acked": _timer("timer.acked"),
-    "timer.cancelled": _timer("timer.cancelled"),
-    "timer.expired": _timer("timer.expired"),
-    "group.created": _group("group.created", "condition", "mailbox_id"),
-    "group.joined": _group("group.joined", "task_id"),
-    "group.verdict": _group("group.verdict", "task_id", "verdict"),
-    "group.sealed": _group("group.sealed"),
-    "group.expired": _group("group.deadline_exceeded"),
+    TASK_ENDED: _task_ended,
+    BARRIER_CREATED: _barrier("barrier.created", "target", "name"),
+    BARRIER_ARRIVED: _barrier("barrier.arrived", "arrival_key"),
+    TIMER_CREATED: _timer("timer.created", "fire_ms", "name"),
+    TIMER_FIRED: _timer("timer.fired"),
+    TIMER_ACKED: _timer("timer.acked"),
+    TIMER_CANCELLED: _timer("timer.cancelled"),
+    TIMER_EXPIRED: _timer("timer.expired"),
+    GROUP_CREATED: _group("group.created", "condition", "mailbox_id"),
+    GROUP_JOINED: _group("group.joined", "task_id"),
+    GROUP_VERDICT: _group("group.verdict", "task_id", "verdict"),
+    GROUP_SEALED: _group("group.sealed"),
+    GROUP_EXPIRED: _group("group.deadline_exceeded"),
 }
 
 # Every type an event can have (the ones `after_apply` makes included), for the `types` filter's docs.

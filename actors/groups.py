@@ -38,7 +38,16 @@ from .timestamps import format_ms
 
 __all__ = [
     "Group", "GroupTable", "GROUP_RECORDS", "CONDITIONS", "OPEN", "SEALED", "FINALIZED", "ACCEPTED", "REJECTED",
+    "GROUP_CREATED", "GROUP_EXPIRED", "GROUP_IMAGE", "GROUP_JOINED", "GROUP_SEALED", "GROUP_VERDICT",
 ]
+
+# The record types this module decides and applies (the journal's spelling of each).
+GROUP_CREATED = "group.created"
+GROUP_EXPIRED = "group.expired"
+GROUP_IMAGE = "group.image"
+GROUP_JOINED = "group.joined"
+GROUP_SEALED = "group.sealed"
+GROUP_VERDICT = "group.verdict"
 
 OPEN = "OPEN"
 SEALED = "SEALED"
@@ -58,14 +67,14 @@ GROUP_FAILED = "FAILED"
 GROUP_CANCELLED = "CANCELLED"
 
 GROUP_RECORDS: dict[str, tuple[str, ...]] = {
-    "group.created": (
+    GROUP_CREATED: (
         "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id", "at_ms",
     ),
-    "group.joined": ("id", "task_id", "at_ms"),
-    "group.verdict": ("id", "task_id", "verdict", "at_ms"),
-    "group.sealed": ("id", "at_ms"),
-    "group.expired": ("id", "at_ms"),
-    "group.image": (
+    GROUP_JOINED: ("id", "task_id", "at_ms"),
+    GROUP_VERDICT: ("id", "task_id", "verdict", "at_ms"),
+    GROUP_SEALED: ("id", "at_ms"),
+    GROUP_EXPIRED: ("id", "at_ms"),
+    GROUP_IMAGE: (
         "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id",
         "state", "outcome", "reason", "members", "sealed_ms", "finalized_ms", "at_ms",
     ),
@@ -209,7 +218,7 @@ class GroupTable:
         if task_id in group.members:
             return None
         self.check_joinable(group)
-        return {"type": "group.joined", "id": group.id, "task_id": task_id, "at_ms": now_ms}
+        return {"type": GROUP_JOINED, "id": group.id, "task_id": task_id, "at_ms": now_ms}
 
     def decide_verdict(self, group: Group, task_id: str, verdict: str, now_ms: int) -> dict | None:
         if task_id not in group.members:
@@ -219,7 +228,7 @@ class GroupTable:
             return None
         if given is not None:
             raise KernelError(CONFLICT, f"task {task_id} was already {given.lower()} in task group {group.id}")
-        return {"type": "group.verdict", "id": group.id, "task_id": task_id, "verdict": verdict, "at_ms": now_ms}
+        return {"type": GROUP_VERDICT, "id": group.id, "task_id": task_id, "verdict": verdict, "at_ms": now_ms}
 
     def decide_seal(self, group: Group, now_ms: int, *, strict: bool) -> dict | None:
         """SEALED if open; a repeat is harmless, except that `seal` (strict) refuses a finalized group."""
@@ -227,12 +236,12 @@ class GroupTable:
             raise KernelError(CONFLICT, f"task group {group.id} is already finalized ({group.outcome})")
         if group.state != OPEN:
             return None
-        return {"type": "group.sealed", "id": group.id, "at_ms": now_ms}
+        return {"type": GROUP_SEALED, "id": group.id, "at_ms": now_ms}
 
     def decide_expire(self, group: Group, now_ms: int) -> dict | None:
         if group.state == FINALIZED or group.deadline_ms is None or now_ms < group.deadline_ms:
             return None
-        return {"type": "group.expired", "id": group.id, "at_ms": now_ms}
+        return {"type": GROUP_EXPIRED, "id": group.id, "at_ms": now_ms}
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -327,7 +336,7 @@ class GroupTable:
     def image(self) -> Iterator[dict]:
         for group in self._by_id.values():
             yield {
-                "type": "group.image",
+                "type": GROUP_IMAGE,
                 "id": group.id,
                 "scope_id": group.scope_id,
                 "mailbox_id": group.mailbox_id,

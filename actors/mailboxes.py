@@ -34,7 +34,16 @@ from .errors import CONFLICT, NOT_FOUND, KernelError, quote
 from .limits import Limits
 from .timestamps import format_ms
 
-__all__ = ["Mailbox", "MailboxTable", "WORK", "MODES", "MAILBOX_RECORDS"]
+__all__ = [
+    "Mailbox", "MailboxTable", "WORK", "MODES", "MAILBOX_RECORDS", "MAILBOX_CREATED", "MAILBOX_DECLARED",
+    "MAILBOX_IMAGE", "MAILBOX_PURGED",
+]
+
+# The record types this module decides and applies (the journal's spelling of each).
+MAILBOX_CREATED = "mailbox.created"
+MAILBOX_DECLARED = "mailbox.declared"
+MAILBOX_IMAGE = "mailbox.image"
+MAILBOX_PURGED = "mailbox.purged"
 
 WORK = "WORK"
 MODES = (WORK,)
@@ -42,14 +51,14 @@ MODES = (WORK,)
 # The record types of this table and the fields each must carry ("name?": optional). A record
 # written before settings could be declared has neither optional field: it declared its attempts.
 MAILBOX_RECORDS: dict[str, tuple[str, ...]] = {
-    "mailbox.created": (
+    MAILBOX_CREATED: (
         "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms", "attempts_declared?", "requirements?",
     ),
     # A put by name that states a setting the mailbox has not declared yet.
-    "mailbox.declared": ("id", "at_ms", "max_attempts?", "requirements?"),
+    MAILBOX_DECLARED: ("id", "at_ms", "max_attempts?", "requirements?"),
     # An operator's purge (`work.purge_mailbox`): who, how many; the ends it made follow it.
-    "mailbox.purged": ("mailbox_id", "scope_id", "count", "at_ms", "reason?", "by?"),
-    "mailbox.image": (
+    MAILBOX_PURGED: ("mailbox_id", "scope_id", "count", "at_ms", "reason?", "by?"),
+    MAILBOX_IMAGE: (
         "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms", "attempts_declared?", "requirements?",
     ),
 }
@@ -181,7 +190,7 @@ class MailboxTable:
         if mailbox_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"mailbox id {mailbox_id} is taken")
         record = {
-            "type": "mailbox.created",
+            "type": MAILBOX_CREATED,
             "id": mailbox_id,
             "name": name,
             "mode": stored_mode,
@@ -200,7 +209,7 @@ class MailboxTable:
         """What a put by name states, held to what the mailbox declared: a `mailbox.declared`
         record for a setting stated for the first time, CONFLICT for one that differs, nothing
         when every setting stated is the mailbox's already."""
-        record: dict = {"type": "mailbox.declared", "id": mailbox.id, "at_ms": now_ms}
+        record: dict = {"type": MAILBOX_DECLARED, "id": mailbox.id, "at_ms": now_ms}
         if max_attempts is not None:
             if not mailbox.attempts_declared:
                 record["max_attempts"] = max_attempts
@@ -228,7 +237,7 @@ class MailboxTable:
         """
         for mailbox in self._by_id.values():
             yield {
-                "type": "mailbox.image",
+                "type": MAILBOX_IMAGE,
                 "id": mailbox.id,
                 "name": mailbox.name,
                 "mode": mailbox.mode,

@@ -41,18 +41,23 @@ from .mailboxes import Mailbox, MailboxTable
 from .timestamps import format_ms
 
 __all__ = [
-    "Message",
-    "MessageTable",
-    "Queue",
-    "QUEUED",
-    "DELAYED",
-    "LEASED",
-    "COMPLETED",
-    "DEAD",
-    "DROPPED",
-    "LIVE",
-    "backoff_ms",
+    "Message", "MessageTable", "Queue", "QUEUED", "DELAYED", "LEASED", "COMPLETED", "DEAD", "DROPPED", "LIVE",
+    "backoff_ms", "DELIVERY_COMPLETED", "DELIVERY_DEAD", "DELIVERY_LEASED", "DELIVERY_RENEWED", "DELIVERY_REQUEUED",
+    "MESSAGE_DROPPED", "MESSAGE_IMAGE", "MESSAGE_SENT", "MESSAGE_VISIBLE", "MESSAGES_IMAGE", "WORKKEY_IMAGE",
 ]
+
+# The record types this module decides and applies (the journal's spelling of each).
+DELIVERY_COMPLETED = "delivery.completed"
+DELIVERY_DEAD = "delivery.dead"
+DELIVERY_LEASED = "delivery.leased"
+DELIVERY_RENEWED = "delivery.renewed"
+DELIVERY_REQUEUED = "delivery.requeued"
+MESSAGE_DROPPED = "message.dropped"
+MESSAGE_IMAGE = "message.image"
+MESSAGE_SENT = "message.sent"
+MESSAGE_VISIBLE = "message.visible"
+MESSAGES_IMAGE = "messages.image"
+WORKKEY_IMAGE = "workkey.image"
 
 QUEUED = "QUEUED"
 DELAYED = "DELAYED"
@@ -402,7 +407,7 @@ class MessageTable:
         message: Message, token: str, holder: str, session: str, lease_ms: int, now_ms: int
     ) -> dict:
         return {
-            "type": "delivery.leased",
+            "type": DELIVERY_LEASED,
             "message_id": message.id,
             "token": token,
             "attempt": message.attempts + 1,
@@ -418,7 +423,7 @@ class MessageTable:
         """Extend from now by `lease_ms`, or by the lease's own length when none is given."""
         length = message.lease_ms if lease_ms is None else lease_ms
         return {
-            "type": "delivery.renewed",
+            "type": DELIVERY_RENEWED,
             "message_id": message.id,
             "token": message.token,
             "lease_ms": length,
@@ -429,7 +434,7 @@ class MessageTable:
     @staticmethod
     def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
         record = {
-            "type": "delivery.completed",
+            "type": DELIVERY_COMPLETED,
             "message_id": message.id,
             "token": message.token,
             "at_ms": now_ms,
@@ -441,7 +446,7 @@ class MessageTable:
     @staticmethod
     def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -> dict:
         return {
-            "type": "delivery.requeued",
+            "type": DELIVERY_REQUEUED,
             "message_id": message.id,
             "token": message.token,
             "cause": cause,
@@ -452,7 +457,7 @@ class MessageTable:
     @staticmethod
     def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> dict:
         return {
-            "type": "delivery.dead",
+            "type": DELIVERY_DEAD,
             "message_id": message.id,
             "token": message.token,
             "cause": cause,
@@ -462,14 +467,14 @@ class MessageTable:
 
     @staticmethod
     def decide_drop(message: Message, reason: str, now_ms: int) -> dict:
-        return {"type": "message.dropped", "message_id": message.id, "reason": reason, "at_ms": now_ms}
+        return {"type": MESSAGE_DROPPED, "message_id": message.id, "reason": reason, "at_ms": now_ms}
 
     @staticmethod
     def decide_visible(message: Message, now_ms: int) -> dict | None:
         """The end of a backoff, if `message` is still waiting it out."""
         if message.state != DELAYED or now_ms < message.visible_ms:
             return None
-        return {"type": "message.visible", "message_id": message.id, "gen": message.gen, "at_ms": now_ms}
+        return {"type": MESSAGE_VISIBLE, "message_id": message.id, "gen": message.gen, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------
 
@@ -480,14 +485,14 @@ class MessageTable:
         order they finished (what retention forgets first, and the dead letters' order); then the
         unfinished ones in enqueue order (each queue's order); then the work keys oldest first.
         """
-        yield {"type": "messages.image", "seq": self.seq}
+        yield {"type": MESSAGES_IMAGE, "seq": self.seq}
         finished = (self._messages.get(message_id) for _, message_id in self._finished)
         live = (message for message in self._messages.values() if message.state in LIVE)
         for message in (*finished, *live):
             if message is None:
                 continue  # already forgotten
             record = {
-                "type": "message.image",
+                "type": MESSAGE_IMAGE,
                 **{slot: getattr(message, slot) for slot in _IMAGED},
                 "at_ms": message.created_ms,
             }
@@ -499,7 +504,7 @@ class MessageTable:
             if entry is not None and entry.at_ms == at_ms:
                 mailbox_id, scope_id, work_key = key
                 yield {
-                    "type": "workkey.image",
+                    "type": WORKKEY_IMAGE,
                     "mailbox_id": mailbox_id,
                     "scope_id": scope_id,
                     "work_key": work_key,

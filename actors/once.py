@@ -36,7 +36,18 @@ from .timestamps import format_ms
 if TYPE_CHECKING:
     from .commands import AcquireOnce, CompleteOnce, FailOnce, RenewOnce, WaitOnce
 
-__all__ = ["OnceTable", "OnceCommands", "ONCE_APPLY", "LEASE_TIMER", "once_actor", "OPEN", "HELD", "DONE", "FAILED"]
+__all__ = [
+    "OnceTable", "OnceCommands", "ONCE_APPLY", "LEASE_TIMER", "once_actor", "OPEN", "HELD", "DONE", "FAILED",
+    "ONCE_ACQUIRED", "ONCE_COMPLETED", "ONCE_EXPIRED", "ONCE_FAILED", "ONCE_IMAGE", "ONCE_RENEWED",
+]
+
+# The record types this module decides and applies (the journal's spelling of each).
+ONCE_ACQUIRED = "once.acquired"
+ONCE_COMPLETED = "once.completed"
+ONCE_EXPIRED = "once.expired"
+ONCE_FAILED = "once.failed"
+ONCE_IMAGE = "once.image"
+ONCE_RENEWED = "once.renewed"
 
 OPEN, HELD, DONE, FAILED = "OPEN", "HELD", "DONE", "FAILED"
 LEASE_TIMER = "once-lease"
@@ -172,7 +183,7 @@ class OnceTable:
     def image(self) -> Iterator[dict]:
         for slot in self._slots.values():
             record = {
-                "type": "once.image", "scope_id": slot.scope_id, "key": slot.key, "state": slot.state,
+                "type": ONCE_IMAGE, "scope_id": slot.scope_id, "key": slot.key, "state": slot.state,
                 "attempts": slot.attempts, "token": slot.token, "holder": slot.holder, "session": slot.session,
                 "lease_ms": slot.lease_ms, "expires_ms": slot.expires_ms, "result": slot.result,
                 "last_error": slot.last_error, "at_ms": slot.updated_ms,
@@ -214,7 +225,7 @@ class OnceCommands:
         attempts = 0 if slot is None else slot.attempts
         lease_ms = command.lease_s * 1000
         record = {
-            "type": "once.acquired", "scope_id": scope_id, "key": key, "token": command.token,
+            "type": ONCE_ACQUIRED, "scope_id": scope_id, "key": key, "token": command.token,
             "holder": command.holder, "session": command.session, "lease_ms": lease_ms,
             "expires_ms": now_ms + lease_ms, "attempts": attempts + 1, "at_ms": now_ms,
         }
@@ -237,7 +248,7 @@ class OnceCommands:
         slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
         lease_ms = slot.lease_ms if command.lease_s is None else command.lease_s * 1000
         record = {
-            "type": "once.renewed", "scope_id": slot.scope_id, "key": slot.key, "token": command.token,
+            "type": ONCE_RENEWED, "scope_id": slot.scope_id, "key": slot.key, "token": command.token,
             "lease_ms": lease_ms, "expires_ms": now_ms + lease_ms, "at_ms": now_ms,
         }
         outcome = self._commit(Outcome(), record)
@@ -248,7 +259,7 @@ class OnceCommands:
     def complete(self, command: "CompleteOnce", now_ms: int) -> Outcome:
         slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
         self.check_bytes(value_bytes(command.result), 0)
-        record = {"type": "once.completed", "scope_id": slot.scope_id, "key": slot.key, "result": command.result, "at_ms": now_ms}
+        record = {"type": ONCE_COMPLETED, "scope_id": slot.scope_id, "key": slot.key, "result": command.result, "at_ms": now_ms}
         outcome = self._commit(Outcome(), record)
         outcome.reply = self._slots.view(slot, now_ms)
         return outcome
@@ -258,7 +269,7 @@ class OnceCommands:
         slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
         failed = slot.attempts >= command.max_attempts
         record = {
-            "type": "once.failed", "scope_id": slot.scope_id, "key": slot.key, "error": command.error or "",
+            "type": ONCE_FAILED, "scope_id": slot.scope_id, "key": slot.key, "error": command.error or "",
             "failed": failed, "at_ms": now_ms,
         }
         outcome = self._commit(Outcome(), record)
@@ -275,7 +286,7 @@ class OnceCommands:
 
     @staticmethod
     def _expired(scope_id: str, key: str, now_ms: int) -> dict:
-        return {"type": "once.expired", "scope_id": scope_id, "key": key, "at_ms": now_ms}
+        return {"type": ONCE_EXPIRED, "scope_id": scope_id, "key": key, "at_ms": now_ms}
 
     def _lease_timer(self, scope_id: str, key: str, token: str, expires_ms: int) -> Timer:
         return Timer(expires_ms, once_actor(self._space_id, scope_id, key), (LEASE_TIMER, (scope_id, key)), token)
@@ -299,7 +310,7 @@ class OnceCommands:
         short.sort(key=lambda slot: (slot.expires_ms, slot.scope_id, slot.key))
         for index, slot in enumerate(short):
             record = {
-                "type": "once.renewed", "scope_id": slot.scope_id, "key": slot.key, "token": slot.token,
+                "type": ONCE_RENEWED, "scope_id": slot.scope_id, "key": slot.key, "token": slot.token,
                 "lease_ms": slot.lease_ms, "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
                 "at_ms": now_ms, "graced": True,
             }
@@ -308,21 +319,21 @@ class OnceCommands:
 
 
 ONCE_APPLY: dict[str, Callable[[OnceTable, dict], Any]] = {
-    "once.acquired": OnceTable.apply_acquired,
-    "once.renewed": OnceTable.apply_renewed,
-    "once.completed": OnceTable.apply_completed,
-    "once.failed": OnceTable.apply_failed,
-    "once.expired": OnceTable.apply_expired,
-    "once.image": OnceTable.apply_image,
+    ONCE_ACQUIRED: OnceTable.apply_acquired,
+    ONCE_RENEWED: OnceTable.apply_renewed,
+    ONCE_COMPLETED: OnceTable.apply_completed,
+    ONCE_FAILED: OnceTable.apply_failed,
+    ONCE_EXPIRED: OnceTable.apply_expired,
+    ONCE_IMAGE: OnceTable.apply_image,
 }
 
 # The fields of each record type (for the record registry).
 ONCE_RECORDS: dict[str, tuple[str, ...]] = {
-    "once.acquired": ("scope_id", "key", "token", "holder", "session", "lease_ms", "expires_ms", "attempts", "at_ms"),
-    "once.renewed": ("scope_id", "key", "token", "lease_ms", "expires_ms", "at_ms", "graced?"),
-    "once.completed": ("scope_id", "key", "result", "at_ms"),
-    "once.failed": ("scope_id", "key", "error", "failed", "at_ms"),
-    "once.expired": ("scope_id", "key", "at_ms"),
-    "once.image": ("scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms",
+    ONCE_ACQUIRED: ("scope_id", "key", "token", "holder", "session", "lease_ms", "expires_ms", "attempts", "at_ms"),
+    ONCE_RENEWED: ("scope_id", "key", "token", "lease_ms", "expires_ms", "at_ms", "graced?"),
+    ONCE_COMPLETED: ("scope_id", "key", "result", "at_ms"),
+    ONCE_FAILED: ("scope_id", "key", "error", "failed", "at_ms"),
+    ONCE_EXPIRED: ("scope_id", "key", "at_ms"),
+    ONCE_IMAGE: ("scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms",
                    "result", "last_error", "at_ms", "graced?"),
 }

@@ -34,7 +34,23 @@ from .caps import full
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
 from .timestamps import format_ms
 
-__all__ = ["Pool", "Grant", "PoolWaiter", "PoolTable", "CAPACITY_UNAVAILABLE", "POOL_RECORDS", "SIGNALED"]
+__all__ = [
+    "Pool", "Grant", "PoolWaiter", "PoolTable", "CAPACITY_UNAVAILABLE", "POOL_RECORDS", "SIGNALED",
+    "GRANT_ACQUIRED", "GRANT_EXPIRED", "GRANT_RELEASED", "GRANT_RENEWED", "PERMIT_WAITER_ADDED",
+    "PERMIT_WAITER_ENDED", "PERMIT_WAITER_IMAGE", "PERMIT_WAITER_SIGNALED", "POOL_CREATED", "POOL_IMAGE",
+]
+
+# The record types this module decides and applies (the journal's spelling of each).
+GRANT_ACQUIRED = "grant.acquired"
+GRANT_EXPIRED = "grant.expired"
+GRANT_RELEASED = "grant.released"
+GRANT_RENEWED = "grant.renewed"
+PERMIT_WAITER_ADDED = "permit_waiter.added"
+PERMIT_WAITER_ENDED = "permit_waiter.ended"
+PERMIT_WAITER_IMAGE = "permit_waiter.image"
+PERMIT_WAITER_SIGNALED = "permit_waiter.signaled"
+POOL_CREATED = "pool.created"
+POOL_IMAGE = "pool.image"
 
 CAPACITY_UNAVAILABLE = "CAPACITY_UNAVAILABLE"
 
@@ -44,18 +60,18 @@ RETRY_AFTER_S = 1.0
 
 # The record types of this table and their fields (for the journal's registry).
 POOL_RECORDS: dict[str, tuple[str, ...]] = {
-    "pool.created": ("id", "name", "units", "at_ms"),
+    POOL_CREATED: ("id", "name", "units", "at_ms"),
     # An admission's grant names the delivery whose lease it shares ("?": an optional field).
-    "grant.acquired": ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms", "message_id?"),
-    "grant.renewed": ("id", "lease_ms", "expires_ms", "at_ms", "graced?"),
-    "grant.released": ("id", "at_ms"),
-    "grant.expired": ("id", "at_ms"),
-    "pool.image": ("id", "name", "units", "created_ms", "grants"),
+    GRANT_ACQUIRED: ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms", "message_id?"),
+    GRANT_RENEWED: ("id", "lease_ms", "expires_ms", "at_ms", "graced?"),
+    GRANT_RELEASED: ("id", "at_ms"),
+    GRANT_EXPIRED: ("id", "at_ms"),
+    POOL_IMAGE: ("id", "name", "units", "created_ms", "grants"),
     # The line of a pool (what `slots()` waits in).
-    "permit_waiter.added": ("id", "pool_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
-    "permit_waiter.signaled": ("id", "turn_ends_ms", "at_ms"),
-    "permit_waiter.ended": ("id", "state", "grant_id", "at_ms"),
-    "permit_waiter.image": (
+    PERMIT_WAITER_ADDED: ("id", "pool_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
+    PERMIT_WAITER_SIGNALED: ("id", "turn_ends_ms", "at_ms"),
+    PERMIT_WAITER_ENDED: ("id", "state", "grant_id", "at_ms"),
+    PERMIT_WAITER_IMAGE: (
         "id", "pool_id", "scope_id", "holder", "units", "expires_ms", "state", "signaled_ms", "turn_ends_ms", "grant_id",
         "created_ms", "ended_ms",
     ),
@@ -120,7 +136,7 @@ class PoolWaiter:
 
     def image(self) -> dict:
         return {
-            "type": "permit_waiter.image", "id": self.id, "pool_id": self.pool_id, "scope_id": self.scope_id,
+            "type": PERMIT_WAITER_IMAGE, "id": self.id, "pool_id": self.pool_id, "scope_id": self.scope_id,
             "holder": self.holder, "units": self.units, "expires_ms": self.expires_ms, "state": self.state,
             "signaled_ms": self.signaled_ms, "turn_ends_ms": self.turn_ends_ms, "grant_id": self.grant_id, "created_ms": self.created_ms, "ended_ms": self.ended_ms,
         }
@@ -284,7 +300,7 @@ class PoolTable:
             raise KernelError(CONFLICT, f"a permit pool named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._pools) >= self.pools_max:
             raise full(f"space holds {len(self._pools)} permit pools", "pools_max")
-        return {"type": "pool.created", "id": pool_id, "name": name, "units": units, "at_ms": now_ms}
+        return {"type": POOL_CREATED, "id": pool_id, "name": name, "units": units, "at_ms": now_ms}
 
     def check_units(self, pool: Pool, units: int) -> None:
         if units > pool.units_total:
@@ -313,20 +329,20 @@ class PoolTable:
                 raise KernelError(VALIDATION_FAILED, f"waiter {waiter_id!r} waits for another permit pool")
             if waiter.units != units:
                 raise KernelError(VALIDATION_FAILED, f"waiter {waiter_id!r} waits for {waiter.units} units, not {units}")
-            turn = any(r["type"] == "permit_waiter.signaled" and r["id"] == waiter.id for r in served)
+            turn = any(r["type"] == PERMIT_WAITER_SIGNALED and r["id"] == waiter.id for r in served)
             turn = turn or (waiter.state == SIGNALED and now_ms < waiter.due_ms)
             if not turn:
                 state = EXPIRED if waiter.state in (WAITING, SIGNALED) and now_ms >= waiter.due_ms else waiter.state
                 raise self._unavailable(pool, units, in_use, now_ms, f"waiter {waiter_id!r} is {state}, not SIGNALED")
             assert in_use + units <= pool.units_total, "a signaled waiter's units are held back for it"
-            records.append({"type": "permit_waiter.ended", "id": waiter.id, "state": GRANTED, "grant_id": grant_id, "at_ms": now_ms})
+            records.append({"type": PERMIT_WAITER_ENDED, "id": waiter.id, "state": GRANTED, "grant_id": grant_id, "at_ms": now_ms})
         else:
             lined_up = self.lined_up(pool, now_ms)  # a move of the line changes neither this nor room
             if lined_up or units > self.room(pool, now_ms):
                 ahead = f"; {lined_up} waiter(s) ahead" if lined_up else ""
                 raise self._unavailable(pool, units, in_use, now_ms, ahead)
         records.append({
-            "type": "grant.acquired", "id": grant_id, "pool_id": pool_id, "scope_id": scope_id, "units": units,
+            "type": GRANT_ACQUIRED, "id": grant_id, "pool_id": pool_id, "scope_id": scope_id, "units": units,
             "token": token, "holder": holder, "session": session, "lease_ms": lease_ms,
             "expires_ms": now_ms + lease_ms, "at_ms": now_ms,
         })
@@ -354,7 +370,7 @@ class PoolTable:
         if len(pool.line) >= self.waiters_max:
             raise full(f"permit pool {pool.name!r} has {len(pool.line)} waiters", "waiters_max")
         return {
-            "type": "permit_waiter.added", "id": waiter_id, "pool_id": pool.id, "scope_id": scope_id, "holder": holder,
+            "type": PERMIT_WAITER_ADDED, "id": waiter_id, "pool_id": pool.id, "scope_id": scope_id, "holder": holder,
             "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
         }
 
@@ -368,7 +384,7 @@ class PoolTable:
         for waiter_id in pool.line:
             waiter = self._waiters[waiter_id]
             if now_ms >= waiter.due_ms:
-                records.append({"type": "permit_waiter.ended", "id": waiter.id, "state": EXPIRED, "grant_id": None, "at_ms": now_ms})
+                records.append({"type": PERMIT_WAITER_ENDED, "id": waiter.id, "state": EXPIRED, "grant_id": None, "at_ms": now_ms})
                 continue
             if blocked:
                 continue
@@ -376,7 +392,7 @@ class PoolTable:
                 if waiter.units > free:
                     blocked = True
                     continue
-                records.append({"type": "permit_waiter.signaled", "id": waiter.id, "turn_ends_ms": now_ms + turn_ms, "at_ms": now_ms})
+                records.append({"type": PERMIT_WAITER_SIGNALED, "id": waiter.id, "turn_ends_ms": now_ms + turn_ms, "at_ms": now_ms})
             free -= waiter.units
         return records
 
@@ -384,12 +400,12 @@ class PoolTable:
         """Leave the line; a waiter that ended already stays as it ended (a grant stands)."""
         if waiter.state not in (WAITING, SIGNALED):
             return None
-        return {"type": "permit_waiter.ended", "id": waiter.id, "state": CANCELLED, "grant_id": None, "at_ms": now_ms}
+        return {"type": PERMIT_WAITER_ENDED, "id": waiter.id, "state": CANCELLED, "grant_id": None, "at_ms": now_ms}
 
     def decide_ended(self, pool: Pool, now_ms: int) -> list[dict]:
         """Expiry records for the grants of `pool` that ended unrecorded (a lease ran out, or the
         delivery a grant was taken with ended)."""
-        return [self._ended("grant.expired", grant, now_ms) for grant in pool.grants.values() if not self.held(grant, now_ms)]
+        return [self._ended(GRANT_EXPIRED, grant, now_ms) for grant in pool.grants.values() if not self.held(grant, now_ms)]
 
     def current(self, grant_id: str, token: str, now_ms: int) -> Grant:
         grant = self._grants.get(grant_id)
@@ -406,11 +422,11 @@ class PoolTable:
     def decide_renew(self, grant_id: str, token: str, lease_ms: int | None, now_ms: int) -> dict:
         grant = self.current(grant_id, token, now_ms)
         length = grant.lease_ms if lease_ms is None else lease_ms
-        return {"type": "grant.renewed", "id": grant_id, "lease_ms": length, "expires_ms": now_ms + length, "at_ms": now_ms}
+        return {"type": GRANT_RENEWED, "id": grant_id, "lease_ms": length, "expires_ms": now_ms + length, "at_ms": now_ms}
 
     def decide_release(self, grant_id: str, token: str, observation: object, now_ms: int) -> dict:
         grant = self.current(grant_id, token, now_ms)
-        record = self._ended("grant.released", grant, now_ms)
+        record = self._ended(GRANT_RELEASED, grant, now_ms)
         if observation is not None:
             record["observation"] = observation
         return record
@@ -419,7 +435,7 @@ class PoolTable:
         grant = self._grants.get(grant_id)
         if grant is None or grant.token != token or self.held(grant, now_ms):
             return None
-        return self._ended("grant.expired", grant, now_ms)
+        return self._ended(GRANT_EXPIRED, grant, now_ms)
 
     @staticmethod
     def _ended(kind: str, grant: Grant, now_ms: int) -> dict:
@@ -435,10 +451,10 @@ class PoolTable:
             if grant.message_id is not None:
                 continue  # its delivery's lease has the restart rule
             if grant.expires_ms <= now_ms:
-                records.append(self._ended("grant.expired", grant, now_ms))
+                records.append(self._ended(GRANT_EXPIRED, grant, now_ms))
             elif grant.expires_ms < now_ms + grace_ms and not grant.graced:
                 records.append({
-                    "type": "grant.renewed", "id": grant.id, "lease_ms": grant.lease_ms,
+                    "type": GRANT_RENEWED, "id": grant.id, "lease_ms": grant.lease_ms,
                     "expires_ms": now_ms + grace_ms, "at_ms": now_ms, "graced": True,
                 })
         # A signaled waiter whose turn may have been alive at the crash gets the same grace to
@@ -448,7 +464,7 @@ class PoolTable:
                 waiter = self._waiters[waiter_id]
                 turn_ends_ms = waiter.turn_ends_ms
                 if waiter.state == SIGNALED and turn_ends_ms is not None and now_ms < turn_ends_ms < now_ms + grace_ms:
-                    records.append({"type": "permit_waiter.signaled", "id": waiter.id, "turn_ends_ms": now_ms + grace_ms, "at_ms": now_ms})
+                    records.append({"type": PERMIT_WAITER_SIGNALED, "id": waiter.id, "turn_ends_ms": now_ms + grace_ms, "at_ms": now_ms})
         return records
 
     # -- applying -------------------------------------------------------------------------------
@@ -545,7 +561,7 @@ class PoolTable:
     def image(self) -> Iterator[dict]:
         for pool in self._pools.values():
             yield {
-                "type": "pool.image", "id": pool.id, "name": pool.name, "units": pool.units_total,
+                "type": POOL_IMAGE, "id": pool.id, "name": pool.name, "units": pool.units_total,
                 "created_ms": pool.created_ms, "grants": [grant.image() for grant in pool.grants.values()],
             }
         # Waiters in the order they came, so every line comes back in order.

@@ -29,8 +29,19 @@ from .timestamps import format_ms
 
 __all__ = [
     "Allowance", "Waiter", "AllowanceTable", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "QUOTA_RECORDS",
-    "WAITING", "GRANTED", "EXPIRED", "CANCELLED",
+    "WAITING", "GRANTED", "EXPIRED", "CANCELLED", "ALLOWANCE_CONSUMED", "ALLOWANCE_COOLDOWN_RECORD",
+    "ALLOWANCE_CREATED", "ALLOWANCE_IMAGE", "WAITER_ADDED", "WAITER_ENDED", "WAITER_GRANTED", "WAITER_IMAGE",
 ]
+
+# The record types this module decides and applies (the journal's spelling of each).
+ALLOWANCE_CONSUMED = "allowance.consumed"
+ALLOWANCE_COOLDOWN_RECORD = "allowance.cooldown"
+ALLOWANCE_CREATED = "allowance.created"
+ALLOWANCE_IMAGE = "allowance.image"
+WAITER_ADDED = "waiter.added"
+WAITER_ENDED = "waiter.ended"
+WAITER_GRANTED = "waiter.granted"
+WAITER_IMAGE = "waiter.image"
 
 ALLOWANCE_EXHAUSTED = "ALLOWANCE_EXHAUSTED"
 ALLOWANCE_COOLDOWN = "ALLOWANCE_COOLDOWN"
@@ -38,14 +49,14 @@ ALLOWANCE_COOLDOWN = "ALLOWANCE_COOLDOWN"
 WAITING, GRANTED, EXPIRED, CANCELLED = "WAITING", "GRANTED", "EXPIRED", "CANCELLED"
 
 QUOTA_RECORDS: dict[str, tuple[str, ...]] = {
-    "allowance.created": ("id", "name", "units_limit", "window_ms", "at_ms"),
-    "allowance.consumed": ("id", "consumption_id", "scope_id", "holder", "units", "window_start_ms", "at_ms"),
-    "allowance.cooldown": ("id", "until_ms", "reason", "at_ms"),
-    "waiter.added": ("id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
-    "waiter.granted": ("id", "consumption_id", "window_start_ms", "at_ms"),
-    "waiter.ended": ("id", "state", "at_ms"),
-    "allowance.image": ("id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms", "cooldown_reason"),
-    "waiter.image": (
+    ALLOWANCE_CREATED: ("id", "name", "units_limit", "window_ms", "at_ms"),
+    ALLOWANCE_CONSUMED: ("id", "consumption_id", "scope_id", "holder", "units", "window_start_ms", "at_ms"),
+    ALLOWANCE_COOLDOWN_RECORD: ("id", "until_ms", "reason", "at_ms"),
+    WAITER_ADDED: ("id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
+    WAITER_GRANTED: ("id", "consumption_id", "window_start_ms", "at_ms"),
+    WAITER_ENDED: ("id", "state", "at_ms"),
+    ALLOWANCE_IMAGE: ("id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms", "cooldown_reason"),
+    WAITER_IMAGE: (
         "id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "window_start_ms",
         "created_ms", "ended_ms",
     ),
@@ -206,7 +217,7 @@ class AllowanceTable:
         if len(self._allowances) >= self.allowances_max:
             raise full(f"space holds {len(self._allowances)} allowances", "allowances_max")
         return {
-            "type": "allowance.created", "id": allowance_id, "name": name, "units_limit": units_limit,
+            "type": ALLOWANCE_CREATED, "id": allowance_id, "name": name, "units_limit": units_limit,
             "window_ms": window_ms, "at_ms": now_ms,
         }
 
@@ -225,13 +236,13 @@ class AllowanceTable:
         for waiter_id in list(allowance.queue):
             waiter = self._waiters[waiter_id]
             if now_ms >= waiter.expires_ms:
-                records.append({"type": "waiter.ended", "id": waiter.id, "state": EXPIRED, "at_ms": now_ms})
+                records.append({"type": WAITER_ENDED, "id": waiter.id, "state": EXPIRED, "at_ms": now_ms})
                 continue
             if allowance.cooling_at(now_ms) or waiter.units > remaining:
                 break
             remaining -= waiter.units
             records.append({
-                "type": "waiter.granted", "id": waiter.id, "consumption_id": consumption_of(waiter.id),
+                "type": WAITER_GRANTED, "id": waiter.id, "consumption_id": consumption_of(waiter.id),
                 "window_start_ms": allowance.window_at(now_ms), "at_ms": now_ms,
             })
         return records
@@ -264,7 +275,7 @@ class AllowanceTable:
                 retry_after_s=(window_start + allowance.window_ms - now_ms) / 1000,
             )
         return {
-            "type": "allowance.consumed", "id": allowance.id, "consumption_id": consumption_id, "scope_id": scope_id,
+            "type": ALLOWANCE_CONSUMED, "id": allowance.id, "consumption_id": consumption_id, "scope_id": scope_id,
             "holder": holder, "units": units, "window_start_ms": window_start, "at_ms": now_ms,
         }
 
@@ -273,26 +284,26 @@ class AllowanceTable:
         if len(allowance.queue) >= self.waiters_max:
             raise full(f"allowance {allowance.name!r} has {len(allowance.queue)} waiters", "waiters_max")
         return {
-            "type": "waiter.added", "id": waiter_id, "allowance_id": allowance.id, "scope_id": scope_id,
+            "type": WAITER_ADDED, "id": waiter_id, "allowance_id": allowance.id, "scope_id": scope_id,
             "holder": holder, "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
         }
 
     def decide_cooldown(self, allowance: Allowance, seconds: int, reason: str | None, now_ms: int) -> dict:
         """A cooldown never shortens one that lasts longer."""
         until_ms = max(allowance.cooldown_until_ms, now_ms + seconds * 1000)
-        return {"type": "allowance.cooldown", "id": allowance.id, "until_ms": until_ms, "reason": reason, "at_ms": now_ms}
+        return {"type": ALLOWANCE_COOLDOWN_RECORD, "id": allowance.id, "until_ms": until_ms, "reason": reason, "at_ms": now_ms}
 
     def decide_cancel(self, waiter: Waiter, now_ms: int) -> dict | None:
         """Cancel a waiter still waiting; one that ended already stays as it ended (a grant stands)."""
         if waiter.state != WAITING:
             return None
-        return {"type": "waiter.ended", "id": waiter.id, "state": CANCELLED, "at_ms": now_ms}
+        return {"type": WAITER_ENDED, "id": waiter.id, "state": CANCELLED, "at_ms": now_ms}
 
     def decide_expire(self, waiter_id: str, now_ms: int) -> dict | None:
         waiter = self._waiters.get(waiter_id)
         if waiter is None or waiter.state != WAITING or now_ms < waiter.expires_ms:
             return None
-        return {"type": "waiter.ended", "id": waiter.id, "state": EXPIRED, "at_ms": now_ms}
+        return {"type": WAITER_ENDED, "id": waiter.id, "state": EXPIRED, "at_ms": now_ms}
 
     def serve_due_ms(self, allowance: Allowance, now_ms: int) -> int | None:
         """When waiters could next be granted: the next window, or the cooldown's end if later."""
@@ -369,7 +380,7 @@ class AllowanceTable:
     def image(self) -> Iterator[dict]:
         for allowance in self._allowances.values():
             yield {
-                "type": "allowance.image", "id": allowance.id, "name": allowance.name, "units_limit": allowance.units_limit,
+                "type": ALLOWANCE_IMAGE, "id": allowance.id, "name": allowance.name, "units_limit": allowance.units_limit,
                 "window_ms": allowance.window_ms, "created_ms": allowance.created_ms,
                 "window_start_ms": allowance.window_start_ms, "used": allowance.used,
                 "cooldown_until_ms": allowance.cooldown_until_ms, "cooldown_reason": allowance.cooldown_reason,
@@ -377,7 +388,7 @@ class AllowanceTable:
         # Waiters in the order they were added, so the queues come back in order.
         for waiter in self._waiters.values():
             yield {
-                "type": "waiter.image", "id": waiter.id, "allowance_id": waiter.allowance_id, "scope_id": waiter.scope_id,
+                "type": WAITER_IMAGE, "id": waiter.id, "allowance_id": waiter.allowance_id, "scope_id": waiter.scope_id,
                 "holder": waiter.holder, "units": waiter.units, "expires_ms": waiter.expires_ms, "state": waiter.state,
                 "consumption_id": waiter.consumption_id, "window_start_ms": waiter.window_start_ms, "created_ms": waiter.created_ms, "ended_ms": waiter.ended_ms,
             }

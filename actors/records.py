@@ -29,17 +29,23 @@ from __future__ import annotations
 from typing import Any
 
 from .boot import KERNEL_BOOTED
-from .claims import CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED
-from .idempotency import IDEM_STORED
-from .keys import KEY_REGISTERED, KEY_REVOKED
-from .scopes import SCOPE_CREATED, SCOPE_ENDED, SCOPE_IMAGE
 from .capacity import CAPACITY_RECORDS
+from .claims import CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED
 from .coordination import COORDINATION_RECORDS
 from .dead_letters import DEAD_LETTER_RECORDS
 from .events import EVENT_RECORDS
+from .idempotency import IDEM_STORED
+from .keys import KEY_REGISTERED, KEY_REVOKED
 from .mailboxes import MAILBOX_RECORDS
+from .messages import (
+    DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, MESSAGES_IMAGE,
+    MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, WORKKEY_IMAGE,
+)
 from .once import ONCE_RECORDS
 from .runs import RUN_RECORDS
+from .scopes import SCOPE_CREATED, SCOPE_ENDED, SCOPE_IMAGE
+from .tasks import TASK_CREATED, TASK_DETACHED, TASK_ENDED, TASK_IMAGE, TASK_JOINED, TASK_TOMBSTONED
+from .usage import USAGE_IMAGE
 
 __all__ = ["VERSION", "FIELDS", "RecordError", "Format", "FORMAT", "check_record", "upgrade"]
 
@@ -101,33 +107,33 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     # Mailboxes (`mailboxes.py`).
     **{kind: _declared(fields) for kind, fields in MAILBOX_RECORDS.items()},
     # Messages and deliveries (`messages.py`, `work.py`).
-    "message.sent": _spec(
+    MESSAGE_SENT: _spec(
         _SPACE, "id", "mailbox_id", "scope_id", "payload", "payload_hash", "work_key", "deadline_ms", "at_ms"
     ),
-    "message.visible": _spec(_SPACE, "message_id", "gen", "at_ms"),
-    "message.dropped": _spec(_SPACE, "message_id", "reason", "at_ms"),
-    "messages.image": _spec(_SPACE, "seq"),
-    "message.image": _spec(_SPACE, *_MESSAGE_SLOTS, "at_ms", optional=("graced",)),
-    "workkey.image": _spec(_SPACE, "mailbox_id", "scope_id", "work_key", "message_id", "payload_hash", "at_ms"),
-    "delivery.leased": _spec(
+    MESSAGE_VISIBLE: _spec(_SPACE, "message_id", "gen", "at_ms"),
+    MESSAGE_DROPPED: _spec(_SPACE, "message_id", "reason", "at_ms"),
+    MESSAGES_IMAGE: _spec(_SPACE, "seq"),
+    MESSAGE_IMAGE: _spec(_SPACE, *_MESSAGE_SLOTS, "at_ms", optional=("graced",)),
+    WORKKEY_IMAGE: _spec(_SPACE, "mailbox_id", "scope_id", "work_key", "message_id", "payload_hash", "at_ms"),
+    DELIVERY_LEASED: _spec(
         _SPACE, "message_id", "token", "attempt", "holder", "session", "lease_ms", "expires_ms", "at_ms"
     ),
-    "delivery.renewed": _spec(_SPACE, "message_id", "token", "lease_ms", "expires_ms", "at_ms", optional=("graced",)),
-    "delivery.requeued": _spec(_SPACE, "message_id", "token", "cause", "visible_ms", "at_ms"),
-    "delivery.completed": _spec(_SPACE, "message_id", "token", "at_ms", optional=("outcome",)),
-    "delivery.dead": _spec(_SPACE, "message_id", "token", "cause", "reason", "at_ms"),
+    DELIVERY_RENEWED: _spec(_SPACE, "message_id", "token", "lease_ms", "expires_ms", "at_ms", optional=("graced",)),
+    DELIVERY_REQUEUED: _spec(_SPACE, "message_id", "token", "cause", "visible_ms", "at_ms"),
+    DELIVERY_COMPLETED: _spec(_SPACE, "message_id", "token", "at_ms", optional=("outcome",)),
+    DELIVERY_DEAD: _spec(_SPACE, "message_id", "token", "cause", "reason", "at_ms"),
     # An operator's actions on dead letters (`dead_letters.py`).
     **{kind: _declared(fields) for kind, fields in DEAD_LETTER_RECORDS.items()},
     # Tasks (`tasks.py`).
-    "task.created": _spec(
+    TASK_CREATED: _spec(
         _SPACE, "id", "task_key", "scope_id", "mailbox_id", "message_id", "input", "input_hash", "deadline_ms",
         "subscriber_id", "at_ms",
     ),
-    "task.joined": _spec(_SPACE, "task_id", "subscriber_id", "scope_id", "at_ms"),
-    "task.detached": _spec(_SPACE, "task_id", "subscriber_id", "at_ms"),
-    "task.ended": _spec(_SPACE, "task_id", "state", "reason", "at_ms", optional=("by",)),
-    "task.tombstoned": _spec(_SPACE, "task_id", "at_ms"),
-    "task.image": _spec(
+    TASK_JOINED: _spec(_SPACE, "task_id", "subscriber_id", "scope_id", "at_ms"),
+    TASK_DETACHED: _spec(_SPACE, "task_id", "subscriber_id", "at_ms"),
+    TASK_ENDED: _spec(_SPACE, "task_id", "state", "reason", "at_ms", optional=("by",)),
+    TASK_TOMBSTONED: _spec(_SPACE, "task_id", "at_ms"),
+    TASK_IMAGE: _spec(
         _SPACE, "id", "task_key", "scope_id", "mailbox_id", "message_id", "input_hash", "state", "attempt",
         "outcome", "reason", "deadline_ms", "subscribers", "created_ms", "updated_ms", "finished_ms",
         "tombstoned", "at_ms",
@@ -141,7 +147,7 @@ FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     **{kind: _declared(fields) for kind, fields in EVENT_RECORDS.items()},
     **{kind: _declared(fields) for kind, fields in RUN_RECORDS.items()},
     # Usage counters (`usage.py`): the counter names inside are data, not fields.
-    "usage.image": _spec(_SPACE, "operations", "free", "events", optional=("takeovers",)),
+    USAGE_IMAGE: _spec(_SPACE, "operations", "free", "events", optional=("takeovers",)),
 }
 
 

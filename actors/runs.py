@@ -22,7 +22,10 @@ from .scopes import ScopeTree
 if TYPE_CHECKING:
     from .commands import EnsureRun
 
-__all__ = ["RunNames", "RunCommands", "run_actor", "RUN_RECORDS"]
+__all__ = ["RunNames", "RunCommands", "run_actor", "RUN_RECORDS", "RUN_NAMED"]
+
+# The record types this module decides and applies (the journal's spelling of each).
+RUN_NAMED = "run.named"
 
 
 def run_actor(space: str, name: str) -> tuple:
@@ -48,7 +51,7 @@ class RunNames:
 
     def image(self) -> Iterator[dict]:
         for name, scope_id in self._by_name.items():
-            yield {"type": "run.named", "name": name, "scope_id": scope_id, "at_ms": 0}
+            yield {"type": RUN_NAMED, "name": name, "scope_id": scope_id, "at_ms": 0}
 
 
 class RunCommands:
@@ -75,7 +78,7 @@ class RunCommands:
             return Outcome(reply=scopes.view(scopes.get(existing), now_ms))
         scope_id = command.scope_id
         created = scopes.decide_create(scope_id, command.name, None, command.deadline_ms, None, now_ms)
-        named = {"type": "run.named", "name": command.name, "scope_id": scope_id, "at_ms": now_ms}
+        named = {"type": RUN_NAMED, "name": command.name, "scope_id": scope_id, "at_ms": now_ms}
         outcome = self._commit(Outcome(), created, named)
         if command.deadline_ms is not None:
             outcome.timers.append(self._deadline_timer(scope_id, command.deadline_ms))
@@ -83,4 +86,4 @@ class RunCommands:
         return outcome
 
 
-RUN_RECORDS: dict[str, tuple[str, ...]] = {"run.named": ("name", "scope_id", "at_ms")}
+RUN_RECORDS: dict[str, tuple[str, ...]] = {RUN_NAMED: ("name", "scope_id", "at_ms")}

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .boot import BootInfo
-from .caps import check_bytes, full
 from .admission import FREEING, POOL_FREEING, TASK_CREATED, WAKE_TIMER, on_wake_timer  # -- capacity --
+from .boot import BootInfo
 from .capacity import CAPACITY_APPLY, CAPACITY_TIMERS, CapacityCommands  # -- capacity --
+from .caps import check_bytes, full
 from .claiming import LEASE_TIMER, ClaimCommands
-from .claims import CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED, ClaimTable
+from .claims import (
+    CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED, ClaimTable,
+)
 from .commands import claim_actor, mailboxes_actor, queue_actor, scope_actor
 from .errors import VALIDATION_FAILED, KernelError, quote
 from .idempotency import IDEM_STORED, IdempotencyTable
@@ -47,6 +49,9 @@ from .work import WORK_APPLY, WORK_TIMERS, WorkCommands
 from .commands import events_actor
 from .coordination import AFTER_APPLY_KINDS, COORDINATION_APPLY, COORDINATION_TIMERS, CoordinationCommands
 from .events import DERIVE, EventLog
+from .events import EVENTS_IMAGE, EVENT_IMAGE
+from .runs import RUN_NAMED
+from .usage import USAGE_IMAGE
 
 if TYPE_CHECKING:
     from .commands import CreateScope, EndScope
@@ -369,13 +374,13 @@ _APPLY: tuple[tuple[str, dict[str, Callable[[Any, dict], Any]]], ...] = (
     }),
     ("scopes", {SCOPE_CREATED: ScopeTree.apply_created, SCOPE_IMAGE: ScopeTree.apply_image}),
     ("claims", {CLAIM_RENEWED: ClaimTable.apply_renewed, CLAIM_IMAGE: ClaimTable.apply_image}),
-    ("usage", {"usage.image": Usage.apply_image}),
-    ("run_names", {"run.named": RunNames.apply_named}),
+    ("usage", {USAGE_IMAGE: Usage.apply_image}),
+    ("run_names", {RUN_NAMED: RunNames.apply_named}),
     ("work", WORK_APPLY),  # mailboxes, messages and tasks, image records included
     ("once", ONCE_APPLY),
     ("capacity", CAPACITY_APPLY),  # -- capacity --
     ("coordination", COORDINATION_APPLY),  # -- coordination --
-    ("events", {"events.image": EventLog.apply_image_header, "event.image": EventLog.apply_image_event}),
+    ("events", {EVENTS_IMAGE: EventLog.apply_image_header, EVENT_IMAGE: EventLog.apply_image_event}),
     ("idempotency", {IDEM_STORED: IdempotencyTable.apply_stored}),
 )
 

@@ -32,17 +32,17 @@ from .limits import Limits
 from .timestamps import format_ms
 
 __all__ = [
-    "Task",
-    "TaskTable",
-    "input_hash",
-    "QUEUED",
-    "RUNNING",
-    "SUCCEEDED",
-    "FAILED",
-    "CANCELLED",
-    "EXPIRED",
-    "TERMINAL",
+    "Task", "TaskTable", "input_hash", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED",
+    "TERMINAL", "TASK_CREATED", "TASK_DETACHED", "TASK_ENDED", "TASK_IMAGE", "TASK_JOINED", "TASK_TOMBSTONED",
 ]
+
+# The record types this module decides and applies (the journal's spelling of each).
+TASK_CREATED = "task.created"
+TASK_DETACHED = "task.detached"
+TASK_ENDED = "task.ended"
+TASK_IMAGE = "task.image"
+TASK_JOINED = "task.joined"
+TASK_TOMBSTONED = "task.tombstoned"
 
 QUEUED = "QUEUED"
 RUNNING = "RUNNING"
@@ -216,7 +216,7 @@ class TaskTable:
         if task_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"task id {task_id} is taken")
         return {
-            "type": "task.created",
+            "type": TASK_CREATED,
             "id": task_id,
             "task_key": key,
             "scope_id": scope_id,
@@ -236,7 +236,7 @@ class TaskTable:
         if len(task.subscribers) >= self._limits.subscribers_max:
             raise full(f"task {task.id} has {len(task.subscribers)} subscribers", "subscribers_max")
         return {
-            "type": "task.joined",
+            "type": TASK_JOINED,
             "task_id": task.id,
             "subscriber_id": subscriber_id,
             "scope_id": scope_id,
@@ -247,7 +247,7 @@ class TaskTable:
     def decide_detach(task: Task, subscriber_id: str, now_ms: int) -> dict | None:
         if subscriber_id not in task.subscribers:
             return None
-        return {"type": "task.detached", "task_id": task.id, "subscriber_id": subscriber_id, "at_ms": now_ms}
+        return {"type": TASK_DETACHED, "task_id": task.id, "subscriber_id": subscriber_id, "at_ms": now_ms}
 
     @staticmethod
     def decide_end(task: Task, state: str, reason: str, now_ms: int) -> dict | None:
@@ -261,13 +261,13 @@ class TaskTable:
             raise KernelError(
                 CONFLICT, f"task {task.id} already ended {task.state.lower()}; its outcome does not change"
             )
-        return {"type": "task.ended", "task_id": task.id, "state": state, "reason": reason, "at_ms": now_ms}
+        return {"type": TASK_ENDED, "task_id": task.id, "state": state, "reason": reason, "at_ms": now_ms}
 
     def decide_tombstone(self, task: Task, now_ms: int) -> dict | None:
         due_ms = self.tombstone_due_ms(task)
         if task.tombstoned or due_ms is None or now_ms < due_ms:
             return None
-        return {"type": "task.tombstoned", "task_id": task.id, "at_ms": now_ms}
+        return {"type": TASK_TOMBSTONED, "task_id": task.id, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------
 
@@ -275,7 +275,7 @@ class TaskTable:
         """Records that rebuild this table exactly through `apply_image` (inputs live with the messages)."""
         for task in self._by_id.values():
             yield {
-                "type": "task.image",
+                "type": TASK_IMAGE,
                 "id": task.id,
                 "task_key": task.key,
                 "scope_id": task.scope_id,

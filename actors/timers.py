@@ -33,7 +33,18 @@ from .limits import Limits
 from .scopes import ScopeTree
 from .timestamps import format_ms
 
-__all__ = ["ScopeTimer", "TimerTable", "TIMER_RECORDS", "ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED"]
+__all__ = [
+    "ScopeTimer", "TimerTable", "TIMER_RECORDS", "ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED", "TIMER_ACKED",
+    "TIMER_CANCELLED", "TIMER_CREATED", "TIMER_EXPIRED", "TIMER_FIRED", "TIMER_IMAGE",
+]
+
+# The record types this module decides and applies (the journal's spelling of each).
+TIMER_ACKED = "timer.acked"
+TIMER_CANCELLED = "timer.cancelled"
+TIMER_CREATED = "timer.created"
+TIMER_EXPIRED = "timer.expired"
+TIMER_FIRED = "timer.fired"
+TIMER_IMAGE = "timer.image"
 
 ARMED = "ARMED"
 FIRED = "FIRED"
@@ -44,12 +55,12 @@ ENDED = frozenset({ACKED, CANCELLED, EXPIRED})
 
 TIMER_RECORDS: dict[str, tuple[str, ...]] = {
     # `name` only on a named timer (`PUT /timers/by-name/{name}`).
-    "timer.created": ("id", "scope_id", "fire_ms", "token", "at_ms", "name?"),
-    "timer.fired": ("id", "at_ms"),
-    "timer.acked": ("id", "at_ms"),
-    "timer.cancelled": ("id", "at_ms"),
-    "timer.expired": ("id", "at_ms"),
-    "timer.image": ("id", "scope_id", "fire_ms", "token", "state", "fired_ms", "ended_ms", "at_ms", "name?"),
+    TIMER_CREATED: ("id", "scope_id", "fire_ms", "token", "at_ms", "name?"),
+    TIMER_FIRED: ("id", "at_ms"),
+    TIMER_ACKED: ("id", "at_ms"),
+    TIMER_CANCELLED: ("id", "at_ms"),
+    TIMER_EXPIRED: ("id", "at_ms"),
+    TIMER_IMAGE: ("id", "scope_id", "fire_ms", "token", "state", "fired_ms", "ended_ms", "at_ms", "name?"),
 }
 
 
@@ -158,7 +169,7 @@ class TimerTable:
             raise full(f"scope {scope_id} holds {len(live)} armed or fired timers", "timers_per_scope_max")
         if timer_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"timer id {timer_id} is taken")
-        record = {"type": "timer.created", "id": timer_id, "scope_id": scope_id, "fire_ms": fire_ms, "token": token, "at_ms": now_ms}
+        record = {"type": TIMER_CREATED, "id": timer_id, "scope_id": scope_id, "fire_ms": fire_ms, "token": token, "at_ms": now_ms}
         if name is not None:
             record["name"] = name
         return record
@@ -167,12 +178,12 @@ class TimerTable:
         """The firing the supervisor proposed, if the timer is still armed and due."""
         if timer.state != ARMED or now_ms < timer.fire_ms:
             return None
-        return {"type": "timer.fired", "id": timer.id, "at_ms": now_ms}
+        return {"type": TIMER_FIRED, "id": timer.id, "at_ms": now_ms}
 
     def decide_expire(self, timer: ScopeTimer, now_ms: int) -> dict | None:
         if timer.state != FIRED or now_ms < self.expiry_ms(timer):
             return None
-        return {"type": "timer.expired", "id": timer.id, "at_ms": now_ms}
+        return {"type": TIMER_EXPIRED, "id": timer.id, "at_ms": now_ms}
 
     def decide_ack(self, timer: ScopeTimer, token: str, now_ms: int) -> dict | None:
         """ACKED with the token it fired with; again with it, harmless; another token, STALE_CLAIM."""
@@ -182,13 +193,13 @@ class TimerTable:
             return None
         if timer.state != FIRED:
             raise KernelError(CONFLICT, f"timer {timer.id} is {timer.state.lower()}, not fired")
-        return {"type": "timer.acked", "id": timer.id, "at_ms": now_ms}
+        return {"type": TIMER_ACKED, "id": timer.id, "at_ms": now_ms}
 
     def decide_cancel(self, timer: ScopeTimer, now_ms: int) -> dict | None:
         """CANCELLED if armed or fired; a timer already ended stays as it is (a harmless repeat)."""
         if timer.state in ENDED:
             return None
-        return {"type": "timer.cancelled", "id": timer.id, "at_ms": now_ms}
+        return {"type": TIMER_CANCELLED, "id": timer.id, "at_ms": now_ms}
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -241,7 +252,7 @@ class TimerTable:
     def image(self) -> Iterator[dict]:
         for timer in self._by_id.values():
             yield {
-                "type": "timer.image",
+                "type": TIMER_IMAGE,
                 "id": timer.id,
                 "scope_id": timer.scope_id,
                 "fire_ms": timer.fire_ms,

@@ -32,14 +32,43 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from .admission import TASK_REQUIREMENTS
+from .barriers import BARRIER_ARRIVED, BARRIER_CREATED, BARRIER_IMAGE
+from .budgets import (
+    BUDGET_CREATED, BUDGET_IMAGE, RESERVATION_ENDED, RESERVATION_IMAGE, RESERVATION_MADE, RESERVATION_SETTLED,
+)
 from .claims import CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED
+from .dead_letters import DEAD_LETTERS_DELETED, DEAD_LETTERS_REQUEUED
+from .events import EVENTS_IMAGE, EVENT_IMAGE
+from .groups import GROUP_CREATED, GROUP_EXPIRED, GROUP_IMAGE, GROUP_JOINED, GROUP_SEALED, GROUP_VERDICT
 from .idempotency import IDEM_STORED
+from .mailboxes import MAILBOX_CREATED, MAILBOX_DECLARED, MAILBOX_IMAGE, MAILBOX_PURGED
+from .messages import (
+    DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, MESSAGES_IMAGE,
+    MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, WORKKEY_IMAGE,
+)
+from .once import ONCE_ACQUIRED, ONCE_COMPLETED, ONCE_EXPIRED, ONCE_FAILED, ONCE_IMAGE, ONCE_RENEWED
+from .pools import (
+    GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, GRANT_RENEWED, PERMIT_WAITER_ADDED, PERMIT_WAITER_ENDED,
+    PERMIT_WAITER_IMAGE, PERMIT_WAITER_SIGNALED, POOL_CREATED, POOL_IMAGE,
+)
+from .quotas import (
+    ALLOWANCE_CONSUMED, ALLOWANCE_COOLDOWN_RECORD, ALLOWANCE_CREATED, ALLOWANCE_IMAGE, WAITER_ADDED, WAITER_ENDED,
+    WAITER_GRANTED, WAITER_IMAGE,
+)
+from .runs import RUN_NAMED
 from .scopes import SCOPE_CREATED, SCOPE_ENDED, SCOPE_IMAGE
+from .tasks import TASK_CREATED, TASK_DETACHED, TASK_ENDED, TASK_IMAGE, TASK_JOINED, TASK_TOMBSTONED
+from .timers import TIMER_ACKED, TIMER_CANCELLED, TIMER_CREATED, TIMER_EXPIRED, TIMER_FIRED, TIMER_IMAGE
+from .work_limits import WORK_LIMIT_COUNTED, WORK_LIMIT_CREATED, WORK_LIMIT_IMAGE
 
 if TYPE_CHECKING:
     from .claims import ClaimTable
 
-__all__ = ["Usage", "OPERATIONS", "FREE", "EVENTS", "NOT_COUNTED", "CLASSIFIED", "EXPIRIES", "TAKEOVER"]
+__all__ = ["Usage", "OPERATIONS", "FREE", "EVENTS", "NOT_COUNTED", "CLASSIFIED", "EXPIRIES", "TAKEOVER", "USAGE_IMAGE"]
+
+# The record types this module decides and applies (the journal's spelling of each).
+USAGE_IMAGE = "usage.image"
 
 # The three buckets, as indexes into `Usage._buckets`.
 OPERATION, FREE_OPERATION, EVENT = 0, 1, 2
@@ -77,90 +106,90 @@ OPERATIONS: dict[str, str] = {
     CLAIM_ACQUIRED: "claims.acquire",
     CLAIM_RELEASED: "claims.release",
     CLAIM_FORCE_RELEASED: "claims.force_release",
-    "mailbox.created": "mailboxes.create",
-    "mailbox.declared": "mailboxes.declare",
-    "message.sent": "messages.send",
-    "task.created": "tasks.submit",
-    "task.joined": "tasks.join",
-    "task.detached": "tasks.detach",
-    "delivery.leased": "deliveries.receive",
-    "delivery.completed": "deliveries.complete",
-    "dead_letters.requeued": "dead_letters.requeue",
-    "dead_letters.deleted": "dead_letters.delete",
-    "mailbox.purged": "mailboxes.purge",
-    "once.acquired": "once.acquire",
-    "once.completed": "once.complete",
-    "once.failed": "once.fail",
+    MAILBOX_CREATED: "mailboxes.create",
+    MAILBOX_DECLARED: "mailboxes.declare",
+    MESSAGE_SENT: "messages.send",
+    TASK_CREATED: "tasks.submit",
+    TASK_JOINED: "tasks.join",
+    TASK_DETACHED: "tasks.detach",
+    DELIVERY_LEASED: "deliveries.receive",
+    DELIVERY_COMPLETED: "deliveries.complete",
+    DEAD_LETTERS_REQUEUED: "dead_letters.requeue",
+    DEAD_LETTERS_DELETED: "dead_letters.delete",
+    MAILBOX_PURGED: "mailboxes.purge",
+    ONCE_ACQUIRED: "once.acquire",
+    ONCE_COMPLETED: "once.complete",
+    ONCE_FAILED: "once.fail",
     # -- capacity --
-    "pool.created": "pools.create",
-    "grant.acquired": "pools.acquire",
-    "grant.released": "pools.release",
-    "allowance.created": "quotas.create",
-    "allowance.consumed": "quotas.consume",
-    "allowance.cooldown": "quotas.cooldown",
-    "waiter.added": "quotas.wait",
-    "permit_waiter.added": "pools.wait",
-    "work_limit.created": "work_limits.create",
-    "budget.created": "budgets.create",
-    "reservation.made": "budgets.reserve",
-    "reservation.settled": "budgets.settle",
+    POOL_CREATED: "pools.create",
+    GRANT_ACQUIRED: "pools.acquire",
+    GRANT_RELEASED: "pools.release",
+    ALLOWANCE_CREATED: "quotas.create",
+    ALLOWANCE_CONSUMED: "quotas.consume",
+    ALLOWANCE_COOLDOWN_RECORD: "quotas.cooldown",
+    WAITER_ADDED: "quotas.wait",
+    PERMIT_WAITER_ADDED: "pools.wait",
+    WORK_LIMIT_CREATED: "work_limits.create",
+    BUDGET_CREATED: "budgets.create",
+    RESERVATION_MADE: "budgets.reserve",
+    RESERVATION_SETTLED: "budgets.settle",
     # -- coordination --
-    "barrier.created": "barriers.create",
-    "barrier.arrived": "barriers.arrive",
-    "timer.created": "timers.create",
-    "timer.acked": "timers.ack",
-    "timer.cancelled": "timers.cancel",
-    "group.created": "groups.create",
-    "group.joined": "groups.join",
-    "group.verdict": "groups.verdict",
-    "group.sealed": "groups.seal",
+    BARRIER_CREATED: "barriers.create",
+    BARRIER_ARRIVED: "barriers.arrive",
+    TIMER_CREATED: "timers.create",
+    TIMER_ACKED: "timers.ack",
+    TIMER_CANCELLED: "timers.cancel",
+    GROUP_CREATED: "groups.create",
+    GROUP_JOINED: "groups.join",
+    GROUP_VERDICT: "groups.verdict",
+    GROUP_SEALED: "groups.seal",
 }
 FREE: dict[str, str] = {
     CLAIM_RENEWED: "claims.renew",
-    "delivery.renewed": "deliveries.renew",
-    "once.renewed": "once.renew",
-    "grant.renewed": "pools.renew",  # -- capacity --
+    DELIVERY_RENEWED: "deliveries.renew",
+    ONCE_RENEWED: "once.renew",
+    GRANT_RENEWED: "pools.renew",  # -- capacity --
 }
 EVENTS: dict[str, str] = {
     CLAIM_EXPIRED: "claims.expire",
-    "message.visible": "messages.backoff_over",
-    "message.dropped": "messages.drop",
-    "task.tombstoned": "tasks.tombstone",
-    "once.expired": "once.expire",
+    MESSAGE_VISIBLE: "messages.backoff_over",
+    MESSAGE_DROPPED: "messages.drop",
+    TASK_TOMBSTONED: "tasks.tombstone",
+    ONCE_EXPIRED: "once.expire",
     # -- capacity --
-    "grant.expired": "pools.expire",
-    "waiter.granted": "quotas.grant",
-    "permit_waiter.signaled": "pools.signal",
+    GRANT_EXPIRED: "pools.expire",
+    WAITER_GRANTED: "quotas.grant",
+    PERMIT_WAITER_SIGNALED: "pools.signal",
     # Counted with the submit it belongs to.
     # -- coordination --
-    "timer.fired": "timers.fire",
-    "timer.expired": "timers.expire",
-    "group.expired": "groups.expire",
+    TIMER_FIRED: "timers.fire",
+    TIMER_EXPIRED: "timers.expire",
+    GROUP_EXPIRED: "groups.expire",
 }
 # Decided by the record's content.
 _BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
     SCOPE_ENDED: _scope_end,
-    "task.ended": _task_end,
-    "delivery.requeued": _requeue,
-    "delivery.dead": _dead,
+    TASK_ENDED: _task_end,
+    DELIVERY_REQUEUED: _requeue,
+    DELIVERY_DEAD: _dead,
     # -- capacity --
-    "waiter.ended": lambda record: (OPERATION, "quotas.cancel_wait") if record["state"] == "CANCELLED" else (EVENT, "quotas.wait_expire"),
-    "reservation.ended": lambda record: (OPERATION, "budgets.void") if record["state"] == "VOIDED" else (EVENT, "budgets.release"),
+    WAITER_ENDED: lambda record: (OPERATION, "quotas.cancel_wait") if record["state"] == "CANCELLED" else (EVENT, "quotas.wait_expire"),
+    RESERVATION_ENDED: lambda record: (OPERATION, "budgets.void") if record["state"] == "VOIDED" else (EVENT, "budgets.release"),
     # A waiter's grant is part of its acquire (the operation is `grant.acquired`).
-    "permit_waiter.ended": lambda record: {
+    PERMIT_WAITER_ENDED: lambda record: {
         "CANCELLED": (OPERATION, "pools.cancel_wait"), "GRANTED": (FREE_OPERATION, "pools.take_turn"),
     }.get(record["state"], (EVENT, "pools.wait_expire")),
 }
 # Records that are no change a caller made: snapshot images and the usage image itself; a run's
 # name (its `scope.created` is the operation).
 NOT_COUNTED = frozenset(
-    {"usage.image", SCOPE_IMAGE, CLAIM_IMAGE, "mailbox.image", "message.image", "messages.image", "task.image",
-     "workkey.image", "once.image", "run.named",
+    {USAGE_IMAGE, SCOPE_IMAGE, CLAIM_IMAGE, MAILBOX_IMAGE, MESSAGE_IMAGE, MESSAGES_IMAGE, TASK_IMAGE,
+     WORKKEY_IMAGE, ONCE_IMAGE, RUN_NAMED,
      # -- capacity --
-     "pool.image", "allowance.image", "waiter.image", "permit_waiter.image", "work_limit.image", "budget.image", "reservation.image",
-     "work_limit.counted", "task.requirements",
+     POOL_IMAGE, ALLOWANCE_IMAGE, WAITER_IMAGE, PERMIT_WAITER_IMAGE, WORK_LIMIT_IMAGE, BUDGET_IMAGE, RESERVATION_IMAGE,
+     WORK_LIMIT_COUNTED, TASK_REQUIREMENTS,
      # -- coordination --
-     "barrier.image", "timer.image", "group.image", "events.image", "event.image",
+     BARRIER_IMAGE, TIMER_IMAGE, GROUP_IMAGE, EVENTS_IMAGE, EVENT_IMAGE,
      # A stored answer: the request it answers was counted when it ran.
      IDEM_STORED}
 )
@@ -237,7 +266,7 @@ class Usage:
     def image(self, space_id: str) -> dict:
         """The record that sets these counters outright: last in a space's snapshot image."""
         return {
-            "type": "usage.image",
+            "type": USAGE_IMAGE,
             "space": space_id,
             "operations": dict(self.operations),
             "free": dict(self.free),

@@ -36,13 +36,20 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from . import dead_letters
 from .caps import RETRY_AFTER_S, full, value_bytes
 from .commands import queue_actor
+from .dead_letters import DEAD_LETTERS_DELETED, DEAD_LETTERS_REQUEUED
 from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, SCOPE_CANCELLED, KernelError, quote
 from .limits import Limits
 from .mailboxes import MailboxTable
+from .mailboxes import MAILBOX_CREATED, MAILBOX_DECLARED, MAILBOX_IMAGE, MAILBOX_PURGED
 from .messages import DELAYED, LEASED, LIVE, QUEUED, Message, MessageTable, backoff_ms
+from .messages import (
+    DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, MESSAGES_IMAGE,
+    MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, WORKKEY_IMAGE,
+)
 from .outcome import Outcome, Timer
 from .scopes import ACTIVE, ScopeTree
 from .tasks import CANCELLED, EXPIRED, FAILED, SUCCEEDED, Task, TaskTable, input_hash
+from .tasks import TASK_CREATED, TASK_DETACHED, TASK_ENDED, TASK_IMAGE, TASK_JOINED, TASK_TOMBSTONED
 
 if TYPE_CHECKING:
     from .commands import (
@@ -152,7 +159,7 @@ class WorkCommands:
         self.check_entities(1)
         self.messages.check_new_id(message_id)
         record = {
-            "type": "message.sent",
+            "type": MESSAGE_SENT,
             "id": message_id,
             "mailbox_id": mailbox_id,
             "scope_id": scope_id,
@@ -235,7 +242,7 @@ class WorkCommands:
         for message_id in new_ids:
             self.messages.check_new_id(message_id)
         record = {
-            "type": "dead_letters.requeued", "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken],
+            "type": DEAD_LETTERS_REQUEUED, "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken],
             "new_ids": new_ids, "at_ms": now_ms,
         }
         if command.by is not None:
@@ -263,7 +270,7 @@ class WorkCommands:
         }
         if command.dry_run or not taken:
             return Outcome(reply=reply)
-        record = {"type": "dead_letters.deleted", "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken], "at_ms": now_ms}
+        record = {"type": DEAD_LETTERS_DELETED, "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken], "at_ms": now_ms}
         if command.by is not None:
             record["by"] = command.by
         outcome = self._commit(Outcome(), record)
@@ -284,7 +291,7 @@ class WorkCommands:
         if command.dry_run or not taken:
             return Outcome(reply=reply)
         reason = REASON_PURGED if not command.reason else f"{REASON_PURGED}: {command.reason}"
-        marker = {"type": "mailbox.purged", "mailbox_id": mailbox.id, "scope_id": command.scope_id, "count": len(taken), "at_ms": now_ms}
+        marker = {"type": MAILBOX_PURGED, "mailbox_id": mailbox.id, "scope_id": command.scope_id, "count": len(taken), "at_ms": now_ms}
         if command.reason:
             marker["reason"] = command.reason
         ends = []
@@ -298,7 +305,7 @@ class WorkCommands:
         if command.by is not None:
             marker["by"] = command.by
             for record in ends:
-                if record["type"] == "task.ended":
+                if record["type"] == TASK_ENDED:
                     record["by"] = command.by
         outcome = self._commit(Outcome(), marker, *ends)
         scopes: dict[str, None] = {}
@@ -615,7 +622,7 @@ class WorkCommands:
         short.sort(key=lambda message: (message.expires_ms, message.id))
         for index, message in enumerate(short):
             record = {
-                "type": "delivery.renewed",
+                "type": DELIVERY_RENEWED,
                 "message_id": message.id,
                 "token": message.token,
                 "lease_ms": message.lease_ms,
@@ -739,29 +746,29 @@ WORK_TIMERS: dict[str, Callable[[WorkCommands, Any, Any, int], Outcome]] = {
 }
 
 WORK_APPLY: dict[str, Callable[[WorkCommands, dict], Any]] = {
-    "mailbox.created": lambda space, record: space.mailboxes.apply_created(record),
-    "mailbox.declared": lambda space, record: space.mailboxes.apply_declared(record),
-    "message.sent": WorkCommands._apply_message_sent,
-    "message.visible": lambda space, record: space.messages.apply_visible(record),
-    "message.dropped": WorkCommands._apply_dropped,
-    "delivery.leased": WorkCommands._apply_leased,
-    "delivery.renewed": lambda space, record: space.messages.apply_renewed(record),
-    "delivery.requeued": WorkCommands._apply_requeued,
-    "delivery.completed": WorkCommands._apply_completed,
-    "delivery.dead": WorkCommands._apply_dead,
-    "task.created": WorkCommands._apply_task_created,
-    "task.joined": lambda space, record: space.tasks.apply_joined(record),
-    "task.detached": lambda space, record: space.tasks.apply_detached(record),
-    "task.ended": WorkCommands._apply_task_ended,
-    "task.tombstoned": lambda space, record: space.tasks.apply_tombstoned(record),
-    "dead_letters.requeued": lambda space, record: space.messages.apply_dead_requeued(record),
-    "dead_letters.deleted": lambda space, record: space.messages.apply_dead_deleted(record),
+    MAILBOX_CREATED: lambda space, record: space.mailboxes.apply_created(record),
+    MAILBOX_DECLARED: lambda space, record: space.mailboxes.apply_declared(record),
+    MESSAGE_SENT: WorkCommands._apply_message_sent,
+    MESSAGE_VISIBLE: lambda space, record: space.messages.apply_visible(record),
+    MESSAGE_DROPPED: WorkCommands._apply_dropped,
+    DELIVERY_LEASED: WorkCommands._apply_leased,
+    DELIVERY_RENEWED: lambda space, record: space.messages.apply_renewed(record),
+    DELIVERY_REQUEUED: WorkCommands._apply_requeued,
+    DELIVERY_COMPLETED: WorkCommands._apply_completed,
+    DELIVERY_DEAD: WorkCommands._apply_dead,
+    TASK_CREATED: WorkCommands._apply_task_created,
+    TASK_JOINED: lambda space, record: space.tasks.apply_joined(record),
+    TASK_DETACHED: lambda space, record: space.tasks.apply_detached(record),
+    TASK_ENDED: WorkCommands._apply_task_ended,
+    TASK_TOMBSTONED: lambda space, record: space.tasks.apply_tombstoned(record),
+    DEAD_LETTERS_REQUEUED: lambda space, record: space.messages.apply_dead_requeued(record),
+    DEAD_LETTERS_DELETED: lambda space, record: space.messages.apply_dead_deleted(record),
     # What a purge ended is in the records after this one; this one says who purged, for the log.
-    "mailbox.purged": lambda space, record: None,
+    MAILBOX_PURGED: lambda space, record: None,
     # Image-only records (a snapshot's way of saying what a table holds).
-    "mailbox.image": lambda space, record: space.mailboxes.apply_created(record),
-    "messages.image": lambda space, record: space.messages.apply_image_counter(record),
-    "message.image": lambda space, record: space.messages.apply_image_message(record),
-    "workkey.image": lambda space, record: space.messages.apply_image_work_key(record),
-    "task.image": lambda space, record: space.tasks.apply_image(record),
+    MAILBOX_IMAGE: lambda space, record: space.mailboxes.apply_created(record),
+    MESSAGES_IMAGE: lambda space, record: space.messages.apply_image_counter(record),
+    MESSAGE_IMAGE: lambda space, record: space.messages.apply_image_message(record),
+    WORKKEY_IMAGE: lambda space, record: space.messages.apply_image_work_key(record),
+    TASK_IMAGE: lambda space, record: space.tasks.apply_image(record),
 }

@@ -22,12 +22,20 @@ from .errors import BACKLOG_FULL, CONFLICT, NOT_FOUND, KernelError
 from .tasks import TaskTable
 from .timestamps import format_ms
 
-__all__ = ["WorkLimit", "WorkLimitTable", "WORK_LIMIT_RECORDS"]
+__all__ = [
+    "WorkLimit", "WorkLimitTable", "WORK_LIMIT_RECORDS", "WORK_LIMIT_COUNTED", "WORK_LIMIT_CREATED",
+    "WORK_LIMIT_IMAGE",
+]
+
+# The record types this module decides and applies (the journal's spelling of each).
+WORK_LIMIT_COUNTED = "work_limit.counted"
+WORK_LIMIT_CREATED = "work_limit.created"
+WORK_LIMIT_IMAGE = "work_limit.image"
 
 WORK_LIMIT_RECORDS: dict[str, tuple[str, ...]] = {
-    "work_limit.created": ("id", "name", "scope_id", "max_outstanding", "at_ms"),
-    "work_limit.counted": ("id", "task_id", "at_ms"),
-    "work_limit.image": ("id", "name", "scope_id", "max_outstanding", "created_ms", "task_ids"),
+    WORK_LIMIT_CREATED: ("id", "name", "scope_id", "max_outstanding", "at_ms"),
+    WORK_LIMIT_COUNTED: ("id", "task_id", "at_ms"),
+    WORK_LIMIT_IMAGE: ("id", "name", "scope_id", "max_outstanding", "created_ms", "task_ids"),
 }
 
 # BACKLOG_FULL's Retry-After: no moment is known when a task will end, so a short, fixed wait.
@@ -94,7 +102,7 @@ class WorkLimitTable:
         if len(self._limits) >= self.work_limits_max:
             raise full(f"space holds {len(self._limits)} work limits", "work_limits_max")
         return {
-            "type": "work_limit.created", "id": limit_id, "name": name, "scope_id": scope_id,
+            "type": WORK_LIMIT_CREATED, "id": limit_id, "name": name, "scope_id": scope_id,
             "max_outstanding": max_outstanding, "at_ms": now_ms,
         }
 
@@ -124,7 +132,7 @@ class WorkLimitTable:
     def image(self) -> Iterator[dict]:
         for limit in self._limits.values():
             yield {
-                "type": "work_limit.image", "id": limit.id, "name": limit.name, "scope_id": limit.scope_id,
+                "type": WORK_LIMIT_IMAGE, "id": limit.id, "name": limit.name, "scope_id": limit.scope_id,
                 "max_outstanding": limit.max_outstanding, "created_ms": limit.created_ms,
                 "task_ids": list(limit.task_ids),  # as they stand: ended ones go when the next is counted
             }
