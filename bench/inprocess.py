@@ -55,6 +55,7 @@ async def _until_actors_retire(kernel: Kernel, timeout_s: float = 10.0) -> int:
 # space (`actors/caps.py`), which an operator raises the same way.
 SCALE_LIMITS = dataclasses.replace(
     Limits(), space_claims_max=10_000_000, space_tasks_max=10_000_000, backlog_limit_max=10_000_000,
+    space_entities_max=100_000_000,
 )
 
 
