@@ -29,6 +29,14 @@ What an answer means:
   second copy fail) until it is answered or the journal is stopped (`fail`), which the node does
   when its etcd lease can no longer be relied on.
 
+Stopping (`close`), when the node stops leading: what is queued and not yet sent is answered that
+it was not recorded (or, with `drain`, a hand-off to another node, written first), and the batch
+already sent gets a moment (`grace_s`) for its answer, so that its callers learn what happened to
+it rather than a guess. Only a batch whose answer does not come within that moment (etcd
+unreachable) is answered with `Unresolved`: it may or may not have been recorded, and the next
+leader, which reads the log to its end first, knows (a change sent again with its
+Idempotency-Key gets its first answer there).
+
 A batch is at most `batch_bytes_max` of frames (etcd refuses requests over 1.5 MiB, and a value
 travels as base64); a record that alone would be larger fails the journal, as a record the WAL
 cannot encode does (the server keeps requests far below it).
@@ -48,7 +56,7 @@ from .etcd import Compare, EtcdClient, EtcdError, Op
 from .frame import encode_frames
 from .model import Durable
 
-__all__ = ["EtcdJournal", "Fenced", "PartitionKeys", "BATCH_BYTES_MAX"]
+__all__ = ["EtcdJournal", "Fenced", "Unresolved", "PartitionKeys", "BATCH_BYTES_MAX"]
 
 log = logging.getLogger("runstate.cluster")
 
@@ -60,6 +68,10 @@ RETRY_S = 0.05
 
 class Fenced(Exception):
     """This node no longer leads the partition: its appends are refused by the fence."""
+
+
+class Unresolved(Exception):
+    """The journal stopped while a batch was sent and not answered: it may or may not be recorded."""
 
 
 class PartitionKeys:
@@ -109,6 +121,10 @@ class EtcdJournal:
         self.commit_seconds: list[float] = []  # the last few transactions' times (for the metrics)
         self._pending: list[tuple[int, list[bytes], Durable]] = []
         self._pending_bytes = 0
+        # The batch sent and not answered yet (None between transactions), and set after each answer.
+        self._writing: list[tuple[int, list[bytes], Durable]] | None = None
+        self._answered = trio.Event()
+        self._closing = False
         self._after: list[tuple[int, int, Durable]] = []
         self._seq = itertools.count()
         self._wakeup = trio.Event()
@@ -153,14 +169,39 @@ class EtcdJournal:
         task_status.started()
         try:
             while self.failure is None:
-                if not self._pending:
+                if not self._pending or self._closing:
                     await self._wakeup.wait()
                     self._wakeup = trio.Event()
                     continue
                 await self._commit(self._take())
         finally:
-            if self._pending or self._after:
+            if self._pending or self._after or self._writing:
                 self.fail(self.failure or OSError("the journal stopped before this change was written"), [])
+
+    async def close(self, error: BaseException, *, drain: bool = False, grace_s: float = 1.0) -> None:
+        """Stop writing (this node stops leading), while `run` still runs; then `fail` with `error`.
+
+        With `drain` (a hand-off: this node is still the leader), everything queued is written
+        first, for at most `grace_s`. Otherwise what is queued and not yet sent is answered
+        `error` at once (it is surely not recorded), and the batch already sent gets `grace_s` for
+        its answer: committed, its callers are told so; fenced off, that it was not. One still
+        unanswered after that is answered `Unresolved`."""
+        with trio.move_on_after(grace_s):
+            if drain:
+                while self.failure is None and (self._pending or self._writing is not None):
+                    await self._answered.wait()
+            self._closing = True
+            if self.failure is None:
+                pending, self._pending, self._pending_bytes = self._pending, [], 0
+                self._answer(pending, error)
+            while self.failure is None and self._writing is not None:
+                await self._answered.wait()
+        self._closing = True
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            self._answer(writing, Unresolved(
+                f"{error}; a change was being written when it stopped and may or may not have been recorded"))
+        self.fail(error)
 
     async def write_now(self, records: list[dict]) -> None:
         """Commit `records` at once (a new leader's boot and restart decisions, before it serves).
@@ -188,14 +229,25 @@ class EtcdJournal:
         return batch
 
     async def _commit(self, batch: list[tuple[int, list[bytes], Durable]]) -> None:
+        self._writing = batch
+        try:
+            await self._send(batch)
+        finally:
+            if self._writing is batch:  # cancelled with no answer: never leave its callers waiting
+                self._writing = None
+                self._answer(batch, Unresolved("the journal stopped while a change was being written; "
+                                               "it may or may not have been recorded"))
+            self._answered.set()
+            self._answered = trio.Event()
+
+    async def _send(self, batch: list[tuple[int, list[bytes], Durable]]) -> None:
         first_lsn = batch[0][0]
         bodies = [body for _, part, _ in batch for body in part]
         data, _ = encode_frames(first_lsn, 0, bodies)
         log_key = self.keys.log(first_lsn)
         fence = [Compare.create_revision(self.keys.leader, "==", self.epoch), Compare.absent(log_key)]
         while True:
-            if self.failure is not None:  # stopped while waiting for an answer
-                self._answer(batch, self.failure)
+            if self._writing is not batch:  # stopped while waiting for an answer: its callers were told
                 return
             started = trio.current_time()
             try:
@@ -210,6 +262,9 @@ class EtcdJournal:
                 continue
             break
         self.commit_seconds = [*self.commit_seconds[-63:], trio.current_time() - started]
+        if self._writing is not batch:  # answered meanwhile (`close` gave up on it): the next leader knows
+            return
+        self._writing = None  # answered below
         if not result.succeeded:
             leader, written = result.responses[0].kvs, result.responses[1].kvs
             if not (written and written[0].value == data):
@@ -236,6 +291,9 @@ class EtcdJournal:
         """Stop: answer every waiting caller with `error` and refuse every change from now on."""
         if self.failure is None:
             self.failure = error
+        writing, self._writing = self._writing, None
+        if writing is not None and writing is not batch:
+            self._answer(writing, Unresolved(f"{error}; a change was being written and may or may not have been recorded"))
         waiting = (batch or []) + self._pending
         self._pending, self._pending_bytes = [], 0
         self._answer(waiting, self.failure)
