@@ -672,9 +672,17 @@ class LeaseKeeper:
     `deadline` (trio's clock) is the moment before which etcd cannot have ended the lease: each
     keepalive's TTL counts from the moment the keepalive was *sent*, never from its answer, so a
     slow answer shortens it rather than stretching it. A holder that must not act without the
-    lease (a leader) stops at `deadline`, whatever it has heard. A keepalive that fails (no
-    member answered) is tried again at once until the deadline passes; when the lease is gone or
-    the deadline passes, `lost` is set, `lost_reason` says why and `run()` returns.
+    lease (a leader) stops at `deadline`, whatever it has heard (`alive` is false past it). A
+    keepalive that fails (no member answered) is tried again at once; when the lease is gone,
+    `lost` is set, `lost_reason` says why and `run()` returns.
+
+    Past the deadline, by default the lease counts as lost too. With `outlive_deadline`, the
+    keeper goes on asking instead, and only etcd's word ends it: a keepalive answered with a TTL
+    proves the lease was never ended (an ended lease cannot be renewed), so the holder may act
+    again from the new deadline; "lease not found" sets `lost`. This is what rides through an
+    election of etcd's own Raft leader (0.5-2 s in which no keepalive is answered, and after which
+    etcd's new leader extends every lease) without giving up what the lease holds; `lapses`
+    counts the deadlines that passed so.
 
         keeper = await LeaseKeeper.grant(etcd, ttl_s=1)
         nursery.start_soon(keeper.run)
@@ -683,23 +691,25 @@ class LeaseKeeper:
     # The pause before a keepalive that failed is sent again.
     RETRY_S = 0.05
 
-    def __init__(self, client: EtcdClient, lease_id: int, ttl_s: int, deadline: float) -> None:
+    def __init__(self, client: EtcdClient, lease_id: int, ttl_s: int, deadline: float, *, outlive_deadline: bool = False) -> None:
         self.client = client
         self.lease_id = lease_id
         self.ttl_s = ttl_s
         self.deadline = deadline
         self.interval_s = max(ttl_s / 3, 0.1)
+        self.outlive_deadline = outlive_deadline
         self.lost = trio.Event()
         self.lost_reason = ""
         self.last_error: BaseException | None = None  # of the last keepalive that failed
         self.keepalives = 0
+        self.lapses = 0  # deadlines that passed before etcd answered again (with `outlive_deadline`)
 
     @classmethod
-    async def grant(cls, client: EtcdClient, ttl_s: int) -> LeaseKeeper:
+    async def grant(cls, client: EtcdClient, ttl_s: int, *, outlive_deadline: bool = False) -> LeaseKeeper:
         """Grant a lease and make its keeper; the deadline counts from before the grant was sent."""
         sent = trio.current_time()
         grant = await client.lease_grant(ttl_s)
-        return cls(client, grant.lease_id, grant.ttl_s, sent + grant.ttl_s)
+        return cls(client, grant.lease_id, grant.ttl_s, sent + grant.ttl_s, outlive_deadline=outlive_deadline)
 
     @property
     def alive(self) -> bool:
@@ -708,24 +718,32 @@ class LeaseKeeper:
     async def run(self) -> None:
         """Keep the lease alive until cancelled or lost (then return, with `lost` set)."""
         next_at = self.deadline - self.ttl_s + self.interval_s
+        lapsed = False
         while not self.lost.is_set():
-            await trio.sleep_until(min(next_at, self.deadline))
-            if trio.current_time() >= self.deadline:
-                self._lose(f"no keepalive was answered before the lease's deadline ({self.ttl_s} s TTL); "
-                           f"the last failure: {self.last_error}")
-                return
+            await trio.sleep_until(next_at if lapsed else min(next_at, self.deadline))
+            if trio.current_time() >= self.deadline and not lapsed:
+                reason = (f"no keepalive was answered before the lease's deadline ({self.ttl_s} s TTL); "
+                          f"the last failure: {self.last_error}")
+                if not self.outlive_deadline:
+                    self._lose(reason)
+                    return
+                lapsed = True
+                self.lapses += 1
+                self.lost_reason = reason
             sent = trio.current_time()
             try:
-                with trio.move_on_at(self.deadline):
+                # Within the deadline, a keepalive may take until it; past it, one attempt's time.
+                with trio.move_on_at(self.deadline if not lapsed else sent + self.client.attempt_s * len(self.client.endpoints)):
                     ttl = await self.client.lease_keepalive(self.lease_id)
                     self.keepalives += 1
                     self.deadline = max(self.deadline, sent + ttl)
                     next_at = sent + self.interval_s
+                    lapsed = False
                     continue
             except EtcdLeaseNotFound as err:
                 self._lose(str(err))
                 return
-            except (EtcdUnavailable, EtcdServerError) as err:
+            except EtcdError as err:  # no member answered, or not as expected: ask again
                 self.last_error = err
             next_at = trio.current_time() + self.RETRY_S
 
