@@ -15,9 +15,13 @@ Keys, under `/rs/<cluster>/`:
 A node's **session** is one etcd lease (TTL `cluster_lease_s`, kept alive every third of it by
 `LeaseKeeper`, whose deadline counts from when each keepalive was sent). The node's key and
 every leader key it holds live on it, so a node that dies loses all its partitions at once, about
-TTL + 0.5 s later. A node whose session deadline passes stops serving every partition it led
-before anyone else can win one (the deadline is earlier than etcd's expiry), then starts a new
-session and follows.
+TTL + 0.5 s later. A node whose session deadline passes stops serving every partition it leads
+before anyone else can win one (the deadline is earlier than etcd's expiry): it answers nothing
+for them, not even a read. It keeps asking etcd meanwhile; a keepalive answered proves the lease
+was never ended (nobody else can have won its partitions), and it serves them again from there,
+which is how it rides through an election of etcd's own leader (etcd's new leader extends every
+lease). "Lease not found" ends the session: every partition it led is dropped and followed, and
+a new session begins.
 
 Each **partition** has one task here (`_partition`), always in one of three phases:
 
@@ -91,9 +95,16 @@ PUBLISH_EVERY_S = 2.0
 TRIM_EVERY_S = 10.0
 # Batches read from the log per request while catching up.
 CATCH_UP_BATCHES = 64
-# A node steps down from a partition whose preferred node is at most this many records behind.
-HANDOFF_LAG_MAX = 0
+# A node steps down from a partition whose preferred node was at most this many records behind
+# when it last said (every PUBLISH_EVERY_S): under a steady load it is never exactly caught up,
+# and the new leader reads the rest before it serves (a few milliseconds for this many).
+HANDOFF_LAG_MAX = 5000
 SECRET_HEADER = "x-runstate-cluster-secret"
+# A request with a key this node does not know waits at most this long for the keys' log.
+KEYS_SYNC_S = 2.0
+# When a node stops leading a partition: how long the batch it was writing may take to be answered
+# (and, on a hand-off, what is queued to be written) before its callers are told it is unresolved.
+CLOSE_GRACE_S = 2.0
 
 
 class ClusterError(Exception):
@@ -123,6 +134,25 @@ class _Follower:
     store_done: trio.Event = field(default_factory=trio.Event)
     failovers: int = 0
     lag_records: int = 0  # behind the newest batch the watch has seen (a follower)
+    last_leader: str | None = None  # the node that led before the leader key went away
+
+
+async def _first(events: dict[str, trio.Event]) -> str:
+    """The name of the first of `events` to be set (at once if one is already)."""
+    for name, event in events.items():
+        if event.is_set():
+            return name
+    found: list[str] = []
+    async with trio.open_nursery() as nursery:
+
+        async def wait(name: str, event: trio.Event) -> None:
+            await event.wait()
+            found.append(name)
+            nursery.cancel_scope.cancel()
+
+        for name, event in events.items():
+            nursery.start_soon(wait, name, event)
+    return next((name for name, event in events.items() if event.is_set()), found[0])  # the first named, of those set
 
 
 def preference(node: str, partition: int) -> int:
@@ -173,6 +203,7 @@ class Cluster:
         self.nodes: dict[str, dict] = {}  # live nodes (their keys' values), by id
         self.nodes_changed = trio.Event()
         self.sessions = 0
+        self.leaving = False  # shutting down: its partitions handed over, no new one taken
         self.since_ms = clock.now_ms()  # when this node joined (others hand it partitions after a while)
         self._lock_fd: int | None = None
         self._http: httpx.AsyncClient | None = None
@@ -281,7 +312,7 @@ class Cluster:
         started = False
         while True:
             try:
-                session = await LeaseKeeper.grant(self.etcd, self.lease_s)
+                session = await LeaseKeeper.grant(self.etcd, self.lease_s, outlive_deadline=True)
                 await self.etcd.put(self._node_key(), self._node_value(), lease=session.lease_id)
             except EtcdError as error:
                 log.warning("cannot open a session with etcd (%s); trying again", error)
@@ -299,9 +330,7 @@ class Cluster:
             # The deadline passed (or etcd ended the lease): stop leading everything at once.
             log.error("session lost: %s; every partition this node led stops now", session.lost_reason,
                       extra={"event": "session_lost", "fields": {"reason": session.lost_reason}})
-            self.session_ready = trio.Event()
-            for follower in self.followers.values():
-                follower.step_down.set()
+            self.session_ready = trio.Event()  # (each partition it led sees `session.lost` itself)
 
     async def _run_store(self, follower: _Follower, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         done = follower.store_done = trio.Event()
@@ -337,11 +366,32 @@ class Cluster:
             "since_ms": self.since_ms,
         })
 
+    def hand_over(self) -> None:
+        """At the start of a shutdown: hand every partition this node leads to the other nodes
+        now (what its journal holds written first, then its key given back), take no new one,
+        and leave the live nodes, so that nobody hands it one back. The requests in flight here
+        are answered by the new leaders. A node alone keeps its partitions until it stops."""
+        if self.leaving or not any(node != self.node_id for node in self.nodes):
+            return
+        self.leaving = True
+        log.info("handing every partition over before stopping", extra={"event": "hand_over", "fields": {}})
+        for follower in self.followers.values():
+            follower.step_down.set()
+        if self._nursery is not None:
+            self._nursery.start_soon(self._withdraw)
+
+    async def _withdraw(self) -> None:
+        with trio.move_on_after(2):
+            try:
+                await self.etcd.delete(self._node_key())
+            except EtcdError as error:
+                log.warning("could not withdraw this node from the live nodes: %s", error)
+
     async def _publish(self) -> None:
         while True:
             await trio.sleep(PUBLISH_EVERY_S)
             session = self.session
-            if session is None or not session.alive:
+            if session is None or not session.alive or self.leaving:
                 continue
             try:
                 await self.etcd.put(self._node_key(), self._node_value(), lease=session.lease_id)
@@ -394,10 +444,16 @@ class Cluster:
             except (EtcdError, WatchCanceled) as error:
                 log.warning("partition %d: %s; following again", number, error)
                 await trio.sleep(0.2)
-            except RecoveryError as error:
+            except RecoveryError as error:  # (a batch may be applied in part: nothing reads it until rebuilt)
                 self._refuse(follower, f"its log cannot be applied: {error}")
+                self.kernel.partitions[number].readable = False  # type: ignore[union-attr]
                 log.error("partition %d: %s", number, error)
                 await trio.sleep(5)
+                await self._rebuild(follower)
+            except Exception:  # a bug: this partition is followed again from its copy, the others go on
+                log.exception("partition %d: following it failed; following again", number)
+                self.kernel.partitions[number].readable = False  # type: ignore[union-attr]
+                await trio.sleep(1)
                 await self._rebuild(follower)
 
     async def _leader(self, follower: _Follower, revision: int) -> Leader | None:
@@ -412,6 +468,8 @@ class Cluster:
 
     def _set_leader(self, follower: _Follower, leader: Leader | None) -> None:
         if leader != follower.leader:
+            if follower.leader is not None:
+                follower.last_leader = follower.leader.node
             follower.leader = leader
             follower.leader_seen.set()
             follower.leader_seen = trio.Event()
@@ -436,6 +494,9 @@ class Cluster:
         state = self.kernel.partitions[follower.number].state  # type: ignore[union-attr]
         where = f"{follower.keys.log(follower.next_lsn)}"
         replayed = replay_batch(data, follower.next_lsn, state.apply, self.model, where)
+        # As recovery does: this node never decides with a time earlier than one the log holds
+        # (another node's clock may be a little ahead of this one's).
+        self.clock.advance_anchor_to(replayed.newest_ms)
         follower.store.journal.append_encoded(follower.next_lsn, replayed.bodies)  # type: ignore[union-attr]
         follower.next_lsn = replayed.last_lsn + 1
 
@@ -461,12 +522,19 @@ class Cluster:
     async def _campaign(self, follower: _Follower) -> bool:
         """Try to become the partition's leader (after the preferred nodes had their chance)."""
         number = follower.number
-        rank = self.preferred(number).index(self.node_id)
+        # The node that led it is gone (or handed it over): the others need not wait for it, even
+        # before the watch on the nodes has told that its session ended.
+        gone = follower.last_leader if follower.last_leader != self.node_id else None
+        rank = [node for node in self.preferred(number) if node != gone].index(self.node_id)
         if rank:  # the nodes it prefers try first; if one wins, the transaction below fails
             await trio.sleep(CAMPAIGN_DELAY_S * rank)
         await self.session_ready.wait()
         session = self.session
         assert session is not None
+        if self.leaving:  # (the others take it; until this node stops it forwards to them)
+            with trio.move_on_after(1):
+                await follower.leader_seen.wait()
+            return False
         if not session.alive:
             return False
         value = json.dumps({"node": self.node_id, "url": self.advertise})
@@ -484,54 +552,33 @@ class Cluster:
         return True
 
     async def _lead(self, follower: _Follower, session: LeaseKeeper, epoch: int) -> None:
-        kernel = self.kernel
-        assert kernel is not None
+        """Take the partition over, serve it until told to stop, then follow it again. Whatever
+        ends it (a fence, the session, a hand-off, an error), the partition is refused, its
+        journal stopped, the leader key given back while the session lasts (so that another node
+        takes over now rather than when the session ends), and the state rebuilt."""
         number = follower.number
+        partition = self.kernel.partitions[number]  # type: ignore[union-attr]
+        # From here until it serves (or is rebuilt) the state may hold changes not yet committed:
+        # nothing reads it.
+        partition.readable = False
+        journal: EtcdJournal | None = None
+        reason = "fenced"
         started = trio.current_time()
-        partition = kernel.partitions[number]
         try:
-            await self._catch_up(follower)  # everything the old leader committed is in the log now
-            state = partition.state
-            journal = EtcdJournal(
-                self.etcd, follower.keys, epoch=epoch, next_lsn=follower.next_lsn,
-                check=self.model.records.check, on_committed=lambda first, bodies: self._committed(follower, first, bodies),
-            )
-            now_ms = self.clock.now_ms()
-            records = state.decide_boot("always", now_ms) + state.restart(now_ms)
-            await journal.write_now(records)
+            journal = await self._take_over(follower, session, epoch)
+            reason = "session lost" if journal is None else await self._serve(follower, session, epoch, journal, started)
         except Fenced as error:
             log.warning("partition %d: lost the election while taking over (%s)", number, error)
-            await self._rebuild(follower)
-            return
-        follower.journal = journal
-        follower.failovers += 1
-        follower.step_down = trio.Event()
-        self._set_leader(follower, Leader(self.node_id, self.advertise, epoch))
-        partition.journal = journal
-        partition.restore(state)  # arms the state's timers
-        partition.refusal = None
-        took_ms = round((trio.current_time() - started) * 1000)
-        log.warning("partition %d: leading from LSN %d (epoch %d, took %d ms)", number, journal.durable_lsn, epoch, took_ms,
-                    extra={"event": "leading", "fields": {"partition": number, "epoch": epoch, "lsn": journal.durable_lsn, "ms": took_ms}})
-        reason = "stepped down"
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(journal.run)
-            if self.on_lead is not None:
-                nursery.start_soon(self._told, number)
-
-            async def until(event: trio.Event, why: str) -> None:
-                nonlocal reason
-                await event.wait()
-                reason = why
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(until, journal.failed, "fenced")
-            nursery.start_soon(until, session.lost, "session lost")
-            nursery.start_soon(until, follower.step_down, "stepped down")
-        self._refuse(follower, STANDBY)
-        journal.fail(Fenced(f"this node no longer leads partition {number} ({reason})"))
-        follower.journal = None
-        if reason == "stepped down" and session.alive:
+        except Exception:  # a bug: never hold a partition without serving it
+            log.exception("partition %d: leading it failed; handing it over", number)
+            reason = "failed"
+        finally:
+            follower.journal = None
+            self._refuse(follower, STANDBY)
+            partition.readable = False
+            if journal is not None and journal.failure is None:
+                journal.fail(Fenced(f"this node no longer leads partition {number} ({reason})"))
+        if reason in ("stepped down", "failed") and session.alive:
             try:  # hand the key back now (fenced on the epoch): the preferred node takes it at once
                 await self.etcd.txn([Compare.create_revision(follower.keys.leader, "==", epoch)],
                                     [Op.delete(follower.keys.leader)])
@@ -540,6 +587,61 @@ class Cluster:
         log.warning("partition %d: no longer leading (%s)", number, reason,
                     extra={"event": "not_leading", "fields": {"partition": number, "reason": reason}})
         await self._rebuild(follower)
+
+    async def _take_over(self, follower: _Follower, session: LeaseKeeper, epoch: int) -> EtcdJournal | None:
+        """Read the log to its end (a batch the old leader committed just before its key went is
+        there now; none can come after: its fence names its own epoch), then commit the restart
+        decisions as the epoch's first batch. None when the session ended first; `Fenced` when
+        another node won meanwhile."""
+        while True:
+            try:
+                await self._catch_up(follower)
+                break
+            except EtcdError as error:  # etcd is electing its own leader, say: this node still holds the key
+                if session.lost.is_set():
+                    return None
+                log.warning("partition %d: reading the log to take it over failed (%s); again", follower.number, error)
+                await trio.sleep(0.1)
+        state = self.kernel.partitions[follower.number].state  # type: ignore[union-attr]
+        journal = EtcdJournal(
+            self.etcd, follower.keys, epoch=epoch, next_lsn=follower.next_lsn,
+            check=self.model.records.check, on_committed=lambda first, bodies: self._committed(follower, first, bodies),
+        )
+        now_ms = self.clock.now_ms()
+        await journal.write_now(state.decide_boot("always", now_ms) + state.restart(now_ms))
+        return journal
+
+    async def _serve(self, follower: _Follower, session: LeaseKeeper, epoch: int, journal: EtcdJournal, started: float) -> str:
+        """Serve the partition until the journal is fenced, the session ends or it is handed over;
+        returns which one it was."""
+        number = follower.number
+        partition = self.kernel.partitions[number]  # type: ignore[union-attr]
+        follower.journal = journal
+        follower.failovers += 1
+        follower.step_down = trio.Event()
+        if self.leaving:  # (won just as the shutdown began: given over at once)
+            follower.step_down.set()
+        self._set_leader(follower, Leader(self.node_id, self.advertise, epoch))
+        partition.journal = journal
+        partition.restore(partition.state)  # arms the state's timers
+        partition.refusal = None
+        took_ms = round((trio.current_time() - started) * 1000)
+        log.warning("partition %d: leading from LSN %d (epoch %d, took %d ms)", number, journal.durable_lsn, epoch, took_ms,
+                    extra={"event": "leading", "fields": {"partition": number, "epoch": epoch, "lsn": journal.durable_lsn, "ms": took_ms}})
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(journal.run)
+            if self.on_lead is not None:
+                nursery.start_soon(self._told, number)
+            reason = await _first({"fenced": journal.failed, "session lost": session.lost, "stepped down": follower.step_down})
+            # No new turn from here on, and nothing reads the state until it is rebuilt; what the
+            # journal holds is written (a hand-off) or answered (EtcdJournal.close), so that no
+            # caller is left waiting or told a guess.
+            self._refuse(follower, STANDBY)
+            partition.readable = False
+            await journal.close(Fenced(f"this node no longer leads partition {number} ({reason})"),
+                                drain=reason == "stepped down" and session.alive, grace_s=CLOSE_GRACE_S)
+            nursery.cancel_scope.cancel()
+        return reason
 
     async def _told(self, number: int) -> None:
         try:
@@ -554,7 +656,9 @@ class Cluster:
     def _refuse(self, follower: _Follower, reason: str) -> None:
         partition = self.kernel.partitions[follower.number]  # type: ignore[union-attr]
         partition.refusal = reason
-        partition.fail_waiters(KernelError(UNAVAILABLE, f"partition {follower.number}: {reason}"))
+        # A call parked in a long poll found nothing and waits: nothing was done for it, so when
+        # this node stops leading, the new leader may be asked instead (`refused_as_follower`).
+        partition.fail_waiters(KernelError(UNAVAILABLE, reason if reason == STANDBY else f"partition {follower.number}: {reason}"))
         partition.supervisor.reset()
 
     async def _rebuild(self, follower: _Follower) -> None:
@@ -570,9 +674,10 @@ class Cluster:
         loaded = await blocking(lambda: load(folder, self.model, repair=False, partition=number))
         if loaded.last_lsn != journal.appended_lsn:  # the copy itself failed: read it anew
             await self._reopen_store(follower)
-            return
-        follower.next_lsn = loaded.last_lsn + 1
-        self.kernel.partitions[number].state = loaded.state  # type: ignore[union-attr]
+        else:
+            follower.next_lsn = loaded.last_lsn + 1
+            self.kernel.partitions[number].state = loaded.state  # type: ignore[union-attr]
+        self.kernel.partitions[number].readable = True  # type: ignore[union-attr]
 
     async def _bootstrap(self, follower: _Follower, first_lsn_held: int) -> None:
         """This node's copy ends before the oldest batch the log still holds (the log was trimmed
@@ -693,7 +798,44 @@ class Cluster:
         return (
             follower.journal is not None and follower.journal.failure is None
             and session is not None and session.alive
+            and self.kernel.partitions[number].refusal is None  # type: ignore[union-attr]  # (not while handing it over)
         )
+
+    def refused_as_follower(self, number: int, error: KernelError) -> bool:
+        """Whether `error` is partition `number` refusing a command, before running it, because
+        this node stopped leading it (what the new leader may be asked instead)."""
+        return error.code == UNAVAILABLE and error.message == STANDBY and not self.leads(number)
+
+    async def keys_caught_up(self) -> None:
+        """Return once this node has applied the system partition's log (the API keys) as far as
+        etcd holds it now, or after `KEYS_SYNC_S`: a key made a moment ago through another node
+        is known here before a request with it is refused. Calls at the same time share one read."""
+        if self.leads(0):
+            return
+        sync = self._keys_sync
+        if sync is None:
+            sync = self._keys_sync = trio.Event()
+            assert self._nursery is not None
+            self._nursery.start_soon(self._sync_keys, sync)
+        with trio.move_on_after(KEYS_SYNC_S):
+            await sync.wait()
+
+    async def _sync_keys(self, done: trio.Event) -> None:
+        follower = self.followers[0]
+        try:
+            with trio.move_on_after(KEYS_SYNC_S):
+                keys = follower.keys
+                newest = await self.etcd.range(keys.log_prefix, prefix_end(keys.log_prefix), limit=1, keys_only=True,
+                                               sort_order="DESCEND", sort_target="KEY")
+                if newest.kvs:
+                    last_batch = keys.lsn_of(newest.kvs[0].key)
+                    while follower.next_lsn <= last_batch and not self.leads(0):
+                        await trio.sleep(0.005)
+        except EtcdError as error:
+            log.warning("could not read how far the keys' log goes: %s", error)
+        finally:
+            self._keys_sync = None
+            done.set()
 
     async def wait_for_leader(self, number: int, deadline: float) -> Leader | None:
         """The partition's leader, waiting until `deadline` (trio time) while it has none."""
@@ -748,3 +890,4 @@ class Cluster:
         return found[-1][1] if found else None
 
     _nursery: trio.Nursery | None = None
+    _keys_sync: trio.Event | None = None

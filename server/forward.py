@@ -11,25 +11,29 @@ the new one, up to `cluster_forward_wait_s`, rather than failing; then 503 UNAVA
 Retry-After. When the leader dies while a request is on its way, the request is sent again to the
 next leader only if sending it twice is harmless: a read, or a change with an Idempotency-Key
 (which the SDKs and the official clients send on every change); any other change is answered
-503, since it may or may not have been made.
+503, since it may or may not have been made. The same holds for a request this node took as the
+leader and could not run because it stopped leading first (a hand-off, a lost session): refused
+before anything was done, it goes to the new leader (`lead_or_forward`).
 
-A forwarded request carries `x-runstate-forwarded-by`: a node that gets one for a partition it
-does not lead (its map was a moment old) waits for the leader as any request would, and sends it
-on once more at most. The answer passed back carries it too, naming the node that passed it: an
-SDK that sees it learns the map again.
+A forwarded request carries `x-runstate-forwarded-by`, the nodes it went through: a node that
+gets one for a partition it does not lead (its map was a moment old) waits for the leader as any
+request would, and sends it on once more at most. The answer passed back carries it too, naming
+the node that passed it: an SDK that sees it learns the map again.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 
 import httpx
 import trio
 
-from ..actors.errors import UNAVAILABLE
+from ..actors.errors import UNAVAILABLE, KernelError
 from .errors import ApiError
 
-__all__ = ["Forwarded", "forward", "FORWARDED_BY", "partition_of_request"]
+T = TypeVar("T")
+
+__all__ = ["Forwarded", "forward", "lead_or_forward", "FORWARDED_BY", "partition_of_request"]
 
 FORWARDED_BY = "x-runstate-forwarded-by"
 # Hop-by-hop and per-connection headers, never passed on (RFC 9110 7.6.1), and what httpx sets itself.
@@ -102,15 +106,17 @@ class Forwarded:
 async def forward(cluster: Any, number: int, method: str, path: str, headers: dict[str, str], body: bytes,
                   wait_s: float) -> Forwarded | None:
     """The answer of partition `number`'s leader to this request; None when this node leads it."""
-    deadline = trio.current_time() + wait_s
-    hops = 1 if headers.get(FORWARDED_BY) else 0
+    through = [node for node in headers.get(FORWARDED_BY, "").split(",") if node.strip()]
+    hops = len(through)
     repeatable = method == "GET" or "idempotency-key" in headers
     sent = {name: value for name, value in headers.items() if name not in _NOT_PASSED}
-    sent[FORWARDED_BY] = cluster.node_id
+    sent[FORWARDED_BY] = ",".join([*through, cluster.node_id])
     while True:
         if cluster.leads(number):
             return None
-        leader = await cluster.wait_for_leader(number, deadline)
+        # The wait counts from now: a request held by a leader that went away may have been
+        # on its way for longer than that already.
+        leader = await cluster.wait_for_leader(number, trio.current_time() + wait_s)
         if leader is None:
             raise ApiError(UNAVAILABLE, f"partition {number} has no leader now (a failover is under way); try again",
                            headers={"retry-after": "1"})
@@ -150,3 +156,20 @@ async def forward(cluster: Any, number: int, method: str, path: str, headers: di
             for name, value in answer.headers.multi_items() if name.lower() not in _NOT_RETURNED
         ]
         return Forwarded(answer.status_code, returned, answer.content)
+
+
+async def lead_or_forward(cluster: Any, number: int, method: str, path: str, headers: dict[str, str], body: bytes,
+                          wait_s: float, serve: Callable[[], Awaitable[T]]) -> Forwarded | T:
+    """The leader's answer: `serve()`'s here while this node leads partition `number`, else the
+    answer of the node that does. A request refused here because this node stopped leading
+    before running it is passed to the new leader when sending it again is harmless."""
+    repeatable = method == "GET" or "idempotency-key" in headers
+    while True:
+        answer = await forward(cluster, number, method, path, headers, body, wait_s)
+        if answer is not None:
+            return answer
+        try:
+            return await serve()
+        except KernelError as error:
+            if not (repeatable and cluster.refused_as_follower(number, error)):
+                raise

@@ -25,7 +25,7 @@ import trio
 
 from ..actors.errors import INTERNAL, NOT_FOUND, STALE_CLAIM, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
 from ..actors.kernel import Idem
-from .forward import FORWARDED_BY, forward, partition_of_request
+from .forward import FORWARDED_BY, Forwarded, lead_or_forward, partition_of_request
 from ..actors.limits import Limits
 from .body import Body, parse_body
 from .doors import BodyReading, ClientGone, check_known_key, drain, read_body, send_while_discarding
@@ -237,33 +237,38 @@ async def serve_http(
         if not route.public:
             if not services.ready:
                 raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
+            cluster = getattr(services, "cluster", None)
+            if cluster is not None and not services.key_is_known(request.bearer()):
+                await cluster.keys_caught_up()  # a key made a moment ago on another node
             check_known_key(request, services)  # from the headers: an unknown key's body is never read
         with trio.move_on_after(services.settings.body_timeout_s) as reading:
             request.body = await read_body(receive, headers, services.limits.request_bytes_max, doors, incoming)
         if reading.cancelled_caught:
             incoming.timed_out = True
             raise ApiError("REQUEST_TIMEOUT", "the request body did not arrive in time", status=408, headers=dict(_CLOSE))
+        async def here() -> tuple[int, Any] | None:
+            long_poll = route.long_poll  # type: ignore[union-attr]
+            if long_poll is True or (long_poll and long_poll(request)):
+                return await _with_disconnect_watch(route.handler, services, request, params, receive)  # type: ignore[union-attr]
+            return await route.handler(services, request, **params)  # type: ignore[union-attr]
+
         cluster = getattr(services, "cluster", None)
-        if cluster is not None and not route.public:
-            number = partition_of_request(services.kernel, method, route.pattern, params)
-            if number is not None:
-                path = raw_path + ("?" + request.query.decode("latin-1") if request.query else "")
-                answer = await forward(cluster, number, method, path, headers, request.body,
-                                       services.settings.cluster_forward_wait_s)
-                if answer is not None:
-                    status = answer.status
-                    # Says the request went through another node: our SDKs then learn the map.
-                    answer_headers = [*answer.headers, (FORWARDED_BY.encode(), cluster.node_id.encode())]
-                    await send({"type": "http.response.start", "status": status, "headers": answer_headers})
-                    await send({"type": "http.response.body", "body": answer.body})
-                    return
-        long_poll = route.long_poll
-        if long_poll is True or (long_poll and long_poll(request)):
-            answer = await _with_disconnect_watch(route.handler, services, request, params, receive)
-            if answer is None:  # the client went away: nothing to send
+        number = None if cluster is None or route.public else partition_of_request(services.kernel, method, route.path, params)
+        if number is not None:  # a node of a cluster: the partition's leader answers (forward.py)
+            path = raw_path + ("?" + request.query.decode("latin-1") if request.query else "")
+            answer = await lead_or_forward(cluster, number, method, path, headers, request.body,
+                                           services.settings.cluster_forward_wait_s, here)
+            if isinstance(answer, Forwarded):
+                status = answer.status
+                # Says the request went through another node: our SDKs then learn the map.
+                answer_headers = [*answer.headers, (FORWARDED_BY.encode(), cluster.node_id.encode())]
+                await send({"type": "http.response.start", "status": status, "headers": answer_headers})
+                await send({"type": "http.response.body", "body": answer.body})
                 return
         else:
-            answer = await route.handler(services, request, **params)
+            answer = await here()
+        if answer is None:  # the client of a long poll went away: nothing to send
+            return
         status, body = answer
         extra = request.answer_headers
         if status == 204:

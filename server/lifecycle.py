@@ -4,6 +4,7 @@ Shutdown, on the first SIGTERM or SIGINT:
 
 1. `/healthz` answers 503 (load balancers stop sending), and every parked long poll is answered
    204 at once (`Kernel.end_waits`); from now on no call parks, so a new long poll answers 204.
+   A node of a cluster hands the partitions it leads to the other nodes (`Cluster.hand_over`).
 2. hypercorn stops accepting: the listening sockets close, idle keep-alive connections close, a
    busy one closes after its answer.
 3. Requests in flight get `shutdown_grace_s` to finish (mutations finish their journal write
@@ -98,6 +99,8 @@ class Lifecycle:
             return
         runtime = self.runtime
         runtime.draining = True
+        if getattr(runtime, "cluster", None) is not None:  # its partitions go to the other nodes now
+            runtime.cluster.hand_over()
         ended = runtime.kernel.end_waits() if runtime.kernel is not None else 0
         event(
             log, "shutdown", f"shutting down ({reason})", reason=reason,
