@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv serve test test-ts sim soak clean bench bench-quick profile etcd chromium
+.PHONY: venv serve test test-ts sim soak chaos clean bench bench-quick profile etcd chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,13 @@ sim: $(STAMP)
 SECONDS ?= 600
 soak: $(STAMP)
 	$(PY) -m tests.sim --seconds $(SECONDS)
+
+# Fault campaigns against a real cluster (tests/cluster/chaos.py): three etcd members, three nodes,
+# the official clients working through every node, faults injected at random for SECONDS; every
+# acknowledged change is checked after. As root the nodes run in network namespaces and may be
+# cut off the network too. `make test` runs each fault once (tests/cluster/test_faults.py).
+chaos: $(STAMP) etcd
+	$(PY) -m tests.cluster.chaos --seconds $(SECONDS) $(if $(SEED),--seed $(SEED))
 
 # Benchmarks (bench/README.md): wrk, redis-server and etcd come from Debian (apt-get install -y wrk
 # redis-server etcd-server); the bench installs them itself when run as root, or says how.

@@ -36,7 +36,8 @@ def module_server():
 
 
 # The longest tests, first: with `-n` each starts on its own process and runs beside the rest.
-FIRST = ("test_a_batch_of_seeds_breaks_no_invariant", "test_generated_requests_never_get_a_5xx_and_answers_match_the_document")
+FIRST = ("test_a_batch_of_seeds_breaks_no_invariant", "test_generated_requests_never_get_a_5xx_and_answers_match_the_document",
+         "test_every_fault_once_loses_no_acknowledged_change")
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

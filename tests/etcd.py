@@ -60,12 +60,13 @@ def free_port() -> int:
 class EtcdMember:
     """One etcd process of a cluster."""
 
-    def __init__(self, binary: str, name: str, root: Path) -> None:
+    def __init__(self, binary: str, name: str, root: Path, host: str = "127.0.0.1") -> None:
         self.binary = binary
         self.name = name
+        self.host = host
         self.data_dir = root / name
-        self.client_url = f"http://127.0.0.1:{free_port()}"
-        self.peer_url = f"http://127.0.0.1:{free_port()}"
+        self.client_url = f"http://{host}:{free_port()}"
+        self.peer_url = f"http://{host}:{free_port()}"
         self.log_path = root / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped = False
@@ -134,15 +135,18 @@ class EtcdMember:
 
 
 class EtcdCluster:
-    """`size` members started together as a new cluster; `endpoints` are their client URLs."""
+    """`size` members started together as a new cluster; `endpoints` are their client URLs.
 
-    def __init__(self, size: int = 1, *, root: Path | None = None) -> None:
+    `host` is the address the members listen on (127.0.0.1; the fault tests give the address of
+    a bridge that nodes in network namespaces reach)."""
+
+    def __init__(self, size: int = 1, *, root: Path | None = None, host: str = "127.0.0.1") -> None:
         if size < 1:
             raise ValueError("a cluster has at least one member")
         binary = etcd_binary()
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="etcd-")) if root is None else root
-        self.members = [EtcdMember(binary, f"m{i}", self.root) for i in range(size)]
+        self.members = [EtcdMember(binary, f"m{i}", self.root, host) for i in range(size)]
         self.initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
     @property
@@ -164,8 +168,8 @@ class EtcdCluster:
             for member in self.members:
                 member.kill()
                 shutil.rmtree(member.data_dir, ignore_errors=True)
-                member.client_url = f"http://127.0.0.1:{free_port()}"
-                member.peer_url = f"http://127.0.0.1:{free_port()}"
+                member.client_url = f"http://{member.host}:{free_port()}"
+                member.peer_url = f"http://{member.host}:{free_port()}"
             self.initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
         raise AssertionError("unreachable")
 

@@ -47,6 +47,9 @@ class ServerProcess:
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
+        # Where it listens, and what runs it (`["ip", "netns", "exec", NS]`: inside a network namespace).
+        self.host = "127.0.0.1"
+        self.prefix: list[str] = []
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -55,7 +58,7 @@ class ServerProcess:
         return env
 
     def start(self) -> "ServerProcess":
-        command = [sys.executable, "-m", "runstate.server.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args]
+        command = [*self.prefix, sys.executable, "-m", "runstate.server.cli", "serve", "--host", self.host, "--port", str(self.port), *self.args]
         self.lines = []
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env())
         found = threading.Event()

@@ -5,6 +5,9 @@ its own data directory, all on the given etcd (`tests/etcd.py`); `wait_ready()` 
 node answers `/healthz` 200 (a session, and a leader for every partition) and the partitions have
 settled on their preferred nodes. A node can be killed, stopped, continued and restarted on its
 directory and port. Every process is killed on the way out.
+
+With a `Network` (`network.py`, root only) each node runs in a network namespace of its own and
+listens on its address there, so that the fault tests can cut it off and join it again.
 """
 
 from __future__ import annotations
@@ -19,28 +22,43 @@ from runstate.actors.layout import Layout
 
 from ..etcd import EtcdCluster, free_port
 from ..servers import ServerProcess
+from .network import Network
 
 ADMIN_KEY = "admin-key-for-the-cluster-tests"
 API_KEY = "e2e-key"
 
 
 class Node:
-    def __init__(self, etcd: EtcdCluster, number: int, root: Path, partitions: int, extra: tuple[str, ...]) -> None:
+    def __init__(self, etcd: EtcdCluster, number: int, root: Path, partitions: int, extra: tuple[str, ...],
+                 network: Network | None = None) -> None:
         self.name = f"n{number}"
+        self.number = number
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.network = network
+        self.host = "127.0.0.1" if network is None else network.address(number)
+        self.url = f"http://{self.host}:{self.port}"
         self.data_dir = root / self.name
         self.args = (
             "--etcd", ",".join(etcd.endpoints), "--node-id", self.name, "--port", str(self.port), "--advertise", self.url,
             "--data-dir", str(self.data_dir), "--partitions", str(partitions), *extra,
         )
         self.process: ServerProcess | None = None
+        self.earlier_lines: list[str] = []  # what the node's earlier processes printed
 
     def start(self) -> "Node":
+        if self.process is not None:
+            self.earlier_lines += [*self.process.lines, f"---- {self.name} started again"]
         process = ServerProcess(*self.args, api_key=API_KEY, env={"RUNSTATE_ADMIN_KEY": ADMIN_KEY})
         process.wait_healthy = lambda *args, **kwargs: None  # type: ignore[method-assign]  # see ClusterNodes
+        process.host = self.host
+        if self.network is not None:
+            process.prefix = self.network.prefix(self.number)
         self.process = process.start()
         return self
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.proc is not None and self.process.proc.poll() is None
 
     def client(self, api_key: str = API_KEY, timeout_s: float = 15) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {api_key}"}, timeout=timeout_s)
@@ -66,13 +84,19 @@ class Node:
     def lines(self) -> list[str]:
         return [] if self.process is None else self.process.lines
 
+    def save_log(self, path: Path) -> None:
+        """Everything the node's processes printed, into `path`."""
+        path.write_text("\n".join([*self.earlier_lines, *self.lines]) + "\n")
+
 
 class ClusterNodes:
-    def __init__(self, etcd: EtcdCluster, count: int, root: Path, *, partitions: int = 4, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, etcd: EtcdCluster, count: int, root: Path, *, partitions: int = 4, extra: tuple[str, ...] = (),
+                 network: Network | None = None) -> None:
         self.etcd = etcd
         self.partitions = partitions
         self.layout = Layout(partitions)
-        self.nodes = [Node(etcd, number, root, partitions, extra) for number in range(count)]
+        self.network = network
+        self.nodes = [Node(etcd, number, root, partitions, extra, network) for number in range(count)]
 
     def start(self) -> "ClusterNodes":
         for node in self.nodes:
@@ -105,7 +129,7 @@ class ClusterNodes:
 
     def live(self) -> list[Node]:
         return [node for node in self.nodes if node.process is not None and node.process.proc.poll() is None
-                and not getattr(node, "paused", False)]
+                and not getattr(node, "paused", False) and not getattr(node, "cut", False)]
 
     def leader_of(self, space: str) -> Node:
         name = self.map()[self.layout.of(space)]
