@@ -137,6 +137,9 @@ def add_commands(commands: Any) -> None:
     events.add_argument("--type", dest="types", action="append", default=None, metavar="TYPE",
                         help="only events of this type (repeat, or separate with commas)")
     events.add_argument("--key", default=None, metavar="KEY", help="only events about this claim key, task, message or mailbox (id or task key)")
+    from . import cluster_cli  # (`runstate cluster status`)
+
+    cluster_cli.add_commands(commands)
 
 
 # -- talking to the server ------------------------------------------------------------------------
@@ -463,7 +466,9 @@ def _events(args: argparse.Namespace, base: str, secret: Credential) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        {"keys": _keys, "spaces": _spaces, "inspect": _inspect}[args.command](args)
+        from .cluster_cli import status
+
+        {"keys": _keys, "spaces": _spaces, "inspect": _inspect, "cluster": status}[args.command](args)
     except CommandError as error:
         print(f"runstate {args.command}: {error}", file=sys.stderr, flush=True)
         return error.status

@@ -132,8 +132,9 @@ class _Follower:
     step_down: trio.Event = field(default_factory=trio.Event)
     store_scope: trio.CancelScope | None = None  # the local copy's tasks (its writer, its snapshots)
     store_done: trio.Event = field(default_factory=trio.Event)
-    failovers: int = 0
-    lag_records: int = 0  # behind the newest batch the watch has seen (a follower)
+    takeovers: int = 0  # times this node took the partition over
+    leader_changes: int = 0  # times this node saw a new leader (another epoch) after the first it knew
+    epoch_seen: int = 0
     last_leader: str | None = None  # the node that led before the leader key went away
 
 
@@ -467,6 +468,9 @@ class Cluster:
         return Leader(value["node"], value["url"], kv.create_revision)
 
     def _set_leader(self, follower: _Follower, leader: Leader | None) -> None:
+        if leader is not None and leader.epoch != follower.epoch_seen:
+            follower.leader_changes += 1 if follower.epoch_seen else 0
+            follower.epoch_seen = leader.epoch
         if leader != follower.leader:
             if follower.leader is not None:
                 follower.last_leader = follower.leader.node
@@ -487,7 +491,6 @@ class Cluster:
                 self._apply(follower, kv.value)
             else:
                 if not found.more:
-                    follower.lag_records = 0
                     return found.header.revision
 
     def _apply(self, follower: _Follower, data: bytes) -> None:
@@ -617,7 +620,7 @@ class Cluster:
         number = follower.number
         partition = self.kernel.partitions[number]  # type: ignore[union-attr]
         follower.journal = journal
-        follower.failovers += 1
+        follower.takeovers += 1
         follower.step_down = trio.Event()
         if self.leaving:  # (won just as the shutdown began: given over at once)
             follower.step_down.set()
@@ -849,17 +852,49 @@ class Cluster:
                 await trio.sleep(0.01)  # taking over here: its first batch is on its way
         return follower.leader
 
+    def applied(self, number: int, node: str) -> int | None:
+        """How far `node` has applied partition `number`: this node's own point, or what `node` last
+        published (every PUBLISH_EVERY_S; None when it has said nothing)."""
+        if node == self.node_id:
+            return self.followers[number].next_lsn - 1
+        value = self.nodes.get(node, {}).get("applied", {}).get(str(number))
+        return None if value is None else int(value)
+
+    def lag(self, number: int) -> int | None:
+        """How many records this node is behind the leader of `number` (0 when it leads it; None
+        while the partition has no leader or the leader has said nothing yet)."""
+        leader = self.followers[number].leader
+        if leader is None:
+            return None
+        if leader.node == self.node_id:
+            return 0
+        newest = self.applied(number, leader.node)
+        return None if newest is None else max(0, newest - self.applied(number, self.node_id))  # type: ignore[operator]
+
     def status(self) -> dict:
-        """The partition map and the nodes, as `GET /v1/cluster` answers it."""
+        """The partition map and the nodes, as `GET /v1/cluster` answers it: each partition's
+        leader, its last LSN, and how far behind it each standby is (from what the nodes last
+        published: at most PUBLISH_EVERY_S old)."""
         partitions = []
         for number, follower in sorted(self.followers.items()):
             leader = follower.leader
+            newest = None if leader is None else self.applied(number, leader.node)
+            standbys = []
+            for node in sorted(set(self.nodes) | {self.node_id}):
+                if leader is not None and node == leader.node:
+                    continue
+                applied = self.applied(number, node)
+                standbys.append({"node": node, "appliedLsn": applied,
+                                 "lagRecords": None if newest is None or applied is None else max(0, newest - applied)})
             partitions.append({
                 "partition": number,
                 "leader": None if leader is None else {"node": leader.node, "url": leader.url, "epoch": leader.epoch},
+                "leaderLsn": newest,
                 "appliedLsn": follower.next_lsn - 1,
                 "snapshotLsn": follower.store.snapshot_lsn,
-                "failovers": follower.failovers,
+                "failovers": follower.leader_changes,
+                "takeovers": follower.takeovers,
+                "standbys": standbys,
             })
         nodes = []
         for node, value in sorted(self.nodes.items()):

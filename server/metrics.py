@@ -223,6 +223,10 @@ class StateCollector:
                               ("header_timeout", doors.header_timeouts), ("protocol_error", doors.protocol_errors)):
             turned.add_metric([reason], count)
         yield turned
+        if getattr(runtime, "cluster", None) is not None:  # a node of a cluster
+            from .cluster_metrics import cluster_families
+
+            yield from cluster_families(runtime.cluster)
         yield from _kernel_families(kernel)
         now_ms = kernel.clock.now_ms()
         spaces = {space.id: space for space in kernel.spaces()}

@@ -33,6 +33,7 @@ from ..snapshots import RecoveryError, StoreLocked
 from ..snapshots.datadir import DataDir, DataDirError, open_data_dir
 from ..snapshots.etcd import EtcdError
 from .cluster import STANDBY, Cluster, ClusterError
+from .cluster_metrics import EtcdLatency
 from .config import ConfigError
 from .admin import AdminCredential
 from .durable import state_model
@@ -160,6 +161,7 @@ class Runtime:
             data_dir=settings.data_dir, partitions=settings.partitions, lease_s=settings.cluster_lease_s,  # type: ignore[arg-type]
             model=state_model(self.limits), clock=clock, **self._store_options(),
         )
+        cluster.etcd.on_attempt = EtcdLatency(self.telemetry.metrics.registry)
         try:
             with trio.fail_after(60):
                 states = await cluster.open()

@@ -74,7 +74,7 @@ from __future__ import annotations
 import base64
 import math
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Iterable, Literal, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Literal, Sequence
 
 import httpx
 import orjson
@@ -220,6 +220,8 @@ class EtcdClient:
         self.txn_ops_max = txn_ops_max
         self.request_bytes_max = request_bytes_max
         self.requests = 0
+        # Told the path and the seconds of every attempt that got an answer (the server's metrics).
+        self.on_attempt: Callable[[str, float], None] | None = None
         self._preferred = 0
         # The attempt's cancel scope bounds each unary call; httpx's own timeouts only bound
         # connecting (so a connect that fails is told apart from an answer that never came) and
@@ -469,6 +471,7 @@ class EtcdClient:
 
     async def _attempt(self, endpoint: str, path: str, payload: bytes, headers: dict[str, str] = _HEADERS) -> dict[str, Any]:
         self.requests += 1
+        started = trio.current_time()
         with trio.move_on_after(self.attempt_s) as scope:
             try:
                 response = await self._http.post(endpoint + path, content=payload, headers=headers)
@@ -478,6 +481,8 @@ class EtcdClient:
                 raise _NoAnswer(f"{endpoint}: {type(err).__name__}: {err}") from err
         if scope.cancelled_caught:
             raise _NoAnswer(f"{endpoint}: no answer within {self.attempt_s:g} s")
+        if self.on_attempt is not None:
+            self.on_attempt(path, trio.current_time() - started)
         return _answer(endpoint, response.status_code, response.content)
 
 

@@ -3,7 +3,8 @@
 An action is never a second implementation: the console calls the API's own route in process
 (`call_api`), with the signed-in key as its bearer, so it is authorized, checked, journaled and
 shown in the event log exactly as the same request from `curl` or the CLI would be, and it is
-refused the same way (an admin key that may only read gets the API's 403, shown as such).
+refused the same way (an admin key that may only read gets the API's 403, shown as such). On a
+node of a cluster the route runs on the leader of its partition, like any API request.
 
 Every action is two steps. `GET .../{action}` shows what will happen, with the numbers it will
 touch, and a form; `POST` (with the session's CSRF token, from a page of this host) does it and
@@ -16,12 +17,15 @@ letters. The last two are offered when this server has their routes (`api_has`).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import orjson
 
 from ...actors.errors import VALIDATION_FAILED, KernelError
+from ..errors import ApiError
+from ..forward import Forwarded, lead_or_forward, partition_of_request
 from ..http import Request
 from ..routes import ROUTER as API
 from . import views
@@ -52,15 +56,39 @@ def api_has(method: str, path: str) -> bool:
 
 async def call_api(console: Console, visit: Visit, method: str, path: str, body: Any = None, query: dict | None = None) -> Any:
     """Run the API route `method path` in process with the session's key; its answer's body, or
-    the route's refusal raised as it is (a `KernelError` with the API's code and message)."""
+    the route's refusal raised as it is (a `KernelError` with the API's code and message).
+
+    On a node of a cluster the route runs where its partition is led: here, or on the leader the
+    request is forwarded to (`forward.lead_or_forward`), as any API request that reaches this
+    node. It carries an Idempotency-Key, so that a failover while it is under way sends it to the
+    next leader rather than answering that it may or may not have been done."""
     session = visit.session
     assert session is not None, "an action needs a session"
     headers = {"authorization": f"Bearer {session.secret}", "content-type": "application/json", "user-agent": "runstate-console"}
-    request = Request(method, path, headers, b"" if body is None else orjson.dumps(body), visit.client, console.runtime.limits)
+    if method != "GET":
+        headers["idempotency-key"] = "console-" + os.urandom(12).hex()
+    payload = b"" if body is None else orjson.dumps(body)
+    request = Request(method, path, headers, payload, visit.client, console.runtime.limits)
     request.query = urlencode({k: v for k, v in (query or {}).items() if v is not None}).encode()
     route, params = API.match(method, path)
-    status, answer = await route.handler(console.runtime, request, **params)
-    return answer
+    runtime = console.runtime
+    cluster = getattr(runtime, "cluster", None)
+    number = None if cluster is None else partition_of_request(runtime.kernel, method, route.path, params)
+    if number is None:
+        status, answer = await route.handler(runtime, request, **params)
+        return answer
+    target = path + ("?" + request.query.decode() if request.query else "")
+    answered = await lead_or_forward(cluster, number, method, target, headers, payload, runtime.settings.cluster_forward_wait_s,
+                                     lambda: route.handler(runtime, request, **params))
+    if not isinstance(answered, Forwarded):
+        return answered[1]
+    document = orjson.loads(answered.body) if answered.body else None
+    if answered.status >= 400:
+        error = document.get("error") if isinstance(document, dict) else None
+        if not isinstance(error, dict):
+            raise ApiError("UNAVAILABLE", f"the partition's leader answered {answered.status}", status=503)
+        raise ApiError(str(error.get("code")), str(error.get("message")), status=answered.status)
+    return document
 
 
 def _reason(visit: Visit) -> str | None:

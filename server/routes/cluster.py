@@ -38,8 +38,8 @@ async def cluster_map(services: Runtime, request: Request) -> tuple[int, dict]:
     assert kernel is not None
     node = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "applied": {}, "snapshots": {}}
     partitions = [
-        {"partition": p.number, "leader": {"node": "local", "url": None, "epoch": 0},
-         "appliedLsn": p.journal.durable_lsn, "snapshotLsn": 0, "failovers": 0}
+        {"partition": p.number, "leader": {"node": "local", "url": None, "epoch": 0}, "leaderLsn": p.journal.durable_lsn,
+         "appliedLsn": p.journal.durable_lsn, "snapshotLsn": 0, "failovers": 0, "takeovers": 0, "standbys": []}
         for p in kernel.partitions
     ]
     return 200, {"cluster": None, "node": "local", "partitions": kernel.layout.count, "layout": "crc32",

@@ -1,0 +1,153 @@
+"""Operating a cluster of three real nodes: `runstate cluster status`, the cluster's metrics, what
+/healthz says when a node cannot serve, and the web console's actions taken through a node that
+does not lead the partition they change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from ..etcd import EtcdCluster
+from .nodes import ADMIN_KEY, API_KEY, ClusterNodes
+
+pytestmark = pytest.mark.e2e
+
+SPACE = "default"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterNodes]:
+    with EtcdCluster(1) as etcd:
+        nodes = ClusterNodes(etcd, 3, tmp_path_factory.mktemp("ops")).start()
+        try:
+            nodes.wait_ready()
+            yield nodes
+        finally:
+            nodes.close()
+
+
+def _cli(*args: str, key: str = ADMIN_KEY) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RUNSTATE_ADMIN_KEY": key}
+    return subprocess.run([sys.executable, "-m", "runstate.server.cli", *args], capture_output=True, text=True, env=env, timeout=30)
+
+
+def test_cluster_status_lists_the_nodes_the_leaders_and_each_standbys_lag(cluster: ClusterNodes) -> None:
+    """Through any node: every node, every partition with its leader and epoch, and the two other
+    nodes as its standbys with how many records each is behind (0 once they have published)."""
+    with cluster.nodes[0].client() as http:  # something to replicate, then a publication period
+        http.post(f"/v1/spaces/{SPACE}/scopes", json={}, headers={"idempotency-key": uuid.uuid4().hex})
+    time.sleep(2.5)
+    leaders = cluster.map()
+    for node in cluster.nodes:
+        done = _cli("cluster", "status", "--url", node.url, "--json")
+        assert done.returncode == 0, done.stderr
+        data = json.loads(done.stdout)
+        assert data["cluster"] == "runstate" and data["node"] == node.name and data["partitions"] == cluster.partitions
+        assert sorted(n["node"] for n in data["nodes"]) == ["n0", "n1", "n2"]
+        for entry in data["map"]:
+            assert entry["leader"]["node"] == leaders[entry["partition"]]
+            assert sorted(s["node"] for s in entry["standbys"]) == sorted({"n0", "n1", "n2"} - {entry["leader"]["node"]})
+            assert all(s["lagRecords"] == 0 for s in entry["standbys"]), entry
+            assert entry["leaderLsn"] >= 1
+    text = _cli("cluster", "status", "--url", cluster.nodes[1].url)
+    assert text.returncode == 0, text.stderr
+    assert "cluster runstate: 4 data partition(s) and the system partition, 3 node(s); asked n1" in text.stdout
+    for number, leader in leaders.items():
+        assert re.search(rf"^{number}\s+{leader}\s+\d+\s+\d+\s+\d+\s+n\d:0 n\d:0$", text.stdout, re.M), text.stdout
+    refused = _cli("cluster", "status", "--url", cluster.nodes[0].url, key="not-a-key")
+    assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
+
+
+def _metrics(url: str) -> str:
+    answer = httpx.get(url + "/metrics", timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.text
+
+
+def _value(text: str, name: str, partition: int | None = None) -> float | None:
+    label = "" if partition is None else rf'\{{partition="{partition}"\}}'
+    found = re.search(rf"^{name}{label} (\S+)$", text, re.M)
+    return None if found is None else float(found.group(1))
+
+
+def test_metrics_say_each_partitions_role_lag_leader_changes_and_etcds_latency(cluster: ClusterNodes) -> None:
+    with cluster.nodes[2].client() as http:
+        http.post(f"/v1/spaces/{SPACE}/scopes", json={}, headers={"idempotency-key": uuid.uuid4().hex})
+    texts = {node.name: _metrics(node.url) for node in cluster.nodes}
+    leaders = cluster.map()
+    for number, leader in leaders.items():
+        for name, text in texts.items():
+            assert _value(text, "runstate_cluster_partition_leader", number) == (1 if name == leader else 0), (name, number)
+            assert _value(text, "runstate_cluster_partition_applied_lsn", number) is not None
+            assert _value(text, "runstate_cluster_partition_lag_records", number) is not None
+            assert _value(text, "runstate_cluster_leader_changes_total", number) is not None
+            assert _value(text, "runstate_cluster_takeovers_total", number) is not None
+    for text in texts.values():
+        assert _value(text, "runstate_cluster_session_up") == 1 and _value(text, "runstate_cluster_nodes") == 3
+        assert _value(text, "runstate_cluster_sessions_total") == 1
+        keepalives = re.search(r'^runstate_etcd_request_duration_seconds_count\{request="keepalive"\} (\S+)$', text, re.M)
+        assert keepalives and float(keepalives.group(1)) > 0
+    assert any(re.search(r'^runstate_etcd_request_duration_seconds_count\{request="txn"\} [1-9]', text, re.M) for text in texts.values())
+
+
+def test_healthz_says_a_node_cannot_serve_while_etcd_does_not_answer_it(cluster: ClusterNodes) -> None:
+    """etcd stopped: no keepalive is answered, every node's session deadline passes, and /healthz
+    answers 503 saying so (a load balancer sends nothing there); etcd back (it ends the leases that
+    ran out while it was stopped), /healthz is 200 again with every partition led."""
+    member = cluster.etcd.members[0]
+    member.stop()
+    try:
+        deadline = time.monotonic() + 10
+        for node in cluster.nodes:
+            while True:
+                answer = httpx.get(node.url + "/healthz", timeout=5)
+                if answer.status_code == 503:
+                    assert "no session with etcd" in answer.json()["error"]["message"]
+                    break
+                assert time.monotonic() < deadline, answer.text
+                time.sleep(0.1)
+    finally:
+        member.cont()
+    cluster.wait_ready(20, settle=False)
+    assert all(leader is not None for leader in cluster.map().values())
+
+
+def test_a_console_action_taken_through_a_follower_is_done_by_the_leader(cluster: ClusterNodes) -> None:
+    """Cancelling a run from the console of a node that does not lead the run's partition: the
+    action goes to the leader, as the API request would, and the run is cancelled everywhere."""
+    follower = next(node for node in cluster.nodes if node is not cluster.leader_of(SPACE))
+    with follower.client() as http:
+        run = http.post(f"/v1/spaces/{SPACE}/scopes", json={"name": "to-cancel"}).json()["id"]
+    with httpx.Client(base_url=follower.url, follow_redirects=False, timeout=15) as browser:
+        signed = browser.post("/console/login", data={"key": API_KEY}, headers={"origin": follower.url})
+        assert signed.status_code == 303, signed.text
+        page = browser.get(f"/console/s/{SPACE}/runs/{run}/cancel")
+        assert page.status_code == 200, page.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf, page.text[:500]
+        done = browser.post(f"/console/s/{SPACE}/runs/{run}/cancel", data={"csrf": csrf.group(1)}, headers={"origin": follower.url})
+        assert done.status_code == 303 and "done=run-cancelled" in done.headers["location"], done.text
+    for node in cluster.nodes:
+        with node.client() as http:
+            assert http.get(f"/v1/spaces/{SPACE}/scopes/{run}").json()["effective"] == "CANCELLED"
+
+
+def test_cluster_status_of_a_single_node_says_it_is_not_a_cluster(tmp_path: Path) -> None:
+    from ..servers import ServerProcess
+
+    with ServerProcess(env={"RUNSTATE_ADMIN_KEY": ADMIN_KEY}) as server:
+        done = _cli("cluster", "status", "--url", server.base_url)
+    assert done.returncode == 0, done.stderr
+    assert "a single node (not a cluster): 1 data partition(s)" in done.stdout
+    assert re.search(r"^0\s+local\s+0\s+\d+\s+0\s+-$", done.stdout, re.M), done.stdout
