@@ -246,18 +246,24 @@ async def serve_http(
         if reading.cancelled_caught:
             incoming.timed_out = True
             raise ApiError("REQUEST_TIMEOUT", "the request body did not arrive in time", status=408, headers=dict(_CLOSE))
+        long_poll = route.long_poll  # type: ignore[union-attr]
+        waits = long_poll is True or bool(long_poll and long_poll(request))
+
         async def here() -> tuple[int, Any] | None:
-            long_poll = route.long_poll  # type: ignore[union-attr]
-            if long_poll is True or (long_poll and long_poll(request)):
-                return await _with_disconnect_watch(route.handler, services, request, params, receive)  # type: ignore[union-attr]
             return await route.handler(services, request, **params)  # type: ignore[union-attr]
 
         cluster = getattr(services, "cluster", None)
         number = None if cluster is None or route.public else partition_of_request(services.kernel, method, route.path, params)
         if number is not None:  # a node of a cluster: the partition's leader answers (forward.py)
             path = raw_path + ("?" + request.query.decode("latin-1") if request.query else "")
-            answer = await lead_or_forward(cluster, number, method, path, headers, request.body,
-                                           services.settings.cluster_forward_wait_s, here)
+
+            async def lead() -> Any:
+                return await lead_or_forward(cluster, number, method, path, headers, request.body,
+                                             services.settings.cluster_forward_wait_s, here)
+
+            # A long poll whose client goes away is withdrawn, here or, forwarded, at the leader
+            # (the forwarded request is cancelled, and its connection to the leader closed).
+            answer = await (_unless_disconnected(lead, receive) if waits else lead())
             if isinstance(answer, Forwarded):
                 status = answer.status
                 # Says the request went through another node: our SDKs then learn the map.
@@ -266,7 +272,7 @@ async def serve_http(
                 await send({"type": "http.response.body", "body": answer.body})
                 return
         else:
-            answer = await here()
+            answer = await (_unless_disconnected(here, receive) if waits else here())
         if answer is None:  # the client of a long poll went away: nothing to send
             return
         status, body = answer
@@ -311,15 +317,15 @@ async def serve_http(
         telemetry.end(method, route, status, started, request.request_id, code)
 
 
-async def _with_disconnect_watch(handler: Handler, services: Any, request: Request, params: dict[str, str], receive: Callable[[], Awaitable[dict]]) -> tuple[int, Any] | None:
-    """Run a long-poll handler, cancelling it if the client disconnects first."""
-    answer: tuple[int, Any] | None = None
+async def _unless_disconnected(call: Callable[[], Awaitable[Any]], receive: Callable[[], Awaitable[dict]]) -> Any:
+    """Run a long poll (`call`), cancelling it if the client disconnects first (then None)."""
+    answer: Any = None
     error: BaseException | None = None
 
     async def run(cancel_scope: trio.CancelScope) -> None:
         nonlocal answer, error
         try:
-            answer = await handler(services, request, **params)
+            answer = await call()
         except KernelError as caught:
             error = caught
         cancel_scope.cancel()
