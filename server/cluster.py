@@ -136,6 +136,7 @@ class _Follower:
     leader_changes: int = 0  # times this node saw a new leader (another epoch) after the first it knew
     epoch_seen: int = 0
     last_leader: str | None = None  # the node that led before the leader key went away
+    handed_to: str | None = None  # set when this node steps down to give the partition to that node
 
 
 async def _first(events: dict[str, trio.Event]) -> str:
@@ -528,7 +529,12 @@ class Cluster:
         # The node that led it is gone (or handed it over): the others need not wait for it, even
         # before the watch on the nodes has told that its session ended.
         gone = follower.last_leader if follower.last_leader != self.node_id else None
-        rank = [node for node in self.preferred(number) if node != gone].index(self.node_id)
+        order = [node for node in self.preferred(number) if node != gone]
+        if follower.handed_to is not None:  # it just handed the partition over: every other node first
+            follower.handed_to = None
+            order.remove(self.node_id)
+            order.append(self.node_id)
+        rank = order.index(self.node_id)
         if rank:  # the nodes it prefers try first; if one wins, the transaction below fails
             await trio.sleep(CAMPAIGN_DELAY_S * rank)
         await self.session_ready.wait()
@@ -758,25 +764,35 @@ class Cluster:
         await self.etcd.txn([Compare.create_revision(keys.leader, "==", epoch)], [Op.delete(keys.log_prefix, last)])
 
     def _rebalance(self) -> None:
-        """Step down from one partition that prefers another live node, caught up with its log,
-        while this node leads more than its share (one a round: each hand-off costs the partition
-        a few milliseconds without a leader)."""
+        """Step down from one partition while this node leads more than its share (one a round:
+        each hand-off costs the partition a few milliseconds without a leader), for the live node
+        next in the partition's preference, caught up with its log: one that the partition prefers
+        to this node, or else one that leads less than its share. (Preference alone can leave a
+        node preferred by more partitions than its share: it gives the extra ones to the others.)"""
         led = [f for f in self.followers.values() if f.journal is not None]
         share = math.ceil(len(self.followers) / max(1, len(self.nodes)))
         if len(led) <= share:
             return
+        candidates = []
         for follower in led:
-            best = self.preferred(follower.number)[0]
-            if best == self.node_id:
+            order = self.preferred(follower.number)
+            to = next((node for node in order if node != self.node_id), None)
+            if to is None:
                 continue
-            node = self.nodes.get(best, {})
+            node = self.nodes.get(to, {})
+            prefers_it = order[0] == to
+            if not prefers_it and len(node.get("leads", ())) >= share:
+                continue
             applied = int(node.get("applied", {}).get(str(follower.number), -1))
             seen_ms = self.clock.now_ms() - int(node.get("since_ms", node.get("at_ms", 0)))
             if applied >= follower.next_lsn - 1 - HANDOFF_LAG_MAX and seen_ms >= 2 * PUBLISH_EVERY_S * 1000:
-                log.info("partition %d: handing it to %s, which it prefers", follower.number, best,
-                         extra={"event": "handoff", "fields": {"partition": follower.number, "to": best}})
-                follower.step_down.set()
-                return
+                candidates.append((not prefers_it, follower.number, follower, to))
+        if candidates:
+            _, number, follower, to = min(candidates, key=lambda candidate: candidate[:2])
+            log.info("partition %d: handing it to %s", number, to,
+                     extra={"event": "handoff", "fields": {"partition": number, "to": to}})
+            follower.handed_to = to
+            follower.step_down.set()
 
     # -- answering for the cluster -----------------------------------------------------------------
 
