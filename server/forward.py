@@ -155,6 +155,9 @@ async def forward(cluster: Any, number: int, method: str, path: str, headers: di
             (name.encode("latin-1"), value.encode("latin-1"))
             for name, value in answer.headers.multi_items() if name.lower() not in _NOT_RETURNED
         ]
+        # Its length, as the leader (and any node serving it itself) says it: not sent in chunks.
+        if answer.status_code not in (204, 304) and method != "HEAD":
+            returned.append((b"content-length", str(len(answer.content)).encode()))
         return Forwarded(answer.status_code, returned, answer.content)
 
 
