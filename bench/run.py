@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from . import cluster as cluster_legs
 from . import console, inprocess_runner, queues, swarm
 from .harness import ClaimSession, RedisLockSession, drive, run_bounded
 from .procs import PINNED, RESULTS, ROOT, Processes, find_tool, missing_tool_message, pin_self
@@ -54,7 +55,7 @@ BYTES_PER_QUEUED_TASK = 2048
 RECOVERY_1M_S = 10.0
 
 CONNECTIONS = (1, 16)
-LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale", "console")
+LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale", "console", "cluster")
 
 
 @dataclass(frozen=True)
@@ -332,6 +333,39 @@ class Bench:
         self.rows.extend(rows)
         self.notes.extend(notes)
 
+    def cluster(self) -> None:
+        """A partition leader's failover, and claim cycles in cluster mode against a single node
+        (bench/cluster.py); it starts and stops its own etcd members and nodes."""
+        if find_tool("etcd", "etcd-server") is None:
+            self.rows.append(Row("Cluster (failover, claim cycles)", missing_tool_message("etcd", "etcd-server"), verdict=NA))
+            return
+        trials = 10 if self.mode.name == "quick" else 20
+        times = cluster_legs.failover_trials(trials)
+        p50, worst = cluster_legs.summary(times)
+        self.rows.append(Row(
+            f"Failover: SIGKILL of a partition leader to a write through another node ({len(times)} trials)",
+            f"p50 {p50:.2f} s, max {worst:.2f} s (lease TTL 1 s, 3 etcd members)",
+            target=f"max <= {cluster_legs.FAILOVER_TARGET_S:.0f} s",
+            verdict=verdict_at_most(worst, cluster_legs.FAILOVER_TARGET_S),
+            data={"seconds": times},
+        ))
+        measured = cluster_legs.claim_cycles(self.procs, self.mode.harness_s * 2, self.mode.warmup_s)
+        base = measured[0]
+        for index, row in enumerate(measured):
+            self.rows.append(Row(
+                f"Claim cycle, {row.label}, {cluster_legs.CONCURRENCY} conn (harness)",
+                row.figure(),
+                reference="-" if index == 0 else base.label,
+                ratio=None if index == 0 else row.cycles_per_s / base.cycles_per_s,
+                verdict=REFERENCE if index == 0 else INFO,
+                data=row.__dict__,
+            ))
+        self.notes.append(
+            f"The cluster rows share {len(USABLE_CPUS)} cores between the load generator, three etcd members and the "
+            "nodes: more nodes add no CPU here, so the growth rows show the cost of spreading partitions, not the "
+            "throughput separate machines would add."
+        )
+
     def kernel(self) -> None:
         legs = [("kernel", "claim cycles", "cycles", KERNEL_CLAIM_CYCLES_S), ("tasks", "task lifecycles", "lifecycles", KERNEL_TASK_LIFECYCLES_S)]
         for leg, what, unit, target in legs:
@@ -440,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                     if leg in legs:
                         step(bench, leg, getattr(bench, leg))
                 procs.stop_all()
-            for leg in ("swarm", "kernel", "scale", "console"):
+            for leg in ("swarm", "kernel", "scale", "console", "cluster"):
                 if leg in legs:
                     step(bench, leg, getattr(bench, leg))
         except KeyboardInterrupt:

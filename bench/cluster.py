@@ -1,0 +1,256 @@
+"""The cluster legs: how long a partition is without a leader, and what a claim cycle costs in a cluster.
+
+Failover. Three etcd members (`--pre-vote`, heartbeat 50 ms, election timeout 500 ms: the tuned
+timing of `docs/cluster.md`) and three `runstate serve` nodes with `--cluster-lease-s 1`. Each trial
+finds the leader of the `default` space's partition, keeps a connection open to another node,
+SIGKILLs the leader and from that moment writes (creates a run) through the other node until one is
+acknowledged: the figure is the time from the signal to that acknowledgement, so it includes the
+session's expiry, the new leader's campaign and catch-up, and the forwarded request. The victim is
+started again and the cluster settles (every partition back on its preferred node) before the next
+trial.
+
+Claim cycles. The harness's claim cycle (acquire + release, one connection per worker, 16 workers)
+against a single node with its local WAL (`--fsync batch`) and, in the same run, against the
+cluster: straight to the leader of the space's partition, and through another node (forwarded).
+The cluster's CPU per cycle is every node's plus every etcd member's. Then four spaces, one on each
+partition, loaded together, first on a cluster of one node and then of three (the same etcd; the
+two new nodes take their share of the partitions): how throughput grows with nodes. On a machine
+of two cores the load generator, three etcd members and the nodes share those two cores, so adding
+nodes adds no CPU: that row shows what the hand-off costs and what forwarding saves, not the
+scaling a cluster on separate machines would have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Iterator
+
+import httpx
+
+from .harness import ClaimSession, HarnessResult, drive
+from .procs import Processes, cpu_seconds
+from .report import USABLE_CPUS
+from .targets import Target, create_scope, data_root, start_runstate
+
+FAILOVER_TARGET_S = 2.0
+SPACE = "default"
+CONCURRENCY = 16
+
+
+@contextlib.contextmanager
+def unpinned() -> Iterator[None]:
+    """Processes started inside inherit every usable core, not the load generator's one."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, USABLE_CPUS)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
+def cluster(nodes: int, root: Path, *, etcd_members: int = 3) -> Iterator["Cluster"]:
+    # The cluster's processes are the tests' (real etcd members, real nodes): one way to start them.
+    from tests.cluster.nodes import ClusterNodes
+    from tests.etcd import EtcdCluster
+
+    (root / "etcd").mkdir(parents=True, exist_ok=True)
+    (root / "nodes").mkdir(parents=True, exist_ok=True)
+    with unpinned():
+        etcd = EtcdCluster(etcd_members, root=root / "etcd").start()
+    try:
+        made = ClusterNodes(etcd, nodes, root / "nodes", extra=("--cluster-lease-s", "1"))
+        with unpinned():
+            made.start()
+        try:
+            made.wait_ready(60)
+            yield Cluster(etcd, made)
+        finally:
+            made.close()
+    finally:
+        etcd.close()
+
+
+@dataclass
+class Cluster:
+    etcd: object
+    nodes: object
+
+    def pids(self) -> tuple[list[int], list[int]]:
+        """The live nodes' and etcd members' process ids."""
+        nodes = [node.process.proc.pid for node in self.nodes.live()]  # type: ignore[attr-defined]
+        members = [member.proc.pid for member in self.etcd.members if member.alive]  # type: ignore[attr-defined]
+        return nodes, members
+
+    def target(self, node, space: str = SPACE, api_key: str | None = None) -> Target:  # type: ignore[no-untyped-def]
+        from tests.cluster.nodes import API_KEY
+
+        proc = SimpleNamespace(pid=node.process.proc.pid)
+        return Target(f"cluster-{node.name}", node.url, proc, api_key=api_key or API_KEY, space=space)  # type: ignore[arg-type]
+
+    def start_node(self, node) -> None:  # type: ignore[no-untyped-def]
+        with unpinned():
+            node.start()
+
+
+# -- failover ------------------------------------------------------------------------------------
+
+
+def failover_trials(trials: int, say=print) -> list[float]:  # type: ignore[no-untyped-def]
+    """Seconds from SIGKILL of the space's partition leader to the first write acknowledged through
+    another node, per trial."""
+    import signal
+
+    times: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="bench-failover-", dir=data_root()) as root, cluster(3, Path(root)) as made:
+        nodes = made.nodes
+        for trial in range(trials):
+            victim = nodes.leader_of(SPACE)  # type: ignore[attr-defined]
+            other = next(node for node in nodes.live() if node is not victim)  # type: ignore[attr-defined]
+            with other.client(timeout_s=10) as http:
+                _write(http)  # the connection is open and the path warm before the fault
+                victim.signal(signal.SIGKILL)
+                began = time.perf_counter()
+                while True:
+                    try:
+                        if _write(http).status_code == 201:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    if time.perf_counter() - began > 30:
+                        raise RuntimeError(f"no write was acknowledged within 30 s of killing {victim.name}")
+                    time.sleep(0.005)
+                elapsed = time.perf_counter() - began
+            times.append(elapsed)
+            say(f"bench: failover trial {trial + 1}/{trials}: {victim.name} killed, a write through {other.name} after {elapsed:.3f} s")
+            victim.kill()  # reaps it
+            made.start_node(victim)
+            nodes.wait_ready(60)  # type: ignore[attr-defined]
+    return times
+
+
+def _write(http: httpx.Client) -> httpx.Response:
+    return http.post(f"/v1/spaces/{SPACE}/scopes", json={"name": "failover"}, headers={"idempotency-key": uuid.uuid4().hex})
+
+
+# -- claim cycles --------------------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    label: str
+    cycles_per_s: float
+    p50_ms: float
+    p99_ms: float
+    node_cpu_per_cycle_ms: float
+    etcd_cpu_per_cycle_ms: float
+
+    def figure(self) -> str:
+        cost = f"server CPU {self.node_cpu_per_cycle_ms:.3f} ms/cycle"
+        if self.etcd_cpu_per_cycle_ms:
+            cost += f" + etcd {self.etcd_cpu_per_cycle_ms:.3f} ms"
+        return f"{self.cycles_per_s:,.0f} cycles/s, p50 {self.p50_ms:.2f} ms, p99 {self.p99_ms:.2f} ms; {cost}"
+
+
+def measure(label: str, targets: list[Target], node_pids: list[int], etcd_pids: list[int], seconds: float,
+            warmup_s: float) -> Measured:
+    """The claim cycle over `targets` (worker i on targets[i % len]), with the CPU of the given processes."""
+
+    async def run() -> tuple[HarnessResult, float, float]:
+        scopes = [await create_scope(target, "bench") for target in targets]
+
+        async def make(i: int) -> ClaimSession:
+            return await ClaimSession(targets[i % len(targets)], scopes[i % len(targets)], i).open()
+
+        # drive() measures the CPU of one process in its window; here it is the sum over several,
+        # so the window is the whole measured call (after a warm-up run of its own).
+        await drive(label, make, concurrency=CONCURRENCY, duration_s=warmup_s, warmup_s=0, server_pid=None)
+        nodes_before, etcd_before = _cpu(node_pids), _cpu(etcd_pids)
+        result = await drive(label, make, concurrency=CONCURRENCY, duration_s=seconds, warmup_s=0, server_pid=None)
+        return result, _cpu(node_pids) - nodes_before, _cpu(etcd_pids) - etcd_before
+
+    result, node_cpu, etcd_cpu = asyncio.run(asyncio.wait_for(run(), seconds + warmup_s + 120))
+    cycles = max(result.cycles, 1)
+    return Measured(label, result.cycles_per_s, result.p50_ms, result.p99_ms, node_cpu / cycles * 1000, etcd_cpu / cycles * 1000)
+
+
+def _cpu(pids: list[int]) -> float:
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
+def claim_cycles(procs: Processes, seconds: float, warmup_s: float, say=print) -> list[Measured]:  # type: ignore[no-untyped-def]
+    results: list[Measured] = []
+    with unpinned():
+        single = start_runstate(procs, "single-node", fsync="batch", data_root=data_root())
+    results.append(measure("single node, --fsync batch", [single], [single.pid], [], seconds, warmup_s))
+    say(f"bench: {results[-1].label}: {results[-1].figure()}")
+    procs.stop(single.proc)
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-", dir=data_root()) as root, cluster(3, Path(root)) as made:
+        nodes, members = made.pids()
+        leader = made.nodes.leader_of(SPACE)  # type: ignore[attr-defined]
+        other = next(node for node in made.nodes.live() if node is not leader)  # type: ignore[attr-defined]
+        for label, node in (("3-node cluster, to the partition's leader", leader), ("3-node cluster, through another node", other)):
+            results.append(measure(label, [made.target(node)], nodes, members, seconds, warmup_s))
+            say(f"bench: {results[-1].label}: {results[-1].figure()}")
+    with tempfile.TemporaryDirectory(prefix="bench-growth-", dir=data_root()) as root, cluster(1, Path(root)) as made:
+        spaces, key = _spaces_on_every_partition(made)
+        for size in (1, 3):
+            if size == 3:
+                _grow(made, 3, Path(root))
+            leaders = made.nodes.map()  # type: ignore[attr-defined]
+            by_name = {node.name: node for node in made.nodes.live()}  # type: ignore[attr-defined]
+            targets = [made.target(by_name[leaders[made.nodes.layout.of(space)]], space, key) for space in spaces]  # type: ignore[attr-defined]
+            nodes, members = made.pids()
+            label = f"{len(spaces)} spaces on {len(spaces)} partitions, {size} node{'s' if size > 1 else ''}, each to its leader"
+            results.append(measure(label, targets, nodes, members, seconds, warmup_s))
+            say(f"bench: {results[-1].label}: {results[-1].figure()}")
+    return results
+
+
+def _spaces_on_every_partition(made: Cluster) -> tuple[list[str], str]:
+    """A space on each partition but the system one (0), and one key for all of them."""
+    from tests.cluster.nodes import ADMIN_KEY
+
+    layout = made.nodes.layout  # type: ignore[attr-defined]
+    wanted = set(range(1, made.nodes.partitions + 1))  # type: ignore[attr-defined]
+    spaces: dict[int, str] = {}
+    for index in range(100_000):
+        partition = layout.of(f"bench-{index}")
+        if partition in wanted and partition not in spaces:
+            spaces[partition] = f"bench-{index}"
+        if len(spaces) == len(wanted):
+            break
+    node = made.nodes.live()[0]  # type: ignore[attr-defined]
+    answer = httpx.post(node.url + "/v1/admin/keys", json={"spaces": sorted(spaces.values())},
+                        headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=15)
+    if answer.status_code != 201:
+        raise RuntimeError(f"making a key answered {answer.status_code}: {answer.text}")
+    return [spaces[p] for p in sorted(spaces)], answer.json()["key"]
+
+
+def _grow(made: Cluster, size: int, root: Path) -> None:
+    """Add nodes until the cluster has `size`, and wait until the partitions have spread over them."""
+    from tests.cluster.nodes import Node
+
+    nodes = made.nodes
+    while len(nodes.nodes) < size:  # type: ignore[attr-defined]
+        node = Node(made.etcd, len(nodes.nodes), root / "nodes", nodes.partitions, ("--cluster-lease-s", "1"))  # type: ignore[arg-type,attr-defined]
+        nodes.nodes.append(node)  # type: ignore[attr-defined]
+        made.start_node(node)
+    nodes.wait_ready(60)  # type: ignore[attr-defined]
+
+
+def summary(times: list[float]) -> tuple[float, float]:
+    return statistics.median(times), max(times)
+
+
+__all__ = ["FAILOVER_TARGET_S", "claim_cycles", "failover_trials", "summary"]
