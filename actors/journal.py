@@ -17,11 +17,13 @@ records it was given, so a test can replay them into a fresh state and compare.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from typing import Callable, Iterable, Protocol
 
 from .records import RecordError, check_record
 
-__all__ = ["Journal", "MemoryJournal", "Durable", "Boot", "RecoverableState", "RecordFormat", "Restorable", "WallClock"]
+__all__ = ["Journal", "MemoryJournal", "DurableWaits", "Durable", "Boot", "RecoverableState", "RecordFormat", "Restorable", "WallClock"]
 
 # Called once with None when the records are durable, or with the error that stopped them.
 Durable = Callable[[BaseException | None], None]
@@ -113,6 +115,42 @@ class WallClock(Protocol):
     def advance_anchor_to(self, wall_ms: int) -> None:
         """Never show a wall time before `wall_ms` (the newest time the journal holds)."""
         ...
+
+
+class DurableWaits:
+    """The callbacks of `Journal.after` waiting for a durable point: each called once, when the
+    journal's durable LSN reaches its LSN (`reached`), or with the journal's failure (`fail`),
+    in LSN order (and the order they came in, for one LSN)."""
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Durable]] = []
+        self._seq = itertools.count()
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def add(self, lsn: int, durable_lsn: int, failure: BaseException | None, on_durable: Durable) -> None:
+        """`Journal.after`: called now when `lsn` is durable already or the journal failed, else later."""
+        if lsn <= durable_lsn:
+            on_durable(None)
+        elif failure is not None:
+            on_durable(failure)
+        else:
+            heapq.heappush(self._heap, (lsn, next(self._seq), on_durable))
+
+    def reached(self, durable_lsn: int) -> None:
+        """The durable point is now `durable_lsn`: call every callback waiting up to it."""
+        heap = self._heap
+        while heap and heap[0][0] <= durable_lsn:
+            heapq.heappop(heap)[2](None)
+
+    def fail(self, error: BaseException) -> None:
+        """Call every waiting callback with `error`, and forget them."""
+        waiting, self._heap = self._heap, []
+        for _, _, on_durable in sorted(waiting):
+            on_durable(error)
 
 
 class MemoryJournal:

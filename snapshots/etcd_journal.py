@@ -44,14 +44,13 @@ cannot encode does (the server keeps requests far below it).
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 from typing import Callable
 
 import orjson
 import trio
 
+from ..actors.journal import DurableWaits
 from .etcd import Compare, EtcdClient, EtcdError, Op
 from .frame import encode_frames
 from .model import Durable
@@ -125,8 +124,7 @@ class EtcdJournal:
         self._writing: list[tuple[int, list[bytes], Durable]] | None = None
         self._answered = trio.Event()
         self._closing = False
-        self._after: list[tuple[int, int, Durable]] = []
-        self._seq = itertools.count()
+        self._after = DurableWaits()
         self._wakeup = trio.Event()
 
     # -- the Journal protocol ----------------------------------------------------------------------
@@ -155,12 +153,7 @@ class EtcdJournal:
         return self.appended_lsn
 
     def after(self, lsn: int, on_durable: Durable) -> None:
-        if lsn <= self.durable_lsn:
-            on_durable(None)
-        elif self.failure is not None:
-            on_durable(self.failure)
-        else:
-            heapq.heappush(self._after, (lsn, next(self._seq), on_durable))
+        self._after.add(lsn, self.durable_lsn, self.failure, on_durable)
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -278,9 +271,7 @@ class EtcdJournal:
         if self.on_committed is not None:
             self.on_committed(first_lsn, bodies)
         self._answer(batch, None)
-        after = self._after
-        while after and after[0][0] <= self.durable_lsn:
-            heapq.heappop(after)[2](None)
+        self._after.reached(self.durable_lsn)
 
     @staticmethod
     def _answer(batch: list[tuple[int, list[bytes], Durable]], error: BaseException | None) -> None:
@@ -297,8 +288,6 @@ class EtcdJournal:
         waiting = (batch or []) + self._pending
         self._pending, self._pending_bytes = [], 0
         self._answer(waiting, self.failure)
-        after, self._after = self._after, []
-        for _, _, on_durable in sorted(after):
-            on_durable(self.failure)
+        self._after.fail(self.failure)
         self.failed.set()
         self._wakeup.set()

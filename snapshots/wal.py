@@ -37,8 +37,6 @@ power cut would (and the next boot's generation floor covers what they handed ou
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import os
 import threading
@@ -48,6 +46,7 @@ from typing import Any, Awaitable, Callable
 import orjson
 import trio
 
+from ..actors.journal import DurableWaits
 from .disk import Disk
 from .frame import BODY_BYTES_MAX, FILE_HEADER_BYTES, WAL_KIND, encode_file_header, encode_frames, file_magic
 from .model import Durable
@@ -252,8 +251,7 @@ class WalJournal:
         self._sync_error: OSError | None = None  # a failed background fsync, for the writer to act on
         self._pending: list[tuple[int, list[bytes], Durable]] = []  # (first LSN, bodies, callback)
         self._pending_records = 0
-        self._after: list[tuple[int, int, Durable]] = []  # heap of (LSN, seq, callback)
-        self._seq = itertools.count()
+        self._after = DurableWaits()
         self._wakeup = trio.Event()
         self._synced_at = -float("inf")
 
@@ -296,12 +294,7 @@ class WalJournal:
         self._wakeup.set()
 
     def after(self, lsn: int, on_durable: Durable) -> None:
-        if lsn <= self.durable_lsn:
-            on_durable(None)
-        elif self.failure is not None:
-            on_durable(self.failure)
-        else:
-            heapq.heappush(self._after, (lsn, next(self._seq), on_durable))
+        self._after.add(lsn, self.durable_lsn, self.failure, on_durable)
 
     # -- the writer task ---------------------------------------------------------------------------
 
@@ -329,11 +322,9 @@ class WalJournal:
             if self._pending or self._after:
                 stopped = OSError("the journal stopped before this change was written")
                 pending, self._pending, self._pending_records = self._pending, [], 0
-                after, self._after = self._after, []
                 for _, _, on_durable in pending:
                     on_durable(stopped)
-                for _, _, on_durable in sorted(after):
-                    on_durable(stopped)
+                self._after.fail(stopped)
 
     def _take(self) -> list[tuple[int, list[bytes], Durable]]:
         """The next batch: everything queued, or at most `batch_records_max` records of it."""
@@ -373,9 +364,7 @@ class WalJournal:
             self._unsynced.set()
         for _, _, on_durable in batch:
             on_durable(None)
-        after = self._after
-        while after and after[0][0] <= self.durable_lsn:
-            heapq.heappop(after)[2](None)
+        self._after.reached(self.durable_lsn)
 
     async def _sync_in_background(self) -> None:
         """`batch`: fsync what was written, each fsync beginning at most `batch_interval_ms` after the last began.
@@ -418,9 +407,7 @@ class WalJournal:
         self._pending, self._pending_records = [], 0
         for _, _, on_durable in waiting:
             on_durable(error)
-        after, self._after = self._after, []
-        for _, _, on_durable in sorted(after):
-            on_durable(error)
+        self._after.fail(error)
         self.failed.set()
 
     # -- repairs (the store calls these) -------------------------------------------------------------
