@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import signal
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 
@@ -87,6 +89,18 @@ class Node:
     def save_log(self, path: Path) -> None:
         """Everything the node's processes printed, into `path`."""
         path.write_text("\n".join([*self.earlier_lines, *self.lines]) + "\n")
+
+
+@contextmanager
+def ready_cluster(root: Path, count: int = 3, *, partitions: int = 4) -> Iterator["ClusterNodes"]:
+    """`count` nodes on a one-member etcd, started and ready (`wait_ready`); all gone on the way out."""
+    with EtcdCluster(1) as etcd:
+        nodes = ClusterNodes(etcd, count, root, partitions=partitions).start()
+        try:
+            nodes.wait_ready()
+            yield nodes
+        finally:
+            nodes.close()
 
 
 class ClusterNodes:

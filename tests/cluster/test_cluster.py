@@ -14,7 +14,7 @@ import pytest
 from runstate.server.cluster import preference
 
 from ..etcd import EtcdCluster
-from .nodes import ADMIN_KEY, ClusterNodes
+from .nodes import ADMIN_KEY, ClusterNodes, ready_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -23,13 +23,8 @@ SPACE = "default"
 
 @pytest.fixture
 def cluster(tmp_path):
-    with EtcdCluster(1) as etcd:
-        nodes = ClusterNodes(etcd, 3, tmp_path).start()
-        try:
-            nodes.wait_ready()
-            yield nodes
-        finally:
-            nodes.close()
+    with ready_cluster(tmp_path) as nodes:
+        yield nodes
 
 
 def _claim(http, run: str, key: str, holder: str, lease_s: int = 30):  # type: ignore[no-untyped-def]

@@ -18,8 +18,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from ..etcd import EtcdCluster
-from .nodes import ADMIN_KEY, API_KEY, ClusterNodes
+from .nodes import ADMIN_KEY, API_KEY, ClusterNodes, ready_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -28,13 +27,8 @@ SPACE = "default"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterNodes]:
-    with EtcdCluster(1) as etcd:
-        nodes = ClusterNodes(etcd, 3, tmp_path_factory.mktemp("ops")).start()
-        try:
-            nodes.wait_ready()
-            yield nodes
-        finally:
-            nodes.close()
+    with ready_cluster(tmp_path_factory.mktemp("ops")) as nodes:
+        yield nodes
 
 
 def _cli(*args: str, key: str = ADMIN_KEY) -> subprocess.CompletedProcess[str]:

@@ -15,8 +15,7 @@ import pytest
 
 from runstate import AsyncRunstate
 
-from tests.cluster.nodes import API_KEY, ClusterNodes
-from tests.etcd import EtcdCluster
+from tests.cluster.nodes import API_KEY, ready_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
@@ -25,13 +24,8 @@ SPACE = "default"
 
 @pytest.fixture
 def cluster(tmp_path):
-    with EtcdCluster(1) as etcd:
-        nodes = ClusterNodes(etcd, 3, tmp_path).start()
-        try:
-            nodes.wait_ready()
-            yield nodes
-        finally:
-            nodes.close()
+    with ready_cluster(tmp_path) as nodes:
+        yield nodes
 
 
 async def until(predicate, poke=None, timeout_s: float = 15.0) -> None:  # type: ignore[no-untyped-def]

@@ -19,8 +19,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from ...etcd import EtcdCluster
-from ..nodes import ADMIN_KEY, ClusterNodes
+from ..nodes import ADMIN_KEY, ClusterNodes, ready_cluster
 
 
 class ClusterServer:
@@ -59,13 +58,8 @@ def _partition(module: str) -> int:
 
 @pytest.fixture(scope="package")
 def cluster_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterNodes]:
-    with EtcdCluster(1) as etcd:
-        nodes = ClusterNodes(etcd, 3, tmp_path_factory.mktemp("compat-cluster"), partitions=PARTITIONS).start()
-        try:
-            nodes.wait_ready()
-            yield nodes
-        finally:
-            nodes.close()
+    with ready_cluster(tmp_path_factory.mktemp("compat-cluster"), partitions=PARTITIONS) as nodes:
+        yield nodes
 
 
 @pytest.fixture(scope="module")
