@@ -9,6 +9,7 @@ Pure: no IO, no clock reads.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -25,6 +26,11 @@ KEY_REVOKED = "key.revoked"
 
 def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# A request's key is looked up a few times on its way in (the doors, the router, the space), and a
+# client sends the same key each time: the last keys' digests are kept.
+_digest_of = functools.lru_cache(maxsize=256)(digest)
 
 
 def new_secret() -> str:
@@ -53,7 +59,7 @@ class KeyTable:
 
     def spaces_for(self, secret: str) -> frozenset[str]:
         """The spaces `secret` opens; empty when it is unknown or revoked."""
-        wanted = digest(secret)
+        wanted = _digest_of(secret)
         key = self._by_digest.get(wanted)
         if key is None or key.revoked_ms is not None or not hmac.compare_digest(key.digest, wanted):
             return frozenset()
@@ -61,7 +67,7 @@ class KeyTable:
 
     def active(self, secret: str) -> ApiKey | None:
         """The key `secret` is, when it is known and not revoked."""
-        wanted = digest(secret)
+        wanted = _digest_of(secret)
         key = self._by_digest.get(wanted)
         if key is None or key.revoked_ms is not None or not hmac.compare_digest(key.digest, wanted):
             return None

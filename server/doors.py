@@ -57,7 +57,7 @@ from .errors import ApiError
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["Doors", "Door", "serve_app", "read_body", "drain", "send_while_discarding", "APP_QUEUE_MESSAGES"]
+__all__ = ["Doors", "Door", "Gone", "serve_app", "read_body", "drain", "send_while_discarding", "APP_QUEUE_MESSAGES"]
 
 log = logging.getLogger("runstate.doors")
 
@@ -330,6 +330,8 @@ class _Protocol(H11Protocol):
         # Whether this request's head showed a key the server knows: only then is a client that
         # waits (`Expect: 100-continue`) told to send its body.
         self._key_shown = False
+        # The head of the answer under way, held until its body goes with it (`_send_h11_event`).
+        self._head: bytes | None = None
 
     async def handle(self, event: Any) -> None:
         if isinstance(event, RawData) and event.data:
@@ -413,9 +415,81 @@ class _Protocol(H11Protocol):
     async def _check_protocol(self, event: h11.Request) -> None:
         """No HTTP/2 (prior knowledge or h2c upgrade): every request is answered in HTTP/1.1."""
 
+    async def _send_h11_event(self, event: Any) -> None:
+        """hypercorn's, with the head of an answer of known length held back and written with its
+        body: one write (one send, one pass of the connection's lock) per answer instead of three.
+        A streamed answer (no Content-Length: the console's event stream) has its head written at
+        once, so its client sees it before the first event."""
+        try:
+            data = self.connection.send(event)
+        except h11.LocalProtocolError:
+            if self.connection.their_state != h11.ERROR:
+                raise
+            return
+        if type(event) is h11.Response and _has_length(event.headers):
+            self._head = data
+            return
+        head = self._head
+        if head is not None:
+            self._head = None
+            data = head + data
+        if data:
+            await self.send(RawData(data=data))
+
+    async def _close_stream(self) -> None:
+        self._head = None  # an answer whose body never came is not written
+        await super()._close_stream()
+
+
+def _has_length(headers: Any) -> bool:
+    for name, _ in headers:
+        if name == b"content-length":
+            return True
+    return False
+
+
+class Gone:
+    """Whether the client of a request went away before its answer, for a long poll to stop
+    waiting (`http.serve_http`) without a task of its own reading for `http.disconnect`: the
+    connection's tasks (`_Tasks`) close it when hypercorn tells the request its client is gone.
+    Found in the ASGI scope under `extensions["runstate.gone"]`."""
+
+    __slots__ = ("closed", "scope")
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.scope: trio.CancelScope | None = None  # the long poll to cancel, while it waits
+
+    def close(self) -> None:
+        self.closed = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+class _Tasks(TaskGroup):
+    """hypercorn's task group of a connection, giving each request a `Gone`."""
+
+    async def spawn_app(self, app: Any, config: Config, scope: Any, send: Any) -> Callable[[Any], Awaitable[None]]:
+        gone = Gone()
+        scope["extensions"]["runstate.gone"] = gone
+        put = await super().spawn_app(app, config, scope, send)
+
+        async def app_put(message: Any) -> None:
+            if message["type"] == "http.disconnect":
+                gone.close()
+            await put(message)
+
+        return app_put
+
 
 class _Connection(TCPServer):
-    """hypercorn's per-connection server for plain TCP, speaking through `_Protocol`."""
+    """hypercorn's per-connection server for plain TCP, speaking through `_Protocol`.
+
+    The keep-alive timer is one task per connection (`_keep`) whose deadline moves as requests
+    begin and end, where hypercorn starts a new task at the end of every request and cancels it
+    at the start of the next: that task and its start handshake cost as much as the rest of
+    the trip through hypercorn.
+    """
 
     def __init__(
         self, app: Any, config: Config, context: WorkerContext, state: Any, stream: Any, doors: Doors, door: Door | None = None
@@ -423,6 +497,9 @@ class _Connection(TCPServer):
         super().__init__(app, config, context, state, stream)
         self._doors = doors
         self._door = door or Door(0.0)
+        # While the connection is idle, when the keep-alive timer closes it (inf while a request runs).
+        self._idle_deadline = math.inf
+        self._keeper: trio.CancelScope | None = None
 
     async def run(self) -> None:
         secure = isinstance(self.stream, trio.SSLStream)
@@ -439,22 +516,50 @@ class _Connection(TCPServer):
                 socket = self.stream.socket
             client = parse_socket_addr(socket.family, socket.getpeername())
             server = parse_socket_addr(socket.family, socket.getsockname())
-            async with TaskGroup() as task_group:
+            async with _Tasks() as task_group:
                 self._task_group = task_group
                 self.protocol = _Protocol(  # type: ignore[assignment]
                     self.app, self.config, self.context, task_group, ConnectionState(self.state),
                     secure, client, server, self.protocol_send, doors=self._doors, door=self._door,
                 )
                 await self.protocol.initiate()
-                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                self._idle_deadline = trio.current_time() + self.config.keep_alive_timeout
+                keeping = trio.CancelScope()
+                task_group._nursery.start_soon(self._keep, keeping)
                 await self._read_data()
                 # The client has gone: the keep-alive timer would hold the connection (and its slot
                 # under connections_max) until it runs out. Requests still running finish.
-                await self.idle_task.stop()
+                keeping.cancel()
         except OSError:
             pass
         finally:
             await self._close()
+
+    async def protocol_send(self, event: Any) -> None:
+        if type(event) is Updated:
+            # A request began (idle=False) or ended (idle=True): move the keep-alive deadline.
+            self._idle_deadline = trio.current_time() + self.config.keep_alive_timeout if event.idle else math.inf
+            if self._keeper is not None:
+                self._keeper.deadline = self._idle_deadline
+            return
+        await super().protocol_send(event)
+
+    async def _keep(self, keeping: trio.CancelScope) -> None:
+        """Close the connection once it has been idle for `keep_alive_timeout`, or at once if idle
+        when the server shuts down (a busy one is closed by hypercorn when its request ends)."""
+        with keeping:
+            while True:
+                with trio.CancelScope(deadline=self._idle_deadline) as self._keeper:
+                    await self.context.terminated.wait()
+                self._keeper = None
+                if self._idle_deadline == math.inf:
+                    if self.context.terminated.is_set():
+                        return
+                    continue  # a request began as the deadline passed
+                if self.context.terminated.is_set() or trio.current_time() >= self._idle_deadline:
+                    with trio.CancelScope(shield=True):
+                        await self._initiate_server_close()
+                    return
 
     async def _read_data(self) -> None:
         """hypercorn's read loop, in reads of RECEIVE_BYTES_MAX instead of 64 KiB, and with a bound

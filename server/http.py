@@ -14,6 +14,7 @@ and its wait withdrawn, so no lease is handed to nobody.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 from functools import partial
@@ -47,6 +48,11 @@ _JSON_HEADERS = [(b"content-type", b"application/json")]
 _CLOSE = {"connection": "close"}
 
 
+# Request ids: 64 bits counted up from a random start, unique within a process and unlikely to meet
+# another process's (a random draw per request costs a system call).
+_REQUEST_NUMBERS = itertools.count(int.from_bytes(os.urandom(8), "big"))
+
+
 class Raw:
     """An answer body that is not JSON (the metrics text): bytes, their content type, more headers."""
 
@@ -69,7 +75,7 @@ class Request:
         self.headers = headers
         self.body = body
         self.client = client
-        self.request_id = "req_" + os.urandom(8).hex()
+        self.request_id = "req_%016x" % (next(_REQUEST_NUMBERS) & 0xFFFF_FFFF_FFFF_FFFF)
         self.query = b""
         self.limits = limits
         self._parsed: Body | None = None
@@ -130,52 +136,84 @@ class Route:
         return "/" + "/".join(self.pattern)
 
 
-class Router:
+class _Node:
+    """A step of the router's tree: the routes ending here, and the next steps by literal segment
+    or by parameter name."""
+
+    __slots__ = ("routes", "literal", "param")
+
     def __init__(self) -> None:
-        self._by_length: dict[int, list[Route]] = {}
+        self.routes: list[tuple[int, Route]] = []  # (order of declaration, route)
+        self.literal: dict[str, _Node] = {}
+        self.param: dict[str, _Node] = {}
+
+
+class Router:
+    """Routes by path segments through a tree. When several routes fit a path, the first one
+    declared for the method wins; one that fits the path but not the method is a 405 naming the
+    methods that fit."""
+
+    def __init__(self) -> None:
         self.routes: list[Route] = []
+        self._root = _Node()
 
     def add(
         self, method: str, pattern: str, handler: Handler, *, long_poll: "LongPoll" = False, public: bool = False,
         doc: Any = None, batch: Any = None,
     ) -> None:
         """Serve `handler` at `method pattern` (declarations go through `api.endpoint`)."""
-        route = Route(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch)
-        self.routes.append(route)
-        self._by_length.setdefault(len(route.pattern), []).append(route)
+        self._place(Route(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch))
 
     def include(self, other: "Router") -> None:
         for route in other.routes:
-            self.routes.append(route)
-            self._by_length.setdefault(len(route.pattern), []).append(route)
+            self._place(route)
+
+    def _place(self, route: Route) -> None:
+        node = self._root
+        for want, name in zip(route.pattern, route.params):
+            branches = node.literal if name is None else node.param
+            key = want if name is None else name
+            node = branches.get(key) or branches.setdefault(key, _Node())
+        node.routes.append((len(self.routes), route))
+        self.routes.append(route)
 
     def match(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
         try:
             segments = [unquote(s, errors="strict") for s in raw_path.strip("/").split("/")]
         except UnicodeDecodeError:
             raise ApiError(VALIDATION_FAILED, "the path is not valid UTF-8 once percent-decoded") from None
-        allowed: list[str] = []
-        for route in self._by_length.get(len(segments), ()):
-            params: dict[str, str] = {}
-            for want, name, got in zip(route.pattern, route.params, segments):
-                if name is not None:
-                    if not got:
-                        break
-                    params[name] = got
-                elif want != got:
-                    break
-            else:
-                if route.method == method:
-                    return route, params
-                allowed.append(route.method)
-        if allowed:
+        fits: list[tuple[int, Route, dict[str, str]]] = []
+        _fit(self._root, segments, 0, [], fits)
+        best: tuple[int, Route, dict[str, str]] | None = None
+        for fit in fits:
+            if fit[1].method == method and (best is None or fit[0] < best[0]):
+                best = fit
+        if best is not None:
+            return best[1], best[2]
+        if fits:
+            allowed = ", ".join(sorted({fit[1].method for fit in fits}))
             raise ApiError(
-                "METHOD_NOT_ALLOWED",
-                f"{method} is not allowed on {raw_path}; use {', '.join(sorted(set(allowed)))}",
-                status=405,
-                headers={"allow": ", ".join(sorted(set(allowed)))},
+                "METHOD_NOT_ALLOWED", f"{method} is not allowed on {raw_path}; use {allowed}", status=405,
+                headers={"allow": allowed},
             )
         raise ApiError(NOT_FOUND, f"no such route: {method} {raw_path}")
+
+
+def _fit(node: _Node, segments: list[str], at: int, params: list[tuple[str, str]], fits: list) -> None:
+    """Every route whose pattern fits `segments` from `at` on, below `node`, with its parameters."""
+    if at == len(segments):
+        for order, route in node.routes:
+            fits.append((order, route, dict(params)))
+        return
+    segment = segments[at]
+    step = node.literal.get(segment)
+    if step is not None:
+        _fit(step, segments, at + 1, params, fits)
+    if segment and node.param:
+        for name, step in node.param.items():
+            params.append((name, segment))
+            _fit(step, segments, at + 1, params, fits)
+            params.pop()
 
 
 async def _send(send: Callable[[dict], Awaitable[None]], status: int, body: bytes, extra: dict[str, str] | None, request_id: str) -> None:
@@ -263,7 +301,7 @@ async def serve_http(
 
             # A long poll whose client goes away is withdrawn, here or, forwarded, at the leader
             # (the forwarded request is cancelled, and its connection to the leader closed).
-            answer = await (_unless_disconnected(lead, receive) if waits else lead())
+            answer = await (_unless_disconnected(lead, receive, scope) if waits else lead())
             if isinstance(answer, Forwarded):
                 status = answer.status
                 # Says the request went through another node: our SDKs then learn the map.
@@ -272,7 +310,7 @@ async def serve_http(
                 await send({"type": "http.response.body", "body": answer.body})
                 return
         else:
-            answer = await (_unless_disconnected(here, receive) if waits else here())
+            answer = await (_unless_disconnected(here, receive, scope) if waits else here())
         if answer is None:  # the client of a long poll went away: nothing to send
             return
         status, body = answer
@@ -317,8 +355,24 @@ async def serve_http(
         telemetry.end(method, route, status, started, request.request_id, code)
 
 
-async def _unless_disconnected(call: Callable[[], Awaitable[Any]], receive: Callable[[], Awaitable[dict]]) -> Any:
-    """Run a long poll (`call`), cancelling it if the client disconnects first (then None)."""
+async def _unless_disconnected(call: Callable[[], Awaitable[Any]], receive: Callable[[], Awaitable[dict]], scope: dict) -> Any:
+    """Run a long poll (`call`), cancelling it if the client disconnects first (then None).
+
+    Under our doors the connection says so itself (`doors.Gone`): the poll runs in this task under
+    a cancel scope the doors cancel. Under another ASGI server, a second task reads `receive` for
+    `http.disconnect`.
+    """
+    gone = scope.get("extensions", {}).get("runstate.gone")
+    if gone is not None:
+        if gone.closed:
+            return None
+        with trio.CancelScope() as waiting:
+            gone.scope = waiting
+            try:
+                return await call()
+            finally:
+                gone.scope = None
+        return None  # cancelled: the client went away
     answer: Any = None
     error: BaseException | None = None
 

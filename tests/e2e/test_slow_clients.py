@@ -158,3 +158,43 @@ def test_a_long_poll_under_the_cap_is_not_cut_by_the_read_timeout(slow_server):
         assert WAIT_MS_MAX / 1000 * 0.9 <= time.monotonic() - started < READ_TIMEOUT_S
         # The same keep-alive connection still works afterwards.
         assert http.get(f"/v1/spaces/default/scopes/{scope_id}").status_code == 200
+
+
+def _ask_health(sock: socket.socket) -> bytes:
+    """One GET /healthz on a kept-alive socket; the whole answer (its Content-Length read)."""
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.settimeout(5)
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed a connection in the middle of an answer"
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")).split(b":")[1])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_an_idle_connection_closes_after_keep_alive_and_a_busy_one_stays_open(slow_server):
+    """The keep-alive bound counts from the end of a connection's last answer: a connection asked
+    nothing for `keep_alive_s` is closed, one that keeps asking (each request inside the bound) is
+    served on the same socket for several times that bound, its head and body in one answer."""
+    idle = socket.create_connection(_address(slow_server), timeout=5)
+    assert _ask_health(idle).startswith(b"HTTP/1.1 200")
+    answered = time.monotonic()
+    closed, _ = _closed_within(idle, KEEP_ALIVE_S + SLACK_S)
+    assert closed and time.monotonic() - answered >= KEEP_ALIVE_S * 0.9
+    idle.close()
+    busy = socket.create_connection(_address(slow_server), timeout=5)
+    started = time.monotonic()
+    asked = 0
+    while time.monotonic() - started < 3 * KEEP_ALIVE_S:
+        answer = _ask_health(busy)
+        assert answer.startswith(b"HTTP/1.1 200") and b"content-length" in answer.lower()
+        asked += 1
+        time.sleep(KEEP_ALIVE_S / 4)
+    assert asked >= 6
+    closed, _ = _closed_within(busy, KEEP_ALIVE_S + SLACK_S)
+    assert closed
+    busy.close()
