@@ -394,31 +394,33 @@ class Renewals:
 
         seconds = [int(kept.clock.lease_seconds) for kept in group]
         ctx = group[0].ctx
-        answers: list[Any]
+        answers: list[Any] | None = None
         coalescer = ctx.requester.coalescer
-        if len(group) == 1 or coalescer is None or coalescer.unsupported:
-            answers = [None] * len(group)
-
-            async def alone(index: int) -> None:
-                suffix, body = group[index].request(seconds[index])
-                try:
-                    answers[index] = await group[index].ctx.call("POST", suffix, body=body)
-                except Exception as error:
-                    answers[index] = error
-
-            async with anyio.create_task_group() as each:
-                for index in range(len(group)):
-                    each.start_soon(alone, index)
-            self.requests += len(group)
-        else:
+        if len(group) > 1 and coalescer is not None and not coalescer.unsupported:
             operations = [Operation("POST", *kept.request(n), new_idempotency_key()) for kept, n in zip(group, seconds)]
+            self.requests += 1
             try:
                 answers = list(await send_batch(ctx.requester, ctx.path(""), operations))
             except Exception as error:
-                if batch_unsupported(error):
+                if not batch_unsupported(error):
+                    answers = [copy_error(error) for _ in group]
+                else:  # a server without the route: these leases are renewed one by one, now
                     coalescer.unsupported = True
-                answers = [copy_error(error) for _ in group]
-            self.requests += 1
+        if answers is None:
+            alone: list[Any] = [None] * len(group)
+
+            async def renew(index: int) -> None:
+                suffix, body = group[index].request(seconds[index])
+                try:
+                    alone[index] = await group[index].ctx.call("POST", suffix, body=body)
+                except Exception as error:
+                    alone[index] = error
+
+            async with anyio.create_task_group() as each:
+                for index in range(len(group)):
+                    each.start_soon(renew, index)
+            self.requests += len(group)
+            answers = alone
         now = anyio.current_time()
         for kept, answer, n in zip(group, answers, seconds):
             kept.in_flight = False

@@ -31,9 +31,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket as socket_module
 import sys
 from functools import partial
 from typing import Any, Awaitable, Callable
+from urllib.parse import unquote
 
 import h11
 import orjson
@@ -319,10 +321,15 @@ def _bearer(request: h11.Request) -> str | None:
 class _Protocol(H11Protocol):
     """hypercorn's HTTP/1.1 protocol, with every refusal it makes itself in the error envelope."""
 
-    def __init__(self, *args: Any, doors: Doors, door: Door | None = None) -> None:
+    def __init__(
+        self, *args: Any, doors: Doors, door: Door | None = None, inline: Any = None, socket: Any = None,
+    ) -> None:
         super().__init__(*args)
         self._doors = doors
         self._door = door or Door(0.0)
+        # What answers an API request in this task (`_answer_inline`), on a plain socket; None: none is.
+        self._inline = inline if socket is not None else None
+        self._socket = socket
         self._first_line: bytearray | None = bytearray()  # None once the first line was looked at
         # When the first byte of the request head now arriving came (None: no head under way): a
         # head not complete `header_timeout_s` after it ends the connection (`_Connection`).
@@ -379,6 +386,17 @@ class _Protocol(H11Protocol):
                     self._door.authenticated = True
                 await self.send(Updated(idle=False))
                 await self._check_protocol(event)
+                if self._inline is not None and _may_answer_inline(event, self.config):
+                    went = await self._answer_inline(event)
+                    if went is _GONE:
+                        break
+                    if went is _ANSWERED:
+                        continue
+                    # The body is still on its way: the request goes the usual way, with what came.
+                    await self._create_stream(event)
+                    for chunk in went:
+                        await self.stream.handle(Body(stream_id=STREAM_ID, data=chunk))
+                    continue
                 await self._create_stream(event)
             elif event is h11.PAUSED:
                 await self.can_read.clear()
@@ -415,6 +433,83 @@ class _Protocol(H11Protocol):
     async def _check_protocol(self, event: h11.Request) -> None:
         """No HTTP/2 (prior knowledge or h2c upgrade): every request is answered in HTTP/1.1."""
 
+    async def _answer_inline(self, request: h11.Request) -> Any:
+        """Answer an API request in this task when its whole body has come with its head (most
+        do): no task, no queue of messages and no stream object for it, the answer written in
+        one piece. `_ANSWERED` when answered (the connection is ready for the next request),
+        `_GONE` when the connection must end, or the body chunks read so far when the rest is
+        still on its way (then the request goes the usual way)."""
+        connection = self.connection
+        chunks: list[bytes] = []
+        while True:
+            try:
+                event = connection.next_event()
+            except h11.RemoteProtocolError as error:
+                if connection.our_state in {h11.IDLE, h11.SEND_RESPONSE}:
+                    self._doors.protocol_errors += 1
+                    refusal = raw_answer(self.config, error.error_status_hint, VALIDATION_FAILED,
+                                         _protocol_refusal(error.error_status_hint, error))
+                    await self.send(RawData(data=refusal))
+                await self.send(Closed())
+                return _GONE
+            if type(event) is h11.Data:
+                chunks.append(bytes(event.data))
+            elif type(event) is h11.EndOfMessage:
+                break
+            else:  # NEED_DATA: the rest of the body has not come yet
+                return chunks
+        body = b"".join(chunks)
+        self.keep_alive_requests += 1
+        await self.context.mark_request()
+        target = request.target
+        path, _, query = target.partition(b"?")
+        gone = _SocketGone(self._socket, self.task_group._nursery)
+        scope = {
+            "type": "http", "http_version": request.http_version.decode(), "method": request.method.decode("ascii"),
+            "scheme": "http", "path": unquote(path.decode("ascii")), "raw_path": path, "query_string": query,
+            "root_path": self.config.root_path, "headers": list(request.headers), "client": self.client,
+            "server": self.server, "extensions": {"runstate.gone": gone},
+        }
+        given = False
+        answer: list[Any] = []
+
+        async def receive() -> dict:
+            nonlocal given
+            if given:
+                return {"type": "http.disconnect"}
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict) -> None:
+            answer.append(message)
+
+        try:
+            await self._inline(scope, receive, send)  # type: ignore[misc]
+        except Exception:
+            log.exception("request %s %s failed", scope["method"], scope["path"])
+            answer = [{"type": "http.response.start", "status": 500, "headers": [(b"content-type", b"application/json")]},
+                      {"type": "http.response.body", "body": orjson.dumps({"error": {"code": "INTERNAL", "message": "internal error"}})}]
+        finally:
+            gone.unwatch()
+        if not answer:  # a long poll whose client went away: nobody to answer
+            await self.send(Closed())
+            return _GONE
+        start, content = answer[0], b"".join(message.get("body", b"") for message in answer[1:])
+        headers = [*start["headers"], *self.config.response_headers("h11")]
+        if self.keep_alive_requests >= self.config.keep_alive_max_requests:
+            headers.append((b"connection", b"close"))
+        try:
+            data = connection.send(h11.Response(status_code=start["status"], headers=headers))
+            if content:
+                data += connection.send(h11.Data(data=content))
+            data += connection.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            await self.send(Closed())
+            return _GONE
+        await self.send(RawData(data=data))
+        await self._maybe_recycle()
+        return _ANSWERED
+
     async def _send_h11_event(self, event: Any) -> None:
         """hypercorn's, with the head of an answer of known length held back and written with its
         body: one write (one send, one pass of the connection's lock) per answer instead of three.
@@ -441,6 +536,27 @@ class _Protocol(H11Protocol):
         await super()._close_stream()
 
 
+_ANSWERED = object()
+_GONE = object()
+# The largest body a request may have to be answered in its connection's task.
+INLINE_BODY_MAX = 64 * 1024
+_INLINE_METHODS = frozenset({b"GET", b"POST", b"PUT", b"PATCH", b"DELETE"})
+
+
+def _may_answer_inline(request: h11.Request, config: Config) -> bool:
+    """Whether a request may be answered in its connection's task: an API request (`/v1/...`) of a
+    usual method, with no body or a small one of declared length, asking for no upgrade."""
+    if request.method not in _INLINE_METHODS or not request.target.startswith(b"/v1/") or config.server_names:
+        return False
+    for name, value in request.headers:
+        if name == b"content-length":
+            if not value.isdigit() or int(value) > INLINE_BODY_MAX:
+                return False
+        elif name in (b"transfer-encoding", b"upgrade", b"expect"):
+            return False
+    return True
+
+
 def _has_length(headers: Any) -> bool:
     for name, _ in headers:
         if name == b"content-length":
@@ -464,6 +580,51 @@ class Gone:
         self.closed = True
         if self.scope is not None:
             self.scope.cancel()
+
+    def watch(self, scope: trio.CancelScope) -> None:
+        """Cancel `scope` when the client goes (at once if it has gone)."""
+        self.scope = scope
+        if self.closed:
+            scope.cancel()
+
+    def unwatch(self) -> None:
+        self.scope = None
+
+
+class _SocketGone(Gone):
+    """For a request answered in its connection's task (`_Protocol._answer_inline`), where no read
+    loop runs while it is answered: while a long poll waits, a task of the connection waits for
+    the socket to be readable and looks (MSG_PEEK, nothing taken) at what came: the end of the
+    stream is a gone client; bytes are the client's next request, left for the read loop."""
+
+    __slots__ = ("_socket", "_nursery", "_watcher")
+
+    def __init__(self, socket: Any, nursery: trio.Nursery) -> None:
+        super().__init__()
+        self._socket = socket
+        self._nursery = nursery
+        self._watcher: trio.CancelScope | None = None
+
+    def watch(self, scope: trio.CancelScope) -> None:
+        super().watch(scope)
+        if not self.closed:
+            self._watcher = trio.CancelScope()
+            self._nursery.start_soon(self._watch, self._watcher)
+
+    def unwatch(self) -> None:
+        super().unwatch()
+        if self._watcher is not None:
+            self._watcher.cancel()  # its wait on the socket ends now, before the read loop's next one
+            self._watcher = None
+
+    async def _watch(self, watcher: trio.CancelScope) -> None:
+        with watcher:
+            try:
+                seen = await self._socket.recv(1, socket_module.MSG_PEEK)
+            except OSError:
+                seen = b""
+            if not seen:
+                self.close()
 
 
 class _Tasks(TaskGroup):
@@ -492,11 +653,13 @@ class _Connection(TCPServer):
     """
 
     def __init__(
-        self, app: Any, config: Config, context: WorkerContext, state: Any, stream: Any, doors: Doors, door: Door | None = None
+        self, app: Any, config: Config, context: WorkerContext, state: Any, stream: Any, doors: Doors, door: Door | None = None,
+        inline: Any = None,
     ) -> None:
         super().__init__(app, config, context, state, stream)
         self._doors = doors
         self._door = door or Door(0.0)
+        self._inline = inline
         # While the connection is idle, when the keep-alive timer closes it (inf while a request runs).
         self._idle_deadline = math.inf
         self._keeper: trio.CancelScope | None = None
@@ -521,6 +684,7 @@ class _Connection(TCPServer):
                 self.protocol = _Protocol(  # type: ignore[assignment]
                     self.app, self.config, self.context, task_group, ConnectionState(self.state),
                     secure, client, server, self.protocol_send, doors=self._doors, door=self._door,
+                    inline=self._inline, socket=None if secure else socket,
                 )
                 await self.protocol.initiate()
                 self._idle_deadline = trio.current_time() + self.config.keep_alive_timeout
@@ -621,7 +785,9 @@ async def _refuse_connection(config: Config, doors: Doors, stream: Any) -> None:
     await stream.aclose()
 
 
-async def _connection(app: Any, config: Config, context: WorkerContext, state: Any, doors: Doors, stream: Any) -> None:
+async def _connection(
+    app: Any, config: Config, context: WorkerContext, state: Any, doors: Doors, inline: Any, stream: Any
+) -> None:
     if doors.connections >= doors.connections_max and not doors.make_room():
         await _refuse_connection(config, doors, stream)
         return
@@ -630,7 +796,7 @@ async def _connection(app: Any, config: Config, context: WorkerContext, state: A
     doors.connections += 1
     try:
         with door.scope:
-            await _Connection(app, config, context, state, stream, doors, door).run()
+            await _Connection(app, config, context, state, stream, doors, door, inline).run()
         if door.scope.cancelled_caught:  # closed to make room: hypercorn's close did not run
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                 await stream.aclose()
@@ -645,12 +811,15 @@ async def serve_app(
     doors: Doors,
     *,
     shutdown_trigger: Callable[..., Awaitable[None]],
+    inline: Callable[[dict, Any, Any], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """hypercorn's trio worker (`hypercorn.trio.run.worker_serve`), through the doors.
 
     The same lifespan, graceful shutdown and sockets: plain HTTP/1.1, or HTTP/1.1 over TLS when the
-    config has a certificate (`--certfile`, `--keyfile`); QUIC and HTTP/2 are left out.
+    config has a certificate (`--certfile`, `--keyfile`); QUIC and HTTP/2 are left out. `inline`,
+    when given, answers the API requests of plain connections whose body came with their head in
+    the connection's own task (`_Protocol._answer_inline`); the rest go to `app`.
     """
     config.set_statsd_logger_class(StatsdLogger)
     config.max_app_queue_size = APP_QUEUE_MESSAGES
@@ -678,7 +847,7 @@ async def serve_app(
                 listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
                 binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
             task_status.started(binds)
-            handler = partial(_connection, wrapped, config, context, ConnectionState(lifespan_state.copy()), doors)
+            handler = partial(_connection, wrapped, config, context, ConnectionState(lifespan_state.copy()), doors, inline)
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger)

@@ -367,11 +367,11 @@ async def _unless_disconnected(call: Callable[[], Awaitable[Any]], receive: Call
         if gone.closed:
             return None
         with trio.CancelScope() as waiting:
-            gone.scope = waiting
+            gone.watch(waiting)
             try:
                 return await call()
             finally:
-                gone.scope = None
+                gone.unwatch()
         return None  # cancelled: the client went away
     answer: Any = None
     error: BaseException | None = None

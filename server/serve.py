@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from functools import partial
 from typing import Callable
 
 import trio
@@ -11,7 +12,9 @@ from hypercorn.config import Config
 
 from .app import create_app
 from .doors import serve_app
+from .http import serve_http
 from .logs import AccessLog, event
+from .routes import ROUTER
 from .runtime import NewKeyHandler
 from .settings import Settings
 from .telemetry import Telemetry
@@ -117,6 +120,7 @@ async def serve(
                 hypercorn_config(settings),
                 app.runtime.doors,
                 shutdown_trigger=lifecycle.stop.wait,
+                inline=partial(serve_http, app.runtime, ROUTER),
                 task_status=_Status(),  # type: ignore[arg-type]
             )
         await lifecycle.stop_runtime()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -249,3 +250,52 @@ def test_a_slowloris_holds_no_slot_a_client_with_a_key_needs():
         assert len(answers) == 5
         timed_out = [a for a in answers if a.startswith(b"HTTP/1.1 408")]
         assert len(timed_out) >= 4 and b"did not all arrive within 3 s" in timed_out[0]
+
+
+def _answers(sock: socket.socket, count: int) -> list[tuple[int, bytes]]:
+    """Read `count` whole answers (each with its Content-Length) from a kept-alive socket."""
+    buffer, answers = b"", []
+    while len(answers) < count:
+        head_end = buffer.find(b"\r\n\r\n")
+        if head_end >= 0:
+            head = buffer[:head_end]
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+            if len(buffer) >= head_end + 4 + length:
+                answers.append((int(head.split(b" ", 2)[1]), buffer[head_end + 4:head_end + 4 + length]))
+                buffer = buffer[head_end + 4 + length:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection before answering"
+        buffer += chunk
+    return answers
+
+
+def _post(server: ServerProcess, path: str, body: bytes) -> bytes:
+    return (
+        b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (path.encode(), server.api_key.encode(), len(body), body)
+    )
+
+
+def test_a_body_that_comes_after_its_head_and_pipelined_requests_are_answered_in_order(server):
+    """An API request is answered the same whether its body came with its head or later, and
+    requests sent back to back on one connection are answered in the order sent."""
+    with server.client() as http:
+        scope_id = http.post(f"/v1/spaces/{server.space_id}/scopes", json={}).json()["id"]
+    claims = f"/v1/spaces/{server.space_id}/claims"
+    acquire = lambda key: orjson.dumps({"key": key, "scopeId": scope_id, "holder": "h", "holderSession": "s"})  # noqa: E731
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        request = _post(server, claims, acquire("late-body"))
+        head, _, body = request.partition(b"\r\n\r\n")
+        sock.sendall(head + b"\r\n\r\n" + body[:5])
+        time.sleep(0.3)
+        sock.sendall(body[5:])
+        [(status, answer)] = _answers(sock, 1)
+        assert status == 200 and orjson.loads(answer)["key"] == "late-body"
+        sock.sendall(b"".join(_post(server, claims, acquire(f"piped-{n}")) for n in range(5)))
+        answers = _answers(sock, 5)
+        assert [orjson.loads(answer)["key"] for _, answer in answers] == [f"piped-{n}" for n in range(5)]
+        assert {status for status, _ in answers} == {200}
+        sock.sendall(_post(server, claims, acquire("piped-0")))  # held now: the envelope, same connection
+        [(status, answer)] = _answers(sock, 1)
+        assert status == 409 and orjson.loads(answer)["error"]["code"] == "CLAIM_HELD"

@@ -103,6 +103,33 @@ async def test_one_refused_lease_in_a_renewal_batch_is_lost_alone(autojump_clock
         await client.aclose()
 
 
+class WithoutBatches(Counting):
+    """A server from before the batch route: `/batch` is an unknown route there."""
+
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        if path.partition("?")[0].endswith("/batch"):
+            self.sent.append((trio.current_time(), method, path.partition("?")[0]))
+            envelope = b'{"error": {"code": "NOT_FOUND", "message": "no such route: POST /v1/spaces/x/batch", "requestId": "req_1"}}'
+            return 404, {"content-type": "application/json"}, envelope
+        return await super().send(method, path, headers, body, timeout_s)
+
+
+async def test_against_a_server_without_batches_the_leases_are_renewed_one_by_one(autojump_clock, pinned):
+    """The first renewal batch meets a server without the route: the same leases are renewed at
+    once, one request each, none is lost, and from then on each lease is renewed alone."""
+    async with runstate.testing.serve() as rs:
+        run = await rs.scopes.create()
+        transport = WithoutBatches(rs.transport)
+        client = AsyncRunstate(api_key="test-key", space_id=rs.space_id, transport=transport, holder="old")
+        leases = [await client.scope(run.id).claim(f"k{n}").acquire(lease_seconds=30) for n in range(3)]
+        await trio.sleep(11)
+        assert len(transport.paths("/batch")) == 1 and len(transport.paths("/renew")) == 3
+        await trio.sleep(50)
+        assert len(transport.paths("/batch")) == 1 and len(transport.paths("/renew")) >= 15
+        assert not any(lease.is_lost for lease in leases)
+        await client.aclose()
+
+
 async def test_renewals_ride_through_an_outage_together_and_lose_only_at_their_own_end(autojump_clock, pinned):
     """The server is down from 9 s to 20 s: the batch is tried again with backoff and gets through
     after it; a lease taken with 12 s (lost at 10.8 s by the local clock) is lost at that instant."""
