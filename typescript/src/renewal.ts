@@ -1,6 +1,7 @@
 /**
- * Keeping a lease alive: the local clock of a lease, and the renewal loop shared by claims, pool
- * grants, once keys and consumed deliveries.
+ * Keeping a lease alive: the local clock of a lease, and the renewal loop of one lease (a once
+ * key's). Claims, pool grants and consumed deliveries are renewed by their client's one loop
+ * (`renewals.ts`), by the same rules.
  *
  * **The lease's end by this process's clock.** A lease granted or renewed for `leaseSeconds` by a
  * request sent at monotonic time `t` cannot end on the server before `t + leaseSeconds` (the
