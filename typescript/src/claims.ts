@@ -102,6 +102,19 @@ export class ClaimRef {
   async acquire(options: AcquireOptions = {}): Promise<ClaimLease> {
     const { leaseSeconds = DEFAULT_LEASE_SECONDS, wait = false, timeoutMs = DEFAULT_CLAIM_TIMEOUT_MS, signal } = options;
     const started = nowMs();
+    const coalescer = this.#ctx.requester.coalescer;
+    if (wait && timeoutMs > 0 && coalescer !== null && coalescer.busy(this.#ctx.path(''))) {
+      // The client's calls are going out in batches now: a try without a wait rides in the next
+      // one (most keys are free), and only a held key costs a request of its own.
+      const body = { key: this.key, scopeId: this.scopeId, holder: this.#ctx.holder, holderSession: this.#ctx.session, leaseSeconds };
+      const sentMs = nowMs();
+      try {
+        const reply = await this.#ctx.call('POST', '/claims', { body, signal, batch: true });
+        return ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, sentMs);
+      } catch (err) {
+        if (!(err instanceof ConflictError && err.code === 'CLAIM_HELD')) throw err;
+      }
+    }
     for (;;) {
       const remainingMs = Math.floor(timeoutMs - (nowMs() - started));
       const waitMs = wait ? Math.min(CLAIM_WAIT_MS_MAX, Math.max(remainingMs, 0)) : 0;
@@ -116,7 +129,7 @@ export class ClaimRef {
       let reply;
       const sentMs = nowMs();
       try {
-        reply = await this.#ctx.call('POST', '/claims', { body, waitMs, signal });
+        reply = await this.#ctx.call('POST', '/claims', { body, waitMs, signal, batch: waitMs === 0 });
       } catch (err) {
         const retryable =
           (err instanceof ConflictError && err.code === 'CLAIM_HELD') ||

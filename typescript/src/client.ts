@@ -4,17 +4,22 @@
  * Building a client sends nothing. It holds one request layer, the space id, and the worker
  * identity: `holder` (the logical worker, yours to choose, stable across restarts) and `session`
  * (12 hex characters, fresh for every client, so two live clients never look like one).
- * `withSpace(id)` gives a view on another space that shares all of that.
+ * `withSpace(id)` gives a view on another space that shares all of that; `withHolder(name)` a view
+ * for another worker of the process (its own holder and session) that shares the rest: the
+ * connections, the batching of calls made at the same time, and the one loop that renews every
+ * lease of the client (`batch.ts`, `renewals.ts`).
  */
 
+import { Coalescer } from './batch.js';
 import { BudgetsAPI, PoolsAPI, QuotasAPI, WorkLimitsAPI } from './capacity.js';
 import { encodeClaimKey } from './claims.js';
 import { resolveConfig, type Config, type RunstateOptions } from './config.js';
 import { DiagnosticsAPI, EventsAPI } from './coordination.js';
-import { Context } from './context.js';
-import { ConflictError, RunstateError } from './errors.js';
+import { Context, Holdings } from './context.js';
+import { ConfigError, ConflictError, RunstateError } from './errors.js';
 import { Requester } from './request.js';
 import { ScopeHandle, createScope, type CreateScopeOptions } from './scopes.js';
+import { randomHex } from './time.js';
 
 export interface MailboxRow {
   id: string;
@@ -231,10 +236,14 @@ export class MailboxesAPI {
   }
 }
 
+/** The longest holder name the server takes. */
+const HOLDER_LENGTH_MAX = 256;
+
 /** @internal The client's context, for the run API built on it (`work.ts`). */
 export const CONTEXT: unique symbol = Symbol('runstate.context');
 
-/** Set only by `withSpace()`: the view's context. Not exported, so not part of the options. */
+/** Set only by `withSpace()` and `withHolder()`: the view's context. Not exported, so not part
+ * of the options. */
 const VIEW_OF: unique symbol = Symbol('runstate.viewOf');
 
 interface InternalOptions extends RunstateOptions {
@@ -262,7 +271,8 @@ export class Runstate {
     } else {
       const config: Config = resolveConfig(options);
       const requester = new Requester(config.baseUrl, config.apiKey, config.requestTimeoutMs, config.retries, config.caBundle);
-      this.#ctx = new Context(requester, config.spaceId, config.holder, config.session, new Set());
+      if (options.batchCalls !== false) requester.coalescer = new Coalescer(requester);
+      this.#ctx = new Context(requester, config.spaceId, config.holder, config.session, new Holdings());
       this.#isView = false;
     }
     this.scopes = new ScopesAPI(this.#ctx);
@@ -308,14 +318,32 @@ export class Runstate {
   }
 
   /**
-   * Stop every lease renewal this client runs; those leases count as lost from here on (their
-   * signals abort) and expire on the server. Views close nothing. Idempotent.
+   * A view for another worker of this process (one agent of a swarm, say): its own `holder` and a
+   * fresh `session`, so its claims and deliveries are its own, sharing with this client everything
+   * else: the connections, the batching of calls made at the same time, and the one loop that
+   * renews every lease together. Closing the client closes its views; closing a view closes
+   * nothing. `holder` is 1 to 256 characters (`ConfigError` otherwise).
+   */
+  withHolder(holder: string): Runstate {
+    if (typeof holder !== 'string' || holder.length < 1 || holder.length > HOLDER_LENGTH_MAX) {
+      throw new ConfigError(`holder must be 1 to ${HOLDER_LENGTH_MAX} characters, got ${JSON.stringify(holder)}`);
+    }
+    const options: InternalOptions = { [VIEW_OF]: this.#ctx.forHolder(holder, randomHex(6)) };
+    return new Runstate(options);
+  }
+
+  /**
+   * Stop every lease renewal this client and its views run; those leases count as lost from here
+   * on (their signals abort) and expire on the server. Calls made after it go out alone. Views
+   * close nothing. Idempotent.
    */
   close(): void {
     if (this.#isView || this.#closed) return;
     this.#closed = true;
     const closing = new RunstateError('CLIENT_CLOSED', 0, 'the client was closed');
     for (const live of [...this.#ctx.live]) live.abandon(closing);
+    this.#ctx.holdings.renewals.close();
+    this.#ctx.requester.coalescer?.close();
     this.#ctx.requester.close();
   }
 }

@@ -35,6 +35,13 @@ export interface RunstateOptions {
    * server (one with a self-signed or private CA's certificate), instead of the system's.
    */
   caBundle?: string;
+  /**
+   * Calls made while another request of this client (and space) is on its way go out together as
+   * one batch request when they come back (our extension; each keeps its own answer and error),
+   * and the client's leases are renewed in one request per interval. Default true; false sends
+   * every call and every renewal alone, as the official clients do.
+   */
+  batchCalls?: boolean;
 }
 
 export interface Config {

@@ -7,7 +7,9 @@
  * `renewal.ts`: renewals ride through an outage until then). Then `isLost` turns true and `signal`
  * aborts with a `LeaseLostError`, for good. `isLost` and `throwIfLost()` also read the clock
  * themselves, so a process paused past its lease sees the loss at its first check after waking,
- * before any timer has run.
+ * before any timer has run. Its renewals go out with every other lease of the client
+ * (`renewals.ts`: one request per space per interval), and its release with the client's other
+ * calls of the moment (`batch.ts`).
  *
  * `runHeld(lease, fn)` is how `run()` holds one: a lost lease does **not** interrupt `fn` (a
  * JavaScript function cannot be cancelled from outside): `signal` aborts, `isLost` turns true, and
@@ -17,8 +19,8 @@
 
 import type { Context, Stoppable } from './context.js';
 import { LeaseLostError } from './errors.js';
-import { LeaseClock, Renewal, renewalsExhausted } from './renewal.js';
-import type { Method } from './request.js';
+import { LeaseClock, renewalsExhausted } from './renewal.js';
+import { Kept } from './renewals.js';
 
 /** The server's `YYYY-MM-DDTHH:MM:SS.mmmZ`; a value that is not a timestamp is a malformed answer. */
 export function parseTimestamp(value: unknown): Date {
@@ -46,7 +48,7 @@ export abstract class HeldLease implements Stoppable {
   readonly #clock: LeaseClock;
   #lostError: LeaseLostError | null = null;
   #released = false;
-  #renewal: Renewal | null = null;
+  #kept: Kept | null = null;
 
   /** `startedMs`: when the request that granted it was sent (monotonic). */
   protected constructor(ctx: Context, token: unknown, expiresAt: unknown, leaseSeconds: number, startedMs: number) {
@@ -63,15 +65,20 @@ export abstract class HeldLease implements Stoppable {
   /** The path (after the space) that renews it, and the one that releases it. */
   protected abstract path(action: 'renew' | 'release'): string;
 
-  /** @internal Start the renewal; the client stops it on close. */
+  /** @internal Start the renewal (with the client's other leases); the client stops it on close. */
   protected startRenewal(): void {
-    this.#renewal = new Renewal(
-      (seconds, signal) => this.#send('POST', { token: this.#token, leaseSeconds: seconds }, signal),
-      this.leaseSeconds,
+    this.#kept = new Kept(
+      this.ctx,
       this.#clock,
+      this.leaseSeconds,
       this.describe(),
+      (seconds) => ({ suffix: this.path('renew'), body: { token: this.#token, leaseSeconds: seconds } }),
+      (body) => {
+        this.expiresAt = parseTimestamp(required(body, 'leaseExpiresAt'));
+      },
       (err) => this.#markLost(err),
     );
+    this.ctx.holdings.renewals.add(this.#kept);
     this.ctx.live.add(this);
   }
 
@@ -114,7 +121,8 @@ export abstract class HeldLease implements Stoppable {
     this.throwIfLost();
     const sentMs = performance.now();
     try {
-      await this.#send('POST', { token: this.#token, leaseSeconds });
+      const reply = await this.ctx.call('POST', this.path('renew'), { body: { token: this.#token, leaseSeconds } });
+      this.expiresAt = parseTimestamp(required(reply.body, 'leaseExpiresAt'));
     } catch (err) {
       if (err instanceof LeaseLostError) this.#markLost(err);
       throw err;
@@ -127,9 +135,9 @@ export abstract class HeldLease implements Stoppable {
   async release(observation?: unknown): Promise<void> {
     if (this.#released) return;
     this.#released = true;
-    await this.#stopRenewal();
+    this.#stopRenewal();
     try {
-      await this.ctx.call('POST', this.path('release'), { body: { token: this.#token, observation } });
+      await this.ctx.call('POST', this.path('release'), { body: { token: this.#token, observation }, batch: true });
     } catch (err) {
       if (!(err instanceof LeaseLostError)) throw err;
     }
@@ -137,20 +145,15 @@ export abstract class HeldLease implements Stoppable {
 
   /** @internal The client is closing: the lease counts as lost from here on and will expire. */
   abandon(reason: Error): void {
-    void this.#stopRenewal();
+    this.#stopRenewal();
     this.#markLost(reason);
   }
 
-  async #send(method: Method, body: Record<string, unknown>, signal?: AbortSignal): Promise<void> {
-    const reply = await this.ctx.call(method, this.path('renew'), { body, signal });
-    this.expiresAt = parseTimestamp(required(reply.body, 'leaseExpiresAt'));
-  }
-
-  async #stopRenewal(): Promise<void> {
+  #stopRenewal(): void {
     this.ctx.live.delete(this);
-    const renewal = this.#renewal;
-    this.#renewal = null;
-    if (renewal !== null) await renewal.stop();
+    const kept = this.#kept;
+    this.#kept = null;
+    if (kept !== null) this.ctx.holdings.renewals.remove(kept);
   }
 
   /** A held lease whose deadline passed is lost, timer or not (a paused process wakes up late). */
@@ -166,10 +169,7 @@ export abstract class HeldLease implements Stoppable {
       cause instanceof LeaseLostError
         ? cause
         : new LeaseLostError('STALE_CLAIM', 409, `${this.describe()} was lost`, { cause });
-    this.ctx.live.delete(this);
-    const renewal = this.#renewal;
-    this.#renewal = null;
-    void renewal?.stop();
+    this.#stopRenewal();
     this.#lost.abort(this.#lostError);
   }
 }

@@ -12,63 +12,41 @@
  * delivery lost, and later settlements throw that error without sending anything.
  *
  * A delivery's lease has a deadline by this process's clock, as a claim's has (`renewal.ts`):
- * `isLost` turns true when it passes, and a settlement that cannot reach the server is tried again
- * with backoff until then (with one idempotency key, so a try whose answer was lost is answered
- * by the server as the first one was), and throws its last error after it.
+ * `isLost` turns true when it passes (`expiresAt` says the end as the server last gave it), and
+ * settlements go out with the client's other calls made at the same time (`batch.ts`). A
+ * settlement that cannot reach the server is tried again with backoff until then (with one
+ * idempotency key, so a try whose answer was lost is answered by the server as the first one
+ * was), and throws its last error after it.
  *
- * `consume()` is the worker loop (the Python SDK's, rule for rule):
- *
- * - intake: while not stopped and while fewer than `concurrency` handlers run, long-poll `recv`
- *   (`waitMs`); aborting `signal` aborts the long poll at once;
- * - each delivery runs `handler(data, delivery)` with its lease renewed in the background, riding
- *   through an outage until the lease's end by this process's clock; a return completes it
- *   (unless the handler settled it), a throw calls `onError(err, delivery)` and puts it back (the
- *   server's backoff decides when it is seen again). A completion or requeue that cannot reach the
- *   server is tried again until the lease's end, then goes to `onError` and a `RunstateWarning`
- *   process warning; so does a result that is dropped because the lease was lost first (the
- *   delivery's `signal` aborted then). Nothing is dropped without a word;
- * - the run is watched (`runwatch.ts`): when it is cancelled, completed or expired, `consume()`
- *   stops within a second: no new work, every running handler's `delivery.signal` aborts with a
- *   `ScopeCancelledError`, its delivery is put back (which ends its task `CANCELLED` on the
- *   server), and `consume()` resolves without waiting for the handlers. A JavaScript handler cannot
- *   be cancelled; one that settles later is refused by the server, and nothing more is sent;
- * - on stop: no new work, up to `shutdownTimeoutMs` for the running handlers, then whatever is still
- *   unfinished is put back and its `delivery.signal` aborted. One that finishes later finds its
- *   delivery settled and nothing more is sent;
- * - errors from `recv`: `ScopeCancelledError` ends it as a run end does (above); authentication,
- *   configuration and not-found errors are thrown at once (the running handlers are abandoned, not
- *   drained: their leases expire); any other `RunstateError` is waited out, `pollMs` doubling up to
- *   5 s, with a `RunstateWarning` when the server stops answering and again when it is back.
+ * `consume()` is the worker loop of `worker.ts` (the Python SDK's, rule for rule): see there.
  */
 
 import type { Context } from './context.js';
 import {
-  AuthenticationError,
-  ConfigError,
   LeaseLostError,
   NotFoundError,
   RunstateError,
   ScopeCancelledError,
   isTransient,
 } from './errors.js';
-import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, Renewal, grantStartMs, renewalsExhausted } from './renewal.js';
+import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, grantStartMs, renewalsExhausted } from './renewal.js';
+import type { RenewalRequest } from './renewals.js';
 import { newIdempotencyKey } from './request.js';
-import { watchRunEnd } from './runwatch.js';
 import { TaskTicket } from './tasks.js';
 import { nowMs, pause } from './time.js';
-import { warn } from './warnings.js';
+import { runWorker } from './worker.js';
 
-/** How long an idle `consume()` asks the server to hold an empty recv. */
-export const DEFAULT_CONSUME_WAIT_MS = 20_000;
 /** The lease of a delivery from `receive()`; it is not renewed for the caller. */
 export const RECEIVE_LEASE_SECONDS = 30;
 /** The longest a server holds one recv (its wait_ms_max): `receive()` asks again for the rest. */
 const RECV_WAIT_MS_MAX = 30_000;
-export const DEFAULT_SHUTDOWN_TIMEOUT_MS = 30_000;
-// An empty long-poll answer faster than this (or than waitMs) is followed by a pollMs pause.
-const EARLY_EMPTY_MS = 1000;
-// The longest pause between two tries of recv while the server cannot be reached or is busy.
-const OUTAGE_PAUSE_MAX_MS = 5000;
+
+/** The server's timestamp, or null when there is none (or it is not one). */
+function timestampOrNull(value: unknown): Date | null {
+  if (typeof value !== 'string') return null;
+  const parsed = new Date(value);
+  return Number.isNaN(parsed.getTime()) ? null : parsed;
+}
 
 export interface SubmitOptions {
   /** The task's identity in the scope: the same key and input give back the same task. */
@@ -120,6 +98,13 @@ export interface ConsumeOptions<T> {
   waitMs?: number;
   /** How long a stop waits for running handlers before putting their work back; default 30 000 ms. */
   shutdownTimeoutMs?: number;
+  /**
+   * Take up to this many deliveries in one request (`recv-many`, our extension), and hold up to
+   * `max(concurrency, prefetch)` at a time: those waiting for a free handler have their leases
+   * renewed with the others, and go back on the queue at once when consume() stops. 1 to 100;
+   * default 1 (one `recv` at a time, as the official clients do).
+   */
+  prefetch?: number;
   /** Abort to stop taking work, drain, and requeue the rest. */
   signal?: AbortSignal;
   /** Called when a handler throws, before the delivery goes back on the queue. */
@@ -140,6 +125,9 @@ export class Delivery<T = unknown> {
   readonly deadline: string | null;
   /** The lease's length, as granted. */
   readonly leaseSeconds: number;
+  /** When the lease ends, as the server last said (on receipt, then at each renewal); null when the
+   * answer did not say. Act on `isLost` and `signal`, which also count this process's clock. */
+  expiresAt: Date | null;
   readonly #token: string;
   readonly #stopped = new AbortController();
   readonly #clock: LeaseClock;
@@ -166,6 +154,7 @@ export class Delivery<T = unknown> {
     this.deadline = message.deadline ?? null;
     this.#token = raw.token;
     this.leaseSeconds = leaseSeconds ?? (typeof raw.leaseSeconds === 'number' ? raw.leaseSeconds : RECEIVE_LEASE_SECONDS);
+    this.expiresAt = timestampOrNull(raw.leaseExpiresAt);
     this.#clock = new LeaseClock(startedMs, this.leaseSeconds);
   }
 
@@ -220,16 +209,37 @@ export class Delivery<T = unknown> {
    * granted. A refusal that ends the lease marks the delivery lost. */
   async sendRenewal(leaseSeconds: number | undefined, signal?: AbortSignal): Promise<number> {
     try {
-      const reply = await this.#ctx.call('POST', `/messages/${this.id}/renew`, {
-        body: { token: this.#token, leaseSeconds },
-        signal,
-      });
-      const granted = reply.body?.leaseSeconds;
-      return typeof granted === 'number' ? granted : (leaseSeconds ?? this.leaseSeconds);
+      const { suffix, body } = this.renewalRequest(leaseSeconds);
+      const reply = await this.#ctx.call('POST', suffix, { body, signal });
+      return this.renewalReply(reply.body) ?? leaseSeconds ?? this.leaseSeconds;
     } catch (err) {
       if (err instanceof LeaseLostError || err instanceof ScopeCancelledError) this.#markRejected(err);
       throw err;
     }
+  }
+
+  /** @internal The renewal's path and body (sent alone, or with the client's other renewals). */
+  renewalRequest(leaseSeconds: number | undefined): RenewalRequest {
+    return { suffix: `/messages/${this.id}/renew`, body: { token: this.#token, leaseSeconds } };
+  }
+
+  /** @internal A renewal's answer: the lease's new end; the seconds granted, when it says. */
+  renewalReply(body: any): number | undefined {
+    const expiresAt = timestampOrNull(body?.leaseExpiresAt);
+    if (expiresAt !== null) this.expiresAt = expiresAt;
+    return typeof body?.leaseSeconds === 'number' ? body.leaseSeconds : undefined;
+  }
+
+  /** @internal The client's renewals lost it: a refusal that ends the lease also refuses later
+   * settlements (as a refused settlement does); the clock running out only marks it lost. */
+  renewalLost(err: unknown): void {
+    if (err instanceof LeaseLostError || err instanceof ScopeCancelledError) {
+      if (err.code !== 'LEASE_RENEWALS_EXHAUSTED') {
+        this.#markRejected(err);
+        return;
+      }
+    }
+    this.markLost(err);
   }
 
   /** @internal The lease's clock, which consume()'s renewal moves. */
@@ -254,7 +264,7 @@ export class Delivery<T = unknown> {
       try {
         for (;;) {
           try {
-            await this.#ctx.call('POST', `/messages/${this.id}/${action}`, { body, idempotencyKey });
+            await this.#ctx.call('POST', `/messages/${this.id}/${action}`, { body, idempotencyKey, batch: true });
             this.#settled = true;
             return;
           } catch (err) {
@@ -344,7 +354,7 @@ export class MailboxRef {
       requirements: options.requirements,
       workLimit: options.workLimit,
     };
-    const reply = await this.#ctx.call('POST', '/tasks', { body });
+    const reply = await this.#ctx.call('POST', '/tasks', { body, batch: true });
     if (typeof reply.body?.taskId !== 'string') throw new TypeError('malformed answer: no taskId');
     return new TaskTicket<Outcome>(this.#ctx, reply.body.taskId, this.scopeId);
   }
@@ -353,7 +363,7 @@ export class MailboxRef {
   async send(payload: unknown, options: SendOptions = {}): Promise<SentMessage> {
     const mailboxId = await this.resolveId();
     const body = { scopeId: this.scopeId, payload, workKey: options.workKey, deadline: options.deadline };
-    return (await this.#ctx.call('POST', `/mailboxes/${mailboxId}/messages`, { body })).body;
+    return (await this.#ctx.call('POST', `/mailboxes/${mailboxId}/messages`, { body, batch: true })).body;
   }
 
   // -- workers -----------------------------------------------------------------------------------
@@ -416,6 +426,7 @@ export class MailboxRef {
         taskId: admitted.taskId,
       },
       token: admitted.token,
+      leaseExpiresAt: admitted.leaseExpiresAt,
     };
     const delivery = new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), leaseSeconds);
     return {
@@ -445,6 +456,24 @@ export class MailboxRef {
     return reply.status === 204 ? null : reply.body;
   }
 
+  /** Up to `count` deliveries in one request (a long poll of `waitMs` for the first); null when there is none. */
+  async #recvMany(count: number, leaseSeconds: number, waitMs: number, signal?: AbortSignal): Promise<any[] | null> {
+    const mailboxId = await this.resolveId();
+    const body = {
+      scopeId: this.scopeId,
+      holder: this.#ctx.holder,
+      holderSession: this.#ctx.session,
+      leaseSeconds,
+      waitMs: waitMs > 0 ? waitMs : undefined,
+      maxMessages: count,
+    };
+    const reply = await this.#ctx.call('POST', `/mailboxes/${mailboxId}/recv-many`, { body, waitMs: Math.max(waitMs, 0), signal });
+    if (reply.status === 204) return null;
+    const deliveries = reply.body?.deliveries;
+    if (!Array.isArray(deliveries)) throw new TypeError('malformed answer: no deliveries');
+    return deliveries;
+  }
+
   /** Run `handler(data, delivery)` for each delivery until stopped (see the module comment).
    * Resolves once stopped and drained, or within a second of its run ending; rejects with an
    * authentication, configuration or not-found error. */
@@ -460,116 +489,17 @@ export class MailboxRef {
         const raw = await this.#recv(leaseSeconds, waitMs, signal);
         return raw === null ? null : new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), leaseSeconds);
       },
+      receiveMany: async (count, waitMs, signal) => {
+        const sentMs = nowMs();
+        const raws = await this.#recvMany(count, leaseSeconds, waitMs, signal);
+        if (raws === null || raws.length === 0) return null;
+        const startedMs = grantStartMs(sentMs, nowMs(), waitMs > 0);
+        return raws.map((raw) => new Delivery<T>(this.#ctx, raw, startedMs, leaseSeconds));
+      },
       invoke: (delivery) => handler(delivery.data, delivery),
       complete: (delivery) => delivery.complete(),
     });
   }
-}
-
-/** @internal What `runWorker()` needs besides `ConsumeOptions`: where work comes from and how it
- * is run and completed (`consume()` receives messages, `serve()` admits tasks). */
-export interface WorkerLoop<T> extends ConsumeOptions<T> {
-  ctx: Context;
-  scopeId: string;
-  /** Names the loop in warnings. */
-  what: string;
-  /** One long poll for work (its lease is the loop's `leaseSeconds`); null when there is none. */
-  receive(waitMs: number, signal: AbortSignal): Promise<Delivery<T> | null>;
-  /** Runs the work of one delivery; its result goes to `complete`. */
-  invoke(delivery: Delivery<T>): unknown;
-  complete(delivery: Delivery<T>, result: unknown): Promise<void>;
-  /** How a failed handler's delivery goes back; default `delivery.retry()`. */
-  fail?(delivery: Delivery<T>, err: unknown): Promise<void>;
-  /** Called once per delivery after its settlement was accepted, or given up on (`settled` false). */
-  after?(delivery: Delivery<T>, result: { ok: boolean; value: unknown; settled: boolean }): Promise<void>;
-}
-
-/** @internal The worker loop behind `consume()` and `serve()` (see the module comment). */
-export async function runWorker<T>(loop: WorkerLoop<T>): Promise<void> {
-  const { concurrency = 1, shutdownTimeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS, signal: stop } = loop;
-  if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError('concurrency must be a whole number, 1 or more');
-  const running = new Running<T>();
-  // Intake stops when the caller aborts `signal` or the run ends; the watch stops with the loop.
-  const intake = new AbortController();
-  const watching = new AbortController();
-  const onStop = () => intake.abort(stop?.reason);
-  if (stop?.aborted) onStop();
-  else stop?.addEventListener('abort', onStop, { once: true });
-  let ended: ScopeCancelledError | null = null;
-  const endRun = (err: ScopeCancelledError) => {
-    // A stop asked for first goes on as a stop (it drains); the run's end is seen only before.
-    if (ended !== null || intake.signal.aborted) return;
-    ended = err;
-    intake.abort(err);
-  };
-  void watchRunEnd(loop.ctx, loop.scopeId, watching.signal).then((err) => {
-    if (err !== null) endRun(err);
-  });
-  try {
-    const failure = await intakeLoop(loop, running, intake.signal, endRun);
-    if (failure !== undefined) {
-      running.abandonAll(new Error(`${loop.what} stopped on an error`));
-      throw failure.error;
-    }
-    if (ended !== null) await running.abandonNow(ended, true);
-    else await running.drain(shutdownTimeoutMs);
-  } finally {
-    watching.abort();
-    stop?.removeEventListener('abort', onStop);
-  }
-}
-
-async function intakeLoop<T>(
-  loop: WorkerLoop<T>,
-  running: Running<T>,
-  stop: AbortSignal,
-  endRun: (err: ScopeCancelledError) => void,
-): Promise<{ error: unknown } | undefined> {
-  const { concurrency = 1, pollMs = 250, waitMs = DEFAULT_CONSUME_WAIT_MS } = loop;
-  let outage: RunstateError | null = null;
-  let pauseMs = pollMs;
-  while (!stop.aborted) {
-    if (running.size >= concurrency) {
-      await running.waitForChange(stop);
-      continue;
-    }
-    const started = nowMs();
-    let delivery: Delivery<T> | null;
-    try {
-      delivery = await loop.receive(waitMs, stop);
-    } catch (err) {
-      if (stop.aborted) return undefined;
-      if (err instanceof AuthenticationError || err instanceof ConfigError || err instanceof NotFoundError) {
-        return { error: err };
-      }
-      if (err instanceof ScopeCancelledError) {
-        endRun(err);
-        return undefined;
-      }
-      if (err instanceof RunstateError) {
-        if (outage === null) {
-          outage = err;
-          warn('RUNSTATE_WORKER_WAITING', `${loop.what} cannot get work from ${loop.ctx.requester.baseUrl}, trying again: ${err.message}`);
-        }
-        await pause(pauseMs, { signal: stop });
-        pauseMs = Math.min(pauseMs * 2, OUTAGE_PAUSE_MAX_MS);
-        continue;
-      }
-      return { error: err }; // a malformed answer or a bug: not ours to hide
-    }
-    if (outage !== null) {
-      warn('RUNSTATE_WORKER_RESUMED', `${loop.what} gets work from ${loop.ctx.requester.baseUrl} again`);
-      outage = null;
-      pauseMs = pollMs;
-    }
-    if (delivery === null) {
-      // After a real long poll, ask again at once; an early empty answer gets a pause.
-      if (waitMs <= 0 || nowMs() - started < Math.min(waitMs, EARLY_EMPTY_MS)) await pause(pollMs, { signal: stop });
-      continue;
-    }
-    running.start(delivery, handle(delivery, loop, running));
-  }
-  return undefined;
 }
 
 export interface AdmitOptions {
@@ -590,143 +520,4 @@ export interface AdmittedWork<T = unknown> {
   grants: any[];
   consumptions: any[];
   reservations: any[];
-}
-
-/** The handlers in flight of one consume() call. */
-class Running<T> {
-  readonly #handlers = new Map<Delivery<T>, Promise<void>>();
-  readonly #abandoned = new Set<Delivery<T>>();
-  #wake: (() => void) | null = null;
-
-  get size(): number {
-    return this.#handlers.size;
-  }
-
-  start(delivery: Delivery<T>, done: Promise<void>): void {
-    this.#handlers.set(delivery, done);
-    void done.finally(() => {
-      this.#handlers.delete(delivery);
-      this.#wake?.();
-    });
-  }
-
-  isAbandoned(delivery: Delivery<T>): boolean {
-    return this.#abandoned.has(delivery);
-  }
-
-  /** Resolves when a handler finishes or `stop` aborts. */
-  waitForChange(stop?: AbortSignal): Promise<void> {
-    return new Promise((resolve) => {
-      const onAbort = () => finish();
-      const finish = () => {
-        this.#wake = null;
-        stop?.removeEventListener('abort', onAbort);
-        resolve();
-      };
-      if (stop?.aborted) return finish();
-      this.#wake = finish;
-      stop?.addEventListener('abort', onAbort, { once: true });
-    });
-  }
-
-  /** Up to `timeoutMs` for the handlers, then put back what is unfinished. */
-  async drain(timeoutMs: number): Promise<void> {
-    const deadline = new AbortController();
-    const timer = setTimeout(() => deadline.abort(), timeoutMs);
-    try {
-      while (this.#handlers.size > 0 && !deadline.signal.aborted) await this.waitForChange(deadline.signal);
-    } finally {
-      clearTimeout(timer);
-    }
-    await this.abandonNow(new Error('consume() stopped before the handler finished'));
-  }
-
-  /**
-   * Give up on every handler still running: put its delivery back (one try: if the server cannot
-   * be reached, the lease running out puts it back anyway; after a run ended, the server ends the
-   * task `CANCELLED` instead) and abort its signal with `reason`.
-   */
-  async abandonNow(reason: Error, refuseLater = false): Promise<void> {
-    const unfinished = [...this.#handlers.keys()];
-    for (const delivery of unfinished) this.#abandoned.add(delivery);
-    await Promise.all(
-      unfinished.map(async (delivery) => {
-        // Best effort by design: a refusal means the server has already ended the delivery. Put
-        // back first, so a handler told to stop finds its delivery settled.
-        if (!delivery.settled && !delivery.isLost) await delivery.requeueOnce().catch(() => undefined);
-        delivery.abandon(reason, refuseLater);
-      }),
-    );
-  }
-
-  abandonAll(reason: Error): void {
-    for (const delivery of this.#handlers.keys()) {
-      this.#abandoned.add(delivery);
-      delivery.abandon(reason);
-    }
-  }
-}
-
-/** `onError(err, delivery)`, whose own failure becomes a warning. */
-async function report<T>(onError: ConsumeOptions<T>['onError'], err: unknown, delivery: Delivery<T>): Promise<void> {
-  if (onError === undefined) return;
-  try {
-    await onError(err, delivery);
-  } catch (failure) {
-    warn('RUNSTATE_ON_ERROR_FAILED', `onError failed for delivery ${delivery.id}: ${String(failure)}`);
-  }
-}
-
-/** Run one handler with its lease renewed, and settle its delivery; never rejects. */
-async function handle<T>(delivery: Delivery<T>, loop: WorkerLoop<T>, running: Running<T>): Promise<void> {
-  const { onError, leaseSeconds = 30 } = loop;
-  const renewal = new Renewal(
-    (seconds, signal) => delivery.sendRenewal(seconds, signal),
-    leaseSeconds,
-    delivery.clock,
-    `delivery ${delivery.id}`,
-    (err) => delivery.markLost(err),
-  );
-  // Abandoned at shutdown or lost: stop renewing at once, the lease runs out by itself.
-  const stopRenewal = () => void renewal.stop();
-  delivery.signal.addEventListener('abort', stopRenewal, { once: true });
-  let failed = false;
-  let value: unknown;
-  try {
-    value = await loop.invoke(delivery);
-  } catch (err) {
-    failed = true;
-    value = err;
-  }
-  let settled = false;
-  try {
-    if (failed) await report(onError, value, delivery);
-    if (delivery.settled || running.isAbandoned(delivery)) return;
-    if (delivery.isLost) {
-      // The lease went while the handler ran: the task goes to another worker, whose result counts.
-      if (!failed) {
-        const lost = delivery.signal.reason;
-        await report(onError, lost, delivery);
-        warn('RUNSTATE_RESULT_DROPPED', `delivery ${delivery.id}: its handler returned after the lease was lost, so its result was not sent: ${String(lost?.message ?? lost)}`);
-      }
-      return;
-    }
-    // The renewal goes on while the settlement rides through an outage.
-    try {
-      if (failed) await (loop.fail ? loop.fail(delivery, value) : delivery.retry());
-      else await loop.complete(delivery, value);
-      settled = true;
-    } catch (err) {
-      if (running.isAbandoned(delivery) || delivery.settled) return;
-      await report(onError, err, delivery);
-      const what = failed ? 'putting it back' : 'its completion';
-      warn('RUNSTATE_SETTLEMENT_FAILED', `delivery ${delivery.id}: ${what} did not reach the server before the lease ended: ${(err as Error)?.message ?? String(err)}`);
-    }
-  } finally {
-    await renewal.stop();
-    delivery.signal.removeEventListener('abort', stopRenewal);
-    if (loop.after) await loop.after(delivery, { ok: !failed, value, settled: settled || delivery.settled }).catch((err) => {
-      warn('RUNSTATE_WORKER_HOOK_FAILED', `${loop.what}: delivery ${delivery.id}: ${String(err)}`);
-    });
-  }
 }

@@ -11,7 +11,7 @@ import type { Runstate } from './client.js';
 import { ConfigError, ScopeCancelledError, TaskFailedError, waitTimeout } from './errors.js';
 import { checkName, workKey } from './keys.js';
 import type { Delivery } from './mailboxes.js';
-import { runWorker } from './mailboxes.js';
+import { runWorker } from './worker.js';
 import {
   ADMIT_WAIT_MS,
   GATHER_MAX,

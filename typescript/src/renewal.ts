@@ -1,6 +1,7 @@
 /**
- * Keeping a lease alive: the local clock of a lease, and the renewal loop shared by claims, pool
- * grants, once keys and consumed deliveries.
+ * Keeping a lease alive: the local clock of a lease, and the renewal loop of one lease (a once
+ * key's). Claims, pool grants and consumed deliveries are renewed by their client's one loop
+ * (`renewals.ts`), by the same rules.
  *
  * **The lease's end by this process's clock.** A lease granted or renewed for `leaseSeconds` by a
  * request sent at monotonic time `t` cannot end on the server before `t + leaseSeconds` (the
@@ -15,6 +16,11 @@
  * **The loop** waits an interval, renews, and repeats; one renewal runs at a time, and the first
  * comes after the first interval, not at once. The interval is max(1 s, lease/3) times a random
  * factor in [0.9, 1.1], so a 30 s lease renews every 9-11 s and many workers do not renew in step.
+ * It is counted from when the last grant or renewal was *sent* (`LeaseClock.fromMs`), the moment
+ * the lease's end counts from, not from when its answer came: counted from the answer, a slow
+ * answer (a loaded server, a long fsync) would push the next renewal as late as it was slow and
+ * eat into the time left for it, and two slow answers in a row could lose a short lease that
+ * each alone would not.
  *
  * **Riding through an outage.** A renewal that gets no answer, or a transient one (the server
  * unavailable or restarting, a rate limit, a 5xx: `isTransient`), is tried again with backoff
@@ -70,15 +76,30 @@ export function grantStartMs(sentMs: number, answeredMs: number, held: boolean):
 /** A lease's deadline on the monotonic clock: see the module comment. */
 export class LeaseClock {
   #deadlineMs: number;
+  #fromMs: number;
 
   /** `startedMs`: when the request that granted the lease was sent (monotonic ms). */
   constructor(startedMs: number, leaseSeconds: number) {
+    this.#fromMs = startedMs;
     this.#deadlineMs = startedMs + leaseSeconds * 1000 - safetyMarginMs(leaseSeconds);
   }
 
   /** A renewal for `leaseSeconds`, sent at `sentMs`, was accepted: the server counts from then. */
   renewed(sentMs: number, leaseSeconds: number): void {
+    this.#fromMs = sentMs;
     this.#deadlineMs = sentMs + leaseSeconds * 1000 - safetyMarginMs(leaseSeconds);
+  }
+
+  /** When (monotonic ms) the grant or renewal the deadline counts from was sent: the next
+   * renewal is timed from here. */
+  get fromMs(): number {
+    return this.#fromMs;
+  }
+
+  /** When the next renewal of a lease of `leaseSeconds` is due: an interval after `fromMs`, not
+   * before `now`, never after the deadline. */
+  nextRenewalMs(leaseSeconds: number, now: number = nowMs()): number {
+    return Math.min(Math.max(now, this.#fromMs + renewalIntervalMs(leaseSeconds)), this.#deadlineMs);
   }
 
   /** Until when (monotonic ms) the holder may act on the lease. */
@@ -131,7 +152,7 @@ export class Renewal {
   async #loop(renew: RenewFn, leaseSeconds: number): Promise<void> {
     const stop = this.#stop.signal;
     while (!stop.aborted && !this.#lost) {
-      await pause(renewalIntervalMs(leaseSeconds), { signal: stop, unref: true });
+      await pause(this.#clock.nextRenewalMs(leaseSeconds) - nowMs(), { signal: stop, unref: true });
       let backoffMs = RETRY_MIN_MS;
       for (;;) {
         if (stop.aborted || this.#lost) return;

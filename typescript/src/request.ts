@@ -26,6 +26,7 @@
  * goes again at once through the configured URL.
  */
 
+import type { Coalescer } from './batch.js';
 import { ClusterMap, FORWARDED_BY } from './cluster.js';
 import { UnavailableError, mapError } from './errors.js';
 import { NodeHttp, hasDotSegment } from './nodehttp.js';
@@ -64,13 +65,18 @@ export function newIdempotencyKey(): string {
   return randomHex(12);
 }
 
-/** Compact JSON with top-level `undefined` and `null` values left out. */
-export function encodeBody(body: Record<string, unknown>): string {
+/** The body as it goes on the wire: its top-level `undefined` and `null` values left out. */
+export function compactBody(body: Record<string, unknown>): Record<string, unknown> {
   const kept: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(body)) {
     if (value !== undefined && value !== null) kept[key] = value;
   }
-  return JSON.stringify(kept);
+  return kept;
+}
+
+/** Compact JSON with top-level `undefined` and `null` values left out. */
+export function encodeBody(body: Record<string, unknown>): string {
+  return JSON.stringify(compactBody(body));
 }
 
 /** Seconds (a decimal number, maybe with a fraction) to whole milliseconds; otherwise null. */
@@ -111,6 +117,8 @@ export class Requester {
   #nodeHttp: NodeHttp | undefined;
   /** Which node leads each partition of a cluster, once an answer said it was passed on. */
   readonly cluster: ClusterMap;
+  /** Sends the calls that may be batched (`batch.ts`); null: each goes alone (`batchCalls: false`). */
+  coalescer: Coalescer | null = null;
 
   constructor(baseUrl: string, apiKey: string, requestTimeoutMs: number, retries: number, caBundle?: string) {
     this.baseUrl = baseUrl;

@@ -15,6 +15,14 @@ import { Server } from './support/server.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+async function until(what: string, check: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!check()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
 /** Resolves when `signal` aborts; rejects after `ms` so a broken renewal cannot hang the suite. */
 async function abortedWithin(signal: AbortSignal, ms: number): Promise<void> {
   if (signal.aborted) return;
@@ -113,7 +121,14 @@ describe('claims', { concurrency: true }, () => {
   test('renewal at about a third of the lease keeps a 5 s claim past its length', async () => {
     const lease = await run.claim('company:long').acquire({ leaseSeconds: 5 });
     const firstExpiry = lease.expiresAt.getTime();
-    await sleep(6_200);
+    // Past the lease's own length, then until the next renewal lands, and look at once. Not at a
+    // fixed moment: one renewal alone carries the lease's end by this process's clock to 6.0-6.3 s
+    // after the acquire, so a look at 6.2 s passed only if the second had landed, which a loaded
+    // machine can delay past it though nothing is wrong. Without renewals the lease is lost at
+    // 4.5 s by its clock, and the wait below ends on that.
+    await sleep(5_500);
+    const before = lease.expiresAt.getTime();
+    await until('the next renewal', () => lease.isLost || lease.expiresAt.getTime() > before, 10_000);
     assert.equal(lease.isLost, false);
     assert.ok(lease.expiresAt.getTime() >= firstExpiry + 3_000, 'renewed at least twice');
     const other = await server.api('POST', '/claims', {

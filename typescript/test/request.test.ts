@@ -229,6 +229,8 @@ describe('request layer', () => {
     const grant = (token: string) => ({ token, generation: 1, leaseExpiresAt: '2030-01-01T00:00:00.000Z' });
     let flakyRenewals = 0;
     route = ({ url, body }) => {
+      // A server without the batch route, as the official one: every call and renewal goes alone.
+      if (url.endsWith('/batch')) return json(404, { error: { code: 'NOT_FOUND', message: `no such route: POST ${url}` } });
       if (url.endsWith('/claims')) return json(200, grant(JSON.parse(body).key));
       if (url.endsWith('/claims/down/renew')) return json(503, { error: { code: 'UNAVAILABLE', message: 'restarting' } });
       if (url.endsWith('/claims/stolen/renew')) return json(409, { error: { code: 'STALE_CLAIM', message: 'not yours' } });
