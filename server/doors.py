@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket as socket_module
+import select
 import sys
 from functools import partial
 from typing import Any, Awaitable, Callable
@@ -59,7 +59,7 @@ from .errors import ApiError
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
-__all__ = ["Doors", "Door", "Gone", "serve_app", "read_body", "drain", "send_while_discarding", "APP_QUEUE_MESSAGES"]
+__all__ = ["Doors", "Door", "Gone", "serve_app", "read_body", "take_body", "drain", "send_while_discarding", "APP_QUEUE_MESSAGES"]
 
 log = logging.getLogger("runstate.doors")
 
@@ -186,29 +186,45 @@ async def read_body(
     receive: Callable[[], Awaitable[dict]], headers: dict[str, str], bytes_max: int, doors: Doors, reading: BodyReading
 ) -> bytes:
     """The whole body, at most `bytes_max` bytes, each held byte counted in `doors` (413 / 503 past them)."""
-    declared = declared_length(headers)
-    if declared is not None and declared > bytes_max:
-        raise ApiError(VALIDATION_FAILED, f"request body exceeds {bytes_max} bytes", status=413)
+    _check_declared(headers, bytes_max)
     chunks: list[bytes] = []
     while True:
         message = await receive()
         if message["type"] != "http.request":
             raise ClientGone
         chunk = message.get("body", b"")
-        if reading.held + len(chunk) > bytes_max:
-            raise ApiError(VALIDATION_FAILED, f"request body exceeds {bytes_max} bytes", status=413)
-        if chunk and not doors.reserve(len(chunk)):
-            raise ApiError(
-                UNAVAILABLE,
-                f"the server holds {doors.body_bytes_in_flight} bytes of request bodies, its limit "
-                "(body_bytes_in_flight_max); try again shortly",
-                headers={"retry-after": "1"},
-            )
-        reading.held += len(chunk)
+        _hold(chunk, bytes_max, doors, reading)
         chunks.append(chunk)
         if not message.get("more_body", False):
             reading.ended = True
             return b"".join(chunks)
+
+
+def take_body(body: bytes, headers: dict[str, str], bytes_max: int, doors: Doors, reading: BodyReading) -> bytes:
+    """`read_body` for a body that has all come already (`_Protocol._answer_inline`): the same bounds."""
+    _check_declared(headers, bytes_max)
+    _hold(body, bytes_max, doors, reading)
+    reading.ended = True
+    return body
+
+
+def _check_declared(headers: dict[str, str], bytes_max: int) -> None:
+    declared = declared_length(headers)
+    if declared is not None and declared > bytes_max:
+        raise ApiError(VALIDATION_FAILED, f"request body exceeds {bytes_max} bytes", status=413)
+
+
+def _hold(chunk: bytes, bytes_max: int, doors: Doors, reading: BodyReading) -> None:
+    if reading.held + len(chunk) > bytes_max:
+        raise ApiError(VALIDATION_FAILED, f"request body exceeds {bytes_max} bytes", status=413)
+    if chunk and not doors.reserve(len(chunk)):
+        raise ApiError(
+            UNAVAILABLE,
+            f"the server holds {doors.body_bytes_in_flight} bytes of request bodies, its limit "
+            "(body_bytes_in_flight_max); try again shortly",
+            headers={"retry-after": "1"},
+        )
+    reading.held += len(chunk)
 
 
 async def drain(receive: Callable[[], Awaitable[dict]], doors: Doors, reading: BodyReading) -> bool:
@@ -322,14 +338,17 @@ class _Protocol(H11Protocol):
     """hypercorn's HTTP/1.1 protocol, with every refusal it makes itself in the error envelope."""
 
     def __init__(
-        self, *args: Any, doors: Doors, door: Door | None = None, inline: Any = None, socket: Any = None,
+        self, *args: Any, doors: Doors, door: Door | None = None, inline: Any = None, hangups: Hangups | None = None,
+        fd: int = -1,
     ) -> None:
         super().__init__(*args)
         self._doors = doors
         self._door = door or Door(0.0)
-        # What answers an API request in this task (`_answer_inline`), on a plain socket; None: none is.
-        self._inline = inline if socket is not None else None
-        self._socket = socket
+        # What answers an API request in this task (`_answer_inline`), on a plain socket watched by
+        # the server's `hangups`; None: none is.
+        self._inline = inline if hangups is not None and fd >= 0 else None
+        self._hangups = hangups
+        self._fd = fd
         self._first_line: bytearray | None = bytearray()  # None once the first line was looked at
         # When the first byte of the request head now arriving came (None: no head under way): a
         # head not complete `header_timeout_s` after it ends the connection (`_Connection`).
@@ -463,12 +482,12 @@ class _Protocol(H11Protocol):
         await self.context.mark_request()
         target = request.target
         path, _, query = target.partition(b"?")
-        gone = _SocketGone(self._socket, self.task_group._nursery)
+        gone = _SocketGone(self._fd, self._hangups)
         scope = {
             "type": "http", "http_version": request.http_version.decode(), "method": request.method.decode("ascii"),
             "scheme": "http", "path": unquote(path.decode("ascii")), "raw_path": path, "query_string": query,
             "root_path": self.config.root_path, "headers": list(request.headers), "client": self.client,
-            "server": self.server, "extensions": {"runstate.gone": gone},
+            "server": self.server, "extensions": {"runstate.gone": gone, "runstate.body": body},
         }
         given = False
         answer: list[Any] = []
@@ -593,38 +612,62 @@ class Gone:
 
 class _SocketGone(Gone):
     """For a request answered in its connection's task (`_Protocol._answer_inline`), where no read
-    loop runs while it is answered: while a long poll waits, a task of the connection waits for
-    the socket to be readable and looks (MSG_PEEK, nothing taken) at what came: the end of the
-    stream is a gone client; bytes are the client's next request, left for the read loop."""
+    loop runs while it is answered: while a long poll waits, its socket is in the server's
+    `Hangups`, which closes this when the client hangs up."""
 
-    __slots__ = ("_socket", "_nursery", "_watcher")
+    __slots__ = ("_fd", "_hangups")
 
-    def __init__(self, socket: Any, nursery: trio.Nursery) -> None:
+    def __init__(self, fd: int, hangups: "Hangups") -> None:
         super().__init__()
-        self._socket = socket
-        self._nursery = nursery
-        self._watcher: trio.CancelScope | None = None
+        self._fd = fd
+        self._hangups = hangups
 
     def watch(self, scope: trio.CancelScope) -> None:
         super().watch(scope)
         if not self.closed:
-            self._watcher = trio.CancelScope()
-            self._nursery.start_soon(self._watch, self._watcher)
+            self._hangups.add(self._fd, self)
 
     def unwatch(self) -> None:
         super().unwatch()
-        if self._watcher is not None:
-            self._watcher.cancel()  # its wait on the socket ends now, before the read loop's next one
-            self._watcher = None
+        self._hangups.remove(self._fd)
 
-    async def _watch(self, watcher: trio.CancelScope) -> None:
-        with watcher:
+
+class Hangups:
+    """The sockets of the long polls that wait in their connections' tasks, in one epoll of the
+    server's own that one task watches (`run`): a socket whose peer closed it (EPOLLRDHUP) or
+    broke it (EPOLLHUP, EPOLLERR) closes its `Gone`. Bytes arriving (the client's next request)
+    wake nothing: they wait for the read loop. Each long poll costs two system calls here, where
+    a task of its own waiting on its socket would cost a task and its cancel scope."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._gone: dict[int, Gone] = {}
+
+    def add(self, fd: int, gone: Gone) -> None:
+        try:
+            self._epoll.register(fd, select.EPOLLRDHUP)
+        except FileExistsError:
+            self._epoll.modify(fd, select.EPOLLRDHUP)
+        self._gone[fd] = gone
+
+    def remove(self, fd: int) -> None:
+        if self._gone.pop(fd, None) is not None:
             try:
-                seen = await self._socket.recv(1, socket_module.MSG_PEEK)
-            except OSError:
-                seen = b""
-            if not seen:
-                self.close()
+                self._epoll.unregister(fd)
+            except OSError:  # closed already: the kernel has forgotten it
+                pass
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(self._epoll)
+                for fd, _ in self._epoll.poll(0):
+                    gone = self._gone.get(fd)
+                    self.remove(fd)
+                    if gone is not None:
+                        gone.close()
+        finally:
+            self._epoll.close()
 
 
 class _Tasks(TaskGroup):
@@ -654,12 +697,13 @@ class _Connection(TCPServer):
 
     def __init__(
         self, app: Any, config: Config, context: WorkerContext, state: Any, stream: Any, doors: Doors, door: Door | None = None,
-        inline: Any = None,
+        inline: Any = None, hangups: Hangups | None = None,
     ) -> None:
         super().__init__(app, config, context, state, stream)
         self._doors = doors
         self._door = door or Door(0.0)
         self._inline = inline
+        self._hangups = hangups
         # While the connection is idle, when the keep-alive timer closes it (inf while a request runs).
         self._idle_deadline = math.inf
         self._keeper: trio.CancelScope | None = None
@@ -684,7 +728,7 @@ class _Connection(TCPServer):
                 self.protocol = _Protocol(  # type: ignore[assignment]
                     self.app, self.config, self.context, task_group, ConnectionState(self.state),
                     secure, client, server, self.protocol_send, doors=self._doors, door=self._door,
-                    inline=self._inline, socket=None if secure else socket,
+                    inline=self._inline, hangups=None if secure else self._hangups, fd=-1 if secure else socket.fileno(),
                 )
                 await self.protocol.initiate()
                 self._idle_deadline = trio.current_time() + self.config.keep_alive_timeout
@@ -786,7 +830,8 @@ async def _refuse_connection(config: Config, doors: Doors, stream: Any) -> None:
 
 
 async def _connection(
-    app: Any, config: Config, context: WorkerContext, state: Any, doors: Doors, inline: Any, stream: Any
+    app: Any, config: Config, context: WorkerContext, state: Any, doors: Doors, inline: Any, hangups: Hangups | None,
+    stream: Any,
 ) -> None:
     if doors.connections >= doors.connections_max and not doors.make_room():
         await _refuse_connection(config, doors, stream)
@@ -796,7 +841,7 @@ async def _connection(
     doors.connections += 1
     try:
         with door.scope:
-            await _Connection(app, config, context, state, stream, doors, door, inline).run()
+            await _Connection(app, config, context, state, stream, doors, door, inline, hangups).run()
         if door.scope.cancelled_caught:  # closed to make room: hypercorn's close did not run
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                 await stream.aclose()
@@ -847,7 +892,11 @@ async def serve_app(
                 listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
                 binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
             task_status.started(binds)
-            handler = partial(_connection, wrapped, config, context, ConnectionState(lifespan_state.copy()), doors, inline)
+            hangups = None
+            if inline is not None and hasattr(select, "epoll"):  # elsewhere every request goes to `app`
+                hangups = Hangups()
+                lifespan_nursery.start_soon(hangups.run)  # until the last connection has ended
+            handler = partial(_connection, wrapped, config, context, ConnectionState(lifespan_state.copy()), doors, inline, hangups)
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger)

@@ -29,7 +29,7 @@ from ..actors.kernel import Idem
 from .forward import FORWARDED_BY, Forwarded, lead_or_forward, partition_of_request
 from ..actors.limits import Limits
 from .body import Body, parse_body
-from .doors import BodyReading, ClientGone, check_known_key, drain, read_body, send_while_discarding
+from .doors import BodyReading, ClientGone, check_known_key, drain, read_body, send_while_discarding, take_body
 from .errors import ApiError, envelope
 from .telemetry import CLIENT_GONE
 
@@ -279,11 +279,15 @@ async def serve_http(
             if cluster is not None and not services.key_is_known(request.bearer()):
                 await cluster.keys_caught_up()  # a key made a moment ago on another node
             check_known_key(request, services)  # from the headers: an unknown key's body is never read
-        with trio.move_on_after(services.settings.body_timeout_s) as reading:
-            request.body = await read_body(receive, headers, services.limits.request_bytes_max, doors, incoming)
-        if reading.cancelled_caught:
-            incoming.timed_out = True
-            raise ApiError("REQUEST_TIMEOUT", "the request body did not arrive in time", status=408, headers=dict(_CLOSE))
+        came = scope["extensions"].get("runstate.body") if "extensions" in scope else None
+        if came is not None:  # it all came with the head (doors.py): nothing to wait for
+            request.body = take_body(came, headers, services.limits.request_bytes_max, doors, incoming)
+        else:
+            with trio.move_on_after(services.settings.body_timeout_s) as reading:
+                request.body = await read_body(receive, headers, services.limits.request_bytes_max, doors, incoming)
+            if reading.cancelled_caught:
+                incoming.timed_out = True
+                raise ApiError("REQUEST_TIMEOUT", "the request body did not arrive in time", status=408, headers=dict(_CLOSE))
         long_poll = route.long_poll  # type: ignore[union-attr]
         waits = long_poll is True or bool(long_poll and long_poll(request))
 
