@@ -208,7 +208,9 @@ async def keep_alive(
     """Renew every interval until cancelled; once the lease is lost call `on_lost(error)` and
     return. Cancellation (the lease was released, the handler ended) is not an error: it propagates."""
     while True:
-        await _sleep_until(min(anyio.current_time() + interval_s(lease.lease_seconds), lease.lost_at))
+        # Counted from when the last accepted renewal was sent, as the lease's end is: a slow answer
+        # does not push the next renewal later.
+        await _sleep_until(min(lease.ends_at - lease.lease_seconds + interval_s(lease.lease_seconds), lease.lost_at))
         if lease.expired():  # paused, or starved, past the end: nothing may be sent as its holder now
             on_lost(ran_out(what, lease, None))
             return
@@ -438,7 +440,7 @@ class Renewals:
             kept.outage.recovered()
             kept.outage = _Outage(kept.what) if kept.outage.started is not None else kept.outage
             kept.retrying, kept.pause, kept.last = False, RETRY_FIRST_S, None
-            kept.due = min(now + interval_s(kept.clock.lease_seconds), kept.clock.lost_at)
+            kept.due = min(sent + interval_s(kept.clock.lease_seconds), kept.clock.lost_at)  # from the send, as its end
             self.renewed += 1
         self._poke()
 
