@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Callable
 
 import outcome as trio_outcome
 import trio
@@ -45,7 +46,7 @@ from .state import KernelState
 from .supervisor import Supervisor
 from .transitions import TRANSITIONS
 
-__all__ = ["Partition", "Idem", "EMPTY"]
+__all__ = ["Partition", "Idem", "EMPTY", "ON_PARK"]
 
 log = logging.getLogger("runstate.kernel")
 
@@ -118,6 +119,9 @@ class _Call:
 # What the actor hands back to a caller whose command found nothing yet and who may wait: the
 # caller then parks again, inside its deadline. (A sentinel, never an answer.)
 _WAIT = object()
+# Called when a call made in this context parks among its actor's waiters (it waits for a change):
+# the HTTP shell watches a long poll's client for going away only once it really waits.
+ON_PARK: ContextVar[Callable[[], None] | None] = ContextVar("runstate_on_park", default=None)
 
 
 class _Actor:
@@ -269,6 +273,9 @@ class Partition:
             return answer
         # Nothing to answer yet: wait among the actor's waiters for a poke that makes the command
         # succeed. Only a call that really waits pays for a cancel scope.
+        parked = ON_PARK.get()
+        if parked is not None:
+            parked()
         with trio.move_on_at(wait_until):  # type: ignore[arg-type]
             return await self._park(call)
         return EMPTY

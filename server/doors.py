@@ -339,16 +339,17 @@ class _Protocol(H11Protocol):
 
     def __init__(
         self, *args: Any, doors: Doors, door: Door | None = None, inline: Any = None, hangups: Hangups | None = None,
-        fd: int = -1,
+        fd: int = -1, write: Callable[[bytes], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(*args)
         self._doors = doors
         self._door = door or Door(0.0)
         # What answers an API request in this task (`_answer_inline`), on a plain socket watched by
         # the server's `hangups`; None: none is.
-        self._inline = inline if hangups is not None and fd >= 0 else None
+        self._inline = inline if hangups is not None and fd >= 0 and write is not None else None
         self._hangups = hangups
         self._fd = fd
+        self._write = write
         self._first_line: bytearray | None = bytearray()  # None once the first line was looked at
         # When the first byte of the request head now arriving came (None: no head under way): a
         # head not complete `header_timeout_s` after it ends the connection (`_Connection`).
@@ -525,7 +526,7 @@ class _Protocol(H11Protocol):
         except h11.LocalProtocolError:
             await self.send(Closed())
             return _GONE
-        await self.send(RawData(data=data))
+        await self._write(data)
         await self._maybe_recycle()
         return _ANSWERED
 
@@ -606,30 +607,37 @@ class Gone:
         if self.closed:
             scope.cancel()
 
+    def parked(self) -> None:
+        """The long poll now waits: from here on, the client's going away must be noticed."""
+
     def unwatch(self) -> None:
         self.scope = None
 
 
 class _SocketGone(Gone):
     """For a request answered in its connection's task (`_Protocol._answer_inline`), where no read
-    loop runs while it is answered: while a long poll waits, its socket is in the server's
-    `Hangups`, which closes this when the client hangs up."""
+    loop runs while it is answered: while a long poll waits (from `parked` on), its socket is in
+    the server's `Hangups`, which closes this when the client hangs up. A long poll answered at
+    once (a free key, a queued message) costs nothing here."""
 
-    __slots__ = ("_fd", "_hangups")
+    __slots__ = ("_fd", "_hangups", "_held")
 
     def __init__(self, fd: int, hangups: "Hangups") -> None:
         super().__init__()
         self._fd = fd
         self._hangups = hangups
+        self._held = False
 
-    def watch(self, scope: trio.CancelScope) -> None:
-        super().watch(scope)
-        if not self.closed:
+    def parked(self) -> None:
+        if self.scope is not None and not self._held:
+            self._held = True
             self._hangups.add(self._fd, self)
 
     def unwatch(self) -> None:
         super().unwatch()
-        self._hangups.remove(self._fd)
+        if self._held:
+            self._held = False
+            self._hangups.remove(self._fd)
 
 
 class Hangups:
@@ -729,6 +737,7 @@ class _Connection(TCPServer):
                     self.app, self.config, self.context, task_group, ConnectionState(self.state),
                     secure, client, server, self.protocol_send, doors=self._doors, door=self._door,
                     inline=self._inline, hangups=None if secure else self._hangups, fd=-1 if secure else socket.fileno(),
+                    write=self._write_answer,
                 )
                 await self.protocol.initiate()
                 self._idle_deadline = trio.current_time() + self.config.keep_alive_timeout
@@ -751,6 +760,15 @@ class _Connection(TCPServer):
                 self._keeper.deadline = self._idle_deadline
             return
         await super().protocol_send(event)
+
+    async def _write_answer(self, data: bytes) -> None:
+        """Write an answer made in the read loop's own task (`_Protocol._answer_inline`). No other
+        write can be under way then (HTTP/1.1 reads the next request only once the last answer
+        is out), so the lock and shielded scope of `protocol_send` are not needed."""
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await self.protocol.handle(Closed())
 
     async def _keep(self, keeping: trio.CancelScope) -> None:
         """Close the connection once it has been idle for `keep_alive_timeout`, or at once if idle

@@ -26,6 +26,7 @@ import trio
 
 from ..actors.errors import INTERNAL, NOT_FOUND, STALE_CLAIM, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
 from ..actors.kernel import Idem
+from ..actors.partition import ON_PARK
 from .forward import FORWARDED_BY, Forwarded, lead_or_forward, partition_of_request
 from ..actors.limits import Limits
 from .body import Body, parse_body
@@ -305,7 +306,7 @@ async def serve_http(
 
             # A long poll whose client goes away is withdrawn, here or, forwarded, at the leader
             # (the forwarded request is cancelled, and its connection to the leader closed).
-            answer = await (_unless_disconnected(lead, receive, scope) if waits else lead())
+            answer = await (_unless_disconnected(lead, receive, scope, at_once=True) if waits else lead())
             if isinstance(answer, Forwarded):
                 status = answer.status
                 # Says the request went through another node: our SDKs then learn the map.
@@ -359,12 +360,15 @@ async def serve_http(
         telemetry.end(method, route, status, started, request.request_id, code)
 
 
-async def _unless_disconnected(call: Callable[[], Awaitable[Any]], receive: Callable[[], Awaitable[dict]], scope: dict) -> Any:
+async def _unless_disconnected(
+    call: Callable[[], Awaitable[Any]], receive: Callable[[], Awaitable[dict]], scope: dict, at_once: bool = False
+) -> Any:
     """Run a long poll (`call`), cancelling it if the client disconnects first (then None).
 
     Under our doors the connection says so itself (`doors.Gone`): the poll runs in this task under
-    a cancel scope the doors cancel. Under another ASGI server, a second task reads `receive` for
-    `http.disconnect`.
+    a cancel scope the doors cancel, watched from when the kernel parks it (`ON_PARK`), or from
+    the start (`at_once`: a wait that is not the kernel's, a request passed on to another node).
+    Under another ASGI server, a second task reads `receive` for `http.disconnect`.
     """
     gone = scope.get("extensions", {}).get("runstate.gone")
     if gone is not None:
@@ -372,9 +376,13 @@ async def _unless_disconnected(call: Callable[[], Awaitable[Any]], receive: Call
             return None
         with trio.CancelScope() as waiting:
             gone.watch(waiting)
+            if at_once:
+                gone.parked()
+            parking = ON_PARK.set(gone.parked)  # the kernel says when the call starts to wait
             try:
                 return await call()
             finally:
+                ON_PARK.reset(parking)
                 gone.unwatch()
         return None  # cancelled: the client went away
     answer: Any = None
