@@ -89,6 +89,12 @@ BLOCKING_CLAIM = """
 """
 
 
+def _as_in_a_terminal() -> None:
+    """Ctrl-C does what it does in a terminal, however the tests were started: a shell without job
+    control starts a background command with SIGINT ignored, and a child inherits that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(server, script: str, **env: str) -> tuple[str, str]:
     """Run `script` until it prints `started`, send SIGINT, wait for it to end; its first line and stderr."""
     environment = {
@@ -97,7 +103,7 @@ def _interrupt(server, script: str, **env: str) -> tuple[str, str]:
     }
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=environment,
+        env=environment, preexec_fn=_as_in_a_terminal,
     )
     try:
         assert proc.stdout is not None
