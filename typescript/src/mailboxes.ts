@@ -439,15 +439,20 @@ export class MailboxRef {
     };
   }
 
-  async #recv(leaseSeconds: number, waitMs: number, signal?: AbortSignal): Promise<any> {
-    const mailboxId = await this.resolveId();
-    const body = {
+  /** The body of a receive: who receives, for how long a lease, and how long the server may hold it. */
+  #receiving(leaseSeconds: number, waitMs: number): Record<string, unknown> {
+    return {
       scopeId: this.scopeId,
       holder: this.#ctx.holder,
       holderSession: this.#ctx.session,
       leaseSeconds,
       waitMs: waitMs > 0 ? waitMs : undefined,
     };
+  }
+
+  async #recv(leaseSeconds: number, waitMs: number, signal?: AbortSignal): Promise<any> {
+    const mailboxId = await this.resolveId();
+    const body = this.#receiving(leaseSeconds, waitMs);
     const reply = await this.#ctx.call('POST', `/mailboxes/${mailboxId}/recv`, {
       body,
       waitMs: Math.max(waitMs, 0),
@@ -459,14 +464,7 @@ export class MailboxRef {
   /** Up to `count` deliveries in one request (a long poll of `waitMs` for the first); null when there is none. */
   async #recvMany(count: number, leaseSeconds: number, waitMs: number, signal?: AbortSignal): Promise<any[] | null> {
     const mailboxId = await this.resolveId();
-    const body = {
-      scopeId: this.scopeId,
-      holder: this.#ctx.holder,
-      holderSession: this.#ctx.session,
-      leaseSeconds,
-      waitMs: waitMs > 0 ? waitMs : undefined,
-      maxMessages: count,
-    };
+    const body = { ...this.#receiving(leaseSeconds, waitMs), maxMessages: count };
     const reply = await this.#ctx.call('POST', `/mailboxes/${mailboxId}/recv-many`, { body, waitMs: Math.max(waitMs, 0), signal });
     if (reply.status === 204) return null;
     const deliveries = reply.body?.deliveries;
