@@ -31,8 +31,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import select
 import sys
+import time
 from functools import partial
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
@@ -327,7 +329,11 @@ def _head_refusal(request: h11.Request) -> tuple[int, str] | None:
 
 
 def _bearer(request: h11.Request) -> str | None:
-    for name, value in request.headers:
+    return _bearer_of(request.headers)
+
+
+def _bearer_of(headers: Any) -> str | None:
+    for name, value in headers:
         if name == b"authorization":
             scheme, _, secret = value.decode("latin-1").partition(" ")
             return secret.strip() if scheme.lower() == "bearer" and secret.strip() else None
@@ -347,6 +353,9 @@ class _Protocol(H11Protocol):
         # What answers an API request in this task (`_answer_inline`), on a plain socket watched by
         # the server's `hangups`; None: none is.
         self._inline = inline if hangups is not None and fd >= 0 and write is not None else None
+        # Whether plain requests are answered without h11 (`_answer_plain`); not when the server
+        # checks Host (server_names), which h11's path does.
+        self._plain = self._inline is not None and not self.config.server_names
         self._hangups = hangups
         self._fd = fd
         self._write = write
@@ -362,6 +371,11 @@ class _Protocol(H11Protocol):
 
     async def handle(self, event: Any) -> None:
         if isinstance(event, RawData) and event.data:
+            if self._plain and self.stream is None and self._between_requests():
+                rest = await self._answer_plain(event.data)
+                if not rest:
+                    return
+                event = RawData(data=rest)
             if self._first_line is not None:
                 refusal = self._look_at_first_line(event.data)
                 if refusal is not None:
@@ -453,6 +467,55 @@ class _Protocol(H11Protocol):
     async def _check_protocol(self, event: h11.Request) -> None:
         """No HTTP/2 (prior knowledge or h2c upgrade): every request is answered in HTTP/1.1."""
 
+    def _between_requests(self) -> bool:
+        """Whether h11 holds nothing of a request: none begun, none being answered."""
+        connection = self.connection
+        return connection.their_state is h11.IDLE and connection.our_state is h11.IDLE and not connection.trailing_data[0]
+
+    async def _answer_plain(self, data: bytes) -> bytes:
+        """Answer, without h11, each whole request at the start of `data` whose head has the
+        plainest shape (`_plain_request`): parsing a head with h11 and writing its answer through
+        h11 costs more than the rest of a small request's trip through the doors. Returns what is
+        left for h11: b"" when everything was answered or the connection ended, else the bytes from
+        the first request that is not plain or not whole, which h11 then reads (and refuses, if it
+        must) as any other."""
+        head_max = self.config.h11_max_incomplete_size
+        while data:
+            plain = _plain_request(data, head_max)
+            if plain is None:
+                return data
+            method, target, headers, body_at, length = plain
+            end = body_at + length
+            if len(data) < end:  # the body is still on its way
+                return data
+            self._first_line = None
+            self.head_started = None
+            secret = _bearer_of(headers)
+            self._key_shown = secret is not None and self._doors.key_known(secret)
+            if self._key_shown:
+                self._door.authenticated = True
+            await self.send(Updated(idle=False))
+            answer = await self._serve_inline(method, target, "1.1", headers, data[body_at:end])
+            if answer is None:
+                return b""
+            status, answer_headers, content = answer
+            lines = [b"HTTP/1.1 %d \r\n" % status]
+            lines.extend(b"%s: %s\r\n" % header for header in answer_headers)
+            lines.append(b"\r\n")
+            head = b"".join(lines)
+            if head.count(b"\n") != len(lines) or head.count(b"\r") != len(lines):  # a CR or LF in a header
+                log.error("request %s %s: an answer header holds a line break", method.decode(), target.decode())
+                await self._write(raw_answer(self.config, 500, INTERNAL, "internal error"))
+                await self.send(Closed())
+                return b""
+            await self._write(head + content)
+            if self.keep_alive_requests >= self.config.keep_alive_max_requests or self.context.terminated.is_set():
+                await self.send(Closed())
+                return b""
+            await self.send(Updated(idle=True))
+            data = data[end:]
+        return b""
+
     async def _answer_inline(self, request: h11.Request) -> Any:
         """Answer an API request in this task when its whole body has come with its head (most
         do): no task, no queue of messages and no stream object for it, the answer written in
@@ -478,16 +541,38 @@ class _Protocol(H11Protocol):
                 break
             else:  # NEED_DATA: the rest of the body has not come yet
                 return chunks
-        body = b"".join(chunks)
+        answer = await self._serve_inline(
+            request.method, request.target, request.http_version.decode(), list(request.headers), b"".join(chunks)
+        )
+        if answer is None:
+            return _GONE
+        status, headers, content = answer
+        try:
+            data = connection.send(h11.Response(status_code=status, headers=headers))
+            if content:
+                data += connection.send(h11.Data(data=content))
+            data += connection.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            await self.send(Closed())
+            return _GONE
+        await self._write(data)
+        await self._maybe_recycle()
+        return _ANSWERED
+
+    async def _serve_inline(
+        self, method: bytes, target: bytes, version: str, headers: list[tuple[bytes, bytes]], body: bytes,
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+        """Run one request through `inline` (serve_http): its status, headers and body, or None
+        when the connection must end (a long poll whose client left, a failure below serve_http:
+        answered here with a 500 envelope)."""
         self.keep_alive_requests += 1
         await self.context.mark_request()
-        target = request.target
         path, _, query = target.partition(b"?")
-        gone = _SocketGone(self._fd, self._hangups)
+        gone = _SocketGone(self._fd, self._hangups)  # type: ignore[arg-type]
         scope = {
-            "type": "http", "http_version": request.http_version.decode(), "method": request.method.decode("ascii"),
+            "type": "http", "http_version": version, "method": method.decode("ascii"),
             "scheme": "http", "path": unquote(path.decode("ascii")), "raw_path": path, "query_string": query,
-            "root_path": self.config.root_path, "headers": list(request.headers), "client": self.client,
+            "root_path": self.config.root_path, "headers": headers, "client": self.client,
             "server": self.server, "extensions": {"runstate.gone": gone, "runstate.body": body},
         }
         given = False
@@ -507,29 +592,19 @@ class _Protocol(H11Protocol):
             await self._inline(scope, receive, send)  # type: ignore[misc]
         except Exception:  # serve_http answers its own failures: this is a bug below it
             log.exception("request %s %s failed", scope["method"], scope["path"])
-            await self._write(raw_answer(self.config, 500, INTERNAL, "internal error"))
+            await self._write(raw_answer(self.config, 500, INTERNAL, "internal error"))  # type: ignore[misc]
             await self.send(Closed())
-            return _GONE
+            return None
         finally:
             gone.unwatch()
         if not answer:  # a long poll whose client went away: nobody to answer
             await self.send(Closed())
-            return _GONE
+            return None
         start, content = answer[0], b"".join(message.get("body", b"") for message in answer[1:])
-        headers = [*start["headers"], *self.config.response_headers("h11")]
+        answer_headers = [*start["headers"], *_server_headers(self.config)]
         if self.keep_alive_requests >= self.config.keep_alive_max_requests:
-            headers.append((b"connection", b"close"))
-        try:
-            data = connection.send(h11.Response(status_code=start["status"], headers=headers))
-            if content:
-                data += connection.send(h11.Data(data=content))
-            data += connection.send(h11.EndOfMessage())
-        except h11.LocalProtocolError:
-            await self.send(Closed())
-            return _GONE
-        await self._write(data)
-        await self._maybe_recycle()
-        return _ANSWERED
+            answer_headers.append((b"connection", b"close"))
+        return start["status"], answer_headers, content
 
     async def _send_h11_event(self, event: Any) -> None:
         """hypercorn's, with the head of an answer of known length held back and written with its
@@ -576,6 +651,77 @@ def _may_answer_inline(request: h11.Request, config: Config) -> bool:
         elif name in (b"transfer-encoding", b"upgrade", b"expect"):
             return False
     return True
+
+
+# The plainest request head (`_plain_request`): an API method and path, in HTTP/1.1; header names are
+# tokens and values visible characters, spaces and tabs (RFC 9110 5.1 and 5.5, as h11 reads them).
+_PLAIN_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE) (/v1/[!-~]*) HTTP/1\.1")
+_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
+_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+# Headers that take a request off the plain path (h11 then reads it): a body in chunks, an upgrade,
+# a client waiting for 100 Continue.
+_NOT_PLAIN = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
+_DIGITS_MAX = len(str(INLINE_BODY_MAX))
+
+
+def _plain_request(data: bytes, head_max: int) -> tuple[bytes, bytes, list[tuple[bytes, bytes]], int, int] | None:
+    """The request at the start of `data` if its head is whole and of the plainest shape, as
+    (method, target, headers with names in lower case, where its body begins, its length); None
+    otherwise, and h11 reads it. Plain: a request line `_PLAIN_LINE`, lines ending in CRLF, every
+    header well formed, one Host, at most one Authorization and one Content-Length (digits, at
+    most INLINE_BODY_MAX), no Transfer-Encoding, Upgrade or Expect, and no Connection but
+    keep-alive. Anything h11 would refuse is not plain, so its refusal stays h11's."""
+    end = data.find(b"\r\n\r\n", 0, head_max)
+    if end < 0:
+        return None
+    lines = data[:end].split(b"\r\n")
+    first = _PLAIN_LINE.fullmatch(lines[0])
+    if first is None:
+        return None
+    headers = []
+    length = -1
+    hosts = authorizations = 0
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or _TOKEN.fullmatch(name) is None:
+            return None
+        value = value.strip(b" \t")
+        if _FIELD_VALUE.fullmatch(value) is None:
+            return None
+        name = name.lower()
+        if name == b"content-length":
+            if length >= 0 or not value.isdigit() or len(value) > _DIGITS_MAX:
+                return None
+            length = int(value)
+            if length > INLINE_BODY_MAX:
+                return None
+        elif name == b"host":
+            hosts += 1
+        elif name == b"authorization":
+            authorizations += 1
+        elif name in _NOT_PLAIN or name == b"connection" and value.lower() != b"keep-alive":
+            return None
+        headers.append((name, value))
+    if hosts != 1 or authorizations > 1:
+        return None
+    return first[1], first[2], headers, end + 4, max(length, 0)
+
+
+class _ServerHeaders:
+    """hypercorn's own answer headers (Date, Server), made once a second rather than per answer:
+    the Date header changes only once a second."""
+
+    config: Config | None = None
+    second = -1
+    headers: list[tuple[bytes, bytes]] = []
+
+
+def _server_headers(config: Config) -> list[tuple[bytes, bytes]]:
+    now = int(time.time())
+    cached = _ServerHeaders
+    if now != cached.second or config is not cached.config:
+        cached.headers, cached.second, cached.config = config.response_headers("h11"), now, config
+    return cached.headers
 
 
 def _has_length(headers: Any) -> bool:
