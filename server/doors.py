@@ -859,6 +859,8 @@ class _Connection(TCPServer):
         self._door = door or Door(0.0)
         self._inline = inline
         self._hangups = hangups
+        # The plain socket's descriptor, read and written directly (`_receive`, `_write_answer`); -1 for TLS.
+        self._fd = -1
         # While the connection is idle, when the keep-alive timer closes it (inf while a request runs).
         self._idle_deadline = math.inf
         self._keeper: trio.CancelScope | None = None
@@ -876,6 +878,7 @@ class _Connection(TCPServer):
                 socket = self.stream.transport_stream.socket
             else:
                 socket = self.stream.socket
+                self._fd = socket.fileno()
             client = parse_socket_addr(socket.family, socket.getpeername())
             server = parse_socket_addr(socket.family, socket.getsockname())
             async with _Tasks() as task_group:
@@ -913,7 +916,17 @@ class _Connection(TCPServer):
         write can be under way then (HTTP/1.1 reads the next request only once the last answer
         is out), so the lock and shielded scope of `protocol_send` are not needed."""
         try:
-            await self.stream.send_all(data)
+            # Most answers go in one write, without trio's wrapper around the socket; what the
+            # socket's buffer has no room for yet goes through it.
+            try:
+                fd = self.stream.socket.fileno() if self._fd >= 0 else -1  # -1 once closed
+                sent = os.write(fd, data) if fd >= 0 else 0
+            except BlockingIOError:
+                sent = 0
+            except OSError as error:
+                raise trio.BrokenResourceError from error
+            if sent < len(data):
+                await self.stream.send_all(data[sent:] if sent else data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             await self.protocol.handle(Closed())
 
@@ -940,12 +953,13 @@ class _Connection(TCPServer):
         come within `header_timeout_s`, however it trickles in, or the connection ends with 408."""
         protocol: _Protocol = self.protocol  # type: ignore[assignment]
         doors = self._doors
+        receive = self.stream.receive_some if self._fd < 0 else self._receive
         while True:
             deadline = trio.current_time() + (self.config.read_timeout or math.inf)
             head_deadline = math.inf if protocol.head_started is None else protocol.head_started + doors.header_timeout_s
             try:
                 with trio.move_on_at(min(deadline, head_deadline)) as waiting:
-                    data = await self.stream.receive_some(RECEIVE_BYTES_MAX)
+                    data = await receive(RECEIVE_BYTES_MAX)
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 break
             if waiting.cancelled_caught:
@@ -957,6 +971,23 @@ class _Connection(TCPServer):
             if data == b"":
                 break
         await protocol.handle(Closed())
+
+    async def _receive(self, max_bytes: int) -> bytes:
+        """`receive_some` on a plain socket, waiting for it to be readable before reading rather
+        than after a read found nothing: a connection reads once its answer is out, and its
+        client's next request is seldom there yet, so trio's read-first costs a failed read."""
+        socket = self.stream.socket
+        while True:
+            fd = socket.fileno()  # asked each time: -1 once closed, and a closed number can be reused
+            if fd < 0:
+                raise trio.ClosedResourceError
+            await trio.lowlevel.wait_readable(fd)
+            try:
+                return os.read(fd, max_bytes)
+            except BlockingIOError:
+                continue
+            except OSError as error:  # reset by the client
+                raise trio.BrokenResourceError from error
 
     async def _refuse_slow_head(self) -> None:
         answer = raw_answer(
