@@ -655,9 +655,8 @@ def _may_answer_inline(request: h11.Request, config: Config) -> bool:
 
 # The plainest request head (`_plain_request`): an API method and path, in HTTP/1.1; header names are
 # tokens and values visible characters, spaces and tabs (RFC 9110 5.1 and 5.5, as h11 reads them).
-_PLAIN_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE) (/v1/[!-~]*) HTTP/1\.1")
-_TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9a-zA-Z]+")
-_FIELD_VALUE = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+_PLAIN_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE) (/v1/[!-~]*) HTTP/1\.1\r\n")
+_PLAIN_FIELDS = re.compile(rb"(?:[-!#$%&'*+.^_`|~0-9a-zA-Z]+:[\t\x20-\x7e\x80-\xff]*\r\n)+")
 # Headers that take a request off the plain path (h11 then reads it): a body in chunks, an upgrade,
 # a client waiting for 100 Continue.
 _NOT_PLAIN = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
@@ -667,28 +666,27 @@ _DIGITS_MAX = len(str(INLINE_BODY_MAX))
 def _plain_request(data: bytes, head_max: int) -> tuple[bytes, bytes, list[tuple[bytes, bytes]], int, int] | None:
     """The request at the start of `data` if its head is whole and of the plainest shape, as
     (method, target, headers with names in lower case, where its body begins, its length); None
-    otherwise, and h11 reads it. Plain: a request line `_PLAIN_LINE`, lines ending in CRLF, every
-    header well formed, one Host, at most one Authorization and one Content-Length (digits, at
-    most INLINE_BODY_MAX), no Transfer-Encoding, Upgrade or Expect, and no Connection but
-    keep-alive. Anything h11 would refuse is not plain, so its refusal stays h11's."""
+    otherwise, and h11 reads it. Plain: a request line `_PLAIN_LINE`, header lines `_PLAIN_FIELDS`
+    (a token, a colon, visible characters, spaces and tabs, CRLF: RFC 9110 5.1 and 5.5, as h11
+    reads them), one Host, at most one Authorization and one Content-Length (digits, at most
+    INLINE_BODY_MAX), no Transfer-Encoding, Upgrade or Expect, and no Connection but keep-alive.
+    Anything h11 would refuse is not plain, so its refusal stays h11's."""
     end = data.find(b"\r\n\r\n", 0, head_max)
     if end < 0:
         return None
-    lines = data[:end].split(b"\r\n")
-    first = _PLAIN_LINE.fullmatch(lines[0])
+    first = _PLAIN_LINE.match(data)
     if first is None:
+        return None
+    at = first.end()
+    if _PLAIN_FIELDS.fullmatch(data, at, end + 2) is None:
         return None
     headers = []
     length = -1
     hosts = authorizations = 0
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or _TOKEN.fullmatch(name) is None:
-            return None
-        value = value.strip(b" \t")
-        if _FIELD_VALUE.fullmatch(value) is None:
-            return None
+    for line in data[at:end].split(b"\r\n"):
+        name, _, value = line.partition(b":")
         name = name.lower()
+        value = value.strip(b" \t")
         if name == b"content-length":
             if length >= 0 or not value.isdigit() or len(value) > _DIGITS_MAX:
                 return None

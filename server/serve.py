@@ -113,6 +113,8 @@ async def serve(
         await nursery.start(lifecycle.watch_signals, nursery.cancel_scope)
         await nursery.start(lifecycle.run_runtime)
         nursery.start_soon(announce_when_ready)
+        if access is not None and access.enabled:
+            nursery.start_soon(access.write_in_rounds)
         with trio.CancelScope() as serving:
             nursery.start_soon(lifecycle.drain, serving)
             await serve_app(

@@ -102,3 +102,31 @@ def test_lifecycle_events_are_json_lines_with_their_fields(root_logger):
     setup("text", "info", text)
     event(log, "shutdown", "shutting down (SIGTERM)", reason="SIGTERM", binds=["a", "b"])
     assert text[0].split(" ", 1)[1] == "INFO runstate.server shutting down (SIGTERM) reason=SIGTERM binds=a,b\n"
+
+
+@pytest.mark.trio
+async def test_the_lines_of_one_round_go_out_in_one_write():
+    """With `write_in_rounds` running, the request lines of one round of the scheduler are written
+    together once the tasks ready with them have run; the last ones on its way out; then each as it comes."""
+    import trio
+    import trio.testing
+
+    writes: list[bytes] = []
+    access = AccessLog(writes.append)
+
+    def line(number: int) -> None:
+        access.line("GET", "/v1/spaces/{space}/claims", 200, 0.001, f"req_{number}", None)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(access.write_in_rounds)
+        await trio.testing.wait_all_tasks_blocked()
+        for number in range(3):
+            line(number)
+        assert writes == []  # not before this task lets the others run
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(writes) == 1 and [orjson.loads(x)["requestId"] for x in writes[0].splitlines()] == ["req_0", "req_1", "req_2"]
+        line(3)
+        nursery.cancel_scope.cancel()
+    assert len(writes) == 2 and orjson.loads(writes[1])["requestId"] == "req_3"
+    line(4)
+    assert len(writes) == 3 and orjson.loads(writes[2])["requestId"] == "req_4"
