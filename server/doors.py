@@ -1,7 +1,8 @@
 """The doors: what stands between a TCP connection and the router.
 
-hypercorn parses HTTP/1.1 for us; this module decides who gets in and what a refusal looks like,
-in four places:
+hypercorn parses HTTP/1.1 for us, except the plainest request heads (what every SDK sends), which
+the connection reads itself exactly as h11 would (`_plain_request`) to answer them without h11;
+this module decides who gets in and what a refusal looks like, in four places:
 
 - **The accept loop** (`serve_app`, our copy of hypercorn's trio worker, plain or TLS): at most
   `connections_max` connections are served at once; one more is answered 503 UNAVAILABLE with the

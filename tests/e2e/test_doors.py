@@ -299,3 +299,36 @@ def test_a_body_that_comes_after_its_head_and_pipelined_requests_are_answered_in
         sock.sendall(_post(server, claims, acquire("piped-0")))  # held now: the envelope, same connection
         [(status, answer)] = _answers(sock, 1)
         assert status == 409 and orjson.loads(answer)["error"]["code"] == "CLAIM_HELD"
+
+
+def test_plain_and_other_requests_mixed_on_one_connection_are_answered_in_order(server):
+    """Requests the doors parse themselves (plain heads) and one h11 reads (a chunked body), sent
+    back to back in one write: each is answered, in order, with the same headers either way."""
+    with server.client() as http:
+        scope_id = http.post(f"/v1/spaces/{server.space_id}/scopes", json={}).json()["id"]
+    claims = f"/v1/spaces/{server.space_id}/claims"
+    acquire = lambda key: orjson.dumps({"key": key, "scopeId": scope_id, "holder": "h", "holderSession": "s"})  # noqa: E731
+    body = acquire("mixed-chunked")
+    chunked = (
+        b"POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (claims.encode(), server.api_key.encode(), len(body), body)
+    )
+    with socket.create_connection(_address(server), timeout=10) as sock:
+        sock.sendall(_post(server, claims, acquire("mixed-0")) + chunked + _post(server, claims, acquire("mixed-1")))
+        buffer, answers = b"", []
+        while len(answers) < 3:
+            head_end = buffer.find(b"\r\n\r\n")
+            if head_end >= 0:
+                head = buffer[:head_end]
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+                if len(buffer) >= head_end + 4 + length:
+                    answers.append((head, buffer[head_end + 4:head_end + 4 + length]))
+                    buffer = buffer[head_end + 4 + length:]
+                    continue
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed the connection before answering"
+            buffer += chunk
+    assert [orjson.loads(answer)["key"] for _, answer in answers] == ["mixed-0", "mixed-chunked", "mixed-1"]
+    assert all(head.startswith(b"HTTP/1.1 200 ") for head, _ in answers)
+    names = [sorted(line.split(b":")[0].lower() for line in head.split(b"\r\n")[1:]) for head, _ in answers]
+    assert names[0] == names[1] == names[2]
