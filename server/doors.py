@@ -204,7 +204,7 @@ async def read_body(
 
 
 def take_body(body: bytes, headers: dict[str, str], bytes_max: int, doors: Doors, reading: BodyReading) -> bytes:
-    """`read_body` for a body that has all come already (`_Protocol._answer_inline`): the same bounds."""
+    """`read_body` for a body that has all come already (`_Protocol._serve_inline`): the same bounds."""
     _check_declared(headers, bytes_max)
     _hold(body, bytes_max, doors, reading)
     reading.ended = True
@@ -638,6 +638,9 @@ _GONE = object()
 # The largest body a request may have to be answered in its connection's task.
 INLINE_BODY_MAX = 64 * 1024
 _INLINE_METHODS = frozenset({b"GET", b"POST", b"PUT", b"PATCH", b"DELETE"})
+# Headers that keep a request off the connection's own path (hypercorn's stream then serves it): a
+# body in chunks, an upgrade, a client waiting for 100 Continue.
+_NOT_INLINE = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
 
 
 def _may_answer_inline(request: h11.Request, config: Config) -> bool:
@@ -649,18 +652,15 @@ def _may_answer_inline(request: h11.Request, config: Config) -> bool:
         if name == b"content-length":
             if not value.isdigit() or int(value) > INLINE_BODY_MAX:
                 return False
-        elif name in (b"transfer-encoding", b"upgrade", b"expect"):
+        elif name in _NOT_INLINE:
             return False
     return True
 
 
 # The plainest request head (`_plain_request`): an API method and path, in HTTP/1.1; header names are
 # tokens and values visible characters, spaces and tabs (RFC 9110 5.1 and 5.5, as h11 reads them).
-_PLAIN_LINE = re.compile(rb"(GET|POST|PUT|PATCH|DELETE) (/v1/[!-~]*) HTTP/1\.1\r\n")
+_PLAIN_LINE = re.compile(rb"(%s) (/v1/[!-~]*) HTTP/1\.1\r\n" % b"|".join(sorted(_INLINE_METHODS)))
 _PLAIN_FIELDS = re.compile(rb"(?:[-!#$%&'*+.^_`|~0-9a-zA-Z]+:[\t\x20-\x7e\x80-\xff]*\r\n)+")
-# Headers that take a request off the plain path (h11 then reads it): a body in chunks, an upgrade,
-# a client waiting for 100 Continue.
-_NOT_PLAIN = frozenset({b"transfer-encoding", b"upgrade", b"expect"})
 _DIGITS_MAX = len(str(INLINE_BODY_MAX))
 
 
@@ -698,7 +698,7 @@ def _plain_request(data: bytes, head_max: int) -> tuple[bytes, bytes, list[tuple
             hosts += 1
         elif name == b"authorization":
             authorizations += 1
-        elif name in _NOT_PLAIN or name == b"connection" and value.lower() != b"keep-alive":
+        elif name in _NOT_INLINE or name == b"connection" and value.lower() != b"keep-alive":
             return None
         headers.append((name, value))
     if hosts != 1 or authorizations > 1:
@@ -858,8 +858,8 @@ class _Connection(TCPServer):
         self._door = door or Door(0.0)
         self._inline = inline
         self._hangups = hangups
-        # The plain socket's descriptor, read and written directly (`_receive`, `_write_answer`); -1 for TLS.
-        self._fd = -1
+        # The plain socket, read and written directly (`_receive`, `_write_answer`); None for TLS.
+        self._socket: Any = None
         # While the connection is idle, when the keep-alive timer closes it (inf while a request runs).
         self._idle_deadline = math.inf
         self._keeper: trio.CancelScope | None = None
@@ -876,8 +876,7 @@ class _Connection(TCPServer):
                     return
                 socket = self.stream.transport_stream.socket
             else:
-                socket = self.stream.socket
-                self._fd = socket.fileno()
+                socket = self._socket = self.stream.socket
             client = parse_socket_addr(socket.family, socket.getpeername())
             server = parse_socket_addr(socket.family, socket.getsockname())
             async with _Tasks() as task_group:
@@ -911,14 +910,14 @@ class _Connection(TCPServer):
         await super().protocol_send(event)
 
     async def _write_answer(self, data: bytes) -> None:
-        """Write an answer made in the read loop's own task (`_Protocol._answer_inline`). No other
+        """Write an answer made in the read loop's own task (`_Protocol._serve_inline`). No other
         write can be under way then (HTTP/1.1 reads the next request only once the last answer
         is out), so the lock and shielded scope of `protocol_send` are not needed."""
         try:
             # Most answers go in one write, without trio's wrapper around the socket; what the
             # socket's buffer has no room for yet goes through it.
             try:
-                fd = self.stream.socket.fileno() if self._fd >= 0 else -1  # -1 once closed
+                fd = self._socket.fileno() if self._socket is not None else -1  # -1 once closed
                 sent = os.write(fd, data) if fd >= 0 else 0
             except BlockingIOError:
                 sent = 0
@@ -952,7 +951,7 @@ class _Connection(TCPServer):
         come within `header_timeout_s`, however it trickles in, or the connection ends with 408."""
         protocol: _Protocol = self.protocol  # type: ignore[assignment]
         doors = self._doors
-        receive = self.stream.receive_some if self._fd < 0 else self._receive
+        receive = self.stream.receive_some if self._socket is None else self._receive
         while True:
             deadline = trio.current_time() + (self.config.read_timeout or math.inf)
             head_deadline = math.inf if protocol.head_started is None else protocol.head_started + doors.header_timeout_s
@@ -975,7 +974,7 @@ class _Connection(TCPServer):
         """`receive_some` on a plain socket, waiting for it to be readable before reading rather
         than after a read found nothing: a connection reads once its answer is out, and its
         client's next request is seldom there yet, so trio's read-first costs a failed read."""
-        socket = self.stream.socket
+        socket = self._socket
         while True:
             fd = socket.fileno()  # asked each time: -1 once closed, and a closed number can be reused
             if fd < 0:
