@@ -22,7 +22,7 @@ serve: $(STAMP)
 # The strict type check (mypy over the SDK and the product page's examples), then the tests: two
 # processes, a test file each at a time (the simulation's batch, which has its own two, first).
 # The console's browser tests (tests/console) drive Debian's Chromium: installed first when missing.
-PYTEST_ARGS ?= -n 2 --dist loadfile --no-loadscope-reorder
+PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder --durations=25
 test: $(STAMP) etcd chromium
 	$(PY) -m tests.typecheck
 	$(PY) -m pytest -q $(PYTEST_ARGS)
