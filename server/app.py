@@ -1,16 +1,26 @@
 """The ASGI application: a QuartTrio app whose HTTP requests go straight to our router.
 
 Quart hosts the application: the ASGI lifespan (which starts the runtime, and with it the kernel,
-in the app's nursery), configuration, and serving under hypercorn's trio worker. HTTP requests do
-not go through Quart's request machinery: on this stack it costs about a third of what hypercorn
-alone can serve, while our routes need none of it (no templates, sessions, cookies or forms, and
-every answer must be a JSON envelope, errors included). `ApiConnection` hands each request to
-`serve_http`, which routes on the raw path and calls plain handler coroutines. The web console
-(`/console` and below, and a browser's `GET /`) is served beside it by `console/site.py`.
+in the app's nursery) and configuration. HTTP requests do not go through Quart's request
+machinery: on this stack it costs about a third of what the HTTP layer alone can serve, while our
+routes need none of it (no templates, sessions, cookies or forms, and every answer must be a JSON
+envelope, errors included). `ApiConnection` hands each request to `serve_http`, which routes on
+the raw path and calls plain handler coroutines. The web console (`/console` and below, and a
+browser's `GET /`) is served beside it by `console/site.py`.
+
+`runstate serve` serves it on connections of its own (`listener.py`, `connection.py`), which also
+answer the plainest API requests without ASGI. It is a plain ASGI application all the same: any
+ASGI server can serve it, configured from the environment and `RUNSTATE_CONFIG` as `runstate
+serve` is (the server's key in RUNSTATE_SERVER_API_KEY, its data directory, its limits):
+
+    hypercorn --worker-class trio runstate.server.app:app
+
+(`app` is made on first use, so importing this module makes nothing.)
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from quart_trio import QuartTrio
@@ -75,3 +85,16 @@ def create_app(
             await app.lifecycle.stop_runtime()
 
     return app
+
+
+def __getattr__(name: str) -> Any:
+    """`app`: the server as an ASGI application configured from the environment, made once on
+    first use (for an ASGI server's `module:app`)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    made = globals().get("_app")
+    if made is None:
+        from .config import load
+
+        made = globals()["_app"] = create_app(load({}, os.environ, None).settings)
+    return made

@@ -332,3 +332,22 @@ def test_plain_and_other_requests_mixed_on_one_connection_are_answered_in_order(
     assert all(head.startswith(b"HTTP/1.1 200 ") for head, _ in answers)
     names = [sorted(line.split(b":")[0].lower() for line in head.split(b"\r\n")[1:]) for head, _ in answers]
     assert names[0] == names[1] == names[2]
+
+
+def test_a_refused_100_continue_followed_by_a_request_in_the_same_write_is_answered_every_time(server):
+    """`Expect: 100-continue` with no valid key, then a second request in the same write: two
+    writers on one socket left about half of these connections with no answer at all (and a
+    BusyResourceError in the log). Now each of 200 connections gets both answers, in order."""
+    data = (b"GET /v1/nx/1 HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n"
+            b"GET /v1/nx/2 HTTP/1.1\r\nHost: a\r\n\r\n")
+    answered = 0
+    for _ in range(200):
+        with socket.create_connection(_address(server), timeout=10) as sock:
+            sock.sendall(data)
+            answers = _answers(sock, 2)
+        assert [status for status, _ in answers] == [404, 404]
+        assert [orjson.loads(body)["error"]["message"] for _, body in answers] == [
+            "no such route: GET /v1/nx/1", "no such route: GET /v1/nx/2"]
+        answered += 1
+    assert answered == 200
+    assert not [line for line in server.lines if "Traceback" in line or '"exception"' in line or "BusyResourceError" in line]
