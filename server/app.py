@@ -10,17 +10,12 @@ browser's `GET /`) is served beside it by `console/site.py`.
 
 `runstate serve` serves it on connections of its own (`listener.py`, `connection.py`), which also
 answer the plainest API requests without ASGI. It is a plain ASGI application all the same: any
-ASGI server can serve it, configured from the environment and `RUNSTATE_CONFIG` as `runstate
-serve` is (the server's key in RUNSTATE_SERVER_API_KEY, its data directory, its limits):
-
-    hypercorn --worker-class trio runstate.server.app:app
-
-(`app` is made on first use, so importing this module makes nothing.)
+ASGI server can serve the one `asgi.py` makes from the environment (`hypercorn --worker-class
+trio runstate.server.asgi:app`).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 from quart_trio import QuartTrio
@@ -86,15 +81,3 @@ def create_app(
 
     return app
 
-
-def __getattr__(name: str) -> Any:
-    """`app`: the server as an ASGI application configured from the environment, made once on
-    first use (for an ASGI server's `module:app`)."""
-    if name != "app":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    made = globals().get("_app")
-    if made is None:
-        from .config import load
-
-        made = globals()["_app"] = create_app(load({}, os.environ, None).settings)
-    return made

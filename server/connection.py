@@ -27,7 +27,7 @@ connection, or a connection whose first request has been read, or share a writer
 of its work means overriding its private methods, which a minor release may change without
 notice. Its HTTP/1.1 protocol is a thin layer over h11's public interface, so the connection is
 owned here on the same interface, and hypercorn stays what anyone may serve the same ASGI
-application with (`hypercorn runstate.server.app:app`; `tests/e2e/test_stock_hypercorn.py`).
+application with (`hypercorn runstate.server.asgi:app`; `tests/e2e/test_stock_hypercorn.py`).
 """
 
 from __future__ import annotations

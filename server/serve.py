@@ -1,7 +1,7 @@
 """`runstate serve`: the app on our own connections (`listener.py`), with signals handled for a graceful stop.
 
 `hypercorn_config` maps the same settings onto hypercorn's configuration, for serving the same ASGI
-application with stock hypercorn (`hypercorn runstate.server.app:app`) and for the HTTP ceiling of
+application with stock hypercorn (`hypercorn runstate.server.asgi:app`) and for the HTTP ceiling of
 the benchmarks (`bench/ceiling_app.py`).
 """
 
