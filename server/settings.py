@@ -73,6 +73,11 @@ class Settings:
     connections_max: int = 1000
     # Bytes of request bodies held across all requests in flight; past it, 503 with Retry-After.
     body_bytes_in_flight_max: int = 64 * 1024 * 1024
+    # What one batch request's answer may hold (`routes/batch.py`): the deliveries its receives
+    # lease together (a receive of many alone leases at most receive_count_max), and the bytes
+    # those deliveries may reach at most (each payload_bytes_max of payload, and its fields).
+    batch_deliveries_max: int = 100
+    batch_answer_bytes_max: int = 16 * 1024 * 1024
     # TLS: the certificate chain and its private key (PEM files), both or neither. With them the
     # server speaks https itself (HTTP/1.1 over TLS 1.2+); without, plain http.
     certfile: str | None = None
