@@ -133,7 +133,7 @@ _SERVER: tuple[Setting, ...] = (
     Setting("log_requests", str, _DEFAULTS.log_requests, "One line per request (all), only for answers of 400 and above (errors), or none (off).", choices=LOG_REQUESTS),
     Setting("metrics_public", bool, _DEFAULTS.metrics_public, "Serve /metrics without a key to any address (by default only to loopback; others need the admin key)."),
     Setting("shutdown_grace_s", float, _DEFAULTS.shutdown_grace_s, "On SIGTERM/SIGINT, how long requests in flight may take to finish.", minimum=0, maximum=3600),
-    Setting("keep_alive_s", float, _DEFAULTS.keep_alive_s, "How long an idle keep-alive connection stays open (a departed client's socket is reclaimed only then).", minimum=1, maximum=3600),
+    Setting("keep_alive_s", float, _DEFAULTS.keep_alive_s, "How long an idle keep-alive connection stays open (one whose client has gone closes at once).", minimum=1, maximum=3600),
     Setting("backlog", int, _DEFAULTS.backlog, "Connections the kernel queues before they are accepted (a swarm connecting at once; capped by net.core.somaxconn).",
             minimum=1, maximum=65535),
     Setting("body_timeout_s", float, _DEFAULTS.body_timeout_s, "A request body not complete this many seconds after its headers gets 408 and the connection closes.",

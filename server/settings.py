@@ -49,11 +49,10 @@ class Settings:
     # /metrics without a key from any address, not only from loopback.
     metrics_public: bool = False
     shutdown_grace_s: float = 10.0
-    # An idle keep-alive connection closes after this long. Kept short on purpose: hypercorn
-    # reclaims a connection whose client has gone only when this runs out (its socket waits in
-    # CLOSE-WAIT until then), and the SDKs' pools drop idle connections after 5 s anyway.
+    # An idle keep-alive connection closes after this long (one whose client has gone closes at
+    # once); the SDKs' pools drop idle connections after 5 s anyway.
     keep_alive_s: float = 15.0
-    # Connections the kernel queues for accept. hypercorn's 100 resets connections when a swarm of
+    # Connections the kernel queues for accept. A backlog of 100 resets connections when a swarm of
     # agents connects at once.
     backlog: int = 1024
     # Slow clients. A request whose body has not all arrived this long after its headers gets 408
