@@ -461,7 +461,9 @@ class _Exchange:
         }
 
     async def receive(self) -> dict:
-        if self._body_done or self.error is not None:
+        if self.error is not None:  # the body broke off: nothing more will be read
+            return {"type": "http.disconnect"}
+        if self._body_done:  # the body has all been given: what is left to say is that the client went
             await self.gone.wait()
             return {"type": "http.disconnect"}
         events = self._events

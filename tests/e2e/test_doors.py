@@ -160,8 +160,10 @@ def test_connections_past_the_cap_get_503_with_the_envelope():
          "more than one Authorization"),
         (b"GET /healthz HTTP/3.0\r\nHost: x\r\n\r\n", 505, "HTTP/3.0 is not served"),
         (b"POST /v1/spaces/default/scopes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "Transfer-Encoding"),
+        (b"POST /v1/spaces/default/scopes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer e2e-key\r\nTransfer-Encoding: chunked\r\n\r\n"
+         b"2\r\n{}\r\nzz\r\n", 400, "chunked body is malformed"),
     ],
-    ids=["content-length-and-chunked", "two-authorizations", "http-3.0", "transfer-coding-not-chunked"],
+    ids=["content-length-and-chunked", "two-authorizations", "http-3.0", "transfer-coding-not-chunked", "malformed-chunk"],
 )
 def test_heads_that_could_smuggle_are_refused_and_the_connection_closed(server, data, status, words):
     """h11 let these through: both framings (one proxy reads one, we the other), two keys (which
