@@ -33,7 +33,6 @@ application with (`hypercorn runstate.server.asgi:app`; `tests/e2e/test_stock_hy
 from __future__ import annotations
 
 import logging
-import math
 import os
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
@@ -206,9 +205,16 @@ class Connection:
         if self._eof:
             return False
         door = self._door
-        if not self._shared.doors.stopping:
-            with trio.CancelScope(deadline=trio.current_time() + self._shared.keep_alive_s) as door.idle:
-                await self._fill(math.inf)
+        shared = self._shared
+        if not shared.doors.stopping:
+            # One scope for both bounds (a read timeout above the keep-alive is the usual case), and
+            # the one the doors cancel at a stop.
+            with trio.CancelScope(deadline=trio.current_time() + min(shared.keep_alive_s, shared.read_timeout_s)) as door.idle:
+                data = await self._read()
+                if data:
+                    self._buffer += data
+                else:
+                    self._eof = True
             door.idle = None
         if not self._buffer and not self._eof:
             self._fill_nowait()
