@@ -343,7 +343,7 @@ class Connection:
                 log.error("request %s %s ended without an answer", request.method.decode(), request.target.decode("latin-1"))
                 await self._writer.write(raw_answer(500, INTERNAL, "internal error"))
             return False
-        if events.their_state is not h11.DONE:  # its body was not all read: the client may still send
+        if not _rest_of_body(events):  # its body was not all read: the client may still send
             self._linger = True
             return False
         if events.our_state is not h11.DONE:  # HTTP/1.0, or an answer that said Connection: close
@@ -538,6 +538,21 @@ class _Exchange:
         # (the request's `Gone` is closed, and `receive` says `http.disconnect`).
         if not await self._connection._writer.write(data):
             self.gone.close()
+
+
+def _rest_of_body(events: h11.Connection) -> bool:
+    """Read past what is left of a request's body that the application did not ask for (a GET's
+    end, which a page that reads nothing never asks for; a refused form's bytes that came with
+    it), from what has already come; True once the request has ended, False if more is on its
+    way (the connection then closes after the answer)."""
+    while events.their_state is h11.SEND_BODY:
+        try:
+            event = events.next_event()
+        except h11.RemoteProtocolError:
+            return False
+        if event is h11.NEED_DATA or event is h11.PAUSED:
+            return False
+    return events.their_state is h11.DONE
 
 
 def _address(address: Any) -> tuple[str, int] | None:

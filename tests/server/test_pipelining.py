@@ -93,6 +93,10 @@ SHAPES: dict[str, tuple[bytes, Check, bool]] = {
     "close": (_post("close", extra=b"Connection: close\r\n"), _made("close"), True),
 }
 PAIRS = [(first, second) for first in SHAPES for second in SHAPES]
+# And a request the application answers without reading its (empty) body: a console page.
+PAGE = (b"GET /console/login HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n\r\n",
+        lambda status, body: status == 200 and b"<html" in body, False)
+WITH_PAGE = {**SHAPES, "page": PAGE}
 
 
 async def _answers(stream: trio.SocketStream, count: int, closes: bool) -> list[tuple[int, bytes, bytes]]:
@@ -129,7 +133,7 @@ async def _answers(stream: trio.SocketStream, count: int, closes: bool) -> list[
 
 
 def _check(pair: tuple[str, str], answers: list[tuple[int, bytes, bytes]]) -> None:
-    first, second = (SHAPES[name] for name in pair)
+    first, second = (WITH_PAGE[name] for name in pair)
     finals = [answer for answer in answers if answer[0] != 100]
     interim = len(answers) - len(finals)
     assert interim <= sum(1 for name in pair if name == "expect-key"), (pair, answers)
@@ -151,8 +155,9 @@ async def _exchange(port: int, parts: list[bytes], pair: tuple[str, str], sent: 
             try:
                 await stream.send_all(parts[1])
             except trio.BrokenResourceError:  # closed after an answer that said so, before the rest came
-                assert SHAPES[pair[0]][2], pair
-        expected = [SHAPES[pair[0]]] if SHAPES[pair[0]][2] else [SHAPES[pair[0]], SHAPES[pair[1]]]
+                assert WITH_PAGE[pair[0]][2], pair
+        first, second = WITH_PAGE[pair[0]], WITH_PAGE[pair[1]]
+        expected = [first] if first[2] else [first, second]
         _check(pair, await _answers(stream, len(expected), expected[-1][2]))
 
 
@@ -169,10 +174,11 @@ def _nothing_logged(caplog: pytest.LogCaptureFixture) -> None:
 
 
 async def test_every_pair_of_shapes_in_one_write_is_answered_in_order(quiet):
+    """The eight shapes, and a console page (which reads no body) before or after each."""
     async with serving() as port:
         quiet.clear()  # (the start's warning: no data directory)
-        for pair in PAIRS:
-            await _exchange(port, [SHAPES[pair[0]][0] + SHAPES[pair[1]][0]], pair, None)
+        for pair in [(first, second) for first in WITH_PAGE for second in WITH_PAGE]:
+            await _exchange(port, [WITH_PAGE[pair[0]][0] + WITH_PAGE[pair[1]][0]], pair, None)
     _nothing_logged(quiet)
 
 
