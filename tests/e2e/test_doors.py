@@ -353,3 +353,23 @@ def test_a_refused_100_continue_followed_by_a_request_in_the_same_write_is_answe
         answered += 1
     assert answered == 200
     assert not [line for line in server.lines if "Traceback" in line or '"exception"' in line or "BusyResourceError" in line]
+
+
+def test_a_long_poll_whose_client_leaves_is_withdrawn(server):
+    """A receive waits in its connection's task; its client gives up after a second and closes the
+    connection: the hang-up watcher withdraws the wait at once, so the next message goes to the
+    next receive rather than to nobody."""
+    with server.client() as http:
+        run = http.post("/v1/spaces/default/scopes", json={}).json()["id"]
+        box = http.post("/v1/spaces/default/mailboxes", json={"name": "left-behind"}).json()["id"]
+        body = {"scopeId": run, "holder": "gone", "holderSession": "s", "waitMs": 20_000}
+        with pytest.raises(httpx.ReadTimeout):
+            http.post(f"/v1/spaces/default/mailboxes/{box}/recv", json=body, timeout=1)
+        deadline = time.monotonic() + 5
+        while http.get("/v1/spaces/default/ops/waits").json()["waits"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert http.get("/v1/spaces/default/ops/waits").json()["waits"] == []
+        assert time.monotonic() < deadline
+        assert http.post(f"/v1/spaces/default/mailboxes/{box}/messages", json={"scopeId": run, "payload": {"n": 1}}).status_code == 201
+        got = http.post(f"/v1/spaces/default/mailboxes/{box}/recv", json={**body, "holder": "here", "waitMs": 0})
+        assert got.status_code == 200 and got.json()["message"]["payload"] == {"n": 1}
