@@ -362,23 +362,11 @@ async def respond(
         status = CLIENT_GONE
         return None
     except KernelError as error:
-        status, answer_body, extra = envelope(error, request.request_id)
         code = error.code
         if code == STALE_CLAIM and route is not None:  # a late write turned away: the console shows it
             telemetry.fenced.saw(route.pattern, params, error.message, services.kernel.clock.now_ms())
-        if request.answer_headers:
-            extra.update(request.answer_headers)
-        reply = _json_reply(status, answer_body, extra, request.request_id, services.draining)
-        if came is not None or incoming.ended:
-            return reply
-        if headers.get("expect", "").lower() == "100-continue" and not incoming.held and _has_body(headers):
-            # Refused before the client was told to send its body (it waits for 100 Continue):
-            # answer now, and close, rather than wait for a body it should not send.
-            reply.close = True
-            return reply
-        if await drain(receive, doors, incoming):  # refused before its body was read: read it, drop it
-            return reply
-        reply.close = reply.linger = True
+        reply = await _refused(services, request, error, receive, came is not None or incoming.ended, incoming)
+        status = reply.status
         return reply
     except Exception:
         log.exception("request %s %s failed (%s)", method, raw_path, request.request_id)
@@ -388,6 +376,30 @@ async def respond(
     finally:
         doors.release(incoming.held)
         telemetry.end(method, route, status, started, request.request_id, code)
+
+
+async def _refused(
+    services: Any, request: Request, error: KernelError, receive: Callable[[], Awaitable[dict]], body_read: bool,
+    incoming: BodyReading,
+) -> Reply:
+    """The envelope of a refusal; a body not read yet is read and dropped first (bounded), or the
+    connection closes after the answer (`linger`: the rest is dropped while it goes out)."""
+    status, answer_body, extra = envelope(error, request.request_id)
+    if request.answer_headers:
+        extra.update(request.answer_headers)
+    reply = _json_reply(status, answer_body, extra, request.request_id, services.draining)
+    if body_read:
+        return reply
+    headers = request.headers
+    if headers.get("expect", "").lower() == "100-continue" and not incoming.held and _has_body(headers):
+        # Refused before the client was told to send its body (it waits for 100 Continue):
+        # answer now, and close, rather than wait for a body it should not send.
+        reply.close = True
+        return reply
+    if await drain(receive, services.doors, incoming):  # refused before its body was read: read it, drop it
+        return reply
+    reply.close = reply.linger = True
+    return reply
 
 
 def _has_body(headers: dict[str, str]) -> bool:
