@@ -25,6 +25,8 @@ function relative(ms) {
   return ms >= 0 ? `in ${text}` : `${text} ago`;
 }
 
+const PRECISE = { year: "numeric", month: "numeric", day: "numeric", hour: "numeric", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3 };
+
 function showTime(el, now) {
   const iso = el.getAttribute("datetime");
   const at = Date.parse(iso);
@@ -32,6 +34,7 @@ function showTime(el, now) {
   let text;
   if (el.hasAttribute("data-countdown") || timeMode === "relative") text = relative(at - now);
   else if (timeMode === "utc") text = iso.replace("T", " ").replace("Z", " UTC");
+  else if (el.hasAttribute("data-precise")) text = new Date(at).toLocaleString(undefined, PRECISE);
   else text = new Date(at).toLocaleString();
   if (el.textContent !== text) el.textContent = text;
   el.title = iso;
@@ -88,13 +91,14 @@ document.addEventListener("htmx:responseError", (e) => {
   showError(`Could not reload this view (${xhr.status}): ${xhr.responseText || xhr.statusText}`);
 });
 document.addEventListener("htmx:sendError", () => showError("Could not reach the server; the view shows what it last read."));
-document.addEventListener("htmx:afterSwap", (e) => { clearError(); showTimes(e.target); });
+document.addEventListener("htmx:afterSwap", (e) => { clearError(); showTimes(e.target); brushes(e.target); });
 
 // -- live regions ---------------------------------------------------------------------------------
 
 const pending = new WeakMap();
 
 function refresh(el) {
+  if (brushing) { setTimeout(() => refresh(el), REFRESH_MS); return; }  // not under a drag
   if (pending.get(el)) return;
   pending.set(el, true);
   setTimeout(() => { pending.delete(el); window.htmx.trigger(el, "rs:refresh"); }, REFRESH_MS);
@@ -112,6 +116,67 @@ function everySoOften() {
   document.querySelectorAll("[data-refresh-every]").forEach((el) => {
     const seconds = Number(el.dataset.refreshEvery);
     if (seconds > 0) setInterval(() => { if (!paused()) refresh(el); }, seconds * 1000);
+  });
+}
+
+// -- zooming a lease swimlane ----------------------------------------------------------------------
+
+// Drag across a lane (an SVG that says its window: `data-from`, `data-to`, in wall ms) to zoom
+// every lane to that stretch; a click zooms to a sixteenth of the window around it. The zoom is
+// in the URL (`from`, `to`), so it can be shared, and the server draws it.
+const ZOOM_MS_MIN = 10;
+let brushing = false;
+
+function zoomTo(a, b) {
+  const url = new URL(window.location.href);
+  url.searchParams.set("from", new Date(a).toISOString());
+  url.searchParams.set("to", new Date(b).toISOString());
+  url.searchParams.delete("window");
+  window.location.assign(url.toString());
+}
+
+function brushes(root) {
+  root.querySelectorAll("svg.lane[data-from]").forEach((svg) => {
+    const from = Number(svg.dataset.from);
+    const to = Number(svg.dataset.to);
+    const shade = svg.querySelector("rect.brush");
+    let start = null;
+    const at = (e) => {
+      const box = svg.getBoundingClientRect();
+      return Math.min(1, Math.max(0, (e.clientX - box.left) / box.width));
+    };
+    svg.addEventListener("pointerdown", (e) => {
+      start = at(e);
+      brushing = true;
+      svg.setPointerCapture(e.pointerId);
+      shade.setAttribute("x", String(start * 100));
+      shade.setAttribute("width", "0");
+      e.preventDefault();
+    });
+    svg.addEventListener("pointermove", (e) => {
+      if (start === null) return;
+      const x = at(e);
+      shade.setAttribute("x", String(Math.min(start, x) * 100));
+      shade.setAttribute("width", String(Math.abs(x - start) * 100));
+    });
+    svg.addEventListener("pointerup", (e) => {
+      if (start === null) return;
+      const x = at(e);
+      const left = Math.min(start, x);
+      const right = Math.max(start, x);
+      start = null;
+      brushing = false;
+      let a = from + left * (to - from);
+      let b = from + right * (to - from);
+      if ((right - left) * svg.getBoundingClientRect().width < 4) {
+        const half = (to - from) / 32;
+        a -= half;
+        b += half;
+      }
+      a = Math.max(from, Math.round(a));
+      b = Math.min(to, Math.max(Math.round(b), a + ZOOM_MS_MIN));
+      zoomTo(b - a < ZOOM_MS_MIN ? b - ZOOM_MS_MIN : a, b);
+    });
   });
 }
 
@@ -179,6 +244,7 @@ function live() {
 
 controls();
 showTimes(document);
+brushes(document);
 setInterval(() => showTimes(document), 1000);
 everySoOften();
 live();

@@ -29,11 +29,12 @@ so a page is the same whatever was added or removed before it. The event log is 
 from .lists import capacity, claims, coordination, events, queue, queues, run, runs, space_overview, task, tasks
 from .losses import worker, workers
 from .reading import PAGE_DEFAULT, PAGE_MAX, events_after, key_access, key_named, key_spaces, known_spaces, newest_event
+from . import swimlanes
 from .swimlanes import lanes
 from .waiting import why_claim, why_task, why_waiter
 
 __all__ = [
-    "PAGE_DEFAULT", "PAGE_MAX", "known_spaces", "newest_event", "runs", "run", "claims", "lanes", "tasks", "task",
+    "PAGE_DEFAULT", "PAGE_MAX", "swimlanes", "known_spaces", "newest_event", "runs", "run", "claims", "lanes", "tasks", "task",
     "queues", "queue", "capacity", "coordination", "events", "workers", "worker", "why_task", "why_waiter", "why_claim",
     "space_overview", "events_after", "key_spaces", "key_access", "key_named",
 ]
