@@ -292,6 +292,17 @@ async def events(console: Console, visit: Visit, space: str) -> Answer:
     return console.page(visit, "events.html", event_types=EVENT_TYPES, types=sorted(types or ()), **data)
 
 
+# -- search --------------------------------------------------------------------------------------
+
+
+@page("GET", "/s/{space}/search")
+async def search(console: Console, visit: Visit, space: str) -> Answer:
+    """Runs, claim keys, holders, task keys and mailboxes that match `q` (`views/search.py`)."""
+    text = visit.text("q")
+    data = await views.search(console.kernel, space, text) if text else {"results": None, "more": {}, "text": ""}
+    return console.page(visit, "search.html", **data)
+
+
 # -- workers -------------------------------------------------------------------------------------
 
 

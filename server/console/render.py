@@ -70,7 +70,7 @@ _ENV.filters["iso"] = format_ms
 # rendered alone (`render_block`) has them as the whole page does.
 _ENV.globals.update(
     (name, getattr(_ENV.get_template("macros.html").module, name))
-    for name in ("state", "pager", "json", "run_link", "worker_link", "event_table")
+    for name in ("state", "pager", "json", "run_link", "worker_link", "event_table", "payload")
 )
 _ENV.globals["static_url"] = static_url
 

@@ -226,6 +226,8 @@ async def test_a_waiting_acquire_is_told_who_holds_the_claim_until_when(world: W
     (row,) = (await views.claims(world.kernel, SPACE, run=None, key="busy", holder=None, held_only=True, cursor=None, limit=5))["claims"]
     assert row["waiting"] == 1
     assert (await views.run(world.kernel, SPACE, run))["acquirers"] == [{"run": run, "key": "busy", "calls": 1}]
+    (row,) = (await views.runs(world.kernel, SPACE, state=None, name=None, cursor=None, limit=5))["runs"]
+    assert (row["acquiring"], row["waiting"]) == (1, 0)  # an acquire waits; no message does
     why = await views.why_claim(world.kernel, SPACE, run, "busy")
     details = [check["detail"] for check in why["checks"]]
     assert why["waiting"] and "held by holder-1 at generation 1 until its lease ends in 9.0 s" in details[1]
