@@ -15,6 +15,8 @@ import trio
 from ...actors.errors import NOT_FOUND, VALIDATION_FAILED, KernelError
 from ...actors.events import EVENT_TYPES
 from ...actors.timestamps import format_ms, parse_timestamp
+from . import plots
+from .charts import INTERVAL_S
 from .render import STATIC, render
 from .sessions import clear_cookie, set_cookie
 from .site import PREFIX, Answer, Console, Visit, page, redirect, refuse
@@ -290,6 +292,19 @@ async def events(console: Console, visit: Visit, space: str) -> Answer:
     data = await views.events(console.kernel, space, types=types, run=visit.text("run"), key=visit.text("key"),
                               before=visit.number("before", 1, 2**62), limit=visit.limit())
     return console.page(visit, "events.html", event_types=EVENT_TYPES, types=sorted(types or ()), **data)
+
+
+# -- charts --------------------------------------------------------------------------------------
+
+
+@page("GET", "/s/{space}/charts")
+async def charts(console: Console, visit: Visit, space: str) -> Answer:
+    """The space's traffic over time (`charts.py`, `plots.py`), drawn from what this server keeps."""
+    window = visit.choice("window", tuple(plots.WINDOWS)) or "30m"
+    drawn = plots.charts_of(console.runtime.telemetry.charts.series.get(space), window)
+    cursor = await views.newest_event(console.kernel, space)
+    return console.page(visit, "charts.html", windows=tuple(plots.WINDOWS), window=window, interval=INTERVAL_S,
+                        cursor=cursor, **drawn)
 
 
 # -- search --------------------------------------------------------------------------------------

@@ -177,6 +177,7 @@ class Console:
         self.sessions = Sessions()
         self.feeds = Feeds(lambda: runtime.kernel)
         runtime.telemetry.fenced.listener = self.feeds.fenced
+        runtime.telemetry.charts.listener = self.feeds.charts
 
     @property
     def kernel(self) -> Any:

@@ -3,6 +3,7 @@ of the space's traffic."""
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -96,4 +97,48 @@ def test_a_key_with_200_generations_draws_its_held_share_and_a_zoom_shows_each_g
         expect(lane.locator(f"rect.bar[data-generation='{generation}'] title")).to_contain_text(f"generation {generation} held by {holder}")
     expect(lane.locator("ol.lane-story")).to_contain_text("generation 101: agent-2")
     tab.screenshot("lanes-zoomed", tmp_path, full_page=False)
+    assert tab.errors() == []
+
+
+def test_the_charts_show_the_traffic_and_move_on_live(tab: Tab, console: Console, tmp_path):
+    """While a worker takes and releases a claim over and over, the charts page (left open)
+    shows claims per second above zero, acquire times and the requests, and draws each new
+    interval as it ends, without a reload."""
+    run = console.run("charted")
+    stop = threading.Event()
+
+    def work() -> None:
+        with console.server.client() as api:
+            while not stop.is_set():
+                taken = console.claim(run["id"], "charts:k", "charted-worker", api=api)
+                if taken.status_code == 200:
+                    api.post("/v1/spaces/default/claims/charts:k/release", json={"token": taken.json()["token"]})
+                time.sleep(0.05)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    try:
+        tab.sign_in()
+        tab.open("/console/s/default/charts?window=5m")
+        tab.wait_live()
+        page = tab.page
+        loaded = page.evaluate("performance.timeOrigin")
+        claims = "section[data-chart='operations'] path[data-series='claims']"
+        page.wait_for_function(f"""() => {{
+            const line = document.querySelector("{claims}");
+            return line !== null && line.dataset.values.split(" ").some((v) => Number(v) > 0);
+        }}""", timeout=20_000)
+        first = page.locator(".axis[data-last]").get_attribute("data-last")
+        page.wait_for_function(f"""() => {{
+            const axis = document.querySelector(".axis[data-last]");
+            return axis !== null && axis.dataset.last !== "{first}";
+        }}""", timeout=12_000)
+        acquire = page.locator("section[data-chart='acquire'] li[data-series='p99']")
+        expect(acquire).to_contain_text("ms now")
+        expect(page.locator("section[data-chart='errors'] li[data-series='requests']")).to_contain_text("/s now")
+        assert page.evaluate("performance.timeOrigin") == loaded, "the page was not reloaded"
+        tab.screenshot("charts", tmp_path)
+    finally:
+        stop.set()
+        worker.join()
     assert tab.errors() == []

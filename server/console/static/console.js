@@ -2,7 +2,7 @@
 // times shown as the visitor chose, dark mode, and errors shown as errors.
 //
 // Regions: an element with `data-live="claim task ..."` (aggregate types, `*` for any, `fenced`
-// for refused stale writes) and `hx-get`/`hx-trigger="rs:refresh"` is reloaded by htmx when an
+// for refused stale writes, `charts` for a new bucket of the space's charts) and `hx-get`/`hx-trigger="rs:refresh"` is reloaded by htmx when an
 // event of those types arrives, at most once per REFRESH_MS. The stream is opened at the cursor
 // the page was rendered at (`data-cursor`), so nothing falls between the page and the stream; the
 // browser's own reconnect resumes from the last event id it saw.
@@ -207,6 +207,8 @@ function open() {
     refreshFor(event.aggregate.type);
   });
   source.addEventListener("fenced", () => refreshFor("fenced"));
+  // (a region of any event is not one of the charts: only those that name them redraw)
+  source.addEventListener("charts", () => document.querySelectorAll("[data-live~='charts']").forEach(refresh));
   source.addEventListener("reset", (e) => { lastId = Number(e.lastEventId) || lastId; refreshFor("*"); });
   source.addEventListener("signedout", () => window.location.assign("/console/login"));
   source.addEventListener("error", () => {
