@@ -124,7 +124,7 @@ def test_the_actions_are_offered_where_the_api_serves_them(console: Console):
     assert "Release…" in page
 
 
-def test_a_viewer_sees_no_action_and_a_forged_one_is_refused(tab: Tab, console: Console):
+def test_a_viewer_sees_no_action_and_a_forged_one_is_refused(tab: Tab, console: Console, tmp_path):
     """Signed in with a viewer key: the header names the role; a run, a task, a held claim and
     dead letters show no action; a confirmation page is 403; a forged release (with the
     session's CSRF token, from a page of this host) is the API's 403 and the claim stays held."""
@@ -147,6 +147,7 @@ def test_a_viewer_sees_no_action_and_a_forged_one_is_refused(tab: Tab, console: 
     tab.open("/console/s/default/claims?key=viewer:")
     expect(page.locator("tr[data-claim='viewer:key']")).to_be_visible()
     tab.wait_live()  # its stream is open too
+    tab.screenshot("viewer-claims", tmp_path, full_page=False)
     expect(page.get_by_role("link", name="Release…")).to_have_count(0)
     tab.open(f"/console/s/default/queues/{mailbox}")
     expect(page.locator(f"tr[data-dead='{dead}']")).to_be_visible()
