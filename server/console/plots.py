@@ -85,8 +85,8 @@ def charts_of(series: Series | None, window: str) -> dict:
         return {"charts": [], "step": step_s, "start": None, "end": None, "last": None}
     last = series.last if fine else series.last * INTERVAL_S // COARSE_S
     first = last - span_s // step_s + 1
-    buckets = [bucket for _, bucket in series.buckets(fine, first, last)]
-    buckets = [None] * (span_s // step_s - len(buckets)) + buckets
+    kept = [bucket for _, bucket in series.buckets(fine, first, last)]
+    buckets: list[Any] = [None] * (span_s // step_s - len(kept)) + kept  # (None: no bucket, before the ring's oldest)
 
     def rate(field: int) -> list[float | None]:
         return [None if b is None else b[field] / step_s for b in buckets]

@@ -330,3 +330,17 @@ async def test_the_lanes_of_a_view_read_at_most_their_budget_and_each_says_from_
     for lane in drawn["lanes"]:
         assert lane["unreadBefore"] is not None and lane["count"] == 3
         assert [bar["holder"] for bar in lane["told"]] == [f"{lane['key']}-{n}" for n in (5, 6, 7)]
+
+
+async def test_a_zoom_into_a_long_lease_draws_it_held_all_through_by_its_holder(world: World, autojump_clock):
+    """Zoomed into the middle of a 100 s lease (no change of the key in the window), the lane is
+    there, held all through by its holder, whose acquire is found before the window."""
+    run = await world.run()
+    taken = await world.claim(run, "long", "steady", lease_s=300)
+    await trio.sleep(100)
+    await world.do(c.ReleaseClaim, {"token": taken["token"]}, key="long")
+    now = world.kernel.clock.now_ms()
+    (lane,) = (await views.lanes(world.kernel, SPACE, [], run=None, key=None, window_s=600, between=(now - 80_000, now - 70_000)))["lanes"]
+    (bar,) = lane["bars"]
+    assert (lane["key"], lane["mode"], bar["holder"], bar["generation"]) == ("long", "bars", "steady", 1)
+    assert bar["x"] == 0 and bar["width"] == 100 and bar["to"] is None and lane["heldShare"] == 1

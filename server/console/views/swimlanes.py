@@ -147,6 +147,9 @@ def _scan(space: Any, start_ms: int, end_ms: int, run: str | None, key: str | No
     for lane, history in found.items():
         if history and lane not in cut and history[-1][1][0] not in _STARTS:
             wanted[lane] = _payload(history[-1][1])[0]
+    for lane, (_, change, _) in after.items():  # held all through a zoomed window by the one that ended after it
+        if lane not in found and change[0] not in _STARTS:
+            wanted[lane] = _payload(change)[0]
     for looked, (seq, change, at_ms) in enumerate(events):  # further back, for the holders wanted
         if not wanted or looked >= HOLDERS_LOOKBACK_MAX:
             break
@@ -323,7 +326,8 @@ class _Cells:
         start_ms, scale = grid.start_ms, grid.columns / grid.span
         held, taken = [0.0] * columns, [0.0] * columns
         bands = -(-columns // per_band)
-        counts, takeovers, firsts = [0] * bands, [0] * bands, [[] for _ in range(bands)]
+        counts, takeovers = [0] * bands, [0] * bands
+        firsts: list[list[list]] = [[] for _ in range(bands)]
         touched = [0] * columns
         for generation in generations:
             a, b = generation[_FROM], generation[_TO] if generation[_TO] is not None else end_ms
