@@ -39,14 +39,14 @@ from .reading import _read
 LANES_MAX = 50
 LANE_FIT_MIN_S = 30
 # The newest claim events of one key read for its lane, at most, and for all the lanes of a view
-# (a page of 50 keys each taken a thousand times in the hour reads the newest 40,000: each lane
+# (a page of 50 keys each taken a thousand times in the hour reads the newest 20,000: each lane
 # then says from when on it is drawn).
 LANE_EVENTS_MAX = 5000
-LANES_EVENTS_MAX = 40_000
+LANES_EVENTS_MAX = 20_000
 # Columns a lane is cut into (fewer for a window shorter than that many milliseconds, so that a
 # column is never shorter than the millisecond the records are kept in); stretches with a tooltip.
 LANE_COLUMNS = 400
-BANDS = 40
+BANDS = 25
 # Events looked at past the window to find who holds a generation that began before it.
 HOLDERS_LOOKBACK_MAX = 20_000
 # Generations told in words under a lane; holders named in its summary and in a tooltip.
@@ -420,14 +420,13 @@ def _bar(generation: list, grid: _Grid, claim: Any) -> dict:
 
 def _step_path(shares: list[float], begin: int, grid: _Grid) -> str:
     """An SVG path of the columns from `begin` on, each as tall as its share (of a 20-high lane
-    whose foot is at 23): one element for the whole lane."""
-    xs, parts, level = grid.xs, [f"M{grid.xs[begin]} 23"], None
+    whose foot is at 23), a step only where the share changes: one element for the whole lane."""
+    xs, parts, level = grid.xs, [f"M{grid.xs[begin]} 23"], 0.0
     for index in range(begin, grid.columns):
         if shares[index] != level:
             level = shares[index]
-            parts.append(f"V{23 - 20 * level:.4g}")
-        parts.append(f"H{xs[index + 1]}")
-    parts.append("V23Z")
+            parts.append(f"H{xs[index]}V{23 - 20 * level:.4g}")
+    parts.append(f"H{xs[grid.columns]}V23Z")
     return "".join(parts)
 
 
