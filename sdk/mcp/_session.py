@@ -153,6 +153,11 @@ class HolderSession:
         """Who holds `key` now (the claims of the run, read once), for a claim that did not get it."""
         from ._status import run_claims
 
+        mine = self.claims.get(key)
+        if mine is not None and not mine.is_lost:  # another call of this session got it meanwhile
+            return {**self._claim_view(mine), "acquired": True, "already_held": True,
+                    "message": f"you already hold {key} (another of your calls claimed it)"}
+
         held = next((row for row in await run_claims(self, await self.run()) if row["key"] == key), None)
         waited = f"after waiting {waited_s:g} s, " if waited_s else ""
         if held is None:  # released between the refusal and the read

@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 
 from .._checks import KEY_LEN_MAX, check_lease_seconds, check_text
+from .._context import Context
 from .._renewal import Kept
 from ..errors import LeaseLostError, ScopeCancelledError, ValidationError, WaitTimeoutError
 from ..mailboxes import RECV_WAIT_MS_MAX, Delivery, MailboxRef
@@ -79,7 +80,7 @@ class Work:
         self._lost: list[dict[str, Any]] = []
 
     @property
-    def _ctx(self) -> Any:
+    def _ctx(self) -> Context:
         # The client's own request layer and renewals: this module keeps deliveries as the SDK's
         # consume() does, from inside the SDK.
         return self.session.rs._ctx
