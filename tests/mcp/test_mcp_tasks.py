@@ -12,14 +12,15 @@ import time
 
 import pytest
 
-from .agents import LEASE_SECONDS, agent, agents, unique
+from .agents import LEASE_SECONDS, agent, agents, parse, unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
 
 async def test_submit_take_complete_and_result_round_trip(module_server):
-    """A planner submits, a worker takes and completes, the planner reads the result by key; the same
-    key submitted again joins the finished task (nothing runs twice), other input under it is refused."""
+    """A planner submits, a worker takes and completes, the planner reads the result by key (and sees the
+    work under way in the run's status, as a tool and as a resource); the same key submitted again joins
+    the finished task (nothing runs twice), other input under it is refused."""
     run, queue = unique("run"), unique("research")
     async with agents(module_server, run, unique("planner"), unique("worker")) as (planner, worker):
         submitted = await planner.ok("submit", queue=queue, input={"company": "acme"}, key="research:acme")
@@ -33,6 +34,10 @@ async def test_submit_take_complete_and_result_round_trip(module_server):
         status = await planner.ok("status")
         assert status["tasks"]["running"] == [{"task": submitted["task"], "key": "research:acme", "queue": queue,
                                               "attempt": 1, "worker": worker.holder}]
+        resource = await planner.session.read_resource("runstate://run/status")
+        assert parse(resource.contents[0].text)["tasks"]["running"] == status["tasks"]["running"]
+        prompt = await planner.session.get_prompt("claim-before-editing")
+        assert 'claim with key "file:' in prompt.messages[0].content.text
 
         done = await worker.ok("complete", task=taken["task"], result={"founded": 1999, "report": "…"})
         assert done["completed"] is True and done["state"] == "SUCCEEDED"
