@@ -116,7 +116,12 @@ class BlockingLease:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._loop.run(self._lease._release_quietly())
+        # As `ClaimLease.__aexit__`: a block that ended normally learns at the release whether the
+        # lease lasted, and a release refused as stale raises `LeaseLostError`.
+        if exc_info[0] is not None:
+            self._loop.run(self._lease._release_quietly())
+            return
+        self._loop.run(self._lease._release_checked())
 
 
 class BlockingAcquireAttempt(TypedDict):

@@ -213,12 +213,10 @@ class PoolRef(_Named):
 
     async def run(self, fn: Callable[["PoolLease"], Any], **acquire: Any) -> Any:
         """Acquire, return `fn(lease)` while the lease is renewed, release in a `finally`; a lost
-        lease cancels `fn` and raises `LeaseLostError` (as `ClaimRef.run`)."""
+        lease cancels `fn` and raises `LeaseLostError`, and so does a release refused as stale
+        (as `ClaimRef.run`)."""
         lease = await self.acquire(**acquire)
-        try:
-            return await lease._run_guarded(cast(Any, fn))
-        finally:
-            await lease._release_quietly()
+        return await lease._hold(cast(Any, fn))
 
 
 class PoolLease(ClaimLease):
@@ -242,17 +240,8 @@ class PoolLease(ClaimLease):
     def _renewal_request(self, lease_seconds: int | None) -> tuple[str, dict[str, Any]]:
         return f"/grants/{self.grant_id}/renew", {"token": self._token, "leaseSeconds": lease_seconds}
 
-    async def release(self, observation: Any = None) -> None:
-        from .errors import LeaseLostError
-
-        if self._released:
-            return
-        self._released = True
-        await self._stop_renewal()
-        try:
-            await self._ctx.call("POST", f"/grants/{self.grant_id}/release", body={"token": self._token, "observation": observation}, batch=True)
-        except LeaseLostError:
-            return
+    def _release_suffix(self) -> str:
+        return f"/grants/{self.grant_id}/release"
 
 
 # -- quotas --------------------------------------------------------------------------------------------

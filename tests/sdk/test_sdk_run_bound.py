@@ -205,6 +205,23 @@ async def test_slots_hold_a_pool_as_decorator_and_as_a_block(autojump_clock):
 
 
 @pytest.mark.trio
+async def test_a_slot_taken_away_before_its_release_raises_lease_lost(autojump_clock):
+    """The grant behind a slots call goes stale between two renewals (its run is ended from
+    elsewhere): the release is refused, and the call raises LeaseLostError instead of returning."""
+    async with testing.serve() as rs:
+        client = rs.client(run="slots-lost")
+
+        @client.slots("browser", max=1)
+        async def browse():
+            await rs.scope(await client.arun_id()).cancel()
+            return "page"
+
+        with pytest.raises(runstate.LeaseLostError) as caught:
+            await browse()
+        assert "release was refused" in caught.value.message
+
+
+@pytest.mark.trio
 async def test_budget_charges_the_cost_and_refuses_what_no_longer_fits(autojump_clock):
     async with testing.serve() as rs:
         client = rs.client(run="budget")
