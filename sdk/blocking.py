@@ -25,6 +25,7 @@ and a `claim(...).run()` releases its claim before the interrupt goes on.
 from __future__ import annotations
 
 import datetime
+import functools
 import threading
 from typing import Any, Callable, Iterator, Literal, NotRequired, Sequence, TypedDict, TypeVar
 
@@ -346,6 +347,7 @@ class BlockingMailbox:
         """Run `handler(data, delivery)` in worker threads until stopped (see `MailboxRef.consume`)."""
         loop = self._loop
 
+        @functools.wraps(handler)  # consume() knows the handler by what it wraps (its warnings)
         def in_thread(data: Any, delivery: Delivery) -> Any:
             return handler(data, BlockingDelivery(delivery, loop))
 

@@ -26,7 +26,7 @@ import anyio
 
 from . import _runtime
 from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms
-from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, StopFlag, give_back, report, report_lost
+from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, ReturnedValue, StopFlag, give_back, report, report_lost
 from ._context import Context
 from ._renewal import LeaseClock, send_through
 from .claims import parse_timestamp
@@ -429,11 +429,14 @@ class MailboxRef:
             began = sent if wait_ms <= 0 else anyio.current_time()
             return [Delivery(self._ctx, one, lease_seconds=lease_seconds, sent_at=began) for one in raw]
 
+        where = f"consume({self.name or self._id!r})"
+        returns = ReturnedValue(handler, where)
+
         async def work(delivery: Delivery) -> None:
-            await _run_handler(delivery, handler, on_error)
+            await _run_handler(delivery, handler, on_error, returns)
 
         consumer = Consumer(
-            self._ctx, f"consume({self.name or self._id!r})", self.scope_id, take, work,
+            self._ctx, where, self.scope_id, take, work,
             concurrency=concurrency, lease_seconds=lease_seconds, poll_ms=poll_ms, wait_ms=wait_ms,
             shutdown_timeout=shutdown_timeout, stop=stop, on_error=on_error, give_up_after_s=give_up_after_s,
             prefetch=prefetch, take_many=take_many,
@@ -441,19 +444,25 @@ class MailboxRef:
         await consumer.run()
 
 
-async def _run_handler(delivery: Delivery, handler: Handler, on_error: ErrorHandler | None) -> None:
+async def _run_handler(
+    delivery: Delivery, handler: Handler, on_error: ErrorHandler | None, returns: ReturnedValue | None = None
+) -> None:
     """Run one handler and settle its delivery; raises nothing but cancellation.
 
     The handler is cancelled if the delivery is lost while it runs (then nothing is sent). Once it
-    has returned, the completion rides through an outage until the lease ends; a raise, or a
-    settlement the server refused, goes to `on_error` and puts the delivery back.
+    has returned, the completion (with no payload, unless the handler settled the delivery itself;
+    a value it returned is not recorded, and `returns` says so once) rides through an outage until
+    the lease ends; a raise, or a settlement the server refused, goes to `on_error` and puts the
+    delivery back.
     """
     failure: Exception | None = None
     with anyio.CancelScope() as working:
         unsubscribe = delivery._when_lost(working.cancel)
         try:
-            await _runtime.invoke(handler, delivery.data, delivery)
+            value = await _runtime.invoke(handler, delivery.data, delivery)
             if delivery._open:
+                if returns is not None:
+                    returns.returned(value)
                 await delivery.complete()
         except Exception as err:
             failure = err

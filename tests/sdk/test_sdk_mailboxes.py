@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import anyio
@@ -219,6 +220,58 @@ async def test_a_handler_that_settles_itself_is_not_settled_again(autojump_clock
 
     await rs.scope("sc_1").mailbox("research").consume(handle, stop_event=stop)
     assert settlements(transport) == [("/messages/msg_1/complete", {"token": "t1", "result": {"payload": "report"}})]
+
+
+def _returned_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "runstate" and "not recorded" in r.getMessage()]
+
+
+@pytest.mark.trio
+async def test_a_handler_that_returns_a_value_is_warned_about_once(autojump_clock, caplog):
+    """A returned value is not recorded (the delivery is completed with no payload, as before), and
+    the `runstate` logger says so once for the handler, naming it and how to record a result; a
+    second consume() with the same handler says nothing more."""
+    caplog.set_level(logging.WARNING, logger="runstate")
+    rs, transport = make_client(QueueServer([(1, "a"), (2, "b"), (3, "c")]))
+    seen = []
+    stop = trio.Event()
+
+    async def research(data, delivery):
+        seen.append(data)
+        if len(seen) > 1:  # the first consume() runs two, the second one
+            stop.set()
+        return {"report": data}
+
+    await rs.scope("sc_1").mailbox("research").consume(research, stop_event=stop)
+    assert seen == ["a", "b"]
+    assert settlements(transport) == [("/messages/msg_1/complete", {"token": "t1"}), ("/messages/msg_2/complete", {"token": "t2"})]
+    told = _returned_warnings(caplog)
+    assert len(told) == 1, told
+    assert "consume('research')" in told[0] and "handler test_a_handler" in told[0] and "(dict)" in told[0]
+    assert 'delivery.complete(result={"payload": value})' in told[0]
+    stop = trio.Event()
+    await rs.scope("sc_1").mailbox("research").consume(research, stop_event=stop)
+    assert seen == ["a", "b", "c"] and len(settlements(transport)) == 3
+    assert len(_returned_warnings(caplog)) == 1, "said once per handler, not once per consume()"
+
+
+@pytest.mark.trio
+async def test_no_warning_for_a_handler_that_returns_none_or_settles_itself(autojump_clock, caplog):
+    """Returning nothing, or completing the delivery itself before returning a value, is not warned about."""
+    caplog.set_level(logging.WARNING, logger="runstate")
+    rs, transport = make_client(QueueServer([(1, "a"), (2, "b")]))
+    stop = trio.Event()
+
+    async def handle(data, delivery):
+        if data == "a":
+            return None
+        await delivery.complete(result={"payload": "report"})
+        stop.set()
+        return "report"
+
+    await rs.scope("sc_1").mailbox("research").consume(handle, stop_event=stop)
+    assert len(settlements(transport)) == 2
+    assert _returned_warnings(caplog) == []
 
 
 @pytest.mark.trio
