@@ -69,7 +69,9 @@ STOPPED: Any = object()
 class StopFlag(Protocol):
     """Anything with `is_set()`: an asyncio, trio or anyio event, a `threading.Event`."""
 
-    def is_set(self) -> bool: ...
+    def is_set(self) -> bool:
+        """True once the worker loop should stop taking work; read, never awaited."""
+        ...
 
 
 class NeverSet:
@@ -78,6 +80,8 @@ class NeverSet:
 
 
 ErrorHandler = Callable[[BaseException, Union["Delivery", None]], Union[Awaitable[Any], Any]]
+"""`on_error(err, delivery)` of `consume()`, plain or `async def`: `delivery` is None for an
+error about no delivery (the server could not be reached)."""
 # Takes the next delivery: (wait_ms, stop) -> a Delivery, None when there is none, or STOPPED.
 Take = Callable[[int, StopFlag], Awaitable[Any]]
 # Takes up to `count` deliveries: (count, wait_ms, stop) -> a non-empty list, None, or STOPPED.

@@ -68,7 +68,8 @@ def parse_timestamp(value: str) -> datetime:
 
 
 class ClaimRef:
-    """A claim key in a scope. Cheap to make; each method is one or more requests."""
+    """A claim key in a scope (`run.claim(key)`): its `scope_id` and `key`. Cheap to make; each
+    method is one or more requests."""
 
     def __init__(self, ctx: Context, scope_id: str, key: str) -> None:
         self._ctx = ctx
@@ -192,7 +193,12 @@ class ClaimRef:
 
 
 class ClaimLease:
-    """A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()`."""
+    """A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()`.
+
+    `key` is the claim's key; `generation` grows with each new owner of the key (the value to
+    compare, unlike the opaque token); `expires_at` is when the lease ends as the server last said
+    (an aware datetime); `lease_seconds` its length. `lost_event` is set when the lease is lost
+    (an `asyncio.Event` or a `trio.Event`, the running library's), and `lost_error` says why."""
 
     def __init__(
         self, ctx: Context, key: str, grant: Mapping[str, Any], lease_seconds: int, sent_at: float | None = None

@@ -51,7 +51,8 @@ async def test_ensure_recovers_from_a_lost_create_race_and_checks_the_mode():
 
 @pytest.mark.anyio
 async def test_mailbox_name_is_resolved_once_and_unknown_names_are_not_found():
-    """One GET /mailboxes serves every later call; an unknown name raises NotFoundError."""
+    """One GET /mailboxes serves every later call; an unknown name raises NotFoundError, which
+    says how to create the queue."""
     rs, transport = make_client(lambda sent: ok(MAILBOXES) if sent.method == "GET" else ok({"id": "m", "replay": False}))
     mailbox = rs.scope("sc_1").mailbox("research")
     await mailbox.send({"company": "acme"}, work_key="crawl:acme")
@@ -62,6 +63,7 @@ async def test_mailbox_name_is_resolved_once_and_unknown_names_are_not_found():
     with pytest.raises(runstate.NotFoundError) as caught:
         await rs.scope("sc_1").mailbox("nope").send(1)
     assert (caught.value.code, caught.value.status) == ("NOT_FOUND", 404)
+    assert "rs.mailboxes.ensure('nope', mode=\"WORK\")" in caught.value.message
 
 
 @pytest.mark.anyio

@@ -403,3 +403,22 @@ def test_the_documented_testing_example_runs_verbatim(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0 and "1 passed" in done.stdout, f"{done.stdout}\n{done.stderr}"
+
+
+def test_an_async_queue_called_from_plain_code_and_never_awaited_says_what_to_do():
+    """A queue with an async def handler gives an awaitable from plain code (as 0.3.0's does, so
+    `asyncio.run(review(doc))` works); left unawaited, Python's warning names the way out."""
+    import gc
+
+    client = runstate.Runstate(api_key="k", space_id="s", base_url="http://127.0.0.1:9")
+
+    @client.queue("review")
+    async def review(doc):
+        return doc
+
+    pending = review({"doc": 1})
+    assert "await it in a coroutine, or call review.send(x).result() from plain code" in pending.__qualname__
+    with pytest.warns(RuntimeWarning, match=r"review\(\.\.\.\): a queue with an async def handler gives an awaitable"):
+        del pending
+        gc.collect()
+    client.close()
