@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# In a terminal, request lines would bury the server's own messages: `make serve` keeps them out
+# unless asked (LOG_REQUESTS=errors or all, or RUNSTATE_LOG_REQUESTS); `runstate serve` itself
+# logs every request by default (docs/configuration.md).
+LOG_REQUESTS ?= $(or $(RUNSTATE_LOG_REQUESTS),off)
 serve: $(STAMP)
-	$(VENV)/bin/runstate serve $(ARGS)
+	$(VENV)/bin/runstate serve --log-requests $(LOG_REQUESTS) $(ARGS)
 
 # The Python SDK's reference (docs/python-reference.md) from the docstrings, and pdoc's HTML pages
 # into build/reference/ (git-ignored). `make test` checks it: every public name documented, the
