@@ -55,3 +55,22 @@ def test_each_data_folder_ships_its_files():
         assert name in data, f"{name} holds no Python: pyproject.toml [tool.setuptools.package-data] must list its files"
         for pattern in data[name]:
             assert any(folder.glob(pattern)), f"{name}: package-data pattern {pattern!r} matches nothing"
+
+
+def test_both_sdks_have_one_version_told_by_the_changelog():
+    """The Python package, the npm package (its lockfile and its user agent's VERSION) and the
+    changelog's latest entry name the same release."""
+    import json
+    import re
+
+    import runstate
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert runstate.__version__ == version
+    package = json.loads((ROOT / "typescript" / "package.json").read_text())
+    lock = json.loads((ROOT / "typescript" / "package-lock.json").read_text())
+    assert package["version"] == lock["version"] == lock["packages"][""]["version"] == version
+    request = (ROOT / "typescript" / "src" / "request.ts").read_text()
+    assert re.search(r"export const VERSION = '([^']+)';", request).group(1) == version
+    headings = re.findall(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert headings and headings[0] == version, f"CHANGELOG.md's latest entry is {headings[:1]}, the packages are {version}"
