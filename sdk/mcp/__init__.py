@@ -23,7 +23,7 @@ import socket
 import sys
 from typing import Sequence
 
-__all__ = ["main", "parser", "Options"]
+__all__ = ["main"]
 
 DEFAULT_RUN = "default"
 DEFAULT_LEASE_SECONDS = 30
