@@ -25,16 +25,18 @@ and a `claim(...).run()` releases its claim before the interrupt goes on.
 from __future__ import annotations
 
 import datetime
+import functools
 import threading
 from typing import Any, Callable, Iterator, Literal, NotRequired, Sequence, TypedDict, TypeVar
 
 from ._bound import RunSpec, Shared
+from ._docs import twin_of
 from ._loop import Loop
 from ._runtime import is_async_callable
 from ._units import Duration
 from ._verbs import RunVerbs
 from .claims import DEFAULT_LEASE_SECONDS, DEFAULT_TIMEOUT_MS, ClaimLease, ClaimRef
-from .client import AsyncRunstate
+from .client import AsyncRunstate, MailboxesAPI, ScopesAPI
 from .mailboxes import DEFAULT_CONSUME_WAIT_MS, Delivery, MailboxRef, StopFlag
 from .scopes import ScopeHandle
 from .tasks import DEFAULT_POLL_MS, TaskTicket
@@ -59,8 +61,10 @@ __all__ = [
 
 T = TypeVar("T")
 
+@twin_of(ClaimLease)
 class BlockingLease:
-    """A held claim (see `ClaimLease`); `lost_event` is a `threading.Event` here."""
+    """A held claim (see `ClaimLease`): `key`, `generation`, `expires_at`, `lease_seconds`,
+    `is_lost` and `lost_error` read as there; `lost_event` is a `threading.Event` here."""
 
     def __init__(self, lease: ClaimLease, loop: Loop) -> None:
         self._lease = lease
@@ -116,18 +120,25 @@ class BlockingLease:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._loop.run(self._lease._release_quietly())
+        # As `ClaimLease.__aexit__`: a block that ended normally learns at the release whether the
+        # lease lasted, and a release refused as stale raises `LeaseLostError`.
+        if exc_info[0] is not None:
+            self._loop.run(self._lease._release_quietly())
+            return
+        self._loop.run(self._lease._release_checked())
 
 
 class BlockingAcquireAttempt(TypedDict):
-    """`claim.try_acquire()`: `{"kind": "acquired", "lease": lease}` or `{"kind": "busy"}`."""
+    """`claim.try_acquire()`: `{"kind": "acquired", "lease": lease}` or `{"kind": "busy"}`
+    (`kind` says which; `lease`, a `BlockingLease`, is there when it is `acquired`)."""
 
     kind: Literal["acquired", "busy"]
     lease: NotRequired[BlockingLease]
 
 
+@twin_of(ClaimRef)
 class BlockingClaim:
-    """A claim key in a scope (see `ClaimRef`)."""
+    """A claim key in a scope (see `ClaimRef`): its `key` and `scope_id`."""
 
     def __init__(self, ref: ClaimRef, loop: Loop) -> None:
         self._ref = ref
@@ -179,8 +190,10 @@ class BlockingClaim:
         return result
 
 
+@twin_of(Delivery)
 class BlockingDelivery:
-    """One leased message (see `Delivery`)."""
+    """One leased message (see `Delivery`): `id`, `data`, `attempt`, `scope_id`, `deadline`,
+    `task_id`, `settled`, `is_lost` and `lost_error` read as there."""
 
     def __init__(self, delivery: Delivery, loop: Loop) -> None:
         self._delivery = delivery
@@ -241,8 +254,9 @@ class BlockingDelivery:
         self._loop.run(self._delivery.renew(lease_seconds))
 
 
+@twin_of(TaskTicket)
 class BlockingTicket:
-    """A handle on one shared task (see `TaskTicket`)."""
+    """A handle on one shared task (see `TaskTicket`): its `id` and `scope_id`."""
 
     def __init__(self, ticket: TaskTicket, loop: Loop) -> None:
         self._ticket = ticket
@@ -278,8 +292,9 @@ class BlockingTicket:
         return self._loop.run(self._ticket.detach(subscriber_id))
 
 
+@twin_of(MailboxRef)
 class BlockingMailbox:
-    """A queue bound to a scope (see `MailboxRef`)."""
+    """A queue bound to a scope (see `MailboxRef`): its `scope_id` and `name`."""
 
     def __init__(self, ref: MailboxRef, loop: Loop) -> None:
         self._ref = ref
@@ -341,6 +356,7 @@ class BlockingMailbox:
         """Run `handler(data, delivery)` in worker threads until stopped (see `MailboxRef.consume`)."""
         loop = self._loop
 
+        @functools.wraps(handler)  # consume() knows the handler by what it wraps (its warnings)
         def in_thread(data: Any, delivery: Delivery) -> Any:
             return handler(data, BlockingDelivery(delivery, loop))
 
@@ -360,8 +376,9 @@ class BlockingMailbox:
         )
 
 
+@twin_of(ScopeHandle)
 class BlockingScope:
-    """A scope (a run) (see `ScopeHandle`)."""
+    """A scope (a run) (see `ScopeHandle`): its `id`."""
 
     def __init__(self, handle: ScopeHandle, loop: Loop) -> None:
         self._handle = handle
@@ -400,7 +417,10 @@ class BlockingScope:
         return BlockingTicket(self._handle.task(task_id), self._loop)
 
 
+@twin_of(ScopesAPI)
 class BlockingScopes:
+    """`rs.scopes` of the blocking client (see `ScopesAPI`)."""
+
     def __init__(self, client: AsyncRunstate, loop: Loop) -> None:
         self._client = client
         self._loop = loop
@@ -423,7 +443,10 @@ class BlockingScopes:
         return BlockingScope(self._loop.run(self._client.scopes.ensure(name, deadline=deadline)), self._loop)
 
 
+@twin_of(MailboxesAPI)
 class BlockingMailboxes:
+    """`rs.mailboxes` of the blocking client (see `MailboxesAPI`)."""
+
     def __init__(self, client: AsyncRunstate, loop: Loop) -> None:
         self._client = client
         self._loop = loop
@@ -464,11 +487,13 @@ class BlockingMailboxes:
         return self._loop.run(self._client.mailboxes.purge(mailbox_id, scope_id=scope_id, reason=reason, dry_run=dry_run))
 
 
+@twin_of(AsyncRunstate)
 class Runstate(RunVerbs):
     """The blocking client: the same handles as `AsyncRunstate`, without `await`, and the
     run-bound API (see the module docstring). `worker=` is 0.3.0's name for `holder=` (default
     `{hostname}-{pid}`), `timeout=` its request timeout (seconds or `"30s"`), `run=` the run its
-    run-bound calls work in (default `RUNSTATE_RUN`, else `"default"`)."""
+    run-bound calls work in (default `RUNSTATE_RUN`, else `"default"`). `scopes` and `mailboxes`
+    are the blocking twins of `AsyncRunstate`'s."""
 
     def __init__(
         self,

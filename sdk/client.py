@@ -26,6 +26,8 @@ __all__ = ["AsyncRunstate", "ScopesAPI", "MailboxesAPI"]
 
 
 class ScopesAPI:
+    """`rs.scopes`: make runs (`create`) or join one by name (`ensure`)."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
@@ -51,6 +53,9 @@ class ScopesAPI:
 
 
 class MailboxesAPI:
+    """`rs.mailboxes`: the space's queues (`ensure`, `list`) and an operator's tools on them
+    (dead letters, purges). A queue is made once per space, before any run uses it."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
@@ -184,7 +189,15 @@ def _check_mode(row: MailboxRow, mode: str | None) -> None:
 
 
 class AsyncRunstate:
-    """The async client. Use `async with AsyncRunstate(...) as rs:` or call `aclose()`."""
+    """The async client (asyncio or trio). Use `async with AsyncRunstate(...) as rs:` or call
+    `aclose()`.
+
+    Its settings come from the arguments, else `RUNSTATE_API_KEY`, `RUNSTATE_SPACE_ID` and
+    `RUNSTATE_BASE_URL` (default `http://localhost:8080`). Runs are reached through `scopes`
+    (`await rs.scopes.create()`, `ensure(name)`) or `scope(run_id)`; the space's queues through
+    `mailboxes` (`await rs.mailboxes.ensure("research", mode="WORK")`); capacity through `pools`,
+    `quotas`, `work_limits` and `budgets`; the event log through `events`; why work waits through
+    `diagnostics`."""
 
     def __init__(
         self,
@@ -243,18 +256,23 @@ class AsyncRunstate:
 
     @property
     def space_id(self) -> str:
+        """The space every call of this client (or view) goes to."""
         return self._ctx.space_id
 
     @property
     def holder(self) -> str:
+        """The name this client's claims and deliveries are held under (`holder=`)."""
         return self._ctx.holder
 
     @property
     def session(self) -> str:
+        """Fresh for every client and view: two live clients never share one, so the server tells
+        their holdings apart even under the same holder name."""
         return self._ctx.session
 
     @property
     def transport(self) -> Transport:
+        """The transport requests go through (made by the client unless one was passed in)."""
         return self._ctx.requester.transport
 
     def __repr__(self) -> str:

@@ -98,12 +98,15 @@ RETRYABLE_CODES = frozenset({
     "RATE_LIMITED", "SERVICE_RATE_LIMITED", "CONCURRENCY_LIMITED", "CLAIM_HELD", "CAPACITY_UNAVAILABLE",
     "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "BACKLOG_FULL",
 })
+"""The codes that mean "busy right now": an error with one of them has `retryable` true."""
 
 
 class RunstateError(Exception):
     """Base class of every error the SDK raises on purpose.
 
-    `code` is the stable, machine-readable value to branch on; `message` is for people.
+    `code` is the stable, machine-readable value to branch on; `message` is for people;
+    `status` is the HTTP status the server sent (0 for an error raised on this side);
+    `request_id` is the server's id of the request, to quote in a report.
     `retry_after_ms` comes from a `Retry-After` header on an error answer; the SDK's own wait
     loops do not act on it, it is there for callers who want to.
     """
@@ -333,12 +336,14 @@ ERRORS: dict[str, ErrorKind] = {
     # Made on this side, never sent by a server: status 0.
     "WAIT_TIMEOUT": ErrorKind(0, WaitTimeoutError),
 }
+"""The one table of error code -> usual HTTP status -> class (see the module docstring)."""
 
 # A size refusal: the server's VALIDATION_FAILED message names the limit ("exceeds 65536 bytes").
 _TOO_LARGE = re.compile(r"exceeds \d+ bytes")
 
 # The HTTP status each code is sent with. `map_error` uses it only when it is given status 0.
 STATUS_BY_CODE: dict[str, int] = {code: kind.status for code, kind in ERRORS.items() if kind.status}
+"""Each code's usual HTTP status, from `ERRORS`."""
 
 # Families where the same request is answered the same way until someone changes something.
 _PERMANENT: tuple[type[RunstateError], ...] = (

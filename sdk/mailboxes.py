@@ -26,7 +26,7 @@ import anyio
 
 from . import _runtime
 from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms
-from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, StopFlag, give_back, report, report_lost
+from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, ReturnedValue, StopFlag, give_back, report, report_lost
 from ._context import Context
 from ._renewal import LeaseClock, send_through
 from .claims import parse_timestamp
@@ -38,6 +38,7 @@ __all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEF
 
 # How long an idle consume() asks the server to hold an empty recv.
 DEFAULT_CONSUME_WAIT_MS = 20_000
+"""How long an idle `consume()` asks the server to hold an empty receive (`wait_ms`)."""
 # The lease of a delivery from receive(); it is not renewed for the caller.
 RECEIVE_LEASE_SECONDS = 30
 # The longest a server holds one recv (its wait_ms_max, 30 s by default): receive() asks again for
@@ -49,11 +50,15 @@ STOP_CHECK_S = 0.1
 PREFETCH_MAX = 100
 
 Handler = Callable[[Any, "Delivery"], Union[Awaitable[Any], Any]]
+"""A `consume()` handler: `handler(data, delivery)`, plain (run in a worker thread) or `async
+def`. What it returns is not recorded: record a result with `delivery.complete(result=...)`."""
 
 
 class Delivery:
-    """One leased message: `id`, `data`, `attempt`, `scope_id`, `expires_at` (the lease's end
-    as the server last said it), and how it ends.
+    """One leased message: `id`, `data` (its payload), `attempt` (1 on the first delivery),
+    `scope_id`, `task_id` (None for a plain message), `deadline`, `expires_at` (the lease's end as
+    the server last said it), and how it ends: `complete(result)`, `retry()` or `reject()`, once.
+    `lost_error` says why the lease was lost.
 
     `is_lost` turns true when the lease is lost: the server refused a renewal or a settlement as
     stale, the run ended, or the lease's end by this process's clock passed without a renewal
@@ -215,7 +220,11 @@ class Delivery:
 
 
 class MailboxRef:
-    """A queue bound to a scope, by name (resolved once) or by id."""
+    """A queue bound to a run (`run.mailbox(name)`), by name (resolved once) or by id: its
+    `scope_id` and `name` (None when made by id).
+
+    Producers `submit()` tasks and `send()` messages; workers `consume()`, `receive()` or
+    `admit()` deliveries. The queue must exist first: `rs.mailboxes.ensure(name, mode="WORK")`."""
 
     def __init__(self, ctx: Context, scope_id: str, name: str | None = None, mailbox_id: str | None = None) -> None:
         if name is None and mailbox_id is None:
@@ -227,10 +236,12 @@ class MailboxRef:
 
     @classmethod
     def by_name(cls, ctx: Context, scope_id: str, name: str) -> MailboxRef:
+        """The queue `name` in the run `scope_id` (`run.mailbox(name)` is the usual way)."""
         return cls(ctx, scope_id, name=name)
 
     @classmethod
     def by_id(cls, ctx: Context, scope_id: str, mailbox_id: str) -> MailboxRef:
+        """The queue with this id in the run `scope_id` (`run.mailbox_by_id(id)`)."""
         return cls(ctx, scope_id, mailbox_id=mailbox_id)
 
     def __repr__(self) -> str:
@@ -245,7 +256,12 @@ class MailboxRef:
             if row["name"] == self.name:
                 self._id = row["id"]
                 return row["id"]
-        raise NotFoundError("NOT_FOUND", 404, f"mailbox {self.name!r} not found in space {self._ctx.space_id}")
+        raise NotFoundError(
+            "NOT_FOUND", 404,
+            f"mailbox {self.name!r} not found in space {self._ctx.space_id}: create it first, once, with "
+            f"`await rs.mailboxes.ensure({self.name!r}, mode=\"WORK\")` (a work queue for tasks; leave out "
+            "`mode` for plain messages), or `runstate.setup()` for the run-bound API",
+        )
 
     # -- producers ------------------------------------------------------------------------------
 
@@ -259,7 +275,14 @@ class MailboxRef:
         requirements: dict[str, Any] | None = None,
         work_limit: str | None = None,
     ) -> TaskTicket:
-        """Create the task `key` in this scope, or get the existing one (same input)."""
+        """Create the task `key` in this run, or get the existing one (same input): any number
+        of callers submitting the same key share one task and its single result.
+
+        `input` is the task's payload (JSON); `subscriber_id` records who is interested;
+        `deadline` (ISO 8601) makes it `EXPIRED` if it has not finished by then; `requirements`
+        (pools, quotas, budgets it needs) and `work_limit` hold it until they fit. Returns a
+        `TaskTicket`: `await ticket.result()` waits for its outcome. The same key with another
+        input raises `ConflictError` (`IDEMPOTENCY_CONFLICT`)."""
         check_text("taskKey", key, KEY_LEN_MAX)
         if subscriber_id is not None:
             check_text("subscriberId", subscriber_id, HOLDER_LEN_MAX)
@@ -429,11 +452,14 @@ class MailboxRef:
             began = sent if wait_ms <= 0 else anyio.current_time()
             return [Delivery(self._ctx, one, lease_seconds=lease_seconds, sent_at=began) for one in raw]
 
+        where = f"consume({self.name or self._id!r})"
+        returns = ReturnedValue(handler, where)
+
         async def work(delivery: Delivery) -> None:
-            await _run_handler(delivery, handler, on_error)
+            await _run_handler(delivery, handler, on_error, returns)
 
         consumer = Consumer(
-            self._ctx, f"consume({self.name or self._id!r})", self.scope_id, take, work,
+            self._ctx, where, self.scope_id, take, work,
             concurrency=concurrency, lease_seconds=lease_seconds, poll_ms=poll_ms, wait_ms=wait_ms,
             shutdown_timeout=shutdown_timeout, stop=stop, on_error=on_error, give_up_after_s=give_up_after_s,
             prefetch=prefetch, take_many=take_many,
@@ -441,19 +467,25 @@ class MailboxRef:
         await consumer.run()
 
 
-async def _run_handler(delivery: Delivery, handler: Handler, on_error: ErrorHandler | None) -> None:
+async def _run_handler(
+    delivery: Delivery, handler: Handler, on_error: ErrorHandler | None, returns: ReturnedValue | None = None
+) -> None:
     """Run one handler and settle its delivery; raises nothing but cancellation.
 
     The handler is cancelled if the delivery is lost while it runs (then nothing is sent). Once it
-    has returned, the completion rides through an outage until the lease ends; a raise, or a
-    settlement the server refused, goes to `on_error` and puts the delivery back.
+    has returned, the completion (with no payload, unless the handler settled the delivery itself;
+    a value it returned is not recorded, and `returns` says so once) rides through an outage until
+    the lease ends; a raise, or a settlement the server refused, goes to `on_error` and puts the
+    delivery back.
     """
     failure: Exception | None = None
     with anyio.CancelScope() as working:
         unsubscribe = delivery._when_lost(working.cancel)
         try:
-            await _runtime.invoke(handler, delivery.data, delivery)
+            value = await _runtime.invoke(handler, delivery.data, delivery)
             if delivery._open:
+                if returns is not None:
+                    returns.returned(value)
                 await delivery.complete()
         except Exception as err:
             failure = err

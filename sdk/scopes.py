@@ -17,6 +17,12 @@ __all__ = ["ScopeHandle"]
 
 
 class ScopeHandle:
+    """A run (a scope) by id: `rs.scopes.create()`, `rs.scopes.ensure(name)` or `rs.scope(id)`.
+
+    `id` is the run's id. Its keys, queues and capacity are reached through it: `claim(key)`,
+    `mailbox(name)`, `pool(name)`, `quota(name)`, `budget(name)`, `task(task_id)`; and its
+    coordination through `barriers`, `timers` and `groups`. Making a handle sends nothing."""
+
     def __init__(self, ctx: Context, scope_id: str) -> None:
         self._ctx = ctx
         self.id = scope_id
@@ -49,31 +55,42 @@ class ScopeHandle:
         return await create_scope(self._ctx, name=name, parent_id=self.id, deadline=deadline, child_limit=child_limit)
 
     def claim(self, key: str) -> ClaimRef:
+        """The claim `key` in this run (`acquire()`, `try_acquire()`, `run(fn)`); sends nothing."""
         return ClaimRef(self._ctx, self.id, key)
 
     def mailbox(self, name: str) -> MailboxRef:
+        """The queue `name`, for this run's tasks and messages; sends nothing. The name is looked
+        up at the first call that needs it: a queue that does not exist then raises
+        `NotFoundError`, saying to create it first with `rs.mailboxes.ensure(name, mode="WORK")`."""
         return MailboxRef.by_name(self._ctx, self.id, name)
 
     def mailbox_by_id(self, mailbox_id: str) -> MailboxRef:
+        """The queue with this id (`MailboxRow["id"]`), for this run; sends nothing."""
         return MailboxRef.by_id(self._ctx, self.id, mailbox_id)
 
     # -- capacity --
     def pool(self, name: str) -> PoolRef:
+        """The concurrency pool `name` (made with `rs.pools.ensure`), for this run; sends nothing."""
         return PoolRef(self._ctx, self.id, name=name)
 
     def pool_by_id(self, permit_id: str) -> PoolRef:
+        """The pool with this id, for this run; sends nothing."""
         return PoolRef(self._ctx, self.id, id=permit_id)
 
     def quota(self, name: str) -> QuotaRef:
+        """The quota `name` (N units per window, made with `rs.quotas.ensure`), for this run."""
         return QuotaRef(self._ctx, self.id, name=name)
 
     def quota_by_id(self, allowance_id: str) -> QuotaRef:
+        """The quota with this id, for this run; sends nothing."""
         return QuotaRef(self._ctx, self.id, id=allowance_id)
 
     def budget(self, name: str) -> BudgetRef:
+        """The budget `name` (made with `rs.budgets.ensure`), for this run's reservations."""
         return BudgetRef(self._ctx, self.id, name=name)
 
     def budget_by_id(self, budget_id: str) -> BudgetRef:
+        """The budget with this id, for this run; sends nothing."""
         return BudgetRef(self._ctx, self.id, id=budget_id)
 
     def task(self, task_id: str) -> TaskTicket:

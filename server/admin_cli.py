@@ -290,7 +290,7 @@ def _keys(args: argparse.Namespace) -> None:
         spaces = ",".join(made["spaces"])
         role = made.get("role", "editor")
         print(f"created API key {made['id']} ({role}) for space {spaces}. It is shown only now; the server keeps only its digest.\n")
-        print(f"    export RUNSTATE_API_KEY={made['key']} RUNSTATE_SPACE_ID={made['spaces'][0]}\n")
+        print(f"    export RUNSTATE_API_KEY={made['key']} RUNSTATE_SPACE_ID={made['spaces'][0]} RUNSTATE_BASE_URL={_server_url(args)[0]}\n")
     elif args.action == "list":
         listed = _request(args, "GET", "/v1/admin/keys", secret, params={"space": args.space} if args.space else None)
         _print_json(listed) if args.json else print_table(listed["keys"], KEY_COLUMNS)

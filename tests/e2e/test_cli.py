@@ -62,9 +62,10 @@ def test_keys_create_list_revoke_take_effect_on_the_running_server(admin_server)
 
 
 def test_keys_create_prints_the_key_once_ready_to_export(admin_server):
+    """The export line has all a client needs, the server's URL included (the one the command used)."""
     done = runstate("keys", "create", "--space", "default", env=admin_env(admin_server))
     assert done.returncode == 0
-    assert re.search(r"export RUNSTATE_API_KEY=rs_\S+ RUNSTATE_SPACE_ID=default", done.stdout)
+    assert re.search(rf"export RUNSTATE_API_KEY=rs_\S+ RUNSTATE_SPACE_ID=default RUNSTATE_BASE_URL={re.escape(admin_server.base_url)}\n", done.stdout)
     assert "shown only now" in done.stdout
 
 

@@ -163,7 +163,10 @@ export class ClaimRef {
   /**
    * Acquire, return `fn(lease)` while the lease is renewed, release in a `finally`. A lost lease
    * aborts `lease.signal` and sets `lease.isLost` but does not interrupt `fn`; once `fn` returns,
-   * `run()` throws `LeaseLostError`. Errors from the release are ignored: the lease expires anyway.
+   * `run()` throws `LeaseLostError`, as it does when the release is refused as stale (the token
+   * went stale while `fn` ran: an operator forced the key free, or the run ended); `isLost` is then
+   * true. An error `fn` throws goes up as it is. A release that cannot reach the server is ignored:
+   * the lease expires anyway.
    */
   async run<T>(fn: (lease: ClaimLease) => T | PromiseLike<T>, options: RunOptions = {}): Promise<T> {
     return runHeld(await this.acquire(options), fn, `lease for ${JSON.stringify(this.key)}`);

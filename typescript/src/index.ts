@@ -12,6 +12,7 @@
  */
 
 export { Runstate, ScopesAPI, MailboxesAPI } from './client.js';
+export { VERSION } from './request.js';
 export type {
   MailboxRow,
   EnsureMailboxOptions,

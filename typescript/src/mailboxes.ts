@@ -34,6 +34,7 @@ import type { RenewalRequest } from './renewals.js';
 import { newIdempotencyKey } from './request.js';
 import { TaskTicket } from './tasks.js';
 import { nowMs, pause } from './time.js';
+import { warn } from './warnings.js';
 import { runWorker } from './worker.js';
 
 /** The lease of a delivery from `receive()`; it is not renewed for the caller. */
@@ -495,9 +496,35 @@ export class MailboxRef {
         return raws.map((raw) => new Delivery<T>(this.#ctx, raw, startedMs, leaseSeconds));
       },
       invoke: (delivery) => handler(delivery.data, delivery),
-      complete: (delivery) => delivery.complete(),
+      complete: (delivery, value) => {
+        warnReturnedValue(handler, `consume(${JSON.stringify(this.name ?? this.#id)})`, value);
+        return delivery.complete();
+      },
     });
   }
+}
+
+// Handlers already told that a value they return is not recorded (held weakly): one warning per
+// handler for the life of the process, however many consume() calls run it.
+const toldReturns = new WeakSet<object>();
+
+/**
+ * `consume()` completes a delivery its handler did not settle with no payload, as the product
+ * page says; a handler written as `return report` would otherwise see its tasks end `SUCCEEDED`
+ * with `outcome` null and no word. Say so once per handler, as a `RunstateWarning`
+ * (`RUNSTATE_RETURN_NOT_RECORDED`). A handler that settles its delivery itself is never warned
+ * about: this is called only for a delivery about to be completed with no payload.
+ */
+function warnReturnedValue(handler: object, where: string, value: unknown): void {
+  if (value === undefined || value === null || toldReturns.has(handler)) return;
+  toldReturns.add(handler);
+  const name = (handler as { name?: string }).name || 'anonymous';
+  warn(
+    'RUNSTATE_RETURN_NOT_RECORDED',
+    `${where}: handler ${name} returned a value (${typeof value}), which is not recorded: consume() completes ` +
+      'the delivery with no payload, so its task\'s outcome is null. To record a result, call ' +
+      '`await delivery.complete({ payload: value })` in the handler (and return nothing). This is said once per handler.',
+  );
 }
 
 export interface AdmitOptions {

@@ -33,7 +33,9 @@ import { NodeHttp, hasDotSegment } from './nodehttp.js';
 import { pause, randomHex, uniform, withTimeout } from './time.js';
 
 const RETRY_BACKOFF_MIN_MS = 25;
-export const USER_AGENT = 'runstate-sdk-typescript/0.2.0';
+/** This package's version: the same as the Python SDK's `runstate.__version__` (CHANGELOG.md). */
+export const VERSION = '0.3.0';
+export const USER_AGENT = `runstate-sdk-typescript/${VERSION}`;
 const RETRY_BACKOFF_MAX_MS = 100;
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };

@@ -335,7 +335,7 @@ describe('errors and configuration', () => {
       'MailboxesAPI', 'NotFoundError', 'OnceFailedError', 'PoolLease', 'PoolRef', 'PoolsAPI', 'QuotaRef', 'QuotasAPI',
       'RateLimitError', 'RunClient', 'Runstate', 'RunstateError', 'STATUS_BY_CODE', 'ScopeCancelledError', 'ScopeHandle',
       'ScopesAPI', 'TERMINAL_STATES', 'TaskFailedError', 'TaskTicket', 'TimerHandle', 'TimersAPI', 'UnavailableError',
-      'WARNING_TYPE', 'WaitTimeoutError', 'WorkLimitsAPI', 'budget', 'canonicalJson', 'child', 'configure', 'context',
+      'VERSION', 'WARNING_TYPE', 'WaitTimeoutError', 'WorkLimitsAPI', 'budget', 'canonicalJson', 'child', 'configure', 'context',
       'decimalToMinor', 'defaultRun', 'encodeClaimKey', 'events', 'finish', 'isTransient', 'limit', 'mapError',
       'minorToDecimal', 'once', 'parseDuration', 'parsePer', 'partitionOf', 'queue', 'resolveConfig', 'run', 'runId', 'serve', 'setup',
       'sleep', 'slots', 'status', 'stop', 'take', 'toMinor', 'together', 'workKey',
