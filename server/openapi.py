@@ -207,6 +207,7 @@ def _components(limits: Limits) -> dict:
                 "id": text,
                 "name": _nullable(text),
                 "spaces": {"type": "array", "items": text},
+                "role": {"type": "string", "enum": ["editor", "viewer"], "description": "editor: reads and changes; viewer: reads only"},
                 "createdAt": _TS,
                 "revokedAt": _nullable(_TS),
             },

@@ -64,6 +64,12 @@ def key_spaces(kernel: Any, secret: str) -> frozenset[str]:
     return kernel.keys.spaces_for(secret)
 
 
+def key_access(kernel: Any, secret: str) -> tuple[frozenset[str], str | None]:
+    """The spaces an API key opens now and its role; (nothing, None) when it is unknown or revoked."""
+    key = kernel.keys.active(secret)
+    return (frozenset(), None) if key is None else (key.spaces, key.role)
+
+
 def key_named(kernel: Any, secret: str) -> tuple[str | None, str | None, bool]:
     """An API key's id and name, and whether it was revoked; (None, None, False) when unknown."""
     key = kernel.keys.by_digest(digest(secret))
