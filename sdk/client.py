@@ -313,6 +313,9 @@ class AsyncRunstate:
         for lease in list(self._ctx.leases):
             lease._mark_lost(closing)
             await lease.aclose()
+        for delivery in list(self._ctx.holdings.deliveries):
+            if delivery._kept is not None:  # kept renewed until now: no longer
+                delivery._mark_lost(closing)
         self._ctx.holdings.renewals.close()
         coalescer = self._ctx.requester.coalescer
         if coalescer is not None:
