@@ -135,6 +135,37 @@ async def test_a_refusal_inside_a_batch_keeps_its_details(autojump_clock):
                 assert got.details["holder"] == f"agent-{winners[0]}" and got.details["generation"] == 1
 
 
+@pytest.mark.trio
+async def test_the_runs_read_says_who_waits_for_each_claim(autojump_clock):
+    """Two holders wait (acquire with wait=True) for a key another holds: the run's diagnostics
+    list the parked acquires on that key with the waiting holders, oldest first, and the space's
+    waits too; once the key is released and taken, nothing waits."""
+    async with runstate.testing.serve() as rs:
+        run = await rs.scopes.create()
+        held = await rs.new_client(holder="agent-a").scope(run.id).claim("file:app.py").acquire()
+        got: list[Any] = []
+
+        async def wait_for_it(holder: str) -> None:
+            got.append(await rs.new_client(holder=holder).scope(run.id).claim("file:app.py").acquire(wait=True, timeout_ms=60_000))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_it, "agent-b")
+            await trio.sleep(1)
+            nursery.start_soon(wait_for_it, "agent-c")
+            await trio.sleep(1)
+            claims = [row for row in (await rs.diagnostics.run(run.id))["parked"] if row["on"] == "claim"]
+            assert claims == [{"on": "claim", "calls": 2, "scopeId": run.id, "key": "file:app.py", "holders": ["agent-b", "agent-c"]}]
+            assert [row for row in (await rs.diagnostics.waits())["waits"] if row["on"] == "claim"] == claims
+            await held.release()
+            await trio.sleep(1)
+            assert [row for row in (await rs.diagnostics.run(run.id))["parked"] if row["on"] == "claim"] == [
+                {"on": "claim", "calls": 1, "scopeId": run.id, "key": "file:app.py", "holders": ["agent-c"]}
+            ]
+            await got[0].release()
+        assert [lease.generation for lease in got] == [2, 3]
+        assert [row for row in (await rs.diagnostics.run(run.id))["parked"] if row["on"] == "claim"] == []
+
+
 @pytest.mark.anyio
 async def test_an_envelope_without_details_gives_an_empty_dict_and_a_malformed_one_is_dropped():
     """No `details`, or details that are not an object: `details` is {} and the code still counts."""
