@@ -27,6 +27,8 @@ __all__ = [
     "check_positive",
 ]
 
+# Published, with their documentation, where they bound something: `runstate.claims` (the lease
+# and the key), `runstate.client` (the holder), `runstate.mailboxes` (a settlement's reason).
 LEASE_SECONDS_MIN = 5
 LEASE_SECONDS_MAX = 600
 # A claim key, a task key, a work key.

@@ -30,13 +30,24 @@ import anyio
 from . import _runtime
 from ._context import Context
 from ._renewal import Kept, LeaseClock
-from ._checks import KEY_LEN_MAX, check_lease_seconds, check_text
+from . import _checks
+from ._checks import check_lease_seconds, check_text
 from .errors import (
     ConflictError, LeaseLostError, NotFoundError, RateLimitError, ScopeCancelledError, WaitTimeoutError,
 )
 from .types import AcquireAttempt, ClaimView
 
-__all__ = ["ClaimRef", "ClaimLease", "encode_claim_key", "parse_timestamp"]
+__all__ = [
+    "ClaimRef", "ClaimLease", "encode_claim_key", "parse_timestamp", "LEASE_SECONDS_MIN", "LEASE_SECONDS_MAX", "KEY_LEN_MAX",
+]
+
+LEASE_SECONDS_MIN = _checks.LEASE_SECONDS_MIN
+"""The shortest lease (`lease_seconds`) of a claim, a delivery or a pool grant, in seconds: the
+v1 API's published limit, checked before anything is sent."""
+LEASE_SECONDS_MAX = _checks.LEASE_SECONDS_MAX
+"""The longest lease (`lease_seconds`) of a claim, a delivery or a pool grant, in seconds."""
+KEY_LEN_MAX = _checks.KEY_LEN_MAX
+"""The longest claim key, task key or work key, in characters."""
 
 DEFAULT_LEASE_SECONDS = 30
 DEFAULT_TIMEOUT_MS = 30_000

@@ -25,9 +25,8 @@ from typing import Any, Awaitable, Callable, Mapping, Union
 import anyio
 
 from . import _runtime
-from ._checks import (
-    HOLDER_LEN_MAX, KEY_LEN_MAX, REASON_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms,
-)
+from . import _checks
+from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms
 from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, ReturnedValue, StopFlag, give_back, report, report_lost
 from ._context import Context
 from ._renewal import Kept, LeaseClock, send_through
@@ -36,8 +35,11 @@ from .errors import LeaseLostError, NotFoundError, ScopeCancelledError, is_perma
 from .tasks import TaskTicket
 from .types import MailboxRow, MessageView
 
-__all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEFAULT_CONSUME_WAIT_MS"]
+__all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEFAULT_CONSUME_WAIT_MS", "REASON_LEN_MAX"]
 
+REASON_LEN_MAX = _checks.REASON_LEN_MAX
+"""The longest reason of a delivery's `retry()` or `reject()` (kept as its task's `outcomeReason`),
+in characters."""
 # How long an idle consume() asks the server to hold an empty recv.
 DEFAULT_CONSUME_WAIT_MS = 20_000
 """How long an idle `consume()` asks the server to hold an empty receive (`wait_ms`)."""
