@@ -25,7 +25,7 @@ JSON_BYTES_MAX = 256 * 1024
 
 class _Reading:
     """What the shared reads of `actors/` need of a kernel, inside one `kernel.read`: the space
-    given to the view (`space_view`), the clock, and the calls parked now."""
+    given to the view (`space_view`), the clock, and the calls parked now (all, or on one actor)."""
 
     __slots__ = ("_space", "clock", "_kernel")
 
@@ -40,6 +40,9 @@ class _Reading:
 
     def parked(self) -> list:
         return self._kernel.parked()
+
+    def parked_commands(self, key: Any) -> list[Any]:
+        return self._kernel.parked_commands(key)
 
 
 async def _read(kernel: Any, space_id: str, view: Callable[[Any, int], dict]) -> dict:
