@@ -375,7 +375,7 @@ async def respond(
         return _json_reply(status, body, extra, request.request_id, services.draining)
     finally:
         doors.release(incoming.held)
-        telemetry.end(method, route, status, started, request.request_id, code)
+        telemetry.end(method, route, status, started, request.request_id, code, params.get("space"))
 
 
 async def _refused(
