@@ -57,7 +57,7 @@ class Counts:
 
 @dataclass
 class Window:
-    """When the clients stop: set once they are all connected (until then, never)."""
+    """When the clients stop: set once the last sample under load is taken (until then, never)."""
     until: float = math.inf
 
 
@@ -176,14 +176,15 @@ async def _soak(base_url: str, seconds: float, receivers: int, workers: int, rat
             # connect, and a sample taken while they still do measures the ramp, not a leak.
             connected_s = await _until_connected(http, idle_before["fds"] + receivers + workers + 2)
             started = trio.current_time()
-            window.until = started + seconds
             await trio.sleep(settle_s)
             under_load_start = await _metrics(http)
-            until = window.until
-            while trio.current_time() < until - 2:
-                await trio.sleep(min(5.0, until - 2 - trio.current_time()))
+            while trio.current_time() < started + seconds:
+                await trio.sleep(min(5.0, max(0.0, started + seconds - trio.current_time())))
                 samples.append({"at_s": round(trio.current_time() - started, 1), **await _metrics(http)})
             under_load_end = samples[-1] if samples else await _metrics(http)
+            # The clients stop only once the last sample is in: a slow answer to it must not
+            # count the connections of clients already leaving.
+            window.until = trio.current_time()
         ran_s = trio.current_time() - started
     async with _client(base_url) as http:
         await trio.sleep(2)  # connections close, parked requests end
