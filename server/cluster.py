@@ -72,7 +72,7 @@ from ..actors.kernel import Kernel
 from ..actors.layout import Layout
 from ..actors.errors import UNAVAILABLE, KernelError
 from ..snapshots.datadir import Manifest, make_data_dir, partition_dir, read_manifest
-from ..snapshots.etcd import Compare, EtcdClient, EtcdError, LeaseKeeper, Op, WatchCanceled, prefix_end
+from ..snapshots.etcd import Compare, EtcdClient, EtcdError, KeyValue, LeaseKeeper, Op, WatchCanceled, prefix_end
 from ..snapshots.etcd_journal import EtcdJournal, Fenced, PartitionKeys
 from ..snapshots.model import StateModel
 from ..snapshots.recovery import RecoveryError, load, replay_batch, snapshot_dir
@@ -128,6 +128,9 @@ class _Follower:
     next_lsn: int = 1
     leader: Leader | None = None
     leader_seen: trio.Event = field(default_factory=trio.Event)  # set whenever `leader` changes
+    # Set (then made anew) whenever `leader` changes or this node starts to serve the partition:
+    # what requests waiting for a leader they can be sent to wait on (`wait_for_leader`).
+    changed: trio.Event = field(default_factory=trio.Event)
     journal: EtcdJournal | None = None
     step_down: trio.Event = field(default_factory=trio.Event)
     store_scope: trio.CancelScope | None = None  # the local copy's tasks (its writer, its snapshots)
@@ -437,10 +440,11 @@ class Cluster:
         while True:
             try:
                 revision = await self._catch_up(follower)
-                leader = await self._leader(follower, revision)
-                if leader is None:
-                    if await self._campaign(follower):
-                        continue
+                kv = await self._leader_key(follower, revision)
+                if kv is None:
+                    await self._campaign(follower)
+                elif follower.leader is not None and follower.leader.node == self.node_id:
+                    await self._resolve_own(follower, kv)
                 else:
                     await self._follow(follower, revision)
             except (EtcdError, WatchCanceled) as error:
@@ -458,10 +462,12 @@ class Cluster:
                 await trio.sleep(1)
                 await self._rebuild(follower)
 
-    async def _leader(self, follower: _Follower, revision: int) -> Leader | None:
+    async def _leader_key(self, follower: _Follower, revision: int) -> KeyValue | None:
+        """The partition's leader key at `revision` (None: it has no leader), and its leader noted."""
         found = await self.etcd.range(follower.keys.leader, revision=revision)
-        self._set_leader(follower, self._parse_leader(found.kvs[0]) if found.kvs else None)
-        return follower.leader
+        kv = found.kvs[0] if found.kvs else None
+        self._set_leader(follower, None if kv is None else self._parse_leader(kv))
+        return kv
 
     @staticmethod
     def _parse_leader(kv: Any) -> Leader:
@@ -478,6 +484,12 @@ class Cluster:
             follower.leader = leader
             follower.leader_seen.set()
             follower.leader_seen = trio.Event()
+            self._changed(follower)
+
+    @staticmethod
+    def _changed(follower: _Follower) -> None:
+        follower.changed.set()
+        follower.changed = trio.Event()
 
     async def _catch_up(self, follower: _Follower) -> int:
         """Apply every batch the log holds past this node's point; the revision read at the end."""
@@ -523,8 +535,13 @@ class Cluster:
                         elif lsn > follower.next_lsn:  # missed one: read the log again
                             return
 
-    async def _campaign(self, follower: _Follower) -> bool:
-        """Try to become the partition's leader (after the preferred nodes had their chance)."""
+    async def _campaign(self, follower: _Follower) -> None:
+        """Try to become the partition's leader (after the preferred nodes had their chance).
+
+        The transaction is sent again to the next member when one does not answer (a second copy
+        finds the key there and changes nothing). An answer lost or late (the put may have
+        committed all the same) is resolved by reading the key back: the partition's loop finds
+        it naming this node and `_resolve_own` decides."""
         number = follower.number
         # The node that led it is gone (or handed it over): the others need not wait for it, even
         # before the watch on the nodes has told that its session ended.
@@ -543,22 +560,56 @@ class Cluster:
         if self.leaving:  # (the others take it; until this node stops it forwards to them)
             with trio.move_on_after(1):
                 await follower.leader_seen.wait()
-            return False
+            return
         if not session.alive:
-            return False
+            return
+        keys = follower.keys
         value = json.dumps({"node": self.node_id, "url": self.advertise})
-        won = await self.etcd.txn(
-            [Compare.absent(follower.keys.leader)],
-            [Op.put(follower.keys.leader, value, lease=session.lease_id)],
-            [Op.get(follower.keys.leader)],
-        )
-        if not won.succeeded:
+        try:
+            won = await self.etcd.txn([Compare.absent(keys.leader)], [Op.put(keys.leader, value, lease=session.lease_id)],
+                                      [Op.get(keys.leader)], repeatable=True)
+        except EtcdError as error:
+            log.warning("partition %d: no answer to this node's campaign (%s); reading the leader key back", number, error,
+                        extra={"event": "campaign_unanswered", "fields": {"partition": number}})
+            return
+        if won.succeeded:
+            epoch = won.header.revision
+        else:
             kvs = won.responses[0].kvs
-            self._set_leader(follower, self._parse_leader(kvs[0]) if kvs else None)
-            return False
-        epoch = won.header.revision
+            if not (kvs and kvs[0].lease == session.lease_id):
+                self._set_leader(follower, self._parse_leader(kvs[0]) if kvs else None)
+                return
+            epoch = kvs[0].create_revision  # an earlier copy of this campaign got there; its answer was lost
         await self._lead(follower, session, epoch)
-        return True
+
+    async def _resolve_own(self, follower: _Follower, kv: KeyValue) -> None:
+        """The leader key names this node, which does not lead the partition: a campaign of this
+        node whose answer was lost or came too late (it committed all the same), or a key left by
+        an earlier process of this node whose session has not ended yet. Following it would leave
+        the partition without a working leader for as long as the key lasts.
+
+        On this node's own live session the key is this node's: it leads, with the key's create
+        revision as its epoch (what the campaign's answer would have said). Any other key naming
+        this node is nobody's: it is deleted, fenced on that revision (so a key another node made
+        meanwhile is never touched), and the partition is campaigned for again. While this node's
+        session has lapsed, it waits for the session's word first."""
+        number, session = follower.number, self.session
+        if session is not None and kv.lease == session.lease_id and not session.lost.is_set():
+            if not session.alive:
+                with trio.move_on_after(self.lease_s):
+                    await session.wait_alive()
+                return  # (read again)
+            if not self.leaving:
+                log.warning("partition %d: the leader key is this node's own (epoch %d), from a campaign whose answer "
+                            "was lost or late; leading", number, kv.create_revision,
+                            extra={"event": "campaign_resolved", "fields": {"partition": number, "epoch": kv.create_revision}})
+                await self._lead(follower, session, kv.create_revision)
+                return
+        log.warning("partition %d: the leader key names this node on a session it no longer has (or it is leaving); "
+                    "deleting it", number, extra={"event": "stale_leader_key", "fields": {"partition": number}})
+        await self.etcd.txn([Compare.create_revision(follower.keys.leader, "==", kv.create_revision)],
+                            [Op.delete(follower.keys.leader)], repeatable=True)
+        self._set_leader(follower, None)
 
     async def _lead(self, follower: _Follower, session: LeaseKeeper, epoch: int) -> None:
         """Take the partition over, serve it until told to stop, then follow it again. Whatever
@@ -590,7 +641,7 @@ class Cluster:
         if reason in ("stepped down", "failed") and session.alive:
             try:  # hand the key back now (fenced on the epoch): the preferred node takes it at once
                 await self.etcd.txn([Compare.create_revision(follower.keys.leader, "==", epoch)],
-                                    [Op.delete(follower.keys.leader)])
+                                    [Op.delete(follower.keys.leader)], repeatable=True)
             except EtcdError as error:
                 log.warning("partition %d: could not hand the leader key back: %s", number, error)
         log.warning("partition %d: no longer leading (%s)", number, reason,
@@ -634,6 +685,7 @@ class Cluster:
         partition.journal = journal
         partition.restore(partition.state)  # arms the state's timers
         partition.refusal = None
+        self._changed(follower)  # (the requests waiting here for it go on at once)
         took_ms = round((trio.current_time() - started) * 1000)
         log.warning("partition %d: leading from LSN %d (epoch %d, took %d ms)", number, journal.durable_lsn, epoch, took_ms,
                     extra={"event": "leading", "fields": {"partition": number, "epoch": epoch, "lsn": journal.durable_lsn, "ms": took_ms}})
@@ -857,16 +909,49 @@ class Cluster:
             done.set()
 
     async def wait_for_leader(self, number: int, deadline: float) -> Leader | None:
-        """The partition's leader, waiting until `deadline` (trio time) while it has none."""
+        """The partition's leader, waiting until `deadline` (trio time) while it has none, or while
+        it is this node and this node does not serve it (taking it over; its session lapsed).
+        Woken by a new leader, by this node starting to serve it, and by this node's session
+        answering again after a lapse (not only at the deadline)."""
         follower = self.followers[number]
         while follower.leader is None or (follower.leader.node == self.node_id and not self.leads(number)):
             if trio.current_time() >= deadline:
                 return None
+            events = {"changed": follower.changed}
+            session = self.session
+            if session is not None and not session.alive:
+                events["session"] = session.answered
             with trio.move_on_at(deadline):
-                await follower.leader_seen.wait()
-            if follower.leader is not None and follower.leader.node == self.node_id and not self.leads(number):
-                await trio.sleep(0.01)  # taking over here: its first batch is on its way
+                await _first(events)
         return follower.leader
+
+    def unserved(self, number: int) -> str:
+        """Why no node serves partition `number` for this one now, as a request's 503 says it."""
+        session, leader = self.session, self.followers[number].leader
+        if session is None or not session.alive:
+            return (f"partition {number} cannot be served through this node now: {self.etcd_trouble()}; "
+                    "its requests wait for that to pass. Try again")
+        if leader is None:
+            return f"partition {number} has no leader now (a failover is under way); try again"
+        if leader.node == self.node_id:
+            return f"partition {number}: this node is taking it over and does not serve it yet; try again"
+        return f"partition {number}: its leader {leader.node} cannot be reached from this node now; try again"
+
+    def etcd_trouble(self) -> str:
+        """What this node's session with etcd lacks now (for answers and /healthz)."""
+        session = self.session
+        if session is None:
+            return "this node has not opened its session with etcd yet"
+        if session.lost.is_set():
+            return f"this node's session with etcd ended ({session.lost_reason}); a new one is being opened"
+        lapsed_s = max(0.0, trio.current_time() - session.deadline)
+        error = session.last_error
+        failures = getattr(error, "failures", None) or [str(error)]
+        if error is not None and any("no leader" in failure for failure in failures):
+            why = "etcd has no leader (the members that answer have lost their quorum)"
+        else:
+            why = "etcd's members do not answer this node"
+        return f"{why}: no keepalive of this node's session answered for {lapsed_s:.1f} s past its deadline"
 
     def applied(self, number: int, node: str) -> int | None:
         """How far `node` has applied partition `number`: this node's own point, or what `node` last
@@ -922,13 +1007,20 @@ class Cluster:
         }
 
     def readiness(self) -> str | None:
-        """Why this node cannot serve now, or None: its session is open and every partition has a leader."""
+        """Why this node cannot serve now, or None: its session is alive, every partition has a
+        leader, and it serves every partition that names it as leader."""
         session = self.session
-        if session is None or not session.alive:
-            return "this node has no session with etcd"
+        if session is None:
+            return "this node has no session with etcd yet"
+        if not session.alive:
+            return f"this node has no session with etcd now: {self.etcd_trouble()}"
         leaderless = [n for n, f in self.followers.items() if f.leader is None]
         if leaderless:
             return f"partition(s) {', '.join(map(str, leaderless))} have no leader yet"
+        unserved = [n for n, f in self.followers.items() if f.leader is not None and f.leader.node == self.node_id
+                    and not self.leads(n)]
+        if unserved:
+            return f"partition(s) {', '.join(map(str, unserved))} are led by this node, which does not serve them yet"
         return None
 
     @property

@@ -118,8 +118,7 @@ async def forward(cluster: Any, number: int, method: str, path: str, headers: di
         # on its way for longer than that already.
         leader = await cluster.wait_for_leader(number, trio.current_time() + wait_s)
         if leader is None:
-            raise ApiError(UNAVAILABLE, f"partition {number} has no leader now (a failover is under way); try again",
-                           headers={"retry-after": "1"})
+            raise ApiError(UNAVAILABLE, cluster.unserved(number), headers={"retry-after": "1"})
         if leader.node == cluster.node_id:
             return None
         if hops >= 2:
