@@ -69,6 +69,7 @@ import trio
 
 from ..actors.clock import Clock
 from ..actors.kernel import Kernel
+from ..actors.partition import Partition
 from ..actors.layout import Layout
 from ..actors.errors import UNAVAILABLE, KernelError
 from ..snapshots.datadir import Manifest, make_data_dir, partition_dir, read_manifest
@@ -354,7 +355,7 @@ class Cluster:
         follower.store.close()
         fresh = await self._open_copy(follower.number)
         follower.store, follower.next_lsn = fresh.store, fresh.next_lsn
-        self.kernel.partitions[follower.number].state = follower.store.state  # type: ignore[union-attr]
+        self._hand_state(follower, follower.store.state)
         assert self._nursery is not None
         await self._nursery.start(self._run_store, follower)
 
@@ -451,14 +452,14 @@ class Cluster:
                 log.warning("partition %d: %s; following again", number, error)
                 await trio.sleep(0.2)
             except RecoveryError as error:  # (a batch may be applied in part: nothing reads it until rebuilt)
-                self._refuse(follower, f"its log cannot be applied: {error}")
-                self.kernel.partitions[number].readable = False  # type: ignore[union-attr]
+                # The answers say what is wrong; where (a key, a file and its offset) is for the log.
+                self._partition_of(follower).refuse(f"its log cannot be applied ({error.reason}); the server's log says where")
                 log.error("partition %d: %s", number, error)
                 await trio.sleep(5)
                 await self._rebuild(follower)
             except Exception:  # a bug: this partition is followed again from its copy, the others go on
                 log.exception("partition %d: following it failed; following again", number)
-                self.kernel.partitions[number].readable = False  # type: ignore[union-attr]
+                self._partition_of(follower).refuse(STANDBY)
                 await trio.sleep(1)
                 await self._rebuild(follower)
 
@@ -507,7 +508,7 @@ class Cluster:
                     return found.header.revision
 
     def _apply(self, follower: _Follower, data: bytes) -> None:
-        state = self.kernel.partitions[follower.number].state  # type: ignore[union-attr]
+        state = self._partition_of(follower).state
         where = f"{follower.keys.log(follower.next_lsn)}"
         replayed = replay_batch(data, follower.next_lsn, state.apply, self.model, where)
         # As recovery does: this node never decides with a time earlier than one the log holds
@@ -617,10 +618,10 @@ class Cluster:
         journal stopped, the leader key given back while the session lasts (so that another node
         takes over now rather than when the session ends), and the state rebuilt."""
         number = follower.number
-        partition = self.kernel.partitions[number]  # type: ignore[union-attr]
+        partition = self._partition_of(follower)
         # From here until it serves (or is rebuilt) the state may hold changes not yet committed:
         # nothing reads it.
-        partition.readable = False
+        partition.refuse(STANDBY)
         journal: EtcdJournal | None = None
         reason = "fenced"
         started = trio.current_time()
@@ -634,8 +635,7 @@ class Cluster:
             reason = "failed"
         finally:
             follower.journal = None
-            self._refuse(follower, STANDBY)
-            partition.readable = False
+            partition.refuse(STANDBY)
             if journal is not None and journal.failure is None:
                 journal.fail(Fenced(f"this node no longer leads partition {number} ({reason})"))
         if reason in ("stepped down", "failed") and session.alive:
@@ -662,7 +662,7 @@ class Cluster:
                     return None
                 log.warning("partition %d: reading the log to take it over failed (%s); again", follower.number, error)
                 await trio.sleep(0.1)
-        state = self.kernel.partitions[follower.number].state  # type: ignore[union-attr]
+        state = self._partition_of(follower).state
         journal = EtcdJournal(
             self.etcd, follower.keys, epoch=epoch, next_lsn=follower.next_lsn,
             check=self.model.records.check, on_committed=lambda first, bodies: self._committed(follower, first, bodies),
@@ -675,16 +675,14 @@ class Cluster:
         """Serve the partition until the journal is fenced, the session ends or it is handed over;
         returns which one it was."""
         number = follower.number
-        partition = self.kernel.partitions[number]  # type: ignore[union-attr]
+        partition = self._partition_of(follower)
         follower.journal = journal
         follower.takeovers += 1
         follower.step_down = trio.Event()
         if self.leaving:  # (won just as the shutdown began: given over at once)
             follower.step_down.set()
         self._set_leader(follower, Leader(self.node_id, self.advertise, epoch))
-        partition.journal = journal
-        partition.restore(partition.state)  # arms the state's timers
-        partition.refusal = None
+        partition.lead(journal)
         self._changed(follower)  # (the requests waiting here for it go on at once)
         took_ms = round((trio.current_time() - started) * 1000)
         log.warning("partition %d: leading from LSN %d (epoch %d, took %d ms)", number, journal.durable_lsn, epoch, took_ms,
@@ -697,8 +695,7 @@ class Cluster:
             # No new turn from here on, and nothing reads the state until it is rebuilt; what the
             # journal holds is written (a hand-off) or answered (EtcdJournal.close), so that no
             # caller is left waiting or told a guess.
-            self._refuse(follower, STANDBY)
-            partition.readable = False
+            partition.refuse(STANDBY)
             await journal.close(Fenced(f"this node no longer leads partition {number} ({reason})"),
                                 drain=reason == "stepped down" and session.alive, grace_s=CLOSE_GRACE_S)
             nursery.cancel_scope.cancel()
@@ -711,16 +708,23 @@ class Cluster:
             log.warning("partition %d: what a new leader does first did not finish: %s", number, error.message)
 
     def _committed(self, follower: _Follower, first_lsn: int, bodies: list[bytes]) -> None:
+        assert first_lsn == follower.next_lsn, "the local copy goes on where the log's last batch ended"
         follower.store.journal.append_encoded(first_lsn, bodies)  # type: ignore[union-attr]
         follower.next_lsn = first_lsn + len(bodies)
 
-    def _refuse(self, follower: _Follower, reason: str) -> None:
-        partition = self.kernel.partitions[follower.number]  # type: ignore[union-attr]
-        partition.refusal = reason
-        # A call parked in a long poll found nothing and waits: nothing was done for it, so when
-        # this node stops leading, the new leader may be asked instead (`refused_as_follower`).
-        partition.fail_waiters(KernelError(UNAVAILABLE, reason if reason == STANDBY else f"partition {follower.number}: {reason}"))
-        partition.supervisor.reset()
+    def _partition_of(self, follower: _Follower) -> Partition:
+        assert self.kernel is not None
+        return self.kernel.partitions[follower.number]
+
+    def _hand_state(self, follower: _Follower, state: Any) -> None:
+        """Give the partition a state read anew from the local copy (committed changes only), in
+        the role it has: read as a standby's while it follows, read by nobody while it is taken over."""
+        partition = self._partition_of(follower)
+        assert partition.refusal is not None, "the state of a partition that serves is its own"
+        if partition.readable:
+            partition.follow(STANDBY, state)
+        else:
+            partition.refuse(partition.refusal, state)
 
     async def _rebuild(self, follower: _Follower) -> None:
         """Drop the state (it may hold changes never committed) for one read from the local copy,
@@ -735,10 +739,10 @@ class Cluster:
         loaded = await blocking(lambda: load(folder, self.model, repair=False, partition=number))
         if loaded.last_lsn != journal.appended_lsn:  # the copy itself failed: read it anew
             await self._reopen_store(follower)
+            self._partition_of(follower).follow(STANDBY)
         else:
             follower.next_lsn = loaded.last_lsn + 1
-            self.kernel.partitions[number].state = loaded.state  # type: ignore[union-attr]
-        self.kernel.partitions[number].readable = True  # type: ignore[union-attr]
+            self._partition_of(follower).follow(STANDBY, loaded.state)
 
     async def _bootstrap(self, follower: _Follower, first_lsn_held: int) -> None:
         """This node's copy ends before the oldest batch the log still holds (the log was trimmed

@@ -30,7 +30,7 @@ from ..actors.layout import Layout
 from ..actors.commands import RegisterKey
 from ..actors.keys import digest, new_secret
 from ..snapshots import RecoveryError, StoreLocked
-from ..snapshots.datadir import DataDir, DataDirError, open_data_dir
+from ..snapshots.datadir import DataDir, DataDirError, open_data_dir, public_reason
 from ..snapshots.etcd import EtcdError
 from .cluster import STANDBY, Cluster, ClusterError
 from .cluster_metrics import EtcdLatency
@@ -173,12 +173,9 @@ class Runtime:
             return
         layout = cluster.layout
         assert layout is not None
-        refusals = {number: STANDBY for number in layout.numbers()}
-        kernel = Kernel.partitioned(
-            states, {}, layout=layout, limits=self.limits, clock=clock, ids=IdSource(self.settings.seed), refusals=refusals,
-        )
-        for partition in kernel.partitions:
-            partition.readable = True
+        kernel = Kernel.partitioned(states, {}, layout=layout, limits=self.limits, clock=clock, ids=IdSource(self.settings.seed))
+        for partition in kernel.partitions:  # each is served where this node wins it (`Cluster`)
+            partition.follow(STANDBY)
         cluster.on_lead = self._on_lead
         try:
             async with trio.open_nursery() as nursery:
@@ -292,8 +289,8 @@ class Runtime:
             failure = partition.journal.failure
             if partition.refusal is not None:
                 reasons.append(f"partition {partition.number}: {partition.refusal}")
-            elif failure is not None:
-                reasons.append(f"partition {partition.number}: the journal refuses changes: {failure}")
+            elif failure is not None:  # (what failed; the log says which file)
+                reasons.append(f"partition {partition.number}: the journal refuses changes: {public_reason(failure)}")
         if not reasons:
             return None
         if len(self.kernel.partitions) == 1:
@@ -326,7 +323,9 @@ class Runtime:
             try:
                 store = await data.reopen(number)
             except (RecoveryError, OSError) as error:
-                kernel.partitions[number].refusal = data.refusals[number] = f"its journal cannot be recovered: {error}"
+                data.refusals[number] = (f"its journal cannot be recovered: {public_reason(error)}; "
+                                         "the server's log and `runstate check` say where")
+                kernel.partitions[number].refuse(data.refusals[number])
                 log.error("partition %d still does not serve: %s", number, error)
                 continue
             partition = await kernel.reopen(number, store.state, store.journal)  # type: ignore[arg-type]
