@@ -4,8 +4,9 @@ Three etcd members and three `runstate serve` nodes on this machine; four worker
 0.2.0 client and two on the official 0.3.0 client, each call through a node picked at random;
 then SIGKILL of a partition's leader, SIGSTOP of one past its session (it must be fenced: another
 node holds the partition under a new epoch before it resumes), SIGKILL of etcd's Raft leader, a
-node and etcd's leader at once, a rolling restart, and (as root, where network namespaces can be
-made) a leader cut off the network and joined again. After each the cluster must be whole again
+node and etcd's leader at once, a rolling restart, (as root, where network namespaces can be
+made) a leader cut off the network and joined again, and a leader killed while etcd's answers to
+the campaigns for its partitions come late or are lost. After each the cluster must be whole again
 within 30 s; after the last, every acknowledged change is checked (`history.py`). The longer
 campaigns are `make chaos SECONDS=600` (`chaos.py`).
 """
