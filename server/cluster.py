@@ -9,6 +9,7 @@ Keys, under `/rs/<cluster>/`:
     meta                 {"layout": 2, "partitions": P}: made by the first node, read by every later one
     secret               random bytes: what nodes show each other (a snapshot asked of a peer)
     nodes/<id>           {"url", "applied", "snapshots", "leads"}: a live node, on its session's lease
+    p/<NNN>/handed       {"epoch", "from", "to"}: put as a leader hands the partition over (not a failover)
     p/<NNN>/leader       {"node", "url"}: the partition's leader, on its session's lease
     p/<NNN>/log/<LSN>    a committed batch of the partition, by the LSN of its first record
 
@@ -50,17 +51,25 @@ whose preferred live node has caught up with its log, when it leads more than it
 
 The leader trims each partition's log below the newest snapshot every live node has of it (they
 say so in their node keys); a node whose copy is older than what the log still holds asks a peer
-for its snapshot (`GET /v1/cluster/partitions/{n}/snapshot`, shown the cluster's secret).
+for its snapshot (`GET /v1/cluster/partitions/{n}/snapshot`, shown the cluster's secret). Each
+node snapshots a partition once its copy holds the partition's share of `log_bytes_max` past its
+last snapshot, and the leader of partition 0 compacts etcd's history below what was trimmed
+(`_compact`), so etcd's database stays within a bound of the budget (docs/cluster.md, "etcd's size").
+
+A campaign whose answer is lost or late, although the key was made, is resolved by reading the
+key back (`_resolve_own`): a partition is never left following a leader key of its own node.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
 import secrets
 import zlib
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -73,8 +82,9 @@ from ..actors.partition import Partition
 from ..actors.layout import Layout
 from ..actors.errors import UNAVAILABLE, KernelError
 from ..snapshots.datadir import Manifest, make_data_dir, partition_dir, read_manifest
-from ..snapshots.etcd import Compare, EtcdClient, EtcdError, KeyValue, LeaseKeeper, Op, WatchCanceled, prefix_end
+from ..snapshots.etcd import Compare, EtcdClient, EtcdCompacted, EtcdError, KeyValue, LeaseKeeper, Op, WatchCanceled, prefix_end
 from ..snapshots.etcd_journal import EtcdJournal, Fenced, PartitionKeys
+from ..snapshots.frame import FRAME_HEADER_BYTES
 from ..snapshots.model import StateModel
 from ..snapshots.recovery import RecoveryError, load, replay_batch, snapshot_dir
 from ..snapshots.snapshot import list_snapshots
@@ -91,9 +101,16 @@ DEFAULT_PARTITIONS = 8
 STANDBY = "this node follows the partition; its leader answers"
 # A follower that the partition does not prefer waits this long (times its rank) before it campaigns.
 CAMPAIGN_DELAY_S = 0.3
-# How often a node says what it has (applied and snapshotted LSNs) in its key, and a leader trims.
+# How often a node says what it has (applied and snapshotted LSNs) in its key; how often a leader
+# trims by default (`trim_every_s`), and what the partitions' logs may hold in etcd by default.
 PUBLISH_EVERY_S = 2.0
 TRIM_EVERY_S = 10.0
+LOG_BYTES_MAX = 256 << 20
+# A partition's log past this many times its share of `log_bytes_max` is trimmed below the leader's
+# own snapshot, leaving out the nodes whose snapshots are older (a node that cannot snapshot, say):
+# one slow node does not make etcd grow without end. Such a node, restarted, may need a peer's
+# snapshot (`_bootstrap`); one that keeps applying the log needs nothing.
+LOG_SHARE_OVER = 2
 # Batches read from the log per request while catching up.
 CATCH_UP_BATCHES = 64
 # A node steps down from a partition whose preferred node was at most this many records behind
@@ -136,8 +153,19 @@ class _Follower:
     step_down: trio.Event = field(default_factory=trio.Event)
     store_scope: trio.CancelScope | None = None  # the local copy's tasks (its writer, its snapshots)
     store_done: trio.Event = field(default_factory=trio.Event)
+    # The batches this node knows the log in etcd holds, (first LSN, bytes) oldest first, and their
+    # bytes together: what is trimmed as it is deleted. (Batches older than this node's copy are
+    # not known to it: a node started on an old copy counts a little less than etcd holds.)
+    log_sizes: deque[tuple[int, int]] = field(default_factory=deque)
+    log_bytes: int = 0
+    written_bytes: int = 0  # bytes of batches applied or committed here since the start
     takeovers: int = 0  # times this node took the partition over
     leader_changes: int = 0  # times this node saw a new leader (another epoch) after the first it knew
+    # Of those, the changes after a leader handed the partition over (a rebalance, a node's planned
+    # stop: the marker key names the epoch given up) and the others (failovers: a leader gone).
+    handoffs: int = 0
+    failovers: int = 0
+    handed_epoch: int = 0  # the epoch the marker key last named
     epoch_seen: int = 0
     last_leader: str | None = None  # the node that led before the leader key went away
     handed_to: str | None = None  # set when this node steps down to give the partition to that node
@@ -184,6 +212,8 @@ class Cluster:
         config: StoreConfig,
         disk: Any,
         run_blocking: RunBlocking | None = None,
+        log_bytes_max: int = LOG_BYTES_MAX,
+        trim_every_s: float = TRIM_EVERY_S,
     ) -> None:
         self.endpoints = endpoints
         self.name = name
@@ -195,6 +225,8 @@ class Cluster:
         self.model = model
         self.clock = clock
         self.config = config
+        self.log_bytes_max = log_bytes_max
+        self.trim_every_s = trim_every_s
         self.disk = disk
         self.run_blocking = run_blocking
         self.prefix = f"/rs/{name}/"
@@ -231,7 +263,7 @@ class Cluster:
         )
         if made.succeeded:
             self.partitions = asked
-            log.warning("cluster %s made with %d partitions", self.name, asked,
+            log.info("cluster %s made with %d partitions", self.name, asked,
                         extra={"event": "cluster_made", "fields": {"cluster": self.name, "partitions": asked}})
         else:
             meta = json.loads(made.responses[0].kvs[0].value)
@@ -244,6 +276,8 @@ class Cluster:
         secret = await self.etcd.get(self.prefix + "secret")
         self.secret = "" if secret is None else secret.value.decode()
         self.layout = Layout(self.partitions)
+        # Each copy snapshots once it holds its partition's share of the logs' budget past the last.
+        self.config = dataclasses.replace(self.config, snapshot_every_bytes=self.log_share_bytes)
         blocking = self.run_blocking or trio.to_thread.run_sync
         self._lock_fd = await blocking(lock_dir, self.data_dir)
         manifest = read_manifest(self.data_dir)
@@ -271,6 +305,12 @@ class Cluster:
         await store.begin(loaded, follow=True)
         keys = PartitionKeys(self.prefix, number)
         return _Follower(number, keys, store, loaded.last_lsn + 1)
+
+    @property
+    def log_share_bytes(self) -> int:
+        """What one partition's log may hold in etcd: its share of `log_bytes_max` (partition 0,
+        the keys, counts as one)."""
+        return max(1, self.log_bytes_max // (self.partitions + 1))
 
     def close(self) -> None:
         for follower in self.followers.values():
@@ -464,11 +504,25 @@ class Cluster:
                 await self._rebuild(follower)
 
     async def _leader_key(self, follower: _Follower, revision: int) -> KeyValue | None:
-        """The partition's leader key at `revision` (None: it has no leader), and its leader noted."""
-        found = await self.etcd.range(follower.keys.leader, revision=revision)
-        kv = found.kvs[0] if found.kvs else None
+        """The partition's leader key at `revision` (None: it has no leader), and its leader noted
+        (with the hand-off marker beside it: whether the last change was one)."""
+        keys = follower.keys
+        found = await self.etcd.range(keys.handed, keys.leader + "\0", revision=revision)
+        kv = None
+        for entry in found.kvs:
+            if entry.key == keys.handed.encode():
+                self._handed(follower, entry.value)
+            elif entry.key == keys.leader.encode():
+                kv = entry
         self._set_leader(follower, None if kv is None else self._parse_leader(kv))
         return kv
+
+    @staticmethod
+    def _handed(follower: _Follower, value: bytes) -> None:
+        try:
+            follower.handed_epoch = int(json.loads(value)["epoch"])
+        except (ValueError, KeyError, TypeError):
+            pass  # (not ours to read: counted as a failover)
 
     @staticmethod
     def _parse_leader(kv: Any) -> Leader:
@@ -477,7 +531,12 @@ class Cluster:
 
     def _set_leader(self, follower: _Follower, leader: Leader | None) -> None:
         if leader is not None and leader.epoch != follower.epoch_seen:
-            follower.leader_changes += 1 if follower.epoch_seen else 0
+            if follower.epoch_seen:
+                follower.leader_changes += 1
+                if follower.handed_epoch == follower.epoch_seen:
+                    follower.handoffs += 1
+                else:
+                    follower.failovers += 1
             follower.epoch_seen = leader.epoch
         if leader != follower.leader:
             if follower.leader is not None:
@@ -514,8 +573,27 @@ class Cluster:
         # As recovery does: this node never decides with a time earlier than one the log holds
         # (another node's clock may be a little ahead of this one's).
         self.clock.advance_anchor_to(replayed.newest_ms)
-        follower.store.journal.append_encoded(follower.next_lsn, replayed.bodies)  # type: ignore[union-attr]
+        follower.store.copy(follower.next_lsn, replayed.bodies)
+        self._grew(follower, follower.next_lsn, len(data))
         follower.next_lsn = replayed.last_lsn + 1
+
+    @staticmethod
+    def _grew(follower: _Follower, first_lsn: int, size: int) -> None:
+        """The log in etcd holds one more batch, of `size` bytes, at `first_lsn`."""
+        sizes = follower.log_sizes
+        while sizes and sizes[-1][0] >= first_lsn:  # read again (this node's copy was read anew)
+            follower.log_bytes -= sizes.pop()[1]
+        sizes.append((first_lsn, size))
+        follower.log_bytes += size
+        follower.written_bytes += size
+
+    @staticmethod
+    def _trimmed(follower: _Follower, lsn: int) -> None:
+        """The batch at `lsn`, and every one before it, are gone from the log in etcd."""
+        sizes = follower.log_sizes
+        while sizes and sizes[0][0] <= lsn:
+            follower.log_bytes -= sizes.popleft()[1]
+        assert follower.log_bytes >= 0
 
     async def _follow(self, follower: _Follower, revision: int) -> None:
         """Apply new batches as the leader commits them; return when the leader key goes away."""
@@ -524,7 +602,10 @@ class Cluster:
             async for response in watch:
                 for event in response.events:
                     key = event.kv.key
-                    if key == keys.leader.encode():
+                    if key == keys.handed.encode():
+                        if event.type == "PUT":
+                            self._handed(follower, event.kv.value)
+                    elif key == keys.leader.encode():
                         if event.type == "DELETE":
                             self._set_leader(follower, None)
                             return
@@ -535,6 +616,8 @@ class Cluster:
                             self._apply(follower, event.kv.value)
                         elif lsn > follower.next_lsn:  # missed one: read the log again
                             return
+                    elif key.startswith(keys.log_prefix.encode()):  # the leader trimmed the log
+                        self._trimmed(follower, keys.lsn_of(key))
 
     async def _campaign(self, follower: _Follower) -> None:
         """Try to become the partition's leader (after the preferred nodes had their chance).
@@ -639,13 +722,17 @@ class Cluster:
             if journal is not None and journal.failure is None:
                 journal.fail(Fenced(f"this node no longer leads partition {number} ({reason})"))
         if reason in ("stepped down", "failed") and session.alive:
-            try:  # hand the key back now (fenced on the epoch): the preferred node takes it at once
-                await self.etcd.txn([Compare.create_revision(follower.keys.leader, "==", epoch)],
-                                    [Op.delete(follower.keys.leader)], repeatable=True)
+            # Hand the key back now (fenced on the epoch): the preferred node takes it at once. A
+            # hand-off says so in the marker key, so that every node counts it as one, not as a failover.
+            keys, handed = follower.keys, json.dumps({"epoch": epoch, "from": self.node_id, "to": follower.handed_to})
+            ops = [Op.delete(keys.leader)] + ([Op.put(keys.handed, handed)] if reason == "stepped down" else [])
+            try:
+                await self.etcd.txn([Compare.create_revision(keys.leader, "==", epoch)], ops, repeatable=True)
             except EtcdError as error:
                 log.warning("partition %d: could not hand the leader key back: %s", number, error)
-        log.warning("partition %d: no longer leading (%s)", number, reason,
-                    extra={"event": "not_leading", "fields": {"partition": number, "reason": reason}})
+        routine = reason == "stepped down"  # (a rebalance or a planned stop; the others are worth a look)
+        log.log(logging.INFO if routine else logging.WARNING, "partition %d: no longer leading (%s)", number, reason,
+                extra={"event": "not_leading", "fields": {"partition": number, "reason": reason}})
         await self._rebuild(follower)
 
     async def _take_over(self, follower: _Follower, session: LeaseKeeper, epoch: int) -> EtcdJournal | None:
@@ -685,7 +772,7 @@ class Cluster:
         partition.lead(journal)
         self._changed(follower)  # (the requests waiting here for it go on at once)
         took_ms = round((trio.current_time() - started) * 1000)
-        log.warning("partition %d: leading from LSN %d (epoch %d, took %d ms)", number, journal.durable_lsn, epoch, took_ms,
+        log.info("partition %d: leading from LSN %d (epoch %d, took %d ms)", number, journal.durable_lsn, epoch, took_ms,
                     extra={"event": "leading", "fields": {"partition": number, "epoch": epoch, "lsn": journal.durable_lsn, "ms": took_ms}})
         async with trio.open_nursery() as nursery:
             nursery.start_soon(journal.run)
@@ -709,7 +796,8 @@ class Cluster:
 
     def _committed(self, follower: _Follower, first_lsn: int, bodies: list[bytes]) -> None:
         assert first_lsn == follower.next_lsn, "the local copy goes on where the log's last batch ended"
-        follower.store.journal.append_encoded(first_lsn, bodies)  # type: ignore[union-attr]
+        follower.store.copy(first_lsn, bodies)
+        self._grew(follower, first_lsn, sum(len(body) for body in bodies) + FRAME_HEADER_BYTES * len(bodies))
         follower.next_lsn = first_lsn + len(bodies)
 
     def _partition_of(self, follower: _Follower) -> Partition:
@@ -795,20 +883,45 @@ class Cluster:
     # -- keeping the log short, and the partitions spread -------------------------------------------
 
     async def _trim(self) -> None:
+        """Every `trim_every_s`: each partition this node leads loses the batches every live node
+        has in a snapshot (or, past `LOG_SHARE_OVER` times its share of the budget, the batches
+        under the leader's own snapshot), and the leader of partition 0 compacts etcd's history
+        below the revision it saw one round before (`_compact`)."""
         while True:
-            await trio.sleep(TRIM_EVERY_S)
+            await trio.sleep(self.trim_every_s)
             for follower in list(self.followers.values()):
                 journal = follower.journal
                 if journal is None or journal.failure is not None:
                     continue
-                held = [int(node.get("snapshots", {}).get(str(follower.number), 0)) for node in self.nodes.values()]
-                floor = min(held, default=0)
+                floor = self._trim_floor(follower)
                 if floor <= 0:
                     continue
                 try:
                     await self._trim_below(follower, journal.epoch, floor)
                 except EtcdError as error:
                     log.warning("partition %d: trimming the log failed: %s", follower.number, error)
+            if self.leads(0):
+                try:
+                    await self._compact()
+                except EtcdError as error:
+                    log.warning("compacting etcd's history failed: %s", error)
+
+    def _trim_floor(self, follower: _Follower) -> int:
+        """The LSN at or below which the partition's log may go: the oldest snapshot a live node
+        has of it, unless the log holds more than its share allows (then this node's own)."""
+        number = str(follower.number)
+        held = {node: int(value.get("snapshots", {}).get(number, 0)) for node, value in self.nodes.items()}
+        own = follower.store.snapshot_lsn
+        held[self.node_id] = own
+        floor = min(held.values())
+        if follower.log_bytes > LOG_SHARE_OVER * self.log_share_bytes and own > floor:
+            behind = sorted(node for node, lsn in held.items() if lsn < own)
+            log.warning("partition %d: its log holds %d bytes in etcd, over %d times its share (%d): trimmed below this "
+                        "node's snapshot at LSN %d; node(s) %s have older snapshots", follower.number, follower.log_bytes,
+                        LOG_SHARE_OVER, self.log_share_bytes, own, ", ".join(behind),
+                        extra={"event": "trim_past_nodes", "fields": {"partition": follower.number, "nodes": behind}})
+            floor = own
+        return floor
 
     async def _trim_below(self, follower: _Follower, epoch: int, floor: int) -> None:
         """Delete every batch wholly at or below `floor` (every live node has a snapshot there)."""
@@ -817,7 +930,26 @@ class Cluster:
         if len(found.kvs) < 2:
             return
         last = found.kvs[-1].key  # may hold records past the floor: kept
-        await self.etcd.txn([Compare.create_revision(keys.leader, "==", epoch)], [Op.delete(keys.log_prefix, last)])
+        done = await self.etcd.txn([Compare.create_revision(keys.leader, "==", epoch)], [Op.delete(keys.log_prefix, last)])
+        if done.succeeded:
+            self._trimmed(follower, keys.lsn_of(found.kvs[-2].key))
+
+    async def _compact(self) -> None:
+        """Compact etcd's history below the revision seen a round ago: what was trimmed (and every
+        older value of the nodes' keys) leaves etcd's database, whose freed pages etcd then reuses,
+        so it stops growing. A round's margin lets every watch that is a moment behind go on (one
+        further behind is canceled and reads again, as after any compaction). A compaction already
+        made past it (etcd's own auto-compaction, another node) is left as it is."""
+        now = (await self.etcd.range(self.prefix + "meta", keys_only=True)).header.revision
+        target, self._compact_next = self._compact_next, now
+        if target <= self.compacted_revision:
+            return
+        try:
+            await self.etcd.compact(target)
+        except EtcdCompacted:
+            pass
+        self.compacted_revision = target
+        self.compactions += 1
 
     def _rebalance(self) -> None:
         """Step down from one partition while this node leads more than its share (one a round:
@@ -979,10 +1111,18 @@ class Cluster:
     def status(self) -> dict:
         """The partition map and the nodes, as `GET /v1/cluster` answers it: each partition's
         leader, its last LSN, and how far behind it each standby is (from what the nodes last
-        published: at most PUBLISH_EVERY_S old)."""
+        published: at most PUBLISH_EVERY_S old).
+
+        One view, made at once (no await): what each node leads is read from the same leader keys
+        as the map (this node's watch on them), never from what the nodes last published, which
+        may be a moment old and name a partition another node leads now. So the nodes' LEADS and
+        the map agree, and no partition is listed under two nodes."""
         partitions = []
+        leads: dict[str, list[int]] = {}
         for number, follower in sorted(self.followers.items()):
             leader = follower.leader
+            if leader is not None:
+                leads.setdefault(leader.node, []).append(number)
             newest = None if leader is None else self.applied(number, leader.node)
             standbys = []
             for node in sorted(set(self.nodes) | {self.node_id}):
@@ -997,13 +1137,18 @@ class Cluster:
                 "leaderLsn": newest,
                 "appliedLsn": follower.next_lsn - 1,
                 "snapshotLsn": follower.store.snapshot_lsn,
-                "failovers": follower.leader_changes,
+                "failovers": follower.failovers,
+                "handoffs": follower.handoffs,
                 "takeovers": follower.takeovers,
+                "logBytes": follower.log_bytes,
                 "standbys": standbys,
             })
         nodes = []
-        for node, value in sorted(self.nodes.items()):
-            nodes.append({"node": node, "url": value.get("url"), "leads": value.get("leads", []),
+        urls = {leader.node: leader.url for f in self.followers.values() if (leader := f.leader) is not None}
+        for node in sorted(set(self.nodes) | set(leads) | {self.node_id}):
+            value = self.nodes.get(node, {})
+            url = self.advertise if node == self.node_id else value.get("url", urls.get(node))
+            nodes.append({"node": node, "url": url, "leads": leads.get(node, []), "live": node in self.nodes or node == self.node_id,
                           "applied": value.get("applied", {}), "snapshots": value.get("snapshots", {})})
         return {
             "cluster": self.name, "node": self.node_id, "partitions": self.partitions, "layout": "crc32",
@@ -1038,3 +1183,8 @@ class Cluster:
 
     _nursery: trio.Nursery | None = None
     _keys_sync: trio.Event | None = None
+    # etcd's history: the revision compacted below last (by this node), how many times, and the
+    # revision seen at the last round (compacted at the next).
+    compacted_revision: int = 0
+    compactions: int = 0
+    _compact_next: int = 0

@@ -159,6 +159,7 @@ class Runtime:
             endpoints=[url.strip().rstrip("/") for url in settings.etcd.split(",")],  # type: ignore[union-attr]
             name=settings.cluster, node_id=self.node_id(), advertise=self.advertise(),
             data_dir=settings.data_dir, partitions=settings.partitions, lease_s=settings.cluster_lease_s,  # type: ignore[arg-type]
+            log_bytes_max=settings.cluster_log_bytes_max, trim_every_s=settings.cluster_trim_every_s,
             model=state_model(self.limits), clock=clock, **self._store_options(),
         )
         cluster.etcd.on_attempt = EtcdLatency(self.telemetry.metrics.registry)

@@ -76,11 +76,14 @@ class Unresolved(Exception):
 class PartitionKeys:
     """The etcd keys of one partition of a cluster."""
 
-    __slots__ = ("prefix", "leader", "log_prefix")
+    __slots__ = ("prefix", "leader", "handed", "log_prefix")
 
     def __init__(self, cluster_prefix: str, number: int) -> None:
         self.prefix = f"{cluster_prefix}p/{number:03d}/"
         self.leader = self.prefix + "leader"
+        # Put with the leader key's deletion when a leader hands the partition over: {"epoch": its
+        # epoch, "from", "to"} (what tells a hand-off from a failover; it sorts before "leader").
+        self.handed = self.prefix + "handed"
         self.log_prefix = self.prefix + "log/"
 
     def log(self, first_lsn: int) -> str:

@@ -36,10 +36,10 @@ async def cluster_map(services: Runtime, request: Request) -> tuple[int, dict]:
         return 200, cluster.status()
     kernel = services.kernel
     assert kernel is not None
-    node = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "applied": {}, "snapshots": {}}
+    node = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "live": True, "applied": {}, "snapshots": {}}
     partitions = [
         {"partition": p.number, "leader": {"node": "local", "url": None, "epoch": 0}, "leaderLsn": p.journal.durable_lsn,
-         "appliedLsn": p.journal.durable_lsn, "snapshotLsn": 0, "failovers": 0, "takeovers": 0, "standbys": []}
+         "appliedLsn": p.journal.durable_lsn, "snapshotLsn": 0, "failovers": 0, "handoffs": 0, "takeovers": 0, "logBytes": 0, "standbys": []}
         for p in kernel.partitions
     ]
     return 200, {"cluster": None, "node": "local", "partitions": kernel.layout.count, "layout": "crc32",
