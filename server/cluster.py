@@ -54,7 +54,7 @@ say so in their node keys); a node whose copy is older than what the log still h
 for its snapshot (`GET /v1/cluster/partitions/{n}/snapshot`, shown the cluster's secret). Each
 node snapshots a partition once its copy holds the partition's share of `log_bytes_max` past its
 last snapshot, and the leader of partition 0 compacts etcd's history below what was trimmed
-(`_compact`), so etcd's database stays within a bound of the budget (docs/cluster.md, "etcd's size").
+(`cluster_log.py`), so etcd's database stays within a bound of the budget (docs/cluster.md, "etcd's size").
 
 A campaign whose answer is lost or late, although the key was made, is resolved by reading the
 key back (`_resolve_own`): a partition is never left following a leader key of its own node.
@@ -82,7 +82,7 @@ from ..actors.partition import Partition
 from ..actors.layout import Layout
 from ..actors.errors import UNAVAILABLE, KernelError
 from ..snapshots.datadir import Manifest, make_data_dir, partition_dir, read_manifest
-from ..snapshots.etcd import Compare, EtcdClient, EtcdCompacted, EtcdError, KeyValue, LeaseKeeper, Op, WatchCanceled, prefix_end
+from ..snapshots.etcd import Compare, EtcdClient, EtcdError, KeyValue, LeaseKeeper, Op, WatchCanceled, prefix_end
 from ..snapshots.etcd_journal import EtcdJournal, Fenced, PartitionKeys
 from ..snapshots.frame import FRAME_HEADER_BYTES
 from ..snapshots.model import StateModel
@@ -90,6 +90,8 @@ from ..snapshots.recovery import RecoveryError, load, replay_batch, snapshot_dir
 from ..snapshots.snapshot import list_snapshots
 from ..snapshots.store import Store, StoreConfig, lock_dir
 from ..snapshots.wal import RunBlocking
+from . import cluster_log, cluster_view
+from .cluster_log import SECRET_HEADER
 
 __all__ = ["Cluster", "ClusterError", "Leader", "STANDBY", "DEFAULT_PARTITIONS"]
 
@@ -106,18 +108,12 @@ CAMPAIGN_DELAY_S = 0.3
 PUBLISH_EVERY_S = 2.0
 TRIM_EVERY_S = 10.0
 LOG_BYTES_MAX = 256 << 20
-# A partition's log past this many times its share of `log_bytes_max` is trimmed below the leader's
-# own snapshot, leaving out the nodes whose snapshots are older (a node that cannot snapshot, say):
-# one slow node does not make etcd grow without end. Such a node, restarted, may need a peer's
-# snapshot (`_bootstrap`); one that keeps applying the log needs nothing.
-LOG_SHARE_OVER = 2
 # Batches read from the log per request while catching up.
 CATCH_UP_BATCHES = 64
 # A node steps down from a partition whose preferred node was at most this many records behind
 # when it last said (every PUBLISH_EVERY_S): under a steady load it is never exactly caught up,
 # and the new leader reads the rest before it serves (a few milliseconds for this many).
 HANDOFF_LAG_MAX = 5000
-SECRET_HEADER = "x-runstate-cluster-secret"
 # A request with a key this node does not know waits at most this long for the keys' log.
 KEYS_SYNC_S = 2.0
 # When a node stops leading a partition: how long the batch it was writing may take to be answered
@@ -334,7 +330,7 @@ class Cluster:
                 for number in self.followers:
                     nursery.start_soon(self._partition, number)
                 nursery.start_soon(self._publish)
-                nursery.start_soon(self._trim)
+                nursery.start_soon(cluster_log.keep_trimming, self)
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
@@ -387,7 +383,7 @@ class Cluster:
         finally:
             done.set()
 
-    async def _reopen_store(self, follower: _Follower) -> None:
+    async def reopen_store(self, follower: _Follower) -> None:
         """Stop the local copy's tasks, close it, open it again from its folder (recovered)."""
         if follower.store_scope is not None:
             follower.store_scope.cancel()
@@ -559,7 +555,7 @@ class Cluster:
             for kv in found.kvs:
                 lsn = keys.lsn_of(kv.key)
                 if lsn != follower.next_lsn:
-                    await self._bootstrap(follower, lsn)
+                    await cluster_log.bootstrap(self, follower, lsn)
                     break
                 self._apply(follower, kv.value)
             else:
@@ -574,26 +570,8 @@ class Cluster:
         # (another node's clock may be a little ahead of this one's).
         self.clock.advance_anchor_to(replayed.newest_ms)
         follower.store.copy(follower.next_lsn, replayed.bodies)
-        self._grew(follower, follower.next_lsn, len(data))
+        cluster_log.grew(follower, follower.next_lsn, len(data))
         follower.next_lsn = replayed.last_lsn + 1
-
-    @staticmethod
-    def _grew(follower: _Follower, first_lsn: int, size: int) -> None:
-        """The log in etcd holds one more batch, of `size` bytes, at `first_lsn`."""
-        sizes = follower.log_sizes
-        while sizes and sizes[-1][0] >= first_lsn:  # read again (this node's copy was read anew)
-            follower.log_bytes -= sizes.pop()[1]
-        sizes.append((first_lsn, size))
-        follower.log_bytes += size
-        follower.written_bytes += size
-
-    @staticmethod
-    def _trimmed(follower: _Follower, lsn: int) -> None:
-        """The batch at `lsn`, and every one before it, are gone from the log in etcd."""
-        sizes = follower.log_sizes
-        while sizes and sizes[0][0] <= lsn:
-            follower.log_bytes -= sizes.popleft()[1]
-        assert follower.log_bytes >= 0
 
     async def _follow(self, follower: _Follower, revision: int) -> None:
         """Apply new batches as the leader commits them; return when the leader key goes away."""
@@ -617,7 +595,7 @@ class Cluster:
                         elif lsn > follower.next_lsn:  # missed one: read the log again
                             return
                     elif key.startswith(keys.log_prefix.encode()):  # the leader trimmed the log
-                        self._trimmed(follower, keys.lsn_of(key))
+                        cluster_log.trimmed(follower, keys.lsn_of(key))
 
     async def _campaign(self, follower: _Follower) -> None:
         """Try to become the partition's leader (after the preferred nodes had their chance).
@@ -797,7 +775,7 @@ class Cluster:
     def _committed(self, follower: _Follower, first_lsn: int, bodies: list[bytes]) -> None:
         assert first_lsn == follower.next_lsn, "the local copy goes on where the log's last batch ended"
         follower.store.copy(first_lsn, bodies)
-        self._grew(follower, first_lsn, sum(len(body) for body in bodies) + FRAME_HEADER_BYTES * len(bodies))
+        cluster_log.grew(follower, first_lsn, sum(len(body) for body in bodies) + FRAME_HEADER_BYTES * len(bodies))
         follower.next_lsn = first_lsn + len(bodies)
 
     def _partition_of(self, follower: _Follower) -> Partition:
@@ -826,130 +804,13 @@ class Cluster:
         blocking = self.run_blocking or trio.to_thread.run_sync
         loaded = await blocking(lambda: load(folder, self.model, repair=False, partition=number))
         if loaded.last_lsn != journal.appended_lsn:  # the copy itself failed: read it anew
-            await self._reopen_store(follower)
+            await self.reopen_store(follower)
             self._partition_of(follower).follow(STANDBY)
         else:
             follower.next_lsn = loaded.last_lsn + 1
             self._partition_of(follower).follow(STANDBY, loaded.state)
 
-    async def _bootstrap(self, follower: _Follower, first_lsn_held: int) -> None:
-        """This node's copy ends before the oldest batch the log still holds (the log was trimmed
-        past it while the node was away): take the newest snapshot a peer has of the partition,
-        then read the log from there. Raises `RecoveryError` when no peer has one that reaches."""
-        number, tried = follower.number, []
-        leader = follower.leader
-        peers = [leader.url] if leader is not None and leader.node != self.node_id else []
-        peers += [str(value.get("url")) for node, value in self.nodes.items() if node != self.node_id]
-        for url in dict.fromkeys(peers):
-            try:
-                with trio.fail_after(30):
-                    answer = await self.http.get(f"{url}/v1/cluster/partitions/{number}/snapshot",
-                                                 headers={SECRET_HEADER: self.secret})
-            except (httpx.HTTPError, trio.TooSlowError) as error:
-                tried.append(f"{url}: {error!r}")
-                continue
-            lsn = int(answer.headers.get("x-runstate-snapshot-lsn", "0"))
-            if answer.status_code != 200 or lsn + 1 < first_lsn_held:
-                tried.append(f"{url}: {answer.status_code}, snapshot at LSN {lsn}")
-                continue
-            blocking = self.run_blocking or trio.to_thread.run_sync
-            await blocking(self._keep_snapshot, number, lsn, answer.content)
-            log.warning("partition %d: took a snapshot at LSN %d from %s (the log holds from %d on)",
-                        number, lsn, url, first_lsn_held,
-                        extra={"event": "bootstrap", "fields": {"partition": number, "lsn": lsn, "from": url}})
-            await self._reopen_store(follower)
-            return
-        raise RecoveryError(
-            follower.keys.log(follower.next_lsn), 0,
-            f"the log holds batches from LSN {first_lsn_held} on, this node's copy ends at {follower.next_lsn - 1}, "
-            f"and no peer gave a snapshot that reaches it ({'; '.join(tried) or 'no peer'})",
-        )
-
-    def _keep_snapshot(self, number: int, lsn: int, data: bytes) -> None:
-        """Write a peer's snapshot into this node's copy (atomically); older files of the copy
-        that it covers are left for the next snapshot's pruning."""
-        folder = snapshot_dir(partition_dir(self.data_dir, number))
-        path = os.path.join(folder, f"{lsn:020d}.snap")
-        temporary = path + ".tmp"
-        fd = self.disk.create(temporary)
-        try:
-            self.disk.write(fd, data)
-            self.disk.fsync(fd, temporary)
-        finally:
-            self.disk.close(fd)
-        self.disk.replace(temporary, path)
-        self.disk.fsync_dir(folder)
-
     # -- keeping the log short, and the partitions spread -------------------------------------------
-
-    async def _trim(self) -> None:
-        """Every `trim_every_s`: each partition this node leads loses the batches every live node
-        has in a snapshot (or, past `LOG_SHARE_OVER` times its share of the budget, the batches
-        under the leader's own snapshot), and the leader of partition 0 compacts etcd's history
-        below the revision it saw one round before (`_compact`)."""
-        while True:
-            await trio.sleep(self.trim_every_s)
-            for follower in list(self.followers.values()):
-                journal = follower.journal
-                if journal is None or journal.failure is not None:
-                    continue
-                floor = self._trim_floor(follower)
-                if floor <= 0:
-                    continue
-                try:
-                    await self._trim_below(follower, journal.epoch, floor)
-                except EtcdError as error:
-                    log.warning("partition %d: trimming the log failed: %s", follower.number, error)
-            if self.leads(0):
-                try:
-                    await self._compact()
-                except EtcdError as error:
-                    log.warning("compacting etcd's history failed: %s", error)
-
-    def _trim_floor(self, follower: _Follower) -> int:
-        """The LSN at or below which the partition's log may go: the oldest snapshot a live node
-        has of it, unless the log holds more than its share allows (then this node's own)."""
-        number = str(follower.number)
-        held = {node: int(value.get("snapshots", {}).get(number, 0)) for node, value in self.nodes.items()}
-        own = follower.store.snapshot_lsn
-        held[self.node_id] = own
-        floor = min(held.values())
-        if follower.log_bytes > LOG_SHARE_OVER * self.log_share_bytes and own > floor:
-            behind = sorted(node for node, lsn in held.items() if lsn < own)
-            log.warning("partition %d: its log holds %d bytes in etcd, over %d times its share (%d): trimmed below this "
-                        "node's snapshot at LSN %d; node(s) %s have older snapshots", follower.number, follower.log_bytes,
-                        LOG_SHARE_OVER, self.log_share_bytes, own, ", ".join(behind),
-                        extra={"event": "trim_past_nodes", "fields": {"partition": follower.number, "nodes": behind}})
-            floor = own
-        return floor
-
-    async def _trim_below(self, follower: _Follower, epoch: int, floor: int) -> None:
-        """Delete every batch wholly at or below `floor` (every live node has a snapshot there)."""
-        keys = follower.keys
-        found = await self.etcd.range(keys.log_prefix, keys.log(floor + 1), keys_only=True)
-        if len(found.kvs) < 2:
-            return
-        last = found.kvs[-1].key  # may hold records past the floor: kept
-        done = await self.etcd.txn([Compare.create_revision(keys.leader, "==", epoch)], [Op.delete(keys.log_prefix, last)])
-        if done.succeeded:
-            self._trimmed(follower, keys.lsn_of(found.kvs[-2].key))
-
-    async def _compact(self) -> None:
-        """Compact etcd's history below the revision seen a round ago: what was trimmed (and every
-        older value of the nodes' keys) leaves etcd's database, whose freed pages etcd then reuses,
-        so it stops growing. A round's margin lets every watch that is a moment behind go on (one
-        further behind is canceled and reads again, as after any compaction). A compaction already
-        made past it (etcd's own auto-compaction, another node) is left as it is."""
-        now = (await self.etcd.range(self.prefix + "meta", keys_only=True)).header.revision
-        target, self._compact_next = self._compact_next, now
-        if target <= self.compacted_revision:
-            return
-        try:
-            await self.etcd.compact(target)
-        except EtcdCompacted:
-            pass
-        self.compacted_revision = target
-        self.compactions += 1
 
     def _rebalance(self) -> None:
         """Step down from one partition while this node leads more than its share (one a round:
@@ -1061,117 +922,6 @@ class Cluster:
                 await _first(events)
         return follower.leader
 
-    def unserved(self, number: int) -> str:
-        """Why no node serves partition `number` for this one now, as a request's 503 says it."""
-        session, leader = self.session, self.followers[number].leader
-        if session is None or not session.alive:
-            return (f"partition {number} cannot be served through this node now: {self.etcd_trouble()}; "
-                    "its requests wait for that to pass. Try again")
-        if leader is None:
-            return f"partition {number} has no leader now (a failover is under way); try again"
-        if leader.node == self.node_id:
-            return f"partition {number}: this node is taking it over and does not serve it yet; try again"
-        return f"partition {number}: its leader {leader.node} cannot be reached from this node now; try again"
-
-    def etcd_trouble(self) -> str:
-        """What this node's session with etcd lacks now (for answers and /healthz)."""
-        session = self.session
-        if session is None:
-            return "this node has not opened its session with etcd yet"
-        if session.lost.is_set():
-            return f"this node's session with etcd ended ({session.lost_reason}); a new one is being opened"
-        lapsed_s = max(0.0, trio.current_time() - session.deadline)
-        error = session.last_error
-        failures = getattr(error, "failures", None) or [str(error)]
-        if error is not None and any("no leader" in failure for failure in failures):
-            why = "etcd has no leader (the members that answer have lost their quorum)"
-        else:
-            why = "etcd's members do not answer this node"
-        return f"{why}: no keepalive of this node's session answered for {lapsed_s:.1f} s past its deadline"
-
-    def applied(self, number: int, node: str) -> int | None:
-        """How far `node` has applied partition `number`: this node's own point, or what `node` last
-        published (every PUBLISH_EVERY_S; None when it has said nothing)."""
-        if node == self.node_id:
-            return self.followers[number].next_lsn - 1
-        value = self.nodes.get(node, {}).get("applied", {}).get(str(number))
-        return None if value is None else int(value)
-
-    def lag(self, number: int) -> int | None:
-        """How many records this node is behind the leader of `number` (0 when it leads it; None
-        while the partition has no leader or the leader has said nothing yet)."""
-        leader = self.followers[number].leader
-        if leader is None:
-            return None
-        if leader.node == self.node_id:
-            return 0
-        newest = self.applied(number, leader.node)
-        return None if newest is None else max(0, newest - self.applied(number, self.node_id))  # type: ignore[operator]
-
-    def status(self) -> dict:
-        """The partition map and the nodes, as `GET /v1/cluster` answers it: each partition's
-        leader, its last LSN, and how far behind it each standby is (from what the nodes last
-        published: at most PUBLISH_EVERY_S old).
-
-        One view, made at once (no await): what each node leads is read from the same leader keys
-        as the map (this node's watch on them), never from what the nodes last published, which
-        may be a moment old and name a partition another node leads now. So the nodes' LEADS and
-        the map agree, and no partition is listed under two nodes."""
-        partitions = []
-        leads: dict[str, list[int]] = {}
-        for number, follower in sorted(self.followers.items()):
-            leader = follower.leader
-            if leader is not None:
-                leads.setdefault(leader.node, []).append(number)
-            newest = None if leader is None else self.applied(number, leader.node)
-            standbys = []
-            for node in sorted(set(self.nodes) | {self.node_id}):
-                if leader is not None and node == leader.node:
-                    continue
-                applied = self.applied(number, node)
-                standbys.append({"node": node, "appliedLsn": applied,
-                                 "lagRecords": None if newest is None or applied is None else max(0, newest - applied)})
-            partitions.append({
-                "partition": number,
-                "leader": None if leader is None else {"node": leader.node, "url": leader.url, "epoch": leader.epoch},
-                "leaderLsn": newest,
-                "appliedLsn": follower.next_lsn - 1,
-                "snapshotLsn": follower.store.snapshot_lsn,
-                "failovers": follower.failovers,
-                "handoffs": follower.handoffs,
-                "takeovers": follower.takeovers,
-                "logBytes": follower.log_bytes,
-                "standbys": standbys,
-            })
-        nodes = []
-        urls = {leader.node: leader.url for f in self.followers.values() if (leader := f.leader) is not None}
-        for node in sorted(set(self.nodes) | set(leads) | {self.node_id}):
-            value = self.nodes.get(node, {})
-            url = self.advertise if node == self.node_id else value.get("url", urls.get(node))
-            nodes.append({"node": node, "url": url, "leads": leads.get(node, []), "live": node in self.nodes or node == self.node_id,
-                          "applied": value.get("applied", {}), "snapshots": value.get("snapshots", {})})
-        return {
-            "cluster": self.name, "node": self.node_id, "partitions": self.partitions, "layout": "crc32",
-            "map": partitions, "nodes": nodes,
-        }
-
-    def readiness(self) -> str | None:
-        """Why this node cannot serve now, or None: its session is alive, every partition has a
-        leader, and it serves every partition that names it as leader."""
-        session = self.session
-        if session is None:
-            return "this node has no session with etcd yet"
-        if not session.alive:
-            return f"this node has no session with etcd now: {self.etcd_trouble()}"
-        leaderless = [n for n, f in self.followers.items() if f.leader is None]
-        if leaderless:
-            return f"partition(s) {', '.join(map(str, leaderless))} have no leader yet"
-        unserved = [n for n, f in self.followers.items() if f.leader is not None and f.leader.node == self.node_id
-                    and not self.leads(n)]
-        if unserved:
-            return f"partition(s) {', '.join(map(str, unserved))} are led by this node, which does not serve them yet"
-        return None
-
     @property
     def http(self) -> httpx.AsyncClient:
         assert self._http is not None
@@ -1187,4 +937,4 @@ class Cluster:
     # revision seen at the last round (compacted at the next).
     compacted_revision: int = 0
     compactions: int = 0
-    _compact_next: int = 0
+    compact_next: int = 0

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Iterator
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from . import cluster_view
+
 if TYPE_CHECKING:
     from .cluster import Cluster
 
@@ -60,7 +62,7 @@ def cluster_families(cluster: "Cluster") -> Iterator[Metric]:
         label = [str(number)]
         leader.add_metric(label, 1 if cluster.leads(number) else 0)
         applied.add_metric(label, follower.next_lsn - 1)
-        behind = cluster.lag(number)
+        behind = cluster_view.lag(cluster, number)
         if behind is not None:
             lag.add_metric(label, behind)
         changes.add_metric(label, follower.leader_changes)

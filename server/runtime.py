@@ -32,6 +32,7 @@ from ..actors.keys import digest, new_secret
 from ..snapshots import RecoveryError, StoreLocked
 from ..snapshots.datadir import DataDir, DataDirError, open_data_dir, public_reason
 from ..snapshots.etcd import EtcdError
+from . import cluster_view
 from .cluster import STANDBY, Cluster, ClusterError
 from .cluster_metrics import EtcdLatency
 from .config import ConfigError
@@ -284,7 +285,7 @@ class Runtime:
         if self.kernel is None:
             return None
         if self.cluster is not None:
-            return self.cluster.readiness()
+            return cluster_view.readiness(self.cluster)
         reasons = []
         for partition in self.kernel.partitions:
             failure = partition.journal.failure

@@ -16,7 +16,8 @@ import trio
 
 from ...actors.errors import NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED
 from ..api import Doc, Reply, endpoint
-from ..cluster import SECRET_HEADER
+from .. import cluster_view
+from ..cluster_log import SECRET_HEADER
 from ..errors import ApiError
 from ..http import Raw, Request, Router
 from ..runtime import Runtime
@@ -33,7 +34,7 @@ async def cluster_map(services: Runtime, request: Request) -> tuple[int, dict]:
         raise ApiError(UNAUTHENTICATED, "the API key is not valid")
     cluster = services.cluster
     if cluster is not None:
-        return 200, cluster.status()
+        return 200, cluster_view.status(cluster)
     kernel = services.kernel
     assert kernel is not None
     node = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "live": True, "applied": {}, "snapshots": {}}
