@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["applied", "etcd_trouble", "lag", "readiness", "status", "unserved"]
 
+# What etcd's members said in their failed attempts this recently counts in `etcd_trouble`.
+TROUBLE_S = 5.0
+
 
 def applied(cluster: "Cluster", number: int, node: str) -> int | None:
     """How far `node` has applied partition `number`: this node's own point, or what `node` last
@@ -126,9 +129,8 @@ def etcd_trouble(cluster: "Cluster") -> str:
     if session.lost.is_set():
         return f"this node's session with etcd ended ({session.lost_reason}); a new one is being opened"
     lapsed_s = max(0.0, trio.current_time() - session.deadline)
-    error = session.last_error
-    failures = getattr(error, "failures", None) or [str(error)]
-    if error is not None and any("no leader" in failure for failure in failures):
+    said = cluster.etcd.trouble(within_s=TROUBLE_S) + [str(session.last_error or "")]
+    if any("no leader" in reason for reason in said):
         why = "etcd has no leader (the members that answer have lost their quorum)"
     else:
         why = "etcd's members do not answer this node"

@@ -222,6 +222,8 @@ class EtcdClient:
         self.requests = 0
         # Told the path and the seconds of every attempt that got an answer (the server's metrics).
         self.on_attempt: Callable[[str, float], None] | None = None
+        # Each member's last failed attempt (trio time, what it said), until it answers again.
+        self.failures: dict[str, tuple[float, str]] = {}
         self._preferred = 0
         # The attempt's cancel scope bounds each unary call; httpx's own timeouts only bound
         # connecting (so a connect that fails is told apart from an answer that never came) and
@@ -447,10 +449,10 @@ class EtcdClient:
             try:
                 document = await self._attempt(endpoint, path, payload, headers)
             except _NotDelivered as err:
-                failures.append(str(err))
+                failures.append(self._failed(endpoint, str(err)))
                 continue
             except _NoAnswer as err:
-                failures.append(str(err))
+                failures.append(self._failed(endpoint, str(err)))
                 if not repeatable:
                     self._preferred = (index + 1) % count
                     raise EtcdIndeterminate(endpoint, str(err)) from err
@@ -459,15 +461,26 @@ class EtcdClient:
                 if not err.unavailable:
                     self._preferred = index
                     raise
-                failures.append(f"{endpoint}: {err.message}")
+                failures.append(self._failed(endpoint, f"{endpoint}: {err.message}"))
                 if not (repeatable or err.not_applied):
                     self._preferred = (index + 1) % count
                     raise EtcdIndeterminate(endpoint, err.message) from err
                 continue
             self._preferred = index
+            self.failures.pop(endpoint, None)
             return document, endpoint
         self._preferred = (first + 1) % count
         raise EtcdUnavailable(failures)
+
+    def _failed(self, endpoint: str, reason: str) -> str:
+        self.failures[endpoint] = (trio.current_time(), reason)
+        return reason
+
+    def trouble(self, within_s: float) -> list[str]:
+        """What the members that failed an attempt in the last `within_s` seconds said, and
+        answered nothing since (a member's "no leader": etcd lost its quorum)."""
+        now = trio.current_time()
+        return [reason for at, reason in self.failures.values() if now - at <= within_s]
 
     async def _attempt(self, endpoint: str, path: str, payload: bytes, headers: dict[str, str] = _HEADERS) -> dict[str, Any]:
         self.requests += 1
@@ -722,6 +735,7 @@ class LeaseKeeper:
         self.answered = trio.Event()
         self._again = trio.Event()  # a keepalive failed at once (or the lease was lost): look again now
         self._in_flight = 0
+        self._failed_sent = -math.inf  # when the keepalive whose failure `last_error` is was sent
 
     @classmethod
     async def grant(cls, client: EtcdClient, ttl_s: int, *, outlive_deadline: bool = False) -> LeaseKeeper:
@@ -773,22 +787,31 @@ class LeaseKeeper:
         """One keepalive, sent at `sent`: the deadline moves to `sent` + the TTL etcd answers."""
         self._in_flight += 1
         try:
-            bound_s = self.client.attempt_s * len(self.client.endpoints)
+            # Past every member's attempt, so that the client's own account of each (a member
+            # that says it has no leader, one that does not answer) is what `last_error` keeps.
+            bound_s = self.client.attempt_s * len(self.client.endpoints) + 1.0
             with trio.move_on_after(bound_s):
                 ttl = await self.client.lease_keepalive(self.lease_id)
                 self.keepalives += 1
                 self.deadline = max(self.deadline, sent + ttl)
                 self._tell()
                 return
-            self.last_error = EtcdUnavailable([f"no keepalive answer within {bound_s:g} s"])
+            self._failed(sent, EtcdUnavailable([f"no keepalive answer within {bound_s:g} s"]))
         except EtcdLeaseNotFound as err:
             self._lose(str(err))
         except EtcdError as err:  # no member answered, or not as expected: ask again soon
-            self.last_error = err
+            self._failed(sent, err)
             await trio.sleep(self.RETRY_S)
             self._again.set()
         finally:
             self._in_flight -= 1
+
+    def _failed(self, sent: float, error: BaseException) -> None:
+        """Keep the failure of the newest keepalive sent (several may be on their way, and an older
+        one that ends later says less about now)."""
+        if sent >= self._failed_sent:
+            self._failed_sent = sent
+            self.last_error = error
 
     async def revoke(self) -> bool:
         """End the lease now (its keys go with it); False when it was already gone."""
