@@ -82,7 +82,7 @@ from ..actors.partition import Partition
 from ..actors.layout import Layout
 from ..actors.errors import UNAVAILABLE, KernelError
 from ..snapshots.datadir import Manifest, make_data_dir, partition_dir, read_manifest
-from ..snapshots.etcd import Compare, EtcdClient, EtcdError, KeyValue, LeaseKeeper, Op, WatchCanceled, prefix_end
+from ..snapshots.etcd import Compare, EtcdClient, EtcdError, EtcdUnavailable, KeyValue, LeaseKeeper, Op, WatchCanceled, prefix_end
 from ..snapshots.etcd_journal import EtcdJournal, Fenced, PartitionKeys
 from ..snapshots.frame import FRAME_HEADER_BYTES
 from ..snapshots.model import StateModel
@@ -103,6 +103,10 @@ DEFAULT_PARTITIONS = 8
 STANDBY = "this node follows the partition; its leader answers"
 # A follower that the partition does not prefer waits this long (times its rank) before it campaigns.
 CAMPAIGN_DELAY_S = 0.3
+# Joining: how many times a node asks etcd for the cluster's meta before it gives up (each time
+# every member has its attempt), and the pause between; the whole open is bounded by the runtime.
+JOIN_TRIES = 10
+JOIN_RETRY_S = 0.5
 # How often a node says what it has (applied and snapshotted LSNs) in its key; how often a leader
 # trims by default (`trim_every_s`), and what the partitions' logs may hold in etcd by default.
 PUBLISH_EVERY_S = 2.0
@@ -251,12 +255,7 @@ class Cluster:
         every partition; returns each partition's state as the local copy has it."""
         meta_key = self.prefix + "meta"
         asked = self.asked_partitions or DEFAULT_PARTITIONS
-        made = await self.etcd.txn(
-            [Compare.absent(meta_key)],
-            [Op.put(meta_key, json.dumps({"layout": 2, "partitions": asked})),
-             Op.put(self.prefix + "secret", secrets.token_hex(32))],
-            [Op.get(meta_key)],
-        )
+        made = await self._join(meta_key, asked)
         if made.succeeded:
             self.partitions = asked
             log.info("cluster %s made with %d partitions", self.name, asked,
@@ -269,7 +268,7 @@ class Cluster:
                     f"cluster {self.name} was made with {self.partitions} partition(s); the count is fixed when a "
                     f"cluster is made, so start without --partitions (or with --partitions {self.partitions})"
                 )
-        secret = await self.etcd.get(self.prefix + "secret")
+        secret = await self._until_answered(lambda: self.etcd.get(self.prefix + "secret"))
         self.secret = "" if secret is None else secret.value.decode()
         self.layout = Layout(self.partitions)
         # Each copy snapshots once it holds its partition's share of the logs' budget past the last.
@@ -291,6 +290,31 @@ class Cluster:
             states[number] = follower.store.state
         self._http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
         return states
+
+    async def _join(self, meta_key: str, asked: int) -> Any:
+        """Make the cluster's meta and secret if absent, else read the meta. Sending it twice is
+        harmless (a second copy finds the meta made by the first and reads it), so a member that
+        does not answer in time gives way to the next."""
+        return await self._until_answered(lambda: self.etcd.txn(
+            [Compare.absent(meta_key)],
+            [Op.put(meta_key, json.dumps({"layout": 2, "partitions": asked})),
+             Op.put(self.prefix + "secret", secrets.token_hex(32))],
+            [Op.get(meta_key)],
+            repeatable=True,
+        ))
+
+    async def _until_answered(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        """`call` (harmless to repeat) until etcd answers it, JOIN_TRIES times at most: a node
+        started while etcd is slow (an election, a loaded machine) waits for it instead of exiting."""
+        for attempt in range(1, JOIN_TRIES + 1):
+            try:
+                return await call()
+            except EtcdUnavailable as error:
+                if attempt == JOIN_TRIES:
+                    raise
+                log.warning("etcd did not answer this node's joining (%s); trying again", error)
+                await trio.sleep(JOIN_RETRY_S)
+        raise AssertionError("unreachable")
 
     async def _open_copy(self, number: int) -> _Follower:
         store = Store(

@@ -181,3 +181,28 @@ def test_while_etcd_has_no_quorum_requests_are_told_so(tmp_path: Path) -> None:
             nodes.wait_ready(20, settle=False)
         finally:
             nodes.close()
+
+
+def _joining(path: str, body: dict) -> bool:
+    """The node's first txn: make the cluster's meta if it is absent."""
+    return path == "/v3/kv/txn" and any(
+        base64.b64decode(compare.get("key", "")).endswith(b"/meta") for compare in body.get("compare", []))
+
+
+@pytest.mark.parametrize("fault", ["late", "lost"])
+def test_a_node_whose_joining_is_answered_late_or_not_at_all_asks_again_and_serves(tmp_path: Path, fault: str) -> None:
+    """A node started while etcd is slow (one member, its answer to the node's first txn held past
+    the client's 1 s attempt, or lost once made) asks again instead of exiting: the second copy
+    finds the meta the first made, or makes it, and the node serves."""
+    with EtcdCluster(1) as etcd, EtcdProxy(etcd.endpoints[0]) as proxy:
+        rule = proxy.add(Rule(_joining, hold_s=1.5 if fault == "late" else 0.0, drop=fault == "lost", times=1))
+        nodes = ClusterNodes(etcd, 1, tmp_path, endpoints=[proxy.url])
+        node = nodes.nodes[0]
+        try:
+            node.start()
+            assert rule.seen, "the node's joining was not caught"
+            _first_write(node.url)
+            nodes.wait_ready(10, settle=False)
+            assert any("did not answer this node's joining" in line for line in node.lines), "\n".join(node.lines[-20:])
+        finally:
+            nodes.close()
