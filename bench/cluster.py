@@ -244,6 +244,20 @@ def claim_cycles(procs: Processes, seconds: float, warmup_s: float, say=print) -
     return results
 
 
+def _led_by_live_nodes(made: Cluster, timeout_s: float = 60) -> tuple[dict, dict]:
+    """The map once every partition is led by a live node, and the live nodes by name: on a loaded
+    machine a partition can still be changing hands (a session lapsed at start) when the load begins."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leaders = made.nodes.map()  # type: ignore[attr-defined]
+        by_name = {node.name: node for node in made.nodes.live()}  # type: ignore[attr-defined]
+        if all(leader in by_name for leader in leaders.values()):
+            return leaders, by_name
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"a partition had no live leader for {timeout_s:.0f} s: {leaders}")
+        time.sleep(0.2)
+
+
 def _spaces_on_every_partition(made: Cluster) -> tuple[list[str], str]:
     """A space on each partition but the system one (0), and one key for all of them."""
     from tests.cluster.nodes import ADMIN_KEY
@@ -326,8 +340,7 @@ def etcd_size(seconds: float, say=print) -> EtcdSize:  # type: ignore[no-untyped
     with tempfile.TemporaryDirectory(prefix="bench-etcd-size-", dir=data_root()) as root, \
             cluster(3, Path(root), extra=extra) as made:
         spaces, key = _spaces_on_every_partition(made)
-        leaders = made.nodes.map()  # type: ignore[attr-defined]
-        by_name = {node.name: node for node in made.nodes.live()}  # type: ignore[attr-defined]
+        leaders, by_name = _led_by_live_nodes(made)
         targets = [made.target(by_name[leaders[made.nodes.layout.of(space)]], space, key) for space in spaces]  # type: ignore[attr-defined]
         before = _log_bytes(made)
         began = time.monotonic()
