@@ -119,6 +119,12 @@ _SERVER: tuple[Setting, ...] = (
             minimum=1, maximum=30),
     Setting("cluster_forward_wait_s", float, _DEFAULTS.cluster_forward_wait_s, "How long a request for a partition without a leader "
             "(a failover) waits for the new one before it is answered 503.", minimum=0, maximum=60),
+    Setting("cluster_log_bytes_max", int, _DEFAULTS.cluster_log_bytes_max, "Bytes the partitions' logs may hold in etcd, all "
+            "together: a node snapshots a partition once its copy holds this divided by the partitions past its last snapshot, "
+            "and the leader trims the log below the snapshots (etcd's database stays under about 3 times this plus 64 MiB: "
+            "docs/cluster.md).", minimum=1 << 20, maximum=1 << 34),
+    Setting("cluster_trim_every_s", float, _DEFAULTS.cluster_trim_every_s, "How often each leader trims its partitions' logs "
+            "in etcd below the snapshots every node has, and etcd's history of what was trimmed is compacted.", minimum=0.5, maximum=3600),
     Setting("api_key", str, _DEFAULTS.api_key, "A bearer key accepted for `space_id` at start (journaled as its digest). "
             "RUNSTATE_API_KEY, the clients' variable, is read too while this is not set, with a warning.",
             optional=True, secret=True, env_name="RUNSTATE_SERVER_API_KEY", legacy_env="RUNSTATE_API_KEY"),

@@ -39,6 +39,11 @@ class Settings:
     advertise: str | None = None
     cluster_lease_s: int = 1
     cluster_forward_wait_s: float = 5.0
+    # What the partitions' logs may hold in etcd, all together (each node snapshots a partition
+    # once its copy holds this divided by the partitions past its last snapshot), and how often
+    # the leaders trim their logs and etcd's history is compacted (docs/cluster.md, "etcd's size").
+    cluster_log_bytes_max: int = 256 << 20
+    cluster_trim_every_s: float = 10.0
 
     # Operating it (see `config.py` for the flags, variables and TOML names of each).
     # The credential of the admin endpoints; None: read or made in the data directory, or printed once.
