@@ -28,6 +28,7 @@ to `restore()`, which swaps it in, re-arms every timer from it and fails the par
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from contextvars import ContextVar
@@ -231,6 +232,15 @@ class Partition:
     def parked(self) -> list[tuple[ActorKey, int]]:
         """Actors with calls parked on them now (long polls, held watches), and how many each."""
         return [(key, len(entry.waiters)) for key, entry in self._actors.items() if entry.waiters]
+
+    def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
+        """Who the calls parked on `key` are for (their commands' `holder`), oldest first, at most
+        `count_max`: the names an operator looks for behind a count of waiting calls."""
+        entry = self._actors.get(key)
+        if entry is None:
+            return []
+        holders = (getattr(call.command, "holder", None) for call in entry.waiters)
+        return list(itertools.islice((holder for holder in holders if holder is not None), count_max))
 
     @property
     def actors(self) -> int:

@@ -402,6 +402,7 @@ def _coordination_components() -> dict:
             {
                 "mailboxId": text, "scopeId": text, "waiterId": text, "holder": text, "units": integer, "since": _TS,
                 "permit": text, "permitId": text, "state": text, "allowance": text, "allowanceId": text, "expiresAt": _TS,
+                "key": text, "holders": {"type": "array", "items": text},
             },
         ),
         "OpsWaits": _obj({"waits": {"type": "array", "items": _ref("Parked")}, "truncated": {"type": "boolean"}}),

@@ -41,6 +41,9 @@ class _Reading:
     def parked(self) -> list:
         return self._kernel.parked()
 
+    def parked_holders(self, key: tuple, count_max: int) -> list[str]:
+        return self._kernel.parked_holders(key, count_max)
+
 
 async def _read(kernel: Any, space_id: str, view: Callable[[Any, int], dict]) -> dict:
     """`view(space, now_ms)` with the cursor of the newest event it saw; an empty space is None."""
