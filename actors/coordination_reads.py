@@ -163,8 +163,9 @@ def _allowance_waiters(state: Any, now_ms: int) -> list[dict]:
 
 def _parked(kernel: Any, space: str) -> list[dict]:
     """The kernel's parked calls in this space: on a claim (acquires waiting for it: its run and
-    key), a queue (receives), a scope's timers (polls), or the event log (watches); with the
-    holders the calls are for, oldest first, where their commands name one."""
+    key), a once key (reads waiting for its result), a queue (receives), a scope's timers (polls),
+    or the event log (watches); with the holders the calls are for, oldest first, where their
+    commands name one."""
     found = []
     for key, calls in kernel.parked():
         if len(key) < 2 or key[1] != space:
@@ -174,7 +175,7 @@ def _parked(kernel: Any, space: str) -> list[dict]:
             entry.update(mailboxId=key[2], scopeId=key[3])
         elif key[0] == "timers":
             entry.update(scopeId=key[2])
-        elif key[0] == "claim":  # acquires waiting (waitMs) for a held claim
+        elif key[0] in ("claim", "once"):  # acquires waiting for a held claim; reads waiting for a once key's result
             entry.update(scopeId=key[2], key=key[3])
         holders = kernel.parked_holders(key, PARKED_HOLDERS_MAX)
         if holders:

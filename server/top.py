@@ -114,10 +114,10 @@ def render(snap: dict, width: int = 120, now: datetime.datetime | None = None) -
 
 
 def _where(wait: dict, mailbox_names: dict[str, str]) -> str:
-    """What a wait is on, named: the claim key and its run, the mailbox (by name) and run of held
+    """What a wait is on, named: the claim or once key and its run, the mailbox (by name) and run of held
     receives, the pool or allowance, the run whose timers are polled, or the space's event log."""
     on, run = wait["on"], wait.get("scopeId")
-    if on == "claim":
+    if on in ("claim", "once"):
         return f"{wait.get('key')} in {run}"
     if on == "queue":
         mailbox = wait.get("mailboxId")
