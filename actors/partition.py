@@ -44,6 +44,7 @@ with where it is entered and where it is relied on.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from contextvars import ContextVar
@@ -301,10 +302,14 @@ class Partition:
         """Actors with calls parked on them now (long polls, held watches), and how many each."""
         return [(key, len(entry.waiters)) for key, entry in self._actors.items() if entry.waiters]
 
-    def parked_commands(self, key: ActorKey) -> list[Any]:
-        """The commands of the calls parked on the actor `key` now, oldest first (for reads)."""
+    def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
+        """Who the calls parked on `key` are for (their commands' `holder`), oldest first, at most
+        `count_max`: the names an operator looks for behind a count of waiting calls."""
         entry = self._actors.get(key)
-        return [] if entry is None else [call.command for call in entry.waiters]
+        if entry is None:
+            return []
+        holders = (getattr(call.command, "holder", None) for call in entry.waiters)
+        return list(itertools.islice((holder for holder in holders if holder is not None), count_max))
 
     @property
     def actors(self) -> int:
