@@ -33,6 +33,7 @@ journal, where every record is.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -209,29 +210,43 @@ def replay(
     if start:
         point = snapshot_point(os.path.join(snapshot_dir(folder), snapshot_name(start)))
         newest[0] = point[1] if point is not None else 0
+    # The point looked for now, as bounds compared on every record (the tap runs a million times).
+    bounds: list = []
 
-    def passed(target: Target, lsn: int, newest_ms: int, state: Any) -> bool:
-        if target.lsn is not None:
-            return lsn > target.lsn
-        if target.ms is not None:
-            return newest_ms > target.ms
-        return bool(target.reached(state))  # type: ignore[misc]
+    def aim() -> None:
+        target = targets[len(reached)] if len(reached) < len(targets) else None
+        bounds[:] = [
+            math.inf if target is None or target.lsn is None else target.lsn,
+            math.inf if target is None or target.ms is None else target.ms,
+            None if target is None else target.reached,
+        ]
+
+    aim()
 
     def tap(lsn: int, record: dict, state: Any) -> bool:
         at_ms = record.get("at_ms")
         newest_ms = at_ms if at_ms.__class__ is int and at_ms > newest[0] else newest[0]
-        while len(reached) < len(targets) and passed(targets[len(reached)], lsn, newest_ms, state):
-            found = Reached(targets[len(reached)], lsn - 1, newest[0], newest[1], lsn - 1 - newest[1])
-            reached.append(found)
-            on_point(found, state)
-        if len(reached) == len(targets):
-            return False
+        lsn_max, ms_max, until = bounds
+        if lsn > lsn_max or newest_ms > ms_max or (until is not None and until(state)):
+            while True:  # this record passes the point: the state before it is the point's
+                found = Reached(targets[len(reached)], lsn - 1, newest[0], newest[1], lsn - 1 - newest[1])
+                reached.append(found)
+                on_point(found, state)
+                aim()
+                if len(reached) == len(targets):
+                    return False
+                lsn_max, ms_max, until = bounds
+                if not (lsn > lsn_max or newest_ms > ms_max or (until is not None and until(state))):
+                    break
         if on_record is not None and reached:
             on_record(lsn, record, len(reached), state)
         newest[0] = newest_ms
         return True
 
-    loaded = load(folder, model, repair=False, through_lsn=through_lsn, partition=partition, snapshot_lsn_max=start, tap=tap)
+    loaded = load(
+        folder, model, repair=False, through_lsn=through_lsn, partition=partition, snapshot_lsn_max=start, tap=tap,
+        check_covered=False,
+    )
     if loaded.snapshot_lsn != newest[1]:  # the chosen snapshot did not verify: an older one was used
         newest[1] = loaded.snapshot_lsn
     for target in targets[len(reached):]:  # the points at the end of the log

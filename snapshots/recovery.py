@@ -68,6 +68,7 @@ from .frame import (
     file_version,
     find_intact_frame,
     read_frame,
+    skip_frames,
 )
 from .model import StateModel
 from .snapshot import SnapshotError, list_snapshots, load_snapshot, snapshot_version
@@ -178,6 +179,7 @@ def load(
     partition: int | None = None,
     snapshot_lsn_max: int | None = None,
     tap: Tap | None = None,
+    check_covered: bool = True,
 ) -> Loaded:
     """Read `data_dir` into `model.make_state()`; repair the tail when `repair`, else only report.
 
@@ -190,7 +192,8 @@ def load(
     arguments: `snapshot_lsn_max`, the newest snapshot it may start from, and `tap`, shown every
     record after the snapshot, read and checked, before it is applied, with its LSN and the state
     so far: when it answers False the log is read no further (that record is not applied, and the
-    log counts as ending before it).
+    log counts as ending before it). It also passes `check_covered=False`: the frames the snapshot
+    covers are walked by their headers (`frame.skip_frames`), not checksummed.
     """
     disk = disk or Disk()
     snaps = snapshot_dir(data_dir)
@@ -201,7 +204,7 @@ def load(
                 disk.remove(os.path.join(snaps, name))
     newest_allowed = min(through_lsn if through_lsn is not None else math.inf, snapshot_lsn_max if snapshot_lsn_max is not None else math.inf)
     loaded = _load_snapshot(snaps, model, newest_allowed, partition)
-    _replay_wal(wal_dir(data_dir), loaded, model, repair, through_lsn, disk, partition, tap)
+    _replay_wal(wal_dir(data_dir), loaded, model, repair, through_lsn, disk, partition, tap, check_covered)
     return loaded
 
 
@@ -228,7 +231,7 @@ def _load_snapshot(snaps: str, model: StateModel, newest_allowed: float, partiti
 
 def _replay_wal(
     directory: str, loaded: Loaded, model: StateModel, repair: bool, through_lsn: int | None, disk: Disk,
-    partition: int | None, tap: Tap | None = None,
+    partition: int | None, tap: Tap | None = None, check_covered: bool = True,
 ) -> None:
     segments = list_segments(directory)
     snapshot_lsn = loaded.snapshot_lsn
@@ -281,6 +284,8 @@ def _replay_wal(
         offset = header_size
         frames = memoryview(data)  # read_frame slices bodies out of one view of the segment
         size = len(data)
+        if not check_covered and expected <= snapshot_lsn:
+            offset, expected, prev_crc = skip_frames(frames, offset, expected, prev_crc, min(snapshot_lsn, stop_lsn))
         newest_ms = loaded.newest_ms
         older = version != current  # records to upgrade as they are read
         # The loop runs once per record: what it needs is in locals, the frame is unpacked once.

@@ -84,7 +84,7 @@ class StoreConfig:
     # last snapshot's entries if that is more, while history is kept: a point then replays at
     # most that many records on top of its snapshot.
     history_retention_s: float = 0.0
-    history_checkpoint_every_records: int = 100_000
+    history_checkpoint_every_records: int = 50_000
 
 
 @contextlib.contextmanager
