@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import trio
@@ -20,13 +21,18 @@ class InlineRuntime(Runtime):
     """The server with its journal's blocking IO run inline: in virtual time, nothing runs in a
     thread behind the mock clock's back (snapshots and history rebuilds included)."""
 
+    store_changes: dict[str, Any] = {}
+
     def _store_options(self) -> dict:
-        return {**super()._store_options(), "run_blocking": inline}
+        options = super()._store_options()
+        return {**options, "config": dataclasses.replace(options["config"], **self.store_changes), "run_blocking": inline}
 
 
-async def start(nursery: trio.Nursery, data_dir: str, **settings: Any) -> Runtime:
+async def start(nursery: trio.Nursery, data_dir: str, *, store: dict[str, Any] | None = None, **settings: Any) -> Runtime:
+    """A server on `data_dir` (`store`: changes to its StoreConfig, such as smaller segments)."""
     options = {"api_key": API_KEY, "space_id": SPACE, "seed": 5, "data_dir": data_dir, "fsync": "always", **settings}
     runtime = InlineRuntime(Settings(**options), clock=Clock(wall_anchor_ms=T0))
+    runtime.store_changes = store or {}
     await nursery.start(runtime.run)
     while not runtime.ready:
         assert runtime.fatal is None, runtime.fatal
