@@ -24,6 +24,7 @@ from .dead_letters import ACTION_MAX, AGE_S_MAX, DeadLetterFilter
 from .fields import (
     BOOLEAN, INTEGER, JSON, MINOR, TEXT, TEXTS, TIMESTAMP, body, caller, check_space_id, check_text, drawn, path, query,
 )
+from .keys import EDITOR, ROLES
 from .limits import Limits
 from .mailboxes import MODES
 from .once import once_actor
@@ -131,6 +132,8 @@ class RegisterKey(Command):
     spaces: frozenset
     name: str | None = body("name", required=False, length_max="name_len_max")
     key_id: str = drawn("ak_")
+    # What the key may do in its spaces (`keys.ROLES`): everything, or only read.
+    role: str = EDITOR
 
     def actor(self, state: Any) -> ActorKey:
         return KEYS_ACTOR
@@ -142,6 +145,8 @@ class RegisterKey(Command):
             raise KernelError(VALIDATION_FAILED, f"a key opens at most {KEY_SPACES_MAX} spaces")
         for space in self.spaces:
             check_space_id(space)
+        if self.role not in ROLES:
+            raise KernelError(VALIDATION_FAILED, f"no role {self.role!r}: a key's role is one of {', '.join(ROLES)}")
 
 
 @_command

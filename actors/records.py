@@ -82,7 +82,7 @@ _MESSAGE_SLOTS = (
 FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
     # The kernel as a whole (`boot.py`, `keys.py`, `idempotency.py`).
     KERNEL_BOOTED: _spec("epoch", "fsync", "generation_floor", "at_ms"),
-    KEY_REGISTERED: _spec("id", "digest", "name", "spaces", "at_ms"),
+    KEY_REGISTERED: _spec("id", "digest", "name", "spaces", "at_ms", optional=("role",)),
     KEY_REVOKED: _spec("id", "at_ms"),
     IDEM_STORED: _spec(_SPACE, "key", "fingerprint", "body", "at_ms"),
     # Scopes (`scopes.py`).

@@ -112,7 +112,7 @@ class KernelState:
     # -- keys (not in any space: a key names the spaces it opens) ---------------------------------
 
     def register_key(self, command: "RegisterKey", now_ms: int) -> Outcome:
-        record = self.keys.decide_register(command.key_id, command.key_digest, command.name, command.spaces, now_ms)
+        record = self.keys.decide_register(command.key_id, command.key_digest, command.name, command.spaces, now_ms, command.role)
         outcome = Outcome()
         if record is not None:
             self.apply(record)
@@ -136,6 +136,7 @@ class KernelState:
             "id": key.id,
             "name": key.name,
             "spaces": sorted(key.spaces),
+            "role": key.role,
             "createdAt": format_ms(key.created_ms),
             "revokedAt": None if key.revoked_ms is None else format_ms(key.revoked_ms),
         }

@@ -47,7 +47,6 @@ import anyio.abc
 
 from . import _runtime
 from ._context import Context
-from ._renewal import Kept
 from .errors import RunstateError, ScopeCancelledError, is_permanent
 
 if TYPE_CHECKING:
@@ -366,10 +365,8 @@ class Consumer:
 
     def _keep(self, delivery: Delivery) -> None:
         """Renew `delivery`'s lease from its receipt to its settlement (or its return)."""
-        clock = delivery._clock
-        assert clock is not None, "a consumed delivery knows its lease"
-        delivery._kept = Kept(self._ctx, clock, delivery._renewal_request, delivery._renewal_reply, delivery._mark_lost, f"delivery {delivery.id}")
-        self._ctx.holdings.renewals.add(delivery._kept)
+        assert delivery._clock is not None, "a consumed delivery knows its lease"
+        delivery.keep_renewed()
         delivery._when_lost(lambda: self._lost(delivery))
 
     def _start(self, group: anyio.abc.TaskGroup, delivery: Delivery) -> None:
@@ -381,11 +378,9 @@ class Consumer:
         """The deliveries received ahead and never handed to a handler: put back at once (a stop,
         a failure, a cancellation), told as lost when the run ended, left alone after a crash."""
         ahead, self._ahead = list(self._ahead), deque()
-        renewals, holdings = self._ctx.holdings.renewals, self._ctx.holdings
+        holdings = self._ctx.holdings
         for delivery in ahead:
-            if delivery._kept is not None:
-                renewals.remove(delivery._kept)
-                delivery._kept = None
+            delivery.stop_renewing()
         if holdings.crashed or not ahead:
             return
         if self.run_ended is not None:
@@ -467,7 +462,6 @@ class Consumer:
         holdings.deliveries.add(delivery)
         delivery._cancel = scope.cancel
         ended = False
-        renewals = holdings.renewals
         try:
             with scope:
                 try:
@@ -477,9 +471,7 @@ class Consumer:
                         await report_lost(self.on_error, delivery)
                     ended = True
                 finally:
-                    if delivery._kept is not None:
-                        renewals.remove(delivery._kept)
-                        delivery._kept = None
+                    delivery.stop_renewing()
         finally:
             delivery._cancel = None
             holdings.deliveries.discard(delivery)

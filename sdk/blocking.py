@@ -37,13 +37,14 @@ from ._units import Duration
 from ._verbs import RunVerbs
 from .claims import DEFAULT_LEASE_SECONDS, DEFAULT_TIMEOUT_MS, ClaimLease, ClaimRef
 from .client import AsyncRunstate, MailboxesAPI, ScopesAPI
-from .mailboxes import DEFAULT_CONSUME_WAIT_MS, Delivery, MailboxRef, StopFlag
-from .scopes import ScopeHandle
+from .mailboxes import DEFAULT_CONSUME_WAIT_MS, RECEIVE_LEASE_SECONDS, Delivery, MailboxRef, StopFlag
+from .scopes import LIST_LIMIT_DEFAULT, ScopeHandle
 from .tasks import DEFAULT_POLL_MS, TaskTicket
 from .tasks import DEFAULT_TIMEOUT_MS as TASK_TIMEOUT_MS
 from .transport import Transport
 from .types import (
-    ClaimView, DeadLetterPage, DeleteResult, MailboxRow, MessageView, PurgeResult, RequeueResult, ScopeView, TaskResult, TaskView,
+    ClaimsPage, ClaimView, DeadLetterPage, DeleteResult, MailboxRow, MessageView, PurgeResult, RequeueResult, ScopeView,
+    TaskResult, TasksPage, TaskView,
 )
 
 __all__ = [
@@ -244,14 +245,26 @@ class BlockingDelivery:
     def complete(self, result: Any = None) -> None:
         self._loop.run(self._delivery.complete(result))
 
-    def retry(self) -> None:
-        self._loop.run(self._delivery.retry())
+    def retry(self, reason: str | None = None) -> None:
+        self._loop.run(self._delivery.retry(reason))
 
-    def reject(self) -> None:
-        self._loop.run(self._delivery.reject())
+    def reject(self, reason: str | None = None) -> None:
+        self._loop.run(self._delivery.reject(reason))
 
     def renew(self, lease_seconds: int | None = None) -> None:
         self._loop.run(self._delivery.renew(lease_seconds))
+
+    def keep_renewed(self) -> None:
+        self._loop.run(_on_loop(self._delivery.keep_renewed))
+
+    def stop_renewing(self) -> None:
+        self._loop.run(_on_loop(self._delivery.stop_renewing))
+
+
+async def _on_loop(action: Callable[[], None]) -> None:
+    """A plain method of an async handle, run on the client's loop (where its lease's clock and
+    renewals live)."""
+    action()
 
 
 @twin_of(TaskTicket)
@@ -335,8 +348,8 @@ class BlockingMailbox:
     def send(self, data: Any, *, work_key: str | None = None, deadline: str | None = None) -> MessageView:
         return self._loop.run(self._ref.send(data, work_key=work_key, deadline=deadline))
 
-    def receive(self, *, wait_ms: int = 0) -> BlockingDelivery | None:
-        delivery = self._loop.run(self._ref.receive(wait_ms=wait_ms))
+    def receive(self, *, wait_ms: int = 0, lease_seconds: int = RECEIVE_LEASE_SECONDS) -> BlockingDelivery | None:
+        delivery = self._loop.run(self._ref.receive(wait_ms=wait_ms, lease_seconds=lease_seconds))
         return None if delivery is None else BlockingDelivery(delivery, self._loop)
 
     def consume(
@@ -415,6 +428,12 @@ class BlockingScope:
 
     def task(self, task_id: str) -> BlockingTicket:
         return BlockingTicket(self._handle.task(task_id), self._loop)
+
+    def claims(self, *, limit: int = LIST_LIMIT_DEFAULT) -> ClaimsPage:
+        return self._loop.run(self._handle.claims(limit=limit))
+
+    def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT) -> TasksPage:
+        return self._loop.run(self._handle.tasks(limit=limit))
 
 
 @twin_of(ScopesAPI)

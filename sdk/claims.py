@@ -30,13 +30,24 @@ import anyio
 from . import _runtime
 from ._context import Context
 from ._renewal import Kept, LeaseClock
-from ._checks import KEY_LEN_MAX, check_lease_seconds, check_text
+from . import _checks
+from ._checks import check_lease_seconds, check_text
 from .errors import (
     ConflictError, LeaseLostError, NotFoundError, RateLimitError, ScopeCancelledError, WaitTimeoutError,
 )
 from .types import AcquireAttempt, ClaimView
 
-__all__ = ["ClaimRef", "ClaimLease", "encode_claim_key", "parse_timestamp"]
+__all__ = [
+    "ClaimRef", "ClaimLease", "encode_claim_key", "parse_timestamp", "LEASE_SECONDS_MIN", "LEASE_SECONDS_MAX", "KEY_LEN_MAX",
+]
+
+LEASE_SECONDS_MIN = _checks.LEASE_SECONDS_MIN
+"""The shortest lease (`lease_seconds`) of a claim, a delivery or a pool grant, in seconds: the
+v1 API's published limit, checked before anything is sent."""
+LEASE_SECONDS_MAX = _checks.LEASE_SECONDS_MAX
+"""The longest lease (`lease_seconds`) of a claim, a delivery or a pool grant, in seconds."""
+KEY_LEN_MAX = _checks.KEY_LEN_MAX
+"""The longest claim key, task key or work key, in characters."""
 
 DEFAULT_LEASE_SECONDS = 30
 DEFAULT_TIMEOUT_MS = 30_000
@@ -92,7 +103,11 @@ class ClaimRef:
         (`waitMs`: the time left of `timeout_ms`, at most 30 s a request). A server that does not
         hold claim requests answers `CLAIM_HELD` at once; then the key is tried again every
         ~0.3 s (every ~1 s on `CONCURRENCY_LIMITED`). When `timeout_ms` has passed,
-        `WaitTimeoutError` is raised."""
+        `WaitTimeoutError` is raised.
+
+        Either refusal says who holds the key: the `ConflictError`'s `details` (and the
+        `WaitTimeoutError`'s, from the last try) are the claim's `holder`, `generation` and
+        `leaseExpiresAt`."""
         check_lease_seconds(lease_seconds)
         check_text("key", self.key, KEY_LEN_MAX)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
@@ -129,8 +144,10 @@ class ClaimRef:
                     raise
                 elapsed_s = anyio.current_time() - started
                 if elapsed_s * 1000 >= timeout_ms:
+                    # Who held it at the last try, so the caller need not read it again.
                     raise WaitTimeoutError(
-                        "WAIT_TIMEOUT", 0, f"timed out waiting for claim {self.key!r} after {timeout_ms} ms"
+                        "WAIT_TIMEOUT", 0, f"timed out waiting for claim {self.key!r} after {timeout_ms} ms",
+                        details=err.details if err.code == "CLAIM_HELD" else None,
                     ) from err
                 if err.code == "CLAIM_HELD" and wait_ms and (anyio.current_time() - sent) * 1000 >= wait_ms * PARKED_FRACTION:
                     continue  # the server held the request for the whole wait: ask again at once

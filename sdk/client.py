@@ -12,6 +12,8 @@ from typing import Any, AsyncIterator, Sequence
 from urllib.parse import quote
 
 from ._batch import Coalescer
+from . import _checks
+from ._checks import check_text
 from ._config import Config, new_session, resolve_config
 from ._context import Context, Holdings
 from ._request import Requester
@@ -22,7 +24,10 @@ from .scopes import ScopeHandle, create_scope
 from .transport import Transport, cluster_transport
 from .types import DeadLetter, DeadLetterPage, DeleteResult, MailboxRow, PurgeResult, RequeueResult
 
-__all__ = ["AsyncRunstate", "ScopesAPI", "MailboxesAPI"]
+__all__ = ["AsyncRunstate", "ScopesAPI", "MailboxesAPI", "HOLDER_LEN_MAX"]
+
+HOLDER_LEN_MAX = _checks.HOLDER_LEN_MAX
+"""The longest `holder` (and holder session, subscriber id), in characters."""
 
 
 class ScopesAPI:
@@ -295,8 +300,6 @@ class AsyncRunstate:
         client everything else: the transport and its connections, the batching of calls made
         at the same time, and the one renewal loop that renews every lease together. Closing
         the client closes its views; closing a view closes nothing."""
-        from ._checks import HOLDER_LEN_MAX, check_text
-
         check_text("holder", holder, HOLDER_LEN_MAX)
         view = object.__new__(type(self))
         view._owns_transport = False
@@ -313,6 +316,9 @@ class AsyncRunstate:
         for lease in list(self._ctx.leases):
             lease._mark_lost(closing)
             await lease.aclose()
+        for delivery in list(self._ctx.holdings.deliveries):
+            if delivery._kept is not None:  # kept renewed until now: no longer
+                delivery._mark_lost(closing)
         self._ctx.holdings.renewals.close()
         coalescer = self._ctx.requester.coalescer
         if coalescer is not None:

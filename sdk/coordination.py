@@ -286,9 +286,17 @@ class EventsAPI:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def list(self, *, cursor: str | None = None, limit: int | None = None) -> dict[str, Any]:
-        """One page: `{"events", "nextCursor"}` (events strictly after `cursor`)."""
-        query = {"cursor": cursor or None, "limit": limit}
+    async def list(
+        self, *, cursor: str | None = None, limit: int | None = None, latest: int | None = None
+    ) -> dict[str, Any]:
+        """One page: `{"events", "nextCursor"}`, the events strictly after `cursor`, oldest first.
+
+        `latest=N` instead (0 to 1000; not with `cursor`): the space's newest N events, oldest of
+        them first, and the cursor after the newest: what just happened, and where to follow
+        from (`latest=0` gives that cursor alone)."""
+        if latest is not None and cursor:
+            raise ValueError("give either cursor (the events after it) or latest (the newest ones), not both")
+        query = {"cursor": cursor or None, "limit": limit, "latest": latest}
         answer: dict[str, Any] = (await self._ctx.call("GET", "/events", query=query)).body
         return answer
 

@@ -25,21 +25,26 @@ from typing import Any, Awaitable, Callable, Mapping, Union
 import anyio
 
 from . import _runtime
+from . import _checks
 from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms
 from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, ReturnedValue, StopFlag, give_back, report, report_lost
 from ._context import Context
-from ._renewal import LeaseClock, send_through
+from ._renewal import Kept, LeaseClock, send_through
 from .claims import parse_timestamp
 from .errors import LeaseLostError, NotFoundError, ScopeCancelledError, is_permanent
 from .tasks import TaskTicket
 from .types import MailboxRow, MessageView
 
-__all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEFAULT_CONSUME_WAIT_MS"]
+__all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEFAULT_CONSUME_WAIT_MS", "REASON_LEN_MAX"]
 
+REASON_LEN_MAX = _checks.REASON_LEN_MAX
+"""The longest reason of a delivery's `retry()` or `reject()` (kept as its task's `outcomeReason`),
+in characters."""
 # How long an idle consume() asks the server to hold an empty recv.
 DEFAULT_CONSUME_WAIT_MS = 20_000
 """How long an idle `consume()` asks the server to hold an empty receive (`wait_ms`)."""
-# The lease of a delivery from receive(); it is not renewed for the caller.
+# The lease of a delivery from receive() unless it asks for another; it is not renewed for the
+# caller unless asked (`keep_renewed()`).
 RECEIVE_LEASE_SECONDS = 30
 # The longest a server holds one recv (its wait_ms_max, 30 s by default): receive() asks again for
 # the rest of a longer wait.
@@ -64,6 +69,9 @@ class Delivery:
     stale, the run ended, or the lease's end by this process's clock passed without a renewal
     (`runstate._renewal`). A settlement that cannot reach the server is sent again, with the same
     idempotency key, until then; after that it raises its last error.
+
+    A delivery from `receive()` or `admit()` is renewed only when asked: `renew()` once, or
+    `keep_renewed()` in the background until it is settled (as `consume()` keeps its handlers').
     """
 
     def __init__(
@@ -89,8 +97,8 @@ class Delivery:
         self._lock = anyio.Lock()
         # Set by consume() while a handler works on it: stops the handler and its renewal.
         self._cancel: Callable[[], None] | None = None
-        # Its place among the leases the client renews together, while consume() holds it.
-        self._kept: Any = None
+        # Its place among the leases the client renews together, while it is kept renewed.
+        self._kept: Kept | None = None
         self._lost_callbacks: list[Callable[[], None]] = []
         # When the lease ends by this process's clock, if the caller said when it was asked for.
         self._clock = None if lease_seconds is None or sent_at is None else LeaseClock(lease_seconds, sent_at)
@@ -124,13 +132,46 @@ class Delivery:
         """The work is done: the task records `result["payload"]` (or the whole result)."""
         await self._settle("complete", {"token": self._token, "result": result})
 
-    async def retry(self) -> None:
-        """Put it back on the queue (with backoff); the next delivery has `attempt + 1`."""
-        await self._nack(retry=True)
+    async def retry(self, reason: str | None = None) -> None:
+        """Put it back on the queue (with backoff); the next delivery has `attempt + 1`.
 
-    async def reject(self) -> None:
-        """Dead-letter it without retry; its task becomes `FAILED`."""
-        await self._nack(retry=False)
+        `reason` (at most 2000 characters) says why. It is kept with the task: if this was its
+        last attempt, the task ends `FAILED` with `outcomeReason` `handler_error: <reason>` and
+        the attempts used."""
+        await self._nack(retry=True, error=_reason(reason))
+
+    async def reject(self, reason: str | None = None) -> None:
+        """Dead-letter it without retry; its task becomes `FAILED`, with `outcomeReason`
+        `handler_error: <reason>` when `reason` (at most 2000 characters) is given."""
+        await self._nack(retry=False, error=_reason(reason))
+
+    def keep_renewed(self) -> None:
+        """Renew the lease in the background from now on, as `consume()` renews a handler's.
+
+        It is renewed with the client's other leases (every third of its length, all due at once
+        in one request), riding through an outage until its end by this process's clock, until
+        it is settled (`complete`, `retry`, `reject`), lost, `stop_renewing()` is called or the
+        client closes (which counts it lost). A renewal the server refuses (the lease went
+        stale, the run ended), or the lease's end passing without one, loses it: `is_lost` turns
+        true and `lost_error` says why. A second call does nothing; nor does a call on a delivery
+        already settled or lost."""
+        if self._kept is not None or not self._open:
+            return
+        clock = self._clock
+        if clock is None:
+            raise ValueError(f"delivery {self.id} was made without its lease's length: it cannot be kept renewed")
+        self._kept = Kept(self._ctx, clock, self._renewal_request, self._renewal_reply, self._mark_lost, f"delivery {self.id}")
+        self._ctx.holdings.renewals.add(self._kept)
+        self._ctx.holdings.deliveries.add(self)
+
+    def stop_renewing(self) -> None:
+        """Stop the background renewal of `keep_renewed()` without settling: the delivery stays
+        leased until its lease runs out, and then the server hands it to another worker (as
+        the next attempt). Settling it stops the renewal by itself."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            self._ctx.holdings.renewals.remove(kept)
+        self._ctx.holdings.deliveries.discard(self)
 
     async def _nack(self, *, retry: bool, error: str | None = None) -> None:
         await self._settle("nack", {"token": self._token, "retry": retry, "error": error})
@@ -184,6 +225,7 @@ class Delivery:
                 raise
             self._settled = True
             self._refusal = None
+            self.stop_renewing()  # (kept renewed until now: an outage ridden through needed it)
 
     @property
     def _open(self) -> bool:
@@ -195,6 +237,7 @@ class Delivery:
             return
         self._lost = True
         self.lost_error = err
+        self.stop_renewing()
         callbacks, self._lost_callbacks = self._lost_callbacks, []
         for callback in callbacks:
             callback()
@@ -215,8 +258,14 @@ class Delivery:
     def _crash(self) -> None:
         """Stop renewing and never settle, as a process that died would (`runstate.testing.crash`)."""
         self._crashed = True
+        self.stop_renewing()
         if self._cancel is not None:
             self._cancel()
+
+
+def _reason(reason: str | None) -> str | None:
+    """A retry's or a reject's reason, checked as the server would (None: no reason)."""
+    return None if reason is None else check_text("reason", reason, REASON_LEN_MAX)
 
 
 class MailboxRef:
@@ -316,22 +365,25 @@ class MailboxRef:
 
         return await admit(self, lease_seconds=lease_seconds, wait_ms=wait_ms)
 
-    async def receive(self, *, wait_ms: int = 0) -> Delivery | None:
-        """One delivery leased for 30 s (not renewed for you), or None if there is none.
+    async def receive(self, *, wait_ms: int = 0, lease_seconds: int = RECEIVE_LEASE_SECONDS) -> Delivery | None:
+        """One delivery leased for `lease_seconds` (30 by default, 5 to 600), or None if there is
+        none. Its lease is not renewed for you: `delivery.renew()` extends it once, and
+        `delivery.keep_renewed()` renews it in the background until it is settled.
 
         With `wait_ms` the server holds the request until a message comes or the wait ends. A
         server holds one request at most 30 s (its `wait_ms_max`): a longer wait is made of as
         many long polls as it takes, so None comes only once the whole `wait_ms` has passed (or
         the server ended a wait early, as it does when it shuts down)."""
         wait_ms = check_wait_ms(wait_ms)
+        check_lease_seconds(lease_seconds)
         deadline = anyio.current_time() + wait_ms / 1000
         while True:
             left_ms = max(0, round((deadline - anyio.current_time()) * 1000))
             sent = anyio.current_time()
-            raw = await self._recv(RECEIVE_LEASE_SECONDS, left_ms)
+            raw = await self._recv(lease_seconds, left_ms)
             if raw is not None:
-                began = sent if left_ms <= 0 else anyio.current_time()
-                return Delivery(self._ctx, raw, lease_seconds=RECEIVE_LEASE_SECONDS, sent_at=began)
+                began = sent if left_ms <= 0 else anyio.current_time()  # a held recv leases as it answers
+                return Delivery(self._ctx, raw, lease_seconds=lease_seconds, sent_at=began)
             held_ms = (anyio.current_time() - sent) * 1000
             # Again only when the server held the request its whole capped wait and time is left.
             if left_ms <= RECV_WAIT_MS_MAX or held_ms < RECV_WAIT_MS_MAX * 0.9 or anyio.current_time() >= deadline:

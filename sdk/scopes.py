@@ -10,10 +10,16 @@ from .capacity import BudgetRef, PoolRef, QuotaRef  # -- capacity --
 from .claims import ClaimRef
 from .coordination import BarriersAPI, GroupsAPI, TimersAPI
 from .mailboxes import MailboxRef
+from .errors import ValidationError
 from .tasks import TaskTicket
-from .types import ScopeView
+from .types import ClaimsPage, ScopeView, TasksPage
 
-__all__ = ["ScopeHandle"]
+__all__ = ["ScopeHandle", "LIST_LIMIT_DEFAULT", "LIST_LIMIT_MAX"]
+
+LIST_LIMIT_DEFAULT = 100
+"""How many rows `run.claims()` and `run.tasks()` ask for unless told (the server's default)."""
+LIST_LIMIT_MAX = 1000
+"""The most rows one `run.claims()` or `run.tasks()` may ask for (the server's maximum)."""
 
 
 class ScopeHandle:
@@ -21,7 +27,8 @@ class ScopeHandle:
 
     `id` is the run's id. Its keys, queues and capacity are reached through it: `claim(key)`,
     `mailbox(name)`, `pool(name)`, `quota(name)`, `budget(name)`, `task(task_id)`; and its
-    coordination through `barriers`, `timers` and `groups`. Making a handle sends nothing."""
+    coordination through `barriers`, `timers` and `groups`. Making a handle sends nothing.
+    `claims()` and `tasks()` read what the whole run holds and does now."""
 
     def __init__(self, ctx: Context, scope_id: str) -> None:
         self._ctx = ctx
@@ -96,6 +103,31 @@ class ScopeHandle:
     def task(self, task_id: str) -> TaskTicket:
         """Re-attach to a task by id; sends nothing."""
         return TaskTicket(self._ctx, task_id, self.id)
+
+    # -- reads of the whole run ---------------------------------------------------------------
+
+    async def claims(self, *, limit: int = LIST_LIMIT_DEFAULT) -> ClaimsPage:
+        """The claims held in this run now, who holds each and until when (tokens are never
+        listed): `{"scopeId", "claims": [HeldClaim, ...], "truncated"}`. At most `limit` (1 to
+        1000, default 100); `truncated` says whether more were left out. A snapshot for people
+        and tooling: to own a key, acquire it (`claim(key)`)."""
+        page: ClaimsPage = (await self._ctx.call("GET", f"/scopes/{self.id}/claims", query={"limit": _limit(limit)})).body
+        return page
+
+    async def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT) -> TasksPage:
+        """The tasks of this run, newest first, each as `ticket.status()` gives it (`taskKey`,
+        `state`, `attempt`, `outcome`...): `{"scopeId", "tasks": [TaskView, ...], "truncated"}`.
+        At most `limit` (1 to 1000, default 100); `truncated` says whether older ones were left
+        out."""
+        page: TasksPage = (await self._ctx.call("GET", f"/scopes/{self.id}/tasks", query={"limit": _limit(limit)})).body
+        return page
+
+
+def _limit(limit: int) -> int:
+    """A list's `limit`, checked as the server checks it."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LIST_LIMIT_MAX:
+        raise ValidationError("VALIDATION_FAILED", 400, f"limit must be an integer from 1 to {LIST_LIMIT_MAX}, got {limit!r}")
+    return limit
 
 
 async def create_scope(

@@ -21,6 +21,9 @@ __all__ = [
     "MessageView",
     "AcquireAttempt",
     "ClaimView",
+    "HeldClaim",
+    "ClaimsPage",
+    "TasksPage",
     "DeadLetter",
     "DeadLetterPage",
     "RequeueResult",
@@ -175,6 +178,40 @@ class ClaimView(TypedDict):
     forced: NotRequired[bool]
     reason: NotRequired[str | None]
     by: NotRequired[str | None]
+
+
+class HeldClaim(TypedDict):
+    """One claim held in a run, as `run.claims()` lists it (its token is never listed).
+
+    `key`, `scopeId`, `generation`, who holds it (`holder`, `holderSession`), `leaseSeconds`,
+    when its lease ends unless renewed (`leaseExpiresAt`) and when it was taken (`acquiredAt`)."""
+
+    key: str
+    scopeId: str
+    generation: int
+    holder: str | None
+    holderSession: str | None
+    leaseSeconds: int
+    leaseExpiresAt: str
+    acquiredAt: str
+
+
+class ClaimsPage(TypedDict):
+    """`run.claims()`: the `claims` held in the run `scopeId` now, at most the `limit` asked;
+    `truncated` when more were left out."""
+
+    scopeId: str
+    claims: list[HeldClaim]
+    truncated: bool
+
+
+class TasksPage(TypedDict):
+    """`run.tasks()`: the `tasks` of the run `scopeId`, newest first, at most the `limit` asked;
+    `truncated` when older ones were left out."""
+
+    scopeId: str
+    tasks: list[TaskView]
+    truncated: bool
 
 
 class DeadLetter(TypedDict):

@@ -111,7 +111,8 @@ def parser() -> argparse.ArgumentParser:
 def _options(argv: Sequence[str] | None) -> Options:
     made = parser()
     args = made.parse_args(argv)
-    from .._checks import HOLDER_LEN_MAX, LEASE_SECONDS_MAX, LEASE_SECONDS_MIN
+    from ..claims import LEASE_SECONDS_MAX, LEASE_SECONDS_MIN
+    from ..client import HOLDER_LEN_MAX
 
     if not LEASE_SECONDS_MIN <= args.lease_seconds <= LEASE_SECONDS_MAX:
         made.error(f"--lease-seconds must be from {LEASE_SECONDS_MIN} to {LEASE_SECONDS_MAX}, got {args.lease_seconds}")

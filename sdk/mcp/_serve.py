@@ -24,9 +24,9 @@ from typing import Any
 
 import anyio
 
+from .. import resolve_config
 from ..client import AsyncRunstate
 from ..errors import ConfigError
-from .._config import resolve_config
 from . import Options
 from ._session import HolderSession
 

@@ -2,9 +2,9 @@
 
 The process is one holder (`--holder`) with one SDK session (fresh for the process, so two
 processes never pass for one) in one run (`--run`, joined by name with `rs.scopes.ensure`).
-Everything it holds is renewed by the SDK's own renewal loop (`runstate._renewal`): claims are
-`ClaimLease`s, taken tasks are deliveries kept as `consume()` keeps a handler's (`_work.py`).
-The model never renews anything.
+Everything it holds is renewed by the SDK's own renewal loop, through its public handles only:
+claims are `ClaimLease`s, taken tasks are deliveries kept renewed (`delivery.keep_renewed()`, as
+`consume()` keeps a handler's: `_work.py`). The model never renews anything.
 
 How a holding ends:
 
@@ -29,13 +29,14 @@ from typing import Any
 
 import anyio
 
-from .._checks import KEY_LEN_MAX, check_text
 from ..claims import ClaimLease
 from ..client import AsyncRunstate
-from ..errors import ConflictError, WaitTimeoutError
+from ..errors import ConflictError, RunstateError, WaitTimeoutError
 from ..scopes import ScopeHandle
 
-__all__ = ["HolderSession", "Refusal", "stamp", "check_seconds", "WAIT_SECONDS_MAX", "CLOSE_BOUND_S", "LIST_MAX"]
+__all__ = [
+    "HolderSession", "Refusal", "stamp", "check_seconds", "WAIT_SECONDS_MAX", "CLOSE_BOUND_S", "LIST_MAX", "LIST_READ_MAX",
+]
 
 # The longest a tool call waits (a claim, a take, a result): an MCP client gives up on a call
 # after its own timeout (often 60 s), so longer waits belong in several calls.
@@ -44,6 +45,8 @@ WAIT_SECONDS_MAX = 600
 CLOSE_BOUND_S = 1.5
 # The most rows of one kind an answer lists (the model's context is not a log).
 LIST_MAX = 50
+# The most rows one read of the run's claims or tasks asks for (the server's maximum).
+LIST_READ_MAX = 1000
 
 
 class Refusal(Exception):
@@ -111,7 +114,6 @@ class HolderSession:
     # -- claims -----------------------------------------------------------------------------------
 
     async def claim(self, key: str, lease_seconds: int | None, wait_seconds: float) -> dict[str, Any]:
-        check_text("key", key, KEY_LEN_MAX)
         wait_s = check_seconds("wait_seconds", wait_seconds)
         lease_s = self.lease_seconds if lease_seconds is None else lease_seconds
         mine = self.claims.get(key)
@@ -129,9 +131,9 @@ class HolderSession:
         except ConflictError as err:
             if err.code != "CLAIM_HELD":
                 raise
-            return await self._busy(key, 0, str(err))
+            return await self._busy(key, 0, err)
         except WaitTimeoutError as err:
-            return await self._busy(key, wait_s, str(err))
+            return await self._busy(key, wait_s, err)
         finally:
             self.waiting[key] -= 1
             if not self.waiting[key]:
@@ -149,20 +151,22 @@ class HolderSession:
             "lease_seconds": lease.lease_seconds, "lease_ends_at": stamp(lease.expires_at),
         }
 
-    async def _busy(self, key: str, waited_s: float, said: str) -> dict[str, Any]:
-        """Who holds `key` now (the claims of the run, read once), for a claim that did not get it."""
-        from ._status import run_claims
-
+    async def _busy(self, key: str, waited_s: float, refusal: RunstateError) -> dict[str, Any]:
+        """Who holds `key`, for a claim that did not get it: as the refusal said (its `details`: the
+        holder, generation and lease end at the last try), else from the run's claims, read once."""
         mine = self.claims.get(key)
         if mine is not None and not mine.is_lost:  # another call of this session got it meanwhile
             return {**self._claim_view(mine), "acquired": True, "already_held": True,
                     "message": f"you already hold {key} (another of your calls claimed it)"}
 
-        held = next((row for row in await run_claims(self, await self.run()) if row["key"] == key), None)
+        held: dict[str, Any] | None = dict(refusal.details) if refusal.details.get("holder") else None
+        if held is None:  # (a wait whose last try was refused otherwise, or a server that does not say)
+            rows = (await (await self.run()).claims(limit=LIST_READ_MAX))["claims"]
+            held = next((dict(row) for row in rows if row["key"] == key), None)
         waited = f"after waiting {waited_s:g} s, " if waited_s else ""
         if held is None:  # released between the refusal and the read
             return {"acquired": False, "key": key, "held_by": None, "waited_seconds": waited_s,
-                    "message": f"{said}; {waited}it is not among the claims held now: call claim again"}
+                    "message": f"{refusal}; {waited}it is not among the claims held now: call claim again"}
         holder = held.get("holder")
         who = "another session of your own holder name" if holder == self.holder else holder
         return {
@@ -174,7 +178,6 @@ class HolderSession:
         }
 
     async def release(self, key: str) -> dict[str, Any]:
-        check_text("key", key, KEY_LEN_MAX)
         lease = self.claims.pop(key, None)
         if lease is None:
             held = ", ".join(sorted(self.claims)) or "nothing"

@@ -1,20 +1,21 @@
 """The `status` tool and the run's status resource: the run as the console's run page shows it.
 
 The console reads the kernel in-process (`server/console/views`); a client reads the same facts
-over the server's read routes, five at once:
+through the SDK's reads, six at once:
 
-- `GET /scopes/{run}`: the run's state, deadline, when it was made and ended;
-- `GET /ops/runs/{run}`: who holds what (holders with their keys and earliest lease end), who waits
-  in a pool's line, the calls parked on a queue (takes waiting for work), counts by state;
-- `GET /scopes/{run}/claims`: every claim held, by whom, at which generation, until when;
-- `GET /scopes/{run}/tasks`: the tasks, newest first: those not ended are listed with their queue
-  and, when one is being worked on, its worker;
-- `GET /events?latest=N`: the space's newest events, of which this run's are shown (what just
+- `run.status()`: the run's state, deadline, when it was made and ended;
+- `rs.diagnostics.run(id)` (`/ops/runs`): who holds what (holders with their keys and earliest
+  lease end), who waits in a pool's line, the calls parked on a queue (takes waiting for work) and
+  on a claim (acquires waiting for the key, with who waits), counts by state;
+- `run.claims()`: every claim held, by whom, at which generation, until when;
+- `run.tasks()`: the tasks, newest first: those not ended are listed with their queue and, when
+  one is being worked on, its worker;
+- `rs.mailboxes.list()`: the queues' names;
+- `rs.events.list(latest=N)`: the space's newest events, of which this run's are shown (what just
   happened: a claim that expired from a dead holder, a task requeued).
 
-What the console shows that no read route gives a client: how many acquires wait for each claim
-(the kernel's parked calls of a claim carry no key outside the server). The claims this session
-itself waits for are shown from its own side.
+A claim this session waits for is also known from its own side: a server that does not hold
+waiting acquires (the SDK then tries again every ~0.3 s) parks none to read.
 """
 
 from __future__ import annotations
@@ -23,60 +24,53 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._session import LIST_MAX
+from ._session import LIST_MAX, LIST_READ_MAX
 
 if TYPE_CHECKING:
-    from ..scopes import ScopeHandle
     from ._session import HolderSession
 
-__all__ = ["run_status", "run_claims", "CLAIMS_READ_MAX", "TASKS_READ_MAX", "EVENTS_READ_MAX"]
+__all__ = ["run_status", "EVENTS_READ_MAX"]
 
-CLAIMS_READ_MAX = 1000
-TASKS_READ_MAX = 1000
 # The space's newest events read; this run's among them are shown, at most EVENTS_SHOWN_MAX.
 EVENTS_READ_MAX = 200
 EVENTS_SHOWN_MAX = 10
 
 
-async def run_claims(session: HolderSession, run: ScopeHandle) -> list[dict[str, Any]]:
-    """The claims held in the run now (tokens left out by the server)."""
-    body = (await session.rs._ctx.call("GET", f"/scopes/{run.id}/claims", query={"limit": CLAIMS_READ_MAX})).body
-    rows: list[dict[str, Any]] = body["claims"]
-    return rows
-
-
 async def run_status(session: HolderSession) -> dict[str, Any]:
     run = await session.run()
-    ctx = session.rs._ctx
+    rs = session.rs
     reads: dict[str, Any] = {}
 
-    async def read(name: str, path: str, query: dict[str, Any] | None = None) -> None:
-        reads[name] = (await ctx.call("GET", path, query=query)).body
+    async def read(name: str, call: Any) -> None:
+        reads[name] = await call
 
     async with anyio.create_task_group() as group:
-        group.start_soon(read, "run", f"/scopes/{run.id}")
-        group.start_soon(read, "ops", f"/ops/runs/{run.id}")
-        group.start_soon(read, "claims", f"/scopes/{run.id}/claims", {"limit": CLAIMS_READ_MAX})
-        group.start_soon(read, "tasks", f"/scopes/{run.id}/tasks", {"limit": TASKS_READ_MAX})
-        group.start_soon(read, "queues", "/mailboxes")
-        group.start_soon(read, "events", "/events", {"latest": EVENTS_READ_MAX})
+        group.start_soon(read, "run", run.status())
+        group.start_soon(read, "ops", rs.diagnostics.run(run.id))
+        group.start_soon(read, "claims", run.claims(limit=LIST_READ_MAX))
+        group.start_soon(read, "tasks", run.tasks(limit=LIST_READ_MAX))
+        group.start_soon(read, "queues", rs.mailboxes.list())
+        group.start_soon(read, "events", rs.events.list(latest=EVENTS_READ_MAX))
     return _compose(session, reads)
 
 
 def _compose(session: HolderSession, reads: dict[str, Any]) -> dict[str, Any]:
     scope, ops = reads["run"], reads["ops"]
-    queues = {row["id"]: row["name"] for row in reads["queues"]["mailboxes"]}
+    queues = {row["id"]: row["name"] for row in reads["queues"]}
     holders = [
         {"holder": row["holder"], "holds": row["keys"][:LIST_MAX], "earliest_lease_end": row["earliestLeaseExpiry"]}
         for row in ops["workers"][:LIST_MAX]
     ]
-    claims = [
-        {"key": row["key"], "held_by": row["holder"], "generation": row["generation"],
-         "lease_ends_at": row["leaseExpiresAt"], "acquired_at": row["acquiredAt"]}
-        for row in reads["claims"]["claims"]
-    ]
+    waiters = {row["key"]: row for row in ops.get("parked", []) if row.get("on") == "claim" and "key" in row}
+    claims = []
+    for row in reads["claims"]["claims"]:
+        claim = {"key": row["key"], "held_by": row["holder"], "generation": row["generation"],
+                 "lease_ends_at": row["leaseExpiresAt"], "acquired_at": row["acquiredAt"]}
+        if row["key"] in waiters:
+            claim["waiting"] = waiters[row["key"]].get("holders", [])[:LIST_MAX]
+        claims.append(claim)
     tasks = _tasks(reads["tasks"]["tasks"], ops["workers"], queues)
-    waiting = _waiting(session, ops, queues, claims)
+    waiting = _waiting(session, ops, queues, claims, waiters)
     answer: dict[str, Any] = {
         "run": {
             "name": scope.get("name") or session.run_name, "id": scope["id"], "state": scope["effective"],
@@ -90,7 +84,7 @@ def _compose(session: HolderSession, reads: dict[str, Any]) -> dict[str, Any]:
         "recent_events": _events(reads["events"]["events"], scope["id"], queues),
     }
     if len(claims) > LIST_MAX or reads["claims"].get("truncated"):
-        answer["claims_not_shown"] = len(claims) - LIST_MAX if len(claims) > LIST_MAX else "more than 1000 in all"
+        answer["claims_not_shown"] = len(claims) - LIST_MAX if len(claims) > LIST_MAX else f"more than {LIST_READ_MAX} in all"
     answer["summary"] = _summary(answer)
     return answer
 
@@ -113,14 +107,25 @@ def _tasks(rows: list[dict[str, Any]], workers: list[dict[str, Any]], queues: di
     return {"counts": dict(sorted(counts.items())), "running": running[:LIST_MAX], "queued": queued[:LIST_MAX]}
 
 
-def _waiting(session: HolderSession, ops: dict[str, Any], queues: dict[str, str], claims: list[dict[str, Any]]) -> list[str]:
+def _waiting(
+    session: HolderSession, ops: dict[str, Any], queues: dict[str, str], claims: list[dict[str, Any]],
+    waiters: dict[str, dict[str, Any]],
+) -> list[str]:
     """What waits in the run and why, in words."""
     said = []
-    holders = {row["key"]: row for row in claims}
-    for key, calls in sorted(session.waiting.items()):
-        held = holders.get(key)
-        why = f"held by {held['held_by']} until {held['lease_ends_at']} unless renewed" if held else "free now"
-        said.append(f"you wait for claim {key} ({calls} call(s)): {why}")
+    held = {row["key"]: row for row in claims}
+    for key in sorted(set(session.waiting) | set(waiters)):
+        claim = held.get(key)
+        why = f"held by {claim['held_by']} until {claim['lease_ends_at']} unless renewed" if claim else "free now"
+        parked, mine = waiters.get(key), session.waiting.get(key)
+        names = ", ".join(str(name) for name in parked.get("holders", [])[:LIST_MAX]) if parked else ""
+        if mine and parked:
+            said.append(f"you wait for claim {key} ({mine} of your calls; {parked['calls']} in all: {names}, "
+                        f"oldest first): {why}")
+        elif mine:
+            said.append(f"you wait for claim {key} ({mine} call(s)): {why}")
+        elif parked:
+            said.append(f"{parked['calls']} call(s) wait for claim {key} ({names}, oldest first): {why}")
     for row in ops.get("parked", []):
         if row.get("on") == "queue":
             name = queues.get(row.get("mailboxId", ""), row.get("mailboxId"))

@@ -23,14 +23,14 @@ from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from .._checks import KEY_LEN_MAX, LEASE_SECONDS_MAX, LEASE_SECONDS_MIN
+from ..claims import KEY_LEN_MAX, LEASE_SECONDS_MAX, LEASE_SECONDS_MIN
 from ..errors import (
     AuthenticationError, ConflictError, LeaseLostError, NotFoundError, RateLimitError, RunstateError, StoppedError,
     UnavailableError, ValidationError,
 )
 from ._session import WAIT_SECONDS_MAX, HolderSession, Refusal
 from ._status import run_status
-from ._work import REASON_LEN_MAX
+from ..mailboxes import REASON_LEN_MAX
 
 __all__ = ["build", "INSTRUCTIONS", "EDIT_PROMPT"]
 

@@ -4,53 +4,44 @@ A queue is a `WORK` mailbox, made on first use by whoever names it (`submit` or 
 worker may wait for work before anything was submitted. `submit` is the SDK's: one task per key
 in the run, the same input joins it, other input is refused.
 
-A taken task is a delivery held for the model: leased for `lease_seconds` and kept alive by the
-client's renewal loop exactly as `consume()` keeps a handler's delivery (`Kept`, added to the
-client's `Renewals`), until the model completes or fails it, the session ends (it is put back at
-once), the process dies (the server requeues it when the lease runs out, attempt + 1), or it is
-lost (reported once, by the next answer). A result is recorded as the task's outcome as it is:
-`complete` sends `{"payload": result}`.
+A taken task is a delivery held for the model: received with a lease of `lease_seconds` and kept
+renewed in the background by the client's renewal loop (`delivery.keep_renewed()`, as `consume()`
+keeps a handler's delivery) until the model completes or fails it (`complete`, `retry(reason)`,
+`reject(reason)`), the session ends (it is put back at once), the process dies (the server
+requeues it when the lease runs out, attempt + 1), or it is lost (reported once, by the next
+answer). A result is recorded as the task's outcome as it is: `complete` sends
+`{"payload": result}`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import anyio.abc
 
-from .._checks import KEY_LEN_MAX, check_lease_seconds, check_text
-from .._context import Context
-from .._renewal import Kept
 from ..errors import LeaseLostError, ScopeCancelledError, ValidationError, WaitTimeoutError
-from ..mailboxes import RECV_WAIT_MS_MAX, Delivery, MailboxRef
+from ..mailboxes import REASON_LEN_MAX, Delivery, MailboxRef
 from ..tasks import TERMINAL_STATES
-from ._session import LIST_MAX, Refusal, check_seconds, stamp
+from ._session import LIST_MAX, LIST_READ_MAX, Refusal, check_seconds, stamp
 
 if TYPE_CHECKING:
     from ._session import HolderSession
 
 __all__ = ["Work", "Taken", "REASON_LEN_MAX", "TASKS_SCANNED_MAX"]
 
-# The longest reason `fail` records (the server keeps up to 2000 characters).
-REASON_LEN_MAX = 2000
 # `result` of a key this session did not submit looks among the run's newest tasks, this many.
-TASKS_SCANNED_MAX = 1000
-# An answer that came back quicker than this share of the asked wait was not held by the server
-# (it shuts down, or holds no long polls): the take ends there rather than asking in a loop.
-HELD_FRACTION = 0.9
+TASKS_SCANNED_MAX = LIST_READ_MAX
 
 
 class Taken:
-    """A task (or a plain message) this session took: its delivery and its place in the renewals."""
+    """A task (or a plain message) this session took: its delivery, kept renewed while it is held."""
 
-    __slots__ = ("delivery", "queue", "key", "kept", "lease_seconds")
+    __slots__ = ("delivery", "queue", "key", "lease_seconds")
 
-    def __init__(self, delivery: Delivery, queue: str, key: str | None, kept: Kept, lease_seconds: int) -> None:
+    def __init__(self, delivery: Delivery, queue: str, key: str | None, lease_seconds: int) -> None:
         self.delivery = delivery
         self.queue = queue
         self.key = key
-        self.kept = kept
         self.lease_seconds = lease_seconds
 
     @property
@@ -79,14 +70,7 @@ class Work:
         # Tasks lost since the last answer (`take_losses`).
         self._lost: list[dict[str, Any]] = []
 
-    @property
-    def _ctx(self) -> Context:
-        # The client's own request layer and renewals: this module keeps deliveries as the SDK's
-        # consume() does, from inside the SDK.
-        return self.session.rs._ctx
-
     async def _queue(self, name: str) -> MailboxRef:
-        check_text("queue", name, KEY_LEN_MAX)
         mailbox = self._queues.get(name)
         if mailbox is None:
             run = await self.session.run()
@@ -97,7 +81,6 @@ class Work:
     # -- producers ---------------------------------------------------------------------------------
 
     async def submit(self, queue: str, input: Any, key: str) -> dict[str, Any]:
-        check_text("key", key, KEY_LEN_MAX)
         mailbox = await self._queue(queue)
         ticket = await mailbox.submit(input, key=key, subscriber_id=self.session.holder)
         self._submitted[key] = ticket.id
@@ -110,7 +93,6 @@ class Work:
         return {**answer, "message": f"task {ticket.id} ({key}) is on queue {queue}: read it with result"}
 
     async def result(self, key: str, wait_seconds: float) -> dict[str, Any]:
-        check_text("key", key, KEY_LEN_MAX)
         wait_s = check_seconds("wait_seconds", wait_seconds)
         run = await self.session.run()
         task_id = self._submitted.get(key) or await self._find(key)
@@ -140,30 +122,21 @@ class Work:
 
     async def _find(self, key: str) -> str | None:
         run = await self.session.run()
-        body = (await self._ctx.call("GET", f"/scopes/{run.id}/tasks", query={"limit": TASKS_SCANNED_MAX})).body
-        return next((row["id"] for row in body["tasks"] if row.get("taskKey") == key), None)
+        page = await run.tasks(limit=TASKS_SCANNED_MAX)
+        return next((row["id"] for row in page["tasks"] if row.get("taskKey") == key), None)
 
     # -- workers -----------------------------------------------------------------------------------
 
     async def take(self, queue: str, wait_seconds: float, lease_seconds: int | None) -> dict[str, Any]:
         wait_s = check_seconds("wait_seconds", wait_seconds)
-        lease_s = check_lease_seconds(self.session.lease_seconds if lease_seconds is None else lease_seconds, "lease_seconds")
+        lease_s = self.session.lease_seconds if lease_seconds is None else lease_seconds
         mailbox = await self._queue(queue)
-        deadline = anyio.current_time() + wait_s
-        while True:
-            left_ms = max(0, round((deadline - anyio.current_time()) * 1000))
-            asked_ms = min(left_ms, RECV_WAIT_MS_MAX)
-            sent = anyio.current_time()
-            raw = await mailbox._recv(lease_s, asked_ms)
-            if raw is not None:
-                break
-            held_ms = (anyio.current_time() - sent) * 1000
-            if left_ms <= RECV_WAIT_MS_MAX or held_ms < asked_ms * HELD_FRACTION:
-                return {"task": None, "queue": queue, "waited_seconds": wait_s,
-                        "message": f"nothing to take on queue {queue}" + (f" after waiting {wait_s:g} s" if wait_s else "")}
-        # A held recv leases as it answers; one not held, when it was sent.
-        began = sent if asked_ms <= 0 else anyio.current_time()
-        taken = self._keep(Delivery(self._ctx, raw, lease_seconds=lease_s, sent_at=began), queue, lease_s)
+        # As many long polls as the wait takes; None once it has passed (or the server ended it early).
+        delivery = await mailbox.receive(wait_ms=round(wait_s * 1000), lease_seconds=lease_s)
+        if delivery is None:
+            return {"task": None, "queue": queue, "waited_seconds": wait_s,
+                    "message": f"nothing to take on queue {queue}" + (f" after waiting {wait_s:g} s" if wait_s else "")}
+        taken = self._keep(delivery, queue, lease_s)
         if taken.delivery.task_id is not None:
             try:
                 taken.key = (await self.session.rs.scope(taken.delivery.scope_id).task(taken.delivery.task_id).status())["taskKey"]
@@ -176,11 +149,8 @@ class Work:
         }
 
     def _keep(self, delivery: Delivery, queue: str, lease_s: int) -> Taken:
-        clock = delivery._clock
-        assert clock is not None, "a taken delivery knows its lease"
-        kept = Kept(self._ctx, clock, delivery._renewal_request, delivery._renewal_reply, delivery._mark_lost, f"delivery {delivery.id}")
-        self._ctx.holdings.renewals.add(kept)
-        taken = Taken(delivery, queue, None, kept, lease_s)
+        delivery.keep_renewed()
+        taken = Taken(delivery, queue, None, lease_s)
         stale = self.taken.get(taken.id)
         if stale is not None:  # the server gave it out again: the lease this session had is gone
             self._drop(stale)
@@ -189,12 +159,12 @@ class Work:
         return taken
 
     def _drop(self, taken: Taken) -> None:
-        """No longer held: stop renewing it (settled, lost, or given back)."""
-        self.taken.pop(taken.id, None)
-        self._ctx.holdings.renewals.remove(taken.kept)
+        """No longer held: stop renewing it (settled or given back, which stops it anyway; lost)."""
+        if self.taken.get(taken.id) is taken:
+            del self.taken[taken.id]
+        taken.delivery.stop_renewing()
 
     def _held(self, task: str) -> Taken:
-        check_text("task", task, KEY_LEN_MAX)
         taken = self.taken.get(task)
         if taken is None:
             held = ", ".join(sorted(self.taken)) or "none"
@@ -219,9 +189,8 @@ class Work:
 
     async def fail(self, task: str, reason: str, retry: bool) -> dict[str, Any]:
         taken = self._held(task)
-        check_text("reason", reason, REASON_LEN_MAX)
         try:
-            await taken.delivery._nack(retry=retry, error=reason)
+            await (taken.delivery.retry(reason) if retry else taken.delivery.reject(reason))
         except (LeaseLostError, ScopeCancelledError) as err:
             self._drop(taken)
             raise Refusal(f"task {task} is no longer yours ({err}): nothing was recorded") from err
@@ -261,7 +230,7 @@ class Work:
 
 async def _give_back(delivery: Delivery, holder: str) -> None:
     try:
-        await delivery._nack(retry=True, error=f"the MCP session of {holder} ended")
+        await delivery.retry(f"the MCP session of {holder} ended")
     except Exception:
         pass  # its lease runs out on the server, which hands it on then
 

@@ -1,6 +1,7 @@
 """Claims through `runstate mcp`: real processes over stdio against a real server, 5 s leases.
 
-Two agents claim one key: the second hears who holds it, and waits; an agent killed outright
+Two agents claim one key: the second hears who holds it, and waits (the holder's status shows
+who waits for its key); an agent killed outright
 loses its claim only when its lease runs out, and the next one gets the next generation; a claim
 outlives three lease lengths while its session lives; a lost claim is named in the next answer.
 """
@@ -41,6 +42,11 @@ async def test_the_second_agent_hears_who_holds_the_key_then_waits_for_it(module
         async with anyio.create_task_group() as group:
             group.start_soon(wait_for_it)
             await eventually(lambda: _waits(b, "file:src/app.py"), 10)
+            # The holder sees who waits for its key: the server's parked acquire, with B's name.
+            status = await a.ok("status")
+            assert [c["waiting"] for c in status["claims"] if c["key"] == "file:src/app.py"] == [[b.holder]]
+            assert any(line.startswith(f"1 call(s) wait for claim file:src/app.py ({b.holder}, oldest first): held by {a.holder}")
+                       for line in status["waiting"]), status["waiting"]
             released = time.monotonic()
             assert (await a.ok("release", key="file:src/app.py"))["released"] is True
         assert got["acquired"] is True and got["generation"] == 2
@@ -50,9 +56,10 @@ async def test_the_second_agent_hears_who_holds_the_key_then_waits_for_it(module
 
 
 async def _waits(b, key: str) -> bool:
-    """B's own status says it waits for `key` (its waiting claim call is under way)."""
+    """B's own status says it waits for `key`, and the server holds its acquire (one call in all)."""
     status = await b.ok("status")
-    return any(line.startswith(f"you wait for claim {key}") for line in status["waiting"])
+    return any(line.startswith(f"you wait for claim {key} (1 of your calls; 1 in all: {b.holder}, oldest first)")
+               for line in status["waiting"])
 
 
 async def test_a_killed_agents_claim_goes_to_the_next_with_the_next_generation_when_its_lease_ends(module_server):

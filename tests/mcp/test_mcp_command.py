@@ -1,4 +1,5 @@
-"""The `runstate mcp` command: its help, its settings, the optional extra, the HTTP transport, signals.
+"""The `runstate mcp` command: its help (and its place in `runstate --help` and the completion
+scripts), its settings, the optional extra, the HTTP transport, signals.
 
 `import runstate` never imports the `mcp` package; without it, `runstate mcp` says what to install.
 A missing API key stops it at once, naming the variable. `--transport streamable-http` serves the
@@ -54,6 +55,21 @@ def test_help_says_how_to_configure_it_and_a_missing_key_stops_it_naming_the_var
     assert missing.returncode == 2 and "RUNSTATE_API_KEY" in missing.stderr and "Traceback" not in missing.stderr
     wrong = _run(RUNSTATE, "mcp", "--lease-seconds", "2", env=bare)
     assert wrong.returncode == 2 and "--lease-seconds must be from 5 to 600" in wrong.stderr
+
+
+def test_runstate_help_and_its_completion_list_mcp_with_its_options():
+    """`runstate --help` lists mcp among the commands; the completion scripts complete it and its
+    options, from the same parser (`runstate.server.cli` takes them from `runstate.mcp.parser()`)."""
+    from ..e2e.test_completion import bash_complete, zsh_complete
+
+    helped = _run(RUNSTATE, "--help")
+    assert helped.returncode == 0
+    assert any(line.split()[:1] == ["mcp"] and "LLM agent" in line for line in helped.stdout.splitlines()), helped.stdout
+    assert bash_complete(["runstate", "mc"]) == ["mcp"]
+    assert bash_complete(["runstate", "mcp", "--h"]) == ["--help", "--holder", "--host"]
+    assert "--lease-seconds" in zsh_complete(["runstate", "mcp", "-"])
+    through_server = _run(sys.executable, "-m", "runstate.server.cli", "mcp", "--help")
+    assert through_server.returncode == 0 and "usage: runstate mcp" in through_server.stdout
 
 
 def _free_port() -> int:

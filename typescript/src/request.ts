@@ -28,7 +28,7 @@
 
 import type { Coalescer } from './batch.js';
 import { ClusterMap, FORWARDED_BY } from './cluster.js';
-import { UnavailableError, mapError } from './errors.js';
+import { UnavailableError, detailsOf, mapError } from './errors.js';
 import { NodeHttp, hasDotSegment } from './nodehttp.js';
 import { pause, randomHex, uniform, withTimeout } from './time.js';
 
@@ -238,7 +238,8 @@ function reply(status: number, headers: Headers, text: string): Reply {
   const message =
     typeof envelope.message === 'string' && envelope.message !== '' ? envelope.message : `request failed with ${status}`;
   const requestId = typeof envelope.requestId === 'string' ? envelope.requestId : null;
-  throw mapError(code, status, message, { requestId, retryAfterMs: parseRetryAfter(headers.get('retry-after')) });
+  const details = detailsOf(envelope.details);
+  throw mapError(code, status, message, { requestId, retryAfterMs: parseRetryAfter(headers.get('retry-after')), details });
 }
 
 function describe(err: unknown): string {
