@@ -167,6 +167,9 @@ class PastKernel:
     def parked(self) -> list:
         return []  # calls parked then are not recorded: a past point shows none
 
+    def parked_commands(self, key: Any) -> list[Any]:
+        return []  # (nor who waited on one actor)
+
     def spaces(self) -> Iterator[Any]:
         yield from (space for space in self.state.spaces.values() if space.id == self.space_id)
 
