@@ -47,6 +47,7 @@ from ..actors.timestamps import format_ms, parse_timestamp
 from ..snapshots.history import Kept, NotKept, PointNotReached, Reached, Target, kept, replay
 from ..snapshots.model import StateModel
 from ..snapshots.recovery import RecoveryError
+from ..snapshots.etcd import EtcdError
 from .errors import ApiError
 
 if TYPE_CHECKING:
@@ -64,6 +65,9 @@ HISTORY_NOT_KEPT = "HISTORY_NOT_KEPT"
 WAITING_MAX = 16
 # A read of a file pruned while it was read is tried again this many times.
 PRUNED_RETRIES = 2
+# How long a node of a cluster waits for its copy of a partition to reach the end of the log
+# before a history read of it is answered 503.
+CATCH_UP_S = 5.0
 
 _LSN = re.compile(r"^lsn:(\d{1,19})$")
 _EVENT = re.compile(r"^ev_(\d{1,19})$")
@@ -346,10 +350,25 @@ class History:
         if asked.kind == "time" and asked.value > self.runtime.kernel.clock.now_ms():  # type: ignore[union-attr]
             raise KernelError(VALIDATION_FAILED, f"{asked.text} is in the future: history is of the past")
 
+    async def _caught_up(self, number: int) -> None:
+        """On a node of a cluster, its copy of the partition as far as the log goes now: a point
+        asked by time (or the newest) is not rebuilt from a copy that has not reached it yet."""
+        cluster = self.runtime.cluster
+        if cluster is None:
+            return
+        try:
+            caught_up = await cluster.partition_caught_up(number, CATCH_UP_S)
+        except EtcdError as error:  # etcd unreachable: this copy cannot say it is current
+            raise KernelError(UNAVAILABLE, f"this node cannot tell how far partition {number}'s log goes: {error}", retry_after_s=1) from None
+        if not caught_up:
+            raise KernelError(UNAVAILABLE, f"this node's copy of partition {number} is behind its log; try again, or ask another node",
+                              retry_after_s=1)
+
     async def at(self, space: str, text: str | None) -> PastKernel:
         """The space as it stood at the point `text` (see the module docstring)."""
         asked = parse_point(text)
         number, store = self._store(space)
+        await self._caught_up(number)
         journal = store.journal
         assert journal is not None
         durable = journal.durable_lsn
@@ -376,6 +395,7 @@ class History:
         as the replay passes it: A, then B), `on_record` sees every record between them."""
         asked = [parse_point(first, "from"), parse_point(second, "to")]
         number, store = self._store(space)
+        await self._caught_up(number)
         journal = store.journal
         assert journal is not None
         durable = journal.durable_lsn
