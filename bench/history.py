@@ -129,6 +129,8 @@ def measure(data_dir: str, written: dict, samples: int) -> dict:
     from runstate.snapshots.datadir import read_manifest
     from tests.servers import ServerProcess
 
+    from .procs import cpu_seconds
+
     manifest = read_manifest(data_dir)
     assert manifest is not None
     partition = Layout(manifest.partitions).of(SPACE)
@@ -143,16 +145,19 @@ def measure(data_dir: str, written: dict, samples: int) -> dict:
     with ServerProcess("--data-dir", data_dir, "--log-requests", "off", api_key=API_KEY, space_id=SPACE, env=env) as server:
         with httpx.Client(base_url=server.base_url, headers={"authorization": f"Bearer {API_KEY}"}, timeout=120) as http:
             path = f"/v1/spaces/{SPACE}/history/scopes/{written['run']}/claims"
+            pid = server.proc.pid  # type: ignore[union-attr]
             for name, points in [*chosen.items(), ("by time", times)]:
-                seconds, replayed = [], []
+                seconds, cpu, replayed = [], [], []
                 for point in points:
                     at = format_ms(point) if name == "by time" else f"lsn:{point}"
-                    began = time.perf_counter()
+                    began, began_cpu = time.perf_counter(), cpu_seconds(pid)
                     answer = http.get(path, params={"at": at, "limit": 1000})
                     seconds.append(time.perf_counter() - began)
+                    cpu.append(cpu_seconds(pid) - began_cpu)
                     answer.raise_for_status()
                     replayed.append(answer.json()["asOf"]["recordsReplayed"])
                 figures[name] = {"p50_s": statistics.median(seconds), "max_s": max(seconds), "points": len(points),
+                                 "cpu_p50_s": statistics.median(cpu), "cpu_max_s": max(cpu),
                                  "replayed_max": max(replayed), "replayed_p50": statistics.median(replayed)}
             kept = http.get(f"/v1/spaces/{SPACE}/history").json()["kept"]
     return {**written, "checkpoints": len(checkpoints), "disk_bytes": kept["diskBytes"], "figures": figures}
@@ -177,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         result = measure(data_dir, written, args.samples)
         for name, figure in result["figures"].items():
-            print(f"a past point, {name}: p50 {figure['p50_s']:.2f} s, max {figure['max_s']:.2f} s over {figure['points']} "
+            print(f"a past point, {name}: p50 {figure['p50_s']:.2f} s, max {figure['max_s']:.2f} s over {figure['points']}; "
+                  f"server CPU p50 {figure['cpu_p50_s']:.2f} s, max {figure['cpu_max_s']:.2f} s "
                   f"(records replayed p50 {figure['replayed_p50']:,.0f}, max {figure['replayed_max']:,})", flush=True)
         print(f"{result['checkpoints']} snapshots kept, {result['disk_bytes'] / 2**20:.0f} MiB of history on disk", flush=True)
         report(result)

@@ -449,7 +449,8 @@ class Bench:
         for name, figure in result["figures"].items():
             self.rows.append(Row(
                 f"A past point of a space with {n(result['records'])} records of history, {name} (HTTP)",
-                f"p50 {figure['p50_s']:.2f} s, max {figure['max_s']:.2f} s over {figure['points']}; records replayed "
+                f"p50 {figure['p50_s']:.2f} s, max {figure['max_s']:.2f} s over {figure['points']} (server CPU p50 "
+                f"{figure['cpu_p50_s']:.2f} s, max {figure['cpu_max_s']:.2f} s); records replayed "
                 f"p50 {n(figure['replayed_p50'])}, max {n(figure['replayed_max'])}",
                 target=f"max < {HISTORY_POINT_S:.0f} s", verdict=verdict_at_most(figure["max_s"], HISTORY_POINT_S), data=figure,
             ))
