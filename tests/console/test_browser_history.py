@@ -100,3 +100,34 @@ def test_a_point_before_anything_is_the_empty_space_and_a_bad_point_is_an_error_
     expect(page.get_by_role("main")).to_contain_text("is in the future: history is of the past")
     tab.open("/console/s/default/claims?at=yesterday")
     expect(page.get_by_role("main")).to_contain_text("at must be a time with a zone")
+
+
+# What the pages offer an editor now, and never at a past point.
+ACTIONS = ("formaction=", "Cancel run", "Cancel task", "Release…", "/release?")
+
+
+def test_every_page_of_a_space_shows_a_past_point_and_says_so(console: Console):
+    """Each page of the space at a past point answers 200 with the banner, no live stream and no
+    action; the charts say they are not rebuilt from history."""
+    run = console.run("pages")
+    mailbox = console.api.put("/v1/spaces/default/mailboxes/by-name/past-jobs", json={}).json()
+    task = console.api.post("/v1/spaces/default/tasks", json={"scopeId": run["id"], "mailboxId": mailbox["id"], "taskKey": "t"}).json()
+    assert console.claim(run["id"], "k", "worker-1").status_code == 200
+    at = console.api.get("/v1/spaces/default/history").json()["kept"]["newest"]["lsn"]
+    console.claim(run["id"], "k2", "worker-2")
+    session = console.session()
+    base = "/console/s/default"
+    pages = ["runs", f"runs/{run['id']}", "claims", "lanes", "tasks", f"tasks/{task['id']}", "queues", f"queues/{mailbox['id']}",
+             "capacity", "coordination", "events", "workers", "workers/worker-1", "charts", "space", "search?q=k"]
+    for path in pages:
+        answer = session.get(f"{base}/{path}{'&' if '?' in path else '?'}at=lsn:{at}")
+        assert answer.status_code == 200, (path, answer.text[:400])
+        assert 'id="past-banner"' in answer.text and f"(LSN {at})" in answer.text, path
+        main = answer.text.split("</header>", 1)[1]
+        assert "data-stream=" not in answer.text and not any(action in main for action in ACTIONS), path
+    live = session.get(f"{base}/runs/{run['id']}").text  # (now, the same key is offered them)
+    assert "Cancel run" in live and 'id="past-banner"' not in live and "data-stream=" in live
+    assert "worker-2" not in session.get(f"{base}/claims", params={"at": f"lsn:{at}"}).text
+    assert 'id="charts-not-past"' in session.get(f"{base}/charts", params={"at": f"lsn:{at}"}).text
+    changes = session.get(f"{base}/changes", params={"from": f"lsn:{at}"})
+    assert changes.status_code == 200 and 'data-event-type="claim.acquired"' in changes.text
