@@ -31,21 +31,18 @@ import heapq
 from typing import TYPE_CHECKING, Any, Iterator
 
 from .budgets import RESERVATION_ENDED
-from .commands import capacity_actor, queue_actor
-from .errors import VALIDATION_FAILED, KernelError
-from .errors import quote
-from .fields import read_minor
+from .actor_keys import capacity_actor, queue_actor
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_REQUEUED
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Space, Timer
 from .pools import GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, PERMIT_WAITER_ENDED
 from .quotas import ALLOWANCE_COOLDOWN_RECORD, WAITER_ENDED
+from .requirements import parse_requirements, refuse
 from .scopes import SCOPE_ENDED
 from .tasks import TASK_CREATED, TASK_ENDED
 from .timestamps import format_ms
 
 if TYPE_CHECKING:
     from .commands import Admit, SubmitTask
-    from .space import SpaceState
 
 __all__ = [
     "parse_requirements", "requirements_record", "admit", "FREEING", "POOL_FREEING", "TASK_CREATED", "WAKE_TIMER",
@@ -55,7 +52,6 @@ __all__ = [
 # The record types this module decides and applies (the journal's spelling of each).
 TASK_REQUIREMENTS = "task.requirements"
 
-POOLS_MAX, QUOTAS_MAX, BUDGETS_MAX = 4, 4, 2
 WAKE_TIMER = "admission-wake"
 
 # Records that give capacity back: parked admissions look again after any of them. (A task
@@ -73,56 +69,7 @@ REQUIREMENT_RECORDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _refuse(message: str) -> KernelError:
-    return KernelError(VALIDATION_FAILED, message)
-
-
-def _entries(value: dict, kind: str, most: int, amount_field: str) -> list[list]:
-    items = value.get(kind)
-    if items is None:
-        return []
-    if not isinstance(items, list) or len(items) > most:
-        raise _refuse(f"requirements.{kind} must be a list of at most {most} items")
-    entries, names = [], set()
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not 1 <= len(item["name"]) <= 256:
-            raise _refuse(f"each of requirements.{kind} must be an object with a name (1-256 characters), got {quote(item)}")
-        if item["name"] in names:
-            raise _refuse(f"requirements.{kind} names {item['name']!r} twice")
-        names.add(item["name"])
-        if amount_field == "units":
-            units = item.get("units", 1)
-            if not isinstance(units, int) or isinstance(units, bool) or units < 1:
-                raise _refuse(f"requirements.{kind}[{item['name']!r}].units must be an integer of at least 1")
-            entries.append([item["name"], units])
-        else:
-            amount = read_minor(f"requirements.{kind}[{item['name']!r}].{amount_field}", item.get(amount_field))
-            if amount == 0:
-                raise _refuse(f"requirements.{kind}[{item['name']!r}].{amount_field} must be more than 0")
-            entries.append([item["name"], amount])
-    return entries
-
-
-def parse_requirements(value: Any) -> dict | None:
-    """`{pools?: [{name, units}] (<=4), quotas?: [{name, units}] (<=4), budgets?: [{name, reserveMinor}] (<=2)}`
-    as `{"pools": [[name, units]], "quotas": [[name, units]], "budgets": [[name, amount]]}`, or None
-    when it names nothing."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise _refuse("requirements must be an object with pools, quotas and budgets")
-    unknown = set(value) - {"pools", "quotas", "budgets"}
-    if unknown:
-        raise _refuse(f"requirements may name pools, quotas and budgets, not {', '.join(sorted(unknown))}")
-    parsed = {
-        "pools": _entries(value, "pools", POOLS_MAX, "units"),
-        "quotas": _entries(value, "quotas", QUOTAS_MAX, "units"),
-        "budgets": _entries(value, "budgets", BUDGETS_MAX, "reserveMinor"),
-    }
-    return parsed if any(parsed.values()) else None
-
-
-def requirements_record(space: "SpaceState", command: "SubmitTask", now_ms: int) -> dict | None:
+def requirements_record(space: Space, command: "SubmitTask", now_ms: int) -> dict | None:
     """The requirements of a new task, resolved to ids (NOT_FOUND for a name that does not exist;
     400 for more than a pool or a window could ever give, since the task could never start)."""
     parsed = parse_requirements(command.requirements)
@@ -133,7 +80,7 @@ def requirements_record(space: "SpaceState", command: "SubmitTask", now_ms: int)
     for name, units in parsed["pools"]:
         pool = part.pools.find(name)
         if units > pool.units_total:
-            raise _refuse(f"requirements.pools[{name!r}] asks {units} units of a {pool.units_total}-unit pool")
+            raise refuse(f"requirements.pools[{name!r}] asks {units} units of a {pool.units_total}-unit pool")
         pools.append([pool.id, units])
     quotas = []
     for name, units in parsed["quotas"]:
@@ -144,12 +91,12 @@ def requirements_record(space: "SpaceState", command: "SubmitTask", now_ms: int)
     for name, amount in parsed["budgets"]:
         budget = part.budgets.find(name)
         if amount > budget.limit:
-            raise _refuse(f"requirements.budgets[{name!r}] asks {amount}, more than the budget's limit {budget.limit}")
+            raise refuse(f"requirements.budgets[{name!r}] asks {amount}, more than the budget's limit {budget.limit}")
         budgets.append([budget.id, str(amount)])
     return {"type": TASK_REQUIREMENTS, "task_id": command.task_id, "pools": pools, "quotas": quotas, "budgets": budgets, "at_ms": now_ms}
 
 
-def _lacking(space: "SpaceState", needs: dict, now_ms: int) -> tuple[set[str], list[int], bool]:
+def _lacking(space: Space, needs: dict, now_ms: int) -> tuple[set[str], list[int], bool]:
     """What of `needs` does not fit now: resource ids, times a quota could fit again, and whether
     it could never fit (a budget amount beyond what the budget can ever give back)."""
     part = space.capacity
@@ -180,7 +127,7 @@ def _resources(needs: dict) -> set[str]:
     return {entry[0] for kind in ("pools", "quotas", "budgets") for entry in needs[kind]}
 
 
-def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
+def admit(space: Space, command: "Admit", now_ms: int) -> Outcome:
     """Lease the oldest eligible delivery of the queue with everything its task requires, or
     nothing (`empty`: a long poll parks until capacity frees)."""
     work, part = space.work, space.capacity
@@ -211,7 +158,7 @@ def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
     return _admitted(space, command, message, needs, now_ms)
 
 
-def _candidates(space: "SpaceState", command: "Admit", now_ms: int) -> Iterator[Any]:
+def _candidates(space: Space, command: "Admit", now_ms: int) -> Iterator[Any]:
     """The deliverable messages of the queue, oldest first; with includeDescendants, of the same
     mailbox in every active scope of the subtree too, merged by age (`seq` orders the space)."""
     messages = space.work.messages
@@ -222,7 +169,7 @@ def _candidates(space: "SpaceState", command: "Admit", now_ms: int) -> Iterator[
     return heapq.merge(*(messages.deliverable(command.mailbox_id, s, now_ms) for s in scopes), key=lambda message: message.seq)
 
 
-def _admitted(space: "SpaceState", command: "Admit", message: Any, needs: dict | None, now_ms: int) -> Outcome:
+def _admitted(space: Space, command: "Admit", message: Any, needs: dict | None, now_ms: int) -> Outcome:
     work, part = space.work, space.capacity
     lease_ms, token = command.lease_s * 1000, command.token
     records = [work.messages.decide_lease(message, token, command.holder, command.session, lease_ms, now_ms)]
@@ -279,6 +226,6 @@ def _admitted(space: "SpaceState", command: "Admit", message: Any, needs: dict |
     return outcome
 
 
-def on_wake_timer(space: "SpaceState", _: Any, __: Any, now_ms: int) -> Outcome:
+def on_wake_timer(space: Space, _: Any, __: Any, now_ms: int) -> Outcome:
     """A quota window began or a cooldown ended: parked admissions look again."""
     return Outcome(pokes=space.capacity.take_wakeups())

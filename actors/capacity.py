@@ -27,7 +27,7 @@ from .budgets import BUDGET_RECORDS, BudgetTable
 from .budgets import (
     BUDGET_CREATED, BUDGET_IMAGE, RESERVATION_ENDED, RESERVATION_IMAGE, RESERVATION_MADE, RESERVATION_SETTLED,
 )
-from .commands import capacity_actor
+from .actor_keys import capacity_actor
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .limits import Limits
 from .outcome import Outcome, Timer

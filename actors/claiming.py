@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from .boot import BootInfo
 from .claims import ClaimTable
-from .commands import claim_actor
+from .actor_keys import claim_actor
 from .outcome import Outcome, Timer
 from .scopes import ScopeTree
 from .timestamps import format_ms

@@ -26,9 +26,11 @@ from .fields import (
 )
 from .limits import Limits
 from .mailboxes import MODES
-from .once import once_actor
-from .outcome import ActorKey
-from .runs import run_actor
+from .requirements import parse_requirements
+from .actor_keys import (
+    KEYS_ACTOR, ActorKey, barrier_actor, barrier_name_actor, capacity_actor, claim_actor, events_actor, mailbox_ops_actor,
+    mailboxes_actor, once_actor, queue_actor, run_actor, scope_actor, timers_actor,
+)
 from .scopes import CANCELLED, COMPLETED
 
 __all__ = [
@@ -52,33 +54,6 @@ __all__ = [
 # A key's spaces are recorded with it; a key for every space is the admin key's job.
 KEY_SPACES_MAX = 100
 
-KEYS_ACTOR: ActorKey = ("keys",)
-
-
-def claim_actor(space: str, scope_id: str, key: str) -> ActorKey:
-    return ("claim", space, scope_id, key)
-
-
-def scope_actor(space: str, scope_id: str) -> ActorKey:
-    return ("scope", space, scope_id)
-
-
-def queue_actor(space: str, mailbox_id: str, scope_id: str) -> ActorKey:
-    """Everything that touches one queue (a mailbox in a scope) runs here, its long polls included."""
-    return ("queue", space, mailbox_id, scope_id)
-
-
-def mailboxes_actor(space: str) -> ActorKey:
-    """Mailbox creation: two creates of one name are decided one after the other."""
-    return ("mailboxes", space)
-
-
-def mailbox_ops_actor(space: str, mailbox_id: str) -> ActorKey:
-    """An operator's actions on one mailbox's messages across its runs (its dead letters): decided
-    one after another. They change queues that have actors of their own, as a run's end does, and
-    poke those actors so parked receivers look again."""
-    return ("mailbox-ops", space, mailbox_id)
-
 
 class Command:
     """Base of every command. Subclasses are `@dataclass(frozen=True, slots=True, kw_only=True)`."""
@@ -100,11 +75,8 @@ class Command:
 
 
 def _check_requirements(requirements: Any) -> None:
-    """A task's requirements, checked as admission reads them (nothing to check when absent: the
-    import is paid only then, since admission imports this module)."""
+    """A task's requirements, checked as admission reads them (`requirements.py`)."""
     if requirements is not None:
-        from .admission import parse_requirements
-
         parse_requirements(requirements)
 
 
@@ -640,10 +612,6 @@ class FailOnce(Command):
 # actor, so a name is created once and each decision sees every earlier one (docs/design-capacity.md).
 
 
-def capacity_actor(space: str) -> ActorKey:
-    return ("capacity", space)
-
-
 class _Capacity(Command):
     __slots__ = ()
 
@@ -899,28 +867,8 @@ class FireTimer(Command):
         return self.on
 
 
-
 # -- coordination --
 # Barriers, timers, task groups and the event log (`coordination.py`, `events.py`).
-
-
-def barrier_actor(space: str, barrier_id: str) -> ActorKey:
-    return ("barrier", space, barrier_id)
-
-
-def timers_actor(space: str, scope_id: str) -> ActorKey:
-    """Every timer of one scope: its creation, firing, expiry, ack, cancel, and the polls that list them."""
-    return ("timers", space, scope_id)
-
-
-def barrier_name_actor(space: str, scope_id: str, name: str) -> ActorKey:
-    """A barrier's name in a scope: two puts of one name are decided one after the other."""
-    return ("barrier-name", space, scope_id, name)
-
-
-def events_actor(space: str) -> ActorKey:
-    """Where watches of a space's events park; every turn that makes events pokes it."""
-    return ("events", space)
 
 
 @_command

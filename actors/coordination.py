@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import commands as c
+from .actor_keys import queue_actor, timers_actor
 from .barriers import BARRIER_RECORDS, RELEASED, BarrierTable
 from .barriers import BARRIER_ARRIVED, BARRIER_CREATED, BARRIER_IMAGE
 from .errors import DEADLINE_EXCEEDED, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError
@@ -206,7 +207,7 @@ class CoordinationCommands:
         return Outcome() if record is None else self._commit(Outcome(), record)
 
     def _timer_timers(self, timer: ScopeTimer) -> Iterator[Timer]:
-        actor = c.timers_actor(self.id, timer.scope_id)
+        actor = timers_actor(self.id, timer.scope_id)
         if timer.state == ARMED:
             yield Timer(timer.fire_ms, actor, (FIRE_TIMER, timer.id), None)
         elif timer.state == FIRED:
@@ -293,7 +294,7 @@ class CoordinationCommands:
 
     def group_timers(self, group: Group) -> Iterator[Timer]:
         if group.state != FINALIZED and group.deadline_ms is not None:
-            actor = c.queue_actor(self.id, group.mailbox_id, group.scope_id)
+            actor = queue_actor(self.id, group.mailbox_id, group.scope_id)
             yield Timer(group.deadline_ms, actor, (GROUP_DEADLINE_TIMER, group.id), None)
 
     # -- what follows from other records ---------------------------------------------------------
@@ -351,7 +352,7 @@ class CoordinationCommands:
 
     def scope_actors(self, scope_ids: list[str]) -> list[ActorKey]:
         """The timer actors of these scopes, so a poll parked there hears that the scope ended."""
-        return [c.timers_actor(self.id, scope_id) for scope_id in scope_ids]
+        return [timers_actor(self.id, scope_id) for scope_id in scope_ids]
 
     # -- recovery and images ----------------------------------------------------------------------
 

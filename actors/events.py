@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import count
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 from .barriers import BARRIER_ARRIVED, BARRIER_CREATED
 from .dead_letters import DEAD_LETTERS_DELETED, DEAD_LETTERS_REQUEUED
@@ -34,10 +34,8 @@ from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVE
 from .scopes import SCOPE_CREATED, SCOPE_ENDED
 from .tasks import TASK_CREATED, TASK_ENDED
 from .timers import TIMER_ACKED, TIMER_CANCELLED, TIMER_CREATED, TIMER_EXPIRED, TIMER_FIRED
+from .outcome import Space
 from .timestamps import format_ms
-
-if TYPE_CHECKING:
-    from .space import SpaceState
 
 __all__ = [
     "EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "DERIVE", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of",
@@ -226,7 +224,7 @@ class EventLog:
 # looked up) and returns the events the record makes: one change (a tuple, the usual case), a list
 # of them, or None.
 
-Derive = Callable[["SpaceState", dict], Any]
+Derive = Callable[[Space, dict], Any]
 
 
 # The payloads kept as a tuple of values, by event type, and the names of those values: the events a
@@ -254,7 +252,7 @@ def _delivery(task_type: str, message_type: str, **extra: str) -> Derive:
     PAYLOAD_NAMES[task_type] = PAYLOAD_NAMES[message_type] = ("messageId", "mailboxId", "attempt", "holder", *extra)
     fields = tuple(extra.values())
 
-    def derive(space: "SpaceState", record: dict) -> "Change | None":
+    def derive(space: Space, record: dict) -> "Change | None":
         message = space.messages.find(record["message_id"])
         if message is None:
             return None
@@ -272,7 +270,7 @@ def _delivery(task_type: str, message_type: str, **extra: str) -> Derive:
     return derive
 
 
-def _dead(space: "SpaceState", record: dict) -> list:
+def _dead(space: Space, record: dict) -> list:
     message = space.messages.find(record["message_id"])
     if message is None:
         return []
@@ -293,7 +291,7 @@ def _dead(space: "SpaceState", record: dict) -> list:
 _SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
 
 
-def _scope_ended(space: "SpaceState", record: dict) -> list:
+def _scope_ended(space: Space, record: dict) -> list:
     """The scope's end, and the end of every task that waited in its subtree (they end with it)."""
     by = record.get("by")  # who ended it (an API key's id, or "admin"); None when it expired
     events = [("scope." + record["state"].lower(), record["id"], "scope", record["id"], {"state": record["state"], "by": by})]
@@ -304,7 +302,7 @@ def _scope_ended(space: "SpaceState", record: dict) -> list:
     return events
 
 
-def _task_ended(space: "SpaceState", record: dict) -> list:
+def _task_ended(space: Space, record: dict) -> list:
     task = space.tasks.find(record["task_id"])
     scope_id = None if task is None else task.scope_id
     payload = {"reason": record.get("reason"), "by": record.get("by")}
@@ -326,7 +324,7 @@ def _payload(record: dict, fields: tuple[str, ...]) -> dict:
 
 
 def _group(kind: str, *fields: str) -> Derive:
-    def derive(space: "SpaceState", record: dict) -> list:
+    def derive(space: Space, record: dict) -> list:
         group = space.coordination.groups.find(record["id"])
         scope_id = record.get("scope_id") if group is None else group.scope_id
         return [(kind, scope_id, "group", record["id"], _payload(record, fields))]
@@ -335,7 +333,7 @@ def _group(kind: str, *fields: str) -> Derive:
 
 
 def _barrier(kind: str, *fields: str) -> Derive:
-    def derive(space: "SpaceState", record: dict) -> list:
+    def derive(space: Space, record: dict) -> list:
         barrier = space.coordination.barriers.find(record["id"])
         scope_id = record.get("scope_id") if barrier is None else barrier.scope_id
         return [(kind, scope_id, "barrier", record["id"], _payload(record, fields))]
@@ -344,7 +342,7 @@ def _barrier(kind: str, *fields: str) -> Derive:
 
 
 def _timer(kind: str, *fields: str) -> Derive:
-    def derive(space: "SpaceState", record: dict) -> list:
+    def derive(space: Space, record: dict) -> list:
         timer = space.coordination.timers.find(record["id"])
         scope_id = record.get("scope_id") if timer is None else timer.scope_id
         return [(kind, scope_id, "timer", record["id"], _payload(record, fields))]
@@ -355,7 +353,7 @@ def _timer(kind: str, *fields: str) -> Derive:
 def _dead_letters(kind: str) -> Derive:
     """An operator's action on a mailbox's dead letters: one event for the whole set."""
 
-    def derive(space: "SpaceState", record: dict) -> "Change":
+    def derive(space: Space, record: dict) -> "Change":
         ids = record["message_ids"]
         payload = {"mailboxId": record["mailbox_id"], "count": len(ids), "messageIds": list(ids)}
         if "new_ids" in record:
@@ -409,7 +407,7 @@ EVENT_TYPES = sorted(
 )
 
 
-def page(space: "SpaceState", after: int | None, limit: int, types: frozenset | None, aggregate: tuple | None, scope_id: str | None) -> dict:
+def page(space: Space, after: int | None, limit: int, types: frozenset | None, aggregate: tuple | None, scope_id: str | None) -> dict:
     """A page of the space's events as the wire carries it: `{events, nextCursor}`.
 
     Filters: `types` (exact names), `aggregate` ((type, id)), `scope_id` (the scope and its
@@ -429,7 +427,7 @@ def page(space: "SpaceState", after: int | None, limit: int, types: frozenset | 
     return {"events": [event.view() for event in events], "nextCursor": str(last)}
 
 
-def watch(space: "SpaceState", command: Any, now_ms: int) -> Any:
+def watch(space: Space, command: Any, now_ms: int) -> Any:
     """The watch transition: a page with events, or an empty outcome that parks a long poll."""
     from .outcome import Outcome
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .actor_keys import once_actor
 from .caps import value_bytes
 from .errors import STALE_CLAIM, KernelError, quote
 from .outcome import Outcome, Timer
@@ -51,10 +52,6 @@ ONCE_RENEWED = "once.renewed"
 
 OPEN, HELD, DONE, FAILED = "OPEN", "HELD", "DONE", "FAILED"
 LEASE_TIMER = "once-lease"
-
-
-def once_actor(space: str, scope_id: str, key: str) -> tuple:
-    return ("once", space, scope_id, key)
 
 
 class Slot:

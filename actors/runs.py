@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from .actor_keys import run_actor
 from .outcome import Outcome, Timer
 from .scopes import ScopeTree
 
@@ -26,11 +27,6 @@ __all__ = ["RunNames", "RunCommands", "run_actor", "RUN_RECORDS", "RUN_NAMED"]
 
 # The record types this module decides and applies (the journal's spelling of each).
 RUN_NAMED = "run.named"
-
-
-def run_actor(space: str, name: str) -> tuple:
-    """Ensures of one name are decided one after the other."""
-    return ("run", space, name)
 
 
 class RunNames:

@@ -31,7 +31,7 @@ from .claiming import LEASE_TIMER, ClaimCommands
 from .claims import (
     CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED, ClaimTable,
 )
-from .commands import claim_actor, mailboxes_actor, queue_actor, scope_actor
+from .actor_keys import claim_actor, events_actor, mailboxes_actor, queue_actor, scope_actor
 from .errors import VALIDATION_FAILED, KernelError, quote
 from .idempotency import IDEM_STORED, IdempotencyTable
 from .limits import Limits
@@ -46,7 +46,6 @@ from .tasks import TaskTable
 from .usage import Usage
 from .work import WORK_APPLY, WORK_TIMERS, WorkCommands
 # -- coordination --
-from .commands import events_actor
 from .coordination import AFTER_APPLY_KINDS, COORDINATION_APPLY, COORDINATION_TIMERS, CoordinationCommands
 from .events import DERIVE, EventLog
 from .events import EVENTS_IMAGE, EVENT_IMAGE

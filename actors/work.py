@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import dead_letters
 from .caps import RETRY_AFTER_S, full, value_bytes
-from .commands import queue_actor
+from .actor_keys import queue_actor
 from .dead_letters import DEAD_LETTERS_DELETED, DEAD_LETTERS_REQUEUED
 from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, SCOPE_CANCELLED, KernelError, quote
 from .limits import Limits
