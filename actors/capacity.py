@@ -30,8 +30,9 @@ from .budgets import (
 from .actor_keys import capacity_actor
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .limits import Limits
+from .leases import LeaseKind
 from .outcome import Outcome, Timer
-from .pools import POOL_RECORDS, SIGNALED, Pool, PoolTable
+from .pools import POOL_RECORDS, SIGNALED, Grant, Pool, PoolTable
 from .pools import (
     GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, GRANT_RENEWED, PERMIT_WAITER_ADDED, PERMIT_WAITER_ENDED,
     PERMIT_WAITER_IMAGE, PERMIT_WAITER_SIGNALED, POOL_CREATED, POOL_IMAGE,
@@ -54,6 +55,7 @@ __all__ = ["CapacityCommands", "CAPACITY_APPLY", "CAPACITY_TIMERS", "CAPACITY_RE
 
 GRANT_TIMER, SERVE_TIMER, WAITER_TIMER, SETTLE_BY_TIMER = "grant-lease", "quota-serve", "waiter-ttl", "settle-by"
 POOL_WAITER_TIMER, POOL_SERVE_TIMER = "pool-waiter", "pool-serve"
+GRANT_LEASE = "grant"  # the kind of lease a pool grant is held under, in the lease table
 
 # Every record type of capacity and its fields (type -> required fields), for the journal's registry.
 CAPACITY_RECORDS: dict[str, tuple[str, ...]] = {
@@ -472,13 +474,25 @@ class CapacityCommands:
         yield from self.pool_serve_timers(0)
 
     def restart(self, now_ms: int, grace_ms: int) -> Outcome:
-        """After a recovery: grant leases and signaled waiters' turns get the claims' rule
-        (`PoolTable.decide_restart`)."""
-        outcome = self._commit(Outcome(), *self.pools.decide_restart(now_ms, grace_ms))
-        for grant in self.pools.grants():
-            if grant.message_id is None:
-                outcome.timers.append(self._grant_timer(grant.id, grant.token, grant.expires_ms))
+        """After a recovery: signaled waiters' turns get the grace (`PoolTable.decide_turn_grace`);
+        the grants' leases get the lease rule with every other lease of the space (`lease_kind`)."""
+        outcome = self._commit(Outcome(), *self.pools.decide_turn_grace(now_ms, grace_ms))
         return self._waiter_timers(outcome, None)
+
+    # -- the lease table (`leases.py`: the restart rule is decided there, for every kind at once) --
+
+    def lease_kind(self) -> LeaseKind:
+        return LeaseKind(GRANT_LEASE, self.pools.held_leases, self._lease_ended, self._lease_graced)
+
+    def _lease_ended(self, grant: Grant, now_ms: int, outcome: Outcome) -> None:
+        assert grant.expires_ms <= now_ms, "only an ended lease is expired"
+        self._commit(outcome, self.pools.decide_expire(grant.id, grant.token, now_ms))  # type: ignore[arg-type]
+
+    def _lease_graced(self, grant: Grant, expires_ms: int, now_ms: int, outcome: Outcome) -> None:
+        record = self.pools.renewed_record(grant, grant.lease_ms, expires_ms, now_ms)
+        record["graced"] = True
+        self._commit(outcome, record)
+        outcome.timers.append(self._grant_timer(grant.id, grant.token, grant.expires_ms))  # type: ignore[arg-type]
 
     def image(self) -> Iterator[dict]:
         """Pools with their grants, allowances then their waiters (in the order they came),

@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from .boot import BootInfo
-from .claims import ClaimTable
+from .claims import Claim, ClaimTable
 from .actor_keys import claim_actor
+from .leases import LeaseKind
 from .outcome import Outcome, Timer
 from .scopes import ScopeTree
 from .timestamps import format_ms
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["ClaimCommands", "LEASE_TIMER"]
 
 LEASE_TIMER = "claim-lease"
+CLAIM_LEASE = "claim"  # the kind of lease a claim is held under, in the lease table
 # A lease timer's tag: the same for every claim, since its actor already names the claim (space,
 # scope and key), so a held claim keeps no tag of its own in the supervisor.
 _LEASE_TAG = (LEASE_TIMER, None)
@@ -127,7 +129,15 @@ class ClaimCommands:
         for claim in self._claims.held():
             yield self.lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms)  # type: ignore[arg-type]
 
-    def restart(self, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
-        """At a start: the expiries and grace renewals of `ClaimTable.decide_restart`."""
-        records = self._claims.decide_restart(now_ms, grace_ms, spread_ms)
-        return self._commit(Outcome(), *records)
+    # -- the lease table (`leases.py`: the restart rule is decided there, for every kind at once) --
+
+    def lease_kind(self) -> LeaseKind:
+        return LeaseKind(CLAIM_LEASE, self._claims.held, self._lease_ended, self._lease_graced)
+
+    def _lease_ended(self, claim: Claim, now_ms: int, outcome: Outcome) -> None:
+        self._commit(outcome, self._claims.decide_ended(claim, now_ms))
+
+    def _lease_graced(self, claim: Claim, expires_ms: int, now_ms: int, outcome: Outcome) -> None:
+        record = self._claims.renewed_record(claim, claim.lease_ms, expires_ms, now_ms)
+        record["graced"] = True
+        self._commit(outcome, record)

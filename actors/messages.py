@@ -37,6 +37,7 @@ from typing import Any, Iterator
 from .caps import value_bytes
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
 from .limits import Limits
+from .leases import hold, release, renewal, renewed, restore
 from .mailboxes import Mailbox, MailboxTable
 from .timestamps import format_ms
 
@@ -73,6 +74,9 @@ _IMAGED = (
     "task_id", "state", "attempts", "gen", "visible_ms", "token", "holder", "session", "lease_ms",
     "expires_ms", "created_ms", "finished_ms", "reason",
 )
+
+# Of those, what a message holds besides its lease (which `leases.py` sets, graced included).
+_IMAGED_STATE = tuple(slot for slot in _IMAGED if slot not in ("token", "holder", "session", "lease_ms", "expires_ms"))
 
 # How each state is counted on the mailbox (the listing's counts and the backlog).
 _COUNTER = {QUEUED: "queued", DELAYED: "delayed", LEASED: "leased", DEAD: "dead"}
@@ -418,16 +422,19 @@ class MessageTable:
             "at_ms": now_ms,
         }
 
+    @classmethod
+    def decide_renew(cls, message: Message, lease_ms: int | None, now_ms: int) -> dict:
+        """The renewal rule (`leases.renewal`) for the delivery `message` is under."""
+        return cls.renewed_record(message, *renewal(message, lease_ms, now_ms), now_ms)
+
     @staticmethod
-    def decide_renew(message: Message, lease_ms: int | None, now_ms: int) -> dict:
-        """Extend from now by `lease_ms`, or by the lease's own length when none is given."""
-        length = message.lease_ms if lease_ms is None else lease_ms
+    def renewed_record(message: Message, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
         return {
             "type": DELIVERY_RENEWED,
             "message_id": message.id,
             "token": message.token,
-            "lease_ms": length,
-            "expires_ms": now_ms + length,
+            "lease_ms": lease_ms,
+            "expires_ms": expires_ms,
             "at_ms": now_ms,
         }
 
@@ -529,9 +536,9 @@ class MessageTable:
             record["task_id"],
             record["created_ms"],
         )
-        for slot in _IMAGED:
+        for slot in _IMAGED_STATE:
             setattr(message, slot, record[slot])
-        message.graced = "graced" in record
+        restore(message, record)
         self._messages[message.id] = message
         self._count(message, +1)
         self.payload_bytes += value_bytes(message.payload)
@@ -588,25 +595,21 @@ class MessageTable:
 
     def apply_leased(self, record: dict) -> Message:
         message = self._messages[record["message_id"]]
+        assert record["attempt"] == message.attempts + 1, "each delivery of a message is its next attempt"
         self._move(message, LEASED)
         message.attempts = record["attempt"]
-        message.token = record["token"]
-        message.holder = record["holder"]
-        message.session = record["session"]
-        message.lease_ms = record["lease_ms"]
-        message.expires_ms = record["expires_ms"]
-        message.graced = False
+        hold(message, record)
         return message
 
     def apply_renewed(self, record: dict) -> Message:
         message = self._messages[record["message_id"]]
-        message.lease_ms = record["lease_ms"]
-        message.expires_ms = record["expires_ms"]
-        message.graced = "graced" in record
+        assert message.state == LEASED and message.token == record["token"], "only the current delivery is renewed"
+        renewed(message, record)
         return message
 
     def apply_requeued(self, record: dict) -> Message:
         message = self._messages[record["message_id"]]
+        assert message.state == LEASED and message.token == record["token"], "only the current delivery is requeued"
         self._end_lease(message)
         message.gen += 1
         message.visible_ms = record["visible_ms"]
@@ -718,9 +721,8 @@ class MessageTable:
 
     @staticmethod
     def _end_lease(message: Message) -> None:
-        message.token = None
-        message.holder = None
-        message.session = None
+        if message.token is not None:  # (a message that was waiting had no lease to end)
+            release(message)
 
     def _compact(self, queue: Queue) -> None:
         """Rebuild a queue's heaps when stale entries outnumber live ones (lazy deletion's bill)."""

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from .actor_keys import once_actor
 from .caps import value_bytes
 from .errors import STALE_CLAIM, KernelError, quote
+from .leases import LeaseKind, hold, release, renewal, renewed, restore
 from .outcome import Outcome, Timer
 from .scopes import ScopeTree
 from .timestamps import format_ms
@@ -52,6 +53,7 @@ ONCE_RENEWED = "once.renewed"
 
 OPEN, HELD, DONE, FAILED = "OPEN", "HELD", "DONE", "FAILED"
 LEASE_TIMER = "once-lease"
+ONCE_LEASE = "once"  # the kind of lease a slot is held under, in the lease table
 
 
 class Slot:
@@ -127,28 +129,23 @@ class OnceTable:
     def apply_acquired(self, record: dict) -> Slot:
         slot = self._slot(record)
         assert slot.state in (OPEN, HELD), "a settled once slot is never acquired again"
+        assert record["attempts"] == slot.attempts + 1, "each acquisition is the next attempt"
         slot.state = HELD
         slot.attempts = record["attempts"]
-        slot.token = record["token"]
-        slot.holder = record["holder"]
-        slot.session = record["session"]
-        slot.lease_ms = record["lease_ms"]
-        slot.expires_ms = record["expires_ms"]
+        hold(slot, record)
         slot.updated_ms = record["at_ms"]
-        slot.graced = False
         return slot
 
     def apply_renewed(self, record: dict) -> Slot:
         slot = self._slot(record)
-        assert slot.token == record["token"]
-        slot.lease_ms = record["lease_ms"]
-        slot.expires_ms = record["expires_ms"]
-        slot.graced = "graced" in record
+        assert slot.state == HELD and slot.token == record["token"], "only the holder's token renews"
+        renewed(slot, record)
         return slot
 
     def _end_lease(self, slot: Slot, state: str, at_ms: int) -> Slot:
+        assert slot.state == HELD, "only a held slot's lease ends"
         slot.state = state
-        slot.token = slot.holder = slot.session = None
+        release(slot)
         slot.updated_ms = at_ms
         return slot
 
@@ -169,12 +166,11 @@ class OnceTable:
 
     def apply_image(self, record: dict) -> Slot:
         slot = self._slot(record)
-        for name in ("state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms", "result"):
-            setattr(slot, name, record[name])
+        slot.state, slot.attempts, slot.result = record["state"], record["attempts"], record["result"]
+        restore(slot, record)
         self.result_bytes += value_bytes(slot.result)
         slot.last_error = record["last_error"]
         slot.updated_ms = record["at_ms"]
-        slot.graced = "graced" in record
         return slot
 
     def image(self) -> Iterator[dict]:
@@ -243,12 +239,8 @@ class OnceCommands:
 
     def renew(self, command: "RenewOnce", now_ms: int) -> Outcome:
         slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
-        lease_ms = slot.lease_ms if command.lease_s is None else command.lease_s * 1000
-        record = {
-            "type": ONCE_RENEWED, "scope_id": slot.scope_id, "key": slot.key, "token": command.token,
-            "lease_ms": lease_ms, "expires_ms": now_ms + lease_ms, "at_ms": now_ms,
-        }
-        outcome = self._commit(Outcome(), record)
+        lease_ms, expires_ms = renewal(slot, None if command.lease_s is None else command.lease_s * 1000, now_ms)
+        outcome = self._commit(Outcome(), _renewed_record(slot, lease_ms, expires_ms, now_ms))
         outcome.timers.append(self._lease_timer(slot.scope_id, slot.key, command.token, slot.expires_ms))
         outcome.reply = {"state": HELD, "leaseExpiresAt": format_ms(slot.expires_ms), "leaseSeconds": lease_ms // 1000}
         return outcome
@@ -293,26 +285,27 @@ class OnceCommands:
             if slot.state == HELD:
                 yield self._lease_timer(slot.scope_id, slot.key, slot.token, slot.expires_ms)  # type: ignore[arg-type]
 
-    def restart(self, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
-        """At a start, the claims' restart rule (`ClaimTable.decide_restart`): leases whose end has
-        passed end now; live ones nearer their end than the grace get it once (renewals with the
-        same token, marked `graced`), spread over `spread_ms`."""
-        outcome = Outcome()
-        short: list[Slot] = []
-        for slot in [s for s in self._slots.all() if s.state == HELD]:
-            if slot.expires_ms <= now_ms:
-                self._commit(outcome, self._expired(slot.scope_id, slot.key, now_ms))
-            elif slot.expires_ms < now_ms + grace_ms and not slot.graced:
-                short.append(slot)
-        short.sort(key=lambda slot: (slot.expires_ms, slot.scope_id, slot.key))
-        for index, slot in enumerate(short):
-            record = {
-                "type": ONCE_RENEWED, "scope_id": slot.scope_id, "key": slot.key, "token": slot.token,
-                "lease_ms": slot.lease_ms, "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
-                "at_ms": now_ms, "graced": True,
-            }
-            self._commit(outcome, record)
-        return outcome
+    # -- the lease table (`leases.py`: the restart rule is decided there, for every kind at once) --
+
+    def lease_kind(self) -> LeaseKind:
+        held = lambda: [slot for slot in self._slots.all() if slot.state == HELD]  # noqa: E731
+        return LeaseKind(ONCE_LEASE, held, self._lease_ended, self._lease_graced)
+
+    def _lease_ended(self, slot: Slot, now_ms: int, outcome: Outcome) -> None:
+        assert slot.state == HELD and slot.expires_ms <= now_ms, "only an ended lease is expired"
+        self._commit(outcome, self._expired(slot.scope_id, slot.key, now_ms))
+
+    def _lease_graced(self, slot: Slot, expires_ms: int, now_ms: int, outcome: Outcome) -> None:
+        record = _renewed_record(slot, slot.lease_ms, expires_ms, now_ms)
+        record["graced"] = True
+        self._commit(outcome, record)
+
+
+def _renewed_record(slot: Slot, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+    return {
+        "type": ONCE_RENEWED, "scope_id": slot.scope_id, "key": slot.key, "token": slot.token,
+        "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms,
+    }
 
 
 ONCE_APPLY: dict[str, Callable[[OnceTable, dict], Any]] = {

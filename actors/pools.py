@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
+from .leases import hold, release, renewal, renewed, restore
 from .timestamps import format_ms
 
 __all__ = [
@@ -83,20 +84,23 @@ class Grant:
                  "graced")
 
     def __init__(self, record: dict) -> None:
+        """A grant as an acquiring record or an image states it; its lease is `leases.py`'s to set
+        (`hold` for a new grant, `restore` for one in an image)."""
         self.id: str = record["id"]
         self.pool_id: str = record["pool_id"]
         self.scope_id: str = record["scope_id"]
         self.units: int = record["units"]
-        self.token: str = record["token"]
-        self.holder: str = record["holder"]
-        self.session: str = record["session"]
-        self.lease_ms: int = record["lease_ms"]
-        self.expires_ms: int = record["expires_ms"]
+        assert self.units > 0, "a grant holds at least one unit"
         self.acquired_ms: int = record["at_ms"]
         # Taken at admission: held exactly while that delivery's lease (this token) is.
         self.message_id: str | None = record.get("message_id")
-        # A restart gave the lease its grace and its holder has not renewed since (in an image).
-        self.graced: bool = record.get("graced", False)
+        self.token: str | None = None
+        self.holder: str | None = None
+        self.session: str | None = None
+        self.lease_ms = 0
+        self.expires_ms = 0
+        # A restart gave the lease its grace and its holder has not renewed since.
+        self.graced = False
 
     def image(self) -> dict:
         image = {
@@ -420,9 +424,13 @@ class PoolTable:
         return grant
 
     def decide_renew(self, grant_id: str, token: str, lease_ms: int | None, now_ms: int) -> dict:
+        """The renewal rule (`leases.renewal`) for the grant `token` holds."""
         grant = self.current(grant_id, token, now_ms)
-        length = grant.lease_ms if lease_ms is None else lease_ms
-        return {"type": GRANT_RENEWED, "id": grant_id, "lease_ms": length, "expires_ms": now_ms + length, "at_ms": now_ms}
+        return self.renewed_record(grant, *renewal(grant, lease_ms, now_ms), now_ms)
+
+    @staticmethod
+    def renewed_record(grant: Grant, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+        return {"type": GRANT_RENEWED, "id": grant.id, "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms}
 
     def decide_release(self, grant_id: str, token: str, observation: object, now_ms: int) -> dict:
         grant = self.current(grant_id, token, now_ms)
@@ -441,24 +449,17 @@ class PoolTable:
     def _ended(kind: str, grant: Grant, now_ms: int) -> dict:
         return {"type": kind, "id": grant.id, "at_ms": now_ms}
 
-    def decide_restart(self, now_ms: int, grace_ms: int) -> list[dict]:
-        """At a start, the claims' restart rule (`ClaimTable.decide_restart`): a lease whose end has
-        passed is expired; a live one nearer its end than the grace gets at least `grace_ms` from
-        now, once, as a renewal marked `graced`. A signaled waiter's turn that has not ended gets
-        the grace the same way."""
+    def held_leases(self) -> list[Grant]:
+        """The grants held under a lease of their own (one taken at admission is attached to its
+        delivery's lease instead)."""
+        return [grant for grant in self._grants.values() if grant.message_id is None]
+
+    def decide_turn_grace(self, now_ms: int, grace_ms: int) -> list[dict]:
+        """At a start: a signaled waiter whose turn may have been alive at the crash gets the
+        grace a lease gets (`leases.restart`) to come for its units, as a new end of its turn (it
+        keeps its place and when its turn began). A turn is no lease (no token), so it is not
+        spread: it ends no sooner than the grace after the restart."""
         records: list[dict] = []
-        for grant in sorted(self._grants.values(), key=lambda grant: (grant.expires_ms, grant.id)):
-            if grant.message_id is not None:
-                continue  # its delivery's lease has the restart rule
-            if grant.expires_ms <= now_ms:
-                records.append(self._ended(GRANT_EXPIRED, grant, now_ms))
-            elif grant.expires_ms < now_ms + grace_ms and not grant.graced:
-                records.append({
-                    "type": GRANT_RENEWED, "id": grant.id, "lease_ms": grant.lease_ms,
-                    "expires_ms": now_ms + grace_ms, "at_ms": now_ms, "graced": True,
-                })
-        # A signaled waiter whose turn may have been alive at the crash gets the same grace to
-        # come for its units (a new end of its turn; it keeps its place and when its turn began).
         for pool in self._pools.values():
             for waiter_id in pool.line:
                 waiter = self._waiters[waiter_id]
@@ -478,6 +479,7 @@ class PoolTable:
 
     def apply_acquired(self, record: dict) -> Grant:
         grant = Grant(record)
+        hold(grant, record)
         pool = self._pools[grant.pool_id]
         assert grant.id not in self._grants, "a grant id is handed out once"
         # Units held back for signaled waiters count as taken (a signaled waiter's own grant ended
@@ -489,15 +491,15 @@ class PoolTable:
 
     def apply_renewed(self, record: dict) -> Grant:
         grant = self._grants[record["id"]]
-        grant.lease_ms = record["lease_ms"]
-        grant.expires_ms = record["expires_ms"]
-        grant.graced = "graced" in record  # a restart's grace; the holder's own renewal clears it
+        assert grant.message_id is None, "a grant taken at admission is renewed with its delivery"
+        renewed(grant, record)
         return grant
 
     def apply_ended(self, record: dict) -> Grant:
         """A release or an expiry: the grant's units go back to its pool, once."""
         grant = self._grants.pop(record["id"])
         del self._pools[grant.pool_id].grants[grant.id]
+        release(grant)
         return grant
 
     def apply_waiter_added(self, record: dict) -> PoolWaiter:
@@ -580,4 +582,5 @@ class PoolTable:
         pool = self.apply_created({"id": record["id"], "name": record["name"], "units": record["units"], "at_ms": record["created_ms"]})
         for item in record["grants"]:
             grant = Grant(item)
+            restore(grant, item)
             pool.grants[grant.id] = self._grants[grant.id] = grant

@@ -34,6 +34,7 @@ from .claims import (
 from .actor_keys import claim_actor, events_actor, mailboxes_actor, queue_actor, scope_actor
 from .errors import VALIDATION_FAILED, KernelError, quote
 from .idempotency import IDEM_STORED, IdempotencyTable
+from .leases import LeaseTable
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import MessageTable
@@ -62,12 +63,12 @@ DEADLINE_TIMER = "scope-deadline"
 
 class SpaceState:
     # The parts hold commands over the tables, no state of their own (`snapshots.equality`).
-    _DERIVED = ("claiming", "work", "onces", "runs", "_appliers", "_events_actor")
+    _DERIVED = ("claiming", "work", "onces", "runs", "leases", "_appliers", "_events_actor")
 
     __slots__ = (
         "id", "limits", "boot", "scopes", "claims", "mailboxes", "messages", "tasks", "usage", "once", "run_names",
         "idempotency",
-        "claiming", "work", "onces", "runs",
+        "claiming", "work", "onces", "runs", "leases",
         "capacity",  # -- capacity --
         # -- coordination --
         "coordination", "events",
@@ -113,6 +114,10 @@ class SpaceState:
             space_id, limits, self.scopes, self.mailboxes, self.messages, self.tasks, self.work, self._commit
         )
         self.events = EventLog(limits)
+        # Every lease of the space, for the restart rule: each kind attaches where its leases are.
+        self.leases = LeaseTable()
+        for part in (self.claiming, self.capacity, self.work, self.onces):
+            self.leases.attach(part.lease_kind())
         # What applies each type of record here: `_APPLY` bound to this space's parts.
         self._appliers = _appliers(self)
         self._events_actor = events_actor(space_id)  # -- coordination --
@@ -244,16 +249,17 @@ class SpaceState:
 
     # -- restarts and images -----------------------------------------------------------------------
 
-    def restart(self, now_ms: int) -> Outcome:
-        """At a start: the claim expiries and grace renewals of `ClaimTable.decide_restart`, and
-        the same rule for delivery leases, once slots and pool grants."""
-        grace_ms, spread_ms = self.limits.restart_grace_s * 1000, self.limits.restart_spread_s * 1000
-        outcome = self.claiming.restart(now_ms, grace_ms, spread_ms)
-        for part in (self.work.restart_deliveries(grace_ms, spread_ms, now_ms),
-                     self.onces.restart(now_ms, grace_ms, spread_ms),
-                     self.capacity.restart(now_ms, grace_ms)):  # -- capacity --
-            outcome.records.extend(part.records)
-            outcome.timers.extend(part.timers)
+    def restart(self, now_ms: int, grace_ms: int | None = None, spread_ms: int | None = None) -> Outcome:
+        """At a start: the restart rule over every lease of the space together (`leases.py`:
+        claims, pool grants, deliveries, once slots), then the grace of the pools' signaled
+        turns. The grace and the spread are the limits' unless given."""
+        limits = self.limits
+        grace_ms = limits.restart_grace_s * 1000 if grace_ms is None else grace_ms
+        spread_ms = limits.restart_spread_s * 1000 if spread_ms is None else spread_ms
+        outcome = self.leases.restart(now_ms, grace_ms, spread_ms)
+        turns = self.capacity.restart(now_ms, grace_ms)
+        outcome.records.extend(turns.records)
+        outcome.timers.extend(turns.timers)
         return outcome
 
     def image(self) -> Iterator[dict]:

@@ -79,7 +79,7 @@ class KernelState:
         return [record]
 
     def restart(self, now_ms: int) -> list[dict]:
-        """Decide and apply what a start changes (the restart rule: `ClaimTable.decide_restart`);
+        """Decide and apply what a start changes (the restart rule of every lease, `leases.py`);
         returns the records to journal. `now_ms` is the time now, already advanced past the
         newest time the journal holds."""
         records: list[dict] = []

@@ -46,6 +46,7 @@ from .messages import (
     DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, MESSAGES_IMAGE,
     MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, WORKKEY_IMAGE,
 )
+from .leases import LeaseKind
 from .outcome import Outcome, Timer
 from .scopes import ACTIVE, ScopeTree
 from .tasks import CANCELLED, EXPIRED, FAILED, SUCCEEDED, Task, TaskTable, input_hash
@@ -57,7 +58,9 @@ if TYPE_CHECKING:
         PurgeMailbox, Receive, ReceiveMany, RenewDelivery, RequeueDeadLetters, SendMessage, SubmitTask, WaitTask,
     )
 
-__all__ = ["WorkCommands", "WORK_APPLY", "WORK_TIMERS", "outcome_of"]
+__all__ = ["WorkCommands", "WORK_APPLY", "WORK_TIMERS", "outcome_of", "DELIVERY_LEASE"]
+
+DELIVERY_LEASE = "delivery"  # the kind of lease a delivery is held under, in the lease table
 
 # Reasons recorded as `outcomeReason` (0.3.0 understands `scope_cancelled`).
 REASON_CANCELLED = "cancelled"
@@ -600,39 +603,25 @@ class WorkCommands:
 
     # -- restarts and images --------------------------------------------------------------------
 
-    def restart_deliveries(self, grace_ms: int, spread_ms: int, now_ms: int) -> Outcome:
-        """At a start, the restart rule of `ClaimTable.decide_restart` for delivery leases.
+    # -- the lease table (`leases.py`: the restart rule is decided there, for every kind at once) --
 
-        A lease whose end has passed is released as a lost lease would be (requeued at once, or
-        ended, see `_release`). A live one keeps its end, moved to at least `now_ms + grace_ms`
-        (a renewal with the same token, marked `graced`) if it is nearer, once: a lease still
-        graced from an earlier start keeps its end. The new ends are spread over `spread_ms` in
-        the order of the old ones, so a restart does not set off a wave of requeues at one instant.
-        """
-        outcome = Outcome()
-        short: list[Message] = []
-        for message in [m for m in self.messages.live() if m.state == LEASED]:
-            if message.expires_ms <= now_ms:
-                self._commit(outcome, self._release(message, "expired", None, 1.0, now_ms))
-                outcome.timers.extend(self._message_timers(message))
-                if message.task_id is not None:
-                    outcome.timers.extend(self.task_timers(self.tasks.get(message.task_id)))
-            elif message.expires_ms < now_ms + grace_ms and not message.graced:
-                short.append(message)
-        short.sort(key=lambda message: (message.expires_ms, message.id))
-        for index, message in enumerate(short):
-            record = {
-                "type": DELIVERY_RENEWED,
-                "message_id": message.id,
-                "token": message.token,
-                "lease_ms": message.lease_ms,
-                "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
-                "at_ms": now_ms,
-                "graced": True,
-            }
-            self._commit(outcome, record)
-            outcome.timers.extend(self._message_timers(message))
-        return outcome
+    def lease_kind(self) -> LeaseKind:
+        held = lambda: [message for message in self.messages.live() if message.state == LEASED]  # noqa: E731
+        return LeaseKind(DELIVERY_LEASE, held, self._lease_ended, self._lease_graced)
+
+    def _lease_ended(self, message: Message, now_ms: int, outcome: Outcome) -> None:
+        """A delivery whose lease ended while the server was down is released as a lost lease
+        would be (requeued at once, or ended, see `_release`)."""
+        self._commit(outcome, self._release(message, "expired", None, 1.0, now_ms))
+        outcome.timers.extend(self._message_timers(message))
+        if message.task_id is not None:
+            outcome.timers.extend(self.task_timers(self.tasks.get(message.task_id)))
+
+    def _lease_graced(self, message: Message, expires_ms: int, now_ms: int, outcome: Outcome) -> None:
+        record = self.messages.renewed_record(message, message.lease_ms, expires_ms, now_ms)
+        record["graced"] = True
+        self._commit(outcome, record)
+        outcome.timers.extend(self._message_timers(message))
 
     def image(self) -> Iterator[dict]:
         """Records that rebuild the mailboxes, messages and tasks exactly (mailboxes first: the
