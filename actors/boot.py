@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
-__all__ = ["BootInfo", "FSYNC_POLICIES", "EPOCH_SHIFT", "UNSYNCED_ANSWERS", "KERNEL_BOOTED"]
+from .primitive import NOT_COUNTED, Primitive, record_type
+
+__all__ = ["BootInfo", "FSYNC_POLICIES", "EPOCH_SHIFT", "UNSYNCED_ANSWERS", "KERNEL_BOOTED", "BOOTS"]
 
 # The record types this module decides and applies (the journal's spelling of each).
-KERNEL_BOOTED = "kernel.booted"
+KERNEL_BOOTED = record_type("kernel.booted")
 
 FSYNC_POLICIES = ("always", "batch", "off")
 # The policies that answer a change before it is on disk: a power cut can lose what they answered.
@@ -70,3 +72,14 @@ class BootInfo:
                 "generation_floor": self.generation_floor,
                 "at_ms": self.booted_ms,
             }
+
+
+# The kernel's own: a boot is no space's (`KernelState.decide_boot` records it).
+BOOTS = Primitive(
+    "boots",
+    kernel=True,
+    records={KERNEL_BOOTED: ("epoch", "fsync", "generation_floor", "at_ms")},
+    apply={KERNEL_BOOTED: ("boot", "apply_booted")},
+    usage={KERNEL_BOOTED: NOT_COUNTED},
+    image=lambda state: state.boot.image(),
+)

@@ -22,17 +22,18 @@ from typing import Iterator
 from .caps import full
 from .errors import CLAIM_HELD, CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
 from .leases import hold, release, renewal, renewed, restore
+from .primitive import record_type
 from .timestamps import format_ms
 
 __all__ = ["Claim", "ClaimTable", "CLAIM_ACQUIRED", "CLAIM_RENEWED", "CLAIM_RELEASED", "CLAIM_EXPIRED", "CLAIM_FORCE_RELEASED", "CLAIM_IMAGE"]
 
 # The record types this module decides and applies (the journal's spelling of each).
-CLAIM_ACQUIRED = "claim.acquired"
-CLAIM_RENEWED = "claim.renewed"
-CLAIM_RELEASED = "claim.released"
-CLAIM_EXPIRED = "claim.expired"
-CLAIM_FORCE_RELEASED = "claim.force_released"
-CLAIM_IMAGE = "claim.image"
+CLAIM_ACQUIRED = record_type("claim.acquired")
+CLAIM_RENEWED = record_type("claim.renewed")
+CLAIM_RELEASED = record_type("claim.released")
+CLAIM_EXPIRED = record_type("claim.expired")
+CLAIM_FORCE_RELEASED = record_type("claim.force_released")
+CLAIM_IMAGE = record_type("claim.image")
 
 
 class Claim:
@@ -193,11 +194,12 @@ class ClaimTable:
     def decide_renew(self, key: str, token: str, lease_ms: int | None, now_ms: int) -> dict:
         """The renewal rule (`leases.renewal`) for the claim `token` holds on `key`."""
         claim = self.current(key, token, now_ms)
-        return self.renewed_record(claim, *renewal(claim, lease_ms, now_ms), now_ms)
+        record = self.renewed_record(token, *renewal(claim, lease_ms, now_ms), now_ms)
+        return record
 
     @staticmethod
-    def renewed_record(claim: Claim, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
-        return {"type": CLAIM_RENEWED, "token": claim.token, "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms}
+    def renewed_record(token: str, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+        return {"type": CLAIM_RENEWED, "token": token, "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms}
 
     def decide_release(self, key: str, token: str, observation: object, now_ms: int) -> dict:
         claim = self.current(key, token, now_ms)

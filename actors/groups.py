@@ -21,7 +21,7 @@ Its condition decides when it is FINALIZED, with an `outcome` and an `outcomeRea
 Finalizing is not a record of its own: it follows from the records it depends on (a verdict, a
 seal, a member's task ending, the gate scope ending), so `evaluate` runs when those are applied,
 live and in replay alike, and decides the same thing both times. The outcome, once set, never
-changes.
+changes. The commands, transitions and the groups' declaration (`GROUPS`) are `group_commands.py`.
 
 Pure: no IO, no clock reads.
 """
@@ -33,21 +33,22 @@ from typing import Iterator
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .limits import Limits
+from .primitive import record_type
 from .tasks import SUCCEEDED, TaskTable
 from .timestamps import format_ms
 
 __all__ = [
-    "Group", "GroupTable", "GROUP_RECORDS", "CONDITIONS", "OPEN", "SEALED", "FINALIZED", "ACCEPTED", "REJECTED",
+    "Group", "GroupTable", "CONDITIONS", "OPEN", "SEALED", "FINALIZED", "ACCEPTED", "REJECTED",
     "GROUP_CREATED", "GROUP_EXPIRED", "GROUP_IMAGE", "GROUP_JOINED", "GROUP_SEALED", "GROUP_VERDICT",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-GROUP_CREATED = "group.created"
-GROUP_EXPIRED = "group.expired"
-GROUP_IMAGE = "group.image"
-GROUP_JOINED = "group.joined"
-GROUP_SEALED = "group.sealed"
-GROUP_VERDICT = "group.verdict"
+GROUP_CREATED = record_type("group.created")
+GROUP_EXPIRED = record_type("group.expired")
+GROUP_IMAGE = record_type("group.image")
+GROUP_JOINED = record_type("group.joined")
+GROUP_SEALED = record_type("group.sealed")
+GROUP_VERDICT = record_type("group.verdict")
 
 OPEN = "OPEN"
 SEALED = "SEALED"
@@ -65,21 +66,6 @@ REJECTED = "REJECTED"
 GROUP_SUCCEEDED = "SUCCEEDED"
 GROUP_FAILED = "FAILED"
 GROUP_CANCELLED = "CANCELLED"
-
-GROUP_RECORDS: dict[str, tuple[str, ...]] = {
-    GROUP_CREATED: (
-        "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id", "at_ms",
-    ),
-    GROUP_JOINED: ("id", "task_id", "at_ms"),
-    GROUP_VERDICT: ("id", "task_id", "verdict", "at_ms"),
-    GROUP_SEALED: ("id", "at_ms"),
-    GROUP_EXPIRED: ("id", "at_ms"),
-    GROUP_IMAGE: (
-        "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id",
-        "state", "outcome", "reason", "members", "sealed_ms", "finalized_ms", "at_ms",
-    ),
-}
-
 
 class Group:
     __slots__ = (

@@ -1,8 +1,8 @@
-"""API keys: which spaces a bearer key opens.
+"""API keys: which spaces a bearer key opens. The kernel's own primitive: keys are in no space.
 
 Only a SHA-256 digest of a key is kept, in memory and in the journal; the key itself is shown once
 when it is made and never again. A key opens exactly the spaces it was issued for. A revoked key
-opens nothing, at once.
+opens nothing, at once. Keys are decided by one actor (`KEYS_ACTOR`) in the system partition.
 
 Pure: no IO, no clock reads.
 """
@@ -13,15 +13,27 @@ import functools
 import hashlib
 import hmac
 import secrets
-from typing import Iterator
+from typing import Any, Iterator
 
-from .errors import CONFLICT, NOT_FOUND, KernelError, quote
+from .actor_keys import KEYS_ACTOR, ActorKey
+from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
+from .fields import body, check_space_id, drawn, path
+from .limits import Limits
+from .outcome import Outcome
+from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
+from .timestamps import format_ms
 
-__all__ = ["ApiKey", "KeyTable", "digest", "new_secret", "KEY_REGISTERED", "KEY_REVOKED"]
+__all__ = [
+    "ApiKey", "KeyTable", "digest", "new_secret", "KEY_REGISTERED", "KEY_REVOKED", "RegisterKey", "RevokeKey", "KEYS",
+    "key_view", "KEY_SPACES_MAX",
+]
 
 # The record types this module decides and applies (the journal's spelling of each).
-KEY_REGISTERED = "key.registered"
-KEY_REVOKED = "key.revoked"
+KEY_REGISTERED = record_type("key.registered")
+KEY_REVOKED = record_type("key.revoked")
+
+# A key's spaces are recorded with it; a key for every space is the admin key's job.
+KEY_SPACES_MAX = 100
 
 
 def digest(secret: str) -> str:
@@ -141,3 +153,82 @@ class KeyTable:
 
     def apply_revoked(self, record: dict) -> None:
         self._by_id[record["id"]].revoked_ms = record["at_ms"]
+
+
+def key_view(key: ApiKey | None) -> dict:
+    return {
+        "id": key.id,
+        "name": key.name,
+        "spaces": sorted(key.spaces),
+        "createdAt": format_ms(key.created_ms),
+        "revokedAt": None if key.revoked_ms is None else format_ms(key.revoked_ms),
+    }
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class RegisterKey(Command):
+    """Let the secret whose digest this is open `spaces`; only the digest is recorded."""
+
+    key_digest: str
+    spaces: frozenset
+    name: str | None = body("name", required=False, length_max="name_len_max")
+    key_id: str = drawn("ak_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return KEYS_ACTOR
+
+    def check(self, limits: Limits) -> None:
+        if not self.spaces:
+            raise KernelError(VALIDATION_FAILED, "a key opens at least one space")
+        if len(self.spaces) > KEY_SPACES_MAX:
+            raise KernelError(VALIDATION_FAILED, f"a key opens at most {KEY_SPACES_MAX} spaces")
+        for space in self.spaces:
+            check_space_id(space)
+
+
+@command
+class RevokeKey(Command):
+    key_id: str = path("key_id")
+
+    def actor(self, state: Any) -> ActorKey:
+        return KEYS_ACTOR
+
+
+def register(state: Any, command: RegisterKey, now_ms: int) -> Outcome:
+    """The transition of `RegisterKey`, on the kernel's state."""
+    keys: KeyTable = state.keys
+    record = keys.decide_register(command.key_id, command.key_digest, command.name, command.spaces, now_ms)
+    outcome = Outcome()
+    if record is not None:
+        state.apply(record)
+        outcome.records.append(record)
+    outcome.reply = key_view(keys.by_digest(command.key_digest))
+    return outcome
+
+
+def revoke(state: Any, command: RevokeKey, now_ms: int) -> Outcome:
+    keys: KeyTable = state.keys
+    record = keys.decide_revoke(command.key_id, now_ms)
+    outcome = Outcome()
+    if record is not None:
+        state.apply(record)
+        outcome.records.append(record)
+    outcome.reply = key_view(keys.by_id(command.key_id))
+    return outcome
+
+
+KEYS = Primitive(
+    "keys",
+    kernel=True,
+    commands={RegisterKey: register, RevokeKey: revoke},
+    records={
+        KEY_REGISTERED: ("id", "digest", "name", "spaces", "at_ms"),
+        KEY_REVOKED: ("id", "at_ms"),
+    },
+    apply={KEY_REGISTERED: ("keys", "apply_registered"), KEY_REVOKED: ("keys", "apply_revoked")},
+    usage={KEY_REGISTERED: NOT_COUNTED, KEY_REVOKED: NOT_COUNTED},
+    image=lambda state: state.keys.image(),
+)

@@ -103,16 +103,21 @@ def renewal(lease: Any, lease_ms: int | None, now_ms: int) -> tuple[int, int]:
 
 
 class LeaseKind(NamedTuple):
-    """One kind of leased thing in a space, as the lease table sees it."""
+    """One kind of leased thing in a space, as the lease table sees it: where its leases are, and
+    how its records spell the two changes the rules make."""
 
     name: str  # "claim", "grant", "delivery", "once"
     # The leases of this kind held now (some may have ended unrecorded).
     held: Callable[[], Iterable[Any]]
-    # Record that a lease has ended (at a restart), into the outcome: (lease, now_ms, outcome).
-    end: Callable[[Any, int, Outcome], None]
-    # Record a restart's grace, a renewal with the same token marked `graced` that ends at the
-    # given time, into the outcome: (lease, expires_ms, now_ms, outcome).
-    grace: Callable[[Any, int, int, Outcome], None]
+    # The record that ends a lease whose end has passed: (lease, now_ms) -> record (an expiry;
+    # for a delivery, what a lost lease becomes: requeued, or its message ended).
+    ended: Callable[[Any, int], dict]
+    # A renewal record of this kind: (lease, lease_ms, expires_ms, now_ms) -> record.
+    renewed: Callable[[Any, int, int, int], dict]
+    # The space's commit (applies records into an outcome), and the timers a lease (or what it
+    # held) needs once it has changed.
+    commit: Callable[..., Outcome]
+    timers: Callable[[Any], Iterable[Any]]
 
 
 def restart(
@@ -161,12 +166,17 @@ class LeaseTable:
                 yield kind, lease
 
     def restart(self, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
-        """Decide the restart rule over every lease of the space and record it, each by its kind."""
+        """Decide the restart rule over every lease of the space and record it, each kind in its
+        own records: an ended lease's end, a grace as a renewal with the same token marked `graced`."""
         ended, graced = restart(list(self), now_ms, grace_ms, spread_ms)
         outcome = Outcome()
         for kind, lease in ended:
-            kind.end(lease, now_ms, outcome)
+            kind.commit(outcome, kind.ended(lease, now_ms))
+            outcome.timers.extend(kind.timers(lease))
         for kind, lease, expires_ms in graced:
-            kind.grace(lease, expires_ms, now_ms, outcome)
+            record = kind.renewed(lease, lease.lease_ms, expires_ms, now_ms)
+            record["graced"] = True
+            kind.commit(outcome, record)
             assert lease.expires_ms == expires_ms and lease.graced, "a grace is applied as it was decided"
+            outcome.timers.extend(kind.timers(lease))
         return outcome

@@ -37,7 +37,8 @@ from typing import Any, Iterator
 from .caps import value_bytes
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
 from .limits import Limits
-from .leases import hold, release, renewal, renewed, restore
+from .leases import hold, release, restore, renewed
+from .primitive import record_type
 from .mailboxes import Mailbox, MailboxTable
 from .timestamps import format_ms
 
@@ -48,17 +49,17 @@ __all__ = [
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-DELIVERY_COMPLETED = "delivery.completed"
-DELIVERY_DEAD = "delivery.dead"
-DELIVERY_LEASED = "delivery.leased"
-DELIVERY_RENEWED = "delivery.renewed"
-DELIVERY_REQUEUED = "delivery.requeued"
-MESSAGE_DROPPED = "message.dropped"
-MESSAGE_IMAGE = "message.image"
-MESSAGE_SENT = "message.sent"
-MESSAGE_VISIBLE = "message.visible"
-MESSAGES_IMAGE = "messages.image"
-WORKKEY_IMAGE = "workkey.image"
+DELIVERY_COMPLETED = record_type("delivery.completed")
+DELIVERY_DEAD = record_type("delivery.dead")
+DELIVERY_LEASED = record_type("delivery.leased")
+DELIVERY_RENEWED = record_type("delivery.renewed")
+DELIVERY_REQUEUED = record_type("delivery.requeued")
+MESSAGE_DROPPED = record_type("message.dropped")
+MESSAGE_IMAGE = record_type("message.image")
+MESSAGE_SENT = record_type("message.sent")
+MESSAGE_VISIBLE = record_type("message.visible")
+MESSAGES_IMAGE = record_type("messages.image")
+WORKKEY_IMAGE = record_type("workkey.image")
 
 QUEUED = "QUEUED"
 DELAYED = "DELAYED"
@@ -326,7 +327,6 @@ class MessageTable:
             return message
         return None
 
-    # -- capacity --
     def deliverable(self, mailbox_id: str, scope_id: str, now_ms: int) -> Iterator[Message]:
         """Every message of this queue that can be delivered at `now_ms`, oldest first (admission
         looks past the head for the oldest whose requirements fit)."""
@@ -380,97 +380,13 @@ class MessageTable:
             body["payload"] = message.payload
         return body
 
-    @staticmethod
-    def delivery_view(message: Message) -> dict:
-        """What recv answers."""
-        return {
-            "message": {
-                "id": message.id,
-                "mailboxId": message.mailbox_id,
-                "scopeId": message.scope_id,
-                "payload": message.payload,
-                "attempt": message.attempts,
-                "workKey": message.work_key,
-                "deadline": None if message.deadline_ms is None else format_ms(message.deadline_ms),
-                "taskId": message.task_id,
-            },
-            "token": message.token,
-            "leaseExpiresAt": format_ms(message.expires_ms),
-            "leaseSeconds": message.lease_ms // 1000,
-        }
-
     # -- deciding -------------------------------------------------------------------------------
-    # Each returns one record; the checks that need other tables are the space's (work.py).
+    # Each returns one record; the checks that need other tables are the queue part's (`work.py`),
+    # and a delivery's records are made by the deliveries (`deliveries.py`).
 
     def check_new_id(self, message_id: str) -> None:
         if message_id in self._messages:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"message id {message_id} is taken")
-
-    @staticmethod
-    def decide_lease(
-        message: Message, token: str, holder: str, session: str, lease_ms: int, now_ms: int
-    ) -> dict:
-        return {
-            "type": DELIVERY_LEASED,
-            "message_id": message.id,
-            "token": token,
-            "attempt": message.attempts + 1,
-            "holder": holder,
-            "session": session,
-            "lease_ms": lease_ms,
-            "expires_ms": now_ms + lease_ms,
-            "at_ms": now_ms,
-        }
-
-    @classmethod
-    def decide_renew(cls, message: Message, lease_ms: int | None, now_ms: int) -> dict:
-        """The renewal rule (`leases.renewal`) for the delivery `message` is under."""
-        return cls.renewed_record(message, *renewal(message, lease_ms, now_ms), now_ms)
-
-    @staticmethod
-    def renewed_record(message: Message, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
-        return {
-            "type": DELIVERY_RENEWED,
-            "message_id": message.id,
-            "token": message.token,
-            "lease_ms": lease_ms,
-            "expires_ms": expires_ms,
-            "at_ms": now_ms,
-        }
-
-    @staticmethod
-    def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
-        record = {
-            "type": DELIVERY_COMPLETED,
-            "message_id": message.id,
-            "token": message.token,
-            "at_ms": now_ms,
-        }
-        if message.task_id is not None:  # a plain message's result is not kept
-            record["outcome"] = outcome
-        return record
-
-    @staticmethod
-    def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -> dict:
-        return {
-            "type": DELIVERY_REQUEUED,
-            "message_id": message.id,
-            "token": message.token,
-            "cause": cause,
-            "visible_ms": visible_ms,
-            "at_ms": now_ms,
-        }
-
-    @staticmethod
-    def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> dict:
-        return {
-            "type": DELIVERY_DEAD,
-            "message_id": message.id,
-            "token": message.token,
-            "cause": cause,
-            "reason": reason,
-            "at_ms": now_ms,
-        }
 
     @staticmethod
     def decide_drop(message: Message, reason: str, now_ms: int) -> dict:

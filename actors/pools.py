@@ -33,51 +33,32 @@ from typing import Callable, Iterator
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
 from .leases import hold, release, renewal, renewed, restore
+from .primitive import record_type
 from .timestamps import format_ms
 
 __all__ = [
-    "Pool", "Grant", "PoolWaiter", "PoolTable", "CAPACITY_UNAVAILABLE", "POOL_RECORDS", "SIGNALED",
+    "Pool", "Grant", "PoolWaiter", "PoolTable", "CAPACITY_UNAVAILABLE", "SIGNALED", "WAITING",
     "GRANT_ACQUIRED", "GRANT_EXPIRED", "GRANT_RELEASED", "GRANT_RENEWED", "PERMIT_WAITER_ADDED",
     "PERMIT_WAITER_ENDED", "PERMIT_WAITER_IMAGE", "PERMIT_WAITER_SIGNALED", "POOL_CREATED", "POOL_IMAGE",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-GRANT_ACQUIRED = "grant.acquired"
-GRANT_EXPIRED = "grant.expired"
-GRANT_RELEASED = "grant.released"
-GRANT_RENEWED = "grant.renewed"
-PERMIT_WAITER_ADDED = "permit_waiter.added"
-PERMIT_WAITER_ENDED = "permit_waiter.ended"
-PERMIT_WAITER_IMAGE = "permit_waiter.image"
-PERMIT_WAITER_SIGNALED = "permit_waiter.signaled"
-POOL_CREATED = "pool.created"
-POOL_IMAGE = "pool.image"
+GRANT_ACQUIRED = record_type("grant.acquired")
+GRANT_EXPIRED = record_type("grant.expired")
+GRANT_RELEASED = record_type("grant.released")
+GRANT_RENEWED = record_type("grant.renewed")
+PERMIT_WAITER_ADDED = record_type("permit_waiter.added")
+PERMIT_WAITER_ENDED = record_type("permit_waiter.ended")
+PERMIT_WAITER_IMAGE = record_type("permit_waiter.image")
+PERMIT_WAITER_SIGNALED = record_type("permit_waiter.signaled")
+POOL_CREATED = record_type("pool.created")
+POOL_IMAGE = record_type("pool.image")
 
 CAPACITY_UNAVAILABLE = "CAPACITY_UNAVAILABLE"
 
 WAITING, SIGNALED, GRANTED, CANCELLED, EXPIRED = "WAITING", "SIGNALED", "GRANTED", "CANCELLED", "EXPIRED"
 # A line with nobody signaled and no lease to wait for: the Retry-After of CAPACITY_UNAVAILABLE.
 RETRY_AFTER_S = 1.0
-
-# The record types of this table and their fields (for the journal's registry).
-POOL_RECORDS: dict[str, tuple[str, ...]] = {
-    POOL_CREATED: ("id", "name", "units", "at_ms"),
-    # An admission's grant names the delivery whose lease it shares ("?": an optional field).
-    GRANT_ACQUIRED: ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms", "message_id?"),
-    GRANT_RENEWED: ("id", "lease_ms", "expires_ms", "at_ms", "graced?"),
-    GRANT_RELEASED: ("id", "at_ms"),
-    GRANT_EXPIRED: ("id", "at_ms"),
-    POOL_IMAGE: ("id", "name", "units", "created_ms", "grants"),
-    # The line of a pool (what `slots()` waits in).
-    PERMIT_WAITER_ADDED: ("id", "pool_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
-    PERMIT_WAITER_SIGNALED: ("id", "turn_ends_ms", "at_ms"),
-    PERMIT_WAITER_ENDED: ("id", "state", "grant_id", "at_ms"),
-    PERMIT_WAITER_IMAGE: (
-        "id", "pool_id", "scope_id", "holder", "units", "expires_ms", "state", "signaled_ms", "turn_ends_ms", "grant_id",
-        "created_ms", "ended_ms",
-    ),
-}
-
 
 class Grant:
     __slots__ = ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "acquired_ms", "message_id",
@@ -398,6 +379,7 @@ class PoolTable:
                     continue
                 records.append({"type": PERMIT_WAITER_SIGNALED, "id": waiter.id, "turn_ends_ms": now_ms + turn_ms, "at_ms": now_ms})
             free -= waiter.units
+            # held back for a signaled one (`room`).
         return records
 
     def decide_cancel(self, waiter: PoolWaiter, now_ms: int) -> dict | None:
@@ -426,6 +408,7 @@ class PoolTable:
     def decide_renew(self, grant_id: str, token: str, lease_ms: int | None, now_ms: int) -> dict:
         """The renewal rule (`leases.renewal`) for the grant `token` holds."""
         grant = self.current(grant_id, token, now_ms)
+        assert grant.message_id is None, "a grant taken at admission is renewed with its delivery"
         return self.renewed_record(grant, *renewal(grant, lease_ms, now_ms), now_ms)
 
     @staticmethod

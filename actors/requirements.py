@@ -1,10 +1,11 @@
-"""A task's requirements as a request states them: pools, quotas and budgets by name, read and checked.
+"""A task's requirements: pools, quotas and budgets by name, read and checked, then resolved to ids.
 
 What admission takes with a task (`admission.py`) is named in its `requirements`; a mailbox may
-state default ones (`mailboxes.py`). This module only reads and checks that value, by its shape
-and bounds: whether the names exist, and whether a pool or a budget could ever give what is asked,
-is decided against the space when the task is submitted (`admission.requirements_record`). A leaf
-module, so that a command can check its requirements when it is parsed.
+state default ones (`mailboxes.py`). `parse_requirements` reads and checks that value by its shape
+and bounds, when a command is parsed; `requirements_record` resolves it against the space when the
+task is submitted (whether the names exist, and whether a pool or a budget could ever give what is
+asked), as the `task.requirements` record admission reads. Below the primitives that use it
+(tasks, mailboxes, admission), so none of them imports another for it.
 
 Pure: no IO.
 """
@@ -15,8 +16,13 @@ from typing import Any
 
 from .errors import VALIDATION_FAILED, KernelError, quote
 from .fields import read_minor
+from .outcome import Space
+from .primitive import record_type
 
-__all__ = ["parse_requirements", "refuse", "POOLS_MAX", "QUOTAS_MAX", "BUDGETS_MAX"]
+__all__ = ["parse_requirements", "requirements_record", "refuse", "POOLS_MAX", "QUOTAS_MAX", "BUDGETS_MAX", "TASK_REQUIREMENTS"]
+
+# The record type of a task's requirements resolved to ids (applied by admission, `admission.py`).
+TASK_REQUIREMENTS = record_type("task.requirements")
 
 POOLS_MAX, QUOTAS_MAX, BUDGETS_MAX = 4, 4, 2
 
@@ -68,3 +74,30 @@ def parse_requirements(value: Any) -> dict | None:
         "budgets": _entries(value, "budgets", BUDGETS_MAX, "reserveMinor"),
     }
     return parsed if any(parsed.values()) else None
+
+
+def requirements_record(space: Space, command: Any, now_ms: int) -> dict | None:
+    """The requirements of a new task, resolved to ids (NOT_FOUND for a name that does not exist;
+    400 for more than a pool or a window could ever give, since the task could never start)."""
+    parsed = parse_requirements(command.requirements)
+    if parsed is None:
+        return None
+    part = space.capacity
+    pools = []
+    for name, units in parsed["pools"]:
+        pool = part.pools.find(name)
+        if units > pool.units_total:
+            raise refuse(f"requirements.pools[{name!r}] asks {units} units of a {pool.units_total}-unit pool")
+        pools.append([pool.id, units])
+    quotas = []
+    for name, units in parsed["quotas"]:
+        allowance = part.allowances.find(name)
+        part.allowances.check_units(allowance, units)
+        quotas.append([allowance.id, units])
+    budgets = []
+    for name, amount in parsed["budgets"]:
+        budget = part.budgets.find(name)
+        if amount > budget.limit:
+            raise refuse(f"requirements.budgets[{name!r}] asks {amount}, more than the budget's limit {budget.limit}")
+        budgets.append([budget.id, str(amount)])
+    return {"type": TASK_REQUIREMENTS, "task_id": command.task_id, "pools": pools, "quotas": quotas, "budgets": budgets, "at_ms": now_ms}

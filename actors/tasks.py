@@ -16,6 +16,8 @@ ended the task is tombstoned: the outcome is let go (`outcome: null`, `tombstone
 reason stay, and the key still returns the task. Subscribers are a record of interest: detaching the
 last one does not cancel anything.
 
+The table is here; the tasks' commands, transitions and declaration are `task_commands.py`.
+
 Pure: no IO, no clock reads.
 """
 
@@ -29,6 +31,7 @@ import orjson
 from .caps import full, value_bytes
 from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, KernelError, quote
 from .limits import Limits
+from .primitive import record_type
 from .timestamps import format_ms
 
 __all__ = [
@@ -37,12 +40,12 @@ __all__ = [
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-TASK_CREATED = "task.created"
-TASK_DETACHED = "task.detached"
-TASK_ENDED = "task.ended"
-TASK_IMAGE = "task.image"
-TASK_JOINED = "task.joined"
-TASK_TOMBSTONED = "task.tombstoned"
+TASK_CREATED = record_type("task.created")
+TASK_DETACHED = record_type("task.detached")
+TASK_ENDED = record_type("task.ended")
+TASK_IMAGE = record_type("task.image")
+TASK_JOINED = record_type("task.joined")
+TASK_TOMBSTONED = record_type("task.tombstoned")
 
 QUEUED = "QUEUED"
 RUNNING = "RUNNING"

@@ -116,11 +116,10 @@ def add_commands(commands: Any) -> None:
     tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
     _sub(what, "mailboxes", "list the mailboxes of a space", "  runstate inspect mailboxes --json", [reader])
     _sub(what, "usage", "operations counted for a space (renewals are free)", "  runstate inspect usage\n  runstate inspect usage --space research", [reader])
-    # -- capacity --
+    # Pools, quotas and budgets (a space's); barriers, timers and task groups (a run's).
     _sub(what, "pools", "list the permit pools of a space and their units in use", "  runstate inspect pools --json", [reader])
     _sub(what, "quotas", "list the allowances of a space and their current window", "  runstate inspect quotas", [reader])
     _sub(what, "budgets", "list the budgets of a space: limit, spent, reserved, available", "  runstate inspect budgets", [reader])
-    # -- coordination --
     for name, help_text in (("barriers", "list the barriers of a run"), ("timers", "list the timers of a run"),
                             ("groups", "list the task groups of a run")):
         listing = _sub(what, name, help_text, f"  runstate inspect {name} sc_0123456789abcdef", [reader])
@@ -359,7 +358,6 @@ def _inspect(args: argparse.Namespace) -> None:
             ("LEASED", counts("leased")), ("DEAD LETTERS", counts("deadLetters")), ("BACKLOG LIMIT", "backlogLimit"),
             ("MAX ATTEMPTS", "maxAttempts"),
         ]
-    # -- capacity --
     elif action == "pools":
         data = _request(args, "GET", base + "/permits", secret)
         rows, columns = data["permits"], [("NAME", "name"), ("ID", "id"), ("UNITS", "unitsTotal"), ("IN USE", "unitsInUse"), ("AVAILABLE", "unitsAvailable")]
@@ -377,7 +375,6 @@ def _inspect(args: argparse.Namespace) -> None:
             ("NAME", "name"), ("ID", "id"), ("CURRENCY", "currency"), ("LIMIT", _amount("limitMinor")),
             ("SPENT", _amount("spentMinor")), ("RESERVED", _amount("reservedMinor")), ("AVAILABLE", _amount("availableMinor")),
         ]
-    # -- coordination --
     elif action in ("barriers", "timers", "groups"):
         data = _request(args, "GET", f"{base}/scopes/{args.run}/{action}", secret, params={"limit": args.limit})
         rows, columns = data[action], {
@@ -416,7 +413,7 @@ def _amount(field: str) -> Callable[[dict], str | None]:
     return amount
 
 
-# -- coordination --
+# The columns of `runstate events` (a space's event log).
 EVENT_COLUMNS: list[Column] = [
     ("CURSOR", lambda row: row["eventId"].split("_", 1)[-1]), ("TYPE", "type"), ("AT", "createdAt"),
     ("AGGREGATE", lambda row: f"{row['aggregate']['type']}:{row['aggregate']['id']}"), ("RUN", "scopeId"),

@@ -36,7 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from ..actors import caps
 from ..actors.usage import EXPIRIES
 from ..snapshots.disk import Disk
-from .capacity_metrics import capacity_families  # -- capacity --
+from .capacity_metrics import capacity_families
 
 if TYPE_CHECKING:
     from ..actors.space import SpaceState
@@ -182,8 +182,7 @@ class StateCollector:
 
     def __init__(self) -> None:
         self.runtime: "Runtime | None" = None
-        self.sources: list[Source] = [queue_families, cap_families, capacity_families]  # -- capacity --
-        # -- coordination --
+        self.sources: list[Source] = [queue_families, cap_families, capacity_families]
         from .coordination_metrics import coordination_families
 
         self.sources.append(coordination_families)

@@ -213,9 +213,9 @@ def _components(limits: Limits) -> dict:
             {"key": {"type": "string", "description": "the new key's secret: shown in this answer only"}},
         ),
     }
-    schemas.update(_capacity_components())  # -- capacity --
+    schemas.update(_capacity_components())
     schemas["Submitted"] = {"allOf": [_ref("Task"), _obj({"created": {"type": "boolean"}, "replay": {"type": "boolean"}})]}
-    schemas.update(_coordination_components())  # -- coordination --
+    schemas.update(_coordination_components())
     return {
         "schemas": schemas,
         "securitySchemes": {
@@ -235,8 +235,8 @@ def _components(limits: Limits) -> dict:
     }
 
 
-# -- capacity --
 def _capacity_components() -> dict:
+    """Pools, quotas, budgets, work limits and admission."""
     text, integer = {"type": "string"}, {"type": "integer"}
     minor = {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
     return {
@@ -302,7 +302,6 @@ def _capacity_components() -> dict:
     }
 
 
-# -- coordination --
 def _coordination_components() -> dict:
     """Barriers, timers, task groups and events."""
     text, integer = {"type": "string"}, {"type": "integer"}
@@ -422,7 +421,7 @@ _ERRORS = {
     "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED"),
     "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one"),
     "413": _error("the request body is over the limit"),
-    "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),  # -- capacity --
+    "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),
     "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal"),
 }
 

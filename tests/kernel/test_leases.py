@@ -5,27 +5,33 @@ instant, whatever kind of thing the leases hold)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from runstate.actors import KernelState, Limits
 from runstate.actors import commands as c
+from runstate.actors.transitions import TRANSITIONS
 
 from .conftest import T0
 
 SPACE = "s1"
 
 
+def run(state: KernelState, command: Any) -> None:
+    """Run a command's transition at T0, as its actor's turn would."""
+    TRANSITIONS[type(command)](state, command, T0)
+
+
 def _state(limits: Limits) -> KernelState:
     state = KernelState(limits)
-    space = state.space(SPACE)
-    space.create_scope(c.CreateScope(space=SPACE, scope_id="sc"), T0)
+    run(state, c.CreateScope(space=SPACE, scope_id="sc"))
     return state
 
 
 def _grant(state: KernelState, number: int, lease_s: int) -> None:
-    command = c.AcquireGrant(
+    run(state, c.AcquireGrant(
         space=SPACE, pool_id="pm_1", scope_id="sc", units=1, holder="h", session="x", lease_s=lease_s,
         grant_id=f"gr_{number}", token=f"gt_{number}",
-    )
-    state.space(SPACE).capacity.acquire_grant(command, T0)
+    ))
 
 
 def test_pool_grants_near_their_end_get_spread_ends_like_claims_do():
@@ -34,7 +40,7 @@ def test_pool_grants_near_their_end_get_spread_ends_like_claims_do():
     ends, not all at one instant; the one that outlasts the grace (100 s) is left alone."""
     state = _state(Limits(restart_grace_s=10, restart_spread_s=4))
     space = state.space(SPACE)
-    space.capacity.create_pool(c.CreatePool(space=SPACE, name="p", units=10, pool_id="pm_1"), T0)
+    run(state, c.CreatePool(space=SPACE, name="p", units=10, pool_id="pm_1"))
     for number, lease_s in enumerate([5, 8, 12, 7, 100]):
         _grant(state, number, lease_s)
     now_ms = T0 + 6_000
@@ -54,24 +60,15 @@ def test_a_restart_spreads_the_leases_of_every_kind_together():
     """A claim, a pool grant, a delivery and a once slot, all 8 s into a 10 s lease at the restart:
     four new ends a quarter of the spread apart (ordered by old end, then token), not four at once."""
     state = _state(Limits(restart_grace_s=10, restart_spread_s=8))
-    space = state.space(SPACE)
-    space.claiming.acquire(
-        c.AcquireClaim(space=SPACE, scope_id="sc", key="k", holder="h", session="x", lease_s=10, token="t1"), T0
-    )
-    space.capacity.create_pool(c.CreatePool(space=SPACE, name="p", units=1, pool_id="pm_1"), T0)
-    space.capacity.acquire_grant(
-        c.AcquireGrant(space=SPACE, pool_id="pm_1", scope_id="sc", units=1, holder="h", session="x", lease_s=10,
-                       grant_id="gr_1", token="t2"),
-        T0,
-    )
-    space.work.create_mailbox(c.CreateMailbox(space=SPACE, name="m", mailbox_id="mb_1"), T0)
-    space.work.send_message(c.SendMessage(space=SPACE, mailbox_id="mb_1", scope_id="sc", message_id="ms_1"), T0)
-    space.work.receive(
-        c.Receive(space=SPACE, mailbox_id="mb_1", scope_id="sc", holder="h", session="x", lease_s=10, token="t3"), T0
-    )
-    space.onces.acquire(
-        c.AcquireOnce(space=SPACE, scope_id="sc", key="o", holder="h", session="x", lease_s=10, token="t4"), T0
-    )
+    run(state, c.AcquireClaim(space=SPACE, scope_id="sc", key="k", holder="h", session="x", lease_s=10, token="t1"))
+    run(state, c.CreatePool(space=SPACE, name="p", units=1, pool_id="pm_1"))
+    run(state, c.AcquireGrant(
+        space=SPACE, pool_id="pm_1", scope_id="sc", units=1, holder="h", session="x", lease_s=10, grant_id="gr_1", token="t2",
+    ))
+    run(state, c.CreateMailbox(space=SPACE, name="m", mailbox_id="mb_1"))
+    run(state, c.SendMessage(space=SPACE, mailbox_id="mb_1", scope_id="sc", message_id="ms_1"))
+    run(state, c.Receive(space=SPACE, mailbox_id="mb_1", scope_id="sc", holder="h", session="x", lease_s=10, token="t3"))
+    run(state, c.AcquireOnce(space=SPACE, scope_id="sc", key="o", holder="h", session="x", lease_s=10, token="t4"))
     now_ms = T0 + 8_000
     records = state.restart(now_ms)
     ends = sorted((record["expires_ms"], record["token"] if "token" in record else record["id"]) for record in records)
