@@ -228,6 +228,7 @@ def _committed(space: Space, outcome: Outcome, records: tuple) -> None:
 
 
 def _apply_requirements(requirements: dict, record: dict) -> None:
+    assert record["task_id"] not in requirements, "a task's requirements are recorded once"
     requirements[record["task_id"]] = {"pools": record["pools"], "quotas": record["quotas"], "budgets": record["budgets"]}
 
 

@@ -135,6 +135,7 @@ class BarrierTable:
             raise full(f"space holds {len(self._by_id)} barriers", "barriers_max")
         if barrier_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"barrier id {barrier_id} is taken")
+        assert target > 0, "a barrier waits for some arrivals"
         record = {"type": BARRIER_CREATED, "id": barrier_id, "scope_id": scope_id, "target": target, "at_ms": now_ms}
         if name is not None:
             record["name"] = name
@@ -159,6 +160,8 @@ class BarrierTable:
             )
         if arrival_key in barrier.arrivals:
             return []
+        # Paired with `apply_arrived`: an open barrier has fewer arrivals than its target.
+        assert barrier.state == OPEN and len(barrier.arrivals) < barrier.target, "only an open barrier takes arrivals"
         return [{"type": BARRIER_ARRIVED, "id": barrier.id, "arrival_key": arrival_key, "at_ms": now_ms}]
 
     # -- applying -------------------------------------------------------------------------------

@@ -55,9 +55,13 @@ class BootInfo:
         floor = self.generation_floor
         if self.fsync in UNSYNCED_ANSWERS:  # the previous boot may have lost generations it handed out
             floor = max(floor, epoch << EPOCH_SHIFT)
+        # Paired with `apply_booted`: boots count up, and the floor of generations never goes down.
+        assert epoch > self.epoch and floor >= self.generation_floor, "a boot never hands out an old generation again"
         return {"type": KERNEL_BOOTED, "epoch": epoch, "fsync": fsync, "generation_floor": floor, "at_ms": now_ms}
 
     def apply_booted(self, record: dict) -> None:
+        # (The same boot may be read twice: every partition's image carries it.)
+        assert record["epoch"] >= self.epoch and record["generation_floor"] >= self.generation_floor, "boots only count up"
         self.epoch = record["epoch"]
         self.fsync = record["fsync"]
         self.generation_floor = record["generation_floor"]

@@ -172,6 +172,7 @@ class BudgetTable:
             raise KernelError(CONFLICT, f"a budget named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._budgets) >= self.budgets_max:
             raise full(f"space holds {len(self._budgets)} budgets", "budgets_max")
+        assert limit >= 0 and scale >= 0, "a budget's limit and scale are never negative"
         return {
             "type": BUDGET_CREATED, "id": budget_id, "name": name, "currency": currency, "scale": scale,
             "limit_minor": str(limit), "at_ms": now_ms,
@@ -186,6 +187,8 @@ class BudgetTable:
                 f"budget {budget.name!r} has {budget.available} minor units available, {amount} asked",
                 details={"availableMinor": str(budget.available), "requestedMinor": str(amount)},
             )
+        # Paired with `_check`: spent plus reserved never exceeds the limit.
+        assert 0 < amount <= budget.available and settle_by_ms > now_ms, "a reservation holds what is available, until later"
         return {
             "type": RESERVATION_MADE, "id": reservation_id, "budget_id": budget.id, "scope_id": scope_id,
             "holder": holder, "amount_minor": str(amount), "settle_by_ms": settle_by_ms, "at_ms": now_ms,
@@ -212,12 +215,14 @@ class BudgetTable:
                 CONFLICT,
                 f"settle of {amount} minor units is more than reservation {reservation.id!r} holds ({reservation.reserved})",
             )
+        assert 0 <= amount <= reservation.reserved + self._budgets[reservation.budget_id].available, "a settle charges what is held or free"
         return [{"type": RESERVATION_SETTLED, "id": reservation.id, "amount_minor": str(amount), "work_key": work_key, "at_ms": now_ms}]
 
     def decide_void(self, reservation: Reservation, work_key: str, now_ms: int) -> dict | None:
         if work_key in reservation.work_keys:
             return None
         self._check_active(reservation, "voided")
+        assert reservation.reserved >= 0, "a void gives back what is still held, never more"
         return {"type": RESERVATION_ENDED, "id": reservation.id, "state": VOIDED, "work_key": work_key, "at_ms": now_ms}
 
     def decide_release(self, reservation_id: str, now_ms: int) -> dict | None:
@@ -225,6 +230,7 @@ class BudgetTable:
         reservation = self._reservations.get(reservation_id)
         if reservation is None or reservation.state != ACTIVE or now_ms < reservation.settle_by_ms:
             return None
+        assert reservation.reserved > 0, "an active reservation still holds something (one settled whole is SETTLED)"
         return {"type": RESERVATION_ENDED, "id": reservation.id, "state": RELEASED, "work_key": None, "at_ms": now_ms}
 
     # -- applying -------------------------------------------------------------------------------

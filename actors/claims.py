@@ -166,6 +166,9 @@ class ClaimTable:
         if held_max is not None and (claim is None or claim.token is None) and len(self._by_token) >= held_max:
             raise full(f"space holds {len(self._by_token)} claims", "space_claims_max")
         generation = max(generation, generation_floor)
+        # Paired with `apply_acquired`: each new owner of a key gets a greater generation.
+        assert generation > (0 if claim is None else claim.generation), "a generation is never handed out twice"
+        assert lease_ms > 0 and token, "a lease has a length and a token"
         records.append(
             {
                 "type": CLAIM_ACQUIRED,
@@ -195,6 +198,7 @@ class ClaimTable:
         """The renewal rule (`leases.renewal`) for the claim `token` holds on `key`."""
         claim = self.current(key, token, now_ms)
         record = self.renewed_record(token, *renewal(claim, lease_ms, now_ms), now_ms)
+        assert record["expires_ms"] == now_ms + record["lease_ms"], "a renewal runs its length from now"
         return record
 
     @staticmethod
@@ -203,6 +207,7 @@ class ClaimTable:
 
     def decide_release(self, key: str, token: str, observation: object, now_ms: int) -> dict:
         claim = self.current(key, token, now_ms)
+        assert now_ms < claim.expires_ms, "a release ends a lease before its end (after it, the lease expires)"
         record = self._ended_record(CLAIM_RELEASED, claim, now_ms)
         if observation is not None:
             record["observation"] = observation
@@ -224,6 +229,7 @@ class ClaimTable:
                 CONFLICT, f"claim {quote(key)} is not held ({why}; generation {claim.generation} was the last)"
             )
         record = self._ended_record(CLAIM_FORCE_RELEASED, claim, now_ms)
+        assert record["token"] is not None and claim.holder is not None, "a forced release names whose lease it ends"
         record["holder"] = claim.holder
         if reason:
             record["reason"] = reason
@@ -236,6 +242,7 @@ class ClaimTable:
         claim = self._by_token.get(token)
         if claim is None or now_ms < claim.expires_ms:
             return None
+        assert claim.expires_ms <= now_ms, "only a lease past its end expires"
         return self._ended_record(CLAIM_EXPIRED, claim, now_ms)
 
     @staticmethod

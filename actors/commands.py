@@ -22,6 +22,7 @@ from .primitives import commands_of
 
 # The commands the primitives declare, and the bases some of them derive from.
 _COMMANDS = {**commands_of(), **{base.__name__: base for base in BASES_MADE}}
+assert FireTimer in _COMMANDS.values()
 globals().update(_COMMANDS)
 
 __all__ = [

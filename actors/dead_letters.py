@@ -326,6 +326,7 @@ def purge(space: Any, command: PurgeMailbox, now_ms: int) -> Outcome:
             ends.append(space.messages.decide_drop(message, reason, now_ms))
             continue
         record = tasks.decide_end(tasks.get(message.task_id), CANCELLED, reason, now_ms)
+        assert record is not None, "a task whose message waits has not ended"
         ends.append(record)
     if command.by is not None:
         marker["by"] = command.by

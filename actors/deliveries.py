@@ -58,6 +58,7 @@ def outcome_of(result: Any) -> Any:
 
 
 def decide_lease(message: Message, token: str, holder: str, session: str, lease_ms: int, now_ms: int) -> dict:
+    assert lease_ms > 0 and token, "a delivery is held under a lease, with its own token"
     return {
         "type": DELIVERY_LEASED,
         "message_id": message.id,
@@ -73,6 +74,7 @@ def decide_lease(message: Message, token: str, holder: str, session: str, lease_
 
 def decide_renew(message: Message, lease_ms: int | None, now_ms: int) -> dict:
     """The renewal rule (`leases.renewal`) for the delivery `message` is under."""
+    assert message.state == LEASED and message.token is not None, "only a delivery under way is renewed"
     return renewed_record(message, *renewal(message, lease_ms, now_ms), now_ms)
 
 
@@ -84,6 +86,8 @@ def renewed_record(message: Message, lease_ms: int, expires_ms: int, now_ms: int
 
 
 def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
+    # Paired with `MessageTable.apply_finished` (a message finishes once) and the task's one outcome.
+    assert message.state == LEASED and now_ms < message.expires_ms, "a delivery completes under its running lease"
     record = {"type": DELIVERY_COMPLETED, "message_id": message.id, "token": message.token, "at_ms": now_ms}
     if message.task_id is not None:  # a plain message's result is not kept
         record["outcome"] = outcome
@@ -91,6 +95,7 @@ def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
 
 
 def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -> dict:
+    assert message.state == LEASED and visible_ms >= now_ms, "a delivery under way goes back, visible now or later"
     return {
         "type": DELIVERY_REQUEUED, "message_id": message.id, "token": message.token, "cause": cause,
         "visible_ms": visible_ms, "at_ms": now_ms,
@@ -98,6 +103,7 @@ def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -
 
 
 def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> dict:
+    assert message.state == LEASED and reason, "a delivery under way dies with a reason"
     return {
         "type": DELIVERY_DEAD, "message_id": message.id, "token": message.token, "cause": cause, "reason": reason,
         "at_ms": now_ms,

@@ -53,6 +53,7 @@ EVENT_TYPES: list[str] = []
 
 def name_payloads(names: dict[str, tuple[str, ...]], types: tuple[str, ...]) -> None:
     """Fill `PAYLOAD_NAMES` and `EVENT_TYPES` from the declarations (once)."""
+    assert not PAYLOAD_NAMES and not EVENT_TYPES, "the event types are named once"
     PAYLOAD_NAMES.update(names)
     EVENT_TYPES.extend(types)
 

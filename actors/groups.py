@@ -204,6 +204,7 @@ class GroupTable:
         if task_id in group.members:
             return None
         self.check_joinable(group)
+        assert group.state == OPEN, "members join an open group only"
         return {"type": GROUP_JOINED, "id": group.id, "task_id": task_id, "at_ms": now_ms}
 
     def decide_verdict(self, group: Group, task_id: str, verdict: str, now_ms: int) -> dict | None:
@@ -214,6 +215,7 @@ class GroupTable:
             return None
         if given is not None:
             raise KernelError(CONFLICT, f"task {task_id} was already {given.lower()} in task group {group.id}")
+        assert verdict in (ACCEPTED, REJECTED), f"no verdict {verdict!r}"
         return {"type": GROUP_VERDICT, "id": group.id, "task_id": task_id, "verdict": verdict, "at_ms": now_ms}
 
     def decide_seal(self, group: Group, now_ms: int, *, strict: bool) -> dict | None:
@@ -222,11 +224,13 @@ class GroupTable:
             raise KernelError(CONFLICT, f"task group {group.id} is already finalized ({group.outcome})")
         if group.state != OPEN:
             return None
+        assert group.sealed_ms is None, "a group is sealed once"
         return {"type": GROUP_SEALED, "id": group.id, "at_ms": now_ms}
 
     def decide_expire(self, group: Group, now_ms: int) -> dict | None:
         if group.state == FINALIZED or group.deadline_ms is None or now_ms < group.deadline_ms:
             return None
+        assert group.outcome is None, "an outcome, once set, never changes"
         return {"type": GROUP_EXPIRED, "id": group.id, "at_ms": now_ms}
 
     # -- applying -------------------------------------------------------------------------------

@@ -111,6 +111,7 @@ class KeyTable:
             if existing.spaces == spaces:
                 return None
             key_id = existing.id
+        assert spaces and len(key_digest) == 64, "a key opens some spaces, and only its SHA-256 digest is kept"
         return {
             "type": KEY_REGISTERED,
             "id": key_id,
@@ -126,6 +127,7 @@ class KeyTable:
             raise KernelError(NOT_FOUND, f"key {quote(key_id)} not found")
         if key.revoked_ms is not None:
             return None
+        assert self._by_digest.get(key.digest) is key, "a key is found by its digest until it is revoked"
         return {"type": KEY_REVOKED, "id": key_id, "at_ms": now_ms}
 
     def image(self) -> Iterator[dict]:
@@ -156,6 +158,7 @@ class KeyTable:
 
 
 def key_view(key: ApiKey | None) -> dict:
+    assert key is not None
     return {
         "id": key.id,
         "name": key.name,

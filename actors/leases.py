@@ -172,6 +172,7 @@ class LeaseTable:
         outcome = Outcome()
         for kind, lease in ended:
             kind.commit(outcome, kind.ended(lease, now_ms))
+            assert lease.token is None or lease.expires_ms > now_ms, "an ended lease is not held after the restart"
             outcome.timers.extend(kind.timers(lease))
         for kind, lease, expires_ms in graced:
             record = kind.renewed(lease, lease.lease_ms, expires_ms, now_ms)

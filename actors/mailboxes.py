@@ -214,6 +214,8 @@ class MailboxTable:
                     f"mailbox {mailbox.name!r} has other default requirements: "
                     f"{requirements_view(mailbox.requirements)}",
                 )
+        # Paired with `apply_declared`: a setting is declared once, and only one not declared yet.
+        assert "max_attempts" not in record or not mailbox.attempts_declared
         return record if len(record) > 3 else None
 
     # -- images ---------------------------------------------------------------------------------

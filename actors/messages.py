@@ -390,6 +390,8 @@ class MessageTable:
 
     @staticmethod
     def decide_drop(message: Message, reason: str, now_ms: int) -> dict:
+        # Paired with `apply_finished`: a message finishes once.
+        assert message.state in LIVE, f"message {message.id} is {message.state}: it finished already"
         return {"type": MESSAGE_DROPPED, "message_id": message.id, "reason": reason, "at_ms": now_ms}
 
     @staticmethod
@@ -397,6 +399,7 @@ class MessageTable:
         """The end of a backoff, if `message` is still waiting it out."""
         if message.state != DELAYED or now_ms < message.visible_ms:
             return None
+        assert message.token is None, "a message waiting out a backoff is held by nobody"
         return {"type": MESSAGE_VISIBLE, "message_id": message.id, "gen": message.gen, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------

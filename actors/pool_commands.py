@@ -134,6 +134,7 @@ class CancelPoolWaiter(CapacityCommand):
 
 def create(part: CapacityCommands, command: CreatePool | EnsurePool, now_ms: int) -> Outcome:
     pools: PoolTable = part.pools
+    assert command.units is not None
     outcome = part.commit(Outcome(), pools.decide_create(command.pool_id, command.name, command.units, now_ms))
     outcome.reply = pools.view(pools.get(command.pool_id), now_ms)
     return outcome
@@ -169,6 +170,7 @@ def acquire(part: CapacityCommands, command: AcquireGrant, now_ms: int) -> Outco
     outcome = _waiter_timers(part, part.commit(Outcome(), *served))
     part.commit(outcome, *records)
     grant = pools.grant(command.grant_id)
+    assert grant is not None and grant.token == command.token, "an acquire leaves its grant held with its token"
     outcome.timers.append(_grant_timer(part, grant))
     outcome.reply = pools.grant_view(grant, pool)
     if command.waiter_id is not None:
@@ -181,6 +183,7 @@ def renew(part: CapacityCommands, command: RenewGrant, now_ms: int) -> Outcome:
     lease_ms = None if command.lease_s is None else command.lease_s * 1000
     outcome = part.commit(Outcome(), pools.decide_renew(command.grant_id, command.token, lease_ms, now_ms))
     grant = pools.grant(command.grant_id)
+    assert grant is not None
     outcome.timers.append(_grant_timer(part, grant))
     outcome.reply = pools.grant_view(grant, pools.get(grant.pool_id))
     return outcome
@@ -191,6 +194,7 @@ def release(part: CapacityCommands, command: ReleaseGrant, now_ms: int) -> Outco
     grant = pools.current(command.grant_id, command.token, now_ms)
     reply = pools.grant_view(grant, pools.get(grant.pool_id))
     outcome = part.commit(Outcome(), pools.decide_release(command.grant_id, command.token, command.observation, now_ms))
+    assert pools.grant(command.grant_id) is None, "a released grant must not stay valid"
     _serve_line(part, outcome, pools.get(grant.pool_id), now_ms)
     reply.update(token=None, released=True, releasedAt=format_ms(now_ms))
     outcome.reply = reply
@@ -295,6 +299,7 @@ def lease_kind(space: Any) -> LeaseKind:
 
     def ended(grant: Grant, now_ms: int) -> dict:
         record = pools.decide_expire(grant.id, grant.token, now_ms)  # type: ignore[arg-type]
+        assert record is not None, "only an ended lease is expired"
         return record
 
     def timers(grant: Grant) -> list:

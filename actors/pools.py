@@ -285,6 +285,7 @@ class PoolTable:
             raise KernelError(CONFLICT, f"a permit pool named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._pools) >= self.pools_max:
             raise full(f"space holds {len(self._pools)} permit pools", "pools_max")
+        assert units > 0, "a pool has units to hand out"
         return {"type": POOL_CREATED, "id": pool_id, "name": name, "units": units, "at_ms": now_ms}
 
     def check_units(self, pool: Pool, units: int) -> None:
@@ -326,6 +327,9 @@ class PoolTable:
             if lined_up or units > self.room(pool, now_ms):
                 ahead = f"; {lined_up} waiter(s) ahead" if lined_up else ""
                 raise self._unavailable(pool, units, in_use, now_ms, ahead)
+            # Paired with `apply_acquired`: never above capacity, nor into a signaled waiter's units.
+            assert in_use + self.held_back(pool, now_ms) + units <= pool.units_total, "a grant fits in what is free"
+        assert 0 < units <= pool.units_total and lease_ms > 0, "a grant holds some of its pool's units, under a lease"
         records.append({
             "type": GRANT_ACQUIRED, "id": grant_id, "pool_id": pool_id, "scope_id": scope_id, "units": units,
             "token": token, "holder": holder, "session": session, "lease_ms": lease_ms,
@@ -354,6 +358,7 @@ class PoolTable:
         self.check_units(pool, units)
         if len(pool.line) >= self.waiters_max:
             raise full(f"permit pool {pool.name!r} has {len(pool.line)} waiters", "waiters_max")
+        assert 0 < units <= pool.units_total and ttl_ms > 0, "a waiter waits for units its pool has, for a while"
         return {
             "type": PERMIT_WAITER_ADDED, "id": waiter_id, "pool_id": pool.id, "scope_id": scope_id, "holder": holder,
             "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
@@ -379,18 +384,22 @@ class PoolTable:
                     continue
                 records.append({"type": PERMIT_WAITER_SIGNALED, "id": waiter.id, "turn_ends_ms": now_ms + turn_ms, "at_ms": now_ms})
             free -= waiter.units
+            # Never negative: a waiter is signaled only when its units fit, and nothing takes units
             # held back for a signaled one (`room`).
+            assert free >= 0, "the units held back for signaled waiters are free units"
         return records
 
     def decide_cancel(self, waiter: PoolWaiter, now_ms: int) -> dict | None:
         """Leave the line; a waiter that ended already stays as it ended (a grant stands)."""
         if waiter.state not in (WAITING, SIGNALED):
             return None
+        assert waiter.id in self._pools[waiter.pool_id].line, "a waiter waiting or signaled is in its pool's line"
         return {"type": PERMIT_WAITER_ENDED, "id": waiter.id, "state": CANCELLED, "grant_id": None, "at_ms": now_ms}
 
     def decide_ended(self, pool: Pool, now_ms: int) -> list[dict]:
         """Expiry records for the grants of `pool` that ended unrecorded (a lease ran out, or the
         delivery a grant was taken with ended)."""
+        assert self.in_use(pool, now_ms) <= pool.units_total, "units in use never exceed the pool's"
         return [self._ended(GRANT_EXPIRED, grant, now_ms) for grant in pool.grants.values() if not self.held(grant, now_ms)]
 
     def current(self, grant_id: str, token: str, now_ms: int) -> Grant:
@@ -417,6 +426,7 @@ class PoolTable:
 
     def decide_release(self, grant_id: str, token: str, observation: object, now_ms: int) -> dict:
         grant = self.current(grant_id, token, now_ms)
+        assert grant.id in self._pools[grant.pool_id].grants, "a held grant is one of its pool's"
         record = self._ended(GRANT_RELEASED, grant, now_ms)
         if observation is not None:
             record["observation"] = observation
@@ -426,6 +436,7 @@ class PoolTable:
         grant = self._grants.get(grant_id)
         if grant is None or grant.token != token or self.held(grant, now_ms):
             return None
+        assert grant.id in self._pools[grant.pool_id].grants, "a live grant is one of its pool's (its units count there)"
         return self._ended(GRANT_EXPIRED, grant, now_ms)
 
     @staticmethod
@@ -448,6 +459,7 @@ class PoolTable:
                 waiter = self._waiters[waiter_id]
                 turn_ends_ms = waiter.turn_ends_ms
                 if waiter.state == SIGNALED and turn_ends_ms is not None and now_ms < turn_ends_ms < now_ms + grace_ms:
+                    assert now_ms + grace_ms > turn_ends_ms, "a grace only makes a turn longer"
                     records.append({"type": PERMIT_WAITER_SIGNALED, "id": waiter.id, "turn_ends_ms": now_ms + grace_ms, "at_ms": now_ms})
         return records
 

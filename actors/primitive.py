@@ -74,6 +74,7 @@ def command(cls: type | None = None, *, base: bool = False) -> Any:
         made = dataclass(frozen=True, slots=True, kw_only=True)(cls)
         made.base = base  # its own value, not inherited: a subclass of a base is a command again
         made_ones = BASES_MADE if base else COMMANDS_MADE
+        assert all(other.__name__ != made.__name__ for other in (*COMMANDS_MADE, *BASES_MADE)), f"command {made.__name__} is named twice"
         made_ones.append(made)
         return made
 
@@ -111,12 +112,14 @@ TIMER_KINDS_MADE: set[str] = set()
 
 def record_type(name: str) -> str:
     """A record type as the journal spells it (for good: data directories hold it)."""
+    assert name not in RECORD_TYPES_MADE, f"record type {name!r} is named twice"
     RECORD_TYPES_MADE.add(name)
     return name
 
 
 def timer_kind(name: str) -> str:
     """A kind of timer: the first element of its tag, which the space looks up when it fires."""
+    assert name not in TIMER_KINDS_MADE, f"timer kind {name!r} is named twice"
     TIMER_KINDS_MADE.add(name)
     return name
 

@@ -103,6 +103,7 @@ def compiled(on: On | Transition, kernel: bool = False) -> Transition:
     if not isinstance(on, tuple):
         return on
     attribute, method = on
+    assert not attribute or attribute.isidentifier(), f"no attribute {attribute!r}"
     that = "state" if kernel else "state.space(command.space)"
     if attribute:
         that += "." + attribute

@@ -215,6 +215,7 @@ class AllowanceTable:
             raise KernelError(CONFLICT, f"an allowance named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._allowances) >= self.allowances_max:
             raise full(f"space holds {len(self._allowances)} allowances", "allowances_max")
+        assert units_limit > 0 and window_ms > 0, "an allowance grants some units per window"
         return {
             "type": ALLOWANCE_CREATED, "id": allowance_id, "name": name, "units_limit": units_limit,
             "window_ms": window_ms, "at_ms": now_ms,
@@ -240,6 +241,8 @@ class AllowanceTable:
             if allowance.cooling_at(now_ms) or waiter.units > remaining:
                 break
             remaining -= waiter.units
+            # Paired with `_count`: a window never hands out more than the limit.
+            assert 0 <= remaining <= allowance.units_limit, "a window's units are never negative nor above the limit"
             records.append({
                 "type": WAITER_GRANTED, "id": waiter.id, "consumption_id": consumption_of(waiter.id),
                 "window_start_ms": allowance.window_at(now_ms), "at_ms": now_ms,
@@ -273,6 +276,8 @@ class AllowanceTable:
                 details={"remaining": remaining, "windowStart": format_ms(window_start), "waiting": waiting},
                 retry_after_s=(window_start + allowance.window_ms - now_ms) / 1000,
             )
+        # Paired with `_count`: what this takes fits in what the window has left.
+        assert 0 < units <= remaining <= allowance.units_limit, "a consumption takes units the window still has"
         return {
             "type": ALLOWANCE_CONSUMED, "id": allowance.id, "consumption_id": consumption_id, "scope_id": scope_id,
             "holder": holder, "units": units, "window_start_ms": window_start, "at_ms": now_ms,
@@ -282,6 +287,7 @@ class AllowanceTable:
         self.check_units(allowance, units)
         if len(allowance.queue) >= self.waiters_max:
             raise full(f"allowance {allowance.name!r} has {len(allowance.queue)} waiters", "waiters_max")
+        assert 0 < units <= allowance.units_limit and ttl_ms > 0, "a waiter waits for units a window could give, for a while"
         return {
             "type": WAITER_ADDED, "id": waiter_id, "allowance_id": allowance.id, "scope_id": scope_id,
             "holder": holder, "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
@@ -290,18 +296,21 @@ class AllowanceTable:
     def decide_cooldown(self, allowance: Allowance, seconds: int, reason: str | None, now_ms: int) -> dict:
         """A cooldown never shortens one that lasts longer."""
         until_ms = max(allowance.cooldown_until_ms, now_ms + seconds * 1000)
+        assert until_ms > now_ms and until_ms >= allowance.cooldown_until_ms, "a cooldown only ever lasts longer"
         return {"type": ALLOWANCE_COOLDOWN_RECORD, "id": allowance.id, "until_ms": until_ms, "reason": reason, "at_ms": now_ms}
 
     def decide_cancel(self, waiter: Waiter, now_ms: int) -> dict | None:
         """Cancel a waiter still waiting; one that ended already stays as it ended (a grant stands)."""
         if waiter.state != WAITING:
             return None
+        assert waiter.id in self._allowances[waiter.allowance_id].queue, "a waiting waiter is in its allowance's queue"
         return {"type": WAITER_ENDED, "id": waiter.id, "state": CANCELLED, "at_ms": now_ms}
 
     def decide_expire(self, waiter_id: str, now_ms: int) -> dict | None:
         waiter = self._waiters.get(waiter_id)
         if waiter is None or waiter.state != WAITING or now_ms < waiter.expires_ms:
             return None
+        assert waiter.id in self._allowances[waiter.allowance_id].queue, "a waiting waiter is in its allowance's queue"
         return {"type": WAITER_ENDED, "id": waiter.id, "state": EXPIRED, "at_ms": now_ms}
 
     def serve_due_ms(self, allowance: Allowance, now_ms: int) -> int | None:
@@ -333,7 +342,7 @@ class AllowanceTable:
             allowance.window_start_ms = window_start_ms
             allowance.used = 0
         allowance.used += units
-        assert allowance.used <= allowance.units_limit, "a window never consumes more than the limit"
+        assert 0 < units and allowance.used <= allowance.units_limit, "a window never consumes more than the limit"
 
     def apply_consumed(self, record: dict) -> None:
         self._count(self._allowances[record["id"]], record["units"], record["window_start_ms"])
@@ -479,6 +488,7 @@ class Cooldown(CapacityCommand):
 
 def create(part: CapacityCommands, command: CreateAllowance | EnsureAllowance, now_ms: int) -> Outcome:
     allowances: AllowanceTable = part.allowances
+    assert command.units_limit is not None and command.window_s is not None
     record = allowances.decide_create(command.allowance_id, command.name, command.units_limit, command.window_s * 1000, now_ms)
     outcome = part.commit(Outcome(), record)
     outcome.reply = allowances.view(allowances.get(command.allowance_id), now_ms)
@@ -493,6 +503,7 @@ def ensure(part: CapacityCommands, command: EnsureAllowance, now_ms: int) -> Out
             raise KernelError(NOT_FOUND, f"allowance {command.name!r} not found (send unitsLimit and windowSeconds to create it)")
         return create(part, command, now_ms)
     if command.units_limit is not None:
+        assert command.window_s is not None
         if (command.units_limit, command.window_s * 1000) != (allowance.units_limit, allowance.window_ms):
             raise KernelError(
                 CONFLICT,

@@ -187,6 +187,7 @@ class ScopeTree:
         self.check_entities(1)
         if scope_id in self._scopes:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"scope id {scope_id} is taken")
+        assert 0 <= depth <= self._limits.scope_depth_max and self.live < self._limits.space_scopes_max
         return {
             "type": SCOPE_CREATED,
             "id": scope_id,
@@ -210,6 +211,8 @@ class ScopeTree:
             raise KernelError(
                 CONFLICT, f"scope {scope_id} is already {scope.stored_state.lower()}"
             )
+        # Paired with `apply_ended`: a scope ends once, from ACTIVE, to one of its ends.
+        assert state in SCOPE_END_REASONS, f"no end {state!r}"
         return {"type": SCOPE_ENDED, "id": scope_id, "state": state, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------
@@ -269,6 +272,7 @@ class ScopeTree:
     def apply_ended(self, record: dict) -> list[str]:
         """Record the end; returns the subtree it ends (parents first), none of which is live now."""
         scope = self._scopes[record["id"]]
+        assert scope.stored_state == ACTIVE and record["state"] in SCOPE_END_REASONS, "a scope ends once"
         scope.stored_state = record["state"]
         scope.ended_ms = record["at_ms"]
         subtree = self.subtree(scope.id)
@@ -360,6 +364,7 @@ def on_deadline(space: Any, scope_id: str, _: Any, now_ms: int) -> Outcome:
 
 def _ended(space: Any, record: dict) -> Outcome:
     """Record a scope's end, with what each primitive does in the same turn (`scope_ending`)."""
+    assert record["type"] == SCOPE_ENDED and record["state"] != ACTIVE
     then = space.scope_ending(space.scopes.subtree(record["id"]))
     outcome = space.commit(Outcome(), record)
     for follow in then:

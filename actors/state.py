@@ -69,6 +69,7 @@ class KernelState:
         """Record a boot (see `boot.py` for the generation floor it may set); returns its record."""
         record = self.boot.decide_boot(fsync, now_ms)
         self.apply(record)
+        assert self.boot.epoch == record["epoch"], "a boot is applied as it was decided"
         return [record]
 
     def restart(self, now_ms: int) -> list[dict]:

@@ -229,6 +229,7 @@ def task_timers(space_id: str, tasks: TaskTable, task: Task) -> Iterator[Timer]:
             yield Timer(task.deadline_ms, actor, (DEADLINE_TIMER, task.id), None)
     elif not task.tombstoned:
         due_ms = tasks.tombstone_due_ms(task)
+        assert due_ms is not None
         yield Timer(due_ms, actor, (RETENTION_TIMER, task.id), None)
 
 

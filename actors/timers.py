@@ -172,6 +172,7 @@ class TimerTable:
             raise full(f"scope {scope_id} holds {len(live)} armed or fired timers", "timers_per_scope_max")
         if timer_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"timer id {timer_id} is taken")
+        assert token, "a timer is acknowledged with a token drawn when it is created"
         record = {"type": TIMER_CREATED, "id": timer_id, "scope_id": scope_id, "fire_ms": fire_ms, "token": token, "at_ms": now_ms}
         if name is not None:
             record["name"] = name
@@ -181,11 +182,13 @@ class TimerTable:
         """The firing the supervisor proposed, if the timer is still armed and due."""
         if timer.state != ARMED or now_ms < timer.fire_ms:
             return None
+        assert timer.fired_ms is None, "a timer fires once, never early"
         return {"type": TIMER_FIRED, "id": timer.id, "at_ms": now_ms}
 
     def decide_expire(self, timer: ScopeTimer, now_ms: int) -> dict | None:
         if timer.state != FIRED or now_ms < self.expiry_ms(timer):
             return None
+        assert timer.fired_ms is not None and timer.fired_ms <= now_ms, "a timer expires after it fired"
         return {"type": TIMER_EXPIRED, "id": timer.id, "at_ms": now_ms}
 
     def decide_ack(self, timer: ScopeTimer, token: str, now_ms: int) -> dict | None:
@@ -196,12 +199,14 @@ class TimerTable:
             return None
         if timer.state != FIRED:
             raise KernelError(CONFLICT, f"timer {timer.id} is {timer.state.lower()}, not fired")
+        assert timer.fired_ms is not None, "only a fired timer is acknowledged"
         return {"type": TIMER_ACKED, "id": timer.id, "at_ms": now_ms}
 
     def decide_cancel(self, timer: ScopeTimer, now_ms: int) -> dict | None:
         """CANCELLED if armed or fired; a timer already ended stays as it is (a harmless repeat)."""
         if timer.state in ENDED:
             return None
+        assert timer.state in (ARMED, FIRED), f"no timer state {timer.state!r}"
         return {"type": TIMER_CANCELLED, "id": timer.id, "at_ms": now_ms}
 
     # -- applying -------------------------------------------------------------------------------
@@ -435,6 +440,7 @@ def on_fire(part: Any, timer_id: str, _: Any, now_ms: int) -> Outcome:
     record = None if timer is None else timers.decide_fire(timer, now_ms)
     if record is None:
         return Outcome()
+    assert timer is not None
     outcome = part.commit(Outcome(), record)
     outcome.timers.extend(_timer_timers(part.id, timers, timer))
     return outcome

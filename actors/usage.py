@@ -54,6 +54,7 @@ EXPIRIES: dict[str, str] = {"claims.expire": "claim", "scopes.expire": "scope", 
 
 def classify(plan: dict[str, Any], classified: frozenset[str]) -> None:
     """Fill `PLAN` and `CLASSIFIED` from the declarations (once)."""
+    assert not PLAN and not CLASSIFIED, "usage is classified once"
     PLAN.update(plan)
     CLASSIFIED.update(classified)
 

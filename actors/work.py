@@ -122,6 +122,7 @@ class WorkCommands:
         that passed expires it; a mailbox whose attempts are used up dead-letters it (FAILED);
         otherwise it goes back on the queue, at once for a lost lease, after a backoff for a retry.
         """
+        assert message.state == LEASED, "only a delivery under way is released"
         scope_state = self.scopes.effective(self.scopes.get(message.scope_id), now_ms)
         task = None if message.task_id is None else self.tasks.get(message.task_id)
         if scope_state != ACTIVE:
@@ -138,6 +139,7 @@ class WorkCommands:
                 reason = f"attempts_exhausted: {message.attempts} of {max_attempts} attempts used; the last one {last}"
             return decide_dead(message, "attempts", reason, now_ms)
         visible_ms = now_ms + backoff_ms(self.limits, message.attempts, jitter) if cause == "retry" else now_ms
+        assert visible_ms >= now_ms, "a requeued message is never visible before now"
         return decide_requeue(message, cause, visible_ms, now_ms)
 
     def _end_undelivered(self, message: Message, task: Task | None, state: str, reason: str, now_ms: int) -> dict:

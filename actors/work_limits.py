@@ -102,6 +102,7 @@ class WorkLimitTable:
             raise KernelError(CONFLICT, f"a work limit named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._limits) >= self.work_limits_max:
             raise full(f"space holds {len(self._limits)} work limits", "work_limits_max")
+        assert max_outstanding > 0, "a work limit lets some tasks through"
         return {
             "type": WORK_LIMIT_CREATED, "id": limit_id, "name": name, "scope_id": scope_id,
             "max_outstanding": max_outstanding, "at_ms": now_ms,
