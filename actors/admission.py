@@ -20,7 +20,12 @@ nothing: it would block the queue forever.)
 
 A parked `admit` (waitMs) is woken when capacity frees: `CapacityCommands.wakeups` holds the
 queues waiting, and every change that gives capacity back pokes them (`FREEING`); a quota's next
-window or a cooldown's end arms a timer that pokes them too.
+window or a cooldown's end arms a timer that pokes them too. A task's requirements are resolved
+when it is submitted (`requirements.py`) and kept with the capacity part; the admission's
+declaration (`ADMISSION`) is at the end.
+
+Timers (on the capacity actor):
+    ("admission-wake", due_ms)   -   a quota window began or a cooldown ended: parked admissions look again
 
 Pure: no IO, no clock reads, no awaits.
 """
@@ -28,35 +33,25 @@ Pure: no IO, no clock reads, no awaits.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
-from .budgets import RESERVATION_ENDED
-from .commands import capacity_actor, queue_actor
-from .errors import VALIDATION_FAILED, KernelError
-from .errors import quote
-from .fields import read_minor
+from .actor_keys import ActorKey, capacity_actor, queue_actor
+from .budgets import RESERVATION_ENDED, settle_by_timer
+from .deliveries import decide_lease, delivery_view
+from .fields import BOOLEAN, INTEGER, body, drawn, path
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_REQUEUED
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Space, Timer
 from .pools import GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, PERMIT_WAITER_ENDED
+from .primitive import NOT_COUNTED, Command, Primitive, command, lease_field, timer_kind
 from .quotas import ALLOWANCE_COOLDOWN_RECORD, WAITER_ENDED
+from .requirements import TASK_REQUIREMENTS
 from .scopes import SCOPE_ENDED
 from .tasks import TASK_CREATED, TASK_ENDED
 from .timestamps import format_ms
 
-if TYPE_CHECKING:
-    from .commands import Admit, SubmitTask
-    from .space import SpaceState
+__all__ = ["Admit", "admit", "FREEING", "WAKE_TIMER", "ADMISSION"]
 
-__all__ = [
-    "parse_requirements", "requirements_record", "admit", "FREEING", "POOL_FREEING", "TASK_CREATED", "WAKE_TIMER",
-    "REQUIREMENT_RECORDS", "TASK_REQUIREMENTS",
-]
-
-# The record types this module decides and applies (the journal's spelling of each).
-TASK_REQUIREMENTS = "task.requirements"
-
-POOLS_MAX, QUOTAS_MAX, BUDGETS_MAX = 4, 4, 2
-WAKE_TIMER = "admission-wake"
+WAKE_TIMER = timer_kind("admission-wake")
 
 # Records that give capacity back: parked admissions look again after any of them. (A task
 # created wakes those that include descendants: they wait on queues not their own.)
@@ -64,92 +59,29 @@ FREEING = frozenset({
     GRANT_RELEASED, GRANT_EXPIRED, SCOPE_ENDED, DELIVERY_COMPLETED, DELIVERY_REQUEUED, DELIVERY_DEAD,
     TASK_ENDED, RESERVATION_ENDED, WAITER_ENDED, ALLOWANCE_COOLDOWN_RECORD, PERMIT_WAITER_ENDED,
 })
-# Of those, the records that may give pool units back outside the capacity actor (a delivery
-# holding admission grants ended): the pools' lines are moved by a timer on that actor.
-POOL_FREEING = frozenset({SCOPE_ENDED, DELIVERY_COMPLETED, DELIVERY_REQUEUED, DELIVERY_DEAD, TASK_ENDED})
-
-REQUIREMENT_RECORDS: dict[str, tuple[str, ...]] = {
-    TASK_REQUIREMENTS: ("task_id", "pools", "quotas", "budgets", "at_ms"),
-}
 
 
-def _refuse(message: str) -> KernelError:
-    return KernelError(VALIDATION_FAILED, message)
+@command
+class Admit(Command):
+    """Lease the oldest eligible task delivery with everything its requirements name (a long poll with waitMs)."""
+
+    space: str = path("space")
+    mailbox_id: str = body("mailboxId")
+    scope_id: str = body("scopeId")
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = lease_field(default="lease_s_default")
+    wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="capped at {wait_ms_max}")
+    include_descendants: bool | None = body(
+        "includeDescendants", BOOLEAN, required=False, description="admit tasks of the scope's descendants too (oldest first)"
+    )
+    token: str = drawn("delivery-token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
 
-def _entries(value: dict, kind: str, most: int, amount_field: str) -> list[list]:
-    items = value.get(kind)
-    if items is None:
-        return []
-    if not isinstance(items, list) or len(items) > most:
-        raise _refuse(f"requirements.{kind} must be a list of at most {most} items")
-    entries, names = [], set()
-    for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not 1 <= len(item["name"]) <= 256:
-            raise _refuse(f"each of requirements.{kind} must be an object with a name (1-256 characters), got {quote(item)}")
-        if item["name"] in names:
-            raise _refuse(f"requirements.{kind} names {item['name']!r} twice")
-        names.add(item["name"])
-        if amount_field == "units":
-            units = item.get("units", 1)
-            if not isinstance(units, int) or isinstance(units, bool) or units < 1:
-                raise _refuse(f"requirements.{kind}[{item['name']!r}].units must be an integer of at least 1")
-            entries.append([item["name"], units])
-        else:
-            amount = read_minor(f"requirements.{kind}[{item['name']!r}].{amount_field}", item.get(amount_field))
-            if amount == 0:
-                raise _refuse(f"requirements.{kind}[{item['name']!r}].{amount_field} must be more than 0")
-            entries.append([item["name"], amount])
-    return entries
-
-
-def parse_requirements(value: Any) -> dict | None:
-    """`{pools?: [{name, units}] (<=4), quotas?: [{name, units}] (<=4), budgets?: [{name, reserveMinor}] (<=2)}`
-    as `{"pools": [[name, units]], "quotas": [[name, units]], "budgets": [[name, amount]]}`, or None
-    when it names nothing."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise _refuse("requirements must be an object with pools, quotas and budgets")
-    unknown = set(value) - {"pools", "quotas", "budgets"}
-    if unknown:
-        raise _refuse(f"requirements may name pools, quotas and budgets, not {', '.join(sorted(unknown))}")
-    parsed = {
-        "pools": _entries(value, "pools", POOLS_MAX, "units"),
-        "quotas": _entries(value, "quotas", QUOTAS_MAX, "units"),
-        "budgets": _entries(value, "budgets", BUDGETS_MAX, "reserveMinor"),
-    }
-    return parsed if any(parsed.values()) else None
-
-
-def requirements_record(space: "SpaceState", command: "SubmitTask", now_ms: int) -> dict | None:
-    """The requirements of a new task, resolved to ids (NOT_FOUND for a name that does not exist;
-    400 for more than a pool or a window could ever give, since the task could never start)."""
-    parsed = parse_requirements(command.requirements)
-    if parsed is None:
-        return None
-    part = space.capacity
-    pools = []
-    for name, units in parsed["pools"]:
-        pool = part.pools.find(name)
-        if units > pool.units_total:
-            raise _refuse(f"requirements.pools[{name!r}] asks {units} units of a {pool.units_total}-unit pool")
-        pools.append([pool.id, units])
-    quotas = []
-    for name, units in parsed["quotas"]:
-        allowance = part.allowances.find(name)
-        part.allowances.check_units(allowance, units)
-        quotas.append([allowance.id, units])
-    budgets = []
-    for name, amount in parsed["budgets"]:
-        budget = part.budgets.find(name)
-        if amount > budget.limit:
-            raise _refuse(f"requirements.budgets[{name!r}] asks {amount}, more than the budget's limit {budget.limit}")
-        budgets.append([budget.id, str(amount)])
-    return {"type": TASK_REQUIREMENTS, "task_id": command.task_id, "pools": pools, "quotas": quotas, "budgets": budgets, "at_ms": now_ms}
-
-
-def _lacking(space: "SpaceState", needs: dict, now_ms: int) -> tuple[set[str], list[int], bool]:
+def _lacking(space: Space, needs: dict, now_ms: int) -> tuple[set[str], list[int], bool]:
     """What of `needs` does not fit now: resource ids, times a quota could fit again, and whether
     it could never fit (a budget amount beyond what the budget can ever give back)."""
     part = space.capacity
@@ -180,7 +112,7 @@ def _resources(needs: dict) -> set[str]:
     return {entry[0] for kind in ("pools", "quotas", "budgets") for entry in needs[kind]}
 
 
-def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
+def admit(space: Space, command: Admit, now_ms: int) -> Outcome:
     """Lease the oldest eligible delivery of the queue with everything its task requires, or
     nothing (`empty`: a long poll parks until capacity frees)."""
     work, part = space.work, space.capacity
@@ -211,7 +143,7 @@ def admit(space: "SpaceState", command: "Admit", now_ms: int) -> Outcome:
     return _admitted(space, command, message, needs, now_ms)
 
 
-def _candidates(space: "SpaceState", command: "Admit", now_ms: int) -> Iterator[Any]:
+def _candidates(space: Space, command: Admit, now_ms: int) -> Iterator[Any]:
     """The deliverable messages of the queue, oldest first; with includeDescendants, of the same
     mailbox in every active scope of the subtree too, merged by age (`seq` orders the space)."""
     messages = space.work.messages
@@ -222,10 +154,10 @@ def _candidates(space: "SpaceState", command: "Admit", now_ms: int) -> Iterator[
     return heapq.merge(*(messages.deliverable(command.mailbox_id, s, now_ms) for s in scopes), key=lambda message: message.seq)
 
 
-def _admitted(space: "SpaceState", command: "Admit", message: Any, needs: dict | None, now_ms: int) -> Outcome:
+def _admitted(space: Space, command: Admit, message: Any, needs: dict | None, now_ms: int) -> Outcome:
     work, part = space.work, space.capacity
     lease_ms, token = command.lease_s * 1000, command.token
-    records = [work.messages.decide_lease(message, token, command.holder, command.session, lease_ms, now_ms)]
+    records = [decide_lease(message, token, command.holder, command.session, lease_ms, now_ms)]
     attempt = message.attempts + 1
     stem = f"{message.id.removeprefix('ms_')}_{attempt}"
     grants, consumptions, reservations = [], [], []
@@ -251,11 +183,10 @@ def _admitted(space: "SpaceState", command: "Admit", message: Any, needs: dict |
             )
             records.append(record)
             reservations.append(record["id"])
-    outcome = space._commit(Outcome(), *records)
-    outcome.timers.extend(work._message_timers(message))
-    actor = capacity_actor(space.id)
-    outcome.timers.extend(Timer(settle_by_ms, actor, ("settle-by", reservation_id), None) for reservation_id in reservations)
-    delivery = work.messages.delivery_view(message)
+    outcome = space.commit(Outcome(), *records)
+    outcome.timers.extend(work.message_timers(message))
+    outcome.timers.extend(settle_by_timer(part, reservation_id, settle_by_ms) for reservation_id in reservations)
+    delivery = delivery_view(message)
     outcome.reply = {
         "taskId": message.task_id,
         "taskKey": None if message.task_id is None else space.tasks.get(message.task_id).key,
@@ -279,6 +210,47 @@ def _admitted(space: "SpaceState", command: "Admit", message: Any, needs: dict |
     return outcome
 
 
-def on_wake_timer(space: "SpaceState", _: Any, __: Any, now_ms: int) -> Outcome:
+def on_wake_timer(space: Space, _: Any, __: Any, now_ms: int) -> Outcome:
     """A quota window began or a cooldown ended: parked admissions look again."""
     return Outcome(pokes=space.capacity.take_wakeups())
+
+
+def _committed(space: Space, outcome: Outcome, records: tuple) -> None:
+    """Capacity given back wakes the admissions parked for it (a new task, those that admit from
+    descendant scopes)."""
+    part = space.capacity
+    if not (part.wakeups or part.subtree_wakeups):
+        return
+    if any(record["type"] in FREEING for record in records):
+        outcome.pokes.extend(part.take_wakeups())
+    if part.subtree_wakeups and any(record["type"] == TASK_CREATED for record in records):
+        outcome.pokes.extend(part.take_subtree_wakeups())
+
+
+def _apply_requirements(requirements: dict, record: dict) -> None:
+    assert record["task_id"] not in requirements, "a task's requirements are recorded once"
+    requirements[record["task_id"]] = {"pools": record["pools"], "quotas": record["quotas"], "budgets": record["budgets"]}
+
+
+def _image(space: Space) -> Iterator[dict]:
+    for task_id, needs in space.capacity.requirements.items():
+        yield {"type": TASK_REQUIREMENTS, "task_id": task_id, **needs, "at_ms": 0}
+
+
+def _make(space: Space) -> None:
+    # Whether a task waits for admission (it has requirements): `recv` never delivers it.
+    space.work.needs_admission = space.capacity.needs_admission
+
+
+ADMISSION = Primitive(
+    "admission",
+    make=_make,
+    commands={Admit: ("", admit)},
+    records={TASK_REQUIREMENTS: ("task_id", "pools", "quotas", "budgets", "at_ms")},
+    apply={TASK_REQUIREMENTS: ("capacity.requirements", _apply_requirements)},
+    usage={TASK_REQUIREMENTS: NOT_COUNTED},  # counted with the submit it belongs to
+    timers={WAKE_TIMER: ("", on_wake_timer)},
+    image=_image,
+    is_empty=lambda space: not space.capacity.requirements,
+    committed=_committed,
+)

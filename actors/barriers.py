@@ -10,7 +10,8 @@ When its scope ends (cancelled, completed or expired) an open barrier is CANCELL
 then gets 409 `BARRIER_CANCELLED`. The cascade is applied with the scope's `scope.ended` record
 (`coordination.py`), like the tasks of the scope, so no crash can leave an open barrier in an ended
 scope. A barrier whose scope has passed its deadline before the expiry is recorded reads as
-CANCELLED already, and refuses arrivals the same way.
+CANCELLED already, and refuses arrivals the same way. The barriers' declaration (`BARRIERS`, which
+makes the coordination part, `coordination.py`) is at the end.
 
 A barrier may have a name, unique in its scope (`PUT /barriers/by-name/{name}`, what the 0.3.0
 client's `together(name, count)` uses): a put of a name that exists answers that barrier, in
@@ -22,23 +23,29 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
+from . import coordination
+from .actor_keys import ActorKey, barrier_actor, barrier_name_actor
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, KernelError
+from .events import entity_event
+from .fields import INTEGER, body, check_text, drawn, path
 from .limits import Limits
-from .scopes import ACTIVE, ScopeTree
+from .outcome import Outcome
+from .primitive import NOT_COUNTED, Command, Primitive, command, operation, record_type
+from .scopes import ACTIVE, SCOPE_ENDED, ScopeTree
 from .timestamps import format_ms
 
 __all__ = [
-    "Barrier", "BarrierTable", "BARRIER_RECORDS", "OPEN", "RELEASED", "CANCELLED", "BARRIER_RELEASED",
+    "Barrier", "BarrierTable", "BARRIERS", "CreateBarrier", "EnsureBarrier", "ArriveBarrier", "OPEN", "RELEASED", "CANCELLED", "BARRIER_RELEASED",
     "BARRIER_CANCELLED", "BARRIER_ARRIVED", "BARRIER_CREATED", "BARRIER_IMAGE",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-BARRIER_ARRIVED = "barrier.arrived"
-BARRIER_CREATED = "barrier.created"
-BARRIER_IMAGE = "barrier.image"
+BARRIER_ARRIVED = record_type("barrier.arrived")
+BARRIER_CREATED = record_type("barrier.created")
+BARRIER_IMAGE = record_type("barrier.image")
 
 OPEN = "OPEN"
 RELEASED = "RELEASED"
@@ -47,17 +54,6 @@ CANCELLED = "CANCELLED"
 # Wire codes (409).
 BARRIER_RELEASED = "BARRIER_RELEASED"
 BARRIER_CANCELLED = "BARRIER_CANCELLED"
-
-# The record types of this table and the fields each must carry.
-BARRIER_RECORDS: dict[str, tuple[str, ...]] = {
-    # `name` only on a named barrier (`PUT /barriers/by-name/{name}`).
-    BARRIER_CREATED: ("id", "scope_id", "target", "at_ms", "name?"),
-    # The arrival that makes `target` releases the barrier in the same record: a release recorded
-    # apart could be lost with the tail of the journal while the arrival was kept.
-    BARRIER_ARRIVED: ("id", "arrival_key", "at_ms"),
-    BARRIER_IMAGE: ("id", "scope_id", "target", "epoch", "state", "arrivals", "at_ms", "ended_ms", "name?"),
-}
-
 
 class Barrier:
     __slots__ = ("id", "scope_id", "target", "epoch", "state", "arrivals", "created_ms", "ended_ms", "name")
@@ -139,6 +135,7 @@ class BarrierTable:
             raise full(f"space holds {len(self._by_id)} barriers", "barriers_max")
         if barrier_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"barrier id {barrier_id} is taken")
+        assert target > 0, "a barrier waits for some arrivals"
         record = {"type": BARRIER_CREATED, "id": barrier_id, "scope_id": scope_id, "target": target, "at_ms": now_ms}
         if name is not None:
             record["name"] = name
@@ -163,6 +160,8 @@ class BarrierTable:
             )
         if arrival_key in barrier.arrivals:
             return []
+        # Paired with `apply_arrived`: an open barrier has fewer arrivals than its target.
+        assert barrier.state == OPEN and len(barrier.arrivals) < barrier.target, "only an open barrier takes arrivals"
         return [{"type": BARRIER_ARRIVED, "id": barrier.id, "arrival_key": arrival_key, "at_ms": now_ms}]
 
     # -- applying -------------------------------------------------------------------------------
@@ -228,3 +227,141 @@ class BarrierTable:
         if record["state"] != OPEN:
             self._close(barrier, record["state"], record["ended_ms"])
         return barrier
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class CreateBarrier(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    target: int = body("target", INTEGER, minimum=1, maximum="barrier_target_max")
+    barrier_id: str = drawn("br_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return barrier_actor(self.space, self.barrier_id)
+
+
+@command
+class EnsureBarrier(Command):
+    """The barrier of this name in the scope, created with `target` when it does not exist yet; one
+    that exists must have that target (else CONFLICT)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    scope_id: str = body("scopeId")
+    target: int = body("target", INTEGER, minimum=1, maximum="barrier_target_max")
+    barrier_id: str = drawn("br_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return barrier_name_actor(self.space, self.scope_id, self.name)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+
+
+@command
+class ArriveBarrier(Command):
+    """Arrive once per arrival key; the arrival that makes `target` releases the barrier."""
+
+    space: str = path("space")
+    barrier_id: str = path("barrier_id")
+    arrival_key: str = body("arrivalKey", length_max="claim_key_len_max")
+
+    def actor(self, state: Any) -> ActorKey:
+        return barrier_actor(self.space, self.barrier_id)
+
+
+# -- transitions (of the coordination part) --------------------------------------------------------
+
+
+def create(part: Any, command: CreateBarrier, now_ms: int) -> Outcome:
+    barriers: BarrierTable = part.barriers
+    record = barriers.decide_create(command.barrier_id, command.scope_id, command.target, now_ms)
+    outcome = part.commit(Outcome(), record)
+    outcome.reply = barriers.view(barriers.get(command.barrier_id), now_ms)
+    return outcome
+
+
+def ensure(part: Any, command: EnsureBarrier, now_ms: int) -> Outcome:
+    """The scope's barrier of this name (its target must be the one sent), created if missing."""
+    barriers: BarrierTable = part.barriers
+    barrier = barriers.by_name(command.scope_id, command.name)
+    if barrier is not None:
+        barriers.check_named(barrier, command.target)
+        return Outcome(reply=barriers.view(barrier, now_ms))
+    record = barriers.decide_create(command.barrier_id, command.scope_id, command.target, now_ms, command.name)
+    outcome = part.commit(Outcome(), record)
+    outcome.reply = barriers.view(barriers.get(command.barrier_id), now_ms)
+    return outcome
+
+
+def arrive(part: Any, command: ArriveBarrier, now_ms: int) -> Outcome:
+    barriers: BarrierTable = part.barriers
+    barrier = barriers.get(command.barrier_id)
+    outcome = part.commit(Outcome(), *barriers.decide_arrive(barrier, command.arrival_key, now_ms))
+    outcome.reply = barriers.view(barrier, now_ms)
+    return outcome
+
+
+# -- what follows from records (events) ------------------------------------------------------------
+
+
+def _after_arrival(space: Any, record: dict) -> list:
+    barrier = space.coordination.barriers.get(record["id"])
+    if barrier.state == RELEASED:  # this arrival made the target
+        return [("barrier.released", barrier.scope_id, "barrier", barrier.id, {"arrived": len(barrier.arrivals)})]
+    return []
+
+
+def _after_scope_ended(space: Any, record: dict) -> list:
+    """A scope's end cancels the open barriers of its subtree."""
+    subtree = space.scopes.subtree(record["id"])
+    cancelled = space.coordination.barriers.cancel_in_scopes(subtree, record["at_ms"])
+    return [("barrier.cancelled", barrier.scope_id, "barrier", barrier.id, {"state": barrier.state}) for barrier in cancelled]
+
+
+def _find(space: Any, barrier_id: str) -> Barrier | None:
+    return space.coordination.barriers.find(barrier_id)
+
+
+def _make(space: Any) -> None:
+    part = coordination.make(space)  # the coordination part, shared with timers and task groups
+    part.barriers = BarrierTable(space.limits, space.scopes)
+
+
+_TABLE = "coordination.barriers"
+
+BARRIERS = Primitive(
+    "barriers",
+    make=_make,
+    state=("coordination",),
+    commands={
+        CreateBarrier: ("coordination", create),
+        EnsureBarrier: ("coordination", ensure),
+        ArriveBarrier: ("coordination", arrive),
+    },
+    records={
+        # `name` only on a named barrier (`PUT /barriers/by-name/{name}`).
+        BARRIER_CREATED: ("id", "scope_id", "target", "at_ms", "name?"),
+        # The arrival that makes `target` releases the barrier in the same record: a release recorded
+        # apart could be lost with the tail of the journal while the arrival was kept.
+        BARRIER_ARRIVED: ("id", "arrival_key", "at_ms"),
+        BARRIER_IMAGE: ("id", "scope_id", "target", "epoch", "state", "arrivals", "at_ms", "ended_ms", "name?"),
+    },
+    apply={
+        BARRIER_CREATED: (_TABLE, "apply_created"),
+        BARRIER_ARRIVED: (_TABLE, "apply_arrived"),
+        BARRIER_IMAGE: (_TABLE, "apply_image"),
+    },
+    usage={BARRIER_CREATED: operation("barriers.create"), BARRIER_ARRIVED: operation("barriers.arrive"), BARRIER_IMAGE: NOT_COUNTED},
+    derive={
+        BARRIER_CREATED: entity_event("barrier.created", "barrier", _find, "target", "name"),
+        BARRIER_ARRIVED: entity_event("barrier.arrived", "barrier", _find, "arrival_key"),
+    },
+    after={BARRIER_ARRIVED: _after_arrival, SCOPE_ENDED: _after_scope_ended},
+    events={"barrier.created": None, "barrier.arrived": None, "barrier.released": None, "barrier.cancelled": None},
+    image=lambda space: space.coordination.barriers.image(),
+    is_empty=lambda space: not len(space.coordination.barriers),
+)

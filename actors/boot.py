@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
-__all__ = ["BootInfo", "FSYNC_POLICIES", "EPOCH_SHIFT", "UNSYNCED_ANSWERS", "KERNEL_BOOTED"]
+from .primitive import NOT_COUNTED, Primitive, record_type
+
+__all__ = ["BootInfo", "FSYNC_POLICIES", "EPOCH_SHIFT", "UNSYNCED_ANSWERS", "KERNEL_BOOTED", "BOOTS"]
 
 # The record types this module decides and applies (the journal's spelling of each).
-KERNEL_BOOTED = "kernel.booted"
+KERNEL_BOOTED = record_type("kernel.booted")
 
 FSYNC_POLICIES = ("always", "batch", "off")
 # The policies that answer a change before it is on disk: a power cut can lose what they answered.
@@ -53,9 +55,13 @@ class BootInfo:
         floor = self.generation_floor
         if self.fsync in UNSYNCED_ANSWERS:  # the previous boot may have lost generations it handed out
             floor = max(floor, epoch << EPOCH_SHIFT)
+        # Paired with `apply_booted`: boots count up, and the floor of generations never goes down.
+        assert epoch > self.epoch and floor >= self.generation_floor, "a boot never hands out an old generation again"
         return {"type": KERNEL_BOOTED, "epoch": epoch, "fsync": fsync, "generation_floor": floor, "at_ms": now_ms}
 
     def apply_booted(self, record: dict) -> None:
+        # (The same boot may be read twice: every partition's image carries it.)
+        assert record["epoch"] >= self.epoch and record["generation_floor"] >= self.generation_floor, "boots only count up"
         self.epoch = record["epoch"]
         self.fsync = record["fsync"]
         self.generation_floor = record["generation_floor"]
@@ -70,3 +76,14 @@ class BootInfo:
                 "generation_floor": self.generation_floor,
                 "at_ms": self.booted_ms,
             }
+
+
+# The kernel's own: a boot is no space's (`KernelState.decide_boot` records it).
+BOOTS = Primitive(
+    "boots",
+    kernel=True,
+    records={KERNEL_BOOTED: ("epoch", "fsync", "generation_floor", "at_ms")},
+    apply={KERNEL_BOOTED: ("boot", "apply_booted")},
+    usage={KERNEL_BOOTED: NOT_COUNTED},
+    image=lambda state: state.boot.image(),
+)

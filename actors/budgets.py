@@ -12,47 +12,48 @@ readings, and the one 0.3.0 relies on). A settle charges at most what the reserv
 holds (unless `allowOverrun`: then up to what the budget can still cover); a partial settle keeps
 the rest reserved (still ACTIVE). Settle and void are idempotent
 per `workKey`: a key used already on the reservation answers its view again and changes nothing.
-Acting with a new key on a reservation that is no longer ACTIVE is 409 CONFLICT.
+Acting with a new key on a reservation that is no longer ACTIVE is 409 CONFLICT. The commands run
+on the space's capacity actor (`capacity.py`); the budgets' declaration (`BUDGETS`) is at the end.
+
+Timers (tags on the capacity actor):
+    ("settle-by", reservation_id)   -   a reservation's settleBy passed: release it
 
 Pure: no IO, no clock reads; every method takes `now_ms`.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
+from .capacity import CapacityCommand, CapacityCommands
 from .caps import full
-from .errors import CONFLICT, NOT_FOUND, KernelError
+from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
+from .fields import BOOLEAN, INTEGER, MINOR, TIMESTAMP, body, check_text, drawn, path
+from .limits import Limits
+from .outcome import Outcome, Timer
+from .primitive import EVENT, NOT_COUNTED, OPERATION, Primitive, command, operation, record_type, timer_kind
 from .timestamps import format_ms
 
 __all__ = [
-    "Budget", "Reservation", "BudgetTable", "INSUFFICIENT_BUDGET", "BUDGET_RECORDS", "ACTIVE", "SETTLED", "VOIDED",
+    "Budget", "Reservation", "BudgetTable", "INSUFFICIENT_BUDGET", "BUDGETS", "ACTIVE", "SETTLED", "VOIDED",
+    "CreateBudget", "EnsureBudget", "Reserve", "Settle", "Void", "SETTLE_BY_TIMER",
     "RELEASED", "BUDGET_CREATED", "BUDGET_IMAGE", "RESERVATION_ENDED", "RESERVATION_IMAGE", "RESERVATION_MADE",
     "RESERVATION_SETTLED",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-BUDGET_CREATED = "budget.created"
-BUDGET_IMAGE = "budget.image"
-RESERVATION_ENDED = "reservation.ended"
-RESERVATION_IMAGE = "reservation.image"
-RESERVATION_MADE = "reservation.made"
-RESERVATION_SETTLED = "reservation.settled"
+BUDGET_CREATED = record_type("budget.created")
+BUDGET_IMAGE = record_type("budget.image")
+RESERVATION_ENDED = record_type("reservation.ended")
+RESERVATION_IMAGE = record_type("reservation.image")
+RESERVATION_MADE = record_type("reservation.made")
+RESERVATION_SETTLED = record_type("reservation.settled")
 
 INSUFFICIENT_BUDGET = "INSUFFICIENT_BUDGET"
 
 ACTIVE, SETTLED, VOIDED, RELEASED = "ACTIVE", "SETTLED", "VOIDED", "RELEASED"
 
-# Amounts in records are digit strings too, so a journal written as JSON keeps them exact.
-BUDGET_RECORDS: dict[str, tuple[str, ...]] = {
-    BUDGET_CREATED: ("id", "name", "currency", "scale", "limit_minor", "at_ms"),
-    RESERVATION_MADE: ("id", "budget_id", "scope_id", "holder", "amount_minor", "settle_by_ms", "at_ms"),
-    RESERVATION_SETTLED: ("id", "amount_minor", "work_key", "at_ms"),
-    RESERVATION_ENDED: ("id", "state", "work_key", "at_ms"),
-    BUDGET_IMAGE: ("id", "name", "currency", "scale", "limit_minor", "spent_minor", "created_ms"),
-    RESERVATION_IMAGE: ("id", "budget_id", "scope_id", "holder", "reserved_minor", "settled_minor", "state", "settle_by_ms", "work_keys", "created_ms"),
-}
-
+SETTLE_BY_TIMER = timer_kind("settle-by")
 
 class Budget:
     __slots__ = ("id", "name", "currency", "scale", "limit", "spent", "reserved", "created_ms", "reservations")
@@ -171,6 +172,7 @@ class BudgetTable:
             raise KernelError(CONFLICT, f"a budget named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._budgets) >= self.budgets_max:
             raise full(f"space holds {len(self._budgets)} budgets", "budgets_max")
+        assert limit >= 0 and scale >= 0, "a budget's limit and scale are never negative"
         return {
             "type": BUDGET_CREATED, "id": budget_id, "name": name, "currency": currency, "scale": scale,
             "limit_minor": str(limit), "at_ms": now_ms,
@@ -185,6 +187,8 @@ class BudgetTable:
                 f"budget {budget.name!r} has {budget.available} minor units available, {amount} asked",
                 details={"availableMinor": str(budget.available), "requestedMinor": str(amount)},
             )
+        # Paired with `_check`: spent plus reserved never exceeds the limit.
+        assert 0 < amount <= budget.available and settle_by_ms > now_ms, "a reservation holds what is available, until later"
         return {
             "type": RESERVATION_MADE, "id": reservation_id, "budget_id": budget.id, "scope_id": scope_id,
             "holder": holder, "amount_minor": str(amount), "settle_by_ms": settle_by_ms, "at_ms": now_ms,
@@ -211,12 +215,14 @@ class BudgetTable:
                 CONFLICT,
                 f"settle of {amount} minor units is more than reservation {reservation.id!r} holds ({reservation.reserved})",
             )
+        assert 0 <= amount <= reservation.reserved + self._budgets[reservation.budget_id].available, "a settle charges what is held or free"
         return [{"type": RESERVATION_SETTLED, "id": reservation.id, "amount_minor": str(amount), "work_key": work_key, "at_ms": now_ms}]
 
     def decide_void(self, reservation: Reservation, work_key: str, now_ms: int) -> dict | None:
         if work_key in reservation.work_keys:
             return None
         self._check_active(reservation, "voided")
+        assert reservation.reserved >= 0, "a void gives back what is still held, never more"
         return {"type": RESERVATION_ENDED, "id": reservation.id, "state": VOIDED, "work_key": work_key, "at_ms": now_ms}
 
     def decide_release(self, reservation_id: str, now_ms: int) -> dict | None:
@@ -224,6 +230,7 @@ class BudgetTable:
         reservation = self._reservations.get(reservation_id)
         if reservation is None or reservation.state != ACTIVE or now_ms < reservation.settle_by_ms:
             return None
+        assert reservation.reserved > 0, "an active reservation still holds something (one settled whole is SETTLED)"
         return {"type": RESERVATION_ENDED, "id": reservation.id, "state": RELEASED, "work_key": None, "at_ms": now_ms}
 
     # -- applying -------------------------------------------------------------------------------
@@ -307,3 +314,210 @@ class BudgetTable:
         budget.reservations[r.id] = self._reservations[r.id] = r
         budget.reserved += r.reserved
         self._check(budget)
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class CreateBudget(CapacityCommand):
+    space: str = path("space")
+    name: str = body("name", length_max="name_len_max")
+    currency: str = body("currency", length_max="currency_len_max")
+    scale: int = body("scale", INTEGER, minimum=0, maximum="budget_scale_max", description="fraction digits")
+    limit: int = body("limitMinor", MINOR)
+    budget_id: str = drawn("bg_")
+
+
+@command
+class EnsureBudget(CapacityCommand):
+    """The budget of this name: `{}` looks it up; with `limitMinor` (currency USD and scale 2 unless
+    given) it is created when missing, and must match when it exists (else CONFLICT)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    limit: int | None = body("limitMinor", MINOR, required=False)
+    currency: str | None = body("currency", required=False, length_max="currency_len_max", description="default USD")
+    scale: int | None = body("scale", INTEGER, required=False, minimum=0, maximum="budget_scale_max", description="fraction digits, default 2")
+    budget_id: str = drawn("bg_")
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+        if self.limit is None and (self.currency is not None or self.scale is not None):
+            raise KernelError(VALIDATION_FAILED, "currency and scale are only taken with limitMinor")
+
+
+@command
+class Reserve(CapacityCommand):
+    space: str = path("space")
+    budget_id: str = path("budget_id")
+    scope_id: str = body("scopeId")
+    holder: str = body("holder", length_max="holder_len_max")
+    amount: int = body("amountMinor", MINOR)
+    settle_by_ms: int | None = body("settleBy", TIMESTAMP, required=False, description="default: {settle_by_s_default} s from now")
+    reservation_id: str = drawn("rs_")
+
+    def check(self, limits: Limits) -> None:
+        if self.amount == 0:
+            raise KernelError(VALIDATION_FAILED, "amountMinor must be more than 0")
+
+
+@command
+class Settle(CapacityCommand):
+    space: str = path("space")
+    budget_id: str = path("budget_id")
+    reservation_id: str = body("reservationId")
+    amount: int = body("amountMinor", MINOR)
+    work_key: str = body("workKey", length_max="work_key_len_max")
+    allow_overrun: bool | None = body(
+        "allowOverrun", BOOLEAN, required=False,
+        description="charge more than the reservation holds, up to what the budget can still cover",
+    )
+
+
+@command
+class Void(CapacityCommand):
+    space: str = path("space")
+    budget_id: str = path("budget_id")
+    reservation_id: str = body("reservationId")
+    work_key: str = body("workKey", length_max="work_key_len_max")
+
+
+# -- transitions (of the capacity part) ------------------------------------------------------------
+
+
+def create(part: CapacityCommands, command: CreateBudget, now_ms: int) -> Outcome:
+    budgets: BudgetTable = part.budgets
+    record = budgets.decide_create(command.budget_id, command.name, command.currency, command.scale, command.limit, now_ms)
+    outcome = part.commit(Outcome(), record)
+    outcome.reply = budgets.view(budgets.get(command.budget_id))
+    return outcome
+
+
+def ensure(part: CapacityCommands, command: EnsureBudget, now_ms: int) -> Outcome:
+    """`PUT /budgets/by-name/{name}`: look up, create, or check the budget of this name."""
+    budgets: BudgetTable = part.budgets
+    budget = budgets.named(command.name)
+    currency = command.currency or "USD"
+    scale = 2 if command.scale is None else command.scale
+    if budget is None:
+        if command.limit is None:
+            raise KernelError(NOT_FOUND, f"budget {command.name!r} not found (send limitMinor to create it)")
+        record = budgets.decide_create(command.budget_id, command.name, currency, scale, command.limit, now_ms)
+        outcome = part.commit(Outcome(), record)
+        outcome.reply = budgets.view(budgets.get(command.budget_id))
+        return outcome
+    if command.limit is not None:
+        differs = [
+            f"{field} {have!r}, not {want!r}"
+            for field, have, want in (("limitMinor", str(budget.limit), str(command.limit)), ("currency", budget.currency, currency), ("scale", budget.scale, scale))
+            if have != want
+        ]
+        if differs:
+            raise KernelError(
+                CONFLICT, f"budget {budget.name!r} has " + ", ".join(differs),
+                details={"id": budget.id, "limitMinor": str(budget.limit), "currency": budget.currency, "scale": budget.scale},
+            )
+    return Outcome(reply=budgets.view(budget))
+
+
+def reserve(part: CapacityCommands, command: Reserve, now_ms: int) -> Outcome:
+    part.scopes.require_active(command.scope_id, now_ms)
+    limits = part.limits
+    settle_by_ms = command.settle_by_ms
+    if settle_by_ms is None:
+        settle_by_ms = now_ms + limits.settle_by_s_default * 1000
+    elif settle_by_ms <= now_ms:
+        raise KernelError(VALIDATION_FAILED, "settleBy must be in the future")
+    elif settle_by_ms > now_ms + limits.settle_by_s_max * 1000:
+        raise KernelError(VALIDATION_FAILED, f"settleBy must be at most {limits.settle_by_s_max} s from now")
+    budgets: BudgetTable = part.budgets
+    budget = budgets.get(command.budget_id)
+    record = budgets.decide_reserve(budget, command.reservation_id, command.scope_id, command.holder, command.amount, settle_by_ms, now_ms)
+    outcome = part.commit(Outcome(), record)
+    outcome.timers.append(settle_by_timer(part, command.reservation_id, settle_by_ms))
+    outcome.reply = budgets.reservation_view(budgets.reservation(budget, command.reservation_id))
+    return outcome
+
+
+def settle(part: CapacityCommands, command: Settle, now_ms: int) -> Outcome:
+    budgets: BudgetTable = part.budgets
+    reservation = budgets.reservation(budgets.get(command.budget_id), command.reservation_id)
+    records = budgets.decide_settle(reservation, command.amount, command.work_key, now_ms, bool(command.allow_overrun))
+    outcome = part.commit(Outcome(), *records)
+    outcome.reply = budgets.reservation_view(reservation)
+    return outcome
+
+
+def void(part: CapacityCommands, command: Void, now_ms: int) -> Outcome:
+    budgets: BudgetTable = part.budgets
+    reservation = budgets.reservation(budgets.get(command.budget_id), command.reservation_id)
+    record = budgets.decide_void(reservation, command.work_key, now_ms)
+    outcome = Outcome() if record is None else part.commit(Outcome(), record)
+    outcome.reply = budgets.reservation_view(reservation)
+    return outcome
+
+
+def settle_by_timer(part: CapacityCommands, reservation_id: str, settle_by_ms: int) -> Timer:
+    return Timer(settle_by_ms, part.actor, (SETTLE_BY_TIMER, reservation_id), None)
+
+
+def on_settle_by_timer(part: CapacityCommands, reservation_id: str, _: Any, now_ms: int) -> Outcome:
+    record = part.budgets.decide_release(reservation_id, now_ms)
+    return Outcome() if record is None else part.commit(Outcome(), record)
+
+
+def _deadlines(space: Any) -> Iterator[Timer]:
+    part: CapacityCommands = space.capacity
+    for reservation in part.budgets.reservations():
+        if reservation.state == ACTIVE:
+            yield settle_by_timer(part, reservation.id, reservation.settle_by_ms)
+
+
+def _make(space: Any) -> None:
+    space.capacity.budgets = BudgetTable(space.limits.budgets_max)
+
+
+_ON = "capacity"
+_TABLE = "capacity.budgets"
+
+BUDGETS = Primitive(
+    "budgets",
+    make=_make,
+    commands={
+        CreateBudget: (_ON, create),
+        EnsureBudget: (_ON, ensure),
+        Reserve: (_ON, reserve),
+        Settle: (_ON, settle),
+        Void: (_ON, void),
+    },
+    # Amounts in records are digit strings too, so a journal written as JSON keeps them exact.
+    records={
+        BUDGET_CREATED: ("id", "name", "currency", "scale", "limit_minor", "at_ms"),
+        RESERVATION_MADE: ("id", "budget_id", "scope_id", "holder", "amount_minor", "settle_by_ms", "at_ms"),
+        RESERVATION_SETTLED: ("id", "amount_minor", "work_key", "at_ms"),
+        RESERVATION_ENDED: ("id", "state", "work_key", "at_ms"),
+        BUDGET_IMAGE: ("id", "name", "currency", "scale", "limit_minor", "spent_minor", "created_ms"),
+        RESERVATION_IMAGE: ("id", "budget_id", "scope_id", "holder", "reserved_minor", "settled_minor", "state", "settle_by_ms", "work_keys", "created_ms"),
+    },
+    apply={
+        BUDGET_CREATED: (_TABLE, "apply_created"),
+        RESERVATION_MADE: (_TABLE, "apply_made"),
+        RESERVATION_SETTLED: (_TABLE, "apply_settled"),
+        RESERVATION_ENDED: (_TABLE, "apply_ended"),
+        BUDGET_IMAGE: (_TABLE, "apply_image"),
+        RESERVATION_IMAGE: (_TABLE, "apply_reservation_image"),
+    },
+    usage={
+        BUDGET_CREATED: operation("budgets.create"),
+        RESERVATION_MADE: operation("budgets.reserve"),
+        RESERVATION_SETTLED: operation("budgets.settle"),
+        RESERVATION_ENDED: lambda record: (OPERATION, "budgets.void") if record["state"] == VOIDED else (EVENT, "budgets.release"),
+        BUDGET_IMAGE: NOT_COUNTED,
+        RESERVATION_IMAGE: NOT_COUNTED,
+    },
+    timers={SETTLE_BY_TIMER: (_ON, on_settle_by_timer)},
+    deadlines=_deadlines,
+    image=lambda space: space.capacity.budgets.image(),
+    is_empty=lambda space: not len(space.capacity.budgets),
+)

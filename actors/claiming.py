@@ -1,38 +1,122 @@
-"""Claims inside a space: acquire, renew, release, and the expiry of a lease that ran out.
+"""Claims inside a space, declared: acquire, renew, release, force, and the expiry of a lease that ran out.
 
 `ClaimCommands` is one part of a `SpaceState`: it is given the tables it uses (the scope tree, to
 refuse a claim in an ended scope, and the claim table), the boot facts (the generation floor) and
 the space's `commit`, and nothing else. Each method is a pure transition: a command and `now_ms`
-in, an `Outcome` out, its records already applied through `commit`.
+in, an `Outcome` out, its records already applied through `commit`. The table and its records
+are `claims.py`; the claims' declaration (`CLAIMS`) is at the end of this module.
 
 Timers (tag on the claim's actor, each proposing a change the turn checks again):
-    ("claim-lease", key)   marker token   the lease ran out: record the expiry if still due
+    ("claim-lease", None)   marker token   the lease ran out: record the expiry if still due
 
 Pure: no IO, no clock reads, no awaits.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Any, Callable, Iterator
 
+from .actor_keys import ActorKey, claim_actor
 from .boot import BootInfo
-from .claims import ClaimTable
-from .commands import claim_actor
+from .claims import (
+    CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED, Claim, ClaimTable,
+)
+from .errors import STALE_CLAIM, KernelError
+from .fields import INTEGER, JSON, body, caller, drawn, path
+from .leases import LeaseKind
 from .outcome import Outcome, Timer
+from .primitive import NOT_COUNTED, Command, Primitive, command, event, free, lease_field, operation, reason_field, timer_kind
 from .scopes import ScopeTree
 from .timestamps import format_ms
 
-if TYPE_CHECKING:
-    from .commands import AcquireClaim, ForceReleaseClaim, ReleaseClaim, RenewClaim
+__all__ = [
+    "ClaimCommands", "LEASE_TIMER", "CLAIMS", "AcquireClaim", "RenewClaim", "ReleaseClaim", "ForceReleaseClaim",
+]
 
-__all__ = ["ClaimCommands", "LEASE_TIMER"]
-
-LEASE_TIMER = "claim-lease"
+LEASE_TIMER = timer_kind("claim-lease")
+CLAIM_LEASE = "claim"  # the kind of lease a claim is held under, in the lease table
 # A lease timer's tag: the same for every claim, since its actor already names the claim (space,
 # scope and key), so a held claim keeps no tag of its own in the supervisor.
 _LEASE_TAG = (LEASE_TIMER, None)
 
 Commit = Callable[..., Outcome]
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class AcquireClaim(Command):
+    """With `waitMs` (our extension), a held claim parks the request until the claim is free (in
+    arrival order) or the wait ends, then CLAIM_HELD; without it, CLAIM_HELD at once."""
+
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key", length_max="claim_key_len_max")
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = lease_field(default="lease_s_default")
+    wait_ms: int | None = body(
+        "waitMs", INTEGER, required=False, minimum=0, description="wait for a held claim, capped at {wait_ms_max}"
+    )
+    token: str = drawn("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return claim_actor(self.space, self.scope_id, self.key)
+
+    def wait_key(self) -> Any:
+        return ("claim", self.scope_id, self.key)  # a parked acquire waits for the key to be free
+
+
+def _claim_actor_of(state: Any, space: str, key: str, token: str) -> ActorKey:
+    """The actor of the claim `token` names; the turn checks again that it is still current."""
+    claim = state.space(space).claims.by_token(token)
+    if claim is None or claim.key != key:
+        raise KernelError(STALE_CLAIM, f"token is not the current one for claim {key!r}")
+    return claim_actor(space, claim.scope_id, key)
+
+
+@command
+class RenewClaim(Command):
+    """Renew by token: the token names the claim, and the key in the path must match."""
+
+    space: str = path("space")
+    key: str = path("key")
+    token: str = body("token")
+    lease_s: int | None = lease_field()
+
+    def actor(self, state: Any) -> ActorKey:
+        return _claim_actor_of(state, self.space, self.key, self.token)
+
+
+@command
+class ReleaseClaim(Command):
+    space: str = path("space")
+    key: str = path("key")
+    token: str = body("token")
+    observation: Any = body("observation", JSON, required=False)
+
+    def actor(self, state: Any) -> ActorKey:
+        return _claim_actor_of(state, self.space, self.key, self.token)
+
+
+@command
+class ForceReleaseClaim(Command):
+    """An operator's release of a held claim, without its token (a holder that hangs, a stuck run):
+    the key is free at once, the holder's token is refused from then on (STALE_CLAIM), and the
+    next holder gets the next generation. The claim is named by run and key, as an acquire names it."""
+
+    space: str = path("space")
+    key: str = path("key")
+    scope_id: str = body("scopeId")
+    reason: str | None = reason_field("reason")
+    by: str | None = caller()
+
+    def actor(self, state: Any) -> ActorKey:
+        return claim_actor(self.space, self.scope_id, self.key)
+
+
+# -- the part ----------------------------------------------------------------------------------
 
 
 class ClaimCommands:
@@ -50,7 +134,7 @@ class ClaimCommands:
         # The space's cap on the entities it keeps: a key not remembered yet is one more.
         self.check_entities: Callable[[int], None] = lambda adding: None
 
-    def acquire(self, command: "AcquireClaim", now_ms: int) -> Outcome:
+    def acquire(self, command: AcquireClaim, now_ms: int) -> Outcome:
         self._scopes.require_active(command.scope_id, now_ms)
         claims = self._claims
         if command.wait_ms:
@@ -77,7 +161,7 @@ class ClaimCommands:
         outcome.reply = claims.view(claim)
         return outcome
 
-    def renew(self, command: "RenewClaim", now_ms: int) -> Outcome:
+    def renew(self, command: RenewClaim, now_ms: int) -> Outcome:
         lease_ms = None if command.lease_s is None else command.lease_s * 1000
         record = self._claims.decide_renew(command.key, command.token, lease_ms, now_ms)
         outcome = self._commit(Outcome(), record)
@@ -87,7 +171,7 @@ class ClaimCommands:
         outcome.reply = self._claims.view(claim)
         return outcome
 
-    def release(self, command: "ReleaseClaim", now_ms: int) -> Outcome:
+    def release(self, command: ReleaseClaim, now_ms: int) -> Outcome:
         claims = self._claims
         claim = claims.current(command.key, command.token, now_ms)
         reply = claims.view(claim)
@@ -96,7 +180,7 @@ class ClaimCommands:
         outcome.reply = reply
         return outcome
 
-    def force_release(self, command: "ForceReleaseClaim", now_ms: int) -> Outcome:
+    def force_release(self, command: ForceReleaseClaim, now_ms: int) -> Outcome:
         """An operator's release without the token: the claim's view as it was, token withheld.
 
         The scope may have ended (its claims are then gone: NOT_FOUND); the holder learns of it at
@@ -115,7 +199,7 @@ class ClaimCommands:
         outcome.reply = reply
         return outcome
 
-    def expire(self, token: str, now_ms: int) -> Outcome:
+    def expire(self, _: Any, token: str, now_ms: int) -> Outcome:
         """The supervisor's proposal: record the expiry if the lease of `token` has run out."""
         record = self._claims.decide_expire(token, now_ms)
         return Outcome() if record is None else self._commit(Outcome(), record)
@@ -125,9 +209,111 @@ class ClaimCommands:
 
     def timers(self) -> Iterator[Timer]:
         for claim in self._claims.held():
-            yield self.lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms)  # type: ignore[arg-type]
+            yield from self.timers_of(claim)
 
-    def restart(self, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
-        """At a start: the expiries and grace renewals of `ClaimTable.decide_restart`."""
-        records = self._claims.decide_restart(now_ms, grace_ms, spread_ms)
-        return self._commit(Outcome(), *records)
+    def timers_of(self, claim: Claim) -> Iterator[Timer]:
+        """The lease timer of a held claim (none once it is free)."""
+        if claim.token is not None:
+            yield self.lease_timer(claim.scope_id, claim.key, claim.token, claim.expires_ms)
+
+
+# -- applying (of the space: a claim's event is made from what applying its record found) ---------
+
+
+def _apply_acquired(space: Any, record: dict) -> None:
+    claims = space.claims
+    takeovers = claims.takeovers
+    claims.apply_acquired(record)
+    kind = "claim.taken_over" if claims.takeovers != takeovers else "claim.acquired"
+    space.events.add((kind, record["scope_id"], "claim", record["key"], (record["generation"], record["holder"])), record["at_ms"])
+
+
+def _apply_ended(space: Any, record: dict) -> None:
+    """A release, a forced release or an expiry: each is its own event type; a forced one says
+    whose claim it was, why and who took it."""
+    claim = space.claims.apply_ended(record)
+    kind = record["type"]
+    if kind == CLAIM_FORCE_RELEASED:
+        payload: tuple = (record["generation"], record["holder"], record.get("reason"), record.get("by"))
+    else:
+        payload = (record["generation"],)
+    space.events.add((kind, claim.scope_id, "claim", record["key"], payload), record["at_ms"])
+
+
+def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+    """Acquirers parked on a held claim of the subtree hear that the scope ended (its claims are
+    gone once it has: their actors are named before)."""
+    claims = space.claims
+    actors = [claim_actor(space.id, claim.scope_id, claim.key) for scope_id in subtree for claim in claims.in_scope(scope_id)]
+    return lambda outcome, at_ms: outcome.pokes.extend(actors)
+
+
+def _make(space: Any) -> None:
+    space.claims = ClaimTable()
+    space.claiming = ClaimCommands(space.id, space.scopes, space.claims, space.boot, space.commit, space.limits.space_claims_max)
+    space.claiming.check_entities = space.check_entities
+
+
+_ENDED = ("", _apply_ended)
+
+CLAIMS = Primitive(
+    "claims",
+    make=_make,
+    state=("claims",),
+    parts=("claiming",),
+    commands={
+        AcquireClaim: ("claiming", ClaimCommands.acquire),
+        RenewClaim: ("claiming", ClaimCommands.renew),
+        ReleaseClaim: ("claiming", ClaimCommands.release),
+        ForceReleaseClaim: ("claiming", ClaimCommands.force_release),
+    },
+    records={
+        CLAIM_ACQUIRED: ("scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms"),
+        CLAIM_RENEWED: ("token", "lease_ms", "expires_ms", "at_ms", "graced?"),
+        CLAIM_RELEASED: ("token", "key", "generation", "at_ms", "observation?"),
+        CLAIM_EXPIRED: ("token", "key", "generation", "at_ms"),
+        # An operator's release without the token (`ClaimTable.decide_force_release`).
+        CLAIM_FORCE_RELEASED: ("token", "key", "generation", "holder", "at_ms", "reason?", "by?"),
+        CLAIM_IMAGE: (
+            "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms", "acquired_ms", "at_ms",
+            "expired?", "graced?",
+        ),
+    },
+    apply={
+        CLAIM_ACQUIRED: ("", _apply_acquired),
+        CLAIM_RENEWED: ("claims", "apply_renewed"),
+        CLAIM_RELEASED: _ENDED,
+        CLAIM_EXPIRED: _ENDED,
+        CLAIM_FORCE_RELEASED: _ENDED,
+        CLAIM_IMAGE: ("claims", "apply_image"),
+    },
+    usage={
+        CLAIM_ACQUIRED: operation("claims.acquire"),
+        CLAIM_RELEASED: operation("claims.release"),
+        CLAIM_FORCE_RELEASED: operation("claims.force_release"),
+        CLAIM_RENEWED: free("claims.renew"),
+        CLAIM_EXPIRED: event("claims.expire"),
+        CLAIM_IMAGE: NOT_COUNTED,
+    },
+    timers={LEASE_TIMER: ("claiming", ClaimCommands.expire)},
+    # A claim's events are made as its record is applied (`_apply_acquired`, `_apply_ended`): the
+    # claim table is looked up once. `claim.taken_over` is an acquire of a key whose lease had ended.
+    events={
+        "claim.acquired": ("generation", "holder"),
+        "claim.taken_over": ("generation", "holder"),
+        "claim.released": ("generation",),
+        "claim.expired": ("generation",),
+        "claim.force_released": ("generation", "holder", "reason", "by"),
+    },
+    leases=lambda space: LeaseKind(
+        CLAIM_LEASE, space.claims.held, space.claims.decide_ended,
+        lambda claim, lease_ms, expires_ms, now_ms: ClaimTable.renewed_record(claim.token, lease_ms, expires_ms, now_ms), space.commit,
+        lambda claim: space.claiming.timers_of(claim),
+    ),
+    deadlines=lambda space: space.claiming.timers(),
+    image=lambda space: space.claims.image(),
+    is_empty=lambda space: not len(space.claims),
+    entities=lambda space: len(space.claims),
+    scope_ended=lambda space, subtree, state, at_ms: space.claims.drop_scopes(subtree),
+    scope_ending=_scope_ending,
+)

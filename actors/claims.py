@@ -7,9 +7,10 @@ first holder after such a boot gets at least the floor, so no generation handed 
 can come again even when the end of the journal was lost. Renew and release name the claim by its token; a token that is
 not the current one is `STALE_CLAIM`, whatever else is true.
 
-A lease ends at `expires_ms`. The supervisor proposes the expiry; until it is recorded, every
-decision already treats a lease past its end as ended, so nothing depends on when the supervisor
-gets to run.
+A claim is held under a lease (`leases.py`: its token, holder, session, length, end and grace,
+renewed and restarted by the one rule every lease keeps). A lease ends at `expires_ms`. The
+supervisor proposes the expiry; until it is recorded, every decision already treats a lease past
+its end as ended, so nothing depends on when the supervisor gets to run.
 
 Pure: no IO, no clock reads; every method takes `now_ms`.
 """
@@ -20,17 +21,19 @@ from typing import Iterator
 
 from .caps import full
 from .errors import CLAIM_HELD, CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
+from .leases import hold, release, renewal, renewed, restore
+from .primitive import record_type
 from .timestamps import format_ms
 
 __all__ = ["Claim", "ClaimTable", "CLAIM_ACQUIRED", "CLAIM_RENEWED", "CLAIM_RELEASED", "CLAIM_EXPIRED", "CLAIM_FORCE_RELEASED", "CLAIM_IMAGE"]
 
 # The record types this module decides and applies (the journal's spelling of each).
-CLAIM_ACQUIRED = "claim.acquired"
-CLAIM_RENEWED = "claim.renewed"
-CLAIM_RELEASED = "claim.released"
-CLAIM_EXPIRED = "claim.expired"
-CLAIM_FORCE_RELEASED = "claim.force_released"
-CLAIM_IMAGE = "claim.image"
+CLAIM_ACQUIRED = record_type("claim.acquired")
+CLAIM_RENEWED = record_type("claim.renewed")
+CLAIM_RELEASED = record_type("claim.released")
+CLAIM_EXPIRED = record_type("claim.expired")
+CLAIM_FORCE_RELEASED = record_type("claim.force_released")
+CLAIM_IMAGE = record_type("claim.image")
 
 
 class Claim:
@@ -61,7 +64,7 @@ class Claim:
         # The last lease ended by expiring, not by a release: the next acquire is a takeover.
         self.expired = False
         # A restart gave this lease its grace and its holder has not renewed since: a restart
-        # gives a lease its grace once (see `decide_restart`).
+        # gives a lease its grace once (`leases.restart`).
         self.graced = False
 
     def held_at(self, now_ms: int) -> bool:
@@ -163,6 +166,9 @@ class ClaimTable:
         if held_max is not None and (claim is None or claim.token is None) and len(self._by_token) >= held_max:
             raise full(f"space holds {len(self._by_token)} claims", "space_claims_max")
         generation = max(generation, generation_floor)
+        # Paired with `apply_acquired`: each new owner of a key gets a greater generation.
+        assert generation > (0 if claim is None else claim.generation), "a generation is never handed out twice"
+        assert lease_ms > 0 and token, "a lease has a length and a token"
         records.append(
             {
                 "type": CLAIM_ACQUIRED,
@@ -189,19 +195,19 @@ class ClaimTable:
         return claim
 
     def decide_renew(self, key: str, token: str, lease_ms: int | None, now_ms: int) -> dict:
-        """Extend from now by `lease_ms`, or by the lease's own length when none is given."""
+        """The renewal rule (`leases.renewal`) for the claim `token` holds on `key`."""
         claim = self.current(key, token, now_ms)
-        length = claim.lease_ms if lease_ms is None else lease_ms
-        return {
-            "type": CLAIM_RENEWED,
-            "token": token,
-            "lease_ms": length,
-            "expires_ms": now_ms + length,
-            "at_ms": now_ms,
-        }
+        record = self.renewed_record(token, *renewal(claim, lease_ms, now_ms), now_ms)
+        assert record["expires_ms"] == now_ms + record["lease_ms"], "a renewal runs its length from now"
+        return record
+
+    @staticmethod
+    def renewed_record(token: str, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+        return {"type": CLAIM_RENEWED, "token": token, "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms}
 
     def decide_release(self, key: str, token: str, observation: object, now_ms: int) -> dict:
         claim = self.current(key, token, now_ms)
+        assert now_ms < claim.expires_ms, "a release ends a lease before its end (after it, the lease expires)"
         record = self._ended_record(CLAIM_RELEASED, claim, now_ms)
         if observation is not None:
             record["observation"] = observation
@@ -223,6 +229,7 @@ class ClaimTable:
                 CONFLICT, f"claim {quote(key)} is not held ({why}; generation {claim.generation} was the last)"
             )
         record = self._ended_record(CLAIM_FORCE_RELEASED, claim, now_ms)
+        assert record["token"] is not None and claim.holder is not None, "a forced release names whose lease it ends"
         record["holder"] = claim.holder
         if reason:
             record["reason"] = reason
@@ -235,6 +242,7 @@ class ClaimTable:
         claim = self._by_token.get(token)
         if claim is None or now_ms < claim.expires_ms:
             return None
+        assert claim.expires_ms <= now_ms, "only a lease past its end expires"
         return self._ended_record(CLAIM_EXPIRED, claim, now_ms)
 
     @staticmethod
@@ -247,40 +255,10 @@ class ClaimTable:
             "at_ms": now_ms,
         }
 
-    def decide_restart(self, now_ms: int, grace_ms: int, spread_ms: int) -> list[dict]:
-        """At a start (a restart, or a failover to a new leader): the restart rule.
-
-        A lease whose end has passed by now is expired: its holder, going by its own clock, has
-        already stopped using it (the SDKs fail closed at their lease's end), so keeping the key
-        blocked would serve nobody. A live lease keeps its end, and if that end is nearer than
-        `grace_ms` it is moved to at least `now_ms + grace_ms` (a renewal with the same token,
-        marked `graced`), so that a holder cut off by the restart has time to renew. A lease gets
-        that grace once: one still `graced` (its holder has not renewed since) keeps its end at
-        the next start, so restarts every few seconds cannot keep a dead holder's lease alive.
-        The new ends are spread over `spread_ms` in the order of the old ones, so a restart does
-        not set off a wave of expiries at one instant.
-        """
-        records: list[dict] = []
-        short: list[Claim] = []
-        for claim in self._by_token.values():
-            if claim.expires_ms <= now_ms:
-                records.append(self._ended_record(CLAIM_EXPIRED, claim, now_ms))
-            elif claim.expires_ms < now_ms + grace_ms and not claim.graced:
-                short.append(claim)
-        short.sort(key=lambda claim: (claim.expires_ms, claim.token))
-        count = len(short)
-        for index, claim in enumerate(short):
-            records.append(
-                {
-                    "type": CLAIM_RENEWED,
-                    "token": claim.token,
-                    "lease_ms": claim.lease_ms,
-                    "expires_ms": now_ms + grace_ms + spread_ms * index // count,
-                    "at_ms": now_ms,
-                    "graced": True,
-                }
-            )
-        return records
+    def decide_ended(self, claim: Claim, now_ms: int) -> dict:
+        """The expiry of a lease whose end has passed (a restart's, `leases.restart`)."""
+        assert claim.token is not None and claim.expires_ms <= now_ms, "only an ended lease is expired"
+        return self._ended_record(CLAIM_EXPIRED, claim, now_ms)
 
     # -- images ---------------------------------------------------------------------------------
 
@@ -312,9 +290,10 @@ class ClaimTable:
 
     def apply_image(self, record: dict) -> Claim:
         claim = Claim(record["scope_id"], record["key"])
-        self._hold(claim, record, record["acquired_ms"])
+        claim.generation = record["generation"]
+        claim.acquired_ms = record["acquired_ms"]
+        restore(claim, record)
         claim.expired = record.get("expired", False)
-        claim.graced = "graced" in record
         keys = self._by_scope.setdefault(claim.scope_id, {})
         if claim.key not in keys:
             self.keys += 1
@@ -322,18 +301,6 @@ class ClaimTable:
         if claim.token is not None:
             self._by_token[claim.token] = claim
         return claim
-
-    @staticmethod
-    def _hold(claim: Claim, record: dict, acquired_ms: int) -> None:
-        """Give `claim` the owner, lease and fencing values a `claim.acquired` or `claim.image` record carries."""
-        claim.generation = record["generation"]
-        claim.token = record["token"]
-        claim.holder = record["holder"]
-        claim.session = record["session"]
-        claim.lease_ms = record["lease_ms"]
-        claim.expires_ms = record["expires_ms"]
-        claim.acquired_ms = acquired_ms
-        claim.graced = False
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -351,23 +318,22 @@ class ClaimTable:
                 self.takeovers += 1
                 claim.expired = False
         assert record["token"] not in self._by_token, "a fencing token is never handed out twice"
-        self._hold(claim, record, record["at_ms"])
+        claim.generation = record["generation"]
+        claim.acquired_ms = record["at_ms"]
+        hold(claim, record)
         self._by_token[claim.token] = claim
         return claim
 
     def apply_renewed(self, record: dict) -> Claim:
         claim = self._by_token[record["token"]]
-        claim.lease_ms = record["lease_ms"]
-        claim.expires_ms = record["expires_ms"]
-        claim.graced = "graced" in record  # a restart's grace; the holder's own renewal clears it
+        renewed(claim, record)
         return claim
 
     def apply_ended(self, record: dict) -> Claim:
         """A release (forced or not) or an expiry: the key is free, its generation counter stays."""
         claim = self._by_token.pop(record["token"])
-        claim.token = None
-        claim.holder = None
-        claim.session = None
+        assert claim.generation == record["generation"], "an end names the generation it ends"
+        release(claim)
         claim.expired = record["type"] == CLAIM_EXPIRED
         return claim
 

@@ -22,38 +22,40 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import count
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
-from .barriers import BARRIER_ARRIVED, BARRIER_CREATED
-from .dead_letters import DEAD_LETTERS_DELETED, DEAD_LETTERS_REQUEUED
+from .actor_keys import ActorKey, events_actor
 from .errors import KernelError
-from .groups import GROUP_CREATED, GROUP_EXPIRED, GROUP_JOINED, GROUP_SEALED, GROUP_VERDICT
 from .limits import Limits
-from .mailboxes import MAILBOX_PURGED
-from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_REQUEUED, MESSAGE_SENT
-from .scopes import SCOPE_CREATED, SCOPE_ENDED
-from .tasks import TASK_CREATED, TASK_ENDED
-from .timers import TIMER_ACKED, TIMER_CANCELLED, TIMER_CREATED, TIMER_EXPIRED, TIMER_FIRED
+from .outcome import Outcome, Space
+from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
 from .timestamps import format_ms
 
-if TYPE_CHECKING:
-    from .space import SpaceState
-
 __all__ = [
-    "EventLog", "Event", "EVENT_RECORDS", "CURSOR_EXPIRED", "DERIVE", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of",
-    "EVENT_IMAGE", "EVENTS_IMAGE",
+    "EventLog", "Event", "CURSOR_EXPIRED", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of", "EVENT_IMAGE", "EVENTS_IMAGE",
+    "WatchEvents", "EVENTS", "record_payload", "entity_event", "name_payloads", "page", "watch",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-EVENT_IMAGE = "event.image"
-EVENTS_IMAGE = "events.image"
+EVENT_IMAGE = record_type("event.image")
+EVENTS_IMAGE = record_type("events.image")
 
 CURSOR_EXPIRED = "CURSOR_EXPIRED"
 
-EVENT_RECORDS: dict[str, tuple[str, ...]] = {
-    EVENTS_IMAGE: ("seq",),
-    EVENT_IMAGE: ("seq", "event_type", "scope_id", "aggregate_type", "aggregate_id", "payload", "at_ms"),
-}
+# The payloads kept as a tuple of values, by event type, and the names of those values: the events a
+# busy space makes on nearly every record (claims, deliveries, tasks) make no dict until read. Each
+# primitive declares the event types it makes (`Primitive.events`); these two are filled from the
+# declarations once, at import (`primitives.py`), and read by everyone else.
+PAYLOAD_NAMES: dict[str, tuple[str, ...]] = {}
+# Every type an event can have, sorted (for the `types` filter and its docs).
+EVENT_TYPES: list[str] = []
+
+
+def name_payloads(names: dict[str, tuple[str, ...]], types: tuple[str, ...]) -> None:
+    """Fill `PAYLOAD_NAMES` and `EVENT_TYPES` from the declarations (once)."""
+    assert not PAYLOAD_NAMES and not EVENT_TYPES, "the event types are named once"
+    PAYLOAD_NAMES.update(names)
+    EVENT_TYPES.extend(types)
 
 
 class Event(NamedTuple):
@@ -221,26 +223,12 @@ class EventLog:
         self._times.append(record["at_ms"])
 
 
-# -- deriving events from records --------------------------------------------------------------
-# Each function sees the space before the record is applied (so what a record ends can still be
-# looked up) and returns the events the record makes: one change (a tuple, the usual case), a list
-# of them, or None.
+# -- deriving events from records ----------------------------------------------------------------
+# Each primitive derives the events of its records (`Primitive.derive`, seen before the record
+# applies, so what a record ends can still be looked up): one change (a tuple), a list, or None.
 
-Derive = Callable[["SpaceState", dict], Any]
-
-
-# The payloads kept as a tuple of values, by event type, and the names of those values: the events a
-# busy space makes on nearly every record (claims, deliveries, tasks) make no dict until read.
-PAYLOAD_NAMES: dict[str, tuple[str, ...]] = {
-    "claim.acquired": ("generation", "holder"),
-    "claim.taken_over": ("generation", "holder"),
-    "claim.released": ("generation",),
-    "claim.expired": ("generation",),
-    "claim.force_released": ("generation", "holder", "reason", "by"),
-    "scope.created": ("parentId",),
-    "task.created": ("taskKey", "mailboxId"),
-    "message.sent": ("mailboxId",),
-}
+# Record fields as an event's payload names them (the wire's camelCase; times as timestamps).
+_WIRE = {"mailbox_id": "mailboxId", "task_id": "taskId", "arrival_key": "arrivalKey", "fire_ms": "fireAt"}
 
 
 def payload_of(kind: str, payload: Any) -> dict:
@@ -248,74 +236,8 @@ def payload_of(kind: str, payload: Any) -> dict:
     return payload if payload.__class__ is dict else dict(zip(PAYLOAD_NAMES[kind], payload))
 
 
-def _delivery(task_type: str, message_type: str, **extra: str) -> Derive:
-    """A delivery's event: the message, its attempt and its holder (the one it is leased to, or
-    the one whose lease this record ends: what a worker's crash took down), then `extra` fields."""
-    PAYLOAD_NAMES[task_type] = PAYLOAD_NAMES[message_type] = ("messageId", "mailboxId", "attempt", "holder", *extra)
-    fields = tuple(extra.values())
-
-    def derive(space: "SpaceState", record: dict) -> "Change | None":
-        message = space.messages.find(record["message_id"])
-        if message is None:
-            return None
-        # The delivery's attempt, numbered as the task view and recv number it (1 for the first):
-        # a lease is the attempt it starts (its record says which; the message, seen before the
-        # record applies, still counts the ones before); any other change is about the current one.
-        attempt = record["attempt"] if "attempt" in record else message.attempts
-        payload: tuple = (message.id, message.mailbox_id, attempt, record.get("holder", message.holder))
-        if fields:
-            payload += tuple(record.get(field) for field in fields)
-        if message.task_id is not None:
-            return (task_type, message.scope_id, "task", message.task_id, payload)
-        return (message_type, message.scope_id, "message", message.id, payload)
-
-    return derive
-
-
-def _dead(space: "SpaceState", record: dict) -> list:
-    message = space.messages.find(record["message_id"])
-    if message is None:
-        return []
-    payload = {"messageId": message.id, "mailboxId": message.mailbox_id, "reason": record.get("reason"), "holder": message.holder}
-    events = [("delivery.dead_lettered", message.scope_id, "message", message.id, payload)]
-    if message.task_id is not None:
-        events.insert(0, ("task.failed", message.scope_id, "task", message.task_id, payload))
-    return events
-
-
-# A claim's events are made as its record is applied, from what applying it found
-# (`SpaceState._apply_claim_acquired` and `_apply_claim_ended`): the claim table is looked up once,
-# not once here and once there. `claim.acquired` or `claim.taken_over` (the previous holder's lease
-# had ended) carries (generation, holder); `claim.released` and `claim.expired` carry (generation,);
-# `claim.force_released` (an operator's release) carries (generation, holder, reason, by).
-
-
-_SCOPE_END_REASONS = {"CANCELLED": "scope_cancelled", "COMPLETED": "scope_completed", "EXPIRED": "scope_expired"}
-
-
-def _scope_ended(space: "SpaceState", record: dict) -> list:
-    """The scope's end, and the end of every task that waited in its subtree (they end with it)."""
-    by = record.get("by")  # who ended it (an API key's id, or "admin"); None when it expired
-    events = [("scope." + record["state"].lower(), record["id"], "scope", record["id"], {"state": record["state"], "by": by})]
-    reason = _SCOPE_END_REASONS[record["state"]]
-    for message in space.messages.waiting_in_scopes(space.scopes.subtree(record["id"])):
-        if message.task_id is not None:
-            events.append(("task.cancelled", message.scope_id, "task", message.task_id, {"reason": reason, "by": by}))
-    return events
-
-
-def _task_ended(space: "SpaceState", record: dict) -> list:
-    task = space.tasks.find(record["task_id"])
-    scope_id = None if task is None else task.scope_id
-    payload = {"reason": record.get("reason"), "by": record.get("by")}
-    return [("task." + record["state"].lower(), scope_id, "task", record["task_id"], payload)]
-
-
-# Record fields as an event's payload names them (the wire's camelCase; times as timestamps).
-_WIRE = {"mailbox_id": "mailboxId", "task_id": "taskId", "arrival_key": "arrivalKey", "fire_ms": "fireAt"}
-
-
-def _payload(record: dict, fields: tuple[str, ...]) -> dict:
+def record_payload(record: dict, fields: tuple[str, ...]) -> dict:
+    """An event's payload from some fields of its record (camelCase, times as timestamps)."""
     payload = {}
     for field in fields:
         if field not in record:
@@ -325,91 +247,19 @@ def _payload(record: dict, fields: tuple[str, ...]) -> dict:
     return payload
 
 
-def _group(kind: str, *fields: str) -> Derive:
-    def derive(space: "SpaceState", record: dict) -> list:
-        group = space.coordination.groups.find(record["id"])
-        scope_id = record.get("scope_id") if group is None else group.scope_id
-        return [(kind, scope_id, "group", record["id"], _payload(record, fields))]
+def entity_event(kind: str, aggregate: str, find: Callable[[Space, str], Any], *fields: str) -> Callable[[Space, dict], list]:
+    """The event of a record about one thing (a barrier, a timer, a group) named by the record's
+    `id`: its scope is the thing's (found by `find`), else the record's own `scope_id`."""
+
+    def derive(space: Space, record: dict) -> list:
+        found = find(space, record["id"])
+        scope_id = record.get("scope_id") if found is None else found.scope_id
+        return [(kind, scope_id, aggregate, record["id"], record_payload(record, fields))]
 
     return derive
 
 
-def _barrier(kind: str, *fields: str) -> Derive:
-    def derive(space: "SpaceState", record: dict) -> list:
-        barrier = space.coordination.barriers.find(record["id"])
-        scope_id = record.get("scope_id") if barrier is None else barrier.scope_id
-        return [(kind, scope_id, "barrier", record["id"], _payload(record, fields))]
-
-    return derive
-
-
-def _timer(kind: str, *fields: str) -> Derive:
-    def derive(space: "SpaceState", record: dict) -> list:
-        timer = space.coordination.timers.find(record["id"])
-        scope_id = record.get("scope_id") if timer is None else timer.scope_id
-        return [(kind, scope_id, "timer", record["id"], _payload(record, fields))]
-
-    return derive
-
-
-def _dead_letters(kind: str) -> Derive:
-    """An operator's action on a mailbox's dead letters: one event for the whole set."""
-
-    def derive(space: "SpaceState", record: dict) -> "Change":
-        ids = record["message_ids"]
-        payload = {"mailboxId": record["mailbox_id"], "count": len(ids), "messageIds": list(ids)}
-        if "new_ids" in record:
-            payload["newIds"] = list(record["new_ids"])
-        payload["by"] = record.get("by")
-        return (kind, None, "mailbox", record["mailbox_id"], payload)
-
-    return derive
-
-
-DERIVE: dict[str, Derive] = {
-    SCOPE_CREATED: lambda space, r: ("scope.created", r["id"], "scope", r["id"], (r["parent_id"],)),
-    SCOPE_ENDED: _scope_ended,
-    TASK_CREATED: lambda space, r: ("task.created", r["scope_id"], "task", r["id"], (r["task_key"], r["mailbox_id"])),
-    MESSAGE_SENT: lambda space, r: ("message.sent", r["scope_id"], "message", r["id"], (r["mailbox_id"],)),
-    DELIVERY_LEASED: _delivery("task.started", "delivery.leased"),
-    DELIVERY_COMPLETED: _delivery("task.succeeded", "delivery.completed"),
-    DELIVERY_REQUEUED: _delivery("task.retried", "delivery.requeued", cause="cause"),
-    DELIVERY_DEAD: _dead,
-    DEAD_LETTERS_REQUEUED: _dead_letters("dead_letters.requeued"),
-    DEAD_LETTERS_DELETED: _dead_letters("dead_letters.deleted"),
-    MAILBOX_PURGED: lambda space, r: ("mailbox.purged", r["scope_id"], "mailbox", r["mailbox_id"], {
-        "mailboxId": r["mailbox_id"], "scopeId": r["scope_id"], "count": r["count"], "reason": r.get("reason"), "by": r.get("by"),
-    }),
-    TASK_ENDED: _task_ended,
-    BARRIER_CREATED: _barrier("barrier.created", "target", "name"),
-    BARRIER_ARRIVED: _barrier("barrier.arrived", "arrival_key"),
-    TIMER_CREATED: _timer("timer.created", "fire_ms", "name"),
-    TIMER_FIRED: _timer("timer.fired"),
-    TIMER_ACKED: _timer("timer.acked"),
-    TIMER_CANCELLED: _timer("timer.cancelled"),
-    TIMER_EXPIRED: _timer("timer.expired"),
-    GROUP_CREATED: _group("group.created", "condition", "mailbox_id"),
-    GROUP_JOINED: _group("group.joined", "task_id"),
-    GROUP_VERDICT: _group("group.verdict", "task_id", "verdict"),
-    GROUP_SEALED: _group("group.sealed"),
-    GROUP_EXPIRED: _group("group.deadline_exceeded"),
-}
-
-# Every type an event can have (the ones `after_apply` makes included), for the `types` filter's docs.
-EVENT_TYPES = sorted(
-    {
-        "scope.created", "scope.cancelled", "scope.completed", "scope.expired", "claim.acquired", "claim.taken_over",
-        "claim.released", "claim.expired", "claim.force_released", "task.created", "task.started", "task.retried", "task.succeeded",
-        "task.failed", "task.cancelled", "task.expired", "message.sent", "delivery.leased", "delivery.completed",
-        "delivery.requeued", "delivery.dead_lettered", "dead_letters.requeued", "dead_letters.deleted", "mailbox.purged",
-        "barrier.created", "barrier.arrived", "barrier.released",
-        "barrier.cancelled", "timer.created", "timer.fired", "timer.acked", "timer.cancelled", "timer.expired",
-        "group.created", "group.joined", "group.verdict", "group.sealed", "group.deadline_exceeded", "group.finalized",
-    }
-)
-
-
-def page(space: "SpaceState", after: int | None, limit: int, types: frozenset | None, aggregate: tuple | None, scope_id: str | None) -> dict:
+def page(space: Space, after: int | None, limit: int, types: frozenset | None, aggregate: tuple | None, scope_id: str | None) -> dict:
     """A page of the space's events as the wire carries it: `{events, nextCursor}`.
 
     Filters: `types` (exact names), `aggregate` ((type, id)), `scope_id` (the scope and its
@@ -429,11 +279,49 @@ def page(space: "SpaceState", after: int | None, limit: int, types: frozenset | 
     return {"events": [event.view() for event in events], "nextCursor": str(last)}
 
 
-def watch(space: "SpaceState", command: Any, now_ms: int) -> Any:
-    """The watch transition: a page with events, or an empty outcome that parks a long poll."""
-    from .outcome import Outcome
+@command
+class WatchEvents(Command):
+    """A page of a space's events after a cursor; with `wait_ms`, an empty page waits for events.
 
+    Built by the route from the query string (`server/routes/coordination.py`), not from a body.
+    """
+
+    space: str
+    after: int | None
+    limit: int
+    types: frozenset | None = None
+    aggregate: tuple | None = None
+    scope_id: str | None = None
+    wait_ms: int | None = None
+
+    def actor(self, state: Any) -> ActorKey:
+        return events_actor(self.space)
+
+
+def watch(space: Space, command: WatchEvents, now_ms: int) -> Outcome:
+    """The watch transition: a page with events, or an empty outcome that parks a long poll."""
     reply = page(space, command.after, command.limit, command.types, command.aggregate, command.scope_id)
     if not reply["events"] and command.wait_ms:
         return Outcome(empty=True)
     return Outcome(reply=reply)
+
+
+def _make(space: Space) -> None:
+    space.events = EventLog(space.limits)
+
+
+# Last but the usage counters in a space's image.
+EVENTS = Primitive(
+    "events",
+    make=_make,
+    state=("events",),
+    commands={WatchEvents: ("", watch)},
+    records={
+        EVENTS_IMAGE: ("seq",),
+        EVENT_IMAGE: ("seq", "event_type", "scope_id", "aggregate_type", "aggregate_id", "payload", "at_ms"),
+    },
+    apply={EVENTS_IMAGE: ("events", "apply_image_header"), EVENT_IMAGE: ("events", "apply_image_event")},
+    usage={EVENTS_IMAGE: NOT_COUNTED, EVENT_IMAGE: NOT_COUNTED},
+    image=lambda space: space.events.image(),
+    is_empty=lambda space: not space.events.seq,
+)

@@ -21,7 +21,7 @@ Its condition decides when it is FINALIZED, with an `outcome` and an `outcomeRea
 Finalizing is not a record of its own: it follows from the records it depends on (a verdict, a
 seal, a member's task ending, the gate scope ending), so `evaluate` runs when those are applied,
 live and in replay alike, and decides the same thing both times. The outcome, once set, never
-changes.
+changes. The commands, transitions and the groups' declaration (`GROUPS`) are `group_commands.py`.
 
 Pure: no IO, no clock reads.
 """
@@ -33,21 +33,22 @@ from typing import Iterator
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .limits import Limits
+from .primitive import record_type
 from .tasks import SUCCEEDED, TaskTable
 from .timestamps import format_ms
 
 __all__ = [
-    "Group", "GroupTable", "GROUP_RECORDS", "CONDITIONS", "OPEN", "SEALED", "FINALIZED", "ACCEPTED", "REJECTED",
+    "Group", "GroupTable", "CONDITIONS", "OPEN", "SEALED", "FINALIZED", "ACCEPTED", "REJECTED",
     "GROUP_CREATED", "GROUP_EXPIRED", "GROUP_IMAGE", "GROUP_JOINED", "GROUP_SEALED", "GROUP_VERDICT",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-GROUP_CREATED = "group.created"
-GROUP_EXPIRED = "group.expired"
-GROUP_IMAGE = "group.image"
-GROUP_JOINED = "group.joined"
-GROUP_SEALED = "group.sealed"
-GROUP_VERDICT = "group.verdict"
+GROUP_CREATED = record_type("group.created")
+GROUP_EXPIRED = record_type("group.expired")
+GROUP_IMAGE = record_type("group.image")
+GROUP_JOINED = record_type("group.joined")
+GROUP_SEALED = record_type("group.sealed")
+GROUP_VERDICT = record_type("group.verdict")
 
 OPEN = "OPEN"
 SEALED = "SEALED"
@@ -65,21 +66,6 @@ REJECTED = "REJECTED"
 GROUP_SUCCEEDED = "SUCCEEDED"
 GROUP_FAILED = "FAILED"
 GROUP_CANCELLED = "CANCELLED"
-
-GROUP_RECORDS: dict[str, tuple[str, ...]] = {
-    GROUP_CREATED: (
-        "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id", "at_ms",
-    ),
-    GROUP_JOINED: ("id", "task_id", "at_ms"),
-    GROUP_VERDICT: ("id", "task_id", "verdict", "at_ms"),
-    GROUP_SEALED: ("id", "at_ms"),
-    GROUP_EXPIRED: ("id", "at_ms"),
-    GROUP_IMAGE: (
-        "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id",
-        "state", "outcome", "reason", "members", "sealed_ms", "finalized_ms", "at_ms",
-    ),
-}
-
 
 class Group:
     __slots__ = (
@@ -218,6 +204,7 @@ class GroupTable:
         if task_id in group.members:
             return None
         self.check_joinable(group)
+        assert group.state == OPEN, "members join an open group only"
         return {"type": GROUP_JOINED, "id": group.id, "task_id": task_id, "at_ms": now_ms}
 
     def decide_verdict(self, group: Group, task_id: str, verdict: str, now_ms: int) -> dict | None:
@@ -228,6 +215,7 @@ class GroupTable:
             return None
         if given is not None:
             raise KernelError(CONFLICT, f"task {task_id} was already {given.lower()} in task group {group.id}")
+        assert verdict in (ACCEPTED, REJECTED), f"no verdict {verdict!r}"
         return {"type": GROUP_VERDICT, "id": group.id, "task_id": task_id, "verdict": verdict, "at_ms": now_ms}
 
     def decide_seal(self, group: Group, now_ms: int, *, strict: bool) -> dict | None:
@@ -236,11 +224,13 @@ class GroupTable:
             raise KernelError(CONFLICT, f"task group {group.id} is already finalized ({group.outcome})")
         if group.state != OPEN:
             return None
+        assert group.sealed_ms is None, "a group is sealed once"
         return {"type": GROUP_SEALED, "id": group.id, "at_ms": now_ms}
 
     def decide_expire(self, group: Group, now_ms: int) -> dict | None:
         if group.state == FINALIZED or group.deadline_ms is None or now_ms < group.deadline_ms:
             return None
+        assert group.outcome is None, "an outcome, once set, never changes"
         return {"type": GROUP_EXPIRED, "id": group.id, "at_ms": now_ms}
 
     # -- applying -------------------------------------------------------------------------------

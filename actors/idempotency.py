@@ -32,11 +32,12 @@ from typing import Any, Callable, Iterator
 from .caps import value_bytes
 from .errors import IDEMPOTENCY_CONFLICT, KernelError
 from .limits import Limits
+from .primitive import NOT_COUNTED, Primitive, record_type
 
-__all__ = ["IdempotencyTable", "Stored", "IDEM_STORED"]
+__all__ = ["IdempotencyTable", "Stored", "IDEM_STORED", "IDEMPOTENCY"]
 
 # The record types this module decides and applies (the journal's spelling of each).
-IDEM_STORED = "idem.stored"
+IDEM_STORED = record_type("idem.stored")
 
 
 class Stored:
@@ -120,3 +121,22 @@ class IdempotencyTable:
             self.bytes -= oldest.size
         if entries and len(entries) > limits.idempotency_keys_max:  # idempotency_keys_max of 0
             self.bytes -= entries.popitem(last=False)[1].size
+
+
+def _make(space: Any) -> None:
+    # Evicted only by its own space's answers, in the room its values and other entities leave.
+    space.idempotency = IdempotencyTable(space.limits, space.values_bytes, space.entities)
+
+
+# First in a space's image: each answer takes the room the values leave, and before them it needs none.
+IDEMPOTENCY = Primitive(
+    "idempotency",
+    make=_make,
+    state=("idempotency",),
+    records={IDEM_STORED: ("key", "fingerprint", "body", "at_ms")},
+    apply={IDEM_STORED: ("idempotency", "apply_stored")},
+    # A stored answer: the request it answers was counted when it ran.
+    usage={IDEM_STORED: NOT_COUNTED},
+    image=lambda space: space.idempotency.image(space.id),
+    is_empty=lambda space: not len(space.idempotency),
+)

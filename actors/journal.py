@@ -133,6 +133,7 @@ class DurableWaits:
 
     def add(self, lsn: int, durable_lsn: int, failure: BaseException | None, on_durable: Durable) -> None:
         """`Journal.after`: called now when `lsn` is durable already or the journal failed, else later."""
+        assert lsn >= 0 and durable_lsn >= 0, "LSNs count up from 0"
         if lsn <= durable_lsn:
             on_durable(None)
         elif failure is not None:
@@ -144,7 +145,9 @@ class DurableWaits:
         """The durable point is now `durable_lsn`: call every callback waiting up to it."""
         heap = self._heap
         while heap and heap[0][0] <= durable_lsn:
-            heapq.heappop(heap)[2](None)
+            lsn, _, on_durable = heapq.heappop(heap)
+            assert not heap or heap[0][0] >= lsn, "durable points are reached in LSN order"
+            on_durable(None)
 
     def fail(self, error: BaseException) -> None:
         """Call every waiting callback with `error`, and forget them."""
@@ -179,11 +182,14 @@ class MemoryJournal:
             except RecordError as error:
                 on_durable(error)
                 return self.lsn
+        before = self.lsn
         self.lsn += len(records)
+        assert self.lsn > before or not records, "each record appended gets the next LSN"
         if self._keep:
             self.records.extend(records)
         on_durable(None)
         return self.lsn
 
     def after(self, lsn: int, on_durable: Durable) -> None:
+        assert lsn <= self.lsn, "a durable point waited for is one appended (durable <= written)"
         on_durable(None)

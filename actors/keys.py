@@ -1,14 +1,15 @@
-"""API keys: which spaces a bearer key opens, and what it may do there (its role).
+"""API keys: which spaces a bearer key opens, and what it may do there (its role). The kernel's
+own primitive: keys are in no space.
 
 Only a SHA-256 digest of a key is kept, in memory and in the journal; the key itself is shown once
 when it is made and never again. A key opens exactly the spaces it was issued for. A revoked key
-opens nothing, at once.
+opens nothing, at once. Keys are decided by one actor (`KEYS_ACTOR`) in the system partition.
 
 A key has one of two roles. `editor` (the default) does everything inside its spaces, the
 operator's actions included; `viewer` reads everything there and changes nothing. The role is
 written into `key.registered` only when it is not the default, so a record without one, as every
 data directory made before roles wrote it, is an editor's: the format grew an optional field and
-nothing else (`records.py`).
+nothing else (`KEYS.records`, below).
 
 Pure: no IO, no clock reads.
 """
@@ -19,15 +20,27 @@ import functools
 import hashlib
 import hmac
 import secrets
-from typing import Iterator
+from typing import Any, Iterator
 
+from .actor_keys import KEYS_ACTOR, ActorKey
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
+from .fields import body, check_space_id, drawn, path
+from .limits import Limits
+from .outcome import Outcome
+from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
+from .timestamps import format_ms
 
-__all__ = ["ApiKey", "KeyTable", "digest", "new_secret", "KEY_REGISTERED", "KEY_REVOKED", "ROLES", "EDITOR", "VIEWER"]
+__all__ = [
+    "ApiKey", "KeyTable", "digest", "new_secret", "KEY_REGISTERED", "KEY_REVOKED", "RegisterKey", "RevokeKey", "KEYS",
+    "key_view", "KEY_SPACES_MAX", "ROLES", "EDITOR", "VIEWER",
+]
 
 # The record types this module decides and applies (the journal's spelling of each).
-KEY_REGISTERED = "key.registered"
-KEY_REVOKED = "key.revoked"
+KEY_REGISTERED = record_type("key.registered")
+KEY_REVOKED = record_type("key.revoked")
+
+# A key's spaces are recorded with it; a key for every space is the admin key's job.
+KEY_SPACES_MAX = 100
 
 # The roles: an editor reads and changes everything in its spaces; a viewer only reads there.
 EDITOR = "editor"
@@ -119,6 +132,7 @@ class KeyTable:
             if existing.spaces == spaces and existing.role == role:
                 return None
             key_id = existing.id
+        assert spaces and len(key_digest) == 64, "a key opens some spaces, and only its SHA-256 digest is kept"
         return _registered(key_id, key_digest, name, spaces, now_ms, role)
 
     def decide_revoke(self, key_id: str, now_ms: int) -> dict | None:
@@ -127,6 +141,7 @@ class KeyTable:
             raise KernelError(NOT_FOUND, f"key {quote(key_id)} not found")
         if key.revoked_ms is not None:
             return None
+        assert self._by_digest.get(key.digest) is key, "a key is found by its digest until it is revoked"
         return {"type": KEY_REVOKED, "id": key_id, "at_ms": now_ms}
 
     def image(self) -> Iterator[dict]:
@@ -149,6 +164,91 @@ class KeyTable:
 
     def apply_revoked(self, record: dict) -> None:
         self._by_id[record["id"]].revoked_ms = record["at_ms"]
+
+
+def key_view(key: ApiKey | None) -> dict:
+    assert key is not None
+    return {
+        "id": key.id,
+        "name": key.name,
+        "spaces": sorted(key.spaces),
+        "role": key.role,
+        "createdAt": format_ms(key.created_ms),
+        "revokedAt": None if key.revoked_ms is None else format_ms(key.revoked_ms),
+    }
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class RegisterKey(Command):
+    """Let the secret whose digest this is open `spaces`; only the digest is recorded."""
+
+    key_digest: str
+    spaces: frozenset
+    name: str | None = body("name", required=False, length_max="name_len_max")
+    key_id: str = drawn("ak_")
+    # What the key may do in its spaces (`ROLES`): everything, or only read.
+    role: str = EDITOR
+
+    def actor(self, state: Any) -> ActorKey:
+        return KEYS_ACTOR
+
+    def check(self, limits: Limits) -> None:
+        if not self.spaces:
+            raise KernelError(VALIDATION_FAILED, "a key opens at least one space")
+        if len(self.spaces) > KEY_SPACES_MAX:
+            raise KernelError(VALIDATION_FAILED, f"a key opens at most {KEY_SPACES_MAX} spaces")
+        for space in self.spaces:
+            check_space_id(space)
+        if self.role not in ROLES:
+            raise KernelError(VALIDATION_FAILED, f"no role {self.role!r}: a key's role is one of {', '.join(ROLES)}")
+
+
+@command
+class RevokeKey(Command):
+    key_id: str = path("key_id")
+
+    def actor(self, state: Any) -> ActorKey:
+        return KEYS_ACTOR
+
+
+def register(state: Any, command: RegisterKey, now_ms: int) -> Outcome:
+    """The transition of `RegisterKey`, on the kernel's state."""
+    keys: KeyTable = state.keys
+    record = keys.decide_register(command.key_id, command.key_digest, command.name, command.spaces, now_ms, command.role)
+    outcome = Outcome()
+    if record is not None:
+        state.apply(record)
+        outcome.records.append(record)
+    outcome.reply = key_view(keys.by_digest(command.key_digest))
+    return outcome
+
+
+def revoke(state: Any, command: RevokeKey, now_ms: int) -> Outcome:
+    keys: KeyTable = state.keys
+    record = keys.decide_revoke(command.key_id, now_ms)
+    outcome = Outcome()
+    if record is not None:
+        state.apply(record)
+        outcome.records.append(record)
+    outcome.reply = key_view(keys.by_id(command.key_id))
+    return outcome
+
+
+KEYS = Primitive(
+    "keys",
+    kernel=True,
+    commands={RegisterKey: register, RevokeKey: revoke},
+    records={
+        KEY_REGISTERED: ("id", "digest", "name", "spaces", "at_ms", "role?"),
+        KEY_REVOKED: ("id", "at_ms"),
+    },
+    apply={KEY_REGISTERED: ("keys", "apply_registered"), KEY_REVOKED: ("keys", "apply_revoked")},
+    usage={KEY_REGISTERED: NOT_COUNTED, KEY_REVOKED: NOT_COUNTED},
+    image=lambda state: state.keys.image(),
+)
 
 
 def _registered(key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], at_ms: int, role: str) -> dict:

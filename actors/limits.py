@@ -76,7 +76,6 @@ class Limits:
     # allowance waiters, and (in the room those leave) stored idempotent answers.
     space_entities_max: int = 1_000_000
 
-    # -- capacity --
     # Pools, allowances, budgets and work limits a space may hold, and their bounds.
     pools_max: int = 10_000
     pool_units_max: int = 1_000_000
@@ -98,7 +97,7 @@ class Limits:
     settle_by_s_default: int = 3600
     settle_by_s_max: int = 30 * 86_400
     work_limits_max: int = 10_000
-    # -- coordination --
+
     # Barriers, timers and task groups kept per space (ended ones included), and their sizes.
     barriers_max: int = 100_000
     barrier_target_max: int = 10_000

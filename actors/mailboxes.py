@@ -27,42 +27,30 @@ Pure: no IO, no clock reads.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, ClassVar, Iterator
 
+from .actor_keys import ActorKey, mailboxes_actor
 from .caps import full
-from .errors import CONFLICT, NOT_FOUND, KernelError, quote
+from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
+from .fields import INTEGER, JSON, body, check_text, drawn, path
 from .limits import Limits
+from .outcome import Outcome
+from .primitive import NOT_COUNTED, Command, Primitive, command, operation, record_type
+from .requirements import parse_requirements, requirements_record
 from .timestamps import format_ms
 
 __all__ = [
-    "Mailbox", "MailboxTable", "WORK", "MODES", "MAILBOX_RECORDS", "MAILBOX_CREATED", "MAILBOX_DECLARED",
-    "MAILBOX_IMAGE", "MAILBOX_PURGED",
+    "Mailbox", "MailboxTable", "WORK", "MODES", "MAILBOX_CREATED", "MAILBOX_DECLARED", "MAILBOX_IMAGE",
+    "CreateMailbox", "EnsureMailbox", "MAILBOXES",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-MAILBOX_CREATED = "mailbox.created"
-MAILBOX_DECLARED = "mailbox.declared"
-MAILBOX_IMAGE = "mailbox.image"
-MAILBOX_PURGED = "mailbox.purged"
+MAILBOX_CREATED = record_type("mailbox.created")
+MAILBOX_DECLARED = record_type("mailbox.declared")
+MAILBOX_IMAGE = record_type("mailbox.image")
 
 WORK = "WORK"
 MODES = (WORK,)
-
-# The record types of this table and the fields each must carry ("name?": optional). A record
-# written before settings could be declared has neither optional field: it declared its attempts.
-MAILBOX_RECORDS: dict[str, tuple[str, ...]] = {
-    MAILBOX_CREATED: (
-        "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms", "attempts_declared?", "requirements?",
-    ),
-    # A put by name that states a setting the mailbox has not declared yet.
-    MAILBOX_DECLARED: ("id", "at_ms", "max_attempts?", "requirements?"),
-    # An operator's purge (`work.purge_mailbox`): who, how many; the ends it made follow it.
-    MAILBOX_PURGED: ("mailbox_id", "scope_id", "count", "at_ms", "reason?", "by?"),
-    MAILBOX_IMAGE: (
-        "id", "name", "mode", "backlog_limit", "max_attempts", "at_ms", "attempts_declared?", "requirements?",
-    ),
-}
-
 
 class Mailbox:
     __slots__ = (
@@ -226,6 +214,8 @@ class MailboxTable:
                     f"mailbox {mailbox.name!r} has other default requirements: "
                     f"{requirements_view(mailbox.requirements)}",
                 )
+        # Paired with `apply_declared`: a setting is declared once, and only one not declared yet.
+        assert "max_attempts" not in record or not mailbox.attempts_declared
         return record if len(record) > 3 else None
 
     # -- images ---------------------------------------------------------------------------------
@@ -291,3 +281,111 @@ def requirements_view(requirements: dict | None) -> dict | None:
         "quotas": [{"allowanceId": allowance_id, "units": units} for allowance_id, units in requirements["quotas"]],
         "budgets": [{"budgetId": budget_id, "reserveMinor": amount} for budget_id, amount in requirements["budgets"]],
     }
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class CreateMailbox(Command):
+    space: str = path("space")
+    name: str = body("name", length_max="name_len_max")
+    mode: str | None = body("mode", required=False, description="WORK (the default) is the one mode served")
+    backlog_limit: int | None = body("backlogLimit", INTEGER, required=False, minimum=1, maximum="backlog_limit_max")
+    max_attempts: int | None = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max")
+    mailbox_id: str = drawn("mb_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return mailboxes_actor(self.space)
+
+    def check(self, limits: Limits) -> None:
+        if self.mode is not None and self.mode.upper() not in MODES:
+            raise KernelError(
+                VALIDATION_FAILED, f"mode {quote(self.mode)} is not supported; supported modes: {', '.join(MODES)}"
+            )
+
+
+@command
+class EnsureMailbox(Command):
+    """Get or create the mailbox of this name; settings sent must match the mailbox's (else CONFLICT)."""
+
+    # Requirements are resolved as a task's are (`requirements.requirements_record`), for no task.
+    task_id: ClassVar[None] = None
+    space: str = path("space")
+    name: str = path("name")
+    max_attempts: int | None = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max")
+    requirements: Any = body(
+        "requirements", JSON, required=False,
+        description="default requirements of its tasks that name none: pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+    )
+    mailbox_id: str = drawn("mb_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return mailboxes_actor(self.space)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+        if self.requirements is not None:
+            parse_requirements(self.requirements)
+
+
+# -- transitions (of the space) -------------------------------------------------------------------
+
+
+def create(space: Any, command: CreateMailbox, now_ms: int) -> Outcome:
+    mailboxes: MailboxTable = space.mailboxes
+    mailbox_id = command.mailbox_id
+    record = mailboxes.decide_create(mailbox_id, command.name, command.mode, command.backlog_limit, command.max_attempts, now_ms)
+    outcome = space.commit(Outcome(), record)
+    outcome.reply = mailboxes.view(mailboxes.get(mailbox_id))
+    return outcome
+
+
+def ensure(space: Any, command: EnsureMailbox, now_ms: int) -> Outcome:
+    """The mailbox of this name, created with what the put states (defaults for the rest) when
+    missing; a setting stated for the first time is declared, one that differs is CONFLICT. Its
+    default requirements are resolved to ids first, as a task's are."""
+    mailboxes: MailboxTable = space.mailboxes
+    needs = requirements_record(space, command, now_ms)
+    requirements = None if needs is None else {kind: needs[kind] for kind in ("pools", "quotas", "budgets")}
+    mailbox = mailboxes.by_name(command.name)
+    if mailbox is None:
+        record = mailboxes.decide_create(
+            command.mailbox_id, command.name, None, None, command.max_attempts, now_ms,
+            declared=command.max_attempts is not None, requirements=requirements,
+        )
+        outcome = space.commit(Outcome(), record)
+        outcome.reply = mailboxes.view(mailboxes.get(command.mailbox_id))
+        return outcome
+    record = mailboxes.decide_declare(mailbox, command.max_attempts, requirements, now_ms)
+    outcome = Outcome() if record is None else space.commit(Outcome(), record)
+    outcome.reply = mailboxes.view(mailbox)
+    return outcome
+
+
+def _make(space: Any) -> None:
+    space.mailboxes = MailboxTable(space.limits)
+
+
+MAILBOXES = Primitive(
+    "mailboxes",
+    make=_make,
+    state=("mailboxes",),
+    commands={CreateMailbox: ("", create), EnsureMailbox: ("", ensure)},
+    # A record written before settings could be declared has neither optional field: it declared
+    # its attempts.
+    records={
+        MAILBOX_CREATED: ("id", "name", "mode", "backlog_limit", "max_attempts", "at_ms", "attempts_declared?", "requirements?"),
+        # A put by name that states a setting the mailbox has not declared yet.
+        MAILBOX_DECLARED: ("id", "at_ms", "max_attempts?", "requirements?"),
+        MAILBOX_IMAGE: ("id", "name", "mode", "backlog_limit", "max_attempts", "at_ms", "attempts_declared?", "requirements?"),
+    },
+    apply={
+        MAILBOX_CREATED: ("mailboxes", "apply_created"),
+        MAILBOX_DECLARED: ("mailboxes", "apply_declared"),
+        MAILBOX_IMAGE: ("mailboxes", "apply_created"),
+    },
+    usage={MAILBOX_CREATED: operation("mailboxes.create"), MAILBOX_DECLARED: operation("mailboxes.declare"), MAILBOX_IMAGE: NOT_COUNTED},
+    image=lambda space: space.mailboxes.image(),
+    is_empty=lambda space: not len(space.mailboxes),
+)

@@ -37,6 +37,8 @@ from typing import Any, Iterator
 from .caps import value_bytes
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
 from .limits import Limits
+from .leases import hold, release, restore, renewed
+from .primitive import record_type
 from .mailboxes import Mailbox, MailboxTable
 from .timestamps import format_ms
 
@@ -47,17 +49,17 @@ __all__ = [
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-DELIVERY_COMPLETED = "delivery.completed"
-DELIVERY_DEAD = "delivery.dead"
-DELIVERY_LEASED = "delivery.leased"
-DELIVERY_RENEWED = "delivery.renewed"
-DELIVERY_REQUEUED = "delivery.requeued"
-MESSAGE_DROPPED = "message.dropped"
-MESSAGE_IMAGE = "message.image"
-MESSAGE_SENT = "message.sent"
-MESSAGE_VISIBLE = "message.visible"
-MESSAGES_IMAGE = "messages.image"
-WORKKEY_IMAGE = "workkey.image"
+DELIVERY_COMPLETED = record_type("delivery.completed")
+DELIVERY_DEAD = record_type("delivery.dead")
+DELIVERY_LEASED = record_type("delivery.leased")
+DELIVERY_RENEWED = record_type("delivery.renewed")
+DELIVERY_REQUEUED = record_type("delivery.requeued")
+MESSAGE_DROPPED = record_type("message.dropped")
+MESSAGE_IMAGE = record_type("message.image")
+MESSAGE_SENT = record_type("message.sent")
+MESSAGE_VISIBLE = record_type("message.visible")
+MESSAGES_IMAGE = record_type("messages.image")
+WORKKEY_IMAGE = record_type("workkey.image")
 
 QUEUED = "QUEUED"
 DELAYED = "DELAYED"
@@ -73,6 +75,9 @@ _IMAGED = (
     "task_id", "state", "attempts", "gen", "visible_ms", "token", "holder", "session", "lease_ms",
     "expires_ms", "created_ms", "finished_ms", "reason",
 )
+
+# Of those, what a message holds besides its lease (which `leases.py` sets, graced included).
+_IMAGED_STATE = tuple(slot for slot in _IMAGED if slot not in ("token", "holder", "session", "lease_ms", "expires_ms"))
 
 # How each state is counted on the mailbox (the listing's counts and the backlog).
 _COUNTER = {QUEUED: "queued", DELAYED: "delayed", LEASED: "leased", DEAD: "dead"}
@@ -322,7 +327,6 @@ class MessageTable:
             return message
         return None
 
-    # -- capacity --
     def deliverable(self, mailbox_id: str, scope_id: str, now_ms: int) -> Iterator[Message]:
         """Every message of this queue that can be delivered at `now_ms`, oldest first (admission
         looks past the head for the oldest whose requirements fit)."""
@@ -376,97 +380,18 @@ class MessageTable:
             body["payload"] = message.payload
         return body
 
-    @staticmethod
-    def delivery_view(message: Message) -> dict:
-        """What recv answers."""
-        return {
-            "message": {
-                "id": message.id,
-                "mailboxId": message.mailbox_id,
-                "scopeId": message.scope_id,
-                "payload": message.payload,
-                "attempt": message.attempts,
-                "workKey": message.work_key,
-                "deadline": None if message.deadline_ms is None else format_ms(message.deadline_ms),
-                "taskId": message.task_id,
-            },
-            "token": message.token,
-            "leaseExpiresAt": format_ms(message.expires_ms),
-            "leaseSeconds": message.lease_ms // 1000,
-        }
-
     # -- deciding -------------------------------------------------------------------------------
-    # Each returns one record; the checks that need other tables are the space's (work.py).
+    # Each returns one record; the checks that need other tables are the queue part's (`work.py`),
+    # and a delivery's records are made by the deliveries (`deliveries.py`).
 
     def check_new_id(self, message_id: str) -> None:
         if message_id in self._messages:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"message id {message_id} is taken")
 
     @staticmethod
-    def decide_lease(
-        message: Message, token: str, holder: str, session: str, lease_ms: int, now_ms: int
-    ) -> dict:
-        return {
-            "type": DELIVERY_LEASED,
-            "message_id": message.id,
-            "token": token,
-            "attempt": message.attempts + 1,
-            "holder": holder,
-            "session": session,
-            "lease_ms": lease_ms,
-            "expires_ms": now_ms + lease_ms,
-            "at_ms": now_ms,
-        }
-
-    @staticmethod
-    def decide_renew(message: Message, lease_ms: int | None, now_ms: int) -> dict:
-        """Extend from now by `lease_ms`, or by the lease's own length when none is given."""
-        length = message.lease_ms if lease_ms is None else lease_ms
-        return {
-            "type": DELIVERY_RENEWED,
-            "message_id": message.id,
-            "token": message.token,
-            "lease_ms": length,
-            "expires_ms": now_ms + length,
-            "at_ms": now_ms,
-        }
-
-    @staticmethod
-    def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
-        record = {
-            "type": DELIVERY_COMPLETED,
-            "message_id": message.id,
-            "token": message.token,
-            "at_ms": now_ms,
-        }
-        if message.task_id is not None:  # a plain message's result is not kept
-            record["outcome"] = outcome
-        return record
-
-    @staticmethod
-    def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -> dict:
-        return {
-            "type": DELIVERY_REQUEUED,
-            "message_id": message.id,
-            "token": message.token,
-            "cause": cause,
-            "visible_ms": visible_ms,
-            "at_ms": now_ms,
-        }
-
-    @staticmethod
-    def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> dict:
-        return {
-            "type": DELIVERY_DEAD,
-            "message_id": message.id,
-            "token": message.token,
-            "cause": cause,
-            "reason": reason,
-            "at_ms": now_ms,
-        }
-
-    @staticmethod
     def decide_drop(message: Message, reason: str, now_ms: int) -> dict:
+        # Paired with `apply_finished`: a message finishes once.
+        assert message.state in LIVE, f"message {message.id} is {message.state}: it finished already"
         return {"type": MESSAGE_DROPPED, "message_id": message.id, "reason": reason, "at_ms": now_ms}
 
     @staticmethod
@@ -474,6 +399,7 @@ class MessageTable:
         """The end of a backoff, if `message` is still waiting it out."""
         if message.state != DELAYED or now_ms < message.visible_ms:
             return None
+        assert message.token is None, "a message waiting out a backoff is held by nobody"
         return {"type": MESSAGE_VISIBLE, "message_id": message.id, "gen": message.gen, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------
@@ -529,9 +455,9 @@ class MessageTable:
             record["task_id"],
             record["created_ms"],
         )
-        for slot in _IMAGED:
+        for slot in _IMAGED_STATE:
             setattr(message, slot, record[slot])
-        message.graced = "graced" in record
+        restore(message, record)
         self._messages[message.id] = message
         self._count(message, +1)
         self.payload_bytes += value_bytes(message.payload)
@@ -588,25 +514,21 @@ class MessageTable:
 
     def apply_leased(self, record: dict) -> Message:
         message = self._messages[record["message_id"]]
+        assert record["attempt"] == message.attempts + 1, "each delivery of a message is its next attempt"
         self._move(message, LEASED)
         message.attempts = record["attempt"]
-        message.token = record["token"]
-        message.holder = record["holder"]
-        message.session = record["session"]
-        message.lease_ms = record["lease_ms"]
-        message.expires_ms = record["expires_ms"]
-        message.graced = False
+        hold(message, record)
         return message
 
     def apply_renewed(self, record: dict) -> Message:
         message = self._messages[record["message_id"]]
-        message.lease_ms = record["lease_ms"]
-        message.expires_ms = record["expires_ms"]
-        message.graced = "graced" in record
+        assert message.state == LEASED and message.token == record["token"], "only the current delivery is renewed"
+        renewed(message, record)
         return message
 
     def apply_requeued(self, record: dict) -> Message:
         message = self._messages[record["message_id"]]
+        assert message.state == LEASED and message.token == record["token"], "only the current delivery is requeued"
         self._end_lease(message)
         message.gen += 1
         message.visible_ms = record["visible_ms"]
@@ -718,9 +640,8 @@ class MessageTable:
 
     @staticmethod
     def _end_lease(message: Message) -> None:
-        message.token = None
-        message.holder = None
-        message.session = None
+        if message.token is not None:  # (a message that was waiting had no lease to end)
+            release(message)
 
     def _compact(self, queue: Queue) -> None:
         """Rebuild a queue's heaps when stale entries outnumber live ones (lazy deletion's bill)."""

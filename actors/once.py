@@ -25,36 +25,35 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
+from .actor_keys import ActorKey, once_actor
 from .caps import value_bytes
 from .errors import STALE_CLAIM, KernelError, quote
+from .fields import INTEGER, JSON, body, drawn, path, query
+from .leases import LeaseKind, hold, release, renewal, renewed, restore
 from .outcome import Outcome, Timer
+from .primitive import NOT_COUNTED, Command, Primitive, command, event, free, lease_field, operation, reason_field, record_type, timer_kind
 from .scopes import ScopeTree
 from .timestamps import format_ms
 
-if TYPE_CHECKING:
-    from .commands import AcquireOnce, CompleteOnce, FailOnce, RenewOnce, WaitOnce
-
 __all__ = [
-    "OnceTable", "OnceCommands", "ONCE_APPLY", "LEASE_TIMER", "once_actor", "OPEN", "HELD", "DONE", "FAILED",
+    "OnceTable", "OnceCommands", "LEASE_TIMER", "once_actor", "OPEN", "HELD", "DONE", "FAILED", "ONCE",
     "ONCE_ACQUIRED", "ONCE_COMPLETED", "ONCE_EXPIRED", "ONCE_FAILED", "ONCE_IMAGE", "ONCE_RENEWED",
+    "AcquireOnce", "WaitOnce", "RenewOnce", "CompleteOnce", "FailOnce",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-ONCE_ACQUIRED = "once.acquired"
-ONCE_COMPLETED = "once.completed"
-ONCE_EXPIRED = "once.expired"
-ONCE_FAILED = "once.failed"
-ONCE_IMAGE = "once.image"
-ONCE_RENEWED = "once.renewed"
+ONCE_ACQUIRED = record_type("once.acquired")
+ONCE_COMPLETED = record_type("once.completed")
+ONCE_EXPIRED = record_type("once.expired")
+ONCE_FAILED = record_type("once.failed")
+ONCE_IMAGE = record_type("once.image")
+ONCE_RENEWED = record_type("once.renewed")
 
 OPEN, HELD, DONE, FAILED = "OPEN", "HELD", "DONE", "FAILED"
-LEASE_TIMER = "once-lease"
-
-
-def once_actor(space: str, scope_id: str, key: str) -> tuple:
-    return ("once", space, scope_id, key)
+LEASE_TIMER = timer_kind("once-lease")
+ONCE_LEASE = "once"  # the kind of lease a slot is held under, in the lease table
 
 
 class Slot:
@@ -130,28 +129,23 @@ class OnceTable:
     def apply_acquired(self, record: dict) -> Slot:
         slot = self._slot(record)
         assert slot.state in (OPEN, HELD), "a settled once slot is never acquired again"
+        assert record["attempts"] == slot.attempts + 1, "each acquisition is the next attempt"
         slot.state = HELD
         slot.attempts = record["attempts"]
-        slot.token = record["token"]
-        slot.holder = record["holder"]
-        slot.session = record["session"]
-        slot.lease_ms = record["lease_ms"]
-        slot.expires_ms = record["expires_ms"]
+        hold(slot, record)
         slot.updated_ms = record["at_ms"]
-        slot.graced = False
         return slot
 
     def apply_renewed(self, record: dict) -> Slot:
         slot = self._slot(record)
-        assert slot.token == record["token"]
-        slot.lease_ms = record["lease_ms"]
-        slot.expires_ms = record["expires_ms"]
-        slot.graced = "graced" in record
+        assert slot.state == HELD and slot.token == record["token"], "only the holder's token renews"
+        renewed(slot, record)
         return slot
 
     def _end_lease(self, slot: Slot, state: str, at_ms: int) -> Slot:
+        assert slot.state == HELD, "only a held slot's lease ends"
         slot.state = state
-        slot.token = slot.holder = slot.session = None
+        release(slot)
         slot.updated_ms = at_ms
         return slot
 
@@ -172,12 +166,11 @@ class OnceTable:
 
     def apply_image(self, record: dict) -> Slot:
         slot = self._slot(record)
-        for name in ("state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms", "result"):
-            setattr(slot, name, record[name])
+        slot.state, slot.attempts, slot.result = record["state"], record["attempts"], record["result"]
+        restore(slot, record)
         self.result_bytes += value_bytes(slot.result)
         slot.last_error = record["last_error"]
         slot.updated_ms = record["at_ms"]
-        slot.graced = "graced" in record
         return slot
 
     def image(self) -> Iterator[dict]:
@@ -196,6 +189,76 @@ class OnceTable:
 Commit = Callable[..., Outcome]
 
 
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class AcquireOnce(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key", length_max="claim_key_len_max")
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = lease_field(default="lease_s_default")
+    token: str = drawn("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+@command
+class WaitOnce(Command):
+    """The slot once it is not held (settled, or open again), or when the wait ends."""
+
+    space: str = path("space")
+    scope_id: str = query("scopeId", required=True)
+    key: str = query("key", required=True)
+    wait_ms: int | None = query("waitMs", INTEGER, minimum=0, description="capped at {wait_ms_max}")
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+@command
+class RenewOnce(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key")
+    token: str = body("token")
+    lease_s: int | None = lease_field()
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+@command
+class CompleteOnce(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key")
+    token: str = body("token")
+    result: Any = body("result", JSON, required=False)
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+@command
+class FailOnce(Command):
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key")
+    token: str = body("token")
+    error: str | None = reason_field("error")
+    max_attempts: int = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max", default=3)
+
+    def actor(self, state: Any) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+# -- the part ----------------------------------------------------------------------------------
+
+
 class OnceCommands:
     """The once part of a space: given the scope tree (a run must be active), the table, `commit`."""
 
@@ -209,7 +272,7 @@ class OnceCommands:
         # The space's payload cap (`caps.check_bytes` over all its tables): (adding, freeing) -> None.
         self.check_bytes: Callable[[int, int], None] = lambda adding, freeing: None
 
-    def acquire(self, command: "AcquireOnce", now_ms: int) -> Outcome:
+    def acquire(self, command: AcquireOnce, now_ms: int) -> Outcome:
         """The result if DONE, the error if FAILED, the holder if HELD; else the caller holds it."""
         scope_id, key = command.scope_id, command.key
         self._scopes.require_active(scope_id, now_ms)
@@ -237,26 +300,22 @@ class OnceCommands:
         }
         return outcome
 
-    def wait(self, command: "WaitOnce", now_ms: int) -> Outcome:
+    def wait(self, command: WaitOnce, now_ms: int) -> Outcome:
         """The slot's view once it is not held; `empty` (park) while a live lease holds it."""
         slot = self._slots.find(command.scope_id, command.key)
         if slot is not None and slot.held_at(now_ms):
             return Outcome(empty=True)
         return Outcome(reply=self._slots.view(slot, now_ms))
 
-    def renew(self, command: "RenewOnce", now_ms: int) -> Outcome:
+    def renew(self, command: RenewOnce, now_ms: int) -> Outcome:
         slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
-        lease_ms = slot.lease_ms if command.lease_s is None else command.lease_s * 1000
-        record = {
-            "type": ONCE_RENEWED, "scope_id": slot.scope_id, "key": slot.key, "token": command.token,
-            "lease_ms": lease_ms, "expires_ms": now_ms + lease_ms, "at_ms": now_ms,
-        }
-        outcome = self._commit(Outcome(), record)
+        lease_ms, expires_ms = renewal(slot, None if command.lease_s is None else command.lease_s * 1000, now_ms)
+        outcome = self._commit(Outcome(), _renewed_record(slot, lease_ms, expires_ms, now_ms))
         outcome.timers.append(self._lease_timer(slot.scope_id, slot.key, command.token, slot.expires_ms))
         outcome.reply = {"state": HELD, "leaseExpiresAt": format_ms(slot.expires_ms), "leaseSeconds": lease_ms // 1000}
         return outcome
 
-    def complete(self, command: "CompleteOnce", now_ms: int) -> Outcome:
+    def complete(self, command: CompleteOnce, now_ms: int) -> Outcome:
         slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
         self.check_bytes(value_bytes(command.result), 0)
         record = {"type": ONCE_COMPLETED, "scope_id": slot.scope_id, "key": slot.key, "result": command.result, "at_ms": now_ms}
@@ -264,7 +323,7 @@ class OnceCommands:
         outcome.reply = self._slots.view(slot, now_ms)
         return outcome
 
-    def fail(self, command: "FailOnce", now_ms: int) -> Outcome:
+    def fail(self, command: FailOnce, now_ms: int) -> Outcome:
         """Give the attempt back: OPEN again, or FAILED once `maxAttempts` attempts were used."""
         slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
         failed = slot.attempts >= command.max_attempts
@@ -293,47 +352,76 @@ class OnceCommands:
 
     def timers(self) -> Iterator[Timer]:
         for slot in self._slots.all():
-            if slot.state == HELD:
-                yield self._lease_timer(slot.scope_id, slot.key, slot.token, slot.expires_ms)  # type: ignore[arg-type]
+            yield from self.timers_of(slot)
 
-    def restart(self, now_ms: int, grace_ms: int, spread_ms: int) -> Outcome:
-        """At a start, the claims' restart rule (`ClaimTable.decide_restart`): leases whose end has
-        passed end now; live ones nearer their end than the grace get it once (renewals with the
-        same token, marked `graced`), spread over `spread_ms`."""
-        outcome = Outcome()
-        short: list[Slot] = []
-        for slot in [s for s in self._slots.all() if s.state == HELD]:
-            if slot.expires_ms <= now_ms:
-                self._commit(outcome, self._expired(slot.scope_id, slot.key, now_ms))
-            elif slot.expires_ms < now_ms + grace_ms and not slot.graced:
-                short.append(slot)
-        short.sort(key=lambda slot: (slot.expires_ms, slot.scope_id, slot.key))
-        for index, slot in enumerate(short):
-            record = {
-                "type": ONCE_RENEWED, "scope_id": slot.scope_id, "key": slot.key, "token": slot.token,
-                "lease_ms": slot.lease_ms, "expires_ms": now_ms + grace_ms + spread_ms * index // len(short),
-                "at_ms": now_ms, "graced": True,
-            }
-            self._commit(outcome, record)
-        return outcome
+    def timers_of(self, slot: Slot) -> Iterator[Timer]:
+        """The lease timer of a held slot (none once it is settled or open)."""
+        if slot.state == HELD:
+            yield self._lease_timer(slot.scope_id, slot.key, slot.token, slot.expires_ms)  # type: ignore[arg-type]
 
 
-ONCE_APPLY: dict[str, Callable[[OnceTable, dict], Any]] = {
-    ONCE_ACQUIRED: OnceTable.apply_acquired,
-    ONCE_RENEWED: OnceTable.apply_renewed,
-    ONCE_COMPLETED: OnceTable.apply_completed,
-    ONCE_FAILED: OnceTable.apply_failed,
-    ONCE_EXPIRED: OnceTable.apply_expired,
-    ONCE_IMAGE: OnceTable.apply_image,
-}
+def _renewed_record(slot: Slot, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+    return {
+        "type": ONCE_RENEWED, "scope_id": slot.scope_id, "key": slot.key, "token": slot.token,
+        "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms,
+    }
 
-# The fields of each record type (for the record registry).
-ONCE_RECORDS: dict[str, tuple[str, ...]] = {
-    ONCE_ACQUIRED: ("scope_id", "key", "token", "holder", "session", "lease_ms", "expires_ms", "attempts", "at_ms"),
-    ONCE_RENEWED: ("scope_id", "key", "token", "lease_ms", "expires_ms", "at_ms", "graced?"),
-    ONCE_COMPLETED: ("scope_id", "key", "result", "at_ms"),
-    ONCE_FAILED: ("scope_id", "key", "error", "failed", "at_ms"),
-    ONCE_EXPIRED: ("scope_id", "key", "at_ms"),
-    ONCE_IMAGE: ("scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms",
-                   "result", "last_error", "at_ms", "graced?"),
-}
+
+def _make(space: Any) -> None:
+    space.once = OnceTable()
+    space.onces = OnceCommands(space.id, space.scopes, space.once, space.commit)
+    space.onces.check_bytes = space.check_bytes
+
+
+_ON = "onces"
+
+ONCE = Primitive(
+    "once",
+    make=_make,
+    state=("once",),
+    parts=("onces",),
+    commands={
+        AcquireOnce: (_ON, OnceCommands.acquire),
+        WaitOnce: (_ON, OnceCommands.wait),
+        RenewOnce: (_ON, OnceCommands.renew),
+        CompleteOnce: (_ON, OnceCommands.complete),
+        FailOnce: (_ON, OnceCommands.fail),
+    },
+    records={
+        ONCE_ACQUIRED: ("scope_id", "key", "token", "holder", "session", "lease_ms", "expires_ms", "attempts", "at_ms"),
+        ONCE_RENEWED: ("scope_id", "key", "token", "lease_ms", "expires_ms", "at_ms", "graced?"),
+        ONCE_COMPLETED: ("scope_id", "key", "result", "at_ms"),
+        ONCE_FAILED: ("scope_id", "key", "error", "failed", "at_ms"),
+        ONCE_EXPIRED: ("scope_id", "key", "at_ms"),
+        ONCE_IMAGE: (
+            "scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms", "result",
+            "last_error", "at_ms", "graced?",
+        ),
+    },
+    apply={
+        ONCE_ACQUIRED: ("once", "apply_acquired"),
+        ONCE_RENEWED: ("once", "apply_renewed"),
+        ONCE_COMPLETED: ("once", "apply_completed"),
+        ONCE_FAILED: ("once", "apply_failed"),
+        ONCE_EXPIRED: ("once", "apply_expired"),
+        ONCE_IMAGE: ("once", "apply_image"),
+    },
+    usage={
+        ONCE_ACQUIRED: operation("once.acquire"),
+        ONCE_COMPLETED: operation("once.complete"),
+        ONCE_FAILED: operation("once.fail"),
+        ONCE_RENEWED: free("once.renew"),
+        ONCE_EXPIRED: event("once.expire"),
+        ONCE_IMAGE: NOT_COUNTED,
+    },
+    timers={LEASE_TIMER: (_ON, OnceCommands.expire)},
+    leases=lambda space: LeaseKind(
+        ONCE_LEASE, lambda: [slot for slot in space.once.all() if slot.state == HELD],
+        lambda slot, now_ms: OnceCommands._expired(slot.scope_id, slot.key, now_ms), _renewed_record, space.commit,
+        space.onces.timers_of,
+    ),
+    deadlines=lambda space: space.onces.timers(),
+    image=lambda space: space.once.image(),
+    is_empty=lambda space: not len(space.once),
+    values_bytes=lambda space: space.once.result_bytes,
+)

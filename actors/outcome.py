@@ -11,11 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-__all__ = ["Outcome", "Timer", "ActorKey"]
+__all__ = ["Outcome", "Timer", "ActorKey", "Space"]
 
-# An actor is named by a tuple: its kind, the space, then whatever identifies the key in it,
-# e.g. ("claim", space, scope_id, key) or ("scope", space, scope_id).
+# An actor is named by a tuple (`actor_keys.py`).
 ActorKey = tuple
+
+# A space's state (`space.SpaceState`) as the modules it is made of name it: `space.py` imports
+# them, so they do not import it back (no import goes up a layer, not even for types).
+Space = Any
 
 
 class Timer(NamedTuple):

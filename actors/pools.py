@@ -32,25 +32,27 @@ from typing import Callable, Iterator
 
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
+from .leases import hold, release, renewal, renewed, restore
+from .primitive import record_type
 from .timestamps import format_ms
 
 __all__ = [
-    "Pool", "Grant", "PoolWaiter", "PoolTable", "CAPACITY_UNAVAILABLE", "POOL_RECORDS", "SIGNALED",
+    "Pool", "Grant", "PoolWaiter", "PoolTable", "CAPACITY_UNAVAILABLE", "SIGNALED", "WAITING",
     "GRANT_ACQUIRED", "GRANT_EXPIRED", "GRANT_RELEASED", "GRANT_RENEWED", "PERMIT_WAITER_ADDED",
     "PERMIT_WAITER_ENDED", "PERMIT_WAITER_IMAGE", "PERMIT_WAITER_SIGNALED", "POOL_CREATED", "POOL_IMAGE",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-GRANT_ACQUIRED = "grant.acquired"
-GRANT_EXPIRED = "grant.expired"
-GRANT_RELEASED = "grant.released"
-GRANT_RENEWED = "grant.renewed"
-PERMIT_WAITER_ADDED = "permit_waiter.added"
-PERMIT_WAITER_ENDED = "permit_waiter.ended"
-PERMIT_WAITER_IMAGE = "permit_waiter.image"
-PERMIT_WAITER_SIGNALED = "permit_waiter.signaled"
-POOL_CREATED = "pool.created"
-POOL_IMAGE = "pool.image"
+GRANT_ACQUIRED = record_type("grant.acquired")
+GRANT_EXPIRED = record_type("grant.expired")
+GRANT_RELEASED = record_type("grant.released")
+GRANT_RENEWED = record_type("grant.renewed")
+PERMIT_WAITER_ADDED = record_type("permit_waiter.added")
+PERMIT_WAITER_ENDED = record_type("permit_waiter.ended")
+PERMIT_WAITER_IMAGE = record_type("permit_waiter.image")
+PERMIT_WAITER_SIGNALED = record_type("permit_waiter.signaled")
+POOL_CREATED = record_type("pool.created")
+POOL_IMAGE = record_type("pool.image")
 
 CAPACITY_UNAVAILABLE = "CAPACITY_UNAVAILABLE"
 
@@ -58,45 +60,28 @@ WAITING, SIGNALED, GRANTED, CANCELLED, EXPIRED = "WAITING", "SIGNALED", "GRANTED
 # A line with nobody signaled and no lease to wait for: the Retry-After of CAPACITY_UNAVAILABLE.
 RETRY_AFTER_S = 1.0
 
-# The record types of this table and their fields (for the journal's registry).
-POOL_RECORDS: dict[str, tuple[str, ...]] = {
-    POOL_CREATED: ("id", "name", "units", "at_ms"),
-    # An admission's grant names the delivery whose lease it shares ("?": an optional field).
-    GRANT_ACQUIRED: ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms", "message_id?"),
-    GRANT_RENEWED: ("id", "lease_ms", "expires_ms", "at_ms", "graced?"),
-    GRANT_RELEASED: ("id", "at_ms"),
-    GRANT_EXPIRED: ("id", "at_ms"),
-    POOL_IMAGE: ("id", "name", "units", "created_ms", "grants"),
-    # The line of a pool (what `slots()` waits in).
-    PERMIT_WAITER_ADDED: ("id", "pool_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
-    PERMIT_WAITER_SIGNALED: ("id", "turn_ends_ms", "at_ms"),
-    PERMIT_WAITER_ENDED: ("id", "state", "grant_id", "at_ms"),
-    PERMIT_WAITER_IMAGE: (
-        "id", "pool_id", "scope_id", "holder", "units", "expires_ms", "state", "signaled_ms", "turn_ends_ms", "grant_id",
-        "created_ms", "ended_ms",
-    ),
-}
-
-
 class Grant:
     __slots__ = ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "acquired_ms", "message_id",
                  "graced")
 
     def __init__(self, record: dict) -> None:
+        """A grant as an acquiring record or an image states it; its lease is `leases.py`'s to set
+        (`hold` for a new grant, `restore` for one in an image)."""
         self.id: str = record["id"]
         self.pool_id: str = record["pool_id"]
         self.scope_id: str = record["scope_id"]
         self.units: int = record["units"]
-        self.token: str = record["token"]
-        self.holder: str = record["holder"]
-        self.session: str = record["session"]
-        self.lease_ms: int = record["lease_ms"]
-        self.expires_ms: int = record["expires_ms"]
+        assert self.units > 0, "a grant holds at least one unit"
         self.acquired_ms: int = record["at_ms"]
         # Taken at admission: held exactly while that delivery's lease (this token) is.
         self.message_id: str | None = record.get("message_id")
-        # A restart gave the lease its grace and its holder has not renewed since (in an image).
-        self.graced: bool = record.get("graced", False)
+        self.token: str | None = None
+        self.holder: str | None = None
+        self.session: str | None = None
+        self.lease_ms = 0
+        self.expires_ms = 0
+        # A restart gave the lease its grace and its holder has not renewed since.
+        self.graced = False
 
     def image(self) -> dict:
         image = {
@@ -300,6 +285,7 @@ class PoolTable:
             raise KernelError(CONFLICT, f"a permit pool named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._pools) >= self.pools_max:
             raise full(f"space holds {len(self._pools)} permit pools", "pools_max")
+        assert units > 0, "a pool has units to hand out"
         return {"type": POOL_CREATED, "id": pool_id, "name": name, "units": units, "at_ms": now_ms}
 
     def check_units(self, pool: Pool, units: int) -> None:
@@ -341,6 +327,9 @@ class PoolTable:
             if lined_up or units > self.room(pool, now_ms):
                 ahead = f"; {lined_up} waiter(s) ahead" if lined_up else ""
                 raise self._unavailable(pool, units, in_use, now_ms, ahead)
+            # Paired with `apply_acquired`: never above capacity, nor into a signaled waiter's units.
+            assert in_use + self.held_back(pool, now_ms) + units <= pool.units_total, "a grant fits in what is free"
+        assert 0 < units <= pool.units_total and lease_ms > 0, "a grant holds some of its pool's units, under a lease"
         records.append({
             "type": GRANT_ACQUIRED, "id": grant_id, "pool_id": pool_id, "scope_id": scope_id, "units": units,
             "token": token, "holder": holder, "session": session, "lease_ms": lease_ms,
@@ -369,6 +358,7 @@ class PoolTable:
         self.check_units(pool, units)
         if len(pool.line) >= self.waiters_max:
             raise full(f"permit pool {pool.name!r} has {len(pool.line)} waiters", "waiters_max")
+        assert 0 < units <= pool.units_total and ttl_ms > 0, "a waiter waits for units its pool has, for a while"
         return {
             "type": PERMIT_WAITER_ADDED, "id": waiter_id, "pool_id": pool.id, "scope_id": scope_id, "holder": holder,
             "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
@@ -394,17 +384,22 @@ class PoolTable:
                     continue
                 records.append({"type": PERMIT_WAITER_SIGNALED, "id": waiter.id, "turn_ends_ms": now_ms + turn_ms, "at_ms": now_ms})
             free -= waiter.units
+            # Never negative: a waiter is signaled only when its units fit, and nothing takes units
+            # held back for a signaled one (`room`).
+            assert free >= 0, "the units held back for signaled waiters are free units"
         return records
 
     def decide_cancel(self, waiter: PoolWaiter, now_ms: int) -> dict | None:
         """Leave the line; a waiter that ended already stays as it ended (a grant stands)."""
         if waiter.state not in (WAITING, SIGNALED):
             return None
+        assert waiter.id in self._pools[waiter.pool_id].line, "a waiter waiting or signaled is in its pool's line"
         return {"type": PERMIT_WAITER_ENDED, "id": waiter.id, "state": CANCELLED, "grant_id": None, "at_ms": now_ms}
 
     def decide_ended(self, pool: Pool, now_ms: int) -> list[dict]:
         """Expiry records for the grants of `pool` that ended unrecorded (a lease ran out, or the
         delivery a grant was taken with ended)."""
+        assert self.in_use(pool, now_ms) <= pool.units_total, "units in use never exceed the pool's"
         return [self._ended(GRANT_EXPIRED, grant, now_ms) for grant in pool.grants.values() if not self.held(grant, now_ms)]
 
     def current(self, grant_id: str, token: str, now_ms: int) -> Grant:
@@ -420,12 +415,18 @@ class PoolTable:
         return grant
 
     def decide_renew(self, grant_id: str, token: str, lease_ms: int | None, now_ms: int) -> dict:
+        """The renewal rule (`leases.renewal`) for the grant `token` holds."""
         grant = self.current(grant_id, token, now_ms)
-        length = grant.lease_ms if lease_ms is None else lease_ms
-        return {"type": GRANT_RENEWED, "id": grant_id, "lease_ms": length, "expires_ms": now_ms + length, "at_ms": now_ms}
+        assert grant.message_id is None, "a grant taken at admission is renewed with its delivery"
+        return self.renewed_record(grant, *renewal(grant, lease_ms, now_ms), now_ms)
+
+    @staticmethod
+    def renewed_record(grant: Grant, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+        return {"type": GRANT_RENEWED, "id": grant.id, "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms}
 
     def decide_release(self, grant_id: str, token: str, observation: object, now_ms: int) -> dict:
         grant = self.current(grant_id, token, now_ms)
+        assert grant.id in self._pools[grant.pool_id].grants, "a held grant is one of its pool's"
         record = self._ended(GRANT_RELEASED, grant, now_ms)
         if observation is not None:
             record["observation"] = observation
@@ -435,35 +436,30 @@ class PoolTable:
         grant = self._grants.get(grant_id)
         if grant is None or grant.token != token or self.held(grant, now_ms):
             return None
+        assert grant.id in self._pools[grant.pool_id].grants, "a live grant is one of its pool's (its units count there)"
         return self._ended(GRANT_EXPIRED, grant, now_ms)
 
     @staticmethod
     def _ended(kind: str, grant: Grant, now_ms: int) -> dict:
         return {"type": kind, "id": grant.id, "at_ms": now_ms}
 
-    def decide_restart(self, now_ms: int, grace_ms: int) -> list[dict]:
-        """At a start, the claims' restart rule (`ClaimTable.decide_restart`): a lease whose end has
-        passed is expired; a live one nearer its end than the grace gets at least `grace_ms` from
-        now, once, as a renewal marked `graced`. A signaled waiter's turn that has not ended gets
-        the grace the same way."""
+    def held_leases(self) -> list[Grant]:
+        """The grants held under a lease of their own (one taken at admission is attached to its
+        delivery's lease instead)."""
+        return [grant for grant in self._grants.values() if grant.message_id is None]
+
+    def decide_turn_grace(self, now_ms: int, grace_ms: int) -> list[dict]:
+        """At a start: a signaled waiter whose turn may have been alive at the crash gets the
+        grace a lease gets (`leases.restart`) to come for its units, as a new end of its turn (it
+        keeps its place and when its turn began). A turn is no lease (no token), so it is not
+        spread: it ends no sooner than the grace after the restart."""
         records: list[dict] = []
-        for grant in sorted(self._grants.values(), key=lambda grant: (grant.expires_ms, grant.id)):
-            if grant.message_id is not None:
-                continue  # its delivery's lease has the restart rule
-            if grant.expires_ms <= now_ms:
-                records.append(self._ended(GRANT_EXPIRED, grant, now_ms))
-            elif grant.expires_ms < now_ms + grace_ms and not grant.graced:
-                records.append({
-                    "type": GRANT_RENEWED, "id": grant.id, "lease_ms": grant.lease_ms,
-                    "expires_ms": now_ms + grace_ms, "at_ms": now_ms, "graced": True,
-                })
-        # A signaled waiter whose turn may have been alive at the crash gets the same grace to
-        # come for its units (a new end of its turn; it keeps its place and when its turn began).
         for pool in self._pools.values():
             for waiter_id in pool.line:
                 waiter = self._waiters[waiter_id]
                 turn_ends_ms = waiter.turn_ends_ms
                 if waiter.state == SIGNALED and turn_ends_ms is not None and now_ms < turn_ends_ms < now_ms + grace_ms:
+                    assert now_ms + grace_ms > turn_ends_ms, "a grace only makes a turn longer"
                     records.append({"type": PERMIT_WAITER_SIGNALED, "id": waiter.id, "turn_ends_ms": now_ms + grace_ms, "at_ms": now_ms})
         return records
 
@@ -478,6 +474,7 @@ class PoolTable:
 
     def apply_acquired(self, record: dict) -> Grant:
         grant = Grant(record)
+        hold(grant, record)
         pool = self._pools[grant.pool_id]
         assert grant.id not in self._grants, "a grant id is handed out once"
         # Units held back for signaled waiters count as taken (a signaled waiter's own grant ended
@@ -489,15 +486,15 @@ class PoolTable:
 
     def apply_renewed(self, record: dict) -> Grant:
         grant = self._grants[record["id"]]
-        grant.lease_ms = record["lease_ms"]
-        grant.expires_ms = record["expires_ms"]
-        grant.graced = "graced" in record  # a restart's grace; the holder's own renewal clears it
+        assert grant.message_id is None, "a grant taken at admission is renewed with its delivery"
+        renewed(grant, record)
         return grant
 
     def apply_ended(self, record: dict) -> Grant:
         """A release or an expiry: the grant's units go back to its pool, once."""
         grant = self._grants.pop(record["id"])
         del self._pools[grant.pool_id].grants[grant.id]
+        release(grant)
         return grant
 
     def apply_waiter_added(self, record: dict) -> PoolWaiter:
@@ -580,4 +577,5 @@ class PoolTable:
         pool = self.apply_created({"id": record["id"], "name": record["name"], "units": record["units"], "at_ms": record["created_ms"]})
         for item in record["grants"]:
             grant = Grant(item)
+            restore(grant, item)
             pool.grants[grant.id] = self._grants[grant.id] = grant

@@ -14,54 +14,53 @@ if its units would fit: fairness beats throughput here, since the head would oth
 behind a stream of small takes. A waiter ends GRANTED, EXPIRED (its TTL ran out) or CANCELLED.
 
 `decide_serve` is what grants waiters; every decision on an allowance calls it first, and a timer
-(`serve_due_ms`) calls it when the next window begins or the cooldown ends.
+(`serve_due_ms`) calls it when the next window begins or the cooldown ends. The commands run on the
+space's capacity actor (`capacity.py`); the quotas' declaration (`QUOTAS`) is at the end.
+
+Timers (tags on the capacity actor, each proposing a change the turn checks again):
+    ("quota-serve", allowance_id)  marker due_ms  a window began or a cooldown ended: grant waiters
+    ("waiter-ttl", waiter_id)      -              a waiter's TTL ran out: EXPIRED if still waiting
 
 Pure: no IO, no clock reads; every method takes `now_ms`.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
+from .capacity import CapacityCommand, CapacityCommands
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
+from .fields import INTEGER, body, check_text, drawn, path
+from .limits import Limits
+from .outcome import Outcome, Timer
+from .primitive import EVENT, NOT_COUNTED, OPERATION, Primitive, command, event, operation, reason_field, record_type, timer_kind
 from .timestamps import format_ms
 
 __all__ = [
-    "Allowance", "Waiter", "AllowanceTable", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "QUOTA_RECORDS",
+    "Allowance", "Waiter", "AllowanceTable", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "QUOTAS",
+    "CreateAllowance", "EnsureAllowance", "Consume", "WaitAllowance", "CancelWaiter", "Cooldown",
     "WAITING", "GRANTED", "EXPIRED", "CANCELLED", "ALLOWANCE_CONSUMED", "ALLOWANCE_COOLDOWN_RECORD",
     "ALLOWANCE_CREATED", "ALLOWANCE_IMAGE", "WAITER_ADDED", "WAITER_ENDED", "WAITER_GRANTED", "WAITER_IMAGE",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-ALLOWANCE_CONSUMED = "allowance.consumed"
-ALLOWANCE_COOLDOWN_RECORD = "allowance.cooldown"
-ALLOWANCE_CREATED = "allowance.created"
-ALLOWANCE_IMAGE = "allowance.image"
-WAITER_ADDED = "waiter.added"
-WAITER_ENDED = "waiter.ended"
-WAITER_GRANTED = "waiter.granted"
-WAITER_IMAGE = "waiter.image"
+ALLOWANCE_CONSUMED = record_type("allowance.consumed")
+ALLOWANCE_COOLDOWN_RECORD = record_type("allowance.cooldown")
+ALLOWANCE_CREATED = record_type("allowance.created")
+ALLOWANCE_IMAGE = record_type("allowance.image")
+WAITER_ADDED = record_type("waiter.added")
+WAITER_ENDED = record_type("waiter.ended")
+WAITER_GRANTED = record_type("waiter.granted")
+WAITER_IMAGE = record_type("waiter.image")
 
 ALLOWANCE_EXHAUSTED = "ALLOWANCE_EXHAUSTED"
 ALLOWANCE_COOLDOWN = "ALLOWANCE_COOLDOWN"
 
 WAITING, GRANTED, EXPIRED, CANCELLED = "WAITING", "GRANTED", "EXPIRED", "CANCELLED"
 
-QUOTA_RECORDS: dict[str, tuple[str, ...]] = {
-    ALLOWANCE_CREATED: ("id", "name", "units_limit", "window_ms", "at_ms"),
-    ALLOWANCE_CONSUMED: ("id", "consumption_id", "scope_id", "holder", "units", "window_start_ms", "at_ms"),
-    ALLOWANCE_COOLDOWN_RECORD: ("id", "until_ms", "reason", "at_ms"),
-    WAITER_ADDED: ("id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
-    WAITER_GRANTED: ("id", "consumption_id", "window_start_ms", "at_ms"),
-    WAITER_ENDED: ("id", "state", "at_ms"),
-    ALLOWANCE_IMAGE: ("id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms", "cooldown_reason"),
-    WAITER_IMAGE: (
-        "id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "window_start_ms",
-        "created_ms", "ended_ms",
-    ),
-}
-
+SERVE_TIMER = timer_kind("quota-serve")
+WAITER_TIMER = timer_kind("waiter-ttl")
 
 def consumption_of(waiter_id: str) -> str:
     """The consumption id of a waiter's grant, made from the waiter's id: one serve may grant many
@@ -216,6 +215,7 @@ class AllowanceTable:
             raise KernelError(CONFLICT, f"an allowance named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._allowances) >= self.allowances_max:
             raise full(f"space holds {len(self._allowances)} allowances", "allowances_max")
+        assert units_limit > 0 and window_ms > 0, "an allowance grants some units per window"
         return {
             "type": ALLOWANCE_CREATED, "id": allowance_id, "name": name, "units_limit": units_limit,
             "window_ms": window_ms, "at_ms": now_ms,
@@ -241,6 +241,8 @@ class AllowanceTable:
             if allowance.cooling_at(now_ms) or waiter.units > remaining:
                 break
             remaining -= waiter.units
+            # Paired with `_count`: a window never hands out more than the limit.
+            assert 0 <= remaining <= allowance.units_limit, "a window's units are never negative nor above the limit"
             records.append({
                 "type": WAITER_GRANTED, "id": waiter.id, "consumption_id": consumption_of(waiter.id),
                 "window_start_ms": allowance.window_at(now_ms), "at_ms": now_ms,
@@ -274,6 +276,8 @@ class AllowanceTable:
                 details={"remaining": remaining, "windowStart": format_ms(window_start), "waiting": waiting},
                 retry_after_s=(window_start + allowance.window_ms - now_ms) / 1000,
             )
+        # Paired with `_count`: what this takes fits in what the window has left.
+        assert 0 < units <= remaining <= allowance.units_limit, "a consumption takes units the window still has"
         return {
             "type": ALLOWANCE_CONSUMED, "id": allowance.id, "consumption_id": consumption_id, "scope_id": scope_id,
             "holder": holder, "units": units, "window_start_ms": window_start, "at_ms": now_ms,
@@ -283,6 +287,7 @@ class AllowanceTable:
         self.check_units(allowance, units)
         if len(allowance.queue) >= self.waiters_max:
             raise full(f"allowance {allowance.name!r} has {len(allowance.queue)} waiters", "waiters_max")
+        assert 0 < units <= allowance.units_limit and ttl_ms > 0, "a waiter waits for units a window could give, for a while"
         return {
             "type": WAITER_ADDED, "id": waiter_id, "allowance_id": allowance.id, "scope_id": scope_id,
             "holder": holder, "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
@@ -291,18 +296,21 @@ class AllowanceTable:
     def decide_cooldown(self, allowance: Allowance, seconds: int, reason: str | None, now_ms: int) -> dict:
         """A cooldown never shortens one that lasts longer."""
         until_ms = max(allowance.cooldown_until_ms, now_ms + seconds * 1000)
+        assert until_ms > now_ms and until_ms >= allowance.cooldown_until_ms, "a cooldown only ever lasts longer"
         return {"type": ALLOWANCE_COOLDOWN_RECORD, "id": allowance.id, "until_ms": until_ms, "reason": reason, "at_ms": now_ms}
 
     def decide_cancel(self, waiter: Waiter, now_ms: int) -> dict | None:
         """Cancel a waiter still waiting; one that ended already stays as it ended (a grant stands)."""
         if waiter.state != WAITING:
             return None
+        assert waiter.id in self._allowances[waiter.allowance_id].queue, "a waiting waiter is in its allowance's queue"
         return {"type": WAITER_ENDED, "id": waiter.id, "state": CANCELLED, "at_ms": now_ms}
 
     def decide_expire(self, waiter_id: str, now_ms: int) -> dict | None:
         waiter = self._waiters.get(waiter_id)
         if waiter is None or waiter.state != WAITING or now_ms < waiter.expires_ms:
             return None
+        assert waiter.id in self._allowances[waiter.allowance_id].queue, "a waiting waiter is in its allowance's queue"
         return {"type": WAITER_ENDED, "id": waiter.id, "state": EXPIRED, "at_ms": now_ms}
 
     def serve_due_ms(self, allowance: Allowance, now_ms: int) -> int | None:
@@ -334,7 +342,7 @@ class AllowanceTable:
             allowance.window_start_ms = window_start_ms
             allowance.used = 0
         allowance.used += units
-        assert allowance.used <= allowance.units_limit, "a window never consumes more than the limit"
+        assert 0 < units and allowance.used <= allowance.units_limit, "a window never consumes more than the limit"
 
     def apply_consumed(self, record: dict) -> None:
         self._count(self._allowances[record["id"]], record["units"], record["window_start_ms"])
@@ -407,3 +415,271 @@ class AllowanceTable:
             self._allowances[waiter.allowance_id].queue.append(waiter.id)
         else:
             self._ended_count += 1
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class CreateAllowance(CapacityCommand):
+    space: str = path("space")
+    name: str = body("name", length_max="name_len_max")
+    units_limit: int = body("unitsLimit", INTEGER, minimum=1, maximum="allowance_units_max")
+    window_s: int = body("windowSeconds", INTEGER, minimum=1, maximum="window_s_max")
+    allowance_id: str = drawn("al_")
+
+
+@command
+class EnsureAllowance(CapacityCommand):
+    """The allowance of this name: `{}` looks it up; with both sizes it is created when missing,
+    and must have them when it exists (else CONFLICT)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    units_limit: int | None = body("unitsLimit", INTEGER, required=False, minimum=1, maximum="allowance_units_max")
+    window_s: int | None = body("windowSeconds", INTEGER, required=False, minimum=1, maximum="window_s_max")
+    allowance_id: str = drawn("al_")
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+        if (self.units_limit is None) != (self.window_s is None):
+            raise KernelError(VALIDATION_FAILED, "declare an allowance with both unitsLimit and windowSeconds, or neither")
+
+
+@command
+class Consume(CapacityCommand):
+    space: str = path("space")
+    allowance_id: str = path("allowance_id")
+    scope_id: str = body("scopeId")
+    units: int = body("units", INTEGER, required=False, minimum=1, maximum="allowance_units_max", default=1)
+    holder: str = body("holder", length_max="holder_len_max")
+    consumption_id: str = drawn("cs_")
+
+
+@command
+class WaitAllowance(CapacityCommand):
+    """Register a durable waiter, granted first come, first served (at once if nothing is ahead)."""
+
+    space: str = path("space")
+    allowance_id: str = path("allowance_id")
+    scope_id: str = body("scopeId")
+    units: int = body("units", INTEGER, required=False, minimum=1, maximum="allowance_units_max", default=1)
+    holder: str = body("holder", length_max="holder_len_max")
+    ttl_s: int = body("ttlSeconds", INTEGER, minimum="waiter_ttl_s_min", maximum="waiter_ttl_s_max")
+    waiter_id: str = drawn("aw_")
+
+
+@command
+class CancelWaiter(CapacityCommand):
+    space: str = path("space")
+    waiter_id: str = path("waiter_id")
+
+
+@command
+class Cooldown(CapacityCommand):
+    space: str = path("space")
+    allowance_id: str = path("allowance_id")
+    seconds: int = body("seconds", INTEGER, minimum=1, maximum="cooldown_s_max")
+    reason: str | None = reason_field("reason")
+
+
+# -- transitions (of the capacity part) ------------------------------------------------------------
+
+
+def create(part: CapacityCommands, command: CreateAllowance | EnsureAllowance, now_ms: int) -> Outcome:
+    allowances: AllowanceTable = part.allowances
+    assert command.units_limit is not None and command.window_s is not None
+    record = allowances.decide_create(command.allowance_id, command.name, command.units_limit, command.window_s * 1000, now_ms)
+    outcome = part.commit(Outcome(), record)
+    outcome.reply = allowances.view(allowances.get(command.allowance_id), now_ms)
+    return outcome
+
+
+def ensure(part: CapacityCommands, command: EnsureAllowance, now_ms: int) -> Outcome:
+    """`PUT /allowances/by-name/{name}`: look up, create, or check the allowance of this name."""
+    allowance = part.allowances.named(command.name)
+    if allowance is None:
+        if command.units_limit is None:
+            raise KernelError(NOT_FOUND, f"allowance {command.name!r} not found (send unitsLimit and windowSeconds to create it)")
+        return create(part, command, now_ms)
+    if command.units_limit is not None:
+        assert command.window_s is not None
+        if (command.units_limit, command.window_s * 1000) != (allowance.units_limit, allowance.window_ms):
+            raise KernelError(
+                CONFLICT,
+                f"allowance {allowance.name!r} allows {allowance.units_limit} units per {allowance.window_ms // 1000} s, "
+                f"not {command.units_limit} per {command.window_s} s",
+                details={"id": allowance.id, "unitsLimit": allowance.units_limit, "windowSeconds": allowance.window_ms // 1000},
+            )
+    return Outcome(reply=part.allowances.view(allowance, now_ms))
+
+
+def _served(part: CapacityCommands, allowance: Allowance, now_ms: int) -> Outcome:
+    """An outcome that begins with the grants waiters are owed now (FIFO, head first)."""
+    return part.commit(Outcome(), *part.allowances.decide_serve(allowance, now_ms))
+
+
+def _serve_timer(part: CapacityCommands, outcome: Outcome, allowance: Allowance, now_ms: int) -> Outcome:
+    due_ms = part.allowances.serve_due_ms(allowance, now_ms)
+    if due_ms is not None:
+        outcome.timers.append(Timer(due_ms, part.actor, (SERVE_TIMER, allowance.id), due_ms))
+    return outcome
+
+
+def consume(part: CapacityCommands, command: Consume, now_ms: int) -> Outcome:
+    part.scopes.require_active(command.scope_id, now_ms)
+    allowances: AllowanceTable = part.allowances
+    allowance = allowances.get(command.allowance_id)
+    record = allowances.decide_consume(allowance, command.consumption_id, command.scope_id, command.holder, command.units, now_ms)
+    outcome = part.commit(Outcome(), record)
+    outcome.reply = {
+        "consumptionId": command.consumption_id,
+        "allowanceId": allowance.id,
+        "units": command.units,
+        "windowStart": format_ms(record["window_start_ms"]),
+        "remaining": allowance.remaining_at(now_ms),
+    }
+    return _serve_timer(part, outcome, allowance, now_ms)
+
+
+def wait(part: CapacityCommands, command: WaitAllowance, now_ms: int) -> Outcome:
+    part.scopes.require_active(command.scope_id, now_ms)
+    allowances: AllowanceTable = part.allowances
+    allowance = allowances.get(command.allowance_id)
+    part.check_entities(1)
+    record = allowances.decide_wait(allowance, command.waiter_id, command.scope_id, command.holder, command.units, command.ttl_s * 1000, now_ms)
+    outcome = _served(part, allowance, now_ms)
+    part.commit(outcome, record)
+    # The new waiter may be granted at once (nothing ahead, units free).
+    part.commit(outcome, *allowances.decide_serve(allowance, now_ms))
+    waiter = allowances.waiter(command.waiter_id)
+    if waiter.state == WAITING:
+        outcome.timers.append(Timer(waiter.expires_ms, part.actor, (WAITER_TIMER, waiter.id), None))
+    outcome.reply = allowances.waiter_view(waiter)
+    return _serve_timer(part, outcome, allowance, now_ms)
+
+
+def cancel_waiter(part: CapacityCommands, command: CancelWaiter, now_ms: int) -> Outcome:
+    allowances: AllowanceTable = part.allowances
+    waiter = allowances.waiter(command.waiter_id)
+    record = allowances.decide_cancel(waiter, now_ms)
+    outcome = Outcome() if record is None else part.commit(Outcome(), record)
+    allowance = allowances.get(waiter.allowance_id)
+    if record is not None:
+        # The head may have left: those behind it may fit now.
+        part.commit(outcome, *allowances.decide_serve(allowance, now_ms))
+    outcome.reply = allowances.waiter_view(waiter)
+    return _serve_timer(part, outcome, allowance, now_ms)
+
+
+def cooldown(part: CapacityCommands, command: Cooldown, now_ms: int) -> Outcome:
+    allowances: AllowanceTable = part.allowances
+    allowance = allowances.get(command.allowance_id)
+    outcome = _served(part, allowance, now_ms)
+    part.commit(outcome, allowances.decide_cooldown(allowance, command.seconds, command.reason, now_ms))
+    outcome.reply = {
+        "allowanceId": allowance.id,
+        "cooldownUntil": format_ms(allowance.cooldown_until_ms),
+        "reason": allowance.cooldown_reason,
+    }
+    return _serve_timer(part, outcome, allowance, now_ms)
+
+
+def on_serve_timer(part: CapacityCommands, allowance_id: str, due_ms: Any, now_ms: int) -> Outcome:
+    allowance = part.allowances.get(allowance_id)
+    return _serve_timer(part, _served(part, allowance, now_ms), allowance, now_ms)
+
+
+def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: Any, now_ms: int) -> Outcome:
+    allowances: AllowanceTable = part.allowances
+    record = allowances.decide_expire(waiter_id, now_ms)
+    if record is None:
+        return Outcome()
+    outcome = part.commit(Outcome(), record)
+    allowance = allowances.get(allowances.waiter(waiter_id).allowance_id)
+    part.commit(outcome, *allowances.decide_serve(allowance, now_ms))
+    return _serve_timer(part, outcome, allowance, now_ms)
+
+
+def _deadlines(space: Any) -> Iterator[Timer]:
+    part: CapacityCommands = space.capacity
+    for allowance in part.allowances.all():
+        if allowance.queue:
+            # Due at once after a recovery: the turn grants what is owed and arms the next.
+            yield Timer(0, part.actor, (SERVE_TIMER, allowance.id), 0)
+    for waiter in part.allowances.waiters():
+        if waiter.state == WAITING:
+            yield Timer(waiter.expires_ms, part.actor, (WAITER_TIMER, waiter.id), None)
+
+
+def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+    """A scope's end may remove the head of a queue of waiters: those behind it may fit now."""
+
+    def then(outcome: Outcome, at_ms: int) -> None:
+        part: CapacityCommands = space.capacity
+        for allowance in part.allowances.all():
+            if allowance.queue:
+                outcome.timers.append(Timer(at_ms, part.actor, (SERVE_TIMER, allowance.id), at_ms))
+
+    return then
+
+
+def _make(space: Any) -> None:
+    space.capacity.allowances = AllowanceTable(space.limits.allowances_max, space.limits.waiters_max)
+
+
+_ON = "capacity"
+_TABLE = "capacity.allowances"
+
+QUOTAS = Primitive(
+    "quotas",
+    make=_make,
+    commands={
+        CreateAllowance: (_ON, create),
+        EnsureAllowance: (_ON, ensure),
+        Consume: (_ON, consume),
+        WaitAllowance: (_ON, wait),
+        CancelWaiter: (_ON, cancel_waiter),
+        Cooldown: (_ON, cooldown),
+    },
+    records={
+        ALLOWANCE_CREATED: ("id", "name", "units_limit", "window_ms", "at_ms"),
+        ALLOWANCE_CONSUMED: ("id", "consumption_id", "scope_id", "holder", "units", "window_start_ms", "at_ms"),
+        ALLOWANCE_COOLDOWN_RECORD: ("id", "until_ms", "reason", "at_ms"),
+        WAITER_ADDED: ("id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
+        WAITER_GRANTED: ("id", "consumption_id", "window_start_ms", "at_ms"),
+        WAITER_ENDED: ("id", "state", "at_ms"),
+        ALLOWANCE_IMAGE: ("id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms", "cooldown_reason"),
+        WAITER_IMAGE: (
+            "id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "window_start_ms",
+            "created_ms", "ended_ms",
+        ),
+    },
+    apply={
+        ALLOWANCE_CREATED: (_TABLE, "apply_created"),
+        ALLOWANCE_CONSUMED: (_TABLE, "apply_consumed"),
+        ALLOWANCE_COOLDOWN_RECORD: (_TABLE, "apply_cooldown"),
+        WAITER_ADDED: (_TABLE, "apply_waiter_added"),
+        WAITER_GRANTED: (_TABLE, "apply_waiter_granted"),
+        WAITER_ENDED: (_TABLE, "apply_waiter_ended"),
+        ALLOWANCE_IMAGE: (_TABLE, "apply_image"),
+        WAITER_IMAGE: (_TABLE, "apply_waiter_image"),
+    },
+    usage={
+        ALLOWANCE_CREATED: operation("quotas.create"),
+        ALLOWANCE_CONSUMED: operation("quotas.consume"),
+        ALLOWANCE_COOLDOWN_RECORD: operation("quotas.cooldown"),
+        WAITER_ADDED: operation("quotas.wait"),
+        WAITER_GRANTED: event("quotas.grant"),
+        WAITER_ENDED: lambda record: (OPERATION, "quotas.cancel_wait") if record["state"] == "CANCELLED" else (EVENT, "quotas.wait_expire"),
+        ALLOWANCE_IMAGE: NOT_COUNTED,
+        WAITER_IMAGE: NOT_COUNTED,
+    },
+    timers={SERVE_TIMER: (_ON, on_serve_timer), WAITER_TIMER: (_ON, on_waiter_timer)},
+    deadlines=_deadlines,
+    image=lambda space: space.capacity.allowances.image(),
+    is_empty=lambda space: not len(space.capacity.allowances),
+    entities=lambda space: space.capacity.allowances.waiters_kept(),
+    scope_ended=lambda space, subtree, state, at_ms: space.capacity.allowances.end_in_scopes(subtree, at_ms),
+    scope_ending=_scope_ending,
+)

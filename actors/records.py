@@ -6,9 +6,11 @@ delivery's `outcome`, a message's `payload`, a claim's `observation`, a stored a
 are kept exactly as they came: they are values, never renamed. Not to be confused with the wire:
 the HTTP API speaks camelCase (`scopeId`), records do not.
 
-`check_record` is run on every record before it is written (the journal's `append`, the
-snapshot writer) and after it is read (recovery), so a record a table forgot a field of, or
-spelled in a way nothing reads back, is refused where it is made and not found a restart later.
+Each record type is declared, with its fields, by the primitive that decides and applies it
+(`Primitive.records`); this module gathers them. `check_record` is run on every record before it
+is written (the journal's `append`, the snapshot writer) and after it is read (recovery), so a
+record a table forgot a field of, or spelled in a way nothing reads back, is refused where it is
+made and not found a restart later.
 It checks names, not values: it runs on every change, and the tables that apply a record read
 every field they need.
 
@@ -28,24 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .boot import KERNEL_BOOTED
-from .capacity import CAPACITY_RECORDS
-from .claims import CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED
-from .coordination import COORDINATION_RECORDS
-from .dead_letters import DEAD_LETTER_RECORDS
-from .events import EVENT_RECORDS
-from .idempotency import IDEM_STORED
-from .keys import KEY_REGISTERED, KEY_REVOKED
-from .mailboxes import MAILBOX_RECORDS
-from .messages import (
-    DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, MESSAGES_IMAGE,
-    MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, WORKKEY_IMAGE,
-)
-from .once import ONCE_RECORDS
-from .runs import RUN_RECORDS
-from .scopes import SCOPE_CREATED, SCOPE_ENDED, SCOPE_IMAGE
-from .tasks import TASK_CREATED, TASK_DETACHED, TASK_ENDED, TASK_IMAGE, TASK_JOINED, TASK_TOMBSTONED
-from .usage import USAGE_IMAGE
+from .primitives import TABLES
 
 __all__ = ["VERSION", "FIELDS", "RecordError", "Format", "FORMAT", "check_record", "upgrade"]
 
@@ -56,98 +41,24 @@ class RecordError(ValueError):
     """A record whose type is unknown, or whose fields are not the ones its type carries."""
 
 
-def _spec(*required: str, optional: tuple[str, ...] = ()) -> tuple[frozenset[str], frozenset[str], bool]:
-    names = frozenset(("type", *required))
-    return names, names | frozenset(optional), not optional
-
-
-def _declared(fields: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str], bool]:
-    """A type as a module declares it: its fields, an optional one marked with a trailing "?"."""
-    return _spec(
-        _SPACE, *(f for f in fields if not f.endswith("?")), optional=tuple(f[:-1] for f in fields if f.endswith("?"))
-    )
-
-
-# Every record of a space carries `space` (added where it is committed).
+# Every record of a space carries `space` (added where it is committed); the kernel's own (keys,
+# boots) do not.
 _SPACE = "space"
 
-# The slots of a message, as `message.image` carries them (`messages.py` images them by name).
-_MESSAGE_SLOTS = (
-    "id", "mailbox_id", "scope_id", "seq", "payload", "payload_hash", "work_key", "deadline_ms",
-    "task_id", "state", "attempts", "gen", "visible_ms", "token", "holder", "session", "lease_ms",
-    "expires_ms", "created_ms", "finished_ms", "reason",
-)
 
-# Record type -> (required fields, allowed fields, whether they are the same). `type` is required everywhere.
+def _spec(fields: tuple[str, ...], of_space: bool) -> tuple[frozenset[str], frozenset[str], bool]:
+    """A type as its primitive declares it: its fields, an optional one marked with a trailing "?"."""
+    required = frozenset(("type", *((_SPACE,) if of_space else ()), *(f for f in fields if not f.endswith("?"))))
+    optional = frozenset(f[:-1] for f in fields if f.endswith("?"))
+    return required, required | optional, not optional
+
+
+_KERNEL = frozenset(TABLES.kernel_apply)
+
+# Record type -> (required fields, allowed fields, whether they are the same). `type` is required
+# everywhere. Each primitive declares its record types and their fields (`Primitive.records`).
 FIELDS: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {
-    # The kernel as a whole (`boot.py`, `keys.py`, `idempotency.py`).
-    KERNEL_BOOTED: _spec("epoch", "fsync", "generation_floor", "at_ms"),
-    KEY_REGISTERED: _spec("id", "digest", "name", "spaces", "at_ms", optional=("role",)),
-    KEY_REVOKED: _spec("id", "at_ms"),
-    IDEM_STORED: _spec(_SPACE, "key", "fingerprint", "body", "at_ms"),
-    # Scopes (`scopes.py`).
-    SCOPE_CREATED: _spec(_SPACE, "id", "name", "parent_id", "deadline_ms", "child_limit", "at_ms"),
-    SCOPE_ENDED: _spec(_SPACE, "id", "state", "at_ms", optional=("by",)),
-    SCOPE_IMAGE: _spec(
-        _SPACE, "id", "name", "parent_id", "deadline_ms", "child_limit", "state", "ended_ms", "at_ms"
-    ),
-    # Claims (`claims.py`).
-    CLAIM_ACQUIRED: _spec(
-        _SPACE, "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms"
-    ),
-    CLAIM_RENEWED: _spec(_SPACE, "token", "lease_ms", "expires_ms", "at_ms", optional=("graced",)),
-    CLAIM_RELEASED: _spec(_SPACE, "token", "key", "generation", "at_ms", optional=("observation",)),
-    CLAIM_EXPIRED: _spec(_SPACE, "token", "key", "generation", "at_ms"),
-    # An operator's release without the token (`claims.decide_force_release`).
-    CLAIM_FORCE_RELEASED: _spec(_SPACE, "token", "key", "generation", "holder", "at_ms", optional=("reason", "by")),
-    CLAIM_IMAGE: _spec(
-        _SPACE, "scope_id", "key", "generation", "token", "holder", "session", "lease_ms", "expires_ms",
-        "acquired_ms", "at_ms", optional=("expired", "graced"),
-    ),
-    # Mailboxes (`mailboxes.py`).
-    **{kind: _declared(fields) for kind, fields in MAILBOX_RECORDS.items()},
-    # Messages and deliveries (`messages.py`, `work.py`).
-    MESSAGE_SENT: _spec(
-        _SPACE, "id", "mailbox_id", "scope_id", "payload", "payload_hash", "work_key", "deadline_ms", "at_ms"
-    ),
-    MESSAGE_VISIBLE: _spec(_SPACE, "message_id", "gen", "at_ms"),
-    MESSAGE_DROPPED: _spec(_SPACE, "message_id", "reason", "at_ms"),
-    MESSAGES_IMAGE: _spec(_SPACE, "seq"),
-    MESSAGE_IMAGE: _spec(_SPACE, *_MESSAGE_SLOTS, "at_ms", optional=("graced",)),
-    WORKKEY_IMAGE: _spec(_SPACE, "mailbox_id", "scope_id", "work_key", "message_id", "payload_hash", "at_ms"),
-    DELIVERY_LEASED: _spec(
-        _SPACE, "message_id", "token", "attempt", "holder", "session", "lease_ms", "expires_ms", "at_ms"
-    ),
-    DELIVERY_RENEWED: _spec(_SPACE, "message_id", "token", "lease_ms", "expires_ms", "at_ms", optional=("graced",)),
-    DELIVERY_REQUEUED: _spec(_SPACE, "message_id", "token", "cause", "visible_ms", "at_ms"),
-    DELIVERY_COMPLETED: _spec(_SPACE, "message_id", "token", "at_ms", optional=("outcome",)),
-    DELIVERY_DEAD: _spec(_SPACE, "message_id", "token", "cause", "reason", "at_ms"),
-    # An operator's actions on dead letters (`dead_letters.py`).
-    **{kind: _declared(fields) for kind, fields in DEAD_LETTER_RECORDS.items()},
-    # Tasks (`tasks.py`).
-    TASK_CREATED: _spec(
-        _SPACE, "id", "task_key", "scope_id", "mailbox_id", "message_id", "input", "input_hash", "deadline_ms",
-        "subscriber_id", "at_ms",
-    ),
-    TASK_JOINED: _spec(_SPACE, "task_id", "subscriber_id", "scope_id", "at_ms"),
-    TASK_DETACHED: _spec(_SPACE, "task_id", "subscriber_id", "at_ms"),
-    TASK_ENDED: _spec(_SPACE, "task_id", "state", "reason", "at_ms", optional=("by",)),
-    TASK_TOMBSTONED: _spec(_SPACE, "task_id", "at_ms"),
-    TASK_IMAGE: _spec(
-        _SPACE, "id", "task_key", "scope_id", "mailbox_id", "message_id", "input_hash", "state", "attempt",
-        "outcome", "reason", "deadline_ms", "subscribers", "created_ms", "updated_ms", "finished_ms",
-        "tombstoned", "at_ms",
-    ),
-    # Once slots (`once.py`) and run names (`runs.py`).
-    **{kind: _declared(fields) for kind, fields in ONCE_RECORDS.items()},
-    # Pools, quotas, work limits, budgets, admission (`capacity.py`); barriers, timers, task groups
-    # and the event log (`coordination.py`): each module declares its record types.
-    **{kind: _declared(fields) for kind, fields in CAPACITY_RECORDS.items()},
-    **{kind: _declared(fields) for kind, fields in COORDINATION_RECORDS.items()},
-    **{kind: _declared(fields) for kind, fields in EVENT_RECORDS.items()},
-    **{kind: _declared(fields) for kind, fields in RUN_RECORDS.items()},
-    # Usage counters (`usage.py`): the counter names inside are data, not fields.
-    USAGE_IMAGE: _spec(_SPACE, "operations", "free", "events", optional=("takeovers",)),
+    kind: _spec(fields, kind not in _KERNEL) for kind, fields in TABLES.fields.items()
 }
 
 

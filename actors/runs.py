@@ -14,23 +14,19 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Any, Callable, Iterator
 
+from .actor_keys import ActorKey, run_actor
+from .fields import TIMESTAMP, body, check_text, drawn, path
+from .limits import Limits
 from .outcome import Outcome, Timer
-from .scopes import ScopeTree
+from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
+from .scopes import ScopeTree, deadline_timer
 
-if TYPE_CHECKING:
-    from .commands import EnsureRun
-
-__all__ = ["RunNames", "RunCommands", "run_actor", "RUN_RECORDS", "RUN_NAMED"]
+__all__ = ["RunNames", "RunCommands", "run_actor", "RUN_NAMED", "EnsureRun", "RUNS"]
 
 # The record types this module decides and applies (the journal's spelling of each).
-RUN_NAMED = "run.named"
-
-
-def run_actor(space: str, name: str) -> tuple:
-    """Ensures of one name are decided one after the other."""
-    return ("run", space, name)
+RUN_NAMED = record_type("run.named")
 
 
 class RunNames:
@@ -54,6 +50,22 @@ class RunNames:
             yield {"type": RUN_NAMED, "name": name, "scope_id": scope_id, "at_ms": 0}
 
 
+@command
+class EnsureRun(Command):
+    """Get or create the run (a root scope) of this name (see above for what a stopped run answers)."""
+
+    space: str = path("space")
+    name: str = path("name")
+    deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    scope_id: str = drawn("sc_")
+
+    def actor(self, state: Any) -> ActorKey:
+        return run_actor(self.space, self.name)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+
+
 class RunCommands:
     __slots__ = ("_space_id", "_scopes", "_names", "_commit", "_deadline_timer")
 
@@ -71,7 +83,7 @@ class RunCommands:
         self._commit = commit
         self._deadline_timer = deadline_timer
 
-    def ensure(self, command: "EnsureRun", now_ms: int) -> Outcome:
+    def ensure(self, command: EnsureRun, now_ms: int) -> Outcome:
         scopes = self._scopes
         existing = self._names.scope_of(command.name)
         if existing is not None:
@@ -86,4 +98,21 @@ class RunCommands:
         return outcome
 
 
-RUN_RECORDS: dict[str, tuple[str, ...]] = {RUN_NAMED: ("name", "scope_id", "at_ms")}
+def _make(space: Any) -> None:
+    space.run_names = RunNames()
+    deadline = lambda scope_id, deadline_ms: deadline_timer(space.id, scope_id, deadline_ms)  # noqa: E731
+    space.runs = RunCommands(space.id, space.scopes, space.run_names, space.commit, deadline)
+
+
+RUNS = Primitive(
+    "runs",
+    make=_make,
+    state=("run_names",),
+    parts=("runs",),
+    commands={EnsureRun: ("runs", RunCommands.ensure)},
+    # Written in the turn that writes the run's `scope.created`; its own image.
+    records={RUN_NAMED: ("name", "scope_id", "at_ms")},
+    apply={RUN_NAMED: ("run_names", "apply_named")},
+    usage={RUN_NAMED: NOT_COUNTED},  # the run's `scope.created` is the operation
+    image=lambda space: space.run_names.image(),
+)

@@ -2,32 +2,49 @@
 
 A scope is created active, and ends once: cancelled, completed, or expired at its deadline. Its
 *effective* state is the first ending found walking from it up to the root, so ending a scope ends
-its whole subtree at once, without touching every descendant. What the end does to claims, queued
-tasks and waiters in the subtree is decided by the space (`space.py`), which owns the cascade.
+its whole subtree at once, without touching every descendant. What the end does to what lives in
+the subtree (claims freed, queued tasks cancelled, deliveries under way ended, waiters ended,
+barriers and timers cancelled) each primitive declares for itself (`scope_ended`, applied with
+the `scope.ended` record, and `scope_ending`, run in the turn that decides it), and the space runs
+them in the declarations' order (`SpaceState.scope_ended`, `SpaceState.scope_ending`).
+
+Timers (on the scope's actor):
+    ("scope-deadline", scope_id)   -   the deadline passed: record EXPIRED if the scope is still active
 
 Pure: no IO, no clock reads; every method takes `now_ms`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Any, Callable, ClassVar, Iterator
 
+from .actor_keys import ActorKey, scope_actor
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError, quote
+from .fields import INTEGER, TIMESTAMP, body, caller, drawn, path
 from .limits import Limits
+from .outcome import Outcome, Timer
+from .primitive import EVENT, NOT_COUNTED, OPERATION, Command, Primitive, command, operation, record_type, timer_kind
 from .timestamps import format_ms
 
-__all__ = ["Scope", "ScopeTree", "ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED", "SCOPE_CREATED", "SCOPE_ENDED", "SCOPE_IMAGE"]
+__all__ = [
+    "Scope", "ScopeTree", "ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED", "SCOPE_CREATED", "SCOPE_ENDED", "SCOPE_IMAGE",
+    "SCOPE_END_REASONS", "CreateScope", "EndScope", "CancelScope", "CompleteScope", "SCOPES", "deadline_timer",
+]
 
 # The record types this module decides and applies (the journal's spelling of each).
-SCOPE_CREATED = "scope.created"
-SCOPE_ENDED = "scope.ended"
-SCOPE_IMAGE = "scope.image"
+SCOPE_CREATED = record_type("scope.created")
+SCOPE_ENDED = record_type("scope.ended")
+SCOPE_IMAGE = record_type("scope.image")
 
 ACTIVE = "ACTIVE"
 CANCELLED = "CANCELLED"
 COMPLETED = "COMPLETED"
 EXPIRED = "EXPIRED"
+# What a task or a group that a scope's end ends records as its reason (0.3.0 reads `scope_cancelled`).
+SCOPE_END_REASONS = {CANCELLED: "scope_cancelled", COMPLETED: "scope_completed", EXPIRED: "scope_expired"}
+
+DEADLINE_TIMER = timer_kind("scope-deadline")
 
 
 class Scope:
@@ -170,6 +187,7 @@ class ScopeTree:
         self.check_entities(1)
         if scope_id in self._scopes:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"scope id {scope_id} is taken")
+        assert 0 <= depth <= self._limits.scope_depth_max and self.live < self._limits.space_scopes_max
         return {
             "type": SCOPE_CREATED,
             "id": scope_id,
@@ -193,6 +211,8 @@ class ScopeTree:
             raise KernelError(
                 CONFLICT, f"scope {scope_id} is already {scope.stored_state.lower()}"
             )
+        # Paired with `apply_ended`: a scope ends once, from ACTIVE, to one of its ends.
+        assert state in SCOPE_END_REASONS, f"no end {state!r}"
         return {"type": SCOPE_ENDED, "id": scope_id, "state": state, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------
@@ -252,6 +272,7 @@ class ScopeTree:
     def apply_ended(self, record: dict) -> list[str]:
         """Record the end; returns the subtree it ends (parents first), none of which is live now."""
         scope = self._scopes[record["id"]]
+        assert scope.stored_state == ACTIVE and record["state"] in SCOPE_END_REASONS, "a scope ends once"
         scope.stored_state = record["state"]
         scope.ended_ms = record["at_ms"]
         subtree = self.subtree(scope.id)
@@ -262,3 +283,144 @@ class ScopeTree:
                 node.live = False
                 self.live -= 1
         return subtree
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class CreateScope(Command):
+    space: str = path("space")
+    name: str | None = body("name", required=False, length_max="name_len_max")
+    parent_id: str | None = body("parentId", required=False)
+    deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
+    child_limit: int | None = body("childLimit", INTEGER, required=False, minimum=0, maximum="child_limit_max")
+    scope_id: str = drawn("sc_")
+
+    def actor(self, state: Any) -> ActorKey:
+        # A child is created in its parent's turn, so childLimit counts exactly.
+        return scope_actor(self.space, self.parent_id if self.parent_id is not None else self.scope_id)
+
+
+@command(base=True)
+class EndScope(Command):
+    """Cancel or complete a scope and its subtree; repeating the same end is harmless."""
+
+    end: ClassVar[str]
+    space: str = path("space")
+    scope_id: str = path("scope_id")
+    by: str | None = caller()
+
+    def actor(self, state: Any) -> ActorKey:
+        return scope_actor(self.space, self.scope_id)
+
+
+@command
+class CancelScope(EndScope):
+    end: ClassVar[str] = CANCELLED
+
+
+@command
+class CompleteScope(EndScope):
+    end: ClassVar[str] = COMPLETED
+
+
+# -- transitions (of the space: a scope's end reaches every primitive living in its subtree) -----
+
+
+def deadline_timer(space_id: str, scope_id: str, deadline_ms: int) -> Timer:
+    return Timer(deadline_ms, scope_actor(space_id, scope_id), (DEADLINE_TIMER, scope_id), None)
+
+
+def create(space: Any, command: CreateScope, now_ms: int) -> Outcome:
+    scopes: ScopeTree = space.scopes
+    scope_id, deadline_ms = command.scope_id, command.deadline_ms
+    record = scopes.decide_create(scope_id, command.name, command.parent_id, deadline_ms, command.child_limit, now_ms)
+    outcome = space.commit(Outcome(), record)
+    if deadline_ms is not None:
+        outcome.timers.append(deadline_timer(space.id, scope_id, deadline_ms))
+    outcome.reply = scopes.view(scopes.get(scope_id), now_ms)
+    return outcome
+
+
+def end(space: Any, command: EndScope, now_ms: int) -> Outcome:
+    """Cancel or complete a scope; repeating the same end is harmless."""
+    scopes: ScopeTree = space.scopes
+    record = scopes.decide_end(command.scope_id, command.end, now_ms)
+    if record is not None and command.by is not None:
+        record["by"] = command.by  # who ended it, for the event log
+    outcome = Outcome() if record is None else _ended(space, record)
+    outcome.reply = scopes.view(scopes.get(command.scope_id), now_ms)
+    return outcome
+
+
+def on_deadline(space: Any, scope_id: str, _: Any, now_ms: int) -> Outcome:
+    """The supervisor's proposal: record EXPIRED if the deadline has passed on an active scope."""
+    scope = space.scopes.get(scope_id)
+    if scope.stored_state != ACTIVE or scope.deadline_ms is None or now_ms < scope.deadline_ms:
+        return Outcome()
+    return _ended(space, space.scopes.decide_end(scope_id, EXPIRED, now_ms))
+
+
+def _ended(space: Any, record: dict) -> Outcome:
+    """Record a scope's end, with what each primitive does in the same turn (`scope_ending`)."""
+    assert record["type"] == SCOPE_ENDED and record["state"] != ACTIVE
+    then = space.scope_ending(space.scopes.subtree(record["id"]))
+    outcome = space.commit(Outcome(), record)
+    for follow in then:
+        follow(outcome, record["at_ms"])
+    return outcome
+
+
+def _apply_ended(space: Any, record: dict) -> None:
+    """`scope.ended`: the scope and its subtree end, and what lives there with them."""
+    subtree = space.scopes.apply_ended(record)
+    space.scope_ended(subtree, record["state"], record["at_ms"])
+
+
+def _usage_of_end(record: dict) -> tuple[int, str]:
+    state = record["state"]
+    if state == EXPIRED:
+        return EVENT, "scopes.expire"
+    return OPERATION, "scopes.cancel" if state == CANCELLED else "scopes.complete"
+
+
+def _deadlines(space: Any) -> Iterator[Timer]:
+    for scope in space.scopes.all():
+        if scope.stored_state == ACTIVE and scope.deadline_ms is not None:
+            yield deadline_timer(space.id, scope.id, scope.deadline_ms)
+
+
+def _make(space: Any) -> None:
+    space.scopes = ScopeTree(space.limits)
+    space.scopes.check_entities = space.check_entities
+
+
+SCOPES = Primitive(
+    "scopes",
+    make=_make,
+    state=("scopes",),
+    commands={CreateScope: ("", create), CancelScope: ("", end), CompleteScope: ("", end)},
+    records={
+        SCOPE_CREATED: ("id", "name", "parent_id", "deadline_ms", "child_limit", "at_ms"),
+        SCOPE_ENDED: ("id", "state", "at_ms", "by?"),
+        SCOPE_IMAGE: ("id", "name", "parent_id", "deadline_ms", "child_limit", "state", "ended_ms", "at_ms"),
+    },
+    apply={
+        SCOPE_CREATED: ("scopes", "apply_created"),
+        SCOPE_ENDED: ("", _apply_ended),
+        SCOPE_IMAGE: ("scopes", "apply_image"),
+    },
+    usage={SCOPE_CREATED: operation("scopes.create"), SCOPE_ENDED: _usage_of_end, SCOPE_IMAGE: NOT_COUNTED},
+    timers={DEADLINE_TIMER: ("", on_deadline)},
+    derive={
+        SCOPE_CREATED: lambda space, r: ("scope.created", r["id"], "scope", r["id"], (r["parent_id"],)),
+        # Who ended it (an API key's id, or "admin"); None when it expired.
+        SCOPE_ENDED: lambda space, r: ("scope." + r["state"].lower(), r["id"], "scope", r["id"], {"state": r["state"], "by": r.get("by")}),
+    },
+    events={"scope.created": ("parentId",), "scope.cancelled": None, "scope.completed": None, "scope.expired": None},
+    deadlines=_deadlines,
+    image=lambda space: space.scopes.image(),
+    is_empty=lambda space: not len(space.scopes),
+    entities=lambda space: len(space.scopes),
+)

@@ -6,34 +6,31 @@ included. The state is plain objects in dicts: a million idle claims cost their 
 million tasks.
 
 `image()` is the other way round: records that, applied to an empty state, rebuild this one
-exactly. A snapshot is an image. Each table yields its own part, so a new table (mailboxes, tasks)
-joins snapshots by adding its records to `apply` and its part to `image`, and its record types and
-their fields to `records.py`, with no change to the journal. `restart()` is what a recovery decides once the state is back (expire what had ended
-before the crash, give the rest a grace period), journaled like any other change.
+exactly. A snapshot is an image. Each primitive declares its records, their appliers and its image
+(`primitive.py`), so a new table joins replay and snapshots with no change here or to the journal.
+`restart()` is what a recovery decides once the state is back (expire what had ended before the
+crash, give the rest a grace period), journaled like any other change.
 
 Pure: no IO, no clock reads, no awaits.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
-from .boot import KERNEL_BOOTED
-from .keys import KEY_REGISTERED, KEY_REVOKED
 from .boot import BootInfo
-from .keys import ApiKey, KeyTable
+from .keys import KeyTable, key_view
 from .limits import Limits
-from .outcome import Outcome, Timer
-from .timestamps import format_ms
+from .outcome import Timer
+from .primitives import TABLES, bind
 from .space import SpaceState
-
-if TYPE_CHECKING:
-    from .commands import RegisterKey, RevokeKey
 
 __all__ = ["KernelState"]
 
-# The records of the kernel itself; every other record belongs to a space and names it.
-_KERNEL_KINDS = frozenset({KEY_REGISTERED, KEY_REVOKED, KERNEL_BOOTED})
+# The records of the kernel itself (keys, boots), by type: (attribute of the state, applier).
+# Every other record belongs to a space and names it.
+_KERNEL_APPLY = TABLES.kernel_apply
+_KERNEL_IMAGES = tuple(p.image for p in TABLES.kernel if p.image is not None)
 
 
 class KernelState:
@@ -59,16 +56,12 @@ class KernelState:
         return space if space is not None else SpaceState(space_id, self.limits, self.boot)
 
     def apply(self, record: dict) -> None:
-        kind = record["type"]
-        if kind not in _KERNEL_KINDS:  # nearly every record: one of a space
+        kernel = _KERNEL_APPLY.get(record["type"])
+        if kernel is None:  # nearly every record: one of a space
             space = self.spaces.get(record["space"])
             (self.space(record["space"]) if space is None else space).apply(record)
-        elif kind == KEY_REGISTERED:
-            self.keys.apply_registered(record)
-        elif kind == KEY_REVOKED:
-            self.keys.apply_revoked(record)
         else:
-            self.boot.apply_booted(record)
+            bind(self, kernel)(record)
 
     # -- boots, restarts and images ---------------------------------------------------------------
 
@@ -76,10 +69,11 @@ class KernelState:
         """Record a boot (see `boot.py` for the generation floor it may set); returns its record."""
         record = self.boot.decide_boot(fsync, now_ms)
         self.apply(record)
+        assert self.boot.epoch == record["epoch"], "a boot is applied as it was decided"
         return [record]
 
     def restart(self, now_ms: int) -> list[dict]:
-        """Decide and apply what a start changes (the restart rule: `ClaimTable.decide_restart`);
+        """Decide and apply what a start changes (the restart rule of every lease, `leases.py`);
         returns the records to journal. `now_ms` is the time now, already advanced past the
         newest time the journal holds."""
         records: list[dict] = []
@@ -89,8 +83,8 @@ class KernelState:
 
     def image(self) -> Iterator[dict]:
         """Records that rebuild this state exactly when applied, in order, to an empty one."""
-        yield from self.boot.image()
-        yield from self.keys.image()
+        for image in _KERNEL_IMAGES:
+            yield from image(self)
         for space in self.spaces.values():
             yield from space.image()
 
@@ -109,37 +103,8 @@ class KernelState:
             "idempotency_keys": sum(len(space.idempotency) for space in spaces),
         }
 
-    # -- keys (not in any space: a key names the spaces it opens) ---------------------------------
-
-    def register_key(self, command: "RegisterKey", now_ms: int) -> Outcome:
-        record = self.keys.decide_register(command.key_id, command.key_digest, command.name, command.spaces, now_ms, command.role)
-        outcome = Outcome()
-        if record is not None:
-            self.apply(record)
-            outcome.records.append(record)
-        outcome.reply = self.key_view(self.keys.by_digest(command.key_digest))
-        return outcome
-
-    def revoke_key(self, command: "RevokeKey", now_ms: int) -> Outcome:
-        record = self.keys.decide_revoke(command.key_id, now_ms)
-        outcome = Outcome()
-        if record is not None:
-            self.apply(record)
-            outcome.records.append(record)
-        outcome.reply = self.key_view(self.keys.by_id(command.key_id))
-        return outcome
-
-    @staticmethod
-    def key_view(key: ApiKey | None) -> dict:
-        assert key is not None
-        return {
-            "id": key.id,
-            "name": key.name,
-            "spaces": sorted(key.spaces),
-            "role": key.role,
-            "createdAt": format_ms(key.created_ms),
-            "revokedAt": None if key.revoked_ms is None else format_ms(key.revoked_ms),
-        }
+    # The view of an API key (`keys.key_view`), as the shell's admin routes show it.
+    key_view = staticmethod(key_view)
 
     def timers(self) -> Iterator[Timer]:
         for space in self.spaces.values():

@@ -16,6 +16,8 @@ ended the task is tombstoned: the outcome is let go (`outcome: null`, `tombstone
 reason stay, and the key still returns the task. Subscribers are a record of interest: detaching the
 last one does not cancel anything.
 
+The table is here; the tasks' commands, transitions and declaration are `task_commands.py`.
+
 Pure: no IO, no clock reads.
 """
 
@@ -29,6 +31,7 @@ import orjson
 from .caps import full, value_bytes
 from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, KernelError, quote
 from .limits import Limits
+from .primitive import record_type
 from .timestamps import format_ms
 
 __all__ = [
@@ -37,12 +40,12 @@ __all__ = [
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-TASK_CREATED = "task.created"
-TASK_DETACHED = "task.detached"
-TASK_ENDED = "task.ended"
-TASK_IMAGE = "task.image"
-TASK_JOINED = "task.joined"
-TASK_TOMBSTONED = "task.tombstoned"
+TASK_CREATED = record_type("task.created")
+TASK_DETACHED = record_type("task.detached")
+TASK_ENDED = record_type("task.ended")
+TASK_IMAGE = record_type("task.image")
+TASK_JOINED = record_type("task.joined")
+TASK_TOMBSTONED = record_type("task.tombstoned")
 
 QUEUED = "QUEUED"
 RUNNING = "RUNNING"
@@ -215,6 +218,7 @@ class TaskTable:
             raise full(f"space holds {self.live} tasks not ended", "space_tasks_max")
         if task_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"task id {task_id} is taken")
+        assert (scope_id, key) not in self._by_key, "one task per (scope, key): a submit of a known key answers its task"
         return {
             "type": TASK_CREATED,
             "id": task_id,
@@ -235,6 +239,7 @@ class TaskTable:
             return None
         if len(task.subscribers) >= self._limits.subscribers_max:
             raise full(f"task {task.id} has {len(task.subscribers)} subscribers", "subscribers_max")
+        assert task.id in self._by_id, "a subscriber joins a task the table holds"
         return {
             "type": TASK_JOINED,
             "task_id": task.id,
@@ -247,6 +252,7 @@ class TaskTable:
     def decide_detach(task: Task, subscriber_id: str, now_ms: int) -> dict | None:
         if subscriber_id not in task.subscribers:
             return None
+        assert task.subscribers, "a detach leaves a subscriber that is there"
         return {"type": TASK_DETACHED, "task_id": task.id, "subscriber_id": subscriber_id, "at_ms": now_ms}
 
     @staticmethod
@@ -261,12 +267,15 @@ class TaskTable:
             raise KernelError(
                 CONFLICT, f"task {task.id} already ended {task.state.lower()}; its outcome does not change"
             )
+        # Paired with `apply_ended`: one recorded result; the server ends a task only this way.
+        assert state in (CANCELLED, EXPIRED) and not task.terminal, "a task ends once"
         return {"type": TASK_ENDED, "task_id": task.id, "state": state, "reason": reason, "at_ms": now_ms}
 
     def decide_tombstone(self, task: Task, now_ms: int) -> dict | None:
         due_ms = self.tombstone_due_ms(task)
         if task.tombstoned or due_ms is None or now_ms < due_ms:
             return None
+        assert task.terminal, "only an ended task is tombstoned (its outcome is let go)"
         return {"type": TASK_TOMBSTONED, "task_id": task.id, "at_ms": now_ms}
 
     # -- images ---------------------------------------------------------------------------------

@@ -18,33 +18,44 @@ A timer may have a name, unique in its scope (`PUT /timers/by-name/{name}`, what
 client's `sleep(name, ...)` uses). The name is kept for the timer's whole life: a put of a name
 that exists answers that timer as it is, whatever its state and whatever the body says, so a
 process that restarts and sleeps again under the same name only waits for what is left, and one
-that slept to the end (ACKED or EXPIRED) does not sleep again in that scope.
+that slept to the end (ACKED or EXPIRED) does not sleep again in that scope. The timers'
+declaration (`TIMERS`) is at the end.
+
+Timers of the supervisor (tags on the timer's scope actor, `("timers", space, scope_id)`):
+    ("timer-fire", timer_id)     -   fire if still armed and due
+    ("timer-expiry", timer_id)   -   EXPIRED if fired and never acked
 
 Pure: no IO, no clock reads; every method takes `now_ms`.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
+from .actor_keys import ActorKey, timers_actor
 from .caps import full
-from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError
+from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, STALE_CLAIM, VALIDATION_FAILED, KernelError
+from .events import entity_event
+from .fields import INTEGER, TIMESTAMP, body, check_text, drawn, path
 from .limits import Limits
-from .scopes import ScopeTree
+from .outcome import Outcome, Timer
+from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, record_type, timer_kind
+from .scopes import ACTIVE, SCOPE_ENDED, ScopeTree
 from .timestamps import format_ms
 
 __all__ = [
-    "ScopeTimer", "TimerTable", "TIMER_RECORDS", "ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED", "TIMER_ACKED",
+    "ScopeTimer", "TimerTable", "TIMERS", "CreateTimer", "EnsureTimer", "PollTimers", "AckTimer", "CancelTimer",
+    "ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED", "TIMER_ACKED",
     "TIMER_CANCELLED", "TIMER_CREATED", "TIMER_EXPIRED", "TIMER_FIRED", "TIMER_IMAGE",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-TIMER_ACKED = "timer.acked"
-TIMER_CANCELLED = "timer.cancelled"
-TIMER_CREATED = "timer.created"
-TIMER_EXPIRED = "timer.expired"
-TIMER_FIRED = "timer.fired"
-TIMER_IMAGE = "timer.image"
+TIMER_ACKED = record_type("timer.acked")
+TIMER_CANCELLED = record_type("timer.cancelled")
+TIMER_CREATED = record_type("timer.created")
+TIMER_EXPIRED = record_type("timer.expired")
+TIMER_FIRED = record_type("timer.fired")
+TIMER_IMAGE = record_type("timer.image")
 
 ARMED = "ARMED"
 FIRED = "FIRED"
@@ -53,16 +64,8 @@ CANCELLED = "CANCELLED"
 EXPIRED = "EXPIRED"
 ENDED = frozenset({ACKED, CANCELLED, EXPIRED})
 
-TIMER_RECORDS: dict[str, tuple[str, ...]] = {
-    # `name` only on a named timer (`PUT /timers/by-name/{name}`).
-    TIMER_CREATED: ("id", "scope_id", "fire_ms", "token", "at_ms", "name?"),
-    TIMER_FIRED: ("id", "at_ms"),
-    TIMER_ACKED: ("id", "at_ms"),
-    TIMER_CANCELLED: ("id", "at_ms"),
-    TIMER_EXPIRED: ("id", "at_ms"),
-    TIMER_IMAGE: ("id", "scope_id", "fire_ms", "token", "state", "fired_ms", "ended_ms", "at_ms", "name?"),
-}
-
+FIRE_TIMER = timer_kind("timer-fire")
+EXPIRY_TIMER = timer_kind("timer-expiry")
 
 class ScopeTimer:
     """One timer (named so as not to be confused with `outcome.Timer`, a supervisor deadline)."""
@@ -169,6 +172,7 @@ class TimerTable:
             raise full(f"scope {scope_id} holds {len(live)} armed or fired timers", "timers_per_scope_max")
         if timer_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"timer id {timer_id} is taken")
+        assert token, "a timer is acknowledged with a token drawn when it is created"
         record = {"type": TIMER_CREATED, "id": timer_id, "scope_id": scope_id, "fire_ms": fire_ms, "token": token, "at_ms": now_ms}
         if name is not None:
             record["name"] = name
@@ -178,11 +182,13 @@ class TimerTable:
         """The firing the supervisor proposed, if the timer is still armed and due."""
         if timer.state != ARMED or now_ms < timer.fire_ms:
             return None
+        assert timer.fired_ms is None, "a timer fires once, never early"
         return {"type": TIMER_FIRED, "id": timer.id, "at_ms": now_ms}
 
     def decide_expire(self, timer: ScopeTimer, now_ms: int) -> dict | None:
         if timer.state != FIRED or now_ms < self.expiry_ms(timer):
             return None
+        assert timer.fired_ms is not None and timer.fired_ms <= now_ms, "a timer expires after it fired"
         return {"type": TIMER_EXPIRED, "id": timer.id, "at_ms": now_ms}
 
     def decide_ack(self, timer: ScopeTimer, token: str, now_ms: int) -> dict | None:
@@ -193,12 +199,14 @@ class TimerTable:
             return None
         if timer.state != FIRED:
             raise KernelError(CONFLICT, f"timer {timer.id} is {timer.state.lower()}, not fired")
+        assert timer.fired_ms is not None, "only a fired timer is acknowledged"
         return {"type": TIMER_ACKED, "id": timer.id, "at_ms": now_ms}
 
     def decide_cancel(self, timer: ScopeTimer, now_ms: int) -> dict | None:
         """CANCELLED if armed or fired; a timer already ended stays as it is (a harmless repeat)."""
         if timer.state in ENDED:
             return None
+        assert timer.state in (ARMED, FIRED), f"no timer state {timer.state!r}"
         return {"type": TIMER_CANCELLED, "id": timer.id, "at_ms": now_ms}
 
     # -- applying -------------------------------------------------------------------------------
@@ -272,3 +280,264 @@ class TimerTable:
         else:
             timer.state = record["state"]
         return timer
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class CreateTimer(Command):
+    """Arm a timer `afterSeconds` from now or `at` a time (exactly one of the two)."""
+
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    after_s: int | None = body("afterSeconds", INTEGER, required=False, minimum=0, maximum="timer_after_s_max")
+    at_ms: int | None = body("at", TIMESTAMP, required=False)
+    timer_id: str = drawn("tm_")
+    token: str = drawn("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return timers_actor(self.space, self.scope_id)
+
+    def check(self, limits: Limits) -> None:
+        if (self.after_s is None) == (self.at_ms is None):
+            raise KernelError(VALIDATION_FAILED, "give exactly one of 'afterSeconds' and 'at'")
+
+
+@command
+class EnsureTimer(Command):
+    """The timer of this name in the scope, armed `afterSeconds` from now or `at` a time when it
+    does not exist yet (exactly one of the two); one that exists is answered as it is."""
+
+    space: str = path("space")
+    name: str = path("name")
+    scope_id: str = body("scopeId")
+    after_s: int | None = body("afterSeconds", INTEGER, required=False, minimum=0, maximum="timer_after_s_max")
+    at_ms: int | None = body("at", TIMESTAMP, required=False)
+    timer_id: str = drawn("tm_")
+    token: str = drawn("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return timers_actor(self.space, self.scope_id)
+
+    def check(self, limits: Limits) -> None:
+        check_text("name", self.name, limits.name_len_max)
+        if (self.after_s is None) == (self.at_ms is None):
+            raise KernelError(VALIDATION_FAILED, "give exactly one of 'afterSeconds' and 'at'")
+
+
+@command
+class PollTimers(Command):
+    """List the fired, unacked timers of a scope with their tokens (harmless to repeat)."""
+
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    timer_id: str | None = body("timerId", required=False, description="only this timer (an extension of this server)")
+    wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="hold an empty listing up to this long, capped at {wait_ms_max}")
+
+    def actor(self, state: Any) -> ActorKey:
+        return timers_actor(self.space, self.scope_id)
+
+
+def _timer_actor_of(state: Any, space: str, timer_id: str) -> ActorKey:
+    return timers_actor(space, state.space(space).coordination.timers.get(timer_id).scope_id)
+
+
+@command
+class AckTimer(Command):
+    space: str = path("space")
+    timer_id: str = path("timer_id")
+    token: str = body("token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _timer_actor_of(state, self.space, self.timer_id)
+
+
+@command
+class CancelTimer(Command):
+    space: str = path("space")
+    timer_id: str = path("timer_id")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _timer_actor_of(state, self.space, self.timer_id)
+
+
+# -- transitions (of the coordination part) --------------------------------------------------------
+
+
+def create(part: Any, command: CreateTimer | EnsureTimer, now_ms: int, name: str | None = None) -> Outcome:
+    timers: TimerTable = part.timers
+    fire_ms = command.at_ms if command.at_ms is not None else now_ms + (command.after_s or 0) * 1000
+    if fire_ms - now_ms > part.limits.timer_after_s_max * 1000:
+        raise KernelError(VALIDATION_FAILED, f"a timer fires at most {part.limits.timer_after_s_max} seconds from now")
+    record = timers.decide_create(command.timer_id, command.scope_id, fire_ms, command.token, now_ms, name)
+    outcome = part.commit(Outcome(), record)
+    timer = timers.get(command.timer_id)
+    outcome.timers.extend(_timer_timers(part.id, timers, timer))
+    outcome.reply = timers.view(timer)
+    return outcome
+
+
+def ensure(part: Any, command: EnsureTimer, now_ms: int) -> Outcome:
+    """The scope's timer of this name as it is (the body is not compared), armed if missing."""
+    timers: TimerTable = part.timers
+    timer = timers.by_name(command.scope_id, command.name)
+    if timer is not None:
+        return Outcome(reply=timers.named_view(timer, now_ms))
+    outcome = create(part, command, now_ms, command.name)
+    outcome.reply = timers.named_view(timers.get(command.timer_id), now_ms)
+    return outcome
+
+
+def poll(part: Any, command: PollTimers, now_ms: int) -> Outcome:
+    """Every fired, unacked timer of the scope, with its token (a listing, harmless to repeat).
+
+    With `timerId`, only that one, and the answer says its state when it has ended (so a caller
+    waiting for a cancelled timer stops). With `waitMs`, an empty listing waits for a firing in
+    this scope (the timers fire on this actor).
+    """
+    timers: TimerTable = part.timers
+    scope = part.scopes.get(command.scope_id)
+    fired = timers.fired_in(command.scope_id)
+    reply: dict[str, Any] = {"scopeId": command.scope_id}
+    if command.timer_id is not None:
+        timer = timers.get(command.timer_id)
+        fired = [timer] if timer.state == FIRED else []
+        reply["timer"] = timers.view(timer)
+        if timer.state not in (ARMED, FIRED):
+            reply["timers"] = []
+            return Outcome(reply=reply)
+    if not fired:
+        if part.scopes.effective(scope, now_ms) != ACTIVE:
+            raise KernelError(SCOPE_CANCELLED, f"scope {command.scope_id} is {part.scopes.effective(scope, now_ms).lower()}")
+        if command.wait_ms:
+            return Outcome(empty=True)
+    reply["timers"] = [timers.fired_view(timer) for timer in fired[: part.limits.timers_listed_max]]
+    return Outcome(reply=reply)
+
+
+def ack(part: Any, command: AckTimer, now_ms: int) -> Outcome:
+    timers: TimerTable = part.timers
+    timer = timers.get(command.timer_id)
+    record = timers.decide_ack(timer, command.token, now_ms)
+    outcome = Outcome() if record is None else part.commit(Outcome(), record)
+    outcome.reply = timers.view(timer)
+    return outcome
+
+
+def cancel(part: Any, command: CancelTimer, now_ms: int) -> Outcome:
+    timers: TimerTable = part.timers
+    timer = timers.get(command.timer_id)
+    record = timers.decide_cancel(timer, now_ms)
+    outcome = Outcome() if record is None else part.commit(Outcome(), record)
+    outcome.reply = timers.view(timer)
+    return outcome
+
+
+def on_fire(part: Any, timer_id: str, _: Any, now_ms: int) -> Outcome:
+    timers: TimerTable = part.timers
+    timer = timers.find(timer_id)
+    record = None if timer is None else timers.decide_fire(timer, now_ms)
+    if record is None:
+        return Outcome()
+    assert timer is not None
+    outcome = part.commit(Outcome(), record)
+    outcome.timers.extend(_timer_timers(part.id, timers, timer))
+    return outcome
+
+
+def on_expiry(part: Any, timer_id: str, _: Any, now_ms: int) -> Outcome:
+    timers: TimerTable = part.timers
+    timer = timers.find(timer_id)
+    record = None if timer is None else timers.decide_expire(timer, now_ms)
+    return Outcome() if record is None else part.commit(Outcome(), record)
+
+
+def _timer_timers(space_id: str, timers: TimerTable, timer: ScopeTimer) -> Iterator[Timer]:
+    actor = timers_actor(space_id, timer.scope_id)
+    if timer.state == ARMED:
+        yield Timer(timer.fire_ms, actor, (FIRE_TIMER, timer.id), None)
+    elif timer.state == FIRED:
+        yield Timer(timers.expiry_ms(timer), actor, (EXPIRY_TIMER, timer.id), None)
+
+
+def _deadlines(space: Any) -> Iterator[Timer]:
+    timers: TimerTable = space.coordination.timers
+    for timer in timers.live():
+        yield from _timer_timers(space.id, timers, timer)
+
+
+def _after_scope_ended(space: Any, record: dict) -> list:
+    """A scope's end cancels the armed or fired timers of its subtree."""
+    subtree = space.scopes.subtree(record["id"])
+    cancelled = space.coordination.timers.cancel_in_scopes(subtree, record["at_ms"])
+    return [("timer.cancelled", timer.scope_id, "timer", timer.id, {"state": timer.state}) for timer in cancelled]
+
+
+def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+    """A poll parked on a timer actor of the subtree hears that the scope ended."""
+    actors = [timers_actor(space.id, scope_id) for scope_id in subtree]
+    return lambda outcome, at_ms: outcome.pokes.extend(actors)
+
+
+def _find(space: Any, timer_id: str) -> ScopeTimer | None:
+    return space.coordination.timers.find(timer_id)
+
+
+def _make(space: Any) -> None:
+    space.coordination.timers = TimerTable(space.limits, space.scopes)
+
+
+_ON = "coordination"
+_TABLE = "coordination.timers"
+
+TIMERS = Primitive(
+    "timers",
+    make=_make,
+    commands={
+        CreateTimer: (_ON, create),
+        EnsureTimer: (_ON, ensure),
+        PollTimers: (_ON, poll),
+        AckTimer: (_ON, ack),
+        CancelTimer: (_ON, cancel),
+    },
+    records={
+        # `name` only on a named timer (`PUT /timers/by-name/{name}`).
+        TIMER_CREATED: ("id", "scope_id", "fire_ms", "token", "at_ms", "name?"),
+        TIMER_FIRED: ("id", "at_ms"),
+        TIMER_ACKED: ("id", "at_ms"),
+        TIMER_CANCELLED: ("id", "at_ms"),
+        TIMER_EXPIRED: ("id", "at_ms"),
+        TIMER_IMAGE: ("id", "scope_id", "fire_ms", "token", "state", "fired_ms", "ended_ms", "at_ms", "name?"),
+    },
+    apply={
+        TIMER_CREATED: (_TABLE, "apply_created"),
+        TIMER_FIRED: (_TABLE, "apply_fired"),
+        TIMER_ACKED: (_TABLE, lambda timers, record: timers.apply_ended(record, ACKED)),
+        TIMER_CANCELLED: (_TABLE, lambda timers, record: timers.apply_ended(record, CANCELLED)),
+        TIMER_EXPIRED: (_TABLE, lambda timers, record: timers.apply_ended(record, EXPIRED)),
+        TIMER_IMAGE: (_TABLE, "apply_image"),
+    },
+    usage={
+        TIMER_CREATED: operation("timers.create"),
+        TIMER_ACKED: operation("timers.ack"),
+        TIMER_CANCELLED: operation("timers.cancel"),
+        TIMER_FIRED: event("timers.fire"),
+        TIMER_EXPIRED: event("timers.expire"),
+        TIMER_IMAGE: NOT_COUNTED,
+    },
+    timers={FIRE_TIMER: (_ON, on_fire), EXPIRY_TIMER: (_ON, on_expiry)},
+    derive={
+        TIMER_CREATED: entity_event("timer.created", "timer", _find, "fire_ms", "name"),
+        TIMER_FIRED: entity_event("timer.fired", "timer", _find),
+        TIMER_ACKED: entity_event("timer.acked", "timer", _find),
+        TIMER_CANCELLED: entity_event("timer.cancelled", "timer", _find),
+        TIMER_EXPIRED: entity_event("timer.expired", "timer", _find),
+    },
+    after={SCOPE_ENDED: _after_scope_ended},
+    events={"timer.created": None, "timer.fired": None, "timer.acked": None, "timer.cancelled": None, "timer.expired": None},
+    deadlines=_deadlines,
+    image=lambda space: space.coordination.timers.image(),
+    is_empty=lambda space: not len(space.coordination.timers),
+    scope_ending=_scope_ending,
+)

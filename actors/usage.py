@@ -22,192 +22,41 @@ Judged by the record alone, so two edges are named here: a nack that ends its ta
 attempt, or a run that has ended) is counted as the event it causes, not as a nack; and a task
 cancelled with one of the reasons the server itself uses for a run's end counts as that event.
 
-Every record type of the space is classified here; a test checks that none is left out, so a new
-record type (queues, tasks) must say whether it is an operation.
+Each primitive classifies its own record types (`Primitive.usage`: `operation`, `free`, `event`, a
+function of the record, or `NOT_COUNTED`); a record type classified nowhere fails at import
+(`primitives.py`), so a new one must say whether it is an operation.
 
 Pure: no IO, no clock reads.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
-from .admission import TASK_REQUIREMENTS
-from .barriers import BARRIER_ARRIVED, BARRIER_CREATED, BARRIER_IMAGE
-from .budgets import (
-    BUDGET_CREATED, BUDGET_IMAGE, RESERVATION_ENDED, RESERVATION_IMAGE, RESERVATION_MADE, RESERVATION_SETTLED,
-)
-from .claims import CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED
-from .dead_letters import DEAD_LETTERS_DELETED, DEAD_LETTERS_REQUEUED
-from .events import EVENTS_IMAGE, EVENT_IMAGE
-from .groups import GROUP_CREATED, GROUP_EXPIRED, GROUP_IMAGE, GROUP_JOINED, GROUP_SEALED, GROUP_VERDICT
-from .idempotency import IDEM_STORED
-from .mailboxes import MAILBOX_CREATED, MAILBOX_DECLARED, MAILBOX_IMAGE, MAILBOX_PURGED
-from .messages import (
-    DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, MESSAGES_IMAGE,
-    MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, WORKKEY_IMAGE,
-)
-from .once import ONCE_ACQUIRED, ONCE_COMPLETED, ONCE_EXPIRED, ONCE_FAILED, ONCE_IMAGE, ONCE_RENEWED
-from .pools import (
-    GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, GRANT_RENEWED, PERMIT_WAITER_ADDED, PERMIT_WAITER_ENDED,
-    PERMIT_WAITER_IMAGE, PERMIT_WAITER_SIGNALED, POOL_CREATED, POOL_IMAGE,
-)
-from .quotas import (
-    ALLOWANCE_CONSUMED, ALLOWANCE_COOLDOWN_RECORD, ALLOWANCE_CREATED, ALLOWANCE_IMAGE, WAITER_ADDED, WAITER_ENDED,
-    WAITER_GRANTED, WAITER_IMAGE,
-)
-from .runs import RUN_NAMED
-from .scopes import SCOPE_CREATED, SCOPE_ENDED, SCOPE_IMAGE
-from .tasks import TASK_CREATED, TASK_DETACHED, TASK_ENDED, TASK_IMAGE, TASK_JOINED, TASK_TOMBSTONED
-from .timers import TIMER_ACKED, TIMER_CANCELLED, TIMER_CREATED, TIMER_EXPIRED, TIMER_FIRED, TIMER_IMAGE
-from .work_limits import WORK_LIMIT_COUNTED, WORK_LIMIT_CREATED, WORK_LIMIT_IMAGE
+from .primitive import NOT_COUNTED, Primitive, record_type
 
-if TYPE_CHECKING:
-    from .claims import ClaimTable
-
-__all__ = ["Usage", "OPERATIONS", "FREE", "EVENTS", "NOT_COUNTED", "CLASSIFIED", "EXPIRIES", "TAKEOVER", "USAGE_IMAGE"]
+__all__ = ["Usage", "PLAN", "CLASSIFIED", "EXPIRIES", "TAKEOVER", "USAGE_IMAGE", "USAGE", "classify"]
 
 # The record types this module decides and applies (the journal's spelling of each).
-USAGE_IMAGE = "usage.image"
+USAGE_IMAGE = record_type("usage.image")
 
-# The three buckets, as indexes into `Usage._buckets`.
-OPERATION, FREE_OPERATION, EVENT = 0, 1, 2
-
-def _scope_end(record: dict) -> tuple[int, str]:
-    state = record["state"]
-    if state == "EXPIRED":
-        return EVENT, "scopes.expire"
-    return OPERATION, "scopes.cancel" if state == "CANCELLED" else "scopes.complete"
-
-
-# The reasons the queue records when the server, not a caller, ends a task (`work.py`).
-_SERVER_TASK_ENDS = frozenset({"deadline_exceeded", "scope_cancelled", "scope_completed", "scope_expired"})
-
-
-def _task_end(record: dict) -> tuple[int, str]:
-    if record["state"] == "EXPIRED":
-        return EVENT, "tasks.expire"
-    if record.get("reason") in _SERVER_TASK_ENDS:
-        return EVENT, "tasks.end_with_run"
-    return OPERATION, "tasks.cancel"
-
-
-def _requeue(record: dict) -> tuple[int, str]:
-    return (OPERATION, "deliveries.nack") if record.get("cause") == "retry" else (EVENT, "deliveries.expire")
-
-
-def _dead(record: dict) -> tuple[int, str]:
-    return (OPERATION, "deliveries.nack") if record.get("cause") == "rejected" else (EVENT, "deliveries.dead")
-
-
-# Record type -> the name it is counted under, in one of the three buckets.
-OPERATIONS: dict[str, str] = {
-    SCOPE_CREATED: "scopes.create",
-    CLAIM_ACQUIRED: "claims.acquire",
-    CLAIM_RELEASED: "claims.release",
-    CLAIM_FORCE_RELEASED: "claims.force_release",
-    MAILBOX_CREATED: "mailboxes.create",
-    MAILBOX_DECLARED: "mailboxes.declare",
-    MESSAGE_SENT: "messages.send",
-    TASK_CREATED: "tasks.submit",
-    TASK_JOINED: "tasks.join",
-    TASK_DETACHED: "tasks.detach",
-    DELIVERY_LEASED: "deliveries.receive",
-    DELIVERY_COMPLETED: "deliveries.complete",
-    DEAD_LETTERS_REQUEUED: "dead_letters.requeue",
-    DEAD_LETTERS_DELETED: "dead_letters.delete",
-    MAILBOX_PURGED: "mailboxes.purge",
-    ONCE_ACQUIRED: "once.acquire",
-    ONCE_COMPLETED: "once.complete",
-    ONCE_FAILED: "once.fail",
-    # -- capacity --
-    POOL_CREATED: "pools.create",
-    GRANT_ACQUIRED: "pools.acquire",
-    GRANT_RELEASED: "pools.release",
-    ALLOWANCE_CREATED: "quotas.create",
-    ALLOWANCE_CONSUMED: "quotas.consume",
-    ALLOWANCE_COOLDOWN_RECORD: "quotas.cooldown",
-    WAITER_ADDED: "quotas.wait",
-    PERMIT_WAITER_ADDED: "pools.wait",
-    WORK_LIMIT_CREATED: "work_limits.create",
-    BUDGET_CREATED: "budgets.create",
-    RESERVATION_MADE: "budgets.reserve",
-    RESERVATION_SETTLED: "budgets.settle",
-    # -- coordination --
-    BARRIER_CREATED: "barriers.create",
-    BARRIER_ARRIVED: "barriers.arrive",
-    TIMER_CREATED: "timers.create",
-    TIMER_ACKED: "timers.ack",
-    TIMER_CANCELLED: "timers.cancel",
-    GROUP_CREATED: "groups.create",
-    GROUP_JOINED: "groups.join",
-    GROUP_VERDICT: "groups.verdict",
-    GROUP_SEALED: "groups.seal",
-}
-FREE: dict[str, str] = {
-    CLAIM_RENEWED: "claims.renew",
-    DELIVERY_RENEWED: "deliveries.renew",
-    ONCE_RENEWED: "once.renew",
-    GRANT_RENEWED: "pools.renew",  # -- capacity --
-}
-EVENTS: dict[str, str] = {
-    CLAIM_EXPIRED: "claims.expire",
-    MESSAGE_VISIBLE: "messages.backoff_over",
-    MESSAGE_DROPPED: "messages.drop",
-    TASK_TOMBSTONED: "tasks.tombstone",
-    ONCE_EXPIRED: "once.expire",
-    # -- capacity --
-    GRANT_EXPIRED: "pools.expire",
-    WAITER_GRANTED: "quotas.grant",
-    PERMIT_WAITER_SIGNALED: "pools.signal",
-    # Counted with the submit it belongs to.
-    # -- coordination --
-    TIMER_FIRED: "timers.fire",
-    TIMER_EXPIRED: "timers.expire",
-    GROUP_EXPIRED: "groups.expire",
-}
-# Decided by the record's content.
-_BY_CONTENT: dict[str, Callable[[dict], tuple[int, str]]] = {
-    SCOPE_ENDED: _scope_end,
-    TASK_ENDED: _task_end,
-    DELIVERY_REQUEUED: _requeue,
-    DELIVERY_DEAD: _dead,
-    # -- capacity --
-    WAITER_ENDED: lambda record: (OPERATION, "quotas.cancel_wait") if record["state"] == "CANCELLED" else (EVENT, "quotas.wait_expire"),
-    RESERVATION_ENDED: lambda record: (OPERATION, "budgets.void") if record["state"] == "VOIDED" else (EVENT, "budgets.release"),
-    # A waiter's grant is part of its acquire (the operation is `grant.acquired`).
-    PERMIT_WAITER_ENDED: lambda record: {
-        "CANCELLED": (OPERATION, "pools.cancel_wait"), "GRANTED": (FREE_OPERATION, "pools.take_turn"),
-    }.get(record["state"], (EVENT, "pools.wait_expire")),
-}
-# Records that are no change a caller made: snapshot images and the usage image itself; a run's
-# name (its `scope.created` is the operation).
-NOT_COUNTED = frozenset(
-    {USAGE_IMAGE, SCOPE_IMAGE, CLAIM_IMAGE, MAILBOX_IMAGE, MESSAGE_IMAGE, MESSAGES_IMAGE, TASK_IMAGE,
-     WORKKEY_IMAGE, ONCE_IMAGE, RUN_NAMED,
-     # -- capacity --
-     POOL_IMAGE, ALLOWANCE_IMAGE, WAITER_IMAGE, PERMIT_WAITER_IMAGE, WORK_LIMIT_IMAGE, BUDGET_IMAGE, RESERVATION_IMAGE,
-     WORK_LIMIT_COUNTED, TASK_REQUIREMENTS,
-     # -- coordination --
-     BARRIER_IMAGE, TIMER_IMAGE, GROUP_IMAGE, EVENTS_IMAGE, EVENT_IMAGE,
-     # A stored answer: the request it answers was counted when it ran.
-     IDEM_STORED}
-)
-
-CLASSIFIED = frozenset(OPERATIONS) | frozenset(FREE) | frozenset(EVENTS) | frozenset(_BY_CONTENT) | NOT_COUNTED
+# Record type -> (bucket, name) (`primitive.OPERATION`, `FREE_OPERATION`, `EVENT`), or a function
+# of the record that says which: one lookup a record. Every primitive classifies each of its record
+# types (`Primitive.usage`); these are filled from the declarations once, at import (`primitives.py`).
+PLAN: dict[str, Any] = {}
+# Every record type, counted or not (a type declared without a class fails at import).
+CLASSIFIED: set[str] = set()
 
 TAKEOVER = "claims.takeover"
 # The events that are something's time running out, by the kind of thing (metrics, expiry storms).
 EXPIRIES: dict[str, str] = {"claims.expire": "claim", "scopes.expire": "scope", "deliveries.expire": "delivery", "tasks.expire": "task"}
 
 
-# Record type -> (bucket, name), or a function of the record that says which: one lookup a record.
-_PLAN: dict[str, Any] = {
-    **{kind: (OPERATION, name) for kind, name in OPERATIONS.items()},
-    **{kind: (FREE_OPERATION, name) for kind, name in FREE.items()},
-    **{kind: (EVENT, name) for kind, name in EVENTS.items()},
-    **_BY_CONTENT,
-}
+def classify(plan: dict[str, Any], classified: frozenset[str]) -> None:
+    """Fill `PLAN` and `CLASSIFIED` from the declarations (once)."""
+    assert not PLAN and not CLASSIFIED, "usage is classified once"
+    PLAN.update(plan)
+    CLASSIFIED.update(classified)
 
 
 class Usage:
@@ -215,7 +64,7 @@ class Usage:
 
     __slots__ = ("operations", "free", "events", "_buckets", "_claims")
 
-    def __init__(self, claims: "ClaimTable | None" = None) -> None:
+    def __init__(self, claims: Any = None) -> None:
         self.operations: dict[str, int] = {}
         self.free: dict[str, int] = {}
         self.events: dict[str, int] = {}
@@ -240,7 +89,7 @@ class Usage:
 
     def count(self, record: dict) -> None:
         """Count `record`. On every record applied, live and in replay: one lookup and one update."""
-        plan = _PLAN.get(record["type"])
+        plan = PLAN.get(record["type"])
         if plan is None:
             return
         bucket, name = plan if plan.__class__ is tuple else plan(record)
@@ -263,6 +112,12 @@ class Usage:
 
     # -- snapshots ------------------------------------------------------------------------------
 
+    def images(self, space_id: str) -> list[dict]:
+        """The image of these counters: none while nothing was counted."""
+        if self.operations or self.free or self.events or self.takeovers:
+            return [self.image(space_id)]
+        return []
+
     def image(self, space_id: str) -> dict:
         """The record that sets these counters outright: last in a space's snapshot image."""
         return {
@@ -281,3 +136,20 @@ class Usage:
         self._buckets = (self.operations, self.free, self.events)
         if self._claims is not None:
             self._claims.takeovers = record.get("takeovers", 0)
+
+
+def _make(space: Any) -> None:
+    # Takeovers are counted by the claim table, which has the claim at hand when it applies.
+    space.usage = Usage(space.claims)
+
+
+# Last in a space's image: its record sets the counters outright, whatever replaying the image counted.
+USAGE = Primitive(
+    "usage",
+    make=_make,
+    state=("usage",),
+    records={USAGE_IMAGE: ("operations", "free", "events", "takeovers?")},
+    apply={USAGE_IMAGE: ("usage", "apply_image")},
+    usage={USAGE_IMAGE: NOT_COUNTED},
+    image=lambda space: space.usage.images(space.id),
+)

@@ -9,34 +9,35 @@ was made for is recorded and shown; it does not narrow what is counted.
 The tasks a limit let through are kept by id (recorded with the submit as `work_limit.counted`)
 and judged by the task table when counted, so a task's end needs no record here; ended tasks are
 dropped from the set when the next one is added (the same on replay, which sees the same tasks).
+The commands run on the space's capacity actor (`capacity.py`); a submit is checked and counted by
+the tasks' transition (`task_commands.submit`) with `check_room` and `count_task`. The work limits'
+declaration (`WORK_LIMITS`) is at the end.
 
 Pure: no IO, no clock reads.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
+from .capacity import CapacityCommand, CapacityCommands
 from .caps import full
 from .errors import BACKLOG_FULL, CONFLICT, NOT_FOUND, KernelError
+from .fields import INTEGER, body, drawn, path
+from .outcome import Outcome
+from .primitive import NOT_COUNTED, Primitive, command, operation, record_type
 from .tasks import TaskTable
 from .timestamps import format_ms
 
 __all__ = [
-    "WorkLimit", "WorkLimitTable", "WORK_LIMIT_RECORDS", "WORK_LIMIT_COUNTED", "WORK_LIMIT_CREATED",
-    "WORK_LIMIT_IMAGE",
+    "WorkLimit", "WorkLimitTable", "WORK_LIMIT_COUNTED", "WORK_LIMIT_CREATED", "WORK_LIMIT_IMAGE", "CreateWorkLimit",
+    "WORK_LIMITS", "check_room", "count_task",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
-WORK_LIMIT_COUNTED = "work_limit.counted"
-WORK_LIMIT_CREATED = "work_limit.created"
-WORK_LIMIT_IMAGE = "work_limit.image"
-
-WORK_LIMIT_RECORDS: dict[str, tuple[str, ...]] = {
-    WORK_LIMIT_CREATED: ("id", "name", "scope_id", "max_outstanding", "at_ms"),
-    WORK_LIMIT_COUNTED: ("id", "task_id", "at_ms"),
-    WORK_LIMIT_IMAGE: ("id", "name", "scope_id", "max_outstanding", "created_ms", "task_ids"),
-}
+WORK_LIMIT_COUNTED = record_type("work_limit.counted")
+WORK_LIMIT_CREATED = record_type("work_limit.created")
+WORK_LIMIT_IMAGE = record_type("work_limit.image")
 
 # BACKLOG_FULL's Retry-After: no moment is known when a task will end, so a short, fixed wait.
 RETRY_AFTER_S = 1.0
@@ -101,6 +102,7 @@ class WorkLimitTable:
             raise KernelError(CONFLICT, f"a work limit named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._limits) >= self.work_limits_max:
             raise full(f"space holds {len(self._limits)} work limits", "work_limits_max")
+        assert max_outstanding > 0, "a work limit lets some tasks through"
         return {
             "type": WORK_LIMIT_CREATED, "id": limit_id, "name": name, "scope_id": scope_id,
             "max_outstanding": max_outstanding, "at_ms": now_ms,
@@ -140,3 +142,64 @@ class WorkLimitTable:
     def apply_image(self, record: dict) -> None:
         limit = self.apply_created({**record, "at_ms": record["created_ms"]})
         limit.task_ids = list(record["task_ids"])
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@command
+class CreateWorkLimit(CapacityCommand):
+    space: str = path("space")
+    name: str = body("name", length_max="name_len_max")
+    scope_id: str = body("scopeId")
+    max_outstanding: int = body("maxOutstanding", INTEGER, minimum=1, maximum="backlog_limit_max")
+    work_limit_id: str = drawn("wl_")
+
+
+def create(part: CapacityCommands, command: CreateWorkLimit, now_ms: int) -> Outcome:
+    part.scopes.get(command.scope_id)
+    limits: WorkLimitTable = part.work_limits
+    record = limits.decide_create(command.work_limit_id, command.name, command.scope_id, command.max_outstanding, now_ms)
+    outcome = part.commit(Outcome(), record)
+    outcome.reply = limits.view(limits.find(command.work_limit_id))
+    return outcome
+
+
+def check_room(part: CapacityCommands, name_or_id: str) -> WorkLimit:
+    """The work limit a submit names, if it has room for one more task (else BACKLOG_FULL)."""
+    limit = part.work_limits.find(name_or_id)
+    part.work_limits.check_room(limit)
+    return limit
+
+
+def count_task(part: CapacityCommands, outcome: Outcome, limit: WorkLimit, task_id: str, now_ms: int) -> None:
+    """Count the task a submit created on its work limit, in the submit's own outcome."""
+    part.commit(outcome, {"type": WORK_LIMIT_COUNTED, "id": limit.id, "task_id": task_id, "at_ms": now_ms})
+
+
+def _make(space: Any) -> None:
+    space.capacity.work_limits = WorkLimitTable(space.tasks, space.limits.work_limits_max)
+
+
+_TABLE = "capacity.work_limits"
+
+# After the tasks in a space's image: a work limit counts its tasks by id.
+WORK_LIMITS = Primitive(
+    "work limits",
+    make=_make,
+    commands={CreateWorkLimit: ("capacity", create)},
+    records={
+        WORK_LIMIT_CREATED: ("id", "name", "scope_id", "max_outstanding", "at_ms"),
+        WORK_LIMIT_COUNTED: ("id", "task_id", "at_ms"),
+        WORK_LIMIT_IMAGE: ("id", "name", "scope_id", "max_outstanding", "created_ms", "task_ids"),
+    },
+    apply={
+        WORK_LIMIT_CREATED: (_TABLE, "apply_created"),
+        WORK_LIMIT_COUNTED: (_TABLE, "apply_counted"),
+        WORK_LIMIT_IMAGE: (_TABLE, "apply_image"),
+    },
+    # A task counted on its limit is counted with the submit it belongs to.
+    usage={WORK_LIMIT_CREATED: operation("work_limits.create"), WORK_LIMIT_COUNTED: NOT_COUNTED, WORK_LIMIT_IMAGE: NOT_COUNTED},
+    image=lambda space: space.capacity.work_limits.image(),
+    is_empty=lambda space: not len(space.capacity.work_limits),
+)

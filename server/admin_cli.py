@@ -133,11 +133,10 @@ def add_inspect_actions(inspect: argparse.ArgumentParser, reader: argparse.Argum
     tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
     _sub(what, "mailboxes", "list the mailboxes (queues) of a space", "  runstate inspect mailboxes --json", [reader], ("queues",))
     _sub(what, "usage", "operations counted for a space (renewals are free)", "  runstate inspect usage\n  runstate inspect usage --space research", [reader])
-    # -- capacity --
+    # Pools, quotas and budgets (a space's); barriers, timers and task groups (a run's).
     _sub(what, "pools", "list the permit pools of a space and their units in use", "  runstate inspect pools --json", [reader])
     _sub(what, "quotas", "list the allowances of a space and their current window", "  runstate inspect quotas", [reader])
     _sub(what, "budgets", "list the budgets of a space: limit, spent, reserved, available", "  runstate inspect budgets", [reader])
-    # -- coordination --
     for name, help_text in (("barriers", "list the barriers of a run"), ("timers", "list the timers of a run"),
                             ("groups", "list the task groups of a run")):
         listing = _sub(what, name, help_text, f"  runstate inspect {name} sc_0123456789abcdef", [reader])
@@ -399,7 +398,6 @@ def _inspect(args: argparse.Namespace, fetch: Fetch | None = None) -> None:
             ("LEASED", counts("leased")), ("DEAD LETTERS", counts("deadLetters")), ("BACKLOG LIMIT", "backlogLimit"),
             ("MAX ATTEMPTS", "maxAttempts"),
         ]
-    # -- capacity --
     elif action == "pools":
         data = fetch("/permits")
         rows, columns = data["permits"], [("NAME", "name"), ("ID", "id"), ("UNITS", "unitsTotal"), ("IN USE", "unitsInUse"), ("AVAILABLE", "unitsAvailable")]
@@ -417,7 +415,6 @@ def _inspect(args: argparse.Namespace, fetch: Fetch | None = None) -> None:
             ("NAME", "name"), ("ID", "id"), ("CURRENCY", "currency"), ("LIMIT", _amount("limitMinor")),
             ("SPENT", _amount("spentMinor")), ("RESERVED", _amount("reservedMinor")), ("AVAILABLE", _amount("availableMinor")),
         ]
-    # -- coordination --
     elif action in ("barriers", "timers", "groups"):
         data = fetch(f"/scopes/{args.run}/{action}", {"limit": args.limit})
         rows, columns = data[action], {
@@ -456,7 +453,6 @@ def _amount(field: str) -> Callable[[dict], str | None]:
     return amount
 
 
-# -- coordination --
 def event_by(event: dict) -> str | None:
     """Who an event is by: the operator (`by`: an API key's id, or `admin`) when its record says,
     else the holder it names (who took a claim or a delivery, or whose delivery ended); None
@@ -465,6 +461,7 @@ def event_by(event: dict) -> str | None:
     return payload.get("by") or payload.get("holder")
 
 
+# The columns of `runstate events` (a space's event log).
 EVENT_COLUMNS: list[Column] = [
     ("CURSOR", lambda row: row["eventId"].split("_", 1)[-1]), ("TYPE", "type"), ("AT", "createdAt"),
     ("AGGREGATE", lambda row: f"{row['aggregate']['type']}:{row['aggregate']['id']}"), ("RUN", "scopeId"),

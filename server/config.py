@@ -218,7 +218,7 @@ LIMIT_DOCS: dict[str, str] = {
                                "(the oldest go first).",
     "space_entities_max": "Most entities one space keeps, live or ended: runs, claim keys, messages, tasks, pool and allowance "
                           "waiters; past it a write is 409 BACKLOG_FULL. Stored Idempotency-Key answers take the room these leave.",
-    # -- capacity --
+    # Pools, quotas, budgets and work limits.
     "pools_max": "Most permit pools in one space.",
     "pool_units_max": "Largest capacity of a permit pool, in units.",
     "allowances_max": "Most allowances (quotas) in one space.",
@@ -235,7 +235,7 @@ LIMIT_DOCS: dict[str, str] = {
     "settle_by_s_default": "A budget reservation without settleBy is released after this long, in seconds.",
     "settle_by_s_max": "Latest settleBy a reservation may ask for, in seconds from now.",
     "work_limits_max": "Most work limits in one space.",
-    # -- coordination --
+    # Barriers, timers, task groups and the event log.
     "barriers_max": "Most barriers kept in one space.",
     "barrier_target_max": "Largest target (arrivals needed) of a barrier.",
     "timers_per_scope_max": "Most armed or fired timers in one run.",
@@ -258,7 +258,7 @@ _LIMITS_MAY_BE_ZERO = frozenset({"restart_grace_s", "restart_spread_s", "backoff
 _ORDERED: tuple[tuple[str, str], ...] = (
     ("lease_s_min", "lease_s_default"),
     ("lease_s_default", "lease_s_max"),
-    ("waiter_ttl_s_min", "waiter_ttl_s_max"),  # -- capacity --
+    ("waiter_ttl_s_min", "waiter_ttl_s_max"),
     ("settle_by_s_default", "settle_by_s_max"),
     ("backoff_base_s", "backoff_max_s"),
     ("attempts_max_default", "attempts_max_max"),

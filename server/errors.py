@@ -31,13 +31,13 @@ STATUS: dict[str, int] = {
     "STALE_CLAIM": 409,
     "CAPACITY_UNAVAILABLE": 409,
     "BACKLOG_FULL": 409,
-    # -- coordination --
+    # Barriers and the event log.
     "BARRIER_RELEASED": 409,
     "BARRIER_CANCELLED": 409,
     "CURSOR_EXPIRED": 410,
     "HISTORY_NOT_KEPT": 410,
     "RATE_LIMITED": 429,
-    # -- capacity --
+    # Budgets and quotas.
     "INSUFFICIENT_BUDGET": 409,
     "ALLOWANCE_EXHAUSTED": 429,
     "ALLOWANCE_COOLDOWN": 429,

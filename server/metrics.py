@@ -37,7 +37,7 @@ from ..actors import caps
 from ..actors.usage import EXPIRIES
 from ..snapshots.disk import Disk
 from ..snapshots.history import kept
-from .capacity_metrics import capacity_families  # -- capacity --
+from .capacity_metrics import capacity_families
 
 if TYPE_CHECKING:
     from ..actors.space import SpaceState
@@ -185,8 +185,7 @@ class StateCollector:
 
     def __init__(self) -> None:
         self.runtime: "Runtime | None" = None
-        self.sources: list[Source] = [queue_families, cap_families, capacity_families]  # -- capacity --
-        # -- coordination --
+        self.sources: list[Source] = [queue_families, cap_families, capacity_families]
         from .coordination_metrics import coordination_families
 
         self.sources.append(coordination_families)

@@ -214,9 +214,9 @@ def _components(limits: Limits) -> dict:
             {"key": {"type": "string", "description": "the new key's secret: shown in this answer only"}},
         ),
     }
-    schemas.update(_capacity_components())  # -- capacity --
+    schemas.update(_capacity_components())
     schemas["Submitted"] = {"allOf": [_ref("Task"), _obj({"created": {"type": "boolean"}, "replay": {"type": "boolean"}})]}
-    schemas.update(_coordination_components())  # -- coordination --
+    schemas.update(_coordination_components())
     return {
         "schemas": schemas,
         "securitySchemes": {
@@ -236,8 +236,8 @@ def _components(limits: Limits) -> dict:
     }
 
 
-# -- capacity --
 def _capacity_components() -> dict:
+    """Pools, quotas, budgets, work limits and admission."""
     text, integer = {"type": "string"}, {"type": "integer"}
     minor = {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
     return {
@@ -303,7 +303,6 @@ def _capacity_components() -> dict:
     }
 
 
-# -- coordination --
 def _coordination_components() -> dict:
     """Barriers, timers, task groups and events."""
     text, integer = {"type": "string"}, {"type": "integer"}
@@ -426,7 +425,7 @@ _ERRORS = {
     "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one. "
                   "HISTORY_NOT_KEPT: the point is older than the history kept"),
     "413": _error("the request body is over the limit"),
-    "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),  # -- capacity --
+    "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),
     "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal"),
 }
 

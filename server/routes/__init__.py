@@ -4,16 +4,16 @@ from ..http import Router
 from . import claims, health, mailboxes, messages, once, scopes, tasks
 from . import admin, cluster, inspect, metrics, openapi
 from . import batch, history
-from . import capacity  # -- capacity --
-from . import coordination  # -- coordination --
+from . import capacity
+from . import coordination
 
 __all__ = ["ROUTER"]
 
 ROUTER = Router()
 for module in (health, scopes, claims, mailboxes, messages, tasks, once, admin, inspect, metrics, openapi, cluster):
     ROUTER.include(module.router)
-ROUTER.include(capacity.router)  # -- capacity --
-ROUTER.include(coordination.router)  # -- coordination --
+ROUTER.include(capacity.router)
+ROUTER.include(coordination.router)
 ROUTER.include(batch.router)
 # Last: the past of every read of a space, made from the routes above (`history.twins`).
 ROUTER.include(history.router)

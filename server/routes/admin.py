@@ -19,7 +19,7 @@ from __future__ import annotations
 from ...actors import commands as c
 from ...actors.errors import VALIDATION_FAILED, quote
 from ...actors.fields import TEXT, TEXTS, Spec, read_field
-from ...actors.keys import EDITOR, ROLES, digest, new_secret
+from ...actors.keys import EDITOR, KEY_SPACES_MAX, ROLES, digest, new_secret
 from ...actors.state import KernelState
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
@@ -33,7 +33,7 @@ G = "Admin (the admin key)"
 
 # The request of POST /keys: "space", or "spaces" (one of the two), and an optional "name".
 _SPACE = Spec("space", TEXT, required=False)
-_SPACES = Spec("spaces", TEXTS, required=False, items_max=c.KEY_SPACES_MAX)
+_SPACES = Spec("spaces", TEXTS, required=False, items_max=KEY_SPACES_MAX)
 _NAME = Spec("name", TEXT, required=False, length_max="name_len_max")
 _SPACE_REQUIRED = Spec("space", TEXT)
 _ROLE = Spec("role", TEXT, required=False, length_max=16, description="editor (the default: reads and changes) or viewer (reads only)")

@@ -10,6 +10,7 @@ import trio
 
 from runstate.actors import Idem, KernelError, KernelState, Limits
 from runstate.actors import commands as c
+from runstate.actors import scopes
 from runstate.actors.boot import EPOCH_SHIFT
 from runstate.snapshots import assert_same_state
 
@@ -158,7 +159,7 @@ def test_restart_decisions_expire_ended_leases_and_spread_the_rest():
     limits = Limits(restart_grace_s=10, restart_spread_s=4)
     state = KernelState(limits)
     space = state.space(SPACE)
-    space.create_scope(c.CreateScope(space=SPACE, scope_id="sc"), T0_MS)
+    scopes.create(space, c.CreateScope(space=SPACE, scope_id="sc"), T0_MS)
     for number, lease_s in enumerate([5, 8, 12, 7, 100]):
         command = c.AcquireClaim(space=SPACE, scope_id="sc", key=f"k{number}", holder="h", session="x", lease_s=lease_s, token=f"ct_{number}")
         space.claiming.acquire(command, T0_MS)
@@ -178,7 +179,7 @@ def test_restart_decisions_expire_ended_leases_and_spread_the_rest():
 def _one_claim(lease_s: int, limits: Limits | None = None) -> KernelState:
     state = KernelState(limits or Limits(restart_grace_s=15, restart_spread_s=0))
     space = state.space(SPACE)
-    space.create_scope(c.CreateScope(space=SPACE, scope_id="sc"), T0_MS)
+    scopes.create(space, c.CreateScope(space=SPACE, scope_id="sc"), T0_MS)
     command = c.AcquireClaim(space=SPACE, scope_id="sc", key="k", holder="h", session="x", lease_s=lease_s, token="ct_k")
     space.claiming.acquire(command, T0_MS)
     return state

@@ -195,14 +195,15 @@ async def test_with_worker_threads_in_real_time(tmp_path):
 def test_dismantle_empties_a_state_and_leaves_shared_settings_alone():
     from runstate.actors import KernelState, Limits
     from runstate.actors import commands as c
+    from runstate.actors import scopes
     from runstate.actors.idempotency import IdempotencyTable
     from runstate.snapshots.compaction import dismantle
 
     limits = Limits(restart_grace_s=20)
     state = KernelState(limits)
     space = state.space(SPACE)
-    space.create_scope(c.CreateScope(space=SPACE, scope_id="sc"), 0)
-    space.create_scope(c.CreateScope(space=SPACE, scope_id="child", parent_id="sc"), 0)
+    scopes.create(space, c.CreateScope(space=SPACE, scope_id="sc"), 0)
+    scopes.create(space, c.CreateScope(space=SPACE, scope_id="child", parent_id="sc"), 0)
     for number in range(3000):
         command = c.AcquireClaim(space=SPACE, scope_id="sc", key=f"k{number}", holder="h", session="x", lease_s=5, token=f"t{number}")
         space.claiming.acquire(command, 0)

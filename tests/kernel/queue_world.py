@@ -42,8 +42,8 @@ class World:
 
     def do(self, method: str, *args: Any) -> Outcome:
         """Run one command on the space at the current time, named by what it does (see `_COMMANDS`)."""
-        if method == "restart_deliveries":
-            outcome = self.space.work.restart_deliveries(*args, self.now)
+        if method == "restart_deliveries":  # (grace_ms, spread_ms): the restart rule over the space's leases
+            outcome = self.space.restart(self.now, *args)
         else:
             command = _COMMANDS[method](*args)
             validate(command, self.limits)

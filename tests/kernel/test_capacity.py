@@ -12,6 +12,7 @@ import trio
 
 from runstate.actors import Clock, IdSource, Kernel, KernelError, KernelState
 from runstate.actors.journal import MemoryJournal
+from runstate.actors.primitives import named
 from runstate.actors.records import check_record
 from runstate.actors.space import SpaceState
 
@@ -436,8 +437,15 @@ async def _busy(world: World) -> None:
     await trio.sleep(1)
 
 
+_CAPACITY = named("pools", "quotas", "budgets", "work limits", "admission")
+
+
 def _state_of(space: SpaceState) -> list[dict]:
-    return list(space.capacity.image())
+    return [record for primitive in _CAPACITY for record in primitive.image(space)]
+
+
+def _timers_of(space: SpaceState) -> list:
+    return [timer for primitive in _CAPACITY if primitive.deadlines for timer in primitive.deadlines(space)]
 
 
 async def test_replaying_the_journal_rebuilds_capacity_exactly(world, autojump_clock):
@@ -453,8 +461,8 @@ async def test_replaying_the_journal_rebuilds_capacity_exactly(world, autojump_c
         check_record(record)  # as a snapshot writes it: the record format knows every image
         imaged.apply(record)
     assert _state_of(replayed.space(SPACE)) == _state_of(live) == _state_of(imaged)
-    timers = sorted(map(repr, live.capacity.timers()))
-    assert sorted(map(repr, replayed.space(SPACE).capacity.timers())) == timers == sorted(map(repr, imaged.capacity.timers()))
+    timers = sorted(map(repr, _timers_of(live)))
+    assert sorted(map(repr, _timers_of(replayed.space(SPACE)))) == timers == sorted(map(repr, _timers_of(imaged)))
     view = world.pools.list(SPACE)[0]
     assert view["unitsInUse"] == 2, "the 5 s grant expired, the other scope's grant went with its scope"
 
@@ -572,7 +580,8 @@ async def test_a_restart_gives_a_signaled_waiter_the_grace_to_come_for_its_units
         record["space"] = SPACE
         space.apply(record)
     now = T0 + 8_000  # the restart: pw_a's turn (to +10 s) is still on, pw_b's (to +3 s) is over
-    outcome = space.capacity.restart(now, grace_ms=15_000)
+    [pools] = named("pools")
+    outcome = pools.restart(space, now, 15_000)
     assert [(r["type"], r["id"], r["turn_ends_ms"]) for r in outcome.records] == [("permit_waiter.signaled", "pw_a", now + 15_000)]
     waiter = space.capacity.pools.waiter("pw_a")
     assert (waiter.state, waiter.signaled_ms, waiter.due_ms) == ("SIGNALED", T0, now + 15_000)

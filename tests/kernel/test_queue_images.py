@@ -55,8 +55,8 @@ def test_an_image_rebuilds_the_queues_and_tasks_exactly(seed):
 
 def test_an_empty_space_has_an_empty_work_image():
     space = SpaceState(SPACE, World().limits)
-    assert space.work.is_empty()
-    assert [r["type"] for r in space.work.image()] == ["messages.image"]
+    assert space.is_empty()
+    assert [r["type"] for r in space.image()] == ["messages.image"]
 
 
 def test_a_restart_ends_leases_that_have_ended_and_gives_the_rest_a_grace_period_once():

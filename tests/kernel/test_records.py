@@ -4,9 +4,11 @@ answers are checked wherever a WAL is written: the journal checks each record it
 
 from __future__ import annotations
 
-from runstate.actors.capacity import CAPACITY_RECORDS
-from runstate.actors.coordination import COORDINATION_RECORDS
+from runstate.actors.primitives import named
 from runstate.actors.records import FIELDS, check_record
+
+CAPACITY_RECORDS = {kind for primitive in named("pools", "quotas", "budgets", "work limits", "admission") for kind in primitive.records}
+COORDINATION_RECORDS = {kind for primitive in named("barriers", "timers", "groups") for kind in primitive.records}
 
 from .test_queue_simulation import STEPS, Simulation
 

@@ -113,7 +113,7 @@ def _existing(server: ServerProcess) -> dict[str, str]:
         assert settled.status_code == 200, settled.text
         http.post(base + "/claims", json={"key": "k", "scopeId": scope_id, "holder": "h", "holderSession": "s", "leaseSeconds": 600})
         http.put(base + "/runs/fuzz", json={})  # a run and a mailbox named "fuzz" (routes by name)
-        # -- capacity --
+        # A permit pool, an allowance and a budget, so their routes have something to act on.
         permit_id = http.post(base + "/permits", json={"name": "fuzz", "units": 3}).json()["id"]
         grant = http.post(base + f"/permits/{permit_id}/acquire", json={"scopeId": scope_id, "units": 1, "holder": "h", "holderSession": "s", "leaseSeconds": 600}).json()
         allowance_id = http.post(base + "/allowances", json={"name": "fuzz", "unitsLimit": 1, "windowSeconds": 3600}).json()["id"]

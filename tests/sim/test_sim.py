@@ -84,10 +84,10 @@ def test_an_injected_mixup_of_a_batchs_answers_is_caught(monkeypatch):
 def test_an_injected_completion_in_an_ended_run_is_caught(monkeypatch):
     """A run's end that leaves its deliveries under way running (and takes their completions) lets
     a worker record a result in a run that had ended."""
-    from runstate.actors.work import WorkCommands
+    from runstate.actors import deliveries
 
-    monkeypatch.setattr(WorkCommands, "end_in_flight", lambda self, outcome, scope_ids, now_ms: None)
-    monkeypatch.setattr(WorkCommands, "_held", lambda self, message_id, token, now_ms: self.messages.current(message_id, token, now_ms))
+    monkeypatch.setattr(deliveries, "end_in_flight", lambda space, outcome, scope_ids, now_ms: None)
+    monkeypatch.setattr(deliveries, "_held", lambda space, message_id, token, now_ms: space.messages.current(message_id, token, now_ms))
     found, result = run_seeds_until("ended-run", tuple(range(1, 13)), virtual_s=240)
     assert "ended-run" in found, result.describe()
 

@@ -32,12 +32,12 @@ def test_an_injected_barrier_that_counts_a_key_twice_is_caught(monkeypatch):
 
 def test_an_injected_early_timer_is_caught(monkeypatch):
     """A timer that fires as soon as it is proposed, up to 5 s before its time."""
-    import runstate.actors.coordination as coordination
+    import runstate.actors.timers as timers
 
-    original = coordination.CoordinationCommands._timer_timers
+    original = timers._timer_timers
 
-    def early(self, timer):
-        for deadline in original(self, timer):
+    def early(space_id, table, timer):
+        for deadline in original(space_id, table, timer):
             yield deadline._replace(due_ms=deadline.due_ms - 5_000) if timer.state == ARMED else deadline
 
     def decide_fire(self, timer, now_ms):
@@ -50,7 +50,7 @@ def test_an_injected_early_timer_is_caught(monkeypatch):
         timer.state, timer.fired_ms = FIRED, record["at_ms"]
         return timer
 
-    monkeypatch.setattr(coordination.CoordinationCommands, "_timer_timers", early)
+    monkeypatch.setattr(timers, "_timer_timers", early)
     monkeypatch.setattr(TimerTable, "decide_fire", decide_fire)
     monkeypatch.setattr(TimerTable, "apply_fired", apply_fired)
     result = run_seed(5, virtual_s=90)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from runstate.actors import commands
 from runstate.actors.once import DONE, OPEN, OnceCommands
-from runstate.actors.transitions import TRANSITIONS, _once
+from runstate.actors.transitions import TRANSITIONS, on
 
 from .runner import run_seed
 
@@ -20,6 +20,6 @@ def test_an_injected_once_that_runs_a_finished_key_again_is_caught(monkeypatch):
             slot.state = OPEN  # the bug: a recorded result does not close the key
         return original(self, command, now_ms)
 
-    monkeypatch.setitem(TRANSITIONS, commands.AcquireOnce, _once(acquire))
+    monkeypatch.setitem(TRANSITIONS, commands.AcquireOnce, on("onces", acquire))
     result = run_seed(1, virtual_s=90)
     assert "once-result" in {violation.invariant for violation in result.violations}, result.describe()

@@ -1,0 +1,489 @@
+"""Deliveries, declared: receive a message under a lease, renew it, complete or nack it, and a lost lease.
+
+A delivery is a message's lease (`leases.py`: the token, holder, session, length, end and grace
+every lease carries) while its worker handles it; the message's table is `messages.py`, the queue
+part these run on is `work.py`. Receive leases the oldest deliverable message of exactly one queue
+(`ReceiveMany`: up to a count, in one turn); complete, nack and renew must carry the current token
+while the lease runs (else STALE_CLAIM, or SCOPE_CANCELLED when the delivery ended with its run). A
+lease that runs out requeues the message at once, or ends it (`WorkCommands.release`). A task's
+delivery moves its task: RUNNING when leased, QUEUED when requeued, SUCCEEDED or FAILED when settled.
+
+Timers (on the queue's actor):
+    ("lease", message_id)   marker token   a lease ran out: requeue at once, or end the message
+
+Pure: no IO, no clock reads, no awaits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from .actor_keys import ActorKey, queue_actor
+from .caps import value_bytes
+from .errors import SCOPE_CANCELLED, KernelError
+from .fields import BOOLEAN, INTEGER, JSON, body, drawn, path
+from .leases import LeaseKind, renewal
+from .messages import (
+    DELAYED, DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, LEASED, Message,
+    MessageTable,
+)
+from .outcome import Outcome
+from .primitive import EVENT, FREE_OPERATION, OPERATION, Command, Primitive, command, lease_field, operation, reason_field, timer_kind
+from .scopes import ACTIVE, SCOPE_END_REASONS
+from .task_commands import task_timers
+from .tasks import FAILED, SUCCEEDED
+from .timestamps import format_ms
+
+__all__ = [
+    "Receive", "ReceiveMany", "CompleteDelivery", "NackDelivery", "RenewDelivery", "DELIVERIES", "outcome_of",
+    "decide_lease", "decide_requeue", "decide_dead", "delivery_view", "HANDLER_ERROR", "LEASE_TIMER", "DELIVERY_LEASE",
+]
+
+LEASE_TIMER = timer_kind("lease")
+DELIVERY_LEASE = "delivery"  # the kind of lease a delivery is held under, in the lease table
+# A nack's `error` (what the handler raised), as the reason of the task it ends.
+HANDLER_ERROR = "handler_error: "
+_SCOPE_ENDED = frozenset(SCOPE_END_REASONS.values())
+
+
+def outcome_of(result: Any) -> Any:
+    """A task's outcome from a delivery's `result`: its `payload` when it has one, else all of it."""
+    if isinstance(result, dict) and "payload" in result:
+        return result["payload"]
+    return result
+
+
+# -- the records of a delivery ---------------------------------------------------------------------
+
+
+def decide_lease(message: Message, token: str, holder: str, session: str, lease_ms: int, now_ms: int) -> dict:
+    assert lease_ms > 0 and token, "a delivery is held under a lease, with its own token"
+    return {
+        "type": DELIVERY_LEASED,
+        "message_id": message.id,
+        "token": token,
+        "attempt": message.attempts + 1,
+        "holder": holder,
+        "session": session,
+        "lease_ms": lease_ms,
+        "expires_ms": now_ms + lease_ms,
+        "at_ms": now_ms,
+    }
+
+
+def decide_renew(message: Message, lease_ms: int | None, now_ms: int) -> dict:
+    """The renewal rule (`leases.renewal`) for the delivery `message` is under."""
+    assert message.state == LEASED and message.token is not None, "only a delivery under way is renewed"
+    return renewed_record(message, *renewal(message, lease_ms, now_ms), now_ms)
+
+
+def renewed_record(message: Message, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+    return {
+        "type": DELIVERY_RENEWED, "message_id": message.id, "token": message.token, "lease_ms": lease_ms,
+        "expires_ms": expires_ms, "at_ms": now_ms,
+    }
+
+
+def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
+    # Paired with `MessageTable.apply_finished` (a message finishes once) and the task's one outcome.
+    assert message.state == LEASED and now_ms < message.expires_ms, "a delivery completes under its running lease"
+    record = {"type": DELIVERY_COMPLETED, "message_id": message.id, "token": message.token, "at_ms": now_ms}
+    if message.task_id is not None:  # a plain message's result is not kept
+        record["outcome"] = outcome
+    return record
+
+
+def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -> dict:
+    assert message.state == LEASED and visible_ms >= now_ms, "a delivery under way goes back, visible now or later"
+    return {
+        "type": DELIVERY_REQUEUED, "message_id": message.id, "token": message.token, "cause": cause,
+        "visible_ms": visible_ms, "at_ms": now_ms,
+    }
+
+
+def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> dict:
+    assert message.state == LEASED and reason, "a delivery under way dies with a reason"
+    return {
+        "type": DELIVERY_DEAD, "message_id": message.id, "token": message.token, "cause": cause, "reason": reason,
+        "at_ms": now_ms,
+    }
+
+
+def delivery_view(message: Message) -> dict:
+    """What recv answers."""
+    return {
+        "message": {
+            "id": message.id,
+            "mailboxId": message.mailbox_id,
+            "scopeId": message.scope_id,
+            "payload": message.payload,
+            "attempt": message.attempts,
+            "workKey": message.work_key,
+            "deadline": None if message.deadline_ms is None else format_ms(message.deadline_ms),
+            "taskId": message.task_id,
+        },
+        "token": message.token,
+        "leaseExpiresAt": format_ms(message.expires_ms),
+        "leaseSeconds": message.lease_ms // 1000,
+    }
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def _message_queue(state: Any, space: str, message_id: str) -> ActorKey:
+    message = state.space(space).messages.get(message_id)
+    return queue_actor(space, message.mailbox_id, message.scope_id)
+
+
+@command
+class Receive(Command):
+    """Lease the oldest deliverable message; a long poll waits up to `wait_ms` (capped)."""
+
+    space: str = path("space")
+    mailbox_id: str = path("mailbox_id")
+    scope_id: str = body("scopeId")
+    holder: str = body("holder", length_max="holder_len_max")
+    session: str = body("holderSession", length_max="holder_len_max")
+    lease_s: int = lease_field(default="lease_s_default")
+    wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="capped at {wait_ms_max}")
+    include_descendants: bool | None = body(
+        "includeDescendants", BOOLEAN, required=False, description="admit tasks of the scope's descendants too (oldest first)"
+    )
+    token: str = drawn("delivery-token")
+
+    def actor(self, state: Any) -> ActorKey:
+        return queue_actor(self.space, self.mailbox_id, self.scope_id)
+
+    def wait_key(self) -> Any:
+        # A parked receive waits for a deliverable message of its queue, whoever asks.
+        return ("receive", self.mailbox_id, self.scope_id, bool(self.include_descendants))
+
+
+@command
+class ReceiveMany(Receive):
+    """Lease up to `count` deliverable messages, oldest first, in one turn (a worker's prefetch);
+    a long poll waits up to `wait_ms` for the first. Delivery i's token is the drawn one with `.i`
+    after it, so each is distinct and as hard to guess."""
+
+    count: int = body("maxMessages", INTEGER, minimum=1, maximum="receive_count_max", description="at most {receive_count_max}")
+
+
+@command
+class CompleteDelivery(Command):
+    space: str = path("space")
+    message_id: str = path("message_id")
+    token: str = body("token")
+    result: Any = body("result", JSON, required=False)
+
+    def actor(self, state: Any) -> ActorKey:
+        return _message_queue(state, self.space, self.message_id)
+
+
+@command
+class NackDelivery(Command):
+    """`retry`: back on the queue after a backoff (its jitter drawn here). Else a dead letter."""
+
+    space: str = path("space")
+    message_id: str = path("message_id")
+    token: str = body("token")
+    retry: bool = body("retry", BOOLEAN)
+    error: str | None = reason_field("error")
+    jitter: float = drawn("jitter")
+
+    def actor(self, state: Any) -> ActorKey:
+        return _message_queue(state, self.space, self.message_id)
+
+
+@command
+class RenewDelivery(Command):
+    space: str = path("space")
+    message_id: str = path("message_id")
+    token: str = body("token")
+    lease_s: int | None = lease_field()
+
+    def actor(self, state: Any) -> ActorKey:
+        return _message_queue(state, self.space, self.message_id)
+
+
+# -- transitions (of the space, on the queue part's helpers) ---------------------------------------
+
+
+def receive(space: Any, command: Receive, now_ms: int) -> Outcome:
+    """Lease the oldest deliverable message of this queue; `empty` when there is none.
+
+    An empty outcome writes nothing, so a long poll parks on the queue's actor and is run again by
+    the turn that makes a message deliverable (or ends the scope). A task with requirements (its
+    own, or its mailbox's) is never received: admission delivers it (`admission.py`).
+    """
+    work, messages = space.work, space.messages
+    mailbox_id, scope_id = command.mailbox_id, command.scope_id
+    mailbox = space.mailboxes.get(mailbox_id)
+    space.scopes.require_active(scope_id, now_ms)
+    defaults = mailbox.requirements is not None  # every task waits for admission
+    message = messages.next_deliverable(mailbox_id, scope_id, now_ms)
+    if message is not None and message.task_id is not None and (defaults or work.needs_admission(message.task_id)):
+        needs = (lambda task_id: True) if defaults else work.needs_admission
+        message = next((m for m in messages.deliverable(mailbox_id, scope_id, now_ms) if m.task_id is None or not needs(m.task_id)), None)
+    if message is None:
+        return Outcome(empty=True)
+    record = decide_lease(message, command.token, command.holder, command.session, command.lease_s * 1000, now_ms)
+    outcome = space.commit(Outcome(), record)
+    outcome.timers.extend(work.message_timers(message))
+    outcome.reply = delivery_view(message)
+    return outcome
+
+
+def receive_many(space: Any, command: ReceiveMany, now_ms: int) -> Outcome:
+    """Lease up to `command.count` messages as that many receives would, one after the other, in
+    this one turn: `{"deliveries": [...]}`, oldest first; `empty` when there is none."""
+    deliveries: list[dict] = []
+    outcome = Outcome()
+    for index in range(command.count):
+        token = command.token if index == 0 else f"{command.token}.{index}"
+        one = receive(space, replace(command, token=token), now_ms)
+        if one.empty:
+            break
+        outcome.records.extend(one.records)
+        outcome.timers.extend(one.timers)
+        outcome.pokes.extend(one.pokes)
+        deliveries.append(one.reply)
+    if not deliveries:
+        return Outcome(empty=True)
+    outcome.reply = {"deliveries": deliveries}
+    return outcome
+
+
+def _held(space: Any, message_id: str, token: str, now_ms: int) -> Message:
+    """The message `token` holds a running lease on (`MessageTable.current`), or SCOPE_CANCELLED
+    when it was under way in a scope that has ended since: its task ended with the scope."""
+    message = space.messages.get(message_id)
+    if (message.state == LEASED and message.token == token) or message.reason in _SCOPE_ENDED:
+        state = space.scopes.effective(space.scopes.get(message.scope_id), now_ms)
+        if state != ACTIVE:
+            raise KernelError(SCOPE_CANCELLED, f"scope {message.scope_id} is {state.lower()}: delivery {message_id} ended with it")
+    return space.messages.current(message_id, token, now_ms)
+
+
+def renew(space: Any, command: RenewDelivery, now_ms: int) -> Outcome:
+    lease_ms = None if command.lease_s is None else command.lease_s * 1000
+    message = _held(space, command.message_id, command.token, now_ms)
+    outcome = space.commit(Outcome(), decide_renew(message, lease_ms, now_ms))
+    outcome.timers.extend(space.work.message_timers(message))
+    outcome.reply = {
+        "id": message.id,
+        "leaseExpiresAt": format_ms(message.expires_ms),
+        "leaseSeconds": message.lease_ms // 1000,
+        "attempt": message.attempts,
+    }
+    return outcome
+
+
+def complete(space: Any, command: CompleteDelivery, now_ms: int) -> Outcome:
+    """Settle a delivery as done; a task records its one outcome (SUCCEEDED)."""
+    message = _held(space, command.message_id, command.token, now_ms)
+    if message.task_id is not None:  # the task keeps its outcome, the input is let go
+        space.work.check_bytes(value_bytes(outcome_of(command.result)), value_bytes(message.payload))
+    outcome = space.commit(Outcome(), decide_complete(message, outcome_of(command.result), now_ms))
+    outcome.timers.extend(space.work.message_timers(message))
+    return _settled(space, outcome, message)
+
+
+def nack(space: Any, command: NackDelivery, now_ms: int) -> Outcome:
+    """`retry`: back on the queue after a backoff (or ended, see `WorkCommands.release`). Else a dead letter."""
+    message = _held(space, command.message_id, command.token, now_ms)
+    error = command.error
+    if command.retry:
+        record = space.work.release(message, "retry", error, command.jitter, now_ms)
+    else:
+        # The handler's own error is the task's reason (the 0.3.0 client shows what follows the prefix).
+        reason = "rejected" if not error else f"{HANDLER_ERROR}{error}"
+        record = decide_dead(message, "rejected", reason, now_ms)
+    outcome = space.commit(Outcome(), record)
+    outcome.timers.extend(space.work.message_timers(message))
+    return _settled(space, outcome, message)
+
+
+def _settled(space: Any, outcome: Outcome, message: Message) -> Outcome:
+    reply = {"id": message.id, "state": message.state, "attempt": message.attempts, "taskId": message.task_id}
+    if message.state == DELAYED:
+        reply["visibleAt"] = format_ms(message.visible_ms)
+    if message.task_id is not None:
+        task = space.tasks.get(message.task_id)
+        reply["taskState"] = task.state
+        outcome.timers.extend(task_timers(space.id, space.tasks, task))
+    outcome.reply = reply
+    return outcome
+
+
+def on_lease_timer(space: Any, message_id: str, token: Any, now_ms: int) -> Outcome:
+    """A delivery's lease ran out: requeue it at once, or end its message (`WorkCommands.release`)."""
+    message = space.messages.find(message_id)
+    if message is None or message.state != LEASED or message.token != token or now_ms < message.expires_ms:
+        return Outcome()
+    return space.work.timer_commit(space.work.release(message, "expired", None, 1.0, now_ms), message, None)
+
+
+def _end(space: Any, message: Message, cause: str, now_ms: int, outcome: Outcome) -> None:
+    """End a delivery that will not complete now (`WorkCommands.release`), with the timers next."""
+    space.commit(outcome, space.work.release(message, cause, None, 1.0, now_ms))
+    outcome.timers.extend(space.work.message_timers(message))
+    if message.task_id is not None:
+        outcome.timers.extend(task_timers(space.id, space.tasks, space.tasks.get(message.task_id)))
+
+
+def end_in_flight(space: Any, outcome: Outcome, scope_ids: list[str], now_ms: int) -> None:
+    """After a scope's end: every delivery under way in its subtree ends now (its task CANCELLED
+    with the scope's reason, a plain message dropped), so its worker's renewal or settlement is
+    refused with SCOPE_CANCELLED."""
+    for message in space.messages.leased_in_scopes(scope_ids):
+        _end(space, message, "scope", now_ms, outcome)
+
+
+def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+    return lambda outcome, at_ms: end_in_flight(space, outcome, subtree, at_ms)
+
+
+# -- the lease table (`leases.py`: the restart rule is decided there, for every kind at once) -------
+
+
+def lease_kind(space: Any) -> LeaseKind:
+    """A delivery's lease that ended while the server was down is released as a lost lease would
+    be (`WorkCommands.release`: requeued at once, or its message ended)."""
+    messages: MessageTable = space.messages
+    work = space.work
+
+    def timers(message: Message) -> list:
+        found = list(work.message_timers(message))
+        if message.task_id is not None:
+            found.extend(task_timers(space.id, space.tasks, space.tasks.get(message.task_id)))
+        return found
+
+    return LeaseKind(
+        DELIVERY_LEASE, lambda: [message for message in messages.live() if message.state == LEASED],
+        lambda message, now_ms: work.release(message, "expired", None, 1.0, now_ms), renewed_record, space.commit, timers,
+    )
+
+
+# -- applying (a delivery moves its task) ----------------------------------------------------------
+
+
+def _apply_leased(space: Any, record: dict) -> None:
+    message = space.messages.apply_leased(record)
+    if message.task_id is not None:
+        space.tasks.apply_running(message.task_id, message.attempts, record["at_ms"])
+
+
+def _apply_requeued(space: Any, record: dict) -> None:
+    message = space.messages.apply_requeued(record)
+    if message.task_id is not None:
+        space.tasks.apply_queued(message.task_id, record["at_ms"])
+
+
+def _apply_completed(space: Any, record: dict) -> None:
+    message = space.messages.apply_finished(record["message_id"], "COMPLETED", None, record["at_ms"])
+    if message.task_id is not None:
+        space.tasks.apply_ended(message.task_id, SUCCEEDED, record.get("outcome"), None, record["at_ms"])
+
+
+def _apply_dead(space: Any, record: dict) -> None:
+    message = space.messages.apply_finished(record["message_id"], "DEAD", record["reason"], record["at_ms"])
+    if message.task_id is not None:
+        space.tasks.apply_ended(message.task_id, FAILED, None, record["reason"], record["at_ms"])
+
+
+# -- events: a delivery's, or its task's -----------------------------------------------------------
+
+_PAYLOAD = ("messageId", "mailboxId", "attempt", "holder")
+
+
+def _event(task_type: str, message_type: str, *extra: str) -> Callable[[Any, dict], Any]:
+    """A delivery's event: the message, its attempt and its holder (the one it is leased to, or
+    the one whose lease this record ends: what a worker's crash took down), then `extra` fields of
+    the record. A task's delivery makes its task's event instead."""
+
+    def derive(space: Any, record: dict) -> Any:
+        message = space.messages.find(record["message_id"])
+        if message is None:
+            return None
+        # The delivery's attempt, numbered as the task view and recv number it (1 for the first):
+        # a lease is the attempt it starts (its record says which; the message, seen before the
+        # record applies, still counts the ones before); any other change is about the current one.
+        attempt = record["attempt"] if "attempt" in record else message.attempts
+        payload: tuple = (message.id, message.mailbox_id, attempt, record.get("holder", message.holder))
+        if extra:
+            payload += tuple(record.get(field) for field in extra)
+        if message.task_id is not None:
+            return (task_type, message.scope_id, "task", message.task_id, payload)
+        return (message_type, message.scope_id, "message", message.id, payload)
+
+    return derive
+
+
+def _dead_event(space: Any, record: dict) -> list:
+    message = space.messages.find(record["message_id"])
+    if message is None:
+        return []
+    payload = {"messageId": message.id, "mailboxId": message.mailbox_id, "reason": record.get("reason"), "holder": message.holder}
+    events = [("delivery.dead_lettered", message.scope_id, "message", message.id, payload)]
+    if message.task_id is not None:
+        events.insert(0, ("task.failed", message.scope_id, "task", message.task_id, payload))
+    return events
+
+
+def _usage_of_requeue(record: dict) -> tuple[int, str]:
+    return (OPERATION, "deliveries.nack") if record.get("cause") == "retry" else (EVENT, "deliveries.expire")
+
+
+def _usage_of_dead(record: dict) -> tuple[int, str]:
+    return (OPERATION, "deliveries.nack") if record.get("cause") == "rejected" else (EVENT, "deliveries.dead")
+
+
+DELIVERIES = Primitive(
+    "deliveries",
+    commands={
+        Receive: ("", receive),
+        ReceiveMany: ("", receive_many),
+        CompleteDelivery: ("", complete),
+        NackDelivery: ("", nack),
+        RenewDelivery: ("", renew),
+    },
+    records={
+        DELIVERY_LEASED: ("message_id", "token", "attempt", "holder", "session", "lease_ms", "expires_ms", "at_ms"),
+        DELIVERY_RENEWED: ("message_id", "token", "lease_ms", "expires_ms", "at_ms", "graced?"),
+        DELIVERY_REQUEUED: ("message_id", "token", "cause", "visible_ms", "at_ms"),
+        DELIVERY_COMPLETED: ("message_id", "token", "at_ms", "outcome?"),
+        DELIVERY_DEAD: ("message_id", "token", "cause", "reason", "at_ms"),
+    },
+    apply={
+        DELIVERY_LEASED: ("", _apply_leased),
+        DELIVERY_RENEWED: ("messages", "apply_renewed"),
+        DELIVERY_REQUEUED: ("", _apply_requeued),
+        DELIVERY_COMPLETED: ("", _apply_completed),
+        DELIVERY_DEAD: ("", _apply_dead),
+    },
+    usage={
+        DELIVERY_LEASED: operation("deliveries.receive"),
+        DELIVERY_COMPLETED: operation("deliveries.complete"),
+        DELIVERY_RENEWED: (FREE_OPERATION, "deliveries.renew"),
+        # Judged by the record alone: a nack that ends its task counts as the event it causes.
+        DELIVERY_REQUEUED: _usage_of_requeue,
+        DELIVERY_DEAD: _usage_of_dead,
+    },
+    timers={LEASE_TIMER: ("", on_lease_timer)},
+    derive={
+        DELIVERY_LEASED: _event("task.started", "delivery.leased"),
+        DELIVERY_COMPLETED: _event("task.succeeded", "delivery.completed"),
+        DELIVERY_REQUEUED: _event("task.retried", "delivery.requeued", "cause"),
+        DELIVERY_DEAD: _dead_event,
+    },
+    events={
+        **dict.fromkeys(("task.started", "delivery.leased", "task.succeeded", "delivery.completed"), _PAYLOAD),
+        **dict.fromkeys(("task.retried", "delivery.requeued"), (*_PAYLOAD, "cause")),
+        "task.failed": None,
+        "delivery.dead_lettered": None,
+    },
+    leases=lease_kind,
+    scope_ending=_scope_ending,
+)
