@@ -10,7 +10,7 @@
           |    +-- ResultTooLargeError  VALIDATION_FAILED "... exceeds N bytes": a value over the limit
           +-- AuthenticationError   UNAUTHENTICATED, FORBIDDEN, ENTITLEMENT_EXCEEDED, SPACE_SUSPENDED
           |                         (also importable as `AuthError`, 0.3.0's name)
-          +-- NotFoundError         NOT_FOUND (also a name that a lookup did not find)
+          +-- NotFoundError         NOT_FOUND, HISTORY_NOT_KEPT (also a name that a lookup did not find)
           +-- ConflictError         CONFLICT, CLAIM_HELD, IDEMPOTENCY_CONFLICT, CAPACITY_UNAVAILABLE,
           |    |                    BACKLOG_FULL, BARRIER_RELEASED
           |    +-- BudgetExceededError    INSUFFICIENT_BUDGET
@@ -332,6 +332,8 @@ ERRORS: dict[str, ErrorKind] = {
     "ENTITLEMENT_EXCEEDED": ErrorKind(403, AuthenticationError),
     "SPACE_SUSPENDED": ErrorKind(403, AuthenticationError),
     "NOT_FOUND": ErrorKind(404, NotFoundError),
+    # A past point older than the history the server keeps (its `details` say the oldest kept).
+    "HISTORY_NOT_KEPT": ErrorKind(410, NotFoundError),
     "REQUEST_TIMEOUT": ErrorKind(408, UnavailableError),
     "CONFLICT": ErrorKind(409, ConflictError),
     "CLAIM_HELD": ErrorKind(409, ConflictError),

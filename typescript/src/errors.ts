@@ -6,7 +6,7 @@
  *  +-- RunstateError            code, status, message, requestId, retryAfterMs, details
  *       +-- ConfigError           CONFIG_ERROR (status 0): no API key or space id
  *       +-- AuthenticationError   UNAUTHENTICATED, FORBIDDEN, ENTITLEMENT_EXCEEDED, SPACE_SUSPENDED
- *       +-- NotFoundError         NOT_FOUND (also a name that a lookup did not find)
+ *       +-- NotFoundError         NOT_FOUND, HISTORY_NOT_KEPT (also a name that a lookup did not find)
  *       +-- ConflictError         CONFLICT, CLAIM_HELD, IDEMPOTENCY_CONFLICT, DEADLINE_EXCEEDED,
  *       |    |                    CAPACITY_UNAVAILABLE, BACKLOG_FULL, BARRIER_RELEASED,
  *       |    |                    BARRIER_CANCELLED
@@ -181,7 +181,7 @@ type ErrorClass = new (code: string, status: number, message: string, options?: 
 const CLASS_BY_CODE = new Map<string, ErrorClass>();
 const FAMILIES: Array<[ErrorClass, string[]]> = [
   [AuthenticationError, ['UNAUTHENTICATED', 'FORBIDDEN', 'ENTITLEMENT_EXCEEDED', 'SPACE_SUSPENDED']],
-  [NotFoundError, ['NOT_FOUND']],
+  [NotFoundError, ['NOT_FOUND', 'HISTORY_NOT_KEPT']],
   [
     ConflictError,
     [
