@@ -28,9 +28,10 @@ from .keys import KeyTable
 from .layout import SYSTEM, Layout
 from .limits import Limits
 from .outcome import ActorKey
-from .partition import EMPTY, Idem, Partition
+from .partition import EMPTY, Idem, Partition, _Actor
 from .space import SpaceState
 from .state import KernelState
+from .shapes import Body, Record
 
 __all__ = ["Kernel", "Idem", "EMPTY", "JITTER_LOW", "JITTER_HIGH"]
 
@@ -166,7 +167,7 @@ class Kernel:
         return self._single().supervisor
 
     @property
-    def _actors(self) -> dict:
+    def _actors(self) -> dict[ActorKey, _Actor]:
         return self._single()._actors
 
     # -- counts for the metrics ------------------------------------------------------------------
@@ -259,7 +260,7 @@ class Kernel:
 
     # -- calling --------------------------------------------------------------------------------
 
-    def parse(self, command_class: type, body: dict, params: dict[str, str], query: Any = None) -> Any:
+    def parse(self, command_class: type, body: Body, params: dict[str, str], query: Any = None) -> Any:
         """A command of `command_class` from a request's JSON body, path parameters and query
         (a function of a name), checked against the limits, with its random values drawn from this
         kernel's seeded source."""

@@ -37,7 +37,7 @@ import outcome as trio_outcome
 import trio
 
 from .clock import Clock
-from .commands import Command, FireTimer
+from .primitive import Command, FireTimer
 from .errors import INTERNAL, UNAVAILABLE, KernelError
 from .idempotency import IdempotencyTable
 from .journal import Journal
@@ -88,15 +88,16 @@ class _Call:
         self.waits = waits
         # Whether `task` is parked on this call now; if not, an answer waits in `answer`.
         self.parked = False
-        self.answer: trio_outcome.Outcome | None = None
+        self.answer: trio_outcome.Outcome[Any] | None = None
         # The actor it was posted to, and the answer it gets once what it saw is durable.
         self.entry: _Actor | None = None
-        self.result: trio_outcome.Outcome | None = None
+        self.result: trio_outcome.Outcome[Any] | None = None
 
     def durable(self, error: BaseException | None) -> None:
         """The journal's word on what this call changed or saw: the answer, or UNAVAILABLE."""
         if error is None:
-            Partition._wake(self, self.result)  # type: ignore[arg-type]
+            assert self.result is not None, "a call is made durable once it has its answer"
+            Partition._wake(self, self.result)
         else:
             Partition._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {error}")))
 
@@ -276,11 +277,12 @@ class Partition:
         parked = ON_PARK.get()
         if parked is not None:
             parked()
-        with trio.move_on_at(wait_until):  # type: ignore[arg-type]
+        assert wait_until is not None, "only a call that may wait is told to wait"
+        with trio.move_on_at(wait_until):
             return await self._park(call)
         return EMPTY
 
-    async def submit_all(self, commands: list[tuple[Command, Idem | None]]) -> list[trio_outcome.Outcome]:
+    async def submit_all(self, commands: list[tuple[Command, Idem | None]]) -> list[trio_outcome.Outcome[Any]]:
         """Run every command in its actor's next turn and return each one's answer (a `Value`, or
         an `Error` with its `KernelError`) once durable, in the order given.
 
@@ -305,7 +307,7 @@ class Partition:
             call = _Call(command, idem, task, False)
             self._post(actor, call)
             posted.append(call)
-        answers: list[trio_outcome.Outcome] = []
+        answers: list[trio_outcome.Outcome[Any]] = []
         try:
             for item in posted:
                 if not isinstance(item, _Call):
@@ -355,7 +357,8 @@ class Partition:
             trio.lowlevel.reschedule(task, trio_outcome.Value(True))
         elif not entry.running:
             entry.running = True
-            self._nursery.start_soon(self._drain, entry)  # type: ignore[union-attr]
+            assert self._nursery is not None, "calls are posted only while the partition runs"
+            self._nursery.start_soon(self._drain, entry)
 
     # -- the actor ------------------------------------------------------------------------------
 
@@ -391,7 +394,8 @@ class Partition:
         if self._sweeper is not None:
             sweeper, self._sweeper = self._sweeper, None
             trio.lowlevel.reschedule(sweeper)
-        return await trio.lowlevel.wait_task_rescheduled(entry.abort_linger)
+        lingered: bool = await trio.lowlevel.wait_task_rescheduled(entry.abort_linger)
+        return lingered
 
     async def _sweep_lingering(self) -> None:
         """Retire actors that lingered a whole sweep period without a call."""
@@ -429,7 +433,8 @@ class Partition:
         for call in list(entry.waiters):
             if call.phase != _WAITING:
                 continue
-            key = call.command.wait_key()  # type: ignore[union-attr]
+            assert call.command is not None, "a waiter is a command (pokes never wait)"
+            key = call.command.wait_key()
             if key is not None and key in nothing:
                 continue
             if self._turn(entry, call):
@@ -495,7 +500,7 @@ class Partition:
         self.journal.append(records, call.durable)
         return True
 
-    def _answer(self, call: _Call, result: trio_outcome.Outcome) -> None:
+    def _answer(self, call: _Call, result: trio_outcome.Outcome[Any]) -> None:
         """Answer a call that changed nothing, once everything it could have seen is durable.
 
         Its answer (a view, a refusal such as CLAIM_HELD, an empty long poll's wake-up, a stored
@@ -517,14 +522,14 @@ class Partition:
             del entry.waiters[call]
 
     @classmethod
-    def _wake(cls, call: _Call, result: trio_outcome.Outcome) -> None:
+    def _wake(cls, call: _Call, result: trio_outcome.Outcome[Any]) -> None:
         if call.phase == _DONE:
             return
         call.phase = _DONE
         cls._hand_back(call, result)
 
     @staticmethod
-    def _hand_back(call: _Call, result: trio_outcome.Outcome) -> None:
+    def _hand_back(call: _Call, result: trio_outcome.Outcome[Any]) -> None:
         """Give `result` to the caller: now if it is parked on the call, else when it parks again."""
         if call.task is None:
             return

@@ -24,3 +24,7 @@ __all__ = ["Record", "View"]
 
 Record = dict[str, Any]
 View = dict[str, Any]
+
+# A request's JSON object as the shell parsed it: each field is read by the kind its command
+# declares (`fields.py`), which is where its type is known.
+Body = dict[str, Any]

@@ -41,7 +41,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, TypeVar, TypeVarTuple, Unpack
+from typing import Awaitable, Callable, Protocol, TypeVar, TypeVarTuple, Unpack
 
 import orjson
 import trio
