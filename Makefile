@@ -19,8 +19,9 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/runstate serve $(ARGS)
 
-# The strict type check (mypy over the SDK and the product page's examples), then the tests: two
-# processes, a test file each at a time (the simulation's batch, which has its own two, first).
+# The strict type check (tests/typecheck.py: mypy over the SDK, the kernel's actors/ and
+# snapshots/, and the product page's examples), then the tests: two processes, a test file each
+# at a time (the simulation's batch, which has its own two, first).
 # The console's browser tests (tests/console) drive Debian's Chromium: installed first when missing.
 PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder --durations=25
 test: $(STAMP) etcd chromium
