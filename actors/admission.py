@@ -40,7 +40,7 @@ from .budgets import RESERVATION_ENDED, settle_by_timer
 from .deliveries import decide_lease, delivery_view
 from .fields import BOOLEAN, INTEGER, body, drawn, path
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_REQUEUED
-from .outcome import Outcome, Space, Timer, State
+from .outcome import Outcome, Space, Timer, State, TimerIdent, TimerMarker
 from .pools import GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, PERMIT_WAITER_ENDED
 from .primitive import NOT_COUNTED, Command, Primitive, command, lease_field, timer_kind
 from .quotas import ALLOWANCE_COOLDOWN_RECORD, WAITER_ENDED
@@ -211,7 +211,7 @@ def _admitted(space: Space, command: Admit, message: Any, needs: Record | None, 
     return outcome
 
 
-def on_wake_timer(space: Space, _: Any, __: Any, now_ms: int) -> Outcome:
+def on_wake_timer(space: Space, _: TimerIdent, __: TimerMarker, now_ms: int) -> Outcome:
     """A quota window began or a cooldown ended: parked admissions look again."""
     return Outcome(pokes=space.capacity.take_wakeups())
 

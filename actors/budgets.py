@@ -23,14 +23,14 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
 from .capacity import CapacityCommand, CapacityCommands
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .fields import BOOLEAN, INTEGER, MINOR, TIMESTAMP, body, check_text, drawn, path
 from .limits import Limits
-from .outcome import Outcome, Timer, Space
+from .outcome import Outcome, Timer, Space, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Primitive, command, operation, record_type, timer_kind
 from .timestamps import format_ms
 from .shapes import Record, View
@@ -463,7 +463,7 @@ def settle_by_timer(part: CapacityCommands, reservation_id: str, settle_by_ms: i
     return Timer(settle_by_ms, part.actor, (SETTLE_BY_TIMER, reservation_id), None)
 
 
-def on_settle_by_timer(part: CapacityCommands, reservation_id: str, _: Any, now_ms: int) -> Outcome:
+def on_settle_by_timer(part: CapacityCommands, reservation_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     record = part.budgets.decide_release(reservation_id, now_ms)
     return Outcome() if record is None else part.commit(Outcome(), record)
 

@@ -25,7 +25,7 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Callable, cast
 
 from .events import Change
 from .limits import Limits
@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the tables the coordination primitives make on this part: n
     from .barriers import BarrierTable
     from .groups import GroupTable
     from .timers import TimerTable
+    from .work import WorkCommands
 
 __all__ = ["CoordinationCommands", "Change", "make"]
 
@@ -59,7 +60,7 @@ class CoordinationCommands:
         mailboxes: MailboxTable,
         messages: MessageTable,
         tasks: TaskTable,
-        work: Any,
+        work: WorkCommands,
         commit: Commit,
     ) -> None:
         self.id = space_id

@@ -23,7 +23,8 @@ from .groups import (
     Group, GroupTable,
 )
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD
-from .outcome import Outcome, Timer, Space, State
+from .limits import Limits
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, timer_kind
 from .requirements import parse_requirements
 from .scopes import SCOPE_END_REASONS, SCOPE_ENDED
@@ -86,7 +87,7 @@ class SubmitGroupTask(Command):
     def actor(self, state: State) -> ActorKey:
         return _group_queue(state, self.space, self.group_id)
 
-    def check(self, limits: Any) -> None:
+    def check(self, limits: Limits) -> None:
         if self.requirements is not None:
             parse_requirements(self.requirements)
 
@@ -229,7 +230,7 @@ def seal(part: CoordinationCommands, command: EndGroupMembership, now_ms: int) -
     return outcome
 
 
-def on_deadline(part: CoordinationCommands, group_id: str, _: Any, now_ms: int) -> Outcome:
+def on_deadline(part: CoordinationCommands, group_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     group = part.groups.find(group_id)
     record = None if group is None else part.groups.decide_expire(group, now_ms)
     return Outcome() if record is None else part.commit(Outcome(), record)

@@ -29,6 +29,7 @@ from .layout import SYSTEM, Layout
 from .limits import Limits
 from .outcome import ActorKey
 from .partition import EMPTY, Idem, Partition, _Actor
+from .supervisor import Supervisor
 from .space import SpaceState
 from .state import KernelState
 from .shapes import Body, Record
@@ -162,7 +163,7 @@ class Kernel:
         self._single().journal = journal
 
     @property
-    def supervisor(self) -> Any:
+    def supervisor(self) -> Supervisor:
         """The supervisor of a kernel of one partition."""
         return self._single().supervisor
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .actor_keys import ActorKey
 from .shapes import Record
 
-__all__ = ["Outcome", "Timer", "TimerTag", "TimerMarker", "ActorKey", "Space", "State"]
+__all__ = ["Outcome", "Timer", "TimerTag", "TimerIdent", "TimerMarker", "ActorKey", "Space", "State"]
 
 # A space's state (`space.SpaceState`) as the modules it is made of name it: `space.py` imports
 # them, so they do not import it back at run time (no import goes up a layer); the type checker
@@ -29,7 +29,8 @@ else:
 
 # A timer's tag: its kind (`primitive.timer_kind`), then what it is about (an id, a due time, a
 # scope and a key); its marker: what makes it stale (a token, a generation, a due time) or None.
-TimerTag = tuple[str, str | int | tuple[str, str] | None]
+TimerIdent = str | int | tuple[str, str] | None
+TimerTag = tuple[str, TimerIdent]
 TimerMarker = str | int | None
 
 

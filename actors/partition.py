@@ -41,7 +41,7 @@ from .primitive import Command, FireTimer
 from .errors import INTERNAL, UNAVAILABLE, KernelError
 from .idempotency import IdempotencyTable
 from .journal import Journal
-from .outcome import ActorKey
+from .outcome import ActorKey, TimerMarker, TimerTag
 from .state import KernelState
 from .supervisor import Supervisor
 from .transitions import TRANSITIONS
@@ -80,7 +80,7 @@ class Idem:
 class _Call:
     __slots__ = ("command", "idem", "task", "phase", "waits", "parked", "answer", "entry", "result")
 
-    def __init__(self, command: Command | None, idem: Idem | None, task: Any, waits: bool) -> None:
+    def __init__(self, command: Command | None, idem: Idem | None, task: trio.lowlevel.Task | None, waits: bool) -> None:
         self.command = command  # None: a poke (re-run the waiters)
         self.idem = idem
         self.task = task  # None: nobody waits for the answer (a timer, a poke)
@@ -101,7 +101,7 @@ class _Call:
         else:
             Partition._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {error}")))
 
-    def abort(self, _: Any) -> trio.lowlevel.Abort:
+    def abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         """The caller was cancelled while parked on this call. Not yet decided: withdraw it.
         Decided: the change is made and being written; the answer follows within one fsync, so
         the caller waits for it rather than losing it."""
@@ -134,12 +134,12 @@ class _Actor:
         self.channel: deque[_Call] = deque()
         self.running = False
         # The actor's task while it lingers for more calls, and whether it parked since the last sweep.
-        self.parked: Any = None
+        self.parked: trio.lowlevel.Task | None = None
         self.fresh = False
         # Calls parked until a poke: insertion-ordered (FIFO), removable in O(1).
         self.waiters: dict[_Call, None] = {}
 
-    def abort_linger(self, _: Any) -> trio.lowlevel.Abort:
+    def abort_linger(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         """The lingering task was cancelled (the kernel is stopping)."""
         self.parked = None
         self.partition._lingering.pop(self.key, None)
@@ -158,7 +158,7 @@ class Partition:
         self.supervisor = Supervisor(clock, self._on_timer)
         self._actors: dict[ActorKey, _Actor] = {}
         self._lingering: dict[ActorKey, _Actor] = {}
-        self._sweeper: Any = None  # the sweep task while it waits for an actor to linger
+        self._sweeper: trio.lowlevel.Task | None = None  # the sweep task while it waits for an actor to linger
         self._nursery: trio.Nursery | None = None
         self.turns = 0
         # Calls answered from a stored Idempotency-Key answer instead of being run again.
@@ -342,7 +342,7 @@ class Partition:
         if entry is not None and entry.waiters:
             self._post(actor, _Call(None, None, None, False))
 
-    def _on_timer(self, actor: ActorKey, tag: Any, marker: Any) -> None:
+    def _on_timer(self, actor: ActorKey, tag: TimerTag, marker: TimerMarker) -> None:
         self._post(actor, _Call(FireTimer(on=actor, tag=tag, marker=marker), None, None, False))
 
     def _post(self, key: ActorKey, call: _Call) -> None:
@@ -410,9 +410,10 @@ class Partition:
                     continue
                 del self._lingering[key]
                 task, entry.parked = entry.parked, None
+                assert task is not None, "an actor lingers parked"
                 trio.lowlevel.reschedule(task, trio_outcome.Value(False))
 
-    def _abort_sweeper(self, _: Any) -> trio.lowlevel.Abort:
+    def _abort_sweeper(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         self._sweeper = None
         return trio.lowlevel.Abort.SUCCEEDED
 

@@ -25,7 +25,7 @@ from .fields import INTEGER, JSON, body, check_text, drawn, path
 from .leases import LeaseKind
 from .limits import Limits
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_REQUEUED, LEASED
-from .outcome import Outcome, Timer, Space
+from .outcome import Outcome, Timer, Space, TimerMarker
 from .pools import (
     GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, GRANT_RENEWED, PERMIT_WAITER_ADDED, PERMIT_WAITER_ENDED,
     PERMIT_WAITER_IMAGE, PERMIT_WAITER_SIGNALED, POOL_CREATED, POOL_IMAGE, SIGNALED, WAITING, Grant, Pool, PoolTable,
@@ -274,7 +274,7 @@ def on_grant_timer(part: CapacityCommands, grant_id: str, token: Any, now_ms: in
     return _serve_line(part, part.commit(Outcome(), record), pool, now_ms)
 
 
-def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: Any, now_ms: int) -> Outcome:
+def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     """A waiter's TTL or turn may have run out: the line moves (which ends it if so)."""
     waiter = part.pools.waiter(waiter_id)
     if waiter.state not in (WAITING, SIGNALED):
@@ -282,7 +282,7 @@ def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: Any, now_ms: int)
     return _serve_line(part, Outcome(), part.pools.get(waiter.pool_id), now_ms)
 
 
-def on_serve_timer(part: CapacityCommands, pool_id: str, _: Any, now_ms: int) -> Outcome:
+def on_serve_timer(part: CapacityCommands, pool_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     return _serve_line(part, Outcome(), part.pools.get(pool_id), now_ms)
 
 

@@ -33,7 +33,7 @@ from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .fields import INTEGER, body, check_text, drawn, path
 from .limits import Limits
-from .outcome import Outcome, Timer, Space
+from .outcome import Outcome, Timer, Space, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Primitive, command, event, operation, reason_field, record_type, timer_kind
 from .timestamps import format_ms
 from .shapes import Record, View
@@ -591,7 +591,7 @@ def on_serve_timer(part: CapacityCommands, allowance_id: str, due_ms: Any, now_m
     return _serve_timer(part, _served(part, allowance, now_ms), allowance, now_ms)
 
 
-def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: Any, now_ms: int) -> Outcome:
+def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     allowances: AllowanceTable = part.allowances
     record = allowances.decide_expire(waiter_id, now_ms)
     if record is None:

@@ -16,14 +16,14 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Callable, ClassVar, Iterator
 
 from .actor_keys import ActorKey, scope_actor
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError, quote
 from .fields import INTEGER, TIMESTAMP, body, caller, drawn, path
 from .limits import Limits
-from .outcome import Outcome, Timer, Space, State
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Command, Primitive, command, operation, record_type, timer_kind
 from .timestamps import format_ms
 from .shapes import Record, View
@@ -355,7 +355,7 @@ def end(space: Space, command: EndScope, now_ms: int) -> Outcome:
     return outcome
 
 
-def on_deadline(space: Space, scope_id: str, _: Any, now_ms: int) -> Outcome:
+def on_deadline(space: Space, scope_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     """The supervisor's proposal: record EXPIRED if the deadline has passed on an active scope."""
     scope = space.scopes.get(scope_id)
     if scope.stored_state != ACTIVE or scope.deadline_ms is None or now_ms < scope.deadline_ms:

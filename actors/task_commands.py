@@ -23,7 +23,7 @@ from .caps import value_bytes
 from .fields import INTEGER, JSON, TIMESTAMP, body, caller, drawn, path, query
 from .limits import Limits
 from .events import Change
-from .outcome import Outcome, Timer, Space, State
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Command, Primitive, command, event, operation, reason_field, timer_kind
 from .requirements import parse_requirements, requirements_record
 from .scopes import SCOPE_END_REASONS, SCOPE_ENDED
@@ -235,7 +235,7 @@ def task_timers(space_id: str, tasks: TaskTable, task: Task) -> Iterator[Timer]:
         yield Timer(due_ms, actor, (RETENTION_TIMER, task.id), None)
 
 
-def on_deadline(space: Space, task_id: str, _: Any, now_ms: int) -> Outcome:
+def on_deadline(space: Space, task_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     """A task's deadline passed before it ended: EXPIRED."""
     task = space.tasks.find(task_id)
     if task is None or task.terminal or task.deadline_ms is None or now_ms < task.deadline_ms:
@@ -243,7 +243,7 @@ def on_deadline(space: Space, task_id: str, _: Any, now_ms: int) -> Outcome:
     return space.work.timer_commit(space.tasks.decide_end(task, EXPIRED, REASON_DEADLINE, now_ms), None, task)
 
 
-def on_retention(space: Space, task_id: str, _: Any, now_ms: int) -> Outcome:
+def on_retention(space: Space, task_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     """A finished task's retention ended: tombstone it."""
     task = space.tasks.find(task_id)
     if task is None:

@@ -38,7 +38,7 @@ from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, STALE_CLAIM, VALIDATIO
 from .events import Change, entity_event
 from .fields import INTEGER, TIMESTAMP, body, check_text, drawn, path
 from .limits import Limits
-from .outcome import Outcome, Timer, Space, State
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, record_type, timer_kind
 from .scopes import ACTIVE, SCOPE_ENDED, ScopeTree
 from .timestamps import format_ms
@@ -436,7 +436,7 @@ def cancel(part: CoordinationCommands, command: CancelTimer, now_ms: int) -> Out
     return outcome
 
 
-def on_fire(part: CoordinationCommands, timer_id: str, _: Any, now_ms: int) -> Outcome:
+def on_fire(part: CoordinationCommands, timer_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     timers: TimerTable = part.timers
     timer = timers.find(timer_id)
     record = None if timer is None else timers.decide_fire(timer, now_ms)
@@ -448,7 +448,7 @@ def on_fire(part: CoordinationCommands, timer_id: str, _: Any, now_ms: int) -> O
     return outcome
 
 
-def on_expiry(part: CoordinationCommands, timer_id: str, _: Any, now_ms: int) -> Outcome:
+def on_expiry(part: CoordinationCommands, timer_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     timers: TimerTable = part.timers
     timer = timers.find(timer_id)
     record = None if timer is None else timers.decide_expire(timer, now_ms)

@@ -45,7 +45,7 @@ from .messages import (
     DELAYED, LEASED, MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, MESSAGES_IMAGE, QUEUED, WORKKEY_IMAGE,
     Message, MessageTable, backoff_ms,
 )
-from .outcome import Outcome, Timer, Space, State
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, timer_kind
 from .scopes import ACTIVE, SCOPE_END_REASONS, ScopeTree
 from .task_commands import REASON_DEADLINE, task_timers
@@ -184,7 +184,7 @@ class WorkCommands:
             return Outcome()
         return self.timer_commit(self.messages.decide_visible(message, now_ms), message, None)
 
-    def on_deadline_timer(self, message_id: str, _: Any, now_ms: int) -> Outcome:
+    def on_deadline_timer(self, message_id: str, _: TimerMarker, now_ms: int) -> Outcome:
         """A plain message's deadline passed before it was delivered: drop it."""
         message = self.messages.find(message_id)
         if message is None or message.state not in (QUEUED, DELAYED) or not message.past_deadline(now_ms):
