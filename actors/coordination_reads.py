@@ -168,8 +168,9 @@ def _allowance_waiters(state: Space, now_ms: int) -> list[View]:
 
 
 def _parked(kernel: Kernel, space: str) -> list[View]:
-    """The kernel's parked calls in this space: on a queue (receives), a scope's timers (polls), or
-    the event log (watches)."""
+    """The kernel's parked calls in this space: on a queue (receives), a scope's timers (polls), a
+    claim (acquires with `waitMs` waiting for the key: who waits, oldest first), or the event log
+    (watches)."""
     found = []
     for key, calls in kernel.parked():
         if len(key) < 2 or key[1] != space:
@@ -179,6 +180,9 @@ def _parked(kernel: Kernel, space: str) -> list[View]:
             entry.update(mailboxId=key[2], scopeId=key[3])
         elif key[0] == "timers":
             entry.update(scopeId=key[2])
+        elif key[0] == "claim":
+            holders = [getattr(command, "holder", None) for command in kernel.parked_commands(key)]
+            entry.update(scopeId=key[2], key=key[3], holders=holders[:OPS_LIST_MAX])
         found.append(entry)
     return found
 

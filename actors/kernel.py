@@ -201,6 +201,10 @@ class Kernel:
         """Actors with calls parked on them now (long polls, held watches), and how many each."""
         return [entry for partition in self.partitions for entry in partition.parked()]
 
+    def parked_commands(self, key: ActorKey) -> list[Any]:
+        """The commands of the calls parked on the actor `key` (of the space `key[1]`) now, oldest first."""
+        return self.partition_of(key[1]).parked_commands(key)
+
     # -- reading --------------------------------------------------------------------------------
 
     @property

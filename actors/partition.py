@@ -233,6 +233,11 @@ class Partition:
         """Actors with calls parked on them now (long polls, held watches), and how many each."""
         return [(key, len(entry.waiters)) for key, entry in self._actors.items() if entry.waiters]
 
+    def parked_commands(self, key: ActorKey) -> list[Any]:
+        """The commands of the calls parked on the actor `key` now, oldest first (for reads)."""
+        entry = self._actors.get(key)
+        return [] if entry is None else [call.command for call in entry.waiters]
+
     @property
     def actors(self) -> int:
         """Actors alive now (running or lingering, or holding waiters)."""

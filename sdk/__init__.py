@@ -26,7 +26,8 @@ import importlib
 import threading
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
+"""This package's version (the TypeScript SDK's is the same; CHANGELOG.md tells both)."""
 
 # Importing `runstate` imports none of the SDK's modules (nor httpx): each name is imported when it
 # is first read (`__getattr__`), so `runstate.actors` and `runstate.snapshots`, which share the

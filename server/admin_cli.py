@@ -86,9 +86,12 @@ def add_commands(commands: Any) -> None:
                 "  runstate keys create --space research --name crawler\n  runstate keys list\n  runstate keys revoke ak_0123456789abcdef", [])
     key_commands = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = _sub(key_commands, "create", "make an API key for a space; it is printed once",
-                  "  runstate keys create --space research\n  runstate keys create --space research --name crawler --json", [admin])
+                  "  runstate keys create --space research\n  runstate keys create --space research --name crawler --json\n"
+                  "  runstate keys create --space research --name dashboard --role viewer", [admin])
     create.add_argument("--space", required=True, action="append", help="the space the key opens (repeat for several)")
     create.add_argument("--name", default=None, help="a label to recognise the key by")
+    create.add_argument("--role", default=None, choices=("editor", "viewer"),
+                        help="what the key may do: editor (the default) reads and changes, viewer only reads")
     listing = _sub(key_commands, "list", "list API keys (never their secrets)",
                    "  runstate keys list\n  runstate keys list --space research --json", [admin])
     listing.add_argument("--space", default=None, help="only keys that open this space")
@@ -270,21 +273,23 @@ def _print_json(data: Any) -> None:
 
 # -- the commands ---------------------------------------------------------------------------------
 
-KEY_COLUMNS: list[Column] = [("ID", "id"), ("NAME", "name"), ("SPACES", "spaces"), ("CREATED", "createdAt"), ("REVOKED", "revokedAt")]
+KEY_COLUMNS: list[Column] = [("ID", "id"), ("NAME", "name"), ("ROLE", "role"), ("SPACES", "spaces"), ("CREATED", "createdAt"),
+                             ("REVOKED", "revokedAt")]
 
 
 def _keys(args: argparse.Namespace) -> None:
     secret = _admin_key(args, required=True)
     assert secret is not None
     if args.action == "create":
-        body = {"spaces": args.space, "name": args.name} if args.name else {"spaces": args.space}
+        body = {"spaces": args.space, **({"name": args.name} if args.name else {}), **({"role": args.role} if args.role else {})}
         made = _request(args, "POST", "/v1/admin/keys", secret, body)
         if args.json:
             _print_json(made)
             return
         spaces = ",".join(made["spaces"])
-        print(f"created API key {made['id']} for space {spaces}. It is shown only now; the server keeps only its digest.\n")
-        print(f"    export RUNSTATE_API_KEY={made['key']} RUNSTATE_SPACE_ID={made['spaces'][0]}\n")
+        role = made.get("role", "editor")
+        print(f"created API key {made['id']} ({role}) for space {spaces}. It is shown only now; the server keeps only its digest.\n")
+        print(f"    export RUNSTATE_API_KEY={made['key']} RUNSTATE_SPACE_ID={made['spaces'][0]} RUNSTATE_BASE_URL={_server_url(args)[0]}\n")
     elif args.action == "list":
         listed = _request(args, "GET", "/v1/admin/keys", secret, params={"space": args.space} if args.space else None)
         _print_json(listed) if args.json else print_table(listed["keys"], KEY_COLUMNS)

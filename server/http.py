@@ -357,7 +357,7 @@ async def serve_http(
         await _send(send, status, body, extra, request.request_id)
     finally:
         doors.release(incoming.held)
-        telemetry.end(method, route, status, started, request.request_id, code)
+        telemetry.end(method, route, status, started, request.request_id, code, params.get("space"))
 
 
 async def _unless_disconnected(

@@ -23,6 +23,7 @@ import signal
 
 import trio
 
+from .console.charts import sample_every_interval
 from .logs import event
 
 __all__ = ["Lifecycle"]
@@ -53,6 +54,7 @@ class Lifecycle:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.runtime.run)
                 nursery.start_soon(self.watch_expiries)
+                nursery.start_soon(sample_every_interval, self.runtime.telemetry.charts, self.runtime)
                 nursery.start_soon(self._watch_fatal)
                 task_status.started()
 

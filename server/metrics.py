@@ -62,11 +62,13 @@ Source = Callable[["Mapping[str, SpaceState]", int], Iterable[Metric]]
 class RouteMetrics:
     """The pre-bound children of one route (or of the requests no route matched)."""
 
-    __slots__ = ("method", "route", "_requests", "_latency", "_by_status")
+    __slots__ = ("method", "route", "acquire", "_requests", "_latency", "_by_status")
 
     def __init__(self, requests: Counter, latency: Histogram, method: str, route: str) -> None:
         self.method = method
         self.route = route
+        # Whether the route is a claim acquire (its answer time is charted: `console/charts.py`).
+        self.acquire = False
         self._requests = requests
         self._latency = latency.labels(method, route)
         self._by_status: dict[int, Any] = {}

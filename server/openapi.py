@@ -207,6 +207,7 @@ def _components(limits: Limits) -> dict:
                 "id": text,
                 "name": _nullable(text),
                 "spaces": {"type": "array", "items": text},
+                "role": {"type": "string", "enum": ["editor", "viewer"], "description": "editor: reads and changes; viewer: reads only"},
                 "createdAt": _TS,
                 "revokedAt": _nullable(_TS),
             },
@@ -401,6 +402,8 @@ def _coordination_components() -> dict:
             {
                 "mailboxId": text, "scopeId": text, "waiterId": text, "holder": text, "units": integer, "since": _TS,
                 "permit": text, "permitId": text, "state": text, "allowance": text, "allowanceId": text, "expiresAt": _TS,
+                # on a claim: its key, and who waits for it (each acquire's holder, oldest first)
+                "key": text, "holders": {"type": "array", "items": _nullable(text)},
             },
         ),
         "OpsWaits": _obj({"waits": {"type": "array", "items": _ref("Parked")}, "truncated": {"type": "boolean"}}),

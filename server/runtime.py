@@ -240,11 +240,12 @@ class Runtime:
         performs the operator's actions there (`operator`: cancelling a run or a task, a forced
         claim release, requeuing or deleting dead letters, purging a mailbox); it does no other
         work inside a space: any other write with it is 403 FORBIDDEN (the key is valid, the
-        action is not allowed), not 401.
+        action is not allowed), not 401. An API key with the viewer role reads its spaces and
+        gets the same 403 for every change (`actors/keys.py`).
         """
         secret = request.bearer()
-        spaces = self.kernel.keys.spaces_for(secret)  # type: ignore[union-attr]
-        if not spaces:
+        key = self.kernel.keys.active(secret)  # type: ignore[union-attr]
+        if key is None:
             if self.admin.matches(secret):
                 if request.method == "GET" or operator:
                     return self._known_space(space)
@@ -255,6 +256,7 @@ class Runtime:
                     "need an API key issued for the space",
                 )
             raise ApiError(UNAUTHENTICATED, "the API key is not valid")
+        spaces = key.spaces
         if space not in spaces:
             # 404 whether `space` exists or not (a key learns nothing of other spaces), but saying
             # which spaces this key opens: the usual cause is a key of another space.
@@ -263,6 +265,12 @@ class Runtime:
                 NOT_FOUND,
                 f"space {quote(space)} not found for this API key, which opens {opened}: use a key made for "
                 f"{quote(space)} (runstate keys create --space {space}), or that space's id",
+            )
+        if key.reads_only and request.method != "GET":  # (every change is a POST or a PUT; every read a GET)
+            raise ApiError(
+                "FORBIDDEN",
+                f"this API key ({key.id}) has the viewer role: it reads space {quote(space)} and changes nothing there; "
+                f"a change needs a key with the editor role (runstate keys create --space {space})",
             )
         return space
 

@@ -14,6 +14,9 @@ import trio
 
 from ...actors.errors import NOT_FOUND, VALIDATION_FAILED, KernelError
 from ...actors.events import EVENT_TYPES
+from ...actors.timestamps import format_ms, parse_timestamp
+from . import plots
+from .charts import INTERVAL_S
 from .render import STATIC, render
 from .sessions import clear_cookie, set_cookie
 from .site import PREFIX, Answer, Console, Visit, page, redirect, refuse
@@ -159,10 +162,48 @@ async def claims(console: Console, visit: Visit, space: str) -> Answer:
 @page("GET", "/s/{space}/lanes")
 async def lanes(console: Console, visit: Visit, space: str) -> Answer:
     window = visit.choice("window", ("fit", *WINDOWS)) or "fit"
+    between = _between(visit)
     fenced = console.runtime.telemetry.fenced.in_space(space, "claim")
     data = await views.lanes(console.kernel, space, fenced, run=visit.text("run"), key=visit.text("key"),
-                             window_s=WINDOWS.get(window, 3600), fit=window == "fit")
-    return console.page(visit, "lanes.html", windows=("fit", *WINDOWS), window=window, **data)
+                             window_s=WINDOWS.get(window, 3600), fit=window == "fit", between=between)
+    return console.page(visit, "lanes.html", windows=("fit", *WINDOWS), window=window, zoom=_zoom_links(visit, data), **data)
+
+
+def _between(visit: Visit) -> tuple[int, int] | None:
+    """A zoom's window, `from` and `to` (RFC 3339 times, both or neither), checked."""
+    texts = visit.text("from"), visit.text("to")
+    if texts == (None, None):
+        return None
+    if None in texts:
+        raise refuse(VALIDATION_FAILED, "a zoom names both ends of its window: from and to")
+    try:
+        start_ms, end_ms = (parse_timestamp(text) for text in texts)  # type: ignore[arg-type]
+    except ValueError:
+        raise refuse(VALIDATION_FAILED, "from and to are RFC 3339 times with a zone, such as 2026-12-04T12:00:00.000Z") from None
+    if not views.swimlanes.ZOOM_MS_MIN <= end_ms - start_ms <= WINDOWS["24h"] * 1000:
+        raise refuse(VALIDATION_FAILED, f"a zoom's window is {views.swimlanes.ZOOM_MS_MIN} ms to 24 hours long, from before to")
+    return start_ms, end_ms
+
+
+def _zoom_links(visit: Visit, data: dict) -> dict[str, str]:
+    """Links that zoom out (twice the window, about its middle), move it half a window back or on,
+    and leave the zoom; each keeps the key and run filters."""
+    start_ms, end_ms = data["start"], data["end"]
+    span, middle = end_ms - start_ms, (start_ms + end_ms) // 2
+
+    def window(a: int, b: int) -> str:
+        b = min(b, data["now"])
+        a = min(a, b - views.swimlanes.ZOOM_MS_MIN)
+        if b - a > WINDOWS["24h"] * 1000:
+            a = b - WINDOWS["24h"] * 1000
+        return visit.here(**{"from": format_ms(a), "to": format_ms(b), "window": None})
+
+    links = {"out": window(middle - span, middle + span), "back": window(start_ms - span // 2, end_ms - span // 2)}
+    if end_ms < data["now"]:
+        links["on"] = window(start_ms + span // 2, end_ms + span // 2)
+    if data["zoomed"]:
+        links["whole"] = visit.here(**{"from": None, "to": None})
+    return links
 
 
 # -- tasks ---------------------------------------------------------------------------------------
@@ -251,6 +292,30 @@ async def events(console: Console, visit: Visit, space: str) -> Answer:
     data = await views.events(console.kernel, space, types=types, run=visit.text("run"), key=visit.text("key"),
                               before=visit.number("before", 1, 2**62), limit=visit.limit())
     return console.page(visit, "events.html", event_types=EVENT_TYPES, types=sorted(types or ()), **data)
+
+
+# -- charts --------------------------------------------------------------------------------------
+
+
+@page("GET", "/s/{space}/charts")
+async def charts(console: Console, visit: Visit, space: str) -> Answer:
+    """The space's traffic over time (`charts.py`, `plots.py`), drawn from what this server keeps."""
+    window = visit.choice("window", tuple(plots.WINDOWS)) or "30m"
+    drawn = plots.charts_of(console.runtime.telemetry.charts.series.get(space), window)
+    cursor = await views.newest_event(console.kernel, space)
+    return console.page(visit, "charts.html", windows=tuple(plots.WINDOWS), window=window, interval=INTERVAL_S,
+                        cursor=cursor, **drawn)
+
+
+# -- search --------------------------------------------------------------------------------------
+
+
+@page("GET", "/s/{space}/search")
+async def search(console: Console, visit: Visit, space: str) -> Answer:
+    """Runs, claim keys, holders, task keys and mailboxes that match `q` (`views/search.py`)."""
+    text = visit.text("q")
+    data = await views.search(console.kernel, space, text) if text else {"results": None, "more": {}, "text": ""}
+    return console.page(visit, "search.html", **data)
 
 
 # -- workers -------------------------------------------------------------------------------------

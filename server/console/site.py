@@ -177,6 +177,7 @@ class Console:
         self.sessions = Sessions()
         self.feeds = Feeds(lambda: runtime.kernel)
         runtime.telemetry.fenced.listener = self.feeds.fenced
+        runtime.telemetry.charts.listener = self.feeds.charts
 
     @property
     def kernel(self) -> Any:
@@ -191,7 +192,8 @@ class Console:
         """Whether the session's key still opens anything (a revoked key ends its sessions)."""
         if session.admin:
             return self.runtime.admin.matches(session.secret)
-        session.spaces = views.key_spaces(self.kernel, session.secret)
+        session.spaces, role = views.key_access(self.kernel, session.secret)
+        session.role = role or session.role
         return bool(session.spaces)
 
     def spaces_of(self, session: Session) -> list[str]:
@@ -290,6 +292,7 @@ class Console:
             "space": visit.space,
             "spaces": [] if session is None else self.spaces_of(session),
             "csrf": None if session is None else session.csrf,
+            "may_act": session is not None and session.may_act,
             "theme": theme if theme in ("light", "dark") else "auto",
             "cursor": values.pop("cursor", None),
             "notice": NOTICES.get(visit.param("done") or ""),
