@@ -55,6 +55,8 @@ def events_latest(kernel: Kernel, space: str, count: int) -> View:
 # -- diagnostics -----------------------------------------------------------------------------------
 # Observations for people and tooling, never a source of authority. Lists are cut at this many.
 OPS_LIST_MAX = 1000
+# The holders named for one parked entry (its `calls` counts them all), oldest first.
+PARKED_HOLDERS_MAX = 10
 
 
 def run(kernel: Kernel, space: str, scope_id: str) -> View:
@@ -168,9 +170,10 @@ def _allowance_waiters(state: Space, now_ms: int) -> list[View]:
 
 
 def _parked(kernel: Kernel, space: str) -> list[View]:
-    """The kernel's parked calls in this space: on a queue (receives), a scope's timers (polls), a
-    claim (acquires with `waitMs` waiting for the key: who waits, oldest first), or the event log
-    (watches)."""
+    """The kernel's parked calls in this space: on a claim (acquires waiting for it: its run and
+    key), a once key (reads waiting for its result), a queue (receives), a scope's timers (polls),
+    or the event log (watches); with the holders the calls are for, oldest first, where their
+    commands name one."""
     found = []
     for key, calls in kernel.parked():
         if len(key) < 2 or key[1] != space:
@@ -180,9 +183,11 @@ def _parked(kernel: Kernel, space: str) -> list[View]:
             entry.update(mailboxId=key[2], scopeId=key[3])
         elif key[0] == "timers":
             entry.update(scopeId=key[2])
-        elif key[0] == "claim":
-            holders = [getattr(command, "holder", None) for command in kernel.parked_commands(key)]
-            entry.update(scopeId=key[2], key=key[3], holders=holders[:OPS_LIST_MAX])
+        elif key[0] in ("claim", "once"):  # acquires waiting for a held claim; reads waiting for a once key's result
+            entry.update(scopeId=key[2], key=key[3])
+        holders = kernel.parked_holders(key, PARKED_HOLDERS_MAX)
+        if holders:
+            entry["holders"] = holders
         found.append(entry)
     return found
 

@@ -55,7 +55,8 @@ BYTES_PER_QUEUED_TASK = 2048
 RECOVERY_1M_S = 10.0
 
 CONNECTIONS = (1, 16)
-LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale", "console", "cluster")
+LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale", "console", "cluster",
+        "etcdsize")
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class Bench:
         self.wrk: str | None = None
         self.redis_server: str | None = None
         self.claim_targets: list[tuple[str, Target, float | None]] = []  # (label, server, target ratio)
+        self.etcd_size_s: float | None = None  # (the etcdsize leg's length; None: by the mode)
         self.ceiling: Target
 
     # -- servers ---------------------------------------------------------------------------------
@@ -366,6 +368,25 @@ class Bench:
             "throughput separate machines would add."
         )
 
+    def etcdsize(self) -> None:
+        """etcd's database size under a sustained load on a cluster (bench/cluster.py `etcd_size`):
+        flat once snapshots, trims and compactions go round, under the bound docs/cluster.md states."""
+        if find_tool("etcd", "etcd-server") is None:
+            self.rows.append(Row("etcd's size under load", missing_tool_message("etcd", "etcd-server"), verdict=NA))
+            return
+        seconds = self.etcd_size_s or (180 if self.mode.name == "quick" else 600)
+        measured = cluster_legs.etcd_size(seconds)
+        sizes = [size for _, size, _ in measured.samples]
+        bound = measured.bound_bytes()
+        self.rows.append(Row(
+            f"etcd's database under claim cycles on every partition, {seconds / 60:.0f} min, 3 nodes, "
+            f"--cluster-log-bytes-max {measured.log_bytes_max >> 20} MiB",
+            measured.figure(),
+            target=f"<= {bound >> 20} MiB (3 x the budget + 64 MiB)",
+            verdict=verdict_at_most(max(sizes), bound),
+            data={"samples": measured.samples, "written_bytes": measured.written_bytes, "cycles": measured.cycles},
+        ))
+
     def kernel(self) -> None:
         legs = [("kernel", "claim cycles", "cycles", KERNEL_CLAIM_CYCLES_S), ("tasks", "task lifecycles", "lifecycles", KERNEL_TASK_LIFECYCLES_S)]
         for leg, what, unit, target in legs:
@@ -451,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short runs, one repetition (under 3 minutes)")
     parser.add_argument("--only", default=",".join(LEGS), help=f"comma-separated legs out of {','.join(LEGS)}")
     parser.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the results")
+    parser.add_argument("--etcd-size-minutes", type=float, default=None,
+                        help="how long the etcdsize leg loads the cluster (default 3 quick, 10 full)")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
     legs = {leg.strip() for leg in args.only.split(",") if leg.strip()}
@@ -465,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     with Processes() as procs:
         bench = Bench(mode, legs, procs)
+        bench.etcd_size_s = None if args.etcd_size_minutes is None else args.etcd_size_minutes * 60
         try:
             if legs & {"http", "capacity", "latency", "peer", "takeover", "queues"}:
                 bench.wrk = find_tool("wrk", "wrk") if legs & {"http", "capacity"} else None
@@ -474,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
                     if leg in legs:
                         step(bench, leg, getattr(bench, leg))
                 procs.stop_all()
-            for leg in ("swarm", "kernel", "scale", "console", "cluster"):
+            for leg in ("swarm", "kernel", "scale", "console", "cluster", "etcdsize"):
                 if leg in legs:
                     step(bench, leg, getattr(bench, leg))
         except KeyboardInterrupt:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+from collections import deque
 from decimal import Decimal
 import ssl
 import sys
@@ -53,9 +54,10 @@ class Credential:
 
 
 class CommandError(Exception):
-    def __init__(self, message: str, status: int = 1) -> None:
+    def __init__(self, message: str, status: int = 1, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code  # the server's error code (CURSOR_EXPIRED, ...), when it refused
 
 
 # -- the parsers ----------------------------------------------------------------------------------
@@ -128,12 +130,17 @@ def add_commands(commands: Any) -> None:
         listing = _sub(what, name, help_text, f"  runstate inspect {name} sc_0123456789abcdef", [reader])
         listing.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
         listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
-    events = _sub(what, "events", "list the events of a space (--follow: print them as they happen, from now on)",
-                  "  runstate inspect events\n  runstate inspect events --follow --run sc_0123456789abcdef --type claim.force_released\n"
+    events = _sub(what, "events", "list the newest events of a space, newest first (--from-start: from the oldest kept; "
+                  "--follow: print them as they happen, from now on)",
+                  "  runstate inspect events\n  runstate inspect events --type claim.force_released --limit 20\n"
+                  "  runstate inspect events --from-start --json\n"
+                  "  runstate inspect events --follow --run sc_0123456789abcdef --type claim.force_released\n"
                   "  runstate inspect events --follow --from-start --key company:acme --json", [reader])
-    events.add_argument("--cursor", default=None, help="start after this cursor (default: the oldest event kept; with --follow, now)")
-    events.add_argument("--from-start", action="store_true", help="with --follow: print the events kept first, then follow")
-    events.add_argument("--limit", type=int, default=100, help="at most this many per page (1-1000, default 100)")
+    events.add_argument("--cursor", default=None, help="the events after this cursor, in the order they happened (default: the newest; "
+                        "with --follow, from now on)")
+    events.add_argument("--from-start", action="store_true", help="from the oldest event kept, in the order they happened "
+                        "(with --follow: print those first, then follow)")
+    events.add_argument("--limit", type=int, default=100, help="at most this many (a page with --cursor or --from-start; 1-1000, default 100)")
     events.add_argument("--follow", action="store_true", help="keep waiting for new events until interrupted")
     events.add_argument("--run", default=None, metavar="RUN", help="only the events of this run and the runs under it")
     events.add_argument("--type", dest="types", action="append", default=None, metavar="TYPE",
@@ -240,7 +247,7 @@ def _request(
             detail = (
                 f"{key.describe()} does not open it: pass --space or set RUNSTATE_SPACE_ID to the key's own space; {detail}"
             )
-        raise CommandError(f"{code}: {message} ({detail})")
+        raise CommandError(f"{code}: {message} ({detail})", code=code)
     return data
 
 
@@ -418,12 +425,27 @@ def _amount(field: str) -> Callable[[dict], str | None]:
     return amount
 
 
+def event_by(event: dict) -> str | None:
+    """Who an event is by: the operator (`by`: an API key's id, or `admin`) when its record says,
+    else the holder it names (who took a claim or a delivery, or whose delivery ended); None
+    when it names neither (a release or an expiry records only the generation)."""
+    payload = event.get("payload") or {}
+    return payload.get("by") or payload.get("holder")
+
+
 # The columns of `runstate events` (a space's event log).
 EVENT_COLUMNS: list[Column] = [
     ("CURSOR", lambda row: row["eventId"].split("_", 1)[-1]), ("TYPE", "type"), ("AT", "createdAt"),
     ("AGGREGATE", lambda row: f"{row['aggregate']['type']}:{row['aggregate']['id']}"), ("RUN", "scopeId"),
-    ("BY", lambda row: (row.get("payload") or {}).get("by")),
+    ("BY", event_by),
 ]
+
+
+# How many times a scan for the newest events starts again from the oldest kept when the log moved
+# past its cursor (CURSOR_EXPIRED: a busy space dropped the events it was reading).
+SCAN_RESTARTS_MAX = 3
+# The page size of a scan for the newest events (the server's most per page), and the most `--limit` asks.
+SCAN_PAGE_MAX = EVENTS_LISTED_MAX = 1000
 
 
 def _about(event: dict, key: str) -> bool:
@@ -433,9 +455,15 @@ def _about(event: dict, key: str) -> bool:
 
 
 def _events(args: argparse.Namespace, base: str, secret: Credential) -> None:
-    """One page, or with --follow every event from now on (or from the cursor, or from the oldest
-    kept with --from-start), one line (or JSON object) each, under a header."""
+    """The newest events, newest first; or with --cursor or --from-start one page in the order
+    they happened (a replay); or with --follow every event from now on (or from the cursor, or
+    from the oldest kept with --from-start), one line (or JSON object) each, under a header."""
     types = ",".join(name.strip() for given in args.types or () for name in given.split(",") if name.strip()) or None
+    if not 1 <= args.limit <= EVENTS_LISTED_MAX:
+        raise CommandError(f"--limit must be from 1 to {EVENTS_LISTED_MAX}, got {args.limit}", 2)
+    if not args.follow and args.cursor is None and not args.from_start:
+        _newest_events(args, base, secret, types)
+        return
     filtered = types is not None or args.run is not None
     cursor = args.cursor
     if args.follow and cursor is None and not args.from_start:
@@ -452,11 +480,7 @@ def _events(args: argparse.Namespace, base: str, secret: Credential) -> None:
         page = _request(args, "GET", base + ("/watch" if args.follow or filtered else "/events"), secret, params=params)
         shown = [event for event in page["events"] if args.key is None or _about(event, args.key)]
         if not args.follow:
-            if args.json:
-                _print_json({**page, "events": shown})
-            else:
-                print_table(shown, EVENT_COLUMNS)
-                print(f"(next cursor: {page['nextCursor']})")
+            _print_events({**page, "events": shown}, args.json)
             return
         for event in shown:
             if args.json:
@@ -464,6 +488,45 @@ def _events(args: argparse.Namespace, base: str, secret: Credential) -> None:
             else:
                 print("  ".join(show(column(event) if callable(column) else event.get(column)) for _, column in EVENT_COLUMNS), flush=True)
         cursor = page["nextCursor"]
+
+
+def _newest_events(args: argparse.Namespace, base: str, secret: Credential, types: str | None) -> None:
+    """The newest `--limit` events (of the filters), newest first, and the cursor after the newest:
+    where a follower of what happens from now on starts. Without filters the server picks them
+    (`latest`); with them, the log is read once from the oldest kept up to its newest event when
+    the command started, at most a thousand a page, keeping the last `--limit` that match."""
+    if types is None and args.run is None and args.key is None:
+        page = _request(args, "GET", base + "/events", secret, params={"latest": args.limit})
+        _print_events({**page, "events": page["events"][::-1]}, args.json)
+        return
+    end = int(_request(args, "GET", base + "/events", secret, params={"latest": 0})["nextCursor"])
+    for _ in range(SCAN_RESTARTS_MAX):
+        kept: deque[dict] = deque(maxlen=args.limit)
+        cursor = None
+        try:
+            while cursor is None or int(cursor) < end:
+                params = {"limit": SCAN_PAGE_MAX, "types": types, "scopeId": args.run, "waitSeconds": 0, "cursor": cursor}
+                params = {name: value for name, value in params.items() if value is not None}
+                page = _request(args, "GET", base + "/watch", secret, params=params)
+                kept.extend(event for event in page["events"] if args.key is None or _about(event, args.key))
+                if cursor == page["nextCursor"]:
+                    break  # (nothing after it: a log that lost events since `end` was read)
+                cursor = page["nextCursor"]
+        except CommandError as error:
+            if error.code != "CURSOR_EXPIRED":
+                raise
+            continue
+        _print_events({"events": list(kept)[::-1], "nextCursor": cursor}, args.json)
+        return
+    raise CommandError("the space's events move faster than they can be read: try again, or narrow the search with --run or --type")
+
+
+def _print_events(page: dict, as_json: bool) -> None:
+    if as_json:
+        _print_json(page)
+    else:
+        print_table(page["events"], EVENT_COLUMNS)
+        print(f"(next cursor: {page['nextCursor']})")
 
 
 def run(args: argparse.Namespace) -> int:

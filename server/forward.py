@@ -29,6 +29,7 @@ import httpx
 import trio
 
 from ..actors.errors import UNAVAILABLE, KernelError
+from . import cluster_view
 from .errors import ApiError
 
 T = TypeVar("T")
@@ -118,8 +119,7 @@ async def forward(cluster: Any, number: int, method: str, path: str, headers: di
         # on its way for longer than that already.
         leader = await cluster.wait_for_leader(number, trio.current_time() + wait_s)
         if leader is None:
-            raise ApiError(UNAVAILABLE, f"partition {number} has no leader now (a failover is under way); try again",
-                           headers={"retry-after": "1"})
+            raise ApiError(UNAVAILABLE, cluster_view.unserved(cluster, number), headers={"retry-after": "1"})
         if leader.node == cluster.node_id:
             return None
         if hops >= 2:

@@ -402,8 +402,8 @@ def _coordination_components() -> dict:
             {
                 "mailboxId": text, "scopeId": text, "waiterId": text, "holder": text, "units": integer, "since": _TS,
                 "permit": text, "permitId": text, "state": text, "allowance": text, "allowanceId": text, "expiresAt": _TS,
-                # on a claim: its key, and who waits for it (each acquire's holder, oldest first)
-                "key": text, "holders": {"type": "array", "items": _nullable(text)},
+                # on a claim or a once key: its key; who waits (the parked calls' holders, oldest first)
+                "key": text, "holders": {"type": "array", "items": text},
             },
         ),
         "OpsWaits": _obj({"waits": {"type": "array", "items": _ref("Parked")}, "truncated": {"type": "boolean"}}),

@@ -30,8 +30,9 @@ from ..actors.layout import Layout
 from ..actors.commands import RegisterKey
 from ..actors.keys import digest, new_secret
 from ..snapshots import RecoveryError, StoreLocked
-from ..snapshots.datadir import DataDir, DataDirError, open_data_dir
+from ..snapshots.datadir import DataDir, DataDirError, open_data_dir, public_reason
 from ..snapshots.etcd import EtcdError
+from . import cluster_view
 from .cluster import STANDBY, Cluster, ClusterError
 from .cluster_metrics import EtcdLatency
 from .config import ConfigError
@@ -159,6 +160,7 @@ class Runtime:
             endpoints=[url.strip().rstrip("/") for url in settings.etcd.split(",")],  # type: ignore[union-attr]
             name=settings.cluster, node_id=self.node_id(), advertise=self.advertise(),
             data_dir=settings.data_dir, partitions=settings.partitions, lease_s=settings.cluster_lease_s,  # type: ignore[arg-type]
+            log_bytes_max=settings.cluster_log_bytes_max, trim_every_s=settings.cluster_trim_every_s,
             model=state_model(self.limits), clock=clock, **self._store_options(),
         )
         cluster.etcd.on_attempt = EtcdLatency(self.telemetry.metrics.registry)
@@ -173,12 +175,9 @@ class Runtime:
             return
         layout = cluster.layout
         assert layout is not None
-        refusals = {number: STANDBY for number in layout.numbers()}
-        kernel = Kernel.partitioned(
-            states, {}, layout=layout, limits=self.limits, clock=clock, ids=IdSource(self.settings.seed), refusals=refusals,
-        )
-        for partition in kernel.partitions:
-            partition.readable = True
+        kernel = Kernel.partitioned(states, {}, layout=layout, limits=self.limits, clock=clock, ids=IdSource(self.settings.seed))
+        for partition in kernel.partitions:  # each is served where this node wins it (`Cluster`)
+            partition.follow(STANDBY)
         cluster.on_lead = self._on_lead
         try:
             async with trio.open_nursery() as nursery:
@@ -294,14 +293,14 @@ class Runtime:
         if self.kernel is None:
             return None
         if self.cluster is not None:
-            return self.cluster.readiness()
+            return cluster_view.readiness(self.cluster)
         reasons = []
         for partition in self.kernel.partitions:
             failure = partition.journal.failure
             if partition.refusal is not None:
                 reasons.append(f"partition {partition.number}: {partition.refusal}")
-            elif failure is not None:
-                reasons.append(f"partition {partition.number}: the journal refuses changes: {failure}")
+            elif failure is not None:  # (what failed; the log says which file)
+                reasons.append(f"partition {partition.number}: the journal refuses changes: {public_reason(failure)}")
         if not reasons:
             return None
         if len(self.kernel.partitions) == 1:
@@ -334,7 +333,9 @@ class Runtime:
             try:
                 store = await data.reopen(number)
             except (RecoveryError, OSError) as error:
-                kernel.partitions[number].refusal = data.refusals[number] = f"its journal cannot be recovered: {error}"
+                data.refusals[number] = (f"its journal cannot be recovered: {public_reason(error)}; "
+                                         "the server's log and `runstate check` say where")
+                kernel.partitions[number].refuse(data.refusals[number])
                 log.error("partition %d still does not serve: %s", number, error)
                 continue
             partition = await kernel.reopen(number, store.state, store.journal)  # type: ignore[arg-type]

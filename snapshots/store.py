@@ -23,7 +23,8 @@ all at or before it) and logs that it did. A crash part way is harmless: the new
 published atomically before anything is deleted, and the next start deletes what is left.
 
 `Store.run` keeps three things going: the journal's writer, snapshots every `snapshot_every_records`
-records or `snapshot_every_s` seconds (`compaction.py`), and the repair after a failed write: the
+records or `snapshot_every_s` seconds, or, in a local copy of a cluster's log, every
+`snapshot_every_bytes` bytes copied (`compaction.py`), and the repair after a failed write: the
 state is rebuilt from what is on disk and handed to `kernel.restore()` at once (reads then show
 only recorded changes). Then every `probe_interval_s` the WAL is truncated to the last good record
 and a new segment begun; once that works, another rebuild (not yet live, so nothing reads it while
@@ -67,6 +68,10 @@ class StoreConfig:
     segment_bytes_max: int = 64 * 1024 * 1024
     snapshot_every_records: int = 1_000_000
     snapshot_every_s: float = 3600.0
+    # A snapshot once the log holds this many bytes of records past the last one (None: no such
+    # trigger). A cluster's node sets it for its copies: what the log in etcd keeps is what lies
+    # above the oldest snapshot of the partition a node has, so this bounds etcd's share of it.
+    snapshot_every_bytes: int | None = None
     # How often the snapshot task looks whether one is due.
     snapshot_poll_s: float = 1.0
     snapshots_kept: int = 2
@@ -200,6 +205,10 @@ class Store:
         self.journal: WalJournal | None = None
         self.report: RecoveryReport | None = None
         self.snapshot_lsn = 0
+        # Bytes of records copied into a followed log since the store opened (`copy`), and that
+        # count when the newest snapshot was taken: what the byte trigger compares.
+        self.copied_bytes = 0
+        self._snapshot_bytes = 0
         # The last LSN of the start's own records (boot, restart decisions): a final snapshot is
         # worth taking only past it (`Runtime.flush`).
         self.booted_lsn = 0
@@ -379,9 +388,10 @@ class Store:
         while True:
             await trio.sleep(self.config.snapshot_poll_s)
             behind = journal.durable_lsn - self.snapshot_lsn
+            every_bytes = self.config.snapshot_every_bytes
             due = behind >= self.config.snapshot_every_records or (
                 behind > 0 and trio.current_time() - last_at >= self.config.snapshot_every_s
-            )
+            ) or (behind > 0 and every_bytes is not None and self.bytes_since_snapshot >= every_bytes)
             if due and journal.failure is None:
                 await self.snapshot()
                 last_at = trio.current_time()
@@ -396,6 +406,7 @@ class Store:
             if journal.failure is not None:
                 return 0  # type: ignore[unreachable]  # the journal can fail while this waits for `_busy`; mypy keeps the test above across the await
             through = journal.durable_lsn
+            copied = self.copied_bytes  # (what is copied from here on counts towards the next one)
             started = time.perf_counter()
             try:
                 if self._child_model is not None:
@@ -417,6 +428,7 @@ class Store:
             return 0
         seconds = time.perf_counter() - started
         self.snapshot_lsn = info.lsn
+        self._snapshot_bytes = copied
         self.snapshots_taken += 1
         fields = {"lsn": info.lsn, "entries": info.entries, "bytes": info.size_bytes, "seconds": round(seconds, 3)}
         if self.partition is not None:
@@ -425,6 +437,18 @@ class Store:
         if self.on_snapshot is not None:
             self.on_snapshot(seconds)
         return info.lsn
+
+    @property
+    def bytes_since_snapshot(self) -> int:
+        """Bytes of records copied (`copy`) since the newest snapshot began (0 unless following)."""
+        return self.copied_bytes - self._snapshot_bytes
+
+    def copy(self, first_lsn: int, bodies: list[bytes]) -> None:
+        """Write records a replicated log committed (a cluster's partition) into this local copy,
+        at the LSNs they have there; counted for `snapshot_every_bytes`."""
+        assert self.following and self.journal is not None, "only a local copy of a log is written so"
+        self.journal.append_encoded(first_lsn, bodies)
+        self.copied_bytes += sum(len(body) for body in bodies)
 
     async def _snapshot_in_child(self, through: int) -> SnapshotInfo | None:
         assert self._child_model is not None

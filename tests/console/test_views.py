@@ -16,6 +16,7 @@ from runstate.actors.timestamps import format_ms, parse_timestamp
 from runstate.server.console import views
 from runstate.server.console.views import swimlanes
 from runstate.server.console.fenced import Fenced
+from ..single import only
 
 T0 = 1_800_000_000_000
 SPACE = "default"
@@ -60,7 +61,7 @@ async def test_reading_a_space_never_makes_it(world: World, autojump_clock):
     with pytest.raises(KernelError) as refused:
         await views.task(kernel, "nowhere", "tk_0")
     assert refused.value.code == "NOT_FOUND"
-    assert "nowhere" not in kernel.state.spaces
+    assert "nowhere" not in only(kernel).state.spaces
 
 
 async def test_a_lane_draws_each_generation_the_takeover_and_the_fenced_write(world: World, autojump_clock):

@@ -41,8 +41,8 @@ class _Reading:
     def parked(self) -> list:
         return self._kernel.parked()
 
-    def parked_commands(self, key: Any) -> list[Any]:
-        return self._kernel.parked_commands(key)
+    def parked_holders(self, key: tuple, count_max: int) -> list[str]:
+        return self._kernel.parked_holders(key, count_max)
 
 
 async def _read(kernel: Any, space_id: str, view: Callable[[Any, int], dict]) -> dict:
