@@ -238,7 +238,7 @@ class Cluster:
         self.kernel: Kernel | None = None
         self.session: LeaseKeeper | None = None
         self.session_ready = trio.Event()
-        self.nodes: dict[str, dict] = {}  # live nodes (their keys' values), by id
+        self.nodes: dict[str, dict[str, Any]] = {}  # live nodes (their keys' values), by id
         self.nodes_changed = trio.Event()
         self.sessions = 0
         self.leaving = False  # shutting down: its partitions handed over, no new one taken

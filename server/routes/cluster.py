@@ -15,6 +15,7 @@ import hmac
 import trio
 
 from ...actors.errors import NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED
+from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from .. import cluster_view
 from ..cluster_log import SECRET_HEADER
@@ -27,7 +28,7 @@ router = Router()
 G = "Cluster"
 
 
-async def cluster_map(services: Runtime, request: Request) -> tuple[int, dict]:
+async def cluster_map(services: Runtime, request: Request) -> tuple[int, View]:
     if not services.ready:
         raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
     if not services.key_is_known(request.bearer()):
