@@ -186,6 +186,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    """The public names too, before they are first read (for completion and `dir()`)."""
+    return sorted({*globals(), *__all__})
+
+
 def context() -> RunContext | None:
     """What the current wrapped call or queue job runs under; None outside one."""
     from ._bound import current_context

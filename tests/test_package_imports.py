@@ -73,5 +73,6 @@ def test_the_sdk_names_its_lazy_names_once_each_and_the_checker_reads_the_same()
     assert _checker_imports() == exports
     public = set(runstate.__all__)
     assert public - {"__version__", "context"} == (set(exports) - {"current_context"}) | set(runstate._DEFAULT_FUNCTIONS)
+    assert public <= set(dir(runstate))  # listed before they are read, for completion
     for name, module in exports.items():
         assert getattr(runstate, name) is getattr(sys.modules[f"runstate{module}"], name)
