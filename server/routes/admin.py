@@ -85,8 +85,8 @@ async def list_spaces(services: Runtime, request: Request) -> tuple[int, View]:
     keys_per_space: dict[str, int] = {}
     for key in kernel.keys.all():
         if key.revoked_ms is None:
-            for space in key.spaces:
-                keys_per_space[space] = keys_per_space.get(space, 0) + 1
+            for opened in key.spaces:
+                keys_per_space[opened] = keys_per_space.get(opened, 0) + 1
     rows = []
     for space_id in sorted(set(keys_per_space) | {s for s, space in spaces.items() if len(space.scopes)}):
         space = spaces.get(space_id)

@@ -11,6 +11,7 @@ when the log was trimmed past its own copy.
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 import trio
 
@@ -38,7 +39,7 @@ async def cluster_map(services: Runtime, request: Request) -> tuple[int, View]:
         return 200, cluster_view.status(cluster)
     kernel = services.kernel
     assert kernel is not None
-    node = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "live": True, "applied": {}, "snapshots": {}}
+    node: dict[str, Any] = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "live": True, "applied": {}, "snapshots": {}}
     partitions = [
         {"partition": p.number, "leader": {"node": "local", "url": None, "epoch": 0}, "leaderLsn": p.journal.durable_lsn,
          "appliedLsn": p.journal.durable_lsn, "snapshotLsn": 0, "failovers": 0, "handoffs": 0, "takeovers": 0, "logBytes": 0, "standbys": []}

@@ -24,7 +24,7 @@ from ...actors.kernel import EMPTY
 from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
-from ..http import Request, Router
+from ..http import Handler, Request, Router
 from ..runtime import Runtime
 
 router = Router()
@@ -261,7 +261,7 @@ endpoint(router, "GET", BASE + "/ops/waits", Doc(
 # -- inspection (our extension) ------------------------------------------------------------------
 
 
-def _lister(what: str):
+def _lister(what: str) -> Handler:
     async def listing(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
         services.authorize(request, space)
         limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
