@@ -9,6 +9,7 @@ Examples:
     runstate serve --config /etc/runstate.toml  # flags > RUNSTATE_* > the file > defaults
     runstate config --lease-s-max 300           # the settings `serve` would use, and where each came from
     runstate check --data-dir /var/lib/runstate # verify a data directory offline
+    runstate replay /var/lib/runstate --at 2027-01-15T03:12:00Z   # its state at a past point, offline
     runstate keys create --space research       # prints the new key once
     runstate inspect claims sc_0123456789abcdef
     runstate claims release sc_0123456789abcdef company:acme --reason 'holder hung'
@@ -41,7 +42,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from . import admin_cli, completion, ops_cli, top
+from . import admin_cli, completion, ops_cli, replay_cli, top
 from .config import SETTINGS, ConfigError, Loaded, describe, load
 from .logs import AccessLog, event, setup
 from .settings import Settings
@@ -137,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     admin_cli.add_commands(commands)
     ops_cli.add_commands(commands)
     top.add_command(commands)
+    replay_cli.add_command(commands)
     completion.add_command(commands)
     _add_mcp(commands)
     return parser
@@ -356,6 +358,8 @@ def _main(args: argparse.Namespace) -> int:
         return ops_cli.run(args)
     if args.command == "top":
         return top.run(args)
+    if args.command == "replay":
+        return replay_cli.run(args)
     if args.command == "completion":
         print(completion.script(_parser(), args.shell), end="")
         return 0

@@ -933,6 +933,23 @@ class Cluster:
             self._keys_sync = None
             done.set()
 
+    async def partition_caught_up(self, number: int, timeout_s: float) -> bool:
+        """Whether this node's copy of partition `number` holds its log as far as etcd holds it
+        now, waiting up to `timeout_s` for it to: a history read through a standby then sees every
+        change acknowledged before it was asked (True at once on the partition's leader)."""
+        if self.leads(number):
+            return True
+        follower = self.followers[number]
+        keys = follower.keys
+        with trio.move_on_after(timeout_s):
+            newest = await self.etcd.range(keys.log_prefix, prefix_end(keys.log_prefix), limit=1, keys_only=True,
+                                           sort_order="DESCEND", sort_target="KEY")
+            last_batch = keys.lsn_of(newest.kvs[0].key) if newest.kvs else 0
+            while follower.next_lsn <= last_batch and not self.leads(number):
+                await trio.sleep(0.005)
+            return True
+        return False
+
     async def wait_for_leader(self, number: int, deadline: float) -> Leader | None:
         """The partition's leader, waiting until `deadline` (trio time) while it has none, or while
         it is this node and this node does not serve it (taking it over; its session lapsed).

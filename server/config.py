@@ -165,6 +165,12 @@ _SERVER: tuple[Setting, ...] = (
     Setting("snapshot_every_s", float, _DEFAULTS.snapshot_every_s, "A snapshot at least this often (seconds) while anything changed.", minimum=1),
     Setting("snapshots_kept", int, _DEFAULTS.snapshots_kept, "Snapshots kept (with the WAL after the oldest); at least 2.", minimum=2, maximum=100),
     Setting("fsync_slow_ms", float, _DEFAULTS.fsync_slow_ms, "An fsync slower than this many milliseconds is logged.", minimum=0),
+    Setting("history_retention_s", float, _DEFAULTS.history_retention_s, "How far back (seconds before the newest snapshot) the "
+            "snapshots and WAL that rebuild any past point of a space are kept, for the history API and `runstate replay`; "
+            "0 keeps only what recovery needs. Costs disk: docs/history.md.", minimum=0, maximum=366 * 86400),
+    Setting("history_checkpoint_every_records", int, _DEFAULTS.history_checkpoint_every_records, "While history is kept, a snapshot "
+            "(a checkpoint) once the WAL holds this many records past the last one, or as many as that snapshot's entries if "
+            "more: the most records a past point replays.", minimum=1000, maximum=100_000_000),
     Setting("certfile", str, _DEFAULTS.certfile, "TLS: the server's certificate chain (PEM); with keyfile the server speaks https itself "
             "(HTTP/1.1 over TLS 1.2 or later).", optional=True),
     Setting("keyfile", str, _DEFAULTS.keyfile, "TLS: the private key of certfile (PEM, not encrypted).", optional=True),

@@ -56,6 +56,8 @@ def partition_of_request(kernel: Any, method: str, pattern: str, params: dict[st
     committed and at most a moment old)."""
     space = params.get("space")
     if space is not None:
+        if pattern.startswith("/v1/spaces/{space}/history"):
+            return None  # read from this node's own copy of the partition (`routes/history.py`)
         return int(kernel.layout.of(space))
     if pattern.startswith("/v1/admin/") and method != "GET":
         return 0

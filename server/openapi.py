@@ -423,7 +423,8 @@ _ERRORS = {
     "405": _error("METHOD_NOT_ALLOWED"),
     "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED, CAPACITY_UNAVAILABLE, INSUFFICIENT_BUDGET"),
     "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED"),
-    "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one"),
+    "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one. "
+                  "HISTORY_NOT_KEPT: the point is older than the history kept"),
     "413": _error("the request body is over the limit"),
     "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),
     "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal"),

@@ -40,6 +40,7 @@ from .admin import AdminCredential
 from .durable import state_model
 from .doors import Doors
 from .errors import ApiError
+from .history import History
 from .http import Request
 from .logs import event
 from .metrics import MeteredDisk
@@ -92,6 +93,8 @@ class Runtime:
         # Connections and request bodies held (see `doors`), bounded by the settings.
         self.doors = Doors.of(settings)
         self.doors.key_known = lambda secret: self.ready and self.key_is_known(secret)
+        # Reads of a space at a past point (`history.py`), from the partitions' folders.
+        self.history = History(self)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()

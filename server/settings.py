@@ -93,6 +93,9 @@ class Settings:
     snapshot_every_s: float = _STORE.snapshot_every_s
     snapshots_kept: int = _STORE.snapshots_kept
     fsync_slow_ms: float = _STORE.fsync_slow_ms
+    # History (`server/history.py`, docs/history.md): a day of it by default.
+    history_retention_s: float = 86_400.0
+    history_checkpoint_every_records: int = _STORE.history_checkpoint_every_records
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(
@@ -102,4 +105,6 @@ class Settings:
             snapshot_every_s=self.snapshot_every_s,
             snapshots_kept=self.snapshots_kept,
             fsync_slow_ms=self.fsync_slow_ms,
+            history_retention_s=self.history_retention_s,
+            history_checkpoint_every_records=self.history_checkpoint_every_records,
         )

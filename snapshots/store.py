@@ -30,6 +30,10 @@ only recorded changes). Then every `probe_interval_s` the WAL is truncated to th
 and a new segment begun; once that works, another rebuild (not yet live, so nothing reads it while
 it changes) takes the boot decisions as at a start, they are written, and that state is restored:
 the journal takes changes again.
+
+History. With `history_retention_s`, the snapshots and segments that any point of that window
+needs are kept (`compaction.prune`), and a fourth task takes checkpoints: snapshots close enough
+together that a past point is rebuilt from one plus a bounded stretch of the WAL (`history.py`).
 """
 
 from __future__ import annotations
@@ -80,6 +84,13 @@ class StoreConfig:
     fsync_slow_ms: float = 100.0
     # After a failed write: how often to try the disk again.
     probe_interval_s: float = 1.0
+    # History (`history.py`): how long before the newest snapshot's time the snapshots and WAL
+    # segments a past point needs are kept (0: none beyond what recovery needs), and a snapshot
+    # (a checkpoint) once the WAL holds this many records past the last one, or as many as the
+    # last snapshot's entries if that is more, while history is kept: a point then replays at
+    # most that many records on top of its snapshot.
+    history_retention_s: float = 0.0
+    history_checkpoint_every_records: int = 50_000
 
 
 @contextlib.contextmanager
@@ -205,6 +216,9 @@ class Store:
         self.journal: WalJournal | None = None
         self.report: RecoveryReport | None = None
         self.snapshot_lsn = 0
+        # The entries of the newest snapshot (its image's size): checkpoints are never closer
+        # than this many records, so that writing them costs at most an entry per record.
+        self.snapshot_entries = 0
         # Bytes of records copied into a followed log since the store opened (`copy`), and that
         # count when the newest snapshot was taken: what the byte trigger compares.
         self.copied_bytes = 0
@@ -284,6 +298,7 @@ class Store:
         # first: on a large state that alone would hold the loop for a second.
         gc.freeze()
         self.snapshot_lsn = loaded.snapshot_lsn
+        self.snapshot_entries = loaded.snapshot_entries
         self.booted_lsn = self.journal.durable_lsn
         self.report = RecoveryReport(
             data_dir=self.data_dir,
@@ -377,6 +392,8 @@ class Store:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.journal.run)
             nursery.start_soon(self._snapshots)
+            if self.config.history_retention_s > 0:
+                nursery.start_soon(self._checkpoints)
             if not self.following:  # a local copy that fails is rebuilt by its node, not here
                 nursery.start_soon(self._repairs)
             task_status.started()
@@ -395,6 +412,26 @@ class Store:
             if due and journal.failure is None:
                 await self.snapshot()
                 last_at = trio.current_time()
+
+    @property
+    def checkpoint_every_records(self) -> int:
+        """Records past the newest snapshot at which a history checkpoint is taken: the setting,
+        or the newest snapshot's entries if more (a large state is not written over and over)."""
+        return max(self.config.history_checkpoint_every_records, self.snapshot_entries)
+
+    async def _checkpoints(self) -> None:
+        """Snapshots close enough together that any point of the history kept is rebuilt from
+        one of them plus at most `checkpoint_every_records` records (`history.py`)."""
+        journal = self.journal
+        assert journal is not None
+        while True:
+            await trio.sleep(self.config.snapshot_poll_s)
+            if journal.failure is None and journal.durable_lsn - self.snapshot_lsn >= self.checkpoint_every_records:
+                await self.snapshot()
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.config.history_retention_s * 1000)
 
     async def snapshot(self) -> int:
         """Take a snapshot at the durable end of the log now; returns its LSN (0 if none was taken)."""
@@ -415,7 +452,7 @@ class Store:
                     with _collector_paused():
                         info = await self.run_blocking(
                             take_snapshot, self.data_dir, through, self.model, self.disk, self.config.snapshots_kept,
-                            self.partition,
+                            self.partition, self.retention_ms,
                         )
             except OSError as error:
                 log.error("snapshot at LSN %d failed (the WAL is kept): %s", through, error)
@@ -433,6 +470,7 @@ class Store:
         fields = {"lsn": info.lsn, "entries": info.entries, "bytes": info.size_bytes, "seconds": round(seconds, 3)}
         if self.partition is not None:
             fields["partition"] = self.partition
+        self.snapshot_entries = info.entries
         log.info("snapshot at LSN %d: %d entries, %d bytes", info.lsn, info.entries, info.size_bytes, extra={"event": "snapshot", "fields": fields})
         if self.on_snapshot is not None:
             self.on_snapshot(seconds)
@@ -452,7 +490,7 @@ class Store:
 
     async def _snapshot_in_child(self, through: int) -> SnapshotInfo | None:
         assert self._child_model is not None
-        argv = command(self.data_dir, through, self.config.snapshots_kept, self.partition)
+        argv = command(self.data_dir, through, self.config.snapshots_kept, self.partition, self.retention_ms)
         result = await trio.run_process(
             argv, stdin=self._child_model, capture_stdout=True, capture_stderr=True, check=False
         )

@@ -37,14 +37,16 @@ def module_server():
 
 # How `make test` shares the tests between its processes (`-n 3 --dist loadscope`): a process takes
 # a file's tests together (many share a module-scoped server; the browser tests keep Playwright's
-# loop in theirs), or a class's: only the simulation's batch has classes, one per seed
-# (tests/sim/test_sim_batch.py), so its seeds go to whichever process is free. The order below is
-# the order the processes take work in: the longest files first, so that none starts late and ends
-# the run alone; then the rest; then the simulation's injected bugs; then its seeds, which are
-# short and many, and fill the processes to the end.
+# loop in theirs), or a class's: only the simulation's batch (a class per seed,
+# tests/sim/test_sim_batch.py) and the schemathesis run (a class per share of the operations) have
+# classes, so those go to whichever process is free. The order below is
+# the order the processes take work in: the longest first, so that none starts late and ends the
+# run alone (the fault campaign, one test of about two minutes; then the schemathesis run, a class
+# per share of the operations, tests/server/test_openapi.py); then the rest; then the simulation's
+# injected bugs; then its seeds, which are short and many, and fill the processes to the end.
 LONGEST_FILES = (
-    "tests/server/test_openapi.py",
     "tests/cluster/test_faults.py",
+    "tests/server/test_openapi.py",
 )
 SIMULATION, BATCH = "tests/sim/", "tests/sim/test_sim_batch.py"
 

@@ -82,13 +82,22 @@ QUERIES = {"/v1/spaces/{space}/once": "?scopeId={scope_id}&key=report"}
 SPACE_ROUTES = [route for route in ROUTER.routes if route.pattern[:2] == ("v1", "spaces")]
 
 
-async def test_a_viewer_key_reads_every_get_route_and_is_refused_every_change():
+def history_query(route, newest_lsn: int) -> str:  # type: ignore[no-untyped-def]
+    """The point a history route reads at: where everything made above stands."""
+    if route.path == "/v1/spaces/{space}/history/diff":
+        return f"?from=lsn:1&to=lsn:{newest_lsn}"
+    if route.path.startswith("/v1/spaces/{space}/history"):
+        return f"{'&' if '?' in QUERIES.get(route.path.replace('/history', '', 1), '') else '?'}at=lsn:{newest_lsn}"
+    return ""
+
+
+async def test_a_viewer_key_reads_every_get_route_and_is_refused_every_change(tmp_path):
     """Every GET under /v1/spaces/{space} answers 200 to a viewer key (with something real at
-    each id); every POST and PUT answers 403 FORBIDDEN naming the role, and the space's event
-    log and usage are what they were. The admin routes need the admin key from it as from any
-    API key; `GET /v1/key` says its role."""
+    each id), its history (a server with a data directory) included; every POST and PUT answers
+    403 FORBIDDEN naming the role, and the space's event log and usage are what they were. The
+    admin routes need the admin key from it as from any API key; `GET /v1/key` says its role."""
     assert {route.method for route in SPACE_ROUTES} == {"GET", "POST", "PUT"}
-    app = create_app(Settings(api_key=KEY, seed=1, admin_key=ADMIN))
+    app = create_app(Settings(api_key=KEY, seed=1, admin_key=ADMIN, data_dir=str(tmp_path / "data")))
     async with runstate.testing.serve_app(app):
         status, key = await request(app, "POST", "/v1/admin/keys", ADMIN, {"space": "default", "name": "dashboard", "role": "viewer"})
         assert status == 201 and key["role"] == "viewer", key
@@ -96,11 +105,12 @@ async def test_a_viewer_key_reads_every_get_route_and_is_refused_every_change():
         values = await one_of_everything(app)
         _, before_usage = await request(app, "GET", BASE + "/usage", KEY)
         _, before_events = await request(app, "GET", BASE + "/events?limit=1000", KEY)
+        newest_lsn = (await request(app, "GET", BASE + "/history", KEY))[1]["kept"]["newest"]["lsn"]
         reads = changes = 0
         for route in SPACE_ROUTES:
             path = path_of(route, values)
             if route.method == "GET":
-                path += QUERIES.get(route.path, "").format(**values)
+                path += QUERIES.get(route.path.replace("/history", "", 1), "").format(**values) + history_query(route, newest_lsn)
                 status, answer = await request(app, "GET", path, viewer)
                 assert status == 200, (path, status, answer)
                 reads += 1

@@ -3,7 +3,7 @@ no invariant broken in any.
 
 Each seed is a test class of its own (`TestSeed17`), so that pytest's processes share the batch:
 `make test` runs `--dist loadscope`, which hands a process a file's tests together, or a class's
-(no other file has classes), and tests/conftest.py puts these last, to fill the processes to the
+(only these and the schemathesis run's shares are classes), and tests/conftest.py puts these last, to fill the processes to the
 end. The batch is then no longer the one test the whole suite waits for. Each seed runs in a
 process of its own, as it did in the batch's pool. A failing seed's test names it;
 `make sim SEED=n` replays it.

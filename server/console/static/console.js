@@ -244,7 +244,45 @@ function live() {
   else open();
 }
 
+// -- the time scrubber ------------------------------------------------------------------------------
+
+// Dragging the scrubber's range (wall ms from the oldest point kept to now) writes the moment into
+// its `at` field as it moves, and shows the page at that moment once let go. A page of the past
+// (`data-at` on the body) keeps its moment as the visitor moves on: every link to another page
+// of the space, and every filter form, carries it (but those marked `data-now`).
+function scrubber() {
+  const range = document.getElementById("scrub-range");
+  const field = document.getElementById("scrub-at");
+  if (range && field) {
+    const moment = () => new Date(Number(range.value)).toISOString();
+    range.addEventListener("input", () => { field.value = range.value === range.max ? "" : moment(); });
+    range.addEventListener("change", () => {
+      field.value = range.value === range.max ? "" : moment();
+      field.form.requestSubmit();
+    });
+  }
+  const at = body.dataset.at;
+  if (!at) return;
+  const space = `/console/s/${encodeURIComponent(body.dataset.space)}/`;
+  document.querySelectorAll("a[href]").forEach((a) => {
+    const url = new URL(a.href, window.location.href);
+    if (a.hasAttribute("data-now") || url.origin !== window.location.origin || !url.pathname.startsWith(space)) return;
+    if (url.pathname.endsWith("/stream") || url.searchParams.has("at")) return;
+    url.searchParams.set("at", at);
+    a.href = url.pathname + url.search + url.hash;
+  });
+  document.querySelectorAll("form").forEach((form) => {
+    if (form.hasAttribute("data-now") || (form.method || "get").toLowerCase() !== "get" || form.querySelector("[name='at']")) return;
+    const hidden = document.createElement("input");
+    hidden.type = "hidden";
+    hidden.name = "at";
+    hidden.value = at;
+    form.appendChild(hidden);
+  });
+}
+
 controls();
+scrubber();
 showTimes(document);
 brushes(document);
 setInterval(() => showTimes(document), 1000);
