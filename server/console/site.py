@@ -321,7 +321,7 @@ class Console:
             **values,
         }
 
-    def _scrubber(self, visit: Visit) -> dict | None:
+    def _scrubber(self, visit: Visit) -> dict[str, Any] | None:
         """The time scrubber's reach on a space's page: from the oldest point the space's history
         keeps to now (wall ms), or None where the server keeps no history (no data directory)."""
         if visit.space is None or visit.session is None or self.runtime.kernel is None:
