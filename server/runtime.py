@@ -286,13 +286,6 @@ class Runtime:
         assert self.admin.matches(secret), "caller() is asked after authorize()"
         return "admin"
 
-    @property
-    def ready_kernel(self) -> Kernel:
-        """The kernel, for what runs only once the runtime is ready: every route that is not public
-        (the shell refuses them with 503 until then, `http.py`)."""
-        assert self.kernel is not None, "the kernel is made before the runtime is ready"
-        return self.kernel
-
     def journal_refusal(self) -> str | None:
         """Why some partition refuses every change now (it could not be opened, or a write or
         fsync failed), or None while every one takes them.

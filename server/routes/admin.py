@@ -42,7 +42,7 @@ _ROLE = Spec("role", TEXT, required=False, length_max=16, description="editor (t
 
 async def create_key(services: Runtime, request: Request) -> tuple[int, View]:
     services.authorize_admin(request)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     limits = kernel.limits
     data = request.json().data
     unknown = sorted(set(data) - {"spaces", "space", "name", "role"})
@@ -64,21 +64,21 @@ async def create_key(services: Runtime, request: Request) -> tuple[int, View]:
 
 async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[int, View]:
     services.authorize_admin(request)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     return 200, await kernel.submit(kernel.parse(c.RevokeKey, {}, {"key_id": key_id}))
 
 
 async def list_keys(services: Runtime, request: Request) -> tuple[int, View]:
     services.authorize_admin(request)
     space = request.param("space")
-    keys = services.ready_kernel.keys
+    keys = services.kernel.keys  # type: ignore[union-attr]
     views = [KernelState.key_view(key) for key in keys.all() if space is None or space in key.spaces]
     return 200, {"keys": views}
 
 
 async def list_spaces(services: Runtime, request: Request) -> tuple[int, View]:
     services.authorize_admin(request)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     assert kernel is not None
     now_ms = kernel.clock.now_ms()
     spaces = {space.id: space for space in kernel.spaces()}

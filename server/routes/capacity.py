@@ -30,7 +30,7 @@ def _list(key: str, schema: str) -> dict[str, Any]:
 def _lister(key: str, read: Callable[[Any, str], list]) -> Callable:
     async def handler(services: Runtime, request: Request, space: str) -> tuple[int, View]:
         services.authorize(request, space)
-        return 200, {key: read(services.ready_kernel, space)}
+        return 200, {key: read(services.kernel, space)}
 
     handler.__name__ = handler.__qualname__ = f"list_{key}"
     return handler
@@ -39,7 +39,7 @@ def _lister(key: str, read: Callable[[Any, str], list]) -> Callable:
 def _reader(read: Callable[[Any, str, str], dict[str, Any]], param: str) -> Callable:
     async def handler(services: Runtime, request: Request, space: str, **params: str) -> tuple[int, View]:
         services.authorize(request, space)
-        return 200, read(services.ready_kernel, space, params[param])
+        return 200, read(services.kernel, space, params[param])
 
     handler.__name__ = handler.__qualname__ = f"read_{read.__name__}"
     return handler

@@ -25,7 +25,7 @@ ERRORS = ("400", "404", "409")
 async def acquire(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     """Acquire; with `waitMs`, a held claim parks the request until it is free or the wait ends."""
     services.authorize(request, space)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     command = kernel.parse(c.AcquireClaim, request.json().for_command(c.AcquireClaim, kernel.limits), {"space": space})
     idem = request.idem(space)
     if command.wait_ms is not None and command.wait_ms > kernel.limits.wait_ms_max:

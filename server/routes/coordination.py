@@ -43,7 +43,7 @@ _USER_AGENT = re.compile(r"runstate(?:-sdk)?-python/(\d+)\.(\d+)")
 
 async def read_barrier(services: Runtime, request: Request, space: str, barrier_id: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, reads.barrier(services.ready_kernel, space, barrier_id)
+    return 200, reads.barrier(services.kernel, space, barrier_id)
 
 
 G = "Barriers"
@@ -67,13 +67,13 @@ endpoint(router, "POST", BASE + "/barriers/{barrier_id}/arrive", Doc(
 
 async def read_timer(services: Runtime, request: Request, space: str, timer_id: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, reads.timer(services.ready_kernel, space, timer_id)
+    return 200, reads.timer(services.kernel, space, timer_id)
 
 
 async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     """The listing; a held poll that ends with nothing answers the empty listing, not 204."""
     services.authorize(request, space)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     command = kernel.parse(c.PollTimers, request.json().for_command(c.PollTimers, kernel.limits), {"space": space})
     reply = await kernel.submit(command, idem=request.idem(space), wait_ms=command.wait_ms)
     if reply is EMPTY:
@@ -112,7 +112,7 @@ endpoint(router, "POST", BASE + "/timers/{timer_id}/cancel", Doc(
 
 async def read_group(services: Runtime, request: Request, space: str, group_id: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, reads.group(services.ready_kernel, space, group_id)
+    return 200, reads.group(services.kernel, space, group_id)
 
 
 G = "Task groups"
@@ -173,7 +173,7 @@ def _cursor(request: Request) -> int | None:
 
 def _wait_s(services: Runtime, request: Request) -> int:
     """How long to hold an empty watch: `waitSeconds`, capped for the client that asks."""
-    limits = services.ready_kernel.limits
+    limits = services.kernel.limits
     asked = _integer(request, "waitSeconds", 0, None)
     match = _USER_AGENT.search(request.headers.get("user-agent", ""))
     extends = match is not None and (int(match.group(1)), int(match.group(2))) >= (0, 3)
@@ -183,7 +183,7 @@ def _wait_s(services: Runtime, request: Request) -> int:
 
 async def list_events(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
     latest = _integer(request, "latest", 0, EVENTS_LIMIT_MAX)
     cursor = _cursor(request)
@@ -196,7 +196,7 @@ async def list_events(services: Runtime, request: Request, space: str) -> tuple[
 
 async def watch(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     after, limit = _cursor(request), _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
     types_text = request.param("types")
     types = frozenset(name.strip() for name in types_text.split(",") if name.strip()) if types_text else None
@@ -237,12 +237,12 @@ endpoint(router, "GET", BASE + "/watch", Doc(
 
 async def ops_run(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, reads.run(services.ready_kernel, space, scope_id)
+    return 200, reads.run(services.kernel, space, scope_id)
 
 
 async def ops_waits(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, reads.waits(services.ready_kernel, space)
+    return 200, reads.waits(services.kernel, space)
 
 
 G = "Diagnostics"
@@ -265,7 +265,7 @@ def _lister(what: str) -> Handler:
     async def listing(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
         services.authorize(request, space)
         limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
-        return 200, reads.in_scope(services.ready_kernel, space, scope_id, what, limit)
+        return 200, reads.in_scope(services.kernel, space, scope_id, what, limit)
 
     listing.__name__ = listing.__qualname__ = f"list_{what}"
     return listing

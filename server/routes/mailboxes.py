@@ -69,12 +69,12 @@ _DELETED = {
 
 async def list_mailboxes(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, {"mailboxes": reads.mailboxes(services.ready_kernel, space)}
+    return 200, {"mailboxes": reads.mailboxes(services.kernel, space)}
 
 
 async def read(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, reads.mailbox(services.ready_kernel, space, mailbox_id)
+    return 200, reads.mailbox(services.kernel, space, mailbox_id)
 
 
 def _integer(request: Request, name: str, low: int, high: int) -> int | None:
@@ -89,7 +89,7 @@ def _integer(request: Request, name: str, low: int, high: int) -> int | None:
 async def dead_letters(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
     """A page of dead letters, newest first: `limit`, `cursor`, and the filters of an action."""
     services.authorize(request, space)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     limit = _integer(request, "limit", 1, LIST_LIMIT_MAX) or LIST_LIMIT_DEFAULT
     reason = request.param("reason") or None
     if reason is not None and len(reason) > kernel.limits.reason_len_max:

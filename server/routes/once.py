@@ -25,7 +25,7 @@ G = "Once"
 
 async def wait(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     command = kernel.parse(c.WaitOnce, {}, {"space": space}, request.param)
     reply = await kernel.submit(command, wait_ms=command.wait_ms)
     if reply is EMPTY:  # still held when the wait ended

@@ -17,7 +17,7 @@ SCOPE = "Scope"
 
 async def read(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, reads.scope(services.ready_kernel, space, scope_id)
+    return 200, reads.scope(services.kernel, space, scope_id)
 
 
 endpoint(router, "POST", BASE, Doc(

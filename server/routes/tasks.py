@@ -24,7 +24,7 @@ ERRORS = ("400", "404", "409")
 async def read(services: Runtime, request: Request, space: str, task_id: str) -> tuple[int, View]:
     """The task now; with `waitMs`, once it has ended or when the wait ends (a long poll)."""
     services.authorize(request, space)
-    kernel = services.ready_kernel
+    kernel = services.kernel
     command = kernel.parse(c.WaitTask, {}, {"space": space, "task_id": task_id}, request.param)
     if command.wait_ms:
         reply = await kernel.submit(command, wait_ms=command.wait_ms)
