@@ -14,9 +14,8 @@ the token is the holder's proof of ownership, and whoever could read it could re
 
 from __future__ import annotations
 
-from typing import Any
-
 import itertools
+from typing import Any
 
 from ...actors import caps, reads
 from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED, quote
