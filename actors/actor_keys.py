@@ -18,7 +18,7 @@ __all__ = [
 
 # An actor is named by a tuple: its kind, the space, then whatever identifies the key in it,
 # e.g. ("claim", space, scope_id, key) or ("scope", space, scope_id).
-ActorKey = tuple
+ActorKey = tuple[str, ...]
 
 # The API keys are not in any space: one actor decides them all.
 KEYS_ACTOR: ActorKey = ("keys",)

@@ -40,7 +40,7 @@ from .budgets import RESERVATION_ENDED, settle_by_timer
 from .deliveries import decide_lease, delivery_view
 from .fields import BOOLEAN, INTEGER, body, drawn, path
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_REQUEUED
-from .outcome import Outcome, Space, Timer
+from .outcome import Outcome, Space, Timer, State, TimerIdent, TimerMarker
 from .pools import GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, PERMIT_WAITER_ENDED
 from .primitive import NOT_COUNTED, Command, Primitive, command, lease_field, timer_kind
 from .quotas import ALLOWANCE_COOLDOWN_RECORD, WAITER_ENDED
@@ -48,6 +48,7 @@ from .requirements import TASK_REQUIREMENTS
 from .scopes import SCOPE_ENDED
 from .tasks import TASK_CREATED, TASK_ENDED
 from .timestamps import format_ms
+from .shapes import Record
 
 __all__ = ["Admit", "admit", "FREEING", "WAKE_TIMER", "ADMISSION"]
 
@@ -77,11 +78,11 @@ class Admit(Command):
     )
     token: str = drawn("delivery-token")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
 
-def _lacking(space: Space, needs: dict, now_ms: int) -> tuple[set[str], list[int], bool]:
+def _lacking(space: Space, needs: Record, now_ms: int) -> tuple[set[str], list[int], bool]:
     """What of `needs` does not fit now: resource ids, times a quota could fit again, and whether
     it could never fit (a budget amount beyond what the budget can ever give back)."""
     part = space.capacity
@@ -108,7 +109,7 @@ def _lacking(space: Space, needs: dict, now_ms: int) -> tuple[set[str], list[int
     return lacking, wake_ms, never
 
 
-def _resources(needs: dict) -> set[str]:
+def _resources(needs: Record) -> set[str]:
     return {entry[0] for kind in ("pools", "quotas", "budgets") for entry in needs[kind]}
 
 
@@ -154,7 +155,7 @@ def _candidates(space: Space, command: Admit, now_ms: int) -> Iterator[Any]:
     return heapq.merge(*(messages.deliverable(command.mailbox_id, s, now_ms) for s in scopes), key=lambda message: message.seq)
 
 
-def _admitted(space: Space, command: Admit, message: Any, needs: dict | None, now_ms: int) -> Outcome:
+def _admitted(space: Space, command: Admit, message: Any, needs: Record | None, now_ms: int) -> Outcome:
     work, part = space.work, space.capacity
     lease_ms, token = command.lease_s * 1000, command.token
     records = [decide_lease(message, token, command.holder, command.session, lease_ms, now_ms)]
@@ -210,12 +211,12 @@ def _admitted(space: Space, command: Admit, message: Any, needs: dict | None, no
     return outcome
 
 
-def on_wake_timer(space: Space, _: Any, __: Any, now_ms: int) -> Outcome:
+def on_wake_timer(space: Space, _: TimerIdent, __: TimerMarker, now_ms: int) -> Outcome:
     """A quota window began or a cooldown ended: parked admissions look again."""
     return Outcome(pokes=space.capacity.take_wakeups())
 
 
-def _committed(space: Space, outcome: Outcome, records: tuple) -> None:
+def _committed(space: Space, outcome: Outcome, records: tuple[Record, ...]) -> None:
     """Capacity given back wakes the admissions parked for it (a new task, those that admit from
     descendant scopes)."""
     part = space.capacity
@@ -227,12 +228,12 @@ def _committed(space: Space, outcome: Outcome, records: tuple) -> None:
         outcome.pokes.extend(part.take_subtree_wakeups())
 
 
-def _apply_requirements(requirements: dict, record: dict) -> None:
+def _apply_requirements(requirements: Record, record: Record) -> None:
     assert record["task_id"] not in requirements, "a task's requirements are recorded once"
     requirements[record["task_id"]] = {"pools": record["pools"], "quotas": record["quotas"], "budgets": record["budgets"]}
 
 
-def _image(space: Space) -> Iterator[dict]:
+def _image(space: Space) -> Iterator[Record]:
     for task_id, needs in space.capacity.requirements.items():
         yield {"type": TASK_REQUIREMENTS, "task_id": task_id, **needs, "at_ms": 0}
 

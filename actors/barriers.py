@@ -23,19 +23,21 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
 from . import coordination
 from .actor_keys import ActorKey, barrier_actor, barrier_name_actor
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, KernelError
-from .events import entity_event
+from .events import Change, entity_event
 from .fields import INTEGER, body, check_text, drawn, path
 from .limits import Limits
-from .outcome import Outcome
+from .outcome import Outcome, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, operation, record_type
 from .scopes import ACTIVE, SCOPE_ENDED, ScopeTree
 from .timestamps import format_ms
+from .coordination import CoordinationCommands
+from .shapes import Record, View
 
 __all__ = [
     "Barrier", "BarrierTable", "BARRIERS", "CreateBarrier", "EnsureBarrier", "ArriveBarrier", "OPEN", "RELEASED", "CANCELLED", "BARRIER_RELEASED",
@@ -112,7 +114,7 @@ class BarrierTable:
             return CANCELLED
         return barrier.state
 
-    def view(self, barrier: Barrier, now_ms: int) -> dict:
+    def view(self, barrier: Barrier, now_ms: int) -> View:
         return {
             "id": barrier.id,
             "scopeId": barrier.scope_id,
@@ -127,7 +129,7 @@ class BarrierTable:
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def decide_create(self, barrier_id: str, scope_id: str, target: int, now_ms: int, name: str | None = None) -> dict:
+    def decide_create(self, barrier_id: str, scope_id: str, target: int, now_ms: int, name: str | None = None) -> Record:
         self._scopes.require_active(scope_id, now_ms)
         if name is not None and (scope_id, name) in self._by_name:
             raise KernelError(CONFLICT, f"scope {scope_id} already has a barrier named {name!r}")
@@ -147,7 +149,7 @@ class BarrierTable:
         if barrier.target != target:
             raise KernelError(CONFLICT, f"barrier {barrier.name!r} has target {barrier.target}, not {target}")
 
-    def decide_arrive(self, barrier: Barrier, arrival_key: str, now_ms: int) -> list[dict]:
+    def decide_arrive(self, barrier: Barrier, arrival_key: str, now_ms: int) -> list[Record]:
         """The arrival's record (which releases the barrier when it is the last one needed); none
         for a key already counted in this epoch."""
         state = self.state_of(barrier, now_ms)
@@ -166,7 +168,7 @@ class BarrierTable:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_created(self, record: dict) -> Barrier:
+    def apply_created(self, record: Record) -> Barrier:
         barrier = Barrier(record["id"], record["scope_id"], record["target"], record["at_ms"], record.get("name"))
         self._by_id[barrier.id] = barrier
         if barrier.name is not None:
@@ -184,7 +186,7 @@ class BarrierTable:
             if not open_here:
                 del self._open_by_scope[barrier.scope_id]
 
-    def apply_arrived(self, record: dict) -> Barrier:
+    def apply_arrived(self, record: Record) -> Barrier:
         barrier = self._by_id[record["id"]]
         assert barrier.state == OPEN, f"an arrival at barrier {barrier.id} after it ended"
         barrier.arrivals[record["arrival_key"]] = None
@@ -205,7 +207,7 @@ class BarrierTable:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         for barrier in self._by_id.values():
             yield {
                 "type": BARRIER_IMAGE,
@@ -220,7 +222,7 @@ class BarrierTable:
                 "name": barrier.name,
             }
 
-    def apply_image(self, record: dict) -> Barrier:
+    def apply_image(self, record: Record) -> Barrier:
         barrier = self.apply_created(record)
         barrier.epoch = record["epoch"]
         barrier.arrivals = dict.fromkeys(record["arrivals"])
@@ -239,7 +241,7 @@ class CreateBarrier(Command):
     target: int = body("target", INTEGER, minimum=1, maximum="barrier_target_max")
     barrier_id: str = drawn("br_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return barrier_actor(self.space, self.barrier_id)
 
 
@@ -254,7 +256,7 @@ class EnsureBarrier(Command):
     target: int = body("target", INTEGER, minimum=1, maximum="barrier_target_max")
     barrier_id: str = drawn("br_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return barrier_name_actor(self.space, self.scope_id, self.name)
 
     def check(self, limits: Limits) -> None:
@@ -269,14 +271,14 @@ class ArriveBarrier(Command):
     barrier_id: str = path("barrier_id")
     arrival_key: str = body("arrivalKey", length_max="claim_key_len_max")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return barrier_actor(self.space, self.barrier_id)
 
 
 # -- transitions (of the coordination part) --------------------------------------------------------
 
 
-def create(part: Any, command: CreateBarrier, now_ms: int) -> Outcome:
+def create(part: CoordinationCommands, command: CreateBarrier, now_ms: int) -> Outcome:
     barriers: BarrierTable = part.barriers
     record = barriers.decide_create(command.barrier_id, command.scope_id, command.target, now_ms)
     outcome = part.commit(Outcome(), record)
@@ -284,7 +286,7 @@ def create(part: Any, command: CreateBarrier, now_ms: int) -> Outcome:
     return outcome
 
 
-def ensure(part: Any, command: EnsureBarrier, now_ms: int) -> Outcome:
+def ensure(part: CoordinationCommands, command: EnsureBarrier, now_ms: int) -> Outcome:
     """The scope's barrier of this name (its target must be the one sent), created if missing."""
     barriers: BarrierTable = part.barriers
     barrier = barriers.by_name(command.scope_id, command.name)
@@ -297,7 +299,7 @@ def ensure(part: Any, command: EnsureBarrier, now_ms: int) -> Outcome:
     return outcome
 
 
-def arrive(part: Any, command: ArriveBarrier, now_ms: int) -> Outcome:
+def arrive(part: CoordinationCommands, command: ArriveBarrier, now_ms: int) -> Outcome:
     barriers: BarrierTable = part.barriers
     barrier = barriers.get(command.barrier_id)
     outcome = part.commit(Outcome(), *barriers.decide_arrive(barrier, command.arrival_key, now_ms))
@@ -308,25 +310,25 @@ def arrive(part: Any, command: ArriveBarrier, now_ms: int) -> Outcome:
 # -- what follows from records (events) ------------------------------------------------------------
 
 
-def _after_arrival(space: Any, record: dict) -> list:
+def _after_arrival(space: Space, record: Record) -> list[Change]:
     barrier = space.coordination.barriers.get(record["id"])
     if barrier.state == RELEASED:  # this arrival made the target
         return [("barrier.released", barrier.scope_id, "barrier", barrier.id, {"arrived": len(barrier.arrivals)})]
     return []
 
 
-def _after_scope_ended(space: Any, record: dict) -> list:
+def _after_scope_ended(space: Space, record: Record) -> list[Change]:
     """A scope's end cancels the open barriers of its subtree."""
     subtree = space.scopes.subtree(record["id"])
     cancelled = space.coordination.barriers.cancel_in_scopes(subtree, record["at_ms"])
     return [("barrier.cancelled", barrier.scope_id, "barrier", barrier.id, {"state": barrier.state}) for barrier in cancelled]
 
 
-def _find(space: Any, barrier_id: str) -> Barrier | None:
+def _find(space: Space, barrier_id: str) -> Barrier | None:
     return space.coordination.barriers.find(barrier_id)
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     part = coordination.make(space)  # the coordination part, shared with timers and task groups
     part.barriers = BarrierTable(space.limits, space.scopes)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from .primitive import NOT_COUNTED, Primitive, record_type
+from .shapes import Record
 
 __all__ = ["BootInfo", "FSYNC_POLICIES", "EPOCH_SHIFT", "UNSYNCED_ANSWERS", "KERNEL_BOOTED", "BOOTS"]
 
@@ -47,7 +48,7 @@ class BootInfo:
         self.generation_floor = 0
         self.booted_ms = 0
 
-    def decide_boot(self, fsync: str, now_ms: int) -> dict:
+    def decide_boot(self, fsync: str, now_ms: int) -> Record:
         """The `kernel.booted` record of the next boot."""
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
@@ -59,7 +60,7 @@ class BootInfo:
         assert epoch > self.epoch and floor >= self.generation_floor, "a boot never hands out an old generation again"
         return {"type": KERNEL_BOOTED, "epoch": epoch, "fsync": fsync, "generation_floor": floor, "at_ms": now_ms}
 
-    def apply_booted(self, record: dict) -> None:
+    def apply_booted(self, record: Record) -> None:
         # (The same boot may be read twice: every partition's image carries it.)
         assert record["epoch"] >= self.epoch and record["generation_floor"] >= self.generation_floor, "boots only count up"
         self.epoch = record["epoch"]
@@ -67,7 +68,7 @@ class BootInfo:
         self.generation_floor = record["generation_floor"]
         self.booted_ms = record["at_ms"]
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         if self.epoch:
             yield {
                 "type": KERNEL_BOOTED,

@@ -23,16 +23,17 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
 from .capacity import CapacityCommand, CapacityCommands
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .fields import BOOLEAN, INTEGER, MINOR, TIMESTAMP, body, check_text, drawn, path
 from .limits import Limits
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, Space, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Primitive, command, operation, record_type, timer_kind
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "Budget", "Reservation", "BudgetTable", "INSUFFICIENT_BUDGET", "BUDGETS", "ACTIVE", "SETTLED", "VOIDED",
@@ -132,7 +133,7 @@ class BudgetTable:
         return iter(self._reservations.values())
 
     @staticmethod
-    def view(budget: Budget, *, reservations: bool = False) -> dict:
+    def view(budget: Budget, *, reservations: bool = False) -> View:
         view = {
             "id": budget.id,
             "name": budget.name,
@@ -152,7 +153,7 @@ class BudgetTable:
         return view
 
     @staticmethod
-    def reservation_view(reservation: Reservation) -> dict:
+    def reservation_view(reservation: Reservation) -> View:
         return {
             "reservationId": reservation.id,
             "budgetId": reservation.budget_id,
@@ -167,7 +168,7 @@ class BudgetTable:
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def decide_create(self, budget_id: str, name: str, currency: str, scale: int, limit: int, now_ms: int) -> dict:
+    def decide_create(self, budget_id: str, name: str, currency: str, scale: int, limit: int, now_ms: int) -> Record:
         if name in self._by_name:
             raise KernelError(CONFLICT, f"a budget named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._budgets) >= self.budgets_max:
@@ -180,7 +181,7 @@ class BudgetTable:
 
     def decide_reserve(
         self, budget: Budget, reservation_id: str, scope_id: str, holder: str, amount: int, settle_by_ms: int, now_ms: int
-    ) -> dict:
+    ) -> Record:
         if amount > budget.available:
             raise KernelError(
                 INSUFFICIENT_BUDGET,
@@ -199,7 +200,7 @@ class BudgetTable:
         if reservation.state != ACTIVE:
             raise KernelError(CONFLICT, f"reservation {reservation.id!r} is {reservation.state}: it cannot be {action}")
 
-    def decide_settle(self, reservation: Reservation, amount: int, work_key: str, now_ms: int, allow_overrun: bool = False) -> list[dict]:
+    def decide_settle(self, reservation: Reservation, amount: int, work_key: str, now_ms: int, allow_overrun: bool = False) -> list[Record]:
         """The settlement (and, when nothing is left, the end); nothing for a repeated work key.
 
         With `allow_overrun` a settle may charge more than the reservation holds (the work cost
@@ -218,14 +219,14 @@ class BudgetTable:
         assert 0 <= amount <= reservation.reserved + self._budgets[reservation.budget_id].available, "a settle charges what is held or free"
         return [{"type": RESERVATION_SETTLED, "id": reservation.id, "amount_minor": str(amount), "work_key": work_key, "at_ms": now_ms}]
 
-    def decide_void(self, reservation: Reservation, work_key: str, now_ms: int) -> dict | None:
+    def decide_void(self, reservation: Reservation, work_key: str, now_ms: int) -> Record | None:
         if work_key in reservation.work_keys:
             return None
         self._check_active(reservation, "voided")
         assert reservation.reserved >= 0, "a void gives back what is still held, never more"
         return {"type": RESERVATION_ENDED, "id": reservation.id, "state": VOIDED, "work_key": work_key, "at_ms": now_ms}
 
-    def decide_release(self, reservation_id: str, now_ms: int) -> dict | None:
+    def decide_release(self, reservation_id: str, now_ms: int) -> Record | None:
         """The settle-by proposal: give the remainder back if the reservation is still active and due."""
         reservation = self._reservations.get(reservation_id)
         if reservation is None or reservation.state != ACTIVE or now_ms < reservation.settle_by_ms:
@@ -239,13 +240,13 @@ class BudgetTable:
         assert budget.reserved >= 0 and budget.spent >= 0, "amounts are never negative"
         assert budget.spent + budget.reserved <= budget.limit, "spent plus reserved never exceeds the limit"
 
-    def apply_created(self, record: dict) -> Budget:
+    def apply_created(self, record: Record) -> Budget:
         budget = Budget(record["id"], record["name"], record["currency"], record["scale"], int(record["limit_minor"]), record["at_ms"])
         assert budget.id not in self._budgets and budget.name not in self._by_name
         self._budgets[budget.id] = self._by_name[budget.name] = budget
         return budget
 
-    def apply_made(self, record: dict) -> Reservation:
+    def apply_made(self, record: Record) -> Reservation:
         budget = self._budgets[record["budget_id"]]
         amount = int(record["amount_minor"])
         reservation = Reservation(record["id"], budget.id, record["scope_id"], record["holder"], amount, record["settle_by_ms"], record["at_ms"])
@@ -255,7 +256,7 @@ class BudgetTable:
         self._check(budget)
         return reservation
 
-    def apply_settled(self, record: dict) -> None:
+    def apply_settled(self, record: Record) -> None:
         reservation = self._reservations[record["id"]]
         budget = self._budgets[reservation.budget_id]
         amount = int(record["amount_minor"])
@@ -270,7 +271,7 @@ class BudgetTable:
             reservation.state = SETTLED
         self._check(budget)
 
-    def apply_ended(self, record: dict) -> None:
+    def apply_ended(self, record: Record) -> None:
         """A void or a release: the remainder goes back to the budget."""
         reservation = self._reservations[record["id"]]
         budget = self._budgets[reservation.budget_id]
@@ -284,7 +285,7 @@ class BudgetTable:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         for budget in self._budgets.values():
             yield {
                 "type": BUDGET_IMAGE, "id": budget.id, "name": budget.name, "currency": budget.currency,
@@ -298,11 +299,11 @@ class BudgetTable:
                 "settle_by_ms": r.settle_by_ms, "work_keys": list(r.work_keys), "created_ms": r.created_ms,
             }
 
-    def apply_image(self, record: dict) -> None:
+    def apply_image(self, record: Record) -> None:
         budget = self.apply_created({**record, "at_ms": record["created_ms"]})
         budget.spent = int(record["spent_minor"])
 
-    def apply_reservation_image(self, record: dict) -> None:
+    def apply_reservation_image(self, record: Record) -> None:
         budget = self._budgets[record["budget_id"]]
         r = Reservation(
             record["id"], budget.id, record["scope_id"], record["holder"], int(record["reserved_minor"]),
@@ -462,19 +463,19 @@ def settle_by_timer(part: CapacityCommands, reservation_id: str, settle_by_ms: i
     return Timer(settle_by_ms, part.actor, (SETTLE_BY_TIMER, reservation_id), None)
 
 
-def on_settle_by_timer(part: CapacityCommands, reservation_id: str, _: Any, now_ms: int) -> Outcome:
+def on_settle_by_timer(part: CapacityCommands, reservation_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     record = part.budgets.decide_release(reservation_id, now_ms)
     return Outcome() if record is None else part.commit(Outcome(), record)
 
 
-def _deadlines(space: Any) -> Iterator[Timer]:
+def _deadlines(space: Space) -> Iterator[Timer]:
     part: CapacityCommands = space.capacity
     for reservation in part.budgets.reservations():
         if reservation.state == ACTIVE:
             yield settle_by_timer(part, reservation.id, reservation.settle_by_ms)
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.capacity.budgets = BudgetTable(space.limits.budgets_max)
 
 

@@ -43,6 +43,8 @@ from typing import Any
 import orjson
 
 from .errors import BACKLOG_FULL, KernelError
+from .outcome import Space
+from .shapes import View
 
 __all__ = ["full", "value_bytes", "check_bytes", "view", "RETRY_AFTER_S", "SPACE_CAPS"]
 
@@ -54,7 +56,7 @@ RETRY_AFTER_S = 1.0
 SPACE_CAPS = ("space_scopes_max", "space_claims_max", "space_tasks_max", "space_payload_bytes_max", "space_entities_max")
 
 
-def view(space: Any) -> dict:
+def view(space: Space) -> View:
     """How full a space is: for each cap, what it holds and its limit (`SpaceState`, duck-typed)."""
     held = {
         "space_scopes_max": space.scopes.live,

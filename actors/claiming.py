@@ -24,10 +24,11 @@ from .claims import (
 from .errors import STALE_CLAIM, KernelError
 from .fields import INTEGER, JSON, body, caller, drawn, path
 from .leases import LeaseKind
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, free, lease_field, operation, reason_field, timer_kind
 from .scopes import ScopeTree
 from .timestamps import format_ms
+from .shapes import Record
 
 __all__ = [
     "ClaimCommands", "LEASE_TIMER", "CLAIMS", "AcquireClaim", "RenewClaim", "ReleaseClaim", "ForceReleaseClaim",
@@ -61,14 +62,14 @@ class AcquireClaim(Command):
     )
     token: str = drawn("token")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return claim_actor(self.space, self.scope_id, self.key)
 
     def wait_key(self) -> Any:
         return ("claim", self.scope_id, self.key)  # a parked acquire waits for the key to be free
 
 
-def _claim_actor_of(state: Any, space: str, key: str, token: str) -> ActorKey:
+def _claim_actor_of(state: State, space: str, key: str, token: str) -> ActorKey:
     """The actor of the claim `token` names; the turn checks again that it is still current."""
     claim = state.space(space).claims.by_token(token)
     if claim is None or claim.key != key:
@@ -85,7 +86,7 @@ class RenewClaim(Command):
     token: str = body("token")
     lease_s: int | None = lease_field()
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _claim_actor_of(state, self.space, self.key, self.token)
 
 
@@ -96,7 +97,7 @@ class ReleaseClaim(Command):
     token: str = body("token")
     observation: Any = body("observation", JSON, required=False)
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _claim_actor_of(state, self.space, self.key, self.token)
 
 
@@ -112,7 +113,7 @@ class ForceReleaseClaim(Command):
     reason: str | None = reason_field("reason")
     by: str | None = caller()
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return claim_actor(self.space, self.scope_id, self.key)
 
 
@@ -220,7 +221,7 @@ class ClaimCommands:
 # -- applying (of the space: a claim's event is made from what applying its record found) ---------
 
 
-def _apply_acquired(space: Any, record: dict) -> None:
+def _apply_acquired(space: Space, record: Record) -> None:
     claims = space.claims
     takeovers = claims.takeovers
     claims.apply_acquired(record)
@@ -228,19 +229,19 @@ def _apply_acquired(space: Any, record: dict) -> None:
     space.events.add((kind, record["scope_id"], "claim", record["key"], (record["generation"], record["holder"])), record["at_ms"])
 
 
-def _apply_ended(space: Any, record: dict) -> None:
+def _apply_ended(space: Space, record: Record) -> None:
     """A release, a forced release or an expiry: each is its own event type; a forced one says
     whose claim it was, why and who took it."""
     claim = space.claims.apply_ended(record)
     kind = record["type"]
     if kind == CLAIM_FORCE_RELEASED:
-        payload: tuple = (record["generation"], record["holder"], record.get("reason"), record.get("by"))
+        payload: tuple[Any, ...] = (record["generation"], record["holder"], record.get("reason"), record.get("by"))
     else:
         payload = (record["generation"],)
     space.events.add((kind, claim.scope_id, "claim", record["key"], payload), record["at_ms"])
 
 
-def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+def _scope_ending(space: Space, subtree: list[str]) -> Callable[[Outcome, int], None]:
     """Acquirers parked on a held claim of the subtree hear that the scope ended (its claims are
     gone once it has: their actors are named before)."""
     claims = space.claims
@@ -248,7 +249,7 @@ def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], No
     return lambda outcome, at_ms: outcome.pokes.extend(actors)
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.claims = ClaimTable()
     space.claiming = ClaimCommands(space.id, space.scopes, space.claims, space.boot, space.commit, space.limits.space_claims_max)
     space.claiming.check_entities = space.check_entities

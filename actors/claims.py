@@ -24,6 +24,7 @@ from .errors import CLAIM_HELD, CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, q
 from .leases import hold, release, renewal, renewed, restore
 from .primitive import record_type
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = ["Claim", "ClaimTable", "CLAIM_ACQUIRED", "CLAIM_RENEWED", "CLAIM_RELEASED", "CLAIM_EXPIRED", "CLAIM_FORCE_RELEASED", "CLAIM_IMAGE"]
 
@@ -111,7 +112,7 @@ class ClaimTable:
         return len(self._by_token)
 
     @staticmethod
-    def view(claim: Claim) -> dict:
+    def view(claim: Claim) -> View:
         return {
             "key": claim.key,
             "scopeId": claim.scope_id,
@@ -137,7 +138,7 @@ class ClaimTable:
         now_ms: int,
         generation_floor: int = 0,
         held_max: int | None = None,
-    ) -> list[dict]:
+    ) -> list[Record]:
         """Records that give the key to `holder`, or CLAIM_HELD naming who has it and until when.
 
         Asking again while holding it is CLAIM_HELD too, even from the same holder and session:
@@ -146,7 +147,7 @@ class ClaimTable:
         that ended unrecorded holds no more than before).
         """
         claim = self.get(scope_id, key)
-        records: list[dict] = []
+        records: list[Record] = []
         generation = 1
         if claim is not None:
             if claim.held_at(now_ms):
@@ -194,7 +195,7 @@ class ClaimTable:
             raise KernelError(STALE_CLAIM, f"the lease on claim {quote(key)} has ended")
         return claim
 
-    def decide_renew(self, key: str, token: str, lease_ms: int | None, now_ms: int) -> dict:
+    def decide_renew(self, key: str, token: str, lease_ms: int | None, now_ms: int) -> Record:
         """The renewal rule (`leases.renewal`) for the claim `token` holds on `key`."""
         claim = self.current(key, token, now_ms)
         record = self.renewed_record(token, *renewal(claim, lease_ms, now_ms), now_ms)
@@ -202,10 +203,10 @@ class ClaimTable:
         return record
 
     @staticmethod
-    def renewed_record(token: str, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+    def renewed_record(token: str, lease_ms: int, expires_ms: int, now_ms: int) -> Record:
         return {"type": CLAIM_RENEWED, "token": token, "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms}
 
-    def decide_release(self, key: str, token: str, observation: object, now_ms: int) -> dict:
+    def decide_release(self, key: str, token: str, observation: object, now_ms: int) -> Record:
         claim = self.current(key, token, now_ms)
         assert now_ms < claim.expires_ms, "a release ends a lease before its end (after it, the lease expires)"
         record = self._ended_record(CLAIM_RELEASED, claim, now_ms)
@@ -213,7 +214,7 @@ class ClaimTable:
             record["observation"] = observation
         return record
 
-    def decide_force_release(self, scope_id: str, key: str, reason: str | None, by: str | None, now_ms: int) -> dict:
+    def decide_force_release(self, scope_id: str, key: str, reason: str | None, by: str | None, now_ms: int) -> Record:
         """An operator's release of the claim held on `key`, without its token.
 
         NOT_FOUND for a key never claimed in the scope; CONFLICT for one not held now (released,
@@ -237,7 +238,7 @@ class ClaimTable:
             record["by"] = by
         return record
 
-    def decide_expire(self, token: str, now_ms: int) -> dict | None:
+    def decide_expire(self, token: str, now_ms: int) -> Record | None:
         """The expiry the supervisor proposed, if `token` still holds a lease that has ended."""
         claim = self._by_token.get(token)
         if claim is None or now_ms < claim.expires_ms:
@@ -246,7 +247,7 @@ class ClaimTable:
         return self._ended_record(CLAIM_EXPIRED, claim, now_ms)
 
     @staticmethod
-    def _ended_record(kind: str, claim: Claim, now_ms: int) -> dict:
+    def _ended_record(kind: str, claim: Claim, now_ms: int) -> Record:
         return {
             "type": kind,
             "token": claim.token,
@@ -255,14 +256,14 @@ class ClaimTable:
             "at_ms": now_ms,
         }
 
-    def decide_ended(self, claim: Claim, now_ms: int) -> dict:
+    def decide_ended(self, claim: Claim, now_ms: int) -> Record:
         """The expiry of a lease whose end has passed (a restart's, `leases.restart`)."""
         assert claim.token is not None and claim.expires_ms <= now_ms, "only an ended lease is expired"
         return self._ended_record(CLAIM_EXPIRED, claim, now_ms)
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         """Records that rebuild this table exactly through `apply_image`, free keys included.
 
         A free key must keep its generation counter, which no ordinary record can say on its own:
@@ -288,7 +289,7 @@ class ClaimTable:
                     record["graced"] = True
                 yield record
 
-    def apply_image(self, record: dict) -> Claim:
+    def apply_image(self, record: Record) -> Claim:
         claim = Claim(record["scope_id"], record["key"])
         claim.generation = record["generation"]
         claim.acquired_ms = record["acquired_ms"]
@@ -304,7 +305,7 @@ class ClaimTable:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_acquired(self, record: dict) -> Claim:
+    def apply_acquired(self, record: Record) -> Claim:
         keys = self._by_scope.setdefault(record["scope_id"], {})
         claim = keys.get(record["key"])
         if claim is None:
@@ -321,15 +322,16 @@ class ClaimTable:
         claim.generation = record["generation"]
         claim.acquired_ms = record["at_ms"]
         hold(claim, record)
+        assert claim.token is not None, "a claim acquired holds the token it was given"
         self._by_token[claim.token] = claim
         return claim
 
-    def apply_renewed(self, record: dict) -> Claim:
+    def apply_renewed(self, record: Record) -> Claim:
         claim = self._by_token[record["token"]]
         renewed(claim, record)
         return claim
 
-    def apply_ended(self, record: dict) -> Claim:
+    def apply_ended(self, record: Record) -> Claim:
         """A release (forced or not) or an expiry: the key is free, its generation counter stays."""
         claim = self._by_token.pop(record["token"])
         assert claim.generation == record["generation"], "an end names the generation it ends"

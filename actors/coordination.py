@@ -25,20 +25,26 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, cast
 
+from .events import Change
 from .limits import Limits
 from .mailboxes import MailboxTable
 from .messages import MessageTable
-from .outcome import Outcome
+from .outcome import Outcome, Space
 from .scopes import ScopeTree
 from .tasks import TaskTable
+from .shapes import Record, View
+
+if TYPE_CHECKING:  # the tables the coordination primitives make on this part: named for the checker only
+    from .barriers import BarrierTable
+    from .groups import GroupTable
+    from .timers import TimerTable
+    from .work import WorkCommands
 
 __all__ = ["CoordinationCommands", "Change", "make"]
 
 Commit = Callable[..., Outcome]
-# A change that followed from a record (for the event log): (type, scope_id, aggregate, id, payload).
-Change = tuple[str, "str | None", str, str, dict]
 
 
 class CoordinationCommands:
@@ -54,7 +60,7 @@ class CoordinationCommands:
         mailboxes: MailboxTable,
         messages: MessageTable,
         tasks: TaskTable,
-        work: Any,
+        work: WorkCommands,
         commit: Commit,
     ) -> None:
         self.id = space_id
@@ -64,17 +70,17 @@ class CoordinationCommands:
         self.messages = messages
         self.tasks = tasks
         self.work = work
-        # The tables, each made by its primitive (in the order the space makes them).
-        self.barriers: Any = None
-        self.timers: Any = None
-        self.groups: Any = None
+        # The tables, each made by its primitive (in the order the space makes them): None until then.
+        self.barriers: BarrierTable = cast("BarrierTable", None)
+        self.timers: TimerTable = cast("TimerTable", None)
+        self.groups: GroupTable = cast("GroupTable", None)
         self._commit = commit
 
-    def commit(self, outcome: Outcome, *records: dict) -> Outcome:
+    def commit(self, outcome: Outcome, *records: Record) -> Outcome:
         return self._commit(outcome, *records)
 
 
-def make(space: Any) -> CoordinationCommands:
+def make(space: Space) -> CoordinationCommands:
     """The coordination part of a new space (the first coordination primitive makes it, `barriers.py`)."""
     part = space.coordination = CoordinationCommands(
         space.id, space.limits, space.scopes, space.mailboxes, space.messages, space.tasks, space.work, space.commit

@@ -7,34 +7,42 @@ everything appended so far is durable before they answer (`server/routes/coordin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import events as event_log
+from .outcome import Space
 from .timestamps import format_ms
+from .shapes import View
+
+if TYPE_CHECKING:  # the kernel is above the reads, which it does not import
+    from .kernel import Kernel
 
 __all__ = ["barrier", "timer", "group", "events_page"]
 
 
-def barrier(kernel: Any, space: str, barrier_id: str) -> dict:
+def barrier(kernel: Kernel, space: str, barrier_id: str) -> View:
     part = kernel.space_view(space).coordination
     return part.barriers.view(part.barriers.get(barrier_id), kernel.clock.now_ms())
 
 
-def timer(kernel: Any, space: str, timer_id: str) -> dict:
+def timer(kernel: Kernel, space: str, timer_id: str) -> View:
     part = kernel.space_view(space).coordination
     return part.timers.view(part.timers.get(timer_id))
 
 
-def group(kernel: Any, space: str, group_id: str) -> dict:
+def group(kernel: Kernel, space: str, group_id: str) -> View:
     part = kernel.space_view(space).coordination
     return part.groups.view(part.groups.get(group_id), kernel.clock.now_ms())
 
 
-def events_page(kernel: Any, space: str, after: int | None, limit: int, types=None, aggregate=None, scope_id=None) -> dict:
+def events_page(
+    kernel: Kernel, space: str, after: int | None, limit: int, types: frozenset[str] | None = None,
+    aggregate: tuple[str, str] | None = None, scope_id: str | None = None,
+) -> View:
     return event_log.page(kernel.space_view(space), after, limit, types, aggregate, scope_id)
 
 
-def events_latest(kernel: Any, space: str, count: int) -> dict:
+def events_latest(kernel: Kernel, space: str, count: int) -> View:
     """The newest `count` events kept (oldest of them first), and the cursor after the newest:
     where a reader that wants only what happens from now on starts (`count` 0: the cursor alone)."""
     state = kernel.space_view(space)
@@ -51,7 +59,7 @@ OPS_LIST_MAX = 1000
 PARKED_HOLDERS_MAX = 10
 
 
-def run(kernel: Any, space: str, scope_id: str) -> dict:
+def run(kernel: Kernel, space: str, scope_id: str) -> View:
     """A run's subtree across primitives: who works in it (claim and delivery holders with their
     keys and earliest lease end), what waits there, and how many things are in each state."""
     state = kernel.space_view(space)
@@ -59,9 +67,9 @@ def run(kernel: Any, space: str, scope_id: str) -> dict:
     now_ms = kernel.clock.now_ms()
     subtree = state.scopes.subtree(scope.id)
     inside = frozenset(subtree)
-    workers: dict[str, dict] = {}
+    workers: dict[str, View] = {}
 
-    def worker(holder: str, expires_ms: int) -> dict:
+    def worker(holder: str, expires_ms: int) -> View:
         entry = workers.setdefault(holder, {"holder": holder, "keys": [], "deliveries": [], "expires_ms": expires_ms})
         entry["expires_ms"] = min(entry["expires_ms"], expires_ms)
         return entry
@@ -112,7 +120,7 @@ def run(kernel: Any, space: str, scope_id: str) -> dict:
     }
 
 
-def _pool_waiters(state: Any, inside: frozenset | None, now_ms: int) -> list[dict]:
+def _pool_waiters(state: Space, inside: frozenset[str] | None, now_ms: int) -> list[View]:
     """Who waits in a pool's line in the subtree (None: anywhere in the space), oldest first: `permit` (the pool's name) and
     `units` are what the 0.3.0 client's `status()` shows. (A pool table without a line of waiters
     has nobody waiting.)"""
@@ -130,7 +138,7 @@ def _pool_waiters(state: Any, inside: frozenset | None, now_ms: int) -> list[dic
     return waiting
 
 
-def waits(kernel: Any, space: str) -> dict:
+def waits(kernel: Kernel, space: str) -> View:
     """What waits in this space now: the calls parked (held receives, timer polls, watches), by
     where, then the waiters in the pools' lines and the allowances' queues, oldest first (those are
     records, not parked calls: a waiter waits between its polls too)."""
@@ -144,10 +152,10 @@ def waits(kernel: Any, space: str) -> dict:
     return {"waits": waiting[:OPS_LIST_MAX], "truncated": len(waiting) > OPS_LIST_MAX}
 
 
-def _allowance_waiters(state: Any, now_ms: int) -> list[dict]:
+def _allowance_waiters(state: Space, now_ms: int) -> list[View]:
     """Who waits in an allowance's queue for units, oldest first, until its TTL runs out."""
     allowances = state.capacity.allowances
-    found = []
+    found: list[View] = []
     for waiter in allowances.waiters():
         if waiter.state == "WAITING" and now_ms < waiter.expires_ms:
             found.append({
@@ -161,7 +169,7 @@ def _allowance_waiters(state: Any, now_ms: int) -> list[dict]:
     return found
 
 
-def _parked(kernel: Any, space: str) -> list[dict]:
+def _parked(kernel: Kernel, space: str) -> list[View]:
     """The kernel's parked calls in this space: on a claim (acquires waiting for it: its run and
     key), a once key (reads waiting for its result), a queue (receives), a scope's timers (polls),
     or the event log (watches); with the holders the calls are for, oldest first, where their
@@ -194,7 +202,7 @@ def _count(states: Any) -> dict[str, int]:
 # -- inspection ------------------------------------------------------------------------------------
 
 
-def in_scope(kernel: Any, space: str, scope_id: str, what: str, limit: int) -> dict:
+def in_scope(kernel: Kernel, space: str, scope_id: str, what: str, limit: int) -> View:
     """The barriers, timers or task groups of one run, newest first, at most `limit`."""
     state = kernel.space_view(space)
     state.scopes.get(scope_id)  # 404 for a run that does not exist

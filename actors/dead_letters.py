@@ -43,11 +43,13 @@ from .errors import NOT_FOUND, VALIDATION_FAILED, KernelError, quote
 from .fields import BOOLEAN, INTEGER, TEXT, TEXTS, body, caller, drawn, path
 from .limits import Limits
 from .messages import DEAD, Message, MessageTable
-from .outcome import Outcome
+from .outcome import Outcome, Space, State
+from .events import Change
 from .primitive import Command, Primitive, command, operation, reason_field, record_type
 from .scopes import ACTIVE, ScopeTree
 from .task_commands import task_timers
 from .tasks import CANCELLED, TASK_ENDED
+from .shapes import Record, View
 
 __all__ = [
     "DeadLetterFilter", "ACTION_MAX", "LIST_LIMIT_MAX", "LIST_LIMIT_DEFAULT", "AGE_S_MAX", "SKIP_REASONS", "page",
@@ -112,7 +114,7 @@ def parse_cursor(text: str) -> tuple[int, int]:
 
 def page(
     messages: MessageTable, mailbox_id: str, where: DeadLetterFilter, now_ms: int, cursor: str | None, limit: int
-) -> dict:
+) -> View:
     """A page of the mailbox's dead letters that match, newest first, with their payloads.
 
     `total`: dead letters kept in the mailbox; `matched`: those the filter matches (all pages);
@@ -174,7 +176,7 @@ class DeadLetterAction(Command):
 
     space: str = path("space")
     mailbox_id: str = path("mailbox_id")
-    message_ids: list | None = body("messageIds", TEXTS, required=False, items_max=ACTION_MAX)
+    message_ids: list[str] | None = body("messageIds", TEXTS, required=False, items_max=ACTION_MAX)
     reason: str | None = body(
         "reason", TEXT, required=False, length_max="reason_len_max", description="dead letters whose reason contains this text"
     )
@@ -194,7 +196,7 @@ class DeadLetterAction(Command):
     def where(self) -> DeadLetterFilter:
         return DeadLetterFilter(self.reason, self.older_than_s, self.newer_than_s)
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return mailbox_ops_actor(self.space, self.mailbox_id)
 
     def check(self, limits: Limits) -> None:
@@ -232,14 +234,14 @@ class PurgeMailbox(Command):
     dry_run: bool | None = body("dryRun", BOOLEAN, required=False, description="change nothing; answer what would change")
     by: str | None = caller()
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return mailbox_ops_actor(self.space, self.mailbox_id)
 
 
 # -- transitions (of the space, on the queue part's helpers) ---------------------------------------
 
 
-def requeue(space: Any, command: RequeueDeadLetters, now_ms: int) -> Outcome:
+def requeue(space: Space, command: RequeueDeadLetters, now_ms: int) -> Outcome:
     """Put dead letters back on their queues as new messages, oldest first, as many as one
     request may and the mailbox's backlog takes; say how many matched, were skipped and remain."""
     work, messages = space.work, space.messages
@@ -265,7 +267,7 @@ def requeue(space: Any, command: RequeueDeadLetters, now_ms: int) -> Outcome:
     new_ids = [f"{command.id_base}_{index}" for index in range(len(taken))]
     for message_id in new_ids:
         messages.check_new_id(message_id)
-    record = {
+    record: Record = {
         "type": DEAD_LETTERS_REQUEUED, "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken],
         "new_ids": new_ids, "at_ms": now_ms,
     }
@@ -284,7 +286,7 @@ def requeue(space: Any, command: RequeueDeadLetters, now_ms: int) -> Outcome:
     return outcome
 
 
-def delete(space: Any, command: DeleteDeadLetters, now_ms: int) -> Outcome:
+def delete(space: Space, command: DeleteDeadLetters, now_ms: int) -> Outcome:
     """Forget dead letters at once, oldest first, as many as one request may."""
     mailbox = space.mailboxes.get(command.mailbox_id)
     chosen = select(space.messages, mailbox.id, command.message_ids, command.where, now_ms)
@@ -304,7 +306,7 @@ def delete(space: Any, command: DeleteDeadLetters, now_ms: int) -> Outcome:
     return outcome
 
 
-def purge(space: Any, command: PurgeMailbox, now_ms: int) -> Outcome:
+def purge(space: Space, command: PurgeMailbox, now_ms: int) -> Outcome:
     """End the mailbox's waiting messages, oldest first, as many as one request may: a task's
     message CANCELS the task (reason `purged`, or `purged: <reason>`), a plain one is dropped."""
     tasks = space.tasks
@@ -348,7 +350,7 @@ def purge(space: Any, command: PurgeMailbox, now_ms: int) -> Outcome:
 def _action_event(kind: str) -> Any:
     """An operator's action on a mailbox's dead letters: one event for the whole set."""
 
-    def derive(space: Any, record: dict) -> tuple:
+    def derive(space: Space, record: Record) -> Change:
         ids = record["message_ids"]
         payload = {"mailboxId": record["mailbox_id"], "count": len(ids), "messageIds": list(ids)}
         if "new_ids" in record:
@@ -359,7 +361,7 @@ def _action_event(kind: str) -> Any:
     return derive
 
 
-def _purged_event(space: Any, r: dict) -> tuple:
+def _purged_event(space: Space, r: Record) -> Change:
     payload = {"mailboxId": r["mailbox_id"], "scopeId": r["scope_id"], "count": r["count"], "reason": r.get("reason"), "by": r.get("by")}
     return ("mailbox.purged", r["scope_id"], "mailbox", r["mailbox_id"], payload)
 

@@ -28,12 +28,14 @@ from .messages import (
     DELAYED, DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, LEASED, Message,
     MessageTable,
 )
-from .outcome import Outcome
+from .events import Change
+from .outcome import Outcome, Space, Timer, State
 from .primitive import EVENT, FREE_OPERATION, OPERATION, Command, Primitive, command, lease_field, operation, reason_field, timer_kind
 from .scopes import ACTIVE, SCOPE_END_REASONS
 from .task_commands import task_timers
 from .tasks import FAILED, SUCCEEDED
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "Receive", "ReceiveMany", "CompleteDelivery", "NackDelivery", "RenewDelivery", "DELIVERIES", "outcome_of",
@@ -57,7 +59,7 @@ def outcome_of(result: Any) -> Any:
 # -- the records of a delivery ---------------------------------------------------------------------
 
 
-def decide_lease(message: Message, token: str, holder: str, session: str, lease_ms: int, now_ms: int) -> dict:
+def decide_lease(message: Message, token: str, holder: str, session: str, lease_ms: int, now_ms: int) -> Record:
     assert lease_ms > 0 and token, "a delivery is held under a lease, with its own token"
     return {
         "type": DELIVERY_LEASED,
@@ -72,20 +74,20 @@ def decide_lease(message: Message, token: str, holder: str, session: str, lease_
     }
 
 
-def decide_renew(message: Message, lease_ms: int | None, now_ms: int) -> dict:
+def decide_renew(message: Message, lease_ms: int | None, now_ms: int) -> Record:
     """The renewal rule (`leases.renewal`) for the delivery `message` is under."""
     assert message.state == LEASED and message.token is not None, "only a delivery under way is renewed"
     return renewed_record(message, *renewal(message, lease_ms, now_ms), now_ms)
 
 
-def renewed_record(message: Message, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+def renewed_record(message: Message, lease_ms: int, expires_ms: int, now_ms: int) -> Record:
     return {
         "type": DELIVERY_RENEWED, "message_id": message.id, "token": message.token, "lease_ms": lease_ms,
         "expires_ms": expires_ms, "at_ms": now_ms,
     }
 
 
-def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
+def decide_complete(message: Message, outcome: Any, now_ms: int) -> Record:
     # Paired with `MessageTable.apply_finished` (a message finishes once) and the task's one outcome.
     assert message.state == LEASED and now_ms < message.expires_ms, "a delivery completes under its running lease"
     record = {"type": DELIVERY_COMPLETED, "message_id": message.id, "token": message.token, "at_ms": now_ms}
@@ -94,7 +96,7 @@ def decide_complete(message: Message, outcome: Any, now_ms: int) -> dict:
     return record
 
 
-def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -> dict:
+def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -> Record:
     assert message.state == LEASED and visible_ms >= now_ms, "a delivery under way goes back, visible now or later"
     return {
         "type": DELIVERY_REQUEUED, "message_id": message.id, "token": message.token, "cause": cause,
@@ -102,7 +104,7 @@ def decide_requeue(message: Message, cause: str, visible_ms: int, now_ms: int) -
     }
 
 
-def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> dict:
+def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> Record:
     assert message.state == LEASED and reason, "a delivery under way dies with a reason"
     return {
         "type": DELIVERY_DEAD, "message_id": message.id, "token": message.token, "cause": cause, "reason": reason,
@@ -110,7 +112,7 @@ def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> dict:
     }
 
 
-def delivery_view(message: Message) -> dict:
+def delivery_view(message: Message) -> View:
     """What recv answers."""
     return {
         "message": {
@@ -132,7 +134,7 @@ def delivery_view(message: Message) -> dict:
 # -- commands ----------------------------------------------------------------------------------
 
 
-def _message_queue(state: Any, space: str, message_id: str) -> ActorKey:
+def _message_queue(state: State, space: str, message_id: str) -> ActorKey:
     message = state.space(space).messages.get(message_id)
     return queue_actor(space, message.mailbox_id, message.scope_id)
 
@@ -153,7 +155,7 @@ class Receive(Command):
     )
     token: str = drawn("delivery-token")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
     def wait_key(self) -> Any:
@@ -177,7 +179,7 @@ class CompleteDelivery(Command):
     token: str = body("token")
     result: Any = body("result", JSON, required=False)
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _message_queue(state, self.space, self.message_id)
 
 
@@ -192,7 +194,7 @@ class NackDelivery(Command):
     error: str | None = reason_field("error")
     jitter: float = drawn("jitter")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _message_queue(state, self.space, self.message_id)
 
 
@@ -203,14 +205,14 @@ class RenewDelivery(Command):
     token: str = body("token")
     lease_s: int | None = lease_field()
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _message_queue(state, self.space, self.message_id)
 
 
 # -- transitions (of the space, on the queue part's helpers) ---------------------------------------
 
 
-def receive(space: Any, command: Receive, now_ms: int) -> Outcome:
+def receive(space: Space, command: Receive, now_ms: int) -> Outcome:
     """Lease the oldest deliverable message of this queue; `empty` when there is none.
 
     An empty outcome writes nothing, so a long poll parks on the queue's actor and is run again by
@@ -235,10 +237,10 @@ def receive(space: Any, command: Receive, now_ms: int) -> Outcome:
     return outcome
 
 
-def receive_many(space: Any, command: ReceiveMany, now_ms: int) -> Outcome:
+def receive_many(space: Space, command: ReceiveMany, now_ms: int) -> Outcome:
     """Lease up to `command.count` messages as that many receives would, one after the other, in
     this one turn: `{"deliveries": [...]}`, oldest first; `empty` when there is none."""
-    deliveries: list[dict] = []
+    deliveries: list[View] = []
     outcome = Outcome()
     for index in range(command.count):
         token = command.token if index == 0 else f"{command.token}.{index}"
@@ -255,7 +257,7 @@ def receive_many(space: Any, command: ReceiveMany, now_ms: int) -> Outcome:
     return outcome
 
 
-def _held(space: Any, message_id: str, token: str, now_ms: int) -> Message:
+def _held(space: Space, message_id: str, token: str, now_ms: int) -> Message:
     """The message `token` holds a running lease on (`MessageTable.current`), or SCOPE_CANCELLED
     when it was under way in a scope that has ended since: its task ended with the scope."""
     message = space.messages.get(message_id)
@@ -266,7 +268,7 @@ def _held(space: Any, message_id: str, token: str, now_ms: int) -> Message:
     return space.messages.current(message_id, token, now_ms)
 
 
-def renew(space: Any, command: RenewDelivery, now_ms: int) -> Outcome:
+def renew(space: Space, command: RenewDelivery, now_ms: int) -> Outcome:
     lease_ms = None if command.lease_s is None else command.lease_s * 1000
     message = _held(space, command.message_id, command.token, now_ms)
     outcome = space.commit(Outcome(), decide_renew(message, lease_ms, now_ms))
@@ -280,7 +282,7 @@ def renew(space: Any, command: RenewDelivery, now_ms: int) -> Outcome:
     return outcome
 
 
-def complete(space: Any, command: CompleteDelivery, now_ms: int) -> Outcome:
+def complete(space: Space, command: CompleteDelivery, now_ms: int) -> Outcome:
     """Settle a delivery as done; a task records its one outcome (SUCCEEDED)."""
     message = _held(space, command.message_id, command.token, now_ms)
     if message.task_id is not None:  # the task keeps its outcome, the input is let go
@@ -290,7 +292,7 @@ def complete(space: Any, command: CompleteDelivery, now_ms: int) -> Outcome:
     return _settled(space, outcome, message)
 
 
-def nack(space: Any, command: NackDelivery, now_ms: int) -> Outcome:
+def nack(space: Space, command: NackDelivery, now_ms: int) -> Outcome:
     """`retry`: back on the queue after a backoff (or ended, see `WorkCommands.release`). Else a dead letter."""
     message = _held(space, command.message_id, command.token, now_ms)
     error = command.error
@@ -305,7 +307,7 @@ def nack(space: Any, command: NackDelivery, now_ms: int) -> Outcome:
     return _settled(space, outcome, message)
 
 
-def _settled(space: Any, outcome: Outcome, message: Message) -> Outcome:
+def _settled(space: Space, outcome: Outcome, message: Message) -> Outcome:
     reply = {"id": message.id, "state": message.state, "attempt": message.attempts, "taskId": message.task_id}
     if message.state == DELAYED:
         reply["visibleAt"] = format_ms(message.visible_ms)
@@ -317,7 +319,7 @@ def _settled(space: Any, outcome: Outcome, message: Message) -> Outcome:
     return outcome
 
 
-def on_lease_timer(space: Any, message_id: str, token: Any, now_ms: int) -> Outcome:
+def on_lease_timer(space: Space, message_id: str, token: Any, now_ms: int) -> Outcome:
     """A delivery's lease ran out: requeue it at once, or end its message (`WorkCommands.release`)."""
     message = space.messages.find(message_id)
     if message is None or message.state != LEASED or message.token != token or now_ms < message.expires_ms:
@@ -325,7 +327,7 @@ def on_lease_timer(space: Any, message_id: str, token: Any, now_ms: int) -> Outc
     return space.work.timer_commit(space.work.release(message, "expired", None, 1.0, now_ms), message, None)
 
 
-def _end(space: Any, message: Message, cause: str, now_ms: int, outcome: Outcome) -> None:
+def _end(space: Space, message: Message, cause: str, now_ms: int, outcome: Outcome) -> None:
     """End a delivery that will not complete now (`WorkCommands.release`), with the timers next."""
     space.commit(outcome, space.work.release(message, cause, None, 1.0, now_ms))
     outcome.timers.extend(space.work.message_timers(message))
@@ -333,7 +335,7 @@ def _end(space: Any, message: Message, cause: str, now_ms: int, outcome: Outcome
         outcome.timers.extend(task_timers(space.id, space.tasks, space.tasks.get(message.task_id)))
 
 
-def end_in_flight(space: Any, outcome: Outcome, scope_ids: list[str], now_ms: int) -> None:
+def end_in_flight(space: Space, outcome: Outcome, scope_ids: list[str], now_ms: int) -> None:
     """After a scope's end: every delivery under way in its subtree ends now (its task CANCELLED
     with the scope's reason, a plain message dropped), so its worker's renewal or settlement is
     refused with SCOPE_CANCELLED."""
@@ -341,20 +343,20 @@ def end_in_flight(space: Any, outcome: Outcome, scope_ids: list[str], now_ms: in
         _end(space, message, "scope", now_ms, outcome)
 
 
-def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+def _scope_ending(space: Space, subtree: list[str]) -> Callable[[Outcome, int], None]:
     return lambda outcome, at_ms: end_in_flight(space, outcome, subtree, at_ms)
 
 
 # -- the lease table (`leases.py`: the restart rule is decided there, for every kind at once) -------
 
 
-def lease_kind(space: Any) -> LeaseKind:
+def lease_kind(space: Space) -> LeaseKind:
     """A delivery's lease that ended while the server was down is released as a lost lease would
     be (`WorkCommands.release`: requeued at once, or its message ended)."""
     messages: MessageTable = space.messages
     work = space.work
 
-    def timers(message: Message) -> list:
+    def timers(message: Message) -> list[Timer]:
         found = list(work.message_timers(message))
         if message.task_id is not None:
             found.extend(task_timers(space.id, space.tasks, space.tasks.get(message.task_id)))
@@ -369,25 +371,25 @@ def lease_kind(space: Any) -> LeaseKind:
 # -- applying (a delivery moves its task) ----------------------------------------------------------
 
 
-def _apply_leased(space: Any, record: dict) -> None:
+def _apply_leased(space: Space, record: Record) -> None:
     message = space.messages.apply_leased(record)
     if message.task_id is not None:
         space.tasks.apply_running(message.task_id, message.attempts, record["at_ms"])
 
 
-def _apply_requeued(space: Any, record: dict) -> None:
+def _apply_requeued(space: Space, record: Record) -> None:
     message = space.messages.apply_requeued(record)
     if message.task_id is not None:
         space.tasks.apply_queued(message.task_id, record["at_ms"])
 
 
-def _apply_completed(space: Any, record: dict) -> None:
+def _apply_completed(space: Space, record: Record) -> None:
     message = space.messages.apply_finished(record["message_id"], "COMPLETED", None, record["at_ms"])
     if message.task_id is not None:
         space.tasks.apply_ended(message.task_id, SUCCEEDED, record.get("outcome"), None, record["at_ms"])
 
 
-def _apply_dead(space: Any, record: dict) -> None:
+def _apply_dead(space: Space, record: Record) -> None:
     message = space.messages.apply_finished(record["message_id"], "DEAD", record["reason"], record["at_ms"])
     if message.task_id is not None:
         space.tasks.apply_ended(message.task_id, FAILED, None, record["reason"], record["at_ms"])
@@ -398,12 +400,12 @@ def _apply_dead(space: Any, record: dict) -> None:
 _PAYLOAD = ("messageId", "mailboxId", "attempt", "holder")
 
 
-def _event(task_type: str, message_type: str, *extra: str) -> Callable[[Any, dict], Any]:
+def _event(task_type: str, message_type: str, *extra: str) -> Callable[[Space, Record], Any]:
     """A delivery's event: the message, its attempt and its holder (the one it is leased to, or
     the one whose lease this record ends: what a worker's crash took down), then `extra` fields of
     the record. A task's delivery makes its task's event instead."""
 
-    def derive(space: Any, record: dict) -> Any:
+    def derive(space: Space, record: Record) -> Any:
         message = space.messages.find(record["message_id"])
         if message is None:
             return None
@@ -411,7 +413,7 @@ def _event(task_type: str, message_type: str, *extra: str) -> Callable[[Any, dic
         # a lease is the attempt it starts (its record says which; the message, seen before the
         # record applies, still counts the ones before); any other change is about the current one.
         attempt = record["attempt"] if "attempt" in record else message.attempts
-        payload: tuple = (message.id, message.mailbox_id, attempt, record.get("holder", message.holder))
+        payload: tuple[Any, ...] = (message.id, message.mailbox_id, attempt, record.get("holder", message.holder))
         if extra:
             payload += tuple(record.get(field) for field in extra)
         if message.task_id is not None:
@@ -421,22 +423,22 @@ def _event(task_type: str, message_type: str, *extra: str) -> Callable[[Any, dic
     return derive
 
 
-def _dead_event(space: Any, record: dict) -> list:
+def _dead_event(space: Space, record: Record) -> list[Change]:
     message = space.messages.find(record["message_id"])
     if message is None:
         return []
     payload = {"messageId": message.id, "mailboxId": message.mailbox_id, "reason": record.get("reason"), "holder": message.holder}
-    events = [("delivery.dead_lettered", message.scope_id, "message", message.id, payload)]
+    events: list[Change] = [("delivery.dead_lettered", message.scope_id, "message", message.id, payload)]
     if message.task_id is not None:
         events.insert(0, ("task.failed", message.scope_id, "task", message.task_id, payload))
     return events
 
 
-def _usage_of_requeue(record: dict) -> tuple[int, str]:
+def _usage_of_requeue(record: Record) -> tuple[int, str]:
     return (OPERATION, "deliveries.nack") if record.get("cause") == "retry" else (EVENT, "deliveries.expire")
 
 
-def _usage_of_dead(record: dict) -> tuple[int, str]:
+def _usage_of_dead(record: Record) -> tuple[int, str]:
     return (OPERATION, "deliveries.nack") if record.get("cause") == "rejected" else (EVENT, "deliveries.dead")
 
 

@@ -27,9 +27,10 @@ from typing import Any, Callable, Iterator, NamedTuple
 from .actor_keys import ActorKey, events_actor
 from .errors import KernelError
 from .limits import Limits
-from .outcome import Outcome, Space
+from .outcome import Outcome, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "EventLog", "Event", "CURSOR_EXPIRED", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of", "EVENT_IMAGE", "EVENTS_IMAGE",
@@ -64,10 +65,10 @@ class Event(NamedTuple):
     scope_id: str | None
     aggregate_type: str
     aggregate_id: str
-    payload: dict
+    payload: View
     at_ms: int
 
-    def view(self) -> dict:
+    def view(self) -> View:
         return {
             "eventId": f"ev_{self.seq}",
             "type": self.type,
@@ -79,7 +80,9 @@ class Event(NamedTuple):
 
 
 # (type, scope_id, aggregate type, aggregate id, payload)
-Change = tuple[str, "str | None", str, str, dict]
+# The payload is kept as the record's values in the order `Primitive.events` names them, or as a
+# view; `payload_of` makes the view when the event is read.
+Change = tuple[str, "str | None", str, str, "View | tuple[Any, ...]"]
 
 
 class EventLog:
@@ -191,7 +194,7 @@ class EventLog:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         if not self.seq:
             return
         yield {"type": EVENTS_IMAGE, "seq": self.seq}
@@ -207,12 +210,12 @@ class EventLog:
                 "at_ms": event.at_ms,
             }
 
-    def apply_image_header(self, record: dict) -> None:
+    def apply_image_header(self, record: Record) -> None:
         self.seq = record["seq"]
         self._changes.clear()
         self._times.clear()
 
-    def apply_image_event(self, record: dict) -> None:
+    def apply_image_event(self, record: Record) -> None:
         # An image lists the kept events oldest first, the newest being `seq` (see the class).
         assert record["seq"] <= self.seq, "events are imaged up to the header's number"
         kind, payload = record["event_type"], record["payload"]
@@ -231,12 +234,12 @@ class EventLog:
 _WIRE = {"mailbox_id": "mailboxId", "task_id": "taskId", "arrival_key": "arrivalKey", "fire_ms": "fireAt"}
 
 
-def payload_of(kind: str, payload: Any) -> dict:
+def payload_of(kind: str, payload: View | tuple[Any, ...]) -> View:
     """An event's payload as the wire carries it (a dict), from what the log keeps."""
     return payload if payload.__class__ is dict else dict(zip(PAYLOAD_NAMES[kind], payload))
 
 
-def record_payload(record: dict, fields: tuple[str, ...]) -> dict:
+def record_payload(record: Record, fields: tuple[str, ...]) -> View:
     """An event's payload from some fields of its record (camelCase, times as timestamps)."""
     payload = {}
     for field in fields:
@@ -247,11 +250,11 @@ def record_payload(record: dict, fields: tuple[str, ...]) -> dict:
     return payload
 
 
-def entity_event(kind: str, aggregate: str, find: Callable[[Space, str], Any], *fields: str) -> Callable[[Space, dict], list]:
+def entity_event(kind: str, aggregate: str, find: Callable[[Space, str], Any], *fields: str) -> Callable[[Space, Record], list[Change]]:
     """The event of a record about one thing (a barrier, a timer, a group) named by the record's
     `id`: its scope is the thing's (found by `find`), else the record's own `scope_id`."""
 
-    def derive(space: Space, record: dict) -> list:
+    def derive(space: Space, record: Record) -> list[Change]:
         found = find(space, record["id"])
         scope_id = record.get("scope_id") if found is None else found.scope_id
         return [(kind, scope_id, aggregate, record["id"], record_payload(record, fields))]
@@ -259,7 +262,7 @@ def entity_event(kind: str, aggregate: str, find: Callable[[Space, str], Any], *
     return derive
 
 
-def page(space: Space, after: int | None, limit: int, types: frozenset | None, aggregate: tuple | None, scope_id: str | None) -> dict:
+def page(space: Space, after: int | None, limit: int, types: frozenset[str] | None, aggregate: tuple[str, str] | None, scope_id: str | None) -> View:
     """A page of the space's events as the wire carries it: `{events, nextCursor}`.
 
     Filters: `types` (exact names), `aggregate` ((type, id)), `scope_id` (the scope and its
@@ -289,12 +292,12 @@ class WatchEvents(Command):
     space: str
     after: int | None
     limit: int
-    types: frozenset | None = None
-    aggregate: tuple | None = None
+    types: frozenset[str] | None = None
+    aggregate: tuple[str, str] | None = None
     scope_id: str | None = None
     wait_ms: int | None = None
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return events_actor(self.space)
 
 

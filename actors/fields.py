@@ -30,6 +30,7 @@ import orjson
 from .errors import VALIDATION_FAILED, KernelError, quote
 from .limits import Limits
 from .timestamps import parse_timestamp
+from .shapes import Body, View
 
 __all__ = [
     "Spec", "body", "path", "drawn", "caller", "parse", "specs", "schema", "check_text", "check_space_id",
@@ -137,7 +138,7 @@ def specs(command_class: type) -> tuple[tuple[str, Spec], ...]:
         cached = tuple(
             (field.name, field.metadata["spec"]) for field in dataclasses.fields(command_class) if "spec" in field.metadata
         )
-        command_class._specs = cached  # type: ignore[attr-defined]
+        command_class._specs = cached  # type: ignore[attr-defined]  # a cache kept on the command class, which does not declare it
     return cached
 
 
@@ -273,7 +274,7 @@ def read_minor(name: str, value: Any) -> int:
     return int(value)
 
 
-def read_field(spec: Spec, data: dict, limits: Limits) -> Any:
+def read_field(spec: Spec, data: Body, limits: Limits) -> Any:
     """The value of a body field: checked, or its default when absent or null."""
     value = data.get(spec.wire)
     if value is None:
@@ -301,11 +302,11 @@ def body_wires(command_class: type) -> frozenset[str]:
     if cached is None:
         cached = frozenset(spec.wire for _, spec in specs(command_class) if spec.source == BODY)
         cached |= frozenset(getattr(command_class, "IGNORED", ()))
-        command_class._body_wires = cached  # type: ignore[attr-defined]
+        command_class._body_wires = cached  # type: ignore[attr-defined]  # a cache kept on the command class, which does not declare it
     return cached
 
 
-def refuse_unknown(command_class: type, data: dict) -> None:
+def refuse_unknown(command_class: type, data: Body) -> None:
     """VALIDATION_FAILED naming the first field of `data` the command does not read."""
     known = body_wires(command_class)
     for name in data:
@@ -319,7 +320,7 @@ def refuse_unknown(command_class: type, data: dict) -> None:
 
 def parse(
     command_class: type,
-    data: dict,
+    data: Body,
     params: dict[str, str],
     limits: Limits,
     draw: Draw,
@@ -352,7 +353,7 @@ def _query_field(spec: Spec, query: Callable[[str], str | None] | None, limits: 
     return read_field(spec, {spec.wire: _query_value(spec, text)}, limits)
 
 
-Parser = Callable[[dict, "dict[str, str]", Draw, "Callable[[str], str | None] | None"], Any]
+Parser = Callable[[Body, "dict[str, str]", Draw, "Callable[[str], str | None] | None"], Any]
 
 
 def compile_parser(command_class: type, limits: Limits) -> Parser:
@@ -470,7 +471,7 @@ _TIMESTAMP_IN = {
 }
 
 
-def schema(spec: Spec, limits: Limits) -> dict:
+def schema(spec: Spec, limits: Limits) -> View:
     """The JSON Schema of a body field, with this server's limits."""
     kind = spec.kind
     result: dict[str, Any]

@@ -23,13 +23,16 @@ from .groups import (
     Group, GroupTable,
 )
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD
-from .outcome import Outcome, Timer
+from .limits import Limits
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, timer_kind
 from .requirements import parse_requirements
 from .scopes import SCOPE_END_REASONS, SCOPE_ENDED
 from .task_commands import SubmitTask, submit
 from .tasks import TASK_ENDED
-from .events import entity_event
+from .events import Change, entity_event
+from .coordination import CoordinationCommands
+from .shapes import Record
 
 __all__ = [
     "CreateGroup", "SubmitGroupTask", "JoinGroupTask", "GroupVerdict", "AcceptGroupTask", "RejectGroupTask",
@@ -56,11 +59,11 @@ class CreateGroup(Command):
     group_id: str = drawn("tg_")
     scope_id: str = drawn("sc_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return scope_actor(self.space, self.parent_scope_id if self.parent_scope_id is not None else self.scope_id)
 
 
-def _group_queue(state: Any, space: str, group_id: str) -> ActorKey:
+def _group_queue(state: State, space: str, group_id: str) -> ActorKey:
     """A group runs on its queue's actor: its members are that queue's tasks."""
     group = state.space(space).coordination.groups.get(group_id)
     return queue_actor(space, group.mailbox_id, group.scope_id)
@@ -81,10 +84,10 @@ class SubmitGroupTask(Command):
     task_id: str = drawn("tk_")
     message_id: str = drawn("ms_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _group_queue(state, self.space, self.group_id)
 
-    def check(self, limits: Any) -> None:
+    def check(self, limits: Limits) -> None:
         if self.requirements is not None:
             parse_requirements(self.requirements)
 
@@ -97,7 +100,7 @@ class JoinGroupTask(Command):
     group_id: str = path("group_id")
     task_id: str = body("taskId")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _group_queue(state, self.space, self.group_id)
 
 
@@ -108,7 +111,7 @@ class GroupVerdict(Command):
     group_id: str = path("group_id")
     task_id: str = path("task_id")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _group_queue(state, self.space, self.group_id)
 
 
@@ -131,7 +134,7 @@ class EndGroupMembership(Command):
     space: str = path("space")
     group_id: str = path("group_id")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _group_queue(state, self.space, self.group_id)
 
 
@@ -148,7 +151,7 @@ class SealGroup(EndGroupMembership):
 # -- transitions (of the coordination part) --------------------------------------------------------
 
 
-def create(part: Any, command: CreateGroup, now_ms: int) -> Outcome:
+def create(part: CoordinationCommands, command: CreateGroup, now_ms: int) -> Outcome:
     """The group and its gate scope (a child of `parentScopeId`, or a root), in one turn."""
     groups: GroupTable = part.groups
     part.mailboxes.get(command.mailbox_id)
@@ -175,7 +178,7 @@ def create(part: Any, command: CreateGroup, now_ms: int) -> Outcome:
     return outcome
 
 
-def submit_member(state: Any, command: SubmitGroupTask, now_ms: int) -> Outcome:
+def submit_member(state: State, command: SubmitGroupTask, now_ms: int) -> Outcome:
     """Submit a task into the group's queue (or return the key's task) and make it a member: a
     member is submitted as any task is, its requirements included (`task_commands.submit`)."""
     part = state.space(command.space).coordination
@@ -198,7 +201,7 @@ def submit_member(state: Any, command: SubmitGroupTask, now_ms: int) -> Outcome:
     return outcome
 
 
-def join(part: Any, command: JoinGroupTask, now_ms: int) -> Outcome:
+def join(part: CoordinationCommands, command: JoinGroupTask, now_ms: int) -> Outcome:
     groups: GroupTable = part.groups
     group = groups.get(command.group_id)
     task = part.tasks.get(command.task_id)
@@ -208,7 +211,7 @@ def join(part: Any, command: JoinGroupTask, now_ms: int) -> Outcome:
     return outcome
 
 
-def verdict(part: Any, command: GroupVerdict, now_ms: int) -> Outcome:
+def verdict(part: CoordinationCommands, command: GroupVerdict, now_ms: int) -> Outcome:
     groups: GroupTable = part.groups
     group = groups.get(command.group_id)
     said = ACCEPTED if command.accept else REJECTED
@@ -218,7 +221,7 @@ def verdict(part: Any, command: GroupVerdict, now_ms: int) -> Outcome:
     return outcome
 
 
-def seal(part: Any, command: EndGroupMembership, now_ms: int) -> Outcome:
+def seal(part: CoordinationCommands, command: EndGroupMembership, now_ms: int) -> Outcome:
     groups: GroupTable = part.groups
     group = groups.get(command.group_id)
     record = groups.decide_seal(group, now_ms, strict=command.strict)
@@ -227,7 +230,7 @@ def seal(part: Any, command: EndGroupMembership, now_ms: int) -> Outcome:
     return outcome
 
 
-def on_deadline(part: Any, group_id: str, _: Any, now_ms: int) -> Outcome:
+def on_deadline(part: CoordinationCommands, group_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     group = part.groups.find(group_id)
     record = None if group is None else part.groups.decide_expire(group, now_ms)
     return Outcome() if record is None else part.commit(Outcome(), record)
@@ -239,7 +242,7 @@ def _group_timers(space_id: str, group: Group) -> Iterator[Timer]:
         yield Timer(group.deadline_ms, actor, (DEADLINE_TIMER, group.id), None)
 
 
-def _deadlines(space: Any) -> Iterator[Timer]:
+def _deadlines(space: Space) -> Iterator[Timer]:
     for group in space.coordination.groups.unfinished():
         yield from _group_timers(space.id, group)
 
@@ -247,11 +250,11 @@ def _deadlines(space: Any) -> Iterator[Timer]:
 # -- what follows from other records (a group finalizing) ------------------------------------------
 
 
-def _finalized(group: Group) -> tuple:
+def _finalized(group: Group) -> Change:
     return ("group.finalized", group.scope_id, "group", group.id, {"outcome": group.outcome, "outcomeReason": group.reason})
 
 
-def _after_task_end(space: Any, record: dict) -> list:
+def _after_task_end(space: Space, record: Record) -> list[Change]:
     """A member's task ended: its groups may finalize."""
     groups: GroupTable = space.coordination.groups
     if not groups:
@@ -265,14 +268,14 @@ def _after_task_end(space: Any, record: dict) -> list:
     return [_finalized(group) for group in groups.of_task(task_id) if groups.evaluate(group, record["at_ms"])]
 
 
-def _after_change(space: Any, record: dict) -> list:
+def _after_change(space: Space, record: Record) -> list[Change]:
     """A join, a verdict or a seal: the group may finalize."""
     groups: GroupTable = space.coordination.groups
     group = groups.get(record["id"])
     return [_finalized(group)] if groups.evaluate(group, record["at_ms"]) else []
 
 
-def _after_scope_ended(space: Any, record: dict) -> list:
+def _after_scope_ended(space: Space, record: Record) -> list[Change]:
     """A scope's end ends the unfinished groups whose gate is in its subtree; a group elsewhere with
     a joined member of that subtree may finalize (its member was cancelled with it)."""
     groups: GroupTable = space.coordination.groups
@@ -292,11 +295,11 @@ def _after_scope_ended(space: Any, record: dict) -> list:
     return changes
 
 
-def _find(space: Any, group_id: str) -> Group | None:
+def _find(space: Space, group_id: str) -> Group | None:
     return space.coordination.groups.find(group_id)
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.coordination.groups = GroupTable(space.limits, space.tasks)
 
 

@@ -36,6 +36,7 @@ from .limits import Limits
 from .primitive import record_type
 from .tasks import SUCCEEDED, TaskTable
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "Group", "GroupTable", "CONDITIONS", "OPEN", "SEALED", "FINALIZED", "ACCEPTED", "REJECTED",
@@ -73,7 +74,7 @@ class Group:
         "state", "outcome", "reason", "members", "created_ms", "sealed_ms", "finalized_ms",
     )
 
-    def __init__(self, record: dict) -> None:
+    def __init__(self, record: Record) -> None:
         self.id: str = record["id"]
         self.scope_id: str = record["scope_id"]
         self.mailbox_id: str = record["mailbox_id"]
@@ -136,7 +137,7 @@ class GroupTable:
     def of_task(self, task_id: str) -> list[Group]:
         return [self._by_id[group_id] for group_id in self._by_task.get(task_id, ())]
 
-    def view(self, group: Group, now_ms: int) -> dict:
+    def view(self, group: Group, now_ms: int) -> View:
         members = []
         for task_id, verdict in group.members.items():
             task = self._tasks.find(task_id)
@@ -167,7 +168,7 @@ class GroupTable:
         }
 
     @staticmethod
-    def state_view(group: Group) -> dict:
+    def state_view(group: Group) -> View:
         """What close and seal answer."""
         return {"groupId": group.id, "state": group.state, "outcome": group.outcome, "outcomeReason": group.reason}
 
@@ -199,7 +200,7 @@ class GroupTable:
         if len(group.members) >= self._limits.group_members_max:
             raise full(f"task group {group.id} has {len(group.members)} members", "group_members_max")
 
-    def decide_join(self, group: Group, task_id: str, now_ms: int) -> dict | None:
+    def decide_join(self, group: Group, task_id: str, now_ms: int) -> Record | None:
         """Add a member; none for a task that already is one."""
         if task_id in group.members:
             return None
@@ -207,7 +208,7 @@ class GroupTable:
         assert group.state == OPEN, "members join an open group only"
         return {"type": GROUP_JOINED, "id": group.id, "task_id": task_id, "at_ms": now_ms}
 
-    def decide_verdict(self, group: Group, task_id: str, verdict: str, now_ms: int) -> dict | None:
+    def decide_verdict(self, group: Group, task_id: str, verdict: str, now_ms: int) -> Record | None:
         if task_id not in group.members:
             raise KernelError(NOT_FOUND, f"task {task_id!r} is not a member of task group {group.id}")
         given = group.members[task_id]
@@ -218,7 +219,7 @@ class GroupTable:
         assert verdict in (ACCEPTED, REJECTED), f"no verdict {verdict!r}"
         return {"type": GROUP_VERDICT, "id": group.id, "task_id": task_id, "verdict": verdict, "at_ms": now_ms}
 
-    def decide_seal(self, group: Group, now_ms: int, *, strict: bool) -> dict | None:
+    def decide_seal(self, group: Group, now_ms: int, *, strict: bool) -> Record | None:
         """SEALED if open; a repeat is harmless, except that `seal` (strict) refuses a finalized group."""
         if group.state == FINALIZED and strict:
             raise KernelError(CONFLICT, f"task group {group.id} is already finalized ({group.outcome})")
@@ -227,7 +228,7 @@ class GroupTable:
         assert group.sealed_ms is None, "a group is sealed once"
         return {"type": GROUP_SEALED, "id": group.id, "at_ms": now_ms}
 
-    def decide_expire(self, group: Group, now_ms: int) -> dict | None:
+    def decide_expire(self, group: Group, now_ms: int) -> Record | None:
         if group.state == FINALIZED or group.deadline_ms is None or now_ms < group.deadline_ms:
             return None
         assert group.outcome is None, "an outcome, once set, never changes"
@@ -235,13 +236,13 @@ class GroupTable:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_created(self, record: dict) -> Group:
+    def apply_created(self, record: Record) -> Group:
         group = Group(record)
         self._by_id[group.id] = group
         self._unfinished[group.id] = None
         return group
 
-    def apply_joined(self, record: dict) -> Group:
+    def apply_joined(self, record: Record) -> Group:
         group = self._by_id[record["id"]]
         task_id = record["task_id"]
         assert group.state == OPEN, f"a member joined task group {group.id} after it was sealed"
@@ -252,18 +253,18 @@ class GroupTable:
             self._seal(group, record["at_ms"])
         return group
 
-    def apply_verdict(self, record: dict) -> Group:
+    def apply_verdict(self, record: Record) -> Group:
         group = self._by_id[record["id"]]
         assert group.members[record["task_id"]] is None, "a member's verdict is given once"
         group.members[record["task_id"]] = record["verdict"]
         return group
 
-    def apply_sealed(self, record: dict) -> Group:
+    def apply_sealed(self, record: Record) -> Group:
         group = self._by_id[record["id"]]
         self._seal(group, record["at_ms"])
         return group
 
-    def apply_expired(self, record: dict) -> Group:
+    def apply_expired(self, record: Record) -> Group:
         group = self._by_id[record["id"]]
         self._finalize(group, GROUP_FAILED, "deadline_exceeded", record["at_ms"])
         return group
@@ -323,7 +324,7 @@ class GroupTable:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         for group in self._by_id.values():
             yield {
                 "type": GROUP_IMAGE,
@@ -344,7 +345,7 @@ class GroupTable:
                 "at_ms": group.created_ms,
             }
 
-    def apply_image(self, record: dict) -> Group:
+    def apply_image(self, record: Record) -> Group:
         group = self.apply_created(record)
         group.state = record["state"]
         group.outcome = record["outcome"]

@@ -33,6 +33,8 @@ from .caps import value_bytes
 from .errors import IDEMPOTENCY_CONFLICT, KernelError
 from .limits import Limits
 from .primitive import NOT_COUNTED, Primitive, record_type
+from .outcome import Space
+from .shapes import Record
 
 __all__ = ["IdempotencyTable", "Stored", "IDEM_STORED", "IDEMPOTENCY"]
 
@@ -81,10 +83,10 @@ class IdempotencyTable:
         return stored
 
     @staticmethod
-    def record(space: str, key: str, fingerprint: str, body: Any, now_ms: int) -> dict:
+    def record(space: str, key: str, fingerprint: str, body: Any, now_ms: int) -> Record:
         return {"type": IDEM_STORED, "space": space, "key": key, "fingerprint": fingerprint, "body": body, "at_ms": now_ms}
 
-    def image(self, space: str) -> Iterator[dict]:
+    def image(self, space: str) -> Iterator[Record]:
         """The stored answers as `idem.stored` records, oldest first.
 
         Applied in this order, each record's eviction pass drops nothing (every entry here was kept
@@ -93,7 +95,7 @@ class IdempotencyTable:
         for key, stored in self._entries.items():
             yield self.record(space, key, stored.fingerprint, stored.body, stored.at_ms)
 
-    def apply_stored(self, record: dict) -> Stored:
+    def apply_stored(self, record: Record) -> Stored:
         entry_key = record["key"]
         stored = Stored(record["fingerprint"], record["body"], record["at_ms"])
         entries = self._entries
@@ -123,7 +125,7 @@ class IdempotencyTable:
             self.bytes -= entries.popitem(last=False)[1].size
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     # Evicted only by its own space's answers, in the room its values and other entities leave.
     space.idempotency = IdempotencyTable(space.limits, space.values_bytes, space.entities)
 

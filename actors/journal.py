@@ -22,6 +22,7 @@ import itertools
 from typing import Callable, Iterable, Protocol
 
 from .records import RecordError, check_record
+from .shapes import Record
 
 __all__ = ["Journal", "MemoryJournal", "DurableWaits", "Durable", "Boot", "RecoverableState", "RecordFormat", "Restorable", "WallClock"]
 
@@ -44,7 +45,7 @@ class Journal(Protocol):
         """The LSN up to which every record is durable under the journal's policy."""
         ...
 
-    def append(self, records: list[dict], on_durable: Durable) -> int:
+    def append(self, records: list[Record], on_durable: Durable) -> int:
         """Queue `records` (never blocks, never does IO) and return the LSN of the last one."""
         ...
 
@@ -62,19 +63,19 @@ class RecoverableState(Protocol):
 
     boot: Boot
 
-    def apply(self, record: dict) -> None:
+    def apply(self, record: Record) -> None:
         """Change the state by one record (live, in replay, from a snapshot image alike)."""
         ...
 
-    def image(self) -> Iterable[dict]:
+    def image(self) -> Iterable[Record]:
         """Records that rebuild this state exactly when applied, in order, to an empty one."""
         ...
 
-    def decide_boot(self, fsync: str, now_ms: int) -> list[dict]:
+    def decide_boot(self, fsync: str, now_ms: int) -> list[Record]:
         """Decide and apply the record(s) of a new boot."""
         ...
 
-    def restart(self, now_ms: int) -> list[dict]:
+    def restart(self, now_ms: int) -> list[Record]:
         """Decide and apply what a start changes (leases that had ended, grace periods)."""
         ...
 
@@ -88,11 +89,11 @@ class RecordFormat(Protocol):
 
     version: int
 
-    def check(self, record: dict) -> None:
+    def check(self, record: Record) -> None:
         """Raise `ValueError` unless `record` is one this format knows, spelled as it spells it."""
         ...
 
-    def upgrade(self, record: dict, version: int) -> dict:
+    def upgrade(self, record: Record, version: int) -> Record:
         """A record read from a file of an older `version`, as this format spells it."""
         ...
 
@@ -162,7 +163,7 @@ class MemoryJournal:
     def __init__(self, *, keep: bool = False) -> None:
         self.failure: BaseException | None = None
         self.lsn = 0
-        self.records: list[dict] = []
+        self.records: list[Record] = []
         self._keep = keep
 
     @property
@@ -173,7 +174,7 @@ class MemoryJournal:
     def durable_lsn(self) -> int:
         return self.lsn
 
-    def append(self, records: list[dict], on_durable: Durable) -> int:
+    def append(self, records: list[Record], on_durable: Durable) -> int:
         # Checked as the WAL checks them, so a record the format does not know is found by every
         # test in memory too (a bug: its caller is answered that the change was not recorded).
         for record in records:

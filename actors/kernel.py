@@ -31,6 +31,7 @@ from .outcome import ActorKey
 from .partition import EMPTY, Idem, Partition
 from .space import SpaceState
 from .state import KernelState
+from .shapes import Body, Record
 
 __all__ = ["Kernel", "Idem", "EMPTY", "JITTER_LOW", "JITTER_HIGH"]
 
@@ -240,7 +241,7 @@ class Kernel:
 
     # -- calling --------------------------------------------------------------------------------
 
-    def parse(self, command_class: type, body: dict, params: dict[str, str], query: Any = None) -> Any:
+    def parse(self, command_class: type, body: Body, params: dict[str, str], query: Any = None) -> Any:
         """A command of `command_class` from a request's JSON body, path parameters and query
         (a function of a name), checked against the limits, with its random values drawn from this
         kernel's seeded source."""

@@ -20,15 +20,16 @@ import functools
 import hashlib
 import hmac
 import secrets
-from typing import Any, Iterator
+from typing import Iterator
 
 from .actor_keys import KEYS_ACTOR, ActorKey
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
 from .fields import body, check_space_id, drawn, path
 from .limits import Limits
-from .outcome import Outcome
+from .outcome import Outcome, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "ApiKey", "KeyTable", "digest", "new_secret", "KEY_REGISTERED", "KEY_REVOKED", "RegisterKey", "RevokeKey", "KEYS",
@@ -121,7 +122,7 @@ class KeyTable:
 
     def decide_register(
         self, key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], now_ms: int, role: str = EDITOR
-    ) -> dict | None:
+    ) -> Record | None:
         """Register a key for `spaces` with `role`; None when it already opens exactly those, so."""
         if role not in ROLES:
             raise KernelError(VALIDATION_FAILED, f"no role {quote(role)}: a key's role is one of {', '.join(ROLES)}")
@@ -135,7 +136,7 @@ class KeyTable:
         assert spaces and len(key_digest) == 64, "a key opens some spaces, and only its SHA-256 digest is kept"
         return _registered(key_id, key_digest, name, spaces, now_ms, role)
 
-    def decide_revoke(self, key_id: str, now_ms: int) -> dict | None:
+    def decide_revoke(self, key_id: str, now_ms: int) -> Record | None:
         key = self._by_id.get(key_id)
         if key is None:
             raise KernelError(NOT_FOUND, f"key {quote(key_id)} not found")
@@ -144,14 +145,14 @@ class KeyTable:
         assert self._by_digest.get(key.digest) is key, "a key is found by its digest until it is revoked"
         return {"type": KEY_REVOKED, "id": key_id, "at_ms": now_ms}
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         """Records that rebuild this table exactly: each key as registered, then its revocation."""
         for key in self._by_id.values():
             yield _registered(key.id, key.digest, key.name, key.spaces, key.created_ms, key.role)
             if key.revoked_ms is not None:
                 yield {"type": KEY_REVOKED, "id": key.id, "at_ms": key.revoked_ms}
 
-    def apply_registered(self, record: dict) -> None:
+    def apply_registered(self, record: Record) -> None:
         key = self._by_id.get(record["id"])
         role = record.get("role", EDITOR)  # (a record without one, as before roles, is an editor's)
         if key is None:
@@ -162,11 +163,11 @@ class KeyTable:
             key.spaces = frozenset(record["spaces"])
             key.role = role
 
-    def apply_revoked(self, record: dict) -> None:
+    def apply_revoked(self, record: Record) -> None:
         self._by_id[record["id"]].revoked_ms = record["at_ms"]
 
 
-def key_view(key: ApiKey | None) -> dict:
+def key_view(key: ApiKey | None) -> View:
     assert key is not None
     return {
         "id": key.id,
@@ -186,13 +187,13 @@ class RegisterKey(Command):
     """Let the secret whose digest this is open `spaces`; only the digest is recorded."""
 
     key_digest: str
-    spaces: frozenset
+    spaces: frozenset[str]
     name: str | None = body("name", required=False, length_max="name_len_max")
     key_id: str = drawn("ak_")
     # What the key may do in its spaces (`ROLES`): everything, or only read.
     role: str = EDITOR
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return KEYS_ACTOR
 
     def check(self, limits: Limits) -> None:
@@ -210,11 +211,11 @@ class RegisterKey(Command):
 class RevokeKey(Command):
     key_id: str = path("key_id")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return KEYS_ACTOR
 
 
-def register(state: Any, command: RegisterKey, now_ms: int) -> Outcome:
+def register(state: State, command: RegisterKey, now_ms: int) -> Outcome:
     """The transition of `RegisterKey`, on the kernel's state."""
     keys: KeyTable = state.keys
     record = keys.decide_register(command.key_id, command.key_digest, command.name, command.spaces, now_ms, command.role)
@@ -226,7 +227,7 @@ def register(state: Any, command: RegisterKey, now_ms: int) -> Outcome:
     return outcome
 
 
-def revoke(state: Any, command: RevokeKey, now_ms: int) -> Outcome:
+def revoke(state: State, command: RevokeKey, now_ms: int) -> Outcome:
     keys: KeyTable = state.keys
     record = keys.decide_revoke(command.key_id, now_ms)
     outcome = Outcome()
@@ -251,10 +252,10 @@ KEYS = Primitive(
 )
 
 
-def _registered(key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], at_ms: int, role: str) -> dict:
+def _registered(key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], at_ms: int, role: str) -> Record:
     """A `key.registered` record; `role` only when it is not the default, so that an editor's
     record is the same bytes it was before keys had roles."""
-    record = {"type": KEY_REGISTERED, "id": key_id, "digest": key_digest, "name": name, "spaces": sorted(spaces), "at_ms": at_ms}
+    record: Record = {"type": KEY_REGISTERED, "id": key_id, "digest": key_digest, "name": name, "spaces": sorted(spaces), "at_ms": at_ms}
     if role != EDITOR:
         record["role"] = role
     return record

@@ -20,6 +20,7 @@ from __future__ import annotations
 import zlib
 
 from .boot import KERNEL_BOOTED
+from .shapes import Record
 
 __all__ = ["Layout", "SYSTEM", "PARTITIONS_MAX", "place_record"]
 
@@ -57,7 +58,7 @@ class Layout:
         return "Layout(single)" if self.single else f"Layout({self.count})"
 
 
-def place_record(record: dict, count: int) -> tuple[int, ...]:
+def place_record(record: Record, count: int) -> tuple[int, ...]:
     """The partitions of `count` data partitions that a record of one journal for everything (a
     data directory from before partitions) belongs to, when that directory is split into them.
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Protocol
 
 from .outcome import Outcome
+from .shapes import Record
 
 __all__ = ["Lease", "LeaseKind", "LeaseTable", "hold", "restore", "renewed", "release", "renewal", "restart"]
 
@@ -50,7 +51,7 @@ class Lease(Protocol):
     graced: bool
 
 
-def hold(lease: Any, record: dict) -> None:
+def hold(lease: Lease, record: Record) -> None:
     """Give `lease` the lease an acquiring record states: a new token, never graced yet."""
     assert record["lease_ms"] > 0 and record["expires_ms"] == record["at_ms"] + record["lease_ms"], "a lease runs its length from when it is taken"
     lease.token = record["token"]
@@ -61,7 +62,7 @@ def hold(lease: Any, record: dict) -> None:
     lease.graced = False
 
 
-def restore(lease: Any, record: dict) -> None:
+def restore(lease: Lease, record: Record) -> None:
     """Give `lease` the lease an image record carries as it stood (renewed or graced since taken,
     or not held: a free claim key keeps its last values, token None; its `graced` mark stays
     until the next lease is taken, as `release` leaves it)."""
@@ -73,7 +74,7 @@ def restore(lease: Any, record: dict) -> None:
     lease.graced = "graced" in record
 
 
-def renewed(lease: Any, record: dict) -> None:
+def renewed(lease: Lease, record: Record) -> None:
     """Apply a renewal: a holder's own (which ends a grace), or a restart's grace (`graced`)."""
     graced = "graced" in record
     assert lease.token is not None, "only a held lease is renewed"
@@ -84,7 +85,7 @@ def renewed(lease: Any, record: dict) -> None:
     lease.graced = graced
 
 
-def release(lease: Any) -> None:
+def release(lease: Lease) -> None:
     """The end of a lease (released, expired, or its thing settled): nobody holds it any more.
     Its length, end and `graced` mark stay, as a reader last saw them (the next `hold` resets
     them; images carry them as they stand)."""
@@ -94,7 +95,7 @@ def release(lease: Any) -> None:
     lease.session = None
 
 
-def renewal(lease: Any, lease_ms: int | None, now_ms: int) -> tuple[int, int]:
+def renewal(lease: Lease, lease_ms: int | None, now_ms: int) -> tuple[int, int]:
     """The renewal rule: (length, end) of a renewal asked at `now_ms`, with `lease_ms` or, when
     none is given, the lease's own length. The caller has checked that the token is current."""
     assert now_ms < lease.expires_ms, "a lease is renewed only before its end"
@@ -111,9 +112,9 @@ class LeaseKind(NamedTuple):
     held: Callable[[], Iterable[Any]]
     # The record that ends a lease whose end has passed: (lease, now_ms) -> record (an expiry;
     # for a delivery, what a lost lease becomes: requeued, or its message ended).
-    ended: Callable[[Any, int], dict]
+    ended: Callable[[Any, int], Record]
     # A renewal record of this kind: (lease, lease_ms, expires_ms, now_ms) -> record.
-    renewed: Callable[[Any, int, int, int], dict]
+    renewed: Callable[[Any, int, int, int], Record]
     # The space's commit (applies records into an outcome), and the timers a lease (or what it
     # held) needs once it has changed.
     commit: Callable[..., Outcome]
@@ -137,7 +138,7 @@ def restart(
             ended.append((kind, lease))
         elif lease.expires_ms < now_ms + grace_ms and not lease.graced:
             short.append((kind, lease))
-    order: Callable[[tuple[LeaseKind, Any]], tuple] = lambda pair: (pair[1].expires_ms, pair[1].token, pair[0].name)
+    order: Callable[[tuple[LeaseKind, Any]], tuple[int, str | None, str]] = lambda pair: (pair[1].expires_ms, pair[1].token, pair[0].name)
     ended.sort(key=order)
     short.sort(key=order)
     count = len(short)

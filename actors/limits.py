@@ -126,4 +126,4 @@ class Limits:
             raise TypeError(f"unknown limit(s): {', '.join(sorted(unknown))}")
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
-        return Limits(**values)  # type: ignore[arg-type]
+        return Limits(**values)

@@ -34,10 +34,11 @@ from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
 from .fields import INTEGER, JSON, body, check_text, drawn, path
 from .limits import Limits
-from .outcome import Outcome
+from .outcome import Outcome, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, operation, record_type
 from .requirements import parse_requirements, requirements_record
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "Mailbox", "MailboxTable", "WORK", "MODES", "MAILBOX_CREATED", "MAILBOX_DECLARED", "MAILBOX_IMAGE",
@@ -78,7 +79,7 @@ class Mailbox:
         max_attempts: int,
         created_ms: int,
         attempts_declared: bool = True,
-        requirements: dict | None = None,
+        requirements: Record | None = None,
     ) -> None:
         self.id = mailbox_id
         self.name = name
@@ -129,7 +130,7 @@ class MailboxTable:
         return iter(self._by_id.values())
 
     @staticmethod
-    def view(mailbox: Mailbox) -> dict:
+    def view(mailbox: Mailbox) -> View:
         return {
             "id": mailbox.id,
             "name": mailbox.name,
@@ -159,8 +160,8 @@ class MailboxTable:
         now_ms: int,
         *,
         declared: bool = True,
-        requirements: dict | None = None,
-    ) -> dict:
+        requirements: Record | None = None,
+    ) -> Record:
         """The `mailbox.created` record, or a refusal (`declared`: whether it states maxAttempts).
 
         A name that exists is CONFLICT whatever the settings: the official client's `ensure` then
@@ -177,7 +178,7 @@ class MailboxTable:
             raise full(f"space holds {len(self._by_id)} mailboxes", "mailboxes_max")
         if mailbox_id in self._by_id:  # an id source collision: the caller draws another id
             raise KernelError(CONFLICT, f"mailbox id {mailbox_id} is taken")
-        record = {
+        record: Record = {
             "type": MAILBOX_CREATED,
             "id": mailbox_id,
             "name": name,
@@ -193,11 +194,11 @@ class MailboxTable:
         return record
 
     @staticmethod
-    def decide_declare(mailbox: Mailbox, max_attempts: int | None, requirements: dict | None, now_ms: int) -> dict | None:
+    def decide_declare(mailbox: Mailbox, max_attempts: int | None, requirements: Record | None, now_ms: int) -> Record | None:
         """What a put by name states, held to what the mailbox declared: a `mailbox.declared`
         record for a setting stated for the first time, CONFLICT for one that differs, nothing
         when every setting stated is the mailbox's already."""
-        record: dict = {"type": MAILBOX_DECLARED, "id": mailbox.id, "at_ms": now_ms}
+        record: Record = {"type": MAILBOX_DECLARED, "id": mailbox.id, "at_ms": now_ms}
         if max_attempts is not None:
             if not mailbox.attempts_declared:
                 record["max_attempts"] = max_attempts
@@ -220,7 +221,7 @@ class MailboxTable:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         """Records that rebuild this table through `apply_created`, in creation order.
 
         The counts are not imaged: the message table rebuilds them as its messages come back.
@@ -240,7 +241,7 @@ class MailboxTable:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_created(self, record: dict) -> Mailbox:
+    def apply_created(self, record: Record) -> Mailbox:
         mailbox = Mailbox(
             record["id"],
             record["name"],
@@ -255,7 +256,7 @@ class MailboxTable:
         self._by_name[mailbox.name] = mailbox
         return mailbox
 
-    def apply_declared(self, record: dict) -> Mailbox:
+    def apply_declared(self, record: Record) -> Mailbox:
         mailbox = self._by_id[record["id"]]
         if "max_attempts" in record:
             assert not mailbox.attempts_declared, f"mailbox {mailbox.id} declared its attempts twice"
@@ -267,12 +268,12 @@ class MailboxTable:
         return mailbox
 
 
-def _canonical(requirements: dict) -> dict:
+def _canonical(requirements: Record) -> Record:
     """Requirements compared as sets: the order a caller listed them in does not matter."""
     return {kind: sorted(map(tuple, entries)) for kind, entries in requirements.items()}
 
 
-def requirements_view(requirements: dict | None) -> dict | None:
+def requirements_view(requirements: Record | None) -> View | None:
     """Resolved requirements as the wire shows them (by id)."""
     if requirements is None:
         return None
@@ -295,7 +296,7 @@ class CreateMailbox(Command):
     max_attempts: int | None = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max")
     mailbox_id: str = drawn("mb_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return mailboxes_actor(self.space)
 
     def check(self, limits: Limits) -> None:
@@ -320,7 +321,7 @@ class EnsureMailbox(Command):
     )
     mailbox_id: str = drawn("mb_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return mailboxes_actor(self.space)
 
     def check(self, limits: Limits) -> None:
@@ -332,7 +333,7 @@ class EnsureMailbox(Command):
 # -- transitions (of the space) -------------------------------------------------------------------
 
 
-def create(space: Any, command: CreateMailbox, now_ms: int) -> Outcome:
+def create(space: Space, command: CreateMailbox, now_ms: int) -> Outcome:
     mailboxes: MailboxTable = space.mailboxes
     mailbox_id = command.mailbox_id
     record = mailboxes.decide_create(mailbox_id, command.name, command.mode, command.backlog_limit, command.max_attempts, now_ms)
@@ -341,7 +342,7 @@ def create(space: Any, command: CreateMailbox, now_ms: int) -> Outcome:
     return outcome
 
 
-def ensure(space: Any, command: EnsureMailbox, now_ms: int) -> Outcome:
+def ensure(space: Space, command: EnsureMailbox, now_ms: int) -> Outcome:
     """The mailbox of this name, created with what the put states (defaults for the rest) when
     missing; a setting stated for the first time is declared, one that differs is CONFLICT. Its
     default requirements are resolved to ids first, as a task's are."""
@@ -357,13 +358,13 @@ def ensure(space: Any, command: EnsureMailbox, now_ms: int) -> Outcome:
         outcome = space.commit(Outcome(), record)
         outcome.reply = mailboxes.view(mailboxes.get(command.mailbox_id))
         return outcome
-    record = mailboxes.decide_declare(mailbox, command.max_attempts, requirements, now_ms)
-    outcome = Outcome() if record is None else space.commit(Outcome(), record)
+    declared = mailboxes.decide_declare(mailbox, command.max_attempts, requirements, now_ms)
+    outcome = Outcome() if declared is None else space.commit(Outcome(), declared)
     outcome.reply = mailboxes.view(mailbox)
     return outcome
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.mailboxes = MailboxTable(space.limits)
 
 

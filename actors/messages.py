@@ -41,6 +41,7 @@ from .leases import hold, release, restore, renewed
 from .primitive import record_type
 from .mailboxes import Mailbox, MailboxTable
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "Message", "MessageTable", "Queue", "QUEUED", "DELAYED", "LEASED", "COMPLETED", "DEAD", "DROPPED", "LIVE",
@@ -92,7 +93,7 @@ def backoff_ms(limits: Limits, attempt: int, jitter: float) -> int:
     wait never passes the cap and replay needs only the recorded result. Not to be confused with
     a lease that ran out, which requeues at once.
     """
-    nominal_s = min(limits.backoff_max_s, limits.backoff_base_s * 2 ** min(max(attempt - 1, 0), 30))
+    nominal_s: float = min(limits.backoff_max_s, limits.backoff_base_s * 2 ** min(max(attempt - 1, 0), 30))
     return max(0, round(nominal_s * 1000 * jitter))
 
 
@@ -254,7 +255,7 @@ class MessageTable:
 
     def leased_in_scopes(self, scope_ids: list[str]) -> list[Message]:
         """Messages of these scopes being delivered now (LEASED)."""
-        found = []
+        found: list[Message] = []
         for scope_id in scope_ids:
             for mailbox_id in self._queues_by_scope.get(scope_id, ()):
                 queue = self._queues[(mailbox_id, scope_id)]
@@ -357,7 +358,7 @@ class MessageTable:
             raise KernelError(STALE_CLAIM, f"the lease on message {message_id} has ended")
         return message
 
-    def view(self, message: Message, *, payload: bool = False) -> dict:
+    def view(self, message: Message, *, payload: bool = False) -> View:
         body = {
             "id": message.id,
             "mailboxId": message.mailbox_id,
@@ -389,13 +390,13 @@ class MessageTable:
             raise KernelError(CONFLICT, f"message id {message_id} is taken")
 
     @staticmethod
-    def decide_drop(message: Message, reason: str, now_ms: int) -> dict:
+    def decide_drop(message: Message, reason: str, now_ms: int) -> Record:
         # Paired with `apply_finished`: a message finishes once.
         assert message.state in LIVE, f"message {message.id} is {message.state}: it finished already"
         return {"type": MESSAGE_DROPPED, "message_id": message.id, "reason": reason, "at_ms": now_ms}
 
     @staticmethod
-    def decide_visible(message: Message, now_ms: int) -> dict | None:
+    def decide_visible(message: Message, now_ms: int) -> Record | None:
         """The end of a backoff, if `message` is still waiting it out."""
         if message.state != DELAYED or now_ms < message.visible_ms:
             return None
@@ -404,7 +405,7 @@ class MessageTable:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         """Records that rebuild this table exactly through the `apply_image_*` methods.
 
         Order matters and is kept: the enqueue counter first; then the finished messages in the
@@ -439,10 +440,10 @@ class MessageTable:
                     "at_ms": at_ms,
                 }
 
-    def apply_image_counter(self, record: dict) -> None:
+    def apply_image_counter(self, record: Record) -> None:
         self.seq = record["seq"]
 
-    def apply_image_message(self, record: dict) -> Message:
+    def apply_image_message(self, record: Record) -> Message:
         message = Message(
             record["id"],
             record["mailbox_id"],
@@ -475,7 +476,7 @@ class MessageTable:
                 self._dead.setdefault(message.mailbox_id, {})[message.id] = None
         return message
 
-    def apply_image_work_key(self, record: dict) -> None:
+    def apply_image_work_key(self, record: Record) -> None:
         key = (record["mailbox_id"], record["scope_id"], record["work_key"])
         self._work_keys[key] = _WorkKey(record["message_id"], record["payload_hash"], record["at_ms"])
         self._work_key_order.append((record["at_ms"], key))
@@ -512,7 +513,7 @@ class MessageTable:
             self._work_key_order.append((at_ms, key))
         return message
 
-    def apply_leased(self, record: dict) -> Message:
+    def apply_leased(self, record: Record) -> Message:
         message = self._messages[record["message_id"]]
         assert record["attempt"] == message.attempts + 1, "each delivery of a message is its next attempt"
         self._move(message, LEASED)
@@ -520,13 +521,13 @@ class MessageTable:
         hold(message, record)
         return message
 
-    def apply_renewed(self, record: dict) -> Message:
+    def apply_renewed(self, record: Record) -> Message:
         message = self._messages[record["message_id"]]
         assert message.state == LEASED and message.token == record["token"], "only the current delivery is renewed"
         renewed(message, record)
         return message
 
-    def apply_requeued(self, record: dict) -> Message:
+    def apply_requeued(self, record: Record) -> Message:
         message = self._messages[record["message_id"]]
         assert message.state == LEASED and message.token == record["token"], "only the current delivery is requeued"
         self._end_lease(message)
@@ -542,7 +543,7 @@ class MessageTable:
         self._compact(queue)
         return message
 
-    def apply_visible(self, record: dict) -> Message:
+    def apply_visible(self, record: Record) -> Message:
         message = self._messages[record["message_id"]]
         if message.state == DELAYED and message.gen == record["gen"]:
             self._move(message, QUEUED)
@@ -576,7 +577,7 @@ class MessageTable:
         self._evict(at_ms)
         return message
 
-    def apply_dead_requeued(self, record: dict) -> list[Message]:
+    def apply_dead_requeued(self, record: Record) -> list[Message]:
         """Dead letters put back at the end of their queues as new messages (`dead_letters.py`):
         the same run, payload, work key and deadline, a fresh count of attempts. A work key that
         still names the old message names the new one from now on (its window is not restarted)."""
@@ -594,7 +595,7 @@ class MessageTable:
             made.append(message)
         return made
 
-    def apply_dead_deleted(self, record: dict) -> None:
+    def apply_dead_deleted(self, record: Record) -> None:
         """Dead letters forgotten at once, as retention would forget them later."""
         self._forget_dead(record["mailbox_id"], record["message_ids"])
 

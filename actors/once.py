@@ -32,10 +32,11 @@ from .caps import value_bytes
 from .errors import STALE_CLAIM, KernelError, quote
 from .fields import INTEGER, JSON, body, drawn, path, query
 from .leases import LeaseKind, hold, release, renewal, renewed, restore
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, free, lease_field, operation, reason_field, record_type, timer_kind
 from .scopes import ScopeTree
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "OnceTable", "OnceCommands", "LEASE_TIMER", "once_actor", "OPEN", "HELD", "DONE", "FAILED", "ONCE",
@@ -98,7 +99,7 @@ class OnceTable:
     def all(self) -> Iterator[Slot]:
         return iter(self._slots.values())
 
-    def view(self, slot: Slot | None, now_ms: int) -> dict:
+    def view(self, slot: Slot | None, now_ms: int) -> View:
         """What a caller learns of a slot: its state, and the result or the last error."""
         if slot is None:
             return {"state": OPEN, "attempts": 0, "result": None, "lastError": None}
@@ -119,14 +120,14 @@ class OnceTable:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def _slot(self, record: dict) -> Slot:
+    def _slot(self, record: Record) -> Slot:
         key = (record["scope_id"], record["key"])
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = Slot(record["scope_id"], record["key"])
         return slot
 
-    def apply_acquired(self, record: dict) -> Slot:
+    def apply_acquired(self, record: Record) -> Slot:
         slot = self._slot(record)
         assert slot.state in (OPEN, HELD), "a settled once slot is never acquired again"
         assert record["attempts"] == slot.attempts + 1, "each acquisition is the next attempt"
@@ -136,7 +137,7 @@ class OnceTable:
         slot.updated_ms = record["at_ms"]
         return slot
 
-    def apply_renewed(self, record: dict) -> Slot:
+    def apply_renewed(self, record: Record) -> Slot:
         slot = self._slot(record)
         assert slot.state == HELD and slot.token == record["token"], "only the holder's token renews"
         renewed(slot, record)
@@ -149,22 +150,22 @@ class OnceTable:
         slot.updated_ms = at_ms
         return slot
 
-    def apply_completed(self, record: dict) -> Slot:
+    def apply_completed(self, record: Record) -> Slot:
         slot = self._slot(record)
         assert slot.state != DONE, "a once result is recorded once and never changed"
         slot.result = record["result"]
         self.result_bytes += value_bytes(slot.result)
         return self._end_lease(slot, DONE, record["at_ms"])
 
-    def apply_failed(self, record: dict) -> Slot:
+    def apply_failed(self, record: Record) -> Slot:
         slot = self._slot(record)
         slot.last_error = record["error"]
         return self._end_lease(slot, FAILED if record["failed"] else OPEN, record["at_ms"])
 
-    def apply_expired(self, record: dict) -> Slot:
+    def apply_expired(self, record: Record) -> Slot:
         return self._end_lease(self._slot(record), OPEN, record["at_ms"])
 
-    def apply_image(self, record: dict) -> Slot:
+    def apply_image(self, record: Record) -> Slot:
         slot = self._slot(record)
         slot.state, slot.attempts, slot.result = record["state"], record["attempts"], record["result"]
         restore(slot, record)
@@ -173,7 +174,7 @@ class OnceTable:
         slot.updated_ms = record["at_ms"]
         return slot
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         for slot in self._slots.values():
             record = {
                 "type": ONCE_IMAGE, "scope_id": slot.scope_id, "key": slot.key, "state": slot.state,
@@ -202,7 +203,7 @@ class AcquireOnce(Command):
     lease_s: int = lease_field(default="lease_s_default")
     token: str = drawn("token")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return once_actor(self.space, self.scope_id, self.key)
 
 
@@ -215,7 +216,7 @@ class WaitOnce(Command):
     key: str = query("key", required=True)
     wait_ms: int | None = query("waitMs", INTEGER, minimum=0, description="capped at {wait_ms_max}")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return once_actor(self.space, self.scope_id, self.key)
 
 
@@ -227,7 +228,7 @@ class RenewOnce(Command):
     token: str = body("token")
     lease_s: int | None = lease_field()
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return once_actor(self.space, self.scope_id, self.key)
 
 
@@ -239,7 +240,7 @@ class CompleteOnce(Command):
     token: str = body("token")
     result: Any = body("result", JSON, required=False)
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return once_actor(self.space, self.scope_id, self.key)
 
 
@@ -252,7 +253,7 @@ class FailOnce(Command):
     error: str | None = reason_field("error")
     max_attempts: int = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max", default=3)
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return once_actor(self.space, self.scope_id, self.key)
 
 
@@ -335,7 +336,7 @@ class OnceCommands:
         outcome.reply = self._slots.view(slot, now_ms)
         return outcome
 
-    def expire(self, ident: tuple, token: str, now_ms: int) -> Outcome:
+    def expire(self, ident: tuple[str, str], token: str, now_ms: int) -> Outcome:
         """The supervisor's proposal: the lease of `token` ran out; open the slot if still so."""
         scope_id, key = ident
         slot = self._slots.find(scope_id, key)
@@ -344,7 +345,7 @@ class OnceCommands:
         return self._commit(Outcome(), self._expired(scope_id, key, now_ms))
 
     @staticmethod
-    def _expired(scope_id: str, key: str, now_ms: int) -> dict:
+    def _expired(scope_id: str, key: str, now_ms: int) -> Record:
         return {"type": ONCE_EXPIRED, "scope_id": scope_id, "key": key, "at_ms": now_ms}
 
     def _lease_timer(self, scope_id: str, key: str, token: str, expires_ms: int) -> Timer:
@@ -357,17 +358,18 @@ class OnceCommands:
     def timers_of(self, slot: Slot) -> Iterator[Timer]:
         """The lease timer of a held slot (none once it is settled or open)."""
         if slot.state == HELD:
-            yield self._lease_timer(slot.scope_id, slot.key, slot.token, slot.expires_ms)  # type: ignore[arg-type]
+            assert slot.token is not None and slot.expires_ms is not None, "a held slot has its lease"
+            yield self._lease_timer(slot.scope_id, slot.key, slot.token, slot.expires_ms)
 
 
-def _renewed_record(slot: Slot, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+def _renewed_record(slot: Slot, lease_ms: int, expires_ms: int, now_ms: int) -> Record:
     return {
         "type": ONCE_RENEWED, "scope_id": slot.scope_id, "key": slot.key, "token": slot.token,
         "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms,
     }
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.once = OnceTable()
     space.onces = OnceCommands(space.id, space.scopes, space.once, space.commit)
     space.onces.check_bytes = space.check_bytes

@@ -54,11 +54,11 @@ import outcome as trio_outcome
 import trio
 
 from .clock import Clock
-from .commands import Command, FireTimer
+from .primitive import Command, FireTimer
 from .errors import INTERNAL, UNAVAILABLE, KernelError
 from .idempotency import IdempotencyTable
 from .journal import Journal
-from .outcome import ActorKey
+from .outcome import ActorKey, TimerMarker, TimerTag
 from .state import KernelState
 from .supervisor import Supervisor
 from .transitions import TRANSITIONS
@@ -97,7 +97,7 @@ class Idem:
 class _Call:
     __slots__ = ("command", "idem", "task", "phase", "waits", "parked", "answer", "entry", "result")
 
-    def __init__(self, command: Command | None, idem: Idem | None, task: Any, waits: bool) -> None:
+    def __init__(self, command: Command | None, idem: Idem | None, task: trio.lowlevel.Task | None, waits: bool) -> None:
         self.command = command  # None: a poke (re-run the waiters)
         self.idem = idem
         self.task = task  # None: nobody waits for the answer (a timer, a poke)
@@ -105,20 +105,21 @@ class _Call:
         self.waits = waits
         # Whether `task` is parked on this call now; if not, an answer waits in `answer`.
         self.parked = False
-        self.answer: trio_outcome.Outcome | None = None
+        self.answer: trio_outcome.Outcome[Any] | None = None
         # The actor it was posted to, and the answer it gets once what it saw is durable.
         self.entry: _Actor | None = None
-        self.result: trio_outcome.Outcome | None = None
+        self.result: trio_outcome.Outcome[Any] | None = None
 
     def durable(self, error: BaseException | None) -> None:
         """The journal's word on what this call changed or saw: the answer, or UNAVAILABLE."""
         assert self.phase == _DECIDED and self.result is not None, "the journal answers a decided call, once"
         if error is None:
-            Partition._wake(self, self.result)  # type: ignore[arg-type]
+            assert self.result is not None, "a call is made durable once it has its answer"
+            Partition._wake(self, self.result)
         else:
             Partition._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {_what(error)}")))
 
-    def abort(self, _: Any) -> trio.lowlevel.Abort:
+    def abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         """The caller was cancelled while parked on this call. Not yet decided: withdraw it.
         Decided: the change is made and being written; the answer follows within one fsync, so
         the caller waits for it rather than losing it."""
@@ -160,12 +161,12 @@ class _Actor:
         self.channel: deque[_Call] = deque()
         self.running = False
         # The actor's task while it lingers for more calls, and whether it parked since the last sweep.
-        self.parked: Any = None
+        self.parked: trio.lowlevel.Task | None = None
         self.fresh = False
         # Calls parked until a poke: insertion-ordered (FIFO), removable in O(1).
         self.waiters: dict[_Call, None] = {}
 
-    def abort_linger(self, _: Any) -> trio.lowlevel.Abort:
+    def abort_linger(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         """The lingering task was cancelled (the kernel is stopping)."""
         self.parked = None
         self.partition._lingering.pop(self.key, None)
@@ -184,7 +185,7 @@ class Partition:
         self.supervisor = Supervisor(clock, self._on_timer)
         self._actors: dict[ActorKey, _Actor] = {}
         self._lingering: dict[ActorKey, _Actor] = {}
-        self._sweeper: Any = None  # the sweep task while it waits for an actor to linger
+        self._sweeper: trio.lowlevel.Task | None = None  # the sweep task while it waits for an actor to linger
         self._nursery: trio.Nursery | None = None
         self.turns = 0
         # Calls answered from a stored Idempotency-Key answer instead of being run again.
@@ -356,11 +357,12 @@ class Partition:
         parked = ON_PARK.get()
         if parked is not None:
             parked()
-        with trio.move_on_at(wait_until):  # type: ignore[arg-type]
+        assert wait_until is not None, "only a call that may wait is told to wait"
+        with trio.move_on_at(wait_until):
             return await self._park(call)
         return EMPTY
 
-    async def submit_all(self, commands: list[tuple[Command, Idem | None]]) -> list[trio_outcome.Outcome]:
+    async def submit_all(self, commands: list[tuple[Command, Idem | None]]) -> list[trio_outcome.Outcome[Any]]:
         """Run every command in its actor's next turn and return each one's answer (a `Value`, or
         an `Error` with its `KernelError`) once durable, in the order given.
 
@@ -385,7 +387,7 @@ class Partition:
             call = _Call(command, idem, task, False)
             self._post(actor, call)
             posted.append(call)
-        answers: list[trio_outcome.Outcome] = []
+        answers: list[trio_outcome.Outcome[Any]] = []
         try:
             for item in posted:
                 if not isinstance(item, _Call):
@@ -421,7 +423,7 @@ class Partition:
         if entry is not None and entry.waiters:
             self._post(actor, _Call(None, None, None, False))
 
-    def _on_timer(self, actor: ActorKey, tag: Any, marker: Any) -> None:
+    def _on_timer(self, actor: ActorKey, tag: TimerTag, marker: TimerMarker) -> None:
         self._post(actor, _Call(FireTimer(on=actor, tag=tag, marker=marker), None, None, False))
 
     def _post(self, key: ActorKey, call: _Call) -> None:
@@ -437,7 +439,8 @@ class Partition:
             trio.lowlevel.reschedule(task, trio_outcome.Value(True))
         elif not entry.running:
             entry.running = True
-            self._nursery.start_soon(self._drain, entry)  # type: ignore[union-attr]
+            assert self._nursery is not None, "calls are posted only while the partition runs"
+            self._nursery.start_soon(self._drain, entry)
 
     # -- the actor ------------------------------------------------------------------------------
 
@@ -474,7 +477,8 @@ class Partition:
         if self._sweeper is not None:
             sweeper, self._sweeper = self._sweeper, None
             trio.lowlevel.reschedule(sweeper)
-        return await trio.lowlevel.wait_task_rescheduled(entry.abort_linger)
+        lingered: bool = await trio.lowlevel.wait_task_rescheduled(entry.abort_linger)
+        return lingered
 
     async def _sweep_lingering(self) -> None:
         """Retire actors that lingered a whole sweep period without a call."""
@@ -489,9 +493,10 @@ class Partition:
                     continue
                 del self._lingering[key]
                 task, entry.parked = entry.parked, None
+                assert task is not None, "an actor lingers parked"
                 trio.lowlevel.reschedule(task, trio_outcome.Value(False))
 
-    def _abort_sweeper(self, _: Any) -> trio.lowlevel.Abort:
+    def _abort_sweeper(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         self._sweeper = None
         return trio.lowlevel.Abort.SUCCEEDED
 
@@ -513,7 +518,8 @@ class Partition:
             if call.phase != _WAITING:  # answered by a turn of this loop (a journal that answers at once)
                 assert call not in entry.waiters, "a waiter that is no longer waiting has left the waiters"
                 continue
-            key = call.command.wait_key()  # type: ignore[union-attr]
+            assert call.command is not None, "a waiter is a command (pokes never wait)"
+            key = call.command.wait_key()
             if key is not None and key in nothing:
                 continue
             if self._turn(entry, call):
@@ -583,7 +589,7 @@ class Partition:
         self._appended_lsn = lsn
         return True
 
-    def _answer(self, call: _Call, result: trio_outcome.Outcome) -> None:
+    def _answer(self, call: _Call, result: trio_outcome.Outcome[Any]) -> None:
         """Answer a call that changed nothing, once everything it could have seen is durable.
 
         Its answer (a view, a refusal such as CLAIM_HELD, an empty long poll's wake-up, a stored
@@ -608,14 +614,14 @@ class Partition:
         assert call not in entry.waiters
 
     @classmethod
-    def _wake(cls, call: _Call, result: trio_outcome.Outcome) -> None:
+    def _wake(cls, call: _Call, result: trio_outcome.Outcome[Any]) -> None:
         if call.phase == _DONE:
             return
         call.phase = _DONE
         cls._hand_back(call, result)
 
     @staticmethod
-    def _hand_back(call: _Call, result: trio_outcome.Outcome) -> None:
+    def _hand_back(call: _Call, result: trio_outcome.Outcome[Any]) -> None:
         """Give `result` to the caller: now if it is parked on the call, else when it parks again."""
         if call.task is None:
             return

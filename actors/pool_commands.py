@@ -25,7 +25,7 @@ from .fields import INTEGER, JSON, body, check_text, drawn, path
 from .leases import LeaseKind
 from .limits import Limits
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_REQUEUED, LEASED
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, Space, TimerMarker
 from .pools import (
     GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, GRANT_RENEWED, PERMIT_WAITER_ADDED, PERMIT_WAITER_ENDED,
     PERMIT_WAITER_IMAGE, PERMIT_WAITER_SIGNALED, POOL_CREATED, POOL_IMAGE, SIGNALED, WAITING, Grant, Pool, PoolTable,
@@ -34,6 +34,7 @@ from .primitive import EVENT, FREE_OPERATION, NOT_COUNTED, OPERATION, Primitive,
 from .scopes import SCOPE_ENDED
 from .tasks import TASK_ENDED
 from .timestamps import format_ms
+from .shapes import Record
 
 __all__ = [
     "CreatePool", "EnsurePool", "AcquireGrant", "RenewGrant", "ReleaseGrant", "WaitPool", "CancelPoolWaiter", "POOLS",
@@ -267,11 +268,13 @@ def on_grant_timer(part: CapacityCommands, grant_id: str, token: Any, now_ms: in
     record = pools.decide_expire(grant_id, token, now_ms)
     if record is None:
         return Outcome()
-    pool = pools.get(pools.grant(grant_id).pool_id)  # type: ignore[union-attr]
+    grant = pools.grant(grant_id)
+    assert grant is not None, "a grant just expired is still known"
+    pool = pools.get(grant.pool_id)
     return _serve_line(part, part.commit(Outcome(), record), pool, now_ms)
 
 
-def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: Any, now_ms: int) -> Outcome:
+def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     """A waiter's TTL or turn may have run out: the line moves (which ends it if so)."""
     waiter = part.pools.waiter(waiter_id)
     if waiter.state not in (WAITING, SIGNALED):
@@ -279,36 +282,37 @@ def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: Any, now_ms: int)
     return _serve_line(part, Outcome(), part.pools.get(waiter.pool_id), now_ms)
 
 
-def on_serve_timer(part: CapacityCommands, pool_id: str, _: Any, now_ms: int) -> Outcome:
+def on_serve_timer(part: CapacityCommands, pool_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     return _serve_line(part, Outcome(), part.pools.get(pool_id), now_ms)
 
 
 # -- restarts, the lease table, recovery ------------------------------------------------------------
 
 
-def _restart(space: Any, now_ms: int, grace_ms: int) -> Outcome:
+def _restart(space: Space, now_ms: int, grace_ms: int) -> Outcome:
     """After a recovery: signaled waiters' turns get the grace (`PoolTable.decide_turn_grace`);
     the grants' leases get the lease rule with every other lease of the space (`lease_kind`)."""
     part = space.capacity
     return _waiter_timers(part, part.commit(Outcome(), *part.pools.decide_turn_grace(now_ms, grace_ms)))
 
 
-def lease_kind(space: Any) -> LeaseKind:
+def lease_kind(space: Space) -> LeaseKind:
     part: CapacityCommands = space.capacity
     pools: PoolTable = part.pools
 
-    def ended(grant: Grant, now_ms: int) -> dict:
-        record = pools.decide_expire(grant.id, grant.token, now_ms)  # type: ignore[arg-type]
+    def ended(grant: Grant, now_ms: int) -> Record:
+        assert grant.token is not None, "the lease table holds held grants only"
+        record = pools.decide_expire(grant.id, grant.token, now_ms)
         assert record is not None, "only an ended lease is expired"
         return record
 
-    def timers(grant: Grant) -> list:
+    def timers(grant: Grant) -> list[Timer]:
         return [_grant_timer(part, grant)] if pools.grant(grant.id) is grant else []
 
     return LeaseKind(GRANT_LEASE, pools.held_leases, ended, PoolTable.renewed_record, space.commit, timers)
 
 
-def _deadlines(space: Any) -> Iterator[Timer]:
+def _deadlines(space: Space) -> Iterator[Timer]:
     part: CapacityCommands = space.capacity
     for grant in part.pools.grants():
         if grant.message_id is None:  # one taken at admission ends with its delivery
@@ -320,7 +324,7 @@ def _deadlines(space: Any) -> Iterator[Timer]:
     yield from serve_timers(part, 0)
 
 
-def _committed(space: Any, outcome: Outcome, records: tuple) -> None:
+def _committed(space: Space, outcome: Outcome, records: tuple[Record, ...]) -> None:
     """Pool units given back by a delivery's end (in another actor's turn) move the pools' lines."""
     part = space.capacity
     if not part.pools.made:
@@ -330,19 +334,19 @@ def _committed(space: Any, outcome: Outcome, records: tuple) -> None:
         outcome.timers.extend(serve_timers(part, freed[-1]))
 
 
-def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+def _scope_ending(space: Space, subtree: list[str]) -> Callable[[Outcome, int], None]:
     """A scope's end may remove the head of a line: those behind it may fit now."""
     return lambda outcome, at_ms: outcome.timers.extend(serve_timers(space.capacity, at_ms))
 
 
-def _scope_ended(space: Any, subtree: list[str], state: str, at_ms: int) -> None:
+def _scope_ended(space: Space, subtree: list[str], state: str, at_ms: int) -> None:
     """Applied with `scope.ended`: grants of the subtree give their units back, its waiters are CANCELLED."""
     pools: PoolTable = space.capacity.pools
     pools.drop_scopes(subtree)
     pools.end_in_scopes(subtree, at_ms)
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     part = capacity.make(space)  # the capacity part, shared with quotas, budgets and work limits
     part.pools = PoolTable(space.limits.pools_max, space.limits.waiters_max)
     messages = space.messages

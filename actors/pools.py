@@ -35,6 +35,7 @@ from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelE
 from .leases import hold, release, renewal, renewed, restore
 from .primitive import record_type
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "Pool", "Grant", "PoolWaiter", "PoolTable", "CAPACITY_UNAVAILABLE", "SIGNALED", "WAITING",
@@ -64,7 +65,7 @@ class Grant:
     __slots__ = ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "acquired_ms", "message_id",
                  "graced")
 
-    def __init__(self, record: dict) -> None:
+    def __init__(self, record: Record) -> None:
         """A grant as an acquiring record or an image states it; its lease is `leases.py`'s to set
         (`hold` for a new grant, `restore` for one in an image)."""
         self.id: str = record["id"]
@@ -83,7 +84,7 @@ class Grant:
         # A restart gave the lease its grace and its holder has not renewed since.
         self.graced = False
 
-    def image(self) -> dict:
+    def image(self) -> Record:
         image = {
             "id": self.id, "pool_id": self.pool_id, "scope_id": self.scope_id, "units": self.units,
             "token": self.token, "holder": self.holder, "session": self.session, "lease_ms": self.lease_ms,
@@ -100,7 +101,7 @@ class PoolWaiter:
         "created_ms", "ended_ms",
     )
 
-    def __init__(self, record: dict) -> None:
+    def __init__(self, record: Record) -> None:
         self.id: str = record["id"]
         self.pool_id: str = record["pool_id"]
         self.scope_id: str = record["scope_id"]
@@ -111,7 +112,7 @@ class PoolWaiter:
         self.signaled_ms: int | None = record.get("signaled_ms")  # when its turn began (kept after it ends)
         self.turn_ends_ms: int | None = record.get("turn_ends_ms")  # while SIGNALED
         self.grant_id: str | None = record.get("grant_id")
-        self.created_ms: int = record.get("created_ms", record.get("at_ms", 0))
+        self.created_ms: int = record["created_ms"] if "created_ms" in record else record.get("at_ms", 0)
         self.ended_ms: int | None = record.get("ended_ms")
 
     @property
@@ -119,7 +120,7 @@ class PoolWaiter:
         """When it ends unless something happens first: its turn's end when signaled, else its TTL."""
         return self.turn_ends_ms if self.state == SIGNALED and self.turn_ends_ms is not None else self.expires_ms
 
-    def image(self) -> dict:
+    def image(self) -> Record:
         return {
             "type": PERMIT_WAITER_IMAGE, "id": self.id, "pool_id": self.pool_id, "scope_id": self.scope_id,
             "holder": self.holder, "units": self.units, "expires_ms": self.expires_ms, "state": self.state,
@@ -165,6 +166,7 @@ class PoolTable:
     def held(self, grant: Grant, now_ms: int) -> bool:
         """A grant's units are in use: until its lease ends, or, taken at admission, while its delivery is leased."""
         if grant.message_id is not None:
+            assert grant.token is not None, "a grant taken at admission holds its delivery's token"
             return self.delivery_held(grant.message_id, grant.token, now_ms)
         return now_ms < grant.expires_ms
 
@@ -228,7 +230,7 @@ class PoolTable:
     def waiters(self) -> Iterator[PoolWaiter]:
         return iter(self._waiters.values())
 
-    def waiter_view(self, waiter: PoolWaiter) -> dict:
+    def waiter_view(self, waiter: PoolWaiter) -> View:
         pool = self._pools[waiter.pool_id]
         return {
             "waiterId": waiter.id,
@@ -249,7 +251,7 @@ class PoolTable:
             "endedAt": None if waiter.ended_ms is None else format_ms(waiter.ended_ms),
         }
 
-    def view(self, pool: Pool, now_ms: int) -> dict:
+    def view(self, pool: Pool, now_ms: int) -> View:
         in_use = self.in_use(pool, now_ms)
         return {
             "id": pool.id,
@@ -263,7 +265,7 @@ class PoolTable:
         }
 
     @staticmethod
-    def grant_view(grant: Grant, pool: Pool) -> dict:
+    def grant_view(grant: Grant, pool: Pool) -> View:
         return {
             "grantId": grant.id,
             "permitId": grant.pool_id,
@@ -280,7 +282,7 @@ class PoolTable:
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def decide_create(self, pool_id: str, name: str, units: int, now_ms: int) -> dict:
+    def decide_create(self, pool_id: str, name: str, units: int, now_ms: int) -> Record:
         if name in self._by_name:
             raise KernelError(CONFLICT, f"a permit pool named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._pools) >= self.pools_max:
@@ -296,8 +298,8 @@ class PoolTable:
 
     def decide_acquire(
         self, pool_id: str, grant_id: str, scope_id: str, units: int, token: str, holder: str, session: str,
-        lease_ms: int, now_ms: int, waiter_id: str | None = None, served: tuple[dict, ...] = (),
-    ) -> list[dict]:
+        lease_ms: int, now_ms: int, waiter_id: str | None = None, served: tuple[Record, ...] = (),
+    ) -> list[Record]:
         """Records of the grant, or CAPACITY_UNAVAILABLE (with Retry-After), decided as if the
         line's move `served` (`decide_serve`, not yet applied) had been: the caller commits those
         records only if this one does not refuse, so a refusal changes nothing.
@@ -354,7 +356,7 @@ class PoolTable:
 
     # -- the line -------------------------------------------------------------------------------
 
-    def decide_wait(self, pool: Pool, waiter_id: str, scope_id: str, holder: str, units: int, ttl_ms: int, now_ms: int) -> dict:
+    def decide_wait(self, pool: Pool, waiter_id: str, scope_id: str, holder: str, units: int, ttl_ms: int, now_ms: int) -> Record:
         self.check_units(pool, units)
         if len(pool.line) >= self.waiters_max:
             raise full(f"permit pool {pool.name!r} has {len(pool.line)} waiters", "waiters_max")
@@ -364,11 +366,11 @@ class PoolTable:
             "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
         }
 
-    def decide_serve(self, pool: Pool, turn_ms: int, now_ms: int) -> list[dict]:
+    def decide_serve(self, pool: Pool, turn_ms: int, now_ms: int) -> list[Record]:
         """Move the line: end the waiters whose TTL or turn ran out, hold units back for the
         signaled ones, and signal from the head while the units fit. Nobody behind a waiter that
         does not fit is signaled. The caller commits the records in order."""
-        records: list[dict] = []
+        records: list[Record] = []
         free = pool.units_total - self.in_use(pool, now_ms)
         blocked = False  # a waiter that does not fit: nobody behind it is signaled (they may still expire)
         for waiter_id in pool.line:
@@ -389,14 +391,14 @@ class PoolTable:
             assert free >= 0, "the units held back for signaled waiters are free units"
         return records
 
-    def decide_cancel(self, waiter: PoolWaiter, now_ms: int) -> dict | None:
+    def decide_cancel(self, waiter: PoolWaiter, now_ms: int) -> Record | None:
         """Leave the line; a waiter that ended already stays as it ended (a grant stands)."""
         if waiter.state not in (WAITING, SIGNALED):
             return None
         assert waiter.id in self._pools[waiter.pool_id].line, "a waiter waiting or signaled is in its pool's line"
         return {"type": PERMIT_WAITER_ENDED, "id": waiter.id, "state": CANCELLED, "grant_id": None, "at_ms": now_ms}
 
-    def decide_ended(self, pool: Pool, now_ms: int) -> list[dict]:
+    def decide_ended(self, pool: Pool, now_ms: int) -> list[Record]:
         """Expiry records for the grants of `pool` that ended unrecorded (a lease ran out, or the
         delivery a grant was taken with ended)."""
         assert self.in_use(pool, now_ms) <= pool.units_total, "units in use never exceed the pool's"
@@ -414,17 +416,17 @@ class PoolTable:
             raise KernelError(STALE_CLAIM, f"the lease on grant {grant_id!r} has ended")
         return grant
 
-    def decide_renew(self, grant_id: str, token: str, lease_ms: int | None, now_ms: int) -> dict:
+    def decide_renew(self, grant_id: str, token: str, lease_ms: int | None, now_ms: int) -> Record:
         """The renewal rule (`leases.renewal`) for the grant `token` holds."""
         grant = self.current(grant_id, token, now_ms)
         assert grant.message_id is None, "a grant taken at admission is renewed with its delivery"
         return self.renewed_record(grant, *renewal(grant, lease_ms, now_ms), now_ms)
 
     @staticmethod
-    def renewed_record(grant: Grant, lease_ms: int, expires_ms: int, now_ms: int) -> dict:
+    def renewed_record(grant: Grant, lease_ms: int, expires_ms: int, now_ms: int) -> Record:
         return {"type": GRANT_RENEWED, "id": grant.id, "lease_ms": lease_ms, "expires_ms": expires_ms, "at_ms": now_ms}
 
-    def decide_release(self, grant_id: str, token: str, observation: object, now_ms: int) -> dict:
+    def decide_release(self, grant_id: str, token: str, observation: object, now_ms: int) -> Record:
         grant = self.current(grant_id, token, now_ms)
         assert grant.id in self._pools[grant.pool_id].grants, "a held grant is one of its pool's"
         record = self._ended(GRANT_RELEASED, grant, now_ms)
@@ -432,7 +434,7 @@ class PoolTable:
             record["observation"] = observation
         return record
 
-    def decide_expire(self, grant_id: str, token: str, now_ms: int) -> dict | None:
+    def decide_expire(self, grant_id: str, token: str, now_ms: int) -> Record | None:
         grant = self._grants.get(grant_id)
         if grant is None or grant.token != token or self.held(grant, now_ms):
             return None
@@ -440,7 +442,7 @@ class PoolTable:
         return self._ended(GRANT_EXPIRED, grant, now_ms)
 
     @staticmethod
-    def _ended(kind: str, grant: Grant, now_ms: int) -> dict:
+    def _ended(kind: str, grant: Grant, now_ms: int) -> Record:
         return {"type": kind, "id": grant.id, "at_ms": now_ms}
 
     def held_leases(self) -> list[Grant]:
@@ -448,12 +450,12 @@ class PoolTable:
         delivery's lease instead)."""
         return [grant for grant in self._grants.values() if grant.message_id is None]
 
-    def decide_turn_grace(self, now_ms: int, grace_ms: int) -> list[dict]:
+    def decide_turn_grace(self, now_ms: int, grace_ms: int) -> list[Record]:
         """At a start: a signaled waiter whose turn may have been alive at the crash gets the
         grace a lease gets (`leases.restart`) to come for its units, as a new end of its turn (it
         keeps its place and when its turn began). A turn is no lease (no token), so it is not
         spread: it ends no sooner than the grace after the restart."""
-        records: list[dict] = []
+        records: list[Record] = []
         for pool in self._pools.values():
             for waiter_id in pool.line:
                 waiter = self._waiters[waiter_id]
@@ -465,14 +467,14 @@ class PoolTable:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_created(self, record: dict) -> Pool:
+    def apply_created(self, record: Record) -> Pool:
         pool = Pool(record["id"], record["name"], record["units"], record["at_ms"])
         assert pool.id not in self._pools and pool.name not in self._by_name, "a pool id and name are made once"
         self._pools[pool.id] = self._by_name[pool.name] = pool
         self.made = True
         return pool
 
-    def apply_acquired(self, record: dict) -> Grant:
+    def apply_acquired(self, record: Record) -> Grant:
         grant = Grant(record)
         hold(grant, record)
         pool = self._pools[grant.pool_id]
@@ -484,27 +486,27 @@ class PoolTable:
         pool.grants[grant.id] = self._grants[grant.id] = grant
         return grant
 
-    def apply_renewed(self, record: dict) -> Grant:
+    def apply_renewed(self, record: Record) -> Grant:
         grant = self._grants[record["id"]]
         assert grant.message_id is None, "a grant taken at admission is renewed with its delivery"
         renewed(grant, record)
         return grant
 
-    def apply_ended(self, record: dict) -> Grant:
+    def apply_ended(self, record: Record) -> Grant:
         """A release or an expiry: the grant's units go back to its pool, once."""
         grant = self._grants.pop(record["id"])
         del self._pools[grant.pool_id].grants[grant.id]
         release(grant)
         return grant
 
-    def apply_waiter_added(self, record: dict) -> PoolWaiter:
+    def apply_waiter_added(self, record: Record) -> PoolWaiter:
         waiter = PoolWaiter(record)
         assert waiter.id not in self._waiters, "a waiter id is handed out once"
         self._waiters[waiter.id] = waiter
         self._pools[waiter.pool_id].line.append(waiter.id)
         return waiter
 
-    def apply_waiter_signaled(self, record: dict) -> None:
+    def apply_waiter_signaled(self, record: Record) -> None:
         waiter = self._waiters[record["id"]]
         if waiter.state == SIGNALED:  # a restart's grace: the same turn, a later end
             assert record["turn_ends_ms"] >= (waiter.turn_ends_ms or 0), "a turn is only ever made longer"
@@ -518,7 +520,7 @@ class PoolTable:
         waiter.signaled_ms = record["at_ms"]
         waiter.turn_ends_ms = record["turn_ends_ms"]
 
-    def apply_waiter_ended(self, record: dict) -> None:
+    def apply_waiter_ended(self, record: Record) -> None:
         waiter = self._waiters[record["id"]]
         assert waiter.state in (WAITING, SIGNALED), "a waiter ends once"
         assert record["state"] != GRANTED or waiter.state == SIGNALED, "only a signaled waiter is granted"
@@ -555,7 +557,7 @@ class PoolTable:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         for pool in self._pools.values():
             yield {
                 "type": POOL_IMAGE, "id": pool.id, "name": pool.name, "units": pool.units_total,
@@ -565,7 +567,7 @@ class PoolTable:
         for waiter in self._waiters.values():
             yield waiter.image()
 
-    def apply_waiter_image(self, record: dict) -> None:
+    def apply_waiter_image(self, record: Record) -> None:
         waiter = PoolWaiter(record)
         self._waiters[waiter.id] = waiter
         if waiter.state in (WAITING, SIGNALED):
@@ -573,7 +575,7 @@ class PoolTable:
         else:
             self._ended_count += 1
 
-    def apply_image(self, record: dict) -> None:
+    def apply_image(self, record: Record) -> None:
         pool = self.apply_created({"id": record["id"], "name": record["name"], "units": record["units"], "at_ms": record["created_ms"]})
         for item in record["grants"]:
             grant = Grant(item)

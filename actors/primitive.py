@@ -25,11 +25,12 @@ Pure: no IO.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping, TypeVar, cast, dataclass_transform, overload
 
 from .fields import INTEGER, TEXT, body
 from .limits import Limits
-from .outcome import ActorKey, Outcome
+from .outcome import ActorKey, Outcome, TimerMarker, TimerTag, State
+from .shapes import Record
 
 __all__ = [
     "Command", "command", "lease_field", "reason_field", "FireTimer", "Primitive", "On", "Transition",
@@ -43,6 +44,8 @@ __all__ = [
 COMMANDS_MADE: list[type] = []
 BASES_MADE: list[type] = []
 
+_Class = TypeVar("_Class", bound="type[Command]")
+
 
 class Command:
     """Base of every command. Subclasses are declared with `@command`."""
@@ -51,7 +54,7 @@ class Command:
     # A base of other commands (it is never sent itself, so no primitive declares it).
     base: ClassVar[bool] = False
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         raise NotImplementedError
 
     def check(self, limits: Limits) -> None:
@@ -65,13 +68,22 @@ class Command:
         return None
 
 
-def command(cls: type | None = None, *, base: bool = False) -> Any:
+@overload
+def command(cls: _Class, *, base: bool = False) -> _Class: ...
+@overload
+def command(cls: None = None, *, base: bool = False) -> Callable[[_Class], _Class]: ...
+
+
+# `dataclass_transform` tells the type checker what `make` does: each command is a frozen,
+# keyword-only dataclass, so a command built with a field it does not have is found there.
+@dataclass_transform(frozen_default=True, kw_only_default=True)
+def command(cls: _Class | None = None, *, base: bool = False) -> _Class | Callable[[_Class], _Class]:
     """Make `cls` a command: a frozen, slotted, keyword-only dataclass, named in `COMMANDS_MADE`
     so that one no primitive declares fails at import. `base=True` for a class that only others
     derive from (it is never sent, so no primitive declares it)."""
 
-    def make(cls: type) -> type:
-        made = dataclass(frozen=True, slots=True, kw_only=True)(cls)
+    def make(cls: _Class) -> _Class:
+        made = cast(_Class, dataclass(frozen=True, slots=True, kw_only=True)(cls))  # slots: a new class, of the same kind
         made.base = base  # its own value, not inherited: a subclass of a base is a command again
         made_ones = BASES_MADE if base else COMMANDS_MADE
         assert all(other.__name__ != made.__name__ for other in (*COMMANDS_MADE, *BASES_MADE)), f"command {made.__name__} is named twice"
@@ -97,10 +109,10 @@ class FireTimer(Command):
     timer is declared by its primitive with what it proposes)."""
 
     on: ActorKey
-    tag: tuple
-    marker: Any
+    tag: TimerTag
+    marker: TimerMarker
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return self.on
 
 
@@ -187,9 +199,9 @@ class Primitive:
     # Record type -> the events it makes, seen before it applies: derive(space, record) -> one
     # change (a tuple), a list of them, or None (`events.py`). Several primitives may derive from
     # one record type (a scope's end: its own event, then its tasks'): in declaration order.
-    derive: Mapping[str, Callable[[Any, dict], Any]] = field(default_factory=dict)
+    derive: Mapping[str, Callable[[Any, Record], Any]] = field(default_factory=dict)
     # Record type -> what follows from it once applied, as events: after(space, record) -> list.
-    after: Mapping[str, Callable[[Any, dict], Any]] = field(default_factory=dict)
+    after: Mapping[str, Callable[[Any, Record], Any]] = field(default_factory=dict)
     # Event type -> the names of its payload when the log keeps it as a tuple (None: a dict).
     events: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
     # The leases it holds (`leases.py`), as the lease table sees them: space -> LeaseKind.
@@ -200,17 +212,17 @@ class Primitive:
     deadlines: Callable[[Any], Iterable[Any]] | None = None
     # Records that rebuild its state exactly (applied in declaration order), and whether it
     # holds nothing; the entities and the bytes of caller values it keeps (the space's caps).
-    image: Callable[[Any], Iterable[dict]] | None = None
+    image: Callable[[Any], Iterable[Record]] | None = None
     is_empty: Callable[[Any], bool] | None = None
     entities: Callable[[Any], int] | None = None
     values_bytes: Callable[[Any], int] | None = None
     # A scope's end: `scope_ended(space, subtree, state, at_ms)` is applied with its record (live
     # and in replay); `scope_ending(space, subtree)` runs in the turn that decides it, before the
     # record applies, and returns what to do once it has (`(outcome, at_ms) -> None`) or None.
-    scope_ended: Callable[[Any, list, str, int], None] | None = None
-    scope_ending: Callable[[Any, list], Callable[[Outcome, int], None] | None] | None = None
+    scope_ended: Callable[[Any, list[str], str, int], None] | None = None
+    scope_ending: Callable[[Any, list[str]], Callable[[Outcome, int], None] | None] | None = None
     # After records of a turn are applied: (space, outcome, records) -> None (capacity given back).
-    committed: Callable[[Any, Outcome, tuple], None] | None = None
+    committed: Callable[[Any, Outcome, tuple[Record, ...]], None] | None = None
     # Its read views, by name: view(space, now_ms, ...) -> what a reader is shown.
     views: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     # The kernel's own (not of a space): its attributes and functions are the `KernelState`'s.

@@ -21,13 +21,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 from . import (
     admission, barriers, boot, budgets, claiming, dead_letters, deliveries, events, group_commands, idempotency, keys,
     mailboxes, once, pool_commands, quotas, runs, scopes, task_commands, timers, usage, work, work_limits,
 )
 from .primitive import COMMANDS_MADE, RECORD_TYPES_MADE, TIMER_KINDS_MADE, FireTimer, On, Primitive, Transition
+from .events import Change
+from .outcome import Outcome
+from .outcome import Space
+from .shapes import Record
+
+_Named = TypeVar("_Named")  # what is declared: a command class, a record type, a timer kind
 
 __all__ = ["PRIMITIVES", "Tables", "TABLES", "DeclarationError", "build", "commands_of", "named", "compiled", "bind"]
 
@@ -72,9 +78,9 @@ class Tables:
     kernel_apply: dict[str, On]  # record type of the kernel's own -> (attribute of the state, applier)
     usage: dict[str, Any]  # record type -> its usage class (`primitive.operation`...), counted ones only
     classified: frozenset[str]  # every record type, counted or not
-    timers: dict[str, tuple[Callable[[Any], Any], Callable[..., Any]]]  # kind -> (attribute getter, handler)
-    derive: dict[str, Callable[[Any, dict], Any]]  # record type -> its events, before it applies
-    after: dict[str, Callable[[Any, dict], Any]]  # record type -> events of what follows from it
+    timers: dict[str, tuple[Callable[[Any], Any], Callable[..., Outcome]]]  # kind -> (attribute getter, handler)
+    derive: dict[str, Callable[[Any, Record], Any]]  # record type -> its events, before it applies
+    after: dict[str, Callable[[Any, Record], Any]]  # record type -> events of what follows from it
     payload_names: dict[str, tuple[str, ...]]  # event type -> names of its tuple payload
     event_types: tuple[str, ...]  # every event type, sorted
     space: tuple[Primitive, ...]  # the primitives of a space, in order
@@ -91,9 +97,8 @@ def bind(owner: Any, on: On) -> Callable[..., Any]:
     changed before the space is made (a test injecting a fault) is what runs."""
     attribute, function = on
     that = attrgetter(attribute)(owner) if attribute else owner
-    if isinstance(function, str):
-        return getattr(that, function)
-    return function.__get__(that)
+    bound: Callable[..., Any] = getattr(that, function) if isinstance(function, str) else function.__get__(that)
+    return bound
 
 
 def compiled(on: On | Transition, kernel: bool = False) -> Transition:
@@ -121,13 +126,13 @@ def _one(tables: dict[str, Any], kind: str, value: Any, what: str, owner: str, o
     owners[kind] = owner
 
 
-def _chain(functions: list[Callable[[Any, dict], Any]]) -> Callable[[Any, dict], Any]:
+def _chain(functions: list[Callable[[Any, Record], Any]]) -> Callable[[Any, Record], Any]:
     """One function for several primitives' events from one record type, in declaration order."""
     if len(functions) == 1:
         return functions[0]
 
-    def chained(space: Any, record: dict) -> list:
-        made: list = []
+    def chained(space: Space, record: Record) -> list[Change]:
+        made: list[Change] = []
         for function in functions:
             found = function(space, record)
             if found:
@@ -155,8 +160,8 @@ def build(
     kernel_apply: dict[str, On] = {}
     classes: dict[str, Any] = {}
     handlers: dict[str, tuple[Callable[[Any], Any], Callable[..., Any]]] = {}
-    derive: dict[str, list] = {}
-    after: dict[str, list] = {}
+    derive: dict[str, list[Callable[[Any, Record], Any]]] = {}
+    after: dict[str, list[Callable[[Any, Record], Any]]] = {}
     payload_names: dict[str, tuple[str, ...]] = {}
     event_types: set[str] = set()
     owners: dict[Any, str] = {}
@@ -202,7 +207,7 @@ def build(
     )
 
 
-def _check_declared(what: str, declared: set, named: Iterable[Any] | None, name: Callable[[Any], str]) -> None:
+def _check_declared(what: str, declared: set[_Named], named: Iterable[_Named] | None, name: Callable[[_Named], str]) -> None:
     if named is None:
         return
     nowhere = sorted(name(item) for item in set(named) - declared)

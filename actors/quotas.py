@@ -33,9 +33,10 @@ from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .fields import INTEGER, body, check_text, drawn, path
 from .limits import Limits
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, Space, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Primitive, command, event, operation, reason_field, record_type, timer_kind
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "Allowance", "Waiter", "AllowanceTable", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "QUOTAS",
@@ -105,7 +106,7 @@ class Waiter:
         "created_ms", "ended_ms",
     )
 
-    def __init__(self, record: dict) -> None:
+    def __init__(self, record: Record) -> None:
         self.id: str = record["id"]
         self.allowance_id: str = record["allowance_id"]
         self.scope_id: str = record["scope_id"]
@@ -115,7 +116,7 @@ class Waiter:
         self.state: str = record.get("state", WAITING)
         self.consumption_id: str | None = record.get("consumption_id")
         self.window_start_ms: int | None = record.get("window_start_ms")  # of its grant
-        self.created_ms: int = record.get("created_ms", record.get("at_ms", 0))
+        self.created_ms: int = record["created_ms"] if "created_ms" in record else record.get("at_ms", 0)
         self.ended_ms: int | None = record.get("ended_ms")
 
 
@@ -175,7 +176,7 @@ class AllowanceTable:
         return iter(self._waiters.values())
 
     @staticmethod
-    def view(allowance: Allowance, now_ms: int) -> dict:
+    def view(allowance: Allowance, now_ms: int) -> View:
         window_start = allowance.window_at(now_ms)
         return {
             "id": allowance.id,
@@ -193,7 +194,7 @@ class AllowanceTable:
         }
 
     @staticmethod
-    def waiter_view(waiter: Waiter) -> dict:
+    def waiter_view(waiter: Waiter) -> View:
         return {
             "waiterId": waiter.id,
             "id": waiter.id,
@@ -210,7 +211,7 @@ class AllowanceTable:
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def decide_create(self, allowance_id: str, name: str, units_limit: int, window_ms: int, now_ms: int) -> dict:
+    def decide_create(self, allowance_id: str, name: str, units_limit: int, window_ms: int, now_ms: int) -> Record:
         if name in self._by_name:
             raise KernelError(CONFLICT, f"an allowance named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._allowances) >= self.allowances_max:
@@ -228,10 +229,10 @@ class AllowanceTable:
                 f"units {units} is more than allowance {allowance.name!r} grants in a window ({allowance.units_limit})",
             )
 
-    def decide_serve(self, allowance: Allowance, now_ms: int) -> list[dict]:
+    def decide_serve(self, allowance: Allowance, now_ms: int) -> list[Record]:
         """Grant waiters from the head while their units fit (and no cooldown lasts); expire those
         whose TTL ran out on the way. The caller commits the records in order."""
-        records: list[dict] = []
+        records: list[Record] = []
         remaining = allowance.remaining_at(now_ms)
         for waiter_id in list(allowance.queue):
             waiter = self._waiters[waiter_id]
@@ -251,7 +252,7 @@ class AllowanceTable:
 
     def decide_consume(
         self, allowance: Allowance, consumption_id: str, scope_id: str, holder: str, units: int, now_ms: int
-    ) -> dict:
+    ) -> Record:
         """The consumption, or 429: cooling down, too few units left, or waiters ahead.
 
         Waiters still in the queue are ahead even when a new window has begun and the serve timer
@@ -283,7 +284,7 @@ class AllowanceTable:
             "holder": holder, "units": units, "window_start_ms": window_start, "at_ms": now_ms,
         }
 
-    def decide_wait(self, allowance: Allowance, waiter_id: str, scope_id: str, holder: str, units: int, ttl_ms: int, now_ms: int) -> dict:
+    def decide_wait(self, allowance: Allowance, waiter_id: str, scope_id: str, holder: str, units: int, ttl_ms: int, now_ms: int) -> Record:
         self.check_units(allowance, units)
         if len(allowance.queue) >= self.waiters_max:
             raise full(f"allowance {allowance.name!r} has {len(allowance.queue)} waiters", "waiters_max")
@@ -293,20 +294,20 @@ class AllowanceTable:
             "holder": holder, "units": units, "expires_ms": now_ms + ttl_ms, "at_ms": now_ms,
         }
 
-    def decide_cooldown(self, allowance: Allowance, seconds: int, reason: str | None, now_ms: int) -> dict:
+    def decide_cooldown(self, allowance: Allowance, seconds: int, reason: str | None, now_ms: int) -> Record:
         """A cooldown never shortens one that lasts longer."""
         until_ms = max(allowance.cooldown_until_ms, now_ms + seconds * 1000)
         assert until_ms > now_ms and until_ms >= allowance.cooldown_until_ms, "a cooldown only ever lasts longer"
         return {"type": ALLOWANCE_COOLDOWN_RECORD, "id": allowance.id, "until_ms": until_ms, "reason": reason, "at_ms": now_ms}
 
-    def decide_cancel(self, waiter: Waiter, now_ms: int) -> dict | None:
+    def decide_cancel(self, waiter: Waiter, now_ms: int) -> Record | None:
         """Cancel a waiter still waiting; one that ended already stays as it ended (a grant stands)."""
         if waiter.state != WAITING:
             return None
         assert waiter.id in self._allowances[waiter.allowance_id].queue, "a waiting waiter is in its allowance's queue"
         return {"type": WAITER_ENDED, "id": waiter.id, "state": CANCELLED, "at_ms": now_ms}
 
-    def decide_expire(self, waiter_id: str, now_ms: int) -> dict | None:
+    def decide_expire(self, waiter_id: str, now_ms: int) -> Record | None:
         waiter = self._waiters.get(waiter_id)
         if waiter is None or waiter.state != WAITING or now_ms < waiter.expires_ms:
             return None
@@ -330,7 +331,7 @@ class AllowanceTable:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_created(self, record: dict) -> Allowance:
+    def apply_created(self, record: Record) -> Allowance:
         allowance = Allowance(record["id"], record["name"], record["units_limit"], record["window_ms"], record["at_ms"])
         assert allowance.id not in self._allowances and allowance.name not in self._by_name
         self._allowances[allowance.id] = self._by_name[allowance.name] = allowance
@@ -344,22 +345,22 @@ class AllowanceTable:
         allowance.used += units
         assert 0 < units and allowance.used <= allowance.units_limit, "a window never consumes more than the limit"
 
-    def apply_consumed(self, record: dict) -> None:
+    def apply_consumed(self, record: Record) -> None:
         self._count(self._allowances[record["id"]], record["units"], record["window_start_ms"])
 
-    def apply_cooldown(self, record: dict) -> None:
+    def apply_cooldown(self, record: Record) -> None:
         allowance = self._allowances[record["id"]]
         allowance.cooldown_until_ms = record["until_ms"]
         allowance.cooldown_reason = record["reason"]
 
-    def apply_waiter_added(self, record: dict) -> Waiter:
+    def apply_waiter_added(self, record: Record) -> Waiter:
         waiter = Waiter(record)
         assert waiter.id not in self._waiters
         self._waiters[waiter.id] = waiter
         self._allowances[waiter.allowance_id].queue.append(waiter.id)
         return waiter
 
-    def apply_waiter_granted(self, record: dict) -> None:
+    def apply_waiter_granted(self, record: Record) -> None:
         waiter = self._waiters[record["id"]]
         assert waiter.state == WAITING, "a waiter is granted once"
         allowance = self._allowances[waiter.allowance_id]
@@ -369,7 +370,7 @@ class AllowanceTable:
         waiter.window_start_ms = record["window_start_ms"]
         self._end(waiter, GRANTED, record["at_ms"])
 
-    def apply_waiter_ended(self, record: dict) -> None:
+    def apply_waiter_ended(self, record: Record) -> None:
         self._end(self._waiters[record["id"]], record["state"], record["at_ms"])
 
     def _end(self, waiter: Waiter, state: str, at_ms: int) -> None:
@@ -385,7 +386,7 @@ class AllowanceTable:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         for allowance in self._allowances.values():
             yield {
                 "type": ALLOWANCE_IMAGE, "id": allowance.id, "name": allowance.name, "units_limit": allowance.units_limit,
@@ -401,14 +402,14 @@ class AllowanceTable:
                 "consumption_id": waiter.consumption_id, "window_start_ms": waiter.window_start_ms, "created_ms": waiter.created_ms, "ended_ms": waiter.ended_ms,
             }
 
-    def apply_image(self, record: dict) -> None:
+    def apply_image(self, record: Record) -> None:
         allowance = self.apply_created({**record, "at_ms": record["created_ms"]})
         allowance.window_start_ms = record["window_start_ms"]
         allowance.used = record["used"]
         allowance.cooldown_until_ms = record["cooldown_until_ms"]
         allowance.cooldown_reason = record["cooldown_reason"]
 
-    def apply_waiter_image(self, record: dict) -> None:
+    def apply_waiter_image(self, record: Record) -> None:
         waiter = Waiter(record)
         self._waiters[waiter.id] = waiter
         if waiter.state == WAITING:
@@ -590,7 +591,7 @@ def on_serve_timer(part: CapacityCommands, allowance_id: str, due_ms: Any, now_m
     return _serve_timer(part, _served(part, allowance, now_ms), allowance, now_ms)
 
 
-def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: Any, now_ms: int) -> Outcome:
+def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     allowances: AllowanceTable = part.allowances
     record = allowances.decide_expire(waiter_id, now_ms)
     if record is None:
@@ -601,7 +602,7 @@ def on_waiter_timer(part: CapacityCommands, waiter_id: str, _: Any, now_ms: int)
     return _serve_timer(part, outcome, allowance, now_ms)
 
 
-def _deadlines(space: Any) -> Iterator[Timer]:
+def _deadlines(space: Space) -> Iterator[Timer]:
     part: CapacityCommands = space.capacity
     for allowance in part.allowances.all():
         if allowance.queue:
@@ -612,7 +613,7 @@ def _deadlines(space: Any) -> Iterator[Timer]:
             yield Timer(waiter.expires_ms, part.actor, (WAITER_TIMER, waiter.id), None)
 
 
-def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+def _scope_ending(space: Space, subtree: list[str]) -> Callable[[Outcome, int], None]:
     """A scope's end may remove the head of a queue of waiters: those behind it may fit now."""
 
     def then(outcome: Outcome, at_ms: int) -> None:
@@ -624,7 +625,7 @@ def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], No
     return then
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.capacity.allowances = AllowanceTable(space.limits.allowances_max, space.limits.waiters_max)
 
 

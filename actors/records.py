@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from .primitives import TABLES
+from .shapes import Record
 
 __all__ = ["VERSION", "FIELDS", "RecordError", "Format", "FORMAT", "check_record", "upgrade"]
 
@@ -106,7 +107,7 @@ def _refuse(record: Any) -> None:
     """The `RecordError` that says what is wrong with a record `check_record` did not accept."""
     if type(record) is not dict:
         raise RecordError(f"a record is a JSON object, not {type(record).__name__}")
-    spec = FIELDS.get(record.get("type"))  # type: ignore[arg-type]
+    spec = FIELDS.get(record.get("type"))  # type: ignore[arg-type]  # a record read back may carry a type of any JSON kind: one not a string finds nothing
     if spec is None:
         raise RecordError(f"unknown record type {record.get('type')!r}")
     required, allowed, _ = spec
@@ -135,7 +136,7 @@ _V0_NAMES = {
 }
 
 
-def upgrade(record: dict, version: int) -> dict:
+def upgrade(record: Record, version: int) -> Record:
     """`record`, read from a file of format `version`, as this version spells it (then checked)."""
     if version == VERSION:
         return record

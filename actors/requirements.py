@@ -18,6 +18,7 @@ from .errors import VALIDATION_FAILED, KernelError, quote
 from .fields import read_minor
 from .outcome import Space
 from .primitive import record_type
+from .shapes import Body, Record
 
 __all__ = ["parse_requirements", "requirements_record", "refuse", "POOLS_MAX", "QUOTAS_MAX", "BUDGETS_MAX", "TASK_REQUIREMENTS"]
 
@@ -31,7 +32,7 @@ def refuse(message: str) -> KernelError:
     return KernelError(VALIDATION_FAILED, message)
 
 
-def _entries(value: dict, kind: str, most: int, amount_field: str) -> list[list]:
+def _entries(value: Body, kind: str, most: int, amount_field: str) -> list[list[str | int]]:
     items = value.get(kind)
     if items is None:
         return []
@@ -57,7 +58,7 @@ def _entries(value: dict, kind: str, most: int, amount_field: str) -> list[list]
     return entries
 
 
-def parse_requirements(value: Any) -> dict | None:
+def parse_requirements(value: Any) -> Record | None:
     """`{pools?: [{name, units}] (<=4), quotas?: [{name, units}] (<=4), budgets?: [{name, reserveMinor}] (<=2)}`
     as `{"pools": [[name, units]], "quotas": [[name, units]], "budgets": [[name, amount]]}`, or None
     when it names nothing."""
@@ -76,7 +77,7 @@ def parse_requirements(value: Any) -> dict | None:
     return parsed if any(parsed.values()) else None
 
 
-def requirements_record(space: Space, command: Any, now_ms: int) -> dict | None:
+def requirements_record(space: Space, command: Any, now_ms: int) -> Record | None:
     """The requirements of a new task, resolved to ids (NOT_FOUND for a name that does not exist;
     400 for more than a pool or a window could ever give, since the task could never start)."""
     parsed = parse_requirements(command.requirements)

@@ -14,14 +14,15 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from .actor_keys import ActorKey, run_actor
 from .fields import TIMESTAMP, body, check_text, drawn, path
 from .limits import Limits
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
 from .scopes import ScopeTree, deadline_timer
+from .shapes import Record
 
 __all__ = ["RunNames", "RunCommands", "run_actor", "RUN_NAMED", "EnsureRun", "RUNS"]
 
@@ -41,11 +42,11 @@ class RunNames:
     def scope_of(self, name: str) -> str | None:
         return self._by_name.get(name)
 
-    def apply_named(self, record: dict) -> None:
+    def apply_named(self, record: Record) -> None:
         assert record["name"] not in self._by_name, "a run name names one run"
         self._by_name[record["name"]] = record["scope_id"]
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         for name, scope_id in self._by_name.items():
             yield {"type": RUN_NAMED, "name": name, "scope_id": scope_id, "at_ms": 0}
 
@@ -59,7 +60,7 @@ class EnsureRun(Command):
     deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
     scope_id: str = drawn("sc_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return run_actor(self.space, self.name)
 
     def check(self, limits: Limits) -> None:
@@ -98,7 +99,7 @@ class RunCommands:
         return outcome
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.run_names = RunNames()
     deadline = lambda scope_id, deadline_ms: deadline_timer(space.id, scope_id, deadline_ms)  # noqa: E731
     space.runs = RunCommands(space.id, space.scopes, space.run_names, space.commit, deadline)

@@ -16,16 +16,17 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Callable, ClassVar, Iterator
 
 from .actor_keys import ActorKey, scope_actor
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError, quote
 from .fields import INTEGER, TIMESTAMP, body, caller, drawn, path
 from .limits import Limits
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Command, Primitive, command, operation, record_type, timer_kind
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "Scope", "ScopeTree", "ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED", "SCOPE_CREATED", "SCOPE_ENDED", "SCOPE_IMAGE",
@@ -141,7 +142,7 @@ class ScopeTree:
             order.extend(self._scopes[current].children)
         return order
 
-    def view(self, scope: Scope, now_ms: int) -> dict:
+    def view(self, scope: Scope, now_ms: int) -> View:
         return {
             "id": scope.id,
             "name": scope.name,
@@ -165,7 +166,7 @@ class ScopeTree:
         deadline_ms: int | None,
         child_limit: int | None,
         now_ms: int,
-    ) -> dict:
+    ) -> Record:
         """The `scope.created` record for a new scope, or a refusal."""
         depth = 0
         if parent_id is not None:
@@ -198,7 +199,7 @@ class ScopeTree:
             "at_ms": now_ms,
         }
 
-    def decide_end(self, scope_id: str, state: str, now_ms: int) -> dict | None:
+    def decide_end(self, scope_id: str, state: str, now_ms: int) -> Record | None:
         """The `scope.ended` record that moves an active scope to `state`, or None if it is a repeat.
 
         Ending a scope the same way twice is harmless; ending it another way than it already ended
@@ -217,7 +218,7 @@ class ScopeTree:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         """Records that rebuild this tree exactly through `apply_image`.
 
         Scopes come in creation order, so every parent comes before its children and each
@@ -236,7 +237,7 @@ class ScopeTree:
                 "at_ms": scope.created_ms,
             }
 
-    def apply_image(self, record: dict) -> Scope:
+    def apply_image(self, record: Record) -> Scope:
         scope = self.apply_created(record)
         scope.stored_state = record["state"]
         scope.ended_ms = record["ended_ms"]
@@ -247,7 +248,7 @@ class ScopeTree:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_created(self, record: dict) -> Scope:
+    def apply_created(self, record: Record) -> Scope:
         parent_id = record["parent_id"]
         depth = 0
         if parent_id is not None:
@@ -269,7 +270,7 @@ class ScopeTree:
         self._scopes[scope.id] = scope
         return scope
 
-    def apply_ended(self, record: dict) -> list[str]:
+    def apply_ended(self, record: Record) -> list[str]:
         """Record the end; returns the subtree it ends (parents first), none of which is live now."""
         scope = self._scopes[record["id"]]
         assert scope.stored_state == ACTIVE and record["state"] in SCOPE_END_REASONS, "a scope ends once"
@@ -297,7 +298,7 @@ class CreateScope(Command):
     child_limit: int | None = body("childLimit", INTEGER, required=False, minimum=0, maximum="child_limit_max")
     scope_id: str = drawn("sc_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         # A child is created in its parent's turn, so childLimit counts exactly.
         return scope_actor(self.space, self.parent_id if self.parent_id is not None else self.scope_id)
 
@@ -311,7 +312,7 @@ class EndScope(Command):
     scope_id: str = path("scope_id")
     by: str | None = caller()
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return scope_actor(self.space, self.scope_id)
 
 
@@ -332,7 +333,7 @@ def deadline_timer(space_id: str, scope_id: str, deadline_ms: int) -> Timer:
     return Timer(deadline_ms, scope_actor(space_id, scope_id), (DEADLINE_TIMER, scope_id), None)
 
 
-def create(space: Any, command: CreateScope, now_ms: int) -> Outcome:
+def create(space: Space, command: CreateScope, now_ms: int) -> Outcome:
     scopes: ScopeTree = space.scopes
     scope_id, deadline_ms = command.scope_id, command.deadline_ms
     record = scopes.decide_create(scope_id, command.name, command.parent_id, deadline_ms, command.child_limit, now_ms)
@@ -343,7 +344,7 @@ def create(space: Any, command: CreateScope, now_ms: int) -> Outcome:
     return outcome
 
 
-def end(space: Any, command: EndScope, now_ms: int) -> Outcome:
+def end(space: Space, command: EndScope, now_ms: int) -> Outcome:
     """Cancel or complete a scope; repeating the same end is harmless."""
     scopes: ScopeTree = space.scopes
     record = scopes.decide_end(command.scope_id, command.end, now_ms)
@@ -354,15 +355,17 @@ def end(space: Any, command: EndScope, now_ms: int) -> Outcome:
     return outcome
 
 
-def on_deadline(space: Any, scope_id: str, _: Any, now_ms: int) -> Outcome:
+def on_deadline(space: Space, scope_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     """The supervisor's proposal: record EXPIRED if the deadline has passed on an active scope."""
     scope = space.scopes.get(scope_id)
     if scope.stored_state != ACTIVE or scope.deadline_ms is None or now_ms < scope.deadline_ms:
         return Outcome()
-    return _ended(space, space.scopes.decide_end(scope_id, EXPIRED, now_ms))
+    record = space.scopes.decide_end(scope_id, EXPIRED, now_ms)
+    assert record is not None, "an active scope is not yet expired"
+    return _ended(space, record)
 
 
-def _ended(space: Any, record: dict) -> Outcome:
+def _ended(space: Space, record: Record) -> Outcome:
     """Record a scope's end, with what each primitive does in the same turn (`scope_ending`)."""
     assert record["type"] == SCOPE_ENDED and record["state"] != ACTIVE
     then = space.scope_ending(space.scopes.subtree(record["id"]))
@@ -372,26 +375,26 @@ def _ended(space: Any, record: dict) -> Outcome:
     return outcome
 
 
-def _apply_ended(space: Any, record: dict) -> None:
+def _apply_ended(space: Space, record: Record) -> None:
     """`scope.ended`: the scope and its subtree end, and what lives there with them."""
     subtree = space.scopes.apply_ended(record)
     space.scope_ended(subtree, record["state"], record["at_ms"])
 
 
-def _usage_of_end(record: dict) -> tuple[int, str]:
+def _usage_of_end(record: Record) -> tuple[int, str]:
     state = record["state"]
     if state == EXPIRED:
         return EVENT, "scopes.expire"
     return OPERATION, "scopes.cancel" if state == CANCELLED else "scopes.complete"
 
 
-def _deadlines(space: Any) -> Iterator[Timer]:
+def _deadlines(space: Space) -> Iterator[Timer]:
     for scope in space.scopes.all():
         if scope.stored_state == ACTIVE and scope.deadline_ms is not None:
             yield deadline_timer(space.id, scope.id, scope.deadline_ms)
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.scopes = ScopeTree(space.limits)
     space.scopes.check_entities = space.check_entities
 

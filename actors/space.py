@@ -23,7 +23,7 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .actor_keys import ActorKey, events_actor
 from .boot import BootInfo
@@ -31,8 +31,25 @@ from .caps import check_bytes, full
 from .errors import VALIDATION_FAILED, KernelError, quote
 from .leases import LeaseTable
 from .limits import Limits
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, TimerMarker, TimerTag
 from .primitives import TABLES, bind
+from .shapes import Record
+
+if TYPE_CHECKING:  # the tables a space's primitives make on it: named for the checker only
+    from .capacity import CapacityCommands
+    from .claiming import ClaimCommands
+    from .claims import ClaimTable
+    from .coordination import CoordinationCommands
+    from .events import EventLog
+    from .idempotency import IdempotencyTable
+    from .mailboxes import MailboxTable
+    from .messages import MessageTable
+    from .once import OnceCommands, OnceTable
+    from .runs import RunCommands, RunNames
+    from .scopes import ScopeTree
+    from .tasks import TaskTable
+    from .usage import Usage
+    from .work import WorkCommands
 
 __all__ = ["SpaceState", "RECORD_TYPES"]
 
@@ -68,6 +85,24 @@ class SpaceState:
         "id", "limits", "boot", *(name for p in _PRIMITIVES for name in (*p.state, *p.parts)), "leases", "_appliers",
         "_events_actor",
     )
+    # Attributes the primitives make (`Primitive.make`) that the space and the kernel's state read
+    # by name; each is made, and holds its state, in its primitive's module.
+    scopes: ScopeTree
+    claims: ClaimTable
+    mailboxes: MailboxTable
+    messages: MessageTable
+    tasks: TaskTable
+    idempotency: IdempotencyTable
+    events: EventLog
+    usage: Usage
+    claiming: ClaimCommands
+    once: OnceTable
+    onces: OnceCommands
+    run_names: RunNames
+    runs: RunCommands
+    work: WorkCommands
+    capacity: CapacityCommands
+    coordination: CoordinationCommands
 
     def __init__(self, space_id: str, limits: Limits, boot: BootInfo | None = None) -> None:
         self.id = space_id
@@ -81,12 +116,12 @@ class SpaceState:
             self.leases.attach(kind(self))
         # What applies each type of record here: each declared applier bound to its part, so that
         # applying a record is one call (`apply` runs on every record, live and in replay).
-        self._appliers: dict[str, Callable[[dict], Any]] = {kind: bind(self, on) for kind, on in _APPLY.items()}
+        self._appliers: dict[str, Callable[[Record], Any]] = {kind: bind(self, on) for kind, on in _APPLY.items()}
         self._events_actor: ActorKey = events_actor(space_id)
 
     # -- committing and applying ------------------------------------------------------------------
 
-    def commit(self, outcome: Outcome, *records: dict) -> Outcome:
+    def commit(self, outcome: Outcome, *records: Record) -> Outcome:
         """Apply `records` (in order) and keep them in `outcome`, as a transition's decision."""
         events = self.events
         seq = events.seq
@@ -101,7 +136,7 @@ class SpaceState:
             outcome.pokes.append(self._events_actor)
         return outcome
 
-    def apply(self, record: dict) -> None:
+    def apply(self, record: Record) -> None:
         kind = record["type"]
         self.usage.count(record)
         if kind not in _WITH_EVENTS:  # one call for a type that makes no event (or makes its own)
@@ -161,7 +196,7 @@ class SpaceState:
 
     # -- timers, restarts, images -----------------------------------------------------------------
 
-    def fire(self, tag: tuple, marker: Any, now_ms: int) -> Outcome:
+    def fire(self, tag: TimerTag, marker: TimerMarker, now_ms: int) -> Outcome:
         """A timer fell due: run what its kind proposes (each checks again that it still holds)."""
         kind, ident = tag
         handler = _TIMERS.get(kind)
@@ -189,7 +224,7 @@ class SpaceState:
             outcome.timers.extend(decided.timers)
         return outcome
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         """Records that rebuild this space exactly, each primitive's in declaration order: its
         stored answers first (each takes the room the values leave, and before them it needs none),
         the scopes before what lives in them, the tasks before what counts them, the event log

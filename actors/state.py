@@ -24,6 +24,7 @@ from .limits import Limits
 from .outcome import Timer
 from .primitives import TABLES, bind
 from .space import SpaceState
+from .shapes import Record
 
 __all__ = ["KernelState"]
 
@@ -55,7 +56,7 @@ class KernelState:
         space = self.spaces.get(space_id)
         return space if space is not None else SpaceState(space_id, self.limits, self.boot)
 
-    def apply(self, record: dict) -> None:
+    def apply(self, record: Record) -> None:
         kernel = _KERNEL_APPLY.get(record["type"])
         if kernel is None:  # nearly every record: one of a space
             space = self.spaces.get(record["space"])
@@ -65,23 +66,23 @@ class KernelState:
 
     # -- boots, restarts and images ---------------------------------------------------------------
 
-    def decide_boot(self, fsync: str, now_ms: int) -> list[dict]:
+    def decide_boot(self, fsync: str, now_ms: int) -> list[Record]:
         """Record a boot (see `boot.py` for the generation floor it may set); returns its record."""
         record = self.boot.decide_boot(fsync, now_ms)
         self.apply(record)
         assert self.boot.epoch == record["epoch"], "a boot is applied as it was decided"
         return [record]
 
-    def restart(self, now_ms: int) -> list[dict]:
+    def restart(self, now_ms: int) -> list[Record]:
         """Decide and apply what a start changes (the restart rule of every lease, `leases.py`);
         returns the records to journal. `now_ms` is the time now, already advanced past the
         newest time the journal holds."""
-        records: list[dict] = []
+        records: list[Record] = []
         for space in list(self.spaces.values()):
             records.extend(space.restart(now_ms).records)
         return records
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         """Records that rebuild this state exactly when applied, in order, to an empty one."""
         for image in _KERNEL_IMAGES:
             yield from image(self)

@@ -22,7 +22,8 @@ from .actor_keys import ActorKey, queue_actor
 from .caps import value_bytes
 from .fields import INTEGER, JSON, TIMESTAMP, body, caller, drawn, path, query
 from .limits import Limits
-from .outcome import Outcome, Timer
+from .events import Change
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Command, Primitive, command, event, operation, reason_field, timer_kind
 from .requirements import parse_requirements, requirements_record
 from .scopes import SCOPE_END_REASONS, SCOPE_ENDED
@@ -30,6 +31,7 @@ from .tasks import (
     CANCELLED, EXPIRED, TASK_CREATED, TASK_DETACHED, TASK_ENDED, TASK_IMAGE, TASK_JOINED, TASK_TOMBSTONED, Task, TaskTable,
     input_hash,
 )
+from .shapes import Record
 
 __all__ = [
     "SubmitTask", "CancelTask", "JoinTask", "DetachTask", "WaitTask", "TASKS", "submit", "task_timers",
@@ -47,7 +49,7 @@ REASON_DEADLINE = "deadline_exceeded"
 # -- commands ----------------------------------------------------------------------------------
 
 
-def _task_queue(state: Any, space: str, task_id: str) -> ActorKey:
+def _task_queue(state: State, space: str, task_id: str) -> ActorKey:
     task = state.space(space).tasks.get(task_id)
     return queue_actor(space, task.mailbox_id, task.scope_id)
 
@@ -75,7 +77,7 @@ class SubmitTask(Command):
     task_id: str = drawn("tk_")
     message_id: str = drawn("ms_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
     def check(self, limits: Limits) -> None:
@@ -90,7 +92,7 @@ class CancelTask(Command):
     reason: str | None = reason_field("reason")
     by: str | None = caller()
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _task_queue(state, self.space, self.task_id)
 
 
@@ -101,7 +103,7 @@ class JoinTask(Command):
     subscriber_id: str = body("subscriberId", length_max="holder_len_max")
     scope_id: str = body("scopeId")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _task_queue(state, self.space, self.task_id)
 
 
@@ -111,7 +113,7 @@ class DetachTask(Command):
     task_id: str = path("task_id")
     subscriber_id: str = body("subscriberId", length_max="holder_len_max")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _task_queue(state, self.space, self.task_id)
 
 
@@ -123,14 +125,14 @@ class WaitTask(Command):
     task_id: str = path("task_id")
     wait_ms: int | None = query("waitMs", INTEGER, minimum=0, description="capped at {wait_ms_max}")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _task_queue(state, self.space, self.task_id)
 
 
 # -- transitions (of the space: a task shares its queue with its message, `work.py`) --------------
 
 
-def submit(state: Any, command: SubmitTask, now_ms: int) -> Outcome:
+def submit(state: State, command: SubmitTask, now_ms: int) -> Outcome:
     """A submit, held to its work limit: a task it creates is counted on the limit in the same
     turn, in the same batch of records, with its requirements resolved to ids, so no crash can
     count it without creating it or the reverse."""
@@ -148,7 +150,7 @@ def submit(state: Any, command: SubmitTask, now_ms: int) -> Outcome:
     return outcome
 
 
-def _submit(space: Any, command: SubmitTask, now_ms: int) -> Outcome:
+def _submit(space: Space, command: SubmitTask, now_ms: int) -> Outcome:
     """Create the task for (scope, key), or return the one it has (joining the subscriber)."""
     work, tasks = space.work, space.tasks
     task_id, message_id, key, task_input = command.task_id, command.message_id, command.key, command.task_input
@@ -180,7 +182,7 @@ def _submit(space: Any, command: SubmitTask, now_ms: int) -> Outcome:
     return outcome
 
 
-def wait(space: Any, command: WaitTask, now_ms: int) -> Outcome:
+def wait(space: Space, command: WaitTask, now_ms: int) -> Outcome:
     """The task's view once it has ended; `empty` (a long poll parks) until then."""
     task = space.tasks.get(command.task_id)
     if not task.terminal:
@@ -188,7 +190,7 @@ def wait(space: Any, command: WaitTask, now_ms: int) -> Outcome:
     return Outcome(reply=space.tasks.view(task, now_ms))
 
 
-def cancel(space: Any, command: CancelTask, now_ms: int) -> Outcome:
+def cancel(space: Space, command: CancelTask, now_ms: int) -> Outcome:
     tasks: TaskTable = space.tasks
     task = tasks.get(command.task_id)
     record = tasks.decide_end(task, CANCELLED, command.reason or REASON_CANCELLED, now_ms)
@@ -199,7 +201,7 @@ def cancel(space: Any, command: CancelTask, now_ms: int) -> Outcome:
     return outcome
 
 
-def join(space: Any, command: JoinTask, now_ms: int) -> Outcome:
+def join(space: Space, command: JoinTask, now_ms: int) -> Outcome:
     tasks: TaskTable = space.tasks
     task = tasks.get(command.task_id)
     space.scopes.get(command.scope_id)
@@ -209,7 +211,7 @@ def join(space: Any, command: JoinTask, now_ms: int) -> Outcome:
     return outcome
 
 
-def detach(space: Any, command: DetachTask, now_ms: int) -> Outcome:
+def detach(space: Space, command: DetachTask, now_ms: int) -> Outcome:
     tasks: TaskTable = space.tasks
     task = tasks.get(command.task_id)
     record = tasks.decide_detach(task, command.subscriber_id, now_ms)
@@ -233,7 +235,7 @@ def task_timers(space_id: str, tasks: TaskTable, task: Task) -> Iterator[Timer]:
         yield Timer(due_ms, actor, (RETENTION_TIMER, task.id), None)
 
 
-def on_deadline(space: Any, task_id: str, _: Any, now_ms: int) -> Outcome:
+def on_deadline(space: Space, task_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     """A task's deadline passed before it ended: EXPIRED."""
     task = space.tasks.find(task_id)
     if task is None or task.terminal or task.deadline_ms is None or now_ms < task.deadline_ms:
@@ -241,7 +243,7 @@ def on_deadline(space: Any, task_id: str, _: Any, now_ms: int) -> Outcome:
     return space.work.timer_commit(space.tasks.decide_end(task, EXPIRED, REASON_DEADLINE, now_ms), None, task)
 
 
-def on_retention(space: Any, task_id: str, _: Any, now_ms: int) -> Outcome:
+def on_retention(space: Space, task_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     """A finished task's retention ended: tombstone it."""
     task = space.tasks.find(task_id)
     if task is None:
@@ -253,14 +255,14 @@ def on_retention(space: Any, task_id: str, _: Any, now_ms: int) -> Outcome:
 # -- applying (a task's creation puts its message on the queue; its end drops it) -----------------
 
 
-def _apply_created(space: Any, record: dict) -> None:
+def _apply_created(space: Space, record: Record) -> None:
     task = space.tasks.apply_created(record)
     space.messages.apply_enqueued(
         task.message_id, task.mailbox_id, task.scope_id, record["input"], None, None, task.deadline_ms, task.id, record["at_ms"]
     )
 
 
-def _apply_ended(space: Any, record: dict) -> None:
+def _apply_ended(space: Space, record: Record) -> None:
     task = space.tasks.apply_ended(record["task_id"], record["state"], None, record["reason"], record["at_ms"])
     message = space.messages.find(task.message_id)
     if message is not None and message.state in ("QUEUED", "DELAYED", "LEASED"):
@@ -273,7 +275,7 @@ def _apply_ended(space: Any, record: dict) -> None:
 _SERVER_TASK_ENDS = frozenset({REASON_DEADLINE, *SCOPE_END_REASONS.values()})
 
 
-def _usage_of_end(record: dict) -> tuple[int, str]:
+def _usage_of_end(record: Record) -> tuple[int, str]:
     """Judged by the record alone: a task cancelled with a reason the server itself uses for a
     run's end counts as that event."""
     if record["state"] == EXPIRED:
@@ -283,14 +285,14 @@ def _usage_of_end(record: dict) -> tuple[int, str]:
     return OPERATION, "tasks.cancel"
 
 
-def _ended_events(space: Any, record: dict) -> list:
+def _ended_events(space: Space, record: Record) -> list[Change]:
     task = space.tasks.find(record["task_id"])
     scope_id = None if task is None else task.scope_id
     payload = {"reason": record.get("reason"), "by": record.get("by")}
     return [("task." + record["state"].lower(), scope_id, "task", record["task_id"], payload)]
 
 
-def _cancelled_with_scope(space: Any, record: dict) -> list:
+def _cancelled_with_scope(space: Space, record: Record) -> list[Change]:
     """The end of every task that waited in an ended scope's subtree (they end with it)."""
     by = record.get("by")
     reason = SCOPE_END_REASONS[record["state"]]
@@ -301,7 +303,7 @@ def _cancelled_with_scope(space: Any, record: dict) -> list:
     ]
 
 
-def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+def _scope_ending(space: Space, subtree: list[str]) -> Callable[[Outcome, int], None]:
     """The tasks waiting in an ending scope end with it: their retention timers, once they have."""
     waiting = [m.task_id for m in space.messages.waiting_in_scopes(subtree) if m.task_id is not None]
 
@@ -312,12 +314,12 @@ def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], No
     return then
 
 
-def _deadlines(space: Any) -> Iterator[Timer]:
+def _deadlines(space: Space) -> Iterator[Timer]:
     for task in space.tasks.all():
         yield from task_timers(space.id, space.tasks, task)
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.tasks = TaskTable(space.limits)
 
 

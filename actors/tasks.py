@@ -33,6 +33,7 @@ from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, KernelError, quot
 from .limits import Limits
 from .primitive import record_type
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "Task", "TaskTable", "input_hash", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED",
@@ -156,7 +157,7 @@ class TaskTable:
             return None
         return task.finished_ms + self._limits.retention_s * 1000
 
-    def view(self, task: Task, now_ms: int) -> dict:
+    def view(self, task: Task, now_ms: int) -> View:
         """The task view.
 
         A task past its retention is shown tombstoned even before the tombstone is recorded, so
@@ -213,7 +214,7 @@ class TaskTable:
         deadline_ms: int | None,
         subscriber_id: str | None,
         now_ms: int,
-    ) -> dict:
+    ) -> Record:
         if self.live >= self._limits.space_tasks_max:
             raise full(f"space holds {self.live} tasks not ended", "space_tasks_max")
         if task_id in self._by_id:  # an id source collision: the caller draws another id
@@ -233,7 +234,7 @@ class TaskTable:
             "at_ms": now_ms,
         }
 
-    def decide_join(self, task: Task, subscriber_id: str, scope_id: str, now_ms: int) -> dict | None:
+    def decide_join(self, task: Task, subscriber_id: str, scope_id: str, now_ms: int) -> Record | None:
         """Subscribing twice is harmless: None when `subscriber_id` is already there."""
         if subscriber_id in task.subscribers:
             return None
@@ -249,14 +250,14 @@ class TaskTable:
         }
 
     @staticmethod
-    def decide_detach(task: Task, subscriber_id: str, now_ms: int) -> dict | None:
+    def decide_detach(task: Task, subscriber_id: str, now_ms: int) -> Record | None:
         if subscriber_id not in task.subscribers:
             return None
         assert task.subscribers, "a detach leaves a subscriber that is there"
         return {"type": TASK_DETACHED, "task_id": task.id, "subscriber_id": subscriber_id, "at_ms": now_ms}
 
     @staticmethod
-    def decide_end(task: Task, state: str, reason: str, now_ms: int) -> dict | None:
+    def decide_end(task: Task, state: str, reason: str, now_ms: int) -> Record | None:
         """End a task that has not ended: CANCELLED or EXPIRED. Cancelling again is harmless.
 
         Cancelling a task that ended another way is CONFLICT: its one outcome is recorded.
@@ -271,7 +272,7 @@ class TaskTable:
         assert state in (CANCELLED, EXPIRED) and not task.terminal, "a task ends once"
         return {"type": TASK_ENDED, "task_id": task.id, "state": state, "reason": reason, "at_ms": now_ms}
 
-    def decide_tombstone(self, task: Task, now_ms: int) -> dict | None:
+    def decide_tombstone(self, task: Task, now_ms: int) -> Record | None:
         due_ms = self.tombstone_due_ms(task)
         if task.tombstoned or due_ms is None or now_ms < due_ms:
             return None
@@ -280,7 +281,7 @@ class TaskTable:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         """Records that rebuild this table exactly through `apply_image` (inputs live with the messages)."""
         for task in self._by_id.values():
             yield {
@@ -304,7 +305,7 @@ class TaskTable:
                 "at_ms": task.updated_ms,
             }
 
-    def apply_image(self, record: dict) -> Task:
+    def apply_image(self, record: Record) -> Task:
         task = self._add(record, record["created_ms"])
         task.state = record["state"]
         task.attempt = record["attempt"]
@@ -319,7 +320,7 @@ class TaskTable:
         self.outcome_bytes += value_bytes(task.outcome)
         return task
 
-    def _add(self, record: dict, created_ms: int) -> Task:
+    def _add(self, record: Record, created_ms: int) -> Task:
         """A new task from a `task.created` or `task.image` record, indexed by id and by key."""
         task = Task(
             record["id"],
@@ -338,19 +339,19 @@ class TaskTable:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_created(self, record: dict) -> Task:
+    def apply_created(self, record: Record) -> Task:
         task = self._add(record, record["at_ms"])
         if record["subscriber_id"] is not None:
             task.subscribers[record["subscriber_id"]] = record["scope_id"]
         return task
 
-    def apply_joined(self, record: dict) -> Task:
+    def apply_joined(self, record: Record) -> Task:
         task = self._by_id[record["task_id"]]
         task.subscribers[record["subscriber_id"]] = record["scope_id"]
         task.updated_ms = record["at_ms"]
         return task
 
-    def apply_detached(self, record: dict) -> Task:
+    def apply_detached(self, record: Record) -> Task:
         task = self._by_id[record["task_id"]]
         task.subscribers.pop(record["subscriber_id"], None)
         task.updated_ms = record["at_ms"]
@@ -385,7 +386,7 @@ class TaskTable:
         self.outcome_bytes += value_bytes(outcome)
         return task
 
-    def apply_tombstoned(self, record: dict) -> Task:
+    def apply_tombstoned(self, record: Record) -> Task:
         task = self._by_id[record["task_id"]]
         task.tombstoned = True
         self.outcome_bytes -= value_bytes(task.outcome)

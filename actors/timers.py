@@ -35,13 +35,15 @@ from typing import Any, Callable, Iterator
 from .actor_keys import ActorKey, timers_actor
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, STALE_CLAIM, VALIDATION_FAILED, KernelError
-from .events import entity_event
+from .events import Change, entity_event
 from .fields import INTEGER, TIMESTAMP, body, check_text, drawn, path
 from .limits import Limits
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, record_type, timer_kind
 from .scopes import ACTIVE, SCOPE_ENDED, ScopeTree
 from .timestamps import format_ms
+from .coordination import CoordinationCommands
+from .shapes import Record, View
 
 __all__ = [
     "ScopeTimer", "TimerTable", "TIMERS", "CreateTimer", "EnsureTimer", "PollTimers", "AckTimer", "CancelTimer",
@@ -136,7 +138,7 @@ class TimerTable:
         assert timer.fired_ms is not None
         return timer.fired_ms + self._limits.timer_fired_ttl_s * 1000
 
-    def view(self, timer: ScopeTimer) -> dict:
+    def view(self, timer: ScopeTimer) -> View:
         return {
             "id": timer.id,
             "scopeId": timer.scope_id,
@@ -148,13 +150,13 @@ class TimerTable:
             "endedAt": None if timer.ended_ms is None else format_ms(timer.ended_ms),
         }
 
-    def fired_view(self, timer: ScopeTimer) -> dict:
+    def fired_view(self, timer: ScopeTimer) -> View:
         """A poll entry: the view with the token that acknowledges it."""
         return {**self.view(timer), "token": timer.token}
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def named_view(self, timer: ScopeTimer, now_ms: int) -> dict:
+    def named_view(self, timer: ScopeTimer, now_ms: int) -> View:
         """A put by name's answer: the view, the server's `now` (the client sleeps until `fireAt` by
         it, not by its own clock), and the token once the timer has fired (to acknowledge it)."""
         view = {**self.view(timer), "now": format_ms(now_ms)}
@@ -163,7 +165,7 @@ class TimerTable:
 
     def decide_create(
         self, timer_id: str, scope_id: str, fire_ms: int, token: str, now_ms: int, name: str | None = None
-    ) -> dict:
+    ) -> Record:
         self._scopes.require_active(scope_id, now_ms)
         if name is not None and (scope_id, name) in self._by_name:
             raise KernelError(CONFLICT, f"scope {scope_id} already has a timer named {name!r}")
@@ -178,20 +180,20 @@ class TimerTable:
             record["name"] = name
         return record
 
-    def decide_fire(self, timer: ScopeTimer, now_ms: int) -> dict | None:
+    def decide_fire(self, timer: ScopeTimer, now_ms: int) -> Record | None:
         """The firing the supervisor proposed, if the timer is still armed and due."""
         if timer.state != ARMED or now_ms < timer.fire_ms:
             return None
         assert timer.fired_ms is None, "a timer fires once, never early"
         return {"type": TIMER_FIRED, "id": timer.id, "at_ms": now_ms}
 
-    def decide_expire(self, timer: ScopeTimer, now_ms: int) -> dict | None:
+    def decide_expire(self, timer: ScopeTimer, now_ms: int) -> Record | None:
         if timer.state != FIRED or now_ms < self.expiry_ms(timer):
             return None
         assert timer.fired_ms is not None and timer.fired_ms <= now_ms, "a timer expires after it fired"
         return {"type": TIMER_EXPIRED, "id": timer.id, "at_ms": now_ms}
 
-    def decide_ack(self, timer: ScopeTimer, token: str, now_ms: int) -> dict | None:
+    def decide_ack(self, timer: ScopeTimer, token: str, now_ms: int) -> Record | None:
         """ACKED with the token it fired with; again with it, harmless; another token, STALE_CLAIM."""
         if token != timer.token:
             raise KernelError(STALE_CLAIM, f"token is not the one timer {timer.id} fired with")
@@ -202,7 +204,7 @@ class TimerTable:
         assert timer.fired_ms is not None, "only a fired timer is acknowledged"
         return {"type": TIMER_ACKED, "id": timer.id, "at_ms": now_ms}
 
-    def decide_cancel(self, timer: ScopeTimer, now_ms: int) -> dict | None:
+    def decide_cancel(self, timer: ScopeTimer, now_ms: int) -> Record | None:
         """CANCELLED if armed or fired; a timer already ended stays as it is (a harmless repeat)."""
         if timer.state in ENDED:
             return None
@@ -211,7 +213,7 @@ class TimerTable:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def apply_created(self, record: dict) -> ScopeTimer:
+    def apply_created(self, record: Record) -> ScopeTimer:
         timer = ScopeTimer(
             record["id"], record["scope_id"], record["fire_ms"], record["token"], record["at_ms"], record.get("name")
         )
@@ -222,7 +224,7 @@ class TimerTable:
         self._by_scope.setdefault(timer.scope_id, {})[timer.id] = None
         return timer
 
-    def apply_fired(self, record: dict) -> ScopeTimer:
+    def apply_fired(self, record: Record) -> ScopeTimer:
         timer = self._by_id[record["id"]]
         assert timer.state == ARMED, f"timer {timer.id} fired twice"
         assert record["at_ms"] >= timer.fire_ms, f"timer {timer.id} fired before its time"
@@ -230,7 +232,7 @@ class TimerTable:
         timer.fired_ms = record["at_ms"]
         return timer
 
-    def apply_ended(self, record: dict, state: str) -> ScopeTimer:
+    def apply_ended(self, record: Record, state: str) -> ScopeTimer:
         timer = self._by_id[record["id"]]
         assert timer.state not in ENDED, f"timer {timer.id} ended twice"
         self._end(timer, state, record["at_ms"])
@@ -257,7 +259,7 @@ class TimerTable:
 
     # -- images ---------------------------------------------------------------------------------
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         for timer in self._by_id.values():
             yield {
                 "type": TIMER_IMAGE,
@@ -272,7 +274,7 @@ class TimerTable:
                 "name": timer.name,
             }
 
-    def apply_image(self, record: dict) -> ScopeTimer:
+    def apply_image(self, record: Record) -> ScopeTimer:
         timer = self.apply_created(record)
         timer.fired_ms = record["fired_ms"]
         if record["state"] in ENDED:
@@ -296,7 +298,7 @@ class CreateTimer(Command):
     timer_id: str = drawn("tm_")
     token: str = drawn("token")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return timers_actor(self.space, self.scope_id)
 
     def check(self, limits: Limits) -> None:
@@ -317,7 +319,7 @@ class EnsureTimer(Command):
     timer_id: str = drawn("tm_")
     token: str = drawn("token")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return timers_actor(self.space, self.scope_id)
 
     def check(self, limits: Limits) -> None:
@@ -335,11 +337,11 @@ class PollTimers(Command):
     timer_id: str | None = body("timerId", required=False, description="only this timer (an extension of this server)")
     wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="hold an empty listing up to this long, capped at {wait_ms_max}")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return timers_actor(self.space, self.scope_id)
 
 
-def _timer_actor_of(state: Any, space: str, timer_id: str) -> ActorKey:
+def _timer_actor_of(state: State, space: str, timer_id: str) -> ActorKey:
     return timers_actor(space, state.space(space).coordination.timers.get(timer_id).scope_id)
 
 
@@ -349,7 +351,7 @@ class AckTimer(Command):
     timer_id: str = path("timer_id")
     token: str = body("token")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _timer_actor_of(state, self.space, self.timer_id)
 
 
@@ -358,14 +360,14 @@ class CancelTimer(Command):
     space: str = path("space")
     timer_id: str = path("timer_id")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return _timer_actor_of(state, self.space, self.timer_id)
 
 
 # -- transitions (of the coordination part) --------------------------------------------------------
 
 
-def create(part: Any, command: CreateTimer | EnsureTimer, now_ms: int, name: str | None = None) -> Outcome:
+def create(part: CoordinationCommands, command: CreateTimer | EnsureTimer, now_ms: int, name: str | None = None) -> Outcome:
     timers: TimerTable = part.timers
     fire_ms = command.at_ms if command.at_ms is not None else now_ms + (command.after_s or 0) * 1000
     if fire_ms - now_ms > part.limits.timer_after_s_max * 1000:
@@ -378,7 +380,7 @@ def create(part: Any, command: CreateTimer | EnsureTimer, now_ms: int, name: str
     return outcome
 
 
-def ensure(part: Any, command: EnsureTimer, now_ms: int) -> Outcome:
+def ensure(part: CoordinationCommands, command: EnsureTimer, now_ms: int) -> Outcome:
     """The scope's timer of this name as it is (the body is not compared), armed if missing."""
     timers: TimerTable = part.timers
     timer = timers.by_name(command.scope_id, command.name)
@@ -389,7 +391,7 @@ def ensure(part: Any, command: EnsureTimer, now_ms: int) -> Outcome:
     return outcome
 
 
-def poll(part: Any, command: PollTimers, now_ms: int) -> Outcome:
+def poll(part: CoordinationCommands, command: PollTimers, now_ms: int) -> Outcome:
     """Every fired, unacked timer of the scope, with its token (a listing, harmless to repeat).
 
     With `timerId`, only that one, and the answer says its state when it has ended (so a caller
@@ -416,7 +418,7 @@ def poll(part: Any, command: PollTimers, now_ms: int) -> Outcome:
     return Outcome(reply=reply)
 
 
-def ack(part: Any, command: AckTimer, now_ms: int) -> Outcome:
+def ack(part: CoordinationCommands, command: AckTimer, now_ms: int) -> Outcome:
     timers: TimerTable = part.timers
     timer = timers.get(command.timer_id)
     record = timers.decide_ack(timer, command.token, now_ms)
@@ -425,7 +427,7 @@ def ack(part: Any, command: AckTimer, now_ms: int) -> Outcome:
     return outcome
 
 
-def cancel(part: Any, command: CancelTimer, now_ms: int) -> Outcome:
+def cancel(part: CoordinationCommands, command: CancelTimer, now_ms: int) -> Outcome:
     timers: TimerTable = part.timers
     timer = timers.get(command.timer_id)
     record = timers.decide_cancel(timer, now_ms)
@@ -434,7 +436,7 @@ def cancel(part: Any, command: CancelTimer, now_ms: int) -> Outcome:
     return outcome
 
 
-def on_fire(part: Any, timer_id: str, _: Any, now_ms: int) -> Outcome:
+def on_fire(part: CoordinationCommands, timer_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     timers: TimerTable = part.timers
     timer = timers.find(timer_id)
     record = None if timer is None else timers.decide_fire(timer, now_ms)
@@ -446,7 +448,7 @@ def on_fire(part: Any, timer_id: str, _: Any, now_ms: int) -> Outcome:
     return outcome
 
 
-def on_expiry(part: Any, timer_id: str, _: Any, now_ms: int) -> Outcome:
+def on_expiry(part: CoordinationCommands, timer_id: str, _: TimerMarker, now_ms: int) -> Outcome:
     timers: TimerTable = part.timers
     timer = timers.find(timer_id)
     record = None if timer is None else timers.decide_expire(timer, now_ms)
@@ -461,30 +463,30 @@ def _timer_timers(space_id: str, timers: TimerTable, timer: ScopeTimer) -> Itera
         yield Timer(timers.expiry_ms(timer), actor, (EXPIRY_TIMER, timer.id), None)
 
 
-def _deadlines(space: Any) -> Iterator[Timer]:
+def _deadlines(space: Space) -> Iterator[Timer]:
     timers: TimerTable = space.coordination.timers
     for timer in timers.live():
         yield from _timer_timers(space.id, timers, timer)
 
 
-def _after_scope_ended(space: Any, record: dict) -> list:
+def _after_scope_ended(space: Space, record: Record) -> list[Change]:
     """A scope's end cancels the armed or fired timers of its subtree."""
     subtree = space.scopes.subtree(record["id"])
     cancelled = space.coordination.timers.cancel_in_scopes(subtree, record["at_ms"])
     return [("timer.cancelled", timer.scope_id, "timer", timer.id, {"state": timer.state}) for timer in cancelled]
 
 
-def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+def _scope_ending(space: Space, subtree: list[str]) -> Callable[[Outcome, int], None]:
     """A poll parked on a timer actor of the subtree hears that the scope ended."""
     actors = [timers_actor(space.id, scope_id) for scope_id in subtree]
     return lambda outcome, at_ms: outcome.pokes.extend(actors)
 
 
-def _find(space: Any, timer_id: str) -> ScopeTimer | None:
+def _find(space: Space, timer_id: str) -> ScopeTimer | None:
     return space.coordination.timers.find(timer_id)
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.coordination.timers = TimerTable(space.limits, space.scopes)
 
 

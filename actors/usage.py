@@ -34,6 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 from .primitive import NOT_COUNTED, Primitive, record_type
+from .outcome import Space
+from .shapes import Record
 
 __all__ = ["Usage", "PLAN", "CLASSIFIED", "EXPIRIES", "TAKEOVER", "USAGE_IMAGE", "USAGE", "classify"]
 
@@ -87,7 +89,7 @@ class Usage:
     def takeovers(self) -> int:
         return 0 if self._claims is None else self._claims.takeovers
 
-    def count(self, record: dict) -> None:
+    def count(self, record: Record) -> None:
         """Count `record`. On every record applied, live and in replay: one lookup and one update."""
         plan = PLAN.get(record["type"])
         if plan is None:
@@ -112,13 +114,13 @@ class Usage:
 
     # -- snapshots ------------------------------------------------------------------------------
 
-    def images(self, space_id: str) -> list[dict]:
+    def images(self, space_id: str) -> list[Record]:
         """The image of these counters: none while nothing was counted."""
         if self.operations or self.free or self.events or self.takeovers:
             return [self.image(space_id)]
         return []
 
-    def image(self, space_id: str) -> dict:
+    def image(self, space_id: str) -> Record:
         """The record that sets these counters outright: last in a space's snapshot image."""
         return {
             "type": USAGE_IMAGE,
@@ -129,7 +131,7 @@ class Usage:
             "takeovers": self.takeovers,
         }
 
-    def apply_image(self, record: dict) -> None:
+    def apply_image(self, record: Record) -> None:
         self.operations = dict(record["operations"])
         self.free = dict(record["free"])
         self.events = dict(record["events"])
@@ -138,7 +140,7 @@ class Usage:
             self._claims.takeovers = record.get("takeovers", 0)
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     # Takeovers are counted by the claim table, which has the claim at hand when it applies.
     space.usage = Usage(space.claims)
 

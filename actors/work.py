@@ -40,16 +40,17 @@ from .deliveries import HANDLER_ERROR, LEASE_TIMER, decide_dead, decide_requeue,
 from .errors import BACKLOG_FULL, DEADLINE_EXCEEDED, IDEMPOTENCY_CONFLICT, KernelError, quote
 from .fields import JSON, TIMESTAMP, body, drawn, path
 from .limits import Limits
-from .mailboxes import MailboxTable
+from .mailboxes import Mailbox, MailboxTable
 from .messages import (
     DELAYED, LEASED, MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, MESSAGES_IMAGE, QUEUED, WORKKEY_IMAGE,
     Message, MessageTable, backoff_ms,
 )
-from .outcome import Outcome, Timer
+from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, timer_kind
 from .scopes import ACTIVE, SCOPE_END_REASONS, ScopeTree
 from .task_commands import REASON_DEADLINE, task_timers
 from .tasks import CANCELLED, EXPIRED, Task, TaskTable, input_hash
+from .shapes import Record, View
 
 __all__ = ["WorkCommands", "MESSAGES", "SendMessage", "outcome_of", "queue_actor"]
 
@@ -106,7 +107,7 @@ class WorkCommands:
         elif backlog >= cap:
             raise full(f"mailbox {quote(mailbox.name)} holds {backlog} unsettled messages", "backlog_limit_max")
 
-    def backlog_room(self, mailbox: Any) -> int:
+    def backlog_room(self, mailbox: Mailbox) -> int:
         """How many more unsettled messages the mailbox takes (see `check_backlog`)."""
         cap = self.limits.backlog_limit_max
         if mailbox.backlog_limit is not None and mailbox.backlog_limit < cap:
@@ -115,7 +116,7 @@ class WorkCommands:
 
     # -- what ends a delivery that did not complete ---------------------------------------------
 
-    def release(self, message: Message, cause: str, error: str | None, jitter: float, now_ms: int) -> dict:
+    def release(self, message: Message, cause: str, error: str | None, jitter: float, now_ms: int) -> Record:
         """What ends a delivery that did not complete (a retry, or a lease that ran out).
 
         In order: a scope that ended cancels the task (nobody may receive there again); a deadline
@@ -142,7 +143,7 @@ class WorkCommands:
         assert visible_ms >= now_ms, "a requeued message is never visible before now"
         return decide_requeue(message, cause, visible_ms, now_ms)
 
-    def _end_undelivered(self, message: Message, task: Task | None, state: str, reason: str, now_ms: int) -> dict:
+    def _end_undelivered(self, message: Message, task: Task | None, state: str, reason: str, now_ms: int) -> Record:
         if task is None:
             return self.messages.decide_drop(message, reason, now_ms)
         record = self.tasks.decide_end(task, state, reason, now_ms)
@@ -151,7 +152,7 @@ class WorkCommands:
 
     # -- timers ---------------------------------------------------------------------------------
 
-    def timer_commit(self, record: dict | None, message: Message | None, task: Task | None) -> Outcome:
+    def timer_commit(self, record: Record | None, message: Message | None, task: Task | None) -> Outcome:
         """Commit what a timer proposed, with the timers the message and its task need next."""
         if record is None:
             return Outcome()
@@ -183,7 +184,7 @@ class WorkCommands:
             return Outcome()
         return self.timer_commit(self.messages.decide_visible(message, now_ms), message, None)
 
-    def on_deadline_timer(self, message_id: str, _: Any, now_ms: int) -> Outcome:
+    def on_deadline_timer(self, message_id: str, _: TimerMarker, now_ms: int) -> Outcome:
         """A plain message's deadline passed before it was delivered: drop it."""
         message = self.messages.find(message_id)
         if message is None or message.state not in (QUEUED, DELAYED) or not message.past_deadline(now_ms):
@@ -229,7 +230,7 @@ class SendMessage(Command):
     deadline_ms: int | None = body("deadline", TIMESTAMP, required=False)
     message_id: str = drawn("ms_")
 
-    def actor(self, state: Any) -> ActorKey:
+    def actor(self, state: State) -> ActorKey:
         return queue_actor(self.space, self.mailbox_id, self.scope_id)
 
 
@@ -274,7 +275,7 @@ def send(work: WorkCommands, command: SendMessage, now_ms: int) -> Outcome:
     return outcome
 
 
-def _sent_view(messages: MessageTable, message_id: str, mailbox_id: str, scope_id: str, work_key: str | None, *, replay: bool) -> dict:
+def _sent_view(messages: MessageTable, message_id: str, mailbox_id: str, scope_id: str, work_key: str | None, *, replay: bool) -> View:
     message = messages.find(message_id)
     return {
         "id": message_id,
@@ -291,29 +292,29 @@ def _sent_view(messages: MessageTable, message_id: str, mailbox_id: str, scope_i
 # -- applying ----------------------------------------------------------------------------------
 
 
-def _apply_sent(messages: MessageTable, record: dict) -> None:
+def _apply_sent(messages: MessageTable, record: Record) -> None:
     messages.apply_enqueued(
         record["id"], record["mailbox_id"], record["scope_id"], record["payload"], record["payload_hash"],
         record["work_key"], record["deadline_ms"], None, record["at_ms"],
     )
 
 
-def _apply_dropped(messages: MessageTable, record: dict) -> None:
+def _apply_dropped(messages: MessageTable, record: Record) -> None:
     messages.apply_finished(record["message_id"], "DROPPED", record["reason"], record["at_ms"])
 
 
-def _deadlines(space: Any) -> Iterator[Timer]:
+def _deadlines(space: Space) -> Iterator[Timer]:
     work = space.work
     for message in space.messages.live():
         yield from work.message_timers(message)
 
 
-def _scope_ending(space: Any, subtree: list[str]) -> Callable[[Outcome, int], None]:
+def _scope_ending(space: Space, subtree: list[str]) -> Callable[[Outcome, int], None]:
     """Receivers parked on the subtree's queues hear that the scope ended."""
     return lambda outcome, at_ms: outcome.pokes.extend(space.work.queue_actors(subtree))
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.messages = MessageTable(space.limits, space.mailboxes)
     work = space.work = WorkCommands(space.id, space.limits, space.scopes, space.mailboxes, space.messages, space.tasks, space.commit)
     work.check_bytes = space.check_bytes

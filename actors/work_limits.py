@@ -18,16 +18,17 @@ Pure: no IO, no clock reads.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
 from .capacity import CapacityCommand, CapacityCommands
 from .caps import full
 from .errors import BACKLOG_FULL, CONFLICT, NOT_FOUND, KernelError
 from .fields import INTEGER, body, drawn, path
-from .outcome import Outcome
+from .outcome import Outcome, Space
 from .primitive import NOT_COUNTED, Primitive, command, operation, record_type
 from .tasks import TaskTable
 from .timestamps import format_ms
+from .shapes import Record, View
 
 __all__ = [
     "WorkLimit", "WorkLimitTable", "WORK_LIMIT_COUNTED", "WORK_LIMIT_CREATED", "WORK_LIMIT_IMAGE", "CreateWorkLimit",
@@ -51,7 +52,7 @@ def _open(tasks: TaskTable, task_id: str) -> bool:
 class WorkLimit:
     __slots__ = ("id", "name", "scope_id", "max_outstanding", "created_ms", "task_ids")
 
-    def __init__(self, record: dict, created_ms: int) -> None:
+    def __init__(self, record: Record, created_ms: int) -> None:
         self.id: str = record["id"]
         self.name: str = record["name"]
         self.scope_id: str = record["scope_id"]
@@ -87,7 +88,7 @@ class WorkLimitTable:
         tasks = self._tasks
         return sum(1 for task_id in limit.task_ids if _open(tasks, task_id))
 
-    def view(self, limit: WorkLimit) -> dict:
+    def view(self, limit: WorkLimit) -> View:
         return {
             "id": limit.id,
             "name": limit.name,
@@ -97,7 +98,7 @@ class WorkLimitTable:
             "createdAt": format_ms(limit.created_ms),
         }
 
-    def decide_create(self, limit_id: str, name: str, scope_id: str, max_outstanding: int, now_ms: int) -> dict:
+    def decide_create(self, limit_id: str, name: str, scope_id: str, max_outstanding: int, now_ms: int) -> Record:
         if name in self._by_name:
             raise KernelError(CONFLICT, f"a work limit named {name!r} exists already", details={"id": self._by_name[name].id})
         if len(self._limits) >= self.work_limits_max:
@@ -118,20 +119,20 @@ class WorkLimitTable:
                 retry_after_s=RETRY_AFTER_S,
             )
 
-    def apply_created(self, record: dict) -> WorkLimit:
+    def apply_created(self, record: Record) -> WorkLimit:
         limit = WorkLimit(record, record["at_ms"])
         assert limit.id not in self._limits and limit.name not in self._by_name
         self._limits[limit.id] = self._by_name[limit.name] = limit
         return limit
 
-    def apply_counted(self, record: dict) -> None:
+    def apply_counted(self, record: Record) -> None:
         limit = self._limits[record["id"]]
         tasks = self._tasks
         limit.task_ids = [task_id for task_id in limit.task_ids if _open(tasks, task_id)]
         limit.task_ids.append(record["task_id"])
         assert len(limit.task_ids) <= limit.max_outstanding, "a work limit never lets more through than its maximum"
 
-    def image(self) -> Iterator[dict]:
+    def image(self) -> Iterator[Record]:
         for limit in self._limits.values():
             yield {
                 "type": WORK_LIMIT_IMAGE, "id": limit.id, "name": limit.name, "scope_id": limit.scope_id,
@@ -139,7 +140,7 @@ class WorkLimitTable:
                 "task_ids": list(limit.task_ids),  # as they stand: ended ones go when the next is counted
             }
 
-    def apply_image(self, record: dict) -> None:
+    def apply_image(self, record: Record) -> None:
         limit = self.apply_created({**record, "at_ms": record["created_ms"]})
         limit.task_ids = list(record["task_ids"])
 
@@ -177,7 +178,7 @@ def count_task(part: CapacityCommands, outcome: Outcome, limit: WorkLimit, task_
     part.commit(outcome, {"type": WORK_LIMIT_COUNTED, "id": limit.id, "task_id": task_id, "at_ms": now_ms})
 
 
-def _make(space: Any) -> None:
+def _make(space: Space) -> None:
     space.capacity.work_limits = WorkLimitTable(space.tasks, space.limits.work_limits_max)
 
 

@@ -20,92 +20,181 @@ The package is typed (`py.typed`); the answers the server sends are `TypedDict`s
 `runstate.types`, and the exceptions, one per error family, are drawn in `runstate.errors`.
 """
 
-from ._bound import RunContext, RunInfo, current_context
-from ._config import Config, resolve_config
-from ._observe import RunEvent, RunState, RunStatus, Waiting, WorkerStatus
-from ._queues import Job, Queue
-from ._signal import Signal
-from ._units import Amount, Duration, Per
-from .blocking import Runstate
-from .claims import ClaimLease, ClaimRef
-from .client import AsyncRunstate, MailboxesAPI, ScopesAPI
-from .coordination import (
-    BarrierHandle, BarriersAPI, DiagnosticsAPI, EventsAPI, GroupHandle, GroupsAPI, TimerHandle, TimersAPI,
-)
-from .errors import (
-    ERRORS,
-    AuthenticationError,
-    AuthError,
-    BarrierCancelledError,
-    BudgetExceededError,
-    ConfigError,
-    ConflictError,
-    CursorExpiredError,
-    DeadlineExceededError,
-    InternalError,
-    LeaseLostError,
-    NotFoundError,
-    OnceFailedError,
-    RateLimitError,
-    ResultTooLargeError,
-    RunstateError,
-    ScopeCancelledError,
-    StoppedError,
-    TaskFailedError,
-    TimeoutError,
-    UnavailableError,
-    UnreachableError,
-    ValidationError,
-    WaitTimeoutError,
-    is_permanent,
-    is_runstate_error,
-    map_error,
-)
-from .mailboxes import Delivery, MailboxRef
-from .capacity import BudgetRef, BudgetReservation, PoolLease, PoolRef, QuotaRef  # -- capacity --
-from .scopes import ScopeHandle
-from .tasks import TaskTicket
-from .transport import HTTPTransport, SocketTransport, Transport, TransportError
-from .types import AcquireAttempt, MailboxRow, MessageView, ScopeView, TaskResult, TaskView
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.3.0"
 """This package's version (the TypeScript SDK's is the same; CHANGELOG.md tells both)."""
 
-# The default client behind the module functions: nothing is read or sent before the first call.
-_default = Runstate()
+# Importing `runstate` imports none of the SDK's modules (nor httpx): each name is imported when it
+# is first read (`__getattr__`), so `runstate.actors` and `runstate.snapshots`, which share the
+# package, load without the client. The checker reads the names from these imports, which never
+# run; a test checks that `__all__`, `_EXPORTS` and `_DEFAULT_FUNCTIONS` name the same things.
+if TYPE_CHECKING:
+    from ._bound import RunContext, RunInfo, current_context
+    from ._config import Config, resolve_config
+    from ._observe import RunEvent, RunState, RunStatus, Waiting, WorkerStatus
+    from ._queues import Job, Queue
+    from ._signal import Signal
+    from ._units import Amount, Duration, Per
+    from .blocking import Runstate
+    from .claims import ClaimLease, ClaimRef
+    from .client import AsyncRunstate, MailboxesAPI, ScopesAPI
+    from .coordination import (
+        BarrierHandle, BarriersAPI, DiagnosticsAPI, EventsAPI, GroupHandle, GroupsAPI, TimerHandle, TimersAPI,
+    )
+    from .errors import (
+        ERRORS,
+        AuthenticationError,
+        AuthError,
+        BarrierCancelledError,
+        BudgetExceededError,
+        ConfigError,
+        ConflictError,
+        CursorExpiredError,
+        DeadlineExceededError,
+        InternalError,
+        LeaseLostError,
+        NotFoundError,
+        OnceFailedError,
+        RateLimitError,
+        ResultTooLargeError,
+        RunstateError,
+        ScopeCancelledError,
+        StoppedError,
+        TaskFailedError,
+        TimeoutError,
+        UnavailableError,
+        UnreachableError,
+        ValidationError,
+        WaitTimeoutError,
+        is_permanent,
+        is_runstate_error,
+        map_error,
+    )
+    from .mailboxes import Delivery, MailboxRef
+    from .capacity import BudgetRef, BudgetReservation, PoolLease, PoolRef, QuotaRef  # -- capacity --
+    from .scopes import ScopeHandle
+    from .tasks import TaskTicket
+    from .transport import HTTPTransport, SocketTransport, Transport, TransportError
+    from .types import AcquireAttempt, MailboxRow, MessageView, ScopeView, TaskResult, TaskView
 
-configure = _default.configure
-run = _default.run
-child = _default.child
-run_id = _default.run_id
-arun_id = _default.arun_id
-once = _default.once
-limit = _default.limit
-take = _default.take
-atake = _default.atake
-slots = _default.slots
-budget = _default.budget
-queue = _default.queue
-serve = _default.serve
-aserve = _default.aserve
-sleep = _default.sleep
-asleep = _default.asleep
-together = _default.together
-atogether = _default.atogether
-setup = _default.setup
-asetup = _default.asetup
-stop = _default.stop
-astop = _default.astop
-finish = _default.finish
-afinish = _default.afinish
-events = _default.events
-aevents = _default.aevents
-status = _default.status
-astatus = _default.astatus
+    _default = Runstate()
+    configure = _default.configure
+    run = _default.run
+    child = _default.child
+    run_id = _default.run_id
+    arun_id = _default.arun_id
+    once = _default.once
+    limit = _default.limit
+    take = _default.take
+    atake = _default.atake
+    slots = _default.slots
+    budget = _default.budget
+    queue = _default.queue
+    serve = _default.serve
+    aserve = _default.aserve
+    sleep = _default.sleep
+    asleep = _default.asleep
+    together = _default.together
+    atogether = _default.atogether
+    setup = _default.setup
+    asetup = _default.asetup
+    stop = _default.stop
+    astop = _default.astop
+    finish = _default.finish
+    afinish = _default.afinish
+    events = _default.events
+    aevents = _default.aevents
+    status = _default.status
+    astatus = _default.astatus
+
+# The module of the package that defines each public name.
+_MODULES: dict[str, tuple[str, ...]] = {
+    "._bound": ("RunContext", "RunInfo", "current_context"),
+    "._config": ("Config", "resolve_config"),
+    "._observe": ("RunEvent", "RunState", "RunStatus", "Waiting", "WorkerStatus"),
+    "._queues": ("Job", "Queue"),
+    "._signal": ("Signal",),
+    "._units": ("Amount", "Duration", "Per"),
+    ".blocking": ("Runstate",),
+    ".claims": ("ClaimLease", "ClaimRef"),
+    ".client": ("AsyncRunstate", "MailboxesAPI", "ScopesAPI"),
+    ".coordination": (
+        "BarrierHandle", "BarriersAPI", "DiagnosticsAPI", "EventsAPI", "GroupHandle", "GroupsAPI",
+        "TimerHandle", "TimersAPI",
+    ),
+    ".errors": (
+        "ERRORS", "AuthenticationError", "AuthError", "BarrierCancelledError", "BudgetExceededError",
+        "ConfigError", "ConflictError", "CursorExpiredError", "DeadlineExceededError", "InternalError",
+        "LeaseLostError", "NotFoundError", "OnceFailedError", "RateLimitError", "ResultTooLargeError",
+        "RunstateError", "ScopeCancelledError", "StoppedError", "TaskFailedError", "TimeoutError",
+        "UnavailableError", "UnreachableError", "ValidationError", "WaitTimeoutError", "is_permanent",
+        "is_runstate_error", "map_error",
+    ),
+    ".mailboxes": ("Delivery", "MailboxRef"),
+    ".capacity": ("BudgetRef", "BudgetReservation", "PoolLease", "PoolRef", "QuotaRef"),
+    ".scopes": ("ScopeHandle",),
+    ".tasks": ("TaskTicket",),
+    ".transport": ("HTTPTransport", "SocketTransport", "Transport", "TransportError"),
+    ".types": ("AcquireAttempt", "MailboxRow", "MessageView", "ScopeView", "TaskResult", "TaskView"),
+}
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
+
+# The run-bound functions of the default client (0.3.0's names), made on first use.
+_DEFAULT_FUNCTIONS = (
+    "configure", "run", "child", "run_id", "arun_id", "once", "limit", "take", "atake", "slots", "budget",
+    "queue", "serve", "aserve", "sleep", "asleep", "together", "atogether", "setup", "asetup", "stop",
+    "astop", "finish", "afinish", "events", "aevents", "status", "astatus",
+)
+_default_lock = threading.Lock()
+_made: "Runstate | None" = None
+
+
+def _default_client() -> "Runstate":
+    """The default client behind the module functions: nothing is read or sent before the first call."""
+    global _made
+    with _default_lock:
+        if _made is None:
+            from .blocking import Runstate
+
+            _made = Runstate()
+        return _made
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, a function of the default client, or a module of the package, imported now
+    (and kept, so this runs once a name)."""
+    value: Any
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    elif name in _DEFAULT_FUNCTIONS:
+        value = getattr(_default_client(), name)
+    elif name == "_default":
+        value = _default_client()
+    else:
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names too, before they are first read (for completion and `dir()`)."""
+    return sorted({*globals(), *__all__})
 
 
 def context() -> RunContext | None:
     """What the current wrapped call or queue job runs under; None outside one."""
+    from ._bound import current_context
+
     return current_context()
 
 

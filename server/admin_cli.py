@@ -38,7 +38,7 @@ __all__ = ["add_commands", "run", "print_table", "show", "space_access", "reques
 DEFAULT_URL = "http://127.0.0.1:8080"
 TIMEOUT_S = 10.0
 
-Column = tuple[str, "str | Callable[[dict], Any]"]
+Column = tuple[str, "str | Callable[[dict[str, Any]], Any]"]
 
 
 class Credential:
@@ -283,7 +283,7 @@ def show(value: Any) -> str:
     return str(value)
 
 
-def print_table(rows: Sequence[dict], columns: Sequence[Column]) -> None:
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> None:
     cells = [[h for h, _ in columns]]
     for row in rows:
         cells.append([show(get(row) if callable(get) else row.get(get)) for _, get in columns])
@@ -440,10 +440,10 @@ def _inspect(args: argparse.Namespace, fetch: Fetch | None = None) -> None:
         print("(more not shown: raise --limit)")
 
 
-def _amount(field: str) -> Callable[[dict], str | None]:
+def _amount(field: str) -> Callable[[dict[str, Any]], str | None]:
     """A budget's amount in minor units (a digit string) as the currency writes it: scale 2, "150" -> "1.50"."""
 
-    def amount(row: dict) -> str | None:
+    def amount(row: dict[str, Any]) -> str | None:
         minor, scale = row.get(field), row.get("scale") or 0
         if minor is None:
             return None
@@ -453,7 +453,7 @@ def _amount(field: str) -> Callable[[dict], str | None]:
     return amount
 
 
-def event_by(event: dict) -> str | None:
+def event_by(event: dict[str, Any]) -> str | None:
     """Who an event is by: the operator (`by`: an API key's id, or `admin`) when its record says,
     else the holder it names (who took a claim or a delivery, or whose delivery ended); None
     when it names neither (a release or an expiry records only the generation)."""
@@ -476,7 +476,7 @@ SCAN_RESTARTS_MAX = 3
 SCAN_PAGE_MAX = EVENTS_LISTED_MAX = 1000
 
 
-def _about(event: dict, key: str) -> bool:
+def _about(event: dict[str, Any], key: str) -> bool:
     """Whether an event is about `key`: its aggregate's id (a claim key, a task, a message, a
     mailbox), or the task key it carries."""
     return event["aggregate"]["id"] == key or (event.get("payload") or {}).get("taskKey") == key
@@ -529,7 +529,7 @@ def _newest_events(args: argparse.Namespace, fetch: Fetch, types: str | None) ->
         return
     end = int(fetch("/events", {"latest": 0})["nextCursor"])
     for _ in range(SCAN_RESTARTS_MAX):
-        kept: deque[dict] = deque(maxlen=args.limit)
+        kept: deque[dict[str, Any]] = deque(maxlen=args.limit)
         cursor = None
         try:
             while cursor is None or int(cursor) < end:
@@ -549,7 +549,7 @@ def _newest_events(args: argparse.Namespace, fetch: Fetch, types: str | None) ->
     raise CommandError("the space's events move faster than they can be read: try again, or narrow the search with --run or --type")
 
 
-def _print_events(page: dict, as_json: bool) -> None:
+def _print_events(page: dict[str, Any], as_json: bool) -> None:
     if as_json:
         _print_json(page)
     else:

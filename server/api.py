@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..actors.errors import KernelError
-from ..actors.fields import takes_caller
+from ..actors.fields import Spec, takes_caller
 from ..actors.kernel import EMPTY
 from .http import Handler, Request, Router
 
@@ -32,7 +32,7 @@ class Reply:
     """One documented answer: its status, the component schema (or an inline schema), a description."""
 
     status: int
-    schema: str | dict | None
+    schema: str | dict[str, Any] | None
     description: str = "OK"
     content_type: str = "application/json"
 
@@ -48,7 +48,7 @@ class Doc:
     replies: tuple[Reply, ...]
     command: type | None = None
     # The request body's fields for a route that is not a command (`actors.fields.Spec`s).
-    body: tuple | None = None
+    body: tuple[Spec, ...] | None = None
     body_required: bool = True
     query: tuple[str, ...] = ()
     # Error statuses besides those every keyed route can answer (bad key, bad path, 413, 503).

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..actors.fields import BODY, body_fields
 from ..actors.limits import Limits
+from .http import Route
 from .openapi import OPENAPI_PATH, operation
 
 __all__ = ["render"]
@@ -72,7 +73,7 @@ def _fields(route: Any) -> list:
     return [spec for spec in doc.body or () if spec.source == BODY]
 
 
-def render(routes: list | None = None, limits: Limits | None = None) -> str:
+def render(routes: list[Route] | None = None, limits: Limits | None = None) -> str:
     limits = limits or Limits()
     if routes is None:
         from .routes import ROUTER

@@ -37,7 +37,7 @@ class ApiConnection:
 
     __slots__ = ("app", "scope")
 
-    def __init__(self, app: "RunstateApp", scope: dict) -> None:
+    def __init__(self, app: "RunstateApp", scope: dict[str, Any]) -> None:
         self.app = app
         self.scope = scope
 

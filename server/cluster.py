@@ -82,7 +82,9 @@ from ..actors.partition import Partition
 from ..actors.layout import Layout
 from ..actors.errors import UNAVAILABLE, KernelError
 from ..snapshots.datadir import Manifest, make_data_dir, partition_dir, read_manifest
-from ..snapshots.etcd import Compare, EtcdClient, EtcdError, EtcdUnavailable, KeyValue, LeaseKeeper, Op, WatchCanceled, prefix_end
+from ..snapshots.etcd import (
+    Compare, EtcdClient, EtcdError, EtcdUnavailable, KeyValue, LeaseKeeper, Op, RangeResult, WatchCanceled, prefix_end,
+)
 from ..snapshots.etcd_journal import EtcdJournal, Fenced, PartitionKeys
 from ..snapshots.frame import FRAME_HEADER_BYTES
 from ..snapshots.model import StateModel
@@ -238,7 +240,7 @@ class Cluster:
         self.kernel: Kernel | None = None
         self.session: LeaseKeeper | None = None
         self.session_ready = trio.Event()
-        self.nodes: dict[str, dict] = {}  # live nodes (their keys' values), by id
+        self.nodes: dict[str, dict[str, Any]] = {}  # live nodes (their keys' values), by id
         self.nodes_changed = trio.Event()
         self.sessions = 0
         self.leaving = False  # shutting down: its partitions handed over, no new one taken
@@ -661,7 +663,9 @@ class Cluster:
         if won.succeeded:
             epoch = won.header.revision
         else:
-            kvs = won.responses[0].kvs
+            leader = won.responses[0]
+            assert isinstance(leader, RangeResult), "the failure branch reads the leader's key"
+            kvs = leader.kvs
             if not (kvs and kvs[0].lease == session.lease_id):
                 self._set_leader(follower, self._parse_leader(kvs[0]) if kvs else None)
                 return

@@ -56,13 +56,13 @@ def status(args: argparse.Namespace) -> None:
     ])
 
 
-def _leads(row: dict) -> str:
+def _leads(row: dict[str, Any]) -> str:
     """The partitions a node leads, as the map says (one view: a partition is never under two nodes);
     a node that left the live nodes while its keys last is marked so."""
     led = ",".join(str(number) for number in row.get("leads") or ()) or "-"
     return led if row.get("live", True) else f"{led} (gone)"
 
 
-def _standbys(row: dict) -> str:
+def _standbys(row: dict[str, Any]) -> str:
     found = [f"{s['node']}:{'?' if s.get('lagRecords') is None else s['lagRecords']}" for s in row.get("standbys") or []]
     return " ".join(found) or "-"

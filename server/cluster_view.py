@@ -8,7 +8,7 @@ the map and what each node leads come from the same leader keys (the node's watc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -42,7 +42,7 @@ def lag(cluster: "Cluster", number: int) -> int | None:
     return None if newest is None else max(0, newest - applied(cluster, number, cluster.node_id))  # type: ignore[operator]
 
 
-def status(cluster: "Cluster") -> dict:
+def status(cluster: "Cluster") -> dict[str, Any]:
     """The partition map and the nodes, as `GET /v1/cluster` answers it: each partition's
     leader, its last LSN, and how far behind it each standby is (from what the nodes last
     published: at most PUBLISH_EVERY_S old).

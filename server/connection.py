@@ -454,7 +454,7 @@ class _Exchange:
         self._body_done = False
         self._head_only = request.method == b"HEAD"
 
-    def scope(self) -> dict:
+    def scope(self) -> dict[str, Any]:
         request = self._request
         connection = self._connection
         path, _, query = request.target.partition(b"?")
@@ -466,7 +466,7 @@ class _Exchange:
             "client": connection._client, "server": connection._server, "extensions": {"runstate.gone": self.gone},
         }
 
-    async def receive(self) -> dict:
+    async def receive(self) -> dict[str, Any]:
         if self.error is not None:  # the body broke off: nothing more will be read
             return {"type": "http.disconnect"}
         if self._body_done:  # the body has all been given: what is left to say is that the client went
@@ -493,7 +493,7 @@ class _Exchange:
                     return {"type": "http.disconnect"}
             events.receive_data(await self._connection._read())
 
-    async def send(self, message: dict) -> None:
+    async def send(self, message: dict[str, Any]) -> None:
         kind = message["type"]
         if kind == "http.response.start":
             await self._start(message)
@@ -502,7 +502,7 @@ class _Exchange:
         else:
             raise RuntimeError(f"an ASGI http answer cannot send {kind!r}")
 
-    async def _start(self, message: dict) -> None:
+    async def _start(self, message: dict[str, Any]) -> None:
         if self.started:
             raise RuntimeError("the answer was started twice")
         headers = [(bytes(name).lower(), bytes(value)) for name, value in message.get("headers", ())]

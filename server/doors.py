@@ -190,7 +190,7 @@ def declared_length(headers: dict[str, str]) -> int | None:
 
 
 async def read_body(
-    receive: Callable[[], Awaitable[dict]], headers: dict[str, str], bytes_max: int, doors: Doors, reading: BodyReading
+    receive: Callable[[], Awaitable[dict[str, Any]]], headers: dict[str, str], bytes_max: int, doors: Doors, reading: BodyReading
 ) -> bytes:
     """The whole body, at most `bytes_max` bytes, each held byte counted in `doors` (413 / 503 past them)."""
     _check_declared(headers, bytes_max)
@@ -234,7 +234,7 @@ def _hold(chunk: bytes, bytes_max: int, doors: Doors, reading: BodyReading) -> N
     reading.held += len(chunk)
 
 
-async def drain(receive: Callable[[], Awaitable[dict]], doors: Doors, reading: BodyReading) -> bool:
+async def drain(receive: Callable[[], Awaitable[dict[str, Any]]], doors: Doors, reading: BodyReading) -> bool:
     """Read and drop the rest of a refused request's body; True when it ended within the bounds.
 
     False means the connection must close after the answer: the client is still sending, too
@@ -259,7 +259,7 @@ async def drain(receive: Callable[[], Awaitable[dict]], doors: Doors, reading: B
     return False
 
 
-async def send_while_discarding(receive: Callable[[], Awaitable[dict]], answer: Callable[[], Awaitable[None]], seconds: float) -> None:
+async def send_while_discarding(receive: Callable[[], Awaitable[dict[str, Any]]], answer: Callable[[], Awaitable[None]], seconds: float) -> None:
     """Send an answer while the rest of the request is read and dropped, for at most `seconds`.
 
     Under an ASGI server that queues a request's body for the application (hypercorn), an answer

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import trio
 
 from ..actors.fields import compile_parser
+from ..actors.shapes import Record
 from ..actors.errors import NOT_FOUND, UNAVAILABLE, VALIDATION_FAILED, KernelError, quote
 from ..actors.partition import EMPTY
 from ..actors.state import KernelState
@@ -114,7 +115,7 @@ class Point:
     records: int  # records replayed on top of the snapshot
     seconds: float
 
-    def view(self) -> dict:
+    def view(self) -> dict[str, Any]:
         return {
             "lsn": self.lsn,
             "at": format_ms(self.now_ms),
@@ -184,7 +185,7 @@ class PastKernel:
     def keys(self) -> Any:
         return self.state.keys
 
-    def parse(self, command_class: type, body: dict, params: dict[str, str], query: Any = None) -> Any:
+    def parse(self, command_class: type, body: dict[str, Any], params: dict[str, str], query: Any = None) -> Any:
         """A read's parameters, read as the live kernel reads them (`Kernel.parse`); a read draws
         no random value, so none is given."""
         parser = self._parsers.get(command_class)
@@ -218,7 +219,7 @@ class _OneSpace:
         self.space = space
         self.boot = state.boot
 
-    def apply(self, record: dict) -> None:
+    def apply(self, record: Record) -> None:
         space = record.get("space")
         if space is None or space == self.space or self.space is None:
             self.state.apply(record)
@@ -253,7 +254,7 @@ def _point(reached: Reached, asked: Asked, partition: int, started: float) -> Po
 def rebuild(
     folder: str, model: StateModel, partition: int, space: str | None, points: list[tuple[Asked, int | None]],
     on_point: Callable[[KernelState, Point], None], *, through_lsn: int | None,
-    on_record: Callable[[int, dict, int, KernelState], None] | None = None,
+    on_record: Callable[[int, dict[str, Any], int, KernelState], None] | None = None,
 ) -> None:
     """Rebuild `space` (None: every space of the partition) at each of `points` ((asked, the
     event's time for `ev_N`)), in order, and call `on_point` with the state and where it stands at
@@ -314,7 +315,7 @@ class History:
             raise KernelError(UNAVAILABLE, f"the partition of space {quote(space)} is not open on this node", retry_after_s=1)
         return number, store
 
-    def kept(self, space: str) -> dict:
+    def kept(self, space: str) -> dict[str, Any]:
         """What the space's partition keeps of its history: the oldest point, and the newest."""
         number, store = self._store(space)
         found = kept(store.data_dir)
@@ -389,7 +390,7 @@ class History:
 
     async def between(
         self, space: str, first: str | None, second: str | None, at_point: Callable[[PastKernel], Any],
-        on_record: Callable[[int, dict, int, KernelState], None],
+        on_record: Callable[[int, dict[str, Any], int, KernelState], None],
     ) -> tuple[Point, Point]:
         """One replay through two points: `at_point` reads the state at each (in the worker thread,
         as the replay passes it: A, then B), `on_record` sees every record between them."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from ..actors.shapes import Record
 from .history import PastKernel, Point
 from .http import Request
 
@@ -52,7 +53,7 @@ class _Reader:
         return space
 
 
-def read_route(past: PastKernel, tail: str, query: dict[str, Any] | None = None) -> dict:
+def read_route(past: PastKernel, tail: str, query: dict[str, Any] | None = None) -> dict[str, Any]:
     """What `GET /v1/spaces/{space}{tail}?query` answered at the past point (KernelError if refused)."""
     from .routes import ROUTER  # (the routes import the history module)
 
@@ -90,15 +91,15 @@ class Diff:
 
     def __init__(self, space: str) -> None:
         self.space = space
-        self.states: list[dict] = []
+        self.states: list[dict[str, Any]] = []
         self.events: dict[str, int] = {}
         self.causes: dict[str, dict[str, int]] = {}
         self.records: dict[str, int] = {}
-        self.changes: list[dict] = []
+        self.changes: list[dict[str, Any]] = []
         self.cursors: list[int] = []
         self._seen = 0  # the newest event counted
 
-    def at_point(self, past: PastKernel) -> dict:
+    def at_point(self, past: PastKernel) -> dict[str, Any]:
         """Read the state at a point (both: A first, then B)."""
         self._harvest(past.state)
         if not self.cursors:
@@ -108,7 +109,7 @@ class Diff:
         self.states.append(states)
         return states
 
-    def on_record(self, lsn: int, record: dict, reached: int, state: Any) -> None:
+    def on_record(self, lsn: int, record: Record, reached: int, state: Any) -> None:
         """A record between the points, before it is applied: the events its predecessor made are in the log."""
         if reached != 1 or record.get("space") != self.space:
             return
@@ -144,7 +145,7 @@ class Diff:
                 self.changes.append(event.view())
         self._seen = log.seq
 
-    def view(self, first: Point, second: Point) -> dict:
+    def view(self, first: Point, second: Point) -> dict[str, Any]:
         assert len(self.states) == 2 and len(self.cursors) == 2, "both points were read"
         states: dict[str, dict[str, dict[str, int]]] = {}
         for kind in sorted(set(self.states[0]) | set(self.states[1])):

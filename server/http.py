@@ -205,7 +205,7 @@ class Router:
         raise ApiError(NOT_FOUND, f"no such route: {method} {raw_path}")
 
 
-def _fit(node: _Node, segments: list[str], at: int, params: list[tuple[str, str]], fits: list) -> None:
+def _fit(node: _Node, segments: list[str], at: int, params: list[tuple[str, str]], fits: list[tuple[int, Route, dict[str, str]]]) -> None:
     """Every route whose pattern fits `segments` from `at` on, below `node`, with its parameters."""
     if at == len(segments):
         for order, route in node.routes:
@@ -267,9 +267,9 @@ def _empty_reply(request_id: str, close: bool, extra: dict[str, str] | None) -> 
 async def serve_http(
     services: Any,
     router: Router,
-    scope: dict,
-    receive: Callable[[], Awaitable[dict]],
-    send: Callable[[dict], Awaitable[None]],
+    scope: dict[str, Any],
+    receive: Callable[[], Awaitable[dict[str, Any]]],
+    send: Callable[[dict[str, Any]], Awaitable[None]],
 ) -> None:
     """Answer one ASGI `http` request (under our connection, another ASGI server, or in process)."""
     method = scope["method"]
@@ -291,7 +291,7 @@ async def serve_http(
         await _send_reply(send, reply)
 
 
-async def _send_reply(send: Callable[[dict], Awaitable[None]], reply: Reply) -> None:
+async def _send_reply(send: Callable[[dict[str, Any]], Awaitable[None]], reply: Reply) -> None:
     await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
     await send({"type": "http.response.body", "body": reply.body})
 
@@ -309,12 +309,12 @@ async def serve_whole(
     return await respond(services, router, request, _nothing_more, gone, body)
 
 
-async def _nothing_more() -> dict:
+async def _nothing_more() -> dict[str, Any]:
     return {"type": "http.disconnect"}
 
 
 async def respond(
-    services: Any, router: Router, request: Request, receive: Callable[[], Awaitable[dict]], gone: Any, came: bytes | None,
+    services: Any, router: Router, request: Request, receive: Callable[[], Awaitable[dict[str, Any]]], gone: Any, came: bytes | None,
 ) -> Reply | None:
     """The answer to one request, and its report (metrics, request line); None when the client of
     a long poll went away. The body is `came` when it has all come with the head, else it is read
@@ -379,7 +379,7 @@ async def respond(
 
 
 async def _refused(
-    services: Any, request: Request, error: KernelError, receive: Callable[[], Awaitable[dict]], body_read: bool,
+    services: Any, request: Request, error: KernelError, receive: Callable[[], Awaitable[dict[str, Any]]], body_read: bool,
     incoming: BodyReading,
 ) -> Reply:
     """The envelope of a refusal; a body not read yet is read and dropped first (bounded), or the
@@ -446,7 +446,7 @@ _STOPPED = object()
 
 
 async def _unless_disconnected(
-    call: Callable[[], Awaitable[Any]], receive: Callable[[], Awaitable[dict]], gone: Any, doors: Any, forwarded: bool = False
+    call: Callable[[], Awaitable[Any]], receive: Callable[[], Awaitable[dict[str, Any]]], gone: Any, doors: Any, forwarded: bool = False
 ) -> Any:
     """Run a long poll (`call`), cancelling it if the client disconnects first (then None).
 

@@ -201,8 +201,8 @@ async def _lifespan(app: Any) -> AsyncIterator[None]:
     """The application's ASGI lifespan around the serving: `lifespan.startup` before the first
     connection, `lifespan.shutdown` after the last. An application that does not speak the
     lifespan protocol (it raises at once) is served without it, as the ASGI spec says."""
-    to_app, app_receives = trio.open_memory_channel[dict](2)
-    app_sends, from_app = trio.open_memory_channel[dict](2)
+    to_app, app_receives = trio.open_memory_channel[dict[str, Any]](2)
+    app_sends, from_app = trio.open_memory_channel[dict[str, Any]](2)
     supported = True
 
     async def run() -> None:
@@ -226,7 +226,7 @@ async def _lifespan(app: Any) -> AsyncIterator[None]:
             nursery.cancel_scope.cancel()
 
 
-async def _lifespan_step(to_app: trio.MemorySendChannel[dict], from_app: trio.MemoryReceiveChannel[dict], step: str) -> None:
+async def _lifespan_step(to_app: trio.MemorySendChannel[dict[str, Any]], from_app: trio.MemoryReceiveChannel[dict[str, Any]], step: str) -> None:
     with trio.fail_after(LIFESPAN_S):
         await to_app.send({"type": f"lifespan.{step}"})
         answer = await from_app.receive()

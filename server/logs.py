@@ -156,7 +156,8 @@ class AccessLog:
         out. Without this task running, each line is written as it comes."""
         import trio
 
-        self._pending = pending = []
+        pending: list[bytes] = []
+        self._pending = pending
         try:
             while True:
                 if pending:

@@ -21,6 +21,7 @@ from typing import Any
 from ..actors.fields import body_fields, query_fields, schema
 from ..actors.limits import Limits
 from .api import OPENAPI_PATH, Doc
+from .http import Route
 
 __all__ = ["openapi", "operation", "OPENAPI_PATH"]
 
@@ -28,14 +29,14 @@ __all__ = ["openapi", "operation", "OPENAPI_PATH"]
 _TS = {"type": "string", "description": "UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ`"}
 
 
-def _nullable(schema: dict) -> dict:
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     kind = schema.get("type")
     if kind is None:
         return {"anyOf": [schema, {"type": "null"}]}
     return {**schema, "type": [kind, "null"] if isinstance(kind, str) else [*kind, "null"]}
 
 
-def _obj(required: dict[str, dict], optional: dict[str, dict] | None = None) -> dict:
+def _obj(required: dict[str, dict[str, Any]], optional: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     properties = {**required, **(optional or {})}
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
@@ -43,11 +44,11 @@ def _obj(required: dict[str, dict], optional: dict[str, dict] | None = None) -> 
     return schema
 
 
-def _ref(name: str) -> dict:
+def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _components(limits: Limits) -> dict:
+def _components(limits: Limits) -> dict[str, Any]:
     any_json = {"description": f"any JSON value, at most {limits.payload_bytes_max} bytes and {limits.json_depth_max} levels deep"}
     text = {"type": "string"}
     integer = {"type": "integer"}
@@ -236,7 +237,7 @@ def _components(limits: Limits) -> dict:
     }
 
 
-def _capacity_components() -> dict:
+def _capacity_components() -> dict[str, Any]:
     """Pools, quotas, budgets, work limits and admission."""
     text, integer = {"type": "string"}, {"type": "integer"}
     minor = {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
@@ -303,7 +304,7 @@ def _capacity_components() -> dict:
     }
 
 
-def _coordination_components() -> dict:
+def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
     text, integer = {"type": "string"}, {"type": "integer"}
     group_state = {
@@ -410,7 +411,7 @@ def _coordination_components() -> dict:
     }
 
 
-def _error(description: str) -> dict:
+def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
 
 
@@ -434,11 +435,11 @@ _ERRORS = {
 _KEYED_ERRORS = ("400", "401", "413", "503")
 
 
-def _schema(schema: str | dict | None) -> dict | None:
+def _schema(schema: str | dict[str, Any] | None) -> dict[str, Any] | None:
     return _ref(schema) if isinstance(schema, str) else schema
 
 
-def _request_body(doc: Doc, limits: Limits) -> dict | None:
+def _request_body(doc: Doc, limits: Limits) -> dict[str, Any] | None:
     specs = list(body_fields(doc.command)) if doc.command is not None else list(doc.body or ())
     if not specs:
         return None
@@ -450,10 +451,10 @@ def _request_body(doc: Doc, limits: Limits) -> dict | None:
     return {"required": doc.body_required, "content": {"application/json": {"schema": body}}}
 
 
-def operation(route: Any, limits: Limits) -> dict:
+def operation(route: Any, limits: Limits) -> dict[str, Any]:
     """The OpenAPI operation of one declared route."""
     doc: Doc = route.doc
-    parameters: list[dict] = []
+    parameters: list[dict[str, Any]] = []
     for name in route.params:
         if name is None:
             continue
@@ -473,7 +474,7 @@ def operation(route: Any, limits: Limits) -> dict:
             parameters.append({"name": spec.wire, "in": "query", "required": spec.required, "schema": value})
     if doc.idempotent:
         parameters.append({"$ref": "#/components/parameters/idempotency"})
-    responses: dict[str, dict] = {}
+    responses: dict[str, dict[str, Any]] = {}
     for reply in doc.replies:
         answer: dict[str, Any] = {"description": reply.description}
         if reply.schema is not None:
@@ -496,14 +497,14 @@ def operation(route: Any, limits: Limits) -> dict:
     return result
 
 
-def openapi(limits: Limits | None = None, routes: list | None = None) -> dict:
+def openapi(limits: Limits | None = None, routes: list[Route] | None = None) -> dict[str, Any]:
     """The whole document for a server with these limits, made from the routes' declarations."""
     limits = limits or Limits()
     if routes is None:
         from .routes import ROUTER  # the routes import this module to serve the document
 
         routes = ROUTER.routes
-    paths: dict[str, dict] = {}
+    paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = operation(route, limits)
     return {

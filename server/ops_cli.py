@@ -191,7 +191,7 @@ DEAD_LETTER_COLUMNS = [("ID", "id"), ("RUN", "scopeId"), ("TASK", "taskId"), ("A
                        ("REASON", "reason"), ("PAYLOAD", "payload")]
 
 
-def _listing(args: argparse.Namespace, data: dict, rows_name: str, columns: list) -> None:
+def _listing(args: argparse.Namespace, data: dict[str, Any], rows_name: str, columns: list) -> None:
     if args.json:
         admin_cli.print_json(data)
         return
@@ -245,7 +245,7 @@ def _mailboxes(args: argparse.Namespace) -> None:
     base = f"/v1/spaces/{space}"
     if args.action == "list":
         data = admin_cli.request(args, "GET", base + "/mailboxes", key)
-        counts: Callable[[str], Callable[[dict], Any]] = lambda name: lambda row: (row.get("counts") or {}).get(name)  # noqa: E731
+        counts: Callable[[str], Callable[[dict[str, Any]], Any]] = lambda name: lambda row: (row.get("counts") or {}).get(name)  # noqa: E731
         _listing(args, data, "mailboxes", [
             ("NAME", "name"), ("ID", "id"), ("QUEUED", counts("queued")), ("DELAYED", counts("delayed")),
             ("LEASED", counts("leased")), ("DEAD LETTERS", counts("deadLetters")), ("BACKLOG LIMIT", "backlogLimit"),

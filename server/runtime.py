@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Callable
+from typing import Any, Callable
 
 import trio
 
@@ -228,7 +228,7 @@ class Runtime:
             if self._on_new_key is not None:
                 self._on_new_key(secret, settings.space_id)
 
-    async def _register_key(self, secret: str, space: str, name: str) -> dict:
+    async def _register_key(self, secret: str, space: str, name: str) -> dict[str, Any]:
         kernel = self.kernel
         assert kernel is not None
         command = RegisterKey(key_digest=digest(secret), spaces=frozenset({space}), name=name, key_id=kernel.draw("ak_"))
@@ -316,7 +316,7 @@ class Runtime:
 
     # -- operating it ------------------------------------------------------------------------------
 
-    def _store_options(self) -> dict:
+    def _store_options(self) -> dict[str, Any]:
         """The journal's settings, with a disk that times WAL writes and fsyncs for the metrics."""
         config = self.settings.store_config()
         journal_metrics = self.telemetry.metrics.journal

@@ -43,7 +43,7 @@ def add_command(commands: Any) -> None:
     top.add_argument("--events", type=int, default=10, metavar="N", help="the newest N events shown (default 10)")
 
 
-def snapshot(args: argparse.Namespace, key: Credential, space: str) -> dict:
+def snapshot(args: argparse.Namespace, key: Credential, space: str) -> dict[str, Any]:
     """What one frame shows, read from the server."""
     base = f"/v1/spaces/{space}"
     scopes = admin_cli.request(args, "GET", base + "/scopes", key, params={"limit": 1000})
@@ -79,7 +79,7 @@ def _seconds_left(stamp: str, now: datetime.datetime) -> str:
     return f"{left:.0f}s" if left >= 0 else "ended"
 
 
-def render(snap: dict, width: int = 120, now: datetime.datetime | None = None) -> list[str]:
+def render(snap: dict[str, Any], width: int = 120, now: datetime.datetime | None = None) -> list[str]:
     """The lines of one frame."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     show = admin_cli.show
@@ -113,7 +113,7 @@ def render(snap: dict, width: int = 120, now: datetime.datetime | None = None) -
     return lines
 
 
-def _where(wait: dict, mailbox_names: dict[str, str]) -> str:
+def _where(wait: dict[str, Any], mailbox_names: dict[str, str]) -> str:
     """What a wait is on, named: the claim or once key and its run, the mailbox (by name) and run of held
     receives, the pool or allowance, the run whose timers are polled, or the space's event log."""
     on, run = wait["on"], wait.get("scopeId")
@@ -127,7 +127,7 @@ def _where(wait: dict, mailbox_names: dict[str, str]) -> str:
     return str(wait.get("permit") or wait.get("allowance") or run or "-")
 
 
-def _who(wait: dict) -> str:
+def _who(wait: dict[str, Any]) -> str:
     """Who waits: the waiter of a pool's line or an allowance's queue, or the holders the parked
     calls are for (the server names the oldest few; `+N` says how many more calls wait)."""
     if wait.get("holder") is not None:

@@ -76,7 +76,7 @@ def take_snapshot(
 
 
 def _attribute_names(cls: type) -> tuple[str, ...]:
-    names = []
+    names: list[str] = []
     for klass in cls.__mro__:
         slots = klass.__dict__.get("__slots__", ())
         names.extend((slots,) if isinstance(slots, str) else slots)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ..actors.shapes import Record
 from .disk import Disk, make_private
 from .model import Clock, StateModel
 from .recovery import Loaded, RecoveryError, file_versions, list_segments, load, snapshot_dir, wal_dir
@@ -108,12 +109,13 @@ def _write_manifest(data_dir: str, manifest: Manifest, disk: Disk) -> None:
     disk.fsync_dir(data_dir)
 
 
-def load_partition(data_dir: str, model: StateModel, number: int, **options: object) -> Loaded:
+def load_partition(
+    data_dir: str, model: StateModel, number: int, *, repair: bool = False, through_lsn: int | None = None, disk: Disk | None = None
+) -> Loaded:
     """Partition `number` of `data_dir` read as a start reads it (`recovery.load` on its folder).
 
     Blocking. Options as `load`'s (`repair` defaults to False: nothing is changed)."""
-    options.setdefault("repair", False)
-    return load(partition_dir(data_dir, number), model, partition=number, **options)  # type: ignore[arg-type]
+    return load(partition_dir(data_dir, number), model, partition=number, repair=repair, through_lsn=through_lsn, disk=disk)
 
 
 def has_old_layout(data_dir: str) -> bool:
@@ -147,7 +149,7 @@ def _upgrade_old_layout(data_dir: str, model: StateModel, manifest: Manifest, di
     versions = sorted(set(file_versions(data_dir).values()))
     loaded: Loaded = load(data_dir, model, repair=True, disk=disk)
     lsn = max(loaded.last_lsn, 1)
-    parts: dict[int, list[dict]] = {number: [] for number in manifest.numbers()}
+    parts: dict[int, list[Record]] = {number: [] for number in manifest.numbers()}
     for record in loaded.state.image():
         for number in model.place(record, manifest.partitions):
             parts[number].append(record)
@@ -273,10 +275,10 @@ class DataDir:
         log.warning("partition %d serves again", number, extra={"event": "partition_up", "fields": {"partition": number}})
         return store
 
-    def files_of(self, number: int) -> tuple:
+    def files_of(self, number: int) -> tuple[tuple[str, int, int], ...]:
         """What partition `number`'s files look like now (names, sizes, times): when it changes,
         someone repaired them, and `reopen` is worth trying."""
-        found = []
+        found: list[tuple[str, int, int]] = []
         folder = partition_dir(self.path, number)
         for sub in (wal_dir(folder), snapshot_dir(folder)):
             if os.path.isdir(sub):

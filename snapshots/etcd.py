@@ -242,7 +242,7 @@ class EtcdClient:
     async def __aenter__(self) -> EtcdClient:
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # -- key-value ------------------------------------------------------------------------------

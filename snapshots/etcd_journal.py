@@ -51,7 +51,8 @@ import orjson
 import trio
 
 from ..actors.journal import DurableWaits
-from .etcd import Compare, EtcdClient, EtcdError, Op
+from ..actors.shapes import Record
+from .etcd import Compare, EtcdClient, EtcdError, Op, RangeResult
 from .frame import encode_frames
 from .model import Durable
 
@@ -104,7 +105,7 @@ class EtcdJournal:
         *,
         epoch: int,
         next_lsn: int,
-        check: Callable[[dict], None] | None = None,
+        check: Callable[[Record], None] | None = None,
         on_committed: Callable[[int, list[bytes]], None] | None = None,
         batch_bytes_max: int = BATCH_BYTES_MAX,
     ) -> None:
@@ -132,7 +133,7 @@ class EtcdJournal:
 
     # -- the Journal protocol ----------------------------------------------------------------------
 
-    def append(self, records: list[dict], on_durable: Durable) -> int:
+    def append(self, records: list[Record], on_durable: Durable) -> int:
         if self.failure is not None:
             on_durable(self.failure)
             return self.appended_lsn
@@ -200,7 +201,7 @@ class EtcdJournal:
                 f"{error}; a change was being written when it stopped and may or may not have been recorded"))
         self.fail(error)
 
-    async def write_now(self, records: list[dict]) -> None:
+    async def write_now(self, records: list[Record]) -> None:
         """Commit `records` at once (a new leader's boot and restart decisions, before it serves).
 
         Only while nothing else is queued. Raises `Fenced` if the node was deposed meanwhile."""
@@ -214,7 +215,8 @@ class EtcdJournal:
         assert done == [None]
 
     def _take(self) -> list[tuple[int, list[bytes], Durable]]:
-        batch, size = [], 0
+        batch: list[tuple[int, list[bytes], Durable]] = []
+        size = 0
         while self._pending:
             _, bodies, _ = self._pending[0]
             part = sum(len(body) + 24 for body in bodies)
@@ -268,7 +270,9 @@ class EtcdJournal:
             return
         self._writing = None  # answered below
         if not result.succeeded:
-            leader, written = result.responses[0].kvs, result.responses[1].kvs
+            reads = [response for response in result.responses if isinstance(response, RangeResult)]
+            assert len(reads) == 2, "the failure branch is two reads: the leader's key and the log's"
+            leader, written = reads[0].kvs, reads[1].kvs
             if not (written and written[0].value == data):
                 who = "nobody" if not leader else leader[0].value.decode("utf-8", "replace")
                 reason = (f"LSN {first_lsn} was written by another leader" if written

@@ -249,7 +249,7 @@ class DeleteResult:
 
 
 OpResult = Union[RangeResult, PutResult, DeleteResult]
-_OP_RESULTS: dict[str, Any] = {
+_OP_RESULTS: dict[str, type[RangeResult] | type[PutResult] | type[DeleteResult]] = {
     "response_range": RangeResult, "response_put": PutResult, "response_delete_range": DeleteResult,
 }
 

@@ -81,7 +81,7 @@ FRAME_HEADER_BYTES = _FRAME_HEAD.size + _CRC.size  # 24
 assert FILE_HEADER_BYTES == _HEADER_BYTES[FRAME_LAYOUT] == 32 and _FILE_HEADER_V1.size == 24 and FRAME_HEADER_BYTES == 24
 
 
-def _checksum(head: bytes, body: bytes | memoryview) -> int:
+def _checksum(head: bytes | memoryview, body: bytes | memoryview) -> int:
     return zlib.crc32(body, zlib.crc32(head))
 
 

@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..actors.shapes import Record
 from .model import StateModel
 from .recovery import list_segments, load, snapshot_dir, wal_dir
 from .snapshot import list_snapshots, snapshot_name, snapshot_point
@@ -182,7 +183,7 @@ def format_ms(wall_ms: int) -> str:
 # before returning: the replay goes on changing it), and for each record applied after the first
 # point with its LSN, the record, how many points were reached before it and the state before it.
 OnPoint = Callable[[Reached, Any], None]
-OnRecord = Callable[[int, dict, int, Any], None]
+OnRecord = Callable[[int, Record, int, Any], None]
 
 
 def replay(
@@ -211,7 +212,7 @@ def replay(
         point = snapshot_point(os.path.join(snapshot_dir(folder), snapshot_name(start)))
         newest[0] = point[1] if point is not None else 0
     # The point looked for now, as bounds compared on every record (the tap runs a million times).
-    bounds: list = []
+    bounds: list[Any] = []  # [LSN at most, time at most, predicate or None]
 
     def aim() -> None:
         target = targets[len(reached)] if len(reached) < len(targets) else None
@@ -223,7 +224,7 @@ def replay(
 
     aim()
 
-    def tap(lsn: int, record: dict, state: Any) -> bool:
+    def tap(lsn: int, record: Record, state: Any) -> bool:
         at_ms = record.get("at_ms")
         newest_ms = at_ms if at_ms.__class__ is int and at_ms > newest[0] else newest[0]
         lsn_max, ms_max, until = bounds

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..actors.journal import Durable, RecordFormat, RecoverableState, WallClock
+from ..actors.shapes import Record
 
 __all__ = ["Durable", "RecoverableState", "RecordFormat", "Clock", "StateModel"]
 
@@ -36,4 +37,4 @@ class StateModel:
     records: RecordFormat
     # Where a record of a directory from before partitions goes when it is split into `count`
     # data partitions (and the system one, 0): the partitions it belongs to.
-    place: Callable[[dict, int], Iterable[int]] | None = None
+    place: Callable[[Record, int], Iterable[int]] | None = None

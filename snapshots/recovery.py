@@ -58,6 +58,7 @@ from typing import Any, Callable
 
 import orjson
 
+from ..actors.shapes import Record
 from .disk import Disk
 from .frame import (
     FILE_HEADER_BYTES,
@@ -83,7 +84,7 @@ log = logging.getLogger("runstate.snapshots")
 
 # Shown each record after the snapshot before it is applied, with its LSN and the state so far:
 # False stops the reading there (`load`).
-Tap = Callable[[int, dict, Any], bool]
+Tap = Callable[[int, Record, Any], bool]
 
 
 def wal_dir(data_dir: str) -> str:
@@ -260,7 +261,7 @@ def _replay_wal(
         loaded.wal_bytes += len(data)
         version = file_version(data, WAL_KIND)
         header = None if version is None else decode_file_header(data, bytes(data[:8]))
-        if header is not None and version > current:  # type: ignore[operator]
+        if header is not None and version is not None and version > current:
             raise RecoveryError(path, 6, f"record format {version} is newer than this server's ({current})")
         if header is None or header[0] != name_lsn:
             if is_last and find_intact_frame(data, 0, name_lsn) is None:
@@ -268,11 +269,12 @@ def _replay_wal(
                 break
             reason = "damaged segment header" if header is None else f"header says LSN {header[0]}, name says {name_lsn}"
             raise RecoveryError(path, 0, reason)
+        assert version is not None, "a header decodes only from a file that names its version"
         first_lsn, link, _, header_size = header
         if partition is not None and (header_size != FILE_HEADER_BYTES or header.partition != partition):
             held = f"partition {header.partition}" if header_size == FILE_HEADER_BYTES else "no partition (written before partitions)"
             raise RecoveryError(path, 24, f"a segment of {held}, in the folder of partition {partition}")
-        loaded.versions.add(version)  # type: ignore[arg-type]
+        loaded.versions.add(version)
         if last_lsn is not None:
             if first_lsn == last_lsn + 1:
                 if link != prev_crc:
@@ -285,7 +287,7 @@ def _replay_wal(
         frames = memoryview(data)  # read_frame slices bodies out of one view of the segment
         size = len(data)
         if not check_covered and expected <= snapshot_lsn:
-            offset, expected, prev_crc = skip_frames(frames, offset, expected, prev_crc, min(snapshot_lsn, stop_lsn))
+            offset, expected, prev_crc = skip_frames(frames, offset, expected, prev_crc, snapshot_lsn if through_lsn is None else min(snapshot_lsn, through_lsn))
         newest_ms = loaded.newest_ms
         older = version != current  # records to upgrade as they are read
         # The loop runs once per record: what it needs is in locals, the frame is unpacked once.
@@ -293,7 +295,7 @@ def _replay_wal(
             found = read_frame(frames, offset)
             if found.__class__ is not Frame:
                 if not is_last or through_lsn is not None:
-                    raise RecoveryError(path, offset, f"damaged record ({found.kind}) before the end of the log")  # type: ignore[union-attr]
+                    raise RecoveryError(path, offset, f"damaged record ({found.kind}) before the end of the log")  # type: ignore[union-attr]  # not a Frame, so the damage found: a class test does not narrow, and is kept for speed here
                 _repair(loaded, _tail_decision(path, data, offset, expected), repair, disk, data)
                 break
             _, lsn, frame_prev_crc, crc, body, end, _ = found
@@ -346,7 +348,7 @@ class Replayed:
     bodies: list[bytes]
 
 
-def replay_batch(data: bytes, first_lsn: int, state_apply: Any, model: StateModel, where: str) -> Replayed:
+def replay_batch(data: bytes, first_lsn: int, state_apply: Callable[[Record], None], model: StateModel, where: str) -> Replayed:
     """Apply one batch of frames from a replicated log, as recovery replays a segment.
 
     `data` is what the leader committed (`frame.encode_frames`, a chain of its own from 0: the
@@ -364,7 +366,7 @@ def replay_batch(data: bytes, first_lsn: int, state_apply: Any, model: StateMode
     while offset < len(data):
         found = read_frame(view, offset)
         if found.__class__ is not Frame:
-            raise RecoveryError(where, offset, f"damaged record ({found.kind}) in a batch of the log")  # type: ignore[union-attr]
+            raise RecoveryError(where, offset, f"damaged record ({found.kind}) in a batch of the log")  # type: ignore[union-attr]  # not a Frame, so the damage found: a class test does not narrow, and is kept for speed here
         _, lsn, frame_prev_crc, crc, body, end, _ = found
         if lsn != expected:
             raise RecoveryError(where, offset, f"record has LSN {lsn}, expected {expected} (a gap)")
@@ -411,6 +413,7 @@ def _repair(loaded: Loaded, fix: Repair, repair: bool, disk: Disk, data: bytes, 
     if not repair:
         return
     if remove:
+        assert fix.broken_copy is not None, "a file removed is kept as its broken copy (only a zero tail has none)"
         disk.replace(fix.path, fix.broken_copy)
         disk.fsync_dir(os.path.dirname(fix.path))
     else:

@@ -26,12 +26,12 @@ Not to be confused with the WAL: a snapshot holds no history, only how things st
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
+from ..actors.shapes import Record
 from .disk import Disk
 from .frame import (
     FILE_HEADER_BYTES,
@@ -139,7 +139,7 @@ def write_snapshot(
     snap_dir: str,
     lsn: int,
     newest_ms: int,
-    records: Iterable[dict],
+    records: Iterable[Record],
     record_format: RecordFormat,
     disk: Disk | None = None,
     partition: int = 0,
@@ -163,7 +163,7 @@ def write_snapshot(
         prev_crc = 0
         entries = 0
 
-        def add(index: int, record: dict) -> None:
+        def add(index: int, record: Record) -> None:
             nonlocal prev_crc, chunk_bytes, size
             frame, prev_crc = encode_frame(index, prev_crc, orjson.dumps(record))
             chunk.append(frame)
@@ -193,7 +193,7 @@ def _partition_name(header: FileHeader) -> str:
     return "no partition (written before partitions)" if header.size != FILE_HEADER_BYTES else f"partition {header.partition}"
 
 
-def load_snapshot(path: str, apply: Any, record_format: RecordFormat, partition: int | None = None) -> SnapshotInfo:
+def load_snapshot(path: str, apply: Callable[[Record], None], record_format: RecordFormat, partition: int | None = None) -> SnapshotInfo:
     """Verify the snapshot at `path` while feeding its records to `apply`; SnapshotError if bad.
 
     With `partition`, the file must say it holds that partition's records (a layout-1 file, from
@@ -207,7 +207,7 @@ def load_snapshot(path: str, apply: Any, record_format: RecordFormat, partition:
         data = file.read()
     version = file_version(data, SNAPSHOT_KIND)
     header = None if version is None else decode_file_header(data, bytes(data[:8]))
-    if header is None:
+    if header is None or version is None:
         raise SnapshotError(path, 0, "not a snapshot, or its header is damaged")
     if partition is not None and (header.size != FILE_HEADER_BYTES or header.partition != partition):
         raise SnapshotError(path, 24, f"a snapshot of {_partition_name(header)}, in the folder of partition {partition}")
@@ -218,7 +218,7 @@ def load_snapshot(path: str, apply: Any, record_format: RecordFormat, partition:
     offset = header.size
     prev_crc = 0
     index = 0
-    begin: dict | None = None
+    begin: Record | None = None
     frames = memoryview(data)  # read_frame slices bodies out of one view of the file
     while True:
         found = read_frame(frames, offset)

@@ -41,12 +41,13 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable, Protocol, TypeVar, TypeVarTuple, Unpack
 
 import orjson
 import trio
 
 from ..actors.journal import DurableWaits
+from ..actors.shapes import Record
 from .disk import Disk
 from .frame import BODY_BYTES_MAX, FILE_HEADER_BYTES, WAL_KIND, encode_file_header, encode_frames, file_magic
 from .model import Durable
@@ -55,10 +56,15 @@ __all__ = ["WalJournal", "SegmentWriter", "Position", "segment_name", "FSYNC_POL
 
 # How blocking IO is run: `trio.to_thread.run_sync` (the default), or `inline` in tests that run in
 # virtual time, where a worker thread would let the mock clock jump while the IO runs.
-RunBlocking = Callable[..., Awaitable[Any]]
+_Result = TypeVar("_Result")
+_Arguments = TypeVarTuple("_Arguments")
 
 
-async def inline(function: Callable[..., Any], *args: Any) -> Any:
+class RunBlocking(Protocol):
+    def __call__(self, function: Callable[[Unpack[_Arguments]], _Result], /, *args: Unpack[_Arguments]) -> Awaitable[_Result]: ...
+
+
+async def inline(function: Callable[[Unpack[_Arguments]], _Result], *args: Unpack[_Arguments]) -> _Result:
     """Run blocking `function` on the event loop itself (tests in virtual time only)."""
     return function(*args)
 
@@ -226,7 +232,7 @@ class WalJournal:
         batch_interval_ms: float = 20.0,
         batch_records_max: int = 65_536,
         run_blocking: RunBlocking | None = None,
-        check: Callable[[dict], None] | None = None,
+        check: Callable[[Record], None] | None = None,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
@@ -257,7 +263,7 @@ class WalJournal:
 
     # -- the Journal protocol ----------------------------------------------------------------------
 
-    def append(self, records: list[dict], on_durable: Durable) -> int:
+    def append(self, records: list[Record], on_durable: Durable) -> int:
         if self.failure is not None:
             on_durable(self.failure)
             return self.appended_lsn
@@ -422,7 +428,7 @@ class WalJournal:
         self._wakeup.set()
         self._unsynced.set()
 
-    async def write_now(self, records: list[dict]) -> int:
+    async def write_now(self, records: list[Record]) -> int:
         """Write and fsync `records` at once, whatever the policy (boot records); returns the LSN.
 
         Only while nothing else is queued: at a start, or during a repair before `reopen()`.
@@ -433,7 +439,7 @@ class WalJournal:
         self.appended_lsn = self.durable_lsn = self.synced_lsn = self.writer.next_lsn - 1
         return self.durable_lsn
 
-    def _write_now(self, records: list[dict]) -> None:
+    def _write_now(self, records: list[Record]) -> None:
         if self.check is not None:
             for record in records:
                 self.check(record)

@@ -66,6 +66,11 @@ def load() -> list[pdoc.doc.Module]:
     # `list[...]` annotation in that class fail: it then shows the annotation as written, which
     # is what the reference should say anyway, and says so in a warning that is only noise here.
     warnings.filterwarnings("ignore", message="Error parsing type annotation", category=UserWarning)
+    # `runstate` imports its names when they are first read (`sdk/__init__.py`), and pdoc reads the
+    # module's dict: every public name is read once first, as a user's `from runstate import` does.
+    package = __import__(PACKAGE)
+    for name in package.__all__:
+        getattr(package, name)
     return [pdoc.doc.Module.from_name(name) for name in module_names()]
 
 

@@ -1,10 +1,13 @@
-"""The type check of `make test` can fail: a product-page example that misreads a view is caught."""
+"""The type check of `make test` can fail: a product-page example that misreads a view is caught, and so
+is a type error in the kernel."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
-from .typecheck import check, examples_source
+from .typecheck import KERNEL, ROOT, check, examples_source
 
 
 @pytest.mark.slow
@@ -18,3 +21,23 @@ def test_a_misspelt_key_of_a_typed_view_fails_the_check(tmp_path):
     assert done.returncode == 1, done.stdout
     assert 'TypedDict "TaskResult" has no key "outcom"' in done.stdout
     assert 'Unexpected keyword argument "concurency" for "consume" of "MailboxRef"' in done.stdout
+
+
+@pytest.mark.slow
+def test_a_type_error_in_the_kernel_fails_the_check(tmp_path):
+    """The kernel is checked strictly too: a decision that may return None declared as always
+    returning a record, and a command built with a field it does not have, are both caught."""
+    actors = tmp_path / "actors"
+    shutil.copytree(ROOT / "actors", actors, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, old, new in [
+        ("scopes.py", "def decide_end(self, scope_id: str, state: str, now_ms: int) -> Record | None:",
+         "def decide_end(self, scope_id: str, state: str, now_ms: int) -> Record:"),
+        ("group_commands.py", "task_input=", "task_inputs="),
+    ]:
+        source = (actors / name).read_text()
+        assert old in source
+        (actors / name).write_text(source.replace(old, new, 1))
+    done = check(examples_source(), tmp_path / "scratch", quiet=True, kernel={**KERNEL, "actors": actors})
+    assert done.returncode == 1, done.stdout
+    assert 'runstate/actors/scopes.py' in done.stdout and "Incompatible return value type (got \"None\"" in done.stdout
+    assert 'Unexpected keyword argument "task_inputs" for "SubmitTask"' in done.stdout

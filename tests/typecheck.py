@@ -1,13 +1,18 @@
-"""The strict type check that `make test` runs: mypy over the SDK and over the product page's examples.
+"""The strict type check that `make test` runs: mypy over the SDK, the kernel (`actors/`,
+`snapshots/`) and the product page's examples.
 
-The SDK lives in `sdk/` but imports as `runstate`, a mapping that only the installed package
-knows and mypy cannot follow through an editable install. So the check runs on a scratch folder
-where `runstate` is a link to `sdk/`, next to the product page's Python examples written out as a
-module (`tests/compat/product_page.py`, the same script the end-to-end tests run), and the
-page's claim examples (kept here, as the page writes them). The SDK is
-checked with `--strict`; the examples are user code without annotations, so for them mypy checks
-the bodies of unannotated functions (`check_untyped_defs`) against the SDK's types: a renamed
-key of a `TypedDict` view or a wrong argument fails here.
+The SDK lives in `sdk/` but imports as `runstate`, and the kernel's packages as
+`runstate.actors` and `runstate.snapshots`: a mapping that only the installed package knows and
+mypy cannot follow through an editable install. So the check runs on a scratch folder holding a
+`runstate` package made of links (each file of `sdk/`, and `actors` and `snapshots` linked to
+those folders), next to the product page's Python examples written out as a module
+(`tests/compat/product_page.py`, the same script the end-to-end tests run), and the page's
+claim examples (kept here, as the page writes them). The SDK and the kernel are checked with
+`--strict` (the settings are `pyproject.toml`'s); the examples are user code without
+annotations, so for them mypy checks the bodies of unannotated functions (`check_untyped_defs`)
+against the SDK's types: a renamed key of a `TypedDict` view or a wrong argument fails here.
+The server (`server/`) is not in the scratch package yet: it is not clean, and the SDK reaches it
+only lazily (its override in `pyproject.toml`).
 
 Run it alone with `python -m tests.typecheck`; it exits with mypy's status.
 """
@@ -21,6 +26,8 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The packages checked inside `runstate` beside the SDK's modules, and the folders they are.
+KERNEL = {"actors": ROOT / "actors", "snapshots": ROOT / "snapshots"}
 EXAMPLES_MODULE = "product_page_examples"
 CLAIM_EXAMPLES_MODULE = "product_page_claims"
 
@@ -100,12 +107,30 @@ def examples_source() -> str:
     return PRELUDE + textwrap.dedent(PRODUCT_PAGE_EXAMPLES)
 
 
-def check(examples: str, scratch: Path, *, quiet: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run mypy over the SDK and `examples` in `scratch` (made afresh; mypy's cache is kept there)."""
+def _link_package(package: Path, kernel: dict[str, Path]) -> None:
+    """Make `package` the `runstate` the installed package is: a link per file of `sdk/`, and one
+    per kernel package; links to anything else (a file removed from `sdk/`) go."""
+    if package.is_symlink():  # the layout of an older check: `runstate` was a link to `sdk/`
+        package.unlink()
+    package.mkdir(parents=True, exist_ok=True)
+    wanted = {entry.name: entry for entry in (ROOT / "sdk").iterdir() if entry.name != "__pycache__"}
+    wanted.update(kernel)
+    for entry in package.iterdir():
+        if entry.name not in wanted or not entry.is_symlink() or entry.resolve() != wanted[entry.name].resolve():
+            entry.unlink()
+    for name, target in wanted.items():
+        link = package / name
+        if not link.is_symlink():
+            link.symlink_to(target, target_is_directory=target.is_dir())
+
+
+def check(
+    examples: str, scratch: Path, *, quiet: bool = False, kernel: dict[str, Path] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run mypy over the SDK, the kernel and `examples` in `scratch` (mypy's cache is kept
+    there). `kernel` names the folders of the kernel's packages (the tree's own by default)."""
     scratch.mkdir(parents=True, exist_ok=True)
-    link = scratch / "runstate"
-    if not link.is_symlink():
-        link.symlink_to(ROOT / "sdk", target_is_directory=True)
+    _link_package(scratch / "runstate", KERNEL if kernel is None else kernel)
     (scratch / f"{EXAMPLES_MODULE}.py").write_text(examples)
     (scratch / f"{CLAIM_EXAMPLES_MODULE}.py").write_text(CLAIM_EXAMPLES)
     command = [

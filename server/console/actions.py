@@ -54,7 +54,7 @@ def api_has(method: str, path: str) -> bool:
     return True
 
 
-async def call_api(console: Console, visit: Visit, method: str, path: str, body: Any = None, query: dict | None = None) -> Any:
+async def call_api(console: Console, visit: Visit, method: str, path: str, body: Any = None, query: dict[str, Any] | None = None) -> Any:
     """Run the API route `method path` in process with the session's key; its answer's body, or
     the route's refusal raised as it is (a `KernelError` with the API's code and message).
 
@@ -208,7 +208,7 @@ def dead_letter_actions() -> tuple[str, ...]:
     return tuple(action for action in ("requeue", "delete") if api_has("POST", _letters_path("s", "m", action)))
 
 
-def _selection(visit: Visit) -> dict:
+def _selection(visit: Visit) -> dict[str, Any]:
     """The dead letters an action is for: the ones picked, or those the filter matches."""
     picked = [m for m in visit.form.get("messageIds", []) + visit.form.get("pick", []) if m]
     if not picked and visit.method == "GET":

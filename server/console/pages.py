@@ -190,7 +190,7 @@ def _between(visit: Visit) -> tuple[int, int] | None:
     return start_ms, end_ms
 
 
-def _zoom_links(visit: Visit, data: dict) -> dict[str, str]:
+def _zoom_links(visit: Visit, data: dict[str, Any]) -> dict[str, str]:
     """Links that zoom out (twice the window, about its middle), move it half a window back or on,
     and leave the zoom; each keeps the key and run filters."""
     start_ms, end_ms = data["start"], data["end"]

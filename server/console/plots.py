@@ -64,7 +64,7 @@ def _path(values: list[float | None], top: float) -> str:
     return "".join(parts)
 
 
-def _chart(name: str, title: str, unit: str, lines: list[tuple[str, list[float | None]]], note: str = "") -> dict:
+def _chart(name: str, title: str, unit: str, lines: list[tuple[str, list[float | None]]], note: str = "") -> dict[str, Any]:
     """One chart: its lines (name, values), its scale, and what each line last and at most was."""
     peak = max((value for _, values in lines for value in values if value is not None), default=0.0)
     top = _nice(peak)
@@ -77,7 +77,7 @@ def _chart(name: str, title: str, unit: str, lines: list[tuple[str, list[float |
             "empty": not any(value for _, values in lines for value in values if value)}
 
 
-def charts_of(series: Series | None, window: str) -> dict:
+def charts_of(series: Series | None, window: str) -> dict[str, Any]:
     """The charts of one space over `window` (a key of WINDOWS), from its newest bucket back."""
     span_s, fine = WINDOWS[window]
     step_s = INTERVAL_S if fine else COARSE_S

@@ -65,7 +65,7 @@ TEXT_CHARS_MAX = 512
 FORM_FIELDS_MAX = 200
 
 
-def for_console(scope: dict) -> bool:
+def for_console(scope: dict[str, Any]) -> bool:
     """Whether an ASGI request is the console's: a path under /console, or a browser asking for
     the server's root (which the console answers with a redirect to itself)."""
     path = scope["path"]
@@ -147,7 +147,7 @@ class Visit(Request):
             raise refuse(VALIDATION_FAILED, f"{name} must be a whole number from {lowest} to {highest}, got {text[:40]!r}")
         return int(text)
 
-    def choice(self, name: str, choices: tuple[str, ...] | frozenset) -> str | None:
+    def choice(self, name: str, choices: tuple[str, ...] | frozenset[str]) -> str | None:
         text = self.text(name)
         if text is not None and text not in choices:
             raise refuse(VALIDATION_FAILED, f"{name} must be one of {', '.join(sorted(choices))}, got {text[:40]!r}")
@@ -223,7 +223,7 @@ class Console:
 
     # -- serving ---------------------------------------------------------------------------------
 
-    async def serve(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[[dict], Awaitable[None]]) -> None:
+    async def serve(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         runtime = self.runtime
         telemetry = runtime.telemetry
         started = telemetry.begin()
@@ -265,7 +265,7 @@ class Console:
             runtime.doors.release(reading.held)
             telemetry.end(visit.method, route, status, started, visit.request_id, code)
 
-    async def _prepare(self, visit: Visit, route: Any, params: dict, receive: Any, reading: BodyReading) -> None:
+    async def _prepare(self, visit: Visit, route: Any, params: dict[str, Any], receive: Any, reading: BodyReading) -> None:
         """Read the form, find the session, check the key, the space, and a change's origin and token."""
         runtime = self.runtime
         if not route.public and not runtime.ready:
@@ -321,7 +321,7 @@ class Console:
             **values,
         }
 
-    def _scrubber(self, visit: Visit) -> dict | None:
+    def _scrubber(self, visit: Visit) -> dict[str, Any] | None:
         """The time scrubber's reach on a space's page: from the oldest point the space's history
         keeps to now (wall ms), or None where the server keeps no history (no data directory)."""
         if visit.space is None or visit.session is None or self.runtime.kernel is None:
@@ -364,7 +364,7 @@ class Console:
         context = self.context(visit, error=error, status=status)
         return Answer(status, render("error.html", context))
 
-    async def _send(self, send: Callable[[dict], Awaitable[None]], visit: Visit, answer: Answer) -> None:
+    async def _send(self, send: Callable[[dict[str, Any]], Awaitable[None]], visit: Visit, answer: Answer) -> None:
         headers = [(k.encode(), v.encode()) for k, v in answer.headers]
         headers += _SECURITY
         if not any(k == b"cache-control" for k, _ in headers):
@@ -382,7 +382,7 @@ class Console:
         whose client sends nothing that long (an event stream's client sends nothing)."""
         return max(1.0, min(STREAM_S_MAX, self.runtime.settings.read_timeout_s / 2))
 
-    async def stream_head(self, send: Callable[[dict], Awaitable[None]], visit: Visit) -> None:
+    async def stream_head(self, send: Callable[[dict[str, Any]], Awaitable[None]], visit: Visit) -> None:
         visit.streaming = True
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),

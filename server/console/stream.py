@@ -54,7 +54,7 @@ STREAM_S_MAX = 300.0
 # How long the browser waits before it reconnects a stream that ended.
 RETRY_MS = 1000
 
-Send = Callable[[dict], Awaitable[None]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Stream:
@@ -119,7 +119,7 @@ class Feed:
                     continue
                 self.publish(reply["events"], int(reply["nextCursor"]))
 
-    def publish(self, events: list[dict], cursor: int) -> None:
+    def publish(self, events: list[dict[str, Any]], cursor: int) -> None:
         items: list[tuple[int | None, bytes]] = [_encode(event) for event in events]
         self.cursor = max(self.cursor or 0, cursor)
         stats = self.feeds.stats
@@ -227,7 +227,7 @@ async def serve_stream(
         feeds.leave(feed, stream)
 
 
-def _encode(event: dict) -> tuple[int, bytes]:
+def _encode(event: dict[str, Any]) -> tuple[int, bytes]:
     seq = int(event["eventId"].removeprefix("ev_"))
     return seq, b"id: %d\nevent: change\ndata: %s\n\n" % (seq, orjson.dumps({"seq": seq, **event}))
 

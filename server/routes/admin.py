@@ -21,6 +21,7 @@ from ...actors.errors import VALIDATION_FAILED, quote
 from ...actors.fields import TEXT, TEXTS, Spec, read_field
 from ...actors.keys import EDITOR, KEY_SPACES_MAX, ROLES, digest, new_secret
 from ...actors.state import KernelState
+from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
@@ -39,7 +40,7 @@ _SPACE_REQUIRED = Spec("space", TEXT)
 _ROLE = Spec("role", TEXT, required=False, length_max=16, description="editor (the default: reads and changes) or viewer (reads only)")
 
 
-async def create_key(services: Runtime, request: Request) -> tuple[int, dict]:
+async def create_key(services: Runtime, request: Request) -> tuple[int, View]:
     services.authorize_admin(request)
     kernel = services.kernel
     limits = kernel.limits
@@ -61,13 +62,13 @@ async def create_key(services: Runtime, request: Request) -> tuple[int, dict]:
     return 201, {**view, "key": secret}
 
 
-async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[int, dict]:
+async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[int, View]:
     services.authorize_admin(request)
     kernel = services.kernel
     return 200, await kernel.submit(kernel.parse(c.RevokeKey, {}, {"key_id": key_id}))
 
 
-async def list_keys(services: Runtime, request: Request) -> tuple[int, dict]:
+async def list_keys(services: Runtime, request: Request) -> tuple[int, View]:
     services.authorize_admin(request)
     space = request.param("space")
     keys = services.kernel.keys  # type: ignore[union-attr]
@@ -75,7 +76,7 @@ async def list_keys(services: Runtime, request: Request) -> tuple[int, dict]:
     return 200, {"keys": views}
 
 
-async def list_spaces(services: Runtime, request: Request) -> tuple[int, dict]:
+async def list_spaces(services: Runtime, request: Request) -> tuple[int, View]:
     services.authorize_admin(request)
     kernel = services.kernel
     assert kernel is not None
@@ -84,8 +85,8 @@ async def list_spaces(services: Runtime, request: Request) -> tuple[int, dict]:
     keys_per_space: dict[str, int] = {}
     for key in kernel.keys.all():
         if key.revoked_ms is None:
-            for space in key.spaces:
-                keys_per_space[space] = keys_per_space.get(space, 0) + 1
+            for opened in key.spaces:
+                keys_per_space[opened] = keys_per_space.get(opened, 0) + 1
     rows = []
     for space_id in sorted(set(keys_per_space) | {s for s, space in spaces.items() if len(space.scopes)}):
         space = spaces.get(space_id)

@@ -51,6 +51,7 @@ from ...actors.commands import Receive, ReceiveMany
 from ...actors.errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
 from ...actors.fields import OBJECTS, Spec, takes_caller
 from ...actors.kernel import EMPTY, Idem
+from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError, status_of
 from ..http import Request, Route, Router
@@ -84,7 +85,7 @@ class _Refused(Exception):
         self.error = error
 
 
-async def batch(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def batch(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     kernel = services.kernel
     assert kernel is not None
@@ -201,13 +202,13 @@ def _read(services: Runtime, request: Request, space: str, index: int, operation
     return route, params, command, idem
 
 
-def fingerprint(method: str, path: str, body: dict) -> str:
+def fingerprint(method: str, path: str, body: dict[str, Any]) -> str:
     """What an operation's idempotencyKey is checked against: its method, whole path and body
     (as orjson writes it: the same for the same operation sent again)."""
     return hashlib.blake2b(b"%s %s\n%s" % (method.encode(), path.encode(), orjson.dumps(body)), digest_size=16).hexdigest()
 
 
-def _refusal(services: Runtime, request: Request, error: KernelError, route: Route | None, params: dict[str, str] | None) -> dict:
+def _refusal(services: Runtime, request: Request, error: KernelError, route: Route | None, params: dict[str, str] | None) -> dict[str, Any]:
     """One operation's refusal: its status and the error envelope's fields."""
     status = (error.status if isinstance(error, ApiError) else None) or status_of(error.code)
     envelope: dict[str, Any] = {"code": error.code, "message": error.message, "requestId": request.request_id}

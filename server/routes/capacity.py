@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from ...actors import capacity_reads as reads
 from ...actors import commands as c
+from ...actors.shapes import View
 from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
@@ -22,12 +23,12 @@ ERRORS = ("400", "404", "409")
 QUOTA_ERRORS = ("400", "404", "409", "429")
 
 
-def _list(key: str, schema: str) -> dict:
+def _list(key: str, schema: str) -> dict[str, Any]:
     return {"type": "object", "properties": {key: {"type": "array", "items": {"$ref": f"#/components/schemas/{schema}"}}}, "required": [key]}
 
 
 def _lister(key: str, read: Callable[[Any, str], list]) -> Callable:
-    async def handler(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    async def handler(services: Runtime, request: Request, space: str) -> tuple[int, View]:
         services.authorize(request, space)
         return 200, {key: read(services.kernel, space)}
 
@@ -35,8 +36,8 @@ def _lister(key: str, read: Callable[[Any, str], list]) -> Callable:
     return handler
 
 
-def _reader(read: Callable[[Any, str, str], dict], param: str) -> Callable:
-    async def handler(services: Runtime, request: Request, space: str, **params: str) -> tuple[int, dict]:
+def _reader(read: Callable[[Any, str, str], dict[str, Any]], param: str) -> Callable:
+    async def handler(services: Runtime, request: Request, space: str, **params: str) -> tuple[int, View]:
         services.authorize(request, space)
         return 200, read(services.kernel, space, params[param])
 

@@ -11,6 +11,7 @@ import dataclasses
 
 from ...actors import commands as c
 from ...actors.kernel import EMPTY
+from ...actors.shapes import View
 from ..api import WAIT_CAPPED_HEADER, Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
@@ -21,7 +22,7 @@ BASE = "/v1/spaces/{space}/claims"
 CLAIM = (Reply(200, "Claim"),)
 ERRORS = ("400", "404", "409")
 
-async def acquire(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def acquire(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     """Acquire; with `waitMs`, a held claim parks the request until it is free or the wait ends."""
     services.authorize(request, space)
     kernel = services.kernel

@@ -11,10 +11,12 @@ when the log was trimmed past its own copy.
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 import trio
 
 from ...actors.errors import NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED
+from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from .. import cluster_view
 from ..cluster_log import SECRET_HEADER
@@ -27,7 +29,7 @@ router = Router()
 G = "Cluster"
 
 
-async def cluster_map(services: Runtime, request: Request) -> tuple[int, dict]:
+async def cluster_map(services: Runtime, request: Request) -> tuple[int, View]:
     if not services.ready:
         raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
     if not services.key_is_known(request.bearer()):
@@ -37,7 +39,7 @@ async def cluster_map(services: Runtime, request: Request) -> tuple[int, dict]:
         return 200, cluster_view.status(cluster)
     kernel = services.kernel
     assert kernel is not None
-    node = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "live": True, "applied": {}, "snapshots": {}}
+    node: dict[str, Any] = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "live": True, "applied": {}, "snapshots": {}}
     partitions = [
         {"partition": p.number, "leader": {"node": "local", "url": None, "epoch": 0}, "leaderLsn": p.journal.durable_lsn,
          "appliedLsn": p.journal.durable_lsn, "snapshotLsn": 0, "failovers": 0, "handoffs": 0, "takeovers": 0, "logBytes": 0, "standbys": []}

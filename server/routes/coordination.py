@@ -21,9 +21,10 @@ from ...actors import commands as c
 from ...actors import coordination_reads as reads
 from ...actors.errors import VALIDATION_FAILED
 from ...actors.kernel import EMPTY
+from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
-from ..http import Request, Router
+from ..http import Handler, Request, Router
 from ..runtime import Runtime
 
 router = Router()
@@ -40,7 +41,7 @@ _USER_AGENT = re.compile(r"runstate(?:-sdk)?-python/(\d+)\.(\d+)")
 # -- barriers ------------------------------------------------------------------------------------
 
 
-async def read_barrier(services: Runtime, request: Request, space: str, barrier_id: str) -> tuple[int, dict]:
+async def read_barrier(services: Runtime, request: Request, space: str, barrier_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.barrier(services.kernel, space, barrier_id)
 
@@ -64,12 +65,12 @@ endpoint(router, "POST", BASE + "/barriers/{barrier_id}/arrive", Doc(
 # -- timers --------------------------------------------------------------------------------------
 
 
-async def read_timer(services: Runtime, request: Request, space: str, timer_id: str) -> tuple[int, dict]:
+async def read_timer(services: Runtime, request: Request, space: str, timer_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.timer(services.kernel, space, timer_id)
 
 
-async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     """The listing; a held poll that ends with nothing answers the empty listing, not 204."""
     services.authorize(request, space)
     kernel = services.kernel
@@ -109,7 +110,7 @@ endpoint(router, "POST", BASE + "/timers/{timer_id}/cancel", Doc(
 # -- task groups ---------------------------------------------------------------------------------
 
 
-async def read_group(services: Runtime, request: Request, space: str, group_id: str) -> tuple[int, dict]:
+async def read_group(services: Runtime, request: Request, space: str, group_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.group(services.kernel, space, group_id)
 
@@ -180,7 +181,7 @@ def _wait_s(services: Runtime, request: Request) -> int:
     return min(limits.watch_wait_s_default if asked is None else asked, cap)
 
 
-async def list_events(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def list_events(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     kernel = services.kernel
     limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
@@ -193,7 +194,7 @@ async def list_events(services: Runtime, request: Request, space: str) -> tuple[
     return 200, reads.events_page(kernel, space, cursor, limit)
 
 
-async def watch(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def watch(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     kernel = services.kernel
     after, limit = _cursor(request), _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
@@ -234,12 +235,12 @@ endpoint(router, "GET", BASE + "/watch", Doc(
 # -- diagnostics ---------------------------------------------------------------------------------
 
 
-async def ops_run(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
+async def ops_run(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.run(services.kernel, space, scope_id)
 
 
-async def ops_waits(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def ops_waits(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.waits(services.kernel, space)
 
@@ -260,8 +261,8 @@ endpoint(router, "GET", BASE + "/ops/waits", Doc(
 # -- inspection (our extension) ------------------------------------------------------------------
 
 
-def _lister(what: str):
-    async def listing(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
+def _lister(what: str) -> Handler:
+    async def listing(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
         services.authorize(request, space)
         limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
         return 200, reads.in_scope(services.kernel, space, scope_id, what, limit)

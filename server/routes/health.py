@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...actors.errors import UNAVAILABLE
+from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
@@ -19,7 +20,7 @@ from ..http import Request, Router
 router = Router()
 
 
-async def healthz(services: Any, request: Request) -> tuple[int, dict]:
+async def healthz(services: Any, request: Request) -> tuple[int, View]:
     if request.param("probe") == "live":
         return 200, {"status": "live"}
     if not services.ready:

@@ -107,7 +107,7 @@ def twins(routes: list[Route]) -> Router:
     return found
 
 
-async def history(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def history(services: Runtime, request: Request, space: str) -> tuple[int, dict[str, Any]]:
     services.authorize(request, space)
     answer: dict[str, Any] = {"spaceId": space, "kept": services.history.kept(space)}
     if request.param("at") is not None:
@@ -117,7 +117,7 @@ async def history(services: Runtime, request: Request, space: str) -> tuple[int,
     return 200, answer
 
 
-async def diff(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def diff(services: Runtime, request: Request, space: str) -> tuple[int, dict[str, Any]]:
     services.authorize(request, space)
     found = Diff(space)
     first, second = await services.history.between(space, request.param("from"), request.param("to"), found.at_point, found.on_record)

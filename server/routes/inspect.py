@@ -15,11 +15,13 @@ the token is the holder's proof of ownership, and whoever could read it could re
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 from ...actors import caps, reads
 from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED, quote
 from ...actors.keys import digest
 from ...actors.state import KernelState
+from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
@@ -42,7 +44,7 @@ def _limit(request: Request) -> int:
     return int(text)
 
 
-async def list_scopes(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def list_scopes(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     limit = _limit(request)
     state = services.kernel.space_view(space)  # type: ignore[union-attr]
@@ -52,7 +54,7 @@ async def list_scopes(services: Runtime, request: Request, space: str) -> tuple[
     return 200, {"scopes": views, "truncated": len(newest) > limit}
 
 
-async def list_claims(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
+async def list_claims(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     limit = _limit(request)
     claims = reads.claims_in_scope(services.kernel, space, scope_id)
@@ -61,7 +63,7 @@ async def list_claims(services: Runtime, request: Request, space: str, scope_id:
     return 200, {"scopeId": scope_id, "claims": claims[:limit], "truncated": len(claims) > limit}
 
 
-async def list_tasks(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, dict]:
+async def list_tasks(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     limit = _limit(request)
     state = services.kernel.space_view(space)  # type: ignore[union-attr]
@@ -72,12 +74,12 @@ async def list_tasks(services: Runtime, request: Request, space: str, scope_id: 
     return 200, {"scopeId": scope_id, "tasks": views, "truncated": len(tasks) > limit}
 
 
-async def usage(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def usage(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, services.kernel.space_view(space).usage.view(space)  # type: ignore[union-attr]
 
 
-async def space_caps(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def space_caps(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, caps.view(services.kernel.space_view(space))  # type: ignore[union-attr]
 
@@ -96,7 +98,7 @@ _CAPS = {
 }
 
 
-def _listing(field: str, items: dict, **more: dict) -> dict:
+def _listing(field: str, items: dict[str, Any], **more: dict[str, Any]) -> dict[str, Any]:
     properties = {field: {"type": "array", "items": items}, **more, "truncated": {"type": "boolean"}}
     return {"type": "object", "properties": properties, "required": list(properties)}
 
@@ -121,7 +123,7 @@ endpoint(router, "GET", BASE + "/caps", Doc(
 ), space_caps)
 
 
-async def whoami(services: Runtime, request: Request) -> tuple[int, dict]:
+async def whoami(services: Runtime, request: Request) -> tuple[int, View]:
     """The key this request carries: an API key's id, name and spaces, or that it is the admin key.
 
     So that a tool holding only an API key can find the space it opens (`runstate inspect`)."""

@@ -16,6 +16,7 @@ from ...actors import commands as c
 from ...actors import reads
 from ...actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, SKIP_REASONS, DeadLetterFilter
 from ...actors.errors import VALIDATION_FAILED, quote
+from ...actors.shapes import View
 from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
@@ -66,12 +67,12 @@ _DELETED = {
 }
 
 
-async def list_mailboxes(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+async def list_mailboxes(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, {"mailboxes": reads.mailboxes(services.kernel, space)}
 
 
-async def read(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, dict]:
+async def read(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.mailbox(services.kernel, space, mailbox_id)
 
@@ -85,7 +86,7 @@ def _integer(request: Request, name: str, low: int, high: int) -> int | None:
     return int(text)
 
 
-async def dead_letters(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, dict]:
+async def dead_letters(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
     """A page of dead letters, newest first: `limit`, `cursor`, and the filters of an action."""
     services.authorize(request, space)
     kernel = services.kernel

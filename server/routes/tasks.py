@@ -9,6 +9,7 @@ from __future__ import annotations
 from ...actors import commands as c
 from ...actors import reads
 from ...actors.kernel import EMPTY
+from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
 from ..runtime import Runtime
@@ -20,7 +21,7 @@ TASK = (Reply(200, "Task"),)
 ERRORS = ("400", "404", "409")
 
 
-async def read(services: Runtime, request: Request, space: str, task_id: str) -> tuple[int, dict]:
+async def read(services: Runtime, request: Request, space: str, task_id: str) -> tuple[int, View]:
     """The task now; with `waitMs`, once it has ended or when the wait ends (a long poll)."""
     services.authorize(request, space)
     kernel = services.kernel

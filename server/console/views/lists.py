@@ -38,10 +38,10 @@ def _activity(space: Any, now_ms: int) -> tuple[dict[str, set[str]], dict[str, i
     return holders, waiting
 
 
-async def runs(kernel: Any, space_id: str, *, state: str | None, name: str | None, cursor: str | None, limit: int) -> dict:
+async def runs(kernel: Any, space_id: str, *, state: str | None, name: str | None, cursor: str | None, limit: int) -> dict[str, Any]:
     """The run tree: root runs newest first, each with its subtree (at most SUBTREE_ROWS_MAX rows)."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"runs": [], "next": None, "total": 0, "rows": 0}
         tree = space.scopes
@@ -50,7 +50,7 @@ async def runs(kernel: Any, space_id: str, *, state: str | None, name: str | Non
         for (run_id, _), calls in _acquirers(kernel, space_id).items():
             acquiring[run_id] = acquiring.get(run_id, 0) + calls
 
-        def row(scope: Any, depth: int) -> dict:
+        def row(scope: Any, depth: int) -> dict[str, Any]:
             return {
                 **tree.view(scope, now_ms), "depth": depth, "workers": sorted(holders.get(scope.id, ())),
                 "waiting": waiting.get(scope.id, 0), "acquiring": acquiring.get(scope.id, 0),
@@ -75,10 +75,10 @@ async def runs(kernel: Any, space_id: str, *, state: str | None, name: str | Non
     return await _read(kernel, space_id, view)
 
 
-async def run(kernel: Any, space_id: str, scope_id: str) -> dict:
+async def run(kernel: Any, space_id: str, scope_id: str) -> dict[str, Any]:
     """One run: its view, its ancestors, children, workers, what waits, counts, and its newest events."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         tree = _required(space, f"run {quote(scope_id)}").scopes
         scope = tree.get(scope_id)
         ancestors = []
@@ -106,7 +106,7 @@ async def run(kernel: Any, space_id: str, scope_id: str) -> dict:
 # -- claims ------------------------------------------------------------------------------------
 
 
-def _claim_row(claim: Any, now_ms: int) -> dict:
+def _claim_row(claim: Any, now_ms: int) -> dict[str, Any]:
     held = claim.held_at(now_ms)
     return {
         "key": claim.key, "scopeId": claim.scope_id, "generation": claim.generation, "held": held,
@@ -122,11 +122,11 @@ def _claim_row(claim: Any, now_ms: int) -> dict:
 
 
 async def claims(kernel: Any, space_id: str, *, run: str | None, key: str | None, holder: str | None, held_only: bool,
-                 cursor: str | None, limit: int) -> dict:
+                 cursor: str | None, limit: int) -> dict[str, Any]:
     """Claims by key (then run): held ones, or every key the space remembers with its generation;
     each with the acquires waiting for it."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"claims": [], "next": None, "total": 0}
         if held_only:
@@ -150,7 +150,7 @@ async def claims(kernel: Any, space_id: str, *, run: str | None, key: str | None
 # -- tasks -------------------------------------------------------------------------------------
 
 
-def _task_row(space: Any, task: Any, now_ms: int) -> dict:
+def _task_row(space: Any, task: Any, now_ms: int) -> dict[str, Any]:
     row = space.tasks.view(task, now_ms)
     message = space.messages.find(task.message_id)
     leased = message is not None and message.state == "LEASED"
@@ -166,10 +166,10 @@ def _task_row(space: Any, task: Any, now_ms: int) -> dict:
 
 
 async def tasks(kernel: Any, space_id: str, *, state: str | None, run: str | None, mailbox: str | None, key: str | None,
-                cursor: str | None, limit: int) -> dict:
+                cursor: str | None, limit: int) -> dict[str, Any]:
     """Tasks newest first, filtered by state, run, mailbox (id or name) and key prefix."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"tasks": [], "next": None, "total": 0}
         found: Iterable = space.tasks.all()
@@ -189,10 +189,10 @@ async def tasks(kernel: Any, space_id: str, *, state: str | None, run: str | Non
     return await _read(kernel, space_id, view)
 
 
-async def task(kernel: Any, space_id: str, task_id: str) -> dict:
+async def task(kernel: Any, space_id: str, task_id: str) -> dict[str, Any]:
     """One task: its view, its delivery, its input and result in full, its events, and why it waits."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         space = _required(space, f"task {quote(task_id)}")
         found = space.tasks.get(task_id)
         row = _task_row(space, found, now_ms)
@@ -211,7 +211,7 @@ async def task(kernel: Any, space_id: str, task_id: str) -> dict:
     return await _read(kernel, space_id, view)
 
 
-def _requirements_named(space: Any, needs: dict) -> list[str]:
+def _requirements_named(space: Any, needs: dict[str, Any]) -> list[str]:
     part = space.capacity
     named = [f"{units} unit(s) of pool {part.pools.get(pool_id).name}" for pool_id, units in needs["pools"]]
     named += [f"{units} unit(s) of quota {part.allowances.get(allowance_id).name}" for allowance_id, units in needs["quotas"]]
@@ -232,8 +232,8 @@ def _receivers(kernel: Any, space_id: str) -> dict[str, int]:
     return found
 
 
-async def queues(kernel: Any, space_id: str) -> dict:
-    def view(space: Any, now_ms: int) -> dict:
+async def queues(kernel: Any, space_id: str) -> dict[str, Any]:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"mailboxes": []}
         receivers = _receivers(kernel, space_id)
@@ -244,10 +244,10 @@ async def queues(kernel: Any, space_id: str) -> dict:
 
 
 async def queue(kernel: Any, space_id: str, mailbox_id: str, *, state: str | None, cursor: str | None, limit: int,
-                reason: str | None, older_s: int | None, dead_cursor: str | None) -> dict:
+                reason: str | None, older_s: int | None, dead_cursor: str | None) -> dict[str, Any]:
     """A mailbox: its counts, its deliveries (paged), and its dead letters (newest first, paged)."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         space = _required(space, f"mailbox {quote(mailbox_id)}")
         mailbox = space.mailboxes.get(mailbox_id)
         messages = space.messages
@@ -280,11 +280,11 @@ async def queue(kernel: Any, space_id: str, mailbox_id: str, *, state: str | Non
 # -- capacity ----------------------------------------------------------------------------------
 
 
-async def capacity(kernel: Any, space_id: str) -> dict:
+async def capacity(kernel: Any, space_id: str) -> dict[str, Any]:
     """Pools with their holders and their FIFO line, quotas with their window and line, budgets as
     spent / reserved / remaining with what each run reserved, and work limits."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"pools": [], "quotas": [], "budgets": [], "workLimits": []}
         part = space.capacity
@@ -316,10 +316,10 @@ async def capacity(kernel: Any, space_id: str) -> dict:
 # -- coordination ------------------------------------------------------------------------------
 
 
-async def coordination(kernel: Any, space_id: str, *, run: str | None, cursors: dict[str, str | None], limit: int) -> dict:
+async def coordination(kernel: Any, space_id: str, *, run: str | None, cursors: dict[str, str | None], limit: int) -> dict[str, Any]:
     """Task groups, barriers and timers, newest first, each list paged on its own."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {name: [] for name in ("groups", "barriers", "timers")} | {"next": {}, "totals": {}}
         part = space.coordination
@@ -343,12 +343,12 @@ async def coordination(kernel: Any, space_id: str, *, run: str | None, cursors: 
 # -- events ------------------------------------------------------------------------------------
 
 
-async def events(kernel: Any, space_id: str, *, types: frozenset | None, run: str | None, key: str | None,
-                 before: int | None, limit: int) -> dict:
+async def events(kernel: Any, space_id: str, *, types: frozenset[str] | None, run: str | None, key: str | None,
+                 before: int | None, limit: int) -> dict[str, Any]:
     """The event log newest first, filtered by type, run (its subtree) and key (an aggregate id:
     a claim key, a task or message id...); `before` pages back from an event number."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"events": [], "next": None, "oldest": 0, "newest": 0}
         log = space.events
@@ -374,10 +374,10 @@ async def events(kernel: Any, space_id: str, *, types: frozenset | None, run: st
 # -- the space ---------------------------------------------------------------------------------
 
 
-async def space_overview(kernel: Any, space_id: str) -> dict:
+async def space_overview(kernel: Any, space_id: str) -> dict[str, Any]:
     """Usage (operations counted) and how full the space is against each of its caps."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"usage": None, "caps": []}
         return {"usage": space.usage.view(space.id), "caps": caps_view(space)["caps"]}

@@ -11,15 +11,15 @@ from .reading import PAGE_MAX, _read, _short_token
 from .swimlanes import _CLAIM_EVENTS
 
 
-async def workers(kernel: Any, space_id: str, *, window_s: int) -> dict:
+async def workers(kernel: Any, space_id: str, *, window_s: int) -> dict[str, Any]:
     """Every holder with a live lease, and every holder the window's events name, with counts."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"workers": [], "windowSeconds": window_s}
-        rows: dict[str, dict] = {}
+        rows: dict[str, dict[str, Any]] = {}
 
-        def row(holder: str) -> dict:
+        def row(holder: str) -> dict[str, Any]:
             return rows.setdefault(holder, {"holder": holder, "claims": 0, "deliveries": 0, "grants": 0, "expired": 0,
                                             "takenOver": 0, "retried": 0, "deadLettered": 0, "lastSeen": None})
 
@@ -42,7 +42,7 @@ async def workers(kernel: Any, space_id: str, *, window_s: int) -> dict:
     return await _read(kernel, space_id, view)
 
 
-def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict]:
+def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict[str, Any]]:
     """What the window's events say ended badly under a holder (`holder`, or any), oldest first:
     claim leases that expired and deliveries whose lease ran out (each with who took it next),
     deliveries given back for a retry, and dead letters.
@@ -67,9 +67,9 @@ def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict]:
     if not expired and not lost:
         return []
     holders: dict[tuple, str] = {}  # (run, key, generation) -> who took it
-    open_claims: dict[tuple, dict] = {}  # (run, key) -> an expiry waiting for the next holder
-    open_deliveries: dict[str, dict] = {}  # message id -> a lost lease waiting for the next one
-    losses: list[dict] = []
+    open_claims: dict[tuple, dict[str, Any]] = {}  # (run, key) -> an expiry waiting for the next holder
+    open_deliveries: dict[str, dict[str, Any]] = {}  # message id -> a lost lease waiting for the next one
+    losses: list[dict[str, Any]] = []
     for seq, change, at_ms in log.scan():
         kind, scope_id, aggregate_type, ident, payload = change
         if kind in _CLAIM_EVENTS:
@@ -121,15 +121,15 @@ _DELIVERY_EVENTS = frozenset({"task.started", "delivery.leased", "task.retried",
 _LOSS_EVENTS = frozenset({"task.retried", "delivery.requeued", "delivery.dead_lettered"})
 
 
-def _loss(holder: str, counts: str, what: str, scope_id: str | None, at_ms: int, seq: int) -> dict:
+def _loss(holder: str, counts: str, what: str, scope_id: str | None, at_ms: int, seq: int) -> dict[str, Any]:
     return {"holder": holder, "counts": counts, "what": what, "run": scope_id, "at": format_ms(at_ms), "seq": seq, "next": None}
 
 
-async def worker(kernel: Any, space_id: str, holder: str, *, window_s: int) -> dict:
+async def worker(kernel: Any, space_id: str, holder: str, *, window_s: int) -> dict[str, Any]:
     """One holder: what it holds now, and its blast radius over the window (what its crash or its
     failures took down, and who took over)."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"holder": holder, "claims": [], "deliveries": [], "grants": [], "losses": [], "windowSeconds": window_s}
         held_claims = [_claim_row(c, now_ms) for c in space.claims.held() if c.holder == holder and c.held_at(now_ms)]

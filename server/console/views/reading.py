@@ -45,10 +45,10 @@ class _Reading:
         return self._kernel.parked_holders(key, count_max)
 
 
-async def _read(kernel: Any, space_id: str, view: Callable[[Any, int], dict]) -> dict:
+async def _read(kernel: Any, space_id: str, view: Callable[[Any, int], dict[str, Any]]) -> dict[str, Any]:
     """`view(space, now_ms)` with the cursor of the newest event it saw; an empty space is None."""
 
-    def look(space: Any) -> dict:
+    def look(space: Any) -> dict[str, Any]:
         answer = view(space, kernel.clock.now_ms())
         answer["cursor"] = 0 if space is None else space.events.seq
         return answer
@@ -143,7 +143,7 @@ def _short_token(token: str | None) -> str | None:
     return None if token is None else token[:10] + "…"
 
 
-def _history(space: Any, match: Callable[[tuple], bool]) -> list[dict]:
+def _history(space: Any, match: Callable[[tuple], bool]) -> list[dict[str, Any]]:
     """The newest HISTORY_MAX events whose change matches, newest first."""
     found = []
     for seq, change, at_ms in space.events.scan(newest_first=True):
@@ -159,11 +159,11 @@ def _acquirers(kernel: Any, space_id: str) -> dict[tuple[str, str], int]:
     return {(key[2], key[3]): calls for key, calls in kernel.parked() if key[0] == "claim" and key[1] == space_id}
 
 
-async def events_after(kernel: Any, space_id: str, after: int, limit: int) -> tuple[list[dict], int]:
+async def events_after(kernel: Any, space_id: str, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:
     """Events after the cursor `after`, oldest first, at most `limit`, and the cursor after them
     (CURSOR_EXPIRED for one no longer kept): what a stream resuming at `after` sends first."""
 
-    def view(space: Any) -> tuple[list[dict], int]:
+    def view(space: Any) -> tuple[list[dict[str, Any]], int]:
         if space is None:
             if after:
                 raise KernelError(event_log.CURSOR_EXPIRED, f"cursor {after} is ahead of this space's events (none)")

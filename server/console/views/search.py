@@ -19,14 +19,14 @@ RESULTS_MAX = 20
 EVENTS_LOOKED_MAX = 20_000
 
 
-async def search(kernel: Any, space_id: str, text: str) -> dict:
+async def search(kernel: Any, space_id: str, text: str) -> dict[str, Any]:
     """What in the space matches `text`, by kind: runs, claims, holders, tasks, mailboxes."""
     needle = text.casefold()
 
     def matches(value: str | None) -> bool:
         return value is not None and needle in value.casefold()
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         found: dict[str, list] = {"runs": [], "claims": [], "holders": [], "tasks": [], "mailboxes": []}
         more = dict.fromkeys(found, False)
         if space is None:

@@ -162,7 +162,7 @@ def _scan(space: Any, start_ms: int, end_ms: int, run: str | None, key: str | No
     return scan
 
 
-def _named(scan: _Scan, wanted: dict, lane: tuple[str, str], change: tuple) -> None:
+def _named(scan: _Scan, wanted: dict[str, Any], lane: tuple[str, str], change: tuple) -> None:
     generation, holder, _, _ = _payload(change)
     if generation == wanted[lane]:
         del wanted[lane]
@@ -170,7 +170,7 @@ def _named(scan: _Scan, wanted: dict, lane: tuple[str, str], change: tuple) -> N
 
 
 async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, key: str | None, window_s: int,
-                fit: bool = False, between: tuple[int, int] | None = None) -> dict:
+                fit: bool = False, between: tuple[int, int] | None = None) -> dict[str, Any]:
     """Lease swimlanes over the last `window_s` (with `fit`, from shortly before the first thing
     drawn), or over `between` (start, end) in wall milliseconds: a zoom. The lanes of the keys
     that changed most recently in the window come first, at most LANES_MAX.
@@ -179,7 +179,7 @@ async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, ke
     marked on the lanes of its key at its time.
     """
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         start_ms, end_ms = between if between is not None else (now_ms - window_s * 1000, now_ms)
         if end_ms > now_ms:  # (nothing to draw after now)
             start_ms, end_ms = min(start_ms, now_ms - ZOOM_MS_MIN), now_ms
@@ -366,7 +366,7 @@ class _Cells:
         assert all(held[index] <= edges[index + 1] - edges[index] + 1e-6 for index in range(columns)), "held past a column"
 
 
-def _lane(space: Any, lane: tuple[str, str], scan: _Scan, refusals: Iterable, grid: _Grid, now_ms: int) -> dict:
+def _lane(space: Any, lane: tuple[str, str], scan: _Scan, refusals: Iterable, grid: _Grid, now_ms: int) -> dict[str, Any]:
     """One key's lane: how it is drawn (bars or columns), and its story's numbers."""
     scope_id, key = lane
     start_ms, end_ms = grid.start_ms, grid.end_ms
@@ -404,7 +404,7 @@ def _lane(space: Any, lane: tuple[str, str], scan: _Scan, refusals: Iterable, gr
     return drawn
 
 
-def _bar(generation: list, grid: _Grid, claim: Any) -> dict:
+def _bar(generation: list, grid: _Grid, claim: Any) -> dict[str, Any]:
     """A generation as the page draws and tells it: placed on the axis, its times as text."""
     number, holder, from_ms, to_ms, end, takeover, cursor = generation
     bar = {"generation": number, "holder": holder, "from": from_ms, "to": to_ms, "end": end, "takeover": takeover,
@@ -430,7 +430,7 @@ def _step_path(shares: list[float], begin: int, grid: _Grid) -> str:
     return "".join(parts)
 
 
-def _bands(cells: _Cells, shares: list[float], begin: int, grid: _Grid) -> list[dict]:
+def _bands(cells: _Cells, shares: list[float], begin: int, grid: _Grid) -> list[dict[str, Any]]:
     """The lane's stretches from `begin` on, each with its tooltip: when, how much was held, and by
     which generations and holders."""
     per_band, columns, bands = grid.per_band, grid.columns, []

@@ -8,7 +8,7 @@ from ....actors.errors import quote
 from .reading import _acquirers, _read, _required
 
 
-def _check(ok: bool, what: str, detail: str) -> dict:
+def _check(ok: bool, what: str, detail: str) -> dict[str, Any]:
     return {"ok": ok, "what": what, "detail": detail}
 
 
@@ -32,7 +32,7 @@ def _money(budget: Any, minor: int) -> str:
     return f"{_amount(budget, minor)} {budget.currency}"
 
 
-def _why_task(space: Any, found: Any, now_ms: int) -> dict:
+def _why_task(space: Any, found: Any, now_ms: int) -> dict[str, Any]:
     """Each constraint a queued task meets or not before a worker can take it, in the kernel's order."""
     checks = []
     tree = space.scopes
@@ -58,7 +58,7 @@ def _why_task(space: Any, found: Any, now_ms: int) -> dict:
     return {"checks": checks, "waiting": not all(check["ok"] for check in checks)}
 
 
-def _capacity_checks(space: Any, needs: dict, found: Any, message: Any, now_ms: int) -> list[dict]:
+def _capacity_checks(space: Any, needs: dict[str, Any], found: Any, message: Any, now_ms: int) -> list[dict[str, Any]]:
     """Pools, quotas and budgets a task needs, as admission judges them (`admission._lacking`),
     and the older tasks of its queue that reserve the same resources first."""
     part = space.capacity
@@ -93,7 +93,7 @@ def _soonest_lease(pools: Any, pool: Any, now_ms: int, lacking: bool) -> str:
     return f"; the soonest lease ends in {_seconds(soonest.expires_ms - now_ms)} (held by {soonest.holder})"
 
 
-def _quota_check(allowances: Any, allowance: Any, units: int, now_ms: int) -> dict:
+def _quota_check(allowances: Any, allowance: Any, units: int, now_ms: int) -> dict[str, Any]:
     window_end = allowance.window_at(now_ms) + allowance.window_ms
     if allowance.cooling_at(now_ms):
         reason = f" ({allowance.cooldown_reason})" if allowance.cooldown_reason else ""
@@ -108,7 +108,7 @@ def _quota_check(allowances: Any, allowance: Any, units: int, now_ms: int) -> di
     return _check(fits, "Quota", detail)
 
 
-def _budget_check(budgets: Any, budget: Any, amount: int) -> dict:
+def _budget_check(budgets: Any, budget: Any, amount: int) -> dict[str, Any]:
     """What is left of a budget, what is reserved and by which runs, against what a task reserves."""
     by_run: dict[str, int] = {}
     for reservation in budget.reservations.values():
@@ -130,7 +130,7 @@ def _budget_check(budgets: Any, budget: Any, amount: int) -> dict:
     return _check(amount <= budget.available, "Budget", detail)
 
 
-def _older_blockers(space: Any, needs: dict, found: Any, message: Any, now_ms: int) -> list[str]:
+def _older_blockers(space: Any, needs: dict[str, Any], found: Any, message: Any, now_ms: int) -> list[str]:
     """Older queued tasks of the same queue that do not fit and name a resource this one needs:
     admission keeps those resources for them (`admission.admit`)."""
     wants = {entry[0] for kind in ("pools", "quotas", "budgets") for entry in needs[kind]}
@@ -147,8 +147,8 @@ def _older_blockers(space: Any, needs: dict, found: Any, message: Any, now_ms: i
     return blockers
 
 
-async def why_task(kernel: Any, space_id: str, task_id: str) -> dict:
-    def view(space: Any, now_ms: int) -> dict:
+async def why_task(kernel: Any, space_id: str, task_id: str) -> dict[str, Any]:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         found = _required(space, f"task {quote(task_id)}").tasks.get(task_id)
         if found.state != "QUEUED":
             return {"subject": f"task {task_id}", "state": found.state, "checks": [], "waiting": False}
@@ -157,10 +157,10 @@ async def why_task(kernel: Any, space_id: str, task_id: str) -> dict:
     return await _read(kernel, space_id, view)
 
 
-async def why_claim(kernel: Any, space_id: str, run: str, key: str) -> dict:
+async def why_claim(kernel: Any, space_id: str, run: str, key: str) -> dict[str, Any]:
     """Why an acquire of a claim waits (or would): the run, who holds it until when, who else waits."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         space = _required(space, f"claim {quote(key)}")
         tree = space.scopes
         state = tree.effective(tree.get(run), now_ms)
@@ -184,10 +184,10 @@ async def why_claim(kernel: Any, space_id: str, run: str, key: str) -> dict:
     return await _read(kernel, space_id, view)
 
 
-async def why_waiter(kernel: Any, space_id: str, waiter_id: str) -> dict:
+async def why_waiter(kernel: Any, space_id: str, waiter_id: str) -> dict[str, Any]:
     """Why a waiter in a pool's line or a quota's line is still waiting."""
 
-    def view(space: Any, now_ms: int) -> dict:
+    def view(space: Any, now_ms: int) -> dict[str, Any]:
         part = _required(space, f"waiter {quote(waiter_id)}").capacity
         if waiter_id.startswith("aw_"):
             waiter = part.allowances.waiter(waiter_id)
