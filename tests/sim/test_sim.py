@@ -170,3 +170,23 @@ def test_an_injected_delete_of_dead_letters_that_forgets_nothing_is_caught(monke
     monkeypatch.setattr(MessageTable, "apply_dead_deleted", lambda self, record: None)
     found, result = run_seeds_until("dead-letters", tuple(range(1, 13)), virtual_s=120)
     assert "dead-letters" in found or "durability" in found, result.describe()
+
+
+def test_an_injected_removal_of_a_run_before_its_retention_is_caught(monkeypatch):
+    """A retention that removes a run as soon as it has ended: a read of the run answers 404, or a
+    recovery lacks it, before its retention has passed."""
+    from runstate.actors import runs
+
+    monkeypatch.setattr(runs, "removal_due_ms", lambda limits, ended_ms: ended_ms if limits.ended_run_retention_s else None)
+    found, result = run_seeds_until("retention", (2, 5, 8), virtual_s=120)
+    assert "retention" in found, result.describe()
+
+
+def test_an_injected_removal_that_leaves_a_runs_tasks_behind_is_caught(monkeypatch):
+    """A removal that forgets the tasks of the runs it removes: the state keeps task records that
+    name a removed run, and its entity count does not fall."""
+    from runstate.actors.tasks import TaskTable
+
+    monkeypatch.setattr(TaskTable, "drop_scopes", lambda self, scope_ids: None)
+    found, result = run_seeds_until("retention", (2, 5, 8), virtual_s=120)
+    assert "retention" in found, result.describe()
