@@ -143,6 +143,7 @@ class RunCommands:
 
 
 def sweep_ms(limits: Limits) -> int:
+    """How far apart removals are swept: a tenth of the retention, within one second and a minute."""
     return min(SWEEP_MS_MAX, max(SWEEP_MS_MIN, limits.ended_run_retention_s * 100))
 
 
@@ -168,7 +169,11 @@ def on_removal(space: Any, scope_id: str, _: Any, now_ms: int) -> Outcome:
     due_ms = None if ended_ms is None else removal_due_ms(limits, ended_ms)
     if due_ms is None or now_ms < due_ms:
         return Outcome()  # removed already (with another run), or kept for good
-    due = sorted((ended, root) for root, ended in scopes.ended_roots.items() if root != scope_id and removal_due_ms(limits, ended) <= now_ms)
+    # The others due now, oldest first (the firing run first: its own timer is spent).
+    due = sorted(
+        (ended, root) for root, ended in scopes.ended_roots.items()
+        if root != scope_id and removal_due_ms(limits, ended) <= now_ms
+    )
     roots = [scope_id, *(root for _, root in due[: RUNS_REMOVED_MAX - 1])]
     trees = {root: scopes.subtree(root) for root in roots}
     kept = space.scopes_kept(frozenset(s for tree in trees.values() for s in tree))
@@ -178,8 +183,8 @@ def on_removal(space: Any, scope_id: str, _: Any, now_ms: int) -> Outcome:
         # Paired with `_apply_removed`: only ended runs, due, whole.
         assert all(not scopes.get(root).live and scopes.get(root).parent_id is None for root in removed)
         outcome = space.commit(outcome, {"type": RUN_REMOVED, "ids": removed, "at_ms": now_ms})
-    later = now_ms + sweep_ms(limits)
-    outcome.timers.extend(_removal_timer(space.id, root, later) for root in roots if root not in removed)
+    later, gone = now_ms + sweep_ms(limits), set(removed)
+    outcome.timers.extend(_removal_timer(space.id, root, later) for root in roots if root not in gone)
     return outcome
 
 

@@ -116,10 +116,10 @@ class ScopeTree:
         return self._scopes.get(scope_id)
 
     def not_found(self, scope_id: str) -> str:
-        """What an unknown scope id answers: a removed run is not remembered, so the answer names
-        the retention that may have removed it (`runs.py`)."""
+        """What an unknown scope id answers: a removed run is not remembered, so the answer to an
+        id of the shape this server draws names the retention that may have removed it (`runs.py`)."""
         retention_s = self._limits.ended_run_retention_s
-        if not retention_s:
+        if not retention_s or not scope_id.startswith("sc_") or len(scope_id) > 64:
             return f"scope {quote(scope_id)} not found"
         return (
             f"scope {quote(scope_id)} not found (an ended run is removed {retention_s} s after its end: "
