@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv serve test test-ts sim soak chaos clean bench bench-quick profile etcd chromium
+.PHONY: venv serve test test-ts reference sim soak chaos clean bench bench-quick profile etcd chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,15 +16,28 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# In a terminal, request lines would bury the server's own messages: `make serve` keeps them out
+# unless asked (LOG_REQUESTS=errors or all, or RUNSTATE_LOG_REQUESTS); `runstate serve` itself
+# logs every request by default (docs/configuration.md).
+LOG_REQUESTS ?= $(or $(RUNSTATE_LOG_REQUESTS),off)
 serve: $(STAMP)
-	$(VENV)/bin/runstate serve $(ARGS)
+	$(VENV)/bin/runstate serve --log-requests $(LOG_REQUESTS) $(ARGS)
 
-# The strict type check (mypy over the SDK and the product page's examples), then the tests: two
-# processes, a test file each at a time (the simulation's batch, which has its own two, first).
+# The Python SDK's reference (docs/python-reference.md) from the docstrings, and pdoc's HTML pages
+# into build/reference/ (git-ignored). `make test` checks it: every public name documented, the
+# file current (tests/reference.py).
+reference: $(STAMP)
+	$(PY) -m tests.reference --html build/reference
+
+# The strict type check (mypy over the SDK and the product page's examples), the reference's
+# check (every public name of the SDK has a docstring), then the tests: three processes, each
+# taking a test file whole, or one seed of the simulation's batch (a class each), as it is free
+# (tests/conftest.py says which go first), and the 25 slowest tests listed at the end.
 # The console's browser tests (tests/console) drive Debian's Chromium: installed first when missing.
-PYTEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder --durations=25
+PYTEST_ARGS ?= -n 3 --dist loadscope --no-loadscope-reorder --durations=25
 test: $(STAMP) etcd chromium
 	$(PY) -m tests.typecheck
+	$(PY) -m tests.reference --check
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) test-ts
 

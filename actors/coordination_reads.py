@@ -47,6 +47,8 @@ def events_latest(kernel: Any, space: str, count: int) -> dict:
 # -- diagnostics -----------------------------------------------------------------------------------
 # Observations for people and tooling, never a source of authority. Lists are cut at this many.
 OPS_LIST_MAX = 1000
+# The holders named for one parked entry (its `calls` counts them all), oldest first.
+PARKED_HOLDERS_MAX = 10
 
 
 def run(kernel: Any, space: str, scope_id: str) -> dict:
@@ -160,8 +162,10 @@ def _allowance_waiters(state: Any, now_ms: int) -> list[dict]:
 
 
 def _parked(kernel: Any, space: str) -> list[dict]:
-    """The kernel's parked calls in this space: on a queue (receives), a scope's timers (polls), or
-    the event log (watches)."""
+    """The kernel's parked calls in this space: on a claim (acquires waiting for it: its run and
+    key), a once key (reads waiting for its result), a queue (receives), a scope's timers (polls),
+    or the event log (watches); with the holders the calls are for, oldest first, where their
+    commands name one."""
     found = []
     for key, calls in kernel.parked():
         if len(key) < 2 or key[1] != space:
@@ -171,6 +175,11 @@ def _parked(kernel: Any, space: str) -> list[dict]:
             entry.update(mailboxId=key[2], scopeId=key[3])
         elif key[0] == "timers":
             entry.update(scopeId=key[2])
+        elif key[0] in ("claim", "once"):  # acquires waiting for a held claim; reads waiting for a once key's result
+            entry.update(scopeId=key[2], key=key[3])
+        holders = kernel.parked_holders(key, PARKED_HOLDERS_MAX)
+        if holders:
+            entry["holders"] = holders
         found.append(entry)
     return found
 

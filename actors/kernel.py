@@ -47,8 +47,9 @@ JITTER_HIGH = 1.0
 class Kernel:
     """Create inside trio, then `await nursery.start(kernel.run)` before calling commands.
 
-    `Kernel(state=..., journal=...)` is one partition holding everything (the kernel's tests);
-    `Kernel.partitioned(...)` is the server's shape: a system partition and P data partitions.
+    `Kernel(state=..., journal=...)` is one partition holding everything (the kernel's tests and
+    benchmarks; `tests/single.py` reads its state, journal and supervisor); `Kernel.partitioned(...)`
+    is the server's shape: a system partition and P data partitions.
     """
 
     def __init__(
@@ -101,7 +102,9 @@ class Kernel:
             state = states.get(number) or KernelState(limits)
             journal = (journals or {}).get(number) or MemoryJournal()
             partition = Partition(number, state, journal, clock)
-            partition.refusal = (refusals or {}).get(number)
+            refusal = (refusals or {}).get(number)
+            if refusal is not None:
+                partition.refuse(refusal)
             partitions.append(partition)
         return cls(clock=clock, ids=ids, layout=layout, partitions=partitions, limits=limits)
 
@@ -142,33 +145,6 @@ class Kernel:
             self._numbers[space_id] = number
         return self.partitions[number]
 
-    def _single(self) -> Partition:
-        assert len(self.partitions) == 1, "only a kernel of one partition has one state, journal and supervisor"
-        return self.partitions[0]
-
-    @property
-    def state(self) -> KernelState:
-        """The state of a kernel of one partition (its tests read it)."""
-        return self._single().state
-
-    @property
-    def journal(self) -> Journal:
-        """The journal of a kernel of one partition."""
-        return self._single().journal
-
-    @journal.setter
-    def journal(self, journal: Journal) -> None:
-        self._single().journal = journal
-
-    @property
-    def supervisor(self) -> Any:
-        """The supervisor of a kernel of one partition."""
-        return self._single().supervisor
-
-    @property
-    def _actors(self) -> dict:
-        return self._single()._actors
-
     # -- counts for the metrics ------------------------------------------------------------------
 
     @property
@@ -198,6 +174,11 @@ class Kernel:
     def parked(self) -> list[tuple[ActorKey, int]]:
         """Actors with calls parked on them now (long polls, held watches), and how many each."""
         return [entry for partition in self.partitions for entry in partition.parked()]
+
+    def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
+        """Who the calls parked on the actor `key` of a space are for, oldest first, at most `count_max`."""
+        assert len(key) >= 2, "a space's actor names its space second"
+        return self.partition_of(key[1]).parked_holders(key, count_max)
 
     # -- reading --------------------------------------------------------------------------------
 

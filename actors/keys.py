@@ -1,8 +1,15 @@
-"""API keys: which spaces a bearer key opens. The kernel's own primitive: keys are in no space.
+"""API keys: which spaces a bearer key opens, and what it may do there (its role). The kernel's
+own primitive: keys are in no space.
 
 Only a SHA-256 digest of a key is kept, in memory and in the journal; the key itself is shown once
 when it is made and never again. A key opens exactly the spaces it was issued for. A revoked key
 opens nothing, at once. Keys are decided by one actor (`KEYS_ACTOR`) in the system partition.
+
+A key has one of two roles. `editor` (the default) does everything inside its spaces, the
+operator's actions included; `viewer` reads everything there and changes nothing. The role is
+written into `key.registered` only when it is not the default, so a record without one, as every
+data directory made before roles wrote it, is an editor's: the format grew an optional field and
+nothing else (`KEYS.records`, below).
 
 Pure: no IO, no clock reads.
 """
@@ -25,7 +32,7 @@ from .timestamps import format_ms
 
 __all__ = [
     "ApiKey", "KeyTable", "digest", "new_secret", "KEY_REGISTERED", "KEY_REVOKED", "RegisterKey", "RevokeKey", "KEYS",
-    "key_view", "KEY_SPACES_MAX",
+    "key_view", "KEY_SPACES_MAX", "ROLES", "EDITOR", "VIEWER",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -34,6 +41,11 @@ KEY_REVOKED = record_type("key.revoked")
 
 # A key's spaces are recorded with it; a key for every space is the admin key's job.
 KEY_SPACES_MAX = 100
+
+# The roles: an editor reads and changes everything in its spaces; a viewer only reads there.
+EDITOR = "editor"
+VIEWER = "viewer"
+ROLES = (EDITOR, VIEWER)
 
 
 def digest(secret: str) -> str:
@@ -51,15 +63,22 @@ def new_secret() -> str:
 
 
 class ApiKey:
-    __slots__ = ("id", "digest", "name", "spaces", "created_ms", "revoked_ms")
+    __slots__ = ("id", "digest", "name", "spaces", "created_ms", "revoked_ms", "role")
 
-    def __init__(self, key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], created_ms: int) -> None:
+    def __init__(self, key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], created_ms: int,
+                 role: str = EDITOR) -> None:
+        assert role in ROLES, role
         self.id = key_id
         self.digest = key_digest
         self.name = name
         self.spaces = spaces
         self.created_ms = created_ms
         self.revoked_ms: int | None = None
+        self.role = role
+
+    @property
+    def reads_only(self) -> bool:
+        return self.role == VIEWER
 
 
 class KeyTable:
@@ -101,25 +120,20 @@ class KeyTable:
         return len(self._by_id)
 
     def decide_register(
-        self, key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], now_ms: int
+        self, key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], now_ms: int, role: str = EDITOR
     ) -> dict | None:
-        """Register a key for `spaces`; None when it already opens exactly those."""
+        """Register a key for `spaces` with `role`; None when it already opens exactly those, so."""
+        if role not in ROLES:
+            raise KernelError(VALIDATION_FAILED, f"no role {quote(role)}: a key's role is one of {', '.join(ROLES)}")
         existing = self._by_digest.get(key_digest)
         if existing is not None:
             if existing.revoked_ms is not None:
                 raise KernelError(CONFLICT, f"key {existing.id} was revoked; make a new one")
-            if existing.spaces == spaces:
+            if existing.spaces == spaces and existing.role == role:
                 return None
             key_id = existing.id
         assert spaces and len(key_digest) == 64, "a key opens some spaces, and only its SHA-256 digest is kept"
-        return {
-            "type": KEY_REGISTERED,
-            "id": key_id,
-            "digest": key_digest,
-            "name": name,
-            "spaces": sorted(spaces),
-            "at_ms": now_ms,
-        }
+        return _registered(key_id, key_digest, name, spaces, now_ms, role)
 
     def decide_revoke(self, key_id: str, now_ms: int) -> dict | None:
         key = self._by_id.get(key_id)
@@ -133,25 +147,20 @@ class KeyTable:
     def image(self) -> Iterator[dict]:
         """Records that rebuild this table exactly: each key as registered, then its revocation."""
         for key in self._by_id.values():
-            yield {
-                "type": KEY_REGISTERED,
-                "id": key.id,
-                "digest": key.digest,
-                "name": key.name,
-                "spaces": sorted(key.spaces),
-                "at_ms": key.created_ms,
-            }
+            yield _registered(key.id, key.digest, key.name, key.spaces, key.created_ms, key.role)
             if key.revoked_ms is not None:
                 yield {"type": KEY_REVOKED, "id": key.id, "at_ms": key.revoked_ms}
 
     def apply_registered(self, record: dict) -> None:
         key = self._by_id.get(record["id"])
+        role = record.get("role", EDITOR)  # (a record without one, as before roles, is an editor's)
         if key is None:
-            key = ApiKey(record["id"], record["digest"], record["name"], frozenset(record["spaces"]), record["at_ms"])
+            key = ApiKey(record["id"], record["digest"], record["name"], frozenset(record["spaces"]), record["at_ms"], role)
             self._by_id[key.id] = key
             self._by_digest[key.digest] = key
         else:
             key.spaces = frozenset(record["spaces"])
+            key.role = role
 
     def apply_revoked(self, record: dict) -> None:
         self._by_id[record["id"]].revoked_ms = record["at_ms"]
@@ -163,6 +172,7 @@ def key_view(key: ApiKey | None) -> dict:
         "id": key.id,
         "name": key.name,
         "spaces": sorted(key.spaces),
+        "role": key.role,
         "createdAt": format_ms(key.created_ms),
         "revokedAt": None if key.revoked_ms is None else format_ms(key.revoked_ms),
     }
@@ -179,6 +189,8 @@ class RegisterKey(Command):
     spaces: frozenset
     name: str | None = body("name", required=False, length_max="name_len_max")
     key_id: str = drawn("ak_")
+    # What the key may do in its spaces (`ROLES`): everything, or only read.
+    role: str = EDITOR
 
     def actor(self, state: Any) -> ActorKey:
         return KEYS_ACTOR
@@ -190,6 +202,8 @@ class RegisterKey(Command):
             raise KernelError(VALIDATION_FAILED, f"a key opens at most {KEY_SPACES_MAX} spaces")
         for space in self.spaces:
             check_space_id(space)
+        if self.role not in ROLES:
+            raise KernelError(VALIDATION_FAILED, f"no role {self.role!r}: a key's role is one of {', '.join(ROLES)}")
 
 
 @command
@@ -203,7 +217,7 @@ class RevokeKey(Command):
 def register(state: Any, command: RegisterKey, now_ms: int) -> Outcome:
     """The transition of `RegisterKey`, on the kernel's state."""
     keys: KeyTable = state.keys
-    record = keys.decide_register(command.key_id, command.key_digest, command.name, command.spaces, now_ms)
+    record = keys.decide_register(command.key_id, command.key_digest, command.name, command.spaces, now_ms, command.role)
     outcome = Outcome()
     if record is not None:
         state.apply(record)
@@ -228,10 +242,19 @@ KEYS = Primitive(
     kernel=True,
     commands={RegisterKey: register, RevokeKey: revoke},
     records={
-        KEY_REGISTERED: ("id", "digest", "name", "spaces", "at_ms"),
+        KEY_REGISTERED: ("id", "digest", "name", "spaces", "at_ms", "role?"),
         KEY_REVOKED: ("id", "at_ms"),
     },
     apply={KEY_REGISTERED: ("keys", "apply_registered"), KEY_REVOKED: ("keys", "apply_revoked")},
     usage={KEY_REGISTERED: NOT_COUNTED, KEY_REVOKED: NOT_COUNTED},
     image=lambda state: state.keys.image(),
 )
+
+
+def _registered(key_id: str, key_digest: str, name: str | None, spaces: frozenset[str], at_ms: int, role: str) -> dict:
+    """A `key.registered` record; `role` only when it is not the default, so that an editor's
+    record is the same bytes it was before keys had roles."""
+    record = {"type": KEY_REGISTERED, "id": key_id, "digest": key_digest, "name": name, "spaces": sorted(spaces), "at_ms": at_ms}
+    if role != EDITOR:
+        record["role"] = role
+    return record

@@ -24,10 +24,27 @@ Rule for everything below: state changes only through transitions and `KernelSta
 One exception, `restore()`: when the journal could not write, the state holds changes that are not
 on disk. The journal refuses further changes (`failure`), rebuilds the state from disk, and hands it
 to `restore()`, which swaps it in, re-arms every timer from it and fails the parked callers.
+
+A partition is in one of three roles, and moves between them only through its own methods (a
+cluster's node calls them; nothing outside sets a partition's fields):
+
+    serving    runs commands, journals them, arms its timers          lead(journal)
+    following  refuses commands with a reason; its state, which       follow(reason, state=None)
+               holds committed changes only, may be read (a
+               cluster's standby)
+    refused    refuses commands and reads alike (it could not be      refuse(reason, state=None)
+               opened; its state is being rebuilt or taken over)
+
+A call goes through four phases, each entered once, in this order (a phase may be skipped):
+QUEUED (posted to its actor) -> WAITING (parked among the actor's waiters, a long poll) ->
+DECIDED (its answer is made and waits for the journal: its records, or what it saw, to be
+durable) -> DONE (answered, or withdrawn by its caller). The assertions below pair each phase
+with where it is entered and where it is relied on.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from contextvars import ContextVar
@@ -95,10 +112,11 @@ class _Call:
 
     def durable(self, error: BaseException | None) -> None:
         """The journal's word on what this call changed or saw: the answer, or UNAVAILABLE."""
+        assert self.phase == _DECIDED and self.result is not None, "the journal answers a decided call, once"
         if error is None:
             Partition._wake(self, self.result)  # type: ignore[arg-type]
         else:
-            Partition._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {error}")))
+            Partition._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {_what(error)}")))
 
     def abort(self, _: Any) -> trio.lowlevel.Abort:
         """The caller was cancelled while parked on this call. Not yet decided: withdraw it.
@@ -106,6 +124,7 @@ class _Call:
         the caller waits for it rather than losing it."""
         if self.phase == _DECIDED:
             return trio.lowlevel.Abort.FAILED
+        assert self.phase in (_QUEUED, _WAITING) and self.parked, "only a parked call that is not done is cancelled"
         was_waiting = self.phase == _WAITING
         self.phase = _DONE
         self.parked = False
@@ -114,6 +133,14 @@ class _Call:
             del entry.waiters[self]
             entry.partition._retire_if_idle(entry)
         return trio.lowlevel.Abort.SUCCEEDED
+
+
+def _what(error: BaseException) -> str:
+    """A journal's failure as a space's answer says it: what failed, not where (an `OSError`
+    names the server's file; the server's log has it)."""
+    if isinstance(error, OSError):
+        return error.strerror or type(error).__name__
+    return str(error)
 
 
 # What the actor hands back to a caller whose command found nothing yet and who may wait: the
@@ -170,6 +197,8 @@ class Partition:
         # committed changes only, a little behind the leader's).
         self.refusal: str | None = None
         self.readable = False
+        # The last LSN this partition appended to its journal: LSNs only grow (reset with a new journal).
+        self._appended_lsn = journal.appended_lsn
 
     def __repr__(self) -> str:
         return f"<Partition {self.number}>"
@@ -214,10 +243,51 @@ class Partition:
         Calls already decided were answered by the journal; queued calls run against the new
         state (and are refused while the failure lasts).
         """
+        assert self.journal.failure is not None or self.refusal is not None, "restored only while no turn can change it"
         self.state = state
+        self._appended_lsn = self.journal.appended_lsn
         self.supervisor.reset()
         self.supervisor.arm_all(state.timers())
         self.fail_waiters(KernelError(UNAVAILABLE, "the state was rebuilt from the journal; try again"))
+
+    # -- roles (see the module docstring) ---------------------------------------------------------
+
+    def lead(self, journal: Journal) -> None:
+        """Serve from now on, journaling to `journal` (this node won the partition): commands run
+        and the state's timers are armed. The state is the one it followed, caught up and with
+        the new leader's first batch applied; `journal` has that batch durable and nothing else."""
+        assert self.refusal is not None, "only a partition that does not serve starts to"
+        assert journal.failure is None and journal.appended_lsn == journal.durable_lsn, "a new journal holds nothing pending"
+        assert not self.parked(), "nobody waits in a partition that did not serve"
+        self.journal = journal
+        self._appended_lsn = journal.appended_lsn
+        self.refusal = None
+        self.readable = True
+        self.supervisor.reset()
+        self.supervisor.arm_all(self.state.timers())
+
+    def follow(self, reason: str, state: KernelState | None = None) -> None:
+        """Stop serving (or stay stopped) as a standby: commands are refused with `reason` and the
+        state, `state` if given (rebuilt from committed records), may be read."""
+        self._stop(reason, state)
+        self.readable = True
+
+    def refuse(self, reason: str, state: KernelState | None = None) -> None:
+        """Stop serving (or stay stopped) and let nothing read the state either, which may hold
+        changes never committed or is being rebuilt or taken over: both answer `reason`."""
+        self._stop(reason, state)
+        self.readable = False
+
+    def _stop(self, reason: str, state: KernelState | None) -> None:
+        assert reason, "a partition that does not serve says why"
+        self.refusal = reason
+        # A call parked in a long poll found nothing and waits: nothing was done for it, so it is
+        # answered `reason` (a cluster may then ask the new leader instead).
+        self.fail_waiters(KernelError(UNAVAILABLE, reason))
+        self.supervisor.reset()  # no timer fires where nothing serves; `lead` arms them again
+        if state is not None:
+            self.state = state
+        assert self.refusal is not None and not self.parked()
 
     def fail_waiters(self, error: KernelError) -> None:
         """Answer every call parked in a long poll with `error`."""
@@ -232,6 +302,15 @@ class Partition:
         """Actors with calls parked on them now (long polls, held watches), and how many each."""
         return [(key, len(entry.waiters)) for key, entry in self._actors.items() if entry.waiters]
 
+    def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
+        """Who the calls parked on `key` are for (their commands' `holder`), oldest first, at most
+        `count_max`: the names an operator looks for behind a count of waiting calls."""
+        entry = self._actors.get(key)
+        if entry is None:
+            return []
+        holders = (getattr(call.command, "holder", None) for call in entry.waiters)
+        return list(itertools.islice((holder for holder in holders if holder is not None), count_max))
+
     @property
     def actors(self) -> int:
         """Actors alive now (running or lingering, or holding waiters)."""
@@ -245,6 +324,7 @@ class Partition:
         The point is taken when this is called, before it first waits."""
         journal = self.journal
         lsn = journal.appended_lsn
+        assert journal.durable_lsn <= lsn, "nothing is durable before it is appended"
         if lsn <= journal.durable_lsn:
             return
         failure: list[BaseException | None] = []
@@ -257,7 +337,7 @@ class Partition:
         journal.after(lsn, durable)
         await done.wait()
         if failure[0] is not None:
-            raise KernelError(UNAVAILABLE, f"what this read shows is not recorded: {failure[0]}")
+            raise KernelError(UNAVAILABLE, f"what this read shows is not recorded: {_what(failure[0])}")
 
     # -- calling --------------------------------------------------------------------------------
 
@@ -327,6 +407,7 @@ class Partition:
         if call.answer is not None:
             answer, call.answer = call.answer, None
             return answer.unwrap()
+        assert not call.parked and call.phase != _DONE, "a call is parked on once at a time, and not once answered"
         call.parked = True
         return await trio.lowlevel.wait_task_rescheduled(call.abort)
 
@@ -344,6 +425,7 @@ class Partition:
         self._post(actor, _Call(FireTimer(on=actor, tag=tag, marker=marker), None, None, False))
 
     def _post(self, key: ActorKey, call: _Call) -> None:
+        assert call.phase == _QUEUED and call.entry is None, "a call is posted once"
         entry = self._actors.get(key)
         if entry is None:
             entry = self._actors[key] = _Actor(key, self)
@@ -368,6 +450,7 @@ class Partition:
                 while channel:
                     call = channel.popleft()
                     if call.phase != _QUEUED:
+                        assert call.phase == _DONE, "a call leaves its channel only to be run"
                         continue  # withdrawn by its caller
                     if call.command is None or self._turn(entry, call):
                         self._rerun_waiters(entry)
@@ -427,7 +510,8 @@ class Partition:
             return
         nothing: set[Any] = set()
         for call in list(entry.waiters):
-            if call.phase != _WAITING:
+            if call.phase != _WAITING:  # answered by a turn of this loop (a journal that answers at once)
+                assert call not in entry.waiters, "a waiter that is no longer waiting has left the waiters"
                 continue
             key = call.command.wait_key()  # type: ignore[union-attr]
             if key is not None and key in nothing:
@@ -439,6 +523,7 @@ class Partition:
 
     def _turn(self, entry: _Actor, call: _Call) -> bool:
         """Run one call; returns True when it changed state (waiters may now succeed)."""
+        assert call.phase in (_QUEUED, _WAITING) and call.command is not None, "only a call not yet decided runs"
         self.turns += 1
         now_ms = self.clock.now_ms()
         state = self.state
@@ -475,6 +560,7 @@ class Partition:
                 call.phase = _WAITING
                 entry.waiters[call] = None
                 self._hand_back(call, trio_outcome.Value(_WAIT))
+            assert call in entry.waiters
             return False
         self._leave_waiters(entry, call)
         for timer in result.timers:
@@ -492,7 +578,9 @@ class Partition:
             records.append(idem_record)
         call.phase = _DECIDED
         call.result = trio_outcome.Value(result.reply)
-        self.journal.append(records, call.durable)
+        lsn = self.journal.append(records, call.durable)
+        assert lsn >= self._appended_lsn, "LSNs only grow"
+        self._appended_lsn = lsn
         return True
 
     def _answer(self, call: _Call, result: trio_outcome.Outcome) -> None:
@@ -505,9 +593,11 @@ class Partition:
         """
         journal = self.journal
         appended = journal.appended_lsn
+        assert journal.durable_lsn <= appended, "nothing is durable before it is appended"
         if call.task is None or appended <= journal.durable_lsn:
             self._wake(call, result)
             return
+        assert call.phase in (_QUEUED, _WAITING), "a call is decided once"
         call.phase = _DECIDED
         call.result = result
         journal.after(appended, call.durable)
@@ -515,6 +605,7 @@ class Partition:
     def _leave_waiters(self, entry: _Actor, call: _Call) -> None:
         if call.phase == _WAITING:
             del entry.waiters[call]
+        assert call not in entry.waiters
 
     @classmethod
     def _wake(cls, call: _Call, result: trio_outcome.Outcome) -> None:
@@ -532,4 +623,8 @@ class Partition:
             call.parked = False
             trio.lowlevel.reschedule(call.task, result)
         else:
+            # At most one answer waits for its caller: the wait (`_WAIT`) is handed back once, on
+            # entering WAITING, and the final answer once, on entering DONE; the caller takes the
+            # first before it parks for the second.
+            assert call.answer is None, "one answer at a time waits for a caller"
             call.answer = result

@@ -58,7 +58,7 @@ def unpinned() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def cluster(nodes: int, root: Path, *, etcd_members: int = 3) -> Iterator["Cluster"]:
+def cluster(nodes: int, root: Path, *, etcd_members: int = 3, extra: tuple[str, ...] = ()) -> Iterator["Cluster"]:
     # The cluster's processes are the tests' (real etcd members, real nodes): one way to start them.
     from tests.cluster.nodes import ClusterNodes
     from tests.etcd import EtcdCluster
@@ -68,7 +68,7 @@ def cluster(nodes: int, root: Path, *, etcd_members: int = 3) -> Iterator["Clust
     with unpinned():
         etcd = EtcdCluster(etcd_members, root=root / "etcd").start()
     try:
-        made = ClusterNodes(etcd, nodes, root / "nodes", extra=("--cluster-lease-s", "1"))
+        made = ClusterNodes(etcd, nodes, root / "nodes", extra=("--cluster-lease-s", "1", *extra))
         with unpinned():
             made.start()
         try:
@@ -161,15 +161,43 @@ class Measured:
         return f"{self.cycles_per_s:,.0f} cycles/s, p50 {self.p50_ms:.2f} ms, p99 {self.p99_ms:.2f} ms; {cost}"
 
 
+class SteadyClaims:
+    """The claim cycle of `ClaimSession`, going on through a leader change: a cycle refused (a
+    failover or a hand-off on a loaded machine) is counted and the next one takes another key
+    (the one refused may still be held until its lease ends)."""
+
+    refused = 0
+
+    def __init__(self, target: Target, scope_id: str, worker: int) -> None:
+        self.target, self.scope_id, self.worker = target, scope_id, worker
+        self.session = ClaimSession(target, scope_id, worker)
+
+    async def open(self) -> "SteadyClaims":
+        await self.session.open()
+        return self
+
+    async def cycle(self) -> None:
+        try:
+            await self.session.cycle()
+        except RuntimeError:
+            SteadyClaims.refused += 1
+            await self.session.close()
+            self.session = await ClaimSession(self.target, self.scope_id, self.worker * 1000 + SteadyClaims.refused).open()
+            await asyncio.sleep(0.2)
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
 def measure(label: str, targets: list[Target], node_pids: list[int], etcd_pids: list[int], seconds: float,
-            warmup_s: float) -> Measured:
+            warmup_s: float, session: type = ClaimSession) -> Measured:
     """The claim cycle over `targets` (worker i on targets[i % len]), with the CPU of the given processes."""
 
     async def run() -> tuple[HarnessResult, float, float]:
         scopes = [await create_scope(target, "bench") for target in targets]
 
         async def make(i: int) -> ClaimSession:
-            return await ClaimSession(targets[i % len(targets)], scopes[i % len(targets)], i).open()
+            return await session(targets[i % len(targets)], scopes[i % len(targets)], i).open()
 
         # drive() measures the CPU of one process in its window; here it is the sum over several,
         # so the window is the whole measured call (after a warm-up run of its own).
@@ -216,6 +244,20 @@ def claim_cycles(procs: Processes, seconds: float, warmup_s: float, say=print) -
     return results
 
 
+def _led_by_live_nodes(made: Cluster, timeout_s: float = 60) -> tuple[dict, dict]:
+    """The map once every partition is led by a live node, and the live nodes by name: on a loaded
+    machine a partition can still be changing hands (a session lapsed at start) when the load begins."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        leaders = made.nodes.map()  # type: ignore[attr-defined]
+        by_name = {node.name: node for node in made.nodes.live()}  # type: ignore[attr-defined]
+        if all(leader in by_name for leader in leaders.values()):
+            return leaders, by_name
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"a partition had no live leader for {timeout_s:.0f} s: {leaders}")
+        time.sleep(0.2)
+
+
 def _spaces_on_every_partition(made: Cluster) -> tuple[list[str], str]:
     """A space on each partition but the system one (0), and one key for all of them."""
     from tests.cluster.nodes import ADMIN_KEY
@@ -249,8 +291,99 @@ def _grow(made: Cluster, size: int, root: Path) -> None:
     nodes.wait_ready(60)  # type: ignore[attr-defined]
 
 
+# -- etcd's size under a sustained load ------------------------------------------------------------
+
+# The nodes' budget for the partitions' logs in etcd in this leg: small, so that snapshots and trims
+# go round many times within a short run (the default, 256 MiB, takes hours to fill at this rate).
+ETCD_LOG_BYTES_MAX = 4 << 20
+ETCD_SAMPLE_EVERY_S = 5.0
+
+
+@dataclass
+class EtcdSize:
+    seconds: float
+    cycles: int
+    written_bytes: int  # of log the leaders committed (their /metrics)
+    log_bytes_max: int
+    samples: list[tuple[float, int, int]]  # (seconds into the run, db size, db size in use), the largest member's
+    refused: int = 0  # cycles refused during a leader change (then taken up again on another key)
+
+    def figure(self) -> str:
+        sizes = [size for _, size, _ in self.samples]
+        half = [size for at, size, _ in self.samples if at >= self.seconds / 2]
+        mib = 1 << 20
+        return (f"{self.written_bytes / mib:,.0f} MiB of log written in {self.seconds / 60:.0f} min "
+                f"({self.cycles:,} claim cycles); etcd db {sizes[0] / mib:.1f} MiB after 1 min, max {max(sizes) / mib:.1f} MiB, "
+                f"last {sizes[-1] / mib:.1f} MiB (in use {self.samples[-1][2] / mib:.1f}); second half grew "
+                f"{(max(half) - min(half)) / mib:.1f} MiB" + (f"; {self.refused} cycle(s) refused in a leader change" if self.refused else ""))
+
+    def bound_bytes(self) -> int:
+        """What docs/cluster.md states etcd's database stays under for a log budget of `log_bytes_max`."""
+        return etcd_db_bound(self.log_bytes_max)
+
+
+def etcd_db_bound(log_bytes_max: int) -> int:
+    """The bound docs/cluster.md states: three times the logs' budget (etcd's pages hold about twice
+    what is put in them, and the history of one trim interval waits for the next compaction),
+    plus 64 MiB for everything else (the members' own keys, the nodes' keys, free pages)."""
+    return 3 * log_bytes_max + (64 << 20)
+
+
+def etcd_size(seconds: float, say=print) -> EtcdSize:  # type: ignore[no-untyped-def]
+    """Claim cycles through every partition's leader for `seconds` on three nodes and three etcd
+    members, etcd's database size sampled every few seconds; the nodes' log budget is small
+    (ETCD_LOG_BYTES_MAX), so snapshots, trims and compactions go round many times."""
+    import threading
+
+    extra = ("--cluster-log-bytes-max", str(ETCD_LOG_BYTES_MAX))
+    samples: list[tuple[float, int, int]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-etcd-size-", dir=data_root()) as root, \
+            cluster(3, Path(root), extra=extra) as made:
+        spaces, key = _spaces_on_every_partition(made)
+        leaders, by_name = _led_by_live_nodes(made)
+        targets = [made.target(by_name[leaders[made.nodes.layout.of(space)]], space, key) for space in spaces]  # type: ignore[attr-defined]
+        before = _log_bytes(made)
+        began = time.monotonic()
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(ETCD_SAMPLE_EVERY_S):
+                statuses = [member.status(5) for member in made.etcd.members]  # type: ignore[attr-defined]
+                sizes = [(int(s.get("dbSize", 0)), int(s.get("dbSizeInUse", 0))) for s in statuses if s]
+                if sizes:
+                    at = time.monotonic() - began
+                    samples.append((at, *max(sizes)))
+                    if len(samples) % 12 == 0:
+                        say(f"bench: etcd size after {at:.0f} s: {max(sizes)[0] / (1 << 20):.1f} MiB")
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            measured = measure("etcd size", targets, *made.pids(), seconds, 0, session=SteadyClaims)
+        finally:
+            done.set()
+            sampler.join(10)
+        written = _log_bytes(made) - before
+    kept = [entry for entry in samples if entry[0] >= 60] or samples
+    return EtcdSize(seconds, round(measured.cycles_per_s * seconds), written, ETCD_LOG_BYTES_MAX, kept, SteadyClaims.refused)
+
+
+def _log_bytes(made: Cluster) -> int:
+    """Bytes of log every partition's leader committed so far (`runstate_cluster_log_written_bytes_total`)."""
+    import re
+
+    total = 0
+    for node in made.nodes.live():  # type: ignore[attr-defined]
+        text = httpx.get(node.url + "/metrics", timeout=10).text
+        led = {int(n) for n in re.findall(r'^runstate_cluster_partition_leader\{partition="(\d+)"\} 1', text, re.M)}
+        for number, value in re.findall(r'^runstate_cluster_log_written_bytes_total\{partition="(\d+)"\} (\S+)', text, re.M):
+            if int(number) in led:
+                total += int(float(value))
+    return total
+
+
 def summary(times: list[float]) -> tuple[float, float]:
     return statistics.median(times), max(times)
 
 
-__all__ = ["FAILOVER_TARGET_S", "claim_cycles", "failover_trials", "summary"]
+__all__ = ["FAILOVER_TARGET_S", "claim_cycles", "etcd_db_bound", "etcd_size", "failover_trials", "summary"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import shutil
 import statistics
@@ -25,7 +26,7 @@ from typing import Callable
 from . import cluster as cluster_legs
 from . import console, inprocess_runner, queues, swarm
 from .harness import ClaimSession, RedisLockSession, drive, run_bounded
-from .procs import PINNED, RESULTS, ROOT, Processes, find_tool, missing_tool_message, pin_self
+from .procs import PINNED, RESULTS, ROOT, Processes, find_tool, missing_tool_message, pin_self, python
 from .report import INFO, NA, REFERENCE, USABLE_CPUS, Row, ms, n, table, verdict_at_least, verdict_at_most, write_json
 from .takeover import takeover_retry_after, takeover_sdk_loop
 from .targets import (
@@ -53,9 +54,12 @@ SDK_TAKEOVER_P50_MS = 5.0
 BYTES_PER_IDLE_CLAIM = 1024
 BYTES_PER_QUEUED_TASK = 2048
 RECOVERY_1M_S = 10.0
+# A past point of a space with 1M records of history, read through HTTP (issue: under 2 s).
+HISTORY_POINT_S = 2.0
 
 CONNECTIONS = (1, 16)
-LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale", "console", "cluster")
+LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale", "console", "cluster",
+        "etcdsize", "history")
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class Bench:
         self.wrk: str | None = None
         self.redis_server: str | None = None
         self.claim_targets: list[tuple[str, Target, float | None]] = []  # (label, server, target ratio)
+        self.etcd_size_s: float | None = None  # (the etcdsize leg's length; None: by the mode)
         self.ceiling: Target
 
     # -- servers ---------------------------------------------------------------------------------
@@ -366,6 +371,25 @@ class Bench:
             "throughput separate machines would add."
         )
 
+    def etcdsize(self) -> None:
+        """etcd's database size under a sustained load on a cluster (bench/cluster.py `etcd_size`):
+        flat once snapshots, trims and compactions go round, under the bound docs/cluster.md states."""
+        if find_tool("etcd", "etcd-server") is None:
+            self.rows.append(Row("etcd's size under load", missing_tool_message("etcd", "etcd-server"), verdict=NA))
+            return
+        seconds = self.etcd_size_s or (180 if self.mode.name == "quick" else 600)
+        measured = cluster_legs.etcd_size(seconds)
+        sizes = [size for _, size, _ in measured.samples]
+        bound = measured.bound_bytes()
+        self.rows.append(Row(
+            f"etcd's database under claim cycles on every partition, {seconds / 60:.0f} min, 3 nodes, "
+            f"--cluster-log-bytes-max {measured.log_bytes_max >> 20} MiB",
+            measured.figure(),
+            target=f"<= {bound >> 20} MiB (3 x the budget + 64 MiB)",
+            verdict=verdict_at_most(max(sizes), bound),
+            data={"samples": measured.samples, "written_bytes": measured.written_bytes, "cycles": measured.cycles},
+        ))
+
     def kernel(self) -> None:
         legs = [("kernel", "claim cycles", "cycles", KERNEL_CLAIM_CYCLES_S), ("tasks", "task lifecycles", "lifecycles", KERNEL_TASK_LIFECYCLES_S)]
         for leg, what, unit, target in legs:
@@ -425,6 +449,39 @@ class Bench:
         ))
 
 
+    def history(self) -> None:
+        """A past point of a space with as many records of history as the recovery leg's log
+        (1M in `make bench`), read through a `runstate serve` process (bench/history.py)."""
+        records = self.mode.recovery_records
+        directory = tempfile.mkdtemp(prefix="history-", dir=data_root())
+        env = {"PYTHONPATH": str(ROOT)}
+        try:
+            proc = self.procs.start("history", [python(), "-m", "bench.history", "all", directory, "--records", str(records)], env=env)
+            try:
+                proc.popen.wait(1800)
+            finally:
+                self.procs.stop(proc)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        line = next((l for l in proc.lines if l.startswith("BENCH_JSON ")), None)
+        if proc.popen.returncode != 0 or line is None:
+            raise RuntimeError("bench.history failed:\n" + "\n".join(proc.lines[-30:]))
+        result = json.loads(line.split(" ", 1)[1])
+        for name, figure in result["figures"].items():
+            self.rows.append(Row(
+                f"A past point of a space with {n(result['records'])} records of history, {name} (HTTP)",
+                f"p50 {figure['p50_s']:.2f} s, max {figure['max_s']:.2f} s over {figure['points']} (server CPU p50 "
+                f"{figure['cpu_p50_s']:.2f} s, max {figure['cpu_max_s']:.2f} s); records replayed "
+                f"p50 {n(figure['replayed_p50'])}, max {n(figure['replayed_max'])}",
+                target=f"max < {HISTORY_POINT_S:.0f} s", verdict=verdict_at_most(figure["max_s"], HISTORY_POINT_S), data=figure,
+            ))
+        self.notes.append(
+            f"History: {result['checkpoints']} snapshots kept for {n(result['records'])} records "
+            f"({result['disk_bytes'] / 2**20:.0f} MiB on disk); checkpoints every {n(result['checkpoint_every_records'])} records "
+            "when snapshots keep up with the writes."
+        )
+
+
 def cycle_figure(results: list[WrkResult], per_cycle: str, after: str) -> str:
     """The figure of a cycle leg's wrk runs: medians of req/s, cycles/s, p50 and p99, then `after`,
     and how many requests were refused, if any."""
@@ -451,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short runs, one repetition (under 3 minutes)")
     parser.add_argument("--only", default=",".join(LEGS), help=f"comma-separated legs out of {','.join(LEGS)}")
     parser.add_argument("--json", default=str(RESULTS / "latest.json"), help="where to write the results")
+    parser.add_argument("--etcd-size-minutes", type=float, default=None,
+                        help="how long the etcdsize leg loads the cluster (default 3 quick, 10 full)")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
     legs = {leg.strip() for leg in args.only.split(",") if leg.strip()}
@@ -465,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     with Processes() as procs:
         bench = Bench(mode, legs, procs)
+        bench.etcd_size_s = None if args.etcd_size_minutes is None else args.etcd_size_minutes * 60
         try:
             if legs & {"http", "capacity", "latency", "peer", "takeover", "queues"}:
                 bench.wrk = find_tool("wrk", "wrk") if legs & {"http", "capacity"} else None
@@ -474,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
                     if leg in legs:
                         step(bench, leg, getattr(bench, leg))
                 procs.stop_all()
-            for leg in ("swarm", "kernel", "scale", "console", "cluster"):
+            for leg in ("swarm", "kernel", "scale", "console", "cluster", "etcdsize", "history"):
                 if leg in legs:
                     step(bench, leg, getattr(bench, leg))
         except KeyboardInterrupt:

@@ -8,9 +8,9 @@ clients each holding a long poll (`recv` with `waitMs` 20 s) on a queue nothing 
 so about that many requests are always parked; `workers` clients long-polling a work queue and
 completing what they get; and a steady stream of task submissions and claim acquire/release
 cycles. The server's own `/metrics` gives its open file descriptors, resident memory and live trio
-tasks. They are read when the load has settled, again at the end of the load, and once more after
-every client has gone; under a steady load the first two agree, and the last returns to where the
-idle server started. Every request must be answered (any HTTP status counts; a transport error or
+tasks. They are read once the server counts every client's connection and the load has settled,
+again at the end of the load, and once more after every client has gone; under a steady load the
+first two agree, and the last returns to where the idle server started. Every request must be answered (any HTTP status counts; a transport error or
 a timeout does not). The report is one JSON document; `run()` returns it for tests.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -52,6 +53,26 @@ class Counts:
     failed: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Window:
+    """When the clients stop: set once the last sample under load is taken (until then, never)."""
+    until: float = math.inf
+
+
+# How long the clients may take to connect before the load begins anyway (the report's fds then
+# say how many did).
+CONNECT_S_MAX = 60.0
+
+
+async def _until_connected(http: httpx.AsyncClient, fds: float) -> float:
+    """Wait until the server holds `fds` descriptors (every client connected) or CONNECT_S_MAX
+    has passed; how long it took."""
+    began = trio.current_time()
+    while trio.current_time() - began < CONNECT_S_MAX and (await _metrics(http))["fds"] < fds:
+        await trio.sleep(0.2)
+    return trio.current_time() - began
 
 
 async def _metrics(http: httpx.AsyncClient) -> dict[str, float]:
@@ -96,36 +117,36 @@ def _client(base_url: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {API_KEY}"}, limits=limits, verify=_TLS)
 
 
-async def _receiver(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, number: int, until: float, wait_ms: int) -> None:
+async def _receiver(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, number: int, window: Window, wait_ms: int) -> None:
     body = {"scopeId": scope_id, "holder": f"r{number}", "holderSession": f"s{number}", "waitMs": wait_ms}
     async with _client(base_url) as http:
-        while trio.current_time() < until:
+        while trio.current_time() < window.until:
             await _call(http, counts, "POST", f"{BASE}/mailboxes/{mailbox_id}/recv", body)
 
 
-async def _worker(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, number: int, until: float) -> None:
+async def _worker(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, number: int, window: Window) -> None:
     body = {"scopeId": scope_id, "holder": f"w{number}", "holderSession": f"ws{number}", "waitMs": 5_000, "leaseSeconds": 30}
     async with _client(base_url) as http:
-        while trio.current_time() < until:
+        while trio.current_time() < window.until:
             response = await _call(http, counts, "POST", f"{BASE}/mailboxes/{mailbox_id}/recv", body)
             if response is not None and response.status_code == 200:
                 delivery = response.json()
                 await _call(http, counts, "POST", f"{BASE}/messages/{delivery['message']['id']}/complete", {"token": delivery["token"], "result": {"payload": number}})
 
 
-async def _producer(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, per_s: float, until: float) -> None:
+async def _producer(base_url: str, counts: Counts, mailbox_id: str, scope_id: str, per_s: float, window: Window) -> None:
     number = 0
     async with _client(base_url) as http:
-        while trio.current_time() < until:
+        while trio.current_time() < window.until:
             number += 1
             await _call(http, counts, "POST", f"{BASE}/tasks", {"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": f"t{number}", "input": {"n": number}})
             await trio.sleep(1 / per_s)
 
 
-async def _claimer(base_url: str, counts: Counts, scope_id: str, per_s: float, until: float) -> None:
+async def _claimer(base_url: str, counts: Counts, scope_id: str, per_s: float, window: Window) -> None:
     number = 0
     async with _client(base_url) as http:
-        while trio.current_time() < until:
+        while trio.current_time() < window.until:
             number += 1
             body = {"key": f"k{number % 50}", "scopeId": scope_id, "holder": "c", "holderSession": "cs", "leaseSeconds": 10}
             response = await _call(http, counts, "POST", f"{BASE}/claims", body)
@@ -141,22 +162,29 @@ async def _soak(base_url: str, seconds: float, receivers: int, workers: int, rat
         idle_box = (await http.post(f"{BASE}/mailboxes", json={"name": "idle"})).json()["id"]
         work_box = (await http.post(f"{BASE}/mailboxes", json={"name": "work"})).json()["id"]
         counts = Counts()
-        started = trio.current_time()
-        until = started + seconds
+        window = Window()
         samples = []
         async with trio.open_nursery() as nursery:
             for number in range(receivers):
-                nursery.start_soon(_receiver, base_url, counts, idle_box, scope_id, number, until, wait_ms)
+                nursery.start_soon(_receiver, base_url, counts, idle_box, scope_id, number, window, wait_ms)
             for number in range(workers):
-                nursery.start_soon(_worker, base_url, counts, work_box, scope_id, number, until)
-            nursery.start_soon(_producer, base_url, counts, work_box, scope_id, rate, until)
-            nursery.start_soon(_claimer, base_url, counts, scope_id, rate, until)
+                nursery.start_soon(_worker, base_url, counts, work_box, scope_id, number, window)
+            nursery.start_soon(_producer, base_url, counts, work_box, scope_id, rate, window)
+            nursery.start_soon(_claimer, base_url, counts, scope_id, rate, window)
+            # Every client's connection, counted by the server, before the load is said to be
+            # steady: on a busy machine a few hundred clients take longer than any fixed wait to
+            # connect, and a sample taken while they still do measures the ramp, not a leak.
+            connected_s = await _until_connected(http, idle_before["fds"] + receivers + workers + 2)
+            started = trio.current_time()
             await trio.sleep(settle_s)
             under_load_start = await _metrics(http)
-            while trio.current_time() < until - 2:
-                await trio.sleep(min(5.0, until - 2 - trio.current_time()))
+            while trio.current_time() < started + seconds:
+                await trio.sleep(min(5.0, max(0.0, started + seconds - trio.current_time())))
                 samples.append({"at_s": round(trio.current_time() - started, 1), **await _metrics(http)})
             under_load_end = samples[-1] if samples else await _metrics(http)
+            # The clients stop only once the last sample is in: a slow answer to it must not
+            # count the connections of clients already leaving.
+            window.until = trio.current_time()
         ran_s = trio.current_time() - started
     async with _client(base_url) as http:
         await trio.sleep(2)  # connections close, parked requests end
@@ -164,6 +192,7 @@ async def _soak(base_url: str, seconds: float, receivers: int, workers: int, rat
         healthy = (await http.get("/healthz")).status_code == 200
     return {
         "seconds": round(ran_s, 1),
+        "connected_s": round(connected_s, 1),
         "receivers": receivers,
         "workers": workers,
         "rate_per_s": rate,

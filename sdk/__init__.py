@@ -68,7 +68,8 @@ from .tasks import TaskTicket
 from .transport import HTTPTransport, SocketTransport, Transport, TransportError
 from .types import AcquireAttempt, MailboxRow, MessageView, ScopeView, TaskResult, TaskView
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
+"""This package's version (the TypeScript SDK's is the same; CHANGELOG.md tells both)."""
 
 # The default client behind the module functions: nothing is read or sent before the first call.
 _default = Runstate()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import anyio
 
 from . import _runtime
-from ._request import Reply, new_idempotency_key, parse_retry_after
+from ._request import Reply, details_of, new_idempotency_key, parse_retry_after
 from .errors import NotFoundError, UnavailableError, map_error
 
 if TYPE_CHECKING:
@@ -94,6 +94,7 @@ async def send_batch(requester: Requester, space_path: str, operations: list[Ope
             answers.append(map_error(
                 str(envelope.get("code") or "UNAVAILABLE"), status, str(envelope.get("message") or f"refused with {status}"),
                 envelope.get("requestId"), parse_retry_after(None if retry_after is None else str(retry_after)),
+                details_of(envelope.get("details")),
             ))
     return answers
 

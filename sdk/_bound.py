@@ -380,7 +380,7 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class RunInfo:
-    """A run: its id and its name."""
+    """A run: its `id` and its `name`."""
 
     id: str
     name: str
@@ -557,7 +557,9 @@ class RunBinding:
 
 @dataclass(frozen=True)
 class RunContext:
-    """What the current wrapped call or queue job runs under."""
+    """What the current wrapped call or queue job runs under (`runstate.context()`): the `run`
+    (a `RunInfo`), the `signal` (set when the run stops or the hold behind the call is lost), the
+    `attempt` (1 for the first try) and the work `key` (None outside `once` and queue jobs)."""
 
     run: RunInfo
     #: Set when the run stops or the hold behind this call is lost.

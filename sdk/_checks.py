@@ -20,18 +20,23 @@ __all__ = [
     "LEASE_SECONDS_MAX",
     "KEY_LEN_MAX",
     "HOLDER_LEN_MAX",
+    "REASON_LEN_MAX",
     "check_lease_seconds",
     "check_wait_ms",
     "check_text",
     "check_positive",
 ]
 
+# Published, with their documentation, where they bound something: `runstate.claims` (the lease
+# and the key), `runstate.client` (the holder), `runstate.mailboxes` (a settlement's reason).
 LEASE_SECONDS_MIN = 5
 LEASE_SECONDS_MAX = 600
 # A claim key, a task key, a work key.
 KEY_LEN_MAX = 512
 # A holder, a holder session, a subscriber id.
 HOLDER_LEN_MAX = 256
+# Why a delivery was retried or rejected (a nack's `error`), kept as its task's `outcomeReason`.
+REASON_LEN_MAX = 2000
 
 
 def _refuse(message: str) -> ValidationError:

@@ -47,6 +47,13 @@ def new_session() -> str:
 
 @dataclass
 class Config:
+    """A client's settings, resolved (`resolve_config()`): `api_key`, `space_id`, `base_url`,
+    `request_timeout_ms` (each request), `retries` (transport retries per request), `holder` (the
+    name a client's claims and deliveries are held under) and `session` (fresh for every client);
+    `api_key_source` says where the key came from, for error messages, and `ca_bundle` is a PEM
+    file of certificates to trust for an `https` server instead of the system's. Its `repr` never
+    shows the key."""
+
     api_key: str
     space_id: str
     base_url: str

@@ -38,6 +38,7 @@ library.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import deque
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Union
 
@@ -46,13 +47,12 @@ import anyio.abc
 
 from . import _runtime
 from ._context import Context
-from ._renewal import Kept
 from .errors import RunstateError, ScopeCancelledError, is_permanent
 
 if TYPE_CHECKING:
     from .mailboxes import Delivery
 
-__all__ = ["Consumer", "StopFlag", "ErrorHandler", "STOPPED", "report", "give_back", "report_lost", "NeverSet"]
+__all__ = ["Consumer", "StopFlag", "ErrorHandler", "STOPPED", "report", "give_back", "report_lost", "NeverSet", "ReturnedValue"]
 
 # While every handler slot is busy (no recv in flight to hear it), how often the run is looked at.
 RUN_CHECK_S = 0.5
@@ -68,7 +68,9 @@ STOPPED: Any = object()
 class StopFlag(Protocol):
     """Anything with `is_set()`: an asyncio, trio or anyio event, a `threading.Event`."""
 
-    def is_set(self) -> bool: ...
+    def is_set(self) -> bool:
+        """True once the worker loop should stop taking work; read, never awaited."""
+        ...
 
 
 class NeverSet:
@@ -77,6 +79,8 @@ class NeverSet:
 
 
 ErrorHandler = Callable[[BaseException, Union["Delivery", None]], Union[Awaitable[Any], Any]]
+"""`on_error(err, delivery)` of `consume()`, plain or `async def`: `delivery` is None for an
+error about no delivery (the server could not be reached)."""
 # Takes the next delivery: (wait_ms, stop) -> a Delivery, None when there is none, or STOPPED.
 Take = Callable[[int, StopFlag], Awaitable[Any]]
 # Takes up to `count` deliveries: (count, wait_ms, stop) -> a non-empty list, None, or STOPPED.
@@ -109,6 +113,48 @@ async def report_lost(on_error: ErrorHandler | None, delivery: Delivery) -> None
         "once its lease runs out there", delivery.id, delivery.attempt, error,
     )
     await report(on_error, error, delivery)
+
+
+# Handlers already told that a value they return is not recorded, held weakly: one warning per
+# handler for the life of the process, however many consume() calls run it.
+_TOLD_RETURNS: weakref.WeakKeyDictionary[Any, None] = weakref.WeakKeyDictionary()
+
+
+class ReturnedValue:
+    """Says once per handler, on the `runstate` logger, that a value it returned is not recorded.
+
+    `consume()` completes a delivery whose handler returned without settling it, with no payload,
+    as the product page says; a handler written as `return report` would otherwise see its tasks
+    end `SUCCEEDED` with `outcome` None and no word. A handler that settles its delivery itself
+    (`delivery.complete(result=...)`, `retry()`, `reject()`) is never warned about. The handler is
+    known by what it wraps (`__wrapped__`, as the blocking client's thread wrapper sets) and by the
+    function under a bound method, so a method or a wrapped function is told about once too."""
+
+    def __init__(self, handler: Callable[..., Any], where: str) -> None:
+        key = getattr(handler, "__wrapped__", handler)
+        self.key = getattr(key, "__func__", key)
+        self.where = where
+        self.told = False
+
+    def returned(self, value: Any) -> None:
+        """The handler returned `value` and its delivery is about to be completed with no payload."""
+        if value is None or self.told:
+            return
+        self.told = True
+        try:
+            if self.key in _TOLD_RETURNS:
+                return
+            _TOLD_RETURNS[self.key] = None
+        except TypeError:
+            pass  # not weakly referable: told once per consume() call instead
+        name = getattr(self.key, "__qualname__", None) or repr(self.key)
+        _runtime.log.warning(
+            "%s: handler %s returned a value (%s), which is not recorded: consume() completes the "
+            "delivery with no payload, so its task's outcome is None. To record a result, call "
+            "`await delivery.complete(result={\"payload\": value})` in the handler (and return nothing). "
+            "This is said once per handler.",
+            self.where, name, type(value).__name__,
+        )
 
 
 async def give_back(delivery: Delivery, *, retry: bool, error: str | None = None) -> None:
@@ -319,10 +365,8 @@ class Consumer:
 
     def _keep(self, delivery: Delivery) -> None:
         """Renew `delivery`'s lease from its receipt to its settlement (or its return)."""
-        clock = delivery._clock
-        assert clock is not None, "a consumed delivery knows its lease"
-        delivery._kept = Kept(self._ctx, clock, delivery._renewal_request, delivery._renewal_reply, delivery._mark_lost, f"delivery {delivery.id}")
-        self._ctx.holdings.renewals.add(delivery._kept)
+        assert delivery._clock is not None, "a consumed delivery knows its lease"
+        delivery.keep_renewed()
         delivery._when_lost(lambda: self._lost(delivery))
 
     def _start(self, group: anyio.abc.TaskGroup, delivery: Delivery) -> None:
@@ -334,11 +378,9 @@ class Consumer:
         """The deliveries received ahead and never handed to a handler: put back at once (a stop,
         a failure, a cancellation), told as lost when the run ended, left alone after a crash."""
         ahead, self._ahead = list(self._ahead), deque()
-        renewals, holdings = self._ctx.holdings.renewals, self._ctx.holdings
+        holdings = self._ctx.holdings
         for delivery in ahead:
-            if delivery._kept is not None:
-                renewals.remove(delivery._kept)
-                delivery._kept = None
+            delivery.stop_renewing()
         if holdings.crashed or not ahead:
             return
         if self.run_ended is not None:
@@ -420,7 +462,6 @@ class Consumer:
         holdings.deliveries.add(delivery)
         delivery._cancel = scope.cancel
         ended = False
-        renewals = holdings.renewals
         try:
             with scope:
                 try:
@@ -430,9 +471,7 @@ class Consumer:
                         await report_lost(self.on_error, delivery)
                     ended = True
                 finally:
-                    if delivery._kept is not None:
-                        renewals.remove(delivery._kept)
-                        delivery._kept = None
+                    delivery.stop_renewing()
         finally:
             delivery._cancel = None
             holdings.deliveries.discard(delivery)

@@ -31,7 +31,8 @@ class Holdings:
         self.renewals = Renewals()
         # Claim leases whose renewal is running; the client stops them all on close.
         self.leases: set[ClaimLease] = set()
-        # Deliveries that a consume() handler is working on.
+        # Deliveries renewed in the background (`keep_renewed()`, consume()) or that a consume()
+        # handler is working on; the client stops them all on close.
         self.deliveries: set[Delivery] = set()
         # The cancel scopes of the consume() calls running now.
         self.consumers: set[anyio.CancelScope] = set()

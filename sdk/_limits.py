@@ -237,6 +237,7 @@ class _SlotsCall:
         return None
 
     async def exit(self, ok: bool, value: Any) -> Any:
+        refused: BaseException | None = None
         try:
             assert self.held is not None
             lost = self.held.stop()
@@ -244,19 +245,30 @@ class _SlotsCall:
                 raise value
             if isinstance(lost, LeaseLostError):
                 raise LeaseLostError("LEASE_LOST", 0, f"lost the {self.slots.name} slot while the function ran") from lost
-            return value
         finally:
             with anyio.CancelScope(shield=True):
-                await self._release()
+                refused = await self._release()
+        # A grant taken away between two renewals (its run ended elsewhere, an operator's purge)
+        # is learned only here: the function's result was made while another caller may have
+        # held the slot. A run this client saw stop says so itself; its result stands, as 0.3.0's.
+        if refused is not None and not self.binding.stopped:
+            raise LeaseLostError(
+                "LEASE_LOST", 0, f"lost the {self.slots.name} slot while the function ran (its release was refused)"
+            ) from refused
+        return value
 
-    async def _release(self) -> None:
+    async def _release(self) -> BaseException | None:
+        """Give the units back; returns the refusal that says the grant had already gone."""
         if self.held is not None:
             self.held.stop()
         try:
             await self.binding.call("POST", f"/grants/{self.grant['grantId']}/release", body={"token": self.grant["token"]})
+        except LeaseLostError as err:
+            return err
         except Exception as err:  # the units come back when the lease runs out
             _runtime.log.warning("could not give back %s slot(s) of %s (%s); they come back when the lease runs out",
                                  self.slots._units, self.slots.name, err)
+        return None
 
 
 class Slots:

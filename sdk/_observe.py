@@ -33,6 +33,9 @@ STOP_CHECK_S = 0.1
 
 @dataclass(frozen=True)
 class RunEvent:
+    """One event of a run (`runstate.events()`): its `id`, `type` (`task.completed`,
+    `claim.acquired`...), when it happened (`at`, an aware datetime) and its `data`."""
+
     id: str
     type: str
     at: datetime
@@ -42,6 +45,8 @@ class RunEvent:
 
 @dataclass(frozen=True)
 class RunState:
+    """A run as `status()` sees it: its `id`, `name`, `state` and `deadline` (None without one)."""
+
     id: str
     name: str
     #: "running", "stopped", "finished" or "expired".
@@ -51,6 +56,10 @@ class RunState:
 
 @dataclass(frozen=True)
 class WorkerStatus:
+    """A worker that holds something in the run (`status().workers`): its name (`worker`, the
+    client's holder), how much it is `holding`, and when its soonest lease ends
+    (`lease_expires_at`)."""
+
     worker: str
     #: How many things the worker holds in the run.
     holding: int
@@ -59,6 +68,9 @@ class WorkerStatus:
 
 @dataclass(frozen=True)
 class Waiting:
+    """Something that waits for capacity (`status().waiting`): its `kind` (`slots`, `limit`,
+    `budget`), the resource's `name`, and the `units` it waits for."""
+
     kind: str
     name: str
     units: int
@@ -66,6 +78,9 @@ class Waiting:
 
 @dataclass(frozen=True)
 class RunStatus:
+    """`runstate.status()`: the `run` (a `RunState`), the `workers` holding something in it, and
+    what is `waiting` for capacity."""
+
     run: RunState
     #: Workers holding something in this run.
     workers: list[WorkerStatus]

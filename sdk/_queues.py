@@ -23,12 +23,14 @@ import contextvars
 import functools
 import inspect
 import math
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+import types
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union, cast
 
 import anyio
 import anyio.to_thread
 
 from . import _runtime
+from ._docs import async_forms
 from ._bound import (
     RunBinding, RunContext, check_count, deadline_after, error_message, in_async_context, set_context, until_set,
     use_context,
@@ -452,6 +454,7 @@ class _Gather:
             self._finish(TaskFailedError(f"gather can no longer reach {target} accepted results", reason=reason))
 
 
+@async_forms
 class Job:
     """A submitted job; `id` is its task's id."""
 
@@ -470,6 +473,7 @@ class Job:
         return f"<Job {self.id} in {self._queue.name}>"
 
 
+@async_forms
 class Queue:
     """A queue of work for worker processes (see the module docstring).
 
@@ -478,6 +482,11 @@ class Queue:
     handler) blocks in plain code and returns a coroutine where an event loop runs; `acall` is
     always async. Calling a producer-only queue with a function makes it that queue's handler:
     `@runstate.queue("review")`.
+
+    So a queue whose handler is `async def` gives an awaitable from plain code too, as 0.3.0's
+    does (that is what lets `asyncio.run(review(doc))` work): await it in a coroutine, or call
+    `review.send(doc).result()` from plain code. One that is never awaited is named in Python's
+    "never awaited" warning with that advice.
     """
 
     def __init__(self, impl: QueueImpl, register: Callable[[QueueImpl], None]) -> None:
@@ -486,10 +495,12 @@ class Queue:
 
     @property
     def name(self) -> str:
+        """The queue's name (its mailbox in the space)."""
         return self._impl.name
 
     @property
     def servable(self) -> bool:
+        """True when it has a handler, so `serve()` runs its jobs; False for a producer-only queue."""
         return self._impl.servable
 
     def __call__(self, input: Any) -> Any:  # noqa: A002
@@ -497,7 +508,15 @@ class Queue:
         if not impl.servable and callable(input) and not isinstance(input, (str, bytes, Mapping, list, tuple)):
             return self._with_handler(input)
         if impl.is_async or (not impl.servable and in_async_context()):
-            return impl.call(input)
+            call = impl.call(input)
+            if impl.is_async and not in_async_context():
+                # From plain code, the awaitable is most often a mistake (a missing `await`), though
+                # `asyncio.run(review(doc))` is not: name the way out in Python's own warning.
+                cast("types.CoroutineType[Any, Any, Any]", call).__qualname__ = (
+                    f"{impl.name}(...): a queue with an async def handler gives an awaitable; await it in a "
+                    f"coroutine, or call {impl.name}.send(x).result() from plain code. The call"
+                )
+            return call
         return impl.binding.shared.run_blocking(impl.call(input))
 
     def _with_handler(self, handler: Callable[[Any], Any]) -> "Queue":

@@ -13,7 +13,8 @@ What it does, in the wire contract's words:
   its status, is never retried;
 - 204 gives an empty reply; any status below 400 is parsed as JSON (`{}` when it is not JSON);
   400 and above raise the exception for the envelope's code, `UNAVAILABLE` when there is none;
-- `Retry-After` on an error answer becomes `retry_after_ms`;
+- `Retry-After` on an error answer becomes `retry_after_ms`, and the envelope's `details` (an
+  object) the error's `details`;
 - when the retries are used up, `UnreachableError` names the server's URL; a refused key
   (`UNAUTHENTICATED`) says where the key came from, and says so when it is the admin key.
 """
@@ -35,7 +36,7 @@ from . import _runtime
 from .errors import RunstateError, UnreachableError, map_error
 from .transport import Transport, TransportError
 
-__all__ = ["Requester", "Reply", "new_idempotency_key"]
+__all__ = ["Requester", "Reply", "new_idempotency_key", "parse_retry_after", "details_of"]
 
 # Back-off between transport retries, in seconds (uniform).
 RETRY_BACKOFF_MIN_S = 0.025
@@ -182,12 +183,20 @@ def _reply(status: int, headers: Mapping[str, str], data: bytes) -> Reply:
         envelope = {}
     code = envelope.get("code") or "UNAVAILABLE"
     message = envelope.get("message") or f"request failed with {status}"
-    raise _error(code, status, message, envelope.get("requestId"), headers)
+    raise _error(code, status, message, envelope.get("requestId"), headers, envelope.get("details"))
 
 
-def _error(code: Any, status: int, message: Any, request_id: Any, headers: Mapping[str, str]) -> RunstateError:
+def _error(
+    code: Any, status: int, message: Any, request_id: Any, headers: Mapping[str, str], details: Any = None
+) -> RunstateError:
     retry_after = None
     for name, value in headers.items():
         if name.lower() == "retry-after":
             retry_after = parse_retry_after(value)
-    return map_error(str(code), status, str(message), request_id, retry_after)
+    return map_error(str(code), status, str(message), request_id, retry_after, details_of(details))
+
+
+def details_of(value: Any) -> dict[str, Any] | None:
+    """An envelope's `details`, when it is the JSON object it should be (anything else is dropped:
+    the code and message still say what happened)."""
+    return value if isinstance(value, dict) else None

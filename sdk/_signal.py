@@ -65,10 +65,12 @@ class Signal:
     """Set when the run stops, a deadline passes, or the hold behind a call is lost."""
 
     def is_set(self) -> bool:
+        """True once set; it stays set. Safe to read from any thread."""
         raise NotImplementedError
 
     @property
     def reason(self) -> BaseException | None:
+        """Why it was set (a `StoppedError`, a `LeaseLostError`...), or None while it is not."""
         raise NotImplementedError
 
     def add_callback(self, callback: Callback) -> Callback:

@@ -26,8 +26,11 @@ __all__ = [
 ]
 
 Duration = Union[int, float, str]
+"""A length of time as 0.3.0 writes it: seconds (`30`, `0.5`) or text (`"30s"`, `"10m"`, `"2h"`)."""
 Per = Union[int, float, str]
+"""A quota's window: seconds, text (`"90s"`), or `"second"`, `"minute"`, `"hour"`, `"day"`."""
 Amount = Union[int, float, str]
+"""Money as 0.3.0 writes it: a number (`0.40`) or decimal text (`"0.40"`), in the budget's currency."""
 
 # What a lease option is held to: the server's own limits.
 LEASE_S_MIN, LEASE_S_MAX = 5, 600

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Sequence, TypeVar, overload
 
 from ._bound import RunBinding, RunContext, RunSpec, Shared, current_context
+from ._docs import async_forms
 from ._budget import budget_sizes, make_budget
 from ._keys import check_name
 from ._limits import Slots, make_limit, pool_sizes, quota_sizes, take
@@ -44,6 +45,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 V = TypeVar("V", bound="RunVerbs")
 
 
+@async_forms
 class RunVerbs:
     """The run-bound methods; a class that mixes them in sets `_shared` and `_binding`."""
 

@@ -104,6 +104,7 @@ class SocketTransport:
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"SocketTransport speaks plain http://, not {base_url!r} (use HTTPTransport)")
         self.base_url = base_url
+        """The server's URL (`http://host:port`), which every path is sent under."""
         self._host = parts.hostname
         self._port = parts.port or 80
         self._host_header = parts.netloc.rpartition("@")[2]
@@ -115,6 +116,7 @@ class SocketTransport:
         self._closed = False
         # Requests written (each try of each request), for the bench and the tests.
         self.requests = 0
+        """Requests sent so far (for tests and the benchmarks)."""
 
     async def send(
         self,
@@ -124,6 +126,8 @@ class SocketTransport:
         body: bytes | None,
         timeout_s: float,
     ) -> Exchange:
+        """One request on a kept connection (a new one if none is free, and once more on a fresh
+        one if a kept connection turns out closed); no answer raises `TransportError`."""
         if self._closed:
             raise TransportError("the transport is closed")
         request = self._encode(method, path, headers, body)

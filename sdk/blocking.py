@@ -25,23 +25,26 @@ and a `claim(...).run()` releases its claim before the interrupt goes on.
 from __future__ import annotations
 
 import datetime
+import functools
 import threading
 from typing import Any, Callable, Iterator, Literal, NotRequired, Sequence, TypedDict, TypeVar
 
 from ._bound import RunSpec, Shared
+from ._docs import twin_of
 from ._loop import Loop
 from ._runtime import is_async_callable
 from ._units import Duration
 from ._verbs import RunVerbs
 from .claims import DEFAULT_LEASE_SECONDS, DEFAULT_TIMEOUT_MS, ClaimLease, ClaimRef
-from .client import AsyncRunstate
-from .mailboxes import DEFAULT_CONSUME_WAIT_MS, Delivery, MailboxRef, StopFlag
-from .scopes import ScopeHandle
+from .client import AsyncRunstate, MailboxesAPI, ScopesAPI
+from .mailboxes import DEFAULT_CONSUME_WAIT_MS, RECEIVE_LEASE_SECONDS, Delivery, MailboxRef, StopFlag
+from .scopes import LIST_LIMIT_DEFAULT, ScopeHandle
 from .tasks import DEFAULT_POLL_MS, TaskTicket
 from .tasks import DEFAULT_TIMEOUT_MS as TASK_TIMEOUT_MS
 from .transport import Transport
 from .types import (
-    ClaimView, DeadLetterPage, DeleteResult, MailboxRow, MessageView, PurgeResult, RequeueResult, ScopeView, TaskResult, TaskView,
+    ClaimsPage, ClaimView, DeadLetterPage, DeleteResult, MailboxRow, MessageView, PurgeResult, RequeueResult, ScopeView,
+    TaskResult, TasksPage, TaskView,
 )
 
 __all__ = [
@@ -59,8 +62,10 @@ __all__ = [
 
 T = TypeVar("T")
 
+@twin_of(ClaimLease)
 class BlockingLease:
-    """A held claim (see `ClaimLease`); `lost_event` is a `threading.Event` here."""
+    """A held claim (see `ClaimLease`): `key`, `generation`, `expires_at`, `lease_seconds`,
+    `is_lost` and `lost_error` read as there; `lost_event` is a `threading.Event` here."""
 
     def __init__(self, lease: ClaimLease, loop: Loop) -> None:
         self._lease = lease
@@ -116,18 +121,25 @@ class BlockingLease:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._loop.run(self._lease._release_quietly())
+        # As `ClaimLease.__aexit__`: a block that ended normally learns at the release whether the
+        # lease lasted, and a release refused as stale raises `LeaseLostError`.
+        if exc_info[0] is not None:
+            self._loop.run(self._lease._release_quietly())
+            return
+        self._loop.run(self._lease._release_checked())
 
 
 class BlockingAcquireAttempt(TypedDict):
-    """`claim.try_acquire()`: `{"kind": "acquired", "lease": lease}` or `{"kind": "busy"}`."""
+    """`claim.try_acquire()`: `{"kind": "acquired", "lease": lease}` or `{"kind": "busy"}`
+    (`kind` says which; `lease`, a `BlockingLease`, is there when it is `acquired`)."""
 
     kind: Literal["acquired", "busy"]
     lease: NotRequired[BlockingLease]
 
 
+@twin_of(ClaimRef)
 class BlockingClaim:
-    """A claim key in a scope (see `ClaimRef`)."""
+    """A claim key in a scope (see `ClaimRef`): its `key` and `scope_id`."""
 
     def __init__(self, ref: ClaimRef, loop: Loop) -> None:
         self._ref = ref
@@ -179,8 +191,10 @@ class BlockingClaim:
         return result
 
 
+@twin_of(Delivery)
 class BlockingDelivery:
-    """One leased message (see `Delivery`)."""
+    """One leased message (see `Delivery`): `id`, `data`, `attempt`, `scope_id`, `deadline`,
+    `task_id`, `settled`, `is_lost` and `lost_error` read as there."""
 
     def __init__(self, delivery: Delivery, loop: Loop) -> None:
         self._delivery = delivery
@@ -231,18 +245,31 @@ class BlockingDelivery:
     def complete(self, result: Any = None) -> None:
         self._loop.run(self._delivery.complete(result))
 
-    def retry(self) -> None:
-        self._loop.run(self._delivery.retry())
+    def retry(self, reason: str | None = None) -> None:
+        self._loop.run(self._delivery.retry(reason))
 
-    def reject(self) -> None:
-        self._loop.run(self._delivery.reject())
+    def reject(self, reason: str | None = None) -> None:
+        self._loop.run(self._delivery.reject(reason))
 
     def renew(self, lease_seconds: int | None = None) -> None:
         self._loop.run(self._delivery.renew(lease_seconds))
 
+    def keep_renewed(self) -> None:
+        self._loop.run(_on_loop(self._delivery.keep_renewed))
 
+    def stop_renewing(self) -> None:
+        self._loop.run(_on_loop(self._delivery.stop_renewing))
+
+
+async def _on_loop(action: Callable[[], None]) -> None:
+    """A plain method of an async handle, run on the client's loop (where its lease's clock and
+    renewals live)."""
+    action()
+
+
+@twin_of(TaskTicket)
 class BlockingTicket:
-    """A handle on one shared task (see `TaskTicket`)."""
+    """A handle on one shared task (see `TaskTicket`): its `id` and `scope_id`."""
 
     def __init__(self, ticket: TaskTicket, loop: Loop) -> None:
         self._ticket = ticket
@@ -278,8 +305,9 @@ class BlockingTicket:
         return self._loop.run(self._ticket.detach(subscriber_id))
 
 
+@twin_of(MailboxRef)
 class BlockingMailbox:
-    """A queue bound to a scope (see `MailboxRef`)."""
+    """A queue bound to a scope (see `MailboxRef`): its `scope_id` and `name`."""
 
     def __init__(self, ref: MailboxRef, loop: Loop) -> None:
         self._ref = ref
@@ -320,8 +348,8 @@ class BlockingMailbox:
     def send(self, data: Any, *, work_key: str | None = None, deadline: str | None = None) -> MessageView:
         return self._loop.run(self._ref.send(data, work_key=work_key, deadline=deadline))
 
-    def receive(self, *, wait_ms: int = 0) -> BlockingDelivery | None:
-        delivery = self._loop.run(self._ref.receive(wait_ms=wait_ms))
+    def receive(self, *, wait_ms: int = 0, lease_seconds: int = RECEIVE_LEASE_SECONDS) -> BlockingDelivery | None:
+        delivery = self._loop.run(self._ref.receive(wait_ms=wait_ms, lease_seconds=lease_seconds))
         return None if delivery is None else BlockingDelivery(delivery, self._loop)
 
     def consume(
@@ -341,6 +369,7 @@ class BlockingMailbox:
         """Run `handler(data, delivery)` in worker threads until stopped (see `MailboxRef.consume`)."""
         loop = self._loop
 
+        @functools.wraps(handler)  # consume() knows the handler by what it wraps (its warnings)
         def in_thread(data: Any, delivery: Delivery) -> Any:
             return handler(data, BlockingDelivery(delivery, loop))
 
@@ -360,8 +389,9 @@ class BlockingMailbox:
         )
 
 
+@twin_of(ScopeHandle)
 class BlockingScope:
-    """A scope (a run) (see `ScopeHandle`)."""
+    """A scope (a run) (see `ScopeHandle`): its `id`."""
 
     def __init__(self, handle: ScopeHandle, loop: Loop) -> None:
         self._handle = handle
@@ -399,8 +429,17 @@ class BlockingScope:
     def task(self, task_id: str) -> BlockingTicket:
         return BlockingTicket(self._handle.task(task_id), self._loop)
 
+    def claims(self, *, limit: int = LIST_LIMIT_DEFAULT) -> ClaimsPage:
+        return self._loop.run(self._handle.claims(limit=limit))
 
+    def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT) -> TasksPage:
+        return self._loop.run(self._handle.tasks(limit=limit))
+
+
+@twin_of(ScopesAPI)
 class BlockingScopes:
+    """`rs.scopes` of the blocking client (see `ScopesAPI`)."""
+
     def __init__(self, client: AsyncRunstate, loop: Loop) -> None:
         self._client = client
         self._loop = loop
@@ -423,7 +462,10 @@ class BlockingScopes:
         return BlockingScope(self._loop.run(self._client.scopes.ensure(name, deadline=deadline)), self._loop)
 
 
+@twin_of(MailboxesAPI)
 class BlockingMailboxes:
+    """`rs.mailboxes` of the blocking client (see `MailboxesAPI`)."""
+
     def __init__(self, client: AsyncRunstate, loop: Loop) -> None:
         self._client = client
         self._loop = loop
@@ -464,11 +506,13 @@ class BlockingMailboxes:
         return self._loop.run(self._client.mailboxes.purge(mailbox_id, scope_id=scope_id, reason=reason, dry_run=dry_run))
 
 
+@twin_of(AsyncRunstate)
 class Runstate(RunVerbs):
     """The blocking client: the same handles as `AsyncRunstate`, without `await`, and the
     run-bound API (see the module docstring). `worker=` is 0.3.0's name for `holder=` (default
     `{hostname}-{pid}`), `timeout=` its request timeout (seconds or `"30s"`), `run=` the run its
-    run-bound calls work in (default `RUNSTATE_RUN`, else `"default"`)."""
+    run-bound calls work in (default `RUNSTATE_RUN`, else `"default"`). `scopes` and `mailboxes`
+    are the blocking twins of `AsyncRunstate`'s."""
 
     def __init__(
         self,

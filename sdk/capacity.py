@@ -53,6 +53,7 @@ def decimal_to_minor(amount: str, scale: int) -> str:
 
 
 def minor_to_decimal(minor: str, scale: int) -> str:
+    """A digit string of minor units ("250") as a decimal string in major units ("2.50")."""
     padded = minor.rjust(scale + 1, "0")
     whole, fraction = padded[: len(padded) - scale], padded[len(padded) - scale :]
     return whole if scale == 0 else f"{whole}.{fraction}"
@@ -79,22 +80,31 @@ async def _ensure(ctx: Context, suffix: str, key: str, body: dict[str, Any], mat
 
 
 class PoolsAPI:
+    """`rs.pools`: the space's concurrency pools (at most `capacity` units held at once)."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
     async def ensure(self, name: str, *, capacity: int) -> dict[str, Any]:
+        """Create the pool `name`, or verify that it has this capacity (`ConflictError` if not);
+        returns its row."""
         body = {"name": name, "units": capacity}
         return await _ensure(self._ctx, "/permits", "permits", body, lambda row: row["unitsTotal"] == capacity, "permit pool")
 
     async def list(self) -> list[dict[str, Any]]:
+        """Every pool of the space: `id`, `name`, `unitsTotal`, `unitsAvailable`..."""
         return cast(list[dict[str, Any]], (await self._ctx.call("GET", "/permits")).body["permits"])
 
 
 class QuotasAPI:
+    """`rs.quotas`: the space's quotas (at most `units_per_window` units per `window_seconds`)."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
     async def ensure(self, name: str, *, units_per_window: int, window_seconds: int) -> dict[str, Any]:
+        """Create the quota `name`, or verify its limit and window (`ConflictError` if they
+        differ); returns its row."""
         body = {"name": name, "unitsLimit": units_per_window, "windowSeconds": window_seconds}
         return await _ensure(
             self._ctx, "/allowances", "allowances", body,
@@ -102,19 +112,27 @@ class QuotasAPI:
         )
 
     async def list(self) -> list[dict[str, Any]]:
+        """Every quota of the space: `id`, `name`, `unitsLimit`, `windowSeconds`..."""
         return cast(list[dict[str, Any]], (await self._ctx.call("GET", "/allowances")).body["allowances"])
 
 
 class WorkLimitsAPI:
+    """`rs.work_limits`: caps on the tasks outstanding at once in a run (a task names one with
+    `submit(..., work_limit=name)`)."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
     async def ensure(self, name: str, *, scope_id: str, max_outstanding: int) -> dict[str, Any]:
+        """Create the work limit `name` for the run `scope_id`, or verify its maximum."""
         body = {"name": name, "scopeId": scope_id, "maxOutstanding": max_outstanding}
         return await _ensure(self._ctx, "/work-limits", "workLimits", body, lambda row: row["maxOutstanding"] == max_outstanding, "work limit")
 
 
 class BudgetsAPI:
+    """`rs.budgets`: the space's money budgets (a `limit` in a `currency`, counted in minor units
+    of `scale` decimals)."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
@@ -139,7 +157,8 @@ class BudgetsAPI:
 
 
 class _Named:
-    """A pool, allowance or budget named in a scope, resolved to its row once (then cached)."""
+    """A pool, allowance or budget named in a scope, resolved to its row once (then cached): its
+    `scope_id` and `name` (None when made by id)."""
 
     _suffix = ""
     _key = ""
@@ -158,6 +177,7 @@ class _Named:
         return cast(list[dict[str, Any]], (await self._ctx.call("GET", self._suffix)).body[self._key])
 
     async def resolve_id(self) -> str:
+        """Its id: the first call lists the space's rows (`NotFoundError` for an unknown name)."""
         if self._id is None:
             for row in await self._rows():
                 if row["name"] == self.name:
@@ -169,9 +189,12 @@ class _Named:
 
 
 class PoolRef(_Named):
+    """A concurrency pool for a run (`run.pool(name)`): `acquire()`, `try_acquire()`, `run(fn)`."""
+
     _suffix, _key, _what = "/permits", "permits", "permit pool"
 
     async def status(self) -> dict[str, Any] | None:
+        """The pool's row (`unitsTotal`, `unitsAvailable`...), or None if it is gone."""
         pool_id = await self.resolve_id()
         return next((row for row in await self._rows() if row["id"] == pool_id), None)
 
@@ -213,12 +236,10 @@ class PoolRef(_Named):
 
     async def run(self, fn: Callable[["PoolLease"], Any], **acquire: Any) -> Any:
         """Acquire, return `fn(lease)` while the lease is renewed, release in a `finally`; a lost
-        lease cancels `fn` and raises `LeaseLostError` (as `ClaimRef.run`)."""
+        lease cancels `fn` and raises `LeaseLostError`, and so does a release refused as stale
+        (as `ClaimRef.run`)."""
         lease = await self.acquire(**acquire)
-        try:
-            return await lease._run_guarded(cast(Any, fn))
-        finally:
-            await lease._release_quietly()
+        return await lease._hold(cast(Any, fn))
 
 
 class PoolLease(ClaimLease):
@@ -242,26 +263,20 @@ class PoolLease(ClaimLease):
     def _renewal_request(self, lease_seconds: int | None) -> tuple[str, dict[str, Any]]:
         return f"/grants/{self.grant_id}/renew", {"token": self._token, "leaseSeconds": lease_seconds}
 
-    async def release(self, observation: Any = None) -> None:
-        from .errors import LeaseLostError
-
-        if self._released:
-            return
-        self._released = True
-        await self._stop_renewal()
-        try:
-            await self._ctx.call("POST", f"/grants/{self.grant_id}/release", body={"token": self._token, "observation": observation}, batch=True)
-        except LeaseLostError:
-            return
+    def _release_suffix(self) -> str:
+        return f"/grants/{self.grant_id}/release"
 
 
 # -- quotas --------------------------------------------------------------------------------------------
 
 
 class QuotaRef(_Named):
+    """A quota for a run (`run.quota(name)`): `take()`, `try_take()`, `cooldown()`."""
+
     _suffix, _key, _what = "/allowances", "allowances", "allowance"
 
     async def status(self) -> dict[str, Any] | None:
+        """The quota's view (its window and what is used of it), or None if it is gone."""
         allowance_id = await self.resolve_id()
         try:
             answer: dict[str, Any] = (await self._ctx.call("GET", f"/allowances/{allowance_id}")).body
@@ -348,6 +363,9 @@ class QuotaRef(_Named):
 
 
 class BudgetReservation:
+    """Money held from a budget until settled or voided: its `id`, `reserved_minor` (what is
+    still reserved, a digit string of minor units; `reserved` in major units) and `state`."""
+
     def __init__(self, ctx: Context, budget_id: str, scale: int, view: dict[str, Any]) -> None:
         self._ctx = ctx
         self._budget_id = budget_id
@@ -380,9 +398,12 @@ class BudgetReservation:
 
 
 class BudgetRef(_Named):
+    """A budget for a run (`run.budget(name)`): `reserve()` money, then settle or void it."""
+
     _suffix, _key, _what = "/budgets", "budgets", "budget"
 
     async def status(self) -> dict[str, Any]:
+        """The budget's view: its limit, what is spent and what is reserved (minor units)."""
         budget_id = await self.resolve_id()
         answer: dict[str, Any] = (await self._ctx.call("GET", f"/budgets/{budget_id}")).body
         return answer

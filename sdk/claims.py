@@ -12,7 +12,11 @@ must not overlap another owner's should also carry `lease.token()` to the system
 `run(fn)` is the safe way to hold a claim: acquire, run `fn(lease)`, release in a `finally`. A
 coroutine function is cancelled as soon as the lease is lost, and `run()` raises `LeaseLostError`.
 A plain function runs in a worker thread, which cannot be interrupted: `run()` stops waiting for it
-and raises, and the thread runs on to its end.
+and raises, and the thread runs on to its end. The release after `fn` returns is the last word:
+an operator's forced release (or a run cancelled) between two renewals is learned only there, when
+the server refuses the release as stale. `run()` then raises `LeaseLostError` too instead of
+returning `fn`'s result, since another holder may have been inside the key meanwhile; `is_lost`
+is true. A release that cannot reach the server says nothing about the lease and is ignored.
 """
 
 from __future__ import annotations
@@ -26,11 +30,24 @@ import anyio
 from . import _runtime
 from ._context import Context
 from ._renewal import Kept, LeaseClock
-from ._checks import KEY_LEN_MAX, check_lease_seconds, check_text
-from .errors import ConflictError, LeaseLostError, RateLimitError, WaitTimeoutError
+from . import _checks
+from ._checks import check_lease_seconds, check_text
+from .errors import (
+    ConflictError, LeaseLostError, NotFoundError, RateLimitError, ScopeCancelledError, WaitTimeoutError,
+)
 from .types import AcquireAttempt, ClaimView
 
-__all__ = ["ClaimRef", "ClaimLease", "encode_claim_key", "parse_timestamp"]
+__all__ = [
+    "ClaimRef", "ClaimLease", "encode_claim_key", "parse_timestamp", "LEASE_SECONDS_MIN", "LEASE_SECONDS_MAX", "KEY_LEN_MAX",
+]
+
+LEASE_SECONDS_MIN = _checks.LEASE_SECONDS_MIN
+"""The shortest lease (`lease_seconds`) of a claim, a delivery or a pool grant, in seconds: the
+v1 API's published limit, checked before anything is sent."""
+LEASE_SECONDS_MAX = _checks.LEASE_SECONDS_MAX
+"""The longest lease (`lease_seconds`) of a claim, a delivery or a pool grant, in seconds."""
+KEY_LEN_MAX = _checks.KEY_LEN_MAX
+"""The longest claim key, task key or work key, in characters."""
 
 DEFAULT_LEASE_SECONDS = 30
 DEFAULT_TIMEOUT_MS = 30_000
@@ -62,7 +79,8 @@ def parse_timestamp(value: str) -> datetime:
 
 
 class ClaimRef:
-    """A claim key in a scope. Cheap to make; each method is one or more requests."""
+    """A claim key in a scope (`run.claim(key)`): its `scope_id` and `key`. Cheap to make; each
+    method is one or more requests."""
 
     def __init__(self, ctx: Context, scope_id: str, key: str) -> None:
         self._ctx = ctx
@@ -85,7 +103,11 @@ class ClaimRef:
         (`waitMs`: the time left of `timeout_ms`, at most 30 s a request). A server that does not
         hold claim requests answers `CLAIM_HELD` at once; then the key is tried again every
         ~0.3 s (every ~1 s on `CONCURRENCY_LIMITED`). When `timeout_ms` has passed,
-        `WaitTimeoutError` is raised."""
+        `WaitTimeoutError` is raised.
+
+        Either refusal says who holds the key: the `ConflictError`'s `details` (and the
+        `WaitTimeoutError`'s, from the last try) are the claim's `holder`, `generation` and
+        `leaseExpiresAt`."""
         check_lease_seconds(lease_seconds)
         check_text("key", self.key, KEY_LEN_MAX)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
@@ -122,8 +144,10 @@ class ClaimRef:
                     raise
                 elapsed_s = anyio.current_time() - started
                 if elapsed_s * 1000 >= timeout_ms:
+                    # Who held it at the last try, so the caller need not read it again.
                     raise WaitTimeoutError(
-                        "WAIT_TIMEOUT", 0, f"timed out waiting for claim {self.key!r} after {timeout_ms} ms"
+                        "WAIT_TIMEOUT", 0, f"timed out waiting for claim {self.key!r} after {timeout_ms} ms",
+                        details=err.details if err.code == "CLAIM_HELD" else None,
                     ) from err
                 if err.code == "CLAIM_HELD" and wait_ms and (anyio.current_time() - sent) * 1000 >= wait_ms * PARKED_FRACTION:
                     continue  # the server held the request for the whole wait: ask again at once
@@ -164,13 +188,13 @@ class ClaimRef:
 
         If the lease is lost first, a coroutine function is cancelled and a plain function (in a
         worker thread) is no longer waited for; either way `LeaseLostError` (`STALE_CLAIM`) is
-        raised. Errors from the release are ignored: the lease expires on its own.
+        raised. A release the server refuses (the token went stale while `fn` ran: an operator
+        forced the key free, or the run ended) also raises `LeaseLostError`, in place of `fn`'s
+        result, and sets `is_lost`; an error `fn` raised goes up as it is. A release that cannot
+        reach the server is ignored: the lease expires on its own.
         """
         lease = await self.acquire(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms)
-        try:
-            return await lease._run_guarded(fn)
-        finally:
-            await lease._release_quietly()
+        return await lease._hold(fn)
 
     async def force_release(self, reason: str | None = None) -> ClaimView:
         """An operator's release of whoever holds this key now, without their token: the key is
@@ -186,7 +210,12 @@ class ClaimRef:
 
 
 class ClaimLease:
-    """A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()`."""
+    """A held claim: `generation`, `token()`, loss reporting, `renew()` and `release()`.
+
+    `key` is the claim's key; `generation` grows with each new owner of the key (the value to
+    compare, unlike the opaque token); `expires_at` is when the lease ends as the server last said
+    (an aware datetime); `lease_seconds` its length. `lost_event` is set when the lease is lost
+    (an `asyncio.Event` or a `trio.Event`, the running library's), and `lost_error` says why."""
 
     def __init__(
         self, ctx: Context, key: str, grant: Mapping[str, Any], lease_seconds: int, sent_at: float | None = None
@@ -276,21 +305,33 @@ class ClaimLease:
         self.expires_at = parse_timestamp(body["leaseExpiresAt"])
 
     async def release(self, observation: Any = None) -> None:
-        """Stop renewing and give the claim back. A second call sends nothing; a `LeaseLostError`
-        answer (the lease had already gone) is ignored."""
+        """Stop renewing and give the claim back. A second call sends nothing. A `LeaseLostError`
+        answer (the lease had already gone: its token is stale) is not raised, but marks the lease
+        lost: `is_lost` is true from then on."""
+        await self._release(observation)
+
+    async def _release(self, observation: Any = None) -> BaseException | None:
+        """`release()`; returns the refusal that says the lease had gone before it (a stale token,
+        a run that ended, a lease the server no longer knows), having marked the lease lost, or
+        None. Any other error (the server cannot be reached) is raised."""
         if self._released:
-            return
+            return None
         self._released = True
         await self._stop_renewal()
         try:
             await self._ctx.call(
-                "POST",
-                f"/claims/{encode_claim_key(self.key)}/release",
-                body={"token": self._token, "observation": observation},
-                batch=True,
+                "POST", self._release_suffix(), body={"token": self._token, "observation": observation}, batch=True
             )
-        except LeaseLostError:
-            return
+        except (LeaseLostError, ScopeCancelledError, NotFoundError) as err:
+            self._mark_lost(err)
+            if isinstance(err, LeaseLostError):
+                return err
+            raise
+        return None
+
+    def _release_suffix(self) -> str:
+        """The release's path below the space."""
+        return f"/claims/{encode_claim_key(self.key)}/release"
 
     async def aclose(self) -> None:
         """Stop renewing without releasing: the claim stays held until its lease runs out."""
@@ -300,7 +341,10 @@ class ClaimLease:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        await self._release_quietly()
+        if exc_info[0] is not None:
+            await self._release_quietly()
+            return
+        await self._release_checked()
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -361,13 +405,39 @@ class ClaimLease:
     def _lost_during_run(self) -> LeaseLostError:
         return LeaseLostError("STALE_CLAIM", 409, f"lease for {self.key!r} was lost during run()")
 
-    async def _release_quietly(self) -> None:
+    async def _hold(self, fn: Callable[[ClaimLease], Any]) -> Any:
+        """`run()` once the lease is held: `fn(lease)` under the lease, then the release, which has
+        the last word on whether the lease lasted to the end of `fn`."""
+        try:
+            result = await self._run_guarded(fn)
+        except BaseException:
+            await self._release_quietly()
+            raise
+        await self._release_checked()
+        return result
+
+    async def _release_checked(self) -> None:
+        """Release after work that ended normally; raise `LeaseLostError` if the lease did not last
+        until then: lost by the local clock, or refused by the server at the release."""
+        if self.is_lost:
+            await self._release_quietly()
+            raise self._lost_during_run() from self.lost_error
+        refused = await self._release_quietly()
+        if refused is not None:
+            assert self.lost_event.is_set()
+            raise self._lost_during_run() from refused
+
+    async def _release_quietly(self) -> BaseException | None:
+        """Release, never raising; returns the refusal that said the lease had gone (see `_release`)."""
         # Shielded so that a cancelled caller still gives the key back, and bounded so that an
         # unreachable server cannot hold the caller forever; failing that, the lease expires.
         requester = self._ctx.requester
         bound_s = (requester.retries + 1) * (requester.request_timeout_ms / 1000 + 0.1)
         with anyio.move_on_after(bound_s, shield=True):
             try:
-                await self.release()
+                return await self._release()
+            except (ScopeCancelledError, NotFoundError) as err:
+                return err  # the lease went with its run, or the server no longer knows it
             except Exception:
-                pass
+                pass  # the server could not be reached, or answered something else: it expires
+        return None

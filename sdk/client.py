@@ -12,6 +12,8 @@ from typing import Any, AsyncIterator, Sequence
 from urllib.parse import quote
 
 from ._batch import Coalescer
+from . import _checks
+from ._checks import check_text
 from ._config import Config, new_session, resolve_config
 from ._context import Context, Holdings
 from ._request import Requester
@@ -22,10 +24,15 @@ from .scopes import ScopeHandle, create_scope
 from .transport import Transport, cluster_transport
 from .types import DeadLetter, DeadLetterPage, DeleteResult, MailboxRow, PurgeResult, RequeueResult
 
-__all__ = ["AsyncRunstate", "ScopesAPI", "MailboxesAPI"]
+__all__ = ["AsyncRunstate", "ScopesAPI", "MailboxesAPI", "HOLDER_LEN_MAX"]
+
+HOLDER_LEN_MAX = _checks.HOLDER_LEN_MAX
+"""The longest `holder` (and holder session, subscriber id), in characters."""
 
 
 class ScopesAPI:
+    """`rs.scopes`: make runs (`create`) or join one by name (`ensure`)."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
@@ -51,6 +58,9 @@ class ScopesAPI:
 
 
 class MailboxesAPI:
+    """`rs.mailboxes`: the space's queues (`ensure`, `list`) and an operator's tools on them
+    (dead letters, purges). A queue is made once per space, before any run uses it."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
@@ -184,7 +194,15 @@ def _check_mode(row: MailboxRow, mode: str | None) -> None:
 
 
 class AsyncRunstate:
-    """The async client. Use `async with AsyncRunstate(...) as rs:` or call `aclose()`."""
+    """The async client (asyncio or trio). Use `async with AsyncRunstate(...) as rs:` or call
+    `aclose()`.
+
+    Its settings come from the arguments, else `RUNSTATE_API_KEY`, `RUNSTATE_SPACE_ID` and
+    `RUNSTATE_BASE_URL` (default `http://localhost:8080`). Runs are reached through `scopes`
+    (`await rs.scopes.create()`, `ensure(name)`) or `scope(run_id)`; the space's queues through
+    `mailboxes` (`await rs.mailboxes.ensure("research", mode="WORK")`); capacity through `pools`,
+    `quotas`, `work_limits` and `budgets`; the event log through `events`; why work waits through
+    `diagnostics`."""
 
     def __init__(
         self,
@@ -243,18 +261,23 @@ class AsyncRunstate:
 
     @property
     def space_id(self) -> str:
+        """The space every call of this client (or view) goes to."""
         return self._ctx.space_id
 
     @property
     def holder(self) -> str:
+        """The name this client's claims and deliveries are held under (`holder=`)."""
         return self._ctx.holder
 
     @property
     def session(self) -> str:
+        """Fresh for every client and view: two live clients never share one, so the server tells
+        their holdings apart even under the same holder name."""
         return self._ctx.session
 
     @property
     def transport(self) -> Transport:
+        """The transport requests go through (made by the client unless one was passed in)."""
         return self._ctx.requester.transport
 
     def __repr__(self) -> str:
@@ -277,8 +300,6 @@ class AsyncRunstate:
         client everything else: the transport and its connections, the batching of calls made
         at the same time, and the one renewal loop that renews every lease together. Closing
         the client closes its views; closing a view closes nothing."""
-        from ._checks import HOLDER_LEN_MAX, check_text
-
         check_text("holder", holder, HOLDER_LEN_MAX)
         view = object.__new__(type(self))
         view._owns_transport = False
@@ -295,6 +316,9 @@ class AsyncRunstate:
         for lease in list(self._ctx.leases):
             lease._mark_lost(closing)
             await lease.aclose()
+        for delivery in list(self._ctx.holdings.deliveries):
+            if delivery._kept is not None:  # kept renewed until now: no longer
+                delivery._mark_lost(closing)
         self._ctx.holdings.renewals.close()
         coalescer = self._ctx.requester.coalescer
         if coalescer is not None:

@@ -51,6 +51,9 @@ def _timeout(what: str, timeout_ms: int) -> WaitTimeoutError:
 
 
 class BarrierHandle:
+    """A barrier by its `id`: `arrive(key=)`, `status()`, `wait()`. It is released once `target`
+    distinct keys have arrived."""
+
     def __init__(self, ctx: Context, barrier_id: str) -> None:
         self._ctx = ctx
         self.id = barrier_id
@@ -64,6 +67,7 @@ class BarrierHandle:
         return answer
 
     async def status(self) -> dict[str, Any]:
+        """The barrier view: its `target`, the keys `arrived`, its `state` and `epoch`."""
         answer: dict[str, Any] = (await self._ctx.call("GET", f"/barriers/{self.id}")).body
         return answer
 
@@ -85,15 +89,19 @@ class BarrierHandle:
 
 
 class BarriersAPI:
+    """`run.barriers`: make barriers in the run (`scope_id`), or reach one by id."""
+
     def __init__(self, ctx: Context, scope_id: str) -> None:
         self._ctx = ctx
         self.scope_id = scope_id
 
     async def create(self, *, target: int) -> BarrierHandle:
+        """A new barrier that is released once `target` distinct keys have arrived."""
         reply = await self._ctx.call("POST", "/barriers", body={"scopeId": self.scope_id, "target": target})
         return BarrierHandle(self._ctx, reply.body["id"])
 
     def get(self, barrier_id: str) -> BarrierHandle:
+        """A handle on a barrier by id; sends nothing."""
         return BarrierHandle(self._ctx, barrier_id)
 
 
@@ -101,6 +109,10 @@ class BarriersAPI:
 
 
 class TimerHandle:
+    """A durable timer by its `id`, in the run `scope_id`: `fire_at` is when it fires (an aware
+    datetime; the epoch on a handle made by id, which does not know it). `wait()`, `status()`,
+    `cancel()`."""
+
     def __init__(self, ctx: Context, scope_id: str, timer_id: str, fire_at: datetime) -> None:
         self._ctx = ctx
         self.scope_id = scope_id
@@ -111,6 +123,7 @@ class TimerHandle:
         return f"TimerHandle(id={self.id!r})"
 
     async def status(self) -> dict[str, Any]:
+        """The timer view: its `state` (`ARMED`, `FIRED`, `ACKED`, `CANCELLED`...) and `fireAt`."""
         answer: dict[str, Any] = (await self._ctx.call("GET", f"/timers/{self.id}")).body
         return answer
 
@@ -141,11 +154,14 @@ class TimerHandle:
                 await anyio.sleep(min(poll_ms / 1000, remaining))
 
     async def cancel(self) -> dict[str, Any]:
+        """Cancel the timer before it fires; its view."""
         answer: dict[str, Any] = (await self._ctx.call("POST", f"/timers/{self.id}/cancel")).body
         return answer
 
 
 class TimersAPI:
+    """`run.timers`: arm durable timers in the run (`scope_id`), or reach one by id."""
+
     def __init__(self, ctx: Context, scope_id: str) -> None:
         self._ctx = ctx
         self.scope_id = scope_id
@@ -165,6 +181,9 @@ class TimersAPI:
 
 
 class GroupHandle:
+    """A task group by its `id`; `scope_id` is its gate run, when known. Members are submitted
+    through it, accepted or rejected as they finish, and the group is finalized by its condition."""
+
     def __init__(self, ctx: Context, group_id: str, scope_id: str | None = None) -> None:
         self._ctx = ctx
         self.id = group_id
@@ -177,6 +196,7 @@ class GroupHandle:
         return f"/task-groups/{self.id}{suffix}"
 
     async def status(self) -> dict[str, Any]:
+        """The group view: its `state`, members and counts, and its `outcome` once finalized."""
         answer: dict[str, Any] = (await self._ctx.call("GET", self._path())).body
         return answer
 
@@ -196,10 +216,12 @@ class GroupHandle:
         return answer
 
     async def accept(self, task_id: str) -> dict[str, Any]:
+        """Count the finished member `task_id` towards the group's condition."""
         answer: dict[str, Any] = (await self._ctx.call("POST", self._path(f"/tasks/{task_id}/accept"))).body
         return answer
 
     async def reject(self, task_id: str) -> dict[str, Any]:
+        """Count the finished member `task_id` as not accepted."""
         answer: dict[str, Any] = (await self._ctx.call("POST", self._path(f"/tasks/{task_id}/reject"))).body
         return answer
 
@@ -222,6 +244,8 @@ class GroupHandle:
 
 
 class GroupsAPI:
+    """`run.groups`: make task groups, or reach one by id."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
@@ -257,12 +281,22 @@ class GroupsAPI:
 
 
 class EventsAPI:
+    """`rs.events`: the space's event log, a page at a time (`list`) or followed (`watch`)."""
+
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def list(self, *, cursor: str | None = None, limit: int | None = None) -> dict[str, Any]:
-        """One page: `{"events", "nextCursor"}` (events strictly after `cursor`)."""
-        query = {"cursor": cursor or None, "limit": limit}
+    async def list(
+        self, *, cursor: str | None = None, limit: int | None = None, latest: int | None = None
+    ) -> dict[str, Any]:
+        """One page: `{"events", "nextCursor"}`, the events strictly after `cursor`, oldest first.
+
+        `latest=N` instead (0 to 1000; not with `cursor`): the space's newest N events, oldest of
+        them first, and the cursor after the newest: what just happened, and where to follow
+        from (`latest=0` gives that cursor alone)."""
+        if latest is not None and cursor:
+            raise ValueError("give either cursor (the events after it) or latest (the newest ones), not both")
+        query = {"cursor": cursor or None, "limit": limit, "latest": latest}
         answer: dict[str, Any] = (await self._ctx.call("GET", "/events", query=query)).body
         return answer
 
@@ -318,13 +352,16 @@ class DiagnosticsAPI:
         self._ctx = ctx
 
     async def run(self, scope_id: str) -> dict[str, Any]:
+        """A run as an operator sees it: its state, claims, queues, workers and what waits."""
         answer: dict[str, Any] = (await self._ctx.call("GET", f"/ops/runs/{scope_id}")).body
         return answer
 
     async def waits(self) -> dict[str, Any]:
+        """What waits in the space, and on what (claims, pools, quotas, budgets)."""
         answer: dict[str, Any] = (await self._ctx.call("GET", "/ops/waits")).body
         return answer
 
     async def workers(self, scope_id: str) -> builtins.list[dict[str, Any]]:
+        """The workers holding something in the run (from `run()`)."""
         workers: builtins.list[dict[str, Any]] = (await self.run(scope_id)).get("workers", [])
         return workers

@@ -3,7 +3,7 @@
 ::
 
     Exception
-     +-- RunstateError            code, status, message, request_id, retry_after_ms
+     +-- RunstateError            code, status, message, request_id, retry_after_ms, details
           +-- ConfigError           CONFIG_ERROR (status 0): no API key or space id, a bad argument
           +-- ValidationError       VALIDATION_FAILED, METHOD_NOT_ALLOWED: the same request would be
           |    |                    refused the same way again
@@ -41,6 +41,21 @@ expects. Apart from the refinements drawn above, every class derives directly fr
 `status` attribute is the HTTP status the server really sent. A code this table does not know is
 kept on a plain `RunstateError`, never collapsed into another code.
 
+`details` holds the facts the server gave beside the message, to act on without another read:
+its error envelope's `details`, or `{}` when it gave none (as for the errors made on this side,
+but the claim wait below). What they are, by code:
+
+- `CLAIM_HELD`: `holder`, `generation` and `leaseExpiresAt` of the claim that holds the key (a
+  `WaitTimeoutError` of `acquire(wait=True)` carries those of the last refusal it waited through);
+- `CONFLICT` of a name taken (a pool, quota, budget or work limit of that name exists): its `id`,
+  and when it was ensured with other settings, those it has (a pool's `units`, a quota's
+  `unitsLimit` and `windowSeconds`, a budget's `limitMinor`, `currency` and `scale`);
+- `CAPACITY_UNAVAILABLE`: the pool's `unitsAvailable`, `unitsTotal` and how many are `waiting`;
+- `ALLOWANCE_EXHAUSTED`: the quota's `remaining` units, `windowStart` and how many are `waiting`;
+- `INSUFFICIENT_BUDGET`: `availableMinor` and `requestedMinor`;
+- `BACKLOG_FULL` of a work limit: `outstanding` and `maxOutstanding`;
+- `BARRIER_RELEASED`: the barrier's `epoch`.
+
 `ERRORS` is the one table of code -> usual HTTP status -> class. The server has its own table of
 the codes it sends (`runstate.server.errors.STATUS`); a test ties the two together, so a code the
 server sends always arrives here as the class of its family with the status the server uses.
@@ -57,7 +72,7 @@ from __future__ import annotations
 
 import builtins
 import re
-from typing import NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 __all__ = [
     "RunstateError",
@@ -98,14 +113,19 @@ RETRYABLE_CODES = frozenset({
     "RATE_LIMITED", "SERVICE_RATE_LIMITED", "CONCURRENCY_LIMITED", "CLAIM_HELD", "CAPACITY_UNAVAILABLE",
     "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "BACKLOG_FULL",
 })
+"""The codes that mean "busy right now": an error with one of them has `retryable` true."""
 
 
 class RunstateError(Exception):
     """Base class of every error the SDK raises on purpose.
 
-    `code` is the stable, machine-readable value to branch on; `message` is for people.
+    `code` is the stable, machine-readable value to branch on; `message` is for people;
+    `status` is the HTTP status the server sent (0 for an error raised on this side);
+    `request_id` is the server's id of the request, to quote in a report.
     `retry_after_ms` comes from a `Retry-After` header on an error answer; the SDK's own wait
     loops do not act on it, it is there for callers who want to.
+    `details` is what the server said beside the message (who holds a claim and until when, what
+    is left of a pool...: the module docstring lists them by code), `{}` when it said nothing more.
     """
 
     def __init__(
@@ -115,6 +135,7 @@ class RunstateError(Exception):
         message: str,
         request_id: str | None = None,
         retry_after_ms: int | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -122,6 +143,7 @@ class RunstateError(Exception):
         self.message = message
         self.request_id = request_id
         self.retry_after_ms = retry_after_ms
+        self.details: dict[str, Any] = dict(details) if details else {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code!r}, status={self.status}, message={self.message!r})"
@@ -189,10 +211,11 @@ class StoppedError(RunstateError):
         message: str | None = None,
         request_id: str | None = None,
         retry_after_ms: int | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         if status is None and message is None:  # StoppedError("why"), as the 0.3.0 client makes it
             code, status, message = "STOPPED", 0, code
-        super().__init__(code, status or 0, message or "", request_id, retry_after_ms)
+        super().__init__(code, status or 0, message or "", request_id, retry_after_ms, details)
 
 
 class ScopeCancelledError(StoppedError):
@@ -224,10 +247,11 @@ class WaitTimeoutError(RunstateError, builtins.TimeoutError):
         message: str = "",
         request_id: str | None = None,
         retry_after_ms: int | None = None,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         if not message:  # WaitTimeoutError("why"), as the 0.3.0 client makes its TimeoutError
             code, message = "WAIT_TIMEOUT", code
-        RunstateError.__init__(self, code, status, message, request_id, retry_after_ms)
+        RunstateError.__init__(self, code, status, message, request_id, retry_after_ms, details)
         self.args = (message,)
 
 
@@ -333,12 +357,14 @@ ERRORS: dict[str, ErrorKind] = {
     # Made on this side, never sent by a server: status 0.
     "WAIT_TIMEOUT": ErrorKind(0, WaitTimeoutError),
 }
+"""The one table of error code -> usual HTTP status -> class (see the module docstring)."""
 
 # A size refusal: the server's VALIDATION_FAILED message names the limit ("exceeds 65536 bytes").
 _TOO_LARGE = re.compile(r"exceeds \d+ bytes")
 
 # The HTTP status each code is sent with. `map_error` uses it only when it is given status 0.
 STATUS_BY_CODE: dict[str, int] = {code: kind.status for code, kind in ERRORS.items() if kind.status}
+"""Each code's usual HTTP status, from `ERRORS`."""
 
 # Families where the same request is answered the same way until someone changes something.
 _PERMANENT: tuple[type[RunstateError], ...] = (
@@ -356,18 +382,20 @@ def map_error(
     message: str,
     request_id: str | None = None,
     retry_after_ms: int | None = None,
+    details: Mapping[str, Any] | None = None,
 ) -> RunstateError:
     """The exception for an error code; an unknown code gives a plain `RunstateError`.
 
     `status` is kept as given. Only a status of 0 (an error made on this side, never a server
-    answer) is replaced by the code's usual HTTP status, or 503 for an unknown code.
+    answer) is replaced by the code's usual HTTP status, or 503 for an unknown code. `details`
+    (the envelope's, a JSON object) becomes the error's `details`.
     """
     kind = ERRORS.get(code)
     cls = RunstateError if kind is None else kind.error_class
     if cls is ValidationError and _TOO_LARGE.search(message):
         cls = ResultTooLargeError
     resolved = status or STATUS_BY_CODE.get(code, 503)
-    return cls(code, resolved, message, request_id, retry_after_ms)
+    return cls(code, resolved, message, request_id, retry_after_ms, details)
 
 
 def is_runstate_error(error: object) -> bool:

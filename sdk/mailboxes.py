@@ -25,20 +25,26 @@ from typing import Any, Awaitable, Callable, Mapping, Union
 import anyio
 
 from . import _runtime
+from . import _checks
 from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms
-from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, StopFlag, give_back, report, report_lost
+from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, ReturnedValue, StopFlag, give_back, report, report_lost
 from ._context import Context
-from ._renewal import LeaseClock, send_through
+from ._renewal import Kept, LeaseClock, send_through
 from .claims import parse_timestamp
 from .errors import LeaseLostError, NotFoundError, ScopeCancelledError, is_permanent
 from .tasks import TaskTicket
 from .types import MailboxRow, MessageView
 
-__all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEFAULT_CONSUME_WAIT_MS"]
+__all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEFAULT_CONSUME_WAIT_MS", "REASON_LEN_MAX"]
 
+REASON_LEN_MAX = _checks.REASON_LEN_MAX
+"""The longest reason of a delivery's `retry()` or `reject()` (kept as its task's `outcomeReason`),
+in characters."""
 # How long an idle consume() asks the server to hold an empty recv.
 DEFAULT_CONSUME_WAIT_MS = 20_000
-# The lease of a delivery from receive(); it is not renewed for the caller.
+"""How long an idle `consume()` asks the server to hold an empty receive (`wait_ms`)."""
+# The lease of a delivery from receive() unless it asks for another; it is not renewed for the
+# caller unless asked (`keep_renewed()`).
 RECEIVE_LEASE_SECONDS = 30
 # The longest a server holds one recv (its wait_ms_max, 30 s by default): receive() asks again for
 # the rest of a longer wait.
@@ -49,16 +55,23 @@ STOP_CHECK_S = 0.1
 PREFETCH_MAX = 100
 
 Handler = Callable[[Any, "Delivery"], Union[Awaitable[Any], Any]]
+"""A `consume()` handler: `handler(data, delivery)`, plain (run in a worker thread) or `async
+def`. What it returns is not recorded: record a result with `delivery.complete(result=...)`."""
 
 
 class Delivery:
-    """One leased message: `id`, `data`, `attempt`, `scope_id`, `expires_at` (the lease's end
-    as the server last said it), and how it ends.
+    """One leased message: `id`, `data` (its payload), `attempt` (1 on the first delivery),
+    `scope_id`, `task_id` (None for a plain message), `deadline`, `expires_at` (the lease's end as
+    the server last said it), and how it ends: `complete(result)`, `retry()` or `reject()`, once.
+    `lost_error` says why the lease was lost.
 
     `is_lost` turns true when the lease is lost: the server refused a renewal or a settlement as
     stale, the run ended, or the lease's end by this process's clock passed without a renewal
     (`runstate._renewal`). A settlement that cannot reach the server is sent again, with the same
     idempotency key, until then; after that it raises its last error.
+
+    A delivery from `receive()` or `admit()` is renewed only when asked: `renew()` once, or
+    `keep_renewed()` in the background until it is settled (as `consume()` keeps its handlers').
     """
 
     def __init__(
@@ -84,8 +97,8 @@ class Delivery:
         self._lock = anyio.Lock()
         # Set by consume() while a handler works on it: stops the handler and its renewal.
         self._cancel: Callable[[], None] | None = None
-        # Its place among the leases the client renews together, while consume() holds it.
-        self._kept: Any = None
+        # Its place among the leases the client renews together, while it is kept renewed.
+        self._kept: Kept | None = None
         self._lost_callbacks: list[Callable[[], None]] = []
         # When the lease ends by this process's clock, if the caller said when it was asked for.
         self._clock = None if lease_seconds is None or sent_at is None else LeaseClock(lease_seconds, sent_at)
@@ -119,13 +132,46 @@ class Delivery:
         """The work is done: the task records `result["payload"]` (or the whole result)."""
         await self._settle("complete", {"token": self._token, "result": result})
 
-    async def retry(self) -> None:
-        """Put it back on the queue (with backoff); the next delivery has `attempt + 1`."""
-        await self._nack(retry=True)
+    async def retry(self, reason: str | None = None) -> None:
+        """Put it back on the queue (with backoff); the next delivery has `attempt + 1`.
 
-    async def reject(self) -> None:
-        """Dead-letter it without retry; its task becomes `FAILED`."""
-        await self._nack(retry=False)
+        `reason` (at most 2000 characters) says why. It is kept with the task: if this was its
+        last attempt, the task ends `FAILED` with `outcomeReason` `handler_error: <reason>` and
+        the attempts used."""
+        await self._nack(retry=True, error=_reason(reason))
+
+    async def reject(self, reason: str | None = None) -> None:
+        """Dead-letter it without retry; its task becomes `FAILED`, with `outcomeReason`
+        `handler_error: <reason>` when `reason` (at most 2000 characters) is given."""
+        await self._nack(retry=False, error=_reason(reason))
+
+    def keep_renewed(self) -> None:
+        """Renew the lease in the background from now on, as `consume()` renews a handler's.
+
+        It is renewed with the client's other leases (every third of its length, all due at once
+        in one request), riding through an outage until its end by this process's clock, until
+        it is settled (`complete`, `retry`, `reject`), lost, `stop_renewing()` is called or the
+        client closes (which counts it lost). A renewal the server refuses (the lease went
+        stale, the run ended), or the lease's end passing without one, loses it: `is_lost` turns
+        true and `lost_error` says why. A second call does nothing; nor does a call on a delivery
+        already settled or lost."""
+        if self._kept is not None or not self._open:
+            return
+        clock = self._clock
+        if clock is None:
+            raise ValueError(f"delivery {self.id} was made without its lease's length: it cannot be kept renewed")
+        self._kept = Kept(self._ctx, clock, self._renewal_request, self._renewal_reply, self._mark_lost, f"delivery {self.id}")
+        self._ctx.holdings.renewals.add(self._kept)
+        self._ctx.holdings.deliveries.add(self)
+
+    def stop_renewing(self) -> None:
+        """Stop the background renewal of `keep_renewed()` without settling: the delivery stays
+        leased until its lease runs out, and then the server hands it to another worker (as
+        the next attempt). Settling it stops the renewal by itself."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            self._ctx.holdings.renewals.remove(kept)
+        self._ctx.holdings.deliveries.discard(self)
 
     async def _nack(self, *, retry: bool, error: str | None = None) -> None:
         await self._settle("nack", {"token": self._token, "retry": retry, "error": error})
@@ -179,6 +225,7 @@ class Delivery:
                 raise
             self._settled = True
             self._refusal = None
+            self.stop_renewing()  # (kept renewed until now: an outage ridden through needed it)
 
     @property
     def _open(self) -> bool:
@@ -190,6 +237,7 @@ class Delivery:
             return
         self._lost = True
         self.lost_error = err
+        self.stop_renewing()
         callbacks, self._lost_callbacks = self._lost_callbacks, []
         for callback in callbacks:
             callback()
@@ -210,12 +258,22 @@ class Delivery:
     def _crash(self) -> None:
         """Stop renewing and never settle, as a process that died would (`runstate.testing.crash`)."""
         self._crashed = True
+        self.stop_renewing()
         if self._cancel is not None:
             self._cancel()
 
 
+def _reason(reason: str | None) -> str | None:
+    """A retry's or a reject's reason, checked as the server would (None: no reason)."""
+    return None if reason is None else check_text("reason", reason, REASON_LEN_MAX)
+
+
 class MailboxRef:
-    """A queue bound to a scope, by name (resolved once) or by id."""
+    """A queue bound to a run (`run.mailbox(name)`), by name (resolved once) or by id: its
+    `scope_id` and `name` (None when made by id).
+
+    Producers `submit()` tasks and `send()` messages; workers `consume()`, `receive()` or
+    `admit()` deliveries. The queue must exist first: `rs.mailboxes.ensure(name, mode="WORK")`."""
 
     def __init__(self, ctx: Context, scope_id: str, name: str | None = None, mailbox_id: str | None = None) -> None:
         if name is None and mailbox_id is None:
@@ -227,10 +285,12 @@ class MailboxRef:
 
     @classmethod
     def by_name(cls, ctx: Context, scope_id: str, name: str) -> MailboxRef:
+        """The queue `name` in the run `scope_id` (`run.mailbox(name)` is the usual way)."""
         return cls(ctx, scope_id, name=name)
 
     @classmethod
     def by_id(cls, ctx: Context, scope_id: str, mailbox_id: str) -> MailboxRef:
+        """The queue with this id in the run `scope_id` (`run.mailbox_by_id(id)`)."""
         return cls(ctx, scope_id, mailbox_id=mailbox_id)
 
     def __repr__(self) -> str:
@@ -245,7 +305,12 @@ class MailboxRef:
             if row["name"] == self.name:
                 self._id = row["id"]
                 return row["id"]
-        raise NotFoundError("NOT_FOUND", 404, f"mailbox {self.name!r} not found in space {self._ctx.space_id}")
+        raise NotFoundError(
+            "NOT_FOUND", 404,
+            f"mailbox {self.name!r} not found in space {self._ctx.space_id}: create it first, once, with "
+            f"`await rs.mailboxes.ensure({self.name!r}, mode=\"WORK\")` (a work queue for tasks; leave out "
+            "`mode` for plain messages), or `runstate.setup()` for the run-bound API",
+        )
 
     # -- producers ------------------------------------------------------------------------------
 
@@ -259,7 +324,14 @@ class MailboxRef:
         requirements: dict[str, Any] | None = None,
         work_limit: str | None = None,
     ) -> TaskTicket:
-        """Create the task `key` in this scope, or get the existing one (same input)."""
+        """Create the task `key` in this run, or get the existing one (same input): any number
+        of callers submitting the same key share one task and its single result.
+
+        `input` is the task's payload (JSON); `subscriber_id` records who is interested;
+        `deadline` (ISO 8601) makes it `EXPIRED` if it has not finished by then; `requirements`
+        (pools, quotas, budgets it needs) and `work_limit` hold it until they fit. Returns a
+        `TaskTicket`: `await ticket.result()` waits for its outcome. The same key with another
+        input raises `ConflictError` (`IDEMPOTENCY_CONFLICT`)."""
         check_text("taskKey", key, KEY_LEN_MAX)
         if subscriber_id is not None:
             check_text("subscriberId", subscriber_id, HOLDER_LEN_MAX)
@@ -293,22 +365,25 @@ class MailboxRef:
 
         return await admit(self, lease_seconds=lease_seconds, wait_ms=wait_ms)
 
-    async def receive(self, *, wait_ms: int = 0) -> Delivery | None:
-        """One delivery leased for 30 s (not renewed for you), or None if there is none.
+    async def receive(self, *, wait_ms: int = 0, lease_seconds: int = RECEIVE_LEASE_SECONDS) -> Delivery | None:
+        """One delivery leased for `lease_seconds` (30 by default, 5 to 600), or None if there is
+        none. Its lease is not renewed for you: `delivery.renew()` extends it once, and
+        `delivery.keep_renewed()` renews it in the background until it is settled.
 
         With `wait_ms` the server holds the request until a message comes or the wait ends. A
         server holds one request at most 30 s (its `wait_ms_max`): a longer wait is made of as
         many long polls as it takes, so None comes only once the whole `wait_ms` has passed (or
         the server ended a wait early, as it does when it shuts down)."""
         wait_ms = check_wait_ms(wait_ms)
+        check_lease_seconds(lease_seconds)
         deadline = anyio.current_time() + wait_ms / 1000
         while True:
             left_ms = max(0, round((deadline - anyio.current_time()) * 1000))
             sent = anyio.current_time()
-            raw = await self._recv(RECEIVE_LEASE_SECONDS, left_ms)
+            raw = await self._recv(lease_seconds, left_ms)
             if raw is not None:
-                began = sent if left_ms <= 0 else anyio.current_time()
-                return Delivery(self._ctx, raw, lease_seconds=RECEIVE_LEASE_SECONDS, sent_at=began)
+                began = sent if left_ms <= 0 else anyio.current_time()  # a held recv leases as it answers
+                return Delivery(self._ctx, raw, lease_seconds=lease_seconds, sent_at=began)
             held_ms = (anyio.current_time() - sent) * 1000
             # Again only when the server held the request its whole capped wait and time is left.
             if left_ms <= RECV_WAIT_MS_MAX or held_ms < RECV_WAIT_MS_MAX * 0.9 or anyio.current_time() >= deadline:
@@ -429,11 +504,14 @@ class MailboxRef:
             began = sent if wait_ms <= 0 else anyio.current_time()
             return [Delivery(self._ctx, one, lease_seconds=lease_seconds, sent_at=began) for one in raw]
 
+        where = f"consume({self.name or self._id!r})"
+        returns = ReturnedValue(handler, where)
+
         async def work(delivery: Delivery) -> None:
-            await _run_handler(delivery, handler, on_error)
+            await _run_handler(delivery, handler, on_error, returns)
 
         consumer = Consumer(
-            self._ctx, f"consume({self.name or self._id!r})", self.scope_id, take, work,
+            self._ctx, where, self.scope_id, take, work,
             concurrency=concurrency, lease_seconds=lease_seconds, poll_ms=poll_ms, wait_ms=wait_ms,
             shutdown_timeout=shutdown_timeout, stop=stop, on_error=on_error, give_up_after_s=give_up_after_s,
             prefetch=prefetch, take_many=take_many,
@@ -441,19 +519,25 @@ class MailboxRef:
         await consumer.run()
 
 
-async def _run_handler(delivery: Delivery, handler: Handler, on_error: ErrorHandler | None) -> None:
+async def _run_handler(
+    delivery: Delivery, handler: Handler, on_error: ErrorHandler | None, returns: ReturnedValue | None = None
+) -> None:
     """Run one handler and settle its delivery; raises nothing but cancellation.
 
     The handler is cancelled if the delivery is lost while it runs (then nothing is sent). Once it
-    has returned, the completion rides through an outage until the lease ends; a raise, or a
-    settlement the server refused, goes to `on_error` and puts the delivery back.
+    has returned, the completion (with no payload, unless the handler settled the delivery itself;
+    a value it returned is not recorded, and `returns` says so once) rides through an outage until
+    the lease ends; a raise, or a settlement the server refused, goes to `on_error` and puts the
+    delivery back.
     """
     failure: Exception | None = None
     with anyio.CancelScope() as working:
         unsubscribe = delivery._when_lost(working.cancel)
         try:
-            await _runtime.invoke(handler, delivery.data, delivery)
+            value = await _runtime.invoke(handler, delivery.data, delivery)
             if delivery._open:
+                if returns is not None:
+                    returns.returned(value)
                 await delivery.complete()
         except Exception as err:
             failure = err

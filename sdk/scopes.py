@@ -10,13 +10,26 @@ from .capacity import BudgetRef, PoolRef, QuotaRef  # -- capacity --
 from .claims import ClaimRef
 from .coordination import BarriersAPI, GroupsAPI, TimersAPI
 from .mailboxes import MailboxRef
+from .errors import ValidationError
 from .tasks import TaskTicket
-from .types import ScopeView
+from .types import ClaimsPage, ScopeView, TasksPage
 
-__all__ = ["ScopeHandle"]
+__all__ = ["ScopeHandle", "LIST_LIMIT_DEFAULT", "LIST_LIMIT_MAX"]
+
+LIST_LIMIT_DEFAULT = 100
+"""How many rows `run.claims()` and `run.tasks()` ask for unless told (the server's default)."""
+LIST_LIMIT_MAX = 1000
+"""The most rows one `run.claims()` or `run.tasks()` may ask for (the server's maximum)."""
 
 
 class ScopeHandle:
+    """A run (a scope) by id: `rs.scopes.create()`, `rs.scopes.ensure(name)` or `rs.scope(id)`.
+
+    `id` is the run's id. Its keys, queues and capacity are reached through it: `claim(key)`,
+    `mailbox(name)`, `pool(name)`, `quota(name)`, `budget(name)`, `task(task_id)`; and its
+    coordination through `barriers`, `timers` and `groups`. Making a handle sends nothing.
+    `claims()` and `tasks()` read what the whole run holds and does now."""
+
     def __init__(self, ctx: Context, scope_id: str) -> None:
         self._ctx = ctx
         self.id = scope_id
@@ -49,36 +62,72 @@ class ScopeHandle:
         return await create_scope(self._ctx, name=name, parent_id=self.id, deadline=deadline, child_limit=child_limit)
 
     def claim(self, key: str) -> ClaimRef:
+        """The claim `key` in this run (`acquire()`, `try_acquire()`, `run(fn)`); sends nothing."""
         return ClaimRef(self._ctx, self.id, key)
 
     def mailbox(self, name: str) -> MailboxRef:
+        """The queue `name`, for this run's tasks and messages; sends nothing. The name is looked
+        up at the first call that needs it: a queue that does not exist then raises
+        `NotFoundError`, saying to create it first with `rs.mailboxes.ensure(name, mode="WORK")`."""
         return MailboxRef.by_name(self._ctx, self.id, name)
 
     def mailbox_by_id(self, mailbox_id: str) -> MailboxRef:
+        """The queue with this id (`MailboxRow["id"]`), for this run; sends nothing."""
         return MailboxRef.by_id(self._ctx, self.id, mailbox_id)
 
     # -- capacity --
     def pool(self, name: str) -> PoolRef:
+        """The concurrency pool `name` (made with `rs.pools.ensure`), for this run; sends nothing."""
         return PoolRef(self._ctx, self.id, name=name)
 
     def pool_by_id(self, permit_id: str) -> PoolRef:
+        """The pool with this id, for this run; sends nothing."""
         return PoolRef(self._ctx, self.id, id=permit_id)
 
     def quota(self, name: str) -> QuotaRef:
+        """The quota `name` (N units per window, made with `rs.quotas.ensure`), for this run."""
         return QuotaRef(self._ctx, self.id, name=name)
 
     def quota_by_id(self, allowance_id: str) -> QuotaRef:
+        """The quota with this id, for this run; sends nothing."""
         return QuotaRef(self._ctx, self.id, id=allowance_id)
 
     def budget(self, name: str) -> BudgetRef:
+        """The budget `name` (made with `rs.budgets.ensure`), for this run's reservations."""
         return BudgetRef(self._ctx, self.id, name=name)
 
     def budget_by_id(self, budget_id: str) -> BudgetRef:
+        """The budget with this id, for this run; sends nothing."""
         return BudgetRef(self._ctx, self.id, id=budget_id)
 
     def task(self, task_id: str) -> TaskTicket:
         """Re-attach to a task by id; sends nothing."""
         return TaskTicket(self._ctx, task_id, self.id)
+
+    # -- reads of the whole run ---------------------------------------------------------------
+
+    async def claims(self, *, limit: int = LIST_LIMIT_DEFAULT) -> ClaimsPage:
+        """The claims held in this run now, who holds each and until when (tokens are never
+        listed): `{"scopeId", "claims": [HeldClaim, ...], "truncated"}`. At most `limit` (1 to
+        1000, default 100); `truncated` says whether more were left out. A snapshot for people
+        and tooling: to own a key, acquire it (`claim(key)`)."""
+        page: ClaimsPage = (await self._ctx.call("GET", f"/scopes/{self.id}/claims", query={"limit": _limit(limit)})).body
+        return page
+
+    async def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT) -> TasksPage:
+        """The tasks of this run, newest first, each as `ticket.status()` gives it (`taskKey`,
+        `state`, `attempt`, `outcome`...): `{"scopeId", "tasks": [TaskView, ...], "truncated"}`.
+        At most `limit` (1 to 1000, default 100); `truncated` says whether older ones were left
+        out."""
+        page: TasksPage = (await self._ctx.call("GET", f"/scopes/{self.id}/tasks", query={"limit": _limit(limit)})).body
+        return page
+
+
+def _limit(limit: int) -> int:
+    """A list's `limit`, checked as the server checks it."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= LIST_LIMIT_MAX:
+        raise ValidationError("VALIDATION_FAILED", 400, f"limit must be an integer from 1 to {LIST_LIMIT_MAX}, got {limit!r}")
+    return limit
 
 
 async def create_scope(

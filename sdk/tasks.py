@@ -19,11 +19,16 @@ from .types import TaskResult, TaskView
 __all__ = ["TaskTicket", "TERMINAL_STATES"]
 
 TERMINAL_STATES: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
+"""The states a task ends in: `result()` returns once the task is in one of them."""
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_POLL_MS = 250
 
 
 class TaskTicket:
+    """A handle on one shared task: `id` (the task id) and `scope_id` (the run it was submitted
+    in, if known). `mailbox.submit()` returns one; `rs.scope(run_id).task(task_id)` makes one
+    again after a restart. Every method is one or more requests; nothing runs the task again."""
+
     def __init__(self, ctx: Context, task_id: str, scope_id: str | None = None) -> None:
         self._ctx = ctx
         self.id = task_id

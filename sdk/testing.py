@@ -173,10 +173,12 @@ class ASGITransport:
     For a trio app under asyncio use `serve()` / `serve_app()`, which host it in a trio guest run.
     Errors raised by the app are raised to the caller (a test wants to see them); a request that
     outlives `timeout_s` is cancelled and reported as a `TransportError`, like a read timeout.
+    `app` is the ASGI app it calls; while `down` is true (`InProcessRunstate.restart_server`)
+    every request is refused, as by a closed port.
     """
 
-    # What error messages call the server this transport reaches.
     base_url = "the in-process test server"
+    """What error messages call the server this transport reaches."""
 
     def __init__(self, app: ASGIApp, *, client: tuple[str, int] = DEFAULT_CLIENT, state: dict[str, Any] | None = None) -> None:
         self.app = app
@@ -187,6 +189,7 @@ class ASGITransport:
         self._in_flight: set[anyio.CancelScope] = set()
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        """Call the app with the request, in this task; its answer as `(status, headers, body)`."""
         if self.down:
             raise TransportError(f"{method} {path}: connection refused (the server is down)")
         with anyio.CancelScope() as connection:
@@ -391,7 +394,8 @@ class _GuestTransport:
 
 
 class InProcessRunstate(AsyncRunstate):
-    """The client `serve()` yields: an `AsyncRunstate` that also exposes the server it talks to."""
+    """The client `serve()` yields: an `AsyncRunstate` that also exposes the server it talks to
+    (`app`, the ASGI app; `runtime`, its kernel)."""
 
     app: Any
     _extra_clients: list[AsyncRunstate]
@@ -440,7 +444,8 @@ class serve_app:
     """Serve any ASGI app in-process and yield an `InProcessRunstate` connected to it.
 
     Use as `async with serve_app(app, api_key=..., space_id=...) as rs:`. Exceptions from the
-    body of the `async with` come out as they are, never wrapped in an exception group.
+    body of the `async with` come out as they are, never wrapped in an exception group. `app` is
+    the app it serves.
     """
 
     def __init__(

@@ -24,6 +24,7 @@ __all__ = ["Transport", "TransportError", "HTTPTransport", "SocketTransport", "E
 
 # status, headers (names in lower case), body bytes.
 Exchange = tuple[int, Mapping[str, str], bytes]
+"""What a transport returns: the status, the headers (names in lower case) and the body's bytes."""
 # Connections one transport keeps to its server at most (each long poll in flight holds one).
 CONNECTIONS_MAX = 256
 
@@ -38,7 +39,10 @@ class TransportError(Exception):
 
 @runtime_checkable
 class Transport(Protocol):
-    """One HTTP exchange. `path` starts with `/` and already carries any query string."""
+    """One HTTP exchange. `path` starts with `/` and already carries any query string.
+
+    The seam a test (or a proxy of your own) plugs into: `AsyncRunstate(transport=...)` sends every
+    request through it. `runstate.testing` has one that runs the server in-process."""
 
     async def send(
         self,
@@ -47,7 +51,10 @@ class Transport(Protocol):
         headers: Mapping[str, str],
         body: bytes | None,
         timeout_s: float,
-    ) -> Exchange: ...
+    ) -> Exchange:
+        """Send one request and return `(status, headers, body)`; raise `TransportError` when no
+        answer came (the request layer sends it again, with the same idempotency key)."""
+        ...
 
 
 class HTTPTransport:
@@ -65,6 +72,7 @@ class HTTPTransport:
         """`ca_bundle`: a PEM file of the certificates to trust for an https server (a self-signed
         one, or a private CA's), instead of the system's roots."""
         self.base_url = base_url
+        """The server's URL, which every path is sent under."""
         if client is None:
             # Every connection may stay open for the next request: a client shared by many agents
             # holds one per long poll in flight, and closing those past httpx's 20 kept-alive
@@ -91,6 +99,7 @@ class HTTPTransport:
         body: bytes | None,
         timeout_s: float,
     ) -> Exchange:
+        """One request through httpx; a failure to exchange it raises `TransportError`."""
         try:
             response = await self._client.request(
                 method,
@@ -105,6 +114,7 @@ class HTTPTransport:
         return response.status_code, {k.lower(): v for k, v in response.headers.items()}, response.content
 
     async def aclose(self) -> None:
+        """Close the connections (of an httpx client this transport made; one passed in stays open)."""
         if self._owns_client:
             await self._client.aclose()
 

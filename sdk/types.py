@@ -21,6 +21,9 @@ __all__ = [
     "MessageView",
     "AcquireAttempt",
     "ClaimView",
+    "HeldClaim",
+    "ClaimsPage",
+    "TasksPage",
     "DeadLetter",
     "DeadLetterPage",
     "RequeueResult",
@@ -29,10 +32,18 @@ __all__ = [
 ]
 
 TaskState = Literal["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]
+"""A task's state: waiting, under way, or one of its four ends (`runstate.tasks.TERMINAL_STATES`)."""
 
 
 class TaskView(TypedDict):
-    """`ticket.status()`: one shared task."""
+    """`ticket.status()`: one shared task.
+
+    `id` and `taskId` are its id, `taskKey` the key it was submitted under, `scopeId` its run,
+    `mailboxId` its queue and `messageId` the message that carries it; `state` and `attempt`
+    (deliveries so far) say where it is; `outcome` is the recorded result once it `SUCCEEDED`,
+    `outcomeReason` why it ended otherwise; `deadline` (ISO 8601) makes it `EXPIRED` when passed;
+    `subscribers` are the callers interested in it; `createdAt`, `updatedAt` and `finishedAt` are
+    ISO 8601 times; `tombstoned` is true once its result's retention ran out (`outcome` None)."""
 
     id: str
     taskId: str
@@ -53,7 +64,8 @@ class TaskView(TypedDict):
 
 
 class TaskResult(TypedDict):
-    """`ticket.result()`: how a task ended (`outcome` is the recorded result, `reason` why not).
+    """`ticket.result()`: how a task ended, its `state` (`outcome` is the recorded result,
+    `reason` why not).
 
     `tombstoned` is there, true, once the result's retention ran out: `outcome` is then None
     because the result is no longer kept, not because the task recorded none."""
@@ -65,7 +77,13 @@ class TaskResult(TypedDict):
 
 
 class ScopeView(TypedDict):
-    """`scope.status()`: a run."""
+    """`scope.status()`: a run.
+
+    `id`, its `name` (None for an unnamed run), `parentId` (None for a root run), `deadline` (ISO
+    8601, or None), `childLimit` (the most child runs it may have, None for the default) and
+    `children` (how many it has); `storedState` is its own state (`ACTIVE`, `CANCELLED`,
+    `COMPLETED`, `EXPIRED`) and `effective` the state it acts in, an ancestor's end included;
+    `createdAt` and `endedAt` are ISO 8601 times."""
 
     id: str
     name: str | None
@@ -80,6 +98,9 @@ class ScopeView(TypedDict):
 
 
 class MailboxCounts(TypedDict):
+    """A queue's messages by state: `queued` (ready), `delayed` (backing off before another try),
+    `leased` (held by a worker now) and `deadLetters` (ended without a completion)."""
+
     queued: int
     delayed: int
     leased: int
@@ -87,7 +108,11 @@ class MailboxCounts(TypedDict):
 
 
 class MailboxRow(TypedDict):
-    """`rs.mailboxes.ensure()` and `rs.mailboxes.list()`: one queue of the space."""
+    """`rs.mailboxes.ensure()` and `rs.mailboxes.list()`: one queue of the space.
+
+    `id`, `name`, `mode` (`WORK` for tasks, or a plain message queue), `backlogLimit` (the most
+    messages waiting, None for the server's default), `maxAttempts` (deliveries before a task
+    fails), `backlog` and `counts` (its messages by state, when listed) and `createdAt`."""
 
     id: str
     name: str
@@ -100,7 +125,11 @@ class MailboxRow(TypedDict):
 
 
 class MessageView(TypedDict):
-    """`mailbox.send()`: the message, and `replay` true when `work_key` returned an earlier one."""
+    """`mailbox.send()`: the message, and `replay` true when `work_key` returned an earlier one.
+
+    `id`, `mailboxId`, `scopeId`, `taskId` (None for a plain message), `state`, `attempt`,
+    `workKey`, `deadline`, `createdAt`, `finishedAt` and `reason` (why it ended, if it did); while
+    it is leased, `leaseExpiresAt` and `holder`; while it waits to be tried again, `visibleAt`."""
 
     id: str
     mailboxId: str
@@ -120,14 +149,20 @@ class MessageView(TypedDict):
 
 
 class AcquireAttempt(TypedDict):
-    """`claim.try_acquire()`: `{"kind": "acquired", "lease": lease}` or `{"kind": "busy"}`."""
+    """`claim.try_acquire()`: `{"kind": "acquired", "lease": lease}` or `{"kind": "busy"}`.
+
+    `kind` says which; `lease` (a `ClaimLease`) is there when it is `acquired`."""
 
     kind: Literal["acquired", "busy"]
     lease: NotRequired["ClaimLease"]
 
 
 class ClaimView(TypedDict):
-    """`claim.force_release()`: the claim as it was, its token withheld."""
+    """`claim.force_release()`: the claim as it was, its token withheld.
+
+    `key`, `scopeId`, `token` (None here), `generation`, `holder` and `holderSession` (who held
+    it), `leaseSeconds`, `leaseExpiresAt`, `acquiredAt`; `released`, `releasedAt`, `forced` (true
+    for an operator's release), its `reason` and `by` (the key that forced it)."""
 
     key: str
     scopeId: str
@@ -145,8 +180,46 @@ class ClaimView(TypedDict):
     by: NotRequired[str | None]
 
 
+class HeldClaim(TypedDict):
+    """One claim held in a run, as `run.claims()` lists it (its token is never listed).
+
+    `key`, `scopeId`, `generation`, who holds it (`holder`, `holderSession`), `leaseSeconds`,
+    when its lease ends unless renewed (`leaseExpiresAt`) and when it was taken (`acquiredAt`)."""
+
+    key: str
+    scopeId: str
+    generation: int
+    holder: str | None
+    holderSession: str | None
+    leaseSeconds: int
+    leaseExpiresAt: str
+    acquiredAt: str
+
+
+class ClaimsPage(TypedDict):
+    """`run.claims()`: the `claims` held in the run `scopeId` now, at most the `limit` asked;
+    `truncated` when more were left out."""
+
+    scopeId: str
+    claims: list[HeldClaim]
+    truncated: bool
+
+
+class TasksPage(TypedDict):
+    """`run.tasks()`: the `tasks` of the run `scopeId`, newest first, at most the `limit` asked;
+    `truncated` when older ones were left out."""
+
+    scopeId: str
+    tasks: list[TaskView]
+    truncated: bool
+
+
 class DeadLetter(TypedDict):
-    """One dead letter: a message whose deliveries ended without a completion, with its payload."""
+    """One dead letter: a message whose deliveries ended without a completion, with its payload.
+
+    The fields of `MessageView` (`id`, `mailboxId`, `scopeId`, `taskId`, `state`, `attempt`,
+    `workKey`, `deadline`, `createdAt`, `finishedAt`, `reason`: why it was dead-lettered) and its
+    `payload`."""
 
     id: str
     mailboxId: str
@@ -163,7 +236,10 @@ class DeadLetter(TypedDict):
 
 
 class DeadLetterPage(TypedDict):
-    """`rs.mailboxes.dead_letters()`: a page, newest first; `nextCursor` None on the last page."""
+    """`rs.mailboxes.dead_letters()`: a page, newest first; `nextCursor` None on the last page.
+
+    `deadLetters` on this page, `total` in the mailbox, `matched` by the filters, `truncated` when
+    the server stopped counting at its limit."""
 
     deadLetters: list[DeadLetter]
     total: int
@@ -173,7 +249,10 @@ class DeadLetterPage(TypedDict):
 
 
 class RequeueResult(TypedDict):
-    """`rs.mailboxes.requeue_dead_letters()`: counts, and each old id's new message id."""
+    """`rs.mailboxes.requeue_dead_letters()`: counts, and each old id's new message id.
+
+    `matched` by the request, `requeued` as new messages, `skipped` by reason, `remaining` dead
+    letters after it, `dryRun` as asked, and `requeuedAs` (old id -> new message id)."""
 
     matched: int
     requeued: int
@@ -184,7 +263,8 @@ class RequeueResult(TypedDict):
 
 
 class DeleteResult(TypedDict):
-    """`rs.mailboxes.delete_dead_letters()`."""
+    """`rs.mailboxes.delete_dead_letters()`: `matched` by the request, `deleted`, `remaining`
+    after it, `dryRun` as asked, and the `deletedIds`."""
 
     matched: int
     deleted: int
@@ -194,7 +274,8 @@ class DeleteResult(TypedDict):
 
 
 class PurgeResult(TypedDict):
-    """`rs.mailboxes.purge()`."""
+    """`rs.mailboxes.purge()`: messages `matched`, `purged` (their tasks end `CANCELLED`),
+    `remaining` after it, and `dryRun` as asked."""
 
     matched: int
     purged: int

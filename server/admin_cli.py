@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+from collections import deque
 from decimal import Decimal
 import ssl
 import sys
@@ -53,9 +54,10 @@ class Credential:
 
 
 class CommandError(Exception):
-    def __init__(self, message: str, status: int = 1) -> None:
+    def __init__(self, message: str, status: int = 1, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code  # the server's error code (CURSOR_EXPIRED, ...), when it refused
 
 
 # -- the parsers ----------------------------------------------------------------------------------
@@ -71,10 +73,12 @@ def _common(admin_only: bool) -> argparse.ArgumentParser:
     return common
 
 
-def _sub(commands: Any, name: str, help_text: str, examples: str, parents: list[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+def _sub(
+    commands: Any, name: str, help_text: str, examples: str, parents: list[argparse.ArgumentParser], aliases: tuple[str, ...] = (),
+) -> argparse.ArgumentParser:
     return commands.add_parser(
         name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".", parents=parents,
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog="examples:\n" + examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog="examples:\n" + examples, aliases=list(aliases),
     )
 
 
@@ -86,9 +90,12 @@ def add_commands(commands: Any) -> None:
                 "  runstate keys create --space research --name crawler\n  runstate keys list\n  runstate keys revoke ak_0123456789abcdef", [])
     key_commands = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = _sub(key_commands, "create", "make an API key for a space; it is printed once",
-                  "  runstate keys create --space research\n  runstate keys create --space research --name crawler --json", [admin])
+                  "  runstate keys create --space research\n  runstate keys create --space research --name crawler --json\n"
+                  "  runstate keys create --space research --name dashboard --role viewer", [admin])
     create.add_argument("--space", required=True, action="append", help="the space the key opens (repeat for several)")
     create.add_argument("--name", default=None, help="a label to recognise the key by")
+    create.add_argument("--role", default=None, choices=("editor", "viewer"),
+                        help="what the key may do: editor (the default) reads and changes, viewer only reads")
     listing = _sub(key_commands, "list", "list API keys (never their secrets)",
                    "  runstate keys list\n  runstate keys list --space research --json", [admin])
     listing.add_argument("--space", default=None, help="only keys that open this space")
@@ -105,7 +112,17 @@ def add_commands(commands: Any) -> None:
 
     inspect = _sub(commands, "inspect", "look at a running server: runs, claims, tasks, mailboxes, usage, barriers, timers, groups, events",
                    "  runstate inspect runs\n  runstate inspect claims sc_0123456789abcdef\n  runstate inspect usage --space research --json", [])
+    add_inspect_actions(inspect, reader, "inspect")
+    from . import cluster_cli  # (`runstate cluster status`)
+
+    cluster_cli.add_commands(commands)
+
+
+def add_inspect_actions(inspect: argparse.ArgumentParser, reader: argparse.ArgumentParser, prefix: str) -> None:
+    """The WHATs of `runstate inspect` (and of `runstate replay DIR inspect`: the same views at a
+    past point), each with `reader`'s options; `prefix` begins their examples."""
     what = inspect.add_subparsers(dest="action", required=True, metavar="WHAT")
+    _sub = _sub_in(prefix)
     runs = _sub(what, "runs", "list runs (scopes), newest first", "  runstate inspect runs\n  runstate inspect runs --limit 10 --json", [reader])
     runs.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
     claims = _sub(what, "claims", "list the live claims of a run", "  runstate inspect claims sc_0123456789abcdef", [reader])
@@ -114,7 +131,7 @@ def add_commands(commands: Any) -> None:
     tasks = _sub(what, "tasks", "list the tasks of a run, newest first", "  runstate inspect tasks sc_0123456789abcdef", [reader])
     tasks.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
     tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
-    _sub(what, "mailboxes", "list the mailboxes of a space", "  runstate inspect mailboxes --json", [reader])
+    _sub(what, "mailboxes", "list the mailboxes (queues) of a space", "  runstate inspect mailboxes --json", [reader], ("queues",))
     _sub(what, "usage", "operations counted for a space (renewals are free)", "  runstate inspect usage\n  runstate inspect usage --space research", [reader])
     # Pools, quotas and budgets (a space's); barriers, timers and task groups (a run's).
     _sub(what, "pools", "list the permit pools of a space and their units in use", "  runstate inspect pools --json", [reader])
@@ -125,20 +142,31 @@ def add_commands(commands: Any) -> None:
         listing = _sub(what, name, help_text, f"  runstate inspect {name} sc_0123456789abcdef", [reader])
         listing.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
         listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
-    events = _sub(what, "events", "list the events of a space (--follow: print them as they happen, from now on)",
-                  "  runstate inspect events\n  runstate inspect events --follow --run sc_0123456789abcdef --type claim.force_released\n"
+    events = _sub(what, "events", "list the newest events of a space, newest first (--from-start: from the oldest kept; "
+                  "--follow: print them as they happen, from now on)",
+                  "  runstate inspect events\n  runstate inspect events --type claim.force_released --limit 20\n"
+                  "  runstate inspect events --from-start --json\n"
+                  "  runstate inspect events --follow --run sc_0123456789abcdef --type claim.force_released\n"
                   "  runstate inspect events --follow --from-start --key company:acme --json", [reader])
-    events.add_argument("--cursor", default=None, help="start after this cursor (default: the oldest event kept; with --follow, now)")
-    events.add_argument("--from-start", action="store_true", help="with --follow: print the events kept first, then follow")
-    events.add_argument("--limit", type=int, default=100, help="at most this many per page (1-1000, default 100)")
+    events.add_argument("--cursor", default=None, help="the events after this cursor, in the order they happened (default: the newest; "
+                        "with --follow, from now on)")
+    events.add_argument("--from-start", action="store_true", help="from the oldest event kept, in the order they happened "
+                        "(with --follow: print those first, then follow)")
+    events.add_argument("--limit", type=int, default=100, help="at most this many (a page with --cursor or --from-start; 1-1000, default 100)")
     events.add_argument("--follow", action="store_true", help="keep waiting for new events until interrupted")
     events.add_argument("--run", default=None, metavar="RUN", help="only the events of this run and the runs under it")
     events.add_argument("--type", dest="types", action="append", default=None, metavar="TYPE",
                         help="only events of this type (repeat, or separate with commas)")
     events.add_argument("--key", default=None, metavar="KEY", help="only events about this claim key, task, message or mailbox (id or task key)")
-    from . import cluster_cli  # (`runstate cluster status`)
 
-    cluster_cli.add_commands(commands)
+
+def _sub_in(prefix: str) -> Callable[..., argparse.ArgumentParser]:
+    """`_sub`, with the examples' `runstate inspect` spelled as `prefix` says."""
+
+    def sub(commands: Any, name: str, help_text: str, examples: str, parents: list[argparse.ArgumentParser], aliases: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+        return _sub(commands, name, help_text, examples.replace("runstate inspect", f"runstate {prefix}"), parents, aliases)
+
+    return sub
 
 
 # -- talking to the server ------------------------------------------------------------------------
@@ -237,7 +265,7 @@ def _request(
             detail = (
                 f"{key.describe()} does not open it: pass --space or set RUNSTATE_SPACE_ID to the key's own space; {detail}"
             )
-        raise CommandError(f"{code}: {message} ({detail})")
+        raise CommandError(f"{code}: {message} ({detail})", code=code)
     return data
 
 
@@ -270,21 +298,23 @@ def _print_json(data: Any) -> None:
 
 # -- the commands ---------------------------------------------------------------------------------
 
-KEY_COLUMNS: list[Column] = [("ID", "id"), ("NAME", "name"), ("SPACES", "spaces"), ("CREATED", "createdAt"), ("REVOKED", "revokedAt")]
+KEY_COLUMNS: list[Column] = [("ID", "id"), ("NAME", "name"), ("ROLE", "role"), ("SPACES", "spaces"), ("CREATED", "createdAt"),
+                             ("REVOKED", "revokedAt")]
 
 
 def _keys(args: argparse.Namespace) -> None:
     secret = _admin_key(args, required=True)
     assert secret is not None
     if args.action == "create":
-        body = {"spaces": args.space, "name": args.name} if args.name else {"spaces": args.space}
+        body = {"spaces": args.space, **({"name": args.name} if args.name else {}), **({"role": args.role} if args.role else {})}
         made = _request(args, "POST", "/v1/admin/keys", secret, body)
         if args.json:
             _print_json(made)
             return
         spaces = ",".join(made["spaces"])
-        print(f"created API key {made['id']} for space {spaces}. It is shown only now; the server keeps only its digest.\n")
-        print(f"    export RUNSTATE_API_KEY={made['key']} RUNSTATE_SPACE_ID={made['spaces'][0]}\n")
+        role = made.get("role", "editor")
+        print(f"created API key {made['id']} ({role}) for space {spaces}. It is shown only now; the server keeps only its digest.\n")
+        print(f"    export RUNSTATE_API_KEY={made['key']} RUNSTATE_SPACE_ID={made['spaces'][0]} RUNSTATE_BASE_URL={_server_url(args)[0]}\n")
     elif args.action == "list":
         listed = _request(args, "GET", "/v1/admin/keys", secret, params={"space": args.space} if args.space else None)
         _print_json(listed) if args.json else print_table(listed["keys"], KEY_COLUMNS)
@@ -327,30 +357,40 @@ def space_access(args: argparse.Namespace, *, prefer_api_key: bool = False) -> t
     return secret, args.space or os.environ.get("RUNSTATE_SPACE_ID") or _own_space(args, secret)
 
 
-def _inspect(args: argparse.Namespace) -> None:
-    secret, space = space_access(args)
-    base = f"/v1/spaces/{space}"
+# A read of the space: its path after /v1/spaces/{space} and its query -> the answer.
+Fetch = Callable[[str, "dict[str, Any] | None"], Any]
+
+
+def _inspect(args: argparse.Namespace, fetch: Fetch | None = None) -> None:
+    """Print one view of a space: read from the server (`fetch` None), or through `fetch` (`runstate replay`)."""
+    if fetch is None:
+        secret, space = space_access(args)
+        base = f"/v1/spaces/{space}"
+
+        def fetch(tail: str, params: dict[str, Any] | None = None) -> Any:
+            return _request(args, "GET", base + tail, secret, params=params)
+
     action = args.action
     if action == "runs":
-        data = _request(args, "GET", base + "/scopes", secret, params={"limit": args.limit})
+        data = fetch("/scopes", {"limit": args.limit})
         rows, columns = data["scopes"], [
             ("ID", "id"), ("NAME", "name"), ("STATE", "effective"), ("PARENT", "parentId"),
             ("CHILDREN", "children"), ("CREATED", "createdAt"), ("DEADLINE", "deadline"),
         ]
     elif action == "claims":
-        data = _request(args, "GET", f"{base}/scopes/{args.run}/claims", secret, params={"limit": args.limit})
+        data = fetch(f"/scopes/{args.run}/claims", {"limit": args.limit})
         rows, columns = data["claims"], [
             ("KEY", "key"), ("HOLDER", "holder"), ("SESSION", "holderSession"), ("GENERATION", "generation"),
             ("LEASE S", "leaseSeconds"), ("EXPIRES", "leaseExpiresAt"), ("ACQUIRED", "acquiredAt"),
         ]
     elif action == "tasks":
-        data = _request(args, "GET", f"{base}/scopes/{args.run}/tasks", secret, params={"limit": args.limit})
+        data = fetch(f"/scopes/{args.run}/tasks", {"limit": args.limit})
         rows, columns = data["tasks"], [
             ("ID", "id"), ("KEY", "taskKey"), ("STATE", "state"), ("ATTEMPT", "attempt"), ("MAILBOX", "mailboxId"),
             ("REASON", "outcomeReason"), ("UPDATED", "updatedAt"),
         ]
-    elif action == "mailboxes":
-        data = _request(args, "GET", base + "/mailboxes", secret)
+    elif action in ("mailboxes", "queues"):
+        data = fetch("/mailboxes")
         rows = data["mailboxes"]
         counts = lambda name: lambda row: (row.get("counts") or {}).get(name)  # noqa: E731
         columns = [
@@ -359,10 +399,10 @@ def _inspect(args: argparse.Namespace) -> None:
             ("MAX ATTEMPTS", "maxAttempts"),
         ]
     elif action == "pools":
-        data = _request(args, "GET", base + "/permits", secret)
+        data = fetch("/permits")
         rows, columns = data["permits"], [("NAME", "name"), ("ID", "id"), ("UNITS", "unitsTotal"), ("IN USE", "unitsInUse"), ("AVAILABLE", "unitsAvailable")]
     elif action == "quotas":
-        data = _request(args, "GET", base + "/allowances", secret)
+        data = fetch("/allowances")
         rows, columns = data["allowances"], [
             ("NAME", "name"), ("ID", "id"), ("LIMIT", "unitsLimit"), ("WINDOW S", "windowSeconds"), ("REMAINING", "remaining"),
             ("WAITING", "waiting"), ("WINDOW START", "windowStart"), ("COOLDOWN UNTIL", "cooldownUntil"),
@@ -370,13 +410,13 @@ def _inspect(args: argparse.Namespace) -> None:
     elif action == "budgets":
         # Amounts in the currency (a limit of 1 USD at scale 2 is 1.00, not 100); --json keeps the
         # server's minor units.
-        data = _request(args, "GET", base + "/budgets", secret)
+        data = fetch("/budgets")
         rows, columns = data["budgets"], [
             ("NAME", "name"), ("ID", "id"), ("CURRENCY", "currency"), ("LIMIT", _amount("limitMinor")),
             ("SPENT", _amount("spentMinor")), ("RESERVED", _amount("reservedMinor")), ("AVAILABLE", _amount("availableMinor")),
         ]
     elif action in ("barriers", "timers", "groups"):
-        data = _request(args, "GET", f"{base}/scopes/{args.run}/{action}", secret, params={"limit": args.limit})
+        data = fetch(f"/scopes/{args.run}/{action}", {"limit": args.limit})
         rows, columns = data[action], {
             "barriers": [("ID", "id"), ("STATE", "state"), ("ARRIVED", "arrived"), ("TARGET", "target"), ("EPOCH", "epoch"),
                          ("CREATED", "createdAt")],
@@ -385,10 +425,10 @@ def _inspect(args: argparse.Namespace) -> None:
                        ("REASON", "outcomeReason"), ("MEMBERS", lambda row: row["counts"]["members"]), ("GATE", "scopeId")],
         }[action]
     elif action == "events":
-        _events(args, base, secret)
+        _events(args, fetch)
         return
     else:
-        data = _request(args, "GET", base + "/usage", secret)
+        data = fetch("/usage")
         rows = [{"kind": kind, "name": name, "count": count} for kind in ("operations", "free", "events") for name, count in data[kind].items()]
         rows.append({"kind": "total", "name": "operations counted", "count": data["total"]})
         columns = [("KIND", "kind"), ("NAME", "name"), ("COUNT", "count")]
@@ -413,12 +453,27 @@ def _amount(field: str) -> Callable[[dict], str | None]:
     return amount
 
 
+def event_by(event: dict) -> str | None:
+    """Who an event is by: the operator (`by`: an API key's id, or `admin`) when its record says,
+    else the holder it names (who took a claim or a delivery, or whose delivery ended); None
+    when it names neither (a release or an expiry records only the generation)."""
+    payload = event.get("payload") or {}
+    return payload.get("by") or payload.get("holder")
+
+
 # The columns of `runstate events` (a space's event log).
 EVENT_COLUMNS: list[Column] = [
     ("CURSOR", lambda row: row["eventId"].split("_", 1)[-1]), ("TYPE", "type"), ("AT", "createdAt"),
     ("AGGREGATE", lambda row: f"{row['aggregate']['type']}:{row['aggregate']['id']}"), ("RUN", "scopeId"),
-    ("BY", lambda row: (row.get("payload") or {}).get("by")),
+    ("BY", event_by),
 ]
+
+
+# How many times a scan for the newest events starts again from the oldest kept when the log moved
+# past its cursor (CURSOR_EXPIRED: a busy space dropped the events it was reading).
+SCAN_RESTARTS_MAX = 3
+# The page size of a scan for the newest events (the server's most per page), and the most `--limit` asks.
+SCAN_PAGE_MAX = EVENTS_LISTED_MAX = 1000
 
 
 def _about(event: dict, key: str) -> bool:
@@ -427,14 +482,20 @@ def _about(event: dict, key: str) -> bool:
     return event["aggregate"]["id"] == key or (event.get("payload") or {}).get("taskKey") == key
 
 
-def _events(args: argparse.Namespace, base: str, secret: Credential) -> None:
-    """One page, or with --follow every event from now on (or from the cursor, or from the oldest
-    kept with --from-start), one line (or JSON object) each, under a header."""
+def _events(args: argparse.Namespace, fetch: Fetch) -> None:
+    """The newest events, newest first; or with --cursor or --from-start one page in the order
+    they happened (a replay); or with --follow every event from now on (or from the cursor, or
+    from the oldest kept with --from-start), one line (or JSON object) each, under a header."""
     types = ",".join(name.strip() for given in args.types or () for name in given.split(",") if name.strip()) or None
+    if not 1 <= args.limit <= EVENTS_LISTED_MAX:
+        raise CommandError(f"--limit must be from 1 to {EVENTS_LISTED_MAX}, got {args.limit}", 2)
+    if not args.follow and args.cursor is None and not args.from_start:
+        _newest_events(args, fetch, types)
+        return
     filtered = types is not None or args.run is not None
     cursor = args.cursor
     if args.follow and cursor is None and not args.from_start:
-        cursor = _request(args, "GET", base + "/events", secret, params={"latest": 0})["nextCursor"]
+        cursor = fetch("/events", {"latest": 0})["nextCursor"]
     if args.follow and not args.json:
         print("  ".join(name for name, _ in EVENT_COLUMNS), flush=True)
     while True:
@@ -444,14 +505,10 @@ def _events(args: argparse.Namespace, base: str, secret: Credential) -> None:
         if args.follow or filtered:
             params["waitSeconds"] = 5 if args.follow else 0
         params = {name: value for name, value in params.items() if value is not None}
-        page = _request(args, "GET", base + ("/watch" if args.follow or filtered else "/events"), secret, params=params)
+        page = fetch("/watch" if args.follow or filtered else "/events", params)
         shown = [event for event in page["events"] if args.key is None or _about(event, args.key)]
         if not args.follow:
-            if args.json:
-                _print_json({**page, "events": shown})
-            else:
-                print_table(shown, EVENT_COLUMNS)
-                print(f"(next cursor: {page['nextCursor']})")
+            _print_events({**page, "events": shown}, args.json)
             return
         for event in shown:
             if args.json:
@@ -459,6 +516,45 @@ def _events(args: argparse.Namespace, base: str, secret: Credential) -> None:
             else:
                 print("  ".join(show(column(event) if callable(column) else event.get(column)) for _, column in EVENT_COLUMNS), flush=True)
         cursor = page["nextCursor"]
+
+
+def _newest_events(args: argparse.Namespace, fetch: Fetch, types: str | None) -> None:
+    """The newest `--limit` events (of the filters), newest first, and the cursor after the newest:
+    where a follower of what happens from now on starts. Without filters the server picks them
+    (`latest`); with them, the log is read once from the oldest kept up to its newest event when
+    the command started, at most a thousand a page, keeping the last `--limit` that match."""
+    if types is None and args.run is None and args.key is None:
+        page = fetch("/events", {"latest": args.limit})
+        _print_events({**page, "events": page["events"][::-1]}, args.json)
+        return
+    end = int(fetch("/events", {"latest": 0})["nextCursor"])
+    for _ in range(SCAN_RESTARTS_MAX):
+        kept: deque[dict] = deque(maxlen=args.limit)
+        cursor = None
+        try:
+            while cursor is None or int(cursor) < end:
+                params = {"limit": SCAN_PAGE_MAX, "types": types, "scopeId": args.run, "waitSeconds": 0, "cursor": cursor}
+                params = {name: value for name, value in params.items() if value is not None}
+                page = fetch("/watch", params)
+                kept.extend(event for event in page["events"] if args.key is None or _about(event, args.key))
+                if cursor == page["nextCursor"]:
+                    break  # (nothing after it: a log that lost events since `end` was read)
+                cursor = page["nextCursor"]
+        except CommandError as error:
+            if error.code != "CURSOR_EXPIRED":
+                raise
+            continue
+        _print_events({"events": list(kept)[::-1], "nextCursor": cursor}, args.json)
+        return
+    raise CommandError("the space's events move faster than they can be read: try again, or narrow the search with --run or --type")
+
+
+def _print_events(page: dict, as_json: bool) -> None:
+    if as_json:
+        _print_json(page)
+    else:
+        print_table(page["events"], EVENT_COLUMNS)
+        print(f"(next cursor: {page['nextCursor']})")
 
 
 def run(args: argparse.Namespace) -> int:

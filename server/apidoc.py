@@ -26,8 +26,9 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
 [behaviour.md](behaviour.md).
 
 - **Keys.** Every route but the public ones takes `Authorization: Bearer <key>`. An API key opens
-  the spaces it was made for; another space's ids answer 404 as if they did not exist. The admin
-  key reads every space and is the only key for `/v1/admin`.
+  the spaces it was made for; another space's ids answer 404 as if they did not exist. A key with
+  the `viewer` role reads there and is refused every change (403 `FORBIDDEN`). The admin key reads
+  every space and is the only key for `/v1/admin`.
 - **Errors.** Every answer of 400 and above is `{{"error": {{"code", "message", "requestId"}}}}`,
   with `details` where there is more to act on, and `Retry-After` on contention.
 - **Retries.** Every mutation of a space takes an `Idempotency-Key` header (1-{key_len_max} printable

@@ -1,12 +1,17 @@
 """The ASGI application: a QuartTrio app whose HTTP requests go straight to our router.
 
 Quart hosts the application: the ASGI lifespan (which starts the runtime, and with it the kernel,
-in the app's nursery), configuration, and serving under hypercorn's trio worker. HTTP requests do
-not go through Quart's request machinery: on this stack it costs about a third of what hypercorn
-alone can serve, while our routes need none of it (no templates, sessions, cookies or forms, and
-every answer must be a JSON envelope, errors included). `ApiConnection` hands each request to
-`serve_http`, which routes on the raw path and calls plain handler coroutines. The web console
-(`/console` and below, and a browser's `GET /`) is served beside it by `console/site.py`.
+in the app's nursery) and configuration. HTTP requests do not go through Quart's request
+machinery: on this stack it costs about a third of what the HTTP layer alone can serve, while our
+routes need none of it (no templates, sessions, cookies or forms, and every answer must be a JSON
+envelope, errors included). `ApiConnection` hands each request to `serve_http`, which routes on
+the raw path and calls plain handler coroutines. The web console (`/console` and below, and a
+browser's `GET /`) is served beside it by `console/site.py`.
+
+`runstate serve` serves it on connections of its own (`listener.py`, `connection.py`), which also
+answer the plainest API requests without ASGI. It is a plain ASGI application all the same: any
+ASGI server can serve the one `asgi.py` makes from the environment (`hypercorn --worker-class
+trio runstate.server.asgi:app`).
 """
 
 from __future__ import annotations
@@ -75,3 +80,4 @@ def create_app(
             await app.lifecycle.stop_runtime()
 
     return app
+

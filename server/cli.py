@@ -1,5 +1,6 @@
 """The `runstate` command: `serve`, `config`, `check`, the admin commands `keys`, `spaces`, `inspect`,
-and an operator's `runs`, `tasks`, `claims`, `mailboxes`, `dead-letters`.
+an operator's `runs`, `tasks`, `claims`, `mailboxes`, `dead-letters`, and `mcp`, a Model Context
+Protocol server for an LLM agent (a client of a server, `runstate.mcp`).
 
 Examples:
     runstate serve                              # 127.0.0.1:8080, state in memory
@@ -8,14 +9,18 @@ Examples:
     runstate serve --config /etc/runstate.toml  # flags > RUNSTATE_* > the file > defaults
     runstate config --lease-s-max 300           # the settings `serve` would use, and where each came from
     runstate check --data-dir /var/lib/runstate # verify a data directory offline
+    runstate replay /var/lib/runstate --at 2027-01-15T03:12:00Z   # its state at a past point, offline
     runstate keys create --space research       # prints the new key once
     runstate inspect claims sc_0123456789abcdef
     runstate claims release sc_0123456789abcdef company:acme --reason 'holder hung'
     runstate dead-letters requeue research --older-than 1h --dry-run
+    runstate mcp --run repo-refactor --holder agent-a   # an LLM agent's MCP server (docs/mcp.md)
 
 `serve` and `config` read the settings (`config.py`); a wrong one exits 2 naming it. `keys`,
 `spaces` and `inspect` talk to a running server over HTTP (`admin_cli.py`), and so do the
-operator's commands (`ops_cli.py`). Every command but
+operator's commands (`ops_cli.py`). `mcp` is listed here with its own options, for `--help` and
+completion, but the console command runs it before this parser (`runstate._cli`), so that it
+needs only the `mcp` extra, not the server. Every command but
 `serve` takes `--json`; `runstate --version` prints the version. Output cut short by its reader
 (`runstate config | head`) ends the command quietly, without a traceback.
 
@@ -37,7 +42,7 @@ from typing import Any, Sequence
 
 import orjson
 
-from . import admin_cli, completion, ops_cli, top
+from . import admin_cli, completion, ops_cli, replay_cli, top
 from .config import SETTINGS, ConfigError, Loaded, describe, load
 from .logs import AccessLog, event, setup
 from .settings import Settings
@@ -133,8 +138,22 @@ def _parser() -> argparse.ArgumentParser:
     admin_cli.add_commands(commands)
     ops_cli.add_commands(commands)
     top.add_command(commands)
+    replay_cli.add_command(commands)
     completion.add_command(commands)
+    _add_mcp(commands)
     return parser
+
+
+def _add_mcp(commands: Any) -> None:
+    """`runstate mcp` with the options of its own parser (`runstate.mcp.parser()`), which runs it."""
+    from .. import mcp
+
+    own = mcp.parser()
+    commands.add_parser(
+        "mcp", help="serve claims and tasks to an LLM agent as MCP tools (needs 'runstate[mcp]')",
+        parents=[own], add_help=False, description=own.description, epilog=own.epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 class _Announcements:
@@ -300,7 +319,12 @@ def _os_error(error: BaseException) -> OSError | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["mcp"]:  # (the console command runs it before this: `runstate._cli`)
+        from ..mcp import main as mcp_main
+
+        return mcp_main(words[1:])
+    args = _parser().parse_args(words)
     if args.command == "serve":
         return _main(args)
     try:
@@ -334,6 +358,8 @@ def _main(args: argparse.Namespace) -> int:
         return ops_cli.run(args)
     if args.command == "top":
         return top.run(args)
+    if args.command == "replay":
+        return replay_cli.run(args)
     if args.command == "completion":
         print(completion.script(_parser(), args.shell), end="")
         return 0

@@ -9,6 +9,7 @@ Keys, under `/rs/<cluster>/`:
     meta                 {"layout": 2, "partitions": P}: made by the first node, read by every later one
     secret               random bytes: what nodes show each other (a snapshot asked of a peer)
     nodes/<id>           {"url", "applied", "snapshots", "leads"}: a live node, on its session's lease
+    p/<NNN>/handed       {"epoch", "from", "to"}: put as a leader hands the partition over (not a failover)
     p/<NNN>/leader       {"node", "url"}: the partition's leader, on its session's lease
     p/<NNN>/log/<LSN>    a committed batch of the partition, by the LSN of its first record
 
@@ -50,17 +51,25 @@ whose preferred live node has caught up with its log, when it leads more than it
 
 The leader trims each partition's log below the newest snapshot every live node has of it (they
 say so in their node keys); a node whose copy is older than what the log still holds asks a peer
-for its snapshot (`GET /v1/cluster/partitions/{n}/snapshot`, shown the cluster's secret).
+for its snapshot (`GET /v1/cluster/partitions/{n}/snapshot`, shown the cluster's secret). Each
+node snapshots a partition once its copy holds the partition's share of `log_bytes_max` past its
+last snapshot, and the leader of partition 0 compacts etcd's history below what was trimmed
+(`cluster_log.py`), so etcd's database stays within a bound of the budget (docs/cluster.md, "etcd's size").
+
+A campaign whose answer is lost or late, although the key was made, is resolved by reading the
+key back (`_resolve_own`): a partition is never left following a leader key of its own node.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import os
 import secrets
 import zlib
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -69,16 +78,20 @@ import trio
 
 from ..actors.clock import Clock
 from ..actors.kernel import Kernel
+from ..actors.partition import Partition
 from ..actors.layout import Layout
 from ..actors.errors import UNAVAILABLE, KernelError
 from ..snapshots.datadir import Manifest, make_data_dir, partition_dir, read_manifest
-from ..snapshots.etcd import Compare, EtcdClient, EtcdError, LeaseKeeper, Op, WatchCanceled, prefix_end
+from ..snapshots.etcd import Compare, EtcdClient, EtcdError, EtcdUnavailable, KeyValue, LeaseKeeper, Op, WatchCanceled, prefix_end
 from ..snapshots.etcd_journal import EtcdJournal, Fenced, PartitionKeys
+from ..snapshots.frame import FRAME_HEADER_BYTES
 from ..snapshots.model import StateModel
 from ..snapshots.recovery import RecoveryError, load, replay_batch, snapshot_dir
 from ..snapshots.snapshot import list_snapshots
 from ..snapshots.store import Store, StoreConfig, lock_dir
 from ..snapshots.wal import RunBlocking
+from . import cluster_log, cluster_view
+from .cluster_log import SECRET_HEADER
 
 __all__ = ["Cluster", "ClusterError", "Leader", "STANDBY", "DEFAULT_PARTITIONS"]
 
@@ -90,16 +103,21 @@ DEFAULT_PARTITIONS = 8
 STANDBY = "this node follows the partition; its leader answers"
 # A follower that the partition does not prefer waits this long (times its rank) before it campaigns.
 CAMPAIGN_DELAY_S = 0.3
-# How often a node says what it has (applied and snapshotted LSNs) in its key, and a leader trims.
+# Joining: how many times a node asks etcd for the cluster's meta before it gives up (each time
+# every member has its attempt), and the pause between; the whole open is bounded by the runtime.
+JOIN_TRIES = 10
+JOIN_RETRY_S = 0.5
+# How often a node says what it has (applied and snapshotted LSNs) in its key; how often a leader
+# trims by default (`trim_every_s`), and what the partitions' logs may hold in etcd by default.
 PUBLISH_EVERY_S = 2.0
 TRIM_EVERY_S = 10.0
+LOG_BYTES_MAX = 256 << 20
 # Batches read from the log per request while catching up.
 CATCH_UP_BATCHES = 64
 # A node steps down from a partition whose preferred node was at most this many records behind
 # when it last said (every PUBLISH_EVERY_S): under a steady load it is never exactly caught up,
 # and the new leader reads the rest before it serves (a few milliseconds for this many).
 HANDOFF_LAG_MAX = 5000
-SECRET_HEADER = "x-runstate-cluster-secret"
 # A request with a key this node does not know waits at most this long for the keys' log.
 KEYS_SYNC_S = 2.0
 # When a node stops leading a partition: how long the batch it was writing may take to be answered
@@ -128,12 +146,26 @@ class _Follower:
     next_lsn: int = 1
     leader: Leader | None = None
     leader_seen: trio.Event = field(default_factory=trio.Event)  # set whenever `leader` changes
+    # Set (then made anew) whenever `leader` changes or this node starts to serve the partition:
+    # what requests waiting for a leader they can be sent to wait on (`wait_for_leader`).
+    changed: trio.Event = field(default_factory=trio.Event)
     journal: EtcdJournal | None = None
     step_down: trio.Event = field(default_factory=trio.Event)
     store_scope: trio.CancelScope | None = None  # the local copy's tasks (its writer, its snapshots)
     store_done: trio.Event = field(default_factory=trio.Event)
+    # The batches this node knows the log in etcd holds, (first LSN, bytes) oldest first, and their
+    # bytes together: what is trimmed as it is deleted. (Batches older than this node's copy are
+    # not known to it: a node started on an old copy counts a little less than etcd holds.)
+    log_sizes: deque[tuple[int, int]] = field(default_factory=deque)
+    log_bytes: int = 0
+    written_bytes: int = 0  # bytes of batches applied or committed here since the start
     takeovers: int = 0  # times this node took the partition over
     leader_changes: int = 0  # times this node saw a new leader (another epoch) after the first it knew
+    # Of those, the changes after a leader handed the partition over (a rebalance, a node's planned
+    # stop: the marker key names the epoch given up) and the others (failovers: a leader gone).
+    handoffs: int = 0
+    failovers: int = 0
+    handed_epoch: int = 0  # the epoch the marker key last named
     epoch_seen: int = 0
     last_leader: str | None = None  # the node that led before the leader key went away
     handed_to: str | None = None  # set when this node steps down to give the partition to that node
@@ -180,6 +212,8 @@ class Cluster:
         config: StoreConfig,
         disk: Any,
         run_blocking: RunBlocking | None = None,
+        log_bytes_max: int = LOG_BYTES_MAX,
+        trim_every_s: float = TRIM_EVERY_S,
     ) -> None:
         self.endpoints = endpoints
         self.name = name
@@ -191,6 +225,8 @@ class Cluster:
         self.model = model
         self.clock = clock
         self.config = config
+        self.log_bytes_max = log_bytes_max
+        self.trim_every_s = trim_every_s
         self.disk = disk
         self.run_blocking = run_blocking
         self.prefix = f"/rs/{name}/"
@@ -219,15 +255,10 @@ class Cluster:
         every partition; returns each partition's state as the local copy has it."""
         meta_key = self.prefix + "meta"
         asked = self.asked_partitions or DEFAULT_PARTITIONS
-        made = await self.etcd.txn(
-            [Compare.absent(meta_key)],
-            [Op.put(meta_key, json.dumps({"layout": 2, "partitions": asked})),
-             Op.put(self.prefix + "secret", secrets.token_hex(32))],
-            [Op.get(meta_key)],
-        )
+        made = await self._join(meta_key, asked)
         if made.succeeded:
             self.partitions = asked
-            log.warning("cluster %s made with %d partitions", self.name, asked,
+            log.info("cluster %s made with %d partitions", self.name, asked,
                         extra={"event": "cluster_made", "fields": {"cluster": self.name, "partitions": asked}})
         else:
             meta = json.loads(made.responses[0].kvs[0].value)
@@ -237,9 +268,11 @@ class Cluster:
                     f"cluster {self.name} was made with {self.partitions} partition(s); the count is fixed when a "
                     f"cluster is made, so start without --partitions (or with --partitions {self.partitions})"
                 )
-        secret = await self.etcd.get(self.prefix + "secret")
+        secret = await self._until_answered(lambda: self.etcd.get(self.prefix + "secret"))
         self.secret = "" if secret is None else secret.value.decode()
         self.layout = Layout(self.partitions)
+        # Each copy snapshots once it holds its partition's share of the logs' budget past the last.
+        self.config = dataclasses.replace(self.config, snapshot_every_bytes=self.log_share_bytes)
         blocking = self.run_blocking or trio.to_thread.run_sync
         self._lock_fd = await blocking(lock_dir, self.data_dir)
         manifest = read_manifest(self.data_dir)
@@ -258,6 +291,31 @@ class Cluster:
         self._http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
         return states
 
+    async def _join(self, meta_key: str, asked: int) -> Any:
+        """Make the cluster's meta and secret if absent, else read the meta. Sending it twice is
+        harmless (a second copy finds the meta made by the first and reads it), so a member that
+        does not answer in time gives way to the next."""
+        return await self._until_answered(lambda: self.etcd.txn(
+            [Compare.absent(meta_key)],
+            [Op.put(meta_key, json.dumps({"layout": 2, "partitions": asked})),
+             Op.put(self.prefix + "secret", secrets.token_hex(32))],
+            [Op.get(meta_key)],
+            repeatable=True,
+        ))
+
+    async def _until_answered(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        """`call` (harmless to repeat) until etcd answers it, JOIN_TRIES times at most: a node
+        started while etcd is slow (an election, a loaded machine) waits for it instead of exiting."""
+        for attempt in range(1, JOIN_TRIES + 1):
+            try:
+                return await call()
+            except EtcdUnavailable as error:
+                if attempt == JOIN_TRIES:
+                    raise
+                log.warning("etcd did not answer this node's joining (%s); trying again", error)
+                await trio.sleep(JOIN_RETRY_S)
+        raise AssertionError("unreachable")
+
     async def _open_copy(self, number: int) -> _Follower:
         store = Store(
             partition_dir(self.data_dir, number), self.config, self.disk, self.model, self.clock, None,
@@ -267,6 +325,12 @@ class Cluster:
         await store.begin(loaded, follow=True)
         keys = PartitionKeys(self.prefix, number)
         return _Follower(number, keys, store, loaded.last_lsn + 1)
+
+    @property
+    def log_share_bytes(self) -> int:
+        """What one partition's log may hold in etcd: its share of `log_bytes_max` (partition 0,
+        the keys, counts as one)."""
+        return max(1, self.log_bytes_max // (self.partitions + 1))
 
     def close(self) -> None:
         for follower in self.followers.values():
@@ -290,7 +354,7 @@ class Cluster:
                 for number in self.followers:
                     nursery.start_soon(self._partition, number)
                 nursery.start_soon(self._publish)
-                nursery.start_soon(self._trim)
+                nursery.start_soon(cluster_log.keep_trimming, self)
                 task_status.started()
         finally:
             with trio.CancelScope(shield=True):
@@ -343,7 +407,7 @@ class Cluster:
         finally:
             done.set()
 
-    async def _reopen_store(self, follower: _Follower) -> None:
+    async def reopen_store(self, follower: _Follower) -> None:
         """Stop the local copy's tasks, close it, open it again from its folder (recovered)."""
         if follower.store_scope is not None:
             follower.store_scope.cancel()
@@ -351,7 +415,7 @@ class Cluster:
         follower.store.close()
         fresh = await self._open_copy(follower.number)
         follower.store, follower.next_lsn = fresh.store, fresh.next_lsn
-        self.kernel.partitions[follower.number].state = follower.store.state  # type: ignore[union-attr]
+        self._hand_state(follower, follower.store.state)
         assert self._nursery is not None
         await self._nursery.start(self._run_store, follower)
 
@@ -437,31 +501,48 @@ class Cluster:
         while True:
             try:
                 revision = await self._catch_up(follower)
-                leader = await self._leader(follower, revision)
-                if leader is None:
-                    if await self._campaign(follower):
-                        continue
+                kv = await self._leader_key(follower, revision)
+                if kv is None:
+                    await self._campaign(follower)
+                elif follower.leader is not None and follower.leader.node == self.node_id:
+                    await self._resolve_own(follower, kv)
                 else:
                     await self._follow(follower, revision)
             except (EtcdError, WatchCanceled) as error:
                 log.warning("partition %d: %s; following again", number, error)
                 await trio.sleep(0.2)
             except RecoveryError as error:  # (a batch may be applied in part: nothing reads it until rebuilt)
-                self._refuse(follower, f"its log cannot be applied: {error}")
-                self.kernel.partitions[number].readable = False  # type: ignore[union-attr]
+                # The answers say what is wrong; where (a key, a file and its offset) is for the log.
+                self._partition_of(follower).refuse(f"its log cannot be applied ({error.reason}); the server's log says where")
                 log.error("partition %d: %s", number, error)
                 await trio.sleep(5)
                 await self._rebuild(follower)
             except Exception:  # a bug: this partition is followed again from its copy, the others go on
                 log.exception("partition %d: following it failed; following again", number)
-                self.kernel.partitions[number].readable = False  # type: ignore[union-attr]
+                self._partition_of(follower).refuse(STANDBY)
                 await trio.sleep(1)
                 await self._rebuild(follower)
 
-    async def _leader(self, follower: _Follower, revision: int) -> Leader | None:
-        found = await self.etcd.range(follower.keys.leader, revision=revision)
-        self._set_leader(follower, self._parse_leader(found.kvs[0]) if found.kvs else None)
-        return follower.leader
+    async def _leader_key(self, follower: _Follower, revision: int) -> KeyValue | None:
+        """The partition's leader key at `revision` (None: it has no leader), and its leader noted
+        (with the hand-off marker beside it: whether the last change was one)."""
+        keys = follower.keys
+        found = await self.etcd.range(keys.handed, keys.leader + "\0", revision=revision)
+        kv = None
+        for entry in found.kvs:
+            if entry.key == keys.handed.encode():
+                self._handed(follower, entry.value)
+            elif entry.key == keys.leader.encode():
+                kv = entry
+        self._set_leader(follower, None if kv is None else self._parse_leader(kv))
+        return kv
+
+    @staticmethod
+    def _handed(follower: _Follower, value: bytes) -> None:
+        try:
+            follower.handed_epoch = int(json.loads(value)["epoch"])
+        except (ValueError, KeyError, TypeError):
+            pass  # (not ours to read: counted as a failover)
 
     @staticmethod
     def _parse_leader(kv: Any) -> Leader:
@@ -470,7 +551,12 @@ class Cluster:
 
     def _set_leader(self, follower: _Follower, leader: Leader | None) -> None:
         if leader is not None and leader.epoch != follower.epoch_seen:
-            follower.leader_changes += 1 if follower.epoch_seen else 0
+            if follower.epoch_seen:
+                follower.leader_changes += 1
+                if follower.handed_epoch == follower.epoch_seen:
+                    follower.handoffs += 1
+                else:
+                    follower.failovers += 1
             follower.epoch_seen = leader.epoch
         if leader != follower.leader:
             if follower.leader is not None:
@@ -478,6 +564,12 @@ class Cluster:
             follower.leader = leader
             follower.leader_seen.set()
             follower.leader_seen = trio.Event()
+            self._changed(follower)
+
+    @staticmethod
+    def _changed(follower: _Follower) -> None:
+        follower.changed.set()
+        follower.changed = trio.Event()
 
     async def _catch_up(self, follower: _Follower) -> int:
         """Apply every batch the log holds past this node's point; the revision read at the end."""
@@ -487,7 +579,7 @@ class Cluster:
             for kv in found.kvs:
                 lsn = keys.lsn_of(kv.key)
                 if lsn != follower.next_lsn:
-                    await self._bootstrap(follower, lsn)
+                    await cluster_log.bootstrap(self, follower, lsn)
                     break
                 self._apply(follower, kv.value)
             else:
@@ -495,13 +587,14 @@ class Cluster:
                     return found.header.revision
 
     def _apply(self, follower: _Follower, data: bytes) -> None:
-        state = self.kernel.partitions[follower.number].state  # type: ignore[union-attr]
+        state = self._partition_of(follower).state
         where = f"{follower.keys.log(follower.next_lsn)}"
         replayed = replay_batch(data, follower.next_lsn, state.apply, self.model, where)
         # As recovery does: this node never decides with a time earlier than one the log holds
         # (another node's clock may be a little ahead of this one's).
         self.clock.advance_anchor_to(replayed.newest_ms)
-        follower.store.journal.append_encoded(follower.next_lsn, replayed.bodies)  # type: ignore[union-attr]
+        follower.store.copy(follower.next_lsn, replayed.bodies)
+        cluster_log.grew(follower, follower.next_lsn, len(data))
         follower.next_lsn = replayed.last_lsn + 1
 
     async def _follow(self, follower: _Follower, revision: int) -> None:
@@ -511,7 +604,10 @@ class Cluster:
             async for response in watch:
                 for event in response.events:
                     key = event.kv.key
-                    if key == keys.leader.encode():
+                    if key == keys.handed.encode():
+                        if event.type == "PUT":
+                            self._handed(follower, event.kv.value)
+                    elif key == keys.leader.encode():
                         if event.type == "DELETE":
                             self._set_leader(follower, None)
                             return
@@ -522,9 +618,16 @@ class Cluster:
                             self._apply(follower, event.kv.value)
                         elif lsn > follower.next_lsn:  # missed one: read the log again
                             return
+                    elif key.startswith(keys.log_prefix.encode()):  # the leader trimmed the log
+                        cluster_log.trimmed(follower, keys.lsn_of(key))
 
-    async def _campaign(self, follower: _Follower) -> bool:
-        """Try to become the partition's leader (after the preferred nodes had their chance)."""
+    async def _campaign(self, follower: _Follower) -> None:
+        """Try to become the partition's leader (after the preferred nodes had their chance).
+
+        The transaction is sent again to the next member when one does not answer (a second copy
+        finds the key there and changes nothing). An answer lost or late (the put may have
+        committed all the same) is resolved by reading the key back: the partition's loop finds
+        it naming this node and `_resolve_own` decides."""
         number = follower.number
         # The node that led it is gone (or handed it over): the others need not wait for it, even
         # before the watch on the nodes has told that its session ended.
@@ -543,22 +646,56 @@ class Cluster:
         if self.leaving:  # (the others take it; until this node stops it forwards to them)
             with trio.move_on_after(1):
                 await follower.leader_seen.wait()
-            return False
+            return
         if not session.alive:
-            return False
+            return
+        keys = follower.keys
         value = json.dumps({"node": self.node_id, "url": self.advertise})
-        won = await self.etcd.txn(
-            [Compare.absent(follower.keys.leader)],
-            [Op.put(follower.keys.leader, value, lease=session.lease_id)],
-            [Op.get(follower.keys.leader)],
-        )
-        if not won.succeeded:
+        try:
+            won = await self.etcd.txn([Compare.absent(keys.leader)], [Op.put(keys.leader, value, lease=session.lease_id)],
+                                      [Op.get(keys.leader)], repeatable=True)
+        except EtcdError as error:
+            log.warning("partition %d: no answer to this node's campaign (%s); reading the leader key back", number, error,
+                        extra={"event": "campaign_unanswered", "fields": {"partition": number}})
+            return
+        if won.succeeded:
+            epoch = won.header.revision
+        else:
             kvs = won.responses[0].kvs
-            self._set_leader(follower, self._parse_leader(kvs[0]) if kvs else None)
-            return False
-        epoch = won.header.revision
+            if not (kvs and kvs[0].lease == session.lease_id):
+                self._set_leader(follower, self._parse_leader(kvs[0]) if kvs else None)
+                return
+            epoch = kvs[0].create_revision  # an earlier copy of this campaign got there; its answer was lost
         await self._lead(follower, session, epoch)
-        return True
+
+    async def _resolve_own(self, follower: _Follower, kv: KeyValue) -> None:
+        """The leader key names this node, which does not lead the partition: a campaign of this
+        node whose answer was lost or came too late (it committed all the same), or a key left by
+        an earlier process of this node whose session has not ended yet. Following it would leave
+        the partition without a working leader for as long as the key lasts.
+
+        On this node's own live session the key is this node's: it leads, with the key's create
+        revision as its epoch (what the campaign's answer would have said). Any other key naming
+        this node is nobody's: it is deleted, fenced on that revision (so a key another node made
+        meanwhile is never touched), and the partition is campaigned for again. While this node's
+        session has lapsed, it waits for the session's word first."""
+        number, session = follower.number, self.session
+        if session is not None and kv.lease == session.lease_id and not session.lost.is_set():
+            if not session.alive:
+                with trio.move_on_after(self.lease_s):
+                    await session.wait_alive()
+                return  # (read again)
+            if not self.leaving:
+                log.warning("partition %d: the leader key is this node's own (epoch %d), from a campaign whose answer "
+                            "was lost or late; leading", number, kv.create_revision,
+                            extra={"event": "campaign_resolved", "fields": {"partition": number, "epoch": kv.create_revision}})
+                await self._lead(follower, session, kv.create_revision)
+                return
+        log.warning("partition %d: the leader key names this node on a session it no longer has (or it is leaving); "
+                    "deleting it", number, extra={"event": "stale_leader_key", "fields": {"partition": number}})
+        await self.etcd.txn([Compare.create_revision(follower.keys.leader, "==", kv.create_revision)],
+                            [Op.delete(follower.keys.leader)], repeatable=True)
+        self._set_leader(follower, None)
 
     async def _lead(self, follower: _Follower, session: LeaseKeeper, epoch: int) -> None:
         """Take the partition over, serve it until told to stop, then follow it again. Whatever
@@ -566,10 +703,10 @@ class Cluster:
         journal stopped, the leader key given back while the session lasts (so that another node
         takes over now rather than when the session ends), and the state rebuilt."""
         number = follower.number
-        partition = self.kernel.partitions[number]  # type: ignore[union-attr]
+        partition = self._partition_of(follower)
         # From here until it serves (or is rebuilt) the state may hold changes not yet committed:
         # nothing reads it.
-        partition.readable = False
+        partition.refuse(STANDBY)
         journal: EtcdJournal | None = None
         reason = "fenced"
         started = trio.current_time()
@@ -583,18 +720,21 @@ class Cluster:
             reason = "failed"
         finally:
             follower.journal = None
-            self._refuse(follower, STANDBY)
-            partition.readable = False
+            partition.refuse(STANDBY)
             if journal is not None and journal.failure is None:
                 journal.fail(Fenced(f"this node no longer leads partition {number} ({reason})"))
         if reason in ("stepped down", "failed") and session.alive:
-            try:  # hand the key back now (fenced on the epoch): the preferred node takes it at once
-                await self.etcd.txn([Compare.create_revision(follower.keys.leader, "==", epoch)],
-                                    [Op.delete(follower.keys.leader)])
+            # Hand the key back now (fenced on the epoch): the preferred node takes it at once. A
+            # hand-off says so in the marker key, so that every node counts it as one, not as a failover.
+            keys, handed = follower.keys, json.dumps({"epoch": epoch, "from": self.node_id, "to": follower.handed_to})
+            ops = [Op.delete(keys.leader)] + ([Op.put(keys.handed, handed)] if reason == "stepped down" else [])
+            try:
+                await self.etcd.txn([Compare.create_revision(keys.leader, "==", epoch)], ops, repeatable=True)
             except EtcdError as error:
                 log.warning("partition %d: could not hand the leader key back: %s", number, error)
-        log.warning("partition %d: no longer leading (%s)", number, reason,
-                    extra={"event": "not_leading", "fields": {"partition": number, "reason": reason}})
+        routine = reason == "stepped down"  # (a rebalance or a planned stop; the others are worth a look)
+        log.log(logging.INFO if routine else logging.WARNING, "partition %d: no longer leading (%s)", number, reason,
+                extra={"event": "not_leading", "fields": {"partition": number, "reason": reason}})
         await self._rebuild(follower)
 
     async def _take_over(self, follower: _Follower, session: LeaseKeeper, epoch: int) -> EtcdJournal | None:
@@ -611,7 +751,7 @@ class Cluster:
                     return None
                 log.warning("partition %d: reading the log to take it over failed (%s); again", follower.number, error)
                 await trio.sleep(0.1)
-        state = self.kernel.partitions[follower.number].state  # type: ignore[union-attr]
+        state = self._partition_of(follower).state
         journal = EtcdJournal(
             self.etcd, follower.keys, epoch=epoch, next_lsn=follower.next_lsn,
             check=self.model.records.check, on_committed=lambda first, bodies: self._committed(follower, first, bodies),
@@ -624,18 +764,17 @@ class Cluster:
         """Serve the partition until the journal is fenced, the session ends or it is handed over;
         returns which one it was."""
         number = follower.number
-        partition = self.kernel.partitions[number]  # type: ignore[union-attr]
+        partition = self._partition_of(follower)
         follower.journal = journal
         follower.takeovers += 1
         follower.step_down = trio.Event()
         if self.leaving:  # (won just as the shutdown began: given over at once)
             follower.step_down.set()
         self._set_leader(follower, Leader(self.node_id, self.advertise, epoch))
-        partition.journal = journal
-        partition.restore(partition.state)  # arms the state's timers
-        partition.refusal = None
+        partition.lead(journal)
+        self._changed(follower)  # (the requests waiting here for it go on at once)
         took_ms = round((trio.current_time() - started) * 1000)
-        log.warning("partition %d: leading from LSN %d (epoch %d, took %d ms)", number, journal.durable_lsn, epoch, took_ms,
+        log.info("partition %d: leading from LSN %d (epoch %d, took %d ms)", number, journal.durable_lsn, epoch, took_ms,
                     extra={"event": "leading", "fields": {"partition": number, "epoch": epoch, "lsn": journal.durable_lsn, "ms": took_ms}})
         async with trio.open_nursery() as nursery:
             nursery.start_soon(journal.run)
@@ -645,8 +784,7 @@ class Cluster:
             # No new turn from here on, and nothing reads the state until it is rebuilt; what the
             # journal holds is written (a hand-off) or answered (EtcdJournal.close), so that no
             # caller is left waiting or told a guess.
-            self._refuse(follower, STANDBY)
-            partition.readable = False
+            partition.refuse(STANDBY)
             await journal.close(Fenced(f"this node no longer leads partition {number} ({reason})"),
                                 drain=reason == "stepped down" and session.alive, grace_s=CLOSE_GRACE_S)
             nursery.cancel_scope.cancel()
@@ -659,16 +797,24 @@ class Cluster:
             log.warning("partition %d: what a new leader does first did not finish: %s", number, error.message)
 
     def _committed(self, follower: _Follower, first_lsn: int, bodies: list[bytes]) -> None:
-        follower.store.journal.append_encoded(first_lsn, bodies)  # type: ignore[union-attr]
+        assert first_lsn == follower.next_lsn, "the local copy goes on where the log's last batch ended"
+        follower.store.copy(first_lsn, bodies)
+        cluster_log.grew(follower, first_lsn, sum(len(body) for body in bodies) + FRAME_HEADER_BYTES * len(bodies))
         follower.next_lsn = first_lsn + len(bodies)
 
-    def _refuse(self, follower: _Follower, reason: str) -> None:
-        partition = self.kernel.partitions[follower.number]  # type: ignore[union-attr]
-        partition.refusal = reason
-        # A call parked in a long poll found nothing and waits: nothing was done for it, so when
-        # this node stops leading, the new leader may be asked instead (`refused_as_follower`).
-        partition.fail_waiters(KernelError(UNAVAILABLE, reason if reason == STANDBY else f"partition {follower.number}: {reason}"))
-        partition.supervisor.reset()
+    def _partition_of(self, follower: _Follower) -> Partition:
+        assert self.kernel is not None
+        return self.kernel.partitions[follower.number]
+
+    def _hand_state(self, follower: _Follower, state: Any) -> None:
+        """Give the partition a state read anew from the local copy (committed changes only), in
+        the role it has: read as a standby's while it follows, read by nobody while it is taken over."""
+        partition = self._partition_of(follower)
+        assert partition.refusal is not None, "the state of a partition that serves is its own"
+        if partition.readable:
+            partition.follow(STANDBY, state)
+        else:
+            partition.refuse(partition.refusal, state)
 
     async def _rebuild(self, follower: _Follower) -> None:
         """Drop the state (it may hold changes never committed) for one read from the local copy,
@@ -682,86 +828,13 @@ class Cluster:
         blocking = self.run_blocking or trio.to_thread.run_sync
         loaded = await blocking(lambda: load(folder, self.model, repair=False, partition=number))
         if loaded.last_lsn != journal.appended_lsn:  # the copy itself failed: read it anew
-            await self._reopen_store(follower)
+            await self.reopen_store(follower)
+            self._partition_of(follower).follow(STANDBY)
         else:
             follower.next_lsn = loaded.last_lsn + 1
-            self.kernel.partitions[number].state = loaded.state  # type: ignore[union-attr]
-        self.kernel.partitions[number].readable = True  # type: ignore[union-attr]
-
-    async def _bootstrap(self, follower: _Follower, first_lsn_held: int) -> None:
-        """This node's copy ends before the oldest batch the log still holds (the log was trimmed
-        past it while the node was away): take the newest snapshot a peer has of the partition,
-        then read the log from there. Raises `RecoveryError` when no peer has one that reaches."""
-        number, tried = follower.number, []
-        leader = follower.leader
-        peers = [leader.url] if leader is not None and leader.node != self.node_id else []
-        peers += [str(value.get("url")) for node, value in self.nodes.items() if node != self.node_id]
-        for url in dict.fromkeys(peers):
-            try:
-                with trio.fail_after(30):
-                    answer = await self.http.get(f"{url}/v1/cluster/partitions/{number}/snapshot",
-                                                 headers={SECRET_HEADER: self.secret})
-            except (httpx.HTTPError, trio.TooSlowError) as error:
-                tried.append(f"{url}: {error!r}")
-                continue
-            lsn = int(answer.headers.get("x-runstate-snapshot-lsn", "0"))
-            if answer.status_code != 200 or lsn + 1 < first_lsn_held:
-                tried.append(f"{url}: {answer.status_code}, snapshot at LSN {lsn}")
-                continue
-            blocking = self.run_blocking or trio.to_thread.run_sync
-            await blocking(self._keep_snapshot, number, lsn, answer.content)
-            log.warning("partition %d: took a snapshot at LSN %d from %s (the log holds from %d on)",
-                        number, lsn, url, first_lsn_held,
-                        extra={"event": "bootstrap", "fields": {"partition": number, "lsn": lsn, "from": url}})
-            await self._reopen_store(follower)
-            return
-        raise RecoveryError(
-            follower.keys.log(follower.next_lsn), 0,
-            f"the log holds batches from LSN {first_lsn_held} on, this node's copy ends at {follower.next_lsn - 1}, "
-            f"and no peer gave a snapshot that reaches it ({'; '.join(tried) or 'no peer'})",
-        )
-
-    def _keep_snapshot(self, number: int, lsn: int, data: bytes) -> None:
-        """Write a peer's snapshot into this node's copy (atomically); older files of the copy
-        that it covers are left for the next snapshot's pruning."""
-        folder = snapshot_dir(partition_dir(self.data_dir, number))
-        path = os.path.join(folder, f"{lsn:020d}.snap")
-        temporary = path + ".tmp"
-        fd = self.disk.create(temporary)
-        try:
-            self.disk.write(fd, data)
-            self.disk.fsync(fd, temporary)
-        finally:
-            self.disk.close(fd)
-        self.disk.replace(temporary, path)
-        self.disk.fsync_dir(folder)
+            self._partition_of(follower).follow(STANDBY, loaded.state)
 
     # -- keeping the log short, and the partitions spread -------------------------------------------
-
-    async def _trim(self) -> None:
-        while True:
-            await trio.sleep(TRIM_EVERY_S)
-            for follower in list(self.followers.values()):
-                journal = follower.journal
-                if journal is None or journal.failure is not None:
-                    continue
-                held = [int(node.get("snapshots", {}).get(str(follower.number), 0)) for node in self.nodes.values()]
-                floor = min(held, default=0)
-                if floor <= 0:
-                    continue
-                try:
-                    await self._trim_below(follower, journal.epoch, floor)
-                except EtcdError as error:
-                    log.warning("partition %d: trimming the log failed: %s", follower.number, error)
-
-    async def _trim_below(self, follower: _Follower, epoch: int, floor: int) -> None:
-        """Delete every batch wholly at or below `floor` (every live node has a snapshot there)."""
-        keys = follower.keys
-        found = await self.etcd.range(keys.log_prefix, keys.log(floor + 1), keys_only=True)
-        if len(found.kvs) < 2:
-            return
-        last = found.kvs[-1].key  # may hold records past the floor: kept
-        await self.etcd.txn([Compare.create_revision(keys.leader, "==", epoch)], [Op.delete(keys.log_prefix, last)])
 
     def _rebalance(self) -> None:
         """Step down from one partition while this node leads more than its share (one a round:
@@ -856,80 +929,39 @@ class Cluster:
             self._keys_sync = None
             done.set()
 
+    async def partition_caught_up(self, number: int, timeout_s: float) -> bool:
+        """Whether this node's copy of partition `number` holds its log as far as etcd holds it
+        now, waiting up to `timeout_s` for it to: a history read through a standby then sees every
+        change acknowledged before it was asked (True at once on the partition's leader)."""
+        if self.leads(number):
+            return True
+        follower = self.followers[number]
+        keys = follower.keys
+        with trio.move_on_after(timeout_s):
+            newest = await self.etcd.range(keys.log_prefix, prefix_end(keys.log_prefix), limit=1, keys_only=True,
+                                           sort_order="DESCEND", sort_target="KEY")
+            last_batch = keys.lsn_of(newest.kvs[0].key) if newest.kvs else 0
+            while follower.next_lsn <= last_batch and not self.leads(number):
+                await trio.sleep(0.005)
+            return True
+        return False
+
     async def wait_for_leader(self, number: int, deadline: float) -> Leader | None:
-        """The partition's leader, waiting until `deadline` (trio time) while it has none."""
+        """The partition's leader, waiting until `deadline` (trio time) while it has none, or while
+        it is this node and this node does not serve it (taking it over; its session lapsed).
+        Woken by a new leader, by this node starting to serve it, and by this node's session
+        answering again after a lapse (not only at the deadline)."""
         follower = self.followers[number]
         while follower.leader is None or (follower.leader.node == self.node_id and not self.leads(number)):
             if trio.current_time() >= deadline:
                 return None
+            events = {"changed": follower.changed}
+            session = self.session
+            if session is not None and not session.alive:
+                events["session"] = session.answered
             with trio.move_on_at(deadline):
-                await follower.leader_seen.wait()
-            if follower.leader is not None and follower.leader.node == self.node_id and not self.leads(number):
-                await trio.sleep(0.01)  # taking over here: its first batch is on its way
+                await _first(events)
         return follower.leader
-
-    def applied(self, number: int, node: str) -> int | None:
-        """How far `node` has applied partition `number`: this node's own point, or what `node` last
-        published (every PUBLISH_EVERY_S; None when it has said nothing)."""
-        if node == self.node_id:
-            return self.followers[number].next_lsn - 1
-        value = self.nodes.get(node, {}).get("applied", {}).get(str(number))
-        return None if value is None else int(value)
-
-    def lag(self, number: int) -> int | None:
-        """How many records this node is behind the leader of `number` (0 when it leads it; None
-        while the partition has no leader or the leader has said nothing yet)."""
-        leader = self.followers[number].leader
-        if leader is None:
-            return None
-        if leader.node == self.node_id:
-            return 0
-        newest = self.applied(number, leader.node)
-        return None if newest is None else max(0, newest - self.applied(number, self.node_id))  # type: ignore[operator]
-
-    def status(self) -> dict:
-        """The partition map and the nodes, as `GET /v1/cluster` answers it: each partition's
-        leader, its last LSN, and how far behind it each standby is (from what the nodes last
-        published: at most PUBLISH_EVERY_S old)."""
-        partitions = []
-        for number, follower in sorted(self.followers.items()):
-            leader = follower.leader
-            newest = None if leader is None else self.applied(number, leader.node)
-            standbys = []
-            for node in sorted(set(self.nodes) | {self.node_id}):
-                if leader is not None and node == leader.node:
-                    continue
-                applied = self.applied(number, node)
-                standbys.append({"node": node, "appliedLsn": applied,
-                                 "lagRecords": None if newest is None or applied is None else max(0, newest - applied)})
-            partitions.append({
-                "partition": number,
-                "leader": None if leader is None else {"node": leader.node, "url": leader.url, "epoch": leader.epoch},
-                "leaderLsn": newest,
-                "appliedLsn": follower.next_lsn - 1,
-                "snapshotLsn": follower.store.snapshot_lsn,
-                "failovers": follower.leader_changes,
-                "takeovers": follower.takeovers,
-                "standbys": standbys,
-            })
-        nodes = []
-        for node, value in sorted(self.nodes.items()):
-            nodes.append({"node": node, "url": value.get("url"), "leads": value.get("leads", []),
-                          "applied": value.get("applied", {}), "snapshots": value.get("snapshots", {})})
-        return {
-            "cluster": self.name, "node": self.node_id, "partitions": self.partitions, "layout": "crc32",
-            "map": partitions, "nodes": nodes,
-        }
-
-    def readiness(self) -> str | None:
-        """Why this node cannot serve now, or None: its session is open and every partition has a leader."""
-        session = self.session
-        if session is None or not session.alive:
-            return "this node has no session with etcd"
-        leaderless = [n for n, f in self.followers.items() if f.leader is None]
-        if leaderless:
-            return f"partition(s) {', '.join(map(str, leaderless))} have no leader yet"
-        return None
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -942,3 +974,8 @@ class Cluster:
 
     _nursery: trio.Nursery | None = None
     _keys_sync: trio.Event | None = None
+    # etcd's history: the revision compacted below last (by this node), how many times, and the
+    # revision seen at the last round (compacted at the next).
+    compacted_revision: int = 0
+    compactions: int = 0
+    compact_next: int = 0

@@ -2,8 +2,11 @@
 
 It asks one node (`--url`, else RUNSTATE_BASE_URL) for `GET /v1/cluster`, with the admin key if it
 has one (as `runstate keys` finds it), else RUNSTATE_API_KEY: any valid key may read the map.
-What the node answers is its own view: the leaders as its watch on etcd last saw them, and for
-every node the LSNs it last published (every 2 s), from which each standby's lag is counted.
+What the node answers is its own view, taken at one moment: the leaders as its watch on etcd last
+saw them (the map and each node's LEADS both come from them, so they agree), and for every node
+the LSNs it last published (every 2 s), from which each standby's lag is counted. FAILOVERS counts
+the leader changes the asked node saw after a leader was lost; HANDOFFS those after a leader gave
+the partition over (a node joining or stopping, the partitions spreading).
 
     runstate cluster status --url http://10.0.0.5:8080
     runstate cluster status --json
@@ -44,13 +47,20 @@ def status(args: argparse.Namespace) -> None:
     nodes = data.get("nodes") or []
     head = f"cluster {data['cluster']}" if data.get("cluster") else "a single node (not a cluster)"
     print(f"{head}: {data['partitions']} data partition(s) and the system partition, {len(nodes)} node(s); asked {data['node']}\n")
-    print_table(nodes, [("NODE", "node"), ("URL", "url"), ("LEADS", "leads")])
+    print_table(nodes, [("NODE", "node"), ("URL", "url"), ("LEADS", _leads)])
     print()
     print_table(data.get("map") or [], [
         ("PARTITION", "partition"), ("LEADER", lambda row: (row.get("leader") or {}).get("node") or "NONE"),
         ("EPOCH", lambda row: (row.get("leader") or {}).get("epoch")), ("LSN", "leaderLsn"), ("FAILOVERS", "failovers"),
-        ("STANDBYS (node:records behind)", _standbys),
+        ("HANDOFFS", lambda row: row.get("handoffs", 0)), ("STANDBYS (node:records behind)", _standbys),
     ])
+
+
+def _leads(row: dict) -> str:
+    """The partitions a node leads, as the map says (one view: a partition is never under two nodes);
+    a node that left the live nodes while its keys last is marked so."""
+    led = ",".join(str(number) for number in row.get("leads") or ()) or "-"
+    return led if row.get("live", True) else f"{led} (gone)"
 
 
 def _standbys(row: dict) -> str:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Iterator
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from . import cluster_view
+
 if TYPE_CHECKING:
     from .cluster import Cluster
 
@@ -52,16 +54,26 @@ def cluster_families(cluster: "Cluster") -> Iterator[Metric]:
     changes = CounterMetricFamily("runstate_cluster_leader_changes", "Times this node saw the partition get a new leader "
                                   "(a failover or a hand-over).", labels=["partition"])
     takeovers = CounterMetricFamily("runstate_cluster_takeovers", "Times this node took the partition over.", labels=["partition"])
+    log_bytes = GaugeMetricFamily("runstate_cluster_log_bytes", "Bytes of the partition's log in etcd, as this node knows them "
+                                  "(trimmed below the snapshots; see cluster_log_bytes_max).", labels=["partition"])
+    written = CounterMetricFamily("runstate_cluster_log_written_bytes", "Bytes of the partition's log this node applied or "
+                                  "committed since it started.", labels=["partition"])
     for number, follower in sorted(cluster.followers.items()):
         label = [str(number)]
         leader.add_metric(label, 1 if cluster.leads(number) else 0)
         applied.add_metric(label, follower.next_lsn - 1)
-        behind = cluster.lag(number)
+        behind = cluster_view.lag(cluster, number)
         if behind is not None:
             lag.add_metric(label, behind)
         changes.add_metric(label, follower.leader_changes)
         takeovers.add_metric(label, follower.takeovers)
-    yield from (leader, applied, lag, changes, takeovers)
+        log_bytes.add_metric(label, follower.log_bytes)
+        written.add_metric(label, follower.written_bytes)
+    yield from (leader, applied, lag, changes, takeovers, log_bytes, written)
+    compacted = GaugeMetricFamily("runstate_etcd_compacted_revision", "The revision below which this node last compacted "
+                                  "etcd's history (0: it has not; the leader of partition 0 does it).")
+    compacted.add_metric([], cluster.compacted_revision)
+    yield compacted
     session = cluster.session
     up = GaugeMetricFamily("runstate_cluster_session_up", "1 while this node's session with etcd is alive (its deadline not passed).")
     up.add_metric([], 1 if session is not None and session.alive else 0)

@@ -119,6 +119,12 @@ _SERVER: tuple[Setting, ...] = (
             minimum=1, maximum=30),
     Setting("cluster_forward_wait_s", float, _DEFAULTS.cluster_forward_wait_s, "How long a request for a partition without a leader "
             "(a failover) waits for the new one before it is answered 503.", minimum=0, maximum=60),
+    Setting("cluster_log_bytes_max", int, _DEFAULTS.cluster_log_bytes_max, "Bytes the partitions' logs may hold in etcd, all "
+            "together: a node snapshots a partition once its copy holds this divided by the partitions past its last snapshot, "
+            "and the leader trims the log below the snapshots (etcd's database stays under about 3 times this plus 64 MiB: "
+            "docs/cluster.md).", minimum=1 << 20, maximum=1 << 34),
+    Setting("cluster_trim_every_s", float, _DEFAULTS.cluster_trim_every_s, "How often each leader trims its partitions' logs "
+            "in etcd below the snapshots every node has, and etcd's history of what was trimmed is compacted.", minimum=0.5, maximum=3600),
     Setting("api_key", str, _DEFAULTS.api_key, "A bearer key accepted for `space_id` at start (journaled as its digest). "
             "RUNSTATE_API_KEY, the clients' variable, is read too while this is not set, with a warning.",
             optional=True, secret=True, env_name="RUNSTATE_SERVER_API_KEY", legacy_env="RUNSTATE_API_KEY"),
@@ -133,7 +139,7 @@ _SERVER: tuple[Setting, ...] = (
     Setting("log_requests", str, _DEFAULTS.log_requests, "One line per request (all), only for answers of 400 and above (errors), or none (off).", choices=LOG_REQUESTS),
     Setting("metrics_public", bool, _DEFAULTS.metrics_public, "Serve /metrics without a key to any address (by default only to loopback; others need the admin key)."),
     Setting("shutdown_grace_s", float, _DEFAULTS.shutdown_grace_s, "On SIGTERM/SIGINT, how long requests in flight may take to finish.", minimum=0, maximum=3600),
-    Setting("keep_alive_s", float, _DEFAULTS.keep_alive_s, "How long an idle keep-alive connection stays open (a departed client's socket is reclaimed only then).", minimum=1, maximum=3600),
+    Setting("keep_alive_s", float, _DEFAULTS.keep_alive_s, "How long an idle keep-alive connection stays open (one whose client has gone closes at once).", minimum=1, maximum=3600),
     Setting("backlog", int, _DEFAULTS.backlog, "Connections the kernel queues before they are accepted (a swarm connecting at once; capped by net.core.somaxconn).",
             minimum=1, maximum=65535),
     Setting("body_timeout_s", float, _DEFAULTS.body_timeout_s, "A request body not complete this many seconds after its headers gets 408 and the connection closes.",
@@ -147,12 +153,24 @@ _SERVER: tuple[Setting, ...] = (
             "(keep it below the open-files limit, ulimit -n).", minimum=1, maximum=1_000_000),
     Setting("body_bytes_in_flight_max", int, _DEFAULTS.body_bytes_in_flight_max, "Bytes of request bodies held across all requests "
             "in flight; past it a request gets 503 with Retry-After.", minimum=1024),
+    Setting("batch_deliveries_max", int, _DEFAULTS.batch_deliveries_max, "Most deliveries the receives of one batch request lease "
+            "together (a receive counts 1, a receive of many its maxMessages); an operation past it is refused alone (400).",
+            minimum=1),
+    Setting("batch_answer_bytes_max", int, _DEFAULTS.batch_answer_bytes_max, "Most bytes the deliveries of one batch request's answer "
+            "may reach, each counted at its largest (payload_bytes_max and its other fields); an operation past it is refused alone (400).",
+            minimum=65536),
     Setting("expiry_storm_per_s", int, _DEFAULTS.expiry_storm_per_s, "Expiries in one second that are logged as an expiry storm.", minimum=1),
     Setting("fsync_batch_ms", float, _DEFAULTS.fsync_batch_ms, "With fsync batch: a background fsync begins at most this many milliseconds after the last began.", minimum=0.1, maximum=1000),
     Setting("snapshot_every_records", int, _DEFAULTS.snapshot_every_records, "A snapshot once the WAL holds this many records past the last one.", minimum=1),
     Setting("snapshot_every_s", float, _DEFAULTS.snapshot_every_s, "A snapshot at least this often (seconds) while anything changed.", minimum=1),
     Setting("snapshots_kept", int, _DEFAULTS.snapshots_kept, "Snapshots kept (with the WAL after the oldest); at least 2.", minimum=2, maximum=100),
     Setting("fsync_slow_ms", float, _DEFAULTS.fsync_slow_ms, "An fsync slower than this many milliseconds is logged.", minimum=0),
+    Setting("history_retention_s", float, _DEFAULTS.history_retention_s, "How far back (seconds before the newest snapshot) the "
+            "snapshots and WAL that rebuild any past point of a space are kept, for the history API and `runstate replay`; "
+            "0 keeps only what recovery needs. Costs disk: docs/history.md.", minimum=0, maximum=366 * 86400),
+    Setting("history_checkpoint_every_records", int, _DEFAULTS.history_checkpoint_every_records, "While history is kept, a snapshot "
+            "(a checkpoint) once the WAL holds this many records past the last one, or as many as that snapshot's entries if "
+            "more: the most records a past point replays.", minimum=1000, maximum=100_000_000),
     Setting("certfile", str, _DEFAULTS.certfile, "TLS: the server's certificate chain (PEM); with keyfile the server speaks https itself "
             "(HTTP/1.1 over TLS 1.2 or later).", optional=True),
     Setting("keyfile", str, _DEFAULTS.keyfile, "TLS: the private key of certfile (PEM, not encrypted).", optional=True),

@@ -35,6 +35,7 @@ STATUS: dict[str, int] = {
     "BARRIER_RELEASED": 409,
     "BARRIER_CANCELLED": 409,
     "CURSOR_EXPIRED": 410,
+    "HISTORY_NOT_KEPT": 410,
     "RATE_LIMITED": 429,
     # Budgets and quotas.
     "INSUFFICIENT_BUDGET": 409,

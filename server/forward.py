@@ -29,6 +29,7 @@ import httpx
 import trio
 
 from ..actors.errors import UNAVAILABLE, KernelError
+from . import cluster_view
 from .errors import ApiError
 
 T = TypeVar("T")
@@ -55,6 +56,8 @@ def partition_of_request(kernel: Any, method: str, pattern: str, params: dict[st
     committed and at most a moment old)."""
     space = params.get("space")
     if space is not None:
+        if pattern.startswith("/v1/spaces/{space}/history"):
+            return None  # read from this node's own copy of the partition (`routes/history.py`)
         return int(kernel.layout.of(space))
     if pattern.startswith("/v1/admin/") and method != "GET":
         return 0
@@ -118,8 +121,7 @@ async def forward(cluster: Any, number: int, method: str, path: str, headers: di
         # on its way for longer than that already.
         leader = await cluster.wait_for_leader(number, trio.current_time() + wait_s)
         if leader is None:
-            raise ApiError(UNAVAILABLE, f"partition {number} has no leader now (a failover is under way); try again",
-                           headers={"retry-after": "1"})
+            raise ApiError(UNAVAILABLE, cluster_view.unserved(cluster, number), headers={"retry-after": "1"})
         if leader.node == cluster.node_id:
             return None
         if hops >= 2:

@@ -9,6 +9,11 @@ Every answer is JSON, refusals in the error envelope, including the ones no rout
 paths (404), wrong methods (405), bodies over the limit (413), a server still recovering (503).
 Long-poll routes also watch the connection: when the client goes away, the handler is cancelled
 and its wait withdrawn, so no lease is handed to nobody.
+
+One function answers every request (`respond`: a `Reply`, or None when the client of a long poll
+left); two doors lead to it: `serve_http`, the ASGI entry (our connection's h11 path, another
+ASGI server, the in-process transport of `runstate.testing`), and `serve_whole`, which the
+connection calls for a request whose head and body have all come (no ASGI scope or messages).
 """
 
 from __future__ import annotations
@@ -30,11 +35,11 @@ from ..actors.partition import ON_PARK
 from .forward import FORWARDED_BY, Forwarded, lead_or_forward, partition_of_request
 from ..actors.limits import Limits
 from .body import Body, parse_body
-from .doors import BodyReading, ClientGone, check_known_key, drain, read_body, send_while_discarding, take_body
+from .doors import BodyReading, ClientGone, check_known_key, declared_length, drain, read_body, send_while_discarding, take_body
 from .errors import ApiError, envelope
 from .telemetry import CLIENT_GONE
 
-__all__ = ["Request", "Router", "Route", "Raw", "serve_http"]
+__all__ = ["Request", "Router", "Route", "Raw", "Reply", "serve_http", "serve_whole", "respond"]
 
 log = logging.getLogger("runstate.http")
 
@@ -217,15 +222,31 @@ def _fit(node: _Node, segments: list[str], at: int, params: list[tuple[str, str]
             params.pop()
 
 
-async def _send(send: Callable[[dict], Awaitable[None]], status: int, body: bytes, extra: dict[str, str] | None, request_id: str) -> None:
+class Reply:
+    """An answer, whatever writes it (the ASGI `send`, or the connection straight to its socket):
+    status, headers (names in lower case, no Connection), body; `close` when the connection must
+    close after it; `linger` when the request's body was not all read, so the rest is read and
+    dropped while the answer goes out, then the connection closes."""
+
+    __slots__ = ("status", "headers", "body", "close", "linger")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, close: bool = False, linger: bool = False) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.close = close or linger
+        self.linger = linger
+
+
+def _json_reply(status: int, body: bytes, extra: dict[str, str] | None, request_id: str, close: bool) -> Reply:
     headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body)), (b"x-request-id", request_id.encode())]
     if extra:
+        close = extra.pop("connection", "") == "close" or close
         headers.extend((k.encode(), v.encode()) for k, v in extra.items())
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    return Reply(status, headers, body, close)
 
 
-async def _send_raw(send: Callable[[dict], Awaitable[None]], status: int, raw: Raw, request_id: str) -> None:
+def _raw_reply(status: int, raw: Raw, request_id: str, close: bool) -> Reply:
     headers = [
         (b"content-type", raw.content_type.encode()),
         (b"content-length", b"%d" % len(raw.body)),
@@ -233,20 +254,14 @@ async def _send_raw(send: Callable[[dict], Awaitable[None]], status: int, raw: R
     ]
     if raw.headers:
         headers.extend((name.encode("latin-1"), value.encode("latin-1")) for name, value in raw.headers.items())
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": raw.body})
+    return Reply(status, headers, raw.body, close)
 
 
-async def _send_empty(
-    send: Callable[[dict], Awaitable[None]], request_id: str, close: bool = False, extra: dict[str, str] | None = None
-) -> None:
+def _empty_reply(request_id: str, close: bool, extra: dict[str, str] | None) -> Reply:
     headers = [(b"x-request-id", request_id.encode())]
-    if close:
-        headers.append((b"connection", b"close"))
     if extra:
         headers.extend((k.encode(), v.encode()) for k, v in extra.items())
-    await send({"type": "http.response.start", "status": 204, "headers": headers})
-    await send({"type": "http.response.body", "body": b""})
+    return Reply(204, headers, b"", close)
 
 
 async def serve_http(
@@ -256,9 +271,7 @@ async def serve_http(
     receive: Callable[[], Awaitable[dict]],
     send: Callable[[dict], Awaitable[None]],
 ) -> None:
-    """Answer one ASGI `http` request, and report it (metrics, request line) once answered."""
-    telemetry = services.telemetry
-    started = telemetry.begin()
+    """Answer one ASGI `http` request (under our connection, another ASGI server, or in process)."""
     method = scope["method"]
     raw = scope.get("raw_path") or scope["path"].encode()
     raw_path = raw.decode("latin-1").partition("?")[0]
@@ -266,6 +279,50 @@ async def serve_http(
     client = scope.get("client")
     request = Request(method, raw_path, headers, b"", client[0] if client else None, services.limits)
     request.query = scope.get("query_string", b"")
+    gone = scope["extensions"].get("runstate.gone") if "extensions" in scope else None
+    reply = await respond(services, router, request, receive, gone, None)
+    if reply is None:  # the client of a long poll went away: nothing to send
+        return
+    if reply.close:
+        reply.headers.append((b"connection", b"close"))
+    if reply.linger:
+        await send_while_discarding(receive, partial(_send_reply, send, reply), services.doors.linger_s)
+    else:
+        await _send_reply(send, reply)
+
+
+async def _send_reply(send: Callable[[dict], Awaitable[None]], reply: Reply) -> None:
+    await send({"type": "http.response.start", "status": reply.status, "headers": reply.headers})
+    await send({"type": "http.response.body", "body": reply.body})
+
+
+async def serve_whole(
+    services: Any, router: Router, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
+    client: Any, gone: Any,
+) -> Reply | None:
+    """Answer a request whose head and body have all come (the connection's plain path): the same
+    answer `serve_http` gives, without an ASGI scope or messages."""
+    raw_path, _, query = target.decode("latin-1").partition("?")
+    named = {name.decode("latin-1"): value.decode("latin-1") for name, value in headers}
+    request = Request(method.decode("ascii"), raw_path, named, b"", client[0] if client else None, services.limits)
+    request.query = query.encode("latin-1")
+    return await respond(services, router, request, _nothing_more, gone, body)
+
+
+async def _nothing_more() -> dict:
+    return {"type": "http.disconnect"}
+
+
+async def respond(
+    services: Any, router: Router, request: Request, receive: Callable[[], Awaitable[dict]], gone: Any, came: bytes | None,
+) -> Reply | None:
+    """The answer to one request, and its report (metrics, request line); None when the client of
+    a long poll went away. The body is `came` when it has all come with the head, else it is read
+    from `receive` once the request may proceed; `gone` (the connection's `doors.Gone`, or None
+    under another ASGI server) says when the client goes away."""
+    telemetry = services.telemetry
+    started = telemetry.begin()
+    method, raw_path, headers = request.method, request.raw_path, request.headers
     route = None
     params: dict[str, str] = {}
     status, code = CLIENT_GONE, None
@@ -280,8 +337,7 @@ async def serve_http(
             if cluster is not None and not services.key_is_known(request.bearer()):
                 await cluster.keys_caught_up()  # a key made a moment ago on another node
             check_known_key(request, services)  # from the headers: an unknown key's body is never read
-        came = scope["extensions"].get("runstate.body") if "extensions" in scope else None
-        if came is not None:  # it all came with the head (doors.py): nothing to wait for
+        if came is not None:  # it all came with the head: nothing to wait for
             request.body = take_body(came, headers, services.limits.request_bytes_max, doors, incoming)
         else:
             with trio.move_on_after(services.settings.body_timeout_s) as reading:
@@ -289,102 +345,136 @@ async def serve_http(
             if reading.cancelled_caught:
                 incoming.timed_out = True
                 raise ApiError("REQUEST_TIMEOUT", "the request body did not arrive in time", status=408, headers=dict(_CLOSE))
-        long_poll = route.long_poll  # type: ignore[union-attr]
-        waits = long_poll is True or bool(long_poll and long_poll(request))
-
-        async def here() -> tuple[int, Any] | None:
-            return await route.handler(services, request, **params)  # type: ignore[union-attr]
-
-        cluster = getattr(services, "cluster", None)
-        number = None if cluster is None or route.public else partition_of_request(services.kernel, method, route.path, params)
-        if number is not None:  # a node of a cluster: the partition's leader answers (forward.py)
-            path = raw_path + ("?" + request.query.decode("latin-1") if request.query else "")
-
-            async def lead() -> Any:
-                return await lead_or_forward(cluster, number, method, path, headers, request.body,
-                                             services.settings.cluster_forward_wait_s, here)
-
-            # A long poll whose client goes away is withdrawn, here or, forwarded, at the leader
-            # (the forwarded request is cancelled, and its connection to the leader closed).
-            answer = await (_unless_disconnected(lead, receive, scope, at_once=True) if waits else lead())
-            if isinstance(answer, Forwarded):
-                status = answer.status
-                # Says the request went through another node: our SDKs then learn the map.
-                answer_headers = [*answer.headers, (FORWARDED_BY.encode(), cluster.node_id.encode())]
-                await send({"type": "http.response.start", "status": status, "headers": answer_headers})
-                await send({"type": "http.response.body", "body": answer.body})
-                return
-        else:
-            answer = await (_unless_disconnected(here, receive, scope) if waits else here())
+        answer = await _run(services, route, params, request, receive, gone)
         if answer is None:  # the client of a long poll went away: nothing to send
-            return
+            return None
+        if isinstance(answer, Reply):  # answered by another node
+            status = answer.status
+            return answer
         status, body = answer
         extra = request.answer_headers
         if status == 204:
-            await _send_empty(send, request.request_id, services.draining, extra)
-        elif isinstance(body, Raw):
-            await _send_raw(send, status, body, request.request_id)
-        else:
-            if services.draining:
-                extra = {**(extra or {}), **_CLOSE}
-            await _send(send, status, orjson.dumps(body), extra, request.request_id)
+            return _empty_reply(request.request_id, services.draining, extra)
+        if isinstance(body, Raw):
+            return _raw_reply(status, body, request.request_id, services.draining)
+        return _json_reply(status, orjson.dumps(body), dict(extra) if extra else None, request.request_id, services.draining)
     except ClientGone:
         status = CLIENT_GONE
+        return None
     except KernelError as error:
-        status, answer_body, extra = envelope(error, request.request_id)
         code = error.code
         if code == STALE_CLAIM and route is not None:  # a late write turned away: the console shows it
             telemetry.fenced.saw(route.pattern, params, error.message, services.kernel.clock.now_ms())
-        if request.answer_headers:
-            extra.update(request.answer_headers)
-        if services.draining:
-            extra.update(_CLOSE)
-        if headers.get("expect", "").lower() == "100-continue" and not incoming.held and not incoming.ended:
-            # Refused before the client was told to send its body (it waits for 100 Continue):
-            # answer now, and close, rather than wait for a body it should not send.
-            extra.update(_CLOSE)
-            await _send(send, status, answer_body, extra, request.request_id)
-        elif await drain(receive, doors, incoming):  # refused before its body was read: read it, drop it
-            await _send(send, status, answer_body, extra, request.request_id)
-        else:
-            extra.update(_CLOSE)
-            answer = partial(_send, send, status, answer_body, extra, request.request_id)
-            await send_while_discarding(receive, answer, doors.linger_s)
+        reply = await _refused(services, request, error, receive, came is not None or incoming.ended, incoming)
+        status = reply.status
+        return reply
     except Exception:
         log.exception("request %s %s failed (%s)", method, raw_path, request.request_id)
         status, body, extra = envelope(KernelError(INTERNAL, "internal error"), request.request_id)
         code = INTERNAL
-        await _send(send, status, body, extra, request.request_id)
+        return _json_reply(status, body, extra, request.request_id, services.draining)
     finally:
         doors.release(incoming.held)
-        telemetry.end(method, route, status, started, request.request_id, code)
+        telemetry.end(method, route, status, started, request.request_id, code, params.get("space"))
+
+
+async def _refused(
+    services: Any, request: Request, error: KernelError, receive: Callable[[], Awaitable[dict]], body_read: bool,
+    incoming: BodyReading,
+) -> Reply:
+    """The envelope of a refusal; a body not read yet is read and dropped first (bounded), or the
+    connection closes after the answer (`linger`: the rest is dropped while it goes out)."""
+    status, answer_body, extra = envelope(error, request.request_id)
+    if request.answer_headers:
+        extra.update(request.answer_headers)
+    reply = _json_reply(status, answer_body, extra, request.request_id, services.draining)
+    if body_read:
+        return reply
+    headers = request.headers
+    if headers.get("expect", "").lower() == "100-continue" and not incoming.held and _has_body(headers):
+        # Refused before the client was told to send its body (it waits for 100 Continue):
+        # answer now, and close, rather than wait for a body it should not send.
+        reply.close = True
+        return reply
+    if await drain(receive, services.doors, incoming):  # refused before its body was read: read it, drop it
+        return reply
+    reply.close = reply.linger = True
+    return reply
+
+
+def _has_body(headers: dict[str, str]) -> bool:
+    """Whether a request's head says a body follows (a Content-Length above 0, or chunks)."""
+    return "transfer-encoding" in headers or (declared_length(headers) or 0) > 0
+
+
+async def _run(services: Any, route: Route, params: dict[str, str], request: Request, receive: Any, gone: Any) -> Any:
+    """Run the route's handler here, or at the partition's leader in a cluster; a long poll is
+    withdrawn when its client goes away (then None). A leader's answer comes back as a `Reply`."""
+    long_poll = route.long_poll
+    waits = long_poll is True or bool(long_poll and long_poll(request))
+
+    async def here() -> tuple[int, Any] | None:
+        return await route.handler(services, request, **params)
+
+    cluster = getattr(services, "cluster", None)
+    number = None if cluster is None or route.public else partition_of_request(services.kernel, request.method, route.path, params)
+    if number is None:
+        return await (_unless_disconnected(here, receive, gone, services.doors) if waits else here())
+    # A node of a cluster: the partition's leader answers (forward.py).
+    path = request.raw_path + ("?" + request.query.decode("latin-1") if request.query else "")
+
+    async def lead() -> Any:
+        return await lead_or_forward(cluster, number, request.method, path, request.headers, request.body,
+                                     services.settings.cluster_forward_wait_s, here)
+
+    # A long poll whose client goes away is withdrawn, here or, forwarded, at the leader (the
+    # forwarded request is cancelled, and its connection to the leader closed).
+    answer = await (_unless_disconnected(lead, receive, gone, services.doors, forwarded=True) if waits else lead())
+    if isinstance(answer, Forwarded):
+        # Says the request went through another node: our SDKs then learn the map.
+        headers = [*answer.headers, (FORWARDED_BY.encode(), cluster.node_id.encode())]
+        return Reply(answer.status, headers, answer.body, services.draining)
+    if answer is _STOPPED:
+        error = ApiError(UNAVAILABLE, "this node is stopping: send the request again", headers={"retry-after": "1"})
+        status, body, extra = envelope(error, request.request_id)
+        return _json_reply(status, body, extra, request.request_id, True)
+    return answer
+
+
+# What a long poll passed on to another node answers when this node stops while it waits there.
+_STOPPED = object()
 
 
 async def _unless_disconnected(
-    call: Callable[[], Awaitable[Any]], receive: Callable[[], Awaitable[dict]], scope: dict, at_once: bool = False
+    call: Callable[[], Awaitable[Any]], receive: Callable[[], Awaitable[dict]], gone: Any, doors: Any, forwarded: bool = False
 ) -> Any:
     """Run a long poll (`call`), cancelling it if the client disconnects first (then None).
 
-    Under our doors the connection says so itself (`doors.Gone`): the poll runs in this task under
-    a cancel scope the doors cancel, watched from when the kernel parks it (`ON_PARK`), or from
-    the start (`at_once`: a wait that is not the kernel's, a request passed on to another node).
-    Under another ASGI server, a second task reads `receive` for `http.disconnect`.
+    Under our connection the request's `gone` (`doors.Gone`) says so: the poll runs in this task
+    under a cancel scope that `gone` cancels, watched from when the kernel parks it (`ON_PARK`),
+    or from the start for a request passed on to another node (`forwarded`: its wait is not this
+    kernel's). Such a request is also ended when this node stops (`Doors.stop`: `_STOPPED`), since
+    the kernel's `end_waits` cannot reach it. Under another ASGI server, a second task reads
+    `receive` for `http.disconnect`.
     """
-    gone = scope.get("extensions", {}).get("runstate.gone")
     if gone is not None:
         if gone.closed:
             return None
         with trio.CancelScope() as waiting:
             gone.watch(waiting)
-            if at_once:
+            if forwarded:
+                if doors.stopping:
+                    return _STOPPED
                 gone.parked()
+                doors.waits.add(waiting)
             parking = ON_PARK.set(gone.parked)  # the kernel says when the call starts to wait
             try:
                 return await call()
             finally:
                 ON_PARK.reset(parking)
                 gone.unwatch()
-        return None  # cancelled: the client went away
+                doors.waits.discard(waiting)
+        return _STOPPED if forwarded and doors.stopping and not gone.closed else None
     answer: Any = None
     error: BaseException | None = None
 

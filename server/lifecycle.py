@@ -5,10 +5,13 @@ Shutdown, on the first SIGTERM or SIGINT:
 1. `/healthz` answers 503 (load balancers stop sending), and every parked long poll is answered
    204 at once (`Kernel.end_waits`); from now on no call parks, so a new long poll answers 204.
    A node of a cluster hands the partitions it leads to the other nodes (`Cluster.hand_over`).
-2. hypercorn stops accepting: the listening sockets close, idle keep-alive connections close, a
-   busy one closes after its answer.
+2. The server stops accepting (`listener.py`): the listening sockets close; a connection waiting
+   for its next request closes (one whose request came meanwhile answers it first); a busy one
+   answers what it has read, with `Connection: close`, then closes; a request passed on to
+   another node and still waiting there is answered 503 (this node is going).
 3. Requests in flight get `shutdown_grace_s` to finish (mutations finish their journal write
-   first either way: a decided change is never abandoned half-acknowledged).
+   first either way: a decided change is never abandoned half-acknowledged); the serving ends
+   when the last connection has closed, or at the end of the grace period.
 4. The runtime stops: the journal is flushed (`Runtime.flush`), a final snapshot is written when
    the journal keeps them, and the kernel ends.
 5. The process exits 0. A second signal skips what is left of the drain and exits 1.
@@ -23,6 +26,7 @@ import signal
 
 import trio
 
+from .console.charts import sample_every_interval
 from .logs import event
 
 __all__ = ["Lifecycle"]
@@ -31,17 +35,15 @@ log = logging.getLogger("runstate.server")
 
 # How often the expiry rate is looked at.
 STORM_WINDOW_S = 1.0
-# How often the drain looks whether requests are still in flight.
-DRAIN_POLL_S = 0.01
 
 
 class Lifecycle:
     def __init__(self, runtime) -> None:  # type: ignore[no-untyped-def]
         self.runtime = runtime
-        # Set to make hypercorn stop accepting and drain (its shutdown trigger).
+        # Set to make the server stop accepting and drain (the listener's shutdown trigger).
         self.stop = trio.Event()
         self.forced = False
-        # True when `serve` runs the runtime itself instead of the ASGI lifespan (see `drain`).
+        # True when `serve` runs the runtime itself instead of the ASGI lifespan.
         self.external = False
         self._scope: trio.CancelScope | None = None
 
@@ -53,6 +55,7 @@ class Lifecycle:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.runtime.run)
                 nursery.start_soon(self.watch_expiries)
+                nursery.start_soon(sample_every_interval, self.runtime.telemetry.charts, self.runtime)
                 nursery.start_soon(self._watch_fatal)
                 task_status.started()
 
@@ -76,25 +79,10 @@ class Lifecycle:
         if self._scope is not None:
             self._scope.cancel()
 
-    async def drain(self, serving: trio.CancelScope) -> None:
-        """After the stop: once no request is in flight (or the grace period is over), end the serving.
-
-        hypercorn alone waits for every connection task, and one can be left waiting for a
-        request it will never read (a keep-alive connection that had just received its next
-        request as it was closed), which would hold the stop for the whole grace period. Nothing
-        that matters is left once no request is in flight, so the serving ends then.
-        """
-        await self.stop.wait()
-        telemetry = self.runtime.telemetry
-        with trio.move_on_after(self.runtime.settings.shutdown_grace_s):
-            while telemetry.in_flight > 0:
-                await trio.sleep(DRAIN_POLL_S)
-        serving.cancel()
-
     # -- signals ----------------------------------------------------------------------------------
 
     def begin_shutdown(self, reason: str) -> None:
-        """Stop taking new work: health 503, long polls answered 204, then tell hypercorn to drain."""
+        """Stop taking new work: health 503, long polls answered 204, then tell the listener to drain."""
         if self.stop.is_set():
             return
         runtime = self.runtime

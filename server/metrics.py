@@ -36,6 +36,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from ..actors import caps
 from ..actors.usage import EXPIRIES
 from ..snapshots.disk import Disk
+from ..snapshots.history import kept
 from .capacity_metrics import capacity_families
 
 if TYPE_CHECKING:
@@ -62,11 +63,13 @@ Source = Callable[["Mapping[str, SpaceState]", int], Iterable[Metric]]
 class RouteMetrics:
     """The pre-bound children of one route (or of the requests no route matched)."""
 
-    __slots__ = ("method", "route", "_requests", "_latency", "_by_status")
+    __slots__ = ("method", "route", "acquire", "_requests", "_latency", "_by_status")
 
     def __init__(self, requests: Counter, latency: Histogram, method: str, route: str) -> None:
         self.method = method
         self.route = route
+        # Whether the route is a claim acquire (its answer time is charted: `console/charts.py`).
+        self.acquire = False
         self._requests = requests
         self._latency = latency.labels(method, route)
         self._by_status: dict[int, Any] = {}
@@ -227,11 +230,44 @@ class StateCollector:
 
             yield from cluster_families(runtime.cluster)
         yield from _kernel_families(kernel)
+        yield from history_families(runtime)
         now_ms = kernel.clock.now_ms()
         spaces = {space.id: space for space in kernel.spaces()}
         yield from _space_families(spaces, now_ms)
         for read in self.sources:
             yield from read(spaces, now_ms)
+
+
+def history_families(runtime: Any) -> Iterator[Metric]:
+    """What the history kept costs (`history_retention_s`): each partition's snapshots and WAL on
+    disk and the oldest point they rebuild, read from its folder at scrape time; and the history
+    reads served (each a rebuild)."""
+    history = getattr(runtime, "history", None)
+    if history is None:
+        return
+    stores = history.stores()
+    if stores:
+        disk = GaugeMetricFamily(
+            "runstate_history_disk_bytes", "Bytes of a partition's snapshots and WAL on disk (what recovery needs and the "
+            "history kept), by partition and kind.", labels=["partition", "kind"],
+        )
+        oldest = GaugeMetricFamily(
+            "runstate_history_oldest_timestamp_seconds", "The oldest point a partition's files rebuild, as a Unix time "
+            "(0: the very beginning of its journal), by partition.", labels=["partition"],
+        )
+        for number, store in sorted(stores.items()):
+            found = kept(store.data_dir)
+            disk.add_metric([str(number), "snapshots"], found.snapshot_bytes)
+            disk.add_metric([str(number), "wal"], found.wal_bytes)
+            oldest.add_metric([str(number)], 0 if found.oldest_ms is None else found.oldest_ms / 1000)
+        yield disk
+        yield oldest
+    reads = CounterMetricFamily("runstate_history_rebuilds", "Past points rebuilt for history reads (a page's views share one).")
+    reads.add_metric([], history.rebuilds)
+    yield reads
+    seconds = CounterMetricFamily("runstate_history_rebuild_seconds", "Seconds spent rebuilding past points.")
+    seconds.add_metric([], history.rebuild_seconds)
+    yield seconds
 
 
 def _kernel_families(kernel: Any) -> Iterator[Metric]:

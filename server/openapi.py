@@ -207,6 +207,7 @@ def _components(limits: Limits) -> dict:
                 "id": text,
                 "name": _nullable(text),
                 "spaces": {"type": "array", "items": text},
+                "role": {"type": "string", "enum": ["editor", "viewer"], "description": "editor: reads and changes; viewer: reads only"},
                 "createdAt": _TS,
                 "revokedAt": _nullable(_TS),
             },
@@ -401,6 +402,8 @@ def _coordination_components() -> dict:
             {
                 "mailboxId": text, "scopeId": text, "waiterId": text, "holder": text, "units": integer, "since": _TS,
                 "permit": text, "permitId": text, "state": text, "allowance": text, "allowanceId": text, "expiresAt": _TS,
+                # on a claim or a once key: its key; who waits (the parked calls' holders, oldest first)
+                "key": text, "holders": {"type": "array", "items": text},
             },
         ),
         "OpsWaits": _obj({"waits": {"type": "array", "items": _ref("Parked")}, "truncated": {"type": "boolean"}}),
@@ -419,7 +422,8 @@ _ERRORS = {
     "405": _error("METHOD_NOT_ALLOWED"),
     "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED, CAPACITY_UNAVAILABLE, INSUFFICIENT_BUDGET"),
     "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED"),
-    "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one"),
+    "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one. "
+                  "HISTORY_NOT_KEPT: the point is older than the history kept"),
     "413": _error("the request body is over the limit"),
     "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),
     "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal"),

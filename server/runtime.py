@@ -30,8 +30,9 @@ from ..actors.layout import Layout
 from ..actors.commands import RegisterKey
 from ..actors.keys import digest, new_secret
 from ..snapshots import RecoveryError, StoreLocked
-from ..snapshots.datadir import DataDir, DataDirError, open_data_dir
+from ..snapshots.datadir import DataDir, DataDirError, open_data_dir, public_reason
 from ..snapshots.etcd import EtcdError
+from . import cluster_view
 from .cluster import STANDBY, Cluster, ClusterError
 from .cluster_metrics import EtcdLatency
 from .config import ConfigError
@@ -39,6 +40,7 @@ from .admin import AdminCredential
 from .durable import state_model
 from .doors import Doors
 from .errors import ApiError
+from .history import History
 from .http import Request
 from .logs import event
 from .metrics import MeteredDisk
@@ -91,6 +93,8 @@ class Runtime:
         # Connections and request bodies held (see `doors`), bounded by the settings.
         self.doors = Doors.of(settings)
         self.doors.key_known = lambda secret: self.ready and self.key_is_known(secret)
+        # Reads of a space at a past point (`history.py`), from the partitions' folders.
+        self.history = History(self)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -159,6 +163,7 @@ class Runtime:
             endpoints=[url.strip().rstrip("/") for url in settings.etcd.split(",")],  # type: ignore[union-attr]
             name=settings.cluster, node_id=self.node_id(), advertise=self.advertise(),
             data_dir=settings.data_dir, partitions=settings.partitions, lease_s=settings.cluster_lease_s,  # type: ignore[arg-type]
+            log_bytes_max=settings.cluster_log_bytes_max, trim_every_s=settings.cluster_trim_every_s,
             model=state_model(self.limits), clock=clock, **self._store_options(),
         )
         cluster.etcd.on_attempt = EtcdLatency(self.telemetry.metrics.registry)
@@ -173,12 +178,9 @@ class Runtime:
             return
         layout = cluster.layout
         assert layout is not None
-        refusals = {number: STANDBY for number in layout.numbers()}
-        kernel = Kernel.partitioned(
-            states, {}, layout=layout, limits=self.limits, clock=clock, ids=IdSource(self.settings.seed), refusals=refusals,
-        )
-        for partition in kernel.partitions:
-            partition.readable = True
+        kernel = Kernel.partitioned(states, {}, layout=layout, limits=self.limits, clock=clock, ids=IdSource(self.settings.seed))
+        for partition in kernel.partitions:  # each is served where this node wins it (`Cluster`)
+            partition.follow(STANDBY)
         cluster.on_lead = self._on_lead
         try:
             async with trio.open_nursery() as nursery:
@@ -240,11 +242,12 @@ class Runtime:
         performs the operator's actions there (`operator`: cancelling a run or a task, a forced
         claim release, requeuing or deleting dead letters, purging a mailbox); it does no other
         work inside a space: any other write with it is 403 FORBIDDEN (the key is valid, the
-        action is not allowed), not 401.
+        action is not allowed), not 401. An API key with the viewer role reads its spaces and
+        gets the same 403 for every change (`actors/keys.py`).
         """
         secret = request.bearer()
-        spaces = self.kernel.keys.spaces_for(secret)  # type: ignore[union-attr]
-        if not spaces:
+        key = self.kernel.keys.active(secret)  # type: ignore[union-attr]
+        if key is None:
             if self.admin.matches(secret):
                 if request.method == "GET" or operator:
                     return self._known_space(space)
@@ -255,6 +258,7 @@ class Runtime:
                     "need an API key issued for the space",
                 )
             raise ApiError(UNAUTHENTICATED, "the API key is not valid")
+        spaces = key.spaces
         if space not in spaces:
             # 404 whether `space` exists or not (a key learns nothing of other spaces), but saying
             # which spaces this key opens: the usual cause is a key of another space.
@@ -263,6 +267,12 @@ class Runtime:
                 NOT_FOUND,
                 f"space {quote(space)} not found for this API key, which opens {opened}: use a key made for "
                 f"{quote(space)} (runstate keys create --space {space}), or that space's id",
+            )
+        if key.reads_only and request.method != "GET":  # (every change is a POST or a PUT; every read a GET)
+            raise ApiError(
+                "FORBIDDEN",
+                f"this API key ({key.id}) has the viewer role: it reads space {quote(space)} and changes nothing there; "
+                f"a change needs a key with the editor role (runstate keys create --space {space})",
             )
         return space
 
@@ -286,14 +296,14 @@ class Runtime:
         if self.kernel is None:
             return None
         if self.cluster is not None:
-            return self.cluster.readiness()
+            return cluster_view.readiness(self.cluster)
         reasons = []
         for partition in self.kernel.partitions:
             failure = partition.journal.failure
             if partition.refusal is not None:
                 reasons.append(f"partition {partition.number}: {partition.refusal}")
-            elif failure is not None:
-                reasons.append(f"partition {partition.number}: the journal refuses changes: {failure}")
+            elif failure is not None:  # (what failed; the log says which file)
+                reasons.append(f"partition {partition.number}: the journal refuses changes: {public_reason(failure)}")
         if not reasons:
             return None
         if len(self.kernel.partitions) == 1:
@@ -326,7 +336,9 @@ class Runtime:
             try:
                 store = await data.reopen(number)
             except (RecoveryError, OSError) as error:
-                kernel.partitions[number].refusal = data.refusals[number] = f"its journal cannot be recovered: {error}"
+                data.refusals[number] = (f"its journal cannot be recovered: {public_reason(error)}; "
+                                         "the server's log and `runstate check` say where")
+                kernel.partitions[number].refuse(data.refusals[number])
                 log.error("partition %d still does not serve: %s", number, error)
                 continue
             partition = await kernel.reopen(number, store.state, store.journal)  # type: ignore[arg-type]

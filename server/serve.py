@@ -1,4 +1,9 @@
-"""Serving the app with hypercorn's trio worker (through `doors`), with signals handled for a graceful shutdown."""
+"""`runstate serve`: the app on our own connections (`listener.py`), with signals handled for a graceful stop.
+
+`hypercorn_config` maps the same settings onto hypercorn's configuration, for serving the same ASGI
+application with stock hypercorn (`hypercorn runstate.server.asgi:app`) and for the HTTP ceiling of
+the benchmarks (`bench/ceiling_app.py`).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,8 @@ import trio
 from hypercorn.config import Config
 
 from .app import create_app
-from .doors import serve_app
-from .http import serve_http
+from .http import serve_whole
+from .listener import TLS_HANDSHAKE_TIMEOUT_S, Listening, serve_app
 from .logs import AccessLog, event
 from .routes import ROUTER
 from .runtime import NewKeyHandler
@@ -22,10 +27,6 @@ from .telemetry import Telemetry
 __all__ = ["serve", "hypercorn_config"]
 
 log = logging.getLogger("runstate.server")
-
-# A client that does not finish its TLS handshake within this long is dropped (its connection slot
-# is not held for a whole read timeout by a connection that never says anything in HTTP).
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class _Config(Config):
@@ -64,8 +65,8 @@ def hypercorn_config(settings: Settings) -> Config:
     config.read_timeout = settings.read_timeout_s  # type: ignore[assignment]
     # At shutdown, requests in flight get this long to finish.
     config.graceful_timeout = settings.shutdown_grace_s
-    # TLS, served by hypercorn's own SSL context (TLS 1.2 or later) with the doors in front; HTTP/1.1
-    # only (no h2 offered in ALPN). A handshake not done within this is dropped.
+    # TLS, served by hypercorn's own SSL context (TLS 1.2 or later); HTTP/1.1 only (no h2 offered in
+    # ALPN). A handshake not done within this is dropped.
     if settings.certfile is not None:
         config.certfile = settings.certfile
         config.keyfile = settings.keyfile
@@ -90,8 +91,8 @@ async def serve(
     """
     app = create_app(settings, on_new_key=on_new_key, telemetry=Telemetry(access=access), on_admin_key=on_admin_key)
     lifecycle = app.lifecycle
-    # The runtime lives beside hypercorn, not inside its lifespan, so that the serving can be ended
-    # as soon as the drain is done and the runtime still stops in order afterwards.
+    # The runtime lives beside the serving, not inside the app's lifespan, so that it stops in
+    # order (journal flushed, final snapshot) once the last connection has closed.
     lifecycle.external = True
     listening = trio.Event()
     bound: list[str] = []
@@ -115,16 +116,14 @@ async def serve(
         nursery.start_soon(announce_when_ready)
         if access is not None and access.enabled:
             nursery.start_soon(access.write_in_rounds)
-        with trio.CancelScope() as serving:
-            nursery.start_soon(lifecycle.drain, serving)
-            await serve_app(
-                app,
-                hypercorn_config(settings),
-                app.runtime.doors,
-                shutdown_trigger=lifecycle.stop.wait,
-                inline=partial(serve_http, app.runtime, ROUTER),
-                task_status=_Status(),  # type: ignore[arg-type]
-            )
+        await serve_app(
+            app,
+            Listening.of(settings),
+            app.runtime.doors,
+            shutdown_trigger=lifecycle.stop.wait,
+            plain=partial(serve_whole, app.runtime, ROUTER),
+            task_status=_Status(),  # type: ignore[arg-type]
+        )
         await lifecycle.stop_runtime()
         nursery.cancel_scope.cancel()
     event(log, "stopped", "stopped", forced=lifecycle.forced)

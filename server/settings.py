@@ -39,6 +39,11 @@ class Settings:
     advertise: str | None = None
     cluster_lease_s: int = 1
     cluster_forward_wait_s: float = 5.0
+    # What the partitions' logs may hold in etcd, all together (each node snapshots a partition
+    # once its copy holds this divided by the partitions past its last snapshot), and how often
+    # the leaders trim their logs and etcd's history is compacted (docs/cluster.md, "etcd's size").
+    cluster_log_bytes_max: int = 256 << 20
+    cluster_trim_every_s: float = 10.0
 
     # Operating it (see `config.py` for the flags, variables and TOML names of each).
     # The credential of the admin endpoints; None: read or made in the data directory, or printed once.
@@ -49,11 +54,10 @@ class Settings:
     # /metrics without a key from any address, not only from loopback.
     metrics_public: bool = False
     shutdown_grace_s: float = 10.0
-    # An idle keep-alive connection closes after this long. Kept short on purpose: hypercorn
-    # reclaims a connection whose client has gone only when this runs out (its socket waits in
-    # CLOSE-WAIT until then), and the SDKs' pools drop idle connections after 5 s anyway.
+    # An idle keep-alive connection closes after this long (one whose client has gone closes at
+    # once); the SDKs' pools drop idle connections after 5 s anyway.
     keep_alive_s: float = 15.0
-    # Connections the kernel queues for accept. hypercorn's 100 resets connections when a swarm of
+    # Connections the kernel queues for accept. A backlog of 100 resets connections when a swarm of
     # agents connects at once.
     backlog: int = 1024
     # Slow clients. A request whose body has not all arrived this long after its headers gets 408
@@ -73,6 +77,11 @@ class Settings:
     connections_max: int = 1000
     # Bytes of request bodies held across all requests in flight; past it, 503 with Retry-After.
     body_bytes_in_flight_max: int = 64 * 1024 * 1024
+    # What one batch request's answer may hold (`routes/batch.py`): the deliveries its receives
+    # lease together (a receive of many alone leases at most receive_count_max), and the bytes
+    # those deliveries may reach at most (each payload_bytes_max of payload, and its fields).
+    batch_deliveries_max: int = 100
+    batch_answer_bytes_max: int = 16 * 1024 * 1024
     # TLS: the certificate chain and its private key (PEM files), both or neither. With them the
     # server speaks https itself (HTTP/1.1 over TLS 1.2+); without, plain http.
     certfile: str | None = None
@@ -84,6 +93,9 @@ class Settings:
     snapshot_every_s: float = _STORE.snapshot_every_s
     snapshots_kept: int = _STORE.snapshots_kept
     fsync_slow_ms: float = _STORE.fsync_slow_ms
+    # History (`server/history.py`, docs/history.md): a day of it by default.
+    history_retention_s: float = 86_400.0
+    history_checkpoint_every_records: int = _STORE.history_checkpoint_every_records
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(
@@ -93,4 +105,6 @@ class Settings:
             snapshot_every_s=self.snapshot_every_s,
             snapshots_kept=self.snapshots_kept,
             fsync_slow_ms=self.fsync_slow_ms,
+            history_retention_s=self.history_retention_s,
+            history_checkpoint_every_records=self.history_checkpoint_every_records,
         )

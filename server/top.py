@@ -3,7 +3,8 @@
 Every `--interval` seconds it reads the space through the API (runs, each shown run's workers and
 waits from `/ops/runs`, the mailboxes' counts, `/ops/waits`, the newest events) and draws one frame:
 who holds what (claim keys, once keys, deliveries, with their earliest lease end), the queues'
-depths, who waits, and what happened last. At a terminal each frame replaces the one before
+depths, who waits for what (a claim's key and the holders waiting for it, a mailbox's receivers,
+a pool's or an allowance's line), and what happened last, with who did it. At a terminal each frame replaces the one before
 (the cursor goes home, each line clears what is left of the old one, the screen below is cleared);
 piped, frames follow one another; `--json` prints one snapshot per line. Ctrl-C ends it.
 
@@ -98,18 +99,44 @@ def render(snap: dict, width: int = 120, now: datetime.datetime | None = None) -
     lines += _table(rows, width)
     lines += ["", "WAITING"]
     rows = [["ON", "WHERE", "WHO", "CALLS"]]
+    names = {mailbox["id"]: mailbox["name"] for mailbox in snap["mailboxes"]}
     for wait in snap["waits"]:
-        where = wait.get("permit") or wait.get("allowance") or wait.get("mailboxId") or wait.get("scopeId") or ""
-        rows.append([wait["on"], str(where), show(wait.get("holder")), show(wait.get("calls"))])
+        rows.append([wait["on"], _where(wait, names), _who(wait), show(wait.get("calls"))])
     lines += _table(rows, width)
     lines += ["", "RECENT EVENTS"]
     rows = [["AT", "TYPE", "ABOUT", "RUN", "BY"]]
     for event in reversed(snap["events"]):  # newest first
         aggregate = event["aggregate"]
         rows.append([event["createdAt"][11:19], event["type"], f"{aggregate['type']}:{aggregate['id']}", show(event.get("scopeId")),
-                     show((event.get("payload") or {}).get("by"))])
+                     show(admin_cli.event_by(event))])
     lines += _table(rows, width)
     return lines
+
+
+def _where(wait: dict, mailbox_names: dict[str, str]) -> str:
+    """What a wait is on, named: the claim or once key and its run, the mailbox (by name) and run of held
+    receives, the pool or allowance, the run whose timers are polled, or the space's event log."""
+    on, run = wait["on"], wait.get("scopeId")
+    if on in ("claim", "once"):
+        return f"{wait.get('key')} in {run}"
+    if on == "queue":
+        mailbox = wait.get("mailboxId")
+        return f"{mailbox_names.get(mailbox, mailbox)} in {run}"
+    if on == "events":
+        return "event log"
+    return str(wait.get("permit") or wait.get("allowance") or run or "-")
+
+
+def _who(wait: dict) -> str:
+    """Who waits: the waiter of a pool's line or an allowance's queue, or the holders the parked
+    calls are for (the server names the oldest few; `+N` says how many more calls wait)."""
+    if wait.get("holder") is not None:
+        return str(wait["holder"])
+    holders = wait.get("holders") or []
+    more = (wait.get("calls") or 0) - len(holders)
+    if not holders:
+        return "-"
+    return ",".join(holders) + (f" +{more}" if more > 0 else "")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .datadir import DataDirError, has_old_layout, partition_dir, read_manifest
 from .model import StateModel
+from .history import kept
 from .recovery import RecoveryError, file_versions, list_segments, load, snapshot_dir, wal_dir
 from .snapshot import list_snapshots
 
@@ -45,6 +46,12 @@ class PartitionReport:
     repairs: list[str] = field(default_factory=list)
     bad_snapshots: list[str] = field(default_factory=list)
     versions: dict[int, int] = field(default_factory=dict)  # record format version -> files holding it
+    # The history its files keep (`history.kept`): the oldest point (LSN 0 and no time: the very
+    # beginning), and what its snapshots and WAL take on disk.
+    history_lsn: int = 0
+    history_ms: int | None = None
+    snapshot_bytes: int = 0
+    disk_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -72,6 +79,9 @@ class CheckReport:
     versions: dict[int, int] = field(default_factory=dict)  # record format version -> files holding it
     partition_count: int | None = None  # data partitions (None: a directory from before partitions)
     partitions: list[PartitionReport] = field(default_factory=list)
+    # What the snapshots and WAL take on disk, all partitions together (the history kept included).
+    snapshot_bytes: int = 0
+    disk_bytes: int = 0
 
     def format(self) -> str:
         lines = [f"data directory {self.data_dir}: {'OK' if self.ok else 'BAD'}"]
@@ -83,6 +93,8 @@ class CheckReport:
         lines.append(f"  snapshots: {self.snapshots} (newest usable at LSN {self.snapshot_lsn})")
         lines.append(f"  wal: {self.segments} segment(s), {self.wal_bytes} bytes, {self.records} record(s) after the snapshots")
         lines.append(f"  last LSN: {self.last_lsn}, boots: {self.epoch}")
+        lines.append(f"  on disk: {_size(self.disk_bytes)} ({_size(self.snapshot_bytes)} of snapshots, the rest WAL)")
+        lines.append(f"  history kept: {self._describe_history()}")
         if self.newest_ms:
             lines.append(f"  newest record: {_format_ms(self.newest_ms)}")
         for name, count in self.counts.items():
@@ -96,10 +108,21 @@ class CheckReport:
                 state = "OK" if part.ok else f"BAD: {part.problem}"
                 lines.append(
                     f"  partition {part.partition}: {state}; last LSN {part.last_lsn}, {part.segments} segment(s), "
-                    f"{part.counts.get('spaces', 0)} space(s)"
+                    f"{part.counts.get('spaces', 0)} space(s), {_size(part.disk_bytes)}"
                 )
         lines.append(f"  checked in {self.seconds:.3f} s")
         return "\n".join(lines)
+
+    def _describe_history(self) -> str:
+        """From where each partition's files rebuild a past point (`runstate replay`)."""
+        found = {(part.history_lsn, part.history_ms) for part in self.partitions if part.ok}
+        if not found:
+            return "none"
+        if found == {(0, None)}:
+            return "from the very beginning"
+        oldest = [part.history_ms for part in self.partitions if part.ok and part.history_ms is not None]
+        since = f"from {_format_ms(min(oldest))} on" if oldest else "from the very beginning"
+        return since + ("" if len(self.partitions) == 1 else " (the partition that keeps the least)")
 
     def _describe_versions(self) -> str:
         if not self.versions:
@@ -112,6 +135,13 @@ class CheckReport:
         return found
 
 
+def _size(count: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} bytes"
+
+
 def _format_ms(wall_ms: int) -> str:
     """`YYYY-MM-DDTHH:MM:SS.mmmZ`, as the wire spells times."""
     seconds, millis = divmod(wall_ms, 1000)
@@ -122,6 +152,9 @@ def _check_journal(folder: str, model: StateModel, partition: int | None) -> Par
     part = PartitionReport(partition)
     part.snapshots = len(list_snapshots(snapshot_dir(folder)))
     part.versions = dict(Counter(file_versions(folder).values()))
+    history = kept(folder)
+    part.history_lsn, part.history_ms = history.oldest_lsn, history.oldest_ms
+    part.snapshot_bytes, part.disk_bytes = history.snapshot_bytes, history.disk_bytes
     try:
         loaded = load(folder, model, repair=False, partition=partition)
     except RecoveryError as error:
@@ -177,6 +210,8 @@ def _add(report: CheckReport, part: PartitionReport) -> None:
         report.problem = where + (part.problem or "")
         report.problem_path, report.problem_offset, report.problem_partition = part.problem_path, part.problem_offset, part.partition
     report.snapshots += part.snapshots
+    report.snapshot_bytes += part.snapshot_bytes
+    report.disk_bytes += part.disk_bytes
     report.segments += part.segments
     report.wal_bytes += part.wal_bytes
     report.records += part.records

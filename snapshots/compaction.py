@@ -22,8 +22,9 @@ harmless: it publishes a snapshot of records that were durable, and prunes only 
 than the oldest snapshot it keeps (at least two are kept), which no recovery reads. In a thread,
 the built state is taken apart bit by bit (`dismantle`) rather than dropped in one cascade.
 
-After the new snapshot is durable, older snapshots beyond the newest `keep` are deleted, then WAL
-segments wholly before the oldest snapshot kept. Keeping the previous snapshot (and its WAL) is
+After the new snapshot is durable, older snapshots beyond the newest `keep` are deleted (but not
+those the history retention needs: `prune`), then WAL segments wholly before the oldest snapshot
+kept. Keeping the previous snapshot (and its WAL) is
 what lets recovery fall back to it when the newest does not verify (row 8 of `recovery.py`).
 """
 
@@ -41,7 +42,7 @@ from typing import Any
 from .disk import Disk
 from .model import StateModel
 from .recovery import list_segments, load, snapshot_dir, wal_dir
-from .snapshot import SnapshotInfo, list_snapshots, write_snapshot
+from .snapshot import SnapshotInfo, list_snapshots, snapshot_point, write_snapshot
 
 __all__ = ["take_snapshot", "prune", "dismantle", "main", "command", "model_bytes"]
 
@@ -53,12 +54,13 @@ log = logging.getLogger("runstate.snapshots")
 
 def take_snapshot(
     data_dir: str, through_lsn: int, model: StateModel, disk: Disk | None = None, keep: int = 2,
-    partition: int | None = None,
+    partition: int | None = None, retention_ms: int = 0,
 ) -> SnapshotInfo | None:
     """Snapshot the state at `through_lsn` (durable) and prune; None if the newest is already there.
 
     `partition`: whose folder `data_dir` is (None: a directory from before partitions).
-    Blocking: run it in a worker thread, never at the same time as a WAL repair.
+    `retention_ms`: the history kept (`prune`). Blocking: run it in a worker thread, never at the
+    same time as a WAL repair.
     """
     disk = disk or Disk()
     loaded = load(data_dir, model, repair=False, through_lsn=through_lsn, disk=disk, partition=partition)
@@ -69,7 +71,7 @@ def take_snapshot(
     info = write_snapshot(snaps, through_lsn, loaded.newest_ms, loaded.state.image(), model.records, disk, partition or 0)
     state, loaded.state = loaded.state, None
     dismantle(state)
-    prune(data_dir, keep, disk)
+    prune(data_dir, keep, disk, retention_ms)
     return info
 
 
@@ -126,10 +128,13 @@ def dismantle(root: Any) -> None:
 _LEAVES = (str, bytes, int, float, bool, tuple, frozenset, type(None))
 
 
-def prune(data_dir: str, keep: int, disk: Disk | None = None) -> tuple[int, int]:
+def prune(data_dir: str, keep: int, disk: Disk | None = None, retention_ms: int = 0) -> tuple[int, int]:
     """Delete snapshots beyond the newest `keep`, then segments wholly before the oldest kept one.
 
-    Returns (snapshots deleted, segments deleted).
+    With `retention_ms`, the history of that long before the newest snapshot's time is kept too
+    (`history.py` rebuilds any point in it): every snapshot at or after that horizon, and the
+    newest one before it (where a point just after the horizon starts from), with the WAL from
+    there on. Returns (snapshots deleted, segments deleted).
     """
     if keep < 2:
         raise ValueError("keep at least two snapshots (the fallback, and safety from a leftover snapshot process)")
@@ -137,7 +142,10 @@ def prune(data_dir: str, keep: int, disk: Disk | None = None) -> tuple[int, int]
     snaps = list_snapshots(snapshot_dir(data_dir))
     if not snaps:
         return 0, 0
-    old, kept = snaps[:-keep], snaps[-keep:]
+    first_kept = max(0, len(snaps) - keep)
+    if retention_ms > 0:
+        first_kept = min(first_kept, _history_base(snaps, retention_ms))
+    old, kept = snaps[:first_kept], snaps[first_kept:]
     for _, path in old:
         disk.remove(path)
     if old:
@@ -156,6 +164,21 @@ def prune(data_dir: str, keep: int, disk: Disk | None = None) -> tuple[int, int]
     return len(old), deleted
 
 
+def _history_base(snaps: list[tuple[int, str]], retention_ms: int) -> int:
+    """The index of the oldest snapshot that the history of `retention_ms` before the newest
+    snapshot's time needs: the newest one that stands before that horizon (a snapshot whose
+    begin mark does not read counts as none)."""
+    newest = snapshot_point(snaps[-1][1])
+    if newest is None:
+        return len(snaps) - 1
+    horizon_ms = newest[1] - retention_ms
+    for index in range(len(snaps) - 1, -1, -1):
+        point = snapshot_point(snaps[index][1])
+        if point is not None and point[1] < horizon_ms:
+            return index
+    return 0
+
+
 # -- in a child process --------------------------------------------------------------------------
 
 
@@ -170,7 +193,7 @@ def model_bytes(model: StateModel) -> bytes:
         ) from None
 
 
-def command(data_dir: str, through_lsn: int, keep: int, partition: int | None = None) -> list[str]:
+def command(data_dir: str, through_lsn: int, keep: int, partition: int | None = None, retention_ms: int = 0) -> list[str]:
     """The command line that runs `take_snapshot` in a child process (the model comes on stdin)."""
     return [
         sys.executable,
@@ -180,6 +203,7 @@ def command(data_dir: str, through_lsn: int, keep: int, partition: int | None = 
         "--through", str(through_lsn),
         "--keep", str(keep),
         *(() if partition is None else ("--partition", str(partition))),
+        *(() if not retention_ms else ("--retention-ms", str(retention_ms))),
     ]
 
 
@@ -190,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--through", type=int, required=True)
     parser.add_argument("--keep", type=int, default=2)
     parser.add_argument("--partition", type=int, default=None)
+    parser.add_argument("--retention-ms", type=int, default=0)
     args = parser.parse_args(argv)
     # The parent's own model, which it wrote there (`model_bytes`): never data from elsewhere.
     model = pickle.loads(sys.stdin.buffer.read())
@@ -198,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     import gc
 
     gc.disable()  # a state without cycles, in a process about to exit
-    info = take_snapshot(args.data_dir, args.through, model, keep=args.keep, partition=args.partition)
+    info = take_snapshot(
+        args.data_dir, args.through, model, keep=args.keep, partition=args.partition, retention_ms=args.retention_ms
+    )
     print(json.dumps(None if info is None else dataclasses.asdict(info)), flush=True)
     os._exit(0)  # skip freeing the state object by object

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ from .wal import RunBlocking
 __all__ = [
     "DataDir", "DataDirError", "Manifest", "open_data_dir", "partition_dir", "read_manifest", "LAYOUT",
     "MANIFEST", "PARTITIONS_MAX", "has_old_layout", "make_data_dir", "load_partition",
+    "public_reason",
 ]
 
 log = logging.getLogger("runstate.snapshots")
@@ -177,6 +179,22 @@ def _remove_old_layout(data_dir: str, disk: Disk) -> None:
     disk.fsync_dir(data_dir)
 
 
+# A place inside a file, as some reasons of `RecoveryError` name one: "(record 7 at byte 120 is intact)".
+_WHERE = re.compile(r" \([^()]*\bbyte \d+[^()]*\)")
+
+
+def public_reason(error: BaseException) -> str:
+    """Why a partition cannot be opened, as a partition's refusal says it to anyone who asks
+    (`/healthz` without a key, the 503 of its spaces): what is wrong, never where (the server's
+    path, a file, a byte offset). The log line and `runstate check --data-dir` say where."""
+    reason = getattr(error, "reason", None)  # RecoveryError, SnapshotError: (path, offset, reason)
+    if isinstance(reason, str):
+        return _WHERE.sub("", reason)
+    if isinstance(error, OSError):
+        return error.strerror or type(error).__name__  # (its str() names the file)
+    return str(error) or type(error).__name__
+
+
 @dataclass(slots=True)
 class DataDir:
     """An open data directory: the store of each partition that serves, and why the others do not."""
@@ -213,7 +231,7 @@ class DataDir:
             try:
                 loaded[number] = (store, await store.recover())
             except RecoveryError as error:
-                self._refuse(number, f"its journal cannot be recovered: {error}")
+                self._refuse(number, "its journal cannot be recovered", error)
         newest = max((found.newest_ms for _, found in loaded.values()), default=0)
         self.clock.advance_anchor_to(newest)
         for number, (store, found) in loaded.items():
@@ -221,13 +239,15 @@ class DataDir:
                 await store.begin(found)
             except (OSError, RecoveryError) as error:
                 store.close()
-                self._refuse(number, f"it cannot begin its journal: {error}")
+                self._refuse(number, "it cannot begin its journal", error)
                 continue
             store.log_recovery()
             self.stores[number] = store
 
-    def _refuse(self, number: int, reason: str) -> None:
-        self.refusals[number] = reason
+    def _refuse(self, number: int, what: str, error: BaseException) -> None:
+        """Leave partition `number` out: the log says what and where, `refusals` what alone."""
+        self.refusals[number] = f"{what}: {public_reason(error)}; the server's log and `runstate check` say where"
+        reason = f"{what}: {error}"
         log.error(
             "partition %d does not serve: %s", number, reason,
             extra={"event": "partition_down", "fields": {"partition": number, "reason": reason}},

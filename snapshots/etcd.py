@@ -222,6 +222,8 @@ class EtcdClient:
         self.requests = 0
         # Told the path and the seconds of every attempt that got an answer (the server's metrics).
         self.on_attempt: Callable[[str, float], None] | None = None
+        # Each member's last failed attempt (trio time, what it said), until it answers again.
+        self.failures: dict[str, tuple[float, str]] = {}
         self._preferred = 0
         # The attempt's cancel scope bounds each unary call; httpx's own timeouts only bound
         # connecting (so a connect that fails is told apart from an answer that never came) and
@@ -447,10 +449,10 @@ class EtcdClient:
             try:
                 document = await self._attempt(endpoint, path, payload, headers)
             except _NotDelivered as err:
-                failures.append(str(err))
+                failures.append(self._failed(endpoint, str(err)))
                 continue
             except _NoAnswer as err:
-                failures.append(str(err))
+                failures.append(self._failed(endpoint, str(err)))
                 if not repeatable:
                     self._preferred = (index + 1) % count
                     raise EtcdIndeterminate(endpoint, str(err)) from err
@@ -459,15 +461,26 @@ class EtcdClient:
                 if not err.unavailable:
                     self._preferred = index
                     raise
-                failures.append(f"{endpoint}: {err.message}")
+                failures.append(self._failed(endpoint, f"{endpoint}: {err.message}"))
                 if not (repeatable or err.not_applied):
                     self._preferred = (index + 1) % count
                     raise EtcdIndeterminate(endpoint, err.message) from err
                 continue
             self._preferred = index
+            self.failures.pop(endpoint, None)
             return document, endpoint
         self._preferred = (first + 1) % count
         raise EtcdUnavailable(failures)
+
+    def _failed(self, endpoint: str, reason: str) -> str:
+        self.failures[endpoint] = (trio.current_time(), reason)
+        return reason
+
+    def trouble(self, within_s: float) -> list[str]:
+        """What the members that failed an attempt in the last `within_s` seconds said, and
+        answered nothing since (a member's "no leader": etcd lost its quorum)."""
+        now = trio.current_time()
+        return [reason for at, reason in self.failures.values() if now - at <= within_s]
 
     async def _attempt(self, endpoint: str, path: str, payload: bytes, headers: dict[str, str] = _HEADERS) -> dict[str, Any]:
         self.requests += 1
@@ -677,24 +690,33 @@ class LeaseKeeper:
     `deadline` (trio's clock) is the moment before which etcd cannot have ended the lease: each
     keepalive's TTL counts from the moment the keepalive was *sent*, never from its answer, so a
     slow answer shortens it rather than stretching it. A holder that must not act without the
-    lease (a leader) stops at `deadline`, whatever it has heard (`alive` is false past it). A
-    keepalive that fails (no member answered) is tried again at once; when the lease is gone,
-    `lost` is set, `lost_reason` says why and `run()` returns.
+    lease (a leader) stops at `deadline`, whatever it has heard (`alive` is false past it).
+
+    A keepalive goes out every `interval_s` whether or not the one before was answered, as etcd's
+    own client sends them on its stream: an answer that comes late or never costs nothing while a
+    later one gets through, and etcd, which renews the lease when a keepalive *arrives*, sees it
+    renewed on time. (Waiting for each answer before the next, a lost answer would hold the next
+    keepalive back for a whole attempt, 1 s, which with a 1 s TTL lets etcd end the lease.) At most
+    `IN_FLIGHT_MAX` are on their way at once; one that fails at once (no member answered) is sent
+    again after `RETRY_S`. When the lease is gone, `lost` is set, `lost_reason` says why and
+    `run()` returns.
 
     Past the deadline, by default the lease counts as lost too. With `outlive_deadline`, the
     keeper goes on asking instead, and only etcd's word ends it: a keepalive answered with a TTL
     proves the lease was never ended (an ended lease cannot be renewed), so the holder may act
-    again from the new deadline; "lease not found" sets `lost`. This is what rides through an
-    election of etcd's own Raft leader (0.5-2 s in which no keepalive is answered, and after which
-    etcd's new leader extends every lease) without giving up what the lease holds; `lapses`
-    counts the deadlines that passed so.
+    again from the new deadline (`wait_alive` returns then); "lease not found" sets `lost`. This
+    is what rides through an election of etcd's own Raft leader (0.5-2 s in which no keepalive is
+    answered, and after which etcd's new leader extends every lease) without giving up what the
+    lease holds; `lapses` counts the deadlines that passed so.
 
         keeper = await LeaseKeeper.grant(etcd, ttl_s=1)
         nursery.start_soon(keeper.run)
     """
 
-    # The pause before a keepalive that failed is sent again.
+    # The pause before a keepalive that failed at once is sent again.
     RETRY_S = 0.05
+    # Keepalives on their way at once (each bounded by one attempt per member).
+    IN_FLIGHT_MAX = 4
 
     def __init__(self, client: EtcdClient, lease_id: int, ttl_s: int, deadline: float, *, outlive_deadline: bool = False) -> None:
         self.client = client
@@ -708,6 +730,12 @@ class LeaseKeeper:
         self.last_error: BaseException | None = None  # of the last keepalive that failed
         self.keepalives = 0
         self.lapses = 0  # deadlines that passed before etcd answered again (with `outlive_deadline`)
+        # Set by each keepalive answered (then made anew), and when the lease is lost: what a
+        # waiter for the lease to be alive again waits on (`wait_alive`).
+        self.answered = trio.Event()
+        self._again = trio.Event()  # a keepalive failed at once (or the lease was lost): look again now
+        self._in_flight = 0
+        self._failed_sent = -math.inf  # when the keepalive whose failure `last_error` is was sent
 
     @classmethod
     async def grant(cls, client: EtcdClient, ttl_s: int, *, outlive_deadline: bool = False) -> LeaseKeeper:
@@ -720,44 +748,83 @@ class LeaseKeeper:
     def alive(self) -> bool:
         return not self.lost.is_set() and trio.current_time() < self.deadline
 
+    async def wait_alive(self) -> None:
+        """Return once the lease is alive (at once if it is), or lost: after a lapse, as soon as a
+        keepalive is answered, not at the next poll of `alive`. Callers own the timeout."""
+        while not self.alive and not self.lost.is_set():
+            await self.answered.wait()
+
     async def run(self) -> None:
         """Keep the lease alive until cancelled or lost (then return, with `lost` set)."""
         next_at = self.deadline - self.ttl_s + self.interval_s
         lapsed = False
-        while not self.lost.is_set():
-            await trio.sleep_until(next_at if lapsed else min(next_at, self.deadline))
-            if trio.current_time() >= self.deadline and not lapsed:
-                reason = (f"no keepalive was answered before the lease's deadline ({self.ttl_s} s TTL); "
-                          f"the last failure: {self.last_error}")
-                if not self.outlive_deadline:
-                    self._lose(reason)
-                    return
-                lapsed = True
-                self.lapses += 1
-                self.lost_reason = reason
-            sent = trio.current_time()
-            try:
-                # Within the deadline, a keepalive may take until it; past it, one attempt's time.
-                with trio.move_on_at(self.deadline if not lapsed else sent + self.client.attempt_s * len(self.client.endpoints)):
-                    ttl = await self.client.lease_keepalive(self.lease_id)
-                    self.keepalives += 1
-                    self.deadline = max(self.deadline, sent + ttl)
-                    next_at = sent + self.interval_s
+        async with trio.open_nursery() as nursery:
+            while not self.lost.is_set():
+                with trio.move_on_at(next_at if lapsed else min(next_at, self.deadline)):
+                    await self._again.wait()
+                if self.lost.is_set():
+                    break
+                now = trio.current_time()
+                if now < self.deadline:
                     lapsed = False
-                    continue
-            except EtcdLeaseNotFound as err:
-                self._lose(str(err))
+                elif not lapsed:
+                    reason = (f"no keepalive was answered before the lease's deadline ({self.ttl_s} s TTL); "
+                              f"the last failure: {self.last_error}")
+                    if not self.outlive_deadline:
+                        self._lose(reason)
+                        break
+                    lapsed = True
+                    self.lapses += 1
+                    self.lost_reason = reason
+                if self._again.is_set() or now >= next_at:
+                    self._again = trio.Event()
+                    if self._in_flight < self.IN_FLIGHT_MAX:
+                        nursery.start_soon(self._renew, now)
+                    next_at = now + self.interval_s
+            nursery.cancel_scope.cancel()
+
+    async def _renew(self, sent: float) -> None:
+        """One keepalive, sent at `sent`: the deadline moves to `sent` + the TTL etcd answers."""
+        self._in_flight += 1
+        try:
+            # Past every member's attempt, so that the client's own account of each (a member
+            # that says it has no leader, one that does not answer) is what `last_error` keeps.
+            bound_s = self.client.attempt_s * len(self.client.endpoints) + 1.0
+            with trio.move_on_after(bound_s):
+                ttl = await self.client.lease_keepalive(self.lease_id)
+                self.keepalives += 1
+                self.deadline = max(self.deadline, sent + ttl)
+                self._tell()
                 return
-            except EtcdError as err:  # no member answered, or not as expected: ask again
-                self.last_error = err
-            next_at = trio.current_time() + self.RETRY_S
+            self._failed(sent, EtcdUnavailable([f"no keepalive answer within {bound_s:g} s"]))
+        except EtcdLeaseNotFound as err:
+            self._lose(str(err))
+        except EtcdError as err:  # no member answered, or not as expected: ask again soon
+            self._failed(sent, err)
+            await trio.sleep(self.RETRY_S)
+            self._again.set()
+        finally:
+            self._in_flight -= 1
+
+    def _failed(self, sent: float, error: BaseException) -> None:
+        """Keep the failure of the newest keepalive sent (several may be on their way, and an older
+        one that ends later says less about now)."""
+        if sent >= self._failed_sent:
+            self._failed_sent = sent
+            self.last_error = error
 
     async def revoke(self) -> bool:
         """End the lease now (its keys go with it); False when it was already gone."""
         self._lose("revoked")
         return await self.client.lease_revoke(self.lease_id)
 
+    def _tell(self) -> None:
+        self.answered.set()
+        self.answered = trio.Event()
+
     def _lose(self, reason: str) -> None:
         if not self.lost.is_set():
             self.lost_reason = reason
             self.lost.set()
+            self._tell()
+            self._again.set()

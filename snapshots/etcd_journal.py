@@ -76,11 +76,14 @@ class Unresolved(Exception):
 class PartitionKeys:
     """The etcd keys of one partition of a cluster."""
 
-    __slots__ = ("prefix", "leader", "log_prefix")
+    __slots__ = ("prefix", "leader", "handed", "log_prefix")
 
     def __init__(self, cluster_prefix: str, number: int) -> None:
         self.prefix = f"{cluster_prefix}p/{number:03d}/"
         self.leader = self.prefix + "leader"
+        # Put with the leader key's deletion when a leader hands the partition over: {"epoch": its
+        # epoch, "from", "to"} (what tells a hand-off from a failover; it sorts before "leader").
+        self.handed = self.prefix + "handed"
         self.log_prefix = self.prefix + "log/"
 
     def log(self, first_lsn: int) -> str:
@@ -147,6 +150,7 @@ class EtcdJournal:
             return self.appended_lsn
         first_lsn = self.appended_lsn + 1
         self.appended_lsn += len(bodies)
+        assert self.durable_lsn <= self.appended_lsn, "nothing is durable before it is appended"
         self._pending.append((first_lsn, bodies, on_durable))
         self._pending_bytes += size
         self._wakeup.set()
@@ -216,7 +220,9 @@ class EtcdJournal:
             part = sum(len(body) + 24 for body in bodies)
             if batch and size + part > self.batch_bytes_max:
                 break
-            batch.append(self._pending.pop(0))
+            taken = self._pending.pop(0)
+            assert not batch or taken[0] == batch[-1][0] + len(batch[-1][1]), "a batch's appends follow each other"
+            batch.append(taken)
             size += part
         self._pending_bytes -= size
         return batch
@@ -235,6 +241,9 @@ class EtcdJournal:
 
     async def _send(self, batch: list[tuple[int, list[bytes], Durable]]) -> None:
         first_lsn = batch[0][0]
+        # The LSN given at `append` is the key the batch is written under: batches are committed
+        # in order, each right after the last (the fence's second compare refuses a gap's twin).
+        assert first_lsn == self.durable_lsn + 1, f"batch at LSN {first_lsn} after {self.durable_lsn}"
         bodies = [body for _, part, _ in batch for body in part]
         data, _ = encode_frames(first_lsn, 0, bodies)
         log_key = self.keys.log(first_lsn)
@@ -268,6 +277,7 @@ class EtcdJournal:
                 return
         self.batches += 1
         self.durable_lsn = first_lsn + len(bodies) - 1
+        assert self.durable_lsn <= self.appended_lsn, "nothing is durable before it is appended"
         if self.on_committed is not None:
             self.on_committed(first_lsn, bodies)
         self._answer(batch, None)

@@ -58,6 +58,7 @@ __all__ = [
     "decode_file_header",
     "read_frame",
     "find_intact_frame",
+    "skip_frames",
 ]
 
 WAL_KIND = b"RSWAL\x00"
@@ -206,6 +207,27 @@ def read_frame(data: bytes | memoryview, offset: int) -> Frame | Damage:
     if _checksum(view[offset : offset + 20], body) != crc or index > lsn:
         return Damage(offset, "checksum")
     return Frame(offset, lsn, prev_crc, crc, body, end, lsn - index)
+
+
+def skip_frames(data: bytes | memoryview, offset: int, lsn: int, prev_crc: int, through_lsn: int) -> tuple[int, int, int]:
+    """Walk the frames from `offset` (the one of `lsn`, linked to `prev_crc`) up to and including
+    `through_lsn` by their headers alone: each must carry the next LSN and link to the crc the
+    frame before it declares, but bodies are not checksummed. Returns (offset, lsn, prev_crc) of
+    the first frame not walked; it stops early at anything else, for `read_frame` to say what.
+
+    For a reader that applies nothing up to `through_lsn` (a past point rebuilt from a snapshot
+    there): what a frame it skips holds does not matter, only where the next one starts, and
+    reading a header costs a twentieth of checksumming a record.
+    """
+    size = len(data)
+    unpack = _FRAME_HEAD_AND_CRC.unpack_from
+    while lsn <= through_lsn and offset + FRAME_HEADER_BYTES <= size:
+        length, found, index, link, crc = unpack(data, offset)
+        end = offset + FRAME_HEADER_BYTES + length
+        if found != lsn or link != prev_crc or not 0 < length <= BODY_BYTES_MAX or end > size or index > found:
+            break
+        offset, lsn, prev_crc = end, lsn + 1, crc
+    return offset, lsn, prev_crc
 
 
 def find_intact_frame(data: bytes | memoryview, start: int, lsn_min: int) -> Frame | None:

@@ -54,7 +54,7 @@ import math
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -68,6 +68,7 @@ from .frame import (
     file_version,
     find_intact_frame,
     read_frame,
+    skip_frames,
 )
 from .model import StateModel
 from .snapshot import SnapshotError, list_snapshots, load_snapshot, snapshot_version
@@ -79,6 +80,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("runstate.snapshots")
+
+# Shown each record after the snapshot before it is applied, with its LSN and the state so far:
+# False stops the reading there (`load`).
+Tap = Callable[[int, dict, Any], bool]
 
 
 def wal_dir(data_dir: str) -> str:
@@ -161,6 +166,7 @@ class Loaded:
     versions: set[int] = field(default_factory=set)
     # The older record formats a start found and rewrote in the current one (`Store.recover`).
     upgraded_from: list[int] = field(default_factory=list)
+    snapshot_entries: int = 0  # the entries of the snapshot used (its image's size)
 
 
 def load(
@@ -171,6 +177,9 @@ def load(
     through_lsn: int | None = None,
     disk: Disk | None = None,
     partition: int | None = None,
+    snapshot_lsn_max: int | None = None,
+    tap: Tap | None = None,
+    check_covered: bool = True,
 ) -> Loaded:
     """Read `data_dir` into `model.make_state()`; repair the tail when `repair`, else only report.
 
@@ -178,6 +187,13 @@ def load(
     and treat any damage before it as fatal. With `partition`, every file must say it holds that
     partition's records (a partition's folder); without, the files of a data directory written
     before partitions are read. Raises `RecoveryError` for rows 4, 5, 6, 9 and 11.
+
+    A state as it was at a past point (`history.py`) is read the same way, with two more
+    arguments: `snapshot_lsn_max`, the newest snapshot it may start from, and `tap`, shown every
+    record after the snapshot, read and checked, before it is applied, with its LSN and the state
+    so far: when it answers False the log is read no further (that record is not applied, and the
+    log counts as ending before it). It also passes `check_covered=False`: the frames the snapshot
+    covers are walked by their headers (`frame.skip_frames`), not checksummed.
     """
     disk = disk or Disk()
     snaps = snapshot_dir(data_dir)
@@ -186,15 +202,16 @@ def load(
             if name.endswith(".tmp"):  # a crash while writing a snapshot (row 8)
                 log.warning("removing %s, left by a crash while writing a snapshot", name)
                 disk.remove(os.path.join(snaps, name))
-    loaded = _load_snapshot(snaps, model, through_lsn, partition)
-    _replay_wal(wal_dir(data_dir), loaded, model, repair, through_lsn, disk, partition)
+    newest_allowed = min(through_lsn if through_lsn is not None else math.inf, snapshot_lsn_max if snapshot_lsn_max is not None else math.inf)
+    loaded = _load_snapshot(snaps, model, newest_allowed, partition)
+    _replay_wal(wal_dir(data_dir), loaded, model, repair, through_lsn, disk, partition, tap, check_covered)
     return loaded
 
 
-def _load_snapshot(snaps: str, model: StateModel, through_lsn: int | None, partition: int | None) -> Loaded:
+def _load_snapshot(snaps: str, model: StateModel, newest_allowed: float, partition: int | None) -> Loaded:
     bad: list[str] = []
     for lsn, path in reversed(list_snapshots(snaps)):
-        if through_lsn is not None and lsn > through_lsn:
+        if lsn > newest_allowed:
             continue
         version = snapshot_version(path)
         if version is not None and version > model.records.version:  # row 10, not row 8: never fall back
@@ -208,13 +225,13 @@ def _load_snapshot(snaps: str, model: StateModel, through_lsn: int | None, parti
             log.error("snapshot does not verify, trying an older one: %s", error)
             bad.append(str(error))
             continue
-        return Loaded(state, lsn, path, lsn, 0, info.newest_ms, bad_snapshots=bad, versions={info.version})
+        return Loaded(state, lsn, path, lsn, 0, info.newest_ms, bad_snapshots=bad, versions={info.version}, snapshot_entries=info.entries)
     return Loaded(model.make_state(), bad_snapshots=bad)
 
 
 def _replay_wal(
     directory: str, loaded: Loaded, model: StateModel, repair: bool, through_lsn: int | None, disk: Disk,
-    partition: int | None,
+    partition: int | None, tap: Tap | None = None, check_covered: bool = True,
 ) -> None:
     segments = list_segments(directory)
     snapshot_lsn = loaded.snapshot_lsn
@@ -234,6 +251,7 @@ def _replay_wal(
     last_lsn: int | None = None  # of the log read so far (None before the first segment)
     stop_lsn = math.inf if through_lsn is None else through_lsn  # the last record to read
     prev_crc = 0
+    tapped = False  # the tap stopped the reading
     for number, (name_lsn, path) in enumerate(segments):
         is_last = number == len(segments) - 1
         with open(path, "rb") as file:
@@ -266,6 +284,8 @@ def _replay_wal(
         offset = header_size
         frames = memoryview(data)  # read_frame slices bodies out of one view of the segment
         size = len(data)
+        if not check_covered and expected <= snapshot_lsn:
+            offset, expected, prev_crc = skip_frames(frames, offset, expected, prev_crc, min(snapshot_lsn, stop_lsn))
         newest_ms = loaded.newest_ms
         older = version != current  # records to upgrade as they are read
         # The loop runs once per record: what it needs is in locals, the frame is unpacked once.
@@ -287,8 +307,14 @@ def _replay_wal(
                     if older:
                         record = upgrade(record, version)
                     check(record)
+                except Exception as error:  # not JSON, or not a record of the format
+                    raise RecoveryError(path, offset, f"record {lsn} does not apply: {error!r}") from None
+                if tap is not None and not tap(lsn, record, loaded.state):
+                    tapped = True
+                    break
+                try:
                     state_apply(record)
-                except Exception as error:  # not JSON, not a record of the format, or not one that applies
+                except Exception as error:  # not one that applies
                     raise RecoveryError(path, offset, f"record {lsn} does not apply: {error!r}") from None
                 at_ms = record.get("at_ms")
                 if at_ms.__class__ is int and at_ms > newest_ms:
@@ -300,9 +326,9 @@ def _replay_wal(
         # The records applied: the ones read past the snapshot's LSN.
         loaded.records += max(0, expected - max(first_lsn, snapshot_lsn + 1))
         last_lsn = expected - 1
-        if expected > stop_lsn:
+        if expected > stop_lsn or tapped:
             break
-    if through_lsn is not None and max(last_lsn or 0, snapshot_lsn) < through_lsn:
+    if through_lsn is not None and not tapped and max(last_lsn or 0, snapshot_lsn) < through_lsn:
         raise RecoveryError(directory, 0, f"the log ends at LSN {last_lsn}, before {through_lsn}")
     if last_lsn is not None and last_lsn >= snapshot_lsn:
         loaded.last_lsn, loaded.prev_crc = last_lsn, prev_crc

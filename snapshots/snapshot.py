@@ -55,6 +55,7 @@ __all__ = [
     "snapshot_name",
     "list_snapshots",
     "snapshot_version",
+    "snapshot_point",
 ]
 
 SNAPSHOT_SUFFIX = ".snap"
@@ -103,6 +104,35 @@ def snapshot_version(path: str) -> int | None:
     """The record format version a snapshot file says it holds (None: not a snapshot)."""
     with open(path, "rb") as file:
         return file_version(file.read(8), SNAPSHOT_KIND)
+
+
+# Bytes read to find a snapshot's begin mark: its header and a first frame of a few dozen bytes.
+BEGIN_READ_BYTES = 4096
+
+
+def snapshot_point(path: str) -> tuple[int, int] | None:
+    """(LSN, newest_ms) of the snapshot at `path`, from its header and begin mark only; None when
+    they do not read (a damaged or foreign file: `load_snapshot` says why when it is loaded).
+
+    `newest_ms` is the newest `at_ms` of the records it covers: the time it stands at, which is
+    how a point in time finds the snapshot to start from without loading any other."""
+    with open(path, "rb") as file:
+        data = file.read(BEGIN_READ_BYTES)
+    version = file_version(data, SNAPSHOT_KIND)
+    header = None if version is None else decode_file_header(data, bytes(data[:8]))
+    if header is None:
+        return None
+    found = read_frame(data, header.size)
+    if not isinstance(found, Frame) or found.lsn != 1 or found.prev_crc != 0:
+        return None
+    try:
+        begin = orjson.loads(found.body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(begin, dict) or begin.get("type") != "snapshot.begin" or begin.get("lsn") != header.first_lsn:
+        return None
+    newest_ms = begin.get("newest_ms")
+    return (header.first_lsn, newest_ms) if isinstance(newest_ms, int) else None
 
 
 def write_snapshot(

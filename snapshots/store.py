@@ -23,12 +23,17 @@ all at or before it) and logs that it did. A crash part way is harmless: the new
 published atomically before anything is deleted, and the next start deletes what is left.
 
 `Store.run` keeps three things going: the journal's writer, snapshots every `snapshot_every_records`
-records or `snapshot_every_s` seconds (`compaction.py`), and the repair after a failed write: the
+records or `snapshot_every_s` seconds, or, in a local copy of a cluster's log, every
+`snapshot_every_bytes` bytes copied (`compaction.py`), and the repair after a failed write: the
 state is rebuilt from what is on disk and handed to `kernel.restore()` at once (reads then show
 only recorded changes). Then every `probe_interval_s` the WAL is truncated to the last good record
 and a new segment begun; once that works, another rebuild (not yet live, so nothing reads it while
 it changes) takes the boot decisions as at a start, they are written, and that state is restored:
 the journal takes changes again.
+
+History. With `history_retention_s`, the snapshots and segments that any point of that window
+needs are kept (`compaction.prune`), and a fourth task takes checkpoints: snapshots close enough
+together that a past point is rebuilt from one plus a bounded stretch of the WAL (`history.py`).
 """
 
 from __future__ import annotations
@@ -66,6 +71,10 @@ class StoreConfig:
     segment_bytes_max: int = 64 * 1024 * 1024
     snapshot_every_records: int = 1_000_000
     snapshot_every_s: float = 3600.0
+    # A snapshot once the log holds this many bytes of records past the last one (None: no such
+    # trigger). A cluster's node sets it for its copies: what the log in etcd keeps is what lies
+    # above the oldest snapshot of the partition a node has, so this bounds etcd's share of it.
+    snapshot_every_bytes: int | None = None
     # How often the snapshot task looks whether one is due.
     snapshot_poll_s: float = 1.0
     snapshots_kept: int = 2
@@ -74,6 +83,13 @@ class StoreConfig:
     fsync_slow_ms: float = 100.0
     # After a failed write: how often to try the disk again.
     probe_interval_s: float = 1.0
+    # History (`history.py`): how long before the newest snapshot's time the snapshots and WAL
+    # segments a past point needs are kept (0: none beyond what recovery needs), and a snapshot
+    # (a checkpoint) once the WAL holds this many records past the last one, or as many as the
+    # last snapshot's entries if that is more, while history is kept: a point then replays at
+    # most that many records on top of its snapshot.
+    history_retention_s: float = 0.0
+    history_checkpoint_every_records: int = 50_000
 
 
 @contextlib.contextmanager
@@ -199,6 +215,13 @@ class Store:
         self.journal: WalJournal | None = None
         self.report: RecoveryReport | None = None
         self.snapshot_lsn = 0
+        # The entries of the newest snapshot (its image's size): checkpoints are never closer
+        # than this many records, so that writing them costs at most an entry per record.
+        self.snapshot_entries = 0
+        # Bytes of records copied into a followed log since the store opened (`copy`), and that
+        # count when the newest snapshot was taken: what the byte trigger compares.
+        self.copied_bytes = 0
+        self._snapshot_bytes = 0
         # The last LSN of the start's own records (boot, restart decisions): a final snapshot is
         # worth taking only past it (`Runtime.flush`).
         self.booted_lsn = 0
@@ -274,6 +297,7 @@ class Store:
         # first: on a large state that alone would hold the loop for a second.
         gc.freeze()
         self.snapshot_lsn = loaded.snapshot_lsn
+        self.snapshot_entries = loaded.snapshot_entries
         self.booted_lsn = self.journal.durable_lsn
         self.report = RecoveryReport(
             data_dir=self.data_dir,
@@ -367,6 +391,8 @@ class Store:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.journal.run)
             nursery.start_soon(self._snapshots)
+            if self.config.history_retention_s > 0:
+                nursery.start_soon(self._checkpoints)
             if not self.following:  # a local copy that fails is rebuilt by its node, not here
                 nursery.start_soon(self._repairs)
             task_status.started()
@@ -378,12 +404,33 @@ class Store:
         while True:
             await trio.sleep(self.config.snapshot_poll_s)
             behind = journal.durable_lsn - self.snapshot_lsn
+            every_bytes = self.config.snapshot_every_bytes
             due = behind >= self.config.snapshot_every_records or (
                 behind > 0 and trio.current_time() - last_at >= self.config.snapshot_every_s
-            )
+            ) or (behind > 0 and every_bytes is not None and self.bytes_since_snapshot >= every_bytes)
             if due and journal.failure is None:
                 await self.snapshot()
                 last_at = trio.current_time()
+
+    @property
+    def checkpoint_every_records(self) -> int:
+        """Records past the newest snapshot at which a history checkpoint is taken: the setting,
+        or the newest snapshot's entries if more (a large state is not written over and over)."""
+        return max(self.config.history_checkpoint_every_records, self.snapshot_entries)
+
+    async def _checkpoints(self) -> None:
+        """Snapshots close enough together that any point of the history kept is rebuilt from
+        one of them plus at most `checkpoint_every_records` records (`history.py`)."""
+        journal = self.journal
+        assert journal is not None
+        while True:
+            await trio.sleep(self.config.snapshot_poll_s)
+            if journal.failure is None and journal.durable_lsn - self.snapshot_lsn >= self.checkpoint_every_records:
+                await self.snapshot()
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self.config.history_retention_s * 1000)
 
     async def snapshot(self) -> int:
         """Take a snapshot at the durable end of the log now; returns its LSN (0 if none was taken)."""
@@ -395,6 +442,7 @@ class Store:
             if journal.failure is not None:
                 return 0
             through = journal.durable_lsn
+            copied = self.copied_bytes  # (what is copied from here on counts towards the next one)
             started = time.perf_counter()
             try:
                 if self._child_model is not None:
@@ -403,7 +451,7 @@ class Store:
                     with _collector_paused():
                         info = await self.run_blocking(
                             take_snapshot, self.data_dir, through, self.model, self.disk, self.config.snapshots_kept,
-                            self.partition,
+                            self.partition, self.retention_ms,
                         )
             except OSError as error:
                 log.error("snapshot at LSN %d failed (the WAL is kept): %s", through, error)
@@ -416,18 +464,32 @@ class Store:
             return 0
         seconds = time.perf_counter() - started
         self.snapshot_lsn = info.lsn
+        self._snapshot_bytes = copied
         self.snapshots_taken += 1
         fields = {"lsn": info.lsn, "entries": info.entries, "bytes": info.size_bytes, "seconds": round(seconds, 3)}
         if self.partition is not None:
             fields["partition"] = self.partition
+        self.snapshot_entries = info.entries
         log.info("snapshot at LSN %d: %d entries, %d bytes", info.lsn, info.entries, info.size_bytes, extra={"event": "snapshot", "fields": fields})
         if self.on_snapshot is not None:
             self.on_snapshot(seconds)
         return info.lsn
 
+    @property
+    def bytes_since_snapshot(self) -> int:
+        """Bytes of records copied (`copy`) since the newest snapshot began (0 unless following)."""
+        return self.copied_bytes - self._snapshot_bytes
+
+    def copy(self, first_lsn: int, bodies: list[bytes]) -> None:
+        """Write records a replicated log committed (a cluster's partition) into this local copy,
+        at the LSNs they have there; counted for `snapshot_every_bytes`."""
+        assert self.following and self.journal is not None, "only a local copy of a log is written so"
+        self.journal.append_encoded(first_lsn, bodies)
+        self.copied_bytes += sum(len(body) for body in bodies)
+
     async def _snapshot_in_child(self, through: int) -> SnapshotInfo | None:
         assert self._child_model is not None
-        argv = command(self.data_dir, through, self.config.snapshots_kept, self.partition)
+        argv = command(self.data_dir, through, self.config.snapshots_kept, self.partition, self.retention_ms)
         result = await trio.run_process(
             argv, stdin=self._child_model, capture_stdout=True, capture_stderr=True, check=False
         )

@@ -35,10 +35,28 @@ def module_server():
         yield process
 
 
-# The longest tests, first: with `-n` each starts on its own process and runs beside the rest.
-FIRST = ("test_a_batch_of_seeds_breaks_no_invariant", "test_generated_requests_never_get_a_5xx_and_answers_match_the_document",
-         "test_every_fault_once_loses_no_acknowledged_change")
+# How `make test` shares the tests between its processes (`-n 3 --dist loadscope`): a process takes
+# a file's tests together (many share a module-scoped server; the browser tests keep Playwright's
+# loop in theirs), or a class's: only the simulation's batch (a class per seed,
+# tests/sim/test_sim_batch.py) and the schemathesis run (a class per share of the operations) have
+# classes, so those go to whichever process is free. The order below is
+# the order the processes take work in: the longest first, so that none starts late and ends the
+# run alone (the fault campaign, one test of about two minutes; then the schemathesis run, a class
+# per share of the operations, tests/server/test_openapi.py); then the rest; then the simulation's
+# injected bugs; then its seeds, which are short and many, and fill the processes to the end.
+LONGEST_FILES = (
+    "tests/cluster/test_faults.py",
+    "tests/server/test_openapi.py",
+)
+SIMULATION, BATCH = "tests/sim/", "tests/sim/test_sim_batch.py"
+
+
+def _rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    if path in LONGEST_FILES:
+        return LONGEST_FILES.index(path)
+    return len(LONGEST_FILES) + (2 if path == BATCH else 1 if path.startswith(SIMULATION) else 0)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: FIRST.index(item.name) if item.name in FIRST else len(FIRST))
+    items.sort(key=_rank)

@@ -35,7 +35,7 @@ def _drawn(command_class: type):
 
 class KeyOps(_Ops):
     def spaces_for(self, secret: str) -> frozenset[str]:
-        return self._kernel.state.keys.spaces_for(secret)
+        return self._kernel.keys.spaces_for(secret)
 
     async def register(self, secret: str, spaces: frozenset[str], name: str | None = None) -> dict:
         return await self._submit(c.RegisterKey, key_digest=digest(secret), spaces=frozenset(spaces), name=name)

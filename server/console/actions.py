@@ -98,6 +98,14 @@ def _reason(visit: Visit) -> str | None:
     return reason
 
 
+def _editor_only(visit: Visit, what: str) -> None:
+    """Refuse an action's confirmation to a key that may only read: the API would refuse the
+    action itself (`Runtime.authorize`), and is still what refuses a forged one."""
+    assert visit.session is not None, "an action needs a session"
+    if not visit.session.may_act:
+        raise refuse("FORBIDDEN", f"this API key has the viewer role: it reads this space and cannot {what}", status=403)
+
+
 def _done(location: str, notice: str) -> Answer:
     """Back to `location`, which says the action is done (`site.NOTICES`)."""
     return redirect(location + ("&" if "?" in location else "?") + urlencode({"done": notice}))
@@ -108,6 +116,7 @@ def _done(location: str, notice: str) -> Answer:
 
 @page("GET", "/s/{space}/runs/{run_id}/cancel")
 async def confirm_cancel_run(console: Console, visit: Visit, space: str, run_id: str) -> Answer:
+    _editor_only(visit, "cancel a run")
     data = await views.run(console.kernel, space, run_id)
     counts = data["counts"]
     effects = [
@@ -129,6 +138,7 @@ async def cancel_run(console: Console, visit: Visit, space: str, run_id: str) ->
 
 @page("GET", "/s/{space}/tasks/{task_id}/cancel")
 async def confirm_cancel_task(console: Console, visit: Visit, space: str, task_id: str) -> Answer:
+    _editor_only(visit, "cancel a task")
     data = await views.task(console.kernel, space, task_id)
     found = data["task"]
     effects = [f"task {found['taskKey']} ({found['state'].lower()}) ends CANCELLED with the reason given, and keeps it"]
@@ -158,6 +168,7 @@ def release_offered() -> bool:
 
 @page("GET", "/s/{space}/claims/release")
 async def confirm_release(console: Console, visit: Visit, space: str) -> Answer:
+    _editor_only(visit, "release a claim")
     run, key = visit.text("run"), visit.text("key")
     if run is None or key is None:
         raise refuse(VALIDATION_FAILED, "name the claim to release: run and key")

@@ -14,6 +14,10 @@ import trio
 
 from ...actors.errors import NOT_FOUND, VALIDATION_FAILED, KernelError
 from ...actors.events import EVENT_TYPES
+from ...actors.timestamps import format_ms, parse_timestamp
+from . import plots
+from ..history_views import Diff
+from .charts import INTERVAL_S
 from .render import STATIC, render
 from .sessions import clear_cookie, set_cookie
 from .site import PREFIX, Answer, Console, Visit, page, redirect, refuse
@@ -27,6 +31,8 @@ DELIVERY_STATES = ("QUEUED", "DELAYED", "LEASED")
 # The windows of the swimlanes and of a worker's blast radius, by their names in the URL.
 WINDOWS = {"5m": 300, "15m": 900, "1h": 3600, "6h": 6 * 3600, "24h": 86_400}
 KEY_CHARS_MAX = 512
+# The events a page of changes lists (the counts cover them all).
+CHANGES_SHOWN_MAX = 200
 
 
 # -- signing in and out --------------------------------------------------------------------------
@@ -123,7 +129,7 @@ async def space_home(console: Console, visit: Visit, space: str) -> Answer:
 
 @page("GET", "/s/{space}/space")
 async def space_page(console: Console, visit: Visit, space: str) -> Answer:
-    data = await views.space_overview(console.kernel, space)
+    data = await views.space_overview(visit.reader, space)
     return console.page(visit, "space.html", **data)
 
 
@@ -132,14 +138,14 @@ async def space_page(console: Console, visit: Visit, space: str) -> Answer:
 
 @page("GET", "/s/{space}/runs")
 async def runs(console: Console, visit: Visit, space: str) -> Answer:
-    data = await views.runs(console.kernel, space, state=visit.choice("state", RUN_STATES), name=visit.text("name"),
+    data = await views.runs(visit.reader, space, state=visit.choice("state", RUN_STATES), name=visit.text("name"),
                             cursor=visit.text("cursor"), limit=visit.limit())
     return console.page(visit, "runs.html", states=RUN_STATES, **data)
 
 
 @page("GET", "/s/{space}/runs/{run_id}")
 async def run(console: Console, visit: Visit, space: str, run_id: str) -> Answer:
-    data = await views.run(console.kernel, space, run_id)
+    data = await views.run(visit.reader, space, run_id)
     return console.page(visit, "run.html", **data)
 
 
@@ -149,7 +155,7 @@ async def run(console: Console, visit: Visit, space: str, run_id: str) -> Answer
 @page("GET", "/s/{space}/claims")
 async def claims(console: Console, visit: Visit, space: str) -> Answer:
     every = visit.choice("show", ("held", "all")) == "all"
-    data = await views.claims(console.kernel, space, run=visit.text("run"), key=visit.text("key"), holder=visit.text("holder"),
+    data = await views.claims(visit.reader, space, run=visit.text("run"), key=visit.text("key"), holder=visit.text("holder"),
                               held_only=not every, cursor=visit.text("cursor"), limit=visit.limit())
     from .actions import release_offered
 
@@ -159,10 +165,50 @@ async def claims(console: Console, visit: Visit, space: str) -> Answer:
 @page("GET", "/s/{space}/lanes")
 async def lanes(console: Console, visit: Visit, space: str) -> Answer:
     window = visit.choice("window", ("fit", *WINDOWS)) or "fit"
+    between = _between(visit)
     fenced = console.runtime.telemetry.fenced.in_space(space, "claim")
-    data = await views.lanes(console.kernel, space, fenced, run=visit.text("run"), key=visit.text("key"),
-                             window_s=WINDOWS.get(window, 3600), fit=window == "fit")
-    return console.page(visit, "lanes.html", windows=("fit", *WINDOWS), window=window, **data)
+    if visit.past is not None:  # (the refusals seen up to the point; this server's memory of them)
+        fenced = [mark for mark in fenced if mark.at_ms <= visit.past.point.now_ms]
+    data = await views.lanes(visit.reader, space, fenced, run=visit.text("run"), key=visit.text("key"),
+                             window_s=WINDOWS.get(window, 3600), fit=window == "fit", between=between)
+    return console.page(visit, "lanes.html", windows=("fit", *WINDOWS), window=window, zoom=_zoom_links(visit, data), **data)
+
+
+def _between(visit: Visit) -> tuple[int, int] | None:
+    """A zoom's window, `from` and `to` (RFC 3339 times, both or neither), checked."""
+    texts = visit.text("from"), visit.text("to")
+    if texts == (None, None):
+        return None
+    if None in texts:
+        raise refuse(VALIDATION_FAILED, "a zoom names both ends of its window: from and to")
+    try:
+        start_ms, end_ms = (parse_timestamp(text) for text in texts)  # type: ignore[arg-type]
+    except ValueError:
+        raise refuse(VALIDATION_FAILED, "from and to are RFC 3339 times with a zone, such as 2026-12-04T12:00:00.000Z") from None
+    if not views.swimlanes.ZOOM_MS_MIN <= end_ms - start_ms <= WINDOWS["24h"] * 1000:
+        raise refuse(VALIDATION_FAILED, f"a zoom's window is {views.swimlanes.ZOOM_MS_MIN} ms to 24 hours long, from before to")
+    return start_ms, end_ms
+
+
+def _zoom_links(visit: Visit, data: dict) -> dict[str, str]:
+    """Links that zoom out (twice the window, about its middle), move it half a window back or on,
+    and leave the zoom; each keeps the key and run filters."""
+    start_ms, end_ms = data["start"], data["end"]
+    span, middle = end_ms - start_ms, (start_ms + end_ms) // 2
+
+    def window(a: int, b: int) -> str:
+        b = min(b, data["now"])
+        a = min(a, b - views.swimlanes.ZOOM_MS_MIN)
+        if b - a > WINDOWS["24h"] * 1000:
+            a = b - WINDOWS["24h"] * 1000
+        return visit.here(**{"from": format_ms(a), "to": format_ms(b), "window": None})
+
+    links = {"out": window(middle - span, middle + span), "back": window(start_ms - span // 2, end_ms - span // 2)}
+    if end_ms < data["now"]:
+        links["on"] = window(start_ms + span // 2, end_ms + span // 2)
+    if data["zoomed"]:
+        links["whole"] = visit.here(**{"from": None, "to": None})
+    return links
 
 
 # -- tasks ---------------------------------------------------------------------------------------
@@ -170,20 +216,20 @@ async def lanes(console: Console, visit: Visit, space: str) -> Answer:
 
 @page("GET", "/s/{space}/tasks")
 async def tasks(console: Console, visit: Visit, space: str) -> Answer:
-    data = await views.tasks(console.kernel, space, state=visit.choice("state", TASK_STATES), run=visit.text("run"),
+    data = await views.tasks(visit.reader, space, state=visit.choice("state", TASK_STATES), run=visit.text("run"),
                              mailbox=visit.text("mailbox"), key=visit.text("key"), cursor=visit.text("cursor"), limit=visit.limit())
     return console.page(visit, "tasks.html", states=TASK_STATES, **data)
 
 
 @page("GET", "/s/{space}/tasks/{task_id}")
 async def task(console: Console, visit: Visit, space: str, task_id: str) -> Answer:
-    data = await views.task(console.kernel, space, task_id)
+    data = await views.task(visit.reader, space, task_id)
     return console.page(visit, "task.html", **data)
 
 
 @page("GET", "/s/{space}/tasks/{task_id}/why")
 async def why_task(console: Console, visit: Visit, space: str, task_id: str) -> Answer:
-    data = await views.why_task(console.kernel, space, task_id)
+    data = await views.why_task(visit.reader, space, task_id)
     return console.page(visit, "why.html", back=f"{PREFIX}/s/{space}/tasks/{task_id}", **data)
 
 
@@ -192,13 +238,13 @@ async def why_claim(console: Console, visit: Visit, space: str) -> Answer:
     run, key = visit.text("run"), visit.text("key")
     if run is None or key is None:
         raise refuse(VALIDATION_FAILED, "name the claim: run and key")
-    data = await views.why_claim(console.kernel, space, run, key)
+    data = await views.why_claim(visit.reader, space, run, key)
     return console.page(visit, "why.html", back=f"{PREFIX}/s/{space}/claims?key={quote(key, safe='')}", **data)
 
 
 @page("GET", "/s/{space}/waiters/{waiter_id}/why")
 async def why_waiter(console: Console, visit: Visit, space: str, waiter_id: str) -> Answer:
-    data = await views.why_waiter(console.kernel, space, waiter_id)
+    data = await views.why_waiter(visit.reader, space, waiter_id)
     return console.page(visit, "why.html", back=f"{PREFIX}/s/{space}/capacity", **data)
 
 
@@ -207,14 +253,14 @@ async def why_waiter(console: Console, visit: Visit, space: str, waiter_id: str)
 
 @page("GET", "/s/{space}/queues")
 async def queues(console: Console, visit: Visit, space: str) -> Answer:
-    data = await views.queues(console.kernel, space)
+    data = await views.queues(visit.reader, space)
     return console.page(visit, "queues.html", **data)
 
 
 @page("GET", "/s/{space}/queues/{mailbox_id}")
 async def queue(console: Console, visit: Visit, space: str, mailbox_id: str) -> Answer:
     data = await views.queue(
-        console.kernel, space, mailbox_id, state=visit.choice("state", DELIVERY_STATES), cursor=visit.text("cursor"),
+        visit.reader, space, mailbox_id, state=visit.choice("state", DELIVERY_STATES), cursor=visit.text("cursor"),
         limit=visit.limit(), reason=visit.text("reason"), older_s=visit.number("older", 1, 365 * 86_400),
         dead_cursor=visit.text("deadCursor"),
     )
@@ -225,14 +271,14 @@ async def queue(console: Console, visit: Visit, space: str, mailbox_id: str) -> 
 
 @page("GET", "/s/{space}/capacity")
 async def capacity(console: Console, visit: Visit, space: str) -> Answer:
-    data = await views.capacity(console.kernel, space)
+    data = await views.capacity(visit.reader, space)
     return console.page(visit, "capacity.html", **data)
 
 
 @page("GET", "/s/{space}/coordination")
 async def coordination(console: Console, visit: Visit, space: str) -> Answer:
     cursors = {name: visit.text(name + "Cursor") for name in ("groups", "barriers", "timers")}
-    data = await views.coordination(console.kernel, space, run=visit.text("run"), cursors=cursors, limit=visit.limit())
+    data = await views.coordination(visit.reader, space, run=visit.text("run"), cursors=cursors, limit=visit.limit())
     return console.page(visit, "coordination.html", **data)
 
 
@@ -248,9 +294,55 @@ async def events(console: Console, visit: Visit, space: str) -> Answer:
         unknown = types - set(EVENT_TYPES)
         if unknown:
             raise refuse(VALIDATION_FAILED, f"no event type {sorted(unknown)[0]!r}; the types are {', '.join(EVENT_TYPES)}")
-    data = await views.events(console.kernel, space, types=types, run=visit.text("run"), key=visit.text("key"),
+    data = await views.events(visit.reader, space, types=types, run=visit.text("run"), key=visit.text("key"),
                               before=visit.number("before", 1, 2**62), limit=visit.limit())
     return console.page(visit, "events.html", event_types=EVENT_TYPES, types=sorted(types or ()), **data)
+
+
+# -- charts --------------------------------------------------------------------------------------
+
+
+@page("GET", "/s/{space}/charts")
+async def charts(console: Console, visit: Visit, space: str) -> Answer:
+    """The space's traffic over time (`charts.py`, `plots.py`), drawn from what this server keeps."""
+    window = visit.choice("window", tuple(plots.WINDOWS)) or "30m"
+    # The charts are this server's memory of traffic, not rebuilt from the journal: at a past point
+    # the page says so and draws them up to now.
+    drawn = plots.charts_of(console.runtime.telemetry.charts.series.get(space), window)
+    cursor = await views.newest_event(visit.reader, space)
+    return console.page(visit, "charts.html", windows=tuple(plots.WINDOWS), window=window, interval=INTERVAL_S,
+                        cursor=cursor, **drawn)
+
+
+# -- what changed between two points ---------------------------------------------------------------
+
+
+@page("GET", "/s/{space}/changes")
+async def changes(console: Console, visit: Visit, space: str) -> Answer:
+    """What changed in the space between two points (`history_views.Diff`, as GET /history/diff
+    answers it): counts by state at each, events by type and cause, and the events themselves."""
+    first, second = visit.text("from"), visit.text("to")
+    if first is None:
+        first = visit.text("at")
+    found = None
+    if first is not None:
+        diff = Diff(space)
+        points = await console.runtime.history.between(
+            space, first, second or format_ms(console.kernel.clock.now_ms()), diff.at_point, diff.on_record,
+        )
+        found = diff.view(*points)
+    return console.page(visit, "changes.html", diff=found, first=first, second=second, shown_max=CHANGES_SHOWN_MAX)
+
+
+# -- search --------------------------------------------------------------------------------------
+
+
+@page("GET", "/s/{space}/search")
+async def search(console: Console, visit: Visit, space: str) -> Answer:
+    """Runs, claim keys, holders, task keys and mailboxes that match `q` (`views/search.py`)."""
+    text = visit.text("q")
+    data = await views.search(visit.reader, space, text) if text else {"results": None, "more": {}, "text": ""}
+    return console.page(visit, "search.html", **data)
 
 
 # -- workers -------------------------------------------------------------------------------------
@@ -259,14 +351,14 @@ async def events(console: Console, visit: Visit, space: str) -> Answer:
 @page("GET", "/s/{space}/workers")
 async def workers(console: Console, visit: Visit, space: str) -> Answer:
     window = visit.choice("window", tuple(WINDOWS)) or "1h"
-    data = await views.workers(console.kernel, space, window_s=WINDOWS[window])
+    data = await views.workers(visit.reader, space, window_s=WINDOWS[window])
     return console.page(visit, "workers.html", windows=tuple(WINDOWS), window=window, **data)
 
 
 @page("GET", "/s/{space}/workers/{holder}")
 async def worker(console: Console, visit: Visit, space: str, holder: str) -> Answer:
     window = visit.choice("window", tuple(WINDOWS)) or "1h"
-    data = await views.worker(console.kernel, space, holder, window_s=WINDOWS[window])
+    data = await views.worker(visit.reader, space, holder, window_s=WINDOWS[window])
     return console.page(visit, "worker.html", windows=tuple(WINDOWS), window=window, **data)
 
 

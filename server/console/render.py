@@ -46,13 +46,14 @@ def static_url(name: str) -> str:
     return f"/console/static/{name}?v={STATIC[name][2]}"
 
 
-def _when(value: Any, countdown: bool = False) -> Markup:
+def _when(value: Any, countdown: bool = False, precise: bool = False) -> Markup:
     """A wire timestamp as a `<time>` the page shows in local, UTC or relative time (the
-    visitor's choice); `countdown` makes it count down to (or up from) that moment."""
+    visitor's choice); `countdown` makes it count down to (or up from) that moment, `precise`
+    shows its milliseconds (a zoomed swimlane's generations are milliseconds apart)."""
     if value is None or value == "":
         return Markup('<span class="none">—</span>')
     text = escape(value)
-    attribute = " data-countdown" if countdown else ""
+    attribute = (" data-countdown" if countdown else "") + (" data-precise" if precise else "")
     return Markup(f'<time datetime="{text}"{attribute}>{text}</time>')
 
 
@@ -69,7 +70,7 @@ _ENV.filters["iso"] = format_ms
 # rendered alone (`render_block`) has them as the whole page does.
 _ENV.globals.update(
     (name, getattr(_ENV.get_template("macros.html").module, name))
-    for name in ("state", "pager", "json", "run_link", "worker_link", "event_table")
+    for name in ("state", "pager", "json", "run_link", "worker_link", "event_table", "payload")
 )
 _ENV.globals["static_url"] = static_url
 

@@ -37,7 +37,7 @@ COOKIE_HEADER_CHARS_MAX = 8192
 
 
 class Session:
-    __slots__ = ("id", "secret", "admin", "key_id", "key_name", "spaces", "csrf", "started_s", "seen_s")
+    __slots__ = ("id", "secret", "admin", "key_id", "key_name", "spaces", "role", "csrf", "started_s", "seen_s")
 
     def __init__(self, secret: str, admin: bool, key_id: str | None, key_name: str | None, now_s: float) -> None:
         self.id = secrets.token_urlsafe(32)
@@ -46,16 +46,25 @@ class Session:
         self.key_id = key_id
         self.key_name = key_name
         self.spaces: frozenset[str] = frozenset()  # the spaces an API key opens, as last checked
+        # What the key may do (`actors/keys.py`: editor or viewer; "admin" for the admin key), as
+        # last checked: the console offers only the actions the API would take from it.
+        self.role = "admin" if admin else "editor"
         self.csrf = secrets.token_urlsafe(32)
         self.started_s = now_s
         self.seen_s = now_s
 
     @property
     def who(self) -> str:
-        """How the console names the signed-in key."""
+        """How the console names the signed-in key: which kind of key, and its name (or id) in
+        quotes, so that a name such as "generated at first start" does not read as a status."""
         if self.admin:
             return "admin key"
-        return self.key_name or self.key_id or "API key"
+        return f"API key “{self.key_name}”" if self.key_name else f"API key {self.key_id or ''}".rstrip()
+
+    @property
+    def may_act(self) -> bool:
+        """Whether the console offers its actions (a viewer's key would be refused each one)."""
+        return self.role != "viewer"
 
     def csrf_matches(self, token: str | None) -> bool:
         return token is not None and hmac.compare_digest(self.csrf.encode(), token.encode("utf-8", "surrogatepass"))

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, quote as url_quote, urlencode
 import trio
 
 from ...actors.errors import INTERNAL, NOT_FOUND, UNAVAILABLE, VALIDATION_FAILED, KernelError
+from ...actors.timestamps import parse_timestamp
 from ..doors import BodyReading, ClientGone, read_body
 from ..errors import ApiError, status_of
 from ..http import Request, Router
@@ -99,7 +100,7 @@ def refuse(code: str, message: str, status: int | None = None) -> KernelError:
 class Visit(Request):
     """One console request: the request, its session (None on public routes), its form fields."""
 
-    __slots__ = ("session", "form", "space", "console", "streaming")
+    __slots__ = ("session", "form", "space", "console", "streaming", "past")
 
     def __init__(self, method: str, raw_path: str, headers: dict[str, str], client: str | None, limits: Any) -> None:
         super().__init__(method, raw_path, headers, b"", client, limits)
@@ -108,6 +109,16 @@ class Visit(Request):
         self.space: str | None = None
         self.console: Console | None = None
         self.streaming = False  # the answer's head is sent: an event stream is under way
+        # The space as it stood at the page's `at` (the time scrubber), or None: the page shows now.
+        self.past: Any = None
+
+    @property
+    def reader(self) -> Any:
+        """The kernel the page reads: the space at the past point asked, else the live kernel."""
+        if self.past is not None:
+            return self.past
+        assert self.console is not None
+        return self.console.kernel
 
     @property
     def htmx(self) -> bool:
@@ -145,6 +156,12 @@ class Visit(Request):
     def limit(self) -> int:
         return self.number("limit", 1, views.PAGE_MAX, views.PAGE_DEFAULT)  # type: ignore[return-value]
 
+    def kept_query(self) -> list[tuple[str, str]]:
+        """This page's filters, for the time scrubber to keep: its query but the point and the
+        place in a list (a cursor of now means nothing at another point)."""
+        query = parse_qs(self.query.decode("latin-1"), keep_blank_values=False)
+        return [(name, values[-1]) for name, values in query.items() if name != "at" and name != "before" and not name.lower().endswith("cursor")]
+
     def here(self, **changes: Any) -> str:
         """This page's URL with some query parameters changed (None drops one): deep links."""
         query = {k: v[-1] for k, v in parse_qs(self.query.decode("latin-1"), keep_blank_values=False).items()}
@@ -177,6 +194,7 @@ class Console:
         self.sessions = Sessions()
         self.feeds = Feeds(lambda: runtime.kernel)
         runtime.telemetry.fenced.listener = self.feeds.fenced
+        runtime.telemetry.charts.listener = self.feeds.charts
 
     @property
     def kernel(self) -> Any:
@@ -191,7 +209,8 @@ class Console:
         """Whether the session's key still opens anything (a revoked key ends its sessions)."""
         if session.admin:
             return self.runtime.admin.matches(session.secret)
-        session.spaces = views.key_spaces(self.kernel, session.secret)
+        session.spaces, role = views.key_access(self.kernel, session.secret)
+        session.role = role or session.role
         return bool(session.spaces)
 
     def spaces_of(self, session: Session) -> list[str]:
@@ -279,6 +298,9 @@ class Console:
             if not self.opens(session, space):
                 raise refuse(NOT_FOUND, f"space {space!r} not found")
             visit.space = space
+            at = visit.text("at") if visit.method == "GET" and not route.long_poll else None
+            if at is not None:  # a page of the past: every read of it from the state rebuilt there
+                visit.past = await runtime.history.at(space, at)
 
     def context(self, visit: Visit, **values: Any) -> dict[str, Any]:
         """What every page's template is given besides its own values."""
@@ -290,11 +312,37 @@ class Console:
             "space": visit.space,
             "spaces": [] if session is None else self.spaces_of(session),
             "csrf": None if session is None else session.csrf,
+            "may_act": session is not None and session.may_act and visit.past is None,
+            "past": None if visit.past is None else {**visit.past.point.view(), "asked": visit.text("at")},
+            "scrubber": self._scrubber(visit),
             "theme": theme if theme in ("light", "dark") else "auto",
             "cursor": values.pop("cursor", None),
             "notice": NOTICES.get(visit.param("done") or ""),
             **values,
         }
+
+    def _scrubber(self, visit: Visit) -> dict | None:
+        """The time scrubber's reach on a space's page: from the oldest point the space's history
+        keeps to now (wall ms), or None where the server keeps no history (no data directory)."""
+        if visit.space is None or visit.session is None or self.runtime.kernel is None:
+            return None
+        try:
+            kept = self.runtime.history.kept(visit.space)
+        except KernelError:
+            return None
+        now_ms = self.kernel.clock.now_ms()
+        oldest = kept["oldest"]["at"]
+        oldest_ms = parse_timestamp(oldest) if oldest else self._first_ms(visit.space, now_ms)
+        at_ms = None if visit.past is None else visit.past.point.now_ms
+        return {"from_ms": min(oldest_ms, now_ms), "to_ms": now_ms, "at_ms": at_ms, "oldest": kept["oldest"]}
+
+    def _first_ms(self, space: str, now_ms: int) -> int:
+        """When a history kept from its very beginning starts: the space's oldest event kept (or now)."""
+        if not self.kernel.space_known(space):
+            return now_ms
+        for _, _, at_ms in self.kernel.space_view(space).events.scan():
+            return at_ms
+        return now_ms
 
     def page(self, visit: Visit, template: str, region: str = "region", **values: Any) -> Answer:
         """A page, or only its live region when htmx asks for it."""

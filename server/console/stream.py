@@ -17,7 +17,8 @@ What the watch brings is appended to each stream's own buffer, at most `STREAM_B
 events; a tab that cannot keep up (a sleeping laptop, a slow link) overflows only its own buffer
 and is then sent `reset` with the newest cursor: the page reloads what it shows and goes on from
 there. It never holds the watch back or costs the other tabs anything. Writes refused for a stale
-token (`fenced.py`) go out as `fenced` (they make no event, so they have no cursor).
+token (`fenced.py`) go out as `fenced`, and each new bucket of the space's charts (`charts.py`)
+as `charts` (neither is an event, so they have no cursor).
 
 A stream also ends: after `STREAM_S_MAX` (the browser reconnects at once, from its last id; the
 server closes connections that send nothing for `read_timeout_s`), when the server shuts down,
@@ -133,6 +134,11 @@ class Feed:
         for stream in self.streams:
             stream.push([(None, b"event: fenced\ndata: %s\n\n" % data)])
 
+    def charts(self, number: int) -> None:
+        data = b'{"bucket": %d}' % number
+        for stream in self.streams:
+            stream.push([(None, b"event: charts\ndata: %s\n\n" % data)])
+
     def reset_all(self) -> None:
         for stream in self.streams:
             stream.buffer.clear()
@@ -170,6 +176,12 @@ class Feeds:
         self.stats["streams"] -= 1
         if not feed.streams and self._feeds.get(feed.space) is feed:
             del self._feeds[feed.space]
+
+    def charts(self, space: str, number: int) -> None:
+        """A bucket of `space`'s charts is done (the `Charts` listener): its open tabs redraw them."""
+        feed = self._feeds.get(space)
+        if feed is not None:
+            feed.charts(number)
 
     def fenced(self, space: str, fenced: Fenced) -> None:
         """A write refused for a stale token in `space` (the shell's `FencedWrites` listener)."""

@@ -3,7 +3,7 @@
 from ..http import Router
 from . import claims, health, mailboxes, messages, once, scopes, tasks
 from . import admin, cluster, inspect, metrics, openapi
-from . import batch
+from . import batch, history
 from . import capacity
 from . import coordination
 
@@ -15,3 +15,6 @@ for module in (health, scopes, claims, mailboxes, messages, tasks, once, admin, 
 ROUTER.include(capacity.router)
 ROUTER.include(coordination.router)
 ROUTER.include(batch.router)
+# Last: the past of every read of a space, made from the routes above (`history.twins`).
+ROUTER.include(history.router)
+ROUTER.include(history.twins(ROUTER.routes))

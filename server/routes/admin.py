@@ -5,7 +5,10 @@ the kernel, so the change is journaled (`key.registered`, `key.revoked`, digests
 effect on the running server at once. A new key's secret is in the answer that creates it and
 nowhere else; the request takes no Idempotency-Key, because a stored answer would keep it.
 
-    POST /v1/admin/keys                  {"space": "S"} or {"spaces": [...]}, "name" optional -> 201, with "key"
+A key's `role` is `editor` (the default: everything inside its spaces) or `viewer` (every read
+there, no change: `Runtime.authorize` answers each change 403 FORBIDDEN naming the role).
+
+    POST /v1/admin/keys                  {"space": "S"} or {"spaces": [...]}, "name" and "role" optional -> 201, with "key"
     GET  /v1/admin/keys[?space=S]        {"keys": [...]}
     POST /v1/admin/keys/{id}/revoke      the key's view, "revokedAt" set
     GET  /v1/admin/spaces                {"spaces": [{"id", "keys", "runs", "claimsLive", "operations"}]}
@@ -16,7 +19,7 @@ from __future__ import annotations
 from ...actors import commands as c
 from ...actors.errors import VALIDATION_FAILED, quote
 from ...actors.fields import TEXT, TEXTS, Spec, read_field
-from ...actors.keys import KEY_SPACES_MAX, digest, new_secret
+from ...actors.keys import EDITOR, KEY_SPACES_MAX, ROLES, digest, new_secret
 from ...actors.state import KernelState
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
@@ -33,6 +36,7 @@ _SPACE = Spec("space", TEXT, required=False)
 _SPACES = Spec("spaces", TEXTS, required=False, items_max=KEY_SPACES_MAX)
 _NAME = Spec("name", TEXT, required=False, length_max="name_len_max")
 _SPACE_REQUIRED = Spec("space", TEXT)
+_ROLE = Spec("role", TEXT, required=False, length_max=16, description="editor (the default: reads and changes) or viewer (reads only)")
 
 
 async def create_key(services: Runtime, request: Request) -> tuple[int, dict]:
@@ -40,15 +44,18 @@ async def create_key(services: Runtime, request: Request) -> tuple[int, dict]:
     kernel = services.kernel
     limits = kernel.limits
     data = request.json().data
-    unknown = sorted(set(data) - {"spaces", "space", "name"})
+    unknown = sorted(set(data) - {"spaces", "space", "name", "role"})
     if unknown:
-        raise ApiError(VALIDATION_FAILED, f"unknown field {quote(unknown[0])}: this request takes space (or spaces), name")
+        raise ApiError(VALIDATION_FAILED, f"unknown field {quote(unknown[0])}: this request takes space (or spaces), name, role")
     spaces = read_field(_SPACES, data, limits)
     if spaces is None:
         spaces = [read_field(_SPACE_REQUIRED, data, limits)]
     name = read_field(_NAME, data, limits)
+    role = read_field(_ROLE, data, limits) or EDITOR
+    if role not in ROLES:
+        raise ApiError(VALIDATION_FAILED, f"role must be one of {', '.join(ROLES)}, got {quote(role)}")
     secret = new_secret()
-    command = c.RegisterKey(key_digest=digest(secret), spaces=frozenset(spaces), name=name, key_id=kernel.draw("ak_"))
+    command = c.RegisterKey(key_digest=digest(secret), spaces=frozenset(spaces), name=name, key_id=kernel.draw("ak_"), role=role)
     command.check(limits)
     view = await kernel.submit(command)
     return 201, {**view, "key": secret}
@@ -103,7 +110,7 @@ _SPACE_ROW = {
 _SPACE_LIST = {"type": "object", "properties": {"spaces": {"type": "array", "items": _SPACE_ROW}}, "required": ["spaces"]}
 
 endpoint(router, "POST", BASE + "/keys", Doc(
-    "Make an API key for some spaces", (Reply(201, "ApiKey", "Created, with the secret"),), body=(_SPACE, _SPACES, _NAME),
+    "Make an API key for some spaces", (Reply(201, "ApiKey", "Created, with the secret"),), body=(_SPACE, _SPACES, _NAME, _ROLE),
     body_required=False, errors=("400", "403", "404"), group=G,
 ), create_key)
 endpoint(router, "GET", BASE + "/keys", Doc(

@@ -24,7 +24,13 @@ What a batch is, and is not:
 - **No waits.** A long poll would hold every other answer back: an operation with `waitMs` is
   refused on its own (send a long poll alone); a receive without one answers 204 at once.
 - **Bounded.** At most `batch_operations_max` operations (1,000 by default), and the body is
-  bounded as any body is (`request_bytes_max`, 413 above).
+  bounded as any body is (`request_bytes_max`, 413 above). Its answer is bounded too: the
+  receives of a batch lease at most `batch_deliveries_max` deliveries together (100 by default:
+  one full receive of many), counted at their largest against `batch_answer_bytes_max` (each
+  delivery's payload at payload_bytes_max, and its other fields): a receive past either bound is
+  refused alone, before anything runs, naming the setting. Receives are the operations whose
+  answers carry what the request did not (stored payloads): without the bounds, a 100 KB batch of
+  recv-many asked a 10 MB answer of the server, made in one piece.
 - **Idempotent per operation.** An operation's `idempotencyKey` makes a retry of the same
   operation (same method, path and body, sent in a batch again) answer as it did the first time;
   the batch request's own `Idempotency-Key` header is not used.
@@ -41,6 +47,7 @@ from typing import Any
 
 import orjson
 
+from ...actors.commands import Receive, ReceiveMany
 from ...actors.errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
 from ...actors.fields import OBJECTS, Spec, takes_caller
 from ...actors.kernel import EMPTY, Idem
@@ -90,9 +97,11 @@ async def batch(services: Runtime, request: Request, space: str) -> tuple[int, d
     results: list[Any] = [None] * len(operations)
     commands: list[tuple[Any, Idem | None]] = []
     places: list[tuple[int, Route, dict[str, str]]] = []
+    answer = _AnswerBound(services)
     for index, operation in enumerate(operations):
         try:
             route, params, command, idem = _read(services, request, space, index, operation)
+            answer.take(index, command)
         except KernelError as error:
             results[index] = _refusal(services, request, error, None, None)
             continue
@@ -113,6 +122,45 @@ async def batch(services: Runtime, request: Request, space: str) -> tuple[int, d
             else:
                 results[index] = {"status": route.batch.status_of(reply), "body": reply}
     return 200, {"results": results}
+
+
+class _AnswerBound:
+    """What the receives of one batch may add to its answer: at most `batch_deliveries_max`
+    deliveries together, each counted at its largest against `batch_answer_bytes_max`."""
+
+    __slots__ = ("deliveries", "deliveries_max", "bytes_max", "delivery_bytes_max")
+
+    def __init__(self, services: Runtime) -> None:
+        settings, limits = services.settings, services.limits
+        self.deliveries = 0
+        self.deliveries_max = settings.batch_deliveries_max
+        self.bytes_max = settings.batch_answer_bytes_max
+        # A delivery at its largest: its payload, the caller's strings it repeats (holder, session,
+        # task and work keys), and the rest of its fields (ids, token, times, counts).
+        self.delivery_bytes_max = (limits.payload_bytes_max + 2 * limits.holder_len_max + limits.task_key_len_max
+                                   + limits.work_key_len_max + DELIVERY_FIELDS_BYTES)
+
+    def take(self, index: int, command: Any) -> None:
+        """Count the deliveries `command` may lease, or refuse it (and count nothing) past a bound."""
+        if not isinstance(command, Receive):
+            return
+        asked = command.count if isinstance(command, ReceiveMany) else 1
+        where = f"operations[{index}]"
+        if self.deliveries + asked > self.deliveries_max:
+            raise ApiError(VALIDATION_FAILED, (
+                f"{where}: a batch's receives lease at most {self.deliveries_max} deliveries together "
+                f"(batch_deliveries_max); this one asks for {asked} after {self.deliveries}: send it in another request"))
+        largest = (self.deliveries + asked) * self.delivery_bytes_max
+        if largest > self.bytes_max:
+            raise ApiError(VALIDATION_FAILED, (
+                f"{where}: a batch's answer holds at most {self.bytes_max} bytes of deliveries (batch_answer_bytes_max); "
+                f"with this one's {asked}, its {self.deliveries + asked} deliveries could reach {largest} bytes: "
+                "send it in another request"))
+        self.deliveries += asked
+
+
+# A delivery's fields other than its payload and the caller's strings, at their largest (bytes of JSON).
+DELIVERY_FIELDS_BYTES = 1024
 
 
 def _read(services: Runtime, request: Request, space: str, index: int, operation: Any) -> tuple[Route, dict[str, str], Any, Idem | None]:
@@ -191,7 +239,8 @@ endpoint(router, "POST", "/v1/spaces/{space}/batch", Doc(
     body=(Spec(
         "operations", OBJECTS, minimum=1, maximum="batch_operations_max",
         description="each an object of method (default POST), path (below /v1/spaces/{{space}}), body and "
-        "idempotencyKey: a command route of the space, without waitMs; run in order per key",
+        "idempotencyKey: a command route of the space, without waitMs; run in order per key; the receives lease at "
+        "most batch_deliveries_max deliveries together, within batch_answer_bytes_max (a receive past either is refused alone)",
     ),),
     errors=("400", "404"), group=G,
 ), batch, settle=False)

@@ -16,7 +16,8 @@ import trio
 
 from ...actors.errors import NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED
 from ..api import Doc, Reply, endpoint
-from ..cluster import SECRET_HEADER
+from .. import cluster_view
+from ..cluster_log import SECRET_HEADER
 from ..errors import ApiError
 from ..http import Raw, Request, Router
 from ..runtime import Runtime
@@ -33,13 +34,13 @@ async def cluster_map(services: Runtime, request: Request) -> tuple[int, dict]:
         raise ApiError(UNAUTHENTICATED, "the API key is not valid")
     cluster = services.cluster
     if cluster is not None:
-        return 200, cluster.status()
+        return 200, cluster_view.status(cluster)
     kernel = services.kernel
     assert kernel is not None
-    node = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "applied": {}, "snapshots": {}}
+    node = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "live": True, "applied": {}, "snapshots": {}}
     partitions = [
         {"partition": p.number, "leader": {"node": "local", "url": None, "epoch": 0}, "leaderLsn": p.journal.durable_lsn,
-         "appliedLsn": p.journal.durable_lsn, "snapshotLsn": 0, "failovers": 0, "takeovers": 0, "standbys": []}
+         "appliedLsn": p.journal.durable_lsn, "snapshotLsn": 0, "failovers": 0, "handoffs": 0, "takeovers": 0, "logBytes": 0, "standbys": []}
         for p in kernel.partitions
     ]
     return 200, {"cluster": None, "node": "local", "partitions": kernel.layout.count, "layout": "crc32",

@@ -1,7 +1,8 @@
 """Real `runstate serve` nodes of a cluster on a real etcd, for the cluster's tests.
 
 `ClusterNodes(etcd, count)` starts `count` server processes on free ports of 127.0.0.1, each with
-its own data directory, all on the given etcd (`tests/etcd.py`); `wait_ready()` waits until every
+its own data directory, all on the given etcd (`tests/etcd.py`, or relays in front of its members:
+`etcd_proxy.py`); `wait_ready()` waits until every
 node answers `/healthz` 200 (a session, and a leader for every partition) and the partitions have
 settled on their preferred nodes. A node can be killed, stopped, continued and restarted on its
 directory and port. Every process is killed on the way out.
@@ -32,7 +33,7 @@ API_KEY = "e2e-key"
 
 class Node:
     def __init__(self, etcd: EtcdCluster, number: int, root: Path, partitions: int, extra: tuple[str, ...],
-                 network: Network | None = None) -> None:
+                 network: Network | None = None, endpoints: list[str] | None = None) -> None:
         self.name = f"n{number}"
         self.number = number
         self.port = free_port()
@@ -41,7 +42,7 @@ class Node:
         self.url = f"http://{self.host}:{self.port}"
         self.data_dir = root / self.name
         self.args = (
-            "--etcd", ",".join(etcd.endpoints), "--node-id", self.name, "--port", str(self.port), "--advertise", self.url,
+            "--etcd", ",".join(endpoints or etcd.endpoints), "--node-id", self.name, "--port", str(self.port), "--advertise", self.url,
             "--data-dir", str(self.data_dir), "--partitions", str(partitions), *extra,
         )
         self.process: ServerProcess | None = None
@@ -105,12 +106,13 @@ def ready_cluster(root: Path, count: int = 3, *, partitions: int = 4) -> Iterato
 
 class ClusterNodes:
     def __init__(self, etcd: EtcdCluster, count: int, root: Path, *, partitions: int = 4, extra: tuple[str, ...] = (),
-                 network: Network | None = None) -> None:
+                 network: Network | None = None, endpoints: list[str] | None = None) -> None:
         self.etcd = etcd
         self.partitions = partitions
         self.layout = Layout(partitions)
         self.network = network
-        self.nodes = [Node(etcd, number, root, partitions, extra, network) for number in range(count)]
+        # `endpoints`: how the nodes reach etcd, when not straight (relays of `etcd_proxy.py`).
+        self.nodes = [Node(etcd, number, root, partitions, extra, network, endpoints) for number in range(count)]
 
     def start(self) -> "ClusterNodes":
         for node in self.nodes:

@@ -58,7 +58,10 @@ def test_cluster_status_lists_the_nodes_the_leaders_and_each_standbys_lag(cluste
     assert text.returncode == 0, text.stderr
     assert "cluster runstate: 4 data partition(s) and the system partition, 3 node(s); asked n1" in text.stdout
     for number, leader in leaders.items():
-        assert re.search(rf"^{number}\s+{leader}\s+\d+\s+\d+\s+\d+\s+n\d:0 n\d:0$", text.stdout, re.M), text.stdout
+        assert re.search(rf"^{number}\s+{leader}\s+\d+\s+\d+\s+\d+\s+\d+\s+n\d:0 n\d:0$", text.stdout, re.M), text.stdout
+    for node in ("n0", "n1", "n2"):  # what each node leads, as the map says
+        led = ",".join(str(number) for number, leader in sorted(leaders.items()) if leader == node) or "-"
+        assert re.search(rf"^{node}\s+http://\S+\s+{re.escape(led)}$", text.stdout, re.M), text.stdout
     refused = _cli("cluster", "status", "--url", cluster.nodes[0].url, key="not-a-key")
     assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
 
@@ -144,4 +147,134 @@ def test_cluster_status_of_a_single_node_says_it_is_not_a_cluster(tmp_path: Path
         done = _cli("cluster", "status", "--url", server.base_url)
     assert done.returncode == 0, done.stderr
     assert "a single node (not a cluster): 1 data partition(s)" in done.stdout
-    assert re.search(r"^0\s+local\s+0\s+\d+\s+0\s+-$", done.stdout, re.M), done.stdout
+    assert re.search(r"^0\s+local\s+0\s+\d+\s+0\s+0\s+-$", done.stdout, re.M), done.stdout
+
+
+def _log_keys(etcd_url: str, partition: int) -> tuple[int, int]:
+    """How many batches the partition's log holds in etcd, and their bytes."""
+    import base64
+
+    prefix = f"/rs/runstate/p/{partition:03d}/log/".encode()
+    end = prefix[:-1] + bytes([prefix[-1] + 1])
+    found = httpx.post(etcd_url + "/v3/kv/range", timeout=10, json={
+        "key": base64.b64encode(prefix).decode(), "range_end": base64.b64encode(end).decode()}).json()
+    values = [base64.b64decode(kv["value"]) for kv in found.get("kvs", [])]
+    return len(values), sum(len(value) for value in values)
+
+
+def test_the_logs_in_etcd_stay_within_their_budget_and_etcds_history_is_compacted(tmp_path: Path) -> None:
+    """With a budget of 1 MiB for the logs (a share of about 200 KiB for each of the 5 partitions)
+    and a trim every second, 2.4 MB of messages into one partition: each node snapshots the
+    partition by bytes (far from 1,000,000 records or an hour), the leader trims the log below the
+    snapshots, and the leader of partition 0 compacts etcd's history, so an old revision can no
+    longer be read. Everything stays readable through both nodes."""
+    from ..etcd import EtcdCluster
+
+    share = (1 << 20) // 5
+    with EtcdCluster(1) as etcd:
+        nodes = ClusterNodes(etcd, 2, tmp_path, extra=("--cluster-log-bytes-max", str(1 << 20), "--cluster-trim-every-s", "1"))
+        try:
+            nodes.start()
+            nodes.wait_ready(60)
+            partition = nodes.layout.of(SPACE)
+            with nodes.nodes[0].client() as http:
+                run = http.post(f"/v1/spaces/{SPACE}/scopes", json={}).json()["id"]
+                mailbox = http.post(f"/v1/spaces/{SPACE}/mailboxes", json={"name": "big"}).json()["id"]
+                for number in range(300):
+                    sent = http.post(f"/v1/spaces/{SPACE}/mailboxes/{mailbox}/messages",
+                                     json={"scopeId": run, "payload": {"n": number, "pad": "x" * 8000}})
+                    assert sent.status_code == 201, sent.text
+            deadline = time.monotonic() + 30
+            while True:
+                batches, size = _log_keys(etcd.endpoints[0], partition)
+                if size <= 2 * share:
+                    break
+                assert time.monotonic() < deadline, f"the log still holds {batches} batches, {size} bytes"
+                time.sleep(0.5)
+            for node in nodes.nodes:
+                snapshots = [line for line in node.lines if '"event":"snapshot"' in line and f'"partition":{partition}' in line]
+                assert len(snapshots) >= 2, f"{node.name} took {len(snapshots)} snapshot(s) of partition {partition}"
+            old = httpx.post(etcd.endpoints[0] + "/v3/kv/range", timeout=10,
+                             json={"key": "L3JzL3J1bnN0YXRlL21ldGE=", "revision": "2"}).json()  # /rs/runstate/meta
+            assert "compacted" in str(old), old
+            compacted = [_value(_metrics(node.url), "runstate_etcd_compacted_revision") for node in nodes.nodes]
+            assert max(v or 0 for v in compacted) > 2, compacted
+            for node in nodes.nodes:
+                with node.client() as http:
+                    listed = http.get(f"/v1/spaces/{SPACE}/mailboxes/{mailbox}").json()
+                    assert listed["name"] == "big", listed
+                    assert http.post(f"/v1/spaces/{SPACE}/scopes", json={}, headers={"idempotency-key": uuid.uuid4().hex}).status_code == 201
+        finally:
+            nodes.close()
+
+
+def test_a_cluster_status_never_lists_a_partition_twice_and_start_up_hand_offs_are_not_failovers(tmp_path: Path) -> None:
+    """Three nodes started one after another: the first leads every partition, then hands the
+    others their share as they catch up. Asked all along, through every node, a status lists each
+    partition under one node at most, and each node's LEADS is what the map says. At the end the
+    hand-offs are counted as such (none as a failover) and a node's routine "leading" lines are
+    info, not warnings. Then a node killed: the partitions it led count one failover each."""
+    import threading
+
+    from ..etcd import EtcdCluster
+
+    seen: list[str] = []
+    problems: list[str] = []
+    stop = threading.Event()
+
+    def watch(nodes: ClusterNodes) -> None:
+        while not stop.is_set():
+            for node in nodes.nodes:
+                if not node.running:
+                    continue
+                try:
+                    data = httpx.get(node.url + "/v1/cluster", headers={"authorization": f"Bearer {ADMIN_KEY}"}, timeout=5).json()
+                except (httpx.HTTPError, ValueError):
+                    continue
+                if "map" not in data:
+                    continue
+                seen.append(node.name)
+                listed = [number for entry in data["nodes"] for number in entry["leads"]]
+                if len(listed) != len(set(listed)):
+                    problems.append(f"{node.name}: a partition under two nodes: {data['nodes']}")
+                by_map = {entry["partition"]: (entry["leader"] or {}).get("node") for entry in data["map"]}
+                for entry in data["nodes"]:
+                    if sorted(entry["leads"]) != sorted(n for n, leader in by_map.items() if leader == entry["node"]):
+                        problems.append(f"{node.name}: {entry['node']} leads {entry['leads']}, the map says {by_map}")
+            time.sleep(0.05)
+
+    with EtcdCluster(1) as etcd:
+        nodes = ClusterNodes(etcd, 3, tmp_path)
+        watcher = threading.Thread(target=watch, args=(nodes,))
+        try:
+            watcher.start()
+            for node in nodes.nodes:
+                node.start()
+                nodes.wait_ready(60, settle=False)
+                time.sleep(1)
+            nodes.wait_ready(60)
+            time.sleep(2.5)  # (the last hand-off seen by every node)
+            stop.set()
+            watcher.join(10)
+            assert len(seen) > 20 and not problems, problems[:5]
+            data = _cli("cluster", "status", "--url", nodes.nodes[0].url, "--json")
+            entries = json.loads(data.stdout)["map"]
+            assert sum(entry["handoffs"] for entry in entries) > 0 and all(entry["failovers"] == 0 for entry in entries), entries
+            for node in nodes.nodes:
+                leading = [line for line in node.lines if '"event":"leading"' in line]
+                assert leading and all('"level":"info"' in line for line in leading), leading[:2]
+            victim = nodes.leader_of(SPACE)
+            led = [number for number, leader in nodes.map().items() if leader == victim.name]
+            victim.kill()
+            survivor = next(node for node in nodes.nodes if node is not victim)
+            deadline = time.monotonic() + 30
+            while True:
+                entries = {entry["partition"]: entry for entry in
+                           json.loads(_cli("cluster", "status", "--url", survivor.url, "--json").stdout)["map"]}
+                if all(entries[number]["failovers"] == 1 for number in led):
+                    break
+                assert time.monotonic() < deadline, entries
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            nodes.close()

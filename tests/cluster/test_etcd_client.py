@@ -32,6 +32,7 @@ from runstate.snapshots.etcd import (
 )
 
 from ..etcd import EtcdCluster, EtcdMember
+from .etcd_proxy import EtcdProxy, Rule
 
 pytestmark = pytest.mark.trio
 
@@ -257,6 +258,39 @@ async def test_the_lease_keeper_reports_a_revoked_lease_as_lost(etcd1: EtcdClust
                 await etcd.lease_revoke(keeper.lease_id)
                 await keeper.lost.wait()
         assert "gone" in keeper.lost_reason and not keeper.alive
+
+
+async def test_a_keeper_that_outlives_its_deadline_wakes_its_waiters_when_etcd_answers_again(etcd1: EtcdCluster) -> None:
+    """etcd's answers to keepalives are held (a relay, `etcd_proxy.py`; etcd gets the keepalives,
+    so it keeps the lease): the keeper's deadline passes and, with `outlive_deadline`, it is not
+    alive but not lost either. `wait_alive()` parks meanwhile and returns as soon as a keepalive
+    is answered again, not at some later poll; `lapses` counts the lapse."""
+    with EtcdProxy(etcd1.endpoints[0]) as proxy:
+        async with EtcdClient([proxy.url], attempt_s=0.3) as etcd:
+            keeper = await LeaseKeeper.grant(etcd, 1, outlive_deadline=True)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(keeper.run)
+                proxy.add(Rule(lambda path, body: path == "/v3/lease/keepalive", hold_s=5.0, times=1000))
+                with trio.fail_after(5):
+                    while keeper.alive:
+                        await trio.sleep(0.02)
+                woken = trio.Event()
+
+                async def wait() -> None:
+                    await keeper.wait_alive()
+                    woken.set()
+
+                nursery.start_soon(wait)
+                await trio.sleep(0.5)
+                assert not woken.is_set() and not keeper.lost.is_set()
+                proxy.clear()
+                cleared = trio.current_time()
+                with trio.fail_after(5):
+                    await woken.wait()
+                assert keeper.alive and not keeper.lost.is_set(), keeper.lost_reason
+                assert trio.current_time() - cleared < 0.8  # one attempt's 0.3 s at most, then an answer
+                assert keeper.lapses == 1
+                nursery.cancel_scope.cancel()
 
 
 # -- watch -----------------------------------------------------------------------------------------

@@ -6,8 +6,10 @@ Every script here (and in the other `test_official_030_*` files) runs twice, thr
 fixture: once with the official client, installed into an isolated folder and put first on
 `PYTHONPATH` (it imports as `runstate`), and once with `import runstate` resolved to our own
 package, unchanged: code written for 0.3.0 runs as it is on ours. Each script checks which one it
-got. Processes meet at a wall-clock instant passed in their arguments, so their calls really are
-concurrent.
+got. Scripts and the test wait on events, never on time passing: a script says what it has done
+(a JSON line the test reads as it comes, `Background`), the test watches the server's own
+diagnostics (`/ops/waits`: which calls are parked, for whom), and the test lets scripts go on by
+making a file they wait for (`meet()`: every process of a test calls at once, once all are ready).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from ..servers import ServerProcess, base_python
+from .official_scripts import Background
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
@@ -42,7 +45,17 @@ ARGS = json.loads(os.environ.get("TEST_ARGS", "{}"))
 def emit(**fields):
     print(json.dumps(fields), flush=True)
 
-def meet():
+def wait_file(path, timeout_s=60):  # the test says "go on" by making the file
+    deadline = time.time() + timeout_s
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise SystemExit(f"{path} was not made within {timeout_s} s")
+        time.sleep(0.002)
+
+def meet():  # every process of a test goes at once: when the test makes ARGS["go"], else at the instant ARGS["start_at"]
+    if "go" in ARGS:
+        wait_file(ARGS["go"])
+        return
     while time.time() < ARGS["start_at"]:
         time.sleep(0.001)
 
@@ -118,6 +131,32 @@ def _finish(process: subprocess.Popen, timeout_s: float = 90) -> dict:
     return json.loads(lines[-1])
 
 
+def _background(sdk: Sdk, server: ServerProcess, script: str, run: str, **args) -> Background:  # type: ignore[no-untyped-def]
+    """A script whose JSON lines the test reads as they come (`wait_for`), then its last (`finish`)."""
+    return Background(_start(sdk, server, script, run, **args))
+
+
+def _waits(server: ServerProcess) -> list[dict]:
+    """What waits in the space now: the calls parked there (with the holders they are for), and
+    the waiters of pools' lines and allowances' queues."""
+    with server.client() as http:
+        return http.get(f"/v1/spaces/{server.space_id}/ops/waits").json()["waits"]
+
+
+def _wait_until(what: str, check, scripts: tuple = (), timeout_s: float = 30) -> None:  # type: ignore[no-untyped-def]
+    """Return once `check()` holds; fail naming `what` after `timeout_s`, or at once when one of
+    `scripts` (Background) has ended, with what it printed."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        for script in scripts:
+            if script.process.poll() is not None:
+                script.finish()  # raises with its output if it failed
+                raise AssertionError(f"a script ended before {what}: {script.lines}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s} s: {what}")
+        time.sleep(0.02)
+
+
 @pytest.fixture(scope="module")
 def server(sdk_030: Sdk):
     with ServerProcess() as process:
@@ -131,18 +170,29 @@ runs = os.path.join(ARGS["dir"], "ran")
 def research(name):
     with open(runs, "a") as out:
         out.write(f"{os.getpid()}\\n")
-    time.sleep(1.0)  # long enough that every other caller arrives while it runs
+    wait_file(ARGS["finish"])  # the test lets it finish once every other caller waits on it
     return {"company": name, "by": os.getpid()}
 
+runstate.run_id()  # the client set up and the run joined before the meeting
+emit(event="ready")
 meet()
 emit(result=research("acme"))
 """
 
 
 def test_once_from_four_processes_at_the_same_moment_runs_its_body_once(sdk_030, server, tmp_path):
-    start_at = time.time() + 3.0
-    workers = [_start(sdk_030, server, ONCE_FROM_MANY, "once-4", dir=str(tmp_path), start_at=start_at) for _ in range(4)]
-    results = [_finish(worker)["result"] for worker in workers]
+    """Four processes call the same once at the same moment; while one runs the body, the other
+    three wait on the key (parked on the server); all four get the one result."""
+    args = {"dir": str(tmp_path), "go": str(tmp_path / "go"), "finish": str(tmp_path / "finish")}
+    workers = [_background(sdk_030, server, ONCE_FROM_MANY, "once-4", **args) for _ in range(4)]
+    for worker in workers:
+        worker.wait_for("ready", timeout_s=60)
+    (tmp_path / "go").touch()
+    waiting = lambda: any(wait["on"] == "once" and wait["calls"] == 3 for wait in _waits(server))  # noqa: E731
+    _wait_until("three callers parked on the once key while the fourth runs the body", waiting, tuple(workers))
+    assert len((tmp_path / "ran").read_text().split()) == 1
+    (tmp_path / "finish").touch()
+    results = [worker.finish(timeout_s=60)["result"] for worker in workers]
     ran = (tmp_path / "ran").read_text().split()
     assert len(ran) == 1, f"the body ran {len(ran)} times"
     assert all(result == {"company": "acme", "by": int(ran[0])} for result in results), results

@@ -14,13 +14,14 @@ are skipped with the reason, rather than failing for what another part of the se
 
 from __future__ import annotations
 
-import subprocess
+import datetime
 import time
 
 import pytest
 
 from ..servers import ServerProcess
-from .test_official_030 import _finish, _start, sdk_030  # noqa: F401 (a fixture)
+from .official_scripts import Background
+from .test_official_030 import _background, _finish, _start, _wait_until, _waits, sdk_030  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
@@ -46,8 +47,30 @@ def _serves(server: ServerProcess, method: str, path: str, field: str | None = N
     return field in schema.get("properties", {})
 
 
-def _exits(process: subprocess.Popen, timeout_s: float) -> dict:
-    return _finish(process, timeout_s=timeout_s)
+def _exits(script: Background, timeout_s: float) -> dict:
+    return script.finish(timeout_s=timeout_s)
+
+
+def _waiting_for_work(server: ServerProcess, scripts: list[Background]) -> bool:
+    """Whether every one of `scripts` has a call parked in the space (a worker asking for jobs):
+    the holder a client names ends with its process id."""
+    holders = [holder for wait in _waits(server) for holder in wait.get("holders") or ()]
+    return all(any(holder.endswith(f"-{script.process.pid}") for holder in holders) for script in scripts)
+
+
+def _run_id(server: ServerProcess, name: str) -> str | None:
+    with server.client() as http:
+        scopes = http.get(f"/v1/spaces/{server.space_id}/scopes", params={"limit": 1000}).json()["scopes"]
+    return next((scope["id"] for scope in scopes if scope.get("name") == name), None)
+
+
+def _in_run(server: ServerProcess, name: str, what: str) -> list[dict]:
+    """The barriers or timers of the run called `name` (none while it does not exist)."""
+    run = _run_id(server, name)
+    if run is None:
+        return []
+    with server.client() as http:
+        return http.get(f"/v1/spaces/{server.space_id}/scopes/{run}/{what}").json()[what]
 
 
 WORKER = """
@@ -92,12 +115,12 @@ def test_queue_producers_get_results_from_serving_workers_and_stop_ends_them(sdk
     is too large fails with the worker's error, and `runstate.stop()` makes both workers'
     `serve()` return within seconds."""
     run = "queue-serve"
-    workers = [_start(sdk_030, server, WORKER, run, work_s=0.2) for _ in range(2)]
+    workers = [_background(sdk_030, server, WORKER, run, work_s=0.2) for _ in range(2)]
     texts = ["a", "bb", "ccc", "dddd", "eeeee", "ffffff"]
     producer = _start(sdk_030, server, PRODUCER, run, texts=texts)
     done = _finish(producer, timeout_s=SCRIPT_S)
     assert [result["length"] for result in done["results"]] == [len(text) for text in texts]
-    pids = {worker.pid for worker in workers}
+    pids = {worker.process.pid for worker in workers}
     assert {result["by"] for result in done["results"]} <= pids
     assert done["failed"]["reason"] == "handler_error: ValueError: cannot review 'bad' (attempts_exhausted: 2 of 2 attempts used)"
     assert done["failed"]["message"].startswith("ValueError: cannot review 'bad'")
@@ -106,7 +129,7 @@ def test_queue_producers_get_results_from_serving_workers_and_stop_ends_them(sdk
     for worker in workers:
         exited = _exits(worker, timeout_s=EXIT_AFTER_STOP_S + 5)
         assert exited["exited_at"] - done["stopped_at"] < EXIT_AFTER_STOP_S, exited
-        assert worker.returncode == 0
+        assert worker.process.returncode == 0
 
 
 GATHER = """
@@ -130,7 +153,7 @@ def test_gather_returns_what_it_needs_from_serving_workers(sdk_030, server):
     if not _serves(server, "POST", "/tasks/admit", "includeDescendants"):
         pytest.skip("this server's admit does not take includeDescendants (gather's members live in a child scope)")
     run = "queue-gather"
-    worker = _start(sdk_030, server, WORKER, run)
+    worker = _background(sdk_030, server, WORKER, run)
     done = _finish(_start(sdk_030, server, GATHER, run), timeout_s=SCRIPT_S)
     assert len(done["some"]) == 2 and {result["length"] for result in done["some"]} <= {1, 2, 3, 4}
     assert sorted(result["length"] for result in done["everything"]) == [1, 2, 3]
@@ -172,8 +195,9 @@ def test_a_queues_slots_hold_its_jobs_to_the_pool_across_workers(sdk_030, server
     if not _serves(server, "PUT", "/permits/by-name/{name}"):
         pytest.skip("this server does not serve pools by name (runstate.setup)")
     run = "queue-slots"
-    workers = [_start(sdk_030, server, SLOTTED_WORKER, run, dir=str(tmp_path)) for _ in range(2)]
-    time.sleep(1.5)  # the workers declare the queue (and its slots) before the jobs come
+    workers = [_background(sdk_030, server, SLOTTED_WORKER, run, dir=str(tmp_path)) for _ in range(2)]
+    # The jobs come once both workers have declared the queue (and its slots) and ask for work.
+    _wait_until("both workers asking for the queue's jobs", lambda: _waiting_for_work(server, workers), tuple(workers))
     done = _finish(_start(sdk_030, server, SLOTTED_PRODUCER, run), timeout_s=SCRIPT_S)
     assert done["results"] == [0, 1, 4, 9]
     running, most = 0, 0
@@ -187,37 +211,46 @@ def test_a_queues_slots_hold_its_jobs_to_the_pool_across_workers(sdk_030, server
 
 
 SLEEPER = """
-meet()
-started = time.time()
 runstate.sleep("nap", ARGS["seconds"])
-emit(slept=time.time() - started)
+emit(slept=True)
 """
 
 SLEEP_AGAIN = """
 started = time.time()
 runstate.sleep("nap", ARGS["seconds"])
-first = time.time() - started
-started = time.time()
+woke_at = time.time()
 runstate.sleep("nap", ARGS["seconds"])
-emit(slept=first, again=time.time() - started)
+emit(slept=woke_at - started, woke_at=woke_at, again=time.time() - woke_at)
 """
 
 
+def _stamp(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
 def test_sleep_by_name_waits_only_for_what_is_left_after_a_restart(sdk_030, server):
-    """A process sleeping 4 s under a name is killed after 1.5 s; one that sleeps under that name
-    again waits only for the rest (by the server's clock); once slept, the name returns at once."""
+    """A process sleeping 4 s under a name is killed 1.5 s into its sleep (by the timer the server
+    armed for it); one that sleeps under that name again wakes when the first would have, by the
+    server's clock, not 4 s after it began; once slept, the name returns at once."""
     run = "sleepy"
-    first = _start(sdk_030, server, SLEEPER, run, seconds=4, start_at=time.time() + 1.0)
-    time.sleep(2.5)  # it arms the timer at its start, then sleeps
+    first = _background(sdk_030, server, SLEEPER, run, seconds=4)
+    armed = lambda: [timer for timer in _in_run(server, run, "timers") if timer["state"] == "ARMED"]  # noqa: E731
+    _wait_until("the sleep's timer armed", armed, (first,))
+    (timer,) = armed()
+    fire_at = _stamp(timer["fireAt"])
+    time.sleep(max(0.0, fire_at - 2.5 - time.time()))  # the scenario: a crash 1.5 s into a 4 s sleep
     first.kill()
-    first.communicate()
     done = _finish(_start(sdk_030, server, SLEEP_AGAIN, run, seconds=4), timeout_s=SCRIPT_S)
-    assert 0.3 <= done["slept"] <= 3.2, done
+    assert fire_at - 0.05 <= done["woke_at"] <= fire_at + 1.0, (done, fire_at)  # the first's deadline
+    assert done["slept"] <= 3.2, done  # at most what was left (2.5 s), not 4 s again
     assert done["again"] < 1.0, done
 
 
 TOGETHER = """
+runstate.run_id()  # the client set up and the run joined before it is told to go
+emit(event="ready")
 meet()
+emit(event="arriving", at=time.time())
 runstate.together("meet", 3, timeout=20)
 emit(released_at=time.time())
 """
@@ -230,15 +263,20 @@ emit(waited=time.time() - started)
 """
 
 
-def test_together_lets_three_processes_go_once_the_last_arrives(sdk_030, server):
-    """Two processes arrive at once and wait; the third arrives 2 s later and all three go then; a
-    fourth arriving after the release goes on at once."""
+def test_together_lets_three_processes_go_once_the_last_arrives(sdk_030, server, tmp_path):
+    """Two processes arrive at once and wait (the barrier counts them); the third arrives after
+    that and all three go then, and only then; a fourth arriving after the release goes on at once."""
     run = "together"
-    now = time.time()
-    early = [_start(sdk_030, server, TOGETHER, run, start_at=now + 1.5) for _ in range(2)]
-    last = _start(sdk_030, server, TOGETHER, run, start_at=now + 3.5)
-    released = [_finish(process, timeout_s=SCRIPT_S)["released_at"] for process in (*early, last)]
-    assert min(released) >= now + 3.5, released  # nobody went before the third arrived
+    early = [_background(sdk_030, server, TOGETHER, run, go=str(tmp_path / "early")) for _ in range(2)]
+    last = _background(sdk_030, server, TOGETHER, run, go=str(tmp_path / "last"))
+    for script in (*early, last):
+        script.wait_for("ready", timeout_s=60)
+    (tmp_path / "early").touch()
+    arrived = lambda: any(barrier["arrived"] == 2 for barrier in _in_run(server, run, "barriers"))  # noqa: E731
+    _wait_until("the first two waiting at the barrier", arrived, (*early, last))
+    (tmp_path / "last").touch()
+    released = [script.finish(timeout_s=SCRIPT_S)["released_at"] for script in (*early, last)]
+    assert min(released) >= last.wait_for("arriving")["at"], released  # nobody went before the third arrived
     assert max(released) - min(released) < 2.0, released  # polling at most 1 s apart
     assert _finish(_start(sdk_030, server, LATECOMER, run), timeout_s=SCRIPT_S)["waited"] < 1.0
 
@@ -256,7 +294,7 @@ emit(events=seen)
 BUSY_WORKER = """
 @runstate.queue("slow")
 def slow(n):
-    time.sleep(3)
+    wait_file(ARGS["done"])  # it holds the job until the producer has seen it held
     return n
 
 runstate.serve()
@@ -266,8 +304,12 @@ emit(exited=True)
 WATCHED_PRODUCER = """
 slow = runstate.queue("slow")
 job = slow.send(1)
-time.sleep(1.5)  # the worker has it by now
+deadline = time.time() + 30
 status = runstate.status()
+while not any(worker.holding for worker in status.workers) and time.time() < deadline:  # until the worker has it
+    time.sleep(0.02)
+    status = runstate.status()
+open(ARGS["done"], "w").close()
 result = job.result(timeout=20)
 workers = [{"worker": w.worker, "holding": w.holding, "expires": w.lease_expires_at.isoformat()} for w in status.workers]
 runstate.stop()
@@ -276,17 +318,18 @@ emit(result=result, run=[status.run.name, status.run.state], workers=workers, af
 """
 
 
-def test_events_and_status_follow_a_run(sdk_030, server):
+def test_events_and_status_follow_a_run(sdk_030, server, tmp_path):
     """`status()` shows the run running and the worker holding its one job with a lease end;
     after `stop()` the run reads stopped. `events()` streams the run's events in order, each
     with an id, a type, a time and a payload, up to the job's success."""
     run = "watched"
+    done_file = str(tmp_path / "done")
     watcher = _start(sdk_030, server, "import threading\n" + WATCHER, run)
-    worker = _start(sdk_030, server, BUSY_WORKER, run)
-    done = _finish(_start(sdk_030, server, WATCHED_PRODUCER, run), timeout_s=SCRIPT_S)
+    worker = _background(sdk_030, server, BUSY_WORKER, run, done=done_file)
+    done = _finish(_start(sdk_030, server, WATCHED_PRODUCER, run, done=done_file), timeout_s=SCRIPT_S)
     assert done["result"] == 1 and done["run"] == ["watched", "running"] and done["after"] == "stopped"
     (holding,) = done["workers"]
-    assert holding["holding"] == 1 and str(worker.pid) in holding["worker"]
+    assert holding["holding"] == 1 and str(worker.process.pid) in holding["worker"]
     seen = _finish(watcher, timeout_s=SCRIPT_S)["events"]
     types = [event["type"] for event in seen]
     assert types[0] == "scope.created" and types[-1] == "task.succeeded"
@@ -305,31 +348,38 @@ seen = []
 stop = threading.Event()
 for event in runstate.events(signal=stop):
     seen.append([int(event.id.removeprefix("ev_")), event.type])
+    emit(event=f"seen {len(seen)}")
     if event.type == "task.cancelled":
         break
 emit(events=seen)
 """
 
 PILE = """
-time.sleep(2.0)  # the watcher is waiting by now
 pile = runstate.queue("pile")
 for n in range(12):
+    wait_file(os.path.join(ARGS["dir"], f"send-{n}"))  # one at a time, once the watcher saw the one before
     pile.send(n)
-    time.sleep(0.2)  # one at a time, so the watcher sees each while it keeps up
+wait_file(os.path.join(ARGS["dir"], "stop"))
 runstate.stop()  # cancels the twelve queued tasks in one turn: more events than the log keeps
 emit(stopped=True)
 """
 
 
-def test_events_carry_on_after_their_cursor_expired(sdk_030):
+def test_events_carry_on_after_their_cursor_expired(sdk_030, tmp_path):
     """A server that keeps only 8 events: the watcher follows the run's events, then one turn makes
     more than that (a stop cancelling twelve queued tasks), so its cursor has expired; the client
     starts again without a cursor (CURSOR_EXPIRED) and carries on with the events still kept."""
     with ServerProcess("--events-kept-max", "8") as small:
         run = "expiring"
-        watcher = _start(sdk_030, small, PILE_WATCHER, run)
-        assert _finish(_start(sdk_030, small, PILE, run), timeout_s=SCRIPT_S)["stopped"]
-        seen = _finish(watcher, timeout_s=SCRIPT_S)["events"]
+        watcher = _background(sdk_030, small, PILE_WATCHER, run)
+        pile = _background(sdk_030, small, PILE, run, dir=str(tmp_path))
+        watcher.wait_for("seen 1", timeout_s=60)  # the run's start: it is watching
+        for n in range(12):  # each send once the watcher has seen the one before: it keeps up
+            (tmp_path / f"send-{n}").touch()
+            watcher.wait_for(f"seen {n + 2}", timeout_s=SCRIPT_S)
+        (tmp_path / "stop").touch()
+        assert pile.finish(timeout_s=SCRIPT_S)["stopped"]
+        seen = watcher.finish(timeout_s=SCRIPT_S)["events"]
         access = "\n".join(small.lines)
     # It kept up with the run's start and the twelve sends, one event after another...
     assert seen[:13] == [[1, "scope.created"], *([number, "task.created"] for number in range(2, 14))], seen
@@ -341,29 +391,36 @@ def test_events_carry_on_after_their_cursor_expired(sdk_030):
 
 HOLDER = """
 with runstate.slots("one-seat", max=1):
-    time.sleep(ARGS["hold_s"])
+    emit(event="holding")
+    wait_file(ARGS["release"])
 emit(released_at=time.time())
 """
 
 STATUS_WHILE_WAITING = """
-time.sleep(ARGS["after_s"])
 status = runstate.status()
 emit(workers=[[w.worker, w.holding] for w in status.workers], waiting=[[w.kind, w.name, w.units] for w in status.waiting])
 """
 
 
-def test_status_shows_who_holds_a_slot_and_who_waits_for_one(sdk_030, server):
+def test_status_shows_who_holds_a_slot_and_who_waits_for_one(sdk_030, server, tmp_path):
     """One process holds the only slot of a pool; a second waits for it in the pool's line;
     `status()` from a third shows the holder holding one thing and the waiter waiting for one
-    unit of `one-seat`."""
+    unit of `one-seat`; the waiter gets the slot once the holder gives it back."""
     if not _serves(server, "POST", "/permits/{permit_id}/wait"):
         pytest.skip("this server has no pool lines (POST /permits/{id}/wait)")
     run = "slot-status"
-    holder = _start(sdk_030, server, HOLDER, run, hold_s=5)
-    time.sleep(1.5)  # it holds the slot by now
-    waiter = _start(sdk_030, server, HOLDER, run, hold_s=0)
-    status = _finish(_start(sdk_030, server, STATUS_WHILE_WAITING, run, after_s=1.5), timeout_s=SCRIPT_S)
+    (tmp_path / "at-once").touch()
+    holder = _background(sdk_030, server, HOLDER, run, release=str(tmp_path / "release"))
+    holder.wait_for("holding", timeout_s=60)
+    waiter = _background(sdk_030, server, HOLDER, run, release=str(tmp_path / "at-once"))
+    in_line = lambda: any(  # noqa: E731
+        wait["on"] == "pool" and wait.get("permit") == "one-seat" and wait["holder"].endswith(f"-{waiter.process.pid}")
+        for wait in _waits(server)
+    )
+    _wait_until("the second process in the pool's line", in_line, (holder, waiter))
+    status = _finish(_start(sdk_030, server, STATUS_WHILE_WAITING, run), timeout_s=SCRIPT_S)
     assert status["waiting"] == [["slots", "one-seat", 1]], status
-    assert [holding for worker, holding in status["workers"] if worker.endswith(f"-{holder.pid}")] == [1], status
-    first, second = _finish(holder, timeout_s=SCRIPT_S), _finish(waiter, timeout_s=SCRIPT_S)
+    assert [holding for worker, holding in status["workers"] if worker.endswith(f"-{holder.process.pid}")] == [1], status
+    (tmp_path / "release").touch()
+    first, second = holder.finish(timeout_s=SCRIPT_S), waiter.finish(timeout_s=SCRIPT_S)
     assert second["released_at"] >= first["released_at"]  # the waiter got the slot once it was given back

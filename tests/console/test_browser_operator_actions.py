@@ -122,3 +122,45 @@ def test_the_actions_are_offered_where_the_api_serves_them(console: Console):
     console.claim(run["id"], "offered:key", "w")
     page = console.session().get("/console/s/default/claims?key=offered:").text
     assert "Release…" in page
+
+
+def test_a_viewer_sees_no_action_and_a_forged_one_is_refused(tab: Tab, console: Console, tmp_path):
+    """Signed in with a viewer key: the header names the role; a run, a task, a held claim and
+    dead letters show no action; a confirmation page is 403; a forged release (with the
+    session's CSRF token, from a page of this host) is the API's 403 and the claim stays held."""
+    run = console.run("viewer")
+    console.claim(run["id"], "viewer:key", "w", lease_s=600)
+    mailbox = console.api.put("/v1/spaces/default/mailboxes/by-name/viewer", json={}).json()["id"]
+    (dead,) = _dead_letters(console, run["id"], mailbox, 1, "bad", tasks=True)
+    task = console.api.post("/v1/spaces/default/tasks", json={"scopeId": run["id"], "mailboxId": mailbox, "taskKey": "v", "input": {}}).json()
+    made = console.admin.post("/v1/admin/keys", json={"space": "default", "name": "dashboard", "role": "viewer"})
+    assert made.status_code == 201, made.text
+    tab.sign_in(made.json()["key"])
+    page = tab.page
+    expect(page.locator("header .who")).to_contain_text("API key “dashboard”")
+    expect(page.locator("header [data-role]")).to_have_text("viewer")
+    tab.open(f"/console/s/default/runs/{run['id']}")
+    expect(page.get_by_role("heading", name=f"Run {run['id']}")).to_be_visible()
+    expect(page.get_by_role("link", name="Cancel run…")).to_have_count(0)
+    tab.open(f"/console/s/default/tasks/{task['id']}")
+    expect(page.get_by_role("link", name="Cancel task…")).to_have_count(0)
+    tab.open("/console/s/default/claims?key=viewer:")
+    expect(page.locator("tr[data-claim='viewer:key']")).to_be_visible()
+    tab.wait_live()  # its stream is open too
+    tab.screenshot("viewer-claims", tmp_path, full_page=False)
+    expect(page.get_by_role("link", name="Release…")).to_have_count(0)
+    tab.open(f"/console/s/default/queues/{mailbox}")
+    expect(page.locator(f"tr[data-dead='{dead}']")).to_be_visible()
+    expect(page.get_by_role("main").get_by_role("checkbox")).to_have_count(0)
+    expect(page.get_by_role("button", name="Requeue picked or all matching…")).to_have_count(0)
+    confirm = page.goto(console.url + f"/console/s/default/claims/release?run={run['id']}&key=viewer:key")
+    assert confirm is not None and confirm.status == 403
+    expect(page.get_by_role("alert")).to_contain_text("viewer role")
+    tab.open("/console/s/default/claims?key=viewer:")
+    csrf = page.evaluate("JSON.parse(document.body.getAttribute('hx-headers'))['X-CSRF-Token']")
+    forged = page.request.post(console.url + f"/console/s/default/claims/release?run={run['id']}&key=viewer:key",
+                               form={"csrf": csrf}, headers={"origin": console.url}, max_redirects=0)
+    assert forged.status == 403 and "viewer role" in forged.text()
+    held = console.api.get(f"/v1/spaces/default/scopes/{run['id']}/claims").json()["claims"]
+    assert [c["key"] for c in held] == ["viewer:key"]
+    assert [e for e in tab.errors() if "status of 403" not in e] == []  # (the refused confirmation page)

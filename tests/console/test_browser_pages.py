@@ -190,19 +190,64 @@ def test_times_follow_the_chosen_zone_and_the_page_follows_dark_mode(tab: Tab, c
 
 
 def test_usable_on_a_phone(chromium_browser, console: Console, tmp_path):
-    """On a 390 px wide screen the navigation wraps and the page does not scroll sideways (wide
-    tables scroll inside their frame)."""
+    """On a 390x844 screen the header takes less than a fifth of the screen, the page does not
+    scroll sideways (wide tables scroll inside their frame), and the Claims table shows a lease's
+    end and the acquires waiting without scrolling."""
     run = console.run("phone")
     console.claim(run["id"], "phone:a-rather-long-claim-key-to-widen-the-table", "worker-with-a-long-name")
     context = chromium_browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
     try:
         tab = Tab(context.new_page(), console)
         tab.sign_in()
-        tab.open("/console/s/default/claims")
-        page = tab.page
-        expect(page.get_by_role("link", name="Events", exact=True)).to_be_visible()
-        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
         tab.open("/console/s/default/claims?key=phone:")
+        page = tab.page
+        expect(page.get_by_role("link", name="Events", exact=True)).to_be_attached()
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        header = page.locator("header").bounding_box()
+        assert header is not None and header["height"] < 844 / 5, header
+        for name in ("Lease ends", "Acquires waiting"):
+            cell = page.get_by_role("columnheader", name=name).bounding_box()
+            assert cell is not None and cell["x"] + cell["width"] <= 390, (name, cell)
         tab.screenshot("phone-claims", tmp_path, full_page=False)
     finally:
         context.close()
+
+
+def test_the_words_say_what_they_count_and_a_search_finds_keys_holders_and_task_keys(tab: Tab, console: Console, tmp_path):
+    """Runs count waiting messages and waiting acquires apart and say how many top-level runs
+    there are when children are shown under them; a run ended by a cancel is not shown as a
+    failure and says by whom; an event's payload is named fields with links; the search in the
+    header finds a claim key, a holder and a task key across runs."""
+    parent = console.run("words-parent")
+    console.run("words-child", parent=parent["id"])
+    console.claim(parent["id"], "words:ledger", "scribe-7")
+    mailbox = console.api.put("/v1/spaces/default/mailboxes/by-name/words", json={}).json()
+    console.api.post("/v1/spaces/default/tasks", json={"scopeId": parent["id"], "mailboxId": mailbox["id"], "taskKey": "words:invoice-9", "input": {}})
+    stopped = console.run("words-stopped")
+    assert console.api.post(f"/v1/spaces/default/scopes/{stopped['id']}/cancel").status_code == 200
+    tab.sign_in()
+    page = tab.page
+    tab.open("/console/s/default/runs?name=words-")
+    expect(page.get_by_role("columnheader", name="Messages waiting")).to_be_visible()
+    expect(page.get_by_role("columnheader", name="Acquires waiting")).to_be_visible()
+    expect(page.locator(f"tr[data-run='{parent['id']}'] td[data-count='messages']")).to_have_text("1")
+    expect(page.locator("[data-total]")).to_have_text("2 top-level runs in all; this page shows 2 with the 1 run under them")
+    cancelled = page.locator(f"tr[data-run='{stopped['id']}'] .state")
+    expect(cancelled).to_have_text("CANCELLED")
+    assert cancelled.evaluate("e => getComputedStyle(e).color") != page.evaluate(
+        "getComputedStyle(document.documentElement).getPropertyValue('--bad')") and "not a failure" in (cancelled.get_attribute("title") or "")
+    tab.open(f"/console/s/default/runs/{stopped['id']}")
+    expect(page.locator("dd[data-ended]")).to_contain_text("cancelled by this key")
+    tab.open("/console/s/default/events?types=claim.acquired&key=words:ledger")
+    details = page.locator("tr[data-event='claim.acquired'] dl.payload")
+    expect(details).to_contain_text("generation1")
+    expect(details.get_by_role("link", name="scribe-7")).to_be_visible()
+    for text, kind, row in (("LEDGER", "claims", "words:ledger"), ("scribe", "holders", "scribe-7"), ("invoice-9", "tasks", "words:invoice-9")):
+        page.get_by_role("searchbox", name="Search this space").fill(text)
+        page.get_by_role("searchbox", name="Search this space").press("Enter")
+        expect(page.locator(f"section[data-found='{kind}']")).to_contain_text(row)
+    tab.screenshot("search", tmp_path, full_page=False)
+    page.get_by_role("searchbox", name="Search this space").fill("no-such-thing")
+    page.get_by_role("searchbox", name="Search this space").press("Enter")
+    expect(page.get_by_role("status").filter(has_text="Nothing in this space matches")).to_be_visible()
+    assert tab.errors() == []

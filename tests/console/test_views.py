@@ -12,10 +12,11 @@ from runstate.actors import Clock, IdSource, Kernel, KernelState
 from runstate.actors import commands as c
 from runstate.actors.errors import KernelError
 from runstate.actors.journal import MemoryJournal
-from runstate.actors.timestamps import parse_timestamp
+from runstate.actors.timestamps import format_ms, parse_timestamp
 from runstate.server.console import views
 from runstate.server.console.views import swimlanes
 from runstate.server.console.fenced import Fenced
+from ..single import only
 
 T0 = 1_800_000_000_000
 SPACE = "default"
@@ -60,7 +61,7 @@ async def test_reading_a_space_never_makes_it(world: World, autojump_clock):
     with pytest.raises(KernelError) as refused:
         await views.task(kernel, "nowhere", "tk_0")
     assert refused.value.code == "NOT_FOUND"
-    assert "nowhere" not in kernel.state.spaces
+    assert "nowhere" not in only(kernel).state.spaces
 
 
 async def test_a_lane_draws_each_generation_the_takeover_and_the_fenced_write(world: World, autojump_clock):
@@ -226,6 +227,8 @@ async def test_a_waiting_acquire_is_told_who_holds_the_claim_until_when(world: W
     (row,) = (await views.claims(world.kernel, SPACE, run=None, key="busy", holder=None, held_only=True, cursor=None, limit=5))["claims"]
     assert row["waiting"] == 1
     assert (await views.run(world.kernel, SPACE, run))["acquirers"] == [{"run": run, "key": "busy", "calls": 1}]
+    (row,) = (await views.runs(world.kernel, SPACE, state=None, name=None, cursor=None, limit=5))["runs"]
+    assert (row["acquiring"], row["waiting"]) == (1, 0)  # an acquire waits; no message does
     why = await views.why_claim(world.kernel, SPACE, run, "busy")
     details = [check["detail"] for check in why["checks"]]
     assert why["waiting"] and "held by holder-1 at generation 1 until its lease ends in 9.0 s" in details[1]
@@ -233,3 +236,112 @@ async def test_a_waiting_acquire_is_told_who_holds_the_claim_until_when(world: W
     await trio.sleep(10)  # the lease ends: the parked acquire takes the claim
     (row,) = (await views.claims(world.kernel, SPACE, run=None, key="busy", holder=None, held_only=True, cursor=None, limit=5))["claims"]
     assert (row["holder"], row["generation"], row["waiting"]) == ("second", 2, 0)
+
+
+def _held_intervals(events: list[dict]) -> list[tuple[int, int, int, str]]:
+    """(generation, from, to, holder) of a key, from its claim events as the API lists them."""
+    intervals, open_one = [], None
+    for event in sorted(events, key=lambda e: e["seq"]):
+        at = parse_timestamp(event["createdAt"])
+        if event["type"] in ("claim.acquired", "claim.taken_over"):
+            if open_one is not None:
+                intervals.append((*open_one[:2], at, open_one[2]))
+            open_one = (event["payload"]["generation"], at, event["payload"]["holder"])
+        elif open_one is not None:
+            intervals.append((open_one[0], open_one[1], at, open_one[2]))
+            open_one = None
+    assert open_one is None
+    return intervals
+
+
+def _share(intervals: list, a: float, b: float) -> float:
+    return sum(max(0.0, min(to, b) - max(since, a)) for _, since, to, _ in intervals) / (b - a)
+
+
+async def test_a_busy_lane_shows_the_held_share_of_each_column_and_a_zoom_shows_each_generation(world: World, autojump_clock):
+    """200 generations of one key in the window (some ended by expiry and taken over): the lane
+    is drawn in columns, each showing the share of its time the records say the key was held,
+    nothing before its run began; zoomed to three generations, it draws them one by one, each
+    with its holder."""
+    await trio.sleep(600)  # the window opens well before the run does
+    run = await world.run()
+    for n in range(200):
+        taken = await world.claim(run, "busy", f"agent-{n % 7}", lease_s=5)
+        if n % 25 == 24:
+            await trio.sleep(6)  # its holder stops renewing: it expires, and the next one takes over
+            continue
+        await trio.sleep(0.2 + (n % 5) * 0.1)
+        await world.do(c.ReleaseClaim, {"token": taken["token"]}, key="busy")
+        await trio.sleep(0.15)
+    drawn = await views.lanes(world.kernel, SPACE, [], run=None, key="busy", window_s=3600)
+    (lane,) = drawn["lanes"]
+    start, end, columns = drawn["start"], drawn["end"], drawn["columns"]
+    assert lane["mode"] == "columns" and lane["count"] == 200 and lane["takeovers"] == 7
+    listed = await views.events(world.kernel, SPACE, types=None, run=None, key="busy", before=None, limit=500)
+    intervals = _held_intervals(listed["events"])
+    assert len(intervals) == 200
+    assert lane["heldShare"] == pytest.approx(_share(intervals, start, end), abs=1e-4)
+    run_began = parse_timestamp((await views.run(world.kernel, SPACE, run))["run"]["createdAt"])
+    width = (end - start) / columns
+    shares = [float(share) for share in lane["shares"].split()]
+    assert len(shares) == columns == 400
+    for index, share in enumerate(shares):
+        assert share == pytest.approx(_share(intervals, start + index * width, start + (index + 1) * width), abs=0.0015), index
+    drawn_from = float(lane["heldPath"][1:].split()[0])  # the path's first point: where the lane begins
+    assert drawn_from == pytest.approx((run_began - start) * 100 / (end - start), abs=100 / columns) and drawn_from > 90
+    assert lane["bands"][0]["title"].startswith(format_ms(int(start + width * (drawn_from * columns // 100)))[11:])
+    assert any("by generations 1 agent-0, 2 agent-1, 3 agent-2 and " in band["title"] for band in lane["bands"])
+    assert lane["holders"][0][1] == 29 and {name for name, _ in lane["holders"]} <= {f"agent-{n}" for n in range(7)}
+    (g100, g101, g102) = [i for i in intervals if i[0] in (100, 101, 102)]
+    zoomed = await views.lanes(world.kernel, SPACE, [], run=None, key="busy", window_s=3600, between=(g100[1] - 5, g102[2] + 5))
+    (lane,) = zoomed["lanes"]
+    assert lane["mode"] == "bars" and lane["shares"] == ""
+    assert [(bar["generation"], bar["holder"]) for bar in lane["bars"]] == [(100, "agent-1"), (101, "agent-2"), (102, "agent-3")]
+
+
+async def test_a_lane_read_in_part_names_the_holder_of_its_first_generation_and_draws_nothing_before(world: World, autojump_clock, monkeypatch):
+    """A lane that had more events than it reads starts at the oldest one read, says so, and
+    names the holder of the generation that was under way then (found further back in the log)."""
+    monkeypatch.setattr(swimlanes, "LANE_EVENTS_MAX", 9)
+    run = await world.run()
+    for n in range(10):
+        taken = await world.claim(run, "cut", f"w{n}", lease_s=30)
+        await trio.sleep(1)
+        await world.do(c.ReleaseClaim, {"token": taken["token"]}, key="cut")
+        await trio.sleep(1)
+    (lane,) = (await views.lanes(world.kernel, SPACE, [], run=None, key="cut", window_s=600))["lanes"]
+    first = lane["told"][0]
+    assert lane["unreadBefore"] == first["fromAt"] and first["generation"] == 6 and first["holder"] == "w5"
+    assert lane["count"] == 5 and [bar["holder"] for bar in lane["told"]] == ["w5", "w6", "w7", "w8", "w9"]
+    assert lane["beginX"] > 0 and float(lane["heldPath"][1:].split()[0]) >= lane["beginX"] - 100 / 400
+
+
+async def test_the_lanes_of_a_view_read_at_most_their_budget_and_each_says_from_when(world: World, autojump_clock, monkeypatch):
+    """Two keys taken in turn, past what a view reads in all: both lanes are drawn from the
+    oldest change read, each saying so, and their first generations still name their holders."""
+    monkeypatch.setattr(swimlanes, "LANES_EVENTS_MAX", 12)
+    run = await world.run()
+    for n in range(8):
+        for key in ("left", "right"):
+            taken = await world.claim(run, key, f"{key}-{n}", lease_s=30)
+            await trio.sleep(1)
+            await world.do(c.ReleaseClaim, {"token": taken["token"]}, key=key)
+    drawn = await views.lanes(world.kernel, SPACE, [], run=run, key=None, window_s=600)
+    assert [lane["key"] for lane in drawn["lanes"]] == ["right", "left"]
+    for lane in drawn["lanes"]:
+        assert lane["unreadBefore"] is not None and lane["count"] == 3
+        assert [bar["holder"] for bar in lane["told"]] == [f"{lane['key']}-{n}" for n in (5, 6, 7)]
+
+
+async def test_a_zoom_into_a_long_lease_draws_it_held_all_through_by_its_holder(world: World, autojump_clock):
+    """Zoomed into the middle of a 100 s lease (no change of the key in the window), the lane is
+    there, held all through by its holder, whose acquire is found before the window."""
+    run = await world.run()
+    taken = await world.claim(run, "long", "steady", lease_s=300)
+    await trio.sleep(100)
+    await world.do(c.ReleaseClaim, {"token": taken["token"]}, key="long")
+    now = world.kernel.clock.now_ms()
+    (lane,) = (await views.lanes(world.kernel, SPACE, [], run=None, key=None, window_s=600, between=(now - 80_000, now - 70_000)))["lanes"]
+    (bar,) = lane["bars"]
+    assert (lane["key"], lane["mode"], bar["holder"], bar["generation"]) == ("long", "bars", "steady", 1)
+    assert bar["x"] == 0 and bar["width"] == 100 and bar["to"] is None and lane["heldShare"] == 1

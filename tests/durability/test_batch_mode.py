@@ -17,6 +17,7 @@ from runstate.snapshots import FaultyDisk
 from runstate.snapshots.store import StoreConfig
 
 from .helpers import T0_MS, frames, running, segments
+from ..single import only
 
 pytestmark = pytest.mark.trio
 
@@ -66,7 +67,7 @@ async def test_a_power_cut_in_the_window_cannot_bring_a_generation_back(tmp_path
     with open(path, "r+b") as file:
         file.truncate(good.offset)
     async with running(data, fsync="batch", config=config, wall_ms=T0_MS + 60_000) as run:
-        assert run.kernel.state.space(SPACE).claims.get(scope_id, "k") is None  # lost with the window
+        assert only(run.kernel).state.space(SPACE).claims.get(scope_id, "k") is None  # lost with the window
         second = await _acquire(run, scope_id, holder="h2")
         assert second["generation"] == 2 << EPOCH_SHIFT > first["generation"]
 
@@ -90,7 +91,7 @@ async def test_a_failed_background_fsync_refuses_changes_and_rolls_back_to_the_l
         disk.fail_fsync = False
         await trio.sleep(1.5)  # the next probe repairs
         assert journal.failure is None and run.store.repairs_done == 1
-        claims = run.kernel.state.space(SPACE).claims
+        claims = only(run.kernel).state.space(SPACE).claims
         assert claims.get(scope_id, "kept") is not None and claims.get(scope_id, "lost") is None
         again = await _acquire(run, scope_id, key="lost", holder="h2")
         assert again["generation"] > lost["generation"]  # the floor rose with the repair's boot

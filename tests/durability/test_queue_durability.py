@@ -18,6 +18,7 @@ from runstate.snapshots import assert_same_state
 
 from ..kernel.test_queue_simulation import Simulation
 from .helpers import T0_MS, reload, running
+from ..single import only
 
 SPACE = "s1"
 
@@ -92,7 +93,7 @@ async def test_queues_and_outcomes_survive_a_crash_and_a_held_delivery_gets_a_gr
         assert done["state"] == "SUCCEEDED" and done["outcome"] == "report"
         assert q.tasks.view(SPACE, tickets["dead"]["taskId"])["state"] == "FAILED"
         assert q.mailboxes.dead_letters(SPACE, mailbox, 10)["total"] == 1
-        held = run.kernel.state.space(SPACE).messages.get(deliveries["held"]["message"]["id"])
+        held = only(run.kernel).state.space(SPACE).messages.get(deliveries["held"]["message"]["id"])
         assert held.token == deliveries["held"]["token"] and held.expires_ms >= restart_ms + 15_000
         await q.messages.renew(SPACE, held.id, token=deliveries["held"]["token"])
         again = await q.messages.send(SPACE, mailbox, scope_id=scope, payload={"n": 1}, work_key="crawl:acme")
@@ -104,7 +105,7 @@ async def test_queues_and_outcomes_survive_a_crash_and_a_held_delivery_gets_a_gr
         assert (await q.recv(mailbox, scope))["message"]["id"] == sent["id"]
         await q.messages.complete(SPACE, held.id, token=deliveries["held"]["token"], result={"payload": "late but valid"})
         assert q.tasks.view(SPACE, tickets["held"]["taskId"])["outcome"] == "late but valid"
-        live = run.kernel.state
+        live = only(run.kernel).state
     assert_same_state(live, reload(data).state)
 
 
@@ -137,7 +138,7 @@ async def test_a_lease_that_ended_before_the_crash_is_requeued_at_the_restart(tm
         await q.tasks.submit(SPACE, scope_id=scope, mailbox_id=mailbox, key="k")
         await q.recv(mailbox, scope, lease_s=5)
         await trio.sleep(4.9)
-        run.kernel.supervisor.reset()  # the expiry must not be recorded before the crash
+        only(run.kernel).supervisor.reset()  # the expiry must not be recorded before the crash
         await trio.sleep(1)
         await run.scopes.create(SPACE)  # the journal's newest time is now past the lease's end
     async with running(data, wall_ms=T0_MS + 600_000) as run:

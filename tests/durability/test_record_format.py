@@ -58,8 +58,7 @@ def with_tables_added_since(written: dict) -> dict:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
     with_answer_sizes_added_since(written)
     with_graced_added_since(written)
-    for space in written["spaces"].values():
-        with_ended_runs_added_since(space)
+    with_roles_added_since(written)
     return written
 
 
@@ -87,6 +86,15 @@ def with_graced_added_since(node: object) -> None:
     elif isinstance(node, (list, tuple)):
         for value in node:
             with_graced_added_since(value)
+
+
+def with_roles_added_since(written: dict) -> None:
+    """A key's role (`actors/keys.py`), added since as an optional field of `key.registered`: a
+    key written without one reads back as an editor, the role every key had then."""
+    table = written["keys"]
+    for key in (*table["_by_digest"].values(), *table["_by_id"].values()):
+        assert "role" not in key, key
+        key["role"] = "editor"
 
 
 def with_counts_added_since(space: dict) -> None:
@@ -450,6 +458,7 @@ def v1_as_written() -> dict:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
     with_answer_sizes_added_since(written)
     with_graced_added_since(written)
+    with_roles_added_since(written)
     for space in written["spaces"].values():
         with_ended_runs_added_since(space)
     with_delivery_events_as_kept_since(written)

@@ -13,6 +13,7 @@ from runstate.snapshots.store import StoreConfig
 
 from ..ops import MailboxOps, MessageOps
 from .helpers import check, reload, running
+from ..single import only
 
 SPACE = "s1"
 
@@ -65,7 +66,7 @@ async def test_a_failed_write_is_refused_and_rolled_back_until_the_disk_recovers
         assert again["generation"] == (1 if fsync == "always" else 2 << 32)
         await run.claims.renew(SPACE, key="kept", token=kept["token"])
         assert held_keys(run, scope_id) == ["kept", "lost0"]
-        live = run.kernel.state
+        live = only(run.kernel).state
     report = check(data)
     assert report.ok and report.repairs == []  # the half-written batch was truncated by the repair
     assert_same_state(live, reload(data).state)
@@ -141,6 +142,6 @@ async def test_a_repair_records_the_boot_on_a_rebuild_before_the_partition_gets_
         [(recorded, recorded_then), (booted, booted_then)] = restored
         assert recorded.boot.epoch == 1 and contents(recorded) == recorded_then  # never changed once served
         assert booted_then["boot"]["epoch"] == 2  # decided before the kernel had it
-        assert run.kernel.state is booted and held_keys(run, scope_id) == ["kept"]
-        live = run.kernel.state
+        assert only(run.kernel).state is booted and held_keys(run, scope_id) == ["kept"]
+        live = only(run.kernel).state
     assert_same_state(live, reload(data).state)

@@ -15,6 +15,7 @@ from runstate.actors.boot import EPOCH_SHIFT
 from runstate.snapshots import assert_same_state
 
 from .helpers import T0_MS, frames, reload, running, segments
+from ..single import only
 
 SPACE = "s1"
 
@@ -36,7 +37,7 @@ async def test_a_held_lease_survives_a_crash_gets_grace_and_its_token_renews(tmp
     restart_ms = T0_MS + 22_000
     async with running(data, wall_ms=restart_ms) as run:
         assert run.store.report.graced == 1 and run.store.report.expired == 0
-        claim = run.kernel.state.space(SPACE).claims.get(scope_id, "k")
+        claim = only(run.kernel).state.space(SPACE).claims.get(scope_id, "k")
         assert claim.token == grant["token"] and claim.generation == 1
         grace_ms = Limits().restart_grace_s * 1000
         assert restart_ms + grace_ms <= claim.expires_ms <= restart_ms + grace_ms + Limits().restart_spread_s * 1000
@@ -46,7 +47,7 @@ async def test_a_held_lease_survives_a_crash_gets_grace_and_its_token_renews(tmp
         with pytest.raises(KernelError) as held:
             await acquire(run, scope_id, holder="h2")
         assert held.value.code == "CLAIM_HELD"
-        live = run.kernel.state
+        live = only(run.kernel).state
     assert_same_state(live, reload(data).state)  # the grace period was journaled as a renewal
 
 
@@ -74,10 +75,10 @@ async def test_a_graced_lease_nobody_renews_expires_at_the_end_of_its_grace(tmp_
         await acquire(run, scope_id, lease_s=30)
     async with running(data, wall_ms=T0_MS + 25_000) as run:
         assert run.store.report.graced == 1
-        graced_end = run.kernel.state.space(SPACE).claims.get(scope_id, "k").expires_ms
+        graced_end = only(run.kernel).state.space(SPACE).claims.get(scope_id, "k").expires_ms
     async with running(data, wall_ms=T0_MS + 28_000) as run:
         assert run.store.report.graced == 0 and run.store.report.expired == 0
-        assert run.kernel.state.space(SPACE).claims.get(scope_id, "k").expires_ms == graced_end
+        assert only(run.kernel).state.space(SPACE).claims.get(scope_id, "k").expires_ms == graced_end
         await trio.sleep((graced_end - run.kernel.clock.now_ms()) / 1000 + 0.01)
         grant = await acquire(run, scope_id, holder="h2")
         assert grant["generation"] == 2
@@ -113,7 +114,7 @@ async def test_under_fsync_off_a_lost_tail_cannot_bring_a_generation_back(tmp_pa
     with open(path, "r+b") as file:
         file.truncate(acquired.offset)
     async with running(data, wall_ms=T0_MS + 60_000) as run:
-        assert run.kernel.state.space(SPACE).claims.get(scope_id, "k") is None  # lost
+        assert only(run.kernel).state.space(SPACE).claims.get(scope_id, "k") is None  # lost
         second = await acquire(run, scope_id, holder="h2", lease_s=5)
         assert second["generation"] == 2 << EPOCH_SHIFT > first["generation"]
         third = await acquire(run, scope_id, key="other", lease_s=5)
@@ -132,7 +133,7 @@ async def test_generations_do_not_jump_after_always_boots(tmp_path, autojump_clo
     async with running(data, wall_ms=T0_MS + 600_000) as run:
         await trio.sleep(60)
         assert (await acquire(run, scope_id, holder="h2"))["generation"] == 2
-        assert run.kernel.state.boot.epoch == 2 and run.kernel.state.boot.generation_floor == 0
+        assert only(run.kernel).state.boot.epoch == 2 and only(run.kernel).state.boot.generation_floor == 0
 
 
 @pytest.mark.trio

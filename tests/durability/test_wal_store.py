@@ -17,6 +17,7 @@ from runstate.snapshots.snapshot import list_snapshots
 from runstate.snapshots.store import StoreConfig
 
 from .helpers import check, reload, running, segments
+from ..single import only
 
 SPACE = "s1"
 
@@ -54,7 +55,7 @@ async def test_concurrent_changes_are_group_committed_and_all_recovered(tmp_path
             assert disk.fsyncs - fsyncs_before <= batches
             await trio.sleep(0.006)
             assert run.store.journal.synced_lsn == run.store.journal.durable_lsn
-        live = run.kernel.state
+        live = only(run.kernel).state
     assert_same_state(live, reload(data).state)
 
 
@@ -87,7 +88,7 @@ async def test_segments_roll_over_at_their_size_limit(tmp_path, autojump_clock):
         scope_id = (await run.scopes.create(SPACE))["id"]
         for round_number in range(10):
             await acquire_many(run, scope_id, 20, prefix=f"r{round_number}-")
-        live = run.kernel.state
+        live = only(run.kernel).state
     assert len(segments(data)) > 5
     assert_same_state(live, reload(data).state)
 
@@ -103,7 +104,7 @@ async def test_snapshots_are_taken_every_n_records_and_delete_what_they_cover(tm
             with trio.fail_after(30):
                 while run.store.snapshot_lsn < run.store.journal.durable_lsn - 100:
                     await trio.sleep(0.5)
-        live = run.kernel.state
+        live = only(run.kernel).state
         taken = run.store.snapshots_taken
     assert taken >= 3
     snaps = list_snapshots(snapshot_dir(data))
@@ -187,7 +188,7 @@ async def test_with_worker_threads_in_real_time(tmp_path):
         await acquire_many(run, scope_id, 100)
         assert await run.store.snapshot() > 0
         await acquire_many(run, scope_id, 100, prefix="after")
-        live = run.kernel.state
+        live = only(run.kernel).state
     assert_same_state(live, reload(data).state)
 
 

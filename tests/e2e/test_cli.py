@@ -62,10 +62,27 @@ def test_keys_create_list_revoke_take_effect_on_the_running_server(admin_server)
 
 
 def test_keys_create_prints_the_key_once_ready_to_export(admin_server):
+    """The export line has all a client needs, the server's URL included (the one the command used)."""
     done = runstate("keys", "create", "--space", "default", env=admin_env(admin_server))
     assert done.returncode == 0
-    assert re.search(r"export RUNSTATE_API_KEY=rs_\S+ RUNSTATE_SPACE_ID=default", done.stdout)
+    assert re.search(rf"export RUNSTATE_API_KEY=rs_\S+ RUNSTATE_SPACE_ID=default RUNSTATE_BASE_URL={re.escape(admin_server.base_url)}\n", done.stdout)
     assert "shown only now" in done.stdout
+
+
+def test_keys_create_with_the_viewer_role_makes_a_key_that_only_reads(admin_server):
+    """`keys create --role viewer`: the key reads its space and is refused a change; `keys list`
+    shows its role."""
+    env = admin_env(admin_server)
+    done = runstate("keys", "create", "--space", "watched", "--name", "board", "--role", "viewer", env=env)
+    assert done.returncode == 0 and "(viewer)" in done.stdout, done.stdout
+    secret = re.search(r"RUNSTATE_API_KEY=(rs_\S+)", done.stdout).group(1)  # type: ignore[union-attr]
+    with admin_server.client(api_key=secret) as http:
+        assert http.get("/v1/spaces/watched/scopes").status_code == 200
+        refused = http.post("/v1/spaces/watched/scopes", json={})
+        assert refused.status_code == 403 and "viewer role" in refused.json()["error"]["message"]
+    table = runstate("keys", "list", "--space", "watched", env=env)
+    assert " ROLE " in table.stdout and "viewer" in table.stdout
+    assert runstate("keys", "create", "--space", "watched", "--role", "owner", env=env).returncode == 2
 
 
 def test_spaces_list(admin_server):

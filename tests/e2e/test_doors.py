@@ -160,8 +160,10 @@ def test_connections_past_the_cap_get_503_with_the_envelope():
          "more than one Authorization"),
         (b"GET /healthz HTTP/3.0\r\nHost: x\r\n\r\n", 505, "HTTP/3.0 is not served"),
         (b"POST /v1/spaces/default/scopes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "Transfer-Encoding"),
+        (b"POST /v1/spaces/default/scopes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer e2e-key\r\nTransfer-Encoding: chunked\r\n\r\n"
+         b"2\r\n{}\r\nzz\r\n", 400, "chunked body is malformed"),
     ],
-    ids=["content-length-and-chunked", "two-authorizations", "http-3.0", "transfer-coding-not-chunked"],
+    ids=["content-length-and-chunked", "two-authorizations", "http-3.0", "transfer-coding-not-chunked", "malformed-chunk"],
 )
 def test_heads_that_could_smuggle_are_refused_and_the_connection_closed(server, data, status, words):
     """h11 let these through: both framings (one proxy reads one, we the other), two keys (which
@@ -332,3 +334,42 @@ def test_plain_and_other_requests_mixed_on_one_connection_are_answered_in_order(
     assert all(head.startswith(b"HTTP/1.1 200 ") for head, _ in answers)
     names = [sorted(line.split(b":")[0].lower() for line in head.split(b"\r\n")[1:]) for head, _ in answers]
     assert names[0] == names[1] == names[2]
+
+
+def test_a_refused_100_continue_followed_by_a_request_in_the_same_write_is_answered_every_time(server):
+    """`Expect: 100-continue` with no valid key, then a second request in the same write: two
+    writers on one socket left about half of these connections with no answer at all (and a
+    BusyResourceError in the log). Now each of 200 connections gets both answers, in order."""
+    data = (b"GET /v1/nx/1 HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n"
+            b"GET /v1/nx/2 HTTP/1.1\r\nHost: a\r\n\r\n")
+    answered = 0
+    for _ in range(200):
+        with socket.create_connection(_address(server), timeout=10) as sock:
+            sock.sendall(data)
+            answers = _answers(sock, 2)
+        assert [status for status, _ in answers] == [404, 404]
+        assert [orjson.loads(body)["error"]["message"] for _, body in answers] == [
+            "no such route: GET /v1/nx/1", "no such route: GET /v1/nx/2"]
+        answered += 1
+    assert answered == 200
+    assert not [line for line in server.lines if "Traceback" in line or '"exception"' in line or "BusyResourceError" in line]
+
+
+def test_a_long_poll_whose_client_leaves_is_withdrawn(server):
+    """A receive waits in its connection's task; its client gives up after a second and closes the
+    connection: the hang-up watcher withdraws the wait at once, so the next message goes to the
+    next receive rather than to nobody."""
+    with server.client() as http:
+        run = http.post("/v1/spaces/default/scopes", json={}).json()["id"]
+        box = http.post("/v1/spaces/default/mailboxes", json={"name": "left-behind"}).json()["id"]
+        body = {"scopeId": run, "holder": "gone", "holderSession": "s", "waitMs": 20_000}
+        with pytest.raises(httpx.ReadTimeout):
+            http.post(f"/v1/spaces/default/mailboxes/{box}/recv", json=body, timeout=1)
+        deadline = time.monotonic() + 5
+        while http.get("/v1/spaces/default/ops/waits").json()["waits"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert http.get("/v1/spaces/default/ops/waits").json()["waits"] == []
+        assert time.monotonic() < deadline
+        assert http.post(f"/v1/spaces/default/mailboxes/{box}/messages", json={"scopeId": run, "payload": {"n": 1}}).status_code == 201
+        got = http.post(f"/v1/spaces/default/mailboxes/{box}/recv", json={**body, "holder": "here", "waitMs": 0})
+        assert got.status_code == 200 and got.json()["message"]["payload"] == {"n": 1}

@@ -185,3 +185,96 @@ def test_a_parked_long_poll_is_answered_204_at_sigterm_and_the_server_exits_at_o
     assert time.monotonic() - started < 5
     assert wait_exit(process, 10) == 0
     assert next(r for r in events(process) if r["event"] == "shutdown")["long_polls_ended"] == 1
+
+
+def _tracebacks(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("Traceback") or '"exception":' in line or "Error:" in line]
+
+
+def _park(node_url: str, path: str, body: dict, answers: list, name: str) -> threading.Thread:
+    """A long poll through `node_url` in a thread of its own; its answer (or transport error) lands in `answers`."""
+
+    def poll() -> None:
+        try:
+            with httpx.Client(base_url=node_url, headers={"authorization": f"Bearer {KEY}"}, timeout=40) as http:
+                answers.append((name, http.post(path, json=body)))
+        except httpx.HTTPError as error:
+            answers.append((name, error))
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    return thread
+
+
+def _parked(http: httpx.Client, count: int, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        waits = http.get("/v1/spaces/default/ops/waits").json()["waits"]
+        if sum(wait["calls"] for wait in waits) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} calls parked: {waits}")
+
+
+def test_sigterm_with_long_polls_parked_here_and_passed_on_answers_each_and_logs_no_traceback(tmp_path):
+    """Three nodes of a cluster; receives parked at the leader of the space's partition, four on it
+    and four passed on through each of the two other nodes. SIGTERM to a node that passed four on:
+    they are answered 503 UNAVAILABLE with the envelope at once (that node is going; their waits
+    at the leader are withdrawn), it exits 0. SIGTERM to the leader: its own four and the four
+    passed on through the third node are answered 204, as any parked receive at a stop. Every
+    poll has its answer, and no node logs a traceback (a cancelled wait once met the hang-up
+    watcher already closed)."""
+    from ..cluster.nodes import ready_cluster
+
+    with ready_cluster(tmp_path) as cluster:
+        leader = cluster.leader_of("default")
+        second, third = [node for node in cluster.nodes if node is not leader]
+        with leader.client() as http:
+            run = http.post("/v1/spaces/default/scopes", json={}).json()
+            mailbox = http.post("/v1/spaces/default/mailboxes", json={"name": "parked"}).json()
+        path = f"/v1/spaces/default/mailboxes/{mailbox['id']}/recv"
+        body = {"scopeId": run["id"], "holder": "w", "holderSession": "s", "waitMs": 30_000}
+        answers: list = []
+        threads = [_park(node.url, path, body, answers, node.name) for node in (leader, second, third) for _ in range(4)]
+        with leader.client() as http:
+            _parked(http, 12)
+        started = time.monotonic()
+        assert second.stop() == 0
+        assert time.monotonic() - started < 5
+        for thread in threads[4:8]:
+            thread.join(5)
+        passed_on = [answer for name, answer in answers if name == second.name]
+        assert len(passed_on) == 4 and all(isinstance(answer, httpx.Response) for answer in passed_on), passed_on
+        assert {answer.status_code for answer in passed_on} == {503}
+        assert {answer.json()["error"]["code"] for answer in passed_on} == {"UNAVAILABLE"}
+        assert all(answer.headers["connection"] == "close" for answer in passed_on)
+        started = time.monotonic()
+        assert leader.stop() == 0
+        assert time.monotonic() - started < 10
+        for thread in threads:
+            thread.join(10)
+        assert len(answers) == 12
+        rest = [(name, answer) for name, answer in answers if name != second.name]
+        assert all(isinstance(answer, httpx.Response) and answer.status_code == 204 for _, answer in rest), rest
+        for node in cluster.nodes:
+            assert _tracebacks([*node.earlier_lines, *node.lines]) == [], node.name
+
+
+def test_sigterm_with_many_parked_long_polls_answers_each_and_logs_no_traceback():
+    """Twenty receives parked on one server: each is answered 204 at SIGTERM, the server exits 0
+    at once, and its log holds no traceback."""
+    process = ServerProcess().start()
+    with process.client() as http:
+        run = http.post("/v1/spaces/default/scopes", json={}).json()
+        mailbox = http.post("/v1/spaces/default/mailboxes", json={"name": "many"}).json()
+        body = {"scopeId": run["id"], "holder": "w", "holderSession": "s", "waitMs": 30_000}
+        answers: list = []
+        threads = [_park(process.base_url, f"/v1/spaces/default/mailboxes/{mailbox['id']}/recv", body, answers, "p")
+                   for _ in range(20)]
+        _parked(http, 20)
+    process.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    assert wait_exit(process, 10) == 0
+    for thread in threads:
+        thread.join(5)
+    assert len(answers) == 20 and all(isinstance(a, httpx.Response) and a.status_code == 204 for _, a in answers), answers
+    assert _tracebacks(process.lines) == []

@@ -8,6 +8,7 @@ from runstate.actors.records import check_record
 from runstate.snapshots import assert_same_state
 
 from ..ops import ClaimOps, ScopeOps
+from ..single import only
 
 # 2027-01-15T08:00:00.000Z: a fixed wall time so tests can assert exact timestamps.
 T0 = 1_800_000_000_000
@@ -16,15 +17,15 @@ T0 = 1_800_000_000_000
 def rebuilt_exactly(kernel: Kernel) -> tuple[KernelState, KernelState]:
     """Assert that the journal, and the image, rebuild the kernel's state (through JSON, as the
     WAL keeps them; every image record as the record format knows it); returns both rebuilds."""
-    replayed = KernelState(kernel.state.limits)
-    for record in kernel.journal.records:
+    replayed = KernelState(only(kernel).state.limits)
+    for record in only(kernel).journal.records:
         replayed.apply(orjson.loads(orjson.dumps(record)))
-    assert_same_state(kernel.state, replayed)
-    imaged = KernelState(kernel.state.limits)
-    for record in kernel.state.image():
+    assert_same_state(only(kernel).state, replayed)
+    imaged = KernelState(only(kernel).state.limits)
+    for record in only(kernel).state.image():
         check_record(record)  # as a snapshot writes it
         imaged.apply(orjson.loads(orjson.dumps(record)))
-    assert_same_state(kernel.state, imaged)
+    assert_same_state(only(kernel).state, imaged)
     return replayed, imaged
 
 

@@ -15,6 +15,7 @@ from ..ops import MailboxOps, MessageOps, ScopeOps, TaskOps
 from runstate.actors.journal import MemoryJournal
 
 from .queue_world import SPACE, T0, snapshot
+from ..single import only
 
 
 class QueueHarness:
@@ -31,7 +32,7 @@ class QueueHarness:
 
     @property
     def space(self):
-        return self.kernel.state.space(SPACE)
+        return only(self.kernel).state.space(SPACE)
 
     async def run_and_mailbox(self, **settings) -> tuple[str, str]:
         scope = await self.scopes.create(SPACE)
@@ -48,8 +49,8 @@ class QueueHarness:
         await trio.testing.wait_all_tasks_blocked()
 
     def assert_replay_matches(self) -> None:
-        fresh = KernelState(self.kernel.state.limits)
-        for record in self.kernel.journal.records:
+        fresh = KernelState(only(self.kernel).state.limits)
+        for record in only(self.kernel).journal.records:
             fresh.apply(record)
         now = self.kernel.clock.now_ms()
         assert snapshot(fresh.space(SPACE), now) == snapshot(self.space, now)

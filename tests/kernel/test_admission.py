@@ -15,6 +15,7 @@ from runstate.actors.space import SpaceState
 from ..capacity_ops import AdmitOps, BudgetOps, PoolOps, QuotaOps
 from ..ops import MailboxOps, MessageOps, ScopeOps
 from .conftest import T0
+from ..single import only
 
 pytestmark = pytest.mark.trio
 
@@ -69,7 +70,7 @@ async def test_admit_takes_everything_at_once_and_recv_never_delivers_such_a_tas
     assert [c["units"] for c in admitted["consumptions"]] == [1] and len(admitted["reservations"]) == 1
     assert world.in_use() == 2 and world.quotas.view(SPACE, world.allowance["id"])["remaining"] == 2
     assert world.budgets.view(SPACE, world.budget["id"])["reservedMinor"] == "300"
-    assert world.kernel.state.space(SPACE).tasks.get(task["id"]).state == "RUNNING"
+    assert only(world.kernel).state.space(SPACE).tasks.get(task["id"]).state == "RUNNING"
     await world.messages.send(SPACE, world.box, scope_id=world.run, payload="plain")
     plain = await world.admit()
     assert plain["taskId"] is None and plain["grants"] == [] and plain["payload"] == "plain"
@@ -183,9 +184,9 @@ async def test_admission_replays_and_images_exactly(world, autojump_clock):
     await world.admit(lease_s=10)
     await world.admit()
     await trio.sleep(11)
-    live = world.kernel.state
+    live = only(world.kernel).state
     replayed = KernelState()
-    for record in world.kernel.journal.records:
+    for record in only(world.kernel).journal.records:
         replayed.apply(record)
     assert_same_state(replayed.space(SPACE), live.space(SPACE))
     imaged = SpaceState(SPACE, live.limits)

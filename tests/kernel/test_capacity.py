@@ -19,6 +19,7 @@ from runstate.actors.space import SpaceState
 from ..capacity_ops import BudgetOps, PoolOps, QuotaOps, WorkLimitOps
 from ..ops import MailboxOps, MessageOps, ScopeOps, TaskOps
 from .conftest import T0
+from ..single import only
 
 pytestmark = pytest.mark.trio
 
@@ -97,10 +98,10 @@ async def test_an_expired_grant_returns_its_units_on_its_timer(world, autojump_c
     await trio.sleep(9.999)
     assert world.pools.list(SPACE)[0]["unitsInUse"] == 1
     await trio.sleep(0.002)
-    assert world.kernel.state.space(SPACE).capacity.pools.grant(grant["grantId"]) is None, "the timer recorded the expiry"
+    assert only(world.kernel).state.space(SPACE).capacity.pools.grant(grant["grantId"]) is None, "the timer recorded the expiry"
     assert world.pools.list(SPACE)[0]["unitsInUse"] == 0
     await refused("STALE_CLAIM", world.pools.renew(SPACE, grant["grantId"], token=grant["token"]))
-    kinds = [r["type"] for r in world.kernel.journal.records]
+    kinds = [r["type"] for r in only(world.kernel).journal.records]
     assert kinds.count("grant.expired") == 1
 
 
@@ -451,9 +452,9 @@ async def test_replaying_the_journal_rebuilds_capacity_exactly(world, autojump_c
     """The journal applied to an empty state gives the same capacity, and so does the image; both
     ask for the same timers."""
     await _busy(world)
-    live = world.kernel.state.space(SPACE)
+    live = only(world.kernel).state.space(SPACE)
     replayed = KernelState()
-    for record in world.kernel.journal.records:
+    for record in only(world.kernel).journal.records:
         replayed.apply(record)
     imaged = SpaceState(SPACE, live.limits)
     for record in live.image():
@@ -509,9 +510,9 @@ async def test_ended_waiters_are_forgotten_oldest_first_past_the_bound(autojump_
         quota_ids.append(waiter["waiterId"])
     await refused("NOT_FOUND", world.quotas.cancel(SPACE, quota_ids[0]))
     assert [world.quotas.waiter(SPACE, i)["state"] for i in quota_ids[1:]] == ["CANCELLED", "CANCELLED"]
-    live = kernel.state.space(SPACE)
+    live = only(kernel).state.space(SPACE)
     replayed = KernelState(limits)
-    for record in kernel.journal.records:
+    for record in only(kernel).journal.records:
         replayed.apply(record)
     imaged = SpaceState(SPACE, live.limits)
     for record in live.image():

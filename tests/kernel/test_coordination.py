@@ -18,6 +18,7 @@ from runstate.actors.timestamps import format_ms
 from ..coordination_ops import BarrierOps, EventOps, GroupOps, TimerOps
 from ..ops import MailboxOps, MessageOps, ScopeOps, TaskOps
 from .conftest import T0, rebuilt_exactly
+from ..single import only
 
 pytestmark = pytest.mark.trio
 
@@ -183,7 +184,7 @@ async def test_a_timer_fires_at_its_time_is_listed_with_its_token_and_acked_once
     entry = first[0]
     assert entry["state"] == "FIRED" and entry["firedAt"] == entry["fireAt"]
     assert world.timers.view(S, timer["id"])["firedAt"] == entry["firedAt"]
-    assert world.kernel.state.space(S).coordination.timers.get(timer["id"]).fired_ms == t0 + 30_000
+    assert only(world.kernel).state.space(S).coordination.timers.get(timer["id"]).fired_ms == t0 + 30_000
     assert (await _error(world.timers.ack(S, timer["id"], token="ct_wrong"))).code == "STALE_CLAIM"
     assert (await world.timers.ack(S, timer["id"], token=entry["token"]))["state"] == "ACKED"
     assert (await world.timers.ack(S, timer["id"], token=entry["token"]))["state"] == "ACKED"
@@ -219,7 +220,7 @@ async def test_cancelled_and_expired_timers_are_never_listed(world, autojump_clo
     await trio.sleep(world.kernel.limits.timer_fired_ttl_s)
     assert world.timers.view(S, forgotten["id"])["state"] == "EXPIRED"
     assert (await world.timers.poll(S, scope_id=run))["timers"] == []
-    assert (await _error(world.timers.ack(S, forgotten["id"], token=world.kernel.state.space(S).coordination.timers.get(forgotten["id"]).token))).code == "CONFLICT"
+    assert (await _error(world.timers.ack(S, forgotten["id"], token=only(world.kernel).state.space(S).coordination.timers.get(forgotten["id"]).token))).code == "CONFLICT"
 
     pending = await world.timers.create(S, scope_id=run, after_s=60)
     answers = []
@@ -265,7 +266,7 @@ async def test_a_timer_due_while_the_server_was_down_fires_once_after_recovery(a
         run = (await world.scopes.create(S))["id"]
         timer = await world.timers.create(S, scope_id=run, after_s=600)
         early = await world.timers.create(S, scope_id=run, after_s=7200)
-        records = list(first.journal.records)
+        records = list(only(first).journal.records)
         nursery.cancel_scope.cancel()
     state = KernelState()
     for record in records:
@@ -278,7 +279,7 @@ async def test_a_timer_due_while_the_server_was_down_fires_once_after_recovery(a
         listed = (await world.timers.poll(S, scope_id=run))["timers"]
         assert [entry["id"] for entry in listed] == [timer["id"]]
         assert world.timers.view(S, early["id"])["state"] == "ARMED"
-        fired = [r for r in second.journal.records if r["type"] == "timer.fired"]
+        fired = [r for r in only(second).journal.records if r["type"] == "timer.fired"]
         assert [r["id"] for r in fired] == [timer["id"]] and fired[0]["at_ms"] == T0 + 3_600_000
         nursery.cancel_scope.cancel()
 

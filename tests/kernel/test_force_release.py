@@ -9,6 +9,7 @@ from runstate.actors import KernelError
 from runstate.actors.errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED
 
 from .conftest import rebuilt_exactly
+from ..single import only
 
 pytestmark = pytest.mark.trio
 
@@ -34,7 +35,7 @@ async def test_a_forced_release_frees_the_key_and_refuses_the_old_token(harness,
         assert caught.value.code == STALE_CLAIM
     after = await acquire(h, scope, holder="b")
     assert after["generation"] == held["generation"] + 1 and after["token"] != held["token"]
-    space = h.kernel.state.space("default")
+    space = only(h.kernel).state.space("default")
     assert space.usage.operations["claims.force_release"] == 1
     assert space.claims.takeovers == 0  # a forced release is not a lease that ran out
     events = [event.view() for event in space.events.after(0)]
@@ -77,14 +78,14 @@ async def test_a_claim_not_held_is_a_conflict_and_an_unknown_one_not_found(harne
         ({"scope_id": "sc_missing", "key": "report"}, NOT_FOUND, "not found"),
     ]
     for fields, code, words in cases:
-        written = len(h.kernel.journal.records)
+        written = len(only(h.kernel).journal.records)
         with pytest.raises(KernelError) as caught:
             await h.claims.force_release("default", **fields)
         assert caught.value.code == code and words in caught.value.message
-        assert len(h.kernel.journal.records) == written
+        assert len(only(h.kernel).journal.records) == written
     await acquire(h, scope, lease_s=5)
     await trio.sleep(5)  # the lease runs out: nothing is held, whether its expiry is recorded yet or not
-    space = h.kernel.state.space("default")
+    space = only(h.kernel).state.space("default")
     with pytest.raises(KernelError) as caught:
         await h.claims.force_release("default", scope_id=scope, key="report")
     assert caught.value.code == CONFLICT and "lease ended" in caught.value.message

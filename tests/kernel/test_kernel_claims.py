@@ -8,6 +8,7 @@ from runstate.actors import Idem, KernelError, KernelState
 from runstate.actors.errors import CLAIM_HELD, IDEMPOTENCY_CONFLICT, SCOPE_CANCELLED, STALE_CLAIM
 
 from .conftest import T0
+from ..single import only
 
 pytestmark = pytest.mark.trio
 
@@ -29,8 +30,8 @@ async def test_a_holder_that_stops_renewing_loses_the_key_exactly_at_expiry(harn
     assert caught.value.code == CLAIM_HELD
     await trio.sleep_until(h.t0 + 5)
     await trio.testing.wait_all_tasks_blocked()
-    assert h.kernel.supervisor.fired == 1
-    assert h.kernel.state.space("default").claims.by_token(first["token"]) is None
+    assert only(h.kernel).supervisor.fired == 1
+    assert only(h.kernel).state.space("default").claims.by_token(first["token"]) is None
     second = await acquire(h, scope["id"], holder="b")
     assert second["generation"] == 2 and second["token"] != first["token"]
     assert h.elapsed() == pytest.approx(5.0)
@@ -48,12 +49,12 @@ async def test_renewing_keeps_a_short_lease_alive_far_beyond_its_length(harness,
         await trio.sleep(3)
         renewed = await h.claims.renew("default", key="company:acme", token=lease["token"])
     assert renewed["generation"] == 1
-    assert h.kernel.supervisor.fired == 0
+    assert only(h.kernel).supervisor.fired == 0
     with pytest.raises(KernelError):
         await acquire(h, scope["id"], holder="b")
     await trio.sleep(5)
     await trio.testing.wait_all_tasks_blocked()
-    assert h.kernel.supervisor.fired == 1
+    assert only(h.kernel).supervisor.fired == 1
     assert (await acquire(h, scope["id"], holder="b"))["generation"] == 2
 
 
@@ -111,7 +112,7 @@ async def test_a_scope_deadline_expires_the_scope_and_frees_its_claims_at_that_i
     await trio.sleep(60)
     await trio.testing.wait_all_tasks_blocked()
     assert h.scopes.view("default", run["id"])["storedState"] == "EXPIRED"
-    assert h.kernel.state.space("default").claims.by_token(lease["token"]) is None
+    assert only(h.kernel).state.space("default").claims.by_token(lease["token"]) is None
 
 
 async def test_replaying_the_journal_rebuilds_the_same_claims(harness, autojump_clock):
@@ -124,9 +125,9 @@ async def test_replaying_the_journal_rebuilds_the_same_claims(harness, autojump_
             await h.claims.release("default", key=f"k{n % 5}", token=lease["token"])
         await trio.sleep(1)
     replayed = KernelState()
-    for record in h.kernel.journal.records:
+    for record in only(h.kernel).journal.records:
         replayed.apply(record)
-    live, again = h.kernel.state.space("default").claims, replayed.space("default").claims
+    live, again = only(h.kernel).state.space("default").claims, replayed.space("default").claims
     for n in range(5):
         a, b = live.get(run["id"], f"k{n}"), again.get(run["id"], f"k{n}")
         assert (a.generation, a.token, a.holder, a.expires_ms) == (b.generation, b.token, b.holder, b.expires_ms)
@@ -146,7 +147,7 @@ async def test_actors_linger_briefly_then_retire(harness, autojump_clock):
     await trio.sleep(ACTOR_LINGER_S)
     await trio.testing.wait_all_tasks_blocked()
     assert h.kernel.actors == 0
-    assert len(h.kernel.state.space("default").claims) == 100
+    assert len(only(h.kernel).state.space("default").claims) == 100
 
 
 async def test_many_concurrent_callers_on_one_key_get_exactly_one_lease(harness, autojump_clock):

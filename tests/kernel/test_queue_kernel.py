@@ -16,6 +16,7 @@ from runstate.actors.timestamps import parse_timestamp
 
 from .queue_harness import queue_harness  # noqa: F401 - the fixture
 from .queue_world import SPACE, T0
+from ..single import only
 
 pytestmark = pytest.mark.trio
 
@@ -80,7 +81,7 @@ async def test_a_receiver_that_goes_away_is_not_handed_a_lease(queue_harness, au
     with trio.move_on_after(2):
         await h.recv(mailbox, scope, wait_ms=20_000)
     await h.settle()
-    assert not h.kernel.actors or all(not a.waiters for a in h.kernel._actors.values())
+    assert not h.kernel.actors or all(not a.waiters for a in only(h.kernel)._actors.values())
     await h.messages.send(SPACE, mailbox, scope_id=scope, payload="kept")
     delivery = await h.recv(mailbox, scope)
     assert delivery["message"]["attempt"] == 1
@@ -126,7 +127,7 @@ async def test_renewals_keep_a_delivery_far_beyond_its_lease(queue_harness, auto
         await trio.sleep(3)
         await h.messages.renew(SPACE, delivery["message"]["id"], token=delivery["token"], lease_s=5)
     assert await h.recv(mailbox, scope) is None
-    assert h.kernel.supervisor.fired == 0
+    assert only(h.kernel).supervisor.fired == 0
     await trio.sleep(5)
     await h.settle()  # the expiry falls due at this very instant: let the supervisor's turn run first
     assert (await h.recv(mailbox, scope))["message"]["attempt"] == 2
@@ -197,7 +198,7 @@ async def test_a_finished_task_is_tombstoned_exactly_at_the_end_of_retention(que
     await h.settle()
     task = h.space.tasks.get(ticket["taskId"])
     assert task.tombstoned and task.outcome is None
-    tombstone = [r for r in h.kernel.journal.records if r["type"] == "task.tombstoned"]
+    tombstone = [r for r in only(h.kernel).journal.records if r["type"] == "task.tombstoned"]
     assert tombstone and tombstone[0]["at_ms"] == T0 + 1_000 + week_s * 1000
     view = h.tasks.view(SPACE, ticket["taskId"])
     assert view["state"] == "SUCCEEDED" and view["outcome"] is None and view["tombstoned"] is True

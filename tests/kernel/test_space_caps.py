@@ -25,6 +25,7 @@ from runstate.actors.tasks import TaskTable
 from ..capacity_ops import PoolOps
 from ..ops import ClaimOps, MailboxOps, MessageOps, ScopeOps, TaskOps
 from .conftest import T0, rebuilt_exactly
+from ..single import only
 
 pytestmark = pytest.mark.trio
 
@@ -45,7 +46,7 @@ class World:
 
     @property
     def space(self):
-        return self.kernel.state.space(S)
+        return only(self.kernel).state.space(S)
 
     async def once(self, command_class: type, **body) -> dict:
         kernel = self.kernel
@@ -56,7 +57,7 @@ class World:
 
     async def refused(self, call, setting: str) -> KernelError:
         """`call` is BACKLOG_FULL naming `setting`, and the journal did not grow."""
-        before = len(self.kernel.journal.records)
+        before = len(only(self.kernel).journal.records)
         with pytest.raises(KernelError) as caught:
             await call
         error = caught.value
@@ -64,7 +65,7 @@ class World:
         assert error.retry_after_s == 1.0
         flag, variable = "--" + setting.replace("_", "-"), "RUNSTATE_" + setting.upper()
         assert f"(limit {setting}; raise it with {flag} / {variable})" in error.message
-        assert len(self.kernel.journal.records) == before, "a refusal writes no record"
+        assert len(only(self.kernel).journal.records) == before, "a refusal writes no record"
         return error
 
     def replays_exactly(self) -> None:

@@ -9,6 +9,7 @@ from runstate.actors.space import RECORD_TYPES
 from runstate.actors.usage import CLASSIFIED
 
 from .conftest import T0
+from ..single import only
 
 def replayed(records):
     state = KernelState()
@@ -40,7 +41,7 @@ async def test_operations_are_counted_renewals_are_free_and_expiries_are_events(
     await trio.testing.wait_all_tasks_blocked()
     await acquire(h, scope["id"], holder="c")  # a takeover: the last lease expired
     await h.scopes.cancel("default", scope["id"])
-    usage = h.kernel.state.space("default").usage.view("default")
+    usage = only(h.kernel).state.space("default").usage.view("default")
     assert usage == {
         "spaceId": "default",
         "operations": {"claims.acquire": 3, "claims.release": 1, "scopes.cancel": 1, "scopes.create": 1},
@@ -63,7 +64,7 @@ async def test_refusals_and_idempotent_replays_are_not_operations(harness, autoj
     idem = Idem("default", "key-1", "fingerprint")
     await h.scopes.create("default", idem=idem)
     await h.scopes.create("default", idem=idem)
-    usage = h.kernel.state.space("default").usage
+    usage = only(h.kernel).state.space("default").usage
     assert usage.operations == {"scopes.create": 2, "claims.acquire": 1}
     assert h.kernel.idempotent_replays == 1
 
@@ -79,8 +80,8 @@ async def test_replaying_the_journal_gives_the_same_counts(harness, autojump_clo
     await trio.testing.wait_all_tasks_blocked()
     await acquire(h, scope["id"], holder="b")
     await h.scopes.complete("default", scope["id"])
-    state = replayed(h.kernel.journal.records)
-    live = h.kernel.state.space("default").usage
+    state = replayed(only(h.kernel).journal.records)
+    live = only(h.kernel).state.space("default").usage
     again = state.space("default").usage
     assert (again.operations, again.free, again.events) == (live.operations, live.free, live.events)
     assert again.takeovers == live.takeovers == 1
@@ -109,7 +110,7 @@ async def test_a_run_that_expires_is_an_event_not_an_operation(harness, autojump
     await h.scopes.create("default", deadline_ms=T0 + 2_000)
     await trio.sleep(3)
     await trio.testing.wait_all_tasks_blocked()
-    usage = h.kernel.state.space("default").usage
+    usage = only(h.kernel).state.space("default").usage
     assert usage.operations == {"scopes.create": 1}
     assert usage.events == {"scopes.expire": 1}
 
@@ -126,8 +127,8 @@ async def test_a_snapshot_image_carries_the_counters_and_takeovers(harness, auto
     await acquire(h, scope["id"], key="other")
     await trio.sleep(6)
     await trio.testing.wait_all_tasks_blocked()  # "other" expired: its next acquire would be a takeover
-    rebuilt = replayed(list(h.kernel.state.image()))
-    live = h.kernel.state.space("default")
+    rebuilt = replayed(list(only(h.kernel).state.image()))
+    live = only(h.kernel).state.space("default")
     again = rebuilt.space("default")
     assert again.usage.view("default") == live.usage.view("default")
     assert again.usage.takeovers == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -59,6 +60,28 @@ def test_blocking_consume_with_a_thread_safe_stop_flag():
         assert settlements(transport) == [("/messages/msg_1/complete", {"token": "t1", "result": {"payload": "X"}})]
     finally:
         rs.close()
+
+
+def test_blocking_consume_warns_once_about_a_handler_that_returns_a_value(caplog):
+    """The blocking client's thread wrapper is known as the handler it wraps: one warning for the
+    handler across two consume() calls, naming it."""
+    caplog.set_level(logging.WARNING, logger="runstate")
+    rs, transport = blocking_client(QueueServer([(1, "x"), (2, "y")]))
+    stops = []
+
+    def summarize(data, delivery):
+        stops[-1].set()
+        return data.upper()
+
+    try:
+        for _ in range(2):
+            stops.append(rs.new_event())
+            rs.scope("sc_1").mailbox("research").consume(summarize, stop_event=stops[-1], wait_ms=200)
+        assert len(settlements(transport)) == 2
+    finally:
+        rs.close()
+    told = [r.getMessage() for r in caplog.records if r.name == "runstate" and "not recorded" in r.getMessage()]
+    assert len(told) == 1 and "summarize" in told[0], told
 
 
 def test_blocking_client_reports_config_errors_and_leaves_no_thread(monkeypatch):

@@ -73,6 +73,25 @@ async def test_a_lost_grant_cancels_run_and_raises_lease_lost(autojump_clock):
 
 
 @pytest.mark.trio
+async def test_a_grant_gone_before_its_release_makes_run_raise_lease_lost(autojump_clock):
+    """The run ends while fn holds a grant, and fn returns before the next renewal: the release is
+    refused, so run() raises LeaseLostError instead of returning fn's result."""
+    async with testing.serve() as rs:
+        await rs.pools.ensure("gpu", capacity=1)
+        run = await rs.scopes.create(name="ended")
+        held = []
+
+        async def work(lease):
+            held.append(lease)
+            await run.cancel()
+            return "result"
+
+        with pytest.raises(runstate.LeaseLostError):
+            await run.pool("gpu").run(work, lease_seconds=30)
+        assert held[0].is_lost
+
+
+@pytest.mark.trio
 async def test_quota_take_waits_for_the_next_window(autojump_clock):
     """take() on a used-up window registers a waiter and returns the consumption when the server
     grants it at the next window; try_take says exhausted; cooldown is reported back."""

@@ -259,10 +259,11 @@ async def test_release_stops_renewal_and_sends_once(autojump_clock, pinned_jitte
 
 @pytest.mark.anyio
 async def test_release_ignores_stale_claim():
-    """A STALE_CLAIM answer to release means the lease had already gone: no error."""
+    """A STALE_CLAIM answer to release means the lease had already gone: no error, but it is lost."""
     rs, _ = make_client(claim_server(release=lambda sent: error(409, "STALE_CLAIM")))
     lease = await rs.scope("sc_1").claim("k").acquire()
     await lease.release()
+    assert lease.is_lost and isinstance(lease.lost_error, runstate.LeaseLostError)
 
 
 @pytest.mark.anyio
@@ -315,6 +316,60 @@ async def test_run_returns_the_result_and_releases(autojump_clock, pinned_jitter
 
     assert await rs.scope("sc_1").claim("k").run(work, wait=True) == "done by generation 7"
     assert [s.suffix for s in transport.sent] == ["/claims", "/claims/k/renew", "/claims/k/renew", "/claims/k/release"]
+
+
+@pytest.mark.trio
+async def test_run_raises_lease_lost_when_its_release_is_refused_as_stale(autojump_clock, pinned_jitter):
+    """A token gone stale between two renewals (a forced release) is learned at the release: run()
+    raises LeaseLostError in place of fn's result, and the lease is lost."""
+    rs, transport = make_client(claim_server(release=lambda sent: error(409, "STALE_CLAIM")))
+    held = []
+
+    async def work(lease):
+        held.append(lease)
+        await trio.sleep(5)  # shorter than a renewal interval: no renewal is refused first
+        return "a result made without ownership"
+
+    with pytest.raises(runstate.LeaseLostError) as caught:
+        await rs.scope("sc_1").claim("k").run(work, lease_seconds=30)
+    assert caught.value.code == "STALE_CLAIM" and "during run()" in caught.value.message
+    assert isinstance(caught.value.__cause__, runstate.LeaseLostError)
+    assert held[0].is_lost
+    assert [s.suffix for s in transport.sent] == ["/claims", "/claims/k/release"]
+
+
+@pytest.mark.trio
+async def test_run_keeps_fns_own_error_when_its_release_is_refused(autojump_clock):
+    """fn's own error goes up as it is, even when the release then finds the lease gone."""
+    rs, _ = make_client(claim_server(release=lambda sent: error(409, "STALE_CLAIM")))
+
+    async def boom(lease):
+        raise ValueError("bad input")
+
+    with pytest.raises(ValueError, match="bad input"):
+        await rs.scope("sc_1").claim("k").run(boom)
+
+
+@pytest.mark.trio
+async def test_run_ignores_a_release_that_cannot_reach_the_server(autojump_clock):
+    """A release lost to an outage says nothing about the lease: fn's result stands."""
+    rs, _ = make_client(claim_server(release=lambda sent: error(503, "UNAVAILABLE")), retries=0)
+
+    async def work(lease):
+        return "done"
+
+    assert await rs.scope("sc_1").claim("k").run(work) == "done"
+
+
+@pytest.mark.trio
+async def test_a_lease_block_that_ends_normally_raises_when_its_release_is_refused(autojump_clock):
+    """`async with lease:` learns at its release, as run() does, that the lease had gone."""
+    rs, _ = make_client(claim_server(release=lambda sent: error(409, "STALE_CLAIM")))
+    lease = await rs.scope("sc_1").claim("k").acquire()
+    with pytest.raises(runstate.LeaseLostError):
+        async with lease:
+            pass
+    assert lease.is_lost
 
 
 @pytest.mark.trio

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import anyio
@@ -50,7 +51,8 @@ async def test_ensure_recovers_from_a_lost_create_race_and_checks_the_mode():
 
 @pytest.mark.anyio
 async def test_mailbox_name_is_resolved_once_and_unknown_names_are_not_found():
-    """One GET /mailboxes serves every later call; an unknown name raises NotFoundError."""
+    """One GET /mailboxes serves every later call; an unknown name raises NotFoundError, which
+    says how to create the queue."""
     rs, transport = make_client(lambda sent: ok(MAILBOXES) if sent.method == "GET" else ok({"id": "m", "replay": False}))
     mailbox = rs.scope("sc_1").mailbox("research")
     await mailbox.send({"company": "acme"}, work_key="crawl:acme")
@@ -61,6 +63,7 @@ async def test_mailbox_name_is_resolved_once_and_unknown_names_are_not_found():
     with pytest.raises(runstate.NotFoundError) as caught:
         await rs.scope("sc_1").mailbox("nope").send(1)
     assert (caught.value.code, caught.value.status) == ("NOT_FOUND", 404)
+    assert "rs.mailboxes.ensure('nope', mode=\"WORK\")" in caught.value.message
 
 
 @pytest.mark.anyio
@@ -219,6 +222,58 @@ async def test_a_handler_that_settles_itself_is_not_settled_again(autojump_clock
 
     await rs.scope("sc_1").mailbox("research").consume(handle, stop_event=stop)
     assert settlements(transport) == [("/messages/msg_1/complete", {"token": "t1", "result": {"payload": "report"}})]
+
+
+def _returned_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "runstate" and "not recorded" in r.getMessage()]
+
+
+@pytest.mark.trio
+async def test_a_handler_that_returns_a_value_is_warned_about_once(autojump_clock, caplog):
+    """A returned value is not recorded (the delivery is completed with no payload, as before), and
+    the `runstate` logger says so once for the handler, naming it and how to record a result; a
+    second consume() with the same handler says nothing more."""
+    caplog.set_level(logging.WARNING, logger="runstate")
+    rs, transport = make_client(QueueServer([(1, "a"), (2, "b"), (3, "c")]))
+    seen = []
+    stop = trio.Event()
+
+    async def research(data, delivery):
+        seen.append(data)
+        if len(seen) > 1:  # the first consume() runs two, the second one
+            stop.set()
+        return {"report": data}
+
+    await rs.scope("sc_1").mailbox("research").consume(research, stop_event=stop)
+    assert seen == ["a", "b"]
+    assert settlements(transport) == [("/messages/msg_1/complete", {"token": "t1"}), ("/messages/msg_2/complete", {"token": "t2"})]
+    told = _returned_warnings(caplog)
+    assert len(told) == 1, told
+    assert "consume('research')" in told[0] and "handler test_a_handler" in told[0] and "(dict)" in told[0]
+    assert 'delivery.complete(result={"payload": value})' in told[0]
+    stop = trio.Event()
+    await rs.scope("sc_1").mailbox("research").consume(research, stop_event=stop)
+    assert seen == ["a", "b", "c"] and len(settlements(transport)) == 3
+    assert len(_returned_warnings(caplog)) == 1, "said once per handler, not once per consume()"
+
+
+@pytest.mark.trio
+async def test_no_warning_for_a_handler_that_returns_none_or_settles_itself(autojump_clock, caplog):
+    """Returning nothing, or completing the delivery itself before returning a value, is not warned about."""
+    caplog.set_level(logging.WARNING, logger="runstate")
+    rs, transport = make_client(QueueServer([(1, "a"), (2, "b")]))
+    stop = trio.Event()
+
+    async def handle(data, delivery):
+        if data == "a":
+            return None
+        await delivery.complete(result={"payload": "report"})
+        stop.set()
+        return "report"
+
+    await rs.scope("sc_1").mailbox("research").consume(handle, stop_event=stop)
+    assert len(settlements(transport)) == 2
+    assert _returned_warnings(caplog) == []
 
 
 @pytest.mark.trio

@@ -5,6 +5,7 @@ the HTTP client would drop from the path as dot segments unless they are percent
 from __future__ import annotations
 
 import pytest
+import trio
 
 import runstate
 from runstate import testing
@@ -44,6 +45,47 @@ async def test_a_forced_release_fences_the_holder_whose_lease_is_then_lost(autoj
             await run.claim("report").force_release()
         with pytest.raises(NotFoundError):
             await run.claim("never").force_release()
+
+
+@pytest.mark.trio
+async def test_a_forced_release_inside_run_raises_lease_lost_from_run(autojump_clock):
+    """An operator forces the key free while fn runs, and fn returns before the next renewal: run()
+    raises LeaseLostError instead of reporting success, the lease is lost, and the next holder's
+    generation follows."""
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        operator = rs.new_client(holder="operator")
+        held = []
+
+        async def research(lease):
+            held.append(lease)
+            await trio.sleep(0.5)
+            await operator.scope(run.id).claim("company:initech").force_release("hung")
+            await trio.sleep(0.5)
+            return "report"
+
+        with pytest.raises(LeaseLostError) as caught:
+            await run.claim("company:initech").run(research, lease_seconds=30)
+        assert caught.value.code == "STALE_CLAIM"
+        assert held[0].is_lost
+        nxt = await operator.scope(run.id).claim("company:initech").acquire()
+        assert nxt.generation == held[0].generation + 1
+        await nxt.release()
+
+
+def test_a_forced_release_inside_a_blocking_run_raises_lease_lost(module_server):
+    """The blocking client's run() raises the same way, over HTTP."""
+    url, key, space = module_server.base_url, module_server.api_key, module_server.space_id
+    with runstate.Runstate(api_key=key, space_id=space, base_url=url, holder="worker") as rs, \
+            runstate.Runstate(api_key=key, space_id=space, base_url=url, holder="operator") as operator:
+        run = rs.scopes.create()
+
+        def research(lease):
+            operator.scope(run.id).claim("k").force_release()
+            return "report"
+
+        with pytest.raises(LeaseLostError):
+            run.claim("k").run(research)
 
 
 @pytest.mark.trio

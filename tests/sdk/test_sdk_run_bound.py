@@ -205,6 +205,23 @@ async def test_slots_hold_a_pool_as_decorator_and_as_a_block(autojump_clock):
 
 
 @pytest.mark.trio
+async def test_a_slot_taken_away_before_its_release_raises_lease_lost(autojump_clock):
+    """The grant behind a slots call goes stale between two renewals (its run is ended from
+    elsewhere): the release is refused, and the call raises LeaseLostError instead of returning."""
+    async with testing.serve() as rs:
+        client = rs.client(run="slots-lost")
+
+        @client.slots("browser", max=1)
+        async def browse():
+            await rs.scope(await client.arun_id()).cancel()
+            return "page"
+
+        with pytest.raises(runstate.LeaseLostError) as caught:
+            await browse()
+        assert "release was refused" in caught.value.message
+
+
+@pytest.mark.trio
 async def test_budget_charges_the_cost_and_refuses_what_no_longer_fits(autojump_clock):
     async with testing.serve() as rs:
         client = rs.client(run="budget")
@@ -386,3 +403,22 @@ def test_the_documented_testing_example_runs_verbatim(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0 and "1 passed" in done.stdout, f"{done.stdout}\n{done.stderr}"
+
+
+def test_an_async_queue_called_from_plain_code_and_never_awaited_says_what_to_do():
+    """A queue with an async def handler gives an awaitable from plain code (as 0.3.0's does, so
+    `asyncio.run(review(doc))` works); left unawaited, Python's warning names the way out."""
+    import gc
+
+    client = runstate.Runstate(api_key="k", space_id="s", base_url="http://127.0.0.1:9")
+
+    @client.queue("review")
+    async def review(doc):
+        return doc
+
+    pending = review({"doc": 1})
+    assert "await it in a coroutine, or call review.send(x).result() from plain code" in pending.__qualname__
+    with pytest.warns(RuntimeWarning, match=r"review\(\.\.\.\): a queue with an async def handler gives an awaitable"):
+        del pending
+        gc.collect()
+    client.close()

@@ -194,7 +194,7 @@ async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
         nursery.start_soon(hold)
         await trio.sleep(1)
         waits = (await client.get("/ops/waits")).json["waits"]
-        assert waits == [{"on": "queue", "calls": 1, "mailboxId": mailbox, "scopeId": other}]
+        assert waits == [{"on": "queue", "calls": 1, "mailboxId": mailbox, "scopeId": other, "holders": ["w1"]}]
         assert (await client.get(f"/ops/runs/{other}")).json["parked"] == waits
     assert held[0].status == 204
     assert (await client.get("/ops/waits")).json["waits"] == []

@@ -106,6 +106,11 @@ def _existing(server: ServerProcess) -> dict[str, str]:
         scope_id = http.post(base + "/scopes", json={"name": "fuzz"}).json()["id"]
         mailbox_id = http.post(base + "/mailboxes", json={"name": "fuzz"}).json()["id"]
         task = http.post(base + "/tasks", json={"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": "t", "input": {"n": 1}}).json()
+        # The task is settled, so that a read of it with `waitMs` answers at once (a share of the
+        # operations may hold no other operation that would settle it).
+        delivery = http.post(base + f"/mailboxes/{mailbox_id}/recv", json={"scopeId": scope_id, "holder": "h", "holderSession": "s", "waitMs": 0}).json()
+        settled = http.post(base + f"/messages/{delivery['message']['id']}/complete", json={"token": delivery["token"], "result": {"ok": True}})
+        assert settled.status_code == 200, settled.text
         http.post(base + "/claims", json={"key": "k", "scopeId": scope_id, "holder": "h", "holderSession": "s", "leaseSeconds": 600})
         http.put(base + "/runs/fuzz", json={})  # a run and a mailbox named "fuzz" (routes by name)
         # A permit pool, an allowance and a budget, so their routes have something to act on.
@@ -126,41 +131,96 @@ def _existing(server: ServerProcess) -> dict[str, str]:
     }
 
 
-@pytest.mark.e2e
-def test_generated_requests_never_get_a_5xx_and_answers_match_the_document():
-    """Every operation, EXAMPLES valid and EXAMPLES invalid requests each way: no 5xx, answers conform."""
+# The document's hundred operations are shared out, in document order, among CHUNKS test classes
+# (`TestGeneratedRequests3`), each with a server of its own: `make test` runs `--dist loadscope`, so
+# its processes share the classes as they share the simulation's seeds, and no one of them carries
+# the whole run (218 s in one test, before). Each operation is a test of its own, which a failure
+# names. The server's document must list exactly the operations collected here (none left out).
+CHUNKS = 12
+
+
+def _operations() -> list[tuple[str, str]]:
+    """The document's operations but the one that serves it: schemathesis leaves out the operation
+    it loaded the document from (`test_the_document_is_served_without_a_key` covers that one)."""
+    return [(method, path) for path, item in openapi()["paths"].items() for method in item if path != OPENAPI_PATH]
+
+
+OPERATIONS = _operations()
+
+
+def _generate(loaded, existing: dict[str, str], method: str, path: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """EXAMPLES valid and EXAMPLES invalid requests of one operation, with random path ids and with
+    ids of things that exist; what failed, in words."""
     from hypothesis import given
 
+    operation = loaded[path][method.upper()]
+    headers = {"authorization": f"Bearer {API_KEY}"}
+    names = {p.name for p in operation.path_parameters}
+    failures: list[str] = []
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+        for fixed in (None, {name: existing[name] for name in names}) if names else (None,):
+            try:
+                strategy = operation.as_strategy(generation_mode=mode, path_parameters=fixed or None)
+            except Exception:  # some operations have nothing to make invalid
+                continue
+
+            @given(case=strategy)
+            @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
+            def run(case):  # type: ignore[no-untyped-def]
+                case.call_and_validate(headers=headers, checks=CHECKS, timeout=15)
+
+            try:
+                run()
+            except Unsatisfiable:  # nothing invalid to make of it (no parameters, no body)
+                pass
+            except BaseException as error:  # hypothesis shrank it (an exception group)
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise
+                failures.append(f"{operation.label} ({mode.value}, {'existing' if fixed else 'random'} ids): {str(error)[:1500]}")
+    return failures
+
+
+@pytest.fixture(scope="class")
+def target():  # type: ignore[no-untyped-def]
+    """A server for one share of the operations, with things that exist in it, and its document
+    as schemathesis loaded it."""
     with ServerProcess(api_key=API_KEY, space_id=SPACE) as server:
         existing = _existing(server)
         loaded = schemathesis.openapi.from_url(server.base_url + OPENAPI_PATH)
-        headers = {"authorization": f"Bearer {API_KEY}"}
-        failures: list[str] = []
-        operations = 0
-        for result in loaded.get_all_operations():
-            operation = result.ok()
-            operations += 1
-            names = {p.name for p in operation.path_parameters}
-            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-                for fixed in (None, {name: existing[name] for name in names}) if names else (None,):
-                    try:
-                        strategy = operation.as_strategy(generation_mode=mode, path_parameters=fixed or None)
-                    except Exception:  # some operations have nothing to make invalid
-                        continue
+        served = sorted((result.ok().method.lower(), result.ok().path) for result in loaded.get_all_operations())
+        assert served == sorted(OPERATIONS), "the served document lists other operations than the collected ones"
+        yield server, existing, loaded
 
-                    @given(case=strategy)
-                    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None, derandomize=True)
-                    def run(case):  # type: ignore[no-untyped-def]
-                        case.call_and_validate(headers=headers, checks=CHECKS, timeout=15)
 
-                    try:
-                        run()
-                    except Unsatisfiable:  # nothing invalid to make of it (no parameters, no body)
-                        pass
-                    except BaseException as error:  # hypothesis shrank it (an exception group)
-                        if isinstance(error, (KeyboardInterrupt, SystemExit)):
-                            raise
-                        failures.append(f"{operation.label} ({mode.value}, {'existing' if fixed else 'random'} ids): {str(error)[:1500]}")
-        assert operations >= 30
+class _GeneratedRequests:
+    """A share of the operations (a subclass per share, below, sets `operations`), against one
+    server that the share's tests use in turn."""
+
+    operations: list[tuple[str, str]]
+
+    @pytest.mark.e2e
+    def test_generated_requests_never_get_a_5xx_and_answers_match_the_document(self, target, operation):  # type: ignore[no-untyped-def]
+        """EXAMPLES valid and EXAMPLES invalid requests each way: no 5xx, answers conform."""
+        server, existing, loaded = target
+        method, path = operation
+        failures = _generate(loaded, existing, method, path)
         assert server.proc is not None and server.proc.poll() is None, "the server died"
         assert not failures, "\n\n".join(failures)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.cls is not None and issubclass(metafunc.cls, _GeneratedRequests) and "operation" in metafunc.fixturenames:
+        chunk = metafunc.cls.operations
+        metafunc.parametrize("operation", chunk, ids=[f"{method.upper()} {path}" for method, path in chunk])
+
+
+def test_the_operations_are_all_shared_out():
+    """Every operation of the document is in exactly one share, and there are many of them."""
+    shares = [operation for number in range(CHUNKS) for operation in globals()[f"TestGeneratedRequests{number}"].operations]
+    assert len(OPERATIONS) >= 30 and sorted(shares) == sorted(OPERATIONS) and len(set(shares)) == len(shares)
+
+
+for _number in range(CHUNKS):
+    globals()[f"TestGeneratedRequests{_number}"] = type(
+        f"TestGeneratedRequests{_number}", (_GeneratedRequests,), {"operations": OPERATIONS[_number::CHUNKS], "__module__": __name__},
+    )

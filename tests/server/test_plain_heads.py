@@ -1,4 +1,4 @@
-"""The plain request heads the doors read without h11 (`doors._plain_request`).
+"""The plain request heads the doors read without h11 (`heads.plain_request`).
 
 A head read there must mean exactly what h11 reads in it, and every head h11 would refuse must be
 left to h11 (so its refusal, with the envelope, stays the one the server gives). The property test
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runstate.server.doors import INLINE_BODY_MAX, _plain_request
+from runstate.server.heads import INLINE_BODY_MAX, plain_request as _plain_request
 
 HEAD_MAX = 16 * 1024
 

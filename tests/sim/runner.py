@@ -1,6 +1,6 @@
 """Running one seed, a batch of seeds, or a soak; the `make sim` / `make soak` command line.
 
-    python -m tests.sim                     # the CI batch: SIM_SEEDS seeds (default 300)
+    python -m tests.sim                     # the CI batch: SIM_SEEDS seeds (default 300), as `make test` runs them
     python -m tests.sim --seed 17           # replay one seed exactly, print its trace on failure
     python -m tests.sim --seconds 3600      # soak: new seeds until an hour of wall time is used
     python -m tests.sim --seed 17 --trace   # print the whole trace
@@ -21,6 +21,7 @@ import hashlib
 import heapq
 import itertools
 import logging
+import multiprocessing
 import os
 import random
 import shutil
@@ -47,7 +48,7 @@ from .operator_agents import operator
 from .cluster import Cluster, SimTransport, now_ms
 from .oracle import Oracle, Violation
 
-__all__ = ["SeedResult", "run_seed", "run_seeds_until", "run_batch", "main", "VIRTUAL_SECONDS"]
+__all__ = ["SeedResult", "run_seed", "run_seed_apart", "run_seeds_until", "run_batch", "main", "VIRTUAL_SECONDS", "DEFAULT_SEEDS"]
 
 # Virtual seconds one seed simulates (SIM_VIRTUAL_S to change it); each seed crashes the server
 # every CRASH_MEAN_S on average, so a seed sees about four crashes and recoveries.
@@ -286,6 +287,15 @@ def _one(seed: int) -> SeedResult:
     if not result.violations:
         result.trace = []  # keep what crosses between processes small
     return result
+
+
+def run_seed_apart(seed: int) -> SeedResult:
+    """One seed in a process of its own, forked from this one: how the CI batch runs each seed (a
+    test per seed, shared by pytest's processes). A seed leaves about 10 MB behind in the process
+    that ran it, held where no Python object reaches it (`gc` finds no survivor), so hundreds of
+    seeds in one long-lived process would pile it up; a process per seed gives it all back."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        return pool.submit(_one, seed).result()
 
 
 SEEDS_PER_WORKER_PROCESS = 8

@@ -1,5 +1,6 @@
-"""The simulation in CI: a batch of seeds with no violation, the same trace for the same seed, and
-proof that it catches what it is meant to (bugs injected into the kernel for the length of a test).
+"""The simulation in CI: the same trace for the same seed, and proof that it catches what it is
+meant to (bugs injected into the kernel for the length of a test). The batch of seeds with no
+violation is `test_sim_batch.py`.
 """
 
 from __future__ import annotations
@@ -7,39 +8,31 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 from runstate.actors.claims import ClaimTable
 from runstate.actors.messages import LEASED, MessageTable
 
-from .runner import run_batch, run_seed, run_seeds_until
+from .runner import run_seed, run_seeds_until
 
-SEEDS = int(os.environ.get("SIM_SEEDS", "300"))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_a_batch_of_seeds_breaks_no_invariant():
-    """SIM_SEEDS seeds (300 by default) of agents, workers and crashes: no invariant is broken."""
-    started = time.perf_counter()
-    results = list(run_batch(list(range(1, SEEDS + 1)), workers=min(2, os.cpu_count() or 1)))
-    failed = [result for result in results if result.violations]
-    virtual_h = sum(result.virtual_s for result in results) / 3600
-    crashes = sum(result.stats["crashes"] for result in results)
-    print(f"\nsim: {len(results)} seeds, {len(failed)} failures; {virtual_h:.1f} virtual hours, "
-          f"{crashes} crashes, in {time.perf_counter() - started:.1f} s")
-    assert not failed, "\n\n".join(result.describe() + f"\n  replay: make sim SEED={result.seed}" for result in failed[:3])
-
-
 def test_the_same_seed_gives_the_same_trace():
-    """A seed replays exactly: twice in this process, and in a new process with another hash seed."""
-    first = run_seed(7, virtual_s=120)
-    second = run_seed(7, virtual_s=120)
-    assert first.trace == second.trace and len(first.trace) > 100
-    assert first.stats == second.stats
+    """A seed replays exactly: twice in this process, and in a new process with another hash seed
+    (started first, so that it runs beside the two here)."""
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": ROOT}
     code = "from tests.sim.runner import run_seed; print(run_seed(7, virtual_s=120).digest)"
-    digest = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-    assert digest.stdout.strip().splitlines()[-1] == first.digest
+    apart = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = run_seed(7, virtual_s=120)
+        second = run_seed(7, virtual_s=120)
+        out, err = apart.communicate(timeout=110)
+    finally:
+        apart.kill()
+    assert first.trace == second.trace and len(first.trace) > 100
+    assert first.stats == second.stats
+    assert apart.returncode == 0, err[-3000:]
+    assert out.strip().splitlines()[-1] == first.digest
 
 
 def test_an_injected_stale_token_bug_is_caught(monkeypatch):
@@ -138,7 +131,7 @@ def test_an_injected_dirty_read_is_caught(monkeypatch):
 
     monkeypatch.setattr(Partition, "_answer", answer_at_once)
     monkeypatch.setattr(Partition, "settled", settled_at_once)
-    found, result = run_seeds_until("dirty-read", (1, 3, 4, 6), virtual_s=60, crash_mean_s=4)
+    found, result = run_seeds_until("dirty-read", (3, 1, 4, 6), virtual_s=60, crash_mean_s=4)  # (the one that catches it now first)
     assert "dirty-read" in found, result.describe()
 
 
@@ -168,7 +161,9 @@ def test_an_injected_forced_release_that_keeps_the_token_is_caught(monkeypatch):
 def test_an_injected_delete_of_dead_letters_that_forgets_nothing_is_caught(monkeypatch):
     """A delete that answers but keeps the dead letters: the operator's next scan lists them."""
     monkeypatch.setattr(MessageTable, "apply_dead_deleted", lambda self, record: None)
-    found, result = run_seeds_until("dead-letters", tuple(range(1, 13)), virtual_s=120)
+    # Seed 6 is the one that catches it now: first, with the other eleven still tried after it
+    # (a change to the kernel may move the catch to another seed) rather than five misses first.
+    found, result = run_seeds_until("dead-letters", (6, *range(1, 6), *range(7, 13)), virtual_s=120)
     assert "dead-letters" in found or "durability" in found, result.describe()
 
 

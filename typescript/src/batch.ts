@@ -30,7 +30,7 @@
  * answer must be read. Do not confuse coalescing with a delay: nothing here waits for company.
  */
 
-import { NotFoundError, RunstateError, UnavailableError, mapError } from './errors.js';
+import { NotFoundError, RunstateError, UnavailableError, detailsOf, mapError } from './errors.js';
 import { compactBody, newIdempotencyKey, parseRetryAfter, type Method, type Reply, type Requester } from './request.js';
 
 /** At most this many operations go in one batch (the server takes 1,000 by default). */
@@ -112,7 +112,7 @@ function answerOf(result: any, batchStatus: number): Reply | Error {
   const message = typeof envelope.message === 'string' && envelope.message !== '' ? envelope.message : `refused with ${status}`;
   const requestId = typeof envelope.requestId === 'string' ? envelope.requestId : null;
   const retryAfterMs = typeof result.retryAfter === 'number' ? parseRetryAfter(String(result.retryAfter)) : null;
-  return mapError(code, status, message, { requestId, retryAfterMs });
+  return mapError(code, status, message, { requestId, retryAfterMs, details: detailsOf(envelope.details) });
 }
 
 function preview(value: unknown): string {

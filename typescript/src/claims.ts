@@ -97,7 +97,9 @@ export class ClaimRef {
    * Take the claim. With `wait: false` a held key throws `ConflictError` (`CLAIM_HELD`) at once;
    * with `wait: true` it is tried again every ~300 ms (every ~1 s on `CONCURRENCY_LIMITED`) until
    * it is free or `timeoutMs` has passed, then `WaitTimeoutError` is thrown. Each try is a new
-   * logical call with a new idempotency key.
+   * logical call with a new idempotency key. Either refusal says who holds the key: the
+   * `ConflictError`'s `details` (and the `WaitTimeoutError`'s, from the last try) are the claim's
+   * `holder`, `generation` and `leaseExpiresAt`.
    */
   async acquire(options: AcquireOptions = {}): Promise<ClaimLease> {
     const { leaseSeconds = DEFAULT_LEASE_SECONDS, wait = false, timeoutMs = DEFAULT_CLAIM_TIMEOUT_MS, signal } = options;
@@ -137,7 +139,9 @@ export class ClaimRef {
         if (!wait || !retryable) throw err;
         const elapsedMs = nowMs() - started;
         if (elapsedMs >= timeoutMs) {
-          throw waitTimeout(`timed out waiting for claim ${JSON.stringify(this.key)} after ${timeoutMs} ms`, err);
+          // Who held it at the last try, so the caller need not read it again.
+          const last = err as RunstateError;
+          throw waitTimeout(`timed out waiting for claim ${JSON.stringify(this.key)} after ${timeoutMs} ms`, err, last.code === 'CLAIM_HELD' ? last.details : undefined);
         }
         const [low, high] = (err as RunstateError).code === 'CONCURRENCY_LIMITED' ? LIMITED_RETRY_MS : HELD_RETRY_MS;
         // Never sleep past the deadline: the last try comes when the time is up.
@@ -163,7 +167,10 @@ export class ClaimRef {
   /**
    * Acquire, return `fn(lease)` while the lease is renewed, release in a `finally`. A lost lease
    * aborts `lease.signal` and sets `lease.isLost` but does not interrupt `fn`; once `fn` returns,
-   * `run()` throws `LeaseLostError`. Errors from the release are ignored: the lease expires anyway.
+   * `run()` throws `LeaseLostError`, as it does when the release is refused as stale (the token
+   * went stale while `fn` ran: an operator forced the key free, or the run ended); `isLost` is then
+   * true. An error `fn` throws goes up as it is. A release that cannot reach the server is ignored:
+   * the lease expires anyway.
    */
   async run<T>(fn: (lease: ClaimLease) => T | PromiseLike<T>, options: RunOptions = {}): Promise<T> {
     return runHeld(await this.acquire(options), fn, `lease for ${JSON.stringify(this.key)}`);

@@ -17,7 +17,7 @@
 
 import { encodeClaimKey } from './claims.js';
 import type { Context } from './context.js';
-import { ConflictError, NotFoundError, isTransient, waitTimeout } from './errors.js';
+import { ConfigError, ConflictError, NotFoundError, isTransient, waitTimeout } from './errors.js';
 import { parseTimestamp, required } from './lease.js';
 import { TaskTicket } from './tasks.js';
 import { nowMs, pause } from './time.js';
@@ -353,9 +353,14 @@ export class EventsAPI {
   }
 
   /** One page: `{ events, nextCursor }` (events strictly after `cursor`). A cursor older than the
-   * log keeps throws `CursorExpiredError`. */
-  async list(options: { cursor?: string; limit?: number; signal?: AbortSignal } = {}): Promise<EventsPage> {
-    const query = { cursor: options.cursor || undefined, limit: options.limit };
+   * log keeps throws `CursorExpiredError`. `latest: N` instead (0 to 1000; not with `cursor`): the
+   * space's newest N events, oldest of them first, and the cursor after the newest (what just
+   * happened, and where to follow from; `latest: 0` gives that cursor alone). */
+  async list(options: { cursor?: string; limit?: number; latest?: number; signal?: AbortSignal } = {}): Promise<EventsPage> {
+    if (options.latest !== undefined && options.cursor) {
+      throw new ConfigError('give either cursor (the events after it) or latest (the newest ones), not both');
+    }
+    const query = { cursor: options.cursor || undefined, limit: options.limit, latest: options.latest };
     return (await this.#ctx.call('GET', '/events', { query, signal: options.signal })).body;
   }
 

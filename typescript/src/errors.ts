@@ -3,7 +3,7 @@
  *
  * ```
  * Error
- *  +-- RunstateError            code, status, message, requestId, retryAfterMs
+ *  +-- RunstateError            code, status, message, requestId, retryAfterMs, details
  *       +-- ConfigError           CONFIG_ERROR (status 0): no API key or space id
  *       +-- AuthenticationError   UNAUTHENTICATED, FORBIDDEN, ENTITLEMENT_EXCEEDED, SPACE_SUSPENDED
  *       +-- NotFoundError         NOT_FOUND (also a name that a lookup did not find)
@@ -30,6 +30,22 @@
  * `status` is the HTTP status the server really sent. A code this table does not know is kept on a
  * plain `RunstateError`, never collapsed into another code. This is the Python SDK's hierarchy,
  * name for name, so the two SDKs branch on the same things.
+ *
+ * `details` holds the facts the server gave beside the message, to act on without another read:
+ * its error envelope's `details`, or `{}` when it gave none (as for the errors made on this side,
+ * but the claim wait below). What they are, by code:
+ *
+ * - `CLAIM_HELD`: `holder`, `generation` and `leaseExpiresAt` of the claim that holds the key (a
+ *   `WaitTimeoutError` of `acquire({ wait: true })` carries those of the last refusal it waited
+ *   through);
+ * - `CONFLICT` of a name taken (a pool, quota, budget or work limit of that name exists): its `id`,
+ *   and when it was ensured with other settings, those it has (a pool's `units`, a quota's
+ *   `unitsLimit` and `windowSeconds`, a budget's `limitMinor`, `currency` and `scale`);
+ * - `CAPACITY_UNAVAILABLE`: the pool's `unitsAvailable`, `unitsTotal` and how many are `waiting`;
+ * - `ALLOWANCE_EXHAUSTED`: the quota's `remaining` units, `windowStart` and how many are `waiting`;
+ * - `INSUFFICIENT_BUDGET`: `availableMinor` and `requestedMinor`;
+ * - `BACKLOG_FULL` of a work limit: `outstanding` and `maxOutstanding`;
+ * - `BARRIER_RELEASED`: the barrier's `epoch`.
  */
 
 /** The HTTP status each code is sent with; used only for errors made on this side (status 0). */
@@ -64,19 +80,24 @@ export const STATUS_BY_CODE: Readonly<Record<string, number>> = Object.freeze({
 export interface RunstateErrorOptions {
   requestId?: string | null;
   retryAfterMs?: number | null;
+  /** The envelope's `details` (see the module comment). */
+  details?: Readonly<Record<string, unknown>> | null;
   cause?: unknown;
 }
 
 /**
  * Base class of every error the SDK throws on purpose. `code` is the stable value to branch on;
  * `message` is for people. `retryAfterMs` comes from a `Retry-After` header on an error answer:
- * the SDK's own wait loops do not act on it, it is there for callers who want to.
+ * the SDK's own wait loops do not act on it, it is there for callers who want to. `details` is
+ * what the server said beside the message (who holds a claim and until when, what is left of a
+ * pool...: the module comment lists them by code), `{}` when it said nothing more.
  */
 export class RunstateError extends Error {
   readonly code: string;
   readonly status: number;
   readonly requestId: string | null;
   readonly retryAfterMs: number | null;
+  readonly details: Readonly<Record<string, unknown>>;
 
   constructor(code: string, status: number, message: string, options: RunstateErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
@@ -85,7 +106,14 @@ export class RunstateError extends Error {
     this.status = status;
     this.requestId = options.requestId ?? null;
     this.retryAfterMs = options.retryAfterMs ?? null;
+    this.details = Object.freeze({ ...(options.details ?? {}) });
   }
+}
+
+/** An envelope's `details`, when it is the JSON object it should be (anything else is dropped: the
+ * code and message still say what happened). */
+export function detailsOf(value: unknown): Record<string, unknown> | null {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null;
 }
 
 /** The client cannot be built: the API key or the space id is missing, or an option is invalid. */
@@ -211,7 +239,7 @@ export function isTransient(err: unknown): boolean {
   return err.status >= 500;
 }
 
-/** A client-side wait ran out (status 0, like the Python SDK). */
-export function waitTimeout(message: string, cause?: unknown): WaitTimeoutError {
-  return new WaitTimeoutError('WAIT_TIMEOUT', 0, message, { cause });
+/** A client-side wait ran out (status 0, like the Python SDK); `details`: what the last refusal said. */
+export function waitTimeout(message: string, cause?: unknown, details?: Readonly<Record<string, unknown>>): WaitTimeoutError {
+  return new WaitTimeoutError('WAIT_TIMEOUT', 0, message, { cause, details });
 }

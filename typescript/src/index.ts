@@ -12,6 +12,7 @@
  */
 
 export { Runstate, ScopesAPI, MailboxesAPI } from './client.js';
+export { VERSION } from './request.js';
 export type {
   MailboxRow,
   EnsureMailboxOptions,
@@ -28,7 +29,7 @@ export type {
 export { resolveConfig, DEFAULT_BASE_URL } from './config.js';
 export type { RunstateOptions, Config } from './config.js';
 export { ScopeHandle } from './scopes.js';
-export type { CreateScopeOptions } from './scopes.js';
+export type { CreateScopeOptions, HeldClaim, ClaimsPage, TasksPage, ListOptions } from './scopes.js';
 export { ClaimRef, ClaimLease, encodeClaimKey } from './claims.js';
 export { HeldLease } from './lease.js';
 export {
@@ -71,6 +72,7 @@ export type {
   SendOptions,
   SentMessage,
   ReceiveOptions,
+  SettleOptions,
   CompleteResult,
   ConsumeOptions,
   Handler,

@@ -14,11 +14,13 @@
  * `runHeld(lease, fn)` is how `run()` holds one: a lost lease does **not** interrupt `fn` (a
  * JavaScript function cannot be cancelled from outside): `signal` aborts, `isLost` turns true, and
  * once `fn` returns normally `run()` throws `LeaseLostError` (`STALE_CLAIM`) rather than hand back a
- * result made without ownership; if `fn` throws, its own error goes up.
+ * result made without ownership; if `fn` throws, its own error goes up. The release after `fn` has
+ * the last word: a lease taken away between two renewals (an operator's forced release, the run
+ * ended) is learned when the server refuses the release as stale, and `run()` throws then too.
  */
 
 import type { Context, Stoppable } from './context.js';
-import { LeaseLostError } from './errors.js';
+import { LeaseLostError, NotFoundError, ScopeCancelledError } from './errors.js';
 import { LeaseClock, renewalsExhausted } from './renewal.js';
 import { Kept } from './renewals.js';
 
@@ -130,17 +132,32 @@ export abstract class HeldLease implements Stoppable {
     this.#clock.renewed(sentMs, leaseSeconds ?? this.leaseSeconds);
   }
 
-  /** Stop renewing and give the lease back. A second call sends nothing; a `LeaseLostError`
-   * answer (the lease had already gone) is ignored. */
+  /** Stop renewing and give the lease back. A second call sends nothing. A `LeaseLostError` answer
+   * (the lease had already gone: its token is stale) is not thrown, but marks the lease lost:
+   * `isLost` is true from then on. */
   async release(observation?: unknown): Promise<void> {
-    if (this.#released) return;
+    await this.releaseRefused(observation);
+  }
+
+  /**
+   * @internal `release()`, resolving to the refusal that said the lease had gone before it (a
+   * stale token), having marked the lease lost, or null. A run that ended or a lease the server no
+   * longer knows also marks it lost, and is thrown; so is anything else (the server unreachable).
+   */
+  async releaseRefused(observation?: unknown): Promise<LeaseLostError | null> {
+    if (this.#released) return null;
     this.#released = true;
     this.#stopRenewal();
     try {
       await this.ctx.call('POST', this.path('release'), { body: { token: this.#token, observation }, batch: true });
     } catch (err) {
-      if (!(err instanceof LeaseLostError)) throw err;
+      if (err instanceof LeaseLostError || err instanceof ScopeCancelledError || err instanceof NotFoundError) {
+        this.#markLost(err);
+      }
+      if (err instanceof LeaseLostError) return err;
+      throw err;
     }
+    return null;
   }
 
   /** @internal The client is closing: the lease counts as lost from here on and will expire. */
@@ -175,18 +192,41 @@ export abstract class HeldLease implements Stoppable {
 }
 
 /**
- * Run `fn(lease)` while the lease is renewed, then release it (errors from the release are
- * ignored: the lease expires anyway). A lost lease does not interrupt `fn`; once `fn` returns,
- * `LeaseLostError` (`STALE_CLAIM`, the loss as its cause) is thrown instead of its result.
+ * Release after work that ended normally: resolves to the reason the lease did not last until
+ * then (lost before, or refused by the server at the release: a stale token, a run that ended, a
+ * lease it no longer knows), or null. A release that cannot reach the server says nothing about
+ * the lease: null, and the lease expires on its own.
+ */
+export async function releaseAfterWork(lease: HeldLease): Promise<LeaseLostError | null> {
+  if (lease.isLost) {
+    await lease.release().catch(() => undefined);
+    return lease.lostError;
+  }
+  try {
+    await lease.releaseRefused();
+  } catch {
+    // Unreachable, or refused in a way that marked the lease lost (read below).
+  }
+  return lease.isLost ? lease.lostError : null;
+}
+
+/**
+ * Run `fn(lease)` while the lease is renewed, then release it. A lost lease does not interrupt
+ * `fn`; once `fn` returns, `LeaseLostError` (`STALE_CLAIM`, the loss as its cause) is thrown
+ * instead of its result, and so it is when the release is refused as stale. An error `fn` throws
+ * goes up as it is; a release that cannot reach the server is ignored (the lease expires anyway).
  */
 export async function runHeld<L extends HeldLease, T>(lease: L, fn: (lease: L) => T | PromiseLike<T>, what: string): Promise<T> {
+  let result: T;
   try {
-    const result = await fn(lease);
-    if (lease.isLost) {
-      throw new LeaseLostError('STALE_CLAIM', 409, `${what} was lost during run()`, { cause: lease.lostError });
-    }
-    return result;
-  } finally {
+    result = await fn(lease);
+  } catch (err) {
     await lease.release().catch(() => undefined);
+    throw err;
   }
+  const lost = await releaseAfterWork(lease);
+  if (lost !== null) {
+    throw new LeaseLostError('STALE_CLAIM', 409, `${what} was lost during run()`, { cause: lost });
+  }
+  return result;
 }

@@ -18,10 +18,14 @@
  * idempotency key, so a try whose answer was lost is answered by the server as the first one
  * was), and throws its last error after it.
  *
+ * A delivery from `receive()` or `admit()` is renewed only when asked: `renew()` once, or
+ * `keepRenewed()` in the background (with the client's other leases, as `consume()` keeps its
+ * handlers') until it is settled, lost, `stopRenewing()` is called or the client closes.
+ *
  * `consume()` is the worker loop of `worker.ts` (the Python SDK's, rule for rule): see there.
  */
 
-import type { Context } from './context.js';
+import type { Context, Stoppable } from './context.js';
 import {
   LeaseLostError,
   NotFoundError,
@@ -30,13 +34,15 @@ import {
   isTransient,
 } from './errors.js';
 import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, grantStartMs, renewalsExhausted } from './renewal.js';
-import type { RenewalRequest } from './renewals.js';
+import { Kept, type RenewalRequest } from './renewals.js';
 import { newIdempotencyKey } from './request.js';
 import { TaskTicket } from './tasks.js';
 import { nowMs, pause } from './time.js';
+import { warn } from './warnings.js';
 import { runWorker } from './worker.js';
 
-/** The lease of a delivery from `receive()`; it is not renewed for the caller. */
+/** The lease of a delivery from `receive()` unless it asks for another; it is not renewed for the
+ * caller unless asked (`keepRenewed()`). */
 export const RECEIVE_LEASE_SECONDS = 30;
 /** The longest a server holds one recv (its wait_ms_max): `receive()` asks again for the rest. */
 const RECV_WAIT_MS_MAX = 30_000;
@@ -78,7 +84,17 @@ export interface SentMessage {
 export interface ReceiveOptions {
   /** Let the server hold the request up to this long for a message; default 0 (answer at once). */
   waitMs?: number;
+  /** The delivery's lease, 5 to 600; default 30. Not renewed for you (see `keepRenewed()`). */
+  leaseSeconds?: number;
   signal?: AbortSignal;
+}
+
+/** How a delivery goes back (`retry()`) or is dead-lettered (`reject()`). */
+export interface SettleOptions {
+  /** Why (at most 2000 characters): a task this ends keeps it as its reason (`handler_error: <reason>`). */
+  reason?: string;
+  /** The same as `reason`, by the wire's name (0.3.0's first spelling); `reason` wins when both are given. */
+  error?: string;
 }
 
 export interface CompleteResult {
@@ -135,6 +151,10 @@ export class Delivery<T = unknown> {
   #settling: Promise<void> | null = null;
   #lost = false;
   #rejected: RunstateError | null = null;
+  // Its place among the leases the client renews together, while it is kept renewed.
+  #kept: Kept | null = null;
+  // What the client's close stops: a kept delivery counts as lost from then on.
+  readonly #closer: Stoppable = { abandon: (reason: Error) => this.markLost(reason) };
 
   /** @internal `startedMs`: when the lease began by this process's clock (see `grantStartMs`). */
   constructor(ctx: Context, raw: any, startedMs: number = nowMs(), leaseSeconds?: number) {
@@ -187,15 +207,54 @@ export class Delivery<T = unknown> {
     return this.#settle('complete', { token: this.#token, result }, true);
   }
 
-  /** Put it back on the queue (with backoff); the next delivery has `attempt + 1`. `error` (at most
-   * 2000 characters) says why; the task keeps the last one as its reason if it runs out of attempts. */
-  retry(options: { error?: string } = {}): Promise<void> {
-    return this.#settle('nack', { token: this.#token, retry: true, error: options.error }, true);
+  /** Put it back on the queue (with backoff); the next delivery has `attempt + 1`. `reason` (at
+   * most 2000 characters) says why. It is kept with the task: if this was its last attempt, the task
+   * ends `FAILED` with `outcomeReason` `handler_error: <reason>` and the attempts used. */
+  retry(options: SettleOptions = {}): Promise<void> {
+    return this.#settle('nack', { token: this.#token, retry: true, error: options.reason ?? options.error }, true);
   }
 
-  /** Dead-letter it without retry; its task becomes `FAILED` (`error` says why). */
-  reject(options: { error?: string } = {}): Promise<void> {
-    return this.#settle('nack', { token: this.#token, retry: false, error: options.error }, true);
+  /** Dead-letter it without retry; its task becomes `FAILED`, with `outcomeReason`
+   * `handler_error: <reason>` when `reason` (at most 2000 characters) is given. */
+  reject(options: SettleOptions = {}): Promise<void> {
+    return this.#settle('nack', { token: this.#token, retry: false, error: options.reason ?? options.error }, true);
+  }
+
+  /**
+   * Renew the lease in the background from now on, as `consume()` renews a handler's: with the
+   * client's other leases (every third of its length, all due at once in one request), riding
+   * through an outage until its end by this process's clock, until it is settled (`complete`,
+   * `retry`, `reject`), lost, `stopRenewing()` is called or the client closes (which counts it
+   * lost). A renewal the server refuses (the lease went stale, the run ended), or the lease's end
+   * passing without one, loses it: `isLost` turns true and `signal` aborts with the reason. A second
+   * call does nothing; nor does a call on a delivery already settled or lost.
+   */
+  keepRenewed(): void {
+    if (this.#kept !== null || this.#settled || this.isLost || this.#stopped.signal.aborted) return;
+    const kept = new Kept(
+      this.#ctx,
+      this.#clock,
+      this.leaseSeconds,
+      `delivery ${this.id}`,
+      (seconds) => this.renewalRequest(seconds),
+      (body) => this.renewalReply(body),
+      (err) => this.renewalLost(err),
+    );
+    this.#kept = kept;
+    this.#ctx.holdings.renewals.add(kept);
+    this.#ctx.live.add(this.#closer);
+    // Lost, or given up on by consume(): stop renewing at once, the lease runs out by itself.
+    this.#stopped.signal.addEventListener('abort', () => this.stopRenewing(), { once: true });
+  }
+
+  /** Stop the background renewal of `keepRenewed()` without settling: the delivery stays leased
+   * until its lease runs out, and then the server hands it to another worker (as the next
+   * attempt). Settling it stops the renewal by itself. */
+  stopRenewing(): void {
+    const kept = this.#kept;
+    this.#kept = null;
+    if (kept !== null) this.#ctx.holdings.renewals.remove(kept);
+    this.#ctx.live.delete(this.#closer);
   }
 
   /** Extend the lease; without `leaseSeconds` by the lease's own length. */
@@ -266,6 +325,7 @@ export class Delivery<T = unknown> {
           try {
             await this.#ctx.call('POST', `/messages/${this.id}/${action}`, { body, idempotencyKey, batch: true });
             this.#settled = true;
+            this.stopRenewing(); // (kept renewed until now: an outage ridden through needed it)
             return;
           } catch (err) {
             if (err instanceof LeaseLostError || err instanceof ScopeCancelledError) this.#markRejected(err);
@@ -369,20 +429,23 @@ export class MailboxRef {
   // -- workers -----------------------------------------------------------------------------------
 
   /**
-   * One delivery leased for 30 s (not renewed for you), or null when there is none. With `waitMs`
-   * the server holds the request until a message comes or the wait ends. A server holds one
-   * request at most 30 s (its `wait_ms_max`): a longer `waitMs` is made of as many long polls as it
-   * takes, so null comes only once the whole wait has passed (or the server ended a wait early, as
-   * at shutdown).
+   * One delivery leased for `leaseSeconds` (30 by default, 5 to 600), or null when there is none.
+   * Its lease is not renewed for you: `delivery.renew()` extends it once, and
+   * `delivery.keepRenewed()` renews it in the background until it is settled. With `waitMs` the
+   * server holds the request until a message comes or the wait ends. A server holds one request at
+   * most 30 s (its `wait_ms_max`): a longer `waitMs` is made of as many long polls as it takes, so
+   * null comes only once the whole wait has passed (or the server ended a wait early, as at
+   * shutdown).
    */
   async receive<T = unknown>(options: ReceiveOptions = {}): Promise<Delivery<T> | null> {
+    const { leaseSeconds = RECEIVE_LEASE_SECONDS } = options;
     const deadline = nowMs() + Math.max(options.waitMs ?? 0, 0);
     for (;;) {
       const leftMs = Math.max(0, Math.round(deadline - nowMs()));
       const sentMs = nowMs();
-      const raw = await this.#recv(RECEIVE_LEASE_SECONDS, leftMs, options.signal);
+      const raw = await this.#recv(leaseSeconds, leftMs, options.signal);
       if (raw !== null) {
-        return new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), leftMs > 0), RECEIVE_LEASE_SECONDS);
+        return new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), leftMs > 0), leaseSeconds);
       }
       const heldMs = nowMs() - sentMs;
       // Again only when the server held the request its whole capped wait and time is left.
@@ -495,9 +558,35 @@ export class MailboxRef {
         return raws.map((raw) => new Delivery<T>(this.#ctx, raw, startedMs, leaseSeconds));
       },
       invoke: (delivery) => handler(delivery.data, delivery),
-      complete: (delivery) => delivery.complete(),
+      complete: (delivery, value) => {
+        warnReturnedValue(handler, `consume(${JSON.stringify(this.name ?? this.#id)})`, value);
+        return delivery.complete();
+      },
     });
   }
+}
+
+// Handlers already told that a value they return is not recorded (held weakly): one warning per
+// handler for the life of the process, however many consume() calls run it.
+const toldReturns = new WeakSet<object>();
+
+/**
+ * `consume()` completes a delivery its handler did not settle with no payload, as the product
+ * page says; a handler written as `return report` would otherwise see its tasks end `SUCCEEDED`
+ * with `outcome` null and no word. Say so once per handler, as a `RunstateWarning`
+ * (`RUNSTATE_RETURN_NOT_RECORDED`). A handler that settles its delivery itself is never warned
+ * about: this is called only for a delivery about to be completed with no payload.
+ */
+function warnReturnedValue(handler: object, where: string, value: unknown): void {
+  if (value === undefined || value === null || toldReturns.has(handler)) return;
+  toldReturns.add(handler);
+  const name = (handler as { name?: string }).name || 'anonymous';
+  warn(
+    'RUNSTATE_RETURN_NOT_RECORDED',
+    `${where}: handler ${name} returned a value (${typeof value}), which is not recorded: consume() completes ` +
+      'the delivery with no payload, so its task\'s outcome is null. To record a result, call ' +
+      '`await delivery.complete({ payload: value })` in the handler (and return nothing). This is said once per handler.',
+  );
 }
 
 export interface AdmitOptions {

@@ -326,7 +326,7 @@ export class QueueImpl {
           }
         },
         complete: (delivery, result) => delivery.complete({ payload: result ?? null }),
-        fail: (delivery, err) => delivery.retry({ error: errorMessage(err) }),
+        fail: (delivery, err) => delivery.retry({ reason: errorMessage(err) }),
         onError: (err, delivery) => {
           warn('RUNSTATE_JOB_FAILED', `queue ${this.name}: job ${delivery.taskId ?? delivery.id} (attempt ${delivery.attempt}) failed: ${errorMessage(err)}`);
         },

@@ -28,12 +28,14 @@
 
 import type { Coalescer } from './batch.js';
 import { ClusterMap, FORWARDED_BY } from './cluster.js';
-import { UnavailableError, mapError } from './errors.js';
+import { UnavailableError, detailsOf, mapError } from './errors.js';
 import { NodeHttp, hasDotSegment } from './nodehttp.js';
 import { pause, randomHex, uniform, withTimeout } from './time.js';
 
 const RETRY_BACKOFF_MIN_MS = 25;
-export const USER_AGENT = 'runstate-sdk-typescript/0.2.0';
+/** This package's version: the same as the Python SDK's `runstate.__version__` (CHANGELOG.md). */
+export const VERSION = '0.3.0';
+export const USER_AGENT = `runstate-sdk-typescript/${VERSION}`;
 const RETRY_BACKOFF_MAX_MS = 100;
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -236,7 +238,8 @@ function reply(status: number, headers: Headers, text: string): Reply {
   const message =
     typeof envelope.message === 'string' && envelope.message !== '' ? envelope.message : `request failed with ${status}`;
   const requestId = typeof envelope.requestId === 'string' ? envelope.requestId : null;
-  throw mapError(code, status, message, { requestId, retryAfterMs: parseRetryAfter(headers.get('retry-after')) });
+  const details = detailsOf(envelope.details);
+  throw mapError(code, status, message, { requestId, retryAfterMs: parseRetryAfter(headers.get('retry-after')), details });
 }
 
 function describe(err: unknown): string {

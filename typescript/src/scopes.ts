@@ -8,7 +8,42 @@ import { ClaimRef } from './claims.js';
 import type { Context } from './context.js';
 import { BarriersAPI, GroupsAPI, TimersAPI } from './coordination.js';
 import { MailboxRef } from './mailboxes.js';
-import { TaskTicket } from './tasks.js';
+import { TaskTicket, type TaskView } from './tasks.js';
+
+/** One claim held in a run, as `run.claims()` lists it (its token is never listed). */
+export interface HeldClaim {
+  key: string;
+  scopeId: string;
+  /** Grows with each new owner of the key. */
+  generation: number;
+  holder: string | null;
+  holderSession: string | null;
+  leaseSeconds: number;
+  /** When its lease ends unless renewed. */
+  leaseExpiresAt: string;
+  acquiredAt: string;
+  [field: string]: unknown;
+}
+
+/** `run.claims()`: the claims held in the run now; `truncated` when more were left out. */
+export interface ClaimsPage {
+  scopeId: string;
+  claims: HeldClaim[];
+  truncated: boolean;
+}
+
+/** `run.tasks()`: the run's tasks, newest first; `truncated` when older ones were left out. */
+export interface TasksPage {
+  scopeId: string;
+  tasks: TaskView[];
+  truncated: boolean;
+}
+
+export interface ListOptions {
+  /** At most this many rows, 1 to 1000; default 100. */
+  limit?: number;
+  signal?: AbortSignal;
+}
 
 export interface CreateScopeOptions {
   /** A label: not unique, never used for lookup. */
@@ -96,6 +131,17 @@ export class ScopeHandle {
   /** Re-attach to a task by id; sends nothing. */
   task<Outcome = unknown>(taskId: string): TaskTicket<Outcome> {
     return new TaskTicket<Outcome>(this.#ctx, taskId, this.id);
+  }
+
+  /** The claims held in this run now, who holds each and until when (tokens are never listed). A
+   * snapshot for people and tooling: to own a key, acquire it (`claim(key)`). */
+  async claims(options: ListOptions = {}): Promise<ClaimsPage> {
+    return (await this.#ctx.call('GET', `/scopes/${this.id}/claims`, { query: { limit: options.limit }, signal: options.signal })).body;
+  }
+
+  /** The tasks of this run, newest first, each as `ticket.status()` gives it. */
+  async tasks(options: ListOptions = {}): Promise<TasksPage> {
+    return (await this.#ctx.call('GET', `/scopes/${this.id}/tasks`, { query: { limit: options.limit }, signal: options.signal })).body;
   }
 }
 

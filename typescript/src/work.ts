@@ -47,6 +47,7 @@ import type { RunstateEvent } from './coordination.js';
 import { ConfigError, LeaseLostError, OnceFailedError, RunstateError, ScopeCancelledError, waitTimeout } from './errors.js';
 import { checkName, workKey } from './keys.js';
 import { QUEUE_IMPL, QueueImpl, type GatherOptions, type Job, type Queue, type QueueOptions } from './queue.js';
+import { releaseAfterWork } from './lease.js';
 import { LeaseClock, Renewal } from './renewal.js';
 import { runEnded } from './runwatch.js';
 import {
@@ -468,17 +469,24 @@ export class RunClient {
       this.#track(async () => {
         const pool = await this.#resource('permits', name, options.max === undefined ? {} : { units: options.max });
         const lease_ = await (await this.#scope()).poolById(pool.id).acquire({ units, leaseSeconds: lease, timeoutMs, signal: this.signal });
+        let result: T;
         try {
-          const result = await this.#within([lease_.signal], work);
-          if (lease_.isLost) {
-            const cause = lease_.lostError;
-            if (cause?.cause instanceof ScopeCancelledError) throw cause.cause;
-            throw new LeaseLostError('LEASE_LOST', 409, `lost the ${name} slot while the function ran`, { cause });
-          }
-          return result;
-        } finally {
+          result = await this.#within([lease_.signal], work);
+        } catch (err) {
           await lease_.release().catch(() => undefined);
+          throw err;
         }
+        const lostBefore = lease_.isLost;
+        // The release has the last word: a grant taken away between two renewals (its run ended
+        // elsewhere) is learned when the release is refused. A run this client saw stop says so
+        // itself, and its result stands.
+        const cause = await releaseAfterWork(lease_);
+        if (cause !== null && (lostBefore || this.#stopped === null)) {
+          if (cause.cause instanceof ScopeCancelledError) throw cause.cause;
+          const how = lostBefore ? '' : ' (its release was refused)';
+          throw new LeaseLostError('LEASE_LOST', 409, `lost the ${name} slot while the function ran${how}`, { cause });
+        }
+        return result;
       });
     if (fn === undefined) return { run: hold };
     return (...args: unknown[]) => hold(() => fn(...args));

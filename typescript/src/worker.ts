@@ -34,7 +34,6 @@
 import type { Context } from './context.js';
 import { AuthenticationError, ConfigError, NotFoundError, RunstateError, ScopeCancelledError } from './errors.js';
 import type { ConsumeOptions, Delivery } from './mailboxes.js';
-import { Kept } from './renewals.js';
 import { watchRunEnd } from './runwatch.js';
 import { nowMs, pause } from './time.js';
 import { warn } from './warnings.js';
@@ -101,7 +100,7 @@ export async function runWorker<T>(loop: WorkerLoop<T>): Promise<void> {
     try {
       failure = await intakeLoop(loop, running, ahead, intake.signal, endRun);
     } finally {
-      await giveBackAhead(loop.ctx, ahead.splice(0), run.ended);
+      await giveBackAhead(ahead.splice(0), run.ended);
     }
     if (failure !== undefined) {
       running.abandonAll(new Error(`${loop.what} stopped on an error`));
@@ -177,46 +176,22 @@ async function intakeLoop<T>(
       if (waitMs <= 0 || nowMs() - started < Math.min(waitMs, EARLY_EMPTY_MS)) await pause(pollMs, { signal: stop });
       continue;
     }
-    // Renewed from now on (with the client's other leases), in a handler or waiting for one.
-    for (const delivery of taken) keep(loop.ctx, delivery);
+    // Renewed from now on (with the client's other leases), in a handler or waiting for one, until
+    // it is settled, given back or lost (abandoned at shutdown: its lease runs out by itself).
+    for (const delivery of taken) delivery.keepRenewed();
     ahead.push(...taken);
   }
   return undefined;
 }
 
-/** Each delivery consume() holds: its place among the leases the client renews together. */
-const keptOf = new WeakMap<Delivery<any>, Kept>();
-
-/** Renew `delivery`'s lease with the client's others, until it is settled, given back or lost. */
-function keep<T>(ctx: Context, delivery: Delivery<T>): void {
-  const kept = new Kept(
-    ctx,
-    delivery.clock,
-    delivery.leaseSeconds,
-    `delivery ${delivery.id}`,
-    (seconds) => delivery.renewalRequest(seconds),
-    (body) => delivery.renewalReply(body),
-    (err) => delivery.renewalLost(err),
-  );
-  keptOf.set(delivery, kept);
-  ctx.holdings.renewals.add(kept);
-  // Abandoned at shutdown or lost: stop renewing at once, the lease runs out by itself.
-  delivery.signal.addEventListener('abort', () => unkeep(ctx, delivery), { once: true });
-}
-
-function unkeep<T>(ctx: Context, delivery: Delivery<T>): void {
-  const kept = keptOf.get(delivery);
-  keptOf.delete(delivery);
-  if (kept !== undefined) ctx.holdings.renewals.remove(kept);
-}
 
 /**
  * The deliveries taken ahead and never handed to a handler, when intake ends: put back at once
  * (a stop, a failure), not at their lease's end; told as lost when the run ended (the server
  * ended their tasks with it, so nothing is sent for them).
  */
-async function giveBackAhead<T>(ctx: Context, ahead: Array<Delivery<T>>, ended: ScopeCancelledError | null): Promise<void> {
-  for (const delivery of ahead) unkeep(ctx, delivery);
+async function giveBackAhead<T>(ahead: Array<Delivery<T>>, ended: ScopeCancelledError | null): Promise<void> {
+  for (const delivery of ahead) delivery.stopRenewing();
   if (ended !== null) {
     for (const delivery of ahead) delivery.abandon(ended, true);
     return;
@@ -315,7 +290,7 @@ async function handle<T>(delivery: Delivery<T>, loop: WorkerLoop<T>, running: Ru
   const { onError } = loop;
   if (delivery.isLost) {
     // Lost while it waited for a free handler (a prefetch): its handler is not run.
-    unkeep(loop.ctx, delivery);
+    delivery.stopRenewing();
     const lost = delivery.signal.reason;
     if (!(lost instanceof ScopeCancelledError)) {
       await report(onError, lost, delivery);
@@ -357,7 +332,7 @@ async function handle<T>(delivery: Delivery<T>, loop: WorkerLoop<T>, running: Ru
       warn('RUNSTATE_SETTLEMENT_FAILED', `delivery ${delivery.id}: ${what} did not reach the server before the lease ended: ${(err as Error)?.message ?? String(err)}`);
     }
   } finally {
-    unkeep(loop.ctx, delivery);
+    delivery.stopRenewing();
     await after(loop, delivery, { ok: !failed, value, settled: settled || delivery.settled });
   }
 }

@@ -121,6 +121,43 @@ describe('consume and deliveries', { concurrency: true }, () => {
     assert.equal((await ticket.status()).attempt, 2);
   });
 
+  test('a handler that returns a value is warned about once: the value is not recorded', async () => {
+    // Two consume() calls run the same handler, which returns a value each time: each task ends
+    // SUCCEEDED with no outcome (as the product page says), and one RunstateWarning says why.
+    const run = await queue('returns');
+    const tickets = [
+      await run.mailbox('returns').submit({ n: 1 }, { key: 'r1' }),
+      await run.mailbox('returns').submit({ n: 2 }, { key: 'r2' }),
+    ];
+    const told: Error[] = [];
+    const listener = (warning: Error & { code?: string }) => {
+      if (warning.name === 'RunstateWarning' && warning.code === 'RUNSTATE_RETURN_NOT_RECORDED' && /summarizeCompany/.test(warning.message)) {
+        told.push(warning);
+      }
+    };
+    process.on('warning', listener);
+    try {
+      let controller = new AbortController();
+      const summarizeCompany = async (data: { n: number }) => {
+        controller.abort();
+        return `summary ${data.n}`;
+      };
+      for (const _ of [1, 2]) {
+        controller = new AbortController();
+        await run.mailbox('returns').consume(summarizeCompany, { signal: controller.signal, waitMs: 1_000 });
+      }
+      for (const ticket of tickets) {
+        assert.deepEqual(await ticket.result({ timeoutMs: 2_000 }), { state: 'SUCCEEDED', outcome: null, reason: null });
+      }
+      await sleep(50); // process warnings are emitted on the next tick
+    } finally {
+      process.off('warning', listener);
+    }
+    assert.equal(told.length, 1, 'once per handler, not once per consume() or per delivery');
+    assert.match(told[0]!.message, /consume\("returns"\): handler summarizeCompany returned a value \(string\), which is not recorded/);
+    assert.match(told[0]!.message, /delivery\.complete\(\{ payload: value \}\)/);
+  });
+
   test('a delivery settles once: later and concurrent settlements send nothing', async () => {
     const run = await queue('once');
     const ticket = await run.mailbox('once').submit({ n: 1 }, { key: 'once-1' });

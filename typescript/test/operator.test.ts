@@ -8,7 +8,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { ConflictError, Runstate, encodeClaimKey, type ScopeHandle } from 'runstate-sdk';
+import { ConflictError, LeaseLostError, Runstate, encodeClaimKey, type ClaimLease, type ScopeHandle } from 'runstate-sdk';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 import { Server } from './support/server.js';
 
@@ -40,6 +42,28 @@ describe('operator tools', () => {
     assert.equal(next.generation, lease.generation + 1);
     await next.release();
     await assert.rejects(run.claim('report').forceRelease(), (err) => err instanceof ConflictError && err.code === 'CONFLICT');
+  });
+
+  test('a forced release inside run() throws LeaseLostError from run() and marks the lease lost', async () => {
+    // The operator forces the key free half a second into fn, and fn returns half a second later,
+    // long before the next renewal: the refused release is what tells run().
+    let held: ClaimLease | undefined;
+    const outcome = await run.claim('company:initech').run(async (lease) => {
+      held = lease;
+      await sleep(500);
+      await run.claim('company:initech').forceRelease('hung');
+      await sleep(500);
+      return 'report';
+    }, { leaseSeconds: 30 }).then(
+      (value) => ({ value }),
+      (err) => ({ err }),
+    );
+    assert.ok('err' in outcome && outcome.err instanceof LeaseLostError, `run() gave ${JSON.stringify(outcome)}`);
+    assert.equal((outcome.err as LeaseLostError).code, 'STALE_CLAIM');
+    assert.equal(held?.isLost, true);
+    const next = await run.claim('company:initech').acquire();
+    assert.equal(next.generation, held!.generation + 1);
+    await next.release();
   });
 
   test('dead letters are listed, requeued as new messages and deleted', async () => {

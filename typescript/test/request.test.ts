@@ -142,6 +142,36 @@ describe('request layer', () => {
     assert.equal(seen.length, 1);
   });
 
+  test('the envelope\'s details reach the error; details that are not an object are dropped', async () => {
+    const details = { holder: 'agent-a', generation: 3, leaseExpiresAt: '2030-01-01T00:00:30.000Z' };
+    answers.push(json(409, { error: { code: 'CLAIM_HELD', message: 'held', details } }));
+    const held = await client().scope('sc_1').claim('k').acquire().catch((caught) => caught);
+    assert.ok(held instanceof ConflictError);
+    assert.deepEqual(held.details, details);
+    assert.ok(Object.isFrozen(held.details));
+    answers.push(json(409, { error: { code: 'CLAIM_HELD', message: 'held', details: [1, 2] } }));
+    const odd = await client().scope('sc_1').claim('k').acquire().catch((caught) => caught);
+    assert.deepEqual(odd.details, {});
+    assert.deepEqual(mapError('CONFLICT', 409, 'taken', { details: { id: 'pp_1' } }).details, { id: 'pp_1' });
+    assert.deepEqual(new RunstateError('X', 0, 'made here').details, {});
+  });
+
+  test('retry({ reason }) and reject({ reason }) send it as the nack\'s error; { error } is the same', async () => {
+    const delivery = (n: number) => json(200, { message: { id: `msg_${n}`, scopeId: 'sc_1', attempt: 1, payload: null }, token: `t${n}` });
+    const mailbox = client().scope('sc_1').mailboxById('mb_1');
+    answers.push(delivery(1), json(200, {}), delivery(2), json(200, {}), delivery(3), json(200, {}));
+    await (await mailbox.receive({ leaseSeconds: 45 }))!.retry({ reason: 'the upstream API answered 503' });
+    await (await mailbox.receive())!.reject({ reason: 'the input names no company' });
+    await (await mailbox.receive())!.retry({ error: 'said the old way' });
+    assert.equal(JSON.parse(seen[0]!.body).leaseSeconds, 45);
+    assert.equal(JSON.parse(seen[2]!.body).leaseSeconds, 30);
+    assert.deepEqual([1, 3, 5].map((n) => JSON.parse(seen[n]!.body)), [
+      { token: 't1', retry: true, error: 'the upstream API answered 503' },
+      { token: 't2', retry: false, error: 'the input names no company' },
+      { token: 't3', retry: true, error: 'said the old way' },
+    ]);
+  });
+
   test('an error without an envelope is UNAVAILABLE with the real status', async () => {
     answers.push((_seen, res) => {
       res.writeHead(404, { 'content-type': 'text/html' });
@@ -335,7 +365,7 @@ describe('errors and configuration', () => {
       'MailboxesAPI', 'NotFoundError', 'OnceFailedError', 'PoolLease', 'PoolRef', 'PoolsAPI', 'QuotaRef', 'QuotasAPI',
       'RateLimitError', 'RunClient', 'Runstate', 'RunstateError', 'STATUS_BY_CODE', 'ScopeCancelledError', 'ScopeHandle',
       'ScopesAPI', 'TERMINAL_STATES', 'TaskFailedError', 'TaskTicket', 'TimerHandle', 'TimersAPI', 'UnavailableError',
-      'WARNING_TYPE', 'WaitTimeoutError', 'WorkLimitsAPI', 'budget', 'canonicalJson', 'child', 'configure', 'context',
+      'VERSION', 'WARNING_TYPE', 'WaitTimeoutError', 'WorkLimitsAPI', 'budget', 'canonicalJson', 'child', 'configure', 'context',
       'decimalToMinor', 'defaultRun', 'encodeClaimKey', 'events', 'finish', 'isTransient', 'limit', 'mapError',
       'minorToDecimal', 'once', 'parseDuration', 'parsePer', 'partitionOf', 'queue', 'resolveConfig', 'run', 'runId', 'serve', 'setup',
       'sleep', 'slots', 'status', 'stop', 'take', 'toMinor', 'together', 'workKey',

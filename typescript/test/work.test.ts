@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 
 import {
   ConfigError,
+  LeaseLostError,
   OnceFailedError,
   RunClient,
   ScopeCancelledError,
@@ -129,6 +130,17 @@ describe('the run API', { concurrency: true }, () => {
     assert.deepEqual(results, ['a', 'b', 'c']);
     assert.equal(most, 1);
     assert.equal(await one.slots('browser', { max: 1 }).run(async (ctx) => ctx.attempt), 1);
+  });
+
+  test('slots(): a slot taken away before its release throws LeaseLostError instead of the result', async () => {
+    // The run ends from elsewhere while the function holds the slot, and the function returns
+    // before the next renewal: only the refused release tells.
+    const run = client('slots-lost');
+    const browse = run.slots('browser-lost', async () => {
+      await run.client.scope(await run.runId()).cancel();
+      return 'page';
+    }, { max: 1 });
+    await assert.rejects(browse(), (err: any) => err instanceof LeaseLostError && /release was refused/.test(err.message));
   });
 
   test('budget(): reserve before, charge the real cost after, nothing when the call throws', async () => {

@@ -21,6 +21,7 @@ so a page is the same whatever was added or removed before it. The event log is 
 - `reading.py`: the read itself, keys, cursors and pages, what every page shares;
 - `lists.py`: runs, claims, tasks, queues, capacity, coordination, events, the space;
 - `swimlanes.py`: the lease swimlanes;
+- `search.py`: runs, claim keys, holders, task keys and mailboxes matching a text;
 - `waiting.py`: "why is it waiting?", one check per constraint, in the order the kernel decides
   them (`actors/admission.py`, `actors/pools.py`, `actors/quotas.py`);
 - `losses.py`: the workers, and what a holder's crash took down, from the events naming it.
@@ -28,12 +29,14 @@ so a page is the same whatever was added or removed before it. The event log is 
 
 from .lists import capacity, claims, coordination, events, queue, queues, run, runs, space_overview, task, tasks
 from .losses import worker, workers
-from .reading import PAGE_DEFAULT, PAGE_MAX, events_after, key_named, key_spaces, known_spaces, newest_event
+from .reading import PAGE_DEFAULT, PAGE_MAX, events_after, key_access, key_named, key_spaces, known_spaces, newest_event
+from . import swimlanes
 from .swimlanes import lanes
+from .search import search
 from .waiting import why_claim, why_task, why_waiter
 
 __all__ = [
-    "PAGE_DEFAULT", "PAGE_MAX", "known_spaces", "newest_event", "runs", "run", "claims", "lanes", "tasks", "task",
+    "PAGE_DEFAULT", "PAGE_MAX", "swimlanes", "known_spaces", "newest_event", "runs", "run", "claims", "lanes", "tasks", "task",
     "queues", "queue", "capacity", "coordination", "events", "workers", "worker", "why_task", "why_waiter", "why_claim",
-    "space_overview", "events_after", "key_spaces", "key_named",
+    "space_overview", "search", "events_after", "key_spaces", "key_access", "key_named",
 ]

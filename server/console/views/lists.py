@@ -43,14 +43,17 @@ async def runs(kernel: Any, space_id: str, *, state: str | None, name: str | Non
 
     def view(space: Any, now_ms: int) -> dict:
         if space is None:
-            return {"runs": [], "next": None, "total": 0}
+            return {"runs": [], "next": None, "total": 0, "rows": 0}
         tree = space.scopes
         holders, waiting = _activity(space, now_ms)
+        acquiring: dict[str, int] = {}
+        for (run_id, _), calls in _acquirers(kernel, space_id).items():
+            acquiring[run_id] = acquiring.get(run_id, 0) + calls
 
         def row(scope: Any, depth: int) -> dict:
             return {
                 **tree.view(scope, now_ms), "depth": depth, "workers": sorted(holders.get(scope.id, ())),
-                "waiting": waiting.get(scope.id, 0),
+                "waiting": waiting.get(scope.id, 0), "acquiring": acquiring.get(scope.id, 0),
             }
 
         def wanted(scope: Any) -> bool:
@@ -67,7 +70,7 @@ async def runs(kernel: Any, space_id: str, *, state: str | None, name: str | Non
                 rows.append(row(scope, scope.depth - root.depth))
             if len(below) > SUBTREE_ROWS_MAX:
                 rows.append({"more": len(below) - SUBTREE_ROWS_MAX, "id": root.id, "depth": 1})
-        return {"runs": rows, "next": following, "total": total}
+        return {"runs": rows, "next": following, "total": total, "rows": sum(1 for row in rows if "more" not in row)}
 
     return await _read(kernel, space_id, view)
 
@@ -90,9 +93,11 @@ async def run(kernel: Any, space_id: str, scope_id: str) -> dict:
         history = _history(space, lambda change: change[1] in inside)
         acquirers = [{"run": run_id, "key": key, "calls": calls}
                      for (run_id, key), calls in sorted(_acquirers(kernel, space.id).items()) if run_id in inside]
+        ended = _history(space, lambda change: change[2] == "scope" and change[3] == scope_id and change[0] != "scope.created")
         return {
             "run": tree.view(scope, now_ms), "ancestors": ancestors[::-1], "children": children,
             "childrenTotal": len(scope.children), **diagnosis, "acquirers": acquirers[:PAGE_MAX], "history": history,
+            "endedBy": ended[0]["payload"].get("by") if ended else None,
         }
 
     return await _read(kernel, space_id, view)

@@ -25,7 +25,7 @@ JSON_BYTES_MAX = 256 * 1024
 
 class _Reading:
     """What the shared reads of `actors/` need of a kernel, inside one `kernel.read`: the space
-    given to the view (`space_view`), the clock, and the calls parked now."""
+    given to the view (`space_view`), the clock, and the calls parked now (all, or on one actor)."""
 
     __slots__ = ("_space", "clock", "_kernel")
 
@@ -40,6 +40,9 @@ class _Reading:
 
     def parked(self) -> list:
         return self._kernel.parked()
+
+    def parked_holders(self, key: tuple, count_max: int) -> list[str]:
+        return self._kernel.parked_holders(key, count_max)
 
 
 async def _read(kernel: Any, space_id: str, view: Callable[[Any, int], dict]) -> dict:
@@ -62,6 +65,12 @@ def _required(space: Any, what: str) -> Any:
 def key_spaces(kernel: Any, secret: str) -> frozenset[str]:
     """The spaces an API key opens now (none when it is unknown or revoked)."""
     return kernel.keys.spaces_for(secret)
+
+
+def key_access(kernel: Any, secret: str) -> tuple[frozenset[str], str | None]:
+    """The spaces an API key opens now and its role; (nothing, None) when it is unknown or revoked."""
+    key = kernel.keys.active(secret)
+    return (frozenset(), None) if key is None else (key.spaces, key.role)
 
 
 def key_named(kernel: Any, secret: str) -> tuple[str | None, str | None, bool]:

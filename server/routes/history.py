@@ -1,0 +1,166 @@
+"""History (our extension): every read of a space as it stood at a past point.
+
+    GET /v1/spaces/{space}/history[?at=POINT]                 what history is kept; with `at`, where that point stands
+    GET /v1/spaces/{space}/history/diff?from=POINT&to=POINT   what changed between two points
+    GET /v1/spaces/{space}/history/<any read>?at=POINT        that read, as it answered at the point
+
+The third line is a family made from the router itself (`twins`): every `GET` route of a space
+has a twin under `/history` with the same path after it, the same parameters, the same handler
+and the same answer, plus `asOf` (where the point stands) in the body and `runstate-as-of-lsn` /
+`runstate-as-of` headers. A long poll (the event watch, a task's or a once key's wait) answers at
+once there, with what the point holds: nothing more happens at a past point. The handler is handed a `PastKernel` (`server/history.py`) instead of
+the live kernel, so a new read route has its history with no code here. A point is a time with a
+zone, `lsn:N` or an event id `ev_N`. The key that reads a space now reads its past: the admin key,
+or the space's own API key for its own space.
+
+A point older than the history kept is 410 `HISTORY_NOT_KEPT` (with `details.oldestLsn` and
+`oldestAt`). In a cluster, the node that gets the request answers it from its own copy of the
+partition (`forward.py`), so history reads are spread over the nodes and never wait on the leader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..api import Doc, Reply, endpoint
+from ..history_views import Diff
+from ..http import Request, Route, Router
+from ..runtime import Runtime
+
+__all__ = ["router", "twins", "PREFIX"]
+
+router = Router()
+
+BASE = "/v1/spaces/{space}"
+PREFIX = BASE + "/history"
+G = "History"
+
+_POINT = {
+    "type": "object",
+    "properties": {
+        "lsn": {"type": "integer", "description": "the last record of the space's partition applied"},
+        "at": {"type": "string", "description": "the time the state is judged at (leases, deadlines)"},
+        "cursor": {"type": "string", "description": "lsn:N: asks for exactly this point again"},
+        "partition": {"type": "integer"},
+        "recordAt": {"type": ["string", "null"], "description": "the time of the newest record up to lsn"},
+        "snapshotLsn": {"type": "integer", "description": "the snapshot it was rebuilt from"},
+        "recordsReplayed": {"type": "integer", "description": "records applied on top of that snapshot"},
+    },
+    "required": ["lsn", "at", "cursor", "partition"],
+}
+_AS_OF = {"type": "object", "properties": {"asOf": _POINT}, "required": ["asOf"]}
+
+
+class _Past:
+    """The services a read route's handler sees at a past point: the live runtime's, but for the
+    kernel (its key checks are those of now: a key reads the past of the spaces it opens now)."""
+
+    __slots__ = ("_services", "kernel")
+
+    def __init__(self, services: Runtime, kernel: Any) -> None:
+        self._services = services
+        self.kernel = kernel
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._services, name)
+
+
+def _twin_handler(route: Route) -> Any:
+    handler = route.handler
+
+    async def at_point(services: Runtime, request: Request, space: str, **params: str) -> tuple[int, Any]:
+        services.authorize(request, space)
+        past = await services.history.at(space, request.param("at"))
+        status, body = await handler(_Past(services, past), request, space=space, **params)
+        if isinstance(body, dict):
+            body = {**body, "asOf": past.point.view()}
+        request.answer_headers = {**(request.answer_headers or {}), **past.point.headers()}
+        return status, body
+
+    at_point.__name__ = at_point.__qualname__ = "past_" + getattr(handler, "__name__", "read")
+    return at_point
+
+
+def _twinned(route: Route) -> bool:
+    path = route.path
+    return route.method == "GET" and path.startswith(BASE + "/") and not path.startswith(PREFIX) and not route.public
+
+
+def twins(routes: list[Route]) -> Router:
+    """The history twin of every read route of a space among `routes` (see the module docstring)."""
+    found = Router()
+    for route in routes:
+        if not _twinned(route):
+            continue
+        doc = route.doc
+        replies = tuple(
+            Reply(reply.status, {"allOf": [{"$ref": f"#/components/schemas/{reply.schema}"} if isinstance(reply.schema, str) else reply.schema, _AS_OF]}, reply.description)
+            for reply in doc.replies if reply.schema is not None
+        )
+        twin = dataclasses.replace(
+            doc, summary=f"{doc.summary}: as it stood at a past point", replies=replies, command=None, body=None,
+            query=("at", *doc.query), errors=tuple(sorted({*doc.errors, "400", "404", "410"})), idempotent=False,
+            group=G, operator=False,
+        )
+        endpoint(found, "GET", PREFIX + route.path[len(BASE):], twin, _twin_handler(route), settle=False)
+    return found
+
+
+async def history(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    answer: dict[str, Any] = {"spaceId": space, "kept": services.history.kept(space)}
+    if request.param("at") is not None:
+        past = await services.history.at(space, request.param("at"))
+        answer["asOf"] = past.point.view()
+        request.answer_headers = past.point.headers()
+    return 200, answer
+
+
+async def diff(services: Runtime, request: Request, space: str) -> tuple[int, dict]:
+    services.authorize(request, space)
+    found = Diff(space)
+    first, second = await services.history.between(space, request.param("from"), request.param("to"), found.at_point, found.on_record)
+    return 200, found.view(first, second)
+
+
+_KEPT = {
+    "type": "object",
+    "properties": {
+        "partition": {"type": "integer"},
+        "oldest": {"type": "object", "description": "the oldest point kept (lsn 0, at null: the very beginning)"},
+        "newest": {"type": "object"},
+        "retentionSeconds": {"type": "number"},
+        "checkpointEveryRecords": {"type": "integer"},
+        "diskBytes": {"type": "integer", "description": "the partition's snapshots and WAL on disk"},
+    },
+}
+_HISTORY = {
+    "type": "object",
+    "properties": {"spaceId": {"type": "string"}, "kept": _KEPT, "asOf": _POINT},
+    "required": ["spaceId", "kept"],
+}
+_COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+_DIFF = {
+    "type": "object",
+    "properties": {
+        "spaceId": {"type": "string"}, "from": _POINT, "to": _POINT,
+        "events": {**_COUNTS, "description": "the events made between the points, by type"},
+        "causes": {"type": "object", "additionalProperties": _COUNTS, "description": "by the cause their payload names"},
+        "records": {**_COUNTS, "description": "the journal's records of the space between the points, by type"},
+        "states": {"type": "object", "description": "kind -> state -> {from, to}: how many stood in each state at each point"},
+        "changes": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}},
+        "truncated": {"type": "boolean", "description": "more events were made than `changes` lists"},
+        "eventCursors": {"type": "object", "description": "the event log's cursors at the two points"},
+    },
+    "required": ["spaceId", "from", "to", "events", "records", "states", "changes", "truncated"],
+}
+
+endpoint(router, "GET", PREFIX, Doc(
+    "The history kept for the space (retention, oldest point, disk); with at=POINT, where that point stands",
+    (Reply(200, _HISTORY),), query=("at",), errors=("400", "404", "410"), group=G,
+), history, settle=False)
+endpoint(router, "GET", PREFIX + "/diff", Doc(
+    "What changed in the space between two points (from=POINT, to=POINT): events and records by type, counts by state",
+    (Reply(200, _DIFF),), query=("from", "to"), errors=("400", "404", "410"), group=G,
+), diff, settle=False)
