@@ -22,6 +22,7 @@ from runstate.actors.runs import pending_removal, removal_due_ms
 
 from ..coordination_ops import BarrierOps, EventOps, GroupOps, TimerOps
 from ..ops import MailboxOps, MessageOps, ScopeOps, TaskOps
+from ..single import only
 from .conftest import T0, rebuilt_exactly
 
 pytestmark = pytest.mark.trio
@@ -44,7 +45,7 @@ class World:
 
     @property
     def space(self):
-        return self.kernel.state.space(S)
+        return only(self.kernel).state.space(S)
 
     def now_ms(self) -> int:
         return self.kernel.clock.now_ms()
@@ -54,7 +55,7 @@ class World:
         return await kernel.submit(kernel.parse(command_class, body, {"space": S, **(path or {})}))
 
     def removals(self) -> list[dict]:
-        return [record for record in self.kernel.journal.records if record["type"] == "run.removed"]
+        return [record for record in only(self.kernel).journal.records if record["type"] == "run.removed"]
 
     def gone(self, scope_id: str) -> KernelError:
         """The run answers 404, naming the retention that removed it."""
@@ -230,7 +231,7 @@ async def test_a_removal_due_while_the_server_was_down_is_made_after_recovery(au
         world = World(first)
         run = (await world.scopes.create(S, name="r"))["id"]
         await world.scopes.cancel(S, run)
-        records = list(first.journal.records)
+        records = list(only(first).journal.records)
         nursery.cancel_scope.cancel()
     state = KernelState(LIMITS)
     for record in records:
