@@ -238,6 +238,13 @@ def _image(space: Space) -> Iterator[Record]:
         yield {"type": TASK_REQUIREMENTS, "task_id": task_id, **needs, "at_ms": 0}
 
 
+def _scopes_removed(space: Space, scope_ids: frozenset[str]) -> None:
+    """Ended runs removed (`runs.py`), after their tasks: the requirements of those tasks leave."""
+    requirements, tasks = space.capacity.requirements, space.tasks
+    for task_id in [task_id for task_id in requirements if tasks.find(task_id) is None]:
+        del requirements[task_id]
+
+
 def _make(space: Space) -> None:
     # Whether a task waits for admission (it has requirements): `recv` never delivers it.
     space.work.needs_admission = space.capacity.needs_admission
@@ -253,5 +260,6 @@ ADMISSION = Primitive(
     timers={WAKE_TIMER: ("", on_wake_timer)},
     image=_image,
     is_empty=lambda space: not space.capacity.requirements,
+    scopes_removed=_scopes_removed,
     committed=_committed,
 )

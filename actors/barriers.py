@@ -205,6 +205,14 @@ class BarrierTable:
                 cancelled.append(barrier)
         return cancelled
 
+    def drop_scopes(self, scope_ids: frozenset[str]) -> None:
+        """Ended runs removed (`runs.py`): their barriers, all ended, leave with them."""
+        for barrier in [barrier for barrier in self._by_id.values() if barrier.scope_id in scope_ids]:
+            assert barrier.state != OPEN, f"barrier {barrier.id} of a removed run is open"
+            del self._by_id[barrier.id]
+            if barrier.name is not None:
+                del self._by_name[(barrier.scope_id, barrier.name)]
+
     # -- images ---------------------------------------------------------------------------------
 
     def image(self) -> Iterator[Record]:
@@ -366,4 +374,5 @@ BARRIERS = Primitive(
     events={"barrier.created": None, "barrier.arrived": None, "barrier.released": None, "barrier.cancelled": None},
     image=lambda space: space.coordination.barriers.image(),
     is_empty=lambda space: not len(space.coordination.barriers),
+    scopes_removed=lambda space, scope_ids: space.coordination.barriers.drop_scopes(scope_ids),
 )

@@ -21,11 +21,12 @@ What counts, per space:
   the id, key, state and reason so that the key keeps returning the task);
 - `space_payload_bytes_max`: bytes of JSON of the values kept: message payloads and task inputs
   while their message is not settled, dead letters' payloads until retention forgets them, task
-  outcomes until tombstoned, and once results (kept for good); and the stored idempotent answers,
+  outcomes until tombstoned, and once results (kept until their run is removed); and the stored idempotent answers,
   which take the room the values leave (`idempotency.py`: the oldest go first to make room for a
   new one, and a value is never refused for their sake). Not counted: claim observations
   (journaled, not kept).
-- `space_entities_max`: every entity kept, live or ended: runs (ended ones are kept for good),
+- `space_entities_max`: every entity kept, live or ended: runs (ended ones until their retention,
+  `runs.py`, with what they kept),
   claim keys (a released key keeps its generation until its run ends), messages (unsettled, and
   settled ones until retention forgets them), tasks (tombstones included), the waiters of pools
   and allowances (waiting, and the newest ended ones), and the stored idempotent answers, which

@@ -372,4 +372,6 @@ GROUPS = Primitive(
     deadlines=_deadlines,
     image=lambda space: space.coordination.groups.image(),
     is_empty=lambda space: not len(space.coordination.groups),
+    scopes_kept=lambda space, scope_ids: space.coordination.groups.referring_to(scope_ids),
+    scopes_removed=lambda space, scope_ids: space.coordination.groups.drop_scopes(scope_ids),
 )

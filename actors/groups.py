@@ -322,6 +322,33 @@ class GroupTable:
             self._finalize(group, GROUP_FAILED, "member_failed", at_ms)
         return True
 
+    def referring_to(self, scope_ids: frozenset[str]) -> set[str]:
+        """Those of `scope_ids` holding a member task of a group not finalized outside them: the
+        group's outcome still depends on that task (a removal keeps them, `runs.py`)."""
+        kept: set[str] = set()
+        for group_id in self._unfinished:
+            group = self._by_id[group_id]
+            if group.scope_id in scope_ids:
+                continue
+            for task_id in group.members:
+                task = self._tasks.find(task_id)
+                if task is not None and task.scope_id in scope_ids:
+                    kept.add(task.scope_id)
+        return kept
+
+    def drop_scopes(self, scope_ids: frozenset[str]) -> None:
+        """Ended runs removed (`runs.py`): the groups gated by their scopes leave. A finalized
+        group outside them still lists a member task they held (its state null)."""
+        for group in [group for group in self._by_id.values() if group.scope_id in scope_ids]:
+            del self._by_id[group.id]
+            self._unfinished.pop(group.id, None)
+            for task_id in group.members:
+                memberships = self._by_task.get(task_id)
+                if memberships is not None:
+                    memberships.pop(group.id, None)
+                    if not memberships:
+                        del self._by_task[task_id]
+
     # -- images ---------------------------------------------------------------------------------
 
     def image(self) -> Iterator[Record]:

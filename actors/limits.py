@@ -51,6 +51,10 @@ class Limits:
     work_key_len_max: int = 512
     work_key_ttl_s: int = 7 * 86_400
     retention_s: int = 7 * 86_400
+    # An ended run (a root scope), with its child runs and all they kept (task tombstones, finished
+    # messages, once slots, barriers, timers, groups), is removed this long after its end; 0 keeps
+    # ended runs for good (`runs.py`).
+    ended_run_retention_s: int = 7 * 86_400
     attempts_max_default: int = 5
     attempts_max_max: int = 100
     backoff_base_s: float = 1.0

@@ -617,6 +617,32 @@ class MessageTable:
         self._finished = deque(entry for entry in self._finished if entry[1] not in ids)
         return gone
 
+    def live_scopes(self, scope_ids: frozenset[str]) -> set[str]:
+        """Those of `scope_ids` with a message not finished (a removal keeps them, `runs.py`)."""
+        return {scope_id for scope_id in scope_ids if scope_id in self._queues_by_scope}
+
+    def drop_scopes(self, scope_ids: frozenset[str]) -> None:
+        """Ended runs removed (`runs.py`): their finished messages and dead letters, and the work
+        keys they sent, leave with them (one pass each)."""
+        gone = [message for message in self._messages.values() if message.scope_id in scope_ids]
+        for message in gone:
+            assert message.state not in LIVE, f"message {message.id} of a removed run is live"
+            del self._messages[message.id]
+            if message.state == DEAD:
+                self.payload_bytes -= value_bytes(message.payload)
+                self._count(message, -1)
+                dead = self._dead[message.mailbox_id]
+                del dead[message.id]
+                if not dead:
+                    del self._dead[message.mailbox_id]
+        if gone:
+            self._finished = deque(entry for entry in self._finished if entry[1] in self._messages)
+        gone_keys = [key for key in self._work_keys if key[1] in scope_ids]
+        for key in gone_keys:
+            del self._work_keys[key]
+        if gone_keys:
+            self._work_key_order = deque(entry for entry in self._work_key_order if entry[1][1] not in scope_ids)
+
     # -- upkeep ---------------------------------------------------------------------------------
 
     def _queue(self, mailbox_id: str, scope_id: str) -> Queue:

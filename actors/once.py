@@ -118,6 +118,13 @@ class OnceTable:
             raise KernelError(STALE_CLAIM, f"token is not the current one for once key {quote(key)}")
         return slot
 
+    def drop_scopes(self, scope_ids: frozenset[str]) -> None:
+        """Ended runs removed (`runs.py`): their slots, results included, leave with them. A lease
+        still held there ends with the slot (its timer then finds nothing, and its holder's token is
+        stale)."""
+        for key in [key for key in self._slots if key[0] in scope_ids]:
+            self.result_bytes -= value_bytes(self._slots.pop(key).result)
+
     # -- applying -------------------------------------------------------------------------------
 
     def _slot(self, record: Record) -> Slot:
@@ -426,4 +433,5 @@ ONCE = Primitive(
     image=lambda space: space.once.image(),
     is_empty=lambda space: not len(space.once),
     values_bytes=lambda space: space.once.result_bytes,
+    scopes_removed=lambda space, scope_ids: space.once.drop_scopes(scope_ids),
 )

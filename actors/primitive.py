@@ -221,6 +221,12 @@ class Primitive:
     # record applies, and returns what to do once it has (`(outcome, at_ms) -> None`) or None.
     scope_ended: Callable[[Any, list[str], str, int], None] | None = None
     scope_ending: Callable[[Any, list[str]], Callable[[Outcome, int], None] | None] | None = None
+    # An ended run's removal after its retention (`runs.py`): `scopes_removed(space, scope_ids)`
+    # drops what it keeps of these scopes, all ended (applied with the `run.removed` record, live and
+    # in replay); `scopes_kept(space, scope_ids)` names those of them that must stay for now
+    # (something live outside them still refers to what they hold).
+    scopes_removed: Callable[[Any, frozenset[str]], None] | None = None
+    scopes_kept: Callable[[Any, frozenset[str]], set[str]] | None = None
     # After records of a turn are applied: (space, outcome, records) -> None (capacity given back).
     committed: Callable[[Any, Outcome, tuple[Record, ...]], None] | None = None
     # Its read views, by name: view(space, now_ms, ...) -> what a reader is shown.

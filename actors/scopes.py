@@ -91,12 +91,14 @@ class ScopeTree:
 
     # `check_entities`: the space's cap on the entities it keeps (`caps.py`), not state.
     _DERIVED = ("check_entities",)
-    __slots__ = ("_scopes", "_limits", "live", "check_entities")
+    __slots__ = ("_scopes", "_limits", "live", "ended_roots", "check_entities")
 
     def __init__(self, limits: Limits) -> None:
         self._scopes: dict[str, Scope] = {}
         self._limits = limits
         self.live = 0
+        # The ended runs (root scopes) still kept: id -> when it ended (their removal: `runs.py`).
+        self.ended_roots: dict[str, int] = {}
         self.check_entities: Callable[[int], None] = lambda adding: None
 
     def __len__(self) -> int:
@@ -108,8 +110,22 @@ class ScopeTree:
     def get(self, scope_id: str) -> Scope:
         scope = self._scopes.get(scope_id)
         if scope is None:
-            raise KernelError(NOT_FOUND, f"scope {quote(scope_id)} not found")
+            raise KernelError(NOT_FOUND, self.not_found(scope_id))
         return scope
+
+    def find(self, scope_id: str) -> Scope | None:
+        return self._scopes.get(scope_id)
+
+    def not_found(self, scope_id: str) -> str:
+        """What an unknown scope id answers: a removed run is not remembered, so the answer to an
+        id of the shape this server draws names the retention that may have removed it (`runs.py`)."""
+        retention_s = self._limits.ended_run_retention_s
+        if not retention_s or not scope_id.startswith("sc_") or len(scope_id) > 64:
+            return f"scope {quote(scope_id)} not found"
+        return (
+            f"scope {quote(scope_id)} not found (an ended run is removed {retention_s} s after its end: "
+            "ended_run_retention_s)"
+        )
 
     def all(self) -> Iterator[Scope]:
         return iter(self._scopes.values())
@@ -244,6 +260,8 @@ class ScopeTree:
         if scope.stored_state != ACTIVE and scope.live:
             scope.live = False
             self.live -= 1
+        if scope.stored_state != ACTIVE and scope.parent_id is None:
+            self.ended_roots[scope.id] = scope.ended_ms
         return scope
 
     # -- applying -------------------------------------------------------------------------------
@@ -276,6 +294,8 @@ class ScopeTree:
         assert scope.stored_state == ACTIVE and record["state"] in SCOPE_END_REASONS, "a scope ends once"
         scope.stored_state = record["state"]
         scope.ended_ms = record["at_ms"]
+        if scope.parent_id is None:
+            self.ended_roots[scope.id] = scope.ended_ms
         subtree = self.subtree(scope.id)
         scopes = self._scopes
         for scope_id in subtree:
@@ -284,6 +304,14 @@ class ScopeTree:
                 node.live = False
                 self.live -= 1
         return subtree
+
+    def apply_removed(self, scope_ids: frozenset[str]) -> None:
+        """Ended runs removed after their retention (`runs.py`): whole trees, all ended."""
+        scopes = self._scopes
+        for scope_id in scope_ids:
+            scope = scopes.pop(scope_id)
+            assert not scope.live and (scope.parent_id is None or scope.parent_id in scope_ids), "only ended runs, whole"
+            self.ended_roots.pop(scope_id, None)
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -426,4 +454,5 @@ SCOPES = Primitive(
     image=lambda space: space.scopes.image(),
     is_empty=lambda space: not len(space.scopes),
     entities=lambda space: len(space.scopes),
+    scopes_removed=lambda space, scope_ids: space.scopes.apply_removed(scope_ids),
 )

@@ -7,8 +7,8 @@ their declarations, resolved into flat tables at import: applying a record (`app
 events it makes and its usage count), firing a timer (`fire`), the timers a recovery arms
 (`timers`), the decisions of a start (`restart`: the lease rule over every lease, then each
 primitive's own), an image (`image`), emptiness, the entities and bytes it keeps (its caps), and
-what a scope's end does to what lives in its subtree (`scope_ended`, `scope_ending`). This module
-names no primitive.
+what a scope's end does to what lives in its subtree (`scope_ended`, `scope_ending`), and what an
+ended run's removal drops (`scopes_removed`, `scopes_kept`). This module names no primitive.
 
 The space's event log (`events.py`) is made in `apply` from each record as it is applied, so it is
 rebuilt by replay like everything else, and a turn that made events pokes the watches parked on it.
@@ -69,6 +69,8 @@ _RESTARTS = tuple(p.restart for p in _PRIMITIVES if p.restart is not None)
 _SCOPE_ENDED = tuple(p.scope_ended for p in _PRIMITIVES if p.scope_ended is not None)
 _SCOPE_ENDING = tuple(p.scope_ending for p in _PRIMITIVES if p.scope_ending is not None)
 _COMMITTED = tuple(p.committed for p in _PRIMITIVES if p.committed is not None)
+_SCOPES_REMOVED = tuple(p.scopes_removed for p in _PRIMITIVES if p.scopes_removed is not None)
+_SCOPES_KEPT = tuple(p.scopes_kept for p in _PRIMITIVES if p.scopes_kept is not None)
 
 # Every record type a space applies.
 RECORD_TYPES = frozenset(_APPLY)
@@ -169,6 +171,21 @@ class SpaceState:
         """In the turn that decides a scope's end, before its record applies: what each primitive
         must see now, and do once the end has applied (in declaration order)."""
         return [then for ending in _SCOPE_ENDING if (then := ending(self, subtree)) is not None]
+
+    # -- an ended run's removal (`runs.py`) -------------------------------------------------------
+
+    def scopes_kept(self, scope_ids: frozenset[str]) -> set[str]:
+        """Those of these ended scopes that must stay for now: something live refers to what they hold."""
+        kept: set[str] = set()
+        for keeping in _SCOPES_KEPT:
+            kept |= keeping(self, scope_ids)
+        return kept
+
+    def scopes_removed(self, scope_ids: frozenset[str]) -> None:
+        """Applied with `run.removed` (live and in replay): every primitive drops what it keeps of
+        these scopes, all ended."""
+        for removed in _SCOPES_REMOVED:
+            removed(self, scope_ids)
 
     # -- the caps (`caps.py`) ---------------------------------------------------------------------
 

@@ -376,4 +376,5 @@ TASKS = Primitive(
     entities=lambda space: len(space.tasks),
     values_bytes=lambda space: space.tasks.outcome_bytes,
     scope_ending=_scope_ending,
+    scopes_removed=lambda space, scope_ids: space.tasks.drop_scopes(scope_ids),
 )

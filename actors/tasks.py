@@ -386,6 +386,15 @@ class TaskTable:
         self.outcome_bytes += value_bytes(outcome)
         return task
 
+    def drop_scopes(self, scope_ids: frozenset[str]) -> None:
+        """Ended runs removed (`runs.py`): their tasks, all ended, leave with them (one pass)."""
+        gone = [task for task in self._by_id.values() if task.scope_id in scope_ids]
+        for task in gone:
+            assert task.terminal, f"task {task.id} of a removed run has not ended"
+            del self._by_id[task.id]
+            del self._by_key[(task.scope_id, task.key)]
+            self.outcome_bytes -= value_bytes(task.outcome)
+
     def apply_tombstoned(self, record: Record) -> Task:
         task = self._by_id[record["task_id"]]
         task.tombstoned = True

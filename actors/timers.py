@@ -259,6 +259,14 @@ class TimerTable:
 
     # -- images ---------------------------------------------------------------------------------
 
+    def drop_scopes(self, scope_ids: frozenset[str]) -> None:
+        """Ended runs removed (`runs.py`): their timers, all ended, leave with them."""
+        for timer in [timer for timer in self._by_id.values() if timer.scope_id in scope_ids]:
+            assert timer.scope_id not in self._by_scope, f"timer {timer.id} of a removed run is not ended"
+            del self._by_id[timer.id]
+            if timer.name is not None:
+                del self._by_name[(timer.scope_id, timer.name)]
+
     def image(self) -> Iterator[Record]:
         for timer in self._by_id.values():
             yield {
@@ -542,4 +550,5 @@ TIMERS = Primitive(
     image=lambda space: space.coordination.timers.image(),
     is_empty=lambda space: not len(space.coordination.timers),
     scope_ending=_scope_ending,
+    scopes_removed=lambda space, scope_ids: space.coordination.timers.drop_scopes(scope_ids),
 )

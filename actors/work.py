@@ -366,4 +366,6 @@ MESSAGES = Primitive(
     values_bytes=lambda space: space.messages.payload_bytes,
     scope_ended=lambda space, subtree, state, at_ms: space.work.cascade_scope_ended(subtree, state, at_ms),
     scope_ending=_scope_ending,
+    scopes_kept=lambda space, scope_ids: space.messages.live_scopes(scope_ids),
+    scopes_removed=lambda space, scope_ids: space.messages.drop_scopes(scope_ids),
 )

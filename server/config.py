@@ -199,6 +199,8 @@ LIMIT_DOCS: dict[str, str] = {
     "work_key_len_max": "Longest work key, in characters.",
     "work_key_ttl_s": "How long a message's work key is remembered, in seconds.",
     "retention_s": "How long a finished task keeps its outcome before it is tombstoned, in seconds.",
+    "ended_run_retention_s": "How long an ended run (with its child runs, task tombstones and all it kept) is kept before it is "
+                             "removed, in seconds; its id then answers 404. 0 keeps ended runs for good.",
     "attempts_max_default": "Deliveries a message gets before it is dead-lettered, unless its mailbox says otherwise.",
     "attempts_max_max": "Largest attempt limit a mailbox may set.",
     "backoff_base_s": "First retry backoff after a nack, in seconds (doubles each attempt).",
@@ -251,8 +253,8 @@ LIMIT_DOCS: dict[str, str] = {
     "watch_wait_s_max": "Longest hold of an empty watch, in seconds.",
 }
 
-# Limits that may be zero (a grace or a spread of nothing); every other one is at least 1 (> 0 for floats).
-_LIMITS_MAY_BE_ZERO = frozenset({"restart_grace_s", "restart_spread_s", "backoff_base_s", "budget_scale_max"})
+# Limits that may be zero (a grace or a spread of nothing; ended runs kept for good); every other one is at least 1 (> 0 for floats).
+_LIMITS_MAY_BE_ZERO = frozenset({"restart_grace_s", "restart_spread_s", "backoff_base_s", "budget_scale_max", "ended_run_retention_s"})
 
 # (smaller, larger): the first must not exceed the second.
 _ORDERED: tuple[tuple[str, str], ...] = (

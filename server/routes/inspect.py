@@ -9,7 +9,8 @@ the token is the holder's proof of ownership, and whoever could read it could re
     GET /v1/spaces/{space}/scopes/{id}/claims[?limit=N]   {"scopeId", "claims": [...], "truncated"}
     GET /v1/spaces/{space}/scopes/{id}/tasks[?limit=N]    {"scopeId", "tasks": [...newest first], "truncated"}
     GET /v1/spaces/{space}/usage                          {"spaceId", "operations", "total", "free", "events"}
-    GET /v1/spaces/{space}/caps                           {"spaceId", "caps": [{"setting", "held", "limit"}]}
+    GET /v1/spaces/{space}/caps                           {"spaceId", "caps": [{"setting", "held", "limit"}],
+                                                           "pendingRemoval": {ended runs kept, and what they hold}}
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from ...actors import caps, reads
+from ...actors import caps, reads, runs
 from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED, quote
 from ...actors.keys import digest
 from ...actors.state import KernelState
@@ -81,7 +82,24 @@ async def usage(services: Runtime, request: Request, space: str) -> tuple[int, V
 
 async def space_caps(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, caps.view(services.kernel.space_view(space))  # type: ignore[union-attr]
+    kernel = services.kernel
+    state = kernel.space_view(space)
+    # What retention will remove, so an operator sees the entity count that is about to fall.
+    return 200, {**caps.view(state), "pendingRemoval": runs.pending_removal(state, kernel.clock.now_ms())}  # type: ignore[union-attr]
+
+
+_COUNT = {"type": "integer"}
+_PENDING = {
+    "type": "object",
+    "description": "The ended runs still kept and what they hold, removed ended_run_retention_s after each run's end "
+                   "(all 0 when that is 0: ended runs are kept for good); overdueRuns are past it and kept because a "
+                   "task group not yet finalized still counts on one of their tasks.",
+    "properties": {
+        "endedRunRetentionSeconds": _COUNT, "runs": _COUNT, "scopes": _COUNT, "tasks": _COUNT, "messages": _COUNT,
+        "nextRemovalAt": {"type": ["string", "null"], "format": "date-time"}, "overdueRuns": _COUNT,
+    },
+    "required": ["endedRunRetentionSeconds", "runs", "scopes", "tasks", "messages", "nextRemovalAt", "overdueRuns"],
+}
 
 
 _CAPS = {
@@ -93,8 +111,9 @@ _CAPS = {
             "properties": {"setting": {"type": "string"}, "held": {"type": "integer"}, "limit": {"type": "integer"}},
             "required": ["setting", "held", "limit"],
         }},
+        "pendingRemoval": _PENDING,
     },
-    "required": ["spaceId", "caps"],
+    "required": ["spaceId", "caps", "pendingRemoval"],
 }
 
 

@@ -109,6 +109,7 @@ def with_counts_added_since(space: dict) -> None:
         parent = tree["_scopes"].get(scope["parent_id"]) if scope["parent_id"] else None
         scope.setdefault("live", scope["stored_state"] == "ACTIVE" and (parent is None or parent["live"]))
     tree.setdefault("live", sum(scope["live"] for scope in tree["_scopes"].values()))
+    with_ended_runs_added_since(space)
     tasks = space["tasks"]["_by_id"].values()
     space["tasks"].setdefault("live", sum(task["state"] not in TERMINAL for task in tasks))
     space["tasks"].setdefault("outcome_bytes", sum(value_bytes(task["outcome"]) for task in tasks))
@@ -119,6 +120,14 @@ def with_counts_added_since(space: dict) -> None:
             # Settings declared by name came later: a mailbox written before declared its attempts.
             mailbox.setdefault("attempts_declared", True)
             mailbox.setdefault("requirements", None)
+
+
+def with_ended_runs_added_since(space: dict) -> None:
+    """The ended runs (root scopes) a tree keeps, for their retention (`actors/runs.py`), which it
+    has gained since: worked out from the scopes it wrote down."""
+    tree = space["scopes"]
+    ended = {s["id"]: s["ended_ms"] for s in tree["_scopes"].values() if s["parent_id"] is None and s["stored_state"] != "ACTIVE"}
+    tree.setdefault("ended_roots", ended)
 
 
 def assert_as_written(actual: dict) -> None:
@@ -450,6 +459,8 @@ def v1_as_written() -> dict:
     with_answer_sizes_added_since(written)
     with_graced_added_since(written)
     with_roles_added_since(written)
+    for space in written["spaces"].values():
+        with_ended_runs_added_since(space)
     with_delivery_events_as_kept_since(written)
     return written
 

@@ -5,6 +5,7 @@ space is, and past each cap a route answers 409 BACKLOG_FULL with the error enve
 from __future__ import annotations
 
 import pytest
+import trio
 
 from runstate.actors import Limits
 from runstate.server.settings import Settings
@@ -101,7 +102,43 @@ async def test_the_caps_read_shows_what_the_space_holds_against_each_limit(clien
             # The run, the message, the claim's key, and the answers stored.
             {"setting": "space_entities_max", "held": 3 + len(answers), "limit": 1_000_000},
         ],
+        "pendingRemoval": {
+            "endedRunRetentionSeconds": 604_800, "runs": 0, "scopes": 0, "tasks": 0, "messages": 0, "nextRemovalAt": None,
+            "overdueRuns": 0,
+        },
     }
+
+
+async def test_an_ended_run_is_pending_removal_then_removed_and_its_ids_answer_404(nursery, autojump_clock):
+    """With a minute's retention: an ended run and its task show in `/caps` as pending removal, with
+    when; a sweep after the minute they are gone: the run's and the task's ids answer 404 NOT_FOUND
+    naming the retention, the run's name makes a new run, and the entities held fall back."""
+    limits = Limits().replace(ended_run_retention_s=60)
+    client = AsgiClient(await start_runtime(nursery, Settings(api_key=API_KEY, space_id=SPACE, seed=7, limits=limits)))
+    mailbox = await client.mailbox()
+    entities = lambda: client.runtime.kernel.space_view(SPACE).entities()  # noqa: E731 (stored answers aside)
+    before = entities()
+    run = (await client.request("PUT", "/runs/nightly", {})).json["id"]
+    task = await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "t", "input": {"n": 1}})
+    assert task.status in (200, 201), task
+    assert (await client.post(f"/scopes/{run}/cancel")).status == 200
+    caps = await client.get("/caps")
+    pending = caps.json["pendingRemoval"]
+    assert {k: pending[k] for k in ("endedRunRetentionSeconds", "runs", "scopes", "tasks", "messages", "overdueRuns")} == {
+        "endedRunRetentionSeconds": 60, "runs": 1, "scopes": 1, "tasks": 1, "messages": 1, "overdueRuns": 0,
+    }
+    assert pending["nextRemovalAt"] == "2027-01-15T08:01:00.000Z"  # its end (T0) + 60 s, a sweep instant
+    assert entities() == before + 3  # the run, its task and the task's message
+    await trio.sleep(61)
+    for path in (f"/scopes/{run}", f"/tasks/{task.json['id']}"):
+        gone = await client.get(path)
+        assert gone.status == 404 and gone.code == "NOT_FOUND", (path, gone)
+    message = (await client.get(f"/scopes/{run}")).json["error"]["message"]
+    assert "an ended run is removed 60 s after its end: ended_run_retention_s" in message, message
+    again = await client.request("PUT", "/runs/nightly", {})
+    assert again.json["id"] != run and again.json["effective"] == "ACTIVE", again
+    assert (await client.get("/caps")).json["pendingRemoval"]["runs"] == 0
+    assert entities() == before + 1  # the new run
 
 
 async def test_stored_idempotent_answers_count_against_the_byte_cap_and_stay_within_it(nursery, autojump_clock):

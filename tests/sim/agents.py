@@ -235,6 +235,7 @@ async def submitter(world: World, name: str) -> None:
             ok, sent = await world.call(name, "send", lambda: mailbox.send({"note": rng.randint(0, 9)} if not work_key else {"w": work_key}, work_key=work_key))
             if ok:
                 oracle.messages.add(sent["id"])
+                oracle.message_scopes[sent["id"]] = scope_id
                 world.log(name, f"sent {sent['id']} replay={sent['replay']}")
         else:
             ticket = rng.choice(tickets)
@@ -392,6 +393,7 @@ async def manager(world: World, name: str) -> None:
     world.log(name, f"runs {[s[-4:] for s in world.scopes]}, mailboxes {world.mailboxes}")
     world.ready.set()
     number = 3
+    ended: list[str] = []  # runs it ended (or that have a deadline): it reads them again later
     while world.running:
         await trio.sleep(min(rng.expovariate(1 / 40), max(0.0, world.end_s - trio.current_time())))
         if not world.running:
@@ -399,21 +401,58 @@ async def manager(world: World, name: str) -> None:
         if len(world.scopes) > 2 and rng.random() < 0.6:
             scope_id = rng.choice(world.scopes)
             end = rng.choice(["cancel", "complete"])
+            oracle.run_may_end(scope_id, now_ms())  # from now on, whether the answer comes or not
             ok, view = await world.call(name, f"{end} run", lambda: getattr(rs.scope(scope_id), end)())
+            ended.append(scope_id)
             if ok:
                 world.log(name, f"{end}s run {scope_id[-4:]}")
                 oracle.run_ended(scope_id, now_ms())
                 world.scope_gone(scope_id)
-        deadline = None
+        if ended and oracle.retention_ms:
+            await read_ended_run(world, name, rs, rng.choice(ended))
+        deadline = deadline_ms = None
         if rng.random() < 0.3:
-            deadline = datetime.fromtimestamp((now_ms() + rng.randint(20_000, 200_000)) / 1000, tz=timezone.utc).isoformat()
+            deadline_ms = now_ms() + rng.randint(20_000, 200_000)
+            deadline = datetime.fromtimestamp(deadline_ms / 1000, tz=timezone.utc).isoformat()
         ok, scope = await world.call(name, "create run", lambda: rs.scopes.create(name=f"run-{number}", deadline=deadline))
         if ok:
             number += 1
             oracle.scopes.add(scope.id)
             world.scopes.append(scope.id)
+            if deadline_ms is not None:
+                oracle.run_may_end(scope.id, deadline_ms - 1)  # (a millisecond early: the wire's rounding)
+                ended.append(scope.id)
             world.log(name, f"new run {scope.id[-4:]} deadline={deadline is not None}")
     await rs.aclose()
+
+
+async def read_ended_run(world: World, name: str, rs: AsyncRunstate, scope_id: str) -> None:
+    """Read a run that was ended (or has a deadline): a 404 is only for a run past its retention."""
+    ok, answer = await world.call(name, f"read run {scope_id[-4:]}", lambda: rs._ctx.call("GET", f"/scopes/{scope_id}"))
+    if not ok and answer.code == "NOT_FOUND":
+        world.oracle.run_gone(scope_id, now_ms(), "read")
+    elif ok and answer.body["effective"] == "ACTIVE" and scope_id in world.oracle.run_ends:
+        world.oracle.fail("ended-run", f"run {scope_id} was acknowledged ended and reads ACTIVE")
+
+
+def check_retention(world: World) -> None:
+    """At the end of a seed (the server up a sweep past its last start): every run whose end was
+    acknowledged a retention and a sweep ago is gone, with everything it kept (invariant 7)."""
+    oracle, cluster = world.oracle, world.cluster
+    if not oracle.retention_ms or cluster.kernel is None:
+        return
+    from runstate.actors.runs import sweep_ms
+
+    space = cluster.kernel.partition_of(SPACE).state.spaces.get(SPACE)
+    horizon = now_ms() - oracle.retention_ms - sweep_ms(cluster.limits) - 1_000
+    for scope_id, acked_ms in oracle.run_ends.items():
+        if scope_id in oracle.scopes and acked_ms <= horizon and space is not None and scope_id in space.scopes:
+            oracle.fail("retention", f"run {scope_id}, ended by {acked_ms}, is still kept at {now_ms()}")
+    for scope_id in oracle.scopes:
+        if space is not None and scope_id not in space.scopes:
+            oracle.run_gone(scope_id, now_ms(), "recovery")
+    if space is not None:
+        oracle.check_removed(space)
 
 
 async def crasher(world: World, name: str, mean_s: float) -> None:

@@ -127,6 +127,12 @@ async def dead_letters(world: World, name: str, rs: Any, rng: random.Random) -> 
         if not dry_run:
             oracle.gone.update(answer["requeuedAs"])
             oracle.messages.update(answer["requeuedAs"].values())
+            # A requeued letter stays in its run: it may leave with it (invariant 7).
+            runs = {letter["id"]: letter["scopeId"] for letter in letters}
+            for old, new in answer["requeuedAs"].items():
+                scope_id = runs.get(old) or oracle.message_scopes.get(old)
+                if scope_id is not None:
+                    oracle.message_scopes[new] = scope_id
     else:
         world.log(name, f"deleted {answer['deleted']} of {answer['matched']} in {box}{' (dry run)' if dry_run else ''}")
         if not dry_run:

@@ -33,6 +33,14 @@ Invariants:
 6. **Nothing recorded in an ended run.** A completion sent after the end of its task's run was
    acknowledged (a cancel or a complete of the run) is never acknowledged as SUCCEEDED: the run's
    end ended its tasks under way with it.
+7. **Retention** (seeds whose server removes ended runs after `ended_run_retention_s`). A run is
+   missing (from a recovered state, or a read of it answers 404) only once its retention has
+   passed since the earliest it can have ended (an end sent, or its deadline), so nothing of a live
+   run, nor of one ended too recently, is removed; what a removed run held (its acknowledged tasks
+   and messages) may be missing with it, and nothing the state keeps names a removed run or its
+   child runs (its image: scopes, claims, tasks, messages, work keys, once slots, barriers, timers,
+   groups); and at the end of the seed every run whose end was acknowledged a retention and a
+   sweep ago is gone.
 
 A violation is recorded with its invariant, a message, and the trace excerpt around it; the run
 goes on (one failure per invariant is enough to report).
@@ -49,6 +57,7 @@ INVARIANTS = (
     "one-holder", "generations", "one-outcome", "durability", "stale-token", "dirty-read", "isolation", "ended-run",
     "server", "recovery", "replay", "hang", "sim",
 )
+INVARIANTS += ("retention",)
 INVARIANTS += ("dead-letters",)  # an operator's scans of them (tests/sim/operator_agents.py)
 INVARIANTS += ("pool-units", "quota-window", "fifo", "pool-fifo", "budget-limit")  # -- capacity -- (tests/sim/capacity.py)
 
@@ -99,6 +108,13 @@ class Oracle:
         self.outcomes: dict[str, list] = {}
         self.settled: dict[str, str] = {}  # task id -> the delivery token whose settlement was acknowledged
         self.run_ends: dict[str, int] = {}  # run -> when its end (cancel or complete) was acknowledged
+        # Retention (invariant 7): ended runs are removed this long after their end (0: never; the
+        # runner sets it from the server's limits); the earliest each run can have ended (an end
+        # sent, or its deadline); the messages sent, by run; the runs seen removed.
+        self.retention_ms = 0
+        self.run_ending: dict[str, int] = {}
+        self.message_scopes: dict[str, str] = {}
+        self.removed: set[str] = set()
         # Dead letters an operator sent a requeue or delete of (they may be gone, answered or not),
         # and those whose requeue or delete was acknowledged (they must stay gone).
         self.maybe_gone: set[str] = set()
@@ -266,6 +282,44 @@ class Oracle:
         """The end of a run was acknowledged at `at_ms`."""
         self.run_ends.setdefault(scope_id, at_ms)
 
+    def run_may_end(self, scope_id: str, at_ms: int) -> None:
+        """The run may end from `at_ms` on: an end of it was sent, or its deadline is then."""
+        self.run_ending[scope_id] = min(at_ms, self.run_ending.get(scope_id, at_ms))
+
+    def removable(self, scope_id: str, now_ms: int) -> bool:
+        """Whether the run may have been removed by `now_ms`: its retention has passed since the
+        earliest it can have ended."""
+        ended_ms = self.run_ending.get(scope_id)
+        return bool(self.retention_ms) and ended_ms is not None and ended_ms + self.retention_ms <= now_ms
+
+    def run_gone(self, scope_id: str, now_ms: int, how: str) -> None:
+        """Invariant 7: the run is missing (`how`: a recovery, a read answering 404) at `now_ms`."""
+        self.checks += 1
+        if self.removable(scope_id, now_ms):
+            self.removed.add(scope_id)
+            return
+        ended_ms = self.run_ending.get(scope_id)
+        if ended_ms is None:
+            self.fail("retention" if how == "read" else "durability", f"run {scope_id} never ended and is missing ({how})")
+        else:
+            self.fail("retention", f"run {scope_id}, which ended at {ended_ms} at the earliest, is missing at {now_ms} ({how}), "
+                      f"before its retention of {self.retention_ms} ms passed")
+
+    def check_removed(self, space: Any) -> None:
+        """Invariant 7: nothing the space keeps names a removed run or one of its child runs."""
+        if not self.removed:
+            return
+        self.checks += 1
+        gone = set(self.removed)
+        for record in space.image():
+            kind = record["type"]
+            if kind == "scope.image" and record["parent_id"] in gone:
+                gone.add(record["id"])  # (a parent comes before its children)
+            named = [record.get(field) for field in ("scope_id", "parent_scope_id", "parent_id", "id") if field in record]
+            if kind in _NAMING_A_SCOPE and gone.intersection(value for value in named if isinstance(value, str)):
+                self.fail("retention", f"the state keeps a {kind} record of removed run(s) {sorted(gone & set(named))}: {record}")
+                return
+
     def completed(self, task_id: str, sent_ms: int) -> None:
         """Invariant 6: a completion sent at `sent_ms` was acknowledged as SUCCEEDED."""
         self.checks += 1
@@ -284,20 +338,23 @@ class Oracle:
             if self.scopes or self.mailboxes:
                 self.fail("durability", "the recovered state has no space at all")
             return
+        now_ms = self.now_ms()
         for scope_id in self.scopes:
             if scope_id not in space.scopes:
-                self.fail("durability", f"acknowledged scope {scope_id} is missing after recovery")
+                self.run_gone(scope_id, now_ms, "recovery")
         for mailbox_id in self.mailboxes:
             if space.mailboxes.find(mailbox_id) is None:
                 self.fail("durability", f"acknowledged mailbox {mailbox_id} is missing after recovery")
         for message_id in self.messages:
-            if space.messages.find(message_id) is None and message_id not in self.maybe_gone:
+            if space.messages.find(message_id) is None and message_id not in self.maybe_gone and self.message_scopes.get(message_id) not in self.removed:
                 self.fail("durability", f"acknowledged message {message_id} is missing after recovery")
         for message_id in self.gone:
             if space.messages.find(message_id) is not None:
                 self.fail("durability", f"dead letter {message_id} was acknowledged requeued or deleted, and is back after recovery")
         for task_id, (scope_id, key) in self.tasks.items():
             task = space.tasks.find(task_id)
+            if task is None and scope_id in self.removed:
+                continue  # removed with its run
             if task is None or task.key != key or task.scope_id != scope_id:
                 self.fail("durability", f"acknowledged task {task_id} ({key!r}) is missing after recovery")
                 continue
@@ -326,6 +383,16 @@ class Oracle:
                 if message is not None and message.attempts < top:
                     self.fail("durability", f"{_name(subject)}: attempt {top} was acknowledged, "
                               f"recovered with {message.attempts}")
+        self.check_removed(space)
+
+
+# The image records that name a scope of a run (`scope_id`, or a scope's own `id` and `parent_id`,
+# a group's `parent_scope_id`); capacity's waiters, reservations and work limits keep a run's id as
+# a label and leave by their own rules, and the event log is bounded by its own.
+_NAMING_A_SCOPE = frozenset({
+    "scope.image", "claim.image", "task.image", "message.image", "workkey.image", "once.image", "barrier.image",
+    "timer.image", "group.image", "run.named",
+})
 
 
 def _name(subject: tuple) -> str:

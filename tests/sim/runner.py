@@ -39,6 +39,7 @@ import trio.testing
 
 from runstate import _runtime as sdk_runtime
 from runstate.actors import Limits
+from runstate.actors.runs import sweep_ms
 
 from . import agents, batch_agents, capacity
 from .coordination_agents import COORDINATION_AGENTS
@@ -172,6 +173,7 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         "outcomes": len(oracle.outcomes),
         "forced_releases": sum(1 for leases in oracle.leases.values() for lease in leases if lease.forced_acked_ms is not None),
         "dead_letters_gone": len(oracle.gone),
+        "runs_removed": len(oracle.removed),
         # -- capacity --
         "pool_grants": len(holder["world"].capacity.grants),
         "consumptions": len(holder["world"].capacity.consumptions),
@@ -188,13 +190,18 @@ PARTITION_COUNTS = (1, 1, 2, 4)
 
 # The limits a seed's server runs with, by the seed: the defaults, and (one seed in three) a
 # space's caps low enough that its stored idempotent answers are dropped for room and some writes
-# are refused at a cap.
-LIMITS = (Limits(), Limits(), Limits().replace(space_entities_max=400, space_payload_bytes_max=48 * 1024))
+# are refused at a cap. Two seeds in three remove ended runs 30 s after their end (swept every 3 s).
+LIMITS = (
+    Limits(),
+    Limits().replace(ended_run_retention_s=30),
+    Limits().replace(space_entities_max=400, space_payload_bytes_max=48 * 1024, ended_run_retention_s=30),
+)
 
 
 async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace: list[str], virtual_s: float, crash_mean_s: float, holder: dict) -> None:
     oracle = Oracle(now_ms, trace)
     limits = LIMITS[seed % len(LIMITS)]  # not drawn: a seed's random choices stay as they were
+    oracle.retention_ms = limits.ended_run_retention_s * 1000
     partitions = rng.choice(PARTITION_COUNTS)
     cluster = Cluster(
         seed, os.path.join(root, "data"), rng, fsync=fsync, limits=limits, partitions=partitions, on_failure=oracle.fail,
@@ -248,6 +255,9 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
         cluster.crash("kill" if fsync in ("batch", "off") else "power")
         await agents.restart(world)
         agents.audit(world)
+        if oracle.retention_ms:  # the removals due by now are made a sweep after the start at the latest
+            await trio.sleep(sweep_ms(limits) / 1000 + 1)
+            agents.check_retention(world)
         holder["virtual_s"] = trio.current_time()
         await cluster.stop()
         nursery.cancel_scope.cancel()

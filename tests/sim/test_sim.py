@@ -165,3 +165,23 @@ def test_an_injected_delete_of_dead_letters_that_forgets_nothing_is_caught(monke
     # (a change to the kernel may move the catch to another seed) rather than five misses first.
     found, result = run_seeds_until("dead-letters", (6, *range(1, 6), *range(7, 13)), virtual_s=120)
     assert "dead-letters" in found or "durability" in found, result.describe()
+
+
+def test_an_injected_removal_of_a_run_before_its_retention_is_caught(monkeypatch):
+    """A retention that removes a run as soon as it has ended: a read of the run answers 404, or a
+    recovery lacks it, before its retention has passed."""
+    from runstate.actors import runs
+
+    monkeypatch.setattr(runs, "_due_ms", lambda limits, ended_ms: ended_ms)
+    found, result = run_seeds_until("retention", (2, 5, 8), virtual_s=120)
+    assert "retention" in found, result.describe()
+
+
+def test_an_injected_removal_that_leaves_a_runs_tasks_behind_is_caught(monkeypatch):
+    """A removal that forgets the tasks of the runs it removes: the state keeps task records that
+    name a removed run, and its entity count does not fall."""
+    from runstate.actors.tasks import TaskTable
+
+    monkeypatch.setattr(TaskTable, "drop_scopes", lambda self, scope_ids: None)
+    found, result = run_seeds_until("retention", (2, 5, 8), virtual_s=120)
+    assert "retention" in found, result.describe()
