@@ -27,7 +27,6 @@ from .leases import LeaseKind
 from .outcome import Outcome, Timer, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, free, lease_field, operation, reason_field, timer_kind
 from .scopes import ScopeTree
-from .timestamps import format_ms
 from .shapes import Record
 
 __all__ = [
@@ -175,9 +174,8 @@ class ClaimCommands:
     def release(self, command: ReleaseClaim, now_ms: int) -> Outcome:
         claims = self._claims
         claim = claims.current(command.key, command.token, now_ms)
-        reply = claims.view(claim)
+        reply = claims.released_view(claim, now_ms)
         outcome = self._commit(Outcome(), claims.decide_release(command.key, command.token, command.observation, now_ms))
-        reply.update(token=None, released=True, releasedAt=format_ms(now_ms))
         outcome.reply = reply
         return outcome
 
@@ -192,11 +190,8 @@ class ClaimCommands:
         record = claims.decide_force_release(command.scope_id, command.key, command.reason, command.by, now_ms)
         claim = claims.by_token(record["token"])
         assert claim is not None
-        reply = claims.view(claim)
+        reply = claims.force_released_view(claim, now_ms, command.reason, command.by)
         outcome = self._commit(Outcome(), record)
-        reply.update(
-            token=None, released=True, releasedAt=format_ms(now_ms), forced=True, reason=command.reason, by=command.by
-        )
         outcome.reply = reply
         return outcome
 

@@ -17,6 +17,7 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 from .caps import full
@@ -24,9 +25,12 @@ from .errors import CLAIM_HELD, CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, q
 from .leases import hold, release, renewal, renewed, restore
 from .primitive import record_type
 from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import DurationMs, EpochMs, Record
 
-__all__ = ["Claim", "ClaimTable", "CLAIM_ACQUIRED", "CLAIM_RENEWED", "CLAIM_RELEASED", "CLAIM_EXPIRED", "CLAIM_FORCE_RELEASED", "CLAIM_IMAGE"]
+__all__ = [
+    "Claim", "ClaimTable", "ClaimView", "ReleasedClaimView", "ForceReleasedClaimView",
+    "CLAIM_ACQUIRED", "CLAIM_RENEWED", "CLAIM_RELEASED", "CLAIM_EXPIRED", "CLAIM_FORCE_RELEASED", "CLAIM_IMAGE",
+]
 
 # The record types this module decides and applies (the journal's spelling of each).
 CLAIM_ACQUIRED = record_type("claim.acquired")
@@ -72,6 +76,43 @@ class Claim:
         return self.token is not None and now_ms < self.expires_ms
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimView:
+    """A claim as a holder or a reader is shown it: who holds which key, under which lease.
+
+    `token` is None where it is withheld (a release's answer). `session` is the holder's session;
+    `lease_ms` the lease's length, `expires_ms` its end (the lease is not held from then on unless
+    renewed), `acquired_ms` when its holder took it. The shell names and formats these on the wire
+    (`server/wire.py`); the kernel knows nothing of that."""
+
+    key: str
+    scope_id: str
+    token: str | None
+    generation: int
+    holder: str | None
+    session: str | None
+    lease_ms: DurationMs
+    expires_ms: EpochMs
+    acquired_ms: EpochMs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleasedClaimView(ClaimView):
+    """A claim as its release left it: the view it had, its token withheld, released at `released_ms`."""
+
+    released: bool = True
+    released_ms: EpochMs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForceReleasedClaimView(ReleasedClaimView):
+    """A claim an operator released without its token: why (`reason`) and who did (`by`)."""
+
+    forced: bool = True
+    reason: str | None
+    by: str | None
+
+
 class ClaimTable:
     """The claims of one space, by scope then key, and by token."""
 
@@ -112,18 +153,30 @@ class ClaimTable:
         return len(self._by_token)
 
     @staticmethod
-    def view(claim: Claim) -> View:
-        return {
-            "key": claim.key,
-            "scopeId": claim.scope_id,
-            "token": claim.token,
-            "generation": claim.generation,
-            "holder": claim.holder,
-            "holderSession": claim.session,
-            "leaseSeconds": claim.lease_ms // 1000,
-            "leaseExpiresAt": format_ms(claim.expires_ms),
-            "acquiredAt": format_ms(claim.acquired_ms),
-        }
+    def view(claim: Claim) -> ClaimView:
+        return ClaimView(
+            claim.key, claim.scope_id, claim.token, claim.generation, claim.holder, claim.session, claim.lease_ms,
+            claim.expires_ms, claim.acquired_ms,
+        )
+
+    @staticmethod
+    def released_view(claim: Claim, now_ms: int) -> ReleasedClaimView:
+        """The answer to a release: the claim as it was until `now_ms`, its token withheld (made
+        before the release is applied, which forgets the holder)."""
+        assert claim.token is not None, "a release ends a held claim"
+        return ReleasedClaimView(
+            claim.key, claim.scope_id, None, claim.generation, claim.holder, claim.session, claim.lease_ms,
+            claim.expires_ms, claim.acquired_ms, released_ms=now_ms,
+        )
+
+    @staticmethod
+    def force_released_view(claim: Claim, now_ms: int, reason: str | None, by: str | None) -> ForceReleasedClaimView:
+        """The answer to an operator's release: as `released_view`, with why and who."""
+        assert claim.token is not None, "a forced release ends a held claim"
+        return ForceReleasedClaimView(
+            claim.key, claim.scope_id, None, claim.generation, claim.holder, claim.session, claim.lease_ms,
+            claim.expires_ms, claim.acquired_ms, released_ms=now_ms, reason=reason, by=by,
+        )
 
     # -- deciding -------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from .outcome import ActorKey
 from .partition import EMPTY, Idem, Partition
 from .space import SpaceState
 from .state import KernelState
-from .shapes import Body, Record
+from .shapes import Body, Record, plain
 
 __all__ = ["Kernel", "Idem", "EMPTY", "JITTER_LOW", "JITTER_HIGH"]
 
@@ -63,12 +63,16 @@ class Kernel:
         layout: Layout | None = None,
         partitions: Iterable[Partition] | None = None,
         limits: Limits | None = None,
+        keep_reply: Callable[[Any], Any] = plain,
     ) -> None:
         self.clock = clock or Clock()
         self.ids = ids or IdSource()
+        # How an answer is kept for an Idempotency-Key's retry (`Partition.keep_reply`): the
+        # shell's wire form; the kernel's own plain form when there is no shell.
+        self.keep_reply = keep_reply
         if partitions is None:
             state = state or KernelState(limits)
-            partitions = [Partition(SYSTEM, state, journal if journal is not None else MemoryJournal(), self.clock)]
+            partitions = [Partition(SYSTEM, state, journal if journal is not None else MemoryJournal(), self.clock, keep_reply)]
             layout = Layout.single_partition()
             limits = state.limits
         assert layout is not None and limits is not None
@@ -92,6 +96,7 @@ class Kernel:
         clock: Clock | None = None,
         ids: IdSource | None = None,
         refusals: dict[int, str] | None = None,
+        keep_reply: Callable[[Any], Any] = plain,
     ) -> "Kernel":
         """A kernel of `layout`'s partitions, each with its state and journal (memory if none given).
 
@@ -102,12 +107,12 @@ class Kernel:
         for number in layout.numbers():
             state = states.get(number) or KernelState(limits)
             journal = (journals or {}).get(number) or MemoryJournal()
-            partition = Partition(number, state, journal, clock)
+            partition = Partition(number, state, journal, clock, keep_reply)
             refusal = (refusals or {}).get(number)
             if refusal is not None:
                 partition.refuse(refusal)
             partitions.append(partition)
-        return cls(clock=clock, ids=ids, layout=layout, partitions=partitions, limits=limits)
+        return cls(clock=clock, ids=ids, layout=layout, partitions=partitions, limits=limits, keep_reply=keep_reply)
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -127,7 +132,7 @@ class Kernel:
         """Serve partition `number` again, with `state` and `journal` (it could not be opened before)."""
         old = self.partitions[number]
         old.fail_waiters(KernelError(UNAVAILABLE, "the partition was reopened; try again"))
-        partition = Partition(number, state, journal, self.clock)
+        partition = Partition(number, state, journal, self.clock, self.keep_reply)
         partition.waits_ended = old.waits_ended
         assert self._nursery is not None
         await self._nursery.start(partition.run)

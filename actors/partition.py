@@ -59,6 +59,7 @@ from .errors import INTERNAL, UNAVAILABLE, KernelError
 from .idempotency import IdempotencyTable
 from .journal import Journal
 from .outcome import ActorKey, TimerMarker, TimerTag
+from .shapes import plain
 from .state import KernelState
 from .supervisor import Supervisor
 from .transitions import TRANSITIONS
@@ -177,7 +178,9 @@ class Partition:
     """One partition's state, journal, supervisor and actors. Create inside trio, then
     `await nursery.start(partition.run)` before submitting to it (the kernel does both)."""
 
-    def __init__(self, number: int, state: KernelState, journal: Journal, clock: Clock) -> None:
+    def __init__(
+        self, number: int, state: KernelState, journal: Journal, clock: Clock, keep_reply: Callable[[Any], Any] = plain
+    ) -> None:
         self.number = number
         self.state = state
         self.journal = journal
@@ -190,6 +193,10 @@ class Partition:
         self.turns = 0
         # Calls answered from a stored Idempotency-Key answer instead of being run again.
         self.idempotent_replays = 0
+        # How an answer is kept for a retry with its Idempotency-Key: as JSON, in the form the
+        # retry must be answered in. The shell gives its wire form (`server/wire.py`), so a retry,
+        # even after a restart, answers the same bytes as the first try; the journal keeps it so.
+        self.keep_reply = keep_reply
         # Set by `end_waits()` at shutdown: no call parks any more, a long poll answers EMPTY.
         self.waits_ended = False
         # Why the partition takes no command now (None: it serves): it could not be opened, or
@@ -578,12 +585,15 @@ class Partition:
         if not records:
             self._answer(call, trio_outcome.Value(EMPTY if result.empty else result.reply))
             return False
+        reply = result.reply
         if idem is not None:
-            idem_record = IdempotencyTable.record(idem.space, idem.key, idem.fingerprint, result.reply, now_ms)
+            # Answered in the form kept for its retries (encoded once, not again by the shell).
+            reply = self.keep_reply(reply)
+            idem_record = IdempotencyTable.record(idem.space, idem.key, idem.fingerprint, reply, now_ms)
             state.apply(idem_record)
             records.append(idem_record)
         call.phase = _DECIDED
-        call.result = trio_outcome.Value(result.reply)
+        call.result = trio_outcome.Value(reply)
         lsn = self.journal.append(records, call.durable)
         assert lsn >= self._appended_lsn, "LSNs only grow"
         self._appended_lsn = lsn

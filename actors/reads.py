@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .claims import ClaimView
 from .dead_letters import DeadLetterFilter
 from .dead_letters import page as dead_letter_page
 from .shapes import View
@@ -25,7 +26,7 @@ def scope(kernel: Kernel, space: str, scope_id: str) -> View:
     return state.scopes.view(state.scopes.get(scope_id), kernel.clock.now_ms())
 
 
-def claims_in_scope(kernel: Kernel, space: str, scope_id: str) -> list[View]:
+def claims_in_scope(kernel: Kernel, space: str, scope_id: str) -> list[ClaimView]:
     """The claims of a scope whose leases have not ended (for inspection)."""
     state = kernel.space_view(space)
     state.scopes.get(scope_id)

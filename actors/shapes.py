@@ -11,16 +11,22 @@ the fields it needs as the types it needs. Hence `Any` for a field's value, and 
 every applier would narrow again. Not to be confused with a view.
 
 A `View` is the camelCase JSON object a read or a reply carries to the shell, which encodes it
-as it is (`scopeId`, `expiresAt`); its values are JSON too, by field.
+as it is (`scopeId`, `expiresAt`); its values are JSON too, by field. A primitive that declares
+typed views answers with those instead (`claims.ClaimView`): frozen dataclasses with snake-case
+fields and times as integer milliseconds, each field's meaning in its type (`EpochMs` for an
+instant, `DurationMs` for a length of time); the shell's wire declaration (`server/wire.py`)
+names their fields on the wire and turns their times into timestamps. `plain` is the kernel's
+own JSON form of either, for what the kernel keeps without a shell to ask.
 
 Pure: no IO.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Annotated, Any
 
-__all__ = ["Record", "View"]
+__all__ = ["Record", "View", "EpochMs", "DurationMs", "INSTANT", "DURATION", "plain"]
 
 Record = dict[str, Any]
 View = dict[str, Any]
@@ -28,3 +34,34 @@ View = dict[str, Any]
 # A request's JSON object as the shell parsed it: each field is read by the kind its command
 # declares (`fields.py`), which is where its type is known.
 Body = dict[str, Any]
+
+
+class _TimeMeaning:
+    """What a typed view's integer of milliseconds means: read by the shell (through the type's
+    `Annotated` metadata) to choose its wire form; nothing at run time."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+INSTANT = _TimeMeaning("INSTANT")
+DURATION = _TimeMeaning("DURATION")
+
+# A wall-clock instant, milliseconds since the Unix epoch (UTC), as every record keeps its times.
+EpochMs = Annotated[int, INSTANT]
+# A length of time in milliseconds (a lease's length). Not to be confused with an instant.
+DurationMs = Annotated[int, DURATION]
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON the kernel can keep on its own: a typed view as an object of its fields
+    (snake case, times in milliseconds), anything else as it is. The shell gives the kernel its
+    wire form instead (`Kernel(keep_reply=...)`), so that a retry answers what the first try did."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    return value

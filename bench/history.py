@@ -88,7 +88,7 @@ async def _write(data_dir: str, records: int, idempotent: bool, task_every: int)
                     taken = await run(c.AcquireClaim, {"scopeId": run_id, "key": key, "holder": f"agent-{i}", "holderSession": f"s-{i}", "leaseSeconds": 60})
                 except KernelError:  # CLAIM_HELD: another caller has it now
                     continue
-                await run(c.ReleaseClaim, {"token": taken["token"]}, {"key": key})
+                await run(c.ReleaseClaim, {"token": taken.token}, {"key": key})
                 if task_every and cycle % task_every == 0:
                     await run(c.SubmitTask, {"scopeId": run_id, "mailboxId": mailbox_id, "taskKey": f"t-{i}-{cycle}", "input": {"n": cycle}})
                     got = await run(c.Receive, {"scopeId": run_id, "holder": f"agent-{i}", "holderSession": f"s-{i}", "leaseSeconds": 30}, {"mailbox_id": mailbox_id})

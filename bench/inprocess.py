@@ -117,7 +117,7 @@ async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dic
 
             async def cycle() -> None:
                 view = await run(kernel, c.AcquireClaim, acquire)
-                await run(kernel, c.ReleaseClaim, {"token": view["token"]}, release)
+                await run(kernel, c.ReleaseClaim, {"token": view.token}, release)
 
             return cycle
 

@@ -47,7 +47,7 @@ async def measure(policy: str, seconds: float, tasks: int, data: str | None) -> 
                 began = time.perf_counter()
                 body = {"scopeId": scope_id, "key": key, "holder": "h", "holderSession": "s", "leaseSeconds": 60}
                 grant = await kernel.submit(kernel.parse(c.AcquireClaim, body, {"space": "bench"}))
-                token = {"token": grant["token"]}
+                token = {"token": grant.token}
                 await kernel.submit(kernel.parse(c.RenewClaim, token, {"space": "bench", "key": key}))
                 await kernel.submit(kernel.parse(c.ReleaseClaim, token, {"space": "bench", "key": key}))
                 latencies.append((time.perf_counter() - began) / 3)

@@ -3,7 +3,8 @@
 Routing works on the raw path, one percent-decoded segment at a time, so a claim key such as
 `file/a b` arrives intact from `/claims/file%2Fa%20b/renew`. Each route is a plain
 coroutine `(services, request, **path_params) -> (status, body)`; it never sees ASGI or Quart, which
-keeps handlers testable and the per-request cost to parsing, one kernel call and one `orjson.dumps`.
+keeps handlers testable and the per-request cost to parsing, one kernel call and one `wire.dumps`
+(orjson, with the kernel's typed views written as `wire.py` declares them).
 
 Every answer is JSON, refusals in the error envelope, including the ones no route decides: unknown
 paths (404), wrong methods (405), bodies over the limit (413), a server still recovering (503).
@@ -26,7 +27,6 @@ from functools import partial
 from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs, unquote
 
-import orjson
 import trio
 
 from ..actors.errors import INTERNAL, NOT_FOUND, STALE_CLAIM, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
@@ -38,6 +38,7 @@ from .body import Body, parse_body
 from .doors import BodyReading, ClientGone, check_known_key, declared_length, drain, read_body, send_while_discarding, take_body
 from .errors import ApiError, envelope
 from .telemetry import CLIENT_GONE
+from . import wire
 
 __all__ = ["Request", "Router", "Route", "Raw", "Reply", "serve_http", "serve_whole", "respond"]
 
@@ -357,7 +358,7 @@ async def respond(
             return _empty_reply(request.request_id, services.draining, extra)
         if isinstance(body, Raw):
             return _raw_reply(status, body, request.request_id, services.draining)
-        return _json_reply(status, orjson.dumps(body), dict(extra) if extra else None, request.request_id, services.draining)
+        return _json_reply(status, wire.dumps(body), dict(extra) if extra else None, request.request_id, services.draining)
     except ClientGone:
         status = CLIENT_GONE
         return None

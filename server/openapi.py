@@ -2,8 +2,9 @@
 
 Made from the routes' declarations (`api.py`): each route's operation comes from its `Doc` and,
 for a command, from the command's field declarations (`actors/fields.py`), so a route cannot be
-served without being described, or described otherwise than it parses. Only the shapes of the
-answers (the component schemas below) are written here. `tests/server/test_openapi.py` checks the
+served without being described, or described otherwise than it parses. The shapes of the answers
+that the kernel gives as typed views come from their wire declarations (`wire.py`); the others (the
+component schemas below) are still written here. `tests/server/test_openapi.py` checks the
 document against the router, and schemathesis checks a live server's answers against it. Limits
 come from `Limits`, so the document says what this server enforces. Response schemas list the fields a
 client may rely on and leave room for more (`additionalProperties` is open): adding a field is not
@@ -22,18 +23,14 @@ from ..actors.fields import body_fields, query_fields, schema
 from ..actors.limits import Limits
 from .api import OPENAPI_PATH, Doc
 from .http import Route
+from .wire import COMPONENTS as WIRE_COMPONENTS
+from .wire import TIMESTAMP, nullable
 
 __all__ = ["openapi", "operation", "OPENAPI_PATH"]
 
 
-_TS = {"type": "string", "description": "UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ`"}
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    kind = schema.get("type")
-    if kind is None:
-        return {"anyOf": [schema, {"type": "null"}]}
-    return {**schema, "type": [kind, "null"] if isinstance(kind, str) else [*kind, "null"]}
+_TS = TIMESTAMP
+_nullable = nullable
 
 
 def _obj(required: dict[str, dict[str, Any]], optional: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -76,23 +73,9 @@ def _components(limits: Limits) -> dict[str, Any]:
                 "endedAt": _nullable(_TS),
             }
         ),
-        "Claim": _obj(
-            {
-                "key": text,
-                "scopeId": text,
-                "token": _nullable(text),
-                "generation": integer,
-                "holder": _nullable(text),
-                "holderSession": _nullable(text),
-                "leaseSeconds": integer,
-                "leaseExpiresAt": _TS,
-                "acquiredAt": _TS,
-            },
-            {
-                "released": {"type": "boolean"}, "releasedAt": _TS, "forced": {"type": "boolean"}, "reason": _nullable(text),
-                "by": _nullable(text),
-            },
-        ),
+        # Declared with the view they write (`wire.py`), as the encoder writes them.
+        "Claim": WIRE_COMPONENTS["Claim"],
+        "HeldClaim": WIRE_COMPONENTS["HeldClaim"],
         "Mailbox": _obj(
             {
                 "id": text,

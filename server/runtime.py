@@ -32,7 +32,7 @@ from ..actors.keys import digest, new_secret
 from ..snapshots import RecoveryError, StoreLocked
 from ..snapshots.datadir import DataDir, DataDirError, open_data_dir, public_reason
 from ..snapshots.etcd import EtcdError
-from . import cluster_view
+from . import cluster_view, wire
 from .cluster import STANDBY, Cluster, ClusterError
 from .cluster_metrics import EtcdLatency
 from .config import ConfigError
@@ -136,10 +136,11 @@ class Runtime:
             journals = {number: store.journal for number, store in data.stores.items()}
             kernel = Kernel.partitioned(
                 states, journals, layout=layout, limits=self.limits, clock=clock, ids=ids, refusals=data.refusals,
+                keep_reply=wire.encode,
             )
         else:
             layout = Layout(self.settings.partitions or 1)
-            kernel = Kernel.partitioned({}, layout=layout, limits=self.limits, clock=clock, ids=ids)
+            kernel = Kernel.partitioned({}, layout=layout, limits=self.limits, clock=clock, ids=ids, keep_reply=wire.encode)
         await nursery.start(kernel.run)
         self._nursery_for_stores = nursery
         if data is not None:
@@ -178,7 +179,9 @@ class Runtime:
             return
         layout = cluster.layout
         assert layout is not None
-        kernel = Kernel.partitioned(states, {}, layout=layout, limits=self.limits, clock=clock, ids=IdSource(self.settings.seed))
+        kernel = Kernel.partitioned(
+            states, {}, layout=layout, limits=self.limits, clock=clock, ids=IdSource(self.settings.seed), keep_reply=wire.encode,
+        )
         for partition in kernel.partitions:  # each is served where this node wins it (`Cluster`)
             partition.follow(STANDBY)
         cluster.on_lead = self._on_lead

@@ -2,7 +2,10 @@
 
 Each call builds the command, checks it as the HTTP shell's parse would (`fields.validate`; caller
 data is left unchecked, so a test can hand the journal what no request could), draws its random
-values from the kernel and submits it. Reads go to `actors.reads`.
+values from the kernel and submits it. Reads go to `actors.reads`. An answer that is a typed view
+(a claim's) comes back as the HTTP shell writes it (`server/wire.py`), so that these tests read
+every answer as a client does; the kernel's typed views are checked as they are in
+`tests/kernel/test_claim_views.py`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from runstate.actors import commands as c
 from runstate.actors import reads
 from runstate.actors.fields import DRAWN, JSON, specs, validate
 from runstate.actors.keys import digest
+from runstate.server import wire
 
 __all__ = ["KeyOps", "ScopeOps", "ClaimOps", "MailboxOps", "MessageOps", "TaskOps"]
 
@@ -26,7 +30,7 @@ class _Ops:
         for name, spec in _drawn(command_class):
             fields.setdefault(name, kernel.draw(spec.wire))
         command = validate(command_class(**fields), kernel.limits, skip=(JSON,))
-        return await kernel.submit(command, idem=idem, wait_ms=getattr(command, "wait_ms", None))
+        return wire.encode(await kernel.submit(command, idem=idem, wait_ms=getattr(command, "wait_ms", None)))
 
 
 def _drawn(command_class: type):
@@ -77,7 +81,7 @@ class ClaimOps(_Ops):
         return await self._submit(c.ForceReleaseClaim, idem, space=space, scope_id=scope_id, key=key, reason=reason)
 
     def in_scope(self, space: str, scope_id: str) -> list[dict]:
-        return reads.claims_in_scope(self._kernel, space, scope_id)
+        return [wire.encode(claim) for claim in reads.claims_in_scope(self._kernel, space, scope_id)]
 
 
 class MailboxOps(_Ops):

@@ -27,6 +27,7 @@ from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
+from ..wire import HELD_CLAIM
 
 router = Router()
 
@@ -59,9 +60,8 @@ async def list_claims(services: Runtime, request: Request, space: str, scope_id:
     services.authorize(request, space)
     limit = _limit(request)
     claims = reads.claims_in_scope(services.kernel, space, scope_id)
-    for claim in claims:
-        del claim["token"]
-    return 200, {"scopeId": scope_id, "claims": claims[:limit], "truncated": len(claims) > limit}
+    listed = [HELD_CLAIM.encode(claim) for claim in claims[:limit]]  # (a listing never shows a token)
+    return 200, {"scopeId": scope_id, "claims": listed, "truncated": len(claims) > limit}
 
 
 async def list_tasks(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
@@ -129,7 +129,7 @@ endpoint(router, "GET", BASE + "/scopes", Doc(
     query=("limit",), errors=("400", "404"), group=G,
 ), list_scopes)
 endpoint(router, "GET", BASE + "/scopes/{scope_id}/claims", Doc(
-    "Claims held in a run (tokens left out)", (Reply(200, _listing("claims", {"type": "object"}, scopeId=_TEXT)),),
+    "Claims held in a run (tokens left out)", (Reply(200, _listing("claims", {"$ref": "#/components/schemas/HeldClaim"}, scopeId=_TEXT)),),
     query=("limit",), errors=("400", "404"), group=G,
 ), list_claims)
 endpoint(router, "GET", BASE + "/scopes/{scope_id}/tasks", Doc(

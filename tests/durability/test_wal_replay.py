@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from runstate.actors import KernelError, KernelState, Limits
 from runstate.actors import commands as c
 from runstate.actors.idempotency import IdempotencyTable
+from runstate.server import wire
 from runstate.actors.transitions import TRANSITIONS
 from runstate.snapshots import assert_same_state, contents
 from runstate.snapshots.equality import first_difference
@@ -49,7 +50,8 @@ class Driver:
             return
         records = list(outcome.records)
         if idem is not None and records:
-            record = IdempotencyTable.record(idem[0], idem[1], "fp", outcome.reply, self.now_ms)
+            # Kept as the server keeps it: its JSON form (`Partition.keep_reply`).
+            record = IdempotencyTable.record(idem[0], idem[1], "fp", wire.encode(outcome.reply), self.now_ms)
             state.apply(record)
             records.append(record)
         self.records.extend(records)

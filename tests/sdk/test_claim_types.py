@@ -1,0 +1,91 @@
+"""Both SDKs' claim types have exactly the fields the OpenAPI document gives a claim, with the
+same JSON types and the same optional ones.
+
+The document's components come from the server's wire declaration (`server/wire.py`), so this
+ties the Python SDK's `TypedDict`s (`sdk/types.py`) and the TypeScript SDK's interfaces
+(`typescript/src`, read from their source) to what the server writes: a field renamed, added or
+dropped on one side fails here.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runstate import types as sdk_types
+from runstate.actors.limits import Limits
+from runstate.server.openapi import openapi
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (component, the Python SDK's TypedDict, the TypeScript file and interface)
+PAIRS = [
+    ("Claim", sdk_types.ClaimView, "claims.ts", "ClaimView"),
+    ("HeldClaim", sdk_types.HeldClaim, "scopes.ts", "HeldClaim"),
+]
+
+
+def _json_types(schema: dict[str, Any]) -> frozenset[str]:
+    kind = schema["type"]
+    return frozenset([kind] if isinstance(kind, str) else kind)
+
+
+def _documented(component: str) -> dict[str, tuple[frozenset[str], bool]]:
+    """field -> (JSON types, required) of a component."""
+    schema = openapi(Limits())["components"]["schemas"][component]
+    required = set(schema.get("required", ()))
+    return {name: (_json_types(field), name in required) for name, field in schema["properties"].items()}
+
+
+_PYTHON_TYPES = {str: "string", int: "integer", bool: "boolean", type(None): "null"}
+
+
+def _python(typed_dict: type) -> dict[str, tuple[frozenset[str], bool]]:
+    # (`NotRequired` read from the hints: the module's annotations are strings, which
+    # `__required_keys__` does not look into.)
+    hints = typing.get_type_hints(typed_dict, include_extras=True)
+    fields = {}
+    for name, hint in hints.items():
+        required = typing.get_origin(hint) is not typing.NotRequired
+        if not required:
+            hint = typing.get_args(hint)[0]
+        kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        fields[name] = (frozenset(_PYTHON_TYPES[kind] for kind in kinds), required)
+    return fields
+
+
+_TS_TYPES = {"string": "string", "number": "integer", "boolean": "boolean", "null": "null"}
+
+
+def _typescript(file: str, interface: str) -> dict[str, tuple[frozenset[str], bool]]:
+    """The fields of `export interface NAME { ... }` in a TypeScript source (comments and an index
+    signature left out)."""
+    source = (ROOT / "typescript" / "src" / file).read_text()
+    found = re.search(r"export interface " + interface + r" \{\n(.*?)\n\}", source, re.S)
+    assert found is not None, f"no interface {interface} in {file}"
+    body = re.sub(r"/\*.*?\*/", "", found.group(1), flags=re.S)
+    fields = {}
+    for line in body.splitlines():
+        line = line.strip()
+        if not line or line.startswith("//") or line.startswith("["):
+            continue
+        matched = re.fullmatch(r"(\w+)(\??): ([\w |]+);", line)
+        assert matched is not None, f"{interface}: a field this check cannot read: {line!r}"
+        name, optional, kinds = matched.groups()
+        fields[name] = (frozenset(_TS_TYPES[kind.strip()] for kind in kinds.split("|")), not optional)
+    return fields
+
+
+@pytest.mark.parametrize("component,typed_dict,file,interface", PAIRS, ids=[pair[0] for pair in PAIRS])
+def test_the_python_sdks_claim_types_are_the_documented_ones(component: str, typed_dict: type, file: str, interface: str) -> None:
+    assert _python(typed_dict) == _documented(component)
+
+
+@pytest.mark.parametrize("component,typed_dict,file,interface", PAIRS, ids=[pair[0] for pair in PAIRS])
+def test_the_typescript_sdks_claim_types_are_the_documented_ones(component: str, typed_dict: type, file: str, interface: str) -> None:
+    assert _typescript(file, interface) == _documented(component)

@@ -1,0 +1,172 @@
+"""The wire shapes of the kernel's typed views (`server/wire.py`): the bytes clients read, and the
+OpenAPI components made from the same declaration.
+
+The official clients 0.2.0 and 0.3.0 parse a claim's answer as the server wrote it before the
+kernel answered with typed views: `wire_before` below is that shape, kept here as it was written
+then (a dict built by hand, with `update` for a release), and every generated claim must encode to
+exactly its bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jsonschema
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runstate.actors.claims import ClaimView, ForceReleasedClaimView, ReleasedClaimView
+from runstate.actors.limits import Limits
+from runstate.actors.shapes import DurationMs, EpochMs
+from runstate.actors.timestamps import format_ms
+from runstate.server import wire
+from runstate.server.openapi import openapi
+
+
+def wire_before(view: ClaimView) -> dict[str, Any]:
+    """A claim's answer as the kernel built it before its views were typed (`ClaimTable.view`,
+    then the release's and the forced release's `reply.update`)."""
+    body = {
+        "key": view.key,
+        "scopeId": view.scope_id,
+        "token": view.token,
+        "generation": view.generation,
+        "holder": view.holder,
+        "holderSession": view.session,
+        "leaseSeconds": view.lease_ms // 1000,
+        "leaseExpiresAt": format_ms(view.expires_ms),
+        "acquiredAt": format_ms(view.acquired_ms),
+    }
+    if isinstance(view, ReleasedClaimView):
+        body.update(token=None, released=True, releasedAt=format_ms(view.released_ms))
+    if isinstance(view, ForceReleasedClaimView):
+        body.update(forced=True, reason=view.reason, by=view.by)
+    return body
+
+
+# Any text a request may carry (holders, sessions, keys: unicode, quotes, controls, escapes).
+_text = st.text(max_size=40)
+_maybe_text = st.none() | _text
+# Wall milliseconds from 1970 to 9999 (the timestamp format has four digits of year).
+_instant = st.integers(min_value=0, max_value=253_402_300_799_999)
+# A lease's length: whole seconds as asked, or any length a restart's grace may leave.
+_lease_ms = st.integers(min_value=1, max_value=10**12)
+
+
+@st.composite
+def claims(draw: st.DrawFn) -> ClaimView:
+    fields = dict(
+        key=draw(_text), scope_id=draw(_text), token=draw(_maybe_text), generation=draw(st.integers(1, 2**63 - 1)),
+        holder=draw(_maybe_text), session=draw(_maybe_text), lease_ms=draw(_lease_ms), expires_ms=draw(_instant),
+        acquired_ms=draw(_instant),
+    )
+    kind = draw(st.sampled_from([ClaimView, ReleasedClaimView, ForceReleasedClaimView]))
+    if kind is ClaimView:
+        return ClaimView(**fields)
+    fields.update(token=None, released_ms=draw(_instant))
+    if kind is ReleasedClaimView:
+        return ReleasedClaimView(**fields)
+    return ForceReleasedClaimView(**fields, reason=draw(_maybe_text), by=draw(_maybe_text))
+
+
+@settings(max_examples=400, deadline=None)
+@given(claims())
+def test_every_claim_encodes_to_the_bytes_the_clients_read_before(view: ClaimView) -> None:
+    """Alone, in a list and inside an object (a batch's results), and as the idempotency table
+    keeps it (`encode`, then written by orjson alone): the same bytes as before, field order too."""
+    before = wire_before(view)
+    assert wire.dumps(view) == orjson.dumps(before)
+    assert wire.dumps({"results": [{"status": 200, "body": view}]}) == orjson.dumps({"results": [{"status": 200, "body": before}]})
+    assert orjson.dumps(wire.encode(view)) == orjson.dumps(before)
+    if type(view) is ClaimView:  # a run's listing: held claims, tokens withheld
+        listed = dict(before)
+        del listed["token"]
+        assert orjson.dumps(wire.HELD_CLAIM.encode(view)) == orjson.dumps(listed)
+
+
+def test_a_view_without_a_wire_shape_is_refused_not_written_as_its_fields() -> None:
+    """orjson would write any dataclass as its snake-case fields: a view nobody declared must fail
+    loudly instead of reaching a client in a shape no client reads."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Undeclared:
+        scope_id: str
+
+    with pytest.raises(TypeError) as caught:  # (orjson's JSONEncodeError, a TypeError, from ours)
+        wire.dumps({"x": Undeclared("s")})
+    assert "Undeclared has no wire shape" in str(caught.value.__cause__)
+    assert wire.encode({"already": "json"}) == {"already": "json"}
+
+
+def _components() -> dict[str, Any]:
+    return openapi(Limits())["components"]["schemas"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(claims())
+def test_each_encoded_claim_validates_against_the_documented_component(view: ClaimView) -> None:
+    """What the encoder writes is what the document says: every field documented with its JSON
+    type, and every required one there (open to more, as every component is)."""
+    components = _components()
+    body = orjson.loads(wire.dumps(view))
+    schema = components["Claim"]
+    jsonschema.validate(body, schema)
+    assert set(body) <= set(schema["properties"]) and set(schema["required"]) <= set(body)
+    if type(view) is ClaimView:
+        listed = orjson.loads(orjson.dumps(wire.HELD_CLAIM.encode(view)))
+        jsonschema.validate(listed, components["HeldClaim"])
+        assert set(listed) == set(components["HeldClaim"]["properties"]) == set(components["HeldClaim"]["required"])
+
+
+def test_the_claim_component_lists_exactly_the_encoders_fields_with_their_json_types() -> None:
+    """The component is the union of what the three claim answers write (acquire and renew,
+    release, forced release), required where all three write it; each type is the view field's."""
+    schema = _components()["Claim"]
+    shapes = (wire.CLAIM, wire.RELEASED_CLAIM, wire.FORCE_RELEASED_CLAIM)
+    written = [[field.name for field in shape.fields] for shape in shapes]
+    assert list(schema["properties"]) == list(dict.fromkeys(name for names in written for name in names))
+    assert schema["required"] == written[0]
+    assert schema["properties"] == {
+        "key": {"type": "string"},
+        "scopeId": {"type": "string"},
+        "token": {"type": ["string", "null"]},
+        "generation": {"type": "integer"},
+        "holder": {"type": ["string", "null"]},
+        "holderSession": {"type": ["string", "null"]},
+        "leaseSeconds": {"type": "integer"},
+        "leaseExpiresAt": wire.TIMESTAMP,
+        "acquiredAt": wire.TIMESTAMP,
+        "released": {"type": "boolean"},
+        "releasedAt": wire.TIMESTAMP,
+        "forced": {"type": "boolean"},
+        "reason": {"type": ["string", "null"]},
+        "by": {"type": ["string", "null"]},
+    }
+    # A run's listing refers to the listed shape, which withholds the token.
+    listing = openapi(Limits())["paths"]["/v1/spaces/{space}/scopes/{scope_id}/claims"]["get"]
+    items = listing["responses"]["200"]["content"]["application/json"]["schema"]["properties"]["claims"]["items"]
+    assert items == {"$ref": "#/components/schemas/HeldClaim"}
+    assert list(_components()["HeldClaim"]["properties"]) == [name for name in written[0] if name != "token"]
+
+
+def test_the_naming_rule_and_its_exceptions() -> None:
+    """camelCase by default; an instant `x_ms` is the timestamp `xAt`; a declared exception wins."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Sample:
+        scope_id: str
+        created_ms: EpochMs
+        ended_ms: EpochMs | None
+        wait_ms: DurationMs
+
+    shape = wire.Shape(Sample, rename={"scope_id": "runId"})
+    assert [field.name for field in shape.fields] == ["runId", "createdAt", "endedAt", "waitMs"]
+    assert shape.encode(Sample("r", 0, None, 1500)) == {
+        "runId": "r", "createdAt": "1970-01-01T00:00:00.000Z", "endedAt": None, "waitMs": 1500,
+    }
+    assert shape.schema()["properties"]["endedAt"] == wire.nullable(wire.TIMESTAMP)
+    with pytest.raises(AssertionError, match="whole seconds"):
+        wire.Shape(Sample, seconds={"created_ms": "createdSeconds"})
