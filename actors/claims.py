@@ -17,8 +17,7 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from .caps import full
 from .errors import CLAIM_HELD, CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
@@ -28,7 +27,7 @@ from .timestamps import format_ms
 from .shapes import DurationMs, EpochMs, Record
 
 __all__ = [
-    "Claim", "ClaimTable", "ClaimView", "ReleasedClaimView", "ForceReleasedClaimView",
+    "Claim", "ClaimTable", "ClaimView", "ReleasedClaimView", "ForceReleasedClaimView", "ClaimHeldView",
     "CLAIM_ACQUIRED", "CLAIM_RENEWED", "CLAIM_RELEASED", "CLAIM_EXPIRED", "CLAIM_FORCE_RELEASED", "CLAIM_IMAGE",
 ]
 
@@ -76,8 +75,13 @@ class Claim:
         return self.token is not None and now_ms < self.expires_ms
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimView:
+# A claim's views are named tuples: immutable, no per-instance dict, and built by one tuple
+# allocation (a frozen dataclass sets each field through `object.__setattr__`, several times the
+# cost, on the hot path of every acquire and release). The release variants repeat the fields of
+# `ClaimView` first, in its order, then their own.
+
+
+class ClaimView(NamedTuple):
     """A claim as a holder or a reader is shown it: who holds which key, under which lease.
 
     `token` is None where it is withheld (a release's answer). `session` is the holder's session;
@@ -96,21 +100,50 @@ class ClaimView:
     acquired_ms: EpochMs
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReleasedClaimView(ClaimView):
-    """A claim as its release left it: the view it had, its token withheld, released at `released_ms`."""
+class ReleasedClaimView(NamedTuple):
+    """A claim as its release left it: the view it had, its token withheld (None), `released`
+    (always true: a view of a release), at `released_ms`."""
 
-    released: bool = True
+    key: str
+    scope_id: str
+    token: str | None  # None: withheld
+    generation: int
+    holder: str | None
+    session: str | None
+    lease_ms: DurationMs
+    expires_ms: EpochMs
+    acquired_ms: EpochMs
+    released: bool
     released_ms: EpochMs
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ForceReleasedClaimView(ReleasedClaimView):
-    """A claim an operator released without its token: why (`reason`) and who did (`by`)."""
+class ForceReleasedClaimView(NamedTuple):
+    """A claim an operator released without its token: as `ReleasedClaimView`, then `forced`
+    (always true), why (`reason`) and who did (`by`)."""
 
-    forced: bool = True
+    key: str
+    scope_id: str
+    token: str | None  # None: withheld
+    generation: int
+    holder: str | None
+    session: str | None
+    lease_ms: DurationMs
+    expires_ms: EpochMs
+    acquired_ms: EpochMs
+    released: bool
+    released_ms: EpochMs
+    forced: bool
     reason: str | None
     by: str | None
+
+
+class ClaimHeldView(NamedTuple):
+    """Why an acquire was refused CLAIM_HELD (its details): who holds the key, as which
+    generation, and when that lease ends unless renewed."""
+
+    holder: str | None
+    generation: int
+    expires_ms: EpochMs
 
 
 class ClaimTable:
@@ -166,7 +199,7 @@ class ClaimTable:
         assert claim.token is not None, "a release ends a held claim"
         return ReleasedClaimView(
             claim.key, claim.scope_id, None, claim.generation, claim.holder, claim.session, claim.lease_ms,
-            claim.expires_ms, claim.acquired_ms, released_ms=now_ms,
+            claim.expires_ms, claim.acquired_ms, True, now_ms,
         )
 
     @staticmethod
@@ -175,7 +208,7 @@ class ClaimTable:
         assert claim.token is not None, "a forced release ends a held claim"
         return ForceReleasedClaimView(
             claim.key, claim.scope_id, None, claim.generation, claim.holder, claim.session, claim.lease_ms,
-            claim.expires_ms, claim.acquired_ms, released_ms=now_ms, reason=reason, by=by,
+            claim.expires_ms, claim.acquired_ms, True, now_ms, True, reason, by,
         )
 
     # -- deciding -------------------------------------------------------------------------------
@@ -207,11 +240,7 @@ class ClaimTable:
                 raise KernelError(
                     CLAIM_HELD,
                     f"claim {quote(key)} is held by {claim.holder} until {format_ms(claim.expires_ms)}",
-                    details={
-                        "holder": claim.holder,
-                        "generation": claim.generation,
-                        "leaseExpiresAt": format_ms(claim.expires_ms),
-                    },
+                    details=ClaimHeldView(claim.holder, claim.generation, claim.expires_ms),
                     retry_after_s=max(0.0, (claim.expires_ms - now_ms) / 1000),
                 )
             if claim.token is not None:  # ended but not yet recorded: record it first

@@ -55,14 +55,15 @@ def quote(value: Any) -> str:
 
 
 class KernelError(Exception):
-    """A decided refusal: `code` is the wire code, `details` extra fields for the error envelope."""
+    """A decided refusal: `code` is the wire code, `details` extra fields for the error envelope
+    (a JSON object, or a typed view that the shell writes as its wire shape declares)."""
 
     def __init__(
         self,
         code: str,
         message: str,
         *,
-        details: dict[str, Any] | None = None,
+        details: Any = None,
         retry_after_s: float | None = None,
     ) -> None:
         super().__init__(message)

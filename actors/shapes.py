@@ -12,8 +12,8 @@ every applier would narrow again. Not to be confused with a view.
 
 A `View` is the camelCase JSON object a read or a reply carries to the shell, which encodes it
 as it is (`scopeId`, `expiresAt`); its values are JSON too, by field. A primitive that declares
-typed views answers with those instead (`claims.ClaimView`): frozen dataclasses with snake-case
-fields and times as integer milliseconds, each field's meaning in its type (`EpochMs` for an
+typed views answers with those instead (`claims.ClaimView`): named tuples (or frozen dataclasses
+where a view is not on a hot path) with snake-case fields and times as integer milliseconds, each field's meaning in its type (`EpochMs` for an
 instant, `DurationMs` for a length of time); the shell's wire declaration (`server/wire.py`)
 names their fields on the wire and turns their times into timestamps. `plain` is the kernel's
 own JSON form of either, for what the kernel keeps without a shell to ask.
@@ -62,6 +62,8 @@ def plain(value: Any) -> Any:
     """`value` as JSON the kernel can keep on its own: a typed view as an object of its fields
     (snake case, times in milliseconds), anything else as it is. The shell gives the kernel its
     wire form instead (`Kernel(keep_reply=...)`), so that a retry answers what the first try did."""
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):  # a named tuple
+        return value._asdict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
     return value

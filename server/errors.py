@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from ..actors.errors import KernelError
+from . import wire
 
 __all__ = ["STATUS", "status_of", "envelope", "ApiError"]
 
@@ -71,4 +70,4 @@ def envelope(error: KernelError, request_id: str) -> tuple[int, bytes, dict[str,
     if isinstance(error, ApiError):
         status = error.status or status
         headers.update(error.headers or {})
-    return status, orjson.dumps({"error": body}), headers
+    return status, wire.dumps({"error": body}), headers

@@ -30,11 +30,14 @@ from typing import Any, Callable, Iterable, Mapping
 
 import orjson
 
-from ..actors.claims import ClaimView, ForceReleasedClaimView, ReleasedClaimView
+from ..actors.claims import ClaimHeldView, ClaimView, ForceReleasedClaimView, ReleasedClaimView
 from ..actors.shapes import DURATION, INSTANT
 from ..actors.timestamps import format_ms
 
-__all__ = ["Shape", "dumps", "encode", "component", "TIMESTAMP", "nullable", "CLAIM", "HELD_CLAIM", "COMPONENTS"]
+__all__ = [
+    "Shape", "dumps", "encode", "component", "TIMESTAMP", "nullable", "COMPONENTS",
+    "CLAIM", "RELEASED_CLAIM", "FORCE_RELEASED_CLAIM", "HELD_CLAIM", "CLAIM_HELD",
+]
 
 TIMESTAMP: dict[str, Any] = {"type": "string", "description": "UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ`"}
 _SCALARS: dict[Any, dict[str, Any]] = {str: {"type": "string"}, int: {"type": "integer"}, bool: {"type": "boolean"}}
@@ -113,13 +116,12 @@ class Shape:
         seconds: Mapping[str, str] | None = None,
         omit: Iterable[str] = (),
     ) -> None:
-        assert dataclasses.is_dataclass(view), f"{view.__name__} is not a typed view"
         self.view = view
         self.rename = dict(rename or {})
         self.seconds = dict(seconds or {})
         self.omit = tuple(omit)
         hints = typing.get_type_hints(view, include_extras=True)
-        attributes = [field.name for field in dataclasses.fields(view)]
+        attributes = _attributes(view)
         for name in (*self.rename, *self.seconds, *self.omit):
             assert name in attributes, f"{view.__name__} has no field {name}"
         self.fields = tuple(
@@ -130,10 +132,13 @@ class Shape:
         self.encode = _compile(view, self.fields)
 
     def extended(self, view: type) -> Shape:
-        """The shape of a view that extends this one's (its fields first, then its own), with the
-        same exceptions."""
-        assert issubclass(view, self.view), f"{view.__name__} does not extend {self.view.__name__}"
-        return Shape(view, rename=self.rename, seconds=self.seconds, omit=self.omit)
+        """The shape of a view that extends this one's (its fields first, in the same order and of
+        the same types, then its own), with the same exceptions."""
+        extended = Shape(view, rename=self.rename, seconds=self.seconds, omit=self.omit)
+        mine = [(field.name, field.attribute, field.expression) for field in self.fields]
+        theirs = [(field.name, field.attribute, field.expression) for field in extended.fields]
+        assert theirs[: len(mine)] == mine, f"{view.__name__} does not extend {self.view.__name__}"
+        return extended
 
     def without(self, *names: str) -> Shape:
         """The same view, these fields left out."""
@@ -142,6 +147,14 @@ class Shape:
     def schema(self) -> dict[str, Any]:
         """The JSON object this shape writes: every field, each always there."""
         return _object([(field, True) for field in self.fields])
+
+
+def _attributes(view: type) -> list[str]:
+    """A typed view's fields in order: a named tuple's, or a dataclass's."""
+    if issubclass(view, tuple) and hasattr(view, "_fields"):
+        return list(view._fields)
+    assert dataclasses.is_dataclass(view), f"{view.__name__} is not a typed view"
+    return [field.name for field in dataclasses.fields(view)]
 
 
 def _object(fields: list[tuple[WireField, bool]]) -> dict[str, Any]:
@@ -179,9 +192,13 @@ RELEASED_CLAIM = CLAIM.extended(ReleasedClaimView)
 FORCE_RELEASED_CLAIM = CLAIM.extended(ForceReleasedClaimView)
 # A claim as a run's listing shows it: tokens are never listed.
 HELD_CLAIM = CLAIM.without("token")
+# CLAIM_HELD's details: the holder, its generation and its lease's end, as a claim names them.
+CLAIM_HELD = Shape(ClaimHeldView, rename={"expires_ms": "leaseExpiresAt"})
 
 # The encoder of each view type: what `dumps` and `encode` write a view as.
-_ENCODERS: dict[type, Encoder] = {shape.view: shape.encode for shape in (CLAIM, RELEASED_CLAIM, FORCE_RELEASED_CLAIM)}
+_ENCODERS: dict[type, Encoder] = {
+    shape.view: shape.encode for shape in (CLAIM, RELEASED_CLAIM, FORCE_RELEASED_CLAIM, CLAIM_HELD)
+}
 
 
 def component(*shapes: Shape) -> dict[str, Any]:
@@ -211,7 +228,9 @@ def _default(value: Any) -> dict[str, Any]:
 
 def dumps(body: Any) -> bytes:
     """`body` as the JSON of an answer: plain values as orjson writes them, each typed view as its
-    shape declares."""
+    shape declares. orjson hands a named tuple to `default` by itself (it writes no tuple
+    subclass as an array); dataclasses are passed through to it too, so that one without a
+    declared shape is refused rather than written as its snake-case fields."""
     return orjson.dumps(body, default=_default, option=orjson.OPT_PASSTHROUGH_DATACLASS)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runstate.actors.claims import ClaimTable
+from runstate.actors.claims import ClaimHeldView, ClaimTable
 from runstate.actors.errors import CLAIM_HELD, STALE_CLAIM, KernelError
 
 T0 = 1_800_000_000_000
@@ -42,7 +42,7 @@ def test_a_held_key_is_refused_naming_the_holder_and_the_end_of_its_lease():
         table.decide_acquire("sc_1", "k", "b", "s-b", 30_000, "t2", T0 + 1000)
     assert caught.value.code == CLAIM_HELD
     assert "held by a until" in caught.value.message
-    assert caught.value.details["holder"] == "a"
+    assert caught.value.details == ClaimHeldView("a", 1, T0 + 30_000)
     assert caught.value.retry_after_s == 29.0
     assert table.get("sc_1", "k").token == "t1"
 

@@ -18,15 +18,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runstate.actors.claims import ClaimView, ForceReleasedClaimView, ReleasedClaimView
+from runstate.actors.claims import ClaimHeldView, ClaimView, ForceReleasedClaimView, ReleasedClaimView
+from runstate.actors.errors import CLAIM_HELD, KernelError
 from runstate.actors.limits import Limits
 from runstate.actors.shapes import DurationMs, EpochMs
 from runstate.actors.timestamps import format_ms
 from runstate.server import wire
+from runstate.server.errors import envelope
 from runstate.server.openapi import openapi
 
 
-def wire_before(view: ClaimView) -> dict[str, Any]:
+def wire_before(view: Any) -> dict[str, Any]:
     """A claim's answer as the kernel built it before its views were typed (`ClaimTable.view`,
     then the release's and the forced release's `reply.update`)."""
     body = {
@@ -40,7 +42,7 @@ def wire_before(view: ClaimView) -> dict[str, Any]:
         "leaseExpiresAt": format_ms(view.expires_ms),
         "acquiredAt": format_ms(view.acquired_ms),
     }
-    if isinstance(view, ReleasedClaimView):
+    if isinstance(view, (ReleasedClaimView, ForceReleasedClaimView)):
         body.update(token=None, released=True, releasedAt=format_ms(view.released_ms))
     if isinstance(view, ForceReleasedClaimView):
         body.update(forced=True, reason=view.reason, by=view.by)
@@ -66,10 +68,10 @@ def claims(draw: st.DrawFn) -> ClaimView:
     kind = draw(st.sampled_from([ClaimView, ReleasedClaimView, ForceReleasedClaimView]))
     if kind is ClaimView:
         return ClaimView(**fields)
-    fields.update(token=None, released_ms=draw(_instant))
+    fields.update(token=None, released=True, released_ms=draw(_instant))
     if kind is ReleasedClaimView:
         return ReleasedClaimView(**fields)
-    return ForceReleasedClaimView(**fields, reason=draw(_maybe_text), by=draw(_maybe_text))
+    return ForceReleasedClaimView(**fields, forced=True, reason=draw(_maybe_text), by=draw(_maybe_text))
 
 
 @settings(max_examples=400, deadline=None)
@@ -85,6 +87,20 @@ def test_every_claim_encodes_to_the_bytes_the_clients_read_before(view: ClaimVie
         listed = dict(before)
         del listed["token"]
         assert orjson.dumps(wire.HELD_CLAIM.encode(view)) == orjson.dumps(listed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_maybe_text, st.integers(1, 2**63 - 1), _instant, st.floats(0, 10**6))
+def test_a_claim_held_refusal_carries_the_details_it_carried_before(holder, generation, expires_ms, retry_after_s) -> None:
+    """CLAIM_HELD's envelope, status and Retry-After included, is the same bytes as when the kernel
+    wrote its details as a JSON object."""
+    message = f"claim 'k' is held by {holder}"
+    typed = KernelError(CLAIM_HELD, message, details=ClaimHeldView(holder, generation, expires_ms), retry_after_s=retry_after_s)
+    before = KernelError(
+        CLAIM_HELD, message, details={"holder": holder, "generation": generation, "leaseExpiresAt": format_ms(expires_ms)},
+        retry_after_s=retry_after_s,
+    )
+    assert envelope(typed, "req_1") == envelope(before, "req_1")
 
 
 def test_a_view_without_a_wire_shape_is_refused_not_written_as_its_fields() -> None:
