@@ -13,6 +13,7 @@ from runstate.actors import commands as c
 from runstate.actors.errors import KernelError
 from runstate.actors.journal import MemoryJournal
 from runstate.actors.timestamps import format_ms, parse_timestamp
+from runstate.server import wire
 from runstate.server.console import views
 from runstate.server.console.views import swimlanes
 from runstate.server.console.fenced import Fenced
@@ -25,7 +26,8 @@ pytestmark = pytest.mark.trio
 
 
 class World:
-    """A kernel and the commands the tests send, by their wire bodies."""
+    """A kernel and the commands the tests send, by their wire bodies; their answers as the wire
+    writes them (`server/wire.py`), as a client reads them."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
@@ -33,7 +35,7 @@ class World:
     async def do(self, command: type, body: dict | None = None, **params: str) -> Any:
         kernel = self.kernel
         parsed = kernel.parse(command, body or {}, {"space": SPACE, **params})
-        return await kernel.submit(parsed, wait_ms=getattr(parsed, "wait_ms", None))
+        return wire.encode(await kernel.submit(parsed, wait_ms=getattr(parsed, "wait_ms", None)))
 
     async def run(self, name: str = "run") -> str:
         return (await self.do(c.CreateScope, {"name": name}))["id"]

@@ -222,7 +222,7 @@ async def test_a_batchs_commands_go_out_in_one_group_commit(tmp_path, autojump_c
         batches, fsyncs = journal.batches, disk.fsyncs
         answers = await kernel.submit_all("s1", commands)
         assert journal.batches - batches == 1 and disk.fsyncs - fsyncs == 1
-        assert [a.value["key"] for a in answers] == [f"k{i}" for i in range(40)]
+        assert [a.value.key for a in answers] == [f"k{i}" for i in range(40)]  # (typed views: `ClaimView`)
         assert journal.durable_lsn == journal.appended_lsn
         # The same forty one after another: forty writes.
         batches = journal.batches
