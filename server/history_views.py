@@ -28,8 +28,10 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from ..actors.shapes import Record
+from ..actors.limits import Limits
 from .history import PastKernel, Point
 from .http import Request
+from .services import ReadServices
 
 __all__ = ["read_route", "space_states", "Diff", "CHANGES_MAX", "RUNS_MAX"]
 
@@ -47,7 +49,7 @@ class _Reader:
 
     def __init__(self, kernel: PastKernel) -> None:
         self.kernel = kernel
-        self.limits = kernel.limits
+        self.limits: Limits = kernel.limits
 
     def authorize(self, request: Request, space: str, *, operator: bool = False) -> str:
         return space
@@ -61,12 +63,14 @@ def read_route(past: PastKernel, tail: str, query: dict[str, Any] | None = None)
     route, params = ROUTER.match("GET", path)
     request = Request("GET", path, {}, b"", None, past.limits)
     request.query = urlencode({k: v for k, v in (query or {}).items() if v is not None}).encode()
-    running = route.handler(_Reader(past), request, **params)
+    reader: ReadServices = _Reader(past)
+    running = route.handler(reader, request, **params)
     try:
         running.send(None)
     except StopIteration as done:
         status, body = done.value
         assert status == 200, f"a read answered {status}"
+        assert isinstance(body, dict), f"a read of a space answers an object, not {type(body).__name__}"
         return body
     running.close()
     raise RuntimeError(f"GET {route.path} waited at a past point: a read of the state never waits")

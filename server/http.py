@@ -23,7 +23,7 @@ import itertools
 import logging
 import os
 from functools import partial
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Coroutine
 from urllib.parse import parse_qs, unquote
 
 import orjson
@@ -43,7 +43,9 @@ __all__ = ["Request", "Router", "Route", "Raw", "Reply", "serve_http", "serve_wh
 
 log = logging.getLogger("runstate.http")
 
-Handler = Callable[..., Awaitable[tuple[int, Any]]]
+# A coroutine function, not any awaitable: a read at a past point runs one to its end without an
+# event loop (`history_views.read_route`). `Any`: each route has its own body.
+Handler = Callable[..., Coroutine[Any, Any, tuple[int, Any]]]
 # Whether a route's requests are long polls (watched for the client going away): always, never,
 # or decided per request (a wait the caller asked for), so that a plain call pays nothing for it.
 LongPoll = bool | Callable[["Request"], bool]

@@ -203,7 +203,7 @@ class StateCollector:
         in_flight = GaugeMetricFamily("runstate_http_requests_in_flight", "Requests being answered now (long polls included).")
         in_flight.add_metric([], runtime.telemetry.in_flight)
         yield in_flight
-        kernel = runtime.kernel
+        kernel = runtime.kernel_if_open
         if kernel is None:
             return
         refusing = GaugeMetricFamily(

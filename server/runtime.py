@@ -39,7 +39,7 @@ from .config import ConfigError
 from .admin import AdminCredential
 from .durable import state_model
 from .doors import Doors
-from .errors import ApiError
+from .errors import ApiError, recovering
 from .history import History
 from .http import Request
 from .logs import event
@@ -75,7 +75,8 @@ class Runtime:
         self.became_ready = trio.Event()
         self._clock = clock
         self._on_new_key = on_new_key
-        self.kernel: Kernel | None = None
+        # The kernel once the state is open, else None; the routes read `kernel`, which refuses until then.
+        self.kernel_if_open: Kernel | None = None
         # The open data directory (with a store per partition), or None: the state is in memory.
         self.data: DataDir | None = None
         # This node's part in a cluster (`--etcd`), or None: one node.
@@ -95,6 +96,15 @@ class Runtime:
         self.doors.key_known = lambda secret: self.ready and self.key_is_known(secret)
         # Reads of a space at a past point (`history.py`), from the partitions' folders.
         self.history = History(self)
+
+    @property
+    def kernel(self) -> Kernel:
+        """The kernel, for a route: until the state is open, the request is refused with 503 (as
+        `http.respond` refuses every route before `ready`; see `services.py`)."""
+        kernel = self.kernel_if_open
+        if kernel is None:
+            raise recovering()
+        return kernel
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -148,7 +158,7 @@ class Runtime:
                 await nursery.start(store.run, kernel.partitions[number])
             for number in list(data.refusals):
                 nursery.start_soon(self._reopen_when_repaired, kernel, data, number)
-        self.kernel = kernel
+        self.kernel_if_open = kernel
         await self._configure_keys()
         self.ready = True
         self.became_ready.set()
@@ -185,7 +195,7 @@ class Runtime:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(kernel.run)
-                self.kernel = kernel
+                self.kernel_if_open = kernel
                 await nursery.start(cluster.run, kernel)
                 self.admin.prepare(settings.admin_key, settings.data_dir, self._on_admin_key)
                 self.ready = True
@@ -222,7 +232,7 @@ class Runtime:
                 await self._register_key(settings.api_key, settings.space_id, "RUNSTATE_SERVER_API_KEY")
             except KernelError as error:  # revoked through the admin API: it stays revoked
                 log.warning("the configured API key (api_key) is not accepted: %s", error.message)
-        elif not len(self.kernel.keys):  # type: ignore[union-attr]
+        elif not len(self.kernel.keys):
             secret = new_secret()
             await self._register_key(secret, settings.space_id, "generated at first start")
             if self._on_new_key is not None:
@@ -230,7 +240,6 @@ class Runtime:
 
     async def _register_key(self, secret: str, space: str, name: str) -> dict[str, Any]:
         kernel = self.kernel
-        assert kernel is not None
         command = RegisterKey(key_digest=digest(secret), spaces=frozenset({space}), name=name, key_id=kernel.draw("ak_"))
         command.check(kernel.limits)
         return await kernel.submit(command)
@@ -246,7 +255,7 @@ class Runtime:
         gets the same 403 for every change (`actors/keys.py`).
         """
         secret = request.bearer()
-        key = self.kernel.keys.active(secret)  # type: ignore[union-attr]
+        key = self.kernel.keys.active(secret)
         if key is None:
             if self.admin.matches(secret):
                 if request.method == "GET" or operator:
@@ -280,7 +289,7 @@ class Runtime:
         """Who sends the request, as an operator's action records it: "admin" for the admin key,
         else the API key's id. (Called after `authorize`, so the key is one of the two.)"""
         secret = request.bearer()
-        key = self.kernel.keys.active(secret)  # type: ignore[union-attr]
+        key = self.kernel.keys.active(secret)
         if key is not None:
             return key.id
         assert self.admin.matches(secret), "caller() is asked after authorize()"
@@ -293,12 +302,13 @@ class Runtime:
         The store probes the disk and repairs itself once it works again; until then reads go on
         and `/healthz` says not ready, so a load balancer sends changes elsewhere.
         """
-        if self.kernel is None:
+        kernel = self.kernel_if_open
+        if kernel is None:
             return None
         if self.cluster is not None:
             return cluster_view.readiness(self.cluster)
         reasons = []
-        for partition in self.kernel.partitions:
+        for partition in kernel.partitions:
             failure = partition.journal.failure
             if partition.refusal is not None:
                 reasons.append(f"partition {partition.number}: {partition.refusal}")
@@ -306,7 +316,7 @@ class Runtime:
                 reasons.append(f"partition {partition.number}: the journal refuses changes: {public_reason(failure)}")
         if not reasons:
             return None
-        if len(self.kernel.partitions) == 1:
+        if len(kernel.partitions) == 1:
             return reasons[0].partition(": ")[2]
         return "; ".join(reasons)
 
@@ -350,7 +360,6 @@ class Runtime:
     async def flush(self) -> None:
         """At shutdown, after the drain: everything recorded made durable, then a final snapshot."""
         kernel = self.kernel
-        assert kernel is not None
         lsns = {}
         for partition in kernel.partitions:
             journal = partition.journal
@@ -373,14 +382,13 @@ class Runtime:
         secret = request.bearer()
         if self.admin.matches(secret):
             return
-        if self.ready and self.kernel.keys.spaces_for(secret):  # type: ignore[union-attr]
+        if self.ready and self.kernel.keys.spaces_for(secret):
             raise ApiError("FORBIDDEN", "this needs the admin key; an API key opens only its spaces")
         raise ApiError(UNAUTHENTICATED, "the admin key is not valid")
 
     def _known_space(self, space: str) -> str:
         """`space` if it holds anything or a key opens it; reading it must not make it."""
         kernel = self.kernel
-        assert kernel is not None
         if not kernel.space_known(space) and space not in kernel.keys.spaces():
             raise ApiError(NOT_FOUND, f"space {quote(space)} not found")
         return space

@@ -232,11 +232,11 @@ async def sample_every_interval(charts: Charts, runtime: Any) -> None:
 
     interval_ms = INTERVAL_S * 1000
     while True:
-        kernel = runtime.kernel
+        kernel = runtime.kernel_if_open
         now_ms = kernel.clock.now_ms() if kernel is not None else int(trio.current_time() * 1000)
         number = now_ms // interval_ms
         await trio.sleep(((number + 1) * interval_ms - now_ms) / 1000)
-        kernel = runtime.kernel
+        kernel = runtime.kernel_if_open
         if kernel is None or not runtime.ready:
             charts.pending.clear()
             continue

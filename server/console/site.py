@@ -324,7 +324,7 @@ class Console:
     def _scrubber(self, visit: Visit) -> dict[str, Any] | None:
         """The time scrubber's reach on a space's page: from the oldest point the space's history
         keeps to now (wall ms), or None where the server keeps no history (no data directory)."""
-        if visit.space is None or visit.session is None or self.runtime.kernel is None:
+        if visit.space is None or visit.session is None or self.runtime.kernel_if_open is None:
             return None
         try:
             kept = self.runtime.history.kept(visit.space)
@@ -397,7 +397,8 @@ class Console:
         return check
 
     def serving(self) -> bool:
-        return not self.runtime.draining and not (self.kernel is not None and self.kernel.waits_ended)
+        kernel = self.runtime.kernel_if_open
+        return not self.runtime.draining and not (kernel is not None and kernel.waits_ended)
 
 
 class _SignIn(KernelError):
