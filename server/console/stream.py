@@ -40,6 +40,7 @@ from ...actors.events import CURSOR_EXPIRED
 from ...actors.kernel import EMPTY
 from . import views
 from .fenced import Fenced
+from ..services import RouteKernel
 
 __all__ = ["Feeds", "Feed", "Stream", "STREAM_BUFFER_MAX", "HEARTBEAT_S", "STREAM_S_MAX", "WATCH_WAIT_MS", "WATCH_LIMIT"]
 
@@ -232,7 +233,7 @@ def _encode(event: dict[str, Any]) -> tuple[int, bytes]:
     return seq, b"id: %d\nevent: change\ndata: %s\n\n" % (seq, orjson.dumps({"seq": seq, **event}))
 
 
-async def _catch_up(kernel: Any, space: str, stream: Stream, after: int, joined: int, send: Send) -> int:
+async def _catch_up(kernel: RouteKernel, space: str, stream: Stream, after: int, joined: int, send: Send) -> int:
     """Send the events after `after` up to the feed's cursor when this stream joined (the feed
     brings what follows). A cursor too far behind, no longer kept, or ahead of the log (a log that
     was lost) gets `reset` instead. Returns the cursor of the last event sent."""
