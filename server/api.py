@@ -18,6 +18,8 @@ from ..actors.errors import KernelError
 from ..actors.fields import Spec, takes_caller
 from ..actors.kernel import EMPTY
 from .http import Handler, Request, Router
+from .runtime import Runtime
+from .services import ReadServices
 
 __all__ = ["Doc", "Reply", "endpoint", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER"]
 
@@ -92,6 +94,7 @@ def endpoint(
         batch = BatchOperation(doc.command, status)  # (an operator's action is always sent alone)
     if handler is None:
         assert doc.command is not None, f"{method} {pattern}: a route needs a handler or a command"
+        assert "{space}" in pattern, f"{method} {pattern}: a command runs in a space, which its path names"
         handler = _command_handler(doc.command, status, doc.operator)
     elif not public and settle:
         handler = _settled(handler)
@@ -117,7 +120,7 @@ def _settled(handler: Handler) -> Handler:
     answer, success or refusal, waits for them (nothing to wait for, usually). Commands need no
     such wrapper: their turn answers the same way (`Kernel._answer`)."""
 
-    async def run(services: Any, request: Request, **params: str) -> tuple[int, Any]:
+    async def run(services: ReadServices, request: Request, **params: str) -> tuple[int, Any]:
         try:
             answer = await handler(services, request, **params)
         except KernelError:
@@ -135,8 +138,8 @@ def _command_handler(command_class: type, status: int | StatusOf, operator: bool
     status_of = status if callable(status) else None
     records_caller = takes_caller(command_class)
 
-    async def run(services: Any, request: Request, **params: str) -> tuple[int, Any]:
-        space = params.get("space")
+    async def run(services: Runtime, request: Request, **params: str) -> tuple[int, Any]:
+        space = params["space"]  # (a command route's path names its space: `endpoint`)
         services.authorize(request, space, operator=operator)
         if records_caller:
             params["caller"] = services.caller(request)

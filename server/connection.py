@@ -232,7 +232,7 @@ class Connection:
             return True
         return False
 
-    async def _read(self) -> bytes:
+    async def _read(self) -> bytes | bytearray:
         """One read from the socket; b"" when the client closed or reset it. A plain socket is
         waited on until readable before reading (a connection reads once its answer is out, and
         its client's next request is seldom there yet: trio's read-first costs a failed read)."""
@@ -491,7 +491,7 @@ class _Exchange:
                 go_on = h11.InformationalResponse(status_code=100, headers=server_headers())
                 if not await self._connection._writer.write(events.send(go_on)):
                     return {"type": "http.disconnect"}
-            events.receive_data(await self._connection._read())
+            events.receive_data(await self._connection._read())  # type: ignore[arg-type]  # h11 documents a bytes-like object; its annotation says bytes
 
     async def send(self, message: dict[str, Any]) -> None:
         kind = message["type"]

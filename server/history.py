@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NoReturn, TypeVar
 
 import trio
 
@@ -224,7 +224,7 @@ class _OneSpace:
 
     __slots__ = ("state", "space", "boot")
 
-    def __init__(self, state: Any, space: str | None) -> None:
+    def __init__(self, state: KernelState, space: str | None) -> None:
         self.state = state
         self.space = space
         self.boot = state.boot
@@ -234,10 +234,29 @@ class _OneSpace:
         if space is None or space == self.space or self.space is None:
             self.state.apply(record)
 
+    # The rest of a recoverable state, as the state it filters has them (a replay only applies).
+
+    def image(self) -> Iterable[Record]:
+        return self.state.image()
+
+    def decide_boot(self, fsync: str, now_ms: int) -> list[Record]:
+        return self.state.decide_boot(fsync, now_ms)
+
+    def restart(self, now_ms: int) -> list[Record]:
+        return self.state.restart(now_ms)
+
+    def counts(self) -> dict[str, int]:
+        return self.state.counts()
+
 
 def one_space_model(model: StateModel, space: str | None) -> StateModel:
     """`model`, whose states keep only `space`'s records (None: all of them)."""
-    return StateModel(make_state=lambda: _OneSpace(model.make_state(), space), records=model.records, place=model.place)
+    def make_state() -> _OneSpace:
+        state = model.make_state()
+        assert isinstance(state, KernelState), "history rebuilds the kernel's state"
+        return _OneSpace(state, space)
+
+    return StateModel(make_state=make_state, records=model.records, place=model.place)
 
 
 def _target(asked: Asked, event_ms: int | None, space: str) -> Target:
@@ -297,7 +316,7 @@ class History:
         self.runtime = runtime
         self._limiter = trio.CapacityLimiter(1)
         self._waiting = 0
-        self._last: tuple[tuple, PastKernel, int] | None = None
+        self._last: tuple[tuple[str, str, int], PastKernel, int] | None = None
         # For /metrics: rebuilds done, and the seconds they took.
         self.rebuilds = 0
         self.rebuild_seconds = 0.0

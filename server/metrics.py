@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["Metrics", "RouteMetrics", "JournalMetrics", "MeteredDisk", "queue_families", "CONTENT_TYPE"]
 
 # No `_created` series beside every counter: they double the output and nobody graphs them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -225,10 +225,11 @@ class StateCollector:
                               ("header_timeout", doors.header_timeouts), ("protocol_error", doors.protocol_errors)):
             turned.add_metric([reason], count)
         yield turned
-        if getattr(runtime, "cluster", None) is not None:  # a node of a cluster
+        cluster = runtime.cluster
+        if cluster is not None:  # a node of a cluster
             from .cluster_metrics import cluster_families
 
-            yield from cluster_families(runtime.cluster)
+            yield from cluster_families(cluster)
         yield from _kernel_families(kernel)
         yield from history_families(runtime)
         now_ms = kernel.clock.now_ms()
@@ -238,7 +239,7 @@ class StateCollector:
             yield from read(spaces, now_ms)
 
 
-def history_families(runtime: Any) -> Iterator[Metric]:
+def history_families(runtime: Runtime) -> Iterator[Metric]:
     """What the history kept costs (`history_retention_s`): each partition's snapshots and WAL on
     disk and the oldest point they rebuild, read from its folder at scrape time; and the history
     reads served (each a rebuild)."""

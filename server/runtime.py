@@ -26,7 +26,9 @@ from ..actors.clock import Clock
 from ..actors.errors import NOT_FOUND, UNAUTHENTICATED, KernelError, quote
 from ..actors.ids import IdSource
 from ..actors.kernel import Kernel
+from ..actors.journal import Journal
 from ..actors.layout import Layout
+from ..actors.state import KernelState
 from ..actors.commands import RegisterKey
 from ..actors.keys import digest, new_secret
 from ..snapshots import RecoveryError, StoreLocked
@@ -110,14 +112,15 @@ class Runtime:
         task_status.started()
         clock = self._clock or Clock()
         if self.settings.etcd:
-            await self._run_cluster(clock)
+            await self._run_cluster(clock, self.settings.etcd)
             return
         data = None
-        if self.settings.data_dir:
+        data_dir = self.settings.data_dir
+        if data_dir:
             try:
-                data = self.data = await self._open_data_dir(clock)
+                data = self.data = await self._open_data_dir(clock, data_dir)
             except (RecoveryError, StoreLocked, DataDirError, OSError) as error:
-                log.critical("cannot start on %s: %s", self.settings.data_dir, error)
+                log.critical("cannot start on %s: %s", data_dir, error)
                 self.fatal = error
                 self.stopped.set()
                 return
@@ -130,11 +133,10 @@ class Runtime:
             if data is not None:
                 data.close()
 
-    async def _open_data_dir(self, clock: Clock) -> DataDir:
+    async def _open_data_dir(self, clock: Clock, data_dir: str) -> DataDir:
         """Open the data directory: every partition recovered (those that cannot be are refused)."""
         return await open_data_dir(
-            self.settings.data_dir,  # type: ignore[arg-type]
-            model=state_model(self.limits), clock=clock, partitions=self.settings.partitions, **self._store_options(),
+            data_dir, model=state_model(self.limits), clock=clock, partitions=self.settings.partitions, **self._store_options(),
         )
 
     async def _serve(self, nursery: trio.Nursery, clock: Clock, data: DataDir | None) -> None:
@@ -143,7 +145,10 @@ class Runtime:
         if data is not None:
             layout = Layout(data.partitions)
             states = {number: store.state for number, store in data.stores.items()}
-            journals = {number: store.journal for number, store in data.stores.items()}
+            journals: dict[int, Journal] = {}
+            for number, store in data.stores.items():
+                assert store.journal is not None, "an open store has its journal"
+                journals[number] = store.journal
             kernel = Kernel.partitioned(
                 states, journals, layout=layout, limits=self.limits, clock=clock, ids=ids, refusals=data.refusals,
             )
@@ -166,13 +171,14 @@ class Runtime:
 
     # -- a node of a cluster -----------------------------------------------------------------------
 
-    async def _run_cluster(self, clock: Clock) -> None:
+    async def _run_cluster(self, clock: Clock, etcd: str) -> None:
         """Join the cluster on etcd: every partition followed from this node's copy, led where won."""
         settings = self.settings
+        assert settings.data_dir, "a node of a cluster keeps a data directory (the settings refuse one without)"
         cluster = self.cluster = Cluster(
-            endpoints=[url.strip().rstrip("/") for url in settings.etcd.split(",")],  # type: ignore[union-attr]
+            endpoints=[url.strip().rstrip("/") for url in etcd.split(",")],
             name=settings.cluster, node_id=self.node_id(), advertise=self.advertise(),
-            data_dir=settings.data_dir, partitions=settings.partitions, lease_s=settings.cluster_lease_s,  # type: ignore[arg-type]
+            data_dir=settings.data_dir, partitions=settings.partitions, lease_s=settings.cluster_lease_s,
             log_bytes_max=settings.cluster_log_bytes_max, trim_every_s=settings.cluster_trim_every_s,
             model=state_model(self.limits), clock=clock, **self._store_options(),
         )
@@ -242,7 +248,8 @@ class Runtime:
         kernel = self.kernel
         command = RegisterKey(key_digest=digest(secret), spaces=frozenset({space}), name=name, key_id=kernel.draw("ak_"))
         command.check(kernel.limits)
-        return await kernel.submit(command)
+        reply: dict[str, Any] = await kernel.submit(command)
+        return reply
 
     def authorize(self, request: Request, space: str, *, operator: bool = False) -> str:
         """The space, if the request's key opens it: 401 for a bad key, 404 for another space.
@@ -351,7 +358,9 @@ class Runtime:
                 kernel.partitions[number].refuse(data.refusals[number])
                 log.error("partition %d still does not serve: %s", number, error)
                 continue
-            partition = await kernel.reopen(number, store.state, store.journal)  # type: ignore[arg-type]
+            state, journal = store.state, store.journal
+            assert isinstance(state, KernelState) and journal is not None, "a reopened store holds the kernel's state and its journal"
+            partition = await kernel.reopen(number, state, journal)
             store.on_snapshot = self.telemetry.metrics.journal.snapshot
             assert self._nursery_for_stores is not None
             await self._nursery_for_stores.start(store.run, partition)

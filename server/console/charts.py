@@ -92,7 +92,7 @@ class _Ring:
         self.values[at:at + FIELDS] = array("I", (min(COUNT_MAX, max(0, value)) for value in bucket))
         self.stamps[number % self.slots] = number
 
-    def get(self, number: int) -> array | None:
+    def get(self, number: int) -> array[int] | None:
         """Bucket `number`, or None when the ring does not hold it (before the charts began, or a
         gap: the server was down, or the space had no chart then)."""
         if self.stamps[number % self.slots] != number:
@@ -135,7 +135,7 @@ class Series:
             return {}
         return {name: count - seen.get(name, 0) for name, count in counters.items() if count != seen.get(name, 0)}
 
-    def buckets(self, fine: bool, first: int, last: int) -> Iterable[tuple[int, array | None]]:
+    def buckets(self, fine: bool, first: int, last: int) -> Iterable[tuple[int, array[int] | None]]:
         """(number, bucket or None) for the buckets `first` to `last` of one ring."""
         ring = self.fine if fine else self.coarse
         for number in range(max(first, last - ring.slots + 1), last + 1):

@@ -80,7 +80,8 @@ async def login(console: Console, visit: Visit) -> Answer:
         return Answer(401, _login(console, visit, f"That key is not valid: {why}."))
     session = console.sessions.open(secret, admin, key_id, name, console.now_s())
     console.check_key(session)
-    return redirect(_next_path((visit.form.get("next") or [None])[-1]), [("set-cookie", set_cookie(session, visit.secure))])
+    following = visit.form.get("next")
+    return redirect(_next_path(following[-1] if following else None), [("set-cookie", set_cookie(session, visit.secure))])
 
 
 @page("POST", "/logout")

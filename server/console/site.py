@@ -25,10 +25,12 @@ from urllib.parse import parse_qs, quote as url_quote, urlencode
 import trio
 
 from ...actors.errors import INTERNAL, NOT_FOUND, UNAVAILABLE, VALIDATION_FAILED, KernelError
+from ...actors.kernel import Kernel
 from ...actors.timestamps import parse_timestamp
 from ..doors import BodyReading, ClientGone, read_body
 from ..errors import ApiError, status_of
-from ..http import Request, Router
+from ..http import BaseRouter, Request
+from ..runtime import Runtime
 from ..telemetry import CLIENT_GONE
 from . import views
 from .render import render, render_block
@@ -40,7 +42,7 @@ __all__ = ["Console", "Visit", "Answer", "ROUTER", "PREFIX", "refuse", "for_cons
 log = logging.getLogger("runstate.console")
 
 PREFIX = "/console"
-ROUTER = Router()
+ROUTER: BaseRouter[Handler] = BaseRouter()
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -173,7 +175,8 @@ class Visit(Request):
         return self.raw_path + ("?" + urlencode(query) if query else "")
 
 
-Handler = Callable[..., Awaitable[Answer]]
+# A page's handler answers it; the event stream's (None) sends its answer as it goes.
+Handler = Callable[..., Awaitable[Answer | None]]
 
 
 def page(method: str, pattern: str, *, public: bool = False, stream: bool = False) -> Callable[[Handler], Handler]:
@@ -189,7 +192,7 @@ def page(method: str, pattern: str, *, public: bool = False, stream: bool = Fals
 class Console:
     """The console of one server: its sessions and its live feeds."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.sessions = Sessions()
         self.feeds = Feeds(lambda: runtime.kernel)
@@ -197,7 +200,7 @@ class Console:
         runtime.telemetry.charts.listener = self.feeds.charts
 
     @property
-    def kernel(self) -> Any:
+    def kernel(self) -> Kernel:
         return self.runtime.kernel
 
     def now_s(self) -> float:
@@ -247,7 +250,9 @@ class Console:
                         status = 200
                         await route.handler(self, visit, send=send, receive=receive, **params)
                         return
-                    answer = await route.handler(self, visit, **params)
+                    answered = await route.handler(self, visit, **params)
+                    assert answered is not None, f"a page answers ({route.path} is not the event stream)"
+                    answer = answered
             except KernelError as error:
                 code = error.code
                 answer = self._error_page(visit, error)
@@ -259,8 +264,8 @@ class Console:
             log.exception("console request %s %s failed (%s)", visit.method, raw_path, visit.request_id)
             code, status = INTERNAL, 500
             if not visit.streaming:  # (a stream already answered: it just ends, and the browser reconnects)
-                error = KernelError(INTERNAL, f"internal error (request {visit.request_id}); the server's log has the details")
-                await self._send(send, visit, self._error_page(visit, error))
+                failure = KernelError(INTERNAL, f"internal error (request {visit.request_id}); the server's log has the details")
+                await self._send(send, visit, self._error_page(visit, failure))
         finally:
             runtime.doors.release(reading.held)
             telemetry.end(visit.method, route, status, started, visit.request_id, code)
@@ -290,7 +295,8 @@ class Console:
             raise _SignIn()
         visit.session = session
         if visit.method == "POST":
-            token = visit.headers.get("x-csrf-token") or (visit.form.get("csrf") or [None])[-1]
+            sent = visit.form.get("csrf")
+            token = visit.headers.get("x-csrf-token") or (sent[-1] if sent else None)
             if not session.csrf_matches(token):
                 raise refuse("FORBIDDEN", "refused: the change lacks this session's CSRF token; reload the page and try again", status=403)
         space = params.get("space")

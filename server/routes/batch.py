@@ -46,6 +46,7 @@ import hashlib
 from typing import Any
 
 import orjson
+import outcome as trio_outcome
 
 from ...actors.commands import Receive, ReceiveMany
 from ...actors.errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
@@ -109,14 +110,15 @@ async def batch(services: Runtime, request: Request, space: str) -> tuple[int, V
         places.append((index, route, params))
     if commands:
         answers = await kernel.submit_all(space, commands)
-        for (index, route, params), answer in zip(places, answers):
-            error = getattr(answer, "error", None)
-            if error is not None:
-                if not isinstance(error, KernelError):
-                    raise error
-                results[index] = _refusal(services, request, error, route, params)
+        for (index, route, params), done in zip(places, answers):
+            if isinstance(done, trio_outcome.Error):
+                failure = done.error
+                if not isinstance(failure, KernelError):
+                    raise failure
+                results[index] = _refusal(services, request, failure, route, params)
                 continue
-            reply = answer.value
+            assert isinstance(done, trio_outcome.Value), "each answer of a batch is a Value or an Error"
+            reply = done.value
             if reply is EMPTY:
                 results[index] = {"status": 204}
             else:
