@@ -130,12 +130,15 @@ def _settled(handler: Handler) -> Handler:
         return answer
 
     run.__name__ = run.__qualname__ = getattr(handler, "__name__", "handler")
-    run.__wrapped__ = handler  # type: ignore[attr-defined]
+    run.__wrapped__ = handler  # type: ignore[attr-defined]  # a function takes any attribute; `inspect.unwrap` reads this one
     return run
 
 
 def _command_handler(command_class: type, status: int | StatusOf, operator: bool = False) -> Handler:
-    status_of = status if callable(status) else None
+    if callable(status):
+        status_of, fixed = status, 0
+    else:
+        status_of, fixed = None, status
     records_caller = takes_caller(command_class)
 
     async def run(services: Runtime, request: Request, **params: str) -> tuple[int, Any]:
@@ -152,7 +155,7 @@ def _command_handler(command_class: type, status: int | StatusOf, operator: bool
         reply = await kernel.submit(command, idem=request.idem(space), wait_ms=wait_ms)
         if reply is EMPTY:
             return 204, None
-        return (status_of(reply) if status_of is not None else status), reply  # type: ignore[return-value]
+        return (status_of(reply) if status_of is not None else fixed), reply
 
     run.__name__ = run.__qualname__ = command_class.__name__
     return run

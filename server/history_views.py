@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from ..actors.shapes import Record
+from ..actors.state import KernelState
 from ..actors.limits import Limits
 from .history import PastKernel, Point
 from .http import Request
@@ -113,7 +114,7 @@ class Diff:
         self.states.append(states)
         return states
 
-    def on_record(self, lsn: int, record: Record, reached: int, state: Any) -> None:
+    def on_record(self, lsn: int, record: Record, reached: int, state: KernelState) -> None:
         """A record between the points, before it is applied: the events its predecessor made are in the log."""
         if reached != 1 or record.get("space") != self.space:
             return
@@ -121,11 +122,11 @@ class Diff:
         kind = record["type"]
         self.records[kind] = self.records.get(kind, 0) + 1
 
-    def _seq(self, state: Any) -> int:
+    def _seq(self, state: KernelState) -> int:
         space = state.spaces.get(self.space)
         return 0 if space is None else space.events.seq
 
-    def _harvest(self, state: Any) -> None:
+    def _harvest(self, state: KernelState) -> None:
         """Count (and list) the events made since the last look: the newest of the log."""
         if not self.cursors:
             return

@@ -40,6 +40,7 @@ from ..snapshots.history import kept
 from .capacity_metrics import capacity_families
 
 if TYPE_CHECKING:
+    from ..actors.kernel import Kernel
     from ..actors.space import SpaceState
     from .runtime import Runtime
 
@@ -271,7 +272,7 @@ def history_families(runtime: Runtime) -> Iterator[Metric]:
     yield seconds
 
 
-def _kernel_families(kernel: Any) -> Iterator[Metric]:
+def _kernel_families(kernel: Kernel) -> Iterator[Metric]:
     fires = CounterMetricFamily("runstate_supervisor_fires", "Expiries the supervisor proposed (lease ends, deadlines); stale ones included.")
     armed, fired = kernel.timers()
     fires.add_metric([], fired)

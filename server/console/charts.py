@@ -33,7 +33,11 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:  # (the charts are sampled from the runtime, which imports them)
+    from ...actors.space import SpaceState
+    from ..runtime import Runtime
 
 __all__ = ["Charts", "Series", "INTERVAL_S", "COARSE_S", "KINDS", "FIELDS", "SPACES_MAX", "SPACE_BYTES"]
 
@@ -142,7 +146,7 @@ class Series:
             yield number, ring.get(number)
 
 
-def _usage_counters(space: Any) -> dict[str, int]:
+def _usage_counters(space: SpaceState) -> dict[str, int]:
     """The usage counters a bucket takes deltas of: operations by kind, takeovers, expiries."""
     usage = space.usage
     counters = dict.fromkeys(KINDS, 0)
@@ -155,7 +159,7 @@ def _usage_counters(space: Any) -> dict[str, int]:
     return counters
 
 
-def _waiting(space: Any, now_ms: int) -> tuple[int, int]:
+def _waiting(space: SpaceState, now_ms: int) -> tuple[int, int]:
     """Messages and tasks waiting for a worker, and the age in seconds of the oldest."""
     queued = sum(mailbox.queued + mailbox.delayed for mailbox in space.mailboxes.all())
     oldest = min(space.messages.oldest_waiting_ms().values(), default=None) if queued else None
@@ -225,7 +229,7 @@ class Charts:
         return series
 
 
-async def sample_every_interval(charts: Charts, runtime: Any) -> None:
+async def sample_every_interval(charts: Charts, runtime: Runtime) -> None:
     """Close a bucket at every multiple of INTERVAL_S of the server's wall clock, for as long as
     the server runs (started beside the runtime: `Lifecycle.run_runtime`)."""
     import trio

@@ -19,18 +19,21 @@ and never with a stack trace.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, overload
 from urllib.parse import parse_qs, quote as url_quote, urlencode
 
 import trio
 
 from ...actors.errors import INTERNAL, NOT_FOUND, UNAVAILABLE, VALIDATION_FAILED, KernelError
 from ...actors.kernel import Kernel
+from ...actors.limits import Limits
 from ...actors.timestamps import parse_timestamp
 from ..doors import BodyReading, ClientGone, read_body
 from ..errors import ApiError, status_of
 from ..http import BaseRouter, Request
+from ..history import PastKernel
 from ..runtime import Runtime
+from ..services import RouteKernel
 from ..telemetry import CLIENT_GONE
 from . import views
 from .render import render, render_block
@@ -104,7 +107,7 @@ class Visit(Request):
 
     __slots__ = ("session", "form", "space", "console", "streaming", "past")
 
-    def __init__(self, method: str, raw_path: str, headers: dict[str, str], client: str | None, limits: Any) -> None:
+    def __init__(self, method: str, raw_path: str, headers: dict[str, str], client: str | None, limits: Limits) -> None:
         super().__init__(method, raw_path, headers, b"", client, limits)
         self.session: Session | None = None
         self.form: dict[str, list[str]] = {}
@@ -112,15 +115,21 @@ class Visit(Request):
         self.console: Console | None = None
         self.streaming = False  # the answer's head is sent: an event stream is under way
         # The space as it stood at the page's `at` (the time scrubber), or None: the page shows now.
-        self.past: Any = None
+        self.past: PastKernel | None = None
 
     @property
-    def reader(self) -> Any:
+    def reader(self) -> RouteKernel:
         """The kernel the page reads: the space at the past point asked, else the live kernel."""
         if self.past is not None:
             return self.past
         assert self.console is not None
         return self.console.kernel
+
+    @property
+    def signed(self) -> Session:
+        """The session of a page that is not public (`Console._prepare` found it before the page runs)."""
+        assert self.session is not None, "a page that is not public is visited signed in"
+        return self.session
 
     @property
     def htmx(self) -> bool:
@@ -141,6 +150,12 @@ class Visit(Request):
             raise refuse(VALIDATION_FAILED, f"{name} is longer than {TEXT_CHARS_MAX} characters")
         return value.strip()
 
+    @overload
+    def number(self, name: str, lowest: int, highest: int, default: int) -> int: ...
+
+    @overload
+    def number(self, name: str, lowest: int, highest: int, default: None = None) -> int | None: ...
+
     def number(self, name: str, lowest: int, highest: int, default: int | None = None) -> int | None:
         text = self.text(name)
         if text is None:
@@ -156,7 +171,7 @@ class Visit(Request):
         return text
 
     def limit(self) -> int:
-        return self.number("limit", 1, views.PAGE_MAX, views.PAGE_DEFAULT)  # type: ignore[return-value]
+        return self.number("limit", 1, views.PAGE_MAX, views.PAGE_DEFAULT)
 
     def kept_query(self) -> list[tuple[str, str]]:
         """This page's filters, for the time scrubber to keep: its query but the point and the

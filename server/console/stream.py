@@ -215,8 +215,10 @@ async def serve_stream(
     try:
         if feed.cursor is None:
             feed.cursor = newest
+        joined = feed.cursor
+        assert joined is not None, "a feed joined knows its newest event"
         await send({"type": "http.response.body", "body": b"retry: %d\n\n" % RETRY_MS, "more_body": True})
-        last = await _catch_up(kernel, space, stream, after, feed.cursor, send)  # type: ignore[arg-type]
+        last = await _catch_up(kernel, space, stream, after, joined, send)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(feed.watch)
             with trio.move_on_after(lifetime_s):
