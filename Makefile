@@ -30,7 +30,7 @@ reference: $(STAMP)
 	$(PY) -m tests.reference --html build/reference
 
 # The strict type check (tests/typecheck.py: mypy over the SDK, the kernel's actors/ and
-# snapshots/, and the product page's examples), the reference's check (every public name of the
+# snapshots/, the server's server/, and the product page's examples), the reference's check (every public name of the
 # SDK has a docstring), then the tests: three processes, each taking a test file whole, or one seed
 # of the simulation's batch (a class each), as it is free (tests/conftest.py says which go first),
 # and the 25 slowest tests listed at the end.
