@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv serve test test-ts reference sim soak chaos clean bench bench-quick profile etcd chromium
+.PHONY: venv serve test test-ts reference sim soak fuzz chaos clean bench bench-quick profile etcd chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ reference: $(STAMP)
 	$(PY) -m tests.reference --html build/reference
 
 # The strict type check (tests/typecheck.py: mypy over the SDK, the kernel's actors/ and
-# snapshots/, and the product page's examples), the reference's check (every public name of the
+# snapshots/, the server's server/, and the product page's examples), the reference's check (every public name of the
 # SDK has a docstring), then the tests: three processes, each taking a test file whole, or one seed
 # of the simulation's batch (a class each), as it is free (tests/conftest.py says which go first),
 # and the 25 slowest tests listed at the end.
@@ -88,10 +88,17 @@ $(TS_STAMP): $(TS)/package-lock.json $(TS)/package.json
 test-ts: $(STAMP) $(TS_STAMP)
 	cd $(TS) && npm run build && npm test
 
-# The deterministic simulation (tests/sim): SEEDS seeds, or replay one with SEED=n.
+# The deterministic simulation (tests/sim): SEEDS seeds, or replay one with SEED=n (`make test`
+# runs the first 50 and the seeds that once found a defect).
 SEEDS ?= 300
 sim: $(STAMP)
 	$(PY) -m tests.sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS))
+
+# The schemathesis run (tests/server/test_openapi.py) with ten times the requests per operation
+# that `make test` sends (EXAMPLES of each way; 10 in make test).
+EXAMPLES ?= 100
+fuzz: $(STAMP)
+	SCHEMATHESIS_EXAMPLES=$(EXAMPLES) $(PY) -m pytest -q -n 2 --dist loadscope tests/server/test_openapi.py
 
 # The simulation for as long as asked: new seeds until SECONDS of wall time have passed.
 SECONDS ?= 600

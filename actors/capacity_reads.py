@@ -2,48 +2,45 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from .capacity import CapacityCommands
 from .shapes import View
-
-if TYPE_CHECKING:  # the kernel is above the reads, which it does not import
-    from .kernel import Kernel
+from .kernel_reads import KernelReads
 
 __all__ = ["pools", "allowances", "allowance", "waiter", "pool_waiter", "pool_waiting", "work_limits", "budgets", "budget"]
 
 
-def _part(kernel: Kernel, space: str) -> CapacityCommands:
+def _part(kernel: KernelReads, space: str) -> CapacityCommands:
     return kernel.space_view(space).capacity
 
 
-def pools(kernel: Kernel, space: str) -> list[View]:
+def pools(kernel: KernelReads, space: str) -> list[View]:
     """Every pool of the space, in creation order (the client reads the list as complete)."""
     part, now_ms = _part(kernel, space), kernel.clock.now_ms()
     return [part.pools.view(pool, now_ms) for pool in part.pools.all()]
 
 
-def allowances(kernel: Kernel, space: str) -> list[View]:
+def allowances(kernel: KernelReads, space: str) -> list[View]:
     part, now_ms = _part(kernel, space), kernel.clock.now_ms()
     return [part.allowances.view(allowance, now_ms) for allowance in part.allowances.all()]
 
 
-def allowance(kernel: Kernel, space: str, allowance_id: str) -> View:
+def allowance(kernel: KernelReads, space: str, allowance_id: str) -> View:
     part = _part(kernel, space)
     return part.allowances.view(part.allowances.get(allowance_id), kernel.clock.now_ms())
 
 
-def waiter(kernel: Kernel, space: str, waiter_id: str) -> View:
+def waiter(kernel: KernelReads, space: str, waiter_id: str) -> View:
     part = _part(kernel, space)
     return part.allowances.waiter_view(part.allowances.waiter(waiter_id))
 
 
-def pool_waiter(kernel: Kernel, space: str, waiter_id: str) -> View:
+def pool_waiter(kernel: KernelReads, space: str, waiter_id: str) -> View:
     """A waiter in a pool's line, as 0.3.0's slots() polls it."""
     part = _part(kernel, space)
     return part.pools.waiter_view(part.pools.waiter(waiter_id))
 
 
-def pool_waiting(kernel: Kernel, space: str, scope_ids: list[str]) -> list[View]:
+def pool_waiting(kernel: KernelReads, space: str, scope_ids: list[str]) -> list[View]:
     """Who of these scopes is in a pool's line, head first per pool: `permit` (the pool's name)
     and `units`, as 0.3.0's status() reads `waiting[]`."""
     part, scopes = _part(kernel, space), set(scope_ids)
@@ -54,17 +51,17 @@ def pool_waiting(kernel: Kernel, space: str, scope_ids: list[str]) -> list[View]
     ]
 
 
-def work_limits(kernel: Kernel, space: str) -> list[View]:
+def work_limits(kernel: KernelReads, space: str) -> list[View]:
     part = _part(kernel, space)
     return [part.work_limits.view(limit) for limit in part.work_limits.all()]
 
 
-def budgets(kernel: Kernel, space: str) -> list[View]:
+def budgets(kernel: KernelReads, space: str) -> list[View]:
     part = _part(kernel, space)
     return [part.budgets.view(budget) for budget in part.budgets.all()]
 
 
-def budget(kernel: Kernel, space: str, budget_id: str) -> View:
+def budget(kernel: KernelReads, space: str, budget_id: str) -> View:
     """A budget with its active reservations (0.3.0 reads them)."""
     part = _part(kernel, space)
     return part.budgets.view(part.budgets.get(budget_id), reservations=True)

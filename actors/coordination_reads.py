@@ -7,42 +7,40 @@ everything appended so far is durable before they answer (`server/routes/coordin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import events as event_log
 from .outcome import Space
 from .timestamps import format_ms
 from .shapes import View
-
-if TYPE_CHECKING:  # the kernel is above the reads, which it does not import
-    from .kernel import Kernel
+from .kernel_reads import KernelReads
 
 __all__ = ["barrier", "timer", "group", "events_page"]
 
 
-def barrier(kernel: Kernel, space: str, barrier_id: str) -> View:
+def barrier(kernel: KernelReads, space: str, barrier_id: str) -> View:
     part = kernel.space_view(space).coordination
     return part.barriers.view(part.barriers.get(barrier_id), kernel.clock.now_ms())
 
 
-def timer(kernel: Kernel, space: str, timer_id: str) -> View:
+def timer(kernel: KernelReads, space: str, timer_id: str) -> View:
     part = kernel.space_view(space).coordination
     return part.timers.view(part.timers.get(timer_id))
 
 
-def group(kernel: Kernel, space: str, group_id: str) -> View:
+def group(kernel: KernelReads, space: str, group_id: str) -> View:
     part = kernel.space_view(space).coordination
     return part.groups.view(part.groups.get(group_id), kernel.clock.now_ms())
 
 
 def events_page(
-    kernel: Kernel, space: str, after: int | None, limit: int, types: frozenset[str] | None = None,
+    kernel: KernelReads, space: str, after: int | None, limit: int, types: frozenset[str] | None = None,
     aggregate: tuple[str, str] | None = None, scope_id: str | None = None,
 ) -> View:
     return event_log.page(kernel.space_view(space), after, limit, types, aggregate, scope_id)
 
 
-def events_latest(kernel: Kernel, space: str, count: int) -> View:
+def events_latest(kernel: KernelReads, space: str, count: int) -> View:
     """The newest `count` events kept (oldest of them first), and the cursor after the newest:
     where a reader that wants only what happens from now on starts (`count` 0: the cursor alone)."""
     state = kernel.space_view(space)
@@ -59,7 +57,7 @@ OPS_LIST_MAX = 1000
 PARKED_HOLDERS_MAX = 10
 
 
-def run(kernel: Kernel, space: str, scope_id: str) -> View:
+def run(kernel: KernelReads, space: str, scope_id: str) -> View:
     """A run's subtree across primitives: who works in it (claim and delivery holders with their
     keys and earliest lease end), what waits there, and how many things are in each state."""
     state = kernel.space_view(space)
@@ -138,7 +136,7 @@ def _pool_waiters(state: Space, inside: frozenset[str] | None, now_ms: int) -> l
     return waiting
 
 
-def waits(kernel: Kernel, space: str) -> View:
+def waits(kernel: KernelReads, space: str) -> View:
     """What waits in this space now: the calls parked (held receives, timer polls, watches), by
     where, then the waiters in the pools' lines and the allowances' queues, oldest first (those are
     records, not parked calls: a waiter waits between its polls too)."""
@@ -169,7 +167,7 @@ def _allowance_waiters(state: Space, now_ms: int) -> list[View]:
     return found
 
 
-def _parked(kernel: Kernel, space: str) -> list[View]:
+def _parked(kernel: KernelReads, space: str) -> list[View]:
     """The kernel's parked calls in this space: on a claim (acquires waiting for it: its run and
     key), a once key (reads waiting for its result), a queue (receives), a scope's timers (polls),
     or the event log (watches); with the holders the calls are for, oldest first, where their
@@ -202,7 +200,7 @@ def _count(states: Any) -> dict[str, int]:
 # -- inspection ------------------------------------------------------------------------------------
 
 
-def in_scope(kernel: Kernel, space: str, scope_id: str, what: str, limit: int) -> View:
+def in_scope(kernel: KernelReads, space: str, scope_id: str, what: str, limit: int) -> View:
     """The barriers, timers or task groups of one run, newest first, at most `limit`."""
     state = kernel.space_view(space)
     state.scopes.get(scope_id)  # 404 for a run that does not exist

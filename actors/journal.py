@@ -55,13 +55,20 @@ class Journal(Protocol):
 
 
 class Boot(Protocol):
-    epoch: int  # which start of the partition this is (1, 2, 3...)
+    # Read-only here (a property), so that a state's own boot class (`BootInfo`) is one.
+    @property
+    def epoch(self) -> int:
+        """Which start of the partition this is (1, 2, 3...)."""
+        ...
 
 
 class RecoverableState(Protocol):
     """A state that records rebuild: everything recovery, snapshots and `runstate check` call."""
 
-    boot: Boot
+    @property
+    def boot(self) -> Boot:
+        """The state's boots (read-only here: the state's own records change it)."""
+        ...
 
     def apply(self, record: Record) -> None:
         """Change the state by one record (live, in replay, from a snapshot image alike)."""

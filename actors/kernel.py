@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Iterable, Iterator, TypeVar
 
+import outcome as trio_outcome
 import trio
 
 from .clock import Clock
@@ -276,7 +277,7 @@ class Kernel:
         wait_until = self.clock.deadline_after(min(wait_ms, self.limits.wait_ms_max)) if wait_ms else None
         return self.partition_of(getattr(command, "space", None)).submit(command, idem, wait_until)
 
-    async def submit_all(self, space_id: str, commands: list[tuple[Command, Idem | None]]) -> list[Any]:
+    async def submit_all(self, space_id: str, commands: list[tuple[Command, Idem | None]]) -> list[trio_outcome.Outcome[Any]]:
         """Run commands of one space together (`Partition.submit_all`): each one's answer, a
         `Value` or an `Error`, in the order given. UNAVAILABLE while the partition cannot serve."""
         return await self.partition_of(space_id).submit_all(commands)

@@ -8,25 +8,21 @@ reads as an empty one (`Kernel.space_view`): reading never makes a space.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .claims import ClaimView
 from .dead_letters import DeadLetterFilter
 from .dead_letters import page as dead_letter_page
 from .shapes import View
-
-if TYPE_CHECKING:  # the kernel is above the reads, which it does not import
-    from .kernel import Kernel
+from .kernel_reads import KernelReads
 
 __all__ = ["scope", "claims_in_scope", "mailboxes", "mailbox", "dead_letters", "task"]
 
 
-def scope(kernel: Kernel, space: str, scope_id: str) -> View:
+def scope(kernel: KernelReads, space: str, scope_id: str) -> View:
     state = kernel.space_view(space)
     return state.scopes.view(state.scopes.get(scope_id), kernel.clock.now_ms())
 
 
-def claims_in_scope(kernel: Kernel, space: str, scope_id: str) -> list[ClaimView]:
+def claims_in_scope(kernel: KernelReads, space: str, scope_id: str) -> list[ClaimView]:
     """The claims of a scope whose leases have not ended (for inspection)."""
     state = kernel.space_view(space)
     state.scopes.get(scope_id)
@@ -34,19 +30,19 @@ def claims_in_scope(kernel: Kernel, space: str, scope_id: str) -> list[ClaimView
     return [state.claims.view(c) for c in state.claims.in_scope(scope_id) if c.held_at(now_ms)]
 
 
-def mailboxes(kernel: Kernel, space: str) -> list[View]:
+def mailboxes(kernel: KernelReads, space: str) -> list[View]:
     """Every mailbox of the space, in creation order (the client reads the list as complete)."""
     state = kernel.space_view(space)
     return [state.mailboxes.view(mailbox) for mailbox in state.mailboxes.all()]
 
 
-def mailbox(kernel: Kernel, space: str, mailbox_id: str) -> View:
+def mailbox(kernel: KernelReads, space: str, mailbox_id: str) -> View:
     state = kernel.space_view(space)
     return state.mailboxes.view(state.mailboxes.get(mailbox_id))
 
 
 def dead_letters(
-    kernel: Kernel, space: str, mailbox_id: str, limit: int, cursor: str | None = None, where: DeadLetterFilter = DeadLetterFilter()
+    kernel: KernelReads, space: str, mailbox_id: str, limit: int, cursor: str | None = None, where: DeadLetterFilter = DeadLetterFilter()
 ) -> View:
     """A page of the mailbox's dead letters (newest first, with their payloads) that `where`
     matches, after `cursor` (`dead_letters.page`)."""
@@ -55,6 +51,6 @@ def dead_letters(
     return dead_letter_page(state.messages, mailbox_id, where, kernel.clock.now_ms(), cursor, limit)
 
 
-def task(kernel: Kernel, space: str, task_id: str) -> View:
+def task(kernel: KernelReads, space: str, task_id: str) -> View:
     state = kernel.space_view(space)
     return state.tasks.view(state.tasks.get(task_id), kernel.clock.now_ms())

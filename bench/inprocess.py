@@ -5,6 +5,12 @@
   (parsing and checks, state machines, actors, supervisor, in-memory journal).
 - `tasks`: task lifecycles per second (submit, receive, complete, read the result), each caller on
   its own scope (so its own queue).
+- `floor`: what the actor-per-key shape costs before the kernel does anything: each caller hands
+  a call to a task of its own key's and parks until that task hands the answer back (trio's
+  lowest-level park and reschedule, as `actors/partition.py` does), with the kernel legs'
+  callers; round trips per CPU-second. Every command is one such round trip, so a claim cycle
+  (two commands) can go no faster than half of it, and a task lifecycle (three commands and a
+  read) a third.
 - `scale`: resident memory per idle claim: N claims acquired with a long lease and left alone,
   measured as the growth of the process's RSS over an empty kernel (after a full collection).
 - `scale-tasks`: the same per queued task (submitted with no input, nobody receiving).
@@ -124,6 +130,45 @@ async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dic
         return await _count_cycles(callers, make_cycle, warmup_s, duration_s)
 
     return await _with_kernel(body)
+
+
+async def floor(callers: int, duration_s: float, warmup_s: float) -> dict:
+    """Round trips between each caller and a task of its own (a key's actor), nothing done in
+    between: the switching every command pays in the kernel's shape."""
+
+    def abort(_: object) -> trio.lowlevel.Abort:
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    async with trio.open_nursery() as actors:
+
+        async def make_cycle(i: int):  # type: ignore[no-untyped-def]
+            parked: dict[str, trio.lowlevel.Task | None] = {"actor": None, "caller": None}
+            started = trio.Event()
+
+            async def actor() -> None:
+                while True:
+                    parked["actor"] = trio.lowlevel.current_task()
+                    started.set()
+                    await trio.lowlevel.wait_task_rescheduled(abort)
+                    caller, parked["caller"] = parked["caller"], None
+                    assert caller is not None, "the actor is woken only by a call"
+                    trio.lowlevel.reschedule(caller)
+
+            actors.start_soon(actor)
+            await started.wait()
+
+            async def cycle() -> None:
+                parked["caller"] = trio.lowlevel.current_task()
+                task, parked["actor"] = parked["actor"], None
+                assert task is not None, "one call at a time per key"
+                trio.lowlevel.reschedule(task)
+                await trio.lowlevel.wait_task_rescheduled(abort)
+
+            return cycle
+
+        result = await _count_cycles(callers, make_cycle, warmup_s, duration_s)
+        actors.cancel_scope.cancel()
+    return result
 
 
 async def _rss_growth(kernel: Kernel, count: int, callers: int, make_one, what: str) -> dict:  # type: ignore[no-untyped-def]
@@ -258,6 +303,10 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--callers", type=int, default=64)
     t.add_argument("--seconds", type=float, default=5)
     t.add_argument("--warmup", type=float, default=1)
+    f = commands.add_parser("floor")
+    f.add_argument("--callers", type=int, default=64)
+    f.add_argument("--seconds", type=float, default=5)
+    f.add_argument("--warmup", type=float, default=1)
     s = commands.add_parser("scale")
     s.add_argument("--claims", type=int, default=100_000)
     s.add_argument("--callers", type=int, default=100)
@@ -273,6 +322,8 @@ def main(argv: list[str] | None = None) -> None:
     pin_self()
     if args.leg == "kernel":
         report(trio.run(kernel_claims, args.callers, args.seconds, args.warmup))
+    elif args.leg == "floor":
+        report(trio.run(floor, args.callers, args.seconds, args.warmup))
     elif args.leg == "scale":
         report(trio.run(scale_claims, args.claims, args.callers))
     elif args.leg == "write-log":

@@ -174,7 +174,7 @@ def profile_server(py_spy: str, args: argparse.Namespace) -> int:
 
 
 def profile_kernel(py_spy: str, args: argparse.Namespace) -> int:
-    """The kernel-alone leg (claim cycles through actors/ops.py, no HTTP) under py-spy."""
+    """The kernel-alone leg (claim cycles through the kernel's commands, no HTTP) under py-spy."""
     out = RESULTS / f"{KERNEL_NAME}.speedscope.json"
     print(f"profile: kernel alone, claim cycles, {args.seconds:g} s", flush=True)
     with Processes() as procs:

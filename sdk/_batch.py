@@ -118,10 +118,10 @@ class _Waiting:
     def __init__(self, operation: Operation) -> None:
         self.operation = operation
         self.done = anyio.Event()
-        self.answer: Any = None
+        self.answer: Reply | BaseException | None = None
         self.taken = False
 
-    def settle(self, answer: Any) -> None:
+    def settle(self, answer: Reply | BaseException) -> None:
         self.answer = answer
         self.done.set()
 
@@ -192,7 +192,8 @@ class Coalescer:
         answer = waiting.answer
         if isinstance(answer, BaseException):
             raise answer
-        return answer  # type: ignore[no-any-return]
+        assert answer is not None, "a call is answered once it is done"
+        return answer
 
     async def _alone(self, space_path: str, method: str, suffix: str, body: Mapping[str, Any] | None, key: str) -> Reply:
         return await self._requester.call(method, space_path + suffix, body=body, idempotency_key=key)

@@ -88,7 +88,7 @@ class Context:
             raise CrashedError(f"{method} {suffix}: this client was crashed by runstate.testing.crash()")
         requester = self.requester
         if batch and requester.coalescer is not None and not query and not wait_ms:
-            return await requester.coalescer.call(self.path(""), method, suffix, body, idempotency_key)  # type: ignore[no-any-return]
+            return await requester.coalescer.call(self.path(""), method, suffix, body, idempotency_key)
         return await requester.call(
             method, self.path(suffix), body=body, query=query, wait_ms=wait_ms, idempotency_key=idempotency_key
         )

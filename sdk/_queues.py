@@ -299,9 +299,11 @@ class QueueImpl:
         return result
 
     async def _release_budget(self, budget: dict[str, Any] | None, job: _AdmittedJob) -> None:
-        for reservation_id in job.reservations if budget is not None else ():
+        if budget is None:
+            return
+        for reservation_id in job.reservations:
             try:
-                await void_reservation(self.binding, budget, reservation_id)  # type: ignore[arg-type]
+                await void_reservation(self.binding, budget, reservation_id)
             except Exception as err:
                 _runtime.log.warning("%s: could not give back reservation %s (%s)", self.name, reservation_id, err)
 

@@ -26,7 +26,7 @@ import math
 import os
 import secrets
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import urlencode
 
 import anyio
@@ -35,6 +35,9 @@ import httpx
 from . import _runtime
 from .errors import RunstateError, UnreachableError, map_error
 from .transport import Transport, TransportError
+
+if TYPE_CHECKING:  # the coalescer sends through this module's requester
+    from ._batch import Coalescer
 
 __all__ = ["Requester", "Reply", "new_idempotency_key", "parse_retry_after", "details_of"]
 
@@ -106,7 +109,7 @@ class Requester:
         self._api_key_source = api_key_source
         self._authorization = f"Bearer {api_key}"
         # Sends the calls that may be batched (`runstate._batch`); None: each goes alone.
-        self.coalescer: Any = None
+        self.coalescer: Coalescer | None = None
 
     async def call(
         self,

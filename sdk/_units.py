@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal
-from typing import Union
+from typing import TypeGuard, Union
 
 from .errors import ConfigError
 
@@ -43,7 +43,7 @@ _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*")
 _DECIMAL = re.compile(r"(\d+)(?:\.(\d+))?")
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -91,7 +91,7 @@ def to_minor(amount: Amount, scale: int, what: str = "amount") -> str:
     """`amount` (major units) as minor units: a string of decimal digits."""
     rounding = False
     if _is_number(amount):
-        number: int | float = amount  # type: ignore[assignment]
+        number: int | float = amount
         if isinstance(number, int) and abs(number) > EXACT_INT_MAX:
             try:
                 number = float(number)

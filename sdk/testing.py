@@ -543,7 +543,10 @@ def serve(
     if settings is None:
         settings = Settings(api_key=api_key, space_id=space_id, seed=seed)
     return serve_app(
-        create_app(settings), api_key=api_key, space_id=space_id, make_app=lambda: create_app(settings), **client_kwargs
+        # quart types an app's scope and messages as its own TypedDicts; `ASGIApp` takes the plain
+        # dicts any ASGI app is handed, which is what the app is given here.
+        create_app(settings), api_key=api_key, space_id=space_id, make_app=lambda: create_app(settings),  # type: ignore[arg-type, return-value]  # quart's ASGI TypedDicts (above)
+        **client_kwargs,
     )
 
 

@@ -26,7 +26,7 @@ from collections import deque
 from decimal import Decimal
 import ssl
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import httpx
 import orjson
@@ -76,10 +76,12 @@ def _common(admin_only: bool) -> argparse.ArgumentParser:
 def _sub(
     commands: Any, name: str, help_text: str, examples: str, parents: list[argparse.ArgumentParser], aliases: tuple[str, ...] = (),
 ) -> argparse.ArgumentParser:
-    return commands.add_parser(
+    # `commands` is `Any`: what `add_subparsers` returns is of a class argparse keeps private.
+    parser: argparse.ArgumentParser = commands.add_parser(
         name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".", parents=parents,
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog="examples:\n" + examples, aliases=list(aliases),
     )
+    return parser
 
 
 def add_commands(commands: Any) -> None:
@@ -357,8 +359,10 @@ def space_access(args: argparse.Namespace, *, prefer_api_key: bool = False) -> t
     return secret, args.space or os.environ.get("RUNSTATE_SPACE_ID") or _own_space(args, secret)
 
 
-# A read of the space: its path after /v1/spaces/{space} and its query -> the answer.
-Fetch = Callable[[str, "dict[str, Any] | None"], Any]
+class Fetch(Protocol):
+    """A read of the space: its path after /v1/spaces/{space} and its query -> the answer."""
+
+    def __call__(self, tail: str, params: dict[str, Any] | None = None, /) -> Any: ...  # `Any`: the JSON answer
 
 
 def _inspect(args: argparse.Namespace, fetch: Fetch | None = None) -> None:
@@ -370,6 +374,8 @@ def _inspect(args: argparse.Namespace, fetch: Fetch | None = None) -> None:
         def fetch(tail: str, params: dict[str, Any] | None = None) -> Any:
             return _request(args, "GET", base + tail, secret, params=params)
 
+    rows: list[dict[str, Any]]
+    columns: list[Column]
     action = args.action
     if action == "runs":
         data = fetch("/scopes", {"limit": args.limit})
@@ -392,10 +398,9 @@ def _inspect(args: argparse.Namespace, fetch: Fetch | None = None) -> None:
     elif action in ("mailboxes", "queues"):
         data = fetch("/mailboxes")
         rows = data["mailboxes"]
-        counts = lambda name: lambda row: (row.get("counts") or {}).get(name)  # noqa: E731
         columns = [
-            ("NAME", "name"), ("ID", "id"), ("MODE", "mode"), ("QUEUED", counts("queued")), ("DELAYED", counts("delayed")),
-            ("LEASED", counts("leased")), ("DEAD LETTERS", counts("deadLetters")), ("BACKLOG LIMIT", "backlogLimit"),
+            ("NAME", "name"), ("ID", "id"), ("MODE", "mode"), ("QUEUED", _count("queued")), ("DELAYED", _count("delayed")),
+            ("LEASED", _count("leased")), ("DEAD LETTERS", _count("deadLetters")), ("BACKLOG LIMIT", "backlogLimit"),
             ("MAX ATTEMPTS", "maxAttempts"),
         ]
     elif action == "pools":
@@ -417,13 +422,14 @@ def _inspect(args: argparse.Namespace, fetch: Fetch | None = None) -> None:
         ]
     elif action in ("barriers", "timers", "groups"):
         data = fetch(f"/scopes/{args.run}/{action}", {"limit": args.limit})
-        rows, columns = data[action], {
+        by_kind: dict[str, list[Column]] = {
             "barriers": [("ID", "id"), ("STATE", "state"), ("ARRIVED", "arrived"), ("TARGET", "target"), ("EPOCH", "epoch"),
                          ("CREATED", "createdAt")],
             "timers": [("ID", "id"), ("STATE", "state"), ("FIRE AT", "fireAt"), ("FIRED", "firedAt"), ("ENDED", "endedAt")],
             "groups": [("ID", "id"), ("CONDITION", "condition"), ("STATE", "state"), ("OUTCOME", "outcome"),
                        ("REASON", "outcomeReason"), ("MEMBERS", lambda row: row["counts"]["members"]), ("GATE", "scopeId")],
-        }[action]
+        }
+        rows, columns = data[action], by_kind[action]
     elif action == "events":
         _events(args, fetch)
         return
@@ -438,6 +444,11 @@ def _inspect(args: argparse.Namespace, fetch: Fetch | None = None) -> None:
     print_table(rows, columns)
     if data.get("truncated"):
         print("(more not shown: raise --limit)")
+
+
+def _count(name: str) -> Callable[[dict[str, Any]], Any]:
+    """A mailbox's count of messages in one state (`counts.<name>`), or None when the row has none."""
+    return lambda row: (row.get("counts") or {}).get(name)
 
 
 def _amount(field: str) -> Callable[[dict[str, Any]], str | None]:

@@ -18,6 +18,8 @@ from ..actors.errors import KernelError
 from ..actors.fields import Spec, takes_caller
 from ..actors.kernel import EMPTY
 from .http import Handler, Request, Router
+from .runtime import Runtime
+from .services import ReadServices
 
 __all__ = ["Doc", "Reply", "endpoint", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER"]
 
@@ -92,6 +94,7 @@ def endpoint(
         batch = BatchOperation(doc.command, status)  # (an operator's action is always sent alone)
     if handler is None:
         assert doc.command is not None, f"{method} {pattern}: a route needs a handler or a command"
+        assert "{space}" in pattern, f"{method} {pattern}: a command runs in a space, which its path names"
         handler = _command_handler(doc.command, status, doc.operator)
     elif not public and settle:
         handler = _settled(handler)
@@ -117,7 +120,7 @@ def _settled(handler: Handler) -> Handler:
     answer, success or refusal, waits for them (nothing to wait for, usually). Commands need no
     such wrapper: their turn answers the same way (`Kernel._answer`)."""
 
-    async def run(services: Any, request: Request, **params: str) -> tuple[int, Any]:
+    async def run(services: ReadServices, request: Request, **params: str) -> tuple[int, Any]:
         try:
             answer = await handler(services, request, **params)
         except KernelError:
@@ -127,16 +130,19 @@ def _settled(handler: Handler) -> Handler:
         return answer
 
     run.__name__ = run.__qualname__ = getattr(handler, "__name__", "handler")
-    run.__wrapped__ = handler  # type: ignore[attr-defined]
+    run.__wrapped__ = handler  # type: ignore[attr-defined]  # a function takes any attribute; `inspect.unwrap` reads this one
     return run
 
 
 def _command_handler(command_class: type, status: int | StatusOf, operator: bool = False) -> Handler:
-    status_of = status if callable(status) else None
+    if callable(status):
+        status_of, fixed = status, 0
+    else:
+        status_of, fixed = None, status
     records_caller = takes_caller(command_class)
 
-    async def run(services: Any, request: Request, **params: str) -> tuple[int, Any]:
-        space = params.get("space")
+    async def run(services: Runtime, request: Request, **params: str) -> tuple[int, Any]:
+        space = params["space"]  # (a command route's path names its space: `endpoint`)
         services.authorize(request, space, operator=operator)
         if records_caller:
             params["caller"] = services.caller(request)
@@ -149,7 +155,7 @@ def _command_handler(command_class: type, status: int | StatusOf, operator: bool
         reply = await kernel.submit(command, idem=request.idem(space), wait_ms=wait_ms)
         if reply is EMPTY:
             return 204, None
-        return (status_of(reply) if status_of is not None else status), reply  # type: ignore[return-value]
+        return (status_of(reply) if status_of is not None else fixed), reply
 
     run.__name__ = run.__qualname__ = command_class.__name__
     return run

@@ -9,9 +9,8 @@ the reference cannot fall behind the router. Limits are this server's defaults (
 from __future__ import annotations
 
 import sys
-from typing import Any
 
-from ..actors.fields import BODY, body_fields
+from ..actors.fields import BODY, Spec, body_fields
 from ..actors.limits import Limits
 from .http import Route
 from .openapi import OPENAPI_PATH, operation
@@ -40,14 +39,14 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
 """
 
 
-def _type(spec: Any) -> str:
+def _type(spec: Spec) -> str:
     return {"text": "string", "texts": "list of strings", "timestamp": "RFC 3339 timestamp", "json": "any JSON",
             "objects": "list of objects"}.get(
         spec.kind, spec.kind
     )
 
 
-def _limits_of(spec: Any, limits: Limits) -> str:
+def _limits_of(spec: Spec, limits: Limits) -> str:
     notes = []
     if spec.length_max is not None:
         low = spec.length_min
@@ -66,7 +65,7 @@ def _limits_of(spec: Any, limits: Limits) -> str:
     return "; ".join(notes)
 
 
-def _fields(route: Any) -> list:
+def _fields(route: Route) -> list[Spec]:
     doc = route.doc
     if doc.command is not None:
         return list(body_fields(doc.command))
@@ -80,7 +79,7 @@ def render(routes: list[Route] | None = None, limits: Limits | None = None) -> s
 
         routes = ROUTER.routes
     out = [_INTRO.format(openapi_path=OPENAPI_PATH, key_len_max=limits.idempotency_key_len_max)]
-    groups: dict[str, list] = {}
+    groups: dict[str, list[Route]] = {}
     for route in routes:
         groups.setdefault(route.doc.group or "Other", []).append(route)
     out.append("## Routes\n")

@@ -49,7 +49,7 @@ class ApiConnection:
 
 
 class RunstateApp(QuartTrio):
-    asgi_http_class = ApiConnection  # type: ignore[assignment]
+    asgi_http_class = ApiConnection  # type: ignore[assignment]  # quart types the class by its TypedDict scope; this one reads the plain dict ASGI hands it
     runtime: Runtime
     lifecycle: Lifecycle
     console: Console

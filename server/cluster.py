@@ -796,7 +796,9 @@ class Cluster:
 
     async def _told(self, number: int) -> None:
         try:
-            await self.on_lead(number)  # type: ignore[misc]
+            on_lead = self.on_lead
+            assert on_lead is not None, "told only when someone listens (`_lead`)"
+            await on_lead(number)
         except KernelError as error:  # (the partition stopped meanwhile)
             log.warning("partition %d: what a new leader does first did not finish: %s", number, error.message)
 
@@ -890,11 +892,11 @@ class Cluster:
         """Whether this node serves `number` now: it won it, its journal is not fenced, and its
         session's deadline has not passed (past it another node may win, so it answers nothing,
         not even a read, whatever its own tasks have noticed yet)."""
-        follower, session = self.followers[number], self.session
+        follower, session, kernel = self.followers[number], self.session, self.kernel
         return (
             follower.journal is not None and follower.journal.failure is None
             and session is not None and session.alive
-            and self.kernel.partitions[number].refusal is None  # type: ignore[union-attr]  # (not while handing it over)
+            and kernel is not None and kernel.partitions[number].refusal is None  # (not while handing it over)
         )
 
     def refused_as_follower(self, number: int, error: KernelError) -> bool:

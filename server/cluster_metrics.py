@@ -34,14 +34,14 @@ class EtcdLatency:
             "(txn: the journal's batches and campaigns; range: reads of the log; keepalive: the session).",
             ["request"], buckets=ETCD_BUCKETS_S, registry=registry,
         )
-        self._children: dict[str, object] = {}
+        self._children: dict[str, Histogram] = {}
 
     def __call__(self, path: str, seconds: float) -> None:
         child = self._children.get(path)
         if child is None:
             name = path.rsplit("/", 1)[-1]  # /v3/kv/txn -> txn, /v3/lease/keepalive -> keepalive
             child = self._children[path] = self._histogram.labels(name)
-        child.observe(seconds)  # type: ignore[attr-defined]
+        child.observe(seconds)
 
 
 def cluster_families(cluster: "Cluster") -> Iterator[Metric]:

@@ -25,7 +25,7 @@ def applied(cluster: "Cluster", number: int, node: str) -> int | None:
     """How far `node` has applied partition `number`: this node's own point, or what `node` last
     published (every PUBLISH_EVERY_S; None when it has said nothing)."""
     if node == cluster.node_id:
-        return cluster.followers[number].next_lsn - 1
+        return _own(cluster, number)
     value = cluster.nodes.get(node, {}).get("applied", {}).get(str(number))
     return None if value is None else int(value)
 
@@ -39,7 +39,12 @@ def lag(cluster: "Cluster", number: int) -> int | None:
     if leader.node == cluster.node_id:
         return 0
     newest = applied(cluster, number, leader.node)
-    return None if newest is None else max(0, newest - applied(cluster, number, cluster.node_id))  # type: ignore[operator]
+    return None if newest is None else max(0, newest - _own(cluster, number))
+
+
+def _own(cluster: "Cluster", number: int) -> int:
+    """How far this node has applied partition `number`."""
+    return cluster.followers[number].next_lsn - 1
 
 
 def status(cluster: "Cluster") -> dict[str, Any]:

@@ -407,12 +407,12 @@ def _read_environment(environ: Mapping[str, str], warnings: list[str]) -> dict[s
     for variable, text in environ.items():
         if not variable.startswith(ENV_PREFIX) or variable in CLIENT_VARIABLES or variable in _BY_LEGACY_ENV:
             continue
-        setting = _BY_ENV.get(variable)
-        if setting is None:
+        named = _BY_ENV.get(variable)
+        if named is None:
             raise ConfigError(f"unknown setting in the environment: {variable}{_nearest(variable, _BY_ENV)}")
         if text == "":
             continue
-        found[setting.name] = (_from_text(setting, text, variable), variable)
+        found[named.name] = (_from_text(named, text, variable), variable)
     return found
 
 

@@ -44,7 +44,7 @@ from ..actors.errors import INTERNAL, VALIDATION_FAILED
 from .doors import Door, Doors, Gone, Hangups, SocketGone, raw_answer
 from .heads import HEAD_BYTES_MAX, bearer_of, first_line_refusal, head_end, head_refusal, plain_request, protocol_refusal, server_headers
 
-__all__ = ["Connection", "Shared", "Writer", "RECEIVE_BYTES_MAX", "KEEP_ALIVE_REQUESTS_MAX"]
+__all__ = ["Connection", "Shared", "Writer", "Accepted", "accepted", "RECEIVE_BYTES_MAX", "KEEP_ALIVE_REQUESTS_MAX"]
 
 log = logging.getLogger("runstate.connection")
 
@@ -52,6 +52,18 @@ log = logging.getLogger("runstate.connection")
 RECEIVE_BYTES_MAX = 16 * 1024
 # Requests served on one connection before it is closed (its last answer says so).
 KEEP_ALIVE_REQUESTS_MAX = 1000
+
+# What the listeners hand a connection (`listener.py`): an accepted socket's stream, or TLS over one.
+Accepted = trio.SocketStream | trio.SSLStream[trio.SocketStream]
+
+
+def accepted(stream: trio.abc.Stream) -> Accepted:
+    """`stream`, a listener's, as what it is (see `Accepted`)."""
+    if isinstance(stream, trio.SSLStream):
+        assert isinstance(stream.transport_stream, trio.SocketStream), "TLS over an accepted socket"
+        return stream
+    assert isinstance(stream, trio.SocketStream), "an accepted socket"
+    return stream
 # How long a connection's close may take (a TLS close_notify to a client that reads nothing).
 CLOSE_S = 1.0
 
@@ -145,12 +157,13 @@ class Writer:
 class Connection:
     """One accepted connection (plain or TLS), served until it closes: see the module's docstring."""
 
-    def __init__(self, stream: trio.abc.Stream, shared: Shared, door: Door, *, secure: bool) -> None:
+    def __init__(self, stream: Accepted, shared: Shared, door: Door, *, secure: bool) -> None:
+        assert secure == isinstance(stream, trio.SSLStream), "a secure connection is TLS over the socket"
         self._stream = stream
         self._shared = shared
         self._door = door
         self._secure = secure
-        sock = stream.transport_stream.socket if secure else stream.socket  # type: ignore[attr-defined]
+        sock = stream.transport_stream.socket if isinstance(stream, trio.SSLStream) else stream.socket
         # Reads and writes go straight to a plain socket (`_fill`, `Writer`); TLS goes through trio.
         self._fd = -1 if secure else sock.fileno()
         self._watched_fd = sock.fileno()  # what `Hangups` watches for the client going away
@@ -232,7 +245,7 @@ class Connection:
             return True
         return False
 
-    async def _read(self) -> bytes:
+    async def _read(self) -> bytes | bytearray:
         """One read from the socket; b"" when the client closed or reset it. A plain socket is
         waited on until readable before reading (a connection reads once its answer is out, and
         its client's next request is seldom there yet: trio's read-first costs a failed read)."""
@@ -285,8 +298,10 @@ class Connection:
         del self._buffer[:end]
         self._begin(bearer_of(headers))
         gone = self._gone = self._new_gone()
+        answer = self._shared.plain
+        assert answer is not None, "the plain path is taken only where it is answered (`_serve_one`)"
         try:
-            reply = await self._shared.plain(method, target, headers, body, self._client, gone)  # type: ignore[misc]
+            reply = await answer(method, target, headers, body, self._client, gone)
         finally:
             gone.release()
             self._gone = None
@@ -419,7 +434,9 @@ class Connection:
         doors = self._shared.doors
         with trio.move_on_after(min(doors.linger_s, 1.0 if doors.stopping else doors.linger_s)):
             try:
-                await self._stream.send_eof()  # type: ignore[attr-defined]
+                stream = self._stream
+                assert isinstance(stream, trio.SocketStream), "only a plain connection lingers (`_fd`)"
+                await stream.send_eof()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 return
             dropped = 0
@@ -491,7 +508,7 @@ class _Exchange:
                 go_on = h11.InformationalResponse(status_code=100, headers=server_headers())
                 if not await self._connection._writer.write(events.send(go_on)):
                     return {"type": "http.disconnect"}
-            events.receive_data(await self._connection._read())
+            events.receive_data(await self._connection._read())  # type: ignore[arg-type]  # h11 documents a bytes-like object; its annotation says bytes
 
     async def send(self, message: dict[str, Any]) -> None:
         kind = message["type"]

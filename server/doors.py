@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import select
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import orjson
 import trio
@@ -37,6 +37,10 @@ import trio
 from ..actors.errors import UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED
 from .errors import ApiError
 from .heads import server_headers
+
+if TYPE_CHECKING:
+    from .http import Request
+    from .runtime import Runtime
 
 __all__ = [
     "Doors", "Door", "Gone", "SocketGone", "Hangups", "BodyReading", "ClientGone", "read_body", "take_body", "drain",
@@ -279,7 +283,7 @@ async def send_while_discarding(receive: Callable[[], Awaitable[dict[str, Any]]]
         nursery.cancel_scope.cancel()
 
 
-def check_known_key(request: Any, services: Any) -> None:
+def check_known_key(request: Request, services: Runtime) -> None:
     """401 UNAUTHENTICATED now, from the headers, when the bearer key opens nothing on this server."""
     secret = request.bearer()
     if not services.key_is_known(secret):

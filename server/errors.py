@@ -13,7 +13,7 @@ from typing import Any
 from ..actors.errors import KernelError
 from . import wire
 
-__all__ = ["STATUS", "status_of", "envelope", "ApiError"]
+__all__ = ["STATUS", "status_of", "envelope", "ApiError", "recovering"]
 
 STATUS: dict[str, int] = {
     "VALIDATION_FAILED": 400,
@@ -56,6 +56,11 @@ class ApiError(KernelError):
         super().__init__(code, message)
         self.status = status
         self.headers = headers
+
+
+def recovering() -> ApiError:
+    """The answer (503, try again in a second) to a request that needs the state before it is ready."""
+    return ApiError("UNAVAILABLE", "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
 
 
 def envelope(error: KernelError, request_id: str) -> tuple[int, bytes, dict[str, str]]:

@@ -23,7 +23,7 @@ the node that passed it: an SDK that sees it learns the map again.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 import httpx
 import trio
@@ -31,6 +31,9 @@ import trio
 from ..actors.errors import UNAVAILABLE, KernelError
 from . import cluster_view
 from .errors import ApiError
+
+if TYPE_CHECKING:
+    from ..actors.kernel import Kernel
 
 T = TypeVar("T")
 
@@ -47,7 +50,7 @@ _NOT_RETURNED = frozenset({"connection", "keep-alive", "transfer-encoding", "con
 FORWARD_TIMEOUT_S = 75.0
 
 
-def partition_of_request(kernel: Any, method: str, pattern: str, params: dict[str, str]) -> int | None:
+def partition_of_request(kernel: Kernel, method: str, pattern: str, params: dict[str, str]) -> int | None:
     """The partition a request belongs to, for the leader to answer; None: any node answers it.
 
     A space's routes belong to the space's partition; the admin API's changes (keys) to the system

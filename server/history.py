@@ -35,14 +35,19 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NoReturn, TypeVar
 
 import trio
 
-from ..actors.fields import compile_parser
+from ..actors.commands import Command
+from ..actors.fields import Parser, compile_parser
+from ..actors.keys import KeyTable
+from ..actors.outcome import ActorKey
 from ..actors.shapes import Record
 from ..actors.errors import NOT_FOUND, UNAVAILABLE, VALIDATION_FAILED, KernelError, quote
-from ..actors.partition import EMPTY
+from ..actors.partition import EMPTY, Idem
+from ..actors.shapes import Body
+from ..actors.space import SpaceState
 from ..actors.state import KernelState
 from ..actors.timestamps import format_ms, parse_timestamp
 from ..snapshots.history import Kept, NotKept, PointNotReached, Reached, Target, kept, replay
@@ -69,6 +74,10 @@ PRUNED_RETRIES = 2
 # How long a node of a cluster waits for its copy of a partition to reach the end of the log
 # before a history read of it is answered 503.
 CATCH_UP_S = 5.0
+
+T = TypeVar("T")
+# A request's query, read by name (`Request.param`), as a command's parser takes it.
+Query = Callable[[str], "str | None"] | None
 
 _LSN = re.compile(r"^lsn:(\d{1,19})$")
 _EVENT = re.compile(r"^ev_(\d{1,19})$")
@@ -156,36 +165,37 @@ class PastKernel:
         self.point = point
         self.clock = PastClock(point.now_ms)
         self.limits = state.limits
-        self._parsers: dict[type, Any] = {}
+        self._parsers: dict[type, Parser] = {}
 
-    def space_view(self, space_id: str) -> Any:
+    def space_view(self, space_id: str) -> SpaceState:
         self._only(space_id)
         return self.state.space_view(space_id)
 
-    async def read(self, space_id: str, view: Callable[[Any], Any]) -> Any:
+    async def read(self, space_id: str, view: Callable[[SpaceState | None], T]) -> T:
         self._only(space_id)
         return view(self.state.spaces.get(space_id))
 
     async def settled(self, space_id: str | None = None) -> None:
         return None  # everything in a past state was recorded
 
-    def parked(self) -> list:
+    def parked(self) -> list[tuple[ActorKey, int]]:
         return []  # calls parked then are not recorded: a past point shows none
 
-    def parked_commands(self, key: Any) -> list[Any]:
+    def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
         return []  # (nor who waited on one actor)
 
-    def spaces(self) -> Iterator[Any]:
+    def spaces(self) -> Iterator[SpaceState]:
         yield from (space for space in self.state.spaces.values() if space.id == self.space_id)
 
     def space_known(self, space_id: str) -> bool:
         return space_id == self.space_id and space_id in self.state.spaces
 
     @property
-    def keys(self) -> Any:
+    def keys(self) -> KeyTable:
         return self.state.keys
 
-    def parse(self, command_class: type, body: dict[str, Any], params: dict[str, str], query: Any = None) -> Any:
+    # `Any`, as `Kernel.parse`: the command parsed is of `command_class`, which each route names.
+    def parse(self, command_class: type, body: Body, params: dict[str, str], query: Query = None) -> Any:
         """A read's parameters, read as the live kernel reads them (`Kernel.parse`); a read draws
         no random value, so none is given."""
         parser = self._parsers.get(command_class)
@@ -193,7 +203,7 @@ class PastKernel:
             parser = self._parsers[command_class] = compile_parser(command_class, self.limits)
         return parser(body, params, _no_draw, query)
 
-    async def submit(self, command: Any, **options: Any) -> Any:
+    async def submit(self, command: Command, *, idem: Idem | None = None, wait_ms: int | None = None) -> object:
         """A read that a live server may hold (a long poll: a watch, a task's or a once key's wait)
         ends at once with nothing, as a wait that nothing ended does: the route then answers
         from the state. Only reads are routed here (`routes/history.py`)."""
@@ -204,7 +214,7 @@ class PastKernel:
             raise KernelError(NOT_FOUND, f"space {quote(space_id)} not found at this point")
 
 
-def _no_draw(what: str) -> Any:
+def _no_draw(what: str) -> NoReturn:
     raise KernelError(VALIDATION_FAILED, "a past point answers reads only")
 
 
@@ -214,7 +224,7 @@ class _OneSpace:
 
     __slots__ = ("state", "space", "boot")
 
-    def __init__(self, state: Any, space: str | None) -> None:
+    def __init__(self, state: KernelState, space: str | None) -> None:
         self.state = state
         self.space = space
         self.boot = state.boot
@@ -224,10 +234,29 @@ class _OneSpace:
         if space is None or space == self.space or self.space is None:
             self.state.apply(record)
 
+    # The rest of a recoverable state, as the state it filters has them (a replay only applies).
+
+    def image(self) -> Iterable[Record]:
+        return self.state.image()
+
+    def decide_boot(self, fsync: str, now_ms: int) -> list[Record]:
+        return self.state.decide_boot(fsync, now_ms)
+
+    def restart(self, now_ms: int) -> list[Record]:
+        return self.state.restart(now_ms)
+
+    def counts(self) -> dict[str, int]:
+        return self.state.counts()
+
 
 def one_space_model(model: StateModel, space: str | None) -> StateModel:
     """`model`, whose states keep only `space`'s records (None: all of them)."""
-    return StateModel(make_state=lambda: _OneSpace(model.make_state(), space), records=model.records, place=model.place)
+    def make_state() -> _OneSpace:
+        state = model.make_state()
+        assert isinstance(state, KernelState), "history rebuilds the kernel's state"
+        return _OneSpace(state, space)
+
+    return StateModel(make_state=make_state, records=model.records, place=model.place)
 
 
 def _target(asked: Asked, event_ms: int | None, space: str) -> Target:
@@ -287,7 +316,7 @@ class History:
         self.runtime = runtime
         self._limiter = trio.CapacityLimiter(1)
         self._waiting = 0
-        self._last: tuple[tuple, PastKernel, int] | None = None
+        self._last: tuple[tuple[str, str, int], PastKernel, int] | None = None
         # For /metrics: rebuilds done, and the seconds they took.
         self.rebuilds = 0
         self.rebuild_seconds = 0.0
@@ -306,7 +335,6 @@ class History:
 
     def _store(self, space: str) -> tuple[int, "Store"]:
         kernel = self.runtime.kernel
-        assert kernel is not None
         number = kernel.layout.of(space)
         store = self.stores().get(number)
         if store is None:
@@ -323,7 +351,7 @@ class History:
         return {
             "partition": number,
             "oldest": {"lsn": found.oldest_lsn, "at": None if found.oldest_ms is None else format_ms(found.oldest_ms)},
-            "newest": {"lsn": journal.durable_lsn if journal is not None else 0, "at": format_ms(self.runtime.kernel.clock.now_ms())},  # type: ignore[union-attr]
+            "newest": {"lsn": journal.durable_lsn if journal is not None else 0, "at": format_ms(self.runtime.kernel.clock.now_ms())},
             "retentionSeconds": store.config.history_retention_s,
             "checkpointEveryRecords": store.checkpoint_every_records,
             "diskBytes": found.disk_bytes,
@@ -335,7 +363,7 @@ class History:
         """The time of event `ev_N`, from the live event log (which must still hold it)."""
         if asked.kind != "event":
             return None
-        log = self.runtime.kernel.space_view(space).events  # type: ignore[union-attr]
+        log = self.runtime.kernel.space_view(space).events
         if not log.oldest_seq <= asked.value <= log.seq:
             raise not_kept(
                 f"event {asked.value} is not in the space's event log now (it holds {log.oldest_seq} to {log.seq}): ask by time instead"
@@ -348,7 +376,7 @@ class History:
     def _check(self, asked: Asked, durable_lsn: int) -> None:
         if asked.kind == "lsn" and asked.value > durable_lsn:
             raise KernelError(VALIDATION_FAILED, f"LSN {asked.value} is past the end of the space's partition (LSN {durable_lsn})")
-        if asked.kind == "time" and asked.value > self.runtime.kernel.clock.now_ms():  # type: ignore[union-attr]
+        if asked.kind == "time" and asked.value > self.runtime.kernel.clock.now_ms():
             raise KernelError(VALIDATION_FAILED, f"{asked.text} is in the future: history is of the past")
 
     async def _caught_up(self, number: int) -> None:

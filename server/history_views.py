@@ -28,8 +28,11 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from ..actors.shapes import Record
+from ..actors.state import KernelState
+from ..actors.limits import Limits
 from .history import PastKernel, Point
 from .http import Request
+from .services import ReadServices
 
 __all__ = ["read_route", "space_states", "Diff", "CHANGES_MAX", "RUNS_MAX"]
 
@@ -47,7 +50,7 @@ class _Reader:
 
     def __init__(self, kernel: PastKernel) -> None:
         self.kernel = kernel
-        self.limits = kernel.limits
+        self.limits: Limits = kernel.limits
 
     def authorize(self, request: Request, space: str, *, operator: bool = False) -> str:
         return space
@@ -61,12 +64,14 @@ def read_route(past: PastKernel, tail: str, query: dict[str, Any] | None = None)
     route, params = ROUTER.match("GET", path)
     request = Request("GET", path, {}, b"", None, past.limits)
     request.query = urlencode({k: v for k, v in (query or {}).items() if v is not None}).encode()
-    running = route.handler(_Reader(past), request, **params)
+    reader: ReadServices = _Reader(past)
+    running = route.handler(reader, request, **params)
     try:
         running.send(None)
     except StopIteration as done:
         status, body = done.value
         assert status == 200, f"a read answered {status}"
+        assert isinstance(body, dict), f"a read of a space answers an object, not {type(body).__name__}"
         return body
     running.close()
     raise RuntimeError(f"GET {route.path} waited at a past point: a read of the state never waits")
@@ -109,7 +114,7 @@ class Diff:
         self.states.append(states)
         return states
 
-    def on_record(self, lsn: int, record: Record, reached: int, state: Any) -> None:
+    def on_record(self, lsn: int, record: Record, reached: int, state: KernelState) -> None:
         """A record between the points, before it is applied: the events its predecessor made are in the log."""
         if reached != 1 or record.get("space") != self.space:
             return
@@ -117,11 +122,11 @@ class Diff:
         kind = record["type"]
         self.records[kind] = self.records.get(kind, 0) + 1
 
-    def _seq(self, state: Any) -> int:
+    def _seq(self, state: KernelState) -> int:
         space = state.spaces.get(self.space)
         return 0 if space is None else space.events.seq
 
-    def _harvest(self, state: Any) -> None:
+    def _harvest(self, state: KernelState) -> None:
         """Count (and list) the events made since the last look: the newest of the log."""
         if not self.cursors:
             return

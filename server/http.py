@@ -24,7 +24,7 @@ import itertools
 import logging
 import os
 from functools import partial
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Generic, TypeVar
 from urllib.parse import parse_qs, unquote
 
 import trio
@@ -40,11 +40,17 @@ from .errors import ApiError, envelope
 from .telemetry import CLIENT_GONE
 from . import wire
 
+
+if TYPE_CHECKING:  # the runtime reads requests: its module imports this one
+    from .runtime import Runtime
+
 __all__ = ["Request", "Router", "Route", "Raw", "Reply", "serve_http", "serve_whole", "respond"]
 
 log = logging.getLogger("runstate.http")
 
-Handler = Callable[..., Awaitable[tuple[int, Any]]]
+# A coroutine function, not any awaitable: a read at a past point runs one to its end without an
+# event loop (`history_views.read_route`). `Any`: each route has its own body.
+Handler = Callable[..., Coroutine[Any, Any, tuple[int, Any]]]
 # Whether a route's requests are long polls (watched for the client going away): always, never,
 # or decided per request (a wait the caller asked for), so that a plain call pays nothing for it.
 LongPoll = bool | Callable[["Request"], bool]
@@ -120,11 +126,15 @@ class Request:
         return secret.strip()
 
 
-class Route:
+# A router's handlers: the API's (`Handler`), or the console's (`console.site.Handler`).
+H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
+
+
+class BaseRoute(Generic[H]):
     __slots__ = ("method", "pattern", "handler", "long_poll", "public", "params", "doc", "batch")
 
     def __init__(
-        self, method: str, pattern: str, handler: Handler, *, long_poll: "LongPoll", public: bool, doc: Any = None,
+        self, method: str, pattern: str, handler: H, *, long_poll: "LongPoll", public: bool, doc: Any = None,
         batch: Any = None,
     ) -> None:
         self.method = method
@@ -143,39 +153,39 @@ class Route:
         return "/" + "/".join(self.pattern)
 
 
-class _Node:
+class _Node(Generic[H]):
     """A step of the router's tree: the routes ending here, and the next steps by literal segment
     or by parameter name."""
 
     __slots__ = ("routes", "literal", "param")
 
     def __init__(self) -> None:
-        self.routes: list[tuple[int, Route]] = []  # (order of declaration, route)
-        self.literal: dict[str, _Node] = {}
-        self.param: dict[str, _Node] = {}
+        self.routes: list[tuple[int, BaseRoute[H]]] = []  # (order of declaration, route)
+        self.literal: dict[str, _Node[H]] = {}
+        self.param: dict[str, _Node[H]] = {}
 
 
-class Router:
+class BaseRouter(Generic[H]):
     """Routes by path segments through a tree. When several routes fit a path, the first one
     declared for the method wins; one that fits the path but not the method is a 405 naming the
     methods that fit."""
 
     def __init__(self) -> None:
-        self.routes: list[Route] = []
-        self._root = _Node()
+        self.routes: list[BaseRoute[H]] = []
+        self._root: _Node[H] = _Node()
 
     def add(
-        self, method: str, pattern: str, handler: Handler, *, long_poll: "LongPoll" = False, public: bool = False,
+        self, method: str, pattern: str, handler: H, *, long_poll: "LongPoll" = False, public: bool = False,
         doc: Any = None, batch: Any = None,
     ) -> None:
         """Serve `handler` at `method pattern` (declarations go through `api.endpoint`)."""
-        self._place(Route(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch))
+        self._place(BaseRoute(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch))
 
-    def include(self, other: "Router") -> None:
+    def include(self, other: "BaseRouter[H]") -> None:
         for route in other.routes:
             self._place(route)
 
-    def _place(self, route: Route) -> None:
+    def _place(self, route: BaseRoute[H]) -> None:
         node = self._root
         for want, name in zip(route.pattern, route.params):
             branches = node.literal if name is None else node.param
@@ -184,14 +194,14 @@ class Router:
         node.routes.append((len(self.routes), route))
         self.routes.append(route)
 
-    def match(self, method: str, raw_path: str) -> tuple[Route, dict[str, str]]:
+    def match(self, method: str, raw_path: str) -> tuple[BaseRoute[H], dict[str, str]]:
         try:
             segments = [unquote(s, errors="strict") for s in raw_path.strip("/").split("/")]
         except UnicodeDecodeError:
             raise ApiError(VALIDATION_FAILED, "the path is not valid UTF-8 once percent-decoded") from None
-        fits: list[tuple[int, Route, dict[str, str]]] = []
+        fits: list[tuple[int, BaseRoute[H], dict[str, str]]] = []
         _fit(self._root, segments, 0, [], fits)
-        best: tuple[int, Route, dict[str, str]] | None = None
+        best: tuple[int, BaseRoute[H], dict[str, str]] | None = None
         for fit in fits:
             if fit[1].method == method and (best is None or fit[0] < best[0]):
                 best = fit
@@ -206,7 +216,11 @@ class Router:
         raise ApiError(NOT_FOUND, f"no such route: {method} {raw_path}")
 
 
-def _fit(node: _Node, segments: list[str], at: int, params: list[tuple[str, str]], fits: list[tuple[int, Route, dict[str, str]]]) -> None:
+# The API's routes and router (the console has its own, of its handlers).
+Route = BaseRoute[Handler]
+Router = BaseRouter[Handler]
+
+def _fit(node: _Node[H], segments: list[str], at: int, params: list[tuple[str, str]], fits: list[tuple[int, BaseRoute[H], dict[str, str]]]) -> None:
     """Every route whose pattern fits `segments` from `at` on, below `node`, with its parameters."""
     if at == len(segments):
         for order, route in node.routes:
@@ -266,7 +280,7 @@ def _empty_reply(request_id: str, close: bool, extra: dict[str, str] | None) -> 
 
 
 async def serve_http(
-    services: Any,
+    services: Runtime,
     router: Router,
     scope: dict[str, Any],
     receive: Callable[[], Awaitable[dict[str, Any]]],
@@ -298,7 +312,7 @@ async def _send_reply(send: Callable[[dict[str, Any]], Awaitable[None]], reply: 
 
 
 async def serve_whole(
-    services: Any, router: Router, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
+    services: Runtime, router: Router, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
     client: Any, gone: Any,
 ) -> Reply | None:
     """Answer a request whose head and body have all come (the connection's plain path): the same
@@ -315,7 +329,7 @@ async def _nothing_more() -> dict[str, Any]:
 
 
 async def respond(
-    services: Any, router: Router, request: Request, receive: Callable[[], Awaitable[dict[str, Any]]], gone: Any, came: bytes | None,
+    services: Runtime, router: Router, request: Request, receive: Callable[[], Awaitable[dict[str, Any]]], gone: Any, came: bytes | None,
 ) -> Reply | None:
     """The answer to one request, and its report (metrics, request line); None when the client of
     a long poll went away. The body is `came` when it has all come with the head, else it is read
@@ -380,7 +394,7 @@ async def respond(
 
 
 async def _refused(
-    services: Any, request: Request, error: KernelError, receive: Callable[[], Awaitable[dict[str, Any]]], body_read: bool,
+    services: Runtime, request: Request, error: KernelError, receive: Callable[[], Awaitable[dict[str, Any]]], body_read: bool,
     incoming: BodyReading,
 ) -> Reply:
     """The envelope of a refusal; a body not read yet is read and dropped first (bounded), or the
@@ -408,7 +422,7 @@ def _has_body(headers: dict[str, str]) -> bool:
     return "transfer-encoding" in headers or (declared_length(headers) or 0) > 0
 
 
-async def _run(services: Any, route: Route, params: dict[str, str], request: Request, receive: Any, gone: Any) -> Any:
+async def _run(services: Runtime, route: Route, params: dict[str, str], request: Request, receive: Any, gone: Any) -> Any:
     """Run the route's handler here, or at the partition's leader in a cluster; a long poll is
     withdrawn when its client goes away (then None). A leader's answer comes back as a `Reply`."""
     long_poll = route.long_poll
@@ -417,9 +431,9 @@ async def _run(services: Any, route: Route, params: dict[str, str], request: Req
     async def here() -> tuple[int, Any] | None:
         return await route.handler(services, request, **params)
 
-    cluster = getattr(services, "cluster", None)
+    cluster = services.cluster
     number = None if cluster is None or route.public else partition_of_request(services.kernel, request.method, route.path, params)
-    if number is None:
+    if cluster is None or number is None:
         return await (_unless_disconnected(here, receive, gone, services.doors) if waits else here())
     # A node of a cluster: the partition's leader answers (forward.py).
     path = request.raw_path + ("?" + request.query.decode("latin-1") if request.query else "")

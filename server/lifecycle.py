@@ -28,6 +28,7 @@ import trio
 
 from .console.charts import sample_every_interval
 from .logs import event
+from .runtime import Runtime
 
 __all__ = ["Lifecycle"]
 
@@ -38,7 +39,7 @@ STORM_WINDOW_S = 1.0
 
 
 class Lifecycle:
-    def __init__(self, runtime) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         # Set to make the server stop accepting and drain (the listener's shutdown trigger).
         self.stop = trio.Event()
@@ -67,11 +68,11 @@ class Lifecycle:
     async def stop_runtime(self) -> None:
         """After the drain: flush the journal, write the final snapshot, end the kernel."""
         runtime = self.runtime
-        kernel = runtime.kernel
+        kernel = runtime.kernel_if_open
         operations = 0 if kernel is None else sum(space.usage.total for space in kernel.spaces())
         event(log, "drained", "requests drained", in_flight=runtime.telemetry.in_flight, operations=operations)
-        if runtime.kernel is not None:
-            runtime.kernel.end_waits()
+        if kernel is not None:
+            kernel.end_waits()
             try:
                 await runtime.flush()
             except Exception:
@@ -87,9 +88,10 @@ class Lifecycle:
             return
         runtime = self.runtime
         runtime.draining = True
-        if getattr(runtime, "cluster", None) is not None:  # its partitions go to the other nodes now
+        if runtime.cluster is not None:  # its partitions go to the other nodes now
             runtime.cluster.hand_over()
-        ended = runtime.kernel.end_waits() if runtime.kernel is not None else 0
+        kernel = runtime.kernel_if_open
+        ended = kernel.end_waits() if kernel is not None else 0
         event(
             log, "shutdown", f"shutting down ({reason})", reason=reason,
             in_flight=runtime.telemetry.in_flight, long_polls_ended=ended, grace_s=runtime.settings.shutdown_grace_s,
@@ -119,7 +121,7 @@ class Lifecycle:
         storm_total = 0
         while True:
             await trio.sleep(STORM_WINDOW_S)
-            kernel = self.runtime.kernel
+            kernel = self.runtime.kernel_if_open
             if kernel is None:
                 continue
             total = sum(space.usage.expiries for space in kernel.spaces())

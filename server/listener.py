@@ -33,7 +33,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import trio
 
 from ..actors.errors import UNAVAILABLE
-from .connection import Connection, Plain, Shared, Writer
+from .connection import Connection, Plain, Shared, Writer, accepted
 from .doors import Door, Doors, Hangups, raw_answer
 
 __all__ = ["Listening", "serve_app", "ssl_context"]
@@ -160,14 +160,16 @@ async def _connection(shared: Shared, stream: trio.abc.Stream, secure: bool) -> 
     doors.entered(door)
     try:
         with door.scope:  # cancelled to make room for a newer connection
+            served = accepted(stream)
             if secure:  # the handshake first, bounded: a client that never finishes it holds no slot for long
+                assert isinstance(served, trio.SSLStream), "a secure listener accepts TLS"
                 try:
                     with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
-                        await stream.do_handshake()  # type: ignore[attr-defined]
+                        await served.do_handshake()
                 except (trio.BrokenResourceError, trio.TooSlowError):
                     await trio.aclose_forcefully(stream)
                     return
-            await Connection(stream, shared, door, secure=secure).run()
+            await Connection(served, shared, door, secure=secure).run()
     except Exception:  # a fault of ours in one connection: that connection ends, the server serves on
         log.exception("a connection failed")
     finally:

@@ -28,11 +28,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
 
 from ..actors.timestamps import format_ms
+
+if TYPE_CHECKING:  # (for annotations only: the functions that run it import it where they run)
+    import trio
 
 __all__ = ["AccessLog", "setup", "event", "fd_writer"]
 
@@ -147,7 +150,7 @@ class AccessLog:
         self.enabled = write is not None and log_requests != "off" and _LEVELS[log_level] <= logging.INFO
         # While `write_in_rounds` runs: the lines not written yet, and its task when it waits for one.
         self._pending: list[bytes] | None = None
-        self._writer: Any = None
+        self._writer: trio.lowlevel.Task | None = None
 
     async def write_in_rounds(self) -> None:
         """Until cancelled, write the lines of each round of trio's scheduler together: one
@@ -169,7 +172,7 @@ class AccessLog:
             self._flush()
             self._pending = None
 
-    def _stop_waiting(self, _: Any) -> Any:
+    def _stop_waiting(self, _: object) -> trio.lowlevel.Abort:
         import trio
 
         self._writer = None
@@ -180,7 +183,9 @@ class AccessLog:
         if pending:
             data = b"".join(pending)
             pending.clear()
-            self._write(data)  # type: ignore[misc]
+            write = self._write
+            assert write is not None, "lines are kept only while they are written (`enabled`)"
+            write(data)
 
     def line(self, method: str, route: str, status: int, seconds: float, request_id: str, code: str | None) -> None:
         """Write one request line. Every value comes from the server itself (a route pattern, a known
@@ -194,7 +199,9 @@ class AccessLog:
             text = _TEXT_LINE % (_now(), method, route, status, seconds * 1000, request_id) + (f" {code}\n" if code is not None else "\n")
         pending = self._pending
         if pending is None:
-            self._write(text.encode())  # type: ignore[misc]
+            write = self._write
+            assert write is not None, "a line is made only when it is written (`enabled`)"
+            write(text.encode())
             return
         pending.append(text.encode())
         writer = self._writer

@@ -40,13 +40,14 @@ from ..snapshots.history import kept
 from .capacity_metrics import capacity_families
 
 if TYPE_CHECKING:
+    from ..actors.kernel import Kernel
     from ..actors.space import SpaceState
     from .runtime import Runtime
 
 __all__ = ["Metrics", "RouteMetrics", "JournalMetrics", "MeteredDisk", "queue_families", "CONTENT_TYPE"]
 
 # No `_created` series beside every counter: they double the output and nobody graphs them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -203,7 +204,7 @@ class StateCollector:
         in_flight = GaugeMetricFamily("runstate_http_requests_in_flight", "Requests being answered now (long polls included).")
         in_flight.add_metric([], runtime.telemetry.in_flight)
         yield in_flight
-        kernel = runtime.kernel
+        kernel = runtime.kernel_if_open
         if kernel is None:
             return
         refusing = GaugeMetricFamily(
@@ -225,10 +226,11 @@ class StateCollector:
                               ("header_timeout", doors.header_timeouts), ("protocol_error", doors.protocol_errors)):
             turned.add_metric([reason], count)
         yield turned
-        if getattr(runtime, "cluster", None) is not None:  # a node of a cluster
+        cluster = runtime.cluster
+        if cluster is not None:  # a node of a cluster
             from .cluster_metrics import cluster_families
 
-            yield from cluster_families(runtime.cluster)
+            yield from cluster_families(cluster)
         yield from _kernel_families(kernel)
         yield from history_families(runtime)
         now_ms = kernel.clock.now_ms()
@@ -238,7 +240,7 @@ class StateCollector:
             yield from read(spaces, now_ms)
 
 
-def history_families(runtime: Any) -> Iterator[Metric]:
+def history_families(runtime: Runtime) -> Iterator[Metric]:
     """What the history kept costs (`history_retention_s`): each partition's snapshots and WAL on
     disk and the oldest point they rebuild, read from its folder at scrape time; and the history
     reads served (each a rebuild)."""
@@ -270,7 +272,7 @@ def history_families(runtime: Any) -> Iterator[Metric]:
     yield seconds
 
 
-def _kernel_families(kernel: Any) -> Iterator[Metric]:
+def _kernel_families(kernel: Kernel) -> Iterator[Metric]:
     fires = CounterMetricFamily("runstate_supervisor_fires", "Expiries the supervisor proposed (lease ends, deadlines); stale ones included.")
     armed, fired = kernel.timers()
     fires.add_metric([], fired)

@@ -290,7 +290,7 @@ def _capacity_components() -> dict[str, Any]:
 def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
     text, integer = {"type": "string"}, {"type": "integer"}
-    group_state = {
+    group_state: dict[str, dict[str, Any]] = {
         "groupId": text,
         "state": {"enum": ["OPEN", "SEALED", "FINALIZED"]},
         "outcome": _nullable({"enum": ["SUCCEEDED", "FAILED", "CANCELLED"]}),

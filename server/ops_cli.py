@@ -181,17 +181,17 @@ def _say(args: argparse.Namespace, data: Any, line: str) -> None:
 
 # -- the commands ---------------------------------------------------------------------------------
 
-RUN_COLUMNS = [("ID", "id"), ("NAME", "name"), ("STATE", "effective"), ("PARENT", "parentId"), ("CHILDREN", "children"),
+RUN_COLUMNS: list[admin_cli.Column] = [("ID", "id"), ("NAME", "name"), ("STATE", "effective"), ("PARENT", "parentId"), ("CHILDREN", "children"),
                ("CREATED", "createdAt"), ("DEADLINE", "deadline")]
-TASK_COLUMNS = [("ID", "id"), ("KEY", "taskKey"), ("STATE", "state"), ("ATTEMPT", "attempt"), ("MAILBOX", "mailboxId"),
+TASK_COLUMNS: list[admin_cli.Column] = [("ID", "id"), ("KEY", "taskKey"), ("STATE", "state"), ("ATTEMPT", "attempt"), ("MAILBOX", "mailboxId"),
                 ("REASON", "outcomeReason"), ("UPDATED", "updatedAt")]
-CLAIM_COLUMNS = [("KEY", "key"), ("HOLDER", "holder"), ("SESSION", "holderSession"), ("GENERATION", "generation"),
+CLAIM_COLUMNS: list[admin_cli.Column] = [("KEY", "key"), ("HOLDER", "holder"), ("SESSION", "holderSession"), ("GENERATION", "generation"),
                  ("LEASE S", "leaseSeconds"), ("EXPIRES", "leaseExpiresAt"), ("ACQUIRED", "acquiredAt")]
-DEAD_LETTER_COLUMNS = [("ID", "id"), ("RUN", "scopeId"), ("TASK", "taskId"), ("ATTEMPT", "attempt"), ("DIED", "finishedAt"),
+DEAD_LETTER_COLUMNS: list[admin_cli.Column] = [("ID", "id"), ("RUN", "scopeId"), ("TASK", "taskId"), ("ATTEMPT", "attempt"), ("DIED", "finishedAt"),
                        ("REASON", "reason"), ("PAYLOAD", "payload")]
 
 
-def _listing(args: argparse.Namespace, data: dict[str, Any], rows_name: str, columns: list) -> None:
+def _listing(args: argparse.Namespace, data: dict[str, Any], rows_name: str, columns: list[admin_cli.Column]) -> None:
     if args.json:
         admin_cli.print_json(data)
         return

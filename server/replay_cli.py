@@ -29,10 +29,14 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from . import admin_cli
 from .admin_cli import CommandError
+
+if TYPE_CHECKING:
+    from ..actors.state import KernelState
+    from .history import Point
 
 __all__ = ["add_command", "run"]
 
@@ -157,7 +161,7 @@ def _event_ms(folder: str, model: Any, number: int, space: str, asked: Any) -> i
 
     found: list[int] = []
 
-    def look(state: Any, point: Any) -> None:
+    def look(state: KernelState, point: Point) -> None:
         log = state.space_view(space).events
         found.extend(at_ms for seq, _, at_ms in log.scan() if seq == asked.value)
 
@@ -301,9 +305,9 @@ def _diff(args: argparse.Namespace, directory: str) -> None:
     if first.kind == second.kind and second.value < first.value:
         raise CommandError(f"--from ({first.text}) is after --to ({second.text})", 2)
     found = Diff(space)
-    points: list[Any] = []
+    points: list[Point] = []
 
-    def at_point(state: Any, point: Any) -> None:
+    def at_point(state: KernelState, point: Point) -> None:
         found.at_point(PastKernel(state, space, point))
         points.append(point)
 

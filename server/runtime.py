@@ -26,7 +26,9 @@ from ..actors.clock import Clock
 from ..actors.errors import NOT_FOUND, UNAUTHENTICATED, KernelError, quote
 from ..actors.ids import IdSource
 from ..actors.kernel import Kernel
+from ..actors.journal import Journal
 from ..actors.layout import Layout
+from ..actors.state import KernelState
 from ..actors.commands import RegisterKey
 from ..actors.keys import digest, new_secret
 from ..snapshots import RecoveryError, StoreLocked
@@ -39,7 +41,7 @@ from .config import ConfigError
 from .admin import AdminCredential
 from .durable import state_model
 from .doors import Doors
-from .errors import ApiError
+from .errors import ApiError, recovering
 from .history import History
 from .http import Request
 from .logs import event
@@ -75,7 +77,8 @@ class Runtime:
         self.became_ready = trio.Event()
         self._clock = clock
         self._on_new_key = on_new_key
-        self.kernel: Kernel | None = None
+        # The kernel once the state is open, else None; the routes read `kernel`, which refuses until then.
+        self.kernel_if_open: Kernel | None = None
         # The open data directory (with a store per partition), or None: the state is in memory.
         self.data: DataDir | None = None
         # This node's part in a cluster (`--etcd`), or None: one node.
@@ -96,18 +99,28 @@ class Runtime:
         # Reads of a space at a past point (`history.py`), from the partitions' folders.
         self.history = History(self)
 
+    @property
+    def kernel(self) -> Kernel:
+        """The kernel, for a route: until the state is open, the request is refused with 503 (as
+        `http.respond` refuses every route before `ready`; see `services.py`)."""
+        kernel = self.kernel_if_open
+        if kernel is None:
+            raise recovering()
+        return kernel
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         clock = self._clock or Clock()
         if self.settings.etcd:
-            await self._run_cluster(clock)
+            await self._run_cluster(clock, self.settings.etcd)
             return
         data = None
-        if self.settings.data_dir:
+        data_dir = self.settings.data_dir
+        if data_dir:
             try:
-                data = self.data = await self._open_data_dir(clock)
+                data = self.data = await self._open_data_dir(clock, data_dir)
             except (RecoveryError, StoreLocked, DataDirError, OSError) as error:
-                log.critical("cannot start on %s: %s", self.settings.data_dir, error)
+                log.critical("cannot start on %s: %s", data_dir, error)
                 self.fatal = error
                 self.stopped.set()
                 return
@@ -120,11 +133,10 @@ class Runtime:
             if data is not None:
                 data.close()
 
-    async def _open_data_dir(self, clock: Clock) -> DataDir:
+    async def _open_data_dir(self, clock: Clock, data_dir: str) -> DataDir:
         """Open the data directory: every partition recovered (those that cannot be are refused)."""
         return await open_data_dir(
-            self.settings.data_dir,  # type: ignore[arg-type]
-            model=state_model(self.limits), clock=clock, partitions=self.settings.partitions, **self._store_options(),
+            data_dir, model=state_model(self.limits), clock=clock, partitions=self.settings.partitions, **self._store_options(),
         )
 
     async def _serve(self, nursery: trio.Nursery, clock: Clock, data: DataDir | None) -> None:
@@ -133,7 +145,10 @@ class Runtime:
         if data is not None:
             layout = Layout(data.partitions)
             states = {number: store.state for number, store in data.stores.items()}
-            journals = {number: store.journal for number, store in data.stores.items()}
+            journals: dict[int, Journal] = {}
+            for number, store in data.stores.items():
+                assert store.journal is not None, "an open store has its journal"
+                journals[number] = store.journal
             kernel = Kernel.partitioned(
                 states, journals, layout=layout, limits=self.limits, clock=clock, ids=ids, refusals=data.refusals,
                 keep_reply=wire.encode,
@@ -149,7 +164,7 @@ class Runtime:
                 await nursery.start(store.run, kernel.partitions[number])
             for number in list(data.refusals):
                 nursery.start_soon(self._reopen_when_repaired, kernel, data, number)
-        self.kernel = kernel
+        self.kernel_if_open = kernel
         await self._configure_keys()
         self.ready = True
         self.became_ready.set()
@@ -157,13 +172,14 @@ class Runtime:
 
     # -- a node of a cluster -----------------------------------------------------------------------
 
-    async def _run_cluster(self, clock: Clock) -> None:
+    async def _run_cluster(self, clock: Clock, etcd: str) -> None:
         """Join the cluster on etcd: every partition followed from this node's copy, led where won."""
         settings = self.settings
+        assert settings.data_dir, "a node of a cluster keeps a data directory (the settings refuse one without)"
         cluster = self.cluster = Cluster(
-            endpoints=[url.strip().rstrip("/") for url in settings.etcd.split(",")],  # type: ignore[union-attr]
+            endpoints=[url.strip().rstrip("/") for url in etcd.split(",")],
             name=settings.cluster, node_id=self.node_id(), advertise=self.advertise(),
-            data_dir=settings.data_dir, partitions=settings.partitions, lease_s=settings.cluster_lease_s,  # type: ignore[arg-type]
+            data_dir=settings.data_dir, partitions=settings.partitions, lease_s=settings.cluster_lease_s,
             log_bytes_max=settings.cluster_log_bytes_max, trim_every_s=settings.cluster_trim_every_s,
             model=state_model(self.limits), clock=clock, **self._store_options(),
         )
@@ -188,7 +204,7 @@ class Runtime:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(kernel.run)
-                self.kernel = kernel
+                self.kernel_if_open = kernel
                 await nursery.start(cluster.run, kernel)
                 self.admin.prepare(settings.admin_key, settings.data_dir, self._on_admin_key)
                 self.ready = True
@@ -225,7 +241,7 @@ class Runtime:
                 await self._register_key(settings.api_key, settings.space_id, "RUNSTATE_SERVER_API_KEY")
             except KernelError as error:  # revoked through the admin API: it stays revoked
                 log.warning("the configured API key (api_key) is not accepted: %s", error.message)
-        elif not len(self.kernel.keys):  # type: ignore[union-attr]
+        elif not len(self.kernel.keys):
             secret = new_secret()
             await self._register_key(secret, settings.space_id, "generated at first start")
             if self._on_new_key is not None:
@@ -233,10 +249,10 @@ class Runtime:
 
     async def _register_key(self, secret: str, space: str, name: str) -> dict[str, Any]:
         kernel = self.kernel
-        assert kernel is not None
         command = RegisterKey(key_digest=digest(secret), spaces=frozenset({space}), name=name, key_id=kernel.draw("ak_"))
         command.check(kernel.limits)
-        return await kernel.submit(command)
+        reply: dict[str, Any] = await kernel.submit(command)
+        return reply
 
     def authorize(self, request: Request, space: str, *, operator: bool = False) -> str:
         """The space, if the request's key opens it: 401 for a bad key, 404 for another space.
@@ -249,7 +265,7 @@ class Runtime:
         gets the same 403 for every change (`actors/keys.py`).
         """
         secret = request.bearer()
-        key = self.kernel.keys.active(secret)  # type: ignore[union-attr]
+        key = self.kernel.keys.active(secret)
         if key is None:
             if self.admin.matches(secret):
                 if request.method == "GET" or operator:
@@ -283,7 +299,7 @@ class Runtime:
         """Who sends the request, as an operator's action records it: "admin" for the admin key,
         else the API key's id. (Called after `authorize`, so the key is one of the two.)"""
         secret = request.bearer()
-        key = self.kernel.keys.active(secret)  # type: ignore[union-attr]
+        key = self.kernel.keys.active(secret)
         if key is not None:
             return key.id
         assert self.admin.matches(secret), "caller() is asked after authorize()"
@@ -296,12 +312,13 @@ class Runtime:
         The store probes the disk and repairs itself once it works again; until then reads go on
         and `/healthz` says not ready, so a load balancer sends changes elsewhere.
         """
-        if self.kernel is None:
+        kernel = self.kernel_if_open
+        if kernel is None:
             return None
         if self.cluster is not None:
             return cluster_view.readiness(self.cluster)
         reasons = []
-        for partition in self.kernel.partitions:
+        for partition in kernel.partitions:
             failure = partition.journal.failure
             if partition.refusal is not None:
                 reasons.append(f"partition {partition.number}: {partition.refusal}")
@@ -309,7 +326,7 @@ class Runtime:
                 reasons.append(f"partition {partition.number}: the journal refuses changes: {public_reason(failure)}")
         if not reasons:
             return None
-        if len(self.kernel.partitions) == 1:
+        if len(kernel.partitions) == 1:
             return reasons[0].partition(": ")[2]
         return "; ".join(reasons)
 
@@ -344,7 +361,9 @@ class Runtime:
                 kernel.partitions[number].refuse(data.refusals[number])
                 log.error("partition %d still does not serve: %s", number, error)
                 continue
-            partition = await kernel.reopen(number, store.state, store.journal)  # type: ignore[arg-type]
+            state, journal = store.state, store.journal
+            assert isinstance(state, KernelState) and journal is not None, "a reopened store holds the kernel's state and its journal"
+            partition = await kernel.reopen(number, state, journal)
             store.on_snapshot = self.telemetry.metrics.journal.snapshot
             assert self._nursery_for_stores is not None
             await self._nursery_for_stores.start(store.run, partition)
@@ -353,7 +372,6 @@ class Runtime:
     async def flush(self) -> None:
         """At shutdown, after the drain: everything recorded made durable, then a final snapshot."""
         kernel = self.kernel
-        assert kernel is not None
         lsns = {}
         for partition in kernel.partitions:
             journal = partition.journal
@@ -376,14 +394,13 @@ class Runtime:
         secret = request.bearer()
         if self.admin.matches(secret):
             return
-        if self.ready and self.kernel.keys.spaces_for(secret):  # type: ignore[union-attr]
+        if self.ready and self.kernel.keys.spaces_for(secret):
             raise ApiError("FORBIDDEN", "this needs the admin key; an API key opens only its spaces")
         raise ApiError(UNAUTHENTICATED, "the admin key is not valid")
 
     def _known_space(self, space: str) -> str:
         """`space` if it holds anything or a key opens it; reading it must not make it."""
         kernel = self.kernel
-        assert kernel is not None
         if not kernel.space_known(space) and space not in kernel.keys.spaces():
             raise ApiError(NOT_FOUND, f"space {quote(space)} not found")
         return space

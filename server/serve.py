@@ -13,7 +13,7 @@ from functools import partial
 from typing import Callable
 
 import trio
-from hypercorn.config import Config
+from hypercorn.config import Config, Sockets
 
 from .app import create_app
 from .http import serve_whole
@@ -40,7 +40,7 @@ class _Config(Config):
 
     send_timeout_s: float | None = None
 
-    def create_sockets(self):  # type: ignore[no-untyped-def]
+    def create_sockets(self) -> Sockets:
         sockets = super().create_sockets()
         option = getattr(socket, "TCP_USER_TIMEOUT", None)
         if option is not None and self.send_timeout_s:
@@ -62,7 +62,7 @@ def hypercorn_config(settings: Settings) -> Config:
     # Slow clients: a connection silent this long is closed, whatever it is doing (a slowloris
     # sending its headers a byte at a time, a client that never reads its answer). Requests whose
     # body never ends are bounded in `serve_http` by `body_timeout_s`.
-    config.read_timeout = settings.read_timeout_s  # type: ignore[assignment]
+    config.read_timeout = settings.read_timeout_s  # type: ignore[assignment]  # hypercorn annotates int; it takes seconds, a float like its other timeouts
     # At shutdown, requests in flight get this long to finish.
     config.graceful_timeout = settings.shutdown_grace_s
     # TLS, served by hypercorn's own SSL context (TLS 1.2 or later); HTTP/1.1 only (no h2 offered in
@@ -97,8 +97,9 @@ async def serve(
     listening = trio.Event()
     bound: list[str] = []
 
-    class _Status:
-        def started(self, binds: list[str]) -> None:
+    class _Status(trio.TaskStatus[list[str]]):
+        def started(self, binds: list[str] | None = None) -> None:
+            assert binds is not None, "the listener starts with the addresses it bound"
             event(log, "listening", "listening", binds=binds)
             bound.extend(binds)
             listening.set()
@@ -122,7 +123,7 @@ async def serve(
             app.runtime.doors,
             shutdown_trigger=lifecycle.stop.wait,
             plain=partial(serve_whole, app.runtime, ROUTER),
-            task_status=_Status(),  # type: ignore[arg-type]
+            task_status=_Status(),
         )
         await lifecycle.stop_runtime()
         nursery.cancel_scope.cancel()

@@ -120,8 +120,8 @@ def _where(wait: dict[str, Any], mailbox_names: dict[str, str]) -> str:
     if on in ("claim", "once"):
         return f"{wait.get('key')} in {run}"
     if on == "queue":
-        mailbox = wait.get("mailboxId")
-        return f"{mailbox_names.get(mailbox, mailbox)} in {run}"
+        mailbox: str | None = wait.get("mailboxId")
+        return f"{None if mailbox is None else mailbox_names.get(mailbox, mailbox)} in {run}"
     if on == "events":
         return "event log"
     return str(wait.get("permit") or wait.get("allowance") or run or "-")

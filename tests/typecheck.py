@@ -1,18 +1,16 @@
 """The strict type check that `make test` runs: mypy over the SDK, the kernel (`actors/`,
-`snapshots/`) and the product page's examples.
+`snapshots/`), the server (`server/`) and the product page's examples.
 
-The SDK lives in `sdk/` but imports as `runstate`, and the kernel's packages as
-`runstate.actors` and `runstate.snapshots`: a mapping that only the installed package knows and
+The SDK lives in `sdk/` but imports as `runstate`, and the other packages as `runstate.actors`,
+`runstate.snapshots` and `runstate.server`: a mapping that only the installed package knows and
 mypy cannot follow through an editable install. So the check runs on a scratch folder holding a
-`runstate` package made of links (each file of `sdk/`, and `actors` and `snapshots` linked to
-those folders), next to the product page's Python examples written out as a module
+`runstate` package made of links (each file of `sdk/`, and `actors`, `snapshots` and `server`
+linked to those folders), next to the product page's Python examples written out as a module
 (`tests/compat/product_page.py`, the same script the end-to-end tests run), and the page's
-claim examples (kept here, as the page writes them). The SDK and the kernel are checked with
-`--strict` (the settings are `pyproject.toml`'s); the examples are user code without
+claim examples (kept here, as the page writes them). The SDK, the kernel and the server are
+checked with `--strict` (the settings are `pyproject.toml`'s); the examples are user code without
 annotations, so for them mypy checks the bodies of unannotated functions (`check_untyped_defs`)
 against the SDK's types: a renamed key of a `TypedDict` view or a wrong argument fails here.
-The server (`server/`) is not in the scratch package yet: it is not clean, and the SDK reaches it
-only lazily (its override in `pyproject.toml`).
 
 Run it alone with `python -m tests.typecheck`; it exits with mypy's status.
 """
@@ -27,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # The packages checked inside `runstate` beside the SDK's modules, and the folders they are.
-KERNEL = {"actors": ROOT / "actors", "snapshots": ROOT / "snapshots"}
+KERNEL = {"actors": ROOT / "actors", "snapshots": ROOT / "snapshots", "server": ROOT / "server"}
 EXAMPLES_MODULE = "product_page_examples"
 CLAIM_EXAMPLES_MODULE = "product_page_claims"
 
@@ -127,8 +125,9 @@ def _link_package(package: Path, kernel: dict[str, Path]) -> None:
 def check(
     examples: str, scratch: Path, *, quiet: bool = False, kernel: dict[str, Path] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run mypy over the SDK, the kernel and `examples` in `scratch` (mypy's cache is kept
-    there). `kernel` names the folders of the kernel's packages (the tree's own by default)."""
+    """Run mypy over the SDK, the kernel, the server and `examples` in `scratch` (mypy's cache is
+    kept there). `kernel` names the folders of the packages beside the SDK's modules (the tree's
+    own by default)."""
     scratch.mkdir(parents=True, exist_ok=True)
     _link_package(scratch / "runstate", KERNEL if kernel is None else kernel)
     (scratch / f"{EXAMPLES_MODULE}.py").write_text(examples)

@@ -33,7 +33,11 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:  # (the charts are sampled from the runtime, which imports them)
+    from ...actors.space import SpaceState
+    from ..runtime import Runtime
 
 __all__ = ["Charts", "Series", "INTERVAL_S", "COARSE_S", "KINDS", "FIELDS", "SPACES_MAX", "SPACE_BYTES"]
 
@@ -92,7 +96,7 @@ class _Ring:
         self.values[at:at + FIELDS] = array("I", (min(COUNT_MAX, max(0, value)) for value in bucket))
         self.stamps[number % self.slots] = number
 
-    def get(self, number: int) -> array | None:
+    def get(self, number: int) -> array[int] | None:
         """Bucket `number`, or None when the ring does not hold it (before the charts began, or a
         gap: the server was down, or the space had no chart then)."""
         if self.stamps[number % self.slots] != number:
@@ -135,14 +139,14 @@ class Series:
             return {}
         return {name: count - seen.get(name, 0) for name, count in counters.items() if count != seen.get(name, 0)}
 
-    def buckets(self, fine: bool, first: int, last: int) -> Iterable[tuple[int, array | None]]:
+    def buckets(self, fine: bool, first: int, last: int) -> Iterable[tuple[int, array[int] | None]]:
         """(number, bucket or None) for the buckets `first` to `last` of one ring."""
         ring = self.fine if fine else self.coarse
         for number in range(max(first, last - ring.slots + 1), last + 1):
             yield number, ring.get(number)
 
 
-def _usage_counters(space: Any) -> dict[str, int]:
+def _usage_counters(space: SpaceState) -> dict[str, int]:
     """The usage counters a bucket takes deltas of: operations by kind, takeovers, expiries."""
     usage = space.usage
     counters = dict.fromkeys(KINDS, 0)
@@ -155,7 +159,7 @@ def _usage_counters(space: Any) -> dict[str, int]:
     return counters
 
 
-def _waiting(space: Any, now_ms: int) -> tuple[int, int]:
+def _waiting(space: SpaceState, now_ms: int) -> tuple[int, int]:
     """Messages and tasks waiting for a worker, and the age in seconds of the oldest."""
     queued = sum(mailbox.queued + mailbox.delayed for mailbox in space.mailboxes.all())
     oldest = min(space.messages.oldest_waiting_ms().values(), default=None) if queued else None
@@ -225,18 +229,18 @@ class Charts:
         return series
 
 
-async def sample_every_interval(charts: Charts, runtime: Any) -> None:
+async def sample_every_interval(charts: Charts, runtime: Runtime) -> None:
     """Close a bucket at every multiple of INTERVAL_S of the server's wall clock, for as long as
     the server runs (started beside the runtime: `Lifecycle.run_runtime`)."""
     import trio
 
     interval_ms = INTERVAL_S * 1000
     while True:
-        kernel = runtime.kernel
+        kernel = runtime.kernel_if_open
         now_ms = kernel.clock.now_ms() if kernel is not None else int(trio.current_time() * 1000)
         number = now_ms // interval_ms
         await trio.sleep(((number + 1) * interval_ms - now_ms) / 1000)
-        kernel = runtime.kernel
+        kernel = runtime.kernel_if_open
         if kernel is None or not runtime.ready:
             charts.pending.clear()
             continue

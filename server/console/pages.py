@@ -40,8 +40,8 @@ CHANGES_SHOWN_MAX = 200
 
 @page("GET", "/")
 async def home(console: Console, visit: Visit) -> Answer:
-    spaces = console.spaces_of(visit.session)  # type: ignore[arg-type]
-    if len(spaces) == 1 or (spaces and not visit.session.admin):  # type: ignore[union-attr]
+    spaces = console.spaces_of(visit.signed)
+    if len(spaces) == 1 or (spaces and not visit.signed.admin):
         return redirect(f"{PREFIX}/s/{spaces[0]}/runs")
     return redirect(f"{PREFIX}/spaces")
 
@@ -80,12 +80,13 @@ async def login(console: Console, visit: Visit) -> Answer:
         return Answer(401, _login(console, visit, f"That key is not valid: {why}."))
     session = console.sessions.open(secret, admin, key_id, name, console.now_s())
     console.check_key(session)
-    return redirect(_next_path((visit.form.get("next") or [None])[-1]), [("set-cookie", set_cookie(session, visit.secure))])
+    following = visit.form.get("next")
+    return redirect(_next_path(following[-1] if following else None), [("set-cookie", set_cookie(session, visit.secure))])
 
 
 @page("POST", "/logout")
 async def logout(console: Console, visit: Visit) -> Answer:
-    console.sessions.close(visit.session.id)  # type: ignore[union-attr]
+    console.sessions.close(visit.signed.id)
     return redirect(f"{PREFIX}/login", [("set-cookie", clear_cookie(visit.secure))])
 
 
@@ -105,7 +106,7 @@ async def static(console: Console, visit: Visit, name: str) -> Answer:
 async def spaces(console: Console, visit: Visit) -> Answer:
     """The spaces this key opens; for the admin key every space, with keys, runs and operations."""
     rows = []
-    if visit.session.admin:  # type: ignore[union-attr]
+    if visit.signed.admin:
         from .actions import call_api
 
         rows = (await call_api(console, visit, "GET", "/v1/admin/spaces"))["spaces"]
@@ -114,7 +115,7 @@ async def spaces(console: Console, visit: Visit) -> Answer:
 
 @page("GET", "/keys")
 async def keys(console: Console, visit: Visit) -> Answer:
-    if not visit.session.admin:  # type: ignore[union-attr]
+    if not visit.signed.admin:
         raise refuse("FORBIDDEN", "only the admin key lists keys", status=403)
     from .actions import call_api
 
@@ -176,13 +177,13 @@ async def lanes(console: Console, visit: Visit, space: str) -> Answer:
 
 def _between(visit: Visit) -> tuple[int, int] | None:
     """A zoom's window, `from` and `to` (RFC 3339 times, both or neither), checked."""
-    texts = visit.text("from"), visit.text("to")
-    if texts == (None, None):
+    first, second = visit.text("from"), visit.text("to")
+    if first is None and second is None:
         return None
-    if None in texts:
+    if first is None or second is None:
         raise refuse(VALIDATION_FAILED, "a zoom names both ends of its window: from and to")
     try:
-        start_ms, end_ms = (parse_timestamp(text) for text in texts)  # type: ignore[arg-type]
+        start_ms, end_ms = parse_timestamp(first), parse_timestamp(second)
     except ValueError:
         raise refuse(VALIDATION_FAILED, "from and to are RFC 3339 times with a zone, such as 2026-12-04T12:00:00.000Z") from None
     if not views.swimlanes.ZOOM_MS_MIN <= end_ms - start_ms <= WINDOWS["24h"] * 1000:
@@ -381,7 +382,7 @@ async def stream(console: Console, visit: Visit, space: str, *, send: Any, recei
     async with trio.open_nursery() as nursery:
         nursery.start_soon(until_gone, nursery.cancel_scope)
         try:
-            await serve_stream(console.feeds, space, int(text), send, console.signed_in(visit.session), console.serving,  # type: ignore[arg-type]
+            await serve_stream(console.feeds, space, int(text), send, console.signed_in(visit.signed), console.serving,
                                console.stream_lifetime_s())
         except KernelError:
             pass  # the journal failed, or the server stops: the browser reconnects and learns then

@@ -10,7 +10,7 @@ percentiles read from the bucket's histogram, interpolated within its bucket.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 from ...actors.timestamps import format_ms
 from .charts import (
@@ -25,7 +25,7 @@ WINDOWS = {"5m": (300, True), "30m": (1800, True), "3h": (3 * 3600, False), "12h
 WIDTH, HEIGHT, TOP = 600, 120, 6  # the viewBox of a chart, and the room kept above its highest point
 
 
-def percentile(histogram: Any, q: float) -> float | None:
+def percentile(histogram: Sequence[int], q: float) -> float | None:
     """The `q` quantile (0-1) of an acquire histogram, in seconds; None when it is empty. Within
     its bucket the value is interpolated; the open last bucket is taken as up to twice its bound."""
     total = sum(histogram)
@@ -45,7 +45,7 @@ def _nice(value: float) -> float:
     """The smallest of 1, 2, 5 x 10^k at or above `value` (a chart's top)."""
     if value <= 0:
         return 1.0
-    power = 10 ** math.floor(math.log10(value))
+    power: float = 10 ** math.floor(math.log10(value))  # (`int ** int` is typed Any: a float below 1)
     return next(step * power for step in (1, 2, 5, 10) if step * power >= value - 1e-12)
 
 

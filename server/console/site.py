@@ -19,16 +19,21 @@ and never with a stack trace.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, overload
 from urllib.parse import parse_qs, quote as url_quote, urlencode
 
 import trio
 
 from ...actors.errors import INTERNAL, NOT_FOUND, UNAVAILABLE, VALIDATION_FAILED, KernelError
+from ...actors.kernel import Kernel
+from ...actors.limits import Limits
 from ...actors.timestamps import parse_timestamp
 from ..doors import BodyReading, ClientGone, read_body
 from ..errors import ApiError, status_of
-from ..http import Request, Router
+from ..http import BaseRouter, Request
+from ..history import PastKernel
+from ..runtime import Runtime
+from ..services import RouteKernel
 from ..telemetry import CLIENT_GONE
 from . import views
 from .render import render, render_block
@@ -40,7 +45,7 @@ __all__ = ["Console", "Visit", "Answer", "ROUTER", "PREFIX", "refuse", "for_cons
 log = logging.getLogger("runstate.console")
 
 PREFIX = "/console"
-ROUTER = Router()
+ROUTER: BaseRouter[Handler] = BaseRouter()
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -102,7 +107,7 @@ class Visit(Request):
 
     __slots__ = ("session", "form", "space", "console", "streaming", "past")
 
-    def __init__(self, method: str, raw_path: str, headers: dict[str, str], client: str | None, limits: Any) -> None:
+    def __init__(self, method: str, raw_path: str, headers: dict[str, str], client: str | None, limits: Limits) -> None:
         super().__init__(method, raw_path, headers, b"", client, limits)
         self.session: Session | None = None
         self.form: dict[str, list[str]] = {}
@@ -110,15 +115,21 @@ class Visit(Request):
         self.console: Console | None = None
         self.streaming = False  # the answer's head is sent: an event stream is under way
         # The space as it stood at the page's `at` (the time scrubber), or None: the page shows now.
-        self.past: Any = None
+        self.past: PastKernel | None = None
 
     @property
-    def reader(self) -> Any:
+    def reader(self) -> RouteKernel:
         """The kernel the page reads: the space at the past point asked, else the live kernel."""
         if self.past is not None:
             return self.past
         assert self.console is not None
         return self.console.kernel
+
+    @property
+    def signed(self) -> Session:
+        """The session of a page that is not public (`Console._prepare` found it before the page runs)."""
+        assert self.session is not None, "a page that is not public is visited signed in"
+        return self.session
 
     @property
     def htmx(self) -> bool:
@@ -139,6 +150,12 @@ class Visit(Request):
             raise refuse(VALIDATION_FAILED, f"{name} is longer than {TEXT_CHARS_MAX} characters")
         return value.strip()
 
+    @overload
+    def number(self, name: str, lowest: int, highest: int, default: int) -> int: ...
+
+    @overload
+    def number(self, name: str, lowest: int, highest: int, default: None = None) -> int | None: ...
+
     def number(self, name: str, lowest: int, highest: int, default: int | None = None) -> int | None:
         text = self.text(name)
         if text is None:
@@ -154,7 +171,7 @@ class Visit(Request):
         return text
 
     def limit(self) -> int:
-        return self.number("limit", 1, views.PAGE_MAX, views.PAGE_DEFAULT)  # type: ignore[return-value]
+        return self.number("limit", 1, views.PAGE_MAX, views.PAGE_DEFAULT)
 
     def kept_query(self) -> list[tuple[str, str]]:
         """This page's filters, for the time scrubber to keep: its query but the point and the
@@ -173,7 +190,8 @@ class Visit(Request):
         return self.raw_path + ("?" + urlencode(query) if query else "")
 
 
-Handler = Callable[..., Awaitable[Answer]]
+# A page's handler answers it; the event stream's (None) sends its answer as it goes.
+Handler = Callable[..., Awaitable[Answer | None]]
 
 
 def page(method: str, pattern: str, *, public: bool = False, stream: bool = False) -> Callable[[Handler], Handler]:
@@ -189,7 +207,7 @@ def page(method: str, pattern: str, *, public: bool = False, stream: bool = Fals
 class Console:
     """The console of one server: its sessions and its live feeds."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.sessions = Sessions()
         self.feeds = Feeds(lambda: runtime.kernel)
@@ -197,7 +215,7 @@ class Console:
         runtime.telemetry.charts.listener = self.feeds.charts
 
     @property
-    def kernel(self) -> Any:
+    def kernel(self) -> Kernel:
         return self.runtime.kernel
 
     def now_s(self) -> float:
@@ -247,7 +265,9 @@ class Console:
                         status = 200
                         await route.handler(self, visit, send=send, receive=receive, **params)
                         return
-                    answer = await route.handler(self, visit, **params)
+                    answered = await route.handler(self, visit, **params)
+                    assert answered is not None, f"a page answers ({route.path} is not the event stream)"
+                    answer = answered
             except KernelError as error:
                 code = error.code
                 answer = self._error_page(visit, error)
@@ -259,8 +279,8 @@ class Console:
             log.exception("console request %s %s failed (%s)", visit.method, raw_path, visit.request_id)
             code, status = INTERNAL, 500
             if not visit.streaming:  # (a stream already answered: it just ends, and the browser reconnects)
-                error = KernelError(INTERNAL, f"internal error (request {visit.request_id}); the server's log has the details")
-                await self._send(send, visit, self._error_page(visit, error))
+                failure = KernelError(INTERNAL, f"internal error (request {visit.request_id}); the server's log has the details")
+                await self._send(send, visit, self._error_page(visit, failure))
         finally:
             runtime.doors.release(reading.held)
             telemetry.end(visit.method, route, status, started, visit.request_id, code)
@@ -290,7 +310,8 @@ class Console:
             raise _SignIn()
         visit.session = session
         if visit.method == "POST":
-            token = visit.headers.get("x-csrf-token") or (visit.form.get("csrf") or [None])[-1]
+            sent = visit.form.get("csrf")
+            token = visit.headers.get("x-csrf-token") or (sent[-1] if sent else None)
             if not session.csrf_matches(token):
                 raise refuse("FORBIDDEN", "refused: the change lacks this session's CSRF token; reload the page and try again", status=403)
         space = params.get("space")
@@ -324,7 +345,7 @@ class Console:
     def _scrubber(self, visit: Visit) -> dict[str, Any] | None:
         """The time scrubber's reach on a space's page: from the oldest point the space's history
         keeps to now (wall ms), or None where the server keeps no history (no data directory)."""
-        if visit.space is None or visit.session is None or self.runtime.kernel is None:
+        if visit.space is None or visit.session is None or self.runtime.kernel_if_open is None:
             return None
         try:
             kept = self.runtime.history.kept(visit.space)
@@ -397,7 +418,8 @@ class Console:
         return check
 
     def serving(self) -> bool:
-        return not self.runtime.draining and not (self.kernel is not None and self.kernel.waits_ended)
+        kernel = self.runtime.kernel_if_open
+        return not self.runtime.draining and not (kernel is not None and kernel.waits_ended)
 
 
 class _SignIn(KernelError):

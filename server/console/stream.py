@@ -40,6 +40,7 @@ from ...actors.events import CURSOR_EXPIRED
 from ...actors.kernel import EMPTY
 from . import views
 from .fenced import Fenced
+from ..services import RouteKernel
 
 __all__ = ["Feeds", "Feed", "Stream", "STREAM_BUFFER_MAX", "HEARTBEAT_S", "STREAM_S_MAX", "WATCH_WAIT_MS", "WATCH_LIMIT"]
 
@@ -214,8 +215,10 @@ async def serve_stream(
     try:
         if feed.cursor is None:
             feed.cursor = newest
+        joined = feed.cursor
+        assert joined is not None, "a feed joined knows its newest event"
         await send({"type": "http.response.body", "body": b"retry: %d\n\n" % RETRY_MS, "more_body": True})
-        last = await _catch_up(kernel, space, stream, after, feed.cursor, send)  # type: ignore[arg-type]
+        last = await _catch_up(kernel, space, stream, after, joined, send)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(feed.watch)
             with trio.move_on_after(lifetime_s):
@@ -232,7 +235,7 @@ def _encode(event: dict[str, Any]) -> tuple[int, bytes]:
     return seq, b"id: %d\nevent: change\ndata: %s\n\n" % (seq, orjson.dumps({"seq": seq, **event}))
 
 
-async def _catch_up(kernel: Any, space: str, stream: Stream, after: int, joined: int, send: Send) -> int:
+async def _catch_up(kernel: RouteKernel, space: str, stream: Stream, after: int, joined: int, send: Send) -> int:
     """Send the events after `after` up to the feed's cursor when this stream joined (the feed
     brings what follows). A cursor too far behind, no longer kept, or ahead of the log (a log that
     was lost) gets `reset` instead. Returns the cursor of the last event sent."""

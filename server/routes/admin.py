@@ -71,7 +71,7 @@ async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[
 async def list_keys(services: Runtime, request: Request) -> tuple[int, View]:
     services.authorize_admin(request)
     space = request.param("space")
-    keys = services.kernel.keys  # type: ignore[union-attr]
+    keys = services.kernel.keys
     views = [KernelState.key_view(key) for key in keys.all() if space is None or space in key.spaces]
     return 200, {"keys": views}
 
@@ -79,7 +79,6 @@ async def list_keys(services: Runtime, request: Request) -> tuple[int, View]:
 async def list_spaces(services: Runtime, request: Request) -> tuple[int, View]:
     services.authorize_admin(request)
     kernel = services.kernel
-    assert kernel is not None
     now_ms = kernel.clock.now_ms()
     spaces = {space.id: space for space in kernel.spaces()}
     keys_per_space: dict[str, int] = {}

@@ -46,6 +46,7 @@ import hashlib
 from typing import Any
 
 import orjson
+import outcome as trio_outcome
 
 from ...actors.commands import Receive, ReceiveMany
 from ...actors.errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
@@ -88,7 +89,6 @@ class _Refused(Exception):
 async def batch(services: Runtime, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     kernel = services.kernel
-    assert kernel is not None
     operations = request.json().data.get("operations")
     limit = services.limits.batch_operations_max
     if not isinstance(operations, list) or not operations:
@@ -110,14 +110,15 @@ async def batch(services: Runtime, request: Request, space: str) -> tuple[int, V
         places.append((index, route, params))
     if commands:
         answers = await kernel.submit_all(space, commands)
-        for (index, route, params), answer in zip(places, answers):
-            error = getattr(answer, "error", None)
-            if error is not None:
-                if not isinstance(error, KernelError):
-                    raise error
-                results[index] = _refusal(services, request, error, route, params)
+        for (index, route, params), done in zip(places, answers):
+            if isinstance(done, trio_outcome.Error):
+                failure = done.error
+                if not isinstance(failure, KernelError):
+                    raise failure
+                results[index] = _refusal(services, request, failure, route, params)
                 continue
-            reply = answer.value
+            assert isinstance(done, trio_outcome.Value), "each answer of a batch is a Value or an Error"
+            reply = done.value
             if reply is EMPTY:
                 results[index] = {"status": 204}
             else:
@@ -186,10 +187,10 @@ def _read(services: Runtime, request: Request, space: str, index: int, operation
             VALIDATION_FAILED, f"{where}: {method} {path[:200]} is not a command of a space that a batch can carry"
         ) from None
     params["space"] = space
-    if takes_caller(route.batch.command):  # type: ignore[union-attr]
+    if takes_caller(route.batch.command):
         params["caller"] = services.caller(request)  # its record says who sent it, as alone
     kernel = services.kernel
-    command = kernel.parse(route.batch.command, body, params)  # type: ignore[union-attr]
+    command = kernel.parse(route.batch.command, body, params)
     if getattr(command, "wait_ms", None):
         raise ApiError(VALIDATION_FAILED, f"{where}: waitMs is not taken in a batch (a long poll would hold every answer); send it alone")
     key = operation.get("idempotencyKey")
@@ -218,7 +219,7 @@ def _refusal(services: Runtime, request: Request, error: KernelError, route: Rou
     if error.retry_after_s is not None:
         result["retryAfter"] = round(error.retry_after_s, 3)
     if error.code == STALE_CLAIM and route is not None and params is not None:  # a late write turned away
-        services.telemetry.fenced.saw((*SPACE_PREFIX, *route.pattern), params, error.message, services.kernel.clock.now_ms())  # type: ignore[union-attr]
+        services.telemetry.fenced.saw((*SPACE_PREFIX, *route.pattern), params, error.message, services.kernel.clock.now_ms())
     return result
 
 

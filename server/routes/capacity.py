@@ -11,10 +11,11 @@ from typing import Any, Callable
 
 from ...actors import capacity_reads as reads
 from ...actors import commands as c
+from ...actors.kernel_reads import KernelReads
 from ...actors.shapes import View
 from ..api import NO_CONTENT, Doc, Reply, endpoint
-from ..http import Request, Router
-from ..runtime import Runtime
+from ..http import Handler, Request, Router
+from ..services import ReadServices
 
 router = Router()
 
@@ -27,8 +28,8 @@ def _list(key: str, schema: str) -> dict[str, Any]:
     return {"type": "object", "properties": {key: {"type": "array", "items": {"$ref": f"#/components/schemas/{schema}"}}}, "required": [key]}
 
 
-def _lister(key: str, read: Callable[[Any, str], list]) -> Callable:
-    async def handler(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+def _lister(key: str, read: Callable[[KernelReads, str], list[View]]) -> Handler:
+    async def handler(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
         services.authorize(request, space)
         return 200, {key: read(services.kernel, space)}
 
@@ -36,8 +37,8 @@ def _lister(key: str, read: Callable[[Any, str], list]) -> Callable:
     return handler
 
 
-def _reader(read: Callable[[Any, str, str], dict[str, Any]], param: str) -> Callable:
-    async def handler(services: Runtime, request: Request, space: str, **params: str) -> tuple[int, View]:
+def _reader(read: Callable[[KernelReads, str, str], View], param: str) -> Handler:
+    async def handler(services: ReadServices, request: Request, space: str, **params: str) -> tuple[int, View]:
         services.authorize(request, space)
         return 200, read(services.kernel, space, params[param])
 

@@ -38,7 +38,6 @@ async def cluster_map(services: Runtime, request: Request) -> tuple[int, View]:
     if cluster is not None:
         return 200, cluster_view.status(cluster)
     kernel = services.kernel
-    assert kernel is not None
     node: dict[str, Any] = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "live": True, "applied": {}, "snapshots": {}}
     partitions = [
         {"partition": p.number, "leader": {"node": "local", "url": None, "epoch": 0}, "leaderLsn": p.journal.durable_lsn,

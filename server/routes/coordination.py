@@ -26,6 +26,7 @@ from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Handler, Request, Router
 from ..runtime import Runtime
+from ..services import ReadServices
 
 router = Router()
 
@@ -41,7 +42,7 @@ _USER_AGENT = re.compile(r"runstate(?:-sdk)?-python/(\d+)\.(\d+)")
 # -- barriers ------------------------------------------------------------------------------------
 
 
-async def read_barrier(services: Runtime, request: Request, space: str, barrier_id: str) -> tuple[int, View]:
+async def read_barrier(services: ReadServices, request: Request, space: str, barrier_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.barrier(services.kernel, space, barrier_id)
 
@@ -65,7 +66,7 @@ endpoint(router, "POST", BASE + "/barriers/{barrier_id}/arrive", Doc(
 # -- timers --------------------------------------------------------------------------------------
 
 
-async def read_timer(services: Runtime, request: Request, space: str, timer_id: str) -> tuple[int, View]:
+async def read_timer(services: ReadServices, request: Request, space: str, timer_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.timer(services.kernel, space, timer_id)
 
@@ -110,7 +111,7 @@ endpoint(router, "POST", BASE + "/timers/{timer_id}/cancel", Doc(
 # -- task groups ---------------------------------------------------------------------------------
 
 
-async def read_group(services: Runtime, request: Request, space: str, group_id: str) -> tuple[int, View]:
+async def read_group(services: ReadServices, request: Request, space: str, group_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.group(services.kernel, space, group_id)
 
@@ -171,7 +172,7 @@ def _cursor(request: Request) -> int | None:
     return int(text)
 
 
-def _wait_s(services: Runtime, request: Request) -> int:
+def _wait_s(services: ReadServices, request: Request) -> int:
     """How long to hold an empty watch: `waitSeconds`, capped for the client that asks."""
     limits = services.kernel.limits
     asked = _integer(request, "waitSeconds", 0, None)
@@ -181,7 +182,7 @@ def _wait_s(services: Runtime, request: Request) -> int:
     return min(limits.watch_wait_s_default if asked is None else asked, cap)
 
 
-async def list_events(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def list_events(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     kernel = services.kernel
     limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
@@ -194,7 +195,7 @@ async def list_events(services: Runtime, request: Request, space: str) -> tuple[
     return 200, reads.events_page(kernel, space, cursor, limit)
 
 
-async def watch(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def watch(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     kernel = services.kernel
     after, limit = _cursor(request), _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
@@ -235,12 +236,12 @@ endpoint(router, "GET", BASE + "/watch", Doc(
 # -- diagnostics ---------------------------------------------------------------------------------
 
 
-async def ops_run(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+async def ops_run(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.run(services.kernel, space, scope_id)
 
 
-async def ops_waits(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def ops_waits(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.waits(services.kernel, space)
 
@@ -262,7 +263,7 @@ endpoint(router, "GET", BASE + "/ops/waits", Doc(
 
 
 def _lister(what: str) -> Handler:
-    async def listing(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+    async def listing(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
         services.authorize(request, space)
         limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
         return 200, reads.in_scope(services.kernel, space, scope_id, what, limit)

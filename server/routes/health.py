@@ -9,18 +9,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...actors.errors import UNAVAILABLE
 from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
+from ..runtime import Runtime
 
 router = Router()
 
 
-async def healthz(services: Any, request: Request) -> tuple[int, View]:
+async def healthz(services: Runtime, request: Request) -> tuple[int, View]:
     if request.param("probe") == "live":
         return 200, {"status": "live"}
     if not services.ready:

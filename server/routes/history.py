@@ -24,9 +24,11 @@ import dataclasses
 from typing import Any
 
 from ..api import Doc, Reply, endpoint
+from ..history import PastKernel
 from ..history_views import Diff
-from ..http import Request, Route, Router
+from ..http import Handler, Request, Route, Router
 from ..runtime import Runtime
+from ..services import ReadServices
 
 __all__ = ["router", "twins", "PREFIX"]
 
@@ -58,21 +60,22 @@ class _Past:
 
     __slots__ = ("_services", "kernel")
 
-    def __init__(self, services: Runtime, kernel: Any) -> None:
+    def __init__(self, services: Runtime, kernel: PastKernel) -> None:
         self._services = services
         self.kernel = kernel
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # `Any`: whatever the runtime has under that name
         return getattr(self._services, name)
 
 
-def _twin_handler(route: Route) -> Any:
+def _twin_handler(route: Route) -> Handler:
     handler = route.handler
 
     async def at_point(services: Runtime, request: Request, space: str, **params: str) -> tuple[int, Any]:
         services.authorize(request, space)
         past = await services.history.at(space, request.param("at"))
-        status, body = await handler(_Past(services, past), request, space=space, **params)
+        at_past: ReadServices = _Past(services, past)
+        status, body = await handler(at_past, request, space=space, **params)
         if isinstance(body, dict):
             body = {**body, "asOf": past.point.view()}
         request.answer_headers = {**(request.answer_headers or {}), **past.point.headers()}

@@ -27,6 +27,7 @@ from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
+from ..services import ReadServices
 from ..wire import HELD_CLAIM
 
 router = Router()
@@ -46,17 +47,17 @@ def _limit(request: Request) -> int:
     return int(text)
 
 
-async def list_scopes(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def list_scopes(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     limit = _limit(request)
-    state = services.kernel.space_view(space)  # type: ignore[union-attr]
-    now_ms = services.kernel.clock.now_ms()  # type: ignore[union-attr]
+    state = services.kernel.space_view(space)
+    now_ms = services.kernel.clock.now_ms()
     newest = list(itertools.islice(reversed(list(state.scopes.all())), limit + 1))
     views = [state.scopes.view(scope, now_ms) for scope in newest[:limit]]
     return 200, {"scopes": views, "truncated": len(newest) > limit}
 
 
-async def list_claims(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+async def list_claims(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     limit = _limit(request)
     claims = reads.claims_in_scope(services.kernel, space, scope_id)
@@ -64,28 +65,28 @@ async def list_claims(services: Runtime, request: Request, space: str, scope_id:
     return 200, {"scopeId": scope_id, "claims": listed, "truncated": len(claims) > limit}
 
 
-async def list_tasks(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+async def list_tasks(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     limit = _limit(request)
-    state = services.kernel.space_view(space)  # type: ignore[union-attr]
+    state = services.kernel.space_view(space)
     state.scopes.get(scope_id)  # 404 for a run that does not exist
-    now_ms = services.kernel.clock.now_ms()  # type: ignore[union-attr]
+    now_ms = services.kernel.clock.now_ms()
     tasks = sorted((task for task in state.tasks.all() if task.scope_id == scope_id), key=lambda task: task.created_ms, reverse=True)
     views = [state.tasks.view(task, now_ms) for task in tasks[:limit]]
     return 200, {"scopeId": scope_id, "tasks": views, "truncated": len(tasks) > limit}
 
 
-async def usage(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def usage(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
-    return 200, services.kernel.space_view(space).usage.view(space)  # type: ignore[union-attr]
+    return 200, services.kernel.space_view(space).usage.view(space)
 
 
-async def space_caps(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def space_caps(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     kernel = services.kernel
     state = kernel.space_view(space)
     # What retention will remove, so an operator sees the entity count that is about to fall.
-    return 200, {**caps.view(state), "pendingRemoval": runs.pending_removal(state, kernel.clock.now_ms())}  # type: ignore[union-attr]
+    return 200, {**caps.view(state), "pendingRemoval": runs.pending_removal(state, kernel.clock.now_ms())}
 
 
 _COUNT = {"type": "integer"}
@@ -147,7 +148,7 @@ async def whoami(services: Runtime, request: Request) -> tuple[int, View]:
 
     So that a tool holding only an API key can find the space it opens (`runstate inspect`)."""
     secret = request.bearer()
-    keys = services.kernel.keys  # type: ignore[union-attr]
+    keys = services.kernel.keys
     spaces = keys.spaces_for(secret)
     if spaces:
         view = KernelState.key_view(keys.by_digest(digest(secret)))

@@ -20,7 +20,7 @@ from ...actors.shapes import View
 from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
-from ..runtime import Runtime
+from ..services import ReadServices
 
 router = Router()
 
@@ -67,12 +67,12 @@ _DELETED = {
 }
 
 
-async def list_mailboxes(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def list_mailboxes(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, {"mailboxes": reads.mailboxes(services.kernel, space)}
 
 
-async def read(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
+async def read(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.mailbox(services.kernel, space, mailbox_id)
 
@@ -86,7 +86,7 @@ def _integer(request: Request, name: str, low: int, high: int) -> int | None:
     return int(text)
 
 
-async def dead_letters(services: Runtime, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
+async def dead_letters(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
     """A page of dead letters, newest first: `limit`, `cursor`, and the filters of an action."""
     services.authorize(request, space)
     kernel = services.kernel

@@ -13,7 +13,7 @@ from ...actors.kernel import EMPTY
 from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
-from ..runtime import Runtime
+from ..services import ReadServices
 
 router = Router()
 
@@ -23,7 +23,7 @@ ERRORS = ("400", "404", "409")
 G = "Once"
 
 
-async def wait(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def wait(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     kernel = services.kernel
     command = kernel.parse(c.WaitOnce, {}, {"space": space}, request.param)

@@ -9,13 +9,14 @@ import orjson
 from ..api import Doc, Reply, endpoint
 from ..http import Raw, Request, Router
 from ..openapi import OPENAPI_PATH, openapi
+from ..runtime import Runtime
 
 router = Router()
 
 _cache: dict[Any, bytes] = {}  # Limits (frozen, hashable) -> the document
 
 
-async def document(services: Any, request: Request) -> tuple[int, Raw]:
+async def document(services: Runtime, request: Request) -> tuple[int, Raw]:
     limits = services.limits
     body = _cache.get(limits)
     if body is None:

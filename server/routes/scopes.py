@@ -7,7 +7,7 @@ from ...actors import reads
 from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
-from ..runtime import Runtime
+from ..services import ReadServices
 
 router = Router()
 
@@ -15,7 +15,7 @@ BASE = "/v1/spaces/{space}/scopes"
 SCOPE = "Scope"
 
 
-async def read(services: Runtime, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+async def read(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, reads.scope(services.kernel, space, scope_id)
 

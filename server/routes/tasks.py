@@ -12,7 +12,7 @@ from ...actors.kernel import EMPTY
 from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
-from ..runtime import Runtime
+from ..services import ReadServices
 
 router = Router()
 
@@ -21,7 +21,7 @@ TASK = (Reply(200, "Task"),)
 ERRORS = ("400", "404", "409")
 
 
-async def read(services: Runtime, request: Request, space: str, task_id: str) -> tuple[int, View]:
+async def read(services: ReadServices, request: Request, space: str, task_id: str) -> tuple[int, View]:
     """The task now; with `waitMs`, once it has ended or when the wait ends (a long poll)."""
     services.authorize(request, space)
     kernel = services.kernel

@@ -1,5 +1,6 @@
-"""The simulation's CI batch: SIM_SEEDS seeds (300 by default) of agents, workers and crashes, and
-no invariant broken in any.
+"""The simulation's slice of `make test`: seeds 1 to SIM_SEEDS (CI_SEEDS, 50, by default; `make
+sim` runs 300 and `make soak` new seeds for as long as asked) and the seeds that once found a defect
+(FOUND_SEEDS), of agents, workers and crashes, and no invariant broken in any.
 
 Each seed is a test class of its own (`TestSeed17`), so that pytest's processes share the batch:
 `make test` runs `--dist loadscope`, which hands a process a file's tests together, or a class's
@@ -13,9 +14,9 @@ from __future__ import annotations
 
 import os
 
-from .runner import DEFAULT_SEEDS, run_seed_apart
+from .runner import CI_SEEDS, FOUND_SEEDS, run_seed_apart
 
-SEEDS = int(os.environ.get("SIM_SEEDS", str(DEFAULT_SEEDS)))
+SEEDS = int(os.environ.get("SIM_SEEDS", str(CI_SEEDS)))
 
 
 class _Seed:
@@ -29,5 +30,5 @@ class _Seed:
         assert not result.violations, result.describe() + f"\n  replay: make sim SEED={self.seed}"
 
 
-for _number in range(1, SEEDS + 1):
+for _number in sorted({*range(1, SEEDS + 1), *FOUND_SEEDS}):
     globals()[f"TestSeed{_number}"] = type(f"TestSeed{_number}", (_Seed,), {"seed": _number, "__module__": __name__})

@@ -3,25 +3,44 @@ events, and the space's usage and caps."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from ....actors import coordination_reads
 from ....actors.caps import view as caps_view
+from ....actors.claims import Claim
 from ....actors.errors import quote
+from ....actors.messages import Message
+from ....actors.shapes import View
+from ....actors.space import SpaceState
+from ....actors.tasks import Task
 from ....actors.timestamps import format_ms
 from .reading import (
     PAGE_MAX, _acquirers, _history, _paged, _read, _Reading, _required, _short_token, pretty, preview,
 )
 from .waiting import _money, _why_task
+from ...services import RouteKernel
 
 # Rows of one run's subtree shown under it in the run tree; the rest are on the run's own page.
 SUBTREE_ROWS_MAX = 20
 
 
+class _Dated(Protocol):
+    """A row of a coordination list (a task group, a barrier, a timer): listed by when it was made, then its id."""
+
+    @property
+    def created_ms(self) -> int: ...
+
+    @property
+    def id(self) -> str: ...
+
+
+D = TypeVar("D", bound=_Dated)
+
+
 # -- runs --------------------------------------------------------------------------------------
 
 
-def _activity(space: Any, now_ms: int) -> tuple[dict[str, set[str]], dict[str, int]]:
+def _activity(space: SpaceState, now_ms: int) -> tuple[dict[str, set[str]], dict[str, int]]:
     """Per run: the holders of its live leases (claims and deliveries), and how many of its
     messages wait to be delivered."""
     holders: dict[str, set[str]] = {}
@@ -38,10 +57,10 @@ def _activity(space: Any, now_ms: int) -> tuple[dict[str, set[str]], dict[str, i
     return holders, waiting
 
 
-async def runs(kernel: Any, space_id: str, *, state: str | None, name: str | None, cursor: str | None, limit: int) -> dict[str, Any]:
+async def runs(kernel: RouteKernel, space_id: str, *, state: str | None, name: str | None, cursor: str | None, limit: int) -> dict[str, Any]:
     """The run tree: root runs newest first, each with its subtree (at most SUBTREE_ROWS_MAX rows)."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"runs": [], "next": None, "total": 0, "rows": 0}
         tree = space.scopes
@@ -75,11 +94,12 @@ async def runs(kernel: Any, space_id: str, *, state: str | None, name: str | Non
     return await _read(kernel, space_id, view)
 
 
-async def run(kernel: Any, space_id: str, scope_id: str) -> dict[str, Any]:
+async def run(kernel: RouteKernel, space_id: str, scope_id: str) -> dict[str, Any]:
     """One run: its view, its ancestors, children, workers, what waits, counts, and its newest events."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
-        tree = _required(space, f"run {quote(scope_id)}").scopes
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
+        space = _required(space, f"run {quote(scope_id)}")
+        tree = space.scopes
         scope = tree.get(scope_id)
         ancestors = []
         parent = scope.parent_id
@@ -121,16 +141,16 @@ def _claim_row(claim: Any, now_ms: int) -> dict[str, Any]:
     }
 
 
-async def claims(kernel: Any, space_id: str, *, run: str | None, key: str | None, holder: str | None, held_only: bool,
+async def claims(kernel: RouteKernel, space_id: str, *, run: str | None, key: str | None, holder: str | None, held_only: bool,
                  cursor: str | None, limit: int) -> dict[str, Any]:
     """Claims by key (then run): held ones, or every key the space remembers with its generation;
     each with the acquires waiting for it."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"claims": [], "next": None, "total": 0}
         if held_only:
-            found: Iterable = (c for c in space.claims.held() if c.held_at(now_ms))
+            found: Iterable[Claim] = (c for c in space.claims.held() if c.held_at(now_ms))
         else:
             found = (c for scope in space.scopes.all() for c in space.claims.in_scope(scope.id))
         if run:
@@ -150,14 +170,14 @@ async def claims(kernel: Any, space_id: str, *, run: str | None, key: str | None
 # -- tasks -------------------------------------------------------------------------------------
 
 
-def _task_row(space: Any, task: Any, now_ms: int) -> dict[str, Any]:
+def _task_row(space: SpaceState, task: Any, now_ms: int) -> dict[str, Any]:
     row = space.tasks.view(task, now_ms)
     message = space.messages.find(task.message_id)
     leased = message is not None and message.state == "LEASED"
     mailbox = space.mailboxes.find(task.mailbox_id)
     row.update(
-        worker=message.holder if leased else None,
-        leaseExpiresAt=format_ms(message.expires_ms) if leased else None,
+        worker=message.holder if message is not None and leased else None,
+        leaseExpiresAt=format_ms(message.expires_ms) if message is not None and leased else None,
         visibleAt=format_ms(message.visible_ms) if message is not None and message.state == "DELAYED" else None,
         mailboxName=None if mailbox is None else mailbox.name,
         preview=preview(row["outcome"]),
@@ -165,14 +185,14 @@ def _task_row(space: Any, task: Any, now_ms: int) -> dict[str, Any]:
     return row
 
 
-async def tasks(kernel: Any, space_id: str, *, state: str | None, run: str | None, mailbox: str | None, key: str | None,
+async def tasks(kernel: RouteKernel, space_id: str, *, state: str | None, run: str | None, mailbox: str | None, key: str | None,
                 cursor: str | None, limit: int) -> dict[str, Any]:
     """Tasks newest first, filtered by state, run, mailbox (id or name) and key prefix."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"tasks": [], "next": None, "total": 0}
-        found: Iterable = space.tasks.all()
+        found: Iterable[Task] = space.tasks.all()
         if state:
             found = (t for t in found if t.state == state)
         if run:
@@ -189,10 +209,10 @@ async def tasks(kernel: Any, space_id: str, *, state: str | None, run: str | Non
     return await _read(kernel, space_id, view)
 
 
-async def task(kernel: Any, space_id: str, task_id: str) -> dict[str, Any]:
+async def task(kernel: RouteKernel, space_id: str, task_id: str) -> dict[str, Any]:
     """One task: its view, its delivery, its input and result in full, its events, and why it waits."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         space = _required(space, f"task {quote(task_id)}")
         found = space.tasks.get(task_id)
         row = _task_row(space, found, now_ms)
@@ -211,7 +231,7 @@ async def task(kernel: Any, space_id: str, task_id: str) -> dict[str, Any]:
     return await _read(kernel, space_id, view)
 
 
-def _requirements_named(space: Any, needs: dict[str, Any]) -> list[str]:
+def _requirements_named(space: SpaceState, needs: dict[str, Any]) -> list[str]:
     part = space.capacity
     named = [f"{units} unit(s) of pool {part.pools.get(pool_id).name}" for pool_id, units in needs["pools"]]
     named += [f"{units} unit(s) of quota {part.allowances.get(allowance_id).name}" for allowance_id, units in needs["quotas"]]
@@ -223,7 +243,7 @@ def _requirements_named(space: Any, needs: dict[str, Any]) -> list[str]:
 # -- queues ------------------------------------------------------------------------------------
 
 
-def _receivers(kernel: Any, space_id: str) -> dict[str, int]:
+def _receivers(kernel: RouteKernel, space_id: str) -> dict[str, int]:
     """Receives parked now, per mailbox (workers waiting for work)."""
     found: dict[str, int] = {}
     for key, calls in kernel.parked():
@@ -232,8 +252,8 @@ def _receivers(kernel: Any, space_id: str) -> dict[str, int]:
     return found
 
 
-async def queues(kernel: Any, space_id: str) -> dict[str, Any]:
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+async def queues(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"mailboxes": []}
         receivers = _receivers(kernel, space_id)
@@ -243,15 +263,15 @@ async def queues(kernel: Any, space_id: str) -> dict[str, Any]:
     return await _read(kernel, space_id, view)
 
 
-async def queue(kernel: Any, space_id: str, mailbox_id: str, *, state: str | None, cursor: str | None, limit: int,
+async def queue(kernel: RouteKernel, space_id: str, mailbox_id: str, *, state: str | None, cursor: str | None, limit: int,
                 reason: str | None, older_s: int | None, dead_cursor: str | None) -> dict[str, Any]:
     """A mailbox: its counts, its deliveries (paged), and its dead letters (newest first, paged)."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         space = _required(space, f"mailbox {quote(mailbox_id)}")
         mailbox = space.mailboxes.get(mailbox_id)
         messages = space.messages
-        found: Iterable = (m for m in messages.live() if m.mailbox_id == mailbox_id)
+        found: Iterable[Message] = (m for m in messages.live() if m.mailbox_id == mailbox_id)
         if state:
             found = (m for m in found if m.state == state)
         chosen, following, total = _paged(found, lambda m: (m.seq,), (int,), cursor, limit, newest_first=False)
@@ -261,7 +281,7 @@ async def queue(kernel: Any, space_id: str, mailbox_id: str, *, state: str | Non
             row["taskKey"] = None if message.task_id is None else space.tasks.get(message.task_id).key
             row["preview"] = preview(message.payload)
             deliveries.append(row)
-        dead: Iterable = messages.dead_letters(mailbox_id)
+        dead: Iterable[Message] = messages.dead_letters(mailbox_id)
         if reason:
             dead = (m for m in dead if reason in (m.reason or ""))
         if older_s:
@@ -280,11 +300,11 @@ async def queue(kernel: Any, space_id: str, mailbox_id: str, *, state: str | Non
 # -- capacity ----------------------------------------------------------------------------------
 
 
-async def capacity(kernel: Any, space_id: str) -> dict[str, Any]:
+async def capacity(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
     """Pools with their holders and their FIFO line, quotas with their window and line, budgets as
     spent / reserved / remaining with what each run reserved, and work limits."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"pools": [], "quotas": [], "budgets": [], "workLimits": []}
         part = space.capacity
@@ -316,25 +336,25 @@ async def capacity(kernel: Any, space_id: str) -> dict[str, Any]:
 # -- coordination ------------------------------------------------------------------------------
 
 
-async def coordination(kernel: Any, space_id: str, *, run: str | None, cursors: dict[str, str | None], limit: int) -> dict[str, Any]:
+async def coordination(kernel: RouteKernel, space_id: str, *, run: str | None, cursors: dict[str, str | None], limit: int) -> dict[str, Any]:
     """Task groups, barriers and timers, newest first, each list paged on its own."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {name: [] for name in ("groups", "barriers", "timers")} | {"next": {}, "totals": {}}
         part = space.coordination
         answer: dict[str, Any] = {"next": {}, "totals": {}}
-        for name, table, in_run, show in (
-            ("groups", part.groups, lambda g: g.scope_id == run or g.parent_scope_id == run, lambda g: part.groups.view(g, now_ms)),
-            ("barriers", part.barriers, lambda b: b.scope_id == run, lambda b: part.barriers.view(b, now_ms)),
-            ("timers", part.timers, lambda t: t.scope_id == run, part.timers.view),
-        ):
-            found: Iterable = table.all()
+
+        def page(name: str, found: Iterable[D], in_run: Callable[[D], bool], show: Callable[[D], View]) -> None:
             if run:
                 found = (item for item in found if in_run(item))
             chosen, following, total = _paged(found, lambda item: (item.created_ms, item.id), (int, str), cursors.get(name), limit)
             answer[name] = [show(item) for item in chosen]
             answer["next"][name], answer["totals"][name] = following, total
+
+        page("groups", part.groups.all(), lambda g: g.scope_id == run or g.parent_scope_id == run, lambda g: part.groups.view(g, now_ms))
+        page("barriers", part.barriers.all(), lambda b: b.scope_id == run, lambda b: part.barriers.view(b, now_ms))
+        page("timers", part.timers.all(), lambda t: t.scope_id == run, part.timers.view)
         return answer
 
     return await _read(kernel, space_id, view)
@@ -343,19 +363,20 @@ async def coordination(kernel: Any, space_id: str, *, run: str | None, cursors: 
 # -- events ------------------------------------------------------------------------------------
 
 
-async def events(kernel: Any, space_id: str, *, types: frozenset[str] | None, run: str | None, key: str | None,
+async def events(kernel: RouteKernel, space_id: str, *, types: frozenset[str] | None, run: str | None, key: str | None,
                  before: int | None, limit: int) -> dict[str, Any]:
     """The event log newest first, filtered by type, run (its subtree) and key (an aggregate id:
     a claim key, a task or message id...); `before` pages back from an event number."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"events": [], "next": None, "oldest": 0, "newest": 0}
         log = space.events
         inside = None
         if run:
             inside = frozenset(space.scopes.subtree(space.scopes.get(run).id))
-        found, last = [], None
+        found: list[View] = []
+        last = None
         for seq, change, at_ms in log.scan(newest_first=True):
             if before is not None and seq >= before:
                 continue
@@ -374,10 +395,10 @@ async def events(kernel: Any, space_id: str, *, types: frozenset[str] | None, ru
 # -- the space ---------------------------------------------------------------------------------
 
 
-async def space_overview(kernel: Any, space_id: str) -> dict[str, Any]:
+async def space_overview(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
     """Usage (operations counted) and how full the space is against each of its caps."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"usage": None, "caps": []}
         return {"usage": space.usage.view(space.id), "caps": caps_view(space)["caps"]}

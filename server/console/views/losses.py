@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from ....actors import events as event_log
+from ....actors.space import SpaceState
 from ....actors.timestamps import format_ms
 from .lists import _claim_row
 from .reading import PAGE_MAX, _read, _short_token
 from .swimlanes import _CLAIM_EVENTS
+from ...services import RouteKernel
 
 
-async def workers(kernel: Any, space_id: str, *, window_s: int) -> dict[str, Any]:
+async def workers(kernel: RouteKernel, space_id: str, *, window_s: int) -> dict[str, Any]:
     """Every holder with a live lease, and every holder the window's events name, with counts."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"workers": [], "windowSeconds": window_s}
         rows: dict[str, dict[str, Any]] = {}
@@ -42,7 +44,7 @@ async def workers(kernel: Any, space_id: str, *, window_s: int) -> dict[str, Any
     return await _read(kernel, space_id, view)
 
 
-def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict[str, Any]]:
+def _losses(space: SpaceState, start_ms: int, holder: str | None) -> list[dict[str, Any]]:
     """What the window's events say ended badly under a holder (`holder`, or any), oldest first:
     claim leases that expired and deliveries whose lease ran out (each with who took it next),
     deliveries given back for a retry, and dead letters.
@@ -53,7 +55,7 @@ def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict[str, Any
     acquire names the holder), and who took it next may come after it.
     """
     log = space.events
-    expired: set[tuple] = set()  # (run, key) of the claims that expired in the window
+    expired: set[tuple[str | None, str]] = set()  # (run, key) of the claims that expired in the window
     lost: set[str] = set()  # the messages whose delivery ended badly in the window
     for _, change, at_ms in log.scan(newest_first=True):
         if at_ms < start_ms:
@@ -63,11 +65,11 @@ def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict[str, Any
             expired.add((change[1], change[3]))
         elif kind in _LOSS_EVENTS:
             payload = change[4]
-            lost.add(payload[0] if payload.__class__ is tuple else payload["messageId"])
+            lost.add(payload[0] if isinstance(payload, tuple) else payload["messageId"])
     if not expired and not lost:
         return []
-    holders: dict[tuple, str] = {}  # (run, key, generation) -> who took it
-    open_claims: dict[tuple, dict[str, Any]] = {}  # (run, key) -> an expiry waiting for the next holder
+    holders: dict[tuple[str | None, str, int], str | None] = {}  # (run, key, generation) -> who took it
+    open_claims: dict[tuple[str | None, str], dict[str, Any]] = {}  # (run, key) -> an expiry waiting for the next holder
     open_deliveries: dict[str, dict[str, Any]] = {}  # message id -> a lost lease waiting for the next one
     losses: list[dict[str, Any]] = []
     for seq, change, at_ms in log.scan():
@@ -75,10 +77,12 @@ def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict[str, Any
         if kind in _CLAIM_EVENTS:
             if (scope_id, ident) not in expired:
                 continue
-            values = payload if payload.__class__ is dict else None  # most are kept as a tuple: read it as one
-            generation = payload[0] if values is None else values["generation"]
+            if isinstance(payload, dict):
+                generation, took = payload["generation"], payload.get("holder")
+            else:  # most are kept as a tuple: read it as one
+                generation, took = payload[0], payload[1] if len(payload) > 1 else None
             if kind in ("claim.acquired", "claim.taken_over"):
-                who = payload[1] if values is None else values["holder"]
+                who = took
                 holders[(scope_id, ident, generation)] = who
                 found = open_claims.pop((scope_id, ident), None)
                 if found is not None:
@@ -90,7 +94,7 @@ def _losses(space: Any, start_ms: int, holder: str | None) -> list[dict[str, Any
                     open_claims[(scope_id, ident)] = found
                     losses.append(found)
             continue
-        if kind not in _DELIVERY_EVENTS or (payload[0] if payload.__class__ is tuple else payload["messageId"]) not in lost:
+        if kind not in _DELIVERY_EVENTS or (payload[0] if isinstance(payload, tuple) else payload["messageId"]) not in lost:
             continue
         values = event_log.payload_of(kind, payload)
         if kind in ("task.started", "delivery.leased"):
@@ -125,11 +129,11 @@ def _loss(holder: str, counts: str, what: str, scope_id: str | None, at_ms: int,
     return {"holder": holder, "counts": counts, "what": what, "run": scope_id, "at": format_ms(at_ms), "seq": seq, "next": None}
 
 
-async def worker(kernel: Any, space_id: str, holder: str, *, window_s: int) -> dict[str, Any]:
+async def worker(kernel: RouteKernel, space_id: str, holder: str, *, window_s: int) -> dict[str, Any]:
     """One holder: what it holds now, and its blast radius over the window (what its crash or its
     failures took down, and who took over)."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"holder": holder, "claims": [], "deliveries": [], "grants": [], "losses": [], "windowSeconds": window_s}
         held_claims = [_claim_row(c, now_ms) for c in space.claims.held() if c.holder == holder and c.held_at(now_ms)]

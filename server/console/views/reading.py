@@ -10,9 +10,16 @@ import orjson
 
 from ....actors import events as event_log
 from ....actors.errors import NOT_FOUND, VALIDATION_FAILED, KernelError, quote
+from ....actors.events import Change
 from ....actors.keys import digest
+from ....actors.outcome import ActorKey
+from ....actors.shapes import View
+from ....actors.space import SpaceState
+from ...services import RouteKernel
 
 T = TypeVar("T")
+# A row's place in a list's order, and what a page's cursor carries: (time, id), (key, run), ...
+Cursor = tuple[int | str, ...]
 
 PAGE_DEFAULT = 50
 PAGE_MAX = 500
@@ -29,26 +36,26 @@ class _Reading:
 
     __slots__ = ("_space", "clock", "_kernel")
 
-    def __init__(self, kernel: Any, space: Any) -> None:
+    def __init__(self, kernel: RouteKernel, space: SpaceState) -> None:
         self._space = space
         self.clock = kernel.clock
         self._kernel = kernel
 
-    def space_view(self, space_id: str) -> Any:
+    def space_view(self, space_id: str) -> SpaceState:
         assert space_id == self._space.id, "a read looks at the one space it was given"
         return self._space
 
-    def parked(self) -> list:
+    def parked(self) -> list[tuple[ActorKey, int]]:
         return self._kernel.parked()
 
-    def parked_holders(self, key: tuple, count_max: int) -> list[str]:
+    def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
         return self._kernel.parked_holders(key, count_max)
 
 
-async def _read(kernel: Any, space_id: str, view: Callable[[Any, int], dict[str, Any]]) -> dict[str, Any]:
+async def _read(kernel: RouteKernel, space_id: str, view: Callable[[SpaceState | None, int], View]) -> View:
     """`view(space, now_ms)` with the cursor of the newest event it saw; an empty space is None."""
 
-    def look(space: Any) -> dict[str, Any]:
+    def look(space: SpaceState | None) -> dict[str, Any]:
         answer = view(space, kernel.clock.now_ms())
         answer["cursor"] = 0 if space is None else space.events.seq
         return answer
@@ -56,35 +63,35 @@ async def _read(kernel: Any, space_id: str, view: Callable[[Any, int], dict[str,
     return await kernel.read(space_id, look)
 
 
-def _required(space: Any, what: str) -> Any:
+def _required(space: SpaceState | None, what: str) -> SpaceState:
     if space is None:
         raise KernelError(NOT_FOUND, f"{what} not found (nothing was ever recorded in this space)")
     return space
 
 
-def key_spaces(kernel: Any, secret: str) -> frozenset[str]:
+def key_spaces(kernel: RouteKernel, secret: str) -> frozenset[str]:
     """The spaces an API key opens now (none when it is unknown or revoked)."""
     return kernel.keys.spaces_for(secret)
 
 
-def key_access(kernel: Any, secret: str) -> tuple[frozenset[str], str | None]:
+def key_access(kernel: RouteKernel, secret: str) -> tuple[frozenset[str], str | None]:
     """The spaces an API key opens now and its role; (nothing, None) when it is unknown or revoked."""
     key = kernel.keys.active(secret)
     return (frozenset(), None) if key is None else (key.spaces, key.role)
 
 
-def key_named(kernel: Any, secret: str) -> tuple[str | None, str | None, bool]:
+def key_named(kernel: RouteKernel, secret: str) -> tuple[str | None, str | None, bool]:
     """An API key's id and name, and whether it was revoked; (None, None, False) when unknown."""
     key = kernel.keys.by_digest(digest(secret))
     return (None, None, False) if key is None else (key.id, key.name, key.revoked_ms is not None)
 
 
-def known_spaces(kernel: Any) -> list[str]:
+def known_spaces(kernel: RouteKernel) -> list[str]:
     """Every space the server knows: one that holds anything, or that a key opens (the admin's list)."""
     return sorted({space.id for space in kernel.spaces()} | kernel.keys.spaces())
 
 
-async def newest_event(kernel: Any, space_id: str) -> int:
+async def newest_event(kernel: RouteKernel, space_id: str) -> int:
     """The number of the newest event of the space (0 when there is none)."""
     return await kernel.read(space_id, lambda space: 0 if space is None else space.events.seq)
 
@@ -92,11 +99,11 @@ async def newest_event(kernel: Any, space_id: str) -> int:
 # -- cursors and pages -------------------------------------------------------------------------
 
 
-def encode_cursor(key: tuple) -> str:
+def encode_cursor(key: Cursor) -> str:
     return base64.urlsafe_b64encode(orjson.dumps(list(key))).decode().rstrip("=")
 
 
-def decode_cursor(text: str, shape: tuple[type, ...]) -> tuple:
+def decode_cursor(text: str, shape: tuple[type, ...]) -> Cursor:
     """A cursor made by `encode_cursor` for a key of these types; VALIDATION_FAILED for anything else."""
     try:
         key = orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
@@ -107,7 +114,7 @@ def decode_cursor(text: str, shape: tuple[type, ...]) -> tuple:
     return tuple(key)
 
 
-def _paged(items: Iterable[T], key: Callable[[T], tuple], shape: tuple[type, ...], cursor: str | None, limit: int,
+def _paged(items: Iterable[T], key: Callable[[T], Cursor], shape: tuple[type, ...], cursor: str | None, limit: int,
            newest_first: bool = True) -> tuple[list[T], str | None, int]:
     """The `limit` rows after `cursor` in the order of `key` (descending when `newest_first`), the
     cursor of the next page (None on the last) and how many rows match in all."""
@@ -143,7 +150,7 @@ def _short_token(token: str | None) -> str | None:
     return None if token is None else token[:10] + "…"
 
 
-def _history(space: Any, match: Callable[[tuple], bool]) -> list[dict[str, Any]]:
+def _history(space: SpaceState, match: Callable[[Change], bool]) -> list[View]:
     """The newest HISTORY_MAX events whose change matches, newest first."""
     found = []
     for seq, change, at_ms in space.events.scan(newest_first=True):
@@ -154,16 +161,16 @@ def _history(space: Any, match: Callable[[tuple], bool]) -> list[dict[str, Any]]
     return found
 
 
-def _acquirers(kernel: Any, space_id: str) -> dict[tuple[str, str], int]:
+def _acquirers(kernel: RouteKernel, space_id: str) -> dict[tuple[str, str], int]:
     """Acquires parked now (waitMs), per claim (run, key): who waits for a held claim."""
     return {(key[2], key[3]): calls for key, calls in kernel.parked() if key[0] == "claim" and key[1] == space_id}
 
 
-async def events_after(kernel: Any, space_id: str, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+async def events_after(kernel: RouteKernel, space_id: str, after: int, limit: int) -> tuple[list[dict[str, Any]], int]:
     """Events after the cursor `after`, oldest first, at most `limit`, and the cursor after them
     (CURSOR_EXPIRED for one no longer kept): what a stream resuming at `after` sends first."""
 
-    def view(space: Any) -> tuple[list[dict[str, Any]], int]:
+    def view(space: SpaceState | None) -> tuple[list[dict[str, Any]], int]:
         if space is None:
             if after:
                 raise KernelError(event_log.CURSOR_EXPIRED, f"cursor {after} is ahead of this space's events (none)")

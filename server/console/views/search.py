@@ -14,25 +14,29 @@ from typing import Any
 
 from .lists import _claim_row
 from .reading import _read
+from ....actors.events import Change
+from ....actors.shapes import View
+from ....actors.space import SpaceState
+from ...services import RouteKernel
 
 RESULTS_MAX = 20
 EVENTS_LOOKED_MAX = 20_000
 
 
-async def search(kernel: Any, space_id: str, text: str) -> dict[str, Any]:
+async def search(kernel: RouteKernel, space_id: str, text: str) -> dict[str, Any]:
     """What in the space matches `text`, by kind: runs, claims, holders, tasks, mailboxes."""
     needle = text.casefold()
 
     def matches(value: str | None) -> bool:
         return value is not None and needle in value.casefold()
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
-        found: dict[str, list] = {"runs": [], "claims": [], "holders": [], "tasks": [], "mailboxes": []}
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
+        found: dict[str, list[View]] = {"runs": [], "claims": [], "holders": [], "tasks": [], "mailboxes": []}
         more = dict.fromkeys(found, False)
         if space is None:
             return {"results": found, "more": more, "text": text}
 
-        def add(kind: str, row: Any) -> bool:
+        def add(kind: str, row: View) -> bool:
             """Keep a row; False once the kind is full (more were found)."""
             if len(found[kind]) >= RESULTS_MAX:
                 more[kind] = True
@@ -64,7 +68,7 @@ async def search(kernel: Any, space_id: str, text: str) -> dict[str, Any]:
     return await _read(kernel, space_id, view)
 
 
-def _holders(space: Any, now_ms: int) -> dict[str, int]:
+def _holders(space: SpaceState, now_ms: int) -> dict[str, int]:
     """Every holder named now or in the newest events, with how many leases it holds now."""
     holders: dict[str, int] = {}
     for claim in space.claims.held():
@@ -83,7 +87,7 @@ def _holders(space: Any, now_ms: int) -> dict[str, int]:
     return holders
 
 
-def _names_holder(change: tuple) -> bool:
+def _names_holder(change: Change) -> bool:
     """Whether an event's payload may name a holder (without making the event of every one)."""
     payload = change[4]
-    return "holder" in payload if payload.__class__ is dict else len(payload) > 1
+    return "holder" in payload if isinstance(payload, dict) else len(payload) > 1

@@ -31,9 +31,15 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, Iterable
 
-from ....actors.events import PAYLOAD_NAMES
+from ....actors.events import PAYLOAD_NAMES, Change
+from ....actors.space import SpaceState
 from ....actors.timestamps import format_ms
+from ...services import RouteKernel
+from ..fenced import Fenced
 from .reading import _read
+
+# An event as the log keeps it (`EventLog.scan`): its number, the change, its time.
+Logged = tuple[int, Change, int]
 
 # Lanes drawn at once; the shortest axis a fitted swimlane draws (seconds).
 LANES_MAX = 50
@@ -67,7 +73,7 @@ assert all(PAYLOAD_NAMES[kind][0] == "generation" for kind in _CLAIM_EVENTS)
 assert all(PAYLOAD_NAMES[kind][1] == "holder" for kind in _CLAIM_EVENTS if len(PAYLOAD_NAMES[kind]) > 1)
 
 
-def _payload(change: tuple) -> tuple[int, str | None, str | None, str | None]:
+def _payload(change: Change) -> tuple[int, str | None, str | None, str | None]:
     """A claim event's generation, holder, and an operator's reason and name (None where absent)."""
     payload = change[4]
     if payload.__class__ is dict:
@@ -83,9 +89,9 @@ class _Scan:
 
     def __init__(self) -> None:
         # (run, key) -> its claim events in the window, newest first (the lanes that changed last first).
-        self.found: dict[tuple[str, str], list] = {}
+        self.found: dict[tuple[str, str], list[Logged]] = {}
         # (run, key) -> its oldest claim event after the window (a zoomed window has them).
-        self.after: dict[tuple[str, str], tuple] = {}
+        self.after: dict[tuple[str, str], Logged] = {}
         # (run, key) -> when its oldest event read is, for a lane that had more than it reads.
         self.cut: dict[tuple[str, str], int] = {}
         # (run, key, generation) -> holder, for generations that began before what a lane read.
@@ -93,7 +99,7 @@ class _Scan:
         self.more = False
 
 
-def _scan(space: Any, start_ms: int, end_ms: int, run: str | None, key: str | None) -> _Scan:
+def _scan(space: SpaceState, start_ms: int, end_ms: int, run: str | None, key: str | None) -> _Scan:
     """The lanes of the LANES_MAX keys that changed last in [start_ms, end_ms], each with its
     newest LANE_EVENTS_MAX claim events there; then, a bounded way further back, who holds the
     generation each lane begins with when the event that began it was not read."""
@@ -115,7 +121,7 @@ def _scan(space: Any, start_ms: int, end_ms: int, run: str | None, key: str | No
             continue
         if filtered and ((run and change[1] != run) or (key and not change[3].startswith(key))):
             continue
-        lane = (change[1], change[3])
+        lane = _lane_of(change)
         if at_ms > end_ms:
             after[lane] = raw  # (newest first: the last one kept is the oldest after the window)
             continue
@@ -154,7 +160,7 @@ def _scan(space: Any, start_ms: int, end_ms: int, run: str | None, key: str | No
         if not wanted or looked >= HOLDERS_LOOKBACK_MAX:
             break
         if change[0] in _STARTS:
-            lane = (change[1], change[3])
+            lane = _lane_of(change)
             if lane in wanted:
                 _named(scan, wanted, lane, change)
         elif at_ms >= start_ms and change[0] in _CLAIM_EVENTS and (change[1], change[3]) not in found:
@@ -162,14 +168,21 @@ def _scan(space: Any, start_ms: int, end_ms: int, run: str | None, key: str | No
     return scan
 
 
-def _named(scan: _Scan, wanted: dict[str, Any], lane: tuple[str, str], change: tuple) -> None:
+def _lane_of(change: Change) -> tuple[str, str]:
+    """A claim event's lane: (its run, its key)."""
+    scope_id = change[1]
+    assert scope_id is not None, "a claim's event names its run"
+    return scope_id, change[3]
+
+
+def _named(scan: _Scan, wanted: dict[tuple[str, str], int], lane: tuple[str, str], change: Change) -> None:
     generation, holder, _, _ = _payload(change)
     if generation == wanted[lane]:
         del wanted[lane]
         scan.holders[(*lane, generation)] = holder
 
 
-async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, key: str | None, window_s: int,
+async def lanes(kernel: RouteKernel, space_id: str, fenced: list[Fenced], *, run: str | None, key: str | None, window_s: int,
                 fit: bool = False, between: tuple[int, int] | None = None) -> dict[str, Any]:
     """Lease swimlanes over the last `window_s` (with `fit`, from shortly before the first thing
     drawn), or over `between` (start, end) in wall milliseconds: a zoom. The lanes of the keys
@@ -179,7 +192,7 @@ async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, ke
     marked on the lanes of its key at its time.
     """
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         start_ms, end_ms = between if between is not None else (now_ms - window_s * 1000, now_ms)
         if end_ms > now_ms:  # (nothing to draw after now)
             start_ms, end_ms = min(start_ms, now_ms - ZOOM_MS_MIN), now_ms
@@ -192,7 +205,7 @@ async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, ke
         chosen = list(scan.found)  # the lanes that changed last come first
         if key or run or between is not None:  # asked for: keys held across the window get a lane too
             scan.more = _held_across(space, scan, chosen, start_ms, now_ms, run, key) or scan.more
-        marks: dict[str, list] = {}
+        marks: dict[str, list[Fenced]] = {}
         for mark in fenced:
             if start_ms <= mark.at_ms <= end_ms:
                 marks.setdefault(mark.ident, []).append(mark)
@@ -208,7 +221,7 @@ async def lanes(kernel: Any, space_id: str, fenced: list, *, run: str | None, ke
     return await _read(kernel, space_id, view)
 
 
-def _held_across(space: Any, scan: _Scan, chosen: list, start_ms: int, now_ms: int, run: str | None, key: str | None) -> bool:
+def _held_across(space: SpaceState, scan: _Scan, chosen: list[tuple[str, str]], start_ms: int, now_ms: int, run: str | None, key: str | None) -> bool:
     """Add the lanes of keys held all through the window (no event in it): held now since before
     it, or ended after it by the generation that held them. True when there was no room left."""
     candidates = [lane for lane, (_, change, _) in scan.after.items() if lane not in scan.found and change[0] not in _STARTS]
@@ -260,20 +273,22 @@ class _Grid:
 # ended, whether it took the key over, the cursor of its first event]; a dict only when drawn or
 # told (a busy lane has thousands).
 _NUMBER, _HOLDER, _FROM, _TO, _END, _TAKEOVER, _CURSOR = range(7)
+# (`Any`: the fields above are of several types, read by position.)
+Generation = list[Any]
 
 
-def _generations(space: Any, lane: tuple[str, str], scan: _Scan, begin_ms: int, end_ms: int, now_ms: int) -> list[list]:
+def _generations(space: SpaceState, lane: tuple[str, str], scan: _Scan, begin_ms: int, end_ms: int, now_ms: int) -> list[Generation]:
     """The generations of one key over [begin_ms, end_ms], oldest first (see `_NUMBER`...)."""
     scope_id, key = lane
-    bars: list[list] = []
-    opened: list | None = None
+    bars: list[Generation] = []
+    opened: Generation | None = None
     holders = scan.holders
     history = scan.found.get(lane, ())
     starts, ends = _STARTS, _CLAIM_ENDS
     for index in range(len(history) - 1, -1, -1):  # (kept newest first)
         seq, change, at_ms = history[index]
         kind, payload = change[0], change[4]
-        if payload.__class__ is dict:  # (what the log keeps: a tuple, (generation, holder, ...), or a dict)
+        if isinstance(payload, dict):  # (what the log keeps: a tuple, (generation, holder, ...), or a dict)
             generation, holder = payload["generation"], payload.get("holder")
         else:
             generation, holder = payload[0], payload[1] if len(payload) > 1 else None
@@ -321,13 +336,13 @@ class _Cells:
 
     __slots__ = ("held", "taken", "crowded", "counts", "takeovers", "firsts")
 
-    def __init__(self, generations: list[list], grid: _Grid) -> None:
+    def __init__(self, generations: list[Generation], grid: _Grid) -> None:
         columns, edges, end_ms, per_band = grid.columns, grid.edges, grid.end_ms, grid.per_band
         start_ms, scale = grid.start_ms, grid.columns / grid.span
         held, taken = [0.0] * columns, [0.0] * columns
         bands = -(-columns // per_band)
         counts, takeovers = [0] * bands, [0] * bands
-        firsts: list[list[list]] = [[] for _ in range(bands)]
+        firsts: list[list[Generation]] = [[] for _ in range(bands)]
         touched = [0] * columns
         for generation in generations:
             a, b = generation[_FROM], generation[_TO] if generation[_TO] is not None else end_ms
@@ -366,7 +381,7 @@ class _Cells:
         assert all(held[index] <= edges[index + 1] - edges[index] + 1e-6 for index in range(columns)), "held past a column"
 
 
-def _lane(space: Any, lane: tuple[str, str], scan: _Scan, refusals: Iterable, grid: _Grid, now_ms: int) -> dict[str, Any]:
+def _lane(space: SpaceState, lane: tuple[str, str], scan: _Scan, refusals: Iterable[Fenced], grid: _Grid, now_ms: int) -> dict[str, Any]:
     """One key's lane: how it is drawn (bars or columns), and its story's numbers."""
     scope_id, key = lane
     start_ms, end_ms = grid.start_ms, grid.end_ms
@@ -404,7 +419,7 @@ def _lane(space: Any, lane: tuple[str, str], scan: _Scan, refusals: Iterable, gr
     return drawn
 
 
-def _bar(generation: list, grid: _Grid, claim: Any) -> dict[str, Any]:
+def _bar(generation: Generation, grid: _Grid, claim: Any) -> dict[str, Any]:
     """A generation as the page draws and tells it: placed on the axis, its times as text."""
     number, holder, from_ms, to_ms, end, takeover, cursor = generation
     bar = {"generation": number, "holder": holder, "from": from_ms, "to": to_ms, "end": end, "takeover": takeover,
@@ -451,7 +466,7 @@ def _bands(cells: _Cells, shares: list[float], begin: int, grid: _Grid) -> list[
     return bands
 
 
-def _generation_at(generations: list[list], at_ms: int) -> int | None:
+def _generation_at(generations: list[Generation], at_ms: int) -> int | None:
     """The generation that held the key at `at_ms` (the one a late write was fenced by)."""
     current = None
     for generation in generations:

@@ -6,6 +6,8 @@ from typing import Any
 
 from ....actors.errors import quote
 from .reading import _acquirers, _read, _required
+from ....actors.space import SpaceState
+from ...services import RouteKernel
 
 
 def _check(ok: bool, what: str, detail: str) -> dict[str, Any]:
@@ -32,7 +34,7 @@ def _money(budget: Any, minor: int) -> str:
     return f"{_amount(budget, minor)} {budget.currency}"
 
 
-def _why_task(space: Any, found: Any, now_ms: int) -> dict[str, Any]:
+def _why_task(space: SpaceState, found: Any, now_ms: int) -> dict[str, Any]:
     """Each constraint a queued task meets or not before a worker can take it, in the kernel's order."""
     checks = []
     tree = space.scopes
@@ -58,7 +60,7 @@ def _why_task(space: Any, found: Any, now_ms: int) -> dict[str, Any]:
     return {"checks": checks, "waiting": not all(check["ok"] for check in checks)}
 
 
-def _capacity_checks(space: Any, needs: dict[str, Any], found: Any, message: Any, now_ms: int) -> list[dict[str, Any]]:
+def _capacity_checks(space: SpaceState, needs: dict[str, Any], found: Any, message: Any, now_ms: int) -> list[dict[str, Any]]:
     """Pools, quotas and budgets a task needs, as admission judges them (`admission._lacking`),
     and the older tasks of its queue that reserve the same resources first."""
     part = space.capacity
@@ -130,7 +132,7 @@ def _budget_check(budgets: Any, budget: Any, amount: int) -> dict[str, Any]:
     return _check(amount <= budget.available, "Budget", detail)
 
 
-def _older_blockers(space: Any, needs: dict[str, Any], found: Any, message: Any, now_ms: int) -> list[str]:
+def _older_blockers(space: SpaceState, needs: dict[str, Any], found: Any, message: Any, now_ms: int) -> list[str]:
     """Older queued tasks of the same queue that do not fit and name a resource this one needs:
     admission keeps those resources for them (`admission.admit`)."""
     wants = {entry[0] for kind in ("pools", "quotas", "budgets") for entry in needs[kind]}
@@ -147,9 +149,10 @@ def _older_blockers(space: Any, needs: dict[str, Any], found: Any, message: Any,
     return blockers
 
 
-async def why_task(kernel: Any, space_id: str, task_id: str) -> dict[str, Any]:
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
-        found = _required(space, f"task {quote(task_id)}").tasks.get(task_id)
+async def why_task(kernel: RouteKernel, space_id: str, task_id: str) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
+        space = _required(space, f"task {quote(task_id)}")
+        found = space.tasks.get(task_id)
         if found.state != "QUEUED":
             return {"subject": f"task {task_id}", "state": found.state, "checks": [], "waiting": False}
         return {"subject": f"task {task_id}", "state": found.state, **_why_task(space, found, now_ms)}
@@ -157,17 +160,17 @@ async def why_task(kernel: Any, space_id: str, task_id: str) -> dict[str, Any]:
     return await _read(kernel, space_id, view)
 
 
-async def why_claim(kernel: Any, space_id: str, run: str, key: str) -> dict[str, Any]:
+async def why_claim(kernel: RouteKernel, space_id: str, run: str, key: str) -> dict[str, Any]:
     """Why an acquire of a claim waits (or would): the run, who holds it until when, who else waits."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         space = _required(space, f"claim {quote(key)}")
         tree = space.scopes
         state = tree.effective(tree.get(run), now_ms)
         claim = space.claims.get(run, key)
         checks = [_check(state == "ACTIVE", "Run", f"run {run} is {state.lower()}" + ("" if state == "ACTIVE" else "; nobody may take it"))]
         held = claim is not None and claim.held_at(now_ms)
-        if held:
+        if claim is not None and held:
             renewed = claim.expires_ms - claim.lease_ms
             detail = (f"held by {claim.holder} at generation {claim.generation} until its lease ends in "
                       f"{_seconds(claim.expires_ms - now_ms)}" + (f" (renewed {_seconds(now_ms - renewed)} ago)" if renewed > claim.acquired_ms else ""))
@@ -184,10 +187,10 @@ async def why_claim(kernel: Any, space_id: str, run: str, key: str) -> dict[str,
     return await _read(kernel, space_id, view)
 
 
-async def why_waiter(kernel: Any, space_id: str, waiter_id: str) -> dict[str, Any]:
+async def why_waiter(kernel: RouteKernel, space_id: str, waiter_id: str) -> dict[str, Any]:
     """Why a waiter in a pool's line or a quota's line is still waiting."""
 
-    def view(space: Any, now_ms: int) -> dict[str, Any]:
+    def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         part = _required(space, f"waiter {quote(waiter_id)}").capacity
         if waiter_id.startswith("aw_"):
             waiter = part.allowances.waiter(waiter_id)
@@ -201,25 +204,25 @@ async def why_waiter(kernel: Any, space_id: str, waiter_id: str) -> dict[str, An
                 checks.append(_check(now_ms < waiter.expires_ms, "Time to live", f"gives up in {_seconds(waiter.expires_ms - now_ms)}"))
             return {"subject": f"quota waiter {waiter_id} ({waiter.holder})", "state": waiter.state, "checks": checks,
                     "waiting": waiter.state == "WAITING"}
-        waiter = part.pools.waiter(waiter_id)
-        pool = part.pools.get(waiter.pool_id)
+        pool_waiter = part.pools.waiter(waiter_id)
+        pool = part.pools.get(pool_waiter.pool_id)
         checks = []
-        if waiter.state in ("WAITING", "SIGNALED"):
+        if pool_waiter.state in ("WAITING", "SIGNALED"):
             in_use = part.pools.in_use(pool, now_ms)
-            position = pool.line.index(waiter.id) + 1 if waiter.id in pool.line else None
+            position = pool.line.index(pool_waiter.id) + 1 if pool_waiter.id in pool.line else None
             ahead = [part.pools.waiter(w) for w in pool.line[: (position or 1) - 1]]
             free = pool.units_total - in_use - part.pools.held_back(pool, now_ms)
-            detail = f"pool {pool.name}: {in_use}/{pool.units_total} units in use; needs {waiter.units}"
-            checks.append(_check(waiter.state == "SIGNALED" or waiter.units <= free, "Pool",
-                                 detail + _soonest_lease(part.pools, pool, now_ms, waiter.units > free)))
+            detail = f"pool {pool.name}: {in_use}/{pool.units_total} units in use; needs {pool_waiter.units}"
+            checks.append(_check(pool_waiter.state == "SIGNALED" or pool_waiter.units <= free, "Pool",
+                                 detail + _soonest_lease(part.pools, pool, now_ms, pool_waiter.units > free)))
             if position:
                 names = ", ".join(f"{w.holder} ({w.units})" for w in ahead[:5]) + (" …" if len(ahead) > 5 else "")
                 checks.append(_check(position == 1, "Line", f"{_ordinal(position)} in line" + (f"; ahead: {names}" if ahead else "")))
-            if waiter.state == "SIGNALED" and waiter.turn_ends_ms is not None:
-                checks.append(_check(True, "Turn", f"its units are held for it; its turn ends in {_seconds(waiter.turn_ends_ms - now_ms)}"))
+            if pool_waiter.state == "SIGNALED" and pool_waiter.turn_ends_ms is not None:
+                checks.append(_check(True, "Turn", f"its units are held for it; its turn ends in {_seconds(pool_waiter.turn_ends_ms - now_ms)}"))
             else:
-                checks.append(_check(now_ms < waiter.expires_ms, "Time to live", f"gives up in {_seconds(waiter.expires_ms - now_ms)}"))
-        return {"subject": f"pool waiter {waiter_id} ({waiter.holder})", "state": waiter.state, "checks": checks,
-                "waiting": waiter.state == "WAITING"}
+                checks.append(_check(now_ms < pool_waiter.expires_ms, "Time to live", f"gives up in {_seconds(pool_waiter.expires_ms - now_ms)}"))
+        return {"subject": f"pool waiter {waiter_id} ({pool_waiter.holder})", "state": pool_waiter.state, "checks": checks,
+                "waiting": pool_waiter.state == "WAITING"}
 
     return await _read(kernel, space_id, view)
