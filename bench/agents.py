@@ -115,11 +115,24 @@ class _Generator:
             self.samples.append((sent, time.monotonic() - sent))
             due += RENEW_EVERY_S
 
+    async def live(self, agent: _Agent, gate: asyncio.Semaphore, ready: list[int]) -> None:
+        """One agent: connect, take its claim, then renew it on its schedule (from its first slot
+        after the claim: an agent idle past the server's keep-alive while the others connect
+        would find its connection closed)."""
+        try:
+            await self.acquire(agent, gate)
+        except Exception as error:
+            print(f"agents: failed {error!r}", flush=True)
+            raise
+        ready[0] -= 1
+        if not ready[0]:
+            print("agents: ready", flush=True)
+        await self.renew_forever(agent)
+
     async def run(self) -> None:
         gate = asyncio.Semaphore(CONNECT_AT_ONCE)
-        await asyncio.gather(*(self.acquire(agent, gate) for agent in self.agents))
-        print("agents: ready", flush=True)
-        renewing = [asyncio.create_task(self.renew_forever(agent)) for agent in self.agents]
+        ready = [len(self.agents)]
+        renewing = [asyncio.create_task(self.live(agent, gate, ready)) for agent in self.agents]
         lines: asyncio.Queue[str] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         threading.Thread(target=_read_stdin, args=(loop, lines), daemon=True).start()
@@ -252,7 +265,7 @@ def measure(agents: int, processes: int, window_s: float, *, profile_to: str | N
             py_spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
             assert py_spy is not None, "py-spy not found: pip install -e '.[bench]'"
             spy = subprocess.Popen([py_spy, "record", "--pid", str(server.pid), "--rate", "100", "--duration", str(int(window_s)),
-                                    "--format", "raw", "--output", profile_to, "--nonblocking"],
+                                    "--format", "raw", "--output", profile_to],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
             time.sleep(1)
         server_cpu0 = cpu_seconds(server.pid)
@@ -286,6 +299,9 @@ def measure(agents: int, processes: int, window_s: float, *, profile_to: str | N
             errors += document["errors"]
             last_error = document["last_error"] or last_error
         latencies.sort()
+        if errors:
+            said = [line for line in server.proc.lines if '"runstate.access"' not in line]
+            say("bench: the server said (not its access log):\n" + "\n".join(said[-8:]))
     return AgentsResult(
         agents=agents, processes=processes, window_s=elapsed, idle_rss=idle_rss, rss=rss, server_cpu=server_cpu,
         renewals_per_s=len(latencies) / elapsed, p50_ms=_percentile(latencies, 50), p99_ms=_percentile(latencies, 99),
