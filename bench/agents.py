@@ -37,7 +37,9 @@ import orjson
 
 LEASE_S = 30
 RENEW_EVERY_S = 10.0  # a third of the lease
-CONNECT_AT_ONCE = 64  # connections a generator opens at once (the server's backlog is 1,024)
+CONNECT_AT_ONCE = 64
+CONNECT_S = 2.0
+CONNECT_TRIES = 20  # connections a generator opens at once (the server's backlog is 1,024)
 NOFILE = 65536
 AGENT_COUNTS = (1000, 5000, 10000)
 
@@ -69,9 +71,22 @@ class _Generator:
         self.errors = 0
         self.last_error = ""
 
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A new connection, tried again as a client would: a connection refused, or not accepted
+        within CONNECT_S (a SYN dropped while the server's accept queue is full waits for the
+        kernel's retry, 1 s, 3 s, 7 s...)."""
+        for attempt in range(CONNECT_TRIES):
+            try:
+                return await asyncio.wait_for(asyncio.open_connection(self.host, self.port), CONNECT_S)
+            except (OSError, asyncio.TimeoutError) as error:
+                self.errors += 1
+                self.last_error = f"connecting: {error!r}"
+                await asyncio.sleep(0.1 * (attempt + 1))
+        raise ConnectionError(f"no connection after {CONNECT_TRIES} tries: {self.last_error}")
+
     async def request(self, agent: _Agent, path: str, body: bytes) -> tuple[int, bytes]:
         if agent.writer is None:
-            agent.reader, agent.writer = await asyncio.open_connection(self.host, self.port)
+            agent.reader, agent.writer = await self.connect()
         assert agent.reader is not None
         agent.writer.write(b"POST %s HTTP/1.1\r\n%scontent-length: %d\r\n\r\n%s" % (path.encode(), self.head.encode(), len(body), body))
         head = await agent.reader.readuntil(b"\r\n\r\n")
