@@ -126,13 +126,13 @@ class HotResult:
 
 
 def run_shape(procs: Any, peer: str, agents: int, keys: int, hold_ms: int, window_s: float, warmup_s: float,
-              redis_server: str | None) -> HotResult:
+              redis_server: str | None, fsync: str = "always") -> HotResult:
     from .harness import run_bounded
     from .procs import CPU_LOAD, cpu_seconds, python
     from .targets import API_KEY, SPACE, create_scope, data_root, start_redis, start_runstate
 
     if peer == "ours":
-        server = start_runstate(procs, "hot-ours", fsync="always", data_root=data_root())
+        server = start_runstate(procs, "hot-ours", fsync=fsync, data_root=data_root())
         target = {"url": server.base_url, "api_key": API_KEY, "space": SPACE, "scope_id": run_bounded(create_scope(server, "hot"))}
     else:
         server = start_redis(procs, redis_server or "redis-server", appendfsync_always=True, data_root=data_root())
@@ -172,7 +172,8 @@ def run_shape(procs: Any, peer: str, agents: int, keys: int, hold_ms: int, windo
     return HotResult(peer, agents, keys, hold_ms, window_s, cycles, server_cpu, client_cpu, errors, error)
 
 
-def measure(shapes: list[tuple[int, int, int]], window_s: float, warmup_s: float, say=print) -> list[tuple[HotResult, HotResult]]:  # type: ignore[no-untyped-def]
+def measure(shapes: list[tuple[int, int, int]], window_s: float, warmup_s: float, say=print, fsync: str = "always",  # type: ignore[no-untyped-def]
+            peers: tuple[str, ...] = ("ours", "redis")) -> list[tuple[HotResult, ...]]:
     from .procs import Processes, find_tool
 
     redis_server = find_tool("redis-server", "redis-server")
@@ -181,9 +182,9 @@ def measure(shapes: list[tuple[int, int, int]], window_s: float, warmup_s: float
     rows = []
     with Processes() as procs:
         for agents, keys, hold_ms in shapes:
-            pair = tuple(run_shape(procs, peer, agents, keys, hold_ms, window_s, warmup_s, redis_server) for peer in ("ours", "redis"))
+            pair = tuple(run_shape(procs, peer, agents, keys, hold_ms, window_s, warmup_s, redis_server, fsync) for peer in peers)
             rows.append(pair)
-            say(line_of(*pair))  # type: ignore[arg-type]
+            say(line_of(*pair) if len(pair) == 2 else f"{agents}/{keys}/{hold_ms} ms, {pair[0].peer} --fsync {fsync}: {pair[0].per_s:,.0f}/s = {pair[0].efficiency:.2f} (server {pair[0].server_cpu:.0%})")
     return rows  # type: ignore[return-value]
 
 
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=",".join(f"{a}/{k}/{h}" for a, k, h in SHAPES), help="agents/keys/hold_ms, comma-separated")
     parser.add_argument("--window", type=float, default=15.0)
     parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--fsync", default="always", choices=("always", "batch", "off"), help="our server's --fsync")
+    parser.add_argument("--peers", default="ours,redis", help="ours,redis (either alone)")
     parser.add_argument("--agents-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.agents_process:
@@ -210,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     pin_self()
     shapes = [tuple(int(x) for x in shape.split("/")) for shape in args.shapes.split(",") if shape.strip()]
     print(f"bench: hot keys, load average {os.getloadavg()[0]:.1f}", flush=True)
-    rows = measure(shapes, args.window, args.warmup)  # type: ignore[arg-type]
+    rows = measure(shapes, args.window, args.warmup, fsync=args.fsync, peers=tuple(args.peers.split(",")))  # type: ignore[arg-type]
     print(f"bench: load average {os.getloadavg()[0]:.1f} at the end", flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "hotkeys.json").write_text(json.dumps([[r.__dict__ for r in pair] for pair in rows], indent=2))
