@@ -363,23 +363,41 @@ def etcd_size(seconds: float, say=print) -> EtcdSize:  # type: ignore[no-untyped
         finally:
             done.set()
             sampler.join(10)
-        written = _log_bytes(made) - before
+        written = _log_written(before, _log_bytes(made))
     kept = [entry for entry in samples if entry[0] >= 60] or samples
     return EtcdSize(seconds, round(measured.cycles_per_s * seconds), written, ETCD_LOG_BYTES_MAX, kept, SteadyClaims.refused)
 
 
-def _log_bytes(made: Cluster) -> int:
-    """Bytes of log every partition's leader committed so far (`runstate_cluster_log_written_bytes_total`)."""
+def _log_bytes(made: Cluster) -> dict[tuple[str, int], int]:
+    """Bytes of each partition's log each live node applied or committed so far, by (node, partition)
+    (`runstate_cluster_log_written_bytes_total`). Every node applies every batch of every partition,
+    leader or not, so each node's counter covers the whole log from its start."""
     import re
 
-    total = 0
+    counters: dict[tuple[str, int], int] = {}
     for node in made.nodes.live():  # type: ignore[attr-defined]
-        text = httpx.get(node.url + "/metrics", timeout=10).text
-        led = {int(n) for n in re.findall(r'^runstate_cluster_partition_leader\{partition="(\d+)"\} 1', text, re.M)}
+        try:
+            text = httpx.get(node.url + "/metrics", timeout=10).text
+        except httpx.HTTPError:
+            continue  # a node that does not answer now is left out of this read
         for number, value in re.findall(r'^runstate_cluster_log_written_bytes_total\{partition="(\d+)"\} (\S+)', text, re.M):
-            if int(number) in led:
-                total += int(float(value))
-    return total
+            counters[(node.name, int(number))] = int(float(value))
+    return counters
+
+
+def _log_written(before: dict[tuple[str, int], int], after: dict[tuple[str, int], int]) -> int:
+    """The log written between two reads: per partition, the most any one node's counter grew.
+
+    Each counter is compared only with itself (a node's own, read twice): the leaders at the end
+    need not be those at the start (a leader change on a loaded machine), a partition may have no
+    node serving it at the moment of a read, and a restarted node's counter starts again from 0;
+    summing the leaders' counters at each end mixed counters of different nodes, or left a partition
+    out of one read only, and once read a negative figure ("-0 MiB of log written")."""
+    grown: dict[int, int] = {}
+    for (name, number), value in after.items():
+        if (name, number) in before:
+            grown[number] = max(grown.get(number, 0), value - before[(name, number)])
+    return sum(grown.values())
 
 
 def summary(times: list[float]) -> tuple[float, float]:

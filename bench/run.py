@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Callable
 
 from . import cluster as cluster_legs
-from . import console, inprocess_runner, queues, swarm
+from . import agents as agents_leg
+from . import console, hotkeys, inprocess_runner, queues, swarm
 from .harness import ClaimSession, RedisLockSession, drive, run_bounded
 from .procs import PINNED, RESULTS, ROOT, Processes, find_tool, missing_tool_message, pin_self, python
-from .report import INFO, NA, REFERENCE, USABLE_CPUS, Row, ms, n, table, verdict_at_least, verdict_at_most, write_json
+from .report import INFO, MISS, NA, PASS, REFERENCE, USABLE_CPUS, Row, ms, n, table, verdict_at_least, verdict_at_most, write_json
 from .takeover import takeover_retry_after, takeover_sdk_loop
 from .targets import (
     Target,
@@ -59,7 +60,13 @@ HISTORY_POINT_S = 2.0
 
 CONNECTIONS = (1, 16)
 LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale", "console", "cluster",
-        "etcdsize", "history")
+        "etcdsize", "history", "agents", "hotkeys")
+# Connected agents on one node (issue targets at 10,000): RSS, steady-state CPU, renewal p99.
+AGENTS_RSS_MAX = 1 << 30
+AGENTS_CPU_MAX = 0.30
+AGENTS_P99_MS = 50.0
+# Handoff efficiency of hot keys in the few-agent shapes.
+HOT_EFFICIENCY_MIN = 0.9
 
 
 @dataclass(frozen=True)
@@ -390,6 +397,34 @@ class Bench:
             data={"samples": measured.samples, "written_bytes": measured.written_bytes, "cycles": measured.cycles},
         ))
 
+    def agents(self) -> None:
+        """Connected idle agents on one node, each renewing its claim (bench/agents.py)."""
+        counts = (1000, 5000) if self.mode.name == "quick" else agents_leg.AGENT_COUNTS
+        for count in counts:
+            result = agents_leg.measure(count, 4, 20.0 if self.mode.name == "quick" else 30.0)
+            judged = count == 10_000
+            met = result.rss < AGENTS_RSS_MAX and result.server_cpu < AGENTS_CPU_MAX and result.p99_ms < AGENTS_P99_MS
+            self.rows.append(Row(
+                f"{count:,} connected agents, a claim each renewed every 10 s (--fsync batch)", result.figure(),
+                target="RSS < 1 GiB, CPU < 30 %, p99 < 50 ms" if judged else "-",
+                verdict=(PASS if met else MISS) if judged else INFO, data=result.as_dict(),
+            ))
+
+    def hotkeys(self) -> None:
+        """Handoff efficiency of hot keys, ours and Redis's lock side by side (bench/hotkeys.py)."""
+        shapes = list(hotkeys.SHAPES)
+        for ours, redis in hotkeys.measure(shapes, 8.0 if self.mode.name == "quick" else 15.0, 3.0):  # type: ignore[arg-type]
+            few = ours.agents < 256
+            self.rows.append(Row(
+                f"Hot keys: {ours.agents} agents on {ours.keys} keys holding {ours.hold_ms} ms (limit {ours.limit_per_s:,.0f}/s)",
+                f"ours {ours.per_s:,.0f}/s (efficiency {ours.efficiency:.2f}, server {ours.server_cpu:.0%}); "
+                f"Redis's lock {redis.per_s:,.0f}/s ({redis.efficiency:.2f})" + (f"; errors {ours.errors}/{redis.errors}" if ours.errors or redis.errors else ""),
+                reference="Redis's lock", ratio=ours.per_s / max(redis.per_s, 1e-9),
+                target=f"efficiency >= {HOT_EFFICIENCY_MIN}" if few else "ours >= Redis",
+                verdict=verdict_at_least(ours.efficiency, HOT_EFFICIENCY_MIN) if few else verdict_at_least(ours.per_s, redis.per_s),
+                data={"ours": ours.__dict__, "redis": redis.__dict__},
+            ))
+
     def kernel(self) -> None:
         # The floor first: round trips between callers and a task per key with nothing done in
         # between, which every command pays in the actor-per-key shape. A claim cycle is two
@@ -553,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
                     if leg in legs:
                         step(bench, leg, getattr(bench, leg))
                 procs.stop_all()
-            for leg in ("swarm", "kernel", "scale", "console", "cluster", "etcdsize", "history"):
+            for leg in ("swarm", "kernel", "scale", "console", "cluster", "etcdsize", "history", "agents", "hotkeys"):
                 if leg in legs:
                     step(bench, leg, getattr(bench, leg))
         except KeyboardInterrupt:

@@ -43,7 +43,9 @@ def start_ceiling(procs: Processes) -> Target:
     return Target("ceiling", base_url, proc)
 
 
-def start_runstate(procs: Processes, name: str, *, fsync: str | None = None, data_root: str | None = None) -> Target:
+def start_runstate(
+    procs: Processes, name: str, *, fsync: str | None = None, data_root: str | None = None, env: dict[str, str] | None = None
+) -> Target:
     """`runstate serve` on a random port; with `fsync`, on a fresh data directory under `data_root`."""
     # BENCH_SERVER_PYTHON measures the server of another checkout (its venv's interpreter) with this
     # bench, e.g. an older release against this one.
@@ -57,7 +59,7 @@ def start_runstate(procs: Processes, name: str, *, fsync: str | None = None, dat
         name,
         args,
         cpu=CPU_SERVER,
-        env={"RUNSTATE_SERVER_API_KEY": API_KEY, "RUNSTATE_SERVER_SPACE_ID": SPACE},
+        env={"RUNSTATE_SERVER_API_KEY": API_KEY, "RUNSTATE_SERVER_SPACE_ID": SPACE, **(env or {})},
         pattern=r"runstate: serving on (http://\S+)",
     )
     base_url = proc.wait_ready()

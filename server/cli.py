@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import logging
 import os
 import sys
@@ -267,6 +268,20 @@ def _check(data_dir: str | None, as_json: bool = False) -> int:
     return 0 if report.ok else 1
 
 
+# A full collection of the cyclic garbage collector walks every object the server holds (each
+# connection's task, socket and buffers, every claim) with the event loop stopped: with 5,000
+# connected agents renewing, one took about 0.17 s of CPU, every 5 s (objects that outlive two
+# young collections, an idle connection's wait for its next request, count towards the next).
+# What the server holds dies by reference count, and the young generations find the cycles of a
+# request; a full collection is left for every 1,000 collections of the middle one, not 10.
+GC_FULL_EVERY = 1000
+
+
+def _collect_rarely() -> None:
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, GC_FULL_EVERY)
+
+
 def _serve(loaded: Loaded) -> int:
     import trio  # the server's imports are kept out of the admin commands' start-up
 
@@ -284,6 +299,7 @@ def _serve(loaded: Loaded) -> int:
     )
     for warning in loaded.warnings:
         log.warning("%s", warning)
+    _collect_rarely()
     try:
         said = _Announcements()
         forced = trio.run(

@@ -73,6 +73,9 @@ log = logging.getLogger("runstate.snapshots")
 FSYNC_POLICIES = ("always", "batch", "off")
 
 SEGMENT_SUFFIX = ".wal"
+# The largest batch (its records' bytes) written in the writer task under `batch` and `off`;
+# larger ones go to a worker thread, as every write under `always` does (`WalJournal`).
+INLINE_WRITE_BYTES_MAX = 64 * 1024
 
 
 def _ignore(error: BaseException | None) -> None:
@@ -145,11 +148,15 @@ class SegmentWriter:
         if old is not None:
             self.disk.close(old)
 
+    def rotation_due(self) -> bool:
+        """Whether the next `write` seals the segment and opens a new one (two fsyncs)."""
+        return self._offset >= self.segment_bytes_max and self._offset > FILE_HEADER_BYTES
+
     def write(self, first_lsn: int, bodies: list[bytes], sync: bool) -> None:
         """Append `bodies` as one batch; fsync it when `sync`. On any error, `good` stays put."""
         assert self._fd is not None, "start() first"
         assert first_lsn == self.next_lsn, f"LSN {first_lsn} appended, {self.next_lsn} expected"
-        if self._offset >= self.segment_bytes_max and self._offset > FILE_HEADER_BYTES:
+        if self.rotation_due():
             with self._segment_lock:
                 self.disk.fsync(self._fd, self._path)  # seal the full segment
                 self._open_segment(first_lsn, self._prev_crc)
@@ -238,6 +245,13 @@ class WalJournal:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, got {fsync!r}")
         self.writer = writer
         self.run_blocking: RunBlocking = run_blocking or trio.to_thread.run_sync
+        # Under `batch` and `off` a small batch is written in the writer task itself, not in a
+        # worker thread: a write into the page cache takes microseconds, a thread's round trip
+        # (hand-off, wake-up, the answer back through trio's wake-up socket) costs about 0.1-0.2
+        # ms of CPU, and with requests spread out in time (many agents each renewing now and
+        # then) every request is a batch of its own. A write that fsyncs (`always`, a segment
+        # sealed) still goes to a thread, as does every write when `run_blocking` is given.
+        self._write_inline = run_blocking is None and fsync != "always"
         self.fsync = fsync
         self.batch_interval_s = batch_interval_ms / 1000
         self.batch_records_max = batch_records_max
@@ -351,7 +365,10 @@ class WalJournal:
         bodies = [body for _, part, _ in batch for body in part]
         sync = self.fsync == "always"
         try:
-            await self.run_blocking(self.writer.write, first_lsn, bodies, sync)
+            if self._write_inline and not self.writer.rotation_due() and sum(map(len, bodies)) <= INLINE_WRITE_BYTES_MAX:
+                self.writer.write(first_lsn, bodies, sync)
+            else:
+                await self.run_blocking(self.writer.write, first_lsn, bodies, sync)
         except trio.Cancelled:
             # Stopped before the write began (a worker thread, once begun, is waited for): the batch
             # is queued again, so that the stop answers it with the others.

@@ -1,0 +1,224 @@
+"""Hot keys near their limit: `python -m bench.hotkeys [--shapes 8/4/50,64/16/20,256/64/5] [--window S]`.
+
+A key held for `h` seconds changes hands at most `1/h` times a second, so `k` keys held `h`
+each allow at most `k/h` claim cycles a second. Handoff efficiency is the claim cycles per second
+a peer reaches over that limit: what is lost is the time a key is held by nobody although an
+agent wants it (the release's answer, the next holder's wake-up and its acquire's answer).
+
+Per shape (agents / keys / hold ms), each agent is given one key (agent i -> key i % keys, so
+every key has agents/keys contenders) and loops: acquire it, waiting while it is held; hold it
+`h`; release it. Through our SDK (`runstate serve --fsync always`; one client per process, a
+`with_holder()` view per agent, `claim(key).acquire(wait=True)`: the server parks the request
+until the key is free) and, in the same run, through redis-py's asyncio `Lock` (as the swarm's
+redis peer uses it: blocking, a try every 0.1 s, its default; `redis-server --appendonly yes
+--appendfsync always`). Each peer on a fresh server on the server core, the agents' processes on
+the load core. Cycles are counted when a release is answered inside the window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+SHAPES = ((8, 4, 50), (64, 16, 20), (256, 64, 5))  # agents, keys, hold ms
+LEASE_S = 10
+ACQUIRE_TIMEOUT_S = 60
+REDIS_CONNECTIONS_MAX = 1024
+
+
+# -- one client process ---------------------------------------------------------------------------
+
+async def _agents_main(config: dict[str, Any]) -> dict[str, Any]:
+    import anyio
+
+    first, count, keys, hold_s = config["first"], config["count"], config["keys"], config["hold_ms"] / 1000
+    began, ended, stop_at = config["window_begins"], config["window_ends"], config["window_ends"] + 0.5
+    counted = [0]
+    errors: list[str] = []
+    if config["peer"] == "ours":
+        from runstate import AsyncRunstate
+
+        target = config["target"]
+        shared = AsyncRunstate(api_key=target["api_key"], space_id=target["space"], base_url=target["url"], holder=f"hot-{first}")
+        scopes = [shared.with_holder(f"hot-{first + i}").scope(target["scope_id"]) for i in range(count)]
+
+        async def cycle(agent: int, key: str) -> None:
+            lease = await scopes[agent].claim(key).acquire(lease_seconds=LEASE_S, wait=True, timeout_ms=ACQUIRE_TIMEOUT_S * 1000)
+            await anyio.sleep(hold_s)
+            await lease.release()
+
+        close = shared.aclose
+    else:
+        import redis.asyncio as aioredis
+
+        redis = aioredis.Redis.from_url(config["target"]["url"], max_connections=REDIS_CONNECTIONS_MAX)
+        await redis.ping()
+
+        async def cycle(agent: int, key: str) -> None:
+            lock = redis.lock(f"hot:{key}", timeout=LEASE_S, blocking=True, blocking_timeout=ACQUIRE_TIMEOUT_S)
+            if not await lock.acquire():
+                raise TimeoutError(f"no lock on {key} after {ACQUIRE_TIMEOUT_S} s")
+            await anyio.sleep(hold_s)
+            await lock.release()
+
+        close = redis.aclose
+
+    async def agent(index: int) -> None:
+        key = f"hot-{(first + index) % keys}"
+        while time.monotonic() < stop_at:
+            try:
+                await cycle(index, key)
+            except Exception as error:  # counted and quoted, never dropped
+                errors.append(repr(error)[:300])
+                await anyio.sleep(0.1)
+                continue
+            if began <= time.monotonic() < ended:
+                counted[0] += 1
+
+    async with anyio.create_task_group() as group:
+        for index in range(count):
+            group.start_soon(agent, index)
+    await close()
+    return {"cycles": counted[0], "errors": len(errors), "error": errors[-1] if errors else ""}
+
+
+def agents_main() -> int:
+    import anyio
+
+    config = json.loads(os.environ["HOTKEYS_CONFIG"])
+    cpu0 = time.process_time()
+    result = anyio.run(_agents_main, config, backend="asyncio")
+    print("hotkeys: " + json.dumps({**result, "cpu_s": time.process_time() - cpu0}), flush=True)
+    return 0
+
+
+# -- the leg --------------------------------------------------------------------------------------
+
+@dataclass
+class HotResult:
+    peer: str
+    agents: int
+    keys: int
+    hold_ms: int
+    window_s: float
+    cycles: int
+    server_cpu: float  # share of a core over the window
+    client_cpu_s: float  # the client processes' CPU over the whole run
+    errors: int
+    error: str
+
+    @property
+    def limit_per_s(self) -> float:
+        return self.keys / (self.hold_ms / 1000)
+
+    @property
+    def per_s(self) -> float:
+        return self.cycles / self.window_s
+
+    @property
+    def efficiency(self) -> float:
+        return self.per_s / self.limit_per_s
+
+
+def run_shape(procs: Any, peer: str, agents: int, keys: int, hold_ms: int, window_s: float, warmup_s: float,
+              redis_server: str | None, fsync: str = "always") -> HotResult:
+    from .harness import run_bounded
+    from .procs import CPU_LOAD, cpu_seconds, python
+    from .targets import API_KEY, SPACE, create_scope, data_root, start_redis, start_runstate
+
+    if peer == "ours":
+        server = start_runstate(procs, "hot-ours", fsync=fsync, data_root=data_root())
+        target = {"url": server.base_url, "api_key": API_KEY, "space": SPACE, "scope_id": run_bounded(create_scope(server, "hot"))}
+    else:
+        server = start_redis(procs, redis_server or "redis-server", appendfsync_always=True, data_root=data_root())
+        target = {"url": server.base_url}
+    processes = max(1, min(4, agents // 32))
+    start = time.monotonic() + 2.0  # the processes' start-up
+    window = (start + warmup_s, start + warmup_s + window_s)
+    per, extra = divmod(agents, processes)
+    clients, first = [], 0
+    for number in range(processes):
+        count = per + (1 if number < extra else 0)
+        config = {"peer": peer, "target": target, "first": first, "count": count, "keys": keys, "hold_ms": hold_ms,
+                  "window_begins": window[0], "window_ends": window[1]}
+        clients.append(procs.start(f"hot-{peer}-{number}", [python(), "-m", "bench.hotkeys", "--agents-process"],
+                                   cpu=CPU_LOAD, env={"HOTKEYS_CONFIG": json.dumps(config)}))
+        first += count
+    time.sleep(max(0.0, window[0] - time.monotonic()))
+    cpu0 = cpu_seconds(server.pid)
+    time.sleep(max(0.0, window[1] - time.monotonic()))
+    server_cpu = (cpu_seconds(server.pid) - cpu0) / window_s
+    cycles = errors = 0
+    client_cpu = 0.0
+    error = ""
+    for proc in clients:
+        proc.popen.wait(ACQUIRE_TIMEOUT_S + 30)
+        time.sleep(0.1)
+        line = next((line for line in proc.lines if line.startswith("hotkeys: ")), None)
+        if line is None:
+            raise RuntimeError(f"{proc.name} reported nothing:\n" + "\n".join(proc.lines[-20:]))
+        report = json.loads(line[len("hotkeys: "):])
+        cycles += report["cycles"]
+        errors += report["errors"]
+        client_cpu += report["cpu_s"]
+        error = report["error"] or error
+        procs.stop(proc)
+    procs.stop(server.proc)
+    return HotResult(peer, agents, keys, hold_ms, window_s, cycles, server_cpu, client_cpu, errors, error)
+
+
+def measure(shapes: list[tuple[int, int, int]], window_s: float, warmup_s: float, say=print, fsync: str = "always",  # type: ignore[no-untyped-def]
+            peers: tuple[str, ...] = ("ours", "redis")) -> list[tuple[HotResult, ...]]:
+    from .procs import Processes, find_tool
+
+    redis_server = find_tool("redis-server", "redis-server")
+    if redis_server is None:
+        raise RuntimeError("redis-server not found: apt-get install -y redis-server")
+    rows = []
+    with Processes() as procs:
+        for agents, keys, hold_ms in shapes:
+            pair = tuple(run_shape(procs, peer, agents, keys, hold_ms, window_s, warmup_s, redis_server, fsync) for peer in peers)
+            rows.append(pair)
+            say(line_of(*pair) if len(pair) == 2 else f"{agents}/{keys}/{hold_ms} ms, {pair[0].peer} --fsync {fsync}: {pair[0].per_s:,.0f}/s = {pair[0].efficiency:.2f} (server {pair[0].server_cpu:.0%})")
+    return rows  # type: ignore[return-value]
+
+
+def line_of(ours: HotResult, redis: HotResult) -> str:
+    def one(r: HotResult) -> str:
+        errors = f", {r.errors} errors ({r.error})" if r.errors else ""
+        return f"{r.per_s:,.0f}/s = {r.efficiency:.2f} (server {r.server_cpu:.0%} of a core{errors})"
+
+    return (f"{ours.agents} agents / {ours.keys} keys / {ours.hold_ms} ms (limit {ours.limit_per_s:,.0f}/s): ours {one(ours)}; "
+            f"redis {one(redis)}; ours/redis {ours.per_s / max(redis.per_s, 1e-9):.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default=",".join(f"{a}/{k}/{h}" for a, k, h in SHAPES), help="agents/keys/hold_ms, comma-separated")
+    parser.add_argument("--window", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--fsync", default="always", choices=("always", "batch", "off"), help="our server's --fsync")
+    parser.add_argument("--peers", default="ours,redis", help="ours,redis (either alone)")
+    parser.add_argument("--agents-process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.agents_process:
+        return agents_main()
+    from .procs import RESULTS, pin_self
+
+    pin_self()
+    shapes = [tuple(int(x) for x in shape.split("/")) for shape in args.shapes.split(",") if shape.strip()]
+    print(f"bench: hot keys, load average {os.getloadavg()[0]:.1f}", flush=True)
+    rows = measure(shapes, args.window, args.warmup, fsync=args.fsync, peers=tuple(args.peers.split(",")))  # type: ignore[arg-type]
+    print(f"bench: load average {os.getloadavg()[0]:.1f} at the end", flush=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "hotkeys.json").write_text(json.dumps([[r.__dict__ for r in pair] for pair in rows], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
