@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ..servers import ServerProcess
-from .test_official_030 import Sdk, _finish, _start, sdk_030  # noqa: F401 (a fixture)
+from .test_official_030 import Sdk, _background, _finish, _start, _wait_until, sdk_030  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.compat, pytest.mark.e2e]
 
@@ -130,17 +130,23 @@ def test_the_readme_queue_section_hands_work_to_a_serving_worker(sdk_030, server
     calls it, gathers five accepted results out of eight, sends one with the async form, and
     stops the run, which ends the worker's serve()."""
     (tmp_path / "review.py").write_text(REVIEW_MODULE)
-    worker = _start(sdk_030, server, WORKER, "readme-queue", dir=str(tmp_path))
+    worker = _background(sdk_030, server, WORKER, "readme-queue", dir=str(tmp_path))
     try:
+        # As a user starts workers first: the queue asks for the "browser" pool, which a worker's
+        # setup makes; a producer before any worker is refused (404, no such pool).
+        _wait_until("the worker's setup made the browser pool", lambda: "browser" in _pools(server), (worker,), timeout_s=SCRIPT_S)
         done = _finish(_start(sdk_030, server, PRODUCER, "readme-queue", dir=str(tmp_path)), timeout_s=SCRIPT_S)
         assert done["score"] == {"title": "doc 0", "score": 0.5}
         assert len(done["accepted"]) == 5 and all(result["score"] > 0.8 for result in done["accepted"])
         assert done["sent"] == {"title": "async", "score": 1.0}
-        assert _finish(worker, timeout_s=15) == {"served": True}
+        assert worker.finish(timeout_s=15) == {"served": True}
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.communicate()
+        worker.kill()
+
+
+def _pools(server: ServerProcess) -> set[str]:
+    with server.client() as http:
+        return {pool["name"] for pool in http.get(f"/v1/spaces/{server.space_id}/permits").json()["permits"]}
 
 
 ONCE_BY = """
