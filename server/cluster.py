@@ -94,6 +94,7 @@ from ..snapshots.store import Store, StoreConfig, lock_dir
 from ..snapshots.wal import RunBlocking
 from . import cluster_log, cluster_view
 from .cluster_log import SECRET_HEADER
+from .peers import Peers
 
 __all__ = ["Cluster", "ClusterError", "Leader", "STANDBY", "DEFAULT_PARTITIONS"]
 
@@ -148,6 +149,8 @@ class _Follower:
     next_lsn: int = 1
     leader: Leader | None = None
     leader_seen: trio.Event = field(default_factory=trio.Event)  # set whenever `leader` changes
+    # The requests on their way to `leader` (`forward.py`): cancelled when it changes.
+    sending: set[trio.CancelScope] = field(default_factory=set)
     # Set (then made anew) whenever `leader` changes or this node starts to serve the partition:
     # what requests waiting for a leader they can be sent to wait on (`wait_for_leader`).
     changed: trio.Event = field(default_factory=trio.Event)
@@ -247,6 +250,7 @@ class Cluster:
         self.since_ms = clock.now_ms()  # when this node joined (others hand it partitions after a while)
         self._lock_fd: int | None = None
         self._http: httpx.AsyncClient | None = None
+        self._peers: Peers | None = None
         # Told each partition this node starts to lead, once it serves it (in a task of its own).
         self.on_lead: Callable[[int], Awaitable[None]] | None = None
 
@@ -290,7 +294,10 @@ class Cluster:
             follower = await self._open_copy(number)
             self.followers[number] = follower
             states[number] = follower.store.state
-        self._http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+        # Snapshots from peers (`cluster_log.bootstrap`): rare, large answers.
+        self._http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=16, max_keepalive_connections=4))
+        # Requests passed on to partitions' leaders (`forward.py`): one whole answer each, often.
+        self._peers = Peers()
         return states
 
     async def _join(self, meta_key: str, asked: int) -> Any:
@@ -375,6 +382,8 @@ class Cluster:
         await self.etcd.aclose()
         if self._http is not None:
             await self._http.aclose()
+        if self._peers is not None:
+            await self._peers.aclose()
 
     async def _session_loop(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -566,6 +575,9 @@ class Cluster:
             follower.leader = leader
             follower.leader_seen.set()
             follower.leader_seen = trio.Event()
+            for scope in follower.sending:
+                scope.cancel()
+            follower.sending.clear()
             self._changed(follower)
 
     @staticmethod
@@ -878,9 +890,10 @@ class Cluster:
     def leader_of(self, number: int) -> Leader | None:
         return self.followers[number].leader
 
-    def leader_changed(self, number: int) -> trio.Event:
-        """Set when partition `number`'s leader changes from the one known now."""
-        return self.followers[number].leader_seen
+    def sending(self, number: int) -> set[trio.CancelScope]:
+        """Where a request on its way to partition `number`'s leader puts its cancel scope: every
+        scope in it is cancelled when the leader changes from the one known now."""
+        return self.followers[number].sending
 
     def forget_leader(self, number: int, leader: Leader) -> None:
         """`leader` did not answer: forward nothing more to it until the partition names one again."""
@@ -973,6 +986,11 @@ class Cluster:
     def http(self) -> httpx.AsyncClient:
         assert self._http is not None
         return self._http
+
+    @property
+    def peers(self) -> Peers:
+        assert self._peers is not None
+        return self._peers
 
     def newest_snapshot(self, number: int) -> str | None:
         found = list_snapshots(snapshot_dir(partition_dir(self.data_dir, number)))

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
-import httpx
 import trio
 
 from ..actors.errors import UNAVAILABLE, KernelError
 from . import cluster_view
 from .errors import ApiError
+from .peers import Answer, Broken, NotReached, PeerError, Peers
 
 if TYPE_CHECKING:
     from ..actors.kernel import Kernel
@@ -40,12 +40,12 @@ T = TypeVar("T")
 __all__ = ["Forwarded", "forward", "lead_or_forward", "FORWARDED_BY", "partition_of_request"]
 
 FORWARDED_BY = "x-runstate-forwarded-by"
-# Hop-by-hop and per-connection headers, never passed on (RFC 9110 7.6.1), and what httpx sets itself.
+# Hop-by-hop and per-connection headers, never passed on (RFC 9110 7.6.1), and what `peers` sets itself.
 _NOT_PASSED = frozenset({
     "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
     "content-length", "expect",
 })
-_NOT_RETURNED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"})
+_NOT_RETURNED = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"date", b"server"})
 # How long a forwarded request may take at the leader: above the longest long poll (30 s).
 FORWARD_TIMEOUT_S = 75.0
 
@@ -67,35 +67,17 @@ def partition_of_request(kernel: Kernel, method: str, pattern: str, params: dict
     return None
 
 
-class _LeaderChanged(Exception):
-    pass
-
-
-async def _send_unless(changed: trio.Event, http: httpx.AsyncClient, method: str, url: str, headers: dict[str, str],
-                       body: bytes) -> httpx.Response:
-    """Send the request; give it up (`_LeaderChanged`) if the partition's leader changes first."""
-    answer: list[httpx.Response] = []
-    failed: list[Exception] = []
-    async with trio.open_nursery() as nursery:
-
-        async def send() -> None:
-            try:
-                answer.append(await http.request(method, url, headers=headers, content=body))
-            except httpx.HTTPError as error:  # raised below, as it is (not inside an exception group)
-                failed.append(error)
-            nursery.cancel_scope.cancel()
-
-        async def watch() -> None:
-            await changed.wait()
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(send)
-        nursery.start_soon(watch)
-    if failed:
-        raise failed[0]
-    if not answer:
-        raise _LeaderChanged()
-    return answer[0]
+async def _send_unless(sending: set[trio.CancelScope], peers: Peers, method: str, url: str, target: str,
+                       headers: list[tuple[bytes, bytes]], body: bytes) -> Answer | None:
+    """Send the request; None if the partition's leader changes first (the cluster cancels every
+    scope in `sending` then: no task per request watches for it)."""
+    with trio.CancelScope() as watched:
+        sending.add(watched)
+        try:
+            return await peers.request(method, url, target, headers, body)
+        finally:
+            sending.discard(watched)
+    return None
 
 
 class Forwarded:
@@ -115,8 +97,8 @@ async def forward(cluster: Any, number: int, method: str, path: str, headers: di
     through = [node for node in headers.get(FORWARDED_BY, "").split(",") if node.strip()]
     hops = len(through)
     repeatable = method == "GET" or "idempotency-key" in headers
-    sent = {name: value for name, value in headers.items() if name not in _NOT_PASSED}
-    sent[FORWARDED_BY] = ",".join([*through, cluster.node_id])
+    sent = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items() if name not in _NOT_PASSED]
+    sent.append((FORWARDED_BY.encode(), ",".join([*through, cluster.node_id]).encode("latin-1")))
     while True:
         if cluster.leads(number):
             return None
@@ -130,22 +112,14 @@ async def forward(cluster: Any, number: int, method: str, path: str, headers: di
         if hops >= 2:
             raise ApiError(UNAVAILABLE, f"partition {number}: the nodes disagree on its leader for now; try again",
                            headers={"retry-after": "1"})
-        changed = cluster.leader_changed(number)
         try:
             with trio.fail_after(FORWARD_TIMEOUT_S):
-                answer = await _send_unless(changed, cluster.http, method, leader.url + path, sent, body)
-        except _LeaderChanged:
-            # A new leader was elected while the old one held the request (paused, or cut off):
-            # the old one can no longer commit it (its fence names the old epoch).
-            if not repeatable:
-                raise ApiError(UNAVAILABLE, f"partition {number}'s leader changed while answering; the change "
-                               "may or may not have been made", headers={"retry-after": "1"}) from None
-            continue
-        except (httpx.ConnectError, httpx.ConnectTimeout):
+                answer = await _send_unless(cluster.sending(number), cluster.peers, method, leader.url, path, sent, body)
+        except NotReached:
             # The leader is gone and the request never reached it: wait for the next one.
             cluster.forget_leader(number, leader)
             continue
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+        except Broken as error:
             # Gone while answering: the change may or may not have been made. Send it again only
             # if that is harmless.
             if not repeatable:
@@ -153,17 +127,21 @@ async def forward(cluster: Any, number: int, method: str, path: str, headers: di
                                "may or may not have been made", headers={"retry-after": "1"}) from error
             cluster.forget_leader(number, leader)
             continue
-        except (httpx.HTTPError, trio.TooSlowError) as error:
+        except (PeerError, trio.TooSlowError) as error:
             raise ApiError(UNAVAILABLE, f"partition {number}'s leader did not answer: {type(error).__name__}",
                            headers={"retry-after": "1"}) from error
-        returned = [
-            (name.encode("latin-1"), value.encode("latin-1"))
-            for name, value in answer.headers.multi_items() if name.lower() not in _NOT_RETURNED
-        ]
+        if answer is None:
+            # A new leader was elected while the old one held the request (paused, or cut off):
+            # the old one can no longer commit it (its fence names the old epoch).
+            if not repeatable:
+                raise ApiError(UNAVAILABLE, f"partition {number}'s leader changed while answering; the change "
+                               "may or may not have been made", headers={"retry-after": "1"}) from None
+            continue
+        returned = [(name, value) for name, value in answer.headers if name.lower() not in _NOT_RETURNED]
         # Its length, as the leader (and any node serving it itself) says it: not sent in chunks.
-        if answer.status_code not in (204, 304) and method != "HEAD":
-            returned.append((b"content-length", str(len(answer.content)).encode()))
-        return Forwarded(answer.status_code, returned, answer.content)
+        if answer.status not in (204, 304) and method != "HEAD":
+            returned.append((b"content-length", b"%d" % len(answer.body)))
+        return Forwarded(answer.status, returned, answer.body)
 
 
 async def lead_or_forward(cluster: Any, number: int, method: str, path: str, headers: dict[str, str], body: bytes,
