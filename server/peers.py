@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
-__all__ = ["Peers", "Answer", "PeerError", "NotReached", "Broken", "CONNECTIONS_MAX", "IDLE_PER_PEER_MAX"]
+__all__ = ["Peers", "Answer", "PeerError", "NotReached", "Broken", "CONNECTIONS_MAX", "IDLE_PER_PEER_MAX", "IDLE_S_MAX"]
 
 # Requests on their way to peers at once (each on its own connection).
 CONNECTIONS_MAX = 256
@@ -40,6 +40,10 @@ IDLE_PER_PEER_MAX = 64
 # The largest read from a peer's socket, and the largest answer head h11 will hold.
 RECEIVE_BYTES_MAX = 64 * 1024
 HEAD_BYTES_MAX = 64 * 1024
+# A connection idle for longer is closed rather than taken: well before a peer's keep-alive ends
+# (`keep_alive_s`, 15 s by default), so that a request is seldom written as the peer closes the
+# connection, which a change without an Idempotency-Key could only be answered 503 for.
+IDLE_S_MAX = 4.0
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -71,7 +75,7 @@ class _Link:
     """One connection to a peer: its stream, its socket, and what was read past the last answer
     (nothing, on a connection that can carry another request)."""
 
-    __slots__ = ("stream", "socket", "fd", "plain", "buffer")
+    __slots__ = ("stream", "socket", "fd", "plain", "buffer", "idle_since")
 
     def __init__(self, stream: trio.abc.Stream, socket: trio.socket.SocketType, plain: bool) -> None:
         self.stream = stream
@@ -79,6 +83,7 @@ class _Link:
         self.fd = socket.fileno()
         self.plain = plain  # read and written straight on the socket (no TLS)
         self.buffer = bytearray()
+        self.idle_since = 0.0  # (trio's clock) when it was last put back for the next request
 
     def closed_by_peer(self) -> bool:
         """Whether the peer closed (or wrote to) this idle connection: then it cannot be used."""
@@ -164,11 +169,12 @@ class Peers:
 
     def _idle_link(self, peer: _Peer) -> _Link | None:
         idle = peer.idle
+        stale_at = trio.current_time() - IDLE_S_MAX
         while idle:
             link = idle.pop()
-            if not link.closed_by_peer():
+            if link.idle_since >= stale_at and not link.closed_by_peer():
                 return link
-            link.socket.close()  # (no TLS close_notify: the peer has closed its end)
+            link.socket.close()  # (no TLS close_notify: the peer has closed its end, or will soon)
         return None
 
     async def _connect(self, peer: _Peer) -> _Link:
@@ -281,6 +287,7 @@ class Peers:
         """Put an answered connection back for the next request, if there is room."""
         if self._closed or len(peer.idle) >= self._idle_max:
             return False
+        link.idle_since = trio.current_time()
         peer.idle.append(link)
         return True
 

@@ -14,7 +14,7 @@ from typing import Awaitable, Callable
 import pytest
 import trio
 
-from runstate.server.peers import Broken, NotReached, Peers
+from runstate.server.peers import IDLE_S_MAX, Broken, NotReached, Peers
 
 pytestmark = pytest.mark.trio
 
@@ -81,6 +81,22 @@ async def test_a_kept_connection_carries_the_next_request(nursery: trio.Nursery)
     assert peer.requests[0].startswith(b"POST /v1/x?y=1 HTTP/1.1\r\nhost: 127.0.0.1:")
     assert b"\r\nauthorization: Bearer k\r\ncontent-length: 7\r\n\r\n{\"a\":1}" in peer.requests[0]
     assert b"content-length" not in peer.requests[1]  # a GET without a body says none
+    await peers.aclose()
+
+
+async def test_a_connection_idle_too_long_is_not_taken_again(nursery: trio.Nursery, autojump_clock: object) -> None:
+    """Idle past IDLE_S_MAX, a kept connection is closed and the next request goes on a new one,
+    before the peer's keep-alive could end it under a request."""
+    peer = await start(nursery, plain)
+    peers = Peers()
+    await peers.request("GET", peer.url, "/v1/x", [], b"")
+    await trio.sleep(IDLE_S_MAX - 0.5)
+    await peers.request("GET", peer.url, "/v1/x", [], b"")
+    assert peer.connections == 1
+    await trio.sleep(IDLE_S_MAX + 0.5)
+    answer = await peers.request("GET", peer.url, "/v1/x", [], b"")
+    assert (answer.status, peer.connections) == (201, 2)
+    await peer.closed.wait()  # the stale one was closed, not left open
     await peers.aclose()
 
 
