@@ -84,17 +84,17 @@ class SimRuntime(Runtime):
     def _store_options(self) -> dict:
         return {"config": self.store_config, "disk": self.fs.disk(), "run_blocking": self.fs.run_blocking}
 
-    async def _open_data_dir(self, clock: Clock) -> DataDir:
+    async def _open_data_dir(self, clock: Clock, data_dir: str) -> DataDir:
         try:
-            data = await super()._open_data_dir(clock)
+            data = await super()._open_data_dir(clock, data_dir)
         except (RecoveryError, DataDirError):
             raise
         except Exception as error:  # not a refusal the decision table makes: a bug in recovery
-            raise RecoveryError(self.settings.data_dir or "", 0, f"recovery raised {type(error).__name__}: {error!r}") from error
+            raise RecoveryError(data_dir, 0, f"recovery raised {type(error).__name__}: {error!r}") from error
         if data.refusals:  # the simulation's faults never leave a journal that cannot be recovered
             data.close()
             number, reason = next(iter(data.refusals.items()))
-            raise RecoveryError(self.settings.data_dir or "", 0, f"partition {number} refused: {reason}")
+            raise RecoveryError(data_dir, 0, f"partition {number} refused: {reason}")
         return data
 
 
