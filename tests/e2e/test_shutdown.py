@@ -177,7 +177,8 @@ def test_a_parked_long_poll_is_answered_204_at_sigterm_and_the_server_exits_at_o
 
     poller = threading.Thread(target=poll)
     poller.start()
-    time.sleep(0.5)  # parked
+    with process.client() as http:
+        _parked(http, 1)  # the server holds the receive (not a sleep: a loaded machine may take longer)
     process.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     started = time.monotonic()
     poller.join(10)
