@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv serve test test-ts reference sim soak fuzz chaos clean bench bench-quick profile etcd chromium
+.PHONY: venv serve test test-py test-ts reference sim soak fuzz chaos clean bench bench-quick profile etcd chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,16 +31,20 @@ reference: $(STAMP)
 
 # The strict type check (tests/typecheck.py: mypy over the SDK, the kernel's actors/ and
 # snapshots/, the server's server/, and the product page's examples), the reference's check (every public name of the
-# SDK has a docstring), then the tests: three processes, each taking a test file whole, or one seed
-# of the simulation's batch (a class each), as it is free (tests/conftest.py says which go first),
-# and the 25 slowest tests listed at the end.
+# SDK has a docstring), then the tests: pytest (`test-py`) and the TypeScript SDK's suite (`test-ts`)
+# side by side, each one's output printed whole when it ends (much of either is waiting on servers,
+# leases and etcd). Pytest runs three processes, each taking a test file whole, or one seed of the
+# simulation's batch (a class each), as it is free (tests/conftest.py says which go first), and
+# lists the 25 slowest tests at the end.
 # The console's browser tests (tests/console) drive Debian's Chromium: installed first when missing.
 PYTEST_ARGS ?= -n 3 --dist loadscope --no-loadscope-reorder --durations=25
-test: $(STAMP) etcd chromium
+test: $(STAMP) $(TS_STAMP) etcd chromium
 	$(PY) -m tests.typecheck
 	$(PY) -m tests.reference --check
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-py test-ts
+
+test-py: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
-	$(MAKE) test-ts
 
 # The cluster tests start real etcd members (tests/etcd.py): Debian's etcd-server, installed here
 # when it is missing and this runs as root. Otherwise those tests are skipped, saying how to
@@ -89,7 +93,7 @@ test-ts: $(STAMP) $(TS_STAMP)
 	cd $(TS) && npm run build && npm test
 
 # The deterministic simulation (tests/sim): SEEDS seeds, or replay one with SEED=n (`make test`
-# runs the first 50 and the seeds that once found a defect).
+# runs the first 40 and the seeds that once found a defect).
 SEEDS ?= 300
 sim: $(STAMP)
 	$(PY) -m tests.sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS))
