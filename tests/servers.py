@@ -60,6 +60,7 @@ class ServerProcess:
     def start(self) -> "ServerProcess":
         command = [*self.prefix, sys.executable, "-m", "runstate.server.cli", "serve", "--host", self.host, "--port", str(self.port), *self.args]
         self.lines = []
+        self.base_url = ""  # (told again by this start)
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env())
         found = threading.Event()
 
@@ -71,10 +72,11 @@ class ServerProcess:
                 if match and not found.is_set():
                     self.base_url = match.group(1)
                     found.set()
+            found.set()  # it exited: said at once, not after the whole start timeout
 
         self._reader = threading.Thread(target=read, daemon=True)
         self._reader.start()
-        if not found.wait(START_TIMEOUT_S):
+        if not found.wait(START_TIMEOUT_S) or not self.base_url:
             self.kill()
             raise RuntimeError("server did not start:\n" + "\n".join(self.lines))
         self.wait_healthy()
