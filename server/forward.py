@@ -80,15 +80,8 @@ async def _send_unless(sending: set[trio.CancelScope], peers: Peers, method: str
     return None
 
 
-class Forwarded:
-    """The leader's answer, passed back as it came."""
-
-    __slots__ = ("status", "headers", "body")
-
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        self.status = status
-        self.headers = headers
-        self.body = body
+# The leader's answer, passed back as it came (its per-connection headers left out): a peer's answer.
+Forwarded = Answer
 
 
 async def forward(cluster: Any, number: int, method: str, path: str, headers: dict[str, str], body: bytes,
