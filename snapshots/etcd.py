@@ -1,7 +1,9 @@
-"""A thin etcd v3 client over its JSON gateway (`/v3/...`), on httpx under trio.
+"""A thin etcd v3 client over its JSON gateway (`/v3/...`), under trio.
 
 No gRPC, no protobuf, no etcd client library: each call is one HTTP POST of a JSON body to one
-member, so timeouts and member rotation stay under our control. What it covers: `range`/`get`,
+member, so timeouts and member rotation stay under our control. Unary calls go on connections to
+the members kept open between calls (`http1.py`: each request in one write, a small answer read
+by one pattern); a watch, one long stream per call, goes on httpx. What it covers: `range`/`get`,
 `put`, `delete`, `txn` (compares on value, create/mod revision, version and lease; success and
 failure branches), leases (`lease_grant`, `lease_keepalive`, `lease_revoke`, `lease_time_to_live`,
 and `LeaseKeeper`, which keeps one alive), `watch`, `compact`, `member_list` and `status`. The
@@ -122,6 +124,7 @@ from .etcd_wire import (
     _server_error,
     prefix_end,
 )
+from .http1 import Connections, Headers, LinkError, NotReached, Progress
 
 __all__ = [
     "ATTEMPT_S",
@@ -168,13 +171,17 @@ __all__ = [
 # caught in a Raft leader change is answered only after ~6-7 s, so waiting longer than this for
 # one member costs more than trying the next.
 ATTEMPT_S = 1.0
-# Connections to all members together, long-lived watch streams included.
+# Connections to all members together: unary calls on their way at once, and watch streams.
 CONNECTIONS_MAX = 1024
+# Idle connections kept per member for the next unary call (the journal's writers, reads and
+# keepalives rarely have more on their way at once).
+IDLE_PER_MEMBER_MAX = 32
 
 # Sent on every request but `status` (see the module docstring); `status` must answer from a
 # member that has no leader too, since finding that out is what it is for.
 _HEADERS = {"content-type": "application/json", "grpc-metadata-hasleader": "true"}
-_STATUS_HEADERS = {"content-type": "application/json"}
+_UNARY_HEADERS: Headers = [(b"content-type", b"application/json"), (b"grpc-metadata-hasleader", b"true")]
+_STATUS_HEADERS: Headers = [(b"content-type", b"application/json")]
 
 # -- the client ---------------------------------------------------------------------------------
 
@@ -192,7 +199,8 @@ class EtcdClient:
 
     `attempt_s` bounds one attempt on one member (see the module docstring); the timeout of a
     whole call is the caller's. `requests` counts the HTTP requests sent (attempts included), for
-    metrics and benchmarks. Use as `async with EtcdClient([...]) as etcd:` or call `aclose()`.
+    metrics and benchmarks, and `connects` the connections made for them. Use as
+    `async with EtcdClient([...]) as etcd:` or call `aclose()`.
     """
 
     def __init__(
@@ -225,9 +233,12 @@ class EtcdClient:
         # Each member's last failed attempt (trio time, what it said), until it answers again.
         self.failures: dict[str, tuple[float, str]] = {}
         self._preferred = 0
-        # The attempt's cancel scope bounds each unary call; httpx's own timeouts only bound
-        # connecting (so a connect that fails is told apart from an answer that never came) and
-        # waiting for a free connection. Watches read for as long as they last.
+        # Unary calls: the attempt's cancel scope bounds each, and whether it had a connection in
+        # hand when the scope struck tells a member never reached from one that did not answer.
+        self._links = Connections(connections_max, IDLE_PER_MEMBER_MAX)
+        # Watches: httpx's own timeouts only bound connecting (so a connect that fails is told
+        # apart from an answer that never came) and waiting for a free connection; a watch reads
+        # for as long as it lasts.
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(None, connect=attempt_s, pool=attempt_s),
             limits=httpx.Limits(max_connections=connections_max, max_keepalive_connections=64),
@@ -236,7 +247,13 @@ class EtcdClient:
     def __repr__(self) -> str:
         return f"EtcdClient({self.endpoints!r})"
 
+    @property
+    def connects(self) -> int:
+        """Connections made for unary calls so far (a call on a kept connection makes none)."""
+        return self._links.connects
+
     async def aclose(self) -> None:
+        await self._links.aclose()
         await self._http.aclose()
 
     async def __aenter__(self) -> EtcdClient:
@@ -435,7 +452,7 @@ class EtcdClient:
         return document
 
     async def _call_any(
-        self, path: str, body: dict[str, Any], *, repeatable: bool, headers: dict[str, str] = _HEADERS,
+        self, path: str, body: dict[str, Any], *, repeatable: bool, headers: Headers = _UNARY_HEADERS,
     ) -> tuple[dict[str, Any], str]:
         """Send to each member in turn until one answers (see the module docstring for when a
         member is skipped); returns the answer and who gave it."""
@@ -482,21 +499,24 @@ class EtcdClient:
         now = trio.current_time()
         return [reason for at, reason in self.failures.values() if now - at <= within_s]
 
-    async def _attempt(self, endpoint: str, path: str, payload: bytes, headers: dict[str, str] = _HEADERS) -> dict[str, Any]:
+    async def _attempt(self, endpoint: str, path: str, payload: bytes, headers: Headers = _UNARY_HEADERS) -> dict[str, Any]:
         self.requests += 1
         started = trio.current_time()
+        progress = Progress()
         with trio.move_on_after(self.attempt_s) as scope:
             try:
-                response = await self._http.post(endpoint + path, content=payload, headers=headers)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as err:
-                raise _NotDelivered(f"{endpoint}: cannot connect ({type(err).__name__}: {err})") from err
-            except httpx.TransportError as err:
+                answer = await self._links.request("POST", endpoint, path, headers, payload, progress)
+            except NotReached as err:
+                raise _NotDelivered(f"{endpoint}: cannot connect ({err})") from err
+            except LinkError as err:  # broken off after the request began to go out, or an answer not HTTP/1.1
                 raise _NoAnswer(f"{endpoint}: {type(err).__name__}: {err}") from err
         if scope.cancelled_caught:
+            if not progress.connected:  # (waiting for a free connection, or connecting)
+                raise _NotDelivered(f"{endpoint}: cannot connect within {self.attempt_s:g} s")
             raise _NoAnswer(f"{endpoint}: no answer within {self.attempt_s:g} s")
         if self.on_attempt is not None:
             self.on_attempt(path, trio.current_time() - started)
-        return _answer(endpoint, response.status_code, response.content)
+        return _answer(endpoint, answer.status, answer.body)
 
 
 def _answer(endpoint: str, status: int, content: bytes) -> dict[str, Any]:

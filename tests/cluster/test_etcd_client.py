@@ -82,6 +82,25 @@ async def test_keys_and_values_round_trip_as_bytes_and_absent_fields_read_as_def
         assert none.deleted == 0 and none.prev_kvs == []
 
 
+async def test_calls_one_after_another_share_one_kept_connection(etcd1: EtcdCluster) -> None:
+    """Unary calls go on a connection kept open: small answers (a Content-Length), a keepalive's
+    (a stream of one message, in chunks) and a large range (in chunks) alike leave it for the next
+    call, and a call after the member closed it (a restart) goes on a new one."""
+    async with EtcdClient(etcd1.endpoints) as etcd:
+        grant = await etcd.lease_grant(5)
+        large = b"x" * 300_000
+        for round in range(3):
+            await etcd.put(f"kept/{round}", large, lease=grant.lease_id)
+            assert await etcd.lease_keepalive(grant.lease_id) == 5
+            result = await etcd.txn([Compare.absent("kept/none")], [Op.range("kept/", prefix=True)])
+            assert result.succeeded and len(result.responses[0].kvs) == round + 1
+            assert (await etcd.range("kept/", prefix=True)).count == round + 1
+        assert (etcd.requests, etcd.connects) == (13, 1)
+        etcd1.restart(etcd1.members[0])
+        assert (await etcd.get("kept/0")) is not None
+        assert etcd.connects == 2
+
+
 async def test_prefix_end_covers_exactly_the_keys_under_a_prefix() -> None:
     """The range end of a prefix increments its last byte below 0xff; all-0xff means every key."""
     assert prefix_end("a/") == b"a0"

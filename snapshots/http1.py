@@ -1,0 +1,372 @@
+"""HTTP/1.1 requests on connections kept open between them: a client for a handful of origins.
+
+Two parts of a node send many small requests, each one whole (head and body) with one whole answer,
+to a few fixed origins: a node passing requests on to a partition's leader (`server/peers.py`), and
+the etcd client (`etcd.py`), whose every unary call is one POST to a member's JSON gateway. What a
+general client does besides (a pool scanned for expired connections on every request, redirects,
+auth flows, cookies, streamed bodies, a task per request) cost more there than the request itself.
+So the connections are owned here, on h11's public interface:
+
+- **Kept open.** An answered connection goes back to its origin's idle list (at most
+  `idle_per_origin_max`) and is taken by the next request, if the origin has not closed it
+  meanwhile (it is then readable: one `poll`, on that connection only) and it has not been idle
+  longer than `idle_s_max`. At most `connections_max` requests are on their way at once; more
+  wait for one to end.
+- **One write.** The request's head and body leave in one write, so that the origin reads it
+  whole with its head.
+- **Answers by their plainest shape.** A status line, header lines and a Content-Length (what
+  a node sends, and etcd's gateway for a small answer) are read by one pattern; any other shape
+  (in chunks, as etcd streams a keepalive's answer or sends a large one; to the connection's end;
+  informational first) by h11, and its connection is kept when h11 says both sides are done.
+- **What went wrong, told apart**, since the caller decides from it whether to send again:
+  `NotReached` (no connection could be made: the request never left), `Broken` (the connection
+  failed or was closed after the request began to go out: it may or may not have been done),
+  `LinkError` (an answer that is not HTTP/1.1 this client can read, or a request it cannot send).
+  A caller that bounds a request by a timeout of its own passes a `Progress`: whether a
+  connection was in hand when the timeout struck says whether the request can have gone out.
+- A request cancelled on its way (a leader change, a client gone, a timeout) closes its
+  connection: what is left of its answer can never be read in order.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import ssl
+from urllib.parse import urlsplit
+
+import h11
+import trio
+
+__all__ = ["Connections", "Answer", "Progress", "LinkError", "NotReached", "Broken", "Headers",
+           "CONNECTIONS_MAX", "IDLE_PER_ORIGIN_MAX", "IDLE_S_MAX"]
+
+# Requests on their way at once (each on its own connection), by default.
+CONNECTIONS_MAX = 256
+# Idle connections kept per origin, by default; more are closed once answered.
+IDLE_PER_ORIGIN_MAX = 64
+# The largest read from a socket, and the largest answer head h11 will hold.
+RECEIVE_BYTES_MAX = 64 * 1024
+HEAD_BYTES_MAX = 64 * 1024
+# A connection idle for longer is closed rather than taken, by default: well before a node's
+# keep-alive ends (`keep_alive_s`, 15 s by default), so that a request is seldom written as the
+# origin closes the connection (such a request may or may not have been done: `Broken`).
+IDLE_S_MAX = 4.0
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class LinkError(Exception):
+    """The answer could not be read, or the request could not be sent as it is."""
+
+
+class NotReached(LinkError):
+    """No connection to the origin could be made: the request never left this process."""
+
+
+class Broken(LinkError):
+    """The connection failed or closed after the request began to go out."""
+
+
+class Progress:
+    """How far one request got: `connected` once it has a connection in hand (idle or new), from
+    which moment it may go out. Read by a caller whose own timeout cut the request short."""
+
+    __slots__ = ("connected",)
+
+    def __init__(self) -> None:
+        self.connected = False
+
+
+class Answer:
+    """An answer: status, headers (names in lower case, as they came), body."""
+
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int, headers: Headers, body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+class _Link:
+    """One connection to an origin: its stream, its socket, and what was read past the last answer
+    (nothing, on a connection that can carry another request)."""
+
+    __slots__ = ("stream", "socket", "fd", "plain", "buffer", "idle_since")
+
+    def __init__(self, stream: trio.abc.Stream, socket: trio.socket.SocketType, plain: bool) -> None:
+        self.stream = stream
+        self.socket = socket  # (plain, or under TLS)
+        self.fd = socket.fileno()
+        self.plain = plain  # read and written straight on the socket (no TLS)
+        self.buffer = bytearray()
+        self.idle_since = 0.0  # (trio's clock) when it was last put back for the next request
+
+    def closed_by_origin(self) -> bool:
+        """Whether the origin closed (or wrote to) this idle connection: then it cannot be used."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        return bool(poller.poll(0))
+
+    async def write(self, data: bytes) -> None:
+        sent = 0
+        if self.plain:
+            try:
+                sent = os.write(self.fd, data)
+            except BlockingIOError:
+                sent = 0
+        if sent < len(data):
+            await self.stream.send_all(memoryview(data)[sent:] if sent else data)
+
+    async def read(self) -> bytes:
+        """The next bytes from the origin; b"" once it closed. A plain socket is waited on until
+        readable first (the answer is seldom there yet: a read first would fail)."""
+        if not self.plain:
+            return bytes(await self.stream.receive_some(RECEIVE_BYTES_MAX))
+        while True:
+            await trio.lowlevel.wait_readable(self.fd)
+            try:
+                return os.read(self.fd, RECEIVE_BYTES_MAX)
+            except BlockingIOError:
+                continue
+
+
+class _Origin:
+    __slots__ = ("host", "port", "tls_host", "authority", "idle")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise LinkError(f"a URL to send to must be http:// or https:// with a host: {url!r}")
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.tls_host = parts.hostname if parts.scheme == "https" else None
+        try:
+            self.authority = parts.netloc.rpartition("@")[2].encode("ascii")
+        except UnicodeEncodeError:
+            raise LinkError(f"a URL to send to must be ASCII: {url!r}") from None
+        self.idle: list[_Link] = []
+
+
+class Connections:
+    """Requests to origins by their base URL (`http://host:port`), on kept connections."""
+
+    def __init__(self, connections_max: int = CONNECTIONS_MAX, idle_per_origin_max: int = IDLE_PER_ORIGIN_MAX,
+                 idle_s_max: float = IDLE_S_MAX) -> None:
+        if connections_max < 1 or idle_per_origin_max < 0 or not idle_s_max > 0:
+            raise ValueError("connections_max >= 1, idle_per_origin_max >= 0 and idle_s_max > 0")
+        self._origins: dict[str, _Origin] = {}
+        self._slots = trio.Semaphore(connections_max)
+        self._idle_max = idle_per_origin_max
+        self._idle_s_max = idle_s_max
+        self._tls: ssl.SSLContext | None = None
+        self._closed = False
+        self.connects = 0  # connections made (each request on a kept one makes none)
+
+    async def request(self, method: str, base_url: str, target: str, headers: Headers, body: bytes,
+                      progress: Progress | None = None) -> Answer:
+        """Send `method target` with `headers` (no Host, Content-Length or Connection: added here)
+        and `body` to the origin at `base_url`; its whole answer."""
+        origin = self._origins.get(base_url)
+        if origin is None:
+            origin = self._origins[base_url] = _Origin(base_url)
+        slots = self._slots
+        try:
+            slots.acquire_nowait()
+        except trio.WouldBlock:
+            await slots.acquire()
+        try:
+            link = self._idle_link(origin)
+            if link is None:
+                link = await self._connect(origin)
+            if progress is not None:
+                progress.connected = True
+            answer: Answer | None = None
+            reusable = False
+            try:
+                answer, reusable = await self._exchange(link, origin, method, target, headers, body)
+            finally:
+                if not (reusable and self._keep(link, origin)):
+                    await trio.aclose_forcefully(link.stream)
+            return answer
+        finally:
+            slots.release()
+
+    def _idle_link(self, origin: _Origin) -> _Link | None:
+        idle = origin.idle
+        stale_at = trio.current_time() - self._idle_s_max
+        while idle:
+            link = idle.pop()
+            if link.idle_since >= stale_at and not link.closed_by_origin():
+                return link
+            link.socket.close()  # (no TLS close_notify: the origin has closed its end, or will soon)
+        return None
+
+    async def _connect(self, origin: _Origin) -> _Link:
+        if self._closed:
+            raise NotReached("closed: no new connection is made")
+        try:
+            self.connects += 1
+            stream: trio.abc.Stream = await trio.open_tcp_stream(origin.host, origin.port)
+        except OSError as error:
+            raise NotReached(f"could not connect to {origin.host}:{origin.port}: {error}") from error
+        socket_stream = stream
+        assert isinstance(socket_stream, trio.SocketStream)
+        if origin.tls_host is not None:
+            if self._tls is None:
+                self._tls = ssl.create_default_context()
+            tls = trio.SSLStream(socket_stream, self._tls, server_hostname=origin.tls_host, https_compatible=True)
+            try:
+                await tls.do_handshake()
+            except (trio.BrokenResourceError, OSError) as error:
+                await trio.aclose_forcefully(tls)
+                raise NotReached(f"TLS with {origin.host}:{origin.port} failed: {error}") from error
+            stream = tls
+        return _Link(stream, socket_stream.socket, plain=origin.tls_host is None)
+
+    async def _exchange(self, link: _Link, origin: _Origin, method: str, target: str, headers: Headers,
+                        body: bytes) -> tuple[Answer, bool]:
+        """Send the request in one write and read its answer: (the answer, whether the connection
+        can carry another request)."""
+        lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode("ascii"), target.encode("latin-1"), origin.authority)]
+        lines.extend(b"%s: %s\r\n" % header for header in headers)
+        if body or method not in ("GET", "HEAD", "DELETE"):
+            lines.append(b"content-length: %d\r\n" % len(body))
+        lines.append(b"\r\n")
+        head = b"".join(lines)
+        if head.count(b"\n") != len(lines) + 1 or head.count(b"\r") != len(lines) + 1 or b" " in target.encode("latin-1"):
+            raise LinkError("the request cannot be sent: a line break inside its head")
+        try:
+            await link.write(head + body)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+            raise Broken(f"writing to {origin.host}:{origin.port} failed: {error}") from error
+        try:
+            return await self._answer(link, origin, method, head)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+            raise Broken(f"reading from {origin.host}:{origin.port} failed: {error}") from error
+
+    async def _answer(self, link: _Link, origin: _Origin, method: str, head: bytes) -> tuple[Answer, bool]:
+        """The answer, read by one pattern when it has the plainest shape (a status line, header
+        lines, a Content-Length; what every node sends), else by h11."""
+        buffer = link.buffer
+        while True:
+            end = buffer.find(b"\r\n\r\n", 0, HEAD_BYTES_MAX)
+            if end >= 0 or len(buffer) > HEAD_BYTES_MAX:
+                break
+            data = await link.read()
+            if not data:
+                raise Broken(f"{origin.host}:{origin.port} closed the connection before it answered")
+            buffer += data
+        plain = _plain_answer(buffer, end, method) if end >= 0 else None
+        if plain is None:
+            return await self._answer_h11(link, origin, method, head)
+        status, headers, body_at, length, keep = plain
+        while len(buffer) < body_at + length:
+            data = await link.read()
+            if not data:
+                raise Broken(f"{origin.host}:{origin.port} closed the connection before its answer ended")
+            buffer += data
+        body = bytes(buffer[body_at:body_at + length])
+        del buffer[:body_at + length]
+        # Bytes past the answer were never asked for: the connection is not used again.
+        return Answer(status, headers, body), keep and not buffer
+
+    async def _answer_h11(self, link: _Link, origin: _Origin, method: str, head: bytes) -> tuple[Answer, bool]:
+        """An answer of another shape (in chunks, to the connection's end, informational first),
+        read by h11 from what came so far on: (the answer, whether the connection can carry another
+        request: h11 says both sides are done, and nothing came past the answer)."""
+        events = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_BYTES_MAX)
+        try:
+            request_line, *fields = head[:-4].split(b"\r\n")
+            target = request_line.split(b" ")[1]
+            # (its body has gone already: h11 is told of none)
+            named = [(name, value) for name, _, value in (field.partition(b": ") for field in fields) if name != b"content-length"]
+            events.send(h11.Request(method=method, target=target, headers=named))
+            events.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as error:
+            raise LinkError(f"the request cannot be read back: {error}") from error
+        events.receive_data(bytes(link.buffer))
+        link.buffer.clear()
+        status = 0
+        headers: Headers = []
+        chunks: list[bytes] = []
+        while True:
+            try:
+                event = events.next_event()
+            except h11.RemoteProtocolError as error:
+                raise Broken(f"{origin.host}:{origin.port} answered what is not HTTP/1.1: {error}") from error
+            if event is h11.NEED_DATA:
+                events.receive_data(await link.read())  # b"": the origin closed
+                continue
+            kind = type(event)
+            if kind is h11.Response:
+                status = event.status_code  # type: ignore[union-attr]
+                headers = list(event.headers)  # type: ignore[union-attr]
+            elif kind is h11.Data:
+                chunks.append(bytes(event.data))  # type: ignore[union-attr]
+            elif kind is h11.EndOfMessage:
+                trailing, closed = events.trailing_data
+                keep = events.our_state is h11.DONE and events.their_state is h11.DONE and not trailing and not closed
+                return Answer(status, headers, b"".join(chunks)), keep
+            elif kind is h11.ConnectionClosed or event is h11.PAUSED:
+                raise Broken(f"{origin.host}:{origin.port} closed the connection before its answer ended")
+            # (an informational answer, 1xx: the real one follows)
+
+    def _keep(self, link: _Link, origin: _Origin) -> bool:
+        """Put an answered connection back for the next request, if there is room."""
+        if self._closed or len(origin.idle) >= self._idle_max:
+            return False
+        link.idle_since = trio.current_time()
+        origin.idle.append(link)
+        return True
+
+    async def aclose(self) -> None:
+        """Close every idle connection; the ones in use close when their request ends."""
+        self._closed = True
+        for origin in self._origins.values():
+            while origin.idle:
+                await trio.aclose_forcefully(origin.idle.pop().stream)
+
+
+
+# The plainest answer: HTTP/1.1, a status, header lines of a token, a colon and visible characters.
+_STATUS_LINE = re.compile(rb"HTTP/1\.1 ([1-5][0-9][0-9])(?: [^\r\n]*)?\r\n")
+_FIELDS = re.compile(rb"(?:[-!#$%&'*+.^_`|~0-9a-zA-Z]+:[\t\x20-\x7e\x80-\xff]*\r\n)*")
+
+
+def _plain_answer(buffer: bytearray, end: int, method: str) -> tuple[int, Headers, int, int, bool] | None:
+    """The answer whose head ends at `end` if it has the plainest shape, as (status, headers with
+    names in lower case, where its body begins, its length, whether the connection goes on);
+    None otherwise (h11 reads it): an informational status, a body in chunks or to the end of
+    the connection, a Content-Length given twice or malformed."""
+    first = _STATUS_LINE.match(buffer)
+    if first is None or _FIELDS.fullmatch(buffer, first.end(), end + 2) is None:
+        return None
+    status = int(first[1])
+    if status < 200:
+        return None
+    headers: Headers = []
+    length = -1
+    keep = True
+    for line in bytes(buffer[first.end():end]).split(b"\r\n"):
+        if not line:
+            continue
+        name, _, value = line.partition(b":")
+        name = name.lower()
+        value = value.strip(b" \t")
+        if name == b"content-length":
+            if length >= 0 or not value.isdigit():
+                return None
+            length = int(value)
+        elif name == b"transfer-encoding":
+            return None
+        elif name == b"connection" and b"close" in value.lower():
+            keep = False
+        headers.append((name, value))
+    if method == "HEAD" or status in (204, 304):
+        length = 0
+    elif length < 0:
+        return None
+    return status, headers, end + 4, length, keep
