@@ -207,6 +207,9 @@ class Store:
         self.model = model
         self.clock = clock
         self.run_blocking: RunBlocking = run_blocking or trio.to_thread.run_sync
+        # What the journal is given: None on the production path, so that under `batch` and `off`
+        # (and in a cluster's local copy) it writes small batches on its own task, not in a thread.
+        self._journal_blocking = run_blocking
         # The model as a snapshot's child process reads it; None: snapshots are built in a thread
         # (asked for, or IO run inline in virtual time, where a child's wait would be real time).
         self._child_model: bytes | None = None
@@ -282,7 +285,7 @@ class Store:
             writer,
             fsync="off" if follow else self.config.fsync,
             batch_interval_ms=self.config.batch_interval_ms,
-            run_blocking=self.run_blocking,
+            run_blocking=self._journal_blocking,
             check=record_format.check,
         )
         expired = graced = 0

@@ -192,6 +192,30 @@ async def test_with_worker_threads_in_real_time(tmp_path):
     assert_same_state(live, reload(data).state)
 
 
+@pytest.mark.trio
+@pytest.mark.parametrize("fsync, threaded", [("off", False), ("batch", False), ("always", True)])
+async def test_on_the_production_path_small_batches_are_written_by_the_journal_task(tmp_path, monkeypatch, fsync, threaded):
+    """Opened without a `run_blocking` of its own, a store's journal writes a small batch itself
+    under `batch` and `off` (a worker thread's round trip costs more than the write); under
+    `always` every batch goes to a thread, since it waits for an fsync."""
+    from runstate.snapshots.wal import SegmentWriter
+
+    threaded_writes = []
+    to_thread = trio.to_thread.run_sync
+
+    async def counting(function, *args, **kwargs):
+        if getattr(function, "__func__", None) is SegmentWriter.write:
+            threaded_writes.append(args[0])
+        return await to_thread(function, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+    async with running(str(tmp_path), fsync=fsync, threads=True) as run:
+        scope_id = (await run.scopes.create(SPACE))["id"]
+        await acquire_many(run, scope_id, 20)
+        assert run.store.journal.batches >= 2
+    assert bool(threaded_writes) is threaded, threaded_writes
+
+
 def test_dismantle_empties_a_state_and_leaves_shared_settings_alone():
     from runstate.actors import KernelState, Limits
     from runstate.actors import commands as c
