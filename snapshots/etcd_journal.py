@@ -64,6 +64,10 @@ log = logging.getLogger("runstate.cluster")
 BATCH_BYTES_MAX = 1 << 20
 # After no member answered: the pause before the same transaction is sent again.
 RETRY_S = 0.05
+# How long a batch may wait for the callers of the last one to come back (see `_linger`): this
+# share of the last transaction's time, and never more than the cap.
+LINGER_SHARE = 0.5
+LINGER_S_MAX = 0.003
 
 
 class Fenced(Exception):
@@ -128,6 +132,8 @@ class EtcdJournal:
         self._writing: list[tuple[int, list[bytes], Durable]] | None = None
         self._answered = trio.Event()
         self._closing = False
+        # Appends the last round had: the batch answered, and those waiting when it was (`_linger`).
+        self._expected = 1
         self._after = DurableWaits()
         self._wakeup = trio.Event()
 
@@ -171,7 +177,8 @@ class EtcdJournal:
                     await self._wakeup.wait()
                     self._wakeup = trio.Event()
                     continue
-                await self._commit(self._take())
+                if await self._linger():
+                    await self._commit(self._take())
         finally:
             if self._pending or self._after or self._writing:
                 self.fail(self.failure or OSError("the journal stopped before this change was written"), [])
@@ -213,6 +220,25 @@ class EtcdJournal:
         if self.failure is not None:
             raise self.failure
         assert done == [None]
+
+    async def _linger(self) -> bool:
+        """Under load, give the callers just answered a moment to join the next batch.
+
+        Each transaction costs etcd and this node about the same whatever its size, and the
+        callers a batch answered usually send their next change a moment later: sent at once, the
+        next batch leaves without them, and the callers split into two halves that take turns,
+        each with its own transaction. So when the last round had more appends than are waiting
+        now, the batch waits until as many are, for at most `LINGER_SHARE` of the last
+        transaction's time (`LINGER_S_MAX` at most). A lone caller never waits: its round had one.
+        Returns whether the batch is still to be sent (not when the journal stopped meanwhile)."""
+        target = self._expected
+        if len(self._pending) >= target or not self.commit_seconds:
+            return True
+        with trio.move_on_after(min(self.commit_seconds[-1] * LINGER_SHARE, LINGER_S_MAX)):
+            while len(self._pending) < target and self._pending_bytes < self.batch_bytes_max and not self._closing:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+        return bool(self._pending) and not self._closing and self.failure is None
 
     def _take(self) -> list[tuple[int, list[bytes], Durable]]:
         batch: list[tuple[int, list[bytes], Durable]] = []
@@ -269,6 +295,7 @@ class EtcdJournal:
         if self._writing is not batch:  # answered meanwhile (`close` gave up on it): the next leader knows
             return
         self._writing = None  # answered below
+        self._expected = len(batch) + len(self._pending)
         if not result.succeeded:
             reads = [response for response in result.responses if isinstance(response, RangeResult)]
             assert len(reads) == 2, "the failure branch is two reads: the leader's key and the log's"

@@ -136,6 +136,49 @@ async def test_a_fenced_batch_in_flight_is_answered_as_not_recorded(autojump_clo
     assert len(told) == 1 and isinstance(told[0][1], Fenced) and "another node leads" in str(told[0][1])
 
 
+class TimedEtcd(HeldEtcd):
+    """Answers each txn `took_s` after it was sent, noting when each batch left."""
+
+    def __init__(self, took_s: float) -> None:
+        super().__init__()
+        self.took_s = took_s
+        self.at: list[float] = []
+
+    async def txn(self, compare: Any, success: Any, failure: Any, *, repeatable: bool = False) -> TxnResult:
+        self.at.append(trio.current_time())
+        await trio.sleep(self.took_s)
+        return TxnResult(Header(1, 1, 100 + len(self.at), 1), True, [])
+
+
+async def test_under_load_the_callers_just_answered_join_the_next_batch_and_a_lone_caller_never_waits(autojump_clock: Any) -> None:
+    """Two callers taking turns: the one answered comes back a moment later and goes in the same
+    transaction as the one that waited (one transaction a round, not one each); a batch waits at
+    most half the last transaction's time for it; a lone caller's change leaves at once."""
+    etcd, committed, told = TimedEtcd(took_s=0.004), [], []
+    journal = _journal(etcd, committed)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        _append(journal, told, "a")
+        await trio.sleep(0.001)
+        _append(journal, told, "b")  # waits behind a
+        await trio.sleep(0.0035)  # a is answered (4 ms): b waits for a's caller...
+        _append(journal, told, "a2")  # ...which comes back 0.5 ms later
+        await trio.sleep(0.02)
+        assert committed == [1, 2] and etcd.at[1] == pytest.approx(0.0045)
+        _append(journal, told, "c")
+        _append(journal, told, "d")
+        await trio.sleep(0.001)
+        _append(journal, told, "e")  # the round had 2; e alone waits, for half of 4 ms, then leaves
+        await trio.sleep(0.05)
+        assert committed == [1, 2, 4, 6] and etcd.at[3] - etcd.at[2] == pytest.approx(0.004 + 0.002)
+        quiet = trio.current_time()
+        _append(journal, told, "f")  # the last round had 1: no wait
+        await trio.sleep(0.05)
+        assert committed == [1, 2, 4, 6, 7] and etcd.at[-1] == pytest.approx(quiet)
+        nursery.cancel_scope.cancel()
+    assert all(error is None for _, error in told) and len(told) == 7
+
+
 class FlakyLeases:
     """A lease keepalive that etcd does not answer while `down`, then answers with the TTL, or
     says the lease is gone once `gone`."""
