@@ -11,7 +11,7 @@ ways as they come. What the client sends is read as HTTP/1.1 requests (head, the
 Content-Length) to find the ones a rule catches; etcd's answer to such a request is held for
 `hold_s` before its first byte goes back, or, with `drop`, the connection is closed once etcd has
 answered, so the request was carried out and the client never hears how. This needs no HTTP
-parsing of the answers: our etcd client (httpx) sends a request on a connection only once it has
+parsing of the answers: our etcd client sends a request on a connection only once it has
 read the answer to the one before, so the bytes the member sends after a request are its answer.
 A watch is a request like another; its answer is a stream that lasts as long as the watch.
 
