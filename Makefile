@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: venv serve test test-py test-ts reference sim soak fuzz chaos clean bench bench-quick profile etcd chromium
+.PHONY: venv serve test test-py test-ts test-types reference sim soak fuzz chaos clean bench bench-quick profile etcd chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,19 +29,21 @@ serve: $(STAMP)
 reference: $(STAMP)
 	$(PY) -m tests.reference --html build/reference
 
-# The strict type check (tests/typecheck.py: mypy over the SDK, the kernel's actors/ and
-# snapshots/, the server's server/, and the product page's examples), the reference's check (every public name of the
-# SDK has a docstring), then the tests: pytest (`test-py`) and the TypeScript SDK's suite (`test-ts`)
-# side by side, each one's output printed whole when it ends (much of either is waiting on servers,
-# leases and etcd). Pytest runs three processes, each taking a test file whole, or one seed of the
-# simulation's batch (a class each), as it is free (tests/conftest.py says which go first), and
-# lists the 25 slowest tests at the end.
+# Three parts side by side, each one's output printed whole when it ends (much of the tests' time is
+# waiting on servers, leases and etcd): the strict type check and the reference's check
+# (`test-types`: tests/typecheck.py, mypy over the SDK, the kernel's actors/ and snapshots/, the
+# server's server/, and the product page's examples; every public name of the SDK has a
+# docstring), pytest (`test-py`) and the TypeScript SDK's suite (`test-ts`). Pytest runs three
+# processes, each taking a test file whole, or one seed of the simulation's batch (a class each),
+# as it is free (tests/conftest.py says which go first), and lists the 25 slowest tests at the end.
 # The console's browser tests (tests/console) drive Debian's Chromium: installed first when missing.
 PYTEST_ARGS ?= -n 3 --dist loadscope --no-loadscope-reorder --durations=25
 test: $(STAMP) $(TS_STAMP) etcd chromium
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-types test-py test-ts
+
+test-types: $(STAMP)
 	$(PY) -m tests.typecheck
 	$(PY) -m tests.reference --check
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-py test-ts
 
 test-py: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -87,7 +87,7 @@ class ClaimView(NamedTuple):
     `token` is None where it is withheld (a release's answer). `session` is the holder's session;
     `lease_ms` the lease's length, `expires_ms` its end (the lease is not held from then on unless
     renewed), `acquired_ms` when its holder took it. The shell names and formats these on the wire
-    (`server/wire.py`); the kernel knows nothing of that."""
+    (`server/wire/`); the kernel knows nothing of that."""
 
     key: str
     scope_id: str

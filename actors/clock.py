@@ -40,11 +40,11 @@ kernel never reads: trio gives its clock a random offset precisely to catch code
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Callable
 
 import trio
-import trio.testing
 
 __all__ = ["Clock", "WALL_RECHECK_S", "WALL_STEP_LOGGED_MS", "HOST_READ_EVERY_MS"]
 
@@ -60,6 +60,13 @@ WALL_STEP_LOGGED_MS = 1000
 HOST_READ_EVERY_MS = 1.0
 
 WallSource = Callable[[], float]
+
+
+def _mock_clock_runs() -> bool:
+    """Whether the running loop runs on trio's `MockClock` (virtual time). One can only if
+    `trio.testing` was imported: a server never imports it (it would bring pytest with it)."""
+    testing = sys.modules.get("trio.testing")
+    return testing is not None and isinstance(trio.lowlevel.current_clock(), testing.MockClock)
 
 
 def _host_wall_ms() -> float:
@@ -84,9 +91,7 @@ class Clock:
         # The running loop's clock, read straight (what `trio.current_time()` reads, one call in
         # place of three: every turn reads the time).
         self._trio_time = trio.lowlevel.current_clock().current_time
-        self._virtual = virtual or wall_source is None and (
-            wall_anchor_ms is not None or isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock)
-        )
+        self._virtual = virtual or wall_source is None and (wall_anchor_ms is not None or _mock_clock_runs())
         if wall_source is None and self._virtual:
             anchor_ms = float(int(time.time() * 1000) if wall_anchor_ms is None else wall_anchor_ms)
             wall_source = lambda: anchor_ms + (trio.current_time() - trio_now) * 1000  # noqa: E731

@@ -194,7 +194,7 @@ class Partition:
         # Calls answered from a stored Idempotency-Key answer instead of being run again.
         self.idempotent_replays = 0
         # How an answer is kept for a retry with its Idempotency-Key: as JSON, in the form the
-        # retry must be answered in. The shell gives its wire form (`server/wire.py`), so a retry,
+        # retry must be answered in. The shell gives its wire form (`server/wire/`), so a retry,
         # even after a restart, answers the same bytes as the first try; the journal keeps it so.
         self.keep_reply = keep_reply
         # Set by `end_waits()` at shutdown: no call parks any more, a long poll answers EMPTY.

@@ -14,7 +14,7 @@ A `View` is the camelCase JSON object a read or a reply carries to the shell, wh
 as it is (`scopeId`, `expiresAt`); its values are JSON too, by field. A primitive that declares
 typed views answers with those instead (`claims.ClaimView`): named tuples (or frozen dataclasses
 where a view is not on a hot path) with snake-case fields and times as integer milliseconds, each field's meaning in its type (`EpochMs` for an
-instant, `DurationMs` for a length of time); the shell's wire declaration (`server/wire.py`)
+instant, `DurationMs` for a length of time); the shell's wire declaration (`server/wire/`)
 names their fields on the wire and turns their times into timestamps. `plain` is the kernel's
 own JSON form of either, for what the kernel keeps without a shell to ask.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-__all__ = ["Record", "View", "EpochMs", "DurationMs", "INSTANT", "DURATION", "plain"]
+__all__ = ["Record", "View", "EpochMs", "DurationMs", "Json", "INSTANT", "DURATION", "JSON", "plain"]
 
 Record = dict[str, Any]
 View = dict[str, Any]
@@ -36,9 +36,10 @@ View = dict[str, Any]
 Body = dict[str, Any]
 
 
-class _TimeMeaning:
-    """What a typed view's integer of milliseconds means: read by the shell (through the type's
-    `Annotated` metadata) to choose its wire form; nothing at run time."""
+class _Meaning:
+    """What a typed view's field means where its type alone does not say: an integer of
+    milliseconds that is an instant or a length of time, or a user's JSON value. Read by the
+    shell (through the type's `Annotated` metadata) to choose its wire form; nothing at run time."""
 
     __slots__ = ("name",)
 
@@ -49,21 +50,30 @@ class _TimeMeaning:
         return self.name
 
 
-INSTANT = _TimeMeaning("INSTANT")
-DURATION = _TimeMeaning("DURATION")
+INSTANT = _Meaning("INSTANT")
+DURATION = _Meaning("DURATION")
 
 # A wall-clock instant, milliseconds since the Unix epoch (UTC), as every record keeps its times.
 EpochMs = Annotated[int, INSTANT]
 # A length of time in milliseconds (a lease's length). Not to be confused with an instant.
 DurationMs = Annotated[int, DURATION]
 
+JSON = _Meaning("JSON")
+# Any JSON value a user gave (a payload, an outcome, metadata): the shell writes it as it is.
+Json = Annotated[Any, JSON]
+
 
 def plain(value: Any) -> Any:
-    """`value` as JSON the kernel can keep on its own: a typed view as an object of its fields
-    (snake case, times in milliseconds), anything else as it is. The shell gives the kernel its
+    """`value` as JSON the kernel can keep on its own: each typed view in it (at the top, or in its
+    dicts, lists and views) as an object of its fields (snake case, times in milliseconds),
+    anything else as it is. The shell gives the kernel its
     wire form instead (`Kernel(keep_reply=...)`), so that a retry answers what the first try did."""
     if isinstance(value, tuple) and hasattr(value, "_asdict"):  # a named tuple
-        return value._asdict()
+        return {key: plain(item) for key, item in value._asdict().items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+        return {field.name: plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if type(value) is dict:
+        return {key: plain(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return [plain(item) for item in value]
     return value

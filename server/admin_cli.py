@@ -28,7 +28,6 @@ import ssl
 import sys
 from typing import Any, Callable, Protocol, Sequence
 
-import httpx
 import orjson
 
 from .admin import ADMIN_KEY_FILE
@@ -234,6 +233,8 @@ def _request(
     `idempotent`: a change sent with an Idempotency-Key, sent once more with the same key when the
     connection failed, so a change that was made but whose answer was lost is answered, not made twice.
     """
+    import httpx  # (here: `runstate serve` imports this module and needs no HTTP client)
+
     url, url_source = _server_url(args)
     headers = {"authorization": f"Bearer {key.secret}"}
     if idempotent:

@@ -4,7 +4,7 @@ Routing works on the raw path, one percent-decoded segment at a time, so a claim
 `file/a b` arrives intact from `/claims/file%2Fa%20b/renew`. Each route is a plain
 coroutine `(services, request, **path_params) -> (status, body)`; it never sees ASGI or Quart, which
 keeps handlers testable and the per-request cost to parsing, one kernel call and one `wire.dumps`
-(orjson, with the kernel's typed views written as `wire.py` declares them).
+(orjson, with the kernel's typed views written as `wire/` declares them).
 
 Every answer is JSON, refusals in the error envelope, including the ones no route decides: unknown
 paths (404), wrong methods (405), bodies over the limit (413), a server still recovering (503).

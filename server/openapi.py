@@ -3,7 +3,7 @@
 Made from the routes' declarations (`api.py`): each route's operation comes from its `Doc` and,
 for a command, from the command's field declarations (`actors/fields.py`), so a route cannot be
 served without being described, or described otherwise than it parses. The shapes of the answers
-that the kernel gives as typed views come from their wire declarations (`wire.py`); the others (the
+that the kernel gives as typed views come from their wire declarations (`wire/`); the others (the
 component schemas below) are still written here. `tests/server/test_openapi.py` checks the
 document against the router, and schemathesis checks a live server's answers against it. Limits
 come from `Limits`, so the document says what this server enforces. Response schemas list the fields a
@@ -73,7 +73,7 @@ def _components(limits: Limits) -> dict[str, Any]:
                 "endedAt": _nullable(_TS),
             }
         ),
-        # Declared with the view they write (`wire.py`), as the encoder writes them.
+        # Declared with the view they write (`wire/`), as the encoder writes them.
         "Claim": WIRE_COMPONENTS["Claim"],
         "HeldClaim": WIRE_COMPONENTS["HeldClaim"],
         "Mailbox": _obj(

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.trio
 
 class World:
     """A kernel and the commands the tests send, by their wire bodies; their answers as the wire
-    writes them (`server/wire.py`), as a client reads them."""
+    writes them (`server/wire/`), as a client reads them."""
 
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel

@@ -1,7 +1,7 @@
 """The kernel answers a claim with a typed view (a named tuple): snake-case fields, times in
 milliseconds, no wire.
 
-The wire's names and timestamps are the shell's (`server/wire.py`, `tests/server/test_wire.py`);
+The wire's names and timestamps are the shell's (`server/wire/`, `tests/server/test_wire.py`);
 here the kernel's answers are read as the kernel gives them, through `Kernel.submit`.
 """
 

@@ -1,7 +1,7 @@
 """Both SDKs' claim types have exactly the fields the OpenAPI document gives a claim, with the
 same JSON types and the same optional ones.
 
-The document's components come from the server's wire declaration (`server/wire.py`), so this
+The document's components come from the server's wire declaration (`server/wire/`), so this
 ties the Python SDK's `TypedDict`s (`sdk/types.py`) and the TypeScript SDK's interfaces
 (`typescript/src`, read from their source) to what the server writes: a field renamed, added or
 dropped on one side fails here.

@@ -1,4 +1,4 @@
-"""The wire shapes of the kernel's typed views (`server/wire.py`): the bytes clients read, and the
+"""The wire shapes of the kernel's typed views (`server/wire/`): the bytes clients read, and the
 OpenAPI components made from the same declaration.
 
 The official clients 0.2.0 and 0.3.0 parse a claim's answer as the server wrote it before the
@@ -10,7 +10,7 @@ exactly its bytes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import jsonschema
 import orjson
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from runstate.actors.claims import ClaimHeldView, ClaimView, ForceReleasedClaimView, ReleasedClaimView
 from runstate.actors.errors import CLAIM_HELD, KernelError
 from runstate.actors.limits import Limits
-from runstate.actors.shapes import DurationMs, EpochMs
+from runstate.actors.shapes import DurationMs, EpochMs, Json
 from runstate.actors.timestamps import format_ms
 from runstate.server import wire
 from runstate.server.errors import envelope
@@ -186,3 +186,67 @@ def test_the_naming_rule_and_its_exceptions() -> None:
     assert shape.schema()["properties"]["endedAt"] == wire.nullable(wire.TIMESTAMP)
     with pytest.raises(AssertionError, match="whole seconds"):
         wire.Shape(Sample, seconds={"created_ms": "createdSeconds"})
+
+
+class Member(NamedTuple):
+    task_id: str
+    done_ms: EpochMs | None
+
+
+class Group(NamedTuple):
+    id: str
+    state: Literal["OPEN", "CLOSED"]
+    outcome: Json
+    tags: tuple[str, ...]
+    members: tuple[Member, ...]
+    first: Member | None
+    ratio: float
+
+
+class Inner(NamedTuple):
+    a: int
+
+
+class Outer(NamedTuple):
+    inner: Inner
+
+
+_MEMBER = wire.Shape(Member)
+_GROUP = wire.Shape(Group, also={"groupId": "id"})
+
+
+def test_json_literals_arrays_nested_views_and_a_second_name() -> None:
+    """The other kinds of field a view has: a user's JSON value and a literal written as they are,
+    an array of scalars or of views, a nested view by its own shape (None stays null), and one
+    value under two names; the schema says each, and `encode` writes views inside dicts and lists."""
+
+    member, group = _MEMBER, _GROUP
+    assert [field.name for field in group.fields] == ["id", "groupId", "state", "outcome", "tags", "members", "first", "ratio"]
+    value = Group("g1", "OPEN", {"a": [1, None]}, ("x", "y"), (Member("t1", 0), Member("t2", None)), None, 0.5)
+    written = {
+        "id": "g1", "groupId": "g1", "state": "OPEN", "outcome": {"a": [1, None]}, "tags": ["x", "y"],
+        "members": [{"taskId": "t1", "doneAt": "1970-01-01T00:00:00.000Z"}, {"taskId": "t2", "doneAt": None}],
+        "first": None, "ratio": 0.5,
+    }
+    assert group.encode(value) == written
+    assert orjson.loads(wire.dumps({"groups": [value]})) == {"groups": [written]}
+    assert wire.encode({"groups": [value], "n": 1}) == {"groups": [written], "n": 1}
+    schema = group.schema()
+    jsonschema.validate(written, schema)
+    assert schema["properties"]["state"] == {"type": "string", "enum": ["OPEN", "CLOSED"]}
+    assert schema["properties"]["tags"] == {"type": "array", "items": {"type": "string"}}
+    assert schema["properties"]["members"] == {"type": "array", "items": member.schema()}
+    assert schema["properties"]["first"] == wire.nullable(member.schema())
+    jsonschema.validate({**written, "first": written["members"][0]}, schema)
+    assert schema["properties"]["ratio"] == {"type": "number"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**written, "state": "GONE"}, schema)
+    # A type is written by the first shape declared for it; a second must say it is not that.
+    with pytest.raises(AssertionError, match="has a shape already"):
+        wire.Shape(Member)
+    assert wire.Shape(Member, primary=False).encode(Member("t", None)) == {"taskId": "t", "doneAt": None}
+
+
+def test_a_nested_view_needs_a_declared_shape() -> None:
+    with pytest.raises(AssertionError, match="declare its shape first"):
+        wire.Shape(Outer)

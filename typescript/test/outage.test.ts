@@ -1,7 +1,8 @@
 /**
  * Riding through a server restart, against a real `runstate serve` killed with SIGKILL and started
  * again on the same data directory and port within the lease: a `claim().run()` with a 15 s lease
- * keeps its claim through a 6 s outage in which its renewals fall due; a handler that finishes
+ * keeps its claim through a 6 s outage in which its renewals fall due (a longer lease and outage
+ * where a start here is slow); a handler that finishes
  * during an outage has its completion accepted once the server is back. Then the end of a run:
  * `consume()` stops within a second of its run being cancelled, its handlers' signals abort and
  * their tasks end CANCELLED. And a process paused past its lease sees it lost as soon as it wakes.
@@ -52,7 +53,15 @@ describe('a server restart within the lease', () => {
     await server?.stop();
   });
 
-  test('claim().run() with a 15 s lease keeps its claim through a 6 s outage in which renewals fall due', async () => {
+  test('claim().run() keeps its claim through an outage in which renewals fall due', async () => {
+    // A 15 s lease through a 6 s outage where a start takes a second or two. The outage cannot be
+    // shorter than the first renewal's due time (a third of the lease) plus a start, and a
+    // renewal must get through before the lease's deadline (9/10 of it, at most 3 s short):
+    // where a start is slow (a loaded machine), the lease is longer, so the outage still ends
+    // well within it even if the restart takes twice as long as the first start did.
+    const leaseSeconds = Math.max(15, Math.ceil((2 * server.startMs + 5_500) / 530));
+    const dueMs = (leaseSeconds * 1000 * 1.1) / 3;
+    console.log(`# a ${leaseSeconds} s lease (a start takes ${Math.round(server.startMs)} ms here)`);
     const run = await rs.scopes.create({ name: 'claim-outage' });
     const other = new Runstate({ apiKey: server.apiKey, spaceId: server.spaceId, baseUrl: server.baseUrl, holder: 'other' });
     let outageMs = 0;
@@ -63,22 +72,22 @@ describe('a server restart within the lease', () => {
         await server.kill();
         const killedAt = performance.now();
         // Back 6 s after the kill (the restart begins as long before that as a start takes here),
-        // and not before the first renewal (due 4.5-5.5 s after the acquire) has fallen due.
-        const dueAt = acquiredAt + 5_500 + 100;
+        // and not before the first renewal (due 0.3-0.37 of the lease after the acquire) has fallen due.
+        const dueAt = acquiredAt + dueMs + 100;
         await sleep(Math.max(dueAt - performance.now(), killedAt + OUTAGE_MS - server.startMs - performance.now(), 0));
         await server.restart();
         outageMs = performance.now() - killedAt;
         console.log(`# the server was away ${Math.round(outageMs)} ms (a start takes ${Math.round(server.startMs)} ms here)`);
         assert.equal(lease.isLost, false, 'not lost while its end by our clock has not passed');
         // A renewal fell due in the outage (every ~5 s); one gets through once the server is back.
-        await until('a renewal after the restart', () => lease.expiresAt.getTime() > firstExpiry + 5_000, 8_000);
+        await until('a renewal after the restart', () => lease.expiresAt.getTime() > firstExpiry + 5_000, 8_000 + server.startMs);
         assert.equal(lease.isLost, false);
         assert.equal(lease.signal.aborted, false);
         const busy = await other.scope(run.id).claim('company:acme').tryAcquire();
         assert.equal(busy.kind, 'busy', 'still ours on the server');
         return `researched as generation ${lease.generation}`;
       },
-      { leaseSeconds: 15 },
+      { leaseSeconds },
     );
     assert.equal(outcome, 'researched as generation 1');
     assert.ok(outageMs >= 5_500, `the server was away ${outageMs} ms`);
