@@ -249,7 +249,7 @@ class Connections:
 
     async def _answer(self, link: _Link, origin: _Origin, method: str, head: bytes) -> tuple[Answer, bool]:
         """The answer, read by one pattern when it has the plainest shape (a status line, header
-        lines, a Content-Length; what every node sends), else by h11."""
+        lines, a Content-Length: what every node sends, and etcd for a small answer), else by h11."""
         buffer = link.buffer
         while True:
             end = buffer.find(b"\r\n\r\n", 0, HEAD_BYTES_MAX)
