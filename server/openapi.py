@@ -59,20 +59,7 @@ def _components(limits: Limits) -> dict[str, Any]:
             }
         ),
         "Health": _obj({"status": {"enum": ["ok", "live"]}}),
-        "Scope": _obj(
-            {
-                "id": text,
-                "name": _nullable(text),
-                "parentId": _nullable(text),
-                "deadline": _nullable(_TS),
-                "childLimit": _nullable(integer),
-                "children": integer,
-                "storedState": {"enum": ["ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED"]},
-                "effective": {"enum": ["ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED"]},
-                "createdAt": _TS,
-                "endedAt": _nullable(_TS),
-            }
-        ),
+        "Scope": WIRE_COMPONENTS["Scope"],
         # Declared with the view they write (`wire/`), as the encoder writes them.
         "Claim": WIRE_COMPONENTS["Claim"],
         "HeldClaim": WIRE_COMPONENTS["HeldClaim"],

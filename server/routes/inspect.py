@@ -29,6 +29,8 @@ from ..http import Request, Router
 from ..runtime import Runtime
 from ..services import ReadServices
 from ..wire import HELD_CLAIM
+from ..wire.scopes import PENDING_REMOVAL
+from ..wire.shape import component
 
 router = Router()
 
@@ -91,15 +93,10 @@ async def space_caps(services: ReadServices, request: Request, space: str) -> tu
 
 _COUNT = {"type": "integer"}
 _PENDING = {
-    "type": "object",
+    **component(PENDING_REMOVAL),
     "description": "The ended runs still kept and what they hold, removed ended_run_retention_s after each run's end "
                    "(all 0 when that is 0: ended runs are kept for good); overdueRuns are past it and kept because a "
                    "task group not yet finalized still counts on one of their tasks.",
-    "properties": {
-        "endedRunRetentionSeconds": _COUNT, "runs": _COUNT, "scopes": _COUNT, "tasks": _COUNT, "messages": _COUNT,
-        "nextRemovalAt": {"type": ["string", "null"], "format": "date-time"}, "overdueRuns": _COUNT,
-    },
-    "required": ["endedRunRetentionSeconds", "runs", "scopes", "tasks", "messages", "nextRemovalAt", "overdueRuns"],
 }
 
 
