@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import events as event_log
+from .groups import GroupView
 from .outcome import Space
 from .timestamps import format_ms
 from .shapes import View
@@ -28,7 +29,7 @@ def timer(kernel: KernelReads, space: str, timer_id: str) -> View:
     return part.timers.view(part.timers.get(timer_id))
 
 
-def group(kernel: KernelReads, space: str, group_id: str) -> View:
+def group(kernel: KernelReads, space: str, group_id: str) -> GroupView:
     part = kernel.space_view(space).coordination
     return part.groups.view(part.groups.get(group_id), kernel.clock.now_ms())
 
@@ -205,6 +206,7 @@ def in_scope(kernel: KernelReads, space: str, scope_id: str, what: str, limit: i
     state = kernel.space_view(space)
     state.scopes.get(scope_id)  # 404 for a run that does not exist
     part, now_ms = state.coordination, kernel.clock.now_ms()
+    found: list[Any]  # (each kind's typed view, or its JSON view)
     if what == "barriers":
         found = [part.barriers.view(b, now_ms) for b in part.barriers.all() if b.scope_id == scope_id]
     elif what == "timers":

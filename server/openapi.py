@@ -277,12 +277,6 @@ def _capacity_components() -> dict[str, Any]:
 def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
     text, integer = {"type": "string"}, {"type": "integer"}
-    group_state: dict[str, dict[str, Any]] = {
-        "groupId": text,
-        "state": {"enum": ["OPEN", "SEALED", "FINALIZED"]},
-        "outcome": _nullable({"enum": ["SUCCEEDED", "FAILED", "CANCELLED"]}),
-        "outcomeReason": _nullable(text),
-    }
     timer = {
         "id": text,
         "scopeId": text,
@@ -324,30 +318,10 @@ def _coordination_components() -> dict[str, Any]:
             {"scopeId": text, "timers": {"type": "array", "items": _obj({**timer, "token": text})}},
             {"timer": _obj(timer)},
         ),
-        "GroupState": _obj(group_state),
-        "GroupVerdict": _obj({**group_state, "taskId": text, "verdict": {"enum": ["ACCEPTED", "REJECTED"]}}),
-        "TaskGroup": _obj(
-            {
-                **group_state,
-                "id": text,
-                "scopeId": text,
-                "mailboxId": text,
-                "parentScopeId": _nullable(text),
-                "condition": {"enum": ["ALL_TERMINAL", "N_ACCEPTED", "FIRST_ACCEPTED"]},
-                "threshold": _nullable(integer),
-                "expectedMembers": _nullable(integer),
-                "deadline": _nullable(_TS),
-                "members": {
-                    "type": "array",
-                    "items": _obj({"taskId": text, "verdict": _nullable({"enum": ["ACCEPTED", "REJECTED"]}), "state": _nullable(text)}),
-                },
-                "counts": _obj({"members": integer, "accepted": integer, "rejected": integer}),
-                "createdAt": _TS,
-                "sealedAt": _nullable(_TS),
-                "finalizedAt": _nullable(_TS),
-            }
-        ),
-        "GroupSubmitted": {"allOf": [_ref("Submitted"), _obj({"groupId": text, "group": _obj(group_state)})]},
+        "GroupState": WIRE_COMPONENTS["GroupState"],
+        "GroupVerdict": WIRE_COMPONENTS["GroupVerdict"],
+        "TaskGroup": WIRE_COMPONENTS["TaskGroup"],
+        "GroupSubmitted": {"allOf": [_ref("Submitted"), _obj({"groupId": text, "group": _ref("GroupState")})]},
         "Event": event,
         "EventPage": _obj({"events": {"type": "array", "items": _ref("Event")}, "nextCursor": text}),
         "OpsRun": _obj(

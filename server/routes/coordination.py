@@ -20,6 +20,7 @@ import re
 from ...actors import commands as c
 from ...actors import coordination_reads as reads
 from ...actors.errors import VALIDATION_FAILED
+from ...actors.groups import GroupView
 from ...actors.kernel import EMPTY
 from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
@@ -111,7 +112,7 @@ endpoint(router, "POST", BASE + "/timers/{timer_id}/cancel", Doc(
 # -- task groups ---------------------------------------------------------------------------------
 
 
-async def read_group(services: ReadServices, request: Request, space: str, group_id: str) -> tuple[int, View]:
+async def read_group(services: ReadServices, request: Request, space: str, group_id: str) -> tuple[int, GroupView]:
     services.authorize(request, space)
     return 200, reads.group(services.kernel, space, group_id)
 

@@ -346,11 +346,11 @@ async def coordination(kernel: RouteKernel, space_id: str, *, run: str | None, c
         part = space.coordination
         answer: dict[str, Any] = {"next": {}, "totals": {}}
 
-        def page(name: str, found: Iterable[D], in_run: Callable[[D], bool], show: Callable[[D], View]) -> None:
+        def page(name: str, found: Iterable[D], in_run: Callable[[D], bool], show: Callable[[D], Any]) -> None:
             if run:
                 found = (item for item in found if in_run(item))
             chosen, following, total = _paged(found, lambda item: (item.created_ms, item.id), (int, str), cursors.get(name), limit)
-            answer[name] = [show(item) for item in chosen]
+            answer[name] = [wire.encode(show(item)) for item in chosen]  # (the kernel's views as the wire writes them)
             answer["next"][name], answer["totals"][name] = following, total
 
         page("groups", part.groups.all(), lambda g: g.scope_id == run or g.parent_scope_id == run, lambda g: part.groups.view(g, now_ms))
