@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import events as event_log
+from .barriers import BarrierView
 from .groups import GroupView
 from .outcome import Space
 from .timestamps import format_ms
@@ -19,7 +20,7 @@ from .kernel_reads import KernelReads
 __all__ = ["barrier", "timer", "group", "events_page"]
 
 
-def barrier(kernel: KernelReads, space: str, barrier_id: str) -> View:
+def barrier(kernel: KernelReads, space: str, barrier_id: str) -> BarrierView:
     part = kernel.space_view(space).coordination
     return part.barriers.view(part.barriers.get(barrier_id), kernel.clock.now_ms())
 

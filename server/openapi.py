@@ -298,19 +298,7 @@ def _coordination_components() -> dict[str, Any]:
         }
     )
     return {
-        "Barrier": _obj(
-            {
-                "id": text,
-                "scopeId": text,
-                "name": _nullable(text),
-                "state": {"enum": ["OPEN", "RELEASED", "CANCELLED"]},
-                "epoch": integer,
-                "target": integer,
-                "arrived": integer,
-                "createdAt": _TS,
-                "releasedAt": _nullable(_TS),
-            }
-        ),
+        "Barrier": WIRE_COMPONENTS["Barrier"],
         "Timer": _obj(timer),
         # A put by name: the server's clock, and the token once the timer has fired.
         "NamedTimer": _obj({**timer, "now": _TS, "token": _nullable(text)}),

@@ -20,6 +20,7 @@ import re
 from ...actors import commands as c
 from ...actors import coordination_reads as reads
 from ...actors.errors import VALIDATION_FAILED
+from ...actors.barriers import BarrierView
 from ...actors.groups import GroupView
 from ...actors.kernel import EMPTY
 from ...actors.shapes import View
@@ -43,7 +44,7 @@ _USER_AGENT = re.compile(r"runstate(?:-sdk)?-python/(\d+)\.(\d+)")
 # -- barriers ------------------------------------------------------------------------------------
 
 
-async def read_barrier(services: ReadServices, request: Request, space: str, barrier_id: str) -> tuple[int, View]:
+async def read_barrier(services: ReadServices, request: Request, space: str, barrier_id: str) -> tuple[int, BarrierView]:
     services.authorize(request, space)
     return 200, reads.barrier(services.kernel, space, barrier_id)
 
