@@ -13,6 +13,7 @@ from . import events as event_log
 from .barriers import BarrierView
 from .groups import GroupView
 from .outcome import Space
+from .timers import TimerView
 from .timestamps import format_ms
 from .shapes import View
 from .kernel_reads import KernelReads
@@ -25,7 +26,7 @@ def barrier(kernel: KernelReads, space: str, barrier_id: str) -> BarrierView:
     return part.barriers.view(part.barriers.get(barrier_id), kernel.clock.now_ms())
 
 
-def timer(kernel: KernelReads, space: str, timer_id: str) -> View:
+def timer(kernel: KernelReads, space: str, timer_id: str) -> TimerView:
     part = kernel.space_view(space).coordination
     return part.timers.view(part.timers.get(timer_id))
 

@@ -277,16 +277,6 @@ def _capacity_components() -> dict[str, Any]:
 def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
     text, integer = {"type": "string"}, {"type": "integer"}
-    timer = {
-        "id": text,
-        "scopeId": text,
-        "name": _nullable(text),
-        "state": {"enum": ["ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED"]},
-        "fireAt": _TS,
-        "firedAt": _nullable(_TS),
-        "createdAt": _TS,
-        "endedAt": _nullable(_TS),
-    }
     event = _obj(
         {
             "eventId": text,
@@ -299,13 +289,9 @@ def _coordination_components() -> dict[str, Any]:
     )
     return {
         "Barrier": WIRE_COMPONENTS["Barrier"],
-        "Timer": _obj(timer),
-        # A put by name: the server's clock, and the token once the timer has fired.
-        "NamedTimer": _obj({**timer, "now": _TS, "token": _nullable(text)}),
-        "TimerPoll": _obj(
-            {"scopeId": text, "timers": {"type": "array", "items": _obj({**timer, "token": text})}},
-            {"timer": _obj(timer)},
-        ),
+        "Timer": WIRE_COMPONENTS["Timer"],
+        "NamedTimer": WIRE_COMPONENTS["NamedTimer"],
+        "TimerPoll": WIRE_COMPONENTS["TimerPoll"],
         "GroupState": WIRE_COMPONENTS["GroupState"],
         "GroupVerdict": WIRE_COMPONENTS["GroupVerdict"],
         "TaskGroup": WIRE_COMPONENTS["TaskGroup"],
