@@ -152,18 +152,7 @@ def _components(limits: Limits) -> dict[str, Any]:
                 "tombstoned": {"type": "boolean"},
             }
         ),
-        "Once": _obj(
-            {"state": {"enum": ["ACQUIRED", "OPEN", "HELD", "DONE", "FAILED"]}},
-            {
-                "attempts": integer,
-                "token": text,
-                "result": {"description": "the recorded result (DONE)"},
-                "lastError": _nullable(text),
-                "holder": text,
-                "leaseExpiresAt": _TS,
-                "leaseSeconds": integer,
-            },
-        ),
+        "Once": WIRE_COMPONENTS["Once"],
         "Usage": _obj(
             {
                 "spaceId": text,
