@@ -39,17 +39,17 @@ def group(kernel: KernelReads, space: str, group_id: str) -> GroupView:
 def events_page(
     kernel: KernelReads, space: str, after: int | None, limit: int, types: frozenset[str] | None = None,
     aggregate: tuple[str, str] | None = None, scope_id: str | None = None,
-) -> View:
+) -> event_log.EventPageView:
     return event_log.page(kernel.space_view(space), after, limit, types, aggregate, scope_id)
 
 
-def events_latest(kernel: KernelReads, space: str, count: int) -> View:
+def events_latest(kernel: KernelReads, space: str, count: int) -> event_log.EventPageView:
     """The newest `count` events kept (oldest of them first), and the cursor after the newest:
     where a reader that wants only what happens from now on starts (`count` 0: the cursor alone)."""
     state = kernel.space_view(space)
     log = state.events
     if not count:
-        return {"events": [], "nextCursor": str(log.seq)}
+        return event_log.EventPageView((), str(log.seq))
     return event_log.page(state, max(log.oldest_seq - 1, log.seq - count), count, None, None, None)
 
 

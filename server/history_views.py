@@ -149,7 +149,7 @@ class Diff:
                 into = self.causes.setdefault(event.type, {})
                 into[cause] = into.get(cause, 0) + 1
             if len(self.changes) < CHANGES_MAX:
-                self.changes.append(event.view())
+                self.changes.append(wire.encode(event.view()))
         self._seen = log.seq
 
     def view(self, first: Point, second: Point) -> dict[str, Any]:

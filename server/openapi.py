@@ -266,16 +266,6 @@ def _capacity_components() -> dict[str, Any]:
 def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
     text, integer = {"type": "string"}, {"type": "integer"}
-    event = _obj(
-        {
-            "eventId": text,
-            "type": text,
-            "createdAt": _TS,
-            "scopeId": _nullable(text),
-            "aggregate": _obj({"type": text, "id": text}),
-            "payload": {"type": "object"},
-        }
-    )
     return {
         "Barrier": WIRE_COMPONENTS["Barrier"],
         "Timer": WIRE_COMPONENTS["Timer"],
@@ -285,8 +275,8 @@ def _coordination_components() -> dict[str, Any]:
         "GroupVerdict": WIRE_COMPONENTS["GroupVerdict"],
         "TaskGroup": WIRE_COMPONENTS["TaskGroup"],
         "GroupSubmitted": {"allOf": [_ref("Submitted"), _obj({"groupId": text, "group": _ref("GroupState")})]},
-        "Event": event,
-        "EventPage": _obj({"events": {"type": "array", "items": _ref("Event")}, "nextCursor": text}),
+        "Event": WIRE_COMPONENTS["Event"],
+        "EventPage": WIRE_COMPONENTS["EventPage"],
         "OpsRun": _obj(
             {
                 "scopeId": text,

@@ -90,4 +90,4 @@ class EventOps(_Ops):
         command = c.WatchEvents(
             space=space, after=after, limit=limit, types=types, aggregate=aggregate, scope_id=scope_id, wait_ms=wait_ms
         )
-        return await self._kernel.submit(command, wait_ms=wait_ms)
+        return wire.encode(await self._kernel.submit(command, wait_ms=wait_ms))

@@ -22,6 +22,7 @@ from ...actors import commands as c
 from ...actors import coordination_reads as reads
 from ...actors.errors import VALIDATION_FAILED
 from ...actors.barriers import BarrierView
+from ...actors.events import EventPageView
 from ...actors.groups import GroupView
 from ...actors.timers import TimerPollView, TimerView
 from ...actors.kernel import EMPTY
@@ -186,7 +187,7 @@ def _wait_s(services: ReadServices, request: Request) -> int:
     return min(limits.watch_wait_s_default if asked is None else asked, cap)
 
 
-async def list_events(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+async def list_events(services: ReadServices, request: Request, space: str) -> tuple[int, EventPageView]:
     services.authorize(request, space)
     kernel = services.kernel
     limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
@@ -199,7 +200,7 @@ async def list_events(services: ReadServices, request: Request, space: str) -> t
     return 200, reads.events_page(kernel, space, cursor, limit)
 
 
-async def watch(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+async def watch(services: ReadServices, request: Request, space: str) -> tuple[int, EventPageView]:
     services.authorize(request, space)
     kernel = services.kernel
     after, limit = _cursor(request), _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT

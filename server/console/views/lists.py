@@ -387,7 +387,7 @@ async def events(kernel: RouteKernel, space_id: str, *, types: frozenset[str] | 
             if len(found) == limit:
                 last = found[-1]["seq"]
                 break
-            found.append({"seq": seq, **log.made(seq, change, at_ms).view()})
+            found.append({"seq": seq, **wire.encode(log.made(seq, change, at_ms).view())})
         return {"events": found, "next": last, "oldest": log.oldest_seq, "newest": log.seq}
 
     return await _read(kernel, space_id, view)
