@@ -162,17 +162,7 @@ def _components(limits: Limits) -> dict[str, Any]:
                 "events": {"type": "object", "additionalProperties": integer},
             }
         ),
-        "ApiKey": _obj(
-            {
-                "id": text,
-                "name": _nullable(text),
-                "spaces": {"type": "array", "items": text},
-                "role": {"type": "string", "enum": ["editor", "viewer"], "description": "editor: reads and changes; viewer: reads only"},
-                "createdAt": _TS,
-                "revokedAt": _nullable(_TS),
-            },
-            {"key": {"type": "string", "description": "the new key's secret: shown in this answer only"}},
-        ),
+        "ApiKey": WIRE_COMPONENTS["ApiKey"],
     }
     schemas.update(_capacity_components())
     schemas["Submitted"] = {"allOf": [_ref("Task"), _obj({"created": {"type": "boolean"}, "replay": {"type": "boolean"}})]}

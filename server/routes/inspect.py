@@ -28,6 +28,7 @@ from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
 from ..services import ReadServices
+from .. import wire
 from ..wire import HELD_CLAIM
 from ..wire.scopes import PENDING_REMOVAL
 from ..wire.shape import component
@@ -149,7 +150,7 @@ async def whoami(services: Runtime, request: Request) -> tuple[int, View]:
     spaces = keys.spaces_for(secret)
     if spaces:
         view = KernelState.key_view(keys.by_digest(digest(secret)))
-        return 200, {**view, "admin": False}
+        return 200, {**wire.encode(view), "admin": False}
     if services.admin.matches(secret):
         return 200, {"id": None, "name": None, "spaces": [], "createdAt": None, "revokedAt": None, "admin": True}
     raise ApiError(UNAUTHENTICATED, "the API key is not valid")
