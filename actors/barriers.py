@@ -23,7 +23,7 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Final, Iterator, Literal, NamedTuple
 
 from . import coordination
 from .actor_keys import ActorKey, barrier_actor, barrier_name_actor
@@ -35,12 +35,11 @@ from .limits import Limits
 from .outcome import Outcome, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, operation, record_type
 from .scopes import ACTIVE, SCOPE_ENDED, ScopeTree
-from .timestamps import format_ms
 from .coordination import CoordinationCommands
-from .shapes import Record, View
+from .shapes import EpochMs, Record
 
 __all__ = [
-    "Barrier", "BarrierTable", "BARRIERS", "CreateBarrier", "EnsureBarrier", "ArriveBarrier", "OPEN", "RELEASED", "CANCELLED", "BARRIER_RELEASED",
+    "Barrier", "BarrierTable", "BarrierView", "BarrierState", "BARRIERS", "CreateBarrier", "EnsureBarrier", "ArriveBarrier", "OPEN", "RELEASED", "CANCELLED", "BARRIER_RELEASED",
     "BARRIER_CANCELLED", "BARRIER_ARRIVED", "BARRIER_CREATED", "BARRIER_IMAGE",
 ]
 
@@ -49,13 +48,30 @@ BARRIER_ARRIVED = record_type("barrier.arrived")
 BARRIER_CREATED = record_type("barrier.created")
 BARRIER_IMAGE = record_type("barrier.image")
 
-OPEN = "OPEN"
-RELEASED = "RELEASED"
-CANCELLED = "CANCELLED"
+BarrierState = Literal["OPEN", "RELEASED", "CANCELLED"]
+OPEN: Final = "OPEN"
+RELEASED: Final = "RELEASED"
+CANCELLED: Final = "CANCELLED"
 
 # Wire codes (409).
 BARRIER_RELEASED = "BARRIER_RELEASED"
 BARRIER_CANCELLED = "BARRIER_CANCELLED"
+
+class BarrierView(NamedTuple):
+    """A barrier as creating, putting by name, arriving and reading answer: its state as it acts
+    (CANCELLED for an open one whose scope no longer is active), how many arrived of its target,
+    and when it was released (None until then, and for one cancelled)."""
+
+    id: str
+    scope_id: str
+    name: str | None
+    state: BarrierState
+    epoch: int
+    target: int
+    arrived: int
+    created_ms: EpochMs
+    released_ms: EpochMs | None
+
 
 class Barrier:
     __slots__ = ("id", "scope_id", "target", "epoch", "state", "arrivals", "created_ms", "ended_ms", "name")
@@ -66,7 +82,7 @@ class Barrier:
         self.scope_id = scope_id
         self.target = target
         self.epoch = 1
-        self.state = OPEN
+        self.state: BarrierState = OPEN
         # Insertion-ordered, at most `target` keys: arrivals stop counting at the release.
         self.arrivals: dict[str, None] = {}
         self.created_ms = created_ms
@@ -108,24 +124,20 @@ class BarrierTable:
     def all(self) -> Iterator[Barrier]:
         return iter(self._by_id.values())
 
-    def state_of(self, barrier: Barrier, now_ms: int) -> str:
+    def state_of(self, barrier: Barrier, now_ms: int) -> BarrierState:
         """The stored state, or CANCELLED for an open barrier whose scope is no longer active."""
         if barrier.state == OPEN and self._scopes.effective(self._scopes.get(barrier.scope_id), now_ms) != ACTIVE:
             return CANCELLED
         return barrier.state
 
-    def view(self, barrier: Barrier, now_ms: int) -> View:
-        return {
-            "id": barrier.id,
-            "scopeId": barrier.scope_id,
-            "name": barrier.name,
-            "state": self.state_of(barrier, now_ms),
-            "epoch": barrier.epoch,
-            "target": barrier.target,
-            "arrived": len(barrier.arrivals),
-            "createdAt": format_ms(barrier.created_ms),
-            "releasedAt": format_ms(barrier.ended_ms) if barrier.state == RELEASED and barrier.ended_ms is not None else None,
-        }
+    def view(self, barrier: Barrier, now_ms: int) -> BarrierView:
+        arrived = len(barrier.arrivals)
+        assert arrived <= barrier.target, "arrivals stop counting at the release"
+        released_ms = barrier.ended_ms if barrier.state == RELEASED else None
+        return BarrierView(
+            barrier.id, barrier.scope_id, barrier.name, self.state_of(barrier, now_ms), barrier.epoch, barrier.target, arrived,
+            barrier.created_ms, released_ms,
+        )
 
     # -- deciding -------------------------------------------------------------------------------
 
@@ -177,7 +189,7 @@ class BarrierTable:
         self._open_by_scope.setdefault(barrier.scope_id, {})[barrier.id] = None
         return barrier
 
-    def _close(self, barrier: Barrier, state: str, at_ms: int | None) -> None:
+    def _close(self, barrier: Barrier, state: BarrierState, at_ms: int | None) -> None:
         barrier.state = state
         barrier.ended_ms = at_ms
         open_here = self._open_by_scope.get(barrier.scope_id)

@@ -10,7 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import events as event_log
+from .barriers import BarrierView
+from .groups import GroupView
 from .outcome import Space
+from .timers import TimerView
 from .timestamps import format_ms
 from .shapes import View
 from .kernel_reads import KernelReads
@@ -18,17 +21,17 @@ from .kernel_reads import KernelReads
 __all__ = ["barrier", "timer", "group", "events_page"]
 
 
-def barrier(kernel: KernelReads, space: str, barrier_id: str) -> View:
+def barrier(kernel: KernelReads, space: str, barrier_id: str) -> BarrierView:
     part = kernel.space_view(space).coordination
     return part.barriers.view(part.barriers.get(barrier_id), kernel.clock.now_ms())
 
 
-def timer(kernel: KernelReads, space: str, timer_id: str) -> View:
+def timer(kernel: KernelReads, space: str, timer_id: str) -> TimerView:
     part = kernel.space_view(space).coordination
     return part.timers.view(part.timers.get(timer_id))
 
 
-def group(kernel: KernelReads, space: str, group_id: str) -> View:
+def group(kernel: KernelReads, space: str, group_id: str) -> GroupView:
     part = kernel.space_view(space).coordination
     return part.groups.view(part.groups.get(group_id), kernel.clock.now_ms())
 
@@ -36,17 +39,17 @@ def group(kernel: KernelReads, space: str, group_id: str) -> View:
 def events_page(
     kernel: KernelReads, space: str, after: int | None, limit: int, types: frozenset[str] | None = None,
     aggregate: tuple[str, str] | None = None, scope_id: str | None = None,
-) -> View:
+) -> event_log.EventPageView:
     return event_log.page(kernel.space_view(space), after, limit, types, aggregate, scope_id)
 
 
-def events_latest(kernel: KernelReads, space: str, count: int) -> View:
+def events_latest(kernel: KernelReads, space: str, count: int) -> event_log.EventPageView:
     """The newest `count` events kept (oldest of them first), and the cursor after the newest:
     where a reader that wants only what happens from now on starts (`count` 0: the cursor alone)."""
     state = kernel.space_view(space)
     log = state.events
     if not count:
-        return {"events": [], "nextCursor": str(log.seq)}
+        return event_log.EventPageView((), str(log.seq))
     return event_log.page(state, max(log.oldest_seq - 1, log.seq - count), count, None, None, None)
 
 
@@ -205,6 +208,7 @@ def in_scope(kernel: KernelReads, space: str, scope_id: str, what: str, limit: i
     state = kernel.space_view(space)
     state.scopes.get(scope_id)  # 404 for a run that does not exist
     part, now_ms = state.coordination, kernel.clock.now_ms()
+    found: list[Any]  # (each kind's typed view, or its JSON view)
     if what == "barriers":
         found = [part.barriers.view(b, now_ms) for b in part.barriers.all() if b.scope_id == scope_id]
     elif what == "timers":

@@ -30,9 +30,10 @@ from .limits import Limits
 from .outcome import Outcome, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
 from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import EpochMs, Json, Record, View
 
 __all__ = [
+    "AggregateView", "EventView", "EventPageView",
     "EventLog", "Event", "CURSOR_EXPIRED", "EVENT_TYPES", "PAYLOAD_NAMES", "payload_of", "EVENT_IMAGE", "EVENTS_IMAGE",
     "WatchEvents", "EVENTS", "record_payload", "entity_event", "name_payloads", "page", "watch",
 ]
@@ -59,6 +60,33 @@ def name_payloads(names: dict[str, tuple[str, ...]], types: tuple[str, ...]) -> 
     EVENT_TYPES.extend(types)
 
 
+class AggregateView(NamedTuple):
+    """What an event is about: its kind (a claim, a task, a barrier...) and its id."""
+
+    type: str
+    id: str
+
+
+class EventView(NamedTuple):
+    """An event as the log is read: its id (`ev_<seq>`, the cursor after it being `seq`), its type,
+    when it was made, its scope, what it is about, and its payload (a JSON object, as the event's
+    type names its values)."""
+
+    event_id: str
+    type: str
+    created_ms: EpochMs
+    scope_id: str | None
+    aggregate: AggregateView
+    payload: Json
+
+
+class EventPageView(NamedTuple):
+    """A page of the log: its events, oldest first, and the cursor to read on from."""
+
+    events: tuple[EventView, ...]
+    next_cursor: str
+
+
 class Event(NamedTuple):
     seq: int
     type: str
@@ -68,15 +96,11 @@ class Event(NamedTuple):
     payload: View
     at_ms: int
 
-    def view(self) -> View:
-        return {
-            "eventId": f"ev_{self.seq}",
-            "type": self.type,
-            "createdAt": format_ms(self.at_ms),
-            "scopeId": self.scope_id,
-            "aggregate": {"type": self.aggregate_type, "id": self.aggregate_id},
-            "payload": self.payload,
-        }
+    def view(self) -> EventView:
+        assert self.seq > 0, "events are numbered from 1"
+        return EventView(
+            f"ev_{self.seq}", self.type, self.at_ms, self.scope_id, AggregateView(self.aggregate_type, self.aggregate_id), self.payload
+        )
 
 
 # (type, scope_id, aggregate type, aggregate id, payload)
@@ -262,7 +286,9 @@ def entity_event(kind: str, aggregate: str, find: Callable[[Space, str], Any], *
     return derive
 
 
-def page(space: Space, after: int | None, limit: int, types: frozenset[str] | None, aggregate: tuple[str, str] | None, scope_id: str | None) -> View:
+def page(
+    space: Space, after: int | None, limit: int, types: frozenset[str] | None, aggregate: tuple[str, str] | None, scope_id: str | None
+) -> EventPageView:
     """A page of the space's events as the wire carries it: `{events, nextCursor}`.
 
     Filters: `types` (exact names), `aggregate` ((type, id)), `scope_id` (the scope and its
@@ -279,7 +305,7 @@ def page(space: Space, after: int | None, limit: int, types: frozenset[str] | No
 
     plain = types is None and aggregate is None and subtree is None
     events, last = space.events.page(after, limit, None if plain else match)
-    return {"events": [event.view() for event in events], "nextCursor": str(last)}
+    return EventPageView(tuple(event.view() for event in events), str(last))
 
 
 @command
@@ -304,7 +330,7 @@ class WatchEvents(Command):
 def watch(space: Space, command: WatchEvents, now_ms: int) -> Outcome:
     """The watch transition: a page with events, or an empty outcome that parks a long poll."""
     reply = page(space, command.after, command.limit, command.types, command.aggregate, command.scope_id)
-    if not reply["events"] and command.wait_ms:
+    if not reply.events and command.wait_ms:
         return Outcome(empty=True)
     return Outcome(reply=reply)
 

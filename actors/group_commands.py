@@ -20,7 +20,7 @@ from .errors import DEADLINE_EXCEEDED, KernelError
 from .fields import INTEGER, JSON, TIMESTAMP, body, drawn, path
 from .groups import (
     ACCEPTED, FINALIZED, GROUP_CREATED, GROUP_EXPIRED, GROUP_IMAGE, GROUP_JOINED, GROUP_SEALED, GROUP_VERDICT, REJECTED,
-    Group, GroupTable,
+    Group, GroupTable, GroupVerdictView, Verdict,
 )
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD
 from .limits import Limits
@@ -214,10 +214,10 @@ def join(part: CoordinationCommands, command: JoinGroupTask, now_ms: int) -> Out
 def verdict(part: CoordinationCommands, command: GroupVerdict, now_ms: int) -> Outcome:
     groups: GroupTable = part.groups
     group = groups.get(command.group_id)
-    said = ACCEPTED if command.accept else REJECTED
+    said: Verdict = ACCEPTED if command.accept else REJECTED
     record = groups.decide_verdict(group, command.task_id, said, now_ms)
     outcome = Outcome() if record is None else part.commit(Outcome(), record)
-    outcome.reply = {**groups.state_view(group), "taskId": command.task_id, "verdict": said}
+    outcome.reply = GroupVerdictView(*groups.state_view(group), command.task_id, said)
     return outcome
 
 

@@ -28,18 +28,18 @@ Pure: no IO, no clock reads.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Final, Iterator, Literal, NamedTuple
 
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError
 from .limits import Limits
 from .primitive import record_type
 from .tasks import SUCCEEDED, TaskTable
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import EpochMs, Record
 
 __all__ = [
     "Group", "GroupTable", "CONDITIONS", "OPEN", "SEALED", "FINALIZED", "ACCEPTED", "REJECTED",
+    "GroupView", "GroupMemberView", "GroupCountsView", "GroupStateView", "GroupVerdictView",
     "GROUP_CREATED", "GROUP_EXPIRED", "GROUP_IMAGE", "GROUP_JOINED", "GROUP_SEALED", "GROUP_VERDICT",
 ]
 
@@ -51,22 +51,83 @@ GROUP_JOINED = record_type("group.joined")
 GROUP_SEALED = record_type("group.sealed")
 GROUP_VERDICT = record_type("group.verdict")
 
-OPEN = "OPEN"
-SEALED = "SEALED"
-FINALIZED = "FINALIZED"
+GroupState = Literal["OPEN", "SEALED", "FINALIZED"]
+OPEN: Final = "OPEN"
+SEALED: Final = "SEALED"
+FINALIZED: Final = "FINALIZED"
 
-ALL_TERMINAL = "ALL_TERMINAL"
-N_ACCEPTED = "N_ACCEPTED"
-FIRST_ACCEPTED = "FIRST_ACCEPTED"
+Condition = Literal["ALL_TERMINAL", "N_ACCEPTED", "FIRST_ACCEPTED"]
+ALL_TERMINAL: Final = "ALL_TERMINAL"
+N_ACCEPTED: Final = "N_ACCEPTED"
+FIRST_ACCEPTED: Final = "FIRST_ACCEPTED"
 CONDITIONS = (ALL_TERMINAL, N_ACCEPTED, FIRST_ACCEPTED)
 
-ACCEPTED = "ACCEPTED"
-REJECTED = "REJECTED"
+Verdict = Literal["ACCEPTED", "REJECTED"]
+ACCEPTED: Final = "ACCEPTED"
+REJECTED: Final = "REJECTED"
 
 # Outcomes.
-GROUP_SUCCEEDED = "SUCCEEDED"
-GROUP_FAILED = "FAILED"
-GROUP_CANCELLED = "CANCELLED"
+GroupOutcome = Literal["SUCCEEDED", "FAILED", "CANCELLED"]
+GROUP_SUCCEEDED: Final = "SUCCEEDED"
+GROUP_FAILED: Final = "FAILED"
+GROUP_CANCELLED: Final = "CANCELLED"
+
+
+class GroupMemberView(NamedTuple):
+    """A member: its task, the verdict given on it (None before one), and its task's state (None
+    for a task no longer kept)."""
+
+    task_id: str
+    verdict: Verdict | None
+    state: str | None
+
+
+class GroupCountsView(NamedTuple):
+    members: int
+    accepted: int
+    rejected: int
+
+
+class GroupView(NamedTuple):
+    """A task group as creating, joining and reading it answer."""
+
+    id: str
+    scope_id: str
+    mailbox_id: str
+    parent_scope_id: str | None
+    condition: Condition
+    threshold: int | None
+    expected_members: int | None
+    deadline_ms: EpochMs | None
+    state: GroupState
+    outcome: GroupOutcome | None
+    outcome_reason: str | None
+    members: tuple[GroupMemberView, ...]
+    counts: GroupCountsView
+    created_ms: EpochMs
+    sealed_ms: EpochMs | None
+    finalized_ms: EpochMs | None
+
+
+class GroupStateView(NamedTuple):
+    """Where a group stands: what close and seal answer, and what a member's submission carries."""
+
+    group_id: str
+    state: GroupState
+    outcome: GroupOutcome | None
+    outcome_reason: str | None
+
+
+class GroupVerdictView(NamedTuple):
+    """What a verdict answers: the group's state (GroupStateView's fields first), then the member
+    and the verdict given on it."""
+
+    group_id: str
+    state: GroupState
+    outcome: GroupOutcome | None
+    outcome_reason: str | None
+    task_id: str
+    verdict: Verdict
 
 class Group:
     __slots__ = (
@@ -78,16 +139,16 @@ class Group:
         self.id: str = record["id"]
         self.scope_id: str = record["scope_id"]
         self.mailbox_id: str = record["mailbox_id"]
-        self.condition: str = record["condition"]
+        self.condition: Condition = record["condition"]
         self.threshold: int | None = record["threshold"]
         self.expected_members: int | None = record["expected_members"]
         self.deadline_ms: int | None = record["deadline_ms"]
         self.parent_scope_id: str | None = record["parent_scope_id"]
-        self.state = OPEN
-        self.outcome: str | None = None
+        self.state: GroupState = OPEN
+        self.outcome: GroupOutcome | None = None
         self.reason: str | None = None
         # task id -> verdict (None until accepted or rejected), in joining order.
-        self.members: dict[str, str | None] = {}
+        self.members: dict[str, Verdict | None] = {}
         self.created_ms: int = record["at_ms"]
         self.sealed_ms: int | None = None
         self.finalized_ms: int | None = None
@@ -137,40 +198,26 @@ class GroupTable:
     def of_task(self, task_id: str) -> list[Group]:
         return [self._by_id[group_id] for group_id in self._by_task.get(task_id, ())]
 
-    def view(self, group: Group, now_ms: int) -> View:
-        members = []
-        for task_id, verdict in group.members.items():
-            task = self._tasks.find(task_id)
-            members.append({"taskId": task_id, "verdict": verdict, "state": None if task is None else task.state})
+    def view(self, group: Group, now_ms: int) -> GroupView:
+        tasks = self._tasks
+        members = tuple(
+            GroupMemberView(task_id, verdict, None if (task := tasks.find(task_id)) is None else task.state)
+            for task_id, verdict in group.members.items()
+        )
         verdicts = list(group.members.values())
-        return {
-            "id": group.id,
-            "groupId": group.id,
-            "scopeId": group.scope_id,
-            "mailboxId": group.mailbox_id,
-            "parentScopeId": group.parent_scope_id,
-            "condition": group.condition,
-            "threshold": group.threshold,
-            "expectedMembers": group.expected_members,
-            "deadline": None if group.deadline_ms is None else format_ms(group.deadline_ms),
-            "state": group.state,
-            "outcome": group.outcome,
-            "outcomeReason": group.reason,
-            "members": members,
-            "counts": {
-                "members": len(verdicts),
-                "accepted": verdicts.count(ACCEPTED),
-                "rejected": verdicts.count(REJECTED),
-            },
-            "createdAt": format_ms(group.created_ms),
-            "sealedAt": None if group.sealed_ms is None else format_ms(group.sealed_ms),
-            "finalizedAt": None if group.finalized_ms is None else format_ms(group.finalized_ms),
-        }
+        counts = GroupCountsView(len(verdicts), verdicts.count(ACCEPTED), verdicts.count(REJECTED))
+        assert counts.accepted + counts.rejected <= counts.members, "a verdict is on a member"
+        assert (group.outcome is None) == (group.state != FINALIZED), "a group has an outcome once finalized"
+        return GroupView(
+            group.id, group.scope_id, group.mailbox_id, group.parent_scope_id, group.condition, group.threshold,
+            group.expected_members, group.deadline_ms, group.state, group.outcome, group.reason, members, counts,
+            group.created_ms, group.sealed_ms, group.finalized_ms,
+        )
 
     @staticmethod
-    def state_view(group: Group) -> View:
+    def state_view(group: Group) -> GroupStateView:
         """What close and seal answer."""
-        return {"groupId": group.id, "state": group.state, "outcome": group.outcome, "outcomeReason": group.reason}
+        return GroupStateView(group.id, group.state, group.outcome, group.reason)
 
     # -- deciding -------------------------------------------------------------------------------
 
@@ -274,7 +321,7 @@ class GroupTable:
             group.state = SEALED
             group.sealed_ms = at_ms
 
-    def _finalize(self, group: Group, outcome: str, reason: str, at_ms: int) -> None:
+    def _finalize(self, group: Group, outcome: GroupOutcome, reason: str, at_ms: int) -> None:
         assert group.state != FINALIZED, f"task group {group.id} finalized twice"
         if group.sealed_ms is None:
             group.sealed_ms = at_ms

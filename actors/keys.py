@@ -20,7 +20,7 @@ import functools
 import hashlib
 import hmac
 import secrets
-from typing import Iterator
+from typing import Final, Iterator, Literal, NamedTuple
 
 from .actor_keys import KEYS_ACTOR, ActorKey
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
@@ -28,12 +28,11 @@ from .fields import body, check_space_id, drawn, path
 from .limits import Limits
 from .outcome import Outcome, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import EpochMs, Record
 
 __all__ = [
     "ApiKey", "KeyTable", "digest", "new_secret", "KEY_REGISTERED", "KEY_REVOKED", "RegisterKey", "RevokeKey", "KEYS",
-    "key_view", "KEY_SPACES_MAX", "ROLES", "EDITOR", "VIEWER",
+    "key_view", "ApiKeyView", "Role", "KEY_SPACES_MAX", "ROLES", "EDITOR", "VIEWER",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -44,9 +43,22 @@ KEY_REVOKED = record_type("key.revoked")
 KEY_SPACES_MAX = 100
 
 # The roles: an editor reads and changes everything in its spaces; a viewer only reads there.
-EDITOR = "editor"
-VIEWER = "viewer"
+Role = Literal["editor", "viewer"]
+EDITOR: Final = "editor"
+VIEWER: Final = "viewer"
 ROLES = (EDITOR, VIEWER)
+
+
+class ApiKeyView(NamedTuple):
+    """A key as registering, revoking and listing keys answer (never its secret, nor its digest):
+    its spaces in order, its role, and when it was made and revoked (None while it is valid)."""
+
+    id: str
+    name: str | None
+    spaces: tuple[str, ...]
+    role: Role
+    created_ms: EpochMs
+    revoked_ms: EpochMs | None
 
 
 def digest(secret: str) -> str:
@@ -167,16 +179,10 @@ class KeyTable:
         self._by_id[record["id"]].revoked_ms = record["at_ms"]
 
 
-def key_view(key: ApiKey | None) -> View:
-    assert key is not None
-    return {
-        "id": key.id,
-        "name": key.name,
-        "spaces": sorted(key.spaces),
-        "role": key.role,
-        "createdAt": format_ms(key.created_ms),
-        "revokedAt": None if key.revoked_ms is None else format_ms(key.revoked_ms),
-    }
+def key_view(key: ApiKey | None) -> ApiKeyView:
+    assert key is not None and key.role in ROLES
+    role: Role = VIEWER if key.role == VIEWER else EDITOR
+    return ApiKeyView(key.id, key.name, tuple(sorted(key.spaces)), role, key.created_ms, key.revoked_ms)
 
 
 # -- commands ----------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Final, Iterator, Literal, NamedTuple
 
 from .actor_keys import ActorKey, once_actor
 from .caps import value_bytes
@@ -35,11 +35,11 @@ from .leases import LeaseKind, hold, release, renewal, renewed, restore
 from .outcome import Outcome, Timer, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, free, lease_field, operation, reason_field, record_type, timer_kind
 from .scopes import ScopeTree
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import DurationMs, EpochMs, Json, Record
 
 __all__ = [
-    "OnceTable", "OnceCommands", "LEASE_TIMER", "once_actor", "OPEN", "HELD", "DONE", "FAILED", "ONCE",
+    "OnceTable", "OnceCommands", "OnceState", "OnceView", "OnceHeldView", "OnceAcquiredView", "OnceRenewedView",
+    "LEASE_TIMER", "once_actor", "OPEN", "HELD", "DONE", "FAILED", "ONCE",
     "ONCE_ACQUIRED", "ONCE_COMPLETED", "ONCE_EXPIRED", "ONCE_FAILED", "ONCE_IMAGE", "ONCE_RENEWED",
     "AcquireOnce", "WaitOnce", "RenewOnce", "CompleteOnce", "FailOnce",
 ]
@@ -52,9 +52,55 @@ ONCE_FAILED = record_type("once.failed")
 ONCE_IMAGE = record_type("once.image")
 ONCE_RENEWED = record_type("once.renewed")
 
-OPEN, HELD, DONE, FAILED = "OPEN", "HELD", "DONE", "FAILED"
+# A slot's states, and ACQUIRED: what an acquire that got the slot answers.
+OnceState = Literal["ACQUIRED", "OPEN", "HELD", "DONE", "FAILED"]
+OPEN: Final = "OPEN"
+HELD: Final = "HELD"
+DONE: Final = "DONE"
+FAILED: Final = "FAILED"
+ACQUIRED: Final = "ACQUIRED"
 LEASE_TIMER = timer_kind("once-lease")
 ONCE_LEASE = "once"  # the kind of lease a slot is held under, in the lease table
+
+
+class OnceView(NamedTuple):
+    """What a caller learns of a once key that is not held: its state (OPEN, DONE, FAILED), the
+    attempts used, and the result (DONE) or the last attempt's error."""
+
+    state: OnceState
+    attempts: int
+    result: Json
+    last_error: str | None
+
+
+class OnceHeldView(NamedTuple):
+    """A once key someone holds (OnceView's fields first): who, and until when."""
+
+    state: OnceState
+    attempts: int
+    result: Json
+    last_error: str | None
+    holder: str | None
+    expires_ms: EpochMs
+
+
+class OnceAcquiredView(NamedTuple):
+    """An acquire that got the key: the token to complete or fail it with, the attempts used before
+    this one, and the lease."""
+
+    state: OnceState
+    token: str
+    attempts: int
+    expires_ms: EpochMs
+    lease_ms: DurationMs
+
+
+class OnceRenewedView(NamedTuple):
+    """A renewal: the key still held, to the lease's new end."""
+
+    state: OnceState
+    expires_ms: EpochMs
+    lease_ms: DurationMs
 
 
 class Slot:
@@ -64,7 +110,7 @@ class Slot:
     def __init__(self, scope_id: str, key: str) -> None:
         self.scope_id = scope_id
         self.key = key
-        self.state = OPEN
+        self.state: OnceState = OPEN
         self.attempts = 0
         self.token: str | None = None
         self.holder: str | None = None
@@ -99,17 +145,17 @@ class OnceTable:
     def all(self) -> Iterator[Slot]:
         return iter(self._slots.values())
 
-    def view(self, slot: Slot | None, now_ms: int) -> View:
+    def view(self, slot: Slot | None, now_ms: int) -> OnceView | OnceHeldView:
         """What a caller learns of a slot: its state, and the result or the last error."""
         if slot is None:
-            return {"state": OPEN, "attempts": 0, "result": None, "lastError": None}
+            return OnceView(OPEN, 0, None, None)
         state = slot.state
         if state == HELD and not slot.held_at(now_ms):
             state = OPEN  # the lease ran out; the expiry is recorded by the next turn or the timer
-        view: dict[str, Any] = {"state": state, "attempts": slot.attempts, "result": slot.result, "lastError": slot.last_error}
         if state == HELD:
-            view.update(holder=slot.holder, leaseExpiresAt=format_ms(slot.expires_ms))
-        return view
+            assert slot.token is not None and now_ms < slot.expires_ms, "a held slot has a live lease"
+            return OnceHeldView(state, slot.attempts, slot.result, slot.last_error, slot.holder, slot.expires_ms)
+        return OnceView(state, slot.attempts, slot.result, slot.last_error)
 
     def current(self, scope_id: str, key: str, token: str, now_ms: int) -> Slot:
         """The slot `token` holds now, or STALE_CLAIM."""
@@ -150,7 +196,7 @@ class OnceTable:
         renewed(slot, record)
         return slot
 
-    def _end_lease(self, slot: Slot, state: str, at_ms: int) -> Slot:
+    def _end_lease(self, slot: Slot, state: OnceState, at_ms: int) -> Slot:
         assert slot.state == HELD, "only a held slot's lease ends"
         slot.state = state
         release(slot)
@@ -302,10 +348,7 @@ class OnceCommands:
         }
         self._commit(outcome, record)
         outcome.timers.append(self._lease_timer(scope_id, key, command.token, now_ms + lease_ms))
-        outcome.reply = {
-            "state": "ACQUIRED", "token": command.token, "attempts": attempts,
-            "leaseExpiresAt": format_ms(now_ms + lease_ms), "leaseSeconds": command.lease_s,
-        }
+        outcome.reply = OnceAcquiredView(ACQUIRED, command.token, attempts, now_ms + lease_ms, lease_ms)
         return outcome
 
     def wait(self, command: WaitOnce, now_ms: int) -> Outcome:
@@ -320,7 +363,7 @@ class OnceCommands:
         lease_ms, expires_ms = renewal(slot, None if command.lease_s is None else command.lease_s * 1000, now_ms)
         outcome = self._commit(Outcome(), _renewed_record(slot, lease_ms, expires_ms, now_ms))
         outcome.timers.append(self._lease_timer(slot.scope_id, slot.key, command.token, slot.expires_ms))
-        outcome.reply = {"state": HELD, "leaseExpiresAt": format_ms(slot.expires_ms), "leaseSeconds": lease_ms // 1000}
+        outcome.reply = OnceRenewedView(HELD, slot.expires_ms, lease_ms)
         return outcome
 
     def complete(self, command: CompleteOnce, now_ms: int) -> Outcome:

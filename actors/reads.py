@@ -11,13 +11,14 @@ from __future__ import annotations
 from .claims import ClaimView
 from .dead_letters import DeadLetterFilter
 from .dead_letters import page as dead_letter_page
+from .scopes import ScopeView
 from .shapes import View
 from .kernel_reads import KernelReads
 
 __all__ = ["scope", "claims_in_scope", "mailboxes", "mailbox", "dead_letters", "task"]
 
 
-def scope(kernel: KernelReads, space: str, scope_id: str) -> View:
+def scope(kernel: KernelReads, space: str, scope_id: str) -> ScopeView:
     state = kernel.space_view(space)
     return state.scopes.view(state.scopes.get(scope_id), kernel.clock.now_ms())
 

@@ -37,7 +37,7 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from .actor_keys import ActorKey, run_actor, scope_actor
 from .fields import TIMESTAMP, body, check_text, drawn, path
@@ -45,12 +45,11 @@ from .limits import Limits
 from .outcome import Outcome, Timer, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, record_type, timer_kind
 from .scopes import ScopeTree, deadline_timer
-from .shapes import Record
-from .timestamps import format_ms
+from .shapes import DurationMs, EpochMs, Record
 
 __all__ = [
     "RunNames", "RunCommands", "run_actor", "RUN_NAMED", "RUN_REMOVED", "EnsureRun", "RUNS", "removal_due_ms",
-    "pending_removal", "RUNS_REMOVED_MAX",
+    "pending_removal", "PendingRemovalView", "RUNS_REMOVED_MAX",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -232,10 +231,23 @@ def _deadlines(space: Any) -> Iterator[Timer]:
         yield _removal_timer(space.id, root, _due_ms(limits, ended_ms))
 
 
-def pending_removal(space: Any, now_ms: int) -> dict[str, Any]:
-    """What is pending removal (`GET .../caps`): the ended runs kept, their child runs, and the
-    tasks and messages kept in them, with when the next removal is due. One pass over the tables:
-    a read for an operator, not for a scrape."""
+class PendingRemovalView(NamedTuple):
+    """What retention will remove (`GET .../caps`): the ended runs kept, their child runs, the tasks
+    and messages kept in them, when the next removal is due (None when nothing is), and how many
+    runs are past their removal and kept because something live still refers to them (or the sweep
+    is about to run). All 0 when `ended_run_retention_s` is 0: ended runs are then kept for good."""
+
+    ended_run_retention_ms: DurationMs
+    runs: int
+    scopes: int
+    tasks: int
+    messages: int
+    next_removal_ms: EpochMs | None
+    overdue_runs: int
+
+
+def pending_removal(space: Any, now_ms: int) -> PendingRemovalView:
+    """What is pending removal: one pass over the tables, a read for an operator, not for a scrape."""
     limits = space.limits
     retention_s = limits.ended_run_retention_s
     scopes: ScopeTree = space.scopes
@@ -247,16 +259,16 @@ def pending_removal(space: Any, now_ms: int) -> dict[str, Any]:
             due_ms = _due_ms(limits, ended_ms)
             next_ms = due_ms if not next_ms else min(next_ms, due_ms)
             overdue += due_ms <= now_ms
-    return {
-        "endedRunRetentionSeconds": retention_s,
-        "runs": len(scopes.ended_roots) if retention_s else 0,
-        "scopes": len(inside),
-        "tasks": sum(1 for task in space.tasks.all() if task.scope_id in inside) if inside else 0,
-        "messages": sum(1 for message in space.messages.all() if message.scope_id in inside) if inside else 0,
-        "nextRemovalAt": format_ms(next_ms) if next_ms else None,
-        # Due and still kept: something live refers to them (or the sweep is about to run).
-        "overdueRuns": overdue,
-    }
+    assert overdue <= len(scopes.ended_roots), "a run is overdue only once ended"
+    return PendingRemovalView(
+        retention_s * 1000,
+        len(scopes.ended_roots) if retention_s else 0,
+        len(inside),
+        sum(1 for task in space.tasks.all() if task.scope_id in inside) if inside else 0,
+        sum(1 for message in space.messages.all() if message.scope_id in inside) if inside else 0,
+        next_ms or None,
+        overdue,
+    )
 
 
 def _make(space: Space) -> None:

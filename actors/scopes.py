@@ -16,7 +16,7 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Iterator
+from typing import Callable, ClassVar, Final, Iterator, Literal, NamedTuple
 
 from .actor_keys import ActorKey, scope_actor
 from .caps import full
@@ -25,12 +25,11 @@ from .fields import INTEGER, TIMESTAMP, body, caller, drawn, path
 from .limits import Limits
 from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Command, Primitive, command, operation, record_type, timer_kind
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import EpochMs, Record
 
 __all__ = [
     "Scope", "ScopeTree", "ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED", "SCOPE_CREATED", "SCOPE_ENDED", "SCOPE_IMAGE",
-    "SCOPE_END_REASONS", "CreateScope", "EndScope", "CancelScope", "CompleteScope", "SCOPES", "deadline_timer",
+    "SCOPE_END_REASONS", "ScopeState", "ScopeView", "CreateScope", "EndScope", "CancelScope", "CompleteScope", "SCOPES", "deadline_timer",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -38,14 +37,32 @@ SCOPE_CREATED = record_type("scope.created")
 SCOPE_ENDED = record_type("scope.ended")
 SCOPE_IMAGE = record_type("scope.image")
 
-ACTIVE = "ACTIVE"
-CANCELLED = "CANCELLED"
-COMPLETED = "COMPLETED"
-EXPIRED = "EXPIRED"
+ScopeState = Literal["ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED"]
+ACTIVE: Final = "ACTIVE"
+CANCELLED: Final = "CANCELLED"
+COMPLETED: Final = "COMPLETED"
+EXPIRED: Final = "EXPIRED"
 # What a task or a group that a scope's end ends records as its reason (0.3.0 reads `scope_cancelled`).
 SCOPE_END_REASONS = {CANCELLED: "scope_cancelled", COMPLETED: "scope_completed", EXPIRED: "scope_expired"}
 
 DEADLINE_TIMER = timer_kind("scope-deadline")
+
+
+class ScopeView(NamedTuple):
+    """A scope (a run, at the root) as creating, ending and reading it answer: its own state as
+    recorded (`stored_state`) and the one that counts (`effective`: the first end on the way up
+    to the root, or EXPIRED once a deadline passed), its number of child scopes, and its times."""
+
+    id: str
+    name: str | None
+    parent_id: str | None
+    deadline_ms: EpochMs | None
+    child_limit: int | None
+    children: int
+    stored_state: ScopeState
+    effective: ScopeState
+    created_ms: EpochMs
+    ended_ms: EpochMs | None
 
 
 class Scope:
@@ -78,7 +95,7 @@ class Scope:
         self.parent_id = parent_id
         self.deadline_ms = deadline_ms
         self.child_limit = child_limit
-        self.stored_state = ACTIVE
+        self.stored_state: ScopeState = ACTIVE
         self.created_ms = created_ms
         self.ended_ms: int | None = None
         self.children: list[str] = []
@@ -132,7 +149,7 @@ class ScopeTree:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def effective(self, scope: Scope, now_ms: int) -> str:
+    def effective(self, scope: Scope, now_ms: int) -> ScopeState:
         """ACTIVE only if this scope and every ancestor is active and before its deadline."""
         node: Scope | None = scope
         while node is not None:
@@ -158,19 +175,13 @@ class ScopeTree:
             order.extend(self._scopes[current].children)
         return order
 
-    def view(self, scope: Scope, now_ms: int) -> View:
-        return {
-            "id": scope.id,
-            "name": scope.name,
-            "parentId": scope.parent_id,
-            "deadline": None if scope.deadline_ms is None else format_ms(scope.deadline_ms),
-            "childLimit": scope.child_limit,
-            "children": len(scope.children),
-            "storedState": scope.stored_state,
-            "effective": self.effective(scope, now_ms),
-            "createdAt": format_ms(scope.created_ms),
-            "endedAt": None if scope.ended_ms is None else format_ms(scope.ended_ms),
-        }
+    def view(self, scope: Scope, now_ms: int) -> ScopeView:
+        effective = self.effective(scope, now_ms)
+        assert scope.stored_state != ACTIVE or scope.ended_ms is None, "an active scope has no end time"
+        return ScopeView(
+            scope.id, scope.name, scope.parent_id, scope.deadline_ms, scope.child_limit, len(scope.children),
+            scope.stored_state, effective, scope.created_ms, scope.ended_ms,
+        )
 
     # -- deciding -------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Final, Iterator, Literal, NamedTuple
 
 from .actor_keys import ActorKey, timers_actor
 from .caps import full
@@ -41,12 +41,12 @@ from .limits import Limits
 from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, record_type, timer_kind
 from .scopes import ACTIVE, SCOPE_ENDED, ScopeTree
-from .timestamps import format_ms
 from .coordination import CoordinationCommands
-from .shapes import Record, View
+from .shapes import EpochMs, Record
 
 __all__ = [
-    "ScopeTimer", "TimerTable", "TIMERS", "CreateTimer", "EnsureTimer", "PollTimers", "AckTimer", "CancelTimer",
+    "ScopeTimer", "TimerTable", "TimerState", "TimerView", "FiredTimerView", "NamedTimerView", "TimerPollView",
+    "TimerPollOneView", "TIMERS", "CreateTimer", "EnsureTimer", "PollTimers", "AckTimer", "CancelTimer",
     "ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED", "TIMER_ACKED",
     "TIMER_CANCELLED", "TIMER_CREATED", "TIMER_EXPIRED", "TIMER_FIRED", "TIMER_IMAGE",
 ]
@@ -59,15 +59,75 @@ TIMER_EXPIRED = record_type("timer.expired")
 TIMER_FIRED = record_type("timer.fired")
 TIMER_IMAGE = record_type("timer.image")
 
-ARMED = "ARMED"
-FIRED = "FIRED"
-ACKED = "ACKED"
-CANCELLED = "CANCELLED"
-EXPIRED = "EXPIRED"
+TimerState = Literal["ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED"]
+ARMED: Final = "ARMED"
+FIRED: Final = "FIRED"
+ACKED: Final = "ACKED"
+CANCELLED: Final = "CANCELLED"
+EXPIRED: Final = "EXPIRED"
 ENDED = frozenset({ACKED, CANCELLED, EXPIRED})
 
 FIRE_TIMER = timer_kind("timer-fire")
 EXPIRY_TIMER = timer_kind("timer-expiry")
+
+class TimerView(NamedTuple):
+    """A timer as creating, acknowledging, cancelling and reading it answer."""
+
+    id: str
+    scope_id: str
+    name: str | None
+    state: TimerState
+    fire_ms: EpochMs
+    fired_ms: EpochMs | None
+    created_ms: EpochMs
+    ended_ms: EpochMs | None
+
+
+class FiredTimerView(NamedTuple):
+    """A poll's entry: a fired timer (TimerView's fields first) with the token that acknowledges it."""
+
+    id: str
+    scope_id: str
+    name: str | None
+    state: TimerState
+    fire_ms: EpochMs
+    fired_ms: EpochMs | None
+    created_ms: EpochMs
+    ended_ms: EpochMs | None
+    token: str
+
+
+class NamedTimerView(NamedTuple):
+    """A put by name's answer: the timer (TimerView's fields first), the server's clock (the client
+    sleeps until the fire time by it, not by its own clock), and the token once the timer has fired
+    (to acknowledge it), else None."""
+
+    id: str
+    scope_id: str
+    name: str | None
+    state: TimerState
+    fire_ms: EpochMs
+    fired_ms: EpochMs | None
+    created_ms: EpochMs
+    ended_ms: EpochMs | None
+    now_ms: EpochMs
+    token: str | None
+
+
+class TimerPollView(NamedTuple):
+    """A poll's answer: the scope's fired, unacknowledged timers, newest first."""
+
+    scope_id: str
+    timers: tuple[FiredTimerView, ...]
+
+
+class TimerPollOneView(NamedTuple):
+    """A poll of one timer (`timerId`): the timer as it stands too, and no entry once it ended."""
+
+    scope_id: str
+    timer: TimerView
+    timers: tuple[FiredTimerView, ...]
+
 
 class ScopeTimer:
     """One timer (named so as not to be confused with `outcome.Timer`, a supervisor deadline)."""
@@ -80,7 +140,7 @@ class ScopeTimer:
         self.scope_id = scope_id
         self.fire_ms = fire_ms
         self.token = token
-        self.state = ARMED
+        self.state: TimerState = ARMED
         self.created_ms = created_ms
         self.fired_ms: int | None = None
         self.ended_ms: int | None = None
@@ -138,30 +198,22 @@ class TimerTable:
         assert timer.fired_ms is not None
         return timer.fired_ms + self._limits.timer_fired_ttl_s * 1000
 
-    def view(self, timer: ScopeTimer) -> View:
-        return {
-            "id": timer.id,
-            "scopeId": timer.scope_id,
-            "name": timer.name,
-            "state": timer.state,
-            "fireAt": format_ms(timer.fire_ms),
-            "firedAt": None if timer.fired_ms is None else format_ms(timer.fired_ms),
-            "createdAt": format_ms(timer.created_ms),
-            "endedAt": None if timer.ended_ms is None else format_ms(timer.ended_ms),
-        }
+    def view(self, timer: ScopeTimer) -> TimerView:
+        assert timer.state != FIRED or timer.fired_ms is not None, "a fired timer has its firing time"
+        return TimerView(
+            timer.id, timer.scope_id, timer.name, timer.state, timer.fire_ms, timer.fired_ms, timer.created_ms, timer.ended_ms
+        )
 
-    def fired_view(self, timer: ScopeTimer) -> View:
+    def fired_view(self, timer: ScopeTimer) -> FiredTimerView:
         """A poll entry: the view with the token that acknowledges it."""
-        return {**self.view(timer), "token": timer.token}
+        assert timer.state == FIRED, "a poll lists fired timers only"
+        return FiredTimerView(*self.view(timer), timer.token)
 
     # -- deciding -------------------------------------------------------------------------------
 
-    def named_view(self, timer: ScopeTimer, now_ms: int) -> View:
-        """A put by name's answer: the view, the server's `now` (the client sleeps until `fireAt` by
-        it, not by its own clock), and the token once the timer has fired (to acknowledge it)."""
-        view = {**self.view(timer), "now": format_ms(now_ms)}
-        view["token"] = timer.token if timer.state == FIRED else None
-        return view
+    def named_view(self, timer: ScopeTimer, now_ms: int) -> NamedTimerView:
+        """A put by name's answer (`NamedTimerView`)."""
+        return NamedTimerView(*self.view(timer), now_ms, timer.token if timer.state == FIRED else None)
 
     def decide_create(
         self, timer_id: str, scope_id: str, fire_ms: int, token: str, now_ms: int, name: str | None = None
@@ -232,13 +284,13 @@ class TimerTable:
         timer.fired_ms = record["at_ms"]
         return timer
 
-    def apply_ended(self, record: Record, state: str) -> ScopeTimer:
+    def apply_ended(self, record: Record, state: TimerState) -> ScopeTimer:
         timer = self._by_id[record["id"]]
         assert timer.state not in ENDED, f"timer {timer.id} ended twice"
         self._end(timer, state, record["at_ms"])
         return timer
 
-    def _end(self, timer: ScopeTimer, state: str, at_ms: int | None) -> None:
+    def _end(self, timer: ScopeTimer, state: TimerState, at_ms: int | None) -> None:
         timer.state = state
         timer.ended_ms = at_ms
         live = self._by_scope.get(timer.scope_id)
@@ -409,21 +461,22 @@ def poll(part: CoordinationCommands, command: PollTimers, now_ms: int) -> Outcom
     timers: TimerTable = part.timers
     scope = part.scopes.get(command.scope_id)
     fired = timers.fired_in(command.scope_id)
-    reply: dict[str, Any] = {"scopeId": command.scope_id}
+    one: TimerView | None = None
     if command.timer_id is not None:
         timer = timers.get(command.timer_id)
         fired = [timer] if timer.state == FIRED else []
-        reply["timer"] = timers.view(timer)
+        one = timers.view(timer)
         if timer.state not in (ARMED, FIRED):
-            reply["timers"] = []
-            return Outcome(reply=reply)
+            return Outcome(reply=TimerPollOneView(command.scope_id, one, ()))
     if not fired:
         if part.scopes.effective(scope, now_ms) != ACTIVE:
             raise KernelError(SCOPE_CANCELLED, f"scope {command.scope_id} is {part.scopes.effective(scope, now_ms).lower()}")
         if command.wait_ms:
             return Outcome(empty=True)
-    reply["timers"] = [timers.fired_view(timer) for timer in fired[: part.limits.timers_listed_max]]
-    return Outcome(reply=reply)
+    listed = tuple(timers.fired_view(timer) for timer in fired[: part.limits.timers_listed_max])
+    if one is None:
+        return Outcome(reply=TimerPollView(command.scope_id, listed))
+    return Outcome(reply=TimerPollOneView(command.scope_id, one, listed))
 
 
 def ack(part: CoordinationCommands, command: AckTimer, now_ms: int) -> Outcome:

@@ -76,7 +76,7 @@ async def _write(data_dir: str, records: int, idempotent: bool, task_every: int)
         await nursery.start(kernel.run)
         for number, store in data.stores.items():
             await nursery.start(store.run, kernel.partitions[number])
-        run_id = (await run(c.CreateScope, {"name": "history"}))["id"]
+        run_id = (await run(c.CreateScope, {"name": "history"})).id  # (a ScopeView)
         mailbox_id = (await run(c.CreateMailbox, {"name": "work"}))["id"]
         async def caller(i: int) -> None:
             rng = random.Random(i)

@@ -115,7 +115,7 @@ async def run(kernel: Kernel, command_class: type, body: dict, params: dict[str,
 
 async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dict:
     async def body(kernel: Kernel) -> dict:
-        scope_id = (await run(kernel, c.CreateScope, {"name": "bench"}))["id"]
+        scope_id = (await run(kernel, c.CreateScope, {"name": "bench"})).id
 
         async def make_cycle(i: int):  # type: ignore[no-untyped-def]
             acquire = {"scopeId": scope_id, "key": f"k{i}", "holder": f"worker-{i}", "holderSession": f"session-{i}", "leaseSeconds": 30}
@@ -204,7 +204,7 @@ async def _rss_growth(kernel: Kernel, count: int, callers: int, make_one, what: 
 
 async def scale_claims(count: int, callers: int) -> dict:
     async def body(kernel: Kernel) -> dict:
-        scope_id = (await run(kernel, c.CreateScope, {"name": "bench"}))["id"]
+        scope_id = (await run(kernel, c.CreateScope, {"name": "bench"})).id
         # A first claim, so that every structure a claim needs exists before the baseline.
         await run(kernel, c.AcquireClaim, {"scopeId": scope_id, "key": "warm", "holder": "h", "holderSession": "s", "leaseSeconds": 600})
 
@@ -223,7 +223,7 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
         mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"}))["id"]
 
         async def make_cycle(i: int):  # type: ignore[no-untyped-def]
-            scope_id = (await run(kernel, c.CreateScope, {"name": f"caller-{i}"}))["id"]
+            scope_id = (await run(kernel, c.CreateScope, {"name": f"caller-{i}"})).id
             receive = {"scopeId": scope_id, "holder": f"worker-{i}", "holderSession": f"session-{i}", "leaseSeconds": 30, "waitMs": 10_000}
             in_mailbox = {"space": SPACE, "mailbox_id": mailbox_id}
             count = 0
@@ -248,7 +248,7 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
 async def scale_tasks(count: int, callers: int) -> dict:
     async def body(kernel: Kernel) -> dict:
         mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"}))["id"]
-        scope_ids = [(await run(kernel, c.CreateScope, {"name": f"caller-{i}"}))["id"] for i in range(callers)]
+        scope_ids = [(await run(kernel, c.CreateScope, {"name": f"caller-{i}"})).id for i in range(callers)]
         await run(kernel, c.SubmitTask, {"scopeId": scope_ids[0], "mailboxId": mailbox_id, "taskKey": "warm"})
 
         async def make_one(i: int, j: int) -> None:

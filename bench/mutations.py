@@ -36,7 +36,7 @@ async def measure(policy: str, seconds: float, tasks: int, data: str | None) -> 
         kernel = Kernel(state=store.state, journal=store.journal, clock=clock)
         await nursery.start(store.run, kernel.partitions[0])
         await nursery.start(kernel.run)
-        scope_id = (await kernel.submit(kernel.parse(c.CreateScope, {}, {"space": "bench"})))["id"]
+        scope_id = (await kernel.submit(kernel.parse(c.CreateScope, {}, {"space": "bench"}))).id
         fsyncs, batches = disk.fsyncs, store.journal.batches
         stop_at = trio.current_time() + seconds
 

@@ -47,7 +47,7 @@ async def measure(per_round: int, rounds: int) -> None:
         while not runtime.ready:
             await trio.sleep(0.01)
         run = await runtime.kernel.submit(runtime.kernel.parse(c.CreateScope, {}, {"space": "default"}))
-        path = f"/v1/spaces/default/scopes/{run['id']}"
+        path = f"/v1/spaces/default/scopes/{run.id}"
         scope = {
             "type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"",
             "headers": [(b"authorization", b"Bearer k"), (b"host", b"x")], "client": ("127.0.0.1", 1),

@@ -33,6 +33,7 @@ from ..actors.limits import Limits
 from .history import PastKernel, Point
 from .http import Request
 from .services import ReadServices
+from . import wire
 
 __all__ = ["read_route", "space_states", "Diff", "CHANGES_MAX", "RUNS_MAX"]
 
@@ -72,7 +73,8 @@ def read_route(past: PastKernel, tail: str, query: dict[str, Any] | None = None)
         status, body = done.value
         assert status == 200, f"a read answered {status}"
         assert isinstance(body, dict), f"a read of a space answers an object, not {type(body).__name__}"
-        return body
+        encoded: dict[str, Any] = wire.encode(body)  # (the kernel's typed views as the route's answer writes them)
+        return encoded
     running.close()
     raise RuntimeError(f"GET {route.path} waited at a past point: a read of the state never waits")
 
@@ -147,7 +149,7 @@ class Diff:
                 into = self.causes.setdefault(event.type, {})
                 into[cause] = into.get(cause, 0) + 1
             if len(self.changes) < CHANGES_MAX:
-                self.changes.append(event.view())
+                self.changes.append(wire.encode(event.view()))
         self._seen = log.seq
 
     def view(self, first: Point, second: Point) -> dict[str, Any]:

@@ -59,20 +59,7 @@ def _components(limits: Limits) -> dict[str, Any]:
             }
         ),
         "Health": _obj({"status": {"enum": ["ok", "live"]}}),
-        "Scope": _obj(
-            {
-                "id": text,
-                "name": _nullable(text),
-                "parentId": _nullable(text),
-                "deadline": _nullable(_TS),
-                "childLimit": _nullable(integer),
-                "children": integer,
-                "storedState": {"enum": ["ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED"]},
-                "effective": {"enum": ["ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED"]},
-                "createdAt": _TS,
-                "endedAt": _nullable(_TS),
-            }
-        ),
+        "Scope": WIRE_COMPONENTS["Scope"],
         # Declared with the view they write (`wire/`), as the encoder writes them.
         "Claim": WIRE_COMPONENTS["Claim"],
         "HeldClaim": WIRE_COMPONENTS["HeldClaim"],
@@ -165,18 +152,7 @@ def _components(limits: Limits) -> dict[str, Any]:
                 "tombstoned": {"type": "boolean"},
             }
         ),
-        "Once": _obj(
-            {"state": {"enum": ["ACQUIRED", "OPEN", "HELD", "DONE", "FAILED"]}},
-            {
-                "attempts": integer,
-                "token": text,
-                "result": {"description": "the recorded result (DONE)"},
-                "lastError": _nullable(text),
-                "holder": text,
-                "leaseExpiresAt": _TS,
-                "leaseSeconds": integer,
-            },
-        ),
+        "Once": WIRE_COMPONENTS["Once"],
         "Usage": _obj(
             {
                 "spaceId": text,
@@ -186,17 +162,7 @@ def _components(limits: Limits) -> dict[str, Any]:
                 "events": {"type": "object", "additionalProperties": integer},
             }
         ),
-        "ApiKey": _obj(
-            {
-                "id": text,
-                "name": _nullable(text),
-                "spaces": {"type": "array", "items": text},
-                "role": {"type": "string", "enum": ["editor", "viewer"], "description": "editor: reads and changes; viewer: reads only"},
-                "createdAt": _TS,
-                "revokedAt": _nullable(_TS),
-            },
-            {"key": {"type": "string", "description": "the new key's secret: shown in this answer only"}},
-        ),
+        "ApiKey": WIRE_COMPONENTS["ApiKey"],
     }
     schemas.update(_capacity_components())
     schemas["Submitted"] = {"allOf": [_ref("Task"), _obj({"created": {"type": "boolean"}, "replay": {"type": "boolean"}})]}
@@ -290,79 +256,17 @@ def _capacity_components() -> dict[str, Any]:
 def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
     text, integer = {"type": "string"}, {"type": "integer"}
-    group_state: dict[str, dict[str, Any]] = {
-        "groupId": text,
-        "state": {"enum": ["OPEN", "SEALED", "FINALIZED"]},
-        "outcome": _nullable({"enum": ["SUCCEEDED", "FAILED", "CANCELLED"]}),
-        "outcomeReason": _nullable(text),
-    }
-    timer = {
-        "id": text,
-        "scopeId": text,
-        "name": _nullable(text),
-        "state": {"enum": ["ARMED", "FIRED", "ACKED", "CANCELLED", "EXPIRED"]},
-        "fireAt": _TS,
-        "firedAt": _nullable(_TS),
-        "createdAt": _TS,
-        "endedAt": _nullable(_TS),
-    }
-    event = _obj(
-        {
-            "eventId": text,
-            "type": text,
-            "createdAt": _TS,
-            "scopeId": _nullable(text),
-            "aggregate": _obj({"type": text, "id": text}),
-            "payload": {"type": "object"},
-        }
-    )
     return {
-        "Barrier": _obj(
-            {
-                "id": text,
-                "scopeId": text,
-                "name": _nullable(text),
-                "state": {"enum": ["OPEN", "RELEASED", "CANCELLED"]},
-                "epoch": integer,
-                "target": integer,
-                "arrived": integer,
-                "createdAt": _TS,
-                "releasedAt": _nullable(_TS),
-            }
-        ),
-        "Timer": _obj(timer),
-        # A put by name: the server's clock, and the token once the timer has fired.
-        "NamedTimer": _obj({**timer, "now": _TS, "token": _nullable(text)}),
-        "TimerPoll": _obj(
-            {"scopeId": text, "timers": {"type": "array", "items": _obj({**timer, "token": text})}},
-            {"timer": _obj(timer)},
-        ),
-        "GroupState": _obj(group_state),
-        "GroupVerdict": _obj({**group_state, "taskId": text, "verdict": {"enum": ["ACCEPTED", "REJECTED"]}}),
-        "TaskGroup": _obj(
-            {
-                **group_state,
-                "id": text,
-                "scopeId": text,
-                "mailboxId": text,
-                "parentScopeId": _nullable(text),
-                "condition": {"enum": ["ALL_TERMINAL", "N_ACCEPTED", "FIRST_ACCEPTED"]},
-                "threshold": _nullable(integer),
-                "expectedMembers": _nullable(integer),
-                "deadline": _nullable(_TS),
-                "members": {
-                    "type": "array",
-                    "items": _obj({"taskId": text, "verdict": _nullable({"enum": ["ACCEPTED", "REJECTED"]}), "state": _nullable(text)}),
-                },
-                "counts": _obj({"members": integer, "accepted": integer, "rejected": integer}),
-                "createdAt": _TS,
-                "sealedAt": _nullable(_TS),
-                "finalizedAt": _nullable(_TS),
-            }
-        ),
-        "GroupSubmitted": {"allOf": [_ref("Submitted"), _obj({"groupId": text, "group": _obj(group_state)})]},
-        "Event": event,
-        "EventPage": _obj({"events": {"type": "array", "items": _ref("Event")}, "nextCursor": text}),
+        "Barrier": WIRE_COMPONENTS["Barrier"],
+        "Timer": WIRE_COMPONENTS["Timer"],
+        "NamedTimer": WIRE_COMPONENTS["NamedTimer"],
+        "TimerPoll": WIRE_COMPONENTS["TimerPoll"],
+        "GroupState": WIRE_COMPONENTS["GroupState"],
+        "GroupVerdict": WIRE_COMPONENTS["GroupVerdict"],
+        "TaskGroup": WIRE_COMPONENTS["TaskGroup"],
+        "GroupSubmitted": {"allOf": [_ref("Submitted"), _obj({"groupId": text, "group": _ref("GroupState")})]},
+        "Event": WIRE_COMPONENTS["Event"],
+        "EventPage": WIRE_COMPONENTS["EventPage"],
         "OpsRun": _obj(
             {
                 "scopeId": text,

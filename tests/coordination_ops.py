@@ -7,6 +7,7 @@ from typing import Any
 
 from runstate.actors import commands as c
 from runstate.actors import coordination_reads as reads
+from runstate.server import wire
 
 from .ops import _Ops
 
@@ -24,7 +25,7 @@ class BarrierOps(_Ops):
         return await self._submit(c.ArriveBarrier, idem, space=space, barrier_id=barrier_id, arrival_key=key)
 
     def view(self, space: str, barrier_id: str) -> dict:
-        return reads.barrier(self._kernel, space, barrier_id)
+        return wire.encode(reads.barrier(self._kernel, space, barrier_id))
 
 
 class TimerOps(_Ops):
@@ -46,7 +47,7 @@ class TimerOps(_Ops):
         return await self._submit(c.CancelTimer, idem, space=space, timer_id=timer_id)
 
     def view(self, space: str, timer_id: str) -> dict:
-        return reads.timer(self._kernel, space, timer_id)
+        return wire.encode(reads.timer(self._kernel, space, timer_id))
 
 
 class GroupOps(_Ops):
@@ -78,15 +79,15 @@ class GroupOps(_Ops):
         return await self._submit(c.SealGroup, space=space, group_id=group_id)
 
     def view(self, space: str, group_id: str) -> dict:
-        return reads.group(self._kernel, space, group_id)
+        return wire.encode(reads.group(self._kernel, space, group_id))
 
 
 class EventOps(_Ops):
     def page(self, space: str, *, after=None, limit=100, types=None, aggregate=None, scope_id=None) -> dict:
-        return reads.events_page(self._kernel, space, after, limit, types, aggregate, scope_id)
+        return wire.encode(reads.events_page(self._kernel, space, after, limit, types, aggregate, scope_id))
 
     async def watch(self, space: str, *, after=None, limit=100, types=None, aggregate=None, scope_id=None, wait_ms=None) -> Any:
         command = c.WatchEvents(
             space=space, after=after, limit=limit, types=types, aggregate=aggregate, scope_id=scope_id, wait_ms=wait_ms
         )
-        return await self._kernel.submit(command, wait_ms=wait_ms)
+        return wire.encode(await self._kernel.submit(command, wait_ms=wait_ms))

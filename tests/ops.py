@@ -3,7 +3,7 @@
 Each call builds the command, checks it as the HTTP shell's parse would (`fields.validate`; caller
 data is left unchecked, so a test can hand the journal what no request could), draws its random
 values from the kernel and submits it. Reads go to `actors.reads`. An answer that is a typed view
-(a claim's) comes back as the HTTP shell writes it (`server/wire/`), so that these tests read
+(a claim's, a scope's) comes back as the HTTP shell writes it (`server/wire/`), so that these tests read
 every answer as a client does; the kernel's typed views are checked as they are in
 `tests/kernel/test_claim_views.py`.
 """
@@ -55,7 +55,7 @@ class ScopeOps(_Ops):
         )
 
     def view(self, space: str, scope_id: str) -> dict:
-        return reads.scope(self._kernel, space, scope_id)
+        return wire.encode(reads.scope(self._kernel, space, scope_id))
 
     async def cancel(self, space: str, scope_id: str, *, idem=None) -> dict:
         return await self._submit(c.CancelScope, idem, space=space, scope_id=scope_id)

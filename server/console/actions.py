@@ -28,6 +28,7 @@ from ..errors import ApiError
 from ..forward import Forwarded, lead_or_forward, partition_of_request
 from ..http import Request
 from ..routes import ROUTER as API
+from .. import wire
 from . import views
 from .site import PREFIX, Answer, Console, Visit, page, redirect, refuse
 
@@ -76,7 +77,7 @@ async def call_api(console: Console, visit: Visit, method: str, path: str, body:
     number = None if cluster is None else partition_of_request(runtime.kernel, method, route.path, params)
     if number is None:
         status, answer = await route.handler(runtime, request, **params)
-        return answer
+        return wire.encode(answer)  # (as a forwarded answer reads: the kernel's views as the wire writes them)
     target = path + ("?" + request.query.decode() if request.query else "")
     answered = await lead_or_forward(cluster, number, method, target, headers, payload, runtime.settings.cluster_forward_wait_s,
                                      lambda: route.handler(runtime, request, **params))

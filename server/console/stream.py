@@ -41,6 +41,7 @@ from ...actors.kernel import EMPTY
 from . import views
 from .fenced import Fenced
 from ..services import RouteKernel
+from .. import wire
 
 __all__ = ["Feeds", "Feed", "Stream", "STREAM_BUFFER_MAX", "HEARTBEAT_S", "STREAM_S_MAX", "WATCH_WAIT_MS", "WATCH_LIMIT"]
 
@@ -118,7 +119,7 @@ class Feed:
                     self.cursor = await views.newest_event(kernel, self.space)
                     self.reset_all()
                     continue
-                self.publish(reply["events"], int(reply["nextCursor"]))
+                self.publish([wire.encode(event) for event in reply.events], int(reply.next_cursor))  # (as the API writes them)
 
     def publish(self, events: list[dict[str, Any]], cursor: int) -> None:
         items: list[tuple[int | None, bytes]] = [_encode(event) for event in events]

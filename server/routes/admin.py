@@ -26,6 +26,7 @@ from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
+from .. import wire
 
 router = Router()
 
@@ -59,7 +60,7 @@ async def create_key(services: Runtime, request: Request) -> tuple[int, View]:
     command = c.RegisterKey(key_digest=digest(secret), spaces=frozenset(spaces), name=name, key_id=kernel.draw("ak_"), role=role)
     command.check(limits)
     view = await kernel.submit(command)
-    return 201, {**view, "key": secret}
+    return 201, {**wire.encode(view), "key": secret}  # (the secret: in this answer only, never kept)
 
 
 async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[int, View]:

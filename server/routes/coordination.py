@@ -16,10 +16,15 @@ given to another event, and the reader would skip that one).
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ...actors import commands as c
 from ...actors import coordination_reads as reads
 from ...actors.errors import VALIDATION_FAILED
+from ...actors.barriers import BarrierView
+from ...actors.events import EventPageView
+from ...actors.groups import GroupView
+from ...actors.timers import TimerPollView, TimerView
 from ...actors.kernel import EMPTY
 from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
@@ -42,7 +47,7 @@ _USER_AGENT = re.compile(r"runstate(?:-sdk)?-python/(\d+)\.(\d+)")
 # -- barriers ------------------------------------------------------------------------------------
 
 
-async def read_barrier(services: ReadServices, request: Request, space: str, barrier_id: str) -> tuple[int, View]:
+async def read_barrier(services: ReadServices, request: Request, space: str, barrier_id: str) -> tuple[int, BarrierView]:
     services.authorize(request, space)
     return 200, reads.barrier(services.kernel, space, barrier_id)
 
@@ -66,19 +71,19 @@ endpoint(router, "POST", BASE + "/barriers/{barrier_id}/arrive", Doc(
 # -- timers --------------------------------------------------------------------------------------
 
 
-async def read_timer(services: ReadServices, request: Request, space: str, timer_id: str) -> tuple[int, View]:
+async def read_timer(services: ReadServices, request: Request, space: str, timer_id: str) -> tuple[int, TimerView]:
     services.authorize(request, space)
     return 200, reads.timer(services.kernel, space, timer_id)
 
 
-async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[int, Any]:
     """The listing; a held poll that ends with nothing answers the empty listing, not 204."""
     services.authorize(request, space)
     kernel = services.kernel
     command = kernel.parse(c.PollTimers, request.json().for_command(c.PollTimers, kernel.limits), {"space": space})
     reply = await kernel.submit(command, idem=request.idem(space), wait_ms=command.wait_ms)
     if reply is EMPTY:
-        return 200, {"scopeId": command.scope_id, "timers": []}
+        return 200, TimerPollView(command.scope_id, ())
     # (A firing is shown only once it is durable, as every answer is: shown and then lost in a
     # crash, the timer would fire again later with another time, and be seen to fire twice.)
     return 200, reply
@@ -111,7 +116,7 @@ endpoint(router, "POST", BASE + "/timers/{timer_id}/cancel", Doc(
 # -- task groups ---------------------------------------------------------------------------------
 
 
-async def read_group(services: ReadServices, request: Request, space: str, group_id: str) -> tuple[int, View]:
+async def read_group(services: ReadServices, request: Request, space: str, group_id: str) -> tuple[int, GroupView]:
     services.authorize(request, space)
     return 200, reads.group(services.kernel, space, group_id)
 
@@ -182,7 +187,7 @@ def _wait_s(services: ReadServices, request: Request) -> int:
     return min(limits.watch_wait_s_default if asked is None else asked, cap)
 
 
-async def list_events(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+async def list_events(services: ReadServices, request: Request, space: str) -> tuple[int, EventPageView]:
     services.authorize(request, space)
     kernel = services.kernel
     limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
@@ -195,7 +200,7 @@ async def list_events(services: ReadServices, request: Request, space: str) -> t
     return 200, reads.events_page(kernel, space, cursor, limit)
 
 
-async def watch(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+async def watch(services: ReadServices, request: Request, space: str) -> tuple[int, EventPageView]:
     services.authorize(request, space)
     kernel = services.kernel
     after, limit = _cursor(request), _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT

@@ -28,7 +28,10 @@ from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
 from ..services import ReadServices
+from .. import wire
 from ..wire import HELD_CLAIM
+from ..wire.scopes import PENDING_REMOVAL
+from ..wire.shape import component
 
 router = Router()
 
@@ -91,15 +94,10 @@ async def space_caps(services: ReadServices, request: Request, space: str) -> tu
 
 _COUNT = {"type": "integer"}
 _PENDING = {
-    "type": "object",
+    **component(PENDING_REMOVAL),
     "description": "The ended runs still kept and what they hold, removed ended_run_retention_s after each run's end "
                    "(all 0 when that is 0: ended runs are kept for good); overdueRuns are past it and kept because a "
                    "task group not yet finalized still counts on one of their tasks.",
-    "properties": {
-        "endedRunRetentionSeconds": _COUNT, "runs": _COUNT, "scopes": _COUNT, "tasks": _COUNT, "messages": _COUNT,
-        "nextRemovalAt": {"type": ["string", "null"], "format": "date-time"}, "overdueRuns": _COUNT,
-    },
-    "required": ["endedRunRetentionSeconds", "runs", "scopes", "tasks", "messages", "nextRemovalAt", "overdueRuns"],
 }
 
 
@@ -152,7 +150,7 @@ async def whoami(services: Runtime, request: Request) -> tuple[int, View]:
     spaces = keys.spaces_for(secret)
     if spaces:
         view = KernelState.key_view(keys.by_digest(digest(secret)))
-        return 200, {**view, "admin": False}
+        return 200, {**wire.encode(view), "admin": False}
     if services.admin.matches(secret):
         return 200, {"id": None, "name": None, "spaces": [], "createdAt": None, "revokedAt": None, "admin": True}
     raise ApiError(UNAUTHENTICATED, "the API key is not valid")

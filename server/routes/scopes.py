@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...actors import commands as c
 from ...actors import reads
-from ...actors.shapes import View
+from ...actors.scopes import ScopeView
 from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
 from ..services import ReadServices
@@ -15,7 +15,7 @@ BASE = "/v1/spaces/{space}/scopes"
 SCOPE = "Scope"
 
 
-async def read(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+async def read(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, ScopeView]:
     services.authorize(request, space)
     return 200, reads.scope(services.kernel, space, scope_id)
 

@@ -53,7 +53,7 @@ async def kernel(nursery, autojump_clock) -> Kernel:
 async def _events(kernel: Kernel, count: int, run: str | None = None) -> str:
     """`count` new events (claims acquired), each one event."""
     if run is None:
-        run = (await kernel.submit(kernel.parse(c.CreateScope, {"name": "r"}, {"space": SPACE})))["id"]
+        run = (await kernel.submit(kernel.parse(c.CreateScope, {"name": "r"}, {"space": SPACE}))).id
     for _ in range(count):
         body = {"scopeId": run, "key": f"k{kernel.turns}", "holder": "w", "holderSession": "s", "leaseSeconds": 600}
         await kernel.submit(kernel.parse(c.AcquireClaim, body, {"space": SPACE}))

@@ -249,8 +249,8 @@ def test_a_purge_ends_what_waits_and_leaves_deliveries_under_way(world):
     world.do("complete_delivery", leased, delivery["token"], {"payload": 1})
     assert queue_actor(SPACE, mailbox, run) in outcome.pokes
     events = [e.view() for e in world.space.events.after(0) if e.type in ("mailbox.purged", "task.cancelled")]
-    assert events[0]["payload"] == {"mailboxId": mailbox, "scopeId": run, "count": 3, "reason": "bad batch", "by": "ak_ops"}
-    assert events[1]["payload"] == {"reason": "purged: bad batch", "by": "ak_ops"}
+    assert events[0].payload == {"mailboxId": mailbox, "scopeId": run, "count": 3, "reason": "bad batch", "by": "ak_ops"}
+    assert events[1].payload == {"reason": "purged: bad batch", "by": "ak_ops"}
     assert world.space.usage.operations["mailboxes.purge"] == 1
     # Everything else, in every run: the other run's message.
     assert world.purge(mailbox) == {"matched": 1, "purged": 1, "remaining": 0, "dryRun": False}

@@ -7,6 +7,7 @@ import trio.testing
 
 from runstate.actors import KernelError
 from runstate.actors.errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED
+from runstate.server import wire
 
 from .conftest import rebuilt_exactly
 from ..single import only
@@ -38,7 +39,7 @@ async def test_a_forced_release_frees_the_key_and_refuses_the_old_token(harness,
     space = only(h.kernel).state.space("default")
     assert space.usage.operations["claims.force_release"] == 1
     assert space.claims.takeovers == 0  # a forced release is not a lease that ran out
-    events = [event.view() for event in space.events.after(0)]
+    events = [wire.encode(event.view()) for event in space.events.after(0)]  # (as a client reads them)
     forced = [event for event in events if event["type"] == "claim.force_released"]
     assert forced == [{
         "eventId": forced[0]["eventId"], "type": "claim.force_released", "createdAt": "2027-01-15T08:00:00.000Z",

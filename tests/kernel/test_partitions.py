@@ -99,7 +99,7 @@ async def test_a_partition_that_cannot_serve_refuses_its_spaces_and_the_others_g
         assert unreadable.value.code == "UNAVAILABLE"
     for space in up:
         run = await scopes.create(space)
-        assert read_scope(kernel, space, run["id"])["id"] == run["id"]
+        assert read_scope(kernel, space, run["id"]).id == run["id"]
     assert not kernel.partitions[3].state.spaces
 
 

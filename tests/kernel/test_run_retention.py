@@ -19,6 +19,7 @@ from runstate.actors import commands as c
 from runstate.actors.errors import NOT_FOUND
 from runstate.actors.journal import MemoryJournal
 from runstate.actors.runs import pending_removal, removal_due_ms
+from runstate.server import wire
 
 from ..coordination_ops import BarrierOps, EventOps, GroupOps, TimerOps
 from ..ops import MailboxOps, MessageOps, ScopeOps, TaskOps
@@ -52,7 +53,7 @@ class World:
 
     async def call(self, command_class: type, path: dict | None = None, **body) -> dict:
         kernel = self.kernel
-        return await kernel.submit(kernel.parse(command_class, body, {"space": S, **(path or {})}))
+        return wire.encode(await kernel.submit(kernel.parse(command_class, body, {"space": S, **(path or {})})))
 
     def removals(self) -> list[dict]:
         return [record for record in only(self.kernel).journal.records if record["type"] == "run.removed"]
@@ -119,8 +120,8 @@ async def test_an_ended_run_leaves_whole_after_its_retention_and_a_live_one_stay
     due_ms = removal_due_ms(LIMITS, ended_ms)
     assert ended_ms + 60_000 <= due_ms < ended_ms + 66_000 and due_ms % 6_000 == 0
     pending = pending_removal(world.space, world.now_ms())
-    assert (pending["runs"], pending["scopes"], pending["tasks"], pending["overdueRuns"]) == (1, 3, 2, 0)
-    assert pending["messages"] == 4 and pending["endedRunRetentionSeconds"] == 60
+    assert (pending.runs, pending.scopes, pending.tasks, pending.overdue_runs) == (1, 3, 2, 0)
+    assert pending.messages == 4 and pending.ended_run_retention_ms == 60_000 and pending.next_removal_ms == due_ms
 
     await trio.sleep((due_ms - world.now_ms()) / 1000 - 0.001)
     assert world.removals() == [] and world.scopes.view(S, run)["effective"] == "CANCELLED"
@@ -141,7 +142,7 @@ async def test_an_ended_run_leaves_whole_after_its_retention_and_a_live_one_stay
     assert world.scopes.view(S, live)["effective"] == "ACTIVE" and len(space.tasks) == 1
     assert space.messages.work_key(mailbox, live, "wk", world.now_ms()) is not None
     pending = pending_removal(space, world.now_ms())
-    assert (pending["runs"], pending["scopes"], pending["tasks"], pending["nextRemovalAt"]) == (0, 0, 0, None)
+    assert (pending.runs, pending.scopes, pending.tasks, pending.next_removal_ms) == (0, 0, 0, None)
     events = EventOps(world.kernel).page(S, types=frozenset({"run.removed"}))["events"]
     assert [(event["scopeId"], event["payload"]) for event in events] == [(run, {"scopes": 3})]
     with pytest.raises(KernelError) as caught:
@@ -195,7 +196,7 @@ async def test_a_run_a_live_group_still_counts_on_stays_until_the_group_is_final
     await world.scopes.cancel(S, run)
     await trio.sleep(120)
     assert world.removals() == [] and world.scopes.view(S, run)["effective"] == "CANCELLED"
-    assert pending_removal(world.space, world.now_ms())["overdueRuns"] == 1
+    assert pending_removal(world.space, world.now_ms()).overdue_runs == 1
     sealed = await world.groups.seal(S, group["id"])
     assert sealed["state"] == "FINALIZED"
     await trio.sleep(7)
@@ -215,7 +216,7 @@ async def test_a_retention_of_zero_keeps_ended_runs_for_good(autojump_clock):
         await world.scopes.cancel(S, run)
         await trio.sleep(30 * 86_400)
         assert world.scopes.view(S, run)["effective"] == "CANCELLED" and world.removals() == []
-        assert pending_removal(world.space, world.now_ms())["runs"] == 0
+        assert pending_removal(world.space, world.now_ms()).runs == 0
         with pytest.raises(KernelError) as caught:
             world.scopes.view(S, "sc_nothing")
         assert caught.value.message == "scope 'sc_nothing' not found"

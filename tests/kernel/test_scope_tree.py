@@ -4,7 +4,7 @@ import pytest
 
 from runstate.actors.errors import CONFLICT, NOT_FOUND, SCOPE_CANCELLED, VALIDATION_FAILED, KernelError
 from runstate.actors.limits import Limits
-from runstate.actors.scopes import ACTIVE, CANCELLED, COMPLETED, EXPIRED, ScopeTree
+from runstate.actors.scopes import ACTIVE, CANCELLED, COMPLETED, EXPIRED, ScopeTree, ScopeView
 
 T0 = 1_800_000_000_000
 
@@ -86,11 +86,10 @@ def test_ending_twice_the_same_way_is_harmless_another_way_is_a_conflict():
 
 
 def test_the_view_has_the_fields_clients_read():
-    """The scope view carries id, name, parentId, deadline, childLimit, storedState, effective, createdAt."""
+    """The scope view carries its id, name, parent, deadline, child limit, children, both states and
+    its times, in milliseconds (the wire names them: `server/wire/scopes.py`)."""
     tree = ScopeTree(Limits())
     scope = tree.apply_created(tree.decide_create("r", "research", None, T0 + 1500, 3, T0))
     view = tree.view(scope, T0)
-    assert view["id"] == "r" and view["name"] == "research" and view["childLimit"] == 3
-    assert view["deadline"] == "2027-01-15T08:00:01.500Z"
-    assert view["storedState"] == "ACTIVE" and view["effective"] == "ACTIVE"
-    assert view["createdAt"] == "2027-01-15T08:00:00.000Z"
+    assert view == ScopeView("r", "research", None, T0 + 1500, 3, 0, "ACTIVE", "ACTIVE", T0, None)
+    assert tree.view(scope, T0 + 1500).effective == "EXPIRED" and tree.view(scope, T0 + 1500).stored_state == "ACTIVE"

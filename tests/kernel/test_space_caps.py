@@ -20,6 +20,7 @@ from runstate.actors.errors import BACKLOG_FULL, VALIDATION_FAILED
 from runstate.actors.journal import MemoryJournal
 from runstate.actors.messages import MessageTable
 from runstate.actors.scopes import ScopeTree
+from runstate.server import wire
 from runstate.actors.tasks import TaskTable
 
 from ..capacity_ops import PoolOps
@@ -50,7 +51,7 @@ class World:
 
     async def once(self, command_class: type, **body) -> dict:
         kernel = self.kernel
-        return await kernel.submit(kernel.parse(command_class, body, {"space": S}))
+        return wire.encode(await kernel.submit(kernel.parse(command_class, body, {"space": S})))  # (as a client reads it)
 
     async def receive(self, mailbox_id: str, scope_id: str) -> dict:
         return await self.messages.receive(S, mailbox_id, scope_id=scope_id, holder="w", session="s", lease_s=30)

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [
     ("Claim", sdk_types.ClaimView, "claims.ts", "ClaimView"),
     ("HeldClaim", sdk_types.HeldClaim, "scopes.ts", "HeldClaim"),
+    ("Scope", sdk_types.ScopeView, "scopes.ts", "ScopeView"),
 ]
 
 

@@ -25,6 +25,26 @@ export interface HeldClaim {
   [field: string]: unknown;
 }
 
+/** A run (scope) as the server answers it: `status()`, `cancel()`, `complete()`. */
+export interface ScopeView {
+  id: string;
+  name: string | null;
+  /** null for a root run. */
+  parentId: string | null;
+  /** ISO 8601, or null. */
+  deadline: string | null;
+  childLimit: number | null;
+  /** How many child runs it has. */
+  children: number;
+  /** Its own state: ACTIVE, CANCELLED, COMPLETED or EXPIRED. */
+  storedState: string;
+  /** The state it acts in, an ancestor's end or its deadline included. */
+  effective: string;
+  createdAt: string;
+  endedAt: string | null;
+  [field: string]: unknown;
+}
+
 /** `run.claims()`: the claims held in the run now; `truncated` when more were left out. */
 export interface ClaimsPage {
   scopeId: string;
@@ -70,17 +90,17 @@ export class ScopeHandle {
   }
 
   /** The scope view (`storedState`, `effective`, `deadline`, ...). */
-  async status(): Promise<Record<string, unknown>> {
+  async status(): Promise<ScopeView> {
     return (await this.#ctx.call('GET', `/scopes/${this.id}`)).body;
   }
 
   /** Cancel the scope and its subtree (a POST with no body). */
-  async cancel(): Promise<Record<string, unknown>> {
+  async cancel(): Promise<ScopeView> {
     return (await this.#ctx.call('POST', `/scopes/${this.id}/cancel`)).body;
   }
 
   /** Mark the scope completed (a POST with no body). */
-  async complete(): Promise<Record<string, unknown>> {
+  async complete(): Promise<ScopeView> {
     return (await this.#ctx.call('POST', `/scopes/${this.id}/complete`)).body;
   }
 

@@ -19,6 +19,7 @@ from .reading import (
 )
 from .waiting import _money, _why_task
 from ...services import RouteKernel
+from ... import wire
 
 # Rows of one run's subtree shown under it in the run tree; the rest are on the run's own page.
 SUBTREE_ROWS_MAX = 20
@@ -71,7 +72,7 @@ async def runs(kernel: RouteKernel, space_id: str, *, state: str | None, name: s
 
         def row(scope: Any, depth: int) -> dict[str, Any]:
             return {
-                **tree.view(scope, now_ms), "depth": depth, "workers": sorted(holders.get(scope.id, ())),
+                **wire.encode(tree.view(scope, now_ms)), "depth": depth, "workers": sorted(holders.get(scope.id, ())),
                 "waiting": waiting.get(scope.id, 0), "acquiring": acquiring.get(scope.id, 0),
             }
 
@@ -108,14 +109,14 @@ async def run(kernel: RouteKernel, space_id: str, scope_id: str) -> dict[str, An
             ancestors.append({"id": node.id, "name": node.name})
             parent = node.parent_id
         diagnosis = coordination_reads.run(_Reading(kernel, space), space.id, scope_id)
-        children = [tree.view(tree.get(child), now_ms) for child in scope.children[-PAGE_MAX:][::-1]]
+        children = [wire.encode(tree.view(tree.get(child), now_ms)) for child in scope.children[-PAGE_MAX:][::-1]]
         inside = frozenset(tree.subtree(scope_id))
         history = _history(space, lambda change: change[1] in inside)
         acquirers = [{"run": run_id, "key": key, "calls": calls}
                      for (run_id, key), calls in sorted(_acquirers(kernel, space.id).items()) if run_id in inside]
         ended = _history(space, lambda change: change[2] == "scope" and change[3] == scope_id and change[0] != "scope.created")
         return {
-            "run": tree.view(scope, now_ms), "ancestors": ancestors[::-1], "children": children,
+            "run": wire.encode(tree.view(scope, now_ms)), "ancestors": ancestors[::-1], "children": children,
             "childrenTotal": len(scope.children), **diagnosis, "acquirers": acquirers[:PAGE_MAX], "history": history,
             "endedBy": ended[0]["payload"].get("by") if ended else None,
         }
@@ -345,11 +346,11 @@ async def coordination(kernel: RouteKernel, space_id: str, *, run: str | None, c
         part = space.coordination
         answer: dict[str, Any] = {"next": {}, "totals": {}}
 
-        def page(name: str, found: Iterable[D], in_run: Callable[[D], bool], show: Callable[[D], View]) -> None:
+        def page(name: str, found: Iterable[D], in_run: Callable[[D], bool], show: Callable[[D], Any]) -> None:
             if run:
                 found = (item for item in found if in_run(item))
             chosen, following, total = _paged(found, lambda item: (item.created_ms, item.id), (int, str), cursors.get(name), limit)
-            answer[name] = [show(item) for item in chosen]
+            answer[name] = [wire.encode(show(item)) for item in chosen]  # (the kernel's views as the wire writes them)
             answer["next"][name], answer["totals"][name] = following, total
 
         page("groups", part.groups.all(), lambda g: g.scope_id == run or g.parent_scope_id == run, lambda g: part.groups.view(g, now_ms))
@@ -386,7 +387,7 @@ async def events(kernel: RouteKernel, space_id: str, *, types: frozenset[str] | 
             if len(found) == limit:
                 last = found[-1]["seq"]
                 break
-            found.append({"seq": seq, **log.made(seq, change, at_ms).view()})
+            found.append({"seq": seq, **wire.encode(log.made(seq, change, at_ms).view())})
         return {"events": found, "next": last, "oldest": log.oldest_seq, "newest": log.seq}
 
     return await _read(kernel, space_id, view)

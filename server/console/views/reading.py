@@ -16,6 +16,7 @@ from ....actors.outcome import ActorKey
 from ....actors.shapes import View
 from ....actors.space import SpaceState
 from ...services import RouteKernel
+from ... import wire
 
 T = TypeVar("T")
 # A row's place in a list's order, and what a page's cursor carries: (time, id), (key, run), ...
@@ -155,7 +156,7 @@ def _history(space: SpaceState, match: Callable[[Change], bool]) -> list[View]:
     found = []
     for seq, change, at_ms in space.events.scan(newest_first=True):
         if match(change):
-            found.append(space.events.made(seq, change, at_ms).view())
+            found.append(wire.encode(space.events.made(seq, change, at_ms).view()))
             if len(found) >= HISTORY_MAX:
                 break
     return found
@@ -176,6 +177,6 @@ async def events_after(kernel: RouteKernel, space_id: str, after: int, limit: in
                 raise KernelError(event_log.CURSOR_EXPIRED, f"cursor {after} is ahead of this space's events (none)")
             return [], 0
         page = event_log.page(space, after, limit, None, None, None)
-        return page["events"], int(page["nextCursor"])
+        return [wire.encode(event) for event in page.events], int(page.next_cursor)  # (as the API writes them)
 
     return await kernel.read(space_id, view)

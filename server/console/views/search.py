@@ -18,6 +18,7 @@ from ....actors.events import Change
 from ....actors.shapes import View
 from ....actors.space import SpaceState
 from ...services import RouteKernel
+from ... import wire
 
 RESULTS_MAX = 20
 EVENTS_LOOKED_MAX = 20_000
@@ -46,7 +47,7 @@ async def search(kernel: RouteKernel, space_id: str, text: str) -> dict[str, Any
 
         tree = space.scopes
         for scope in tree.all():
-            if (scope.id.startswith(text) or matches(scope.name)) and not add("runs", tree.view(scope, now_ms)):
+            if (scope.id.startswith(text) or matches(scope.name)) and not add("runs", wire.encode(tree.view(scope, now_ms))):
                 break
         for scope in tree.all():
             for claim in space.claims.in_scope(scope.id):
