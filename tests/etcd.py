@@ -32,6 +32,8 @@ ETCD_PATHS = ("/usr/bin/etcd",)
 INSTALL = "apt-get install -y --no-install-recommends etcd-server etcd-client"
 START_TIMEOUT_S = 20
 START_ATTEMPTS = 3
+# How long a member sent SIGSTOP may take to stop every thread (milliseconds, even under load).
+STOP_TIMEOUT_S = 10
 # Ports a system etcd may hold: never ours.
 RESERVED_PORTS = frozenset({2379, 2380})
 TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
@@ -46,6 +48,18 @@ def etcd_binary() -> str:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of the process is stopped (state T in /proc/<pid>/task/*/stat)."""
+    states = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                states.append(stat.read().rpartition(")")[2].split()[0])
+        except OSError:  # (a thread that ended meanwhile)
+            continue
+    return bool(states) and all(state == "T" for state in states)
 
 
 def free_port() -> int:
@@ -109,10 +123,17 @@ class EtcdMember:
         self.stopped = False
 
     def stop(self) -> None:
-        """SIGSTOP: the process holds its sockets and answers nothing until `cont()`."""
+        """SIGSTOP: the process holds its sockets and answers nothing until `cont()`. Returns once
+        every thread of it is stopped: kill() returns before they are (the kernel stops each
+        thread when it next runs), and on a busy machine etcd answered a request sent 1 ms after
+        it, up to ~30 ms later."""
         assert self.proc is not None and self.proc.poll() is None, f"{self.name} is not running"
         self.proc.send_signal(signal.SIGSTOP)
         self.stopped = True
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while not all_threads_stopped(self.proc.pid):
+            assert time.monotonic() < deadline, f"{self.name} was sent SIGSTOP and is not stopped after {STOP_TIMEOUT_S} s"
+            time.sleep(0.001)
 
     def cont(self) -> None:
         assert self.proc is not None and self.proc.poll() is None, f"{self.name} is not running"
