@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .capacity import CapacityCommands
+from .pools import PoolView, PoolWaiterView
 from .shapes import View
 from .kernel_reads import KernelReads
 
@@ -13,7 +14,7 @@ def _part(kernel: KernelReads, space: str) -> CapacityCommands:
     return kernel.space_view(space).capacity
 
 
-def pools(kernel: KernelReads, space: str) -> list[View]:
+def pools(kernel: KernelReads, space: str) -> list[PoolView]:
     """Every pool of the space, in creation order (the client reads the list as complete)."""
     part, now_ms = _part(kernel, space), kernel.clock.now_ms()
     return [part.pools.view(pool, now_ms) for pool in part.pools.all()]
@@ -34,21 +35,16 @@ def waiter(kernel: KernelReads, space: str, waiter_id: str) -> View:
     return part.allowances.waiter_view(part.allowances.waiter(waiter_id))
 
 
-def pool_waiter(kernel: KernelReads, space: str, waiter_id: str) -> View:
+def pool_waiter(kernel: KernelReads, space: str, waiter_id: str) -> PoolWaiterView:
     """A waiter in a pool's line, as 0.3.0's slots() polls it."""
     part = _part(kernel, space)
     return part.pools.waiter_view(part.pools.waiter(waiter_id))
 
 
-def pool_waiting(kernel: KernelReads, space: str, scope_ids: list[str]) -> list[View]:
-    """Who of these scopes is in a pool's line, head first per pool: `permit` (the pool's name)
-    and `units`, as 0.3.0's status() reads `waiting[]`."""
+def pool_waiting(kernel: KernelReads, space: str, scope_ids: list[str]) -> list[PoolWaiterView]:
+    """Who of these scopes is in a pool's line (WAITING or SIGNALED), in the order they joined."""
     part, scopes = _part(kernel, space), set(scope_ids)
-    return [
-        {"permit": view["name"], "permitId": view["permitId"], "units": view["units"], "waiterId": view["waiterId"],
-         "state": view["state"], "holder": view["holder"], "scopeId": view["scopeId"]}
-        for view in (part.pools.waiter_view(w) for w in part.pools.waiters() if w.state in ("WAITING", "SIGNALED") and w.scope_id in scopes)
-    ]
+    return [part.pools.waiter_view(w) for w in part.pools.waiters() if w.state in ("WAITING", "SIGNALED") and w.scope_id in scopes]
 
 
 def work_limits(kernel: KernelReads, space: str) -> list[View]:

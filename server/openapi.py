@@ -225,25 +225,10 @@ def _capacity_components() -> dict[str, Any]:
     text, integer = {"type": "string"}, {"type": "integer"}
     minor = {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
     return {
-        "Pool": _obj({
-            "id": text, "name": text, "unitsTotal": integer, "units": integer, "unitsInUse": integer,
-            "unitsAvailable": integer, "waiting": integer, "createdAt": _TS,
-        }),
-        "Grant": _obj(
-            {
-                "grantId": text, "permitId": text, "name": text, "scopeId": text, "units": integer,
-                "token": _nullable(text), "holder": text, "holderSession": text, "leaseSeconds": integer,
-                "leaseExpiresAt": _TS, "acquiredAt": _TS,
-            },
-            {"released": {"type": "boolean"}, "releasedAt": _TS, "waiterId": text},
-        ),
-        "PoolWaiter": _obj({
-            "waiterId": text, "id": text, "permitId": text, "name": text, "scopeId": text, "holder": text, "units": integer,
-            "state": {"enum": ["WAITING", "SIGNALED", "GRANTED", "EXPIRED", "CANCELLED"]},
-            "position": _nullable({"type": "integer", "description": "place in the line, 1 = the head"}),
-            "signaledAt": _nullable(_TS), "turnEndsAt": _nullable(_TS), "grantId": _nullable(text), "expiresAt": _TS, "createdAt": _TS,
-            "endedAt": _nullable(_TS),
-        }),
+        # Declared with the view they write (`wire/`), as the encoder writes them.
+        "Pool": WIRE_COMPONENTS["Pool"],
+        "Grant": WIRE_COMPONENTS["Grant"],
+        "PoolWaiter": WIRE_COMPONENTS["PoolWaiter"],
         "Allowance": _obj({
             "id": text, "name": text, "unitsLimit": integer, "windowSeconds": integer, "windowStart": _TS,
             "windowEnd": _TS, "used": integer, "remaining": integer, "waiting": integer,

@@ -8,6 +8,8 @@ from typing import Any
 from runstate.actors import capacity_reads as reads
 from runstate.actors import commands as c
 
+from runstate.server import wire
+
 from .ops import _Ops
 
 __all__ = ["PoolOps", "QuotaOps", "WorkLimitOps", "BudgetOps", "AdmitOps"]
@@ -35,7 +37,7 @@ class PoolOps(_Ops):
         return await self._submit(c.CancelPoolWaiter, idem, space=space, waiter_id=waiter_id)
 
     def waiter(self, space: str, waiter_id: str) -> dict:
-        return reads.pool_waiter(self._kernel, space, waiter_id)
+        return wire.encode(reads.pool_waiter(self._kernel, space, waiter_id))
 
     async def renew(self, space: str, grant_id: str, *, token, lease_s=None, idem=None) -> dict:
         return await self._submit(c.RenewGrant, idem, space=space, grant_id=grant_id, token=token, lease_s=lease_s)
@@ -44,7 +46,7 @@ class PoolOps(_Ops):
         return await self._submit(c.ReleaseGrant, idem, space=space, grant_id=grant_id, token=token, observation=observation)
 
     def list(self, space: str) -> list[dict]:
-        return reads.pools(self._kernel, space)
+        return [wire.encode(pool) for pool in reads.pools(self._kernel, space)]
 
 
 class QuotaOps(_Ops):

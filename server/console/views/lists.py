@@ -19,6 +19,7 @@ from .reading import (
 )
 from .waiting import _money, _why_task
 from ...services import RouteKernel
+from ... import wire
 
 # Rows of one run's subtree shown under it in the run tree; the rest are on the run's own page.
 SUBTREE_ROWS_MAX = 20
@@ -310,10 +311,10 @@ async def capacity(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
         part = space.capacity
         pools = []
         for pool in part.pools.all():
-            grants = [{**part.pools.grant_view(g, pool), "token": _short_token(g.token)}
+            grants = [{**wire.encode(part.pools.grant_view(g, pool)), "token": _short_token(g.token)}
                       for g in pool.grants.values() if part.pools.held(g, now_ms)]
-            line = [{**part.pools.waiter_view(part.pools.waiter(w)), "position": i + 1} for i, w in enumerate(pool.line[:PAGE_MAX])]
-            pools.append({**part.pools.view(pool, now_ms), "grants": grants[:PAGE_MAX], "line": line, "lineTotal": len(pool.line)})
+            line = [{**wire.encode(part.pools.waiter_view(part.pools.waiter(w))), "position": i + 1} for i, w in enumerate(pool.line[:PAGE_MAX])]
+            pools.append({**wire.encode(part.pools.view(pool, now_ms)), "grants": grants[:PAGE_MAX], "line": line, "lineTotal": len(pool.line)})
         quotas = []
         for allowance in part.allowances.all():
             line = [{**part.allowances.waiter_view(part.allowances.waiter(w)), "position": i + 1}

@@ -1,0 +1,193 @@
+"""The wire shapes of the capacity primitives' typed views (`server/wire/pools.py`, ...): the bytes
+clients read, and the OpenAPI components made from the same declaration.
+
+The official clients 0.2.0 and 0.3.0 parse these answers as the server wrote them before the
+kernel answered with typed views: each `*_before` function below is that shape, kept here as the
+kernel built it then (its `view()` body, and the command's `update` after it), and every generated
+view must encode to exactly its bytes, field order included.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jsonschema
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runstate.actors.limits import Limits
+from runstate.actors.pools import (
+    SIGNALED, GrantView, PoolUnavailableView, PoolView, PoolWaiterView, ReleasedGrantView, TurnGrantView,
+)
+from runstate.actors.timestamps import format_ms
+from runstate.server import wire
+from runstate.server.openapi import openapi
+from runstate.server.wire import pools as pool_shapes
+
+# Any text a request may carry (names, holders, ids: unicode, quotes, controls, escapes).
+_text = st.text(max_size=30)
+_maybe_text = st.none() | _text
+# Wall milliseconds from 1970 to 9999 (the timestamp format has four digits of year).
+_instant = st.integers(min_value=0, max_value=253_402_300_799_999)
+_maybe_instant = st.none() | _instant
+_count = st.integers(min_value=0, max_value=2**53)
+_lease_ms = st.integers(min_value=1, max_value=10**12)
+
+
+def _components() -> dict[str, Any]:
+    return openapi(Limits())["components"]["schemas"]
+
+
+def _same_bytes(view: Any, before: dict[str, Any]) -> None:
+    """Alone, inside a batch's results, and as the idempotency table keeps it: the old bytes."""
+    assert wire.dumps(view) == orjson.dumps(before)
+    assert wire.dumps({"results": [{"status": 200, "body": view}]}) == orjson.dumps({"results": [{"status": 200, "body": before}]})
+    assert orjson.dumps(wire.encode(view)) == orjson.dumps(before)
+
+
+def _validates(view: Any, component: str) -> None:
+    """What the encoder writes is what the document says: every field documented with its JSON
+    type, every required one there."""
+    schema = _components()[component]
+    body = orjson.loads(wire.dumps(view))
+    jsonschema.validate(body, schema)
+    assert set(body) <= set(schema["properties"]) and set(schema["required"]) <= set(body)
+
+
+def _fields_and_types(component: str, shapes: tuple[wire.Shape, ...]) -> None:
+    """The component lists exactly the fields the shapes write, in order, each with its schema,
+    required where every shape writes it."""
+    schema = _components()[component]
+    written = [[field.name for field in shape.fields] for shape in shapes]
+    assert list(schema["properties"]) == list(dict.fromkeys(name for names in written for name in names))
+    assert schema["required"] == [name for name in written[0] if all(name in names for names in written)]
+    for shape in shapes:
+        for field in shape.fields:
+            assert schema["properties"][field.name] == field.schema
+
+
+# -- pools ---------------------------------------------------------------------------------------
+
+
+def pool_before(view: PoolView) -> dict[str, Any]:
+    """`PoolTable.view` as it was."""
+    return {
+        "id": view.id,
+        "name": view.name,
+        "unitsTotal": view.units_total,
+        "units": view.units_total,  # 0.3.0's by-name answer calls the capacity `units`
+        "unitsInUse": view.units_in_use,
+        "unitsAvailable": view.units_total - view.units_in_use,
+        "waiting": view.waiting,
+        "createdAt": format_ms(view.created_ms),
+    }
+
+
+def grant_before(view: GrantView | TurnGrantView | ReleasedGrantView) -> dict[str, Any]:
+    """`PoolTable.grant_view` as it was, then the acquire's `waiterId` on a waiter's turn and the
+    release's `update`."""
+    body: dict[str, Any] = {
+        "grantId": view.grant_id,
+        "permitId": view.pool_id,
+        "name": view.name,
+        "scopeId": view.scope_id,
+        "units": view.units,
+        "token": view.token,
+        "holder": view.holder,
+        "holderSession": view.session,
+        "leaseSeconds": view.lease_ms // 1000,
+        "leaseExpiresAt": format_ms(view.expires_ms),
+        "acquiredAt": format_ms(view.acquired_ms),
+    }
+    if isinstance(view, TurnGrantView):
+        body["waiterId"] = view.waiter_id
+    if isinstance(view, ReleasedGrantView):
+        body.update(token=None, released=True, releasedAt=format_ms(view.released_ms))
+    return body
+
+
+def pool_waiter_before(view: PoolWaiterView) -> dict[str, Any]:
+    """`PoolTable.waiter_view` as it was (the view's `turn_ends_ms` is already None unless SIGNALED)."""
+    return {
+        "waiterId": view.waiter_id,
+        "id": view.waiter_id,
+        "permitId": view.pool_id,
+        "name": view.name,
+        "scopeId": view.scope_id,
+        "holder": view.holder,
+        "units": view.units,
+        "state": view.state,
+        "position": view.position,
+        "signaledAt": None if view.signaled_ms is None else format_ms(view.signaled_ms),
+        "turnEndsAt": format_ms(view.turn_ends_ms) if view.state == SIGNALED and view.turn_ends_ms is not None else None,
+        "grantId": view.grant_id,
+        "expiresAt": format_ms(view.expires_ms),
+        "createdAt": format_ms(view.created_ms),
+        "endedAt": None if view.ended_ms is None else format_ms(view.ended_ms),
+    }
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> PoolView:
+    total = draw(st.integers(1, 2**40))
+    in_use = draw(st.integers(0, total))
+    return PoolView(draw(_text), draw(_text), total, total, in_use, total - in_use, draw(_count), draw(_instant))
+
+
+@st.composite
+def grants(draw: st.DrawFn) -> GrantView | TurnGrantView | ReleasedGrantView:
+    fields = (
+        draw(_text), draw(_text), draw(_text), draw(_text), draw(st.integers(1, 2**40)), draw(_maybe_text), draw(_text),
+        draw(_text), draw(_lease_ms), draw(_instant), draw(_instant),
+    )
+    kind = draw(st.sampled_from([GrantView, TurnGrantView, ReleasedGrantView]))
+    if kind is GrantView:
+        return GrantView(*fields)
+    if kind is TurnGrantView:
+        return TurnGrantView(*fields, draw(_text))
+    return ReleasedGrantView(*GrantView(*fields)._replace(token=None), True, draw(_instant))
+
+
+@st.composite
+def pool_waiters(draw: st.DrawFn) -> PoolWaiterView:
+    state = draw(st.sampled_from(["WAITING", "SIGNALED", "GRANTED", "CANCELLED", "EXPIRED"]))
+    turn_ends_ms = draw(_instant) if state == SIGNALED else None
+    return PoolWaiterView(
+        draw(_text), draw(_text), draw(_text), draw(_text), draw(_text), draw(st.integers(1, 2**40)), state,
+        draw(st.none() | st.integers(1, 10**6)), draw(_maybe_instant), turn_ends_ms, draw(_maybe_text), draw(_instant),
+        draw(_instant), draw(_maybe_instant),
+    )
+
+
+_POOL_CASES: list[tuple[str, Callable[..., Any], Callable[[Any], dict[str, Any]], str]] = [
+    ("pool", pools, pool_before, "Pool"),
+    ("grant", grants, grant_before, "Grant"),
+    ("pool waiter", pool_waiters, pool_waiter_before, "PoolWaiter"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(*(st.tuples(st.just(index), case[1]()) for index, case in enumerate(_POOL_CASES))))
+def test_every_pool_view_encodes_to_the_bytes_the_clients_read_before(case: tuple[int, Any]) -> None:
+    index, view = case
+    _, _, before, component = _POOL_CASES[index]
+    _same_bytes(view, before(view))
+    _validates(view, component)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_count, _count, _count)
+def test_a_pool_unavailable_refusal_carries_the_details_it_carried_before(free: int, total: int, waiting: int) -> None:
+    before = {"unitsAvailable": free, "unitsTotal": total, "waiting": waiting}
+    assert wire.dumps(PoolUnavailableView(free, total, waiting)) == orjson.dumps(before)
+
+
+def test_the_pool_components_list_exactly_the_encoders_fields_with_their_json_types() -> None:
+    _fields_and_types("Pool", (pool_shapes.POOL,))
+    _fields_and_types("Grant", (pool_shapes.GRANT, pool_shapes.TURN_GRANT, pool_shapes.RELEASED_GRANT))
+    _fields_and_types("PoolWaiter", (pool_shapes.POOL_WAITER,))
+    waiter = _components()["PoolWaiter"]["properties"]
+    assert waiter["state"] == {"type": "string", "enum": ["WAITING", "SIGNALED", "GRANTED", "CANCELLED", "EXPIRED"]}
+    assert waiter["position"] == {"type": ["integer", "null"]}
+    assert _components()["Grant"]["properties"]["token"] == {"type": ["string", "null"]}
