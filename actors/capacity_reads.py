@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .capacity import CapacityCommands
 from .pools import PoolView, PoolWaiterView
+from .quotas import AllowanceView, AllowanceWaiterView
 from .shapes import View
 from .kernel_reads import KernelReads
 
@@ -20,17 +21,17 @@ def pools(kernel: KernelReads, space: str) -> list[PoolView]:
     return [part.pools.view(pool, now_ms) for pool in part.pools.all()]
 
 
-def allowances(kernel: KernelReads, space: str) -> list[View]:
+def allowances(kernel: KernelReads, space: str) -> list[AllowanceView]:
     part, now_ms = _part(kernel, space), kernel.clock.now_ms()
     return [part.allowances.view(allowance, now_ms) for allowance in part.allowances.all()]
 
 
-def allowance(kernel: KernelReads, space: str, allowance_id: str) -> View:
+def allowance(kernel: KernelReads, space: str, allowance_id: str) -> AllowanceView:
     part = _part(kernel, space)
     return part.allowances.view(part.allowances.get(allowance_id), kernel.clock.now_ms())
 
 
-def waiter(kernel: KernelReads, space: str, waiter_id: str) -> View:
+def waiter(kernel: KernelReads, space: str, waiter_id: str) -> AllowanceWaiterView:
     part = _part(kernel, space)
     return part.allowances.waiter_view(part.allowances.waiter(waiter_id))
 

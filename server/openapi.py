@@ -229,19 +229,10 @@ def _capacity_components() -> dict[str, Any]:
         "Pool": WIRE_COMPONENTS["Pool"],
         "Grant": WIRE_COMPONENTS["Grant"],
         "PoolWaiter": WIRE_COMPONENTS["PoolWaiter"],
-        "Allowance": _obj({
-            "id": text, "name": text, "unitsLimit": integer, "windowSeconds": integer, "windowStart": _TS,
-            "windowEnd": _TS, "used": integer, "remaining": integer, "waiting": integer,
-            "cooldownUntil": _nullable(_TS), "cooldownReason": _nullable(text), "createdAt": _TS,
-        }),
-        "Consumption": _obj({"consumptionId": text, "allowanceId": text, "units": integer, "windowStart": _TS, "remaining": integer}),
-        "Waiter": _obj({
-            "waiterId": text, "id": text, "allowanceId": text, "scopeId": text, "holder": text, "units": integer,
-            "state": {"enum": ["WAITING", "GRANTED", "EXPIRED", "CANCELLED"]}, "consumptionId": _nullable(text),
-            "windowStart": _nullable(_TS),
-            "expiresAt": _TS, "createdAt": _TS,
-        }),
-        "Cooldown": _obj({"allowanceId": text, "cooldownUntil": _TS, "reason": _nullable(text)}),
+        "Allowance": WIRE_COMPONENTS["Allowance"],
+        "Consumption": WIRE_COMPONENTS["Consumption"],
+        "Waiter": WIRE_COMPONENTS["Waiter"],
+        "Cooldown": WIRE_COMPONENTS["Cooldown"],
         "WorkLimit": _obj({
             "id": text, "name": text, "scopeId": text, "maxOutstanding": integer, "outstanding": integer, "createdAt": _TS,
         }),

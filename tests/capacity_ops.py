@@ -71,13 +71,13 @@ class QuotaOps(_Ops):
         return await self._submit(c.Cooldown, idem, space=space, allowance_id=allowance_id, seconds=seconds, reason=reason)
 
     def view(self, space: str, allowance_id: str) -> dict:
-        return reads.allowance(self._kernel, space, allowance_id)
+        return wire.encode(reads.allowance(self._kernel, space, allowance_id))
 
     def waiter(self, space: str, waiter_id: str) -> dict:
-        return reads.waiter(self._kernel, space, waiter_id)
+        return wire.encode(reads.waiter(self._kernel, space, waiter_id))
 
     def list(self, space: str) -> list[dict]:
-        return reads.allowances(self._kernel, space)
+        return [wire.encode(allowance) for allowance in reads.allowances(self._kernel, space)]
 
 
 class WorkLimitOps(_Ops):

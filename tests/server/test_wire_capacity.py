@@ -20,10 +20,14 @@ from runstate.actors.limits import Limits
 from runstate.actors.pools import (
     SIGNALED, GrantView, PoolUnavailableView, PoolView, PoolWaiterView, ReleasedGrantView, TurnGrantView,
 )
+from runstate.actors.quotas import (
+    AllowanceExhaustedView, AllowanceMismatchView, AllowanceView, AllowanceWaiterView, ConsumptionView, CooldownView,
+)
 from runstate.actors.timestamps import format_ms
 from runstate.server import wire
 from runstate.server.openapi import openapi
 from runstate.server.wire import pools as pool_shapes
+from runstate.server.wire import quotas as quota_shapes
 
 # Any text a request may carry (names, holders, ids: unicode, quotes, controls, escapes).
 _text = st.text(max_size=30)
@@ -191,3 +195,130 @@ def test_the_pool_components_list_exactly_the_encoders_fields_with_their_json_ty
     assert waiter["state"] == {"type": "string", "enum": ["WAITING", "SIGNALED", "GRANTED", "CANCELLED", "EXPIRED"]}
     assert waiter["position"] == {"type": ["integer", "null"]}
     assert _components()["Grant"]["properties"]["token"] == {"type": ["string", "null"]}
+
+
+# -- quotas --------------------------------------------------------------------------------------
+
+
+def allowance_before(view: AllowanceView) -> dict[str, Any]:
+    """`AllowanceTable.view` as it was (the view's cooldown is already None unless it lasts)."""
+    return {
+        "id": view.id,
+        "name": view.name,
+        "unitsLimit": view.units_limit,
+        "windowSeconds": view.window_ms // 1000,
+        "windowStart": format_ms(view.window_start_ms),
+        "windowEnd": format_ms(view.window_start_ms + view.window_ms),
+        "used": view.used,
+        "remaining": view.remaining,
+        "waiting": view.waiting,
+        "cooldownUntil": None if view.cooldown_until_ms is None else format_ms(view.cooldown_until_ms),
+        "cooldownReason": view.cooldown_reason,
+        "createdAt": format_ms(view.created_ms),
+    }
+
+
+def consumption_before(view: ConsumptionView) -> dict[str, Any]:
+    """The consume's reply as it was."""
+    return {
+        "consumptionId": view.consumption_id,
+        "allowanceId": view.allowance_id,
+        "units": view.units,
+        "windowStart": format_ms(view.window_start_ms),
+        "remaining": view.remaining,
+    }
+
+
+def allowance_waiter_before(view: AllowanceWaiterView) -> dict[str, Any]:
+    """`AllowanceTable.waiter_view` as it was."""
+    return {
+        "waiterId": view.waiter_id,
+        "id": view.waiter_id,
+        "allowanceId": view.allowance_id,
+        "scopeId": view.scope_id,
+        "holder": view.holder,
+        "units": view.units,
+        "state": view.state,
+        "consumptionId": view.consumption_id,
+        "windowStart": None if view.window_start_ms is None else format_ms(view.window_start_ms),
+        "expiresAt": format_ms(view.expires_ms),
+        "createdAt": format_ms(view.created_ms),
+    }
+
+
+def cooldown_before(view: CooldownView) -> dict[str, Any]:
+    """The cooldown's reply as it was."""
+    return {"allowanceId": view.allowance_id, "cooldownUntil": format_ms(view.cooldown_until_ms), "reason": view.reason}
+
+
+_window_ms = st.integers(1, 10**10).map(lambda seconds: seconds * 1000)
+
+
+@st.composite
+def allowances(draw: st.DrawFn) -> AllowanceView:
+    limit = draw(st.integers(1, 2**40))
+    used = draw(st.integers(0, limit))
+    window_ms = draw(_window_ms)
+    start = draw(st.integers(0, 253_402_300_799_999 - window_ms))
+    cooling = draw(st.booleans())
+    return AllowanceView(
+        draw(_text), draw(_text), limit, window_ms, start, start + window_ms, used, limit - used, draw(_count),
+        draw(_instant) if cooling else None, draw(_maybe_text) if cooling else None, draw(_instant),
+    )
+
+
+@st.composite
+def consumptions(draw: st.DrawFn) -> ConsumptionView:
+    return ConsumptionView(draw(_text), draw(_text), draw(st.integers(1, 2**40)), draw(_instant), draw(_count))
+
+
+@st.composite
+def allowance_waiters(draw: st.DrawFn) -> AllowanceWaiterView:
+    state = draw(st.sampled_from(["WAITING", "GRANTED", "EXPIRED", "CANCELLED"]))
+    granted = state == "GRANTED"
+    return AllowanceWaiterView(
+        draw(_text), draw(_text), draw(_text), draw(_text), draw(st.integers(1, 2**40)), state,
+        draw(_text) if granted else None, draw(_instant) if granted else None, draw(_instant), draw(_instant),
+    )
+
+
+@st.composite
+def cooldowns(draw: st.DrawFn) -> CooldownView:
+    return CooldownView(draw(_text), draw(_instant), draw(_maybe_text))
+
+
+_QUOTA_CASES: list[tuple[str, Callable[..., Any], Callable[[Any], dict[str, Any]], str]] = [
+    ("allowance", allowances, allowance_before, "Allowance"),
+    ("consumption", consumptions, consumption_before, "Consumption"),
+    ("allowance waiter", allowance_waiters, allowance_waiter_before, "Waiter"),
+    ("cooldown", cooldowns, cooldown_before, "Cooldown"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(*(st.tuples(st.just(index), case[1]()) for index, case in enumerate(_QUOTA_CASES))))
+def test_every_quota_view_encodes_to_the_bytes_the_clients_read_before(case: tuple[int, Any]) -> None:
+    index, view = case
+    _, _, before, component = _QUOTA_CASES[index]
+    _same_bytes(view, before(view))
+    _validates(view, component)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_count, _instant, _count, _text, _window_ms)
+def test_the_quota_refusals_carry_the_details_they_carried_before(remaining, window_start_ms, waiting, allowance_id, window_ms) -> None:
+    """ALLOWANCE_EXHAUSTED's details, and the CONFLICT of an allowance declared otherwise."""
+    exhausted = {"remaining": remaining, "windowStart": format_ms(window_start_ms), "waiting": waiting}
+    assert wire.dumps(AllowanceExhaustedView(remaining, window_start_ms, waiting)) == orjson.dumps(exhausted)
+    mismatch = {"id": allowance_id, "unitsLimit": remaining, "windowSeconds": window_ms // 1000}
+    assert wire.dumps(AllowanceMismatchView(allowance_id, remaining, window_ms)) == orjson.dumps(mismatch)
+
+
+def test_the_quota_components_list_exactly_the_encoders_fields_with_their_json_types() -> None:
+    _fields_and_types("Allowance", (quota_shapes.ALLOWANCE,))
+    _fields_and_types("Consumption", (quota_shapes.CONSUMPTION,))
+    _fields_and_types("Waiter", (quota_shapes.ALLOWANCE_WAITER,))
+    _fields_and_types("Cooldown", (quota_shapes.COOLDOWN,))
+    allowance = _components()["Allowance"]["properties"]
+    assert allowance["windowStart"] == wire.TIMESTAMP and allowance["cooldownUntil"] == wire.nullable(wire.TIMESTAMP)
+    assert _components()["Waiter"]["properties"]["state"]["enum"] == ["WAITING", "GRANTED", "EXPIRED", "CANCELLED"]

@@ -317,9 +317,9 @@ async def capacity(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
             pools.append({**wire.encode(part.pools.view(pool, now_ms)), "grants": grants[:PAGE_MAX], "line": line, "lineTotal": len(pool.line)})
         quotas = []
         for allowance in part.allowances.all():
-            line = [{**part.allowances.waiter_view(part.allowances.waiter(w)), "position": i + 1}
+            line = [{**wire.encode(part.allowances.waiter_view(part.allowances.waiter(w))), "position": i + 1}
                     for i, w in enumerate(allowance.queue[:PAGE_MAX])]
-            quotas.append({**part.allowances.view(allowance, now_ms), "line": line})
+            quotas.append({**wire.encode(part.allowances.view(allowance, now_ms)), "line": line})
         budgets = []
         for budget in part.budgets.all():
             reserved = [part.budgets.reservation_view(r) for r in budget.reservations.values() if r.state == "ACTIVE"]
