@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .budgets import BudgetReservationsView, BudgetView
 from .capacity import CapacityCommands
 from .pools import PoolView, PoolWaiterView
 from .quotas import AllowanceView, AllowanceWaiterView
@@ -53,12 +54,12 @@ def work_limits(kernel: KernelReads, space: str) -> list[View]:
     return [part.work_limits.view(limit) for limit in part.work_limits.all()]
 
 
-def budgets(kernel: KernelReads, space: str) -> list[View]:
+def budgets(kernel: KernelReads, space: str) -> list[BudgetView]:
     part = _part(kernel, space)
     return [part.budgets.view(budget) for budget in part.budgets.all()]
 
 
-def budget(kernel: KernelReads, space: str, budget_id: str) -> View:
+def budget(kernel: KernelReads, space: str, budget_id: str) -> BudgetReservationsView:
     """A budget with its active reservations (0.3.0 reads them)."""
     part = _part(kernel, space)
-    return part.budgets.view(part.budgets.get(budget_id), reservations=True)
+    return part.budgets.reservations_view(part.budgets.get(budget_id))

@@ -223,7 +223,6 @@ def _components(limits: Limits) -> dict[str, Any]:
 def _capacity_components() -> dict[str, Any]:
     """Pools, quotas, budgets, work limits and admission."""
     text, integer = {"type": "string"}, {"type": "integer"}
-    minor = {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
     return {
         # Declared with the view they write (`wire/`), as the encoder writes them.
         "Pool": WIRE_COMPONENTS["Pool"],
@@ -236,15 +235,7 @@ def _capacity_components() -> dict[str, Any]:
         "WorkLimit": _obj({
             "id": text, "name": text, "scopeId": text, "maxOutstanding": integer, "outstanding": integer, "createdAt": _TS,
         }),
-        "Budget": _obj(
-            {
-                "id": text, "name": text, "currency": text, "scale": integer, "limitMinor": minor,
-                "reservedMinor": minor, "spentMinor": minor, "availableMinor": minor, "createdAt": _TS,
-            },
-            {"reservations": {"type": "array", "items": _obj({
-                "id": text, "scopeId": text, "state": text, "reservedMinor": minor, "holder": text,
-            })}},
-        ),
+        "Budget": WIRE_COMPONENTS["Budget"],
         "Admission": _obj(
             {
                 "taskId": _nullable(text), "taskKey": _nullable(text), "messageId": text, "scopeId": text,
@@ -255,11 +246,7 @@ def _capacity_components() -> dict[str, Any]:
                 "reservations": {"type": "array", "items": text},
             }
         ),
-        "Reservation": _obj({
-            "reservationId": text, "budgetId": text, "scopeId": text, "holder": text,
-            "state": {"enum": ["ACTIVE", "SETTLED", "VOIDED", "RELEASED"]}, "reservedMinor": minor,
-            "settledMinor": minor, "settleBy": _TS, "createdAt": _TS,
-        }),
+        "Reservation": WIRE_COMPONENTS["Reservation"],
     }
 
 

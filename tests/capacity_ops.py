@@ -110,10 +110,10 @@ class BudgetOps(_Ops):
         return await self._submit(c.Void, idem, space=space, budget_id=budget_id, reservation_id=reservation_id, work_key=work_key)
 
     def view(self, space: str, budget_id: str) -> dict:
-        return reads.budget(self._kernel, space, budget_id)
+        return wire.encode(reads.budget(self._kernel, space, budget_id))
 
     def list(self, space: str) -> list[dict]:
-        return reads.budgets(self._kernel, space)
+        return [wire.encode(budget) for budget in reads.budgets(self._kernel, space)]
 
 
 class AdmitOps(_Ops):

@@ -16,6 +16,10 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runstate.actors.budgets import (
+    ACTIVE, ActiveReservationView, BudgetMismatchView, BudgetReservationsView, BudgetView, InsufficientBudgetView,
+    ReservationView,
+)
 from runstate.actors.limits import Limits
 from runstate.actors.pools import (
     SIGNALED, GrantView, PoolUnavailableView, PoolView, PoolWaiterView, ReleasedGrantView, TurnGrantView,
@@ -26,6 +30,7 @@ from runstate.actors.quotas import (
 from runstate.actors.timestamps import format_ms
 from runstate.server import wire
 from runstate.server.openapi import openapi
+from runstate.server.wire import budgets as budget_shapes
 from runstate.server.wire import pools as pool_shapes
 from runstate.server.wire import quotas as quota_shapes
 
@@ -322,3 +327,100 @@ def test_the_quota_components_list_exactly_the_encoders_fields_with_their_json_t
     allowance = _components()["Allowance"]["properties"]
     assert allowance["windowStart"] == wire.TIMESTAMP and allowance["cooldownUntil"] == wire.nullable(wire.TIMESTAMP)
     assert _components()["Waiter"]["properties"]["state"]["enum"] == ["WAITING", "GRANTED", "EXPIRED", "CANCELLED"]
+
+
+# -- budgets -------------------------------------------------------------------------------------
+
+
+def budget_before(view: BudgetView | BudgetReservationsView) -> dict[str, Any]:
+    """`BudgetTable.view` as it was (`reservations=True` for a budget read by its id)."""
+    body: dict[str, Any] = {
+        "id": view.id,
+        "name": view.name,
+        "currency": view.currency,
+        "scale": view.scale,
+        "limitMinor": str(view.limit_minor),
+        "reservedMinor": str(view.reserved_minor),
+        "spentMinor": str(view.spent_minor),
+        "availableMinor": str(view.available_minor),
+        "createdAt": format_ms(view.created_ms),
+    }
+    if isinstance(view, BudgetReservationsView):
+        body["reservations"] = [
+            {"id": r.id, "scopeId": r.scope_id, "state": r.state, "reservedMinor": str(r.reserved_minor), "holder": r.holder}
+            for r in view.reservations
+        ]
+    return body
+
+
+def reservation_before(view: ReservationView) -> dict[str, Any]:
+    """`BudgetTable.reservation_view` as it was."""
+    return {
+        "reservationId": view.reservation_id,
+        "budgetId": view.budget_id,
+        "scopeId": view.scope_id,
+        "holder": view.holder,
+        "state": view.state,
+        "reservedMinor": str(view.reserved_minor),
+        "settledMinor": str(view.settled_minor),
+        "settleBy": format_ms(view.settle_by_ms),
+        "createdAt": format_ms(view.created_ms),
+    }
+
+
+# Amounts of any size: a JSON number would lose them past 2**53, a decimal string does not.
+_minor = st.integers(0, 10**30)
+
+
+@st.composite
+def budgets(draw: st.DrawFn) -> BudgetView | BudgetReservationsView:
+    limit, spent = draw(_minor), draw(_minor)
+    spent = min(spent, limit)
+    reserved = draw(st.integers(0, limit - spent))
+    fields = (draw(_text), draw(_text), draw(_text), draw(st.integers(0, 18)), limit, reserved, spent, limit - spent - reserved, draw(_instant))
+    if not draw(st.booleans()):
+        return BudgetView(*fields)
+    active = st.builds(ActiveReservationView, _text, _text, st.just(ACTIVE), _minor, _text)
+    return BudgetReservationsView(*fields, tuple(draw(st.lists(active, max_size=4))))
+
+
+@st.composite
+def reservations(draw: st.DrawFn) -> ReservationView:
+    return ReservationView(
+        draw(_text), draw(_text), draw(_text), draw(_text), draw(st.sampled_from(["ACTIVE", "SETTLED", "VOIDED", "RELEASED"])),
+        draw(_minor), draw(_minor), draw(_instant), draw(_instant),
+    )
+
+
+_BUDGET_CASES: list[tuple[str, Callable[..., Any], Callable[[Any], dict[str, Any]], str]] = [
+    ("budget", budgets, budget_before, "Budget"),
+    ("reservation", reservations, reservation_before, "Reservation"),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(*(st.tuples(st.just(index), case[1]()) for index, case in enumerate(_BUDGET_CASES))))
+def test_every_budget_view_encodes_to_the_bytes_the_clients_read_before(case: tuple[int, Any]) -> None:
+    index, view = case
+    _, _, before, component = _BUDGET_CASES[index]
+    _same_bytes(view, before(view))
+    _validates(view, component)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_minor, _minor, _text, _text, st.integers(0, 18))
+def test_the_budget_refusals_carry_the_details_they_carried_before(available, requested, budget_id, currency, scale) -> None:
+    """INSUFFICIENT_BUDGET's details, and the CONFLICT of a budget declared otherwise."""
+    insufficient = {"availableMinor": str(available), "requestedMinor": str(requested)}
+    assert wire.dumps(InsufficientBudgetView(available, requested)) == orjson.dumps(insufficient)
+    mismatch = {"id": budget_id, "limitMinor": str(available), "currency": currency, "scale": scale}
+    assert wire.dumps(BudgetMismatchView(budget_id, available, currency, scale)) == orjson.dumps(mismatch)
+
+
+def test_the_budget_components_list_exactly_the_encoders_fields_with_their_json_types() -> None:
+    _fields_and_types("Budget", (budget_shapes.BUDGET, budget_shapes.BUDGET_RESERVATIONS))
+    _fields_and_types("Reservation", (budget_shapes.RESERVATION,))
+    budget = _components()["Budget"]["properties"]
+    assert budget["limitMinor"] == {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
+    assert budget["reservations"]["items"] == budget_shapes.ACTIVE_RESERVATION.schema()
+    assert "reservations" not in _components()["Budget"]["required"]

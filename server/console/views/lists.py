@@ -322,8 +322,8 @@ async def capacity(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
             quotas.append({**wire.encode(part.allowances.view(allowance, now_ms)), "line": line})
         budgets = []
         for budget in part.budgets.all():
-            reserved = [part.budgets.reservation_view(r) for r in budget.reservations.values() if r.state == "ACTIVE"]
-            row = part.budgets.view(budget)
+            reserved = [wire.encode(part.budgets.reservation_view(r)) for r in budget.reservations.values() if r.state == "ACTIVE"]
+            row = wire.encode(part.budgets.view(budget))
             row.update(spent=_money(budget, budget.spent), reserved=_money(budget, budget.reserved),
                        remaining=_money(budget, budget.available), limit=_money(budget, budget.limit),
                        reservations=reserved[:PAGE_MAX])
