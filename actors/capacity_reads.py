@@ -1,4 +1,5 @@
-"""Reads of capacity: views straight from the state, without a turn (see `reads.py`)."""
+"""Reads of capacity: the primitives' typed views straight from the state, without a turn (see
+`reads.py`); the shell writes them (`server/wire/`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from .budgets import BudgetReservationsView, BudgetView
 from .capacity import CapacityCommands
 from .pools import PoolView, PoolWaiterView
 from .quotas import AllowanceView, AllowanceWaiterView
-from .shapes import View
+from .work_limits import WorkLimitView
 from .kernel_reads import KernelReads
 
 __all__ = ["pools", "allowances", "allowance", "waiter", "pool_waiter", "pool_waiting", "work_limits", "budgets", "budget"]
@@ -49,7 +50,7 @@ def pool_waiting(kernel: KernelReads, space: str, scope_ids: list[str]) -> list[
     return [part.pools.waiter_view(w) for w in part.pools.waiters() if w.state in ("WAITING", "SIGNALED") and w.scope_id in scopes]
 
 
-def work_limits(kernel: KernelReads, space: str) -> list[View]:
+def work_limits(kernel: KernelReads, space: str) -> list[WorkLimitView]:
     part = _part(kernel, space)
     return [part.work_limits.view(limit) for limit in part.work_limits.all()]
 

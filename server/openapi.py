@@ -232,9 +232,7 @@ def _capacity_components() -> dict[str, Any]:
         "Consumption": WIRE_COMPONENTS["Consumption"],
         "Waiter": WIRE_COMPONENTS["Waiter"],
         "Cooldown": WIRE_COMPONENTS["Cooldown"],
-        "WorkLimit": _obj({
-            "id": text, "name": text, "scopeId": text, "maxOutstanding": integer, "outstanding": integer, "createdAt": _TS,
-        }),
+        "WorkLimit": WIRE_COMPONENTS["WorkLimit"],
         "Budget": WIRE_COMPONENTS["Budget"],
         "Admission": _obj(
             {

@@ -85,7 +85,7 @@ class WorkLimitOps(_Ops):
         return await self._submit(c.CreateWorkLimit, idem, space=space, name=name, scope_id=scope_id, max_outstanding=max_outstanding)
 
     def list(self, space: str) -> list[dict]:
-        return reads.work_limits(self._kernel, space)
+        return [wire.encode(limit) for limit in reads.work_limits(self._kernel, space)]
 
 
 class BudgetOps(_Ops):

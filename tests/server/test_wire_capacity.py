@@ -28,11 +28,13 @@ from runstate.actors.quotas import (
     AllowanceExhaustedView, AllowanceMismatchView, AllowanceView, AllowanceWaiterView, ConsumptionView, CooldownView,
 )
 from runstate.actors.timestamps import format_ms
+from runstate.actors.work_limits import WorkLimitFullView, WorkLimitView
 from runstate.server import wire
 from runstate.server.openapi import openapi
 from runstate.server.wire import budgets as budget_shapes
 from runstate.server.wire import pools as pool_shapes
 from runstate.server.wire import quotas as quota_shapes
+from runstate.server.wire import work_limits as work_limit_shapes
 
 # Any text a request may carry (names, holders, ids: unicode, quotes, controls, escapes).
 _text = st.text(max_size=30)
@@ -424,3 +426,37 @@ def test_the_budget_components_list_exactly_the_encoders_fields_with_their_json_
     assert budget["limitMinor"] == {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
     assert budget["reservations"]["items"] == budget_shapes.ACTIVE_RESERVATION.schema()
     assert "reservations" not in _components()["Budget"]["required"]
+
+
+# -- work limits ---------------------------------------------------------------------------------
+
+
+def work_limit_before(view: WorkLimitView) -> dict[str, Any]:
+    """`WorkLimitTable.view` as it was."""
+    return {
+        "id": view.id,
+        "name": view.name,
+        "scopeId": view.scope_id,
+        "maxOutstanding": view.max_outstanding,
+        "outstanding": view.outstanding,
+        "createdAt": format_ms(view.created_ms),
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.builds(WorkLimitView, _text, _text, _text, st.integers(1, 10**9), _count, _instant))
+def test_every_work_limit_encodes_to_the_bytes_the_clients_read_before(view: WorkLimitView) -> None:
+    _same_bytes(view, work_limit_before(view))
+    _validates(view, "WorkLimit")
+
+
+@settings(max_examples=100, deadline=None)
+@given(_count, st.integers(1, 10**9))
+def test_a_full_work_limit_refusal_carries_the_details_it_carried_before(outstanding: int, max_outstanding: int) -> None:
+    before = {"outstanding": outstanding, "maxOutstanding": max_outstanding}
+    assert wire.dumps(WorkLimitFullView(outstanding, max_outstanding)) == orjson.dumps(before)
+
+
+def test_the_work_limit_component_lists_exactly_the_encoders_fields_with_their_json_types() -> None:
+    _fields_and_types("WorkLimit", (work_limit_shapes.WORK_LIMIT,))
+    assert _components()["WorkLimit"]["required"] == ["id", "name", "scopeId", "maxOutstanding", "outstanding", "createdAt"]

@@ -328,7 +328,7 @@ async def capacity(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
                        remaining=_money(budget, budget.available), limit=_money(budget, budget.limit),
                        reservations=reserved[:PAGE_MAX])
             budgets.append(row)
-        limits = [part.work_limits.view(limit) for limit in part.work_limits.all()]
+        limits = [wire.encode(part.work_limits.view(limit)) for limit in part.work_limits.all()]
         return {"pools": pools, "quotas": quotas, "budgets": budgets, "workLimits": limits}
 
     return await _read(kernel, space_id, view)
