@@ -222,7 +222,6 @@ def _components(limits: Limits) -> dict[str, Any]:
 
 def _capacity_components() -> dict[str, Any]:
     """Pools, quotas, budgets, work limits and admission."""
-    text, integer = {"type": "string"}, {"type": "integer"}
     return {
         # Declared with the view they write (`wire/`), as the encoder writes them.
         "Pool": WIRE_COMPONENTS["Pool"],
@@ -234,16 +233,7 @@ def _capacity_components() -> dict[str, Any]:
         "Cooldown": WIRE_COMPONENTS["Cooldown"],
         "WorkLimit": WIRE_COMPONENTS["WorkLimit"],
         "Budget": WIRE_COMPONENTS["Budget"],
-        "Admission": _obj(
-            {
-                "taskId": _nullable(text), "taskKey": _nullable(text), "messageId": text, "scopeId": text,
-                "payload": {"description": "the task's input"},
-                "attempt": integer, "token": text, "leaseExpiresAt": _TS, "leaseSeconds": integer,
-                "grants": {"type": "array", "items": _obj({"grantId": text, "permitId": text, "name": text, "units": integer, "leaseExpiresAt": _TS})},
-                "consumptions": {"type": "array", "items": _obj({"consumptionId": text, "allowanceId": text, "name": text, "units": integer, "windowStart": _TS})},
-                "reservations": {"type": "array", "items": text},
-            }
-        ),
+        "Admission": WIRE_COMPONENTS["Admission"],
         "Reservation": WIRE_COMPONENTS["Reservation"],
     }
 

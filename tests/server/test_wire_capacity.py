@@ -16,6 +16,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runstate.actors.admission import AdmissionView, AdmittedConsumptionView, AdmittedGrantView
 from runstate.actors.budgets import (
     ACTIVE, ActiveReservationView, BudgetMismatchView, BudgetReservationsView, BudgetView, InsufficientBudgetView,
     ReservationView,
@@ -31,6 +32,7 @@ from runstate.actors.timestamps import format_ms
 from runstate.actors.work_limits import WorkLimitFullView, WorkLimitView
 from runstate.server import wire
 from runstate.server.openapi import openapi
+from runstate.server.wire import admission as admission_shapes
 from runstate.server.wire import budgets as budget_shapes
 from runstate.server.wire import pools as pool_shapes
 from runstate.server.wire import quotas as quota_shapes
@@ -460,3 +462,64 @@ def test_a_full_work_limit_refusal_carries_the_details_it_carried_before(outstan
 def test_the_work_limit_component_lists_exactly_the_encoders_fields_with_their_json_types() -> None:
     _fields_and_types("WorkLimit", (work_limit_shapes.WORK_LIMIT,))
     assert _components()["WorkLimit"]["required"] == ["id", "name", "scopeId", "maxOutstanding", "outstanding", "createdAt"]
+
+
+# -- admission -----------------------------------------------------------------------------------
+
+
+def admission_before(view: AdmissionView) -> dict[str, Any]:
+    """`admit`'s reply as it was (its lease's end as the delivery's view wrote it)."""
+    return {
+        "taskId": view.task_id,
+        "taskKey": view.task_key,
+        "messageId": view.message_id,
+        "scopeId": view.scope_id,
+        "payload": view.payload,
+        "attempt": view.attempt,
+        "token": view.token,
+        "leaseExpiresAt": format_ms(view.expires_ms),
+        "leaseSeconds": view.lease_ms // 1000,
+        "grants": [
+            {"grantId": g.grant_id, "permitId": g.pool_id, "name": g.name, "units": g.units, "leaseExpiresAt": format_ms(g.expires_ms)}
+            for g in view.grants
+        ],
+        "consumptions": [
+            {"consumptionId": c.consumption_id, "allowanceId": c.allowance_id, "name": c.name, "units": c.units,
+             "windowStart": format_ms(c.window_start_ms)}
+            for c in view.consumptions
+        ],
+        "reservations": list(view.reservations),
+    }
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@st.composite
+def admissions(draw: st.DrawFn) -> AdmissionView:
+    end = draw(_instant)
+    grants = draw(st.lists(st.builds(AdmittedGrantView, _text, _text, _text, st.integers(1, 2**40), st.just(end)), max_size=3))
+    consumptions = draw(st.lists(st.builds(AdmittedConsumptionView, _text, _text, _text, st.integers(1, 2**40), _instant), max_size=3))
+    return AdmissionView(
+        draw(_maybe_text), draw(_maybe_text), draw(_text), draw(_text), draw(_json), draw(st.integers(1, 10**6)), draw(_text),
+        end, draw(_lease_ms), tuple(grants), tuple(consumptions), tuple(draw(st.lists(_text, max_size=3))),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(admissions())
+def test_every_admission_encodes_to_the_bytes_the_clients_read_before(view: AdmissionView) -> None:
+    _same_bytes(view, admission_before(view))
+    _validates(view, "Admission")
+
+
+def test_the_admission_component_lists_exactly_the_encoders_fields_with_their_json_types() -> None:
+    _fields_and_types("Admission", (admission_shapes.ADMISSION,))
+    admission = _components()["Admission"]["properties"]
+    assert admission["grants"]["items"] == admission_shapes.ADMITTED_GRANT.schema()
+    assert admission["consumptions"]["items"] == admission_shapes.ADMITTED_CONSUMPTION.schema()
+    assert admission["reservations"] == {"type": "array", "items": {"type": "string"}}
