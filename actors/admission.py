@@ -33,11 +33,11 @@ Pure: no IO, no clock reads, no awaits.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from .actor_keys import ActorKey, capacity_actor, queue_actor
 from .budgets import RESERVATION_ENDED, settle_by_timer
-from .deliveries import decide_lease, delivery_view
+from .deliveries import decide_lease
 from .fields import BOOLEAN, INTEGER, body, drawn, path
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_REQUEUED
 from .outcome import Outcome, Space, Timer, State, TimerIdent, TimerMarker
@@ -47,10 +47,9 @@ from .quotas import ALLOWANCE_COOLDOWN_RECORD, WAITER_ENDED
 from .requirements import TASK_REQUIREMENTS
 from .scopes import SCOPE_ENDED
 from .tasks import TASK_CREATED, TASK_ENDED
-from .timestamps import format_ms
-from .shapes import Record
+from .shapes import DurationMs, EpochMs, Json, Record
 
-__all__ = ["Admit", "admit", "FREEING", "WAKE_TIMER", "ADMISSION"]
+__all__ = ["Admit", "admit", "FREEING", "WAKE_TIMER", "ADMISSION", "AdmissionView", "AdmittedGrantView", "AdmittedConsumptionView"]
 
 WAKE_TIMER = timer_kind("admission-wake")
 
@@ -155,6 +154,48 @@ def _candidates(space: Space, command: Admit, now_ms: int) -> Iterator[Any]:
     return heapq.merge(*(messages.deliverable(command.mailbox_id, s, now_ms) for s in scopes), key=lambda message: message.seq)
 
 
+# An admission's answer is a named tuple, as a claim's is; the shell names and formats it on the
+# wire (`server/wire/admission.py`).
+
+
+class AdmittedGrantView(NamedTuple):
+    """A pool grant an admission took: held while the delivery's lease is (its end, `expires_ms`)."""
+
+    grant_id: str
+    pool_id: str
+    name: str
+    units: int
+    expires_ms: EpochMs
+
+
+class AdmittedConsumptionView(NamedTuple):
+    """Quota units an admission consumed, in the window beginning at `window_start_ms`."""
+
+    consumption_id: str
+    allowance_id: str
+    name: str
+    units: int
+    window_start_ms: EpochMs
+
+
+class AdmissionView(NamedTuple):
+    """What `admit` answers: the task's delivery (its payload, attempt, token and lease) and what
+    was taken with it: grants, consumptions, and the ids of budget reservations."""
+
+    task_id: str | None
+    task_key: str | None
+    message_id: str
+    scope_id: str
+    payload: Json
+    attempt: int
+    token: str
+    expires_ms: EpochMs
+    lease_ms: DurationMs
+    grants: tuple[AdmittedGrantView, ...]
+    consumptions: tuple[AdmittedConsumptionView, ...]
+    reservations: tuple[str, ...]
+
+
 def _admitted(space: Space, command: Admit, message: Any, needs: Record | None, now_ms: int) -> Outcome:
     work, part = space.work, space.capacity
     lease_ms, token = command.lease_s * 1000, command.token
@@ -187,27 +228,14 @@ def _admitted(space: Space, command: Admit, message: Any, needs: Record | None, 
     outcome = space.commit(Outcome(), *records)
     outcome.timers.extend(work.message_timers(message))
     outcome.timers.extend(settle_by_timer(part, reservation_id, settle_by_ms) for reservation_id in reservations)
-    delivery = delivery_view(message)
-    outcome.reply = {
-        "taskId": message.task_id,
-        "taskKey": None if message.task_id is None else space.tasks.get(message.task_id).key,
-        "messageId": message.id,
-        "scopeId": message.scope_id,
-        "payload": delivery["message"]["payload"],
-        "attempt": message.attempts,
-        "token": token,
-        "leaseExpiresAt": delivery["leaseExpiresAt"],
-        "leaseSeconds": lease_ms // 1000,
-        "grants": [
-            {"grantId": grant_id, "permitId": pool_id, "name": part.pools.get(pool_id).name, "units": units, "leaseExpiresAt": delivery["leaseExpiresAt"]}
-            for grant_id, pool_id, units in grants
-        ],
-        "consumptions": [
-            {"consumptionId": cid, "allowanceId": allowance.id, "name": allowance.name, "units": units, "windowStart": format_ms(window_ms)}
-            for cid, allowance, units, window_ms in consumptions
-        ],
-        "reservations": reservations,
-    }
+    assert message.token == token and message.attempts == attempt, "the admission leased the delivery"
+    outcome.reply = AdmissionView(
+        message.task_id, None if message.task_id is None else space.tasks.get(message.task_id).key, message.id,
+        message.scope_id, message.payload, message.attempts, token, message.expires_ms, lease_ms,
+        tuple(AdmittedGrantView(grant_id, pool_id, part.pools.get(pool_id).name, units, message.expires_ms) for grant_id, pool_id, units in grants),
+        tuple(AdmittedConsumptionView(cid, allowance.id, allowance.name, units, window_ms) for cid, allowance, units, window_ms in consumptions),
+        tuple(reservations),
+    )
     return outcome
 
 

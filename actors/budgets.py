@@ -23,7 +23,7 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Literal, NamedTuple, cast
 
 from .capacity import CapacityCommand, CapacityCommands
 from .caps import full
@@ -32,14 +32,14 @@ from .fields import BOOLEAN, INTEGER, MINOR, TIMESTAMP, body, check_text, drawn,
 from .limits import Limits
 from .outcome import Outcome, Timer, Space, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Primitive, command, operation, record_type, timer_kind
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import EpochMs, MinorUnits, Record
 
 __all__ = [
     "Budget", "Reservation", "BudgetTable", "INSUFFICIENT_BUDGET", "BUDGETS", "ACTIVE", "SETTLED", "VOIDED",
     "CreateBudget", "EnsureBudget", "Reserve", "Settle", "Void", "SETTLE_BY_TIMER",
     "RELEASED", "BUDGET_CREATED", "BUDGET_IMAGE", "RESERVATION_ENDED", "RESERVATION_IMAGE", "RESERVATION_MADE",
-    "RESERVATION_SETTLED",
+    "RESERVATION_SETTLED", "BudgetView", "BudgetReservationsView", "ActiveReservationView", "ReservationView",
+    "InsufficientBudgetView", "BudgetMismatchView", "ReservationState",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -55,6 +55,82 @@ INSUFFICIENT_BUDGET = "INSUFFICIENT_BUDGET"
 ACTIVE, SETTLED, VOIDED, RELEASED = "ACTIVE", "SETTLED", "VOIDED", "RELEASED"
 
 SETTLE_BY_TIMER = timer_kind("settle-by")
+
+# A budget's views are named tuples, as a claim's are; amounts are integers of minor units
+# (`MinorUnits`). The shell names and writes them on the wire (`server/wire/budgets.py`).
+
+ReservationState = Literal["ACTIVE", "SETTLED", "VOIDED", "RELEASED"]
+
+
+class BudgetView(NamedTuple):
+    """A budget: its limit, what active reservations hold, what was spent, and what is left."""
+
+    id: str
+    name: str
+    currency: str
+    scale: int
+    limit_minor: MinorUnits
+    reserved_minor: MinorUnits
+    spent_minor: MinorUnits
+    available_minor: MinorUnits
+    created_ms: EpochMs
+
+
+class ActiveReservationView(NamedTuple):
+    """A reservation as a budget lists it: who holds how much, for which scope."""
+
+    id: str
+    scope_id: str
+    state: ReservationState
+    reserved_minor: MinorUnits
+    holder: str
+
+
+class BudgetReservationsView(NamedTuple):
+    """A budget as `BudgetView`, then its active reservations."""
+
+    id: str
+    name: str
+    currency: str
+    scale: int
+    limit_minor: MinorUnits
+    reserved_minor: MinorUnits
+    spent_minor: MinorUnits
+    available_minor: MinorUnits
+    created_ms: EpochMs
+    reservations: tuple[ActiveReservationView, ...]
+
+
+class ReservationView(NamedTuple):
+    """A reservation: what it still holds, what was settled, and when the rest goes back
+    (`settle_by_ms`) if nobody settles or voids it."""
+
+    reservation_id: str
+    budget_id: str
+    scope_id: str
+    holder: str
+    state: ReservationState
+    reserved_minor: MinorUnits
+    settled_minor: MinorUnits
+    settle_by_ms: EpochMs
+    created_ms: EpochMs
+
+
+class InsufficientBudgetView(NamedTuple):
+    """INSUFFICIENT_BUDGET's details: what is available, and what was asked."""
+
+    available_minor: MinorUnits
+    requested_minor: MinorUnits
+
+
+class BudgetMismatchView(NamedTuple):
+    """CONFLICT's details when a budget of that name has another limit, currency or scale."""
+
+    id: str
+    limit_minor: MinorUnits
+    currency: str
+    scale: int
+
 
 class Budget:
     __slots__ = ("id", "name", "currency", "scale", "limit", "spent", "reserved", "created_ms", "reservations")
@@ -133,38 +209,29 @@ class BudgetTable:
         return iter(self._reservations.values())
 
     @staticmethod
-    def view(budget: Budget, *, reservations: bool = False) -> View:
-        view = {
-            "id": budget.id,
-            "name": budget.name,
-            "currency": budget.currency,
-            "scale": budget.scale,
-            "limitMinor": str(budget.limit),
-            "reservedMinor": str(budget.reserved),
-            "spentMinor": str(budget.spent),
-            "availableMinor": str(budget.available),
-            "createdAt": format_ms(budget.created_ms),
-        }
-        if reservations:
-            view["reservations"] = [
-                {"id": r.id, "scopeId": r.scope_id, "state": r.state, "reservedMinor": str(r.reserved), "holder": r.holder}
-                for r in budget.reservations.values() if r.state == ACTIVE
-            ]
-        return view
+    def view(budget: Budget) -> BudgetView:
+        assert 0 <= budget.available <= budget.limit, "what is available is never negative nor above the limit"
+        return BudgetView(
+            budget.id, budget.name, budget.currency, budget.scale, budget.limit, budget.reserved, budget.spent,
+            budget.available, budget.created_ms,
+        )
 
     @staticmethod
-    def reservation_view(reservation: Reservation) -> View:
-        return {
-            "reservationId": reservation.id,
-            "budgetId": reservation.budget_id,
-            "scopeId": reservation.scope_id,
-            "holder": reservation.holder,
-            "state": reservation.state,
-            "reservedMinor": str(reservation.reserved),
-            "settledMinor": str(reservation.settled),
-            "settleBy": format_ms(reservation.settle_by_ms),
-            "createdAt": format_ms(reservation.created_ms),
-        }
+    def reservations_view(budget: Budget) -> BudgetReservationsView:
+        """A budget with its active reservations (0.3.0 reads them)."""
+        active = tuple(
+            ActiveReservationView(r.id, r.scope_id, cast(ReservationState, r.state), r.reserved, r.holder)
+            for r in budget.reservations.values() if r.state == ACTIVE
+        )
+        return BudgetReservationsView(*BudgetTable.view(budget), active)
+
+    @staticmethod
+    def reservation_view(reservation: Reservation) -> ReservationView:
+        return ReservationView(
+            reservation.id, reservation.budget_id, reservation.scope_id, reservation.holder,
+            cast(ReservationState, reservation.state), reservation.reserved, reservation.settled, reservation.settle_by_ms,
+            reservation.created_ms,
+        )
 
     # -- deciding -------------------------------------------------------------------------------
 
@@ -186,7 +253,7 @@ class BudgetTable:
             raise KernelError(
                 INSUFFICIENT_BUDGET,
                 f"budget {budget.name!r} has {budget.available} minor units available, {amount} asked",
-                details={"availableMinor": str(budget.available), "requestedMinor": str(amount)},
+                details=InsufficientBudgetView(budget.available, amount),
             )
         # Paired with `_check`: spent plus reserved never exceeds the limit.
         assert 0 < amount <= budget.available and settle_by_ms > now_ms, "a reservation holds what is available, until later"
@@ -417,7 +484,7 @@ def ensure(part: CapacityCommands, command: EnsureBudget, now_ms: int) -> Outcom
         if differs:
             raise KernelError(
                 CONFLICT, f"budget {budget.name!r} has " + ", ".join(differs),
-                details={"id": budget.id, "limitMinor": str(budget.limit), "currency": budget.currency, "scale": budget.scale},
+                details=BudgetMismatchView(budget.id, budget.limit, budget.currency, budget.scale),
             )
     return Outcome(reply=budgets.view(budget))
 

@@ -33,7 +33,6 @@ from .pools import (
 from .primitive import EVENT, FREE_OPERATION, NOT_COUNTED, OPERATION, Primitive, command, event, free, lease_field, operation, timer_kind
 from .scopes import SCOPE_ENDED
 from .tasks import TASK_ENDED
-from .timestamps import format_ms
 from .shapes import Record
 
 __all__ = [
@@ -173,9 +172,10 @@ def acquire(part: CapacityCommands, command: AcquireGrant, now_ms: int) -> Outco
     grant = pools.grant(command.grant_id)
     assert grant is not None and grant.token == command.token, "an acquire leaves its grant held with its token"
     outcome.timers.append(_grant_timer(part, grant))
-    outcome.reply = pools.grant_view(grant, pool)
-    if command.waiter_id is not None:
-        outcome.reply["waiterId"] = command.waiter_id
+    if command.waiter_id is None:
+        outcome.reply = pools.grant_view(grant, pool)
+    else:
+        outcome.reply = pools.turn_grant_view(grant, pool, command.waiter_id)
     return outcome
 
 
@@ -193,11 +193,10 @@ def renew(part: CapacityCommands, command: RenewGrant, now_ms: int) -> Outcome:
 def release(part: CapacityCommands, command: ReleaseGrant, now_ms: int) -> Outcome:
     pools: PoolTable = part.pools
     grant = pools.current(command.grant_id, command.token, now_ms)
-    reply = pools.grant_view(grant, pools.get(grant.pool_id))
+    reply = pools.released_grant_view(grant, pools.get(grant.pool_id), now_ms)
     outcome = part.commit(Outcome(), pools.decide_release(command.grant_id, command.token, command.observation, now_ms))
     assert pools.grant(command.grant_id) is None, "a released grant must not stay valid"
     _serve_line(part, outcome, pools.get(grant.pool_id), now_ms)
-    reply.update(token=None, released=True, releasedAt=format_ms(now_ms))
     outcome.reply = reply
     return outcome
 

@@ -28,17 +28,17 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal, NamedTuple, cast
 
 from .caps import full
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, VALIDATION_FAILED, KernelError
 from .leases import hold, release, renewal, renewed, restore
 from .primitive import record_type
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import DurationMs, EpochMs, Record
 
 __all__ = [
     "Pool", "Grant", "PoolWaiter", "PoolTable", "CAPACITY_UNAVAILABLE", "SIGNALED", "WAITING",
+    "PoolView", "GrantView", "TurnGrantView", "ReleasedGrantView", "PoolWaiterView", "PoolUnavailableView", "PoolWaiterState",
     "GRANT_ACQUIRED", "GRANT_EXPIRED", "GRANT_RELEASED", "GRANT_RENEWED", "PERMIT_WAITER_ADDED",
     "PERMIT_WAITER_ENDED", "PERMIT_WAITER_IMAGE", "PERMIT_WAITER_SIGNALED", "POOL_CREATED", "POOL_IMAGE",
 ]
@@ -58,8 +58,112 @@ POOL_IMAGE = record_type("pool.image")
 CAPACITY_UNAVAILABLE = "CAPACITY_UNAVAILABLE"
 
 WAITING, SIGNALED, GRANTED, CANCELLED, EXPIRED = "WAITING", "SIGNALED", "GRANTED", "CANCELLED", "EXPIRED"
+PoolWaiterState = Literal["WAITING", "SIGNALED", "GRANTED", "CANCELLED", "EXPIRED"]
 # A line with nobody signaled and no lease to wait for: the Retry-After of CAPACITY_UNAVAILABLE.
 RETRY_AFTER_S = 1.0
+
+# A pool's views are named tuples, as a claim's are (one allocation each). The grant variants
+# repeat the fields of `GrantView` first, in its order, then their own. The shell names and
+# formats them on the wire (`server/wire/pools.py`); the kernel knows nothing of that.
+
+
+class PoolView(NamedTuple):
+    """A pool as it stands: its capacity (`units_total`, and again as `units`, which 0.3.0's
+    by-name answer reads), the units held by grants whose lease has not ended, the rest, and how
+    many wait in its line."""
+
+    id: str
+    name: str
+    units_total: int
+    units: int
+    units_in_use: int
+    units_available: int
+    waiting: int
+    created_ms: EpochMs
+
+
+class GrantView(NamedTuple):
+    """A grant as its holder is shown it: `units` of the pool `pool_id` (named `name`) for a
+    scope, under a lease of `lease_ms` that ends at `expires_ms` unless renewed; `token` None
+    where it is withheld (a release's answer)."""
+
+    grant_id: str
+    pool_id: str
+    name: str
+    scope_id: str
+    units: int
+    token: str | None
+    holder: str
+    session: str
+    lease_ms: DurationMs
+    expires_ms: EpochMs
+    acquired_ms: EpochMs
+
+
+class TurnGrantView(NamedTuple):
+    """A grant taken on a waiter's turn: as `GrantView`, then the waiter's id."""
+
+    grant_id: str
+    pool_id: str
+    name: str
+    scope_id: str
+    units: int
+    token: str | None
+    holder: str
+    session: str
+    lease_ms: DurationMs
+    expires_ms: EpochMs
+    acquired_ms: EpochMs
+    waiter_id: str
+
+
+class ReleasedGrantView(NamedTuple):
+    """A grant as its release left it: as `GrantView`, its token withheld (None), `released`
+    (always true), at `released_ms`."""
+
+    grant_id: str
+    pool_id: str
+    name: str
+    scope_id: str
+    units: int
+    token: str | None  # None: withheld
+    holder: str
+    session: str
+    lease_ms: DurationMs
+    expires_ms: EpochMs
+    acquired_ms: EpochMs
+    released: bool
+    released_ms: EpochMs
+
+
+class PoolWaiterView(NamedTuple):
+    """A waiter in a pool's line, as 0.3.0's slots() polls it: its place in the line (1 = the
+    head) while in it, when its turn began (kept after it ends) and, while SIGNALED, when its turn
+    ends; the grant it took once GRANTED; `expires_ms` its TTL while WAITING."""
+
+    waiter_id: str
+    pool_id: str
+    name: str
+    scope_id: str
+    holder: str
+    units: int
+    state: PoolWaiterState
+    position: int | None
+    signaled_ms: EpochMs | None
+    turn_ends_ms: EpochMs | None
+    grant_id: str | None
+    expires_ms: EpochMs
+    created_ms: EpochMs
+    ended_ms: EpochMs | None
+
+
+class PoolUnavailableView(NamedTuple):
+    """CAPACITY_UNAVAILABLE's details for a pool: the units free and in all, and how many wait."""
+
+    units_available: int
+    units_total: int
+    waiting: int
+
 
 class Grant:
     __slots__ = ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "acquired_ms", "message_id",
@@ -230,55 +334,41 @@ class PoolTable:
     def waiters(self) -> Iterator[PoolWaiter]:
         return iter(self._waiters.values())
 
-    def waiter_view(self, waiter: PoolWaiter) -> View:
+    def waiter_view(self, waiter: PoolWaiter) -> PoolWaiterView:
         pool = self._pools[waiter.pool_id]
-        return {
-            "waiterId": waiter.id,
-            "id": waiter.id,
-            "permitId": waiter.pool_id,
-            "name": pool.name,
-            "scopeId": waiter.scope_id,
-            "holder": waiter.holder,
-            "units": waiter.units,
-            "state": waiter.state,
+        return PoolWaiterView(
+            waiter.id, waiter.pool_id, pool.name, waiter.scope_id, waiter.holder, waiter.units, cast(PoolWaiterState, waiter.state),
             # Place in the line (1 = the head) while in it.
-            "position": pool.line.index(waiter.id) + 1 if waiter.id in pool.line else None,
-            "signaledAt": None if waiter.signaled_ms is None else format_ms(waiter.signaled_ms),
-            "turnEndsAt": format_ms(waiter.turn_ends_ms) if waiter.state == SIGNALED and waiter.turn_ends_ms is not None else None,
-            "grantId": waiter.grant_id,
-            "expiresAt": format_ms(waiter.expires_ms),
-            "createdAt": format_ms(waiter.created_ms),
-            "endedAt": None if waiter.ended_ms is None else format_ms(waiter.ended_ms),
-        }
+            pool.line.index(waiter.id) + 1 if waiter.id in pool.line else None,
+            waiter.signaled_ms,
+            waiter.turn_ends_ms if waiter.state == SIGNALED else None,
+            waiter.grant_id, waiter.expires_ms, waiter.created_ms, waiter.ended_ms,
+        )
 
-    def view(self, pool: Pool, now_ms: int) -> View:
+    def view(self, pool: Pool, now_ms: int) -> PoolView:
         in_use = self.in_use(pool, now_ms)
-        return {
-            "id": pool.id,
-            "name": pool.name,
-            "unitsTotal": pool.units_total,
-            "units": pool.units_total,  # 0.3.0's by-name answer calls the capacity `units`
-            "unitsInUse": in_use,
-            "unitsAvailable": pool.units_total - in_use,
-            "waiting": len(pool.line),
-            "createdAt": format_ms(pool.created_ms),
-        }
+        assert 0 <= in_use <= pool.units_total, "units in use are never negative nor above capacity"
+        return PoolView(pool.id, pool.name, pool.units_total, pool.units_total, in_use, pool.units_total - in_use, len(pool.line), pool.created_ms)
 
     @staticmethod
-    def grant_view(grant: Grant, pool: Pool) -> View:
-        return {
-            "grantId": grant.id,
-            "permitId": grant.pool_id,
-            "name": pool.name,
-            "scopeId": grant.scope_id,
-            "units": grant.units,
-            "token": grant.token,
-            "holder": grant.holder,
-            "holderSession": grant.session,
-            "leaseSeconds": grant.lease_ms // 1000,
-            "leaseExpiresAt": format_ms(grant.expires_ms),
-            "acquiredAt": format_ms(grant.acquired_ms),
-        }
+    def grant_view(grant: Grant, pool: Pool) -> GrantView:
+        assert grant.holder is not None and grant.session is not None, "a grant is viewed while held"
+        return GrantView(
+            grant.id, grant.pool_id, pool.name, grant.scope_id, grant.units, grant.token, grant.holder, grant.session,
+            grant.lease_ms, grant.expires_ms, grant.acquired_ms,
+        )
+
+    @staticmethod
+    def turn_grant_view(grant: Grant, pool: Pool, waiter_id: str) -> TurnGrantView:
+        """The answer to an acquire on a waiter's turn: the grant, and the waiter whose turn it took."""
+        return TurnGrantView(*PoolTable.grant_view(grant, pool), waiter_id)
+
+    @staticmethod
+    def released_grant_view(grant: Grant, pool: Pool, now_ms: int) -> ReleasedGrantView:
+        """The answer to a release: the grant as it was until `now_ms`, its token withheld (made
+        before the release is applied, which forgets the holder)."""
+        view = PoolTable.grant_view(grant, pool)
+        return ReleasedGrantView(*view._replace(token=None), True, now_ms)
 
     # -- deciding -------------------------------------------------------------------------------
 
@@ -350,7 +440,7 @@ class PoolTable:
         return KernelError(
             CAPACITY_UNAVAILABLE,
             f"permit pool {pool.name!r} has {free} of {pool.units_total} units free, {units} asked{sep}{why}",
-            details={"unitsAvailable": free, "unitsTotal": pool.units_total, "waiting": len(pool.line)},
+            details=PoolUnavailableView(free, pool.units_total, len(pool.line)),
             retry_after_s=retry_after_s,
         )
 

@@ -26,7 +26,7 @@ Pure: no IO, no clock reads; every method takes `now_ms`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Literal, NamedTuple, cast
 
 from .capacity import CapacityCommand, CapacityCommands
 from .caps import full
@@ -36,13 +36,15 @@ from .limits import Limits
 from .outcome import Outcome, Timer, Space, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Primitive, command, event, operation, reason_field, record_type, timer_kind
 from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import DurationMs, EpochMs, Record
 
 __all__ = [
     "Allowance", "Waiter", "AllowanceTable", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "QUOTAS",
     "CreateAllowance", "EnsureAllowance", "Consume", "WaitAllowance", "CancelWaiter", "Cooldown",
     "WAITING", "GRANTED", "EXPIRED", "CANCELLED", "ALLOWANCE_CONSUMED", "ALLOWANCE_COOLDOWN_RECORD",
     "ALLOWANCE_CREATED", "ALLOWANCE_IMAGE", "WAITER_ADDED", "WAITER_ENDED", "WAITER_GRANTED", "WAITER_IMAGE",
+    "AllowanceView", "ConsumptionView", "AllowanceWaiterView", "CooldownView", "AllowanceExhaustedView",
+    "AllowanceMismatchView", "AllowanceWaiterState",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -98,6 +100,82 @@ class Allowance:
 
     def cooling_at(self, now_ms: int) -> bool:
         return now_ms < self.cooldown_until_ms
+
+
+# An allowance's views are named tuples, as a claim's are. The shell names and formats them on the
+# wire (`server/wire/quotas.py`); the kernel knows nothing of that.
+
+AllowanceWaiterState = Literal["WAITING", "GRANTED", "EXPIRED", "CANCELLED"]
+
+
+class AllowanceView(NamedTuple):
+    """An allowance as it stands now: its limit per window of `window_ms`, the current window
+    (`window_start_ms` to `window_end_ms`), the units used and left in it, how many wait, and
+    the cooldown while one lasts (None otherwise)."""
+
+    id: str
+    name: str
+    units_limit: int
+    window_ms: DurationMs
+    window_start_ms: EpochMs
+    window_end_ms: EpochMs
+    used: int
+    remaining: int
+    waiting: int
+    cooldown_until_ms: EpochMs | None
+    cooldown_reason: str | None
+    created_ms: EpochMs
+
+
+class ConsumptionView(NamedTuple):
+    """A consume's answer: the units taken in the window beginning at `window_start_ms`, and the
+    units left in it."""
+
+    consumption_id: str
+    allowance_id: str
+    units: int
+    window_start_ms: EpochMs
+    remaining: int
+
+
+class AllowanceWaiterView(NamedTuple):
+    """A waiter for an allowance's units: once GRANTED, the consumption made on its behalf and the
+    window it counts in; `expires_ms` its TTL."""
+
+    waiter_id: str
+    allowance_id: str
+    scope_id: str
+    holder: str
+    units: int
+    state: AllowanceWaiterState
+    consumption_id: str | None
+    window_start_ms: EpochMs | None
+    expires_ms: EpochMs
+    created_ms: EpochMs
+
+
+class CooldownView(NamedTuple):
+    """A cooldown's answer: no consume succeeds and no waiter is granted until `cooldown_until_ms`."""
+
+    allowance_id: str
+    cooldown_until_ms: EpochMs
+    reason: str | None
+
+
+class AllowanceExhaustedView(NamedTuple):
+    """ALLOWANCE_EXHAUSTED's details: the units left in the window, when it began, how many wait."""
+
+    remaining: int
+    window_start_ms: EpochMs
+    waiting: int
+
+
+class AllowanceMismatchView(NamedTuple):
+    """CONFLICT's details when an allowance of that name allows other units or another window."""
+
+    id: str
+    units_limit: int
+    window_ms: DurationMs
 
 
 class Waiter:
@@ -176,38 +254,25 @@ class AllowanceTable:
         return iter(self._waiters.values())
 
     @staticmethod
-    def view(allowance: Allowance, now_ms: int) -> View:
+    def view(allowance: Allowance, now_ms: int) -> AllowanceView:
         window_start = allowance.window_at(now_ms)
-        return {
-            "id": allowance.id,
-            "name": allowance.name,
-            "unitsLimit": allowance.units_limit,
-            "windowSeconds": allowance.window_ms // 1000,
-            "windowStart": format_ms(window_start),
-            "windowEnd": format_ms(window_start + allowance.window_ms),
-            "used": allowance.used_at(now_ms),
-            "remaining": allowance.remaining_at(now_ms),
-            "waiting": len(allowance.queue),
-            "cooldownUntil": format_ms(allowance.cooldown_until_ms) if allowance.cooling_at(now_ms) else None,
-            "cooldownReason": allowance.cooldown_reason if allowance.cooling_at(now_ms) else None,
-            "createdAt": format_ms(allowance.created_ms),
-        }
+        cooling = allowance.cooling_at(now_ms)
+        used, remaining = allowance.used_at(now_ms), allowance.remaining_at(now_ms)
+        assert 0 <= remaining <= allowance.units_limit, "a window's units left are never negative nor above its limit"
+        return AllowanceView(
+            allowance.id, allowance.name, allowance.units_limit, allowance.window_ms, window_start,
+            window_start + allowance.window_ms, used, remaining, len(allowance.queue),
+            allowance.cooldown_until_ms if cooling else None, allowance.cooldown_reason if cooling else None,
+            allowance.created_ms,
+        )
 
     @staticmethod
-    def waiter_view(waiter: Waiter) -> View:
-        return {
-            "waiterId": waiter.id,
-            "id": waiter.id,
-            "allowanceId": waiter.allowance_id,
-            "scopeId": waiter.scope_id,
-            "holder": waiter.holder,
-            "units": waiter.units,
-            "state": waiter.state,
-            "consumptionId": waiter.consumption_id,
-            "windowStart": None if waiter.window_start_ms is None else format_ms(waiter.window_start_ms),
-            "expiresAt": format_ms(waiter.expires_ms),
-            "createdAt": format_ms(waiter.created_ms),
-        }
+    def waiter_view(waiter: Waiter) -> AllowanceWaiterView:
+        return AllowanceWaiterView(
+            waiter.id, waiter.allowance_id, waiter.scope_id, waiter.holder, waiter.units,
+            cast(AllowanceWaiterState, waiter.state), waiter.consumption_id, waiter.window_start_ms, waiter.expires_ms,
+            waiter.created_ms,
+        )
 
     # -- deciding -------------------------------------------------------------------------------
 
@@ -274,7 +339,7 @@ class AllowanceTable:
             raise KernelError(
                 ALLOWANCE_EXHAUSTED,
                 f"allowance {allowance.name!r} has {remaining} of {allowance.units_limit} units left in this window{ahead}, {units} asked",
-                details={"remaining": remaining, "windowStart": format_ms(window_start), "waiting": waiting},
+                details=AllowanceExhaustedView(remaining, window_start, waiting),
                 retry_after_s=(window_start + allowance.window_ms - now_ms) / 1000,
             )
         # Paired with `_count`: what this takes fits in what the window has left.
@@ -510,7 +575,7 @@ def ensure(part: CapacityCommands, command: EnsureAllowance, now_ms: int) -> Out
                 CONFLICT,
                 f"allowance {allowance.name!r} allows {allowance.units_limit} units per {allowance.window_ms // 1000} s, "
                 f"not {command.units_limit} per {command.window_s} s",
-                details={"id": allowance.id, "unitsLimit": allowance.units_limit, "windowSeconds": allowance.window_ms // 1000},
+                details=AllowanceMismatchView(allowance.id, allowance.units_limit, allowance.window_ms),
             )
     return Outcome(reply=part.allowances.view(allowance, now_ms))
 
@@ -533,13 +598,9 @@ def consume(part: CapacityCommands, command: Consume, now_ms: int) -> Outcome:
     allowance = allowances.get(command.allowance_id)
     record = allowances.decide_consume(allowance, command.consumption_id, command.scope_id, command.holder, command.units, now_ms)
     outcome = part.commit(Outcome(), record)
-    outcome.reply = {
-        "consumptionId": command.consumption_id,
-        "allowanceId": allowance.id,
-        "units": command.units,
-        "windowStart": format_ms(record["window_start_ms"]),
-        "remaining": allowance.remaining_at(now_ms),
-    }
+    outcome.reply = ConsumptionView(
+        command.consumption_id, allowance.id, command.units, record["window_start_ms"], allowance.remaining_at(now_ms),
+    )
     return _serve_timer(part, outcome, allowance, now_ms)
 
 
@@ -578,11 +639,8 @@ def cooldown(part: CapacityCommands, command: Cooldown, now_ms: int) -> Outcome:
     allowance = allowances.get(command.allowance_id)
     outcome = _served(part, allowance, now_ms)
     part.commit(outcome, allowances.decide_cooldown(allowance, command.seconds, command.reason, now_ms))
-    outcome.reply = {
-        "allowanceId": allowance.id,
-        "cooldownUntil": format_ms(allowance.cooldown_until_ms),
-        "reason": allowance.cooldown_reason,
-    }
+    assert allowance.cooling_at(now_ms), "a cooldown just recorded lasts past now (paired with `decide_cooldown`)"
+    outcome.reply = CooldownView(allowance.id, allowance.cooldown_until_ms, allowance.cooldown_reason)
     return _serve_timer(part, outcome, allowance, now_ms)
 
 

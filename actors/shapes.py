@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-__all__ = ["Record", "View", "EpochMs", "DurationMs", "Json", "INSTANT", "DURATION", "JSON", "plain"]
+__all__ = ["Record", "View", "EpochMs", "DurationMs", "Json", "MinorUnits", "INSTANT", "DURATION", "JSON", "MINOR", "plain"]
 
 Record = dict[str, Any]
 View = dict[str, Any]
@@ -61,6 +61,11 @@ DurationMs = Annotated[int, DURATION]
 JSON = _Meaning("JSON")
 # Any JSON value a user gave (a payload, an outcome, metadata): the shell writes it as it is.
 Json = Annotated[Any, JSON]
+
+MINOR = _Meaning("MINOR")
+# An amount of money in a currency's minor units (cents), never negative. Amounts have no bound
+# a JSON number keeps exactly, so the shell writes them as decimal strings, as requests carry them.
+MinorUnits = Annotated[int, MINOR]
 
 
 def plain(value: Any) -> Any:

@@ -18,7 +18,7 @@ Pure: no IO, no clock reads.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from .capacity import CapacityCommand, CapacityCommands
 from .caps import full
@@ -27,12 +27,11 @@ from .fields import INTEGER, body, drawn, path
 from .outcome import Outcome, Space
 from .primitive import NOT_COUNTED, Primitive, command, operation, record_type
 from .tasks import TaskTable
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import EpochMs, Record
 
 __all__ = [
     "WorkLimit", "WorkLimitTable", "WORK_LIMIT_COUNTED", "WORK_LIMIT_CREATED", "WORK_LIMIT_IMAGE", "CreateWorkLimit",
-    "WORK_LIMITS", "check_room", "count_task",
+    "WORK_LIMITS", "check_room", "count_task", "WorkLimitView", "WorkLimitFullView",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -47,6 +46,29 @@ RETRY_AFTER_S = 1.0
 def _open(tasks: TaskTable, task_id: str) -> bool:
     task = tasks.find(task_id)
     return task is not None and not task.terminal
+
+
+# A work limit's views are named tuples, as a claim's are. The shell names and formats them on the
+# wire (`server/wire/work_limits.py`).
+
+
+class WorkLimitView(NamedTuple):
+    """A work limit: at most `max_outstanding` of the tasks it let through not yet ended, and how
+    many are now; `scope_id` the scope it was made for (shown, not a filter)."""
+
+    id: str
+    name: str
+    scope_id: str
+    max_outstanding: int
+    outstanding: int
+    created_ms: EpochMs
+
+
+class WorkLimitFullView(NamedTuple):
+    """BACKLOG_FULL's details for a work limit: its tasks outstanding, and its maximum."""
+
+    outstanding: int
+    max_outstanding: int
 
 
 class WorkLimit:
@@ -88,15 +110,10 @@ class WorkLimitTable:
         tasks = self._tasks
         return sum(1 for task_id in limit.task_ids if _open(tasks, task_id))
 
-    def view(self, limit: WorkLimit) -> View:
-        return {
-            "id": limit.id,
-            "name": limit.name,
-            "scopeId": limit.scope_id,
-            "maxOutstanding": limit.max_outstanding,
-            "outstanding": self.outstanding(limit),
-            "createdAt": format_ms(limit.created_ms),
-        }
+    def view(self, limit: WorkLimit) -> WorkLimitView:
+        outstanding = self.outstanding(limit)
+        assert 0 <= outstanding <= len(limit.task_ids), "only tasks the limit let through are outstanding"
+        return WorkLimitView(limit.id, limit.name, limit.scope_id, limit.max_outstanding, outstanding, limit.created_ms)
 
     def decide_create(self, limit_id: str, name: str, scope_id: str, max_outstanding: int, now_ms: int) -> Record:
         if name in self._by_name:
@@ -115,7 +132,7 @@ class WorkLimitTable:
             raise KernelError(
                 BACKLOG_FULL,
                 f"work limit {limit.name!r} has {outstanding} of {limit.max_outstanding} tasks outstanding",
-                details={"outstanding": outstanding, "maxOutstanding": limit.max_outstanding},
+                details=WorkLimitFullView(outstanding, limit.max_outstanding),
                 retry_after_s=RETRY_AFTER_S,
             )
 

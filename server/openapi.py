@@ -188,68 +188,19 @@ def _components(limits: Limits) -> dict[str, Any]:
 
 def _capacity_components() -> dict[str, Any]:
     """Pools, quotas, budgets, work limits and admission."""
-    text, integer = {"type": "string"}, {"type": "integer"}
-    minor = {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
     return {
-        "Pool": _obj({
-            "id": text, "name": text, "unitsTotal": integer, "units": integer, "unitsInUse": integer,
-            "unitsAvailable": integer, "waiting": integer, "createdAt": _TS,
-        }),
-        "Grant": _obj(
-            {
-                "grantId": text, "permitId": text, "name": text, "scopeId": text, "units": integer,
-                "token": _nullable(text), "holder": text, "holderSession": text, "leaseSeconds": integer,
-                "leaseExpiresAt": _TS, "acquiredAt": _TS,
-            },
-            {"released": {"type": "boolean"}, "releasedAt": _TS, "waiterId": text},
-        ),
-        "PoolWaiter": _obj({
-            "waiterId": text, "id": text, "permitId": text, "name": text, "scopeId": text, "holder": text, "units": integer,
-            "state": {"enum": ["WAITING", "SIGNALED", "GRANTED", "EXPIRED", "CANCELLED"]},
-            "position": _nullable({"type": "integer", "description": "place in the line, 1 = the head"}),
-            "signaledAt": _nullable(_TS), "turnEndsAt": _nullable(_TS), "grantId": _nullable(text), "expiresAt": _TS, "createdAt": _TS,
-            "endedAt": _nullable(_TS),
-        }),
-        "Allowance": _obj({
-            "id": text, "name": text, "unitsLimit": integer, "windowSeconds": integer, "windowStart": _TS,
-            "windowEnd": _TS, "used": integer, "remaining": integer, "waiting": integer,
-            "cooldownUntil": _nullable(_TS), "cooldownReason": _nullable(text), "createdAt": _TS,
-        }),
-        "Consumption": _obj({"consumptionId": text, "allowanceId": text, "units": integer, "windowStart": _TS, "remaining": integer}),
-        "Waiter": _obj({
-            "waiterId": text, "id": text, "allowanceId": text, "scopeId": text, "holder": text, "units": integer,
-            "state": {"enum": ["WAITING", "GRANTED", "EXPIRED", "CANCELLED"]}, "consumptionId": _nullable(text),
-            "windowStart": _nullable(_TS),
-            "expiresAt": _TS, "createdAt": _TS,
-        }),
-        "Cooldown": _obj({"allowanceId": text, "cooldownUntil": _TS, "reason": _nullable(text)}),
-        "WorkLimit": _obj({
-            "id": text, "name": text, "scopeId": text, "maxOutstanding": integer, "outstanding": integer, "createdAt": _TS,
-        }),
-        "Budget": _obj(
-            {
-                "id": text, "name": text, "currency": text, "scale": integer, "limitMinor": minor,
-                "reservedMinor": minor, "spentMinor": minor, "availableMinor": minor, "createdAt": _TS,
-            },
-            {"reservations": {"type": "array", "items": _obj({
-                "id": text, "scopeId": text, "state": text, "reservedMinor": minor, "holder": text,
-            })}},
-        ),
-        "Admission": _obj(
-            {
-                "taskId": _nullable(text), "taskKey": _nullable(text), "messageId": text, "scopeId": text,
-                "payload": {"description": "the task's input"},
-                "attempt": integer, "token": text, "leaseExpiresAt": _TS, "leaseSeconds": integer,
-                "grants": {"type": "array", "items": _obj({"grantId": text, "permitId": text, "name": text, "units": integer, "leaseExpiresAt": _TS})},
-                "consumptions": {"type": "array", "items": _obj({"consumptionId": text, "allowanceId": text, "name": text, "units": integer, "windowStart": _TS})},
-                "reservations": {"type": "array", "items": text},
-            }
-        ),
-        "Reservation": _obj({
-            "reservationId": text, "budgetId": text, "scopeId": text, "holder": text,
-            "state": {"enum": ["ACTIVE", "SETTLED", "VOIDED", "RELEASED"]}, "reservedMinor": minor,
-            "settledMinor": minor, "settleBy": _TS, "createdAt": _TS,
-        }),
+        # Declared with the view they write (`wire/`), as the encoder writes them.
+        "Pool": WIRE_COMPONENTS["Pool"],
+        "Grant": WIRE_COMPONENTS["Grant"],
+        "PoolWaiter": WIRE_COMPONENTS["PoolWaiter"],
+        "Allowance": WIRE_COMPONENTS["Allowance"],
+        "Consumption": WIRE_COMPONENTS["Consumption"],
+        "Waiter": WIRE_COMPONENTS["Waiter"],
+        "Cooldown": WIRE_COMPONENTS["Cooldown"],
+        "WorkLimit": WIRE_COMPONENTS["WorkLimit"],
+        "Budget": WIRE_COMPONENTS["Budget"],
+        "Admission": WIRE_COMPONENTS["Admission"],
+        "Reservation": WIRE_COMPONENTS["Reservation"],
     }
 
 

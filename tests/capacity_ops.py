@@ -8,6 +8,8 @@ from typing import Any
 from runstate.actors import capacity_reads as reads
 from runstate.actors import commands as c
 
+from runstate.server import wire
+
 from .ops import _Ops
 
 __all__ = ["PoolOps", "QuotaOps", "WorkLimitOps", "BudgetOps", "AdmitOps"]
@@ -35,7 +37,7 @@ class PoolOps(_Ops):
         return await self._submit(c.CancelPoolWaiter, idem, space=space, waiter_id=waiter_id)
 
     def waiter(self, space: str, waiter_id: str) -> dict:
-        return reads.pool_waiter(self._kernel, space, waiter_id)
+        return wire.encode(reads.pool_waiter(self._kernel, space, waiter_id))
 
     async def renew(self, space: str, grant_id: str, *, token, lease_s=None, idem=None) -> dict:
         return await self._submit(c.RenewGrant, idem, space=space, grant_id=grant_id, token=token, lease_s=lease_s)
@@ -44,7 +46,7 @@ class PoolOps(_Ops):
         return await self._submit(c.ReleaseGrant, idem, space=space, grant_id=grant_id, token=token, observation=observation)
 
     def list(self, space: str) -> list[dict]:
-        return reads.pools(self._kernel, space)
+        return [wire.encode(pool) for pool in reads.pools(self._kernel, space)]
 
 
 class QuotaOps(_Ops):
@@ -69,13 +71,13 @@ class QuotaOps(_Ops):
         return await self._submit(c.Cooldown, idem, space=space, allowance_id=allowance_id, seconds=seconds, reason=reason)
 
     def view(self, space: str, allowance_id: str) -> dict:
-        return reads.allowance(self._kernel, space, allowance_id)
+        return wire.encode(reads.allowance(self._kernel, space, allowance_id))
 
     def waiter(self, space: str, waiter_id: str) -> dict:
-        return reads.waiter(self._kernel, space, waiter_id)
+        return wire.encode(reads.waiter(self._kernel, space, waiter_id))
 
     def list(self, space: str) -> list[dict]:
-        return reads.allowances(self._kernel, space)
+        return [wire.encode(allowance) for allowance in reads.allowances(self._kernel, space)]
 
 
 class WorkLimitOps(_Ops):
@@ -83,7 +85,7 @@ class WorkLimitOps(_Ops):
         return await self._submit(c.CreateWorkLimit, idem, space=space, name=name, scope_id=scope_id, max_outstanding=max_outstanding)
 
     def list(self, space: str) -> list[dict]:
-        return reads.work_limits(self._kernel, space)
+        return [wire.encode(limit) for limit in reads.work_limits(self._kernel, space)]
 
 
 class BudgetOps(_Ops):
@@ -108,10 +110,10 @@ class BudgetOps(_Ops):
         return await self._submit(c.Void, idem, space=space, budget_id=budget_id, reservation_id=reservation_id, work_key=work_key)
 
     def view(self, space: str, budget_id: str) -> dict:
-        return reads.budget(self._kernel, space, budget_id)
+        return wire.encode(reads.budget(self._kernel, space, budget_id))
 
     def list(self, space: str) -> list[dict]:
-        return reads.budgets(self._kernel, space)
+        return [wire.encode(budget) for budget in reads.budgets(self._kernel, space)]
 
 
 class AdmitOps(_Ops):

@@ -28,7 +28,9 @@ def _list(key: str, schema: str) -> dict[str, Any]:
     return {"type": "object", "properties": {key: {"type": "array", "items": {"$ref": f"#/components/schemas/{schema}"}}}, "required": [key]}
 
 
-def _lister(key: str, read: Callable[[KernelReads, str], list[View]]) -> Handler:
+# A read answers with the kernel's views: typed ones (written by `wire/`) or, for the primitives
+# not yet typed, JSON-ready dicts.
+def _lister(key: str, read: Callable[[KernelReads, str], list[Any]]) -> Handler:
     async def handler(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
         services.authorize(request, space)
         return 200, {key: read(services.kernel, space)}
@@ -37,8 +39,8 @@ def _lister(key: str, read: Callable[[KernelReads, str], list[View]]) -> Handler
     return handler
 
 
-def _reader(read: Callable[[KernelReads, str, str], View], param: str) -> Handler:
-    async def handler(services: ReadServices, request: Request, space: str, **params: str) -> tuple[int, View]:
+def _reader(read: Callable[[KernelReads, str, str], object], param: str) -> Handler:
+    async def handler(services: ReadServices, request: Request, space: str, **params: str) -> tuple[int, object]:
         services.authorize(request, space)
         return 200, read(services.kernel, space, params[param])
 

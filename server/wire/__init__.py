@@ -19,8 +19,7 @@ from typing import Any
 
 import orjson
 
-from . import claims
-from . import barriers, events, groups, keys, once, scopes, timers
+from . import admission, barriers, budgets, claims, events, groups, keys, once, pools, quotas, scopes, timers, work_limits
 from .claims import CLAIM, CLAIM_HELD, FORCE_RELEASED_CLAIM, HELD_CLAIM, RELEASED_CLAIM
 from .shape import TIMESTAMP, Shape, component, encoder, nullable
 
@@ -31,7 +30,7 @@ __all__ = [
 
 # Every primitive's components, by name (each name declared by one module).
 COMPONENTS: dict[str, dict[str, Any]] = {}
-for _module in (claims, scopes, groups, barriers, timers, once, events, keys):
+for _module in (claims, pools, quotas, budgets, work_limits, admission, scopes, groups, barriers, timers, once, events, keys):
     for _name, _schema in _module.COMPONENTS.items():
         assert _name not in COMPONENTS, f"the component {_name} is declared twice"
         COMPONENTS[_name] = _schema

@@ -9,7 +9,8 @@ otherwise, a shape declares the exception for that field alone: another name (`r
 seconds under another name (`seconds`: a lease's length is `leaseSeconds`), the same value under a
 second name too (`also`), or another shape for a nested view (`nested`).
 
-A field's type says how it is written: a string, an integer, a number or a boolean as it is; a
+A field's type says how it is written: a string, an integer, a number or a boolean as it is; an
+amount in minor units (`MinorUnits`) as a decimal string; a
 `Literal` of strings as it is, its schema listing them; a user's JSON value (`Json`) as it is; a
 tuple or list of any of these as an array; another typed view by its own shape (the one declared
 first for its type, or the field's `nested` one); and any of them or None.
@@ -32,7 +33,7 @@ import types
 import typing
 from typing import Any, Callable, Iterable, Mapping
 
-from ...actors.shapes import DURATION, INSTANT, JSON
+from ...actors.shapes import DURATION, INSTANT, JSON, MINOR
 from ...actors.timestamps import format_ms
 
 __all__ = ["Shape", "component", "encoder", "TIMESTAMP", "nullable", "camel"]
@@ -43,6 +44,8 @@ _SCALARS: dict[Any, dict[str, Any]] = {
 }
 # What a user's JSON value is declared as: anything JSON (no constraint).
 _ANY_JSON: dict[str, Any] = {"description": "any JSON value"}
+# An amount in minor units (`MinorUnits`): a decimal string, as requests carry amounts.
+MINOR_UNITS: dict[str, Any] = {"type": "string", "pattern": "^(0|[1-9][0-9]*)$", "description": "minor units"}
 
 Encoder = Callable[[Any], dict[str, Any]]
 
@@ -108,10 +111,13 @@ def _form(hint: Any, nested: Shape | None, depth: int = 0) -> _Form:
         optional, hint = True, kinds[0]
     meaning = None
     if typing.get_origin(hint) is typing.Annotated:
-        meaning = next((mark for mark in hint.__metadata__ if mark in (INSTANT, DURATION, JSON)), None)
+        meaning = next((mark for mark in hint.__metadata__ if mark in (INSTANT, DURATION, JSON, MINOR)), None)
         hint = typing.get_args(hint)[0]
     if meaning is JSON:
         return _Form("{0}", _ANY_JSON, None, optional)
+    if meaning is MINOR:
+        assert hint is int, f"an amount in minor units is an integer: {hint}"
+        return _Form("str({0})", MINOR_UNITS, None, optional)
     origin = typing.get_origin(hint)
     if origin is typing.Literal:
         values = typing.get_args(hint)

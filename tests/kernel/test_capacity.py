@@ -199,7 +199,7 @@ async def test_a_scope_end_cancels_its_pool_waiters_and_signals_those_behind(wor
     from runstate.actors.capacity_reads import pool_waiting
 
     waiting = pool_waiting(world.kernel, SPACE, [run["id"]])
-    assert [(w["permit"], w["units"], w["waiterId"]) for w in waiting] == [("p", 1, behind["waiterId"])], "what status() reads"
+    assert [(w.name, w.units, w.waiter_id) for w in waiting] == [("p", 1, behind["waiterId"])]
     await world.scopes.cancel(SPACE, other["id"])
     await trio.sleep(0.001)
     assert world.pools.waiter(SPACE, head["waiterId"])["state"] == "CANCELLED"

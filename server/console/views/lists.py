@@ -311,24 +311,24 @@ async def capacity(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
         part = space.capacity
         pools = []
         for pool in part.pools.all():
-            grants = [{**part.pools.grant_view(g, pool), "token": _short_token(g.token)}
+            grants = [{**wire.encode(part.pools.grant_view(g, pool)), "token": _short_token(g.token)}
                       for g in pool.grants.values() if part.pools.held(g, now_ms)]
-            line = [{**part.pools.waiter_view(part.pools.waiter(w)), "position": i + 1} for i, w in enumerate(pool.line[:PAGE_MAX])]
-            pools.append({**part.pools.view(pool, now_ms), "grants": grants[:PAGE_MAX], "line": line, "lineTotal": len(pool.line)})
+            line = [{**wire.encode(part.pools.waiter_view(part.pools.waiter(w))), "position": i + 1} for i, w in enumerate(pool.line[:PAGE_MAX])]
+            pools.append({**wire.encode(part.pools.view(pool, now_ms)), "grants": grants[:PAGE_MAX], "line": line, "lineTotal": len(pool.line)})
         quotas = []
         for allowance in part.allowances.all():
-            line = [{**part.allowances.waiter_view(part.allowances.waiter(w)), "position": i + 1}
+            line = [{**wire.encode(part.allowances.waiter_view(part.allowances.waiter(w))), "position": i + 1}
                     for i, w in enumerate(allowance.queue[:PAGE_MAX])]
-            quotas.append({**part.allowances.view(allowance, now_ms), "line": line})
+            quotas.append({**wire.encode(part.allowances.view(allowance, now_ms)), "line": line})
         budgets = []
         for budget in part.budgets.all():
-            reserved = [part.budgets.reservation_view(r) for r in budget.reservations.values() if r.state == "ACTIVE"]
-            row = part.budgets.view(budget)
+            reserved = [wire.encode(part.budgets.reservation_view(r)) for r in budget.reservations.values() if r.state == "ACTIVE"]
+            row = wire.encode(part.budgets.view(budget))
             row.update(spent=_money(budget, budget.spent), reserved=_money(budget, budget.reserved),
                        remaining=_money(budget, budget.available), limit=_money(budget, budget.limit),
                        reservations=reserved[:PAGE_MAX])
             budgets.append(row)
-        limits = [part.work_limits.view(limit) for limit in part.work_limits.all()]
+        limits = [wire.encode(part.work_limits.view(limit)) for limit in part.work_limits.all()]
         return {"pools": pools, "quotas": quotas, "budgets": budgets, "workLimits": limits}
 
     return await _read(kernel, space_id, view)

@@ -11,6 +11,7 @@ from .lists import _claim_row
 from .reading import PAGE_MAX, _read, _short_token
 from .swimlanes import _CLAIM_EVENTS
 from ...services import RouteKernel
+from ... import wire
 
 
 async def workers(kernel: RouteKernel, space_id: str, *, window_s: int) -> dict[str, Any]:
@@ -144,9 +145,8 @@ async def worker(kernel: RouteKernel, space_id: str, holder: str, *, window_s: i
                 row["taskKey"] = None if message.task_id is None else space.tasks.get(message.task_id).key
                 deliveries.append(row)
         pools = space.capacity.pools
-        grants = [pools.grant_view(g, pools.get(g.pool_id)) for g in pools.grants() if g.holder == holder and pools.held(g, now_ms)]
-        for grant in grants:
-            grant["token"] = _short_token(grant["token"])
+        grants = [{**wire.encode(pools.grant_view(g, pools.get(g.pool_id))), "token": _short_token(g.token)}
+                  for g in pools.grants() if g.holder == holder and pools.held(g, now_ms)]
         losses = list(_losses(space, now_ms - window_s * 1000, holder))
         losses.reverse()
         return {"holder": holder, "claims": held_claims[:PAGE_MAX], "deliveries": deliveries[:PAGE_MAX], "grants": grants[:PAGE_MAX],
