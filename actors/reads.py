@@ -9,6 +9,7 @@ reads as an empty one (`Kernel.space_view`): reading never makes a space.
 from __future__ import annotations
 
 from .claims import ClaimView
+from .tasks import TaskView
 from .dead_letters import DeadLetterFilter
 from .dead_letters import page as dead_letter_page
 from .shapes import View
@@ -51,6 +52,6 @@ def dead_letters(
     return dead_letter_page(state.messages, mailbox_id, where, kernel.clock.now_ms(), cursor, limit)
 
 
-def task(kernel: KernelReads, space: str, task_id: str) -> View:
+def task(kernel: KernelReads, space: str, task_id: str) -> TaskView:
     state = kernel.space_view(space)
     return state.tasks.view(state.tasks.get(task_id), kernel.clock.now_ms())

@@ -50,7 +50,7 @@ class TaskView(TypedDict):
     taskKey: str
     scopeId: str
     mailboxId: str
-    messageId: NotRequired[str | None]
+    messageId: str
     state: TaskState
     attempt: int
     outcome: Any
@@ -60,7 +60,7 @@ class TaskView(TypedDict):
     createdAt: str
     updatedAt: str
     finishedAt: str | None
-    tombstoned: NotRequired[bool]
+    tombstoned: bool
 
 
 class TaskResult(TypedDict):

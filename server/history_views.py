@@ -33,6 +33,7 @@ from ..actors.limits import Limits
 from .history import PastKernel, Point
 from .http import Request
 from .services import ReadServices
+from .wire import encode
 
 __all__ = ["read_route", "space_states", "Diff", "CHANGES_MAX", "RUNS_MAX"]
 
@@ -71,6 +72,7 @@ def read_route(past: PastKernel, tail: str, query: dict[str, Any] | None = None)
     except StopIteration as done:
         status, body = done.value
         assert status == 200, f"a read answered {status}"
+        body = encode(body)  # (its typed views as the wire writes them)
         assert isinstance(body, dict), f"a read of a space answers an object, not {type(body).__name__}"
         return body
     running.close()

@@ -145,26 +145,8 @@ def _components(limits: Limits) -> dict[str, Any]:
             {"taskState": text, "visibleAt": _TS},
         ),
         "DeliveryRenewed": _obj({"id": text, "leaseExpiresAt": _TS, "leaseSeconds": integer, "attempt": integer}),
-        "Task": _obj(
-            {
-                "id": text,
-                "taskId": text,
-                "taskKey": text,
-                "scopeId": text,
-                "mailboxId": text,
-                "messageId": text,
-                "state": {"enum": ["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]},
-                "attempt": integer,
-                "outcome": {"description": "the recorded result (null until SUCCEEDED, and once tombstoned)"},
-                "outcomeReason": _nullable(text),
-                "deadline": _nullable(_TS),
-                "subscribers": {"type": "array", "items": text},
-                "createdAt": _TS,
-                "updatedAt": _TS,
-                "finishedAt": _nullable(_TS),
-                "tombstoned": {"type": "boolean"},
-            }
-        ),
+        "Task": WIRE_COMPONENTS["Task"],
+        "Submitted": WIRE_COMPONENTS["Submitted"],
         "Once": _obj(
             {"state": {"enum": ["ACQUIRED", "OPEN", "HELD", "DONE", "FAILED"]}},
             {
@@ -199,7 +181,6 @@ def _components(limits: Limits) -> dict[str, Any]:
         ),
     }
     schemas.update(_capacity_components())
-    schemas["Submitted"] = {"allOf": [_ref("Task"), _obj({"created": {"type": "boolean"}, "replay": {"type": "boolean"}})]}
     schemas.update(_coordination_components())
     return {
         "schemas": schemas,

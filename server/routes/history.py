@@ -29,6 +29,7 @@ from ..history_views import Diff
 from ..http import Handler, Request, Route, Router
 from ..runtime import Runtime
 from ..services import ReadServices
+from ..wire import encode
 
 __all__ = ["router", "twins", "PREFIX"]
 
@@ -76,6 +77,7 @@ def _twin_handler(route: Route) -> Handler:
         past = await services.history.at(space, request.param("at"))
         at_past: ReadServices = _Past(services, past)
         status, body = await handler(at_past, request, space=space, **params)
+        body = encode(body)  # (a typed view as the object it is written as, which `asOf` joins)
         if isinstance(body, dict):
             body = {**body, "asOf": past.point.view()}
         request.answer_headers = {**(request.answer_headers or {}), **past.point.headers()}

@@ -19,18 +19,20 @@ from typing import Any
 
 import orjson
 
-from . import claims
+from . import claims, tasks
 from .claims import CLAIM, CLAIM_HELD, FORCE_RELEASED_CLAIM, HELD_CLAIM, RELEASED_CLAIM
+from .tasks import GROUP_SUBMITTED_TASK, SUBMITTED_TASK, TASK
 from .shape import TIMESTAMP, Shape, component, encoder, nullable
 
 __all__ = [
     "Shape", "dumps", "encode", "component", "encoder", "TIMESTAMP", "nullable", "COMPONENTS",
     "CLAIM", "RELEASED_CLAIM", "FORCE_RELEASED_CLAIM", "HELD_CLAIM", "CLAIM_HELD",
+    "TASK", "SUBMITTED_TASK", "GROUP_SUBMITTED_TASK",
 ]
 
 # Every primitive's components, by name (each name declared by one module).
 COMPONENTS: dict[str, dict[str, Any]] = {}
-for _module in (claims,):
+for _module in (claims, tasks):
     for _name, _schema in _module.COMPONENTS.items():
         assert _name not in COMPONENTS, f"the component {_name} is declared twice"
         COMPONENTS[_name] = _schema

@@ -14,6 +14,7 @@ from runstate.actors.limits import Limits
 from runstate.actors.outcome import Outcome
 from runstate.actors.space import SpaceState
 from runstate.actors.transitions import TRANSITIONS
+from runstate.server import wire
 
 # 2027-01-15T08:00:00.000Z
 T0 = 1_800_000_000_000
@@ -84,7 +85,7 @@ class World:
         deadline_ms: int | None = None,
         subscriber: str | None = None,
     ) -> dict:
-        return self.do(
+        return wire.encode(self.do(
             "submit_task",
             self.new_id("tk_"),
             self.new_id("ms_"),
@@ -94,7 +95,7 @@ class World:
             task_input,
             deadline_ms,
             subscriber,
-        ).reply
+        ).reply)
 
     def recv(self, mailbox_id: str, scope_id: str, lease_s: int = 30, holder: str = "w1") -> dict | None:
         outcome = self.do("receive", mailbox_id, scope_id, holder, "s-" + holder, lease_s * 1000, self.new_id("dt_"))
@@ -120,7 +121,7 @@ class World:
         return self.do("on_timer", actor, timer_tag, marker)
 
     def task(self, task_id: str) -> dict:
-        return self.space.tasks.view(self.space.tasks.get(task_id), self.now)
+        return wire.encode(self.space.tasks.view(self.space.tasks.get(task_id), self.now))
 
     def message(self, message_id: str) -> dict:
         return self.space.messages.view(self.space.messages.get(message_id), payload=True)

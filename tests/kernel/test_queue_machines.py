@@ -406,13 +406,13 @@ def test_cancel_keeps_its_reason_and_refuses_a_later_completion(world):
     task = world.submit(mailbox, run, "k")
     delivery = world.recv(mailbox, run)
     view = world.do("cancel_task", task["taskId"], "planner changed its mind").reply
-    assert view["state"] == "CANCELLED" and view["outcomeReason"] == "planner changed its mind"
+    assert view.state == "CANCELLED" and view.outcome_reason == "planner changed its mind"
     error = refused(STALE_CLAIM, world.do, "complete_delivery", delivery["message"]["id"], delivery["token"], {"payload": 1})
     assert "planner changed its mind" in error.message
     refused(STALE_CLAIM, world.do, "renew_delivery", delivery["message"]["id"], delivery["token"], None)
     after = world.task(task["taskId"])
     assert after["state"] == "CANCELLED" and after["outcome"] is None
-    assert world.do("cancel_task", task["taskId"], "again").reply["outcomeReason"] == "planner changed its mind"
+    assert world.do("cancel_task", task["taskId"], "again").reply.outcome_reason == "planner changed its mind"
     assert world.recv(mailbox, run) is None
 
 
@@ -428,7 +428,7 @@ def test_cancelling_a_task_that_ended_otherwise_is_a_conflict(world):
 def test_a_cancel_without_reason_records_cancelled(world):
     mailbox, run = world.mailbox(), world.scope()
     task = world.submit(mailbox, run, "k")
-    assert world.do("cancel_task", task["taskId"], None).reply["outcomeReason"] == "cancelled"
+    assert world.do("cancel_task", task["taskId"], None).reply.outcome_reason == "cancelled"
 
 
 def test_join_and_detach_are_harmless_to_repeat_and_zero_subscribers_cancels_nothing(world):

@@ -14,6 +14,7 @@ from ....actors.shapes import View
 from ....actors.space import SpaceState
 from ....actors.tasks import Task
 from ....actors.timestamps import format_ms
+from ...wire import TASK
 from .reading import (
     PAGE_MAX, _acquirers, _history, _paged, _read, _Reading, _required, _short_token, pretty, preview,
 )
@@ -171,7 +172,7 @@ async def claims(kernel: RouteKernel, space_id: str, *, run: str | None, key: st
 
 
 def _task_row(space: SpaceState, task: Any, now_ms: int) -> dict[str, Any]:
-    row = space.tasks.view(task, now_ms)
+    row = TASK.encode(space.tasks.view(task, now_ms))  # (the row a client reads, and more)
     message = space.messages.find(task.message_id)
     leased = message is not None and message.state == "LEASED"
     mailbox = space.mailboxes.find(task.mailbox_id)

@@ -18,6 +18,7 @@ from ....actors.events import Change
 from ....actors.shapes import View
 from ....actors.space import SpaceState
 from ...services import RouteKernel
+from ...wire import TASK
 
 RESULTS_MAX = 20
 EVENTS_LOOKED_MAX = 20_000
@@ -55,7 +56,7 @@ async def search(kernel: RouteKernel, space_id: str, text: str) -> dict[str, Any
             if more["claims"]:
                 break
         for task in space.tasks.all():
-            if (matches(task.key) or task.id == text) and not add("tasks", space.tasks.view(task, now_ms)):
+            if (matches(task.key) or task.id == text) and not add("tasks", TASK.encode(space.tasks.view(task, now_ms))):
                 break
         for mailbox in space.mailboxes.all():
             if (matches(mailbox.name) or mailbox.id == text) and not add("mailboxes", space.mailboxes.view(mailbox)):
