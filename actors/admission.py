@@ -188,18 +188,19 @@ def _admitted(space: Space, command: Admit, message: Any, needs: Record | None, 
     outcome.timers.extend(work.message_timers(message))
     outcome.timers.extend(settle_by_timer(part, reservation_id, settle_by_ms) for reservation_id in reservations)
     delivery = delivery_view(message)
+    lease_expires_at = format_ms(delivery.expires_ms)
     outcome.reply = {
         "taskId": message.task_id,
         "taskKey": None if message.task_id is None else space.tasks.get(message.task_id).key,
         "messageId": message.id,
         "scopeId": message.scope_id,
-        "payload": delivery["message"]["payload"],
+        "payload": delivery.message.payload,
         "attempt": message.attempts,
         "token": token,
-        "leaseExpiresAt": delivery["leaseExpiresAt"],
+        "leaseExpiresAt": lease_expires_at,
         "leaseSeconds": lease_ms // 1000,
         "grants": [
-            {"grantId": grant_id, "permitId": pool_id, "name": part.pools.get(pool_id).name, "units": units, "leaseExpiresAt": delivery["leaseExpiresAt"]}
+            {"grantId": grant_id, "permitId": pool_id, "name": part.pools.get(pool_id).name, "units": units, "leaseExpiresAt": lease_expires_at}
             for grant_id, pool_id, units in grants
         ],
         "consumptions": [

@@ -234,7 +234,7 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
                 submit = {"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": f"w{i}-t{count}", "input": {"n": count}}
                 task = await run(kernel, c.SubmitTask, submit)
                 delivery = await run(kernel, c.Receive, receive, in_mailbox)
-                await run(kernel, c.CompleteDelivery, {"token": delivery["token"], "result": {"ok": True}}, {"space": SPACE, "message_id": delivery["message"]["id"]})
+                await run(kernel, c.CompleteDelivery, {"token": delivery.token, "result": {"ok": True}}, {"space": SPACE, "message_id": delivery.message.id})
                 if reads.task(kernel, SPACE, task.id).state != "SUCCEEDED":
                     raise RuntimeError("the task did not show its result")
 

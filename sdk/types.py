@@ -125,27 +125,20 @@ class MailboxRow(TypedDict):
 
 
 class MessageView(TypedDict):
-    """`mailbox.send()`: the message, and `replay` true when `work_key` returned an earlier one.
+    """`mailbox.send()`: the message sent, and `replay` true when `work_key` returned an earlier one.
 
-    `id`, `mailboxId`, `scopeId`, `taskId` (None for a plain message), `state`, `attempt`,
-    `workKey`, `deadline`, `createdAt`, `finishedAt` and `reason` (why it ended, if it did); while
-    it is leased, `leaseExpiresAt` and `holder`; while it waits to be tried again, `visibleAt`."""
+    `id` and `messageId` are its id, `mailboxId` and `scopeId` where it went, `workKey` the key it
+    was sent under (or None); `state` where it is now (None once it is no longer kept);
+    `deduplicated` is `replay` again, under the name the official client reads."""
 
     id: str
+    messageId: str
     mailboxId: str
     scopeId: str
-    taskId: str | None
-    state: str
-    attempt: int
     workKey: str | None
-    deadline: str | None
-    createdAt: str
-    finishedAt: str | None
-    reason: str | None
+    state: str | None
     replay: bool
-    leaseExpiresAt: NotRequired[str]
-    holder: NotRequired[str]
-    visibleAt: NotRequired[str]
+    deduplicated: bool
 
 
 class AcquireAttempt(TypedDict):

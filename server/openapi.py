@@ -94,57 +94,12 @@ def _components(limits: Limits) -> dict[str, Any]:
                 "createdAt": _TS,
             }
         ),
-        "Message": _obj(
-            {
-                "id": text,
-                "mailboxId": text,
-                "scopeId": text,
-                "taskId": _nullable(text),
-                "state": {"enum": ["QUEUED", "DELAYED", "LEASED", "COMPLETED", "DEAD", "DROPPED"]},
-                "attempt": integer,
-                "workKey": _nullable(text),
-                "deadline": _nullable(_TS),
-                "createdAt": _TS,
-                "finishedAt": _nullable(_TS),
-                "reason": _nullable(text),
-            },
-            {"payload": any_json, "leaseExpiresAt": _TS, "holder": text, "visibleAt": _TS},
-        ),
-        "Sent": _obj(
-            {
-                "id": text,
-                "messageId": text,
-                "mailboxId": text,
-                "scopeId": text,
-                "workKey": _nullable(text),
-                "state": _nullable(text),
-                "replay": {"type": "boolean"},
-            }
-        ),
-        "Delivery": _obj(
-            {
-                "message": _obj(
-                    {
-                        "id": text,
-                        "mailboxId": text,
-                        "scopeId": text,
-                        "payload": any_json,
-                        "attempt": integer,
-                        "workKey": _nullable(text),
-                        "deadline": _nullable(_TS),
-                        "taskId": _nullable(text),
-                    }
-                ),
-                "token": text,
-                "leaseExpiresAt": _TS,
-                "leaseSeconds": integer,
-            }
-        ),
-        "Settled": _obj(
-            {"id": text, "state": text, "attempt": integer, "taskId": _nullable(text)},
-            {"taskState": text, "visibleAt": _TS},
-        ),
-        "DeliveryRenewed": _obj({"id": text, "leaseExpiresAt": _TS, "leaseSeconds": integer, "attempt": integer}),
+        "Message": WIRE_COMPONENTS["Message"],
+        "DeadLetter": WIRE_COMPONENTS["DeadLetter"],
+        "Sent": WIRE_COMPONENTS["Sent"],
+        "Delivery": WIRE_COMPONENTS["Delivery"],
+        "Settled": WIRE_COMPONENTS["Settled"],
+        "DeliveryRenewed": WIRE_COMPONENTS["DeliveryRenewed"],
         "Task": WIRE_COMPONENTS["Task"],
         "Submitted": WIRE_COMPONENTS["Submitted"],
         "Once": _obj(

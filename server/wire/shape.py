@@ -63,7 +63,10 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
         if schema is _ANY_JSON or schema == _ANY_JSON:
             return dict(schema)
         return {"anyOf": [schema, {"type": "null"}]}
-    return {**schema, "type": [kind, "null"] if isinstance(kind, str) else [*kind, "null"]}
+    widened = {**schema, "type": [kind, "null"] if isinstance(kind, str) else [*kind, "null"]}
+    if "enum" in schema:  # (an enumeration admits null only if it lists it)
+        widened["enum"] = [*schema["enum"], None]
+    return widened
 
 
 def camel(name: str) -> str:

@@ -74,7 +74,7 @@ class World:
         return mailbox_id
 
     def send(self, mailbox_id: str, scope_id: str, payload: Any = None, work_key: str | None = None, deadline_ms: int | None = None) -> dict:
-        return self.do("send_message", mailbox_id, scope_id, self.new_id("ms_"), payload, work_key, deadline_ms).reply
+        return wire.encode(self.do("send_message", mailbox_id, scope_id, self.new_id("ms_"), payload, work_key, deadline_ms).reply)
 
     def submit(
         self,
@@ -99,7 +99,7 @@ class World:
 
     def recv(self, mailbox_id: str, scope_id: str, lease_s: int = 30, holder: str = "w1") -> dict | None:
         outcome = self.do("receive", mailbox_id, scope_id, holder, "s-" + holder, lease_s * 1000, self.new_id("dt_"))
-        return None if outcome.empty else outcome.reply
+        return None if outcome.empty else wire.encode(outcome.reply)
 
     def requeue(self, mailbox_id: str, **fields: Any) -> dict:
         """Requeue dead letters (`fields` as `RequeueDeadLetters` names them: message_ids, reason...)."""
@@ -124,7 +124,8 @@ class World:
         return wire.encode(self.space.tasks.view(self.space.tasks.get(task_id), self.now))
 
     def message(self, message_id: str) -> dict:
-        return self.space.messages.view(self.space.messages.get(message_id), payload=True)
+        message = self.space.messages.get(message_id)
+        return {**wire.encode(self.space.messages.view(message)), "payload": message.payload}
 
     def replayed(self) -> SpaceState:
         fresh = SpaceState(SPACE, self.limits)

@@ -28,6 +28,8 @@ PAIRS = [
     ("Claim", sdk_types.ClaimView, "claims.ts", "ClaimView"),
     ("HeldClaim", sdk_types.HeldClaim, "scopes.ts", "HeldClaim"),
     ("Task", sdk_types.TaskView, "tasks.ts", "TaskView"),
+    ("Sent", sdk_types.MessageView, "mailboxes.ts", "SentMessage"),
+    ("DeadLetter", sdk_types.DeadLetter, "client.ts", "DeadLetter"),
 ]
 
 

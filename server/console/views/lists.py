@@ -14,7 +14,7 @@ from ....actors.shapes import View
 from ....actors.space import SpaceState
 from ....actors.tasks import Task
 from ....actors.timestamps import format_ms
-from ...wire import TASK
+from ...wire import TASK, encode
 from .reading import (
     PAGE_MAX, _acquirers, _history, _paged, _read, _Reading, _required, _short_token, pretty, preview,
 )
@@ -221,7 +221,7 @@ async def task(kernel: RouteKernel, space_id: str, task_id: str) -> dict[str, An
         requirements = space.capacity.requirements.get(task_id)
         return {
             "task": row,
-            "message": None if message is None else space.messages.view(message),
+            "message": None if message is None else encode(space.messages.view(message)),
             "input": None if message is None or message.payload is None else pretty(message.payload),
             "result": None if row["outcome"] is None else pretty(row["outcome"]),
             "requirements": None if requirements is None else _requirements_named(space, requirements),
@@ -278,7 +278,7 @@ async def queue(kernel: RouteKernel, space_id: str, mailbox_id: str, *, state: s
         chosen, following, total = _paged(found, lambda m: (m.seq,), (int,), cursor, limit, newest_first=False)
         deliveries = []
         for message in chosen:
-            row = messages.view(message)
+            row = encode(messages.view(message))
             row["taskKey"] = None if message.task_id is None else space.tasks.get(message.task_id).key
             row["preview"] = preview(message.payload)
             deliveries.append(row)
@@ -291,7 +291,7 @@ async def queue(kernel: RouteKernel, space_id: str, mailbox_id: str, *, state: s
         return {
             "mailbox": {**space.mailboxes.view(mailbox), "receivers": _receivers(kernel, space_id).get(mailbox_id, 0)},
             "deliveries": deliveries, "next": following, "total": total,
-            "deadLetters": [{**messages.view(m), "preview": preview(m.payload), "json": pretty(m.payload)} for m in letters],
+            "deadLetters": [{**encode(messages.view(m)), "preview": preview(m.payload), "json": pretty(m.payload)} for m in letters],
             "deadNext": dead_next, "deadTotal": dead_total,
         }
 
