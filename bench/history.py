@@ -78,7 +78,7 @@ async def _write(data_dir: str, records: int, idempotent: bool, task_every: int)
         for number, store in data.stores.items():
             await nursery.start(store.run, kernel.partitions[number])
         run_id = (await run(c.CreateScope, {"name": "history"}))["id"]
-        mailbox_id = (await run(c.CreateMailbox, {"name": "work"}))["id"]
+        mailbox_id = (await run(c.CreateMailbox, {"name": "work"})).id
         async def caller(i: int) -> None:
             rng = random.Random(i)
             cycle = 0

@@ -220,7 +220,7 @@ async def scale_claims(count: int, callers: int) -> dict:
 
 async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict:
     async def body(kernel: Kernel) -> dict:
-        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"}))["id"]
+        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"})).id
 
         async def make_cycle(i: int):  # type: ignore[no-untyped-def]
             scope_id = (await run(kernel, c.CreateScope, {"name": f"caller-{i}"}))["id"]
@@ -247,7 +247,7 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
 
 async def scale_tasks(count: int, callers: int) -> dict:
     async def body(kernel: Kernel) -> dict:
-        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"}))["id"]
+        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"})).id
         scope_ids = [(await run(kernel, c.CreateScope, {"name": f"caller-{i}"}))["id"] for i in range(callers)]
         await run(kernel, c.SubmitTask, {"scopeId": scope_ids[0], "mailboxId": mailbox_id, "taskKey": "warm"})
 

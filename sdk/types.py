@@ -17,6 +17,7 @@ __all__ = [
     "TaskResult",
     "ScopeView",
     "MailboxCounts",
+    "MailboxRequirements",
     "MailboxRow",
     "MessageView",
     "AcquireAttempt",
@@ -107,20 +108,32 @@ class MailboxCounts(TypedDict):
     deadLetters: int
 
 
+class MailboxRequirements(TypedDict):
+    """A queue's default requirements, by id, for its tasks that name none: `pools`
+    (`{"permitId", "units"}`), `quotas` (`{"allowanceId", "units"}`) and `budgets`
+    (`{"budgetId", "reserveMinor"}`, minor units as a string of digits)."""
+
+    pools: list[dict[str, Any]]
+    quotas: list[dict[str, Any]]
+    budgets: list[dict[str, Any]]
+
+
 class MailboxRow(TypedDict):
     """`rs.mailboxes.ensure()` and `rs.mailboxes.list()`: one queue of the space.
 
-    `id`, `name`, `mode` (`WORK` for tasks, or a plain message queue), `backlogLimit` (the most
-    messages waiting, None for the server's default), `maxAttempts` (deliveries before a task
-    fails), `backlog` and `counts` (its messages by state, when listed) and `createdAt`."""
+    `id`, `name`, `mode` (`WORK`, the one mode served), `backlogLimit` (the most messages
+    waiting, None for the server's default), `maxAttempts` (deliveries before a task fails),
+    `requirements` (its tasks' default requirements, None if it has none), `backlog` (messages
+    not yet settled), `counts` (its messages by state) and `createdAt`."""
 
     id: str
     name: str
     mode: str
     backlogLimit: int | None
     maxAttempts: int
-    backlog: NotRequired[int]
-    counts: NotRequired[MailboxCounts]
+    requirements: MailboxRequirements | None
+    backlog: int
+    counts: MailboxCounts
     createdAt: str
 
 

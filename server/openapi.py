@@ -76,24 +76,7 @@ def _components(limits: Limits) -> dict[str, Any]:
         # Declared with the view they write (`wire/`), as the encoder writes them.
         "Claim": WIRE_COMPONENTS["Claim"],
         "HeldClaim": WIRE_COMPONENTS["HeldClaim"],
-        "Mailbox": _obj(
-            {
-                "id": text,
-                "name": text,
-                "mode": {"const": "WORK"},
-                "backlogLimit": _nullable(integer),
-                "maxAttempts": integer,
-                # Default requirements of its tasks that name none, by id (a put by name declares them).
-                "requirements": _nullable(_obj({
-                    "pools": {"type": "array", "items": _obj({"permitId": text, "units": integer})},
-                    "quotas": {"type": "array", "items": _obj({"allowanceId": text, "units": integer})},
-                    "budgets": {"type": "array", "items": _obj({"budgetId": text, "reserveMinor": text})},
-                })),
-                "backlog": integer,
-                "counts": _obj({"queued": integer, "delayed": integer, "leased": integer, "deadLetters": integer}),
-                "createdAt": _TS,
-            }
-        ),
+        "Mailbox": WIRE_COMPONENTS["Mailbox"],
         "Message": WIRE_COMPONENTS["Message"],
         "DeadLetter": WIRE_COMPONENTS["DeadLetter"],
         "Sent": WIRE_COMPONENTS["Sent"],

@@ -16,6 +16,7 @@ from ...actors import commands as c
 from ...actors import reads
 from ...actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, SKIP_REASONS, DeadLetterFilter
 from ...actors.errors import VALIDATION_FAILED, quote
+from ...actors.mailboxes import MailboxView
 from ...actors.shapes import View
 from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..errors import ApiError
@@ -73,7 +74,7 @@ async def list_mailboxes(services: ReadServices, request: Request, space: str) -
     return 200, {"mailboxes": reads.mailboxes(services.kernel, space)}
 
 
-async def read(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
+async def read(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, MailboxView]:
     services.authorize(request, space)
     return 200, reads.mailbox(services.kernel, space, mailbox_id)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from . import claims, messages, tasks
+from . import claims, mailboxes, messages, tasks
 from .claims import CLAIM, CLAIM_HELD, FORCE_RELEASED_CLAIM, HELD_CLAIM, RELEASED_CLAIM
 from .tasks import GROUP_SUBMITTED_TASK, SUBMITTED_TASK, TASK
 from .shape import TIMESTAMP, Shape, component, encoder, nullable
@@ -32,7 +32,7 @@ __all__ = [
 
 # Every primitive's components, by name (each name declared by one module).
 COMPONENTS: dict[str, dict[str, Any]] = {}
-for _module in (claims, tasks, messages):
+for _module in (claims, tasks, messages, mailboxes):
     for _name, _schema in _module.COMPONENTS.items():
         assert _name not in COMPONENTS, f"the component {_name} is declared twice"
         COMPONENTS[_name] = _schema

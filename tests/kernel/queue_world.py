@@ -148,7 +148,7 @@ def snapshot(space: SpaceState, now_ms: int) -> dict:
     for task in space.tasks.all():
         tasks[task.id] = {slot: getattr(task, slot) for slot in type(task).__slots__}
         tasks[task.id]["subscribers"] = dict(task.subscribers)
-    mailboxes = {m.id: space.mailboxes.view(m) for m in space.mailboxes.all()}
+    mailboxes = {m.id: space.mailboxes.view(m) for m in space.mailboxes.all()}  # (typed views compare by value)
     return {
         "mailboxes": mailboxes,
         "messages": messages,
@@ -160,11 +160,12 @@ def snapshot(space: SpaceState, now_ms: int) -> dict:
 
 
 def recount(space: SpaceState) -> dict:
-    """The mailbox counts recomputed from the messages (they must equal the kept ones)."""
+    """The mailbox counts recomputed from the messages (they must equal the kept ones, as
+    `MailboxCountsView._asdict()` gives them)."""
     counts: dict[str, dict[str, int]] = {
-        m.id: {"queued": 0, "delayed": 0, "leased": 0, "deadLetters": 0} for m in space.mailboxes.all()
+        m.id: {"queued": 0, "delayed": 0, "leased": 0, "dead_letters": 0} for m in space.mailboxes.all()
     }
-    names = {"QUEUED": "queued", "DELAYED": "delayed", "LEASED": "leased", "DEAD": "deadLetters"}
+    names = {"QUEUED": "queued", "DELAYED": "delayed", "LEASED": "leased", "DEAD": "dead_letters"}
     for message in space.messages.all():
         if message.state in names:
             counts[message.mailbox_id][names[message.state]] += 1

@@ -32,7 +32,7 @@ def assert_rebuilt(w: World) -> None:
         imaged.apply(record)
     for rebuilt in (w.replayed(), imaged):
         assert first_difference(contents(w.space), contents(rebuilt)) is None
-    counts = {m.id: w.space.mailboxes.view(m)["counts"] for m in w.space.mailboxes.all()}
+    counts = {m.id: w.space.mailboxes.view(m).counts._asdict() for m in w.space.mailboxes.all()}
     assert recount(w.space) == counts
 
 
@@ -81,8 +81,8 @@ def test_a_requeued_dead_letter_is_a_new_message_at_the_end_of_its_queue(world):
     assert world.recv(mailbox, run)["message"]["id"] == waiting
     delivery = world.recv(mailbox, run)
     assert delivery["message"]["id"] == "ms_new_0" and delivery["message"]["attempt"] == 1
-    views = world.space.mailboxes.view(world.space.mailboxes.get(mailbox))["counts"]
-    assert views == {"queued": 0, "delayed": 0, "leased": 2, "deadLetters": 0}
+    counts = world.space.mailboxes.view(world.space.mailboxes.get(mailbox)).counts
+    assert counts._asdict() == {"queued": 0, "delayed": 0, "leased": 2, "dead_letters": 0}
 
 
 def test_what_cannot_go_back_is_skipped_and_counted_by_why(world):

@@ -32,7 +32,7 @@ def world():
     w = World()
     yield w
     w.assert_replay_matches()
-    assert recount(w.space) == {m: v["counts"] for m, v in ((m.id, w.space.mailboxes.view(m)) for m in w.space.mailboxes.all())}
+    assert recount(w.space) == {m.id: w.space.mailboxes.view(m).counts._asdict() for m in w.space.mailboxes.all()}
 
 
 def refused(code: str, call, *args, **kwargs):
@@ -50,10 +50,10 @@ def test_a_mailbox_defaults_to_work_mode_and_five_attempts(world):
     first = world.mailbox("a")
     second = world.mailbox("b", mode="work", max_attempts=3, backlog_limit=10)
     views = {m.id: world.space.mailboxes.view(m) for m in world.space.mailboxes.all()}
-    assert views[first]["mode"] == "WORK" and views[first]["maxAttempts"] == 5
-    assert views[first]["backlogLimit"] is None
-    assert views[second]["mode"] == "WORK" and views[second]["maxAttempts"] == 3
-    assert views[second]["backlogLimit"] == 10
+    assert views[first].mode == "WORK" and views[first].max_attempts == 5
+    assert views[first].backlog_limit is None
+    assert views[second].mode == "WORK" and views[second].max_attempts == 3
+    assert views[second].backlog_limit == 10
 
 
 def test_a_mailbox_refuses_unknown_modes_naming_the_supported_ones(world):
@@ -251,11 +251,11 @@ def test_dead_letters_are_forgotten_after_the_retention_window(world):
     mailbox, run = w.mailbox(), w.scope()
     sent = w.send(mailbox, run)
     w.do("nack_delivery", sent["id"], w.recv(mailbox, run)["token"], False, None, 1.0)
-    assert w.space.mailboxes.view(w.space.mailboxes.get(mailbox))["counts"]["deadLetters"] == 1
+    assert w.space.mailboxes.view(w.space.mailboxes.get(mailbox)).counts.dead_letters == 1
     w.at(60_000)
     w.send(mailbox, run)  # any later record lets the table drop what is past retention
     assert w.space.messages.dead_letters(mailbox) == []
-    assert w.space.mailboxes.view(w.space.mailboxes.get(mailbox))["counts"]["deadLetters"] == 0
+    assert w.space.mailboxes.view(w.space.mailboxes.get(mailbox)).counts.dead_letters == 0
     w.assert_replay_matches()
 
 

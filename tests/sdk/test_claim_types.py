@@ -30,6 +30,7 @@ PAIRS = [
     ("Task", sdk_types.TaskView, "tasks.ts", "TaskView"),
     ("Sent", sdk_types.MessageView, "mailboxes.ts", "SentMessage"),
     ("DeadLetter", sdk_types.DeadLetter, "client.ts", "DeadLetter"),
+    ("Mailbox", sdk_types.MailboxRow, "client.ts", "MailboxRow"),
 ]
 
 
@@ -51,7 +52,7 @@ def _documented(component: str) -> dict[str, tuple[frozenset[str], bool]]:
     return {name: (_json_types(field), name in required) for name, field in schema["properties"].items()}
 
 
-_PYTHON_TYPES = {str: "string", int: "integer", bool: "boolean", type(None): "null", list: "array"}
+_PYTHON_TYPES = {str: "string", int: "integer", bool: "boolean", type(None): "null", list: "array", dict: "object"}
 
 
 def _python_kind(hint: Any) -> str:
@@ -60,6 +61,8 @@ def _python_kind(hint: Any) -> str:
     if origin is typing.Literal:
         assert all(isinstance(value, str) for value in typing.get_args(hint)), hint
         return "string"
+    if typing.is_typeddict(hint):
+        return "object"
     return _PYTHON_TYPES[origin or hint]
 
 
@@ -82,7 +85,7 @@ _TS_TYPES = {"string": "string", "number": "integer", "boolean": "boolean", "nul
 
 def _typescript(file: str, interface: str) -> dict[str, tuple[frozenset[str], bool]]:
     """The fields of `export interface NAME { ... }` in a TypeScript source (comments and an index
-    signature left out). `X[]` is an array; a type parameter of the interface (`<Outcome =
+    signature left out). `X[]` is an array, an interface of the file an object; a type parameter of the interface (`<Outcome =
     unknown>`) or `unknown` any JSON; a type of strings declared in the file (`export type S =
     'A' | 'B'`, or of such types) a string."""
     source = (ROOT / "typescript" / "src" / file).read_text()
@@ -90,7 +93,8 @@ def _typescript(file: str, interface: str) -> dict[str, tuple[frozenset[str], bo
     assert found is not None, f"no interface {interface} in {file}"
     parameter, body = found.groups()
     strings = _string_types(source)
-    kinds_of = dict(_TS_TYPES, unknown="any", **{name: "string" for name in strings})
+    objects = {name: "object" for name in re.findall(r"export interface (\w+)", source)}
+    kinds_of = dict(_TS_TYPES, unknown="any", **objects, **{name: "string" for name in strings})
     if parameter is not None:
         kinds_of[parameter] = "any"
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)

@@ -258,7 +258,7 @@ async def queues(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
         if space is None:
             return {"mailboxes": []}
         receivers = _receivers(kernel, space_id)
-        rows = [{**space.mailboxes.view(m), "receivers": receivers.get(m.id, 0)} for m in space.mailboxes.all()]
+        rows = [{**encode(space.mailboxes.view(m)), "receivers": receivers.get(m.id, 0)} for m in space.mailboxes.all()]
         return {"mailboxes": rows}
 
     return await _read(kernel, space_id, view)
@@ -289,7 +289,7 @@ async def queue(kernel: RouteKernel, space_id: str, mailbox_id: str, *, state: s
             dead = (m for m in dead if m.finished_ms is not None and m.finished_ms <= now_ms - older_s * 1000)
         letters, dead_next, dead_total = _paged(dead, lambda m: (m.finished_ms or 0, m.id), (int, str), dead_cursor, limit)
         return {
-            "mailbox": {**space.mailboxes.view(mailbox), "receivers": _receivers(kernel, space_id).get(mailbox_id, 0)},
+            "mailbox": {**encode(space.mailboxes.view(mailbox)), "receivers": _receivers(kernel, space_id).get(mailbox_id, 0)},
             "deliveries": deliveries, "next": following, "total": total,
             "deadLetters": [{**encode(messages.view(m)), "preview": preview(m.payload), "json": pretty(m.payload)} for m in letters],
             "deadNext": dead_next, "deadTotal": dead_total,

@@ -18,7 +18,7 @@ from ....actors.events import Change
 from ....actors.shapes import View
 from ....actors.space import SpaceState
 from ...services import RouteKernel
-from ...wire import TASK
+from ...wire import TASK, encode
 
 RESULTS_MAX = 20
 EVENTS_LOOKED_MAX = 20_000
@@ -59,7 +59,7 @@ async def search(kernel: RouteKernel, space_id: str, text: str) -> dict[str, Any
             if (matches(task.key) or task.id == text) and not add("tasks", TASK.encode(space.tasks.view(task, now_ms))):
                 break
         for mailbox in space.mailboxes.all():
-            if (matches(mailbox.name) or mailbox.id == text) and not add("mailboxes", space.mailboxes.view(mailbox)):
+            if (matches(mailbox.name) or mailbox.id == text) and not add("mailboxes", encode(space.mailboxes.view(mailbox))):
                 break
         for name, holds in sorted(_holders(space, now_ms).items()):
             if matches(name) and not add("holders", {"holder": name, "holds": holds}):
