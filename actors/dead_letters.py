@@ -128,7 +128,7 @@ def page(
     more = len(shown) > limit
     shown = shown[:limit]
     return {
-        "deadLetters": [messages.view(message, payload=True) for message in shown],
+        "deadLetters": [messages.dead_letter_view(message) for message in shown],
         "total": len(letters),
         "matched": len(matched),
         "truncated": more,

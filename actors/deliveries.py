@@ -17,7 +17,7 @@ Pure: no IO, no clock reads, no awaits.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .actor_keys import ActorKey, queue_actor
 from .caps import value_bytes
@@ -26,20 +26,21 @@ from .fields import BOOLEAN, INTEGER, JSON, body, drawn, path
 from .leases import LeaseKind, renewal
 from .messages import (
     DELAYED, DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, LEASED, Message,
-    MessageTable,
+    MessageState, MessageTable,
 )
 from .events import Change
 from .outcome import Outcome, Space, Timer, State
 from .primitive import EVENT, FREE_OPERATION, OPERATION, Command, Primitive, command, lease_field, operation, reason_field, timer_kind
 from .scopes import ACTIVE, SCOPE_END_REASONS
 from .task_commands import task_timers
-from .tasks import FAILED, SUCCEEDED
-from .timestamps import format_ms
-from .shapes import Record, View
+from .tasks import FAILED, SUCCEEDED, TaskState
+from .shapes import DurationMs, EpochMs, Json, Record
 
 __all__ = [
     "Receive", "ReceiveMany", "CompleteDelivery", "NackDelivery", "RenewDelivery", "DELIVERIES", "outcome_of",
     "decide_lease", "decide_requeue", "decide_dead", "delivery_view", "HANDLER_ERROR", "LEASE_TIMER", "DELIVERY_LEASE",
+    "DeliveredMessage", "DeliveryView", "DeliveriesView", "RenewedDeliveryView", "SettledView", "DelayedSettledView",
+    "TaskSettledView", "DelayedTaskSettledView",
 ]
 
 LEASE_TIMER = timer_kind("lease")
@@ -112,23 +113,96 @@ def decide_dead(message: Message, cause: str, reason: str, now_ms: int) -> Recor
     }
 
 
-def delivery_view(message: Message) -> View:
+# A delivery's answers are named tuples: one allocation each, on the path of every receive and every
+# settle (see `claims.py`). The variants of a settle's answer repeat `SettledView`'s fields first.
+
+
+class DeliveredMessage(NamedTuple):
+    """The message a delivery hands over: its payload, which attempt this is, its work key, its
+    deadline, and the task it carries (or None)."""
+
+    id: str
+    mailbox_id: str
+    scope_id: str
+    payload: Json
+    attempt: int
+    work_key: str | None
+    deadline_ms: EpochMs | None
+    task_id: str | None
+
+
+class DeliveryView(NamedTuple):
+    """What a receive answers: the message, the lease's token, its end and its length."""
+
+    message: DeliveredMessage
+    token: str
+    expires_ms: EpochMs
+    lease_ms: DurationMs
+
+
+class DeliveriesView(NamedTuple):
+    """What a receive of many answers: the deliveries, oldest first."""
+
+    deliveries: tuple[DeliveryView, ...]
+
+
+class RenewedDeliveryView(NamedTuple):
+    """What a renew answers: the lease's new end and length, and the attempt it belongs to."""
+
+    id: str
+    expires_ms: EpochMs
+    lease_ms: DurationMs
+    attempt: int
+
+
+class SettledView(NamedTuple):
+    """What a complete or a nack answers: where the message is now and the task it carries."""
+
+    id: str
+    state: MessageState
+    attempt: int
+    task_id: str | None
+
+
+class DelayedSettledView(NamedTuple):
+    """A retried message's settle, DELAYED: as `SettledView`, then when it is visible again."""
+
+    id: str
+    state: MessageState
+    attempt: int
+    task_id: str | None
+    visible_ms: EpochMs
+
+
+class TaskSettledView(NamedTuple):
+    """A task's delivery settled: as `SettledView`, then the task's state."""
+
+    id: str
+    state: MessageState
+    attempt: int
+    task_id: str | None
+    task_state: TaskState
+
+
+class DelayedTaskSettledView(NamedTuple):
+    """A task's delivery retried: as `DelayedSettledView`, then the task's state."""
+
+    id: str
+    state: MessageState
+    attempt: int
+    task_id: str | None
+    visible_ms: EpochMs
+    task_state: TaskState
+
+
+def delivery_view(message: Message) -> DeliveryView:
     """What recv answers."""
-    return {
-        "message": {
-            "id": message.id,
-            "mailboxId": message.mailbox_id,
-            "scopeId": message.scope_id,
-            "payload": message.payload,
-            "attempt": message.attempts,
-            "workKey": message.work_key,
-            "deadline": None if message.deadline_ms is None else format_ms(message.deadline_ms),
-            "taskId": message.task_id,
-        },
-        "token": message.token,
-        "leaseExpiresAt": format_ms(message.expires_ms),
-        "leaseSeconds": message.lease_ms // 1000,
-    }
+    assert message.state == LEASED and message.token is not None, "a delivery is a leased message"
+    delivered = DeliveredMessage(
+        message.id, message.mailbox_id, message.scope_id, message.payload, message.attempts, message.work_key,
+        message.deadline_ms, message.task_id,
+    )
+    return DeliveryView(delivered, message.token, message.expires_ms, message.lease_ms)
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -240,7 +314,7 @@ def receive(space: Space, command: Receive, now_ms: int) -> Outcome:
 def receive_many(space: Space, command: ReceiveMany, now_ms: int) -> Outcome:
     """Lease up to `command.count` messages as that many receives would, one after the other, in
     this one turn: `{"deliveries": [...]}`, oldest first; `empty` when there is none."""
-    deliveries: list[View] = []
+    deliveries: list[DeliveryView] = []
     outcome = Outcome()
     for index in range(command.count):
         token = command.token if index == 0 else f"{command.token}.{index}"
@@ -253,7 +327,7 @@ def receive_many(space: Space, command: ReceiveMany, now_ms: int) -> Outcome:
         deliveries.append(one.reply)
     if not deliveries:
         return Outcome(empty=True)
-    outcome.reply = {"deliveries": deliveries}
+    outcome.reply = DeliveriesView(tuple(deliveries))
     return outcome
 
 
@@ -273,12 +347,7 @@ def renew(space: Space, command: RenewDelivery, now_ms: int) -> Outcome:
     message = _held(space, command.message_id, command.token, now_ms)
     outcome = space.commit(Outcome(), decide_renew(message, lease_ms, now_ms))
     outcome.timers.extend(space.work.message_timers(message))
-    outcome.reply = {
-        "id": message.id,
-        "leaseExpiresAt": format_ms(message.expires_ms),
-        "leaseSeconds": message.lease_ms // 1000,
-        "attempt": message.attempts,
-    }
+    outcome.reply = RenewedDeliveryView(message.id, message.expires_ms, message.lease_ms, message.attempts)
     return outcome
 
 
@@ -308,14 +377,19 @@ def nack(space: Space, command: NackDelivery, now_ms: int) -> Outcome:
 
 
 def _settled(space: Space, outcome: Outcome, message: Message) -> Outcome:
-    reply = {"id": message.id, "state": message.state, "attempt": message.attempts, "taskId": message.task_id}
-    if message.state == DELAYED:
-        reply["visibleAt"] = format_ms(message.visible_ms)
-    if message.task_id is not None:
-        task = space.tasks.get(message.task_id)
-        reply["taskState"] = task.state
-        outcome.timers.extend(task_timers(space.id, space.tasks, task))
-    outcome.reply = reply
+    delayed = message.state == DELAYED
+    if message.task_id is None:
+        outcome.reply = (
+            DelayedSettledView(message.id, message.state, message.attempts, None, message.visible_ms) if delayed
+            else SettledView(message.id, message.state, message.attempts, None)
+        )
+        return outcome
+    task = space.tasks.get(message.task_id)
+    outcome.timers.extend(task_timers(space.id, space.tasks, task))
+    outcome.reply = (
+        DelayedTaskSettledView(message.id, message.state, message.attempts, task.id, message.visible_ms, task.state) if delayed
+        else TaskSettledView(message.id, message.state, message.attempts, task.id, task.state)
+    )
     return outcome
 
 

@@ -13,14 +13,14 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 
 from .actor_keys import ActorKey, queue_actor, scope_actor
 from .errors import DEADLINE_EXCEEDED, KernelError
 from .fields import INTEGER, JSON, TIMESTAMP, body, drawn, path
 from .groups import (
     ACCEPTED, FINALIZED, GROUP_CREATED, GROUP_EXPIRED, GROUP_IMAGE, GROUP_JOINED, GROUP_SEALED, GROUP_VERDICT, REJECTED,
-    Group, GroupTable, GroupVerdictView, Verdict,
+    Group, GroupStateView, GroupTable, GroupVerdictView, Verdict,
 )
 from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD
 from .limits import Limits
@@ -29,14 +29,14 @@ from .primitive import NOT_COUNTED, Command, Primitive, command, event, operatio
 from .requirements import parse_requirements
 from .scopes import SCOPE_END_REASONS, SCOPE_ENDED
 from .task_commands import SubmitTask, submit
-from .tasks import TASK_ENDED
+from .tasks import TASK_ENDED, SubmittedTaskView, TaskState
 from .events import Change, entity_event
 from .coordination import CoordinationCommands
-from .shapes import Record
+from .shapes import EpochMs, Json, Record
 
 __all__ = [
     "CreateGroup", "SubmitGroupTask", "JoinGroupTask", "GroupVerdict", "AcceptGroupTask", "RejectGroupTask",
-    "EndGroupMembership", "CloseGroup", "SealGroup", "GROUPS",
+    "EndGroupMembership", "CloseGroup", "SealGroup", "GroupSubmittedView", "GROUPS",
 ]
 
 DEADLINE_TIMER = timer_kind("group-deadline")
@@ -148,6 +148,34 @@ class SealGroup(EndGroupMembership):
     strict: ClassVar[bool] = True
 
 
+# -- answers -----------------------------------------------------------------------------------
+
+
+class GroupSubmittedView(NamedTuple):
+    """A member's submit: the task as a submit answers it (`tasks.SubmittedTaskView`'s fields,
+    in its order), then the group's id and its state (`GroupTable.state_view`)."""
+
+    id: str
+    task_key: str
+    scope_id: str
+    mailbox_id: str
+    message_id: str
+    state: TaskState
+    attempt: int
+    outcome: Json
+    outcome_reason: str | None
+    deadline_ms: EpochMs | None
+    subscribers: tuple[str, ...]
+    created_ms: EpochMs
+    updated_ms: EpochMs
+    finished_ms: EpochMs | None
+    tombstoned: bool
+    created: bool
+    replay: bool
+    group_id: str
+    group: GroupStateView
+
+
 # -- transitions (of the coordination part) --------------------------------------------------------
 
 
@@ -193,11 +221,12 @@ def submit_member(state: State, command: SubmitGroupTask, now_ms: int) -> Outcom
         message_id=command.message_id, requirements=command.requirements,
     )
     outcome = submit(state, task, now_ms)
-    task_id = outcome.reply["id"]
+    submitted: SubmittedTaskView = outcome.reply
+    task_id = submitted.id
     record = groups.decide_join(group, task_id, now_ms)
     if record is not None:
         part.commit(outcome, record)
-    outcome.reply = {**outcome.reply, "taskId": task_id, "groupId": group.id, "group": groups.state_view(group)}
+    outcome.reply = GroupSubmittedView(*submitted, group.id, groups.state_view(group))
     return outcome
 
 

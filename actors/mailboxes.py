@@ -27,7 +27,7 @@ Pure: no IO, no clock reads.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, NamedTuple
 
 from .actor_keys import ActorKey, mailboxes_actor
 from .caps import full
@@ -37,12 +37,12 @@ from .limits import Limits
 from .outcome import Outcome, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, operation, record_type
 from .requirements import parse_requirements, requirements_record
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import EpochMs, Record
 
 __all__ = [
     "Mailbox", "MailboxTable", "WORK", "MODES", "MAILBOX_CREATED", "MAILBOX_DECLARED", "MAILBOX_IMAGE",
-    "CreateMailbox", "EnsureMailbox", "MAILBOXES",
+    "CreateMailbox", "EnsureMailbox", "MAILBOXES", "MailboxView", "MailboxCountsView", "RequirementsView", "PoolNeed",
+    "QuotaNeed", "BudgetNeed", "requirements_view",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -100,6 +100,62 @@ class Mailbox:
         return self.queued + self.delayed + self.leased
 
 
+# A mailbox's views are named tuples (read on every create and put of a mailbox, and listed).
+
+
+class PoolNeed(NamedTuple):
+    """Units of a pool (by id) a task of the mailbox needs by default."""
+
+    permit_id: str
+    units: int
+
+
+class QuotaNeed(NamedTuple):
+    """Units of a quota's allowance (by id) a task of the mailbox uses by default."""
+
+    allowance_id: str
+    units: int
+
+
+class BudgetNeed(NamedTuple):
+    """Minor units (a string of digits) a task of the mailbox reserves from a budget (by id) by default."""
+
+    budget_id: str
+    reserve_minor: str
+
+
+class RequirementsView(NamedTuple):
+    """A mailbox's default requirements, resolved to ids (for tasks that name none)."""
+
+    pools: tuple[PoolNeed, ...]
+    quotas: tuple[QuotaNeed, ...]
+    budgets: tuple[BudgetNeed, ...]
+
+
+class MailboxCountsView(NamedTuple):
+    """A mailbox's messages by state: ready, backing off, leased, and its dead letters kept."""
+
+    queued: int
+    delayed: int
+    leased: int
+    dead_letters: int
+
+
+class MailboxView(NamedTuple):
+    """A mailbox as it is shown: its settings (`backlog_limit` None for the server's default), its
+    default requirements (or None), its backlog (messages not yet settled) and counts."""
+
+    id: str
+    name: str
+    mode: str  # WORK, the one mode served
+    backlog_limit: int | None
+    max_attempts: int
+    requirements: RequirementsView | None
+    backlog: int
+    counts: MailboxCountsView
+    created_ms: EpochMs
+
+
 class MailboxTable:
     """The mailboxes of one space, by id and by name."""
 
@@ -130,23 +186,13 @@ class MailboxTable:
         return iter(self._by_id.values())
 
     @staticmethod
-    def view(mailbox: Mailbox) -> View:
-        return {
-            "id": mailbox.id,
-            "name": mailbox.name,
-            "mode": mailbox.mode,
-            "backlogLimit": mailbox.backlog_limit,
-            "maxAttempts": mailbox.max_attempts,
-            "requirements": requirements_view(mailbox.requirements),
-            "backlog": mailbox.backlog,
-            "counts": {
-                "queued": mailbox.queued,
-                "delayed": mailbox.delayed,
-                "leased": mailbox.leased,
-                "deadLetters": mailbox.dead,
-            },
-            "createdAt": format_ms(mailbox.created_ms),
-        }
+    def view(mailbox: Mailbox) -> MailboxView:
+        counts = MailboxCountsView(mailbox.queued, mailbox.delayed, mailbox.leased, mailbox.dead)
+        assert mailbox.backlog == counts.queued + counts.delayed + counts.leased, "the backlog is what is not settled"
+        return MailboxView(
+            mailbox.id, mailbox.name, mailbox.mode, mailbox.backlog_limit, mailbox.max_attempts,
+            requirements_view(mailbox.requirements), mailbox.backlog, counts, mailbox.created_ms,
+        )
 
     # -- deciding -------------------------------------------------------------------------------
 
@@ -213,7 +259,7 @@ class MailboxTable:
                 raise KernelError(
                     CONFLICT,
                     f"mailbox {mailbox.name!r} has other default requirements: "
-                    f"{requirements_view(mailbox.requirements)}",
+                    f"{_requirements_text(mailbox.requirements)}",
                 )
         # Paired with `apply_declared`: a setting is declared once, and only one not declared yet.
         assert "max_attempts" not in record or not mailbox.attempts_declared
@@ -273,15 +319,25 @@ def _canonical(requirements: Record) -> Record:
     return {kind: sorted(map(tuple, entries)) for kind, entries in requirements.items()}
 
 
-def requirements_view(requirements: Record | None) -> View | None:
-    """Resolved requirements as the wire shows them (by id)."""
+def requirements_view(requirements: Record | None) -> RequirementsView | None:
+    """Resolved requirements as a mailbox shows them (by id)."""
     if requirements is None:
         return None
-    return {
+    return RequirementsView(
+        tuple(PoolNeed(pool_id, units) for pool_id, units in requirements["pools"]),
+        tuple(QuotaNeed(allowance_id, units) for allowance_id, units in requirements["quotas"]),
+        tuple(BudgetNeed(budget_id, amount) for budget_id, amount in requirements["budgets"]),
+    )
+
+
+def _requirements_text(requirements: Record) -> str:
+    """Resolved requirements in a refusal's message, by id (the message's words: what it said
+    before the views were typed, so that a client matching on it is not surprised)."""
+    return str({
         "pools": [{"permitId": pool_id, "units": units} for pool_id, units in requirements["pools"]],
         "quotas": [{"allowanceId": allowance_id, "units": units} for allowance_id, units in requirements["quotas"]],
         "budgets": [{"budgetId": budget_id, "reserveMinor": amount} for budget_id, amount in requirements["budgets"]],
-    }
+    })
 
 
 # -- commands ----------------------------------------------------------------------------------

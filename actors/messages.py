@@ -30,9 +30,10 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import deque
-from typing import Any, Iterator
+from typing import Any, Final, Iterator, Literal
 
 from .caps import value_bytes
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
@@ -40,11 +41,11 @@ from .limits import Limits
 from .leases import hold, release, restore, renewed
 from .primitive import record_type
 from .mailboxes import Mailbox, MailboxTable
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import EpochMs, Json, Record
 
 __all__ = [
-    "Message", "MessageTable", "Queue", "QUEUED", "DELAYED", "LEASED", "COMPLETED", "DEAD", "DROPPED", "LIVE",
+    "Message", "MessageTable", "Queue", "MessageState", "MessageView", "LeasedMessageView", "DelayedMessageView",
+    "DeadLetterView", "QUEUED", "DELAYED", "LEASED", "COMPLETED", "DEAD", "DROPPED", "LIVE",
     "backoff_ms", "DELIVERY_COMPLETED", "DELIVERY_DEAD", "DELIVERY_LEASED", "DELIVERY_RENEWED", "DELIVERY_REQUEUED",
     "MESSAGE_DROPPED", "MESSAGE_IMAGE", "MESSAGE_SENT", "MESSAGE_VISIBLE", "MESSAGES_IMAGE", "WORKKEY_IMAGE",
 ]
@@ -62,13 +63,14 @@ MESSAGE_VISIBLE = record_type("message.visible")
 MESSAGES_IMAGE = record_type("messages.image")
 WORKKEY_IMAGE = record_type("workkey.image")
 
-QUEUED = "QUEUED"
-DELAYED = "DELAYED"
-LEASED = "LEASED"
-COMPLETED = "COMPLETED"
-DEAD = "DEAD"
-DROPPED = "DROPPED"
-LIVE = frozenset({QUEUED, DELAYED, LEASED})
+MessageState = Literal["QUEUED", "DELAYED", "LEASED", "COMPLETED", "DEAD", "DROPPED"]
+QUEUED: Final = "QUEUED"
+DELAYED: Final = "DELAYED"
+LEASED: Final = "LEASED"
+COMPLETED: Final = "COMPLETED"
+DEAD: Final = "DEAD"
+DROPPED: Final = "DROPPED"
+LIVE: frozenset[MessageState] = frozenset({QUEUED, DELAYED, LEASED})
 
 # Everything a message holds, as an image record carries it (the slot names are the keys).
 _IMAGED = (
@@ -145,7 +147,7 @@ class Message:
         self.work_key = work_key
         self.deadline_ms = deadline_ms
         self.task_id = task_id
-        self.state = QUEUED
+        self.state: MessageState = QUEUED
         self.attempts = 0
         self.gen = 0
         self.visible_ms = created_ms
@@ -185,6 +187,51 @@ class _WorkKey:
         self.message_id = message_id
         self.payload_hash = payload_hash
         self.at_ms = at_ms
+
+
+# A message's views are frozen dataclasses (read by the console, the dead-letter listings and the
+# tests, not on the path of a delivery): each variant extends `MessageView` with what its state adds.
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MessageView:
+    """A message as a reader is shown it: where it is (`state`, `attempt`: deliveries so far), the
+    task it carries (`task_id`, or None), its work key and deadline, when it was sent and ended,
+    and why it ended where it did not complete (`reason`)."""
+
+    id: str
+    mailbox_id: str
+    scope_id: str
+    task_id: str | None
+    state: MessageState
+    attempt: int
+    work_key: str | None
+    deadline_ms: EpochMs | None
+    created_ms: EpochMs
+    finished_ms: EpochMs | None
+    reason: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeasedMessageView(MessageView):
+    """A LEASED message: as `MessageView`, then its lease's end and who holds it."""
+
+    expires_ms: EpochMs
+    holder: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DelayedMessageView(MessageView):
+    """A DELAYED message (retried after a backoff): as `MessageView`, then when it is visible again."""
+
+    visible_ms: EpochMs
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadLetterView(MessageView):
+    """A DEAD message as its mailbox's dead letters list it: as `MessageView`, then its payload."""
+
+    payload: Json
 
 
 class MessageTable:
@@ -358,28 +405,29 @@ class MessageTable:
             raise KernelError(STALE_CLAIM, f"the lease on message {message_id} has ended")
         return message
 
-    def view(self, message: Message, *, payload: bool = False) -> View:
-        body = {
-            "id": message.id,
-            "mailboxId": message.mailbox_id,
-            "scopeId": message.scope_id,
-            "taskId": message.task_id,
-            "state": message.state,
-            "attempt": message.attempts,
-            "workKey": message.work_key,
-            "deadline": None if message.deadline_ms is None else format_ms(message.deadline_ms),
-            "createdAt": format_ms(message.created_ms),
-            "finishedAt": None if message.finished_ms is None else format_ms(message.finished_ms),
-            "reason": message.reason,
-        }
+    @staticmethod
+    def view(message: Message) -> MessageView:
+        """A message as a reader is shown it: a leased one with its lease's end and holder, a
+        delayed one with when it is visible again."""
+        fields = (
+            message.id, message.mailbox_id, message.scope_id, message.task_id, message.state, message.attempts,
+            message.work_key, message.deadline_ms, message.created_ms, message.finished_ms, message.reason,
+        )
         if message.state == LEASED:
-            body["leaseExpiresAt"] = format_ms(message.expires_ms)
-            body["holder"] = message.holder
-        elif message.state == DELAYED:
-            body["visibleAt"] = format_ms(message.visible_ms)
-        if payload:
-            body["payload"] = message.payload
-        return body
+            assert message.holder is not None, "a leased message has a holder"
+            return LeasedMessageView(*fields, message.expires_ms, message.holder)
+        if message.state == DELAYED:
+            return DelayedMessageView(*fields, message.visible_ms)
+        return MessageView(*fields)
+
+    @staticmethod
+    def dead_letter_view(message: Message) -> DeadLetterView:
+        """A dead letter as its mailbox lists it: the message's view and its payload."""
+        assert message.state == DEAD, "a dead letter is a DEAD message"
+        return DeadLetterView(
+            message.id, message.mailbox_id, message.scope_id, message.task_id, message.state, message.attempts,
+            message.work_key, message.deadline_ms, message.created_ms, message.finished_ms, message.reason, message.payload,
+        )
 
     # -- deciding -------------------------------------------------------------------------------
     # Each returns one record; the checks that need other tables are the queue part's (`work.py`),
@@ -551,7 +599,7 @@ class MessageTable:
             heapq.heappush(queue.ready, (message.seq, message.gen, message.id))
         return message
 
-    def apply_finished(self, message_id: str, state: str, reason: str | None, at_ms: int) -> Message:
+    def apply_finished(self, message_id: str, state: MessageState, reason: str | None, at_ms: int) -> Message:
         """The message's last change: COMPLETED, DEAD or DROPPED. Its lease, if any, ends."""
         message = self._messages[message_id]
         assert message.state in LIVE, f"message {message_id} finished twice"
@@ -653,7 +701,7 @@ class MessageTable:
             self._queues_by_scope.setdefault(scope_id, {})[mailbox_id] = None
         return queue
 
-    def _move(self, message: Message, state: str) -> None:
+    def _move(self, message: Message, state: MessageState) -> None:
         """Change state and keep the mailbox's counts exact."""
         self._count(message, -1)
         message.state = state

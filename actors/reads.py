@@ -9,6 +9,8 @@ reads as an empty one (`Kernel.space_view`): reading never makes a space.
 from __future__ import annotations
 
 from .claims import ClaimView
+from .mailboxes import MailboxView
+from .tasks import TaskView
 from .dead_letters import DeadLetterFilter
 from .dead_letters import page as dead_letter_page
 from .scopes import ScopeView
@@ -31,13 +33,13 @@ def claims_in_scope(kernel: KernelReads, space: str, scope_id: str) -> list[Clai
     return [state.claims.view(c) for c in state.claims.in_scope(scope_id) if c.held_at(now_ms)]
 
 
-def mailboxes(kernel: KernelReads, space: str) -> list[View]:
+def mailboxes(kernel: KernelReads, space: str) -> list[MailboxView]:
     """Every mailbox of the space, in creation order (the client reads the list as complete)."""
     state = kernel.space_view(space)
     return [state.mailboxes.view(mailbox) for mailbox in state.mailboxes.all()]
 
 
-def mailbox(kernel: KernelReads, space: str, mailbox_id: str) -> View:
+def mailbox(kernel: KernelReads, space: str, mailbox_id: str) -> MailboxView:
     state = kernel.space_view(space)
     return state.mailboxes.view(state.mailboxes.get(mailbox_id))
 
@@ -52,6 +54,6 @@ def dead_letters(
     return dead_letter_page(state.messages, mailbox_id, where, kernel.clock.now_ms(), cursor, limit)
 
 
-def task(kernel: KernelReads, space: str, task_id: str) -> View:
+def task(kernel: KernelReads, space: str, task_id: str) -> TaskView:
     state = kernel.space_view(space)
     return state.tasks.view(state.tasks.get(task_id), kernel.clock.now_ms())

@@ -142,7 +142,7 @@ def submit(state: State, command: SubmitTask, now_ms: int) -> Outcome:
     limit = None if command.work_limit is None else work_limits.check_room(space.capacity, command.work_limit)
     needs = requirements_record(space, command, now_ms)
     outcome = _submit(space, command, now_ms)
-    if outcome.reply["created"]:
+    if outcome.reply.created:
         if needs is not None:
             space.commit(outcome, needs)
         if limit is not None:
@@ -167,7 +167,7 @@ def _submit(space: Space, command: SubmitTask, now_ms: int) -> Outcome:
             record = tasks.decide_join(task, subscriber_id, scope_id, now_ms)
             if record is not None:
                 space.commit(outcome, record)
-        outcome.reply = {**tasks.view(task, now_ms), "created": False, "replay": True}
+        outcome.reply = tasks.submitted_view(task, now_ms, created=False)
         return outcome
     work.check_deadline(deadline_ms, now_ms)
     work.check_backlog(mailbox)
@@ -178,7 +178,7 @@ def _submit(space: Space, command: SubmitTask, now_ms: int) -> Outcome:
     outcome = space.commit(Outcome(), record)
     task = tasks.get(task_id)
     outcome.timers.extend(task_timers(space.id, tasks, task))
-    outcome.reply = {**tasks.view(task, now_ms), "created": True, "replay": False}
+    outcome.reply = tasks.submitted_view(task, now_ms, created=True)
     return outcome
 
 

@@ -24,7 +24,7 @@ Pure: no IO, no clock reads.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterator
+from typing import Any, Final, Iterator, Literal, NamedTuple
 
 import orjson
 
@@ -32,11 +32,10 @@ from .caps import full, value_bytes
 from .errors import CONFLICT, IDEMPOTENCY_CONFLICT, NOT_FOUND, KernelError, quote
 from .limits import Limits
 from .primitive import record_type
-from .timestamps import format_ms
-from .shapes import Record, View
+from .shapes import EpochMs, Json, Record
 
 __all__ = [
-    "Task", "TaskTable", "input_hash", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED",
+    "Task", "TaskTable", "TaskView", "SubmittedTaskView", "TaskState", "input_hash", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED",
     "TERMINAL", "TASK_CREATED", "TASK_DETACHED", "TASK_ENDED", "TASK_IMAGE", "TASK_JOINED", "TASK_TOMBSTONED",
 ]
 
@@ -48,13 +47,14 @@ TASK_IMAGE = record_type("task.image")
 TASK_JOINED = record_type("task.joined")
 TASK_TOMBSTONED = record_type("task.tombstoned")
 
-QUEUED = "QUEUED"
-RUNNING = "RUNNING"
-SUCCEEDED = "SUCCEEDED"
-FAILED = "FAILED"
-CANCELLED = "CANCELLED"
-EXPIRED = "EXPIRED"
-TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED})
+TaskState = Literal["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]
+QUEUED: Final = "QUEUED"
+RUNNING: Final = "RUNNING"
+SUCCEEDED: Final = "SUCCEEDED"
+FAILED: Final = "FAILED"
+CANCELLED: Final = "CANCELLED"
+EXPIRED: Final = "EXPIRED"
+TERMINAL: frozenset[TaskState] = frozenset({SUCCEEDED, FAILED, CANCELLED, EXPIRED})
 
 
 def input_hash(value: Any) -> str:
@@ -99,7 +99,7 @@ class Task:
         self.mailbox_id = mailbox_id
         self.message_id = message_id
         self.input_hash = digest
-        self.state = QUEUED
+        self.state: TaskState = QUEUED
         self.attempt = 0
         self.outcome: Any = None
         self.reason: str | None = None
@@ -113,6 +113,59 @@ class Task:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+
+# A task's views are named tuples: one allocation each, on the path of every submit and every
+# read of a task (see `claims.py`). The submit's variant repeats `TaskView`'s fields first, in its
+# order, then its own.
+
+
+class TaskView(NamedTuple):
+    """A task as a submitter, a subscriber or a reader is shown it.
+
+    `outcome` is the recorded result (None until SUCCEEDED, and once tombstoned), `outcome_reason`
+    why it ended otherwise; `deadline_ms` makes it EXPIRED when passed; `subscribers` the ids that
+    joined it; `tombstoned` true once its retention has passed. The shell names and formats these
+    on the wire (`server/wire/`)."""
+
+    id: str
+    task_key: str
+    scope_id: str
+    mailbox_id: str
+    message_id: str
+    state: TaskState
+    attempt: int
+    outcome: Json
+    outcome_reason: str | None
+    deadline_ms: EpochMs | None
+    subscribers: tuple[str, ...]
+    created_ms: EpochMs
+    updated_ms: EpochMs
+    finished_ms: EpochMs | None
+    tombstoned: bool
+
+
+class SubmittedTaskView(NamedTuple):
+    """A submit's answer: the task as `TaskView` shows it, then whether this submit `created` it
+    and whether it was a `replay` of the key's existing task (always the opposite)."""
+
+    id: str
+    task_key: str
+    scope_id: str
+    mailbox_id: str
+    message_id: str
+    state: TaskState
+    attempt: int
+    outcome: Json
+    outcome_reason: str | None
+    deadline_ms: EpochMs | None
+    subscribers: tuple[str, ...]
+    created_ms: EpochMs
+    updated_ms: EpochMs
+    finished_ms: EpochMs | None
+    tombstoned: bool
+    created: bool
+    replay: bool
 
 
 class TaskTable:
@@ -157,7 +210,7 @@ class TaskTable:
             return None
         return task.finished_ms + self._limits.retention_s * 1000
 
-    def view(self, task: Task, now_ms: int) -> View:
+    def view(self, task: Task, now_ms: int) -> TaskView:
         """The task view.
 
         A task past its retention is shown tombstoned even before the tombstone is recorded, so
@@ -165,24 +218,16 @@ class TaskTable:
         """
         due_ms = self.tombstone_due_ms(task)
         tombstoned = task.tombstoned or (due_ms is not None and now_ms >= due_ms)
-        return {
-            "id": task.id,
-            "taskId": task.id,
-            "taskKey": task.key,
-            "scopeId": task.scope_id,
-            "mailboxId": task.mailbox_id,
-            "messageId": task.message_id,
-            "state": task.state,
-            "attempt": task.attempt,
-            "outcome": None if tombstoned else task.outcome,
-            "outcomeReason": task.reason,
-            "deadline": None if task.deadline_ms is None else format_ms(task.deadline_ms),
-            "subscribers": list(task.subscribers),
-            "createdAt": format_ms(task.created_ms),
-            "updatedAt": format_ms(task.updated_ms),
-            "finishedAt": None if task.finished_ms is None else format_ms(task.finished_ms),
-            "tombstoned": tombstoned,
-        }
+        assert not tombstoned or task.terminal, "only an ended task is tombstoned"
+        return TaskView(
+            task.id, task.key, task.scope_id, task.mailbox_id, task.message_id, task.state, task.attempt,
+            None if tombstoned else task.outcome, task.reason, task.deadline_ms, tuple(task.subscribers),
+            task.created_ms, task.updated_ms, task.finished_ms, tombstoned,
+        )
+
+    def submitted_view(self, task: Task, now_ms: int, created: bool) -> SubmittedTaskView:
+        """A submit's answer: the task's view, and whether this submit created it."""
+        return SubmittedTaskView(*self.view(task, now_ms), created, not created)
 
     # -- deciding -------------------------------------------------------------------------------
 

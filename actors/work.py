@@ -32,7 +32,7 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from .actor_keys import ActorKey, queue_actor
 from .caps import RETRY_AFTER_S, full, value_bytes
@@ -43,7 +43,7 @@ from .limits import Limits
 from .mailboxes import Mailbox, MailboxTable
 from .messages import (
     DELAYED, LEASED, MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, MESSAGES_IMAGE, QUEUED, WORKKEY_IMAGE,
-    Message, MessageTable, backoff_ms,
+    Message, MessageState, MessageTable, backoff_ms,
 )
 from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, timer_kind
@@ -52,7 +52,7 @@ from .task_commands import REASON_DEADLINE, task_timers
 from .tasks import CANCELLED, EXPIRED, Task, TaskTable, input_hash
 from .shapes import Record, View
 
-__all__ = ["WorkCommands", "MESSAGES", "SendMessage", "outcome_of", "queue_actor"]
+__all__ = ["WorkCommands", "MESSAGES", "SendMessage", "SentView", "outcome_of", "queue_actor"]
 
 VISIBLE_TIMER = timer_kind("visible")
 DEADLINE_TIMER = timer_kind("deadline")
@@ -275,18 +275,24 @@ def send(work: WorkCommands, command: SendMessage, now_ms: int) -> Outcome:
     return outcome
 
 
-def _sent_view(messages: MessageTable, message_id: str, mailbox_id: str, scope_id: str, work_key: str | None, *, replay: bool) -> View:
+class SentView(NamedTuple):
+    """What a send answers: the message's id, where it went, its work key, its state now (None
+    once it is no longer kept), and whether this send was a `replay` of the work key's earlier one
+    (`deduplicated` says the same, under the name 0.3.0 reads)."""
+
+    id: str
+    mailbox_id: str
+    scope_id: str
+    work_key: str | None
+    state: MessageState | None
+    replay: bool
+    deduplicated: bool
+
+
+def _sent_view(messages: MessageTable, message_id: str, mailbox_id: str, scope_id: str, work_key: str | None, *, replay: bool) -> SentView:
     message = messages.find(message_id)
-    return {
-        "id": message_id,
-        "messageId": message_id,
-        "mailboxId": mailbox_id,
-        "scopeId": scope_id,
-        "workKey": work_key,
-        "state": None if message is None else message.state,
-        "replay": replay,
-        "deduplicated": replay,
-    }
+    assert message is not None or replay, "a message sent now is kept"
+    return SentView(message_id, mailbox_id, scope_id, work_key, None if message is None else message.state, replay, replay)
 
 
 # -- applying ----------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ async def _write(data_dir: str, records: int, idempotent: bool, task_every: int)
     from runstate.actors import commands as c
     from runstate.actors.errors import KernelError
     from runstate.actors.kernel import Idem
+    from runstate.actors.deliveries import DeliveryView
     from runstate.actors.layout import Layout
     from runstate.server.durable import state_model
     from runstate.snapshots.datadir import open_data_dir
@@ -77,7 +78,7 @@ async def _write(data_dir: str, records: int, idempotent: bool, task_every: int)
         for number, store in data.stores.items():
             await nursery.start(store.run, kernel.partitions[number])
         run_id = (await run(c.CreateScope, {"name": "history"})).id  # (a ScopeView)
-        mailbox_id = (await run(c.CreateMailbox, {"name": "work"}))["id"]
+        mailbox_id = (await run(c.CreateMailbox, {"name": "work"})).id
         async def caller(i: int) -> None:
             rng = random.Random(i)
             cycle = 0
@@ -92,8 +93,8 @@ async def _write(data_dir: str, records: int, idempotent: bool, task_every: int)
                 if task_every and cycle % task_every == 0:
                     await run(c.SubmitTask, {"scopeId": run_id, "mailboxId": mailbox_id, "taskKey": f"t-{i}-{cycle}", "input": {"n": cycle}})
                     got = await run(c.Receive, {"scopeId": run_id, "holder": f"agent-{i}", "holderSession": f"s-{i}", "leaseSeconds": 30}, {"mailbox_id": mailbox_id})
-                    if got and "token" in got:
-                        await run(c.CompleteDelivery, {"token": got["token"], "result": {"ok": True}}, {"message_id": got["message"]["id"]})
+                    if isinstance(got, DeliveryView):  # (not EMPTY: nothing was there to deliver)
+                        await run(c.CompleteDelivery, {"token": got.token, "result": {"ok": True}}, {"message_id": got.message.id})
 
         async with trio.open_nursery() as callers:  # each stops once the journal holds the records
             for i in range(CALLERS):
@@ -124,6 +125,7 @@ def _points(data_dir: str, partition: int) -> list[tuple[int, int]]:
 
 
 def measure(data_dir: str, written: dict, samples: int) -> dict:
+    from runstate.actors.deliveries import DeliveryView
     from runstate.actors.layout import Layout
     from runstate.actors.timestamps import format_ms
     from runstate.snapshots.datadir import read_manifest

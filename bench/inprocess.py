@@ -220,7 +220,7 @@ async def scale_claims(count: int, callers: int) -> dict:
 
 async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict:
     async def body(kernel: Kernel) -> dict:
-        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"}))["id"]
+        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"})).id
 
         async def make_cycle(i: int):  # type: ignore[no-untyped-def]
             scope_id = (await run(kernel, c.CreateScope, {"name": f"caller-{i}"})).id
@@ -234,8 +234,8 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
                 submit = {"scopeId": scope_id, "mailboxId": mailbox_id, "taskKey": f"w{i}-t{count}", "input": {"n": count}}
                 task = await run(kernel, c.SubmitTask, submit)
                 delivery = await run(kernel, c.Receive, receive, in_mailbox)
-                await run(kernel, c.CompleteDelivery, {"token": delivery["token"], "result": {"ok": True}}, {"space": SPACE, "message_id": delivery["message"]["id"]})
-                if reads.task(kernel, SPACE, task["taskId"])["state"] != "SUCCEEDED":
+                await run(kernel, c.CompleteDelivery, {"token": delivery.token, "result": {"ok": True}}, {"space": SPACE, "message_id": delivery.message.id})
+                if reads.task(kernel, SPACE, task.id).state != "SUCCEEDED":
                     raise RuntimeError("the task did not show its result")
 
             return cycle
@@ -247,7 +247,7 @@ async def kernel_tasks(callers: int, duration_s: float, warmup_s: float) -> dict
 
 async def scale_tasks(count: int, callers: int) -> dict:
     async def body(kernel: Kernel) -> dict:
-        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"}))["id"]
+        mailbox_id = (await run(kernel, c.CreateMailbox, {"name": "bench"})).id
         scope_ids = [(await run(kernel, c.CreateScope, {"name": f"caller-{i}"})).id for i in range(callers)]
         await run(kernel, c.SubmitTask, {"scopeId": scope_ids[0], "mailboxId": mailbox_id, "taskKey": "warm"})
 

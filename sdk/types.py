@@ -17,6 +17,7 @@ __all__ = [
     "TaskResult",
     "ScopeView",
     "MailboxCounts",
+    "MailboxRequirements",
     "MailboxRow",
     "MessageView",
     "AcquireAttempt",
@@ -50,7 +51,7 @@ class TaskView(TypedDict):
     taskKey: str
     scopeId: str
     mailboxId: str
-    messageId: NotRequired[str | None]
+    messageId: str
     state: TaskState
     attempt: int
     outcome: Any
@@ -60,7 +61,7 @@ class TaskView(TypedDict):
     createdAt: str
     updatedAt: str
     finishedAt: str | None
-    tombstoned: NotRequired[bool]
+    tombstoned: bool
 
 
 class TaskResult(TypedDict):
@@ -107,45 +108,50 @@ class MailboxCounts(TypedDict):
     deadLetters: int
 
 
+class MailboxRequirements(TypedDict):
+    """A queue's default requirements, by id, for its tasks that name none: `pools`
+    (`{"permitId", "units"}`), `quotas` (`{"allowanceId", "units"}`) and `budgets`
+    (`{"budgetId", "reserveMinor"}`, minor units as a string of digits)."""
+
+    pools: list[dict[str, Any]]
+    quotas: list[dict[str, Any]]
+    budgets: list[dict[str, Any]]
+
+
 class MailboxRow(TypedDict):
     """`rs.mailboxes.ensure()` and `rs.mailboxes.list()`: one queue of the space.
 
-    `id`, `name`, `mode` (`WORK` for tasks, or a plain message queue), `backlogLimit` (the most
-    messages waiting, None for the server's default), `maxAttempts` (deliveries before a task
-    fails), `backlog` and `counts` (its messages by state, when listed) and `createdAt`."""
+    `id`, `name`, `mode` (`WORK`, the one mode served), `backlogLimit` (the most messages
+    waiting, None for the server's default), `maxAttempts` (deliveries before a task fails),
+    `requirements` (its tasks' default requirements, None if it has none), `backlog` (messages
+    not yet settled), `counts` (its messages by state) and `createdAt`."""
 
     id: str
     name: str
     mode: str
     backlogLimit: int | None
     maxAttempts: int
-    backlog: NotRequired[int]
-    counts: NotRequired[MailboxCounts]
+    requirements: MailboxRequirements | None
+    backlog: int
+    counts: MailboxCounts
     createdAt: str
 
 
 class MessageView(TypedDict):
-    """`mailbox.send()`: the message, and `replay` true when `work_key` returned an earlier one.
+    """`mailbox.send()`: the message sent, and `replay` true when `work_key` returned an earlier one.
 
-    `id`, `mailboxId`, `scopeId`, `taskId` (None for a plain message), `state`, `attempt`,
-    `workKey`, `deadline`, `createdAt`, `finishedAt` and `reason` (why it ended, if it did); while
-    it is leased, `leaseExpiresAt` and `holder`; while it waits to be tried again, `visibleAt`."""
+    `id` and `messageId` are its id, `mailboxId` and `scopeId` where it went, `workKey` the key it
+    was sent under (or None); `state` where it is now (None once it is no longer kept);
+    `deduplicated` is `replay` again, under the name the official client reads."""
 
     id: str
+    messageId: str
     mailboxId: str
     scopeId: str
-    taskId: str | None
-    state: str
-    attempt: int
     workKey: str | None
-    deadline: str | None
-    createdAt: str
-    finishedAt: str | None
-    reason: str | None
+    state: str | None
     replay: bool
-    leaseExpiresAt: NotRequired[str]
-    holder: NotRequired[str]
-    visibleAt: NotRequired[str]
+    deduplicated: bool
 
 
 class AcquireAttempt(TypedDict):

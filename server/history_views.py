@@ -72,8 +72,8 @@ def read_route(past: PastKernel, tail: str, query: dict[str, Any] | None = None)
     except StopIteration as done:
         status, body = done.value
         assert status == 200, f"a read answered {status}"
-        assert isinstance(body, dict), f"a read of a space answers an object, not {type(body).__name__}"
-        encoded: dict[str, Any] = wire.encode(body)  # (the kernel's typed views as the route's answer writes them)
+        encoded = wire.encode(body)  # (the kernel's typed views as the route's answer writes them)
+        assert isinstance(encoded, dict), f"a read of a space answers an object, not {type(encoded).__name__}"
         return encoded
     running.close()
     raise RuntimeError(f"GET {route.path} waited at a past point: a read of the state never waits")

@@ -63,95 +63,15 @@ def _components(limits: Limits) -> dict[str, Any]:
         # Declared with the view they write (`wire/`), as the encoder writes them.
         "Claim": WIRE_COMPONENTS["Claim"],
         "HeldClaim": WIRE_COMPONENTS["HeldClaim"],
-        "Mailbox": _obj(
-            {
-                "id": text,
-                "name": text,
-                "mode": {"const": "WORK"},
-                "backlogLimit": _nullable(integer),
-                "maxAttempts": integer,
-                # Default requirements of its tasks that name none, by id (a put by name declares them).
-                "requirements": _nullable(_obj({
-                    "pools": {"type": "array", "items": _obj({"permitId": text, "units": integer})},
-                    "quotas": {"type": "array", "items": _obj({"allowanceId": text, "units": integer})},
-                    "budgets": {"type": "array", "items": _obj({"budgetId": text, "reserveMinor": text})},
-                })),
-                "backlog": integer,
-                "counts": _obj({"queued": integer, "delayed": integer, "leased": integer, "deadLetters": integer}),
-                "createdAt": _TS,
-            }
-        ),
-        "Message": _obj(
-            {
-                "id": text,
-                "mailboxId": text,
-                "scopeId": text,
-                "taskId": _nullable(text),
-                "state": {"enum": ["QUEUED", "DELAYED", "LEASED", "COMPLETED", "DEAD", "DROPPED"]},
-                "attempt": integer,
-                "workKey": _nullable(text),
-                "deadline": _nullable(_TS),
-                "createdAt": _TS,
-                "finishedAt": _nullable(_TS),
-                "reason": _nullable(text),
-            },
-            {"payload": any_json, "leaseExpiresAt": _TS, "holder": text, "visibleAt": _TS},
-        ),
-        "Sent": _obj(
-            {
-                "id": text,
-                "messageId": text,
-                "mailboxId": text,
-                "scopeId": text,
-                "workKey": _nullable(text),
-                "state": _nullable(text),
-                "replay": {"type": "boolean"},
-            }
-        ),
-        "Delivery": _obj(
-            {
-                "message": _obj(
-                    {
-                        "id": text,
-                        "mailboxId": text,
-                        "scopeId": text,
-                        "payload": any_json,
-                        "attempt": integer,
-                        "workKey": _nullable(text),
-                        "deadline": _nullable(_TS),
-                        "taskId": _nullable(text),
-                    }
-                ),
-                "token": text,
-                "leaseExpiresAt": _TS,
-                "leaseSeconds": integer,
-            }
-        ),
-        "Settled": _obj(
-            {"id": text, "state": text, "attempt": integer, "taskId": _nullable(text)},
-            {"taskState": text, "visibleAt": _TS},
-        ),
-        "DeliveryRenewed": _obj({"id": text, "leaseExpiresAt": _TS, "leaseSeconds": integer, "attempt": integer}),
-        "Task": _obj(
-            {
-                "id": text,
-                "taskId": text,
-                "taskKey": text,
-                "scopeId": text,
-                "mailboxId": text,
-                "messageId": text,
-                "state": {"enum": ["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]},
-                "attempt": integer,
-                "outcome": {"description": "the recorded result (null until SUCCEEDED, and once tombstoned)"},
-                "outcomeReason": _nullable(text),
-                "deadline": _nullable(_TS),
-                "subscribers": {"type": "array", "items": text},
-                "createdAt": _TS,
-                "updatedAt": _TS,
-                "finishedAt": _nullable(_TS),
-                "tombstoned": {"type": "boolean"},
-            }
-        ),
+        "Mailbox": WIRE_COMPONENTS["Mailbox"],
+        "Message": WIRE_COMPONENTS["Message"],
+        "DeadLetter": WIRE_COMPONENTS["DeadLetter"],
+        "Sent": WIRE_COMPONENTS["Sent"],
+        "Delivery": WIRE_COMPONENTS["Delivery"],
+        "Settled": WIRE_COMPONENTS["Settled"],
+        "DeliveryRenewed": WIRE_COMPONENTS["DeliveryRenewed"],
+        "Task": WIRE_COMPONENTS["Task"],
+        "Submitted": WIRE_COMPONENTS["Submitted"],
         "Once": WIRE_COMPONENTS["Once"],
         "Usage": _obj(
             {
@@ -165,7 +85,6 @@ def _components(limits: Limits) -> dict[str, Any]:
         "ApiKey": WIRE_COMPONENTS["ApiKey"],
     }
     schemas.update(_capacity_components())
-    schemas["Submitted"] = {"allOf": [_ref("Task"), _obj({"created": {"type": "boolean"}, "replay": {"type": "boolean"}})]}
     schemas.update(_coordination_components())
     return {
         "schemas": schemas,

@@ -3,7 +3,8 @@
 Each call builds the command, checks it as the HTTP shell's parse would (`fields.validate`; caller
 data is left unchecked, so a test can hand the journal what no request could), draws its random
 values from the kernel and submits it. Reads go to `actors.reads`. An answer that is a typed view
-(a claim's, a scope's) comes back as the HTTP shell writes it (`server/wire/`), so that these tests read
+(a claim's, a scope's, a task's, a message's, a mailbox's) comes back as the HTTP shell writes it
+(`server/wire/`), so that these tests read
 every answer as a client does; the kernel's typed views are checked as they are in
 `tests/kernel/test_claim_views.py`.
 """
@@ -91,13 +92,13 @@ class MailboxOps(_Ops):
         )
 
     def list(self, space: str) -> list[dict]:
-        return reads.mailboxes(self._kernel, space)
+        return wire.encode(reads.mailboxes(self._kernel, space))
 
     def view(self, space: str, mailbox_id: str) -> dict:
-        return reads.mailbox(self._kernel, space, mailbox_id)
+        return wire.encode(reads.mailbox(self._kernel, space, mailbox_id))
 
     def dead_letters(self, space: str, mailbox_id: str, limit: int) -> dict:
-        return reads.dead_letters(self._kernel, space, mailbox_id, limit)
+        return wire.encode(reads.dead_letters(self._kernel, space, mailbox_id, limit))
 
 
 class MessageOps(_Ops):
@@ -131,7 +132,7 @@ class TaskOps(_Ops):
         )
 
     def view(self, space: str, task_id: str) -> dict:
-        return reads.task(self._kernel, space, task_id)
+        return wire.encode(reads.task(self._kernel, space, task_id))
 
     async def cancel(self, space: str, task_id: str, *, reason=None, idem=None) -> dict:
         return await self._submit(c.CancelTask, idem, space=space, task_id=task_id, reason=reason)

@@ -32,6 +32,7 @@ from ..errors import ApiError
 from ..http import Handler, Request, Router
 from ..runtime import Runtime
 from ..services import ReadServices
+from ..wire.tasks import created_status
 
 router = Router()
 
@@ -132,7 +133,7 @@ endpoint(router, "POST", BASE + GROUP + "/tasks", Doc(
     "Submit a member task (or return the key's task)",
     (Reply(201, "GroupSubmitted", "Created"), Reply(200, "GroupSubmitted", "The key's existing task")),
     c.SubmitGroupTask, errors=ERRORS, idempotent=True, group=G,
-), status=lambda view: 201 if view["created"] else 200)
+), status=created_status)
 endpoint(router, "POST", BASE + GROUP + "/join-task", Doc(
     "Make an outside task a member (only while the group is open)", (Reply(200, "TaskGroup"),), c.JoinGroupTask,
     errors=ERRORS, idempotent=True, group=G,

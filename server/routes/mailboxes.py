@@ -16,11 +16,13 @@ from ...actors import commands as c
 from ...actors import reads
 from ...actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, SKIP_REASONS, DeadLetterFilter
 from ...actors.errors import VALIDATION_FAILED, quote
+from ...actors.mailboxes import MailboxView
 from ...actors.shapes import View
 from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
 from ..services import ReadServices
+from ..wire.messages import sent_status
 
 router = Router()
 
@@ -31,7 +33,7 @@ _MANY = {"type": "object", "properties": {"deliveries": {"type": "array", "items
 _DEAD = {
     "type": "object",
     "properties": {
-        "deadLetters": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
+        "deadLetters": {"type": "array", "items": {"$ref": "#/components/schemas/DeadLetter"}},
         "total": {"type": "integer", "description": "dead letters kept in the mailbox"},
         "matched": {"type": "integer", "description": "those the filter matches, on every page"},
         "truncated": {"type": "boolean", "description": "more pages follow"},
@@ -72,7 +74,7 @@ async def list_mailboxes(services: ReadServices, request: Request, space: str) -
     return 200, {"mailboxes": reads.mailboxes(services.kernel, space)}
 
 
-async def read(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
+async def read(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, MailboxView]:
     services.authorize(request, space)
     return 200, reads.mailbox(services.kernel, space, mailbox_id)
 
@@ -135,7 +137,7 @@ endpoint(router, "POST", BASE + "/{mailbox_id}/purge", Doc(
 endpoint(router, "POST", BASE + "/{mailbox_id}/messages", Doc(
     "Send a message", (Reply(201, "Sent", "Sent"), Reply(200, "Sent", "A replay of the work key's message")),
     c.SendMessage, errors=("400", "404", "409"), idempotent=True, group=G,
-), status=lambda view: 200 if view["replay"] else 201)
+), status=sent_status)
 endpoint(router, "POST", BASE + "/{mailbox_id}/recv", Doc(
     "Lease the oldest deliverable message (a long poll with waitMs)",
     (Reply(200, "Delivery", "A delivery"), Reply(204, NO_CONTENT, "Nothing to deliver (after waiting up to waitMs)")),

@@ -9,10 +9,11 @@ from __future__ import annotations
 from ...actors import commands as c
 from ...actors import reads
 from ...actors.kernel import EMPTY
-from ...actors.shapes import View
+from ...actors.tasks import TaskView
 from ..api import Doc, Reply, endpoint
 from ..http import Request, Router
 from ..services import ReadServices
+from ..wire.tasks import created_status
 
 router = Router()
 
@@ -21,7 +22,7 @@ TASK = (Reply(200, "Task"),)
 ERRORS = ("400", "404", "409")
 
 
-async def read(services: ReadServices, request: Request, space: str, task_id: str) -> tuple[int, View]:
+async def read(services: ReadServices, request: Request, space: str, task_id: str) -> tuple[int, TaskView]:
     """The task now; with `waitMs`, once it has ended or when the wait ends (a long poll)."""
     services.authorize(request, space)
     kernel = services.kernel
@@ -37,7 +38,7 @@ endpoint(router, "POST", BASE, Doc(
     "Create the task of (scopeId, taskKey), or return the one it has",
     (Reply(201, "Submitted", "Created"), Reply(200, "Submitted", "The key's existing task")),
     c.SubmitTask, errors=ERRORS, idempotent=True, group="Tasks",
-), status=lambda view: 201 if view["created"] else 200)
+), status=created_status)
 endpoint(router, "GET", BASE + "/{task_id}", Doc(
     "A task; with waitMs, once it has ended (a long poll)", TASK, c.WaitTask, errors=("400", "404"), group="Tasks",
 ), read, long_poll=lambda request: b"waitMs" in request.query)

@@ -19,18 +19,26 @@ from typing import Any
 
 import orjson
 
-from . import admission, barriers, budgets, claims, events, groups, keys, once, pools, quotas, scopes, timers, work_limits
+from . import (
+    admission, barriers, budgets, claims, events, groups, keys, mailboxes, messages, once, pools, quotas, scopes, tasks, timers,
+    work_limits,
+)
 from .claims import CLAIM, CLAIM_HELD, FORCE_RELEASED_CLAIM, HELD_CLAIM, RELEASED_CLAIM
+from .tasks import GROUP_SUBMITTED_TASK, SUBMITTED_TASK, TASK
 from .shape import TIMESTAMP, Shape, component, encoder, nullable
 
 __all__ = [
     "Shape", "dumps", "encode", "component", "encoder", "TIMESTAMP", "nullable", "COMPONENTS",
     "CLAIM", "RELEASED_CLAIM", "FORCE_RELEASED_CLAIM", "HELD_CLAIM", "CLAIM_HELD",
+    "TASK", "SUBMITTED_TASK", "GROUP_SUBMITTED_TASK",
 ]
 
 # Every primitive's components, by name (each name declared by one module).
 COMPONENTS: dict[str, dict[str, Any]] = {}
-for _module in (claims, pools, quotas, budgets, work_limits, admission, scopes, groups, barriers, timers, once, events, keys):
+for _module in (
+    claims, tasks, messages, mailboxes, pools, quotas, budgets, work_limits, admission, scopes, groups, barriers, timers, once,
+    events, keys,
+):
     for _name, _schema in _module.COMPONENTS.items():
         assert _name not in COMPONENTS, f"the component {_name} is declared twice"
         COMPONENTS[_name] = _schema

@@ -14,6 +14,7 @@ from runstate.actors.limits import Limits
 from runstate.actors.outcome import Outcome
 from runstate.actors.space import SpaceState
 from runstate.actors.transitions import TRANSITIONS
+from runstate.server import wire
 
 # 2027-01-15T08:00:00.000Z
 T0 = 1_800_000_000_000
@@ -73,7 +74,7 @@ class World:
         return mailbox_id
 
     def send(self, mailbox_id: str, scope_id: str, payload: Any = None, work_key: str | None = None, deadline_ms: int | None = None) -> dict:
-        return self.do("send_message", mailbox_id, scope_id, self.new_id("ms_"), payload, work_key, deadline_ms).reply
+        return wire.encode(self.do("send_message", mailbox_id, scope_id, self.new_id("ms_"), payload, work_key, deadline_ms).reply)
 
     def submit(
         self,
@@ -84,7 +85,7 @@ class World:
         deadline_ms: int | None = None,
         subscriber: str | None = None,
     ) -> dict:
-        return self.do(
+        return wire.encode(self.do(
             "submit_task",
             self.new_id("tk_"),
             self.new_id("ms_"),
@@ -94,11 +95,11 @@ class World:
             task_input,
             deadline_ms,
             subscriber,
-        ).reply
+        ).reply)
 
     def recv(self, mailbox_id: str, scope_id: str, lease_s: int = 30, holder: str = "w1") -> dict | None:
         outcome = self.do("receive", mailbox_id, scope_id, holder, "s-" + holder, lease_s * 1000, self.new_id("dt_"))
-        return None if outcome.empty else outcome.reply
+        return None if outcome.empty else wire.encode(outcome.reply)
 
     def requeue(self, mailbox_id: str, **fields: Any) -> dict:
         """Requeue dead letters (`fields` as `RequeueDeadLetters` names them: message_ids, reason...)."""
@@ -120,10 +121,11 @@ class World:
         return self.do("on_timer", actor, timer_tag, marker)
 
     def task(self, task_id: str) -> dict:
-        return self.space.tasks.view(self.space.tasks.get(task_id), self.now)
+        return wire.encode(self.space.tasks.view(self.space.tasks.get(task_id), self.now))
 
     def message(self, message_id: str) -> dict:
-        return self.space.messages.view(self.space.messages.get(message_id), payload=True)
+        message = self.space.messages.get(message_id)
+        return {**wire.encode(self.space.messages.view(message)), "payload": message.payload}
 
     def replayed(self) -> SpaceState:
         fresh = SpaceState(SPACE, self.limits)
@@ -146,7 +148,7 @@ def snapshot(space: SpaceState, now_ms: int) -> dict:
     for task in space.tasks.all():
         tasks[task.id] = {slot: getattr(task, slot) for slot in type(task).__slots__}
         tasks[task.id]["subscribers"] = dict(task.subscribers)
-    mailboxes = {m.id: space.mailboxes.view(m) for m in space.mailboxes.all()}
+    mailboxes = {m.id: space.mailboxes.view(m) for m in space.mailboxes.all()}  # (typed views compare by value)
     return {
         "mailboxes": mailboxes,
         "messages": messages,
@@ -158,11 +160,12 @@ def snapshot(space: SpaceState, now_ms: int) -> dict:
 
 
 def recount(space: SpaceState) -> dict:
-    """The mailbox counts recomputed from the messages (they must equal the kept ones)."""
+    """The mailbox counts recomputed from the messages (they must equal the kept ones, as
+    `MailboxCountsView._asdict()` gives them)."""
     counts: dict[str, dict[str, int]] = {
-        m.id: {"queued": 0, "delayed": 0, "leased": 0, "deadLetters": 0} for m in space.mailboxes.all()
+        m.id: {"queued": 0, "delayed": 0, "leased": 0, "dead_letters": 0} for m in space.mailboxes.all()
     }
-    names = {"QUEUED": "queued", "DELAYED": "delayed", "LEASED": "leased", "DEAD": "deadLetters"}
+    names = {"QUEUED": "queued", "DELAYED": "delayed", "LEASED": "leased", "DEAD": "dead_letters"}
     for message in space.messages.all():
         if message.state in names:
             counts[message.mailbox_id][names[message.state]] += 1

@@ -32,7 +32,7 @@ def assert_rebuilt(w: World) -> None:
         imaged.apply(record)
     for rebuilt in (w.replayed(), imaged):
         assert first_difference(contents(w.space), contents(rebuilt)) is None
-    counts = {m.id: w.space.mailboxes.view(m)["counts"] for m in w.space.mailboxes.all()}
+    counts = {m.id: w.space.mailboxes.view(m).counts._asdict() for m in w.space.mailboxes.all()}
     assert recount(w.space) == counts
 
 
@@ -81,8 +81,8 @@ def test_a_requeued_dead_letter_is_a_new_message_at_the_end_of_its_queue(world):
     assert world.recv(mailbox, run)["message"]["id"] == waiting
     delivery = world.recv(mailbox, run)
     assert delivery["message"]["id"] == "ms_new_0" and delivery["message"]["attempt"] == 1
-    views = world.space.mailboxes.view(world.space.mailboxes.get(mailbox))["counts"]
-    assert views == {"queued": 0, "delayed": 0, "leased": 2, "deadLetters": 0}
+    counts = world.space.mailboxes.view(world.space.mailboxes.get(mailbox)).counts
+    assert counts._asdict() == {"queued": 0, "delayed": 0, "leased": 2, "dead_letters": 0}
 
 
 def test_what_cannot_go_back_is_skipped_and_counted_by_why(world):
@@ -121,7 +121,7 @@ def test_a_filter_names_dead_letters_by_reason_and_age(world):
         where = DeadLetterFilter(fields.get("reason"), fields.get("older_than_s"), fields.get("newer_than_s"))
         listed = page(world.space.messages, mailbox, where, world.now, None, 100)
         assert listed["matched"] == world.requeue(mailbox, dry_run=True, **fields)["matched"]
-        return [letter["id"] for letter in reversed(listed["deadLetters"])]
+        return [letter.id for letter in reversed(listed["deadLetters"])]
 
     assert chosen(reason="timeout") == [first, third]
     assert chosen(older_than_s=60) == [first, second]
@@ -216,12 +216,12 @@ def test_pages_continue_where_the_last_one_ended_while_letters_die_and_go(world)
     letters = [dead(world, mailbox, run, n) for n in range(5)]  # all die at the same instant
     messages = world.space.messages
     first = page(messages, mailbox, DeadLetterFilter(), world.now, None, 2)
-    assert [m["id"] for m in first["deadLetters"]] == letters[:2:-1][:2] == [letters[4], letters[3]]
+    assert [m.id for m in first["deadLetters"]] == letters[:2:-1][:2] == [letters[4], letters[3]]
     assert first["total"] == first["matched"] == 5 and first["truncated"] is True
     dead(world, mailbox, run, "newer")  # shows on no later page (it is newer than the cursor)
     world.delete(mailbox, message_ids=[letters[2]])
     second = page(messages, mailbox, DeadLetterFilter(), world.now, first["nextCursor"], 2)
-    assert [m["id"] for m in second["deadLetters"]] == [letters[1], letters[0]]
+    assert [m.id for m in second["deadLetters"]] == [letters[1], letters[0]]
     assert second["truncated"] is False and second["nextCursor"] is None
     refused(VALIDATION_FAILED, page, messages, mailbox, DeadLetterFilter(), world.now, "12:x", 2)
 

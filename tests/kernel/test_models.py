@@ -514,7 +514,7 @@ class WorkMachine(RuleBasedStateMachine):
             assert task.state == expected["state"]
             if expected["state"] == "SUCCEEDED":
                 assert task.outcome == expected["outcome"]
-        kept = {m.id: {"queued": m.queued, "delayed": m.delayed, "leased": m.leased, "deadLetters": m.dead} for m in space.mailboxes.all()}
+        kept = {m.id: {"queued": m.queued, "delayed": m.delayed, "leased": m.leased, "dead_letters": m.dead} for m in space.mailboxes.all()}
         assert recount(space) == kept
 
     @invariant()

@@ -32,7 +32,7 @@ def world():
     w = World()
     yield w
     w.assert_replay_matches()
-    assert recount(w.space) == {m: v["counts"] for m, v in ((m.id, w.space.mailboxes.view(m)) for m in w.space.mailboxes.all())}
+    assert recount(w.space) == {m.id: w.space.mailboxes.view(m).counts._asdict() for m in w.space.mailboxes.all()}
 
 
 def refused(code: str, call, *args, **kwargs):
@@ -50,10 +50,10 @@ def test_a_mailbox_defaults_to_work_mode_and_five_attempts(world):
     first = world.mailbox("a")
     second = world.mailbox("b", mode="work", max_attempts=3, backlog_limit=10)
     views = {m.id: world.space.mailboxes.view(m) for m in world.space.mailboxes.all()}
-    assert views[first]["mode"] == "WORK" and views[first]["maxAttempts"] == 5
-    assert views[first]["backlogLimit"] is None
-    assert views[second]["mode"] == "WORK" and views[second]["maxAttempts"] == 3
-    assert views[second]["backlogLimit"] == 10
+    assert views[first].mode == "WORK" and views[first].max_attempts == 5
+    assert views[first].backlog_limit is None
+    assert views[second].mode == "WORK" and views[second].max_attempts == 3
+    assert views[second].backlog_limit == 10
 
 
 def test_a_mailbox_refuses_unknown_modes_naming_the_supported_ones(world):
@@ -103,7 +103,7 @@ def test_complete_settles_once_and_a_second_complete_is_stale(world):
     sent = world.send(mailbox, run, {"n": 1})
     delivery = world.recv(mailbox, run)
     reply = world.do("complete_delivery", sent["id"], delivery["token"], None).reply
-    assert reply["state"] == "COMPLETED"
+    assert reply.state == "COMPLETED"
     refused(STALE_CLAIM, world.do, "complete_delivery", sent["id"], delivery["token"], None)
     assert world.message(sent["id"])["state"] == "COMPLETED"
 
@@ -133,10 +133,10 @@ def test_renew_extends_from_now_by_the_given_or_the_original_length(world):
     sent = world.send(mailbox, run)
     delivery = world.recv(mailbox, run, lease_s=10)
     world.at(8_000)
-    assert world.do("renew_delivery", sent["id"], delivery["token"], 60_000).reply["leaseExpiresAt"] == "2027-01-15T08:01:08.000Z"
+    assert world.do("renew_delivery", sent["id"], delivery["token"], 60_000).reply.expires_ms == T0 + 68_000  # 08:01:08
     world.at(9_000)
     renewed = world.do("renew_delivery", sent["id"], delivery["token"], None).reply
-    assert renewed["leaseExpiresAt"] == "2027-01-15T08:01:09.000Z" and renewed["leaseSeconds"] == 60
+    assert renewed.expires_ms == T0 + 69_000 and renewed.lease_ms == 60_000  # 08:01:09, 60 s
 
 
 def test_a_lease_past_its_end_cannot_be_renewed_or_completed(world):
@@ -180,7 +180,7 @@ def test_a_retry_waits_out_an_exponential_backoff_before_the_next_attempt(world)
     sent = world.send(mailbox, run)
     delivery = world.recv(mailbox, run)
     reply = world.do("nack_delivery", sent["id"], delivery["token"], True, None, 0.9).reply
-    assert reply["state"] == "DELAYED" and reply["visibleAt"] == "2027-01-15T08:00:00.900Z"
+    assert reply.state == "DELAYED" and reply.visible_ms == T0 + 900
     world.at(899)
     assert world.recv(mailbox, run) is None
     world.at(900)
@@ -223,7 +223,7 @@ def test_reject_dead_letters_the_message(world):
     sent = world.send(mailbox, run, {"bad": True})
     delivery = world.recv(mailbox, run)
     reply = world.do("nack_delivery", sent["id"], delivery["token"], False, "cannot parse", 1.0).reply
-    assert reply["state"] == "DEAD"
+    assert reply.state == "DEAD"
     letters = world.space.messages.dead_letters(mailbox)
     assert [m.id for m in letters] == [sent["id"]]
     assert world.message(sent["id"])["payload"] == {"bad": True}
@@ -241,7 +241,7 @@ def test_past_the_attempt_limit_a_message_is_dead_lettered(world):
     second = world.recv(mailbox, run)
     assert second["message"]["attempt"] == 2
     reply = world.do("nack_delivery", sent["id"], second["token"], True, "boom", 1.0).reply
-    assert reply["state"] == "DEAD"
+    assert reply.state == "DEAD"
     reason = world.message(sent["id"])["reason"]
     assert reason == "handler_error: boom (attempts_exhausted: 2 of 2 attempts used)"
 
@@ -251,11 +251,11 @@ def test_dead_letters_are_forgotten_after_the_retention_window(world):
     mailbox, run = w.mailbox(), w.scope()
     sent = w.send(mailbox, run)
     w.do("nack_delivery", sent["id"], w.recv(mailbox, run)["token"], False, None, 1.0)
-    assert w.space.mailboxes.view(w.space.mailboxes.get(mailbox))["counts"]["deadLetters"] == 1
+    assert w.space.mailboxes.view(w.space.mailboxes.get(mailbox)).counts.dead_letters == 1
     w.at(60_000)
     w.send(mailbox, run)  # any later record lets the table drop what is past retention
     assert w.space.messages.dead_letters(mailbox) == []
-    assert w.space.mailboxes.view(w.space.mailboxes.get(mailbox))["counts"]["deadLetters"] == 0
+    assert w.space.mailboxes.view(w.space.mailboxes.get(mailbox)).counts.dead_letters == 0
     w.assert_replay_matches()
 
 
@@ -357,7 +357,7 @@ def test_a_task_is_delivered_with_its_input_and_runs_then_succeeds_with_the_payl
     assert world.task(task["taskId"])["attempt"] == 1
     world.at(500)
     reply = world.do("complete_delivery", delivery["message"]["id"], delivery["token"], {"payload": {"report": "r"}}).reply
-    assert reply["taskState"] == "SUCCEEDED"
+    assert reply.task_state == "SUCCEEDED"
     view = world.task(task["taskId"])
     assert view["state"] == "SUCCEEDED" and view["outcome"] == {"report": "r"}
     assert view["outcomeReason"] is None and view["finishedAt"] == "2027-01-15T08:00:00.500Z"
@@ -406,13 +406,13 @@ def test_cancel_keeps_its_reason_and_refuses_a_later_completion(world):
     task = world.submit(mailbox, run, "k")
     delivery = world.recv(mailbox, run)
     view = world.do("cancel_task", task["taskId"], "planner changed its mind").reply
-    assert view["state"] == "CANCELLED" and view["outcomeReason"] == "planner changed its mind"
+    assert view.state == "CANCELLED" and view.outcome_reason == "planner changed its mind"
     error = refused(STALE_CLAIM, world.do, "complete_delivery", delivery["message"]["id"], delivery["token"], {"payload": 1})
     assert "planner changed its mind" in error.message
     refused(STALE_CLAIM, world.do, "renew_delivery", delivery["message"]["id"], delivery["token"], None)
     after = world.task(task["taskId"])
     assert after["state"] == "CANCELLED" and after["outcome"] is None
-    assert world.do("cancel_task", task["taskId"], "again").reply["outcomeReason"] == "planner changed its mind"
+    assert world.do("cancel_task", task["taskId"], "again").reply.outcome_reason == "planner changed its mind"
     assert world.recv(mailbox, run) is None
 
 
@@ -428,7 +428,7 @@ def test_cancelling_a_task_that_ended_otherwise_is_a_conflict(world):
 def test_a_cancel_without_reason_records_cancelled(world):
     mailbox, run = world.mailbox(), world.scope()
     task = world.submit(mailbox, run, "k")
-    assert world.do("cancel_task", task["taskId"], None).reply["outcomeReason"] == "cancelled"
+    assert world.do("cancel_task", task["taskId"], None).reply.outcome_reason == "cancelled"
 
 
 def test_join_and_detach_are_harmless_to_repeat_and_zero_subscribers_cancels_nothing(world):

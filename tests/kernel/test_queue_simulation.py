@@ -131,7 +131,7 @@ class Simulation:
 
     def check(self) -> None:
         space, now = self.world.space, self.world.now
-        views = {m.id: space.mailboxes.view(m)["counts"] for m in space.mailboxes.all()}
+        views = {m.id: space.mailboxes.view(m).counts._asdict() for m in space.mailboxes.all()}
         assert recount(space) == views
         for task in space.tasks.all():
             message = space.messages.find(task.message_id)

@@ -28,10 +28,20 @@ PAIRS = [
     ("Claim", sdk_types.ClaimView, "claims.ts", "ClaimView"),
     ("HeldClaim", sdk_types.HeldClaim, "scopes.ts", "HeldClaim"),
     ("Scope", sdk_types.ScopeView, "scopes.ts", "ScopeView"),
+    ("Task", sdk_types.TaskView, "tasks.ts", "TaskView"),
+    ("Sent", sdk_types.MessageView, "mailboxes.ts", "SentMessage"),
+    ("DeadLetter", sdk_types.DeadLetter, "client.ts", "DeadLetter"),
+    ("Mailbox", sdk_types.MailboxRow, "client.ts", "MailboxRow"),
 ]
 
 
+# A user's JSON value (no type in the schema, `Any` or a type parameter in an SDK): any type.
+_ANY = frozenset(["any"])
+
+
 def _json_types(schema: dict[str, Any]) -> frozenset[str]:
+    if "type" not in schema:
+        return _ANY
     kind = schema["type"]
     return frozenset([kind] if isinstance(kind, str) else kind)
 
@@ -43,7 +53,18 @@ def _documented(component: str) -> dict[str, tuple[frozenset[str], bool]]:
     return {name: (_json_types(field), name in required) for name, field in schema["properties"].items()}
 
 
-_PYTHON_TYPES = {str: "string", int: "integer", bool: "boolean", type(None): "null"}
+_PYTHON_TYPES = {str: "string", int: "integer", bool: "boolean", type(None): "null", list: "array", dict: "object"}
+
+
+def _python_kind(hint: Any) -> str:
+    """A hint's JSON type: a scalar's, an array's (`list[X]`), a `Literal` of strings a string."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        assert all(isinstance(value, str) for value in typing.get_args(hint)), hint
+        return "string"
+    if typing.is_typeddict(hint):
+        return "object"
+    return _PYTHON_TYPES[origin or hint]
 
 
 def _python(typed_dict: type) -> dict[str, tuple[frozenset[str], bool]]:
@@ -56,7 +77,7 @@ def _python(typed_dict: type) -> dict[str, tuple[frozenset[str], bool]]:
         if not required:
             hint = typing.get_args(hint)[0]
         kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-        fields[name] = (frozenset(_PYTHON_TYPES[kind] for kind in kinds), required)
+        fields[name] = (_ANY if hint is Any else frozenset(_python_kind(kind) for kind in kinds), required)
     return fields
 
 
@@ -65,21 +86,41 @@ _TS_TYPES = {"string": "string", "number": "integer", "boolean": "boolean", "nul
 
 def _typescript(file: str, interface: str) -> dict[str, tuple[frozenset[str], bool]]:
     """The fields of `export interface NAME { ... }` in a TypeScript source (comments and an index
-    signature left out)."""
+    signature left out). `X[]` is an array, an interface of the file an object; a type parameter of the interface (`<Outcome =
+    unknown>`) or `unknown` any JSON; a type of strings declared in the file (`export type S =
+    'A' | 'B'`, or of such types) a string."""
     source = (ROOT / "typescript" / "src" / file).read_text()
-    found = re.search(r"export interface " + interface + r" \{\n(.*?)\n\}", source, re.S)
+    found = re.search(r"export interface " + interface + r"(?:<(\w+)[^>]*>)? \{\n(.*?)\n\}", source, re.S)
     assert found is not None, f"no interface {interface} in {file}"
-    body = re.sub(r"/\*.*?\*/", "", found.group(1), flags=re.S)
+    parameter, body = found.groups()
+    strings = _string_types(source)
+    objects = {name: "object" for name in re.findall(r"export interface (\w+)", source)}
+    kinds_of = dict(_TS_TYPES, unknown="any", **objects, **{name: "string" for name in strings})
+    if parameter is not None:
+        kinds_of[parameter] = "any"
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     fields = {}
     for line in body.splitlines():
         line = line.strip()
         if not line or line.startswith("//") or line.startswith("["):
             continue
-        matched = re.fullmatch(r"(\w+)(\??): ([\w |]+);", line)
+        matched = re.fullmatch(r"(\w+)(\??): ([\w |\[\]]+);", line)
         assert matched is not None, f"{interface}: a field this check cannot read: {line!r}"
         name, optional, kinds = matched.groups()
-        fields[name] = (frozenset(_TS_TYPES[kind.strip()] for kind in kinds.split("|")), not optional)
+        found_kinds = frozenset("array" if kind.strip().endswith("[]") else kinds_of[kind.strip()] for kind in kinds.split("|"))
+        fields[name] = (_ANY if "any" in found_kinds else found_kinds, not optional)
     return fields
+
+
+def _string_types(source: str) -> set[str]:
+    """The names of the types of strings a TypeScript source declares (`export type S = 'A' | T`,
+    each part a string literal or such a type declared before)."""
+    names: set[str] = set()
+    for name, union in re.findall(r"export type (\w+) = ([^;]+);", source):
+        parts = [part.strip() for part in union.split("|")]
+        if all(re.fullmatch(r"'[^']*'", part) or part in names for part in parts):
+            names.add(name)
+    return names
 
 
 @pytest.mark.parametrize("component,typed_dict,file,interface", PAIRS, ids=[pair[0] for pair in PAIRS])

@@ -21,10 +21,36 @@ import { Requester } from './request.js';
 import { ScopeHandle, createScope, type CreateScopeOptions } from './scopes.js';
 import { randomHex } from './time.js';
 
+/** A queue's messages by state (`deadLetters`: its dead letters kept). */
+export interface MailboxCounts {
+  queued: number;
+  delayed: number;
+  leased: number;
+  deadLetters: number;
+}
+
+/** A queue's default requirements, by id, for its tasks that name none. */
+export interface MailboxRequirements {
+  pools: { permitId: string; units: number }[];
+  quotas: { allowanceId: string; units: number }[];
+  /** `reserveMinor`: minor units, a string of digits. */
+  budgets: { budgetId: string; reserveMinor: string }[];
+}
+
 export interface MailboxRow {
   id: string;
   name: string;
-  mode?: string;
+  /** `WORK`, the one mode served. */
+  mode: string;
+  /** The most messages waiting; null for the server's default. */
+  backlogLimit: number | null;
+  /** Deliveries before a task fails. */
+  maxAttempts: number;
+  requirements: MailboxRequirements | null;
+  /** Messages not yet settled. */
+  backlog: number;
+  counts: MailboxCounts;
+  createdAt: string;
   [field: string]: unknown;
 }
 

@@ -15,6 +15,8 @@ export { Runstate, ScopesAPI, MailboxesAPI } from './client.js';
 export { VERSION } from './request.js';
 export type {
   MailboxRow,
+  MailboxCounts,
+  MailboxRequirements,
   EnsureMailboxOptions,
   DeadLetter,
   DeadLetterPage,

@@ -74,10 +74,17 @@ export interface SendOptions {
 /** The message `send()` put on the queue (or the original one, with `replay: true`). */
 export interface SentMessage {
   id: string;
+  /** The same as `id`. */
+  messageId: string;
   mailboxId: string;
   scopeId: string;
+  workKey: string | null;
+  /** Where the message is now (null once it is no longer kept). */
+  state: string | null;
   /** True when `workKey` matched an earlier send: no new message was made. */
   replay: boolean;
+  /** The same as `replay`. */
+  deduplicated: boolean;
   [field: string]: unknown;
 }
 

@@ -21,9 +21,13 @@ export type TaskState = 'QUEUED' | 'RUNNING' | TerminalState;
 /** `GET /tasks/{id}`: the task as the server records it. */
 export interface TaskView<Outcome = unknown> {
   id: string;
+  /** The same as `id` (what a submit's answer names it). */
+  taskId: string;
   taskKey: string;
   scopeId: string;
   mailboxId: string;
+  /** The message that carries the task to its workers. */
+  messageId: string;
   state: TaskState;
   /** Deliveries so far (1 for the first). */
   attempt: number;
@@ -35,6 +39,7 @@ export interface TaskView<Outcome = unknown> {
   subscribers: string[];
   createdAt: string;
   updatedAt: string;
+  finishedAt: string | null;
   /** True once the retention window has passed: state and reason stay, the outcome is gone. */
   tombstoned: boolean;
   [field: string]: unknown;

@@ -14,6 +14,7 @@ from ....actors.shapes import View
 from ....actors.space import SpaceState
 from ....actors.tasks import Task
 from ....actors.timestamps import format_ms
+from ...wire import TASK, encode
 from .reading import (
     PAGE_MAX, _acquirers, _history, _paged, _read, _Reading, _required, _short_token, pretty, preview,
 )
@@ -172,7 +173,7 @@ async def claims(kernel: RouteKernel, space_id: str, *, run: str | None, key: st
 
 
 def _task_row(space: SpaceState, task: Any, now_ms: int) -> dict[str, Any]:
-    row = space.tasks.view(task, now_ms)
+    row = TASK.encode(space.tasks.view(task, now_ms))  # (the row a client reads, and more)
     message = space.messages.find(task.message_id)
     leased = message is not None and message.state == "LEASED"
     mailbox = space.mailboxes.find(task.mailbox_id)
@@ -221,7 +222,7 @@ async def task(kernel: RouteKernel, space_id: str, task_id: str) -> dict[str, An
         requirements = space.capacity.requirements.get(task_id)
         return {
             "task": row,
-            "message": None if message is None else space.messages.view(message),
+            "message": None if message is None else encode(space.messages.view(message)),
             "input": None if message is None or message.payload is None else pretty(message.payload),
             "result": None if row["outcome"] is None else pretty(row["outcome"]),
             "requirements": None if requirements is None else _requirements_named(space, requirements),
@@ -258,7 +259,7 @@ async def queues(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
         if space is None:
             return {"mailboxes": []}
         receivers = _receivers(kernel, space_id)
-        rows = [{**space.mailboxes.view(m), "receivers": receivers.get(m.id, 0)} for m in space.mailboxes.all()]
+        rows = [{**encode(space.mailboxes.view(m)), "receivers": receivers.get(m.id, 0)} for m in space.mailboxes.all()]
         return {"mailboxes": rows}
 
     return await _read(kernel, space_id, view)
@@ -278,7 +279,7 @@ async def queue(kernel: RouteKernel, space_id: str, mailbox_id: str, *, state: s
         chosen, following, total = _paged(found, lambda m: (m.seq,), (int,), cursor, limit, newest_first=False)
         deliveries = []
         for message in chosen:
-            row = messages.view(message)
+            row = encode(messages.view(message))
             row["taskKey"] = None if message.task_id is None else space.tasks.get(message.task_id).key
             row["preview"] = preview(message.payload)
             deliveries.append(row)
@@ -289,9 +290,9 @@ async def queue(kernel: RouteKernel, space_id: str, mailbox_id: str, *, state: s
             dead = (m for m in dead if m.finished_ms is not None and m.finished_ms <= now_ms - older_s * 1000)
         letters, dead_next, dead_total = _paged(dead, lambda m: (m.finished_ms or 0, m.id), (int, str), dead_cursor, limit)
         return {
-            "mailbox": {**space.mailboxes.view(mailbox), "receivers": _receivers(kernel, space_id).get(mailbox_id, 0)},
+            "mailbox": {**encode(space.mailboxes.view(mailbox)), "receivers": _receivers(kernel, space_id).get(mailbox_id, 0)},
             "deliveries": deliveries, "next": following, "total": total,
-            "deadLetters": [{**messages.view(m), "preview": preview(m.payload), "json": pretty(m.payload)} for m in letters],
+            "deadLetters": [{**encode(messages.view(m)), "preview": preview(m.payload), "json": pretty(m.payload)} for m in letters],
             "deadNext": dead_next, "deadTotal": dead_total,
         }
 

@@ -141,7 +141,7 @@ async def worker(kernel: RouteKernel, space_id: str, holder: str, *, window_s: i
         deliveries = []
         for message in space.messages.live():
             if message.state == "LEASED" and message.holder == holder and now_ms < message.expires_ms:
-                row = space.messages.view(message)
+                row = wire.encode(space.messages.view(message))
                 row["taskKey"] = None if message.task_id is None else space.tasks.get(message.task_id).key
                 deliveries.append(row)
         pools = space.capacity.pools

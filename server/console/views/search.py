@@ -56,10 +56,10 @@ async def search(kernel: RouteKernel, space_id: str, text: str) -> dict[str, Any
             if more["claims"]:
                 break
         for task in space.tasks.all():
-            if (matches(task.key) or task.id == text) and not add("tasks", space.tasks.view(task, now_ms)):
+            if (matches(task.key) or task.id == text) and not add("tasks", wire.TASK.encode(space.tasks.view(task, now_ms))):
                 break
         for mailbox in space.mailboxes.all():
-            if (matches(mailbox.name) or mailbox.id == text) and not add("mailboxes", space.mailboxes.view(mailbox)):
+            if (matches(mailbox.name) or mailbox.id == text) and not add("mailboxes", wire.encode(space.mailboxes.view(mailbox))):
                 break
         for name, holds in sorted(_holders(space, now_ms).items()):
             if matches(name) and not add("holders", {"holder": name, "holds": holds}):
