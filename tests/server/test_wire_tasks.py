@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runstate.actors.group_commands import GroupSubmittedView
+from runstate.actors.groups import GroupStateView
 from runstate.actors.limits import Limits
 from runstate.actors.tasks import SubmittedTaskView, TaskView
 from runstate.actors.timestamps import format_ms
@@ -50,7 +51,10 @@ def wire_before(view: Any) -> dict[str, Any]:
     if isinstance(view, (SubmittedTaskView, GroupSubmittedView)):
         body = {**body, "created": view.created, "replay": view.replay}
     if isinstance(view, GroupSubmittedView):
-        body = {**body, "taskId": view.id, "groupId": view.group_id, "group": view.group}
+        group = view.group
+        body = {**body, "taskId": view.id, "groupId": view.group_id, "group": {
+            "groupId": group.group_id, "state": group.state, "outcome": group.outcome, "outcomeReason": group.outcome_reason,
+        }}
     return body
 
 
@@ -63,10 +67,10 @@ _json = st.recursive(
     max_leaves=12,
 )
 _state = st.sampled_from(["QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"])
-_group = st.fixed_dictionaries({
-    "groupId": _text, "state": st.sampled_from(["OPEN", "SEALED", "FINALIZED"]),
-    "outcome": st.none() | st.sampled_from(["SUCCEEDED", "FAILED", "CANCELLED"]), "outcomeReason": _maybe_text,
-})
+_group = st.builds(
+    GroupStateView, _text, st.sampled_from(["OPEN", "SEALED", "FINALIZED"]),
+    st.none() | st.sampled_from(["SUCCEEDED", "FAILED", "CANCELLED"]), _maybe_text,
+)
 
 
 @st.composite
