@@ -18,7 +18,7 @@ back to the space at once). A task whose message is deleted keeps its FAILED out
 
 One request acts on at most `ACTION_MAX` dead letters, oldest first, so one turn stays short; the
 answer says how many matched and how many remain, and a caller repeats until none does. With
-`dryRun` nothing changes and the answer says what would.
+`dry_run` nothing changes and the answer says what would.
 
 **Purge** (`PurgeMailbox`) ends a mailbox's messages waiting to be delivered, in every run or in one:
 a task's is CANCELLED (reason `purged`, or `purged: <reason>`), a plain message is dropped; one
@@ -35,6 +35,7 @@ Pure: no IO, no clock reads.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from typing import Any, Iterable, NamedTuple
 
@@ -42,19 +43,20 @@ from .actor_keys import ActorKey, mailbox_ops_actor, queue_actor
 from .errors import NOT_FOUND, VALIDATION_FAILED, KernelError, quote
 from .fields import BOOLEAN, INTEGER, TEXT, TEXTS, body, caller, drawn, path
 from .limits import Limits
-from .messages import DEAD, Message, MessageTable
+from .messages import DEAD, DeadLetterView, Message, MessageTable
 from .outcome import Outcome, Space, State
 from .events import Change
 from .primitive import Command, Primitive, command, operation, reason_field, record_type
 from .scopes import ACTIVE, ScopeTree
 from .task_commands import task_timers
 from .tasks import CANCELLED, TASK_ENDED
-from .shapes import Record, View
+from .shapes import Record
 
 __all__ = [
     "DeadLetterFilter", "ACTION_MAX", "LIST_LIMIT_MAX", "LIST_LIMIT_DEFAULT", "AGE_S_MAX", "SKIP_REASONS", "page",
     "select", "parse_cursor", "requeue_skip", "DEAD_LETTERS_DELETED", "DEAD_LETTERS_REQUEUED", "MAILBOX_PURGED",
     "DeadLetterAction", "RequeueDeadLetters", "DeleteDeadLetters", "PurgeMailbox", "DEAD_LETTERS",
+    "DeadLetterPage", "RequeueSkipped", "RequeuedView", "DeletedView", "PurgedView",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -72,8 +74,70 @@ LIST_LIMIT_MAX = 1000
 LIST_LIMIT_DEFAULT = 100
 # The largest age a filter may name, in seconds (ten years: past any retention).
 AGE_S_MAX = 10 * 366 * 86400
-# Why a dead letter matched by a requeue was not requeued (the keys of the answer's `skipped`).
-SKIP_REASONS = ("task", "runEnded", "deadlinePassed")
+# Why a dead letter matched by a requeue was not requeued (the fields of `RequeueSkipped`).
+SKIP_REASONS = ("task", "run_ended", "deadline_passed")
+
+
+# -- views -------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadLetterPage:
+    """A page of a mailbox's dead letters, newest first: `total` kept in the mailbox, `matched` by
+    the filter (on every page), `truncated` when more pages follow, and `next_cursor` the cursor
+    of the next page (None on the last)."""
+
+    dead_letters: tuple[DeadLetterView, ...]
+    total: int
+    matched: int
+    truncated: bool
+    next_cursor: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequeueSkipped:
+    """How many dead letters a requeue matched but left, by why (`SKIP_REASONS`)."""
+
+    task: int
+    run_ended: int
+    deadline_passed: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequeuedView:
+    """A requeue's answer: dead letters `matched`, `requeued` as new messages, `skipped` by why,
+    `remaining` to act on, whether it was a `dry_run`, and each old id's new message id
+    (`requeued_as`, empty on a dry run)."""
+
+    matched: int
+    requeued: int
+    skipped: RequeueSkipped
+    remaining: int
+    dry_run: bool
+    requeued_as: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeletedView:
+    """A delete's answer: dead letters `matched`, `deleted`, `remaining` to act on, whether it was a
+    `dry_run`, and the ids it deleted (`deleted_ids`, empty on a dry run)."""
+
+    matched: int
+    deleted: int
+    remaining: int
+    dry_run: bool
+    deleted_ids: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PurgedView:
+    """A purge's answer: waiting messages `matched`, `purged`, `remaining` to purge, and whether it
+    was a `dry_run`."""
+
+    matched: int
+    purged: int
+    remaining: int
+    dry_run: bool
 
 
 class DeadLetterFilter(NamedTuple):
@@ -114,12 +178,8 @@ def parse_cursor(text: str) -> tuple[int, int]:
 
 def page(
     messages: MessageTable, mailbox_id: str, where: DeadLetterFilter, now_ms: int, cursor: str | None, limit: int
-) -> View:
-    """A page of the mailbox's dead letters that match, newest first, with their payloads.
-
-    `total`: dead letters kept in the mailbox; `matched`: those the filter matches (all pages);
-    `nextCursor`: the cursor of the next page, or None when this one reached the end.
-    """
+) -> DeadLetterPage:
+    """A page of the mailbox's dead letters that match, newest first, with their payloads."""
     letters = messages.dead_letters(mailbox_id)
     after = None if cursor is None else parse_cursor(cursor)
     matched = [m for m in letters if where.matches(m, now_ms)] if not where.empty else letters
@@ -127,13 +187,11 @@ def page(
     shown = heapq.nlargest(limit + 1, candidates, key=_order)
     more = len(shown) > limit
     shown = shown[:limit]
-    return {
-        "deadLetters": [messages.dead_letter_view(message) for message in shown],
-        "total": len(letters),
-        "matched": len(matched),
-        "truncated": more,
-        "nextCursor": "%d-%d" % _order(shown[-1]) if more else None,
-    }
+    assert len(shown) <= limit and len(matched) <= len(letters)
+    return DeadLetterPage(
+        tuple(messages.dead_letter_view(message) for message in shown), len(letters), len(matched), more,
+        "%d-%d" % _order(shown[-1]) if more else None,
+    )
 
 
 def select(
@@ -158,9 +216,9 @@ def requeue_skip(message: Message, scopes: ScopeTree, now_ms: int) -> str | None
     if message.task_id is not None:
         return "task"
     if message.scope_id not in scopes or scopes.effective(scopes.get(message.scope_id), now_ms) != ACTIVE:
-        return "runEnded"
+        return "run_ended"
     if message.past_deadline(now_ms):
-        return "deadlinePassed"
+        return "deadline_passed"
     return None
 
 
@@ -256,14 +314,17 @@ def requeue(space: Space, command: RequeueDeadLetters, now_ms: int) -> Outcome:
         else:
             skipped[why] += 1
     taken = eligible[: min(ACTION_MAX, work.backlog_room(mailbox))]
-    reply = {
-        "matched": len(chosen), "requeued": len(taken), "skipped": skipped,
-        "remaining": len(eligible) - len(taken), "dryRun": bool(command.dry_run), "requeuedAs": {},
-    }
+    assert len(chosen) == len(eligible) + sum(skipped.values())
+
+    def answer(requeued_as: dict[str, str]) -> RequeuedView:
+        return RequeuedView(
+            len(chosen), len(taken), RequeueSkipped(**skipped), len(eligible) - len(taken), bool(command.dry_run), requeued_as
+        )
+
     if eligible and not taken and not command.dry_run:
         work.check_backlog(mailbox)  # full: BACKLOG_FULL, as a send would be refused
     if command.dry_run or not taken:
-        return Outcome(reply=reply)
+        return Outcome(reply=answer({}))
     new_ids = [f"{command.id_base}_{index}" for index in range(len(taken))]
     for message_id in new_ids:
         messages.check_new_id(message_id)
@@ -281,8 +342,7 @@ def requeue(space: Space, command: RequeueDeadLetters, now_ms: int) -> Outcome:
         scopes[message.scope_id] = None
     # Receivers parked on those queues look again (the new messages are deliverable now).
     outcome.pokes.extend(queue_actor(space.id, mailbox.id, scope_id) for scope_id in scopes)
-    reply["requeuedAs"] = dict(zip(record["message_ids"], new_ids))
-    outcome.reply = reply
+    outcome.reply = answer(dict(zip(record["message_ids"], new_ids)))
     return outcome
 
 
@@ -291,18 +351,13 @@ def delete(space: Space, command: DeleteDeadLetters, now_ms: int) -> Outcome:
     mailbox = space.mailboxes.get(command.mailbox_id)
     chosen = select(space.messages, mailbox.id, command.message_ids, command.where, now_ms)
     taken = chosen[:ACTION_MAX]
-    reply = {
-        "matched": len(chosen), "deleted": len(taken), "remaining": len(chosen) - len(taken),
-        "dryRun": bool(command.dry_run), "deletedIds": [],
-    }
     if command.dry_run or not taken:
-        return Outcome(reply=reply)
+        return Outcome(reply=DeletedView(len(chosen), len(taken), len(chosen) - len(taken), bool(command.dry_run), ()))
     record = {"type": DEAD_LETTERS_DELETED, "mailbox_id": mailbox.id, "message_ids": [m.id for m in taken], "at_ms": now_ms}
     if command.by is not None:
         record["by"] = command.by
     outcome = space.commit(Outcome(), record)
-    reply["deletedIds"] = record["message_ids"]
-    outcome.reply = reply
+    outcome.reply = DeletedView(len(chosen), len(taken), len(chosen) - len(taken), False, tuple(m.id for m in taken))
     return outcome
 
 
@@ -315,7 +370,7 @@ def purge(space: Space, command: PurgeMailbox, now_ms: int) -> Outcome:
         space.scopes.get(command.scope_id)
     waiting = space.messages.waiting_in_mailbox(mailbox.id, command.scope_id)
     taken = waiting[:ACTION_MAX]
-    reply = {"matched": len(waiting), "purged": len(taken), "remaining": len(waiting) - len(taken), "dryRun": bool(command.dry_run)}
+    reply = PurgedView(len(waiting), len(taken), len(waiting) - len(taken), bool(command.dry_run))
     if command.dry_run or not taken:
         return Outcome(reply=reply)
     reason = REASON_PURGED if not command.reason else f"{REASON_PURGED}: {command.reason}"

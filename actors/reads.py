@@ -11,10 +11,9 @@ from __future__ import annotations
 from .claims import ClaimView
 from .mailboxes import MailboxView
 from .tasks import TaskView
-from .dead_letters import DeadLetterFilter
+from .dead_letters import DeadLetterFilter, DeadLetterPage
 from .dead_letters import page as dead_letter_page
 from .scopes import ScopeView
-from .shapes import View
 from .kernel_reads import KernelReads
 
 __all__ = ["scope", "claims_in_scope", "mailboxes", "mailbox", "dead_letters", "task"]
@@ -46,7 +45,7 @@ def mailbox(kernel: KernelReads, space: str, mailbox_id: str) -> MailboxView:
 
 def dead_letters(
     kernel: KernelReads, space: str, mailbox_id: str, limit: int, cursor: str | None = None, where: DeadLetterFilter = DeadLetterFilter()
-) -> View:
+) -> DeadLetterPage:
     """A page of the mailbox's dead letters (newest first, with their payloads) that `where`
     matches, after `cursor` (`dead_letters.page`)."""
     state = kernel.space_view(space)

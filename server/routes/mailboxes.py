@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ...actors import commands as c
 from ...actors import reads
-from ...actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, SKIP_REASONS, DeadLetterFilter
+from ...actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, DeadLetterFilter, DeadLetterPage
 from ...actors.errors import VALIDATION_FAILED, quote
 from ...actors.mailboxes import MailboxView
 from ...actors.shapes import View
@@ -30,45 +30,6 @@ BASE = "/v1/spaces/{space}/mailboxes"
 
 _LIST = {"type": "object", "properties": {"mailboxes": {"type": "array", "items": {"$ref": "#/components/schemas/Mailbox"}}}, "required": ["mailboxes"]}
 _MANY = {"type": "object", "properties": {"deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}}}, "required": ["deliveries"]}
-_DEAD = {
-    "type": "object",
-    "properties": {
-        "deadLetters": {"type": "array", "items": {"$ref": "#/components/schemas/DeadLetter"}},
-        "total": {"type": "integer", "description": "dead letters kept in the mailbox"},
-        "matched": {"type": "integer", "description": "those the filter matches, on every page"},
-        "truncated": {"type": "boolean", "description": "more pages follow"},
-        "nextCursor": {"type": ["string", "null"], "description": "the cursor of the next page (null: none)"},
-    },
-    "required": ["deadLetters", "total", "matched", "truncated", "nextCursor"],
-}
-_COUNT = {"type": "integer"}
-_ACTED = {
-    "matched": {**_COUNT, "description": "dead letters named or matched"},
-    "remaining": {**_COUNT, "description": "still to act on: repeat the request"},
-    "dryRun": {"type": "boolean"},
-}
-_REQUEUED = {
-    "type": "object",
-    "properties": {
-        **_ACTED,
-        "requeued": _COUNT,
-        "skipped": {"type": "object", "properties": {reason: _COUNT for reason in SKIP_REASONS}},
-        "requeuedAs": {"type": "object", "additionalProperties": {"type": "string"}, "description": "old id -> new message id"},
-    },
-    "required": ["matched", "requeued", "skipped", "remaining", "dryRun", "requeuedAs"],
-}
-_PURGED = {
-    "type": "object",
-    "properties": {**_ACTED, "purged": _COUNT},
-    "required": ["matched", "purged", "remaining", "dryRun"],
-}
-_DELETED = {
-    "type": "object",
-    "properties": {**_ACTED, "deleted": _COUNT, "deletedIds": {"type": "array", "items": {"type": "string"}}},
-    "required": ["matched", "deleted", "remaining", "dryRun", "deletedIds"],
-}
-
-
 async def list_mailboxes(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
     services.authorize(request, space)
     return 200, {"mailboxes": reads.mailboxes(services.kernel, space)}
@@ -88,7 +49,7 @@ def _integer(request: Request, name: str, low: int, high: int) -> int | None:
     return int(text)
 
 
-async def dead_letters(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, View]:
+async def dead_letters(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, DeadLetterPage]:
     """A page of dead letters, newest first: `limit`, `cursor`, and the filters of an action."""
     services.authorize(request, space)
     kernel = services.kernel
@@ -116,22 +77,22 @@ endpoint(router, "GET", BASE + "/{mailbox_id}", Doc("A mailbox", (Reply(200, "Ma
 endpoint(router, "GET", BASE + "/{mailbox_id}/dead-letters", Doc(
     f"Dead letters, newest first, a page at a time (limit 1-{LIST_LIMIT_MAX}, default {LIST_LIMIT_DEFAULT}; cursor), "
     "filtered by reason (contains) and age in seconds",
-    (Reply(200, _DEAD),), query=("limit", "cursor", "reason", "olderThanSeconds", "newerThanSeconds"), errors=("400", "404"),
+    (Reply(200, "DeadLetterPage"),), query=("limit", "cursor", "reason", "olderThanSeconds", "newerThanSeconds"), errors=("400", "404"),
     group=G,
 ), dead_letters)
 endpoint(router, "POST", BASE + "/{mailbox_id}/dead-letters/requeue", Doc(
     "Requeue dead letters (by messageIds, a filter, or all) as new messages at the end of their queues; "
     "dryRun says how many it would",
-    (Reply(200, _REQUEUED),), c.RequeueDeadLetters, errors=("400", "404", "409"), idempotent=True, group=G, operator=True,
+    (Reply(200, "DeadLettersRequeued"),), c.RequeueDeadLetters, errors=("400", "404", "409"), idempotent=True, group=G, operator=True,
 ))
 endpoint(router, "POST", BASE + "/{mailbox_id}/dead-letters/delete", Doc(
     "Delete dead letters (by messageIds, a filter, or all); dryRun says how many it would",
-    (Reply(200, _DELETED),), c.DeleteDeadLetters, errors=("400", "404", "409"), idempotent=True, group=G, operator=True,
+    (Reply(200, "DeadLettersDeleted"),), c.DeleteDeadLetters, errors=("400", "404", "409"), idempotent=True, group=G, operator=True,
 ))
 endpoint(router, "POST", BASE + "/{mailbox_id}/purge", Doc(
     "End the messages waiting in the mailbox (all runs, or scopeId's): tasks CANCELLED, plain messages dropped; "
     "deliveries under way finish; dryRun says how many it would",
-    (Reply(200, _PURGED),), c.PurgeMailbox, body_required=False, errors=("400", "404", "409"), idempotent=True, group=G,
+    (Reply(200, "MailboxPurged"),), c.PurgeMailbox, body_required=False, errors=("400", "404", "409"), idempotent=True, group=G,
     operator=True,
 ))
 endpoint(router, "POST", BASE + "/{mailbox_id}/messages", Doc(

@@ -12,7 +12,7 @@ second name too (`also`), or another shape for a nested view (`nested`).
 A field's type says how it is written: a string, an integer, a number or a boolean as it is; an
 amount in minor units (`MinorUnits`) as a decimal string; a
 `Literal` of strings as it is, its schema listing them; a user's JSON value (`Json`) as it is; a
-tuple or list of any of these as an array; another typed view by its own shape (the one declared
+tuple or list of any of these as an array; a `dict[str, X]` of a plain `X` as an object; another typed view by its own shape (the one declared
 first for its type, or the field's `nested` one); and any of them or None.
 
 From one declaration, made once at import:
@@ -123,6 +123,12 @@ def _form(hint: Any, nested: Shape | None, depth: int = 0) -> _Form:
         values = typing.get_args(hint)
         assert all(isinstance(value, str) for value in values), f"a literal view field is of strings: {hint}"
         return _Form("{0}", {"type": "string", "enum": list(values)}, None, optional)
+    if origin is dict:
+        key, value = typing.get_args(hint)
+        assert key is str, f"an object field's keys are strings: {hint}"
+        item = _form(value, nested, depth + 1)
+        assert not item.optional and item.expression == "{0}", f"an object field's values are plain: {hint}"
+        return _Form("dict({0})", {"type": "object", "additionalProperties": item.schema}, None, optional)
     if origin in (tuple, list):
         args = typing.get_args(hint)
         assert origin is list or (len(args) == 2 and args[1] is Ellipsis), f"an array field is tuple[X, ...]: {hint}"

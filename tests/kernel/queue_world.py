@@ -103,13 +103,13 @@ class World:
 
     def requeue(self, mailbox_id: str, **fields: Any) -> dict:
         """Requeue dead letters (`fields` as `RequeueDeadLetters` names them: message_ids, reason...)."""
-        return self.do("requeue_dead_letters", mailbox_id, self.new_id("ms_"), fields).reply
+        return wire.encode(self.do("requeue_dead_letters", mailbox_id, self.new_id("ms_"), fields).reply)
 
     def delete(self, mailbox_id: str, **fields: Any) -> dict:
-        return self.do("delete_dead_letters", mailbox_id, fields).reply
+        return wire.encode(self.do("delete_dead_letters", mailbox_id, fields).reply)
 
     def purge(self, mailbox_id: str, **fields: Any) -> dict:
-        return self.do("purge_mailbox", mailbox_id, fields).reply
+        return wire.encode(self.do("purge_mailbox", mailbox_id, fields).reply)
 
     def fire(self, timer_tag: tuple, marker: Any = None, actor: tuple | None = None) -> Outcome:
         """Run the newest timer with this tag (as the supervisor would), at the current time."""

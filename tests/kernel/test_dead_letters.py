@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from runstate.actors.dead_letters import ACTION_MAX, DeadLetterFilter, page
+from runstate.actors.dead_letters import ACTION_MAX, DeadLetterFilter, PurgedView, RequeuedView, RequeueSkipped, page
 from runstate.actors.errors import BACKLOG_FULL, NOT_FOUND, VALIDATION_FAILED, KernelError
 from runstate.actors.space import SpaceState
 from runstate.actors.work import queue_actor
 from runstate.snapshots.equality import contents, first_difference
+from runstate.server import wire
 
 from .queue_world import SPACE, World, recount
 
@@ -63,8 +64,8 @@ def test_a_requeued_dead_letter_is_a_new_message_at_the_end_of_its_queue(world):
     waiting = world.send(mailbox, run, "younger")["id"]
     bytes_before = world.space.messages.payload_bytes
     outcome = world.do("requeue_dead_letters", mailbox, "ms_new", {"message_ids": [old]})
-    reply = outcome.reply
-    assert reply == {
+    assert outcome.reply == RequeuedView(1, 1, RequeueSkipped(task=0, run_ended=0, deadline_passed=0), 0, False, {old: "ms_new_0"})
+    assert wire.encode(outcome.reply) == {
         "matched": 1, "requeued": 1, "skipped": {"task": 0, "runEnded": 0, "deadlinePassed": 0}, "remaining": 0,
         "dryRun": False, "requeuedAs": {old: "ms_new_0"},
     }
@@ -120,8 +121,8 @@ def test_a_filter_names_dead_letters_by_reason_and_age(world):
         """What the listing shows for a filter, oldest first; a dry run counts the same."""
         where = DeadLetterFilter(fields.get("reason"), fields.get("older_than_s"), fields.get("newer_than_s"))
         listed = page(world.space.messages, mailbox, where, world.now, None, 100)
-        assert listed["matched"] == world.requeue(mailbox, dry_run=True, **fields)["matched"]
-        return [letter.id for letter in reversed(listed["deadLetters"])]
+        assert listed.matched == world.requeue(mailbox, dry_run=True, **fields)["matched"]
+        return [letter.id for letter in reversed(listed.dead_letters)]
 
     assert chosen(reason="timeout") == [first, third]
     assert chosen(older_than_s=60) == [first, second]
@@ -216,13 +217,13 @@ def test_pages_continue_where_the_last_one_ended_while_letters_die_and_go(world)
     letters = [dead(world, mailbox, run, n) for n in range(5)]  # all die at the same instant
     messages = world.space.messages
     first = page(messages, mailbox, DeadLetterFilter(), world.now, None, 2)
-    assert [m.id for m in first["deadLetters"]] == letters[:2:-1][:2] == [letters[4], letters[3]]
-    assert first["total"] == first["matched"] == 5 and first["truncated"] is True
+    assert [m.id for m in first.dead_letters] == letters[:2:-1][:2] == [letters[4], letters[3]]
+    assert first.total == first.matched == 5 and first.truncated is True
     dead(world, mailbox, run, "newer")  # shows on no later page (it is newer than the cursor)
     world.delete(mailbox, message_ids=[letters[2]])
-    second = page(messages, mailbox, DeadLetterFilter(), world.now, first["nextCursor"], 2)
-    assert [m.id for m in second["deadLetters"]] == [letters[1], letters[0]]
-    assert second["truncated"] is False and second["nextCursor"] is None
+    second = page(messages, mailbox, DeadLetterFilter(), world.now, first.next_cursor, 2)
+    assert [m.id for m in second.dead_letters] == [letters[1], letters[0]]
+    assert second.truncated is False and second.next_cursor is None
     refused(VALIDATION_FAILED, page, messages, mailbox, DeadLetterFilter(), world.now, "12:x", 2)
 
 
@@ -239,7 +240,7 @@ def test_a_purge_ends_what_waits_and_leaves_deliveries_under_way(world):
     elsewhere = world.send(mailbox, other, "other run")["id"]
     assert world.purge(mailbox, scope_id=run, dry_run=True) == {"matched": 3, "purged": 3, "remaining": 0, "dryRun": True}
     outcome = world.do("purge_mailbox", mailbox, {"scope_id": run, "reason": "bad batch", "by": "ak_ops"})
-    assert outcome.reply == {"matched": 3, "purged": 3, "remaining": 0, "dryRun": False}
+    assert outcome.reply == PurgedView(matched=3, purged=3, remaining=0, dry_run=False)
     assert [r["type"] for r in outcome.records] == ["mailbox.purged", "message.dropped", "task.ended", "message.dropped"]
     assert world.task(task["taskId"])["state"] == "CANCELLED"
     assert world.task(task["taskId"])["outcomeReason"] == "purged: bad batch"

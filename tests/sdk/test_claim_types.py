@@ -32,6 +32,9 @@ PAIRS = [
     ("Sent", sdk_types.MessageView, "mailboxes.ts", "SentMessage"),
     ("DeadLetter", sdk_types.DeadLetter, "client.ts", "DeadLetter"),
     ("Mailbox", sdk_types.MailboxRow, "client.ts", "MailboxRow"),
+    ("DeadLetterPage", sdk_types.DeadLetterPage, "client.ts", "DeadLetterPage"),
+    ("DeadLettersDeleted", sdk_types.DeleteResult, "client.ts", "DeleteResult"),
+    ("MailboxPurged", sdk_types.PurgeResult, "client.ts", "PurgeResult"),
 ]
 
 
