@@ -7,18 +7,22 @@ everything appended so far is durable before they answer (`server/routes/coordin
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Literal, Union, cast
 
 from . import events as event_log
 from .barriers import BarrierView
 from .groups import GroupView
 from .outcome import Space
 from .timers import TimerView
-from .timestamps import format_ms
-from .shapes import View
+from .shapes import EpochMs, View
 from .kernel_reads import KernelReads
 
-__all__ = ["barrier", "timer", "group", "events_page"]
+__all__ = [
+    "barrier", "timer", "group", "events_page", "run", "waits", "RunView", "RunWorker", "RunCounts", "RunWaiter",
+    "PoolWaitView", "AllowanceWaitView", "ParkedView", "ParkedQueueView", "ParkedTimersView", "ParkedKeyView",
+    "HeldParkedView", "HeldParkedQueueView", "HeldParkedTimersView", "HeldParkedKeyView", "WaitView", "WaitsView",
+]
 
 
 def barrier(kernel: KernelReads, space: str, barrier_id: str) -> BarrierView:
@@ -60,7 +64,165 @@ OPS_LIST_MAX = 1000
 PARKED_HOLDERS_MAX = 10
 
 
-def run(kernel: KernelReads, space: str, scope_id: str) -> View:
+# -- the operators' views ------------------------------------------------------------------------
+# Observations, not frozen answers of a turn: frozen slotted dataclasses (not on a hot path). A
+# parked entry names where the calls wait (a queue: its mailbox and run; a scope's timers: the run;
+# a claim or a once key: its run and key) and, where their commands name them, the holders: each
+# combination is its own view, as each writes its own fields.
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParkedView:
+    """Calls parked on something (`on`): the event log's watches, or a kind that names nothing more."""
+
+    on: str
+    calls: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParkedQueueView(ParkedView):
+    """Receives held on a queue: its mailbox and run."""
+
+    mailbox_id: str
+    scope_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParkedTimersView(ParkedView):
+    """Polls of a run's timers."""
+
+    scope_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParkedKeyView(ParkedView):
+    """Acquires waiting for a held claim, or reads waiting for a once key's result: its run and key."""
+
+    scope_id: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeldParkedView(ParkedView):
+    """As `ParkedView`, then the holders the calls are for, oldest first."""
+
+    holders: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeldParkedQueueView(ParkedQueueView):
+    holders: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeldParkedTimersView(ParkedTimersView):
+    holders: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeldParkedKeyView(ParkedKeyView):
+    holders: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunWaiter:
+    """A waiter in a pool's line: `permit` (the pool's name) and `units` are what the 0.3.0
+    client's `status()` shows; `since_ms` when it started waiting."""
+
+    permit: str
+    permit_id: str
+    units: int
+    scope_id: str
+    holder: str
+    waiter_id: str
+    state: Literal["WAITING", "SIGNALED"]
+    since_ms: EpochMs
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PoolWaitView:
+    """A pool's waiter among the space's waits (`on` is "pool", one call)."""
+
+    on: str
+    calls: int
+    permit: str
+    permit_id: str
+    units: int
+    scope_id: str
+    holder: str
+    waiter_id: str
+    state: Literal["WAITING", "SIGNALED"]
+    since_ms: EpochMs
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AllowanceWaitView:
+    """A waiter in an allowance's queue for units, until `expires_ms` (its TTL)."""
+
+    on: str
+    calls: int
+    scope_id: str
+    allowance: str
+    allowance_id: str
+    units: int
+    holder: str
+    waiter_id: str
+    expires_ms: EpochMs
+    since_ms: EpochMs
+
+
+ParkedAny = Union[
+    ParkedView, ParkedQueueView, ParkedTimersView, ParkedKeyView, HeldParkedView, HeldParkedQueueView, HeldParkedTimersView,
+    HeldParkedKeyView,
+]
+WaitView = Union[ParkedAny, PoolWaitView, AllowanceWaitView]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WaitsView:
+    """What waits in a space: parked calls, then pools' and allowances' waiters; `truncated` when cut."""
+
+    waits: tuple[WaitView, ...]
+    truncated: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunWorker:
+    """A holder working in a run: what it holds under a lease (`keys`), its deliveries, and the
+    earliest end of its leases there."""
+
+    holder: str
+    keys: tuple[str, ...]
+    deliveries: tuple[str, ...]
+    earliest_lease_expiry_ms: EpochMs
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunCounts:
+    """How many of each thing in a run's subtree, by state (states in order of their names)."""
+
+    scopes: dict[str, int]
+    tasks: dict[str, int]
+    messages: dict[str, int]
+    barriers: dict[str, int]
+    timers: dict[str, int]
+    groups: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunView:
+    """A run's subtree across primitives: workers (earliest lease end first), pools' waiters,
+    parked calls, counts."""
+
+    scope_id: str
+    effective: str
+    workers: tuple[RunWorker, ...]
+    waiting: tuple[RunWaiter, ...]
+    parked: tuple[ParkedAny, ...]
+    counts: RunCounts
+
+
+def run(kernel: KernelReads, space: str, scope_id: str) -> RunView:
     """A run's subtree across primitives: who works in it (claim and delivery holders with their
     keys and earliest lease end), what waits there, and how many things are in each state."""
     state = kernel.space_view(space)
@@ -68,9 +230,9 @@ def run(kernel: KernelReads, space: str, scope_id: str) -> View:
     now_ms = kernel.clock.now_ms()
     subtree = state.scopes.subtree(scope.id)
     inside = frozenset(subtree)
-    workers: dict[str, View] = {}
+    workers: dict[str, dict[str, Any]] = {}
 
-    def worker(holder: str, expires_ms: int) -> View:
+    def worker(holder: str, expires_ms: int) -> dict[str, Any]:
         entry = workers.setdefault(holder, {"holder": holder, "keys": [], "deliveries": [], "expires_ms": expires_ms})
         entry["expires_ms"] = min(entry["expires_ms"], expires_ms)
         return entry
@@ -101,94 +263,85 @@ def run(kernel: KernelReads, space: str, scope_id: str) -> View:
     part = state.coordination
     tasks = _count(task.state for task in state.tasks.all() if task.scope_id in inside)
     rows = sorted(workers.values(), key=lambda row: (row["expires_ms"], row["holder"]))[:OPS_LIST_MAX]
-    for row in rows:
-        row["earliestLeaseExpiry"] = format_ms(row.pop("expires_ms"))
-    parked = [entry for entry in _parked(kernel, space) if entry.get("scopeId") in inside]
-    return {
-        "scopeId": scope.id,
-        "effective": state.scopes.effective(scope, now_ms),
-        "workers": rows,
-        "waiting": _pool_waiters(state, inside, now_ms)[:OPS_LIST_MAX],
-        "parked": parked[:OPS_LIST_MAX],
-        "counts": {
-            "scopes": _count(state.scopes.effective(state.scopes.get(s), now_ms) for s in subtree),
-            "tasks": tasks,
-            "messages": messages,
-            "barriers": _count(part.barriers.state_of(b, now_ms) for b in part.barriers.all() if b.scope_id in inside),
-            "timers": _count(t.state for t in part.timers.all() if t.scope_id in inside),
-            "groups": _count(g.state for g in part.groups.all() if g.scope_id in inside),
-        },
-    }
+    parked = [entry for entry in _parked(kernel, space) if getattr(entry, "scope_id", None) in inside]
+    counts = RunCounts(
+        _count(state.scopes.effective(state.scopes.get(s), now_ms) for s in subtree), tasks, messages,
+        _count(part.barriers.state_of(b, now_ms) for b in part.barriers.all() if b.scope_id in inside),
+        _count(t.state for t in part.timers.all() if t.scope_id in inside),
+        _count(g.state for g in part.groups.all() if g.scope_id in inside),
+    )
+    return RunView(
+        scope.id, state.scopes.effective(scope, now_ms),
+        tuple(RunWorker(row["holder"], tuple(row["keys"]), tuple(row["deliveries"]), row["expires_ms"]) for row in rows),
+        tuple(_pool_waiters(state, inside, now_ms)[:OPS_LIST_MAX]), tuple(parked[:OPS_LIST_MAX]), counts,
+    )
 
 
-def _pool_waiters(state: Space, inside: frozenset[str] | None, now_ms: int) -> list[View]:
-    """Who waits in a pool's line in the subtree (None: anywhere in the space), oldest first: `permit` (the pool's name) and
-    `units` are what the 0.3.0 client's `status()` shows. (A pool table without a line of waiters
-    has nobody waiting.)"""
+def _pool_waiters(state: Space, inside: frozenset[str] | None, now_ms: int) -> list[RunWaiter]:
+    """Who waits in a pool's line in the subtree (None: anywhere in the space), oldest first. (A
+    pool table without a line of waiters has nobody waiting.)"""
     pools = state.capacity.pools
-    waiting = []
-    for waiter in getattr(pools, "waiters", tuple)():
-        if (inside is None or waiter.scope_id in inside) and waiter.state in ("WAITING", "SIGNALED") and now_ms < waiter.due_ms:
-            waiting.append({
-                "permit": pools.get(waiter.pool_id).name, "permitId": waiter.pool_id, "units": waiter.units, "scopeId": waiter.scope_id,
-                "holder": waiter.holder, "waiterId": waiter.id, "state": waiter.state, "created_ms": waiter.created_ms,
-            })
-    waiting.sort(key=lambda entry: (entry["created_ms"], entry["waiterId"]))
-    for entry in waiting:
-        entry["since"] = format_ms(entry.pop("created_ms"))
+    waiting = [
+        RunWaiter(
+            pools.get(waiter.pool_id).name, waiter.pool_id, waiter.units, waiter.scope_id, waiter.holder, waiter.id,
+            cast(Literal["WAITING", "SIGNALED"], waiter.state), waiter.created_ms,
+        )
+        for waiter in getattr(pools, "waiters", tuple)()
+        if (inside is None or waiter.scope_id in inside) and waiter.state in ("WAITING", "SIGNALED") and now_ms < waiter.due_ms
+    ]
+    waiting.sort(key=lambda entry: (entry.since_ms, entry.waiter_id))
     return waiting
 
 
-def waits(kernel: KernelReads, space: str) -> View:
+def waits(kernel: KernelReads, space: str) -> WaitsView:
     """What waits in this space now: the calls parked (held receives, timer polls, watches), by
     where, then the waiters in the pools' lines and the allowances' queues, oldest first (those are
     records, not parked calls: a waiter waits between its polls too)."""
-    waiting = _parked(kernel, space)
-    waiting.sort(key=lambda entry: (entry["on"], entry.get("mailboxId") or "", entry.get("scopeId") or ""))
+    waiting: list[WaitView] = list(_parked(kernel, space))
+    waiting.sort(key=lambda entry: (entry.on, getattr(entry, "mailbox_id", None) or "", getattr(entry, "scope_id", None) or ""))
     state = kernel.space_view(space)
     now_ms = kernel.clock.now_ms()
     for entry in _pool_waiters(state, None, now_ms):
-        waiting.append({"on": "pool", "calls": 1, **entry})
+        waiting.append(PoolWaitView("pool", 1, *dataclasses.astuple(entry)))
     waiting.extend(_allowance_waiters(state, now_ms))
-    return {"waits": waiting[:OPS_LIST_MAX], "truncated": len(waiting) > OPS_LIST_MAX}
+    return WaitsView(tuple(waiting[:OPS_LIST_MAX]), len(waiting) > OPS_LIST_MAX)
 
 
-def _allowance_waiters(state: Space, now_ms: int) -> list[View]:
+def _allowance_waiters(state: Space, now_ms: int) -> list[AllowanceWaitView]:
     """Who waits in an allowance's queue for units, oldest first, until its TTL runs out."""
     allowances = state.capacity.allowances
-    found: list[View] = []
-    for waiter in allowances.waiters():
-        if waiter.state == "WAITING" and now_ms < waiter.expires_ms:
-            found.append({
-                "on": "allowance", "calls": 1, "scopeId": waiter.scope_id, "allowance": allowances.get(waiter.allowance_id).name,
-                "allowanceId": waiter.allowance_id, "units": waiter.units, "holder": waiter.holder, "waiterId": waiter.id,
-                "created_ms": waiter.created_ms, "expiresAt": format_ms(waiter.expires_ms),
-            })
-    found.sort(key=lambda entry: (entry["created_ms"], entry["waiterId"]))
-    for entry in found:
-        entry["since"] = format_ms(entry.pop("created_ms"))
+    found = [
+        AllowanceWaitView(
+            "allowance", 1, waiter.scope_id, allowances.get(waiter.allowance_id).name, waiter.allowance_id, waiter.units,
+            waiter.holder, waiter.id, waiter.expires_ms, waiter.created_ms,
+        )
+        for waiter in allowances.waiters()
+        if waiter.state == "WAITING" and now_ms < waiter.expires_ms
+    ]
+    found.sort(key=lambda entry: (entry.since_ms, entry.waiter_id))
     return found
 
 
-def _parked(kernel: KernelReads, space: str) -> list[View]:
+def _parked(kernel: KernelReads, space: str) -> list[ParkedAny]:
     """The kernel's parked calls in this space: on a claim (acquires waiting for it: its run and
     key), a once key (reads waiting for its result), a queue (receives), a scope's timers (polls),
     or the event log (watches); with the holders the calls are for, oldest first, where their
     commands name one."""
-    found = []
+    found: list[ParkedAny] = []
     for key, calls in kernel.parked():
         if len(key) < 2 or key[1] != space:
             continue
-        entry: dict[str, Any] = {"on": key[0], "calls": calls}
-        if key[0] == "queue":
-            entry.update(mailboxId=key[2], scopeId=key[3])
-        elif key[0] == "timers":
-            entry.update(scopeId=key[2])
-        elif key[0] in ("claim", "once"):  # acquires waiting for a held claim; reads waiting for a once key's result
-            entry.update(scopeId=key[2], key=key[3])
-        holders = kernel.parked_holders(key, PARKED_HOLDERS_MAX)
-        if holders:
-            entry["holders"] = holders
+        holders = tuple(kernel.parked_holders(key, PARKED_HOLDERS_MAX))
+        on = key[0]
+        entry: ParkedAny
+        if on == "queue":
+            entry = HeldParkedQueueView(on, calls, key[2], key[3], holders) if holders else ParkedQueueView(on, calls, key[2], key[3])
+        elif on == "timers":
+            entry = HeldParkedTimersView(on, calls, key[2], holders) if holders else ParkedTimersView(on, calls, key[2])
+        elif on in ("claim", "once"):  # acquires waiting for a held claim; reads waiting for a once key's result
+            entry = HeldParkedKeyView(on, calls, key[2], key[3], holders) if holders else ParkedKeyView(on, calls, key[2], key[3])
+        else:
+            entry = HeldParkedView(on, calls, holders) if holders else ParkedView(on, calls)
         found.append(entry)
     return found
 

@@ -24,12 +24,11 @@ from ..actors.limits import Limits
 from .api import OPENAPI_PATH, Doc
 from .http import Route
 from .wire import COMPONENTS as WIRE_COMPONENTS
-from .wire import TIMESTAMP, nullable
+from .wire import nullable
 
 __all__ = ["openapi", "operation", "OPENAPI_PATH"]
 
 
-_TS = TIMESTAMP
 _nullable = nullable
 
 
@@ -129,7 +128,7 @@ def _capacity_components() -> dict[str, Any]:
 
 def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
-    text, integer = {"type": "string"}, {"type": "integer"}
+    text = {"type": "string"}
     return {
         "Barrier": WIRE_COMPONENTS["Barrier"],
         "Timer": WIRE_COMPONENTS["Timer"],
@@ -141,34 +140,9 @@ def _coordination_components() -> dict[str, Any]:
         "GroupSubmitted": {"allOf": [_ref("Submitted"), _obj({"groupId": text, "group": _ref("GroupState")})]},
         "Event": WIRE_COMPONENTS["Event"],
         "EventPage": WIRE_COMPONENTS["EventPage"],
-        "OpsRun": _obj(
-            {
-                "scopeId": text,
-                "effective": text,
-                "workers": {
-                    "type": "array",
-                    "items": _obj({"holder": text, "keys": {"type": "array", "items": text},
-                                   "deliveries": {"type": "array", "items": text}, "earliestLeaseExpiry": _TS}),
-                },
-                # Who waits in a pool's line here, oldest first (0.3.0's status() reads permit and units).
-                "waiting": {"type": "array", "items": _obj({
-                    "permit": text, "permitId": text, "units": integer, "holder": text, "waiterId": text,
-                    "state": {"enum": ["WAITING", "SIGNALED"]}, "since": _TS,
-                })},
-                "parked": {"type": "array", "items": _ref("Parked")},
-                "counts": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": integer}},
-            }
-        ),
-        "Parked": _obj(
-            {"on": text, "calls": integer},
-            {
-                "mailboxId": text, "scopeId": text, "waiterId": text, "holder": text, "units": integer, "since": _TS,
-                "permit": text, "permitId": text, "state": text, "allowance": text, "allowanceId": text, "expiresAt": _TS,
-                # on a claim or a once key: its key; who waits (the parked calls' holders, oldest first)
-                "key": text, "holders": {"type": "array", "items": text},
-            },
-        ),
-        "OpsWaits": _obj({"waits": {"type": "array", "items": _ref("Parked")}, "truncated": {"type": "boolean"}}),
+        "OpsRun": WIRE_COMPONENTS["OpsRun"],
+        "Parked": WIRE_COMPONENTS["Parked"],
+        "OpsWaits": WIRE_COMPONENTS["OpsWaits"],
     }
 
 

@@ -26,6 +26,7 @@ from ...actors.events import EventPageView
 from ...actors.groups import GroupView
 from ...actors.timers import TimerPollView, TimerView
 from ...actors.kernel import EMPTY
+from ...actors.coordination_reads import RunView, WaitsView
 from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
@@ -242,12 +243,12 @@ endpoint(router, "GET", BASE + "/watch", Doc(
 # -- diagnostics ---------------------------------------------------------------------------------
 
 
-async def ops_run(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+async def ops_run(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, RunView]:
     services.authorize(request, space)
     return 200, reads.run(services.kernel, space, scope_id)
 
 
-async def ops_waits(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+async def ops_waits(services: ReadServices, request: Request, space: str) -> tuple[int, WaitsView]:
     services.authorize(request, space)
     return 200, reads.waits(services.kernel, space)
 

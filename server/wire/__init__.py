@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 
 from . import (
-    admission, barriers, budgets, claims, dead_letters, events, groups, keys, mailboxes, messages, once, pools, quotas, scopes, tasks,
-    timers, work_limits,
+    admission, barriers, budgets, claims, dead_letters, events, groups, keys, mailboxes, messages, once, operations, pools, quotas, scopes,
+    tasks, timers, work_limits,
 )
 from .claims import CLAIM, CLAIM_HELD, FORCE_RELEASED_CLAIM, HELD_CLAIM, RELEASED_CLAIM
 from .tasks import GROUP_SUBMITTED_TASK, SUBMITTED_TASK, TASK
@@ -37,7 +37,7 @@ __all__ = [
 COMPONENTS: dict[str, dict[str, Any]] = {}
 for _module in (
     claims, tasks, messages, mailboxes, pools, quotas, budgets, work_limits, admission, scopes, groups, barriers, timers, once,
-    events, keys, dead_letters,
+    events, keys, dead_letters, operations,
 ):
     for _name, _schema in _module.COMPONENTS.items():
         assert _name not in COMPONENTS, f"the component {_name} is declared twice"

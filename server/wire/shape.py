@@ -12,7 +12,7 @@ second name too (`also`), or another shape for a nested view (`nested`).
 A field's type says how it is written: a string, an integer, a number or a boolean as it is; an
 amount in minor units (`MinorUnits`) as a decimal string; a
 `Literal` of strings as it is, its schema listing them; a user's JSON value (`Json`) as it is; a
-tuple or list of any of these as an array; a `dict[str, X]` of a plain `X` as an object; another typed view by its own shape (the one declared
+tuple or list of any of these as an array; one of several typed views, each by its own shape; a `dict[str, X]` of a plain `X` as an object; another typed view by its own shape (the one declared
 first for its type, or the field's `nested` one); and any of them or None.
 
 From one declaration, made once at import:
@@ -107,6 +107,8 @@ def _form(hint: Any, nested: Shape | None, depth: int = 0) -> _Form:
     optional = False
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         kinds = [kind for kind in typing.get_args(hint) if kind is not type(None)]
+        if len(kinds) > 1:
+            return _one_of(hint, kinds, len(kinds) < len(typing.get_args(hint)))
         assert len(kinds) == 1, f"a view field is one type or None, not {hint}"
         optional, hint = True, kinds[0]
     meaning = None
@@ -144,6 +146,21 @@ def _form(hint: Any, nested: Shape | None, depth: int = 0) -> _Form:
     assert shape is not None, f"a view field's type has no JSON form here (declare its shape first): {hint}"
     call = f"_encode_{hint.__name__}"
     return _Form(f"{call}({{0}})", shape.schema(), None, optional, ((call, shape.encode),))
+
+
+def _encode_any(view: Any) -> dict[str, Any]:
+    encode = encoder(type(view))
+    assert encode is not None, f"{type(view).__name__} has no wire shape"
+    return encode(view)
+
+
+def _one_of(hint: Any, kinds: list[Any], optional: bool) -> _Form:
+    """A value that is one of several typed views (each written by its own first shape, chosen by
+    its type when it is written), or None."""
+    shapes = [_PRIMARY.get(kind) for kind in kinds]
+    assert all(shapes), f"each view of {hint} has its shape declared first"
+    schema = {"anyOf": [shape.schema() for shape in shapes if shape is not None]}
+    return _Form("_encode_any({0})", schema, None, optional, (("_encode_any", _encode_any),))
 
 
 def _field(attribute: str, hint: Any, shape: Shape) -> WireField:

@@ -118,7 +118,7 @@ async def run(kernel: RouteKernel, space_id: str, scope_id: str) -> dict[str, An
         ended = _history(space, lambda change: change[2] == "scope" and change[3] == scope_id and change[0] != "scope.created")
         return {
             "run": wire.encode(tree.view(scope, now_ms)), "ancestors": ancestors[::-1], "children": children,
-            "childrenTotal": len(scope.children), **diagnosis, "acquirers": acquirers[:PAGE_MAX], "history": history,
+            "childrenTotal": len(scope.children), **wire.encode(diagnosis), "acquirers": acquirers[:PAGE_MAX], "history": history,
             "endedBy": ended[0]["payload"].get("by") if ended else None,
         }
 
