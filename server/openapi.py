@@ -128,7 +128,6 @@ def _capacity_components() -> dict[str, Any]:
 
 def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
-    text = {"type": "string"}
     return {
         "Barrier": WIRE_COMPONENTS["Barrier"],
         "Timer": WIRE_COMPONENTS["Timer"],
@@ -137,7 +136,7 @@ def _coordination_components() -> dict[str, Any]:
         "GroupState": WIRE_COMPONENTS["GroupState"],
         "GroupVerdict": WIRE_COMPONENTS["GroupVerdict"],
         "TaskGroup": WIRE_COMPONENTS["TaskGroup"],
-        "GroupSubmitted": {"allOf": [_ref("Submitted"), _obj({"groupId": text, "group": _ref("GroupState")})]},
+        "GroupSubmitted": WIRE_COMPONENTS["GroupSubmitted"],
         "Event": WIRE_COMPONENTS["Event"],
         "EventPage": WIRE_COMPONENTS["EventPage"],
         "OpsRun": WIRE_COMPONENTS["OpsRun"],

@@ -17,14 +17,14 @@ __all__ = ["TASK", "SUBMITTED_TASK", "GROUP_SUBMITTED_TASK", "COMPONENTS", "crea
 TASK = Shape(TaskView, rename={"deadline_ms": "deadline"}, also={"taskId": "id"})
 # A submit's answer: the task, then `created` and `replay`.
 SUBMITTED_TASK = TASK.extended(SubmittedTaskView)
-# A group member's submit: the submit's answer, then `groupId` and the group's state. (Its
-# component, GroupSubmitted, is the coordination one: Submitted with these two.)
+# A group member's submit: the submit's answer, then `groupId` and the group's state.
 GROUP_SUBMITTED_TASK = SUBMITTED_TASK.extended(GroupSubmittedView)
 
 # The OpenAPI components these shapes make, by name.
 COMPONENTS: dict[str, dict[str, Any]] = {
     "Task": component(TASK),
     "Submitted": component(SUBMITTED_TASK),
+    "GroupSubmitted": component(GROUP_SUBMITTED_TASK),
 }
 
 

@@ -116,8 +116,7 @@ def test_each_encoded_task_validates_against_the_documented_component(view: Any)
     name = {TaskView: "Task", SubmittedTaskView: "Submitted", GroupSubmittedView: "GroupSubmitted"}[type(view)]
     schema = {**components[name], "components": {"schemas": components}}
     jsonschema.validate(body, schema)  # (its references resolved in the document's components, carried along)
-    if name != "GroupSubmitted":
-        assert set(body) == set(components[name]["properties"]) == set(components[name]["required"])
+    assert list(body) == list(components[name]["properties"]) == components[name]["required"]
 
 
 def test_the_task_components_list_exactly_the_encoders_fields_with_their_json_types() -> None:
@@ -148,5 +147,9 @@ def test_the_task_components_list_exactly_the_encoders_fields_with_their_json_ty
     assert components["Submitted"]["properties"] == {
         **components["Task"]["properties"], "created": {"type": "boolean"}, "replay": {"type": "boolean"},
     }
-    # A member's submit is the submit's answer with the group's id and state (coordination's component).
+    # A member's submit is the submit's answer with the group's id and state.
     assert [field.name for field in wire.GROUP_SUBMITTED_TASK.fields][-2:] == ["groupId", "group"]
+    group_submitted = components["GroupSubmitted"]["properties"]
+    assert list(group_submitted) == [field.name for field in wire.GROUP_SUBMITTED_TASK.fields]
+    assert group_submitted == {**components["Submitted"]["properties"], "groupId": {"type": "string"}, "group": group_submitted["group"]}
+    assert group_submitted["group"] == components["GroupState"]
