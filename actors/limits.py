@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-__all__ = ["Limits"]
+__all__ = ["Limits", "backoff_ms"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +131,14 @@ class Limits:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Limits(**values)
+
+
+def backoff_ms(limits: Limits, attempt: int, jitter: float) -> int:
+    """The wait before redelivery after `attempt` asked for a retry: 1 s, 2 s, 4 s... capped.
+
+    `jitter` is a factor drawn by the caller from the kernel's seeded source (0.8 to 1.0), so the
+    wait never passes the cap and replay needs only the recorded result. Not to be confused with
+    a lease that ran out, which requeues at once.
+    """
+    nominal_s: float = min(limits.backoff_max_s, limits.backoff_base_s * 2 ** min(max(attempt - 1, 0), 30))
+    return max(0, round(nominal_s * 1000 * jitter))

@@ -30,18 +30,18 @@ Pure: no IO, no clock reads, no awaits.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from collections import deque
-from typing import Any, Final, Iterator, Literal
+from typing import Any, Final, Iterator
 
 from .caps import value_bytes
 from .errors import CONFLICT, NOT_FOUND, STALE_CLAIM, KernelError, quote
-from .limits import Limits
+from .limits import Limits, backoff_ms
 from .leases import hold, release, restore, renewed
 from .primitive import record_type
 from .mailboxes import Mailbox, MailboxTable
-from .shapes import EpochMs, Json, Record
+from .message_views import DeadLetterView, DelayedMessageView, LeasedMessageView, MessageState, MessageView
+from .shapes import EpochMs, Record
 
 __all__ = [
     "Message", "MessageTable", "Queue", "MessageState", "MessageView", "LeasedMessageView", "DelayedMessageView",
@@ -63,7 +63,6 @@ MESSAGE_VISIBLE = record_type("message.visible")
 MESSAGES_IMAGE = record_type("messages.image")
 WORKKEY_IMAGE = record_type("workkey.image")
 
-MessageState = Literal["QUEUED", "DELAYED", "LEASED", "COMPLETED", "DEAD", "DROPPED"]
 QUEUED: Final = "QUEUED"
 DELAYED: Final = "DELAYED"
 LEASED: Final = "LEASED"
@@ -86,17 +85,6 @@ _IMAGED_STATE = tuple(slot for slot in _IMAGED if slot not in ("token", "holder"
 _COUNTER = {QUEUED: "queued", DELAYED: "delayed", LEASED: "leased", DEAD: "dead"}
 # Stale queue-heap entries tolerated beyond two per live message before a queue is compacted.
 QUEUE_HEAP_SLACK = 64
-
-
-def backoff_ms(limits: Limits, attempt: int, jitter: float) -> int:
-    """The wait before redelivery after `attempt` asked for a retry: 1 s, 2 s, 4 s... capped.
-
-    `jitter` is a factor drawn by the caller from the kernel's seeded source (0.8 to 1.0), so the
-    wait never passes the cap and replay needs only the recorded result. Not to be confused with
-    a lease that ran out, which requeues at once.
-    """
-    nominal_s: float = min(limits.backoff_max_s, limits.backoff_base_s * 2 ** min(max(attempt - 1, 0), 30))
-    return max(0, round(nominal_s * 1000 * jitter))
 
 
 class Message:
@@ -187,51 +175,6 @@ class _WorkKey:
         self.message_id = message_id
         self.payload_hash = payload_hash
         self.at_ms = at_ms
-
-
-# A message's views are frozen dataclasses (read by the console, the dead-letter listings and the
-# tests, not on the path of a delivery): each variant extends `MessageView` with what its state adds.
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class MessageView:
-    """A message as a reader is shown it: where it is (`state`, `attempt`: deliveries so far), the
-    task it carries (`task_id`, or None), its work key and deadline, when it was sent and ended,
-    and why it ended where it did not complete (`reason`)."""
-
-    id: str
-    mailbox_id: str
-    scope_id: str
-    task_id: str | None
-    state: MessageState
-    attempt: int
-    work_key: str | None
-    deadline_ms: EpochMs | None
-    created_ms: EpochMs
-    finished_ms: EpochMs | None
-    reason: str | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LeasedMessageView(MessageView):
-    """A LEASED message: as `MessageView`, then its lease's end and who holds it."""
-
-    expires_ms: EpochMs
-    holder: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DelayedMessageView(MessageView):
-    """A DELAYED message (retried after a backoff): as `MessageView`, then when it is visible again."""
-
-    visible_ms: EpochMs
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DeadLetterView(MessageView):
-    """A DEAD message as its mailbox's dead letters list it: as `MessageView`, then its payload."""
-
-    payload: Json
 
 
 class MessageTable:
