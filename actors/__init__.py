@@ -9,16 +9,43 @@ actors, journals their records through the `journal` protocol and keeps their ti
 `supervisor`; `reads` answers views without a turn.
 """
 
-from . import commands
-from .clock import Clock
-from .errors import KernelError
-from .ids import IdSource
-from .journal import Journal, MemoryJournal
-from .kernel import EMPTY, Idem, Kernel
-from .limits import Limits
-from .outcome import Outcome, Timer
-from .state import KernelState
-from .timestamps import format_ms, parse_timestamp
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Importing the package imports none of its modules: each name is imported when it is first read
+# (`__getattr__`), so a leaf module (the limits, the errors, a command-line tool's helpers) loads
+# without the rest. The checker reads the names from these imports, which never run.
+if TYPE_CHECKING:
+    from . import commands
+    from .clock import Clock
+    from .errors import KernelError
+    from .ids import IdSource
+    from .journal import Journal, MemoryJournal
+    from .kernel import EMPTY, Idem, Kernel
+    from .limits import Limits
+    from .outcome import Outcome, Timer
+    from .state import KernelState
+    from .timestamps import format_ms, parse_timestamp
+
+# Each public name and the module that defines it.
+_EXPORTS = {
+    "Clock": ".clock",
+    "KernelError": ".errors",
+    "IdSource": ".ids",
+    "Journal": ".journal",
+    "MemoryJournal": ".journal",
+    "EMPTY": ".kernel",
+    "Idem": ".kernel",
+    "Kernel": ".kernel",
+    "Limits": ".limits",
+    "Outcome": ".outcome",
+    "Timer": ".outcome",
+    "KernelState": ".state",
+    "format_ms": ".timestamps",
+    "parse_timestamp": ".timestamps",
+}
 
 __all__ = [
     "Clock",
@@ -37,3 +64,24 @@ __all__ = [
     "format_ms",
     "parse_timestamp",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name or a module of the package, imported now (and kept, so this runs once a name)."""
+    value: Any
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    else:
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names too, before they are first read."""
+    return sorted({*globals(), *__all__})

@@ -17,14 +17,13 @@ Pure: no IO, no clock reads.
 from __future__ import annotations
 
 import functools
-import hashlib
 import hmac
-import secrets
 from typing import Final, Iterator, Literal, NamedTuple
 
 from .actor_keys import KEYS_ACTOR, ActorKey
 from .errors import CONFLICT, NOT_FOUND, VALIDATION_FAILED, KernelError, quote
 from .fields import body, check_space_id, drawn, path
+from .key_secrets import digest, new_secret
 from .limits import Limits
 from .outcome import Outcome, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, record_type
@@ -61,18 +60,9 @@ class ApiKeyView(NamedTuple):
     revoked_ms: EpochMs | None
 
 
-def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 # A request's key is looked up a few times on its way in (the doors, the router, the space), and a
 # client sends the same key each time: the last keys' digests are kept.
 _digest_of = functools.lru_cache(maxsize=256)(digest)
-
-
-def new_secret() -> str:
-    """A new bearer key: `rs_` + 192 random bits, URL-safe."""
-    return "rs_" + secrets.token_urlsafe(24)
 
 
 class ApiKey:

@@ -21,7 +21,7 @@ import trio
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from runstate.server.durable import state_model  # noqa: E402
-from runstate.snapshots import check  # noqa: E402
+from runstate.snapshots.check import check  # noqa: E402
 from tests.durability.crashloop import run_cycles  # noqa: E402
 
 

@@ -27,7 +27,7 @@ import os
 import stat
 from typing import Callable
 
-from ..actors.keys import new_secret
+from ..actors.key_secrets import new_secret
 from .logs import event
 
 __all__ = ["AdminCredential", "ADMIN_KEY_FILE", "read_admin_key_file"]

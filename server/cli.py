@@ -252,7 +252,7 @@ def _camel(name: str) -> str:
 
 
 def _check(data_dir: str | None, as_json: bool = False) -> int:
-    from ..snapshots import check
+    from ..snapshots.check import check
     from .durable import state_model
 
     data_dir = data_dir or os.environ.get("RUNSTATE_DATA_DIR") or None

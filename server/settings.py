@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..actors.limits import Limits
-from ..snapshots.store import StoreConfig
-from ..snapshots.wal import FSYNC_POLICIES
+from ..snapshots.config import FSYNC_POLICIES, StoreConfig
 
 _STORE = StoreConfig()
 

@@ -9,15 +9,50 @@ What this package needs from the state it keeps is said in `model` (`StateModel`
 hands it in.
 """
 
-from .check import CheckReport, check
-from .datadir import DataDir, DataDirError, open_data_dir
-from .disk import Disk, FaultyDisk
-from .equality import assert_same_state, contents
-from .model import RecordFormat, RecoverableState, StateModel
-from .recovery import RecoveryError, load
-from .snapshot import SnapshotError
-from .store import RecoveryReport, Store, StoreConfig, StoreLocked, open_store
-from .wal import FSYNC_POLICIES, WalJournal
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Importing the package imports none of its modules: each name is imported when it is first read
+# (`__getattr__`), so a leaf module (the limits, the errors, a command-line tool's helpers) loads
+# without the rest. The checker reads the names from these imports, which never run.
+if TYPE_CHECKING:
+    from .check import CheckReport
+    from .datadir import DataDir, DataDirError, open_data_dir
+    from .disk import Disk, FaultyDisk
+    from .equality import assert_same_state, contents
+    from .model import RecordFormat, RecoverableState, StateModel
+    from .recovery import RecoveryError, load
+    from .snapshot import SnapshotError
+    from .store import RecoveryReport, Store, StoreConfig, StoreLocked, open_store
+    from .wal import FSYNC_POLICIES, WalJournal
+
+# Each public name and the module that defines it. (`check` is the module `check.py`; its
+# function is `check.check`: a package's name never stands for both a module and a function.)
+_EXPORTS = {
+    "CheckReport": ".check",
+    "DataDir": ".datadir",
+    "DataDirError": ".datadir",
+    "open_data_dir": ".datadir",
+    "Disk": ".disk",
+    "FaultyDisk": ".disk",
+    "assert_same_state": ".equality",
+    "contents": ".equality",
+    "RecordFormat": ".model",
+    "RecoverableState": ".model",
+    "StateModel": ".model",
+    "RecoveryError": ".recovery",
+    "load": ".recovery",
+    "SnapshotError": ".snapshot",
+    "RecoveryReport": ".store",
+    "Store": ".store",
+    "StoreConfig": ".store",
+    "StoreLocked": ".store",
+    "open_store": ".store",
+    "FSYNC_POLICIES": ".wal",
+    "WalJournal": ".wal",
+}
 
 __all__ = [
     "CheckReport",
@@ -37,9 +72,29 @@ __all__ = [
     "StoreLocked",
     "WalJournal",
     "assert_same_state",
-    "check",
     "contents",
     "load",
     "open_data_dir",
     "open_store",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name or a module of the package, imported now (and kept, so this runs once a name)."""
+    value: Any
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    else:
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The public names too, before they are first read."""
+    return sorted({*globals(), *__all__})

@@ -48,6 +48,7 @@ import trio
 
 from ..actors.journal import DurableWaits
 from ..actors.shapes import Record
+from .config import FSYNC_POLICIES
 from .disk import Disk
 from .frame import BODY_BYTES_MAX, FILE_HEADER_BYTES, WAL_KIND, encode_file_header, encode_frames, file_magic
 from .model import Durable
@@ -70,7 +71,6 @@ async def inline(function: Callable[[Unpack[_Arguments]], _Result], *args: Unpac
 
 log = logging.getLogger("runstate.snapshots")
 
-FSYNC_POLICIES = ("always", "batch", "off")
 
 SEGMENT_SUFFIX = ".wal"
 # The largest batch (its records' bytes) written in the writer task under `batch` and `off`;

@@ -13,7 +13,7 @@ from runstate.actors import Clock, Kernel
 from runstate.actors.records import VERSION
 from runstate.server.durable import state_model
 from runstate.snapshots import CheckReport, Disk, load, open_store
-from runstate.snapshots import check as check_dir
+from runstate.snapshots.check import check as check_dir
 from runstate.snapshots.frame import FILE_HEADER_BYTES, Frame, read_frame
 from runstate.snapshots.datadir import Manifest, make_data_dir, partition_dir
 from runstate.snapshots.recovery import list_segments, wal_dir

@@ -52,9 +52,11 @@ def test_check_without_a_directory_says_so(tmp_path):
 
 def test_public_names_are_exported_explicitly():
     exported = set(runstate.snapshots.__all__)
-    assert {"open_store", "check", "Store", "StoreConfig", "RecoveryReport", "RecoveryError", "WalJournal",
+    assert {"open_store", "CheckReport", "Store", "StoreConfig", "RecoveryReport", "RecoveryError", "WalJournal",
             "FaultyDisk", "assert_same_state"} <= exported
     assert all(hasattr(runstate.snapshots, name) for name in exported)
+    # A name of the package is a module or a function, never both (names are imported when read).
+    assert callable(runstate.snapshots.check.check)
     # The journal seam belongs to its consumer, the kernel.
     assert {"MemoryJournal", "Journal"} <= set(runstate.actors.__all__)
     assert wal_dir("/d") == "/d/wal"

@@ -86,7 +86,7 @@ async def test_checkpoints_bound_a_point_and_retention_bounds_what_is_kept(nurse
 
     from runstate.server.http import serve_http
     from runstate.server.routes import ROUTER
-    from runstate.snapshots import check
+    from runstate.snapshots.check import check
     from runstate.server.durable import state_model
     from runstate.testing import call_asgi
 
