@@ -4,10 +4,9 @@
 Three etcd members and three `runstate serve` nodes on this machine; four workers on the official
 0.2.0 client and two on the official 0.3.0 client, each call through a node picked at random;
 then SIGKILL of a partition's leader, SIGSTOP of one past its session (it must be fenced: another
-node holds the partition under a new epoch before it resumes), SIGKILL of etcd's Raft leader, (as
-root, where network namespaces can be made) a leader cut off the network and joined again, and a
-leader killed while etcd's answers to the campaigns for its partitions come late or are lost. (A
-node and etcd's leader killed at once, and a rolling restart, are left to `make chaos`.) After each
+node holds the partition under a new epoch before it resumes) and (as root, where network
+namespaces can be made) a leader cut off the network and joined again. (The other faults each
+have a test of their own and are all in `make chaos`: `chaos.CI_FAULTS` says which.) After each
 the cluster must be whole again within 30 s; after the last, every acknowledged change is checked
 (`history.py`). The longer campaigns are `make chaos SECONDS=600` (`chaos.py`).
 """

@@ -59,7 +59,7 @@ DEFAULT_SEEDS = 300
 # whole batch and `make soak` new seeds for as long as asked. The injected-bug tests do not depend on
 # it: each runs the seeds that catch its bug. Past the slice, the seeds that once found a defect run
 # too (124: a barrier's release recorded apart from its arrival).
-CI_SEEDS = 40
+CI_SEEDS = 24
 FOUND_SEEDS = (124,)
 
 

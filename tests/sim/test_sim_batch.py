@@ -1,4 +1,4 @@
-"""The simulation's slice of `make test`: seeds 1 to SIM_SEEDS (CI_SEEDS, 40, by default; `make
+"""The simulation's slice of `make test`: seeds 1 to SIM_SEEDS (CI_SEEDS, 24, by default; `make
 sim` runs 300 and `make soak` new seeds for as long as asked) and the seeds that once found a defect
 (FOUND_SEEDS), of agents, workers and crashes, and no invariant broken in any.
 
