@@ -20,8 +20,8 @@ from .kernel_reads import KernelReads
 
 __all__ = [
     "barrier", "timer", "group", "events_page", "run", "waits", "RunView", "RunWorker", "RunCounts", "RunWaiter",
-    "PoolWaitView", "AllowanceWaitView", "ParkedView", "ParkedQueueView", "ParkedTimersView", "ParkedKeyView",
-    "HeldParkedView", "HeldParkedQueueView", "HeldParkedTimersView", "HeldParkedKeyView", "WaitView", "WaitsView",
+    "PoolWaitView", "AllowanceWaitView", "ParkedView", "ParkedQueueView", "ParkedTimersView", "ParkedKeyView", "WaitView",
+    "WaitsView",
 ]
 
 
@@ -67,8 +67,9 @@ PARKED_HOLDERS_MAX = 10
 # -- the operators' views ------------------------------------------------------------------------
 # Observations, not frozen answers of a turn: frozen slotted dataclasses (not on a hot path). A
 # parked entry names where the calls wait (a queue: its mailbox and run; a scope's timers: the run;
-# a claim or a once key: its run and key) and, where their commands name them, the holders: each
-# combination is its own view, as each writes its own fields.
+# a claim or a once key: its run and key), each kind its own view as each writes its own fields;
+# then, where their commands name them, the holders the calls are for, oldest first (None, and left
+# out of the answer, where none is named).
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,51 +78,39 @@ class ParkedView:
 
     on: str
     calls: int
+    holders: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ParkedQueueView(ParkedView):
+class ParkedQueueView:
     """Receives held on a queue: its mailbox and run."""
 
+    on: str
+    calls: int
     mailbox_id: str
     scope_id: str
+    holders: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ParkedTimersView(ParkedView):
+class ParkedTimersView:
     """Polls of a run's timers."""
 
+    on: str
+    calls: int
     scope_id: str
+    holders: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ParkedKeyView(ParkedView):
+class ParkedKeyView:
     """Acquires waiting for a held claim, or reads waiting for a once key's result: its run and key."""
 
+    on: str
+    calls: int
     scope_id: str
     key: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeldParkedView(ParkedView):
-    """As `ParkedView`, then the holders the calls are for, oldest first."""
-
-    holders: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeldParkedQueueView(ParkedQueueView):
-    holders: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeldParkedTimersView(ParkedTimersView):
-    holders: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeldParkedKeyView(ParkedKeyView):
-    holders: tuple[str, ...]
+    holders: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,10 +160,7 @@ class AllowanceWaitView:
     since_ms: EpochMs
 
 
-ParkedAny = Union[
-    ParkedView, ParkedQueueView, ParkedTimersView, ParkedKeyView, HeldParkedView, HeldParkedQueueView, HeldParkedTimersView,
-    HeldParkedKeyView,
-]
+ParkedAny = Union[ParkedView, ParkedQueueView, ParkedTimersView, ParkedKeyView]
 WaitView = Union[ParkedAny, PoolWaitView, AllowanceWaitView]
 
 
@@ -331,17 +317,17 @@ def _parked(kernel: KernelReads, space: str) -> list[ParkedAny]:
     for key, calls in kernel.parked():
         if len(key) < 2 or key[1] != space:
             continue
-        holders = tuple(kernel.parked_holders(key, PARKED_HOLDERS_MAX))
+        holders = tuple(kernel.parked_holders(key, PARKED_HOLDERS_MAX)) or None  # (none named: left out)
         on = key[0]
         entry: ParkedAny
         if on == "queue":
-            entry = HeldParkedQueueView(on, calls, key[2], key[3], holders) if holders else ParkedQueueView(on, calls, key[2], key[3])
+            entry = ParkedQueueView(on, calls, key[2], key[3], holders)
         elif on == "timers":
-            entry = HeldParkedTimersView(on, calls, key[2], holders) if holders else ParkedTimersView(on, calls, key[2])
+            entry = ParkedTimersView(on, calls, key[2], holders)
         elif on in ("claim", "once"):  # acquires waiting for a held claim; reads waiting for a once key's result
-            entry = HeldParkedKeyView(on, calls, key[2], key[3], holders) if holders else ParkedKeyView(on, calls, key[2], key[3])
+            entry = ParkedKeyView(on, calls, key[2], key[3], holders)
         else:
-            entry = HeldParkedView(on, calls, holders) if holders else ParkedView(on, calls)
+            entry = ParkedView(on, calls, holders)
         found.append(entry)
     return found
 
