@@ -15,13 +15,13 @@ from .barriers import BarrierView
 from .groups import GroupView
 from .outcome import Space
 from .timers import TimerView
-from .shapes import EpochMs, View
+from .shapes import EpochMs
 from .kernel_reads import KernelReads
 
 __all__ = [
     "barrier", "timer", "group", "events_page", "run", "waits", "RunView", "RunWorker", "RunCounts", "RunWaiter",
     "PoolWaitView", "AllowanceWaitView", "ParkedView", "ParkedQueueView", "ParkedTimersView", "ParkedKeyView", "WaitView",
-    "WaitsView",
+    "WaitsView", "RunBarriersView", "RunTimersView", "RunGroupsView",
 ]
 
 
@@ -340,19 +340,47 @@ def _count(states: Any) -> dict[str, int]:
 
 
 # -- inspection ------------------------------------------------------------------------------------
+# A run's barriers, timers or task groups, newest first, cut at the caller's limit (`truncated`
+# when more were left out): a view for each kind, as each names its list after the kind.
 
 
-def in_scope(kernel: KernelReads, space: str, scope_id: str, what: str, limit: int) -> View:
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunBarriersView:
+    scope_id: str
+    barriers: tuple[BarrierView, ...]
+    truncated: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunTimersView:
+    scope_id: str
+    timers: tuple[TimerView, ...]
+    truncated: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunGroupsView:
+    """The task groups gated by the run or created under it."""
+
+    scope_id: str
+    groups: tuple[GroupView, ...]
+    truncated: bool
+
+
+def in_scope(
+    kernel: KernelReads, space: str, scope_id: str, what: Literal["barriers", "timers", "groups"], limit: int,
+) -> RunBarriersView | RunTimersView | RunGroupsView:
     """The barriers, timers or task groups of one run, newest first, at most `limit`."""
+    assert limit >= 1, f"a listing shows at least one entry: {limit}"
     state = kernel.space_view(space)
     state.scopes.get(scope_id)  # 404 for a run that does not exist
     part, now_ms = state.coordination, kernel.clock.now_ms()
-    found: list[Any]  # (each kind's typed view, or its JSON view)
     if what == "barriers":
-        found = [part.barriers.view(b, now_ms) for b in part.barriers.all() if b.scope_id == scope_id]
-    elif what == "timers":
-        found = [part.timers.view(t) for t in part.timers.all() if t.scope_id == scope_id]
-    else:
-        found = [part.groups.view(g, now_ms) for g in part.groups.all() if g.scope_id == scope_id or g.parent_scope_id == scope_id]
-    found.reverse()
-    return {"scopeId": scope_id, what: found[:limit], "truncated": len(found) > limit}
+        barriers = [part.barriers.view(b, now_ms) for b in part.barriers.all() if b.scope_id == scope_id]
+        return RunBarriersView(scope_id, tuple(barriers[::-1][:limit]), len(barriers) > limit)
+    if what == "timers":
+        timers = [part.timers.view(t) for t in part.timers.all() if t.scope_id == scope_id]
+        return RunTimersView(scope_id, tuple(timers[::-1][:limit]), len(timers) > limit)
+    assert what == "groups", f"a run lists its barriers, timers or groups, not {what}"
+    groups = [part.groups.view(g, now_ms) for g in part.groups.all() if g.scope_id == scope_id or g.parent_scope_id == scope_id]
+    return RunGroupsView(scope_id, tuple(groups[::-1][:limit]), len(groups) > limit)

@@ -130,12 +130,15 @@ def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
     return {
         "Barrier": WIRE_COMPONENTS["Barrier"],
+        "RunBarriers": WIRE_COMPONENTS["RunBarriers"],
         "Timer": WIRE_COMPONENTS["Timer"],
+        "RunTimers": WIRE_COMPONENTS["RunTimers"],
         "NamedTimer": WIRE_COMPONENTS["NamedTimer"],
         "TimerPoll": WIRE_COMPONENTS["TimerPoll"],
         "GroupState": WIRE_COMPONENTS["GroupState"],
         "GroupVerdict": WIRE_COMPONENTS["GroupVerdict"],
         "TaskGroup": WIRE_COMPONENTS["TaskGroup"],
+        "RunGroups": WIRE_COMPONENTS["RunGroups"],
         "GroupSubmitted": WIRE_COMPONENTS["GroupSubmitted"],
         "Event": WIRE_COMPONENTS["Event"],
         "EventPage": WIRE_COMPONENTS["EventPage"],
