@@ -14,6 +14,8 @@ null, where the view has None; such fields come after those always written).
 A field's type says how it is written: a string, an integer, a number or a boolean as it is; an
 amount in minor units (`MinorUnits`) as a decimal string; a
 `Literal` of strings as it is, its schema listing them; a user's JSON value (`Json`) as it is; a
+JSON object the kernel made (`JsonObject`, a refusal's details) as it is, any typed view in it by
+its shape when `dumps` writes it; a
 tuple or list of any of these as an array; one of several typed views, each by its own shape; a `dict[str, X]` of a plain `X` as an object; another typed view by its own shape (the one declared
 first for its type, or the field's `nested` one); and any of them or None.
 
@@ -37,7 +39,7 @@ import types
 import typing
 from typing import Any, Callable, Iterable, Mapping
 
-from ...actors.shapes import DURATION, INSTANT, JSON, MINOR
+from ...actors.shapes import DURATION, INSTANT, JSON, JSON_OBJECT, MINOR
 from ...actors.timestamps import format_ms
 
 __all__ = ["Shape", "component", "encoder", "TIMESTAMP", "nullable", "camel"]
@@ -120,10 +122,12 @@ def _form(hint: Any, nested: Shape | None, depth: int = 0) -> _Form:
         optional, hint = True, kinds[0]
     meaning = None
     if typing.get_origin(hint) is typing.Annotated:
-        meaning = next((mark for mark in hint.__metadata__ if mark in (INSTANT, DURATION, JSON, MINOR)), None)
+        meaning = next((mark for mark in hint.__metadata__ if mark in (INSTANT, DURATION, JSON, JSON_OBJECT, MINOR)), None)
         hint = typing.get_args(hint)[0]
     if meaning is JSON:
         return _Form("{0}", _ANY_JSON, None, optional)
+    if meaning is JSON_OBJECT:
+        return _Form("{0}", {"type": "object"}, None, optional)
     if meaning is MINOR:
         assert hint is int, f"an amount in minor units is an integer: {hint}"
         return _Form("str({0})", MINOR_UNITS, None, optional)
