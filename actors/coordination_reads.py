@@ -15,13 +15,13 @@ from .barriers import BarrierView
 from .groups import GroupView
 from .outcome import Space
 from .timers import TimerView
-from .shapes import EpochMs, View
+from .shapes import EpochMs
 from .kernel_reads import KernelReads
 
 __all__ = [
     "barrier", "timer", "group", "events_page", "run", "waits", "RunView", "RunWorker", "RunCounts", "RunWaiter",
-    "PoolWaitView", "AllowanceWaitView", "ParkedView", "ParkedQueueView", "ParkedTimersView", "ParkedKeyView",
-    "HeldParkedView", "HeldParkedQueueView", "HeldParkedTimersView", "HeldParkedKeyView", "WaitView", "WaitsView",
+    "PoolWaitView", "AllowanceWaitView", "ParkedView", "ParkedQueueView", "ParkedTimersView", "ParkedKeyView", "WaitView",
+    "WaitsView", "RunBarriersView", "RunTimersView", "RunGroupsView",
 ]
 
 
@@ -67,8 +67,9 @@ PARKED_HOLDERS_MAX = 10
 # -- the operators' views ------------------------------------------------------------------------
 # Observations, not frozen answers of a turn: frozen slotted dataclasses (not on a hot path). A
 # parked entry names where the calls wait (a queue: its mailbox and run; a scope's timers: the run;
-# a claim or a once key: its run and key) and, where their commands name them, the holders: each
-# combination is its own view, as each writes its own fields.
+# a claim or a once key: its run and key), each kind its own view as each writes its own fields;
+# then, where their commands name them, the holders the calls are for, oldest first (None, and left
+# out of the answer, where none is named).
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,51 +78,39 @@ class ParkedView:
 
     on: str
     calls: int
+    holders: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ParkedQueueView(ParkedView):
+class ParkedQueueView:
     """Receives held on a queue: its mailbox and run."""
 
+    on: str
+    calls: int
     mailbox_id: str
     scope_id: str
+    holders: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ParkedTimersView(ParkedView):
+class ParkedTimersView:
     """Polls of a run's timers."""
 
+    on: str
+    calls: int
     scope_id: str
+    holders: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ParkedKeyView(ParkedView):
+class ParkedKeyView:
     """Acquires waiting for a held claim, or reads waiting for a once key's result: its run and key."""
 
+    on: str
+    calls: int
     scope_id: str
     key: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeldParkedView(ParkedView):
-    """As `ParkedView`, then the holders the calls are for, oldest first."""
-
-    holders: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeldParkedQueueView(ParkedQueueView):
-    holders: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeldParkedTimersView(ParkedTimersView):
-    holders: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeldParkedKeyView(ParkedKeyView):
-    holders: tuple[str, ...]
+    holders: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,10 +160,7 @@ class AllowanceWaitView:
     since_ms: EpochMs
 
 
-ParkedAny = Union[
-    ParkedView, ParkedQueueView, ParkedTimersView, ParkedKeyView, HeldParkedView, HeldParkedQueueView, HeldParkedTimersView,
-    HeldParkedKeyView,
-]
+ParkedAny = Union[ParkedView, ParkedQueueView, ParkedTimersView, ParkedKeyView]
 WaitView = Union[ParkedAny, PoolWaitView, AllowanceWaitView]
 
 
@@ -331,17 +317,17 @@ def _parked(kernel: KernelReads, space: str) -> list[ParkedAny]:
     for key, calls in kernel.parked():
         if len(key) < 2 or key[1] != space:
             continue
-        holders = tuple(kernel.parked_holders(key, PARKED_HOLDERS_MAX))
+        holders = tuple(kernel.parked_holders(key, PARKED_HOLDERS_MAX)) or None  # (none named: left out)
         on = key[0]
         entry: ParkedAny
         if on == "queue":
-            entry = HeldParkedQueueView(on, calls, key[2], key[3], holders) if holders else ParkedQueueView(on, calls, key[2], key[3])
+            entry = ParkedQueueView(on, calls, key[2], key[3], holders)
         elif on == "timers":
-            entry = HeldParkedTimersView(on, calls, key[2], holders) if holders else ParkedTimersView(on, calls, key[2])
+            entry = ParkedTimersView(on, calls, key[2], holders)
         elif on in ("claim", "once"):  # acquires waiting for a held claim; reads waiting for a once key's result
-            entry = HeldParkedKeyView(on, calls, key[2], key[3], holders) if holders else ParkedKeyView(on, calls, key[2], key[3])
+            entry = ParkedKeyView(on, calls, key[2], key[3], holders)
         else:
-            entry = HeldParkedView(on, calls, holders) if holders else ParkedView(on, calls)
+            entry = ParkedView(on, calls, holders)
         found.append(entry)
     return found
 
@@ -354,19 +340,47 @@ def _count(states: Any) -> dict[str, int]:
 
 
 # -- inspection ------------------------------------------------------------------------------------
+# A run's barriers, timers or task groups, newest first, cut at the caller's limit (`truncated`
+# when more were left out): a view for each kind, as each names its list after the kind.
 
 
-def in_scope(kernel: KernelReads, space: str, scope_id: str, what: str, limit: int) -> View:
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunBarriersView:
+    scope_id: str
+    barriers: tuple[BarrierView, ...]
+    truncated: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunTimersView:
+    scope_id: str
+    timers: tuple[TimerView, ...]
+    truncated: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunGroupsView:
+    """The task groups gated by the run or created under it."""
+
+    scope_id: str
+    groups: tuple[GroupView, ...]
+    truncated: bool
+
+
+def in_scope(
+    kernel: KernelReads, space: str, scope_id: str, what: Literal["barriers", "timers", "groups"], limit: int,
+) -> RunBarriersView | RunTimersView | RunGroupsView:
     """The barriers, timers or task groups of one run, newest first, at most `limit`."""
+    assert limit >= 1, f"a listing shows at least one entry: {limit}"
     state = kernel.space_view(space)
     state.scopes.get(scope_id)  # 404 for a run that does not exist
     part, now_ms = state.coordination, kernel.clock.now_ms()
-    found: list[Any]  # (each kind's typed view, or its JSON view)
     if what == "barriers":
-        found = [part.barriers.view(b, now_ms) for b in part.barriers.all() if b.scope_id == scope_id]
-    elif what == "timers":
-        found = [part.timers.view(t) for t in part.timers.all() if t.scope_id == scope_id]
-    else:
-        found = [part.groups.view(g, now_ms) for g in part.groups.all() if g.scope_id == scope_id or g.parent_scope_id == scope_id]
-    found.reverse()
-    return {"scopeId": scope_id, what: found[:limit], "truncated": len(found) > limit}
+        barriers = [part.barriers.view(b, now_ms) for b in part.barriers.all() if b.scope_id == scope_id]
+        return RunBarriersView(scope_id, tuple(barriers[::-1][:limit]), len(barriers) > limit)
+    if what == "timers":
+        timers = [part.timers.view(t) for t in part.timers.all() if t.scope_id == scope_id]
+        return RunTimersView(scope_id, tuple(timers[::-1][:limit]), len(timers) > limit)
+    assert what == "groups", f"a run lists its barriers, timers or groups, not {what}"
+    groups = [part.groups.view(g, now_ms) for g in part.groups.all() if g.scope_id == scope_id or g.parent_scope_id == scope_id]
+    return RunGroupsView(scope_id, tuple(groups[::-1][:limit]), len(groups) > limit)

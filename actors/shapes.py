@@ -26,7 +26,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
-__all__ = ["Record", "View", "EpochMs", "DurationMs", "Json", "MinorUnits", "INSTANT", "DURATION", "JSON", "MINOR", "plain"]
+__all__ = [
+    "Record", "View", "EpochMs", "DurationMs", "Json", "JsonObject", "MinorUnits", "INSTANT", "DURATION", "JSON", "JSON_OBJECT", "MINOR",
+    "plain",
+]
 
 Record = dict[str, Any]
 View = dict[str, Any]
@@ -61,6 +64,11 @@ DurationMs = Annotated[int, DURATION]
 JSON = _Meaning("JSON")
 # Any JSON value a user gave (a payload, an outcome, metadata): the shell writes it as it is.
 Json = Annotated[Any, JSON]
+
+JSON_OBJECT = _Meaning("JSON_OBJECT")
+# A JSON object the kernel made, for the shell to pass on as it is (a refusal's details): a dict,
+# or a typed view (the shell writes it by its shape). Not a user's value: it is always an object.
+JsonObject = Annotated[Any, JSON_OBJECT]
 
 MINOR = _Meaning("MINOR")
 # An amount of money in a currency's minor units (cents), never negative. Amounts have no bound

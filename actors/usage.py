@@ -31,13 +31,14 @@ Pure: no IO, no clock reads.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .primitive import NOT_COUNTED, Primitive, record_type
 from .outcome import Space
 from .shapes import Record
 
-__all__ = ["Usage", "PLAN", "CLASSIFIED", "EXPIRIES", "TAKEOVER", "USAGE_IMAGE", "USAGE", "classify"]
+__all__ = ["Usage", "UsageView", "PLAN", "CLASSIFIED", "EXPIRIES", "TAKEOVER", "USAGE_IMAGE", "USAGE", "classify"]
 
 # The record types this module decides and applies (the journal's spelling of each).
 USAGE_IMAGE = record_type("usage.image")
@@ -59,6 +60,18 @@ def classify(plan: dict[str, Any], classified: frozenset[str]) -> None:
     assert not PLAN and not CLASSIFIED, "usage is classified once"
     PLAN.update(plan)
     CLASSIFIED.update(classified)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UsageView:
+    """A space's counters, each by name in order of the names: operations, then `total` (operations
+    in all), free operations, events (takeovers included)."""
+
+    space_id: str
+    operations: dict[str, int]
+    total: int
+    free: dict[str, int]
+    events: dict[str, int]
 
 
 class Usage:
@@ -103,14 +116,11 @@ class Usage:
         takeovers = self.takeovers
         return {**self.events, TAKEOVER: takeovers} if takeovers else dict(self.events)
 
-    def view(self, space_id: str) -> dict[str, Any]:
-        return {
-            "spaceId": space_id,
-            "operations": dict(sorted(self.operations.items())),
-            "total": self.total,
-            "free": dict(sorted(self.free.items())),
-            "events": dict(sorted(self.all_events().items())),
-        }
+    def view(self, space_id: str) -> UsageView:
+        return UsageView(
+            space_id, dict(sorted(self.operations.items())), self.total, dict(sorted(self.free.items())),
+            dict(sorted(self.all_events().items())),
+        )
 
     # -- snapshots ------------------------------------------------------------------------------
 

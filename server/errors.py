@@ -3,15 +3,15 @@
 Every answer of 400 and above carries `{"error": {"code", "message", "requestId", ...}}`: the
 official client picks the exception class from `code` alone, and without an envelope it would
 report UNAVAILABLE whatever happened. Extra facts a caller can act on (who holds a claim, until
-when) go into `details`.
+when) go into `details`. The envelope is a typed view (`views.ErrorEnvelopeView`), written by its
+declared shape (`wire/errors.py`), which the OpenAPI document's `Error` is made from too.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..actors.errors import KernelError
 from . import wire
+from .views import ErrorEnvelopeView, ErrorView
 
 __all__ = ["STATUS", "status_of", "envelope", "ApiError", "recovering"]
 
@@ -64,10 +64,8 @@ def recovering() -> ApiError:
 
 
 def envelope(error: KernelError, request_id: str) -> tuple[int, bytes, dict[str, str]]:
-    """(status, body, extra headers) for a refusal."""
-    body: dict[str, Any] = {"code": error.code, "message": error.message, "requestId": request_id}
-    if error.details:
-        body["details"] = error.details
+    """(status, body, extra headers) for a refusal. (Details that are empty are left out, as none.)"""
+    body = ErrorEnvelopeView(ErrorView(error.code, error.message, request_id, error.details or None))
     headers: dict[str, str] = {}
     if error.retry_after_s is not None:
         headers["retry-after"] = f"{error.retry_after_s:.3f}".rstrip("0").rstrip(".") or "0"
@@ -75,4 +73,4 @@ def envelope(error: KernelError, request_id: str) -> tuple[int, bytes, dict[str,
     if isinstance(error, ApiError):
         status = error.status or status
         headers.update(error.headers or {})
-    return status, wire.dumps({"error": body}), headers
+    return status, wire.dumps(body), headers

@@ -3,9 +3,10 @@
 Made from the routes' declarations (`api.py`): each route's operation comes from its `Doc` and,
 for a command, from the command's field declarations (`actors/fields.py`), so a route cannot be
 served without being described, or described otherwise than it parses. The shapes of the answers
-that the kernel gives as typed views come from their wire declarations (`wire/`); the others (the
-component schemas below) are still written here. `tests/server/test_openapi.py` checks the
-document against the router, and schemathesis checks a live server's answers against it. Limits
+(the component schemas below: the kernel's typed views, and the shell's own, the error envelope
+and the health probe's answer) come from their wire declarations (`wire/`), none written here.
+`tests/server/test_openapi.py` checks the document against the router, and schemathesis checks a
+live server's answers against it. Limits
 come from `Limits`, so the document says what this server enforces. Response schemas list the fields a
 client may rely on and leave room for more (`additionalProperties` is open): adding a field is not
 a breaking change.
@@ -32,34 +33,16 @@ __all__ = ["openapi", "operation", "OPENAPI_PATH"]
 _nullable = nullable
 
 
-def _obj(required: dict[str, dict[str, Any]], optional: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    properties = {**required, **(optional or {})}
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = list(required)
-    return schema
-
-
 def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _components(limits: Limits) -> dict[str, Any]:
-    any_json = {"description": f"any JSON value, at most {limits.payload_bytes_max} bytes and {limits.json_depth_max} levels deep"}
-    text = {"type": "string"}
-    integer = {"type": "integer"}
     schemas = {
-        "Error": _obj(
-            {
-                "error": _obj(
-                    {"code": text, "message": text, "requestId": text},
-                    {"details": {"type": "object"}},
-                )
-            }
-        ),
-        "Health": _obj({"status": {"enum": ["ok", "live"]}}),
-        "Scope": WIRE_COMPONENTS["Scope"],
         # Declared with the view they write (`wire/`), as the encoder writes them.
+        "Error": WIRE_COMPONENTS["Error"],
+        "Health": WIRE_COMPONENTS["Health"],
+        "Scope": WIRE_COMPONENTS["Scope"],
         "Claim": WIRE_COMPONENTS["Claim"],
         "HeldClaim": WIRE_COMPONENTS["HeldClaim"],
         "Mailbox": WIRE_COMPONENTS["Mailbox"],
@@ -76,15 +59,7 @@ def _components(limits: Limits) -> dict[str, Any]:
         "Task": WIRE_COMPONENTS["Task"],
         "Submitted": WIRE_COMPONENTS["Submitted"],
         "Once": WIRE_COMPONENTS["Once"],
-        "Usage": _obj(
-            {
-                "spaceId": text,
-                "operations": {"type": "object", "additionalProperties": integer},
-                "total": integer,
-                "free": {"type": "object", "additionalProperties": integer},
-                "events": {"type": "object", "additionalProperties": integer},
-            }
-        ),
+        "Usage": WIRE_COMPONENTS["Usage"],
         "ApiKey": WIRE_COMPONENTS["ApiKey"],
     }
     schemas.update(_capacity_components())
@@ -130,12 +105,15 @@ def _coordination_components() -> dict[str, Any]:
     """Barriers, timers, task groups and events."""
     return {
         "Barrier": WIRE_COMPONENTS["Barrier"],
+        "RunBarriers": WIRE_COMPONENTS["RunBarriers"],
         "Timer": WIRE_COMPONENTS["Timer"],
+        "RunTimers": WIRE_COMPONENTS["RunTimers"],
         "NamedTimer": WIRE_COMPONENTS["NamedTimer"],
         "TimerPoll": WIRE_COMPONENTS["TimerPoll"],
         "GroupState": WIRE_COMPONENTS["GroupState"],
         "GroupVerdict": WIRE_COMPONENTS["GroupVerdict"],
         "TaskGroup": WIRE_COMPONENTS["TaskGroup"],
+        "RunGroups": WIRE_COMPONENTS["RunGroups"],
         "GroupSubmitted": WIRE_COMPONENTS["GroupSubmitted"],
         "Event": WIRE_COMPONENTS["Event"],
         "EventPage": WIRE_COMPONENTS["EventPage"],

@@ -57,6 +57,8 @@ from ..api import Doc, Reply, endpoint
 from ..errors import ApiError, status_of
 from ..http import Request, Route, Router
 from ..runtime import Runtime
+from ..views import ErrorView
+from ..wire.errors import ERROR
 
 router = Router()
 
@@ -212,10 +214,7 @@ def fingerprint(method: str, path: str, body: dict[str, Any]) -> str:
 def _refusal(services: Runtime, request: Request, error: KernelError, route: Route | None, params: dict[str, str] | None) -> dict[str, Any]:
     """One operation's refusal: its status and the error envelope's fields."""
     status = (error.status if isinstance(error, ApiError) else None) or status_of(error.code)
-    envelope: dict[str, Any] = {"code": error.code, "message": error.message, "requestId": request.request_id}
-    if error.details:
-        envelope["details"] = error.details
-    result: dict[str, Any] = {"status": status, "error": envelope}
+    result: dict[str, Any] = {"status": status, "error": ErrorView(error.code, error.message, request.request_id, error.details or None)}
     if error.retry_after_s is not None:
         result["retryAfter"] = round(error.retry_after_s, 3)
     if error.code == STALE_CLAIM and route is not None and params is not None:  # a late write turned away
@@ -228,7 +227,7 @@ _OPERATION = {
     "properties": {
         "status": {"type": "integer", "description": "the status the route alone would answer"},
         "body": {"description": "the route's answer (absent for a 204 or a refusal)"},
-        "error": {"type": "object", "description": "a refusal: code, message, requestId, details"},
+        "error": {**ERROR.schema(), "description": "a refusal: the error envelope's `error`"},
         "retryAfter": {"type": "number", "description": "seconds, where the route alone would send Retry-After"},
     },
     "required": ["status"],

@@ -16,7 +16,7 @@ given to another event, and the reader would skip that one).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from ...actors import commands as c
 from ...actors import coordination_reads as reads
@@ -26,8 +26,7 @@ from ...actors.events import EventPageView
 from ...actors.groups import GroupView
 from ...actors.timers import TimerPollView, TimerView
 from ...actors.kernel import EMPTY
-from ...actors.coordination_reads import RunView, WaitsView
-from ...actors.shapes import View
+from ...actors.coordination_reads import RunBarriersView, RunGroupsView, RunTimersView, RunView, WaitsView
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Handler, Request, Router
@@ -269,8 +268,10 @@ endpoint(router, "GET", BASE + "/ops/waits", Doc(
 # -- inspection (our extension) ------------------------------------------------------------------
 
 
-def _lister(what: str) -> Handler:
-    async def listing(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+def _lister(what: Literal["barriers", "timers", "groups"]) -> Handler:
+    async def listing(
+        services: ReadServices, request: Request, space: str, scope_id: str,
+    ) -> tuple[int, RunBarriersView | RunTimersView | RunGroupsView]:
         services.authorize(request, space)
         limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
         return 200, reads.in_scope(services.kernel, space, scope_id, what, limit)
@@ -280,20 +281,12 @@ def _lister(what: str) -> Handler:
 
 
 G = "Inspection"
-for _what, _schema, _summary in (
-    ("barriers", "Barrier", "Barriers of a run, newest first"),
-    ("timers", "Timer", "Timers of a run, newest first"),
-    ("groups", "TaskGroup", "Task groups of a run (gated by it or under it), newest first"),
-):
-    _listing_schema = {
-        "type": "object",
-        "properties": {
-            "scopeId": {"type": "string"},
-            _what: {"type": "array", "items": {"$ref": f"#/components/schemas/{_schema}"}},
-            "truncated": {"type": "boolean"},
-        },
-        "required": ["scopeId", _what, "truncated"],
-    }
+_LISTINGS: tuple[tuple[Literal["barriers", "timers", "groups"], str, str], ...] = (
+    ("barriers", "RunBarriers", "Barriers of a run, newest first"),
+    ("timers", "RunTimers", "Timers of a run, newest first"),
+    ("groups", "RunGroups", "Task groups of a run (gated by it or under it), newest first"),
+)
+for _what, _schema, _summary in _LISTINGS:
     endpoint(router, "GET", BASE + "/scopes/{scope_id}/" + _what, Doc(
-        _summary, (Reply(200, _listing_schema),), query=("limit",), errors=("400", "404"), group=G,
+        _summary, (Reply(200, _schema),), query=("limit",), errors=("400", "404"), group=G,
     ), _lister(_what))

@@ -10,18 +10,18 @@
 from __future__ import annotations
 
 from ...actors.errors import UNAVAILABLE
-from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
+from ..views import HealthView
 
 router = Router()
 
 
-async def healthz(services: Runtime, request: Request) -> tuple[int, View]:
+async def healthz(services: Runtime, request: Request) -> tuple[int, HealthView]:
     if request.param("probe") == "live":
-        return 200, {"status": "live"}
+        return 200, HealthView("live")
     if not services.ready:
         raise ApiError(UNAVAILABLE, "recovering", headers={"retry-after": "1"})
     if services.draining:
@@ -29,7 +29,7 @@ async def healthz(services: Runtime, request: Request) -> tuple[int, View]:
     refusal = services.journal_refusal()
     if refusal is not None:
         raise ApiError(UNAVAILABLE, refusal, headers={"retry-after": "1"})
-    return 200, {"status": "ok"}
+    return 200, HealthView("ok")
 
 
 endpoint(router, "GET", "/healthz", Doc(

@@ -22,6 +22,7 @@ from ...actors import caps, reads, runs
 from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED, quote
 from ...actors.keys import digest
 from ...actors.state import KernelState
+from ...actors.usage import UsageView
 from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
@@ -79,7 +80,7 @@ async def list_tasks(services: ReadServices, request: Request, space: str, scope
     return 200, {"scopeId": scope_id, "tasks": views, "truncated": len(tasks) > limit}
 
 
-async def usage(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+async def usage(services: ReadServices, request: Request, space: str) -> tuple[int, UsageView]:
     services.authorize(request, space)
     return 200, services.kernel.space_view(space).usage.view(space)
 

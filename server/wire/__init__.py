@@ -1,7 +1,8 @@
 """The wire: how each of the kernel's typed views is named and written in JSON, declared once.
 
 `shape.py` is the machinery (a view's declaration becomes its encoder and its OpenAPI schema);
-each primitive's shapes are declared in a module of their own here (`claims.py`, ...), and
+each primitive's shapes are declared in a module of their own here (`claims.py`, ...), as are the
+shell's own answers (`errors.py`: the error envelope; `health.py`: `/healthz`), and
 `COMPONENTS` gathers the OpenAPI components they make, which `openapi.py` serves instead of
 shapes written by hand. Not to be confused with `actors/fields.py`, which declares what requests
 carry.
@@ -20,8 +21,8 @@ from typing import Any
 import orjson
 
 from . import (
-    admission, barriers, budgets, claims, dead_letters, events, groups, keys, mailboxes, messages, once, operations, pools, quotas, scopes,
-    tasks, timers, work_limits,
+    admission, barriers, budgets, claims, dead_letters, errors, events, groups, health, keys, mailboxes, messages, once, operations, pools,
+    quotas, scopes, tasks, timers, usage, work_limits,
 )
 from .claims import CLAIM, CLAIM_HELD, FORCE_RELEASED_CLAIM, HELD_CLAIM, RELEASED_CLAIM
 from .tasks import GROUP_SUBMITTED_TASK, SUBMITTED_TASK, TASK
@@ -37,7 +38,7 @@ __all__ = [
 COMPONENTS: dict[str, dict[str, Any]] = {}
 for _module in (
     claims, tasks, messages, mailboxes, pools, quotas, budgets, work_limits, admission, scopes, groups, barriers, timers, once,
-    events, keys, dead_letters, operations,
+    events, keys, dead_letters, operations, usage, errors, health,
 ):
     for _name, _schema in _module.COMPONENTS.items():
         assert _name not in COMPONENTS, f"the component {_name} is declared twice"

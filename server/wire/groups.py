@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...actors.groups import GroupCountsView, GroupMemberView, GroupStateView, GroupVerdictView, GroupView
+from ...actors.coordination_reads import RunGroupsView
 from .shape import Shape, component
 
-__all__ = ["GROUP", "GROUP_MEMBER", "GROUP_COUNTS", "GROUP_STATE", "GROUP_VERDICT", "COMPONENTS"]
+__all__ = ["RUN_GROUPS", "GROUP", "GROUP_MEMBER", "GROUP_COUNTS", "GROUP_STATE", "GROUP_VERDICT", "COMPONENTS"]
 
 GROUP_MEMBER = Shape(GroupMemberView)
 GROUP_COUNTS = Shape(GroupCountsView)
@@ -17,10 +18,13 @@ GROUP = Shape(GroupView, also={"groupId": "id"}, rename={"deadline_ms": "deadlin
 # Where a group stands (close, seal, and inside a member's submission), and a verdict's answer.
 GROUP_STATE = Shape(GroupStateView)
 GROUP_VERDICT = GROUP_STATE.extended(GroupVerdictView)
+# A run's task groups, newest first (`/scopes/{scope_id}/groups`).
+RUN_GROUPS = Shape(RunGroupsView)
 
 # The OpenAPI components these shapes make, by name.
 COMPONENTS: dict[str, dict[str, Any]] = {
     "TaskGroup": component(GROUP),
     "GroupState": component(GROUP_STATE),
     "GroupVerdict": component(GROUP_VERDICT),
+    "RunGroups": component(RUN_GROUPS),
 }

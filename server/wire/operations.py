@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...actors.coordination_reads import (
-    AllowanceWaitView, HeldParkedKeyView, HeldParkedQueueView, HeldParkedTimersView, HeldParkedView, ParkedKeyView,
-    ParkedQueueView, ParkedTimersView, ParkedView, PoolWaitView, RunCounts, RunView, RunWaiter, RunWorker, WaitsView,
+    AllowanceWaitView, ParkedKeyView, ParkedQueueView, ParkedTimersView, ParkedView, PoolWaitView, RunCounts, RunView, RunWaiter,
+    RunWorker, WaitsView,
 )
 from .shape import Shape, component
 
@@ -19,15 +19,12 @@ __all__ = ["PARKED", "POOL_WAIT", "ALLOWANCE_WAIT", "RUN_WAITER", "RUN_WORKER", 
 
 _SINCE = {"since_ms": "since"}
 
-# Parked calls: where they wait, then the holders they are for where their commands name them.
-PARKED = Shape(ParkedView)
-PARKED_QUEUE = PARKED.extended(ParkedQueueView)
-PARKED_TIMERS = PARKED.extended(ParkedTimersView)
-PARKED_KEY = PARKED.extended(ParkedKeyView)
-HELD_PARKED = PARKED.extended(HeldParkedView)
-HELD_PARKED_QUEUE = PARKED_QUEUE.extended(HeldParkedQueueView)
-HELD_PARKED_TIMERS = PARKED_TIMERS.extended(HeldParkedTimersView)
-HELD_PARKED_KEY = PARKED_KEY.extended(HeldParkedKeyView)
+# Parked calls: where they wait, then the holders they are for, only where their commands name them.
+_HOLDERS = ("holders",)
+PARKED = Shape(ParkedView, present=_HOLDERS)
+PARKED_QUEUE = Shape(ParkedQueueView, present=_HOLDERS)
+PARKED_TIMERS = Shape(ParkedTimersView, present=_HOLDERS)
+PARKED_KEY = Shape(ParkedKeyView, present=_HOLDERS)
 
 # Waiters in pools' lines and allowances' queues.
 RUN_WAITER = Shape(RunWaiter, rename=_SINCE)
@@ -42,9 +39,6 @@ WAITS = Shape(WaitsView)
 # The OpenAPI components these shapes make, by name: `Parked` is every entry a space's waits list.
 COMPONENTS: dict[str, dict[str, Any]] = {
     "OpsRun": component(RUN),
-    "Parked": component(
-        PARKED, PARKED_QUEUE, PARKED_TIMERS, PARKED_KEY, HELD_PARKED, HELD_PARKED_QUEUE, HELD_PARKED_TIMERS, HELD_PARKED_KEY,
-        POOL_WAIT, ALLOWANCE_WAIT,
-    ),
+    "Parked": component(PARKED, PARKED_QUEUE, PARKED_TIMERS, PARKED_KEY, POOL_WAIT, ALLOWANCE_WAIT),
     "OpsWaits": component(WAITS),
 }

@@ -7,17 +7,23 @@ instant `x_ms` is the timestamp `xAt` in the one format the official clients par
 (`YYYY-MM-DDTHH:MM:SS.mmmZ`, `actors/timestamps.py`). Where the wire the clients already read says
 otherwise, a shape declares the exception for that field alone: another name (`rename`), whole
 seconds under another name (`seconds`: a lease's length is `leaseSeconds`), the same value under a
-second name too (`also`), or another shape for a nested view (`nested`).
+second name too (`also`), another shape for a nested view (`nested`), or a field written only
+when it is present (`present`: an optional field left out of the object, rather than written as
+null, where the view has None; such fields come after those always written).
 
 A field's type says how it is written: a string, an integer, a number or a boolean as it is; an
 amount in minor units (`MinorUnits`) as a decimal string; a
 `Literal` of strings as it is, its schema listing them; a user's JSON value (`Json`) as it is; a
+JSON object the kernel made (`JsonObject`, a refusal's details) as it is, any typed view in it by
+its shape when `dumps` writes it; a
 tuple or list of any of these as an array; one of several typed views, each by its own shape; a `dict[str, X]` of a plain `X` as an object; another typed view by its own shape (the one declared
 first for its type, or the field's `nested` one); and any of them or None.
 
 From one declaration, made once at import:
 - the encoder, a function compiled for the view's type that builds the JSON object in one
-  expression (no loop over fields, no lookups by name at run time);
+  expression (no loop over fields, no lookups by name at run time); a field written only when
+  present is added after that expression, one test of None each, so a shape without such fields
+  pays nothing for them;
 - the OpenAPI schema (`schema`, `component`), which `openapi.py` serves instead of a shape written
   by hand, so the document lists exactly the fields the encoder writes, with their JSON types.
 
@@ -33,7 +39,7 @@ import types
 import typing
 from typing import Any, Callable, Iterable, Mapping
 
-from ...actors.shapes import DURATION, INSTANT, JSON, MINOR
+from ...actors.shapes import DURATION, INSTANT, JSON, JSON_OBJECT, MINOR
 from ...actors.timestamps import format_ms
 
 __all__ = ["Shape", "component", "encoder", "TIMESTAMP", "nullable", "camel"]
@@ -88,6 +94,9 @@ class WireField:
     expression: str
     schema: dict[str, Any]
     calls: tuple[tuple[str, Encoder], ...] = ()
+    # Written only when the attribute is not None (`Shape(present=...)`): then `expression` and
+    # `schema` are the value's, never null.
+    present: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,10 +122,12 @@ def _form(hint: Any, nested: Shape | None, depth: int = 0) -> _Form:
         optional, hint = True, kinds[0]
     meaning = None
     if typing.get_origin(hint) is typing.Annotated:
-        meaning = next((mark for mark in hint.__metadata__ if mark in (INSTANT, DURATION, JSON, MINOR)), None)
+        meaning = next((mark for mark in hint.__metadata__ if mark in (INSTANT, DURATION, JSON, JSON_OBJECT, MINOR)), None)
         hint = typing.get_args(hint)[0]
     if meaning is JSON:
         return _Form("{0}", _ANY_JSON, None, optional)
+    if meaning is JSON_OBJECT:
+        return _Form("{0}", {"type": "object"}, None, optional)
     if meaning is MINOR:
         assert hint is int, f"an amount in minor units is an integer: {hint}"
         return _Form("str({0})", MINOR_UNITS, None, optional)
@@ -175,11 +186,14 @@ def _field(attribute: str, hint: Any, shape: Shape) -> WireField:
     else:
         name = camel(attribute)
     name = shape.rename.get(attribute, name)
-    if form.optional:
+    present = attribute in shape.present
+    if present:
+        assert form.optional, f"{attribute}: only a field that may be None is written only when present"
+    elif form.optional:
         schema = nullable(schema)
         if expression != "{0}":
             expression = f"(None if {{0}} is None else {expression})"
-    return WireField(name, attribute, expression, dict(schema), form.calls)
+    return WireField(name, attribute, expression, dict(schema), form.calls, present)
 
 
 class Shape:
@@ -187,7 +201,8 @@ class Shape:
     rule and this shape's exceptions; `omit` leaves fields out (a listing that withholds tokens);
     `also` writes an attribute a second time under another name, right after its own field (a
     task's `id` is its `taskId` too); `nested` names the shape of a field holding another view
-    where it is not that view's first shape.
+    where it is not that view's first shape; `present` names optional fields written only when
+    they are not None (left out, not null, otherwise), which come after every field always written.
 
     The first shape made for a view type is how the server writes that type everywhere (`primary`
     false for one a route applies by itself)."""
@@ -201,6 +216,7 @@ class Shape:
         also: Mapping[str, str] | None = None,
         nested: Mapping[str, Shape] | None = None,
         omit: Iterable[str] = (),
+        present: Iterable[str] = (),
         primary: bool = True,
     ) -> None:
         self.view = view
@@ -209,10 +225,12 @@ class Shape:
         self.also = dict(also or {})
         self.nested = dict(nested or {})
         self.omit = tuple(omit)
+        self.present = tuple(present)
         hints = typing.get_type_hints(view, include_extras=True)
         attributes = _attributes(view)
-        for name in (*self.rename, *self.seconds, *self.omit, *self.also.values(), *self.nested):
+        for name in (*self.rename, *self.seconds, *self.omit, *self.also.values(), *self.nested, *self.present):
             assert name in attributes, f"{view.__name__} has no field {name}"
+        assert not set(self.present) & set(self.also.values()), f"{view.__name__}: a field written only when present has one name"
         fields: list[WireField] = []
         for name in attributes:
             if name in self.omit:
@@ -223,6 +241,9 @@ class Shape:
         self.fields = tuple(fields)
         names = [field.name for field in self.fields]
         assert len(set(names)) == len(names), f"{view.__name__}: two fields with one wire name"
+        # Written after the object's display, they must come last to keep the view's order.
+        flags = [field.present for field in self.fields]
+        assert flags == sorted(flags), f"{view.__name__}: a field written only when present comes after those always written"
         self.encode = _compile(view, self.fields)
         if primary:
             assert view not in _PRIMARY, f"{view.__name__} has a shape already (make this one primary=False)"
@@ -231,7 +252,9 @@ class Shape:
     def extended(self, view: type) -> Shape:
         """The shape of a view that extends this one's (its fields first, in the same order and of
         the same types, then its own), with the same exceptions."""
-        extended = Shape(view, rename=self.rename, seconds=self.seconds, also=self.also, nested=self.nested, omit=self.omit)
+        extended = Shape(
+            view, rename=self.rename, seconds=self.seconds, also=self.also, nested=self.nested, omit=self.omit, present=self.present,
+        )
         mine = [(field.name, field.attribute, field.expression) for field in self.fields]
         theirs = [(field.name, field.attribute, field.expression) for field in extended.fields]
         assert theirs[: len(mine)] == mine, f"{view.__name__} does not extend {self.view.__name__}"
@@ -241,12 +264,13 @@ class Shape:
         """The same view, these fields left out: a shape a route applies by itself."""
         return Shape(
             self.view, rename=self.rename, seconds=self.seconds, also=self.also, nested=self.nested,
-            omit=(*self.omit, *names), primary=False,
+            omit=(*self.omit, *names), present=self.present, primary=False,
         )
 
     def schema(self) -> dict[str, Any]:
-        """The JSON object this shape writes: every field, each always there."""
-        return _object([(field, True) for field in self.fields])
+        """The JSON object this shape writes: every field, each required but those written only
+        when present."""
+        return _object([(field, not field.present) for field in self.fields])
 
 
 def _attributes(view: type) -> list[str]:
@@ -268,15 +292,31 @@ def _object(fields: list[tuple[WireField, bool]]) -> dict[str, Any]:
 
 def _compile(view: type, fields: tuple[WireField, ...]) -> Encoder:
     """A function that writes a `view` as its JSON object: one dict display, each value read from
-    its attribute and converted inline. The wire names come from the declaration, never from a
-    request, and are checked as identifiers of the view's attributes before they are compiled."""
+    its attribute and converted inline; then each field written only when present, if it is not
+    None (a shape without such fields returns the display itself). The wire names come from the
+    declaration, never from a request, and are checked as identifiers of the view's attributes
+    before they are compiled."""
     items = []
+    late: list[str] = []
     namespace: dict[str, Any] = {"_format_ms": format_ms}
     for field in fields:
         assert field.attribute.isidentifier() and field.name.isidentifier(), "only names are compiled"
-        items.append(f"{field.name!r}: " + field.expression.format(f"view.{field.attribute}"))
         namespace.update(field.calls)
-    source = f"def encode_{view.__name__}(view):\n    return {{{', '.join(items)}}}\n"
+        if not field.present:
+            items.append(f"{field.name!r}: " + field.expression.format(f"view.{field.attribute}"))
+            continue
+        value = f"_present{len(late)}"
+        late.append(
+            f"    {value} = view.{field.attribute}\n"
+            f"    if {value} is not None:\n"
+            f"        written[{field.name!r}] = {field.expression.format(value)}\n"
+        )
+    display = f"{{{', '.join(items)}}}"
+    if late:
+        body = f"    written = {display}\n{''.join(late)}    return written\n"
+    else:
+        body = f"    return {display}\n"
+    source = f"def encode_{view.__name__}(view):\n{body}"
     exec(compile(source, f"<wire {view.__name__}>", "exec"), namespace)  # noqa: S102 (source made above)
     encode: Encoder = namespace[f"encode_{view.__name__}"]
     return encode
@@ -284,11 +324,13 @@ def _compile(view: type, fields: tuple[WireField, ...]) -> Encoder:
 
 def component(*shapes: Shape) -> dict[str, Any]:
     """The OpenAPI component of a view and the views that extend it: every field any of them
-    writes, in order; required, the fields all of them write."""
+    writes, in order; required, the fields all of them always write."""
     seen: dict[str, WireField] = {}
     for shape in shapes:
         for field in shape.fields:
             known = seen.setdefault(field.name, field)
-            assert (known.expression, known.schema) == (field.expression, field.schema), f"{field.name} is written two ways"
-    always = set.intersection(*({field.name for field in shape.fields} for shape in shapes))
+            assert (known.expression, known.schema, known.present) == (field.expression, field.schema, field.present), (
+                f"{field.name} is written two ways"
+            )
+    always = set.intersection(*({field.name for field in shape.fields if not field.present} for shape in shapes))
     return _object([(field, field.name in always) for field in seen.values()])

@@ -6,7 +6,7 @@ import trio.testing
 
 from runstate.actors import KernelState
 from runstate.actors.space import RECORD_TYPES
-from runstate.actors.usage import CLASSIFIED
+from runstate.actors.usage import CLASSIFIED, UsageView
 
 from .conftest import T0
 from ..single import only
@@ -42,13 +42,13 @@ async def test_operations_are_counted_renewals_are_free_and_expiries_are_events(
     await acquire(h, scope["id"], holder="c")  # a takeover: the last lease expired
     await h.scopes.cancel("default", scope["id"])
     usage = only(h.kernel).state.space("default").usage.view("default")
-    assert usage == {
-        "spaceId": "default",
-        "operations": {"claims.acquire": 3, "claims.release": 1, "scopes.cancel": 1, "scopes.create": 1},
-        "total": 6,
-        "free": {"claims.renew": 3},
-        "events": {"claims.expire": 1, "claims.takeover": 1},
-    }
+    assert usage == UsageView(
+        "default",
+        operations={"claims.acquire": 3, "claims.release": 1, "scopes.cancel": 1, "scopes.create": 1},
+        total=6,
+        free={"claims.renew": 3},
+        events={"claims.expire": 1, "claims.takeover": 1},
+    )
 
 
 @pytest.mark.trio

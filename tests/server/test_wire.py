@@ -188,6 +188,56 @@ def test_the_naming_rule_and_its_exceptions() -> None:
         wire.Shape(Sample, seconds={"created_ms": "createdSeconds"})
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Waiting:
+    on: str
+    since_ms: EpochMs
+    holders: tuple[str, ...] | None = None
+    until_ms: EpochMs | None = None
+
+
+_WAITING = wire.Shape(Waiting, present=("holders", "until_ms"))
+
+
+def test_a_field_written_only_when_present() -> None:
+    """A field declared `present` is left out where the view has None (not written as null), and
+    written after the others, converted as always, where it has a value; the schema lists it with
+    its value's type, not null, and does not require it. A shape without such fields compiles to
+    the one dict display it always did (no local but the view: nothing tested per field)."""
+    shape = _WAITING
+    assert [(field.name, field.present) for field in shape.fields] == [
+        ("on", False), ("sinceAt", False), ("holders", True), ("untilAt", True),
+    ]
+    assert orjson.dumps(shape.encode(Waiting("queue", 0))) == b'{"on":"queue","sinceAt":"1970-01-01T00:00:00.000Z"}'
+    assert orjson.dumps(shape.encode(Waiting("queue", 0, ("a", "b"), 1000))) == (
+        b'{"on":"queue","sinceAt":"1970-01-01T00:00:00.000Z","holders":["a","b"],"untilAt":"1970-01-01T00:00:01.000Z"}'
+    )
+    assert shape.encode(Waiting("queue", 0, until_ms=1)) == {
+        "on": "queue", "sinceAt": "1970-01-01T00:00:00.000Z", "untilAt": "1970-01-01T00:00:00.001Z",
+    }
+    assert shape.encode(Waiting("queue", 0, ())) == {"on": "queue", "sinceAt": "1970-01-01T00:00:00.000Z", "holders": []}
+    schema = shape.schema()
+    assert schema["required"] == ["on", "sinceAt"]
+    assert schema["properties"]["holders"] == {"type": "array", "items": {"type": "string"}}
+    assert schema["properties"]["untilAt"] == wire.TIMESTAMP
+    for written in (shape.encode(Waiting("q", 5)), shape.encode(Waiting("q", 5, ("h",), 6))):
+        jsonschema.validate(written, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**shape.encode(Waiting("q", 5)), "holders": None}, schema)
+    # Required where every shape of a component writes it always; never where one writes it only when present.
+    always = wire.Shape(Waiting, primary=False)
+    assert always.encode(Waiting("q", 0)) == {"on": "q", "sinceAt": "1970-01-01T00:00:00.000Z", "holders": None, "untilAt": None}
+    assert always.encode.__code__.co_varnames == ("view",)
+    assert shape.encode.__code__.co_varnames != ("view",)
+    with pytest.raises(AssertionError, match="written two ways"):
+        wire.component(shape, always)
+    # Only a field that may be None, and only after those always written (the wire keeps the view's order).
+    with pytest.raises(AssertionError, match="may be None"):
+        wire.Shape(Waiting, present=("on",), primary=False)
+    with pytest.raises(AssertionError, match="comes after those always written"):
+        wire.Shape(Waiting, present=("holders",), primary=False)
+
+
 class Member(NamedTuple):
     task_id: str
     done_ms: EpochMs | None

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runstate.actors.coordination_reads import (
-    AllowanceWaitView, HeldParkedKeyView, HeldParkedQueueView, HeldParkedTimersView, HeldParkedView, ParkedKeyView,
-    ParkedQueueView, ParkedTimersView, ParkedView, PoolWaitView, RunCounts, RunView, RunWaiter, RunWorker, WaitsView,
+    AllowanceWaitView, ParkedKeyView, ParkedQueueView, ParkedTimersView, ParkedView, PoolWaitView, RunCounts, RunView, RunWaiter,
+    RunWorker, WaitsView,
 )
 from runstate.actors.limits import Limits
 from runstate.actors.timestamps import format_ms
@@ -27,7 +27,7 @@ from runstate.server.openapi import openapi
 
 
 def parked_before(view: Any) -> dict[str, Any]:
-    """`_parked`'s entry as it was."""
+    """`_parked`'s entry as it was (`holders` only where some are named)."""
     entry: dict[str, Any] = {"on": view.on, "calls": view.calls}
     if isinstance(view, ParkedQueueView):
         entry.update(mailboxId=view.mailbox_id, scopeId=view.scope_id)
@@ -93,16 +93,13 @@ _count = st.integers(0, 10**6)
 _instant = st.integers(min_value=0, max_value=253_402_300_799_999)
 _counts = st.dictionaries(_text, _count, max_size=3)
 _waiter_state = st.sampled_from(["WAITING", "SIGNALED"])
-_held = st.lists(_text, min_size=1, max_size=3).map(tuple)
+# The holders a parked entry names: None where its commands name none (the kernel never names an empty tuple).
+_held = st.none() | st.lists(_text, min_size=1, max_size=3).map(tuple)
 _parked = st.one_of(
-    st.builds(ParkedView, _text, _count),
-    st.builds(ParkedQueueView, st.just("queue"), _count, _text, _text),
-    st.builds(ParkedTimersView, st.just("timers"), _count, _text),
-    st.builds(ParkedKeyView, st.sampled_from(["claim", "once"]), _count, _text, _text),
-    st.builds(HeldParkedView, _text, _count, _held),
-    st.builds(HeldParkedQueueView, st.just("queue"), _count, _text, _text, _held),
-    st.builds(HeldParkedTimersView, st.just("timers"), _count, _text, _held),
-    st.builds(HeldParkedKeyView, st.sampled_from(["claim", "once"]), _count, _text, _text, _held),
+    st.builds(ParkedView, _text, _count, _held),
+    st.builds(ParkedQueueView, st.just("queue"), _count, _text, _text, _held),
+    st.builds(ParkedTimersView, st.just("timers"), _count, _text, _held),
+    st.builds(ParkedKeyView, st.sampled_from(["claim", "once"]), _count, _text, _text, _held),
 )
 _run_waiter = st.builds(RunWaiter, _text, _text, _count, _text, _text, _text, _waiter_state, _instant)
 _wait = st.one_of(
@@ -153,7 +150,8 @@ def test_each_encoded_answer_validates_against_its_documented_component(run: Run
 
 
 def test_the_components_list_exactly_the_encoders_fields() -> None:
-    """`Parked` is every field a wait entry may write, `on` and `calls` in all of them."""
+    """`Parked` is every field a wait entry may write, `on` and `calls` in all of them; `holders`
+    is an array of strings (never null: left out where no holder is named)."""
     components = _components()
     assert list(components["OpsRun"]["properties"]) == ["scopeId", "effective", "workers", "waiting", "parked", "counts"]
     worker = components["OpsRun"]["properties"]["workers"]["items"]
@@ -164,7 +162,12 @@ def test_the_components_list_exactly_the_encoders_fields() -> None:
     parked = components["Parked"]
     assert parked["required"] == ["on", "calls"]
     assert list(parked["properties"]) == [
-        "on", "calls", "mailboxId", "scopeId", "key", "holders", "permit", "permitId", "units", "holder", "waiterId", "state",
+        "on", "calls", "holders", "mailboxId", "scopeId", "key", "permit", "permitId", "units", "holder", "waiterId", "state",
         "since", "allowance", "allowanceId", "expiresAt",
+    ]
+    assert parked["properties"]["holders"] == {"type": "array", "items": {"type": "string"}}
+    run_parked = components["OpsRun"]["properties"]["parked"]["items"]["anyOf"]
+    assert [entry["required"] for entry in run_parked] == [
+        ["on", "calls"], ["on", "calls", "mailboxId", "scopeId"], ["on", "calls", "scopeId"], ["on", "calls", "scopeId", "key"],
     ]
     assert list(components["OpsWaits"]["properties"]) == ["waits", "truncated"]

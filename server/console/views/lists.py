@@ -403,6 +403,6 @@ async def space_overview(kernel: RouteKernel, space_id: str) -> dict[str, Any]:
     def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
             return {"usage": None, "caps": []}
-        return {"usage": space.usage.view(space.id), "caps": caps_view(space)["caps"]}
+        return {"usage": encode(space.usage.view(space.id)), "caps": caps_view(space)["caps"]}
 
     return await _read(kernel, space_id, view)
