@@ -11,8 +11,9 @@ actors, journals their records through the `journal` protocol and keeps their ti
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from .._lazy import import_name
 
 # Importing the package imports none of its modules: each name is imported when it is first read
 # (`__getattr__`), so a leaf module (the limits, the errors, a command-line tool's helpers) loads
@@ -68,18 +69,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """A public name or a module of the package, imported now (and kept, so this runs once a name)."""
-    value: Any
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    else:
-        try:
-            value = importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    globals()[name] = value
-    return value
+    return import_name(__name__, globals(), _EXPORTS, name)
 
 
 def __dir__() -> list[str]:

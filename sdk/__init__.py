@@ -22,9 +22,10 @@ The package is typed (`py.typed`); the answers the server sends are `TypedDict`s
 
 from __future__ import annotations
 
-import importlib
 import threading
 from typing import TYPE_CHECKING, Any
+
+from ._lazy import import_name
 
 __version__ = "0.3.0"
 """This package's version (the TypeScript SDK's is the same; CHANGELOG.md tells both)."""
@@ -168,22 +169,13 @@ def _default_client() -> "Runstate":
 def __getattr__(name: str) -> Any:
     """A public name, a function of the default client, or a module of the package, imported now
     (and kept, so this runs once a name)."""
-    value: Any
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    elif name in _DEFAULT_FUNCTIONS:
-        value = getattr(_default_client(), name)
-    elif name == "_default":
-        value = _default_client()
-    else:
-        try:
-            value = importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    globals()[name] = value
-    return value
+    if name in _DEFAULT_FUNCTIONS:
+        value = globals()[name] = getattr(_default_client(), name)
+        return value
+    if name == "_default":
+        value = globals()[name] = _default_client()
+        return value
+    return import_name(__name__, globals(), _EXPORTS, name)
 
 
 def __dir__() -> list[str]:
