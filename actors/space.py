@@ -189,13 +189,22 @@ class SpaceState:
 
     # -- the caps (`caps.py`) ---------------------------------------------------------------------
 
+    # These two run on every command that keeps something new (a submit, a send, a completion):
+    # a plain loop, since `sum` over a generator resumes a frame per primitive as well as calling it.
+
     def values_bytes(self) -> int:
         """The bytes of the caller values this space keeps (stored answers aside, `caps.py`)."""
-        return sum(values(self) for values in _VALUES)
+        held = 0
+        for values in _VALUES:
+            held += values(self)
+        return held
 
     def entities(self) -> int:
         """The entities this space keeps, live or ended (stored answers aside, `caps.py`)."""
-        return sum(count(self) for count in _ENTITIES)
+        kept = 0
+        for count in _ENTITIES:
+            kept += count(self)
+        return kept
 
     def check_entities(self, adding: int) -> None:
         """The entity cap (`caps.py`); the stored answers give their room back, so they are not counted."""
