@@ -114,11 +114,12 @@ class _Call:
     def durable(self, error: BaseException | None) -> None:
         """The journal's word on what this call changed or saw: the answer, or UNAVAILABLE."""
         assert self.phase == _DECIDED and self.result is not None, "the journal answers a decided call, once"
+        # Decided, so not done: the call is answered here, straight (`_wake` less its check).
+        self.phase = _DONE
         if error is None:
-            assert self.result is not None, "a call is made durable once it has its answer"
-            Partition._wake(self, self.result)
+            Partition._hand_back(self, self.result)
         else:
-            Partition._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {_what(error)}")))
+            Partition._hand_back(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {_what(error)}")))
 
     def abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         """The caller was cancelled while parked on this call. Not yet decided: withdraw it.
@@ -356,7 +357,12 @@ class Partition:
         actor = command.actor(self.state)
         call = _Call(command, idem, trio.lowlevel.current_task(), wait_until is not None)
         self._post(actor, call)
-        answer = await self._park(call)
+        # The first park written out (`_park`'s, without a coroutine of its own to make and to
+        # pass through both ways, on every command): posting only queues the call and wakes its
+        # actor, so no answer can be waiting for it yet.
+        assert call.answer is None and not call.parked and call.phase == _QUEUED, "a call just posted is not answered"
+        call.parked = True
+        answer = await trio.lowlevel.wait_task_rescheduled(call.abort)
         if answer is not _WAIT:
             return answer
         # Nothing to answer yet: wait among the actor's waiters for a poke that makes the command
