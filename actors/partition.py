@@ -430,12 +430,6 @@ class Partition:
         """Run `command` in its actor's next turn; nobody waits for the answer."""
         self._post(command.actor(self.state), _Call(command, None, None, False))
 
-    def poke(self, actor: ActorKey) -> None:
-        """Make `actor`'s waiters run their commands again (if it has any)."""
-        entry = self._actors.get(actor)
-        if entry is not None and entry.waiters:
-            self._post(actor, _Call(None, None, None, False))
-
     def _on_timer(self, actor: ActorKey, tag: TimerTag, marker: TimerMarker) -> None:
         self._post(actor, _Call(FireTimer(on=actor, tag=tag, marker=marker), None, None, False))
 
@@ -584,9 +578,14 @@ class Partition:
         self._leave_waiters(entry, call)
         for timer in result.timers:
             self.supervisor.arm(timer)
+        # The actors named run their waiters again, those that have any: most turns name the
+        # space's event log, whose actor rarely has a watch parked, so the look is made here and
+        # not in a call per actor. The turn's own actor runs its waiters after the turn.
+        actors = self._actors
         for actor in result.pokes:
-            if actor != entry.key:
-                self.poke(actor)
+            poked = actors.get(actor)
+            if poked is not None and poked.waiters and actor != entry.key:
+                self._post(actor, _Call(None, None, None, False))
         records = result.records
         if not records:
             self._answer(call, trio_outcome.Value(EMPTY if result.empty else result.reply))
