@@ -290,4 +290,5 @@ ADMISSION = Primitive(
     is_empty=lambda space: not space.capacity.requirements,
     scopes_removed=_scopes_removed,
     committed=_committed,
+    committed_on=FREEING | {TASK_CREATED},
 )

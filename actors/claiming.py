@@ -137,11 +137,10 @@ class ClaimCommands:
     def acquire(self, command: AcquireClaim, now_ms: int) -> Outcome:
         self._scopes.require_active(command.scope_id, now_ms)
         claims = self._claims
-        if command.wait_ms:
-            held = claims.get(command.scope_id, command.key)
-            if held is not None and held.held_at(now_ms):
-                return Outcome(empty=True)  # park until the release or the expiry re-runs it
-        if claims.get(command.scope_id, command.key) is None:
+        known = claims.get(command.scope_id, command.key)  # looked up once for both checks
+        if command.wait_ms and known is not None and known.held_at(now_ms):
+            return Outcome(empty=True)  # park until the release or the expiry re-runs it
+        if known is None:
             self.check_entities(1)
         records = claims.decide_acquire(
             command.scope_id,

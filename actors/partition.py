@@ -114,11 +114,12 @@ class _Call:
     def durable(self, error: BaseException | None) -> None:
         """The journal's word on what this call changed or saw: the answer, or UNAVAILABLE."""
         assert self.phase == _DECIDED and self.result is not None, "the journal answers a decided call, once"
+        # Decided, so not done: the call is answered here, straight (`_wake` less its check).
+        self.phase = _DONE
         if error is None:
-            assert self.result is not None, "a call is made durable once it has its answer"
-            Partition._wake(self, self.result)
+            Partition._hand_back(self, self.result)
         else:
-            Partition._wake(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {_what(error)}")))
+            Partition._hand_back(self, trio_outcome.Error(KernelError(UNAVAILABLE, f"not recorded: {_what(error)}")))
 
     def abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         """The caller was cancelled while parked on this call. Not yet decided: withdraw it.
@@ -356,7 +357,12 @@ class Partition:
         actor = command.actor(self.state)
         call = _Call(command, idem, trio.lowlevel.current_task(), wait_until is not None)
         self._post(actor, call)
-        answer = await self._park(call)
+        # The first park written out (`_park`'s, without a coroutine of its own to make and to
+        # pass through both ways, on every command): posting only queues the call and wakes its
+        # actor, so no answer can be waiting for it yet.
+        assert call.answer is None and not call.parked and call.phase == _QUEUED, "a call just posted is not answered"
+        call.parked = True
+        answer = await trio.lowlevel.wait_task_rescheduled(call.abort)
         if answer is not _WAIT:
             return answer
         # Nothing to answer yet: wait among the actor's waiters for a poke that makes the command
@@ -423,12 +429,6 @@ class Partition:
     def post(self, command: Command) -> None:
         """Run `command` in its actor's next turn; nobody waits for the answer."""
         self._post(command.actor(self.state), _Call(command, None, None, False))
-
-    def poke(self, actor: ActorKey) -> None:
-        """Make `actor`'s waiters run their commands again (if it has any)."""
-        entry = self._actors.get(actor)
-        if entry is not None and entry.waiters:
-            self._post(actor, _Call(None, None, None, False))
 
     def _on_timer(self, actor: ActorKey, tag: TimerTag, marker: TimerMarker) -> None:
         self._post(actor, _Call(FireTimer(on=actor, tag=tag, marker=marker), None, None, False))
@@ -578,9 +578,14 @@ class Partition:
         self._leave_waiters(entry, call)
         for timer in result.timers:
             self.supervisor.arm(timer)
+        # The actors named run their waiters again, those that have any: most turns name the
+        # space's event log, whose actor rarely has a watch parked, so the look is made here and
+        # not in a call per actor. The turn's own actor runs its waiters after the turn.
+        actors = self._actors
         for actor in result.pokes:
-            if actor != entry.key:
-                self.poke(actor)
+            poked = actors.get(actor)
+            if poked is not None and poked.waiters and actor != entry.key:
+                self._post(actor, _Call(None, None, None, False))
         records = result.records
         if not records:
             self._answer(call, trio_outcome.Value(EMPTY if result.empty else result.reply))

@@ -430,4 +430,5 @@ POOLS = Primitive(
     scope_ended=_scope_ended,
     scope_ending=_scope_ending,
     committed=_committed,
+    committed_on=POOL_FREEING,
 )

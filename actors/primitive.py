@@ -227,8 +227,11 @@ class Primitive:
     # (something live outside them still refers to what they hold).
     scopes_removed: Callable[[Any, frozenset[str]], None] | None = None
     scopes_kept: Callable[[Any, frozenset[str]], set[str]] | None = None
-    # After records of a turn are applied: (space, outcome, records) -> None (capacity given back).
+    # After records of a turn are applied: (space, outcome, records) -> None (capacity given back),
+    # and the record types it reacts to: it is called only after a turn that applied one of these
+    # (most turns apply none, and then no hook is called). Given together, or neither.
     committed: Callable[[Any, Outcome, tuple[Record, ...]], None] | None = None
+    committed_on: frozenset[str] = frozenset()
     # Its read views, by name: view(space, now_ms, ...) -> what a reader is shown.
     views: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     # The kernel's own (not of a space): its attributes and functions are the `KernelState`'s.

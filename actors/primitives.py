@@ -81,6 +81,7 @@ class Tables:
     timers: dict[str, tuple[Callable[[Any], Any], Callable[..., Outcome]]]  # kind -> (attribute getter, handler)
     derive: dict[str, Callable[[Any, Record], Any]]  # record type -> its events, before it applies
     after: dict[str, Callable[[Any, Record], Any]]  # record type -> events of what follows from it
+    committed_on: frozenset[str]  # record types some primitive's hook after commits reacts to
     payload_names: dict[str, tuple[str, ...]]  # event type -> names of its tuple payload
     event_types: tuple[str, ...]  # every event type, sorted
     space: tuple[Primitive, ...]  # the primitives of a space, in order
@@ -165,6 +166,7 @@ def build(
     payload_names: dict[str, tuple[str, ...]] = {}
     event_types: set[str] = set()
     owners: dict[Any, str] = {}
+    committed_on: set[str] = set()
     for primitive in primitives:
         owner = f"{primitive.name!r}"
         for cls, on in primitive.commands.items():
@@ -185,6 +187,9 @@ def build(
             derive.setdefault(kind, []).append(function)
         for kind, function in primitive.after.items():
             after.setdefault(kind, []).append(function)
+        if (primitive.committed is None) != (not primitive.committed_on):
+            raise DeclarationError(f"{owner} gives a hook after commits without the record types it reacts to, or those without the hook")
+        committed_on |= primitive.committed_on
         for kind, payload in primitive.events.items():
             if kind in event_types:
                 raise DeclarationError(f"event type {kind!r} is declared twice")
@@ -194,6 +199,8 @@ def build(
     for kind in (*derive, *after):
         if kind not in fields:
             raise DeclarationError(f"events are derived from record type {kind!r}, which no primitive declares")
+    for kind in sorted(committed_on - set(fields)):
+        raise DeclarationError(f"a hook after commits reacts to record type {kind!r}, which no primitive declares")
     _check_declared("command", set(transitions), commands, lambda cls: cls.__name__)
     _check_declared("record type", set(fields), record_types, str)
     _check_declared("timer kind", set(handlers), timer_kinds, str)
@@ -201,7 +208,8 @@ def build(
         transitions=transitions, fields=fields, space_apply=space_apply, kernel_apply=kernel_apply,
         usage={kind: value for kind, value in classes.items() if value is not None}, classified=frozenset(classes),
         timers=handlers, derive={kind: _chain(found) for kind, found in derive.items()},
-        after={kind: _chain(found) for kind, found in after.items()}, payload_names=payload_names,
+        after={kind: _chain(found) for kind, found in after.items()}, committed_on=frozenset(committed_on),
+        payload_names=payload_names,
         event_types=tuple(sorted(event_types)), space=tuple(p for p in primitives if not p.kernel),
         kernel=tuple(p for p in primitives if p.kernel),
     )

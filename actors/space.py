@@ -69,6 +69,7 @@ _RESTARTS = tuple(p.restart for p in _PRIMITIVES if p.restart is not None)
 _SCOPE_ENDED = tuple(p.scope_ended for p in _PRIMITIVES if p.scope_ended is not None)
 _SCOPE_ENDING = tuple(p.scope_ending for p in _PRIMITIVES if p.scope_ending is not None)
 _COMMITTED = tuple(p.committed for p in _PRIMITIVES if p.committed is not None)
+_COMMITTED_ON = TABLES.committed_on  # a turn that applies none of these calls no hook
 _SCOPES_REMOVED = tuple(p.scopes_removed for p in _PRIMITIVES if p.scopes_removed is not None)
 _SCOPES_KEPT = tuple(p.scopes_kept for p in _PRIMITIVES if p.scopes_kept is not None)
 
@@ -128,12 +129,16 @@ class SpaceState:
         events = self.events
         seq = events.seq
         space_id, apply, kept = self.id, self.apply, outcome.records
+        hooked = False
         for record in records:
             record["space"] = space_id
             apply(record)
             kept.append(record)
-        for committed in _COMMITTED:
-            committed(self, outcome, records)
+            if record["type"] in _COMMITTED_ON:
+                hooked = True
+        if hooked:
+            for committed in _COMMITTED:
+                committed(self, outcome, records)
         if events.seq != seq:  # watches parked on the log look again
             outcome.pokes.append(self._events_actor)
         return outcome
@@ -189,13 +194,22 @@ class SpaceState:
 
     # -- the caps (`caps.py`) ---------------------------------------------------------------------
 
+    # These two run on every command that keeps something new (a submit, a send, a completion):
+    # a plain loop, since `sum` over a generator resumes a frame per primitive as well as calling it.
+
     def values_bytes(self) -> int:
         """The bytes of the caller values this space keeps (stored answers aside, `caps.py`)."""
-        return sum(values(self) for values in _VALUES)
+        held = 0
+        for values in _VALUES:
+            held += values(self)
+        return held
 
     def entities(self) -> int:
         """The entities this space keeps, live or ended (stored answers aside, `caps.py`)."""
-        return sum(count(self) for count in _ENTITIES)
+        kept = 0
+        for count in _ENTITIES:
+            kept += count(self)
+        return kept
 
     def check_entities(self, adding: int) -> None:
         """The entity cap (`caps.py`); the stored answers give their room back, so they are not counted."""

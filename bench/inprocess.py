@@ -19,6 +19,10 @@
   and verify every frame, replay through the state machines, record the boot, as `runstate serve
   --data-dir` does at start.
 
+`kernel` and `tasks` take `--gc on|off|frozen` (on: as a server runs; off: no collection, to
+see the collector's share; frozen: what is alive at the start frozen, `gc.freeze()`, and a
+young generation of 10,000 objects, a tuning the server's process could make).
+
 Each prints one JSON line, `BENCH_JSON {...}`, that bench/run.py reads.
 """
 
@@ -292,6 +296,20 @@ async def recover(directory: str) -> dict:
     }
 
 
+# The young generation's size with `--gc frozen` (CPython's default is 700).
+FROZEN_GC_GEN0 = 10_000
+
+
+def _collector(mode: str) -> None:
+    """Set the garbage collector for a leg (`--gc`): as it is, off, or frozen with a larger young generation."""
+    if mode == "off":
+        gc.disable()
+    elif mode == "frozen":
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(FROZEN_GC_GEN0, *gc.get_threshold()[1:])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="leg", required=True)
@@ -318,8 +336,11 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("directory")
     r = commands.add_parser("recover")
     r.add_argument("directory")
+    for leg in (k, t):
+        leg.add_argument("--gc", choices=("on", "off", "frozen"), default="on")
     args = parser.parse_args(argv)
     pin_self()
+    _collector(getattr(args, "gc", "on"))
     if args.leg == "kernel":
         report(trio.run(kernel_claims, args.callers, args.seconds, args.warmup))
     elif args.leg == "floor":

@@ -56,6 +56,11 @@ def _record(name: str = "thing.made", **changes: object) -> Primitive:
     ((Primitive("a", timers={"tick": ("", _nothing)}), Primitive("b", timers={"tick": ("", _nothing)})), "timer kind 'tick'"),
     ((Primitive("a", derive={"thing.gone": _nothing}),), "which no primitive declares"),
     ((Primitive("a", events={"thing.made": None}), Primitive("b", events={"thing.made": None})), "event type 'thing.made'"),
+    # A hook after commits is called only after a turn that applied a type it names: one that
+    # names none would never be called, types without a hook name nothing to call.
+    ((_record(committed=_nothing),), "without the record types it reacts to"),
+    ((_record(committed_on=frozenset({"thing.made"})),), "or those without the hook"),
+    ((_record(committed=_nothing, committed_on=frozenset({"thing.lost"})),), "reacts to record type 'thing.lost', which no primitive"),
 ])
 def test_a_declaration_twice_or_half_made_is_refused(broken, says):
     with pytest.raises(DeclarationError, match=says):
@@ -99,3 +104,25 @@ def test_the_kernel_does_not_import_with_something_declared_nowhere(made):
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.startswith("refused:") and "declared by no primitive" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.trio
+async def test_a_hook_after_commits_is_called_only_after_a_turn_that_applied_a_type_it_names(nursery, monkeypatch):
+    """A claim's turns apply no type any hook names (no hook is called); a task's submit applies
+    `task.created`, which admission's hook names: the hooks are called, once, with its records."""
+    from runstate.actors import Clock, IdSource, Kernel, KernelState
+    from runstate.actors import space as space_module
+
+    from ..ops import ClaimOps, MailboxOps, ScopeOps, TaskOps
+
+    called: list[list[str]] = []
+    monkeypatch.setattr(space_module, "_COMMITTED", (lambda space, outcome, records: called.append([r["type"] for r in records]),))
+    kernel = Kernel(state=KernelState(), clock=Clock(), ids=IdSource(seed=1))
+    await nursery.start(kernel.run)
+    scope_id = (await ScopeOps(kernel).create("s"))["id"]
+    mailbox_id = (await MailboxOps(kernel).create("s", name="q"))["id"]
+    await ClaimOps(kernel).acquire("s", scope_id=scope_id, key="k", holder="h", session="x", lease_s=30)
+    assert called == []
+    await TaskOps(kernel).submit("s", scope_id=scope_id, mailbox_id=mailbox_id, key="t")
+    assert called == [["task.created"]]
+    assert "task.created" in TABLES.committed_on and not TABLES.committed_on & {"claim.acquired", "claim.released"}

@@ -156,3 +156,30 @@ async def test_a_read_waits_only_for_its_own_partition(nursery, autojump_clock):
 
 async def _append(into: list, awaitable) -> None:  # type: ignore[no-untyped-def]
     into.append(await awaitable)
+
+
+@pytest.mark.trio
+async def test_a_caller_cancelled_before_its_turn_withdraws_its_call(nursery, autojump_clock):
+    """A call is posted, then its caller parks on it: cancelled there, before the actor's turn, the
+    call is withdrawn. The turn skips it, nothing is journaled, the key stays free, and the next
+    caller of the key is served as if it had never come."""
+    import trio.testing
+
+    from runstate.actors import KernelState
+    from runstate.actors.commands import AcquireClaim
+
+    journal = MemoryJournal(keep=True)
+    kernel = Kernel(state=KernelState(), journal=journal, clock=Clock(wall_anchor_ms=T0), ids=IdSource(seed=3))
+    await nursery.start(kernel.run)
+    scope_id = (await ScopeOps(kernel).create("s"))["id"]
+    body = {"scopeId": scope_id, "key": "k", "holder": "h", "holderSession": "x", "leaseSeconds": 30}
+    recorded = len(journal.records)
+    turns = kernel.turns
+    with trio.CancelScope() as cancelled:
+        cancelled.cancel()  # delivered where the caller first parks, after its call is posted
+        await kernel.submit(kernel.parse(AcquireClaim, body, {"space": "s"}))
+    assert cancelled.cancelled_caught
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(journal.records) == recorded and kernel.turns == turns, "the withdrawn call never ran"
+    claim = await kernel.submit(kernel.parse(AcquireClaim, body, {"space": "s"}))
+    assert claim.generation == 1 and [r["type"] for r in journal.records[recorded:]] == ["claim.acquired"]
