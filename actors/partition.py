@@ -382,27 +382,41 @@ class Partition:
         """Run every command in its actor's next turn and return each one's answer (a `Value`, or
         an `Error` with its `KernelError`) once durable, in the order given.
 
-        Every call is posted before any of them runs (no await in between), so commands on one
-        actor run in the order given, and the turns of all of them run in one pass of the
-        scheduler: their records reach the journal together and go out in one group commit
-        (unless the writer was already on its way, when they may take two). Nothing parks: a
-        command that would wait (a long poll) is answered as without a wait. A command whose
-        actor cannot be found (a token that is not current) is refused on its own; the others
-        run. Cancelled while waiting, the calls not yet run are withdrawn; those decided are
-        recorded and their answers dropped, as for a caller of `submit` that went away."""
+        Every command's actor is found, then every call is run or posted, before any await, so
+        commands on one actor run in the order given, and the turns of all of them run in this
+        task (keys with no actor: `_run_now`) or in one pass of the scheduler: their records
+        reach the journal together and go out in one group commit (unless the writer was
+        already on its way, when they may take two). Nothing parks: a command that would wait
+        (a long poll) is answered as without a wait. A command whose actor cannot be found (a
+        token that is not current) is refused on its own; the others run. A caller already
+        cancelled runs nothing; cancelled while waiting, the calls not yet run are withdrawn;
+        those decided are recorded and their answers dropped, as for a caller of `submit` that
+        went away."""
         if self.refusal is not None:
             raise KernelError(UNAVAILABLE, self.refusal)
+        await trio.lowlevel.checkpoint_if_cancelled()
         task = trio.lowlevel.current_task()
-        posted: list[Any] = []
-        for command, idem in commands:
+        found: list[ActorKey | KernelError] = []
+        for command, _ in commands:
             try:
-                actor = command.actor(self.state)
+                found.append(command.actor(self.state))
             except KernelError as error:
-                posted.append(trio_outcome.Error(error))
+                found.append(error)
+        posted: list[Any] = []
+        answered = 0
+        for (command, idem), actor in zip(commands, found):
+            if isinstance(actor, KernelError):
+                posted.append(trio_outcome.Error(actor))
+                answered += 1
                 continue
             call = _Call(command, idem, task, False)
-            self._post(actor, call)
+            if actor in self._actors:
+                self._post(actor, call)
+            elif self._run_now(actor, call):
+                answered += 1
             posted.append(call)
+        if answered == len(posted):  # every answer came at once: still a schedule point
+            await trio.lowlevel.cancel_shielded_checkpoint()
         answers: list[trio_outcome.Outcome[Any]] = []
         try:
             for item in posted:

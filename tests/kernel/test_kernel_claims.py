@@ -167,6 +167,32 @@ async def test_a_cancelled_caller_runs_nothing_on_a_key_with_no_actor(harness, a
     assert (await acquire(h, run["id"], key="never", holder="b"))["generation"] == 1
 
 
+async def test_a_batch_on_keys_with_no_actor_runs_in_the_callers_task_in_the_order_given(harness, autojump_clock):
+    """A batch's commands on keys with no actor run in the caller's task, one after another in
+    the order given (two acquires of one key: the first one's holder gets it), starting no task."""
+    from runstate.actors import commands as c
+
+    h = harness
+    partition = only(h.kernel)
+    run = await h.scopes.create("default")
+    await trio.testing.wait_all_tasks_blocked()
+    tasks = len(partition._nursery.child_tasks)
+    body = {"scopeId": run["id"], "holderSession": "x", "leaseSeconds": 60}
+    keys = [f"k{i}" for i in range(10)] + ["k0"]
+    holders = [f"h{i}" for i in range(11)]
+    commands = [
+        (h.kernel.parse(c.AcquireClaim, {**body, "key": key, "holder": holder}, {"space": "default"}), None)
+        for key, holder in zip(keys, holders)
+    ]
+    answers = await h.kernel.submit_all("default", commands)
+    assert [answer.unwrap().holder for answer in answers[:10]] == holders[:10]
+    with pytest.raises(KernelError) as caught:
+        answers[10].unwrap()
+    assert caught.value.code == CLAIM_HELD
+    assert h.kernel.actors == 0 and len(partition._nursery.child_tasks) == tasks
+    assert partition.journal.durable_lsn == partition.journal.appended_lsn
+
+
 async def test_a_key_whose_calls_queue_gets_a_task_that_lingers_then_retires(harness, autojump_clock):
     """A key with a parked caller has an actor, so a call to it goes through its channel and its
     task; that task lingers for more calls and retires within two linger periods."""
