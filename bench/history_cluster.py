@@ -1,0 +1,231 @@
+"""History on a cluster: the time to show a past point of a space with 1M records of history,
+asked through each node of a three-node cluster.
+
+    .venv/bin/python -m bench.history_cluster --records 1000000
+
+Three etcd members and three `runstate serve` nodes, started as the cluster legs start them
+(bench/cluster.py: the tuned etcd timing, `--cluster-lease-s 1`, four partitions, each node with
+its own data directory and the default history settings: 24 h kept, a checkpoint every 50,000
+records). The history is written into the `default` space through the cluster over HTTP: real
+claim cycles on 1,000 keys, in batch requests (`POST /v1/spaces/default/batch`) sent to the
+partition's leader over several connections, each connection on its own keys: one request
+releases every key the previous one took (with its token) and takes each again (a release, then
+an acquire of one key run in that order in a batch), so every operation is one record of the
+partition's log, committed to etcd and applied by both standbys. It stops once the partition's
+log (`leaderLsn` of `GET /v1/cluster`) holds N records.
+
+Then every node is asked for past points (`GET /v1/spaces/default/history/scopes/{run}/claims?at=...`),
+the leader of the partition and the two standbys, the same points on each: just before each of
+the node's own checkpoints (the points furthest from a snapshot: each node snapshots its copy at
+its own points), points at random, and points by time. Each read is a fresh rebuild (a node keeps
+only the last point, and the points differ from one read to the next); a standby first brings its
+copy to the end of the log (docs/history.md). It prints the figures per node and one line
+`BENCH_JSON {...}` for bench/run.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import trio
+
+from .history import report
+
+SPACE = "default"
+KEYS = 1000
+CONNECTIONS = 4
+SAMPLES = 8
+
+
+async def _write(leader_url: str, api_key: str, run: str, records: int, connections: int) -> dict:
+    """Claim cycles in batches on `connections` connections to the leader, until the partition's
+    log holds `records` records; the operations acknowledged and refused, and the batch requests."""
+    counts = {"operations": 0, "refused": 0, "requests": 0}
+    done = trio.Event()
+    headers = {"authorization": f"Bearer {api_key}"}
+    per_connection = KEYS // connections
+
+    async def log_end(http: httpx.AsyncClient) -> int:
+        answer = await http.get("/v1/cluster")
+        answer.raise_for_status()
+        for entry in answer.json()["map"]:
+            if entry["partition"] == partition:
+                return int(entry["leaderLsn"] or 0)
+        raise RuntimeError(f"partition {partition} is not in the map")
+
+    async def watch(http: httpx.AsyncClient) -> None:
+        while await log_end(http) < records:
+            await trio.sleep(0.5)
+        done.set()
+
+    async def writer(number: int, http: httpx.AsyncClient) -> None:
+        keys = [f"company:{number * per_connection + i}" for i in range(per_connection)]
+        tokens: dict[str, str] = {}
+        holder = {"holder": f"agent-{number}", "holderSession": f"s-{number}", "leaseSeconds": 60}
+        while not done.is_set():
+            operations = [{"path": f"/claims/{key}/release", "body": {"token": token}} for key, token in tokens.items()]
+            operations += [{"path": "/claims", "body": {"scopeId": run, "key": key, **holder}} for key in keys]
+            answer = await http.post(f"/v1/spaces/{SPACE}/batch", json={"operations": operations})
+            if answer.status_code != 200:
+                raise RuntimeError(f"a batch answered {answer.status_code}: {answer.text[:500]}")
+            counts["requests"] += 1
+            tokens = {}
+            for operation, result in zip(operations, answer.json()["results"]):
+                if result["status"] >= 300:
+                    counts["refused"] += 1
+                    if len(counts.setdefault("errors", [])) < 5:  # type: ignore[arg-type]
+                        counts["errors"].append(result)  # type: ignore[union-attr]
+                    continue
+                counts["operations"] += 1
+                body = result.get("body")
+                if operation["path"] == "/claims":
+                    tokens[operation["body"]["key"]] = body["token"]
+
+    from runstate.actors.layout import Layout
+
+    async with httpx.AsyncClient(base_url=leader_url, headers=headers, timeout=120) as probe:
+        partitions = (await probe.get("/v1/cluster")).json()["partitions"]
+        partition = Layout(partitions).of(SPACE)
+        clients = [httpx.AsyncClient(base_url=leader_url, headers=headers, timeout=120) for _ in range(connections)]
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, probe)
+                for number, http in enumerate(clients):
+                    nursery.start_soon(writer, number, http)
+        finally:
+            for http in clients:
+                await http.aclose()
+        end = await log_end(probe)
+    return {**counts, "records": end, "partition": partition}
+
+
+
+def _points(data_dir: str, partition: int) -> list[tuple[int, int]]:
+    """(LSN, time) of every snapshot a node keeps of the partition, oldest first."""
+    from runstate.snapshots.datadir import partition_dir
+    from runstate.snapshots.recovery import snapshot_dir
+    from runstate.snapshots.snapshot import list_snapshots, snapshot_point
+
+    found = [snapshot_point(path) for _, path in list_snapshots(snapshot_dir(partition_dir(data_dir, partition)))]
+    return [point for point in found if point is not None]
+
+
+def _settle(nodes: list, partition: int, every: int, timeout_s: float = 300) -> None:  # type: ignore[type-arg]
+    """Wait until every node has applied the whole log and taken the checkpoint due (as the
+    one-node leg waits for its last one), or `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        behind = []
+        for node in nodes:
+            with node.client() as http:
+                entry = next(e for e in http.get("/v1/cluster").json()["map"] if e["partition"] == partition)
+            if entry["leaderLsn"] is None or entry["appliedLsn"] < entry["leaderLsn"] or entry["leaderLsn"] - entry["snapshotLsn"] >= every:
+                behind.append(node.name)
+        if not behind:
+            return
+        time.sleep(0.5)
+    print(f"bench: {', '.join(behind)} still behind the log or a checkpoint after {timeout_s:.0f} s; measuring anyway", flush=True)
+
+
+def run(records: int, samples: int, connections: int, say=print) -> dict:  # type: ignore[no-untyped-def]
+    from runstate.actors.timestamps import format_ms
+    from tests.cluster.nodes import API_KEY
+
+    from .cluster import cluster
+    from .procs import cpu_seconds
+    from .targets import data_root
+
+    with tempfile.TemporaryDirectory(prefix="bench-history-cluster-", dir=data_root()) as root, cluster(3, Path(root)) as made:
+        leader = made.nodes.leader_of(SPACE)
+        with leader.client() as http:
+            made_run = http.post(f"/v1/spaces/{SPACE}/scopes", json={"name": "history"})
+            made_run.raise_for_status()
+            run_id = made_run.json()["id"]
+            every = http.get(f"/v1/spaces/{SPACE}/history").json()["kept"]
+        from_ms, began = int(time.time() * 1000), time.perf_counter()
+        written = trio.run(_write, leader.url, API_KEY, run_id, records, connections)
+        write_s, to_ms = time.perf_counter() - began, int(time.time() * 1000)
+        partition = written["partition"]
+        say(f"bench: wrote {written['records']:,} records through {leader.name} in {write_s:.1f} s "
+            f"({written['operations']:,} operations in {written['requests']:,} batches, {written['refused']} refused)")
+        checkpoint_every = int(every.get("checkpointEveryRecords") or 50_000)
+        nodes = [leader, *(node for node in made.nodes.live() if node is not leader)]
+        _settle(nodes, partition, checkpoint_every)
+        last_lsn = written["records"]
+        rng = random.Random(11)
+        checkpoints = {node.name: _points(str(node.data_dir), partition) for node in nodes}
+        # Every node is asked the same points but those before its own checkpoints, which differ.
+        worst = {name: ([lsn - 1 for lsn, _ in points[1:]] + [last_lsn])[-samples:] for name, points in checkpoints.items()}
+        shared = {"at random": [f"lsn:{lsn}" for lsn in sorted(rng.randrange(1, last_lsn) for _ in range(samples))],
+                  "by time": [format_ms(ms) for ms in sorted(rng.randrange(from_ms, to_ms) for _ in range(samples))]}
+        path = f"/v1/spaces/{SPACE}/history/scopes/{run_id}/claims"
+        measured: dict[str, dict[str, list[dict]]] = {node.name: {} for node in nodes}
+        clients = {node.name: node.client(timeout_s=120) for node in nodes}
+        try:
+            for name in ("before a checkpoint", *shared):
+                for index in range(samples):
+                    order = nodes[index % 3:] + nodes[:index % 3]  # each node first in turn
+                    for node in order:
+                        points = [f"lsn:{lsn}" for lsn in worst[node.name]] if name == "before a checkpoint" else shared[name]
+                        if index >= len(points):
+                            continue
+                        pid = node.process.proc.pid
+                        start, start_cpu = time.perf_counter(), cpu_seconds(pid)
+                        answer = clients[node.name].get(path, params={"at": points[index], "limit": 1000})
+                        seconds, cpu = time.perf_counter() - start, cpu_seconds(pid) - start_cpu
+                        if answer.status_code != 200:
+                            raise RuntimeError(f"{node.name} answered {answer.status_code} for {points[index]}: {answer.text[:300]}")
+                        as_of = answer.json()["asOf"]
+                        measured[node.name].setdefault(name, []).append({
+                            "at": points[index], "lsn": as_of["lsn"], "s": seconds, "cpu_s": cpu,
+                            "replayed": as_of["recordsReplayed"], "snapshot_lsn": as_of["snapshotLsn"]})
+            kept = {node.name: clients[node.name].get(f"/v1/spaces/{SPACE}/history").json()["kept"] for node in nodes}
+        finally:
+            for http in clients.values():
+                http.close()
+    figures = {}
+    for node in nodes:
+        role = "leader" if node is leader else "standby"
+        for name, reads in measured[node.name].items():
+            seconds = [read["s"] for read in reads]
+            cpu = [read["cpu_s"] for read in reads]
+            replayed = [read["replayed"] for read in reads]
+            figures[f"{node.name} ({role}), {name}"] = {
+                "node": node.name, "role": role, "points": len(reads), "p50_s": statistics.median(seconds), "max_s": max(seconds),
+                "cpu_p50_s": statistics.median(cpu), "cpu_max_s": max(cpu),
+                "replayed_p50": statistics.median(replayed), "replayed_max": max(replayed), "reads": reads}
+    return {"records": last_lsn, "write_s": write_s, "connections": connections, "written": written,
+            "checkpoint_every_records": checkpoint_every, "checkpoints": {name: len(points) for name, points in checkpoints.items()},
+            "disk_bytes": {name: value["diskBytes"] for name, value in kept.items()},
+            "max_s": max(figure["max_s"] for figure in figures.values()), "figures": figures}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--samples", type=int, default=SAMPLES)
+    parser.add_argument("--connections", type=int, default=CONNECTIONS)
+    args = parser.parse_args(argv)
+    result = run(args.records, args.samples, args.connections)
+    for name, figure in result["figures"].items():
+        print(f"a past point through {name}: p50 {figure['p50_s']:.2f} s, max {figure['max_s']:.2f} s over {figure['points']}; "
+              f"server CPU p50 {figure['cpu_p50_s']:.2f} s, max {figure['cpu_max_s']:.2f} s "
+              f"(records replayed p50 {figure['replayed_p50']:,.0f}, max {figure['replayed_max']:,})", flush=True)
+    print(f"max over every node and point: {result['max_s']:.2f} s; snapshots kept per node "
+          f"{result['checkpoints']}; history on disk per node "
+          f"{ {name: f'{size / 2**20:.0f} MiB' for name, size in result['disk_bytes'].items()} }", flush=True)
+    report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
