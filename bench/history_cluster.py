@@ -46,26 +46,65 @@ CONNECTIONS = 4
 SAMPLES = 8
 
 
-async def _write(leader_url: str, api_key: str, run: str, records: int, connections: int) -> dict:
-    """Claim cycles in batches on `connections` connections to the leader, until the partition's
-    log holds `records` records; the operations acknowledged and refused, and the batch requests."""
-    counts = {"operations": 0, "refused": 0, "requests": 0}
+async def _write(urls: list[str], api_key: str, run: str, records: int, connections: int) -> dict:
+    """Claim cycles in batches on `connections` connections to the partition's leader, until its
+    log holds `records` records; the operations acknowledged and refused, and the batch requests.
+
+    A leader change on the way (a session lapsed on a loaded machine) is waited out: a batch
+    answered 503, or lost with its connection, is sent again to the leader named then; what it
+    had done already is refused the second time (a release with a spent token, an acquire of a
+    key now held), counted, and those keys are taken again once their leases end."""
+    counts: dict = {"operations": 0, "refused": 0, "requests": 0, "resent": 0, "refusals": {}}
     done = trio.Event()
     headers = {"authorization": f"Bearer {api_key}"}
     per_connection = KEYS // connections
+    leader = {"url": ""}
 
-    async def log_end(http: httpx.AsyncClient) -> int:
-        answer = await http.get("/v1/cluster")
-        answer.raise_for_status()
-        for entry in answer.json()["map"]:
-            if entry["partition"] == partition:
-                return int(entry["leaderLsn"] or 0)
-        raise RuntimeError(f"partition {partition} is not in the map")
+    async def cluster_map(http: httpx.AsyncClient) -> dict:
+        for url in urls:
+            try:
+                answer = await http.get(url + "/v1/cluster")
+            except httpx.HTTPError:
+                continue
+            if answer.status_code == 200:
+                for entry in answer.json()["map"]:
+                    if entry["partition"] == partition:
+                        return entry  # type: ignore[no-any-return]
+        raise RuntimeError("no node answered GET /v1/cluster")
+
+    async def find_leader(http: httpx.AsyncClient) -> None:
+        deadline = trio.current_time() + 120
+        while trio.current_time() < deadline:
+            entry = await cluster_map(http)
+            if entry["leader"] is not None and entry["leader"]["url"]:
+                leader["url"] = entry["leader"]["url"]
+                return
+            await trio.sleep(0.2)
+        raise RuntimeError(f"partition {partition} had no leader for 120 s")
 
     async def watch(http: httpx.AsyncClient) -> None:
-        while await log_end(http) < records:
+        while int((await cluster_map(http))["leaderLsn"] or 0) < records:
             await trio.sleep(0.5)
         done.set()
+
+    async def send(http: httpx.AsyncClient, operations: list[dict]) -> list[dict]:
+        """One batch, to the leader, sent again (after a new look for the leader) until answered 200."""
+        failures = 0
+        while True:
+            try:
+                answer = await http.post(leader["url"] + f"/v1/spaces/{SPACE}/batch", json={"operations": operations})
+                if answer.status_code == 200:
+                    return answer.json()["results"]  # type: ignore[no-any-return]
+                if answer.status_code != 503:
+                    raise RuntimeError(f"a batch answered {answer.status_code}: {answer.text[:500]}")
+            except httpx.TransportError:
+                pass
+            failures += 1
+            counts["resent"] += 1
+            if failures > 100:
+                raise RuntimeError("a batch was refused 100 times in a row")
+            await trio.sleep(0.3)
+            await find_leader(http)
 
     async def writer(number: int, http: httpx.AsyncClient) -> None:
         keys = [f"company:{number * per_connection + i}" for i in range(per_connection)]
@@ -74,28 +113,26 @@ async def _write(leader_url: str, api_key: str, run: str, records: int, connecti
         while not done.is_set():
             operations = [{"path": f"/claims/{key}/release", "body": {"token": token}} for key, token in tokens.items()]
             operations += [{"path": "/claims", "body": {"scopeId": run, "key": key, **holder}} for key in keys]
-            answer = await http.post(f"/v1/spaces/{SPACE}/batch", json={"operations": operations})
-            if answer.status_code != 200:
-                raise RuntimeError(f"a batch answered {answer.status_code}: {answer.text[:500]}")
+            results = await send(http, operations)
             counts["requests"] += 1
             tokens = {}
-            for operation, result in zip(operations, answer.json()["results"]):
+            for operation, result in zip(operations, results):
                 if result["status"] >= 300:
                     counts["refused"] += 1
-                    if len(counts.setdefault("errors", [])) < 5:  # type: ignore[arg-type]
-                        counts["errors"].append(result)  # type: ignore[union-attr]
+                    code = result.get("error", {}).get("code", str(result["status"]))
+                    counts["refusals"][code] = counts["refusals"].get(code, 0) + 1
                     continue
                 counts["operations"] += 1
-                body = result.get("body")
                 if operation["path"] == "/claims":
-                    tokens[operation["body"]["key"]] = body["token"]
+                    tokens[operation["body"]["key"]] = result["body"]["token"]
 
     from runstate.actors.layout import Layout
 
-    async with httpx.AsyncClient(base_url=leader_url, headers=headers, timeout=120) as probe:
-        partitions = (await probe.get("/v1/cluster")).json()["partitions"]
+    async with httpx.AsyncClient(headers=headers, timeout=120) as probe:
+        partitions = (await probe.get(urls[0] + "/v1/cluster")).json()["partitions"]
         partition = Layout(partitions).of(SPACE)
-        clients = [httpx.AsyncClient(base_url=leader_url, headers=headers, timeout=120) for _ in range(connections)]
+        await find_leader(probe)
+        clients = [httpx.AsyncClient(headers=headers, timeout=120) for _ in range(connections)]
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(watch, probe)
@@ -104,10 +141,9 @@ async def _write(leader_url: str, api_key: str, run: str, records: int, connecti
         finally:
             for http in clients:
                 await http.aclose()
-        end = await log_end(probe)
-    return {**counts, "records": end, "partition": partition}
-
-
+        end = int((await cluster_map(probe))["leaderLsn"])
+        writer_url = leader["url"]
+    return {**counts, "records": end, "partition": partition, "leader_url": writer_url}
 
 def _points(data_dir: str, partition: int) -> list[tuple[int, int]]:
     """(LSN, time) of every snapshot a node keeps of the partition, oldest first."""
@@ -145,21 +181,24 @@ def run(records: int, samples: int, connections: int, say=print) -> dict:  # typ
     from .targets import data_root
 
     with tempfile.TemporaryDirectory(prefix="bench-history-cluster-", dir=data_root()) as root, cluster(3, Path(root)) as made:
-        leader = made.nodes.leader_of(SPACE)
-        with leader.client() as http:
+        first = made.nodes.leader_of(SPACE)
+        with first.client() as http:
             made_run = http.post(f"/v1/spaces/{SPACE}/scopes", json={"name": "history"})
             made_run.raise_for_status()
             run_id = made_run.json()["id"]
             every = http.get(f"/v1/spaces/{SPACE}/history").json()["kept"]
         from_ms, began = int(time.time() * 1000), time.perf_counter()
-        written = trio.run(_write, leader.url, API_KEY, run_id, records, connections)
+        urls = [node.url for node in made.nodes.live()]
+        written = trio.run(_write, urls, API_KEY, run_id, records, connections)
         write_s, to_ms = time.perf_counter() - began, int(time.time() * 1000)
         partition = written["partition"]
-        say(f"bench: wrote {written['records']:,} records through {leader.name} in {write_s:.1f} s "
-            f"({written['operations']:,} operations in {written['requests']:,} batches, {written['refused']} refused)")
+        say(f"bench: wrote {written['records']:,} records through the partition's leader in {write_s:.1f} s "
+            f"({written['operations']:,} operations in {written['requests']:,} batches; {written['refused']} refused "
+            f"{written['refusals']}; {written['resent']} batches sent again after a leader change)")
         checkpoint_every = int(every.get("checkpointEveryRecords") or 50_000)
+        _settle(made.nodes.live(), partition, checkpoint_every)
+        leader = made.nodes.leader_of(SPACE)  # (it may have changed while the history was written)
         nodes = [leader, *(node for node in made.nodes.live() if node is not leader)]
-        _settle(nodes, partition, checkpoint_every)
         last_lsn = written["records"]
         rng = random.Random(11)
         checkpoints = {node.name: _points(str(node.data_dir), partition) for node in nodes}
@@ -182,8 +221,11 @@ def run(records: int, samples: int, connections: int, say=print) -> dict:  # typ
                         start, start_cpu = time.perf_counter(), cpu_seconds(pid)
                         answer = clients[node.name].get(path, params={"at": points[index], "limit": 1000})
                         seconds, cpu = time.perf_counter() - start, cpu_seconds(pid) - start_cpu
-                        if answer.status_code != 200:
-                            raise RuntimeError(f"{node.name} answered {answer.status_code} for {points[index]}: {answer.text[:300]}")
+                        if answer.status_code != 200:  # not shown: counted, and the row says so
+                            say(f"bench: {node.name} answered {answer.status_code} for {points[index]}: {answer.text[:300]}")
+                            measured[node.name].setdefault(name, []).append({
+                                "at": points[index], "s": seconds, "cpu_s": cpu, "status": answer.status_code})
+                            continue
                         as_of = answer.json()["asOf"]
                         measured[node.name].setdefault(name, []).append({
                             "at": points[index], "lsn": as_of["lsn"], "s": seconds, "cpu_s": cpu,
@@ -198,15 +240,17 @@ def run(records: int, samples: int, connections: int, say=print) -> dict:  # typ
         for name, reads in measured[node.name].items():
             seconds = [read["s"] for read in reads]
             cpu = [read["cpu_s"] for read in reads]
-            replayed = [read["replayed"] for read in reads]
+            replayed = [read["replayed"] for read in reads if "replayed" in read] or [0]
             figures[f"{node.name} ({role}), {name}"] = {
                 "node": node.name, "role": role, "points": len(reads), "p50_s": statistics.median(seconds), "max_s": max(seconds),
+                "failed": sum(1 for read in reads if "status" in read),
                 "cpu_p50_s": statistics.median(cpu), "cpu_max_s": max(cpu),
                 "replayed_p50": statistics.median(replayed), "replayed_max": max(replayed), "reads": reads}
     return {"records": last_lsn, "write_s": write_s, "connections": connections, "written": written,
             "checkpoint_every_records": checkpoint_every, "checkpoints": {name: len(points) for name, points in checkpoints.items()},
             "disk_bytes": {name: value["diskBytes"] for name, value in kept.items()},
-            "max_s": max(figure["max_s"] for figure in figures.values()), "figures": figures}
+            "max_s": max(figure["max_s"] for figure in figures.values()),
+            "failed": sum(figure["failed"] for figure in figures.values()), "figures": figures}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, figure in result["figures"].items():
         print(f"a past point through {name}: p50 {figure['p50_s']:.2f} s, max {figure['max_s']:.2f} s over {figure['points']}; "
               f"server CPU p50 {figure['cpu_p50_s']:.2f} s, max {figure['cpu_max_s']:.2f} s "
-              f"(records replayed p50 {figure['replayed_p50']:,.0f}, max {figure['replayed_max']:,})", flush=True)
+              f"(records replayed p50 {figure['replayed_p50']:,.0f}, max {figure['replayed_max']:,})"
+              + (f"; {figure['failed']} not shown (see above)" if figure["failed"] else ""), flush=True)
     print(f"max over every node and point: {result['max_s']:.2f} s; snapshots kept per node "
           f"{result['checkpoints']}; history on disk per node "
           f"{ {name: f'{size / 2**20:.0f} MiB' for name, size in result['disk_bytes'].items()} }", flush=True)
