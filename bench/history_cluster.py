@@ -43,6 +43,7 @@ from .history import report
 SPACE = "default"
 KEYS = 1000
 CONNECTIONS = 4
+LEASE_S = 60
 SAMPLES = 8
 
 
@@ -53,7 +54,8 @@ async def _write(urls: list[str], api_key: str, run: str, records: int, connecti
     A leader change on the way (a session lapsed on a loaded machine) is waited out: a batch
     answered 503, or lost with its connection, is sent again to the leader named then; what it
     had done already is refused the second time (a release with a spent token, an acquire of a
-    key now held), counted, and those keys are taken again once their leases end."""
+    key now held) and counted, and a key held under a token the writer lost is left alone until
+    its lease has ended, then taken again."""
     counts: dict = {"operations": 0, "refused": 0, "requests": 0, "resent": 0, "refusals": {}}
     done = trio.Event()
     headers = {"authorization": f"Bearer {api_key}"}
@@ -109,10 +111,13 @@ async def _write(urls: list[str], api_key: str, run: str, records: int, connecti
     async def writer(number: int, http: httpx.AsyncClient) -> None:
         keys = [f"company:{number * per_connection + i}" for i in range(per_connection)]
         tokens: dict[str, str] = {}
-        holder = {"holder": f"agent-{number}", "holderSession": f"s-{number}", "leaseSeconds": 60}
+        holder = {"holder": f"agent-{number}", "holderSession": f"s-{number}", "leaseSeconds": LEASE_S}
+        held_until: dict[str, float] = {}  # keys held under a token lost in a leader change
         while not done.is_set():
+            now = trio.current_time()
             operations = [{"path": f"/claims/{key}/release", "body": {"token": token}} for key, token in tokens.items()]
-            operations += [{"path": "/claims", "body": {"scopeId": run, "key": key, **holder}} for key in keys]
+            operations += [{"path": "/claims", "body": {"scopeId": run, "key": key, **holder}} for key in keys
+                           if held_until.get(key, 0) <= now]
             results = await send(http, operations)
             counts["requests"] += 1
             tokens = {}
@@ -121,6 +126,8 @@ async def _write(urls: list[str], api_key: str, run: str, records: int, connecti
                     counts["refused"] += 1
                     code = result.get("error", {}).get("code", str(result["status"]))
                     counts["refusals"][code] = counts["refusals"].get(code, 0) + 1
+                    if operation["path"] == "/claims" and code == "CLAIM_HELD":
+                        held_until[operation["body"]["key"]] = trio.current_time() + LEASE_S + 1
                     continue
                 counts["operations"] += 1
                 if operation["path"] == "/claims":
@@ -141,9 +148,9 @@ async def _write(urls: list[str], api_key: str, run: str, records: int, connecti
         finally:
             for http in clients:
                 await http.aclose()
-        end = int((await cluster_map(probe))["leaderLsn"])
-        writer_url = leader["url"]
-    return {**counts, "records": end, "partition": partition, "leader_url": writer_url}
+        entry = await cluster_map(probe)
+    changes = {kind: entry[kind] for kind in ("failovers", "handoffs", "takeovers")}
+    return {**counts, "records": int(entry["leaderLsn"]), "partition": partition, "leader_changes": changes}
 
 def _points(data_dir: str, partition: int) -> list[tuple[int, int]]:
     """(LSN, time) of every snapshot a node keeps of the partition, oldest first."""
@@ -194,7 +201,7 @@ def run(records: int, samples: int, connections: int, say=print) -> dict:  # typ
         partition = written["partition"]
         say(f"bench: wrote {written['records']:,} records through the partition's leader in {write_s:.1f} s "
             f"({written['operations']:,} operations in {written['requests']:,} batches; {written['refused']} refused "
-            f"{written['refusals']}; {written['resent']} batches sent again after a leader change)")
+            f"{written['refusals']}; {written['resent']} batches sent again; leader changes {written['leader_changes']})")
         checkpoint_every = int(every.get("checkpointEveryRecords") or 50_000)
         _settle(made.nodes.live(), partition, checkpoint_every)
         leader = made.nodes.leader_of(SPACE)  # (it may have changed while the history was written)

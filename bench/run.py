@@ -573,8 +573,9 @@ class Bench:
             ))
         self.notes.append(
             f"History through a cluster: {n(result['records'])} records written in {result['write_s']:.0f} s in batch requests "
-            f"of claim cycles on {result['connections']} connections to the partition's leader ({result['written']['resent']} sent "
-            f"again after a leader change, {result['written']['refused']} operations refused); snapshots kept per node "
+            f"of claim cycles on {result['connections']} connections to the partition's leader; leader changes on the way "
+            f"{result['written']['leader_changes']}, {result['written']['resent']} batches sent again, operations refused "
+            f"{result['written']['refusals'] or 0}; snapshots kept per node "
             + ", ".join(f"{name} {count}" for name, count in result["checkpoints"].items()) + "."
         )
 
