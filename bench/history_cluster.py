@@ -118,6 +118,9 @@ async def _write(urls: list[str], api_key: str, run: str, records: int, connecti
             operations = [{"path": f"/claims/{key}/release", "body": {"token": token}} for key, token in tokens.items()]
             operations += [{"path": "/claims", "body": {"scopeId": run, "key": key, **holder}} for key in keys
                            if held_until.get(key, 0) <= now]
+            if not operations:  # every key of this connection held under a lost token: wait for the first lease to end
+                await trio.sleep_until(min(held_until.values()))
+                continue
             results = await send(http, operations)
             counts["requests"] += 1
             tokens = {}
