@@ -576,7 +576,8 @@ class Bench:
             f"of claim cycles on {result['connections']} connections to the partition's leader; leader changes on the way "
             f"{result['written']['leader_changes']}, {result['written']['resent']} batches sent again, operations refused "
             f"{result['written']['refusals'] or 0}; snapshots kept per node "
-            + ", ".join(f"{name} {count}" for name, count in result["checkpoints"].items()) + "."
+            + ", ".join(f"{name} {count} ({result['disk_bytes'][name] / 2**20:.0f} MiB of history on disk)"
+                        for name, count in result["checkpoints"].items()) + "."
         )
 
 
