@@ -60,7 +60,7 @@ HISTORY_POINT_S = 2.0
 
 CONNECTIONS = (1, 16)
 LEGS = ("http", "capacity", "latency", "peer", "takeover", "queues", "swarm", "kernel", "scale", "console", "cluster",
-        "etcdsize", "history", "agents", "hotkeys")
+        "etcdsize", "history", "historycluster", "agents", "hotkeys")
 # Connected agents on one node (issue targets at 10,000): RSS, steady-state CPU, renewal p99.
 AGENTS_RSS_MAX = 1 << 30
 AGENTS_CPU_MAX = 0.30
@@ -535,6 +535,51 @@ class Bench:
             "when snapshots keep up with the writes."
         )
 
+    def historycluster(self) -> None:
+        """A past point of a space with as many records of history as the history leg's, written
+        through a three-node cluster and read through each node (bench/history_cluster.py)."""
+        if find_tool("etcd", "etcd-server") is None:
+            self.rows.append(Row("A past point of a history through each node of a cluster", missing_tool_message("etcd", "etcd-server"), verdict=NA))
+            return
+        records = self.mode.recovery_records
+        proc = self.procs.start("historycluster", [python(), "-m", "bench.history_cluster", "--records", str(records)],
+                                env={"PYTHONPATH": str(ROOT)})
+        try:
+            proc.popen.wait(3600)
+        finally:
+            self.procs.stop(proc)
+        line = next((l for l in proc.lines if l.startswith("BENCH_JSON ")), None)
+        if proc.popen.returncode != 0 or line is None:
+            raise RuntimeError("bench.history_cluster failed:\n" + "\n".join(proc.lines[-30:]))
+        result = json.loads(line.split(" ", 1)[1])
+        ROLES = {"leader": "the partition's leader", "standby": "a standby of the partition"}
+        by_node: dict[str, list[dict]] = {}
+        for figure in result["figures"].values():
+            by_node.setdefault(figure["node"], []).append(figure)
+        for node, figures in by_node.items():
+            reads = [read for figure in figures for read in figure["reads"]]
+            slowest = max(figure["max_s"] for figure in figures)
+            failed = sum(figure["failed"] for figure in figures)
+            replayed = [read["replayed"] for read in reads if "replayed" in read] or [0]
+            kinds = "; ".join(f"{name.split(', ', 1)[1]} p50 {f['p50_s']:.2f} s, max {f['max_s']:.2f} s" for name, f in result["figures"].items()
+                              if f["node"] == node)
+            self.rows.append(Row(
+                f"A past point of a space with {n(result['records'])} records of history written through a 3-node cluster, "
+                f"asked through {node} ({ROLES[figures[0]['role']]}, HTTP)",
+                f"{kinds} ({len(reads)} points{f', {failed} not shown (an error)' if failed else ''}; server CPU max "
+                f"{max(f['cpu_max_s'] for f in figures):.2f} s); records replayed p50 {n(statistics.median(replayed))}, max {n(max(replayed))}",
+                target=f"max < {HISTORY_POINT_S:.0f} s", verdict=MISS if failed else verdict_at_most(slowest, HISTORY_POINT_S),
+                data={"figures": figures},
+            ))
+        self.notes.append(
+            f"History through a cluster: {n(result['records'])} records written in {result['write_s']:.0f} s in batch requests "
+            f"of claim cycles on {result['connections']} connections to the partition's leader; leader changes on the way "
+            f"{result['written']['leader_changes']}, {result['written']['resent']} batches sent again, operations refused "
+            f"{result['written']['refusals'] or 0}; snapshots kept per node "
+            + ", ".join(f"{name} {count} ({result['disk_bytes'][name] / 2**20:.0f} MiB of history on disk)"
+                        for name, count in result["checkpoints"].items()) + "."
+        )
+
 
 def cycle_figure(results: list[WrkResult], per_cycle: str, after: str) -> str:
     """The figure of a cycle leg's wrk runs: medians of req/s, cycles/s, p50 and p99, then `after`,
@@ -588,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
                     if leg in legs:
                         step(bench, leg, getattr(bench, leg))
                 procs.stop_all()
-            for leg in ("swarm", "kernel", "scale", "console", "cluster", "etcdsize", "history", "agents", "hotkeys"):
+            for leg in ("swarm", "kernel", "scale", "console", "cluster", "etcdsize", "history", "historycluster", "agents", "hotkeys"):
                 if leg in legs:
                     step(bench, leg, getattr(bench, leg))
         except KeyboardInterrupt:
