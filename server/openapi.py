@@ -43,8 +43,11 @@ def _components(limits: Limits) -> dict[str, Any]:
         "Error": WIRE_COMPONENTS["Error"],
         "Health": WIRE_COMPONENTS["Health"],
         "Scope": WIRE_COMPONENTS["Scope"],
+        "Scopes": WIRE_COMPONENTS["Scopes"],
+        "SpaceCaps": WIRE_COMPONENTS["SpaceCaps"],
         "Claim": WIRE_COMPONENTS["Claim"],
         "HeldClaim": WIRE_COMPONENTS["HeldClaim"],
+        "RunClaims": WIRE_COMPONENTS["RunClaims"],
         "Mailbox": WIRE_COMPONENTS["Mailbox"],
         "Mailboxes": WIRE_COMPONENTS["Mailboxes"],
         "Message": WIRE_COMPONENTS["Message"],
@@ -59,10 +62,14 @@ def _components(limits: Limits) -> dict[str, Any]:
         "Settled": WIRE_COMPONENTS["Settled"],
         "DeliveryRenewed": WIRE_COMPONENTS["DeliveryRenewed"],
         "Task": WIRE_COMPONENTS["Task"],
+        "RunTasks": WIRE_COMPONENTS["RunTasks"],
         "Submitted": WIRE_COMPONENTS["Submitted"],
         "Once": WIRE_COMPONENTS["Once"],
         "Usage": WIRE_COMPONENTS["Usage"],
         "ApiKey": WIRE_COMPONENTS["ApiKey"],
+        "ApiKeys": WIRE_COMPONENTS["ApiKeys"],
+        "RequestKey": WIRE_COMPONENTS["RequestKey"],
+        "Spaces": WIRE_COMPONENTS["Spaces"],
     }
     schemas.update(_capacity_components())
     schemas.update(_coordination_components())

@@ -1,6 +1,8 @@
-"""The shell's own typed views: the answers no kernel read makes, the error envelope and the
-health probe's answer. Their wire is declared in `wire/` (`errors.py`, `health.py`) like the
-kernel's views, so the encoder and the OpenAPI components come from one declaration.
+"""The shell's own typed views: the answers no kernel read makes, the error envelope, the
+health probe's answer, and the admin's and a key's answers the shell puts together (a new key's
+secret, which the kernel never holds; the spaces' rows; the key of a request). Their wire is
+declared in `wire/` (`errors.py`, `health.py`, `keys.py`, `spaces.py`) like the kernel's views, so
+the encoder and the OpenAPI components come from one declaration.
 
 Named tuples: the envelope is made on every refusal, and a named tuple is the cheapest typed
 value to make (orjson hands it to the wire's encoder like any view).
@@ -10,9 +12,12 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from ..actors.shapes import JsonObject
+from ..actors.keys import Role
+from ..actors.shapes import EpochMs, JsonObject
 
-__all__ = ["ErrorView", "ErrorEnvelopeView", "HealthView"]
+__all__ = [
+    "ErrorView", "ErrorEnvelopeView", "HealthView", "CreatedKeyView", "RequestKeyView", "AdminKeyView", "SpaceRowView", "SpacesView",
+]
 
 
 class ErrorView(NamedTuple):
@@ -36,3 +41,59 @@ class HealthView(NamedTuple):
     """`/healthz`'s answer: `ok` (ready, takes changes) or `live` (the liveness probe)."""
 
     status: Literal["ok", "live"]
+
+
+class CreatedKeyView(NamedTuple):
+    """A key just registered: its view (`ApiKeyView`'s fields), then its secret, shown in this
+    answer only (never kept)."""
+
+    id: str
+    name: str | None
+    spaces: tuple[str, ...]
+    role: Role
+    created_ms: EpochMs
+    revoked_ms: EpochMs | None
+    key: str
+
+
+class RequestKeyView(NamedTuple):
+    """The API key a request carries (`GET /v1/key`): its view (`ApiKeyView`'s fields), then
+    `admin` (false)."""
+
+    id: str
+    name: str | None
+    spaces: tuple[str, ...]
+    role: Role
+    created_ms: EpochMs
+    revoked_ms: EpochMs | None
+    admin: bool
+
+
+class AdminKeyView(NamedTuple):
+    """The admin key, as `GET /v1/key` answers it: no id, name, spaces, role or times of its own
+    (None and empty: it opens every space), and `admin` true."""
+
+    id: str | None
+    name: str | None
+    spaces: tuple[str, ...]
+    created_ms: EpochMs | None
+    revoked_ms: EpochMs | None
+    admin: bool
+
+
+class SpaceRowView(NamedTuple):
+    """A space as the admin lists it: the keys that open it (not revoked), its runs, its claims
+    held now and the operations counted for it."""
+
+    id: str
+    keys: int
+    runs: int
+    claims_live: int
+    operations: int
+
+
+class SpacesView(NamedTuple):
+    """Every space the server knows (one a key opens, or one that holds runs), by id."""
+
+    spaces: tuple[SpaceRowView, ...]
+
