@@ -133,6 +133,7 @@ def _coordination_components() -> dict[str, Any]:
         "OpsRun": WIRE_COMPONENTS["OpsRun"],
         "Parked": WIRE_COMPONENTS["Parked"],
         "OpsWaits": WIRE_COMPONENTS["OpsWaits"],
+        "BatchResults": WIRE_COMPONENTS["BatchResults"],
     }
 
 

@@ -1,7 +1,7 @@
 """The shell's own typed views: the answers no kernel read makes, the error envelope, the
-health probe's answer, and the admin's and a key's answers the shell puts together (a new key's
+health probe's answer, a batch's results, and the admin's and a key's answers the shell puts together (a new key's
 secret, which the kernel never holds; the spaces' rows; the key of a request). Their wire is
-declared in `wire/` (`errors.py`, `health.py`, `keys.py`, `spaces.py`) like the kernel's views, so
+declared in `wire/` (`errors.py`, `health.py`, `operations.py`, `keys.py`, `spaces.py`) like the kernel's views, so
 the encoder and the OpenAPI components come from one declaration.
 
 Named tuples: the envelope is made on every refusal, and a named tuple is the cheapest typed
@@ -17,6 +17,7 @@ from ..actors.shapes import EpochMs, JsonObject
 
 __all__ = [
     "ErrorView", "ErrorEnvelopeView", "HealthView", "CreatedKeyView", "RequestKeyView", "AdminKeyView", "SpaceRowView", "SpacesView",
+    "BatchResultView", "BatchView",
 ]
 
 
@@ -97,3 +98,19 @@ class SpacesView(NamedTuple):
 
     spaces: tuple[SpaceRowView, ...]
 
+
+class BatchResultView(NamedTuple):
+    """One operation of a batch: the status the route alone would answer, then its answer
+    (`body`: the kernel's reply, none for a 204 or a refusal), or its refusal (`error`, the error
+    envelope's) and, where the route alone would send `Retry-After`, its seconds."""
+
+    status: int
+    body: JsonObject | None = None
+    error: ErrorView | None = None
+    retry_after: float | None = None
+
+
+class BatchView(NamedTuple):
+    """A batch's answer: one result per operation, in order."""
+
+    results: tuple[BatchResultView, ...]
