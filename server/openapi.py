@@ -134,6 +134,7 @@ def _coordination_components() -> dict[str, Any]:
         "Parked": WIRE_COMPONENTS["Parked"],
         "OpsWaits": WIRE_COMPONENTS["OpsWaits"],
         "BatchResults": WIRE_COMPONENTS["BatchResults"],
+        "ClusterMap": WIRE_COMPONENTS["ClusterMap"],
     }
 
 
