@@ -135,6 +135,9 @@ def _coordination_components() -> dict[str, Any]:
         "OpsWaits": WIRE_COMPONENTS["OpsWaits"],
         "BatchResults": WIRE_COMPONENTS["BatchResults"],
         "ClusterMap": WIRE_COMPONENTS["ClusterMap"],
+        "AsOf": WIRE_COMPONENTS["AsOf"],
+        "History": WIRE_COMPONENTS["History"],
+        "HistoryDiff": WIRE_COMPONENTS["HistoryDiff"],
     }
 
 
