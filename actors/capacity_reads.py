@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .budgets import BudgetReservationsView, BudgetView
 from .capacity import CapacityCommands
 from .pools import PoolView, PoolWaiterView
@@ -10,7 +12,28 @@ from .quotas import AllowanceView, AllowanceWaiterView
 from .work_limits import WorkLimitView
 from .kernel_reads import KernelReads
 
-__all__ = ["pools", "allowances", "allowance", "waiter", "pool_waiter", "pool_waiting", "work_limits", "budgets", "budget"]
+__all__ = [
+    "pools", "allowances", "allowance", "waiter", "pool_waiter", "pool_waiting", "work_limits", "budgets", "budget",
+    "PoolsView", "AllowancesView", "WorkLimitsView", "BudgetsView",
+]
+
+
+# Every entity of one kind in a space, in creation order: complete and unpaginated, as the
+# official client reads the list.
+class PoolsView(NamedTuple):
+    permits: tuple[PoolView, ...]
+
+
+class AllowancesView(NamedTuple):
+    allowances: tuple[AllowanceView, ...]
+
+
+class WorkLimitsView(NamedTuple):
+    work_limits: tuple[WorkLimitView, ...]
+
+
+class BudgetsView(NamedTuple):
+    budgets: tuple[BudgetView, ...]
 
 
 def _part(kernel: KernelReads, space: str) -> CapacityCommands:

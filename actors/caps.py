@@ -39,7 +39,7 @@ Pure: no IO, no clock reads.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -47,7 +47,7 @@ from .errors import BACKLOG_FULL, KernelError
 from .outcome import Space
 from .shapes import View
 
-__all__ = ["full", "value_bytes", "check_bytes", "view", "RETRY_AFTER_S", "SPACE_CAPS"]
+__all__ = ["full", "value_bytes", "check_bytes", "view", "held", "CapView", "RETRY_AFTER_S", "SPACE_CAPS"]
 
 # What a refused caller is told to wait before trying again: something else must end first.
 RETRY_AFTER_S = 1.0
@@ -57,9 +57,17 @@ RETRY_AFTER_S = 1.0
 SPACE_CAPS = ("space_scopes_max", "space_claims_max", "space_tasks_max", "space_payload_bytes_max", "space_entities_max")
 
 
-def view(space: Space) -> View:
-    """How full a space is: for each cap, what it holds and its limit (`SpaceState`, duck-typed)."""
-    held = {
+class CapView(NamedTuple):
+    """One cap of a space: its setting, what the space holds against it, and its limit."""
+
+    setting: str
+    held: int
+    limit: int
+
+
+def held(space: Space) -> tuple[CapView, ...]:
+    """For each cap, what the space holds and its limit (`SpaceState`, duck-typed)."""
+    counts = {
         "space_scopes_max": space.scopes.live,
         "space_claims_max": space.claims.held_count,
         "space_tasks_max": space.tasks.live,
@@ -67,10 +75,12 @@ def view(space: Space) -> View:
         "space_entities_max": space.entities() + len(space.idempotency),
     }
     limits = space.limits
-    return {
-        "spaceId": space.id,
-        "caps": [{"setting": name, "held": held[name], "limit": getattr(limits, name)} for name in SPACE_CAPS],
-    }
+    return tuple(CapView(name, counts[name], getattr(limits, name)) for name in SPACE_CAPS)
+
+
+def view(space: Space) -> View:
+    """How full a space is, as the metrics and the console read it: `{"spaceId", "caps": [{"setting", "held", "limit"}]}`."""
+    return {"spaceId": space.id, "caps": [cap._asdict() for cap in held(space)]}
 
 
 def value_bytes(value: Any) -> int:

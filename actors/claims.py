@@ -27,7 +27,7 @@ from .timestamps import format_ms
 from .shapes import DurationMs, EpochMs, Record
 
 __all__ = [
-    "Claim", "ClaimTable", "ClaimView", "ReleasedClaimView", "ForceReleasedClaimView", "ClaimHeldView",
+    "Claim", "ClaimTable", "ClaimView", "RunClaimsView", "ReleasedClaimView", "ForceReleasedClaimView", "ClaimHeldView",
     "CLAIM_ACQUIRED", "CLAIM_RENEWED", "CLAIM_RELEASED", "CLAIM_EXPIRED", "CLAIM_FORCE_RELEASED", "CLAIM_IMAGE",
 ]
 
@@ -98,6 +98,15 @@ class ClaimView(NamedTuple):
     lease_ms: DurationMs
     expires_ms: EpochMs
     acquired_ms: EpochMs
+
+
+class RunClaimsView(NamedTuple):
+    """The claims held in a run, at most a listing's limit (`truncated`: more were left out),
+    written without their tokens (`server/wire/claims.py`)."""
+
+    scope_id: str
+    claims: tuple[ClaimView, ...]
+    truncated: bool
 
 
 class ReleasedClaimView(NamedTuple):

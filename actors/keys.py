@@ -31,7 +31,7 @@ from .shapes import EpochMs, Record
 
 __all__ = [
     "ApiKey", "KeyTable", "digest", "new_secret", "KEY_REGISTERED", "KEY_REVOKED", "RegisterKey", "RevokeKey", "KEYS",
-    "key_view", "ApiKeyView", "Role", "KEY_SPACES_MAX", "ROLES", "EDITOR", "VIEWER",
+    "key_view", "ApiKeyView", "ApiKeysView", "Role", "KEY_SPACES_MAX", "ROLES", "EDITOR", "VIEWER",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -59,6 +59,12 @@ class ApiKeyView(NamedTuple):
     created_ms: EpochMs
     revoked_ms: EpochMs | None
 
+
+
+class ApiKeysView(NamedTuple):
+    """API keys as the admin lists them (all, or those opening one space)."""
+
+    keys: tuple[ApiKeyView, ...]
 
 # A request's key is looked up a few times on its way in (the doors, the router, the space), and a
 # client sends the same key each time: the last keys' digests are kept.

@@ -42,7 +42,7 @@ from .shapes import EpochMs, Record
 __all__ = [
     "Mailbox", "MailboxTable", "WORK", "MODES", "MAILBOX_CREATED", "MAILBOX_DECLARED", "MAILBOX_IMAGE",
     "CreateMailbox", "EnsureMailbox", "MAILBOXES", "MailboxView", "MailboxCountsView", "RequirementsView", "PoolNeed",
-    "QuotaNeed", "BudgetNeed", "requirements_view",
+    "QuotaNeed", "BudgetNeed", "requirements_view", "MailboxesView",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -154,6 +154,12 @@ class MailboxView(NamedTuple):
     backlog: int
     counts: MailboxCountsView
     created_ms: EpochMs
+
+
+class MailboxesView(NamedTuple):
+    """Every mailbox of a space, in creation order (the official client reads the list as complete)."""
+
+    mailboxes: tuple[MailboxView, ...]
 
 
 class MailboxTable:

@@ -40,6 +40,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, NamedTuple
 
 from .actor_keys import ActorKey, run_actor, scope_actor
+from .caps import CapView
 from .fields import TIMESTAMP, body, check_text, drawn, path
 from .limits import Limits
 from .outcome import Outcome, Timer, Space, State
@@ -49,7 +50,7 @@ from .shapes import DurationMs, EpochMs, Record
 
 __all__ = [
     "RunNames", "RunCommands", "run_actor", "RUN_NAMED", "RUN_REMOVED", "EnsureRun", "RUNS", "removal_due_ms",
-    "pending_removal", "PendingRemovalView", "RUNS_REMOVED_MAX",
+    "pending_removal", "PendingRemovalView", "SpaceCapsView", "RUNS_REMOVED_MAX",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -245,6 +246,15 @@ class PendingRemovalView(NamedTuple):
     next_removal_ms: EpochMs | None
     overdue_runs: int
 
+
+
+class SpaceCapsView(NamedTuple):
+    """How full a space is (`GET .../caps`): each cap (`caps.held`), then what retention will
+    remove, so an operator sees the entity count that is about to fall."""
+
+    space_id: str
+    caps: tuple[CapView, ...]
+    pending_removal: PendingRemovalView
 
 def pending_removal(space: Any, now_ms: int) -> PendingRemovalView:
     """What is pending removal: one pass over the tables, a read for an operator, not for a scrape."""

@@ -29,7 +29,7 @@ from .shapes import EpochMs, Record
 
 __all__ = [
     "Scope", "ScopeTree", "ACTIVE", "CANCELLED", "COMPLETED", "EXPIRED", "SCOPE_CREATED", "SCOPE_ENDED", "SCOPE_IMAGE",
-    "SCOPE_END_REASONS", "ScopeState", "ScopeView", "CreateScope", "EndScope", "CancelScope", "CompleteScope", "SCOPES", "deadline_timer",
+    "SCOPE_END_REASONS", "ScopeState", "ScopeView", "ScopesView", "CreateScope", "EndScope", "CancelScope", "CompleteScope", "SCOPES", "deadline_timer",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -63,6 +63,13 @@ class ScopeView(NamedTuple):
     effective: ScopeState
     created_ms: EpochMs
     ended_ms: EpochMs | None
+
+
+class ScopesView(NamedTuple):
+    """The runs of a space, newest first, at most a listing's limit (`truncated`: more were left out)."""
+
+    scopes: tuple[ScopeView, ...]
+    truncated: bool
 
 
 class Scope:

@@ -35,7 +35,7 @@ from .primitive import record_type
 from .shapes import EpochMs, Json, Record
 
 __all__ = [
-    "Task", "TaskTable", "TaskView", "SubmittedTaskView", "TaskState", "input_hash", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED",
+    "Task", "TaskTable", "TaskView", "RunTasksView", "SubmittedTaskView", "TaskState", "input_hash", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED",
     "TERMINAL", "TASK_CREATED", "TASK_DETACHED", "TASK_ENDED", "TASK_IMAGE", "TASK_JOINED", "TASK_TOMBSTONED",
 ]
 
@@ -143,6 +143,14 @@ class TaskView(NamedTuple):
     updated_ms: EpochMs
     finished_ms: EpochMs | None
     tombstoned: bool
+
+
+class RunTasksView(NamedTuple):
+    """The tasks of a run, newest first, at most a listing's limit (`truncated`: more were left out)."""
+
+    scope_id: str
+    tasks: tuple[TaskView, ...]
+    truncated: bool
 
 
 class SubmittedTaskView(NamedTuple):

@@ -8,14 +8,17 @@ the map and what each node leads come from the same leader keys (the node's watc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import trio
 
 if TYPE_CHECKING:
     from .cluster import Cluster
 
-__all__ = ["applied", "etcd_trouble", "lag", "readiness", "status", "unserved"]
+__all__ = [
+    "applied", "etcd_trouble", "lag", "readiness", "status", "unserved",
+    "ClusterMapView", "PartitionView", "LeaderView", "StandbyView", "NodeView",
+]
 
 # What etcd's members said in their failed attempts this recently counts in `etcd_trouble`.
 TROUBLE_S = 5.0
@@ -47,7 +50,64 @@ def _own(cluster: "Cluster", number: int) -> int:
     return cluster.followers[number].next_lsn - 1
 
 
-def status(cluster: "Cluster") -> dict[str, Any]:
+class LeaderView(NamedTuple):
+    """A partition's leader: its node, the URL it serves at (None: not known, or a single node), its epoch."""
+
+    node: str
+    url: str | None
+    epoch: int
+
+
+class StandbyView(NamedTuple):
+    """A node that does not lead a partition: how far it has applied it, and how many records it
+    is behind the leader (None when either has said nothing yet)."""
+
+    node: str
+    applied_lsn: int | None
+    lag_records: int | None
+
+
+class PartitionView(NamedTuple):
+    """One partition of the map: its leader (None while it has none), the leader's last LSN and
+    this node's, the newest snapshot here, how often its leadership moved, and its standbys."""
+
+    partition: int
+    leader: LeaderView | None
+    leader_lsn: int | None
+    applied_lsn: int
+    snapshot_lsn: int
+    failovers: int
+    handoffs: int
+    takeovers: int
+    log_bytes: int
+    standbys: tuple[StandbyView, ...]
+
+
+class NodeView(NamedTuple):
+    """A node: its URL, the partitions it leads, whether it is live, and how far it last said it
+    has applied and snapshotted each partition (by number)."""
+
+    node: str
+    url: str | None
+    leads: tuple[int, ...]
+    live: bool
+    applied: dict[str, int]
+    snapshots: dict[str, int]
+
+
+class ClusterMapView(NamedTuple):
+    """`GET /v1/cluster`: the cluster's name (None on a single node), this node, the partitions'
+    count and hash (`layout`), the map and the nodes."""
+
+    cluster: str | None
+    node: str
+    partitions: int
+    layout: Literal["crc32"]
+    map: tuple[PartitionView, ...]
+    nodes: tuple[NodeView, ...]
+
+
+def status(cluster: "Cluster") -> ClusterMapView:
     """The partition map and the nodes, as `GET /v1/cluster` answers it: each partition's
     leader, its last LSN, and how far behind it each standby is (from what the nodes last
     published: at most PUBLISH_EVERY_S old).
@@ -68,31 +128,21 @@ def status(cluster: "Cluster") -> dict[str, Any]:
             if leader is not None and node == leader.node:
                 continue
             point = applied(cluster, number, node)
-            standbys.append({"node": node, "appliedLsn": point,
-                             "lagRecords": None if newest is None or point is None else max(0, newest - point)})
-        partitions.append({
-            "partition": number,
-            "leader": None if leader is None else {"node": leader.node, "url": leader.url, "epoch": leader.epoch},
-            "leaderLsn": newest,
-            "appliedLsn": follower.next_lsn - 1,
-            "snapshotLsn": follower.store.snapshot_lsn,
-            "failovers": follower.failovers,
-            "handoffs": follower.handoffs,
-            "takeovers": follower.takeovers,
-            "logBytes": follower.log_bytes,
-            "standbys": standbys,
-        })
+            standbys.append(StandbyView(node, point, None if newest is None or point is None else max(0, newest - point)))
+        partitions.append(PartitionView(
+            number, None if leader is None else LeaderView(leader.node, leader.url, leader.epoch), newest, follower.next_lsn - 1,
+            follower.store.snapshot_lsn, follower.failovers, follower.handoffs, follower.takeovers, follower.log_bytes, tuple(standbys),
+        ))
     nodes = []
     urls = {leader.node: leader.url for f in cluster.followers.values() if (leader := f.leader) is not None}
     for node in sorted(set(cluster.nodes) | set(leads) | {cluster.node_id}):
         value = cluster.nodes.get(node, {})
         url = cluster.advertise if node == cluster.node_id else value.get("url", urls.get(node))
-        nodes.append({"node": node, "url": url, "leads": leads.get(node, []), "live": node in cluster.nodes or node == cluster.node_id,
-                      "applied": value.get("applied", {}), "snapshots": value.get("snapshots", {})})
-    return {
-        "cluster": cluster.name, "node": cluster.node_id, "partitions": cluster.partitions, "layout": "crc32",
-        "map": partitions, "nodes": nodes,
-    }
+        nodes.append(NodeView(
+            node, url, tuple(leads.get(node, [])), node in cluster.nodes or node == cluster.node_id,
+            value.get("applied", {}), value.get("snapshots", {}),
+        ))
+    return ClusterMapView(cluster.name, cluster.node_id, cluster.partitions, "crc32", tuple(partitions), tuple(nodes))
 
 
 def readiness(cluster: "Cluster") -> str | None:

@@ -55,6 +55,7 @@ from ..snapshots.model import StateModel
 from ..snapshots.recovery import RecoveryError
 from ..snapshots.etcd import EtcdError
 from .errors import ApiError
+from .views import KeptPointView, KeptView, PointView
 
 if TYPE_CHECKING:
     from ..snapshots.store import Store
@@ -124,16 +125,8 @@ class Point:
     records: int  # records replayed on top of the snapshot
     seconds: float
 
-    def view(self) -> dict[str, Any]:
-        return {
-            "lsn": self.lsn,
-            "at": format_ms(self.now_ms),
-            "cursor": f"lsn:{self.lsn}",
-            "partition": self.partition,
-            "recordAt": format_ms(self.record_ms) if self.record_ms else None,
-            "snapshotLsn": self.snapshot_lsn,
-            "recordsReplayed": self.records,
-        }
+    def view(self) -> PointView:
+        return PointView(self.lsn, self.now_ms, f"lsn:{self.lsn}", self.partition, self.record_ms or None, self.snapshot_lsn, self.records)
 
     def headers(self) -> dict[str, str]:
         return {"runstate-as-of-lsn": str(self.lsn), "runstate-as-of": format_ms(self.now_ms)}
@@ -343,19 +336,19 @@ class History:
             raise KernelError(UNAVAILABLE, f"the partition of space {quote(space)} is not open on this node", retry_after_s=1)
         return number, store
 
-    def kept(self, space: str) -> dict[str, Any]:
+    def kept(self, space: str) -> KeptView:
         """What the space's partition keeps of its history: the oldest point, and the newest."""
         number, store = self._store(space)
         found = kept(store.data_dir)
         journal = store.journal
-        return {
-            "partition": number,
-            "oldest": {"lsn": found.oldest_lsn, "at": None if found.oldest_ms is None else format_ms(found.oldest_ms)},
-            "newest": {"lsn": journal.durable_lsn if journal is not None else 0, "at": format_ms(self.runtime.kernel.clock.now_ms())},
-            "retentionSeconds": store.config.history_retention_s,
-            "checkpointEveryRecords": store.checkpoint_every_records,
-            "diskBytes": found.disk_bytes,
-        }
+        return KeptView(
+            number,
+            KeptPointView(found.oldest_lsn, found.oldest_ms),
+            KeptPointView(journal.durable_lsn if journal is not None else 0, self.runtime.kernel.clock.now_ms()),
+            store.config.history_retention_s,
+            store.checkpoint_every_records,
+            found.disk_bytes,
+        )
 
     # -- points -----------------------------------------------------------------------------------
 

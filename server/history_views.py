@@ -27,10 +27,12 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from ..actors.events import EventView
 from ..actors.shapes import Record
 from ..actors.state import KernelState
 from ..actors.limits import Limits
 from .history import PastKernel, Point
+from .views import CountsView, CursorsView, DiffView
 from .http import Request
 from .services import ReadServices
 from . import wire
@@ -102,7 +104,7 @@ class Diff:
         self.events: dict[str, int] = {}
         self.causes: dict[str, dict[str, int]] = {}
         self.records: dict[str, int] = {}
-        self.changes: list[dict[str, Any]] = []
+        self.changes: list[EventView] = []
         self.cursors: list[int] = []
         self._seen = 0  # the newest event counted
 
@@ -149,27 +151,20 @@ class Diff:
                 into = self.causes.setdefault(event.type, {})
                 into[cause] = into.get(cause, 0) + 1
             if len(self.changes) < CHANGES_MAX:
-                self.changes.append(wire.encode(event.view()))
+                self.changes.append(event.view())
         self._seen = log.seq
 
-    def view(self, first: Point, second: Point) -> dict[str, Any]:
+    def view(self, first: Point, second: Point) -> DiffView:
         assert len(self.states) == 2 and len(self.cursors) == 2, "both points were read"
-        states: dict[str, dict[str, dict[str, int]]] = {}
+        states: dict[str, dict[str, CountsView]] = {}
         for kind in sorted(set(self.states[0]) | set(self.states[1])):
             before, after = self.states[0].get(kind, {}), self.states[1].get(kind, {})
             if before or after:
-                states[kind] = {state: {"from": before.get(state, 0), "to": after.get(state, 0)} for state in sorted(set(before) | set(after))}
+                states[kind] = {state: CountsView(before.get(state, 0), after.get(state, 0)) for state in sorted(set(before) | set(after))}
         counted = sum(self.events.values())
-        return {
-            "spaceId": self.space,
-            "from": first.view(),
-            "to": second.view(),
-            "events": dict(sorted(self.events.items())),
-            "causes": {kind: dict(sorted(found.items())) for kind, found in sorted(self.causes.items())},
-            "records": dict(sorted(self.records.items())),
-            "states": states,
-            "changes": self.changes,
-            "truncated": counted > len(self.changes),
-            "eventCursors": {"from": str(self.cursors[0]), "to": str(self.cursors[1])},
-        }
+        return DiffView(
+            self.space, first.view(), second.view(), dict(sorted(self.events.items())),
+            {kind: dict(sorted(found.items())) for kind, found in sorted(self.causes.items())}, dict(sorted(self.records.items())),
+            states, tuple(self.changes), counted > len(self.changes), CursorsView(str(self.cursors[0]), str(self.cursors[1])),
+        )
 

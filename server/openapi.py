@@ -43,9 +43,13 @@ def _components(limits: Limits) -> dict[str, Any]:
         "Error": WIRE_COMPONENTS["Error"],
         "Health": WIRE_COMPONENTS["Health"],
         "Scope": WIRE_COMPONENTS["Scope"],
+        "Scopes": WIRE_COMPONENTS["Scopes"],
+        "SpaceCaps": WIRE_COMPONENTS["SpaceCaps"],
         "Claim": WIRE_COMPONENTS["Claim"],
         "HeldClaim": WIRE_COMPONENTS["HeldClaim"],
+        "RunClaims": WIRE_COMPONENTS["RunClaims"],
         "Mailbox": WIRE_COMPONENTS["Mailbox"],
+        "Mailboxes": WIRE_COMPONENTS["Mailboxes"],
         "Message": WIRE_COMPONENTS["Message"],
         "DeadLetter": WIRE_COMPONENTS["DeadLetter"],
         "DeadLetterPage": WIRE_COMPONENTS["DeadLetterPage"],
@@ -54,13 +58,18 @@ def _components(limits: Limits) -> dict[str, Any]:
         "MailboxPurged": WIRE_COMPONENTS["MailboxPurged"],
         "Sent": WIRE_COMPONENTS["Sent"],
         "Delivery": WIRE_COMPONENTS["Delivery"],
+        "Deliveries": WIRE_COMPONENTS["Deliveries"],
         "Settled": WIRE_COMPONENTS["Settled"],
         "DeliveryRenewed": WIRE_COMPONENTS["DeliveryRenewed"],
         "Task": WIRE_COMPONENTS["Task"],
+        "RunTasks": WIRE_COMPONENTS["RunTasks"],
         "Submitted": WIRE_COMPONENTS["Submitted"],
         "Once": WIRE_COMPONENTS["Once"],
         "Usage": WIRE_COMPONENTS["Usage"],
         "ApiKey": WIRE_COMPONENTS["ApiKey"],
+        "ApiKeys": WIRE_COMPONENTS["ApiKeys"],
+        "RequestKey": WIRE_COMPONENTS["RequestKey"],
+        "Spaces": WIRE_COMPONENTS["Spaces"],
     }
     schemas.update(_capacity_components())
     schemas.update(_coordination_components())
@@ -88,14 +97,18 @@ def _capacity_components() -> dict[str, Any]:
     return {
         # Declared with the view they write (`wire/`), as the encoder writes them.
         "Pool": WIRE_COMPONENTS["Pool"],
+        "Pools": WIRE_COMPONENTS["Pools"],
         "Grant": WIRE_COMPONENTS["Grant"],
         "PoolWaiter": WIRE_COMPONENTS["PoolWaiter"],
         "Allowance": WIRE_COMPONENTS["Allowance"],
+        "Allowances": WIRE_COMPONENTS["Allowances"],
         "Consumption": WIRE_COMPONENTS["Consumption"],
         "Waiter": WIRE_COMPONENTS["Waiter"],
         "Cooldown": WIRE_COMPONENTS["Cooldown"],
         "WorkLimit": WIRE_COMPONENTS["WorkLimit"],
+        "WorkLimits": WIRE_COMPONENTS["WorkLimits"],
         "Budget": WIRE_COMPONENTS["Budget"],
+        "Budgets": WIRE_COMPONENTS["Budgets"],
         "Admission": WIRE_COMPONENTS["Admission"],
         "Reservation": WIRE_COMPONENTS["Reservation"],
     }
@@ -120,6 +133,11 @@ def _coordination_components() -> dict[str, Any]:
         "OpsRun": WIRE_COMPONENTS["OpsRun"],
         "Parked": WIRE_COMPONENTS["Parked"],
         "OpsWaits": WIRE_COMPONENTS["OpsWaits"],
+        "BatchResults": WIRE_COMPONENTS["BatchResults"],
+        "ClusterMap": WIRE_COMPONENTS["ClusterMap"],
+        "AsOf": WIRE_COMPONENTS["AsOf"],
+        "History": WIRE_COMPONENTS["History"],
+        "HistoryDiff": WIRE_COMPONENTS["HistoryDiff"],
     }
 
 

@@ -241,17 +241,18 @@ def _said(point: Any) -> str:
 
 
 def _summary(args: argparse.Namespace, directory: str) -> None:
+    from . import wire
     from .history import PastKernel
     from .history_views import read_route, space_states
 
     space = args.space
     document: dict[str, Any] = {"dataDir": args.data_dir, "partitions": [], "spaces": {}}
     for _, state, point in _points(directory, space, _asked(args.at)):
-        document["partitions"].append(point.view())
+        document["partitions"].append(wire.encode(point.view()))
         for space_id in sorted(state.spaces) if space is None else [space]:
             past = PastKernel(state, space_id, point)
             document["spaces"][space_id] = {
-                "asOf": point.view(), "states": space_states(past) if space_id in state.spaces else {},
+                "asOf": wire.encode(point.view()), "states": space_states(past) if space_id in state.spaces else {},
                 "caps": read_route(past, "/caps")["caps"],
             }
     if args.json:
@@ -269,6 +270,7 @@ def _summary(args: argparse.Namespace, directory: str) -> None:
 
 
 def _inspect(args: argparse.Namespace, directory: str) -> None:
+    from . import wire
     from .history import PastKernel
     from .history_views import read_route
 
@@ -280,7 +282,7 @@ def _inspect(args: argparse.Namespace, directory: str) -> None:
 
     def fetch(tail: str, params: dict[str, Any] | None = None) -> Any:
         answer = read_route(past, tail, params)
-        return {**answer, "asOf": point.view()} if args.json else answer
+        return {**answer, "asOf": wire.encode(point.view())} if args.json else answer
 
     print(f"(space {space}, {_said(point)})", file=sys.stderr, flush=True)
     admin_cli._inspect(args, fetch)
@@ -292,6 +294,7 @@ def _diff(args: argparse.Namespace, directory: str) -> None:
     from ..snapshots.history import NotKept, PointNotReached
     from ..snapshots.recovery import RecoveryError
     from .durable import state_model
+    from . import wire
     from .history import PastKernel, rebuild
     from .history_views import Diff
 
@@ -318,7 +321,7 @@ def _diff(args: argparse.Namespace, directory: str) -> None:
         raise CommandError(f"partition {number}: {error}") from None
     if second.text == "end":
         points[1] = _at_its_record(points[1])
-    document = found.view(points[0], points[1])
+    document = wire.encode(found.view(points[0], points[1]))
     if args.json:
         admin_cli.print_json(document)
         return

@@ -16,6 +16,7 @@ from ...actors.errors import NOT_FOUND, VALIDATION_FAILED, KernelError
 from ...actors.events import EVENT_TYPES
 from ...actors.timestamps import format_ms, parse_timestamp
 from . import plots
+from .. import wire
 from ..history_views import Diff
 from .charts import INTERVAL_S
 from .render import STATIC, render
@@ -331,7 +332,7 @@ async def changes(console: Console, visit: Visit, space: str) -> Answer:
         points = await console.runtime.history.between(
             space, first, second or format_ms(console.kernel.clock.now_ms()), diff.at_point, diff.on_record,
         )
-        found = diff.view(*points)
+        found = wire.encode(diff.view(*points))  # (as the route writes it)
     return console.page(visit, "changes.html", diff=found, first=first, second=second, shown_max=CHANGES_SHOWN_MAX)
 
 

@@ -28,6 +28,7 @@ from ...actors.errors import INTERNAL, NOT_FOUND, UNAVAILABLE, VALIDATION_FAILED
 from ...actors.kernel import Kernel
 from ...actors.limits import Limits
 from ...actors.timestamps import parse_timestamp
+from .. import wire
 from ..doors import BodyReading, ClientGone, read_body
 from ..errors import ApiError, status_of
 from ..http import BaseRouter, Request
@@ -334,7 +335,7 @@ class Console:
             "spaces": [] if session is None else self.spaces_of(session),
             "csrf": None if session is None else session.csrf,
             "may_act": session is not None and session.may_act and visit.past is None,
-            "past": None if visit.past is None else {**visit.past.point.view(), "asked": visit.text("at")},
+            "past": None if visit.past is None else {**wire.encode(visit.past.point.view()), "asked": visit.text("at")},
             "scrubber": self._scrubber(visit),
             "theme": theme if theme in ("light", "dark") else "auto",
             "cursor": values.pop("cursor", None),
@@ -348,7 +349,7 @@ class Console:
         if visit.space is None or visit.session is None or self.runtime.kernel_if_open is None:
             return None
         try:
-            kept = self.runtime.history.kept(visit.space)
+            kept = wire.encode(self.runtime.history.kept(visit.space))  # (as the history route writes it)
         except KernelError:
             return None
         now_ms = self.kernel.clock.now_ms()

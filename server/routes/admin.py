@@ -19,14 +19,13 @@ from __future__ import annotations
 from ...actors import commands as c
 from ...actors.errors import VALIDATION_FAILED, quote
 from ...actors.fields import TEXT, TEXTS, Spec, read_field
-from ...actors.keys import EDITOR, KEY_SPACES_MAX, ROLES, digest, new_secret
+from ...actors.keys import EDITOR, KEY_SPACES_MAX, ROLES, ApiKeysView, ApiKeyView, digest, new_secret
 from ...actors.state import KernelState
-from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
-from .. import wire
+from ..views import CreatedKeyView, SpaceRowView, SpacesView
 
 router = Router()
 
@@ -41,7 +40,7 @@ _SPACE_REQUIRED = Spec("space", TEXT)
 _ROLE = Spec("role", TEXT, required=False, length_max=16, description="editor (the default: reads and changes) or viewer (reads only)")
 
 
-async def create_key(services: Runtime, request: Request) -> tuple[int, View]:
+async def create_key(services: Runtime, request: Request) -> tuple[int, CreatedKeyView]:
     services.authorize_admin(request)
     kernel = services.kernel
     limits = kernel.limits
@@ -59,25 +58,25 @@ async def create_key(services: Runtime, request: Request) -> tuple[int, View]:
     secret = new_secret()
     command = c.RegisterKey(key_digest=digest(secret), spaces=frozenset(spaces), name=name, key_id=kernel.draw("ak_"), role=role)
     command.check(limits)
-    view = await kernel.submit(command)
-    return 201, {**wire.encode(view), "key": secret}  # (the secret: in this answer only, never kept)
+    view: ApiKeyView = await kernel.submit(command)
+    return 201, CreatedKeyView(*view, key=secret)  # (the secret: in this answer only, never kept)
 
 
-async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[int, View]:
+async def revoke_key(services: Runtime, request: Request, key_id: str) -> tuple[int, ApiKeyView]:
     services.authorize_admin(request)
     kernel = services.kernel
     return 200, await kernel.submit(kernel.parse(c.RevokeKey, {}, {"key_id": key_id}))
 
 
-async def list_keys(services: Runtime, request: Request) -> tuple[int, View]:
+async def list_keys(services: Runtime, request: Request) -> tuple[int, ApiKeysView]:
     services.authorize_admin(request)
     space = request.param("space")
     keys = services.kernel.keys
     views = [KernelState.key_view(key) for key in keys.all() if space is None or space in key.spaces]
-    return 200, {"keys": views}
+    return 200, ApiKeysView(tuple(views))
 
 
-async def list_spaces(services: Runtime, request: Request) -> tuple[int, View]:
+async def list_spaces(services: Runtime, request: Request) -> tuple[int, SpacesView]:
     services.authorize_admin(request)
     kernel = services.kernel
     now_ms = kernel.clock.now_ms()
@@ -90,34 +89,23 @@ async def list_spaces(services: Runtime, request: Request) -> tuple[int, View]:
     rows = []
     for space_id in sorted(set(keys_per_space) | {s for s, space in spaces.items() if len(space.scopes)}):
         space = spaces.get(space_id)
-        rows.append(
-            {
-                "id": space_id,
-                "keys": keys_per_space.get(space_id, 0),
-                "runs": 0 if space is None else len(space.scopes),
-                "claimsLive": 0 if space is None else sum(1 for c in space.claims.held() if c.held_at(now_ms)),
-                "operations": 0 if space is None else space.usage.total,
-            }
-        )
-    return 200, {"spaces": rows}
-
-
-_KEY_LIST = {"type": "object", "properties": {"keys": {"type": "array", "items": {"$ref": "#/components/schemas/ApiKey"}}}, "required": ["keys"]}
-_SPACE_ROW = {
-    "type": "object",
-    "properties": {k: {"type": t} for k, t in (("id", "string"), ("keys", "integer"), ("runs", "integer"), ("claimsLive", "integer"), ("operations", "integer"))},
-    "required": ["id", "keys", "runs", "claimsLive", "operations"],
-}
-_SPACE_LIST = {"type": "object", "properties": {"spaces": {"type": "array", "items": _SPACE_ROW}}, "required": ["spaces"]}
+        rows.append(SpaceRowView(
+            space_id,
+            keys_per_space.get(space_id, 0),
+            0 if space is None else len(space.scopes),
+            0 if space is None else sum(1 for c in space.claims.held() if c.held_at(now_ms)),
+            0 if space is None else space.usage.total,
+        ))
+    return 200, SpacesView(tuple(rows))
 
 endpoint(router, "POST", BASE + "/keys", Doc(
     "Make an API key for some spaces", (Reply(201, "ApiKey", "Created, with the secret"),), body=(_SPACE, _SPACES, _NAME, _ROLE),
     body_required=False, errors=("400", "403", "404"), group=G,
 ), create_key)
 endpoint(router, "GET", BASE + "/keys", Doc(
-    "API keys (optionally of one space)", (Reply(200, _KEY_LIST),), query=("space",), errors=("403",), group=G,
+    "API keys (optionally of one space)", (Reply(200, "ApiKeys"),), query=("space",), errors=("403",), group=G,
 ), list_keys)
 endpoint(router, "POST", BASE + "/keys/{key_id}/revoke", Doc(
     "Revoke an API key", (Reply(200, "ApiKey"),), errors=("403", "404"), group=G,
 ), revoke_key)
-endpoint(router, "GET", BASE + "/spaces", Doc("Spaces and what they hold", (Reply(200, _SPACE_LIST),), errors=("403",), group=G), list_spaces)
+endpoint(router, "GET", BASE + "/spaces", Doc("Spaces and what they hold", (Reply(200, "Spaces"),), errors=("403",), group=G), list_spaces)

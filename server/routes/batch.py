@@ -52,13 +52,11 @@ from ...actors.commands import Receive, ReceiveMany
 from ...actors.errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
 from ...actors.fields import OBJECTS, Spec, takes_caller
 from ...actors.kernel import EMPTY, Idem
-from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError, status_of
 from ..http import Request, Route, Router
 from ..runtime import Runtime
-from ..views import ErrorView
-from ..wire.errors import ERROR
+from ..views import BatchResultView, BatchView, ErrorView
 
 router = Router()
 
@@ -88,7 +86,7 @@ class _Refused(Exception):
         self.error = error
 
 
-async def batch(services: Runtime, request: Request, space: str) -> tuple[int, View]:
+async def batch(services: Runtime, request: Request, space: str) -> tuple[int, BatchView]:
     services.authorize(request, space)
     kernel = services.kernel
     operations = request.json().data.get("operations")
@@ -97,7 +95,7 @@ async def batch(services: Runtime, request: Request, space: str) -> tuple[int, V
         raise ApiError(VALIDATION_FAILED, "operations must be a non-empty list of operations")
     if len(operations) > limit:
         raise ApiError(VALIDATION_FAILED, f"a batch carries at most {limit} operations, not {len(operations)} (batch_operations_max)")
-    results: list[Any] = [None] * len(operations)
+    results: list[BatchResultView | None] = [None] * len(operations)
     commands: list[tuple[Any, Idem | None]] = []
     places: list[tuple[int, Route, dict[str, str]]] = []
     answer = _AnswerBound(services)
@@ -122,10 +120,11 @@ async def batch(services: Runtime, request: Request, space: str) -> tuple[int, V
             assert isinstance(done, trio_outcome.Value), "each answer of a batch is a Value or an Error"
             reply = done.value
             if reply is EMPTY:
-                results[index] = {"status": 204}
+                results[index] = BatchResultView(204)
             else:
-                results[index] = {"status": route.batch.status_of(reply), "body": reply}
-    return 200, {"results": results}
+                results[index] = BatchResultView(route.batch.status_of(reply), reply)
+    assert all(result is not None for result in results), "every operation of a batch has its result"
+    return 200, BatchView(tuple(result for result in results if result is not None))
 
 
 class _AnswerBound:
@@ -211,32 +210,21 @@ def fingerprint(method: str, path: str, body: dict[str, Any]) -> str:
     return hashlib.blake2b(b"%s %s\n%s" % (method.encode(), path.encode(), orjson.dumps(body)), digest_size=16).hexdigest()
 
 
-def _refusal(services: Runtime, request: Request, error: KernelError, route: Route | None, params: dict[str, str] | None) -> dict[str, Any]:
+def _refusal(services: Runtime, request: Request, error: KernelError, route: Route | None, params: dict[str, str] | None) -> BatchResultView:
     """One operation's refusal: its status and the error envelope's fields."""
     status = (error.status if isinstance(error, ApiError) else None) or status_of(error.code)
-    result: dict[str, Any] = {"status": status, "error": ErrorView(error.code, error.message, request.request_id, error.details or None)}
-    if error.retry_after_s is not None:
-        result["retryAfter"] = round(error.retry_after_s, 3)
+    refused = ErrorView(error.code, error.message, request.request_id, error.details or None)
+    retry_after = None if error.retry_after_s is None else round(error.retry_after_s, 3)
+    result = BatchResultView(status, error=refused, retry_after=retry_after)
     if error.code == STALE_CLAIM and route is not None and params is not None:  # a late write turned away
         services.telemetry.fenced.saw((*SPACE_PREFIX, *route.pattern), params, error.message, services.kernel.clock.now_ms())
     return result
 
 
-_OPERATION = {
-    "type": "object",
-    "properties": {
-        "status": {"type": "integer", "description": "the status the route alone would answer"},
-        "body": {"description": "the route's answer (absent for a 204 or a refusal)"},
-        "error": {**ERROR.schema(), "description": "a refusal: the error envelope's `error`"},
-        "retryAfter": {"type": "number", "description": "seconds, where the route alone would send Retry-After"},
-    },
-    "required": ["status"],
-}
-_RESULTS = {"type": "object", "properties": {"results": {"type": "array", "items": _OPERATION}}, "required": ["results"]}
 
 endpoint(router, "POST", "/v1/spaces/{space}/batch", Doc(
     "Run many commands of the space, each with its own answer, in one group commit (our extension)",
-    (Reply(200, _RESULTS, "One result per operation, in order"),),
+    (Reply(200, "BatchResults", "One result per operation, in order"),),
     body=(Spec(
         "operations", OBJECTS, minimum=1, maximum="batch_operations_max",
         description="each an object of method (default POST), path (below /v1/spaces/{{space}}), body and "

@@ -12,7 +12,6 @@ from typing import Any, Callable
 from ...actors import capacity_reads as reads
 from ...actors import commands as c
 from ...actors.kernel_reads import KernelReads
-from ...actors.shapes import View
 from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..http import Handler, Request, Router
 from ..services import ReadServices
@@ -24,18 +23,13 @@ ERRORS = ("400", "404", "409")
 QUOTA_ERRORS = ("400", "404", "409", "429")
 
 
-def _list(key: str, schema: str) -> dict[str, Any]:
-    return {"type": "object", "properties": {key: {"type": "array", "items": {"$ref": f"#/components/schemas/{schema}"}}}, "required": [key]}
-
-
-# A read answers with the kernel's views: typed ones (written by `wire/`) or, for the primitives
-# not yet typed, JSON-ready dicts.
-def _lister(key: str, read: Callable[[KernelReads, str], list[Any]]) -> Handler:
-    async def handler(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+# A list answers its kind's listing view (`capacity_reads`), written by `wire/`.
+def _lister(name: str, read: Callable[[KernelReads, str], list[Any]], listing: Callable[[tuple[Any, ...]], object]) -> Handler:
+    async def handler(services: ReadServices, request: Request, space: str) -> tuple[int, object]:
         services.authorize(request, space)
-        return 200, {key: read(services.kernel, space)}
+        return 200, listing(tuple(read(services.kernel, space)))
 
-    handler.__name__ = handler.__qualname__ = f"list_{key}"
+    handler.__name__ = handler.__qualname__ = f"list_{name}"
     return handler
 
 
@@ -51,7 +45,7 @@ def _reader(read: Callable[[KernelReads, str, str], object], param: str) -> Hand
 # -- pools -----------------------------------------------------------------------------------------
 
 G = "Pools"
-endpoint(router, "GET", BASE + "/permits", Doc("Every permit pool of the space", (Reply(200, _list("permits", "Pool")),), errors=("404",), group=G), _lister("permits", reads.pools))
+endpoint(router, "GET", BASE + "/permits", Doc("Every permit pool of the space", (Reply(200, "Pools"),), errors=("404",), group=G), _lister("permits", reads.pools, reads.PoolsView))
 endpoint(router, "POST", BASE + "/permits", Doc(
     "Create a permit pool (409 CONFLICT if the name exists)", (Reply(201, "Pool", "Created"),), c.CreatePool,
     errors=ERRORS, idempotent=True, group=G,
@@ -86,7 +80,7 @@ endpoint(router, "POST", BASE + "/grants/{grant_id}/release", Doc(
 # -- quotas ----------------------------------------------------------------------------------------
 
 G = "Quotas"
-endpoint(router, "GET", BASE + "/allowances", Doc("Every allowance of the space", (Reply(200, _list("allowances", "Allowance")),), errors=("404",), group=G), _lister("allowances", reads.allowances))
+endpoint(router, "GET", BASE + "/allowances", Doc("Every allowance of the space", (Reply(200, "Allowances"),), errors=("404",), group=G), _lister("allowances", reads.allowances, reads.AllowancesView))
 endpoint(router, "POST", BASE + "/allowances", Doc(
     "Create an allowance: unitsLimit units per fixed window (409 CONFLICT if the name exists)",
     (Reply(201, "Allowance", "Created"),), c.CreateAllowance, errors=ERRORS, idempotent=True, group=G,
@@ -117,7 +111,7 @@ endpoint(router, "POST", BASE + "/allowance-waiters/{waiter_id}/cancel", Doc(
 # -- work limits -----------------------------------------------------------------------------------
 
 G = "Work limits"
-endpoint(router, "GET", BASE + "/work-limits", Doc("Every work limit of the space", (Reply(200, _list("workLimits", "WorkLimit")),), errors=("404",), group=G), _lister("workLimits", reads.work_limits))
+endpoint(router, "GET", BASE + "/work-limits", Doc("Every work limit of the space", (Reply(200, "WorkLimits"),), errors=("404",), group=G), _lister("workLimits", reads.work_limits, reads.WorkLimitsView))
 endpoint(router, "POST", BASE + "/work-limits", Doc(
     "Create a work limit: submits naming it get 409 BACKLOG_FULL past maxOutstanding tasks not ended",
     (Reply(201, "WorkLimit", "Created"),), c.CreateWorkLimit, errors=ERRORS, idempotent=True, group=G,
@@ -126,7 +120,7 @@ endpoint(router, "POST", BASE + "/work-limits", Doc(
 # -- budgets ---------------------------------------------------------------------------------------
 
 G = "Budgets"
-endpoint(router, "GET", BASE + "/budgets", Doc("Every budget of the space", (Reply(200, _list("budgets", "Budget")),), errors=("404",), group=G), _lister("budgets", reads.budgets))
+endpoint(router, "GET", BASE + "/budgets", Doc("Every budget of the space", (Reply(200, "Budgets"),), errors=("404",), group=G), _lister("budgets", reads.budgets, reads.BudgetsView))
 endpoint(router, "POST", BASE + "/budgets", Doc(
     "Create a budget (amounts in minor units, as digit strings; 409 CONFLICT if the name exists)",
     (Reply(201, "Budget", "Created"),), c.CreateBudget, errors=ERRORS, idempotent=True, group=G,

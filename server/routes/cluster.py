@@ -11,14 +11,13 @@ when the log was trimmed past its own copy.
 from __future__ import annotations
 
 import hmac
-from typing import Any
 
 import trio
 
 from ...actors.errors import NOT_FOUND, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED
-from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from .. import cluster_view
+from ..cluster_view import ClusterMapView, LeaderView, NodeView, PartitionView
 from ..cluster_log import SECRET_HEADER
 from ..errors import ApiError
 from ..http import Raw, Request, Router
@@ -29,7 +28,7 @@ router = Router()
 G = "Cluster"
 
 
-async def cluster_map(services: Runtime, request: Request) -> tuple[int, View]:
+async def cluster_map(services: Runtime, request: Request) -> tuple[int, ClusterMapView]:
     if not services.ready:
         raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
     if not services.key_is_known(request.bearer()):
@@ -38,14 +37,12 @@ async def cluster_map(services: Runtime, request: Request) -> tuple[int, View]:
     if cluster is not None:
         return 200, cluster_view.status(cluster)
     kernel = services.kernel
-    node: dict[str, Any] = {"node": "local", "url": None, "leads": [p.number for p in kernel.partitions], "live": True, "applied": {}, "snapshots": {}}
-    partitions = [
-        {"partition": p.number, "leader": {"node": "local", "url": None, "epoch": 0}, "leaderLsn": p.journal.durable_lsn,
-         "appliedLsn": p.journal.durable_lsn, "snapshotLsn": 0, "failovers": 0, "handoffs": 0, "takeovers": 0, "logBytes": 0, "standbys": []}
+    node = NodeView("local", None, tuple(p.number for p in kernel.partitions), True, {}, {})
+    partitions = tuple(
+        PartitionView(p.number, LeaderView("local", None, 0), p.journal.durable_lsn, p.journal.durable_lsn, 0, 0, 0, 0, 0, ())
         for p in kernel.partitions
-    ]
-    return 200, {"cluster": None, "node": "local", "partitions": kernel.layout.count, "layout": "crc32",
-                 "map": partitions, "nodes": [node]}
+    )
+    return 200, ClusterMapView(None, "local", kernel.layout.count, "crc32", partitions, (node,))
 
 
 async def partition_snapshot(services: Runtime, request: Request, partition: str) -> tuple[int, Raw]:
@@ -70,14 +67,8 @@ def _read(path: str) -> bytes:
         return file.read()
 
 
-_MAP = {"type": "object", "properties": {
-    "cluster": {"type": ["string", "null"]}, "node": {"type": "string"}, "partitions": {"type": "integer"},
-    "layout": {"type": "string"}, "map": {"type": "array", "items": {"type": "object"}},
-    "nodes": {"type": "array", "items": {"type": "object"}},
-}, "required": ["cluster", "node", "partitions", "layout", "map", "nodes"]}
-
 endpoint(router, "GET", "/v1/cluster", Doc(
-    "The partition map: which node leads each partition, and the nodes (our extension)", (Reply(200, _MAP),),
+    "The partition map: which node leads each partition, and the nodes (our extension)", (Reply(200, "ClusterMap"),),
     errors=("401",), group=G,
 ), cluster_map, public=True)
 endpoint(router, "GET", "/v1/cluster/partitions/{partition}/snapshot", Doc(

@@ -26,6 +26,7 @@ from typing import Any
 from ..api import Doc, Reply, endpoint
 from ..history import PastKernel
 from ..history_views import Diff
+from ..views import DiffView, HistoryView
 from ..http import Handler, Request, Route, Router
 from ..runtime import Runtime
 from ..services import ReadServices
@@ -39,20 +40,7 @@ BASE = "/v1/spaces/{space}"
 PREFIX = BASE + "/history"
 G = "History"
 
-_POINT = {
-    "type": "object",
-    "properties": {
-        "lsn": {"type": "integer", "description": "the last record of the space's partition applied"},
-        "at": {"type": "string", "description": "the time the state is judged at (leases, deadlines)"},
-        "cursor": {"type": "string", "description": "lsn:N: asks for exactly this point again"},
-        "partition": {"type": "integer"},
-        "recordAt": {"type": ["string", "null"], "description": "the time of the newest record up to lsn"},
-        "snapshotLsn": {"type": "integer", "description": "the snapshot it was rebuilt from"},
-        "recordsReplayed": {"type": "integer", "description": "records applied on top of that snapshot"},
-    },
-    "required": ["lsn", "at", "cursor", "partition"],
-}
-_AS_OF = {"type": "object", "properties": {"asOf": _POINT}, "required": ["asOf"]}
+_AS_OF = {"$ref": "#/components/schemas/AsOf"}
 
 
 class _Past:
@@ -79,7 +67,7 @@ def _twin_handler(route: Route) -> Handler:
         status, body = await handler(at_past, request, space=space, **params)
         body = wire.encode(body)  # (a typed view as the object it is written as, to carry `asOf` too)
         if isinstance(body, dict):
-            body = {**body, "asOf": past.point.view()}
+            body = {**body, "asOf": wire.encode(past.point.view())}
         request.answer_headers = {**(request.answer_headers or {}), **past.point.headers()}
         return status, body
 
@@ -112,60 +100,29 @@ def twins(routes: list[Route]) -> Router:
     return found
 
 
-async def history(services: Runtime, request: Request, space: str) -> tuple[int, dict[str, Any]]:
+async def history(services: Runtime, request: Request, space: str) -> tuple[int, HistoryView]:
     services.authorize(request, space)
-    answer: dict[str, Any] = {"spaceId": space, "kept": services.history.kept(space)}
-    if request.param("at") is not None:
-        past = await services.history.at(space, request.param("at"))
-        answer["asOf"] = past.point.view()
-        request.answer_headers = past.point.headers()
-    return 200, answer
+    kept = services.history.kept(space)
+    if request.param("at") is None:
+        return 200, HistoryView(space, kept)
+    past = await services.history.at(space, request.param("at"))
+    request.answer_headers = past.point.headers()
+    return 200, HistoryView(space, kept, past.point.view())
 
 
-async def diff(services: Runtime, request: Request, space: str) -> tuple[int, dict[str, Any]]:
+async def diff(services: Runtime, request: Request, space: str) -> tuple[int, DiffView]:
     services.authorize(request, space)
     found = Diff(space)
     first, second = await services.history.between(space, request.param("from"), request.param("to"), found.at_point, found.on_record)
     return 200, found.view(first, second)
 
 
-_KEPT = {
-    "type": "object",
-    "properties": {
-        "partition": {"type": "integer"},
-        "oldest": {"type": "object", "description": "the oldest point kept (lsn 0, at null: the very beginning)"},
-        "newest": {"type": "object"},
-        "retentionSeconds": {"type": "number"},
-        "checkpointEveryRecords": {"type": "integer"},
-        "diskBytes": {"type": "integer", "description": "the partition's snapshots and WAL on disk"},
-    },
-}
-_HISTORY = {
-    "type": "object",
-    "properties": {"spaceId": {"type": "string"}, "kept": _KEPT, "asOf": _POINT},
-    "required": ["spaceId", "kept"],
-}
-_COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
-_DIFF = {
-    "type": "object",
-    "properties": {
-        "spaceId": {"type": "string"}, "from": _POINT, "to": _POINT,
-        "events": {**_COUNTS, "description": "the events made between the points, by type"},
-        "causes": {"type": "object", "additionalProperties": _COUNTS, "description": "by the cause their payload names"},
-        "records": {**_COUNTS, "description": "the journal's records of the space between the points, by type"},
-        "states": {"type": "object", "description": "kind -> state -> {from, to}: how many stood in each state at each point"},
-        "changes": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}},
-        "truncated": {"type": "boolean", "description": "more events were made than `changes` lists"},
-        "eventCursors": {"type": "object", "description": "the event log's cursors at the two points"},
-    },
-    "required": ["spaceId", "from", "to", "events", "records", "states", "changes", "truncated"],
-}
 
 endpoint(router, "GET", PREFIX, Doc(
     "The history kept for the space (retention, oldest point, disk); with at=POINT, where that point stands",
-    (Reply(200, _HISTORY),), query=("at",), errors=("400", "404", "410"), group=G,
+    (Reply(200, "History"),), query=("at",), errors=("400", "404", "410"), group=G,
 ), history, settle=False)
 endpoint(router, "GET", PREFIX + "/diff", Doc(
     "What changed in the space between two points (from=POINT, to=POINT): events and records by type, counts by state",
-    (Reply(200, _DIFF),), query=("from", "to"), errors=("400", "404", "410"), group=G,
+    (Reply(200, "HistoryDiff"),), query=("from", "to"), errors=("400", "404", "410"), group=G,
 ), diff, settle=False)

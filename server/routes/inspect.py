@@ -16,23 +16,22 @@ the token is the holder's proof of ownership, and whoever could read it could re
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from ...actors import caps, reads, runs
+from ...actors.claims import RunClaimsView
 from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED, quote
 from ...actors.keys import digest
+from ...actors.runs import SpaceCapsView
+from ...actors.scopes import ScopesView
 from ...actors.state import KernelState
+from ...actors.tasks import RunTasksView
 from ...actors.usage import UsageView
-from ...actors.shapes import View
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
 from ..runtime import Runtime
 from ..services import ReadServices
-from .. import wire
-from ..wire import HELD_CLAIM
-from ..wire.scopes import PENDING_REMOVAL
-from ..wire.shape import component
+from ..views import AdminKeyView, RequestKeyView
 
 router = Router()
 
@@ -51,25 +50,24 @@ def _limit(request: Request) -> int:
     return int(text)
 
 
-async def list_scopes(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+async def list_scopes(services: ReadServices, request: Request, space: str) -> tuple[int, ScopesView]:
     services.authorize(request, space)
     limit = _limit(request)
     state = services.kernel.space_view(space)
     now_ms = services.kernel.clock.now_ms()
     newest = list(itertools.islice(reversed(list(state.scopes.all())), limit + 1))
     views = [state.scopes.view(scope, now_ms) for scope in newest[:limit]]
-    return 200, {"scopes": views, "truncated": len(newest) > limit}
+    return 200, ScopesView(tuple(views), len(newest) > limit)
 
 
-async def list_claims(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+async def list_claims(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, RunClaimsView]:
     services.authorize(request, space)
     limit = _limit(request)
     claims = reads.claims_in_scope(services.kernel, space, scope_id)
-    listed = [HELD_CLAIM.encode(claim) for claim in claims[:limit]]  # (a listing never shows a token)
-    return 200, {"scopeId": scope_id, "claims": listed, "truncated": len(claims) > limit}
+    return 200, RunClaimsView(scope_id, tuple(claims[:limit]), len(claims) > limit)  # (written without tokens)
 
 
-async def list_tasks(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, View]:
+async def list_tasks(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, RunTasksView]:
     services.authorize(request, space)
     limit = _limit(request)
     state = services.kernel.space_view(space)
@@ -77,7 +75,7 @@ async def list_tasks(services: ReadServices, request: Request, space: str, scope
     now_ms = services.kernel.clock.now_ms()
     tasks = sorted((task for task in state.tasks.all() if task.scope_id == scope_id), key=lambda task: task.created_ms, reverse=True)
     views = [state.tasks.view(task, now_ms) for task in tasks[:limit]]
-    return 200, {"scopeId": scope_id, "tasks": views, "truncated": len(tasks) > limit}
+    return 200, RunTasksView(scope_id, tuple(views), len(tasks) > limit)
 
 
 async def usage(services: ReadServices, request: Request, space: str) -> tuple[int, UsageView]:
@@ -85,64 +83,34 @@ async def usage(services: ReadServices, request: Request, space: str) -> tuple[i
     return 200, services.kernel.space_view(space).usage.view(space)
 
 
-async def space_caps(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+async def space_caps(services: ReadServices, request: Request, space: str) -> tuple[int, SpaceCapsView]:
     services.authorize(request, space)
     kernel = services.kernel
     state = kernel.space_view(space)
     # What retention will remove, so an operator sees the entity count that is about to fall.
-    return 200, {**caps.view(state), "pendingRemoval": runs.pending_removal(state, kernel.clock.now_ms())}
+    return 200, SpaceCapsView(space, caps.held(state), runs.pending_removal(state, kernel.clock.now_ms()))
 
 
-_COUNT = {"type": "integer"}
-_PENDING = {
-    **component(PENDING_REMOVAL),
-    "description": "The ended runs still kept and what they hold, removed ended_run_retention_s after each run's end "
-                   "(all 0 when that is 0: ended runs are kept for good); overdueRuns are past it and kept because a "
-                   "task group not yet finalized still counts on one of their tasks.",
-}
-
-
-_CAPS = {
-    "type": "object",
-    "properties": {
-        "spaceId": {"type": "string"},
-        "caps": {"type": "array", "items": {
-            "type": "object",
-            "properties": {"setting": {"type": "string"}, "held": {"type": "integer"}, "limit": {"type": "integer"}},
-            "required": ["setting", "held", "limit"],
-        }},
-        "pendingRemoval": _PENDING,
-    },
-    "required": ["spaceId", "caps", "pendingRemoval"],
-}
-
-
-def _listing(field: str, items: dict[str, Any], **more: dict[str, Any]) -> dict[str, Any]:
-    properties = {field: {"type": "array", "items": items}, **more, "truncated": {"type": "boolean"}}
-    return {"type": "object", "properties": properties, "required": list(properties)}
-
-
-_TEXT = {"type": "string"}
 G = "Inspection"
 endpoint(router, "GET", BASE + "/scopes", Doc(
-    "Runs of the space, newest first", (Reply(200, _listing("scopes", {"$ref": "#/components/schemas/Scope"})),),
+    "Runs of the space, newest first", (Reply(200, "Scopes"),),
     query=("limit",), errors=("400", "404"), group=G,
 ), list_scopes)
 endpoint(router, "GET", BASE + "/scopes/{scope_id}/claims", Doc(
-    "Claims held in a run (tokens left out)", (Reply(200, _listing("claims", {"$ref": "#/components/schemas/HeldClaim"}, scopeId=_TEXT)),),
+    "Claims held in a run (tokens left out)", (Reply(200, "RunClaims"),),
     query=("limit",), errors=("400", "404"), group=G,
 ), list_claims)
 endpoint(router, "GET", BASE + "/scopes/{scope_id}/tasks", Doc(
-    "Tasks of a run, newest first", (Reply(200, _listing("tasks", {"$ref": "#/components/schemas/Task"}, scopeId=_TEXT)),),
+    "Tasks of a run, newest first", (Reply(200, "RunTasks"),),
     query=("limit",), errors=("400", "404"), group=G,
 ), list_tasks)
 endpoint(router, "GET", BASE + "/usage", Doc("Operations counted for the space", (Reply(200, "Usage"),), errors=("404",), group=G), usage)
 endpoint(router, "GET", BASE + "/caps", Doc(
-    "How full the space is: what it holds against each of its caps", (Reply(200, _CAPS),), errors=("404",), group=G,
+    "How full the space is: what it holds against each of its caps", (Reply(200, "SpaceCaps"),), errors=("404",), group=G,
 ), space_caps)
 
 
-async def whoami(services: Runtime, request: Request) -> tuple[int, View]:
+async def whoami(services: Runtime, request: Request) -> tuple[int, RequestKeyView | AdminKeyView]:
     """The key this request carries: an API key's id, name and spaces, or that it is the admin key.
 
     So that a tool holding only an API key can find the space it opens (`runstate inspect`)."""
@@ -151,20 +119,12 @@ async def whoami(services: Runtime, request: Request) -> tuple[int, View]:
     spaces = keys.spaces_for(secret)
     if spaces:
         view = KernelState.key_view(keys.by_digest(digest(secret)))
-        return 200, {**wire.encode(view), "admin": False}
+        return 200, RequestKeyView(*view, admin=False)
     if services.admin.matches(secret):
-        return 200, {"id": None, "name": None, "spaces": [], "createdAt": None, "revokedAt": None, "admin": True}
+        return 200, AdminKeyView(None, None, (), None, None, admin=True)
     raise ApiError(UNAUTHENTICATED, "the API key is not valid")
 
 
-_KEY_VIEW = {
-    "type": "object",
-    "properties": {
-        "id": {"type": ["string", "null"]}, "name": {"type": ["string", "null"]},
-        "spaces": {"type": "array", "items": {"type": "string"}}, "admin": {"type": "boolean"},
-    },
-    "required": ["spaces", "admin"],
-}
 endpoint(router, "GET", "/v1/key", Doc(
-    "The key of this request: its spaces (an API key), or that it is the admin key", (Reply(200, _KEY_VIEW),), group=G,
+    "The key of this request: its spaces (an API key), or that it is the admin key", (Reply(200, "RequestKey"),), group=G,
 ), whoami)

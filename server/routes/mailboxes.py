@@ -16,8 +16,7 @@ from ...actors import commands as c
 from ...actors import reads
 from ...actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, DeadLetterFilter, DeadLetterPage
 from ...actors.errors import VALIDATION_FAILED, quote
-from ...actors.mailboxes import MailboxView
-from ...actors.shapes import View
+from ...actors.mailboxes import MailboxesView, MailboxView
 from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..errors import ApiError
 from ..http import Request, Router
@@ -28,11 +27,11 @@ router = Router()
 
 BASE = "/v1/spaces/{space}/mailboxes"
 
-_LIST = {"type": "object", "properties": {"mailboxes": {"type": "array", "items": {"$ref": "#/components/schemas/Mailbox"}}}, "required": ["mailboxes"]}
-_MANY = {"type": "object", "properties": {"deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}}}, "required": ["deliveries"]}
-async def list_mailboxes(services: ReadServices, request: Request, space: str) -> tuple[int, View]:
+
+
+async def list_mailboxes(services: ReadServices, request: Request, space: str) -> tuple[int, MailboxesView]:
     services.authorize(request, space)
-    return 200, {"mailboxes": reads.mailboxes(services.kernel, space)}
+    return 200, MailboxesView(tuple(reads.mailboxes(services.kernel, space)))
 
 
 async def read(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, MailboxView]:
@@ -64,7 +63,7 @@ async def dead_letters(services: ReadServices, request: Request, space: str, mai
 
 
 G = "Mailboxes and messages"
-endpoint(router, "GET", BASE, Doc("Every mailbox of the space", (Reply(200, _LIST),), errors=("404",), group=G), list_mailboxes)
+endpoint(router, "GET", BASE, Doc("Every mailbox of the space", (Reply(200, "Mailboxes"),), errors=("404",), group=G), list_mailboxes)
 endpoint(router, "POST", BASE, Doc(
     "Create a work queue", (Reply(201, "Mailbox", "Created"),), c.CreateMailbox, errors=("400", "404", "409"),
     idempotent=True, group=G,
@@ -106,6 +105,6 @@ endpoint(router, "POST", BASE + "/{mailbox_id}/recv", Doc(
 ), long_poll=True)
 endpoint(router, "POST", BASE + "/{mailbox_id}/recv-many", Doc(
     "Lease up to maxMessages deliverable messages, oldest first (a long poll with waitMs, for the first): a prefetch (our extension)",
-    (Reply(200, _MANY, "The deliveries"), Reply(204, NO_CONTENT, "Nothing to deliver (after waiting up to waitMs)")),
+    (Reply(200, "Deliveries", "The deliveries"), Reply(204, NO_CONTENT, "Nothing to deliver (after waiting up to waitMs)")),
     c.ReceiveMany, errors=("400", "404", "409"), idempotent=True, group=G,
 ), long_poll=True)

@@ -21,8 +21,8 @@ from typing import Any
 import orjson
 
 from . import (
-    admission, barriers, budgets, claims, dead_letters, errors, events, groups, health, keys, mailboxes, messages, once, operations, pools,
-    quotas, scopes, tasks, timers, usage, work_limits,
+    admission, barriers, budgets, claims, cluster, dead_letters, errors, events, groups, health, history, keys, mailboxes, messages, once, operations, pools,
+    quotas, scopes, spaces, tasks, timers, usage, work_limits,
 )
 from .claims import CLAIM, CLAIM_HELD, FORCE_RELEASED_CLAIM, HELD_CLAIM, RELEASED_CLAIM
 from .tasks import GROUP_SUBMITTED_TASK, SUBMITTED_TASK, TASK
@@ -38,7 +38,7 @@ __all__ = [
 COMPONENTS: dict[str, dict[str, Any]] = {}
 for _module in (
     claims, tasks, messages, mailboxes, pools, quotas, budgets, work_limits, admission, scopes, groups, barriers, timers, once,
-    events, keys, dead_letters, operations, usage, errors, health,
+    events, keys, dead_letters, operations, usage, errors, health, spaces, cluster, history,
 ):
     for _name, _schema in _module.COMPONENTS.items():
         assert _name not in COMPONENTS, f"the component {_name} is declared twice"

@@ -7,6 +7,7 @@ from typing import Any
 from ...actors.budgets import (
     ActiveReservationView, BudgetMismatchView, BudgetReservationsView, BudgetView, InsufficientBudgetView, ReservationView,
 )
+from ...actors.capacity_reads import BudgetsView
 from .shape import Shape, component
 
 __all__ = [
@@ -26,8 +27,12 @@ RESERVATION = Shape(ReservationView, rename={"settle_by_ms": "settleBy"})
 INSUFFICIENT_BUDGET = Shape(InsufficientBudgetView)
 BUDGET_MISMATCH = Shape(BudgetMismatchView)
 
+# Every budget of a space (`GET /budgets`), each without its reservations.
+BUDGETS = Shape(BudgetsView)
+
 # The OpenAPI components these shapes make, by name.
 COMPONENTS: dict[str, dict[str, Any]] = {
     "Budget": component(BUDGET, BUDGET_RESERVATIONS),
+    "Budgets": component(BUDGETS),
     "Reservation": component(RESERVATION),
 }

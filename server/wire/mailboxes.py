@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...actors.mailboxes import BudgetNeed, MailboxCountsView, MailboxView, PoolNeed, QuotaNeed, RequirementsView
+from ...actors.mailboxes import BudgetNeed, MailboxCountsView, MailboxesView, MailboxView, PoolNeed, QuotaNeed, RequirementsView
 from .shape import Shape, component
 
-__all__ = ["MAILBOX", "MAILBOX_COUNTS", "REQUIREMENTS", "COMPONENTS"]
+__all__ = ["MAILBOX", "MAILBOXES", "MAILBOX_COUNTS", "REQUIREMENTS", "COMPONENTS"]
 
 # A mailbox's default requirements, by id: a pool's id is written `permitId`, as a grant names it.
 POOL_NEED = Shape(PoolNeed)
@@ -17,8 +17,11 @@ REQUIREMENTS = Shape(RequirementsView)
 # Its messages by state (`deadLetters`: its dead letters kept).
 MAILBOX_COUNTS = Shape(MailboxCountsView)
 MAILBOX = Shape(MailboxView)
+# Every mailbox of a space (`GET /mailboxes`).
+MAILBOXES = Shape(MailboxesView)
 
 # The OpenAPI components these shapes make, by name.
 COMPONENTS: dict[str, dict[str, Any]] = {
     "Mailbox": component(MAILBOX),
+    "Mailboxes": component(MAILBOXES),
 }

@@ -54,6 +54,7 @@ COMPONENTS: dict[str, dict[str, Any]] = {
     "DeadLetter": component(DEAD_LETTER),
     "Sent": component(SENT),
     "Delivery": component(DELIVERY),
+    "Deliveries": component(DELIVERIES),
     "Settled": component(SETTLED, DELAYED_SETTLED, TASK_SETTLED, DELAYED_TASK_SETTLED),
     "DeliveryRenewed": component(RENEWED_DELIVERY),
 }

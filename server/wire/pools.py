@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...actors.pools import GrantView, PoolUnavailableView, PoolView, PoolWaiterView, ReleasedGrantView, TurnGrantView
+from ...actors.capacity_reads import PoolsView
 from .shape import Shape, component
 
 __all__ = ["POOL", "GRANT", "TURN_GRANT", "RELEASED_GRANT", "POOL_WAITER", "POOL_UNAVAILABLE", "COMPONENTS"]
@@ -27,9 +28,13 @@ POOL_WAITER = Shape(PoolWaiterView, rename={"pool_id": "permitId"}, also={"id": 
 # CAPACITY_UNAVAILABLE's details for a pool.
 POOL_UNAVAILABLE = Shape(PoolUnavailableView)
 
+# Every pool of a space (`GET /permits`).
+POOLS = Shape(PoolsView)
+
 # The OpenAPI components these shapes make, by name.
 COMPONENTS: dict[str, dict[str, Any]] = {
     "Pool": component(POOL),
+    "Pools": component(POOLS),
     "Grant": component(GRANT, TURN_GRANT, RELEASED_GRANT),
     "PoolWaiter": component(POOL_WAITER),
 }

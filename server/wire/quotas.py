@@ -7,6 +7,7 @@ from typing import Any
 from ...actors.quotas import (
     AllowanceExhaustedView, AllowanceMismatchView, AllowanceView, AllowanceWaiterView, ConsumptionView, CooldownView,
 )
+from ...actors.capacity_reads import AllowancesView
 from .shape import Shape, component
 
 __all__ = [
@@ -27,9 +28,13 @@ COOLDOWN = Shape(CooldownView, rename=_UNTIL)
 ALLOWANCE_EXHAUSTED = Shape(AllowanceExhaustedView, rename=_START)
 ALLOWANCE_MISMATCH = Shape(AllowanceMismatchView, seconds={"window_ms": "windowSeconds"})
 
+# Every allowance of a space (`GET /allowances`).
+ALLOWANCES = Shape(AllowancesView)
+
 # The OpenAPI components these shapes make, by name.
 COMPONENTS: dict[str, dict[str, Any]] = {
     "Allowance": component(ALLOWANCE),
+    "Allowances": component(ALLOWANCES),
     "Consumption": component(CONSUMPTION),
     "Waiter": component(ALLOWANCE_WAITER),
     "Cooldown": component(COOLDOWN),

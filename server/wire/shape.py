@@ -16,7 +16,8 @@ amount in minor units (`MinorUnits`) as a decimal string; a
 `Literal` of strings as it is, its schema listing them; a user's JSON value (`Json`) as it is; a
 JSON object the kernel made (`JsonObject`, a refusal's details) as it is, any typed view in it by
 its shape when `dumps` writes it; a
-tuple or list of any of these as an array; one of several typed views, each by its own shape; a `dict[str, X]` of a plain `X` as an object; another typed view by its own shape (the one declared
+tuple or list of any of these as an array; one of several typed views, each by its own shape; a `dict[str, X]` of any of these
+as an object (a map of maps, or of views, written entry by entry); another typed view by its own shape (the one declared
 first for its type, or the field's `nested` one); and any of them or None.
 
 From one declaration, made once at import:
@@ -140,8 +141,14 @@ def _form(hint: Any, nested: Shape | None, depth: int = 0) -> _Form:
         key, value = typing.get_args(hint)
         assert key is str, f"an object field's keys are strings: {hint}"
         item = _form(value, nested, depth + 1)
-        assert not item.optional and item.expression == "{0}", f"an object field's values are plain: {hint}"
-        return _Form("dict({0})", {"type": "object", "additionalProperties": item.schema}, None, optional)
+        assert not item.optional, f"an object field's values are not None: {hint}"
+        if item.expression == "{0}":
+            expression = "dict({0})"
+        else:  # (each value written by its own expression, its braces kept from the outer `format`)
+            key, name = f"_key{depth}", f"_value{depth}"
+            inner = item.expression.format(name).replace("{", "{{").replace("}", "}}")
+            expression = f"{{{{{key}: {inner} for {key}, {name} in {{0}}.items()}}}}"
+        return _Form(expression, {"type": "object", "additionalProperties": item.schema}, None, optional, item.calls)
     if origin in (tuple, list):
         args = typing.get_args(hint)
         assert origin is list or (len(args) == 2 and args[1] is Ellipsis), f"an array field is tuple[X, ...]: {hint}"

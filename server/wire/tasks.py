@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...actors.group_commands import GroupSubmittedView
-from ...actors.tasks import SubmittedTaskView, TaskView
+from ...actors.tasks import RunTasksView, SubmittedTaskView, TaskView
 from . import groups as _groups  # (a member's submit nests the group's state: its shape comes first)
 from .shape import Shape, component
 
-__all__ = ["TASK", "SUBMITTED_TASK", "GROUP_SUBMITTED_TASK", "COMPONENTS", "created_status"]
+__all__ = ["TASK", "RUN_TASKS", "SUBMITTED_TASK", "GROUP_SUBMITTED_TASK", "COMPONENTS", "created_status"]
 
 # A task as every task answer and read shows it. Its id is written twice, as `id` and `taskId`
 # (the official clients read `taskId` from a submit's answer); its deadline keeps the name
@@ -19,10 +19,13 @@ TASK = Shape(TaskView, rename={"deadline_ms": "deadline"}, also={"taskId": "id"}
 SUBMITTED_TASK = TASK.extended(SubmittedTaskView)
 # A group member's submit: the submit's answer, then `groupId` and the group's state.
 GROUP_SUBMITTED_TASK = SUBMITTED_TASK.extended(GroupSubmittedView)
+# A run's tasks, newest first (`/scopes/{scope_id}/tasks`).
+RUN_TASKS = Shape(RunTasksView)
 
 # The OpenAPI components these shapes make, by name.
 COMPONENTS: dict[str, dict[str, Any]] = {
     "Task": component(TASK),
+    "RunTasks": component(RUN_TASKS),
     "Submitted": component(SUBMITTED_TASK),
     "GroupSubmitted": component(GROUP_SUBMITTED_TASK),
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...actors.work_limits import WorkLimitFullView, WorkLimitView
+from ...actors.capacity_reads import WorkLimitsView
 from .shape import Shape, component
 
 __all__ = ["WORK_LIMIT", "WORK_LIMIT_FULL", "COMPONENTS"]
@@ -14,4 +15,7 @@ WORK_LIMIT = Shape(WorkLimitView)
 WORK_LIMIT_FULL = Shape(WorkLimitFullView)
 
 # The OpenAPI components these shapes make, by name.
-COMPONENTS: dict[str, dict[str, Any]] = {"WorkLimit": component(WORK_LIMIT)}
+# Every work limit of a space (`GET /work-limits`).
+WORK_LIMITS = Shape(WorkLimitsView)
+
+COMPONENTS: dict[str, dict[str, Any]] = {"WorkLimit": component(WORK_LIMIT), "WorkLimits": component(WORK_LIMITS)}

@@ -161,10 +161,10 @@ def test_the_claim_component_lists_exactly_the_encoders_fields_with_their_json_t
         "reason": {"type": ["string", "null"]},
         "by": {"type": ["string", "null"]},
     }
-    # A run's listing refers to the listed shape, which withholds the token.
+    # A run's listing writes each claim by the listed shape, which withholds the token.
     listing = openapi(Limits())["paths"]["/v1/spaces/{space}/scopes/{scope_id}/claims"]["get"]
-    items = listing["responses"]["200"]["content"]["application/json"]["schema"]["properties"]["claims"]["items"]
-    assert items == {"$ref": "#/components/schemas/HeldClaim"}
+    assert listing["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/RunClaims"}
+    assert _components()["RunClaims"]["properties"]["claims"]["items"] == _components()["HeldClaim"]
     assert list(_components()["HeldClaim"]["properties"]) == [name for name in written[0] if name != "token"]
 
 

@@ -21,7 +21,6 @@ from runstate.actors.scopes import ScopeView
 from runstate.actors.timestamps import format_ms
 from runstate.server import wire
 from runstate.server.openapi import openapi
-from runstate.server.routes.inspect import _CAPS
 from runstate.server.wire.scopes import PENDING_REMOVAL, SCOPE
 
 
@@ -105,8 +104,9 @@ def test_each_encoded_view_validates_against_its_documented_schema(scope: ScopeV
     jsonschema.validate(body, component)
     assert list(body) == list(component["properties"]) == component["required"]
     written = orjson.loads(wire.dumps(removal))
-    jsonschema.validate(written, _CAPS["properties"]["pendingRemoval"])
-    assert list(written) == list(_CAPS["properties"]["pendingRemoval"]["properties"])
+    caps = openapi(Limits())["components"]["schemas"]["SpaceCaps"]
+    jsonschema.validate(written, caps["properties"]["pendingRemoval"])
+    assert list(written) == list(caps["properties"]["pendingRemoval"]["properties"])
 
 
 def test_the_scope_component_lists_exactly_the_encoders_fields_with_their_json_types() -> None:
@@ -125,7 +125,7 @@ def test_the_scope_component_lists_exactly_the_encoders_fields_with_their_json_t
         "createdAt": wire.TIMESTAMP,
         "endedAt": wire.nullable(wire.TIMESTAMP),
     }
-    removal = _CAPS["properties"]["pendingRemoval"]
+    removal = openapi(Limits())["components"]["schemas"]["SpaceCaps"]["properties"]["pendingRemoval"]
     assert [field.name for field in PENDING_REMOVAL.fields] == removal["required"]
     assert removal["properties"]["nextRemovalAt"] == wire.nullable(wire.TIMESTAMP)
     assert removal["properties"]["endedRunRetentionSeconds"] == {"type": "integer"}
