@@ -74,7 +74,7 @@ def claims(draw: st.DrawFn) -> ClaimView:
     return ForceReleasedClaimView(**fields, forced=True, reason=draw(_maybe_text), by=draw(_maybe_text))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(claims())
 def test_every_claim_encodes_to_the_bytes_the_clients_read_before(view: ClaimView) -> None:
     """Alone, in a list and inside an object (a batch's results), and as the idempotency table
@@ -89,7 +89,7 @@ def test_every_claim_encodes_to_the_bytes_the_clients_read_before(view: ClaimVie
         assert orjson.dumps(wire.HELD_CLAIM.encode(view)) == orjson.dumps(listed)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_maybe_text, st.integers(1, 2**63 - 1), _instant, st.floats(0, 10**6))
 def test_a_claim_held_refusal_carries_the_details_it_carried_before(holder, generation, expires_ms, retry_after_s) -> None:
     """CLAIM_HELD's envelope, status and Retry-After included, is the same bytes as when the kernel
@@ -121,7 +121,7 @@ def _components() -> dict[str, Any]:
     return openapi(Limits())["components"]["schemas"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(claims())
 def test_each_encoded_claim_validates_against_the_documented_component(view: ClaimView) -> None:
     """What the encoder writes is what the document says: every field documented with its JSON

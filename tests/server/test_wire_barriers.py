@@ -46,7 +46,7 @@ barriers = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(barriers)
 def test_every_barrier_encodes_to_the_bytes_the_clients_read_before(view: BarrierView) -> None:
     before = barrier_before(view)
@@ -55,7 +55,7 @@ def test_every_barrier_encodes_to_the_bytes_the_clients_read_before(view: Barrie
     assert orjson.dumps(wire.encode(view)) == orjson.dumps(before)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(barriers)
 def test_each_encoded_barrier_validates_against_the_component(view: BarrierView) -> None:
     component = openapi(Limits())["components"]["schemas"]["Barrier"]

@@ -54,14 +54,14 @@ results = st.one_of(st.just(BatchResultView(204)), _answers, _refusals)
 batches = st.lists(results, min_size=1, max_size=5).map(lambda listed: BatchView(tuple(listed)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(batches)
 def test_every_batch_encodes_to_the_bytes_read_before(batch: BatchView) -> None:
     before = wire.dumps({"results": [result_before(result) for result in batch.results]})
     assert wire.dumps(batch) == before
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(batches)
 def test_each_encoded_batch_validates_against_its_component(batch: BatchView) -> None:
     component = openapi(Limits())["components"]["schemas"]["BatchResults"]

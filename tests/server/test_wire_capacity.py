@@ -180,7 +180,7 @@ _POOL_CASES: list[tuple[str, Callable[..., Any], Callable[[Any], dict[str, Any]]
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.one_of(*(st.tuples(st.just(index), case[1]()) for index, case in enumerate(_POOL_CASES))))
 def test_every_pool_view_encodes_to_the_bytes_the_clients_read_before(case: tuple[int, Any]) -> None:
     index, view = case
@@ -304,7 +304,7 @@ _QUOTA_CASES: list[tuple[str, Callable[..., Any], Callable[[Any], dict[str, Any]
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.one_of(*(st.tuples(st.just(index), case[1]()) for index, case in enumerate(_QUOTA_CASES))))
 def test_every_quota_view_encodes_to_the_bytes_the_clients_read_before(case: tuple[int, Any]) -> None:
     index, view = case
@@ -402,7 +402,7 @@ _BUDGET_CASES: list[tuple[str, Callable[..., Any], Callable[[Any], dict[str, Any
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.one_of(*(st.tuples(st.just(index), case[1]()) for index, case in enumerate(_BUDGET_CASES))))
 def test_every_budget_view_encodes_to_the_bytes_the_clients_read_before(case: tuple[int, Any]) -> None:
     index, view = case
@@ -445,7 +445,7 @@ def work_limit_before(view: WorkLimitView) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.builds(WorkLimitView, _text, _text, _text, st.integers(1, 10**9), _count, _instant))
 def test_every_work_limit_encodes_to_the_bytes_the_clients_read_before(view: WorkLimitView) -> None:
     _same_bytes(view, work_limit_before(view))
@@ -510,7 +510,7 @@ def admissions(draw: st.DrawFn) -> AdmissionView:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(admissions())
 def test_every_admission_encodes_to_the_bytes_the_clients_read_before(view: AdmissionView) -> None:
     _same_bytes(view, admission_before(view))

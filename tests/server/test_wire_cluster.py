@@ -64,7 +64,7 @@ maps = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(maps)
 def test_every_map_encodes_to_the_bytes_read_before(view: ClusterMapView) -> None:
     before = map_before(view)
@@ -72,7 +72,7 @@ def test_every_map_encodes_to_the_bytes_read_before(view: ClusterMapView) -> Non
     assert orjson.dumps(wire.encode(view)) == orjson.dumps(before)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(maps)
 def test_each_encoded_map_validates_against_its_component(view: ClusterMapView) -> None:
     component = openapi(Limits())["components"]["schemas"]["ClusterMap"]

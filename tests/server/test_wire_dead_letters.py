@@ -93,7 +93,7 @@ def _same_bytes(view: Any, before: dict[str, Any]) -> None:
     assert orjson.dumps(wire.encode(view)) == orjson.dumps(before)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(pages(), requeues(), deletes(), purges())
 def test_every_dead_letter_answer_encodes_to_the_bytes_read_before(page, requeued, deleted, purged) -> None:
     _same_bytes(page, page_before(page))
@@ -106,7 +106,7 @@ def _components() -> dict[str, Any]:
     return openapi(Limits())["components"]["schemas"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(pages(), requeues(), deletes(), purges())
 def test_each_encoded_answer_validates_against_its_documented_component(page, requeued, deleted, purged) -> None:
     """What the encoder writes is what the document says, every field with its JSON type."""

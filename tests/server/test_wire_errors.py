@@ -64,7 +64,7 @@ def _components() -> dict[str, Any]:
     return openapi(Limits())["components"]["schemas"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(errors, _text)
 def test_every_refusal_is_the_envelope_it_was(error: KernelError, request_id: str) -> None:
     """The envelope, its status and its headers: the same as when it was built as a dict; details
@@ -81,7 +81,7 @@ def test_every_refusal_is_the_envelope_it_was(error: KernelError, request_id: st
     assert ("details" in written["error"]) is bool(error.details)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(usages)
 def test_every_usage_view_encodes_to_the_bytes_read_before(view: UsageView) -> None:
     before = usage_before(view)

@@ -54,7 +54,7 @@ def events(draw: st.DrawFn) -> tuple[int, EventView]:
     return seq, view
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(events(), max_size=5), st.integers(0, 2**53))
 def test_every_event_and_page_encodes_to_the_bytes_the_clients_read_before(found: list[tuple[int, EventView]], cursor: int) -> None:
     seqs = [seq for seq, _ in found]
@@ -65,7 +65,7 @@ def test_every_event_and_page_encodes_to_the_bytes_the_clients_read_before(found
         assert wire.dumps(event) == orjson.dumps(event_before(seq, event))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(events(), max_size=5))
 def test_each_encoded_page_validates_against_the_components(found: list[tuple[int, EventView]]) -> None:
     components = openapi(Limits())["components"]["schemas"]

@@ -91,7 +91,7 @@ states = st.builds(GroupStateView, _text, _state, _outcome, _maybe_text)
 verdicts = st.builds(GroupVerdictView, _text, _state, _outcome, _maybe_text, _text, _verdict)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(groups(), states, verdicts)
 def test_every_group_answer_encodes_to_the_bytes_the_clients_read_before(group: GroupView, state: GroupStateView, verdict: GroupVerdictView) -> None:
     """Alone, in a run's listing, inside a member's submission, and as the idempotency table keeps
@@ -107,7 +107,7 @@ def test_every_group_answer_encodes_to_the_bytes_the_clients_read_before(group: 
     assert orjson.dumps(wire.encode(verdict)) == orjson.dumps(verdict_before(verdict))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(groups(), states, verdicts)
 def test_each_encoded_group_answer_validates_against_its_component(group: GroupView, state: GroupStateView, verdict: GroupVerdictView) -> None:
     components = openapi(Limits())["components"]["schemas"]

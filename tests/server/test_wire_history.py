@@ -103,7 +103,7 @@ def _components() -> dict[str, Any]:
     return openapi(Limits())["components"]["schemas"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(points, _text, _kept, st.booleans())
 def test_every_point_and_history_encodes_to_the_bytes_read_before(point: Point, space: str, kept: KeptView, at: bool) -> None:
     assert wire.dumps(point.view()) == orjson.dumps(point_before(point))
@@ -116,7 +116,7 @@ def test_every_point_and_history_encodes_to_the_bytes_read_before(point: Point, 
     jsonschema.validate({"asOf": point_before(point)}, _components()["AsOf"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(diffs())
 def test_every_diff_encodes_to_the_bytes_read_before(diff: tuple[DiffView, Point, Point]) -> None:
     view, first, second = diff

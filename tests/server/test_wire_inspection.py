@@ -111,7 +111,7 @@ def answers(draw: st.DrawFn) -> tuple[Any, bytes, str]:
     return view, before(view), name
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(answers())
 def test_every_answer_encodes_to_the_bytes_read_before(answer: tuple[Any, bytes, str]) -> None:
     """Alone, in a batch's results, and as a history read carries it: the same bytes as before."""
@@ -122,7 +122,7 @@ def test_every_answer_encodes_to_the_bytes_read_before(answer: tuple[Any, bytes,
     assert orjson.dumps(wire.encode(view)) == before
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(answers())
 def test_each_encoded_answer_validates_against_its_component(answer: tuple[Any, bytes, str]) -> None:
     view, before, name = answer
@@ -132,7 +132,7 @@ def test_each_encoded_answer_validates_against_its_component(answer: tuple[Any, 
     assert list(body) == list(component["properties"]) == component["required"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(keys, _text)
 def test_a_new_key_and_the_key_of_a_request_are_the_bytes_they_were(view: ApiKeyView, secret: str) -> None:
     created = CreatedKeyView(*view, key=secret)

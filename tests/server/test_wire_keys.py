@@ -42,7 +42,7 @@ keys = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(keys, _text)
 def test_every_key_encodes_to_the_bytes_the_admin_routes_answered_before(view: ApiKeyView, secret: str) -> None:
     before = key_before(view)
@@ -52,7 +52,7 @@ def test_every_key_encodes_to_the_bytes_the_admin_routes_answered_before(view: A
     assert orjson.dumps({**wire.encode(view), "key": secret}) == orjson.dumps({**before, "key": secret})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(keys)
 def test_each_encoded_key_validates_against_the_component(view: ApiKeyView) -> None:
     component = openapi(Limits())["components"]["schemas"]["ApiKey"]

@@ -56,7 +56,7 @@ def listings(draw: st.DrawFn) -> tuple[Any, str, str]:
     return view(tuple(draw(st.lists(entries, max_size=4)))), what, name
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(listings())
 def test_every_listing_encodes_to_the_bytes_read_before(listing: tuple[Any, str, str]) -> None:
     """Alone, in a batch's results, and as the idempotency table keeps it: the same bytes as before."""
@@ -67,7 +67,7 @@ def test_every_listing_encodes_to_the_bytes_read_before(listing: tuple[Any, str,
     assert orjson.dumps(wire.encode(view)) == orjson.dumps(expected)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(listings())
 def test_each_encoded_listing_validates_against_its_component(listing: tuple[Any, str, str]) -> None:
     view, what, name = listing

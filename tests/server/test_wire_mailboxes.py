@@ -64,7 +64,7 @@ mailboxes = st.builds(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(mailboxes)
 def test_every_mailbox_encodes_to_the_bytes_the_clients_read_before(view: MailboxView) -> None:
     """Alone, listed, in a batch's results, and as the idempotency table keeps it: the same bytes."""
@@ -75,7 +75,7 @@ def test_every_mailbox_encodes_to_the_bytes_the_clients_read_before(view: Mailbo
     assert orjson.dumps(wire.encode(view)) == orjson.dumps(before)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(mailboxes)
 def test_each_encoded_mailbox_validates_against_the_documented_component(view: MailboxView) -> None:
     schema = openapi(Limits())["components"]["schemas"]["Mailbox"]

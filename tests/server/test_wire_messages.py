@@ -155,7 +155,7 @@ def _same_bytes(view: Any, before: dict[str, Any]) -> None:
     assert orjson.dumps(wire.encode(view)) == orjson.dumps(before)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(messages())
 def test_every_message_encodes_to_the_bytes_read_before(view: Any) -> None:
     before = message_before(view)
@@ -164,7 +164,7 @@ def test_every_message_encodes_to_the_bytes_read_before(view: Any) -> None:
     assert wire.dumps(page) == orjson.dumps({**page, "deadLetters": [before]})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(deliveries(), min_size=1, max_size=3))
 def test_every_delivery_encodes_to_the_bytes_the_clients_read_before(views: list[DeliveryView]) -> None:
     for view in views:
@@ -172,7 +172,7 @@ def test_every_delivery_encodes_to_the_bytes_the_clients_read_before(views: list
     _same_bytes(DeliveriesView(tuple(views)), {"deliveries": [delivery_before(view) for view in views]})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(settles(), renewals(), sends())
 def test_every_settle_renewal_and_send_encodes_to_the_bytes_the_clients_read_before(settled: Any, renewed: RenewedDeliveryView, sent: SentView) -> None:
     _same_bytes(settled, settled_before(settled))
@@ -185,7 +185,7 @@ def _components() -> dict[str, Any]:
     return openapi(Limits())["components"]["schemas"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(messages(), deliveries(), settles(), renewals(), sends())
 def test_each_encoded_answer_validates_against_its_documented_component(message, delivery, settled, renewed, sent) -> None:
     """What the encoder writes is what the document says, every field with its JSON type; the

@@ -55,7 +55,7 @@ answers = (
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(answers)
 def test_every_once_answer_encodes_to_the_bytes_the_clients_read_before(view: Any) -> None:
     assert wire.dumps(view) == orjson.dumps(before(view))
@@ -63,7 +63,7 @@ def test_every_once_answer_encodes_to_the_bytes_the_clients_read_before(view: An
     assert wire.dumps({"results": [{"status": 200, "body": view}]}) == orjson.dumps({"results": [{"status": 200, "body": before(view)}]})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(answers)
 def test_each_encoded_once_answer_validates_against_the_component(view: Any) -> None:
     component = openapi(Limits())["components"]["schemas"]["Once"]

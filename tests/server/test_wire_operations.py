@@ -123,7 +123,7 @@ def _same_bytes(view: Any, before: dict[str, Any]) -> None:
     assert orjson.dumps(wire.encode(view)) == orjson.dumps(before)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(runs, waits)
 def test_every_run_and_waits_view_encodes_to_the_bytes_read_before(run: RunView, waiting: WaitsView) -> None:
     _same_bytes(run, run_before(run))
@@ -134,7 +134,7 @@ def _components() -> dict[str, Any]:
     return openapi(Limits())["components"]["schemas"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(runs, waits)
 def test_each_encoded_answer_validates_against_its_documented_component(run: RunView, waiting: WaitsView) -> None:
     """What the encoder writes is what the document says; each wait entry is a `Parked`."""

@@ -45,7 +45,7 @@ def listings(draw: st.DrawFn) -> tuple[Any, str, Callable[[Any], dict[str, Any]]
     return view(draw(st.text(max_size=40)), listed, draw(st.booleans())), what, before, name
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(listings())
 def test_every_run_listing_encodes_to_the_bytes_read_before(listing: tuple[Any, str, Any, str]) -> None:
     """Alone, in a batch's results, and as the idempotency table keeps it: the same bytes as before."""
@@ -56,7 +56,7 @@ def test_every_run_listing_encodes_to_the_bytes_read_before(listing: tuple[Any, 
     assert orjson.dumps(wire.encode(view)) == orjson.dumps(expected)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(listings())
 def test_each_encoded_listing_validates_against_its_component(listing: tuple[Any, str, Any, str]) -> None:
     view, what, _, name = listing

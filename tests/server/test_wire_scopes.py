@@ -79,7 +79,7 @@ def pending(draw: st.DrawFn) -> PendingRemovalView:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(scopes())
 def test_every_scope_encodes_to_the_bytes_the_clients_read_before(view: ScopeView) -> None:
     """Alone, in a listing and as the idempotency table keeps it: the same bytes as before."""
@@ -89,14 +89,14 @@ def test_every_scope_encodes_to_the_bytes_the_clients_read_before(view: ScopeVie
     assert orjson.dumps(wire.encode(view)) == orjson.dumps(before)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(pending())
 def test_what_is_pending_removal_encodes_to_the_bytes_it_had(view: PendingRemovalView) -> None:
     before = pending_before(view)
     assert wire.dumps({"spaceId": "s", "pendingRemoval": view}) == orjson.dumps({"spaceId": "s", "pendingRemoval": before})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scopes(), pending())
 def test_each_encoded_view_validates_against_its_documented_schema(scope: ScopeView, removal: PendingRemovalView) -> None:
     component = openapi(Limits())["components"]["schemas"]["Scope"]

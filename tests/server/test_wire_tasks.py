@@ -89,7 +89,7 @@ def tasks(draw: st.DrawFn) -> Any:
     return GroupSubmittedView(*fields, created, not created, draw(_text), draw(_group))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(tasks())
 def test_every_task_encodes_to_the_bytes_the_clients_read_before(view: Any) -> None:
     """Alone, in a listing and inside a batch's results, and as the idempotency table keeps it:
@@ -107,7 +107,7 @@ def _components() -> dict[str, Any]:
     return openapi(Limits())["components"]["schemas"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(tasks())
 def test_each_encoded_task_validates_against_the_documented_component(view: Any) -> None:
     """What the encoder writes is what the document says, every field with its JSON type."""

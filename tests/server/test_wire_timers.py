@@ -68,7 +68,7 @@ _listed = st.lists(fired, max_size=4).map(tuple)
 polls = st.builds(TimerPollView, _text, _listed) | st.builds(TimerPollOneView, _text, timers, _listed)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(timers, named, polls)
 def test_every_timer_answer_encodes_to_the_bytes_the_clients_read_before(timer: TimerView, by_name: NamedTimerView, poll: Any) -> None:
     """A timer, a put by name and a poll, alone, in a listing and as the idempotency table keeps
@@ -81,7 +81,7 @@ def test_every_timer_answer_encodes_to_the_bytes_the_clients_read_before(timer: 
     assert orjson.dumps(wire.encode(poll)) == orjson.dumps(poll_before(poll))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(timers, named, polls)
 def test_each_encoded_timer_answer_validates_against_its_component(timer: TimerView, by_name: NamedTimerView, poll: Any) -> None:
     components = openapi(Limits())["components"]["schemas"]
