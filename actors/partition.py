@@ -8,9 +8,6 @@ routes each command to the partition of its space.
 
 Each key (a claim key in a scope, a scope, a queue...) has an actor: a channel of calls and at most
 one trio task draining it, started when a call arrives and gone when the channel is empty. A call
-to a key that has no actor (nothing queued, running or waiting) runs as its turn at once in the
-caller's task (`_run_now`): a turn never awaits, so that is as serialized as a task of its own,
-and the common call, a renewal of a key nobody else uses, starts and retires no task. A call
 carries a command (`commands.py`: plain data, never a function); the command names its actor. A
 turn takes one call, reads the clock once, runs the command's transition (`transitions.py`)
 against the partition's state, journals the records, arms the timers and pokes the actors named in
@@ -76,10 +73,9 @@ EMPTY = None
 
 # Turns an actor runs before letting other tasks in.
 TURNS_PER_SLICE = 64
-# An actor's task out of calls lingers between one and two of these before it retires, so a key
-# in use (callers parked on it, calls queueing) keeps its task instead of starting a new one for
-# every call (a start costs about as much as a whole turn). A key with no actor needs no task for
-# a call (`_run_now`).
+# An actor out of calls lingers between one and two of these before it retires, so a key in use
+# keeps its task instead of starting a new one for every call (a start costs about as much as a
+# whole turn).
 ACTOR_LINGER_S = 1.0
 # At most this many actors linger at once in a partition; past it an actor retires as soon as it
 # is idle, so a burst over a million keys leaves plain state behind, not a million parked tasks.
@@ -360,19 +356,13 @@ class Partition:
             raise KernelError(UNAVAILABLE, self.refusal)
         actor = command.actor(self.state)
         call = _Call(command, idem, trio.lowlevel.current_task(), wait_until is not None)
-        if actor in self._actors:
-            self._post(actor, call)
-            # The first park written out (`_park`'s, without a coroutine of its own to make and to
-            # pass through both ways, on every command): posting only queues the call and wakes
-            # its actor, so no answer can be waiting for it yet.
-            assert call.answer is None and not call.parked and call.phase == _QUEUED, "a call just posted is not answered"
-            call.parked = True
-            answer = await trio.lowlevel.wait_task_rescheduled(call.abort)
-        else:
-            await trio.lowlevel.checkpoint_if_cancelled()  # (a cancelled caller's call is never run)
-            if self._run_now(actor, call):
-                await trio.lowlevel.cancel_shielded_checkpoint()  # answered at once: still a schedule point
-            answer = await self._park(call)
+        self._post(actor, call)
+        # The first park written out (`_park`'s, without a coroutine of its own to make and to
+        # pass through both ways, on every command): posting only queues the call and wakes its
+        # actor, so no answer can be waiting for it yet.
+        assert call.answer is None and not call.parked and call.phase == _QUEUED, "a call just posted is not answered"
+        call.parked = True
+        answer = await trio.lowlevel.wait_task_rescheduled(call.abort)
         if answer is not _WAIT:
             return answer
         # Nothing to answer yet: wait among the actor's waiters for a poke that makes the command
@@ -389,41 +379,27 @@ class Partition:
         """Run every command in its actor's next turn and return each one's answer (a `Value`, or
         an `Error` with its `KernelError`) once durable, in the order given.
 
-        Every command's actor is found, then every call is run or posted, before any await, so
-        commands on one actor run in the order given, and the turns of all of them run in this
-        task (keys with no actor: `_run_now`) or in one pass of the scheduler: their records
-        reach the journal together and go out in one group commit (unless the writer was
-        already on its way, when they may take two). Nothing parks: a command that would wait
-        (a long poll) is answered as without a wait. A command whose actor cannot be found (a
-        token that is not current) is refused on its own; the others run. A caller already
-        cancelled runs nothing; cancelled while waiting, the calls not yet run are withdrawn;
-        those decided are recorded and their answers dropped, as for a caller of `submit` that
-        went away."""
+        Every call is posted before any of them runs (no await in between), so commands on one
+        actor run in the order given, and the turns of all of them run in one pass of the
+        scheduler: their records reach the journal together and go out in one group commit
+        (unless the writer was already on its way, when they may take two). Nothing parks: a
+        command that would wait (a long poll) is answered as without a wait. A command whose
+        actor cannot be found (a token that is not current) is refused on its own; the others
+        run. Cancelled while waiting, the calls not yet run are withdrawn; those decided are
+        recorded and their answers dropped, as for a caller of `submit` that went away."""
         if self.refusal is not None:
             raise KernelError(UNAVAILABLE, self.refusal)
-        await trio.lowlevel.checkpoint_if_cancelled()
         task = trio.lowlevel.current_task()
-        found: list[ActorKey | KernelError] = []
-        for command, _ in commands:
-            try:
-                found.append(command.actor(self.state))
-            except KernelError as error:
-                found.append(error)
         posted: list[Any] = []
-        answered = 0
-        for (command, idem), actor in zip(commands, found):
-            if isinstance(actor, KernelError):
-                posted.append(trio_outcome.Error(actor))
-                answered += 1
+        for command, idem in commands:
+            try:
+                actor = command.actor(self.state)
+            except KernelError as error:
+                posted.append(trio_outcome.Error(error))
                 continue
             call = _Call(command, idem, task, False)
-            if actor in self._actors:
-                self._post(actor, call)
-            elif self._run_now(actor, call):
-                answered += 1
+            self._post(actor, call)
             posted.append(call)
-        if answered == len(posted):  # every answer came at once: still a schedule point
-            await trio.lowlevel.cancel_shielded_checkpoint()
         answers: list[trio_outcome.Outcome[Any]] = []
         try:
             for item in posted:
@@ -474,34 +450,6 @@ class Partition:
             self._nursery.start_soon(self._drain, entry)
 
     # -- the actor ------------------------------------------------------------------------------
-
-    def _run_now(self, key: ActorKey, call: _Call) -> bool:
-        """Run a call to a key that has no actor as that actor's turn, in the caller's task.
-
-        A key with no actor has nothing queued, running or waiting, and a turn never awaits: run
-        here, the call is as serialized as it would be in a task of its own (nothing else of
-        the key can run before it ends), and the key is spared starting a task for one call and
-        retiring it after (most calls: a renewal every few seconds of a key nobody else uses).
-        The actor stays as long as something holds it (the call parked among its waiters; a
-        call posted to it meanwhile, which its task then drains). Returns whether the call was
-        answered at once (nothing to wait for: a refusal, or a change-free answer with nothing
-        pending)."""
-        assert key not in self._actors and call.phase == _QUEUED and call.entry is None, "only a key with no actor runs a call now"
-        entry = self._actors[key] = _Actor(key, self)
-        call.entry = entry
-        entry.running = True
-        try:
-            if self._turn(entry, call):
-                self._rerun_waiters(entry)
-        finally:
-            entry.running = False
-            if entry.channel:  # posted to while the turn ran (a poke of itself): its task drains it
-                entry.running = True
-                assert self._nursery is not None, "calls are posted only while the partition runs"
-                self._nursery.start_soon(self._drain, entry)
-            else:
-                self._retire_if_idle(entry)
-        return call.phase == _DONE
 
     async def _drain(self, entry: _Actor) -> None:
         """The actor's task: run every queued call, linger for more, then retire."""
