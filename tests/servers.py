@@ -47,6 +47,9 @@ class ServerProcess:
         self.lines: list[str] = []
         self.proc: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
+        # How long the last start took, until /healthz said 200 (a loaded machine's starts are slow:
+        # tests that outlast a restart within a lease size the lease by it).
+        self.started_in_s = 0.0
         # Where it listens, and what runs it (`["ip", "netns", "exec", NS]`: inside a network namespace).
         self.host = "127.0.0.1"
         self.prefix: list[str] = []
@@ -61,6 +64,7 @@ class ServerProcess:
         command = [*self.prefix, sys.executable, "-m", "runstate.server.cli", "serve", "--host", self.host, "--port", str(self.port), *self.args]
         self.lines = []
         self.base_url = ""  # (told again by this start)
+        began = time.monotonic()
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env())
         found = threading.Event()
 
@@ -80,6 +84,7 @@ class ServerProcess:
             self.kill()
             raise RuntimeError("server did not start:\n" + "\n".join(self.lines))
         self.wait_healthy()
+        self.started_in_s = time.monotonic() - began
         return self
 
     def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:

@@ -3,7 +3,7 @@ cancelled run that stops its workers at once, and a paused worker that sees its 
 
 - A worker holds a claim (15 s lease) in `run()`; the server is killed with SIGKILL one second
   later and started again with the same `--data-dir` six seconds after that, so a renewal falls
-  due while it is down. The work runs to its end: `run()` returns its result, not LeaseLostError.
+  due while it is down (where a start is slow, the lease and the time down grow with it: `_sized`). The work runs to its end: `run()` returns its result, not LeaseLostError.
 - A handler finishes while the server is down: its completion is sent again until the restarted
   server takes it, and the task records that result at its first attempt.
 - A run is cancelled while `consume()` runs two long handlers: it returns within a second (and a
@@ -17,6 +17,7 @@ Each script prints JSON lines; the test reads them as they come, and kills what 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -35,6 +36,16 @@ pytestmark = pytest.mark.e2e
 
 # How long the server stays down: longer than a claim's renewal interval (15 s / 3).
 DOWN_S = 6.0
+
+
+def _sized(server: ServerProcess) -> tuple[int, float]:
+    """A lease (whole seconds) and a time down for an outage of `server` that its clients ride
+    through: the renewal due at a third of the lease falls while it is down, and it is back (a
+    restart taken as twice its first start, which a loaded machine makes slow) well before the
+    client gives the lease up at nine tenths of it. 15 s and DOWN_S where a start takes a second."""
+    restart_s = 2 * server.started_in_s
+    lease_s = max(15, math.ceil((3 + restart_s) / 0.55))
+    return lease_s, max(DOWN_S, lease_s / 3 + 0.5)
 
 
 class Script:
@@ -112,7 +123,8 @@ CLAIM = """
             return {"finished": True, "generation": lease.generation, "lost": lease.is_lost}
 
         try:
-            print(json.dumps({"result": await run.claim("report").run(work, lease_seconds=15)}), flush=True)
+            lease_s = int(os.environ["LEASE_S"])
+            print(json.dumps({"result": await run.claim("report").run(work, lease_seconds=lease_s)}), flush=True)
         except LeaseLostError as error:
             print(json.dumps({"lost": str(error)}), flush=True)
 
@@ -124,13 +136,17 @@ def test_a_held_claim_survives_a_server_killed_and_restarted_within_its_lease(du
     """The claim is acquired at 0; the server dies at about 1 s and is back after 6 s and its
     start-up (the renewal due at 5 s falls in between): the 20 s of work finish, run() returns,
     and the claim is then free for the next holder at generation 2."""
-    script = Script(durable_server, CLAIM, WORK_S="20")
+    lease_s, down_s = _sized(durable_server)
+    work_s = max(20, math.ceil(1 + down_s + 2 * durable_server.started_in_s + 4))
+    script = Script(durable_server, CLAIM, WORK_S=str(work_s), LEASE_S=str(lease_s))
     try:
         started = script.line()
         acquired_at = time.monotonic()
         time.sleep(1)
-        killed_at, back_at = _outage(durable_server)
-        assert killed_at - acquired_at < 5 < back_at - acquired_at < 15, (killed_at - acquired_at, back_at - acquired_at)
+        killed_at, back_at = _outage(durable_server, down_s)
+        assert killed_at - acquired_at < lease_s / 3 < back_at - acquired_at < lease_s, (
+            killed_at - acquired_at, back_at - acquired_at, lease_s,
+        )
         done, log = script.finish()
     finally:
         script.kill()
@@ -163,7 +179,7 @@ HANDLER = """
             if delivery is not None:
                 errors.append(repr(error))
 
-        await run.mailbox(name).consume(handle, lease_seconds=15, stop_event=stop, on_error=on_error)
+        await run.mailbox(name).consume(handle, lease_seconds=int(os.environ["LEASE_S"]), stop_event=stop, on_error=on_error)
         print(json.dumps({"errors": errors}), flush=True)
 
     asyncio.run(main())
@@ -174,7 +190,8 @@ def test_a_completion_made_while_the_server_is_down_is_accepted_once_it_is_back(
     """The handler (4 s) finishes while the server is down (from about 1 s, for 6 s): consume()
     sends the completion again until the restarted server takes it; no error for the delivery; the
     task is SUCCEEDED with that result, at attempt 1."""
-    script = Script(durable_server, HANDLER, MAILBOX=f"ride-{uuid.uuid4().hex[:8]}")
+    lease_s, _ = _sized(durable_server)
+    script = Script(durable_server, HANDLER, MAILBOX=f"ride-{uuid.uuid4().hex[:8]}", LEASE_S=str(lease_s))
     try:
         handling = script.line()
         time.sleep(1)
