@@ -368,7 +368,7 @@ class Connections:
         if head is None:
             raise Broken(f"{origin.host}:{origin.port} answered a head this client cannot stream: {bytes(buffer[:200])!r}")
         status, headers, framing = head
-        body: _Lines = ChunkedLines() if framing == _CHUNKED else _WholeLines(framing)
+        body = ChunkedLines() if framing == _CHUNKED else _WholeLines(framing)
         rest = bytes(buffer[end + 4:])
         buffer.clear()
         stream = Stream(status, headers, link, origin, body, self._slots)
@@ -400,7 +400,7 @@ class Stream:
 
     __slots__ = ("status", "headers", "_link", "_origin", "_body", "_slots", "_pending", "_closed")
 
-    def __init__(self, status: int, headers: Headers, link: _Link, origin: _Origin, body: _Lines,
+    def __init__(self, status: int, headers: Headers, link: _Link, origin: _Origin, body: ChunkedLines | _WholeLines,
                  slots: trio.Semaphore) -> None:
         self.status = status
         self.headers = headers
@@ -454,8 +454,9 @@ class Stream:
 
 
 class _Lines:
-    """A body taken apart into lines as its bytes come (no IO): `feed` returns the lines each
-    piece completed, `end` is told that the connection ended, `done` once the body has."""
+    """What the two ways of taking a body apart into lines share (no IO): each has `feed`, which
+    returns the lines a piece of the body completed, `end`, told that the connection ended, and
+    `done`, once the body has."""
 
     __slots__ = ("done", "_line", "_line_bytes_max")
 
@@ -463,12 +464,6 @@ class _Lines:
         self.done = False
         self._line = bytearray()  # the start of a line whose end has not come yet
         self._line_bytes_max = line_bytes_max
-
-    def feed(self, data: bytes) -> list[bytes]:
-        raise NotImplementedError
-
-    def end(self) -> list[bytes]:
-        raise NotImplementedError
 
     def _split(self, data: bytes) -> list[bytes]:
         """The lines `data` completes (the line begun before first), its unfinished end kept."""

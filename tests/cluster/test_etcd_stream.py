@@ -19,7 +19,7 @@ import orjson
 import pytest
 import trio
 
-from runstate.snapshots.etcd import EtcdClient, EtcdUnavailable, WatchCanceled
+from runstate.snapshots.etcd import EtcdClient, EtcdServerError, EtcdUnavailable, WatchCanceled
 from runstate.snapshots.http1 import Broken, ChunkedLines
 
 # -- the reader, on bytes alone -----------------------------------------------------------------
@@ -261,4 +261,33 @@ async def test_a_compacted_start_is_canceled_and_a_stream_ended_everywhere_is_un
                     async with etcd.watch("k"):
                         pass
                 assert etcd.connections_busy == 0
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_a_watch_refused_with_a_whole_answer_moves_on_or_says_what_etcd_refused() -> None:
+    """A member that refuses the watch answers a whole error (with a Content-Length, no stream):
+    one that cannot serve it now (503, no leader) gives way to the next member; one that refuses
+    the request itself (400) is the caller's error, raised as etcd said it."""
+
+    def refusal(status: bytes, code: int, text: str) -> Script:
+        async def script(stream: trio.SocketStream, request: dict) -> None:
+            body = orjson.dumps({"error": text, "code": code, "message": text})
+            await stream.send_all(b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (status, len(body), body))
+        return script
+
+    async def healthy(stream: trio.SocketStream, request: dict) -> None:
+        await stream.send_all(HEAD + chunk(message(2, created=True)))
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            a, b, c = await gateways(nursery, refusal(b"503 Service Unavailable", 14, "etcdserver: no leader"), healthy,
+                                     refusal(b"400 Bad Request", 3, "etcdserver: key is not provided"))
+            async with EtcdClient([a.url, b.url]) as etcd, etcd.watch("k") as watch:
+                assert watch.endpoint == b.url and watch.header.revision == 2
+            async with EtcdClient([c.url]) as etcd:
+                with pytest.raises(EtcdServerError, match="key is not provided") as refused:
+                    async with etcd.watch("k"):
+                        pass
+                assert refused.value.status == 400 and etcd.connections_busy == 0
             nursery.cancel_scope.cancel()
