@@ -153,9 +153,14 @@ class Measured:
     p99_ms: float
     node_cpu_per_cycle_ms: float
     etcd_cpu_per_cycle_ms: float
+    # Of a node that neither leads the partition nor takes the requests (it applies the log it
+    # watches), each: part of `node_cpu_per_cycle_ms`. 0 when there is none.
+    standby_cpu_per_cycle_ms: float = 0.0
 
     def figure(self) -> str:
         cost = f"server CPU {self.node_cpu_per_cycle_ms:.3f} ms/cycle"
+        if self.standby_cpu_per_cycle_ms:
+            cost += f" (of which {self.standby_cpu_per_cycle_ms:.3f} ms each standby)"
         if self.etcd_cpu_per_cycle_ms:
             cost += f" + etcd {self.etcd_cpu_per_cycle_ms:.3f} ms"
         return f"{self.cycles_per_s:,.0f} cycles/s, p50 {self.p50_ms:.2f} ms, p99 {self.p99_ms:.2f} ms; {cost}"
@@ -190,10 +195,11 @@ class SteadyClaims:
 
 
 def measure(label: str, targets: list[Target], node_pids: list[int], etcd_pids: list[int], seconds: float,
-            warmup_s: float, session: type = ClaimSession) -> Measured:
-    """The claim cycle over `targets` (worker i on targets[i % len]), with the CPU of the given processes."""
+            warmup_s: float, session: type = ClaimSession, standby_pids: tuple[int, ...] = ()) -> Measured:
+    """The claim cycle over `targets` (worker i on targets[i % len]), with the CPU of the given
+    processes; `standby_pids` (among `node_pids`): the nodes whose CPU is given apart, each."""
 
-    async def run() -> tuple[HarnessResult, float, float]:
+    async def run() -> tuple[HarnessResult, float, float, float]:
         scopes = [await create_scope(target, "bench") for target in targets]
 
         async def make(i: int) -> ClaimSession:
@@ -202,13 +208,15 @@ def measure(label: str, targets: list[Target], node_pids: list[int], etcd_pids: 
         # drive() measures the CPU of one process in its window; here it is the sum over several,
         # so the window is the whole measured call (after a warm-up run of its own).
         await drive(label, make, concurrency=CONCURRENCY, duration_s=warmup_s, warmup_s=0, server_pid=None)
-        nodes_before, etcd_before = _cpu(node_pids), _cpu(etcd_pids)
+        nodes_before, etcd_before, standby_before = _cpu(node_pids), _cpu(etcd_pids), _cpu(list(standby_pids))
         result = await drive(label, make, concurrency=CONCURRENCY, duration_s=seconds, warmup_s=0, server_pid=None)
-        return result, _cpu(node_pids) - nodes_before, _cpu(etcd_pids) - etcd_before
+        return result, _cpu(node_pids) - nodes_before, _cpu(etcd_pids) - etcd_before, _cpu(list(standby_pids)) - standby_before
 
-    result, node_cpu, etcd_cpu = asyncio.run(asyncio.wait_for(run(), seconds + warmup_s + 120))
+    result, node_cpu, etcd_cpu, standby_cpu = asyncio.run(asyncio.wait_for(run(), seconds + warmup_s + 120))
     cycles = max(result.cycles, 1)
-    return Measured(label, result.cycles_per_s, result.p50_ms, result.p99_ms, node_cpu / cycles * 1000, etcd_cpu / cycles * 1000)
+    standby_each = standby_cpu / len(standby_pids) if standby_pids else 0.0
+    return Measured(label, result.cycles_per_s, result.p50_ms, result.p99_ms, node_cpu / cycles * 1000, etcd_cpu / cycles * 1000,
+                    standby_each / cycles * 1000)
 
 
 def _cpu(pids: list[int]) -> float:
@@ -227,7 +235,8 @@ def claim_cycles(procs: Processes, seconds: float, warmup_s: float, say=print) -
         leader = made.nodes.leader_of(SPACE)  # type: ignore[attr-defined]
         other = next(node for node in made.nodes.live() if node is not leader)  # type: ignore[attr-defined]
         for label, node in (("3-node cluster, to the partition's leader", leader), ("3-node cluster, through another node", other)):
-            results.append(measure(label, [made.target(node)], nodes, members, seconds, warmup_s))
+            standbys = tuple(n.process.proc.pid for n in made.nodes.live() if n is not leader and n is not node)  # type: ignore[attr-defined]
+            results.append(measure(label, [made.target(node)], nodes, members, seconds, warmup_s, standby_pids=standbys))
             say(f"bench: {results[-1].label}: {results[-1].figure()}")
     with tempfile.TemporaryDirectory(prefix="bench-growth-", dir=data_root()) as root, cluster(1, Path(root)) as made:
         spaces, key = _spaces_on_every_partition(made)

@@ -3,10 +3,11 @@
 No gRPC, no protobuf, no etcd client library: each call is one HTTP POST of a JSON body to one
 member, so timeouts and member rotation stay under our control. Unary calls go on connections to
 the members kept open between calls (`http1.py`: each request in one write, a small answer read
-by one pattern); a watch, one long stream per call, goes on httpx. What it covers: `range`/`get`,
-`put`, `delete`, `txn` (compares on value, create/mod revision, version and lease; success and
-failure branches), leases (`lease_grant`, `lease_keepalive`, `lease_revoke`, `lease_time_to_live`,
-and `LeaseKeeper`, which keeps one alive), `watch`, `compact`, `member_list` and `status`. The
+by one pattern); a watch, one long stream per call, on a connection of its own, read line by
+line. What it covers: `range`/`get`, `put`, `delete`, `txn` (compares on value, create/mod
+revision, version and lease; success and failure branches), leases (`lease_grant`,
+`lease_keepalive`, `lease_revoke`, `lease_time_to_live`, and `LeaseKeeper`, which keeps one
+alive), `watch`, `compact`, `member_list` and `status`. The
 encoding, the compares and operations, the answers and the errors are in `etcd_wire` (no IO),
 and every public name of it is re-exported here.
 
@@ -75,10 +76,11 @@ from __future__ import annotations
 
 import base64
 import math
+from collections import deque
 from contextlib import asynccontextmanager
+from urllib.parse import urlsplit
 from typing import Any, AsyncIterator, Callable, Iterable, Literal, Sequence
 
-import httpx
 import orjson
 import trio
 
@@ -124,7 +126,7 @@ from .etcd_wire import (
     _server_error,
     prefix_end,
 )
-from .http1 import Connections, Headers, LinkError, NotReached, Progress
+from .http1 import Connections, Headers, LinkError, NotReached, Progress, Stream
 
 __all__ = [
     "ATTEMPT_S",
@@ -179,8 +181,7 @@ IDLE_PER_MEMBER_MAX = 32
 
 # Sent on every request but `status` (see the module docstring); `status` must answer from a
 # member that has no leader too, since finding that out is what it is for.
-_HEADERS = {"content-type": "application/json", "grpc-metadata-hasleader": "true"}
-_UNARY_HEADERS: Headers = [(b"content-type", b"application/json"), (b"grpc-metadata-hasleader", b"true")]
+_HEADERS: Headers = [(b"content-type", b"application/json"), (b"grpc-metadata-hasleader", b"true")]
 _STATUS_HEADERS: Headers = [(b"content-type", b"application/json")]
 
 # -- the client ---------------------------------------------------------------------------------
@@ -218,8 +219,12 @@ class EtcdClient:
         if not cleaned:
             raise ValueError("an etcd client needs at least one endpoint (http://host:port)")
         for endpoint in cleaned:
-            url = httpx.URL(endpoint)
-            if url.scheme not in ("http", "https") or not url.host or url.path not in ("", "/"):
+            try:
+                url = urlsplit(endpoint)
+                url.port  # (a port that is not a number raises ValueError)
+            except ValueError:
+                raise ValueError(f"an etcd endpoint is http(s)://host:port with no path, got {endpoint!r}") from None
+            if url.scheme not in ("http", "https") or not url.hostname or url.path not in ("", "/") or url.query or url.fragment:
                 raise ValueError(f"an etcd endpoint is http(s)://host:port with no path, got {endpoint!r}")
         if not (attempt_s > 0 and math.isfinite(attempt_s)):
             raise ValueError(f"attempt_s must be a positive number of seconds, got {attempt_s!r}")
@@ -233,16 +238,11 @@ class EtcdClient:
         # Each member's last failed attempt (trio time, what it said), until it answers again.
         self.failures: dict[str, tuple[float, str]] = {}
         self._preferred = 0
-        # Unary calls: the attempt's cancel scope bounds each, and whether it had a connection in
-        # hand when the scope struck tells a member never reached from one that did not answer.
+        # Unary calls and watches: the attempt's cancel scope bounds each (a watch's until it is
+        # created), and whether it had a connection in hand when the scope struck tells a member
+        # never reached from one that did not answer. A watch holds a connection of its own, and
+        # one of the `connections_max`, for as long as it lasts.
         self._links = Connections(connections_max, IDLE_PER_MEMBER_MAX)
-        # Watches: httpx's own timeouts only bound connecting (so a connect that fails is told
-        # apart from an answer that never came) and waiting for a free connection; a watch reads
-        # for as long as it lasts.
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=attempt_s, pool=attempt_s),
-            limits=httpx.Limits(max_connections=connections_max, max_keepalive_connections=64),
-        )
 
     def __repr__(self) -> str:
         return f"EtcdClient({self.endpoints!r})"
@@ -252,9 +252,13 @@ class EtcdClient:
         """Connections made for unary calls so far (a call on a kept connection makes none)."""
         return self._links.connects
 
+    @property
+    def connections_busy(self) -> int:
+        """Connections in use now: unary calls on their way and watches open."""
+        return self._links.busy
+
     async def aclose(self) -> None:
         await self._links.aclose()
-        await self._http.aclose()
 
     async def __aenter__(self) -> EtcdClient:
         return self
@@ -452,7 +456,7 @@ class EtcdClient:
         return document
 
     async def _call_any(
-        self, path: str, body: dict[str, Any], *, repeatable: bool, headers: Headers = _UNARY_HEADERS,
+        self, path: str, body: dict[str, Any], *, repeatable: bool, headers: Headers = _HEADERS,
     ) -> tuple[dict[str, Any], str]:
         """Send to each member in turn until one answers (see the module docstring for when a
         member is skipped); returns the answer and who gave it."""
@@ -499,7 +503,7 @@ class EtcdClient:
         now = trio.current_time()
         return [reason for at, reason in self.failures.values() if now - at <= within_s]
 
-    async def _attempt(self, endpoint: str, path: str, payload: bytes, headers: Headers = _UNARY_HEADERS) -> dict[str, Any]:
+    async def _attempt(self, endpoint: str, path: str, payload: bytes, headers: Headers = _HEADERS) -> dict[str, Any]:
         self.requests += 1
         started = trio.current_time()
         progress = Progress()
@@ -549,7 +553,9 @@ class Watch:
     """One watch, made by `EtcdClient.watch()`: `async for response in watch` gives its messages.
 
     `header` is the header of the `created` message; `next_revision` the first revision not yet
-    delivered (where a new watch would resume)."""
+    delivered (where a new watch would resume). The stream is read on a connection of its own
+    (`http1.Connections.stream`), line by line: every message that came whole is delivered,
+    in order, before a break of the stream is noticed."""
 
     def __init__(self, client: EtcdClient, request: dict[str, Any], start_revision: int) -> None:
         self._client = client
@@ -558,27 +564,31 @@ class Watch:
         self.header = Header(0, 0, 0, 0)
         self.endpoint = ""
         self.resumed = 0  # how many times the stream was taken up again on another member
-        self._response: httpx.Response | None = None
-        self._lines: AsyncIterator[str] | None = None
+        self._stream: Stream | None = None
+        self._lines: deque[bytes] = deque()  # messages read and not yet delivered
 
     def __aiter__(self) -> Watch:
         return self
 
     async def __anext__(self) -> WatchResponse:
+        lines = self._lines
         while True:
-            if self._lines is None:
+            if self._stream is None:
                 await self._connect()
                 self.resumed += 1
-            assert self._lines is not None
-            try:
-                line = await self._lines.__anext__()
-            except StopAsyncIteration:
-                await self._drop("the stream ended")
-                continue
-            except httpx.TransportError as err:
-                await self._drop(f"{type(err).__name__}: {err}")
-                continue
-            if not line.strip():
+            if not lines:
+                assert self._stream is not None
+                try:
+                    more = await self._stream.read_lines()
+                except LinkError as err:
+                    await self._drop(f"{type(err).__name__}: {err}")
+                    continue
+                if not more:
+                    await self._drop("the stream ended")
+                    continue
+                lines.extend(more)
+            line = lines.popleft()
+            if not line or line.isspace():
                 continue
             try:
                 result = self._result(line)
@@ -592,10 +602,10 @@ class Watch:
             return self._deliver(result)
 
     async def aclose(self) -> None:
-        response, self._response, self._lines = self._response, None, None
-        if response is not None:
-            with trio.move_on_after(self._client.attempt_s, shield=True):
-                await response.aclose()
+        stream, self._stream = self._stream, None
+        self._lines.clear()
+        if stream is not None:
+            await stream.aclose()
 
     def _deliver(self, result: dict[str, Any]) -> WatchResponse:
         header = Header.parse(result.get("header"))
@@ -610,7 +620,7 @@ class Watch:
             self.next_revision = max(self.next_revision, header.revision + 1)
         return WatchResponse(header, events)
 
-    def _result(self, line: str) -> dict[str, Any]:
+    def _result(self, line: bytes) -> dict[str, Any]:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError as err:
@@ -664,6 +674,8 @@ class Watch:
         raise EtcdUnavailable(failures)
 
     async def _open(self, endpoint: str) -> None:
+        """Open the stream on `endpoint` and wait, within one attempt, for its `created`; the
+        messages that came with it wait in `_lines` for the first read."""
         client = self._client
         request = dict(self._request)
         if self.next_revision:
@@ -671,30 +683,32 @@ class Watch:
         payload = orjson.dumps({"create_request": request})
         self.endpoint = endpoint
         client.requests += 1
+        progress = Progress()
+        created: dict[str, Any] | None = None
+        lines = self._lines
+        lines.clear()
         with trio.move_on_after(client.attempt_s) as scope:
             try:
-                built = client._http.build_request("POST", endpoint + "/v3/watch", content=payload, headers=_HEADERS)
-                self._response = await client._http.send(built, stream=True)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as err:
-                raise _NotDelivered(f"{endpoint}: cannot connect ({type(err).__name__}: {err})") from err
-            except httpx.TransportError as err:
+                self._stream = stream = await client._links.stream("POST", endpoint, "/v3/watch", _HEADERS, payload, progress)
+                if stream.status != 200:
+                    _answer(endpoint, stream.status, await stream.read_body())  # raises the error it carries
+                    raise EtcdProtocolError(f"etcd at {endpoint} refused a watch with {stream.status}")
+                while created is None:
+                    if not lines:
+                        more = await stream.read_lines()
+                        if not more:
+                            raise _NoAnswer(f"{endpoint}: the watch stream ended before it was created")
+                        lines.extend(more)
+                    line = lines.popleft()
+                    if line and not line.isspace():
+                        created = self._result(line)
+            except NotReached as err:
+                raise _NotDelivered(f"{endpoint}: cannot connect ({err})") from err
+            except LinkError as err:
                 raise _NoAnswer(f"{endpoint}: {type(err).__name__}: {err}") from err
-            if self._response.status_code != 200:
-                content = await self._response.aread()
-                _answer(endpoint, self._response.status_code, content)  # raises the error it carries
-                raise EtcdProtocolError(f"etcd at {endpoint} refused a watch with {self._response.status_code}")
-            self._lines = self._response.aiter_lines()
-            created: dict[str, Any] | None = None
-            while created is None:
-                try:
-                    line = await self._lines.__anext__()
-                except StopAsyncIteration:
-                    raise _NoAnswer(f"{endpoint}: the watch stream ended before it was created") from None
-                except httpx.TransportError as err:
-                    raise _NoAnswer(f"{endpoint}: {type(err).__name__}: {err}") from err
-                if line.strip():
-                    created = self._result(line)
         if scope.cancelled_caught:
+            if not progress.connected:  # (waiting for a free connection, or connecting)
+                raise _NotDelivered(f"{endpoint}: cannot connect within {client.attempt_s:g} s")
             raise _NoAnswer(f"{endpoint}: the watch was not created within {client.attempt_s:g} s")
         assert created is not None
         if not created.get("created"):

@@ -26,6 +26,12 @@ So the connections are owned here, on h11's public interface:
   connection was in hand when the timeout struck says whether the request can have gone out.
 - A request cancelled on its way (a leader change, a client gone, a timeout) closes its
   connection: what is left of its answer can never be read in order.
+- **Streamed answers** (`Connections.stream`: an etcd watch, whose answer is one JSON message a
+  line, in chunks, for as long as the watch lasts) go on a connection of their own, made for the
+  stream and closed with it, never taken from or put back among the idle ones; it holds one of
+  the `connections_max` slots for its life. Its body is read line by line (`Stream.read_lines`:
+  every whole line that came, a line split across chunks or reads joined), the chunks taken
+  apart by `ChunkedLines`, which does no IO, so that its cases are tested on bytes alone.
 """
 
 from __future__ import annotations
@@ -39,8 +45,8 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
-__all__ = ["Connections", "Answer", "Progress", "LinkError", "NotReached", "Broken", "Headers",
-           "CONNECTIONS_MAX", "IDLE_PER_ORIGIN_MAX", "IDLE_S_MAX"]
+__all__ = ["Connections", "Answer", "Stream", "ChunkedLines", "Progress", "LinkError", "NotReached", "Broken",
+           "Headers", "CONNECTIONS_MAX", "IDLE_PER_ORIGIN_MAX", "IDLE_S_MAX", "LINE_BYTES_MAX"]
 
 # Requests on their way at once (each on its own connection), by default.
 CONNECTIONS_MAX = 256
@@ -53,6 +59,11 @@ HEAD_BYTES_MAX = 64 * 1024
 # keep-alive ends (`keep_alive_s`, 15 s by default), so that a request is seldom written as the
 # origin closes the connection (such a request may or may not have been done: `Broken`).
 IDLE_S_MAX = 4.0
+# The longest line of a streamed answer (an etcd watch message holds events of up to 1,000
+# revisions, base64 in JSON); a longer one breaks the stream rather than growing without end.
+LINE_BYTES_MAX = 64 * 1024 * 1024
+# The longest chunk-size line (with its extensions) and trailer section of a body in chunks.
+CHUNK_LINE_BYTES_MAX = 4096
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -159,11 +170,17 @@ class Connections:
             raise ValueError("connections_max >= 1, idle_per_origin_max >= 0 and idle_s_max > 0")
         self._origins: dict[str, _Origin] = {}
         self._slots = trio.Semaphore(connections_max)
+        self._connections_max = connections_max
         self._idle_max = idle_per_origin_max
         self._idle_s_max = idle_s_max
         self._tls: ssl.SSLContext | None = None
         self._closed = False
         self.connects = 0  # connections made (each request on a kept one makes none)
+
+    @property
+    def busy(self) -> int:
+        """Requests on their way and streams open now (each holds one of `connections_max`)."""
+        return self._connections_max - self._slots.value
 
     async def request(self, method: str, base_url: str, target: str, headers: Headers, body: bytes,
                       progress: Progress | None = None) -> Answer:
@@ -230,14 +247,7 @@ class Connections:
                         body: bytes) -> tuple[Answer, bool]:
         """Send the request in one write and read its answer: (the answer, whether the connection
         can carry another request)."""
-        lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode("ascii"), target.encode("latin-1"), origin.authority)]
-        lines.extend(b"%s: %s\r\n" % header for header in headers)
-        if body or method not in ("GET", "HEAD", "DELETE"):
-            lines.append(b"content-length: %d\r\n" % len(body))
-        lines.append(b"\r\n")
-        head = b"".join(lines)
-        if head.count(b"\n") != len(lines) + 1 or head.count(b"\r") != len(lines) + 1 or b" " in target.encode("latin-1"):
-            raise LinkError("the request cannot be sent: a line break inside its head")
+        head = _request_head(origin, method, target, headers, body)
         try:
             await link.write(head + body)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
@@ -314,6 +324,58 @@ class Connections:
                 raise Broken(f"{origin.host}:{origin.port} closed the connection before its answer ended")
             # (an informational answer, 1xx: the real one follows)
 
+    async def stream(self, method: str, base_url: str, target: str, headers: Headers, body: bytes,
+                     progress: Progress | None = None) -> Stream:
+        """Send `method target` (as `request` does) on a new connection of its own, and read its
+        answer's head: the `Stream` whose body is read as it comes. The caller closes it
+        (`Stream.aclose`), which closes the connection; until then it holds a slot."""
+        origin = self._origins.get(base_url)
+        if origin is None:
+            origin = self._origins[base_url] = _Origin(base_url)
+        head = _request_head(origin, method, target, headers, body)
+        await self._slots.acquire()
+        try:
+            link = await self._connect(origin)
+            if progress is not None:
+                progress.connected = True
+            try:
+                await link.write(head + body)
+                return await self._stream_head(link, origin, method)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+                await trio.aclose_forcefully(link.stream)
+                raise Broken(f"the stream from {origin.host}:{origin.port} failed: {error}") from error
+            except BaseException:
+                await trio.aclose_forcefully(link.stream)
+                raise
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def _stream_head(self, link: _Link, origin: _Origin, method: str) -> Stream:
+        """Read the head of a streamed answer; what came past it is the start of its body."""
+        buffer = link.buffer
+        while True:
+            end = buffer.find(b"\r\n\r\n", 0, HEAD_BYTES_MAX)
+            if end >= 0:
+                break
+            if len(buffer) > HEAD_BYTES_MAX:
+                raise Broken(f"{origin.host}:{origin.port} answered a head longer than {HEAD_BYTES_MAX} bytes")
+            data = await link.read()
+            if not data:
+                raise Broken(f"{origin.host}:{origin.port} closed the connection before it answered")
+            buffer += data
+        head = _stream_head(buffer, end, method)
+        if head is None:
+            raise Broken(f"{origin.host}:{origin.port} answered a head this client cannot stream: {bytes(buffer[:200])!r}")
+        status, headers, framing = head
+        body = ChunkedLines() if framing == _CHUNKED else _WholeLines(framing)
+        rest = bytes(buffer[end + 4:])
+        buffer.clear()
+        stream = Stream(status, headers, link, origin, body, self._slots)
+        if rest:
+            stream._pending = body.feed(rest)
+        return stream
+
     def _keep(self, link: _Link, origin: _Origin) -> bool:
         """Put an answered connection back for the next request, if there is room."""
         if self._closed or len(origin.idle) >= self._idle_max:
@@ -329,6 +391,205 @@ class Connections:
             while origin.idle:
                 await trio.aclose_forcefully(origin.idle.pop().stream)
 
+
+
+class Stream:
+    """A streamed answer (`Connections.stream`) on its own connection: `status`, `headers` (names
+    in lower case), then its body line by line (`read_lines`) or whole (`read_body`). Close it
+    with `aclose` (at once, whatever is left unread), which frees its connection and its slot."""
+
+    __slots__ = ("status", "headers", "_link", "_origin", "_body", "_slots", "_pending", "_closed")
+
+    def __init__(self, status: int, headers: Headers, link: _Link, origin: _Origin, body: ChunkedLines | _WholeLines,
+                 slots: trio.Semaphore) -> None:
+        self.status = status
+        self.headers = headers
+        self._link = link
+        self._origin = origin
+        self._body = body
+        self._slots = slots
+        self._pending: list[bytes] = []  # lines that came with the head
+        self._closed = False
+
+    async def read_lines(self) -> list[bytes]:
+        """The next whole lines of the body, in order, without their b"\\n" (at least one), as
+        many as have come; [] once the body has ended. `Broken` when the connection fails or
+        the origin closes it before the body's end, or the body is not well formed."""
+        if self._pending:
+            lines, self._pending = self._pending, []
+            return lines
+        body = self._body
+        origin = self._origin
+        while not body.done:
+            try:
+                data = await self._link.read()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
+                raise Broken(f"reading the stream from {origin.host}:{origin.port} failed: {error}") from error
+            if data:
+                lines = body.feed(data)
+            else:
+                try:
+                    lines = body.end()
+                except Broken as error:
+                    raise Broken(f"{origin.host}:{origin.port} {error}") from None
+            if lines:
+                return lines
+        return []
+
+    async def read_body(self) -> bytes:
+        """The rest of the body, whole (lines joined by b"\\n"): an answer that is not a stream,
+        such as an error's."""
+        lines: list[bytes] = []
+        while True:
+            more = await self.read_lines()
+            if not more:
+                return b"\n".join(lines)
+            lines += more
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._slots.release()
+            await trio.aclose_forcefully(self._link.stream)
+
+
+class _Lines:
+    """What the two ways of taking a body apart into lines share (no IO): each has `feed`, which
+    returns the lines a piece of the body completed, `end`, told that the connection ended, and
+    `done`, once the body has."""
+
+    __slots__ = ("done", "_line", "_line_bytes_max")
+
+    def __init__(self, line_bytes_max: int) -> None:
+        self.done = False
+        self._line = bytearray()  # the start of a line whose end has not come yet
+        self._line_bytes_max = line_bytes_max
+
+    def _split(self, data: bytes) -> list[bytes]:
+        """The lines `data` completes (the line begun before first), its unfinished end kept."""
+        line = self._line
+        if b"\n" not in data:
+            line += data
+            lines = []
+        else:
+            lines = data.split(b"\n")
+            if line:
+                lines[0] = bytes(line) + lines[0]
+                line.clear()
+            line += lines.pop()
+        if len(line) > self._line_bytes_max:
+            raise Broken(f"a line of a streamed answer is longer than {self._line_bytes_max} bytes")
+        if self.done and line:  # the body's last line, with no newline after it
+            lines.append(bytes(line))
+            line.clear()
+        return lines
+
+
+class ChunkedLines(_Lines):
+    """A body in chunks (RFC 9112 section 7.1: a hexadecimal size line, that many bytes of data
+    and a CRLF, again until a chunk of size 0, then trailer lines and an empty line), taken
+    apart into the lines its data holds. A line may be split across chunks and a chunk across
+    reads; several lines may come in one chunk, several chunks in one read. Extensions and
+    trailers are read past. Bytes past the body's end are left unread (its connection is closed
+    with it). `Broken` for a body that is not well formed, or that ends early (`end`)."""
+
+    __slots__ = ("_raw", "_left")
+
+    # `_left`: bytes of the current chunk's data still to come when positive; else what is next.
+    _SIZE, _CRLF, _TRAILER = -1, -2, -3
+
+    def __init__(self, line_bytes_max: int = LINE_BYTES_MAX) -> None:
+        super().__init__(line_bytes_max)
+        self._raw = b""  # framing bytes not yet taken apart
+        self._left = self._SIZE
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self.done:
+            return []
+        raw = self._raw + data if self._raw else data
+        size = len(raw)
+        at = 0
+        pieces: list[bytes] = []
+        left = self._left
+        while at < size:
+            if left > 0:
+                take = min(left, size - at)
+                pieces.append(raw[at:at + take])
+                at += take
+                left -= take
+                if not left:
+                    left = self._CRLF
+            elif left == self._CRLF:
+                if size - at < 2:
+                    break
+                if raw[at:at + 2] != b"\r\n":
+                    raise Broken("a chunk's data is not followed by CRLF")
+                at += 2
+                left = self._SIZE
+            else:
+                end = raw.find(b"\r\n", at, at + CHUNK_LINE_BYTES_MAX)
+                if end < 0:
+                    if size - at >= CHUNK_LINE_BYTES_MAX:
+                        raise Broken(f"a chunk-size or trailer line is longer than {CHUNK_LINE_BYTES_MAX} bytes")
+                    break
+                line = raw[at:end]
+                at = end + 2
+                if left == self._TRAILER:
+                    if not line:
+                        self.done = True
+                        break
+                    continue
+                digits = line.split(b";", 1)[0].strip(b" \t")
+                if _HEX.fullmatch(digits) is None:
+                    raise Broken(f"a chunk-size line is not a hexadecimal size: {line[:80]!r}")
+                left = int(digits, 16) or self._TRAILER
+        self._left = left
+        self._raw = b"" if self.done else raw[at:]
+        return self._split(b"".join(pieces) if len(pieces) != 1 else pieces[0])
+
+    def end(self) -> list[bytes]:
+        if not self.done:
+            raise Broken("closed the connection before the last chunk of its answer")
+        return []
+
+
+class _WholeLines(_Lines):
+    """A body of a known length (`length`), or up to the connection's end (-1), into lines."""
+
+    __slots__ = ("_left",)
+
+    def __init__(self, length: int, line_bytes_max: int = LINE_BYTES_MAX) -> None:
+        super().__init__(line_bytes_max)
+        self._left = length
+        self.done = length == 0
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self.done:
+            return []
+        if self._left >= 0:
+            data = data[:self._left]
+            self._left -= len(data)
+            self.done = not self._left
+        return self._split(data)
+
+    def end(self) -> list[bytes]:
+        if self._left > 0:
+            raise Broken("closed the connection before its answer ended")
+        self.done = True
+        return self._split(b"")
+
+
+def _request_head(origin: _Origin, method: str, target: str, headers: Headers, body: bytes) -> bytes:
+    """A request's head: its line, Host, the given header lines, Content-Length when it has a body."""
+    lines = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode("ascii"), target.encode("latin-1"), origin.authority)]
+    lines.extend(b"%s: %s\r\n" % header for header in headers)
+    if body or method not in ("GET", "HEAD", "DELETE"):
+        lines.append(b"content-length: %d\r\n" % len(body))
+    lines.append(b"\r\n")
+    head = b"".join(lines)
+    if head.count(b"\n") != len(lines) + 1 or head.count(b"\r") != len(lines) + 1 or b" " in target.encode("latin-1"):
+        raise LinkError("the request cannot be sent: a line break inside its head")
+    return head
 
 
 # The plainest answer: HTTP/1.1, a status, header lines of a token, a colon and visible characters.
@@ -370,3 +631,43 @@ def _plain_answer(buffer: bytearray, end: int, method: str) -> tuple[int, Header
     elif length < 0:
         return None
     return status, headers, end + 4, length, keep
+
+
+# A chunk's size: hexadecimal digits only (int(..., 16) would also take a sign, "0x" and "_").
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+# How a streamed answer's body is framed, besides a length (>= 0) or up to the connection's end (-1).
+_CHUNKED = -2
+
+
+def _stream_head(buffer: bytearray, end: int, method: str) -> tuple[int, Headers, int] | None:
+    """The head of a streamed answer ending at `end`, as (status, headers with names in lower
+    case, framing: `_CHUNKED`, a Content-Length, or -1 up to the connection's end); None for a
+    head of another shape (an informational status, a coding other than chunked, a malformed or
+    repeated Content-Length)."""
+    first = _STATUS_LINE.match(buffer)
+    if first is None or _FIELDS.fullmatch(buffer, first.end(), end + 2) is None:
+        return None
+    status = int(first[1])
+    if status < 200:
+        return None
+    headers: Headers = []
+    length = -1
+    chunked = False
+    for line in bytes(buffer[first.end():end]).split(b"\r\n"):
+        if not line:
+            continue
+        name, _, value = line.partition(b":")
+        name = name.lower()
+        value = value.strip(b" \t")
+        if name == b"content-length":
+            if length >= 0 or not value.isdigit():
+                return None
+            length = int(value)
+        elif name == b"transfer-encoding":
+            if value.lower() != b"chunked" or chunked:
+                return None
+            chunked = True
+        headers.append((name, value))
+    if method == "HEAD" or status in (204, 304):
+        return status, headers, 0
+    return status, headers, _CHUNKED if chunked else length

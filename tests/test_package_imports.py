@@ -19,8 +19,8 @@ import runstate
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The cluster's journal talks to etcd over HTTP (httpx) by design; a start without a cluster never
-# imports these, and nothing else of the kernel does.
+# The cluster's journal talks to etcd over HTTP (`snapshots/http1.py`, on h11); a start without a
+# cluster never imports these, and nothing else of the kernel does.
 CLUSTER_MODULES = {"runstate.snapshots.etcd", "runstate.snapshots.etcd_journal"}
 
 _PROBE = """
@@ -57,6 +57,15 @@ def test_importing_the_kernel_imports_neither_the_sdk_nor_httpx():
     assert sdk == [], f"importing the kernel imported the SDK's {sdk}"
     assert not [name for name in modules if name == "httpx" or name.startswith("httpx.")]
     assert not {"AsyncRunstate", "Runstate", "once", "errors"} & set(loaded["names"]), "the SDK's names are read lazily"
+
+
+def test_the_etcd_client_and_the_clusters_journal_import_no_httpx():
+    """Their unary calls and their watches go on `snapshots/http1.py`, never on httpx."""
+    probe = "import json, sys, " + ", ".join(sorted(CLUSTER_MODULES)) + "; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    modules = set(json.loads(done.stdout))
+    assert CLUSTER_MODULES <= modules and "h11" in modules  # the probe ran
+    assert not [name for name in modules if name == "httpx" or name.startswith("httpx.")]
 
 
 def _checker_imports() -> dict[str, str]:
