@@ -5,8 +5,9 @@ request at a time, in the connection's own task:
 
 1. **The head.** Bytes are read into the connection's buffer until a whole request head is in it
    (bounded by `HEAD_BYTES_MAX` and, from its first byte, by `header_timeout_s`: 408 past it).
-   Between requests the connection waits for the next one at most `keep_alive_s` (one deadline
-   of the connection's own, no task), and not at all once the server stops.
+   Between requests the connection waits for the next one about `keep_alive_s` (no deadline of
+   its own: one sweep per server ends the waits that have lasted that long, `Doors.sweep_idle`),
+   and not at all once the server stops.
 2. **The plain path.** A request whose head has the plainest shape and whose body came with it
    (`heads.plain_request`: what every SDK sends) is read by one pattern and answered by `plain`
    (`http.serve_whole`) in this task: no h11 event, no ASGI scope or message, the answer's head
@@ -166,6 +167,7 @@ class Connection:
         sock = stream.transport_stream.socket if isinstance(stream, trio.SSLStream) else stream.socket
         # Reads and writes go straight to a plain socket (`_fill`, `Writer`); TLS goes through trio.
         self._fd = -1 if secure else sock.fileno()
+        door.fd = self._fd  # how the doors wake its wait for a next request
         self._watched_fd = sock.fileno()  # what `Hangups` watches for the client going away
         self._client = _address(sock.getpeername())
         self._server = _address(sock.getsockname())
@@ -213,22 +215,35 @@ class Connection:
         return True
 
     async def _wait_idle(self) -> bool:
-        """Wait for the first bytes of the next request, at most `keep_alive_s`, and not at all
-        once the server stops; a request that came meanwhile is still read (True)."""
+        """Wait for the first bytes of the next request, until the doors end the wait (the
+        keep-alive sweep after `keep_alive_s`, or the stop), and not at all once the server
+        stops; a request that came meanwhile is still read (True).
+
+        No deadline of its own: the wait records when it began, for the sweep (`Doors.sweep_idle`).
+        A plain socket's wait is woken with ClosedResourceError (`Door.wake`), a TLS one's cancelled."""
         if self._eof:
             return False
         door = self._door
-        shared = self._shared
-        if not shared.doors.stopping:
-            # One scope for both bounds (a read timeout above the keep-alive is the usual case), and
-            # the one the doors cancel at a stop.
-            with trio.CancelScope(deadline=trio.current_time() + min(shared.keep_alive_s, shared.read_timeout_s)) as door.idle:
-                data = await self._read()
-                if data:
-                    self._buffer += data
+        if not self._shared.doors.stopping:
+            data: bytes | bytearray | None = None
+            door.idle_since = trio.current_time()
+            try:
+                if self._fd >= 0:
+                    try:
+                        data = await self._read()
+                    except trio.ClosedResourceError:  # woken by the doors: nothing read
+                        pass
                 else:
-                    self._eof = True
-            door.idle = None
+                    with trio.CancelScope() as door.idle:
+                        data = await self._read()
+            finally:
+                # Before anything else can close the socket: the doors wake only a door that waits.
+                door.idle_since = None
+                door.idle = None
+            if data:
+                self._buffer += data
+            elif data is not None:
+                self._eof = True
         if not self._buffer and not self._eof:
             self._fill_nowait()
         return bool(self._buffer)

@@ -8,6 +8,9 @@ handling (`http.py`, `console/site.py`) share what is here:
   UNAVAILABLE with the envelope and closed. The stop of the server goes through here too
   (`Doors.stop`): idle connections close, busy ones after their answer, and a request passed on
   to another node that is still waiting there is answered 503 (the node is going).
+- **The keep-alive** (`Doors.sweep_idle`): one task per server ends the connections that have
+  waited `keep_alive_s` for their next request (at most a second late), where a deadline per wait
+  would cost a cancel scope and an entry in trio's deadline heap per request.
 - **The body** (`read_body`, `take_body`): read only once the request may proceed (route found,
   key known), and counted against `body_bytes_in_flight_max`, a bound on the bytes held across
   every request in flight: past it a request gets 503 UNAVAILABLE with Retry-After, not memory.
@@ -44,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Doors", "Door", "Gone", "SocketGone", "Hangups", "BodyReading", "ClientGone", "read_body", "take_body", "drain",
-    "send_while_discarding", "check_known_key", "raw_answer", "declared_length", "LINGER_BYTES_MAX", "LINGER_S",
+    "send_while_discarding", "check_known_key", "raw_answer", "declared_length", "LINGER_BYTES_MAX", "LINGER_S", "SWEEP_S",
 ]
 
 log = logging.getLogger("runstate.doors")
@@ -54,6 +57,8 @@ log = logging.getLogger("runstate.doors")
 # than a reset connection. Dropping costs bandwidth, not memory.
 LINGER_BYTES_MAX = 64 * 1024 * 1024
 LINGER_S = 5.0
+# The keep-alive sweep (`Doors.sweep_idle`) looks at the idle connections at most this often.
+SWEEP_S = 1.0
 REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large",
            431: b"Request Header Fields Too Large", 500: b"Internal Server Error", 501: b"Not Implemented",
            503: b"Service Unavailable", 505: b"HTTP Version Not Supported"}
@@ -61,16 +66,34 @@ REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Larg
 
 class Door:
     """One connection in: when it opened, whether it has shown a key the server knows, how to
-    close it (its cancel scope), and, while it waits for its next request, how to stop that wait
-    (`idle`: cancelled when the server stops)."""
+    close it (its cancel scope), and, while it waits for its next request, since when (`idle_since`)
+    and how to end that wait (`wake`: the keep-alive sweep when it has waited too long, the stop
+    of the server at once)."""
 
-    __slots__ = ("opened", "authenticated", "scope", "idle")
+    __slots__ = ("opened", "authenticated", "scope", "fd", "idle_since", "idle")
 
     def __init__(self, opened: float) -> None:
         self.opened = opened
         self.authenticated = False
         self.scope = trio.CancelScope()
+        # The plain socket the connection waits on (its wait is woken by `notify_closing`); -1 for
+        # TLS, whose wait is woken through its cancel scope (`idle`).
+        self.fd = -1
+        # When the wait for the next request began (trio's clock); None while the connection is not waiting.
+        self.idle_since: float | None = None
         self.idle: trio.CancelScope | None = None
+
+    def wake(self) -> None:
+        """End the wait for the next request now: the connection reads what came meanwhile, if
+        anything, and otherwise closes. Only for a door that waits (`idle_since` set): its socket
+        is open, since the connection closes it only once the wait has ended."""
+        self.idle_since = None
+        if self.fd >= 0:
+            # Wakes the task waiting on the socket with ClosedResourceError, with no cancel scope; the
+            # socket stays open (and may be waited on again) until the connection closes it.
+            trio.lowlevel.notify_closing(self.fd)
+        elif self.idle is not None:
+            self.idle.cancel()
 
 
 class Doors:
@@ -150,12 +173,35 @@ class Doors:
             return
         self.stopping = True
         for door in self.open:
-            if door.idle is not None:
-                door.idle.cancel()
+            if door.idle_since is not None:
+                door.wake()
         for scope in self.waits:
             scope.cancel()
         if self.connections == 0:
             self.all_closed.set()
+
+    async def sweep_idle(self, idle_s: float) -> None:
+        """End the waits for a next request that have lasted `idle_s` (the keep-alive), forever.
+
+        One task per server instead of a deadline per wait: a connection going idle only records
+        when (`Door.idle_since`). The sweep wakes at the earliest end of a wait, but no sooner than
+        `SWEEP_S` after its last look (a tenth of `idle_s` if that is shorter), so a connection
+        closes between `idle_s` and `idle_s` plus that step after its last answer; with no
+        connection waiting, it sleeps `idle_s`, since a wait that begins later ends later.
+        """
+        step = min(SWEEP_S, idle_s / 10)
+        while True:
+            now = trio.current_time()
+            earliest = now + idle_s
+            for door in self.open:
+                since = door.idle_since
+                if since is not None:
+                    ends = since + idle_s
+                    if ends <= now:
+                        door.wake()
+                    elif ends < earliest:
+                        earliest = ends
+            await trio.sleep_until(max(earliest, now + step))
 
     def reserve(self, size: int) -> bool:
         """Count `size` more body bytes as held, unless that goes past the bound."""

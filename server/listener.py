@@ -9,6 +9,9 @@ application's ASGI lifespan around the serving, and hands each accepted connecti
   and closed, instead of each costing a task, buffers and a descriptor.
 - **One hang-up watcher** (`doors.Hangups`) for every connection, made before the first is
   accepted and closed only once the last has ended: what connections share outlives them all.
+- **One keep-alive sweep** (`Doors.sweep_idle`) for every connection: a connection that has
+  waited `keep_alive_s` (or `read_timeout_s`, if shorter) for its next request closes, at most a
+  second late, with no deadline per wait.
 - **A graceful stop.** When `shutdown_trigger` returns, the listening sockets close, and the
   doors stop (`Doors.stop`): a connection waiting for its next request closes (one whose request
   came meanwhile answers it first), a busy one answers what it has read, with `Connection:
@@ -111,6 +114,7 @@ async def serve_app(
         async with _lifespan(app), trio.open_nursery() as watching:
             if hangups is not None:
                 watching.start_soon(hangups.run)
+            watching.start_soon(doors.sweep_idle, min(listening.keep_alive_s, listening.read_timeout_s))
             async with trio.open_nursery() as connections:
                 async with trio.open_nursery() as accepting:
                     for listener in listeners:
