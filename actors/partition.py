@@ -7,7 +7,9 @@ replayed, served, stopped or dropped while the others go on serving; the kernel 
 routes each command to the partition of its space.
 
 Each key (a claim key in a scope, a scope, a queue...) has an actor: a channel of calls and at most
-one trio task draining it, started when a call arrives and gone when the channel is empty. A call
+one trio task draining it, given to the key when a call arrives and taken back a moment after the
+channel is empty (the task then waits in the partition's pool of idle actor tasks for the next key
+with no actor, so a key's actor costs a reschedule, not a task started and ended). A call
 carries a command (`commands.py`: plain data, never a function); the command names its actor. A
 turn takes one call, reads the clock once, runs the command's transition (`transitions.py`)
 against the partition's state, journals the records, arms the timers and pokes the actors named in
@@ -80,6 +82,13 @@ ACTOR_LINGER_S = 1.0
 # At most this many actors linger at once in a partition; past it an actor retires as soon as it
 # is idle, so a burst over a million keys leaves plain state behind, not a million parked tasks.
 ACTORS_LINGERING_MAX = 1024
+# A retired actor's task does not end: it waits in its partition's pool of idle actor tasks, and the
+# next key with no actor takes it (a reschedule) instead of starting a task of its own (a start and
+# an end cost about four turns). At most this many wait; past it a retired actor's task ends. One
+# sweep period retires about as many actors as a second of keys used once starts, so the pool is as
+# large as the lingering actors: a second's keys, up to the same bound (a parked task and its frame
+# are about a kilobyte).
+ACTOR_TASKS_POOLED_MAX = ACTORS_LINGERING_MAX
 
 _QUEUED, _WAITING, _DECIDED, _DONE = range(4)
 
@@ -175,6 +184,23 @@ class _Actor:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
+class _Pooled:
+    """An actor task's place in its partition's pool: made once per task, used each time the task
+    waits there between two keys. (The abort function is called in the task that cancels, so it
+    must be told which task to take out of the pool.)"""
+
+    __slots__ = ("pool", "task")
+
+    def __init__(self, pool: "dict[trio.lowlevel.Task, _Pooled]", task: trio.lowlevel.Task) -> None:
+        self.pool = pool
+        self.task = task
+
+    def abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        """The pooled task was cancelled (the partition is stopping): it leaves the pool and ends."""
+        del self.pool[self.task]
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
 class Partition:
     """One partition's state, journal, supervisor and actors. Create inside trio, then
     `await nursery.start(partition.run)` before submitting to it (the kernel does both)."""
@@ -189,6 +215,8 @@ class Partition:
         self.supervisor = Supervisor(clock, self._on_timer)
         self._actors: dict[ActorKey, _Actor] = {}
         self._lingering: dict[ActorKey, _Actor] = {}
+        # Idle actor tasks, each waiting for a key to serve (`_serve`); the last in is the first out.
+        self._pool: dict[trio.lowlevel.Task, _Pooled] = {}
         self._sweeper: trio.lowlevel.Task | None = None  # the sweep task while it waits for an actor to linger
         self._nursery: trio.Nursery | None = None
         self.turns = 0
@@ -322,8 +350,14 @@ class Partition:
 
     @property
     def actors(self) -> int:
-        """Actors alive now (running or lingering, or holding waiters)."""
+        """Actors alive now (running or lingering, or holding waiters). The idle tasks in the pool
+        serve no key and are not actors: `actor_tasks_pooled` counts them."""
         return len(self._actors)
+
+    @property
+    def actor_tasks_pooled(self) -> int:
+        """Idle actor tasks waiting in the pool for a key (at most `ACTOR_TASKS_POOLED_MAX`)."""
+        return len(self._pool)
 
     # -- durable points ---------------------------------------------------------------------------
 
@@ -446,46 +480,61 @@ class Partition:
             trio.lowlevel.reschedule(task, trio_outcome.Value(True))
         elif not entry.running:
             entry.running = True
-            assert self._nursery is not None, "calls are posted only while the partition runs"
-            self._nursery.start_soon(self._drain, entry)
+            if self._pool:
+                # An idle task from the pool becomes this key's actor.
+                _, pooled = self._pool.popitem()
+                trio.lowlevel.reschedule(pooled.task, trio_outcome.Value(entry))
+            else:
+                assert self._nursery is not None, "calls are posted only while the partition runs"
+                self._nursery.start_soon(self._serve, entry)
 
     # -- the actor ------------------------------------------------------------------------------
 
-    async def _drain(self, entry: _Actor) -> None:
-        """The actor's task: run every queued call, linger for more, then retire."""
-        try:
-            turns = 0
+    async def _serve(self, entry: _Actor) -> None:
+        """An actor task: serve `entry`'s key (run every queued call, linger for more, retire),
+        then wait in the pool to serve the next key that has no actor, until the pool is full."""
+        pooled: _Pooled | None = None
+        lingering = self._lingering
+        while True:
             channel = entry.channel
-            while True:
-                while channel:
-                    call = channel.popleft()
-                    if call.phase != _QUEUED:
-                        assert call.phase == _DONE, "a call leaves its channel only to be run"
-                        continue  # withdrawn by its caller
-                    if call.command is None or self._turn(entry, call):
-                        self._rerun_waiters(entry)
-                    turns += 1
-                    if turns % TURNS_PER_SLICE == 0:
-                        await trio.lowlevel.checkpoint()
-                if len(self._lingering) >= ACTORS_LINGERING_MAX:
-                    return
-                # Retired, unless a call arrived between the sweep's decision and this task's turn.
-                if not await self._linger(entry) and not channel:
-                    return
-        finally:
-            entry.running = False
-            self._retire_if_idle(entry)
-
-    async def _linger(self, entry: _Actor) -> bool:
-        """Wait for another call (True) or for the sweep to retire this actor (False)."""
-        entry.parked = trio.lowlevel.current_task()
-        entry.fresh = True
-        self._lingering[entry.key] = entry
-        if self._sweeper is not None:
-            sweeper, self._sweeper = self._sweeper, None
-            trio.lowlevel.reschedule(sweeper)
-        lingered: bool = await trio.lowlevel.wait_task_rescheduled(entry.abort_linger)
-        return lingered
+            try:
+                turns = 0
+                while True:
+                    while channel:
+                        call = channel.popleft()
+                        if call.phase != _QUEUED:
+                            assert call.phase == _DONE, "a call leaves its channel only to be run"
+                            continue  # withdrawn by its caller
+                        if call.command is None or self._turn(entry, call):
+                            self._rerun_waiters(entry)
+                        turns += 1
+                        if turns % TURNS_PER_SLICE == 0:
+                            await trio.lowlevel.checkpoint()
+                    if len(lingering) >= ACTORS_LINGERING_MAX:
+                        break
+                    # Linger: wait for another call (True) or for the sweep to retire it (False).
+                    if pooled is None:
+                        pooled = _Pooled(self._pool, trio.lowlevel.current_task())
+                    entry.parked = pooled.task
+                    entry.fresh = True
+                    lingering[entry.key] = entry
+                    if self._sweeper is not None:
+                        sweeper, self._sweeper = self._sweeper, None
+                        trio.lowlevel.reschedule(sweeper)
+                    # Retired, unless a call arrived between the sweep's decision and this task's turn.
+                    if not await trio.lowlevel.wait_task_rescheduled(entry.abort_linger) and not channel:
+                        break
+            finally:
+                entry.running = False
+                self._retire_if_idle(entry)
+            # Retired: this task is no key's actor now. It waits in the pool for one, or ends.
+            if len(self._pool) >= ACTOR_TASKS_POOLED_MAX:
+                return
+            if pooled is None:
+                pooled = _Pooled(self._pool, trio.lowlevel.current_task())
+            self._pool[pooled.task] = pooled
+            entry = await trio.lowlevel.wait_task_rescheduled(pooled.abort)
+            assert entry.running and entry.parked is None and entry.channel, "a pooled task is handed a key with calls and no actor"
 
     async def _sweep_lingering(self) -> None:
         """Retire actors that lingered a whole sweep period without a call."""
