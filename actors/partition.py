@@ -172,32 +172,35 @@ class _Actor:
         self.channel: deque[_Call] = deque()
         self.running = False
         # The actor's task while it lingers for more calls, and whether it parked since the last sweep.
-        self.parked: trio.lowlevel.Task | None = None
+        self.parked: _ActorTask | None = None
         self.fresh = False
         # Calls parked until a poke: insertion-ordered (FIFO), removable in O(1).
         self.waiters: dict[_Call, None] = {}
 
-    def abort_linger(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-        """The lingering task was cancelled (the kernel is stopping)."""
-        self.parked = None
-        self.partition._lingering.pop(self.key, None)
-        return trio.lowlevel.Abort.SUCCEEDED
 
 
-class _Pooled:
-    """An actor task's place in its partition's pool: made once per task, used each time the task
-    waits there between two keys. (The abort function is called in the task that cancels, so it
-    must be told which task to take out of the pool.)"""
+class _ActorTask:
+    """An actor task, made once per task: which key it lingers for (`lingers`), or None when it
+    waits in its partition's pool for a key (or is running one). A task waits in one place at a
+    time, parked with `abort`: lingering for its key, or idle in the pool, where the sweep puts
+    it without waking it when its key's actor retires. (The abort function runs in the task that
+    cancels, so it is told here which task it aborts and where that task waits.)"""
 
-    __slots__ = ("pool", "task")
+    __slots__ = ("partition", "task", "lingers")
 
-    def __init__(self, pool: "dict[trio.lowlevel.Task, _Pooled]", task: trio.lowlevel.Task) -> None:
-        self.pool = pool
+    def __init__(self, partition: "Partition", task: trio.lowlevel.Task) -> None:
+        self.partition = partition
         self.task = task
+        self.lingers: _Actor | None = None
 
     def abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
-        """The pooled task was cancelled (the partition is stopping): it leaves the pool and ends."""
-        del self.pool[self.task]
+        """The task was cancelled (the partition is stopping): it stops lingering, or leaves the pool."""
+        entry = self.lingers
+        if entry is None:
+            del self.partition._pool[self.task]
+        else:
+            entry.parked = None
+            self.partition._lingering.pop(entry.key, None)
         return trio.lowlevel.Abort.SUCCEEDED
 
 
@@ -216,7 +219,7 @@ class Partition:
         self._actors: dict[ActorKey, _Actor] = {}
         self._lingering: dict[ActorKey, _Actor] = {}
         # Idle actor tasks, each waiting for a key to serve (`_serve`); the last in is the first out.
-        self._pool: dict[trio.lowlevel.Task, _Pooled] = {}
+        self._pool: dict[trio.lowlevel.Task, _ActorTask] = {}
         self._sweeper: trio.lowlevel.Task | None = None  # the sweep task while it waits for an actor to linger
         self._nursery: trio.Nursery | None = None
         self.turns = 0
@@ -475,9 +478,9 @@ class Partition:
         call.entry = entry
         entry.channel.append(call)
         if entry.parked is not None:
-            task, entry.parked = entry.parked, None
+            lingering, entry.parked = entry.parked, None
             del self._lingering[key]
-            trio.lowlevel.reschedule(task, trio_outcome.Value(True))
+            trio.lowlevel.reschedule(lingering.task, trio_outcome.Value(True))
         elif not entry.running:
             entry.running = True
             if self._pool:
@@ -492,14 +495,17 @@ class Partition:
 
     async def _serve(self, entry: _Actor) -> None:
         """An actor task: serve `entry`'s key (run every queued call, linger for more, retire),
-        then wait in the pool to serve the next key that has no actor, until the pool is full."""
-        pooled: _Pooled | None = None
+        then serve the next key that has no actor, taken from the pool, until the pool is full."""
+        me = _ActorTask(self, trio.lowlevel.current_task())
         lingering = self._lingering
         while True:
             channel = entry.channel
+            # What woke the task from lingering: True (a call came), or, once the sweep
+            # retired its actor (and did the retiring), the next key's actor, or False (to end).
+            woken: Any = True
             try:
                 turns = 0
-                while True:
+                while woken is True:
                     while channel:
                         call = channel.popleft()
                         if call.phase != _QUEUED:
@@ -511,46 +517,55 @@ class Partition:
                         if turns % TURNS_PER_SLICE == 0:
                             await trio.lowlevel.checkpoint()
                     if len(lingering) >= ACTORS_LINGERING_MAX:
-                        break
-                    # Linger: wait for another call (True) or for the sweep to retire it (False).
-                    if pooled is None:
-                        pooled = _Pooled(self._pool, trio.lowlevel.current_task())
-                    entry.parked = pooled.task
+                        break  # retires at once
+                    # Linger for another call, or for the sweep to retire the actor.
+                    me.lingers = entry
+                    entry.parked = me
                     entry.fresh = True
                     lingering[entry.key] = entry
                     if self._sweeper is not None:
                         sweeper, self._sweeper = self._sweeper, None
                         trio.lowlevel.reschedule(sweeper)
-                    # Retired, unless a call arrived between the sweep's decision and this task's turn.
-                    if not await trio.lowlevel.wait_task_rescheduled(entry.abort_linger) and not channel:
-                        break
+                    woken = await trio.lowlevel.wait_task_rescheduled(me.abort)
             finally:
-                entry.running = False
-                self._retire_if_idle(entry)
-            # Retired: this task is no key's actor now. It waits in the pool for one, or ends.
-            if len(self._pool) >= ACTOR_TASKS_POOLED_MAX:
+                if woken is True:  # (not retired by the sweep, which did it then)
+                    entry.running = False
+                    self._retire_if_idle(entry)
+            if woken is True:
+                # Retired at once: this task is no key's actor now. It waits in the pool for one, or ends.
+                if len(self._pool) >= ACTOR_TASKS_POOLED_MAX:
+                    return
+                me.lingers = None
+                self._pool[me.task] = me
+                woken = await trio.lowlevel.wait_task_rescheduled(me.abort)
+            if woken is False:
                 return
-            if pooled is None:
-                pooled = _Pooled(self._pool, trio.lowlevel.current_task())
-            self._pool[pooled.task] = pooled
-            entry = await trio.lowlevel.wait_task_rescheduled(pooled.abort)
+            entry = woken
             assert entry.running and entry.parked is None and entry.channel, "a pooled task is handed a key with calls and no actor"
 
     async def _sweep_lingering(self) -> None:
-        """Retire actors that lingered a whole sweep period without a call."""
+        """Retire actors that lingered a whole sweep period without a call. A retired actor's task
+        goes to the pool as it is, parked (it wakes only when handed a key), or ends if it is full."""
         while True:
             if not self._lingering:
                 self._sweeper = trio.lowlevel.current_task()
                 await trio.lowlevel.wait_task_rescheduled(self._abort_sweeper)
             await trio.sleep(ACTOR_LINGER_S)
+            pool = self._pool
             for key, entry in list(self._lingering.items()):
                 if entry.fresh:
                     entry.fresh = False
                     continue
                 del self._lingering[key]
-                task, entry.parked = entry.parked, None
-                assert task is not None, "an actor lingers parked"
-                trio.lowlevel.reschedule(task, trio_outcome.Value(False))
+                parked, entry.parked = entry.parked, None
+                assert parked is not None and parked.lingers is entry, "an actor lingers parked"
+                entry.running = False
+                self._retire_if_idle(entry)
+                if len(pool) < ACTOR_TASKS_POOLED_MAX:
+                    parked.lingers = None
+                    pool[parked.task] = parked
+                else:
+                    trio.lowlevel.reschedule(parked.task, trio_outcome.Value(False))
 
     def _abort_sweeper(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
         self._sweeper = None

@@ -103,7 +103,7 @@ async def test_one_key_never_has_two_actors_at_once(harness, autojump_clock, mon
     """Callers come back to their keys exactly when the sweep retires the keys' actors (every two
     linger periods, on the sweep's instants), and new keys take pooled tasks meanwhile: every turn
     of a key runs in the task that serves it, which gives the key up (its actor retires) before any
-    other task runs a turn of it."""
+    other task runs a turn of it (retired, it is not running)."""
     serving: dict[object, trio.lowlevel.Task] = {}
     turns = 0
     turn, retire = Partition._turn, Partition._retire_if_idle
@@ -117,8 +117,8 @@ async def test_one_key_never_has_two_actors_at_once(harness, autojump_clock, mon
         return turn(self, entry, call)
 
     def checked_retire(self, entry):
-        if not entry.running and serving.get(entry.key) is trio.lowlevel.current_task():
-            del serving[entry.key]
+        if not entry.running:  # retired (by its task, or by the sweep while it lingered): no task serves it
+            serving.pop(entry.key, None)
         retire(self, entry)
 
     monkeypatch.setattr(Partition, "_turn", checked_turn)
