@@ -160,6 +160,11 @@ class Kernel:
         return sum(partition.actors for partition in self.partitions)
 
     @property
+    def actor_tasks_pooled(self) -> int:
+        """Idle actor tasks waiting for a key, in every partition (not actors: they serve no key)."""
+        return sum(partition.actor_tasks_pooled for partition in self.partitions)
+
+    @property
     def turns(self) -> int:
         return sum(partition.turns for partition in self.partitions)
 

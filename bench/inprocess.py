@@ -3,6 +3,10 @@
 - `kernel`: claim cycles per second through the kernel's commands (parsed from their JSON bodies,
   as the HTTP shell does) with many concurrent callers and no HTTP: the kernel's own cost
   (parsing and checks, state machines, actors, supervisor, in-memory journal).
+- `cold`: the claim cycles of `kernel`, each on a key of its own never used before, so each
+  command's key has no actor: past the first moment (1,024 actors linger, the most a partition
+  keeps) each actor is given a task for its one call and retires as soon as it is run, as a key
+  renewed every few seconds does (`bench/agents.py`). What an actor's start and retirement cost.
 - `tasks`: task lifecycles per second (submit, receive, complete, read the result), each caller on
   its own scope (so its own queue).
 - `floor`: what the actor-per-key shape costs before the kernel does anything: each caller hands
@@ -128,6 +132,28 @@ async def kernel_claims(callers: int, duration_s: float, warmup_s: float) -> dic
             async def cycle() -> None:
                 view = await run(kernel, c.AcquireClaim, acquire)
                 await run(kernel, c.ReleaseClaim, {"token": view.token}, release)
+
+            return cycle
+
+        return await _count_cycles(callers, make_cycle, warmup_s, duration_s)
+
+    return await _with_kernel(body)
+
+
+async def kernel_claims_cold(callers: int, duration_s: float, warmup_s: float) -> dict:
+    async def body(kernel: Kernel) -> dict:
+        scope_id = (await run(kernel, c.CreateScope, {"name": "bench"})).id
+
+        async def make_cycle(i: int):  # type: ignore[no-untyped-def]
+            count = 0
+
+            async def cycle() -> None:
+                nonlocal count
+                count += 1
+                key = f"k{i}-{count}"
+                acquire = {"scopeId": scope_id, "key": key, "holder": f"worker-{i}", "holderSession": f"session-{i}", "leaseSeconds": 30}
+                view = await run(kernel, c.AcquireClaim, acquire)
+                await run(kernel, c.ReleaseClaim, {"token": view.token}, {"space": SPACE, "key": key})
 
             return cycle
 
@@ -317,6 +343,10 @@ def main(argv: list[str] | None = None) -> None:
     k.add_argument("--callers", type=int, default=64)
     k.add_argument("--seconds", type=float, default=5)
     k.add_argument("--warmup", type=float, default=1)
+    kc = commands.add_parser("cold")
+    kc.add_argument("--callers", type=int, default=64)
+    kc.add_argument("--seconds", type=float, default=5)
+    kc.add_argument("--warmup", type=float, default=1)
     t = commands.add_parser("tasks")
     t.add_argument("--callers", type=int, default=64)
     t.add_argument("--seconds", type=float, default=5)
@@ -336,13 +366,15 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("directory")
     r = commands.add_parser("recover")
     r.add_argument("directory")
-    for leg in (k, t):
+    for leg in (k, kc, t):
         leg.add_argument("--gc", choices=("on", "off", "frozen"), default="on")
     args = parser.parse_args(argv)
     pin_self()
     _collector(getattr(args, "gc", "on"))
     if args.leg == "kernel":
         report(trio.run(kernel_claims, args.callers, args.seconds, args.warmup))
+    elif args.leg == "cold":
+        report(trio.run(kernel_claims_cold, args.callers, args.seconds, args.warmup))
     elif args.leg == "floor":
         report(trio.run(floor, args.callers, args.seconds, args.warmup))
     elif args.leg == "scale":

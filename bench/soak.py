@@ -43,6 +43,7 @@ METRICS = {
     "trio_tasks": "runstate_trio_tasks",
     "in_flight": "runstate_http_requests_in_flight",
     "actors": "runstate_kernel_actors",
+    "actor_tasks_pooled": "runstate_kernel_actor_tasks_pooled",
 }
 
 

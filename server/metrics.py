@@ -289,6 +289,9 @@ def _kernel_families(kernel: Kernel) -> Iterator[Metric]:
     actors = GaugeMetricFamily("runstate_kernel_actors", "Actors alive now (running a command or holding parked callers).")
     actors.add_metric([], kernel.actors)
     yield actors
+    pooled = GaugeMetricFamily("runstate_kernel_actor_tasks_pooled", "Idle actor tasks waiting for a key to serve (not actors; bounded per partition).")
+    pooled.add_metric([], kernel.actor_tasks_pooled)
+    yield pooled
     tasks = GaugeMetricFamily("runstate_trio_tasks", "Trio tasks alive in the server (connections, requests, actors, timers): flat under a steady load.")
     tasks.add_metric([], trio.lowlevel.current_statistics().tasks_living)
     yield tasks

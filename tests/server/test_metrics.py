@@ -32,6 +32,7 @@ FAMILIES = {
     "runstate_idempotency_replays",
     "runstate_kernel_turns",
     "runstate_kernel_actors",
+    "runstate_kernel_actor_tasks_pooled",
     "runstate_api_keys",
     "runstate_tasks_queued",
     "runstate_tasks_running",
