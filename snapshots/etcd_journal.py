@@ -66,8 +66,8 @@ BATCH_BYTES_MAX = 1 << 20
 RETRY_S = 0.05
 # How long a batch may wait for the callers of the last one to come back (see `_linger`): this
 # share of the last transaction's time, and never more than the cap.
-LINGER_SHARE = 0.5
-LINGER_S_MAX = 0.003
+LINGER_SHARE = 1.0
+LINGER_S_MAX = 0.010
 
 
 class Fenced(Exception):
@@ -132,6 +132,7 @@ class EtcdJournal:
         self._writing: list[tuple[int, list[bytes], Durable]] | None = None
         self._answered = trio.Event()
         self._closing = False
+        self._draining = False
         # Appends the last round had: the batch answered, and those waiting when it was (`_linger`).
         self._expected = 1
         self._after = DurableWaits()
@@ -193,6 +194,8 @@ class EtcdJournal:
         unanswered after that is answered `Unresolved`."""
         with trio.move_on_after(grace_s):
             if drain:
+                self._draining = True  # what is queued leaves at once (see `_linger`)
+                self._wakeup.set()
                 while self.failure is None and (self._pending or self._writing is not None):
                     await self._answered.wait()
             self._closing = True
@@ -224,18 +227,26 @@ class EtcdJournal:
     async def _linger(self) -> bool:
         """Under load, give the callers just answered a moment to join the next batch.
 
-        Each transaction costs etcd and this node about the same whatever its size, and the
-        callers a batch answered usually send their next change a moment later: sent at once, the
-        next batch leaves without them, and the callers split into two halves that take turns,
-        each with its own transaction. So when the last round had more appends than are waiting
-        now, the batch waits until as many are, for at most `LINGER_SHARE` of the last
-        transaction's time (`LINGER_S_MAX` at most). A lone caller never waits: its round had one.
+        Each transaction costs etcd and this node about the same whatever its size (etcd's CPU
+        per transaction is about four fifths fixed: `bench/etcd_txn.py`), and the callers a batch
+        answered usually send their next change a moment later: sent at once, the next batch
+        leaves without them, and the callers split into two halves that take turns, each with its
+        own transaction. So when the last round had more appends than are waiting now, the batch
+        waits until as many are, for at most `LINGER_SHARE` (all) of the last transaction's time
+        and `LINGER_S_MAX` at most. Up to one transaction's time costs the callers it waits for
+        nothing (one that misses this batch waits for its answer anyway, one transaction being in
+        flight at a time, and then for its own), the others at most that time, and saves a
+        transaction. A change passed on by another node comes back later than one sent straight
+        to the leader (two more hops), and a shorter wait (half, 3 ms at most) split those callers
+        again. A lone caller never waits: its round had one; nor does a hand-off's last batch
+        (`close` with `drain`): the partition is being handed over.
         Returns whether the batch is still to be sent (not when the journal stopped meanwhile)."""
         target = self._expected
-        if len(self._pending) >= target or not self.commit_seconds:
+        if len(self._pending) >= target or not self.commit_seconds or self._draining:
             return True
         with trio.move_on_after(min(self.commit_seconds[-1] * LINGER_SHARE, LINGER_S_MAX)):
-            while len(self._pending) < target and self._pending_bytes < self.batch_bytes_max and not self._closing:
+            while (len(self._pending) < target and self._pending_bytes < self.batch_bytes_max
+                   and not self._closing and not self._draining):
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
         return bool(self._pending) and not self._closing and self.failure is None

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from runstate.snapshots.etcd import EtcdLeaseNotFound, EtcdUnavailable, LeaseKeeper
-from runstate.snapshots.etcd_journal import EtcdJournal, Fenced, PartitionKeys, Unresolved
+from runstate.snapshots.etcd_journal import LINGER_S_MAX, EtcdJournal, Fenced, PartitionKeys, Unresolved
 from runstate.snapshots.etcd_wire import Header, KeyValue, RangeResult, TxnResult
 
 pytestmark = pytest.mark.trio
@@ -153,7 +153,8 @@ class TimedEtcd(HeldEtcd):
 async def test_under_load_the_callers_just_answered_join_the_next_batch_and_a_lone_caller_never_waits(autojump_clock: Any) -> None:
     """Two callers taking turns: the one answered comes back a moment later and goes in the same
     transaction as the one that waited (one transaction a round, not one each); a batch waits at
-    most half the last transaction's time for it; a lone caller's change leaves at once."""
+    most the last transaction's time for it, and never more than `LINGER_S_MAX`; a lone caller's
+    change leaves at once."""
     etcd, committed, told = TimedEtcd(took_s=0.004), [], []
     journal = _journal(etcd, committed)
     async with trio.open_nursery() as nursery:
@@ -168,15 +169,42 @@ async def test_under_load_the_callers_just_answered_join_the_next_batch_and_a_lo
         _append(journal, told, "c")
         _append(journal, told, "d")
         await trio.sleep(0.001)
-        _append(journal, told, "e")  # the round had 2; e alone waits, for half of 4 ms, then leaves
+        _append(journal, told, "e")  # the round had 2; e alone waits, for the last 4 ms, then leaves
         await trio.sleep(0.05)
-        assert committed == [1, 2, 4, 6] and etcd.at[3] - etcd.at[2] == pytest.approx(0.004 + 0.002)
+        assert committed == [1, 2, 4, 6] and etcd.at[3] - etcd.at[2] == pytest.approx(0.004 + 0.004)
         quiet = trio.current_time()
         _append(journal, told, "f")  # the last round had 1: no wait
         await trio.sleep(0.05)
         assert committed == [1, 2, 4, 6, 7] and etcd.at[-1] == pytest.approx(quiet)
+        etcd.took_s = 0.05  # a slow etcd: a batch waits for the callers just answered 10 ms at most
+        _append(journal, told, "g")
+        _append(journal, told, "h")
+        await trio.sleep(0.001)
+        _append(journal, told, "i")
+        await trio.sleep(0.2)
+        assert committed == [1, 2, 4, 6, 7, 8, 10]
+        assert etcd.at[-1] - etcd.at[-2] == pytest.approx(0.05 + LINGER_S_MAX)
         nursery.cancel_scope.cancel()
-    assert all(error is None for _, error in told) and len(told) == 7
+    assert all(error is None for _, error in told) and len(told) == 10
+
+
+async def test_a_hand_off_sends_what_is_queued_at_once_rather_than_waiting_for_callers(autojump_clock: Any) -> None:
+    """A batch waiting for the callers just answered leaves at once when the partition is handed
+    over (`close` with `drain`): they are not coming back to this leader."""
+    etcd, committed, told = TimedEtcd(took_s=0.004), [], []
+    journal = _journal(etcd, committed)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(journal.run)
+        _append(journal, told, "a")
+        await trio.sleep(0.001)
+        _append(journal, told, "b")  # waits behind a, then for a's caller (the round had 2)
+        await trio.sleep(0.0035)  # a is answered; b's batch waits
+        assert committed == [1] and len(etcd.at) == 1
+        await trio.sleep(0.001)
+        handed = trio.current_time()
+        await journal.close(Fenced("handed over"), drain=True, grace_s=1.0)
+        assert etcd.at[1] == pytest.approx(handed)
+    assert told == [("a", None), ("b", None)] and committed == [1, 2]
 
 
 class FlakyLeases:
