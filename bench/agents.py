@@ -193,6 +193,7 @@ class AgentsResult:
     load_before: float
     load_after: float
     last_error: str = ""
+    server_wait: float | None = None  # share of the window the event loop's thread waited for its core
 
     @property
     def rss_per_agent(self) -> float:
@@ -204,7 +205,8 @@ class AgentsResult:
                 f"server CPU {self.server_cpu:.1%} of a core at {self.renewals_per_s:,.0f} renewals/s "
                 f"({self.server_cpu / max(self.renewals_per_s, 1e-9) * 1e3:.2f} ms/renewal); renewal p50 {self.p50_ms:.2f} ms, "
                 f"p99 {self.p99_ms:.2f} ms; {self.fds:,} fds, {tasks} trio tasks; generators {self.generator_cpu:.0%} of a core "
-                f"({self.processes} processes); errors {self.errors}; load {self.load_before:.1f} -> {self.load_after:.1f}")
+                f"({self.processes} processes); errors {self.errors}; load {self.load_before:.1f} -> {self.load_after:.1f}"
+                + ("" if self.server_wait is None else f"; the server's loop waited for its core {self.server_wait:.1%} of the window"))
 
     def as_dict(self) -> dict:
         return {**self.__dict__, "rss_per_agent": self.rss_per_agent}
@@ -235,6 +237,16 @@ def _metric(url: str, name: str) -> float | None:
         if line.startswith(name + " "):
             return float(line.split()[1])
     return None
+
+
+def _run_queue_wait_s(pid: int) -> float | None:
+    """Seconds the process's main thread (the server's event loop) has been runnable but waiting for a
+    CPU (`/proc/PID/schedstat`, Linux with schedstats): a loop held up by other processes on its core."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _percentile(ordered: list[int], q: float) -> float:
@@ -285,12 +297,15 @@ def measure(agents: int, processes: int, window_s: float, *, profile_to: str | N
             time.sleep(1)
         server_cpu0 = cpu_seconds(server.pid)
         gen_cpu0 = sum(cpu_seconds(proc.pid) for proc in generators)
+        wait0 = _run_queue_wait_s(server.pid)
         window_began = time.monotonic()
         time.sleep(window_s)
         window_ended = time.monotonic()
         elapsed = window_ended - window_began
         server_cpu = (cpu_seconds(server.pid) - server_cpu0) / elapsed
         gen_cpu = (sum(cpu_seconds(proc.pid) for proc in generators) - gen_cpu0) / elapsed
+        wait1 = _run_queue_wait_s(server.pid)
+        server_wait = None if wait0 is None or wait1 is None else (wait1 - wait0) / elapsed
         rss = rss_bytes(server.pid)
         fds = len(os.listdir(f"/proc/{server.pid}/fd"))
         tasks = _metric(server.base_url, "runstate_trio_tasks")
@@ -321,7 +336,7 @@ def measure(agents: int, processes: int, window_s: float, *, profile_to: str | N
         agents=agents, processes=processes, window_s=elapsed, idle_rss=idle_rss, rss=rss, server_cpu=server_cpu,
         renewals_per_s=len(latencies) / elapsed, p50_ms=_percentile(latencies, 50), p99_ms=_percentile(latencies, 99),
         fds=fds, tasks=None if tasks is None else int(tasks), generator_cpu=gen_cpu, errors=errors,
-        load_before=load_before, load_after=os.getloadavg()[0], last_error=last_error,
+        load_before=load_before, load_after=os.getloadavg()[0], last_error=last_error, server_wait=server_wait,
     )
 
 
