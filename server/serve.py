@@ -116,7 +116,7 @@ async def serve(
         await nursery.start(lifecycle.run_runtime)
         nursery.start_soon(announce_when_ready)
         if access is not None and access.enabled:
-            nursery.start_soon(access.write_in_rounds)
+            nursery.start_soon(access.write_in_batches)
         await serve_app(
             app,
             Listening.of(settings),

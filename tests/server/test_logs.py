@@ -9,7 +9,7 @@ import pytest
 
 import runstate.testing
 from runstate.server.app import create_app
-from runstate.server.logs import AccessLog, event, setup
+from runstate.server.logs import FLUSH_S, AccessLog, event, setup
 from runstate.server.settings import Settings
 from runstate.server.telemetry import Telemetry
 from runstate.testing import call_asgi
@@ -105,9 +105,9 @@ def test_lifecycle_events_are_json_lines_with_their_fields(root_logger):
 
 
 @pytest.mark.trio
-async def test_the_lines_of_one_round_go_out_in_one_write():
-    """With `write_in_rounds` running, the request lines of one round of the scheduler are written
-    together once the tasks ready with them have run; the last ones on its way out; then each as it comes."""
+async def test_request_lines_go_out_together_at_most_flush_s_after_the_first(autojump_clock):
+    """With `write_in_batches` running, the first line after a write waits `FLUSH_S` for the
+    others and they all go out in one write; the last ones on its way out; then each as it comes."""
     import trio
     import trio.testing
 
@@ -117,16 +117,28 @@ async def test_the_lines_of_one_round_go_out_in_one_write():
     def line(number: int) -> None:
         access.line("GET", "/v1/spaces/{space}/claims", 200, 0.001, f"req_{number}", None)
 
+    def ids(write: bytes) -> list[str]:
+        return [orjson.loads(x)["requestId"] for x in write.splitlines()]
+
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(access.write_in_rounds)
+        nursery.start_soon(access.write_in_batches)
         await trio.testing.wait_all_tasks_blocked()
-        for number in range(3):
-            line(number)
-        assert writes == []  # not before this task lets the others run
-        await trio.testing.wait_all_tasks_blocked()
-        assert len(writes) == 1 and [orjson.loads(x)["requestId"] for x in writes[0].splitlines()] == ["req_0", "req_1", "req_2"]
+        began = trio.current_time()
+        line(0)
+        await trio.sleep(FLUSH_S / 2)
+        line(1)
+        line(2)
+        assert writes == []  # the first line waits for others
+        await trio.sleep(FLUSH_S / 2 + 0.001)
+        assert len(writes) == 1 and ids(writes[0]) == ["req_0", "req_1", "req_2"]
+        assert trio.current_time() - began <= FLUSH_S + 0.002
+        await trio.sleep(1)  # nothing to write: nothing written
+        assert len(writes) == 1
         line(3)
+        await trio.sleep(FLUSH_S + 0.001)
+        assert len(writes) == 2 and ids(writes[1]) == ["req_3"]
+        line(4)
         nursery.cancel_scope.cancel()
-    assert len(writes) == 2 and orjson.loads(writes[1])["requestId"] == "req_3"
-    line(4)
-    assert len(writes) == 3 and orjson.loads(writes[2])["requestId"] == "req_4"
+    assert len(writes) == 3 and ids(writes[2]) == ["req_4"]  # written on the way out
+    line(5)
+    assert len(writes) == 4 and ids(writes[3]) == ["req_5"]  # without the task, each as it comes
