@@ -597,11 +597,11 @@ _STATUS_LINE = re.compile(rb"HTTP/1\.1 ([1-5][0-9][0-9])(?: [^\r\n]*)?\r\n")
 _FIELDS = re.compile(rb"(?:[-!#$%&'*+.^_`|~0-9a-zA-Z]+:[\t\x20-\x7e\x80-\xff]*\r\n)*")
 
 
-def _plain_answer(buffer: bytearray, end: int, method: str) -> tuple[int, Headers, int, int, bool] | None:
-    """The answer whose head ends at `end` if it has the plainest shape, as (status, headers with
-    names in lower case, where its body begins, its length, whether the connection goes on);
-    None otherwise (h11 reads it): an informational status, a body in chunks or to the end of
-    the connection, a Content-Length given twice or malformed."""
+def _answer_head(buffer: bytearray, end: int) -> tuple[int, Headers, int, list[bytes], bool] | None:
+    """The answer's head ending at `end`, read by one pattern, as (status, headers with names in
+    lower case, its Content-Length or -1, its Transfer-Encoding values in lower case, whether the
+    connection goes on); None for an informational status or a head of another shape (a
+    Content-Length given twice or malformed among them)."""
     first = _STATUS_LINE.match(buffer)
     if first is None or _FIELDS.fullmatch(buffer, first.end(), end + 2) is None:
         return None
@@ -610,6 +610,7 @@ def _plain_answer(buffer: bytearray, end: int, method: str) -> tuple[int, Header
         return None
     headers: Headers = []
     length = -1
+    codings: list[bytes] = []
     keep = True
     for line in bytes(buffer[first.end():end]).split(b"\r\n"):
         if not line:
@@ -622,10 +623,24 @@ def _plain_answer(buffer: bytearray, end: int, method: str) -> tuple[int, Header
                 return None
             length = int(value)
         elif name == b"transfer-encoding":
-            return None
+            codings.append(value.lower())
         elif name == b"connection" and b"close" in value.lower():
             keep = False
         headers.append((name, value))
+    return status, headers, length, codings, keep
+
+
+def _plain_answer(buffer: bytearray, end: int, method: str) -> tuple[int, Headers, int, int, bool] | None:
+    """The answer whose head ends at `end` if it has the plainest shape, as (status, headers with
+    names in lower case, where its body begins, its length, whether the connection goes on);
+    None otherwise (h11 reads it): an informational status, a body in chunks or to the end of
+    the connection, a Content-Length given twice or malformed."""
+    head = _answer_head(buffer, end)
+    if head is None:
+        return None
+    status, headers, length, codings, keep = head
+    if codings:
+        return None
     if method == "HEAD" or status in (204, 304):
         length = 0
     elif length < 0:
@@ -644,30 +659,12 @@ def _stream_head(buffer: bytearray, end: int, method: str) -> tuple[int, Headers
     case, framing: `_CHUNKED`, a Content-Length, or -1 up to the connection's end); None for a
     head of another shape (an informational status, a coding other than chunked, a malformed or
     repeated Content-Length)."""
-    first = _STATUS_LINE.match(buffer)
-    if first is None or _FIELDS.fullmatch(buffer, first.end(), end + 2) is None:
+    head = _answer_head(buffer, end)
+    if head is None:
         return None
-    status = int(first[1])
-    if status < 200:
+    status, headers, length, codings, _ = head
+    if codings and codings != [b"chunked"]:
         return None
-    headers: Headers = []
-    length = -1
-    chunked = False
-    for line in bytes(buffer[first.end():end]).split(b"\r\n"):
-        if not line:
-            continue
-        name, _, value = line.partition(b":")
-        name = name.lower()
-        value = value.strip(b" \t")
-        if name == b"content-length":
-            if length >= 0 or not value.isdigit():
-                return None
-            length = int(value)
-        elif name == b"transfer-encoding":
-            if value.lower() != b"chunked" or chunked:
-                return None
-            chunked = True
-        headers.append((name, value))
     if method == "HEAD" or status in (204, 304):
         return status, headers, 0
-    return status, headers, _CHUNKED if chunked else length
+    return status, headers, _CHUNKED if codings else length
