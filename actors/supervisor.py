@@ -8,9 +8,10 @@ has to be taken out of the heap when a lease is renewed or released.
 
 The heap is lazy and holds about one entry per live timer: each (actor, tag) has a slot with its
 current due time and the due time of its heap entry. Renewing to a later time only updates the slot;
-when the early entry pops, it is pushed again at the slot's time. Only moving a timer earlier pushes
-a second entry, and the older one is dropped when it pops. (etcd's lessor and trio's own deadline
-heap do the same.)
+when the early entry reaches the top, it is queued again at the slot's time. Only moving a timer
+earlier pushes a second entry, and the older one is dropped when it reaches the top. (etcd's lessor
+and trio's own deadline heap do the same.) Such entries are settled whenever the supervisor is awake,
+before it sleeps again, so it sleeps until a due time that still holds (see `fire_due`).
 """
 
 from __future__ import annotations
@@ -124,23 +125,36 @@ class Supervisor:
         assert len(self._heap) <= len(self._slots), "a rebuilt heap holds at most one entry per timer"
 
     def fire_due(self, now_ms: int) -> int:
-        """Propose every expiry due by `now_ms` (at most FIRE_BATCH_MAX); returns how many."""
-        heap, slots = self._heap, self._slots
-        fired = 0
-        while heap and heap[0][0] <= now_ms and fired < FIRE_BATCH_MAX:
-            due_ms, _, name = heapq.heappop(heap)
+        """Propose every expiry due by `now_ms`; returns how many entries were handled.
+
+        Entries at the top of the heap that cannot fire where they are queued are settled on the
+        way, due or not: a disarmed or superseded one is dropped, one whose timer moved later is
+        queued again at its new time. A renewed lease's old entry thus never wakes the supervisor
+        on its own: with leases renewed well before their end, nearly every entry that reaches the
+        top has moved, and one wake-up settles all those queued before the next real due time
+        instead of one wake-up each. Nothing fires before it is due. At most FIRE_BATCH_MAX
+        entries are handled per call, so a storm cannot stall requests.
+        """
+        heap, slots, seq = self._heap, self._slots, self._seq
+        fired = handled = 0
+        while heap and handled < FIRE_BATCH_MAX:
+            due_ms, _, name = heap[0]
             slot = slots.get(name)
             if slot is None or slot.queued_ms != due_ms:
-                continue  # disarmed, or moved earlier and already queued again
-            if slot.due_ms > due_ms:  # moved later: wait for the new time
-                self._push(name, slot, slot.due_ms)
-                continue
-            assert slot.due_ms == due_ms <= now_ms, "a timer never fires before it is due"
-            del slots[name]
-            fired += 1
-            self._fire(name[0], name[1], slot.marker)
+                heapq.heappop(heap)  # disarmed, or moved earlier and already queued again
+            elif slot.due_ms > due_ms:  # moved later: queue it at its new time
+                slot.queued_ms = slot.due_ms
+                heapq.heapreplace(heap, (slot.due_ms, next(seq), name))
+            elif due_ms <= now_ms:
+                heapq.heappop(heap)
+                del slots[name]
+                fired += 1
+                self._fire(name[0], name[1], slot.marker)
+            else:
+                break  # the top is a real due time still to come
+            handled += 1
         self.fired += fired
-        return fired
+        return handled
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
