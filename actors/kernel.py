@@ -130,7 +130,8 @@ class Kernel:
         return sum(partition.end_waits() for partition in self.partitions)
 
     async def reopen(self, number: int, state: KernelState, journal: Journal) -> Partition:
-        """Serve partition `number` again, with `state` and `journal` (it could not be opened before)."""
+        """Serve partition `number` again, with `state` and `journal` (it could not be opened
+        before); the partition it replaces ends its tasks."""
         old = self.partitions[number]
         old.fail_waiters(KernelError(UNAVAILABLE, "the partition was reopened; try again"))
         partition = Partition(number, state, journal, self.clock, self.keep_reply)
@@ -138,6 +139,7 @@ class Kernel:
         assert self._nursery is not None
         await self._nursery.start(partition.run)
         self.partitions[number] = partition
+        old.stop()
         return partition
 
     # -- partitions -----------------------------------------------------------------------------

@@ -255,6 +255,15 @@ class Partition:
             nursery.start_soon(self._sweep_lingering)
             task_status.started()
 
+    def stop(self) -> None:
+        """End this partition's tasks for good (it was replaced by a reopened one): its supervisor,
+        its sweep and its idle actor tasks; `run` then returns. Only for a partition that takes no
+        command (`refusal` set), so no caller waits on any of its actors."""
+        assert self.refusal is not None, "only a partition that takes no command is stopped"
+        self.fail_waiters(KernelError(UNAVAILABLE, self.refusal))
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
     def end_waits(self) -> int:
         """Answer every parked call `EMPTY` (a long poll's 204) and park none from now on.
 

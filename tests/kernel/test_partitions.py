@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runstate.actors import Clock, IdSource, Kernel, KernelError, Limits
+from runstate.actors import Clock, IdSource, Kernel, KernelError, KernelState, Limits
 from runstate.actors.journal import MemoryJournal
 from runstate.actors.layout import SYSTEM, Layout
 from runstate.actors.reads import scope as read_scope
@@ -101,6 +101,25 @@ async def test_a_partition_that_cannot_serve_refuses_its_spaces_and_the_others_g
         run = await scopes.create(space)
         assert read_scope(kernel, space, run["id"]).id == run["id"]
     assert not kernel.partitions[3].state.spaces
+
+
+@pytest.mark.trio
+async def test_a_reopened_partition_serves_and_the_one_it_replaces_ends_its_tasks(nursery, autojump_clock):
+    """Partition 3 could not be opened; once repaired it is reopened: its spaces are served, and
+    the refused partition it replaces leaves no task behind (its supervisor, its sweep)."""
+    kernel = await partitioned(nursery, 4, refusals={3: "its journal cannot be recovered"})
+    assert kernel._nursery is not None
+    tasks_before = len(kernel._nursery.child_tasks)
+    old = kernel.partitions[3]
+    new = await kernel.reopen(3, KernelState(Limits()), MemoryJournal(keep=True))
+    await trio.sleep(1)
+    assert kernel.partitions[3] is new and old is not new
+    assert len(kernel._nursery.child_tasks) == tasks_before, "the replaced partition's run ended"
+    space = next(space for space in SPACES if kernel.layout.of(space) == 3)
+    run = await ScopeOps(kernel).create(space)
+    await ClaimOps(kernel).acquire(space, scope_id=run["id"], key="k", holder="h", session="s", lease_s=5)
+    await trio.sleep(6)
+    assert [r["type"] for r in new.journal.records if r["type"] == "claim.expired"] == ["claim.expired"]
 
 
 @pytest.mark.trio
