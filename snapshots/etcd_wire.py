@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Callable, Literal, Sequence, Union
 
 from . import etcd_proto
 
@@ -488,7 +488,14 @@ class Op:
     kind: Literal["range", "put", "delete"]
     body: dict[str, Any]  # as the JSON gateway takes it
     size: int = field(default=0)
-    message: bytes = field(default=b"")  # as gRPC takes it (a protobuf `RangeRequest`, `PutRequest`, ...)
+    # Makes the operation as gRPC takes it (`message`), only when asked: a client on the gateway
+    # never pays for it.
+    encoder: Callable[[], bytes] = field(default=lambda: b"", compare=False, repr=False)
+
+    @property
+    def message(self) -> bytes:
+        """This operation as gRPC takes it (a protobuf `RangeRequest`, `PutRequest`, ...)."""
+        return self.encoder()
 
     @classmethod
     def range(
@@ -522,10 +529,17 @@ class Op:
             body["sort_order"] = sort_order
         if sort_target is not None:
             body["sort_target"] = sort_target
-        message = etcd_proto.encode_range(data, end, limit=limit, revision=revision, sort_order=sort_order,
-                                          sort_target=sort_target, serializable=serializable, keys_only=keys_only,
-                                          count_only=count_only)
-        return cls("range", body, len(data) + len(end or b"") + FIELD_OVERHEAD_BYTES, message)
+        if sort_order is not None and sort_order not in etcd_proto.SORT_ORDERS:
+            raise ValueError(f"a sort order is one of {', '.join(etcd_proto.SORT_ORDERS)}, got {sort_order!r}")
+        if sort_target is not None and sort_target not in etcd_proto.SORT_TARGETS:
+            raise ValueError(f"a sort target is one of {', '.join(etcd_proto.SORT_TARGETS)}, got {sort_target!r}")
+
+        def encoder() -> bytes:
+            return etcd_proto.encode_range(data, end, limit=limit, revision=revision, sort_order=sort_order,
+                                           sort_target=sort_target, serializable=serializable, keys_only=keys_only,
+                                           count_only=count_only)
+
+        return cls("range", body, len(data) + len(end or b"") + FIELD_OVERHEAD_BYTES, encoder)
 
     @classmethod
     def get(cls, key: Key, *, revision: int = 0, serializable: bool = False) -> Op:
@@ -540,8 +554,8 @@ class Op:
             body["lease"] = str(_revision("a lease id", lease))
         if prev_kv:
             body["prev_kv"] = True
-        message = etcd_proto.encode_put(data, payload, lease=lease, prev_kv=prev_kv)
-        return cls("put", body, len(data) + len(payload) + FIELD_OVERHEAD_BYTES, message)
+        return cls("put", body, len(data) + len(payload) + FIELD_OVERHEAD_BYTES,
+                   lambda: etcd_proto.encode_put(data, payload, lease=lease, prev_kv=prev_kv))
 
     @classmethod
     def delete(cls, key: Key, range_end: Key | None = None, *, prefix: bool = False, prev_kv: bool = False) -> Op:
@@ -553,8 +567,8 @@ class Op:
             body["range_end"] = _b64(end)
         if prev_kv:
             body["prev_kv"] = True
-        message = etcd_proto.encode_delete(data, end, prev_kv=prev_kv)
-        return cls("delete", body, len(data) + len(end or b"") + FIELD_OVERHEAD_BYTES, message)
+        return cls("delete", body, len(data) + len(end or b"") + FIELD_OVERHEAD_BYTES,
+                   lambda: etcd_proto.encode_delete(data, end, prev_kv=prev_kv))
 
     def encode(self) -> dict[str, Any]:
         name = {"range": "request_range", "put": "request_put", "delete": "request_delete_range"}[self.kind]
