@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence, Union
+from typing import Any, Callable, Literal, Sequence, Union
+
+from . import etcd_proto
 
 __all__ = [
     "Compare",
@@ -276,6 +278,31 @@ class TxnResult:
             responses.append(parser.parse(body or {}))
         return cls(Header.parse(document.get("header")), bool(document.get("succeeded", False)), responses)
 
+    @classmethod
+    def decode(cls, message: bytes) -> TxnResult:
+        """From gRPC's answer (a protobuf `TxnResponse`); `EtcdProtocolError` if it is not one."""
+        try:
+            answer = etcd_proto.decode_txn_response(message)
+        except etcd_proto.ProtoError as err:
+            raise EtcdProtocolError(f"a txn answer is not a TxnResponse: {err}") from err
+        responses: list[OpResult] = []
+        for op in answer.responses:
+            header = _header(op.header)
+            kvs = [KeyValue(kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version, kv.lease) for kv in op.kvs]
+            if op.kind == "range":
+                responses.append(RangeResult(header, kvs, op.count, op.more))
+            elif op.kind == "put":
+                responses.append(PutResult(header, kvs[0] if kvs else None))
+            else:
+                responses.append(DeleteResult(header, op.deleted, kvs))
+        return cls(_header(answer.header), answer.succeeded, responses)
+
+
+def _header(header: etcd_proto.ProtoHeader | None) -> Header:
+    if header is None:
+        return Header(0, 0, 0, 0)
+    return Header(header.cluster_id, header.member_id, header.revision, header.raft_term)
+
 
 @dataclass(frozen=True, slots=True)
 class LeaseGrant:
@@ -446,6 +473,10 @@ class Compare:
             document[name] = str(self.operand)
         return document
 
+    def message(self) -> bytes:
+        """This compare as gRPC sends it (a protobuf `Compare`)."""
+        return etcd_proto.encode_compare(self.key, self.target, self.operator, self.operand)
+
     def size_bytes(self) -> int:
         return len(self.key) + (len(self.operand) if isinstance(self.operand, bytes) else 0) + FIELD_OVERHEAD_BYTES
 
@@ -455,8 +486,16 @@ class Op:
     """One operation of a txn's branch: `Op.get(key)`, `Op.range(...)`, `Op.put(...)`, `Op.delete(...)`."""
 
     kind: Literal["range", "put", "delete"]
-    body: dict[str, Any]
+    body: dict[str, Any]  # as the JSON gateway takes it
     size: int = field(default=0)
+    # Makes the operation as gRPC takes it (`message`), only when asked: a client on the gateway
+    # never pays for it.
+    encoder: Callable[[], bytes] = field(default=lambda: b"", compare=False, repr=False)
+
+    @property
+    def message(self) -> bytes:
+        """This operation as gRPC takes it (a protobuf `RangeRequest`, `PutRequest`, ...)."""
+        return self.encoder()
 
     @classmethod
     def range(
@@ -490,7 +529,17 @@ class Op:
             body["sort_order"] = sort_order
         if sort_target is not None:
             body["sort_target"] = sort_target
-        return cls("range", body, len(data) + len(end or b"") + FIELD_OVERHEAD_BYTES)
+        if sort_order is not None and sort_order not in etcd_proto.SORT_ORDERS:
+            raise ValueError(f"a sort order is one of {', '.join(etcd_proto.SORT_ORDERS)}, got {sort_order!r}")
+        if sort_target is not None and sort_target not in etcd_proto.SORT_TARGETS:
+            raise ValueError(f"a sort target is one of {', '.join(etcd_proto.SORT_TARGETS)}, got {sort_target!r}")
+
+        def encoder() -> bytes:
+            return etcd_proto.encode_range(data, end, limit=limit, revision=revision, sort_order=sort_order,
+                                           sort_target=sort_target, serializable=serializable, keys_only=keys_only,
+                                           count_only=count_only)
+
+        return cls("range", body, len(data) + len(end or b"") + FIELD_OVERHEAD_BYTES, encoder)
 
     @classmethod
     def get(cls, key: Key, *, revision: int = 0, serializable: bool = False) -> Op:
@@ -505,7 +554,8 @@ class Op:
             body["lease"] = str(_revision("a lease id", lease))
         if prev_kv:
             body["prev_kv"] = True
-        return cls("put", body, len(data) + len(payload) + FIELD_OVERHEAD_BYTES)
+        return cls("put", body, len(data) + len(payload) + FIELD_OVERHEAD_BYTES,
+                   lambda: etcd_proto.encode_put(data, payload, lease=lease, prev_kv=prev_kv))
 
     @classmethod
     def delete(cls, key: Key, range_end: Key | None = None, *, prefix: bool = False, prev_kv: bool = False) -> Op:
@@ -517,7 +567,8 @@ class Op:
             body["range_end"] = _b64(end)
         if prev_kv:
             body["prev_kv"] = True
-        return cls("delete", body, len(data) + len(end or b"") + FIELD_OVERHEAD_BYTES)
+        return cls("delete", body, len(data) + len(end or b"") + FIELD_OVERHEAD_BYTES,
+                   lambda: etcd_proto.encode_delete(data, end, prev_kv=prev_kv))
 
     def encode(self) -> dict[str, Any]:
         name = {"range": "request_range", "put": "request_put", "delete": "request_delete_range"}[self.kind]
