@@ -19,9 +19,9 @@ import runstate
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The cluster's journal talks to etcd over HTTP (`snapshots/http1.py`, on h11); a start without a
-# cluster never imports these, and nothing else of the kernel does.
-CLUSTER_MODULES = {"runstate.snapshots.etcd", "runstate.snapshots.etcd_journal"}
+# The cluster's journal talks to etcd over HTTP (`snapshots/http1.py`, on h11, or `grpc2.py`, on
+# h2); a start without a cluster never imports these, and nothing else of the kernel does.
+CLUSTER_MODULES = {"runstate.snapshots.etcd", "runstate.snapshots.etcd_journal", "runstate.snapshots.grpc2"}
 
 _PROBE = """
 import importlib, json, pkgutil, sys
@@ -56,6 +56,7 @@ def test_importing_the_kernel_imports_neither_the_sdk_nor_httpx():
     )
     assert sdk == [], f"importing the kernel imported the SDK's {sdk}"
     assert not [name for name in modules if name == "httpx" or name.startswith("httpx.")]
+    assert "h2" not in modules, "HTTP/2 (a cluster's gRPC calls to etcd) is loaded only by a cluster"
     assert not {"AsyncRunstate", "Runstate", "once", "errors"} & set(loaded["names"]), "the SDK's names are read lazily"
 
 
