@@ -13,10 +13,6 @@ of it here:
   wait for it and then go out together, as one batch. Sequential code sends what it always sent;
   a swarm of agents sharing one client sends a few large requests instead of many small ones,
   with no timer and no delay added to a lone call (group commit, on this side of the wire).
-  A `prompt` call (a release of a claim or a pool grant: another agent may be waiting for it, and every
-  moment the release waits the key is held by nobody who uses it) never waits for a request on
-  its way: it goes out in the next pass of the scheduler, with the calls waiting in the queue
-  and those made in the same pass, as one batch (alone if it is the only one).
 
 Each call keeps its own answer and its own error, its own idempotency key (an operation's key
 replays its first answer in a batch, as a request's does alone), and its own cancellation: a call
@@ -133,16 +129,13 @@ class _Waiting:
 class _Lane:
     """The calls of one client to one space: at most one request of them on its way at a time."""
 
-    __slots__ = ("space_path", "queue", "busy", "sender", "hurried")
+    __slots__ = ("space_path", "queue", "busy", "sender")
 
     def __init__(self, space_path: str) -> None:
         self.space_path = space_path
         self.queue: deque[_Waiting] = deque()
         self.busy = 0  # requests of this lane on their way
         self.sender: Any = None
-        # The task that sends the queue in the next pass of the scheduler, whatever is on its way
-        # (a prompt call is queued), until it has taken the queue.
-        self.hurried: Any = None
 
 
 class Coalescer:
@@ -166,12 +159,10 @@ class Coalescer:
         return lane is not None and bool(lane.busy or lane.queue) and not (self.unsupported or self.closed)
 
     async def call(
-        self, space_path: str, method: str, suffix: str, body: Mapping[str, Any] | None, key: str | None,
-        prompt: bool = False,
+        self, space_path: str, method: str, suffix: str, body: Mapping[str, Any] | None, key: str | None
     ) -> Reply:
         """One call, alone or in a batch; `key` is the caller's idempotency key when it may send
-        the call again (then its form is remembered), None for a fresh one. `prompt`: the call
-        does not wait for a request on its way (see the module docstring)."""
+        the call again (then its form is remembered), None for a fresh one."""
         form = None if key is None else self._forms.get(key)
         if key is None:
             key = new_idempotency_key()
@@ -191,10 +182,7 @@ class Coalescer:
                 self._wake(lane)
         waiting = _Waiting(Operation(method, suffix, body, key))
         lane.queue.append(waiting)
-        if prompt:
-            self._hurry(lane)
-        else:
-            self._wake(lane)
+        self._wake(lane)
         try:
             await waiting.done.wait()
         except BaseException:
@@ -220,26 +208,6 @@ class Coalescer:
         """Start the lane's sender when calls wait and nothing of the lane is on its way."""
         if lane.queue and not lane.busy and lane.sender is None:
             lane.sender = _runtime.spawn_background(self._send_queued, lane, name=f"runstate-batch:{lane.space_path}")
-
-    def _hurry(self, lane: _Lane) -> None:
-        """Send the queue in the next pass of the scheduler, whether or not a request is on its way."""
-        if lane.hurried is None:
-            lane.hurried = _runtime.spawn_background(self._send_hurried, lane, name=f"runstate-batch-now:{lane.space_path}")
-
-    async def _send_hurried(self, lane: _Lane) -> None:
-        # First run in the pass after the prompt call was queued: the calls made in the same pass
-        # are queued by now, and go with it. (Set before this task first runs, so cleared here.)
-        lane.hurried = None
-        if not lane.queue:
-            return
-        taken = self._take(lane)
-        lane.busy += 1
-        try:
-            await self._send(lane.space_path, taken)
-        finally:
-            lane.busy -= 1
-            if lane.queue:
-                self._wake(lane)
 
     async def _send_queued(self, lane: _Lane) -> None:
         try:

@@ -81,16 +81,14 @@ class Context:
         wait_ms: int = 0,
         idempotency_key: str | None = None,
         batch: bool = False,
-        prompt: bool = False,
     ) -> Reply:
         """One call. `batch`: a command of the space that may go out in a batch with other calls
-        of this client made at the same time (`runstate._batch`); it never waits on the server.
-        `prompt`: such a command that does not wait for a request of the client on its way."""
+        of this client made at the same time (`runstate._batch`); it never waits on the server."""
         if self.holdings.crashed:
             raise CrashedError(f"{method} {suffix}: this client was crashed by runstate.testing.crash()")
         requester = self.requester
         if batch and requester.coalescer is not None and not query and not wait_ms:
-            return await requester.coalescer.call(self.path(""), method, suffix, body, idempotency_key, prompt)
+            return await requester.coalescer.call(self.path(""), method, suffix, body, idempotency_key)
         return await requester.call(
             method, self.path(suffix), body=body, query=query, wait_ms=wait_ms, idempotency_key=idempotency_key
         )

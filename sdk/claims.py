@@ -319,10 +319,8 @@ class ClaimLease:
         self._released = True
         await self._stop_renewal()
         try:
-            # Prompt: an agent may be parked on the key, and it waits for nothing else.
             await self._ctx.call(
-                "POST", self._release_suffix(), body={"token": self._token, "observation": observation}, batch=True,
-                prompt=True,
+                "POST", self._release_suffix(), body={"token": self._token, "observation": observation}, batch=True
             )
         except (LeaseLostError, ScopeCancelledError, NotFoundError) as err:
             self._mark_lost(err)
