@@ -69,10 +69,15 @@ async def _agents_main(config: dict[str, Any]) -> dict[str, Any]:
 
         async def cycle(agent: int, key: str) -> None:
             lock = redis.lock(f"hot:{key}", timeout=LEASE_S, blocking=True, blocking_timeout=ACQUIRE_TIMEOUT_S)
+            sent = time.monotonic()
             if not await lock.acquire():
                 raise TimeoutError(f"no lock on {key} after {ACQUIRE_TIMEOUT_S} s")
+            held = time.monotonic()
             await anyio.sleep(hold_s)
+            releasing = time.monotonic()
             await lock.release()
+            if tracing:
+                trace.append((key, sent, held, releasing, time.monotonic()))
 
         close = redis.aclose
 
