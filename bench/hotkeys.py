@@ -40,9 +40,10 @@ async def _agents_main(config: dict[str, Any]) -> dict[str, Any]:
     began, ended, stop_at = config["window_begins"], config["window_ends"], config["window_ends"] + 0.5
     counted = [0]
     errors: list[str] = []
-    # With `--trace`, each cycle's moments (key, acquire sent, held, release sent, release answered).
+    # With `--trace`, each cycle's moments (key, acquire sent, held, release sent, release answered)
+    # and its agent.
     tracing = bool(config.get("trace_path"))
-    trace: list[tuple[str, float, float, float, float]] = []
+    trace: list[tuple[str, float, float, float, float, int]] = []
     if config["peer"] == "ours":
         from runstate import AsyncRunstate
 
@@ -58,7 +59,7 @@ async def _agents_main(config: dict[str, Any]) -> dict[str, Any]:
             releasing = time.monotonic()
             await lease.release()
             if tracing:
-                trace.append((key, sent, held, releasing, time.monotonic()))
+                trace.append((key, sent, held, releasing, time.monotonic(), first + agent))
 
         close = shared.aclose
     else:
@@ -77,7 +78,7 @@ async def _agents_main(config: dict[str, Any]) -> dict[str, Any]:
             releasing = time.monotonic()
             await lock.release()
             if tracing:
-                trace.append((key, sent, held, releasing, time.monotonic()))
+                trace.append((key, sent, held, releasing, time.monotonic(), first + agent))
 
         close = redis.aclose
 
@@ -246,16 +247,18 @@ def trace_line(moments: list[list[Any]], hold_ms: int, counted: dict[str, float]
     process) and the server's counters over the window.
 
     For two cycles of one key in a row, the second's acquire sent before the first's release
-    began (a waiter was parked): `handoff` is from the release sent to the waiter holding the key,
-    split as `release` (the release sent to its answer, the releasing agent's side) and the rest.
-    `overshoot` is how much longer than `hold_ms` a holder kept the key (its sleep's lateness).
+    began (another agent was waiting): `handoff` is from the release sent to the waiter holding
+    the key, beside `release` (the release sent to its answer, on the releasing agent's side).
+    Otherwise the next holder asked only after the release began: the releasing agent taking its
+    key again, or a poll that came after (counted apart). `overshoot` is how much longer than
+    `hold_ms` a holder kept the key (its sleep's lateness).
     """
     by_key: dict[str, list[list[Any]]] = {}
     for moment in moments:
         by_key.setdefault(moment[0], []).append(moment)
     handoffs: list[float] = []
     answered_after: list[float] = []
-    idle = 0
+    idle = again = 0
     for cycles in by_key.values():
         cycles.sort(key=lambda cycle: cycle[2])
         for before, after in zip(cycles, cycles[1:]):
@@ -264,6 +267,7 @@ def trace_line(moments: list[list[Any]], hold_ms: int, counted: dict[str, float]
                 answered_after.append((after[2] - before[4]) * 1000)
             else:
                 idle += 1
+                again += after[5] == before[5]
     releases = [(cycle[4] - cycle[3]) * 1000 for cycle in moments]
     overshoot = [(cycle[3] - cycle[2]) * 1000 - hold_ms for cycle in moments]
     n = max(1, len(moments))
@@ -274,7 +278,7 @@ def trace_line(moments: list[list[Any]], hold_ms: int, counted: dict[str, float]
         f" release sent -> answered p50 {_p(releases, 0.5):.2f} ms, p90 {_p(releases, 0.9):.2f};"
         f" waiter held - release answered p50 {_p(answered_after, 0.5):+.2f} ms;"
         f" hold overshoot p50 {_p(overshoot, 0.5):.2f} ms, p90 {_p(overshoot, 0.9):.2f};"
-        f" {idle} of {idle + len(handoffs)} handoffs with no waiter parked",
+        f" {idle} of {idle + len(handoffs)} next holders asked after the release began ({again} the same agent again)",
     ]
     if counted:
         fsync_ms = counted.get("fsync_s", 0.0) / max(1.0, counted.get("fsyncs", 0.0)) * 1000
