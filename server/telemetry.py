@@ -2,8 +2,9 @@
 
 `serve_http` calls `begin()` when a request arrives and `end(...)` once it is answered, whatever
 the answer. The work per request is kept to what cannot be avoided: two `perf_counter` reads, a
-dict lookup for the route's pre-bound metric children, a counter and a histogram update, and the
-request line when request logging is on. `in_flight` is what shutdown waits on.
+dict lookup for the route's counts (`RouteMetrics`, made on its first request), a count by status
+and a latency bucket added to (plain numbers, read when scraped), and the request line when request
+logging is on. `in_flight` is what shutdown waits on.
 """
 
 from __future__ import annotations

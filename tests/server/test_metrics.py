@@ -215,3 +215,31 @@ async def test_a_failed_wal_write_or_fsync_is_counted(tmp_path, monkeypatch):
     found = samples(body)
     assert found[("runstate_wal_errors_total", (("operation", "write"),))] == 1
     assert found[("runstate_wal_errors_total", (("operation", "fsync"),))] == 1
+
+
+async def test_request_counts_and_latency_buckets_are_exact():
+    """Each request counts once under its status and once in the first latency bucket whose bound
+    it does not pass (`le`: a request of exactly 0.5 ms is in the 0.0005 bucket), cumulative in
+    the text; the sum is the seconds added; the same method and route asked twice is one series."""
+    from runstate.server.metrics import LATENCY_BUCKETS_S, Metrics
+
+    metrics = Metrics(process=False)
+    renew = metrics.route("POST", "/v1/spaces/{space}/claims/{key}/renew")
+    assert metrics.route("POST", "/v1/spaces/{space}/claims/{key}/renew") is renew
+    for status, seconds in ((200, 0.0005), (200, 0.00050001), (409, 0.00001), (200, 31.0), (200, 0.002)):
+        renew.observe(status, seconds)
+    metrics.route("GET", "unmatched").observe(404, 0.0001)
+    found = samples(metrics.render())
+    labels = (("method", "POST"), ("route", "/v1/spaces/{space}/claims/{key}/renew"))
+    assert found[("runstate_http_requests_total", labels + (("status", "200"),))] == 4
+    assert found[("runstate_http_requests_total", labels + (("status", "409"),))] == 1
+    assert found[("runstate_http_requests_total", (("method", "GET"), ("route", "unmatched"), ("status", "404")))] == 1
+    buckets = {le: found[("runstate_http_request_duration_seconds_bucket", tuple(sorted(labels + (("le", le),))))]
+               for le in [str(bound) for bound in LATENCY_BUCKETS_S] + ["+Inf"]}
+    assert buckets["0.0001"] == 1 and buckets["0.00025"] == 1
+    assert buckets["0.0005"] == 2 and buckets["0.001"] == 3 and buckets["0.0025"] == 4
+    assert buckets["30.0"] == 4 and buckets["+Inf"] == 5
+    assert found[("runstate_http_request_duration_seconds_count", labels)] == 5
+    assert found[("runstate_http_request_duration_seconds_sum", labels)] == pytest.approx(0.0005 + 0.00050001 + 0.00001 + 31.0 + 0.002)
+    unmatched = (("method", "GET"), ("route", "unmatched"))
+    assert found[("runstate_http_request_duration_seconds_bucket", tuple(sorted(unmatched + (("le", "0.0001"),))))] == 1
