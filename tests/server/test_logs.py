@@ -142,3 +142,51 @@ async def test_request_lines_go_out_together_at_most_flush_s_after_the_first(aut
     assert len(writes) == 3 and ids(writes[2]) == ["req_4"]  # written on the way out
     line(5)
     assert len(writes) == 4 and ids(writes[3]) == ["req_5"]  # without the task, each as it comes
+
+
+@pytest.mark.trio
+async def test_request_lines_are_these_bytes_each_stamped_with_its_own_time(monkeypatch, autojump_clock):
+    """The four forms of a request line, byte for byte; lines that go out in one write each carry
+    their own request's time to the millisecond, across a second's end and a clock stepped back,
+    as the lifecycle lines write it (`format_ms`)."""
+    import runstate.server.logs as logs
+    from runstate.actors.timestamps import format_ms
+
+    now_ms = [1_800_000_000_998]
+    monkeypatch.setattr(logs, "_wall_ns", lambda: now_ms[0] * 1_000_000 + 999_999)
+    forms = {}
+    for log_format in ("json", "text"):
+        writes: list[bytes] = []
+        access = AccessLog(writes.append, log_format=log_format)
+        access.line("POST", "/v1/spaces/{space}/claims", 200, 0.0004125, "req_1f0c2a9e5b7d4c31", None)
+        access.line("POST", "/v1/spaces/{space}/claims", 409, 12.3456789, "req_1f0c2a9e5b7d4c32", "CLAIM_HELD")
+        forms[log_format] = writes
+    assert forms["json"] == [
+        b'{"ts":"2027-01-15T08:00:00.998Z","level":"info","logger":"runstate.access","event":"request","method":"POST",'
+        b'"route":"/v1/spaces/{space}/claims","status":200,"ms":0.412,"requestId":"req_1f0c2a9e5b7d4c31"}\n',
+        b'{"ts":"2027-01-15T08:00:00.998Z","level":"info","logger":"runstate.access","event":"request","method":"POST",'
+        b'"route":"/v1/spaces/{space}/claims","status":409,"ms":12345.679,"requestId":"req_1f0c2a9e5b7d4c32","code":"CLAIM_HELD"}\n',
+    ]
+    assert forms["text"] == [
+        b"2027-01-15T08:00:00.998Z INFO runstate.access request POST /v1/spaces/{space}/claims 200 0.412ms req_1f0c2a9e5b7d4c31\n",
+        b"2027-01-15T08:00:00.998Z INFO runstate.access request POST /v1/spaces/{space}/claims 409 12345.679ms "
+        b"req_1f0c2a9e5b7d4c32 CLAIM_HELD\n",
+    ]
+
+    import trio
+    import trio.testing
+
+    writes = []
+    access = AccessLog(writes.append)
+    times = [1_800_000_000_998, 1_800_000_000_999, 1_800_000_001_000, 1_800_000_001_007, 1_800_000_000_500, 1_800_000_003_042]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(access.write_in_batches)
+        await trio.testing.wait_all_tasks_blocked()
+        for number, at in enumerate(times):
+            now_ms[0] = at
+            access.line("GET", "/v1/spaces/{space}/claims", 200, 0.001, f"req_{number}", None)
+        await trio.sleep(FLUSH_S + 0.001)
+        nursery.cancel_scope.cancel()
+    assert len(writes) == 1
+    assert [orjson.loads(line)["ts"] for line in writes[0].splitlines()] == [format_ms(at) for at in times]
+    assert format_ms(times[2]) == "2027-01-15T08:00:01.000Z"
