@@ -33,10 +33,8 @@ retries; this module is the protocol alone, on h2's public interface and a trio 
 
 from __future__ import annotations
 
-import os
-import select
 import ssl
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import h2.config
 import h2.connection
@@ -46,15 +44,13 @@ import h2.exceptions
 import h2.settings
 import trio
 
-from .http1 import Broken, Headers, LinkError, NotReached, Progress
+from .http1 import Address, Broken, Headers, LinkError, NotReached, Progress, connect, receive, send, written_to
 
-__all__ = ["Channels", "Reply", "ANSWER_BYTES_MAX", "RECEIVE_BYTES_MAX", "STATUS_OK", "frame", "unframe"]
+__all__ = ["Channels", "Reply", "ANSWER_BYTES_MAX", "STATUS_OK", "frame", "unframe"]
 
 # The largest answer a call may bring (etcd's server sends up to 2 GiB; a txn's answer, even one
 # that reads back the batch it wrote, is a few MB at most).
 ANSWER_BYTES_MAX = 64 * 1024 * 1024
-# The largest read from a socket.
-RECEIVE_BYTES_MAX = 64 * 1024
 STATUS_OK = 0
 
 
@@ -134,9 +130,7 @@ class _Channel:
 
     def readable(self) -> bool:
         """Whether the server wrote to (or closed) this connection while nobody was reading it."""
-        poller = select.poll()
-        poller.register(self.socket.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
-        return bool(poller.poll(0))
+        return written_to(self.fd)
 
     async def refresh(self) -> None:
         """Read what the server sent while the connection was idle (settings, a ping, a GOAWAY, its
@@ -208,16 +202,8 @@ class _Channel:
             await lock.acquire()
         try:
             data = self.h2.data_to_send()
-            if not data:
-                return
-            sent = 0
-            if self.plain:
-                try:
-                    sent = os.write(self.fd, data)
-                except BlockingIOError:
-                    sent = 0
-            if sent < len(data):
-                await self.stream.send_all(memoryview(data)[sent:] if sent else data)
+            if data:
+                await send(self.stream, self.fd, self.plain, data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as error:
             self._break(f"writing to {self.origin.authority.decode()} failed: {error}")
             raise Broken(self.broken or "") from error
@@ -228,16 +214,8 @@ class _Channel:
             lock.release()
 
     async def _receive(self) -> bytes:
-        """The next bytes from the server; b"" once it closed. A plain socket is waited on until
-        readable first (the answer is seldom there yet: a read first would fail)."""
-        if not self.plain:
-            return bytes(await self.stream.receive_some(RECEIVE_BYTES_MAX))
-        while True:
-            await trio.lowlevel.wait_readable(self.fd)
-            try:
-                return os.read(self.fd, RECEIVE_BYTES_MAX)
-            except BlockingIOError:
-                continue
+        """The next bytes from the server; b"" once it closed."""
+        return await receive(self.stream, self.fd, self.plain)
 
     async def _read_once(self) -> None:
         """Read once and hand out what came, or, when another call is reading, wait for its read."""
@@ -346,21 +324,12 @@ def _reply(call: _Call) -> Reply:
     return Reply(status, message, unframe(bytes(call.data)))
 
 
-class _Origin:
-    __slots__ = ("host", "port", "tls_host", "scheme", "authority", "channel", "connecting")
+class _Origin(Address):
+    __slots__ = ("scheme", "channel", "connecting")
 
     def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise LinkError(f"a URL to call must be http:// or https:// with a host: {url!r}")
-        self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.tls_host = parts.hostname if parts.scheme == "https" else None
-        self.scheme = parts.scheme.encode("ascii")
-        try:
-            self.authority = parts.netloc.rpartition("@")[2].encode("ascii")
-        except UnicodeEncodeError:
-            raise LinkError(f"a URL to call must be ASCII: {url!r}") from None
+        super().__init__(url)
+        self.scheme = b"https" if self.tls_host is not None else b"http"
         self.channel: _Channel | None = None
         self.connecting = trio.Lock()
 
@@ -410,24 +379,11 @@ class Channels:
 
     async def _connect(self, origin: _Origin) -> _Channel:
         self.connects += 1
-        try:
-            stream: trio.abc.Stream = await trio.open_tcp_stream(origin.host, origin.port)
-        except OSError as error:
-            raise NotReached(f"could not connect to {origin.host}:{origin.port}: {error}") from error
-        socket_stream = stream
-        assert isinstance(socket_stream, trio.SocketStream)
-        if origin.tls_host is not None:
-            if self._tls is None:
-                self._tls = ssl.create_default_context()
-                self._tls.set_alpn_protocols(["h2"])
-            tls = trio.SSLStream(socket_stream, self._tls, server_hostname=origin.tls_host, https_compatible=True)
-            try:
-                await tls.do_handshake()
-            except (trio.BrokenResourceError, OSError) as error:
-                await trio.aclose_forcefully(tls)
-                raise NotReached(f"TLS with {origin.host}:{origin.port} failed: {error}") from error
-            stream = tls
-        channel = _Channel(stream, socket_stream.socket, origin)
+        if self._tls is None and origin.tls_host is not None:
+            self._tls = ssl.create_default_context()
+            self._tls.set_alpn_protocols(["h2"])
+        stream, socket = await connect(origin, self._tls)
+        channel = _Channel(stream, socket, origin)
         try:
             await channel.start()
         except Broken as error:

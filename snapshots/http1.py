@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
-__all__ = ["Connections", "Answer", "Stream", "ChunkedLines", "Progress", "LinkError", "NotReached", "Broken",
+__all__ = ["Connections", "Answer", "Address", "connect", "send", "receive", "written_to", "Stream", "ChunkedLines", "Progress", "LinkError", "NotReached", "Broken",
            "Headers", "CONNECTIONS_MAX", "IDLE_PER_ORIGIN_MAX", "IDLE_S_MAX", "LINE_BYTES_MAX"]
 
 # Requests on their way at once (each on its own connection), by default.
@@ -101,6 +101,78 @@ class Answer:
         self.body = body
 
 
+class Address:
+    """Where an origin is, from its base URL (`http://host:port` or `https://...`)."""
+
+    __slots__ = ("host", "port", "tls_host", "authority")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise LinkError(f"a URL to send to must be http:// or https:// with a host: {url!r}")
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.tls_host = parts.hostname if parts.scheme == "https" else None  # None: a plain connection
+        try:
+            self.authority = parts.netloc.rpartition("@")[2].encode("ascii")
+        except UnicodeEncodeError:
+            raise LinkError(f"a URL to send to must be ASCII: {url!r}") from None
+
+
+async def connect(address: Address, tls: ssl.SSLContext | None) -> tuple[trio.abc.Stream, trio.socket.SocketType]:
+    """A connection to `address` (under TLS with `tls` where its URL is https: it is given then)
+    and its socket; `NotReached` if none could be made."""
+    try:
+        stream: trio.abc.Stream = await trio.open_tcp_stream(address.host, address.port)
+    except OSError as error:
+        raise NotReached(f"could not connect to {address.host}:{address.port}: {error}") from error
+    socket_stream = stream
+    assert isinstance(socket_stream, trio.SocketStream)
+    if address.tls_host is not None:
+        assert tls is not None, "an https origin is reached with a TLS context"
+        secured = trio.SSLStream(socket_stream, tls, server_hostname=address.tls_host, https_compatible=True)
+        try:
+            await secured.do_handshake()
+        except (trio.BrokenResourceError, OSError) as error:
+            await trio.aclose_forcefully(secured)
+            raise NotReached(f"TLS with {address.host}:{address.port} failed: {error}") from error
+        stream = secured
+    return stream, socket_stream.socket
+
+
+async def send(stream: trio.abc.Stream, fd: int, plain: bool, data: bytes) -> None:
+    """Write `data` to a connection. On a plain socket (`fd`) it is written straight away when the
+    socket takes it (it nearly always does): no pass through trio's scheduler."""
+    sent = 0
+    if plain:
+        try:
+            sent = os.write(fd, data)
+        except BlockingIOError:
+            sent = 0
+    if sent < len(data):
+        await stream.send_all(memoryview(data)[sent:] if sent else data)
+
+
+async def receive(stream: trio.abc.Stream, fd: int, plain: bool) -> bytes:
+    """The next bytes from a connection; b"" once the other end closed it. A plain socket (`fd`)
+    is waited on until readable first (an answer is seldom there yet: a read first would fail)."""
+    if not plain:
+        return bytes(await stream.receive_some(RECEIVE_BYTES_MAX))
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            return os.read(fd, RECEIVE_BYTES_MAX)
+        except BlockingIOError:
+            continue
+
+
+def written_to(fd: int) -> bool:
+    """Whether the other end wrote to (or closed) this connection while nobody was reading it."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(0))
+
+
 class _Link:
     """One connection to an origin: its stream, its socket, and what was read past the last answer
     (nothing, on a connection that can carry another request)."""
@@ -115,49 +187,20 @@ class _Link:
         self.buffer = bytearray()
         self.idle_since = 0.0  # (trio's clock) when it was last put back for the next request
 
-    def closed_by_origin(self) -> bool:
-        """Whether the origin closed (or wrote to) this idle connection: then it cannot be used."""
-        poller = select.poll()
-        poller.register(self.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        return bool(poller.poll(0))
 
     async def write(self, data: bytes) -> None:
-        sent = 0
-        if self.plain:
-            try:
-                sent = os.write(self.fd, data)
-            except BlockingIOError:
-                sent = 0
-        if sent < len(data):
-            await self.stream.send_all(memoryview(data)[sent:] if sent else data)
+        await send(self.stream, self.fd, self.plain, data)
 
     async def read(self) -> bytes:
-        """The next bytes from the origin; b"" once it closed. A plain socket is waited on until
-        readable first (the answer is seldom there yet: a read first would fail)."""
-        if not self.plain:
-            return bytes(await self.stream.receive_some(RECEIVE_BYTES_MAX))
-        while True:
-            await trio.lowlevel.wait_readable(self.fd)
-            try:
-                return os.read(self.fd, RECEIVE_BYTES_MAX)
-            except BlockingIOError:
-                continue
+        """The next bytes from the origin; b"" once it closed."""
+        return await receive(self.stream, self.fd, self.plain)
 
 
-class _Origin:
-    __slots__ = ("host", "port", "tls_host", "authority", "idle")
+class _Origin(Address):
+    __slots__ = ("idle",)
 
     def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise LinkError(f"a URL to send to must be http:// or https:// with a host: {url!r}")
-        self.host = parts.hostname
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.tls_host = parts.hostname if parts.scheme == "https" else None
-        try:
-            self.authority = parts.netloc.rpartition("@")[2].encode("ascii")
-        except UnicodeEncodeError:
-            raise LinkError(f"a URL to send to must be ASCII: {url!r}") from None
+        super().__init__(url)
         self.idle: list[_Link] = []
 
 
@@ -216,7 +259,7 @@ class Connections:
         stale_at = trio.current_time() - self._idle_s_max
         while idle:
             link = idle.pop()
-            if link.idle_since >= stale_at and not link.closed_by_origin():
+            if link.idle_since >= stale_at and not written_to(link.fd):  # (the origin closed it, or wrote)
                 return link
             link.socket.close()  # (no TLS close_notify: the origin has closed its end, or will soon)
         return None
@@ -224,24 +267,11 @@ class Connections:
     async def _connect(self, origin: _Origin) -> _Link:
         if self._closed:
             raise NotReached("closed: no new connection is made")
-        try:
-            self.connects += 1
-            stream: trio.abc.Stream = await trio.open_tcp_stream(origin.host, origin.port)
-        except OSError as error:
-            raise NotReached(f"could not connect to {origin.host}:{origin.port}: {error}") from error
-        socket_stream = stream
-        assert isinstance(socket_stream, trio.SocketStream)
-        if origin.tls_host is not None:
-            if self._tls is None:
-                self._tls = ssl.create_default_context()
-            tls = trio.SSLStream(socket_stream, self._tls, server_hostname=origin.tls_host, https_compatible=True)
-            try:
-                await tls.do_handshake()
-            except (trio.BrokenResourceError, OSError) as error:
-                await trio.aclose_forcefully(tls)
-                raise NotReached(f"TLS with {origin.host}:{origin.port} failed: {error}") from error
-            stream = tls
-        return _Link(stream, socket_stream.socket, plain=origin.tls_host is None)
+        self.connects += 1
+        if self._tls is None and origin.tls_host is not None:
+            self._tls = ssl.create_default_context()
+        stream, socket = await connect(origin, self._tls)
+        return _Link(stream, socket, plain=origin.tls_host is None)
 
     async def _exchange(self, link: _Link, origin: _Origin, method: str, target: str, headers: Headers,
                         body: bytes) -> tuple[Answer, bool]:
