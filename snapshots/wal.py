@@ -37,6 +37,7 @@ power cut would (and the next boot's generation floor covers what they handed ou
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol, TypeVar, TypeVarTuple, Unpack
 
 import orjson
+import outcome
 import trio
 
 from ..actors.journal import DurableWaits
@@ -80,6 +82,11 @@ INLINE_WRITE_BYTES_MAX = 64 * 1024
 
 def _ignore(error: BaseException | None) -> None:
     """Nobody waits for a copied batch; a failure is the journal's own (`failure`)."""
+
+
+def _wait_for_the_thread(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+    """A write in a worker thread cannot be stopped: a cancelled writer waits for it."""
+    return trio.lowlevel.Abort.FAILED
 
 
 def segment_name(first_lsn: int) -> str:
@@ -252,6 +259,9 @@ class WalJournal:
         # then) every request is a batch of its own. A write that fsyncs (`always`, a segment
         # sealed) still goes to a thread, as does every write when `run_blocking` is given.
         self._write_inline = run_blocking is None and fsync != "always"
+        # A write that goes to a thread on the production path goes by `_write_in_thread`, which
+        # answers the batch's callers from the thread's wake-up itself (see there).
+        self._own_thread = run_blocking is None
         self.fsync = fsync
         self.batch_interval_s = batch_interval_ms / 1000
         self.batch_records_max = batch_records_max
@@ -367,6 +377,9 @@ class WalJournal:
         try:
             if self._write_inline and not self.writer.rotation_due() and sum(map(len, bodies)) <= INLINE_WRITE_BYTES_MAX:
                 self.writer.write(first_lsn, bodies, sync)
+            elif self._own_thread:
+                await self._write_in_thread(batch, first_lsn, bodies, sync)
+                return  # answered already
             else:
                 await self.run_blocking(self.writer.write, first_lsn, bodies, sync)
         except trio.Cancelled:
@@ -379,15 +392,48 @@ class WalJournal:
             log.error("the journal cannot write (%s): refusing changes until the disk works again", error)
             self._fail(error, batch)
             return
+        self._written(batch, first_lsn + len(bodies) - 1, sync)
+
+    async def _write_in_thread(self, batch: list[tuple[int, list[bytes], Durable]], first_lsn: int, bodies: list[bytes], sync: bool) -> None:
+        """Write (and fsync when `sync`) in one of trio's cached worker threads; answer the batch's callers as it comes back.
+
+        What `trio.to_thread.run_sync` does, less what the writer does not need, each on the path
+        of every answer under `always`: its capacity limiter's checkpoint (a pass of the event loop
+        between taking the batch and starting its write), the copy of the context, the thread's
+        name set for each call. And the callers are answered in the callback that brings the
+        thread's result back to the loop, so they run in the loop's next pass, beside the writer
+        task, not one pass after it. As with `trio.to_thread.run_sync`, a write once begun is
+        waited for even when the writer is cancelled; an OSError is raised here for `_commit`.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        token = trio.lowlevel.current_trio_token()
+        task = trio.lowlevel.current_task()
+        last_lsn = first_lsn + len(bodies) - 1
+
+        def back(result: outcome.Outcome[None]) -> None:  # on the loop
+            if isinstance(result, outcome.Value):
+                # A callback that raises (a bug) is raised in the writer task, as it would be
+                # had the writer called it; never in trio's own callback.
+                result = outcome.capture(self._written, batch, last_lsn, sync)
+            trio.lowlevel.reschedule(task, result)
+
+        def deliver(result: outcome.Outcome[None]) -> None:  # in the worker thread
+            token.run_sync_soon(back, result)
+
+        trio.lowlevel.start_thread_soon(functools.partial(self.writer.write, first_lsn, bodies, sync), deliver)
+        await trio.lowlevel.wait_task_rescheduled(_wait_for_the_thread)
+
+    def _written(self, batch: list[tuple[int, list[bytes], Durable]], last_lsn: int, sync: bool) -> None:
+        """`batch` is written (and fsynced under `always`) through `last_lsn`: answer its callers."""
         self.batches += 1
-        self.durable_lsn = first_lsn + len(bodies) - 1
+        self.durable_lsn = last_lsn
         if sync:
             self.synced_lsn = self.durable_lsn
         elif self.fsync == "batch":
             self._unsynced.set()
         for _, _, on_durable in batch:
             on_durable(None)
-        self._after.reached(self.durable_lsn)
+        self._after.reached(last_lsn)
 
     async def _sync_in_background(self) -> None:
         """`batch`: fsync what was written, each fsync beginning at most `batch_interval_ms` after the last began.

@@ -3,11 +3,14 @@ they delete, slow-fsync logging, and `check` on a healthy directory."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import threading
 
 import pytest
 import trio
+import trio.testing
 
 from runstate.actors import KernelError
 from runstate.actors.records import VERSION
@@ -200,20 +203,132 @@ async def test_on_the_production_path_small_batches_are_written_by_the_journal_t
     `always` every batch goes to a thread, since it waits for an fsync."""
     from runstate.snapshots.wal import SegmentWriter
 
+    loop_thread = threading.get_ident()
     threaded_writes = []
-    to_thread = trio.to_thread.run_sync
+    serving = False  # the boot's records are written by the start, in a thread, whatever the policy
+    write = SegmentWriter.write
 
-    async def counting(function, *args, **kwargs):
-        if getattr(function, "__func__", None) is SegmentWriter.write:
-            threaded_writes.append(args[0])
-        return await to_thread(function, *args, **kwargs)
+    def noting(self, first_lsn, bodies, sync):
+        if serving and threading.get_ident() != loop_thread:
+            threaded_writes.append(first_lsn)
+        write(self, first_lsn, bodies, sync)
 
-    monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+    monkeypatch.setattr(SegmentWriter, "write", noting)
     async with running(str(tmp_path), fsync=fsync, threads=True) as run:
+        serving = True
         scope_id = (await run.scopes.create(SPACE))["id"]
         await acquire_many(run, scope_id, 20)
         assert run.store.journal.batches >= 2
     assert bool(threaded_writes) is threaded, threaded_writes
+
+
+class HeldDisk(Disk):
+    """A disk whose fsyncs, once `hold` is set, wait in their thread until the test lets them go
+    (or fail with `error`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.error: OSError | None = None
+        self.syncing = threading.Event()
+        self.go = threading.Event()
+
+    def fsync(self, fd: int, what: str = "") -> None:
+        if self.hold:
+            self.syncing.set()
+            self.go.wait()
+        if self.error is not None:
+            raise self.error
+        super().fsync(fd, what)
+
+
+def held_journal(tmp_path):
+    """A journal on the production path (its own worker thread), under `always`, on a `HeldDisk`."""
+    from runstate.snapshots.wal import SegmentWriter, WalJournal
+
+    disk = HeldDisk()
+    writer = SegmentWriter(str(tmp_path), disk, 1 << 20, version=VERSION)
+    writer.start(1, 0)
+    disk.hold = True
+    return disk, WalJournal(writer, fsync="always")
+
+
+@pytest.mark.trio
+async def test_a_change_is_answered_only_once_its_fsync_in_the_worker_thread_returned(tmp_path):
+    disk, journal = held_journal(tmp_path)
+    answers: list[BaseException | None] = []
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run)
+            journal.append([{"type": "a"}], answers.append)
+            journal.append([{"type": "b"}], answers.append)
+            await trio.to_thread.run_sync(disk.syncing.wait)  # the batch's fsync has begun
+            await trio.testing.wait_all_tasks_blocked()
+            assert answers == [] and journal.durable_lsn == 0
+            disk.go.set()
+            while len(answers) < 2:
+                await trio.sleep(0)
+            assert answers == [None, None] and journal.durable_lsn == journal.synced_lsn == 2
+            assert journal.batches == 1  # both in one group commit
+            nursery.cancel_scope.cancel()
+    journal.writer.close()
+
+
+@pytest.mark.trio
+async def test_a_stopped_journal_waits_for_the_write_in_its_worker_thread_and_answers_it(tmp_path):
+    """The production path's worker thread, like `trio.to_thread.run_sync`'s, cannot be stopped:
+    the change being written is answered as written, the one queued behind it as not."""
+    disk, journal = held_journal(tmp_path)
+    answers: dict[str, BaseException | None] = {}
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run)
+            journal.append([{"type": "a"}], lambda error: answers.setdefault("written", error))
+            await trio.to_thread.run_sync(disk.syncing.wait)
+            journal.append([{"type": "b"}], lambda error: answers.setdefault("queued", error))
+            nursery.cancel_scope.cancel()
+            assert answers == {}  # the writer waits for its thread
+            disk.go.set()
+    journal.writer.close()
+    assert answers["written"] is None and journal.durable_lsn == 1
+    assert isinstance(answers["queued"], OSError) and "stopped" in str(answers["queued"])
+
+
+@pytest.mark.trio
+async def test_a_failed_fsync_in_the_worker_thread_answers_the_batch_with_the_error_and_fails_the_journal(tmp_path):
+    disk, journal = held_journal(tmp_path)
+    disk.error = OSError(errno.EIO, "Input/output error")
+    answers: list[BaseException | None] = []
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(journal.run)
+            journal.append([{"type": "a"}], answers.append)
+            disk.go.set()
+            await journal.failed.wait()
+            assert answers == [disk.error] and journal.failure is disk.error and journal.durable_lsn == 0
+            journal.append([{"type": "b"}], answers.append)  # refused at once
+            assert answers == [disk.error, disk.error]
+            nursery.cancel_scope.cancel()
+    journal.writer.close()
+
+
+@pytest.mark.trio
+async def test_a_durable_callback_that_raises_is_raised_by_the_journal_task(tmp_path):
+    """A bug in a caller's callback stops the writer task with that error, not trio's own loop."""
+    disk, journal = held_journal(tmp_path)
+    disk.hold = False
+
+    def broken(error: BaseException | None) -> None:
+        raise RuntimeError("a broken callback")
+
+    with pytest.raises(BaseExceptionGroup) as raised:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(journal.run)
+                journal.append([{"type": "a"}], broken)
+                await trio.sleep_forever()
+    journal.writer.close()
+    assert raised.value.subgroup(RuntimeError) is not None, raised.value
 
 
 def test_dismantle_empties_a_state_and_leaves_shared_settings_alone():
