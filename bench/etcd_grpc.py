@@ -18,15 +18,13 @@ ratio gRPC / gateway (etcd's, this process's, and both together) close the run.
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 
 import trio
 
 from runstate.snapshots.etcd import EtcdClient
 from runstate.snapshots.etcd_journal import PartitionKeys
 
-from .etcd_txn import _shape
+from .etcd_txn import _shape, on_three_members
 
 WAYS = ("gateway", "grpc")
 
@@ -75,8 +73,6 @@ async def run(endpoints: list[str], members: list[int], args: argparse.Namespace
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.etcd import EtcdCluster
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--txns", type=int, default=300, help="transactions of each shape and way per round")
     parser.add_argument("--rounds", type=int, default=3)
@@ -84,11 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="records in each transaction (a direct claim cycle's holds about 15)")
     parser.add_argument("--size", type=int, default=230, help="bytes of each record's frame")
     args = parser.parse_args(argv)
-    print(f"load average at the start: {open('/proc/loadavg').read().strip()}")
-    with tempfile.TemporaryDirectory(prefix="bench-etcd-grpc-") as root, EtcdCluster(3, root=Path(root)) as cluster:
-        members = [member.proc.pid for member in cluster.members if member.proc is not None]
-        trio.run(run, cluster.endpoints, members, args)
-    print(f"load average at the end: {open('/proc/loadavg').read().strip()}")
+    on_three_members(run, args, "bench-etcd-grpc-")
     return 0
 
 

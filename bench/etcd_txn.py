@@ -24,6 +24,7 @@ import os
 import resource
 import tempfile
 from pathlib import Path
+from typing import Awaitable, Callable
 
 import trio
 
@@ -98,8 +99,6 @@ async def _watch(endpoints: list[str], keys: PartitionKeys, *, task_status: trio
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.etcd import EtcdCluster
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--txns", type=int, default=200, help="transactions of each shape per round")
     parser.add_argument("--rounds", type=int, default=3)
@@ -109,12 +108,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=lambda text: [int(n) for n in text.split(",")], default=[115, 230, 460],
                         help="bytes of each record's frame")
     args = parser.parse_args(argv)
+    on_three_members(run, args, "bench-etcd-txn-")
+    return 0
+
+
+def on_three_members(run: Callable[[list[str], list[int], argparse.Namespace], Awaitable[None]],
+                     args: argparse.Namespace, prefix: str) -> None:
+    """`run(endpoints, member pids, args)` against three fresh etcd members, the load average
+    printed before and after."""
+    from tests.etcd import EtcdCluster
+
     print(f"load average at the start: {open('/proc/loadavg').read().strip()}")
-    with tempfile.TemporaryDirectory(prefix="bench-etcd-txn-") as root, EtcdCluster(3, root=Path(root)) as cluster:
+    with tempfile.TemporaryDirectory(prefix=prefix) as root, EtcdCluster(3, root=Path(root)) as cluster:
         members = [member.proc.pid for member in cluster.members if member.proc is not None]
         trio.run(run, cluster.endpoints, members, args)
     print(f"load average at the end: {open('/proc/loadavg').read().strip()}")
-    return 0
 
 
 if __name__ == "__main__":
