@@ -481,6 +481,10 @@ class Compare:
         return len(self.key) + (len(self.operand) if isinstance(self.operand, bytes) else 0) + FIELD_OVERHEAD_BYTES
 
 
+def _no_message() -> bytes:
+    raise ValueError("this operation was made without its gRPC form: make it with Op.range, get, put or delete")
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One operation of a txn's branch: `Op.get(key)`, `Op.range(...)`, `Op.put(...)`, `Op.delete(...)`."""
@@ -490,7 +494,7 @@ class Op:
     size: int = field(default=0)
     # Makes the operation as gRPC takes it (`message`), only when asked: a client on the gateway
     # never pays for it.
-    encoder: Callable[[], bytes] = field(default=lambda: b"", compare=False, repr=False)
+    encoder: Callable[[], bytes] = field(default=_no_message, compare=False, repr=False)
 
     @property
     def message(self) -> bytes:
