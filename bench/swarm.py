@@ -91,6 +91,7 @@ class PeerResult:
     processes: int
     window_s: float
     cycles: int
+    hot_cycles: int
     tasks: int
     produced: int
     server_cpu_s: float
@@ -117,6 +118,11 @@ class PeerResult:
         return self.useful / self.window_s
 
     @property
+    def hot_efficiency(self) -> float:
+        """The hot keys' claim cycles per second over the most they allow (`hot_keys_limit_per_s`)."""
+        return self.hot_cycles / self.window_s / hot_keys_limit_per_s()
+
+    @property
     def server_cpu_per_1k(self) -> float:
         return self.server_cpu_s / max(self.useful, 1) * 1000
 
@@ -130,9 +136,29 @@ class PeerResult:
 
     def as_dict(self) -> dict[str, Any]:
         document = asdict(self)
-        document.update(useful_per_s=self.useful_per_s, server_cpu_per_1k=self.server_cpu_per_1k,
+        document.update(useful_per_s=self.useful_per_s, hot_efficiency=self.hot_efficiency, server_cpu_per_1k=self.server_cpu_per_1k,
                         client_cpu_ms_per_op=self.client_cpu_ms_per_op, requests_per_op=self.requests_per_op)
         return document
+
+
+def hot_keys_limit_per_s() -> float:
+    """The most claim cycles a second the hot keys allow: each is held `CLAIM_WORK_S` a cycle."""
+    return HOT_KEYS / CLAIM_WORK_S
+
+
+def tasks_asked_per_s(size: SwarmSize) -> float:
+    """The tasks a second the producers are asked to send (an eighth of each process's agents)."""
+    return size.task_rate * max(1, size.agents // size.processes // 8) * size.processes
+
+
+def ceiling_per_s(size: SwarmSize) -> float:
+    """About the most useful operations a second the workload allows, whatever the peer.
+
+    A claimer's draws go to a hot key `HOT_SHARE` of the time, so over a window its claim cycles
+    are hot and cold in that proportion (the cold ones are rarely waited for), and the hot ones are
+    at most `hot_keys_limit_per_s`: with perfect handoffs and no time lost between cycles, claim
+    cycles come to that over `HOT_SHARE`. Tasks come to what the producers send."""
+    return hot_keys_limit_per_s() / HOT_SHARE + tasks_asked_per_s(size)
 
 
 # -- the peers' servers ---------------------------------------------------------------------------
@@ -265,7 +291,7 @@ def run_peer(procs: Processes, peer: str, size: SwarmSize, tools: dict[str, str 
             errors[name] = errors.get(name, 0) + count
     return PeerResult(
         peer=peer, agents=size.agents, processes=size.processes, window_s=size.window_s,
-        cycles=sum(r["cycles"] for r in results), tasks=sum(r["tasks"] for r in results),
+        cycles=sum(r["cycles"] for r in results), hot_cycles=sum(r["hot_cycles"] for r in results), tasks=sum(r["tasks"] for r in results),
         produced=sum(r["produced"] for r in results), server_cpu_s=server_cpu,
         client_cpu_s=sum(r["cpu_s"] for r in results), requests=requests, contended=len(contended),
         contended_p50_ms=percentile(contended, 50), contended_p99_ms=percentile(contended, 99),
@@ -325,7 +351,8 @@ def missing(peer: str, tools: dict[str, str | None]) -> str | None:
 def figure(result: PeerResult) -> str:
     sent = f" of {n(result.produced / result.window_s)} sent" if result.produced else ""
     text = (f"{n(result.useful_per_s)} useful ops/s ({n(result.cycles / result.window_s)} cycles + "
-            f"{n(result.tasks / result.window_s)} tasks{sent}); server {result.server_cpu_per_1k:.2f} CPU-s/1k ops; "
+            f"{n(result.tasks / result.window_s)} tasks{sent}); hot keys {n(result.hot_cycles / result.window_s)} cycles/s "
+            f"(efficiency {result.hot_efficiency:.2f}); server {result.server_cpu_per_1k:.2f} CPU-s/1k ops; "
             f"client {result.client_cpu_ms_per_op:.2f} ms CPU/op; {result.requests_per_op:.2f} req/op; "
             f"contended acquire p50 {ms(result.contended_p50_ms)} p99 {ms(result.contended_p99_ms)} ({result.contended}); "
             f"handoff p50 {ms(result.handoff_p50_ms)} p99 {ms(result.handoff_p99_ms)} ({result.handoffs}); "
@@ -336,12 +363,12 @@ def figure(result: PeerResult) -> str:
 
 def side_by_side(results: list[PeerResult]) -> str:
     """The swarm table: one line per peer, every column of the leg."""
-    header = ("peer", "useful ops/s", "claim cycles/s", "tasks/s (sent)", "server CPU-s/1k ops",
+    header = ("peer", "useful ops/s", "claim cycles/s", "hot keys' cycles/s (efficiency)", "tasks/s (sent)", "server CPU-s/1k ops",
               "client CPU ms/op", "req/op", "contended acquire p50 / p99", "handoff p50 / p99", "task latency p50 / p99", "errors")
     rows = [header]
     for r in results:
         rows.append((
-            r.peer, n(r.useful_per_s), n(r.cycles / r.window_s),
+            r.peer, n(r.useful_per_s), n(r.cycles / r.window_s), f"{n(r.hot_cycles / r.window_s)} ({r.hot_efficiency:.2f})",
             f"{n(r.tasks / r.window_s)} ({n(r.produced / r.window_s)})", f"{r.server_cpu_per_1k:.2f}",
             f"{r.client_cpu_ms_per_op:.2f}", f"{r.requests_per_op:.2f}",
             f"{ms(r.contended_p50_ms)} / {ms(r.contended_p99_ms)}", f"{ms(r.handoff_p50_ms)} / {ms(r.handoff_p99_ms)}",
@@ -365,6 +392,10 @@ def rows_of(results: dict[str, PeerResult], skipped: dict[str, str], size: Swarm
     ours = results.get("ours")
     if ours is None:
         return rows
+    ceiling = ceiling_per_s(size)
+    rows.append(Row("Swarm: the workload's ceiling (hot keys / hold / hot share + tasks asked), ours against it",
+                    f"ours {n(ours.useful_per_s)}; hot keys' efficiency {ours.hot_efficiency:.2f}",
+                    reference=f"ceiling {n(ceiling)}", ratio=ours.useful_per_s / ceiling, verdict=INFO))
     for peer, target, what in (("redis", USEFUL_VS_REDIS, "Redis"), ("etcd", USEFUL_VS_ETCD, "etcd")):
         other = results.get(peer)
         if other is None or other.useful_per_s == 0:
@@ -386,8 +417,16 @@ def notes_of(results: dict[str, PeerResult], size: SwarmSize) -> list[str]:
     notes = [
         f"Swarm table ({size.agents} agents in {size.processes} client processes on one core, servers on another; "
         f"window {size.window_s:g} s after {size.warmup_s:g} s of warm-up; producers asked to send "
-        f"{n(size.task_rate * max(1, size.agents // size.processes // 8) * size.processes)} tasks/s):\n" + side_by_side([results[p] for p in PEERS if p in results])
+        f"{n(tasks_asked_per_s(size))} tasks/s):\n" + side_by_side([results[p] for p in PEERS if p in results])
     ]
+    ceiling = ceiling_per_s(size)
+    redis_result = results.get("redis")
+    beside = (f"; against Redis's {n(redis_result.useful_per_s)}, no peer could do more than {ceiling / redis_result.useful_per_s:.2f} times it"
+              if redis_result is not None and redis_result.useful_per_s > 0 else "")
+    notes.append(f"The workload's ceiling: {HOT_KEYS} hot keys held {CLAIM_WORK_S * 1000:g} ms a cycle allow "
+                 f"{n(hot_keys_limit_per_s())} claim cycles/s on them, and they get {HOT_SHARE:.0%} of the draws, so about "
+                 f"{n(hot_keys_limit_per_s() / HOT_SHARE)} claim cycles/s in all, plus {n(tasks_asked_per_s(size))} tasks/s: "
+                 f"about {n(ceiling)} useful ops/s with perfect handoffs{beside}.")
     for result in results.values():
         share = result.client_cpu_s / result.window_s
         if share > 0.85:

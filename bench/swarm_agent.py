@@ -110,6 +110,7 @@ class Stats:
         self.t0 = float("inf")
         self.t1 = float("inf")
         self.cycles = 0
+        self.hot_cycles = 0  # of `cycles`, those on one of the hot keys
         self.acquires = 0
         self.contended_ms: list[float] = []
         self.handoff_ms: list[float] = []
@@ -489,6 +490,7 @@ class Swarm:
     async def claimer(self, agent: int) -> None:
         rng = random.Random(f"{self.config['seed']}-{self.process}-{agent}")
         stats, occupancy, work_s = self.stats, self.occupancy, self.config["claim_work_s"]
+        hot_keys = self.config["hot_keys"]
         while not self.stop.is_set():
             key = self.pick(rng)
             contended = occupancy.taken(key)
@@ -509,6 +511,7 @@ class Swarm:
                 occupancy.add(key, -1)
             if stats.inside(time.monotonic()):
                 stats.cycles += 1
+                stats.hot_cycles += key < hot_keys
                 stats.acquires += 1
                 if contended:
                     stats.contended_ms.append((got - began) * 1000)
@@ -630,6 +633,7 @@ def main() -> int:
         process=config["process"],
         peer=config["peer"],
         cycles=stats.cycles,
+        hot_cycles=stats.hot_cycles,
         acquires=stats.acquires,
         contended_ms=[round(x, 3) for x in stats.contended_ms],
         handoff_ms=[round(x, 3) for x in stats.handoff_ms],
