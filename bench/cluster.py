@@ -42,6 +42,10 @@ from .report import USABLE_CPUS
 from .targets import Target, create_scope, data_root, start_runstate
 
 FAILOVER_TARGET_S = 2.0
+# CPU per claim cycle: a cluster's straight to the leader (all nodes and etcd's members) over a
+# single node's, and one through another node over one straight to the leader.
+DIRECT_CPU_TARGET = 2.5
+FORWARDED_CPU_TARGET = 1.5
 SPACE = "default"
 CONCURRENCY = 16
 
@@ -164,6 +168,43 @@ class Measured:
         if self.etcd_cpu_per_cycle_ms:
             cost += f" + etcd {self.etcd_cpu_per_cycle_ms:.3f} ms"
         return f"{self.cycles_per_s:,.0f} cycles/s, p50 {self.p50_ms:.2f} ms, p99 {self.p99_ms:.2f} ms; {cost}"
+
+    @property
+    def cpu_per_cycle_ms(self) -> float:
+        """Every process's CPU per cycle: the nodes' and etcd's members'."""
+        return self.node_cpu_per_cycle_ms + self.etcd_cpu_per_cycle_ms
+
+
+@dataclass
+class CostRatio:
+    """One judged ratio of CPU per claim cycle, and its parts (the nodes' and etcd's)."""
+
+    leg: str
+    figure: str
+    ratio: float
+    target: float
+
+
+def cost_ratios(single: Measured, direct: Measured, forwarded: Measured) -> list[CostRatio]:
+    """What the cluster's claim cycle costs against a single node's and through another node
+    against straight to the leader, each in CPU per cycle, with etcd's share given apart: a
+    cluster straight to the leader can come no nearer a single node than etcd's share allows."""
+    base = max(single.cpu_per_cycle_ms, 1e-9)
+    return [
+        CostRatio(
+            "CPU per claim cycle: 3-node cluster to the partition's leader (nodes + etcd) / single node",
+            f"{direct.node_cpu_per_cycle_ms:.3f} + {direct.etcd_cpu_per_cycle_ms:.3f} = {direct.cpu_per_cycle_ms:.3f} ms "
+            f"against {single.cpu_per_cycle_ms:.3f} ms: the nodes {direct.node_cpu_per_cycle_ms / base:.2f}x, "
+            f"etcd's members {direct.etcd_cpu_per_cycle_ms / base:.2f}x",
+            direct.cpu_per_cycle_ms / base, DIRECT_CPU_TARGET,
+        ),
+        CostRatio(
+            "CPU per claim cycle: through another node / to the partition's leader (nodes + etcd)",
+            f"{forwarded.node_cpu_per_cycle_ms:.3f} + {forwarded.etcd_cpu_per_cycle_ms:.3f} = {forwarded.cpu_per_cycle_ms:.3f} ms "
+            f"against {direct.cpu_per_cycle_ms:.3f} ms",
+            forwarded.cpu_per_cycle_ms / max(direct.cpu_per_cycle_ms, 1e-9), FORWARDED_CPU_TARGET,
+        ),
+    ]
 
 
 class SteadyClaims:
@@ -413,4 +454,4 @@ def summary(times: list[float]) -> tuple[float, float]:
     return statistics.median(times), max(times)
 
 
-__all__ = ["FAILOVER_TARGET_S", "claim_cycles", "etcd_db_bound", "etcd_size", "failover_trials", "summary"]
+__all__ = ["DIRECT_CPU_TARGET", "FAILOVER_TARGET_S", "FORWARDED_CPU_TARGET", "claim_cycles", "cost_ratios", "etcd_db_bound", "etcd_size", "failover_trials", "summary"]

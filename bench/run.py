@@ -372,6 +372,9 @@ class Bench:
                 verdict=REFERENCE if index == 0 else INFO,
                 data=row.__dict__,
             ))
+        for judged in cluster_legs.cost_ratios(*measured[:3]):
+            self.rows.append(Row(judged.leg, judged.figure, ratio=judged.ratio, target=f"<= {judged.target:.1f}",
+                                 verdict=verdict_at_most(judged.ratio, judged.target)))
         self.notes.append(
             f"The cluster rows share {len(USABLE_CPUS)} cores between the load generator, three etcd members and the "
             "nodes: more nodes add no CPU here, so the growth rows show the cost of spreading partitions, not the "
