@@ -48,6 +48,9 @@ DIRECT_CPU_TARGET = 2.5
 FORWARDED_CPU_TARGET = 1.5
 SPACE = "default"
 CONCURRENCY = 16
+# The same cycle with many callers at once, straight to the leader (and on a single node beside it):
+# more records go into each etcd transaction, so etcd's share of a cycle falls.
+CONCURRENCY_MANY = 128
 
 
 @contextlib.contextmanager
@@ -160,6 +163,7 @@ class Measured:
     # Of a node that neither leads the partition nor takes the requests (it applies the log it
     # watches), each: part of `node_cpu_per_cycle_ms`. 0 when there is none.
     standby_cpu_per_cycle_ms: float = 0.0
+    connections: int = CONCURRENCY
 
     def figure(self) -> str:
         cost = f"server CPU {self.node_cpu_per_cycle_ms:.3f} ms/cycle"
@@ -182,29 +186,45 @@ class CostRatio:
     leg: str
     figure: str
     ratio: float
-    target: float
+    target: float | None  # None: shown, not judged
 
 
-def cost_ratios(single: Measured, direct: Measured, forwarded: Measured) -> list[CostRatio]:
-    """What the cluster's claim cycle costs against a single node's and through another node
-    against straight to the leader, each in CPU per cycle, with etcd's share given apart: a
-    cluster straight to the leader can come no nearer a single node than etcd's share allows."""
+SINGLE = "single node, --fsync batch"
+DIRECT = "3-node cluster, to the partition's leader"
+FORWARDED = "3-node cluster, through another node"
+
+
+def _direct_over_single(single: Measured, direct: Measured, target: float | None) -> CostRatio:
     base = max(single.cpu_per_cycle_ms, 1e-9)
-    return [
+    return CostRatio(
+        f"CPU per claim cycle: 3-node cluster to the partition's leader (nodes + etcd) / single node, {direct.connections} conn",
+        f"{direct.node_cpu_per_cycle_ms:.3f} + {direct.etcd_cpu_per_cycle_ms:.3f} = {direct.cpu_per_cycle_ms:.3f} ms "
+        f"against {single.cpu_per_cycle_ms:.3f} ms: the nodes {direct.node_cpu_per_cycle_ms / base:.2f}x, "
+        f"etcd's members {direct.etcd_cpu_per_cycle_ms / base:.2f}x",
+        direct.cpu_per_cycle_ms / base, target,
+    )
+
+
+def cost_ratios(measured: list[Measured]) -> list[CostRatio]:
+    """What the cluster's claim cycle costs against a single node's and through another node
+    against straight to the leader, each in CPU per cycle, with etcd's share given apart (a
+    cluster straight to the leader can come no nearer a single node than etcd's share allows).
+    Judged at the leg's `CONCURRENCY`; shown with `CONCURRENCY_MANY` callers too, where there are
+    such rows."""
+    found = {(row.label, row.connections): row for row in measured}
+    single, direct, forwarded = (found[label, CONCURRENCY] for label in (SINGLE, DIRECT, FORWARDED))
+    ratios = [
+        _direct_over_single(single, direct, DIRECT_CPU_TARGET),
         CostRatio(
-            "CPU per claim cycle: 3-node cluster to the partition's leader (nodes + etcd) / single node",
-            f"{direct.node_cpu_per_cycle_ms:.3f} + {direct.etcd_cpu_per_cycle_ms:.3f} = {direct.cpu_per_cycle_ms:.3f} ms "
-            f"against {single.cpu_per_cycle_ms:.3f} ms: the nodes {direct.node_cpu_per_cycle_ms / base:.2f}x, "
-            f"etcd's members {direct.etcd_cpu_per_cycle_ms / base:.2f}x",
-            direct.cpu_per_cycle_ms / base, DIRECT_CPU_TARGET,
-        ),
-        CostRatio(
-            "CPU per claim cycle: through another node / to the partition's leader (nodes + etcd)",
+            f"CPU per claim cycle: through another node / to the partition's leader (nodes + etcd), {CONCURRENCY} conn",
             f"{forwarded.node_cpu_per_cycle_ms:.3f} + {forwarded.etcd_cpu_per_cycle_ms:.3f} = {forwarded.cpu_per_cycle_ms:.3f} ms "
             f"against {direct.cpu_per_cycle_ms:.3f} ms",
             forwarded.cpu_per_cycle_ms / max(direct.cpu_per_cycle_ms, 1e-9), FORWARDED_CPU_TARGET,
         ),
     ]
+    if (SINGLE, CONCURRENCY_MANY) in found and (DIRECT, CONCURRENCY_MANY) in found:
+        ratios.append(_direct_over_single(found[SINGLE, CONCURRENCY_MANY], found[DIRECT, CONCURRENCY_MANY], None))
+    return ratios
 
 
 class SteadyClaims:
@@ -236,7 +256,8 @@ class SteadyClaims:
 
 
 def measure(label: str, targets: list[Target], node_pids: list[int], etcd_pids: list[int], seconds: float,
-            warmup_s: float, session: type = ClaimSession, standby_pids: tuple[int, ...] = ()) -> Measured:
+            warmup_s: float, session: type = ClaimSession, standby_pids: tuple[int, ...] = (),
+            concurrency: int = CONCURRENCY) -> Measured:
     """The claim cycle over `targets` (worker i on targets[i % len]), with the CPU of the given
     processes; `standby_pids` (among `node_pids`): the nodes whose CPU is given apart, each."""
 
@@ -248,16 +269,16 @@ def measure(label: str, targets: list[Target], node_pids: list[int], etcd_pids: 
 
         # drive() measures the CPU of one process in its window; here it is the sum over several,
         # so the window is the whole measured call (after a warm-up run of its own).
-        await drive(label, make, concurrency=CONCURRENCY, duration_s=warmup_s, warmup_s=0, server_pid=None)
+        await drive(label, make, concurrency=concurrency, duration_s=warmup_s, warmup_s=0, server_pid=None)
         nodes_before, etcd_before, standby_before = _cpu(node_pids), _cpu(etcd_pids), _cpu(list(standby_pids))
-        result = await drive(label, make, concurrency=CONCURRENCY, duration_s=seconds, warmup_s=0, server_pid=None)
+        result = await drive(label, make, concurrency=concurrency, duration_s=seconds, warmup_s=0, server_pid=None)
         return result, _cpu(node_pids) - nodes_before, _cpu(etcd_pids) - etcd_before, _cpu(list(standby_pids)) - standby_before
 
     result, node_cpu, etcd_cpu, standby_cpu = asyncio.run(asyncio.wait_for(run(), seconds + warmup_s + 120))
     cycles = max(result.cycles, 1)
     standby_each = standby_cpu / len(standby_pids) if standby_pids else 0.0
     return Measured(label, result.cycles_per_s, result.p50_ms, result.p99_ms, node_cpu / cycles * 1000, etcd_cpu / cycles * 1000,
-                    standby_each / cycles * 1000)
+                    standby_each / cycles * 1000, concurrency)
 
 
 def _cpu(pids: list[int]) -> float:
@@ -268,17 +289,19 @@ def claim_cycles(procs: Processes, seconds: float, warmup_s: float, say=print) -
     results: list[Measured] = []
     with unpinned():
         single = start_runstate(procs, "single-node", fsync="batch", data_root=data_root())
-    results.append(measure("single node, --fsync batch", [single], [single.pid], [], seconds, warmup_s))
-    say(f"bench: {results[-1].label}: {results[-1].figure()}")
+    for concurrency in (CONCURRENCY, CONCURRENCY_MANY):
+        results.append(measure(SINGLE, [single], [single.pid], [], seconds, warmup_s, concurrency=concurrency))
+        say(f"bench: {results[-1].label}, {concurrency} conn: {results[-1].figure()}")
     procs.stop(single.proc)
     with tempfile.TemporaryDirectory(prefix="bench-cluster-", dir=data_root()) as root, cluster(3, Path(root)) as made:
         nodes, members = made.pids()
         leader = made.nodes.leader_of(SPACE)  # type: ignore[attr-defined]
         other = next(node for node in made.nodes.live() if node is not leader)  # type: ignore[attr-defined]
-        for label, node in (("3-node cluster, to the partition's leader", leader), ("3-node cluster, through another node", other)):
+        for label, node, concurrency in ((DIRECT, leader, CONCURRENCY), (FORWARDED, other, CONCURRENCY), (DIRECT, leader, CONCURRENCY_MANY)):
             standbys = tuple(n.process.proc.pid for n in made.nodes.live() if n is not leader and n is not node)  # type: ignore[attr-defined]
-            results.append(measure(label, [made.target(node)], nodes, members, seconds, warmup_s, standby_pids=standbys))
-            say(f"bench: {results[-1].label}: {results[-1].figure()}")
+            results.append(measure(label, [made.target(node)], nodes, members, seconds, warmup_s, standby_pids=standbys,
+                                   concurrency=concurrency))
+            say(f"bench: {results[-1].label}, {concurrency} conn: {results[-1].figure()}")
     with tempfile.TemporaryDirectory(prefix="bench-growth-", dir=data_root()) as root, cluster(1, Path(root)) as made:
         spaces, key = _spaces_on_every_partition(made)
         for size in (1, 3):
@@ -290,7 +313,7 @@ def claim_cycles(procs: Processes, seconds: float, warmup_s: float, say=print) -
             nodes, members = made.pids()
             label = f"{len(spaces)} spaces on {len(spaces)} partitions, {size} node{'s' if size > 1 else ''}, each to its leader"
             results.append(measure(label, targets, nodes, members, seconds, warmup_s))
-            say(f"bench: {results[-1].label}: {results[-1].figure()}")
+            say(f"bench: {results[-1].label}, {CONCURRENCY} conn: {results[-1].figure()}")
     return results
 
 
@@ -454,4 +477,4 @@ def summary(times: list[float]) -> tuple[float, float]:
     return statistics.median(times), max(times)
 
 
-__all__ = ["DIRECT_CPU_TARGET", "FAILOVER_TARGET_S", "FORWARDED_CPU_TARGET", "claim_cycles", "cost_ratios", "etcd_db_bound", "etcd_size", "failover_trials", "summary"]
+__all__ = ["DIRECT_CPU_TARGET", "FAILOVER_TARGET_S", "CONCURRENCY", "CONCURRENCY_MANY", "FORWARDED_CPU_TARGET", "Measured", "claim_cycles", "cost_ratios", "etcd_db_bound", "etcd_size", "failover_trials", "summary"]

@@ -362,19 +362,23 @@ class Bench:
             data={"seconds": times},
         ))
         measured = cluster_legs.claim_cycles(self.procs, self.mode.harness_s * 2, self.mode.warmup_s)
-        base = measured[0]
-        for index, row in enumerate(measured):
+        singles = {row.connections: row for row in measured if row.label == cluster_legs.SINGLE}
+        for row in measured:
+            base = singles[row.connections]
             self.rows.append(Row(
-                f"Claim cycle, {row.label}, {cluster_legs.CONCURRENCY} conn (harness)",
+                f"Claim cycle, {row.label}, {row.connections} conn (harness)",
                 row.figure(),
-                reference="-" if index == 0 else base.label,
-                ratio=None if index == 0 else row.cycles_per_s / base.cycles_per_s,
-                verdict=REFERENCE if index == 0 else INFO,
+                reference="-" if row is base else f"{base.label}, {base.connections} conn",
+                ratio=None if row is base else row.cycles_per_s / base.cycles_per_s,
+                verdict=REFERENCE if row is base else INFO,
                 data=row.__dict__,
             ))
-        for judged in cluster_legs.cost_ratios(*measured[:3]):
-            self.rows.append(Row(judged.leg, judged.figure, ratio=judged.ratio, target=f"<= {judged.target:.1f}",
-                                 verdict=verdict_at_most(judged.ratio, judged.target)))
+        for judged in cluster_legs.cost_ratios(measured):
+            if judged.target is None:
+                self.rows.append(Row(judged.leg, judged.figure, ratio=judged.ratio, verdict=INFO))
+            else:
+                self.rows.append(Row(judged.leg, judged.figure, ratio=judged.ratio, target=f"<= {judged.target:.1f}",
+                                     verdict=verdict_at_most(judged.ratio, judged.target)))
         self.notes.append(
             f"The cluster rows share {len(USABLE_CPUS)} cores between the load generator, three etcd members and the "
             "nodes: more nodes add no CPU here, so the growth rows show the cost of spreading partitions, not the "
