@@ -33,11 +33,11 @@ reference: $(STAMP)
 # waiting on servers, leases and etcd): the strict type check and the reference's check
 # (`test-types`: tests/typecheck.py, mypy over the SDK, the kernel's actors/ and snapshots/, the
 # server's server/, and the product page's examples; every public name of the SDK has a
-# docstring), pytest (`test-py`) and the TypeScript SDK's suite (`test-ts`). Pytest runs three
-# processes, each taking a test file whole, or one seed of the simulation's batch (a class each),
+# docstring), pytest (`test-py`) and the TypeScript SDK's suite (`test-ts`). Pytest runs four
+# processes (more than the cores: most of a test's time is spent waiting), each taking a test file whole, or one seed of the simulation's batch (a class each),
 # as it is free (tests/conftest.py says which go first), and lists the 25 slowest tests at the end.
 # The console's browser tests (tests/console) drive Debian's Chromium: installed first when missing.
-PYTEST_ARGS ?= -n 3 --dist loadscope --no-loadscope-reorder --durations=25
+PYTEST_ARGS ?= -n 4 --dist loadscope --no-loadscope-reorder --durations=25
 test: $(STAMP) $(TS_STAMP) etcd chromium
 	$(MAKE) --no-print-directory -j3 --output-sync=target test-types test-py test-ts
 

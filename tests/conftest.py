@@ -35,7 +35,7 @@ def module_server():
         yield process
 
 
-# How `make test` shares the tests between its processes (`-n 3 --dist loadscope`): a process takes
+# How `make test` shares the tests between its processes (`-n 4 --dist loadscope`): a process takes
 # a file's tests together (many share a module-scoped server; the browser tests keep Playwright's
 # loop in theirs), or a class's: only the simulation's batch (a class per seed,
 # tests/sim/test_sim_batch.py) and the schemathesis run (a class per share of the operations) have
