@@ -13,11 +13,11 @@ Claim cycles. The harness's claim cycle (acquire + release, one connection per w
 against a single node with its local WAL (`--fsync batch`) and, in the same run, against the
 cluster: straight to the leader of the space's partition, and through another node (forwarded).
 The cluster's CPU per cycle is every node's plus every etcd member's, judged against the single
-node's and straight against forwarded (`cost_ratios`); the single node and the cycle straight to
-the leader run again with `CONCURRENCY_MANY` connections, where more records share each etcd
-transaction. Then four spaces, one on each
-partition, loaded together, first on a cluster of one node and then of three (the same etcd; the
-two new nodes take their share of the partitions): how throughput grows with nodes. On a machine
+node's, and forwarded against straight to the leader (`cost_ratios`); the single node and the
+cycle straight to the leader run again with `CONCURRENCY_MANY` connections, where more records
+share each etcd transaction. Then four spaces, one on each partition, loaded together, first on a
+cluster of one node and then of three (the same etcd; the two new nodes take their share of the
+partitions): how throughput grows with nodes. On a machine
 of two cores the load generator, three etcd members and the nodes share those two cores, so adding
 nodes adds no CPU: that row shows what the hand-off costs and what forwarding saves, not the
 scaling a cluster on separate machines would have.
