@@ -7,6 +7,8 @@ attempts of 0.5-2 s. Every test uses keys under its own prefix.
 
 from __future__ import annotations
 
+from typing import Awaitable, Callable
+
 import pytest
 import trio
 
@@ -42,6 +44,23 @@ def follower_first(cluster: EtcdCluster) -> list[EtcdMember]:
     leader = cluster.wait_healthy()
     followers = [m for m in cluster.members if m is not leader]
     return [followers[0], leader, *followers[1:]]
+
+
+async def ask_until_no_leader(ask: Callable[[], Awaitable[object]], *, meanwhile: tuple[type[Exception], ...] = ()) -> float:
+    """Ask a member cut off from the others, every 0.1 s, until it refuses with "no leader"
+    (within 10 s); how long that last call took. Asked while the member still believes in its
+    leader, a call waits out its attempt (and may fail with one of `meanwhile`)."""
+    with trio.fail_after(10):
+        while True:
+            asked = trio.current_time()
+            try:
+                await ask()
+            except EtcdUnavailable as err:
+                if "no leader" in str(err):
+                    return trio.current_time() - asked
+            except meanwhile:
+                pass
+            await trio.sleep(0.1)
 
 
 # -- one member: the calls and what they answer ---------------------------------------------------
@@ -472,16 +491,7 @@ async def test_a_member_cut_off_from_the_others_answers_no_leader_instead_of_han
                 member.stop()
             # A read caught while the member still believes in its leader waits out its attempt;
             # once it knows it has none (about an election timeout), it refuses at once.
-            with trio.fail_after(10):
-                while True:
-                    asked = trio.current_time()
-                    try:
-                        await etcd.get("cut/k")
-                    except EtcdUnavailable as err:
-                        if "no leader" in str(err):
-                            break
-                    await trio.sleep(0.1)
-            assert trio.current_time() - asked < 0.5
+            assert await ask_until_no_leader(lambda: etcd.get("cut/k")) < 0.5
             began = trio.current_time()
             with trio.fail_after(15):
                 with pytest.raises(EtcdUnavailable, match="no leader"):
