@@ -96,7 +96,7 @@ from . import cluster_log, cluster_view
 from .cluster_log import SECRET_HEADER
 from .peers import Peers
 
-__all__ = ["Cluster", "ClusterError", "Leader", "STANDBY", "DEFAULT_PARTITIONS"]
+__all__ = ["Cluster", "ClusterError", "Leader", "STANDBY", "DEFAULT_PARTITIONS", "hand_offs", "preference_order"]
 
 log = logging.getLogger("runstate.cluster")
 
@@ -197,6 +197,48 @@ async def _first(events: dict[str, trio.Event]) -> str:
 def preference(node: str, partition: int) -> int:
     """The rendezvous score of `node` for `partition`: the live node with the highest leads it."""
     return zlib.crc32(f"{node}/{partition}".encode())
+
+
+def preference_order(live: set[str], partition: int) -> list[str]:
+    """The nodes of `live`, the one `partition` prefers first."""
+    return sorted(live, key=lambda node: (-preference(node, partition), node))
+
+
+def hand_offs(node_id: str, led: dict[int, int], nodes: dict[str, Any], partitions: int, now_ms: int) -> list[tuple[int, str]]:
+    """The partitions node `node_id` gives up this round, and to whom: `led` maps those it leads to
+    their last LSN, `nodes` the live nodes to what each last said (`_node_value`), `partitions`
+    counts them all.
+
+    While it leads more than its share, it gives each partition to the live node next in the
+    partition's preference, once that node has been up for two rounds (`PUBLISH_EVERY_S`) and is
+    caught up with the partition's log: every one that goes to a node the partition prefers to this one, at once
+    (where the partitions settle in the end: a cluster started together, whose first node took
+    them all, spreads in one round, not one partition a round), up to what is past its share;
+    otherwise one a round to a node that leads less than its share. (Preference alone can leave a
+    node preferred by more partitions than its share: it gives the extra ones to the others one
+    at a time, so that none ends past its share.) Each hand-off costs its partition a few
+    milliseconds without a leader."""
+    live = set(nodes) | {node_id}
+    share = math.ceil(partitions / max(1, len(nodes)))
+    excess = len(led) - share
+    if excess <= 0:
+        return []
+    preferred: list[tuple[int, str]] = []
+    others: list[tuple[int, str]] = []
+    for number in sorted(led):
+        order = preference_order(live, number)
+        to = next((node for node in order if node != node_id), None)
+        if to is None:
+            continue
+        node = nodes.get(to, {})
+        prefers_it = order[0] == to
+        if not prefers_it and len(node.get("leads", ())) >= share:
+            continue
+        applied = int(node.get("applied", {}).get(str(number), -1))
+        seen_ms = now_ms - int(node.get("since_ms", node.get("at_ms", 0)))
+        if applied >= led[number] - HANDOFF_LAG_MAX and seen_ms >= 2 * PUBLISH_EVERY_S * 1000:
+            (preferred if prefers_it else others).append((number, to))
+    return preferred[:excess] or others[:1]
 
 
 class Cluster:
@@ -502,8 +544,7 @@ class Cluster:
 
     def preferred(self, number: int) -> list[str]:
         """Live nodes (and this one), most preferred for `number` first."""
-        live = set(self.nodes) | {self.node_id}
-        return sorted(live, key=lambda node: (-preference(node, number), node))
+        return preference_order(set(self.nodes) | {self.node_id}, number)
 
     # -- one partition ----------------------------------------------------------------------------
 
@@ -855,33 +896,12 @@ class Cluster:
     # -- keeping the log short, and the partitions spread -------------------------------------------
 
     def _rebalance(self) -> None:
-        """Step down from one partition while this node leads more than its share (one a round:
-        each hand-off costs the partition a few milliseconds without a leader), for the live node
-        next in the partition's preference, caught up with its log: one that the partition prefers
-        to this node, or else one that leads less than its share. (Preference alone can leave a
-        node preferred by more partitions than its share: it gives the extra ones to the others.)"""
-        led = [f for f in self.followers.values() if f.journal is not None]
-        share = math.ceil(len(self.followers) / max(1, len(self.nodes)))
-        if len(led) <= share:
-            return
-        candidates = []
-        for follower in led:
-            order = self.preferred(follower.number)
-            to = next((node for node in order if node != self.node_id), None)
-            if to is None:
-                continue
-            node = self.nodes.get(to, {})
-            prefers_it = order[0] == to
-            if not prefers_it and len(node.get("leads", ())) >= share:
-                continue
-            applied = int(node.get("applied", {}).get(str(follower.number), -1))
-            seen_ms = self.clock.now_ms() - int(node.get("since_ms", node.get("at_ms", 0)))
-            if applied >= follower.next_lsn - 1 - HANDOFF_LAG_MAX and seen_ms >= 2 * PUBLISH_EVERY_S * 1000:
-                candidates.append((not prefers_it, follower.number, follower, to))
-        if candidates:
-            _, number, follower, to = min(candidates, key=lambda candidate: candidate[:2])
+        """Step down from the partitions this node leads past its share (`hand_offs`)."""
+        led = {f.number: f.next_lsn - 1 for f in self.followers.values() if f.journal is not None}
+        for number, to in hand_offs(self.node_id, led, self.nodes, len(self.followers), self.clock.now_ms()):
             log.info("partition %d: handing it to %s", number, to,
                      extra={"event": "handoff", "fields": {"partition": number, "to": to}})
+            follower = self.followers[number]
             follower.handed_to = to
             follower.step_down.set()
 
