@@ -204,41 +204,56 @@ def preference_order(live: set[str], partition: int) -> list[str]:
     return sorted(live, key=lambda node: (-preference(node, partition), node))
 
 
-def hand_offs(node_id: str, led: dict[int, int], nodes: dict[str, Any], partitions: int, now_ms: int) -> list[tuple[int, str]]:
+def hand_offs(node_id: str, led: dict[int, int], nodes: dict[str, Any], leaders: dict[int, str | None],
+              now_ms: int) -> list[tuple[int, str]]:
     """The partitions node `node_id` gives up this round, and to whom: `led` maps those it leads to
-    their last LSN, `nodes` the live nodes to what each last said (`_node_value`), `partitions`
-    counts them all.
+    their last LSN, `nodes` the live nodes to what each last said (`_node_value`), `leaders` every
+    partition to the node leading it as this node sees it (the leader keys, watched).
 
     While it leads more than its share, it gives each partition to the live node next in the
     partition's preference, once that node has been up for two rounds (`PUBLISH_EVERY_S`) and is
-    caught up with the partition's log: every one that goes to a node the partition prefers to this one, at once
-    (where the partitions settle in the end: a cluster started together, whose first node took
-    them all, spreads in one round, not one partition a round), up to what is past its share;
-    otherwise one a round to a node that leads less than its share. (Preference alone can leave a
-    node preferred by more partitions than its share: it gives the extra ones to the others one
-    at a time, so that none ends past its share.) Each hand-off costs its partition a few
-    milliseconds without a leader."""
+    caught up with the partition's log: every one that goes to a node the partition prefers to
+    this one, at once (where the partitions settle in the end: a cluster started together, whose
+    first node took them all, spreads in one round, not one partition a round), up to what is past
+    its share. Preference alone can leave a node preferred by more partitions than its share: it
+    gives the extra ones to nodes under their share, filling their room at once while it is the
+    only node past its share, else one a round (two nodes filling the same room would overfill
+    it). Each hand-off costs its partition a few milliseconds without a leader."""
     live = set(nodes) | {node_id}
-    share = math.ceil(partitions / max(1, len(nodes)))
+    share = math.ceil(len(leaders) / max(1, len(nodes)))
     excess = len(led) - share
     if excess <= 0:
         return []
+    leads = {node: 0 for node in live}
+    for leader in leaders.values():
+        if leader in leads:
+            leads[leader] += 1
+    leads[node_id] = len(led)
+    room = {node: share - count for node, count in leads.items()}
     preferred: list[tuple[int, str]] = []
     others: list[tuple[int, str]] = []
     for number in sorted(led):
         order = preference_order(live, number)
-        to = next((node for node in order if node != node_id), None)
+        prefers_it = order[0] != node_id
+        # The node it prefers, or else the first in its preference with room under its share.
+        to = order[0] if prefers_it else next((node for node in order[1:] if room[node] > 0), None)
         if to is None:
             continue
         node = nodes.get(to, {})
-        prefers_it = order[0] == to
-        if not prefers_it and len(node.get("leads", ())) >= share:
-            continue
         applied = int(node.get("applied", {}).get(str(number), -1))
         seen_ms = now_ms - int(node.get("since_ms", node.get("at_ms", 0)))
         if applied >= led[number] - HANDOFF_LAG_MAX and seen_ms >= 2 * PUBLISH_EVERY_S * 1000:
             (preferred if prefers_it else others).append((number, to))
-    return preferred[:excess] or others[:1]
+    if preferred:
+        return preferred[:excess]
+    if sum(1 for count in leads.values() if count > share) > 1:
+        return others[:1]
+    given: list[tuple[int, str]] = []
+    for number, to in others:
+        if len(given) < excess and room[to] > 0:
+            room[to] -= 1
+            given.append((number, to))
+    return given
 
 
 class Cluster:
@@ -898,7 +913,8 @@ class Cluster:
     def _rebalance(self) -> None:
         """Step down from the partitions this node leads past its share (`hand_offs`)."""
         led = {f.number: f.next_lsn - 1 for f in self.followers.values() if f.journal is not None}
-        for number, to in hand_offs(self.node_id, led, self.nodes, len(self.followers), self.clock.now_ms()):
+        leaders = {f.number: None if f.leader is None else f.leader.node for f in self.followers.values()}
+        for number, to in hand_offs(self.node_id, led, self.nodes, leaders, self.clock.now_ms()):
             log.info("partition %d: handing it to %s", number, to,
                      extra={"event": "handoff", "fields": {"partition": number, "to": to}})
             follower = self.followers[number]

@@ -2,8 +2,10 @@
 
 A cluster started together has its first node take every partition; the others then get theirs
 in hand-offs. Every partition that goes to the node it prefers goes in the same round (so the
-cluster spreads at once, whatever its partition count), the others one a round, and never to a
-node that is new or behind on the partition's log.
+cluster spreads at once, whatever its partition count); a node still past its share then fills
+the others' room at once when it is the only one past it (else one a round), each partition to
+the first node in its preference with room; never to a node that is new or behind on the
+partition's log.
 """
 
 from __future__ import annotations
@@ -16,73 +18,108 @@ NOW_MS = 1_000_000
 LONG_AGO_MS = NOW_MS - int(4 * PUBLISH_EVERY_S * 1000)
 
 
-def _said(leads: list[int], applied: dict[int, int], since_ms: int = LONG_AGO_MS) -> dict[str, Any]:
+def _said(applied: dict[int, int], since_ms: int = LONG_AGO_MS) -> dict[str, Any]:
     """What a node says of itself in its key (`Cluster._node_value`), the parts hand-offs read."""
-    return {"leads": leads, "applied": {str(n): lsn for n, lsn in applied.items()}, "at_ms": NOW_MS, "since_ms": since_ms}
+    return {"applied": {str(n): lsn for n, lsn in applied.items()}, "at_ms": NOW_MS, "since_ms": since_ms}
 
 
-def _started_together(partitions: int) -> tuple[dict[int, int], dict[str, Any]]:
-    """n0 leads every partition (each at LSN 100); n1 and n2 follow them all, caught up."""
-    led = {n: 100 for n in range(partitions)}
-    nodes = {"n0": _said(sorted(led), led), "n1": _said([], led), "n2": _said([], led)}
-    return led, nodes
+def _caught_up(partitions: int) -> dict[str, Any]:
+    """n0, n1 and n2, up for long and caught up on every partition (each at LSN 100)."""
+    every = {n: 100 for n in range(partitions)}
+    return {name: _said(every) for name in ("n0", "n1", "n2")}
 
 
-def _prefers(partitions: int, live: set[str]) -> dict[int, str]:
-    return {n: preference_order(live, n)[0] for n in range(partitions)}
+def _prefers(partitions: int) -> dict[int, list[str]]:
+    return {n: preference_order({"n0", "n1", "n2"}, n) for n in range(partitions)}
+
+
+def _led_by(leaders: dict[int, str | None], node: str) -> dict[int, int]:
+    return {n: 100 for n, leader in leaders.items() if leader == node}
 
 
 def test_every_partition_another_node_is_preferred_for_goes_in_one_round() -> None:
-    led, nodes = _started_together(33)
-    prefers = _prefers(33, {"n0", "n1", "n2"})
-    elsewhere = sorted(n for n, node in prefers.items() if node != "n0")
-    given = hand_offs("n0", led, nodes, 33, NOW_MS)
-    excess = 33 - 11
+    leaders: dict[int, str | None] = {n: "n0" for n in range(33)}
+    prefers = _prefers(33)
+    elsewhere = sorted(n for n, order in prefers.items() if order[0] != "n0")
+    given = hand_offs("n0", _led_by(leaders, "n0"), _caught_up(33), leaders, NOW_MS)
     assert len(elsewhere) > 1
-    assert given == [(n, prefers[n]) for n in elsewhere][:excess]
+    assert given == [(n, prefers[n][0]) for n in elsewhere][:33 - 11]
 
 
 def test_no_more_than_past_its_share_goes() -> None:
-    # 3 partitions on 3 nodes: a share of 1. Whichever the others prefer, n0 keeps one at least.
-    for partitions in range(2, 12):
-        led, nodes = _started_together(partitions)
+    for partitions in range(2, 40):
+        leaders: dict[int, str | None] = {n: "n0" for n in range(partitions)}
         share = -(-partitions // 3)
-        given = hand_offs("n0", led, nodes, partitions, NOW_MS)
+        given = hand_offs("n0", _led_by(leaders, "n0"), _caught_up(partitions), leaders, NOW_MS)
         assert 0 < len(given) <= partitions - share, (partitions, given)
         assert len({n for n, _ in given}) == len(given)
 
 
 def test_a_node_within_its_share_gives_nothing() -> None:
-    led, nodes = _started_together(9)
-    mine = dict(list(led.items())[:3])
-    nodes["n0"]["leads"] = sorted(mine)
-    assert hand_offs("n0", mine, nodes, 9, NOW_MS) == []
+    leaders: dict[int, str | None] = {n: ("n0", "n1", "n2")[n % 3] for n in range(9)}
+    assert hand_offs("n0", _led_by(leaders, "n0"), _caught_up(9), leaders, NOW_MS) == []
 
 
 def test_a_node_up_for_less_than_two_rounds_or_behind_on_the_log_gets_none() -> None:
-    led, nodes = _started_together(33)
-    prefers = _prefers(33, {"n0", "n1", "n2"})
+    leaders: dict[int, str | None] = {n: "n0" for n in range(33)}
+    nodes = _caught_up(33)
+    prefers = _prefers(33)
     nodes["n1"]["since_ms"] = NOW_MS - int(PUBLISH_EVERY_S * 1000)  # up for one round only
-    behind = min(n for n, node in prefers.items() if node == "n2")
+    behind = min(n for n, order in prefers.items() if order[0] == "n2")
     nodes["n2"]["applied"][str(behind)] = 100 - HANDOFF_LAG_MAX - 1
-    given = hand_offs("n0", led, nodes, 33, NOW_MS)
-    assert given and all(to == "n2" for _, to in given)
-    assert behind not in {n for n, _ in given}
-    assert {n for n, _ in given} == {n for n, node in prefers.items() if node == "n2" and n != behind}
+    given = hand_offs("n0", _led_by(leaders, "n0"), nodes, leaders, NOW_MS)
+    assert {n for n, _ in given} == {n for n, order in prefers.items() if order[0] == "n2" and n != behind}
+    assert all(to == "n2" for _, to in given)
 
 
-def test_partitions_this_node_is_preferred_for_go_one_a_round_to_a_node_under_its_share() -> None:
-    # n0 leads only partitions that prefer it, more than its share: the others take them one at a
-    # time (each round the count each node leads is said again), never past their own share.
-    live = {"n0", "n1", "n2"}
-    prefers = _prefers(40, live)
-    own = [n for n in range(40) if prefers[n] == "n0"]
-    led = {n: 100 for n in own}
-    share = -(-40 // 3)
+def _preferred_by_n0_past_its_share(partitions: int) -> tuple[dict[int, str | None], list[int], int]:
+    """n0 leads every partition that prefers it, more than its share; n1 and n2 split the rest."""
+    prefers = _prefers(partitions)
+    own = [n for n in range(partitions) if prefers[n][0] == "n0"]
+    rest = [n for n in range(partitions) if prefers[n][0] != "n0"]
+    leaders: dict[int, str | None] = {n: "n0" for n in own}
+    leaders.update({n: ("n1", "n2")[i % 2] for i, n in enumerate(rest)})
+    share = -(-partitions // 3)
     assert len(own) > share
-    nodes = {"n0": _said(own, led), "n1": _said(list(range(share - 1)), led), "n2": _said(list(range(share)), led)}
-    given = hand_offs("n0", led, nodes, 40, NOW_MS)
-    assert len(given) == 1
-    number, to = given[0]
-    assert to == "n1" and number in own  # n2 is at its share
-    assert preference_order(live, number)[1] == "n1"
+    return leaders, own, share
+
+
+def test_alone_past_its_share_a_node_fills_the_others_room_at_once() -> None:
+    # Partitions preferring n0 outnumber its share: it gives the extra ones, in one round, each to
+    # the first node in the partition's preference under its share, none past it.
+    leaders, own, share = _preferred_by_n0_past_its_share(65)
+    given = hand_offs("n0", _led_by(leaders, "n0"), _caught_up(65), leaders, NOW_MS)
+    assert len(given) == len(own) - share
+    after = dict(leaders)
+    after.update(dict(given))
+    counts = {name: sum(1 for leader in after.values() if leader == name) for name in ("n0", "n1", "n2")}
+    assert max(counts.values()) <= share, counts
+    prefers = _prefers(65)
+    for number, to in given:
+        order = prefers[number]
+        assert order[0] == "n0" and to in order[1:]
+
+
+def test_with_another_node_past_its_share_a_node_gives_one_a_round() -> None:
+    # Two nodes filling the same room would overfill it: each gives one a round.
+    leaders, own, share = _preferred_by_n0_past_its_share(65)
+    n1 = [n for n, leader in leaders.items() if leader == "n1"]
+    for n in n1[:1] + [m for m in own if leaders[m] == "n0"][: share + 1 - len(n1)]:
+        leaders[n] = "n1"  # n1 past its share too
+    assert sum(1 for leader in leaders.values() if leader == "n1") > share
+    given = hand_offs("n0", _led_by(leaders, "n0"), _caught_up(65), leaders, NOW_MS)
+    assert len(given) == 1 and given[0][1] == "n2"
+
+
+def test_a_partition_whose_next_node_is_full_goes_to_the_one_after() -> None:
+    leaders, own, share = _preferred_by_n0_past_its_share(65)
+    # n1 at its share exactly: everything n0 gives goes to n2, even where n1 comes second.
+    counts_n1 = sum(1 for leader in leaders.values() if leader == "n1")
+    movable = [n for n, leader in leaders.items() if leader == "n2"]
+    for n in movable[: share - counts_n1]:
+        leaders[n] = "n1"
+    assert sum(1 for leader in leaders.values() if leader == "n1") == share
+    given = hand_offs("n0", _led_by(leaders, "n0"), _caught_up(65), leaders, NOW_MS)
+    prefers = _prefers(65)
+    assert given and all(to == "n2" for _, to in given)
+    assert any(prefers[number][1] == "n1" for number, _ in given)
