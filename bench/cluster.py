@@ -167,11 +167,19 @@ class Measured:
     # watches), each: part of `node_cpu_per_cycle_ms`. 0 when there is none.
     standby_cpu_per_cycle_ms: float = 0.0
     connections: int = CONCURRENCY
+    # Of the partition's leader, and of the node the requests are sent to when it is another (it
+    # forwards them): parts of `node_cpu_per_cycle_ms`. 0 when not measured apart.
+    leader_cpu_per_cycle_ms: float = 0.0
+    forwarder_cpu_per_cycle_ms: float = 0.0
 
     def figure(self) -> str:
         cost = f"server CPU {self.node_cpu_per_cycle_ms:.3f} ms/cycle"
-        if self.standby_cpu_per_cycle_ms:
-            cost += f" (of which {self.standby_cpu_per_cycle_ms:.3f} ms each standby)"
+        parts = [f"{ms:.3f} ms {who}" for ms, who in (
+            (self.leader_cpu_per_cycle_ms, "the leader"), (self.forwarder_cpu_per_cycle_ms, "the node forwarding"),
+            (self.standby_cpu_per_cycle_ms, "each standby"),
+        ) if ms]
+        if parts:
+            cost += f" (of which {', '.join(parts)})"
         if self.etcd_cpu_per_cycle_ms:
             cost += f" + etcd {self.etcd_cpu_per_cycle_ms:.3f} ms"
         return f"{self.cycles_per_s:,.0f} cycles/s, p50 {self.p50_ms:.2f} ms, p99 {self.p99_ms:.2f} ms; {cost}"
@@ -260,11 +268,13 @@ class SteadyClaims:
 
 def measure(label: str, targets: list[Target], node_pids: list[int], etcd_pids: list[int], seconds: float,
             warmup_s: float, session: type = ClaimSession, standby_pids: tuple[int, ...] = (),
-            concurrency: int = CONCURRENCY) -> Measured:
+            concurrency: int = CONCURRENCY, leader_pid: int | None = None, forwarder_pid: int | None = None) -> Measured:
     """The claim cycle over `targets` (worker i on targets[i % len]), with the CPU of the given
-    processes; `standby_pids` (among `node_pids`): the nodes whose CPU is given apart, each."""
+    processes; among `node_pids`, given apart: `standby_pids` (each), the partition's leader and
+    the node that forwards the requests to it."""
+    apart = [[pid] if pid is not None else [] for pid in (leader_pid, forwarder_pid)]
 
-    async def run() -> tuple[HarnessResult, float, float, float]:
+    async def run() -> tuple[HarnessResult, float, float, float, list[float]]:
         scopes = [await create_scope(target, "bench") for target in targets]
 
         async def make(i: int) -> ClaimSession:
@@ -274,14 +284,16 @@ def measure(label: str, targets: list[Target], node_pids: list[int], etcd_pids: 
         # so the window is the whole measured call (after a warm-up run of its own).
         await drive(label, make, concurrency=concurrency, duration_s=warmup_s, warmup_s=0, server_pid=None)
         nodes_before, etcd_before, standby_before = _cpu(node_pids), _cpu(etcd_pids), _cpu(list(standby_pids))
+        apart_before = [_cpu(pids) for pids in apart]
         result = await drive(label, make, concurrency=concurrency, duration_s=seconds, warmup_s=0, server_pid=None)
-        return result, _cpu(node_pids) - nodes_before, _cpu(etcd_pids) - etcd_before, _cpu(list(standby_pids)) - standby_before
+        return (result, _cpu(node_pids) - nodes_before, _cpu(etcd_pids) - etcd_before, _cpu(list(standby_pids)) - standby_before,
+                [_cpu(pids) - before for pids, before in zip(apart, apart_before)])
 
-    result, node_cpu, etcd_cpu, standby_cpu = asyncio.run(asyncio.wait_for(run(), seconds + warmup_s + 120))
+    result, node_cpu, etcd_cpu, standby_cpu, (leader_cpu, forwarder_cpu) = asyncio.run(asyncio.wait_for(run(), seconds + warmup_s + 120))
     cycles = max(result.cycles, 1)
     standby_each = standby_cpu / len(standby_pids) if standby_pids else 0.0
     return Measured(label, result.cycles_per_s, result.p50_ms, result.p99_ms, node_cpu / cycles * 1000, etcd_cpu / cycles * 1000,
-                    standby_each / cycles * 1000, concurrency)
+                    standby_each / cycles * 1000, concurrency, leader_cpu / cycles * 1000, forwarder_cpu / cycles * 1000)
 
 
 def _cpu(pids: list[int]) -> float:
@@ -303,6 +315,8 @@ def claim_cycles(procs: Processes, seconds: float, warmup_s: float, say=print) -
         for label, node, concurrency in ((DIRECT, leader, CONCURRENCY), (FORWARDED, other, CONCURRENCY), (DIRECT, leader, CONCURRENCY_MANY)):
             standbys = tuple(n.process.proc.pid for n in made.nodes.live() if n is not leader and n is not node)  # type: ignore[attr-defined]
             results.append(measure(label, [made.target(node)], nodes, members, seconds, warmup_s, standby_pids=standbys,
+                                   leader_pid=leader.process.proc.pid,  # type: ignore[attr-defined]
+                                   forwarder_pid=None if node is leader else node.process.proc.pid,  # type: ignore[attr-defined]
                                    concurrency=concurrency))
             say(f"bench: {results[-1].label}, {concurrency} conn: {results[-1].figure()}")
     with tempfile.TemporaryDirectory(prefix="bench-growth-", dir=data_root()) as root, cluster(1, Path(root)) as made:

@@ -1,7 +1,8 @@
 """The cluster leg's ratios (`bench.cluster.cost_ratios`): CPU per claim cycle, the nodes' and
 etcd's members' together, straight to the leader over a single node's and through another node
 over straight to the leader, judged at the leg's 16 connections with etcd's share given apart;
-with many callers, straight to the leader over a single node's beside it, shown and not judged."""
+with many callers, straight to the leader over a single node's beside it, shown and not judged;
+and each row's parts of the nodes' CPU (the leader, the node forwarding, each standby)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,12 @@ def test_with_many_callers_each_ratio_takes_the_rows_of_its_own_connections():
     assert many.ratio == pytest.approx(0.396 / 0.197)
     assert many.target is None
     assert many.leg.endswith(f"{CONCURRENCY_MANY} conn")
+
+
+def test_a_row_names_the_parts_of_the_nodes_cpu_it_measured_apart():
+    forwarded = Measured(FORWARDED, 1000.0, 1.0, 2.0, 0.861, 0.479, 0.075, CONCURRENCY, 0.382, 0.404)
+    assert forwarded.figure().endswith(
+        "server CPU 0.861 ms/cycle (of which 0.382 ms the leader, 0.404 ms the node forwarding, 0.075 ms each standby) + etcd 0.479 ms")
+    direct = Measured(DIRECT, 1000.0, 1.0, 2.0, 0.427, 0.408, 0.063, CONCURRENCY, 0.301)
+    assert "(of which 0.301 ms the leader, 0.063 ms each standby)" in direct.figure()
+    assert "of which" not in measured(SINGLE, 0.175, 0.0).figure()
