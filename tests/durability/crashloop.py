@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,10 +38,8 @@ SPACE = "default"
 POLICIES = ("always", "batch", "off")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# What `runstate serve` prints once it listens: the port it was given (`--port 0`) is learnt from it.
+SERVING = re.compile(rb"runstate: serving on (http://\S+)")
 
 
 @dataclass
@@ -59,27 +57,42 @@ class Acked:
 
 
 class Server:
+    """`runstate serve --port 0` over the data directory, its output appended to `log_path`.
+
+    The port is the one the server bound, read from the line it prints: a port chosen here and
+    handed to it could be taken by another process meanwhile, whose /healthz would then answer
+    for it."""
+
     def __init__(self, data_dir: str, fsync: str, log_path: str) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, RUNSTATE_SERVER_API_KEY=API_KEY, RUNSTATE_SERVER_SPACE_ID=SPACE)
+        self.base = ""
+        self._log_path = log_path
+        self._log_from = os.path.getsize(log_path) if os.path.exists(log_path) else 0  # this start's lines come after
+        env = dict(os.environ, RUNSTATE_SERVER_API_KEY=API_KEY, RUNSTATE_SERVER_SPACE_ID=SPACE, PYTHONUNBUFFERED="1")
         self._log = open(log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-c", "import sys; from runstate._cli import main; sys.exit(main())",
-             "serve", "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", data_dir, "--fsync", fsync],
+             "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", data_dir, "--fsync", fsync],
             stdout=self._log, stderr=subprocess.STDOUT, env=env,
         )
+
+    def _told_base(self) -> str:
+        with open(self._log_path, "rb") as log:
+            log.seek(self._log_from)
+            match = SERVING.search(log.read())
+        return match.group(1).decode() if match else ""
 
     async def wait_ready(self, client: httpx.AsyncClient, timeout_s: float = 30) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server exited with {self.process.returncode}")
-            try:
-                if (await client.get(f"{self.base}/healthz")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            self.base = self.base or self._told_base()
+            if self.base:
+                try:
+                    if (await client.get(f"{self.base}/healthz")).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
             await trio.sleep(0.02)
         raise RuntimeError("the server did not become ready")
 

@@ -10,6 +10,7 @@ holds the outcome to the same checks.
 from __future__ import annotations
 
 import inspect
+import re
 import signal
 import subprocess
 import sys
@@ -21,25 +22,26 @@ import httpx
 import pytest
 
 from ..compat import test_official_claims as claims
-from ..etcd import free_port
 from ..servers import run_official
 
 pytestmark = [pytest.mark.e2e, pytest.mark.compat]
 
 KEY = "stock-hypercorn-key"
+# What hypercorn logs once it listens: the port it bound (`--bind 127.0.0.1:0`) is learnt from it.
+RUNNING = re.compile(r"Running on (http://\S+)")
 
 
 class HypercornProcess:
-    """`hypercorn runstate.server.asgi:app` on a free port of 127.0.0.1 (what `run_official` needs of a server)."""
+    """`hypercorn runstate.server.asgi:app` on a free port of 127.0.0.1 (what `run_official` needs of a server),
+    the one it bound and logged: a port chosen here could be taken by another process before it binds."""
 
     def __init__(self) -> None:
         self.api_key = KEY
         self.space_id = "default"
-        port = free_port()
-        self.base_url = f"http://127.0.0.1:{port}"
+        self.base_url = ""  # told by hypercorn's log (`_read`)
         env = {"RUNSTATE_SERVER_API_KEY": KEY, "RUNSTATE_SERVER_SPACE_ID": "default", "PYTHONUNBUFFERED": "1",
                "PATH": "", "RUNSTATE_LOG_LEVEL": "info"}
-        command = [sys.executable, "-m", "hypercorn", "--worker-class", "trio", "--bind", f"127.0.0.1:{port}",
+        command = [sys.executable, "-m", "hypercorn", "--worker-class", "trio", "--bind", "127.0.0.1:0",
                    "runstate.server.asgi:app"]
         self.lines: list[str] = []
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -50,12 +52,15 @@ class HypercornProcess:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append(line.rstrip("\n"))
+            match = RUNNING.search(line)
+            if match and not self.base_url:
+                self.base_url = match.group(1)
 
     def wait_healthy(self, timeout_s: float = 30) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.proc.poll() is None:
             try:
-                if httpx.get(self.base_url + "/healthz", timeout=2).status_code == 200:
+                if self.base_url and httpx.get(self.base_url + "/healthz", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
