@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -33,13 +32,11 @@ from runstate.server.durable import state_model
 from runstate.actors.layout import Layout
 from runstate.snapshots.datadir import load_partition, read_manifest
 
+from ..servers import SERVING
+
 API_KEY = "rs_crash_test_key"
 SPACE = "default"
 POLICIES = ("always", "batch", "off")
-
-
-# What `runstate serve` prints once it listens: the port it was given (`--port 0`) is learnt from it.
-SERVING = re.compile(rb"runstate: serving on (http://\S+)")
 
 
 @dataclass
@@ -78,8 +75,8 @@ class Server:
     def _told_base(self) -> str:
         with open(self._log_path, "rb") as log:
             log.seek(self._log_from)
-            match = SERVING.search(log.read())
-        return match.group(1).decode() if match else ""
+            match = SERVING.search(log.read().decode("utf-8", "replace"))
+        return match.group(1) if match else ""
 
     async def wait_ready(self, client: httpx.AsyncClient, timeout_s: float = 30) -> None:
         deadline = time.monotonic() + timeout_s
