@@ -117,7 +117,14 @@ def test_healthz_says_a_node_cannot_serve_while_etcd_does_not_answer_it(cluster:
     finally:
         member.cont()
     cluster.wait_ready(20, settle=False)
-    assert all(leader is not None for leader in cluster.map().values())
+    # /healthz was 200 on each node with every partition led as that node saw it; a leader key
+    # whose lease etcd ends a moment later (it ran out while etcd was stopped, and etcd revokes
+    # such leases in its own time after it resumes) leaves its partition without a leader until
+    # the next campaign: the map may show that for a moment, never for long
+    started = time.monotonic()
+    while None in (seen := cluster.map()).values():
+        assert time.monotonic() - started < 10, seen
+        time.sleep(0.1)
 
 
 def test_a_console_action_taken_through_a_follower_is_done_by_the_leader(cluster: ClusterNodes) -> None:
