@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -28,14 +27,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from .ports import free_port
+
 ETCD_PATHS = ("/usr/bin/etcd",)
 INSTALL = "apt-get install -y --no-install-recommends etcd-server etcd-client"
 START_TIMEOUT_S = 20
 START_ATTEMPTS = 3
 # How long a member sent SIGSTOP may take to stop every thread (milliseconds, even under load).
 STOP_TIMEOUT_S = 10
-# Ports a system etcd may hold: never ours.
-RESERVED_PORTS = frozenset({2379, 2380})
 TIMING = ["--heartbeat-interval", "50", "--election-timeout", "500"]
 
 
@@ -60,15 +59,6 @@ def all_threads_stopped(pid: int) -> bool:
         except OSError:  # (a thread that ended meanwhile)
             continue
     return bool(states) and all(state == "T" for state in states)
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        if port not in RESERVED_PORTS:
-            return port
 
 
 class EtcdMember:

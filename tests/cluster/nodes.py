@@ -23,7 +23,8 @@ import httpx
 
 from runstate.actors.layout import Layout
 
-from ..etcd import EtcdCluster, free_port
+from ..etcd import EtcdCluster
+from ..ports import free_port
 from ..servers import ServerProcess
 from .network import Network
 

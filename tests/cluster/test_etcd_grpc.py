@@ -180,7 +180,7 @@ async def test_a_stopped_member_costs_one_attempt_and_a_write_to_it_is_indetermi
 
 async def test_no_member_reachable_is_unavailable_with_each_one_s_reason() -> None:
     """Nothing listening on any endpoint: EtcdUnavailable names every member; nothing was sent."""
-    from ..etcd import free_port
+    from ..ports import free_port
 
     endpoints = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     async with EtcdClient(endpoints, attempt_s=0.5, grpc=True) as grpc:

@@ -67,16 +67,15 @@ def test_healthz_answers_503_while_recovering_then_200(tmp_path):
     """The server listens first and recovers after: /healthz says 503 until the state is back."""
     import os
     import signal
-    import socket
     import time
 
     import httpx
 
+    from ..ports import free_port
+
     data = str(tmp_path / "data")
     write_server_log(data, numbered_batches(*[2000] * 100))  # 200k records: most of a second to recover
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # it answers /healthz before it prints where it serves (once recovered)
     process = subprocess.Popen(
         [*RUNSTATE, "serve", "--port", str(port), "--data-dir", data],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, RUNSTATE_SERVER_API_KEY="rs_k"),

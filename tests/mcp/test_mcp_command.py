@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from runstate import AsyncRunstate
 
+from ..ports import free_port
 from .agents import RUNSTATE, agent, environment, eventually, parse, unique
 
 pytestmark = pytest.mark.e2e
@@ -72,12 +73,6 @@ def test_runstate_help_and_its_completion_list_mcp_with_its_options():
     assert through_server.returncode == 0 and "usage: runstate mcp" in through_server.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _exited(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -89,7 +84,7 @@ def _exited(pid: int) -> bool:
 @pytest.mark.anyio
 async def test_the_streamable_http_transport_serves_the_same_tools_and_sigterm_gives_back(module_server):
     """One process over HTTP: a claim taken through it is released when it is stopped with SIGTERM."""
-    run, port = unique("run"), _free_port()
+    run, port = unique("run"), free_port()
     holder = unique("http-agent")
     process = subprocess.Popen(
         [RUNSTATE, "mcp", "--run", run, "--holder", holder, "--transport", "streamable-http", "--port", str(port)],

@@ -9,7 +9,6 @@ counts as settled.
 from __future__ import annotations
 
 import logging
-import socket
 
 import anyio
 import pytest
@@ -17,6 +16,7 @@ import trio
 
 import runstate
 from runstate import testing
+from tests.ports import free_port
 from runstate.transport import TransportError
 from sdk_fakes import QueueServer, error, make_client, settlements
 
@@ -48,11 +48,8 @@ class Refusing:
 
 
 def _dead_url() -> str:
-    """A local URL where nothing listens: bind a port, then close it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    """A local URL where nothing listens (and that no other process is given meanwhile)."""
+    return f"http://127.0.0.1:{free_port()}"
 
 
 # -- the three failures -----------------------------------------------------------------------

@@ -16,6 +16,8 @@ import trio
 
 from runstate.server.peers import IDLE_S_MAX, Broken, NotReached, Peers
 
+from ..ports import free_port
+
 pytestmark = pytest.mark.trio
 
 Answerer = Callable[[bytes, trio.SocketStream], Awaitable[bool]]
@@ -149,9 +151,7 @@ async def test_a_peer_that_closes_before_its_answer_ends_is_broken(nursery: trio
 
 
 async def test_no_connection_is_not_reached() -> None:
-    with trio.socket.socket() as sock:  # a port nobody listens on
-        await sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     with pytest.raises(NotReached):
         await Peers().request("GET", f"http://127.0.0.1:{port}", "/v1/x", [], b"")
 
