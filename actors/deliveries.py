@@ -224,9 +224,6 @@ class Receive(Command):
     session: str = body("holderSession", length_max="holder_len_max")
     lease_s: int = lease_field(default="lease_s_default")
     wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="capped at {wait_ms_max}")
-    include_descendants: bool | None = body(
-        "includeDescendants", BOOLEAN, required=False, description="admit tasks of the scope's descendants too (oldest first)"
-    )
     token: str = drawn("delivery-token")
 
     def actor(self, state: State) -> ActorKey:
@@ -234,7 +231,7 @@ class Receive(Command):
 
     def wait_key(self) -> Any:
         # A parked receive waits for a deliverable message of its queue, whoever asks.
-        return ("receive", self.mailbox_id, self.scope_id, bool(self.include_descendants))
+        return ("receive", self.mailbox_id, self.scope_id)
 
 
 @command

@@ -119,3 +119,24 @@ async def test_a_parked_long_poll_is_answered_204_when_shutdown_begins(autojump_
         before = trio.current_time()
         assert (await api.receive(run, mailbox, wait_ms=30_000))[0] == 204
         assert trio.current_time() == before
+
+
+async def test_recv_leases_from_its_own_scope_and_refuses_to_be_asked_for_descendants(autojump_clock):
+    """recv and recv-many lease from the queue of the scope they name, as the official clients
+    expect; a body asking for the scope's descendants too (a field of `tasks/admit`) is refused
+    with 400 naming the field, never answered from the scope alone as if it had been honoured."""
+    app, api = app_and_api()
+    async with runstate.testing.serve_app(app):
+        run, mailbox = await api.setup(tasks=0)
+        _, child = await api.call("POST", "/scopes", {"parentId": run["id"]})
+        status, _ = await api.call("POST", f"/mailboxes/{mailbox['id']}/messages", {"scopeId": child["id"], "payload": 1})
+        assert status in (200, 201)
+        asked = {"scopeId": run["id"], "holder": "w", "holderSession": "s", "includeDescendants": True}
+        for tail, body in (("recv", asked), ("recv-many", {**asked, "maxMessages": 2})):
+            status, answer = await api.call("POST", f"/mailboxes/{mailbox['id']}/{tail}", body)
+            assert status == 400 and answer["error"]["code"] == "VALIDATION_FAILED", (tail, answer)
+            assert "unknown field 'includeDescendants'" in answer["error"]["message"], answer
+        status, _ = await api.receive(run, mailbox)
+        assert status == 204, "the run's own queue is empty: the child's message is not its to lease"
+        status, delivery = await api.receive(child, mailbox)
+        assert status == 200 and delivery["message"]["payload"] == 1
