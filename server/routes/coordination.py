@@ -159,11 +159,21 @@ endpoint(router, "POST", BASE + GROUP + "/seal", Doc(
 # -- events --------------------------------------------------------------------------------------
 
 
+# The most digits a number of the query string may have (a cursor, a limit, a wait in seconds).
+_DIGITS_MAX = 18
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits, and few of them: `int()` refuses other digits ("²"), reads others as ASCII
+    ones ("٣" is 3), and refuses very long strings."""
+    return text.isascii() and text.isdigit() and len(text) <= _DIGITS_MAX
+
+
 def _integer(request: Request, name: str, low: int, high: int | None) -> int | None:
     text = request.param(name)
     if text is None or text == "":
         return None
-    if not text.isdigit() or int(text) < low or (high is not None and int(text) > high):
+    if not _digits(text) or int(text) < low or (high is not None and int(text) > high):
         bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
         raise ApiError(VALIDATION_FAILED, f"{name} must be an integer {bound}, got {text[:40]!r}")
     return int(text)
@@ -173,7 +183,7 @@ def _cursor(request: Request) -> int | None:
     text = request.param("cursor")
     if not text:
         return None
-    if not text.isdigit() or len(text) > 18:
+    if not _digits(text):
         raise ApiError(VALIDATION_FAILED, f"cursor {text[:40]!r} is not a cursor this server gave out")
     return int(text)
 

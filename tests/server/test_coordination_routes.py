@@ -393,3 +393,19 @@ async def test_events_number_a_tasks_attempts_as_its_view_does(client: AsgiClien
     events = (await client.get(f"/watch?waitSeconds=0&aggregate=task:{task}")).json["events"]
     attempts = [(event["type"], event["payload"].get("attempt")) for event in events if event["type"] != "task.created"]
     assert attempts == [("task.started", 1), ("task.retried", 1), ("task.started", 2), ("task.succeeded", 2)]
+
+
+async def test_event_and_listing_numbers_other_than_ascii_digits_are_refused(client: AsgiClient, autojump_clock):
+    """`limit`, `latest`, `cursor` and `waitSeconds` of the event routes, and `limit` of a run's
+    barriers, timers and groups, are ASCII digits, and not too many of them: "²" is a digit to
+    `str.isdigit` that `int()` refuses, "٣" one it reads as 3, and 5000 digits are past what
+    `int()` converts; each is a 400 naming the parameter, never a 500 or a number read."""
+    run = await client.run()
+    asked = [("/events", name) for name in ("limit", "latest", "cursor")]
+    asked += [("/watch", name) for name in ("limit", "cursor", "waitSeconds")]
+    asked += [(f"/scopes/{run}/{what}", "limit") for what in ("barriers", "timers", "groups")]
+    for path, name in asked:
+        for text in ("%C2%B2", "%D9%A3", "1" * 5000):  # "²", "٣" (ARABIC-INDIC DIGIT THREE)
+            response = await client.get(f"{path}?{name}={text}")
+            assert (response.status, response.code) == (400, "VALIDATION_FAILED"), (path, name, text[:8], response)
+            assert name in response.json["error"]["message"]
