@@ -394,7 +394,7 @@ class PollTimers(Command):
 
     space: str = path("space")
     scope_id: str = body("scopeId")
-    timer_id: str | None = body("timerId", required=False, description="only this timer (an extension of this server)")
+    timer_id: str | None = body("timerId", required=False, description="only this timer, one of the scope's (an extension of this server)")
     wait_ms: int | None = body("waitMs", INTEGER, required=False, minimum=0, description="hold an empty listing up to this long, capped at {wait_ms_max}")
 
     def actor(self, state: State) -> ActorKey:
@@ -455,8 +455,9 @@ def poll(part: CoordinationCommands, command: PollTimers, now_ms: int) -> Outcom
     """Every fired, unacked timer of the scope, with its token (a listing, harmless to repeat).
 
     With `timerId`, only that one, and the answer says its state when it has ended (so a caller
-    waiting for a cancelled timer stops). With `waitMs`, an empty listing waits for a firing in
-    this scope (the timers fire on this actor).
+    waiting for a cancelled timer stops); it must be a timer of the scope (NOT_FOUND otherwise:
+    its firing would not wake a poll held here). With `waitMs`, an empty listing waits for a firing
+    in this scope (the timers fire on this actor).
     """
     timers: TimerTable = part.timers
     scope = part.scopes.get(command.scope_id)
@@ -464,6 +465,10 @@ def poll(part: CoordinationCommands, command: PollTimers, now_ms: int) -> Outcom
     one: TimerView | None = None
     if command.timer_id is not None:
         timer = timers.get(command.timer_id)
+        if timer.scope_id != command.scope_id:
+            raise KernelError(
+                NOT_FOUND, f"timer {command.timer_id!r} is not a timer of scope {command.scope_id!r} (it is of {timer.scope_id!r})"
+            )
         fired = [timer] if timer.state == FIRED else []
         one = timers.view(timer)
         if timer.state not in (ARMED, FIRED):

@@ -409,3 +409,19 @@ async def test_event_and_listing_numbers_other_than_ascii_digits_are_refused(cli
             response = await client.get(f"{path}?{name}={text}")
             assert (response.status, response.code) == (400, "VALIDATION_FAILED"), (path, name, text[:8], response)
             assert name in response.json["error"]["message"]
+
+
+async def test_a_poll_for_one_timer_names_a_timer_of_its_scope(client: AsgiClient, autojump_clock):
+    """A poll with `timerId` runs on its scope's timers, and is woken by their firings only: a
+    timer of another scope is refused (404 naming both), rather than held the whole wait while it
+    fires elsewhere and then answered as if nothing had."""
+    run, other = await client.run(), await client.run()
+    elsewhere = (await client.post("/timers", {"scopeId": other, "afterSeconds": 5})).json["id"]
+    start = trio.current_time()
+    refused = await client.post("/timers/poll", {"scopeId": run, "timerId": elsewhere, "waitMs": 30000})
+    assert (refused.status, refused.code) == (404, "NOT_FOUND"), refused
+    assert elsewhere in refused.json["error"]["message"] and run in refused.json["error"]["message"]
+    assert trio.current_time() - start < 1
+    held = await client.post("/timers/poll", {"scopeId": other, "timerId": elsewhere, "waitMs": 30000})
+    assert [entry["id"] for entry in held.json["timers"]] == [elsewhere]
+    assert trio.current_time() - start == pytest.approx(5, abs=0.1)
