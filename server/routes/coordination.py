@@ -15,6 +15,7 @@ given to another event, and the reader would skip that one).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Literal
 
@@ -24,7 +25,7 @@ from ...actors.errors import VALIDATION_FAILED
 from ...actors.barriers import BarrierView
 from ...actors.events import EventPageView
 from ...actors.groups import GroupView
-from ...actors.timers import TimerPollView, TimerView
+from ...actors.timers import TimerView
 from ...actors.kernel import EMPTY
 from ...actors.coordination_reads import RunBarriersView, RunGroupsView, RunTimersView, RunView, WaitsView
 from ..api import Doc, Reply, endpoint
@@ -78,13 +79,15 @@ async def read_timer(services: ReadServices, request: Request, space: str, timer
 
 
 async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[int, Any]:
-    """The listing; a held poll that ends with nothing answers the empty listing, not 204."""
+    """The listing; a held poll that ends with nothing answers as the same poll without a wait
+    (the empty listing, not 204; with `timerId`, the timer as it stands too)."""
     services.authorize(request, space)
     kernel = services.kernel
     command = kernel.parse(c.PollTimers, request.json().for_command(c.PollTimers, kernel.limits), {"space": space})
-    reply = await kernel.submit(command, idem=request.idem(space), wait_ms=command.wait_ms)
+    idem = request.idem(space)
+    reply = await kernel.submit(command, idem=idem, wait_ms=command.wait_ms)
     if reply is EMPTY:
-        return 200, TimerPollView(command.scope_id, ())
+        reply = await kernel.submit(dataclasses.replace(command, wait_ms=None), idem=idem)
     # (A firing is shown only once it is durable, as every answer is: shown and then lost in a
     # crash, the timer would fire again later with another time, and be seen to fire twice.)
     return 200, reply

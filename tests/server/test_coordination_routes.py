@@ -425,3 +425,14 @@ async def test_a_poll_for_one_timer_names_a_timer_of_its_scope(client: AsgiClien
     held = await client.post("/timers/poll", {"scopeId": other, "timerId": elsewhere, "waitMs": 30000})
     assert [entry["id"] for entry in held.json["timers"]] == [elsewhere]
     assert trio.current_time() - start == pytest.approx(5, abs=0.1)
+
+
+async def test_a_held_poll_for_one_timer_that_ends_empty_still_says_how_the_timer_stands(client: AsgiClient, autojump_clock):
+    """A poll with `timerId` answers `timer` (the timer as it stands) beside the listing; a held one
+    whose wait ends with nothing fired answers it too, as the same poll without a wait does."""
+    run = await client.run()
+    timer = (await client.post("/timers", {"scopeId": run, "afterSeconds": 60})).json["id"]
+    at_once = (await client.post("/timers/poll", {"scopeId": run, "timerId": timer})).json
+    held = (await client.post("/timers/poll", {"scopeId": run, "timerId": timer, "waitMs": 2000})).json
+    assert at_once == held
+    assert (held["timer"]["id"], held["timer"]["state"], held["timers"]) == (timer, "ARMED", [])
