@@ -352,7 +352,10 @@ class OnceCommands:
         return outcome
 
     def wait(self, command: WaitOnce, now_ms: int) -> Outcome:
-        """The slot's view once it is not held; `empty` (park) while a live lease holds it."""
+        """The slot's view once it is not held; `empty` (park) while a live lease holds it. The run
+        must exist, as for an acquire (NOT_FOUND), ended or not: an unknown one has no keys at all,
+        rather than keys OPEN that an acquire would refuse."""
+        self._scopes.get(command.scope_id)
         slot = self._slots.find(command.scope_id, command.key)
         if slot is not None and slot.held_at(now_ms):
             return Outcome(empty=True)

@@ -28,8 +28,9 @@ async def wait(services: ReadServices, request: Request, space: str) -> tuple[in
     kernel = services.kernel
     command = kernel.parse(c.WaitOnce, {}, {"space": space}, request.param)
     reply = await kernel.submit(command, wait_ms=command.wait_ms)
-    if reply is EMPTY:  # still held when the wait ended
+    if reply is EMPTY:  # still held when the wait ended (or its run removed meanwhile: NOT_FOUND)
         state = kernel.space_view(space)
+        state.scopes.get(command.scope_id)
         reply = state.once.view(state.once.find(command.scope_id, command.key), kernel.clock.now_ms())
     return 200, reply
 

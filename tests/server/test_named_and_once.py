@@ -8,11 +8,12 @@ import pytest
 import trio
 import trio.testing
 
-from runstate.actors import KernelState
+from runstate.actors import KernelState, Limits
 from runstate.actors.journal import MemoryJournal
 from runstate.actors.records import check_record
+from runstate.server.settings import Settings
 
-from .asgi_client import T0, client  # noqa: F401 - the fixture
+from .asgi_client import API_KEY, SPACE, T0, AsgiClient, client, start_runtime  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.trio
 
@@ -367,3 +368,24 @@ async def test_every_record_these_routes_write_is_registered(client, autojump_cl
         check_record(record)
         kinds.add(record["type"])
     assert {"run.named", "once.acquired", "once.renewed", "once.completed", "once.failed", "once.expired"} <= kinds
+
+
+async def test_a_once_keys_state_is_read_in_a_run_that_exists(nursery, autojump_clock):
+    """`GET /once` names its run as acquire does: an unknown run, or one removed after its
+    retention, is 404 NOT_FOUND (the removed one naming the retention), not a key OPEN with no
+    attempts that acquire would then refuse; an ended run kept still answers its keys."""
+    limits = Limits().replace(ended_run_retention_s=60)
+    client = AsgiClient(await start_runtime(nursery, Settings(api_key=API_KEY, space_id=SPACE, seed=7, limits=limits)))
+    unknown = await client.get("/once?scopeId=sc_0123456789abcdef&key=k")
+    assert (unknown.status, unknown.code) == (404, "NOT_FOUND"), unknown
+    assert (await _acquire(client, "sc_0123456789abcdef")).code == "NOT_FOUND"
+    run = await client.run()
+    held = (await _acquire(client, run)).json
+    await client.post("/once/complete", {"scopeId": run, "key": "k", "token": held["token"], "result": 7})
+    await client.post(f"/scopes/{run}/cancel")
+    kept = await client.get(f"/once?scopeId={run}&key=k")
+    assert (kept.status, kept.json["state"], kept.json["result"]) == (200, "DONE", 7)
+    await trio.sleep(61)
+    removed = await client.get(f"/once?scopeId={run}&key=k&waitMs=1000")
+    assert (removed.status, removed.code) == (404, "NOT_FOUND"), removed
+    assert "retention" in removed.json["error"]["message"]
