@@ -91,8 +91,10 @@ def twins(routes: list[Route]) -> Router:
             Reply(reply.status, {"allOf": [{"$ref": f"#/components/schemas/{reply.schema}"} if isinstance(reply.schema, str) else reply.schema, _AS_OF]}, reply.description)
             for reply in doc.replies if reply.schema is not None
         )
+        # The read's command stays: its query parameters are the twin's (`GET /once` needs scopeId
+        # and key at a past point too); a read's command has no body, and a twin runs its handler.
         twin = dataclasses.replace(
-            doc, summary=f"{doc.summary}: as it stood at a past point", replies=replies, command=None, body=None,
+            doc, summary=f"{doc.summary}: as it stood at a past point", replies=replies, body=None,
             query=("at", *doc.query), errors=tuple(sorted({*doc.errors, "400", "404", "410"})), idempotent=False,
             group=G, operator=False,
         )

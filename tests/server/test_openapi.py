@@ -63,6 +63,33 @@ def test_every_route_is_described_and_nothing_else():
         assert described[key] == params, f"{key}: parameters {described[key]} in the document, {params} in the router"
 
 
+def _query(document: dict, operation: dict) -> dict[str, bool]:
+    """An operation's query parameters: name -> required."""
+    found = {}
+    for parameter in operation.get("parameters", []):
+        if "$ref" in parameter:
+            parameter = document["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
+        if parameter["in"] == "query":
+            found[parameter["name"]] = parameter["required"]
+    return found
+
+
+def test_a_history_read_takes_the_query_parameters_of_the_read_it_twins_and_at():
+    """`/history/<read>` is the read at a past point: the same query parameters, required where
+    they are (`GET /history/once` needs scopeId and key as `GET /once` does), and `at`."""
+    document = openapi()
+    paths = document["paths"]
+    twins = 0
+    for path, item in paths.items():
+        live = path.replace("/history/", "/", 1)
+        if "/history/" not in path or live not in paths or "get" not in paths[live]:
+            continue
+        twins += 1
+        expected = {**_query(document, paths[live]["get"]), "at": False}
+        assert _query(document, item["get"]) == expected, path
+    assert twins > 20
+
+
 def test_errors_point_at_the_envelope_and_the_key_is_a_bearer_scheme():
     """Every 4xx/5xx answer is the error envelope; the security scheme is HTTP bearer."""
     document = openapi()
