@@ -127,6 +127,30 @@ def test_healthz_says_a_node_cannot_serve_while_etcd_does_not_answer_it(cluster:
         time.sleep(0.1)
 
 
+def test_a_partitions_snapshot_is_given_to_a_peer_only_and_for_a_partition_of_the_cluster(cluster: ClusterNodes) -> None:
+    """`GET /v1/cluster/partitions/{n}/snapshot` answers a caller that shows the cluster's secret
+    (401 otherwise), for a partition number of the cluster: anything else in its place (a number
+    out of range, a word, a digit that is not ASCII, too many digits) is 400 naming it, never a 500."""
+    import base64
+
+    found = httpx.post(cluster.etcd.endpoints[0] + "/v3/kv/range", timeout=10,
+                       json={"key": base64.b64encode(b"/rs/runstate/secret").decode()}).json()
+    secret = base64.b64decode(found["kvs"][0]["value"]).decode()
+    node = cluster.nodes[0]
+    url = node.url + "/v1/cluster/partitions/{}/snapshot"
+    refused = httpx.get(url.format(1), timeout=10)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "UNAUTHENTICATED", refused.text
+    shown = {"x-runstate-cluster-secret": secret}
+    for text in ("999", "one", "%C2%B2", "%D9%A1", "1" * 5000):  # "²", "١" (ARABIC-INDIC DIGIT ONE)
+        answer = httpx.get(url.format(text), headers=shown, timeout=10)
+        assert answer.status_code == 400 and answer.json()["error"]["code"] == "VALIDATION_FAILED", (text[:8], answer.text)
+        assert "no partition" in answer.json()["error"]["message"]
+    given = httpx.get(url.format(1), headers=shown, timeout=10)
+    assert given.status_code in (200, 404), given.text  # a snapshot, or none written yet: said so
+    if given.status_code == 404:
+        assert "has no snapshot of partition 1" in given.json()["error"]["message"]
+
+
 def test_a_console_action_taken_through_a_follower_is_done_by_the_leader(cluster: ClusterNodes) -> None:
     """Cancelling a run from the console of a node that does not lead the run's partition: the
     action goes to the leader, as the API request would, and the run is cancelled everywhere."""
