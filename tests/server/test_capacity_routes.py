@@ -244,3 +244,21 @@ async def test_what_0_3_0_reads_from_budgets_and_admissions(api):
     assert status == 200 and voided["state"] == "VOIDED"
     status, _, body = await api.post(f"/budgets/{budget['id']}/settle", {**settle, "workKey": "again"})
     assert status == 409 and body["error"]["code"] == "CONFLICT", "0.3.0 tolerates CONFLICT on a released reservation"
+
+
+async def test_a_grant_is_released_with_an_observation(api):
+    """`observation` on a grant's release (what `PoolLease.release(observation)` sends) is taken
+    as a claim's is, and journaled with the release: the units go back and the token is spent. It
+    was refused as a record the journal did not know (503 UNAVAILABLE, the release not recorded)."""
+    run = await _run(api)
+    status, _, pool = await api.post("/permits", {"name": "gpu", "units": 1})
+    acquire = {"scopeId": run, "units": 1, "holder": "w", "holderSession": "s", "leaseSeconds": 30}
+    status, _, grant = await api.post(f"/permits/{pool['id']}/acquire", acquire)
+    assert status == 200
+    release = {"token": grant["token"], "observation": {"latencyMs": 12, "ok": True}}
+    status, _, released = await api.post(f"/grants/{grant['grantId']}/release", release)
+    assert status == 200 and released["released"] is True, released
+    status, _, listing = await api.get("/permits")
+    assert listing["permits"][0]["unitsAvailable"] == 1
+    status, _, body = await api.post(f"/grants/{grant['grantId']}/renew", {"token": grant["token"]})
+    assert status == 409 and body["error"]["code"] == "STALE_CLAIM"
