@@ -262,3 +262,29 @@ async def test_a_grant_is_released_with_an_observation(api):
     assert listing["permits"][0]["unitsAvailable"] == 1
     status, _, body = await api.post(f"/grants/{grant['grantId']}/renew", {"token": grant["token"]})
     assert status == 409 and body["error"]["code"] == "STALE_CLAIM"
+
+
+async def test_a_requirement_naming_a_field_it_does_not_take_is_refused(api):
+    """A requirement is `{name, units}` (a pool's, a quota's) or `{name, reserveMinor}` (a
+    budget's); any other field is refused with 400 naming it, on a submit and on a mailbox's
+    defaults alike. A misspelt `units` was dropped in silence and the task admitted with 1 unit."""
+    run = await _run(api)
+    await api.post("/permits", {"name": "gpu", "units": 4})
+    await api.post("/budgets", {"name": "spend", "currency": "USD", "scale": 2, "limitMinor": "100"})
+    _, _, box = await api.post("/mailboxes", {"name": "jobs"})
+    task = {"scopeId": run, "mailboxId": box["id"], "taskKey": "t"}
+    for requirements, field in (
+        ({"pools": [{"name": "gpu", "unit": 2}]}, "unit"),
+        ({"pools": [{"name": "gpu", "units": 2, "reserveMinor": "5"}]}, "reserveMinor"),
+        ({"budgets": [{"name": "spend", "reserveMinor": "5", "units": 1}]}, "units"),
+    ):
+        status, _, body = await api.post("/tasks", {**task, "requirements": requirements})
+        assert status == 400 and body["error"]["code"] == "VALIDATION_FAILED", body
+        assert repr(field) in body["error"]["message"], body
+        status, _, body = await _put(api, "/mailboxes/by-name/defaults", {"requirements": requirements})
+        assert status == 400 and repr(field) in body["error"]["message"], body
+    status, _, _ = await api.post("/tasks", {**task, "requirements": {"pools": [{"name": "gpu", "units": 2}]}})
+    assert status == 201
+    admit = {"scopeId": run, "mailboxId": box["id"], "holder": "w", "holderSession": "s"}
+    status, _, admitted = await api.post("/tasks/admit", admit)
+    assert status == 200 and [grant["units"] for grant in admitted["grants"]] == [2]
