@@ -288,3 +288,18 @@ async def test_a_requirement_naming_a_field_it_does_not_take_is_refused(api):
     admit = {"scopeId": run, "mailboxId": box["id"], "holder": "w", "holderSession": "s"}
     status, _, admitted = await api.post("/tasks/admit", admit)
     assert status == 200 and [grant["units"] for grant in admitted["grants"]] == [2]
+
+
+async def test_a_work_limit_counts_the_tasks_of_every_run(api):
+    """A work limit's `scopeId` is the run it was made for, shown with it, not a filter (as the API
+    reference says): a task submitted under it in another run counts, and is held to it."""
+    run = await _run(api)
+    _, _, other = await api.post("/scopes", {})
+    _, _, mailbox = await api.post("/mailboxes", {"name": "jobs"})
+    _, _, limit = await api.post("/work-limits", {"name": "crawl", "scopeId": run, "maxOutstanding": 1})
+    status, _, _ = await api.post("/tasks", {"scopeId": other["id"], "mailboxId": mailbox["id"], "taskKey": "a", "workLimit": "crawl"})
+    assert status == 201
+    status, _, listing = await api.get("/work-limits")
+    assert [(row["scopeId"], row["outstanding"]) for row in listing["workLimits"]] == [(run, 1)]
+    status, _, body = await api.post("/tasks", {"scopeId": run, "mailboxId": mailbox["id"], "taskKey": "b", "workLimit": limit["id"]})
+    assert status == 409 and body["error"]["code"] == "BACKLOG_FULL"
