@@ -377,7 +377,8 @@ POOLS = Primitive(
         # An admission's grant names the delivery whose lease it shares.
         GRANT_ACQUIRED: ("id", "pool_id", "scope_id", "units", "token", "holder", "session", "lease_ms", "expires_ms", "at_ms", "message_id?"),
         GRANT_RENEWED: ("id", "lease_ms", "expires_ms", "at_ms", "graced?"),
-        GRANT_RELEASED: ("id", "at_ms"),
+        # A release may carry the caller's observation, kept as given (as a claim's release keeps one).
+        GRANT_RELEASED: ("id", "at_ms", "observation?"),
         GRANT_EXPIRED: ("id", "at_ms"),
         POOL_IMAGE: ("id", "name", "units", "created_ms", "grants"),
         # The line of a pool (what `slots()` waits in).

@@ -42,6 +42,11 @@ def _entries(value: Body, kind: str, most: int, amount_field: str) -> list[list[
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not 1 <= len(item["name"]) <= 256:
             raise refuse(f"each of requirements.{kind} must be an object with a name (1-256 characters), got {quote(item)}")
+        unknown = set(item) - {"name", amount_field}
+        if unknown:
+            raise refuse(
+                f"requirements.{kind}[{item['name']!r}] takes name and {amount_field}, not {', '.join(map(repr, sorted(unknown)))}"
+            )
         if item["name"] in names:
             raise refuse(f"requirements.{kind} names {item['name']!r} twice")
         names.add(item["name"])

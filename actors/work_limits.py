@@ -169,7 +169,9 @@ class WorkLimitTable:
 class CreateWorkLimit(CapacityCommand):
     space: str = path("space")
     name: str = body("name", length_max="name_len_max")
-    scope_id: str = body("scopeId")
+    scope_id: str = body(
+        "scopeId", description="the run it is made for, shown with it; it does not narrow what is counted (tasks of every run are)"
+    )
     max_outstanding: int = body("maxOutstanding", INTEGER, minimum=1, maximum="backlog_limit_max")
     work_limit_id: str = drawn("wl_")
 

@@ -244,3 +244,62 @@ async def test_what_0_3_0_reads_from_budgets_and_admissions(api):
     assert status == 200 and voided["state"] == "VOIDED"
     status, _, body = await api.post(f"/budgets/{budget['id']}/settle", {**settle, "workKey": "again"})
     assert status == 409 and body["error"]["code"] == "CONFLICT", "0.3.0 tolerates CONFLICT on a released reservation"
+
+
+async def test_a_grant_is_released_with_an_observation(api):
+    """`observation` on a grant's release (what `PoolLease.release(observation)` sends) is taken
+    as a claim's is, and journaled with the release: the units go back and the token is spent. It
+    was refused as a record the journal did not know (503 UNAVAILABLE, the release not recorded)."""
+    run = await _run(api)
+    status, _, pool = await api.post("/permits", {"name": "gpu", "units": 1})
+    acquire = {"scopeId": run, "units": 1, "holder": "w", "holderSession": "s", "leaseSeconds": 30}
+    status, _, grant = await api.post(f"/permits/{pool['id']}/acquire", acquire)
+    assert status == 200
+    release = {"token": grant["token"], "observation": {"latencyMs": 12, "ok": True}}
+    status, _, released = await api.post(f"/grants/{grant['grantId']}/release", release)
+    assert status == 200 and released["released"] is True, released
+    status, _, listing = await api.get("/permits")
+    assert listing["permits"][0]["unitsAvailable"] == 1
+    status, _, body = await api.post(f"/grants/{grant['grantId']}/renew", {"token": grant["token"]})
+    assert status == 409 and body["error"]["code"] == "STALE_CLAIM"
+
+
+async def test_a_requirement_naming_a_field_it_does_not_take_is_refused(api):
+    """A requirement is `{name, units}` (a pool's, a quota's) or `{name, reserveMinor}` (a
+    budget's); any other field is refused with 400 naming it, on a submit and on a mailbox's
+    defaults alike. A misspelt `units` was dropped in silence and the task admitted with 1 unit."""
+    run = await _run(api)
+    await api.post("/permits", {"name": "gpu", "units": 4})
+    await api.post("/budgets", {"name": "spend", "currency": "USD", "scale": 2, "limitMinor": "100"})
+    _, _, box = await api.post("/mailboxes", {"name": "jobs"})
+    task = {"scopeId": run, "mailboxId": box["id"], "taskKey": "t"}
+    for requirements, field in (
+        ({"pools": [{"name": "gpu", "unit": 2}]}, "unit"),
+        ({"pools": [{"name": "gpu", "units": 2, "reserveMinor": "5"}]}, "reserveMinor"),
+        ({"budgets": [{"name": "spend", "reserveMinor": "5", "units": 1}]}, "units"),
+    ):
+        status, _, body = await api.post("/tasks", {**task, "requirements": requirements})
+        assert status == 400 and body["error"]["code"] == "VALIDATION_FAILED", body
+        assert repr(field) in body["error"]["message"], body
+        status, _, body = await _put(api, "/mailboxes/by-name/defaults", {"requirements": requirements})
+        assert status == 400 and repr(field) in body["error"]["message"], body
+    status, _, _ = await api.post("/tasks", {**task, "requirements": {"pools": [{"name": "gpu", "units": 2}]}})
+    assert status == 201
+    admit = {"scopeId": run, "mailboxId": box["id"], "holder": "w", "holderSession": "s"}
+    status, _, admitted = await api.post("/tasks/admit", admit)
+    assert status == 200 and [grant["units"] for grant in admitted["grants"]] == [2]
+
+
+async def test_a_work_limit_counts_the_tasks_of_every_run(api):
+    """A work limit's `scopeId` is the run it was made for, shown with it, not a filter (as the API
+    reference says): a task submitted under it in another run counts, and is held to it."""
+    run = await _run(api)
+    _, _, other = await api.post("/scopes", {})
+    _, _, mailbox = await api.post("/mailboxes", {"name": "jobs"})
+    _, _, limit = await api.post("/work-limits", {"name": "crawl", "scopeId": run, "maxOutstanding": 1})
+    status, _, _ = await api.post("/tasks", {"scopeId": other["id"], "mailboxId": mailbox["id"], "taskKey": "a", "workLimit": "crawl"})
+    assert status == 201
+    status, _, listing = await api.get("/work-limits")
+    assert [(row["scopeId"], row["outstanding"]) for row in listing["workLimits"]] == [(run, 1)]
+    status, _, body = await api.post("/tasks", {"scopeId": run, "mailboxId": mailbox["id"], "taskKey": "b", "workLimit": limit["id"]})
+    assert status == 409 and body["error"]["code"] == "BACKLOG_FULL"
