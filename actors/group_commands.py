@@ -328,6 +328,20 @@ def _find(space: Space, group_id: str) -> Group | None:
     return space.coordination.groups.find(group_id)
 
 
+_JOINED = entity_event("group.joined", "group", _find, "task_id")
+
+
+def _joined_events(space: Space, record: Record) -> list[Change]:
+    """`group.joined`, and `group.sealed` after it when the join brings the expected members (as
+    a seal by `seal`/`close` says it). A join recorded before `seals` was doubles as a seal without
+    saying so: replayed, it makes the events it made then, so the log keeps its numbers."""
+    joined = _JOINED(space, record)
+    if record.get("seals"):
+        scope_id = joined[0][1]
+        joined.append(("group.sealed", scope_id, "group", record["id"], {}))
+    return joined
+
+
 def _make(space: Space) -> None:
     space.coordination.groups = GroupTable(space.limits, space.tasks)
 
@@ -351,7 +365,9 @@ GROUPS = Primitive(
         GROUP_CREATED: (
             "id", "scope_id", "mailbox_id", "condition", "threshold", "expected_members", "deadline_ms", "parent_scope_id", "at_ms",
         ),
-        GROUP_JOINED: ("id", "task_id", "at_ms"),
+        # `seals`: the join brings the group's expectedMembers, which seals it (as a seal does); a
+        # record without it (every one written before it was recorded) seals all the same.
+        GROUP_JOINED: ("id", "task_id", "at_ms", "seals?"),
         GROUP_VERDICT: ("id", "task_id", "verdict", "at_ms"),
         GROUP_SEALED: ("id", "at_ms"),
         GROUP_EXPIRED: ("id", "at_ms"),
@@ -379,7 +395,7 @@ GROUPS = Primitive(
     timers={DEADLINE_TIMER: (_ON, on_deadline)},
     derive={
         GROUP_CREATED: entity_event("group.created", "group", _find, "condition", "mailbox_id"),
-        GROUP_JOINED: entity_event("group.joined", "group", _find, "task_id"),
+        GROUP_JOINED: _joined_events,
         GROUP_VERDICT: entity_event("group.verdict", "group", _find, "task_id", "verdict"),
         GROUP_SEALED: entity_event("group.sealed", "group", _find),
         GROUP_EXPIRED: entity_event("group.deadline_exceeded", "group", _find),

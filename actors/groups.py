@@ -253,7 +253,10 @@ class GroupTable:
             return None
         self.check_joinable(group)
         assert group.state == OPEN, "members join an open group only"
-        return {"type": GROUP_JOINED, "id": group.id, "task_id": task_id, "at_ms": now_ms}
+        record: Record = {"type": GROUP_JOINED, "id": group.id, "task_id": task_id, "at_ms": now_ms}
+        if group.expected_members is not None and len(group.members) + 1 >= group.expected_members:
+            record["seals"] = True  # (applying it seals the group: said so in the event log)
+        return record
 
     def decide_verdict(self, group: Group, task_id: str, verdict: str, now_ms: int) -> Record | None:
         if task_id not in group.members:

@@ -356,6 +356,29 @@ async def test_expected_members_seal_the_group_and_first_accepted_wins(world, au
     world.replays_exactly()
 
 
+async def test_the_join_that_seals_a_group_says_so_and_an_older_journal_replays_as_it_was(world, autojump_clock):
+    """The join that brings expectedMembers is recorded with `seals` and makes `group.sealed` after
+    its `group.joined`. A journal written before `seals` was (the same join without it) still seals
+    the group when replayed, and makes the events it made then: the log keeps its numbers."""
+    _, group = await _group_world(world, condition="ALL_TERMINAL", expected_members=2)
+    await world.groups.submit(S, group["id"], key="a")
+    await world.groups.submit(S, group["id"], key="b")
+    joins = [r for r in only(world.kernel).journal.records if r["type"] == "group.joined"]
+    assert [r.get("seals") for r in joins] == [None, True]
+    kinds = [e["type"] for e in world.events.page(S, aggregate=("group", group["id"]))["events"]]
+    assert kinds == ["group.created", "group.joined", "group.joined", "group.sealed"]
+    world.replays_exactly()
+    older = KernelState()
+    for record in only(world.kernel).journal.records:
+        record = orjson.loads(orjson.dumps(record))
+        record.pop("seals", None)
+        older.apply(record)
+    space = older.space(S)
+    assert space.coordination.groups.get(group["id"]).state == "SEALED"
+    kinds = [e.type for e in space.events.page(None, 100, None)[0] if e.aggregate_id == group["id"]]
+    assert kinds == ["group.created", "group.joined", "group.joined"]
+
+
 async def test_all_terminal_follows_its_members_tasks(world, autojump_clock):
     """ALL_TERMINAL finalizes once sealed and every member task ended: SUCCEEDED when all succeeded
     (a joined outside task included), FAILED when one failed without being accepted."""

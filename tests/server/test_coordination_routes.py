@@ -436,3 +436,24 @@ async def test_a_held_poll_for_one_timer_that_ends_empty_still_says_how_the_time
     held = (await client.post("/timers/poll", {"scopeId": run, "timerId": timer, "waitMs": 2000})).json
     assert at_once == held
     assert (held["timer"]["id"], held["timer"]["state"], held["timers"]) == (timer, "ARMED", [])
+
+
+async def test_a_group_sealed_by_its_expected_members_says_so_in_the_event_log(client: AsgiClient, autojump_clock):
+    """A group is sealed by `seal`/`close` or by the join that brings its `expectedMembers`; the
+    event log says `group.sealed` either way, once, after that join's `group.joined` (a watcher
+    of `group.sealed` learns that no member will join any more)."""
+    mailbox = await client.mailbox("sealed-by-count")
+    parent = await client.run()
+    group = (await client.post("/task-groups", {
+        "mailboxId": mailbox, "condition": "ALL_TERMINAL", "expectedMembers": 2, "parentScopeId": parent,
+    })).json["groupId"]
+    for key in ("a", "b"):
+        assert (await client.post(f"/task-groups/{group}/tasks", {"taskKey": key})).status == 201
+    assert (await client.get(f"/task-groups/{group}")).json["state"] == "SEALED"
+    events = (await client.get(f"/watch?waitSeconds=0&aggregate=group:{group}")).json["events"]
+    assert [event["type"] for event in events] == ["group.created", "group.joined", "group.joined", "group.sealed"]
+    other = (await client.post("/task-groups", {"mailboxId": mailbox, "condition": "ALL_TERMINAL", "parentScopeId": parent})).json["groupId"]
+    await client.post(f"/task-groups/{other}/tasks", {"taskKey": "c"})
+    await client.post(f"/task-groups/{other}/seal")
+    events = (await client.get(f"/watch?waitSeconds=0&aggregate=group:{other}")).json["events"]
+    assert [event["type"] for event in events] == ["group.created", "group.joined", "group.sealed"]
