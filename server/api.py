@@ -17,11 +17,12 @@ from typing import Any, Callable
 from ..actors.errors import KernelError
 from ..actors.fields import Spec, takes_caller
 from ..actors.kernel import EMPTY
+from ..actors.limits import Limits
 from .http import Handler, Request, Router
 from .runtime import Runtime
 from .services import ReadServices
 
-__all__ = ["Doc", "Reply", "endpoint", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER"]
+__all__ = ["Doc", "Reply", "endpoint", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER", "say_if_capped"]
 
 # Where the OpenAPI document made from these declarations is served.
 OPENAPI_PATH = "/v1/openapi.json"
@@ -134,6 +135,14 @@ def _settled(handler: Handler) -> Handler:
     return run
 
 
+def say_if_capped(request: Request, limits: Limits, wait_ms: int | None) -> None:
+    """A wait asked for past `wait_ms_max` is held that long at most: the answer says so (in
+    WAIT_CAPPED_HEADER), so that a caller knows to ask again rather than take the answer for its
+    whole wait. Every long poll's route calls it with the wait its request asked for."""
+    if wait_ms is not None and wait_ms > limits.wait_ms_max:
+        request.answer_headers = {**(request.answer_headers or {}), WAIT_CAPPED_HEADER: str(limits.wait_ms_max)}
+
+
 def _command_handler(command_class: type, status: int | StatusOf, operator: bool = False) -> Handler:
     if callable(status):
         status_of, fixed = status, 0
@@ -149,9 +158,7 @@ def _command_handler(command_class: type, status: int | StatusOf, operator: bool
         kernel = services.kernel
         command = kernel.parse(command_class, request.json().for_command(command_class, kernel.limits), params, request.param)
         wait_ms = getattr(command, "wait_ms", None)
-        if wait_ms is not None and wait_ms > kernel.limits.wait_ms_max:
-            # Held at most wait_ms_max: the answer says so, so that a caller can wait again.
-            request.answer_headers = {WAIT_CAPPED_HEADER: str(kernel.limits.wait_ms_max)}
+        say_if_capped(request, kernel.limits, wait_ms)
         reply = await kernel.submit(command, idem=request.idem(space), wait_ms=wait_ms)
         if reply is EMPTY:
             return 204, None

@@ -12,7 +12,7 @@ import dataclasses
 from ...actors import commands as c
 from ...actors.kernel import EMPTY
 from ...actors.shapes import View
-from ..api import WAIT_CAPPED_HEADER, Doc, Reply, endpoint
+from ..api import Doc, Reply, endpoint, say_if_capped
 from ..http import Request, Router
 from ..runtime import Runtime
 
@@ -28,8 +28,7 @@ async def acquire(services: Runtime, request: Request, space: str) -> tuple[int,
     kernel = services.kernel
     command = kernel.parse(c.AcquireClaim, request.json().for_command(c.AcquireClaim, kernel.limits), {"space": space})
     idem = request.idem(space)
-    if command.wait_ms is not None and command.wait_ms > kernel.limits.wait_ms_max:
-        request.answer_headers = {WAIT_CAPPED_HEADER: str(kernel.limits.wait_ms_max)}
+    say_if_capped(request, kernel.limits, command.wait_ms)
     reply = await kernel.submit(command, idem=idem, wait_ms=command.wait_ms)
     if reply is EMPTY:  # still held when the wait ended: answer as an acquire without a wait does
         reply = await kernel.submit(dataclasses.replace(command, wait_ms=None), idem=idem)

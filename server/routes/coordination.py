@@ -28,7 +28,7 @@ from ...actors.groups import GroupView
 from ...actors.timers import TimerView
 from ...actors.kernel import EMPTY
 from ...actors.coordination_reads import RunBarriersView, RunGroupsView, RunTimersView, RunView, WaitsView
-from ..api import Doc, Reply, endpoint
+from ..api import Doc, Reply, endpoint, say_if_capped
 from ..errors import ApiError
 from ..http import Handler, Request, Router
 from ..runtime import Runtime
@@ -85,6 +85,7 @@ async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[
     kernel = services.kernel
     command = kernel.parse(c.PollTimers, request.json().for_command(c.PollTimers, kernel.limits), {"space": space})
     idem = request.idem(space)
+    say_if_capped(request, kernel.limits, command.wait_ms)
     reply = await kernel.submit(command, idem=idem, wait_ms=command.wait_ms)
     if reply is EMPTY:
         reply = await kernel.submit(dataclasses.replace(command, wait_ms=None), idem=idem)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...actors import commands as c
 from ...actors.kernel import EMPTY
 from ...actors.shapes import View
-from ..api import Doc, Reply, endpoint
+from ..api import Doc, Reply, endpoint, say_if_capped
 from ..http import Request, Router
 from ..services import ReadServices
 
@@ -27,6 +27,7 @@ async def wait(services: ReadServices, request: Request, space: str) -> tuple[in
     services.authorize(request, space)
     kernel = services.kernel
     command = kernel.parse(c.WaitOnce, {}, {"space": space}, request.param)
+    say_if_capped(request, kernel.limits, command.wait_ms)
     reply = await kernel.submit(command, wait_ms=command.wait_ms)
     if reply is EMPTY:  # still held when the wait ended (or its run removed meanwhile: NOT_FOUND)
         state = kernel.space_view(space)

@@ -10,7 +10,7 @@ from ...actors import commands as c
 from ...actors import reads
 from ...actors.kernel import EMPTY
 from ...actors.tasks import TaskView
-from ..api import Doc, Reply, endpoint
+from ..api import Doc, Reply, endpoint, say_if_capped
 from ..http import Request, Router
 from ..services import ReadServices
 from ..wire.tasks import created_status
@@ -27,6 +27,7 @@ async def read(services: ReadServices, request: Request, space: str, task_id: st
     services.authorize(request, space)
     kernel = services.kernel
     command = kernel.parse(c.WaitTask, {}, {"space": space, "task_id": task_id}, request.param)
+    say_if_capped(request, kernel.limits, command.wait_ms)
     if command.wait_ms:
         reply = await kernel.submit(command, wait_ms=command.wait_ms)
         if reply is not EMPTY:

@@ -322,3 +322,14 @@ async def test_a_wait_over_the_cap_is_said_in_the_answer(client, autojump_clock)
     await client.post("/claims", run_claim)
     held = await client.post("/claims", {**run_claim, "holder": "other", "waitMs": 45_000})
     assert held.status == 409 and held.headers["runstate-wait-capped-ms"] == "30000"
+    # The long polls with routes of their own say it as well: a task, a once key, a timer poll.
+    task = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "t"})).json["taskId"]
+    slot = {"scopeId": run, "key": "o", "holder": "h", "holderSession": "s", "leaseSeconds": 600}
+    await client.post("/once/acquire", slot)
+    for answer in (
+        await client.get(f"/tasks/{task}?waitMs=60000"),
+        await client.get(f"/once?scopeId={run}&key=o&waitMs=60000"),
+        await client.post("/timers/poll", {"scopeId": run, "waitMs": 60_000}),
+    ):
+        assert answer.status == 200 and answer.headers.get("runstate-wait-capped-ms") == "30000", answer
+    assert "runstate-wait-capped-ms" not in (await client.get(f"/tasks/{task}?waitMs=1000")).headers
