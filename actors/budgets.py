@@ -422,7 +422,7 @@ class Reserve(CapacityCommand):
     scope_id: str = body("scopeId")
     holder: str = body("holder", length_max="holder_len_max")
     amount: int = body("amountMinor", MINOR)
-    settle_by_ms: int | None = body("settleBy", TIMESTAMP, required=False, description="default: {settle_by_s_default} s from now")
+    settle_by_ms: int | None = body("settleBy", TIMESTAMP, required=False, description="default: {settle_by_s_default} s from now; at most {settle_by_s_max} s from now")
     reservation_id: str = drawn("rs_")
 
     def check(self, limits: Limits) -> None:

@@ -26,7 +26,7 @@ from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD
 from .limits import Limits
 from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, timer_kind
-from .requirements import parse_requirements
+from .requirements import REQUIREMENTS, parse_requirements
 from .scopes import SCOPE_END_REASONS, SCOPE_ENDED
 from .task_commands import SubmitTask, submit
 from .tasks import TASK_ENDED, SubmittedTaskView, TaskState
@@ -79,7 +79,7 @@ class SubmitGroupTask(Command):
     # What admission takes with the member, as for `POST /tasks` (else its mailbox's defaults).
     requirements: Any = body(
         "requirements", JSON, required=False,
-        description="an object of pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+        description="an object of " + REQUIREMENTS,
     )
     task_id: str = drawn("tk_")
     message_id: str = drawn("ms_")

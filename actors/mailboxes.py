@@ -36,7 +36,7 @@ from .fields import INTEGER, JSON, body, check_text, drawn, path
 from .limits import Limits
 from .outcome import Outcome, Space, State
 from .primitive import NOT_COUNTED, Command, Primitive, command, operation, record_type
-from .requirements import parse_requirements, requirements_record
+from .requirements import REQUIREMENTS, parse_requirements, requirements_record
 from .shapes import EpochMs, Record
 
 __all__ = [
@@ -379,7 +379,7 @@ class EnsureMailbox(Command):
     max_attempts: int | None = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max")
     requirements: Any = body(
         "requirements", JSON, required=False,
-        description="default requirements of its tasks that name none: pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+        description="default requirements of its tasks that name none: " + REQUIREMENTS,
     )
     mailbox_id: str = drawn("mb_")
 

@@ -20,12 +20,17 @@ from .outcome import Space
 from .primitive import record_type
 from .shapes import Body, Record
 
-__all__ = ["parse_requirements", "requirements_record", "refuse", "POOLS_MAX", "QUOTAS_MAX", "BUDGETS_MAX", "TASK_REQUIREMENTS"]
+__all__ = ["parse_requirements", "requirements_record", "refuse", "POOLS_MAX", "QUOTAS_MAX", "BUDGETS_MAX", "TASK_REQUIREMENTS", "REQUIREMENTS"]
 
 # The record type of a task's requirements resolved to ids (applied by admission, `admission.py`).
 TASK_REQUIREMENTS = record_type("task.requirements")
 
 POOLS_MAX, QUOTAS_MAX, BUDGETS_MAX = 4, 4, 2
+# What a `requirements` object holds, as the API reference says it.
+REQUIREMENTS = (
+    f"pools (name, units: 1 unless given; at most {POOLS_MAX}), quotas (name, units: 1 unless given; at most {QUOTAS_MAX}), "
+    f"budgets (name, reserveMinor; at most {BUDGETS_MAX}); no other field"
+)
 
 
 def refuse(message: str) -> KernelError:

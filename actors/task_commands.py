@@ -25,7 +25,7 @@ from .limits import Limits
 from .events import Change
 from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Command, Primitive, command, event, operation, reason_field, timer_kind
-from .requirements import parse_requirements, requirements_record
+from .requirements import REQUIREMENTS, parse_requirements, requirements_record
 from .scopes import SCOPE_END_REASONS, SCOPE_ENDED
 from .tasks import (
     CANCELLED, EXPIRED, TASK_CREATED, TASK_DETACHED, TASK_ENDED, TASK_IMAGE, TASK_JOINED, TASK_TOMBSTONED, Task, TaskTable,
@@ -68,7 +68,7 @@ class SubmitTask(Command):
     # What admission takes with the task (`admission.py`); recv never delivers it.
     requirements: Any = body(
         "requirements", JSON, required=False,
-        description="an object of pools (name, units; at most 4), quotas (name, units; at most 4), budgets (name, reserveMinor; at most 2)",
+        description="an object of " + REQUIREMENTS,
     )
     # The work limit it counts on (`work_limits.py`).
     work_limit: str | None = body(
