@@ -27,6 +27,7 @@ names are still read when the new ones are not set, with a warning.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import ssl
@@ -332,6 +333,8 @@ def _check(setting: Setting, value: Any, source: str) -> None:
     if value is None:
         return
     where = f"setting {setting.name} (from {source})"
+    if setting.kind is float and not math.isfinite(value):  # nan passes every comparison; inf is no duration
+        raise ConfigError(f"{where}: must be a finite number, got {value!r}")
     if setting.choices is not None and value not in setting.choices:
         raise ConfigError(f"{where}: must be one of {', '.join(setting.choices)}, got {value!r}")
     if setting.minimum is not None and value < setting.minimum:

@@ -47,3 +47,11 @@ def test_runstate_config_shows_each_value_and_where_it_came_from(tmp_path):
     assert "a" * 20 not in done.stdout
     table = run("config", "--lease-s-max", "300")
     assert table.returncode == 0 and "limits.lease_s_max" in table.stdout and "--lease-s-max" in table.stdout
+
+
+def test_serve_refuses_a_duration_that_is_not_a_finite_number():
+    """nan passes every range check and inf is no duration: `serve` says so (exit 2), not a traceback once serving."""
+    done = run("serve", "--port", "0", "--read-timeout-s", "nan")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "runstate serve: setting read_timeout_s (from --read-timeout-s): must be a finite number, got nan"
+    assert "serving on" not in done.stdout
