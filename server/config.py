@@ -371,6 +371,8 @@ def _read_file(path: str) -> dict[str, tuple[Any, str]]:
         raise ConfigError(f"config file {path}: cannot be read ({error.strerror})") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config file {path}: not valid TOML ({error})") from None
+    except UnicodeDecodeError as error:  # TOML is UTF-8 (a file saved as Latin-1 or UTF-16, say)
+        raise ConfigError(f"config file {path}: not valid TOML (not UTF-8 at byte offset {error.start})") from None
     found: dict[str, tuple[Any, str]] = {}
     server_names = [s.name for s in SETTINGS if not s.limit]
     limit_names = [s.name for s in SETTINGS if s.limit]

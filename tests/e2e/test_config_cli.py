@@ -55,3 +55,12 @@ def test_serve_refuses_a_duration_that_is_not_a_finite_number():
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == "runstate serve: setting read_timeout_s (from --read-timeout-s): must be a finite number, got nan"
     assert "serving on" not in done.stdout
+
+
+def test_a_config_file_that_is_not_utf8_is_named_not_a_traceback(tmp_path):
+    """TOML is UTF-8: a file saved in another encoding is refused like any other invalid TOML, exit 2."""
+    path = tmp_path / "runstate.toml"
+    path.write_bytes('log_format = "text" # café\n'.encode("latin-1"))
+    done = run("config", "--config", str(path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"runstate config: config file {path}: not valid TOML (not UTF-8 at byte offset 25)"
