@@ -492,10 +492,16 @@ def _check_tls(values: dict[str, Any], sources: dict[str, str]) -> None:
     if certfile is None or keyfile is None:
         given, missing = ("certfile", "keyfile") if certfile is not None else ("keyfile", "certfile")
         raise ConfigError(f"setting {given} (from {sources[given]}) needs {missing} too: TLS takes a certificate and its key")
+    for name in ("certfile", "keyfile"):  # (ssl names neither the missing file nor which one it was)
+        try:
+            with open(values[name], "rb"):
+                pass
+        except FileNotFoundError:
+            raise ConfigError(f"setting {name} (from {sources[name]}): {values[name]} not found") from None
+        except OSError as error:
+            raise ConfigError(f"setting {name} (from {sources[name]}): {values[name]} cannot be read ({error.strerror})") from None
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
-    except FileNotFoundError as error:
-        raise ConfigError(f"setting certfile/keyfile: {error.filename} not found") from None
     except (OSError, ssl.SSLError) as error:
         raise ConfigError(
             f"settings certfile {certfile} and keyfile {keyfile} (from {sources['certfile']}, {sources['keyfile']}) "

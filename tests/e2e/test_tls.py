@@ -94,3 +94,18 @@ def test_a_certificate_without_its_key_or_a_wrong_pair_stops_the_start(tmp_path)
         done = subprocess.run([sys.executable, "-m", "runstate.server.cli", "config", *args], capture_output=True, text=True,
                               env=environ, timeout=60)
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr)
+
+
+def test_a_missing_certificate_or_key_file_is_named_with_its_setting(tmp_path):
+    """Which of the two files is missing, by its setting and where it came from (ssl itself names neither)."""
+    cert, key = self_signed(tmp_path, "one")
+    missing = str(tmp_path / "missing.pem")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    for args, env, message in (
+        (["--certfile", missing, "--keyfile", key], {}, f"setting certfile (from --certfile): {missing} not found"),
+        (["--certfile", cert], {"RUNSTATE_KEYFILE": missing}, f"setting keyfile (from RUNSTATE_KEYFILE): {missing} not found"),
+    ):
+        done = subprocess.run([sys.executable, "-m", "runstate.server.cli", "serve", "--port", "0", *args], capture_output=True,
+                              text=True, env={**environ, **env}, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == f"runstate serve: {message}"
