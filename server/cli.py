@@ -285,7 +285,7 @@ def _collect_rarely() -> None:
 def _serve(loaded: Loaded) -> int:
     import trio  # the server's imports are kept out of the admin commands' start-up
 
-    from ..snapshots import RecoveryError, StoreLocked
+    from ..snapshots import DataDirError, RecoveryError, StoreLocked
     from .serve import serve
 
     settings = loaded.settings
@@ -307,7 +307,7 @@ def _serve(loaded: Loaded) -> int:
         )
     except KeyboardInterrupt:  # before the signal handlers were in place
         return 0
-    except (RecoveryError, StoreLocked) as error:  # the data directory cannot be used as it is
+    except (RecoveryError, StoreLocked, DataDirError) as error:  # the data directory cannot be used as it is
         print(f"runstate: cannot start: {error}", file=sys.stderr, flush=True)
         return 1
     except (OSError, BaseExceptionGroup) as error:

@@ -44,6 +44,27 @@ def test_a_damaged_directory_fails_check_and_serve_with_file_and_offset(tmp_path
 
 
 @pytest.mark.e2e
+def test_serve_with_another_partition_count_than_the_directory_was_made_with_says_so(tmp_path):
+    """The count is fixed when a directory is made: a start asking for another one stops with the reason, no traceback."""
+    data = str(tmp_path / "data")
+    made = subprocess.Popen([*RUNSTATE, "serve", "--port", "0", "--data-dir", data, "--partitions", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert made.stdout is not None
+        assert any("serving on" in line for line in made.stdout)  # (ready: the directory is made)
+    finally:
+        made.terminate()
+        made.wait(timeout=30)
+    served = run("serve", "--port", "0", "--data-dir", data, "--partitions", "4")
+    assert served.returncode == 1
+    assert "Traceback" not in served.stderr
+    assert served.stderr.strip().splitlines()[-1] == (
+        f"runstate: cannot start: {data} was made with 2 partition(s); the count is fixed when a directory is made, "
+        "so start it without --partitions (or with --partitions 2)"
+    )
+
+
+@pytest.mark.e2e
 def test_check_without_a_directory_says_so(tmp_path):
     assert run("check").returncode == 2
     missing = run("check", "--data-dir", str(tmp_path / "nope"))
