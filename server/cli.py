@@ -286,6 +286,9 @@ def _serve(loaded: Loaded) -> int:
     import trio  # the server's imports are kept out of the admin commands' start-up
 
     from ..snapshots import DataDirError, RecoveryError, StoreLocked
+    from ..snapshots.etcd_wire import EtcdError
+    from .cluster import ClusterError
+    from .runtime import CLUSTER_OPEN_S
     from .serve import serve
 
     settings = loaded.settings
@@ -309,6 +312,10 @@ def _serve(loaded: Loaded) -> int:
         return 0
     except (RecoveryError, StoreLocked, DataDirError) as error:  # the data directory cannot be used as it is
         print(f"runstate: cannot start: {error}", file=sys.stderr, flush=True)
+        return 1
+    except (ClusterError, EtcdError, trio.TooSlowError) as error:  # etcd unreachable, or the cluster not as asked
+        reason = str(error) or f"it did not open within {CLUSTER_OPEN_S} s"
+        print(f"runstate: cannot join cluster {settings.cluster}: {reason}", file=sys.stderr, flush=True)
         return 1
     except (OSError, BaseExceptionGroup) as error:
         cause = _os_error(error)

@@ -53,6 +53,8 @@ __all__ = ["Runtime"]
 
 # How often a partition that did not open looks whether its files were repaired.
 REOPEN_POLL_S = 2.0
+# How long a node of a cluster may take to join it (etcd reached, its partitions' logs read).
+CLUSTER_OPEN_S = 60
 
 log = logging.getLogger("runstate.server")
 
@@ -185,7 +187,7 @@ class Runtime:
         )
         cluster.etcd.on_attempt = EtcdLatency(self.telemetry.metrics.registry)
         try:
-            with trio.fail_after(60):
+            with trio.fail_after(CLUSTER_OPEN_S):
                 states = await cluster.open()
         except (ClusterError, EtcdError, RecoveryError, StoreLocked, DataDirError, OSError, trio.TooSlowError) as error:
             log.critical("cannot join cluster %s: %s", settings.cluster, error)

@@ -322,3 +322,19 @@ def test_a_cluster_status_never_lists_a_partition_twice_and_start_up_hand_offs_a
         finally:
             stop.set()
             nodes.close()
+
+
+def test_a_node_that_cannot_reach_etcd_says_so_in_one_line(tmp_path: Path) -> None:
+    """No etcd member answers: the start ends with exit 1 and the reason, not a traceback."""
+    from ..ports import free_port
+
+    nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "runstate.server.cli", "serve", "--port", "0", "--advertise", "http://127.0.0.1:9",
+         "--data-dir", str(tmp_path / "node"), "--etcd", nowhere, "--cluster", "unreached"],
+        capture_output=True, text=True, env=environ, timeout=120,
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"runstate: cannot join cluster unreached: no etcd member answered: {nowhere}")
