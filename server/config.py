@@ -472,6 +472,11 @@ def load(flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | No
             f"setting etcd (from {sources['etcd']}): a node of a cluster keeps a copy of the partitions' logs and "
             "their snapshots: give it --data-dir too"
         )
+    if values["etcd"] and not values["port"] and not values["advertise"]:
+        raise ConfigError(
+            f"setting etcd (from {sources['etcd']}) with port 0 (from {sources['port']}): the other nodes cannot reach a port "
+            "chosen at start: give --advertise (the URL they reach this node by) or a port"
+        )
     if values["etcd"] and values["payload_bytes_max"] > 512 * 1024:
         raise ConfigError(
             f"setting payload_bytes_max (from {sources['payload_bytes_max']}): in a cluster a change is one etcd value "

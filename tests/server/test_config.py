@@ -100,6 +100,10 @@ def test_types_are_converted_from_text_and_booleans_read_as_people_write_them():
         ({}, {"RUNSTATE_BACKOFF_MAX_S": "inf"}, None, "setting backoff_max_s (from RUNSTATE_BACKOFF_MAX_S): must be a finite number, got inf"),
         ({}, {}, "fsync_slow_ms = inf\n", "fsync_slow_ms): must be a finite number, got inf"),
         ({}, {}, "[limits]\nbackoff_base_s = nan\n", "must be a finite number, got nan"),
+        (
+            {"etcd": "http://127.0.0.1:2", "data_dir": "node", "port": "0"}, {}, None,
+            "setting etcd (from --etcd) with port 0 (from --port): the other nodes cannot reach a port chosen at start: give --advertise",
+        ),
         ({}, {}, "port = \n", "not valid TOML"),
         ({}, {}, "limits = 3\n", "'limits' must be a table"),
     ],
