@@ -31,13 +31,15 @@ __all__ = ["add_command", "run", "render"]
 # What draws over the last frame: cursor home; clear to the end of each line; clear what is below.
 HOME, CLEAR_LINE, CLEAR_BELOW = "\x1b[H", "\x1b[K", "\x1b[J"
 HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
+# The longest refresh interval (nan, inf, or one past what `time.sleep` takes, failed with a traceback).
+INTERVAL_S_MAX = 3600
 
 
 def add_command(commands: Any) -> None:
     reader = admin_cli.common(admin_only=False)
     top = admin_cli.sub(commands, "top", "a live view of a space: who holds what, queue depths, who waits, recent events",
                         "  runstate top\n  runstate top --space research --interval 5\n  runstate top --frames 1 --json", [reader])
-    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="time between refreshes (default 2)")
+    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help=f"time between refreshes (more than 0, at most {INTERVAL_S_MAX}; default 2)")
     top.add_argument("--frames", type=int, default=0, metavar="N", help="stop after N frames (default: until Ctrl-C)")
     top.add_argument("--runs", type=int, default=10, metavar="N", help="the newest N active runs shown (default 10)")
     top.add_argument("--events", type=int, default=10, metavar="N", help="the newest N events shown (default 10)")
@@ -141,6 +143,8 @@ def _who(wait: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if not 0 < args.interval <= INTERVAL_S_MAX:  # (nan fails this too)
+            raise CommandError(f"--interval must be more than 0 and at most {INTERVAL_S_MAX} seconds, got {args.interval:g}", 2)
         key, space = admin_cli.space_access(args)
         _loop(args, key, space)
     except CommandError as error:
@@ -156,8 +160,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _loop(args: argparse.Namespace, key: Credential, space: str) -> None:
-    if args.interval <= 0:
-        raise CommandError("--interval must be more than 0", 2)
     in_place = sys.stdout.isatty() and not args.json
     if in_place:
         sys.stdout.write(HIDE_CURSOR)

@@ -111,3 +111,11 @@ def test_an_unreachable_server_is_named_with_where_its_url_came_from():
     done = runstate("spaces", "list", env={"RUNSTATE_BASE_URL": "http://127.0.0.1:9", "RUNSTATE_ADMIN_KEY": ADMIN})
     assert done.returncode == 1
     assert "cannot reach the runstate server at http://127.0.0.1:9 (RUNSTATE_BASE_URL)" in done.stderr
+
+
+@pytest.mark.parametrize("interval", ["nan", "inf", "0", "1e12"])
+def test_top_refuses_an_interval_it_cannot_wait(interval):
+    """A usage error (exit 2) before anything is read, where nan, inf or a huge interval ended in a traceback."""
+    done = runstate("top", "--interval", interval, "--space", "research", env={"RUNSTATE_ADMIN_KEY": ADMIN})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("runstate top: --interval must be more than 0 and at most 3600 seconds, got ")
