@@ -64,7 +64,7 @@ class CommandError(Exception):
 def _common(admin_only: bool) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=None, help=f"the server (default $RUNSTATE_BASE_URL, else {DEFAULT_URL})")
-    common.add_argument("--admin-key-file", default=None, metavar="FILE", help="read the admin key from FILE (when RUNSTATE_ADMIN_KEY is not set)")
+    common.add_argument("--admin-key-file", default=None, metavar="FILE", help="read the admin key from FILE (it wins over RUNSTATE_ADMIN_KEY and --data-dir)")
     common.add_argument("--data-dir", default=None, metavar="DIR", help=f"read the admin key from DIR/{ADMIN_KEY_FILE} (default $RUNSTATE_DATA_DIR)")
     common.add_argument("--json", action="store_true", help="print the server's JSON instead of a table")
     if not admin_only:

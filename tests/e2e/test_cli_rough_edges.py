@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -74,6 +75,15 @@ def test_the_admin_key_flag_beats_the_environment_and_the_message_says_where_it_
     assert "UNAUTHENTICATED" in refused.stderr
     assert f"the admin key from --admin-key-file {wrong_file}, sent to {research_server.base_url}" in refused.stderr
     assert runstate("spaces", "list", env=env).returncode == 0
+
+
+def test_the_help_and_the_docs_give_the_admin_keys_order_the_commands_use():
+    """--admin-key-file, then RUNSTATE_ADMIN_KEY, then DATA_DIR/admin.key (the test above and below), as said."""
+    helped = runstate("spaces", "--help")
+    assert helped.returncode == 0
+    assert "(it wins over RUNSTATE_ADMIN_KEY and --data-dir)" in " ".join(helped.stdout.split())
+    operations = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    assert "look for it in this order: `--admin-key-file FILE`" in " ".join(operations.split())
 
 
 def test_the_environment_beats_the_data_directory_as_it_does_for_serve(research_server, tmp_path):
