@@ -153,7 +153,7 @@ _SERVER: tuple[Setting, ...] = (
             "of the oldest that has not shown a valid key, else it is answered 503 and closed "
             "(keep it below the open-files limit, ulimit -n).", minimum=1, maximum=1_000_000),
     Setting("body_bytes_in_flight_max", int, _DEFAULTS.body_bytes_in_flight_max, "Bytes of request bodies held across all requests "
-            "in flight; past it a request gets 503 with Retry-After.", minimum=1024),
+            "in flight, at least request_bytes_max; past it a request gets 503 with Retry-After.", minimum=1024),
     Setting("batch_deliveries_max", int, _DEFAULTS.batch_deliveries_max, "Most deliveries the receives of one batch request lease "
             "together (a receive counts 1, a receive of many its maxMessages); an operation past it is refused alone (400).",
             minimum=1),
@@ -266,6 +266,8 @@ _ORDERED: tuple[tuple[str, str], ...] = (
     ("backoff_base_s", "backoff_max_s"),
     ("attempts_max_default", "attempts_max_max"),
     ("payload_bytes_max", "request_bytes_max"),
+    # A body the request limit allows but the bytes in flight never could: 503 "try again" for ever.
+    ("request_bytes_max", "body_bytes_in_flight_max"),
 )
 
 

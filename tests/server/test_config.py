@@ -104,6 +104,11 @@ def test_types_are_converted_from_text_and_booleans_read_as_people_write_them():
             {"etcd": "http://127.0.0.1:2", "data_dir": "node", "port": "0"}, {}, None,
             "setting etcd (from --etcd) with port 0 (from --port): the other nodes cannot reach a port chosen at start: give --advertise",
         ),
+        (
+            {"body_bytes_in_flight_max": "4096"}, {}, None,
+            "settings request_bytes_max = 1048576 (from default) and body_bytes_in_flight_max = 4096 (from --body-bytes-in-flight-max) "
+            "do not fit: request_bytes_max must not exceed body_bytes_in_flight_max",
+        ),
         ({}, {}, "port = \n", "not valid TOML"),
         ({}, {}, "limits = 3\n", "'limits' must be a table"),
     ],
