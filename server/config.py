@@ -140,7 +140,8 @@ _SERVER: tuple[Setting, ...] = (
     Setting("log_requests", str, _DEFAULTS.log_requests, "One line per request (all), only for answers of 400 and above (errors), or none (off).", choices=LOG_REQUESTS),
     Setting("metrics_public", bool, _DEFAULTS.metrics_public, "Serve /metrics without a key to any address (by default only to loopback; others need the admin key)."),
     Setting("shutdown_grace_s", float, _DEFAULTS.shutdown_grace_s, "On SIGTERM/SIGINT, how long requests in flight may take to finish.", minimum=0, maximum=3600),
-    Setting("keep_alive_s", float, _DEFAULTS.keep_alive_s, "How long an idle keep-alive connection stays open (one whose client has gone closes at once).", minimum=1, maximum=3600),
+    Setting("keep_alive_s", float, _DEFAULTS.keep_alive_s, "How long an idle keep-alive connection stays open (one whose client has gone closes at once). "
+            "One sweep per server closes the idle ones, up to a second past this (a tenth of it, below 10 s).", minimum=1, maximum=3600),
     Setting("backlog", int, _DEFAULTS.backlog, "Connections the kernel queues before they are accepted (a swarm connecting at once; capped by net.core.somaxconn).",
             minimum=1, maximum=65535),
     Setting("body_timeout_s", float, _DEFAULTS.body_timeout_s, "A request body not complete this many seconds after its headers gets 408 and the connection closes.",
@@ -168,7 +169,7 @@ _SERVER: tuple[Setting, ...] = (
     Setting("fsync_slow_ms", float, _DEFAULTS.fsync_slow_ms, "An fsync slower than this many milliseconds is logged.", minimum=0),
     Setting("history_retention_s", float, _DEFAULTS.history_retention_s, "How far back (seconds before the newest snapshot) the "
             "snapshots and WAL that rebuild any past point of a space are kept, for the history API and `runstate replay`; "
-            "0 keeps only what recovery needs. Costs disk: docs/history.md.", minimum=0, maximum=366 * 86400),
+            "0 keeps only what recovery needs. What it costs in disk: docs/history.md.", minimum=0, maximum=366 * 86400),
     Setting("history_checkpoint_every_records", int, _DEFAULTS.history_checkpoint_every_records, "While history is kept, a snapshot "
             "(a checkpoint) once the WAL holds this many records past the last one, or as many as that snapshot's entries if "
             "more: the most records a past point replays.", minimum=1000, maximum=100_000_000),

@@ -45,6 +45,14 @@ def test_the_configuration_table_lists_every_setting_with_its_spellings_and_defa
         assert f"`{setting.describe_default()}`" in row or (setting.default is None and "none" in row)
 
 
+def test_the_configuration_table_is_the_one_the_settings_print():
+    """docs/configuration.md says `python -m runstate.server.config` prints its table: it is that table, row for row."""
+    from runstate.server.config import markdown_table
+
+    rows = [line for line in section(CONFIGURATION, SETTINGS_HEADING) if line.startswith("|")]
+    assert rows == markdown_table().splitlines()
+
+
 # The comment that marks the testing snippet, wherever the docs keep it (README.md or docs/*.md).
 SNIPPET_MARKER = "<!-- runstate-testing-snippet"
 
