@@ -357,6 +357,8 @@ def _check(setting: Setting, value: Any, source: str) -> None:
         for url in value.split(","):
             if not re.fullmatch(r"https?://[^\s/,]+/?", url.strip()):
                 raise ConfigError(f"{where}: must be etcd members' client URLs (http://HOST:PORT), comma-separated, got {url.strip()!r}")
+    if setting.name == "data_dir" and os.path.exists(value) and not os.path.isdir(value):  # (one that does not exist is made)
+        raise ConfigError(f"{where}: {value} is not a directory")
     if setting.name == "advertise" and not re.fullmatch(r"https?://[^\s/]+/?", value):
         raise ConfigError(f"{where}: must be a URL (http://HOST:PORT) other nodes reach this one by, got {value!r}")
     if setting.name in ("cluster", "node_id") and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", value):

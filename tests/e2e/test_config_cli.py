@@ -64,3 +64,12 @@ def test_a_config_file_that_is_not_utf8_is_named_not_a_traceback(tmp_path):
     done = run("config", "--config", str(path))
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"runstate config: config file {path}: not valid TOML (not UTF-8 at byte offset 25)"
+
+
+def test_a_data_directory_that_is_a_file_is_named_as_such(tmp_path):
+    """A file given as the data directory: exit 2 saying it is not a directory, where the start said 'File exists'."""
+    path = tmp_path / "data"
+    path.write_text("")
+    done = run("serve", "--port", "0", env={"RUNSTATE_DATA_DIR": str(path)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"runstate serve: setting data_dir (from RUNSTATE_DATA_DIR): {path} is not a directory"
