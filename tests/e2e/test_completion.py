@@ -64,3 +64,18 @@ def test_zsh_completes_the_same_tree():
     assert zsh_complete(["runstate", "claims", "release", "--space", "x", "-"])[:2] == ["--help", "--url"]
     assert zsh_complete(["runstate", "claims", ""]) == ["list", "release"]
     assert zsh_complete(["runstate", "serve", "--config", ""]) == ["(files)"]
+
+
+def test_a_path_comes_first_where_the_command_takes_one_before_its_subcommands():
+    """`runstate replay DATA_DIR [inspect|diff]`: a file name first (argparse would take `inspect` for the
+    directory), the subcommands once it is given; an option's value is not taken for it."""
+    first = bash_complete(["runstate", "replay", ""])
+    assert "etc" in first and "inspect" not in first  # (run from /)
+    assert bash_complete(["runstate", "replay", "--at", "lsn:5", "e"]) == ["etc"]
+    assert bash_complete(["runstate", "replay", "/data", "--at", "lsn:5", ""]) == ["inspect", "diff"]
+    assert "runs" in bash_complete(["runstate", "replay", "/data", "inspect", ""])
+    assert bash_complete(["runstate", "inspect", "--space", "runs", ""])[:2] == ["runs", "claims"]  # a value, not a command
+    assert zsh_complete(["runstate", "replay", ""]) == ["(files)"]
+    assert zsh_complete(["runstate", "replay", "--at", "lsn:5", ""]) == ["(files)"]
+    assert zsh_complete(["runstate", "replay", "/data", ""]) == ["inspect", "diff"]
+    assert zsh_complete(["runstate", "inspect", "--space", "runs", ""])[:2] == ["runs", "claims"]
