@@ -32,7 +32,7 @@ import orjson
 
 from .admin import ADMIN_KEY_FILE
 
-__all__ = ["add_commands", "run", "print_table", "show", "space_access", "request", "CommandError", "Credential", "print_json", "sub", "common"]
+__all__ = ["add_commands", "run", "print_table", "show", "space_access", "request", "CommandError", "Credential", "print_json", "sub", "common", "limit"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 TIMEOUT_S = 10.0
@@ -60,6 +60,20 @@ class CommandError(Exception):
 
 
 # -- the parsers ----------------------------------------------------------------------------------
+
+LIMIT_MAX = 1000  # the most a listing route returns at once
+
+
+def limit(text: str) -> int:
+    """A `--limit` (for argparse: one out of 1-LIMIT_MAX is a usage error, exit 2, before the server is asked)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= LIMIT_MAX:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {LIMIT_MAX}, got {value}")
+    return value
+
 
 def _common(admin_only: bool) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
@@ -125,13 +139,13 @@ def add_inspect_actions(inspect: argparse.ArgumentParser, reader: argparse.Argum
     what = inspect.add_subparsers(dest="action", required=True, metavar="WHAT")
     _sub = _sub_in(prefix)
     runs = _sub(what, "runs", "list runs (scopes), newest first", "  runstate inspect runs\n  runstate inspect runs --limit 10 --json", [reader])
-    runs.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
+    runs.add_argument("--limit", type=limit, default=100, help="at most this many (1-1000, default 100)")
     claims = _sub(what, "claims", "list the live claims of a run", "  runstate inspect claims sc_0123456789abcdef", [reader])
     claims.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
-    claims.add_argument("--limit", type=int, default=1000, help="at most this many (1-1000, default 1000)")
+    claims.add_argument("--limit", type=limit, default=1000, help="at most this many (1-1000, default 1000)")
     tasks = _sub(what, "tasks", "list the tasks of a run, newest first", "  runstate inspect tasks sc_0123456789abcdef", [reader])
     tasks.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
-    tasks.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
+    tasks.add_argument("--limit", type=limit, default=100, help="at most this many (1-1000, default 100)")
     _sub(what, "mailboxes", "list the mailboxes (queues) of a space", "  runstate inspect mailboxes --json", [reader], ("queues",))
     _sub(what, "usage", "operations counted for a space (renewals are free)", "  runstate inspect usage\n  runstate inspect usage --space research", [reader])
     # Pools, quotas and budgets (a space's); barriers, timers and task groups (a run's).
@@ -142,7 +156,7 @@ def add_inspect_actions(inspect: argparse.ArgumentParser, reader: argparse.Argum
                             ("groups", "list the task groups of a run")):
         listing = _sub(what, name, help_text, f"  runstate inspect {name} sc_0123456789abcdef", [reader])
         listing.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
-        listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
+        listing.add_argument("--limit", type=limit, default=100, help="at most this many (1-1000, default 100)")
     events = _sub(what, "events", "list the newest events of a space, newest first (--from-start: from the oldest kept; "
                   "--follow: print them as they happen, from now on)",
                   "  runstate inspect events\n  runstate inspect events --type claim.force_released --limit 20\n"
@@ -153,7 +167,7 @@ def add_inspect_actions(inspect: argparse.ArgumentParser, reader: argparse.Argum
                         "with --follow, from now on)")
     events.add_argument("--from-start", action="store_true", help="from the oldest event kept, in the order they happened "
                         "(with --follow: print those first, then follow)")
-    events.add_argument("--limit", type=int, default=100, help="at most this many (a page with --cursor or --from-start; 1-1000, default 100)")
+    events.add_argument("--limit", type=limit, default=100, help="at most this many (a page with --cursor or --from-start; 1-1000, default 100)")
     events.add_argument("--follow", action="store_true", help="keep waiting for new events until interrupted")
     events.add_argument("--run", default=None, metavar="RUN", help="only the events of this run and the runs under it")
     events.add_argument("--type", dest="types", action="append", default=None, metavar="TYPE",
@@ -484,8 +498,8 @@ EVENT_COLUMNS: list[Column] = [
 # How many times a scan for the newest events starts again from the oldest kept when the log moved
 # past its cursor (CURSOR_EXPIRED: a busy space dropped the events it was reading).
 SCAN_RESTARTS_MAX = 3
-# The page size of a scan for the newest events (the server's most per page), and the most `--limit` asks.
-SCAN_PAGE_MAX = EVENTS_LISTED_MAX = 1000
+# The page size of a scan for the newest events (the server's most per page; `--limit` asks at most as many).
+SCAN_PAGE_MAX = LIMIT_MAX
 
 
 def _about(event: dict[str, Any], key: str) -> bool:
@@ -499,8 +513,6 @@ def _events(args: argparse.Namespace, fetch: Fetch) -> None:
     they happened (a replay); or with --follow every event from now on (or from the cursor, or
     from the oldest kept with --from-start), one line (or JSON object) each, under a header."""
     types = ",".join(name.strip() for given in args.types or () for name in given.split(",") if name.strip()) or None
-    if not 1 <= args.limit <= EVENTS_LISTED_MAX:
-        raise CommandError(f"--limit must be from 1 to {EVENTS_LISTED_MAX}, got {args.limit}", 2)
     if not args.follow and args.cursor is None and not args.from_start:
         _newest_events(args, fetch, types)
         return

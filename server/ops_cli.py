@@ -50,7 +50,7 @@ def add_commands(commands: Any) -> None:
                "  runstate runs cancel sc_0123456789abcdef", [])
     run_actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = sub(run_actions, "list", "list runs, newest first", "  runstate runs list --limit 20 --json", [reader])
-    listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
+    listing.add_argument("--limit", type=admin_cli.limit, default=100, help="at most this many (1-1000, default 100)")
     create = sub(run_actions, "create", "create a run (needs the space's API key: the admin key creates nothing)",
                  "  runstate runs create --name nightly --deadline 2027-01-16T00:00:00Z", [reader])
     create.add_argument("--name", default=None, help="a label (not unique)")
@@ -64,7 +64,7 @@ def add_commands(commands: Any) -> None:
     task_actions = tasks.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = sub(task_actions, "list", "list the tasks of a run, newest first", "  runstate tasks list sc_0123456789abcdef", [reader])
     listing.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
-    listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
+    listing.add_argument("--limit", type=admin_cli.limit, default=100, help="at most this many (1-1000, default 100)")
     cancel = sub(task_actions, "cancel", "cancel a task (its subscribers see CANCELLED)", "  runstate tasks cancel tk_0123456789abcdef", [reader])
     cancel.add_argument("task", metavar="TASK", help="the task's id (tk_...)")
     cancel.add_argument("--reason", default=None, help="kept as the task's outcomeReason")
@@ -99,7 +99,7 @@ def add_commands(commands: Any) -> None:
                   "  runstate dead-letters list research --newer-than 15m --json", [reader])
     listing.add_argument("mailbox", metavar="MAILBOX", help="the mailbox's name or id")
     _filters(listing)
-    listing.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default 100)")
+    listing.add_argument("--limit", type=admin_cli.limit, default=100, help="at most this many (1-1000, default 100)")
     listing.add_argument("--cursor", default=None, help="the next page: the cursor the last page printed")
     for name, text in (("requeue", "put dead letters back at the end of their queues as new messages"),
                        ("delete", "forget dead letters now")):

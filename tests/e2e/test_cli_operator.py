@@ -378,4 +378,4 @@ def test_inspect_events_lists_the_newest_first_and_replays_from_the_start(server
     assert [line.split()[0] for line in table[1:3]] == [str(n) for n in numbers(in_run)[:2]]
     assert table[1].split()[-1] == "h4"  # BY: the holder that took the claim
     refused = runstate("inspect", "events", "--limit", "0", env=env)
-    assert refused.returncode == 2 and "--limit must be from 1 to 1000" in refused.stderr
+    assert refused.returncode == 2 and "argument --limit: must be from 1 to 1000" in refused.stderr

@@ -129,3 +129,12 @@ def test_top_refuses_an_interval_it_cannot_wait(interval):
     done = runstate("top", "--interval", interval, "--space", "research", env={"RUNSTATE_ADMIN_KEY": ADMIN})
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("runstate top: --interval must be more than 0 and at most 3600 seconds, got ")
+
+
+@pytest.mark.parametrize("args", [("inspect", "runs", "--limit", "0"), ("runs", "list", "--limit", "5000"),
+                                  ("dead-letters", "list", "research", "--limit", "-1"), ("inspect", "events", "--limit", "1001")])
+def test_a_limit_out_of_its_range_is_a_usage_error(args):
+    """--limit is 1-1000, as each help says: out of it, exit 2 before the server is asked (it answered 400, exit 1)."""
+    done = runstate(*args, env={"RUNSTATE_ADMIN_KEY": ADMIN, "RUNSTATE_BASE_URL": "http://127.0.0.1:9"})
+    assert done.returncode == 2, done.stderr
+    assert "argument --limit: must be from 1 to 1000, got " in done.stderr
