@@ -147,7 +147,7 @@ _SERVER: tuple[Setting, ...] = (
     Setting("body_timeout_s", float, _DEFAULTS.body_timeout_s, "A request body not complete this many seconds after its headers gets 408 and the connection closes.",
             minimum=0.1, maximum=3600),
     Setting("read_timeout_s", float, _DEFAULTS.read_timeout_s, "A connection whose client sends and reads nothing for this many seconds is closed "
-            "(keep it above the longest long poll, 30 s, and above keep_alive_s).", minimum=0.1, maximum=3600),
+            "(above the longest long poll, wait_ms_max, which a start checks; and above keep_alive_s).", minimum=0.1, maximum=3600),
     Setting("header_timeout_s", float, _DEFAULTS.header_timeout_s, "A request's line and headers not all arrived this many seconds "
             "after their first byte get 408 and the connection closes (a slowloris's trickle).", minimum=0.1, maximum=3600),
     Setting("connections_max", int, _DEFAULTS.connections_max, "Connections served at once; at the limit a new one takes the place "
@@ -472,6 +472,12 @@ def load(flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | No
                 f"settings {smaller} = {values[smaller]} (from {sources[smaller]}) and {larger} = {values[larger]} "
                 f"(from {sources[larger]}) do not fit: {smaller} must not exceed {larger}"
             )
+    if values["read_timeout_s"] * 1000 <= values["wait_ms_max"]:  # a long poll's quiet would close its connection
+        raise ConfigError(
+            f"settings read_timeout_s = {values['read_timeout_s']} (from {sources['read_timeout_s']}) and wait_ms_max = "
+            f"{values['wait_ms_max']} (from {sources['wait_ms_max']}) do not fit: a connection quiet for read_timeout_s is "
+            "closed, so a long poll held wait_ms_max would lose its answer; read_timeout_s must be more than wait_ms_max / 1000"
+        )
     if values["etcd"] and not values["data_dir"]:
         raise ConfigError(
             f"setting etcd (from {sources['etcd']}): a node of a cluster keeps a copy of the partitions' logs and "

@@ -96,6 +96,10 @@ def test_types_are_converted_from_text_and_booleans_read_as_people_write_them():
             "settings lease_s_default = 900 (from --lease-s-default) and lease_s_max = 600 (from default) do not fit",
         ),
         ({}, {"RUNSTATE_BACKOFF_BASE_S": "90"}, None, "settings backoff_base_s = 90.0 (from RUNSTATE_BACKOFF_BASE_S) and backoff_max_s"),
+        (
+            {"wait_ms_max": "120000"}, {}, None,
+            "settings read_timeout_s = 90.0 (from default) and wait_ms_max = 120000 (from --wait-ms-max) do not fit",
+        ),
         ({"keep_alive_s": "nan"}, {}, None, "setting keep_alive_s (from --keep-alive-s): must be a finite number, got nan"),
         ({}, {"RUNSTATE_BACKOFF_MAX_S": "inf"}, None, "setting backoff_max_s (from RUNSTATE_BACKOFF_MAX_S): must be a finite number, got inf"),
         ({}, {}, "fsync_slow_ms = inf\n", "fsync_slow_ms): must be a finite number, got inf"),
