@@ -204,7 +204,7 @@ class PoolRef(_Named):
         """Take `units` under a renewed lease; with `wait` (the default) a full pool is tried again
         every ~0.3 s until `timeout_ms`, then `WaitTimeoutError`."""
         pool_id = await self.resolve_id()
-        started = anyio.current_time()
+        deadline = anyio.current_time() + timeout_ms / 1000  # one deadline, as `ClaimRef.acquire`'s
         body = {
             "scopeId": self.scope_id, "units": units, "holder": self._ctx.holder, "holderSession": self._ctx.session,
             "leaseSeconds": lease_seconds,
@@ -216,11 +216,10 @@ class PoolRef(_Named):
             except (ConflictError, RateLimitError) as err:
                 if not wait or err.code not in ("CAPACITY_UNAVAILABLE", "CONCURRENCY_LIMITED"):
                     raise
-                elapsed_s = anyio.current_time() - started
-                if elapsed_s * 1000 >= timeout_ms:
+                if anyio.current_time() >= deadline:
                     raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for {units} unit(s) of {self.name or pool_id!r} after {timeout_ms} ms") from err
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else CAPACITY_RETRY_S
-                await anyio.sleep(min(_runtime.uniform(low, high), timeout_ms / 1000 - elapsed_s))
+                await anyio.sleep_until(min(anyio.current_time() + _runtime.uniform(low, high), deadline))
                 continue
             return PoolLease._start_grant(self._ctx, reply.body, lease_seconds, sent)
 
