@@ -25,7 +25,7 @@ import anyio
 
 from ._context import Context
 from .claims import parse_timestamp
-from .errors import ConflictError, NotFoundError, UnavailableError, WaitTimeoutError
+from .errors import BarrierCancelledError, ConflictError, NotFoundError, UnavailableError, WaitTimeoutError
 from .tasks import TaskTicket
 
 __all__ = [
@@ -81,14 +81,15 @@ class BarrierHandle:
         return answer
 
     async def wait(self, *, timeout_ms: int = 60_000, poll_ms: int = POLL_MS) -> dict[str, Any]:
-        """Until the barrier is released (or its epoch moves on); `ConflictError`
-        BARRIER_CANCELLED when its scope ended. It does not arrive for the caller."""
+        """Until the barrier is released (or its epoch moves on); `BarrierCancelledError`
+        (`BARRIER_CANCELLED`, a `ConflictError` and a `StoppedError`, as an `arrive()` is
+        answered) when its scope ended. It does not arrive for the caller."""
         deadline = _deadline(timeout_ms)
         pinned = await self.status()
         while True:
             view = await self.status()
             if view["state"] == "CANCELLED":
-                raise ConflictError("BARRIER_CANCELLED", 409, f"barrier {self.id} was cancelled")
+                raise BarrierCancelledError("BARRIER_CANCELLED", 409, f"barrier {self.id} was cancelled")
             if view["state"] == "RELEASED" or view["epoch"] != pinned["epoch"]:
                 return view
             if anyio.current_time() >= deadline:

@@ -46,7 +46,8 @@ class Counting:
 
 @pytest.mark.trio
 async def test_barriers_release_and_report_cancellation(autojump_clock):
-    """wait() returns once the second distinct key arrives; a barrier of a cancelled run raises."""
+    """wait() returns once the second distinct key arrives; a barrier of a cancelled run raises
+    BarrierCancelledError from wait() as from arrive()."""
     async with testing.serve() as rs:
         run = await rs.scopes.create()
         barrier = await run.barriers.create(target=2)
@@ -74,6 +75,11 @@ async def test_barriers_release_and_report_cancellation(autojump_clock):
         with pytest.raises(ConflictError) as cancelled:
             await other.wait(timeout_ms=2_000)
         assert cancelled.value.code == "BARRIER_CANCELLED"
+        # The class of its code, as an arrive at the same barrier is answered: a StoppedError too.
+        assert isinstance(cancelled.value, runstate.BarrierCancelledError)
+        assert isinstance(cancelled.value, runstate.StoppedError)
+        with pytest.raises(runstate.BarrierCancelledError):
+            await other.arrive(key="a")
 
 
 @pytest.mark.trio
