@@ -23,7 +23,7 @@ import anyio
 from . import _runtime
 from ._context import Context
 from .claims import ClaimLease
-from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, RunstateError, WaitTimeoutError
+from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, ValidationError, WaitTimeoutError
 
 __all__ = [
     "PoolsAPI", "QuotasAPI", "WorkLimitsAPI", "BudgetsAPI", "PoolRef", "PoolLease", "QuotaRef", "BudgetRef",
@@ -42,13 +42,14 @@ _AMOUNT = re.compile(r"^(\d+)(?:\.(\d+))?$")
 
 
 def decimal_to_minor(amount: str, scale: int) -> str:
-    """A decimal string in major units ("2.50") as a canonical digit string of minor units ("250")."""
+    """A decimal string in major units ("2.50") as a canonical digit string of minor units ("250").
+    Anything else (a sign, an exponent, more fraction digits than `scale`) raises `ValidationError`."""
     match = _AMOUNT.match(amount)
     if match is None:
-        raise RunstateError("VALIDATION_FAILED", 0, f"invalid amount {amount!r}: digits with an optional fraction")
+        raise ValidationError("VALIDATION_FAILED", 0, f"invalid amount {amount!r}: digits with an optional fraction")
     whole, fraction = match.group(1), (match.group(2) or "").rstrip("0")
     if len(fraction) > scale:
-        raise RunstateError("VALIDATION_FAILED", 0, f"amount {amount!r} has more fraction digits than scale {scale}")
+        raise ValidationError("VALIDATION_FAILED", 0, f"amount {amount!r} has more fraction digits than scale {scale}")
     return (whole + fraction.ljust(scale, "0")).lstrip("0") or "0"
 
 

@@ -133,8 +133,14 @@ async def test_work_limits_and_budgets(autojump_clock):
         assert voided["state"] == "VOIDED"
         status = await run.budget("spend").status()
         assert (status["spentMinor"], status["availableMinor"]) == ("10", "990")
-        with pytest.raises(runstate.RunstateError):
-            await run.budget("spend").reserve(amount="0.001")
+        # An amount that is no decimal of the budget's scale is refused before anything is sent,
+        # as a ValidationError: the class of its code, VALIDATION_FAILED.
+        for amount in ("0.001", "-1", "1e3", "abc"):
+            with pytest.raises(runstate.ValidationError) as refused:
+                await run.budget("spend").reserve(amount=amount)
+            assert refused.value.code == "VALIDATION_FAILED"
+        with pytest.raises(runstate.ValidationError):
+            await rs.budgets.ensure("other", currency="EUR", scale=2, limit="1.001")
 
 
 def test_pools_under_asyncio_in_real_time():
