@@ -317,7 +317,11 @@ class EventsAPI:
         wait_seconds: int | None = None,
         stop_event: Any = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Every event after `cursor`, as it happens, each with the `cursor` to resume after it.
+        """Every event after `cursor`, as it happens. Each carries a `cursor`: that of the page it
+        came in (the page's `nextCursor`, as the official clients give it), the position after the
+        page's last event, not after the event itself. Resuming from the `cursor` of an event
+        handled part-way through a page skips the rest of that page: resume from that of the last
+        event of a page handled whole (or from the cursor before it, deduplicating by `eventId`).
 
         A network failure is retried with the same cursor (so nothing is skipped or repeated);
         errors the server decided, `CursorExpiredError` among them, are raised. Setting

@@ -162,6 +162,32 @@ async def test_watch_resumes_after_network_errors_without_gaps_or_repeats(autoju
         await watcher.aclose()
 
 
+@pytest.mark.trio
+async def test_every_event_of_a_watched_page_carries_the_cursor_after_the_page(autojump_clock):
+    """The `cursor` a watched event carries is its page's: resuming from that of the page's last
+    event goes on from there, and resuming from that of its first skips the rest of the page, as
+    the docstring says (the official clients' cursor, PROTOCOL.md 3.11)."""
+    async with testing.serve() as rs:
+        start = (await rs.events.list(latest=0))["nextCursor"]
+        run = await rs.scopes.create()
+        for key in ("a", "b"):
+            await (await run.claim(key).acquire()).release()
+        page = []
+        async for event in rs.events.watch(cursor=start, wait_seconds=1):
+            page.append(event)
+            if len(page) == 5:
+                break
+        assert [event["type"] for event in page] == ["scope.created"] + ["claim.acquired", "claim.released"] * 2
+        assert {event["cursor"] for event in page} == {(await rs.events.list(cursor=start))["nextCursor"]}
+        await (await run.claim("c").acquire()).release()
+        after = []
+        async for event in rs.events.watch(cursor=page[0]["cursor"], wait_seconds=1):
+            after.append(event["type"])
+            if len(after) == 2:
+                break
+        assert after == ["claim.acquired", "claim.released"]
+
+
 @pytest.mark.anyio
 async def test_timers_and_barriers_under_asyncio():
     """Under asyncio (real time): a 1 s timer is waited for and acked; a barrier releases."""
