@@ -4,8 +4,9 @@
   `rs.work_limits.ensure(name, scope_id=, max_outstanding=)`, `rs.budgets.ensure(name, currency=,
   scale=, limit=)`: create, or verify what exists (a 409 CONFLICT on create lists and compares).
 - `run.pool(name)`: `acquire()` / `try_acquire()` / `run(fn)`. A `PoolLease` behaves as a claim
-  lease: renewed in the background, lost for good on any renewal error, and `run(fn)` cancels `fn`
-  when it is lost and raises `LeaseLostError`.
+  lease: renewed in the background, through an outage until its end by this process's clock, lost
+  for good when the server refuses a renewal or that end passes, and `run(fn)` cancels `fn` when
+  it is lost and raises `LeaseLostError`.
 - `run.quota(name)`: `try_take()` / `take()` (which waits through a durable server-side waiter,
   granted first come, first served) / `status()` / `cooldown()`.
 - `run.budget(name)`: `reserve(amount=)` -> `BudgetReservation.settle(amount=, usage_key=)` /

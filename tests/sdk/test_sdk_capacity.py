@@ -73,6 +73,31 @@ async def test_a_lost_grant_cancels_run_and_raises_lease_lost(autojump_clock):
 
 
 @pytest.mark.trio
+async def test_a_grant_rides_through_an_outage_shorter_than_its_lease(autojump_clock):
+    """Renewals that fail for 15 s of a 30 s lease are tried again until one gets through: the
+    grant is not lost, and run(fn) returns fn's value (as a claim's lease does)."""
+    async with testing.serve() as rs:
+        flaky = Flaky(rs.transport)
+        client = runstate.AsyncRunstate(api_key="test-key", space_id="default", holder="worker-1", transport=flaky)
+        await rs.pools.ensure("gpu", capacity=1)
+        run = client.scope((await rs.scopes.create(name="outage")).id)
+
+        async def work(lease):
+            await trio.sleep(12)
+            flaky.down = True
+            await trio.sleep(15)
+            assert not lease.is_lost
+            flaky.down = False
+            await trio.sleep(60)
+            assert not lease.is_lost
+            return "done"
+
+        assert await run.pool("gpu").run(work, lease_seconds=30) == "done"
+        assert (await rs.scope(run.id).pool("gpu").status())["unitsAvailable"] == 1
+        await client.aclose()
+
+
+@pytest.mark.trio
 async def test_a_grant_gone_before_its_release_makes_run_raise_lease_lost(autojump_clock):
     """The run ends while fn holds a grant, and fn returns before the next renewal: the release is
     refused, so run() raises LeaseLostError instead of returning fn's result."""
