@@ -76,7 +76,8 @@ class BarrierHandle:
         return answer
 
     async def status(self) -> dict[str, Any]:
-        """The barrier view: its `target`, the keys `arrived`, its `state` and `epoch`."""
+        """The barrier view: its `target`, how many distinct keys have `arrived` (a count, not
+        the keys), its `state` and `epoch`."""
         answer: dict[str, Any] = (await self._ctx.call("GET", f"/barriers/{self.id}")).body
         return answer
 

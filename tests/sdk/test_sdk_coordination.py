@@ -58,6 +58,7 @@ async def test_barriers_release_and_report_cancellation(autojump_clock):
             view = await barrier.wait(timeout_ms=10_000)
             released_at.append((view["state"], trio.current_time()))
 
+        assert (await barrier.status())["arrived"] == 1  # a count of distinct keys, not the keys
         async with trio.open_nursery() as nursery:
             nursery.start_soon(waiter)
             await trio.sleep(3)
