@@ -508,8 +508,12 @@ class BlockingMailboxes:
 
 @twin_of(AsyncRunstate)
 class Runstate(RunVerbs):
-    """The blocking client: the same handles as `AsyncRunstate`, without `await`, and the
-    run-bound API (see the module docstring). `worker=` is 0.3.0's name for `holder=` (default
+    """The blocking client: `AsyncRunstate`'s scopes, claims, mailboxes and tasks without
+    `await` (`scopes`, `scope(id)`, `mailboxes`, `with_space`, and `watch()` for its event watch),
+    and the run-bound API (see the module docstring), which is how blocking code reaches capacity
+    and coordination: the capacity handles (`pools`, `quotas`, `budgets`, `work_limits`), the
+    coordination ones (a run's `barriers`, `timers`, `groups`), `diagnostics`, `admit()` and
+    `with_holder()` are `AsyncRunstate`'s only. `worker=` is 0.3.0's name for `holder=` (default
     `{hostname}-{pid}`), `timeout=` its request timeout (seconds or `"30s"`), `run=` the run its
     run-bound calls work in (default `RUNSTATE_RUN`, else `"default"`). `scopes` and `mailboxes`
     are the blocking twins of `AsyncRunstate`'s."""

@@ -4,8 +4,9 @@
   `rs.work_limits.ensure(name, scope_id=, max_outstanding=)`, `rs.budgets.ensure(name, currency=,
   scale=, limit=)`: create, or verify what exists (a 409 CONFLICT on create lists and compares).
 - `run.pool(name)`: `acquire()` / `try_acquire()` / `run(fn)`. A `PoolLease` behaves as a claim
-  lease: renewed in the background, lost for good on any renewal error, and `run(fn)` cancels `fn`
-  when it is lost and raises `LeaseLostError`.
+  lease: renewed in the background, through an outage until its end by this process's clock, lost
+  for good when the server refuses a renewal or that end passes, and `run(fn)` cancels `fn` when
+  it is lost and raises `LeaseLostError`.
 - `run.quota(name)`: `try_take()` / `take()` (which waits through a durable server-side waiter,
   granted first come, first served) / `status()` / `cooldown()`.
 - `run.budget(name)`: `reserve(amount=)` -> `BudgetReservation.settle(amount=, usage_key=)` /
@@ -23,7 +24,7 @@ import anyio
 from . import _runtime
 from ._context import Context
 from .claims import ClaimLease
-from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, RunstateError, WaitTimeoutError
+from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, ValidationError, WaitTimeoutError
 
 __all__ = [
     "PoolsAPI", "QuotasAPI", "WorkLimitsAPI", "BudgetsAPI", "PoolRef", "PoolLease", "QuotaRef", "BudgetRef",
@@ -42,13 +43,14 @@ _AMOUNT = re.compile(r"^(\d+)(?:\.(\d+))?$")
 
 
 def decimal_to_minor(amount: str, scale: int) -> str:
-    """A decimal string in major units ("2.50") as a canonical digit string of minor units ("250")."""
+    """A decimal string in major units ("2.50") as a canonical digit string of minor units ("250").
+    Anything else (a sign, an exponent, more fraction digits than `scale`) raises `ValidationError`."""
     match = _AMOUNT.match(amount)
     if match is None:
-        raise RunstateError("VALIDATION_FAILED", 0, f"invalid amount {amount!r}: digits with an optional fraction")
+        raise ValidationError("VALIDATION_FAILED", 0, f"invalid amount {amount!r}: digits with an optional fraction")
     whole, fraction = match.group(1), (match.group(2) or "").rstrip("0")
     if len(fraction) > scale:
-        raise RunstateError("VALIDATION_FAILED", 0, f"amount {amount!r} has more fraction digits than scale {scale}")
+        raise ValidationError("VALIDATION_FAILED", 0, f"amount {amount!r} has more fraction digits than scale {scale}")
     return (whole + fraction.ljust(scale, "0")).lstrip("0") or "0"
 
 
@@ -204,7 +206,7 @@ class PoolRef(_Named):
         """Take `units` under a renewed lease; with `wait` (the default) a full pool is tried again
         every ~0.3 s until `timeout_ms`, then `WaitTimeoutError`."""
         pool_id = await self.resolve_id()
-        started = anyio.current_time()
+        deadline = anyio.current_time() + timeout_ms / 1000  # one deadline, as `ClaimRef.acquire`'s
         body = {
             "scopeId": self.scope_id, "units": units, "holder": self._ctx.holder, "holderSession": self._ctx.session,
             "leaseSeconds": lease_seconds,
@@ -216,11 +218,10 @@ class PoolRef(_Named):
             except (ConflictError, RateLimitError) as err:
                 if not wait or err.code not in ("CAPACITY_UNAVAILABLE", "CONCURRENCY_LIMITED"):
                     raise
-                elapsed_s = anyio.current_time() - started
-                if elapsed_s * 1000 >= timeout_ms:
+                if anyio.current_time() >= deadline:
                     raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for {units} unit(s) of {self.name or pool_id!r} after {timeout_ms} ms") from err
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else CAPACITY_RETRY_S
-                await anyio.sleep(min(_runtime.uniform(low, high), timeout_ms / 1000 - elapsed_s))
+                await anyio.sleep_until(min(anyio.current_time() + _runtime.uniform(low, high), deadline))
                 continue
             return PoolLease._start_grant(self._ctx, reply.body, lease_seconds, sent)
 

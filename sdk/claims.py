@@ -112,7 +112,10 @@ class ClaimRef:
         check_text("key", self.key, KEY_LEN_MAX)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
             raise ValueError(f"timeout_ms must be an integer of 0 or more, got {timeout_ms!r}")
-        started = anyio.current_time()
+        # One deadline, read against the clock each time: a pause worked out as what is left of the
+        # timeout (a difference of two clock readings) can come out too small to move the clock on,
+        # and a wait that asks again after it would then never reach its end in virtual time.
+        deadline = anyio.current_time() + timeout_ms / 1000
         body: dict[str, Any] = {
             "key": self.key,
             "scopeId": self.scope_id,
@@ -133,7 +136,7 @@ class ClaimRef:
             else:
                 return ClaimLease._start(self._ctx, self.key, reply.body, lease_seconds, sent)
         while True:
-            left_ms = timeout_ms - (anyio.current_time() - started) * 1000
+            left_ms = (deadline - anyio.current_time()) * 1000
             wait_ms = round(min(left_ms, CLAIM_WAIT_MS_MAX)) if wait else 0
             body["waitMs"] = wait_ms if wait_ms > 0 else None
             sent = anyio.current_time()
@@ -142,8 +145,7 @@ class ClaimRef:
             except (ConflictError, RateLimitError) as err:
                 if not wait or err.code not in ("CLAIM_HELD", "CONCURRENCY_LIMITED"):
                     raise
-                elapsed_s = anyio.current_time() - started
-                if elapsed_s * 1000 >= timeout_ms:
+                if anyio.current_time() >= deadline:
                     # Who held it at the last try, so the caller need not read it again.
                     raise WaitTimeoutError(
                         "WAIT_TIMEOUT", 0, f"timed out waiting for claim {self.key!r} after {timeout_ms} ms",
@@ -153,7 +155,7 @@ class ClaimRef:
                     continue  # the server held the request for the whole wait: ask again at once
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else HELD_RETRY_S
                 # Never sleep past the deadline: the last try comes when the time is up.
-                await anyio.sleep(min(_runtime.uniform(low, high), timeout_ms / 1000 - elapsed_s))
+                await anyio.sleep_until(min(anyio.current_time() + _runtime.uniform(low, high), deadline))
                 continue
             # The lease began when the server took the claim: at once, or at the end of a held try.
             began = sent if not wait_ms else anyio.current_time()

@@ -25,7 +25,7 @@ import anyio
 
 from ._context import Context
 from .claims import parse_timestamp
-from .errors import ConflictError, NotFoundError, UnavailableError, WaitTimeoutError
+from .errors import BarrierCancelledError, ConflictError, NotFoundError, UnavailableError, WaitTimeoutError
 from .tasks import TaskTicket
 
 __all__ = [
@@ -39,8 +39,17 @@ TIMER_HOLD_MS_MAX = 20_000
 WATCH_RETRY_S, WATCH_RETRY_S_MAX = 0.25, 5.0
 
 
-def _remaining_s(started: float, timeout_ms: int) -> float:
-    return timeout_ms / 1000 - (anyio.current_time() - started)
+def _deadline(timeout_ms: int) -> float:
+    """When a wait of `timeout_ms` from now ends, on the running library's clock. A wait compares
+    the clock with it and sleeps until at most it: a pause worked out as what is left (a difference
+    of two clock readings) can come out too small to move a virtual clock on, and a wait that then
+    asks again would never reach its end."""
+    return anyio.current_time() + timeout_ms / 1000
+
+
+async def _pause(poll_ms: int, deadline: float) -> None:
+    """Sleep `poll_ms`, or until `deadline` if that comes first."""
+    await anyio.sleep_until(min(anyio.current_time() + poll_ms / 1000, deadline))
 
 
 def _timeout(what: str, timeout_ms: int) -> WaitTimeoutError:
@@ -67,25 +76,26 @@ class BarrierHandle:
         return answer
 
     async def status(self) -> dict[str, Any]:
-        """The barrier view: its `target`, the keys `arrived`, its `state` and `epoch`."""
+        """The barrier view: its `target`, how many distinct keys have `arrived` (a count, not
+        the keys), its `state` and `epoch`."""
         answer: dict[str, Any] = (await self._ctx.call("GET", f"/barriers/{self.id}")).body
         return answer
 
     async def wait(self, *, timeout_ms: int = 60_000, poll_ms: int = POLL_MS) -> dict[str, Any]:
-        """Until the barrier is released (or its epoch moves on); `ConflictError`
-        BARRIER_CANCELLED when its scope ended. It does not arrive for the caller."""
-        started = anyio.current_time()
+        """Until the barrier is released (or its epoch moves on); `BarrierCancelledError`
+        (`BARRIER_CANCELLED`, a `ConflictError` and a `StoppedError`, as an `arrive()` is
+        answered) when its scope ended. It does not arrive for the caller."""
+        deadline = _deadline(timeout_ms)
         pinned = await self.status()
         while True:
             view = await self.status()
             if view["state"] == "CANCELLED":
-                raise ConflictError("BARRIER_CANCELLED", 409, f"barrier {self.id} was cancelled")
+                raise BarrierCancelledError("BARRIER_CANCELLED", 409, f"barrier {self.id} was cancelled")
             if view["state"] == "RELEASED" or view["epoch"] != pinned["epoch"]:
                 return view
-            remaining = _remaining_s(started, timeout_ms)
-            if remaining <= 0:
+            if anyio.current_time() >= deadline:
                 raise _timeout(f"barrier {self.id} did not release", timeout_ms)
-            await anyio.sleep(min(poll_ms / 1000, remaining))
+            await _pause(poll_ms, deadline)
 
 
 class BarriersAPI:
@@ -130,10 +140,9 @@ class TimerHandle:
     async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict[str, Any]:
         """Until the timer fires; acknowledges it and returns `{"fired_at": datetime}`.
         `ConflictError` when it was cancelled or expired unacknowledged."""
-        started = anyio.current_time()
+        deadline = _deadline(timeout_ms)
         while True:
-            remaining = _remaining_s(started, timeout_ms)
-            hold_ms = max(0, min(int(remaining * 1000), TIMER_HOLD_MS_MAX))
+            hold_ms = max(0, min(int((deadline - anyio.current_time()) * 1000), TIMER_HOLD_MS_MAX))
             asked = anyio.current_time()
             body = {"scopeId": self.scope_id, "timerId": self.id, "waitMs": hold_ms}
             listing = (await self._ctx.call("POST", "/timers/poll", body=body, wait_ms=hold_ms)).body
@@ -146,12 +155,11 @@ class TimerHandle:
                 return {"fired_at": parse_timestamp(listing["timer"]["firedAt"])}
             if state in ("CANCELLED", "EXPIRED"):
                 raise ConflictError("CONFLICT", 409, f"timer {self.id} is {state.lower()}")
-            remaining = _remaining_s(started, timeout_ms)
-            if remaining <= 0:
+            if anyio.current_time() >= deadline:
                 raise _timeout(f"timer {self.id} did not fire", timeout_ms)
             # A server that does not hold polls answers at once: fall back to polling.
             if anyio.current_time() - asked < poll_ms / 1000:
-                await anyio.sleep(min(poll_ms / 1000, remaining))
+                await _pause(poll_ms, deadline)
 
     async def cancel(self) -> dict[str, Any]:
         """Cancel the timer before it fires; its view."""
@@ -232,15 +240,14 @@ class GroupHandle:
 
     async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict[str, Any]:
         """Until the group is FINALIZED: `{"outcome", "outcomeReason"}`."""
-        started = anyio.current_time()
+        deadline = _deadline(timeout_ms)
         while True:
             view = await self.status()
             if view["state"] == "FINALIZED":
                 return {"outcome": view.get("outcome"), "outcomeReason": view.get("outcomeReason")}
-            remaining = _remaining_s(started, timeout_ms)
-            if remaining <= 0:
+            if anyio.current_time() >= deadline:
                 raise _timeout(f"group {self.id} was not finalized", timeout_ms)
-            await anyio.sleep(min(poll_ms / 1000, remaining))
+            await _pause(poll_ms, deadline)
 
 
 class GroupsAPI:
@@ -311,7 +318,11 @@ class EventsAPI:
         wait_seconds: int | None = None,
         stop_event: Any = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Every event after `cursor`, as it happens, each with the `cursor` to resume after it.
+        """Every event after `cursor`, as it happens. Each carries a `cursor`: that of the page it
+        came in (the page's `nextCursor`, as the official clients give it), the position after the
+        page's last event, not after the event itself. Resuming from the `cursor` of an event
+        handled part-way through a page skips the rest of that page: resume from that of the last
+        event of a page handled whole (or from the cursor before it, deduplicating by `eventId`).
 
         A network failure is retried with the same cursor (so nothing is skipped or repeated);
         errors the server decided, `CursorExpiredError` among them, are raised. Setting

@@ -73,6 +73,31 @@ async def test_a_lost_grant_cancels_run_and_raises_lease_lost(autojump_clock):
 
 
 @pytest.mark.trio
+async def test_a_grant_rides_through_an_outage_shorter_than_its_lease(autojump_clock):
+    """Renewals that fail for 15 s of a 30 s lease are tried again until one gets through: the
+    grant is not lost, and run(fn) returns fn's value (as a claim's lease does)."""
+    async with testing.serve() as rs:
+        flaky = Flaky(rs.transport)
+        client = runstate.AsyncRunstate(api_key="test-key", space_id="default", holder="worker-1", transport=flaky)
+        await rs.pools.ensure("gpu", capacity=1)
+        run = client.scope((await rs.scopes.create(name="outage")).id)
+
+        async def work(lease):
+            await trio.sleep(12)
+            flaky.down = True
+            await trio.sleep(15)
+            assert not lease.is_lost
+            flaky.down = False
+            await trio.sleep(60)
+            assert not lease.is_lost
+            return "done"
+
+        assert await run.pool("gpu").run(work, lease_seconds=30) == "done"
+        assert (await rs.scope(run.id).pool("gpu").status())["unitsAvailable"] == 1
+        await client.aclose()
+
+
+@pytest.mark.trio
 async def test_a_grant_gone_before_its_release_makes_run_raise_lease_lost(autojump_clock):
     """The run ends while fn holds a grant, and fn returns before the next renewal: the release is
     refused, so run() raises LeaseLostError instead of returning fn's result."""
@@ -133,8 +158,14 @@ async def test_work_limits_and_budgets(autojump_clock):
         assert voided["state"] == "VOIDED"
         status = await run.budget("spend").status()
         assert (status["spentMinor"], status["availableMinor"]) == ("10", "990")
-        with pytest.raises(runstate.RunstateError):
-            await run.budget("spend").reserve(amount="0.001")
+        # An amount that is no decimal of the budget's scale is refused before anything is sent,
+        # as a ValidationError: the class of its code, VALIDATION_FAILED.
+        for amount in ("0.001", "-1", "1e3", "abc"):
+            with pytest.raises(runstate.ValidationError) as refused:
+                await run.budget("spend").reserve(amount=amount)
+            assert refused.value.code == "VALIDATION_FAILED"
+        with pytest.raises(runstate.ValidationError):
+            await rs.budgets.ensure("other", currency="EUR", scale=2, limit="1.001")
 
 
 def test_pools_under_asyncio_in_real_time():

@@ -46,7 +46,8 @@ class Counting:
 
 @pytest.mark.trio
 async def test_barriers_release_and_report_cancellation(autojump_clock):
-    """wait() returns once the second distinct key arrives; a barrier of a cancelled run raises."""
+    """wait() returns once the second distinct key arrives; a barrier of a cancelled run raises
+    BarrierCancelledError from wait() as from arrive()."""
     async with testing.serve() as rs:
         run = await rs.scopes.create()
         barrier = await run.barriers.create(target=2)
@@ -57,6 +58,7 @@ async def test_barriers_release_and_report_cancellation(autojump_clock):
             view = await barrier.wait(timeout_ms=10_000)
             released_at.append((view["state"], trio.current_time()))
 
+        assert (await barrier.status())["arrived"] == 1  # a count of distinct keys, not the keys
         async with trio.open_nursery() as nursery:
             nursery.start_soon(waiter)
             await trio.sleep(3)
@@ -74,6 +76,11 @@ async def test_barriers_release_and_report_cancellation(autojump_clock):
         with pytest.raises(ConflictError) as cancelled:
             await other.wait(timeout_ms=2_000)
         assert cancelled.value.code == "BARRIER_CANCELLED"
+        # The class of its code, as an arrive at the same barrier is answered: a StoppedError too.
+        assert isinstance(cancelled.value, runstate.BarrierCancelledError)
+        assert isinstance(cancelled.value, runstate.StoppedError)
+        with pytest.raises(runstate.BarrierCancelledError):
+            await other.arrive(key="a")
 
 
 @pytest.mark.trio
@@ -154,6 +161,32 @@ async def test_watch_resumes_after_network_errors_without_gaps_or_repeats(autoju
         with pytest.raises(CursorExpiredError):
             await rs.events.list(cursor="99999")
         await watcher.aclose()
+
+
+@pytest.mark.trio
+async def test_every_event_of_a_watched_page_carries_the_cursor_after_the_page(autojump_clock):
+    """The `cursor` a watched event carries is its page's: resuming from that of the page's last
+    event goes on from there, and resuming from that of its first skips the rest of the page, as
+    the docstring says (the official clients' cursor, PROTOCOL.md 3.11)."""
+    async with testing.serve() as rs:
+        start = (await rs.events.list(latest=0))["nextCursor"]
+        run = await rs.scopes.create()
+        for key in ("a", "b"):
+            await (await run.claim(key).acquire()).release()
+        page = []
+        async for event in rs.events.watch(cursor=start, wait_seconds=1):
+            page.append(event)
+            if len(page) == 5:
+                break
+        assert [event["type"] for event in page] == ["scope.created"] + ["claim.acquired", "claim.released"] * 2
+        assert {event["cursor"] for event in page} == {(await rs.events.list(cursor=start))["nextCursor"]}
+        await (await run.claim("c").acquire()).release()
+        after = []
+        async for event in rs.events.watch(cursor=page[0]["cursor"], wait_seconds=1):
+            after.append(event["type"])
+            if len(after) == 2:
+                break
+        assert after == ["claim.acquired", "claim.released"]
 
 
 @pytest.mark.anyio

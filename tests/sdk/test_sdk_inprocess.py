@@ -148,6 +148,59 @@ async def test_lease_lost_event_is_a_trio_event_and_the_kernel_is_exposed(autoju
         await lease.release()
 
 
+class Counted:
+    """Wraps a transport and refuses to send more than `limit` requests: a wait that keeps asking
+    without the clock moving on fails the test instead of spinning for ever."""
+
+    def __init__(self, inner, limit) -> None:
+        self.inner = inner
+        self.limit = limit
+        self.sent = 0
+
+    async def send(self, method, path, headers, body, timeout_s):
+        self.sent += 1
+        assert self.sent <= self.limit, f"{self.sent} requests, and the clock stands at {trio.current_time()}"
+        return await self.inner.send(method, path, headers, body, timeout_s)
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("timeout_ms", [700, 1000, 1300, 2100, 3000])
+async def test_every_wait_of_the_handles_times_out_at_its_timeout_in_virtual_time(autojump_clock, timeout_ms):
+    """A claim, a pool, a task's result, a barrier, a timer and a group waited on for `timeout_ms`
+    raise WaitTimeoutError when that much virtual time has passed, whatever the number: a wait
+    whose last pause is what is left of it, worked out afresh as a difference of two clock
+    readings, could come to a pause too small to move the clock on, and then asked again for ever."""
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        await rs.mailboxes.ensure("jobs", mode="WORK")
+        await rs.pools.ensure("gpu", capacity=1)
+        await run.claim("k").acquire()
+        await run.pool("gpu").acquire()
+        counted = Counted(rs.transport, limit=500)
+        worker = runstate.AsyncRunstate(api_key="test-key", space_id="default", holder="worker-2", transport=counted)
+        other = worker.scope(run.id)
+        ticket = await other.mailbox("jobs").submit({}, key="never-done")
+        barrier = await other.barriers.create(target=2)
+        timer = await other.timers.create(after_seconds=3600)
+        group = await other.groups.create(mailbox="jobs", condition="ALL_TERMINAL", expected_members=1)
+        waits = {
+            "claim": lambda: other.claim("k").acquire(wait=True, timeout_ms=timeout_ms),
+            "pool": lambda: other.pool("gpu").acquire(timeout_ms=timeout_ms),
+            "result": lambda: ticket.result(timeout_ms=timeout_ms),
+            "admission": lambda: ticket.await_admission(timeout_ms=timeout_ms),
+            "barrier": lambda: barrier.wait(timeout_ms=timeout_ms),
+            "timer": lambda: timer.wait(timeout_ms=timeout_ms),
+            "group": lambda: group.wait(timeout_ms=timeout_ms),
+        }
+        for name, wait in waits.items():
+            counted.sent = 0
+            started = trio.current_time()
+            with pytest.raises(runstate.WaitTimeoutError):
+                await wait()
+            assert trio.current_time() - started == pytest.approx(timeout_ms / 1000, abs=0.002), name
+        await worker.aclose()
+
+
 # -- the product page's Python claim examples, as written --------------------------------------
 
 
