@@ -15,7 +15,9 @@ required field that is missing or null, or of the wrong JSON type, is refused na
 integers are JSON integers (`30.0`, `"30"` and `true` are refused, not coerced); a field the command
 does not read is refused naming it (with the nearest one it reads, when one is near): a typo such as
 `nmae` would otherwise be dropped in silence and the request done without it. A command may list
-in `IGNORED` fields that clients send and it rightly does without; those are let through.
+in `IGNORED` fields that clients send and it rightly does without; those are let through. A query
+parameter the route does not take is refused in the same words (`unknown`), by the shell
+(`server/http.py`), since a route's query parameters are not all a command's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
@@ -35,7 +37,7 @@ from .shapes import Body, View
 __all__ = [
     "Spec", "body", "path", "drawn", "caller", "parse", "specs", "schema", "check_text", "check_space_id",
     "payload_size", "depth_exceeds", "TEXT", "INTEGER", "BOOLEAN", "TIMESTAMP", "JSON", "TEXTS", "OBJECTS", "query", "MINOR",
-    "compile_parser", "integer_range", "body_wires", "refuse_unknown",
+    "compile_parser", "integer_range", "body_wires", "refuse_unknown", "unknown",
 ]
 
 # Kinds of field, by their JSON type and what the command keeps.
@@ -311,11 +313,17 @@ def refuse_unknown(command_class: type, data: Body) -> None:
     known = body_wires(command_class)
     for name in data:
         if name not in known:
-            read = sorted(spec.wire for _, spec in specs(command_class) if spec.source == BODY)
-            near = difflib.get_close_matches(str(name), read, n=1, cutoff=0.6)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            takes = f"this request takes {', '.join(read)}" if read else "this request takes no fields"
-            raise _refuse(f"unknown field {quote(name)}{hint}: {takes}")
+            raise unknown("field", name, [spec.wire for _, spec in specs(command_class) if spec.source == BODY])
+
+
+def unknown(what: str, name: Any, takes: Iterable[str]) -> KernelError:
+    """The refusal of a `what` ("field", "query parameter") named `name` that the request does
+    not take: it names it, the nearest name it takes when one is near (a typo), and all it takes."""
+    read = sorted(takes)
+    near = difflib.get_close_matches(str(name), read, n=1, cutoff=0.6)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    said = f"this request takes {', '.join(read)}" if read else f"this request takes no {what}s"
+    return _refuse(f"unknown {what} {quote(name)}{hint}: {said}")
 
 
 def parse(

@@ -6,7 +6,9 @@ command (every field checked by its declaration, `actors/fields.py`), the key is
 the space, and the command is submitted with the request's Idempotency-Key. Reads and the admin
 routes give a handler. Either way the declaration carries what the OpenAPI document
 (`openapi.py`) and the API reference (`apidoc.py`) say about the route, so the router, the document
-and the docs cannot drift apart: all three are made from the same list.
+and the docs cannot drift apart: all three are made from the same list. The query parameters a
+route declares are also all it takes: a request to the API (`/v1/...`) with any other is refused
+with 400 naming it, as a body field no command reads is.
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..actors.errors import KernelError
-from ..actors.fields import Spec, takes_caller
+from ..actors.fields import Spec, query_fields, takes_caller
 from ..actors.kernel import EMPTY
 from ..actors.limits import Limits
 from .http import Handler, Request, Router
 from .runtime import Runtime
 from .services import ReadServices
 
-__all__ = ["Doc", "Reply", "endpoint", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER", "say_if_capped"]
+__all__ = ["Doc", "Reply", "endpoint", "query_names", "API_PREFIX", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER", "say_if_capped"]
 
+# The API's routes: each takes the query parameters it declares and no other (`query_names`).
+API_PREFIX = "/v1/"
 # Where the OpenAPI document made from these declarations is served.
 OPENAPI_PATH = "/v1/openapi.json"
 # On the answer to a long poll whose waitMs was over the server's cap: the wait it was held at most.
@@ -99,7 +103,18 @@ def endpoint(
         handler = _command_handler(doc.command, status, doc.operator)
     elif not public and settle:
         handler = _settled(handler)
-    router.add(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch)
+    takes = query_names(doc) if pattern.startswith(API_PREFIX) else None
+    router.add(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch, query_names=takes)
+
+
+def query_names(doc: Doc) -> frozenset[str]:
+    """The query parameters a route takes: those it declares (`Doc.query`) and its command's
+    query fields. The OpenAPI document lists the same; a request with any other is refused
+    (`http.refuse_unknown_query`), and a test holds them equal to what the handler reads."""
+    names = frozenset(doc.query)
+    if doc.command is not None:
+        names |= {spec.wire for spec in query_fields(doc.command)}
+    return names
 
 
 @dataclass(frozen=True, slots=True)

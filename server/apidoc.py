@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from ..actors.fields import BODY, Spec, body_fields
+from ..actors.fields import BODY, Spec, body_fields, query_fields
 from ..actors.limits import Limits
 from .http import Route
 from .openapi import OPENAPI_PATH, operation
@@ -36,6 +36,9 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
 - **Fields.** An optional field that is `null` is the same as an absent one; a field the route does
   not read is refused with 400 naming it (a typo is not dropped in silence); integers are JSON
   integers (`30.0` and `"30"` are refused).
+- **Query parameters.** A route under `/v1` takes the query parameters listed for it below and no
+  other: any other is refused with 400 naming it, as an unknown field is (a mistyped filter would
+  otherwise answer unfiltered). A name given twice counts once, with its last value.
 """
 
 
@@ -72,6 +75,15 @@ def _fields(route: Route) -> list[Spec]:
     return [spec for spec in doc.body or () if spec.source == BODY]
 
 
+def _query(route: Route) -> list[str]:
+    """The query parameters a route takes, in the order the OpenAPI document lists them."""
+    doc = route.doc
+    names = list(doc.query)
+    if doc.command is not None:
+        names += [spec.wire for spec in query_fields(doc.command)]
+    return names
+
+
 def render(routes: list[Route] | None = None, limits: Limits | None = None) -> str:
     limits = limits or Limits()
     if routes is None:
@@ -94,6 +106,14 @@ def render(routes: list[Route] | None = None, limits: Limits | None = None) -> s
             summary = route.doc.summary + (" (operator's action: the admin key too)" if route.doc.operator else "")
             out.append(f"| {route.method} | `{route.path}` | {summary} | {answers} | {errors} |")
         out.append("")
+    out.append("## Query parameters\n")
+    out.append("| Method | Path | Query parameters |")
+    out.append("|---|---|---|")
+    for route in routes:
+        names = _query(route)
+        if names:
+            out.append(f"| {route.method} | `{route.path}` | {', '.join(f'`{name}`' for name in names)} |")
+    out.append("")
     out.append("## Request bodies\n")
     for route in routes:
         fields = _fields(route)

@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, unquote
 import trio
 
 from ..actors.errors import INTERNAL, NOT_FOUND, STALE_CLAIM, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
+from ..actors.fields import unknown
 from ..actors.kernel import Idem
 from ..actors.partition import ON_PARK
 from .forward import FORWARDED_BY, Forwarded, lead_or_forward, partition_of_request
@@ -78,7 +79,10 @@ class Raw:
 
 
 class Request:
-    __slots__ = ("method", "raw_path", "headers", "body", "request_id", "client", "query", "limits", "_parsed", "answer_headers")
+    __slots__ = (
+        "method", "raw_path", "headers", "body", "request_id", "client", "query", "_params", "takes", "limits", "_parsed",
+        "answer_headers",
+    )
 
     def __init__(
         self, method: str, raw_path: str, headers: dict[str, str], body: bytes, client: str | None, limits: Limits
@@ -90,14 +94,31 @@ class Request:
         self.client = client
         self.request_id = "req_%016x" % (next(_REQUEST_NUMBERS) & 0xFFFF_FFFF_FFFF_FFFF)
         self.query = b""
+        # The query string's parameters, parsed from the `query` they are kept with (once).
+        self._params: tuple[bytes, dict[str, list[str]]] | None = None
+        # The query parameters its route takes (`BaseRoute.query_names`), once routed; None: not
+        # checked (a route outside the API, or a handler run in process by the console).
+        self.takes: frozenset[str] | None = None
         self.limits = limits
         self._parsed: Body | None = None
         # Headers a handler adds to its answer (a long poll's wait that was capped).
         self.answer_headers: dict[str, str] | None = None
 
+    def params(self) -> dict[str, list[str]]:
+        """The query parameters, decoded: each name with its values in order (parsed once)."""
+        query, parsed = self._params or (None, None)
+        if parsed is None or query is not self.query:
+            query = self.query
+            parsed = parse_qs(query.decode("latin-1"), keep_blank_values=True) if query else {}
+            self._params = (query, parsed)
+        return parsed
+
     def param(self, name: str) -> str | None:
-        """The last value of query parameter `name`, decoded; None when absent."""
-        values = parse_qs(self.query.decode("latin-1"), keep_blank_values=True).get(name)
+        """The last value of query parameter `name`, decoded; None when absent. A route reads only
+        the names it declares (`respond` refused the others): a read of another would never see
+        a value."""
+        assert self.takes is None or name in self.takes, f"a route reads query parameter {name!r} it does not declare"
+        values = self.params().get(name)
         return values[-1] if values else None
 
     def json(self) -> Body:
@@ -131,11 +152,11 @@ H = TypeVar("H", bound=Callable[..., Awaitable[Any]])
 
 
 class BaseRoute(Generic[H]):
-    __slots__ = ("method", "pattern", "handler", "long_poll", "public", "params", "doc", "batch")
+    __slots__ = ("method", "pattern", "handler", "long_poll", "public", "params", "doc", "batch", "query_names")
 
     def __init__(
         self, method: str, pattern: str, handler: H, *, long_poll: "LongPoll", public: bool, doc: Any = None,
-        batch: Any = None,
+        batch: Any = None, query_names: frozenset[str] | None = None,
     ) -> None:
         self.method = method
         self.pattern = tuple(pattern.strip("/").split("/"))
@@ -147,6 +168,9 @@ class BaseRoute(Generic[H]):
         self.doc = doc
         # How it runs as an operation of a batch (`api.BatchOperation`), or None if it cannot.
         self.batch = batch
+        # The query parameters it takes; any other is refused (`respond`). None: it is not checked
+        # (the routes outside the API: /healthz, /metrics, the console's).
+        self.query_names = query_names
 
     @property
     def path(self) -> str:
@@ -176,10 +200,12 @@ class BaseRouter(Generic[H]):
 
     def add(
         self, method: str, pattern: str, handler: H, *, long_poll: "LongPoll" = False, public: bool = False,
-        doc: Any = None, batch: Any = None,
+        doc: Any = None, batch: Any = None, query_names: frozenset[str] | None = None,
     ) -> None:
         """Serve `handler` at `method pattern` (declarations go through `api.endpoint`)."""
-        self._place(BaseRoute(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch))
+        self._place(BaseRoute(
+            method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch, query_names=query_names,
+        ))
 
     def include(self, other: "BaseRouter[H]") -> None:
         for route in other.routes:
@@ -352,6 +378,11 @@ async def respond(
             if cluster is not None and not services.key_is_known(request.bearer()):
                 await cluster.keys_caught_up()  # a key made a moment ago on another node
             check_known_key(request, services)  # from the headers: an unknown key's body is never read
+        takes = route.query_names
+        if takes is not None:
+            request.takes = takes
+            if request.query:  # (most requests have none: they pay nothing more)
+                refuse_unknown_query(request, takes)
         if came is not None:  # it all came with the head: nothing to wait for
             request.body = take_body(came, headers, services.limits.request_bytes_max, doors, incoming)
         else:
@@ -391,6 +422,16 @@ async def respond(
     finally:
         doors.release(incoming.held)
         telemetry.end(method, route, status, started, request.request_id, code, params.get("space"))
+
+
+def refuse_unknown_query(request: Request, takes: frozenset[str]) -> None:
+    """VALIDATION_FAILED naming the first query parameter the route does not take, as a body
+    field the route does not read is (`fields.refuse_unknown`): a typo of a filter
+    (`?olderThan=`) would otherwise be dropped in silence and the answer be unfiltered. A name
+    given twice is taken once, with its last value."""
+    for name in request.params():
+        if name not in takes:
+            raise unknown("query parameter", name, takes)
 
 
 async def _refused(

@@ -146,7 +146,8 @@ def _error(description: str) -> dict[str, Any]:
 
 
 _ERRORS = {
-    "400": _error("VALIDATION_FAILED: a field is missing, of the wrong type or outside its limits"),
+    "400": _error("VALIDATION_FAILED: a field is missing, of the wrong type or outside its limits, or a field or query "
+                  "parameter the route does not take"),
     "401": _error("UNAUTHENTICATED: no key, or a key the server does not know"),
     "403": _error("FORBIDDEN: this needs the admin key"),
     "404": _error("NOT_FOUND: no such thing in this space (or a space the key does not open)"),
@@ -211,6 +212,8 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
             answer["content"] = {reply.content_type: {"schema": _schema(reply.schema)}}
         responses[str(reply.status)] = answer
     errors = doc.errors if route.public else (*doc.errors, *_KEYED_ERRORS)
+    if route.query_names is not None:  # a query parameter it does not take is refused
+        errors = (*errors, "400")
     for code in sorted(set(errors)):
         responses.setdefault(code, _ERRORS[code])
     result: dict[str, Any] = {"summary": doc.summary, "parameters": parameters, "responses": responses}
