@@ -23,6 +23,7 @@ from typing import Any
 from ..actors.fields import body_fields, query_fields, schema
 from ..actors.limits import Limits
 from .api import OPENAPI_PATH, Doc
+from .errors import STATUS
 from .http import Route
 from .wire import COMPONENTS as WIRE_COMPONENTS
 from .wire import nullable
@@ -145,6 +146,11 @@ def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
 
 
+def _codes(status: int) -> list[str]:
+    """The error codes answered with `status` (`errors.STATUS`), so the document lists them all."""
+    return [code for code, given in STATUS.items() if given == status]
+
+
 _ERRORS = {
     "400": _error("VALIDATION_FAILED: a field is missing, of the wrong type or outside its limits, or a field or query "
                   "parameter the route does not take"),
@@ -152,8 +158,7 @@ _ERRORS = {
     "403": _error("FORBIDDEN: this needs the admin key"),
     "404": _error("NOT_FOUND: no such thing in this space (or a space the key does not open)"),
     "405": _error("METHOD_NOT_ALLOWED"),
-    "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED, CAPACITY_UNAVAILABLE, INSUFFICIENT_BUDGET"),
-    "409": _error("a conflict: CLAIM_HELD, STALE_CLAIM, SCOPE_CANCELLED, CONFLICT, IDEMPOTENCY_CONFLICT, BACKLOG_FULL, DEADLINE_EXCEEDED"),
+    "409": _error("a conflict: " + ", ".join(_codes(409))),
     "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one. "
                   "HISTORY_NOT_KEPT: the point is older than the history kept"),
     "413": _error("the request body is over the limit"),
