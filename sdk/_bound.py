@@ -191,7 +191,10 @@ def resolve_settings(options: Mapping[str, Any]) -> Settings:
     run = options.get("run") or (os.environ.get(ENV_RUN) or "").strip() or DEFAULT_RUN
     if not isinstance(run, str) or not 1 <= len(run) <= 256:
         raise ConfigError("run names are 1 to 256 characters")
-    worker = options.get("worker") or options.get("holder") or f"{socket.gethostname()}-{os.getpid()}"
+    worker, holder = options.get("worker"), options.get("holder")
+    if worker and holder and worker != holder:  # (one would be dropped without a word)
+        raise ConfigError(f"worker={worker!r} and holder={holder!r} name the same thing (worker is 0.3.0's name for holder): give one")
+    worker = worker or holder or f"{socket.gethostname()}-{os.getpid()}"
     timeout_ms = options.get("request_timeout_ms")
     if options.get("timeout") is not None:
         timeout_ms = max(1, round(parse_duration(options["timeout"], "timeout") * 1000))

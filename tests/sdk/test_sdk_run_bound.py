@@ -39,6 +39,10 @@ def test_a_client_checks_nothing_until_its_first_call(monkeypatch):
     assert runstate.Runstate(api_key="k", space_id="s")._shared.settings().run == "from-the-environment"
     assert runstate.Runstate(api_key="k", space_id="s", run="given")._shared.settings().run == "given"
     assert runstate.Runstate(api_key="k", space_id="s", timeout="2s")._shared.settings().config.request_timeout_ms == 2000
+    assert runstate.Runstate(api_key="k", space_id="s", worker="w", holder="w")._shared.settings().config.holder == "w"
+    both = runstate.Runstate(api_key="k", space_id="s", worker="w", holder="h")  # one of the two would be dropped
+    with pytest.raises(runstate.ConfigError, match="worker='w' and holder='h' name the same thing"):
+        both._shared.settings()
 
 
 def test_durations_windows_and_amounts_read_as_the_official_client_reads_them():
