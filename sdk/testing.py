@@ -431,11 +431,12 @@ class InProcessRunstate(AsyncRunstate):
         return Runstate(transport=self.transport, api_key=config.api_key, space_id=self.space_id, **options)
 
     def new_client(self, **kwargs: Any) -> AsyncRunstate:
-        """Another client of the same server: its own holder (pass `holder=`) and session.
-        It is closed when `serve()` ends."""
+        """Another client of the same server: its own holder (pass `holder=`) and session, any
+        option of `AsyncRunstate` (`transport=`: one of your own, say one wrapping `transport` to
+        fail some calls). It is closed when `serve()` ends."""
         config = self._config
-        options = {"api_key": config.api_key, "space_id": self.space_id, **kwargs}
-        client = AsyncRunstate(transport=self.transport, **options)
+        options = {"api_key": config.api_key, "space_id": self.space_id, "transport": self.transport, **kwargs}
+        client = AsyncRunstate(**options)
         self._extra_clients.append(client)
         return client
 

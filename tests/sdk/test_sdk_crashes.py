@@ -181,3 +181,28 @@ async def test_a_cancelled_claim_run_releases_the_claim_at_once(autojump_clock):
         other = await rs.new_client().scope(run.id).claim("k").acquire()
         assert other.generation == 2
         await other.release()
+
+
+@pytest.mark.trio
+async def test_another_client_of_the_in_process_server_may_send_through_a_transport_of_its_own(autojump_clock):
+    """`new_client(transport=...)` puts a transport of the test's own in front of the in-process
+    server (one that counts, or fails, some calls) for that client alone."""
+    sent: list[str] = []
+
+    class Counting:
+        def __init__(self, inner):  # type: ignore[no-untyped-def]
+            self.inner = inner
+
+        async def send(self, method, path, headers, body, timeout_s):  # type: ignore[no-untyped-def]
+            sent.append(f"{method} {path.split('?')[0]}")
+            return await self.inner.send(method, path, headers, body, timeout_s)
+
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        counted = rs.new_client(holder="counted", transport=Counting(rs.transport))
+        lease = await counted.scope(run.id).claim("k").acquire(lease_seconds=30)
+        await lease.release()
+        await rs.scope(run.id).claim("k").acquire(lease_seconds=30)
+        assert [line for line in sent if "/claims" in line] == [
+            "POST /v1/spaces/default/claims", "POST /v1/spaces/default/claims/k/release",
+        ], sent
