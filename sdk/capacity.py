@@ -299,8 +299,9 @@ class QuotaRef(_Named):
 
     async def take(self, *, units: int = 1, wait: bool = True, timeout_ms: int = QUOTA_TIMEOUT_MS) -> dict[str, Any]:
         """Consume `units`, waiting through one durable waiter (served FIFO) when the window is used
-        up; `WaitTimeoutError` after `timeout_ms` (the waiter is cancelled, a grant that raced stands)."""
-        started = anyio.current_time()
+        up; `WaitTimeoutError` at `timeout_ms` (the waiter is cancelled, a grant that raced stands),
+        or at once with `wait=False` when the window has not the units now."""
+        deadline = anyio.current_time() + timeout_ms / 1000  # one deadline, as every wait's
         waiter_id: str | None = None
         while True:
             attempt = await self.try_take(units=units)
@@ -308,7 +309,7 @@ class QuotaRef(_Named):
                 return cast(dict[str, Any], attempt["consumption"])
             if not wait:
                 raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"allowance exhausted and wait disabled ({units} unit(s))")
-            left_ms = timeout_ms - (anyio.current_time() - started) * 1000
+            left_ms = (deadline - anyio.current_time()) * 1000
             if left_ms <= 0:
                 await self._cancel_quietly(waiter_id)
                 raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for {units} unit(s) after {timeout_ms} ms")
@@ -323,7 +324,7 @@ class QuotaRef(_Named):
                 if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
                     return await self._consumption(waiter["consumptionId"], units)
                 waiter_id = waiter["waiterId"]
-            waiter = await self._poll(waiter_id, started, timeout_ms)
+            waiter = await self._poll(waiter_id, deadline, timeout_ms)
             if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
                 return await self._consumption(waiter["consumptionId"], waiter["units"])
             waiter_id = None  # EXPIRED or CANCELLED: start again
@@ -341,15 +342,15 @@ class QuotaRef(_Named):
             "windowStart": status["windowStart"] if status else "", "remaining": status["remaining"] if status else 0,
         }
 
-    async def _poll(self, waiter_id: str, started: float, timeout_ms: int) -> dict[str, Any]:
+    async def _poll(self, waiter_id: str, deadline: float, timeout_ms: int) -> dict[str, Any]:
         while True:
-            if (anyio.current_time() - started) * 1000 >= timeout_ms:
+            if anyio.current_time() >= deadline:
                 await self._cancel_quietly(waiter_id)
                 raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for allowance waiter after {timeout_ms} ms")
             waiter = (await self._ctx.call("GET", f"/allowance-waiters/{waiter_id}")).body
             if waiter["state"] != "WAITING":
                 return cast(dict[str, Any], waiter)
-            await anyio.sleep(_runtime.uniform(*WAITER_POLL_S))
+            await anyio.sleep_until(min(anyio.current_time() + _runtime.uniform(*WAITER_POLL_S), deadline))
 
     async def _cancel_quietly(self, waiter_id: str | None) -> None:
         if waiter_id is None:

@@ -166,7 +166,7 @@ class Counted:
 @pytest.mark.trio
 @pytest.mark.parametrize("timeout_ms", [700, 1000, 1300, 2100, 3000])
 async def test_every_wait_of_the_handles_times_out_at_its_timeout_in_virtual_time(autojump_clock, timeout_ms):
-    """A claim, a pool, a task's result, a barrier, a timer and a group waited on for `timeout_ms`
+    """A claim, a pool, a quota, a task's result, a barrier, a timer and a group waited on for `timeout_ms`
     raise WaitTimeoutError when that much virtual time has passed, whatever the number: a wait
     whose last pause is what is left of it, worked out afresh as a difference of two clock
     readings, could come to a pause too small to move the clock on, and then asked again for ever."""
@@ -174,8 +174,10 @@ async def test_every_wait_of_the_handles_times_out_at_its_timeout_in_virtual_tim
         run = await rs.scopes.create()
         await rs.mailboxes.ensure("jobs", mode="WORK")
         await rs.pools.ensure("gpu", capacity=1)
+        await rs.quotas.ensure("search", units_per_window=1, window_seconds=86_400)
         await run.claim("k").acquire()
         await run.pool("gpu").acquire()
+        await run.quota("search").take()
         counted = Counted(rs.transport, limit=500)
         worker = runstate.AsyncRunstate(api_key="test-key", space_id="default", holder="worker-2", transport=counted)
         other = worker.scope(run.id)
@@ -186,6 +188,7 @@ async def test_every_wait_of_the_handles_times_out_at_its_timeout_in_virtual_tim
         waits = {
             "claim": lambda: other.claim("k").acquire(wait=True, timeout_ms=timeout_ms),
             "pool": lambda: other.pool("gpu").acquire(timeout_ms=timeout_ms),
+            "quota": lambda: other.quota("search").take(timeout_ms=timeout_ms),
             "result": lambda: ticket.result(timeout_ms=timeout_ms),
             "admission": lambda: ticket.await_admission(timeout_ms=timeout_ms),
             "barrier": lambda: barrier.wait(timeout_ms=timeout_ms),
