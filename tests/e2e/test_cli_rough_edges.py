@@ -131,6 +131,18 @@ def test_top_refuses_an_interval_it_cannot_wait(interval):
     assert done.stderr.startswith("runstate top: --interval must be more than 0 and at most 3600 seconds, got ")
 
 
+@pytest.mark.parametrize(("flag", "value", "said"), [
+    ("--frames", "-1", "must be 0 or more, got -1"), ("--runs", "-1", "must be from 0 to 1000, got -1"),
+    ("--events", "1001", "must be from 0 to 1000, got 1001"), ("--runs", "ten", "'ten' is not a whole number"),
+])
+def test_top_refuses_counts_out_of_their_range(flag, value, said):
+    """--frames, --runs and --events are counts (runs and events at most what the server lists at
+    once): out of range, a usage error naming it, where -1 was read as 0 (or as one frame)."""
+    done = runstate("top", flag, value, "--space", "research", env={"RUNSTATE_ADMIN_KEY": ADMIN})
+    assert done.returncode == 2, done.stderr
+    assert f"argument {flag}: {said}" in done.stderr
+
+
 @pytest.mark.parametrize("args", [("inspect", "runs", "--limit", "0"), ("runs", "list", "--limit", "5000"),
                                   ("dead-letters", "list", "research", "--limit", "-1"), ("inspect", "events", "--limit", "1001")])
 def test_a_limit_out_of_its_range_is_a_usage_error(args):
