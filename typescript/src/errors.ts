@@ -17,8 +17,9 @@
  *       +-- WaitTimeoutError      WAIT_TIMEOUT (status 0): a wait on this side ran out
  *       +-- RateLimitError        RATE_LIMITED, SERVICE_RATE_LIMITED, ALLOWANCE_EXHAUSTED,
  *       |                         ALLOWANCE_COOLDOWN, CONCURRENCY_LIMITED, OPERATIONS_EXHAUSTED
- *       +-- UnavailableError      UNAVAILABLE: also an answer without an error envelope, and
- *       |                         transport failures once the retries are used up
+ *       +-- UnavailableError      UNAVAILABLE, REQUEST_TIMEOUT (the request's body did not reach
+ *       |                         the server in time: nothing was applied): also an answer without
+ *       |                         an error envelope, and transport failures once the retries are used up
  *       +-- CursorExpiredError    CURSOR_EXPIRED
  *       +-- OnceFailedError       ONCE_FAILED (status 0): a `once()` function failed its last attempt
  *       +-- TaskFailedError       TASK_FAILED (status 0): a queue job ended without a result
@@ -68,6 +69,7 @@ export const STATUS_BY_CODE: Readonly<Record<string, number>> = Object.freeze({
   BARRIER_CANCELLED: 409,
   INSUFFICIENT_BUDGET: 409,
   LEASE_RENEWALS_EXHAUSTED: 409,
+  REQUEST_TIMEOUT: 408,
   RATE_LIMITED: 429,
   SERVICE_RATE_LIMITED: 429,
   ALLOWANCE_EXHAUSTED: 429,
@@ -147,7 +149,8 @@ export class WaitTimeoutError extends RunstateError {}
 /** Too many requests or too much concurrency for now; see `retryAfterMs`. */
 export class RateLimitError extends RunstateError {}
 
-/** The server could not be reached, or answered without a usable error envelope. */
+/** The server could not be reached, could not serve the request now (`UNAVAILABLE`), did not get
+ * its body in time (`REQUEST_TIMEOUT`, nothing applied), or answered without a usable error envelope. */
 export class UnavailableError extends RunstateError {}
 
 /** An events cursor points before the oldest event still kept. */
@@ -210,7 +213,7 @@ const FAMILIES: Array<[ErrorClass, string[]]> = [
       'OPERATIONS_EXHAUSTED',
     ],
   ],
-  [UnavailableError, ['UNAVAILABLE']],
+  [UnavailableError, ['UNAVAILABLE', 'REQUEST_TIMEOUT']],
   [CursorExpiredError, ['CURSOR_EXPIRED']],
 ];
 for (const [cls, codes] of FAMILIES) {
@@ -229,9 +232,10 @@ export function mapError(code: string, status: number, message: string, options:
 
 /**
  * True for an error that the same request may well not get again: no answer at all (the
- * transport failed), the server unavailable or busy (`UNAVAILABLE`, a rate limit), or a server
- * error (5xx). A loop that rides through an outage (lease renewal, a settlement) tries again on
- * these and gives up on anything else: the server has decided.
+ * transport failed), the server unavailable or busy (`UNAVAILABLE`, a rate limit), the request's
+ * body held up on the way (`REQUEST_TIMEOUT`), or a server error (5xx). A loop that rides through
+ * an outage (lease renewal, a settlement) tries again on these and gives up on anything else: the
+ * server has decided.
  */
 export function isTransient(err: unknown): boolean {
   if (!(err instanceof RunstateError)) return false;

@@ -543,8 +543,9 @@ export class MailboxRef {
   }
 
   /** Run `handler(data, delivery)` for each delivery until stopped (see the module comment).
-   * Resolves once stopped and drained, or within a second of its run ending; rejects with an
-   * authentication, configuration or not-found error. */
+   * Resolves once stopped and drained, or within a second of its run ending; rejects with an error
+   * the same receive would get again (a refused argument such as a lease outside 5-600 s, a refused
+   * key, a missing mailbox, a configuration error). */
   async consume<T = unknown>(handler: Handler<T>, options: ConsumeOptions<T> = {}): Promise<void> {
     const { leaseSeconds = 30 } = options;
     await runWorker<T>({

@@ -25,10 +25,11 @@
  * - on stop: no new work, up to `shutdownTimeoutMs` for the running handlers, then whatever is still
  *   unfinished is put back and its `delivery.signal` aborted. One that finishes later finds its
  *   delivery settled and nothing more is sent;
- * - errors from `recv`: `ScopeCancelledError` ends it as a run end does (above); authentication,
- *   configuration and not-found errors are thrown at once (the running handlers are abandoned, not
- *   drained: their leases expire); any other `RunstateError` is waited out, `pollMs` doubling up to
- *   5 s, with a `RunstateWarning` when the server stops answering and again when it is back.
+ * - errors from `recv`: `ScopeCancelledError` ends it as a run end does (above); an error the same
+ *   request would get again (`permanent()`: a refused argument, key or name, a configuration error)
+ *   is thrown at once (the running handlers are abandoned, not drained: their leases expire); any
+ *   other `RunstateError` (no answer, 503, 429, 5xx) is waited out, `pollMs` doubling up to 5 s,
+ *   with a `RunstateWarning` when the server stops answering and again when it is back.
  */
 
 import type { Context } from './context.js';
@@ -47,6 +48,17 @@ export const PREFETCH_MAX = 100;
 const EARLY_EMPTY_MS = 1000;
 // The longest pause between two tries of recv while the server cannot be reached or is busy.
 const OUTAGE_PAUSE_MAX_MS = 5000;
+
+/**
+ * An error the same request would get again, which no wait cures: a configuration error, or an
+ * answer of 4xx but 408 (a body held up on the way), 409 (a state that may change) and 429 (busy):
+ * a refused argument (`VALIDATION_FAILED`), key (`AuthenticationError`) or name (`NotFoundError`).
+ * The Python SDK's `is_permanent()`.
+ */
+function permanent(err: unknown): boolean {
+  if (err instanceof ConfigError || err instanceof AuthenticationError || err instanceof NotFoundError) return true;
+  return err instanceof RunstateError && err.status >= 400 && err.status < 500 && ![408, 409, 429].includes(err.status);
+}
 
 /** @internal What `runWorker()` needs besides `ConsumeOptions`: where work comes from and how it
  * is run and completed (`consume()` receives messages, `serve()` admits tasks). */
@@ -148,9 +160,7 @@ async function intakeLoop<T>(
       }
     } catch (err) {
       if (stop.aborted) return undefined;
-      if (err instanceof AuthenticationError || err instanceof ConfigError || err instanceof NotFoundError) {
-        return { error: err };
-      }
+      if (permanent(err)) return { error: err };
       if (err instanceof ScopeCancelledError) {
         endRun(err);
         return undefined;

@@ -196,6 +196,38 @@ describe('consume and deliveries', { concurrency: true }, () => {
     assert.equal(refused.status, 401);
   });
 
+  test('a receive the server refuses as invalid ends consume() with the refusal, as the Python SDK does', async () => {
+    const run = await queue('invalid-lease');
+    const warned: Error[] = [];
+    const listener = (warning: Error) => {
+      if (warning.name === 'RunstateWarning') warned.push(warning);
+    };
+    process.on('warning', listener);
+    const stop = new AbortController();
+    try {
+      // A lease of 1 s is outside 5-600: every recv would be refused the same way again.
+      const outcome = await Promise.race([
+        run.mailbox('invalid-lease').consume(async () => undefined, { leaseSeconds: 1, signal: stop.signal }).then(
+          () => 'resolved',
+          (err: unknown) => err,
+        ),
+        sleep(3_000).then(() => 'still waiting'),
+      ]);
+      assert.ok(outcome instanceof RunstateError, `rejected with the refusal, not ${String(outcome)}`);
+      assert.equal(outcome.code, 'VALIDATION_FAILED');
+      assert.equal(outcome.status, 400);
+      assert.match(outcome.message, /leaseSeconds/);
+      assert.deepEqual(
+        warned.filter((warning) => /invalid-lease/.test(warning.message) || /cannot get work/.test(warning.message)).map((w) => w.message),
+        [],
+        'no outage was waited out',
+      );
+    } finally {
+      stop.abort();
+      process.off('warning', listener);
+    }
+  });
+
   test('ensure() is create-or-verify; a different mode is refused by the server', async () => {
     const first = await rs.mailboxes.ensure('ensured', { mode: 'WORK' });
     const second = await rs.mailboxes.ensure('ensured', { mode: 'work' });
