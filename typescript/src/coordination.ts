@@ -329,7 +329,8 @@ export interface WatchOptions {
   scopeId?: string;
   /** Events per page; default 100. */
   limit?: number;
-  /** How long the server holds an empty page; default 8 s. */
+  /** How long the server holds an empty page, in whole seconds (0-8; the server holds this
+   * client 8 s at most, whatever it asks); default 8. */
   waitSeconds?: number;
   /** Ends the iteration (after the page in flight is abandoned). */
   signal?: AbortSignal;
