@@ -29,8 +29,10 @@
  * `ConflictError` (code that catches a `ConflictError` still catches it): a `LeaseLostError` is
  * *not* a `ConflictError`, even though both arrive as HTTP 409. The class depends only on the error code;
  * `status` is the HTTP status the server really sent. A code this table does not know is kept on a
- * plain `RunstateError`, never collapsed into another code. This is the Python SDK's hierarchy,
- * name for name, so the two SDKs branch on the same things.
+ * plain `RunstateError`, never collapsed into another code. Each class here is the Python SDK's of
+ * the same name, for the same codes; the Python SDK has a few finer ones besides (`ValidationError`
+ * for `VALIDATION_FAILED`, `DeadlineExceededError`, `BarrierCancelledError`, `InternalError`),
+ * whose codes arrive here as a plain `RunstateError` or as the `ConflictError` above.
  *
  * `details` holds the facts the server gave beside the message, to act on without another read:
  * its error envelope's `details`, or `{}` when it gave none (as for the errors made on this side,
