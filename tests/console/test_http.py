@@ -51,3 +51,13 @@ def test_a_form_too_large_is_refused_and_the_login_form_checks_its_origin(consol
     assert big.status_code == 413
     elsewhere = httpx.post(console.url + "/console/login", data={"key": "console-key-default"}, headers={"origin": "http://evil.example"})
     assert elsewhere.status_code == 403 and "set-cookie" not in elsewhere.headers
+
+
+def test_a_search_text_too_long_is_refused_as_such_not_a_500(console: Console):
+    """The header's search box shows the text searched for: on the refusal's own page too, where
+    it must not fail again."""
+    session = console.session()
+    too_long = session.get("/console/s/default/search", params={"q": "a" * 513})
+    assert too_long.status_code == 400, too_long.text[:300]
+    assert "q is longer than 512 characters" in too_long.text and "<html" in too_long.text
+    assert session.get("/console/s/default/search", params={"q": "a" * 512}).status_code == 200
