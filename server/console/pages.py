@@ -58,8 +58,9 @@ def _login(console: Console, visit: Visit, message: str | None) -> str:
 
 
 def _next_path(text: str | None) -> str:
-    """Where to go after signing in: a console path of this server only (never another site)."""
-    if text and text.startswith(PREFIX + "/") and not text.startswith("//") and "\\" not in text and "://" not in text:
+    """Where to go after signing in: a console path of this server only (never another site), in
+    printable ASCII (what a Location header carries: a request's path comes percent-encoded)."""
+    if text and text.isascii() and text.isprintable() and text.startswith(PREFIX + "/") and not text.startswith("//") and "\\" not in text and "://" not in text:
         return text
     return PREFIX
 

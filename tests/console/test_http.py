@@ -61,3 +61,15 @@ def test_a_search_text_too_long_is_refused_as_such_not_a_500(console: Console):
     assert too_long.status_code == 400, too_long.text[:300]
     assert "q is longer than 512 characters" in too_long.text and "<html" in too_long.text
     assert session.get("/console/s/default/search", params={"q": "a" * 512}).status_code == 200
+
+
+def test_sign_in_goes_on_to_a_console_path_only_and_never_answers_500_for_a_strange_one(console: Console):
+    """`next` (where to go after signing in) is a path of this console; another site, or a path with
+    control characters (which a Location header cannot carry), goes to the console's start."""
+    for following, location in [("/console/s/default/claims?key=a", "/console/s/default/claims?key=a"),
+                                ("https://evil.example/console/", "/console"), ("//evil.example/console/", "/console"),
+                                ("/console/x\r\nX-Evil: 1", "/console"), ("/console/\x00", "/console"), ("/console/x\ty", "/console")]:
+        answer = httpx.post(console.url + "/console/login", data={"key": "console-key-default", "next": following},
+                            headers={"origin": console.url})
+        assert (answer.status_code, answer.headers.get("location")) == (303, location), (following, answer.text[:300])
+        assert "x-evil" not in answer.headers
