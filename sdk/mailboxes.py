@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Callable, Mapping, Union
 import anyio
 
 from . import _runtime
-from . import _checks
+from . import _checks, _keys
 from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms
 from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, ReturnedValue, StopFlag, give_back, report, report_lost
 from ._context import Context
@@ -35,11 +35,13 @@ from .errors import LeaseLostError, NotFoundError, ScopeCancelledError, is_perma
 from .tasks import TaskTicket
 from .types import MailboxRow, MessageView
 
-__all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEFAULT_CONSUME_WAIT_MS", "REASON_LEN_MAX"]
+__all__ = ["MailboxRef", "Delivery", "StopFlag", "Handler", "ErrorHandler", "DEFAULT_CONSUME_WAIT_MS", "REASON_LEN_MAX", "NAME_LEN_MAX"]
 
 REASON_LEN_MAX = _checks.REASON_LEN_MAX
 """The longest reason of a delivery's `retry()` or `reject()` (kept as its task's `outcomeReason`),
 in characters."""
+NAME_LEN_MAX = _keys.NAME_LEN_MAX
+"""The longest name of a mailbox (a queue), in characters: the server's default limit of a name."""
 # How long an idle consume() asks the server to hold an empty recv.
 DEFAULT_CONSUME_WAIT_MS = 20_000
 """How long an idle `consume()` asks the server to hold an empty receive (`wait_ms`)."""

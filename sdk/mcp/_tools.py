@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ._session import WAIT_SECONDS_MAX, HolderSession, Refusal
 from ._status import run_status
-from ..mailboxes import REASON_LEN_MAX
+from ..mailboxes import NAME_LEN_MAX, REASON_LEN_MAX
 
 __all__ = ["build", "INSTRUCTIONS", "EDIT_PROMPT"]
 
@@ -185,7 +185,7 @@ def _task_tools(app: MCPServer[Any], session: HolderSession) -> None:
         annotations=ToolAnnotations(title="Submit a task", read_only_hint=False, destructive_hint=False, idempotent_hint=True),
     )
     async def submit(
-        queue: Annotated[str, Field(description=_QUEUE, min_length=1, max_length=KEY_LEN_MAX)],
+        queue: Annotated[str, Field(description=_QUEUE, min_length=1, max_length=NAME_LEN_MAX)],
         input: Annotated[Any, Field(description="the task's input: any JSON value the worker needs")],
         key: Annotated[str, Field(description="the task's key, naming the work, e.g. research:acme",
                                   min_length=1, max_length=KEY_LEN_MAX)],
@@ -199,7 +199,7 @@ def _task_tools(app: MCPServer[Any], session: HolderSession) -> None:
         annotations=ToolAnnotations(title="Take a task", read_only_hint=False, destructive_hint=False, idempotent_hint=False),
     )
     async def take(
-        queue: Annotated[str, Field(description=_QUEUE, min_length=1, max_length=KEY_LEN_MAX)],
+        queue: Annotated[str, Field(description=_QUEUE, min_length=1, max_length=NAME_LEN_MAX)],
         wait_seconds: Annotated[float, Field(
             description="if the queue is empty, wait up to this long for a task (0: answer at once)",
             ge=0, le=WAIT_SECONDS_MAX)] = 0,

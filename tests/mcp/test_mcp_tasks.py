@@ -120,6 +120,9 @@ async def test_bad_arguments_answer_errors_a_model_can_read(module_server):
             ("fail", {"task": "tk_0000000000000000"}, "reason"),
             ("result", {"key": "no-such-task"}, "no task has the key no-such-task"),
             ("submit", {"queue": "q", "input": 1, "key": "x" * 513}, "key"),
+            # A queue's name is a mailbox's: at most 256 characters, said by the schema, as the field.
+            ("submit", {"queue": "q" * 257, "input": 1, "key": "k"}, "queue"),
+            ("take", {"queue": "q" * 257}, "queue"),
         ]
         for tool, arguments, named in cases:
             body, error = await a.call(tool, **arguments)
@@ -127,3 +130,6 @@ async def test_bad_arguments_answer_errors_a_model_can_read(module_server):
             assert named in body["error"], (tool, arguments, body)
             assert "Traceback" not in body["error"]
         assert "Traceback" not in a.stderr()
+        tools = {tool.name: tool for tool in (await a.session.list_tools()).tools}
+        assert tools["submit"].input_schema["properties"]["queue"]["maxLength"] == 256
+        assert tools["take"].input_schema["properties"]["queue"]["maxLength"] == 256
