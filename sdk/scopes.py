@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _keys
 from ._context import Context
 from .capacity import BudgetRef, PoolRef, QuotaRef  # -- capacity --
 from .claims import ClaimRef
@@ -14,12 +15,14 @@ from .errors import ValidationError
 from .tasks import TaskTicket
 from .types import ClaimsPage, ScopeView, TasksPage
 
-__all__ = ["ScopeHandle", "LIST_LIMIT_DEFAULT", "LIST_LIMIT_MAX"]
+__all__ = ["ScopeHandle", "LIST_LIMIT_DEFAULT", "LIST_LIMIT_MAX", "NAME_LEN_MAX"]
 
 LIST_LIMIT_DEFAULT = 100
 """How many rows `run.claims()` and `run.tasks()` ask for unless told (the server's default)."""
 LIST_LIMIT_MAX = 1000
 """The most rows one `run.claims()` or `run.tasks()` may ask for (the server's maximum)."""
+NAME_LEN_MAX = _keys.NAME_LEN_MAX
+"""The longest name of a run, in characters: the server's default limit of a name."""
 
 
 class ScopeHandle:

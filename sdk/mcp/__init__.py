@@ -113,6 +113,7 @@ def _options(argv: Sequence[str] | None) -> Options:
     args = made.parse_args(argv)
     from ..claims import LEASE_SECONDS_MAX, LEASE_SECONDS_MIN
     from ..client import HOLDER_LEN_MAX
+    from ..scopes import NAME_LEN_MAX
 
     if not LEASE_SECONDS_MIN <= args.lease_seconds <= LEASE_SECONDS_MAX:
         made.error(f"--lease-seconds must be from {LEASE_SECONDS_MIN} to {LEASE_SECONDS_MAX}, got {args.lease_seconds}")
@@ -122,6 +123,8 @@ def _options(argv: Sequence[str] | None) -> Options:
     holder = args.holder or default_holder()
     if len(holder) > HOLDER_LEN_MAX:
         made.error(f"--holder is longer than {HOLDER_LEN_MAX} characters")
+    if len(run) > NAME_LEN_MAX:
+        made.error(f"--run is longer than {NAME_LEN_MAX} characters")
     if not run.strip() or not holder.strip():
         made.error("--run and --holder must not be empty")
     return Options(run, holder, args.lease_seconds, args.transport, args.host, args.port)

@@ -56,6 +56,10 @@ def test_help_says_how_to_configure_it_and_a_missing_key_stops_it_naming_the_var
     assert missing.returncode == 2 and "RUNSTATE_API_KEY" in missing.stderr and "Traceback" not in missing.stderr
     wrong = _run(RUNSTATE, "mcp", "--lease-seconds", "2", env=bare)
     assert wrong.returncode == 2 and "--lease-seconds must be from 5 to 600" in wrong.stderr
+    # A run's name the server would refuse stops it at once, rather than every tool call answering
+    # the model that its argument is invalid.
+    long_run = _run(RUNSTATE, "mcp", "--run", "r" * 257, env=bare)
+    assert long_run.returncode == 2 and "--run is longer than 256 characters" in long_run.stderr
 
 
 def test_runstate_help_and_its_completion_list_mcp_with_its_options():
