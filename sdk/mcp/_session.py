@@ -182,17 +182,19 @@ class HolderSession:
         if lease is None:
             held = ", ".join(sorted(self.claims)) or "nothing"
             raise Refusal(f"you do not hold {key} (you hold {held}); nothing was released")
-        if lease.is_lost:
+        if not lease.is_lost:
+            try:
+                await lease.release()
+            except Exception as err:
+                if not lease.is_lost:
+                    raise Refusal(
+                        f"{key} could not be released ({err}); it is no longer renewed, so it frees when its lease "
+                        f"ends at {stamp(lease.expires_at)}"
+                    ) from err
+        if lease.is_lost:  # before this call, or found by it (the server refused the release's token)
             await lease.aclose()
             self._lost.append(_claim_loss(key, lease))
             raise Refusal(f"{key} was lost before this release: another agent may hold it now")
-        try:
-            await lease.release()
-        except Exception as err:
-            raise Refusal(
-                f"{key} could not be released ({err}); it is no longer renewed, so it frees when its lease "
-                f"ends at {stamp(lease.expires_at)}"
-            ) from err
         return {"released": True, "key": key, "generation": lease.generation,
                 "message": f"{key} is released: another agent may claim it now"}
 

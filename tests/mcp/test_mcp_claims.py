@@ -112,3 +112,26 @@ async def test_a_lost_claim_is_named_in_the_next_answer_once(module_server):
         assert "no longer hold file:setup.py" in losses[0]["message"]
         again = await a.ok("held")
         assert again["claims"] == [] and "lost" not in again
+
+
+async def test_releasing_a_claim_lost_before_its_renewal_noticed_says_it_was_lost(module_server):
+    """An operator force-releases A's claim and B takes it (generation 2); A releases it before a
+    renewal of its 60 s lease finds out. A is told that it had lost the key, not that it released
+    it, and the key stays B's."""
+    run = unique("run")
+    async with agents(module_server, run, unique("agent-a"), unique("agent-b")) as (a, b):
+        await a.ok("claim", key="file:setup.py", lease_seconds=60)
+        run_id = (await a.ok("status"))["run"]["id"]
+        with module_server.client() as http:
+            answer = http.post(f"/v1/spaces/{module_server.space_id}/claims/file%3Asetup.py/force-release",
+                               json={"scopeId": run_id, "reason": "holder hung"})
+            assert answer.status_code == 200, answer.text
+        assert (await b.ok("claim", key="file:setup.py"))["generation"] == 2
+
+        body, error = await a.call("release", key="file:setup.py")
+        assert error and "released" not in body, body
+        assert "file:setup.py was lost" in body["error"], body
+        assert [(loss["kind"], loss["key"], loss["generation"]) for loss in body["lost"]] == [("claim", "file:setup.py", 1)]
+        assert "lost" not in await a.ok("held")
+        held_by = {claim["key"]: claim["held_by"] for claim in (await b.ok("status"))["claims"]}
+        assert held_by == {"file:setup.py": b.holder}
