@@ -85,7 +85,8 @@ def _compose(session: HolderSession, reads: dict[str, Any]) -> dict[str, Any]:
     }
     if len(claims) > LIST_MAX or reads["claims"].get("truncated"):
         answer["claims_not_shown"] = len(claims) - LIST_MAX if len(claims) > LIST_MAX else f"more than {LIST_READ_MAX} in all"
-    answer["summary"] = _summary(answer)
+    held = f"More than {LIST_READ_MAX}" if reads["claims"].get("truncated") else str(len(claims))
+    answer["summary"] = _summary(answer, len(ops["workers"]), held)
     return answer
 
 
@@ -153,13 +154,15 @@ def _events(rows: list[dict[str, Any]], run_id: str, queues: dict[str, str]) -> 
     return shown
 
 
-def _summary(answer: dict[str, Any]) -> str:
+def _summary(answer: dict[str, Any], holders_count: int, claims_held: str) -> str:
+    """One line: the run's state, who holds something, how many claims are held (all of them,
+    not only the rows shown), tasks by state, how many things wait."""
     run = answer["run"]
     tasks = answer["tasks"]["counts"]
     parts = [f"Run {run['name']} is {run['state'].lower()}."]
     holders = answer["holders"]
-    parts.append(f"{len(holders)} holder(s) hold something" + (f" ({', '.join(h['holder'] for h in holders[:5])})" if holders else "") + ".")
-    parts.append(f"{len(answer['claims'])} claim(s) held.")
+    parts.append(f"{holders_count} holder(s) hold something" + (f" ({', '.join(h['holder'] for h in holders[:5])})" if holders else "") + ".")
+    parts.append(f"{claims_held} claim(s) held.")
     if tasks:
         parts.append("Tasks: " + ", ".join(f"{state.lower()} {n}" for state, n in tasks.items()) + ".")
     parts.append(f"{len(answer['waiting'])} thing(s) wait." if answer["waiting"] else "Nothing waits.")

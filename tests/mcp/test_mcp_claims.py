@@ -135,3 +135,20 @@ async def test_releasing_a_claim_lost_before_its_renewal_noticed_says_it_was_los
         assert "lost" not in await a.ok("held")
         held_by = {claim["key"]: claim["held_by"] for claim in (await b.ok("status"))["claims"]}
         assert held_by == {"file:setup.py": b.holder}
+
+
+async def test_the_status_summary_counts_every_claim_and_holder_not_only_the_rows_listed(module_server):
+    """55 holders hold a claim each: status lists 50 rows of each, and says so, but its summary
+    counts all 55."""
+    run = unique("run")
+    async with agent(module_server, run, unique("agent-a")) as a:
+        run_id = (await a.ok("status"))["run"]["id"]
+        with module_server.client() as http:
+            for n in range(55):
+                body = {"scopeId": run_id, "key": f"file:{n:02d}.py", "holder": f"worker-{n:02d}",
+                        "holderSession": f"worker-{n:02d}-session", "leaseSeconds": 60}
+                answer = http.post(f"/v1/spaces/{module_server.space_id}/claims", json=body)
+                assert answer.status_code in (200, 201), answer.text
+        status = await a.ok("status")
+        assert (len(status["claims"]), status["claims_not_shown"], len(status["holders"])) == (50, 5, 50)
+        assert "55 holder(s) hold something" in status["summary"] and "55 claim(s) held." in status["summary"], status["summary"]
