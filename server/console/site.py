@@ -68,7 +68,9 @@ NOTICES = {
 }
 # Query parameters and form fields read (a longer value is refused, not cut).
 TEXT_CHARS_MAX = 512
-FORM_FIELDS_MAX = 200
+# The fields of one form: a dead-letter action's picks (at most a page's rows, 500:
+# `actions.PICKED_MAX`, `views.PAGE_MAX`) and the few beside them.
+FORM_FIELDS_MAX = views.PAGE_MAX + 20
 
 
 def for_console(scope: dict[str, Any]) -> bool:

@@ -3,6 +3,8 @@ refusals look to a page and to its live regions."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -73,3 +75,30 @@ def test_sign_in_goes_on_to_a_console_path_only_and_never_answers_500_for_a_stra
                             headers={"origin": console.url})
         assert (answer.status_code, answer.headers.get("location")) == (303, location), (following, answer.text[:300])
         assert "x-evil" not in answer.headers
+
+
+def test_as_many_dead_letters_as_one_page_lists_can_be_picked_for_one_action(console: Console):
+    """A queue's page lists up to 500 dead letters, each with a box to pick it, and an action takes
+    up to 500 picked: 210 picked (more than a form of 200 fields held) are counted, then requeued."""
+    api = console.api
+    run = console.run("many-dead")["id"]
+    mailbox = api.put("/v1/spaces/default/mailboxes/by-name/many-dead", json={}).json()["id"]
+    for n in range(210):
+        api.post(f"/v1/spaces/default/mailboxes/{mailbox}/messages", json={"scopeId": run, "payload": {"n": n}})
+        got = api.post(f"/v1/spaces/default/mailboxes/{mailbox}/recv",
+                       json={"scopeId": run, "holder": "w", "holderSession": "s", "leaseSeconds": 30}).json()
+        assert api.post(f"/v1/spaces/default/messages/{got['message']['id']}/nack",
+                        json={"token": got["token"], "retry": False, "error": "boom"}).status_code == 200
+    session = console.session()
+    page = session.get(f"/console/s/default/queues/{mailbox}", params={"limit": 500})
+    picks = re.findall(r'name="pick" value="([^"]+)"', page.text)
+    assert len(picks) == 210
+    csrf = console.csrf(session, f"/console/s/default/queues/{mailbox}")
+    where = f"/console/s/default/queues/{mailbox}/dead-letters/requeue"
+    counted = session.post(where + "/preview", data={"csrf": csrf, "pick": picks}, headers={"origin": console.url})
+    assert counted.status_code == 200, counted.text[-600:]
+    assert "210 dead letter(s) 210 picked go back" in counted.text
+    done = session.post(where, data={"csrf": csrf, "messageIds": picks}, headers={"origin": console.url})
+    assert done.status_code == 303, done.text[-600:]
+    left = api.get(f"/v1/spaces/default/mailboxes/{mailbox}").json()["counts"]
+    assert (left["deadLetters"], left["queued"]) == (0, 210)
