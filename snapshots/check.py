@@ -150,6 +150,16 @@ def _format_ms(wall_ms: int) -> str:
 
 def _check_journal(folder: str, model: StateModel, partition: int | None) -> PartitionReport:
     part = PartitionReport(partition)
+    try:
+        return _read_journal(part, folder, model, partition)
+    except OSError as error:  # a file this user may not read (another owner, its mode), a failing disk
+        part.ok = False
+        part.problem = f"{error.filename}: cannot read it: {error.strerror}" if error.filename else f"cannot read it: {error}"
+        part.problem_path = error.filename
+        return part
+
+
+def _read_journal(part: PartitionReport, folder: str, model: StateModel, partition: int | None) -> PartitionReport:
     part.snapshots = len(list_snapshots(snapshot_dir(folder)))
     part.versions = dict(Counter(file_versions(folder).values()))
     history = kept(folder)

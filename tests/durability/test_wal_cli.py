@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -13,6 +16,7 @@ from runstate.snapshots.recovery import wal_dir
 
 from .helpers import flip_byte, frames, numbered_batches, segments, write_log, write_server_log
 
+NOBODY = 65534
 RUNSTATE = [sys.executable, "-c", "import sys; from runstate._cli import main; sys.exit(main())"]
 
 
@@ -62,6 +66,33 @@ def test_serve_with_another_partition_count_than_the_directory_was_made_with_say
         f"runstate: cannot start: {data} was made with 2 partition(s); the count is fixed when a directory is made, "
         "so start it without --partitions (or with --partitions 2)"
     )
+
+
+@pytest.mark.e2e
+def test_check_names_a_segment_it_may_not_read_instead_of_a_traceback():
+    """A segment the checking user may not read (left by another user, or its mode changed) is the
+    problem of its partition, with the file named, and `check` exits 1: no traceback."""
+    data = tempfile.mkdtemp(prefix="runstate-check-")  # (pytest's own folders are closed to other users)
+    try:
+        folder = write_server_log(data, numbered_batches(1, 1), partitions=1, partition=1)
+        [path] = segments(folder)
+        command = [*RUNSTATE, "check", "--data-dir", data]
+        if os.geteuid() == 0:  # root reads anything: check as nobody a file only root may read
+            setpriv = shutil.which("setpriv")
+            if setpriv is None:
+                pytest.skip("run as root without setpriv: no file is unreadable")
+            for root, dirs, files in os.walk(data):
+                for name in [*dirs, *files, "."]:
+                    os.chown(os.path.join(root, name), NOBODY, NOBODY)
+            os.chown(path, 0, 0)
+            command = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
+        os.chmod(path, 0)
+        checked = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in checked.stderr, checked.stderr
+        assert checked.returncode == 1
+        assert f"problem: partition 1: {path}: cannot read it: Permission denied" in checked.stdout
+    finally:
+        shutil.rmtree(data)
 
 
 @pytest.mark.e2e
