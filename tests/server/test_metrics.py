@@ -243,3 +243,42 @@ async def test_request_counts_and_latency_buckets_are_exact():
     assert found[("runstate_http_request_duration_seconds_sum", labels)] == pytest.approx(0.0005 + 0.00050001 + 0.00001 + 31.0 + 0.002)
     unmatched = (("method", "GET"), ("route", "unmatched"))
     assert found[("runstate_http_request_duration_seconds_bucket", tuple(sorted(unmatched + (("le", "0.0001"),))))] == 1
+
+
+def documented_metrics() -> dict[str, set[str]]:
+    """docs/operations.md's table of metrics: each name with its labels (`process_*` left out)."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    section = text.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    found: dict[str, set[str]] = {}
+    for row in (line for line in section.splitlines() if line.startswith("| `")):
+        names, _kind, labels = (cell.strip() for cell in row.strip("|").split("|")[:3])
+        for name in re.findall(r"`([a-z_*]+)`", names):
+            if not name.startswith("process_"):
+                found[name] = {label.strip() for label in labels.split(",") if label.strip()}
+    return found
+
+
+async def test_the_metrics_table_in_the_docs_is_what_a_single_server_exports(tmp_path):
+    """Name by name and label by label, both ways: every family a server with a data directory
+    exports (the cluster's are in docs/cluster.md) is in docs/operations.md's table with its labels,
+    and every name there is exported. Labels are read from the samples of families that have some."""
+    async with runstate.testing.serve_app(create_app(settings(data_dir=str(tmp_path / "data")))) as rs:
+        await post(rs.app, "/claims", {"key": "k", "holder": "h", "leaseSeconds": 30, "scopeId": None})
+        await call_asgi(rs.app, "GET", "/nowhere", {}, None)
+        status, _, body = await scrape(rs.app)
+    assert status == 200
+    exported: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        if name.startswith("process_"):
+            continue
+        labels = exported.setdefault(name, set())
+        for sample in family.samples:
+            labels.update(label for label in sample.labels if label != "le")
+    documented = documented_metrics()
+    assert sorted(set(exported) - set(documented)) == [], "exported, not in docs/operations.md"
+    assert sorted(set(documented) - set(exported)) == [], "in docs/operations.md, not exported"
+    assert {name: labels for name, labels in exported.items() if labels and labels != documented[name]} == {}
