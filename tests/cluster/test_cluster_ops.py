@@ -17,8 +17,11 @@ from typing import Iterator
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from .nodes import ADMIN_KEY, API_KEY, ClusterNodes, Node, ready_cluster
+
+ROOT = Path(__file__).parents[2]
 
 pytestmark = pytest.mark.e2e
 
@@ -96,6 +99,13 @@ def test_metrics_say_each_partitions_role_lag_leader_changes_and_etcds_latency(c
         keepalives = re.search(r'^runstate_etcd_request_duration_seconds_count\{request="keepalive"\} (\S+)$', text, re.M)
         assert keepalives and float(keepalives.group(1)) > 0
     assert any(re.search(r'^runstate_etcd_request_duration_seconds_count\{request="txn"\} [1-9]', text, re.M) for text in texts.values())
+    # docs/cluster.md names each of a node's own metrics as a query spells it, and every one it exports.
+    documented = set(re.findall(r"runstate_(?:cluster|etcd)_[a-z_]+[a-z]", (ROOT / "docs" / "cluster.md").read_text()))
+    exported = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in text_string_to_metric_families(texts["n0"]) if family.name.startswith(("runstate_cluster_", "runstate_etcd_"))
+    }
+    assert documented == exported
 
 
 def test_healthz_says_a_node_cannot_serve_while_etcd_does_not_answer_it(cluster: ClusterNodes) -> None:
