@@ -295,7 +295,7 @@ def _diff(args: argparse.Namespace, directory: str) -> None:
     from ..snapshots.recovery import RecoveryError
     from .durable import state_model
     from . import wire
-    from .history import PastKernel, rebuild
+    from .history import PastKernel, rebuild, stands_before
     from .history_views import Diff
 
     space = _space(args)
@@ -319,6 +319,8 @@ def _diff(args: argparse.Namespace, directory: str) -> None:
         rebuild(folder, model, number, space, points_asked, at_point, through_lsn=None, on_record=found.on_record)
     except (NotKept, PointNotReached, RecoveryError) as error:
         raise CommandError(f"partition {number}: {error}") from None
+    if stands_before(points[0], second, points_asked[1][1]):
+        raise CommandError(f"--from ({first.text}, LSN {points[0].lsn}) is after --to ({second.text})", 2)
     if second.text == "end":
         points[1] = _at_its_record(points[1])
     document = wire.encode(found.view(points[0], points[1]))

@@ -118,3 +118,27 @@ async def test_a_point_right_after_an_event_and_what_changed_between_two_points(
     assert body["changes"] == [event for event in events if int(event["eventId"][3:]) > int(body["eventCursors"]["from"])]
     assert not body["truncated"]
     assert sum(body["records"].values()) == end_lsn - start_lsn
+
+
+async def test_a_diff_whose_to_stands_before_its_from_is_refused_whatever_the_kinds_of_points(nursery, autojump_clock, tmp_path):
+    """A replay reaches its points in the log's order: a `to` of another kind than `from` that the
+    log passed before `from` is refused, as one of the same kind is, and not said to stand at `from`."""
+    runtime = await start(nursery, str(tmp_path / "data"))
+    client = AsgiClient(runtime)
+    seen = Seen(client, runtime, [])
+    await build(client, seen)
+    (early_ms, early_lsn, _), (late_ms, late_lsn, _) = seen.moments[1], seen.moments[-2]
+    newest = (await client.get("/events?latest=1")).json["events"][0]["eventId"]
+    first_event = (await client.get("/events")).json["events"][0]["eventId"]
+    for start_at, end_at in (
+        (format_ms(late_ms), f"lsn:{early_lsn}"), (f"lsn:{late_lsn}", format_ms(early_ms)), (newest, format_ms(early_ms)),
+        (newest, f"lsn:{early_lsn}"), (format_ms(late_ms), first_event), (f"lsn:{late_lsn}", first_event),
+    ):
+        refused = await client.get(f"/history/diff?from={start_at}&to={end_at}")
+        assert refused.status == 400 and refused.code == "VALIDATION_FAILED", (start_at, end_at, refused)
+        assert "is after to" in refused.json["error"]["message"]
+    # In order, mixed kinds answer the points asked.
+    fine = await client.get(f"/history/diff?from=lsn:{early_lsn}&to={format_ms(late_ms)}")
+    assert fine.status == 200 and (fine.json["from"]["lsn"], fine.json["to"]["lsn"]) == (early_lsn, late_lsn), fine
+    fine = await client.get(f"/history/diff?from={format_ms(early_ms)}&to={newest}")
+    assert fine.status == 200 and fine.json["from"]["lsn"] == early_lsn, fine
