@@ -371,7 +371,9 @@ class History:
         if asked.kind != "event":
             return None
         log = self.runtime.kernel.space_view(space).events
-        if not log.oldest_seq <= asked.value <= log.seq:
+        if not 1 <= asked.value <= log.seq:  # never made: no history of any length holds it
+            raise KernelError(VALIDATION_FAILED, f"the space has made no event {asked.value} (its newest is ev_{log.seq})")
+        if asked.value < log.oldest_seq:
             raise not_kept(
                 f"event {asked.value} is not in the space's event log now (it holds {log.oldest_seq} to {log.seq}): ask by time instead"
             )

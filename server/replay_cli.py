@@ -160,12 +160,16 @@ def _event_ms(folder: str, model: Any, number: int, space: str, asked: Any) -> i
     from .history import rebuild
 
     found: list[int] = []
+    newest: list[int] = []
 
     def look(state: KernelState, point: Point) -> None:
         log = state.space_view(space).events
+        newest.append(log.seq)
         found.extend(at_ms for seq, _, at_ms in log.scan() if seq == asked.value)
 
     rebuild(folder, model, number, space, [(_end(), None)], look, through_lsn=None)
+    if not 1 <= asked.value <= newest[0]:  # never made: no history of any length holds it
+        raise CommandError(f"the space made no event {asked.value} (its newest at the end of the journal is ev_{newest[0]})")
     if not found:
         raise CommandError(f"event {asked.value} is not in the space's event log at the end of the journal: ask by time instead")
     return found[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+from runstate.actors.limits import Limits
 from runstate.actors.timestamps import format_ms
 from tests.history.helpers import Seen, start, without_as_of
 from tests.server.asgi_client import AsgiClient
@@ -142,3 +143,20 @@ async def test_a_diff_whose_to_stands_before_its_from_is_refused_whatever_the_ki
     assert fine.status == 200 and (fine.json["from"]["lsn"], fine.json["to"]["lsn"]) == (early_lsn, late_lsn), fine
     fine = await client.get(f"/history/diff?from={format_ms(early_ms)}&to={newest}")
     assert fine.status == 200 and fine.json["from"]["lsn"] == early_lsn, fine
+
+
+async def test_an_event_never_made_is_a_bad_point_and_one_no_longer_in_the_log_is_not_kept(nursery, autojump_clock, tmp_path):
+    runtime = await start(nursery, str(tmp_path / "data"), limits=Limits(events_kept_max=2))
+    client = AsgiClient(runtime)
+    for _ in range(4):
+        await client.run()
+    events = (await client.get("/events")).json["events"]
+    assert [event["eventId"] for event in events] == ["ev_3", "ev_4"], events
+    for never in ("ev_5", "ev_0"):
+        refused = await client.get(f"/history/scopes?at={never}")
+        assert refused.status == 400 and refused.code == "VALIDATION_FAILED", (never, refused)
+        assert refused.json["error"]["message"] == f"the space has made no event {never[3:]} (its newest is ev_4)"
+    gone = await client.get("/history/scopes?at=ev_1")
+    assert gone.status == 410 and gone.code == "HISTORY_NOT_KEPT", gone
+    kept = await client.get("/history/scopes?at=ev_3")
+    assert kept.status == 200 and len(kept.json["scopes"]) == 3, kept
