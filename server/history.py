@@ -21,7 +21,8 @@ Points (`at=`):
 - `ev_N` (an event's id): the state right after the change that made the space's event N, found
   while the live event log still holds that event.
 An answer says where it stands: `asOf` (its LSN, time, partition, and `cursor`, the `lsn:N` that
-asks for exactly it again).
+asks for the same records again: judged at their newest record's time, so a point asked by a time
+later than that is asked for exactly again by its time, `at`).
 
 Only the space asked for is rebuilt: records of a space carry `space` (`actors/records.py`), so
 the others' are read and skipped. One rebuild runs at a time (the others wait, at most

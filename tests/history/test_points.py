@@ -160,3 +160,28 @@ async def test_an_event_never_made_is_a_bad_point_and_one_no_longer_in_the_log_i
     assert gone.status == 410 and gone.code == "HISTORY_NOT_KEPT", gone
     kept = await client.get("/history/scopes?at=ev_3")
     assert kept.status == 200 and len(kept.json["scopes"]) == 3, kept
+
+
+async def test_a_point_asked_by_time_is_asked_again_exactly_by_its_at_and_its_cursor_is_judged_at_its_record(
+    nursery, autojump_clock, tmp_path,
+):
+    """A point asked by a time after its last record is judged at that time (an allowance's window
+    rolls on the clock alone, with no record); its cursor asks for the same records, judged at the
+    newest one's time, as docs/history.md says."""
+    runtime = await start(nursery, str(tmp_path / "data"))
+    client = AsgiClient(runtime)
+    run = await client.run()
+    allowance = (await client.post("/allowances", {"name": "llm", "unitsLimit": 2, "windowSeconds": 10})).json
+    used = await client.post(f"/allowances/{allowance['id']}/consume", {"scopeId": run, "units": 2, "holder": "h"})
+    assert used.status == 200, used
+    await trio.sleep(12)  # the next window, with nothing recorded
+    live = (await client.get(f"/allowances/{allowance['id']}")).json
+    assert (live["used"], live["remaining"]) == (0, 2), live
+    at = format_ms(runtime.kernel.clock.now_ms())
+    past = (await client.get(f"/history/allowances/{allowance['id']}?at={at}")).json
+    assert without_as_of(past) == live and past["asOf"]["at"] == at and past["asOf"]["recordAt"] < at
+    again = (await client.get(f"/history/allowances/{allowance['id']}?at={past['asOf']['at']}")).json
+    assert again == past
+    by_cursor = (await client.get(f"/history/allowances/{allowance['id']}?at={past['asOf']['cursor']}")).json
+    assert by_cursor["asOf"]["lsn"] == past["asOf"]["lsn"] and by_cursor["asOf"]["at"] == past["asOf"]["recordAt"]
+    assert (by_cursor["used"], by_cursor["remaining"]) == (2, 0), by_cursor
