@@ -21,7 +21,8 @@ Points (`at=`):
 - `ev_N` (an event's id): the state right after the change that made the space's event N, found
   while the live event log still holds that event.
 An answer says where it stands: `asOf` (its LSN, time, partition, and `cursor`, the `lsn:N` that
-asks for exactly it again).
+asks for the same records again: judged at their newest record's time, so a point asked by a time
+later than that is asked for exactly again by its time, `at`).
 
 Only the space asked for is rebuilt: records of a space carry `space` (`actors/records.py`), so
 the others' are read and skipped. One rebuild runs at a time (the others wait, at most
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HISTORY_NOT_KEPT", "PastKernel", "PastClock", "Point", "History", "parse_point", "rebuild", "one_space_model",
+    "stands_before",
 ]
 
 # The answer (410) to a point the server keeps no history for: before the oldest point kept, or a
@@ -294,6 +296,19 @@ def rebuild(
     replay(folder, one_space_model(model, space), targets, reached, partition=partition, through_lsn=through_lsn, on_record=tap)
 
 
+def stands_before(first: Point, second: Asked, second_event_ms: int | None) -> bool:
+    """Whether the point `second` stands before `first`, reached before it (a replay reaches its
+    points in order, so a second point of another kind that the log passed before the first is
+    reached at the first, and would be said to stand there): an LSN before the first's, a time
+    (an event's) before its newest record's."""
+    if second.kind == "lsn":
+        return second.value < first.lsn
+    if second.kind == "time":
+        return second.value < first.record_ms
+    assert second_event_ms is not None
+    return second_event_ms < first.record_ms
+
+
 def not_kept(message: str, found: Kept | None = None) -> ApiError:
     error = ApiError(HISTORY_NOT_KEPT, message, status=410)
     if found is not None:
@@ -357,7 +372,9 @@ class History:
         if asked.kind != "event":
             return None
         log = self.runtime.kernel.space_view(space).events
-        if not log.oldest_seq <= asked.value <= log.seq:
+        if not 1 <= asked.value <= log.seq:  # never made: no history of any length holds it
+            raise KernelError(VALIDATION_FAILED, f"the space has made no event {asked.value} (its newest is ev_{log.seq})")
+        if asked.value < log.oldest_seq:
             raise not_kept(
                 f"event {asked.value} is not in the space's event log now (it holds {log.oldest_seq} to {log.seq}): ask by time instead"
             )
@@ -436,6 +453,8 @@ class History:
             store.data_dir, store.model, number, space, points, on_point, through_lsn=durable, on_record=on_record,
         ))
         assert seen[0].lsn <= seen[1].lsn, "a replay reaches its points in the log's order"
+        if stands_before(seen[0], asked[1], points[1][1]):
+            raise KernelError(VALIDATION_FAILED, f"from ({asked[0].text}, LSN {seen[0].lsn}) is after to ({asked[1].text})")
         return seen[0], seen[1]
 
     async def _run(self, store: "Store", work: Callable[[], None]) -> None:

@@ -160,12 +160,16 @@ def _event_ms(folder: str, model: Any, number: int, space: str, asked: Any) -> i
     from .history import rebuild
 
     found: list[int] = []
+    newest: list[int] = []
 
     def look(state: KernelState, point: Point) -> None:
         log = state.space_view(space).events
+        newest.append(log.seq)
         found.extend(at_ms for seq, _, at_ms in log.scan() if seq == asked.value)
 
     rebuild(folder, model, number, space, [(_end(), None)], look, through_lsn=None)
+    if not 1 <= asked.value <= newest[0]:  # never made: no history of any length holds it
+        raise CommandError(f"the space made no event {asked.value} (its newest at the end of the journal is ev_{newest[0]})")
     if not found:
         raise CommandError(f"event {asked.value} is not in the space's event log at the end of the journal: ask by time instead")
     return found[0]
@@ -295,7 +299,7 @@ def _diff(args: argparse.Namespace, directory: str) -> None:
     from ..snapshots.recovery import RecoveryError
     from .durable import state_model
     from . import wire
-    from .history import PastKernel, rebuild
+    from .history import PastKernel, rebuild, stands_before
     from .history_views import Diff
 
     space = _space(args)
@@ -319,6 +323,8 @@ def _diff(args: argparse.Namespace, directory: str) -> None:
         rebuild(folder, model, number, space, points_asked, at_point, through_lsn=None, on_record=found.on_record)
     except (NotKept, PointNotReached, RecoveryError) as error:
         raise CommandError(f"partition {number}: {error}") from None
+    if stands_before(points[0], second, points_asked[1][1]):
+        raise CommandError(f"--from ({first.text}, LSN {points[0].lsn}) is after --to ({second.text})", 2)
     if second.text == "end":
         points[1] = _at_its_record(points[1])
     document = wire.encode(found.view(points[0], points[1]))

@@ -121,7 +121,7 @@ class BatchView(NamedTuple):
 class PointView(NamedTuple):
     """Where a past state stands, as an answer says it (`asOf`): the last record of the space's
     partition applied (`lsn`), the time the state is judged at (`now_ms`: leases, deadlines),
-    `lsn:N` to ask for exactly this point again, the partition, the time of the newest record up
+    `lsn:N` to ask for its records again (judged at `record_ms`), the partition, the time of the newest record up
     to `lsn` (None: none), the snapshot it was rebuilt from and the records applied on top of it."""
 
     lsn: int

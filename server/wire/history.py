@@ -36,7 +36,7 @@ def _point() -> dict[str, Any]:
     return _described(component(POINT), {
         "lsn": "the last record of the space's partition applied",
         "at": "the time the state is judged at (leases, deadlines)",
-        "cursor": "lsn:N: asks for exactly this point again",
+        "cursor": "lsn:N: asks for the same records again, judged at recordAt (a point asked by a time later than recordAt is asked again by at)",
         "recordAt": "the time of the newest record up to lsn",
         "snapshotLsn": "the snapshot it was rebuilt from",
         "recordsReplayed": "records applied on top of that snapshot",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+from runstate.actors.limits import Limits
 from runstate.actors.timestamps import format_ms
 from tests.history.helpers import Seen, start, without_as_of
 from tests.server.asgi_client import AsgiClient
@@ -118,3 +119,69 @@ async def test_a_point_right_after_an_event_and_what_changed_between_two_points(
     assert body["changes"] == [event for event in events if int(event["eventId"][3:]) > int(body["eventCursors"]["from"])]
     assert not body["truncated"]
     assert sum(body["records"].values()) == end_lsn - start_lsn
+
+
+async def test_a_diff_whose_to_stands_before_its_from_is_refused_whatever_the_kinds_of_points(nursery, autojump_clock, tmp_path):
+    """A replay reaches its points in the log's order: a `to` of another kind than `from` that the
+    log passed before `from` is refused, as one of the same kind is, and not said to stand at `from`."""
+    runtime = await start(nursery, str(tmp_path / "data"))
+    client = AsgiClient(runtime)
+    seen = Seen(client, runtime, [])
+    await build(client, seen)
+    (early_ms, early_lsn, _), (late_ms, late_lsn, _) = seen.moments[1], seen.moments[-2]
+    newest = (await client.get("/events?latest=1")).json["events"][0]["eventId"]
+    first_event = (await client.get("/events")).json["events"][0]["eventId"]
+    for start_at, end_at in (
+        (format_ms(late_ms), f"lsn:{early_lsn}"), (f"lsn:{late_lsn}", format_ms(early_ms)), (newest, format_ms(early_ms)),
+        (newest, f"lsn:{early_lsn}"), (format_ms(late_ms), first_event), (f"lsn:{late_lsn}", first_event),
+    ):
+        refused = await client.get(f"/history/diff?from={start_at}&to={end_at}")
+        assert refused.status == 400 and refused.code == "VALIDATION_FAILED", (start_at, end_at, refused)
+        assert "is after to" in refused.json["error"]["message"]
+    # In order, mixed kinds answer the points asked.
+    fine = await client.get(f"/history/diff?from=lsn:{early_lsn}&to={format_ms(late_ms)}")
+    assert fine.status == 200 and (fine.json["from"]["lsn"], fine.json["to"]["lsn"]) == (early_lsn, late_lsn), fine
+    fine = await client.get(f"/history/diff?from={format_ms(early_ms)}&to={newest}")
+    assert fine.status == 200 and fine.json["from"]["lsn"] == early_lsn, fine
+
+
+async def test_an_event_never_made_is_a_bad_point_and_one_no_longer_in_the_log_is_not_kept(nursery, autojump_clock, tmp_path):
+    runtime = await start(nursery, str(tmp_path / "data"), limits=Limits(events_kept_max=2))
+    client = AsgiClient(runtime)
+    for _ in range(4):
+        await client.run()
+    events = (await client.get("/events")).json["events"]
+    assert [event["eventId"] for event in events] == ["ev_3", "ev_4"], events
+    for never in ("ev_5", "ev_0"):
+        refused = await client.get(f"/history/scopes?at={never}")
+        assert refused.status == 400 and refused.code == "VALIDATION_FAILED", (never, refused)
+        assert refused.json["error"]["message"] == f"the space has made no event {never[3:]} (its newest is ev_4)"
+    gone = await client.get("/history/scopes?at=ev_1")
+    assert gone.status == 410 and gone.code == "HISTORY_NOT_KEPT", gone
+    kept = await client.get("/history/scopes?at=ev_3")
+    assert kept.status == 200 and len(kept.json["scopes"]) == 3, kept
+
+
+async def test_a_point_asked_by_time_is_asked_again_exactly_by_its_at_and_its_cursor_is_judged_at_its_record(
+    nursery, autojump_clock, tmp_path,
+):
+    """A point asked by a time after its last record is judged at that time (an allowance's window
+    rolls on the clock alone, with no record); its cursor asks for the same records, judged at the
+    newest one's time, as docs/history.md says."""
+    runtime = await start(nursery, str(tmp_path / "data"))
+    client = AsgiClient(runtime)
+    run = await client.run()
+    allowance = (await client.post("/allowances", {"name": "llm", "unitsLimit": 2, "windowSeconds": 10})).json
+    used = await client.post(f"/allowances/{allowance['id']}/consume", {"scopeId": run, "units": 2, "holder": "h"})
+    assert used.status == 200, used
+    await trio.sleep(12)  # the next window, with nothing recorded
+    live = (await client.get(f"/allowances/{allowance['id']}")).json
+    assert (live["used"], live["remaining"]) == (0, 2), live
+    at = format_ms(runtime.kernel.clock.now_ms())
+    past = (await client.get(f"/history/allowances/{allowance['id']}?at={at}")).json
+    assert without_as_of(past) == live and past["asOf"]["at"] == at and past["asOf"]["recordAt"] < at
+    again = (await client.get(f"/history/allowances/{allowance['id']}?at={past['asOf']['at']}")).json
+    assert again == past
+    by_cursor = (await client.get(f"/history/allowances/{allowance['id']}?at={past['asOf']['cursor']}")).json
+    assert by_cursor["asOf"]["lsn"] == past["asOf"]["lsn"] and by_cursor["asOf"]["at"] == past["asOf"]["recordAt"]
+    assert (by_cursor["used"], by_cursor["remaining"]) == (2, 0), by_cursor

@@ -123,3 +123,39 @@ def test_a_replay_of_a_killed_servers_directory_shows_what_it_showed_and_changes
         assert copied.returncode == 0 and copied.stdout == second_live
     finally:
         server.stop()
+
+
+def test_a_replay_diff_whose_to_stands_before_its_from_is_a_usage_error_and_an_event_never_made_is_said_so(tmp_path):
+    """As the API's diff: a --to of another kind than --from that the log passed before --from is
+    refused (status 2), not shown as standing at --from."""
+    import trio
+    import trio.testing
+
+    from tests.history.helpers import start
+    from tests.server.asgi_client import AsgiClient
+
+    data = tmp_path / "data"
+    moments: list[tuple[int, int]] = []
+
+    async def write() -> None:
+        async with trio.open_nursery() as nursery:
+            runtime = await start(nursery, str(data))
+            client = AsgiClient(runtime)
+            run = await client.run()
+            for holder in ("a", "b", "c"):
+                await trio.sleep(1)
+                taken = await client.post("/claims", {"scopeId": run, "key": holder, "holder": holder, "holderSession": "s"})
+                assert taken.status == 200, taken
+                moments.append((runtime.kernel.clock.now_ms(), runtime.kernel.partition_of(client.space).journal.durable_lsn))
+            nursery.cancel_scope.cancel()
+
+    trio.run(write, clock=trio.testing.MockClock(autojump_threshold=0))
+    (early_ms, early_lsn), (late_ms, late_lsn) = moments[0], moments[-1]
+    for start_at, end_at in ((format_ms(late_ms), f"lsn:{early_lsn}"), (f"lsn:{late_lsn}", format_ms(early_ms)), ("ev_4", format_ms(early_ms))):
+        refused = replay(str(data), "diff", "--from", start_at, "--to", end_at)
+        assert refused.returncode == 2 and "is after --to" in refused.stderr, (start_at, end_at, refused)
+    never = replay(str(data), "--at", "ev_5", "inspect", "runs")
+    assert never.returncode == 1 and "the space made no event 5 (its newest at the end of the journal is ev_4)" in never.stderr, never
+    fine = replay(str(data), "diff", "--from", f"lsn:{early_lsn}", "--to", format_ms(late_ms), "--json")
+    assert fine.returncode == 0, fine.stderr
+    assert (json.loads(fine.stdout)["from"]["lsn"], json.loads(fine.stdout)["to"]["lsn"]) == (early_lsn, late_lsn)
