@@ -28,7 +28,7 @@ import anyio
 import anyio.to_thread
 import sniffio
 
-__all__ = ["uniform", "current_library", "clock", "new_native_event", "spawn_background", "Background", "invoke"]
+__all__ = ["uniform", "current_library", "clock", "deadline_in", "sleep_before", "new_native_event", "spawn_background", "Background", "invoke"]
 
 log = logging.getLogger("runstate")
 
@@ -41,6 +41,19 @@ _asyncio_tasks: set[Any] = set()
 def uniform(low: float, high: float) -> float:
     """A uniform random number in [low, high]; the one source of jitter in the SDK."""
     return _rng.uniform(low, high)
+
+
+def deadline_in(timeout_ms: float) -> float:
+    """When a wait of `timeout_ms` from now ends, on the running library's clock. A wait keeps
+    this one deadline, compares the clock with it and sleeps until at most it (`sleep_before`): a
+    pause worked out each time as what is left (a difference of two clock readings) can come out
+    too small to move a virtual clock on, and a wait that then asks again never reaches its end."""
+    return anyio.current_time() + timeout_ms / 1000
+
+
+async def sleep_before(seconds: float, deadline: float) -> None:
+    """Sleep `seconds`, or until `deadline` if that comes first."""
+    await anyio.sleep_until(min(anyio.current_time() + seconds, deadline))
 
 
 def current_library() -> str:

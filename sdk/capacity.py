@@ -206,7 +206,7 @@ class PoolRef(_Named):
         """Take `units` under a renewed lease; with `wait` (the default) a full pool is tried again
         every ~0.3 s until `timeout_ms`, then `WaitTimeoutError`."""
         pool_id = await self.resolve_id()
-        deadline = anyio.current_time() + timeout_ms / 1000  # one deadline, as `ClaimRef.acquire`'s
+        deadline = _runtime.deadline_in(timeout_ms)
         body = {
             "scopeId": self.scope_id, "units": units, "holder": self._ctx.holder, "holderSession": self._ctx.session,
             "leaseSeconds": lease_seconds,
@@ -221,7 +221,7 @@ class PoolRef(_Named):
                 if anyio.current_time() >= deadline:
                     raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for {units} unit(s) of {self.name or pool_id!r} after {timeout_ms} ms") from err
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else CAPACITY_RETRY_S
-                await anyio.sleep_until(min(anyio.current_time() + _runtime.uniform(low, high), deadline))
+                await _runtime.sleep_before(_runtime.uniform(low, high), deadline)
                 continue
             return PoolLease._start_grant(self._ctx, reply.body, lease_seconds, sent)
 
@@ -301,7 +301,7 @@ class QuotaRef(_Named):
         """Consume `units`, waiting through one durable waiter (served FIFO) when the window is used
         up; `WaitTimeoutError` at `timeout_ms` (the waiter is cancelled, a grant that raced stands),
         or at once with `wait=False` when the window has not the units now."""
-        deadline = anyio.current_time() + timeout_ms / 1000  # one deadline, as every wait's
+        deadline = _runtime.deadline_in(timeout_ms)
         waiter_id: str | None = None
         while True:
             attempt = await self.try_take(units=units)
@@ -350,7 +350,7 @@ class QuotaRef(_Named):
             waiter = (await self._ctx.call("GET", f"/allowance-waiters/{waiter_id}")).body
             if waiter["state"] != "WAITING":
                 return cast(dict[str, Any], waiter)
-            await anyio.sleep_until(min(anyio.current_time() + _runtime.uniform(*WAITER_POLL_S), deadline))
+            await _runtime.sleep_before(_runtime.uniform(*WAITER_POLL_S), deadline)
 
     async def _cancel_quietly(self, waiter_id: str | None) -> None:
         if waiter_id is None:

@@ -112,10 +112,7 @@ class ClaimRef:
         check_text("key", self.key, KEY_LEN_MAX)
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 0:
             raise ValueError(f"timeout_ms must be an integer of 0 or more, got {timeout_ms!r}")
-        # One deadline, read against the clock each time: a pause worked out as what is left of the
-        # timeout (a difference of two clock readings) can come out too small to move the clock on,
-        # and a wait that asks again after it would then never reach its end in virtual time.
-        deadline = anyio.current_time() + timeout_ms / 1000
+        deadline = _runtime.deadline_in(timeout_ms)  # (one deadline: see there)
         body: dict[str, Any] = {
             "key": self.key,
             "scopeId": self.scope_id,
@@ -155,7 +152,7 @@ class ClaimRef:
                     continue  # the server held the request for the whole wait: ask again at once
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else HELD_RETRY_S
                 # Never sleep past the deadline: the last try comes when the time is up.
-                await anyio.sleep_until(min(anyio.current_time() + _runtime.uniform(low, high), deadline))
+                await _runtime.sleep_before(_runtime.uniform(low, high), deadline)
                 continue
             # The lease began when the server took the claim: at once, or at the end of a held try.
             began = sent if not wait_ms else anyio.current_time()

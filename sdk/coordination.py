@@ -23,6 +23,7 @@ from typing import Any, AsyncIterator
 
 import anyio
 
+from . import _runtime
 from ._context import Context
 from .claims import parse_timestamp
 from .errors import BarrierCancelledError, ConflictError, NotFoundError, UnavailableError, WaitTimeoutError
@@ -37,19 +38,6 @@ POLL_MS = 250
 TIMER_HOLD_MS_MAX = 20_000
 # After a watch fails on the network, wait this long before asking again (doubling up to the max).
 WATCH_RETRY_S, WATCH_RETRY_S_MAX = 0.25, 5.0
-
-
-def _deadline(timeout_ms: int) -> float:
-    """When a wait of `timeout_ms` from now ends, on the running library's clock. A wait compares
-    the clock with it and sleeps until at most it: a pause worked out as what is left (a difference
-    of two clock readings) can come out too small to move a virtual clock on, and a wait that then
-    asks again would never reach its end."""
-    return anyio.current_time() + timeout_ms / 1000
-
-
-async def _pause(poll_ms: int, deadline: float) -> None:
-    """Sleep `poll_ms`, or until `deadline` if that comes first."""
-    await anyio.sleep_until(min(anyio.current_time() + poll_ms / 1000, deadline))
 
 
 def _timeout(what: str, timeout_ms: int) -> WaitTimeoutError:
@@ -85,7 +73,7 @@ class BarrierHandle:
         """Until the barrier is released (or its epoch moves on); `BarrierCancelledError`
         (`BARRIER_CANCELLED`, a `ConflictError` and a `StoppedError`, as an `arrive()` is
         answered) when its scope ended. It does not arrive for the caller."""
-        deadline = _deadline(timeout_ms)
+        deadline = _runtime.deadline_in(timeout_ms)
         pinned = await self.status()
         while True:
             view = await self.status()
@@ -95,7 +83,7 @@ class BarrierHandle:
                 return view
             if anyio.current_time() >= deadline:
                 raise _timeout(f"barrier {self.id} did not release", timeout_ms)
-            await _pause(poll_ms, deadline)
+            await _runtime.sleep_before(poll_ms / 1000, deadline)
 
 
 class BarriersAPI:
@@ -140,7 +128,7 @@ class TimerHandle:
     async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict[str, Any]:
         """Until the timer fires; acknowledges it and returns `{"fired_at": datetime}`.
         `ConflictError` when it was cancelled or expired unacknowledged."""
-        deadline = _deadline(timeout_ms)
+        deadline = _runtime.deadline_in(timeout_ms)
         while True:
             hold_ms = max(0, min(int((deadline - anyio.current_time()) * 1000), TIMER_HOLD_MS_MAX))
             asked = anyio.current_time()
@@ -159,7 +147,7 @@ class TimerHandle:
                 raise _timeout(f"timer {self.id} did not fire", timeout_ms)
             # A server that does not hold polls answers at once: fall back to polling.
             if anyio.current_time() - asked < poll_ms / 1000:
-                await _pause(poll_ms, deadline)
+                await _runtime.sleep_before(poll_ms / 1000, deadline)
 
     async def cancel(self) -> dict[str, Any]:
         """Cancel the timer before it fires; its view."""
@@ -240,14 +228,14 @@ class GroupHandle:
 
     async def wait(self, *, timeout_ms: int = 30_000, poll_ms: int = POLL_MS) -> dict[str, Any]:
         """Until the group is FINALIZED: `{"outcome", "outcomeReason"}`."""
-        deadline = _deadline(timeout_ms)
+        deadline = _runtime.deadline_in(timeout_ms)
         while True:
             view = await self.status()
             if view["state"] == "FINALIZED":
                 return {"outcome": view.get("outcome"), "outcomeReason": view.get("outcomeReason")}
             if anyio.current_time() >= deadline:
                 raise _timeout(f"group {self.id} was not finalized", timeout_ms)
-            await _pause(poll_ms, deadline)
+            await _runtime.sleep_before(poll_ms / 1000, deadline)
 
 
 class GroupsAPI:

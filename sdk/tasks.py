@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from . import _runtime
 from ._context import Context
 from .errors import WaitTimeoutError
 from .types import TaskResult, TaskView
@@ -57,9 +58,7 @@ class TaskTicket:
         return await self._poll(TERMINAL_STATES | {"RUNNING"}, timeout_ms, poll_ms, "start")
 
     async def _poll(self, states: frozenset[str], timeout_ms: int, poll_ms: int, what: str) -> TaskView:
-        # One deadline, as `ClaimRef.acquire`'s: a last pause worked out as what is left could be
-        # too small to move a virtual clock on.
-        deadline = anyio.current_time() + timeout_ms / 1000
+        deadline = _runtime.deadline_in(timeout_ms)
         while True:
             view = await self.status()
             if view["state"] in states:
@@ -68,7 +67,7 @@ class TaskTicket:
                 raise WaitTimeoutError(
                     "WAIT_TIMEOUT", 0, f"task {self.id} did not {what} within {timeout_ms} ms"
                 )
-            await anyio.sleep_until(min(anyio.current_time() + poll_ms / 1000, deadline))
+            await _runtime.sleep_before(poll_ms / 1000, deadline)
 
     async def cancel(self, reason: str | None = None) -> dict[str, Any]:
         """Cancel the task; without a reason the body is `{}`."""
