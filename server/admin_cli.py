@@ -32,7 +32,7 @@ import orjson
 
 from .admin import ADMIN_KEY_FILE
 
-__all__ = ["add_commands", "run", "print_table", "show", "space_access", "request", "CommandError", "Credential", "print_json", "sub", "common", "limit"]
+__all__ = ["add_commands", "run", "print_table", "show", "space_access", "request", "CommandError", "Credential", "print_json", "sub", "common", "limit", "count"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 TIMEOUT_S = 10.0
@@ -64,15 +64,24 @@ class CommandError(Exception):
 LIMIT_MAX = 1000  # the most a listing route returns at once
 
 
-def limit(text: str) -> int:
-    """A `--limit` (for argparse: one out of 1-LIMIT_MAX is a usage error, exit 2, before the server is asked)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= value <= LIMIT_MAX:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {LIMIT_MAX}, got {value}")
-    return value
+def count(low: int, high: int | None) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high` (None: no most), else a usage error
+    (exit 2) before the server is asked."""
+
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}" if high is not None else f"must be {low} or more, got {value}")
+        return value
+
+    return whole
+
+
+# A `--limit`: 1-LIMIT_MAX.
+limit = count(1, LIMIT_MAX)
 
 
 def _common(admin_only: bool) -> argparse.ArgumentParser:

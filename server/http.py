@@ -29,7 +29,7 @@ from urllib.parse import parse_qs, unquote
 
 import trio
 
-from ..actors.errors import INTERNAL, NOT_FOUND, STALE_CLAIM, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError
+from ..actors.errors import INTERNAL, NOT_FOUND, STALE_CLAIM, UNAUTHENTICATED, UNAVAILABLE, VALIDATION_FAILED, KernelError, quote
 from ..actors.fields import unknown
 from ..actors.kernel import Idem
 from ..actors.partition import ON_PARK
@@ -45,7 +45,7 @@ from . import wire
 if TYPE_CHECKING:  # the runtime reads requests: its module imports this one
     from .runtime import Runtime
 
-__all__ = ["Request", "Router", "Route", "Raw", "Reply", "serve_http", "serve_whole", "respond"]
+__all__ = ["Request", "Router", "Route", "Raw", "Reply", "serve_http", "serve_whole", "respond", "ascii_digits", "integer_of", "integer_param"]
 
 log = logging.getLogger("runstate.http")
 
@@ -76,6 +76,32 @@ class Raw:
         self.body = body
         self.content_type = content_type
         self.headers = headers
+
+
+# The most digits a number of a query string or a path may have: more is refused before `int()`.
+DIGITS_MAX = 18
+
+
+def ascii_digits(text: str, most: int = DIGITS_MAX) -> bool:
+    """ASCII digits, at most `most` of them: `int()` refuses other digits ("²"), reads others as
+    ASCII ones ("٣" is 3), and refuses very long strings."""
+    return text.isascii() and text.isdigit() and len(text) <= most
+
+
+def integer_of(text: str, name: str, low: int, high: int | None) -> int:
+    """Query parameter `name`'s text as an integer from `low` to `high` (None: no most), else
+    VALIDATION_FAILED naming it."""
+    if not ascii_digits(text) or int(text) < low or (high is not None and int(text) > high):
+        bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        raise ApiError(VALIDATION_FAILED, f"{name} must be an integer {bound}, got {quote(text)}")
+    return int(text)
+
+
+def integer_param(request: "Request", name: str, low: int, high: int | None) -> int | None:
+    """Query parameter `name` as an integer from `low` to `high` (`integer_of`); None when it is
+    absent or empty."""
+    text = request.param(name)
+    return None if not text else integer_of(text, name, low, high)
 
 
 class Request:

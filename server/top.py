@@ -19,7 +19,7 @@ import datetime
 import shutil
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -35,30 +35,15 @@ HIDE_CURSOR, SHOW_CURSOR = "\x1b[?25l", "\x1b[?25h"
 INTERVAL_S_MAX = 3600
 
 
-def _count(most: int | None) -> Callable[[str], int]:
-    """An argparse type: a whole number from 0 to `most` (None: no most), else a usage error (exit 2)."""
-
-    def count(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < 0 or (most is not None and value > most):
-            raise argparse.ArgumentTypeError(f"must be from 0 to {most}, got {value}" if most is not None else f"must be 0 or more, got {value}")
-        return value
-
-    return count
-
-
 def add_command(commands: Any) -> None:
     reader = admin_cli.common(admin_only=False)
     top = admin_cli.sub(commands, "top", "a live view of a space: who holds what, queue depths, who waits, recent events",
                         "  runstate top\n  runstate top --space research --interval 5\n  runstate top --frames 1 --json", [reader])
     top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help=f"time between refreshes (more than 0, at most {INTERVAL_S_MAX}; default 2)")
-    top.add_argument("--frames", type=_count(None), default=0, metavar="N", help="stop after N frames (default 0: until Ctrl-C)")
-    top.add_argument("--runs", type=_count(admin_cli.LIMIT_MAX), default=10, metavar="N",
+    top.add_argument("--frames", type=admin_cli.count(0, None), default=0, metavar="N", help="stop after N frames (default 0: until Ctrl-C)")
+    top.add_argument("--runs", type=admin_cli.count(0, admin_cli.LIMIT_MAX), default=10, metavar="N",
                      help=f"the newest N active runs shown (0-{admin_cli.LIMIT_MAX}, default 10)")
-    top.add_argument("--events", type=_count(admin_cli.LIMIT_MAX), default=10, metavar="N",
+    top.add_argument("--events", type=admin_cli.count(0, admin_cli.LIMIT_MAX), default=10, metavar="N",
                      help=f"the newest N events shown (0-{admin_cli.LIMIT_MAX}, default 10)")
 
 

@@ -20,7 +20,7 @@ from .. import cluster_view
 from ..cluster_view import ClusterMapView, LeaderView, NodeView, PartitionView
 from ..cluster_log import SECRET_HEADER
 from ..errors import ApiError
-from ..http import Raw, Request, Router
+from ..http import Raw, Request, Router, ascii_digits
 from ..runtime import Runtime
 
 router = Router()
@@ -52,7 +52,7 @@ async def partition_snapshot(services: Runtime, request: Request, partition: str
     shown = request.headers.get(SECRET_HEADER, "")
     if not cluster.secret or not hmac.compare_digest(shown.encode(), cluster.secret.encode()):
         raise ApiError(UNAUTHENTICATED, "only a node of this cluster may ask for a partition's snapshot")
-    if not (partition.isascii() and partition.isdigit() and len(partition) <= 6) or int(partition) not in cluster.followers:
+    if not ascii_digits(partition, 6) or int(partition) not in cluster.followers:
         raise ApiError(VALIDATION_FAILED, f"no partition {partition[:20]!r} in this cluster")
     path = cluster.newest_snapshot(int(partition))
     if path is None:

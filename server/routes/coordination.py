@@ -30,7 +30,7 @@ from ...actors.kernel import EMPTY
 from ...actors.coordination_reads import RunBarriersView, RunGroupsView, RunTimersView, RunView, WaitsView
 from ..api import Doc, Reply, endpoint, say_if_capped
 from ..errors import ApiError
-from ..http import Handler, Request, Router
+from ..http import Handler, Request, Router, ascii_digits, integer_param
 from ..runtime import Runtime
 from ..services import ReadServices
 from ..wire.tasks import created_status
@@ -163,31 +163,11 @@ endpoint(router, "POST", BASE + GROUP + "/seal", Doc(
 # -- events --------------------------------------------------------------------------------------
 
 
-# The most digits a number of the query string may have (a cursor, a limit, a wait in seconds).
-_DIGITS_MAX = 18
-
-
-def _digits(text: str) -> bool:
-    """ASCII digits, and few of them: `int()` refuses other digits ("²"), reads others as ASCII
-    ones ("٣" is 3), and refuses very long strings."""
-    return text.isascii() and text.isdigit() and len(text) <= _DIGITS_MAX
-
-
-def _integer(request: Request, name: str, low: int, high: int | None) -> int | None:
-    text = request.param(name)
-    if text is None or text == "":
-        return None
-    if not _digits(text) or int(text) < low or (high is not None and int(text) > high):
-        bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
-        raise ApiError(VALIDATION_FAILED, f"{name} must be an integer {bound}, got {text[:40]!r}")
-    return int(text)
-
-
 def _cursor(request: Request) -> int | None:
     text = request.param("cursor")
     if not text:
         return None
-    if not _digits(text):
+    if not ascii_digits(text):
         raise ApiError(VALIDATION_FAILED, f"cursor {text[:40]!r} is not a cursor this server gave out")
     return int(text)
 
@@ -195,7 +175,7 @@ def _cursor(request: Request) -> int | None:
 def _wait_s(services: ReadServices, request: Request) -> int:
     """How long to hold an empty watch: `waitSeconds`, capped for the client that asks."""
     limits = services.kernel.limits
-    asked = _integer(request, "waitSeconds", 0, None)
+    asked = integer_param(request, "waitSeconds", 0, None)
     match = _USER_AGENT.search(request.headers.get("user-agent", ""))
     extends = match is not None and (int(match.group(1)), int(match.group(2))) >= (0, 3)
     cap = limits.watch_wait_s_max if extends else limits.watch_wait_s_legacy_max
@@ -205,8 +185,8 @@ def _wait_s(services: ReadServices, request: Request) -> int:
 async def list_events(services: ReadServices, request: Request, space: str) -> tuple[int, EventPageView]:
     services.authorize(request, space)
     kernel = services.kernel
-    limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
-    latest = _integer(request, "latest", 0, EVENTS_LIMIT_MAX)
+    limit = integer_param(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
+    latest = integer_param(request, "latest", 0, EVENTS_LIMIT_MAX)
     cursor = _cursor(request)
     if latest is not None:
         if cursor is not None:
@@ -218,7 +198,7 @@ async def list_events(services: ReadServices, request: Request, space: str) -> t
 async def watch(services: ReadServices, request: Request, space: str) -> tuple[int, EventPageView]:
     services.authorize(request, space)
     kernel = services.kernel
-    after, limit = _cursor(request), _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
+    after, limit = _cursor(request), integer_param(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
     types_text = request.param("types")
     types = frozenset(name.strip() for name in types_text.split(",") if name.strip()) if types_text else None
     aggregate = None
@@ -287,7 +267,7 @@ def _lister(what: Literal["barriers", "timers", "groups"]) -> Handler:
         services: ReadServices, request: Request, space: str, scope_id: str,
     ) -> tuple[int, RunBarriersView | RunTimersView | RunGroupsView]:
         services.authorize(request, space)
-        limit = _integer(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
+        limit = integer_param(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
         return 200, reads.in_scope(services.kernel, space, scope_id, what, limit)
 
     listing.__name__ = listing.__qualname__ = f"list_{what}"

@@ -19,7 +19,7 @@ import itertools
 
 from ...actors import caps, reads, runs
 from ...actors.claims import RunClaimsView
-from ...actors.errors import UNAUTHENTICATED, VALIDATION_FAILED, quote
+from ...actors.errors import UNAUTHENTICATED
 from ...actors.keys import digest
 from ...actors.runs import SpaceCapsView
 from ...actors.scopes import ScopesView
@@ -28,7 +28,7 @@ from ...actors.tasks import RunTasksView
 from ...actors.usage import UsageView
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError
-from ..http import Request, Router
+from ..http import Request, Router, integer_of
 from ..runtime import Runtime
 from ..services import ReadServices
 from ..views import AdminKeyView, RequestKeyView
@@ -42,12 +42,7 @@ LIMIT_MAX = 1000
 
 def _limit(request: Request) -> int:
     text = request.param("limit")
-    if text is None:
-        return LIMIT_DEFAULT
-    # ASCII digits only, and few of them: `int()` refuses other digits ("²") and very long strings.
-    if not (text.isascii() and text.isdigit()) or len(text) > 6 or not 1 <= int(text) <= LIMIT_MAX:
-        raise ApiError(VALIDATION_FAILED, f"limit must be an integer from 1 to {LIMIT_MAX}, got {quote(text)}")
-    return int(text)
+    return LIMIT_DEFAULT if text is None else integer_of(text, "limit", 1, LIMIT_MAX)
 
 
 async def list_scopes(services: ReadServices, request: Request, space: str) -> tuple[int, ScopesView]:

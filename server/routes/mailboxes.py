@@ -15,11 +15,11 @@ from __future__ import annotations
 from ...actors import commands as c
 from ...actors import reads
 from ...actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, DeadLetterFilter, DeadLetterPage
-from ...actors.errors import VALIDATION_FAILED, quote
+from ...actors.errors import VALIDATION_FAILED
 from ...actors.mailboxes import MailboxesView, MailboxView
 from ..api import NO_CONTENT, Doc, Reply, endpoint
 from ..errors import ApiError
-from ..http import Request, Router
+from ..http import Request, Router, integer_param
 from ..services import ReadServices
 from ..wire.messages import sent_status
 
@@ -39,25 +39,16 @@ async def read(services: ReadServices, request: Request, space: str, mailbox_id:
     return 200, reads.mailbox(services.kernel, space, mailbox_id)
 
 
-def _integer(request: Request, name: str, low: int, high: int) -> int | None:
-    text = request.param(name)
-    if text is None or text == "":
-        return None
-    if not (text.isascii() and text.isdigit()) or len(text) > 12 or not low <= int(text) <= high:
-        raise ApiError(VALIDATION_FAILED, f"{name} must be an integer from {low} to {high}, got {quote(text)}")
-    return int(text)
-
-
 async def dead_letters(services: ReadServices, request: Request, space: str, mailbox_id: str) -> tuple[int, DeadLetterPage]:
     """A page of dead letters, newest first: `limit`, `cursor`, and the filters of an action."""
     services.authorize(request, space)
     kernel = services.kernel
-    limit = _integer(request, "limit", 1, LIST_LIMIT_MAX) or LIST_LIMIT_DEFAULT
+    limit = integer_param(request, "limit", 1, LIST_LIMIT_MAX) or LIST_LIMIT_DEFAULT
     reason = request.param("reason") or None
     if reason is not None and len(reason) > kernel.limits.reason_len_max:
         raise ApiError(VALIDATION_FAILED, f"reason is longer than {kernel.limits.reason_len_max} characters")
     where = DeadLetterFilter(
-        reason, _integer(request, "olderThanSeconds", 0, AGE_S_MAX), _integer(request, "newerThanSeconds", 0, AGE_S_MAX)
+        reason, integer_param(request, "olderThanSeconds", 0, AGE_S_MAX), integer_param(request, "newerThanSeconds", 0, AGE_S_MAX)
     )
     return 200, reads.dead_letters(kernel, space, mailbox_id, limit, request.param("cursor") or None, where)
 
