@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import anyio.abc
 
 from ..errors import LeaseLostError, ScopeCancelledError, ValidationError, WaitTimeoutError
@@ -131,11 +132,14 @@ class Work:
         wait_s = check_seconds("wait_seconds", wait_seconds)
         lease_s = self.session.lease_seconds if lease_seconds is None else lease_seconds
         mailbox = await self._queue(queue)
-        # As many long polls as the wait takes; None once it has passed (or the server ended it early).
+        began = anyio.current_time()
+        # As many long polls as the wait takes; None once it has passed (or the server ended it early,
+        # as one that shuts down does: the answer says how long it was, not how long was asked).
         delivery = await mailbox.receive(wait_ms=round(wait_s * 1000), lease_seconds=lease_s)
         if delivery is None:
-            return {"task": None, "queue": queue, "waited_seconds": wait_s,
-                    "message": f"nothing to take on queue {queue}" + (f" after waiting {wait_s:g} s" if wait_s else "")}
+            waited_s = min(wait_s, round(anyio.current_time() - began, 1)) if wait_s else 0
+            return {"task": None, "queue": queue, "waited_seconds": waited_s,
+                    "message": f"nothing to take on queue {queue}" + (f" after waiting {waited_s:g} s" if waited_s else "")}
         taken = self._keep(delivery, queue, lease_s)
         if taken.delivery.task_id is not None:
             try:

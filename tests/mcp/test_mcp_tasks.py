@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import time
 
+import anyio
 import pytest
 
+from ..servers import ServerProcess
 from .agents import LEASE_SECONDS, agent, agents, parse, unique
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
@@ -104,6 +106,21 @@ async def test_a_session_that_ends_gives_back_what_it_holds_at_once(module_serve
         taken = await after.ok("take", queue=queue, wait_seconds=10)
         assert (taken["task"], taken["attempt"]) == (task, 2)
         assert time.monotonic() - ended < 10
+
+
+async def test_a_take_the_server_ends_early_says_how_long_it_waited():
+    """A take waiting 20 s on a server that stops after about 1 s answers "nothing to take" at once,
+    with the time it waited, not the 20 s it asked for."""
+    with ServerProcess() as server:
+        async with agent(server, unique("run"), unique("worker")) as worker:
+            async with anyio.create_task_group() as group:
+                group.start_soon(anyio.to_thread.run_sync, lambda: (time.sleep(1.5), server.stop()))
+                started = time.monotonic()
+                taken = await worker.ok("take", queue=unique("q"), wait_seconds=20)
+            took = time.monotonic() - started
+    assert taken["task"] is None and took < 15, (taken, took)
+    assert 1 <= taken["waited_seconds"] <= took + 0.1, (taken, took)
+    assert f"after waiting {taken['waited_seconds']:g} s" in taken["message"]
 
 
 async def test_bad_arguments_answer_errors_a_model_can_read(module_server):
