@@ -357,6 +357,8 @@ def _check(setting: Setting, value: Any, source: str) -> None:
         for url in value.split(","):
             if not re.fullmatch(r"https?://[^\s/,]+/?", url.strip()):
                 raise ConfigError(f"{where}: must be etcd members' client URLs (http://HOST:PORT), comma-separated, got {url.strip()!r}")
+    if setting.name == "data_dir" and not value.strip():  # (an unset shell variable, say: never memory by mistake)
+        raise ConfigError(f"{where}: must not be empty (leave it unset to keep the state in memory only)")
     if setting.name == "data_dir" and os.path.exists(value) and not os.path.isdir(value):  # (one that does not exist is made)
         raise ConfigError(f"{where}: {value} is not a directory")
     if setting.name == "advertise" and not re.fullmatch(r"https?://[^\s/]+/?", value):

@@ -73,3 +73,21 @@ def test_a_data_directory_that_is_a_file_is_named_as_such(tmp_path):
     done = run("serve", "--port", "0", env={"RUNSTATE_DATA_DIR": str(path)})
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"runstate serve: setting data_dir (from RUNSTATE_DATA_DIR): {path} is not a directory"
+
+
+@pytest.mark.parametrize("source", ["flag", "file"])
+def test_an_empty_data_directory_is_refused_not_taken_for_memory(tmp_path, source):
+    """An empty data directory given (`--data-dir "$DATA"` with DATA unset, say) is refused, exit 2: it
+    started a server keeping everything in memory, lost at its next restart. (An empty environment
+    variable counts as unset, as every setting's does.)"""
+    config = tmp_path / "runstate.toml"
+    config.write_text('data_dir = ""\n')
+    args, env, named = {
+        "flag": (("--data-dir", " "), {}, "--data-dir"),
+        "file": (("--config", str(config)), {}, str(config)),
+    }[source]
+    done = run("serve", "--port", "0", *args, env=env)
+    assert done.returncode == 2, done.stderr
+    assert "setting data_dir" in done.stderr and named in done.stderr, done.stderr
+    assert "must not be empty (leave it unset to keep the state in memory only)" in done.stderr
+    assert "serving on" not in done.stdout
