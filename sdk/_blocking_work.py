@@ -2,7 +2,7 @@
 
 Each class wraps its async twin and runs each method on the client's loop (`Loop.run`): a
 `BlockingClaim` gives `BlockingLease`s, a `BlockingMailbox` gives `BlockingTicket`s and
-`BlockingDelivery`s. `runstate.blocking` exports them.
+`BlockingDelivery`s, and its `admit()` a `BlockingAdmittedWork`. `runstate.blocking` exports them.
 """
 
 from __future__ import annotations
@@ -15,13 +15,17 @@ from typing import Any, Callable, Literal, NotRequired, TypedDict, TypeVar
 from ._docs import twin_of
 from ._loop import Loop
 from ._runtime import is_async_callable
+from .capacity import AdmittedWork
 from .claims import DEFAULT_LEASE_SECONDS, DEFAULT_TIMEOUT_MS, ClaimLease, ClaimRef
 from .mailboxes import DEFAULT_CONSUME_WAIT_MS, RECEIVE_LEASE_SECONDS, Delivery, MailboxRef, StopFlag
 from .tasks import DEFAULT_POLL_MS, TaskTicket
 from .tasks import DEFAULT_TIMEOUT_MS as TASK_TIMEOUT_MS
 from .types import ClaimView, MessageView, TaskResult, TaskView
 
-__all__ = ["BlockingLease", "BlockingAcquireAttempt", "BlockingClaim", "BlockingDelivery", "BlockingTicket", "BlockingMailbox"]
+__all__ = [
+    "BlockingLease", "BlockingAcquireAttempt", "BlockingClaim", "BlockingDelivery", "BlockingTicket", "BlockingMailbox",
+    "BlockingAdmittedWork",
+]
 
 T = TypeVar("T")
 
@@ -158,7 +162,7 @@ class BlockingClaim:
 @twin_of(Delivery)
 class BlockingDelivery:
     """One leased message (see `Delivery`): `id`, `data`, `attempt`, `scope_id`, `deadline`,
-    `task_id`, `settled`, `is_lost` and `lost_error` read as there."""
+    `task_id`, `expires_at`, `settled`, `is_lost` and `lost_error` read as there."""
 
     def __init__(self, delivery: Delivery, loop: Loop) -> None:
         self._delivery = delivery
@@ -190,6 +194,10 @@ class BlockingDelivery:
     @property
     def task_id(self) -> str | None:
         return self._delivery.task_id
+
+    @property
+    def expires_at(self) -> datetime.datetime | None:
+        return self._delivery.expires_at
 
     @property
     def settled(self) -> bool:
@@ -312,6 +320,12 @@ class BlockingMailbox:
     def send(self, data: Any, *, work_key: str | None = None, deadline: str | None = None) -> MessageView:
         return self._loop.run(self._ref.send(data, work_key=work_key, deadline=deadline))
 
+    def admit(self, *, lease_seconds: int = 30, wait_ms: int = 0) -> BlockingAdmittedWork | None:
+        """The oldest task delivery whose requirements all fit, taken with them (see
+        `MailboxRef.admit`), or None when nothing can be admitted within `wait_ms`."""
+        admitted = self._loop.run(self._ref.admit(lease_seconds=lease_seconds, wait_ms=wait_ms))
+        return None if admitted is None else BlockingAdmittedWork(admitted, self._loop)
+
     def receive(self, *, wait_ms: int = 0, lease_seconds: int = RECEIVE_LEASE_SECONDS) -> BlockingDelivery | None:
         delivery = self._loop.run(self._ref.receive(wait_ms=wait_ms, lease_seconds=lease_seconds))
         return None if delivery is None else BlockingDelivery(delivery, self._loop)
@@ -351,3 +365,21 @@ class BlockingMailbox:
                 prefetch=prefetch,
             )
         )
+
+
+@twin_of(AdmittedWork)
+class BlockingAdmittedWork:
+    """An admitted task delivery and what was taken with it (see `AdmittedWork`): `task` (a
+    `BlockingTicket`, or None for a plain message), `delivery` (a `BlockingDelivery`),
+    `resources` (`grants`, `consumptions`, `reservations`) and `attempt`. The grants share the
+    delivery's lease: renew the delivery and they stay held; settle it and they are given back."""
+
+    def __init__(self, admitted: AdmittedWork, loop: Loop) -> None:
+        self.task: BlockingTicket | None = None if admitted.task is None else BlockingTicket(admitted.task, loop)
+        self.delivery = BlockingDelivery(admitted.delivery, loop)
+        self.resources: dict[str, Any] = admitted.resources
+        self.attempt: int = admitted.attempt
+
+    def __repr__(self) -> str:
+        task = None if self.task is None else self.task.id
+        return f"<blocking AdmittedWork(task={task!r}, attempt={self.attempt})>"
