@@ -6,6 +6,7 @@ async class it wraps through `twin_of` (`runstate._docs.TWINS`)."""
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import os
 import signal
@@ -15,6 +16,7 @@ import textwrap
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -424,3 +426,29 @@ def test_ctrl_c_in_a_pools_run_gives_the_units_back_at_once(module_server, rs):
     row = next(row for row in rs.pools.list() if row["name"] == name)
     assert row["unitsAvailable"] == 1, row
 
+
+def test_the_documented_blocking_capacity_example_runs_verbatim(module_server, monkeypatch):
+    """docs/python.md's blocking example, run as written against a server (its `render` is the
+    reader's own function: here one that checks it runs while the unit is held)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    after = text[text.index("<!-- blocking-capacity-snippet"):]
+    start = after.index("```python\n") + len("```python\n")
+    snippet = after[start:after.index("\n```", start) + 1]
+    monkeypatch.setattr(runstate, "Runstate", functools.partial(
+        runstate.Runstate, api_key=module_server.api_key, space_id=module_server.space_id,
+        base_url=module_server.base_url,
+    ))
+    held = []
+
+    def render(token):
+        rows = {row["name"]: row for row in namespace["rs"].pools.list()}
+        held.append((token, rows["gpu"]["unitsAvailable"]))
+        return "frames"
+
+    namespace = {"render": render}
+    try:
+        exec(compile(snippet, "docs/python.md", "exec"), namespace)
+    finally:
+        if "rs" in namespace:
+            namespace["rs"].close()
+    assert namespace["frames"] == "frames" and [units for _, units in held] == [1, 1] and held[0][0] != held[1][0]
