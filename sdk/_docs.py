@@ -12,9 +12,13 @@ from __future__ import annotations
 import inspect
 from typing import Callable, TypeVar
 
-__all__ = ["async_forms", "twin_of"]
+__all__ = ["async_forms", "twin_of", "TWINS"]
 
 C = TypeVar("C", bound=type)
+
+TWINS: dict[type, type] = {}
+"""Each blocking class made with `twin_of`, to the async class it wraps: what the tests walk to
+hold the two to the same members and the same parameters (tests/sdk/test_sdk_blocking_twins.py)."""
 
 
 def _doc_of(owner: type, name: str) -> str | None:
@@ -47,9 +51,11 @@ def async_forms(cls: C) -> C:
 
 def twin_of(source: type, note: str = "") -> Callable[[C], C]:
     """Give each public method and property of the decorated class without a docstring that of
-    the same name on `source` (the async handle it wraps), with `note` after it."""
+    the same name on `source` (the async handle it wraps), with `note` after it; and record the
+    pair in `TWINS`."""
 
     def decorate(cls: C) -> C:
+        TWINS[cls] = source
         for name, member in list(cls.__dict__.items()):
             if name.startswith("_") or not (inspect.isfunction(member) or isinstance(member, property)):
                 continue

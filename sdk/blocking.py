@@ -8,9 +8,13 @@ making a client (and importing `runstate`, whose default client this is) never r
 
 It runs an `AsyncRunstate` on an event loop of its own, in one daemon thread per client. Every
 class here is a thin, explicitly typed twin of an async one (`BlockingScope` of `ScopeHandle`,
-`BlockingLease` of `ClaimLease`...): each method runs its async twin on that loop and waits for it,
-so a type checker and an editor see the real signatures. Lease renewal runs on the client's loop,
-so a slow blocking caller never starves it.
+`BlockingLease` of `ClaimLease`, `BlockingPool` of `PoolRef`, `BlockingBarrier` of
+`BarrierHandle`...), for every handle of the async client: claims, mailboxes and tasks, the
+capacity handles (pools, quotas, budgets, work limits) and the coordination ones (barriers,
+timers, groups, the event log, diagnostics). Each method runs its async twin on that loop and
+waits for it, so a type checker and an editor see the real signatures; an async context manager
+is a context manager here (`with run.pool("gpu").acquire() as lease:`), an async iterator an
+iterator. Lease renewal runs on the client's loop, so a slow blocking caller never starves it.
 
 Functions handed to the client (`run(fn)`, `consume(handler)`) are plain functions here; they run
 in worker threads and receive the blocking twins, so `delivery.complete()` blocks as expected
@@ -19,33 +23,37 @@ that would wait on itself, and raises instead.
 
 Ctrl-C (`KeyboardInterrupt`) while a call blocks cancels that call on the client's loop and waits
 (at most `INTERRUPT_WAIT_S`) for its clean-up, so a `consume()` gives back the deliveries it holds
-and a `claim(...).run()` releases its claim before the interrupt goes on.
+and a `claim(...).run()` or `pool(...).run()` gives back its claim or its units before the
+interrupt goes on; a wait (`barrier.wait()`, `quota.take()`...) is cancelled where it runs.
 """
 
 from __future__ import annotations
 
-import datetime
-import functools
 import threading
-from typing import Any, Callable, Iterator, Literal, NotRequired, Sequence, TypedDict, TypeVar
+from typing import Any, Iterator, Sequence
 
+from ._blocking_capacity import (
+    BlockingBudget, BlockingBudgetReservation, BlockingBudgets, BlockingPool, BlockingPoolAttempt, BlockingPoolLease,
+    BlockingPools, BlockingQuota, BlockingQuotas, BlockingWorkLimits,
+)
+from ._blocking_coordination import (
+    BlockingBarrier, BlockingBarriers, BlockingDiagnostics, BlockingEvents, BlockingGroup, BlockingGroups, BlockingTimer,
+    BlockingTimers,
+)
+from ._blocking_work import (
+    BlockingAcquireAttempt, BlockingAdmittedWork, BlockingClaim, BlockingDelivery, BlockingLease, BlockingMailbox,
+    BlockingTicket,
+)
 from ._bound import RunSpec, Shared
+from ._checks import check_text
 from ._docs import twin_of
 from ._loop import Loop
-from ._runtime import is_async_callable
 from ._units import Duration
 from ._verbs import RunVerbs
-from .claims import DEFAULT_LEASE_SECONDS, DEFAULT_TIMEOUT_MS, ClaimLease, ClaimRef
-from .client import AsyncRunstate, MailboxesAPI, ScopesAPI
-from .mailboxes import DEFAULT_CONSUME_WAIT_MS, RECEIVE_LEASE_SECONDS, Delivery, MailboxRef, StopFlag
+from .client import HOLDER_LEN_MAX, AsyncRunstate, MailboxesAPI, ScopesAPI
 from .scopes import LIST_LIMIT_DEFAULT, ScopeHandle
-from .tasks import DEFAULT_POLL_MS, TaskTicket
-from .tasks import DEFAULT_TIMEOUT_MS as TASK_TIMEOUT_MS
 from .transport import Transport
-from .types import (
-    ClaimsPage, ClaimView, DeadLetterPage, DeleteResult, MailboxRow, MessageView, PurgeResult, RequeueResult, ScopeView,
-    TaskResult, TasksPage, TaskView,
-)
+from .types import ClaimsPage, DeadLetter, DeadLetterPage, DeleteResult, MailboxRow, PurgeResult, RequeueResult, ScopeView, TasksPage
 
 __all__ = [
     "Runstate",
@@ -56,342 +64,37 @@ __all__ = [
     "BlockingMailbox",
     "BlockingDelivery",
     "BlockingTicket",
+    "BlockingAdmittedWork",
     "BlockingScopes",
     "BlockingMailboxes",
+    # capacity
+    "BlockingPools",
+    "BlockingQuotas",
+    "BlockingWorkLimits",
+    "BlockingBudgets",
+    "BlockingPool",
+    "BlockingPoolLease",
+    "BlockingPoolAttempt",
+    "BlockingQuota",
+    "BlockingBudget",
+    "BlockingBudgetReservation",
+    # coordination, the event log, diagnostics
+    "BlockingBarriers",
+    "BlockingBarrier",
+    "BlockingTimers",
+    "BlockingTimer",
+    "BlockingGroups",
+    "BlockingGroup",
+    "BlockingEvents",
+    "BlockingDiagnostics",
 ]
-
-T = TypeVar("T")
-
-@twin_of(ClaimLease)
-class BlockingLease:
-    """A held claim (see `ClaimLease`): `key`, `generation`, `expires_at`, `lease_seconds`,
-    `is_lost` and `lost_error` read as there; `lost_event` is a `threading.Event` here."""
-
-    def __init__(self, lease: ClaimLease, loop: Loop) -> None:
-        self._lease = lease
-        self._loop = loop
-        self.lost_event = threading.Event()
-        loop.loop.call_soon_threadsafe(lease._when_lost, self.lost_event.set)
-
-    def __repr__(self) -> str:
-        return f"<blocking {self._lease!r}>"
-
-    @property
-    def key(self) -> str:
-        return self._lease.key
-
-    @property
-    def generation(self) -> int:
-        generation: int = self._lease.generation
-        return generation
-
-    @property
-    def expires_at(self) -> datetime.datetime:
-        return self._lease.expires_at
-
-    @property
-    def lease_seconds(self) -> int:
-        return self._lease.lease_seconds
-
-    @property
-    def is_lost(self) -> bool:
-        return self._lease.is_lost
-
-    @property
-    def lost_error(self) -> BaseException | None:
-        return self._lease.lost_error
-
-    def token(self) -> str:
-        return self._lease.token()
-
-    def raise_if_lost(self) -> None:
-        self._lease.raise_if_lost()
-
-    def renew(self, lease_seconds: int | None = None) -> None:
-        self._loop.run(self._lease.renew(lease_seconds))
-
-    def release(self, observation: Any = None) -> None:
-        self._loop.run(self._lease.release(observation))
-
-    def close(self) -> None:
-        """Stop renewing without releasing (see `ClaimLease.aclose`)."""
-        self._loop.run(self._lease.aclose())
-
-    def __enter__(self) -> BlockingLease:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        # As `ClaimLease.__aexit__`: a block that ended normally learns at the release whether the
-        # lease lasted, and a release refused as stale raises `LeaseLostError`.
-        if exc_info[0] is not None:
-            self._loop.run(self._lease._release_quietly())
-            return
-        self._loop.run(self._lease._release_checked())
-
-
-class BlockingAcquireAttempt(TypedDict):
-    """`claim.try_acquire()`: `{"kind": "acquired", "lease": lease}` or `{"kind": "busy"}`
-    (`kind` says which; `lease`, a `BlockingLease`, is there when it is `acquired`)."""
-
-    kind: Literal["acquired", "busy"]
-    lease: NotRequired[BlockingLease]
-
-
-@twin_of(ClaimRef)
-class BlockingClaim:
-    """A claim key in a scope (see `ClaimRef`): its `key` and `scope_id`."""
-
-    def __init__(self, ref: ClaimRef, loop: Loop) -> None:
-        self._ref = ref
-        self._loop = loop
-
-    def __repr__(self) -> str:
-        return f"<blocking {self._ref!r}>"
-
-    @property
-    def key(self) -> str:
-        return self._ref.key
-
-    @property
-    def scope_id(self) -> str:
-        return self._ref.scope_id
-
-    def acquire(
-        self, *, lease_seconds: int = DEFAULT_LEASE_SECONDS, wait: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS
-    ) -> BlockingLease:
-        lease = self._loop.run(self._ref.acquire(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms))
-        return BlockingLease(lease, self._loop)
-
-    def try_acquire(
-        self, *, lease_seconds: int = DEFAULT_LEASE_SECONDS, wait: bool = False, timeout_ms: int = DEFAULT_TIMEOUT_MS
-    ) -> BlockingAcquireAttempt:
-        attempt = self._loop.run(self._ref.try_acquire(lease_seconds=lease_seconds, wait=wait, timeout_ms=timeout_ms))
-        if "lease" in attempt:
-            return BlockingAcquireAttempt(kind="acquired", lease=BlockingLease(attempt["lease"], self._loop))
-        return BlockingAcquireAttempt(kind="busy")
-
-    def force_release(self, reason: str | None = None) -> ClaimView:
-        return self._loop.run(self._ref.force_release(reason))
-
-    def run(
-        self,
-        fn: Callable[[BlockingLease], T],
-        *,
-        wait: bool = False,
-        timeout_ms: int = DEFAULT_TIMEOUT_MS,
-        lease_seconds: int = DEFAULT_LEASE_SECONDS,
-    ) -> T:
-        """Acquire, return `fn(lease)` (run in a worker thread) while renewed, release on the way out."""
-        loop = self._loop
-
-        def in_thread(lease: ClaimLease) -> T:
-            return fn(BlockingLease(lease, loop))
-
-        result: T = loop.run(self._ref.run(in_thread, wait=wait, timeout_ms=timeout_ms, lease_seconds=lease_seconds))
-        return result
-
-
-@twin_of(Delivery)
-class BlockingDelivery:
-    """One leased message (see `Delivery`): `id`, `data`, `attempt`, `scope_id`, `deadline`,
-    `task_id`, `settled`, `is_lost` and `lost_error` read as there."""
-
-    def __init__(self, delivery: Delivery, loop: Loop) -> None:
-        self._delivery = delivery
-        self._loop = loop
-
-    def __repr__(self) -> str:
-        return f"<blocking {self._delivery!r}>"
-
-    @property
-    def id(self) -> str:
-        return self._delivery.id
-
-    @property
-    def data(self) -> Any:
-        return self._delivery.data
-
-    @property
-    def attempt(self) -> int:
-        return self._delivery.attempt
-
-    @property
-    def scope_id(self) -> str:
-        return self._delivery.scope_id
-
-    @property
-    def deadline(self) -> str | None:
-        return self._delivery.deadline
-
-    @property
-    def task_id(self) -> str | None:
-        return self._delivery.task_id
-
-    @property
-    def settled(self) -> bool:
-        return self._delivery.settled
-
-    @property
-    def is_lost(self) -> bool:
-        return self._delivery.is_lost
-
-    @property
-    def lost_error(self) -> BaseException | None:
-        return self._delivery.lost_error
-
-    def raise_if_lost(self) -> None:
-        self._delivery.raise_if_lost()
-
-    def complete(self, result: Any = None) -> None:
-        self._loop.run(self._delivery.complete(result))
-
-    def retry(self, reason: str | None = None) -> None:
-        self._loop.run(self._delivery.retry(reason))
-
-    def reject(self, reason: str | None = None) -> None:
-        self._loop.run(self._delivery.reject(reason))
-
-    def renew(self, lease_seconds: int | None = None) -> None:
-        self._loop.run(self._delivery.renew(lease_seconds))
-
-    def keep_renewed(self) -> None:
-        self._loop.run(_on_loop(self._delivery.keep_renewed))
-
-    def stop_renewing(self) -> None:
-        self._loop.run(_on_loop(self._delivery.stop_renewing))
-
-
-async def _on_loop(action: Callable[[], None]) -> None:
-    """A plain method of an async handle, run on the client's loop (where its lease's clock and
-    renewals live)."""
-    action()
-
-
-@twin_of(TaskTicket)
-class BlockingTicket:
-    """A handle on one shared task (see `TaskTicket`): its `id` and `scope_id`."""
-
-    def __init__(self, ticket: TaskTicket, loop: Loop) -> None:
-        self._ticket = ticket
-        self._loop = loop
-
-    def __repr__(self) -> str:
-        return f"<blocking {self._ticket!r}>"
-
-    @property
-    def id(self) -> str:
-        return self._ticket.id
-
-    @property
-    def scope_id(self) -> str | None:
-        return self._ticket.scope_id
-
-    def status(self) -> TaskView:
-        return self._loop.run(self._ticket.status())
-
-    def result(self, *, timeout_ms: int = TASK_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> TaskResult:
-        return self._loop.run(self._ticket.result(timeout_ms=timeout_ms, poll_ms=poll_ms))
-
-    def await_admission(self, *, timeout_ms: int = TASK_TIMEOUT_MS, poll_ms: int = DEFAULT_POLL_MS) -> TaskView:
-        return self._loop.run(self._ticket.await_admission(timeout_ms=timeout_ms, poll_ms=poll_ms))
-
-    def cancel(self, reason: str | None = None) -> dict[str, Any]:
-        return self._loop.run(self._ticket.cancel(reason))
-
-    def join(self, subscriber_id: str, scope_id: str | None = None) -> dict[str, Any]:
-        return self._loop.run(self._ticket.join(subscriber_id, scope_id))
-
-    def detach(self, subscriber_id: str) -> dict[str, Any]:
-        return self._loop.run(self._ticket.detach(subscriber_id))
-
-
-@twin_of(MailboxRef)
-class BlockingMailbox:
-    """A queue bound to a scope (see `MailboxRef`): its `scope_id` and `name`."""
-
-    def __init__(self, ref: MailboxRef, loop: Loop) -> None:
-        self._ref = ref
-        self._loop = loop
-
-    def __repr__(self) -> str:
-        return f"<blocking {self._ref!r}>"
-
-    @property
-    def scope_id(self) -> str:
-        return self._ref.scope_id
-
-    @property
-    def name(self) -> str | None:
-        return self._ref.name
-
-    def resolve_id(self) -> str:
-        return self._loop.run(self._ref.resolve_id())
-
-    def submit(
-        self,
-        input: Any,
-        *,
-        key: str,
-        subscriber_id: str | None = None,
-        deadline: str | None = None,
-        requirements: dict[str, Any] | None = None,
-        work_limit: str | None = None,
-    ) -> BlockingTicket:
-        ticket = self._loop.run(
-            self._ref.submit(
-                input, key=key, subscriber_id=subscriber_id, deadline=deadline,
-                requirements=requirements, work_limit=work_limit,
-            )
-        )
-        return BlockingTicket(ticket, self._loop)
-
-    def send(self, data: Any, *, work_key: str | None = None, deadline: str | None = None) -> MessageView:
-        return self._loop.run(self._ref.send(data, work_key=work_key, deadline=deadline))
-
-    def receive(self, *, wait_ms: int = 0, lease_seconds: int = RECEIVE_LEASE_SECONDS) -> BlockingDelivery | None:
-        delivery = self._loop.run(self._ref.receive(wait_ms=wait_ms, lease_seconds=lease_seconds))
-        return None if delivery is None else BlockingDelivery(delivery, self._loop)
-
-    def consume(
-        self,
-        handler: Callable[[Any, BlockingDelivery], Any],
-        *,
-        concurrency: int = 1,
-        lease_seconds: int = 30,
-        poll_ms: int = 250,
-        wait_ms: int = DEFAULT_CONSUME_WAIT_MS,
-        shutdown_timeout: float = 30.0,
-        stop_event: StopFlag | None = None,
-        on_error: Callable[[BaseException, BlockingDelivery | None], Any] | None = None,
-        give_up_after_s: float | None = None,
-        prefetch: int = 1,
-    ) -> None:
-        """Run `handler(data, delivery)` in worker threads until stopped (see `MailboxRef.consume`)."""
-        loop = self._loop
-
-        @functools.wraps(handler)  # consume() knows the handler by what it wraps (its warnings)
-        def in_thread(data: Any, delivery: Delivery) -> Any:
-            return handler(data, BlockingDelivery(delivery, loop))
-
-        def report(err: BaseException, delivery: Delivery | None) -> Any:
-            # Called on the client's loop: it may log or count, not make blocking calls.
-            return on_error(err, None if delivery is None else BlockingDelivery(delivery, loop)) if on_error else None
-
-        if is_async_callable(handler):
-            raise TypeError("the blocking client's consume() takes a plain function; use AsyncRunstate for async handlers")
-        loop.run(
-            self._ref.consume(
-                in_thread, concurrency=concurrency, lease_seconds=lease_seconds, poll_ms=poll_ms, wait_ms=wait_ms,
-                shutdown_timeout=shutdown_timeout, stop_event=stop_event,
-                on_error=report if on_error is not None else None, give_up_after_s=give_up_after_s,
-                prefetch=prefetch,
-            )
-        )
 
 
 @twin_of(ScopeHandle)
 class BlockingScope:
-    """A scope (a run) (see `ScopeHandle`): its `id`."""
+    """A scope (a run) (see `ScopeHandle`): its `id`. Its keys, queues and capacity are reached
+    through it (`claim(key)`, `mailbox(name)`, `pool(name)`, `quota(name)`, `budget(name)`,
+    `task(task_id)`), and its coordination through `barriers`, `timers` and `groups`."""
 
     def __init__(self, handle: ScopeHandle, loop: Loop) -> None:
         self._handle = handle
@@ -428,6 +131,41 @@ class BlockingScope:
 
     def task(self, task_id: str) -> BlockingTicket:
         return BlockingTicket(self._handle.task(task_id), self._loop)
+
+    # -- capacity and coordination --
+
+    def pool(self, name: str) -> BlockingPool:
+        return BlockingPool(self._handle.pool(name), self._loop)
+
+    def pool_by_id(self, permit_id: str) -> BlockingPool:
+        return BlockingPool(self._handle.pool_by_id(permit_id), self._loop)
+
+    def quota(self, name: str) -> BlockingQuota:
+        return BlockingQuota(self._handle.quota(name), self._loop)
+
+    def quota_by_id(self, allowance_id: str) -> BlockingQuota:
+        return BlockingQuota(self._handle.quota_by_id(allowance_id), self._loop)
+
+    def budget(self, name: str) -> BlockingBudget:
+        return BlockingBudget(self._handle.budget(name), self._loop)
+
+    def budget_by_id(self, budget_id: str) -> BlockingBudget:
+        return BlockingBudget(self._handle.budget_by_id(budget_id), self._loop)
+
+    @property
+    def barriers(self) -> BlockingBarriers:
+        """Make barriers in this run (`create(target=)`), or reach one by id (`get`)."""
+        return BlockingBarriers(self._handle.barriers, self._loop)
+
+    @property
+    def timers(self) -> BlockingTimers:
+        """Arm durable timers in this run (`create(after_seconds=)`), or reach one by id (`get`)."""
+        return BlockingTimers(self._handle.timers, self._loop)
+
+    @property
+    def groups(self) -> BlockingGroups:
+        """Make task groups (`create(mailbox=, condition=)`), or reach one by id (`by_id`)."""
+        return BlockingGroups(self._handle.groups, self._loop)
 
     def claims(self, *, limit: int = LIST_LIMIT_DEFAULT) -> ClaimsPage:
         return self._loop.run(self._handle.claims(limit=limit))
@@ -484,6 +222,22 @@ class BlockingMailboxes:
             mailbox_id, limit=limit, cursor=cursor, reason=reason, older_than_s=older_than_s, newer_than_s=newer_than_s
         ))
 
+    def iter_dead_letters(
+        self, mailbox_id: str, *, reason: str | None = None, older_than_s: int | None = None,
+        newer_than_s: int | None = None, page_size: int = 100,
+    ) -> Iterator[DeadLetter]:
+        """Every dead letter that matches, newest first, a page at a time (see
+        `MailboxesAPI.iter_dead_letters`): each page is read on the client's loop."""
+        cursor = None
+        while True:
+            page = self.dead_letters(
+                mailbox_id, limit=page_size, cursor=cursor, reason=reason, older_than_s=older_than_s, newer_than_s=newer_than_s
+            )
+            yield from page["deadLetters"]
+            cursor = page["nextCursor"]
+            if cursor is None:
+                return
+
     def requeue_dead_letters(
         self, mailbox_id: str, *, message_ids: Sequence[str] | None = None, reason: str | None = None,
         older_than_s: int | None = None, newer_than_s: int | None = None, all: bool = False, dry_run: bool = False,
@@ -508,15 +262,13 @@ class BlockingMailboxes:
 
 @twin_of(AsyncRunstate)
 class Runstate(RunVerbs):
-    """The blocking client: `AsyncRunstate`'s scopes, claims, mailboxes and tasks without
-    `await` (`scopes`, `scope(id)`, `mailboxes`, `with_space`, and `watch()` for its event watch),
-    and the run-bound API (see the module docstring), which is how blocking code reaches capacity
-    and coordination: the capacity handles (`pools`, `quotas`, `budgets`, `work_limits`), the
-    coordination ones (a run's `barriers`, `timers`, `groups`), `diagnostics`, `admit()` and
-    `with_holder()` are `AsyncRunstate`'s only. `worker=` is 0.3.0's name for `holder=` (default
-    `{hostname}-{pid}`), `timeout=` its request timeout (seconds or `"30s"`), `run=` the run its
-    run-bound calls work in (default `RUNSTATE_RUN`, else `"default"`). `scopes` and `mailboxes`
-    are the blocking twins of `AsyncRunstate`'s."""
+    """The blocking client: `AsyncRunstate`'s handles without `await` (`scopes`, `scope(id)`,
+    `mailboxes`; the capacity handles `pools`, `quotas`, `work_limits` and `budgets`; the space's
+    event log as `event_log`, and `watch()` for its watch; `diagnostics`; `with_space` and
+    `with_holder`), each the blocking twin of `AsyncRunstate`'s, and the run-bound API (see the
+    module docstring), whose `events(...)` are a run's. `worker=` is 0.3.0's name for `holder=`
+    (default `{hostname}-{pid}`), `timeout=` its request timeout (seconds or `"30s"`), `run=` the
+    run its run-bound calls work in (default `RUNSTATE_RUN`, else `"default"`)."""
 
     def __init__(
         self,
@@ -543,13 +295,15 @@ class Runstate(RunVerbs):
     def _init_bound(self, shared: Shared, spec: RunSpec) -> None:
         super()._init_bound(shared, spec)
         self._view_of_space: str | None = None
+        self._view_of_holder: _HolderView | None = None
 
     def __repr__(self) -> str:
         try:
             settings = self._shared.settings()
         except Exception:
             return "Runstate(not configured yet)"
-        return f"Runstate(space_id={self._view_of_space or settings.config.space_id!r}, holder={settings.config.holder!r})"
+        holder = settings.config.holder if self._view_of_holder is None else self._view_of_holder.holder
+        return f"Runstate(space_id={self._view_of_space or settings.config.space_id!r}, holder={holder!r})"
 
     # -- the handles (this SDK's) -------------------------------------------------------------------
 
@@ -559,8 +313,10 @@ class Runstate(RunVerbs):
 
     @property
     def _async(self) -> AsyncRunstate:
-        """The async client on this client's loop (for a `with_space` view, its view)."""
+        """The async client on this client's loop (for a `with_space` or `with_holder` view, its view)."""
         client = self._shared.blocking_client()
+        if self._view_of_holder is not None:
+            client = self._view_of_holder.of(client)
         return client if self._view_of_space is None else client.with_space(self._view_of_space)
 
     @property
@@ -570,6 +326,40 @@ class Runstate(RunVerbs):
     @property
     def mailboxes(self) -> BlockingMailboxes:
         return BlockingMailboxes(self._async, self._loop)
+
+    @property
+    def pools(self) -> BlockingPools:
+        """The space's concurrency pools: `ensure(name, capacity=)`, `list()`; a run takes units
+        with `pool(name)`."""
+        return BlockingPools(self._async.pools, self._loop)
+
+    @property
+    def quotas(self) -> BlockingQuotas:
+        """The space's quotas: `ensure(name, units_per_window=, window_seconds=)`, `list()`; a run
+        takes units with `quota(name)`."""
+        return BlockingQuotas(self._async.quotas, self._loop)
+
+    @property
+    def work_limits(self) -> BlockingWorkLimits:
+        """Caps on a run's outstanding tasks: `ensure(name, scope_id=, max_outstanding=)`."""
+        return BlockingWorkLimits(self._async.work_limits, self._loop)
+
+    @property
+    def budgets(self) -> BlockingBudgets:
+        """The space's money budgets: `ensure(name, currency=, scale=, limit=)`; a run reserves with
+        `budget(name)`."""
+        return BlockingBudgets(self._async.budgets, self._loop)
+
+    @property
+    def event_log(self) -> BlockingEvents:
+        """The space's event log (`AsyncRunstate.events`): `list()` a page, `watch()` follow it.
+        Not `events`: `rs.events(...)` is the run-bound API's, the events of this client's run."""
+        return BlockingEvents(self._async.events, self._loop)
+
+    @property
+    def diagnostics(self) -> BlockingDiagnostics:
+        """Read-only views for people and tooling: `run(scope_id)`, `workers(scope_id)`, `waits()`."""
+        return BlockingDiagnostics(self._async.diagnostics, self._loop)
 
     @property
     def space_id(self) -> str:
@@ -595,6 +385,19 @@ class Runstate(RunVerbs):
         """A view bound to another space, sharing the loop, transport, holder and session."""
         view = self._bound_to(self._binding.spec)
         view._view_of_space = space_id
+        view._view_of_holder = self._view_of_holder  # a holder view's holder and session stay
+        return view
+
+    def with_holder(self, holder: str) -> Runstate:
+        """A view for another worker of this process (see `AsyncRunstate.with_holder`): its own
+        `holder` and a fresh `session`, so the claims, grants and deliveries taken through its
+        handles are its own, sharing the loop, the transport, the batching of calls and the
+        renewal loop. Closing the client closes its views; closing a view closes nothing. The
+        run-bound calls of a view (`once`, `queue`...) go as the client's own `worker`."""
+        check_text("holder", holder, HOLDER_LEN_MAX)
+        view = self._bound_to(self._binding.spec)
+        view._view_of_space = self._view_of_space
+        view._view_of_holder = _HolderView(holder)
         return view
 
     def new_event(self) -> threading.Event:
@@ -602,23 +405,14 @@ class Runstate(RunVerbs):
         return threading.Event()
 
     def watch(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        """A blocking iterator over `events.watch(...)`; `stop_event=rs.new_event()` ends it."""
-        stream = self._async.events.watch(**kwargs)
-        try:
-            while True:
-                try:
-                    yield self._loop.run(stream.__anext__())
-                except StopAsyncIteration:
-                    return
-        finally:
-            aclose = getattr(stream, "aclose", None)  # an async generator: let it clean up
-            if aclose is not None:
-                self._loop.run(aclose())
+        """`event_log.watch(...)` (a blocking iterator over the space's events, the same options);
+        `stop_event=rs.new_event()` ends it."""
+        yield from self.event_log.watch(**kwargs)
 
     def close(self) -> None:
-        """Close the client (best effort, at most 5 s) and stop its loop thread. A `with_space`
-        view closes nothing; a client made with `run()` or `child()` shares its parent's."""
-        if self._view_of_space is not None:
+        """Close the client (best effort, at most 5 s) and stop its loop thread. A `with_space` or
+        `with_holder` view closes nothing; a client made with `run()` or `child()` shares its parent's."""
+        if self._view_of_space is not None or self._view_of_holder is not None:
             return
         self._shared.close()
 
@@ -627,3 +421,20 @@ class Runstate(RunVerbs):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class _HolderView:
+    """A `with_holder` view's holder, and the async view made for it on the client's loop: made
+    once per client (the same session for every call of the view), again after `configure()`
+    makes a new client."""
+
+    def __init__(self, holder: str) -> None:
+        self.holder = holder
+        self._lock = threading.Lock()
+        self._made: tuple[AsyncRunstate, AsyncRunstate] | None = None
+
+    def of(self, client: AsyncRunstate) -> AsyncRunstate:
+        with self._lock:
+            if self._made is None or self._made[0] is not client:
+                self._made = (client, client.with_holder(self.holder))
+            return self._made[1]

@@ -182,30 +182,3 @@ def test_crash_takes_the_blocking_clients_objects():
             rs.scopes.create()
     finally:
         rs.close()
-
-
-def test_the_blocking_client_names_each_handle_of_the_async_client_it_lacks():
-    """`Runstate`'s docstring says which handles of `AsyncRunstate` (and of a run, a mailbox) it
-    has not: each one a blocking caller would look for and not find is named there, so the
-    reference never promises a twin that is not there."""
-    import inspect
-
-    from runstate import blocking
-    from runstate.mailboxes import MailboxRef
-    from runstate.scopes import ScopeHandle
-
-    def public(obj):
-        return {name for name in dir(obj) if not name.startswith("_")}
-
-    doc = inspect.getdoc(blocking.Runstate)
-    async_client = runstate.AsyncRunstate(api_key="k", space_id="s")
-    run = async_client.scope("sc_1")
-    missing = (public(async_client) - public(blocking.Runstate) - {"aclose", "events"})
-    missing |= public(run) - public(blocking.BlockingScope) - {"budget_by_id", "pool_by_id", "quota_by_id"}
-    missing |= public(MailboxRef) - public(blocking.BlockingMailbox) - {"by_id", "by_name"}
-    assert missing == {
-        "pools", "quotas", "budgets", "work_limits", "diagnostics", "with_holder", "pool", "quota", "budget",
-        "barriers", "timers", "groups", "admit",
-    }
-    for name in missing:
-        assert f"`{name}" in doc, name
