@@ -438,7 +438,8 @@ class AdmittedWork:
         self.attempt = attempt
 
     def __repr__(self) -> str:
-        return f"AdmittedWork(task={self.task.id!r}, attempt={self.attempt})"
+        task_id = None if self.task is None else self.task.id  # (a plain message admitted has no task)
+        return f"AdmittedWork(task={task_id!r}, attempt={self.attempt})"
 
 
 async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> AdmittedWork | None:

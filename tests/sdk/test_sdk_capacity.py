@@ -218,3 +218,10 @@ async def test_submit_with_requirements_then_admit(autojump_clock):
         assert results[0].delivery.data == {"n": 2}
         await results[0].delivery.complete()
         assert (await first_ticket.result())["state"] == "SUCCEEDED"
+
+
+def test_admitted_work_without_a_task_has_a_repr():
+    """A message admitted without a task (`taskId` null) prints, where its repr raised AttributeError."""
+    from runstate.capacity import AdmittedWork
+
+    assert repr(AdmittedWork(None, None, {}, 2)) == "AdmittedWork(task=None, attempt=2)"
