@@ -88,7 +88,8 @@ def endpoint(
     """Declare a route. Without `handler`, `doc.command` is run (see the module docstring).
 
     `fixed` gives path parameters the route's path does not carry: a route that stands for
-    another with one of its segments fixed (a claim key the client's path lost, `routes/claims.py`).
+    another with one of its segments fixed (a key or name the client's path lost,
+    `endpoint_and_dot_segments`).
 
     A command route of a space may also be sent as one operation of a batch
     (`routes/batch.py`), without a wait: every route declared without a handler is, and one
