@@ -129,7 +129,7 @@ endpoint_and_dot_segments(router, "PUT", BASE + "/budgets/by-name/{name}", Doc(
     "Look up the budget of this name ({}), or create or check it (limitMinor, currency USD and scale 2 by default; 409 CONFLICT when it differs)",
     (Reply(200, "Budget"),), c.EnsureBudget, body_required=False, errors=ERRORS, idempotent=True, group=G,
 ), "name")
-endpoint(router, "GET", BASE + "/budgets/{budget_id}", Doc("A budget with its active reservations", (Reply(200, "Budget"),), errors=("404",), group=G), _reader(reads.budget, "budget_id"))
+endpoint(router, "GET", BASE + "/budgets/{budget_id}", Doc("A budget with its active reservations, and those its settleBy released in the last retention_s", (Reply(200, "Budget"),), errors=("404",), group=G), _reader(reads.budget, "budget_id"))
 endpoint(router, "POST", BASE + "/budgets/{budget_id}/reserve", Doc(
     "Reserve an amount (409 INSUFFICIENT_BUDGET when it does not fit)", (Reply(201, "Reservation", "Reserved"),), c.Reserve,
     errors=ERRORS, idempotent=True, group=G,
