@@ -49,3 +49,26 @@ asyncio.run(main())
         assert out[key]["after"] == "acquired", out  # run()'s release freed the key
         first, second = out[key]["generations"]
         assert int(second) == int(first) + 1, out
+
+
+def test_a_result_with_a_payload_field_among_others_is_the_outcome_as_it_is(clients: Clients):
+    """0.3.0 completes with `{"payload": <its return value>}` and reads the task's outcome as that
+    value, so the server takes a result's `payload` as the outcome. It took it from any result
+    that had one: a 0.2.0 worker's `{"payload": ..., "meta": ...}` lost everything but `payload`.
+    Only the wrapper, a result whose one field is `payload`, is unwrapped now."""
+    out = clients.run("""
+async def main():
+    rs = AsyncRunstate()
+    await rs.mailboxes.ensure("results")
+    run = await rs.scopes.create()
+    box = run.mailbox("results")
+    outcomes = []
+    for n, result in enumerate([{"payload": {"rows": 3}, "meta": {"took_ms": 12}}, {"payload": 5}]):
+        ticket = await box.submit({"n": n}, key=f"job-{n}")
+        delivery = await box.receive()
+        await delivery.complete(result)
+        outcomes.append((await ticket.result(timeout_ms=5000))["outcome"])
+    emit(outcomes=outcomes)
+asyncio.run(main())
+""")
+    assert out["outcomes"] == [{"payload": {"rows": 3}, "meta": {"took_ms": 12}}, 5], out
