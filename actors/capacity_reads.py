@@ -84,6 +84,7 @@ def budgets(kernel: KernelReads, space: str) -> list[BudgetView]:
 
 
 def budget(kernel: KernelReads, space: str, budget_id: str) -> BudgetReservationsView:
-    """A budget with its active reservations (0.3.0 reads them)."""
+    """A budget with its active reservations, and those its settleBy released within `retention_s`
+    (0.3.0 reads them to charge a settle that came too late)."""
     part = _part(kernel, space)
-    return part.budgets.reservations_view(part.budgets.get(budget_id))
+    return part.budgets.reservations_view(part.budgets.get(budget_id), kernel.clock.now_ms(), part.limits.retention_s * 1000)

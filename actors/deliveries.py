@@ -51,8 +51,10 @@ _SCOPE_ENDED = frozenset(SCOPE_END_REASONS.values())
 
 
 def outcome_of(result: Any) -> Any:
-    """A task's outcome from a delivery's `result`: its `payload` when it has one, else all of it."""
-    if isinstance(result, dict) and "payload" in result:
+    """A task's outcome from a delivery's `result`: the value of 0.3.0's wrapper, a result whose
+    one field is `payload`, else all of it (a 0.2.0 result with `payload` among other fields is
+    kept whole)."""
+    if isinstance(result, dict) and len(result) == 1 and "payload" in result:
         return result["payload"]
     return result
 

@@ -13,7 +13,7 @@ with 400 naming it, as a body field no command reads is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ..actors.errors import KernelError
@@ -24,7 +24,7 @@ from .http import Handler, Request, Router
 from .runtime import Runtime
 from .services import ReadServices
 
-__all__ = ["Doc", "Reply", "endpoint", "query_names", "API_PREFIX", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER", "say_if_capped"]
+__all__ = ["Doc", "Reply", "endpoint", "endpoint_and_dot_segments", "query_names", "API_PREFIX", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER", "say_if_capped"]
 
 # The API's routes: each takes the query parameters it declares and no other (`query_names`).
 API_PREFIX = "/v1/"
@@ -83,8 +83,13 @@ def endpoint(
     public: bool = False,
     batchable: bool | None = None,
     settle: bool = True,
+    fixed: dict[str, str] | None = None,
 ) -> None:
     """Declare a route. Without `handler`, `doc.command` is run (see the module docstring).
+
+    `fixed` gives path parameters the route's path does not carry: a route that stands for
+    another with one of its segments fixed (a key or name the client's path lost,
+    `endpoint_and_dot_segments`).
 
     A command route of a space may also be sent as one operation of a batch
     (`routes/batch.py`), without a wait: every route declared without a handler is, and one
@@ -100,11 +105,32 @@ def endpoint(
     if handler is None:
         assert doc.command is not None, f"{method} {pattern}: a route needs a handler or a command"
         assert "{space}" in pattern, f"{method} {pattern}: a command runs in a space, which its path names"
-        handler = _command_handler(doc.command, status, doc.operator)
+        handler = _command_handler(doc.command, status, doc.operator, fixed or {})
     elif not public and settle:
         handler = _settled(handler)
     takes = query_names(doc) if pattern.startswith(API_PREFIX) else None
     router.add(method, pattern, handler, long_poll=long_poll, public=public, doc=doc, batch=batch, query_names=takes)
+
+
+def endpoint_and_dot_segments(router: Router, method: str, pattern: str, doc: Doc, param: str, **options: Any) -> None:
+    """Declare a command route with `{param}` in its path, and the paths its request takes when
+    `{param}` is `.` or `..`.
+
+    A client that percent-encodes a name or key for its path segment as it is (the official
+    clients, ours for a name) leaves `.` and `..` unencoded, and its HTTP library then removes them
+    as dot segments (RFC 3986 5.2.4): `.` goes, `..` goes with the segment before it. So
+    `PUT /runs/.` arrives as `PUT /runs` and `POST /claims/../renew` as `POST /renew`. Those paths
+    are served too, the parameter fixed to what was dropped; each must name no other route."""
+    endpoint(router, method, pattern, doc, **options)
+    segments = pattern.split("/")
+    at = segments.index("{" + param + "}")
+    assert not segments[at - 1].startswith("{"), f"{pattern}: `..` would drop a parameter"
+    for value, dropped in ((".", 1), ("..", 2)):
+        path = "/".join(segments[: at + 1 - dropped] + segments[at + 1 :])
+        summary = f"{doc.summary}, for the {param} `{value}` (the path once the client drops it as a dot segment)"
+        endpoint(
+            router, method, path, replace(doc, summary=summary), **options, fixed={param: value}, batchable=False
+        )
 
 
 def query_names(doc: Doc) -> frozenset[str]:
@@ -158,7 +184,9 @@ def say_if_capped(request: Request, limits: Limits, wait_ms: int | None) -> None
         request.answer_headers = {**(request.answer_headers or {}), WAIT_CAPPED_HEADER: str(limits.wait_ms_max)}
 
 
-def _command_handler(command_class: type, status: int | StatusOf, operator: bool = False) -> Handler:
+def _command_handler(
+    command_class: type, status: int | StatusOf, operator: bool = False, given: dict[str, str] | None = None
+) -> Handler:
     if callable(status):
         status_of, fixed = status, 0
     else:
@@ -166,6 +194,8 @@ def _command_handler(command_class: type, status: int | StatusOf, operator: bool
     records_caller = takes_caller(command_class)
 
     async def run(services: Runtime, request: Request, **params: str) -> tuple[int, Any]:
+        if given:
+            params.update(given)
         space = params["space"]  # (a command route's path names its space: `endpoint`)
         services.authorize(request, space, operator=operator)
         if records_caller:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from ...actors import capacity_reads as reads
 from ...actors import commands as c
 from ...actors.kernel_reads import KernelReads
-from ..api import NO_CONTENT, Doc, Reply, endpoint
+from ..api import NO_CONTENT, Doc, Reply, endpoint, endpoint_and_dot_segments
 from ..http import Handler, Request, Router
 from ..services import ReadServices
 
@@ -50,10 +50,10 @@ endpoint(router, "POST", BASE + "/permits", Doc(
     "Create a permit pool (409 CONFLICT if the name exists)", (Reply(201, "Pool", "Created"),), c.CreatePool,
     errors=ERRORS, idempotent=True, group=G,
 ), status=201)
-endpoint(router, "PUT", BASE + "/permits/by-name/{name}", Doc(
+endpoint_and_dot_segments(router, "PUT", BASE + "/permits/by-name/{name}", Doc(
     "Look up the pool of this name ({}), or create or check it (units; 409 CONFLICT when it differs)",
     (Reply(200, "Pool"),), c.EnsurePool, body_required=False, errors=ERRORS, idempotent=True, group=G,
-))
+), "name")
 endpoint(router, "POST", BASE + "/permits/{permit_id}/acquire", Doc(
     "Take units of a pool under a fenced lease (409 CAPACITY_UNAVAILABLE with Retry-After when too few are free "
     "or anyone is in the pool's line; with waiterId, the units held back for that signaled waiter)",
@@ -85,10 +85,10 @@ endpoint(router, "POST", BASE + "/allowances", Doc(
     "Create an allowance: unitsLimit units per fixed window (409 CONFLICT if the name exists)",
     (Reply(201, "Allowance", "Created"),), c.CreateAllowance, errors=ERRORS, idempotent=True, group=G,
 ), status=201)
-endpoint(router, "PUT", BASE + "/allowances/by-name/{name}", Doc(
+endpoint_and_dot_segments(router, "PUT", BASE + "/allowances/by-name/{name}", Doc(
     "Look up the allowance of this name ({}), or create or check it (unitsLimit and windowSeconds; 409 CONFLICT when it differs)",
     (Reply(200, "Allowance"),), c.EnsureAllowance, body_required=False, errors=ERRORS, idempotent=True, group=G,
-))
+), "name")
 endpoint(router, "GET", BASE + "/allowances/{allowance_id}", Doc("An allowance and its current window", (Reply(200, "Allowance"),), errors=("404",), group=G), _reader(reads.allowance, "allowance_id"))
 endpoint(router, "POST", BASE + "/allowances/{allowance_id}/consume", Doc(
     "Consume units in the current window (429 ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN with Retry-After)",
@@ -125,11 +125,11 @@ endpoint(router, "POST", BASE + "/budgets", Doc(
     "Create a budget (amounts in minor units, as digit strings; 409 CONFLICT if the name exists)",
     (Reply(201, "Budget", "Created"),), c.CreateBudget, errors=ERRORS, idempotent=True, group=G,
 ), status=201)
-endpoint(router, "PUT", BASE + "/budgets/by-name/{name}", Doc(
+endpoint_and_dot_segments(router, "PUT", BASE + "/budgets/by-name/{name}", Doc(
     "Look up the budget of this name ({}), or create or check it (limitMinor, currency USD and scale 2 by default; 409 CONFLICT when it differs)",
     (Reply(200, "Budget"),), c.EnsureBudget, body_required=False, errors=ERRORS, idempotent=True, group=G,
-))
-endpoint(router, "GET", BASE + "/budgets/{budget_id}", Doc("A budget with its active reservations", (Reply(200, "Budget"),), errors=("404",), group=G), _reader(reads.budget, "budget_id"))
+), "name")
+endpoint(router, "GET", BASE + "/budgets/{budget_id}", Doc("A budget with its active reservations, and those its settleBy released in the last retention_s", (Reply(200, "Budget"),), errors=("404",), group=G), _reader(reads.budget, "budget_id"))
 endpoint(router, "POST", BASE + "/budgets/{budget_id}/reserve", Doc(
     "Reserve an amount (409 INSUFFICIENT_BUDGET when it does not fit)", (Reply(201, "Reservation", "Reserved"),), c.Reserve,
     errors=ERRORS, idempotent=True, group=G,

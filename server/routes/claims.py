@@ -3,6 +3,11 @@
 Renew and release carry no scope: the token names the claim, and the key in the path must match.
 A forced release has no token to name the claim by, so it names the run (`scopeId`) as an
 acquire does.
+
+The 0.2.0 client leaves a key of `.` or `..` unencoded, and its HTTP library drops it from the
+path as a dot segment: renew and release of `.` arrive as `/claims/renew` and `/claims/release`,
+of `..` as `/renew` and `/release` under the space, and are served there too
+(`endpoint_and_dot_segments`); a client that encodes them (`%2E`, ours) reaches the usual route.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import dataclasses
 from ...actors import commands as c
 from ...actors.kernel import EMPTY
 from ...actors.shapes import View
-from ..api import Doc, Reply, endpoint, say_if_capped
+from ..api import Doc, Reply, endpoint, endpoint_and_dot_segments, say_if_capped
 from ..http import Request, Router
 from ..runtime import Runtime
 
@@ -39,12 +44,12 @@ endpoint(router, "POST", BASE, Doc(
     "Acquire a claim (with waitMs, wait in arrival order for a held one)", CLAIM, c.AcquireClaim, errors=ERRORS,
     idempotent=True, group="Claims",
 ), acquire, long_poll=lambda request: b'"waitMs"' in request.body, batchable=True)
-endpoint(router, "POST", BASE + "/{key}/renew", Doc(
+endpoint_and_dot_segments(router, "POST", BASE + "/{key}/renew", Doc(
     "Renew a claim's lease ({key} percent-encoded)", CLAIM, c.RenewClaim, errors=ERRORS, idempotent=True, group="Claims",
-))
-endpoint(router, "POST", BASE + "/{key}/release", Doc(
+), "key")
+endpoint_and_dot_segments(router, "POST", BASE + "/{key}/release", Doc(
     "Release a claim", CLAIM, c.ReleaseClaim, errors=ERRORS, idempotent=True, group="Claims",
-))
+), "key")
 endpoint(router, "POST", BASE + "/{key}/force-release", Doc(
     "Release a held claim without its token: the holder's token is refused from then on, "
     "the next holder gets the next generation",

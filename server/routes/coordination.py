@@ -28,7 +28,7 @@ from ...actors.groups import GroupView
 from ...actors.timers import TimerView
 from ...actors.kernel import EMPTY
 from ...actors.coordination_reads import RunBarriersView, RunGroupsView, RunTimersView, RunView, WaitsView
-from ..api import Doc, Reply, endpoint, say_if_capped
+from ..api import Doc, Reply, endpoint, endpoint_and_dot_segments, say_if_capped
 from ..errors import ApiError
 from ..http import Handler, Request, Router, ascii_digits, integer_param
 from ..runtime import Runtime
@@ -59,10 +59,10 @@ endpoint(router, "POST", BASE + "/barriers", Doc(
     "Create a barrier that releases at target distinct arrivals", (Reply(201, "Barrier", "Created"),), c.CreateBarrier,
     errors=ERRORS, idempotent=True, group=G,
 ), status=201)
-endpoint(router, "PUT", BASE + "/barriers/by-name/{name}", Doc(
+endpoint_and_dot_segments(router, "PUT", BASE + "/barriers/by-name/{name}", Doc(
     "Get or create the scope's barrier of this name (safe to repeat; another target is 409 CONFLICT)",
     (Reply(200, "Barrier"),), c.EnsureBarrier, errors=ERRORS, idempotent=True, group=G,
-))
+), "name")
 endpoint(router, "GET", BASE + "/barriers/{barrier_id}", Doc("A barrier", (Reply(200, "Barrier"),), errors=("404",), group=G), read_barrier)
 endpoint(router, "POST", BASE + "/barriers/{barrier_id}/arrive", Doc(
     "Arrive (once per arrivalKey); 409 BARRIER_RELEASED after the release, BARRIER_CANCELLED once its scope ended",
@@ -99,10 +99,10 @@ endpoint(router, "POST", BASE + "/timers", Doc(
     "Arm a timer (afterSeconds or at, exactly one)", (Reply(201, "Timer", "Created"),), c.CreateTimer,
     errors=ERRORS, idempotent=True, group=G,
 ), status=201)
-endpoint(router, "PUT", BASE + "/timers/by-name/{name}", Doc(
+endpoint_and_dot_segments(router, "PUT", BASE + "/timers/by-name/{name}", Doc(
     "Get the scope's timer of this name as it is, or arm it (afterSeconds or at); answers the server's now",
     (Reply(200, "NamedTimer"),), c.EnsureTimer, errors=ERRORS, idempotent=True, group=G,
-))
+), "name")
 endpoint(router, "POST", BASE + "/timers/poll", Doc(
     "Every fired, unacknowledged timer of a scope with its token (harmless to repeat)", (Reply(200, "TimerPoll"),),
     c.PollTimers, errors=ERRORS, idempotent=True, group=G,

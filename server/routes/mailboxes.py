@@ -17,7 +17,7 @@ from ...actors import reads
 from ...actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, DeadLetterFilter, DeadLetterPage
 from ...actors.errors import VALIDATION_FAILED
 from ...actors.mailboxes import MailboxesView, MailboxView
-from ..api import NO_CONTENT, Doc, Reply, endpoint
+from ..api import NO_CONTENT, Doc, Reply, endpoint, endpoint_and_dot_segments
 from ..errors import ApiError
 from ..http import Request, Router, integer_param
 from ..services import ReadServices
@@ -59,10 +59,10 @@ endpoint(router, "POST", BASE, Doc(
     "Create a work queue", (Reply(201, "Mailbox", "Created"),), c.CreateMailbox, errors=("400", "404", "409"),
     idempotent=True, group=G,
 ), status=201)
-endpoint(router, "PUT", BASE + "/by-name/{name}", Doc(
+endpoint_and_dot_segments(router, "PUT", BASE + "/by-name/{name}", Doc(
     "Get or create the mailbox of this name; maxAttempts and requirements, once declared, must match (else 409 CONFLICT)",
     (Reply(200, "Mailbox"),), c.EnsureMailbox, body_required=False, errors=("400", "404", "409"), idempotent=True, group=G,
-))
+), "name")
 endpoint(router, "GET", BASE + "/{mailbox_id}", Doc("A mailbox", (Reply(200, "Mailbox"),), errors=("404",), group=G), read)
 endpoint(router, "GET", BASE + "/{mailbox_id}/dead-letters", Doc(
     f"Dead letters, newest first, a page at a time (limit 1-{LIST_LIMIT_MAX}, default {LIST_LIMIT_DEFAULT}; cursor), "

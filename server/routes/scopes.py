@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...actors import commands as c
 from ...actors import reads
 from ...actors.scopes import ScopeView
-from ..api import Doc, Reply, endpoint
+from ..api import Doc, Reply, endpoint, endpoint_and_dot_segments
 from ..http import Request, Router
 from ..services import ReadServices
 
@@ -25,10 +25,10 @@ endpoint(router, "POST", BASE, Doc(
     errors=("400", "404", "409"), idempotent=True, group="Scopes",
 ), status=201)
 endpoint(router, "GET", BASE + "/{scope_id}", Doc("A run", (Reply(200, SCOPE),), errors=("404",), group="Scopes"), read)
-endpoint(router, "PUT", "/v1/spaces/{space}/runs/{name}", Doc(
+endpoint_and_dot_segments(router, "PUT", "/v1/spaces/{space}/runs/{name}", Doc(
     "Get or create the run (a root scope) of this name; a stopped run is answered as it is",
     (Reply(200, SCOPE),), c.EnsureRun, body_required=False, errors=("400", "404", "409"), idempotent=True, group="Scopes",
-))
+), "name")
 endpoint(router, "POST", BASE + "/{scope_id}/cancel", Doc(
     "Cancel a run and its subtree (no body)", (Reply(200, SCOPE),), c.CancelScope, errors=("404", "409"),
     idempotent=True, group="Scopes", operator=True,

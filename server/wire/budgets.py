@@ -19,7 +19,7 @@ __all__ = [
 BUDGET = Shape(BudgetView)
 # A reservation as a budget lists it.
 ACTIVE_RESERVATION = Shape(ActiveReservationView)
-# A budget read by its id: with its active reservations.
+# A budget read by its id: with its active reservations, and those its settleBy released lately.
 BUDGET_RESERVATIONS = BUDGET.extended(BudgetReservationsView)
 # A reservation: its end, if nobody settles it, is `settleBy`, the name a reserve's request gives it.
 RESERVATION = Shape(ReservationView, rename={"settle_by_ms": "settleBy"})

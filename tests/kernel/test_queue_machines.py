@@ -365,7 +365,10 @@ def test_a_task_is_delivered_with_its_input_and_runs_then_succeeds_with_the_payl
 
 @pytest.mark.parametrize(
     "result, outcome",
-    [({"payload": 7}, 7), ({"payload": None}, None), ({"report": "r"}, {"report": "r"}), (None, None), ([1, 2], [1, 2])],
+    [
+        ({"payload": 7}, 7), ({"payload": None}, None), ({"report": "r"}, {"report": "r"}), (None, None), ([1, 2], [1, 2]),
+        ({"payload": 7, "meta": 1}, {"payload": 7, "meta": 1}),
+    ],
 )
 def test_the_outcome_is_the_result_payload_else_the_whole_result(result, outcome):
     assert outcome_of(result) == outcome
