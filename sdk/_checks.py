@@ -11,6 +11,7 @@ answer is the one to trust.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .errors import ValidationError
@@ -25,6 +26,7 @@ __all__ = [
     "check_wait_ms",
     "check_text",
     "check_positive",
+    "check_id",
 ]
 
 # Published, with their documentation, where they bound something: `runstate.claims` (the lease
@@ -83,3 +85,19 @@ def check_positive(field: str, value: Any, *, allow_zero: bool = False) -> float
     if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"{field} must be {'0 or more' if allow_zero else 'more than 0'}, got {value!r}")
     return float(value)
+
+
+# What an id given to a handle must not hold: the server's ids are letters, digits and _, and a
+# handle puts its id in a request's path as it is, where an empty one, `/`, `?`, `#`, `%` or a
+# space would name another route (`rs.scope("")` would read the list of scopes).
+_NOT_AN_ID = re.compile(r"[\s/?#%\\]")
+
+
+def check_id(field: str, value: Any) -> str:
+    """An id for a handle (`rs.scope(scope_id)`, `run.task(task_id)`...): a non-empty string that
+    can stand in a path as it is (the server's ids are letters, digits and _)."""
+    if not isinstance(value, str):
+        raise _refuse(f"field {field!r} must be a string")
+    if not value or value in (".", "..") or _NOT_AN_ID.search(value):
+        raise _refuse(f"{field} {value!r} is not an id (the server's ids are letters, digits and _)")
+    return value

@@ -21,6 +21,7 @@ from typing import Any, Callable, cast
 
 import anyio
 
+from ._checks import check_id
 from . import _runtime
 from ._context import Context
 from .claims import ClaimLease
@@ -170,7 +171,7 @@ class _Named:
         self._ctx = ctx
         self.scope_id = scope_id
         self.name = name
-        self._id = id
+        self._id = None if id is None else check_id("id", id)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(scope_id={self.scope_id!r}, name={self.name!r}, id={self._id!r})"

@@ -23,6 +23,7 @@ from typing import Any, AsyncIterator
 
 import anyio
 
+from ._checks import check_id
 from . import _runtime
 from ._context import Context
 from .claims import parse_timestamp
@@ -53,7 +54,7 @@ class BarrierHandle:
 
     def __init__(self, ctx: Context, barrier_id: str) -> None:
         self._ctx = ctx
-        self.id = barrier_id
+        self.id = check_id("barrier_id", barrier_id)
 
     def __repr__(self) -> str:
         return f"BarrierHandle(id={self.id!r})"
@@ -114,7 +115,7 @@ class TimerHandle:
     def __init__(self, ctx: Context, scope_id: str, timer_id: str, fire_at: datetime) -> None:
         self._ctx = ctx
         self.scope_id = scope_id
-        self.id = timer_id
+        self.id = check_id("timer_id", timer_id)
         self.fire_at = fire_at
 
     def __repr__(self) -> str:
@@ -182,7 +183,7 @@ class GroupHandle:
 
     def __init__(self, ctx: Context, group_id: str, scope_id: str | None = None) -> None:
         self._ctx = ctx
-        self.id = group_id
+        self.id = check_id("group_id", group_id)
         self.scope_id = scope_id  # the group's gate scope, when known
 
     def __repr__(self) -> str:

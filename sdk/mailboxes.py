@@ -26,7 +26,7 @@ import anyio
 
 from . import _runtime
 from . import _checks, _keys
-from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_lease_seconds, check_positive, check_text, check_wait_ms
+from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_id, check_lease_seconds, check_positive, check_text, check_wait_ms
 from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, ReturnedValue, StopFlag, give_back, report, report_lost
 from ._context import Context
 from ._renewal import Kept, LeaseClock, send_through
@@ -131,7 +131,7 @@ class Delivery:
         raise LeaseLostError("STALE_CLAIM", 409, f"the lease on delivery {self.id} was lost") from self.lost_error
 
     async def complete(self, result: Any = None) -> None:
-        """The work is done: the task records `result["payload"]` (or the whole result)."""
+        """The work is done: the task records `result` (`result["payload"]` when `payload` is its only field)."""
         await self._settle("complete", {"token": self._token, "result": result})
 
     async def retry(self, reason: str | None = None) -> None:
@@ -283,7 +283,7 @@ class MailboxRef:
         self._ctx = ctx
         self.scope_id = scope_id
         self.name = name
-        self._id = mailbox_id
+        self._id = None if mailbox_id is None else check_id("mailbox_id", mailbox_id)
 
     @classmethod
     def by_name(cls, ctx: Context, scope_id: str, name: str) -> MailboxRef:

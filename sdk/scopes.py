@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._checks import check_id
 from . import _keys
 from ._context import Context
 from .capacity import BudgetRef, PoolRef, QuotaRef  # -- capacity --
@@ -35,7 +36,7 @@ class ScopeHandle:
 
     def __init__(self, ctx: Context, scope_id: str) -> None:
         self._ctx = ctx
-        self.id = scope_id
+        self.id = check_id("scope_id", scope_id)
         self.barriers = BarriersAPI(ctx, scope_id)
         self.timers = TimersAPI(ctx, scope_id)
         self.groups = GroupsAPI(ctx)

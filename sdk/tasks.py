@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from ._checks import check_id
 from . import _runtime
 from ._context import Context
 from .errors import WaitTimeoutError
@@ -32,7 +33,7 @@ class TaskTicket:
 
     def __init__(self, ctx: Context, task_id: str, scope_id: str | None = None) -> None:
         self._ctx = ctx
-        self.id = task_id
+        self.id = check_id("task_id", task_id)
         self.scope_id = scope_id
 
     def __repr__(self) -> str:
