@@ -165,10 +165,13 @@ class JournalMetrics:
             buckets=SNAPSHOT_BUCKETS_S, registry=registry,
         ).observe
         # A WAL write or fsync that failed: from then on the journal refuses changes until it has
-        # repaired itself (`runstate_journal_refusing`).
+        # repaired itself (`runstate_journal_refusing`). Both series are shown from 0, so that
+        # `increase()` (the alert's) sees the first error: a series that appears at 1 has no rise.
         self.errors = Counter(
             "runstate_wal_errors", "WAL writes and fsyncs that failed, by operation.", ["operation"], registry=registry,
         )
+        for operation in ("write", "fsync"):
+            self.errors.labels(operation)
 
 
 class MeteredDisk(Disk):
