@@ -377,10 +377,13 @@ class Runtime:
         lsns = {}
         for partition in kernel.partitions:
             journal = partition.journal
-            last = lsns[partition.number] = journal.appended_lsn
             done = trio.Event()
-            journal.after(last, lambda error: done.set())
+            journal.after(journal.appended_lsn, lambda error: done.set())
             await done.wait()
+            lsns[partition.number] = journal.durable_lsn  # what is recorded, not what was refused
+            if journal.failure is not None:
+                log.error("partition %d: the journal could not write (%s): what it holds up to LSN %d is recorded; "
+                          "the changes refused after it are not", partition.number, journal.failure, journal.durable_lsn)
         lsn = lsns[0] if len(lsns) == 1 else None
         event(log, "journal_flushed", "journal flushed", lsn=lsn, partitions={str(number): last for number, last in lsns.items()})
         data = self.data
