@@ -238,6 +238,10 @@ class Runtime:
 
     async def _configure_api_key(self) -> None:
         settings = self.settings
+        refusal = self.keys_refusal()
+        if refusal is not None:  # (done once it opens: `_reopen_when_repaired`)
+            log.error("the API keys' partition (0) does not serve, so no API key is registered or made until it does: %s", refusal)
+            return
         if settings.api_key:
             try:
                 await self._register_key(settings.api_key, settings.space_id, "RUNSTATE_SERVER_API_KEY")
@@ -269,6 +273,9 @@ class Runtime:
         secret = request.bearer()
         key = self.kernel.keys.active(secret)
         if key is None:
+            refusal = self.keys_refusal()
+            if refusal is not None and not self.admin.matches(secret):
+                raise ApiError("UNAVAILABLE", f"the API keys cannot be checked: partition 0: {refusal}", headers={"retry-after": "1"})
             if self.admin.matches(secret):
                 if request.method == "GET" or operator:
                     return self._known_space(space)
@@ -333,8 +340,18 @@ class Runtime:
         return "; ".join(reasons)
 
     def key_is_known(self, secret: str) -> bool:
-        """Whether `secret` is any key of this server (an API key or the admin key), from the headers alone."""
-        return bool(self.kernel.keys.spaces_for(secret)) or self.admin.matches(secret)
+        """Whether `secret` is any key of this server (an API key or the admin key), from the headers
+        alone. While the keys cannot be read, any key may be one: `authorize` answers 503."""
+        return bool(self.kernel.keys.spaces_for(secret)) or self.admin.matches(secret) or self.keys_refusal() is not None
+
+    def keys_refusal(self) -> str | None:
+        """Why the API keys cannot be read now (the system partition, which holds them, could not
+        be opened), else None."""
+        kernel = self.kernel_if_open
+        if kernel is None:
+            return None
+        system = kernel.partitions[0]
+        return system.refusal if system.refusal is not None and not system.readable else None
 
     # -- operating it ------------------------------------------------------------------------------
 
@@ -369,6 +386,8 @@ class Runtime:
             store.on_snapshot = self.telemetry.metrics.journal.snapshot
             assert self._nursery_for_stores is not None
             await self._nursery_for_stores.start(store.run, partition)
+            if number == 0:  # the keys can be read again: the configured one is registered now
+                await self._configure_api_key()
             return
 
     async def flush(self) -> None:
