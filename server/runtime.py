@@ -363,21 +363,22 @@ class Runtime:
         return {"config": config, "disk": disk}
 
     async def _reopen_when_repaired(self, kernel: Kernel, data: DataDir, number: int) -> None:
-        """Try partition `number` again each time its files change (an operator repaired them),
-        at most every `REOPEN_POLL_S`; once it opens, it serves like the others."""
+        """Try partition `number` again each time its files change (an operator repaired them), or
+        while its disk failed (full: freeing space changes none of its files), at most every
+        `REOPEN_POLL_S`; once it opens, it serves like the others."""
         tried = data.files_of(number)
+        run_blocking = data.run_blocking or trio.to_thread.run_sync
         while True:
             await trio.sleep(REOPEN_POLL_S)
-            files = await trio.to_thread.run_sync(data.files_of, number)
-            if files == tried:
+            files = await run_blocking(data.files_of, number)
+            if files == tried and number not in data.disk_failures:
                 continue
             tried = files
             try:
                 store = await data.reopen(number)
             except (RecoveryError, OSError) as error:
-                data.refusals[number] = (f"its journal cannot be recovered: {public_reason(error)}; "
-                                         "the server's log and `runstate check` say where")
-                kernel.partitions[number].refuse(data.refusals[number])
+                what = "its journal cannot be recovered" if isinstance(error, RecoveryError) else "it cannot begin its journal"
+                kernel.partitions[number].refuse(data.refused(number, what, error))
                 log.error("partition %d still does not serve: %s", number, error)
                 continue
             state, journal = store.state, store.journal
