@@ -401,7 +401,7 @@ class Runtime:
             journal.after(journal.appended_lsn, lambda error: done.set())
             await done.wait()
             lsns[partition.number] = journal.durable_lsn  # what is recorded, not what was refused
-            if journal.failure is not None:
+            if journal.failure is not None and partition.refusal is None:  # (not one a cluster's node gave up)
                 log.error("partition %d: the journal could not write (%s): what it holds up to LSN %d is recorded; "
                           "the changes refused after it are not", partition.number, journal.failure, journal.durable_lsn)
         lsn = lsns[0] if len(lsns) == 1 else None
