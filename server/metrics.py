@@ -269,7 +269,8 @@ class StateCollector:
         if kernel is None:
             return
         refusing = GaugeMetricFamily(
-            "runstate_journal_refusing", "1 while the journal refuses every change (a WAL write or fsync failed; it repairs itself), else 0."
+            "runstate_journal_refusing", "1 while /healthz is 503 for a partition (a WAL write or fsync failed and it repairs "
+            "itself, it could not be opened at the start, or a cluster's node cannot serve it), else 0."
         )
         refusing.add_metric([], 1 if runtime.journal_refusal() is not None else 0)
         yield refusing

@@ -80,6 +80,9 @@ def test_damage_in_one_partition_leaves_the_other_seven_serving_until_it_is_repa
             assert health.status_code == 503 and f"partition {broken}:" in said and "damaged record" in said, said
             assert data_dir not in said and segment not in said and "byte" not in said, said
             assert any(segment in line and f"byte {damaged.offset}" in line for line in again.lines), "the log says where"
+            # What the alerting rules read: recovered (ready), and a partition refusing changes.
+            scraped = httpx.get(again.base_url + "/metrics", timeout=10).text
+            assert "\nrunstate_ready 1.0\n" in scraped and "\nrunstate_journal_refusing 1.0\n" in scraped
             for number, space in spaces.items():
                 read = http.get(f"/v1/spaces/{space}/scopes/{runs[number][0]}")
                 change = http.post(f"/v1/spaces/{space}/scopes", json={})
