@@ -63,6 +63,8 @@ _wall_ns = time.time_ns
 
 
 def _text_value(value: Any) -> str:
+    if isinstance(value, dict):  # (each partition's LSN: 0:4,1:48)
+        value = [f"{key}:{item}" for key, item in value.items()]
     text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     return text if text and " " not in text and "=" not in text else orjson.dumps(text).decode()
 

@@ -404,8 +404,7 @@ class Runtime:
             if journal.failure is not None and partition.refusal is None:  # (not one a cluster's node gave up)
                 log.error("partition %d: the journal could not write (%s): what it holds up to LSN %d is recorded; "
                           "the changes refused after it are not", partition.number, journal.failure, journal.durable_lsn)
-        lsn = lsns[0] if len(lsns) == 1 else None
-        event(log, "journal_flushed", "journal flushed", lsn=lsn, partitions={str(number): last for number, last in lsns.items()})
+        event(log, "journal_flushed", "journal flushed", partitions={str(number): last for number, last in lsns.items()})
         data = self.data
         if data is not None:  # each partition that changed since its start, side by side
             async with trio.open_nursery() as snapshots:
