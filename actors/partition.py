@@ -239,6 +239,9 @@ class Partition:
         self.readable = False
         # The last LSN this partition appended to its journal: LSNs only grow (reset with a new journal).
         self._appended_lsn = journal.appended_lsn
+        # The journal failure whose state rebuilt from disk `restore()` swapped in: while it lasts,
+        # the state holds recorded changes only, so a read of it waits for nothing.
+        self._restored_from: BaseException | None = None
 
     def __repr__(self) -> str:
         return f"<Partition {self.number}>"
@@ -295,6 +298,7 @@ class Partition:
         assert self.journal.failure is not None or self.refusal is not None, "restored only while no turn can change it"
         self.state = state
         self._appended_lsn = self.journal.appended_lsn
+        self._restored_from = self.journal.failure
         self.supervisor.reset()
         self.supervisor.arm_all(state.timers())
         self.fail_waiters(KernelError(UNAVAILABLE, "the state was rebuilt from the journal; try again"))
@@ -373,6 +377,13 @@ class Partition:
 
     # -- durable points ---------------------------------------------------------------------------
 
+    def _recorded_only(self) -> bool:
+        """True while the journal refuses changes and the state is the one rebuilt from disk after
+        its failure (`restore`): no turn changes it then, and all it shows is recorded, though the
+        journal still counts the failed batch as appended."""
+        failure = self.journal.failure
+        return failure is not None and failure is self._restored_from
+
     async def settled(self) -> None:
         """Return once every record appended so far is durable (UNAVAILABLE if the journal fails).
 
@@ -380,7 +391,7 @@ class Partition:
         journal = self.journal
         lsn = journal.appended_lsn
         assert journal.durable_lsn <= lsn, "nothing is durable before it is appended"
-        if lsn <= journal.durable_lsn:
+        if lsn <= journal.durable_lsn or self._recorded_only():
             return
         failure: list[BaseException | None] = []
         done = trio.Event()
@@ -688,7 +699,7 @@ class Partition:
         journal = self.journal
         appended = journal.appended_lsn
         assert journal.durable_lsn <= appended, "nothing is durable before it is appended"
-        if call.task is None or appended <= journal.durable_lsn:
+        if call.task is None or appended <= journal.durable_lsn or self._recorded_only():
             self._wake(call, result)
             return
         assert call.phase in (_QUEUED, _WAITING), "a call is decided once"

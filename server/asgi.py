@@ -15,11 +15,19 @@ else imports it).
 
 from __future__ import annotations
 
+import logging
 import os
 
 from .app import create_app
 from .config import load
+from .logs import setup
 
 __all__ = ["app"]
 
-app = create_app(load({}, os.environ, None).settings)
+_loaded = load({}, os.environ, None)
+# The server's own lines (recovery, ready, snapshots, warnings), as `runstate serve` writes them:
+# otherwise Python drops those below a warning. Request lines are the ASGI server's access log.
+setup(_loaded.settings.log_format, _loaded.settings.log_level, quiet_hypercorn=False)
+for _warning in _loaded.warnings:
+    logging.getLogger("runstate.server").warning("%s", _warning)
+app = create_app(_loaded.settings)

@@ -96,7 +96,7 @@ from . import cluster_log, cluster_view
 from .cluster_log import SECRET_HEADER
 from .peers import Peers
 
-__all__ = ["Cluster", "ClusterError", "Leader", "STANDBY", "DEFAULT_PARTITIONS", "hand_offs", "preference_order"]
+__all__ = ["Cluster", "ClusterError", "Leader", "STANDBY", "DEFAULT_PARTITIONS", "campaign_order", "hand_offs", "preference_order"]
 
 log = logging.getLogger("runstate.cluster")
 
@@ -171,6 +171,7 @@ class _Follower:
     handoffs: int = 0
     failovers: int = 0
     handed_epoch: int = 0  # the epoch the marker key last named
+    handed_target: str | None = None  # the node the marker key last named as the one it went to
     epoch_seen: int = 0
     last_leader: str | None = None  # the node that led before the leader key went away
     handed_to: str | None = None  # set when this node steps down to give the partition to that node
@@ -254,6 +255,28 @@ def hand_offs(node_id: str, led: dict[int, int], nodes: dict[str, Any], leaders:
             room[to] -= 1
             given.append((number, to))
     return given
+
+
+def campaign_order(node_id: str, preferred: list[str], last_leader: str | None, handed_by_me: bool,
+                   target: str | None) -> list[str]:
+    """The order in which the live nodes (`preferred`, the partition's preference) campaign for a
+    partition that has no leader, as node `node_id` sees it; each waits `CAMPAIGN_DELAY_S` a rank.
+
+    The node that led it is gone (or handed it over): the others need not wait for it, even before
+    the watch on the nodes has told that its session ended. A node that just handed the partition
+    over lets every other node go first. A partition handed to a node (`target`, as the marker key
+    names it) goes to that node first: `hand_offs` may pick one under its share that the
+    partition prefers less, and the next in preference would win it, lead past its own share and
+    hand it on, round after round."""
+    gone = last_leader if last_leader != node_id else None
+    order = [node for node in preferred if node != gone]
+    if handed_by_me:
+        order.remove(node_id)
+        order.append(node_id)
+    if target is not None and target in order:
+        order.remove(target)
+        order.insert(0, target)
+    return order
 
 
 class Cluster:
@@ -607,8 +630,11 @@ class Cluster:
     @staticmethod
     def _handed(follower: _Follower, value: bytes) -> None:
         try:
-            follower.handed_epoch = int(json.loads(value)["epoch"])
-        except (ValueError, KeyError, TypeError):
+            marker = json.loads(value)
+            follower.handed_epoch = int(marker["epoch"])
+            to = marker.get("to")
+            follower.handed_target = to if isinstance(to, str) else None
+        except (ValueError, KeyError, TypeError, AttributeError):
             pass  # (not ours to read: counted as a failover)
 
     @staticmethod
@@ -699,14 +725,10 @@ class Cluster:
         committed all the same) is resolved by reading the key back: the partition's loop finds
         it naming this node and `_resolve_own` decides."""
         number = follower.number
-        # The node that led it is gone (or handed it over): the others need not wait for it, even
-        # before the watch on the nodes has told that its session ended.
-        gone = follower.last_leader if follower.last_leader != self.node_id else None
-        order = [node for node in self.preferred(number) if node != gone]
-        if follower.handed_to is not None:  # it just handed the partition over: every other node first
-            follower.handed_to = None
-            order.remove(self.node_id)
-            order.append(self.node_id)
+        handed_by_me = follower.handed_to is not None
+        follower.handed_to = None
+        target = follower.handed_target if follower.handed_epoch == follower.epoch_seen else None
+        order = campaign_order(self.node_id, self.preferred(number), follower.last_leader, handed_by_me, target)
         rank = order.index(self.node_id)
         if rank:  # the nodes it prefers try first; if one wins, the transaction below fails
             await trio.sleep(CAMPAIGN_DELAY_S * rank)

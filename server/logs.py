@@ -63,6 +63,8 @@ _wall_ns = time.time_ns
 
 
 def _text_value(value: Any) -> str:
+    if isinstance(value, dict):  # (each partition's LSN: 0:4,1:48)
+        value = [f"{key}:{item}" for key, item in value.items()]
     text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
     return text if text and " " not in text and "=" not in text else orjson.dumps(text).decode()
 
@@ -107,8 +109,10 @@ class _LineHandler(logging.Handler):
             self.handleError(record)
 
 
-def setup(log_format: str = "json", log_level: str = "info", write: Write | None = None) -> Write:
-    """Send every `logging` record through one handler in `log_format`; returns the line writer."""
+def setup(log_format: str = "json", log_level: str = "info", write: Write | None = None, *, quiet_hypercorn: bool = True) -> Write:
+    """Send every `logging` record through one handler in `log_format`; returns the line writer.
+
+    `quiet_hypercorn=False` under a stock ASGI server, whose own lines (the address it bound) stay its own."""
     write = fd_writer(2) if write is None else write
     handler = _LineHandler(write)
     handler.setFormatter(_JsonFormatter() if log_format == "json" else _TextFormatter())
@@ -117,8 +121,10 @@ def setup(log_format: str = "json", log_level: str = "info", write: Write | None
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(_LEVELS[log_level])
-    # hypercorn's own start lines repeat ours; its errors still come through.
-    logging.getLogger("hypercorn.error").setLevel(max(_LEVELS[log_level], logging.WARNING))
+    if quiet_hypercorn:  # hypercorn's own start lines repeat ours; its errors still come through.
+        logging.getLogger("hypercorn.error").setLevel(max(_LEVELS[log_level], logging.WARNING))
+    else:  # hypercorn's lines are written by its own handlers (which it sets up after this), once
+        handler.addFilter(lambda record: not record.name.startswith("hypercorn."))
     # httpx logs a line per request at info: a cluster's node talks to etcd and its peers all the time.
     logging.getLogger("httpx").setLevel(max(_LEVELS[log_level], logging.WARNING))
     return write

@@ -165,10 +165,13 @@ class JournalMetrics:
             buckets=SNAPSHOT_BUCKETS_S, registry=registry,
         ).observe
         # A WAL write or fsync that failed: from then on the journal refuses changes until it has
-        # repaired itself (`runstate_journal_refusing`).
+        # repaired itself (`runstate_journal_refusing`). Both series are shown from 0, so that
+        # `increase()` (the alert's) sees the first error: a series that appears at 1 has no rise.
         self.errors = Counter(
             "runstate_wal_errors", "WAL writes and fsyncs that failed, by operation.", ["operation"], registry=registry,
         )
+        for operation in ("write", "fsync"):
+            self.errors.labels(operation)
 
 
 class MeteredDisk(Disk):
@@ -266,7 +269,8 @@ class StateCollector:
         if kernel is None:
             return
         refusing = GaugeMetricFamily(
-            "runstate_journal_refusing", "1 while the journal refuses every change (a WAL write or fsync failed; it repairs itself), else 0."
+            "runstate_journal_refusing", "1 while /healthz is 503 for a partition (a WAL write or fsync failed and it repairs "
+            "itself, it could not be opened at the start, or a cluster's node cannot serve it), else 0."
         )
         refusing.add_metric([], 1 if runtime.journal_refusal() is not None else 0)
         yield refusing

@@ -238,6 +238,10 @@ class Runtime:
 
     async def _configure_api_key(self) -> None:
         settings = self.settings
+        refusal = self.keys_refusal()
+        if refusal is not None:  # (done once it opens: `_reopen_when_repaired`)
+            log.error("the API keys' partition (0) does not serve, so no API key is registered or made until it does: %s", refusal)
+            return
         if settings.api_key:
             try:
                 await self._register_key(settings.api_key, settings.space_id, "RUNSTATE_SERVER_API_KEY")
@@ -269,6 +273,9 @@ class Runtime:
         secret = request.bearer()
         key = self.kernel.keys.active(secret)
         if key is None:
+            refusal = self.keys_refusal()
+            if refusal is not None and not self.admin.matches(secret):
+                raise ApiError("UNAVAILABLE", f"the API keys cannot be checked: partition 0: {refusal}", headers={"retry-after": "1"})
             if self.admin.matches(secret):
                 if request.method == "GET" or operator:
                     return self._known_space(space)
@@ -333,8 +340,18 @@ class Runtime:
         return "; ".join(reasons)
 
     def key_is_known(self, secret: str) -> bool:
-        """Whether `secret` is any key of this server (an API key or the admin key), from the headers alone."""
-        return bool(self.kernel.keys.spaces_for(secret)) or self.admin.matches(secret)
+        """Whether `secret` is any key of this server (an API key or the admin key), from the headers
+        alone. While the keys cannot be read, any key may be one: `authorize` answers 503."""
+        return bool(self.kernel.keys.spaces_for(secret)) or self.admin.matches(secret) or self.keys_refusal() is not None
+
+    def keys_refusal(self) -> str | None:
+        """Why the API keys cannot be read now (the system partition, which holds them, could not
+        be opened), else None."""
+        kernel = self.kernel_if_open
+        if kernel is None:
+            return None
+        system = kernel.partitions[0]
+        return system.refusal if system.refusal is not None and not system.readable else None
 
     # -- operating it ------------------------------------------------------------------------------
 
@@ -346,21 +363,22 @@ class Runtime:
         return {"config": config, "disk": disk}
 
     async def _reopen_when_repaired(self, kernel: Kernel, data: DataDir, number: int) -> None:
-        """Try partition `number` again each time its files change (an operator repaired them),
-        at most every `REOPEN_POLL_S`; once it opens, it serves like the others."""
+        """Try partition `number` again each time its files change (an operator repaired them), or
+        while its disk failed (full: freeing space changes none of its files), at most every
+        `REOPEN_POLL_S`; once it opens, it serves like the others."""
         tried = data.files_of(number)
+        run_blocking = data.run_blocking or trio.to_thread.run_sync
         while True:
             await trio.sleep(REOPEN_POLL_S)
-            files = await trio.to_thread.run_sync(data.files_of, number)
-            if files == tried:
+            files = await run_blocking(data.files_of, number)
+            if files == tried and number not in data.disk_failures:
                 continue
             tried = files
             try:
                 store = await data.reopen(number)
             except (RecoveryError, OSError) as error:
-                data.refusals[number] = (f"its journal cannot be recovered: {public_reason(error)}; "
-                                         "the server's log and `runstate check` say where")
-                kernel.partitions[number].refuse(data.refusals[number])
+                what = "its journal cannot be recovered" if isinstance(error, RecoveryError) else "it cannot begin its journal"
+                kernel.partitions[number].refuse(data.refused(number, what, error))
                 log.error("partition %d still does not serve: %s", number, error)
                 continue
             state, journal = store.state, store.journal
@@ -369,6 +387,8 @@ class Runtime:
             store.on_snapshot = self.telemetry.metrics.journal.snapshot
             assert self._nursery_for_stores is not None
             await self._nursery_for_stores.start(store.run, partition)
+            if number == 0:  # the keys can be read again: the configured one is registered now
+                await self._configure_api_key()
             return
 
     async def flush(self) -> None:
@@ -377,12 +397,14 @@ class Runtime:
         lsns = {}
         for partition in kernel.partitions:
             journal = partition.journal
-            last = lsns[partition.number] = journal.appended_lsn
             done = trio.Event()
-            journal.after(last, lambda error: done.set())
+            journal.after(journal.appended_lsn, lambda error: done.set())
             await done.wait()
-        lsn = lsns[0] if len(lsns) == 1 else None
-        event(log, "journal_flushed", "journal flushed", lsn=lsn, partitions={str(number): last for number, last in lsns.items()})
+            lsns[partition.number] = journal.durable_lsn  # what is recorded, not what was refused
+            if journal.failure is not None and partition.refusal is None:  # (not one a cluster's node gave up)
+                log.error("partition %d: the journal could not write (%s): what it holds up to LSN %d is recorded; "
+                          "the changes refused after it are not", partition.number, journal.failure, journal.durable_lsn)
+        event(log, "journal_flushed", "journal flushed", partitions={str(number): last for number, last in lsns.items()})
         data = self.data
         if data is not None:  # each partition that changed since its start, side by side
             async with trio.open_nursery() as snapshots:

@@ -211,6 +211,9 @@ class DataDir:
     lock_fd: int | None
     stores: dict[int, Store] = field(default_factory=dict)
     refusals: dict[int, str] = field(default_factory=dict)
+    # Partitions refused because the disk failed (full, an I/O error), not for what their files
+    # hold: their files may be whole, and a try once the disk works may open them unchanged.
+    disk_failures: set[int] = field(default_factory=set)
     upgraded_from: list[int] = field(default_factory=list)
 
     @property
@@ -248,12 +251,23 @@ class DataDir:
 
     def _refuse(self, number: int, what: str, error: BaseException) -> None:
         """Leave partition `number` out: the log says what and where, `refusals` what alone."""
-        self.refusals[number] = f"{what}: {public_reason(error)}; the server's log and `runstate check` say where"
+        self.refused(number, what, error)
         reason = f"{what}: {error}"
         log.error(
             "partition %d does not serve: %s", number, reason,
             extra={"event": "partition_down", "fields": {"partition": number, "reason": reason}},
         )
+
+    def refused(self, number: int, what: str, error: BaseException) -> str:
+        """Record why partition `number` is refused (`what` went wrong, with `error`); returns the reason."""
+        if isinstance(error, OSError):  # the disk, not the files: tried again until it works
+            self.disk_failures.add(number)
+            hint = "it is tried again every few seconds until the disk works"
+        else:
+            self.disk_failures.discard(number)
+            hint = "the server's log and `runstate check` say where"
+        reason = self.refusals[number] = f"{what}: {public_reason(error)}; {hint}"
+        return reason
 
     async def reopen(self, number: int) -> Store:
         """Try again to open partition `number` (it did not open); raises what refuses it still.
@@ -271,6 +285,7 @@ class DataDir:
             raise
         store.log_recovery()
         del self.refusals[number]
+        self.disk_failures.discard(number)
         self.stores[number] = store
         log.warning("partition %d serves again", number, extra={"event": "partition_up", "fields": {"partition": number}})
         return store

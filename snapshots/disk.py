@@ -54,6 +54,18 @@ class Disk:
     def open_write(self, path: str) -> int:
         return os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
 
+    def copy(self, source: str, target: str) -> None:
+        """Copy `source` to `target` (replacing it), readable by its owner only like the journal
+        it copies: it holds the same fencing tokens and payloads."""
+        with open(source, "rb") as original:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+            try:
+                os.fchmod(fd, FILE_MODE)
+                while chunk := original.read(1 << 20):
+                    self.write(fd, chunk)
+            finally:
+                os.close(fd)
+
     def write(self, fd: int, data: bytes | memoryview) -> None:
         """Write all of `data` (a short write is continued, not returned)."""
         view = memoryview(data)

@@ -52,7 +52,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -418,7 +417,7 @@ def _repair(loaded: Loaded, fix: Repair, repair: bool, disk: Disk, data: bytes, 
         disk.fsync_dir(os.path.dirname(fix.path))
     else:
         if fix.broken_copy:
-            shutil.copyfile(fix.path, fix.broken_copy)
+            disk.copy(fix.path, fix.broken_copy)
         fd = disk.open_write(fix.path)
         try:
             disk.truncate(fd, fix.offset)

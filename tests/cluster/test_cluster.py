@@ -183,6 +183,8 @@ def test_a_receive_waiting_at_a_leader_that_hands_its_partition_over_is_answered
             waiter.join(30)
             assert got and got[0].status_code == 200, got and got[0].text
             assert got[0].json()["message"]["payload"] == {"n": 1}
+            assert first.stop() == 0  # SIGTERM: the partitions it gave up are no journal failure of its own
+            assert not [line for line in first.lines if "could not write" in line]
         finally:
             nodes.close()
 

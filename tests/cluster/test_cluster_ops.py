@@ -17,6 +17,7 @@ from typing import Iterator
 
 import httpx
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from .nodes import ADMIN_KEY, API_KEY, ClusterNodes, Node, ready_cluster
@@ -106,6 +107,11 @@ def test_metrics_say_each_partitions_role_lag_leader_changes_and_etcds_latency(c
         for family in text_string_to_metric_families(texts["n0"]) if family.name.startswith(("runstate_cluster_", "runstate_etcd_"))
     }
     assert documented == exported
+    # and deploy/'s alerting rules name only metrics a node exports
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "runstate-alerts.yml").read_text())
+    named = {name for group in rules["groups"] for rule in group["rules"]
+             for name in re.findall(r"runstate_(?:cluster|etcd)_[a-z_]+[a-z]", rule["expr"])}
+    assert named and named <= exported
 
 
 def test_healthz_says_a_node_cannot_serve_while_etcd_does_not_answer_it(cluster: ClusterNodes) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runstate.server.cluster import HANDOFF_LAG_MAX, PUBLISH_EVERY_S, hand_offs, preference_order
+from runstate.server.cluster import HANDOFF_LAG_MAX, PUBLISH_EVERY_S, campaign_order, hand_offs, preference_order
 
 NOW_MS = 1_000_000
 LONG_AGO_MS = NOW_MS - int(4 * PUBLISH_EVERY_S * 1000)
@@ -123,3 +123,44 @@ def test_a_partition_whose_next_node_is_full_goes_to_the_one_after() -> None:
     prefers = _prefers(65)
     assert given and all(to == "n2" for _, to in given)
     assert any(prefers[number][1] == "n1" for number, _ in given)
+
+
+def _settle(names: tuple[str, ...], partitions: int, *, honour_target: bool = True) -> tuple[int, dict[int, str | None]]:
+    """Rounds of hand-offs from the first node leading every partition, each hand-off won by the
+    first node of `campaign_order` as the other nodes see it; (rounds, leaders) once none is left."""
+    said = {name: _said({n: 100 for n in range(partitions)}) for name in names}
+    leaders: dict[int, str | None] = {n: names[0] for n in range(partitions)}
+    for rounds in range(1, 20):
+        moved = False
+        for name in names:
+            for number, to in hand_offs(name, _led_by(leaders, name), said, leaders, NOW_MS):
+                observer = next(node for node in names if node != name)
+                order = campaign_order(observer, preference_order(set(names), number), name, False,
+                                       to if honour_target else None)
+                leaders[number] = order[0]
+                moved = True
+        if not moved:
+            return rounds, leaders
+    return 0, leaders
+
+
+def test_a_partition_handed_to_a_node_under_its_share_stays_there() -> None:
+    """n1, n2 and n3 with 8 data partitions and the system one (docs/cluster.md): n1 is preferred
+    by four, one past its share, and gives partition 0 to n3, the one with room; n3 campaigns first
+    and keeps it. Had n2 (next in 0's preference) won it, n2 would be past its share and give it
+    back to n1, which prefers it: round after round, each a moment without a leader."""
+    names = ("n1", "n2", "n3")
+    assert [order[0] for order in (preference_order(set(names), n) for n in range(9))].count("n1") == 4
+    rounds, leaders = _settle(names, 9)
+    assert rounds and all(list(leaders.values()).count(name) == 3 for name in names), leaders
+    assert _settle(names, 9, honour_target=False)[0] == 0  # (the round after round, without the target)
+    for partitions in range(2, 40):  # and any other count settles too
+        assert _settle(("n0", "n1", "n2"), partitions)[0], partitions
+
+
+def test_the_node_a_partition_was_handed_to_campaigns_first_and_the_one_that_gave_it_last() -> None:
+    preferred = ["n1", "n2", "n3"]
+    assert campaign_order("n2", preferred, "n1", False, "n3") == ["n3", "n2"]
+    assert campaign_order("n1", preferred, "n1", True, "n3") == ["n3", "n2", "n1"]
+    assert campaign_order("n2", preferred, "n1", False, None) == ["n2", "n3"]  # a failover: preference
+    assert campaign_order("n2", preferred, "n1", False, "n9") == ["n2", "n3"]  # a target no longer live

@@ -85,3 +85,32 @@ async def test_a_failing_disk_under_one_partition_stops_only_its_spaces(tmp_path
         assert (await client.post("/scopes", {})).status == 201
     runs = await clients[broken].get("/scopes")
     assert runs.status == 200 and len(runs.json["scopes"]) == 2  # the refused change was never recorded
+
+
+async def test_a_partition_whose_disk_failed_at_the_start_opens_once_the_disk_works(tmp_path, nursery, autojump_clock):
+    """A start on a disk that fails under one partition (full, say) leaves it out; freeing space
+    changes none of its files, yet it is tried again every few seconds and serves once the disk works."""
+    spaces = one_space_per_partition(2)
+    broken = 1
+    data_dir = str(tmp_path / "data")
+    disk = FaultyDisk(only_under=partition_dir(data_dir, broken))
+    disk.fail_write = True
+    settings = Settings(data_dir=data_dir, partitions=2, admin_key=ADMIN_KEY, api_key="rs_unused", seed=2)
+    runtime = _Runtime(settings, disk)
+    await nursery.start(runtime.run)
+    while not runtime.ready:
+        await trio.testing.wait_all_tasks_blocked()
+    admin = AsgiClient(runtime, api_key=ADMIN_KEY)
+    probe = await admin.get("/healthz")
+    assert probe.status == 503 and f"partition {broken}: it cannot begin its journal" in probe.json["error"]["message"]
+    assert "tried again" in probe.json["error"]["message"] and "runstate check" not in probe.json["error"]["message"]
+    made = await admin.post("/v1/admin/keys", {"spaces": list(spaces.values())})
+    client = AsgiClient(runtime, api_key=made.json["key"], space=spaces[broken])
+    assert (await client.post("/scopes", {})).status == 503
+    await trio.sleep(10)  # still failing: still refused
+    assert (await client.post("/scopes", {})).status == 503
+
+    disk.fail_write = False
+    await trio.sleep(2.5)  # the next round opens it
+    assert (await admin.get("/healthz")).status == 200
+    assert (await client.post("/scopes", {})).status == 201

@@ -9,6 +9,7 @@ store has repaired itself; the liveness probe stays 200 throughout.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import stat
 
@@ -117,3 +118,49 @@ async def test_healthz_is_503_with_the_reason_while_the_journal_refuses_changes(
     await trio.sleep(1.5)  # the next probe repairs
     assert (await client.get("/healthz")).status == 200
     assert (await client.post("/scopes", {})).status == 201
+
+
+@pytest.mark.parametrize("fault", ["fsync", "write"])
+async def test_reads_answer_from_what_was_recorded_while_the_journal_refuses_changes(tmp_path, nursery, autojump_clock, fault):
+    """A full or failing disk: changes are refused, but the state rebuilt from disk is read as
+    ever (runs, a run, the event log), showing what was recorded and nothing of the failed batch;
+    a second failure after the repair is read the same way."""
+    disk = FaultyDisk()
+    runtime = await _start(nursery, str(tmp_path / "data"), disk)
+    client = AsgiClient(runtime)
+    kept = await client.run()
+    for round in range(2):
+        setattr(disk, f"fail_{fault}", True)
+        assert (await client.post("/scopes", {})).status == 503
+        await trio.sleep(0.1)  # the first rebuild is handed over
+        assert (await client.get("/healthz")).status == 503
+        listed = await client.get("/scopes")
+        assert listed.status == 200, listed.json
+        assert [run["id"] for run in listed.json["scopes"]] == [kept]
+        assert (await client.get(f"/scopes/{kept}")).status == 200
+        assert (await client.get("/events")).status == 200
+        await trio.sleep(3)  # the store's probes keep failing; reads go on
+        assert (await client.get("/scopes")).status == 200
+        setattr(disk, f"fail_{fault}", False)
+        await trio.sleep(1.5)  # the next probe repairs
+        assert (await client.get("/healthz")).status == 200
+
+
+async def test_a_stop_while_the_journal_refuses_says_what_is_recorded(tmp_path, nursery, autojump_clock, caplog):
+    """The shutdown's flush names the LSN each partition has recorded, not the failed batch's, and
+    logs an error for a partition whose journal could not write."""
+    caplog.set_level(logging.INFO)
+    disk = FaultyDisk()
+    runtime = await _start(nursery, str(tmp_path / "data"), disk)
+    client = AsgiClient(runtime)
+    await client.run()
+    journal = runtime.kernel.partitions[1].journal
+    recorded = journal.durable_lsn
+    disk.fail_write = True
+    assert (await client.post("/scopes", {})).status == 503
+    assert journal.appended_lsn > recorded
+    await runtime.flush()
+    [flushed] = [record for record in caplog.records if getattr(record, "event", None) == "journal_flushed"]
+    assert flushed.fields["partitions"]["1"] == recorded  # type: ignore[attr-defined]
+    assert "partition 1: the journal could not write ([Errno 5] injected write failure): " \
+        f"what it holds up to LSN {recorded} is recorded" in caplog.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import orjson
 import pytest
@@ -74,6 +75,25 @@ def test_row3_torn_final_record_is_copied_aside_and_truncated(tmp_path, caplog):
     assert size(path) == last.offset
     assert open(path + ".broken", "rb").read() == original
     assert "torn tail" in caplog.text and path in caplog.text
+
+
+def test_row3_the_copy_aside_is_private_whatever_the_umask_and_replaces_an_older_one(tmp_path):
+    """The .broken copy holds the segment's records (tokens, payloads): 0600 like the segment, also
+    under umask 022, and a second torn tail of the same segment replaces the first copy."""
+    data = str(tmp_path)
+    write_log(data, numbered_batches(1, 1, 1, 1))
+    [path] = segments(data)
+    old = os.umask(0o022)
+    try:
+        for cut in (frames(path)[-1], frames(path)[-2]):
+            with open(path, "r+b") as file:
+                file.truncate(cut.end - 3)
+            original = open(path, "rb").read()
+            reload(data, repair=True)
+            assert open(path + ".broken", "rb").read() == original
+            assert stat.S_IMODE(os.stat(path + ".broken").st_mode) == 0o600
+    finally:
+        os.umask(old)
 
 
 def test_row3_final_record_with_a_bad_checksum_is_a_torn_tail(tmp_path):

@@ -80,6 +80,9 @@ def test_damage_in_one_partition_leaves_the_other_seven_serving_until_it_is_repa
             assert health.status_code == 503 and f"partition {broken}:" in said and "damaged record" in said, said
             assert data_dir not in said and segment not in said and "byte" not in said, said
             assert any(segment in line and f"byte {damaged.offset}" in line for line in again.lines), "the log says where"
+            # What the alerting rules read: recovered (ready), and a partition refusing changes.
+            scraped = httpx.get(again.base_url + "/metrics", timeout=10).text
+            assert "\nrunstate_ready 1.0\n" in scraped and "\nrunstate_journal_refusing 1.0\n" in scraped
             for number, space in spaces.items():
                 read = http.get(f"/v1/spaces/{space}/scopes/{runs[number][0]}")
                 change = http.post(f"/v1/spaces/{space}/scopes", json={})
@@ -117,3 +120,50 @@ def _wait_answering(process: ServerProcess, timeout_s: float = 30) -> None:
             pass
         time.sleep(0.05)
     raise AssertionError("the server did not answer")
+
+
+def test_damage_in_the_keys_partition_is_served_as_503_until_it_is_repaired(tmp_path):
+    """The system partition (0, the API keys) damaged at a start, on a server with no configured
+    API key: it starts (no traceback, no new key made in place of the ones it cannot read); an API
+    key is answered 503 saying the keys cannot be checked, not 401; once the operator truncates
+    where `runstate check` said, the keys recorded before the damage work again."""
+    data_dir = str(tmp_path / "data")
+    flags = ("--data-dir", data_dir)
+    env = {"RUNSTATE_ADMIN_KEY": ADMIN_KEY, "RUNSTATE_SERVER_API_KEY": ""}  # (empty: unset)
+    first = ServerProcess(*flags, env=env).start()
+    try:
+        with first.client(ADMIN_KEY) as admin:
+            kept, lost, after = (admin.post("/v1/admin/keys", json={"spaces": ["team"]}).json()["key"] for _ in range(3))
+    finally:
+        first.kill()
+    [(_, segment)] = list_segments(wal_dir(partition_dir(data_dir, 0)))
+    damaged = frames(segment)[-2]  # `lost`'s record, with `after`'s intact behind it
+    flip_byte(segment, damaged.offset + 30)
+
+    again = ServerProcess(*flags, env=env)
+    again.wait_healthy = lambda *args, **kwargs: None  # type: ignore[method-assign]  # it is not healthy: see below
+    again.start()
+    try:
+        _wait_answering(again)
+        health = httpx.get(again.base_url + "/healthz", timeout=10)
+        assert health.status_code == 503 and "partition 0:" in health.json()["error"]["message"], health.text
+        with again.client(kept) as http:
+            answer = http.get("/v1/spaces/team/scopes")
+            assert answer.status_code == 503, answer.text
+            assert "the API keys cannot be checked: partition 0:" in answer.json()["error"]["message"]
+            assert again.proc is not None and again.proc.poll() is None
+            assert not any("Traceback" in line for line in again.lines), "\n".join(again.lines)
+            assert any("no API key is registered or made until it does" in line for line in again.lines)
+
+            with open(segment, "r+b") as file:  # the repair `runstate check` points to
+                file.truncate(damaged.offset)
+            deadline = time.monotonic() + 30
+            while http.get("/healthz").status_code != 200 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert http.get("/healthz").status_code == 200
+            assert http.post("/v1/spaces/team/scopes", json={}).status_code == 201
+        with again.client(lost) as http:
+            assert http.get("/v1/spaces/team/scopes").status_code == 401  # recorded after the damage: gone
+        assert not any("export RUNSTATE_API_KEY" in line for line in again.lines), "no key is made in their place"
+    finally:
+        assert again.stop() == 0

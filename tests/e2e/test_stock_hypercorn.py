@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from ..compat import test_official_claims as claims
@@ -115,3 +116,11 @@ def test_a_long_poll_under_stock_hypercorn_is_withdrawn_when_its_client_goes(hyp
         assert http.post(f"/v1/spaces/default/mailboxes/{box}/messages", json={"scopeId": run, "payload": {"n": 1}}).status_code == 201
         got = http.post(f"/v1/spaces/default/mailboxes/{box}/recv", json={**body, "holder": "here", "waitMs": 0})
         assert got.status_code == 200 and got.json()["message"]["payload"] == {"n": 1}
+
+
+def test_the_servers_own_lines_are_logged_under_stock_hypercorn(hypercorn_server: HypercornProcess):
+    """The ready line, in the format the settings ask for (JSON here), beside hypercorn's own lines
+    once each; without a handler of ours Python dropped everything below a warning."""
+    events = [orjson.loads(line).get("event") for line in hypercorn_server.lines if line.startswith("{")]
+    assert "ready" in events, hypercorn_server.lines
+    assert sum(1 for line in hypercorn_server.lines if RUNNING.search(line)) == 1, hypercorn_server.lines

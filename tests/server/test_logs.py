@@ -102,6 +102,8 @@ def test_lifecycle_events_are_json_lines_with_their_fields(root_logger):
     setup("text", "info", text)
     event(log, "shutdown", "shutting down (SIGTERM)", reason="SIGTERM", binds=["a", "b"])
     assert text[0].split(" ", 1)[1] == "INFO runstate.server shutting down (SIGTERM) reason=SIGTERM binds=a,b\n"
+    event(log, "journal_flushed", "journal flushed", partitions={"0": 4, "1": 48})
+    assert text[1].split(" ", 1)[1] == "INFO runstate.server journal flushed partitions=0:4,1:48\n"
 
 
 @pytest.mark.trio

@@ -194,7 +194,7 @@ async def test_queue_age_dead_letters_and_caps_follow_the_state(autojump_clock):
     assert found[("runstate_journal_refusing", ())] == 0
 
 
-async def test_a_failed_wal_write_or_fsync_is_counted(tmp_path, monkeypatch):
+async def test_a_failed_wal_write_or_fsync_is_counted_from_0(tmp_path, monkeypatch):
     from runstate.server.metrics import MeteredDisk, Metrics
     from runstate.snapshots.disk import Disk
 
@@ -202,6 +202,9 @@ async def test_a_failed_wal_write_or_fsync_is_counted(tmp_path, monkeypatch):
     disk = MeteredDisk(metrics.journal)
     (tmp_path / "wal").mkdir()
     fd = disk.create(str(tmp_path / "wal" / "segment"))
+    found = samples(metrics.render())  # shown from 0, so that the alert's increase() sees the first error
+    assert found[("runstate_wal_errors_total", (("operation", "write"),))] == 0
+    assert found[("runstate_wal_errors_total", (("operation", "fsync"),))] == 0
 
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
