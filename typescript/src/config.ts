@@ -26,7 +26,8 @@ export interface RunstateOptions {
   baseUrl?: string;
   /** The logical worker (stable across restarts); default `worker-` and 6 hex characters. */
   holder?: string;
-  /** Per attempt of a request (a long poll gets its wait on top); default 10 000 ms. */
+  /** Per attempt of a request (a long poll gets its wait on top), more than 0; default 10 000 ms.
+   * `Infinity` (or anything past a Node timer's 2^31 - 1 ms) waits for an answer without a bound. */
   requestTimeoutMs?: number;
   /** Transport retries of one call, with the same idempotency key; default 2 (3 attempts). */
   retries?: number;
@@ -70,8 +71,11 @@ export function resolveConfig(options: RunstateOptions = {}): Config {
   if (!spaceId) throw new ConfigError(`missing spaceId: pass { spaceId } or set ${ENV_SPACE_ID}`);
   const retries = options.retries ?? DEFAULT_RETRIES;
   if (!Number.isInteger(retries) || retries < 0) throw new ConfigError('retries must be a whole number, 0 or more');
-  const requestTimeoutMs = options.requestTimeoutMs || DEFAULT_REQUEST_TIMEOUT_MS;
-  if (!(requestTimeoutMs > 0)) throw new ConfigError('requestTimeoutMs must be positive');
+  const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  // A number only: a string would be added to a long poll's wait as text ('5000' + 20000).
+  if (typeof requestTimeoutMs !== 'number' || !(requestTimeoutMs > 0)) {
+    throw new ConfigError(`requestTimeoutMs must be a number of milliseconds, more than 0, got ${String(requestTimeoutMs)}`);
+  }
   return {
     apiKey,
     spaceId,

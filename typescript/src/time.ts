@@ -8,6 +8,15 @@
 
 import { randomBytes } from 'node:crypto';
 
+/** The longest delay a Node timer takes (2^31 - 1 ms, about 24.8 days): a longer one, `Infinity`
+ * included, would fire after 1 ms. A wait as long as this is as good as none. */
+export const TIMER_MAX_MS = 2 ** 31 - 1;
+
+/** `ms` as a timer's delay: 0 to `TIMER_MAX_MS`. */
+export function timerMs(ms: number): number {
+  return Math.min(Math.max(0, ms), TIMER_MAX_MS);
+}
+
 /** Monotonic milliseconds. */
 export function nowMs(): number {
   return performance.now();
@@ -44,7 +53,7 @@ export function pause(ms: number, options: PauseOptions = {}): Promise<void> {
     const timer = setTimeout(() => {
       signal?.removeEventListener('abort', onAbort);
       resolve();
-    }, Math.max(0, ms));
+    }, timerMs(ms));
     if (unref) timer.unref();
     signal?.addEventListener('abort', onAbort, { once: true });
   });
@@ -60,7 +69,7 @@ export interface TimedSignal {
  * saying so); `dispose()` when done with it. The timer is unref'd. */
 export function withTimeout(outer: AbortSignal | undefined, timeoutMs: number): TimedSignal {
   const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(new Error(`no answer within ${Math.round(timeoutMs)} ms`)), Math.max(0, timeoutMs));
+  const timer = setTimeout(() => controller.abort(new Error(`no answer within ${Math.round(timeoutMs)} ms`)), timerMs(timeoutMs));
   timer.unref();
   const onAbort = () => controller.abort(outer?.reason);
   if (outer?.aborted) onAbort();

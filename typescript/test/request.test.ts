@@ -132,6 +132,24 @@ describe('request layer', () => {
     assert.equal(seen[0]!.headers['idempotency-key'], seen[1]!.headers['idempotency-key']);
   });
 
+  test('requestTimeoutMs past a Node timer (Infinity) waits for the answer; one that is not a number over 0 is ConfigError', async () => {
+    const slow: Answer = (entry, res, req) => void setTimeout(() => json(200, { id: 'sc_slow' })(entry, res, req), 100);
+    for (const requestTimeoutMs of [Infinity, 2 ** 31]) {
+      seen = [];
+      answers.push(slow);
+      const scope = await client({ requestTimeoutMs }).scopes.create();
+      assert.equal(scope.id, 'sc_slow', `${requestTimeoutMs}: answered, not cut after 1 ms`);
+      assert.equal(seen.length, 1, `${requestTimeoutMs}: one attempt`);
+    }
+    for (const requestTimeoutMs of [0, -1, Number.NaN, '5000']) {
+      assert.throws(
+        () => client({ requestTimeoutMs }),
+        (err: unknown) => err instanceof ConfigError && /requestTimeoutMs/.test(err.message),
+        `requestTimeoutMs ${String(requestTimeoutMs)}`,
+      );
+    }
+  });
+
   test('an HTTP answer is never retried, not even a 503, and the envelope gives class, code, status, requestId', async () => {
     answers.push(json(503, { error: { code: 'UNAVAILABLE', message: 'draining', requestId: 'req_1' } }, { 'retry-after': '1.5' }));
     const err = await client().scopes.create().catch((caught) => caught);
