@@ -24,7 +24,7 @@ import type { Context } from './context.js';
 import { ConflictError, NotFoundError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
 import { HeldLease, required, runHeld } from './lease.js';
 import { grantStartMs } from './renewal.js';
-import { nowMs, pause, uniform } from './time.js';
+import { checkMs, nowMs, pause, uniform } from './time.js';
 
 export const POOL_TIMEOUT_MS = 60_000;
 export const QUOTA_TIMEOUT_MS = 30_000;
@@ -212,6 +212,7 @@ export class PoolRef extends Named {
    * ~300 ms (~1 s on `CONCURRENCY_LIMITED`) until `timeoutMs`, then `WaitTimeoutError`. */
   async acquire(options: PoolAcquireOptions = {}): Promise<PoolLease> {
     const { units = 1, leaseSeconds = 30, wait = true, timeoutMs = POOL_TIMEOUT_MS, signal } = options;
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
     const poolId = await this.resolveId();
     const started = nowMs();
     const body = { scopeId: this.scopeId, units, holder: this.ctx.holder, holderSession: this.ctx.session, leaseSeconds };
@@ -330,6 +331,7 @@ export class QuotaRef extends Named {
    * the window is used up. Resolves to the consumption. */
   async take(options: TakeOptions = {}): Promise<Record<string, any>> {
     const { units = 1, wait = true, timeoutMs = QUOTA_TIMEOUT_MS, signal } = options;
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
     const started = nowMs();
     let waiterId: string | null = null;
     for (;;) {

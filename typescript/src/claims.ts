@@ -21,7 +21,7 @@ import type { Context } from './context.js';
 import { ConflictError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
 import { HeldLease, required, runHeld } from './lease.js';
 import { grantStartMs } from './renewal.js';
-import { nowMs, pause, uniform } from './time.js';
+import { checkMs, nowMs, pause, uniform } from './time.js';
 
 export { parseTimestamp } from './lease.js';
 
@@ -103,6 +103,7 @@ export class ClaimRef {
    */
   async acquire(options: AcquireOptions = {}): Promise<ClaimLease> {
     const { leaseSeconds = DEFAULT_LEASE_SECONDS, wait = false, timeoutMs = DEFAULT_CLAIM_TIMEOUT_MS, signal } = options;
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
     const started = nowMs();
     const coalescer = this.#ctx.requester.coalescer;
     if (wait && timeoutMs > 0 && coalescer !== null && coalescer.busy(this.#ctx.path(''))) {

@@ -20,7 +20,7 @@ import type { Context } from './context.js';
 import { ConfigError, ConflictError, NotFoundError, isTransient, waitTimeout } from './errors.js';
 import { parseTimestamp, required } from './lease.js';
 import { TaskTicket } from './tasks.js';
-import { nowMs, pause } from './time.js';
+import { checkMs, nowMs, pause } from './time.js';
 
 export const POLL_MS = 250;
 /** The longest hold one timer poll asks of the server (it caps it again itself). */
@@ -39,6 +39,8 @@ export interface PollOptions {
 
 async function pollUntil<V>(read: () => Promise<V>, done: (view: V) => boolean, what: string, options: PollOptions, defaultTimeoutMs: number): Promise<V> {
   const { timeoutMs = defaultTimeoutMs, pollMs = POLL_MS, signal } = options;
+  checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
+  checkMs(options.pollMs, 'pollMs', { positive: true });
   const started = nowMs();
   for (;;) {
     const view = await read();
@@ -74,6 +76,8 @@ export class BarrierHandle {
   /** Until the barrier is released (or its epoch moves on); `ConflictError` `BARRIER_CANCELLED`
    * when its scope ended. It does not arrive for the caller. Default timeout 60 s. */
   async wait(options: PollOptions = {}): Promise<Record<string, any>> {
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
+    checkMs(options.pollMs, 'pollMs', { positive: true });
     const pinned = await this.status();
     const view = await pollUntil(
       () => this.status(),
@@ -140,6 +144,8 @@ export class TimerHandle {
    * was cancelled or expired unacknowledged. Default timeout 30 s. */
   async wait(options: PollOptions = {}): Promise<{ firedAt: Date }> {
     const { timeoutMs = 30_000, pollMs = POLL_MS, signal } = options;
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
+    checkMs(options.pollMs, 'pollMs', { positive: true });
     const started = nowMs();
     for (;;) {
       const holdMs = Math.max(0, Math.min(Math.floor(timeoutMs - (nowMs() - started)), TIMER_HOLD_MS_MAX));

@@ -37,7 +37,7 @@ import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, grantStartMs, renewalsExhausted
 import { Kept, type RenewalRequest } from './renewals.js';
 import { newIdempotencyKey } from './request.js';
 import { TaskTicket } from './tasks.js';
-import { nowMs, pause } from './time.js';
+import { checkMs, nowMs, pause } from './time.js';
 import { warn } from './warnings.js';
 import { runWorker } from './worker.js';
 
@@ -446,6 +446,7 @@ export class MailboxRef {
    */
   async receive<T = unknown>(options: ReceiveOptions = {}): Promise<Delivery<T> | null> {
     const { leaseSeconds = RECEIVE_LEASE_SECONDS } = options;
+    checkMs(options.waitMs, 'waitMs');
     const deadline = nowMs() + Math.max(options.waitMs ?? 0, 0);
     for (;;) {
       const leftMs = Math.max(0, Math.round(deadline - nowMs()));
@@ -468,6 +469,7 @@ export class MailboxRef {
    */
   async admit<T = unknown>(options: AdmitOptions = {}): Promise<AdmittedWork<T> | null> {
     const { leaseSeconds = 30, waitMs = 0, signal, includeDescendants } = options;
+    checkMs(options.waitMs, 'waitMs');
     const body = {
       scopeId: this.scopeId,
       mailboxId: await this.resolveId(),

@@ -8,6 +8,8 @@
 
 import { randomBytes } from 'node:crypto';
 
+import { ConfigError } from './errors.js';
+
 /** The longest delay a Node timer takes (2^31 - 1 ms, about 24.8 days): a longer one, `Infinity`
  * included, would fire after 1 ms. A wait as long as this is as good as none. */
 export const TIMER_MAX_MS = 2 ** 31 - 1;
@@ -15,6 +17,30 @@ export const TIMER_MAX_MS = 2 ** 31 - 1;
 /** `ms` as a timer's delay: 0 to `TIMER_MAX_MS`. */
 export function timerMs(ms: number): number {
   return Math.min(Math.max(0, ms), TIMER_MAX_MS);
+}
+
+/**
+ * A wait option in milliseconds, checked on this side (the server never sees it, or would see a
+ * NaN as `null`): `undefined` passes (the default applies); anything else must be a number of 0 or
+ * more (`Infinity` only where `infinite`: a timeout that never runs out), or more than 0 where
+ * `positive` (a pause between two polls, which 0 would turn into a busy loop). `ConfigError`
+ * otherwise, naming the option.
+ */
+export function checkMs(value: unknown, what: string, rule: { infinite?: boolean; positive?: boolean } = {}): void {
+  if (value === undefined) return;
+  const ok =
+    typeof value === 'number' &&
+    !Number.isNaN(value) &&
+    (rule.positive ? value > 0 : value >= 0) &&
+    (rule.infinite === true || Number.isFinite(value));
+  if (!ok) {
+    const range = rule.positive ? 'more than 0' : '0 or more';
+    throw new ConfigError(`${what} must be a number of milliseconds, ${range}${rule.infinite ? '' : ' and finite'}, got ${describeValue(value)}`);
+  }
+}
+
+function describeValue(value: unknown): string {
+  return typeof value === 'string' ? JSON.stringify(value) : String(value);
 }
 
 /** Monotonic milliseconds. */

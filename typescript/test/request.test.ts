@@ -150,6 +150,45 @@ describe('request layer', () => {
     }
   });
 
+  test('a wait option that is not a number of milliseconds is ConfigError before any request, not a busy loop or UNAVAILABLE', async () => {
+    // Every read says the task still waits, the pool is full, the key held: a wait that never ends
+    // would ask again and again until the test's own bound (below) stops it.
+    route = (entry) => {
+      if (entry.url.includes('/tasks/')) return json(200, { id: 'ta_1', state: 'QUEUED' });
+      if (entry.url.endsWith('/claims')) return json(409, { error: { code: 'CLAIM_HELD', message: 'held' } });
+      if (entry.url.endsWith('/mailboxes')) return json(200, { mailboxes: [{ id: 'mb_1', name: 'q' }] });
+      if (entry.url.endsWith('/permits')) return json(200, { permits: [{ id: 'pe_1', name: 'p' }] });
+      if (entry.url.endsWith('/acquire')) return json(409, { error: { code: 'CAPACITY_UNAVAILABLE', message: 'full' } });
+      return json(200, { id: 'ba_1', state: 'OPEN', timers: [] });
+    };
+    const rs = client();
+    const run = rs.scope('sc_1');
+    const refused: Array<[string, () => Promise<unknown>]> = [
+      ['result timeoutMs NaN', () => run.task('ta_1').result({ timeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+      ['result pollMs 0', () => run.task('ta_1').result({ pollMs: 0, timeoutMs: 300 })],
+      ['result timeoutMs -1', () => run.task('ta_1').result({ timeoutMs: -1 })],
+      ['awaitAdmission timeoutMs "1000"', () => run.task('ta_1').awaitAdmission({ timeoutMs: '1000' as unknown as number })],
+      ['claim timeoutMs NaN', () => run.claim('k').acquire({ wait: true, timeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+      ['pool timeoutMs NaN', () => run.pool('p').acquire({ timeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+      ['quota timeoutMs NaN', () => run.quota('q').take({ timeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+      ['barrier pollMs NaN', () => run.barriers.get('ba_1').wait({ pollMs: Number.NaN, timeoutMs: 300 })],
+      ['timer pollMs -5', () => run.timers.get('ti_1').wait({ pollMs: -5, timeoutMs: 300 })],
+      ['receive waitMs NaN', () => run.mailbox('q').receive({ waitMs: Number.NaN })],
+      ['admit waitMs Infinity', () => run.mailbox('q').admit({ waitMs: Infinity })],
+      ['consume pollMs NaN', () => run.mailbox('q').consume(() => undefined, { pollMs: Number.NaN, waitMs: 0, signal: AbortSignal.timeout(500) })],
+      ['consume waitMs -1', () => run.mailbox('q').consume(() => undefined, { waitMs: -1, signal: AbortSignal.timeout(500) })],
+      ['consume shutdownTimeoutMs NaN', () => run.mailbox('q').consume(() => undefined, { shutdownTimeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+    ];
+    for (const [what, call] of refused) {
+      seen = [];
+      const err: any = await call().catch((caught) => caught);
+      assert.ok(err instanceof ConfigError, `${what}: ${err?.name}: ${err?.message}`);
+      assert.match(err.message, /must be a number of milliseconds/, what);
+      assert.equal(seen.length, 0, `${what}: nothing sent`);
+    }
+    rs.close();
+  });
+
   test('an HTTP answer is never retried, not even a 503, and the envelope gives class, code, status, requestId', async () => {
     answers.push(json(503, { error: { code: 'UNAVAILABLE', message: 'draining', requestId: 'req_1' } }, { 'retry-after': '1.5' }));
     const err = await client().scopes.create().catch((caught) => caught);
