@@ -84,9 +84,10 @@ export interface WorkerLoop<T> extends ConsumeOptions<T> {
 /** @internal The worker loop behind `consume()` and `serve()` (see the module comment). */
 export async function runWorker<T>(loop: WorkerLoop<T>): Promise<void> {
   const { concurrency = 1, prefetch = 1, shutdownTimeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS, signal: stop } = loop;
-  if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError('concurrency must be a whole number, 1 or more');
+  // ConfigError, a RunstateError as every error thrown on purpose (Python raises ValueError here).
+  if (!Number.isInteger(concurrency) || concurrency < 1) throw new ConfigError(`concurrency must be a whole number, 1 or more, got ${String(concurrency)}`);
   if (!Number.isInteger(prefetch) || prefetch < 1 || prefetch > PREFETCH_MAX) {
-    throw new RangeError(`prefetch must be a whole number from 1 to ${PREFETCH_MAX}`);
+    throw new ConfigError(`prefetch must be a whole number from 1 to ${PREFETCH_MAX}, got ${String(prefetch)}`);
   }
   checkMs(loop.pollMs, 'pollMs', { positive: true });
   checkMs(loop.waitMs, 'waitMs');

@@ -189,6 +189,17 @@ describe('request layer', () => {
     rs.close();
   });
 
+  test('a bad concurrency or prefetch of consume() is ConfigError: a RunstateError, as every error thrown on purpose', async () => {
+    const rs = client();
+    const queue = rs.scope('sc_1').mailbox('q');
+    for (const options of [{ concurrency: 0 }, { concurrency: 1.5 }, { prefetch: 0 }, { prefetch: 101 }, { concurrency: '2' as unknown as number }]) {
+      const err = await queue.consume(() => undefined, options).catch((caught) => caught);
+      assert.ok(err instanceof ConfigError && err instanceof RunstateError, `${JSON.stringify(options)}: ${err?.name}`);
+    }
+    assert.equal(seen.length, 0);
+    rs.close();
+  });
+
   test('an HTTP answer is never retried, not even a 503, and the envelope gives class, code, status, requestId', async () => {
     answers.push(json(503, { error: { code: 'UNAVAILABLE', message: 'draining', requestId: 'req_1' } }, { 'retry-after': '1.5' }));
     const err = await client().scopes.create().catch((caught) => caught);
