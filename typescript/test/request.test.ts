@@ -497,6 +497,12 @@ describe('errors and configuration', () => {
       process.env.RUNSTATE_API_KEY = 'k';
       delete process.env.RUNSTATE_SPACE_ID;
       assert.throws(() => new Runstate(), /RUNSTATE_SPACE_ID/);
+      process.env.RUNSTATE_SPACE_ID = 'sp';
+      for (const baseUrl of ['localhost:8080', 'not a url', 'ftp://example.test/']) {
+        assert.throws(() => new Runstate({ baseUrl }), (err: unknown) => err instanceof ConfigError && /baseUrl/.test(err.message), baseUrl);
+      }
+      process.env.RUNSTATE_BASE_URL = '127.0.0.1:8080';
+      assert.throws(() => new Runstate(), ConfigError, 'from the environment too');
     } finally {
       for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
       Object.assign(process.env, saved);
