@@ -22,7 +22,7 @@
 import { encodeClaimKey } from './claims.js';
 import type { Context } from './context.js';
 import { ConflictError, NotFoundError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
-import { HeldLease, required, runHeld } from './lease.js';
+import { HeldLease, keepUnlessAborted, required, runHeld } from './lease.js';
 import { grantStartMs } from './renewal.js';
 import { checkMs, nowMs, pause, uniform } from './time.js';
 
@@ -193,6 +193,8 @@ export interface PoolAcquireOptions {
   wait?: boolean;
   /** How long `wait` keeps trying; default 60 000 ms, then `WaitTimeoutError`. */
   timeoutMs?: number;
+  /** Stops a waiting acquire (it rejects with the signal's reason); a grant that came back after
+   * it aborted is released first, as a claim's. */
   signal?: AbortSignal;
 }
 
@@ -218,9 +220,11 @@ export class PoolRef extends Named {
     const body = { scopeId: this.scopeId, units, holder: this.ctx.holder, holderSession: this.ctx.session, leaseSeconds };
     for (;;) {
       const sentMs = nowMs();
+      signal?.throwIfAborted();
+      let reply;
       try {
-        const reply = await this.ctx.call('POST', `/permits/${poolId}/acquire`, { body, signal });
-        return PoolLease.start(this.ctx, poolId, reply.body, leaseSeconds, grantStartMs(sentMs, nowMs(), false));
+        // Not cut by the signal: the server grants it all the same (see `keepUnlessAborted`).
+        reply = await this.ctx.call('POST', `/permits/${poolId}/acquire`, { body });
       } catch (err) {
         const retryable =
           (err instanceof ConflictError && err.code === 'CAPACITY_UNAVAILABLE') ||
@@ -233,7 +237,9 @@ export class PoolRef extends Named {
         const [low, high] = (err as RunstateError).code === 'CONCURRENCY_LIMITED' ? LIMITED_RETRY_MS : CAPACITY_RETRY_MS;
         await pause(Math.min(uniform(low, high), timeoutMs - elapsedMs), { signal });
         signal?.throwIfAborted();
+        continue;
       }
+      return keepUnlessAborted(PoolLease.start(this.ctx, poolId, reply.body, leaseSeconds, grantStartMs(sentMs, nowMs(), false)), signal);
     }
   }
 

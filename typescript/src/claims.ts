@@ -19,7 +19,7 @@
 
 import type { Context } from './context.js';
 import { ConflictError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
-import { HeldLease, required, runHeld } from './lease.js';
+import { HeldLease, keepUnlessAborted, required, runHeld } from './lease.js';
 import { grantStartMs } from './renewal.js';
 import { checkMs, nowMs, pause, uniform } from './time.js';
 
@@ -44,7 +44,9 @@ export interface AcquireOptions {
   wait?: boolean;
   /** How long `wait: true` keeps trying; default 30 000 ms, then `WaitTimeoutError`. */
   timeoutMs?: number;
-  /** Stops a waiting acquire (it rejects with the signal's reason). */
+  /** Stops a waiting acquire (it rejects with the signal's reason). A try the server answers at
+   * once is not cut: its answer is awaited, and a claim it granted is released before the
+   * rejection (the server applies a request whose connection was cut all the same). */
   signal?: AbortSignal;
 }
 
@@ -111,9 +113,11 @@ export class ClaimRef {
       // one (most keys are free), and only a held key costs a request of its own.
       const body = { key: this.key, scopeId: this.scopeId, holder: this.#ctx.holder, holderSession: this.#ctx.session, leaseSeconds };
       const sentMs = nowMs();
+      signal?.throwIfAborted();
       try {
-        const reply = await this.#ctx.call('POST', '/claims', { body, signal, batch: true });
-        return ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, sentMs);
+        // Not cut by the signal: the server grants it all the same (see `keepUnlessAborted`).
+        const reply = await this.#ctx.call('POST', '/claims', { body, batch: true });
+        return await keepUnlessAborted(ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, sentMs), signal);
       } catch (err) {
         if (!(err instanceof ConflictError && err.code === 'CLAIM_HELD')) throw err;
       }
@@ -131,8 +135,11 @@ export class ClaimRef {
       };
       let reply;
       const sentMs = nowMs();
+      signal?.throwIfAborted();
       try {
-        reply = await this.#ctx.call('POST', '/claims', { body, waitMs, signal, batch: waitMs === 0 });
+        // A try the server may hold (waitMs) is cut by the signal: the server gives up a held wait
+        // whose connection closed. One it answers at once is not (see `keepUnlessAborted`).
+        reply = await this.#ctx.call('POST', '/claims', { body, waitMs, signal: waitMs > 0 ? signal : undefined, batch: waitMs === 0 });
       } catch (err) {
         const retryable =
           (err instanceof ConflictError && err.code === 'CLAIM_HELD') ||
@@ -150,7 +157,7 @@ export class ClaimRef {
         signal?.throwIfAborted();
         continue;
       }
-      return ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, grantStartMs(sentMs, nowMs(), waitMs > 0));
+      return keepUnlessAborted(ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, grantStartMs(sentMs, nowMs(), waitMs > 0)), signal);
     }
   }
 

@@ -1,0 +1,79 @@
+/**
+ * A caller's AbortSignal that aborts while an acquire's request is on its way, against a real
+ * server: the server applies a request whose connection was cut all the same, so a grant the
+ * client never read would hold the key (or the pool's units) until its lease ran out, renewed by
+ * no one. The abort is made to come exactly then, by a wrapper around the global `fetch` that
+ * aborts the caller's signal as soon as the server's answer to that request arrived.
+ */
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { Runstate, type ScopeHandle } from 'runstate-sdk';
+
+import { Server } from './support/server.js';
+
+/** Aborted, with its reason, when the answer to a request whose path ends so has arrived. */
+let abortOnAnswer: { path: string; controller: AbortController } | null = null;
+const realFetch = globalThis.fetch;
+globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) => {
+  const response = await realFetch(input, init);
+  const url = String(input instanceof Request ? input.url : input);
+  const armed = abortOnAnswer;
+  if (armed !== null && new URL(url).pathname.endsWith(armed.path)) {
+    abortOnAnswer = null;
+    armed.controller.abort(new Error('the caller gave up'));
+  }
+  return response;
+}) as typeof fetch;
+
+describe('an acquire aborted while its request is on its way', () => {
+  let server: Server;
+  let rs: Runstate;
+  let run: ScopeHandle;
+
+  before(async () => {
+    server = await Server.start({ memory: true });
+    rs = new Runstate({ apiKey: server.apiKey, spaceId: server.spaceId, baseUrl: server.baseUrl, holder: 'aborter' });
+    run = await rs.scopes.create({ name: 'abort' });
+  });
+
+  after(async () => {
+    rs?.close();
+    globalThis.fetch = realFetch;
+    await server?.stop();
+  });
+
+  const gaveUp = (err: unknown) => err instanceof Error && err.message === 'the caller gave up';
+
+  test('a claim acquire rejects with the abort and leaves the key free, alone or in a batch', async () => {
+    const other = rs.withHolder('other').scope(run.id);
+    for (const batchCalls of [false, true]) {
+      const client = new Runstate({ apiKey: server.apiKey, spaceId: server.spaceId, baseUrl: server.baseUrl, holder: 'aborter', batchCalls });
+      const scope = client.scope(run.id);
+      const key = `abort-${batchCalls}`;
+      const controller = new AbortController();
+      abortOnAnswer = { path: batchCalls ? '/batch' : '/claims', controller };
+      // With batches, a call on its way makes the next two wait for it and go out in one batch.
+      const first = batchCalls ? scope.claim(`${key}-first`).acquire() : null;
+      const aborted = scope.claim(key).acquire({ signal: controller.signal });
+      const beside = batchCalls ? scope.claim(`${key}-beside`).acquire() : null;
+      await assert.rejects(aborted, gaveUp, `batchCalls ${batchCalls}`);
+      for (const held of [first, beside]) if (held !== null) await (await held).release();
+      const probe = await other.claim(key).tryAcquire();
+      assert.equal(probe.kind, 'acquired', `batchCalls ${batchCalls}: the aborted grant was given back`);
+      if (probe.kind === 'acquired') await probe.lease.release();
+      client.close();
+    }
+  });
+
+  test('a pool acquire rejects with the abort and gives its units back', async () => {
+    await rs.pools.ensure('abort-pool', { capacity: 1 });
+    const controller = new AbortController();
+    abortOnAnswer = { path: '/acquire', controller };
+    await assert.rejects(run.pool('abort-pool').acquire({ signal: controller.signal }), gaveUp);
+    const probe = await rs.withHolder('other').scope(run.id).pool('abort-pool').tryAcquire();
+    assert.equal(probe.kind, 'acquired', 'the unit is free');
+    if (probe.kind === 'acquired') await probe.lease.release();
+  });
+});
