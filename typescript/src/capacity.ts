@@ -303,6 +303,8 @@ export interface TakeOptions {
   /** Default 30 000 ms, then `WaitTimeoutError` (the place in line is given up; a grant that came
    * first stands). */
   timeoutMs?: number;
+  /** Stops a waiting take (it rejects with the signal's reason); its place in line is given up, as
+   * at the timeout. */
   signal?: AbortSignal;
 }
 
@@ -353,11 +355,22 @@ export class QuotaRef extends Named {
         const id = await this.resolveId();
         const ttlSeconds = Math.min(WAITER_TTL_S[1], Math.max(WAITER_TTL_S[0], Math.floor(leftMs / 1000) + 1));
         const body = { scopeId: this.scopeId, units, holder: this.ctx.holder, ttlSeconds };
-        const waiter = (await this.ctx.call('POST', `/allowances/${id}/wait`, { body, signal })).body;
+        // Not cut by the signal: the server would make the waiter all the same, and it would stay in
+        // line (and consume units for no one when served) with this side never knowing its id.
+        signal?.throwIfAborted();
+        const waiter = (await this.ctx.call('POST', `/allowances/${id}/wait`, { body })).body;
         if (waiter.state === 'GRANTED' && waiter.consumptionId) return this.#consumption(waiter.consumptionId, units);
         waiterId = required(waiter, 'waiterId') as string;
       }
-      const waiter = await this.#poll(waiterId, started, timeoutMs, signal);
+      let waiter: Record<string, any>;
+      try {
+        signal?.throwIfAborted();
+        waiter = await this.#poll(waiterId, started, timeoutMs, signal);
+      } catch (err) {
+        // Given up on: leave the line, so the waiter is not served (its units consumed) for no one.
+        if (signal?.aborted) await this.#cancelQuietly(waiterId);
+        throw err;
+      }
       if (waiter.state === 'GRANTED' && waiter.consumptionId) return this.#consumption(waiter.consumptionId, waiter.units ?? units);
       waiterId = null; // EXPIRED or CANCELLED: start again
     }

@@ -3,7 +3,8 @@
  * server: the server applies a request whose connection was cut all the same, so a grant the
  * client never read would hold the key (or the pool's units) until its lease ran out, renewed by
  * no one. The abort is made to come exactly then, by a wrapper around the global `fetch` that
- * aborts the caller's signal as soon as the server's answer to that request arrived.
+ * aborts the caller's signal as soon as the server's answer to that request arrived. A quota take
+ * given up while it waits in line leaves the line, or its waiter would be served for no one.
  */
 
 import assert from 'node:assert/strict';
@@ -75,5 +76,18 @@ describe('an acquire aborted while its request is on its way', () => {
     const probe = await rs.withHolder('other').scope(run.id).pool('abort-pool').tryAcquire();
     assert.equal(probe.kind, 'acquired', 'the unit is free');
     if (probe.kind === 'acquired') await probe.lease.release();
+  });
+
+  test('a quota take given up while it waits in line leaves the line: the waiter is not served for no one', async () => {
+    await rs.quotas.ensure('abort-quota', { unitsPerWindow: 1, windowSeconds: 60 });
+    const quota = run.quota('abort-quota');
+    await quota.take();
+    const controller = new AbortController();
+    const taking = quota.take({ signal: controller.signal, timeoutMs: 30_000 });
+    for (let i = 0; i < 100 && (await quota.status())?.waiting !== 1; i += 1) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal((await quota.status())?.waiting, 1, 'in line');
+    controller.abort(new Error('the caller gave up'));
+    await assert.rejects(taking, gaveUp);
+    assert.equal((await quota.status())?.waiting, 0, 'out of the line');
   });
 });
