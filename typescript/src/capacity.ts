@@ -19,7 +19,7 @@
  * Names are resolved to ids once per handle (one listing), then cached.
  */
 
-import { encodeClaimKey } from './claims.js';
+import { nameSegment } from './claims.js';
 import type { Context } from './context.js';
 import { ConflictError, NotFoundError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
 import { HeldLease, keepUnlessAborted, required, runHeld } from './lease.js';
@@ -58,7 +58,7 @@ export function minorToDecimal(minor: string, scale: number): string {
 }
 
 async function putByName(ctx: Context, kind: string, name: string, body: Record<string, unknown>): Promise<any> {
-  return (await ctx.call('PUT', `/${kind}/by-name/${encodeClaimKey(name)}`, { body })).body;
+  return (await ctx.call('PUT', `/${kind}/by-name/${nameSegment(name)}`, { body })).body;
 }
 
 // -- create or check -------------------------------------------------------------------------------

@@ -64,6 +64,18 @@ export function encodeClaimKey(key: string): string {
   return encodeURIComponent(key).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 }
 
+/**
+ * A name as the last segment of a path that names a resource (`PUT .../by-name/{name}`, `PUT
+ * .../runs/{name}`), encoded as a claim key. An empty name is refused here as the server refuses
+ * one at create (`VALIDATION_FAILED`, "name must not be empty"): as a path it would end in `/`,
+ * reach no route, and come back as a `NotFoundError` saying `no such route`.
+ */
+export function nameSegment(name: string): string {
+  if (typeof name !== 'string') throw new RunstateError('VALIDATION_FAILED', 400, `field 'name' must be a string, got ${typeof name}`);
+  if (name === '') throw new RunstateError('VALIDATION_FAILED', 400, 'name must not be empty');
+  return encodeClaimKey(name);
+}
+
 /** What `forceRelease()` answers: the claim as it was, its token withheld. */
 export interface ClaimView {
   key: string;

@@ -12,7 +12,7 @@
 
 import { Coalescer } from './batch.js';
 import { BudgetsAPI, PoolsAPI, QuotasAPI, WorkLimitsAPI } from './capacity.js';
-import { encodeClaimKey } from './claims.js';
+import { nameSegment } from './claims.js';
 import { resolveConfig, type Config, type RunstateOptions } from './config.js';
 import { DiagnosticsAPI, EventsAPI } from './coordination.js';
 import { Context, Holdings } from './context.js';
@@ -168,7 +168,7 @@ export class ScopesAPI {
    * `deadline`, if given) and the same for every later one, in any process. A run that was
    * stopped stays stopped (check `status()`); a new name starts a new run. */
   async ensure(name: string, options: { deadline?: string } = {}): Promise<ScopeHandle> {
-    const reply = await this.#ctx.call('PUT', `/runs/${encodeClaimKey(name)}`, { body: { deadline: options.deadline } });
+    const reply = await this.#ctx.call('PUT', `/runs/${nameSegment(name)}`, { body: { deadline: options.deadline } });
     if (typeof reply.body?.id !== 'string') throw new TypeError('malformed answer: no scope id');
     return new ScopeHandle(this.#ctx, reply.body.id);
   }

@@ -15,7 +15,7 @@
  * caller's `timeoutMs` and throws `WaitTimeoutError` after it; the thing waited for carries on.
  */
 
-import { encodeClaimKey } from './claims.js';
+import { nameSegment } from './claims.js';
 import type { Context } from './context.js';
 import { ConfigError, ConflictError, NotFoundError, isTransient, waitTimeout } from './errors.js';
 import { parseTimestamp, required } from './lease.js';
@@ -110,7 +110,7 @@ export class BarriersAPI {
    * is `ConflictError` `CONFLICT`). */
   async ensure(name: string, options: { target: number }): Promise<BarrierHandle> {
     const body = { scopeId: this.scopeId, target: options.target };
-    const reply = await this.#ctx.call('PUT', `/barriers/by-name/${encodeClaimKey(name)}`, { body });
+    const reply = await this.#ctx.call('PUT', `/barriers/by-name/${nameSegment(name)}`, { body });
     return new BarrierHandle(this.#ctx, required(reply.body, 'id'));
   }
 
