@@ -120,9 +120,13 @@ export class ClaimRef {
     checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
     const started = nowMs();
     const coalescer = this.#ctx.requester.coalescer;
-    if (wait && timeoutMs > 0 && coalescer !== null && coalescer.busy(this.#ctx.path(''))) {
-      // The client's calls are going out in batches now: a try without a wait rides in the next
-      // one (most keys are free), and only a held key costs a request of its own.
+    const batching = coalescer !== null && coalescer.busy(this.#ctx.path(''));
+    if (wait && timeoutMs > 0 && (batching || signal !== undefined)) {
+      // A try without a wait first, when the client's calls are going out in batches now (it rides
+      // in the next one: most keys are free, and only a held key costs a request of its own), or
+      // when a signal may abort the acquire: a free key is answered at once, so the try is not cut
+      // and a grant it came back with after the abort is released; only a held key is then waited
+      // for in a try the server holds, which the signal cuts.
       const body = { key: this.key, scopeId: this.scopeId, holder: this.#ctx.holder, holderSession: this.#ctx.session, leaseSeconds };
       const sentMs = nowMs();
       signal?.throwIfAborted();

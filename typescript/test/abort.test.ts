@@ -68,6 +68,29 @@ describe('an acquire aborted while its request is on its way', () => {
     }
   });
 
+  test('a wait: true acquire of a free key rejects with the abort and leaves the key free', async () => {
+    const controller = new AbortController();
+    abortOnAnswer = { path: '/claims', controller };
+    await assert.rejects(run.claim('abort-wait').acquire({ wait: true, timeoutMs: 10_000, signal: controller.signal }), gaveUp);
+    const probe = await rs.withHolder('other').scope(run.id).claim('abort-wait').tryAcquire();
+    assert.equal(probe.kind, 'acquired', 'the aborted grant was given back');
+    if (probe.kind === 'acquired') await probe.lease.release();
+  });
+
+  test('a wait: true acquire of a held key is cut by the abort while the server holds it', async () => {
+    const holder = await rs.withHolder('holder').scope(run.id).claim('abort-held').acquire();
+    const controller = new AbortController();
+    const waiting = run.claim('abort-held').acquire({ wait: true, timeoutMs: 20_000, signal: controller.signal });
+    setTimeout(() => controller.abort(new Error('the caller gave up')), 300);
+    const started = performance.now();
+    await assert.rejects(waiting, gaveUp);
+    assert.ok(performance.now() - started < 2_000, 'at once, not at the end of the held wait');
+    await holder.release();
+    const probe = await rs.withHolder('other').scope(run.id).claim('abort-held').tryAcquire();
+    assert.equal(probe.kind, 'acquired', 'the dropped wait took nothing');
+    if (probe.kind === 'acquired') await probe.lease.release();
+  });
+
   test('a pool acquire rejects with the abort and gives its units back', async () => {
     await rs.pools.ensure('abort-pool', { capacity: 1 });
     const controller = new AbortController();
