@@ -93,6 +93,9 @@ export interface ReceiveOptions {
   waitMs?: number;
   /** The delivery's lease, 5 to 600; default 30. Not renewed for you (see `keepRenewed()`). */
   leaseSeconds?: number;
+  /** Stops the receive (it rejects with the signal's reason). A first look that finds a message is
+   * not cut, and a delivery it comes back with after the abort is put back at once; a wait on an
+   * empty queue is cut. */
   signal?: AbortSignal;
 }
 
@@ -445,13 +448,32 @@ export class MailboxRef {
    * shutdown).
    */
   async receive<T = unknown>(options: ReceiveOptions = {}): Promise<Delivery<T> | null> {
-    const { leaseSeconds = RECEIVE_LEASE_SECONDS } = options;
+    const { leaseSeconds = RECEIVE_LEASE_SECONDS, signal } = options;
     checkMs(options.waitMs, 'waitMs');
     const deadline = nowMs() + Math.max(options.waitMs ?? 0, 0);
+    if (signal !== undefined) {
+      // A first look without a wait, not cut by the signal: a message there is answered at once,
+      // and the server leases it even to a request whose connection was cut (the message would
+      // stay leased to no one until the lease ran out, its attempt spent). One that comes back
+      // after the abort is put back at once. Only an empty queue is then waited on, in a request
+      // the signal cuts (the server drops a held receive whose connection closed).
+      signal.throwIfAborted();
+      const sentMs = nowMs();
+      const raw = await this.#recv(leaseSeconds, 0);
+      if (raw !== null) {
+        const delivery = new Delivery<T>(this.#ctx, raw, sentMs, leaseSeconds);
+        if (signal.aborted) {
+          await delivery.requeueOnce().catch(() => undefined);
+          throw signal.reason;
+        }
+        return delivery;
+      }
+      if (deadline <= nowMs()) return null;
+    }
     for (;;) {
       const leftMs = Math.max(0, Math.round(deadline - nowMs()));
       const sentMs = nowMs();
-      const raw = await this.#recv(leaseSeconds, leftMs, options.signal);
+      const raw = await this.#recv(leaseSeconds, leftMs, signal);
       if (raw !== null) {
         return new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), leftMs > 0), leaseSeconds);
       }

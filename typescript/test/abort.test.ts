@@ -3,7 +3,8 @@
  * server: the server applies a request whose connection was cut all the same, so a grant the
  * client never read would hold the key (or the pool's units) until its lease ran out, renewed by
  * no one. The abort is made to come exactly then, by a wrapper around the global `fetch` that
- * aborts the caller's signal as soon as the server's answer to that request arrived. A quota take
+ * aborts the caller's signal as soon as the server's answer to that request arrived (a receive that
+ * finds a message is the same: the message would stay leased to no one). A quota take
  * given up while it waits in line leaves the line, or its waiter would be served for no one.
  */
 
@@ -28,7 +29,7 @@ globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) =>
   return response;
 }) as typeof fetch;
 
-describe('an acquire aborted while its request is on its way', () => {
+describe('an acquire or a receive aborted while its request is on its way', () => {
   let server: Server;
   let rs: Runstate;
   let run: ScopeHandle;
@@ -89,6 +90,20 @@ describe('an acquire aborted while its request is on its way', () => {
     const probe = await rs.withHolder('other').scope(run.id).claim('abort-held').tryAcquire();
     assert.equal(probe.kind, 'acquired', 'the dropped wait took nothing');
     if (probe.kind === 'acquired') await probe.lease.release();
+  });
+
+  test('a receive that finds a message rejects with the abort and puts the message back, not leased to no one', async () => {
+    await rs.mailboxes.ensure('abort-queue');
+    const scope = await rs.scopes.create({ name: 'abort-receive' });
+    for (const [index, waitMs] of [0, 5_000].entries()) {
+      await scope.mailbox('abort-queue').send({ n: index });
+      const controller = new AbortController();
+      abortOnAnswer = { path: '/recv', controller };
+      await assert.rejects(scope.mailbox('abort-queue').receive({ waitMs, signal: controller.signal }), gaveUp, `waitMs ${waitMs}`);
+      const counts = (await rs.diagnostics.run(scope.id)).counts.messages;
+      assert.equal(counts.LEASED ?? 0, 0, `waitMs ${waitMs}: not leased (${JSON.stringify(counts)})`);
+      assert.equal((counts.QUEUED ?? 0) + (counts.DELAYED ?? 0), index + 1, `waitMs ${waitMs}: back on the queue`);
+    }
   });
 
   test('a pool acquire rejects with the abort and gives its units back', async () => {
