@@ -24,7 +24,7 @@ import type { Context } from './context.js';
 import { ConflictError, NotFoundError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
 import { HeldLease, keepUnlessAborted, required, runHeld } from './lease.js';
 import { grantStartMs } from './renewal.js';
-import { checkMs, nowMs, pause, uniform } from './time.js';
+import { checkMs, nowMs, pause, uniform, withGrace } from './time.js';
 
 export const POOL_TIMEOUT_MS = 60_000;
 export const QUOTA_TIMEOUT_MS = 30_000;
@@ -224,7 +224,7 @@ export class PoolRef extends Named {
       let reply;
       try {
         // Not cut by the signal: the server grants it all the same (see `keepUnlessAborted`).
-        reply = await this.ctx.call('POST', `/permits/${poolId}/acquire`, { body });
+        reply = await withGrace(signal, (grace) => this.ctx.call('POST', `/permits/${poolId}/acquire`, { body, signal: grace }));
       } catch (err) {
         const retryable =
           (err instanceof ConflictError && err.code === 'CAPACITY_UNAVAILABLE') ||
@@ -358,7 +358,7 @@ export class QuotaRef extends Named {
         // Not cut by the signal: the server would make the waiter all the same, and it would stay in
         // line (and consume units for no one when served) with this side never knowing its id.
         signal?.throwIfAborted();
-        const waiter = (await this.ctx.call('POST', `/allowances/${id}/wait`, { body })).body;
+        const waiter = (await withGrace(signal, (grace) => this.ctx.call('POST', `/allowances/${id}/wait`, { body, signal: grace }))).body;
         if (waiter.state === 'GRANTED' && waiter.consumptionId) return this.#consumption(waiter.consumptionId, units);
         waiterId = required(waiter, 'waiterId') as string;
       }

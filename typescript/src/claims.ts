@@ -21,7 +21,7 @@ import type { Context } from './context.js';
 import { ConflictError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
 import { HeldLease, keepUnlessAborted, required, runHeld } from './lease.js';
 import { grantStartMs } from './renewal.js';
-import { checkMs, nowMs, pause, uniform } from './time.js';
+import { checkMs, nowMs, pause, uniform, withGrace } from './time.js';
 
 export { parseTimestamp } from './lease.js';
 
@@ -132,7 +132,7 @@ export class ClaimRef {
       signal?.throwIfAborted();
       try {
         // Not cut by the signal: the server grants it all the same (see `keepUnlessAborted`).
-        const reply = await this.#ctx.call('POST', '/claims', { body, batch: true });
+        const reply = await withGrace(signal, (grace) => this.#ctx.call('POST', '/claims', { body, batch: true, signal: grace }));
         return await keepUnlessAborted(ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, sentMs), signal);
       } catch (err) {
         if (!(err instanceof ConflictError && err.code === 'CLAIM_HELD')) throw err;
@@ -155,7 +155,7 @@ export class ClaimRef {
       try {
         // A try the server may hold (waitMs) is cut by the signal: the server gives up a held wait
         // whose connection closed. One it answers at once is not (see `keepUnlessAborted`).
-        reply = await this.#ctx.call('POST', '/claims', { body, waitMs, signal: waitMs > 0 ? signal : undefined, batch: waitMs === 0 });
+        reply = await withGrace(signal, (grace) => this.#ctx.call('POST', '/claims', { body, waitMs, signal: waitMs > 0 ? signal : grace, batch: waitMs === 0 }));
       } catch (err) {
         const retryable =
           (err instanceof ConflictError && err.code === 'CLAIM_HELD') ||

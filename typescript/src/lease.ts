@@ -194,10 +194,10 @@ export abstract class HeldLease implements Stoppable {
 /**
  * The lease a grant gave to a caller whose `signal` aborted while the request was on its way:
  * given back at once, and the abort's reason thrown. A request that does not wait on the server
- * (an acquire without `waitMs`) is sent without the caller's signal, because the server applies it
- * even when the connection is cut (the client would never learn of the grant, and the key or the
- * units would stay held, renewed by no one, until the lease ran out); its answer is awaited, and
- * then this gives back what it granted. Resolves to the lease when the signal did not abort.
+ * (an acquire without `waitMs`) is not cut when the caller's signal aborts, because the server
+ * applies it even when the connection is cut (the client would never learn of the grant, and the
+ * key or the units would stay held, renewed by no one, until the lease ran out): its answer is
+ * awaited (up to `ABORT_GRACE_MS` more, `withGrace`), and then this gives back what it granted. Resolves to the lease when the signal did not abort.
  */
 export async function keepUnlessAborted<L extends HeldLease>(lease: L, signal: AbortSignal | undefined): Promise<L> {
   if (signal?.aborted) {

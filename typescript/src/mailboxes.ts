@@ -37,7 +37,7 @@ import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, grantStartMs, renewalsExhausted
 import { Kept, type RenewalRequest } from './renewals.js';
 import { newIdempotencyKey } from './request.js';
 import { TaskTicket } from './tasks.js';
-import { checkMs, nowMs, pause } from './time.js';
+import { checkMs, nowMs, pause, withGrace } from './time.js';
 import { warn } from './warnings.js';
 import { runWorker } from './worker.js';
 
@@ -459,7 +459,7 @@ export class MailboxRef {
       // the signal cuts (the server drops a held receive whose connection closed).
       signal.throwIfAborted();
       const sentMs = nowMs();
-      const raw = await this.#recv(leaseSeconds, 0);
+      const raw = await withGrace(signal, (grace) => this.#recv(leaseSeconds, 0, grace));
       if (raw !== null) {
         const delivery = new Delivery<T>(this.#ctx, raw, sentMs, leaseSeconds);
         if (signal.aborted) {
@@ -501,8 +501,24 @@ export class MailboxRef {
       waitMs: waitMs > 0 ? waitMs : undefined,
       includeDescendants,
     };
-    const sentMs = nowMs();
-    const reply = await this.#ctx.call('POST', '/tasks/admit', { body, waitMs: Math.max(waitMs, 0), signal });
+    let sentMs = nowMs();
+    let held = waitMs > 0;
+    let reply;
+    if (signal !== undefined) {
+      // A first look without a wait, as receive() takes it: not cut by the signal (the server
+      // admits even to a request whose connection was cut, its grants with it); what it admitted
+      // after the abort is given back at once. Only a wait for work is cut.
+      signal.throwIfAborted();
+      reply = await withGrace(signal, (grace) => this.#ctx.call('POST', '/tasks/admit', { body: { ...body, waitMs: undefined }, signal: grace }));
+      held = false;
+      if (reply.status === 204 && waitMs > 0 && !signal.aborted) {
+        sentMs = nowMs();
+        held = true;
+        reply = await this.#ctx.call('POST', '/tasks/admit', { body, waitMs, signal });
+      }
+    } else {
+      reply = await this.#ctx.call('POST', '/tasks/admit', { body, waitMs: Math.max(waitMs, 0), signal });
+    }
     if (reply.status === 204) return null;
     const admitted = reply.body;
     for (const field of ['messageId', 'taskId', 'token', 'attempt']) {
@@ -522,7 +538,11 @@ export class MailboxRef {
       token: admitted.token,
       leaseExpiresAt: admitted.leaseExpiresAt,
     };
-    const delivery = new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), leaseSeconds);
+    const delivery = new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), held), leaseSeconds);
+    if (signal?.aborted && !held) {
+      await delivery.requeueOnce().catch(() => undefined); // its grants go back with it
+      throw signal.reason;
+    }
     return {
       task: new TaskTicket(this.#ctx, admitted.taskId, this.scopeId),
       delivery,
@@ -577,16 +597,32 @@ export class MailboxRef {
       ctx: this.#ctx,
       scopeId: this.scopeId,
       what: 'consume()',
+      // Each intake looks first without a wait, which a stop does not cut: the server leases a
+      // message even to a request whose connection was cut, and it would stay leased to no one
+      // until its lease ran out (an attempt spent); taken, it is put back at once when intake
+      // ends. Only a wait on an empty queue is cut by a stop.
       receive: async (waitMs, signal) => {
-        const sentMs = nowMs();
-        const raw = await this.#recv(leaseSeconds, waitMs, signal);
-        return raw === null ? null : new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), leaseSeconds);
+        let sentMs = nowMs();
+        let raw = await withGrace(signal, (grace) => this.#recv(leaseSeconds, 0, grace));
+        let held = false;
+        if (raw === null && waitMs > 0 && !signal.aborted) {
+          sentMs = nowMs();
+          held = true;
+          raw = await this.#recv(leaseSeconds, waitMs, signal);
+        }
+        return raw === null ? null : new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), held), leaseSeconds);
       },
       receiveMany: async (count, waitMs, signal) => {
-        const sentMs = nowMs();
-        const raws = await this.#recvMany(count, leaseSeconds, waitMs, signal);
+        let sentMs = nowMs();
+        let raws = await withGrace(signal, (grace) => this.#recvMany(count, leaseSeconds, 0, grace));
+        let held = false;
+        if ((raws === null || raws.length === 0) && waitMs > 0 && !signal.aborted) {
+          sentMs = nowMs();
+          held = true;
+          raws = await this.#recvMany(count, leaseSeconds, waitMs, signal);
+        }
         if (raws === null || raws.length === 0) return null;
-        const startedMs = grantStartMs(sentMs, nowMs(), waitMs > 0);
+        const startedMs = grantStartMs(sentMs, nowMs(), held);
         return raws.map((raw) => new Delivery<T>(this.#ctx, raw, startedMs, leaseSeconds));
       },
       invoke: (delivery) => handler(delivery.data, delivery),

@@ -85,6 +85,44 @@ export function pause(ms: number, options: PauseOptions = {}): Promise<void> {
   });
 }
 
+/** How long a request that the server answers at once is still awaited after the caller's signal
+ * aborted (`graceAfter`): an answer comes well within it; a server that hangs does not hold the
+ * caller longer. */
+export const ABORT_GRACE_MS = 2000;
+
+/**
+ * A signal that aborts `graceMs` after `outer` does (with its reason), for a request the server
+ * applies even when its connection is cut: it is let finish, so that what it did can be undone,
+ * unless it takes that much longer. `dispose()` when done with it.
+ */
+export function graceAfter(outer: AbortSignal | undefined, graceMs: number = ABORT_GRACE_MS): TimedSignal {
+  const controller = new AbortController();
+  let timer: NodeJS.Timeout | null = null;
+  const onAbort = () => {
+    timer = setTimeout(() => controller.abort(outer?.reason), timerMs(graceMs));
+    timer.unref();
+  };
+  if (outer?.aborted) onAbort();
+  else outer?.addEventListener('abort', onAbort, { once: true });
+  return {
+    signal: controller.signal,
+    dispose() {
+      if (timer !== null) clearTimeout(timer);
+      outer?.removeEventListener('abort', onAbort);
+    },
+  };
+}
+
+/** `send(signal)` with `graceAfter(outer)`'s signal, disposed of once it settles. */
+export async function withGrace<T>(outer: AbortSignal | undefined, send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const grace = graceAfter(outer);
+  try {
+    return await send(grace.signal);
+  } finally {
+    grace.dispose();
+  }
+}
+
 export interface TimedSignal {
   signal: AbortSignal;
   /** Clears the timer and the link to the outer signal. */

@@ -29,7 +29,7 @@ globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) =>
   return response;
 }) as typeof fetch;
 
-describe('an acquire or a receive aborted while its request is on its way', () => {
+describe('an acquire, a receive or an admission aborted while its request is on its way', () => {
   let server: Server;
   let rs: Runstate;
   let run: ScopeHandle;
@@ -104,6 +104,31 @@ describe('an acquire or a receive aborted while its request is on its way', () =
       assert.equal(counts.LEASED ?? 0, 0, `waitMs ${waitMs}: not leased (${JSON.stringify(counts)})`);
       assert.equal((counts.QUEUED ?? 0) + (counts.DELAYED ?? 0), index + 1, `waitMs ${waitMs}: back on the queue`);
     }
+  });
+
+  test('consume() stopped while a receive answers with a message puts the message back, not leased to no one', async () => {
+    await rs.mailboxes.ensure('abort-consume');
+    const scope = await rs.scopes.create({ name: 'abort-consume' });
+    await scope.mailbox('abort-consume').send({ n: 1 });
+    const controller = new AbortController();
+    abortOnAnswer = { path: '/recv', controller };
+    let handled = 0;
+    await scope.mailbox('abort-consume').consume(() => void (handled += 1), { signal: controller.signal, waitMs: 5_000 });
+    assert.equal(handled, 0, 'stopped before its handler ran');
+    const counts = (await rs.diagnostics.run(scope.id)).counts.messages;
+    assert.equal(counts.LEASED ?? 0, 0, `not leased (${JSON.stringify(counts)})`);
+  });
+
+  test('an admit() that admits a task after the abort gives it back, with what it took', async () => {
+    await rs.mailboxes.ensure('abort-admit', { mode: 'WORK' });
+    const scope = await rs.scopes.create({ name: 'abort-admit' });
+    const ticket = await scope.mailbox('abort-admit').submit({ n: 1 }, { key: 'admitted' });
+    const controller = new AbortController();
+    abortOnAnswer = { path: '/tasks/admit', controller };
+    await assert.rejects(scope.mailbox('abort-admit').admit({ waitMs: 5_000, signal: controller.signal }), gaveUp);
+    const counts = (await rs.diagnostics.run(scope.id)).counts.messages;
+    assert.equal(counts.LEASED ?? 0, 0, `not leased (${JSON.stringify(counts)})`);
+    assert.equal((await ticket.status()).state, 'QUEUED');
   });
 
   test('a pool acquire rejects with the abort and gives its units back', async () => {

@@ -261,6 +261,18 @@ describe('request layer', () => {
     assert.equal(seen.length, 1);
   });
 
+  test('an acquire let finish after its abort is cut 2 s after it when the server does not answer', async () => {
+    const never: Answer = () => undefined;
+    route = () => never;
+    const controller = new AbortController();
+    const acquiring = client({ requestTimeoutMs: 30_000, retries: 0 }).scope('sc_1').claim('k').acquire({ signal: controller.signal });
+    setTimeout(() => controller.abort(new Error('stop now')), 100);
+    const started = performance.now();
+    await assert.rejects(acquiring, /stop now/);
+    const tookMs = performance.now() - started;
+    assert.ok(tookMs >= 1_900 && tookMs < 4_000, `cut 2 s after the abort, not at the request timeout: ${tookMs}`);
+  });
+
   test('a wait: true acquire asks the server to park it (waitMs) and keeps its own loop as the fallback', async () => {
     const held = json(409, { error: { code: 'CLAIM_HELD', message: 'held' } });
     answers.push(held, held, json(200, { token: 't', generation: 7, leaseExpiresAt: '2030-01-01T00:00:00.000Z' }));
