@@ -383,6 +383,9 @@ export class EventsAPI {
    */
   async *watch(options: WatchOptions = {}): AsyncGenerator<WatchedEvent, void, undefined> {
     const { types, aggregate, scopeId, limit, signal } = options;
+    if (types !== undefined && !(Array.isArray(types) && types.every((type) => typeof type === 'string'))) {
+      throw new ConfigError(`types must be an array of event types, such as ['scope.cancelled'], got ${JSON.stringify(types)}`);
+    }
     const holdS = options.waitSeconds ?? WATCH_HOLD_S;
     let current = options.cursor || undefined;
     let retryMs = WATCH_RETRY_MS;

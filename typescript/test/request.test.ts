@@ -189,6 +189,16 @@ describe('request layer', () => {
     rs.close();
   });
 
+  test('events.watch() with types that are not an array of names is ConfigError, not a TypeError from inside', async () => {
+    const rs = client();
+    for (const types of ['scope.cancelled', [1], { 0: 'x' }]) {
+      const err = await rs.events.watch({ types: types as unknown as string[] }).next().catch((caught) => caught);
+      assert.ok(err instanceof ConfigError && /types must be an array/.test(err.message), `${JSON.stringify(types)}: ${err?.name}: ${err?.message}`);
+    }
+    assert.equal(seen.length, 0);
+    rs.close();
+  });
+
   test('a bad concurrency or prefetch of consume() is ConfigError: a RunstateError, as every error thrown on purpose', async () => {
     const rs = client();
     const queue = rs.scope('sc_1').mailbox('q');
