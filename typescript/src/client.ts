@@ -337,8 +337,13 @@ export class Runstate {
     return new ScopeHandle(this.#ctx, scopeId);
   }
 
-  /** A view bound to another space, sharing the request layer, holder and session. */
+  /** A view bound to another space, sharing the request layer, holder and session. `spaceId` is a
+   * space's id or name, not empty and without a `/` (`ConfigError` otherwise: it is a segment of
+   * every path, and would reach another route). */
   withSpace(spaceId: string): Runstate {
+    if (typeof spaceId !== 'string' || spaceId === '' || spaceId.includes('/')) {
+      throw new ConfigError(`spaceId must be a space's id, not empty and without '/', got ${JSON.stringify(spaceId)}`);
+    }
     const options: InternalOptions = { [VIEW_OF]: this.#ctx.forSpace(spaceId) };
     return new Runstate(options);
   }

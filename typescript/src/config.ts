@@ -87,6 +87,7 @@ export function resolveConfig(options: RunstateOptions = {}): Config {
   const baseUrl = options.baseUrl || fromEnv(ENV_BASE_URL) || DEFAULT_BASE_URL;
   if (!apiKey) throw new ConfigError(`missing apiKey: pass { apiKey } or set ${ENV_API_KEY}`);
   if (!spaceId) throw new ConfigError(`missing spaceId: pass { spaceId } or set ${ENV_SPACE_ID}`);
+  if (spaceId.includes('/')) throw new ConfigError(`spaceId must be a space's id, without '/', got ${JSON.stringify(spaceId)}`);
   checkBaseUrl(baseUrl);
   const retries = options.retries ?? DEFAULT_RETRIES;
   if (!Number.isInteger(retries) || retries < 0) throw new ConfigError('retries must be a whole number, 0 or more');

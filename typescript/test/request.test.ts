@@ -513,6 +513,10 @@ describe('errors and configuration', () => {
       assert.equal(new Runstate().baseUrl, 'http://example.test:9');
       const view = fromEnv.withSpace('other');
       assert.equal(view.spaceId, 'other');
+      assert.throws(() => new Runstate({ spaceId: 'a/b' }), ConfigError, 'a space id with a / in the options');
+      for (const spaceId of ['', 'a/b', undefined]) {
+        assert.throws(() => fromEnv.withSpace(spaceId as unknown as string), ConfigError, `withSpace(${JSON.stringify(spaceId)})`);
+      }
       assert.equal(view.session, fromEnv.session);
       delete process.env.RUNSTATE_API_KEY;
       assert.throws(() => new Runstate(), (err: unknown) => err instanceof ConfigError && err.code === 'CONFIG_ERROR' && err.status === 0);
