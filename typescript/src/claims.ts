@@ -135,7 +135,14 @@ export class ClaimRef {
         const reply = await withGrace(signal, (grace) => this.#ctx.call('POST', '/claims', { body, batch: true, signal: grace }));
         return await keepUnlessAborted(ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, sentMs), signal);
       } catch (err) {
-        if (!(err instanceof ConflictError && err.code === 'CLAIM_HELD')) throw err;
+        // A held key goes on to a try the server holds at once; a plan's limit first waits as the
+        // loop below waits for it.
+        if (err instanceof RateLimitError && err.code === 'CONCURRENCY_LIMITED') {
+          await pause(Math.min(uniform(...LIMITED_RETRY_MS), Math.max(0, timeoutMs - (nowMs() - started))), { signal });
+          signal?.throwIfAborted();
+        } else if (!(err instanceof ConflictError && err.code === 'CLAIM_HELD')) {
+          throw err;
+        }
       }
     }
     for (;;) {

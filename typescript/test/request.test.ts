@@ -283,6 +283,19 @@ describe('request layer', () => {
     assert.ok(tookMs >= 1_900 && tookMs < 4_000, `cut 2 s after the abort, not at the request timeout: ${tookMs}`);
   });
 
+  test('a wait: true acquire given a signal tries first without waitMs, and waits out CONCURRENCY_LIMITED there too', async () => {
+    const limited = json(429, { error: { code: 'CONCURRENCY_LIMITED', message: 'too many' } });
+    const held = json(409, { error: { code: 'CLAIM_HELD', message: 'held' } });
+    answers.push(limited, held, json(200, { token: 't', generation: 3, leaseExpiresAt: '2030-01-01T00:00:00.000Z' }));
+    const started = performance.now();
+    const lease = await client().scope('sc_1').claim('k').acquire({ wait: true, timeoutMs: 5_000, signal: new AbortController().signal });
+    assert.equal(lease.generation, 3);
+    assert.ok(performance.now() - started >= 750, 'waited about a second after CONCURRENCY_LIMITED');
+    assert.deepEqual(seen.map((entry) => JSON.parse(entry.body).waitMs === undefined), [true, false, false], 'no wait on the first try only');
+    answers.push(json(200, { released: true }));
+    await lease.release();
+  });
+
   test('a wait: true acquire asks the server to park it (waitMs) and keeps its own loop as the fallback', async () => {
     const held = json(409, { error: { code: 'CLAIM_HELD', message: 'held' } });
     answers.push(held, held, json(200, { token: 't', generation: 7, leaseExpiresAt: '2030-01-01T00:00:00.000Z' }));
