@@ -19,12 +19,12 @@
  * Names are resolved to ids once per handle (one listing), then cached.
  */
 
-import { encodeClaimKey } from './claims.js';
+import { nameSegment } from './claims.js';
 import type { Context } from './context.js';
 import { ConflictError, NotFoundError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
-import { HeldLease, required, runHeld } from './lease.js';
+import { HeldLease, keepUnlessAborted, required, runHeld } from './lease.js';
 import { grantStartMs } from './renewal.js';
-import { nowMs, pause, uniform } from './time.js';
+import { checkMs, nowMs, pause, uniform, withGrace } from './time.js';
 
 export const POOL_TIMEOUT_MS = 60_000;
 export const QUOTA_TIMEOUT_MS = 30_000;
@@ -58,7 +58,7 @@ export function minorToDecimal(minor: string, scale: number): string {
 }
 
 async function putByName(ctx: Context, kind: string, name: string, body: Record<string, unknown>): Promise<any> {
-  return (await ctx.call('PUT', `/${kind}/by-name/${encodeClaimKey(name)}`, { body })).body;
+  return (await ctx.call('PUT', `/${kind}/by-name/${nameSegment(name)}`, { body })).body;
 }
 
 // -- create or check -------------------------------------------------------------------------------
@@ -193,6 +193,8 @@ export interface PoolAcquireOptions {
   wait?: boolean;
   /** How long `wait` keeps trying; default 60 000 ms, then `WaitTimeoutError`. */
   timeoutMs?: number;
+  /** Stops a waiting acquire (it rejects with the signal's reason); a grant that came back after
+   * it aborted is released first, as a claim's. */
   signal?: AbortSignal;
 }
 
@@ -212,14 +214,17 @@ export class PoolRef extends Named {
    * ~300 ms (~1 s on `CONCURRENCY_LIMITED`) until `timeoutMs`, then `WaitTimeoutError`. */
   async acquire(options: PoolAcquireOptions = {}): Promise<PoolLease> {
     const { units = 1, leaseSeconds = 30, wait = true, timeoutMs = POOL_TIMEOUT_MS, signal } = options;
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
     const poolId = await this.resolveId();
     const started = nowMs();
     const body = { scopeId: this.scopeId, units, holder: this.ctx.holder, holderSession: this.ctx.session, leaseSeconds };
     for (;;) {
       const sentMs = nowMs();
+      signal?.throwIfAborted();
+      let reply;
       try {
-        const reply = await this.ctx.call('POST', `/permits/${poolId}/acquire`, { body, signal });
-        return PoolLease.start(this.ctx, poolId, reply.body, leaseSeconds, grantStartMs(sentMs, nowMs(), false));
+        // Not cut by the signal: the server grants it all the same (see `keepUnlessAborted`).
+        reply = await withGrace(signal, (grace) => this.ctx.call('POST', `/permits/${poolId}/acquire`, { body, signal: grace }));
       } catch (err) {
         const retryable =
           (err instanceof ConflictError && err.code === 'CAPACITY_UNAVAILABLE') ||
@@ -232,7 +237,9 @@ export class PoolRef extends Named {
         const [low, high] = (err as RunstateError).code === 'CONCURRENCY_LIMITED' ? LIMITED_RETRY_MS : CAPACITY_RETRY_MS;
         await pause(Math.min(uniform(low, high), timeoutMs - elapsedMs), { signal });
         signal?.throwIfAborted();
+        continue;
       }
+      return keepUnlessAborted(PoolLease.start(this.ctx, poolId, reply.body, leaseSeconds, grantStartMs(sentMs, nowMs(), false)), signal);
     }
   }
 
@@ -296,6 +303,8 @@ export interface TakeOptions {
   /** Default 30 000 ms, then `WaitTimeoutError` (the place in line is given up; a grant that came
    * first stands). */
   timeoutMs?: number;
+  /** Stops a waiting take (it rejects with the signal's reason); its place in line is given up, as
+   * at the timeout. */
   signal?: AbortSignal;
 }
 
@@ -330,6 +339,7 @@ export class QuotaRef extends Named {
    * the window is used up. Resolves to the consumption. */
   async take(options: TakeOptions = {}): Promise<Record<string, any>> {
     const { units = 1, wait = true, timeoutMs = QUOTA_TIMEOUT_MS, signal } = options;
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
     const started = nowMs();
     let waiterId: string | null = null;
     for (;;) {
@@ -345,11 +355,22 @@ export class QuotaRef extends Named {
         const id = await this.resolveId();
         const ttlSeconds = Math.min(WAITER_TTL_S[1], Math.max(WAITER_TTL_S[0], Math.floor(leftMs / 1000) + 1));
         const body = { scopeId: this.scopeId, units, holder: this.ctx.holder, ttlSeconds };
-        const waiter = (await this.ctx.call('POST', `/allowances/${id}/wait`, { body, signal })).body;
+        // Not cut by the signal: the server would make the waiter all the same, and it would stay in
+        // line (and consume units for no one when served) with this side never knowing its id.
+        signal?.throwIfAborted();
+        const waiter = (await withGrace(signal, (grace) => this.ctx.call('POST', `/allowances/${id}/wait`, { body, signal: grace }))).body;
         if (waiter.state === 'GRANTED' && waiter.consumptionId) return this.#consumption(waiter.consumptionId, units);
         waiterId = required(waiter, 'waiterId') as string;
       }
-      const waiter = await this.#poll(waiterId, started, timeoutMs, signal);
+      let waiter: Record<string, any>;
+      try {
+        signal?.throwIfAborted();
+        waiter = await this.#poll(waiterId, started, timeoutMs, signal);
+      } catch (err) {
+        // Given up on: leave the line, so the waiter is not served (its units consumed) for no one.
+        if (signal?.aborted) await this.#cancelQuietly(waiterId);
+        throw err;
+      }
       if (waiter.state === 'GRANTED' && waiter.consumptionId) return this.#consumption(waiter.consumptionId, waiter.units ?? units);
       waiterId = null; // EXPIRED or CANCELLED: start again
     }

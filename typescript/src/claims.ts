@@ -19,9 +19,9 @@
 
 import type { Context } from './context.js';
 import { ConflictError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
-import { HeldLease, required, runHeld } from './lease.js';
+import { HeldLease, keepUnlessAborted, required, runHeld } from './lease.js';
 import { grantStartMs } from './renewal.js';
-import { nowMs, pause, uniform } from './time.js';
+import { checkMs, nowMs, pause, uniform, withGrace } from './time.js';
 
 export { parseTimestamp } from './lease.js';
 
@@ -44,7 +44,9 @@ export interface AcquireOptions {
   wait?: boolean;
   /** How long `wait: true` keeps trying; default 30 000 ms, then `WaitTimeoutError`. */
   timeoutMs?: number;
-  /** Stops a waiting acquire (it rejects with the signal's reason). */
+  /** Stops a waiting acquire (it rejects with the signal's reason). A try the server answers at
+   * once is not cut: its answer is awaited, and a claim it granted is released before the
+   * rejection (the server applies a request whose connection was cut all the same). */
   signal?: AbortSignal;
 }
 
@@ -60,6 +62,18 @@ export type TryAcquireResult = { kind: 'acquired'; lease: ClaimLease } | { kind:
 export function encodeClaimKey(key: string): string {
   if (key === '.' || key === '..') return '%2E'.repeat(key.length);
   return encodeURIComponent(key).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
+/**
+ * A name as the last segment of a path that names a resource (`PUT .../by-name/{name}`, `PUT
+ * .../runs/{name}`), encoded as a claim key. An empty name is refused here as the server refuses
+ * one at create (`VALIDATION_FAILED`, "name must not be empty"): as a path it would end in `/`,
+ * reach no route, and come back as a `NotFoundError` saying `no such route`.
+ */
+export function nameSegment(name: string): string {
+  if (typeof name !== 'string') throw new RunstateError('VALIDATION_FAILED', 400, `field 'name' must be a string, got ${typeof name}`);
+  if (name === '') throw new RunstateError('VALIDATION_FAILED', 400, 'name must not be empty');
+  return encodeClaimKey(name);
 }
 
 /** What `forceRelease()` answers: the claim as it was, its token withheld. */
@@ -103,18 +117,32 @@ export class ClaimRef {
    */
   async acquire(options: AcquireOptions = {}): Promise<ClaimLease> {
     const { leaseSeconds = DEFAULT_LEASE_SECONDS, wait = false, timeoutMs = DEFAULT_CLAIM_TIMEOUT_MS, signal } = options;
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
     const started = nowMs();
     const coalescer = this.#ctx.requester.coalescer;
-    if (wait && timeoutMs > 0 && coalescer !== null && coalescer.busy(this.#ctx.path(''))) {
-      // The client's calls are going out in batches now: a try without a wait rides in the next
-      // one (most keys are free), and only a held key costs a request of its own.
+    const batching = coalescer !== null && coalescer.busy(this.#ctx.path(''));
+    if (wait && timeoutMs > 0 && (batching || signal !== undefined)) {
+      // A try without a wait first, when the client's calls are going out in batches now (it rides
+      // in the next one: most keys are free, and only a held key costs a request of its own), or
+      // when a signal may abort the acquire: a free key is answered at once, so the try is not cut
+      // and a grant it came back with after the abort is released; only a held key is then waited
+      // for in a try the server holds, which the signal cuts.
       const body = { key: this.key, scopeId: this.scopeId, holder: this.#ctx.holder, holderSession: this.#ctx.session, leaseSeconds };
       const sentMs = nowMs();
+      signal?.throwIfAborted();
       try {
-        const reply = await this.#ctx.call('POST', '/claims', { body, signal, batch: true });
-        return ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, sentMs);
+        // Not cut by the signal: the server grants it all the same (see `keepUnlessAborted`).
+        const reply = await withGrace(signal, (grace) => this.#ctx.call('POST', '/claims', { body, batch: true, signal: grace }));
+        return await keepUnlessAborted(ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, sentMs), signal);
       } catch (err) {
-        if (!(err instanceof ConflictError && err.code === 'CLAIM_HELD')) throw err;
+        // A held key goes on to a try the server holds at once; a plan's limit first waits as the
+        // loop below waits for it.
+        if (err instanceof RateLimitError && err.code === 'CONCURRENCY_LIMITED') {
+          await pause(Math.min(uniform(...LIMITED_RETRY_MS), Math.max(0, timeoutMs - (nowMs() - started))), { signal });
+          signal?.throwIfAborted();
+        } else if (!(err instanceof ConflictError && err.code === 'CLAIM_HELD')) {
+          throw err;
+        }
       }
     }
     for (;;) {
@@ -130,8 +158,11 @@ export class ClaimRef {
       };
       let reply;
       const sentMs = nowMs();
+      signal?.throwIfAborted();
       try {
-        reply = await this.#ctx.call('POST', '/claims', { body, waitMs, signal, batch: waitMs === 0 });
+        // A try the server may hold (waitMs) is cut by the signal: the server gives up a held wait
+        // whose connection closed. One it answers at once is not (see `keepUnlessAborted`).
+        reply = await withGrace(signal, (grace) => this.#ctx.call('POST', '/claims', { body, waitMs, signal: waitMs > 0 ? signal : grace, batch: waitMs === 0 }));
       } catch (err) {
         const retryable =
           (err instanceof ConflictError && err.code === 'CLAIM_HELD') ||
@@ -149,7 +180,7 @@ export class ClaimRef {
         signal?.throwIfAborted();
         continue;
       }
-      return ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, grantStartMs(sentMs, nowMs(), waitMs > 0));
+      return keepUnlessAborted(ClaimLease.start(this.#ctx, this.key, reply.body, leaseSeconds, grantStartMs(sentMs, nowMs(), waitMs > 0)), signal);
     }
   }
 

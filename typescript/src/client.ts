@@ -12,7 +12,7 @@
 
 import { Coalescer } from './batch.js';
 import { BudgetsAPI, PoolsAPI, QuotasAPI, WorkLimitsAPI } from './capacity.js';
-import { encodeClaimKey } from './claims.js';
+import { nameSegment } from './claims.js';
 import { resolveConfig, type Config, type RunstateOptions } from './config.js';
 import { DiagnosticsAPI, EventsAPI } from './coordination.js';
 import { Context, Holdings } from './context.js';
@@ -168,7 +168,7 @@ export class ScopesAPI {
    * `deadline`, if given) and the same for every later one, in any process. A run that was
    * stopped stays stopped (check `status()`); a new name starts a new run. */
   async ensure(name: string, options: { deadline?: string } = {}): Promise<ScopeHandle> {
-    const reply = await this.#ctx.call('PUT', `/runs/${encodeClaimKey(name)}`, { body: { deadline: options.deadline } });
+    const reply = await this.#ctx.call('PUT', `/runs/${nameSegment(name)}`, { body: { deadline: options.deadline } });
     if (typeof reply.body?.id !== 'string') throw new TypeError('malformed answer: no scope id');
     return new ScopeHandle(this.#ctx, reply.body.id);
   }
@@ -337,8 +337,13 @@ export class Runstate {
     return new ScopeHandle(this.#ctx, scopeId);
   }
 
-  /** A view bound to another space, sharing the request layer, holder and session. */
+  /** A view bound to another space, sharing the request layer, holder and session. `spaceId` is a
+   * space's id or name, not empty and without a `/` (`ConfigError` otherwise: it is a segment of
+   * every path, and would reach another route). */
   withSpace(spaceId: string): Runstate {
+    if (typeof spaceId !== 'string' || spaceId === '' || spaceId.includes('/')) {
+      throw new ConfigError(`spaceId must be a space's id, not empty and without '/', got ${JSON.stringify(spaceId)}`);
+    }
     const options: InternalOptions = { [VIEW_OF]: this.#ctx.forSpace(spaceId) };
     return new Runstate(options);
   }

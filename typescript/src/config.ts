@@ -22,11 +22,13 @@ export interface RunstateOptions {
   apiKey?: string;
   /** Else `RUNSTATE_SPACE_ID`. Required. */
   spaceId?: string;
-  /** Else `RUNSTATE_BASE_URL`, else `http://localhost:8080`. One trailing `/` is dropped. */
+  /** Else `RUNSTATE_BASE_URL`, else `http://localhost:8080`: an `http://` or `https://` URL
+   * (`ConfigError` otherwise). One trailing `/` is dropped. */
   baseUrl?: string;
   /** The logical worker (stable across restarts); default `worker-` and 6 hex characters. */
   holder?: string;
-  /** Per attempt of a request (a long poll gets its wait on top); default 10 000 ms. */
+  /** Per attempt of a request (a long poll gets its wait on top), more than 0; default 10 000 ms.
+   * `Infinity` (or anything past a Node timer's 2^31 - 1 ms) waits for an answer without a bound. */
   requestTimeoutMs?: number;
   /** Transport retries of one call, with the same idempotency key; default 2 (3 attempts). */
   retries?: number;
@@ -61,6 +63,23 @@ function fromEnv(name: string): string | undefined {
   return value === undefined || value === '' ? undefined : value;
 }
 
+/**
+ * An `http://` or `https://` URL, or `ConfigError` now: `localhost:8080` (no scheme) parses as a URL
+ * of the scheme `localhost:`, and would fail only at the first request, as a transport failure
+ * (`UNAVAILABLE`) after its retries.
+ */
+function checkBaseUrl(baseUrl: string): void {
+  let url: URL;
+  try {
+    url = new URL(baseUrl);
+  } catch {
+    throw new ConfigError(`baseUrl ${JSON.stringify(baseUrl)} is not a URL: give one such as http://localhost:8080`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new ConfigError(`baseUrl ${JSON.stringify(baseUrl)} must start with http:// or https://`);
+  }
+}
+
 /** Merge the options over the environment and check that the required values are there. */
 export function resolveConfig(options: RunstateOptions = {}): Config {
   const apiKey = options.apiKey || fromEnv(ENV_API_KEY);
@@ -68,10 +87,15 @@ export function resolveConfig(options: RunstateOptions = {}): Config {
   const baseUrl = options.baseUrl || fromEnv(ENV_BASE_URL) || DEFAULT_BASE_URL;
   if (!apiKey) throw new ConfigError(`missing apiKey: pass { apiKey } or set ${ENV_API_KEY}`);
   if (!spaceId) throw new ConfigError(`missing spaceId: pass { spaceId } or set ${ENV_SPACE_ID}`);
+  if (spaceId.includes('/')) throw new ConfigError(`spaceId must be a space's id, without '/', got ${JSON.stringify(spaceId)}`);
+  checkBaseUrl(baseUrl);
   const retries = options.retries ?? DEFAULT_RETRIES;
   if (!Number.isInteger(retries) || retries < 0) throw new ConfigError('retries must be a whole number, 0 or more');
-  const requestTimeoutMs = options.requestTimeoutMs || DEFAULT_REQUEST_TIMEOUT_MS;
-  if (!(requestTimeoutMs > 0)) throw new ConfigError('requestTimeoutMs must be positive');
+  const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  // A number only: a string would be added to a long poll's wait as text ('5000' + 20000).
+  if (typeof requestTimeoutMs !== 'number' || !(requestTimeoutMs > 0)) {
+    throw new ConfigError(`requestTimeoutMs must be a number of milliseconds, more than 0, got ${String(requestTimeoutMs)}`);
+  }
   return {
     apiKey,
     spaceId,

@@ -57,6 +57,14 @@ export class Context {
   }
 
   call(method: Method, suffix: string, options: ContextCallOptions = {}): Promise<Reply> {
+    try {
+      return this.#send(method, suffix, options);
+    } catch (err) {
+      return Promise.reject(err); // a body refused before sending (`compactBody`): a rejection, as any refusal
+    }
+  }
+
+  #send(method: Method, suffix: string, options: ContextCallOptions): Promise<Reply> {
     const coalescer = this.requester.coalescer;
     const { batch = false, ...rest } = options;
     if (batch && coalescer !== null && !rest.waitMs && (rest.query === undefined || Object.keys(rest.query).length === 0)) {

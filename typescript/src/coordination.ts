@@ -15,12 +15,12 @@
  * caller's `timeoutMs` and throws `WaitTimeoutError` after it; the thing waited for carries on.
  */
 
-import { encodeClaimKey } from './claims.js';
+import { nameSegment } from './claims.js';
 import type { Context } from './context.js';
 import { ConfigError, ConflictError, NotFoundError, isTransient, waitTimeout } from './errors.js';
 import { parseTimestamp, required } from './lease.js';
 import { TaskTicket } from './tasks.js';
-import { nowMs, pause } from './time.js';
+import { checkMs, nowMs, pause } from './time.js';
 
 export const POLL_MS = 250;
 /** The longest hold one timer poll asks of the server (it caps it again itself). */
@@ -39,6 +39,8 @@ export interface PollOptions {
 
 async function pollUntil<V>(read: () => Promise<V>, done: (view: V) => boolean, what: string, options: PollOptions, defaultTimeoutMs: number): Promise<V> {
   const { timeoutMs = defaultTimeoutMs, pollMs = POLL_MS, signal } = options;
+  checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
+  checkMs(options.pollMs, 'pollMs', { positive: true });
   const started = nowMs();
   for (;;) {
     const view = await read();
@@ -74,6 +76,8 @@ export class BarrierHandle {
   /** Until the barrier is released (or its epoch moves on); `ConflictError` `BARRIER_CANCELLED`
    * when its scope ended. It does not arrive for the caller. Default timeout 60 s. */
   async wait(options: PollOptions = {}): Promise<Record<string, any>> {
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
+    checkMs(options.pollMs, 'pollMs', { positive: true });
     const pinned = await this.status();
     const view = await pollUntil(
       () => this.status(),
@@ -106,7 +110,7 @@ export class BarriersAPI {
    * is `ConflictError` `CONFLICT`). */
   async ensure(name: string, options: { target: number }): Promise<BarrierHandle> {
     const body = { scopeId: this.scopeId, target: options.target };
-    const reply = await this.#ctx.call('PUT', `/barriers/by-name/${encodeClaimKey(name)}`, { body });
+    const reply = await this.#ctx.call('PUT', `/barriers/by-name/${nameSegment(name)}`, { body });
     return new BarrierHandle(this.#ctx, required(reply.body, 'id'));
   }
 
@@ -140,6 +144,8 @@ export class TimerHandle {
    * was cancelled or expired unacknowledged. Default timeout 30 s. */
   async wait(options: PollOptions = {}): Promise<{ firedAt: Date }> {
     const { timeoutMs = 30_000, pollMs = POLL_MS, signal } = options;
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
+    checkMs(options.pollMs, 'pollMs', { positive: true });
     const started = nowMs();
     for (;;) {
       const holdMs = Math.max(0, Math.min(Math.floor(timeoutMs - (nowMs() - started)), TIMER_HOLD_MS_MAX));
@@ -377,6 +383,9 @@ export class EventsAPI {
    */
   async *watch(options: WatchOptions = {}): AsyncGenerator<WatchedEvent, void, undefined> {
     const { types, aggregate, scopeId, limit, signal } = options;
+    if (types !== undefined && !(Array.isArray(types) && types.every((type) => typeof type === 'string'))) {
+      throw new ConfigError(`types must be an array of event types, such as ['scope.cancelled'], got ${JSON.stringify(types)}`);
+    }
     const holdS = options.waitSeconds ?? WATCH_HOLD_S;
     let current = options.cursor || undefined;
     let retryMs = WATCH_RETRY_MS;

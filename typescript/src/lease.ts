@@ -192,6 +192,22 @@ export abstract class HeldLease implements Stoppable {
 }
 
 /**
+ * The lease a grant gave to a caller whose `signal` aborted while the request was on its way:
+ * given back at once, and the abort's reason thrown. A request that does not wait on the server
+ * (an acquire without `waitMs`) is not cut when the caller's signal aborts, because the server
+ * applies it even when the connection is cut (the client would never learn of the grant, and the
+ * key or the units would stay held, renewed by no one, until the lease ran out): its answer is
+ * awaited (up to `ABORT_GRACE_MS` more, `withGrace`), and then this gives back what it granted. Resolves to the lease when the signal did not abort.
+ */
+export async function keepUnlessAborted<L extends HeldLease>(lease: L, signal: AbortSignal | undefined): Promise<L> {
+  if (signal?.aborted) {
+    await lease.release().catch(() => undefined);
+    throw signal.reason;
+  }
+  return lease;
+}
+
+/**
  * Release after work that ended normally: resolves to the reason the lease did not last until
  * then (lost before, or refused by the server at the release: a stale token, a run that ended, a
  * lease it no longer knows), or null. A release that cannot reach the server says nothing about

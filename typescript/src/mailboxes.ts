@@ -37,7 +37,7 @@ import { LeaseClock, RETRY_MAX_MS, RETRY_MIN_MS, grantStartMs, renewalsExhausted
 import { Kept, type RenewalRequest } from './renewals.js';
 import { newIdempotencyKey } from './request.js';
 import { TaskTicket } from './tasks.js';
-import { nowMs, pause } from './time.js';
+import { checkMs, nowMs, pause, withGrace } from './time.js';
 import { warn } from './warnings.js';
 import { runWorker } from './worker.js';
 
@@ -93,6 +93,9 @@ export interface ReceiveOptions {
   waitMs?: number;
   /** The delivery's lease, 5 to 600; default 30. Not renewed for you (see `keepRenewed()`). */
   leaseSeconds?: number;
+  /** Stops the receive (it rejects with the signal's reason). A first look that finds a message is
+   * not cut, and a delivery it comes back with after the abort is put back at once; a wait on an
+   * empty queue is cut. */
   signal?: AbortSignal;
 }
 
@@ -445,12 +448,32 @@ export class MailboxRef {
    * shutdown).
    */
   async receive<T = unknown>(options: ReceiveOptions = {}): Promise<Delivery<T> | null> {
-    const { leaseSeconds = RECEIVE_LEASE_SECONDS } = options;
+    const { leaseSeconds = RECEIVE_LEASE_SECONDS, signal } = options;
+    checkMs(options.waitMs, 'waitMs');
     const deadline = nowMs() + Math.max(options.waitMs ?? 0, 0);
+    if (signal !== undefined) {
+      // A first look without a wait, not cut by the signal: a message there is answered at once,
+      // and the server leases it even to a request whose connection was cut (the message would
+      // stay leased to no one until the lease ran out, its attempt spent). One that comes back
+      // after the abort is put back at once. Only an empty queue is then waited on, in a request
+      // the signal cuts (the server drops a held receive whose connection closed).
+      signal.throwIfAborted();
+      const sentMs = nowMs();
+      const raw = await withGrace(signal, (grace) => this.#recv(leaseSeconds, 0, grace));
+      if (raw !== null) {
+        const delivery = new Delivery<T>(this.#ctx, raw, sentMs, leaseSeconds);
+        if (signal.aborted) {
+          await delivery.requeueOnce().catch(() => undefined);
+          throw signal.reason;
+        }
+        return delivery;
+      }
+      if (deadline <= nowMs()) return null;
+    }
     for (;;) {
       const leftMs = Math.max(0, Math.round(deadline - nowMs()));
       const sentMs = nowMs();
-      const raw = await this.#recv(leaseSeconds, leftMs, options.signal);
+      const raw = await this.#recv(leaseSeconds, leftMs, signal);
       if (raw !== null) {
         return new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), leftMs > 0), leaseSeconds);
       }
@@ -468,6 +491,7 @@ export class MailboxRef {
    */
   async admit<T = unknown>(options: AdmitOptions = {}): Promise<AdmittedWork<T> | null> {
     const { leaseSeconds = 30, waitMs = 0, signal, includeDescendants } = options;
+    checkMs(options.waitMs, 'waitMs');
     const body = {
       scopeId: this.scopeId,
       mailboxId: await this.resolveId(),
@@ -477,8 +501,24 @@ export class MailboxRef {
       waitMs: waitMs > 0 ? waitMs : undefined,
       includeDescendants,
     };
-    const sentMs = nowMs();
-    const reply = await this.#ctx.call('POST', '/tasks/admit', { body, waitMs: Math.max(waitMs, 0), signal });
+    let sentMs = nowMs();
+    let held = waitMs > 0;
+    let reply;
+    if (signal !== undefined) {
+      // A first look without a wait, as receive() takes it: not cut by the signal (the server
+      // admits even to a request whose connection was cut, its grants with it); what it admitted
+      // after the abort is given back at once. Only a wait for work is cut.
+      signal.throwIfAborted();
+      reply = await withGrace(signal, (grace) => this.#ctx.call('POST', '/tasks/admit', { body: { ...body, waitMs: undefined }, signal: grace }));
+      held = false;
+      if (reply.status === 204 && waitMs > 0 && !signal.aborted) {
+        sentMs = nowMs();
+        held = true;
+        reply = await this.#ctx.call('POST', '/tasks/admit', { body, waitMs, signal });
+      }
+    } else {
+      reply = await this.#ctx.call('POST', '/tasks/admit', { body, waitMs: Math.max(waitMs, 0), signal });
+    }
     if (reply.status === 204) return null;
     const admitted = reply.body;
     for (const field of ['messageId', 'taskId', 'token', 'attempt']) {
@@ -498,7 +538,11 @@ export class MailboxRef {
       token: admitted.token,
       leaseExpiresAt: admitted.leaseExpiresAt,
     };
-    const delivery = new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), leaseSeconds);
+    const delivery = new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), held), leaseSeconds);
+    if (signal?.aborted && !held) {
+      await delivery.requeueOnce().catch(() => undefined); // its grants go back with it
+      throw signal.reason;
+    }
     return {
       task: new TaskTicket(this.#ctx, admitted.taskId, this.scopeId),
       delivery,
@@ -553,16 +597,32 @@ export class MailboxRef {
       ctx: this.#ctx,
       scopeId: this.scopeId,
       what: 'consume()',
+      // Each intake looks first without a wait, which a stop does not cut: the server leases a
+      // message even to a request whose connection was cut, and it would stay leased to no one
+      // until its lease ran out (an attempt spent); taken, it is put back at once when intake
+      // ends. Only a wait on an empty queue is cut by a stop.
       receive: async (waitMs, signal) => {
-        const sentMs = nowMs();
-        const raw = await this.#recv(leaseSeconds, waitMs, signal);
-        return raw === null ? null : new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), waitMs > 0), leaseSeconds);
+        let sentMs = nowMs();
+        let raw = await withGrace(signal, (grace) => this.#recv(leaseSeconds, 0, grace));
+        let held = false;
+        if (raw === null && waitMs > 0 && !signal.aborted) {
+          sentMs = nowMs();
+          held = true;
+          raw = await this.#recv(leaseSeconds, waitMs, signal);
+        }
+        return raw === null ? null : new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), held), leaseSeconds);
       },
       receiveMany: async (count, waitMs, signal) => {
-        const sentMs = nowMs();
-        const raws = await this.#recvMany(count, leaseSeconds, waitMs, signal);
+        let sentMs = nowMs();
+        let raws = await withGrace(signal, (grace) => this.#recvMany(count, leaseSeconds, 0, grace));
+        let held = false;
+        if ((raws === null || raws.length === 0) && waitMs > 0 && !signal.aborted) {
+          sentMs = nowMs();
+          held = true;
+          raws = await this.#recvMany(count, leaseSeconds, waitMs, signal);
+        }
         if (raws === null || raws.length === 0) return null;
-        const startedMs = grantStartMs(sentMs, nowMs(), waitMs > 0);
+        const startedMs = grantStartMs(sentMs, nowMs(), held);
         return raws.map((raw) => new Delivery<T>(this.#ctx, raw, startedMs, leaseSeconds));
       },
       invoke: (delivery) => handler(delivery.data, delivery),

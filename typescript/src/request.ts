@@ -11,7 +11,8 @@
  *   "the same intent". That is what makes the retries safe: the server answers a replayed key with
  *   the original response instead of applying the mutation twice;
  * - a JSON body with top-level `undefined`/`null` values left out (nested ones inside user data stay
- *   `null`); no body at all for the bodyless POSTs;
+ *   `null`), and a top-level number that is not finite refused (`VALIDATION_FAILED`) rather than
+ *   sent as `null`; no body at all for the bodyless POSTs;
  * - only transport failures (a refused connection, a reset, a per-attempt timeout) are retried,
  *   `retries` times, 25-100 ms apart; an HTTP answer, whatever its status, is never retried;
  * - 204 gives an empty reply; any status below 400 is parsed as JSON (`{}` when it is not JSON);
@@ -28,7 +29,7 @@
 
 import type { Coalescer } from './batch.js';
 import { ClusterMap, FORWARDED_BY } from './cluster.js';
-import { UnavailableError, detailsOf, mapError } from './errors.js';
+import { RunstateError, UnavailableError, detailsOf, mapError } from './errors.js';
 import { NodeHttp, hasDotSegment } from './nodehttp.js';
 import { pause, randomHex, uniform, withTimeout } from './time.js';
 
@@ -67,10 +68,19 @@ export function newIdempotencyKey(): string {
   return randomHex(12);
 }
 
-/** The body as it goes on the wire: its top-level `undefined` and `null` values left out. */
+/**
+ * The body as it goes on the wire: its top-level `undefined` and `null` values left out. A
+ * top-level number that is not finite (NaN, `Infinity`) is refused here, as the server refuses a
+ * field out of range (`VALIDATION_FAILED`, status 400): JSON would send it as `null`, which the
+ * server reads as "not given", so `leaseSeconds: NaN` would take the default lease while this
+ * side counted and renewed a lease of NaN seconds (never, and never lost).
+ */
 export function compactBody(body: Record<string, unknown>): Record<string, unknown> {
   const kept: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(body)) {
+    if (typeof value === 'number' && !Number.isFinite(value)) {
+      throw new RunstateError('VALIDATION_FAILED', 400, `field '${key}' must be a finite number, got ${value}`);
+    }
     if (value !== undefined && value !== null) kept[key] = value;
   }
   return kept;

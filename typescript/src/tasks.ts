@@ -9,7 +9,7 @@
 
 import type { Context } from './context.js';
 import { waitTimeout } from './errors.js';
-import { nowMs, pause } from './time.js';
+import { checkMs, nowMs, pause } from './time.js';
 
 export const TERMINAL_STATES: ReadonlySet<string> = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED']);
 export const DEFAULT_RESULT_TIMEOUT_MS = 30_000;
@@ -101,6 +101,8 @@ export class TaskTicket<Outcome = unknown> {
 
   async #poll(states: ReadonlySet<string>, options: WaitOptions, what: string): Promise<TaskView<Outcome>> {
     const { timeoutMs = DEFAULT_RESULT_TIMEOUT_MS, pollMs = DEFAULT_POLL_MS, signal } = options;
+    checkMs(options.timeoutMs, 'timeoutMs', { infinite: true });
+    checkMs(options.pollMs, 'pollMs', { positive: true });
     const started = nowMs();
     for (;;) {
       const view = await this.status({ signal });

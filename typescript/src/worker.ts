@@ -36,7 +36,7 @@ import type { Context } from './context.js';
 import { AuthenticationError, ConfigError, NotFoundError, RunstateError, ScopeCancelledError } from './errors.js';
 import type { ConsumeOptions, Delivery } from './mailboxes.js';
 import { watchRunEnd } from './runwatch.js';
-import { nowMs, pause } from './time.js';
+import { checkMs, nowMs, pause, timerMs } from './time.js';
 import { warn } from './warnings.js';
 
 /** How long an idle `consume()` asks the server to hold an empty recv. */
@@ -84,10 +84,14 @@ export interface WorkerLoop<T> extends ConsumeOptions<T> {
 /** @internal The worker loop behind `consume()` and `serve()` (see the module comment). */
 export async function runWorker<T>(loop: WorkerLoop<T>): Promise<void> {
   const { concurrency = 1, prefetch = 1, shutdownTimeoutMs = DEFAULT_SHUTDOWN_TIMEOUT_MS, signal: stop } = loop;
-  if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError('concurrency must be a whole number, 1 or more');
+  // ConfigError, a RunstateError as every error thrown on purpose (Python raises ValueError here).
+  if (!Number.isInteger(concurrency) || concurrency < 1) throw new ConfigError(`concurrency must be a whole number, 1 or more, got ${String(concurrency)}`);
   if (!Number.isInteger(prefetch) || prefetch < 1 || prefetch > PREFETCH_MAX) {
-    throw new RangeError(`prefetch must be a whole number from 1 to ${PREFETCH_MAX}`);
+    throw new ConfigError(`prefetch must be a whole number from 1 to ${PREFETCH_MAX}, got ${String(prefetch)}`);
   }
+  checkMs(loop.pollMs, 'pollMs', { positive: true });
+  checkMs(loop.waitMs, 'waitMs');
+  checkMs(loop.shutdownTimeoutMs, 'shutdownTimeoutMs', { infinite: true });
   const running = new Running<T>();
   // Deliveries taken ahead of a free handler (a prefetch), oldest first; their leases are renewed.
   const ahead: Array<Delivery<T>> = [];
@@ -250,7 +254,7 @@ class Running<T> {
   /** Up to `timeoutMs` for the handlers, then put back what is unfinished. */
   async drain(timeoutMs: number): Promise<void> {
     const deadline = new AbortController();
-    const timer = setTimeout(() => deadline.abort(), timeoutMs);
+    const timer = setTimeout(() => deadline.abort(), timerMs(timeoutMs));
     try {
       while (this.#handlers.size > 0 && !deadline.signal.aborted) await this.waitForChange(deadline.signal);
     } finally {

@@ -393,7 +393,7 @@ describe('batches, prefetch and views', () => {
     assert.deepEqual(again.sort(), [[1, 2], [2, 2]]);
     assert.equal((await tickets[0]!.status()).state, 'SUCCEEDED');
     for (const prefetch of [0, 101, 2.5]) {
-      await assert.rejects(mailbox.consume(async () => undefined, { prefetch }), RangeError);
+      await assert.rejects(mailbox.consume(async () => undefined, { prefetch }), ConfigError);
     }
     worker.close();
   });

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { after, before, describe, test } from 'node:test';
 
-import { ConflictError, LeaseLostError, Runstate, WaitTimeoutError, encodeClaimKey, type ScopeHandle } from 'runstate-sdk';
+import { ConflictError, LeaseLostError, Runstate, RunstateError, WaitTimeoutError, encodeClaimKey, type ScopeHandle } from 'runstate-sdk';
 
 import { Server } from './support/server.js';
 
@@ -161,6 +161,23 @@ describe('claims', { concurrency: true }, () => {
     } finally {
       await lease.release();
     }
+  });
+
+  test('a lease of NaN or Infinity seconds is refused as VALIDATION_FAILED, not sent as null and taken for the default', async () => {
+    const refused = (err: unknown) => err instanceof RunstateError && err.code === 'VALIDATION_FAILED' && err.status === 400 && /leaseSeconds/.test(err.message);
+    for (const leaseSeconds of [Number.NaN, Infinity]) {
+      await assert.rejects(run.claim('nan-lease').acquire({ leaseSeconds }), refused, `claim, ${leaseSeconds}`);
+      await assert.rejects(run.claim('nan-lease').run(() => 'ran', { leaseSeconds }), refused, `claim run(), ${leaseSeconds}`);
+    }
+    // Nothing was taken: another holder gets the key at once.
+    const other = await rs.withHolder('nan-other').scope(run.id).claim('nan-lease').tryAcquire();
+    assert.equal(other.kind, 'acquired');
+    if (other.kind === 'acquired') await other.lease.release();
+    await rs.pools.ensure('nan-pool', { capacity: 1 });
+    await assert.rejects(run.pool('nan-pool').acquire({ leaseSeconds: Number.NaN }), refused, 'pool');
+    await assert.rejects(rs.pools.ensure('nan-pool-2', { capacity: Number.NaN }), (err: unknown) => err instanceof RunstateError && err.code === 'VALIDATION_FAILED', 'ensure: not NOT_FOUND');
+    await rs.mailboxes.ensure('nan-queue');
+    await assert.rejects(run.mailbox('nan-queue').consume(() => undefined, { leaseSeconds: Number.NaN, waitMs: 0 }), refused, 'consume');
   });
 
   test('closing the client stops its renewals and marks its leases lost', async () => {

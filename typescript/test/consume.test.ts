@@ -92,6 +92,25 @@ describe('consume and deliveries', { concurrency: true }, () => {
     assert.equal((await stuck.result({ timeoutMs: 2_000 })).state, 'FAILED');
   });
 
+  test('shutdownTimeoutMs: Infinity waits for the running handler, not 1 ms (a Node timer past 2^31 - 1 ms)', async () => {
+    const run = await queue('drain-forever');
+    const ticket = await run.mailbox('drain-forever').submit({ job: 'slow' }, { key: 'slow' });
+    const controller = new AbortController();
+    let handed: Delivery | undefined;
+    const consuming = run.mailbox('drain-forever').consume(
+      async (_data, delivery) => {
+        handed = delivery;
+        controller.abort();
+        await sleep(300);
+        await delivery.complete({ payload: 'done after the stop' });
+      },
+      { leaseSeconds: 30, shutdownTimeoutMs: Infinity, signal: controller.signal },
+    );
+    await consuming;
+    assert.equal(handed?.signal.aborted, false, 'the handler was not given up on');
+    assert.deepEqual(await ticket.result({ timeoutMs: 2_000 }), { state: 'SUCCEEDED', outcome: 'done after the stop', reason: null });
+  });
+
   test('a throwing handler goes to onError and back on the queue; the next attempt completes', async () => {
     const run = await queue('flaky');
     const ticket = await run.mailbox('flaky').submit({ n: 1 }, { key: 'flaky-1' });

@@ -12,6 +12,7 @@ import {
   ConflictError,
   LeaseLostError,
   Runstate,
+  RunstateError,
   WaitTimeoutError,
   type ScopeHandle,
   type WatchedEvent,
@@ -36,6 +37,22 @@ describe('pools, quotas, budgets, work limits, admission, barriers, timers, grou
   });
 
   const newRun = (name: string): Promise<ScopeHandle> => rs.scopes.create({ name });
+
+  test('an empty name is VALIDATION_FAILED, as the server refuses it at create, not a NotFoundError of a route', async () => {
+    const run = await newRun('empty-names');
+    const calls: Array<[string, () => Promise<unknown>]> = [
+      ['pools', () => rs.pools.ensure('', { capacity: 1 })],
+      ['quotas', () => rs.quotas.ensure('', { unitsPerWindow: 1, windowSeconds: 60 })],
+      ['budgets', () => rs.budgets.ensure('', { limit: '1.00' })],
+      ['runs', () => rs.scopes.ensure('')],
+      ['barriers', () => run.barriers.ensure('', { target: 1 })],
+    ];
+    for (const [what, call] of calls) {
+      const err: any = await call().catch((caught) => caught);
+      assert.ok(err instanceof RunstateError && err.code === 'VALIDATION_FAILED' && err.status === 400, `${what}: ${err?.name} ${err?.code} ${err?.message}`);
+      assert.equal(err.message, 'name must not be empty', what);
+    }
+  });
 
   test('pools: run() holds units under a renewed lease, a full pool waits or says so, a lost grant aborts lease.signal', async () => {
     const pool = await rs.pools.ensure('browser', { capacity: 2 });

@@ -132,6 +132,84 @@ describe('request layer', () => {
     assert.equal(seen[0]!.headers['idempotency-key'], seen[1]!.headers['idempotency-key']);
   });
 
+  test('requestTimeoutMs past a Node timer (Infinity) waits for the answer; one that is not a number over 0 is ConfigError', async () => {
+    const slow: Answer = (entry, res, req) => void setTimeout(() => json(200, { id: 'sc_slow' })(entry, res, req), 100);
+    for (const requestTimeoutMs of [Infinity, 2 ** 31]) {
+      seen = [];
+      answers.push(slow);
+      const scope = await client({ requestTimeoutMs }).scopes.create();
+      assert.equal(scope.id, 'sc_slow', `${requestTimeoutMs}: answered, not cut after 1 ms`);
+      assert.equal(seen.length, 1, `${requestTimeoutMs}: one attempt`);
+    }
+    for (const requestTimeoutMs of [0, -1, Number.NaN, '5000']) {
+      assert.throws(
+        () => client({ requestTimeoutMs }),
+        (err: unknown) => err instanceof ConfigError && /requestTimeoutMs/.test(err.message),
+        `requestTimeoutMs ${String(requestTimeoutMs)}`,
+      );
+    }
+  });
+
+  test('a wait option that is not a number of milliseconds is ConfigError before any request, not a busy loop or UNAVAILABLE', async () => {
+    // Every read says the task still waits, the pool is full, the key held: a wait that never ends
+    // would ask again and again until the test's own bound (below) stops it.
+    route = (entry) => {
+      if (entry.url.includes('/tasks/')) return json(200, { id: 'ta_1', state: 'QUEUED' });
+      if (entry.url.endsWith('/claims')) return json(409, { error: { code: 'CLAIM_HELD', message: 'held' } });
+      if (entry.url.endsWith('/mailboxes')) return json(200, { mailboxes: [{ id: 'mb_1', name: 'q' }] });
+      if (entry.url.endsWith('/permits')) return json(200, { permits: [{ id: 'pe_1', name: 'p' }] });
+      if (entry.url.endsWith('/acquire')) return json(409, { error: { code: 'CAPACITY_UNAVAILABLE', message: 'full' } });
+      return json(200, { id: 'ba_1', state: 'OPEN', timers: [] });
+    };
+    const rs = client();
+    const run = rs.scope('sc_1');
+    const refused: Array<[string, () => Promise<unknown>]> = [
+      ['result timeoutMs NaN', () => run.task('ta_1').result({ timeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+      ['result pollMs 0', () => run.task('ta_1').result({ pollMs: 0, timeoutMs: 300 })],
+      ['result timeoutMs -1', () => run.task('ta_1').result({ timeoutMs: -1 })],
+      ['awaitAdmission timeoutMs "1000"', () => run.task('ta_1').awaitAdmission({ timeoutMs: '1000' as unknown as number })],
+      ['claim timeoutMs NaN', () => run.claim('k').acquire({ wait: true, timeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+      ['pool timeoutMs NaN', () => run.pool('p').acquire({ timeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+      ['quota timeoutMs NaN', () => run.quota('q').take({ timeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+      ['barrier pollMs NaN', () => run.barriers.get('ba_1').wait({ pollMs: Number.NaN, timeoutMs: 300 })],
+      ['timer pollMs -5', () => run.timers.get('ti_1').wait({ pollMs: -5, timeoutMs: 300 })],
+      ['receive waitMs NaN', () => run.mailbox('q').receive({ waitMs: Number.NaN })],
+      ['admit waitMs Infinity', () => run.mailbox('q').admit({ waitMs: Infinity })],
+      ['consume pollMs NaN', () => run.mailbox('q').consume(() => undefined, { pollMs: Number.NaN, waitMs: 0, signal: AbortSignal.timeout(500) })],
+      ['consume waitMs -1', () => run.mailbox('q').consume(() => undefined, { waitMs: -1, signal: AbortSignal.timeout(500) })],
+      ['consume shutdownTimeoutMs NaN', () => run.mailbox('q').consume(() => undefined, { shutdownTimeoutMs: Number.NaN, signal: AbortSignal.timeout(500) })],
+    ];
+    for (const [what, call] of refused) {
+      seen = [];
+      const err: any = await call().catch((caught) => caught);
+      assert.ok(err instanceof ConfigError, `${what}: ${err?.name}: ${err?.message}`);
+      assert.match(err.message, /must be a number of milliseconds/, what);
+      assert.equal(seen.length, 0, `${what}: nothing sent`);
+    }
+    rs.close();
+  });
+
+  test('events.watch() with types that are not an array of names is ConfigError, not a TypeError from inside', async () => {
+    const rs = client();
+    for (const types of ['scope.cancelled', [1], { 0: 'x' }]) {
+      const err = await rs.events.watch({ types: types as unknown as string[] }).next().catch((caught) => caught);
+      assert.ok(err instanceof ConfigError && /types must be an array/.test(err.message), `${JSON.stringify(types)}: ${err?.name}: ${err?.message}`);
+    }
+    assert.equal(seen.length, 0);
+    rs.close();
+  });
+
+  test('a bad concurrency or prefetch of consume() is ConfigError: a RunstateError, as every error thrown on purpose', async () => {
+    const rs = client();
+    const queue = rs.scope('sc_1').mailbox('q');
+    for (const options of [{ concurrency: 0 }, { concurrency: 1.5 }, { prefetch: 0 }, { prefetch: 101 }, { concurrency: '2' as unknown as number }]) {
+      const err = await queue.consume(() => undefined, options).catch((caught) => caught);
+      assert.ok(err instanceof ConfigError && err instanceof RunstateError, `${JSON.stringify(options)}: ${err?.name}`);
+    }
+    assert.equal(seen.length, 0);
+    rs.close();
+  });
+
   test('an HTTP answer is never retried, not even a 503, and the envelope gives class, code, status, requestId', async () => {
     answers.push(json(503, { error: { code: 'UNAVAILABLE', message: 'draining', requestId: 'req_1' } }, { 'retry-after': '1.5' }));
     const err = await client().scopes.create().catch((caught) => caught);
@@ -191,6 +269,31 @@ describe('request layer', () => {
     setTimeout(() => controller.abort(new Error('stop now')), 100);
     await assert.rejects(receiving, /stop now/);
     assert.equal(seen.length, 1);
+  });
+
+  test('an acquire let finish after its abort is cut 2 s after it when the server does not answer', async () => {
+    const never: Answer = () => undefined;
+    route = () => never;
+    const controller = new AbortController();
+    const acquiring = client({ requestTimeoutMs: 30_000, retries: 0 }).scope('sc_1').claim('k').acquire({ signal: controller.signal });
+    setTimeout(() => controller.abort(new Error('stop now')), 100);
+    const started = performance.now();
+    await assert.rejects(acquiring, /stop now/);
+    const tookMs = performance.now() - started;
+    assert.ok(tookMs >= 1_900 && tookMs < 4_000, `cut 2 s after the abort, not at the request timeout: ${tookMs}`);
+  });
+
+  test('a wait: true acquire given a signal tries first without waitMs, and waits out CONCURRENCY_LIMITED there too', async () => {
+    const limited = json(429, { error: { code: 'CONCURRENCY_LIMITED', message: 'too many' } });
+    const held = json(409, { error: { code: 'CLAIM_HELD', message: 'held' } });
+    answers.push(limited, held, json(200, { token: 't', generation: 3, leaseExpiresAt: '2030-01-01T00:00:00.000Z' }));
+    const started = performance.now();
+    const lease = await client().scope('sc_1').claim('k').acquire({ wait: true, timeoutMs: 5_000, signal: new AbortController().signal });
+    assert.equal(lease.generation, 3);
+    assert.ok(performance.now() - started >= 750, 'waited about a second after CONCURRENCY_LIMITED');
+    assert.deepEqual(seen.map((entry) => JSON.parse(entry.body).waitMs === undefined), [true, false, false], 'no wait on the first try only');
+    answers.push(json(200, { released: true }));
+    await lease.release();
   });
 
   test('a wait: true acquire asks the server to park it (waitMs) and keeps its own loop as the fallback', async () => {
@@ -423,12 +526,22 @@ describe('errors and configuration', () => {
       assert.equal(new Runstate().baseUrl, 'http://example.test:9');
       const view = fromEnv.withSpace('other');
       assert.equal(view.spaceId, 'other');
+      assert.throws(() => new Runstate({ spaceId: 'a/b' }), ConfigError, 'a space id with a / in the options');
+      for (const spaceId of ['', 'a/b', undefined]) {
+        assert.throws(() => fromEnv.withSpace(spaceId as unknown as string), ConfigError, `withSpace(${JSON.stringify(spaceId)})`);
+      }
       assert.equal(view.session, fromEnv.session);
       delete process.env.RUNSTATE_API_KEY;
       assert.throws(() => new Runstate(), (err: unknown) => err instanceof ConfigError && err.code === 'CONFIG_ERROR' && err.status === 0);
       process.env.RUNSTATE_API_KEY = 'k';
       delete process.env.RUNSTATE_SPACE_ID;
       assert.throws(() => new Runstate(), /RUNSTATE_SPACE_ID/);
+      process.env.RUNSTATE_SPACE_ID = 'sp';
+      for (const baseUrl of ['localhost:8080', 'not a url', 'ftp://example.test/']) {
+        assert.throws(() => new Runstate({ baseUrl }), (err: unknown) => err instanceof ConfigError && /baseUrl/.test(err.message), baseUrl);
+      }
+      process.env.RUNSTATE_BASE_URL = '127.0.0.1:8080';
+      assert.throws(() => new Runstate(), ConfigError, 'from the environment too');
     } finally {
       for (const name of Object.keys(process.env)) if (!(name in saved)) delete process.env[name];
       Object.assign(process.env, saved);

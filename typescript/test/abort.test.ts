@@ -1,0 +1,156 @@
+/**
+ * A caller's AbortSignal that aborts while an acquire's request is on its way, against a real
+ * server: the server applies a request whose connection was cut all the same, so a grant the
+ * client never read would hold the key (or the pool's units) until its lease ran out, renewed by
+ * no one. The abort is made to come exactly then, by a wrapper around the global `fetch` that
+ * aborts the caller's signal as soon as the server's answer to that request arrived (a receive that
+ * finds a message is the same: the message would stay leased to no one). A quota take
+ * given up while it waits in line leaves the line, or its waiter would be served for no one.
+ */
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { Runstate, type ScopeHandle } from 'runstate-sdk';
+
+import { Server } from './support/server.js';
+
+/** Aborted, with its reason, when the answer to a request whose path ends so has arrived. */
+let abortOnAnswer: { path: string; controller: AbortController } | null = null;
+const realFetch = globalThis.fetch;
+globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) => {
+  const response = await realFetch(input, init);
+  const url = String(input instanceof Request ? input.url : input);
+  const armed = abortOnAnswer;
+  if (armed !== null && new URL(url).pathname.endsWith(armed.path)) {
+    abortOnAnswer = null;
+    armed.controller.abort(new Error('the caller gave up'));
+  }
+  return response;
+}) as typeof fetch;
+
+describe('an acquire, a receive or an admission aborted while its request is on its way', () => {
+  let server: Server;
+  let rs: Runstate;
+  let run: ScopeHandle;
+
+  before(async () => {
+    server = await Server.start({ memory: true });
+    rs = new Runstate({ apiKey: server.apiKey, spaceId: server.spaceId, baseUrl: server.baseUrl, holder: 'aborter' });
+    run = await rs.scopes.create({ name: 'abort' });
+  });
+
+  after(async () => {
+    rs?.close();
+    globalThis.fetch = realFetch;
+    await server?.stop();
+  });
+
+  const gaveUp = (err: unknown) => err instanceof Error && err.message === 'the caller gave up';
+
+  test('a claim acquire rejects with the abort and leaves the key free, alone or in a batch', async () => {
+    const other = rs.withHolder('other').scope(run.id);
+    for (const batchCalls of [false, true]) {
+      const client = new Runstate({ apiKey: server.apiKey, spaceId: server.spaceId, baseUrl: server.baseUrl, holder: 'aborter', batchCalls });
+      const scope = client.scope(run.id);
+      const key = `abort-${batchCalls}`;
+      const controller = new AbortController();
+      abortOnAnswer = { path: batchCalls ? '/batch' : '/claims', controller };
+      // With batches, a call on its way makes the next two wait for it and go out in one batch.
+      const first = batchCalls ? scope.claim(`${key}-first`).acquire() : null;
+      const aborted = scope.claim(key).acquire({ signal: controller.signal });
+      const beside = batchCalls ? scope.claim(`${key}-beside`).acquire() : null;
+      await assert.rejects(aborted, gaveUp, `batchCalls ${batchCalls}`);
+      for (const held of [first, beside]) if (held !== null) await (await held).release();
+      const probe = await other.claim(key).tryAcquire();
+      assert.equal(probe.kind, 'acquired', `batchCalls ${batchCalls}: the aborted grant was given back`);
+      if (probe.kind === 'acquired') await probe.lease.release();
+      client.close();
+    }
+  });
+
+  test('a wait: true acquire of a free key rejects with the abort and leaves the key free', async () => {
+    const controller = new AbortController();
+    abortOnAnswer = { path: '/claims', controller };
+    await assert.rejects(run.claim('abort-wait').acquire({ wait: true, timeoutMs: 10_000, signal: controller.signal }), gaveUp);
+    const probe = await rs.withHolder('other').scope(run.id).claim('abort-wait').tryAcquire();
+    assert.equal(probe.kind, 'acquired', 'the aborted grant was given back');
+    if (probe.kind === 'acquired') await probe.lease.release();
+  });
+
+  test('a wait: true acquire of a held key is cut by the abort while the server holds it', async () => {
+    const holder = await rs.withHolder('holder').scope(run.id).claim('abort-held').acquire();
+    const controller = new AbortController();
+    const waiting = run.claim('abort-held').acquire({ wait: true, timeoutMs: 20_000, signal: controller.signal });
+    setTimeout(() => controller.abort(new Error('the caller gave up')), 300);
+    const started = performance.now();
+    await assert.rejects(waiting, gaveUp);
+    assert.ok(performance.now() - started < 2_000, 'at once, not at the end of the held wait');
+    await holder.release();
+    const probe = await rs.withHolder('other').scope(run.id).claim('abort-held').tryAcquire();
+    assert.equal(probe.kind, 'acquired', 'the dropped wait took nothing');
+    if (probe.kind === 'acquired') await probe.lease.release();
+  });
+
+  test('a receive that finds a message rejects with the abort and puts the message back, not leased to no one', async () => {
+    await rs.mailboxes.ensure('abort-queue');
+    const scope = await rs.scopes.create({ name: 'abort-receive' });
+    for (const [index, waitMs] of [0, 5_000].entries()) {
+      await scope.mailbox('abort-queue').send({ n: index });
+      const controller = new AbortController();
+      abortOnAnswer = { path: '/recv', controller };
+      await assert.rejects(scope.mailbox('abort-queue').receive({ waitMs, signal: controller.signal }), gaveUp, `waitMs ${waitMs}`);
+      const counts = (await rs.diagnostics.run(scope.id)).counts.messages;
+      assert.equal(counts.LEASED ?? 0, 0, `waitMs ${waitMs}: not leased (${JSON.stringify(counts)})`);
+      assert.equal((counts.QUEUED ?? 0) + (counts.DELAYED ?? 0), index + 1, `waitMs ${waitMs}: back on the queue`);
+    }
+  });
+
+  test('consume() stopped while a receive answers with a message puts the message back, not leased to no one', async () => {
+    await rs.mailboxes.ensure('abort-consume');
+    const scope = await rs.scopes.create({ name: 'abort-consume' });
+    await scope.mailbox('abort-consume').send({ n: 1 });
+    const controller = new AbortController();
+    abortOnAnswer = { path: '/recv', controller };
+    let handled = 0;
+    await scope.mailbox('abort-consume').consume(() => void (handled += 1), { signal: controller.signal, waitMs: 5_000 });
+    assert.equal(handled, 0, 'stopped before its handler ran');
+    const counts = (await rs.diagnostics.run(scope.id)).counts.messages;
+    assert.equal(counts.LEASED ?? 0, 0, `not leased (${JSON.stringify(counts)})`);
+  });
+
+  test('an admit() that admits a task after the abort gives it back, with what it took', async () => {
+    await rs.mailboxes.ensure('abort-admit', { mode: 'WORK' });
+    const scope = await rs.scopes.create({ name: 'abort-admit' });
+    const ticket = await scope.mailbox('abort-admit').submit({ n: 1 }, { key: 'admitted' });
+    const controller = new AbortController();
+    abortOnAnswer = { path: '/tasks/admit', controller };
+    await assert.rejects(scope.mailbox('abort-admit').admit({ waitMs: 5_000, signal: controller.signal }), gaveUp);
+    const counts = (await rs.diagnostics.run(scope.id)).counts.messages;
+    assert.equal(counts.LEASED ?? 0, 0, `not leased (${JSON.stringify(counts)})`);
+    assert.equal((await ticket.status()).state, 'QUEUED');
+  });
+
+  test('a pool acquire rejects with the abort and gives its units back', async () => {
+    await rs.pools.ensure('abort-pool', { capacity: 1 });
+    const controller = new AbortController();
+    abortOnAnswer = { path: '/acquire', controller };
+    await assert.rejects(run.pool('abort-pool').acquire({ signal: controller.signal }), gaveUp);
+    const probe = await rs.withHolder('other').scope(run.id).pool('abort-pool').tryAcquire();
+    assert.equal(probe.kind, 'acquired', 'the unit is free');
+    if (probe.kind === 'acquired') await probe.lease.release();
+  });
+
+  test('a quota take given up while it waits in line leaves the line: the waiter is not served for no one', async () => {
+    await rs.quotas.ensure('abort-quota', { unitsPerWindow: 1, windowSeconds: 60 });
+    const quota = run.quota('abort-quota');
+    await quota.take();
+    const controller = new AbortController();
+    const taking = quota.take({ signal: controller.signal, timeoutMs: 30_000 });
+    for (let i = 0; i < 100 && (await quota.status())?.waiting !== 1; i += 1) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal((await quota.status())?.waiting, 1, 'in line');
+    controller.abort(new Error('the caller gave up'));
+    await assert.rejects(taking, gaveUp);
+    assert.equal((await quota.status())?.waiting, 0, 'out of the line');
+  });
+});
