@@ -251,7 +251,7 @@ LIMIT_DOCS: dict[str, str] = {
     "events_kept_max": "Most events kept in a space's event log.",
     "events_kept_s": "Oldest event kept in a space's event log, in seconds.",
     "watch_wait_s_default": "How long an empty watch is held when it names no waitSeconds, in seconds.",
-    "watch_wait_s_legacy_max": "Longest hold of an empty watch for a client older than 0.3.0, in seconds.",
+    "watch_wait_s_legacy_max": "Longest hold of an empty watch for a client that may not extend its timeout for it (the official Python client before 0.3.0, any client not ours), in seconds.",
     "watch_wait_s_max": "Longest hold of an empty watch, in seconds.",
 }
 

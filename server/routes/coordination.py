@@ -5,8 +5,8 @@ Barriers and groups are polled by the official client (`GET` every 250 ms); time
 extension our SDK uses, with `timerId` to wait for one timer). `GET /watch` is a long poll: an
 empty page is held until an event arrives or `waitSeconds` ends, and always answers JSON with
 `nextCursor` (never 204: the client would spin). The 0.2.0 client's 10 s timeout is not extended
-for watch, so a client that does not say it is 0.3.0 or newer is held at most
-`watch_wait_s_legacy_max` (8 s); others at most `watch_wait_s_max` (20 s).
+for watch, so a client that does not say it is the Python client 0.3.0 or newer, or our TypeScript
+SDK, is held at most `watch_wait_s_legacy_max` (8 s); those at most `watch_wait_s_max` (20 s).
 
 Timer polls and events are answered only once everything appended so far is durable: a reader resumes from the
 cursor it was given, so an event it saw must not be lost by a crash (its number would then be
@@ -41,9 +41,9 @@ BASE = "/v1/spaces/{space}"
 ERRORS = ("400", "404", "409")
 EVENTS_LIMIT_DEFAULT = 100
 EVENTS_LIMIT_MAX = 1000
-# `runstate-sdk-python/0.3.0` (and our own SDK's `runstate-python/...`): clients that extend their
-# timeout for watch.
-_USER_AGENT = re.compile(r"runstate(?:-sdk)?-python/(\d+)\.(\d+)")
+# `runstate-sdk-python/0.3.0` (and our own SDKs' `runstate-python/...`, `runstate-sdk-typescript/...`):
+# clients that extend their timeout for watch (every version of the TypeScript SDK does).
+_USER_AGENT = re.compile(r"runstate(?:-sdk)?-(?:python/(\d+)\.(\d+)|typescript/)")
 
 
 # -- barriers ------------------------------------------------------------------------------------
@@ -177,7 +177,7 @@ def _wait_s(services: ReadServices, request: Request) -> int:
     limits = services.kernel.limits
     asked = integer_param(request, "waitSeconds", 0, None)
     match = _USER_AGENT.search(request.headers.get("user-agent", ""))
-    extends = match is not None and (int(match.group(1)), int(match.group(2))) >= (0, 3)
+    extends = match is not None and (match.group(1) is None or (int(match.group(1)), int(match.group(2))) >= (0, 3))
     cap = limits.watch_wait_s_max if extends else limits.watch_wait_s_legacy_max
     return min(limits.watch_wait_s_default if asked is None else asked, cap)
 

@@ -164,6 +164,10 @@ async def test_event_routes(nursery, autojump_clock):
     start = trio.current_time()
     await client.request("GET", f"/watch?cursor={cursor}&waitSeconds=60", headers={"user-agent": "runstate-sdk-python/0.3.0"})
     assert trio.current_time() - start == pytest.approx(3, abs=0.05)
+    for agent, held in (("runstate-sdk-typescript/0.1.0", 3), ("runstate-sdk-python/0.2.0", 2), ("curl/8.0", 2)):
+        start = trio.current_time()
+        await client.request("GET", f"/watch?cursor={cursor}&waitSeconds=60", headers={"user-agent": agent})
+        assert trio.current_time() - start == pytest.approx(held, abs=0.05), agent
 
     got = []
 

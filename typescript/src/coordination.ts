@@ -25,7 +25,7 @@ import { checkMs, nowMs, pause } from './time.js';
 export const POLL_MS = 250;
 /** The longest hold one timer poll asks of the server (it caps it again itself). */
 const TIMER_HOLD_MS_MAX = 20_000;
-/** How long one watch asks the server to hold an empty page (it holds this client 8 s at most). */
+/** How long one watch asks the server to hold an empty page (it holds this client 20 s at most). */
 export const WATCH_HOLD_S = 8;
 // After a watch fails on the network, wait this long before asking again (doubling up to the max).
 const WATCH_RETRY_MS = 250;
@@ -335,8 +335,8 @@ export interface WatchOptions {
   scopeId?: string;
   /** Events per page; default 100. */
   limit?: number;
-  /** How long the server holds an empty page, in whole seconds (0-8; the server holds this
-   * client 8 s at most, whatever it asks); default 8. */
+  /** How long the server holds an empty page, in whole seconds (0-20; the server holds this
+   * client 20 s at most, whatever it asks); default 8. */
   waitSeconds?: number;
   /** Ends the iteration (after the page in flight is abandoned). */
   signal?: AbortSignal;

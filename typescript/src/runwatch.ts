@@ -20,7 +20,7 @@ import { CursorExpiredError, ScopeCancelledError, isTransient } from './errors.j
 import { nowMs, pause } from './time.js';
 
 export const SCOPE_END_EVENTS = 'scope.cancelled,scope.completed,scope.expired';
-/** How long one watch asks the server to hold (the server holds a client of this kind 8 s at most). */
+/** How long one watch asks the server to hold (it holds this client 20 s at most). */
 export const RUN_WATCH_HOLD_S = 8;
 const PAGE_LIMIT = 1000;
 const RETRY_MIN_MS = 250;
