@@ -236,6 +236,13 @@ class _Lifespan:
         """End the app's task at once, without its shutdown; return once it has ended."""
         self._alive.cancel()
         await self._ended.wait()
+        self.close()
+
+    def close(self) -> None:
+        """Close this side's ends of the lifespan's streams (the app's own ends close with its
+        task), so that none is left for the garbage collector to warn about."""
+        for stream in (*self._to_app, *self._from_app):
+            stream.close()
 
     async def startup(self, group: _Spawner) -> None:
         send_to_app, receive_in_app = self._to_app
@@ -318,21 +325,24 @@ class _TrioGuest:
         import trio
 
         self._token = trio.lowlevel.current_trio_token()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            lifespan = _Lifespan(self.app)
-            try:
-                await lifespan.startup(nursery)
-                await _wait_ready(self.app)
-            except BaseException as err:
-                self._settle(self._ready, error=err if isinstance(err, Exception) else RuntimeError("startup was cancelled"))
-                raise
-            self.state = lifespan.state
-            self._settle(self._ready, result=None)
-            await self._stop.wait()
-            with trio.move_on_after(READY_TIMEOUT_S):
-                await lifespan.shutdown()
-            nursery.cancel_scope.cancel()
+        lifespan = _Lifespan(self.app)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                try:
+                    await lifespan.startup(nursery)
+                    await _wait_ready(self.app)
+                except BaseException as err:
+                    self._settle(self._ready, error=err if isinstance(err, Exception) else RuntimeError("startup was cancelled"))
+                    raise
+                self.state = lifespan.state
+                self._settle(self._ready, result=None)
+                await self._stop.wait()
+                with trio.move_on_after(READY_TIMEOUT_S):
+                    await lifespan.shutdown()
+                nursery.cancel_scope.cancel()
+        finally:
+            lifespan.close()
 
     def _finished(self, outcome: Any) -> None:
         self._settle(self._ready, error=RuntimeError("the server's trio run ended before it was ready"))
@@ -474,6 +484,7 @@ class serve_app:
             except BaseException:
                 self._group.cancel_scope.cancel()
                 await self._group.__aexit__(None, None, None)
+                self._lifespan.close()
                 raise
             transport: Any = ASGITransport(self.app, state=self._lifespan.state)
         else:
@@ -520,6 +531,7 @@ class serve_app:
                 # Outside the shielded scope: a task group must be exited where it was entered.
                 self._group.cancel_scope.cancel()
                 await self._group.__aexit__(None, None, None)
+                self._lifespan.close()
 
 
 def serve(

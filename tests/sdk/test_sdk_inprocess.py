@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 
 import anyio
 import pytest
@@ -345,3 +347,25 @@ async def test_a_run_by_name_is_the_same_root_scope_for_every_client_and_stays_s
         stopped = await rs.scopes.ensure("nightly report")
         assert stopped.id == first.id and (await stopped.status())["effective"] == "CANCELLED"
         assert (await rs.scopes.ensure("another")).id != first.id
+
+
+def resource_warnings_of_garbage():
+    """The ResourceWarnings that collecting the garbage now raises (an unclosed stream's, say)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    return [str(warning.message) for warning in caught if issubclass(warning.category, ResourceWarning)]
+
+
+@pytest.mark.trio
+async def test_a_server_served_and_restarted_under_trio_leaves_nothing_unclosed(autojump_clock):
+    """serve() and restart_server() close the lifespan's streams: a test run with warnings as
+    errors is not failed by a ResourceWarning at the next garbage collection."""
+    resource_warnings_of_garbage()
+    async with testing.serve() as rs:
+        await rs.scopes.create()
+        await rs.restart_server(down_s=1)
+        await rs.scopes.create()
+    del rs
+    assert resource_warnings_of_garbage() == []
+
