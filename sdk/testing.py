@@ -49,12 +49,14 @@ The run-bound API (`@runstate.once`, `runstate.queue`...) talks to the same serv
 `rs.client(run="...")`, a `runstate.Runstate` on this server, or through the module functions
 inside `with runstate.testing.use(rs):`, which points the default client at it for the block.
 In-process, use the async forms (`async def` functions, `await runstate.aserve()`...): the
-blocking forms run on a loop thread of their own, and the in-process server lives in your loop.
+blocking forms run on a loop thread of their own, and the in-process server lives in your loop;
+a blocking call to it raises `ConfigError` at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Awaitable, Callable, Coroutine, Iterator, Mapping, Protocol, Union
 from urllib.parse import unquote
 
@@ -66,6 +68,7 @@ from ._context import CrashedError
 from .blocking import BlockingDelivery, BlockingLease, Runstate
 from .claims import ClaimLease
 from .client import AsyncRunstate
+from .errors import ConfigError
 from .mailboxes import Delivery
 from .transport import Exchange, TransportError
 
@@ -167,8 +170,22 @@ async def call_asgi(
     return status, response_headers, b"".join(chunks)
 
 
+def _check_thread(home: int, method: str, path: str) -> None:
+    """An app served in-process belongs to the event loop of the thread that served it; a call
+    from another thread (a blocking client's loop thread) would run it on a loop it is not in."""
+    if threading.get_ident() != home:
+        raise ConfigError(
+            f"{method} {path}: the in-process server runs in the event loop of the thread that started it;"
+            " call it there with the async forms (await ...), not through a blocking client"
+            " (runstate.Runstate), whose calls run on a loop thread of its own"
+        )
+
+
 class ASGITransport:
     """A transport that calls an ASGI app in the caller's task (same thread, same library).
+
+    It is used from the thread it was made in: a request sent from another thread (a blocking
+    client's loop thread) raises `ConfigError` at once.
 
     For a trio app under asyncio use `serve()` / `serve_app()`, which host it in a trio guest run.
     Errors raised by the app are raised to the caller (a test wants to see them); a request that
@@ -187,9 +204,11 @@ class ASGITransport:
         # While the server is down (`InProcessRunstate.restart_server`): refused, as a closed port.
         self.down = False
         self._in_flight: set[anyio.CancelScope] = set()
+        self._thread = threading.get_ident()
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
         """Call the app with the request, in this task; its answer as `(status, headers, body)`."""
+        _check_thread(self._thread, method, path)
         if self.down:
             raise TransportError(f"{method} {path}: connection refused (the server is down)")
         with anyio.CancelScope() as connection:
@@ -396,8 +415,10 @@ class _GuestTransport:
 
     def __init__(self, guest: _TrioGuest) -> None:
         self.guest = guest
+        self._thread = threading.get_ident()
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        _check_thread(self._thread, method, path)
         with anyio.move_on_after(timeout_s):
             return await self.guest.request(method, path, headers, body)
         raise TransportError(f"{method} {path} timed out after {timeout_s} s")

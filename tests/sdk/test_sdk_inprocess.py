@@ -369,3 +369,27 @@ async def test_a_server_served_and_restarted_under_trio_leaves_nothing_unclosed(
     del rs
     assert resource_warnings_of_garbage() == []
 
+
+
+@pytest.mark.trio
+async def test_a_blocking_call_to_the_in_process_server_under_trio_is_a_config_error(autojump_clock):
+    """The blocking forms run on a loop thread of their own, outside the test's trio run: their
+    call is refused at once with ConfigError saying to use the async forms, and the server is
+    left as it was (no 500, nothing half done)."""
+    async with testing.serve() as rs:
+        bound = rs.client(run="r1")
+        with pytest.raises(runstate.ConfigError, match="async forms"):
+            bound.run_id()
+        with pytest.raises(runstate.ConfigError, match="async forms"):
+            runstate.Runstate(transport=rs.transport, api_key="test-key", space_id="default").scopes.create()
+        assert await bound.arun_id()  # the async form of the same client works
+
+
+@pytest.mark.anyio
+async def test_a_blocking_call_to_the_in_process_server_under_asyncio_is_a_config_error():
+    """As under trio, with the server in a trio guest run on this loop."""
+    async with testing.serve() as rs:
+        bound = rs.client(run="r1")
+        with pytest.raises(runstate.ConfigError, match="async forms"):
+            bound.run_id()
+        assert await bound.arun_id()
