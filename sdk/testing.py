@@ -41,7 +41,9 @@ that instant, without running any of its clean-up.
 The server can die too: `await rs.restart_server(down_s=6)` kills it as `kill -9` would, keeps it
 down (requests refused, as by a closed port), and starts it again on the same settings; with a
 `data_dir` in the settings it recovers its state and gives the leases still running their restart
-grace. Under trio, in virtual time, a test so shows that its workers ride through a restart.
+grace. Under trio, in virtual time, a test so shows that its workers ride through a restart. The
+data directory's reads, writes and snapshots run on the loop, not in worker threads or a child
+process, so the autojump clock stands still while the disk works.
 
 Nothing else in the server is touched: the other clients, and the kernel's own expiry, carry on.
 
@@ -572,14 +574,18 @@ def serve(
     try:
         from runstate.server.app import create_app
         from runstate.server.settings import Settings
+        from runstate.snapshots.wal import inline
     except ImportError as err:  # pragma: no cover - depends on the installed extras
         raise ImportError("runstate.testing.serve() needs the server: pip install 'runstate[server]'") from err
     if settings is None:
         settings = Settings(api_key=api_key, space_id=space_id, seed=seed)
+    # A data directory's IO runs on the loop (`inline`): in a worker thread or a snapshot's child
+    # process it would let a mock clock jump while it ran, and virtual time would not repeat.
     return serve_app(
         # quart types an app's scope and messages as its own TypedDicts; `ASGIApp` takes the plain
         # dicts any ASGI app is handed, which is what the app is given here.
-        create_app(settings), api_key=api_key, space_id=space_id, make_app=lambda: create_app(settings),  # type: ignore[arg-type, return-value]  # quart's ASGI TypedDicts (above)
+        create_app(settings, run_blocking=inline), api_key=api_key, space_id=space_id,  # type: ignore[arg-type]  # quart's ASGI TypedDicts (above)
+        make_app=lambda: create_app(settings, run_blocking=inline),  # type: ignore[arg-type, return-value]  # the same
         **client_kwargs,
     )
 

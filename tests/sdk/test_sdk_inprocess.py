@@ -393,3 +393,32 @@ async def test_a_blocking_call_to_the_in_process_server_under_asyncio_is_a_confi
         with pytest.raises(runstate.ConfigError, match="async forms"):
             bound.run_id()
         assert await bound.arun_id()
+
+
+@pytest.mark.trio
+async def test_a_server_with_a_data_directory_keeps_virtual_time_while_its_disk_works(autojump_clock, tmp_path):
+    """With a data directory (fsync on every write), the journal's writes, its recovery and its
+    snapshots run on the loop: the autojump clock stands still while the disk works, so requests
+    take no virtual time, a restart takes its `down_s`, and a 30 s lease held through it stays
+    held. (In worker threads the clock jumped to the next timer at every fsync: a request could
+    take a minute of virtual time, and the lease was lost or not from one run to the next.)"""
+    from runstate.server.settings import Settings
+
+    settings = Settings(api_key="test-key", space_id="default", data_dir=str(tmp_path), fsync="always")
+    async with testing.serve(settings=settings) as rs:
+        start = trio.current_time()
+        run = await rs.scopes.create()
+        await rs.mailboxes.ensure("jobs", mode="WORK")
+        for n in range(50):
+            await run.mailbox("jobs").submit({"n": n}, key=f"task-{n}")
+        lease = await run.claim("k").acquire(lease_seconds=30)
+        assert trio.current_time() - start < 0.1
+        restarted_at = trio.current_time()
+        await rs.restart_server(down_s=6)
+        assert trio.current_time() - restarted_at == pytest.approx(6, abs=0.1)
+        other = rs.new_client(holder="worker-2").scope(run.id)
+        assert await other.claim("k").try_acquire() == {"kind": "busy"}
+        await trio.sleep(300)
+        assert not lease.is_lost
+        assert len((await other.tasks(limit=100))["tasks"]) == 50
+        await lease.release()
