@@ -47,6 +47,9 @@ process, so the autojump clock stands still while the disk works.
 
 Nothing else in the server is touched: the other clients, and the kernel's own expiry, carry on.
 
+When the `async with` ends the server stops for good: a client kept past it (this one, or one
+from `new_client()`) is refused as by a closed port, `UnreachableError`.
+
 The run-bound API (`@runstate.once`, `runstate.queue`...) talks to the same server through
 `rs.client(run="...")`, a `runstate.Runstate` on this server, or through the module functions
 inside `with runstate.testing.use(rs):`, which points the default client at it for the block.
@@ -418,9 +421,13 @@ class _GuestTransport:
     def __init__(self, guest: _TrioGuest) -> None:
         self.guest = guest
         self._thread = threading.get_ident()
+        # Once `serve()` has ended and the trio run with it: refused, as a closed port.
+        self.down = False
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
         _check_thread(self._thread, method, path)
+        if self.down:
+            raise TransportError(f"{method} {path}: connection refused (the server is down)")
         with anyio.move_on_after(timeout_s):
             return await self.guest.request(method, path, headers, body)
         raise TransportError(f"{method} {path} timed out after {timeout_s} s")
@@ -509,11 +516,12 @@ class serve_app:
                 await self._group.__aexit__(None, None, None)
                 self._lifespan.close()
                 raise
-            transport: Any = ASGITransport(self.app, state=self._lifespan.state)
+            transport: ASGITransport | _GuestTransport = ASGITransport(self.app, state=self._lifespan.state)
         else:
             self._guest = _TrioGuest(self.app)
             await self._guest.start()
             transport = _GuestTransport(self._guest)
+        self._transport = transport
         client = InProcessRunstate(transport=transport, **self._client_kwargs)
         client.app = self.app
         client._extra_clients = []
@@ -550,6 +558,9 @@ class serve_app:
                 else:
                     await self._guest.stop()
         finally:
+            # The server is gone: a client kept past the block is refused, as by a closed port.
+            if client is not None:
+                self._transport.down = True
             if on_trio:
                 # Outside the shielded scope: a task group must be exited where it was entered.
                 self._group.cancel_scope.cancel()

@@ -422,3 +422,24 @@ async def test_a_server_with_a_data_directory_keeps_virtual_time_while_its_disk_
         assert not lease.is_lost
         assert len((await other.tasks(limit=100))["tasks"]) == 50
         await lease.release()
+
+
+@pytest.mark.trio
+async def test_a_client_kept_past_serve_is_refused_as_by_a_closed_port_under_trio(autojump_clock):
+    """Once `serve()` has ended its server is gone: a call through its client (or a second client
+    of it) is refused as by a closed port, UnreachableError, not a 500 from a stopped kernel."""
+    async with testing.serve() as rs:
+        other = rs.new_client(holder="worker-2")
+        await rs.scopes.create()
+    for client in (rs, other):
+        with pytest.raises(runstate.UnreachableError, match="connection refused"):
+            await client.scopes.create()
+
+
+@pytest.mark.anyio
+async def test_a_client_kept_past_serve_is_refused_as_by_a_closed_port_under_asyncio():
+    """As under trio, where the call would otherwise reach a trio run that has ended."""
+    async with testing.serve() as rs:
+        await rs.scopes.create()
+    with pytest.raises(runstate.UnreachableError, match="connection refused"):
+        await rs.scopes.create()
