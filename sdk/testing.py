@@ -15,7 +15,10 @@ transport that calls the app directly. How the app is run depends on the caller'
 - **trio**: the app (its lifespan, the kernel and each request) runs in the caller's own trio run.
   Under `trio.testing.MockClock` with autojump, the kernel's leases and expiries and the SDK's
   renewals and waits all run in virtual time, so a test can keep a 5 s lease alive for an hour of
-  virtual time in milliseconds, and assert exact instants.
+  virtual time in milliseconds, and assert exact instants. A plain (not async) function handed to
+  `consume()` or `run(fn)` runs in a worker thread, and while it runs the autojump clock jumps on
+  to the next timer: give such tests async functions, or a `MockClock` whose `autojump_threshold`
+  outlasts the thread.
 - **asyncio**: the kernel is trio-only, so it runs as a trio *guest run* on the caller's asyncio
   loop (`trio.lowlevel.start_guest_run`): same thread, same loop, no private thread. A request
   crosses over with `TrioToken.run_sync_soon` and comes back through an asyncio future; cancelling
