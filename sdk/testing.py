@@ -64,6 +64,7 @@ a blocking call to it raises `ConfigError` at once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from typing import Any, Awaitable, Callable, Coroutine, Iterator, Mapping, Protocol, Union
 from urllib.parse import unquote
@@ -582,8 +583,10 @@ def serve(
     """A fresh in-memory runstate server in this event loop, and a client for it.
 
     `settings` is a `runstate.server.settings.Settings`; by default an in-memory server that
-    accepts `api_key` for `space_id`, with a fixed seed so runs repeat. Other keyword arguments go
-    to the client (`holder=`, `request_timeout_ms=`, `retries=`...).
+    accepts `api_key` for `space_id`, with a fixed seed so runs repeat. Settings that name no API
+    key (`Settings(data_dir=...)`) are given `api_key` for `space_id` too, and `seed` when they
+    have none, so that the client is accepted. Other keyword arguments go to the client
+    (`holder=`, `request_timeout_ms=`, `retries=`...).
     """
     try:
         from runstate.server.app import create_app
@@ -593,6 +596,10 @@ def serve(
         raise ImportError("runstate.testing.serve() needs the server: pip install 'runstate[server]'") from err
     if settings is None:
         settings = Settings(api_key=api_key, space_id=space_id, seed=seed)
+    elif settings.api_key is None:  # a server that would make a key of its own, unknown to the client
+        settings = dataclasses.replace(
+            settings, api_key=api_key, space_id=space_id, seed=seed if settings.seed is None else settings.seed
+        )
     # A data directory's IO runs on the loop (`inline`): in a worker thread or a snapshot's child
     # process it would let a mock clock jump while it ran, and virtual time would not repeat.
     return serve_app(

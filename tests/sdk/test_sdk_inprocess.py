@@ -443,3 +443,17 @@ async def test_a_client_kept_past_serve_is_refused_as_by_a_closed_port_under_asy
         await rs.scopes.create()
     with pytest.raises(runstate.UnreachableError, match="connection refused"):
         await rs.scopes.create()
+
+
+@pytest.mark.trio
+async def test_settings_that_name_no_api_key_are_given_the_clients(autojump_clock, tmp_path):
+    """`serve(settings=Settings(data_dir=...))`, as the docs write it: the server accepts the
+    client's key for its space (it made a key of its own, and refused the client, before), and
+    keeps accepting it after a restart."""
+    from runstate.server.settings import Settings
+
+    async with testing.serve(space_id="team", settings=Settings(data_dir=str(tmp_path), fsync="off")) as rs:
+        run = await rs.scopes.create()
+        await rs.restart_server(down_s=1)
+        assert (await rs.scope(run.id).status())["effective"] == "ACTIVE"
+        assert rs.space_id == "team"
