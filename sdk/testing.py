@@ -19,6 +19,11 @@ transport that calls the app directly. How the app is run depends on the caller'
   `consume()` or `run(fn)` runs in a worker thread, and while it runs the autojump clock jumps on
   to the next timer: give such tests async functions, or a `MockClock` whose `autojump_threshold`
   outlasts the thread.
+  The server's wall clock starts at the real time and then follows virtual time, so it runs
+  ahead of this process's `datetime.now()` by the virtual time passed: a time worked out from
+  `datetime.now()` (a run's `deadline=`, a reservation's `settle_by`, the run-bound API's
+  `run(name, deadline="60s")`) lies that far in the server's past. Set them before time passes,
+  or from a time the server gave (an answer's `createdAt`).
 - **asyncio**: the kernel is trio-only, so it runs as a trio *guest run* on the caller's asyncio
   loop (`trio.lowlevel.start_guest_run`): same thread, same loop, no private thread. A request
   crosses over with `TrioToken.run_sync_soon` and comes back through an asyncio future; cancelling
