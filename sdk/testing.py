@@ -28,7 +28,9 @@ transport that calls the app directly. How the app is run depends on the caller'
   loop (`trio.lowlevel.start_guest_run`): same thread, same loop, no private thread. A request
   crosses over with `TrioToken.run_sync_soon` and comes back through an asyncio future; cancelling
   the request on the asyncio side cancels it on the trio side, as a client disconnect would.
-  Time is real time here (asyncio has no virtual clock), so keep such tests short.
+  Time is real time here (asyncio has no virtual clock), so keep such tests short. trio hosts one
+  guest run per thread, so one server at a time: a second `serve()` inside the first raises
+  `ConfigError` (under trio, any number share the test's own run).
 
 The server side needs the server extra: `pip install 'runstate[server]'`. The examples are
 pytest tests for pytest-trio (`@pytest.mark.trio`, or `trio_mode = true` in the pytest
@@ -341,6 +343,12 @@ class _TrioGuest:
 
         import trio
 
+        if trio.lowlevel.in_trio_run():  # trio hosts one run per thread, and another server's is running
+            raise ConfigError(
+                "runstate.testing.serve() under asyncio: another in-process server already runs in this thread"
+                " (its kernel is a trio guest run, and trio hosts one per thread); serve one at a time under"
+                " asyncio, or run the test under trio, where several servers share the test's own run"
+            )
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[Any] = self._loop.create_future()
         self._done: asyncio.Future[Any] = self._loop.create_future()

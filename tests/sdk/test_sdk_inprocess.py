@@ -457,3 +457,28 @@ async def test_settings_that_name_no_api_key_are_given_the_clients(autojump_cloc
         await rs.restart_server(down_s=1)
         assert (await rs.scope(run.id).status())["effective"] == "ACTIVE"
         assert rs.space_id == "team"
+
+
+@pytest.mark.anyio
+async def test_a_second_server_at_once_under_asyncio_is_a_config_error_and_the_first_serves_on():
+    """Under asyncio each server's kernel is a trio guest run, and trio hosts one per thread: a
+    second serve() inside the first raises ConfigError saying so (it raised trio's "Attempted to
+    call run() from inside a run()"), and the first server is untouched."""
+    async with testing.serve() as first:
+        with pytest.raises(runstate.ConfigError, match="one at a time"):
+            async with testing.serve(space_id="other"):
+                pass
+        assert (await (await first.scopes.create()).status())["effective"] == "ACTIVE"
+    async with testing.serve() as after:  # once the first has ended, another can start
+        await after.scopes.create()
+
+
+@pytest.mark.trio
+async def test_several_servers_at_once_under_trio_each_have_their_own_kernel(autojump_clock):
+    """Under trio any number of servers share the test's run, each with its own kernel and keys."""
+    async with testing.serve() as first, testing.serve(api_key="key-2", space_id="other") as second:
+        assert first.kernel is not second.kernel
+        await first.scopes.create()
+        await second.scopes.create()
+        with pytest.raises(runstate.AuthenticationError):
+            await second.new_client(api_key="test-key", space_id="default").scopes.create()
