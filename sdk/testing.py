@@ -15,12 +15,22 @@ transport that calls the app directly. How the app is run depends on the caller'
 - **trio**: the app (its lifespan, the kernel and each request) runs in the caller's own trio run.
   Under `trio.testing.MockClock` with autojump, the kernel's leases and expiries and the SDK's
   renewals and waits all run in virtual time, so a test can keep a 5 s lease alive for an hour of
-  virtual time in milliseconds, and assert exact instants.
+  virtual time in milliseconds, and assert exact instants. A plain (not async) function handed to
+  `consume()` or `run(fn)` runs in a worker thread, and while it runs the autojump clock jumps on
+  to the next timer: give such tests async functions, or a `MockClock` whose `autojump_threshold`
+  outlasts the thread.
+  The server's wall clock starts at the real time and then follows virtual time, so it runs
+  ahead of this process's `datetime.now()` by the virtual time passed: a time worked out from
+  `datetime.now()` (a run's `deadline=`, a reservation's `settle_by`, the run-bound API's
+  `run(name, deadline="60s")`) lies that far in the server's past. Set them before time passes,
+  or from a time the server gave (an answer's `createdAt`).
 - **asyncio**: the kernel is trio-only, so it runs as a trio *guest run* on the caller's asyncio
   loop (`trio.lowlevel.start_guest_run`): same thread, same loop, no private thread. A request
   crosses over with `TrioToken.run_sync_soon` and comes back through an asyncio future; cancelling
   the request on the asyncio side cancels it on the trio side, as a client disconnect would.
-  Time is real time here (asyncio has no virtual clock), so keep such tests short.
+  Time is real time here (asyncio has no virtual clock), so keep such tests short. trio hosts one
+  guest run per thread, so one server at a time: a second `serve()` inside the first raises
+  `ConfigError` (under trio, any number share the test's own run).
 
 The server side needs the server extra: `pip install 'runstate[server]'`. The examples are
 pytest tests for pytest-trio (`@pytest.mark.trio`, or `trio_mode = true` in the pytest
@@ -41,20 +51,28 @@ that instant, without running any of its clean-up.
 The server can die too: `await rs.restart_server(down_s=6)` kills it as `kill -9` would, keeps it
 down (requests refused, as by a closed port), and starts it again on the same settings; with a
 `data_dir` in the settings it recovers its state and gives the leases still running their restart
-grace. Under trio, in virtual time, a test so shows that its workers ride through a restart.
+grace. Under trio, in virtual time, a test so shows that its workers ride through a restart. The
+data directory's reads, writes and snapshots run on the loop, not in worker threads or a child
+process, so the autojump clock stands still while the disk works.
 
 Nothing else in the server is touched: the other clients, and the kernel's own expiry, carry on.
+
+When the `async with` ends the server stops for good: a client kept past it (this one, or one
+from `new_client()`) is refused as by a closed port, `UnreachableError`.
 
 The run-bound API (`@runstate.once`, `runstate.queue`...) talks to the same server through
 `rs.client(run="...")`, a `runstate.Runstate` on this server, or through the module functions
 inside `with runstate.testing.use(rs):`, which points the default client at it for the block.
 In-process, use the async forms (`async def` functions, `await runstate.aserve()`...): the
-blocking forms run on a loop thread of their own, and the in-process server lives in your loop.
+blocking forms run on a loop thread of their own, and the in-process server lives in your loop;
+a blocking call to it raises `ConfigError` at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import threading
 from typing import Any, Awaitable, Callable, Coroutine, Iterator, Mapping, Protocol, Union
 from urllib.parse import unquote
 
@@ -66,6 +84,7 @@ from ._context import CrashedError
 from .blocking import BlockingDelivery, BlockingLease, Runstate
 from .claims import ClaimLease
 from .client import AsyncRunstate
+from .errors import ConfigError
 from .mailboxes import Delivery
 from .transport import Exchange, TransportError
 
@@ -167,8 +186,22 @@ async def call_asgi(
     return status, response_headers, b"".join(chunks)
 
 
+def _check_thread(home: int, method: str, path: str) -> None:
+    """An app served in-process belongs to the event loop of the thread that served it; a call
+    from another thread (a blocking client's loop thread) would run it on a loop it is not in."""
+    if threading.get_ident() != home:
+        raise ConfigError(
+            f"{method} {path}: the in-process server runs in the event loop of the thread that started it;"
+            " call it there with the async forms (await ...), not through a blocking client"
+            " (runstate.Runstate), whose calls run on a loop thread of its own"
+        )
+
+
 class ASGITransport:
     """A transport that calls an ASGI app in the caller's task (same thread, same library).
+
+    It is used from the thread it was made in: a request sent from another thread (a blocking
+    client's loop thread) raises `ConfigError` at once.
 
     For a trio app under asyncio use `serve()` / `serve_app()`, which host it in a trio guest run.
     Errors raised by the app are raised to the caller (a test wants to see them); a request that
@@ -187,9 +220,11 @@ class ASGITransport:
         # While the server is down (`InProcessRunstate.restart_server`): refused, as a closed port.
         self.down = False
         self._in_flight: set[anyio.CancelScope] = set()
+        self._thread = threading.get_ident()
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
         """Call the app with the request, in this task; its answer as `(status, headers, body)`."""
+        _check_thread(self._thread, method, path)
         if self.down:
             raise TransportError(f"{method} {path}: connection refused (the server is down)")
         with anyio.CancelScope() as connection:
@@ -236,6 +271,13 @@ class _Lifespan:
         """End the app's task at once, without its shutdown; return once it has ended."""
         self._alive.cancel()
         await self._ended.wait()
+        self.close()
+
+    def close(self) -> None:
+        """Close this side's ends of the lifespan's streams (the app's own ends close with its
+        task), so that none is left for the garbage collector to warn about."""
+        for stream in (*self._to_app, *self._from_app):
+            stream.close()
 
     async def startup(self, group: _Spawner) -> None:
         send_to_app, receive_in_app = self._to_app
@@ -301,6 +343,12 @@ class _TrioGuest:
 
         import trio
 
+        if trio.lowlevel.in_trio_run():  # trio hosts one run per thread, and another server's is running
+            raise ConfigError(
+                "runstate.testing.serve() under asyncio: another in-process server already runs in this thread"
+                " (its kernel is a trio guest run, and trio hosts one per thread); serve one at a time under"
+                " asyncio, or run the test under trio, where several servers share the test's own run"
+            )
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[Any] = self._loop.create_future()
         self._done: asyncio.Future[Any] = self._loop.create_future()
@@ -318,21 +366,24 @@ class _TrioGuest:
         import trio
 
         self._token = trio.lowlevel.current_trio_token()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            lifespan = _Lifespan(self.app)
-            try:
-                await lifespan.startup(nursery)
-                await _wait_ready(self.app)
-            except BaseException as err:
-                self._settle(self._ready, error=err if isinstance(err, Exception) else RuntimeError("startup was cancelled"))
-                raise
-            self.state = lifespan.state
-            self._settle(self._ready, result=None)
-            await self._stop.wait()
-            with trio.move_on_after(READY_TIMEOUT_S):
-                await lifespan.shutdown()
-            nursery.cancel_scope.cancel()
+        lifespan = _Lifespan(self.app)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                try:
+                    await lifespan.startup(nursery)
+                    await _wait_ready(self.app)
+                except BaseException as err:
+                    self._settle(self._ready, error=err if isinstance(err, Exception) else RuntimeError("startup was cancelled"))
+                    raise
+                self.state = lifespan.state
+                self._settle(self._ready, result=None)
+                await self._stop.wait()
+                with trio.move_on_after(READY_TIMEOUT_S):
+                    await lifespan.shutdown()
+                nursery.cancel_scope.cancel()
+        finally:
+            lifespan.close()
 
     def _finished(self, outcome: Any) -> None:
         self._settle(self._ready, error=RuntimeError("the server's trio run ended before it was ready"))
@@ -386,8 +437,14 @@ class _GuestTransport:
 
     def __init__(self, guest: _TrioGuest) -> None:
         self.guest = guest
+        self._thread = threading.get_ident()
+        # Once `serve()` has ended and the trio run with it: refused, as a closed port.
+        self.down = False
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        _check_thread(self._thread, method, path)
+        if self.down:
+            raise TransportError(f"{method} {path}: connection refused (the server is down)")
         with anyio.move_on_after(timeout_s):
             return await self.guest.request(method, path, headers, body)
         raise TransportError(f"{method} {path} timed out after {timeout_s} s")
@@ -474,12 +531,14 @@ class serve_app:
             except BaseException:
                 self._group.cancel_scope.cancel()
                 await self._group.__aexit__(None, None, None)
+                self._lifespan.close()
                 raise
-            transport: Any = ASGITransport(self.app, state=self._lifespan.state)
+            transport: ASGITransport | _GuestTransport = ASGITransport(self.app, state=self._lifespan.state)
         else:
             self._guest = _TrioGuest(self.app)
             await self._guest.start()
             transport = _GuestTransport(self._guest)
+        self._transport = transport
         client = InProcessRunstate(transport=transport, **self._client_kwargs)
         client.app = self.app
         client._extra_clients = []
@@ -516,10 +575,14 @@ class serve_app:
                 else:
                     await self._guest.stop()
         finally:
+            # The server is gone: a client kept past the block is refused, as by a closed port.
+            if client is not None:
+                self._transport.down = True
             if on_trio:
                 # Outside the shielded scope: a task group must be exited where it was entered.
                 self._group.cancel_scope.cancel()
                 await self._group.__aexit__(None, None, None)
+                self._lifespan.close()
 
 
 def serve(
@@ -533,20 +596,30 @@ def serve(
     """A fresh in-memory runstate server in this event loop, and a client for it.
 
     `settings` is a `runstate.server.settings.Settings`; by default an in-memory server that
-    accepts `api_key` for `space_id`, with a fixed seed so runs repeat. Other keyword arguments go
-    to the client (`holder=`, `request_timeout_ms=`, `retries=`...).
+    accepts `api_key` for `space_id`, with a fixed seed so runs repeat. Settings that name no API
+    key (`Settings(data_dir=...)`) are given `api_key` for `space_id` too, and `seed` when they
+    have none, so that the client is accepted. Other keyword arguments go to the client
+    (`holder=`, `request_timeout_ms=`, `retries=`...).
     """
     try:
         from runstate.server.app import create_app
         from runstate.server.settings import Settings
+        from runstate.snapshots.wal import inline
     except ImportError as err:  # pragma: no cover - depends on the installed extras
         raise ImportError("runstate.testing.serve() needs the server: pip install 'runstate[server]'") from err
     if settings is None:
         settings = Settings(api_key=api_key, space_id=space_id, seed=seed)
+    elif settings.api_key is None:  # a server that would make a key of its own, unknown to the client
+        settings = dataclasses.replace(
+            settings, api_key=api_key, space_id=space_id, seed=seed if settings.seed is None else settings.seed
+        )
+    # A data directory's IO runs on the loop (`inline`): in a worker thread or a snapshot's child
+    # process it would let a mock clock jump while it ran, and virtual time would not repeat.
     return serve_app(
         # quart types an app's scope and messages as its own TypedDicts; `ASGIApp` takes the plain
         # dicts any ASGI app is handed, which is what the app is given here.
-        create_app(settings), api_key=api_key, space_id=space_id, make_app=lambda: create_app(settings),  # type: ignore[arg-type, return-value]  # quart's ASGI TypedDicts (above)
+        create_app(settings, run_blocking=inline), api_key=api_key, space_id=space_id,  # type: ignore[arg-type]  # quart's ASGI TypedDicts (above)
+        make_app=lambda: create_app(settings, run_blocking=inline),  # type: ignore[arg-type, return-value]  # the same
         **client_kwargs,
     )
 

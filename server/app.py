@@ -21,6 +21,7 @@ from typing import Any, Callable
 from quart_trio import QuartTrio
 
 from ..actors.clock import Clock
+from ..snapshots.wal import RunBlocking
 from .console.site import Console, for_console
 from .http import serve_http
 from .lifecycle import Lifecycle
@@ -62,10 +63,15 @@ def create_app(
     on_new_key: NewKeyHandler | None = None,
     telemetry: Telemetry | None = None,
     on_admin_key: Callable[[str], None] | None = None,
+    run_blocking: RunBlocking | None = None,
 ) -> RunstateApp:
-    """The server as an ASGI app; its lifespan starts the kernel and stops it after the drain."""
+    """The server as an ASGI app; its lifespan starts the kernel and stops it after the drain.
+    `run_blocking` says how its data directory's blocking IO runs (`Runtime`)."""
     app = RunstateApp("runstate")
-    app.runtime = Runtime(settings or Settings(), clock=clock, on_new_key=on_new_key, telemetry=telemetry, on_admin_key=on_admin_key)
+    app.runtime = Runtime(
+        settings or Settings(), clock=clock, on_new_key=on_new_key, telemetry=telemetry, on_admin_key=on_admin_key,
+        run_blocking=run_blocking,
+    )
     app.lifecycle = Lifecycle(app.runtime)
     app.console = Console(app.runtime)
 

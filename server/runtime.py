@@ -34,6 +34,7 @@ from ..actors.keys import digest, new_secret
 from ..snapshots import RecoveryError, StoreLocked
 from ..snapshots.datadir import DataDir, DataDirError, open_data_dir, public_reason
 from ..snapshots.etcd import EtcdError
+from ..snapshots.wal import RunBlocking
 from . import cluster_view, wire
 from .cluster import STANDBY, Cluster, ClusterError
 from .cluster_metrics import EtcdLatency
@@ -71,9 +72,14 @@ class Runtime:
         on_new_key: NewKeyHandler | None = None,
         telemetry: Telemetry | None = None,
         on_admin_key: Callable[[str], None] | None = None,
+        run_blocking: RunBlocking | None = None,
     ) -> None:
         self.settings = settings
         self.limits = settings.limits
+        # How the data directory's blocking IO runs: None, in worker threads (and snapshots in a
+        # child process); `snapshots.wal.inline`, on the loop itself, for a server in virtual time
+        # (`runstate.testing`), whose mock clock would jump while a thread or a child ran.
+        self._run_blocking = run_blocking
         self.ready = False
         # Set with `ready`: `serve` says where it serves, and the keys to export, only then.
         self.became_ready = trio.Event()
@@ -360,6 +366,8 @@ class Runtime:
         config = self.settings.store_config()
         journal_metrics = self.telemetry.metrics.journal
         disk = MeteredDisk(journal_metrics, config.fsync_slow_ms)
+        if self._run_blocking is not None:
+            return {"config": config, "disk": disk, "run_blocking": self._run_blocking}
         return {"config": config, "disk": disk}
 
     async def _reopen_when_repaired(self, kernel: Kernel, data: DataDir, number: int) -> None:

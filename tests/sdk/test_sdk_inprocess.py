@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 
 import anyio
 import pytest
@@ -345,3 +347,138 @@ async def test_a_run_by_name_is_the_same_root_scope_for_every_client_and_stays_s
         stopped = await rs.scopes.ensure("nightly report")
         assert stopped.id == first.id and (await stopped.status())["effective"] == "CANCELLED"
         assert (await rs.scopes.ensure("another")).id != first.id
+
+
+def resource_warnings_of_garbage():
+    """The ResourceWarnings that collecting the garbage now raises (an unclosed stream's, say)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    return [str(warning.message) for warning in caught if issubclass(warning.category, ResourceWarning)]
+
+
+@pytest.mark.trio
+async def test_a_server_served_and_restarted_under_trio_leaves_nothing_unclosed(autojump_clock):
+    """serve() and restart_server() close the lifespan's streams: a test run with warnings as
+    errors is not failed by a ResourceWarning at the next garbage collection."""
+    resource_warnings_of_garbage()
+    async with testing.serve() as rs:
+        await rs.scopes.create()
+        await rs.restart_server(down_s=1)
+        await rs.scopes.create()
+    del rs
+    assert resource_warnings_of_garbage() == []
+
+
+
+@pytest.mark.trio
+async def test_a_blocking_call_to_the_in_process_server_under_trio_is_a_config_error(autojump_clock):
+    """The blocking forms run on a loop thread of their own, outside the test's trio run: their
+    call is refused at once with ConfigError saying to use the async forms, and the server is
+    left as it was (no 500, nothing half done)."""
+    async with testing.serve() as rs:
+        bound = rs.client(run="r1")
+        with pytest.raises(runstate.ConfigError, match="async forms"):
+            bound.run_id()
+        with pytest.raises(runstate.ConfigError, match="async forms"):
+            runstate.Runstate(transport=rs.transport, api_key="test-key", space_id="default").scopes.create()
+        assert await bound.arun_id()  # the async form of the same client works
+
+
+@pytest.mark.anyio
+async def test_a_blocking_call_to_the_in_process_server_under_asyncio_is_a_config_error():
+    """As under trio, with the server in a trio guest run on this loop."""
+    async with testing.serve() as rs:
+        bound = rs.client(run="r1")
+        with pytest.raises(runstate.ConfigError, match="async forms"):
+            bound.run_id()
+        assert await bound.arun_id()
+
+
+@pytest.mark.trio
+async def test_a_server_with_a_data_directory_keeps_virtual_time_while_its_disk_works(autojump_clock, tmp_path):
+    """With a data directory (fsync on every write), the journal's writes, its recovery and its
+    snapshots run on the loop: the autojump clock stands still while the disk works, so requests
+    take no virtual time, a restart takes its `down_s`, and a 30 s lease held through it stays
+    held. (In worker threads the clock jumped to the next timer at every fsync: a request could
+    take a minute of virtual time, and the lease was lost or not from one run to the next.)"""
+    from runstate.server.settings import Settings
+
+    settings = Settings(api_key="test-key", space_id="default", data_dir=str(tmp_path), fsync="always")
+    async with testing.serve(settings=settings) as rs:
+        start = trio.current_time()
+        run = await rs.scopes.create()
+        await rs.mailboxes.ensure("jobs", mode="WORK")
+        for n in range(50):
+            await run.mailbox("jobs").submit({"n": n}, key=f"task-{n}")
+        lease = await run.claim("k").acquire(lease_seconds=30)
+        assert trio.current_time() - start < 0.1
+        restarted_at = trio.current_time()
+        await rs.restart_server(down_s=6)
+        assert trio.current_time() - restarted_at == pytest.approx(6, abs=0.1)
+        other = rs.new_client(holder="worker-2").scope(run.id)
+        assert await other.claim("k").try_acquire() == {"kind": "busy"}
+        await trio.sleep(300)
+        assert not lease.is_lost
+        assert len((await other.tasks(limit=100))["tasks"]) == 50
+        await lease.release()
+
+
+@pytest.mark.trio
+async def test_a_client_kept_past_serve_is_refused_as_by_a_closed_port_under_trio(autojump_clock):
+    """Once `serve()` has ended its server is gone: a call through its client (or a second client
+    of it) is refused as by a closed port, UnreachableError, not a 500 from a stopped kernel."""
+    async with testing.serve() as rs:
+        other = rs.new_client(holder="worker-2")
+        await rs.scopes.create()
+    for client in (rs, other):
+        with pytest.raises(runstate.UnreachableError, match="connection refused"):
+            await client.scopes.create()
+
+
+@pytest.mark.anyio
+async def test_a_client_kept_past_serve_is_refused_as_by_a_closed_port_under_asyncio():
+    """As under trio, where the call would otherwise reach a trio run that has ended."""
+    async with testing.serve() as rs:
+        await rs.scopes.create()
+    with pytest.raises(runstate.UnreachableError, match="connection refused"):
+        await rs.scopes.create()
+
+
+@pytest.mark.trio
+async def test_settings_that_name_no_api_key_are_given_the_clients(autojump_clock, tmp_path):
+    """`serve(settings=Settings(data_dir=...))`, as the docs write it: the server accepts the
+    client's key for its space (it made a key of its own, and refused the client, before), and
+    keeps accepting it after a restart."""
+    from runstate.server.settings import Settings
+
+    async with testing.serve(space_id="team", settings=Settings(data_dir=str(tmp_path), fsync="off")) as rs:
+        run = await rs.scopes.create()
+        await rs.restart_server(down_s=1)
+        assert (await rs.scope(run.id).status())["effective"] == "ACTIVE"
+        assert rs.space_id == "team"
+
+
+@pytest.mark.anyio
+async def test_a_second_server_at_once_under_asyncio_is_a_config_error_and_the_first_serves_on():
+    """Under asyncio each server's kernel is a trio guest run, and trio hosts one per thread: a
+    second serve() inside the first raises ConfigError saying so (it raised trio's "Attempted to
+    call run() from inside a run()"), and the first server is untouched."""
+    async with testing.serve() as first:
+        with pytest.raises(runstate.ConfigError, match="one at a time"):
+            async with testing.serve(space_id="other"):
+                pass
+        assert (await (await first.scopes.create()).status())["effective"] == "ACTIVE"
+    async with testing.serve() as after:  # once the first has ended, another can start
+        await after.scopes.create()
+
+
+@pytest.mark.trio
+async def test_several_servers_at_once_under_trio_each_have_their_own_kernel(autojump_clock):
+    """Under trio any number of servers share the test's run, each with its own kernel and keys."""
+    async with testing.serve() as first, testing.serve(api_key="key-2", space_id="other") as second:
+        assert first.kernel is not second.kernel
+        await first.scopes.create()
+        await second.scopes.create()
+        with pytest.raises(runstate.AuthenticationError):
+            await second.new_client(api_key="test-key", space_id="default").scopes.create()

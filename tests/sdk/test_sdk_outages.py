@@ -90,12 +90,10 @@ async def test_a_held_claim_survives_an_outage_in_which_its_renewals_fall_due(au
         await worker.aclose()
 
 
-def _durable(data_dir, clock) -> Settings:
-    """A server with a data directory, in virtual time that waits for its disk: the journal reads
-    and writes in worker threads, and a clock that jumped while they ran would time requests out
-    that the server is still answering. So the clock jumps only after 50 ms of real idleness.
-    (fsync off: the process does not really die, so what the journal wrote stays for recovery.)"""
-    clock.autojump_threshold = 0.05
+def _durable(data_dir) -> Settings:
+    """A server with a data directory (`serve()` runs its disk's IO on the loop, so the autojump
+    clock stands still while it works). fsync off: the process does not really die, so what the
+    journal wrote stays for recovery."""
     return Settings(api_key="test-key", space_id="default", seed=1, data_dir=str(data_dir), fsync="off")
 
 
@@ -104,7 +102,7 @@ async def test_a_held_claim_survives_the_server_being_killed_and_restarted(autoj
     """The server itself dies at 1 s (no shutdown) and is back 6 s later, recovered from its data
     directory: the claim's renewal due at 5 s is tried until the restarted server takes it, with
     the same token, and the 20 s of work end with run() returning; nothing was lost."""
-    async with testing.serve(settings=_durable(tmp_path, autojump_clock)) as rs:
+    async with testing.serve(settings=_durable(tmp_path)) as rs:
         worker = rs.new_client(holder="worker")
         run = await worker.scopes.create()
         start = trio.current_time()
@@ -136,7 +134,7 @@ async def test_a_held_claim_survives_the_server_being_killed_and_restarted(autoj
 async def test_a_completion_made_while_the_server_is_down_is_accepted_by_the_restarted_one(autojump_clock, pinned_jitter, tmp_path):
     """The handler finishes at 4 s while the server is down (killed at 1 s, back at 7 s): its
     completion is sent again until the recovered server takes it, at attempt 1."""
-    async with testing.serve(settings=_durable(tmp_path, autojump_clock)) as rs:
+    async with testing.serve(settings=_durable(tmp_path)) as rs:
         run, (ticket,) = await _queue(rs)
         worker = rs.new_client(holder="worker")
         stop, errors = trio.Event(), []
