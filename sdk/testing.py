@@ -596,7 +596,8 @@ def serve(
     """A fresh in-memory runstate server in this event loop, and a client for it.
 
     `settings` is a `runstate.server.settings.Settings`; by default an in-memory server that
-    accepts `api_key` for `space_id`, with a fixed seed so runs repeat. Settings that name no API
+    accepts `api_key` for `space_id`, with a fixed seed so the server's ids, tokens and retry
+    backoffs repeat from run to run (the client's renewal jitter is random). Settings that name no API
     key (`Settings(data_dir=...)`) are given `api_key` for `space_id` too, and `seed` when they
     have none, so that the client is accepted. Other keyword arguments go to the client
     (`holder=`, `request_timeout_ms=`, `retries=`...).
