@@ -134,7 +134,9 @@ def prune(data_dir: str, keep: int, disk: Disk | None = None, retention_ms: int 
     With `retention_ms`, the history of that long before the newest snapshot's time is kept too
     (`history.py` rebuilds any point in it): every snapshot at or after that horizon, and the
     newest one before it (where a point just after the horizon starts from), with the WAL from
-    there on. Returns (snapshots deleted, segments deleted).
+    there on. While no snapshot stands before the horizon (the partition's first snapshots), a
+    point before the oldest one is rebuilt from the log's start: a WAL that still begins at LSN 1
+    is kept whole. Returns (snapshots deleted, segments deleted).
     """
     if keep < 2:
         raise ValueError("keep at least two snapshots (the fallback, and safety from a leftover snapshot process)")
@@ -143,8 +145,11 @@ def prune(data_dir: str, keep: int, disk: Disk | None = None, retention_ms: int 
     if not snaps:
         return 0, 0
     first_kept = max(0, len(snaps) - keep)
+    from_start = False
     if retention_ms > 0:
-        first_kept = min(first_kept, _history_base(snaps, retention_ms))
+        base = _history_base(snaps, retention_ms)
+        from_start = base < 0
+        first_kept = min(first_kept, max(base, 0))
     old, kept = snaps[:first_kept], snaps[first_kept:]
     for _, path in old:
         disk.remove(path)
@@ -152,6 +157,8 @@ def prune(data_dir: str, keep: int, disk: Disk | None = None, retention_ms: int 
         disk.fsync_dir(snapshot_dir(data_dir))
     covered = kept[0][0]
     segments = list_segments(wal_dir(data_dir))
+    if from_start and segments and segments[0][0] == 1:
+        segments = []  # the history's base is the empty state: every segment from LSN 1 is needed
     deleted = 0
     for (_, path), (next_first, _) in zip(segments, segments[1:]):
         if next_first > covered + 1:
@@ -167,7 +174,8 @@ def prune(data_dir: str, keep: int, disk: Disk | None = None, retention_ms: int 
 def _history_base(snaps: list[tuple[int, str]], retention_ms: int) -> int:
     """The index of the oldest snapshot that the history of `retention_ms` before the newest
     snapshot's time needs: the newest one that stands before that horizon (a snapshot whose
-    begin mark does not read counts as none)."""
+    begin mark does not read counts as none); -1 when none does (the history starts before the
+    oldest snapshot)."""
     newest = snapshot_point(snaps[-1][1])
     if newest is None:
         return len(snaps) - 1
@@ -176,7 +184,7 @@ def _history_base(snaps: list[tuple[int, str]], retention_ms: int) -> int:
         point = snapshot_point(snaps[index][1])
         if point is not None and point[1] < horizon_ms:
             return index
-    return 0
+    return -1
 
 
 # -- in a child process --------------------------------------------------------------------------

@@ -104,3 +104,25 @@ async def test_checkpoints_bound_a_point_and_retention_bounds_what_is_kept(nurse
     report = check(data, state_model())
     assert report.ok and report.partitions[1].disk_bytes == kept["diskBytes"] and report.partitions[1].history_ms == points[0][1]
     assert "history kept: from " in report.format()
+
+
+async def test_the_first_snapshots_keep_the_log_from_its_start_while_it_is_in_the_window(nursery, autojump_clock, tmp_path):
+    """Snapshots taken within the first `history_retention_s` leave the WAL from LSN 1: a point before
+    the oldest snapshot is rebuilt from the log's start (it was 410 once the first snapshot pruned it)."""
+    data = str(tmp_path / "data")
+    runtime = await start(
+        nursery, data, history_retention_s=RETENTION_S, history_checkpoint_every_records=CHECKPOINT_RECORDS,
+        store={"segment_bytes_max": 64 * 1024, "snapshot_poll_s": 1.0},
+    )
+    client = AsgiClient(runtime)
+    moments = await busy(client, RETENTION_S * 2 // 3)
+    folder = partition_dir(data, 1)
+    snaps = list_snapshots(snapshot_dir(folder))
+    assert snaps, snaps  # checkpoints were taken, every one inside the window
+    segments = list_segments(wal_dir(folder))
+    assert segments[0][0] == 1 and len(segments) > 1, segments
+    kept = (await client.get("/history")).json["kept"]
+    assert kept["oldest"]["lsn"] == 0, kept
+    before = await client.get(f"/history/usage?at={format_ms(moments[0])}")
+    assert before.status == 200, before
+    assert before.json["asOf"]["lsn"] < snaps[0][0]
