@@ -101,8 +101,11 @@ def _reason(visit: Visit) -> str | None:
 
 def _editor_only(visit: Visit, what: str) -> None:
     """Refuse an action's confirmation to a key that may only read: the API would refuse the
-    action itself (`Runtime.authorize`), and is still what refuses a forged one."""
+    action itself (`Runtime.authorize`), and is still what refuses a forged one. Nor is one
+    offered at a past point (the scrubber's `at`): its numbers would be of now, under a banner of then."""
     assert visit.session is not None, "an action needs a session"
+    if visit.past is not None:
+        raise refuse(VALIDATION_FAILED, f"a page of the past offers no action: go back to now to {what}")
     if not visit.session.may_act:
         raise refuse("FORBIDDEN", f"this API key has the viewer role: it reads this space and cannot {what}", status=403)
 
