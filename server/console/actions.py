@@ -23,7 +23,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from ...actors.errors import VALIDATION_FAILED, KernelError
+from ...actors.errors import CONFLICT, VALIDATION_FAILED, KernelError
 from ..errors import ApiError
 from ..forward import Forwarded, lead_or_forward, partition_of_request
 from ..http import Request
@@ -122,6 +122,8 @@ def _done(location: str, notice: str) -> Answer:
 async def confirm_cancel_run(console: Console, visit: Visit, space: str, run_id: str) -> Answer:
     _editor_only(visit, "cancel a run")
     data = await views.run(console.kernel, space, run_id)
+    if data["run"]["effective"] != "ACTIVE":  # (ended since its page was read: the API would refuse it)
+        raise refuse(CONFLICT, f"run {run_id} is already {data['run']['effective'].lower()}: there is nothing to cancel", status=409)
     counts = data["counts"]
     effects = [
         f"{max(0, counts['scopes'].get('ACTIVE', 0) - 1)} run(s) under it end with it",
@@ -145,6 +147,8 @@ async def confirm_cancel_task(console: Console, visit: Visit, space: str, task_i
     _editor_only(visit, "cancel a task")
     data = await views.task(console.kernel, space, task_id)
     found = data["task"]
+    if found["state"] not in ("QUEUED", "RUNNING"):
+        raise refuse(CONFLICT, f"task {task_id} already ended {found['state'].lower()}; its outcome does not change", status=409)
     effects = [f"task {found['taskKey']} ({found['state'].lower()}) ends CANCELLED with the reason given, and keeps it"]
     if found["worker"]:
         effects.append(f"{found['worker']} holds it now: its completion is refused from then on")
@@ -182,6 +186,9 @@ async def confirm_release(console: Console, visit: Visit, space: str) -> Answer:
     found = next((c for c in data["claims"] if c["key"] == key and c["scopeId"] == run), None)
     if found is None:
         raise refuse("NOT_FOUND", f"claim {key!r} not found in run {run!r}")
+    if not found["held"]:
+        raise refuse(CONFLICT, f"claim {key!r} is not held (generation {found['generation']} was the last): there is nothing to release",
+                     status=409)
     effects = [f"the next holder of {key} gets generation {found['generation'] + 1}",
                f"the token of generation {found['generation']} is refused from then on (STALE_CLAIM)"]
     if found["holder"]:

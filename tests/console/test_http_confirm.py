@@ -1,0 +1,43 @@
+"""An action's confirmation over plain HTTP: it offers only what the API would do."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import Console
+
+pytestmark = pytest.mark.e2e
+
+
+def _form(path: str) -> str:
+    return f'<form method="post" action="{path}">'
+
+
+def test_a_confirmation_for_what_has_already_ended_says_so_and_offers_nothing(console: Console):
+    """Another operator (or a worker, or a deadline) got there first: a task that ended, a run
+    that ended and a claim no longer held are refused at the confirmation with the API's 409,
+    rather than a page that says what it will do and a button the API then refuses."""
+    api = console.api
+    run = console.run("already-ended")["id"]
+    mailbox = api.put("/v1/spaces/default/mailboxes/by-name/already-ended", json={}).json()["id"]
+    task = api.post("/v1/spaces/default/tasks", json={"scopeId": run, "mailboxId": mailbox, "taskKey": "done", "input": {}}).json()["id"]
+    got = api.post(f"/v1/spaces/default/mailboxes/{mailbox}/recv",
+                   json={"scopeId": run, "holder": "w", "holderSession": "s", "leaseSeconds": 30}).json()
+    assert api.post(f"/v1/spaces/default/messages/{got['message']['id']}/complete", json={"token": got["token"]}).status_code == 200
+    assert console.claim(run, "let-go", "w").status_code == 200
+    session = console.session()
+    release = f"/console/s/default/claims/release?run={run}&key=let-go"
+    assert _form(release.replace("&", "&amp;")) in session.get(release).text  # (held: offered)
+    assert api.post("/v1/spaces/default/claims/let-go/force-release", json={"scopeId": run}).status_code == 200
+
+    for path, form, said in (
+        (f"/console/s/default/tasks/{task}/cancel", _form(f"/console/s/default/tasks/{task}/cancel"), "already ended succeeded"),
+        (release, _form(release.replace("&", "&amp;")), "is not held"),
+    ):
+        page = session.get(path)
+        assert (page.status_code, form in page.text) == (409, False), (path, page.text[-800:])
+        assert said in page.text, page.text[-800:]
+    assert api.post(f"/v1/spaces/default/scopes/{run}/cancel").status_code == 200
+    ended = session.get(f"/console/s/default/runs/{run}/cancel")
+    assert (ended.status_code, _form(f"/console/s/default/runs/{run}/cancel") in ended.text) == (409, False), ended.text[-800:]
+    assert "already cancelled" in ended.text
