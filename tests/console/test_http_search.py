@@ -1,0 +1,25 @@
+"""The header's search over plain HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import Console
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_holder_of_a_pool_lease_only_is_found_as_workers_lists_it(console: Console):
+    """A worker holding units of a pool and nothing else (pools make no events) is on Workers;
+    the search finds it too, with the lease it holds, rather than saying nothing matches."""
+    api = console.api
+    run = console.run("pool-holder")["id"]
+    pool = api.put("/v1/spaces/default/permits/by-name/search-pool", json={"units": 1}).json()
+    held = api.post(f"/v1/spaces/default/permits/{pool['id']}/acquire",
+                    json={"scopeId": run, "units": 1, "holder": "renderer-42", "holderSession": "r", "leaseSeconds": 60})
+    assert held.status_code == 200, held.text
+    session = console.session()
+    assert "/workers/renderer-42" in session.get("/console/s/default/workers").text
+    found = session.get("/console/s/default/search", params={"q": "RENDERER-4"})
+    assert found.status_code == 200 and "Nothing in this space matches" not in found.text, found.text[-800:]
+    assert '<tr data-holder="renderer-42"><td><a href="/console/s/default/workers/renderer-42">renderer-42</a></td><td>1</td></tr>' in found.text
