@@ -41,3 +41,20 @@ def test_a_confirmation_for_what_has_already_ended_says_so_and_offers_nothing(co
     ended = session.get(f"/console/s/default/runs/{run}/cancel")
     assert (ended.status_code, _form(f"/console/s/default/runs/{run}/cancel") in ended.text) == (409, False), ended.text[-800:]
     assert "already cancelled" in ended.text
+
+
+def test_a_quota_waiter_is_told_only_of_the_waiters_ahead_of_it(console: Console):
+    """The first waiter in a quota's line has nobody going first: its "why" says the window is
+    used up, not that a waiter (itself) goes first; the second is told of the first."""
+    api = console.api
+    run = console.run("quota-line")["id"]
+    quota = api.put("/v1/spaces/default/allowances/by-name/line-quota", json={"unitsLimit": 1, "windowSeconds": 600}).json()
+    assert api.post(f"/v1/spaces/default/allowances/{quota['id']}/consume", json={"scopeId": run, "units": 1, "holder": "early"}).status_code == 200
+    waiters = [api.post(f"/v1/spaces/default/allowances/{quota['id']}/wait",
+                        json={"scopeId": run, "units": 1, "holder": name, "ttlSeconds": 600}).json() for name in ("first", "second")]
+    assert [w["state"] for w in waiters] == ["WAITING", "WAITING"], waiters
+    session = console.session()
+    first = session.get(f"/console/s/default/waiters/{waiters[0]['id']}/why").text
+    second = session.get(f"/console/s/default/waiters/{waiters[1]['id']}/why").text
+    assert "1/1 used in this window; needs 1; the window resets in" in first and "go first" not in first, first[-1500:]
+    assert "1/1 used in this window; needs 1; 1 waiter(s) go first" in second, second[-1500:]
