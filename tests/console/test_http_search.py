@@ -23,3 +23,15 @@ def test_a_holder_of_a_pool_lease_only_is_found_as_workers_lists_it(console: Con
     found = session.get("/console/s/default/search", params={"q": "RENDERER-4"})
     assert found.status_code == 200 and "Nothing in this space matches" not in found.text, found.text[-800:]
     assert '<tr data-holder="renderer-42"><td><a href="/console/s/default/workers/renderer-42">renderer-42</a></td><td>1</td></tr>' in found.text
+
+
+def test_every_page_of_a_space_where_nothing_was_recorded_yet_answers(console: Console):
+    """A new key's space holds nothing until its first write: its pages say so, none fails."""
+    session = console.session(console.key_for("nothing-yet"))
+    for page in ("runs", "claims?show=all", "tasks", "queues", "capacity", "coordination", "coordination?run=sc_x", "events",
+                 "workers", "workers/someone", "lanes", "charts", "space", "search?q=a"):
+        answer = session.get(f"/console/s/nothing-yet/{page}")
+        assert answer.status_code == 200, (page, answer.text[-600:])
+    coordination = session.get("/console/s/nothing-yet/coordination").text
+    assert "No task groups." in coordination and coordination.count("0 in all") == 3
+    assert "No workers" in session.get("/console/s/nothing-yet/workers").text

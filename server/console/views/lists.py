@@ -343,7 +343,8 @@ async def coordination(kernel: RouteKernel, space_id: str, *, run: str | None, c
 
     def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
-            return {name: [] for name in ("groups", "barriers", "timers")} | {"next": {}, "totals": {}}
+            names = ("groups", "barriers", "timers")
+            return {name: [] for name in names} | {"next": dict.fromkeys(names), "totals": dict.fromkeys(names, 0)}
         part = space.coordination
         answer: dict[str, Any] = {"next": {}, "totals": {}}
 

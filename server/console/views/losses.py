@@ -19,7 +19,7 @@ async def workers(kernel: RouteKernel, space_id: str, *, window_s: int) -> dict[
 
     def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
-            return {"workers": [], "windowSeconds": window_s}
+            return {"workers": [], "windowSeconds": window_s, "more": 0}
         rows: dict[str, dict[str, Any]] = {}
 
         def row(holder: str) -> dict[str, Any]:
