@@ -110,9 +110,10 @@ def _editor_only(visit: Visit, what: str) -> None:
         raise refuse("FORBIDDEN", f"this API key has the viewer role: it reads this space and cannot {what}", status=403)
 
 
-def _done(location: str, notice: str) -> Answer:
-    """Back to `location`, which says the action is done (`site.NOTICES`)."""
-    return redirect(location + ("&" if "?" in location else "?") + urlencode({"done": notice}))
+def _done(location: str, notice: str, count: int | None = None) -> Answer:
+    """Back to `location`, which says the action is done (`site.NOTICES`), and how many it did."""
+    query = {"done": notice} if count is None else {"done": notice, "count": count}
+    return redirect(location + ("&" if "?" in location else "?") + urlencode(query))
 
 
 # -- runs and tasks ------------------------------------------------------------------------------
@@ -267,6 +268,8 @@ async def preview_dead_letters(console: Console, visit: Visit, space: str, mailb
 async def act_on_dead_letters(console: Console, visit: Visit, space: str, mailbox_id: str, action: str) -> Answer:
     if action not in dead_letter_actions():
         raise refuse("NOT_FOUND", f"this server has no dead-letter {action}", status=404)
-    await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), _selection(visit))
-    return _done(f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", f"{action}d")
+    answer = await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), _selection(visit))
+    # (how many it did: none when another operator did them between the count and now)
+    count = answer.get(f"{action}d") if isinstance(answer, dict) else None
+    return _done(f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", f"{action}d", count if isinstance(count, int) else None)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from .conftest import Console
@@ -58,3 +60,29 @@ def test_a_quota_waiter_is_told_only_of_the_waiters_ahead_of_it(console: Console
     second = session.get(f"/console/s/default/waiters/{waiters[1]['id']}/why").text
     assert "1/1 used in this window; needs 1; the window resets in" in first and "go first" not in first, first[-1500:]
     assert "1/1 used in this window; needs 1; 1 waiter(s) go first" in second, second[-1500:]
+
+
+def test_a_dead_letter_action_says_how_many_it_did_and_when_another_did_them_first(console: Console):
+    """Two operators count the same dead letters; the first requeues them, and the second, acting
+    on the same filter, is told that none was requeued rather than that they were."""
+    api = console.api
+    run = console.run("two-operators")["id"]
+    mailbox = api.put("/v1/spaces/default/mailboxes/by-name/two-operators", json={}).json()["id"]
+    for n in range(2):
+        api.post(f"/v1/spaces/default/mailboxes/{mailbox}/messages", json={"scopeId": run, "payload": {"n": n}})
+        got = api.post(f"/v1/spaces/default/mailboxes/{mailbox}/recv",
+                       json={"scopeId": run, "holder": "w", "holderSession": "s", "leaseSeconds": 30}).json()
+        assert api.post(f"/v1/spaces/default/messages/{got['message']['id']}/nack",
+                        json={"token": got["token"], "retry": False, "error": "boom"}).status_code == 200
+    where = f"/console/s/default/queues/{mailbox}/dead-letters/requeue"
+    operators = [console.session(), console.session()]
+    tokens = [console.csrf(session, f"/console/s/default/queues/{mailbox}") for session in operators]
+    for session, token in zip(operators, tokens):
+        counted = session.post(where + "/preview", data={"csrf": token, "reason": "boom"}, headers={"origin": console.url})
+        assert "2 dead letter(s) matching the filter go back" in counted.text, counted.text[-800:]
+    notices = []
+    for session, token in zip(operators, tokens):
+        done = session.post(where, data={"csrf": token, "reason": "boom"}, headers={"origin": console.url})
+        assert done.status_code == 303, done.text[-600:]
+        notices.append(re.findall(r'<p class="notice" role="status">([^<]*)</p>', session.get(done.headers["location"]).text))
+    assert notices == [["Dead letters requeued: 2."], ["No dead letter was requeued: none matches any more."]]
