@@ -48,3 +48,19 @@ def test_an_action_is_not_offered_at_a_past_point(console: Console):
     past = session.get(f"/console/s/default/runs/{run}/cancel", params={"at": f"lsn:{point}"})
     assert past.status_code == 400, past.text[-600:]
     assert form not in past.text and "Back to now" in past.text and "go back to now to cancel a run" in past.text
+
+
+@pytest.mark.parametrize("holder", [".", ".."])
+def test_a_worker_named_as_a_dot_segment_is_linked_to_its_own_page(console: Console, holder: str):
+    """A browser drops "." and ".." from a path (even written %2E): such a worker's link names it
+    in the query instead, and its page keeps it there through the window filter."""
+    run = console.run("dotted-holder")["id"]
+    assert console.claim(run, f"dotted{len(holder)}", holder).status_code == 200
+    session = console.session()
+    claims = session.get("/console/s/default/claims", params={"run": run})
+    links = re.findall(rf'href="(/console/s/default/workers[^"]*)">{re.escape(holder)}<', claims.text)
+    assert links, claims.text[-800:]
+    page = session.get(html.unescape(links[0]))
+    assert page.status_code == 200, page.text[-600:]
+    assert f"<h1>Worker {holder}</h1>" in page.text and f"dotted{len(holder)}" in page.text
+    assert f'<input type="hidden" name="holder" value="{holder}">' in page.text
