@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from .conftest import Console
@@ -35,3 +37,19 @@ def test_every_page_of_a_space_where_nothing_was_recorded_yet_answers(console: C
     coordination = session.get("/console/s/nothing-yet/coordination").text
     assert "No task groups." in coordination and coordination.count("0 in all") == 3
     assert "No workers" in session.get("/console/s/nothing-yet/workers").text
+
+
+def test_the_runs_list_names_a_worker_holding_only_a_pools_units_as_the_runs_page_does(console: Console):
+    """Runs' Workers column names the holders of the run's live leases: a pool's units held apart
+    from a delivery are one, as the run's own page lists them."""
+    api = console.api
+    run = console.run("pool-worker-run")["id"]
+    pool = api.put("/v1/spaces/default/permits/by-name/runs-pool", json={"units": 1}).json()
+    held = api.post(f"/v1/spaces/default/permits/{pool['id']}/acquire",
+                    json={"scopeId": run, "units": 1, "holder": "painter-7", "holderSession": "p", "leaseSeconds": 60})
+    assert held.status_code == 200, held.text
+    session = console.session()
+    assert "/workers/painter-7" in session.get(f"/console/s/default/runs/{run}").text
+    listed = session.get("/console/s/default/runs", params={"name": "pool-worker-run"}).text
+    row = re.search(rf'<tr[^>]*data-run="{run}".*?</tr>', listed, re.S)
+    assert row is not None and "/workers/painter-7" in row.group(0), listed[-1500:]
