@@ -53,3 +53,23 @@ def test_the_runs_list_names_a_worker_holding_only_a_pools_units_as_the_runs_pag
     listed = session.get("/console/s/default/runs", params={"name": "pool-worker-run"}).text
     row = re.search(rf'<tr[^>]*data-run="{run}".*?</tr>', listed, re.S)
     assert row is not None and "/workers/painter-7" in row.group(0), listed[-1500:]
+
+
+def test_a_worker_holding_only_a_once_key_is_on_workers_with_what_it_holds_and_found_by_search(console: Console):
+    """A worker running a once function holds its key under a lease, as the run's page shows:
+    Workers lists it, its own page says what it holds, and the search finds it."""
+    run = console.run("once-holder")["id"]
+    held = console.api.post("/v1/spaces/default/once/acquire",
+                            json={"scopeId": run, "key": "report:acme", "holder": "summarizer-3", "holderSession": "s", "leaseSeconds": 60})
+    assert held.status_code == 200 and held.json().get("token"), held.text
+    session = console.session()
+    assert "/workers/summarizer-3" in session.get(f"/console/s/default/runs/{run}").text
+    workers = session.get("/console/s/default/workers").text
+    assert re.search(r'<tr data-worker="summarizer-3">', workers), workers[-1500:]
+    page = session.get("/console/s/default/workers/summarizer-3").text
+    assert "once key report:acme" in page and "Nothing." not in page, page[-1500:]
+    found = session.get("/console/s/default/search", params={"q": "summarizer"}).text
+    assert '<tr data-holder="summarizer-3">' in found, found[-800:]
+    listed = session.get("/console/s/default/runs", params={"name": "once-holder"}).text
+    row = re.search(rf'<tr[^>]*data-run="{run}".*?</tr>', listed, re.S)
+    assert row is not None and "/workers/summarizer-3" in row.group(0), listed[-1500:]
