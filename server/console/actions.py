@@ -23,7 +23,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from ...actors.errors import VALIDATION_FAILED, KernelError
+from ...actors.errors import CONFLICT, VALIDATION_FAILED, KernelError
 from ..errors import ApiError
 from ..forward import Forwarded, lead_or_forward, partition_of_request
 from ..http import Request
@@ -101,15 +101,19 @@ def _reason(visit: Visit) -> str | None:
 
 def _editor_only(visit: Visit, what: str) -> None:
     """Refuse an action's confirmation to a key that may only read: the API would refuse the
-    action itself (`Runtime.authorize`), and is still what refuses a forged one."""
+    action itself (`Runtime.authorize`), and is still what refuses a forged one. Nor is one
+    offered at a past point (the scrubber's `at`): its numbers would be of now, under a banner of then."""
     assert visit.session is not None, "an action needs a session"
+    if visit.past is not None:
+        raise refuse(VALIDATION_FAILED, f"a page of the past offers no action: go back to now to {what}")
     if not visit.session.may_act:
         raise refuse("FORBIDDEN", f"this API key has the viewer role: it reads this space and cannot {what}", status=403)
 
 
-def _done(location: str, notice: str) -> Answer:
-    """Back to `location`, which says the action is done (`site.NOTICES`)."""
-    return redirect(location + ("&" if "?" in location else "?") + urlencode({"done": notice}))
+def _done(location: str, notice: str, count: int | None = None) -> Answer:
+    """Back to `location`, which says the action is done (`site.NOTICES`), and how many it did."""
+    query = {"done": notice} if count is None else {"done": notice, "count": count}
+    return redirect(location + ("&" if "?" in location else "?") + urlencode(query))
 
 
 # -- runs and tasks ------------------------------------------------------------------------------
@@ -119,6 +123,8 @@ def _done(location: str, notice: str) -> Answer:
 async def confirm_cancel_run(console: Console, visit: Visit, space: str, run_id: str) -> Answer:
     _editor_only(visit, "cancel a run")
     data = await views.run(console.kernel, space, run_id)
+    if data["run"]["effective"] != "ACTIVE":  # (ended since its page was read: the API would refuse it)
+        raise refuse(CONFLICT, f"run {run_id} is already {data['run']['effective'].lower()}: there is nothing to cancel", status=409)
     counts = data["counts"]
     effects = [
         f"{max(0, counts['scopes'].get('ACTIVE', 0) - 1)} run(s) under it end with it",
@@ -142,6 +148,8 @@ async def confirm_cancel_task(console: Console, visit: Visit, space: str, task_i
     _editor_only(visit, "cancel a task")
     data = await views.task(console.kernel, space, task_id)
     found = data["task"]
+    if found["state"] not in ("QUEUED", "RUNNING"):
+        raise refuse(CONFLICT, f"task {task_id} already ended {found['state'].lower()}; its outcome does not change", status=409)
     effects = [f"task {found['taskKey']} ({found['state'].lower()}) ends CANCELLED with the reason given, and keeps it"]
     if found["worker"]:
         effects.append(f"{found['worker']} holds it now: its completion is refused from then on")
@@ -179,6 +187,9 @@ async def confirm_release(console: Console, visit: Visit, space: str) -> Answer:
     found = next((c for c in data["claims"] if c["key"] == key and c["scopeId"] == run), None)
     if found is None:
         raise refuse("NOT_FOUND", f"claim {key!r} not found in run {run!r}")
+    if not found["held"]:
+        raise refuse(CONFLICT, f"claim {key!r} is not held (generation {found['generation']} was the last): there is nothing to release",
+                     status=409)
     effects = [f"the next holder of {key} gets generation {found['generation'] + 1}",
                f"the token of generation {found['generation']} is refused from then on (STALE_CLAIM)"]
     if found["holder"]:
@@ -257,6 +268,8 @@ async def preview_dead_letters(console: Console, visit: Visit, space: str, mailb
 async def act_on_dead_letters(console: Console, visit: Visit, space: str, mailbox_id: str, action: str) -> Answer:
     if action not in dead_letter_actions():
         raise refuse("NOT_FOUND", f"this server has no dead-letter {action}", status=404)
-    await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), _selection(visit))
-    return _done(f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", f"{action}d")
+    answer = await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), _selection(visit))
+    # (how many it did: none when another operator did them between the count and now)
+    count = answer.get(f"{action}d") if isinstance(answer, dict) else None
+    return _done(f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", f"{action}d", count if isinstance(count, int) else None)
 

@@ -353,6 +353,9 @@ async def search(console: Console, visit: Visit, space: str) -> Answer:
 
 @page("GET", "/s/{space}/workers")
 async def workers(console: Console, visit: Visit, space: str) -> Answer:
+    holder = visit.text("holder")
+    if holder is not None:  # (a worker named "." or "..", which a browser drops from a path)
+        return await _worker_page(console, visit, space, holder)
     window = visit.choice("window", tuple(WINDOWS)) or "1h"
     data = await views.workers(visit.reader, space, window_s=WINDOWS[window])
     return console.page(visit, "workers.html", windows=tuple(WINDOWS), window=window, **data)
@@ -360,6 +363,11 @@ async def workers(console: Console, visit: Visit, space: str) -> Answer:
 
 @page("GET", "/s/{space}/workers/{holder}")
 async def worker(console: Console, visit: Visit, space: str, holder: str) -> Answer:
+    return await _worker_page(console, visit, space, holder)
+
+
+async def _worker_page(console: Console, visit: Visit, space: str, holder: str) -> Answer:
+    """A worker's page: its blast radius in the window and what it holds now."""
     window = visit.choice("window", tuple(WINDOWS)) or "1h"
     data = await views.worker(visit.reader, space, holder, window_s=WINDOWS[window])
     return console.page(visit, "worker.html", windows=tuple(WINDOWS), window=window, **data)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 from markupsafe import Markup, escape
@@ -66,6 +67,9 @@ _ENV = jinja2.Environment(
 )
 _ENV.filters["when"] = _when
 _ENV.filters["iso"] = format_ms
+# A value as one path segment: `urlencode` keeps "/", which would split a holder such as
+# "node-1/worker-3" into two segments and name another route.
+_ENV.filters["segment"] = lambda value: quote(str(value), safe="")
 # The macros every page uses (`templates/macros.html`) are globals, so that a page's live region
 # rendered alone (`render_block`) has them as the whole page does.
 _ENV.globals.update(

@@ -341,7 +341,7 @@ class Console:
             "scrubber": self._scrubber(visit),
             "theme": theme if theme in ("light", "dark") else "auto",
             "cursor": values.pop("cursor", None),
-            "notice": NOTICES.get(visit.param("done") or ""),
+            "notice": _notice(visit),
             **values,
         }
 
@@ -423,6 +423,16 @@ class Console:
     def serving(self) -> bool:
         kernel = self.runtime.kernel_if_open
         return not self.runtime.draining and not (kernel is not None and kernel.waits_ended)
+
+
+def _notice(visit: Visit) -> str | None:
+    """The notice of an action just done (`done`, one of `NOTICES`); a dead-letter action's says
+    how many it did (`count`), none when another operator did them first."""
+    done, count = visit.param("done") or "", visit.param("count") or ""
+    notice = NOTICES.get(done)
+    if done not in ("requeued", "deleted") or not (count.isascii() and count.isdigit() and len(count) <= 9):
+        return notice
+    return f"Dead letters {done}: {int(count)}." if int(count) else f"No dead letter was {done}: none matches any more."
 
 
 class _SignIn(KernelError):

@@ -43,12 +43,19 @@ D = TypeVar("D", bound=_Dated)
 
 
 def _activity(space: SpaceState, now_ms: int) -> tuple[dict[str, set[str]], dict[str, int]]:
-    """Per run: the holders of its live leases (claims and deliveries), and how many of its
-    messages wait to be delivered."""
+    """Per run: the holders of its live leases (claims, once keys, pools' units held apart from a
+    delivery, and deliveries: as a run's page lists its workers), and how many of its messages
+    wait to be delivered."""
     holders: dict[str, set[str]] = {}
     for claim in space.claims.held():
         if claim.held_at(now_ms) and claim.holder is not None:
             holders.setdefault(claim.scope_id, set()).add(claim.holder)
+    for slot in space.once.all():
+        if slot.held_at(now_ms) and slot.holder is not None:
+            holders.setdefault(slot.scope_id, set()).add(slot.holder)
+    for grant in space.capacity.pools.grants():
+        if grant.message_id is None and now_ms < grant.expires_ms and grant.holder is not None:
+            holders.setdefault(grant.scope_id, set()).add(grant.holder)
     waiting: dict[str, int] = {}
     for message in space.messages.live():
         if message.state == "LEASED":
@@ -343,7 +350,8 @@ async def coordination(kernel: RouteKernel, space_id: str, *, run: str | None, c
 
     def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
-            return {name: [] for name in ("groups", "barriers", "timers")} | {"next": {}, "totals": {}}
+            names = ("groups", "barriers", "timers")
+            return {name: [] for name in names} | {"next": dict.fromkeys(names), "totals": dict.fromkeys(names, 0)}
         part = space.coordination
         answer: dict[str, Any] = {"next": {}, "totals": {}}
 

@@ -19,16 +19,19 @@ async def workers(kernel: RouteKernel, space_id: str, *, window_s: int) -> dict[
 
     def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
-            return {"workers": [], "windowSeconds": window_s}
+            return {"workers": [], "windowSeconds": window_s, "more": 0}
         rows: dict[str, dict[str, Any]] = {}
 
         def row(holder: str) -> dict[str, Any]:
-            return rows.setdefault(holder, {"holder": holder, "claims": 0, "deliveries": 0, "grants": 0, "expired": 0,
+            return rows.setdefault(holder, {"holder": holder, "claims": 0, "once": 0, "deliveries": 0, "grants": 0, "expired": 0,
                                             "takenOver": 0, "retried": 0, "deadLettered": 0, "lastSeen": None})
 
         for claim in space.claims.held():
             if claim.held_at(now_ms) and claim.holder is not None:
                 row(claim.holder)["claims"] += 1
+        for slot in space.once.all():
+            if slot.held_at(now_ms) and slot.holder is not None:
+                row(slot.holder)["once"] += 1
         for message in space.messages.live():
             if message.state == "LEASED" and message.holder is not None and now_ms < message.expires_ms:
                 row(message.holder)["deliveries"] += 1
@@ -136,8 +139,10 @@ async def worker(kernel: RouteKernel, space_id: str, holder: str, *, window_s: i
 
     def view(space: SpaceState | None, now_ms: int) -> dict[str, Any]:
         if space is None:
-            return {"holder": holder, "claims": [], "deliveries": [], "grants": [], "losses": [], "windowSeconds": window_s}
+            return {"holder": holder, "claims": [], "once": [], "deliveries": [], "grants": [], "losses": [], "windowSeconds": window_s}
         held_claims = [_claim_row(c, now_ms) for c in space.claims.held() if c.holder == holder and c.held_at(now_ms)]
+        held_once = [{"key": slot.key, "scopeId": slot.scope_id, "attempt": slot.attempts, "leaseExpiresAt": format_ms(slot.expires_ms)}
+                     for slot in space.once.all() if slot.holder == holder and slot.held_at(now_ms)]
         deliveries = []
         for message in space.messages.live():
             if message.state == "LEASED" and message.holder == holder and now_ms < message.expires_ms:
@@ -149,7 +154,7 @@ async def worker(kernel: RouteKernel, space_id: str, holder: str, *, window_s: i
                   for g in pools.grants() if g.holder == holder and pools.held(g, now_ms)]
         losses = list(_losses(space, now_ms - window_s * 1000, holder))
         losses.reverse()
-        return {"holder": holder, "claims": held_claims[:PAGE_MAX], "deliveries": deliveries[:PAGE_MAX], "grants": grants[:PAGE_MAX],
+        return {"holder": holder, "claims": held_claims[:PAGE_MAX], "once": held_once[:PAGE_MAX], "deliveries": deliveries[:PAGE_MAX], "grants": grants[:PAGE_MAX],
                 "losses": losses[:PAGE_MAX], "windowSeconds": window_s}
 
     return await _read(kernel, space_id, view)

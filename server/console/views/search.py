@@ -4,7 +4,7 @@ One box for what a person remembers of a piece of work (part of a claim key, a w
 task key, a run's id or name), rather than a filter per page. Matching is a case-insensitive
 "contains" (an id also matches by its start), over every run of the space; each kind of result
 stops at `RESULTS_MAX`, and says when there were more. Holders are found where they are named
-now (claims held, deliveries leased) and in the newest `EVENTS_LOOKED_MAX` events (who held
+now (claims held, once keys held, deliveries leased, pool units held) and in the newest `EVENTS_LOOKED_MAX` events (who held
 something lately), so a worker that crashed an hour ago is still found while the log keeps it.
 """
 
@@ -78,6 +78,12 @@ def _holders(space: SpaceState, now_ms: int) -> dict[str, int]:
     for message in space.messages.live():
         if message.state == "LEASED" and message.holder is not None and now_ms < message.expires_ms:
             holders[message.holder] = holders.get(message.holder, 0) + 1
+    for slot in space.once.all():
+        if slot.holder is not None and slot.held_at(now_ms):
+            holders[slot.holder] = holders.get(slot.holder, 0) + 1
+    for grant in space.capacity.pools.grants():  # (a pool's units, held apart from a delivery; as Workers counts them)
+        if grant.message_id is None and grant.holder is not None and space.capacity.pools.held(grant, now_ms):
+            holders[grant.holder] = holders.get(grant.holder, 0) + 1
     log = space.events
     for looked, (seq, change, at_ms) in enumerate(log.scan(newest_first=True)):
         if looked >= EVENTS_LOOKED_MAX:

@@ -95,12 +95,14 @@ def _soonest_lease(pools: Any, pool: Any, now_ms: int, lacking: bool) -> str:
     return f"; the soonest lease ends in {_seconds(soonest.expires_ms - now_ms)} (held by {soonest.holder})"
 
 
-def _quota_check(allowances: Any, allowance: Any, units: int, now_ms: int) -> dict[str, Any]:
+def _quota_check(allowances: Any, allowance: Any, units: int, now_ms: int, ahead: int | None = None) -> dict[str, Any]:
+    """A quota against `units`; `ahead`, for a waiter in its line, the waiters before it (else
+    every waiter in the line goes first)."""
     window_end = allowance.window_at(now_ms) + allowance.window_ms
     if allowance.cooling_at(now_ms):
         reason = f" ({allowance.cooldown_reason})" if allowance.cooldown_reason else ""
         return _check(False, "Quota", f"quota {allowance.name} cools down{reason} for {_seconds(allowance.cooldown_until_ms - now_ms)}")
-    used, waiting = allowance.used_at(now_ms), allowances.waiting_at(allowance, now_ms)
+    used, waiting = allowance.used_at(now_ms), allowances.waiting_at(allowance, now_ms) if ahead is None else ahead
     detail = f"quota {allowance.name}: {used}/{allowance.units_limit} used in this window; needs {units}"
     fits = units <= allowance.remaining_at(now_ms) and not waiting
     if waiting:
@@ -200,7 +202,8 @@ async def why_waiter(kernel: RouteKernel, space_id: str, waiter_id: str) -> dict
                 position = allowance.queue.index(waiter.id) + 1 if waiter.id in allowance.queue else None
                 if position:
                     checks.append(_check(position == 1, "Line", f"{_ordinal(position)} in the line of quota {allowance.name}"))
-                checks.append(_quota_check(part.allowances, allowance, waiter.units, now_ms))
+                before = sum(1 for other in allowance.queue[: (position or 1) - 1] if now_ms < part.allowances.waiter(other).expires_ms)
+                checks.append(_quota_check(part.allowances, allowance, waiter.units, now_ms, before))
                 checks.append(_check(now_ms < waiter.expires_ms, "Time to live", f"gives up in {_seconds(waiter.expires_ms - now_ms)}"))
             return {"subject": f"quota waiter {waiter_id} ({waiter.holder})", "state": waiter.state, "checks": checks,
                     "waiting": waiter.state == "WAITING"}
