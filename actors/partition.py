@@ -699,7 +699,7 @@ class Partition:
         journal = self.journal
         appended = journal.appended_lsn
         assert journal.durable_lsn <= appended, "nothing is durable before it is appended"
-        if call.task is None or appended <= journal.durable_lsn or self._recorded_only():
+        if call.task is None or appended <= journal.durable_lsn or (journal.failure is not None and self._recorded_only()):
             self._wake(call, result)
             return
         assert call.phase in (_QUEUED, _WAITING), "a call is decided once"
