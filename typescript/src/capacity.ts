@@ -19,7 +19,7 @@
  * Names are resolved to ids once per handle (one listing), then cached.
  */
 
-import { nameSegment } from './claims.js';
+import { checkId, nameSegment } from './claims.js';
 import type { Context } from './context.js';
 import { ConflictError, NotFoundError, RateLimitError, RunstateError, waitTimeout } from './errors.js';
 import { HeldLease, keepUnlessAborted, required, runHeld } from './lease.js';
@@ -162,7 +162,7 @@ abstract class Named {
     this.ctx = ctx;
     this.scopeId = scopeId;
     this.name = 'name' in ref ? ref.name : null;
-    this.#id = 'id' in ref ? ref.id : null;
+    this.#id = 'id' in ref ? checkId('id', ref.id) : null;
   }
 
   protected async rows(): Promise<Array<Record<string, any>>> {

@@ -76,6 +76,20 @@ export function nameSegment(name: string): string {
   return encodeClaimKey(name);
 }
 
+/**
+ * An id given to a handle (`rs.scope(scopeId)`, `run.task(taskId)`...), checked as the handle is made:
+ * it stands in the request's path as it is, where an empty one, `.`, `..` or one holding `/`, `?`,
+ * `#`, `%`, `\` or a space would name another route (`rs.scope('')` would read the list of scopes).
+ * The server's ids are letters, digits and `_`.
+ */
+export function checkId(field: string, value: string): string {
+  if (typeof value !== 'string') throw new RunstateError('VALIDATION_FAILED', 400, `field '${field}' must be a string, got ${typeof value}`);
+  if (value === '' || value === '.' || value === '..' || /[\s/?#%\\]/.test(value)) {
+    throw new RunstateError('VALIDATION_FAILED', 400, `${field} ${JSON.stringify(value)} is not an id (the server's ids are letters, digits and _)`);
+  }
+  return value;
+}
+
 /** What `forceRelease()` answers: the claim as it was, its token withheld. */
 export interface ClaimView {
   key: string;

@@ -15,7 +15,7 @@
  * caller's `timeoutMs` and throws `WaitTimeoutError` after it; the thing waited for carries on.
  */
 
-import { nameSegment } from './claims.js';
+import { checkId, nameSegment } from './claims.js';
 import type { Context } from './context.js';
 import { ConfigError, ConflictError, NotFoundError, isTransient, waitTimeout } from './errors.js';
 import { parseTimestamp, required } from './lease.js';
@@ -60,7 +60,7 @@ export class BarrierHandle {
 
   constructor(ctx: Context, barrierId: string) {
     this.#ctx = ctx;
-    this.id = barrierId;
+    this.id = checkId('barrierId', barrierId);
   }
 
   /** Arrive once under `key` (again with the same key counts once); resolves to the barrier view.
@@ -132,7 +132,7 @@ export class TimerHandle {
   constructor(ctx: Context, scopeId: string, timerId: string, fireAt: Date) {
     this.#ctx = ctx;
     this.scopeId = scopeId;
-    this.id = timerId;
+    this.id = checkId('timerId', timerId);
     this.fireAt = fireAt;
   }
 
@@ -221,7 +221,7 @@ export class GroupHandle {
 
   constructor(ctx: Context, groupId: string, scopeId: string | null = null) {
     this.#ctx = ctx;
-    this.id = groupId;
+    this.id = checkId('groupId', groupId);
     this.scopeId = scopeId;
   }
 

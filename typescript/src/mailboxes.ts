@@ -25,6 +25,7 @@
  * `consume()` is the worker loop of `worker.ts` (the Python SDK's, rule for rule): see there.
  */
 
+import { checkId } from './claims.js';
 import type { Context, Stoppable } from './context.js';
 import {
   LeaseLostError,
@@ -394,7 +395,7 @@ export class MailboxRef {
     this.#ctx = ctx;
     this.scopeId = scopeId;
     this.name = 'name' in ref ? ref.name : null;
-    this.#id = 'id' in ref ? ref.id : null;
+    this.#id = 'id' in ref ? checkId('mailboxId', ref.id) : null;
   }
 
   /** The mailbox id; the first call lists the mailboxes, later calls use the cached id. */

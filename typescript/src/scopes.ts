@@ -4,7 +4,7 @@
  */
 
 import { BudgetRef, PoolRef, QuotaRef } from './capacity.js';
-import { ClaimRef } from './claims.js';
+import { ClaimRef, checkId } from './claims.js';
 import type { Context } from './context.js';
 import { BarriersAPI, GroupsAPI, TimersAPI } from './coordination.js';
 import { MailboxRef } from './mailboxes.js';
@@ -83,7 +83,7 @@ export class ScopeHandle {
 
   constructor(ctx: Context, scopeId: string) {
     this.#ctx = ctx;
-    this.id = scopeId;
+    this.id = checkId('scopeId', scopeId);
     this.barriers = new BarriersAPI(ctx, scopeId);
     this.timers = new TimersAPI(ctx, scopeId);
     this.groups = new GroupsAPI(ctx);

@@ -8,6 +8,7 @@
  */
 
 import type { Context } from './context.js';
+import { checkId } from './claims.js';
 import { waitTimeout } from './errors.js';
 import { checkMs, nowMs, pause } from './time.js';
 
@@ -72,7 +73,7 @@ export class TaskTicket<Outcome = unknown> {
 
   constructor(ctx: Context, taskId: string, scopeId: string | null = null) {
     this.#ctx = ctx;
-    this.id = taskId;
+    this.id = checkId('taskId', taskId);
     this.scopeId = scopeId;
   }
 

@@ -510,6 +510,33 @@ describe('errors and configuration', () => {
     assert.equal(mapError('CLAIM_HELD', 0, 'x').status, 409, 'status 0 takes the code status');
   });
 
+  test('a handle made with an id that cannot stand in a path is VALIDATION_FAILED at once, before anything is sent', () => {
+    // The id stands in the path as it is: rs.scope('') read GET /scopes/, the list of scopes, and an id
+    // with a / named another route.
+    const rs = new Runstate({ baseUrl: 'http://127.0.0.1:9', apiKey: 'k', spaceId: 's' });
+    const run = rs.scope('sc_1');
+    const makers: Record<string, (id: string) => unknown> = {
+      scope: (id) => rs.scope(id),
+      mailboxById: (id) => run.mailboxById(id),
+      poolById: (id) => run.poolById(id),
+      quotaById: (id) => run.quotaById(id),
+      budgetById: (id) => run.budgetById(id),
+      barrier: (id) => run.barriers.get(id),
+      timer: (id) => run.timers.get(id),
+      group: (id) => run.groups.byId(id),
+    };
+    for (const [kind, make] of Object.entries(makers)) {
+      for (const bad of ['', '.', '..', 'a/b', 'sc_1?x=1', 'sc_1#x', 'sc 1', 'sc_1%2F', 'a\\b', '\n']) {
+        assert.throws(
+          () => make(bad),
+          (err: unknown) => err instanceof RunstateError && err.code === 'VALIDATION_FAILED' && /is not an id/.test(err.message),
+          `${kind}(${JSON.stringify(bad)})`,
+        );
+      }
+      assert.doesNotThrow(() => make('ab_0123456789abcdef'), kind);
+    }
+  });
+
   test('configuration comes from the options, then RUNSTATE_*; a missing key or space is ConfigError', () => {
     const saved = { ...process.env };
     try {
