@@ -24,6 +24,7 @@ import anyio
 from ._checks import check_id
 from . import _runtime
 from ._context import Context
+from ._grace import let_finish
 from .claims import ClaimLease
 from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, ValidationError, WaitTimeoutError
 
@@ -212,10 +213,15 @@ class PoolRef(_Named):
             "scopeId": self.scope_id, "units": units, "holder": self._ctx.holder, "holderSession": self._ctx.session,
             "leaseSeconds": lease_seconds,
         }
+
+        async def give_back(reply: Any) -> None:
+            await PoolLease(self._ctx, reply.body, lease_seconds, sent)._release_quietly()
+
         while True:
             sent = anyio.current_time()
             try:
-                reply = await self._ctx.call("POST", f"/permits/{pool_id}/acquire", body=body)
+                # Not cut by a cancellation: the server grants it all the same (see `let_finish`).
+                reply = await let_finish(lambda: self._ctx.call("POST", f"/permits/{pool_id}/acquire", body=body), give_back)
             except (ConflictError, RateLimitError) as err:
                 if not wait or err.code not in ("CAPACITY_UNAVAILABLE", "CONCURRENCY_LIMITED"):
                     raise

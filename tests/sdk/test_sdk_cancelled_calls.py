@@ -1,0 +1,107 @@
+"""A call cancelled while a request the server answers at once is on its way gives back what the
+server granted.
+
+The server applies a request whose connection the client cut: an acquire cancelled while its
+answer was on the way left the key or the units held, renewed by no one, until the lease ran out.
+`CutOnAnswer` cancels the caller's scope exactly when the answer to one path arrives, before the
+caller reads it, as a `move_on_after` or a cancelled task group would at that moment; the test
+then looks at the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pytest
+import trio
+
+from runstate import testing
+from runstate.transport import Exchange
+
+pytestmark = pytest.mark.trio
+
+
+class CutOnAnswer:
+    """A transport in front of the in-process server that, once armed, cancels `scope` when the
+    answer to a request whose path ends in `ending` has come back, and checkpoints: a caller not
+    shielded from it loses the answer there."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.base_url = inner.base_url
+        self.armed: tuple[trio.CancelScope, str] | None = None
+        self.cut = 0
+
+    def arm(self, scope: trio.CancelScope, ending: str) -> None:
+        self.armed = (scope, ending)
+
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        exchange: Exchange = await self.inner.send(method, path, headers, body, timeout_s)
+        if self.armed is not None and path.partition("?")[0].endswith(self.armed[1]):
+            scope, _ = self.armed
+            self.armed = None
+            self.cut += 1
+            scope.cancel()
+            await trio.lowlevel.checkpoint()
+        return exchange
+
+
+async def _cut_client(rs: testing.InProcessRunstate) -> tuple[Any, CutOnAnswer]:
+    transport = CutOnAnswer(rs.transport)
+    return rs.new_client(holder="cut", transport=transport), transport
+
+
+@pytest.mark.parametrize("wait", [False, True])
+async def test_a_claim_acquire_cancelled_as_its_grant_comes_back_releases_the_key(autojump_clock, wait):
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/claims")
+            await client.scope(run.id).claim("k").acquire(wait=wait)
+        assert scope.cancelled_caught and transport.cut == 1
+        other = await rs.new_client(holder="other").scope(run.id).claim("k").try_acquire()
+        assert other["kind"] == "acquired", "the key was left held by the cancelled acquire"
+        await other["lease"].release()
+
+
+async def test_a_claim_acquire_in_a_cancelled_task_group_releases_the_key(autojump_clock):
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        client, transport = await _cut_client(rs)
+        async with trio.open_nursery() as nursery:
+            transport.arm(nursery.cancel_scope, "/claims")
+            nursery.start_soon(lambda: client.scope(run.id).claim("k").acquire())
+        other = await rs.new_client(holder="other").scope(run.id).claim("k").try_acquire()
+        assert other["kind"] == "acquired"
+
+
+async def test_a_pool_acquire_cancelled_as_its_grant_comes_back_gives_its_units_back(autojump_clock):
+    async with testing.serve() as rs:
+        await rs.pools.ensure("gpu", capacity=1)
+        run = await rs.scopes.create()
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/acquire")
+            await client.scope(run.id).pool("gpu").acquire()
+        assert scope.cancelled_caught and transport.cut == 1
+        other = await rs.new_client(holder="other").scope(run.id).pool("gpu").try_acquire()
+        assert other["kind"] == "acquired", "the unit was left held by the cancelled acquire"
+
+
+async def test_a_cancelled_acquire_waits_for_a_hung_server_two_seconds_at_most(autojump_clock):
+    """The request let finish after a cancellation is cut 2 s after it, when no answer comes."""
+
+    class Hangs:
+        base_url = "a server that hangs"
+
+        async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+            await trio.sleep_forever()
+            raise AssertionError
+
+    async with testing.serve() as rs:
+        client = rs.new_client(holder="cut", transport=Hangs())
+        started = trio.current_time()
+        with trio.move_on_after(0.1):
+            await client.scope("sc_1").claim("k").acquire()
+        assert 2.0 <= trio.current_time() - started < 2.2
