@@ -327,6 +327,7 @@ class QuotaRef(_Named):
                     "scopeId": self.scope_id, "units": units, "holder": self._ctx.holder,
                     "ttlSeconds": min(high, max(low, int(left_ms // 1000) + 1)),
                 }
+
                 waiter = (await self._ctx.call("POST", f"/allowances/{allowance_id}/wait", body=body)).body
                 if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
                     return await self._consumption(waiter["consumptionId"], units)
@@ -452,7 +453,7 @@ class AdmittedWork:
 async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> AdmittedWork | None:
     """`MailboxRef.admit`: the oldest task delivery whose requirements all fit, with them; None when
     nothing can be admitted (within `wait_ms`, a long poll the server wakes when capacity frees)."""
-    from .mailboxes import Delivery
+    from ._consume import give_back
     from .tasks import TaskTicket
 
     ctx = mailbox._ctx
@@ -460,20 +461,41 @@ async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> A
         "scopeId": mailbox.scope_id, "mailboxId": await mailbox.resolve_id(), "holder": ctx.holder,
         "holderSession": ctx.session, "leaseSeconds": lease_seconds, "waitMs": wait_ms if wait_ms > 0 else None,
     }
+
+    async def give_back_admitted(reply: Any) -> None:
+        if reply.status != 204:  # its grants, consumptions and reservations go back with it
+            await give_back(_admitted_delivery(ctx, mailbox.scope_id, reply.body, lease_seconds, None), retry=True)
+
+    # A first look without a wait, which a cancellation does not cut: the server admits even to a
+    # request whose connection was cut, its grants with it, and the delivery would stay leased to
+    # no one until its lease ran out, an attempt spent. What it admitted after a cancellation is
+    # given back at once (`let_finish`). Only a wait for work is cut.
     sent = anyio.current_time()
-    reply = await ctx.call("POST", "/tasks/admit", body=body, wait_ms=max(wait_ms, 0))
+    reply = await let_finish(
+        lambda: ctx.call("POST", "/tasks/admit", body={**body, "waitMs": None}), give_back_admitted
+    )
+    held = False
+    if reply.status == 204 and wait_ms > 0:
+        sent, held = anyio.current_time(), True
+        reply = await ctx.call("POST", "/tasks/admit", body=body, wait_ms=wait_ms)
     if reply.status == 204:
         return None
     admitted = reply.body
+    task = TaskTicket(ctx, admitted["taskId"], mailbox.scope_id) if admitted["taskId"] else None
+    began = anyio.current_time() if held else sent  # a held admission leases as it answers
+    delivery = _admitted_delivery(ctx, mailbox.scope_id, admitted, lease_seconds, began)
+    resources = {k: admitted.get(k, []) for k in ("grants", "consumptions", "reservations")}
+    return AdmittedWork(task, delivery, resources, admitted["attempt"])
+
+
+def _admitted_delivery(ctx: Any, scope_id: str, admitted: dict[str, Any], lease_seconds: int, began: float | None) -> Any:
+    from .mailboxes import Delivery
+
     raw = {
         "message": {
-            "id": admitted["messageId"], "scopeId": mailbox.scope_id, "payload": admitted["payload"],
+            "id": admitted["messageId"], "scopeId": scope_id, "payload": admitted["payload"],
             "attempt": admitted["attempt"], "deadline": None, "taskId": admitted["taskId"],
         },
         "token": admitted["token"],
     }
-    resources = {k: admitted.get(k, []) for k in ("grants", "consumptions", "reservations")}
-    task = TaskTicket(ctx, admitted["taskId"], mailbox.scope_id) if admitted["taskId"] else None
-    began = sent if wait_ms <= 0 else anyio.current_time()  # a held admission leases as it answers
-    delivery = Delivery(ctx, raw, lease_seconds=lease_seconds, sent_at=began)
-    return AdmittedWork(task, delivery, resources, admitted["attempt"])
+    return Delivery(ctx, raw, lease_seconds=lease_seconds, sent_at=began)

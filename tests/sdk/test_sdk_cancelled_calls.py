@@ -105,3 +105,59 @@ async def test_a_cancelled_acquire_waits_for_a_hung_server_two_seconds_at_most(a
         with trio.move_on_after(0.1):
             await client.scope("sc_1").claim("k").acquire()
         assert 2.0 <= trio.current_time() - started < 2.2
+
+
+async def _leased(rs: testing.InProcessRunstate, run_id: str) -> int:
+    counts = (await rs.diagnostics.run(run_id))["counts"]["messages"]
+    return int(counts.get("LEASED", 0))
+
+
+@pytest.mark.parametrize("wait_ms", [0, 5_000])
+async def test_a_receive_cancelled_as_its_message_comes_back_puts_it_back(autojump_clock, wait_ms):
+    async with testing.serve() as rs:
+        await rs.mailboxes.ensure("inbox")
+        run = await rs.scopes.create()
+        await run.mailbox("inbox").send({"n": 1})
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/recv")
+            await client.scope(run.id).mailbox("inbox").receive(wait_ms=wait_ms)
+        assert scope.cancelled_caught and transport.cut == 1
+        assert await _leased(rs, run.id) == 0, "the message was left leased to no one"
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+async def test_consume_cancelled_as_a_recv_answers_puts_the_message_back(autojump_clock, prefetch):
+    async with testing.serve() as rs:
+        await rs.mailboxes.ensure("inbox")
+        run = await rs.scopes.create()
+        await run.mailbox("inbox").send({"n": 1})
+        client, transport = await _cut_client(rs)
+        handled = []
+
+        async def handle(data, delivery):
+            handled.append(data)
+
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/recv-many" if prefetch > 1 else "/recv")
+            await client.scope(run.id).mailbox("inbox").consume(handle, prefetch=prefetch)
+        assert scope.cancelled_caught and transport.cut == 1 and handled == []
+        assert await _leased(rs, run.id) == 0, "the message was left leased to no one"
+
+
+async def test_an_admit_cancelled_as_it_admits_a_task_gives_it_back_with_its_grants(autojump_clock):
+    async with testing.serve() as rs:
+        await rs.mailboxes.ensure("work", mode="WORK")
+        await rs.pools.ensure("gpu", capacity=1)
+        run = await rs.scopes.create()
+        ticket = await run.mailbox("work").submit({"n": 1}, key="t1", requirements={"pools": [{"name": "gpu", "units": 1}]})
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/tasks/admit")
+            await client.scope(run.id).mailbox("work").admit(wait_ms=5_000)
+        assert scope.cancelled_caught and transport.cut == 1
+        assert await _leased(rs, run.id) == 0, "the task was left leased to no one"
+        assert (await ticket.status())["state"] == "QUEUED"
+        free = (await rs.scope(run.id).pool("gpu").status())["unitsAvailable"]
+        assert free == 1, "the pool unit admitted with it was left held"
+
