@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Callable, cast
 
@@ -24,7 +25,7 @@ import anyio
 from ._checks import check_id
 from . import _runtime
 from ._context import Context
-from ._grace import let_finish
+from ._grace import ABORT_GRACE_S, let_finish
 from .claims import ClaimLease
 from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, ValidationError, WaitTimeoutError
 
@@ -307,7 +308,9 @@ class QuotaRef(_Named):
     async def take(self, *, units: int = 1, wait: bool = True, timeout_ms: int = QUOTA_TIMEOUT_MS) -> dict[str, Any]:
         """Consume `units`, waiting through one durable waiter (served FIFO) when the window is used
         up; `WaitTimeoutError` at `timeout_ms` (the waiter is cancelled, a grant that raced stands),
-        or at once with `wait=False` when the window has not the units now."""
+        or at once with `wait=False` when the window has not the units now. Cancelled while it
+        waits, it cancels its waiter too, and a waiter's creation is let finish (2 s at most) so
+        that one made after the cancellation leaves the line (see docs/python.md)."""
         deadline = _runtime.deadline_in(timeout_ms)
         waiter_id: str | None = None
         while True:
@@ -328,11 +331,25 @@ class QuotaRef(_Named):
                     "ttlSeconds": min(high, max(low, int(left_ms // 1000) + 1)),
                 }
 
-                waiter = (await self._ctx.call("POST", f"/allowances/{allowance_id}/wait", body=body)).body
+                async def leave_line(reply: Any) -> None:
+                    if reply.body.get("state") == "WAITING":
+                        await self._cancel_quietly(reply.body.get("waiterId"))
+
+                # Not cut by a cancellation: the server makes the waiter all the same, and it would
+                # stay in line (and consume units for no one when served) with this side never
+                # knowing its id. One made after a cancellation leaves the line (`let_finish`).
+                sending = functools.partial(self._ctx.call, "POST", f"/allowances/{allowance_id}/wait", body=body)
+                waiter = (await let_finish(sending, leave_line)).body
                 if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
                     return await self._consumption(waiter["consumptionId"], units)
                 waiter_id = waiter["waiterId"]
-            waiter = await self._poll(waiter_id, deadline, timeout_ms)
+            try:
+                waiter = await self._poll(waiter_id, deadline, timeout_ms)
+            except anyio.get_cancelled_exc_class():
+                # Given up on: leave the line, so the waiter is not served (its units consumed) for no one.
+                with anyio.move_on_after(ABORT_GRACE_S, shield=True):
+                    await self._cancel_quietly(waiter_id)
+                raise
             if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
                 return await self._consumption(waiter["consumptionId"], waiter["units"])
             waiter_id = None  # EXPIRED or CANCELLED: start again

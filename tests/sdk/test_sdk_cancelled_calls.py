@@ -161,3 +161,21 @@ async def test_an_admit_cancelled_as_it_admits_a_task_gives_it_back_with_its_gra
         free = (await rs.scope(run.id).pool("gpu").status())["unitsAvailable"]
         assert free == 1, "the pool unit admitted with it was left held"
 
+
+@pytest.mark.parametrize("cut", ["at the waiter's creation", "in line"])
+async def test_a_quota_take_cancelled_while_it_waits_leaves_the_line(autojump_clock, cut):
+    """Its waiter stayed in line until its time to live, and was served at the next window,
+    consuming the units for no one."""
+    async with testing.serve() as rs:
+        await rs.quotas.ensure("calls", units_per_window=1, window_seconds=10)
+        run = await rs.scopes.create()
+        await run.quota("calls").take()  # the window's one unit
+        client, transport = await _cut_client(rs)
+        with trio.move_on_after(1) as scope:
+            if cut == "at the waiter's creation":
+                transport.arm(scope, "/wait")
+            await client.scope(run.id).quota("calls").take(timeout_ms=25_000)
+        assert scope.cancelled_caught
+        await trio.sleep(11)  # the next window
+        other = await rs.new_client(holder="other").scope(run.id).quota("calls").try_take()
+        assert other["kind"] == "consumed", "the cancelled take's waiter was served for no one"
