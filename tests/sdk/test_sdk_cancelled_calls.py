@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import pytest
 import trio
 
+import runstate
 from runstate import testing
 from runstate.transport import Exchange
 
@@ -179,3 +180,25 @@ async def test_a_quota_take_cancelled_while_it_waits_leaves_the_line(autojump_cl
         await trio.sleep(11)  # the next window
         other = await rs.new_client(holder="other").scope(run.id).quota("calls").try_take()
         assert other["kind"] == "consumed", "the cancelled take's waiter was served for no one"
+
+
+async def test_serve_cancelled_as_an_admission_answers_puts_the_job_back(autojump_clock):
+    """The run-bound serve() takes its jobs by admission: one admitted as serve() is cancelled
+    goes back at once, not leased to no one for the whole lease."""
+    async with testing.serve() as rs:
+        producer = rs.client(run="cut-serve", worker="p1")
+        job = await producer.queue("review").asend("hello")
+        transport = CutOnAnswer(rs.transport)
+        worker = runstate.Runstate(transport=transport, api_key="test-key", space_id=rs.space_id, run="cut-serve", worker="w1")
+        ran = []
+
+        @worker.queue("review")
+        async def review(text):
+            ran.append(text)
+
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/tasks/admit")
+            await worker.aserve()
+        assert scope.cancelled_caught and transport.cut == 1 and ran == []
+        run_id = (await rs._ctx.call("GET", f"/tasks/{job.id}")).body["scopeId"]
+        assert await _leased(rs, run_id) == 0, "the job was left leased to no one"
