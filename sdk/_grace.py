@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, TypeVar
 
 import anyio
-import anyio.lowlevel
+import sniffio
 
 __all__ = ["ABORT_GRACE_S", "let_finish"]
 
@@ -44,45 +44,68 @@ async def let_finish(
     caller cancelled while it runs waits for the answer (up to `grace_s` more), then `undo(answer)`
     runs (shielded, bounded by `grace_s`, its errors swallowed: what it fails to give back runs out
     with its lease) and the cancellation is raised. A request cut at the end of the grace is
-    dropped as it stands."""
-    outcome: list[tuple[bool, Any]] = []
-    finished = anyio.Event()
-    shielded = anyio.CancelScope(shield=True)
+    dropped as it stands.
 
-    async def run() -> None:
-        with shielded:
-            try:
-                outcome.append((True, await send()))
-            except Exception as err:  # handed to the caller below
-                outcome.append((False, err))
-        finished.set()
+    Under trio the request runs in the caller's own task, in a shielded cancel scope whose deadline
+    is `grace_s` past the caller's (a cancellation that is not a deadline's, a task group's say,
+    waits for the answer within the request's own timeout). Under asyncio a cancellation may come
+    from outside any cancel scope (`asyncio.wait_for`, `Task.cancel()`), which no scope shields:
+    the request runs in a task of its own, which that cancellation does not reach. (An anyio task
+    group for it cost about four times as much as the task alone: 39 and 11 µs a call.)"""
+    if sniffio.current_async_library() == "trio":
+        return await _in_trio(send, undo, grace_s)
+    return await _in_asyncio(send, undo, grace_s)
 
-    cancellation: BaseException | None = None
+
+async def _in_trio(send: Callable[[], Awaitable[T]], undo: Callable[[T], Awaitable[Any]] | None, grace_s: float) -> T:
+    import trio
+
+    outcome: tuple[bool, Any] | None = None
+    with trio.CancelScope(shield=True, deadline=trio.current_effective_deadline() + grace_s):
+        try:
+            outcome = (True, await send())
+        except Exception as err:  # handed to the caller below
+            outcome = (False, err)
     try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(run)
-            try:
-                await finished.wait()
-            except anyio.get_cancelled_exc_class() as err:
-                # The caller is cancelled: the request goes on, for the grace at most.
-                cancellation = err
-                shielded.deadline = anyio.current_time() + grace_s
-                with anyio.CancelScope(shield=True):
-                    await finished.wait()
-        if cancellation is None:
-            await anyio.lowlevel.checkpoint_if_cancelled()
-    except anyio.get_cancelled_exc_class() as err:
-        cancellation = err  # at the group's exit, or just after: the request was done
-    if cancellation is not None:
-        if outcome and outcome[0][0] and undo is not None:
-            with anyio.move_on_after(grace_s, shield=True):
-                try:
-                    await undo(outcome[0][1])
-                except Exception:
-                    pass  # not given back: it runs out with its lease
-        raise cancellation
-    ok, value = outcome[0]
+        await trio.lowlevel.checkpoint()  # (a schedule point, as every call of trio's is, even on an answer at hand)
+    except trio.Cancelled:
+        if outcome is not None and outcome[0]:
+            await _give_back(undo, outcome[1], grace_s)
+        raise
+    assert outcome is not None, "a request is cut by its grace only once its caller's deadline has passed"
+    ok, value = outcome
     if not ok:
         raise value
     result: T = value
     return result
+
+
+async def _in_asyncio(send: Callable[[], Awaitable[T]], undo: Callable[[T], Awaitable[Any]] | None, grace_s: float) -> T:
+    import asyncio
+
+    task = asyncio.ensure_future(send())
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # The caller is cancelled: the request goes on, for the grace at most. (anyio's scope would
+        # cancel each await of the clean-up again: shielded, as the clean-up of a cancelled task.)
+        with anyio.CancelScope(shield=True):
+            done, _ = await asyncio.wait({task}, timeout=grace_s)
+        if not done:
+            task.cancel()
+        elif not task.cancelled() and task.exception() is None:
+            await _give_back(undo, task.result(), grace_s)
+        else:
+            task.exception()  # (retrieved: the caller's cancellation is what it hears)
+        raise
+
+
+async def _give_back(undo: Callable[[T], Awaitable[Any]] | None, answer: T, grace_s: float) -> None:
+    if undo is None:
+        return
+    with anyio.move_on_after(grace_s, shield=True):
+        try:
+            await undo(answer)
+        except Exception:
+            pass  # not given back: it runs out with its lease
+
