@@ -11,6 +11,7 @@ answer is the one to trust.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -80,7 +81,7 @@ def check_text(field: str, value: Any, length_max: int) -> str:
 
 def check_positive(field: str, value: Any, *, allow_zero: bool = False) -> float:
     """A client-side setting (a poll interval, a timeout) that must be a positive number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise ValueError(f"{field} must be a number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"{field} must be {'0 or more' if allow_zero else 'more than 0'}, got {value!r}")

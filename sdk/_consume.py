@@ -5,7 +5,9 @@ own task with its lease kept alive (`runstate._renewal`), and hands it to `work`
 caller's handler and settles the delivery. Its rules:
 
 - **intake**: while not stopped, and while fewer than `concurrency` deliveries are in flight, take
-  the next one (a long poll of `wait_ms`, abandoned within 100 ms of a stop);
+  the next one: a look without a wait, which neither a stop nor a cancellation cuts (what it
+  leased after a cancellation is put back at once), then, for an empty queue, a long poll of
+  `wait_ms`, abandoned within 100 ms of a stop;
 - **a lost delivery is told**: when its lease is lost (the server refused a renewal, or its end by
   the local clock passed while the server could not be reached), a coroutine handler is cancelled,
   and a plain one (in a worker thread, which cannot be interrupted) finds `delivery.is_lost` true

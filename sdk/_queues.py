@@ -37,6 +37,7 @@ from ._bound import (
 )
 from ._budget import settle_reservation, void_reservation
 from ._consume import STOPPED, Consumer, give_back, report_lost
+from ._grace import let_finish
 from ._keys import check_name, work_key
 from ._observe import until_flag
 from ._signal import AnyOf, Flag, call_soon_from_any_thread
@@ -336,18 +337,32 @@ class QueueImpl:
                 "scopeId": run_id, "mailboxId": mailbox["id"], "holder": client.holder, "holderSession": client.session,
                 "leaseSeconds": self.lease_s, "waitMs": wait_ms if wait_ms > 0 else None, "includeDescendants": True,
             }
+
+            async def put_back(admitted: Any) -> None:
+                if admitted is not None:  # what was taken with it goes back with it
+                    await give_back(_AdmittedJob(client, admitted, run_id, self.lease_s, anyio.current_time()), retry=True)
+
+            # A look without a wait first, which neither a stop nor a cancellation cuts: the server
+            # admits even to a request whose connection was cut, and the job would stay leased to
+            # no one until its lease ran out, an attempt spent. What it admitted after a
+            # cancellation is put back at once (`let_finish`). Only a wait for work is cut.
             sent = anyio.current_time()
-            admitting = binding.call("POST", "/tasks/admit", body=body, wait_ms=wait_ms)
-            if isinstance(stop, StopWhen) and stop.never:
-                admitted = await admitting
-            else:
-                stopped, admitted = await until_flag(stop, admitting)
-                if stopped:
+            look = {**body, "waitMs": None}
+            admitted = await let_finish(lambda: binding.call("POST", "/tasks/admit", body=look), put_back)
+            if admitted is None and wait_ms > 0:
+                if stop.is_set():
                     return STOPPED
+                admitting = binding.call("POST", "/tasks/admit", body=body, wait_ms=wait_ms)
+                if isinstance(stop, StopWhen) and stop.never:
+                    admitted = await admitting
+                else:
+                    stopped, admitted = await until_flag(stop, admitting)
+                    if stopped:
+                        return STOPPED
+                sent = anyio.current_time()  # a held admission leases as it answers
             if admitted is None:
                 return None
-            began = sent if wait_ms <= 0 else anyio.current_time()
-            return _AdmittedJob(client, admitted, run_id, self.lease_s, began)
+            return _AdmittedJob(client, admitted, run_id, self.lease_s, sent)
 
         async def work(delivery: Delivery) -> None:
             assert isinstance(delivery, _AdmittedJob)

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Callable, cast
 
@@ -24,6 +25,7 @@ import anyio
 from ._checks import check_id
 from . import _runtime
 from ._context import Context
+from ._grace import ABORT_GRACE_S, let_finish
 from .claims import ClaimLease
 from .errors import AuthenticationError, ConflictError, NotFoundError, RateLimitError, ValidationError, WaitTimeoutError
 
@@ -212,10 +214,15 @@ class PoolRef(_Named):
             "scopeId": self.scope_id, "units": units, "holder": self._ctx.holder, "holderSession": self._ctx.session,
             "leaseSeconds": lease_seconds,
         }
+
+        async def give_back(reply: Any) -> None:
+            await PoolLease(self._ctx, reply.body, lease_seconds, sent)._release_quietly()
+
         while True:
             sent = anyio.current_time()
             try:
-                reply = await self._ctx.call("POST", f"/permits/{pool_id}/acquire", body=body)
+                # Not cut by a cancellation: the server grants it all the same (see `let_finish`).
+                reply = await let_finish(lambda: self._ctx.call("POST", f"/permits/{pool_id}/acquire", body=body), give_back)
             except (ConflictError, RateLimitError) as err:
                 if not wait or err.code not in ("CAPACITY_UNAVAILABLE", "CONCURRENCY_LIMITED"):
                     raise
@@ -301,7 +308,9 @@ class QuotaRef(_Named):
     async def take(self, *, units: int = 1, wait: bool = True, timeout_ms: int = QUOTA_TIMEOUT_MS) -> dict[str, Any]:
         """Consume `units`, waiting through one durable waiter (served FIFO) when the window is used
         up; `WaitTimeoutError` at `timeout_ms` (the waiter is cancelled, a grant that raced stands),
-        or at once with `wait=False` when the window has not the units now."""
+        or at once with `wait=False` when the window has not the units now. Cancelled while it
+        waits, it cancels its waiter too, and a waiter's creation is let finish (2 s at most) so
+        that one made after the cancellation leaves the line (see docs/python.md)."""
         deadline = _runtime.deadline_in(timeout_ms)
         waiter_id: str | None = None
         while True:
@@ -321,11 +330,26 @@ class QuotaRef(_Named):
                     "scopeId": self.scope_id, "units": units, "holder": self._ctx.holder,
                     "ttlSeconds": min(high, max(low, int(left_ms // 1000) + 1)),
                 }
-                waiter = (await self._ctx.call("POST", f"/allowances/{allowance_id}/wait", body=body)).body
+
+                async def leave_line(reply: Any) -> None:
+                    if reply.body.get("state") == "WAITING":
+                        await self._cancel_quietly(reply.body.get("waiterId"))
+
+                # Not cut by a cancellation: the server makes the waiter all the same, and it would
+                # stay in line (and consume units for no one when served) with this side never
+                # knowing its id. One made after a cancellation leaves the line (`let_finish`).
+                sending = functools.partial(self._ctx.call, "POST", f"/allowances/{allowance_id}/wait", body=body)
+                waiter = (await let_finish(sending, leave_line)).body
                 if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
                     return await self._consumption(waiter["consumptionId"], units)
                 waiter_id = waiter["waiterId"]
-            waiter = await self._poll(waiter_id, deadline, timeout_ms)
+            try:
+                waiter = await self._poll(waiter_id, deadline, timeout_ms)
+            except anyio.get_cancelled_exc_class():
+                # Given up on: leave the line, so the waiter is not served (its units consumed) for no one.
+                with anyio.move_on_after(ABORT_GRACE_S, shield=True):
+                    await self._cancel_quietly(waiter_id)
+                raise
             if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
                 return await self._consumption(waiter["consumptionId"], waiter["units"])
             waiter_id = None  # EXPIRED or CANCELLED: start again
@@ -446,7 +470,7 @@ class AdmittedWork:
 async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> AdmittedWork | None:
     """`MailboxRef.admit`: the oldest task delivery whose requirements all fit, with them; None when
     nothing can be admitted (within `wait_ms`, a long poll the server wakes when capacity frees)."""
-    from .mailboxes import Delivery
+    from ._consume import give_back
     from .tasks import TaskTicket
 
     ctx = mailbox._ctx
@@ -454,20 +478,41 @@ async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> A
         "scopeId": mailbox.scope_id, "mailboxId": await mailbox.resolve_id(), "holder": ctx.holder,
         "holderSession": ctx.session, "leaseSeconds": lease_seconds, "waitMs": wait_ms if wait_ms > 0 else None,
     }
+
+    async def give_back_admitted(reply: Any) -> None:
+        if reply.status != 204:  # its grants, consumptions and reservations go back with it
+            await give_back(_admitted_delivery(ctx, mailbox.scope_id, reply.body, lease_seconds, None), retry=True)
+
+    # A first look without a wait, which a cancellation does not cut: the server admits even to a
+    # request whose connection was cut, its grants with it, and the delivery would stay leased to
+    # no one until its lease ran out, an attempt spent. What it admitted after a cancellation is
+    # given back at once (`let_finish`). Only a wait for work is cut.
     sent = anyio.current_time()
-    reply = await ctx.call("POST", "/tasks/admit", body=body, wait_ms=max(wait_ms, 0))
+    reply = await let_finish(
+        lambda: ctx.call("POST", "/tasks/admit", body={**body, "waitMs": None}), give_back_admitted
+    )
+    held = False
+    if reply.status == 204 and wait_ms > 0:
+        sent, held = anyio.current_time(), True
+        reply = await ctx.call("POST", "/tasks/admit", body=body, wait_ms=wait_ms)
     if reply.status == 204:
         return None
     admitted = reply.body
+    task = TaskTicket(ctx, admitted["taskId"], mailbox.scope_id) if admitted["taskId"] else None
+    began = anyio.current_time() if held else sent  # a held admission leases as it answers
+    delivery = _admitted_delivery(ctx, mailbox.scope_id, admitted, lease_seconds, began)
+    resources = {k: admitted.get(k, []) for k in ("grants", "consumptions", "reservations")}
+    return AdmittedWork(task, delivery, resources, admitted["attempt"])
+
+
+def _admitted_delivery(ctx: Any, scope_id: str, admitted: dict[str, Any], lease_seconds: int, began: float | None) -> Any:
+    from .mailboxes import Delivery
+
     raw = {
         "message": {
-            "id": admitted["messageId"], "scopeId": mailbox.scope_id, "payload": admitted["payload"],
+            "id": admitted["messageId"], "scopeId": scope_id, "payload": admitted["payload"],
             "attempt": admitted["attempt"], "deadline": None, "taskId": admitted["taskId"],
         },
         "token": admitted["token"],
     }
-    resources = {k: admitted.get(k, []) for k in ("grants", "consumptions", "reservations")}
-    task = TaskTicket(ctx, admitted["taskId"], mailbox.scope_id) if admitted["taskId"] else None
-    began = sent if wait_ms <= 0 else anyio.current_time()  # a held admission leases as it answers
-    delivery = Delivery(ctx, raw, lease_seconds=lease_seconds, sent_at=began)
-    return AdmittedWork(task, delivery, resources, admitted["attempt"])
+    return Delivery(ctx, raw, lease_seconds=lease_seconds, sent_at=began)

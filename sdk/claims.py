@@ -29,6 +29,7 @@ import anyio
 
 from . import _runtime
 from ._context import Context
+from ._grace import let_finish
 from ._renewal import Kept, LeaseClock
 from . import _checks
 from ._checks import check_lease_seconds, check_text
@@ -99,11 +100,16 @@ class ClaimRef:
     ) -> ClaimLease:
         """Take the claim. With `wait=False` a held key raises `ConflictError` (`CLAIM_HELD`) at once.
 
-        With `wait=True` each try asks the server to hold the request until the key is free
+        With `wait=True` a first try goes without a wait; if the key is held, each later try asks
+        the server to hold the request until the key is free
         (`waitMs`: the time left of `timeout_ms`, at most 30 s a request). A server that does not
         hold claim requests answers `CLAIM_HELD` at once; then the key is tried again every
         ~0.3 s (every ~1 s on `CONCURRENCY_LIMITED`). When `timeout_ms` has passed,
         `WaitTimeoutError` is raised.
+
+        Cancelled while a try the server answers at once is on its way, the acquire waits for the
+        answer (2 s at most) and releases a grant it brings before the cancellation goes on; a try
+        the server holds is cut at once (see docs/python.md, "Cancelling a call").
 
         Either refusal says who holds the key: the `ConflictError`'s `details` (and the
         `WaitTimeoutError`'s, from the last try) are the claim's `holder`, `generation` and
@@ -120,25 +126,19 @@ class ClaimRef:
             "holderSession": self._ctx.session,
             "leaseSeconds": lease_seconds,
         }
-        coalescer = self._ctx.requester.coalescer
-        if wait and timeout_ms and coalescer is not None and coalescer.busy(self._ctx.path("")):
-            # The client's calls are going out in batches now: a try without a wait rides in the
-            # next one (most keys are free), and only a held key costs a request of its own.
-            sent = anyio.current_time()
-            try:
-                reply = await self._ctx.call("POST", "/claims", body=body, batch=True)
-            except ConflictError as err:
-                if err.code != "CLAIM_HELD":
-                    raise
-            else:
-                return ClaimLease._start(self._ctx, self.key, reply.body, lease_seconds, sent)
+        # With `wait`, a try without a wait first: a free key (most are) is answered at once, in a
+        # request a cancellation does not cut (see `_send`), and it rides in the client's next
+        # batch when its calls are going out in batches. Only a held key is then waited for, in
+        # tries the server holds, which a cancellation cuts.
+        first = bool(wait and timeout_ms)
         while True:
             left_ms = (deadline - anyio.current_time()) * 1000
-            wait_ms = round(min(left_ms, CLAIM_WAIT_MS_MAX)) if wait else 0
+            wait_ms = round(min(left_ms, CLAIM_WAIT_MS_MAX)) if wait and not first else 0
+            tried_first, first = first, False
             body["waitMs"] = wait_ms if wait_ms > 0 else None
             sent = anyio.current_time()
             try:
-                reply = await self._ctx.call("POST", "/claims", body=body, wait_ms=wait_ms, batch=not wait_ms)
+                reply = await self._send(body, wait_ms, lease_seconds, sent)
             except (ConflictError, RateLimitError) as err:
                 if not wait or err.code not in ("CLAIM_HELD", "CONCURRENCY_LIMITED"):
                     raise
@@ -148,6 +148,8 @@ class ClaimRef:
                         "WAIT_TIMEOUT", 0, f"timed out waiting for claim {self.key!r} after {timeout_ms} ms",
                         details=err.details if err.code == "CLAIM_HELD" else None,
                     ) from err
+                if err.code == "CLAIM_HELD" and tried_first:
+                    continue  # held: now the wait the server holds
                 if err.code == "CLAIM_HELD" and wait_ms and (anyio.current_time() - sent) * 1000 >= wait_ms * PARKED_FRACTION:
                     continue  # the server held the request for the whole wait: ask again at once
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else HELD_RETRY_S
@@ -157,6 +159,20 @@ class ClaimRef:
             # The lease began when the server took the claim: at once, or at the end of a held try.
             began = sent if not wait_ms else anyio.current_time()
             return ClaimLease._start(self._ctx, self.key, reply.body, lease_seconds, began)
+
+    async def _send(self, body: dict[str, Any], wait_ms: int, lease_seconds: int, sent: float) -> Any:
+        """One try. A try the server answers at once (no `wait_ms`) is not cut by a cancellation of
+        the caller: the server grants it even when the connection is cut, and the key would stay
+        held, renewed by no one, for the whole lease. Its answer is awaited (`let_finish`), a grant
+        released, and the cancellation goes on. A try the server holds is cut: the server gives up
+        a held wait whose connection closed."""
+        if wait_ms:
+            return await self._ctx.call("POST", "/claims", body=body, wait_ms=wait_ms)
+
+        async def give_back(reply: Any) -> None:
+            await ClaimLease(self._ctx, self.key, reply.body, lease_seconds, sent)._release_quietly()
+
+        return await let_finish(lambda: self._ctx.call("POST", "/claims", body=body, batch=True), give_back)
 
     async def try_acquire(
         self,

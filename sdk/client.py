@@ -19,7 +19,7 @@ from ._context import Context, Holdings
 from ._request import Requester
 from .capacity import BudgetsAPI, PoolsAPI, QuotasAPI, WorkLimitsAPI  # -- capacity --
 from .coordination import DiagnosticsAPI, EventsAPI
-from .errors import ConflictError, RunstateError
+from .errors import ConflictError, RunstateError, ValidationError
 from .scopes import ScopeHandle, create_scope
 from .transport import Transport, cluster_transport
 from .types import DeadLetter, DeadLetterPage, DeleteResult, MailboxRow, PurgeResult, RequeueResult
@@ -52,6 +52,11 @@ class ScopesAPI:
         (with `deadline`, if given) and the same for every later one, in any process, as the
         official 0.3.0 client's runs by name are. A run that was stopped stays stopped: check
         `status()`; a new name starts a new run."""
+        if not isinstance(name, str):
+            raise ValidationError("VALIDATION_FAILED", 400, "field 'name' must be a string")
+        if not name:
+            # The server's words at a create: PUT /runs/ would name no route (NOT_FOUND).
+            raise ValidationError("VALIDATION_FAILED", 400, "name must not be empty")
         body = {} if deadline is None else {"deadline": deadline}
         reply = await self._ctx.call("PUT", f"/runs/{quote(name, safe='')}", body=body)
         return ScopeHandle(self._ctx, reply.body["id"])

@@ -29,6 +29,7 @@ from . import _checks, _keys
 from ._checks import HOLDER_LEN_MAX, KEY_LEN_MAX, check_id, check_lease_seconds, check_positive, check_text, check_wait_ms
 from ._consume import STOPPED, Consumer, ErrorHandler, NeverSet, ReturnedValue, StopFlag, give_back, report, report_lost
 from ._context import Context
+from ._grace import let_finish
 from ._renewal import Kept, LeaseClock, send_through
 from .claims import parse_timestamp
 from .errors import LeaseLostError, NotFoundError, ScopeCancelledError, is_permanent
@@ -375,21 +376,47 @@ class MailboxRef:
         With `wait_ms` the server holds the request until a message comes or the wait ends. A
         server holds one request at most 30 s (its `wait_ms_max`): a longer wait is made of as
         many long polls as it takes, so None comes only once the whole `wait_ms` has passed (or
-        the server ended a wait early, as it does when it shuts down)."""
+        the server ended a wait early, as it does when it shuts down).
+
+        It looks first without a wait, which a cancellation does not cut: a delivery that comes
+        back after the cancellation is put back at once. Only the wait on an empty queue is cut
+        (see docs/python.md, "Cancelling a call")."""
         wait_ms = check_wait_ms(wait_ms)
         check_lease_seconds(lease_seconds)
         deadline = anyio.current_time() + wait_ms / 1000
+        # A first look without a wait, which a cancellation does not cut (`_recv_at_once`); only an
+        # empty queue is then waited on, in requests a cancellation cuts.
+        sent = anyio.current_time()
+        raw = await self._recv_at_once(lease_seconds)
+        if raw is not None:
+            return Delivery(self._ctx, raw, lease_seconds=lease_seconds, sent_at=sent)
         while True:
             left_ms = max(0, round((deadline - anyio.current_time()) * 1000))
+            if left_ms <= 0:
+                return None
             sent = anyio.current_time()
             raw = await self._recv(lease_seconds, left_ms)
-            if raw is not None:
-                began = sent if left_ms <= 0 else anyio.current_time()  # a held recv leases as it answers
-                return Delivery(self._ctx, raw, lease_seconds=lease_seconds, sent_at=began)
+            if raw is not None:  # a held recv leases as it answers
+                return Delivery(self._ctx, raw, lease_seconds=lease_seconds, sent_at=anyio.current_time())
             held_ms = (anyio.current_time() - sent) * 1000
             # Again only when the server held the request its whole capped wait and time is left.
             if left_ms <= RECV_WAIT_MS_MAX or held_ms < RECV_WAIT_MS_MAX * 0.9 or anyio.current_time() >= deadline:
                 return None
+
+    async def _recv_at_once(self, lease_seconds: int, count: int = 0) -> Any:
+        """A recv (of up to `count` deliveries, if given) without a wait, not cut by a cancellation
+        of the caller: the server leases a message even to a request whose connection was cut, and
+        it would stay leased to no one until its lease ran out, an attempt spent. Its answer is
+        awaited (`let_finish`), and what it leased after the cancellation is put back at once (a
+        retry, as a stopped consumer puts back what it holds)."""
+
+        async def put_back(raw: Any) -> None:
+            for one in (raw or []) if count else ([raw] if raw is not None else []):
+                await give_back(Delivery(self._ctx, one, lease_seconds=lease_seconds), retry=True)
+
+        if count:
+            return await let_finish(lambda: self._recv_many(count, lease_seconds, 0), put_back)
+        return await let_finish(lambda: self._recv(lease_seconds, 0), put_back)
 
     async def _recv(self, lease_seconds: int, wait_ms: int) -> dict[str, Any] | None:
         mailbox_id = await self.resolve_id()
@@ -487,24 +514,37 @@ class MailboxRef:
             check_positive("give_up_after_s", give_up_after_s, allow_zero=True)
         stop: StopFlag = stop_event if stop_event is not None else NeverSet()
 
+        # Each intake looks first without a wait, which neither a stop nor a cancellation cuts
+        # (`_recv_at_once`: what it leased after a cancellation is put back at once); only an empty
+        # queue is then waited on, in a long poll that both cut.
         async def take(wait_ms: int, stop: StopFlag) -> Any:
             sent = anyio.current_time()
-            raw = await self._recv_until_stopped(lease_seconds, wait_ms, stop) if wait_ms > 0 else await self._recv(lease_seconds, 0)
-            if raw is None or raw is STOPPED:
-                return raw
-            began = sent if wait_ms <= 0 else anyio.current_time()  # a held recv leases as it answers
-            return Delivery(self._ctx, raw, lease_seconds=lease_seconds, sent_at=began)
+            raw = await self._recv_at_once(lease_seconds)
+            if raw is None and wait_ms > 0:
+                if stop.is_set():
+                    return STOPPED
+                sent = anyio.current_time()
+                raw = await self._recv_until_stopped(lease_seconds, wait_ms, stop)
+                if raw is None or raw is STOPPED:
+                    return raw
+                sent = anyio.current_time()  # a held recv leases as it answers
+            if raw is None:
+                return None
+            return Delivery(self._ctx, raw, lease_seconds=lease_seconds, sent_at=sent)
 
         async def take_many(count: int, wait_ms: int, stop: StopFlag) -> Any:
             sent = anyio.current_time()
-            if wait_ms > 0:
+            raw = await self._recv_at_once(lease_seconds, count)
+            if not raw and wait_ms > 0:
+                if stop.is_set():
+                    return STOPPED
                 raw = await self._recv_until_stopped(lease_seconds, wait_ms, stop, count)
-            else:
-                raw = await self._recv_many(count, lease_seconds, 0)
-            if raw is None or raw is STOPPED:
-                return raw
-            began = sent if wait_ms <= 0 else anyio.current_time()
-            return [Delivery(self._ctx, one, lease_seconds=lease_seconds, sent_at=began) for one in raw]
+                if raw is None or raw is STOPPED:
+                    return raw
+                sent = anyio.current_time()
+            if not raw:
+                return None
+            return [Delivery(self._ctx, one, lease_seconds=lease_seconds, sent_at=sent) for one in raw]
 
         where = f"consume({self.name or self._id!r})"
         returns = ReturnedValue(handler, where)

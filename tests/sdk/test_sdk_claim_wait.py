@@ -64,9 +64,9 @@ async def test_a_parked_wait_is_answered_the_instant_the_claim_is_free(autojump_
         nursery.start_soon(release_later)
         lease = await rs.scope("sc_1").claim("k").acquire(wait=True, timeout_ms=20_000)
     assert trio.current_time() - start == pytest.approx(7.25)
-    assert server.waits == [20_000]
+    assert server.waits == [None, 20_000]  # a try without a wait, then one the server holds
     # The request may take its wait plus the usual request timeout.
-    assert transport.to("/claims")[0].timeout_s == pytest.approx(10 + 20)
+    assert transport.to("/claims")[1].timeout_s == pytest.approx(10 + 20)
     await lease.release()
 
 
@@ -79,7 +79,7 @@ async def test_a_long_timeout_is_covered_by_several_parked_requests_then_times_o
     with pytest.raises(runstate.WaitTimeoutError):
         await rs.scope("sc_1").claim("k").acquire(wait=True, timeout_ms=70_000)
     assert trio.current_time() - start == pytest.approx(70)
-    assert server.waits == [30_000, 30_000, 10_000]
+    assert server.waits == [None, 30_000, 30_000, 10_000]
 
 
 @pytest.mark.trio
@@ -95,7 +95,8 @@ async def test_without_wait_no_wait_is_sent(autojump_clock):
 
 @pytest.mark.trio
 async def test_against_our_server_the_wait_parks_and_ends_at_the_release(autojump_clock):
-    """Our server holds the request in the claim's actor: one request, answered at the release."""
+    """Our server holds the request in the claim's actor: after a try without a wait, one request,
+    answered at the release."""
     async with testing.serve() as rs:
         run = await rs.scopes.create()
         held = await run.claim("k").acquire(lease_seconds=5)
@@ -112,7 +113,8 @@ async def test_against_our_server_the_wait_parks_and_ends_at_the_release(autojum
             lease = await waiter.scope(run.id).claim("k").acquire(wait=True, timeout_ms=10_000)
         assert trio.current_time() - start == pytest.approx(1.0)
         assert lease.generation == held.generation + 1
-        assert b'"waitMs":10000' in recording.claims[0] and len(recording.claims) == 1
+        assert b'"waitMs"' not in recording.claims[0]
+        assert b'"waitMs":10000' in recording.claims[1] and len(recording.claims) == 2
         await lease.release()
         await waiter.aclose()
 
@@ -147,8 +149,8 @@ async def test_against_a_server_that_ignores_waits_it_falls_back_to_the_jittered
     async with trio.open_nursery() as nursery:
         nursery.start_soon(free_later)
         lease = await rs.scope("sc_1").claim("k").acquire(wait=True, timeout_ms=10_000)
-    # Tries at 0, 0.3, 0.6, 0.9 are refused; the one at 1.2 s gets it.
-    assert [round(at - start, 6) for at in server.tries] == [0.0, 0.3, 0.6, 0.9, 1.2]
+    # Tries at 0 (without a wait, then with one), 0.3, 0.6, 0.9 are refused; the one at 1.2 s gets it.
+    assert [round(at - start, 6) for at in server.tries] == [0.0, 0.0, 0.3, 0.6, 0.9, 1.2]
     await lease.release()
 
 
@@ -161,6 +163,8 @@ async def test_a_parked_wait_works_under_asyncio_too():
     async def server(sent):
         if sent.suffix == "/claims":
             waits.append(sent.json.get("waitMs"))
+            if waits[-1] is None:  # the first try, without a wait
+                return ok(GRANT) if free.is_set() else error(409, "CLAIM_HELD", "held")
             with anyio.move_on_after(sent.json["waitMs"] / 1000):
                 await free.wait()
             return ok(GRANT) if free.is_set() else error(409, "CLAIM_HELD", "held")
@@ -176,5 +180,5 @@ async def test_a_parked_wait_works_under_asyncio_too():
         async with anyio.create_task_group() as group:
             group.start_soon(release_later)
             lease = await rs.scope("sc_1").claim("k").acquire(wait=True, timeout_ms=2_000)
-    assert len(waits) == 1 and 1_900 < waits[0] <= 2_000
+    assert len(waits) == 2 and waits[0] is None and 1_900 < waits[1] <= 2_000
     await lease.release()

@@ -329,3 +329,33 @@ async def test_keys_are_checked_on_this_side_with_the_servers_messages(autojump_
         with pytest.raises(runstate.ValidationError) as server_said:
             await rs._ctx.call("POST", "/claims", body={"key": "", "scopeId": run.id, "holder": "h", "holderSession": "s"})
         assert server_said.value.message == "key must not be empty"
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("option", ["poll_ms", "shutdown_timeout", "give_up_after_s"])
+async def test_a_nan_wait_setting_is_refused(autojump_clock, option):
+    """A NaN is no number of seconds: every comparison with it is false, so it passed as one (and
+    consume() ran on, polling an empty queue)."""
+    async with testing.serve() as rs:
+        await rs.mailboxes.ensure("research")
+        run = await rs.scopes.create()
+
+        async def handle(data, delivery):  # never called
+            return None
+
+        with trio.fail_after(60):
+            with pytest.raises(ValueError, match="must be a number"):
+                await run.mailbox("research").consume(handle, **{option: float("nan")})
+
+
+@pytest.mark.trio
+async def test_a_run_by_an_empty_name_is_refused_as_the_server_refuses_an_empty_name(autojump_clock):
+    """`scopes.ensure("")` is VALIDATION_FAILED "name must not be empty", the server's words at a
+    create; its path ended in / and the answer was a NotFoundError saying no such route."""
+    async with testing.serve() as rs:
+        with pytest.raises(runstate.ValidationError) as caught:
+            await rs.scopes.ensure("")
+        assert caught.value.message == "name must not be empty"
+        with pytest.raises(runstate.ValidationError) as server_said:
+            await rs._ctx.call("POST", "/permits", body={"name": "", "units": 1})
+        assert server_said.value.message == "name must not be empty"

@@ -253,8 +253,9 @@ async def test_long_poll_timeout_is_wait_plus_request_timeout():
     )
     await rs.scope("sc_1").mailbox("q").receive(wait_ms=1500)
     assert transport.sent[0].timeout_s == 4.0
-    assert transport.sent[1].timeout_s == 5.5
-    assert transport.sent[1].json["waitMs"] == 1500
+    assert transport.sent[1].timeout_s == 4.0  # the first look, without a wait
+    assert transport.sent[2].timeout_s == 5.5
+    assert transport.sent[2].json["waitMs"] == 1500
 
 
 # -- configuration and identity ---------------------------------------------------------------

@@ -1,0 +1,204 @@
+"""A call cancelled while a request the server answers at once is on its way gives back what the
+server granted.
+
+The server applies a request whose connection the client cut: an acquire cancelled while its
+answer was on the way left the key or the units held, renewed by no one, until the lease ran out.
+`CutOnAnswer` cancels the caller's scope exactly when the answer to one path arrives, before the
+caller reads it, as a `move_on_after` or a cancelled task group would at that moment; the test
+then looks at the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pytest
+import trio
+
+import runstate
+from runstate import testing
+from runstate.transport import Exchange
+
+pytestmark = pytest.mark.trio
+
+
+class CutOnAnswer:
+    """A transport in front of the in-process server that, once armed, cancels `scope` when the
+    answer to a request whose path ends in `ending` has come back, and checkpoints: a caller not
+    shielded from it loses the answer there."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.base_url = inner.base_url
+        self.armed: tuple[trio.CancelScope, str] | None = None
+        self.cut = 0
+
+    def arm(self, scope: trio.CancelScope, ending: str) -> None:
+        self.armed = (scope, ending)
+
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        exchange: Exchange = await self.inner.send(method, path, headers, body, timeout_s)
+        if self.armed is not None and path.partition("?")[0].endswith(self.armed[1]):
+            scope, _ = self.armed
+            self.armed = None
+            self.cut += 1
+            scope.cancel()
+            await trio.lowlevel.checkpoint()
+        return exchange
+
+
+async def _cut_client(rs: testing.InProcessRunstate) -> tuple[Any, CutOnAnswer]:
+    transport = CutOnAnswer(rs.transport)
+    return rs.new_client(holder="cut", transport=transport), transport
+
+
+@pytest.mark.parametrize("wait", [False, True])
+async def test_a_claim_acquire_cancelled_as_its_grant_comes_back_releases_the_key(autojump_clock, wait):
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/claims")
+            await client.scope(run.id).claim("k").acquire(wait=wait)
+        assert scope.cancelled_caught and transport.cut == 1
+        other = await rs.new_client(holder="other").scope(run.id).claim("k").try_acquire()
+        assert other["kind"] == "acquired", "the key was left held by the cancelled acquire"
+        await other["lease"].release()
+
+
+async def test_a_claim_acquire_in_a_cancelled_task_group_releases_the_key(autojump_clock):
+    async with testing.serve() as rs:
+        run = await rs.scopes.create()
+        client, transport = await _cut_client(rs)
+        async with trio.open_nursery() as nursery:
+            transport.arm(nursery.cancel_scope, "/claims")
+            nursery.start_soon(lambda: client.scope(run.id).claim("k").acquire())
+        other = await rs.new_client(holder="other").scope(run.id).claim("k").try_acquire()
+        assert other["kind"] == "acquired"
+
+
+async def test_a_pool_acquire_cancelled_as_its_grant_comes_back_gives_its_units_back(autojump_clock):
+    async with testing.serve() as rs:
+        await rs.pools.ensure("gpu", capacity=1)
+        run = await rs.scopes.create()
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/acquire")
+            await client.scope(run.id).pool("gpu").acquire()
+        assert scope.cancelled_caught and transport.cut == 1
+        other = await rs.new_client(holder="other").scope(run.id).pool("gpu").try_acquire()
+        assert other["kind"] == "acquired", "the unit was left held by the cancelled acquire"
+
+
+async def test_a_cancelled_acquire_waits_for_a_hung_server_two_seconds_at_most(autojump_clock):
+    """The request let finish after a cancellation is cut 2 s after it, when no answer comes."""
+
+    class Hangs:
+        base_url = "a server that hangs"
+
+        async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+            await trio.sleep_forever()
+            raise AssertionError
+
+    async with testing.serve() as rs:
+        client = rs.new_client(holder="cut", transport=Hangs())
+        started = trio.current_time()
+        with trio.move_on_after(0.1):
+            await client.scope("sc_1").claim("k").acquire()
+        assert 2.0 <= trio.current_time() - started < 2.2
+
+
+async def _leased(rs: testing.InProcessRunstate, run_id: str) -> int:
+    counts = (await rs.diagnostics.run(run_id))["counts"]["messages"]
+    return int(counts.get("LEASED", 0))
+
+
+@pytest.mark.parametrize("wait_ms", [0, 5_000])
+async def test_a_receive_cancelled_as_its_message_comes_back_puts_it_back(autojump_clock, wait_ms):
+    async with testing.serve() as rs:
+        await rs.mailboxes.ensure("inbox")
+        run = await rs.scopes.create()
+        await run.mailbox("inbox").send({"n": 1})
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/recv")
+            await client.scope(run.id).mailbox("inbox").receive(wait_ms=wait_ms)
+        assert scope.cancelled_caught and transport.cut == 1
+        assert await _leased(rs, run.id) == 0, "the message was left leased to no one"
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+async def test_consume_cancelled_as_a_recv_answers_puts_the_message_back(autojump_clock, prefetch):
+    async with testing.serve() as rs:
+        await rs.mailboxes.ensure("inbox")
+        run = await rs.scopes.create()
+        await run.mailbox("inbox").send({"n": 1})
+        client, transport = await _cut_client(rs)
+        handled = []
+
+        async def handle(data, delivery):
+            handled.append(data)
+
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/recv-many" if prefetch > 1 else "/recv")
+            await client.scope(run.id).mailbox("inbox").consume(handle, prefetch=prefetch)
+        assert scope.cancelled_caught and transport.cut == 1 and handled == []
+        assert await _leased(rs, run.id) == 0, "the message was left leased to no one"
+
+
+async def test_an_admit_cancelled_as_it_admits_a_task_gives_it_back_with_its_grants(autojump_clock):
+    async with testing.serve() as rs:
+        await rs.mailboxes.ensure("work", mode="WORK")
+        await rs.pools.ensure("gpu", capacity=1)
+        run = await rs.scopes.create()
+        ticket = await run.mailbox("work").submit({"n": 1}, key="t1", requirements={"pools": [{"name": "gpu", "units": 1}]})
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/tasks/admit")
+            await client.scope(run.id).mailbox("work").admit(wait_ms=5_000)
+        assert scope.cancelled_caught and transport.cut == 1
+        assert await _leased(rs, run.id) == 0, "the task was left leased to no one"
+        assert (await ticket.status())["state"] == "QUEUED"
+        free = (await rs.scope(run.id).pool("gpu").status())["unitsAvailable"]
+        assert free == 1, "the pool unit admitted with it was left held"
+
+
+@pytest.mark.parametrize("cut", ["at the waiter's creation", "in line"])
+async def test_a_quota_take_cancelled_while_it_waits_leaves_the_line(autojump_clock, cut):
+    """Its waiter stayed in line until its time to live, and was served at the next window,
+    consuming the units for no one."""
+    async with testing.serve() as rs:
+        await rs.quotas.ensure("calls", units_per_window=1, window_seconds=10)
+        run = await rs.scopes.create()
+        await run.quota("calls").take()  # the window's one unit
+        client, transport = await _cut_client(rs)
+        with trio.move_on_after(1) as scope:
+            if cut == "at the waiter's creation":
+                transport.arm(scope, "/wait")
+            await client.scope(run.id).quota("calls").take(timeout_ms=25_000)
+        assert scope.cancelled_caught
+        await trio.sleep(11)  # the next window
+        other = await rs.new_client(holder="other").scope(run.id).quota("calls").try_take()
+        assert other["kind"] == "consumed", "the cancelled take's waiter was served for no one"
+
+
+async def test_serve_cancelled_as_an_admission_answers_puts_the_job_back(autojump_clock):
+    """The run-bound serve() takes its jobs by admission: one admitted as serve() is cancelled
+    goes back at once, not leased to no one for the whole lease."""
+    async with testing.serve() as rs:
+        producer = rs.client(run="cut-serve", worker="p1")
+        job = await producer.queue("review").asend("hello")
+        transport = CutOnAnswer(rs.transport)
+        worker = runstate.Runstate(transport=transport, api_key="test-key", space_id=rs.space_id, run="cut-serve", worker="w1")
+        ran = []
+
+        @worker.queue("review")
+        async def review(text):
+            ran.append(text)
+
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/tasks/admit")
+            await worker.aserve()
+        assert scope.cancelled_caught and transport.cut == 1 and ran == []
+        run_id = (await rs._ctx.call("GET", f"/tasks/{job.id}")).body["scopeId"]
+        assert await _leased(rs, run_id) == 0, "the job was left leased to no one"
