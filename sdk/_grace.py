@@ -8,7 +8,8 @@ learned of it: the key or the units stayed held, renewed by no one, until the le
 message stayed leased to no one, an attempt spent.
 
 `let_finish(send, undo)` runs such a request shielded from the caller's cancellation, for at most
-`ABORT_GRACE_S` after it comes (a server that hangs does not hold the caller longer); when the
+`ABORT_GRACE_S` after it comes (a server that hangs does not hold the caller longer; under trio,
+after a cancellation that is not a deadline's, the request's own timeout bounds it); when the
 caller was cancelled meanwhile, `undo(answer)` gives back what the request got (shielded and
 bounded too), and the cancellation goes on. A wait the server holds (a long poll) is never sent
 through it: the server drops a held wait whose connection closed, so cutting it is safe, and a
