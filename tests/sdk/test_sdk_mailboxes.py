@@ -403,7 +403,12 @@ async def test_scope_cancelled_stops_consume_cleanly(autojump_clock):
     """SCOPE_CANCELLED from recv ends consume without an error and at once: the handler in flight
     (its task ended with the run on the server) is cancelled and told, and nothing is sent for it."""
     server = QueueServer([(1, "x")], recv_error=lambda n: error(409, "SCOPE_CANCELLED") if n == 2 else None)
-    rs, transport = make_client(server)
+
+    async def over_the_wire(sent):  # an answer takes a moment, as over a socket: the handler is under way by then
+        await trio.sleep(0.001)
+        return await server(sent)
+
+    rs, transport = make_client(over_the_wire)
     finished, told = [], []
 
     async def handle(data, delivery):
