@@ -88,10 +88,12 @@ class Lifecycle:
             return
         runtime = self.runtime
         runtime.draining = True
+        kernel = runtime.kernel_if_open
+        # The parked polls' answers first: one passed on by another node is on its way back there
+        # before that node hears of the new leader (which cuts what it still waits for, 503).
+        ended = kernel.end_waits() if kernel is not None else 0
         if runtime.cluster is not None:  # its partitions go to the other nodes now
             runtime.cluster.hand_over()
-        kernel = runtime.kernel_if_open
-        ended = kernel.end_waits() if kernel is not None else 0
         event(
             log, "shutdown", f"shutting down ({reason})", reason=reason,
             in_flight=runtime.telemetry.in_flight, long_polls_ended=ended, grace_s=runtime.settings.shutdown_grace_s,
