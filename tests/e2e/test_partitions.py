@@ -40,6 +40,17 @@ def one_space_per_partition(count: int) -> dict[int, str]:
     return spaces
 
 
+
+def _repair(http, segment, offset: int) -> None:
+    """Truncate `segment` at the damage (the repair `runstate check` points to), and wait (30 s at
+    most) for the server to open the partition again and say it is healthy."""
+    with open(segment, "r+b") as file:
+        file.truncate(offset)
+    deadline = time.monotonic() + 30
+    while http.get("/healthz").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert http.get("/healthz").status_code == 200
+
 def test_damage_in_one_partition_leaves_the_other_seven_serving_until_it_is_repaired(tmp_path):
     spaces = one_space_per_partition(PARTITIONS)
     broken = 5
@@ -95,12 +106,7 @@ def test_damage_in_one_partition_leaves_the_other_seven_serving_until_it_is_repa
                 else:
                     assert read.status_code == 200 and change.status_code == 201, (number, read.text, change.text)
 
-            with open(segment, "r+b") as file:  # the repair `runstate check` points to
-                file.truncate(damaged.offset)
-            deadline = time.monotonic() + 30
-            while http.get("/healthz").status_code != 200 and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert http.get("/healthz").status_code == 200
+            _repair(http, segment, damaged.offset)
             space = spaces[broken]
             assert http.get(f"/v1/spaces/{space}/scopes/{runs[broken][0]}").status_code == 200  # before the damage
             assert http.post(f"/v1/spaces/{space}/scopes", json={}).status_code == 201
@@ -155,12 +161,7 @@ def test_damage_in_the_keys_partition_is_served_as_503_until_it_is_repaired(tmp_
             assert not any("Traceback" in line for line in again.lines), "\n".join(again.lines)
             assert any("no API key is registered or made until it does" in line for line in again.lines)
 
-            with open(segment, "r+b") as file:  # the repair `runstate check` points to
-                file.truncate(damaged.offset)
-            deadline = time.monotonic() + 30
-            while http.get("/healthz").status_code != 200 and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert http.get("/healthz").status_code == 200
+            _repair(http, segment, damaged.offset)
             assert http.post("/v1/spaces/team/scopes", json={}).status_code == 201
         with again.client(lost) as http:
             assert http.get("/v1/spaces/team/scopes").status_code == 401  # recorded after the damage: gone
