@@ -59,6 +59,19 @@ class Console:
         body = {"scopeId": run, "key": key, "holder": holder, "holderSession": holder + "-session", "leaseSeconds": lease_s}
         return (api or self.api).post(f"/v1/spaces/{space}/claims", json=body)
 
+    def dead_letters(self, name: str, count: int) -> tuple[str, str]:
+        """A run and a queue `name` holding `count` dead letters (each sent, received and rejected):
+        (run id, mailbox id)."""
+        run = self.run(name)["id"]
+        mailbox = self.api.put(f"/v1/spaces/default/mailboxes/by-name/{name}", json={}).json()["id"]
+        for n in range(count):
+            self.api.post(f"/v1/spaces/default/mailboxes/{mailbox}/messages", json={"scopeId": run, "payload": {"n": n}})
+            got = self.api.post(f"/v1/spaces/default/mailboxes/{mailbox}/recv",
+                                json={"scopeId": run, "holder": "w", "holderSession": "s", "leaseSeconds": 30}).json()
+            assert self.api.post(f"/v1/spaces/default/messages/{got['message']['id']}/nack",
+                                 json={"token": got["token"], "retry": False, "error": "boom"}).status_code == 200
+        return run, mailbox
+
     def key_for(self, space: str) -> str:
         """A new API key that opens `space` only."""
         answer = self.admin.post("/v1/admin/keys", json={"space": space, "name": f"key of {space}"})

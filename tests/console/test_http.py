@@ -81,14 +81,7 @@ def test_as_many_dead_letters_as_one_page_lists_can_be_picked_for_one_action(con
     """A queue's page lists up to 500 dead letters, each with a box to pick it, and an action takes
     up to 500 picked: 210 picked (more than a form of 200 fields held) are counted, then requeued."""
     api = console.api
-    run = console.run("many-dead")["id"]
-    mailbox = api.put("/v1/spaces/default/mailboxes/by-name/many-dead", json={}).json()["id"]
-    for n in range(210):
-        api.post(f"/v1/spaces/default/mailboxes/{mailbox}/messages", json={"scopeId": run, "payload": {"n": n}})
-        got = api.post(f"/v1/spaces/default/mailboxes/{mailbox}/recv",
-                       json={"scopeId": run, "holder": "w", "holderSession": "s", "leaseSeconds": 30}).json()
-        assert api.post(f"/v1/spaces/default/messages/{got['message']['id']}/nack",
-                        json={"token": got["token"], "retry": False, "error": "boom"}).status_code == 200
+    _, mailbox = console.dead_letters("many-dead", 210)
     session = console.session()
     page = session.get(f"/console/s/default/queues/{mailbox}", params={"limit": 500})
     picks = re.findall(r'name="pick" value="([^"]+)"', page.text)

@@ -65,15 +65,7 @@ def test_a_quota_waiter_is_told_only_of_the_waiters_ahead_of_it(console: Console
 def test_a_dead_letter_action_says_how_many_it_did_and_when_another_did_them_first(console: Console):
     """Two operators count the same dead letters; the first requeues them, and the second, acting
     on the same filter, is told that none was requeued rather than that they were."""
-    api = console.api
-    run = console.run("two-operators")["id"]
-    mailbox = api.put("/v1/spaces/default/mailboxes/by-name/two-operators", json={}).json()["id"]
-    for n in range(2):
-        api.post(f"/v1/spaces/default/mailboxes/{mailbox}/messages", json={"scopeId": run, "payload": {"n": n}})
-        got = api.post(f"/v1/spaces/default/mailboxes/{mailbox}/recv",
-                       json={"scopeId": run, "holder": "w", "holderSession": "s", "leaseSeconds": 30}).json()
-        assert api.post(f"/v1/spaces/default/messages/{got['message']['id']}/nack",
-                        json={"token": got["token"], "retry": False, "error": "boom"}).status_code == 200
+    _, mailbox = console.dead_letters("two-operators", 2)
     where = f"/console/s/default/queues/{mailbox}/dead-letters/requeue"
     operators = [console.session(), console.session()]
     tokens = [console.csrf(session, f"/console/s/default/queues/{mailbox}") for session in operators]
