@@ -18,6 +18,8 @@ import uuid
 import httpx
 import pytest
 
+from ..interrupted import interrupt
+
 pytestmark = pytest.mark.e2e
 
 ASYNC_CONSUME = """
@@ -89,36 +91,6 @@ BLOCKING_CLAIM = """
 """
 
 
-def _as_in_a_terminal() -> None:
-    """Ctrl-C does what it does in a terminal, however the tests were started: a shell without job
-    control starts a background command with SIGINT ignored, and a child inherits that."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _interrupt(server, script: str, **env: str) -> tuple[str, str]:
-    """Run `script` until it prints `started`, send SIGINT, wait for it to end; its first line and stderr."""
-    environment = {
-        **os.environ, "RUNSTATE_BASE_URL": server.base_url, "RUNSTATE_API_KEY": server.api_key,
-        "RUNSTATE_SPACE_ID": server.space_id, **env,
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=environment, preexec_fn=_as_in_a_terminal,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        assert first.startswith("started"), first + proc.stderr.read() if proc.stderr else first
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0 and "KeyboardInterrupt" in stderr, stderr
-    return first, stderr
-
-
 def _api(server) -> httpx.Client:
     return httpx.Client(
         base_url=f"{server.base_url}/v1/spaces/{server.space_id}",
@@ -130,7 +102,7 @@ def _api(server) -> httpx.Client:
 def test_ctrl_c_on_consume_puts_the_delivery_back_at_once(module_server, script):
     """After SIGINT the mailbox has nothing leased: the message waits for the next worker."""
     name = f"interrupt-{uuid.uuid4().hex[:8]}"
-    _interrupt(module_server, script, MAILBOX=name)
+    interrupt(module_server, script, MAILBOX=name)
     with _api(module_server) as api:
         rows = {row["name"]: row for row in api.get("/mailboxes").json()["mailboxes"]}
     counts = rows[name]["counts"]
@@ -140,7 +112,7 @@ def test_ctrl_c_on_consume_puts_the_delivery_back_at_once(module_server, script)
 @pytest.mark.parametrize("script", [ASYNC_CLAIM, BLOCKING_CLAIM], ids=["asyncio", "blocking"])
 def test_ctrl_c_in_claim_run_releases_the_claim_at_once(module_server, script):
     """After SIGINT the claim is free: another holder acquires it without waiting."""
-    first, _ = _interrupt(module_server, script)
+    first, _ = interrupt(module_server, script)
     run_id = first.split()[1]
     with _api(module_server) as api:
         answer = api.post("/claims", json={"key": "report", "scopeId": run_id, "holder": "next", "holderSession": "s1", "leaseSeconds": 30})

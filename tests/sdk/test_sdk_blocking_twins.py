@@ -9,9 +9,6 @@ import ast
 import functools
 import inspect
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -23,6 +20,7 @@ import pytest
 import runstate
 from runstate import blocking, capacity, claims, client, coordination, mailboxes, scopes, tasks
 from runstate._docs import TWINS
+from tests.interrupted import interrupt
 
 # What an async handle has that its twin has not, on purpose, with the reason.
 LEFT_OUT = {
@@ -385,11 +383,11 @@ def test_a_holder_view_holds_under_its_own_name_and_session(rs):
 
 
 INTERRUPTED_POOL_RUN = """
-    import sys, time
+    import os, time
     from runstate import Runstate
 
-    base_url, api_key, space_id, name = sys.argv[1:]
-    rs = Runstate(base_url=base_url, api_key=api_key, space_id=space_id)
+    name = os.environ["POOL"]
+    rs = Runstate()
     rs.pools.ensure(name, capacity=1)
     run = rs.scopes.create()
 
@@ -405,24 +403,7 @@ def test_ctrl_c_in_a_pools_run_gives_the_units_back_at_once(module_server, rs):
     """SIGINT while run(fn) holds a 60 s grant: the process ends with KeyboardInterrupt and the
     units are free at once, not when the lease would have run out."""
     name = unique("interrupted")
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("RUNSTATE_")}
-    server = (module_server.base_url, module_server.api_key, module_server.space_id)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(INTERRUPTED_POOL_RUN), *server, name], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env=environment,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C as in a terminal
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        assert first.startswith("started"), first
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0 and "KeyboardInterrupt" in stderr, stderr
+    interrupt(module_server, INTERRUPTED_POOL_RUN, POOL=name)
     row = next(row for row in rs.pools.list() if row["name"] == name)
     assert row["unitsAvailable"] == 1, row
 
