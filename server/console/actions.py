@@ -8,8 +8,9 @@ node of a cluster the route runs on the leader of its partition, like any API re
 
 Every action is two steps. `GET .../{action}` shows what will happen, with the numbers it will
 touch, and a form; `POST` (with the session's CSRF token, from a page of this host) does it and
-goes back to the page with a notice. A bulk action on dead letters asks the API for its count
-first (`dryRun`), so the confirmation says how many it will touch.
+goes back to the page, which says once that it is done (a notice kept in the session). A bulk action on dead letters asks the API for its count
+first (`dryRun`), so the confirmation says how many it will touch; when that is none, it says
+so and offers no button.
 
 Actions offered: cancel a run, cancel a task, release a stuck claim, requeue or delete dead
 letters. The last two are offered when this server has their routes (`api_has`).
@@ -30,7 +31,7 @@ from ..http import Request
 from ..routes import ROUTER as API
 from .. import wire
 from . import views
-from .site import PREFIX, Answer, Console, Visit, page, redirect, refuse
+from .site import NOTICES, PREFIX, Answer, Console, Visit, page, redirect, refuse
 
 __all__ = ["call_api", "api_has", "dead_letter_actions"]
 
@@ -110,10 +111,15 @@ def _editor_only(visit: Visit, what: str) -> None:
         raise refuse("FORBIDDEN", f"this API key has the viewer role: it reads this space and cannot {what}", status=403)
 
 
-def _done(location: str, notice: str, count: int | None = None) -> Answer:
-    """Back to `location`, which says the action is done (`site.NOTICES`), and how many it did."""
-    query = {"done": notice} if count is None else {"done": notice, "count": count}
-    return redirect(location + ("&" if "?" in location else "?") + urlencode(query))
+def _done(visit: Visit, location: str, notice: str, count: int | None = None) -> Answer:
+    """Back to `location`, whose page then says once that the action is done (`site.NOTICES`),
+    and how many it did: the notice waits in the session for that page (`Session.notice`), not
+    in its URL, so a reload does not say it again."""
+    text = NOTICES[notice]
+    if count is not None:  # (a dead-letter action: none when another operator did them first)
+        text = f"Dead letters {notice}: {count}." if count else f"No dead letter was {notice}: none matches any more."
+    visit.signed.notice = (location.partition("?")[0], text)
+    return redirect(location)
 
 
 # -- runs and tasks ------------------------------------------------------------------------------
@@ -140,7 +146,7 @@ async def confirm_cancel_run(console: Console, visit: Visit, space: str, run_id:
 @page("POST", "/s/{space}/runs/{run_id}/cancel")
 async def cancel_run(console: Console, visit: Visit, space: str, run_id: str) -> Answer:
     await call_api(console, visit, "POST", _path("v1", "spaces", space, "scopes", run_id, "cancel"))
-    return _done(f"{PREFIX}/s/{space}/runs/{quote(run_id, safe='')}", "run-cancelled")
+    return _done(visit, f"{PREFIX}/s/{space}/runs/{quote(run_id, safe='')}", "run-cancelled")
 
 
 @page("GET", "/s/{space}/tasks/{task_id}/cancel")
@@ -161,7 +167,7 @@ async def confirm_cancel_task(console: Console, visit: Visit, space: str, task_i
 async def cancel_task(console: Console, visit: Visit, space: str, task_id: str) -> Answer:
     body = {} if _reason(visit) is None else {"reason": _reason(visit)}
     await call_api(console, visit, "POST", _path("v1", "spaces", space, "tasks", task_id, "cancel"), body)
-    return _done(f"{PREFIX}/s/{space}/tasks/{quote(task_id, safe='')}", "task-cancelled")
+    return _done(visit, f"{PREFIX}/s/{space}/tasks/{quote(task_id, safe='')}", "task-cancelled")
 
 
 # -- claims --------------------------------------------------------------------------------------
@@ -205,7 +211,7 @@ async def release(console: Console, visit: Visit, space: str) -> Answer:
         raise refuse(VALIDATION_FAILED, "name the claim to release: run and key")
     body = {"scopeId": run, **({"reason": _reason(visit)} if _reason(visit) else {})}
     await call_api(console, visit, "POST", _release_path(space, key), body)
-    return _done(f"{PREFIX}/s/{space}/claims?{urlencode({'run': run, 'key': key, 'show': 'all'})}", "claim-released")
+    return _done(visit, f"{PREFIX}/s/{space}/claims?{urlencode({'run': run, 'key': key, 'show': 'all'})}", "claim-released")
 
 
 # -- dead letters --------------------------------------------------------------------------------
@@ -258,8 +264,11 @@ async def preview_dead_letters(console: Console, visit: Visit, space: str, mailb
     if counted.get("remaining"):
         effects.append(f"at most {counted.get('matched', 0) - counted['remaining']} in one action: "
                        f"{counted['remaining']} will remain, to act on again")
+    if not matched:  # (none matches, or none can go back: a button to do nothing would be a lie)
+        effects[0] = f"no dead letter {what} can go back" if effects[1:] else f"no dead letter {what} is left to {action}"
     return console.page(visit, "confirm.html", title=f"{action.capitalize()} dead letters of mailbox {mailbox_id}",
-                        subject={"mailboxId": mailbox_id, **selection}, effects=effects, button=f"{action.capitalize()} {matched}",
+                        subject={"mailboxId": mailbox_id, **selection}, effects=effects, button=f"{action.capitalize()} {matched}" if matched else None,
+                        nothing=f"Nothing to {action}",
                         action=f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}/dead-letters/{action}", reason=False,
                         back=f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", selection=selection, matched=matched)
 
@@ -271,5 +280,5 @@ async def act_on_dead_letters(console: Console, visit: Visit, space: str, mailbo
     answer = await call_api(console, visit, "POST", _letters_path(space, mailbox_id, action), _selection(visit))
     # (how many it did: none when another operator did them between the count and now)
     count = answer.get(f"{action}d") if isinstance(answer, dict) else None
-    return _done(f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", f"{action}d", count if isinstance(count, int) else None)
+    return _done(visit, f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", f"{action}d", count if isinstance(count, int) else None)
 

@@ -7,6 +7,10 @@ the console is reached over https. A key kept in the page's JavaScript would be 
 theft, and `EventSource` cannot send an Authorization header; a cookie that names a server-side
 session avoids both. `/v1` never reads cookies: it stays bearer-only.
 
+An action's notice ("Dead letters requeued: 3.") is kept in the session too, for the one next
+page (`Session.notice`): a notice in the URL would show again on every reload and ride along in a
+sign-in's `next`.
+
 Every request checks the key again (a revoked key ends its sessions at once). A session ends
 after `SESSION_IDLE_S` without a request, after `SESSION_LIFETIME_S` in all, or on signing out;
 at most `SESSIONS_MAX` are kept (the least recently used goes first). Sessions live in the
@@ -37,7 +41,7 @@ COOKIE_HEADER_CHARS_MAX = 8192
 
 
 class Session:
-    __slots__ = ("id", "secret", "admin", "key_id", "key_name", "spaces", "role", "csrf", "started_s", "seen_s")
+    __slots__ = ("id", "secret", "admin", "key_id", "key_name", "spaces", "role", "csrf", "started_s", "seen_s", "notice")
 
     def __init__(self, secret: str, admin: bool, key_id: str | None, key_name: str | None, now_s: float) -> None:
         self.id = secrets.token_urlsafe(32)
@@ -52,6 +56,10 @@ class Session:
         self.csrf = secrets.token_urlsafe(32)
         self.started_s = now_s
         self.seen_s = now_s
+        # What an action just done says, and the page it sends the browser to (`actions._done`):
+        # kept here rather than in that page's URL, so that it is shown once, by the next page
+        # this session opens, and never again on a reload, a bookmark or a sign-in's `next`.
+        self.notice: tuple[str, str] | None = None
 
     @property
     def who(self) -> str:

@@ -58,7 +58,7 @@ _SECURITY = [
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"same-origin"),
 ]
-# What an action says once done, by the `done` code it sends the page (never text from the URL).
+# What an action says once done (`actions._done`), by its code.
 NOTICES = {
     "run-cancelled": "Run cancelled.",
     "task-cancelled": "Task cancelled.",
@@ -426,13 +426,15 @@ class Console:
 
 
 def _notice(visit: Visit) -> str | None:
-    """The notice of an action just done (`done`, one of `NOTICES`); a dead-letter action's says
-    how many it did (`count`), none when another operator did them first."""
-    done, count = visit.param("done") or "", visit.param("count") or ""
-    notice = NOTICES.get(done)
-    if done not in ("requeued", "deleted") or not (count.isascii() and count.isdigit() and len(count) <= 9):
-        return notice
-    return f"Dead letters {done}: {int(count)}." if int(count) else f"No dead letter was {done}: none matches any more."
+    """The notice of an action just done (`actions._done`), on the page it sent the browser to:
+    taken from the session by the next whole page it opens, so it is shown once (a live region's
+    refresh leaves it be, and a page of another path lets it go unshown)."""
+    session = visit.session
+    if session is None or session.notice is None or visit.htmx or visit.method != "GET":
+        return None
+    path, text = session.notice
+    session.notice = None
+    return text if path == visit.raw_path else None
 
 
 class _SignIn(KernelError):

@@ -74,7 +74,8 @@ def test_an_action_without_the_csrf_token_or_from_another_origin_is_refused_and_
     assert client.post(path, data={"csrf": token}).status_code == 403  # no Origin, no Referer
     assert console.api.get(f"/v1/spaces/default/scopes/{run['id']}").json()["storedState"] == "ACTIVE"
     done = client.post(path, data={"csrf": token}, headers=same)
-    assert done.status_code == 303 and "done=run-cancelled" in done.headers["location"]
+    assert done.status_code == 303 and done.headers["location"] == f"/console/s/default/runs/{run['id']}"
+    assert "Run cancelled." in client.get(done.headers["location"]).text
     assert console.api.get(f"/v1/spaces/default/scopes/{run['id']}").json()["storedState"] == "CANCELLED"
     other = console.session()
     assert other.post(f"/console/s/default/runs/{console.run('x')['id']}/cancel", data={"csrf": token}, headers=same).status_code == 403

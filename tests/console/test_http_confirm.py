@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
+import httpx
 import pytest
 
-from .conftest import Console
+from .conftest import API_KEY, Console
 
 pytestmark = pytest.mark.e2e
 
@@ -78,3 +79,47 @@ def test_a_dead_letter_action_says_how_many_it_did_and_when_another_did_them_fir
         assert done.status_code == 303, done.text[-600:]
         notices.append(re.findall(r'<p class="notice" role="status">([^<]*)</p>', session.get(done.headers["location"]).text))
     assert notices == [["Dead letters requeued: 2."], ["No dead letter was requeued: none matches any more."]]
+
+
+def test_a_dead_letter_count_of_none_says_there_is_nothing_to_do_and_offers_no_button(console: Console):
+    """A queue whose dead letters were all requeued already: counting them again for a requeue or
+    a delete says there is nothing to do, with no button (no "Requeue 0") and no form to post."""
+    _, mailbox = console.dead_letters("nothing-left", 1)
+    assert console.api.post(f"/v1/spaces/default/mailboxes/{mailbox}/dead-letters/requeue", json={"all": True}).json()["requeued"] == 1
+    session = console.session()
+    token = console.csrf(session, f"/console/s/default/queues/{mailbox}")
+    for action in ("requeue", "delete"):
+        where = f"/console/s/default/queues/{mailbox}/dead-letters/{action}"
+        counted = session.post(where + "/preview", data={"csrf": token}, headers={"origin": console.url})
+        assert counted.status_code == 200, counted.text[-800:]
+        assert f"Nothing to {action}" in counted.text and f"no dead letter matching the filter is left to {action}" in counted.text
+        assert f"{action.capitalize()} 0" not in counted.text and _form(where) not in counted.text, counted.text[-1500:]
+
+
+def test_an_action_notice_shows_once_and_never_rides_through_sign_in(console: Console):
+    """An action's notice is shown by the page it leads to, once: not again on a reload, not in
+    that page's URL, and not after signing in again with that URL as the page to go back to."""
+    notice = re.compile(r'<p class="notice" role="status">([^<]*)</p>')
+    session = console.session()
+    run = console.run("notice-once")["id"]
+    path = f"/console/s/default/runs/{run}/cancel"
+    done = session.post(path, data={"csrf": console.csrf(session, path)}, headers={"origin": console.url})
+    assert done.status_code == 303, done.text[-600:]
+    location = done.headers["location"]
+    assert location == f"/console/s/default/runs/{run}", location
+    assert notice.findall(session.get(location).text) == ["Run cancelled."]
+    assert notice.findall(session.get(location).text) == []  # (a reload)
+
+    _, mailbox = console.dead_letters("notice-once", 2)
+    token = console.csrf(session, f"/console/s/default/queues/{mailbox}")
+    done = session.post(f"/console/s/default/queues/{mailbox}/dead-letters/requeue", data={"csrf": token}, headers={"origin": console.url})
+    location = done.headers["location"]
+    assert "count" not in location and "done" not in location, location
+    stranger = httpx.Client(base_url=console.url, follow_redirects=False, timeout=10)
+    sign_in = stranger.get(location).headers["location"]
+    assert sign_in == "/console/login?next=" + location, sign_in
+    signed = stranger.post("/console/login", data={"key": API_KEY, "next": location}, headers={"origin": console.url})
+    assert signed.headers["location"] == location
+    assert notice.findall(stranger.get(location).text) == []
+    assert notice.findall(session.get(location).text) == ["Dead letters requeued: 2."]
+    assert notice.findall(session.get(location).text) == []
