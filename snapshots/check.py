@@ -172,7 +172,9 @@ def _read_journal(part: PartitionReport, folder: str, model: StateModel, partiti
         part.problem = str(error)
         part.problem_path = error.path
         part.problem_offset = error.offset
-        part.segments = len(list_segments(wal_dir(folder)))
+        found = list_segments(wal_dir(folder))  # (all of them, as a good partition's are counted)
+        part.segments = len(found)
+        part.wal_bytes = sum(os.path.getsize(path) for _, path in found)
         return part
     part.snapshot_lsn = loaded.snapshot_lsn
     part.segments = loaded.segments

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -140,3 +141,22 @@ def test_healthz_answers_503_while_recovering_then_200(tmp_path):
         output = process.communicate(timeout=30)[0].decode()
     assert seen == [503, 200], output
     assert "200000 WAL records replayed" in output and "recovered" in output
+
+
+def test_check_counts_the_bytes_of_a_bad_partitions_segments_as_of_a_good_ones(tmp_path):
+    """A partition a start would leave out still has its segments counted with their bytes, in
+    its own line's numbers and in the totals, as a good partition's are."""
+    from .helpers import check, write_server_log
+
+    data = str(tmp_path / "data")
+    folder = write_server_log(data, numbered_batches(1, 1, 1), partitions=2, partition=1)
+    [path] = segments(folder)
+    flip_byte(path, frames(path)[0].offset + 30)
+    report = check(data)
+    [bad] = [part for part in report.partitions if part.partition == 1]
+    assert not bad.ok and "byte" in (bad.problem or "")
+    size = os.path.getsize(path)
+    assert (bad.segments, bad.wal_bytes) == (1, size)
+    good_bytes = sum(part.wal_bytes for part in report.partitions if part.ok)
+    assert report.wal_bytes == good_bytes + size
+    assert f"wal: {report.segments} segment(s), {report.wal_bytes} bytes" in report.format()
