@@ -10,6 +10,8 @@ for slow answers under `--fsync always`, and the log line says so.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import time
@@ -56,15 +58,21 @@ class Disk:
 
     def copy(self, source: str, target: str) -> None:
         """Copy `source` to `target` (replacing it), readable by its owner only like the journal
-        it copies: it holds the same fencing tokens and payloads."""
+        it copies: it holds the same fencing tokens and payloads. A copy that fails (a full disk)
+        leaves no `target`: part of a copy would pass for the whole file."""
+        if os.path.exists(target):
+            self.remove(target)
         with open(source, "rb") as original:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+            fd = self.create(target)
             try:
-                os.fchmod(fd, FILE_MODE)
                 while chunk := original.read(1 << 20):
                     self.write(fd, chunk)
-            finally:
-                os.close(fd)
+            except BaseException:
+                self.close(fd)
+                with contextlib.suppress(OSError):  # (the copy's error is the one to tell)
+                    self.remove(target)
+                raise
+            self.close(fd)
 
     def write(self, fd: int, data: bytes | memoryview) -> None:
         """Write all of `data` (a short write is continued, not returned)."""
@@ -105,6 +113,9 @@ class Disk:
 class FaultyDisk(Disk):
     """A `Disk` that raises `OSError` from `write` or `fsync` while told to (tests only).
 
+    `full` is a full disk rather than a failing one: a file is still created (an empty file takes
+    no block), and every write to it fails with ENOSPC before a byte goes down.
+
     With `only_under`, only files under that folder fail (one partition's, say): the disk of one
     journal breaks while the others' go on working."""
 
@@ -112,18 +123,21 @@ class FaultyDisk(Disk):
         super().__init__(fsync_slow_ms)
         self.fail_write = False
         self.fail_fsync = False
+        self.full = False
         self.failures = 0
         self._only_under = None if only_under is None else os.path.abspath(only_under) + os.sep
         self._paths: dict[int, str] = {}
 
-    def _fault(self, what: str) -> None:
+    def _fault(self, what: str, code: int = errno.EIO) -> None:
         self.failures += 1
-        raise OSError(5, f"injected {what} failure")
+        raise OSError(code, f"injected {what} failure")
 
     def _affects(self, path: str | None) -> bool:
         return self._only_under is None or (path is not None and os.path.abspath(path).startswith(self._only_under))
 
     def write(self, fd: int, data: bytes | memoryview) -> None:
+        if self.full and self._affects(self._paths.get(fd)):
+            self._fault("write (no space left on device)", errno.ENOSPC)
         if self.fail_write and self._affects(self._paths.get(fd)):
             # Like a real failing disk, part of the data may have gone down before the error.
             os.write(fd, bytes(data[: len(data) // 2]))

@@ -24,7 +24,9 @@ when something is not as written is decided by this table, one test per row
 | 6 | A segment that does not begin right after the one before it (or the   | Refuse to start (file, offset 0): records are    |
 |   | log begins after the snapshot's LSN + 1)                              | missing.                                         |
 | 7 | The last segment's header is short, zero or damaged, and no intact    | A crash while starting a segment: move it aside  |
-|   | frame follows it                                                      | as `.broken` (it holds no record), log it.       |
+|   | frame follows it                                                      | as `.broken` (it holds no record), log it; an    |
+|   |                                                                       | empty or all-zero one is deleted (nothing to     |
+|   |                                                                       | keep).                                           |
 | 8 | The newest snapshot does not verify (crc, count, end mark)            | Log it and try the next older one; with none     |
 |   |                                                                       | left, replay the WAL from LSN 1 (row 6 if it no  |
 |   |                                                                       | longer begins there). A `.tmp` is deleted.       |
@@ -407,13 +409,16 @@ def _tail_decision(path: str, data: bytes, offset: int, expected: int) -> Repair
 
 def _repair(loaded: Loaded, fix: Repair, repair: bool, disk: Disk, data: bytes, remove: bool = False) -> None:
     loaded.repairs.append(fix)
-    if fix.kind != "zero tail":
+    if any(memoryview(data)[fix.offset:]):  # (bytes dropped that are not all zero: kept aside to look at)
+        assert fix.kind != "zero tail", "a zero tail drops zeros only"
         fix.broken_copy = fix.path + ".broken"
     if not repair:
         return
     if remove:
-        assert fix.broken_copy is not None, "a file removed is kept as its broken copy (only a zero tail has none)"
-        disk.replace(fix.path, fix.broken_copy)
+        if fix.broken_copy is None:  # (an empty segment, or zeros: nothing to keep)
+            disk.remove(fix.path)
+        else:
+            disk.replace(fix.path, fix.broken_copy)
         disk.fsync_dir(os.path.dirname(fix.path))
     else:
         if fix.broken_copy:

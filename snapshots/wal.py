@@ -37,6 +37,7 @@ power cut would (and the next boot's generation floor covers what they handed ou
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -149,6 +150,10 @@ class SegmentWriter:
             self.disk.fsync_dir(self.wal_dir)
         except BaseException:
             self.disk.close(fd)
+            # A segment begun on a full disk holds no header: gone, it is not left for the next
+            # start to find and set aside (it holds nothing a recovery could use).
+            with contextlib.suppress(OSError):
+                self.disk.remove(path)
             raise
         old = self._fd
         self._fd, self._path, self._offset = fd, path, FILE_HEADER_BYTES

@@ -9,6 +9,7 @@ time: the store's repair probes run on the clock.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 import trio
@@ -114,3 +115,39 @@ async def test_a_partition_whose_disk_failed_at_the_start_opens_once_the_disk_wo
     await trio.sleep(2.5)  # the next round opens it
     assert (await admin.get("/healthz")).status == 200
     assert (await client.post("/scopes", {})).status == 201
+
+
+async def test_starts_on_a_full_disk_leave_no_empty_file_behind(tmp_path, nursery, autojump_clock):
+    """A partition whose disk is full is tried again every few seconds: each try creates its
+    first segment and cannot write a byte of it. None of them leaves a file behind, neither that
+    empty segment nor a `.broken` copy of it set aside by the next try; once there is room again
+    the partition opens on a log with no trace of the failed tries."""
+    spaces = one_space_per_partition(2)
+    broken = 1
+    data_dir = str(tmp_path / "data")
+    folder = partition_dir(data_dir, broken)
+    disk = FaultyDisk(only_under=folder)
+    disk.full = True
+    settings = Settings(data_dir=data_dir, partitions=2, admin_key=ADMIN_KEY, api_key="rs_unused", seed=2)
+    runtime = _Runtime(settings, disk)
+    await nursery.start(runtime.run)
+    while not runtime.ready:
+        await trio.testing.wait_all_tasks_blocked()
+    await trio.sleep(10)  # a few tries, each refused by the full disk
+    assert disk.failures >= 3
+    assert _files(folder) == []
+
+    disk.full = False
+    await trio.sleep(2.5)  # the next try opens it
+    admin = AsgiClient(runtime, api_key=ADMIN_KEY)
+    assert (await admin.get("/healthz")).status == 200
+    made = await admin.post("/v1/admin/keys", {"spaces": list(spaces.values())})
+    assert (await AsgiClient(runtime, api_key=made.json["key"], space=spaces[broken]).post("/scopes", {})).status == 201
+    files = _files(folder)
+    assert files and not [name for name, size in files if name.endswith(".broken") or size == 0], files
+
+
+def _files(folder: str) -> list[tuple[str, int]]:
+    """(path under `folder`, size) of every file in it."""
+    return sorted((os.path.relpath(os.path.join(root, name), folder), os.path.getsize(os.path.join(root, name)))
+                  for root, _, names in os.walk(folder) for name in names)

@@ -10,7 +10,7 @@ import pytest
 
 from runstate.actors import KernelState
 from runstate.actors.records import VERSION
-from runstate.snapshots import RecoveryError
+from runstate.snapshots import FaultyDisk, RecoveryError, load
 from runstate.snapshots.frame import FILE_HEADER_BYTES, SNAPSHOT_KIND, WAL_KIND, encode_file_header, encode_frames, file_magic
 from runstate.snapshots.recovery import snapshot_dir, wal_dir
 from runstate.snapshots.snapshot import write_snapshot
@@ -310,3 +310,36 @@ def test_row10_a_snapshot_of_a_newer_record_format_refuses_rather_than_falls_bac
     with pytest.raises(RecoveryError, match="newer than this server") as caught:
         reload(data, repair=True)
     assert caught.value.path == newer and caught.value.offset == 6
+
+
+def test_row7_an_empty_last_segment_is_deleted_with_no_copy_kept(tmp_path):
+    """A crash right after a segment was created, before its header went down, leaves an empty
+    file: it holds nothing to look at, so it is deleted rather than set aside as an empty .broken."""
+    data = str(tmp_path)
+    write_log(data, numbered_batches(2, 1))
+    path = os.path.join(wal_dir(data), f"{4:020d}.wal")
+    open(path, "wb").close()
+    assert "copy kept" not in check(data).repairs[0]
+    loaded = reload(data, repair=True)
+    assert keys_of(loaded) == expected_keys(3) and loaded.last_lsn == 3
+    assert loaded.repairs[0].kind == "broken segment header" and loaded.repairs[0].broken_copy is None
+    assert not os.path.exists(path) and not os.path.exists(path + ".broken")
+
+
+def test_row3_on_a_full_disk_leaves_no_partial_copy_and_the_segment_as_it_was(tmp_path):
+    """A torn tail found on a full disk: the copy aside cannot be written, so the start fails, and
+    it leaves neither an empty (or partial) .broken nor a truncated segment: the next start, with
+    room again, makes the whole repair."""
+    data = str(tmp_path)
+    write_log(data, numbered_batches(1, 1, 1))
+    [path] = segments(data)
+    with open(path, "r+b") as file:
+        file.truncate(frames(path)[-1].end - 3)
+    original = open(path, "rb").read()
+    disk = FaultyDisk()
+    disk.full = True
+    with pytest.raises(OSError, match="no space left"):
+        load(data, MODEL, repair=True, disk=disk)
+    assert open(path, "rb").read() == original and not os.path.exists(path + ".broken")
+    loaded = reload(data, repair=True)
+    assert keys_of(loaded) == expected_keys(2) and open(path + ".broken", "rb").read() == original
