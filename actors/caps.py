@@ -23,8 +23,9 @@ What counts, per space:
   while their message is not settled, dead letters' payloads until retention forgets them, task
   outcomes until tombstoned, and once results (kept until their run is removed); and the stored idempotent answers,
   which take the room the values leave (`idempotency.py`: the oldest go first to make room for a
-  new one, and a value is never refused for their sake). Not counted: claim observations
-  (journaled, not kept).
+  new one, and a value is never refused for their sake). Not counted: release observations
+  (journaled; a claim release's event keeps one of at most `OBSERVATION_EVENT_BYTES_MAX` while
+  the event log keeps the event, so they are bounded by `events_kept_max`).
 - `space_entities_max`: every entity kept, live or ended: runs (ended ones until their retention,
   `runs.py`, with what they kept),
   claim keys (a released key keeps its generation until its run ends), messages (unsettled, and

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 
 from .actor_keys import ActorKey, claim_actor
 from .boot import BootInfo
+from .caps import value_bytes
 from .claims import (
     CLAIM_ACQUIRED, CLAIM_EXPIRED, CLAIM_FORCE_RELEASED, CLAIM_IMAGE, CLAIM_RELEASED, CLAIM_RENEWED, Claim, ClaimTable,
 )
@@ -31,6 +32,7 @@ from .shapes import Record
 
 __all__ = [
     "ClaimCommands", "LEASE_TIMER", "CLAIMS", "AcquireClaim", "RenewClaim", "ReleaseClaim", "ForceReleaseClaim",
+    "OBSERVATION_EVENT_BYTES_MAX", "observed",
 ]
 
 LEASE_TIMER = timer_kind("claim-lease")
@@ -214,6 +216,22 @@ class ClaimCommands:
 
 # -- applying (of the space: a claim's event is made from what applying its record found) ---------
 
+# The largest observation a `claim.released` event carries, in bytes of JSON. A release's
+# observation is journaled whole (up to `payload_bytes_max`); its event, kept in memory with up to
+# `events_kept_max` others, carries it only up to this size (10,000 events of 64 KiB each would be
+# 640 MiB), and a larger one's event says its size in its place.
+OBSERVATION_EVENT_BYTES_MAX = 4096
+
+
+def observed(observation: Any) -> tuple[Any, int | None]:
+    """What a `claim.released` event says of its release's observation: `(observation,
+    observationBytes)`: the value and its size when it fits (`OBSERVATION_EVENT_BYTES_MAX`), only
+    its size when it does not, (None, None) for a release that gave none."""
+    if observation is None:
+        return None, None
+    size = value_bytes(observation)
+    return (observation if size <= OBSERVATION_EVENT_BYTES_MAX else None), size
+
 
 def _apply_acquired(space: Space, record: Record) -> None:
     claims = space.claims
@@ -225,11 +243,13 @@ def _apply_acquired(space: Space, record: Record) -> None:
 
 def _apply_ended(space: Space, record: Record) -> None:
     """A release, a forced release or an expiry: each is its own event type; a forced one says
-    whose claim it was, why and who took it."""
+    whose claim it was, why and who took it; a release, what its holder observed (`observed`)."""
     claim = space.claims.apply_ended(record)
     kind = record["type"]
     if kind == CLAIM_FORCE_RELEASED:
         payload: tuple[Any, ...] = (record["generation"], record["holder"], record.get("reason"), record.get("by"))
+    elif kind == CLAIM_RELEASED:
+        payload = (record["generation"], *observed(record.get("observation")))
     else:
         payload = (record["generation"],)
     space.events.add((kind, claim.scope_id, "claim", record["key"], payload), record["at_ms"])
@@ -296,7 +316,7 @@ CLAIMS = Primitive(
     events={
         "claim.acquired": ("generation", "holder"),
         "claim.taken_over": ("generation", "holder"),
-        "claim.released": ("generation",),
+        "claim.released": ("generation", "observation", "observationBytes"),
         "claim.expired": ("generation",),
         "claim.force_released": ("generation", "holder", "reason", "by"),
     },

@@ -95,3 +95,20 @@ def test_as_many_dead_letters_as_one_page_lists_can_be_picked_for_one_action(con
     assert done.status_code == 303, done.text[-600:]
     left = api.get(f"/v1/spaces/default/mailboxes/{mailbox}").json()["counts"]
     assert (left["deadLetters"], left["queued"]) == (0, 210)
+
+
+def test_a_claims_events_show_what_its_release_observed_escaped(console: Console):
+    """A release's observation is in the claim's events (Events, filtered by its key), as JSON and
+    escaped; one too large for the event log is shown by its size."""
+    run = console.run("observed")["id"]
+    for key, observation in (("observed-small", {"saw": "<script>alert(1)</script>"}), ("observed-large", "y" * 5000)):
+        held = console.claim(run, key, "w")
+        assert held.status_code == 200, held.text
+        released = console.api.post(f"/v1/spaces/default/claims/{key}/release", json={"token": held.json()["token"], "observation": observation})
+        assert released.status_code in (200, 204), released.text
+    session = console.session()
+    small = session.get("/console/s/default/events?key=observed-small").text
+    assert "<dt>observed</dt>" in small and "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in small, small[-3000:]
+    assert "<script>alert(1)" not in small
+    large = session.get("/console/s/default/events?key=observed-large").text
+    assert "5002 bytes of JSON, too large to keep in the event log" in large and "yyyy" not in large, large[-3000:]

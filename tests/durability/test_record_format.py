@@ -462,7 +462,22 @@ def v1_as_written() -> dict:
     for space in written["spaces"].values():
         with_ended_runs_added_since(space)
     with_delivery_events_as_kept_since(written)
+    with_release_events_as_kept_since(written)
     return written
+
+
+def with_release_events_as_kept_since(written: dict) -> None:
+    """A release's event has carried its observation (`observation`, `observationBytes`) since the
+    version-1 server wrote its contents down. Those its snapshot holds read back as it wrote them
+    (a dict of the generation alone); the WAL's are made anew, and make_v1.py's releases give none."""
+    imaged = KernelState()
+    load_snapshot(os.path.join(FIXTURES, "v1", "snapshots", f"{V1['snapshot_lsn']:020d}.snap"), imaged.apply, MODEL.records)
+    for space_id, space in written["spaces"].items():
+        kept = imaged.spaces[space_id].events.seq
+        for index, change in enumerate(space["events"]["_changes"]):
+            if change[0] == "claim.released":
+                [generation] = change[4]
+                change[4] = {"generation": generation} if index < kept else [generation, None, None]
 
 
 def with_delivery_events_as_kept_since(written: dict) -> None:

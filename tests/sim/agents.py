@@ -138,9 +138,12 @@ async def claimer(world: World, name: str) -> None:
             await hold(world, lease, rng.uniform(0, 3 * lease_s))
             oracle.extended(lease.token(), wall_ms_of(lease))
             oracle.letting_go(lease.token())
-            ok, _ = await world.call(name, f"release {key}", lease.release)
+            # Every other generation's release says what it saw (drawn from no random number:
+            # the seeds' schedules stay as they were); its event must carry it through recovery.
+            observation = {"by": name, "generation": lease.generation} if lease.generation % 2 == 0 else None
+            ok, _ = await world.call(name, f"release {key}", lambda: lease.release(observation))
             if ok and not lease.is_lost:
-                oracle.released(lease.token(), now_ms())
+                oracle.released(lease.token(), now_ms(), observation)
             world.log(name, f"released {key} g{lease.generation}" if ok else f"release {key} failed")
         else:  # abandon (vanish), or stall past the lease and come back as a zombie
             await hold(world, lease, rng.uniform(0, lease_s))

@@ -25,7 +25,8 @@ Invariants:
    (with its key), sent message, terminal outcome, claim generation and delivery attempt is in
    the recovered state (a dead letter an operator may have requeued or deleted excepted); a task
    key submitted again returns the task first acknowledged for it, and another input under that
-   key is refused; a dead letter whose requeue or delete was acknowledged is not.
+   key is refused; a dead letter whose requeue or delete was acknowledged is not; a claim
+   release's event still kept carries the observation its acknowledged release gave.
 5. **No stale token.** A renew, release, complete or nack whose token is stale for certain when it
    is sent (a later grant of that key or message was acknowledged before, or its own release was,
    or an operator's forced release of it was) is never accepted; no renewal made after a forced
@@ -50,6 +51,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from runstate.actors.events import payload_of
 
 __all__ = ["Oracle", "Lease", "Violation", "INVARIANTS"]
 
@@ -119,6 +122,8 @@ class Oracle:
         # and those whose requeue or delete was acknowledged (they must stay gone).
         self.maybe_gone: set[str] = set()
         self.gone: set[str] = set()
+        # (claim subject, generation) -> the observation its acknowledged release gave.
+        self.observations: dict[tuple, Any] = {}
         self.checks = 0
 
     # -- reporting ------------------------------------------------------------------------------
@@ -182,11 +187,13 @@ class Oracle:
         if lease is not None:
             lease.end_ms = min(lease.end_ms, self.now_ms())
 
-    def released(self, token: str, at_ms: int) -> None:
+    def released(self, token: str, at_ms: int, observation: Any = None) -> None:
         lease = self.by_token.get(token)
         if lease is not None:
             lease.released_ms = at_ms
             lease.end_ms = min(lease.end_ms, at_ms)
+            if observation is not None:
+                self.observations[(lease.subject, lease.generation)] = observation
 
     def forcing(self, subject: tuple, generation: int, sent_ms: int) -> Lease | None:
         """An operator sends a forced release of the claim `subject` held at `generation`: from
@@ -330,6 +337,19 @@ class Oracle:
 
     # -- recovery ----------------------------------------------------------------------------------
 
+    def _check_observations(self, space: Any) -> None:
+        """A release's observation was acknowledged: the release's event still in the log after
+        recovery says it (the event log is bounded, so one trimmed away is not looked for)."""
+        for _, change, _ in space.events.scan():
+            if change[0] != "claim.released":
+                continue
+            payload = payload_of(change[0], change[4])
+            subject = ("claim", change[1], change[3])
+            given = self.observations.get((subject, payload["generation"]))
+            if given is not None and payload.get("observation") != given:
+                self.fail("durability", f"{_name(subject)}: the release of generation {payload['generation']} was acknowledged "
+                          f"with observation {given!r}; its event after recovery says {payload.get('observation')!r}")
+
     def check_recovered(self, state: Any, space_id: str) -> None:
         """Invariant 4 against a freshly recovered state."""
         self.checks += 1
@@ -371,6 +391,7 @@ class Oracle:
             else:  # only read, never acknowledged: a read showed a change that was not durable
                 self.fail("dirty-read", f"task {task_id} was shown {known[0]} ({known[1]!r}) by a read, "
                           f"recovered as {state_now} ({outcome_now!r})")
+        self._check_observations(space)
         for subject, leases in self.leases.items():
             top = max(lease.generation for lease in leases)
             if subject[0] == "claim":

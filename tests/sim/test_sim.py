@@ -186,3 +186,13 @@ def test_an_injected_removal_that_leaves_a_runs_tasks_behind_is_caught(monkeypat
     monkeypatch.setattr(TaskTable, "drop_scopes", lambda self, scope_ids: None)
     found, result = run_seeds_until("retention", (2, 5, 8), virtual_s=120)
     assert "retention" in found, result.describe()
+
+
+def test_an_injected_release_event_without_its_observation_is_caught(monkeypatch):
+    """A release whose event forgets the observation the holder gave: recovery's check of the
+    event log finds it."""
+    from runstate.actors import claiming
+
+    monkeypatch.setattr(claiming, "observed", lambda observation: (None, None))
+    found, result = run_seeds_until("durability", (1, 2, 3, 4), virtual_s=60)
+    assert "durability" in found and "observation" in result.describe(), result.describe()

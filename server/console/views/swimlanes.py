@@ -70,7 +70,9 @@ _CLAIM_ENDS = {"claim.released": "released", "claim.expired": "expired", "claim.
 # What the log keeps of a claim event's payload: (generation, holder, ...) in this order (read by
 # position, with no dict made: `_payload`).
 assert all(PAYLOAD_NAMES[kind][0] == "generation" for kind in _CLAIM_EVENTS)
-assert all(PAYLOAD_NAMES[kind][1] == "holder" for kind in _CLAIM_EVENTS if len(PAYLOAD_NAMES[kind]) > 1)
+# A release's payload names no holder (`claim.released`: generation, then what was observed).
+assert all(PAYLOAD_NAMES[kind][1] == "holder" for kind in _CLAIM_EVENTS if "holder" in PAYLOAD_NAMES[kind])
+_HOLDER_NAMED = frozenset(kind for kind in _CLAIM_EVENTS if "holder" in PAYLOAD_NAMES[kind])
 
 
 def _payload(change: Change) -> tuple[int, str | None, str | None, str | None]:
@@ -79,6 +81,8 @@ def _payload(change: Change) -> tuple[int, str | None, str | None, str | None]:
     if payload.__class__ is dict:
         return payload["generation"], payload.get("holder"), payload.get("reason"), payload.get("by")
     padded = (*payload, None, None, None)
+    if change[0] not in _HOLDER_NAMED:
+        return padded[0], None, None, None
     return padded[0], padded[1], padded[2], padded[3]
 
 
