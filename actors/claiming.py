@@ -229,7 +229,10 @@ def observed(observation: Any) -> tuple[Any, int | None]:
     its size when it does not, (None, None) for a release that gave none."""
     if observation is None:
         return None, None
-    size = value_bytes(observation)
+    try:
+        size = value_bytes(observation)
+    except TypeError:  # (not JSON: only a bug upstream makes one, and the journal refuses its record,
+        return None, None  # whose repair rebuilds the state without it; applying a record never raises)
     return (observation if size <= OBSERVATION_EVENT_BYTES_MAX else None), size
 
 
