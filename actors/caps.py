@@ -17,11 +17,14 @@ What counts, per space:
 - `space_claims_max`: claims held (a key released or expired is free, though its generation is
   remembered until its scope ends);
 - `space_tasks_max`: tasks not ended (QUEUED or RUNNING); a finished task is bounded by its
-  result's bytes while it keeps its outcome, and by nothing once tombstoned (a tombstone keeps
-  the id, key, state and reason so that the key keeps returning the task);
+  result's bytes (and its input's, when kept beside it) while it keeps its outcome, and by nothing
+  once tombstoned (a tombstone keeps the id, key, state and reason so that the key keeps
+  returning the task);
 - `space_payload_bytes_max`: bytes of JSON of the values kept: message payloads and task inputs
   while their message is not settled, dead letters' payloads until retention forgets them, task
-  outcomes until tombstoned, and once results (kept until their run is removed); and the stored idempotent answers,
+  outcomes until tombstoned and a succeeded task's input beside its outcome (kept only when its
+  completion found room for both: otherwise the input is let go then, and a completion whose
+  result is no larger than its input still passes), and once results (kept until their run is removed); and the stored idempotent answers,
   which take the room the values leave (`idempotency.py`: the oldest go first to make room for a
   new one, and a value is never refused for their sake). Not counted: release observations
   (journaled; a claim release's event keeps one of at most `OBSERVATION_EVENT_BYTES_MAX` while

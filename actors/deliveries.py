@@ -90,12 +90,15 @@ def renewed_record(message: Message, lease_ms: int, expires_ms: int, now_ms: int
     }
 
 
-def decide_complete(message: Message, outcome: Any, now_ms: int) -> Record:
+def decide_complete(message: Message, outcome: Any, now_ms: int, keep_input: bool = False) -> Record:
     # Paired with `MessageTable.apply_finished` (a message finishes once) and the task's one outcome.
     assert message.state == LEASED and now_ms < message.expires_ms, "a delivery completes under its running lease"
+    assert not keep_input or message.task_id is not None, "only a task keeps its input"
     record = {"type": DELIVERY_COMPLETED, "message_id": message.id, "token": message.token, "at_ms": now_ms}
     if message.task_id is not None:  # a plain message's result is not kept
         record["outcome"] = outcome
+    if keep_input:  # (absent: let go, as every completion did before inputs were kept)
+        record["input_kept"] = True
     return record
 
 
@@ -351,13 +354,29 @@ def renew(space: Space, command: RenewDelivery, now_ms: int) -> Outcome:
 
 
 def complete(space: Space, command: CompleteDelivery, now_ms: int) -> Outcome:
-    """Settle a delivery as done; a task records its one outcome (SUCCEEDED)."""
+    """Settle a delivery as done; a task records its one outcome (SUCCEEDED).
+
+    The task keeps its outcome, and its input beside it (to be read with it) when the space has
+    room for both; when it has not, the input is let go, so that a completion whose result is no
+    larger than its input still passes in a full space (`caps.check_bytes`)."""
     message = _held(space, command.message_id, command.token, now_ms)
-    if message.task_id is not None:  # the task keeps its outcome, the input is let go
-        space.work.check_bytes(value_bytes(outcome_of(command.result)), value_bytes(message.payload))
-    outcome = space.commit(Outcome(), decide_complete(message, outcome_of(command.result), now_ms))
+    keep_input = False
+    if message.task_id is not None:
+        adding = value_bytes(outcome_of(command.result))
+        keep_input = message.payload is not None and _has_room(space, adding)
+        space.work.check_bytes(adding, 0 if keep_input else value_bytes(message.payload))
+    outcome = space.commit(Outcome(), decide_complete(message, outcome_of(command.result), now_ms, keep_input))
     outcome.timers.extend(space.work.message_timers(message))
     return _settled(space, outcome, message)
+
+
+def _has_room(space: Space, adding: int) -> bool:
+    """Whether the space's payload cap takes `adding` bytes more, letting nothing go."""
+    try:
+        space.work.check_bytes(adding, 0)
+    except KernelError:
+        return False
+    return True
 
 
 def nack(space: Space, command: NackDelivery, now_ms: int) -> Outcome:
@@ -457,7 +476,7 @@ def _apply_requeued(space: Space, record: Record) -> None:
 
 
 def _apply_completed(space: Space, record: Record) -> None:
-    message = space.messages.apply_finished(record["message_id"], "COMPLETED", None, record["at_ms"])
+    message = space.messages.apply_finished(record["message_id"], "COMPLETED", None, record["at_ms"], record.get("input_kept", False))
     if message.task_id is not None:
         space.tasks.apply_ended(message.task_id, SUCCEEDED, record.get("outcome"), None, record["at_ms"])
 
@@ -528,7 +547,8 @@ DELIVERIES = Primitive(
         DELIVERY_LEASED: ("message_id", "token", "attempt", "holder", "session", "lease_ms", "expires_ms", "at_ms"),
         DELIVERY_RENEWED: ("message_id", "token", "lease_ms", "expires_ms", "at_ms", "graced?"),
         DELIVERY_REQUEUED: ("message_id", "token", "cause", "visible_ms", "at_ms"),
-        DELIVERY_COMPLETED: ("message_id", "token", "at_ms", "outcome?"),
+        # `input_kept`: the task's input is kept with its outcome (`complete`).
+        DELIVERY_COMPLETED: ("message_id", "token", "at_ms", "outcome?", "input_kept?"),
         DELIVERY_DEAD: ("message_id", "token", "cause", "reason", "at_ms"),
     },
     apply={

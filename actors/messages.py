@@ -542,17 +542,21 @@ class MessageTable:
             heapq.heappush(queue.ready, (message.seq, message.gen, message.id))
         return message
 
-    def apply_finished(self, message_id: str, state: MessageState, reason: str | None, at_ms: int) -> Message:
-        """The message's last change: COMPLETED, DEAD or DROPPED. Its lease, if any, ends."""
+    def apply_finished(self, message_id: str, state: MessageState, reason: str | None, at_ms: int, keep_payload: bool = False) -> Message:
+        """The message's last change: COMPLETED, DEAD or DROPPED. Its lease, if any, ends.
+
+        Its payload is let go, but where someone may still read it: a dead letter's, and a
+        succeeded task's input when its completion kept it (`keep_payload`, `deliveries.complete`)
+        until its task is tombstoned (`let_payload_go`) or retention forgets the message."""
         message = self._messages[message_id]
         assert message.state in LIVE, f"message {message_id} finished twice"
+        assert not keep_payload or (state == COMPLETED and message.task_id is not None), "only a succeeded task keeps its input"
         self._end_lease(message)
         self._move(message, state)
         message.finished_ms = at_ms
         message.reason = reason
-        if state != DEAD:
-            self.payload_bytes -= value_bytes(message.payload)
-            message.payload = None  # kept only where someone may still read it: dead letters
+        if state != DEAD and not keep_payload:
+            self.let_payload_go(message)
         key = (message.mailbox_id, message.scope_id)
         queue = self._queues[key]
         del queue.live[message_id]
@@ -590,6 +594,12 @@ class MessageTable:
         """Dead letters forgotten at once, as retention would forget them later."""
         self._forget_dead(record["mailbox_id"], record["message_ids"])
 
+    def let_payload_go(self, message: Message) -> None:
+        """A finished message's payload is no longer kept (its bytes given back)."""
+        assert message.state != DEAD, "a dead letter keeps its payload until it is forgotten"
+        self.payload_bytes -= value_bytes(message.payload)
+        message.payload = None
+
     def _forget_dead(self, mailbox_id: str, message_ids: list[str]) -> list[Message]:
         """Drop these dead letters of one mailbox (their payload bytes given back), in order."""
         dead = self._dead[mailbox_id]
@@ -619,8 +629,8 @@ class MessageTable:
         for message in gone:
             assert message.state not in LIVE, f"message {message.id} of a removed run is live"
             del self._messages[message.id]
+            self.payload_bytes -= value_bytes(message.payload)  # (a dead letter's, or a succeeded task's input)
             if message.state == DEAD:
-                self.payload_bytes -= value_bytes(message.payload)
                 self._count(message, -1)
                 dead = self._dead[message.mailbox_id]
                 del dead[message.id]
@@ -690,8 +700,9 @@ class MessageTable:
         while finished and finished[0][0] <= horizon:
             _, message_id = finished.popleft()
             message = messages.pop(message_id, None)
+            if message is not None:
+                self.payload_bytes -= value_bytes(message.payload)  # (a dead letter's, or a succeeded task's input)
             if message is not None and message.state == DEAD:
-                self.payload_bytes -= value_bytes(message.payload)
                 self._count(message, -1)
                 dead = self._dead[message.mailbox_id]
                 del dead[message_id]

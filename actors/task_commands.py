@@ -23,6 +23,7 @@ from .caps import value_bytes
 from .fields import INTEGER, JSON, TIMESTAMP, body, caller, drawn, path, query
 from .limits import Limits
 from .events import Change
+from .messages import COMPLETED
 from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import EVENT, NOT_COUNTED, OPERATION, Command, Primitive, command, event, operation, reason_field, timer_kind
 from .requirements import REQUIREMENTS, parse_requirements, requirements_record
@@ -269,6 +270,14 @@ def _apply_ended(space: Space, record: Record) -> None:
         space.messages.apply_finished(message.id, "DROPPED", record["reason"], record["at_ms"])
 
 
+def _apply_tombstoned(space: Space, record: Record) -> None:
+    """The task lets its outcome go, and its input kept beside it (`deliveries.complete`)."""
+    task = space.tasks.apply_tombstoned(record)
+    message = space.messages.find(task.message_id)
+    if message is not None and message.state == COMPLETED and message.payload is not None:
+        space.messages.let_payload_go(message)
+
+
 # -- how usage counts, and the events -------------------------------------------------------------
 
 # The reasons the queue records when the server, not a caller, ends a task (`work.py`).
@@ -352,7 +361,7 @@ TASKS = Primitive(
         TASK_JOINED: ("tasks", "apply_joined"),
         TASK_DETACHED: ("tasks", "apply_detached"),
         TASK_ENDED: ("", _apply_ended),
-        TASK_TOMBSTONED: ("tasks", "apply_tombstoned"),
+        TASK_TOMBSTONED: ("", _apply_tombstoned),
         TASK_IMAGE: ("tasks", "apply_image"),
     },
     usage={

@@ -112,3 +112,26 @@ def test_a_claims_events_show_what_its_release_observed_escaped(console: Console
     assert "<script>alert(1)" not in small
     large = session.get("/console/s/default/events?key=observed-large").text
     assert "5002 bytes of JSON, too large to keep in the event log" in large and "yyyy" not in large, large[-3000:]
+
+
+def test_a_finished_tasks_page_shows_its_input_escaped_beside_its_result(console: Console):
+    """A task that succeeded keeps its input beside its result, and its page shows both, escaped;
+    a cancelled one's page says its input is no longer kept."""
+    api = console.api
+    run = console.run("input-kept")["id"]
+    mailbox = api.put("/v1/spaces/default/mailboxes/by-name/input-kept", json={}).json()["id"]
+    asked = {"question": "<img src=x onerror=alert(1)>", "n": 7}
+    task = api.post("/v1/spaces/default/tasks", json={"scopeId": run, "mailboxId": mailbox, "taskKey": "asked", "input": asked}).json()["id"]
+    got = api.post(f"/v1/spaces/default/mailboxes/{mailbox}/recv",
+                   json={"scopeId": run, "holder": "w", "holderSession": "s", "leaseSeconds": 30}).json()
+    done = api.post(f"/v1/spaces/default/messages/{got['message']['id']}/complete", json={"token": got["token"], "result": {"answer": 42}})
+    assert done.status_code == 200, done.text
+    session = console.session()
+    page = session.get(f"/console/s/default/tasks/{task}").text
+    assert "<summary>Input (JSON)</summary>" in page and "&lt;img src=x onerror=alert(1)&gt;" in page, page[-3000:]
+    assert "<img src=x" not in page and "<summary>Result (JSON)</summary>" in page and "42" in page
+
+    cancelled = api.post("/v1/spaces/default/tasks", json={"scopeId": run, "mailboxId": mailbox, "taskKey": "dropped", "input": asked}).json()["id"]
+    assert api.post(f"/v1/spaces/default/tasks/{cancelled}/cancel", json={}).status_code == 200
+    page = session.get(f"/console/s/default/tasks/{cancelled}").text
+    assert "<summary>Input (JSON)</summary>" not in page and "Its input is no longer kept" in page, page[-3000:]

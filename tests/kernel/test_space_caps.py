@@ -201,17 +201,18 @@ async def test_payload_bytes_are_capped_over_messages_inputs_results_and_once_re
     assert world.space.messages.payload_bytes == 100
 
     plain = await world.receive(mailbox, scope)
-    await world.messages.complete(S, plain["message"]["id"], token=plain["token"], result={"big": forty})  # not kept
-    assert world.space.messages.payload_bytes == 60
     job = await world.receive(mailbox, scope)
     assert job["message"]["taskId"] == task["id"]
-    # The task's result replaces its 40-byte input: 81 bytes would end at 101, past the cap.
+    # The space is full: the task's result replaces its 40-byte input (no room to keep both), and
+    # 81 bytes would end at 101, past the cap.
     await world.refused(
         world.messages.complete(S, job["message"]["id"], token=job["token"], result={"payload": "z" * 79}),
         "space_payload_bytes_max",
     )
     await world.messages.complete(S, job["message"]["id"], token=job["token"], result={"payload": "z" * 38})
-    assert world.space.tasks.outcome_bytes == 40 and world.space.messages.payload_bytes == 20
+    assert world.space.tasks.outcome_bytes == 40 and world.space.messages.payload_bytes == 60
+    await world.messages.complete(S, plain["message"]["id"], token=plain["token"], result={"big": forty})  # not kept
+    assert world.space.messages.payload_bytes == 20
 
     # A dead letter keeps its payload (counted until retention forgets it).
     last = await world.receive(mailbox, scope)
@@ -243,6 +244,28 @@ async def test_retention_gives_back_dead_letters_and_results(world, autojump_clo
     assert world.space.tasks.outcome_bytes == 0  # the task is tombstoned
     await world.messages.send(S, mailbox, scope_id=scope, payload="n" * 48)  # the next finish forgets the dead letter
     assert world.space.messages.payload_bytes == 50
+    world.replays_exactly()
+
+
+async def test_a_succeeded_task_keeps_its_input_while_there_is_room_until_it_is_tombstoned(world, autojump_clock):
+    """With room for both, a completion keeps the task's input beside its result (counted, and
+    in the journal and the image alike); the tombstone lets both go. Cancelled work lets its
+    input go at once, as before."""
+    scope = (await world.scopes.create(S))["id"]
+    mailbox = (await world.mailboxes.create(S, name="jobs"))["id"]
+    task = await world.tasks.submit(S, scope_id=scope, mailbox_id=mailbox, key="t", task_input={"ask": "x" * 30})
+    job = await world.receive(mailbox, scope)
+    await world.messages.complete(S, job["message"]["id"], token=job["token"], result={"payload": "z" * 18})
+    kept = world.space.messages.find(world.space.tasks.get(task["id"]).message_id)
+    assert kept is not None and kept.state == "COMPLETED" and kept.payload == {"ask": "x" * 30}
+    assert world.space.messages.payload_bytes == value_bytes({"ask": "x" * 30}) and world.space.tasks.outcome_bytes == 20
+    world.replays_exactly()
+    cancelled = await world.tasks.submit(S, scope_id=scope, mailbox_id=mailbox, key="c", task_input="c" * 8)
+    await world.tasks.cancel(S, cancelled["id"])
+    assert world.space.messages.find(world.space.tasks.get(cancelled["id"]).message_id).payload is None
+    await trio.sleep(SMALL.retention_s + 1)
+    assert world.space.tasks.outcome_bytes == 0 and kept.payload is None  # tombstoned: input and result let go
+    assert world.space.messages.payload_bytes == 0
     world.replays_exactly()
 
 

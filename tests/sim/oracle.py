@@ -26,7 +26,8 @@ Invariants:
    the recovered state (a dead letter an operator may have requeued or deleted excepted); a task
    key submitted again returns the task first acknowledged for it, and another input under that
    key is refused; a dead letter whose requeue or delete was acknowledged is not; a claim
-   release's event still kept carries the observation its acknowledged release gave.
+   release's event still kept carries the observation its acknowledged release gave, and a
+   succeeded task's input kept beside its result is the input it was submitted with.
 5. **No stale token.** A renew, release, complete or nack whose token is stale for certain when it
    is sent (a later grant of that key or message was acknowledged before, or its own release was,
    or an operator's forced release of it was) is never accepted; no renewal made after a forced
@@ -350,6 +351,17 @@ class Oracle:
                 self.fail("durability", f"{_name(subject)}: the release of generation {payload['generation']} was acknowledged "
                           f"with observation {given!r}; its event after recovery says {payload.get('observation')!r}")
 
+    def _check_kept_input(self, space: Any, task_id: str, task: Any) -> None:
+        """A succeeded task's input kept beside its result is the input it was submitted with."""
+        message = space.messages.find(task.message_id)
+        if message is None or message.payload is None or task.state != "SUCCEEDED":
+            return
+        first = self.task_keys.get(self.tasks[task_id])  # (its id, and what `submitted` was given: mailbox, input)
+        submitted = None if first is None or first[0] != task_id else first[1]
+        if submitted is not None and message.payload != submitted[1]:
+            self.fail("durability", f"task {task_id} kept the input {message.payload!r} after recovery; "
+                      f"it was submitted with {submitted[1]!r}")
+
     def check_recovered(self, state: Any, space_id: str) -> None:
         """Invariant 4 against a freshly recovered state."""
         self.checks += 1
@@ -378,6 +390,7 @@ class Oracle:
             if task is None or task.key != key or task.scope_id != scope_id:
                 self.fail("durability", f"acknowledged task {task_id} ({key!r}) is missing after recovery")
                 continue
+            self._check_kept_input(space, task_id, task)
             known = self.outcomes.get(task_id)
             if known is None:
                 continue

@@ -196,3 +196,19 @@ def test_an_injected_release_event_without_its_observation_is_caught(monkeypatch
     monkeypatch.setattr(claiming, "observed", lambda observation: (None, None))
     found, result = run_seeds_until("durability", (1, 2, 3, 4), virtual_s=60)
     assert "durability" in found and "observation" in result.describe(), result.describe()
+
+
+def test_an_injected_kept_input_that_is_not_the_tasks_is_caught(monkeypatch):
+    """A completion that keeps something else than the task's input beside its result: the check
+    of the recovered state finds it."""
+    original = MessageTable.apply_finished
+
+    def apply_finished(self, message_id, state, reason, at_ms, keep_payload=False):
+        message = original(self, message_id, state, reason, at_ms, keep_payload)
+        if keep_payload:
+            message.payload = ["not the input"]  # the bug
+        return message
+
+    monkeypatch.setattr(MessageTable, "apply_finished", apply_finished)
+    found, result = run_seeds_until("durability", (1, 2, 3, 4), virtual_s=60)
+    assert "durability" in found and "kept the input" in result.describe(), result.describe()

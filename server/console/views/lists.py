@@ -230,7 +230,8 @@ async def task(kernel: RouteKernel, space_id: str, task_id: str) -> dict[str, An
         return {
             "task": row,
             "message": None if message is None else encode(space.messages.view(message)),
-            "input": None if message is None or message.payload is None else pretty(message.payload),
+            # (a finished task's input while it is kept beside its result: `deliveries.complete`)
+            "input": None if message is None or message.payload is None or row["tombstoned"] else pretty(message.payload),
             "result": None if row["outcome"] is None else pretty(row["outcome"]),
             "requirements": None if requirements is None else _requirements_named(space, requirements),
             "history": _history(space, lambda change: change[2] == "task" and change[3] == task_id),
