@@ -8,9 +8,9 @@ node of a cluster the route runs on the leader of its partition, like any API re
 
 Every action is two steps. `GET .../{action}` shows what will happen, with the numbers it will
 touch, and a form; `POST` (with the session's CSRF token, from a page of this host) does it and
-goes back to the page, which says once that it is done (a notice kept in the session). A bulk action on dead letters asks the API for its count
-first (`dryRun`), so the confirmation says how many it will touch; when that is none, it says
-so and offers no button.
+goes back to the page, which says once that it is done (a notice kept in the session). A bulk
+action on dead letters asks the API for its count first (`dryRun`), so the confirmation says how
+many it will touch; when that is none, it says so and offers no button.
 
 Actions offered: cancel a run, cancel a task, release a stuck claim, requeue or delete dead
 letters. The last two are offered when this server has their routes (`api_has`).
@@ -267,8 +267,8 @@ async def preview_dead_letters(console: Console, visit: Visit, space: str, mailb
     if not matched:  # (none matches, or none can go back: a button to do nothing would be a lie)
         effects[0] = f"no dead letter {what} can go back" if effects[1:] else f"no dead letter {what} is left to {action}"
     return console.page(visit, "confirm.html", title=f"{action.capitalize()} dead letters of mailbox {mailbox_id}",
-                        subject={"mailboxId": mailbox_id, **selection}, effects=effects, button=f"{action.capitalize()} {matched}" if matched else None,
-                        nothing=f"Nothing to {action}",
+                        subject={"mailboxId": mailbox_id, **selection}, effects=effects,
+                        button=f"{action.capitalize()} {matched}" if matched else None, nothing=f"Nothing to {action}",
                         action=f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}/dead-letters/{action}", reason=False,
                         back=f"{PREFIX}/s/{space}/queues/{quote(mailbox_id, safe='')}", selection=selection, matched=matched)
 
