@@ -136,9 +136,17 @@ class _BudgetCall:
         if self.reserve_minor == "0":
             raise ConfigError("reserve must be more than 0")
         settle_by = iso_time(datetime.now(timezone.utc) + SETTLE_WITHIN)
+        budget = self.budget
+
+        async def give_back(reserved: Any) -> None:
+            await void_reservation(binding, budget, reserved["reservationId"])
+
+        # Not cut by a cancellation: the server reserves all the same, and the money would stay
+        # held from every other caller until its hour to be settled passed (see `let_finish`).
         reserved = await binding.call(
             "POST", f"/budgets/{self.budget['id']}/reserve",
             body={"scopeId": run.id, "holder": binding.client().holder, "amountMinor": self.reserve_minor, "settleBy": settle_by},
+            undo=give_back,
         )
         self.reservation = reserved["reservationId"]
         try:

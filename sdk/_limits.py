@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from contextvars import ContextVar
 from dataclasses import replace
@@ -78,9 +79,13 @@ async def take(
             if left <= 0:
                 raise WaitTimeoutError(f"waited too long for {count} unit(s) of limit {name}")
             ttl = min(WAITER_TTL_S[1], max_(WAITER_TTL_S[0], math.ceil(left)))
+            # Not cut by a cancellation: the server makes the waiter all the same, and it would
+            # stay in line and be served (its units consumed) for no one. One made after a
+            # cancellation leaves the line (see `let_finish`).
             waiter = await binding.call(
                 "POST", f"/allowances/{quota['id']}/wait",
                 body={"scopeId": run.id, "units": count, "holder": client.holder, "ttlSeconds": ttl},
+                undo=functools.partial(_leave_line, binding, "/allowance-waiters"),
             )
             if waiter["state"] == "GRANTED":
                 return
@@ -114,6 +119,12 @@ async def _withdraw(binding: RunBinding, suffix: str) -> None:
         await binding.call("POST", suffix, body={})
     except Exception as err:
         _runtime.log.debug("could not leave the line (%s): %s", suffix, err)
+
+
+async def _leave_line(binding: RunBinding, prefix: str, waiter: dict[str, Any]) -> None:
+    """A waiter made for a caller cancelled meanwhile: out of the line, if it is still in it."""
+    if waiter.get("state") in ("WAITING", "SIGNALED") and waiter.get("waiterId"):
+        await _withdraw(binding, f"{prefix}/{waiter['waiterId']}/cancel")
 
 
 def max_(a: int, b: int) -> int:
@@ -169,10 +180,18 @@ async def _acquire_slots(
     pool = await binding.shared.resources.ensure(binding, "permits", name, sizes)
     body = {"scopeId": run.id, "units": count, "holder": client.holder, "holderSession": client.session, "leaseSeconds": lease_s}
 
+    async def give_back(grant: dict[str, Any]) -> None:
+        await binding.call("POST", f"/grants/{grant['grantId']}/release", body={"token": grant["token"]})
+
     async def acquire(waiter_id: str | None = None) -> tuple[dict[str, Any], float] | None:
         sent = anyio.current_time()
         try:
-            grant = await binding.call("POST", f"/permits/{pool['id']}/acquire", body={**body, "waiterId": waiter_id})
+            # Not cut by a cancellation: the server grants all the same, and the units would stay
+            # held, renewed by no one, for the whole lease. A grant that came after a cancellation
+            # is released at once (see `let_finish`).
+            grant = await binding.call(
+                "POST", f"/permits/{pool['id']}/acquire", body={**body, "waiterId": waiter_id}, undo=give_back
+            )
         except RunstateError as err:
             if err.code == "CAPACITY_UNAVAILABLE":
                 return None
@@ -184,7 +203,8 @@ async def _acquire_slots(
         return got
     while True:
         waiter = await binding.call(
-            "POST", f"/permits/{pool['id']}/wait", body={"scopeId": run.id, "units": count, "holder": client.holder}
+            "POST", f"/permits/{pool['id']}/wait", body={"scopeId": run.id, "units": count, "holder": client.holder},
+            undo=functools.partial(_leave_line, binding, "/permit-waiters"),
         )
         waiter_id = waiter["waiterId"]
         got = await acquire()  # units may have come back between the refusal and joining the line

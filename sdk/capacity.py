@@ -442,8 +442,15 @@ class BudgetRef(_Named):
             "scopeId": self.scope_id, "holder": self._ctx.holder,
             "amountMinor": decimal_to_minor(amount, budget["scale"]), "settleBy": settle_by,
         }
-        view = (await self._ctx.call("POST", f"/budgets/{budget['id']}/reserve", body=body)).body
-        return BudgetReservation(self._ctx, budget["id"], budget["scale"], view)
+
+        async def give_back(reply: Any) -> None:
+            reservation = BudgetReservation(self._ctx, budget["id"], budget["scale"], reply.body)
+            await reservation.void(usage_key=f"void:{reservation.id}")
+
+        # Not cut by a cancellation: the server reserves all the same, and the money would stay
+        # held from every other caller until `settle_by` (see `let_finish`).
+        reply = await let_finish(lambda: self._ctx.call("POST", f"/budgets/{budget['id']}/reserve", body=body), give_back)
+        return BudgetReservation(self._ctx, budget["id"], budget["scale"], reply.body)
 
 
 # -- admission -----------------------------------------------------------------------------------------

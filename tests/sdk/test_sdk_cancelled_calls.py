@@ -202,3 +202,92 @@ async def test_serve_cancelled_as_an_admission_answers_puts_the_job_back(autojum
         assert scope.cancelled_caught and transport.cut == 1 and ran == []
         run_id = (await rs._ctx.call("GET", f"/tasks/{job.id}")).body["scopeId"]
         assert await _leased(rs, run_id) == 0, "the job was left leased to no one"
+
+
+async def _budget_row(rs: testing.InProcessRunstate) -> dict:
+    return (await rs._ctx.call("GET", "/budgets")).body["budgets"][0]
+
+
+async def test_a_budget_reserve_cancelled_as_its_reservation_comes_back_voids_it(autojump_clock):
+    """The reservation stayed held, refusing every other caller, until its time to be settled."""
+    async with testing.serve() as rs:
+        await rs.budgets.ensure("llm", currency="USD", scale=2, limit="1.00")
+        run = await rs.scopes.create()
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/reserve")
+            await client.scope(run.id).budget("llm").reserve(amount="1.00")
+        assert scope.cancelled_caught and transport.cut == 1
+        assert (await _budget_row(rs))["reservedMinor"] == "0", "the money was left reserved for no one"
+        await rs.scope(run.id).budget("llm").reserve(amount="1.00")
+
+
+def _run_bound(rs: testing.InProcessRunstate, run: str) -> tuple[runstate.Runstate, CutOnAnswer]:
+    transport = CutOnAnswer(rs.transport)
+    client = runstate.Runstate(transport=transport, api_key="test-key", space_id=rs.space_id, run=run, worker="w1")
+    return client, transport
+
+
+async def test_a_budget_call_cancelled_as_its_reservation_comes_back_voids_it(autojump_clock):
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-budget")
+        ran = []
+
+        @client.budget("llm", reserve=1.00, limit=1.00)
+        async def model():
+            ran.append(1)
+
+        await client.asetup(budgets={"llm": {"limit": 1.00}})
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/reserve")
+            await model()
+        assert scope.cancelled_caught and transport.cut == 1 and ran == []
+        assert (await _budget_row(rs))["reservedMinor"] == "0", "the money was left reserved for no one"
+
+
+async def test_a_slots_call_cancelled_as_its_grant_comes_back_releases_the_units(autojump_clock):
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-slots")
+        await client.asetup(slots={"browser": {"max": 1}})
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/acquire")
+            async with client.slots("browser"):
+                raise AssertionError("the block ran after its cancellation")
+        assert scope.cancelled_caught and transport.cut == 1
+        assert (await rs.pools.list())[0]["unitsAvailable"] == 1, "the slot was left held by no one"
+
+
+async def test_a_slots_call_cancelled_as_it_joins_the_line_leaves_it(autojump_clock):
+    """Its waiter stayed first in line: when the slot came free, its turn went to no one, and the
+    next caller waited for that turn to run out."""
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-slots-line")
+        other = rs.client(run="cut-slots-line", worker="w2")
+        await client.asetup(slots={"browser": {"max": 1}})
+        async with other.slots("browser"):
+            with trio.CancelScope() as scope:
+                transport.arm(scope, "/wait")
+                async with client.slots("browser"):
+                    raise AssertionError("the block ran after its cancellation")
+            assert scope.cancelled_caught and transport.cut == 1
+        started = trio.current_time()
+        async with other.slots("browser", timeout=30):
+            assert trio.current_time() - started < 1, "the next caller waited for a turn given to no one"
+
+
+async def test_a_take_cancelled_as_it_joins_the_line_leaves_it(autojump_clock):
+    """Its waiter stayed in line until its time to live, and was served at the next window,
+    consuming the units for no one."""
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-take")
+        other = rs.client(run="cut-take", worker="w2")
+        await other.asetup(limits={"calls": {"max": 1, "per": 10}})
+        await other.atake("calls")  # the window's one unit
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/wait")
+            await client.atake("calls", timeout=30)
+        assert scope.cancelled_caught and transport.cut == 1
+        await trio.sleep(11)  # the next window
+        with trio.move_on_after(1) as late:
+            await other.atake("calls")
+        assert not late.cancelled_caught, "the cancelled take's waiter was served for no one"
