@@ -291,3 +291,25 @@ async def test_a_take_cancelled_as_it_joins_the_line_leaves_it(autojump_clock):
         with trio.move_on_after(1) as late:
             await other.atake("calls")
         assert not late.cancelled_caught, "the cancelled take's waiter was served for no one"
+
+
+async def test_a_once_call_cancelled_as_it_acquires_gives_the_key_back_unused(autojump_clock):
+    """The key stayed held for its whole lease, every other caller waiting on it, and that
+    acquisition then counted as one of the work's attempts."""
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-once")
+        other = rs.client(run="cut-once", worker="w2")
+        ran = []
+
+        async def research(topic):
+            ran.append(topic)
+            return f"notes on {topic}"
+
+        cut, whole = client.once(research), other.once(research, attempts=1)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/once/acquire")
+            await cut("tides")
+        assert scope.cancelled_caught and transport.cut == 1 and ran == []
+        started = trio.current_time()
+        assert await whole("tides") == "notes on tides"
+        assert trio.current_time() - started < 1, "the next caller waited for the cut caller's lease"
