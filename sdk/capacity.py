@@ -488,7 +488,8 @@ async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> A
 
     async def give_back_admitted(reply: Any) -> None:
         if reply.status != 204:  # its grants, consumptions and reservations go back with it
-            await give_back(_admitted_delivery(ctx, mailbox.scope_id, reply.body, lease_seconds, None), retry=True)
+            delivery = _admitted_delivery(ctx, mailbox.scope_id, reply.body, lease_seconds, None)
+            await give_back(delivery, retry=True, unhandled=True)
 
     # A first look without a wait, which a cancellation does not cut: the server admits even to a
     # request whose connection was cut, its grants with it, and the delivery would stay leased to

@@ -313,3 +313,82 @@ async def test_a_once_call_cancelled_as_it_acquires_gives_the_key_back_unused(au
         started = trio.current_time()
         assert await whole("tides") == "notes on tides"
         assert trio.current_time() - started < 1, "the next caller waited for the cut caller's lease"
+
+
+async def _counts(rs: testing.InProcessRunstate, run_id: str) -> dict[str, int]:
+    counts = (await rs.diagnostics.run(run_id))["counts"]["messages"]
+    return {state: count for state, count in counts.items() if count}
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+async def test_work_put_back_unhandled_does_not_use_up_the_messages_attempts(autojump_clock, prefetch):
+    """maxAttempts 2: two receives cut as they answered put the message back each time as a
+    retry, which counted both attempts and dead-lettered it with no handler ever seeing it (and
+    made it wait a backoff between the two). Returned unhandled, it is there at once for the
+    consumer that then handles it."""
+    async with testing.serve() as rs:
+        await rs._ctx.call("PUT", "/mailboxes/by-name/fragile", body={"maxAttempts": 2})
+        run = await rs.scopes.create()
+        await run.mailbox("fragile").send({"n": 1})
+        client, transport = await _cut_client(rs)
+        started = trio.current_time()
+        for _ in range(2):
+            with trio.CancelScope() as scope:
+                transport.arm(scope, "/recv-many" if prefetch > 1 else "/recv")
+                await client.scope(run.id).mailbox("fragile").consume(lambda data, delivery: None, prefetch=prefetch)
+            assert scope.cancelled_caught
+        assert transport.cut == 2 and trio.current_time() - started < 1
+        assert await _counts(rs, run.id) == {"QUEUED": 1}
+        delivery = await rs.scope(run.id).mailbox("fragile").receive()
+        assert delivery is not None and delivery.attempt == 3, "the message was dead-lettered by its put-backs"
+        await delivery.complete()
+
+
+async def test_work_taken_ahead_and_put_back_at_a_stop_keeps_its_attempts(autojump_clock):
+    """maxAttempts 1, prefetch 3, one handler at a time: the first handler stops consume(); the
+    two deliveries taken ahead, which no handler saw, go back queued (as retries they used up
+    their one attempt and were dead-lettered)."""
+    async with testing.serve() as rs:
+        await rs._ctx.call("PUT", "/mailboxes/by-name/strict", body={"maxAttempts": 1})
+        run = await rs.scopes.create()
+        for n in range(3):
+            await run.mailbox("strict").send({"n": n})
+        stop = trio.Event()
+        handled = []
+
+        async def handle(data, delivery):
+            handled.append(data["n"])
+            stop.set()
+
+        await run.mailbox("strict").consume(handle, prefetch=3, concurrency=1, stop_event=stop)
+        assert handled == [0]
+        assert await _counts(rs, run.id) == {"QUEUED": 2}, "work taken ahead was dead-lettered"
+
+
+async def test_a_server_without_return_gets_the_work_back_as_a_retry(autojump_clock):
+    """Against a server that has no `/return` (404), what was taken unhandled is retried instead,
+    as before: back on the queue after its backoff, the attempt counted, never left leased."""
+
+    class NoReturn:
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.base_url, self.refused = inner, inner.base_url, 0
+
+        async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+            if path.partition("?")[0].endswith("/return"):
+                self.refused += 1
+                envelope = b'{"error":{"code":"NOT_FOUND","message":"no such route"}}'
+                return 404, {"content-type": "application/json"}, envelope
+            answer: Exchange = await self.inner.send(method, path, headers, body, timeout_s)
+            return answer
+
+    async with testing.serve() as rs:
+        await rs.mailboxes.ensure("inbox")
+        run = await rs.scopes.create()
+        await run.mailbox("inbox").send({"n": 1})
+        transport = CutOnAnswer(NoReturn(rs.transport))
+        client = rs.new_client(holder="cut", transport=transport)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/recv")
+            await client.scope(run.id).mailbox("inbox").receive()
+        assert scope.cancelled_caught and transport.inner.refused == 1
+        assert await _counts(rs, run.id) == {"DELAYED": 1}
