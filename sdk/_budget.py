@@ -83,9 +83,12 @@ async def _late_charge(binding: RunBinding, budget: dict[str, Any], original_id:
         _runtime.log.warning("budget %s: reservation %s is gone; its cost of %s minor units was not charged",
                              budget.get("name"), original_id, cost_minor)
         return
+    # `lateOf` names the released reservation: the server takes this one even in a run that has
+    # ended (the spend happened), once per released reservation.
     reserved = await binding.call(
         "POST", f"/budgets/{budget['id']}/reserve",
-        body={"scopeId": scope_id, "holder": "late-charge", "amountMinor": "1"}, idempotency_key=f"late:{original_id}",
+        body={"scopeId": scope_id, "holder": "late-charge", "amountMinor": "1", "lateOf": original_id},
+        idempotency_key=f"late:{original_id}",
     )
     await binding.call(
         "POST", f"/budgets/{budget['id']}/settle",
