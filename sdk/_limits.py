@@ -14,15 +14,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import anyio
 
 from . import _runtime
+from ._grace import ABORT_GRACE_S
 from ._bound import (
     Done, Held, RunBinding, RunContext, check_count, deadline_after, exit_quietly, poll_pause,
     run_context, use_context, wrap,
@@ -89,8 +91,9 @@ async def take(
             )
             if waiter["state"] == "GRANTED":
                 return
-            if await _wait_granted(binding, waiter["waiterId"], deadline, f"{count} unit(s) of limit {name}"):
-                return
+            async with _leaving_line_if_cancelled(binding, f"/allowance-waiters/{waiter['waiterId']}/cancel"):
+                if await _wait_granted(binding, waiter["waiterId"], deadline, f"{count} unit(s) of limit {name}"):
+                    return
 
     await binding.track(body)
 
@@ -111,6 +114,19 @@ async def _wait_granted(binding: RunBinding, waiter_id: str, deadline: float, wh
             binding.throw_if_stopped()
         if view["state"] != "WAITING":
             return False  # expired or cancelled: queue again
+
+
+@contextlib.asynccontextmanager
+async def _leaving_line_if_cancelled(binding: RunBinding, suffix: str) -> AsyncIterator[None]:
+    """A caller cancelled while its waiter is in line takes it out of the line (shielded, bounded):
+    left there, a quota waiter would be served at its turn, the window's units consumed for no one,
+    and a pool waiter's turn would go to no one until it ran out."""
+    try:
+        yield
+    except anyio.get_cancelled_exc_class():
+        with anyio.move_on_after(ABORT_GRACE_S, shield=True):
+            await _withdraw(binding, suffix)
+        raise
 
 
 async def _withdraw(binding: RunBinding, suffix: str) -> None:
@@ -211,23 +227,35 @@ async def _acquire_slots(
         if got is not None:
             await _withdraw(binding, f"/permit-waiters/{waiter_id}/cancel")
             return got
-        polls = 0
-        while True:
-            if anyio.current_time() >= deadline:
-                await _withdraw(binding, f"/permit-waiters/{waiter_id}/cancel")
-                raise WaitTimeoutError(f"waited too long for {count} slot(s) of {name}")
-            await poll_pause(polls, binding.signal)
-            polls += 1
-            view = await binding.call("GET", f"/permit-waiters/{waiter_id}")
-            if view["state"] == "SIGNALED":
-                got = await acquire(waiter_id)
-                if got is not None:
-                    return got
-                continue  # someone else took the units: this waiter was put back in line
-            if view["state"] == "CANCELLED":
-                binding.throw_if_stopped()
-            if view["state"] != "WAITING":
-                break  # expired or cancelled: join again
+        async with _leaving_line_if_cancelled(binding, f"/permit-waiters/{waiter_id}/cancel"):
+            got = await _wait_turn(binding, waiter_id, deadline, f"{count} slot(s) of {name}", acquire)
+        if got is not None:
+            return got
+
+
+async def _wait_turn(
+    binding: RunBinding, waiter_id: str, deadline: float, what: str,
+    acquire: Callable[[str], Awaitable[tuple[dict[str, Any], float] | None]],
+) -> tuple[dict[str, Any], float] | None:
+    """Look at a pool waiter until its turn gives the units (the grant), or it is no longer in line
+    (None: join again)."""
+    polls = 0
+    while True:
+        if anyio.current_time() >= deadline:
+            await _withdraw(binding, f"/permit-waiters/{waiter_id}/cancel")
+            raise WaitTimeoutError(f"waited too long for {what}")
+        await poll_pause(polls, binding.signal)
+        polls += 1
+        view = await binding.call("GET", f"/permit-waiters/{waiter_id}")
+        if view["state"] == "SIGNALED":
+            got = await acquire(waiter_id)
+            if got is not None:
+                return got
+            continue  # someone else took the units: this waiter was put back in line
+        if view["state"] == "CANCELLED":
+            binding.throw_if_stopped()
+        if view["state"] != "WAITING":
+            return None  # expired or cancelled: join again
 
 
 class _SlotsCall:

@@ -392,3 +392,35 @@ async def test_a_server_without_return_gets_the_work_back_as_a_retry(autojump_cl
             await client.scope(run.id).mailbox("inbox").receive()
         assert scope.cancelled_caught and transport.inner.refused == 1
         assert await _counts(rs, run.id) == {"DELAYED": 1}
+
+
+async def test_a_take_cancelled_while_in_line_leaves_it(autojump_clock):
+    """The run-bound take() cancelled while its waiter waits: the waiter stayed in line and was
+    served at the next window, consuming the unit for no one."""
+    async with testing.serve() as rs:
+        taker, other = rs.client(run="line-take", worker="w1"), rs.client(run="line-take", worker="w2")
+        await other.asetup(limits={"calls": {"max": 1, "per": 10}})
+        await other.atake("calls")  # the window's one unit
+        with trio.move_on_after(1) as scope:
+            await taker.atake("calls", timeout=30)
+        assert scope.cancelled_caught
+        await trio.sleep(10)  # the next window
+        with trio.move_on_after(1) as late:
+            await other.atake("calls")
+        assert not late.cancelled_caught, "the cancelled take's waiter was served for no one"
+
+
+async def test_a_slots_call_cancelled_while_in_line_leaves_it(autojump_clock):
+    """slots() cancelled while its waiter waits in the pool's line: when the slot came free the
+    turn went to the waiter no one watched, and the next caller waited for that turn to run out."""
+    async with testing.serve() as rs:
+        waiting, other = rs.client(run="line-slots", worker="w1"), rs.client(run="line-slots", worker="w2")
+        await other.asetup(slots={"browser": {"max": 1}})
+        async with other.slots("browser"):
+            with trio.move_on_after(2) as scope:
+                async with waiting.slots("browser", timeout=30):
+                    raise AssertionError("the slot was held by another")
+            assert scope.cancelled_caught
+        started = trio.current_time()
+        async with other.slots("browser", timeout=30):
+            assert trio.current_time() - started < 1, "the next caller waited for a turn given to no one"
