@@ -15,6 +15,13 @@ per `workKey`: a key used already on the reservation answers its view again and 
 Acting with a new key on a reservation that is no longer ACTIVE is 409 CONFLICT. The commands run
 on the space's capacity actor (`capacity.py`); the budgets' declaration (`BUDGETS`) is at the end.
 
+A late charge: work that outlived its reservation's `settleBy` is charged through a reservation of
+one minor unit made for it, `lateOf` the released one, and settled with `allowOverrun` (0.3.0's
+way; the shell reads 0.3.0's `late:<id>` idempotency key as `lateOf`). It records spend that
+happened, so it is taken in the released reservation's run even once that run has ended (where
+no other reservation is), and only that way: one per released reservation, of one minor unit, in
+its run. Without `lateOf` a reservation needs an active run (SCOPE_CANCELLED otherwise).
+
 Timers (tags on the capacity actor):
     ("settle-by", reservation_id)   -   a reservation's settleBy passed: release it
 
@@ -153,7 +160,10 @@ class Budget:
 
 
 class Reservation:
-    __slots__ = ("id", "budget_id", "scope_id", "holder", "reserved", "settled", "state", "settle_by_ms", "work_keys", "created_ms")
+    __slots__ = (
+        "id", "budget_id", "scope_id", "holder", "reserved", "settled", "state", "settle_by_ms", "work_keys", "created_ms",
+        "late_of", "late_by",
+    )
 
     def __init__(self, reservation_id: str, budget_id: str, scope_id: str, holder: str, reserved: int, settle_by_ms: int, created_ms: int) -> None:
         self.id = reservation_id
@@ -166,6 +176,8 @@ class Reservation:
         self.settle_by_ms = settle_by_ms
         self.work_keys: list[str] = []
         self.created_ms = created_ms
+        self.late_of: str | None = None  # the released reservation whose cost this one charges late
+        self.late_by: str | None = None  # the reservation that charges this one's cost late
 
 
 class BudgetTable:
@@ -250,8 +262,22 @@ class BudgetTable:
             "limit_minor": str(limit), "at_ms": now_ms,
         }
 
+    def check_late(self, budget: Budget, late_of: str, scope_id: str, amount: int) -> None:
+        """A late charge's reservation (see the module docstring): of one minor unit, in the run of
+        a reservation of this budget that its settleBy released, and the only one for it."""
+        original = self.reservation(budget, late_of)
+        if original.scope_id != scope_id:
+            raise KernelError(VALIDATION_FAILED, f"reservation {late_of!r} is in scope {original.scope_id}, not {scope_id}")
+        if amount != 1:
+            raise KernelError(VALIDATION_FAILED, "a late charge reserves amountMinor 1, and settles its cost with allowOverrun")
+        if original.state != RELEASED:
+            raise KernelError(CONFLICT, f"reservation {late_of!r} is {original.state}: only one its settleBy released is charged late")
+        if original.late_by is not None:
+            raise KernelError(CONFLICT, f"reservation {late_of!r} is charged late already, by {original.late_by!r}")
+
     def decide_reserve(
-        self, budget: Budget, reservation_id: str, scope_id: str, holder: str, amount: int, settle_by_ms: int, now_ms: int
+        self, budget: Budget, reservation_id: str, scope_id: str, holder: str, amount: int, settle_by_ms: int, now_ms: int,
+        late_of: str | None = None,
     ) -> Record:
         if amount > budget.available:
             raise KernelError(
@@ -261,10 +287,14 @@ class BudgetTable:
             )
         # Paired with `_check`: spent plus reserved never exceeds the limit.
         assert 0 < amount <= budget.available and settle_by_ms > now_ms, "a reservation holds what is available, until later"
-        return {
+        record = {
             "type": RESERVATION_MADE, "id": reservation_id, "budget_id": budget.id, "scope_id": scope_id,
             "holder": holder, "amount_minor": str(amount), "settle_by_ms": settle_by_ms, "at_ms": now_ms,
         }
+        if late_of is not None:
+            assert amount == 1 and budget.reservations[late_of].state == RELEASED, "a late charge is checked first"
+            record["late_of"] = late_of
+        return record
 
     @staticmethod
     def _check_active(reservation: Reservation, action: str) -> None:
@@ -324,8 +354,18 @@ class BudgetTable:
         assert reservation.id not in self._reservations
         budget.reservations[reservation.id] = self._reservations[reservation.id] = reservation
         budget.reserved += amount
+        self._link_late(reservation, record.get("late_of"))
         self._check(budget)
         return reservation
+
+    def _link_late(self, reservation: Reservation, late_of: str | None) -> None:
+        """Pair a late charge's reservation with the released one it charges (once each)."""
+        if late_of is None:
+            return
+        original = self._reservations[late_of]
+        assert original.state == RELEASED and original.late_by is None, "a released reservation is charged late once"
+        assert original.budget_id == reservation.budget_id and original.scope_id == reservation.scope_id
+        reservation.late_of, original.late_by = late_of, reservation.id
 
     def apply_settled(self, record: Record) -> None:
         reservation = self._reservations[record["id"]]
@@ -368,6 +408,7 @@ class BudgetTable:
                 "type": RESERVATION_IMAGE, "id": r.id, "budget_id": r.budget_id, "scope_id": r.scope_id,
                 "holder": r.holder, "reserved_minor": str(r.reserved), "settled_minor": str(r.settled), "state": r.state,
                 "settle_by_ms": r.settle_by_ms, "work_keys": list(r.work_keys), "created_ms": r.created_ms,
+                **({"late_of": r.late_of} if r.late_of is not None else {}),
             }
 
     def apply_image(self, record: Record) -> None:
@@ -385,6 +426,7 @@ class BudgetTable:
         r.work_keys = list(record["work_keys"])
         budget.reservations[r.id] = self._reservations[r.id] = r
         budget.reserved += r.reserved
+        self._link_late(r, record.get("late_of"))  # (the released one is imaged before: it was made first)
         self._check(budget)
 
 
@@ -427,6 +469,10 @@ class Reserve(CapacityCommand):
     holder: str = body("holder", length_max="holder_len_max")
     amount: int = body("amountMinor", MINOR)
     settle_by_ms: int | None = body("settleBy", TIMESTAMP, required=False, description="default: {settle_by_s_default} s from now; at most {settle_by_s_max} s from now")
+    late_of: str | None = body(
+        "lateOf", required=False,
+        description="a reservation its settleBy released: this one (amountMinor 1) charges its cost late, in its run even once ended",
+    )
     reservation_id: str = drawn("rs_")
 
     def check(self, limits: Limits) -> None:
@@ -494,7 +540,13 @@ def ensure(part: CapacityCommands, command: EnsureBudget, now_ms: int) -> Outcom
 
 
 def reserve(part: CapacityCommands, command: Reserve, now_ms: int) -> Outcome:
-    part.scopes.require_active(command.scope_id, now_ms)
+    """Hold an amount for an active run; or, `lateOf` a released reservation, the one minor unit a
+    late charge is settled against, in that reservation's run even once it has ended."""
+    if command.late_of is None:
+        part.scopes.require_active(command.scope_id, now_ms)
+    else:
+        part.scopes.get(command.scope_id)  # (it exists; ended or not, the spend happened)
+        part.budgets.check_late(part.budgets.get(command.budget_id), command.late_of, command.scope_id, command.amount)
     limits = part.limits
     settle_by_ms = command.settle_by_ms
     if settle_by_ms is None:
@@ -505,7 +557,9 @@ def reserve(part: CapacityCommands, command: Reserve, now_ms: int) -> Outcome:
         raise KernelError(VALIDATION_FAILED, f"settleBy must be at most {limits.settle_by_s_max} s from now")
     budgets: BudgetTable = part.budgets
     budget = budgets.get(command.budget_id)
-    record = budgets.decide_reserve(budget, command.reservation_id, command.scope_id, command.holder, command.amount, settle_by_ms, now_ms)
+    record = budgets.decide_reserve(
+        budget, command.reservation_id, command.scope_id, command.holder, command.amount, settle_by_ms, now_ms, command.late_of
+    )
     outcome = part.commit(Outcome(), record)
     outcome.timers.append(settle_by_timer(part, command.reservation_id, settle_by_ms))
     outcome.reply = budgets.reservation_view(budgets.reservation(budget, command.reservation_id))
@@ -566,11 +620,14 @@ BUDGETS = Primitive(
     # Amounts in records are digit strings too, so a journal written as JSON keeps them exact.
     records={
         BUDGET_CREATED: ("id", "name", "currency", "scale", "limit_minor", "at_ms"),
-        RESERVATION_MADE: ("id", "budget_id", "scope_id", "holder", "amount_minor", "settle_by_ms", "at_ms"),
+        RESERVATION_MADE: ("id", "budget_id", "scope_id", "holder", "amount_minor", "settle_by_ms", "at_ms", "late_of?"),
         RESERVATION_SETTLED: ("id", "amount_minor", "work_key", "at_ms"),
         RESERVATION_ENDED: ("id", "state", "work_key", "at_ms"),
         BUDGET_IMAGE: ("id", "name", "currency", "scale", "limit_minor", "spent_minor", "created_ms"),
-        RESERVATION_IMAGE: ("id", "budget_id", "scope_id", "holder", "reserved_minor", "settled_minor", "state", "settle_by_ms", "work_keys", "created_ms"),
+        RESERVATION_IMAGE: (
+            "id", "budget_id", "scope_id", "holder", "reserved_minor", "settled_minor", "state", "settle_by_ms", "work_keys",
+            "created_ms", "late_of?",
+        ),
     },
     apply={
         BUDGET_CREATED: (_TABLE, "apply_created"),

@@ -1,11 +1,15 @@
-"""Deliveries, declared: receive a message under a lease, renew it, complete or nack it, and a lost lease.
+"""Deliveries, declared: receive a message under a lease, renew it, complete, nack or return it, and a lost lease.
 
 A delivery is a message's lease (`leases.py`: the token, holder, session, length, end and grace
 every lease carries) while its worker handles it; the message's table is `messages.py`, the queue
 part these run on is `work.py`. Receive leases the oldest deliverable message of exactly one queue
 (`ReceiveMany`: up to a count, in one turn); complete, nack and renew must carry the current token
 while the lease runs (else STALE_CLAIM, or SCOPE_CANCELLED when the delivery ended with its run). A
-lease that runs out requeues the message at once, or ends it (`WorkCommands.release`). A task's
+lease that runs out requeues the message at once, or ends it (`WorkCommands.release`). Return
+(our extension: the official clients only nack) gives a delivery its holder never handed to a
+handler back at once, its attempt not counted against the mailbox's `maxAttempts`: a worker
+cancelled as it received, or stopping with work taken ahead, must not dead-letter a message that
+no handler ever saw. A task's
 delivery moves its task: RUNNING when leased, QUEUED when requeued, SUCCEEDED or FAILED when settled.
 
 Timers (on the queue's actor):
@@ -25,8 +29,8 @@ from .errors import SCOPE_CANCELLED, KernelError
 from .fields import BOOLEAN, INTEGER, JSON, body, drawn, path
 from .leases import LeaseKind, renewal
 from .messages import (
-    DELAYED, DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, LEASED, Message,
-    MessageState, MessageTable,
+    DELAYED, DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_LEASED, DELIVERY_RENEWED, DELIVERY_REQUEUED, LEASED, RETURNED,
+    Message, MessageState, MessageTable,
 )
 from .events import Change
 from .outcome import Outcome, Space, Timer, State
@@ -37,7 +41,7 @@ from .tasks import FAILED, SUCCEEDED, TaskState
 from .shapes import DurationMs, EpochMs, Json, Record
 
 __all__ = [
-    "Receive", "ReceiveMany", "CompleteDelivery", "NackDelivery", "RenewDelivery", "DELIVERIES", "outcome_of",
+    "Receive", "ReceiveMany", "CompleteDelivery", "NackDelivery", "ReturnDelivery", "RenewDelivery", "DELIVERIES", "outcome_of",
     "decide_lease", "decide_requeue", "decide_dead", "delivery_view", "HANDLER_ERROR", "LEASE_TIMER", "DELIVERY_LEASE",
     "DeliveredMessage", "DeliveryView", "DeliveriesView", "RenewedDeliveryView", "SettledView", "DelayedSettledView",
     "TaskSettledView", "DelayedTaskSettledView",
@@ -275,6 +279,18 @@ class NackDelivery(Command):
 
 
 @command
+class ReturnDelivery(Command):
+    """Give a delivery back unhandled: on the queue again at once, its attempt not counted."""
+
+    space: str = path("space")
+    message_id: str = path("message_id")
+    token: str = body("token")
+
+    def actor(self, state: State) -> ActorKey:
+        return _message_queue(state, self.space, self.message_id)
+
+
+@command
 class RenewDelivery(Command):
     space: str = path("space")
     message_id: str = path("message_id")
@@ -390,6 +406,18 @@ def nack(space: Space, command: NackDelivery, now_ms: int) -> Outcome:
         reason = "rejected" if not error else f"{HANDLER_ERROR}{error}"
         record = decide_dead(message, "rejected", reason, now_ms)
     outcome = space.commit(Outcome(), record)
+    outcome.timers.extend(space.work.message_timers(message))
+    return _settled(space, outcome, message)
+
+
+def return_delivery(space: Space, command: ReturnDelivery, now_ms: int) -> Outcome:
+    """Back on the queue at once, in its place, the attempt not counted (or ended, as a retry would
+    be, when its run ended or its deadline passed: `WorkCommands.release`). Only the current
+    holder's token returns it, and only while it is neither settled nor run out (`_held`)."""
+    message = _held(space, command.message_id, command.token, now_ms)
+    returned = message.returned
+    outcome = space.commit(Outcome(), space.work.release(message, RETURNED, None, 1.0, now_ms))
+    assert message.state != LEASED and message.returned in (returned, returned + 1), "a return ends the delivery"
     outcome.timers.extend(space.work.message_timers(message))
     return _settled(space, outcome, message)
 
@@ -527,7 +555,10 @@ def _dead_event(space: Space, record: Record) -> list[Change]:
 
 
 def _usage_of_requeue(record: Record) -> tuple[int, str]:
-    return (OPERATION, "deliveries.nack") if record.get("cause") == "retry" else (EVENT, "deliveries.expire")
+    cause = record.get("cause")
+    if cause == RETURNED:
+        return (OPERATION, "deliveries.return")
+    return (OPERATION, "deliveries.nack") if cause == "retry" else (EVENT, "deliveries.expire")
 
 
 def _usage_of_dead(record: Record) -> tuple[int, str]:
@@ -541,6 +572,7 @@ DELIVERIES = Primitive(
         ReceiveMany: ("", receive_many),
         CompleteDelivery: ("", complete),
         NackDelivery: ("", nack),
+        ReturnDelivery: ("", return_delivery),
         RenewDelivery: ("", renew),
     },
     records={

@@ -6,13 +6,15 @@ task) and then moves through these states:
     QUEUED --lease--> LEASED --complete--> COMPLETED
        ^                |  \\--reject, or attempts used up--> DEAD (a dead letter)
        |   (backoff)    |
-    DELAYED <--retry----+--lease ran out: QUEUED at once
+    DELAYED <--retry----+--lease ran out, or returned: QUEUED at once
        any live state --deadline, task ended, scope ended--> DROPPED
 
 `recv` leases the oldest deliverable message of exactly one queue: QUEUED, or DELAYED whose
 backoff has run out, and not past its deadline. Each lease has a fresh opaque token and the
 delivery's `attempt` (1 for the first delivery). Complete, nack and renew must carry the current
-token while the lease runs; anything else is STALE_CLAIM and changes nothing.
+token while the lease runs; anything else is STALE_CLAIM and changes nothing. `attempts` counts the
+deliveries (it is the delivery's generation, which only grows); `returned` counts those given back
+unhandled by their holder (`/return`), which do not count against the mailbox's `maxAttempts`.
 
 The queue order is the order of enqueue (`seq`), which a retried message keeps: it comes back
 ahead of younger messages once its backoff ends. Two lazy heaps index a queue: `ready` by `seq`
@@ -46,7 +48,7 @@ from .shapes import EpochMs, Record
 __all__ = [
     "Message", "MessageTable", "Queue", "MessageState", "MessageView", "LeasedMessageView", "DelayedMessageView",
     "DeadLetterView", "QUEUED", "DELAYED", "LEASED", "COMPLETED", "DEAD", "DROPPED", "LIVE",
-    "backoff_ms", "DELIVERY_COMPLETED", "DELIVERY_DEAD", "DELIVERY_LEASED", "DELIVERY_RENEWED", "DELIVERY_REQUEUED",
+    "backoff_ms", "RETURNED", "DELIVERY_COMPLETED", "DELIVERY_DEAD", "DELIVERY_LEASED", "DELIVERY_RENEWED", "DELIVERY_REQUEUED",
     "MESSAGE_DROPPED", "MESSAGE_IMAGE", "MESSAGE_SENT", "MESSAGE_VISIBLE", "MESSAGES_IMAGE", "WORKKEY_IMAGE",
 ]
 
@@ -69,6 +71,8 @@ LEASED: Final = "LEASED"
 COMPLETED: Final = "COMPLETED"
 DEAD: Final = "DEAD"
 DROPPED: Final = "DROPPED"
+# The cause of a requeue its holder asked for without handling the delivery (`/return`): not an attempt.
+RETURNED: Final = "returned"
 LIVE: frozenset[MessageState] = frozenset({QUEUED, DELAYED, LEASED})
 
 # Everything a message holds, as an image record carries it (the slot names are the keys).
@@ -100,6 +104,7 @@ class Message:
         "task_id",
         "state",
         "attempts",  # deliveries so far; the current (or last) delivery's `attempt`
+        "returned",  # of those, the ones given back unhandled: not counted against maxAttempts
         "gen",
         "visible_ms",
         "token",
@@ -137,6 +142,7 @@ class Message:
         self.task_id = task_id
         self.state: MessageState = QUEUED
         self.attempts = 0
+        self.returned = 0
         self.gen = 0
         self.visible_ms = created_ms
         self.token: str | None = None
@@ -151,6 +157,11 @@ class Message:
 
     def past_deadline(self, now_ms: int) -> bool:
         return self.deadline_ms is not None and now_ms >= self.deadline_ms
+
+    def counted_attempts(self) -> int:
+        """The deliveries that count against the mailbox's `maxAttempts`: all but those returned."""
+        assert 0 <= self.returned <= self.attempts, "only deliveries are returned"
+        return self.attempts - self.returned
 
 
 class Queue:
@@ -416,6 +427,8 @@ class MessageTable:
             }
             if message.graced:
                 record["graced"] = True
+            if message.returned:
+                record["returned"] = message.returned
             yield record
         for at_ms, key in self._work_key_order:
             entry = self._work_keys.get(key)
@@ -449,6 +462,7 @@ class MessageTable:
         )
         for slot in _IMAGED_STATE:
             setattr(message, slot, record[slot])
+        message.returned = record.get("returned", 0)
         restore(message, record)
         self._messages[message.id] = message
         self._count(message, +1)
@@ -522,6 +536,9 @@ class MessageTable:
         message = self._messages[record["message_id"]]
         assert message.state == LEASED and message.token == record["token"], "only the current delivery is requeued"
         self._end_lease(message)
+        if record["cause"] == RETURNED:
+            message.returned += 1
+            assert message.returned <= message.attempts, "only a delivery is given back"
         message.gen += 1
         message.visible_ms = record["visible_ms"]
         queue = self._queues[(message.mailbox_id, message.scope_id)]

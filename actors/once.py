@@ -5,20 +5,24 @@ a lease it renews) and runs the work. Completing records the result: the slot is
 every later acquire answers the result instead of a lease. Failing gives the attempt back: the
 slot is OPEN again, or FAILED for good once `maxAttempts` attempts were used. A holder that dies
 lets its lease run out: the slot opens again and the next caller takes over, the lost attempt
-counted. Waiters (`GET /once?waitMs=`) park on the slot's actor and are answered when it settles
-or opens.
+counted. Releasing gives the key back unused (its holder was cancelled before it began, say): the
+slot is OPEN again and that acquisition is not counted against `maxAttempts`. Waiters
+(`GET /once?waitMs=`) park on the slot's actor and are answered when it settles or opens.
 
     OPEN --acquire--> HELD --complete--> DONE
-      ^                |  --fail (attempts left), lease ran out--> OPEN
+      ^                |  --fail (attempts left), lease ran out, release--> OPEN
       |                +--fail (attempts used up)--> FAILED
 
-`attempts` counts the acquisitions so far; an acquire answers the count before it, so the holder's
-attempt number is `attempts + 1`.
+`attempts` counts the acquisitions so far, released ones included: it is the slot's generation,
+which only grows (each holder's is greater than the last). An acquire answers the count before
+it, so the holder's attempt number is `attempts + 1`. `released` counts the acquisitions given
+back unused; a failure is FAILED once `attempts - released` reaches `maxAttempts`.
 
 Records (snake_case, units last): `once.acquired` {scope_id, key, token, holder, session, lease_ms,
 expires_ms, attempts, at_ms}, `once.renewed` {scope_id, key, token, lease_ms, expires_ms, at_ms},
 `once.completed` {scope_id, key, result, at_ms}, `once.failed` {scope_id, key, error, failed, at_ms},
-`once.expired` {scope_id, key, at_ms}, `once.image` (a slot as it stands).
+`once.released` {scope_id, key, at_ms}, `once.expired` {scope_id, key, at_ms}, `once.image` (a slot
+as it stands).
 
 Pure: no IO, no clock reads, no awaits.
 """
@@ -40,8 +44,8 @@ from .shapes import DurationMs, EpochMs, Json, Record
 __all__ = [
     "OnceTable", "OnceCommands", "OnceState", "OnceView", "OnceHeldView", "OnceAcquiredView", "OnceRenewedView",
     "LEASE_TIMER", "once_actor", "OPEN", "HELD", "DONE", "FAILED", "ONCE",
-    "ONCE_ACQUIRED", "ONCE_COMPLETED", "ONCE_EXPIRED", "ONCE_FAILED", "ONCE_IMAGE", "ONCE_RENEWED",
-    "AcquireOnce", "WaitOnce", "RenewOnce", "CompleteOnce", "FailOnce",
+    "ONCE_ACQUIRED", "ONCE_COMPLETED", "ONCE_EXPIRED", "ONCE_FAILED", "ONCE_IMAGE", "ONCE_RELEASED", "ONCE_RENEWED",
+    "AcquireOnce", "WaitOnce", "RenewOnce", "CompleteOnce", "FailOnce", "ReleaseOnce",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -50,6 +54,7 @@ ONCE_COMPLETED = record_type("once.completed")
 ONCE_EXPIRED = record_type("once.expired")
 ONCE_FAILED = record_type("once.failed")
 ONCE_IMAGE = record_type("once.image")
+ONCE_RELEASED = record_type("once.released")
 ONCE_RENEWED = record_type("once.renewed")
 
 # A slot's states, and ACQUIRED: what an acquire that got the slot answers.
@@ -105,7 +110,7 @@ class OnceRenewedView(NamedTuple):
 
 class Slot:
     __slots__ = ("scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms",
-                 "result", "last_error", "updated_ms", "graced")
+                 "result", "last_error", "updated_ms", "graced", "released")
 
     def __init__(self, scope_id: str, key: str) -> None:
         self.scope_id = scope_id
@@ -121,6 +126,7 @@ class Slot:
         self.last_error: str | None = None
         self.updated_ms = 0
         self.graced = False  # a restart gave the lease its grace; its holder has not renewed since
+        self.released = 0  # acquisitions given back unused: not counted against maxAttempts
 
     def held_at(self, now_ms: int) -> bool:
         return self.state == HELD and now_ms < self.expires_ms
@@ -215,6 +221,12 @@ class OnceTable:
         slot.last_error = record["error"]
         return self._end_lease(slot, FAILED if record["failed"] else OPEN, record["at_ms"])
 
+    def apply_released(self, record: Record) -> Slot:
+        slot = self._slot(record)
+        slot.released += 1
+        assert slot.released <= slot.attempts, "only an acquisition is given back"
+        return self._end_lease(slot, OPEN, record["at_ms"])
+
     def apply_expired(self, record: Record) -> Slot:
         return self._end_lease(self._slot(record), OPEN, record["at_ms"])
 
@@ -224,6 +236,7 @@ class OnceTable:
         restore(slot, record)
         self.result_bytes += value_bytes(slot.result)
         slot.last_error = record["last_error"]
+        slot.released = record.get("released", 0)
         slot.updated_ms = record["at_ms"]
         return slot
 
@@ -237,6 +250,8 @@ class OnceTable:
             }
             if slot.graced:
                 record["graced"] = True
+            if slot.released:
+                record["released"] = slot.released
             yield record
 
 
@@ -305,6 +320,19 @@ class FailOnce(Command):
     token: str = body("token")
     error: str | None = reason_field("error")
     max_attempts: int = body("maxAttempts", INTEGER, required=False, minimum=1, maximum="attempts_max_max", default=3)
+
+    def actor(self, state: State) -> ActorKey:
+        return once_actor(self.space, self.scope_id, self.key)
+
+
+@command
+class ReleaseOnce(Command):
+    """Give a held key back unused: OPEN again, the acquisition not counted against maxAttempts."""
+
+    space: str = path("space")
+    scope_id: str = body("scopeId")
+    key: str = body("key")
+    token: str = body("token")
 
     def actor(self, state: State) -> ActorKey:
         return once_actor(self.space, self.scope_id, self.key)
@@ -380,12 +408,23 @@ class OnceCommands:
     def fail(self, command: FailOnce, now_ms: int) -> Outcome:
         """Give the attempt back: OPEN again, or FAILED once `maxAttempts` attempts were used."""
         slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
-        failed = slot.attempts >= command.max_attempts
+        assert 0 <= slot.released < slot.attempts, "the holder's own acquisition is not a released one"
+        failed = slot.attempts - slot.released >= command.max_attempts
         record = {
             "type": ONCE_FAILED, "scope_id": slot.scope_id, "key": slot.key, "error": command.error or "",
             "failed": failed, "at_ms": now_ms,
         }
         outcome = self._commit(Outcome(), record)
+        outcome.reply = self._slots.view(slot, now_ms)
+        return outcome
+
+    def release(self, command: ReleaseOnce, now_ms: int) -> Outcome:
+        """Give the key back unused: OPEN again, and this acquisition not counted as an attempt (a
+        holder cancelled before it began must not use up another caller's attempts)."""
+        slot = self._slots.current(command.scope_id, command.key, command.token, now_ms)
+        record = {"type": ONCE_RELEASED, "scope_id": slot.scope_id, "key": slot.key, "at_ms": now_ms}
+        outcome = self._commit(Outcome(), record)
+        assert slot.state == OPEN and slot.token is None, "a released key is open, its lease ended"
         outcome.reply = self._slots.view(slot, now_ms)
         return outcome
 
@@ -441,16 +480,18 @@ ONCE = Primitive(
         RenewOnce: (_ON, OnceCommands.renew),
         CompleteOnce: (_ON, OnceCommands.complete),
         FailOnce: (_ON, OnceCommands.fail),
+        ReleaseOnce: (_ON, OnceCommands.release),
     },
     records={
         ONCE_ACQUIRED: ("scope_id", "key", "token", "holder", "session", "lease_ms", "expires_ms", "attempts", "at_ms"),
         ONCE_RENEWED: ("scope_id", "key", "token", "lease_ms", "expires_ms", "at_ms", "graced?"),
         ONCE_COMPLETED: ("scope_id", "key", "result", "at_ms"),
         ONCE_FAILED: ("scope_id", "key", "error", "failed", "at_ms"),
+        ONCE_RELEASED: ("scope_id", "key", "at_ms"),
         ONCE_EXPIRED: ("scope_id", "key", "at_ms"),
         ONCE_IMAGE: (
             "scope_id", "key", "state", "attempts", "token", "holder", "session", "lease_ms", "expires_ms", "result",
-            "last_error", "at_ms", "graced?",
+            "last_error", "at_ms", "graced?", "released?",
         ),
     },
     apply={
@@ -458,6 +499,7 @@ ONCE = Primitive(
         ONCE_RENEWED: ("once", "apply_renewed"),
         ONCE_COMPLETED: ("once", "apply_completed"),
         ONCE_FAILED: ("once", "apply_failed"),
+        ONCE_RELEASED: ("once", "apply_released"),
         ONCE_EXPIRED: ("once", "apply_expired"),
         ONCE_IMAGE: ("once", "apply_image"),
     },
@@ -466,6 +508,7 @@ ONCE = Primitive(
         ONCE_COMPLETED: operation("once.complete"),
         ONCE_FAILED: operation("once.fail"),
         ONCE_RENEWED: free("once.renew"),
+        ONCE_RELEASED: free("once.release"),
         ONCE_EXPIRED: event("once.expire"),
         ONCE_IMAGE: NOT_COUNTED,
     },

@@ -42,8 +42,8 @@ from .fields import JSON, TIMESTAMP, body, drawn, path
 from .limits import Limits
 from .mailboxes import Mailbox, MailboxTable
 from .messages import (
-    DELAYED, LEASED, MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, MESSAGES_IMAGE, QUEUED, WORKKEY_IMAGE,
-    Message, MessageState, MessageTable, backoff_ms,
+    DELAYED, LEASED, MESSAGE_DROPPED, MESSAGE_IMAGE, MESSAGE_SENT, MESSAGE_VISIBLE, MESSAGES_IMAGE, QUEUED, RETURNED,
+    WORKKEY_IMAGE, Message, MessageState, MessageTable, backoff_ms,
 )
 from .outcome import Outcome, Timer, Space, State, TimerMarker
 from .primitive import NOT_COUNTED, Command, Primitive, command, event, operation, timer_kind
@@ -117,11 +117,14 @@ class WorkCommands:
     # -- what ends a delivery that did not complete ---------------------------------------------
 
     def release(self, message: Message, cause: str, error: str | None, jitter: float, now_ms: int) -> Record:
-        """What ends a delivery that did not complete (a retry, or a lease that ran out).
+        """What ends a delivery that did not complete (a retry, a lease that ran out, or a delivery
+        its holder returned unhandled: cause `RETURNED`).
 
         In order: a scope that ended cancels the task (nobody may receive there again); a deadline
-        that passed expires it; a mailbox whose attempts are used up dead-letters it (FAILED);
-        otherwise it goes back on the queue, at once for a lost lease, after a backoff for a retry.
+        that passed expires it; a mailbox whose attempts are used up dead-letters it (FAILED; a
+        returned delivery is not an attempt, and deliveries returned before do not count);
+        otherwise it goes back on the queue, at once for a lost lease or a return, after a backoff
+        for a retry.
         """
         assert message.state == LEASED, "only a delivery under way is released"
         scope_state = self.scopes.effective(self.scopes.get(message.scope_id), now_ms)
@@ -132,14 +135,16 @@ class WorkCommands:
         if message.past_deadline(now_ms):
             return self._end_undelivered(message, task, EXPIRED, REASON_DEADLINE, now_ms)
         max_attempts = self.mailboxes.get(message.mailbox_id).max_attempts
-        if message.attempts >= max_attempts:
+        counted = message.counted_attempts()
+        if cause != RETURNED and counted >= max_attempts:
             if error:  # the last attempt's own error says why, and the count follows it
-                reason = f"{HANDLER_ERROR}{error} (attempts_exhausted: {message.attempts} of {max_attempts} attempts used)"
+                reason = f"{HANDLER_ERROR}{error} (attempts_exhausted: {counted} of {max_attempts} attempts used)"
             else:
                 last = "asked for a retry" if cause == "retry" else "let its lease run out"
-                reason = f"attempts_exhausted: {message.attempts} of {max_attempts} attempts used; the last one {last}"
+                reason = f"attempts_exhausted: {counted} of {max_attempts} attempts used; the last one {last}"
             return decide_dead(message, "attempts", reason, now_ms)
-        visible_ms = now_ms + backoff_ms(self.limits, message.attempts, jitter) if cause == "retry" else now_ms
+        assert cause == RETURNED or counted < max_attempts, "a requeued delivery has attempts left"
+        visible_ms = now_ms + backoff_ms(self.limits, counted, jitter) if cause == "retry" else now_ms
         assert visible_ms >= now_ms, "a requeued message is never visible before now"
         return decide_requeue(message, cause, visible_ms, now_ms)
 
@@ -342,7 +347,7 @@ MESSAGES = Primitive(
         MESSAGE_IMAGE: (
             "id", "mailbox_id", "scope_id", "seq", "payload", "payload_hash", "work_key", "deadline_ms", "task_id", "state",
             "attempts", "gen", "visible_ms", "token", "holder", "session", "lease_ms", "expires_ms", "created_ms",
-            "finished_ms", "reason", "at_ms", "graced?",
+            "finished_ms", "reason", "at_ms", "graced?", "returned?",
         ),
         WORKKEY_IMAGE: ("mailbox_id", "scope_id", "work_key", "message_id", "payload_hash", "at_ms"),
     },

@@ -42,6 +42,7 @@ import anyio
 
 from . import _runtime
 from ._config import Config, resolve_config
+from ._grace import let_finish
 from ._loop import Loop
 from ._renewal import LeaseClock, keep_alive, ran_out
 from ._request import Reply
@@ -328,16 +329,24 @@ async def request(
     wait_ms: int = 0,
     idempotency_key: str | None = None,
     contention_s: float = CONTENTION_S,
+    undo: Callable[[Any], Awaitable[Any]] | None = None,
 ) -> Reply:
     """One call, with contention waited out: a rate limit or a full backlog is tried again after
-    `Retry-After` (else 0.25 s doubling to 5 s) for up to `contention_s`, then `WaitTimeoutError`."""
+    `Retry-After` (else 0.25 s doubling to 5 s) for up to `contention_s`, then `WaitTimeoutError`.
+
+    With `undo`, a request the server grants at once (a reservation, a grant, a waiter) is not cut
+    by a cancellation of the caller: the server applies it all the same, and what it got would be
+    held for no one. Each try is let finish (`let_finish`, 2 s at most) and `undo(body)` gives back
+    what a try got after the cancellation; the pauses between tries are cut as any wait is."""
     give_up_at = anyio.current_time() + contention_s
     pause = CONTENTION_FIRST_S
+    send = functools.partial(
+        client._ctx.call, method, suffix, body=body, query=query, wait_ms=wait_ms, idempotency_key=idempotency_key
+    )
+    give_back = None if undo is None else _on_body(undo)
     while True:
         try:
-            return await client._ctx.call(
-                method, suffix, body=body, query=query, wait_ms=wait_ms, idempotency_key=idempotency_key
-            )
+            return await (send() if give_back is None else let_finish(send, give_back))
         except RunstateError as err:
             if err.code not in CONTENTION_CODES or contention_s <= 0:
                 raise
@@ -389,6 +398,13 @@ class RunInfo:
     name: str
 
 
+def _on_body(undo: Callable[[Any], Awaitable[Any]]) -> Callable[[Reply], Awaitable[Any]]:
+    async def give_back(reply: Reply) -> Any:
+        return await undo(reply.body)
+
+    return give_back
+
+
 class RunBinding:
     """One client's run (see the module docstring)."""
 
@@ -417,7 +433,8 @@ class RunBinding:
         return self.shared.client()
 
     async def call(self, method: str, suffix: str, **kwargs: Any) -> Any:
-        """A call through this loop's client; returns the answer's body (None for a 204)."""
+        """A call through this loop's client; returns the answer's body (None for a 204). With
+        `undo=`, what a grant answered after the caller was cancelled is given back (`request`)."""
         return (await request(self.client(), method, suffix, **kwargs)).body
 
     def display_name(self) -> str:

@@ -83,9 +83,12 @@ async def _late_charge(binding: RunBinding, budget: dict[str, Any], original_id:
         _runtime.log.warning("budget %s: reservation %s is gone; its cost of %s minor units was not charged",
                              budget.get("name"), original_id, cost_minor)
         return
+    # `lateOf` names the released reservation: the server takes this one even in a run that has
+    # ended (the spend happened), once per released reservation.
     reserved = await binding.call(
         "POST", f"/budgets/{budget['id']}/reserve",
-        body={"scopeId": scope_id, "holder": "late-charge", "amountMinor": "1"}, idempotency_key=f"late:{original_id}",
+        body={"scopeId": scope_id, "holder": "late-charge", "amountMinor": "1", "lateOf": original_id},
+        idempotency_key=f"late:{original_id}",
     )
     await binding.call(
         "POST", f"/budgets/{budget['id']}/settle",
@@ -136,9 +139,17 @@ class _BudgetCall:
         if self.reserve_minor == "0":
             raise ConfigError("reserve must be more than 0")
         settle_by = iso_time(datetime.now(timezone.utc) + SETTLE_WITHIN)
+        budget = self.budget
+
+        async def give_back(reserved: Any) -> None:
+            await void_reservation(binding, budget, reserved["reservationId"])
+
+        # Not cut by a cancellation: the server reserves all the same, and the money would stay
+        # held from every other caller until its hour to be settled passed (see `let_finish`).
         reserved = await binding.call(
             "POST", f"/budgets/{self.budget['id']}/reserve",
             body={"scopeId": run.id, "holder": binding.client().holder, "amountMinor": self.reserve_minor, "settleBy": settle_by},
+            undo=give_back,
         )
         self.reservation = reserved["reservationId"]
         try:

@@ -159,12 +159,19 @@ class ReturnedValue:
         )
 
 
-async def give_back(delivery: Delivery, *, retry: bool, error: str | None = None) -> None:
-    """Put a delivery back (or reject it), and say so if that fails too: its lease then runs out."""
+async def give_back(delivery: Delivery, *, retry: bool, error: str | None = None, unhandled: bool = False) -> None:
+    """Put a delivery back (or reject it), and say so if that fails too: its lease then runs out.
+    One `unhandled` (never handed to a handler: taken ahead, or as its taker was cancelled) is
+    returned without counting its attempt (`Delivery._return`); one a handler saw is retried, the
+    attempt counted (a handler that dies on it every time must not get it forever)."""
     if not delivery._open:
         return
+    assert retry or not unhandled, "work no handler saw is put back, never rejected"
     try:
-        await delivery._nack(retry=retry, error=error)
+        if unhandled:
+            await delivery._return()
+        else:
+            await delivery._nack(retry=retry, error=error)
     except Exception as err:
         if isinstance(err, ScopeCancelledError):
             return  # its run ended: the server ended its task with it
@@ -378,7 +385,8 @@ class Consumer:
 
     async def _give_back_ahead(self) -> None:
         """The deliveries received ahead and never handed to a handler: put back at once (a stop,
-        a failure, a cancellation), told as lost when the run ended, left alone after a crash."""
+        a failure, a cancellation), their attempts not counted, told as lost when the run ended,
+        left alone after a crash."""
         ahead, self._ahead = list(self._ahead), deque()
         holdings = self._ctx.holdings
         for delivery in ahead:
@@ -392,7 +400,7 @@ class Consumer:
         with anyio.move_on_after(self._ctx.cleanup_bound_s(), shield=True):
             async with anyio.create_task_group() as group:
                 for delivery in ahead:
-                    group.start_soon(functools.partial(give_back, delivery, retry=True))
+                    group.start_soon(functools.partial(give_back, delivery, retry=True, unhandled=True))
 
     async def _while_full(self) -> None:
         """Every slot is busy: wait for one to free (or a stop), and look at the run now and then,

@@ -14,14 +14,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from contextvars import ContextVar
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import anyio
 
 from . import _runtime
+from ._grace import ABORT_GRACE_S
 from ._bound import (
     Done, Held, RunBinding, RunContext, check_count, deadline_after, exit_quietly, poll_pause,
     run_context, use_context, wrap,
@@ -78,14 +81,19 @@ async def take(
             if left <= 0:
                 raise WaitTimeoutError(f"waited too long for {count} unit(s) of limit {name}")
             ttl = min(WAITER_TTL_S[1], max_(WAITER_TTL_S[0], math.ceil(left)))
+            # Not cut by a cancellation: the server makes the waiter all the same, and it would
+            # stay in line and be served (its units consumed) for no one. One made after a
+            # cancellation leaves the line (see `let_finish`).
             waiter = await binding.call(
                 "POST", f"/allowances/{quota['id']}/wait",
                 body={"scopeId": run.id, "units": count, "holder": client.holder, "ttlSeconds": ttl},
+                undo=functools.partial(_leave_line, binding, "/allowance-waiters"),
             )
             if waiter["state"] == "GRANTED":
                 return
-            if await _wait_granted(binding, waiter["waiterId"], deadline, f"{count} unit(s) of limit {name}"):
-                return
+            async with _leaving_line_if_cancelled(binding, f"/allowance-waiters/{waiter['waiterId']}/cancel"):
+                if await _wait_granted(binding, waiter["waiterId"], deadline, f"{count} unit(s) of limit {name}"):
+                    return
 
     await binding.track(body)
 
@@ -108,12 +116,31 @@ async def _wait_granted(binding: RunBinding, waiter_id: str, deadline: float, wh
             return False  # expired or cancelled: queue again
 
 
+@contextlib.asynccontextmanager
+async def _leaving_line_if_cancelled(binding: RunBinding, suffix: str) -> AsyncIterator[None]:
+    """A caller cancelled while its waiter is in line takes it out of the line (shielded, bounded):
+    left there, a quota waiter would be served at its turn, the window's units consumed for no one,
+    and a pool waiter's turn would go to no one until it ran out."""
+    try:
+        yield
+    except anyio.get_cancelled_exc_class():
+        with anyio.move_on_after(ABORT_GRACE_S, shield=True):
+            await _withdraw(binding, suffix)
+        raise
+
+
 async def _withdraw(binding: RunBinding, suffix: str) -> None:
     """Leave a line (best effort: a waiter left behind ends at its time to live)."""
     try:
         await binding.call("POST", suffix, body={})
     except Exception as err:
         _runtime.log.debug("could not leave the line (%s): %s", suffix, err)
+
+
+async def _leave_line(binding: RunBinding, prefix: str, waiter: dict[str, Any]) -> None:
+    """A waiter made for a caller cancelled meanwhile: out of the line, if it is still in it."""
+    if waiter.get("state") in ("WAITING", "SIGNALED") and waiter.get("waiterId"):
+        await _withdraw(binding, f"{prefix}/{waiter['waiterId']}/cancel")
 
 
 def max_(a: int, b: int) -> int:
@@ -169,10 +196,18 @@ async def _acquire_slots(
     pool = await binding.shared.resources.ensure(binding, "permits", name, sizes)
     body = {"scopeId": run.id, "units": count, "holder": client.holder, "holderSession": client.session, "leaseSeconds": lease_s}
 
+    async def give_back(grant: dict[str, Any]) -> None:
+        await binding.call("POST", f"/grants/{grant['grantId']}/release", body={"token": grant["token"]})
+
     async def acquire(waiter_id: str | None = None) -> tuple[dict[str, Any], float] | None:
         sent = anyio.current_time()
         try:
-            grant = await binding.call("POST", f"/permits/{pool['id']}/acquire", body={**body, "waiterId": waiter_id})
+            # Not cut by a cancellation: the server grants all the same, and the units would stay
+            # held, renewed by no one, for the whole lease. A grant that came after a cancellation
+            # is released at once (see `let_finish`).
+            grant = await binding.call(
+                "POST", f"/permits/{pool['id']}/acquire", body={**body, "waiterId": waiter_id}, undo=give_back
+            )
         except RunstateError as err:
             if err.code == "CAPACITY_UNAVAILABLE":
                 return None
@@ -184,30 +219,43 @@ async def _acquire_slots(
         return got
     while True:
         waiter = await binding.call(
-            "POST", f"/permits/{pool['id']}/wait", body={"scopeId": run.id, "units": count, "holder": client.holder}
+            "POST", f"/permits/{pool['id']}/wait", body={"scopeId": run.id, "units": count, "holder": client.holder},
+            undo=functools.partial(_leave_line, binding, "/permit-waiters"),
         )
         waiter_id = waiter["waiterId"]
         got = await acquire()  # units may have come back between the refusal and joining the line
         if got is not None:
             await _withdraw(binding, f"/permit-waiters/{waiter_id}/cancel")
             return got
-        polls = 0
-        while True:
-            if anyio.current_time() >= deadline:
-                await _withdraw(binding, f"/permit-waiters/{waiter_id}/cancel")
-                raise WaitTimeoutError(f"waited too long for {count} slot(s) of {name}")
-            await poll_pause(polls, binding.signal)
-            polls += 1
-            view = await binding.call("GET", f"/permit-waiters/{waiter_id}")
-            if view["state"] == "SIGNALED":
-                got = await acquire(waiter_id)
-                if got is not None:
-                    return got
-                continue  # someone else took the units: this waiter was put back in line
-            if view["state"] == "CANCELLED":
-                binding.throw_if_stopped()
-            if view["state"] != "WAITING":
-                break  # expired or cancelled: join again
+        async with _leaving_line_if_cancelled(binding, f"/permit-waiters/{waiter_id}/cancel"):
+            got = await _wait_turn(binding, waiter_id, deadline, f"{count} slot(s) of {name}", acquire)
+        if got is not None:
+            return got
+
+
+async def _wait_turn(
+    binding: RunBinding, waiter_id: str, deadline: float, what: str,
+    acquire: Callable[[str], Awaitable[tuple[dict[str, Any], float] | None]],
+) -> tuple[dict[str, Any], float] | None:
+    """Look at a pool waiter until its turn gives the units (the grant), or it is no longer in line
+    (None: join again)."""
+    polls = 0
+    while True:
+        if anyio.current_time() >= deadline:
+            await _withdraw(binding, f"/permit-waiters/{waiter_id}/cancel")
+            raise WaitTimeoutError(f"waited too long for {what}")
+        await poll_pause(polls, binding.signal)
+        polls += 1
+        view = await binding.call("GET", f"/permit-waiters/{waiter_id}")
+        if view["state"] == "SIGNALED":
+            got = await acquire(waiter_id)
+            if got is not None:
+                return got
+            continue  # someone else took the units: this waiter was put back in line
+        if view["state"] == "CANCELLED":
+            binding.throw_if_stopped()
+        if view["state"] != "WAITING":
+            return None  # expired or cancelled: join again
 
 
 class _SlotsCall:

@@ -13,6 +13,10 @@ How one call goes (`POST /once/acquire`, the server's once slots):
   are used, after which `OnceFailedError` is raised here and to every later caller. A cancellation
   or Ctrl-C records nothing: the lease lapses and another caller takes the work over.
 
+A caller cancelled while its acquire is on its way does not leave the key held for no one: the
+server applies the acquire all the same, so it is let finish (`let_finish`) and a key it got is
+given back unused (`POST /once/release`: open again at once, the attempt not counted).
+
 The result and failure are sent again through an outage until the lease's local end. If the
 lease was lost meanwhile (or the run stopped), `LeaseLostError` (or `StoppedError`) is raised
 instead of the result: another caller may be doing the work now.
@@ -117,7 +121,7 @@ class _OnceCall:
             binding.throw_if_stopped()
             sent = anyio.current_time()
             body = {**self.slot, "holder": client.holder, "holderSession": client.session, "leaseSeconds": self.lease_s}
-            got = await binding.call("POST", "/once/acquire", body=body)
+            got = await binding.call("POST", "/once/acquire", body=body, undo=self._give_back)
             state = got["state"]
             if state == "DONE":
                 return Done(got.get("result"))
@@ -141,6 +145,11 @@ class _OnceCall:
             self.held = Held(binding, self.lease_s, renew, sent, f"once {self.key}")
             self.context = RunContext(run=run, signal=self.held.signal, attempt=got.get("attempts", 0) + 1, key=self.key)
             return None
+
+    async def _give_back(self, got: dict[str, Any]) -> None:
+        """An acquire answered after its caller was cancelled: the key it got goes back unused."""
+        if got.get("state") not in ("DONE", "FAILED", "HELD") and got.get("token"):
+            await self.binding.call("POST", "/once/release", body={**self.slot, "token": got["token"]})
 
     async def _send(self, action: str, body: dict[str, Any]) -> Any:
         held = self.held

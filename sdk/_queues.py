@@ -340,7 +340,8 @@ class QueueImpl:
 
             async def put_back(admitted: Any) -> None:
                 if admitted is not None:  # what was taken with it goes back with it
-                    await give_back(_AdmittedJob(client, admitted, run_id, self.lease_s, anyio.current_time()), retry=True)
+                    job = _AdmittedJob(client, admitted, run_id, self.lease_s, anyio.current_time())
+                    await give_back(job, retry=True, unhandled=True)
 
             # A look without a wait first, which neither a stop nor a cancellation cuts: the server
             # admits even to a request whose connection was cut, and the job would stay leased to

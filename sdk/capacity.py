@@ -442,8 +442,15 @@ class BudgetRef(_Named):
             "scopeId": self.scope_id, "holder": self._ctx.holder,
             "amountMinor": decimal_to_minor(amount, budget["scale"]), "settleBy": settle_by,
         }
-        view = (await self._ctx.call("POST", f"/budgets/{budget['id']}/reserve", body=body)).body
-        return BudgetReservation(self._ctx, budget["id"], budget["scale"], view)
+
+        async def give_back(reply: Any) -> None:
+            reservation = BudgetReservation(self._ctx, budget["id"], budget["scale"], reply.body)
+            await reservation.void(usage_key=f"void:{reservation.id}")
+
+        # Not cut by a cancellation: the server reserves all the same, and the money would stay
+        # held from every other caller until `settle_by` (see `let_finish`).
+        reply = await let_finish(lambda: self._ctx.call("POST", f"/budgets/{budget['id']}/reserve", body=body), give_back)
+        return BudgetReservation(self._ctx, budget["id"], budget["scale"], reply.body)
 
 
 # -- admission -----------------------------------------------------------------------------------------
@@ -481,7 +488,8 @@ async def admit(mailbox: Any, *, lease_seconds: int = 30, wait_ms: int = 0) -> A
 
     async def give_back_admitted(reply: Any) -> None:
         if reply.status != 204:  # its grants, consumptions and reservations go back with it
-            await give_back(_admitted_delivery(ctx, mailbox.scope_id, reply.body, lease_seconds, None), retry=True)
+            delivery = _admitted_delivery(ctx, mailbox.scope_id, reply.body, lease_seconds, None)
+            await give_back(delivery, retry=True, unhandled=True)
 
     # A first look without a wait, which a cancellation does not cut: the server admits even to a
     # request whose connection was cut, its grants with it, and the delivery would stay leased to

@@ -179,6 +179,17 @@ class Delivery:
     async def _nack(self, *, retry: bool, error: str | None = None) -> None:
         await self._settle("nack", {"token": self._token, "retry": retry, "error": error})
 
+    async def _return(self) -> None:
+        """Give it back unhandled (`/return`): queued again at once, in its place, the attempt not
+        counted against the mailbox's `maxAttempts`, so that work taken and never handed to a
+        handler (a cancelled receive, a stopped `consume()`'s work taken ahead) cannot use up a
+        message's attempts. A server without that route (404) is asked to retry it instead, the
+        attempt then counted."""
+        try:
+            await self._settle("return", {"token": self._token})
+        except NotFoundError:
+            await self._nack(retry=True)
+
     async def renew(self, lease_seconds: int | None = None) -> None:
         """Extend the lease; without `lease_seconds` by the lease's own length."""
         if lease_seconds is not None:
@@ -407,12 +418,12 @@ class MailboxRef:
         """A recv (of up to `count` deliveries, if given) without a wait, not cut by a cancellation
         of the caller: the server leases a message even to a request whose connection was cut, and
         it would stay leased to no one until its lease ran out, an attempt spent. Its answer is
-        awaited (`let_finish`), and what it leased after the cancellation is put back at once (a
-        retry, as a stopped consumer puts back what it holds)."""
+        awaited (`let_finish`), and what it leased after the cancellation is put back at once,
+        unhandled: its attempt is not counted."""
 
         async def put_back(raw: Any) -> None:
             for one in (raw or []) if count else ([raw] if raw is not None else []):
-                await give_back(Delivery(self._ctx, one, lease_seconds=lease_seconds), retry=True)
+                await give_back(Delivery(self._ctx, one, lease_seconds=lease_seconds), retry=True, unhandled=True)
 
         if count:
             return await let_finish(lambda: self._recv_many(count, lease_seconds, 0), put_back)

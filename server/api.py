@@ -24,7 +24,7 @@ from .http import Handler, Request, Router
 from .runtime import Runtime
 from .services import ReadServices
 
-__all__ = ["Doc", "Reply", "endpoint", "endpoint_and_dot_segments", "query_names", "API_PREFIX", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER", "say_if_capped"]
+__all__ = ["Doc", "Reply", "endpoint", "command_handler", "endpoint_and_dot_segments", "query_names", "API_PREFIX", "BatchOperation", "NO_CONTENT", "OPENAPI_PATH", "WAIT_CAPPED_HEADER", "say_if_capped"]
 
 # The API's routes: each takes the query parameters it declares and no other (`query_names`).
 API_PREFIX = "/v1/"
@@ -182,6 +182,12 @@ def say_if_capped(request: Request, limits: Limits, wait_ms: int | None) -> None
     whole wait. Every long poll's route calls it with the wait its request asked for."""
     if wait_ms is not None and wait_ms > limits.wait_ms_max:
         request.answer_headers = {**(request.answer_headers or {}), WAIT_CAPPED_HEADER: str(limits.wait_ms_max)}
+
+
+def command_handler(command_class: type, status: int | StatusOf) -> Handler:
+    """The handler `endpoint` makes for a command route: for a route that reads something of the
+    request first (a header) and then runs its command as any command route does."""
+    return _command_handler(command_class, status)
 
 
 def _command_handler(

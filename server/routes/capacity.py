@@ -7,12 +7,13 @@ and unpaginated, as the client reads them.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from ...actors import capacity_reads as reads
 from ...actors import commands as c
 from ...actors.kernel_reads import KernelReads
-from ..api import NO_CONTENT, Doc, Reply, endpoint, endpoint_and_dot_segments
+from ..api import NO_CONTENT, Doc, Reply, command_handler, endpoint, endpoint_and_dot_segments
 from ..http import Handler, Request, Router
 from ..services import ReadServices
 
@@ -130,10 +131,27 @@ endpoint_and_dot_segments(router, "PUT", BASE + "/budgets/by-name/{name}", Doc(
     (Reply(200, "Budget"),), c.EnsureBudget, body_required=False, errors=ERRORS, idempotent=True, group=G,
 ), "name")
 endpoint(router, "GET", BASE + "/budgets/{budget_id}", Doc("A budget with its active reservations, and those its settleBy released in the last retention_s", (Reply(200, "Budget"),), errors=("404",), group=G), _reader(reads.budget, "budget_id"))
+# 0.3.0 names the reservation it charges late only in its idempotency key, `late:<id>`, sent with
+# holder `late-charge`: read as `lateOf`, so that the charge is taken in a run that has ended.
+_LATE_KEY = re.compile(r"late:(\S+)")
+LATE_HOLDER = "late-charge"
+_reserve = command_handler(c.Reserve, 201)
+
+
+async def reserve(services: Any, request: Request, **params: str) -> tuple[int, Any]:
+    late = _LATE_KEY.fullmatch(request.headers.get("idempotency-key", ""))
+    if late is not None:
+        body = request.json().data
+        if body.get("holder") == LATE_HOLDER and "lateOf" not in body:
+            body["lateOf"] = late.group(1)
+    return await _reserve(services, request, **params)
+
+
 endpoint(router, "POST", BASE + "/budgets/{budget_id}/reserve", Doc(
-    "Reserve an amount (409 INSUFFICIENT_BUDGET when it does not fit)", (Reply(201, "Reservation", "Reserved"),), c.Reserve,
-    errors=ERRORS, idempotent=True, group=G,
-), status=201)
+    "Reserve an amount for an active run (409 INSUFFICIENT_BUDGET when it does not fit); lateOf a reservation its "
+    "settleBy released, one minor unit to settle its cost against late, in its run even once ended",
+    (Reply(201, "Reservation", "Reserved"),), c.Reserve, errors=ERRORS, idempotent=True, group=G,
+), reserve, status=201, batchable=True, settle=False)
 endpoint(router, "POST", BASE + "/budgets/{budget_id}/settle", Doc(
     "Charge what was spent (at most what the reservation holds, or with allowOverrun what the budget can still cover; "
     "idempotent per workKey)", (Reply(200, "Reservation"),), c.Settle,

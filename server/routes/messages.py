@@ -1,4 +1,4 @@
-"""Settling a delivery: complete, nack, renew.
+"""Settling a delivery: complete, nack, return, renew.
 
 Each carries the delivery's token; one that is not current (the lease ran out and the message was
 delivered again, or the task was cancelled) is 409 STALE_CLAIM and changes nothing.
@@ -21,6 +21,11 @@ endpoint(router, "POST", BASE + "/complete", Doc(
 ))
 endpoint(router, "POST", BASE + "/nack", Doc(
     "Retry (after a backoff) or reject a delivery", (Reply(200, "Settled"),), c.NackDelivery, errors=ERRORS,
+    idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/return", Doc(
+    "Give a delivery back unhandled: queued again at once, its attempt not counted against maxAttempts (only its "
+    "current holder, before it is settled)", (Reply(200, "Settled"),), c.ReturnDelivery, errors=ERRORS,
     idempotent=True, group=G,
 ))
 endpoint(router, "POST", BASE + "/renew", Doc(

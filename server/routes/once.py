@@ -1,9 +1,9 @@
-"""Once (`@runstate.once` of the 0.3.0 client): acquire, wait, renew, complete, fail.
+"""Once (`@runstate.once` of the 0.3.0 client): acquire, wait, renew, complete, fail, release.
 
 Work done exactly once per (run, key): the first caller holds the key under a fenced lease and
 runs the work; the result is recorded once and answered to every later caller; a failed attempt
 opens the key again until `maxAttempts` are used (then FAILED); a holder that dies lets its lease run
-out and the next caller takes over. `GET /once?waitMs=` parks until a held key settles or opens.
+out and the next caller takes over; a release gives the key back unused, the attempt not counted. `GET /once?waitMs=` parks until a held key settles or opens.
 """
 
 from __future__ import annotations
@@ -51,4 +51,8 @@ endpoint(router, "POST", BASE + "/complete", Doc(
 endpoint(router, "POST", BASE + "/fail", Doc(
     "Give a failed attempt back (OPEN again, or FAILED once maxAttempts are used)", ONCE, c.FailOnce, errors=ERRORS,
     idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/release", Doc(
+    "Give a held once key back unused (OPEN again; the acquisition is not counted against maxAttempts)", ONCE,
+    c.ReleaseOnce, errors=ERRORS, idempotent=True, group=G,
 ))

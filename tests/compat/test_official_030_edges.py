@@ -82,8 +82,7 @@ def test_a_job_that_outlives_its_reservation_is_still_charged(sdk_030, tmp_path)
         try:
             done = _finish(_start(sdk_030, server, LATE_PRODUCER, "late"), timeout_s=90)
             assert done["result"] == 7
-            # The worker charges after it completes the job (the run is not stopped meanwhile:
-            # a stopped run refuses the late reservation).
+            # The worker charges after it completes the job (a run stopped meanwhile: below).
             def spend() -> dict:
                 with server.client() as http:
                     budgets = http.get(f"/v1/spaces/{server.space_id}/budgets").json()["budgets"]
@@ -94,3 +93,43 @@ def test_a_job_that_outlives_its_reservation_is_still_charged(sdk_030, tmp_path)
             assert (spend()["spentMinor"], spend()["reservedMinor"]) == ("150", "0"), spend()
         finally:
             worker.kill()
+
+
+LATE_AFTER_STOP = """
+import threading
+
+runstate.setup(budgets={"spend": {"limit": "10.00"}})
+
+@runstate.budget("spend", reserve="1.50", cost=lambda result: "2.25")
+def costly():
+    time.sleep(ARGS["work_s"])  # the run is stopped meanwhile
+    return "done"
+
+def stop_meanwhile():
+    time.sleep(ARGS["stop_after_s"])
+    runstate.stop()
+
+stopper = threading.Thread(target=stop_meanwhile)
+stopper.start()
+emit(result=costly())
+stopper.join()
+"""
+
+
+def test_work_that_outlives_its_run_is_still_charged(sdk_030):
+    """The run is stopped while the work runs: the work happened, so the settle of its
+    reservation after the stop is accepted and its cost (over the reserve: allowOverrun) counted.
+    (A late charge in a stopped run, when the reservation's settleBy passed too, is
+    `tests/server/test_capacity_routes.py`.)"""
+    from ..servers import ServerProcess
+
+    with ServerProcess() as server:
+        done = _finish(_start(sdk_030, server, LATE_AFTER_STOP, "late-stopped", work_s=2.0, stop_after_s=0.5), timeout_s=90)
+        assert done["result"] == "done"
+        with server.client() as http:
+            budgets = http.get(f"/v1/spaces/{server.space_id}/budgets").json()["budgets"]
+        spend = next(budget for budget in budgets if budget["name"] == "spend")
+        assert (spend["spentMinor"], spend["reservedMinor"]) == ("225", "0"), spend
+        with server.client() as http:
+            run = http.put(f"/v1/spaces/{server.space_id}/runs/late-stopped", json={}).json()
+        assert run["storedState"] == "CANCELLED", run

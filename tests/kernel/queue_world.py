@@ -215,6 +215,7 @@ _COMMANDS: dict[str, Any] = {
     "nack_delivery": lambda message_id, token, retry, error, jitter: c.NackDelivery(
         space=SPACE, message_id=message_id, token=token, retry=retry, error=error, jitter=jitter
     ),
+    "return_delivery": lambda message_id, token: c.ReturnDelivery(space=SPACE, message_id=message_id, token=token),
     "renew_delivery": lambda message_id, token, lease_ms: c.RenewDelivery(
         space=SPACE, message_id=message_id, token=token, lease_s=None if lease_ms is None else lease_ms // 1000
     ),

@@ -25,8 +25,9 @@ def restored(world: World) -> SpaceState:
 
 
 def test_an_image_record_carries_every_slot_of_a_message():
-    """Every slot, or the optional mark `graced` (carried only when set, as the record format allows)."""
-    assert set(_IMAGED) | {"graced"} == set(Message.__slots__)
+    """Every slot, or the optional `graced` and `returned` (carried only when set, as the record
+    format allows)."""
+    assert set(_IMAGED) | {"graced", "returned"} == set(Message.__slots__)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -40,9 +40,9 @@ class Simulation:
         self.fire_due()
         mailbox, scope = rng.choice(self.mailboxes), rng.choice(self.scopes)
         action = rng.choices(
-            ["send", "submit", "recv", "complete", "retry", "reject", "renew", "cancel", "join", "end", "requeue", "delete",
-             "purge"],
-            weights=[10, 12, 20, 10, 6, 2, 5, 3, 3, 0.3, 1, 0.5, 0.2],
+            ["send", "submit", "recv", "complete", "retry", "reject", "return", "renew", "cancel", "join", "end", "requeue",
+             "delete", "purge"],
+            weights=[10, 12, 20, 10, 6, 2, 4, 5, 3, 3, 0.3, 1, 0.5, 0.2],
         )[0]
         before = len(w.records)
         try:
@@ -59,13 +59,19 @@ class Simulation:
                 delivery = w.recv(mailbox, scope, lease_s=rng.choice([5, 10, 30]))
                 if delivery is not None:
                     self.deliveries.append(delivery)
-            elif action in ("complete", "retry", "reject", "renew") and self.deliveries:
+            elif action in ("complete", "retry", "reject", "return", "renew") and self.deliveries:
                 delivery = rng.choice(self.deliveries[-8:])
                 message_id, token = delivery["message"]["id"], delivery["token"]
                 if action == "complete":
                     w.do("complete_delivery", message_id, token, {"payload": rng.randint(0, 99)})
                 elif action == "renew":
                     w.do("renew_delivery", message_id, token, rng.choice([None, 5_000, 20_000]))
+                elif action == "return":
+                    returned = w.space.messages.get(message_id).returned
+                    w.do("return_delivery", message_id, token)
+                    message = w.space.messages.get(message_id)
+                    assert message.returned == returned + 1 or message.state not in LIVE, "a return counts as returned"
+                    assert message.state != "DEAD", "a returned delivery is never dead-lettered for its attempts"
                 else:
                     w.do("nack_delivery", message_id, token, action == "retry", None, rng.uniform(0.8, 1.0))
             elif action == "cancel" and self.tasks:
@@ -151,7 +157,8 @@ class Simulation:
             assert space.messages.find(message_id) is None, f"dead letter {message_id} came back"
         for message in space.messages.all():
             mailbox = space.mailboxes.get(message.mailbox_id)
-            assert message.attempts <= mailbox.max_attempts
+            assert 0 <= message.returned <= message.attempts
+            assert message.counted_attempts() <= mailbox.max_attempts
             if message.state == "LEASED":
                 assert message.token is not None
             else:

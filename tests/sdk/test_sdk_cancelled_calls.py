@@ -202,3 +202,225 @@ async def test_serve_cancelled_as_an_admission_answers_puts_the_job_back(autojum
         assert scope.cancelled_caught and transport.cut == 1 and ran == []
         run_id = (await rs._ctx.call("GET", f"/tasks/{job.id}")).body["scopeId"]
         assert await _leased(rs, run_id) == 0, "the job was left leased to no one"
+
+
+async def _budget_row(rs: testing.InProcessRunstate) -> dict:
+    return (await rs._ctx.call("GET", "/budgets")).body["budgets"][0]
+
+
+async def test_a_budget_reserve_cancelled_as_its_reservation_comes_back_voids_it(autojump_clock):
+    """The reservation stayed held, refusing every other caller, until its time to be settled."""
+    async with testing.serve() as rs:
+        await rs.budgets.ensure("llm", currency="USD", scale=2, limit="1.00")
+        run = await rs.scopes.create()
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/reserve")
+            await client.scope(run.id).budget("llm").reserve(amount="1.00")
+        assert scope.cancelled_caught and transport.cut == 1
+        assert (await _budget_row(rs))["reservedMinor"] == "0", "the money was left reserved for no one"
+        await rs.scope(run.id).budget("llm").reserve(amount="1.00")
+
+
+def _run_bound(rs: testing.InProcessRunstate, run: str) -> tuple[runstate.Runstate, CutOnAnswer]:
+    transport = CutOnAnswer(rs.transport)
+    client = runstate.Runstate(transport=transport, api_key="test-key", space_id=rs.space_id, run=run, worker="w1")
+    return client, transport
+
+
+async def test_a_budget_call_cancelled_as_its_reservation_comes_back_voids_it(autojump_clock):
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-budget")
+        ran = []
+
+        @client.budget("llm", reserve=1.00, limit=1.00)
+        async def model():
+            ran.append(1)
+
+        await client.asetup(budgets={"llm": {"limit": 1.00}})
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/reserve")
+            await model()
+        assert scope.cancelled_caught and transport.cut == 1 and ran == []
+        assert (await _budget_row(rs))["reservedMinor"] == "0", "the money was left reserved for no one"
+
+
+async def test_a_slots_call_cancelled_as_its_grant_comes_back_releases_the_units(autojump_clock):
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-slots")
+        await client.asetup(slots={"browser": {"max": 1}})
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/acquire")
+            async with client.slots("browser"):
+                raise AssertionError("the block ran after its cancellation")
+        assert scope.cancelled_caught and transport.cut == 1
+        assert (await rs.pools.list())[0]["unitsAvailable"] == 1, "the slot was left held by no one"
+
+
+async def test_a_slots_call_cancelled_as_it_joins_the_line_leaves_it(autojump_clock):
+    """Its waiter stayed first in line: when the slot came free, its turn went to no one, and the
+    next caller waited for that turn to run out."""
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-slots-line")
+        other = rs.client(run="cut-slots-line", worker="w2")
+        await client.asetup(slots={"browser": {"max": 1}})
+        async with other.slots("browser"):
+            with trio.CancelScope() as scope:
+                transport.arm(scope, "/wait")
+                async with client.slots("browser"):
+                    raise AssertionError("the block ran after its cancellation")
+            assert scope.cancelled_caught and transport.cut == 1
+        started = trio.current_time()
+        async with other.slots("browser", timeout=30):
+            assert trio.current_time() - started < 1, "the next caller waited for a turn given to no one"
+
+
+async def test_a_take_cancelled_as_it_joins_the_line_leaves_it(autojump_clock):
+    """Its waiter stayed in line until its time to live, and was served at the next window,
+    consuming the units for no one."""
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-take")
+        other = rs.client(run="cut-take", worker="w2")
+        await other.asetup(limits={"calls": {"max": 1, "per": 10}})
+        await other.atake("calls")  # the window's one unit
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/wait")
+            await client.atake("calls", timeout=30)
+        assert scope.cancelled_caught and transport.cut == 1
+        await trio.sleep(11)  # the next window
+        with trio.move_on_after(1) as late:
+            await other.atake("calls")
+        assert not late.cancelled_caught, "the cancelled take's waiter was served for no one"
+
+
+async def test_a_once_call_cancelled_as_it_acquires_gives_the_key_back_unused(autojump_clock):
+    """The key stayed held for its whole lease, every other caller waiting on it, and that
+    acquisition then counted as one of the work's attempts."""
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, "cut-once")
+        other = rs.client(run="cut-once", worker="w2")
+        ran = []
+
+        async def research(topic):
+            ran.append(topic)
+            return f"notes on {topic}"
+
+        cut, whole = client.once(research), other.once(research, attempts=1)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/once/acquire")
+            await cut("tides")
+        assert scope.cancelled_caught and transport.cut == 1 and ran == []
+        started = trio.current_time()
+        assert await whole("tides") == "notes on tides"
+        assert trio.current_time() - started < 1, "the next caller waited for the cut caller's lease"
+
+
+async def _counts(rs: testing.InProcessRunstate, run_id: str) -> dict[str, int]:
+    counts = (await rs.diagnostics.run(run_id))["counts"]["messages"]
+    return {state: count for state, count in counts.items() if count}
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+async def test_work_put_back_unhandled_does_not_use_up_the_messages_attempts(autojump_clock, prefetch):
+    """maxAttempts 2: two receives cut as they answered put the message back each time as a
+    retry, which counted both attempts and dead-lettered it with no handler ever seeing it (and
+    made it wait a backoff between the two). Returned unhandled, it is there at once for the
+    consumer that then handles it."""
+    async with testing.serve() as rs:
+        await rs._ctx.call("PUT", "/mailboxes/by-name/fragile", body={"maxAttempts": 2})
+        run = await rs.scopes.create()
+        await run.mailbox("fragile").send({"n": 1})
+        client, transport = await _cut_client(rs)
+        started = trio.current_time()
+        for _ in range(2):
+            with trio.CancelScope() as scope:
+                transport.arm(scope, "/recv-many" if prefetch > 1 else "/recv")
+                await client.scope(run.id).mailbox("fragile").consume(lambda data, delivery: None, prefetch=prefetch)
+            assert scope.cancelled_caught
+        assert transport.cut == 2 and trio.current_time() - started < 1
+        assert await _counts(rs, run.id) == {"QUEUED": 1}
+        delivery = await rs.scope(run.id).mailbox("fragile").receive()
+        assert delivery is not None and delivery.attempt == 3, "the message was dead-lettered by its put-backs"
+        await delivery.complete()
+
+
+async def test_work_taken_ahead_and_put_back_at_a_stop_keeps_its_attempts(autojump_clock):
+    """maxAttempts 1, prefetch 3, one handler at a time: the first handler stops consume(); the
+    two deliveries taken ahead, which no handler saw, go back queued (as retries they used up
+    their one attempt and were dead-lettered)."""
+    async with testing.serve() as rs:
+        await rs._ctx.call("PUT", "/mailboxes/by-name/strict", body={"maxAttempts": 1})
+        run = await rs.scopes.create()
+        for n in range(3):
+            await run.mailbox("strict").send({"n": n})
+        stop = trio.Event()
+        handled = []
+
+        async def handle(data, delivery):
+            handled.append(data["n"])
+            stop.set()
+
+        await run.mailbox("strict").consume(handle, prefetch=3, concurrency=1, stop_event=stop)
+        assert handled == [0]
+        assert await _counts(rs, run.id) == {"QUEUED": 2}, "work taken ahead was dead-lettered"
+
+
+async def test_a_server_without_return_gets_the_work_back_as_a_retry(autojump_clock):
+    """Against a server that has no `/return` (404), what was taken unhandled is retried instead,
+    as before: back on the queue after its backoff, the attempt counted, never left leased."""
+
+    class NoReturn:
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.base_url, self.refused = inner, inner.base_url, 0
+
+        async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+            if path.partition("?")[0].endswith("/return"):
+                self.refused += 1
+                envelope = b'{"error":{"code":"NOT_FOUND","message":"no such route"}}'
+                return 404, {"content-type": "application/json"}, envelope
+            answer: Exchange = await self.inner.send(method, path, headers, body, timeout_s)
+            return answer
+
+    async with testing.serve() as rs:
+        await rs.mailboxes.ensure("inbox")
+        run = await rs.scopes.create()
+        await run.mailbox("inbox").send({"n": 1})
+        transport = CutOnAnswer(NoReturn(rs.transport))
+        client = rs.new_client(holder="cut", transport=transport)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/recv")
+            await client.scope(run.id).mailbox("inbox").receive()
+        assert scope.cancelled_caught and transport.inner.refused == 1
+        assert await _counts(rs, run.id) == {"DELAYED": 1}
+
+
+async def test_a_take_cancelled_while_in_line_leaves_it(autojump_clock):
+    """The run-bound take() cancelled while its waiter waits: the waiter stayed in line and was
+    served at the next window, consuming the unit for no one."""
+    async with testing.serve() as rs:
+        taker, other = rs.client(run="line-take", worker="w1"), rs.client(run="line-take", worker="w2")
+        await other.asetup(limits={"calls": {"max": 1, "per": 10}})
+        await other.atake("calls")  # the window's one unit
+        with trio.move_on_after(1) as scope:
+            await taker.atake("calls", timeout=30)
+        assert scope.cancelled_caught
+        await trio.sleep(10)  # the next window
+        with trio.move_on_after(1) as late:
+            await other.atake("calls")
+        assert not late.cancelled_caught, "the cancelled take's waiter was served for no one"
+
+
+async def test_a_slots_call_cancelled_while_in_line_leaves_it(autojump_clock):
+    """slots() cancelled while its waiter waits in the pool's line: when the slot came free the
+    turn went to the waiter no one watched, and the next caller waited for that turn to run out."""
+    async with testing.serve() as rs:
+        waiting, other = rs.client(run="line-slots", worker="w1"), rs.client(run="line-slots", worker="w2")
+        await other.asetup(slots={"browser": {"max": 1}})
+        async with other.slots("browser"):
+            with trio.move_on_after(2) as scope:
+                async with waiting.slots("browser", timeout=30):
+                    raise AssertionError("the slot was held by another")
+            assert scope.cancelled_caught
+        started = trio.current_time()
+        async with other.slots("browser", timeout=30):
+            assert trio.current_time() - started < 1, "the next caller waited for a turn given to no one"

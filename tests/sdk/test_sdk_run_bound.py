@@ -247,6 +247,25 @@ async def test_budget_charges_the_cost_and_refuses_what_no_longer_fits(autojump_
         assert (view["spentMinor"], view["reservedMinor"]) == ("90", "0")
 
 
+@pytest.mark.trio
+async def test_work_that_outlives_its_reservation_and_its_run_is_charged_late(autojump_clock):
+    """The run is stopped while the work runs, and the work outlives its reservation's hour: the
+    settle finds it released, and the late charge (one minor unit reserved in the run, the cost
+    settled against it) was refused as the run had ended, the spend never counted."""
+    async with testing.serve() as rs:
+        client = rs.client(run="late-budget")
+
+        @client.budget("llm", reserve=0.30, limit=1.00, cost=lambda spent: spent)
+        async def model(spend):
+            await rs.scope(await client.arun_id()).cancel()
+            await trio.sleep(3700)  # past the reservation's settleBy
+            return spend
+
+        assert await model(0.45) == 0.45
+        view = (await rs._ctx.call("GET", "/budgets")).body["budgets"][0]
+        assert (view["spentMinor"], view["reservedMinor"]) == ("45", "0"), view
+
+
 # -- queues --------------------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ statuses, error codes, Retry-After headers and row shapes the official client re
 from __future__ import annotations
 
 import pytest
+import trio
 
 pytestmark = pytest.mark.trio
 
@@ -303,3 +304,47 @@ async def test_a_work_limit_counts_the_tasks_of_every_run(api):
     assert [(row["scopeId"], row["outstanding"]) for row in listing["workLimits"]] == [(run, 1)]
     status, _, body = await api.post("/tasks", {"scopeId": run, "mailboxId": mailbox["id"], "taskKey": "b", "workLimit": limit["id"]})
     assert status == 409 and body["error"]["code"] == "BACKLOG_FULL"
+
+
+async def test_a_late_charge_is_taken_in_a_run_that_has_ended(api, autojump_clock):
+    """Work outlived its reservation's settleBy and its run was cancelled meanwhile: 0.3.0's late
+    charge (reserve one minor unit, holder `late-charge`, idempotency key `late:<id>`, then settle
+    the cost with allowOverrun) was refused SCOPE_CANCELLED, and spend that happened went
+    unrecorded. It is taken now, once per released reservation and only as that, while any other
+    reservation in the ended run is still refused."""
+    run = await _run(api)
+    status, _, other_run = await api.post("/scopes", {"name": "other"})
+    status, _, budget = await _put(api, "/budgets/by-name/spend", {"limitMinor": "1000", "currency": "USD", "scale": 2})
+    base = f"/budgets/{budget['id']}"
+    status, _, first = await api.post(base + "/reserve", {"scopeId": run, "holder": "w", "amountMinor": "300"})
+    await trio.sleep(1800)
+    status, _, active = await api.post(base + "/reserve", {"scopeId": run, "holder": "w", "amountMinor": "100"})
+    rid = first["reservationId"]
+    await trio.sleep(1801)  # past the first one's settleBy (an hour): released; the second one holds on
+    await api.post(f"/scopes/{run}/cancel", {})
+    status, _, body = await api.post(base + "/settle", {"reservationId": rid, "amountMinor": "250", "workKey": f"settle:{rid}", "allowOverrun": True})
+    assert status == 409 and body["error"]["code"] == "CONFLICT"
+    status, _, body = await api.post(base + "/reserve", {"scopeId": run, "holder": "w", "amountMinor": "1"})
+    assert status == 409 and body["error"]["code"] == "SCOPE_CANCELLED", "no new reservation in an ended run"
+    late = {"scopeId": run, "holder": "late-charge", "amountMinor": "1"}
+    status, _, vehicle = await api.post(base + "/reserve", late, headers={"idempotency-key": f"late:{rid}"})
+    assert status == 201 and vehicle["reservedMinor"] == "1", vehicle
+    again = await api.post(base + "/reserve", late, headers={"idempotency-key": f"late:{rid}"})
+    assert again[0] == 201 and again[2]["reservationId"] == vehicle["reservationId"]  # (the stored answer)
+    settle = {"reservationId": vehicle["reservationId"], "amountMinor": "250", "workKey": f"late:{rid}", "allowOverrun": True}
+    status, _, settled = await api.post(base + "/settle", settle)
+    assert status == 200 and settled["state"] == "SETTLED"
+    status, _, view = await api.get(base)
+    assert (view["spentMinor"], view["reservedMinor"]) == ("250", "100"), view
+    refused = [
+        ({**late, "lateOf": rid}, 409, "CONFLICT"),  # charged late once already
+        ({**late, "lateOf": active["reservationId"]}, 409, "CONFLICT"),  # not released: settle it
+        ({**late, "amountMinor": "50", "lateOf": rid}, 400, "VALIDATION_FAILED"),  # only the one minor unit
+        ({**late, "scopeId": other_run["id"], "lateOf": rid}, 400, "VALIDATION_FAILED"),  # only in its run
+        ({**late, "lateOf": "rs_nope"}, 404, "NOT_FOUND"),
+    ]
+    for body, status_wanted, code in refused:
+        status, _, answer = await api.post(base + "/reserve", body)
+        assert (status, answer["error"]["code"]) == (status_wanted, code), (body, answer)
+    status, _, view = await api.get(base)
+    assert (view["spentMinor"], view["reservedMinor"]) == ("250", "100"), "a refused late charge changed nothing"

@@ -201,6 +201,39 @@ async def test_a_dead_holders_lease_runs_out_and_the_next_caller_takes_over_coun
     assert late.code == "STALE_CLAIM"
 
 
+async def test_a_released_key_opens_again_without_counting_the_attempt(client, autojump_clock):
+    """A holder cancelled before it began gives the key back: the next caller holds it at once,
+    with a greater generation (attempts), and the release leaves all of maxAttempts to the work."""
+    run = await client.run()
+    waiter = {}
+
+    async def wait() -> None:
+        waiter["view"] = (await client.get(f"/once?scopeId={run}&key=k&waitMs=30000")).json
+        waiter["at"] = trio.current_time()
+
+    held = (await _acquire(client, run, lease=60)).json
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await trio.sleep(1)
+        stale = await client.post("/once/release", {"scopeId": run, "key": "k", "token": "nope"})
+        assert stale.code == "STALE_CLAIM"
+        released = await client.post("/once/release", {"scopeId": run, "key": "k", "token": held["token"]})
+        released_at = trio.current_time()
+    assert released.status == 200 and released.json["state"] == "OPEN"
+    assert waiter == {"view": {"state": "OPEN", "attempts": 1, "result": None, "lastError": None}, "at": released_at}
+    again = await client.post("/once/release", {"scopeId": run, "key": "k", "token": held["token"]})
+    assert again.code == "STALE_CLAIM"
+    late = await client.post("/once/complete", {"scopeId": run, "key": "k", "token": held["token"], "result": 1})
+    assert late.code == "STALE_CLAIM"
+    failed = []
+    for attempt in range(2):
+        got = (await _acquire(client, run, holder="w2")).json
+        assert got["state"] == "ACQUIRED" and got["attempts"] == attempt + 1
+        body = {"scopeId": run, "key": "k", "token": got["token"], "error": "boom", "maxAttempts": 2}
+        failed.append((await client.post("/once/fail", body)).json["state"])
+    assert failed == ["OPEN", "FAILED"], "the released acquisition was counted as a failed attempt"
+
+
 async def test_a_waiter_is_answered_the_moment_the_result_is_recorded(client, autojump_clock):
     run = await client.run()
     held = (await _acquire(client, run, lease=60)).json
@@ -244,6 +277,8 @@ async def test_once_slots_survive_replay_and_images(client, autojump_clock):
     run = await client.run()
     held = (await _acquire(client, run, key="a")).json
     await client.post("/once/complete", {"scopeId": run, "key": "a", "token": held["token"], "result": "r"})
+    given = (await _acquire(client, run, key="c")).json
+    await client.post("/once/release", {"scopeId": run, "key": "c", "token": given["token"]})
     await _acquire(client, run, key="b", lease=60)
     live = client.runtime.kernel.partition_of("default").state.space("default")
     rebuilt = KernelState(client.runtime.limits)
@@ -251,9 +286,10 @@ async def test_once_slots_survive_replay_and_images(client, autojump_clock):
         check_record(record)  # every image record is one the record format knows
         rebuilt.apply(record)
     now = client.runtime.kernel.clock.now_ms()
-    for key in ("a", "b"):
+    for key in ("a", "b", "c"):
         space = rebuilt.space("default")
         assert space.once.view(space.once.find(run, key), now) == live.once.view(live.once.find(run, key), now)
+    assert rebuilt.space("default").once.find(run, "c").released == 1  # (the image keeps what was given back)
 
 
 # -- a task's long poll ----------------------------------------------------------------------------------
@@ -361,13 +397,15 @@ async def test_every_record_these_routes_write_is_registered(client, autojump_cl
     await client.post("/once/complete", {"scopeId": run, "key": "a", "token": done["token"], "result": 1})
     failing = (await _acquire(client, run, key="b")).json
     await client.post("/once/fail", {"scopeId": run, "key": "b", "token": failing["token"], "error": "x", "maxAttempts": 1})
+    given = (await _acquire(client, run, key="d")).json
+    await client.post("/once/release", {"scopeId": run, "key": "d", "token": given["token"]})
     await _acquire(client, run, key="c", lease=5)
     await trio.sleep(6)  # the lease of c runs out
     kinds = set()
     for record in journal.records:
         check_record(record)
         kinds.add(record["type"])
-    assert {"run.named", "once.acquired", "once.renewed", "once.completed", "once.failed", "once.expired"} <= kinds
+    assert {"run.named", "once.acquired", "once.renewed", "once.completed", "once.failed", "once.expired", "once.released"} <= kinds
 
 
 async def test_a_once_keys_state_is_read_in_a_run_that_exists(nursery, autojump_clock):

@@ -140,3 +140,36 @@ async def test_recv_leases_from_its_own_scope_and_refuses_to_be_asked_for_descen
         assert status == 204, "the run's own queue is empty: the child's message is not its to lease"
         status, delivery = await api.receive(child, mailbox)
         assert status == 200 and delivery["message"]["payload"] == 1
+
+
+async def test_a_returned_delivery_is_queued_again_at_once_without_counting_its_attempt(autojump_clock):
+    """maxAttempts 1: three deliveries returned unhandled leave the task its one attempt, which a
+    retry then uses up. Only the current holder's token returns it, and only before it is settled;
+    its place in the queue is kept, and the return itself is counted as an operation."""
+    app, api = app_and_api()
+    async with runstate.testing.serve_app(app):
+        _, run = await api.call("POST", "/scopes", {})
+        _, mailbox = await api.call("POST", "/mailboxes", {"name": "once-only", "maxAttempts": 1})
+        for key in ("t0", "t1"):
+            await api.call("POST", "/tasks", {"scopeId": run["id"], "mailboxId": mailbox["id"], "taskKey": key})
+        started = trio.current_time()
+        for attempt in (1, 2, 3):
+            status, got = await api.receive(run, mailbox)
+            assert status == 200 and got["message"]["attempt"] == attempt and got["message"]["payload"] is None
+            message_id = got["message"]["id"]
+            assert (await api.call("POST", f"/messages/{message_id}/return", {"token": "nope"}))[1]["error"]["code"] == "STALE_CLAIM"
+            status, returned = await api.call("POST", f"/messages/{message_id}/return", {"token": got["token"]})
+            assert status == 200 and returned["state"] == "QUEUED" and returned["taskState"] == "QUEUED"
+            again = await api.call("POST", f"/messages/{message_id}/return", {"token": got["token"]})
+            assert again[1]["error"]["code"] == "STALE_CLAIM"  # returned once; the token is spent
+        assert trio.current_time() == started  # no backoff: back at once, ahead of the younger task
+        _, last = await api.receive(run, mailbox)
+        assert last["message"]["id"] == message_id and last["message"]["attempt"] == 4
+        status, nacked = await api.call("POST", f"/messages/{message_id}/nack", {"token": last["token"], "retry": True})
+        assert status == 200 and nacked["state"] == "DEAD" and nacked["taskState"] == "FAILED"
+        settled = await api.call("POST", f"/messages/{message_id}/return", {"token": last["token"]})
+        assert settled[1]["error"]["code"] == "STALE_CLAIM"  # a settled delivery is not returned
+        _, task = await api.call("GET", f"/tasks/{nacked['taskId']}")
+        assert "1 of 1 attempts used" in task["outcomeReason"]
+        usage = await api.usage()
+    assert usage["operations"]["deliveries.return"] == 3

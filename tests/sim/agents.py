@@ -265,7 +265,8 @@ async def submitter(world: World, name: str) -> None:
 
 
 async def worker(world: World, name: str) -> None:
-    """Receives deliveries (long polls included) and completes, retries, rejects, overruns or vanishes."""
+    """Receives deliveries (long polls included) and completes, retries, rejects, returns unhandled
+    (as a worker cancelled as it received does), overruns or vanishes."""
     rng, oracle = world.rng(name), world.oracle
     life = 0
     rs = world.client(name)
@@ -288,7 +289,7 @@ async def worker(world: World, name: str) -> None:
         end = wall_ms(delivery["leaseExpiresAt"])
         oracle.granted(("message", message["id"]), name, token, message["attempt"], end - delivery["leaseSeconds"] * 1000, end)
         world.log(name, f"leased {message['id']} attempt {message['attempt']} task {message['taskId']} until {end % 10**7}")
-        mode = rng.choices(["complete", "slow", "retry", "reject", "stall", "vanish"], [8, 2, 2, 1, 1, 1])[0]
+        mode = rng.choices(["complete", "slow", "retry", "reject", "return", "stall", "vanish"], [8, 2, 2, 1, 2, 1, 1])[0]
         if mode == "vanish":
             world.log(name, f"vanishes with {message['id']}")
             await rs.aclose()
@@ -304,6 +305,23 @@ async def worker(world: World, name: str) -> None:
                 oracle.extended(token, wall_ms(renewed.body["leaseExpiresAt"]))
         elif mode == "stall":
             await trio.sleep(lease_s + rng.uniform(0, 5))
+        elif mode == "return":  # cancelled as it received, again and again (a worker in a restart loop)
+            given_back = False
+            for _ in range(rng.randint(0, 3)):
+                await trio.sleep(rng.uniform(0, 0.1 * lease_s))
+                await settle(world, name, rs, message, token, mode, rng)
+                again = {**body, "waitMs": None}
+                ok, reply = await world.call(name, "recv", lambda: rs._ctx.call("POST", path, body=again))
+                given_back = not ok or reply.status == 204
+                if given_back:
+                    break
+                message, token = reply.body["message"], reply.body["token"]
+                end = wall_ms(reply.body["leaseExpiresAt"])
+                oracle.granted(("message", message["id"]), name, token, message["attempt"], end - lease_s * 1000, end)
+                world.log(name, f"leased {message['id']} attempt {message['attempt']} again until {end % 10**7}")
+            if given_back:
+                continue
+            await trio.sleep(rng.uniform(0, 0.1 * lease_s))
         else:
             await trio.sleep(rng.uniform(0, 0.8 * lease_s))
         await settle(world, name, rs, message, token, mode, rng)
@@ -315,6 +333,9 @@ async def settle(world: World, name: str, rs: AsyncRunstate, message: dict, toke
     why = oracle.stale_for_certain(token)
     if mode in ("retry", "reject"):
         action, body = "nack", {"token": token, "retry": mode == "retry"}
+        result = None
+    elif mode == "return":
+        action, body = "return", {"token": token}
         result = None
     else:
         result = f"{name}:{message['id']}:{message['attempt']}"
@@ -341,6 +362,9 @@ async def settle(world: World, name: str, rs: AsyncRunstate, message: dict, toke
     answer = reply.body
     world.log(name, f"{action} {message['id']} -> {answer.get('state')} task {answer.get('taskState')}")
     task_id, task_state = answer.get("taskId"), answer.get("taskState")
+    if action == "return" and (answer.get("state") == "DEAD" or task_state == "FAILED"):
+        oracle.fail("returned-uncounted", f"the return of message {message['id']} (attempt {message['attempt']}) "
+                    f"dead-lettered it: {answer.get('state')}, task {task_state}")
     if task_id is not None and task_state in TERMINAL:
         oracle.task_settled(task_id, token, task_state, result if task_state == "SUCCEEDED" else None)
         if task_state == "SUCCEEDED":

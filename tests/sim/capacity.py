@@ -17,6 +17,9 @@ server believes):
 - `budget-limit`: what was acknowledged as settled, plus what acknowledged reservations surely
   still held (until a settle or void was sent for them, or their settleBy passed), never exceeds
   the budget's limit at any reservation.
+- `late-charge`: a released reservation is charged late (a reservation of one minor unit `lateOf`
+  it, taken in its run even once that run ended) at most once; and in a run whose end was
+  acknowledged no other reservation is ever acknowledged.
 
 Agents here use their own runs, which the manager never ends: a scope's end drops its grants,
 which no holder is told of. Admitted tasks share the pool, the allowance and the budget with the
@@ -313,8 +316,9 @@ async def quota_taker(world: Any, name: str) -> None:
 
 
 async def spender(world: Any, name: str) -> None:
-    """Reserves from a 10.00 budget, then settles part (sometimes twice with one key), voids, or
-    leaves the reservation to its settleBy."""
+    """Reserves from a 10.00 budget, then settles part (sometimes twice with one key), voids,
+    leaves the reservation to its settleBy, or charges it late once its settleBy released it
+    (sometimes after ending its run, which it then replaces)."""
     rng: random.Random = world.rng(name)
     book: CapacityBook = world.capacity
     rs = world.client(name)
@@ -333,8 +337,14 @@ async def spender(world: Any, name: str) -> None:
         book.reserved(reservation.id, int(reservation.reserved_minor), round(datetime.fromisoformat(settle_by).timestamp() * 1000))
         await trio.sleep(rng.uniform(0, 8))
         number += 1
-        choice = rng.choice(["settle", "settle", "void", "leave"])
+        choice = rng.choice(["settle", "settle", "void", "leave", "late"])
         if choice == "leave":
+            continue
+        if choice == "late":
+            until_ms = round(datetime.fromisoformat(settle_by).timestamp() * 1000)
+            if await _charge_late(world, name, rs, rng, reservation, run.id, until_ms):
+                run = await _own_run(world, name, rs)  # it ended the run: a new one for what follows
+                budget = rs.scope(run.id).budget("spend")
             continue
         book.letting_go_reservation(reservation.id)
         if choice == "void":
@@ -349,6 +359,44 @@ async def spender(world: Any, name: str) -> None:
                 break
         await world.call(name, "void rest", lambda: reservation.void(usage_key=f"{name}-{number}-rest"))
     await rs.aclose()
+
+
+async def _charge_late(world: Any, name: str, rs: Any, rng: random.Random, reservation: Any, run_id: str, until_ms: int) -> bool:
+    """Charge a reservation late, once its settleBy released it, as 0.3.0 does (one minor unit
+    reserved `lateOf` it in its run, the cost settled against it with allowOverrun), half the time
+    after ending the run; sometimes twice, which must be refused. Returns whether the run ended."""
+    book: CapacityBook = world.capacity
+    oracle = world.oracle
+    await trio.sleep(max(0.0, (until_ms - now_ms()) / 1000) + rng.uniform(0.1, 2.0))
+    ended = rng.random() < 0.5
+    budget_id = reservation._budget_id
+    if ended:
+        oracle.run_may_end(run_id, now_ms())
+        ok, _ = await world.call(name, "cancel run", lambda: rs.scope(run_id).cancel())
+        if ok:
+            oracle.run_ended(run_id, now_ms())
+            plain = {"scopeId": run_id, "holder": name, "amountMinor": "1"}
+            ok, _ = await world.call(name, "reserve in ended run", lambda: rs._ctx.call("POST", f"/budgets/{budget_id}/reserve", body=plain))
+            if ok:
+                oracle.fail("late-charge", f"a reservation in run {run_id} was acknowledged after its end was")
+    late = {"scopeId": run_id, "holder": "late-charge", "amountMinor": "1", "lateOf": reservation.id}
+    taken = 0
+    for attempt in range(rng.choice([1, 1, 2])):
+        ok, reply = await world.call(name, "late reserve", lambda: rs._ctx.call("POST", f"/budgets/{budget_id}/reserve", body=late))
+        if not ok:
+            continue
+        taken += 1
+        if taken > 1:
+            oracle.fail("late-charge", f"reservation {reservation.id} was charged late twice")
+        vehicle = reply.body["reservationId"]
+        book.reserved(vehicle, 1, now_ms() + 3_600_000)
+        book.letting_go_reservation(vehicle)
+        cost = rng.randint(1, 300)
+        settle = {"reservationId": vehicle, "amountMinor": str(cost), "workKey": f"late:{reservation.id}", "allowOverrun": True}
+        ok, answer = await world.call(name, "late settle", lambda: rs._ctx.call("POST", f"/budgets/{budget_id}/settle", body=settle))
+        if ok:
+            book.settled_amount(int(answer.body["settledMinor"]))
+    return ended
 
 
 async def admission_submitter(world: Any, name: str) -> None:

@@ -1,5 +1,6 @@
 """Simulated callers of once (`POST /once/acquire`, `/once/renew`, `/once/complete`, `/once/fail`,
-`GET /once`), as the 0.3.0 client's `@once` drives them, with their invariant:
+`/once/release`, `GET /once`), as the 0.3.0 client's `@once` drives them (and ours, which gives a
+key back unused when its caller was cancelled as it acquired), with their invariant:
 
 - **once-result**: a key has at most one result and it never changes. Every DONE answer shows a
   result that some holder of that key sent; once a completion is acknowledged, every later answer
@@ -10,7 +11,7 @@
 
 The holders' leases are checked like claims' (the attempt number is the generation): one holder
 at a time, attempt numbers that grow, and a completion or failure with the token of a holder that
-is certainly no longer current is refused.
+is certainly no longer current is refused (a release too). A released key is OPEN again.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def observe(world: World, scope_id: str, key: str, view: dict, what: str) -> Non
 
 
 async def once_agent(world: World, name: str) -> None:
-    """Runs once keys: holds and completes, fails (3 attempts), vanishes, overruns its lease,
-    renews, waits for a key held by another, and comes back as a zombie with an old token."""
+    """Runs once keys: holds and completes, fails (3 attempts), gives back unused, vanishes,
+    overruns its lease, renews, waits for a key held by another, and comes back as a zombie with
+    an old token."""
     rng, oracle = world.rng(name), world.oracle
     rs = world.client(name)
     old: list[tuple[str, str, str]] = []  # (scope, key, token) it once held
@@ -84,7 +86,7 @@ async def once_agent(world: World, name: str) -> None:
     while world.running:
         await trio.sleep(rng.expovariate(1 / 1.5))
         if old and rng.random() < 0.1:
-            await _settle(world, name, rs, rng.choice(old), rng.choice(["complete", "fail"]), zombie=True)
+            await _settle(world, name, rs, rng.choice(old), rng.choice(["complete", "fail", "release"]), zombie=True)
             continue
         scope_id, key = rng.choice(world.scopes), f"o{rng.randint(0, KEYS - 1)}"
         if rng.random() < 0.2:  # as a caller that found the key held: wait for it to settle
@@ -111,7 +113,7 @@ async def once_agent(world: World, name: str) -> None:
         world.log(name, f"holds once {key} in {scope_id[-4:]} attempt {attempt} until {end % 10**7}")
         old.append((scope_id, key, token))
         del old[:-20]
-        mode = rng.choices(["complete", "fail", "renew", "vanish", "overrun"], [5, 2, 2, 1, 1])[0]
+        mode = rng.choices(["complete", "fail", "renew", "vanish", "overrun", "release"], [5, 2, 2, 1, 1, 1])[0]
         if mode == "renew":
             await trio.sleep(rng.uniform(0.3, 0.7) * lease_s)
             renew = {"scopeId": scope_id, "key": key, "token": token, "leaseSeconds": lease_s}
@@ -124,12 +126,13 @@ async def once_agent(world: World, name: str) -> None:
         if mode == "vanish":
             world.log(name, f"vanishes holding once {key}")
             continue
-        await _settle(world, name, rs, (scope_id, key, token), "fail" if mode == "fail" else "complete", zombie=False)
+        action = mode if mode in ("fail", "release") else "complete"
+        await _settle(world, name, rs, (scope_id, key, token), action, zombie=False)
     await rs.aclose()
 
 
 async def _settle(world: World, name: str, rs: Any, held: tuple[str, str, str], action: str, *, zombie: bool) -> None:
-    """Complete or fail the attempt `held` stands for; a stale token must be refused."""
+    """Complete, fail or release the attempt `held` stands for; a stale token must be refused."""
     scope_id, key, token = held
     oracle = world.oracle
     book = _book(world, scope_id, key)
@@ -138,8 +141,10 @@ async def _settle(world: World, name: str, rs: Any, held: tuple[str, str, str], 
         result = f"{name}:{token[-8:]}"
         book.sent.add(orjson.dumps(result))  # sent: the server may apply it even if the answer is lost
         body: dict = {"scopeId": scope_id, "key": key, "token": token, "result": result}
-    else:
+    elif action == "fail":
         body = {"scopeId": scope_id, "key": key, "token": token, "error": "boom", "maxAttempts": MAX_ATTEMPTS}
+    else:
+        body = {"scopeId": scope_id, "key": key, "token": token}
     oracle.letting_go(token)
     what = f"{'zombie ' if zombie else ''}once {action} {key}"
     ok, reply = await world.call(name, what, lambda: rs._ctx.call("POST", f"/once/{action}", body=body))
@@ -154,7 +159,9 @@ async def _settle(world: World, name: str, rs: Any, held: tuple[str, str, str], 
             oracle.fail("once-result", f"once key {key} of {scope_id[-4:]}: a second completion was acknowledged "
                         f"({acked.decode()} after {book.acked.decode()})")
         book.acked = acked
-    elif reply.body.get("state") == "FAILED":
+    elif action == "fail" and reply.body.get("state") == "FAILED":
         book.failed = True
+    elif action == "release" and reply.body.get("state") != "OPEN":
+        oracle.fail("once-result", f"once key {key} of {scope_id[-4:]}: a release answered {reply.body.get('state')}, not OPEN")
     world.log(name, f"{what} -> {reply.body.get('state')}")
     observe(world, scope_id, key, reply.body, action)

@@ -43,6 +43,10 @@ Invariants:
    child runs (its image: scopes, claims, tasks, messages, work keys, once slots, barriers, timers,
    groups); and at the end of the seed every run whose end was acknowledged a retention and a
    sweep ago is gone.
+8. **A returned delivery is not an attempt** (`returned-uncounted`). A delivery its holder gave
+   back unhandled (`/return`) is never dead-lettered for its attempts: the acknowledged return
+   shows its message queued again (or ended with its run or deadline), never DEAD nor its task
+   FAILED.
 
 A violation is recorded with its invariant, a message, and the trace excerpt around it; the run
 goes on (one failure per invariant is enough to report).
@@ -62,8 +66,9 @@ INVARIANTS = (
     "server", "recovery", "replay", "hang", "sim",
 )
 INVARIANTS += ("retention",)
+INVARIANTS += ("returned-uncounted",)
 INVARIANTS += ("dead-letters",)  # an operator's scans of them (tests/sim/operator_agents.py)
-INVARIANTS += ("pool-units", "quota-window", "fifo", "pool-fifo", "budget-limit")  # -- capacity -- (tests/sim/capacity.py)
+INVARIANTS += ("pool-units", "quota-window", "fifo", "pool-fifo", "budget-limit", "late-charge")  # -- capacity -- (tests/sim/capacity.py)
 
 
 @dataclass

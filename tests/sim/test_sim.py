@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+from runstate.actors import messages, work
 from runstate.actors.claims import ClaimTable
 from runstate.actors.messages import LEASED, MessageTable
 
@@ -46,6 +47,16 @@ def test_an_injected_stale_token_bug_is_caught(monkeypatch):
     monkeypatch.setattr(ClaimTable, "apply_ended", apply_ended)
     result = run_seed(2, virtual_s=60)
     assert "stale-token" in {violation.invariant for violation in result.violations}, result.describe()
+
+
+def test_an_injected_return_that_counts_the_attempt_is_caught(monkeypatch):
+    """A return judged as a retry: a delivery no handler saw uses up one of the mailbox's attempts,
+    and a message of the mailbox with two is dead-lettered by its returns."""
+    # The bug: the kernel no longer tells a return's requeue from a lost lease's.
+    monkeypatch.setattr(messages, "RETURNED", "not-told-apart")
+    monkeypatch.setattr(work, "RETURNED", "not-told-apart")
+    found, result = run_seeds_until("returned-uncounted", tuple(range(1, 9)), virtual_s=120)
+    assert "returned-uncounted" in found, result.describe()
 
 
 def test_an_injected_double_lease_is_caught(monkeypatch):

@@ -3,7 +3,9 @@ length of a test (`test_sim.py` does the same for claims, deliveries and pool un
 
 from __future__ import annotations
 
+from runstate.actors.budgets import BudgetTable
 from runstate.actors.pools import SIGNALED, WAITING, PoolTable
+from runstate.actors.scopes import ScopeTree
 
 from .runner import run_seeds_until
 
@@ -38,3 +40,30 @@ def test_an_injected_newest_first_pool_line_is_caught(monkeypatch):
     monkeypatch.setattr(PoolTable, "apply_waiter_signaled", apply_waiter_signaled)
     found, result = run_seeds_until("pool-fifo", (1, 2, 3), virtual_s=90)
     assert "pool-fifo" in found, result.describe()
+
+
+def test_an_injected_late_charge_taken_twice_is_caught(monkeypatch):
+    """A late charge that does not look whether its released reservation was charged late
+    already (nor pair them): its cost is charged twice."""
+
+    def check_late(self, budget, late_of, scope_id, amount):
+        self.reservation(budget, late_of)  # the bug: any number of late charges
+
+    def link_late(self, reservation, late_of):
+        reservation.late_of = late_of
+
+    monkeypatch.setattr(BudgetTable, "check_late", check_late)
+    monkeypatch.setattr(BudgetTable, "_link_late", link_late)
+    found, result = run_seeds_until("late-charge", (1, 2, 3, 4), virtual_s=120)
+    assert "late-charge" in found, result.describe()
+
+
+def test_an_injected_reservation_in_an_ended_run_is_caught(monkeypatch):
+    """A reserve that takes any reservation in an ended run, not only a late charge's."""
+
+    def require_active(self, scope_id, now_ms):
+        self.get(scope_id)  # the bug: an ended run is taken as active
+
+    monkeypatch.setattr(ScopeTree, "require_active", require_active)
+    found, result = run_seeds_until("late-charge", (1, 2, 3, 4), virtual_s=120)
+    assert "late-charge" in found, result.describe()

@@ -4,7 +4,7 @@ of a test."""
 from __future__ import annotations
 
 from runstate.actors import commands
-from runstate.actors.once import DONE, OPEN, OnceCommands
+from runstate.actors.once import DONE, OPEN, OnceCommands, OnceTable
 from runstate.actors.transitions import TRANSITIONS, on
 
 from .runner import run_seed
@@ -23,3 +23,20 @@ def test_an_injected_once_that_runs_a_finished_key_again_is_caught(monkeypatch):
     monkeypatch.setitem(TRANSITIONS, commands.AcquireOnce, on("onces", acquire))
     result = run_seed(1, virtual_s=90)
     assert "once-result" in {violation.invariant for violation in result.violations}, result.describe()
+
+
+
+def test_an_injected_release_that_hands_an_attempt_number_out_again_is_caught(monkeypatch):
+    """A release that gives the attempt back by lowering the count: the next holder gets the
+    released holder's attempt number (its generation) again."""
+    original = OnceTable.apply_released
+
+    def apply_released(self, record):
+        slot = original(self, record)
+        slot.attempts -= 1  # the bug: the generation goes back
+        slot.released -= 1
+        return slot
+
+    monkeypatch.setattr(OnceTable, "apply_released", apply_released)
+    result = run_seed(1, virtual_s=300)
+    assert "generations" in {violation.invariant for violation in result.violations}, result.describe()

@@ -323,7 +323,21 @@ export class Delivery<T = unknown> {
     return this.#settle('nack', { token: this.#token, retry: true }, false);
   }
 
-  #settle(action: 'complete' | 'nack', body: Record<string, unknown>, rideThrough: boolean): Promise<void> {
+  /** @internal Give it back unhandled, with one try (`/return`): queued again at once, in its
+   * place, the attempt not counted against the mailbox's `maxAttempts`, so that work taken and
+   * never handed to a handler (a receive cut by an abort, work taken ahead when consume() stops)
+   * cannot use up a message's attempts. A server without that route (404) is asked to retry it
+   * instead, the attempt then counted. */
+  async returnOnce(): Promise<void> {
+    try {
+      await this.#settle('return', { token: this.#token }, false);
+    } catch (err) {
+      if (!(err instanceof NotFoundError)) throw err;
+      await this.requeueOnce();
+    }
+  }
+
+  #settle(action: 'complete' | 'nack' | 'return', body: Record<string, unknown>, rideThrough: boolean): Promise<void> {
     if (this.#rejected !== null) return Promise.reject(this.#rejected);
     if (this.#settled) return Promise.resolve();
     if (this.#settling !== null) return this.#settling;
@@ -464,7 +478,7 @@ export class MailboxRef {
       if (raw !== null) {
         const delivery = new Delivery<T>(this.#ctx, raw, sentMs, leaseSeconds);
         if (signal.aborted) {
-          await delivery.requeueOnce().catch(() => undefined);
+          await delivery.returnOnce().catch(() => undefined); // never handed to anyone: not an attempt
           throw signal.reason;
         }
         return delivery;
@@ -541,7 +555,7 @@ export class MailboxRef {
     };
     const delivery = new Delivery<T>(this.#ctx, raw, grantStartMs(sentMs, nowMs(), held), leaseSeconds);
     if (signal?.aborted && !held) {
-      await delivery.requeueOnce().catch(() => undefined); // its grants go back with it
+      await delivery.returnOnce().catch(() => undefined); // its grants go back with it, its attempt not counted
       throw signal.reason;
     }
     return {

@@ -132,11 +132,35 @@ export async function voidReservation(client: Runstate, budgetId: string, reserv
   }
 }
 
-/** Charge `costMinor` (more than reserved if the budget covers it) and give back the rest. */
+/** Charge `costMinor` (more than reserved if the budget covers it) and give back the rest. A
+ * reservation the server let go already (its settle time passed while the work ran: 409 CONFLICT)
+ * is charged late instead (`chargeLate`), as 0.3.0 and the Python SDK do. */
 export async function settleReservation(client: Runstate, budgetId: string, reservationId: string, costMinor: string): Promise<void> {
   if (costMinor === '0') return voidReservation(client, budgetId, reservationId);
-  const settled = (await callPost(client, `/budgets/${budgetId}/settle`, { reservationId, amountMinor: costMinor, workKey: `settle:${reservationId}`, allowOverrun: true })).body;
+  let settled: any;
+  try {
+    settled = (await callPost(client, `/budgets/${budgetId}/settle`, { reservationId, amountMinor: costMinor, workKey: `settle:${reservationId}`, allowOverrun: true })).body;
+  } catch (err) {
+    if (!(err instanceof RunstateError && err.code === 'CONFLICT')) throw err;
+    return chargeLate(client, budgetId, reservationId, costMinor);
+  }
   if (settled?.state === 'ACTIVE') await voidReservation(client, budgetId, reservationId);
+}
+
+/** Charge a reservation the server let go: reserve one minor unit `lateOf` it in its run (which
+ * the server takes even once the run has ended, once per released reservation; the idempotency
+ * key `late:<id>` is 0.3.0's) and settle the cost against it, overrun allowed. */
+async function chargeLate(client: Runstate, budgetId: string, originalId: string, costMinor: string): Promise<void> {
+  const view = (await callGet(client, `/budgets/${budgetId}`)).body;
+  const scopeId = (Array.isArray(view?.reservations) ? view.reservations : []).find((row: any) => row?.id === originalId)?.scopeId;
+  if (typeof scopeId !== 'string') {
+    warn('RUNSTATE_BUDGET_NOT_SETTLED', `budget ${budgetId}: reservation ${originalId} is gone; its cost of ${costMinor} minor units was not charged`);
+    return;
+  }
+  const body = { scopeId, holder: 'late-charge', amountMinor: '1', lateOf: originalId };
+  const reserved = (await callPost(client, `/budgets/${budgetId}/reserve`, body, undefined, `late:${originalId}`)).body;
+  const settle = { reservationId: reserved.reservationId, amountMinor: costMinor, workKey: `late:${originalId}`, allowOverrun: true };
+  await callPost(client, `/budgets/${budgetId}/settle`, settle);
 }
 
 // -- raw calls on the full client's request layer --------------------------------------------------

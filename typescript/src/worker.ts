@@ -201,8 +201,9 @@ async function intakeLoop<T>(
 
 /**
  * The deliveries taken ahead and never handed to a handler, when intake ends: put back at once
- * (a stop, a failure), not at their lease's end; told as lost when the run ended (the server
- * ended their tasks with it, so nothing is sent for them).
+ * (a stop, a failure), not at their lease's end, and unhandled (`returnOnce`: their attempts not
+ * counted); told as lost when the run ended (the server ended their tasks with it, so nothing is
+ * sent for them).
  */
 async function giveBackAhead<T>(ahead: Array<Delivery<T>>, ended: ScopeCancelledError | null): Promise<void> {
   for (const delivery of ahead) delivery.stopRenewing();
@@ -211,7 +212,7 @@ async function giveBackAhead<T>(ahead: Array<Delivery<T>>, ended: ScopeCancelled
     return;
   }
   // One try each (they go out together, as one batch): a lease that runs out puts it back anyway.
-  await Promise.all(ahead.map((delivery) => (delivery.isLost ? undefined : delivery.requeueOnce().catch(() => undefined))));
+  await Promise.all(ahead.map((delivery) => (delivery.isLost ? undefined : delivery.returnOnce().catch(() => undefined))));
 }
 
 /** The handlers in flight of one consume() call. */

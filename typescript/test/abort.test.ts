@@ -131,6 +131,54 @@ describe('an acquire, a receive or an admission aborted while its request is on 
     assert.equal((await ticket.status()).state, 'QUEUED');
   });
 
+  /** A mailbox whose messages have `maxAttempts` deliveries (the SDK's ensure does not declare it). */
+  async function mailboxWithAttempts(name: string, maxAttempts: number): Promise<void> {
+    const response = await realFetch(`${server.baseUrl}/v1/spaces/${server.spaceId}/mailboxes/by-name/${name}`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${server.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ maxAttempts }),
+    });
+    assert.equal(response.status, 200, await response.text());
+  }
+
+  test('a message put back after aborted receives is not dead-lettered by them: their attempts do not count', async () => {
+    // maxAttempts 2: put back as retries, the two receives used up both attempts (after a backoff
+    // between them) and dead-lettered a message no handler ever saw.
+    await mailboxWithAttempts('abort-fragile', 2);
+    const scope = await rs.scopes.create({ name: 'abort-fragile' });
+    await scope.mailbox('abort-fragile').send({ n: 1 });
+    for (let cut = 0; cut < 2; cut += 1) {
+      const controller = new AbortController();
+      abortOnAnswer = { path: '/recv', controller };
+      await assert.rejects(scope.mailbox('abort-fragile').receive({ signal: controller.signal }), gaveUp);
+    }
+    const counts = (await rs.diagnostics.run(scope.id)).counts.messages;
+    assert.deepEqual([counts.QUEUED ?? 0, counts.DELAYED ?? 0, counts.DEAD ?? 0], [1, 0, 0], JSON.stringify(counts));
+    const delivery = await scope.mailbox('abort-fragile').receive();
+    assert.equal(delivery?.attempt, 3, 'delivered again, not dead-lettered');
+    await delivery?.complete();
+  });
+
+  test('consume() stopped with work taken ahead puts it back without counting its attempts', async () => {
+    // maxAttempts 1, prefetch 3, one handler at a time: put back as retries, the two taken ahead
+    // (which no handler saw) used up their one attempt and were dead-lettered.
+    await mailboxWithAttempts('abort-ahead', 1);
+    const scope = await rs.scopes.create({ name: 'abort-ahead' });
+    for (let n = 0; n < 3; n += 1) await scope.mailbox('abort-ahead').send({ n });
+    const controller = new AbortController();
+    const handled: unknown[] = [];
+    await scope.mailbox('abort-ahead').consume(
+      (data) => {
+        handled.push(data);
+        controller.abort(new Error('enough'));
+      },
+      { signal: controller.signal, prefetch: 3, concurrency: 1 },
+    );
+    assert.equal(handled.length, 1);
+    const counts = (await rs.diagnostics.run(scope.id)).counts.messages;
+    assert.deepEqual([counts.QUEUED ?? 0, counts.DEAD ?? 0, counts.LEASED ?? 0], [2, 0, 0], JSON.stringify(counts));
+  });
+
   test('a pool acquire rejects with the abort and gives its units back', async () => {
     await rs.pools.ensure('abort-pool', { capacity: 1 });
     const controller = new AbortController();

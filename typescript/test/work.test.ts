@@ -247,3 +247,33 @@ describe('the run API', { concurrency: true }, () => {
     assert.deepEqual(status.workers, []);
   });
 });
+
+test('a job that outlives its reservation is still charged: the settle finds it released and charges late', async () => {
+  // The admission's reservation is let go at its settle time (2 s here) while the job runs: the
+  // settle is 409 CONFLICT, and the cost was then lost with a warning. It is charged late now,
+  // as the Python SDK and 0.3.0 do: one minor unit reserved in the job's run, the cost settled.
+  const server = await Server.start({ memory: true, args: ['--settle-by-s-default', '2'] });
+  const worker = new RunClient({ apiKey: server.apiKey, spaceId: server.spaceId, baseUrl: server.baseUrl, run: 'late-charge', worker: 'w1' });
+  const producer = new RunClient({ apiKey: server.apiKey, spaceId: server.spaceId, baseUrl: server.baseUrl, run: 'late-charge', worker: 'p1' });
+  const stop = new AbortController();
+  try {
+    await worker.setup({ budgets: { spend: { limit: '10.00' } } });
+    worker.queue('costly', async (n: number) => {
+      await sleep(3_500);
+      return n;
+    }, { budget: { name: 'spend', reserve: '1.50' } });
+    const serving = worker.serve({ signal: stop.signal, handleSignals: false });
+    assert.equal(await producer.queue<number, number>('costly')(7), 7);
+    const spend = async () => (await worker.client.scope(await worker.runId()).budget('spend').status()) as Record<string, any>;
+    for (let tries = 0; tries < 100 && (await spend()).spentMinor === '0'; tries += 1) await sleep(100);
+    const view = await spend();
+    assert.deepEqual([view.spentMinor, view.reservedMinor], ['150', '0'], JSON.stringify(view));
+    stop.abort();
+    await serving;
+  } finally {
+    stop.abort();
+    worker.client.close();
+    producer.client.close();
+    await server.stop();
+  }
+});
