@@ -12,7 +12,12 @@ What it does, in the wire contract's words:
 - only transport failures are retried (`retries` times, 25-100 ms apart); an HTTP answer, whatever
   its status, is never retried;
 - 204 gives an empty reply; any status below 400 is parsed as JSON (`{}` when it is not JSON);
-  400 and above raise the exception for the envelope's code, `UNAVAILABLE` when there is none;
+  400 and above raise the exception for the envelope's code. Without one (an answer made by a
+  proxy or a load balancer in front of the server) a 5xx is `UNAVAILABLE`, worth trying again,
+  and a 4xx the code its status names (`NOT_FOUND` for a 404, `METHOD_NOT_ALLOWED` for a 405,
+  `VALIDATION_FAILED` for one that names none; `REQUEST_TIMEOUT` and `RATE_LIMITED` for 408 and
+  429, which alone stay worth trying again), with a message that quotes the status and the
+  start of the body;
 - `Retry-After` on an error answer becomes `retry_after_ms`, and the envelope's `details` (an
   object) the error's `details`;
 - when the retries are used up, `UnreachableError` names the server's URL; a refused key
@@ -175,6 +180,27 @@ class Requester:
         return hint
 
 
+# The code an answer of 400-499 without an error envelope stands for, by its status (anything else
+# in that range: VALIDATION_FAILED). Such an answer comes from something in front of the server (a
+# proxy's HTML 404, a load balancer's 405): sending it again gets it again, so it is raised as the
+# 4xx family the status names, never as UNAVAILABLE, which loops and renewals would try again. A
+# 408 or a 429 says "later" whoever sends it, and stays worth trying again.
+_BARE_4XX_CODES = {
+    401: "UNAUTHENTICATED", 403: "FORBIDDEN", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED",
+    408: "REQUEST_TIMEOUT", 409: "CONFLICT", 410: "NOT_FOUND", 429: "RATE_LIMITED",
+}
+# How much of a body without an envelope an error's message quotes.
+BARE_BODY_QUOTED_CHARS_MAX = 200
+
+
+def _body_start(data: bytes) -> str:
+    """The start of a body, as one line of text, for a message."""
+    text = " ".join(data[: BARE_BODY_QUOTED_CHARS_MAX * 4].decode("utf-8", "replace").split())
+    if len(text) > BARE_BODY_QUOTED_CHARS_MAX:
+        text = text[:BARE_BODY_QUOTED_CHARS_MAX] + "..."
+    return repr(text) if text else "an empty body"
+
+
 def _reply(status: int, headers: Mapping[str, str], data: bytes) -> Reply:
     if status == 204:
         return Reply(204, None)
@@ -184,8 +210,12 @@ def _reply(status: int, headers: Mapping[str, str], data: bytes) -> Reply:
     envelope = parsed.get("error") if isinstance(parsed, dict) else None
     if not isinstance(envelope, dict):
         envelope = {}
-    code = envelope.get("code") or "UNAVAILABLE"
-    message = envelope.get("message") or f"request failed with {status}"
+    code = envelope.get("code")
+    message = envelope.get("message")
+    if not code:
+        code = _BARE_4XX_CODES.get(status, "VALIDATION_FAILED") if status < 500 else "UNAVAILABLE"
+        if not message:
+            message = f"HTTP {status} without an error envelope (from a proxy in the way?): {_body_start(data)}"
     raise _error(code, status, message, envelope.get("requestId"), headers, envelope.get("details"))
 
 

@@ -24,8 +24,8 @@
           |                         built-in `TimeoutError` (and importable as `runstate.TimeoutError`)
           +-- RateLimitError        RATE_LIMITED, SERVICE_RATE_LIMITED, ALLOWANCE_EXHAUSTED,
           |                         ALLOWANCE_COOLDOWN, CONCURRENCY_LIMITED, OPERATIONS_EXHAUSTED
-          +-- UnavailableError      UNAVAILABLE, REQUEST_TIMEOUT: also an answer without an error
-          |    |                    envelope
+          +-- UnavailableError      UNAVAILABLE, REQUEST_TIMEOUT: also a 5xx answer without an
+          |    |                    error envelope
           |    +-- UnreachableError   no answer at all: the transport failed
           +-- InternalError         INTERNAL: a bug on the server (HTTP 500)
           +-- CursorExpiredError    CURSOR_EXPIRED
@@ -59,6 +59,12 @@ but the claim wait below). What they are, by code:
 `ERRORS` is the one table of code -> usual HTTP status -> class. The server has its own table of
 the codes it sends (`runstate.server.errors.STATUS`); a test ties the two together, so a code the
 server sends always arrives here as the class of its family with the status the server uses.
+
+An error answer without the envelope (made by a proxy or a load balancer in front of the server)
+is a 5xx `UnavailableError`, or for a 4xx the class of the code its status names: `NOT_FOUND` for
+404, `METHOD_NOT_ALLOWED` for 405, `UNAUTHENTICATED` for 401, `FORBIDDEN` for 403, `CONFLICT` for
+409, `REQUEST_TIMEOUT` for 408, `RATE_LIMITED` for 429, `VALIDATION_FAILED` for any other; its
+message gives the status and the start of the body.
 
 Errors from the transport itself (a refused connection, a timeout) are retried by the request
 layer; once the retries are used up they surface as `UnreachableError`, naming the server's URL,
@@ -264,8 +270,9 @@ class RateLimitError(RunstateError):
 
 
 class UnavailableError(RunstateError):
-    """The server is not serving this now (starting, draining, overloaded), or answered without a
-    usable error envelope. Worth trying again later."""
+    """The server is not serving this now (starting, draining, overloaded), or a 5xx came without a
+    usable error envelope (a proxy's 502, 503 or 504). Worth trying again later. A 4xx without an
+    envelope is raised as the family its status names (`NotFoundError` for a 404...), not as this."""
 
 
 class UnreachableError(UnavailableError):

@@ -13,7 +13,7 @@ import runstate
 from runstate import errors as errors_module
 from runstate._request import parse_retry_after
 from runstate.transport import HTTPTransport, TransportError
-from sdk_fakes import API_KEY, SPACE, error, make_client, ok
+from sdk_fakes import API_KEY, GRANT, SPACE, error, make_client, ok
 
 HEX24 = re.compile(r"^[0-9a-f]{24}$")
 
@@ -218,12 +218,59 @@ async def test_error_envelope_maps_code_to_exception_class(code):
 
 
 @pytest.mark.anyio
-async def test_missing_envelope_means_unavailable_with_the_real_status():
-    """A 404 without an envelope is UNAVAILABLE (not NOT_FOUND), with status 404 and a default message."""
-    rs, _ = make_client(lambda sent: (404, {}, b"not json"))
-    with pytest.raises(runstate.UnavailableError) as caught:
+@pytest.mark.parametrize(
+    ("status", "code", "cls"),
+    [
+        (404, "NOT_FOUND", runstate.NotFoundError),
+        (405, "METHOD_NOT_ALLOWED", runstate.ValidationError),
+        (400, "VALIDATION_FAILED", runstate.ValidationError),
+        (418, "VALIDATION_FAILED", runstate.ValidationError),
+        (403, "FORBIDDEN", runstate.AuthenticationError),
+    ],
+)
+async def test_a_4xx_without_envelope_is_a_permanent_error_naming_status_and_body(status, code, cls):
+    """A 4xx without an envelope (a proxy's HTML page) is sent once and raised as the family its
+    status names, permanent, with the status and the start of the body in its message."""
+    page = b"<html>\n  <head><title>Not here</title></head>" + b"x" * 500
+    rs, transport = make_client(lambda sent: (status, {"content-type": "text/html"}, page))
+    with pytest.raises(runstate.RunstateError) as caught:
         await rs.scope("sc_1").status()
-    assert (caught.value.code, caught.value.status, caught.value.message) == ("UNAVAILABLE", 404, "request failed with 404")
+    err = caught.value
+    assert (type(err), err.code, err.status) == (cls, code, status)
+    assert err.message.startswith(f"HTTP {status} without an error envelope")
+    assert "'<html> <head><title>Not here</title></head>xxx" in err.message and err.message.endswith("...'")
+    assert runstate.is_permanent(err)
+    assert len(transport.sent) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("status", "cls"), [(502, runstate.UnavailableError), (503, runstate.UnavailableError),
+                                              (504, runstate.UnavailableError), (429, runstate.RateLimitError),
+                                              (408, runstate.UnavailableError)])
+async def test_a_gateway_error_without_envelope_stays_transient(status, cls):
+    """A 502/503/504 (and a 408 or 429) without an envelope is an outage that may pass."""
+    rs, _ = make_client(lambda sent: (status, {}, b"Bad Gateway"))
+    with pytest.raises(cls) as caught:
+        await rs.scope("sc_1").status()
+    assert caught.value.status == status and not runstate.is_permanent(caught.value)
+    assert "'Bad Gateway'" in caught.value.message
+
+
+@pytest.mark.trio
+async def test_a_renewal_answered_by_a_proxy_404_loses_the_lease_at_once(autojump_clock):
+    """A renewal that meets a 4xx without an envelope is not ridden through as an outage: the
+    lease is lost at the first answer, not at its end by the local clock."""
+    def handler(sent):
+        if sent.suffix.endswith("/renew"):
+            return 404, {}, b"<h1>404 Not Found</h1>"
+        return ok(GRANT)
+
+    rs, transport = make_client(handler)
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=30)
+    await lease.lost_event.wait()
+    assert trio.current_time() < 12, "lost at the first renewal (10 s in), not near the lease's end"
+    assert isinstance(lease.lost_error, runstate.NotFoundError)
+    assert len(transport.to("/claims/k/renew")) == 1
 
 
 @pytest.mark.anyio

@@ -18,7 +18,7 @@
  *       +-- RateLimitError        RATE_LIMITED, SERVICE_RATE_LIMITED, ALLOWANCE_EXHAUSTED,
  *       |                         ALLOWANCE_COOLDOWN, CONCURRENCY_LIMITED, OPERATIONS_EXHAUSTED
  *       +-- UnavailableError      UNAVAILABLE, REQUEST_TIMEOUT (the request's body did not reach
- *       |                         the server in time: nothing was applied): also an answer without
+ *       |                         the server in time: nothing was applied): also a 5xx answer without
  *       |                         an error envelope, and transport failures once the retries are used up
  *       +-- CursorExpiredError    CURSOR_EXPIRED
  *       +-- OnceFailedError       ONCE_FAILED (status 0): a `once()` function failed its last attempt
@@ -152,7 +152,9 @@ export class WaitTimeoutError extends RunstateError {}
 export class RateLimitError extends RunstateError {}
 
 /** The server could not be reached, could not serve the request now (`UNAVAILABLE`), did not get
- * its body in time (`REQUEST_TIMEOUT`, nothing applied), or answered without a usable error envelope. */
+ * its body in time (`REQUEST_TIMEOUT`, nothing applied), or a 5xx came without a usable error
+ * envelope (a proxy's 502, 503 or 504). A 4xx without an envelope is thrown as the code its status
+ * names (`NotFoundError` for a 404, a `RunstateError` `METHOD_NOT_ALLOWED` for a 405...), not as this. */
 export class UnavailableError extends RunstateError {}
 
 /** An events cursor points before the oldest event still kept. */

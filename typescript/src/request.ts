@@ -16,7 +16,11 @@
  * - only transport failures (a refused connection, a reset, a per-attempt timeout) are retried,
  *   `retries` times, 25-100 ms apart; an HTTP answer, whatever its status, is never retried;
  * - 204 gives an empty reply; any status below 400 is parsed as JSON (`{}` when it is not JSON);
- *   400 and above throw the error for the envelope's code, `UNAVAILABLE` when there is none;
+ *   400 and above throw the error for the envelope's code. Without one (an answer made by a proxy
+ *   or a load balancer in front of the server) a 5xx is `UNAVAILABLE`, worth trying again, and a
+ *   4xx the code its status names (`NOT_FOUND` for a 404, `VALIDATION_FAILED` for one that names
+ *   none; `REQUEST_TIMEOUT` and `RATE_LIMITED` for 408 and 429, which alone stay worth trying
+ *   again), with a message that quotes the status and the start of the body;
  * - `Retry-After` on an error answer becomes `retryAfterMs`.
  *
  * A caller's `signal` is not a transport failure: when it aborts, the call rejects with the
@@ -236,6 +240,33 @@ export class Requester {
   }
 }
 
+/**
+ * The code an answer of 400-499 without an error envelope stands for, by its status (any other in
+ * that range: `VALIDATION_FAILED`). Such an answer comes from something in front of the server (a
+ * proxy's HTML 404, a load balancer's 405): sending it again gets it again, so it is thrown as the
+ * code its status names, never as `UNAVAILABLE`, which loops and renewals would try again. A 408
+ * or a 429 says "later" whoever sends it, and stays worth trying again.
+ */
+const BARE_4XX_CODES: Readonly<Record<number, string>> = Object.freeze({
+  401: 'UNAUTHENTICATED',
+  403: 'FORBIDDEN',
+  404: 'NOT_FOUND',
+  405: 'METHOD_NOT_ALLOWED',
+  408: 'REQUEST_TIMEOUT',
+  409: 'CONFLICT',
+  410: 'NOT_FOUND',
+  429: 'RATE_LIMITED',
+});
+/** How much of a body without an envelope an error's message quotes. */
+const BARE_BODY_QUOTED_CHARS_MAX = 200;
+
+/** The start of a body, as one line of text, for a message. */
+function bodyStart(text: string): string {
+  let line = text.slice(0, BARE_BODY_QUOTED_CHARS_MAX * 4).split(/\s+/).filter((part) => part !== '').join(' ');
+  if (line.length > BARE_BODY_QUOTED_CHARS_MAX) line = `${line.slice(0, BARE_BODY_QUOTED_CHARS_MAX)}...`;
+  return line === '' ? 'an empty body' : JSON.stringify(line);
+}
+
 function reply(status: number, headers: Headers, text: string): Reply {
   if (status === 204) return { status, body: null };
   const parsed = parseJson(text);
@@ -244,9 +275,12 @@ function reply(status: number, headers: Headers, text: string): Reply {
     parsed !== null && typeof parsed === 'object' && parsed.error !== null && typeof parsed.error === 'object'
       ? parsed.error
       : {};
-  const code = typeof envelope.code === 'string' && envelope.code !== '' ? envelope.code : 'UNAVAILABLE';
+  const bare = !(typeof envelope.code === 'string' && envelope.code !== '');
+  const code = !bare ? envelope.code : status < 500 ? (BARE_4XX_CODES[status] ?? 'VALIDATION_FAILED') : 'UNAVAILABLE';
   const message =
-    typeof envelope.message === 'string' && envelope.message !== '' ? envelope.message : `request failed with ${status}`;
+    typeof envelope.message === 'string' && envelope.message !== ''
+      ? envelope.message
+      : `HTTP ${status} without an error envelope (from a proxy in the way?): ${bodyStart(text)}`;
   const requestId = typeof envelope.requestId === 'string' ? envelope.requestId : null;
   const details = detailsOf(envelope.details);
   throw mapError(code, status, message, { requestId, retryAfterMs: parseRetryAfter(headers.get('retry-after')), details });

@@ -250,15 +250,43 @@ describe('request layer', () => {
     ]);
   });
 
-  test('an error without an envelope is UNAVAILABLE with the real status', async () => {
-    answers.push((_seen, res) => {
-      res.writeHead(404, { 'content-type': 'text/html' });
-      res.end('<h1>nope</h1>');
-    });
-    const err = await client().scope('sc_x').status().catch((caught) => caught);
-    assert.ok(err instanceof UnavailableError);
-    assert.equal(err.status, 404);
-    assert.equal(err.message, 'request failed with 404');
+  test('a 4xx without an envelope is thrown once, as the code its status names, quoting the status and the body', async () => {
+    const page = `<html>\n  <head><title>Not here</title></head>${'x'.repeat(500)}`;
+    const cases: Array<[number, string, new (...args: any[]) => RunstateError]> = [
+      [404, 'NOT_FOUND', NotFoundError],
+      [405, 'METHOD_NOT_ALLOWED', RunstateError],
+      [400, 'VALIDATION_FAILED', RunstateError],
+      [418, 'VALIDATION_FAILED', RunstateError],
+      [403, 'FORBIDDEN', AuthenticationError],
+    ];
+    for (const [status, code, cls] of cases) {
+      seen = [];
+      answers.push((_seen, res) => {
+        res.writeHead(status, { 'content-type': 'text/html' });
+        res.end(page);
+      });
+      const err: any = await client().scope('sc_x').status().catch((caught) => caught);
+      assert.ok(err instanceof cls, `${status}: ${err?.name}`);
+      assert.equal(err.code, code);
+      assert.equal(err.status, status);
+      assert.ok(err.message.startsWith(`HTTP ${status} without an error envelope`), err.message);
+      assert.ok(err.message.includes('"<html> <head><title>Not here</title></head>xxx') && err.message.endsWith('..."'), err.message);
+      assert.equal(isTransient(err), false, `${status} is not an outage`);
+      assert.equal(seen.length, 1);
+    }
+  });
+
+  test('a 502, 503 or 504 (or a 408, 429) without an envelope stays transient', async () => {
+    for (const status of [502, 503, 504, 408, 429]) {
+      answers.push((_seen, res) => {
+        res.writeHead(status, { 'content-type': 'text/plain' });
+        res.end('Bad Gateway');
+      });
+      const err: any = await client().scope('sc_x').status().catch((caught) => caught);
+      assert.equal(err.status, status);
+      assert.equal(isTransient(err), true, `${status} may pass`);
+      assert.ok(err.message.includes('"Bad Gateway"'), err.message);
+    }
   });
 
   test('a caller abort is not retried and rejects with the abort reason', async () => {
