@@ -91,8 +91,10 @@ class BlockingLease:
     def __exit__(self, *exc_info: object) -> None:
         # As `ClaimLease.__aexit__`: a block that ended normally learns at the release whether the
         # lease lasted, and a release refused as stale raises `LeaseLostError`.
-        if exc_info[0] is not None:
-            self._loop.run(self._lease._release_quietly())
+        exc_type = exc_info[0]
+        if exc_type is not None:
+            interrupted = isinstance(exc_type, type) and not issubclass(exc_type, Exception)
+            self._loop.run(self._lease._release_quietly(cancelled=interrupted))
             return
         self._loop.run(self._lease._release_checked())
 

@@ -29,6 +29,7 @@ from ._bound import (
     Done, Held, RunBinding, RunContext, check_count, deadline_after, exit_quietly, poll_pause,
     run_context, use_context, wrap,
 )
+from ._renewal import send_through
 from ._signal import AnyOf
 from ._keys import check_name
 from ._units import Duration, Per, lease_seconds, parse_per
@@ -294,7 +295,11 @@ class _SlotsCall:
             if isinstance(lost, LeaseLostError):
                 raise LeaseLostError("LEASE_LOST", 0, f"lost the {self.slots.name} slot while the function ran") from lost
         finally:
-            with anyio.CancelScope(shield=True):
+            # Shielded, so that a cancelled call still gives the units back; for a cancelled one
+            # only for as long as one call's tries take (see `ClaimLease._release_quietly`).
+            cancelled = not ok and not isinstance(value, Exception)
+            bound_s = self.binding.client()._ctx.cleanup_bound_s() if cancelled else math.inf
+            with anyio.move_on_after(bound_s, shield=True):
                 refused = await self._release()
         # A grant taken away between two renewals (its run ended elsewhere, an operator's purge)
         # is learned only here: the function's result was made while another caller may have
@@ -307,10 +312,17 @@ class _SlotsCall:
 
     async def _release(self) -> BaseException | None:
         """Give the units back; returns the refusal that says the grant had already gone."""
-        if self.held is not None:
-            self.held.stop()
+        held, grant = self.held, self.grant
+        if held is not None:
+            held.stop()
+
+        async def send(idempotency_key: str) -> None:
+            path, body = f"/grants/{grant['grantId']}/release", {"token": grant["token"]}
+            await self.binding.call("POST", path, body=body, idempotency_key=idempotency_key)
+
         try:
-            await self.binding.call("POST", f"/grants/{self.grant['grantId']}/release", body={"token": self.grant["token"]})
+            # Sent again through an outage until the lease's end by the local clock (a claim's too).
+            await send_through(send, None if held is None else held.clock, f"slots {self.slots.name}: release")
         except LeaseLostError as err:
             return err
         except Exception as err:  # the units come back when the lease runs out

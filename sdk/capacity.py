@@ -216,7 +216,7 @@ class PoolRef(_Named):
         }
 
         async def give_back(reply: Any) -> None:
-            await PoolLease(self._ctx, reply.body, lease_seconds, sent)._release_quietly()
+            await PoolLease(self._ctx, reply.body, lease_seconds, sent)._release_quietly(cancelled=True)
 
         while True:
             sent = anyio.current_time()
@@ -274,6 +274,9 @@ class PoolLease(ClaimLease):
 
     def _release_suffix(self) -> str:
         return f"/grants/{self.grant_id}/release"
+
+    def _what(self) -> str:
+        return f"grant {self.grant_id}"
 
 
 # -- quotas --------------------------------------------------------------------------------------------

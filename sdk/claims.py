@@ -16,7 +16,9 @@ and raises, and the thread runs on to its end. The release after `fn` returns is
 an operator's forced release (or a run cancelled) between two renewals is learned only there, when
 the server refuses the release as stale. `run()` then raises `LeaseLostError` too instead of
 returning `fn`'s result, since another holder may have been inside the key meanwhile; `is_lost`
-is true. A release that cannot reach the server says nothing about the lease and is ignored.
+is true. A release that meets an outage (no answer, a 503) is sent again, with one idempotency
+key, until the lease's end by this process's clock, as a settlement is; one that still cannot
+reach the server says nothing about the lease and is ignored (the lease runs out).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import anyio
 from . import _runtime
 from ._context import Context
 from ._grace import let_finish
-from ._renewal import Kept, LeaseClock
+from ._renewal import Kept, LeaseClock, send_through
 from . import _checks
 from ._checks import check_lease_seconds, check_text
 from .errors import (
@@ -170,7 +172,7 @@ class ClaimRef:
             return await self._ctx.call("POST", "/claims", body=body, wait_ms=wait_ms)
 
         async def give_back(reply: Any) -> None:
-            await ClaimLease(self._ctx, self.key, reply.body, lease_seconds, sent)._release_quietly()
+            await ClaimLease(self._ctx, self.key, reply.body, lease_seconds, sent)._release_quietly(cancelled=True)
 
         return await let_finish(lambda: self._ctx.call("POST", "/claims", body=body, batch=True), give_back)
 
@@ -322,7 +324,9 @@ class ClaimLease:
     async def release(self, observation: Any = None) -> None:
         """Stop renewing and give the claim back. A second call sends nothing. A `LeaseLostError`
         answer (the lease had already gone: its token is stale) is not raised, but marks the lease
-        lost: `is_lost` is true from then on."""
+        lost: `is_lost` is true from then on. Through an outage (no answer, a 503) the release is
+        sent again, with one idempotency key, until the lease's end by this process's clock; then
+        the last error is raised (the lease runs out on the server by itself)."""
         await self._release(observation)
 
     async def _release(self, observation: Any = None) -> BaseException | None:
@@ -333,10 +337,16 @@ class ClaimLease:
             return None
         self._released = True
         await self._stop_renewal()
+        suffix, body = self._release_suffix(), {"token": self._token, "observation": observation}
+
+        async def send(idempotency_key: str) -> None:
+            await self._ctx.call("POST", suffix, body=body, idempotency_key=idempotency_key, batch=True)
+
         try:
-            await self._ctx.call(
-                "POST", self._release_suffix(), body={"token": self._token, "observation": observation}, batch=True
-            )
+            # Through an outage (no answer, a 503) the release is sent again, with one key, until
+            # the lease's end by the local clock, as a settlement is: given up after the request
+            # layer's few quick tries, the key stayed held, renewed by no one, for the whole lease.
+            await send_through(send, self._clock, f"{self._what()}: release")
         except (LeaseLostError, ScopeCancelledError, NotFoundError) as err:
             self._mark_lost(err)
             if isinstance(err, LeaseLostError):
@@ -348,6 +358,10 @@ class ClaimLease:
         """The release's path below the space."""
         return f"/claims/{encode_claim_key(self.key)}/release"
 
+    def _what(self) -> str:
+        """The lease, for messages."""
+        return f"claim {self.key!r}"
+
     async def aclose(self) -> None:
         """Stop renewing without releasing: the claim stays held until its lease runs out."""
         await self._stop_renewal()
@@ -357,7 +371,7 @@ class ClaimLease:
 
     async def __aexit__(self, *exc_info: Any) -> None:
         if exc_info[0] is not None:
-            await self._release_quietly()
+            await self._release_quietly(cancelled=not issubclass(exc_info[0], Exception))
             return
         await self._release_checked()
 
@@ -425,8 +439,8 @@ class ClaimLease:
         the last word on whether the lease lasted to the end of `fn`."""
         try:
             result = await self._run_guarded(fn)
-        except BaseException:
-            await self._release_quietly()
+        except BaseException as err:
+            await self._release_quietly(cancelled=not isinstance(err, Exception))
             raise
         await self._release_checked()
         return result
@@ -442,12 +456,17 @@ class ClaimLease:
             assert self.lost_event.is_set()
             raise self._lost_during_run() from refused
 
-    async def _release_quietly(self) -> BaseException | None:
-        """Release, never raising; returns the refusal that said the lease had gone (see `_release`)."""
-        # Shielded so that a cancelled caller still gives the key back, and bounded so that an
-        # unreachable server cannot hold the caller forever; failing that, the lease expires.
-        requester = self._ctx.requester
-        bound_s = (requester.retries + 1) * (requester.request_timeout_ms / 1000 + 0.1)
+    async def _release_quietly(self, *, cancelled: bool = False) -> BaseException | None:
+        """Release, never raising; returns the refusal that said the lease had gone (see `_release`).
+
+        Shielded so that a cancelled caller still gives the key back. A release that meets an
+        outage is sent again until the lease's end by the local clock; for a `cancelled` caller
+        only for as long as one call's tries take (`Context.cleanup_bound_s`), so that an
+        unreachable server does not hold a cancellation for the rest of a long lease. Failing
+        that, the lease expires."""
+        bound_s = self._ctx.cleanup_bound_s()
+        if not cancelled:
+            bound_s = max(bound_s, self._clock.left_s())
         with anyio.move_on_after(bound_s, shield=True):
             try:
                 return await self._release()

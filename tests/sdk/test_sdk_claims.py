@@ -258,6 +258,75 @@ async def test_release_stops_renewal_and_sends_once(autojump_clock, pinned_jitte
     assert not rs._ctx.leases
 
 
+@pytest.mark.trio
+async def test_release_rides_through_an_outage_with_one_key_until_the_lease_ends(autojump_clock):
+    """A release that meets an outage (no answer, then a 503) is sent again with the same
+    idempotency key until it gets through; one that never does stops at the lease's end by the
+    local clock (30 s less its 2 s margin) and raises the last error; a stale answer still only
+    marks the lease lost, sent once."""
+    origin = trio.current_time()
+    down = {"until": 5.0}
+
+    def release(sent):
+        if trio.current_time() - origin < down["until"] - 2:
+            raise TransportError("connection refused")
+        if trio.current_time() - origin < down["until"]:
+            return error(503, "UNAVAILABLE", "restarting")
+        return ok({})
+
+    rs, transport = make_client(claim_server(release=release), retries=1)
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=30)
+    await lease.release()
+    releases = transport.to("/claims/k/release")
+    assert trio.current_time() - origin >= 5.0 and len(releases) > 4
+    assert len({sent.headers["idempotency-key"] for sent in releases}) == 1, "one logical release, one key"
+    assert not lease.is_lost
+
+    down["until"] = float("inf")
+    started = trio.current_time()
+    lease = await rs.scope("sc_1").claim("k2").acquire(lease_seconds=30)
+    with pytest.raises(runstate.UnavailableError):
+        await lease.release()
+    assert 27.0 <= trio.current_time() - started <= 28.5
+
+    stale = lambda sent: error(409, "STALE_CLAIM")  # noqa: E731
+    rs, transport = make_client(claim_server(release=stale))
+    lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=30)
+    await lease.release()
+    assert lease.is_lost and len(transport.to("/claims/k/release")) == 1
+
+
+@pytest.mark.trio
+async def test_run_gives_the_key_back_through_an_outage_but_a_cancelled_one_does_not_wait_long(autojump_clock):
+    """run()'s release after fn rides through an outage; a cancelled run() tries only for as long
+    as one call's tries take, and lets the lease run out."""
+    origin = trio.current_time()
+    down = {"until": 8.0}
+
+    def release(sent):
+        if trio.current_time() - origin < down["until"]:
+            return 503, {}, b"<html>503 Service Unavailable</html>"
+        return ok({})
+
+    rs, transport = make_client(claim_server(release=release), retries=1, request_timeout_ms=1000)
+    async def work(lease):
+        return "done"
+
+    assert await rs.scope("sc_1").claim("k").run(work, lease_seconds=30) == "done"
+    assert trio.current_time() - origin >= 8.0
+    assert len(transport.to("/claims/k/release")) > 2
+
+    down["until"] = float("inf")
+    started = trio.current_time()
+
+    async def forever(lease):
+        await trio.sleep_forever()
+
+    with trio.move_on_after(1):
+        await rs.scope("sc_1").claim("k2").run(forever, lease_seconds=30)
+    assert trio.current_time() - started <= 1 + 2 * (1 + 0.1) + 0.01
+
+
 @pytest.mark.anyio
 async def test_release_ignores_stale_claim():
     """A STALE_CLAIM answer to release means the lease had already gone: no error, but it is lost."""

@@ -209,6 +209,34 @@ async def test_slots_hold_a_pool_as_decorator_and_as_a_block(autojump_clock):
 
 
 @pytest.mark.trio
+async def test_a_slots_release_rides_through_an_outage(autojump_clock):
+    """A slots call whose release meets an outage (its first 3 s refused at the transport) sends
+    it again until it gets through: the units are back at once, not when the lease runs out."""
+    async with testing.serve() as rs:
+        origin = trio.current_time()
+
+        class ReleasesDown:
+            base_url = "the in-process test server"
+
+            async def send(self, method, path, headers, body, timeout_s):
+                if path.endswith("/release") and trio.current_time() - origin < 3:
+                    raise runstate.transport.TransportError("connection refused")
+                return await rs.transport.send(method, path, headers, body, timeout_s)
+
+        client = runstate.Runstate(
+            transport=ReleasesDown(), api_key=rs._config.api_key, space_id=rs.space_id, run="slots-outage"
+        )
+
+        @client.slots("browser", max=2)
+        async def browse():
+            return "page"
+
+        assert await browse() == "page"
+        assert 3 <= trio.current_time() - origin < 5
+        assert (await rs.pools.list())[0]["unitsAvailable"] == 2
+
+
+@pytest.mark.trio
 async def test_a_slot_taken_away_before_its_release_raises_lease_lost(autojump_clock):
     """The grant behind a slots call goes stale between two renewals (its run is ended from
     elsewhere): the release is refused, and the call raises LeaseLostError instead of returning."""

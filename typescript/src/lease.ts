@@ -21,7 +21,8 @@
 
 import type { Context, Stoppable } from './context.js';
 import { LeaseLostError, NotFoundError, ScopeCancelledError } from './errors.js';
-import { LeaseClock, renewalsExhausted } from './renewal.js';
+import { LeaseClock, renewalsExhausted, rideThrough as sendThrough } from './renewal.js';
+import { newIdempotencyKey } from './request.js';
 import { Kept } from './renewals.js';
 
 /** The server's `YYYY-MM-DDTHH:MM:SS.mmmZ`; a value that is not a timestamp is a malformed answer. */
@@ -134,7 +135,9 @@ export abstract class HeldLease implements Stoppable {
 
   /** Stop renewing and give the lease back. A second call sends nothing. A `LeaseLostError` answer
    * (the lease had already gone: its token is stale) is not thrown, but marks the lease lost:
-   * `isLost` is true from then on. */
+   * `isLost` is true from then on. Through an outage (no answer, a 503) the release is sent again,
+   * with one idempotency key, until the lease's deadline by this process's clock; then the last
+   * error is thrown (the lease runs out on the server by itself). */
   async release(observation?: unknown): Promise<void> {
     await this.releaseRefused(observation);
   }
@@ -142,14 +145,20 @@ export abstract class HeldLease implements Stoppable {
   /**
    * @internal `release()`, resolving to the refusal that said the lease had gone before it (a
    * stale token), having marked the lease lost, or null. A run that ended or a lease the server no
-   * longer knows also marks it lost, and is thrown; so is anything else (the server unreachable).
+   * longer knows also marks it lost, and is thrown; so is anything else (the server unreachable
+   * until the lease's deadline). With `rideThrough` false, one call only (its request layer's
+   * quick tries): for a caller that gave up and should not wait out a long lease.
    */
-  async releaseRefused(observation?: unknown): Promise<LeaseLostError | null> {
+  async releaseRefused(observation?: unknown, rideThrough = true): Promise<LeaseLostError | null> {
     if (this.#released) return null;
     this.#released = true;
     this.#stopRenewal();
+    const body = { token: this.#token, observation };
+    const send = (idempotencyKey: string) => this.ctx.call('POST', this.path('release'), { body, idempotencyKey, batch: true });
     try {
-      await this.ctx.call('POST', this.path('release'), { body: { token: this.#token, observation }, batch: true });
+      // Given up after the request layer's few quick tries, the key stayed held, renewed by no
+      // one, for the whole lease: sent again (one key) until the lease's deadline, as a settlement.
+      await (rideThrough ? sendThrough(this.#clock, send) : send(newIdempotencyKey()));
     } catch (err) {
       if (err instanceof LeaseLostError || err instanceof ScopeCancelledError || err instanceof NotFoundError) {
         this.#markLost(err);
@@ -201,7 +210,7 @@ export abstract class HeldLease implements Stoppable {
  */
 export async function keepUnlessAborted<L extends HeldLease>(lease: L, signal: AbortSignal | undefined): Promise<L> {
   if (signal?.aborted) {
-    await lease.release().catch(() => undefined);
+    await lease.releaseRefused(undefined, false).catch(() => undefined);
     throw signal.reason;
   }
   return lease;

@@ -37,6 +37,7 @@
  */
 
 import { LeaseLostError, isTransient } from './errors.js';
+import { newIdempotencyKey } from './request.js';
 import { nowMs, pause, uniform, withTimeout } from './time.js';
 
 export const INTERVAL_MIN_MS = 1000;
@@ -209,5 +210,26 @@ export class Renewal {
     this.#stop.abort();
     if (this.#watchdog !== null) clearTimeout(this.#watchdog);
     return this.#done;
+  }
+}
+
+/**
+ * A call about a lease (a settlement, a release) that cannot reach the server, or finds it
+ * unavailable (`isTransient`), is tried again with one idempotency key until `clock`'s deadline:
+ * a try that did reach the server is answered as it was then, never applied twice. Anything else,
+ * or the deadline passing, throws.
+ */
+export async function rideThrough<T>(clock: { readonly remainingMs: number }, send: (key: string) => Promise<T>): Promise<T> {
+  const key = newIdempotencyKey();
+  let backoffMs = RETRY_MIN_MS;
+  for (;;) {
+    try {
+      return await send(key);
+    } catch (err) {
+      const leftMs = clock.remainingMs;
+      if (!isTransient(err) || leftMs <= 0) throw err;
+      await pause(Math.min(backoffMs, leftMs));
+      backoffMs = Math.min(backoffMs * 2, RETRY_MAX_MS);
+    }
   }
 }

@@ -10,7 +10,7 @@ import { CONTEXT, type Runstate } from './client.js';
 import type { Context } from './context.js';
 import { ConfigError, RunstateError, isTransient } from './errors.js';
 import type { LeaseClock } from './renewal.js';
-import { RETRY_MAX_MS, RETRY_MIN_MS } from './renewal.js';
+export { rideThrough } from './renewal.js';
 import { newIdempotencyKey, type Reply } from './request.js';
 import { pause, uniform } from './time.js';
 import { type Amount, type Per, parsePer, toMinor } from './units.js';
@@ -82,22 +82,6 @@ export function positiveInt(value: unknown, what: string, high?: number): number
     throw new ConfigError(high === undefined ? `${what} must be a whole number of 1 or more` : `${what} must be a whole number from 1 to ${high}`);
   }
   return value;
-}
-
-/** A call that cannot reach the server is tried again (one idempotency key) until `clock`'s deadline. */
-export async function rideThrough<T>(clock: LeaseClock, send: (key: string) => Promise<T>): Promise<T> {
-  const key = newIdempotencyKey();
-  let backoffMs = RETRY_MIN_MS;
-  for (;;) {
-    try {
-      return await send(key);
-    } catch (err) {
-      const leftMs = clock.remainingMs;
-      if (!isTransient(err) || leftMs <= 0) throw err;
-      await pause(Math.min(backoffMs, leftMs));
-      backoffMs = Math.min(backoffMs * 2, RETRY_MAX_MS);
-    }
-  }
 }
 
 export function quotaSizes(options: { max?: number; per?: Per }): { unitsLimit: number; windowSeconds: number } | null {

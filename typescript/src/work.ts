@@ -394,7 +394,9 @@ export class RunClient {
       const text = JSON.stringify(value ?? null);
       if (Buffer.byteLength(text, 'utf8') > RESULT_BYTES_MAX) {
         const message = `${name} returned ${Buffer.byteLength(text, 'utf8')} bytes; once results are at most ${RESULT_BYTES_MAX} bytes. Store it elsewhere and return a reference.`;
-        await callPost(ctx, '/once/fail', { ...ids, token, error: message, maxAttempts: attempts }).catch(() => undefined);
+        await rideThrough(clock, (idempotencyKey) =>
+          callPost(ctx, '/once/fail', { ...ids, token, error: message, maxAttempts: attempts }, undefined, idempotencyKey),
+        ).catch(() => undefined);
         throw new RunstateError('RESULT_TOO_LARGE', 0, message);
       }
       try {

@@ -386,6 +386,34 @@ describe('request layer', () => {
     assert.equal(seen.filter((entry) => entry.url.startsWith('/v1/spaces/sp/messages/ms_8/')).length, 1);
   });
 
+  test('a release rides through dropped connections and 503s with one idempotency key; a stale one is sent once', async () => {
+    const grant = (token: string) => ({ token, generation: 1, leaseExpiresAt: '2030-01-01T00:00:00.000Z' });
+    let releases = 0;
+    route = ({ url, body }) => {
+      if (url.endsWith('/batch')) return json(404, { error: { code: 'NOT_FOUND', message: `no such route: POST ${url}` } });
+      if (url.endsWith('/claims')) return json(200, grant(JSON.parse(body).key));
+      if (url.endsWith('/claims/k/release')) {
+        releases += 1;
+        if (releases <= 2) return drop;
+        if (releases <= 4) return json(503, { error: { code: 'UNAVAILABLE', message: 'restarting' } });
+        return json(200, {});
+      }
+      if (url.endsWith('/claims/stale/release')) return json(409, { error: { code: 'STALE_CLAIM', message: 'not yours' } });
+      return undefined;
+    };
+    const run = client({ retries: 1 }).scope('sc_1');
+    const lease = await run.claim('k').acquire({ leaseSeconds: 30 });
+    await lease.release();
+    const sent = seen.filter((entry) => entry.url.endsWith('/claims/k/release'));
+    assert.equal(sent.length, 5);
+    assert.equal(new Set(sent.map((entry) => entry.headers['idempotency-key'])).size, 1, 'one logical release, one key');
+    assert.equal(lease.isLost, false);
+    const stale = await run.claim('stale').acquire({ leaseSeconds: 30 });
+    await stale.release();
+    assert.equal(stale.isLost, true);
+    assert.equal(seen.filter((entry) => entry.url.endsWith('/claims/stale/release')).length, 1);
+  });
+
   test('renewal rides through 503s and 429s until the lease ends by our clock, and stops at once on a refusal', async () => {
     const grant = (token: string) => ({ token, generation: 1, leaseExpiresAt: '2030-01-01T00:00:00.000Z' });
     let flakyRenewals = 0;
