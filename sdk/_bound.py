@@ -30,6 +30,7 @@ import contextvars
 import functools
 import math
 import os
+import random
 import socket
 import threading
 import weakref
@@ -120,9 +121,10 @@ def deadline_after(timeout: Duration | None, default_s: float | None) -> float:
     return math.inf if seconds is None else anyio.current_time() + seconds
 
 
-async def poll_pause(polls: int, signal: Signal) -> None:
-    """The pause before the next look at something waited for; ends early if `signal` is set."""
-    pause = min(POLL_MAX_S, POLL_FIRST_S * POLL_GROWTH**polls) * _runtime.uniform(0.8, 1.2)
+async def poll_pause(polls: int, signal: Signal, rng: random.Random | None = None) -> None:
+    """The pause before the next look at something waited for; ends early if `signal` is set.
+    Its jitter comes from `rng` (the client's generator, see `_runtime.uniform`)."""
+    pause = min(POLL_MAX_S, POLL_FIRST_S * POLL_GROWTH**polls) * _runtime.uniform(0.8, 1.2, rng)
     await sleep_unless(signal, pause)
 
 
@@ -353,7 +355,7 @@ async def request(
             wait_s = err.retry_after if err.retry_after is not None else pause
             if anyio.current_time() + wait_s > give_up_at:
                 raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"still busy after waiting: {err.message}") from err
-            await anyio.sleep(wait_s * _runtime.uniform(0.8, 1.2))
+            await anyio.sleep(wait_s * _runtime.uniform(0.8, 1.2, client._ctx.requester.rng))
             pause = min(2 * pause, CONTENTION_MAX_S)
 
 
@@ -636,7 +638,10 @@ class Held:
             self._lost.abort(error)
             binding.note_error(error)  # a renewal refused because the run ended
 
-        self._renewal = _runtime.spawn_background(keep_alive, renew, self._clock, on_lost, what, name=f"runstate-renew:{what}")
+        rng = binding.client()._ctx.requester.rng
+        self._renewal = _runtime.spawn_background(
+            keep_alive, renew, self._clock, on_lost, what, rng, name=f"runstate-renew:{what}"
+        )
         self.signal: Signal = AnyOf([self._lost, binding.signal])
 
     @property

@@ -106,7 +106,7 @@ async def _wait_granted(binding: RunBinding, waiter_id: str, deadline: float, wh
         if anyio.current_time() >= deadline:
             await _withdraw(binding, f"/allowance-waiters/{waiter_id}/cancel")
             raise WaitTimeoutError(f"waited too long for {what}")
-        await poll_pause(polls, binding.signal)
+        await poll_pause(polls, binding.signal, binding.client()._ctx.requester.rng)
         polls += 1
         view = await binding.call("GET", f"/allowance-waiters/{waiter_id}")
         if view["state"] == "GRANTED":
@@ -245,7 +245,7 @@ async def _wait_turn(
         if anyio.current_time() >= deadline:
             await _withdraw(binding, f"/permit-waiters/{waiter_id}/cancel")
             raise WaitTimeoutError(f"waited too long for {what}")
-        await poll_pause(polls, binding.signal)
+        await poll_pause(polls, binding.signal, binding.client()._ctx.requester.rng)
         polls += 1
         view = await binding.call("GET", f"/permit-waiters/{waiter_id}")
         if view["state"] == "SIGNALED":
@@ -322,7 +322,8 @@ class _SlotsCall:
 
         try:
             # Sent again through an outage until the lease's end by the local clock (a claim's too).
-            await send_through(send, None if held is None else held.clock, f"slots {self.slots.name}: release")
+            rng = self.binding.client()._ctx.requester.rng
+            await send_through(send, None if held is None else held.clock, f"slots {self.slots.name}: release", rng)
         except LeaseLostError as err:
             return err
         except Exception as err:  # the units come back when the lease runs out

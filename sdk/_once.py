@@ -158,7 +158,7 @@ class _OnceCall:
         async def send(idempotency_key: str) -> Any:
             return await self.binding.call("POST", f"/once/{action}", body=body, idempotency_key=idempotency_key)
 
-        return await send_through(send, held.clock, f"once {self.key}: {action}")
+        return await send_through(send, held.clock, f"once {self.key}: {action}", self.binding.client()._ctx.requester.rng)
 
     async def exit(self, ok: bool, value: Any) -> Any:
         held = self.held

@@ -33,6 +33,7 @@ random factor in [0.9, 1.1], so a 30 s lease renews every 9-11 s and workers do 
 
 from __future__ import annotations
 
+import random
 from typing import Any, Awaitable, Callable, TypeVar
 
 import anyio
@@ -65,9 +66,10 @@ RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 1.0
 
 
-def interval_s(lease_seconds: float) -> float:
-    """Seconds until the next renewal of a lease of `lease_seconds`."""
-    return max(INTERVAL_MIN_S, lease_seconds / 3) * _runtime.uniform(JITTER_MIN, JITTER_MAX)
+def interval_s(lease_seconds: float, rng: random.Random | None = None) -> float:
+    """Seconds until the next renewal of a lease of `lease_seconds` (jitter from `rng`, a client's
+    generator, see `_runtime.uniform`)."""
+    return max(INTERVAL_MIN_S, lease_seconds / 3) * _runtime.uniform(JITTER_MIN, JITTER_MAX, rng)
 
 
 def margin_s(lease_seconds: float) -> float:
@@ -172,7 +174,8 @@ async def _sleep_until(deadline: float) -> None:
 
 
 async def renew_through(
-    renew: Callable[[int], Awaitable[Any]], lease: LeaseClock, what: str, outage: _Outage | None = None
+    renew: Callable[[int], Awaitable[Any]], lease: LeaseClock, what: str, outage: _Outage | None = None,
+    rng: random.Random | None = None,
 ) -> BaseException | None:
     """One renewal, tried again through an outage until the lease's local end. Returns None once
     it got through (the clock moved on), or the error that lost the lease."""
@@ -190,7 +193,7 @@ async def renew_through(
                     return err
                 last = err
                 outage.failed(err, lease.left_s())
-                await anyio.sleep(_runtime.uniform(0.8 * pause, 1.2 * pause))
+                await anyio.sleep(_runtime.uniform(0.8 * pause, 1.2 * pause, rng))
                 pause = min(2 * pause, RETRY_MAX_S)
                 continue
             lease.renewed(sent, seconds)
@@ -204,23 +207,26 @@ async def keep_alive(
     lease: LeaseClock,
     on_lost: Callable[[BaseException], None],
     what: str = "lease",
+    rng: random.Random | None = None,
 ) -> None:
     """Renew every interval until cancelled; once the lease is lost call `on_lost(error)` and
     return. Cancellation (the lease was released, the handler ended) is not an error: it propagates."""
     while True:
         # Counted from when the last accepted renewal was sent, as the lease's end is: a slow answer
         # does not push the next renewal later.
-        await _sleep_until(min(lease.ends_at - lease.lease_seconds + interval_s(lease.lease_seconds), lease.lost_at))
+        await _sleep_until(min(lease.ends_at - lease.lease_seconds + interval_s(lease.lease_seconds, rng), lease.lost_at))
         if lease.expired():  # paused, or starved, past the end: nothing may be sent as its holder now
             on_lost(ran_out(what, lease, None))
             return
-        error = await renew_through(renew, lease, what)
+        error = await renew_through(renew, lease, what, rng=rng)
         if error is not None:
             on_lost(error)
             return
 
 
-async def send_through(send: Callable[[str], Awaitable[T]], lease: LeaseClock | None, what: str) -> T:
+async def send_through(
+    send: Callable[[str], Awaitable[T]], lease: LeaseClock | None, what: str, rng: random.Random | None = None
+) -> T:
     """A settlement of leased work (a completion, a failure, a give-back), `send(idempotency_key)`,
     sent again with the same key through an outage until the lease's local end: a try that did
     reach the server is answered as it was then, never counted twice. An answer about the lease
@@ -239,7 +245,7 @@ async def send_through(send: Callable[[str], Awaitable[T]], lease: LeaseClock | 
                 _runtime.log.warning(
                     "%s failed (%s); sending it again until the lease runs out (in %.1f s)", what, err, lease.left_s()
                 )
-            await anyio.sleep(min(_runtime.uniform(0.8 * pause, 1.2 * pause), max(0.0, lease.left_s())))
+            await anyio.sleep(min(_runtime.uniform(0.8 * pause, 1.2 * pause, rng), max(0.0, lease.left_s())))
             pause = min(2 * pause, RETRY_MAX_S)
             if lease.left_s() <= 0:
                 raise
@@ -313,7 +319,7 @@ class Renewals:
 
     def add(self, kept: Kept) -> None:
         """Keep `kept` alive from now: its first renewal comes an interval from now."""
-        kept.due = min(anyio.current_time() + interval_s(kept.clock.lease_seconds), kept.clock.lost_at)
+        kept.due = min(anyio.current_time() + interval_s(kept.clock.lease_seconds, kept.ctx.requester.rng), kept.clock.lost_at)
         self._kept[kept] = None
         if self._loop is None:
             self._loop = _runtime.spawn_background(self._run, name="runstate-renewals")
@@ -440,7 +446,7 @@ class Renewals:
             kept.outage.recovered()
             kept.outage = _Outage(kept.what) if kept.outage.started is not None else kept.outage
             kept.retrying, kept.pause, kept.last = False, RETRY_FIRST_S, None
-            kept.due = min(sent + interval_s(kept.clock.lease_seconds), kept.clock.lost_at)  # from the send, as its end
+            kept.due = min(sent + interval_s(kept.clock.lease_seconds, kept.ctx.requester.rng), kept.clock.lost_at)  # from the send, as its end
             self.renewed += 1
         self._poke()
 
@@ -451,5 +457,5 @@ class Renewals:
         kept.last = error
         kept.outage.failed(error, kept.clock.left_s())
         kept.retrying = True
-        kept.due = now + _runtime.uniform(0.8 * kept.pause, 1.2 * kept.pause)
+        kept.due = now + _runtime.uniform(0.8 * kept.pause, 1.2 * kept.pause, kept.ctx.requester.rng)
         kept.pause = min(2 * kept.pause, RETRY_MAX_S)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
@@ -115,6 +116,12 @@ class Requester:
         self._authorization = f"Bearer {api_key}"
         # Sends the calls that may be batched (`runstate._batch`); None: each goes alone.
         self.coalescer: Coalescer | None = None
+        # Where this client's jitter comes from (renewal intervals, retry pauses, wait loops):
+        # None, the process's generator; a transport that offers `new_jitter()` (an in-process
+        # server's, `runstate.testing`, seeded from the server's seed) gives the client its own,
+        # so that the same seed repeats its timing.
+        new_jitter = getattr(transport, "new_jitter", None)
+        self.rng: random.Random | None = new_jitter() if callable(new_jitter) else None
 
     async def call(
         self,
@@ -148,7 +155,7 @@ class Requester:
         last: BaseException | None = None
         for attempt in range(self.retries + 1):
             if attempt:
-                await anyio.sleep(_runtime.uniform(RETRY_BACKOFF_MIN_S, RETRY_BACKOFF_MAX_S))
+                await anyio.sleep(_runtime.uniform(RETRY_BACKOFF_MIN_S, RETRY_BACKOFF_MAX_S, self.rng))
             try:
                 status, response_headers, data = await self.transport.send(
                     method, path, headers, content, timeout_s

@@ -38,9 +38,11 @@ _rng = random.Random()
 _asyncio_tasks: set[Any] = set()
 
 
-def uniform(low: float, high: float) -> float:
-    """A uniform random number in [low, high]; the one source of jitter in the SDK."""
-    return _rng.uniform(low, high)
+def uniform(low: float, high: float, rng: random.Random | None = None) -> float:
+    """A uniform random number in [low, high]; the one source of jitter in the SDK. From `rng`, a
+    client's own generator when it has one (`Requester.rng`: seeded, in process, from the
+    server's seed), else from the process's."""
+    return (_rng if rng is None else rng).uniform(low, high)
 
 
 def deadline_in(timeout_ms: float) -> float:

@@ -65,7 +65,7 @@ async def sleep_named(binding: RunBinding, name: str, duration: Duration | None 
                 due_polls = 0
                 await sleep_unless(binding.signal, min(left_s, SLEEP_CHUNK_S))
             else:  # due: the server fires it within a moment
-                await poll_pause(due_polls, binding.signal)
+                await poll_pause(due_polls, binding.signal, binding.client()._ctx.requester.rng)
                 due_polls += 1
 
     await binding.track(timer)
@@ -92,7 +92,7 @@ async def together(binding: RunBinding, name: str, count: int, *, timeout: Durat
         while True:
             if anyio.current_time() >= deadline:
                 raise WaitTimeoutError(f"waited too long for {count} workers at {name}")
-            await poll_pause(polls, binding.signal)
+            await poll_pause(polls, binding.signal, binding.client()._ctx.requester.rng)
             polls += 1
             view = await binding.call("GET", f"/barriers/{barrier['id']}")
             if view["state"] == "RELEASED" or view.get("epoch") != barrier.get("epoch"):

@@ -229,7 +229,7 @@ class PoolRef(_Named):
                 if anyio.current_time() >= deadline:
                     raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for {units} unit(s) of {self.name or pool_id!r} after {timeout_ms} ms") from err
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else CAPACITY_RETRY_S
-                await _runtime.sleep_before(_runtime.uniform(low, high), deadline)
+                await _runtime.sleep_before(_runtime.uniform(low, high, self._ctx.requester.rng), deadline)
                 continue
             return PoolLease._start_grant(self._ctx, reply.body, lease_seconds, sent)
 
@@ -378,7 +378,7 @@ class QuotaRef(_Named):
             waiter = (await self._ctx.call("GET", f"/allowance-waiters/{waiter_id}")).body
             if waiter["state"] != "WAITING":
                 return cast(dict[str, Any], waiter)
-            await _runtime.sleep_before(_runtime.uniform(*WAITER_POLL_S), deadline)
+            await _runtime.sleep_before(_runtime.uniform(*WAITER_POLL_S, self._ctx.requester.rng), deadline)
 
     async def _cancel_quietly(self, waiter_id: str | None) -> None:
         if waiter_id is None:

@@ -156,7 +156,7 @@ class ClaimRef:
                     continue  # the server held the request for the whole wait: ask again at once
                 low, high = LIMITED_RETRY_S if err.code == "CONCURRENCY_LIMITED" else HELD_RETRY_S
                 # Never sleep past the deadline: the last try comes when the time is up.
-                await _runtime.sleep_before(_runtime.uniform(low, high), deadline)
+                await _runtime.sleep_before(_runtime.uniform(low, high, self._ctx.requester.rng), deadline)
                 continue
             # The lease began when the server took the claim: at once, or at the end of a held try.
             began = sent if not wait_ms else anyio.current_time()
@@ -346,7 +346,7 @@ class ClaimLease:
             # Through an outage (no answer, a 503) the release is sent again, with one key, until
             # the lease's end by the local clock, as a settlement is: given up after the request
             # layer's few quick tries, the key stayed held, renewed by no one, for the whole lease.
-            await send_through(send, self._clock, f"{self._what()}: release")
+            await send_through(send, self._clock, f"{self._what()}: release", self._ctx.requester.rng)
         except (LeaseLostError, ScopeCancelledError, NotFoundError) as err:
             self._mark_lost(err)
             if isinstance(err, LeaseLostError):

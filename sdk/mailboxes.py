@@ -229,7 +229,7 @@ class Delivery:
                 await self._ctx.call("POST", path, body=body, idempotency_key=key, batch=True)
 
             try:
-                await send_through(send, self._clock, f"delivery {self.id}: {action}")
+                await send_through(send, self._clock, f"delivery {self.id}: {action}", self._ctx.requester.rng)
             except (LeaseLostError, ScopeCancelledError) as err:
                 self._refusal = err
                 self._mark_lost(err)

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 import threading
 from typing import Any, Awaitable, Callable, Coroutine, Iterator, Mapping, Protocol, Union
 from urllib.parse import unquote
@@ -197,6 +198,26 @@ def _check_thread(home: int, method: str, path: str) -> None:
         )
 
 
+class _Jitters:
+    """The jitter of the clients of one in-process server (renewal intervals, retry pauses, wait
+    loops): with the server's seed, each client made on its transport gets a generator of its own,
+    seeded from the seed and the client's place in the order they were made, so the same seed
+    repeats each client's draws, whatever the other clients draw meanwhile. Without a seed, None:
+    the process's generator."""
+
+    __slots__ = ("seed", "made")
+
+    def __init__(self, seed: int | None) -> None:
+        self.seed = seed
+        self.made = 0
+
+    def new(self) -> random.Random | None:
+        if self.seed is None:
+            return None
+        self.made += 1
+        return random.Random(f"runstate-jitter:{self.seed}:{self.made}")
+
+
 class ASGITransport:
     """A transport that calls an ASGI app in the caller's task (same thread, same library).
 
@@ -213,14 +234,24 @@ class ASGITransport:
     base_url = "the in-process test server"
     """What error messages call the server this transport reaches."""
 
-    def __init__(self, app: ASGIApp, *, client: tuple[str, int] = DEFAULT_CLIENT, state: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, *, client: tuple[str, int] = DEFAULT_CLIENT, state: dict[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        """`seed`: the server's seed, from which each client made on this transport draws its jitter
+        (`new_jitter`); None, the process's generator."""
         self.app = app
         self._client = client
         self._state = state
+        self._jitters = _Jitters(seed)
         # While the server is down (`InProcessRunstate.restart_server`): refused, as a closed port.
         self.down = False
         self._in_flight: set[anyio.CancelScope] = set()
         self._thread = threading.get_ident()
+
+    def new_jitter(self) -> random.Random | None:
+        """A generator for the jitter of a client made on this transport (see `_Jitters`)."""
+        return self._jitters.new()
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
         """Call the app with the request, in this task; its answer as `(status, headers, body)`."""
@@ -435,11 +466,15 @@ class _GuestTransport:
 
     base_url = "the in-process test server"
 
-    def __init__(self, guest: _TrioGuest) -> None:
+    def __init__(self, guest: _TrioGuest, seed: int | None = None) -> None:
         self.guest = guest
+        self._jitters = _Jitters(seed)
         self._thread = threading.get_ident()
         # Once `serve()` has ended and the trio run with it: refused, as a closed port.
         self.down = False
+
+    def new_jitter(self) -> random.Random | None:
+        return self._jitters.new()
 
     async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
         _check_thread(self._thread, method, path)
@@ -513,10 +548,12 @@ class serve_app:
         api_key: str = "test-key",
         space_id: str = "default",
         make_app: Callable[[], ASGIApp] | None = None,
+        seed: int | None = None,
         **client_kwargs: Any,
     ) -> None:
         self.app = app
         self._make_app = make_app  # another app on the same settings, for `restart_server`
+        self._seed = seed  # the server's, which its clients' jitter is drawn from (`_Jitters`)
         self._client_kwargs = {"api_key": api_key, "space_id": space_id, **client_kwargs}
         self._client: InProcessRunstate | None = None
 
@@ -533,11 +570,11 @@ class serve_app:
                 await self._group.__aexit__(None, None, None)
                 self._lifespan.close()
                 raise
-            transport: ASGITransport | _GuestTransport = ASGITransport(self.app, state=self._lifespan.state)
+            transport: ASGITransport | _GuestTransport = ASGITransport(self.app, state=self._lifespan.state, seed=self._seed)
         else:
             self._guest = _TrioGuest(self.app)
             await self._guest.start()
-            transport = _GuestTransport(self._guest)
+            transport = _GuestTransport(self._guest, self._seed)
         self._transport = transport
         client = InProcessRunstate(transport=transport, **self._client_kwargs)
         client.app = self.app
@@ -596,10 +633,15 @@ def serve(
     """A fresh in-memory runstate server in this event loop, and a client for it.
 
     `settings` is a `runstate.server.settings.Settings`; by default an in-memory server that
-    accepts `api_key` for `space_id`, with a fixed seed so the server's ids, tokens and retry
-    backoffs repeat from run to run (the client's renewal jitter is random). Settings that name no API
-    key (`Settings(data_dir=...)`) are given `api_key` for `space_id` too, and `seed` when they
-    have none, so that the client is accepted. Other keyword arguments go to the client
+    accepts `api_key` for `space_id`, with a fixed seed. A seed repeats from run to run the
+    server's ids, tokens and retry backoffs, and the jitter of every client made on this server's
+    transport (this one, `new_client()`, `client()`: renewal intervals, retries through an
+    outage, wait-loop pauses), each client drawing from a generator of its own seeded from the
+    seed and the order the clients were made in; so under trio's `MockClock` a test whose tasks do
+    not race one another repeats its timing exactly. (`seed=None`: drawn afresh each run. A client
+    on a transport of your own, one wrapping `rs.transport`, draws from the process's generator.)
+    Settings that name no API key (`Settings(data_dir=...)`) are given `api_key` for `space_id`
+    too, and `seed` when they have none, so that the client is accepted. Other keyword arguments go to the client
     (`holder=`, `request_timeout_ms=`, `retries=`...).
     """
     try:
@@ -621,6 +663,7 @@ def serve(
         # dicts any ASGI app is handed, which is what the app is given here.
         create_app(settings, run_blocking=inline), api_key=api_key, space_id=space_id,  # type: ignore[arg-type]  # quart's ASGI TypedDicts (above)
         make_app=lambda: create_app(settings, run_blocking=inline),  # type: ignore[arg-type, return-value]  # the same
+        seed=settings.seed,
         **client_kwargs,
     )
 

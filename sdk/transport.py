@@ -42,7 +42,11 @@ class Transport(Protocol):
     """One HTTP exchange. `path` starts with `/` and already carries any query string.
 
     The seam a test (or a proxy of your own) plugs into: `AsyncRunstate(transport=...)` sends every
-    request through it. `runstate.testing` has one that runs the server in-process."""
+    request through it. `runstate.testing` has one that runs the server in-process.
+
+    A transport may also offer `new_jitter()`, returning a `random.Random` (or None): a client made
+    on it draws its jitter (renewal intervals, retry pauses, wait loops) from what it returns,
+    rather than from the process's generator. The in-process one seeds it from the server's seed."""
 
     async def send(
         self,

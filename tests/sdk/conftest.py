@@ -8,7 +8,7 @@ from runstate import _runtime
 @pytest.fixture
 def pinned_jitter(monkeypatch):
     """Every random draw returns the middle of its range, so times are exact."""
-    monkeypatch.setattr(_runtime, "uniform", lambda low, high: (low + high) / 2)
+    monkeypatch.setattr(_runtime, "uniform", lambda low, high, rng=None: (low + high) / 2)
 
 
 @pytest.fixture

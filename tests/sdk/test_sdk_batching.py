@@ -51,7 +51,7 @@ def counted(rs: Any, holder: str = "swarm") -> tuple[AsyncRunstate, Counting]:
 
 @pytest.fixture
 def pinned(monkeypatch):
-    monkeypatch.setattr(_runtime, "uniform", lambda low, high: (low + high) / 2)
+    monkeypatch.setattr(_runtime, "uniform", lambda low, high, rng=None: (low + high) / 2)
 
 
 # -- renewals ---------------------------------------------------------------------------------------

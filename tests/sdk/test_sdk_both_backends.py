@@ -28,7 +28,7 @@ def anyio_backend(request):
 @pytest.fixture
 def fast_renewal(monkeypatch):
     """Renew every 10 ms, so a failing renewal shows up at once."""
-    monkeypatch.setattr(_renewal, "interval_s", lambda lease_seconds: 0.01)
+    monkeypatch.setattr(_renewal, "interval_s", lambda lease_seconds, rng=None: 0.01)
 
 
 def native_event_type():

@@ -130,7 +130,7 @@ async def test_renewal_interval_has_a_one_second_floor_and_jitter_bounds(autojum
     """A 5 s lease renews every 5/3 s; under 3 s the 1 s floor applies; the jitter spans 0.9-1.1."""
     from runstate import _runtime
 
-    monkeypatch.setattr(_runtime, "uniform", lambda low, high: high if high == 1.1 else (low + high) / 2)
+    monkeypatch.setattr(_runtime, "uniform", lambda low, high, rng=None: high if high == 1.1 else (low + high) / 2)
     rs, transport = make_client(claim_server())
     start = trio.current_time()
     lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=5)
@@ -138,7 +138,7 @@ async def test_renewal_interval_has_a_one_second_floor_and_jitter_bounds(autojum
     assert [round(s.at - start, 6) for s in transport.to("/claims/k/renew")] == [1.833333, 3.666667, 5.5]
     await lease.release()
     assert _renewal.interval_s(2) == pytest.approx(1.1)
-    monkeypatch.setattr(_runtime, "uniform", lambda low, high: low)
+    monkeypatch.setattr(_runtime, "uniform", lambda low, high, rng=None: low)
     assert _renewal.interval_s(30) == pytest.approx(9.0)
 
 
@@ -233,7 +233,7 @@ async def test_a_paused_process_sees_the_loss_before_it_runs_anything_else(autoj
 @pytest.mark.anyio
 async def test_asyncio_lease_has_an_asyncio_event_and_fails_closed(monkeypatch, pinned_jitter):
     """Under asyncio lost_event is an asyncio.Event and a stale renewal sets it."""
-    monkeypatch.setattr(_renewal, "interval_s", lambda lease_seconds: 0.01)
+    monkeypatch.setattr(_renewal, "interval_s", lambda lease_seconds, rng=None: 0.01)
     rs, transport = make_client(claim_server(renew=lambda sent: error(409, "STALE_CLAIM")))
     lease = await rs.scope("sc_1").claim("k").acquire(lease_seconds=5)
     assert isinstance(lease.lost_event, asyncio.Event)
@@ -514,7 +514,7 @@ async def test_run_stops_waiting_for_a_thread_when_the_lease_is_lost(autojump_cl
 @pytest.mark.anyio
 async def test_asyncio_run_cancels_the_coroutine_on_loss(monkeypatch, pinned_jitter):
     """Under asyncio too, a lost lease cancels run()'s coroutine and raises LeaseLostError."""
-    monkeypatch.setattr(_renewal, "interval_s", lambda lease_seconds: 0.01)
+    monkeypatch.setattr(_renewal, "interval_s", lambda lease_seconds, rng=None: 0.01)
     rs, transport = make_client(claim_server(renew=lambda sent: error(409, "STALE_CLAIM")))
     cancelled = []
 

@@ -52,6 +52,32 @@ async def test_a_5s_lease_lives_for_minutes_through_background_renewal(autojump_
         await attempt["lease"].release()
 
 
+async def _renewal_times(seed):
+    """Two clients of one in-process server each hold a 6 s lease for a virtual minute; when each
+    lease's last accepted renewal was sent, counted from the start (it depends on every draw of
+    the clients' renewal jitter)."""
+    async with testing.serve(seed=seed) as rs:
+        start = trio.current_time()
+        other = rs.new_client(holder="worker-2")
+        first = await rs.scope((await rs.scopes.create()).id).claim("a").acquire(lease_seconds=6)
+        second = await other.scope((await other.scopes.create()).id).claim("b").acquire(lease_seconds=6)
+        await trio.sleep(60)
+        times = [round(lease._clock.ends_at - lease.lease_seconds - start, 6) for lease in (first, second)]
+        await first.release()
+        await second.release()
+        return times
+
+
+@pytest.mark.trio
+async def test_a_seed_repeats_the_clients_renewal_jitter(autojump_clock):
+    """The same server seed gives each client the same renewal jitter, run after run (so the same
+    virtual instants); another seed gives other instants."""
+    once = await _renewal_times(7)
+    again = await _renewal_times(7)
+    assert once == again
+    assert await _renewal_times(8) != once
+
+
 @pytest.mark.trio
 async def test_a_holder_that_stops_renewing_loses_the_key_at_expiry(autojump_clock, pinned_jitter):
     """When the owner stops renewing, a waiting holder gets the key within one retry of expiry, with generation + 1, and the old token is stale."""

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.trio
 @pytest.fixture
 def pinned_jitter(monkeypatch):
     """The SDK's random draws (renewal intervals, retry pauses) return the middle of their range."""
-    monkeypatch.setattr(_runtime, "uniform", lambda low, high: (low + high) / 2)
+    monkeypatch.setattr(_runtime, "uniform", lambda low, high, rng=None: (low + high) / 2)
 
 
 class FrozenRenewals:
