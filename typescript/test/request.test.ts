@@ -16,6 +16,7 @@ import {
   LeaseLostError,
   NotFoundError,
   RateLimitError,
+  RunClient,
   Runstate,
   RunstateError,
   ScopeCancelledError,
@@ -412,6 +413,32 @@ describe('request layer', () => {
     await stale.release();
     assert.equal(stale.isLost, true);
     assert.equal(seen.filter((entry) => entry.url.endsWith('/claims/stale/release')).length, 1);
+  });
+
+  test('once(): the failure recorded for a result over the limit rides through dropped connections with one key', async () => {
+    let fails = 0;
+    route = ({ method, url }) => {
+      if (method === 'PUT' && url.includes('/runs/')) return json(200, { id: 'sc_run', name: 'once-outage' });
+      if (url.endsWith('/once/acquire')) return json(200, { state: 'OPEN', token: 'hold', attempts: 0 });
+      if (url.endsWith('/once/fail')) {
+        fails += 1;
+        return fails <= 2 ? drop : json(200, { state: 'OPEN', attempts: 1 });
+      }
+      return undefined;
+    };
+    const runs = new RunClient({ apiKey: 'k-1', spaceId: 'sp', baseUrl, run: 'once-outage', worker: 'w', retries: 0 });
+    try {
+      const huge = runs.once(async function huge(): Promise<string> {
+        return 'x'.repeat(70_000);
+      });
+      const err: any = await huge().catch((caught) => caught);
+      assert.equal(err.code, 'RESULT_TOO_LARGE');
+      const sent = seen.filter((entry) => entry.url.endsWith('/once/fail'));
+      assert.equal(sent.length, 3);
+      assert.equal(new Set(sent.map((entry) => entry.headers['idempotency-key'])).size, 1, 'one logical failure, one key');
+    } finally {
+      runs.client.close();
+    }
   });
 
   test('renewal rides through 503s and 429s until the lease ends by our clock, and stops at once on a refusal', async () => {
