@@ -89,7 +89,10 @@ class _Refused(Exception):
 async def batch(services: Runtime, request: Request, space: str) -> tuple[int, BatchView]:
     services.authorize(request, space)
     kernel = services.kernel
-    operations = request.json().data.get("operations")
+    data = request.json().data
+    if not data.keys() <= {"operations"}:  # as every route refuses a field it does not read
+        raise unknown("field", next(name for name in data if name != "operations"), ("operations",))
+    operations = data.get("operations")
     limit = services.limits.batch_operations_max
     if not isinstance(operations, list) or not operations:
         raise ApiError(VALIDATION_FAILED, "operations must be a non-empty list of operations")
