@@ -9,7 +9,8 @@ and the health probe's answer) come from their wire declarations (`wire/`), none
 live server's answers against it. Limits
 come from `Limits`, so the document says what this server enforces. Response schemas list the fields a
 client may rely on and leave room for more (`additionalProperties` is open): adding a field is not
-a breaking change.
+a breaking change. Request bodies are closed (`additionalProperties: false`), as the routes refuse a
+field they do not read.
 
 Every error answer is the envelope `{"error": {"code", "message", "requestId"}}`. Every POST may
 carry an `Idempotency-Key` (1-255 printable characters); a retry with it returns the first answer.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
 from ..actors.fields import body_fields, query_fields, schema
 from ..actors.limits import Limits
 from .api import OPENAPI_PATH, Doc
@@ -88,7 +90,11 @@ def _components(limits: Limits) -> dict[str, Any]:
                 "schema": {"type": "string", "minLength": 1, "maxLength": limits.idempotency_key_len_max},
                 "description": "a retry with the same key returns the first answer (for 24 h)",
             },
-            "limit": {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+            "limit": {
+                "name": "limit", "in": "query", "required": False,
+                "schema": {"type": "integer", "minimum": 1, "maximum": LIST_LIMIT_MAX, "default": LIST_LIMIT_DEFAULT},
+                "description": "the most items in the answer",
+            },
         },
     }
 
@@ -142,6 +148,22 @@ def _coordination_components() -> dict[str, Any]:
     }
 
 
+def _query_schemas(limits: Limits) -> dict[str, dict[str, Any]]:
+    """The query parameters that are not plain text, by name, as their routes read them (any
+    other is a string): the server refuses a value outside these with 400."""
+    return {
+        "olderThanSeconds": {"type": "integer", "minimum": 0, "maximum": AGE_S_MAX,
+                             "description": "dead letters that died at least this many seconds ago"},
+        "newerThanSeconds": {"type": "integer", "minimum": 0, "maximum": AGE_S_MAX,
+                             "description": "dead letters that died at most this many seconds ago"},
+        "latest": {"type": "integer", "minimum": 0, "maximum": LIST_LIMIT_MAX,
+                   "description": "the newest N events instead of those after a cursor (0: only the cursor after the newest)"},
+        "waitSeconds": {"type": "integer", "minimum": 0, "description": (
+            f"hold an empty answer up to this long (default {limits.watch_wait_s_default}); capped at "
+            f"{limits.watch_wait_s_max}, or {limits.watch_wait_s_legacy_max} for a client that does not say it is 0.3.0 or newer")},
+    }
+
+
 def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
 
@@ -180,7 +202,9 @@ def _request_body(doc: Doc, limits: Limits) -> dict[str, Any] | None:
     if not specs:
         return None
     properties = {spec.wire: schema(spec, limits) for spec in specs}
-    body: dict[str, Any] = {"type": "object", "properties": properties}
+    # Closed, unlike the answers' schemas: a route refuses a field it does not read (400 naming
+    # it), so a client checked against the document learns of a typo before sending it.
+    body: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     required = [spec.wire for spec in specs if spec.required]
     if required:
         body["required"] = required
@@ -198,11 +222,12 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
             parameters.append({"$ref": "#/components/parameters/space"})
         else:
             parameters.append({"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}})
+    typed = _query_schemas(limits)
     for name in doc.query:
         if name == "limit":
             parameters.append({"$ref": "#/components/parameters/limit"})
         else:
-            parameters.append({"name": name, "in": "query", "required": False, "schema": {"type": "string"}})
+            parameters.append({"name": name, "in": "query", "required": False, "schema": typed.get(name, {"type": "string"})})
     if doc.command is not None:
         for spec in query_fields(doc.command):
             # A query parameter is absent or a value: never null.
