@@ -217,8 +217,8 @@ class _Node(Generic[H]):
 
 class BaseRouter(Generic[H]):
     """Routes by path segments through a tree. When several routes fit a path, the first one
-    declared for the method wins; one that fits the path but not the method is a 405 naming the
-    methods that fit."""
+    declared for the method wins (a HEAD is served by the GET route); one that fits the path but
+    not the method is a 405 naming the methods that fit."""
 
     def __init__(self) -> None:
         self.routes: list[BaseRoute[H]] = []
@@ -254,13 +254,17 @@ class BaseRouter(Generic[H]):
         fits: list[tuple[int, BaseRoute[H], dict[str, str]]] = []
         _fit(self._root, segments, 0, [], fits)
         best: tuple[int, BaseRoute[H], dict[str, str]] | None = None
+        # HEAD is the GET of the same path without its body (RFC 9110 9.3.2: every server takes
+        # it where it takes GET); the connection leaves the body out.
+        wanted = "GET" if method == "HEAD" else method
         for fit in fits:
-            if fit[1].method == method and (best is None or fit[0] < best[0]):
+            if fit[1].method == wanted and (best is None or fit[0] < best[0]):
                 best = fit
         if best is not None:
             return best[1], best[2]
         if fits:
-            allowed = ", ".join(sorted({fit[1].method for fit in fits}))
+            methods = {fit[1].method for fit in fits}
+            allowed = ", ".join(sorted(methods | {"HEAD"} if "GET" in methods else methods))
             raise ApiError(
                 "METHOD_NOT_ALLOWED", f"{method} is not allowed on {raw_path}; use {allowed}", status=405,
                 headers={"allow": allowed},
@@ -397,6 +401,8 @@ async def respond(
     incoming = BodyReading()
     try:
         route, params = router.match(method, raw_path)
+        if method == "HEAD":  # served as its GET (the connection sends the head alone)
+            request.method = "GET"
         if not route.public:
             if not services.ready:
                 raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
