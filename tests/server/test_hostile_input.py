@@ -125,11 +125,13 @@ async def test_unknown_routes_and_methods(api, autojump_clock):
 
 
 async def test_missing_wrong_and_foreign_keys(api, autojump_clock):
-    """No key or a malformed header is 401; a wrong key 401; a space the key does not open 404."""
+    """No key or a malformed header is 401; a wrong key 401, each with the challenge of the bearer
+    scheme (WWW-Authenticate, which RFC 9110 asks of every 401); a space the key does not open 404."""
     scope_id = await new_run(api)
     for headers, key in [({}, None), ({"authorization": "Basic abc"}, None), ({"authorization": "Bearer"}, None), ({}, "wrong-key")]:
-        status, _, body = await api.request("GET", f"/v1/spaces/default/scopes/{scope_id}", headers=headers, key=key)
+        status, answer_headers, body = await api.request("GET", f"/v1/spaces/default/scopes/{scope_id}", headers=headers, key=key)
         assert_envelope(status, body, "UNAUTHENTICATED", 401)
+        assert answer_headers["www-authenticate"] == 'Bearer realm="runstate"'
     status, _, body = await api.request("GET", f"/v1/spaces/other/scopes/{scope_id}")
     assert_envelope(status, body, "NOT_FOUND", 404)
     status, _, body = await api.get("/scopes/sc_nope")
