@@ -158,6 +158,7 @@ def _query_schemas(limits: Limits) -> dict[str, dict[str, Any]]:
                              "description": "dead letters that died at most this many seconds ago"},
         "latest": {"type": "integer", "minimum": 0, "maximum": LIST_LIMIT_MAX,
                    "description": "the newest N events instead of those after a cursor (0: only the cursor after the newest)"},
+        "types": {"type": "string", "description": "event types, comma-separated, each exactly as the log names it (any other is refused)"},
         "waitSeconds": {"type": "integer", "minimum": 0, "description": (
             f"hold an empty answer up to this long (default {limits.watch_wait_s_default}); capped at "
             f"{limits.watch_wait_s_max}, or {limits.watch_wait_s_legacy_max} for a client that does not say it is 0.3.0 or newer")},

@@ -23,7 +23,8 @@ from ...actors import commands as c
 from ...actors import coordination_reads as reads
 from ...actors.errors import VALIDATION_FAILED
 from ...actors.barriers import BarrierView
-from ...actors.events import EventPageView
+from ...actors.events import EVENT_TYPES, EventPageView
+from ...actors.fields import unknown
 from ...actors.groups import GroupView
 from ...actors.timers import TimerView
 from ...actors.kernel import EMPTY
@@ -201,6 +202,9 @@ async def watch(services: ReadServices, request: Request, space: str) -> tuple[i
     after, limit = _cursor(request), integer_param(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
     types_text = request.param("types")
     types = frozenset(name.strip() for name in types_text.split(",") if name.strip()) if types_text else None
+    for name in sorted(types or ()):
+        if name not in EVENT_TYPES:  # a mistyped type would hold every watch to its end, empty
+            raise unknown("event type", name, EVENT_TYPES)
     aggregate = None
     aggregate_text = request.param("aggregate")
     if aggregate_text:

@@ -190,6 +190,18 @@ async def test_event_routes(nursery, autojump_clock):
     assert (await client.get("/watch?scopeId=sc_nothing&waitSeconds=0")).status == 404
 
 
+async def test_a_watch_for_an_event_type_that_does_not_exist_is_refused_naming_the_nearest(client: AsgiClient, autojump_clock):
+    """types names the event types of the log: one that is none of them (a typo) is 400 naming it
+    and the nearest type, at once, rather than a watch held to its end that no event can answer."""
+    start = trio.current_time()
+    response = await client.get("/watch?types=scope.created,claim.taken&waitSeconds=20")
+    assert (response.status, response.code) == (400, "VALIDATION_FAILED") and trio.current_time() == start
+    assert response.json["error"]["message"].startswith("unknown event type 'claim.taken' (did you mean 'claim.taken_over'?): ")
+    run = await client.run()
+    page = (await client.get("/watch?types=claim.acquired, scope.created&waitSeconds=0")).json
+    assert [event["scopeId"] for event in page["events"]] == [run]
+
+
 async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
     """ops/runs shows a run's holders (claims, once keys, deliveries) with what they hold as keys
     (claim keys, once keys, the delivered task's key) and their earliest lease end, and counts by
