@@ -178,7 +178,8 @@ _ERRORS = {
     "400": _error("VALIDATION_FAILED: a field is missing, of the wrong type or outside its limits, or a field or query "
                   "parameter the route does not take"),
     "401": _error("UNAUTHENTICATED: no key, or a key the server does not know"),
-    "403": _error("FORBIDDEN: this needs the admin key"),
+    "403": _error("FORBIDDEN: the key may not do this: an admin route with an API key, a change with a key of the viewer "
+                  "role, or a change in a space other than an operator's action with the admin key"),
     "404": _error("NOT_FOUND: no such thing in this space (or a space the key does not open)"),
     "405": _error("METHOD_NOT_ALLOWED"),
     "409": _error("a conflict: " + ", ".join(_codes(409))),
@@ -243,6 +244,8 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
             answer["content"] = {reply.content_type: {"schema": _schema(reply.schema)}}
         responses[str(reply.status)] = answer
     errors = doc.errors if route.public else (*doc.errors, *_KEYED_ERRORS)
+    if not route.public and route.method != "GET":  # a viewer's key changes nothing (runtime.authorize)
+        errors = (*errors, "403")
     if route.query_names is not None:  # a query parameter it does not take is refused
         errors = (*errors, "400")
     for code in sorted(set(errors)):

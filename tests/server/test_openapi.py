@@ -15,6 +15,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis import checks as st_checks
 
+import orjson
 import trio
 import trio.testing
 
@@ -167,6 +168,20 @@ async def test_an_integer_query_parameter_is_refused_outside_its_schema_and_take
     assert checked == {"limit", "waitMs", "olderThanSeconds", "newerThanSeconds", "latest", "waitSeconds"}
 
 
+def test_every_change_lists_the_403_a_viewer_key_gets():
+    """Every keyed route that is not a GET says it may answer 403 (a key of the viewer role, or the
+    admin key outside an operator's action); a GET of a space does not."""
+    document = openapi()
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if operation.get("security") == []:  # a public route
+                continue
+            if method != "get":
+                assert "403" in operation["responses"], (method, path)
+            elif path.startswith("/v1/spaces/"):
+                assert "403" not in operation["responses"], (method, path)
+
+
 ADMIN_KEY = "openapi-admin-key-0123456789"
 
 
@@ -189,6 +204,18 @@ async def test_every_route_with_a_body_refuses_a_field_outside_its_schema(nurser
         status, _, raw = await call_asgi(app, method.upper(), target, headers, b'{"notAField": 1}')
         assert status == 400, (method, path, raw)
         assert b"unknown field 'notAField'" in raw, (method, path, raw)
+
+    # And what the 403s say: a key of the viewer role is refused every change of its space.
+    admin = {"authorization": f"Bearer {ADMIN_KEY}", "content-type": "application/json"}
+    _, _, raw = await call_asgi(app, "POST", "/v1/admin/keys", admin, b'{"space": "default", "role": "viewer"}')
+    viewer = {"authorization": f"Bearer {orjson.loads(raw)['key']}", "content-type": "application/json"}
+    changes = [(method, path) for path, item in openapi()["paths"].items() for method in item
+               if method != "get" and path.startswith("/v1/spaces/")]
+    assert len(changes) > 50
+    for method, path in changes:
+        target = re.sub(r"{(\w+)}", lambda found: SPACE if found[1] == "space" else "x1", path)
+        status, _, raw = await call_asgi(app, method.upper(), target, viewer, b"{}")
+        assert status == 403 and b"viewer role" in raw, (method, path, raw)
 
 
 @pytest.mark.trio
