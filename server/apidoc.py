@@ -30,7 +30,8 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
   the `viewer` role reads there and is refused every change (403 `FORBIDDEN`). The admin key reads
   every space and is the only key for `/v1/admin`.
 - **Errors.** Every answer of 400 and above is `{{"error": {{"code", "message", "requestId"}}}}`,
-  with `details` where there is more to act on, and `Retry-After` on contention.
+  with `details` where there is more to act on, and `Retry-After` on contention (in seconds,
+  with a fraction where it is known to the millisecond).
 - **Retries.** Every mutation of a space takes an `Idempotency-Key` header (1-{key_len_max} printable
   characters): a retry with the same key and request returns the first answer, for 24 hours.
 - **Fields.** An optional field that is `null` is the same as an absent one; a field the route does
