@@ -257,7 +257,7 @@ endpoint(router, "GET", BASE + "/ops/runs/{scope_id}", Doc(
 ), ops_run)
 endpoint(router, "GET", BASE + "/ops/waits", Doc(
     "What waits in the space now: acquires parked on a held claim, reads parked on a once key and held receives (with the "
-    "holders waiting), timer polls, watches, and the waiters of pools' lines and allowances' queues",
+    "holders waiting), reads parked on a task's end, timer polls, watches, and the waiters of pools' lines and allowances' queues",
     (Reply(200, "OpsWaits"),),
     errors=("404",), group=G,
 ), ops_waits)

@@ -8,6 +8,8 @@ input is a 400 with the envelope.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import trio
 import trio.testing
@@ -242,6 +244,41 @@ async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
         assert (await client.get(f"/ops/runs/{other}")).json["parked"] == waits
     assert held[0].status == 204
     assert (await client.get("/ops/waits")).json["waits"] == []
+
+
+async def test_a_read_waiting_for_a_tasks_end_is_shown_as_such_not_as_a_receive(client: AsgiClient, autojump_clock):
+    """`GET /tasks/{id}?waitMs=` parks on the task's queue, as a receive does, but waits for no
+    delivery: ops/waits shows it by task, apart from the receives held on that queue (`runstate
+    top` names the task), and the console's queues do not count it among the workers waiting."""
+    from runstate.server.console.views.lists import _receivers
+    from runstate.server.top import _where
+
+    run, mailbox = await client.run(), await client.mailbox()
+    task = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "t"})).json["taskId"]
+    other = await client.run()
+    answered = []
+
+    async def read_task():
+        answered.append(await client.get(f"/tasks/{task}?waitMs=5000"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_task)
+        nursery.start_soon(read_task)
+        await trio.sleep(1)
+        waits = (await client.get("/ops/waits")).json["waits"]
+        assert waits == [{"on": "task", "calls": 2, "scopeId": run, "taskId": task}]
+        assert (await client.get(f"/ops/runs/{run}")).json["parked"] == waits
+        assert _where(waits[0], {}) == f"{task} in {run}"  # as `runstate top` names it
+        assert _receivers(client.runtime.kernel, "default") == {mailbox: 0}
+        nursery.start_soon(partial(client.recv, mailbox, other, waitMs=5_000))
+        await trio.sleep(1)
+        waits = (await client.get("/ops/waits")).json["waits"]
+        assert waits == [
+            {"on": "queue", "calls": 1, "mailboxId": mailbox, "scopeId": other, "holders": ["w1"]},
+            {"on": "task", "calls": 2, "scopeId": run, "taskId": task},
+        ]
+        assert _receivers(client.runtime.kernel, "default") == {mailbox: 1}
+    assert [response.status for response in answered] == [200, 200]
 
 
 async def test_metrics_show_coordination_by_state(client: AsgiClient, autojump_clock):
