@@ -33,7 +33,10 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
   with `details` where there is more to act on, and `Retry-After` on contention (in seconds,
   with a fraction where it is known to the millisecond).
 - **Retries.** Every mutation of a space takes an `Idempotency-Key` header (1-{key_len_max} printable
-  characters): a retry with the same key and request returns the first answer, for 24 hours.
+  characters): a retry with the same key and request returns the first answer, for 24 hours, and
+  the key with another request is 409 `IDEMPOTENCY_CONFLICT`. Only an answer that changed
+  something is kept: a refusal, or an answer that changed nothing (a 204 of a receive, a `PUT`
+  that found what it names), is not, and a retry with its key runs again.
 - **Fields.** An optional field that is `null` is the same as an absent one; a field the route does
   not read is refused with 400 naming it (a typo is not dropped in silence); integers are JSON
   integers (`30.0` and `"30"` are refused).
