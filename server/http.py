@@ -415,6 +415,10 @@ async def respond(
             request.takes = takes
             if request.query:  # (most requests have none: they pay nothing more)
                 refuse_unknown_query(request, takes)
+        coding = headers.get("content-encoding")
+        if coding is not None and coding.strip().lower() not in ("", "identity") and _has_body(headers):
+            # A compressed body read as JSON would be refused as "not valid JSON", which misleads.
+            raise ApiError(VALIDATION_FAILED, f"Content-Encoding {quote(coding[:40])} is not read here: send the body as plain JSON")
         if came is not None:  # it all came with the head: nothing to wait for
             request.body = take_body(came, headers, services.limits.request_bytes_max, doors, incoming)
         else:

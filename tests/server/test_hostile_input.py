@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 pytestmark = pytest.mark.trio
@@ -122,6 +124,19 @@ async def test_unknown_routes_and_methods(api, autojump_clock):
     assert headers["allow"] == "POST"
     status, _, body = await api.request("GET", "/v1/spaces/default/claims/%ff%fe/renew")
     assert_envelope(status, body, "VALIDATION_FAILED", 400)
+
+
+async def test_a_compressed_body_is_refused_as_such_not_as_bad_json(api, autojump_clock):
+    """A body with a Content-Encoding other than identity is 400 naming the coding (it was read as
+    JSON and refused as "not valid JSON"); identity, and a body of plain JSON, are read."""
+    body = gzip.compress(b'{"name": "zipped"}')
+    status, _, answer = await api.post("/scopes", body=body, headers={"content-type": "application/json", "content-encoding": "gzip"})
+    assert_envelope(status, answer, "VALIDATION_FAILED", 400)
+    assert answer["error"]["message"] == "Content-Encoding 'gzip' is not read here: send the body as plain JSON"
+    status, _, answer = await api.post("/scopes", {"name": "plain"}, headers={"content-encoding": "identity"})
+    assert status == 201 and answer["name"] == "plain"
+    status, _, answer = await api.get("/scopes", headers={"content-encoding": "gzip"})  # no body: nothing to read
+    assert status == 200
 
 
 async def test_missing_wrong_and_foreign_keys(api, autojump_clock):
