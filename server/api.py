@@ -42,6 +42,8 @@ class Reply:
     schema: str | dict[str, Any] | None
     description: str = "OK"
     content_type: str = "application/json"
+    # The headers it carries, by name: (the component in `#/components/headers`, whether always).
+    headers: tuple[tuple[str, str, bool], ...] = ()
 
 
 NO_CONTENT = None  # a Reply schema for an answer without a body (a long poll's 204)

@@ -165,8 +165,32 @@ def _query_schemas(limits: Limits) -> dict[str, dict[str, Any]]:
     }
 
 
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
+def _headers(headers: tuple[tuple[str, str, bool], ...]) -> dict[str, Any]:
+    """An answer's `headers`: each name with its description and schema, and whether it always
+    comes (written out, not referred to: a reference takes no `required` beside it)."""
+    return {name: {**_HEADER_COMPONENTS[component], "required": always} for name, component, always in headers}
+
+
+# The headers the answers carry (`Reply.headers`, and the errors' below), by the name a Reply gives.
+_HEADER_COMPONENTS = {
+    "RetryAfter": {"description": "seconds to wait before asking again, with a fraction where it is known to the millisecond "
+                                  "(29.998); a client reading whole seconds rounds it up",
+                   "schema": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"}},
+    "Allow": {"description": "the methods the path takes", "schema": {"type": "string"}},
+    "WWWAuthenticate": {"description": "the scheme that opens the route: Bearer", "schema": {"type": "string"}},
+    "WaitCapped": {"description": "the wait asked was longer than the server holds a call: it was held this many "
+                                  "milliseconds (wait_ms_max); ask again", "schema": {"type": "string", "pattern": "^[0-9]+$"}},
+    "AsOfLsn": {"description": "the LSN of the past point the answer stands at", "schema": {"type": "string", "pattern": "^[0-9]+$"}},
+    "AsOfTime": {"description": "the time of the past point the answer stands at, UTC", "schema": {"type": "string"}},
+}
+_RETRY_AFTER = ("Retry-After", "RetryAfter", False)
+
+
+def _error(description: str, headers: tuple[tuple[str, str, bool], ...] = ()) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
+    if headers:
+        answer["headers"] = _headers(headers)
+    return answer
 
 
 def _codes(status: int) -> list[str]:
@@ -177,17 +201,19 @@ def _codes(status: int) -> list[str]:
 _ERRORS = {
     "400": _error("VALIDATION_FAILED: a field is missing, of the wrong type or outside its limits, or a field or query "
                   "parameter the route does not take"),
-    "401": _error("UNAUTHENTICATED: no key, or a key the server does not know"),
+    "401": _error("UNAUTHENTICATED: no key, or a key the server does not know",
+                  (("WWW-Authenticate", "WWWAuthenticate", True),)),
     "403": _error("FORBIDDEN: the key may not do this: an admin route with an API key, a change with a key of the viewer "
                   "role, or a change in a space other than an operator's action with the admin key"),
     "404": _error("NOT_FOUND: no such thing in this space (or a space the key does not open)"),
-    "405": _error("METHOD_NOT_ALLOWED"),
-    "409": _error("a conflict: " + ", ".join(_codes(409))),
+    "405": _error("METHOD_NOT_ALLOWED", (("Allow", "Allow", True),)),
+    "409": _error("a conflict: " + ", ".join(_codes(409)) + " (CLAIM_HELD, CAPACITY_UNAVAILABLE and BACKLOG_FULL with "
+                  "Retry-After)", (_RETRY_AFTER,)),
     "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one. "
                   "HISTORY_NOT_KEPT: the point is older than the history kept"),
     "413": _error("the request body is over the limit"),
-    "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),
-    "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal"),
+    "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After", (("Retry-After", "RetryAfter", True),)),
+    "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal", (_RETRY_AFTER,)),
 }
 
 # What every keyed route may answer whatever it does: a bad or missing key, a bad
@@ -238,10 +264,15 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
     if doc.idempotent:
         parameters.append({"$ref": "#/components/parameters/idempotency"})
     responses: dict[str, dict[str, Any]] = {}
+    # A long poll held for less than it asked says so (`api.say_if_capped`).
+    waits = doc.command is not None and any(spec.wire == "waitMs" for spec in (*body_fields(doc.command), *query_fields(doc.command)))
     for reply in doc.replies:
         answer: dict[str, Any] = {"description": reply.description}
         if reply.schema is not None:
             answer["content"] = {reply.content_type: {"schema": _schema(reply.schema)}}
+        headers = (*reply.headers, *((("runstate-wait-capped-ms", "WaitCapped", False),) if waits else ()))
+        if headers:
+            answer["headers"] = _headers(headers)
         responses[str(reply.status)] = answer
     errors = doc.errors if route.public else (*doc.errors, *_KEYED_ERRORS)
     if not route.public and route.method != "GET":  # a viewer's key changes nothing (runtime.authorize)

@@ -182,6 +182,36 @@ def test_every_change_lists_the_403_a_viewer_key_gets():
                 assert "403" not in operation["responses"], (method, path)
 
 
+def test_the_headers_answers_carry_are_declared():
+    """The document declares the headers the answers carry: WWW-Authenticate on every 401, Allow on
+    a 405, Retry-After on every 429 and where a 409 or 503 may carry it, the capped wait on the
+    answers of a long poll, and where a past read stands on the history's answers."""
+    paths = openapi()["paths"]
+    for path, item in paths.items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            if "401" in responses:
+                assert responses["401"]["headers"]["WWW-Authenticate"]["required"] is True, (method, path)
+            if "429" in responses:
+                assert responses["429"]["headers"]["Retry-After"]["required"] is True, (method, path)
+            for status in ("409", "503"):
+                if status in responses:
+                    assert responses[status]["headers"]["Retry-After"]["required"] is False, (method, path)
+            if path.startswith("/v1/spaces/{space}/history/") and not path.endswith("/diff"):
+                headers = responses["200"]["headers"]
+                assert headers["runstate-as-of-lsn"]["required"] and headers["runstate-as-of"]["required"], path
+    waits = sorted((method, path) for path, item in paths.items() for method, operation in item.items()
+                   if "/history/" not in path
+                   and any("runstate-wait-capped-ms" in answer.get("headers", {}) for answer in operation["responses"].values()))
+    assert waits == sorted([
+        ("post", "/v1/spaces/{space}/claims"), ("post", "/v1/spaces/{space}/mailboxes/{mailbox_id}/recv"),
+        ("post", "/v1/spaces/{space}/mailboxes/{mailbox_id}/recv-many"), ("get", "/v1/spaces/{space}/tasks/{task_id}"),
+        ("get", "/v1/spaces/{space}/once"), ("post", "/v1/spaces/{space}/tasks/admit"), ("post", "/v1/spaces/{space}/timers/poll"),
+    ])
+    retry_after = paths["/v1/spaces/{space}/claims"]["post"]["responses"]["409"]["headers"]["Retry-After"]["schema"]
+    assert re.fullmatch(retry_after["pattern"], "29.998") and re.fullmatch(retry_after["pattern"], "1")
+
+
 ADMIN_KEY = "openapi-admin-key-0123456789"
 
 
