@@ -67,6 +67,8 @@ class Doc:
     group: str = ""
     # An operator's action: the admin key may call it in any space, and its record says who did.
     operator: bool = False
+    # A public route (outside a space) that still takes a key (`Authorization: Bearer`): any valid one.
+    takes_key: bool = False
 
 
 # The status of a command's answer, when it depends on the answer (201 created, 200 replayed).

@@ -287,7 +287,7 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
             "An operator's action: the admin key may call it in any space the server knows, and its record and "
             "event say who did (`by`: the API key's id, or `admin`)."
         )
-    if route.public:
+    if route.public and not doc.takes_key:
         result["security"] = []
     body = _request_body(doc, limits)
     if body is not None:

@@ -212,6 +212,27 @@ def test_the_headers_answers_carry_are_declared():
     assert re.fullmatch(retry_after["pattern"], "29.998") and re.fullmatch(retry_after["pattern"], "1")
 
 
+@pytest.mark.trio
+async def test_a_route_the_document_opens_to_all_answers_without_a_key_and_the_others_ask_for_one(api):
+    """A route the document gives no security (`security: []`) is answered without a key; a GET
+    that takes a bearer key (`/v1/cluster`, the reads of a space) answers 401 without one."""
+    document = openapi()
+    opened = []
+    for path, item in document["paths"].items():
+        operation = item.get("get")
+        if operation is None:
+            continue
+        target = re.sub(r"{(\w+)}", lambda found: "default" if found[1] == "space" else "1", path)
+        status, _, _ = await call_asgi(api.app, "GET", target, {}, None)
+        if operation.get("security") == []:
+            opened.append(path)
+            assert status != 401, path
+        else:
+            assert status == 401, path
+    # (/metrics: from loopback, as here; from elsewhere it takes the admin key)
+    assert sorted(opened) == ["/healthz", "/metrics", "/v1/cluster/partitions/{partition}/snapshot", "/v1/openapi.json"]
+
+
 ADMIN_KEY = "openapi-admin-key-0123456789"
 
 
