@@ -36,7 +36,8 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
   characters): a retry with the same key and request returns the first answer, for 24 hours, and
   the key with another request is 409 `IDEMPOTENCY_CONFLICT`. Only an answer that changed
   something is kept: a refusal, or an answer that changed nothing (a 204 of a receive, a `PUT`
-  that found what it names), is not, and a retry with its key runs again.
+  that found what it names), is not, and a retry with its key runs again. A batch's own header is
+  not read: each of its operations carries its own `idempotencyKey`.
 - **Fields.** An optional field that is `null` is the same as an absent one; a field the route does
   not read is refused with 400 naming it (a typo is not dropped in silence); integers are JSON
   integers (`30.0` and `"30"` are refused).
