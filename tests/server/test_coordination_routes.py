@@ -321,9 +321,14 @@ async def test_named_timer_and_barrier_routes(client: AsgiClient, autojump_clock
     fired = (await client.request("PUT", "/timers/by-name/nap%20time", {"scopeId": run, "afterSeconds": 5})).json
     assert (fired["id"], fired["state"]) == (armed.json["id"], "FIRED") and fired["token"]
     assert (await client.post(f"/timers/{fired['id']}/ack", {"token": fired["token"]})).json["state"] == "ACKED"
+    # A timer that exists is answered as it is whatever the body says: {scopeId} alone looks it up.
+    for body in ({"scopeId": run}, {"scopeId": run, "afterSeconds": 1, "at": "2030-01-01T00:00:00Z"}):
+        found = await client.request("PUT", "/timers/by-name/nap%20time", body)
+        assert found.status == 200 and (found.json["id"], found.json["state"]) == (armed.json["id"], "ACKED")
     for bad in ({"scopeId": run}, {"afterSeconds": 1}, {"scopeId": run, "afterSeconds": 1, "at": "2030-01-01T00:00:00Z"}):
         response = await client.request("PUT", "/timers/by-name/other", bad)
         assert (response.status, response.code) == (400, "VALIDATION_FAILED")
+    assert [timer["name"] for timer in (await client.get(f"/scopes/{run}/timers")).json["timers"]] == ["nap time"]
     assert (await client.request("PUT", "/timers/by-name/x", {"scopeId": "sc_nothing", "afterSeconds": 1})).status == 404
 
     barrier = await client.request("PUT", "/barriers/by-name/meet", {"scopeId": run, "target": 2})
