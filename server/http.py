@@ -92,6 +92,8 @@ def integer_of(text: str, name: str, low: int, high: int | None) -> int:
     """Query parameter `name`'s text as an integer from `low` to `high` (None: no most), else
     VALIDATION_FAILED naming it."""
     if not ascii_digits(text) or int(text) < low or (high is not None and int(text) > high):
+        if high is None and text.isascii() and text.isdigit():  # past the digits read: say the most
+            high = 10**DIGITS_MAX - 1
         bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
         raise ApiError(VALIDATION_FAILED, f"{name} must be an integer {bound}, got {quote(text)}")
     return int(text)
