@@ -69,6 +69,9 @@ class Doc:
     operator: bool = False
     # A public route (outside a space) that still takes a key (`Authorization: Bearer`): any valid one.
     takes_key: bool = False
+    # Where what a 201 made is read, for its Location: the path below the space with `{}` for the
+    # answer's field named second (`("/scopes/{}", "id")`); None where nothing reads it alone.
+    location: tuple[str, str] | None = None
 
 
 # The status of a command's answer, when it depends on the answer (201 created, 200 replayed).

@@ -26,6 +26,7 @@ import os
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Generic, TypeVar
 from urllib.parse import parse_qs, unquote
+from urllib.parse import quote as quote_url
 
 import trio
 
@@ -76,6 +77,11 @@ class Raw:
         self.body = body
         self.content_type = content_type
         self.headers = headers
+
+
+def quote_segment(text: str) -> str:
+    """`text` as one path segment, percent-encoded but for the unreserved characters."""
+    return quote_url(text, safe="")
 
 
 # The most digits a number of a query string or a path may have: more is refused before `int()`.
@@ -437,6 +443,8 @@ async def respond(
             return answer
         status, body = answer
         extra = request.answer_headers
+        if status == 201 and route.doc is not None and route.doc.location is not None:
+            extra = {**(extra or {}), "location": created_at(route.doc.location, params, body)}
         if status == 204:
             return _empty_reply(request.request_id, services.draining, extra)
         if isinstance(body, Raw):
@@ -460,6 +468,16 @@ async def respond(
     finally:
         doors.release(incoming.held)
         telemetry.end(method, route, status, started, request.request_id, code, params.get("space"))
+
+
+def created_at(location: tuple[str, str], params: dict[str, str], body: Any) -> str:
+    """The Location of what a 201 made: the path that reads it (`Doc.location`), its id taken from
+    the answer (a typed view, or the wire form an Idempotency-Key's retry replays)."""
+    template, field = location
+    answer = body if isinstance(body, dict) else wire.encode(body)
+    made = answer[field]
+    assert isinstance(made, str), f"a 201's {field} is an id"
+    return f"/v1/spaces/{quote_segment(params['space'])}" + template.format(quote_segment(made))
 
 
 def refuse_unknown_query(request: Request, takes: frozenset[str]) -> None:

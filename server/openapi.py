@@ -182,6 +182,7 @@ _HEADER_COMPONENTS = {
                                   "milliseconds (wait_ms_max); ask again", "schema": {"type": "string", "pattern": "^[0-9]+$"}},
     "AsOfLsn": {"description": "the LSN of the past point the answer stands at", "schema": {"type": "string", "pattern": "^[0-9]+$"}},
     "AsOfTime": {"description": "the time of the past point the answer stands at, UTC", "schema": {"type": "string"}},
+    "Location": {"description": "the path that reads what was made", "schema": {"type": "string"}},
 }
 _RETRY_AFTER = ("Retry-After", "RetryAfter", False)
 
@@ -270,7 +271,8 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
         answer: dict[str, Any] = {"description": reply.description}
         if reply.schema is not None:
             answer["content"] = {reply.content_type: {"schema": _schema(reply.schema)}}
-        headers = (*reply.headers, *((("runstate-wait-capped-ms", "WaitCapped", False),) if waits else ()))
+        headers = (*reply.headers, *((("runstate-wait-capped-ms", "WaitCapped", False),) if waits else ()),
+                   *((("Location", "Location", True),) if reply.status == 201 and doc.location is not None else ()))
         if headers:
             answer["headers"] = _headers(headers)
         responses[str(reply.status)] = answer

@@ -58,7 +58,7 @@ async def read_barrier(services: ReadServices, request: Request, space: str, bar
 G = "Barriers"
 endpoint(router, "POST", BASE + "/barriers", Doc(
     "Create a barrier that releases at target distinct arrivals", (Reply(201, "Barrier", "Created"),), c.CreateBarrier,
-    errors=ERRORS, idempotent=True, group=G,
+    errors=ERRORS, idempotent=True, group=G, location=("/barriers/{}", "id"),
 ), status=201)
 endpoint_and_dot_segments(router, "PUT", BASE + "/barriers/by-name/{name}", Doc(
     "Get or create the scope's barrier of this name (safe to repeat; another target is 409 CONFLICT)",
@@ -98,7 +98,7 @@ async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[
 G = "Timers"
 endpoint(router, "POST", BASE + "/timers", Doc(
     "Arm a timer (afterSeconds or at, exactly one)", (Reply(201, "Timer", "Created"),), c.CreateTimer,
-    errors=ERRORS, idempotent=True, group=G,
+    errors=ERRORS, idempotent=True, group=G, location=("/timers/{}", "id"),
 ), status=201)
 endpoint_and_dot_segments(router, "PUT", BASE + "/timers/by-name/{name}", Doc(
     "Get the scope's timer of this name as it is, or arm it (afterSeconds or at); answers the server's now",
@@ -131,13 +131,13 @@ G = "Task groups"
 GROUP = "/task-groups/{group_id}"
 endpoint(router, "POST", BASE + "/task-groups", Doc(
     "Create a task group and its gate scope", (Reply(201, "TaskGroup", "Created"),), c.CreateGroup, errors=ERRORS,
-    idempotent=True, group=G,
+    idempotent=True, group=G, location=("/task-groups/{}", "groupId"),
 ), status=201)
 endpoint(router, "GET", BASE + GROUP, Doc("A task group", (Reply(200, "TaskGroup"),), errors=("404",), group=G), read_group)
 endpoint(router, "POST", BASE + GROUP + "/tasks", Doc(
     "Submit a member task (or return the key's task)",
     (Reply(201, "GroupSubmitted", "Created"), Reply(200, "GroupSubmitted", "The key's existing task")),
-    c.SubmitGroupTask, errors=ERRORS, idempotent=True, group=G,
+    c.SubmitGroupTask, errors=ERRORS, idempotent=True, group=G, location=("/tasks/{}", "taskId"),
 ), status=created_status)
 endpoint(router, "POST", BASE + GROUP + "/join-task", Doc(
     "Make an outside task a member (only while the group is open)", (Reply(200, "TaskGroup"),), c.JoinGroupTask,
