@@ -192,6 +192,8 @@ async def list_events(services: ReadServices, request: Request, space: str) -> t
     if latest is not None:
         if cursor is not None:
             raise ApiError(VALIDATION_FAILED, "give either cursor (the events after it) or latest (the newest ones), not both")
+        if request.param("limit") is not None:  # (latest is the count: a limit beside it would be dropped)
+            raise ApiError(VALIDATION_FAILED, "give either limit (a page after a cursor) or latest (the newest N), not both")
         return 200, reads.events_latest(kernel, space, latest)
     return 200, reads.events_page(kernel, space, cursor, limit)
 

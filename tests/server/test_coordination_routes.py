@@ -425,7 +425,8 @@ async def test_ops_waits_lists_the_waiters_of_pools_and_allowances(client: AsgiC
 
 
 async def test_events_latest_gives_the_newest_and_the_cursor_to_follow_from(client: AsgiClient, autojump_clock):
-    """`latest=N`: the newest N events kept, oldest of them first; `latest=0`: only the cursor."""
+    """`latest=N`: the newest N events kept, oldest of them first; `latest=0`: only the cursor;
+    with a cursor or a limit beside it, 400."""
     for _ in range(5):
         await client.run()
     newest = (await client.get("/events?latest=2")).json
@@ -434,6 +435,8 @@ async def test_events_latest_gives_the_newest_and_the_cursor_to_follow_from(clie
     assert len((await client.get("/events?latest=1000")).json["events"]) == 5
     both = await client.get("/events?latest=1&cursor=2")
     assert both.status == 400 and both.code == "VALIDATION_FAILED"
+    with_limit = await client.get("/events?latest=3&limit=1")  # latest is the count: limit is not dropped in silence
+    assert with_limit.status == 400 and "not both" in with_limit.json["error"]["message"]
     assert (await client.get("/events?latest=1001")).status == 400
 
 
