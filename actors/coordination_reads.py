@@ -17,10 +17,12 @@ from .outcome import Space
 from .timers import TimerView
 from .shapes import EpochMs
 from .kernel_reads import KernelReads
+from .task_commands import WaitTask
 
 __all__ = [
     "barrier", "timer", "group", "events_page", "run", "waits", "RunView", "RunWorker", "RunCounts", "RunWaiter",
-    "PoolWaitView", "AllowanceWaitView", "ParkedView", "ParkedQueueView", "ParkedTimersView", "ParkedKeyView", "WaitView",
+    "PoolWaitView", "AllowanceWaitView", "ParkedView", "ParkedQueueView", "ParkedTaskView", "ParkedTimersView", "ParkedKeyView",
+    "WaitView", "receives_parked",
     "WaitsView", "RunBarriersView", "RunTimersView", "RunGroupsView",
 ]
 
@@ -93,6 +95,17 @@ class ParkedQueueView:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ParkedTaskView:
+    """Reads waiting for a task's end (`GET /tasks/{id}?waitMs=`): its run and id. They park on
+    the task's queue, as its receives do, but wait for no delivery: they are not receivers."""
+
+    on: str
+    calls: int
+    scope_id: str
+    task_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ParkedTimersView:
     """Polls of a run's timers."""
 
@@ -160,7 +173,7 @@ class AllowanceWaitView:
     since_ms: EpochMs
 
 
-ParkedAny = Union[ParkedView, ParkedQueueView, ParkedTimersView, ParkedKeyView]
+ParkedAny = Union[ParkedView, ParkedQueueView, ParkedTaskView, ParkedTimersView, ParkedKeyView]
 WaitView = Union[ParkedAny, PoolWaitView, AllowanceWaitView]
 
 
@@ -280,9 +293,10 @@ def _pool_waiters(state: Space, inside: frozenset[str] | None, now_ms: int) -> l
 
 
 def waits(kernel: KernelReads, space: str) -> WaitsView:
-    """What waits in this space now: the calls parked (held receives, timer polls, watches), by
-    where, then the waiters in the pools' lines and the allowances' queues, oldest first (those are
-    records, not parked calls: a waiter waits between its polls too)."""
+    """What waits in this space now: the calls parked (held receives, reads waiting for a task's
+    end, timer polls, watches), by where, then the waiters in the pools' lines and the allowances'
+    queues, oldest first (those are records, not parked calls: a waiter waits between its polls
+    too)."""
     waiting: list[WaitView] = list(_parked(kernel, space))
     waiting.sort(key=lambda entry: (entry.on, getattr(entry, "mailbox_id", None) or "", getattr(entry, "scope_id", None) or ""))
     state = kernel.space_view(space)
@@ -310,9 +324,9 @@ def _allowance_waiters(state: Space, now_ms: int) -> list[AllowanceWaitView]:
 
 def _parked(kernel: KernelReads, space: str) -> list[ParkedAny]:
     """The kernel's parked calls in this space: on a claim (acquires waiting for it: its run and
-    key), a once key (reads waiting for its result), a queue (receives), a scope's timers (polls),
-    or the event log (watches); with the holders the calls are for, oldest first, where their
-    commands name one."""
+    key), a once key (reads waiting for its result), a queue (receives; the reads waiting there for
+    a task's end are their own entry, by task), a scope's timers (polls), or the event log
+    (watches); with the holders the calls are for, oldest first, where their commands name one."""
     found: list[ParkedAny] = []
     for key, calls in kernel.parked():
         if len(key) < 2 or key[1] != space:
@@ -321,7 +335,13 @@ def _parked(kernel: KernelReads, space: str) -> list[ParkedAny]:
         on = key[0]
         entry: ParkedAny
         if on == "queue":
-            entry = ParkedQueueView(on, calls, key[2], key[3], holders)
+            reads = _task_reads(kernel, key)
+            for task_id, count in reads.items():
+                found.append(ParkedTaskView("task", count, key[3], task_id))
+            receives = calls - sum(reads.values())
+            if not receives:
+                continue
+            entry = ParkedQueueView(on, receives, key[2], key[3], holders)
         elif on == "timers":
             entry = ParkedTimersView(on, calls, key[2], holders)
         elif on in ("claim", "once"):  # acquires waiting for a held claim; reads waiting for a once key's result
@@ -330,6 +350,22 @@ def _parked(kernel: KernelReads, space: str) -> list[ParkedAny]:
             entry = ParkedView(on, calls, holders)
         found.append(entry)
     return found
+
+
+def _task_reads(kernel: KernelReads, key: Any) -> dict[str, int]:
+    """The reads parked on a queue's actor waiting for a task's end, by task id (the rest of its
+    parked calls are receives)."""
+    reads: dict[str, int] = {}
+    for command in kernel.parked_commands(key):
+        if isinstance(command, WaitTask):
+            reads[command.task_id] = reads.get(command.task_id, 0) + 1
+    return reads
+
+
+def receives_parked(kernel: KernelReads, key: Any, calls: int) -> int:
+    """How many of the `calls` parked on the queue actor `key` are receives (workers waiting for
+    work), not reads waiting for a task's end."""
+    return calls - sum(_task_reads(kernel, key).values())
 
 
 def _count(states: Any) -> dict[str, int]:

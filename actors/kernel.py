@@ -189,6 +189,11 @@ class Kernel:
         """Actors with calls parked on them now (long polls, held watches), and how many each."""
         return [entry for partition in self.partitions for entry in partition.parked()]
 
+    def parked_commands(self, key: ActorKey) -> list[Any]:
+        """The commands of the calls parked on the actor `key` of a space, oldest first."""
+        assert len(key) >= 2, "a space's actor names its space second"
+        return self.partition_of(key[1]).parked_commands(key)
+
     def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
         """Who the calls parked on the actor `key` of a space are for, oldest first, at most `count_max`."""
         assert len(key) >= 2, "a space's actor names its space second"

@@ -9,7 +9,7 @@ clock a lease is judged by, and the calls parked now.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # the kernel is above the reads, which it does not import
     from .outcome import ActorKey
@@ -33,5 +33,7 @@ class KernelReads(Protocol):
     def space_view(self, space_id: str) -> SpaceState: ...
 
     def parked(self) -> list[tuple[ActorKey, int]]: ...
+
+    def parked_commands(self, key: ActorKey) -> list[Any]: ...
 
     def parked_holders(self, key: ActorKey, count_max: int) -> list[str]: ...

@@ -345,7 +345,8 @@ class MessageTable:
         message = self.get(message_id)
         if message.token != token or message.state != LEASED:
             if message.state == LEASED:
-                why = f"it was delivered again since (attempt {message.attempts})"
+                # (Whether the token is an earlier delivery's or was never this message's.)
+                why = f"it is leased under another token (attempt {message.attempts})"
             elif message.state in (QUEUED, DELAYED):
                 why = "its lease ended and it is back on the queue"
             else:

@@ -355,6 +355,12 @@ class Partition:
         """Actors with calls parked on them now (long polls, held watches), and how many each."""
         return [(key, len(entry.waiters)) for key, entry in self._actors.items() if entry.waiters]
 
+    def parked_commands(self, key: ActorKey) -> list[Any]:
+        """The commands of the calls parked on `key`, oldest first: what each waits for (a queue's
+        actor holds receives and reads waiting for a task's end alike)."""
+        entry = self._actors.get(key)
+        return [] if entry is None else [call.command for call in entry.waiters]
+
     def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
         """Who the calls parked on `key` are for (their commands' `holder`), oldest first, at most
         `count_max`: the names an operator looks for behind a count of waiting calls."""

@@ -369,7 +369,8 @@ class CreateTimer(Command):
 @command
 class EnsureTimer(Command):
     """The timer of this name in the scope, armed `afterSeconds` from now or `at` a time when it
-    does not exist yet (exactly one of the two); one that exists is answered as it is."""
+    does not exist yet (exactly one of the two, asked only then); one that exists is answered as
+    it is, whatever the body says (`{scopeId}` alone looks it up)."""
 
     space: str = path("space")
     name: str = path("name")
@@ -384,8 +385,6 @@ class EnsureTimer(Command):
 
     def check(self, limits: Limits) -> None:
         check_text("name", self.name, limits.name_len_max)
-        if (self.after_s is None) == (self.at_ms is None):
-            raise KernelError(VALIDATION_FAILED, "give exactly one of 'afterSeconds' and 'at'")
 
 
 @command
@@ -446,6 +445,8 @@ def ensure(part: CoordinationCommands, command: EnsureTimer, now_ms: int) -> Out
     timer = timers.by_name(command.scope_id, command.name)
     if timer is not None:
         return Outcome(reply=timers.named_view(timer, now_ms))
+    if (command.after_s is None) == (command.at_ms is None):  # (asked only of a timer to arm)
+        raise KernelError(VALIDATION_FAILED, f"give exactly one of 'afterSeconds' and 'at' to arm timer {command.name!r}")
     outcome = create(part, command, now_ms, command.name)
     outcome.reply = timers.named_view(timers.get(command.timer_id), now_ms)
     return outcome

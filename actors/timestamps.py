@@ -36,7 +36,11 @@ def format_ms(wall_ms: int) -> str:
     if prefix is None:
         if len(_SECONDS) >= SECONDS_CACHED_MAX:
             _SECONDS.clear()
-        prefix = _SECONDS[seconds] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        # (Not strftime's %Y: it writes year 99 as "99", and the wire's year has four digits.)
+        at = time.gmtime(seconds)
+        prefix = _SECONDS[seconds] = (
+            f"{at.tm_year:04d}-{at.tm_mon:02d}-{at.tm_mday:02d}T{at.tm_hour:02d}:{at.tm_min:02d}:{at.tm_sec:02d}"
+        )
     stamp = _STAMPS[wall_ms] = f"{prefix}.{millis:03d}Z"
     return stamp
 
@@ -68,5 +72,9 @@ def parse_timestamp(text: str) -> int:
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None:
         raise ValueError("timestamp has no zone: add Z or an offset such as +00:00")
+    try:  # in UTC it must still be a year from 1 to 9999, as the wire writes it (YYYY)
+        parsed.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError("timestamp is out of range: in UTC it falls before year 1 or after year 9999") from None
     delta = parsed - datetime(1970, 1, 1, tzinfo=timezone.utc)
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000

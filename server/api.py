@@ -42,6 +42,8 @@ class Reply:
     schema: str | dict[str, Any] | None
     description: str = "OK"
     content_type: str = "application/json"
+    # The headers it carries, by name: (the component in `#/components/headers`, whether always).
+    headers: tuple[tuple[str, str, bool], ...] = ()
 
 
 NO_CONTENT = None  # a Reply schema for an answer without a body (a long poll's 204)
@@ -65,6 +67,11 @@ class Doc:
     group: str = ""
     # An operator's action: the admin key may call it in any space, and its record says who did.
     operator: bool = False
+    # A public route (outside a space) that still takes a key (`Authorization: Bearer`): any valid one.
+    takes_key: bool = False
+    # Where what a 201 made is read, for its Location: the path below the space with `{}` for the
+    # answer's field named second (`("/scopes/{}", "id")`); None where nothing reads it alone.
+    location: tuple[str, str] | None = None
 
 
 # The status of a command's answer, when it depends on the answer (201 created, 200 replayed).

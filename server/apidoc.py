@@ -30,9 +30,16 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
   the `viewer` role reads there and is refused every change (403 `FORBIDDEN`). The admin key reads
   every space and is the only key for `/v1/admin`.
 - **Errors.** Every answer of 400 and above is `{{"error": {{"code", "message", "requestId"}}}}`,
-  with `details` where there is more to act on, and `Retry-After` on contention.
+  with `details` where there is more to act on, and `Retry-After` on contention (in seconds,
+  with a fraction where it is known to the millisecond).
 - **Retries.** Every mutation of a space takes an `Idempotency-Key` header (1-{key_len_max} printable
-  characters): a retry with the same key and request returns the first answer, for 24 hours.
+  characters): a retry with the same key and request returns the first answer, for 24 hours, and
+  the key with another request is 409 `IDEMPOTENCY_CONFLICT`. Only an answer that changed
+  something is kept: a refusal, or an answer that changed nothing (a 204 of a receive, a `PUT`
+  that found what it names), is not, and a retry with its key runs again. A batch's own header is
+  not read: each of its operations carries its own `idempotencyKey`.
+- **Created.** A 201 of a run, a mailbox, a task, a barrier, a timer or a task group carries
+  `Location`: the path of the GET that reads what it made.
 - **Fields.** An optional field that is `null` is the same as an absent one; a field the route does
   not read is refused with 400 naming it (a typo is not dropped in silence); integers are JSON
   integers (`30.0` and `"30"` are refused).

@@ -172,6 +172,8 @@ class Body:
             for _, spec in specs(command_class):
                 if spec.source == BODY and spec.kind == INTEGER and spec.wire == place:
                     low, high = spec.bound(spec.minimum, limits), spec.bound(spec.maximum, limits)
+                    # A field with no most of its own still has the body's: say it, as the value is past it.
+                    high = INTEGER_MAX if high is None else high
                     raise ApiError(VALIDATION_FAILED, f"field {spec.wire!r} must be {integer_range(low, high)}, got {_shown(token)}")
             self._refuse(place)
         return self._data

@@ -58,6 +58,10 @@ class ApiError(KernelError):
         self.headers = headers
 
 
+# What a 401 asks for: an API key or the admin key, sent as a bearer token.
+CHALLENGE = 'Bearer realm="runstate"'
+
+
 def recovering() -> ApiError:
     """The answer (503, try again in a second) to a request that needs the state before it is ready."""
     return ApiError("UNAVAILABLE", "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
@@ -73,4 +77,6 @@ def envelope(error: KernelError, request_id: str) -> tuple[int, bytes, dict[str,
     if isinstance(error, ApiError):
         status = error.status or status
         headers.update(error.headers or {})
+    if status == 401:  # a 401 names the scheme that opens the route (RFC 9110 11.6.1, RFC 6750 3)
+        headers.setdefault("www-authenticate", CHALLENGE)
     return status, wire.dumps(body), headers

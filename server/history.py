@@ -176,6 +176,9 @@ class PastKernel:
     def parked(self) -> list[tuple[ActorKey, int]]:
         return []  # calls parked then are not recorded: a past point shows none
 
+    def parked_commands(self, key: ActorKey) -> list[Any]:
+        return []  # (nor what waited on one actor)
+
     def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
         return []  # (nor who waited on one actor)
 

@@ -26,6 +26,7 @@ import os
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Generic, TypeVar
 from urllib.parse import parse_qs, unquote
+from urllib.parse import quote as quote_url
 
 import trio
 
@@ -78,6 +79,11 @@ class Raw:
         self.headers = headers
 
 
+def quote_segment(text: str) -> str:
+    """`text` as one path segment, percent-encoded but for the unreserved characters."""
+    return quote_url(text, safe="")
+
+
 # The most digits a number of a query string or a path may have: more is refused before `int()`.
 DIGITS_MAX = 18
 
@@ -92,6 +98,8 @@ def integer_of(text: str, name: str, low: int, high: int | None) -> int:
     """Query parameter `name`'s text as an integer from `low` to `high` (None: no most), else
     VALIDATION_FAILED naming it."""
     if not ascii_digits(text) or int(text) < low or (high is not None and int(text) > high):
+        if high is None and text.isascii() and text.isdigit():  # past the digits read: say the most
+            high = 10**DIGITS_MAX - 1
         bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
         raise ApiError(VALIDATION_FAILED, f"{name} must be an integer {bound}, got {quote(text)}")
     return int(text)
@@ -217,8 +225,8 @@ class _Node(Generic[H]):
 
 class BaseRouter(Generic[H]):
     """Routes by path segments through a tree. When several routes fit a path, the first one
-    declared for the method wins; one that fits the path but not the method is a 405 naming the
-    methods that fit."""
+    declared for the method wins (a HEAD is served by the GET route); one that fits the path but
+    not the method is a 405 naming the methods that fit."""
 
     def __init__(self) -> None:
         self.routes: list[BaseRoute[H]] = []
@@ -254,13 +262,17 @@ class BaseRouter(Generic[H]):
         fits: list[tuple[int, BaseRoute[H], dict[str, str]]] = []
         _fit(self._root, segments, 0, [], fits)
         best: tuple[int, BaseRoute[H], dict[str, str]] | None = None
+        # HEAD is the GET of the same path without its body (RFC 9110 9.3.2: every server takes
+        # it where it takes GET); the connection leaves the body out.
+        wanted = "GET" if method == "HEAD" else method
         for fit in fits:
-            if fit[1].method == method and (best is None or fit[0] < best[0]):
+            if fit[1].method == wanted and (best is None or fit[0] < best[0]):
                 best = fit
         if best is not None:
             return best[1], best[2]
         if fits:
-            allowed = ", ".join(sorted({fit[1].method for fit in fits}))
+            methods = {fit[1].method for fit in fits}
+            allowed = ", ".join(sorted(methods | {"HEAD"} if "GET" in methods else methods))
             raise ApiError(
                 "METHOD_NOT_ALLOWED", f"{method} is not allowed on {raw_path}; use {allowed}", status=405,
                 headers={"allow": allowed},
@@ -397,6 +409,8 @@ async def respond(
     incoming = BodyReading()
     try:
         route, params = router.match(method, raw_path)
+        if method == "HEAD":  # served as its GET (the connection sends the head alone)
+            request.method = "GET"
         if not route.public:
             if not services.ready:
                 raise ApiError(UNAVAILABLE, "the server is recovering its state; try again shortly", headers={"retry-after": "1"})
@@ -409,6 +423,10 @@ async def respond(
             request.takes = takes
             if request.query:  # (most requests have none: they pay nothing more)
                 refuse_unknown_query(request, takes)
+        coding = headers.get("content-encoding")
+        if coding is not None and coding.strip().lower() not in ("", "identity") and _has_body(headers):
+            # A compressed body read as JSON would be refused as "not valid JSON", which misleads.
+            raise ApiError(VALIDATION_FAILED, f"Content-Encoding {quote(coding[:40])} is not read here: send the body as plain JSON")
         if came is not None:  # it all came with the head: nothing to wait for
             request.body = take_body(came, headers, services.limits.request_bytes_max, doors, incoming)
         else:
@@ -425,6 +443,8 @@ async def respond(
             return answer
         status, body = answer
         extra = request.answer_headers
+        if status == 201 and route.doc is not None and route.doc.location is not None:
+            extra = {**(extra or {}), "location": created_at(route.doc.location, params, body)}
         if status == 204:
             return _empty_reply(request.request_id, services.draining, extra)
         if isinstance(body, Raw):
@@ -448,6 +468,16 @@ async def respond(
     finally:
         doors.release(incoming.held)
         telemetry.end(method, route, status, started, request.request_id, code, params.get("space"))
+
+
+def created_at(location: tuple[str, str], params: dict[str, str], body: Any) -> str:
+    """The Location of what a 201 made: the path that reads it (`Doc.location`), its id taken from
+    the answer (a typed view, or the wire form an Idempotency-Key's retry replays)."""
+    template, field = location
+    answer = body if isinstance(body, dict) else wire.encode(body)
+    made = answer[field]
+    assert isinstance(made, str), f"a 201's {field} is an id"
+    return f"/v1/spaces/{quote_segment(params['space'])}" + template.format(quote_segment(made))
 
 
 def refuse_unknown_query(request: Request, takes: frozenset[str]) -> None:

@@ -9,7 +9,8 @@ and the health probe's answer) come from their wire declarations (`wire/`), none
 live server's answers against it. Limits
 come from `Limits`, so the document says what this server enforces. Response schemas list the fields a
 client may rely on and leave room for more (`additionalProperties` is open): adding a field is not
-a breaking change.
+a breaking change. Request bodies are closed (`additionalProperties: false`), as the routes refuse a
+field they do not read.
 
 Every error answer is the envelope `{"error": {"code", "message", "requestId"}}`. Every POST may
 carry an `Idempotency-Key` (1-255 printable characters); a retry with it returns the first answer.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..actors.dead_letters import AGE_S_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX
 from ..actors.fields import body_fields, query_fields, schema
 from ..actors.limits import Limits
 from .api import OPENAPI_PATH, Doc
@@ -88,7 +90,11 @@ def _components(limits: Limits) -> dict[str, Any]:
                 "schema": {"type": "string", "minLength": 1, "maxLength": limits.idempotency_key_len_max},
                 "description": "a retry with the same key returns the first answer (for 24 h)",
             },
-            "limit": {"name": "limit", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+            "limit": {
+                "name": "limit", "in": "query", "required": False,
+                "schema": {"type": "integer", "minimum": 1, "maximum": LIST_LIMIT_MAX, "default": LIST_LIMIT_DEFAULT},
+                "description": "the most items in the answer",
+            },
         },
     }
 
@@ -142,8 +148,50 @@ def _coordination_components() -> dict[str, Any]:
     }
 
 
-def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
+def _query_schemas(limits: Limits) -> dict[str, dict[str, Any]]:
+    """The query parameters that are not plain text, by name, as their routes read them (any
+    other is a string): the server refuses a value outside these with 400."""
+    return {
+        "olderThanSeconds": {"type": "integer", "minimum": 0, "maximum": AGE_S_MAX,
+                             "description": "dead letters that died at least this many seconds ago"},
+        "newerThanSeconds": {"type": "integer", "minimum": 0, "maximum": AGE_S_MAX,
+                             "description": "dead letters that died at most this many seconds ago"},
+        "latest": {"type": "integer", "minimum": 0, "maximum": LIST_LIMIT_MAX,
+                   "description": "the newest N events instead of those after a cursor (0: only the cursor after the newest)"},
+        "types": {"type": "string", "description": "event types, comma-separated, each exactly as the log names it (any other is refused)"},
+        "waitSeconds": {"type": "integer", "minimum": 0, "description": (
+            f"hold an empty answer up to this long (default {limits.watch_wait_s_default}); capped at "
+            f"{limits.watch_wait_s_max}, or {limits.watch_wait_s_legacy_max} for a client that does not say it is 0.3.0 or newer")},
+    }
+
+
+def _headers(headers: tuple[tuple[str, str, bool], ...]) -> dict[str, Any]:
+    """An answer's `headers`: each name with its description and schema, and whether it always
+    comes (written out, not referred to: a reference takes no `required` beside it)."""
+    return {name: {**_HEADER_COMPONENTS[component], "required": always} for name, component, always in headers}
+
+
+# The headers the answers carry (`Reply.headers`, and the errors' below), by the name a Reply gives.
+_HEADER_COMPONENTS = {
+    "RetryAfter": {"description": "seconds to wait before asking again, with a fraction where it is known to the millisecond "
+                                  "(29.998); a client reading whole seconds rounds it up",
+                   "schema": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"}},
+    "Allow": {"description": "the methods the path takes", "schema": {"type": "string"}},
+    "WWWAuthenticate": {"description": "the scheme that opens the route: Bearer", "schema": {"type": "string"}},
+    "WaitCapped": {"description": "the wait asked was longer than the server holds a call: it was held this many "
+                                  "milliseconds (wait_ms_max); ask again", "schema": {"type": "string", "pattern": "^[0-9]+$"}},
+    "AsOfLsn": {"description": "the LSN of the past point the answer stands at", "schema": {"type": "string", "pattern": "^[0-9]+$"}},
+    "AsOfTime": {"description": "the time of the past point the answer stands at, UTC", "schema": {"type": "string"}},
+    "Location": {"description": "the path that reads what was made", "schema": {"type": "string"}},
+}
+_RETRY_AFTER = ("Retry-After", "RetryAfter", False)
+
+
+def _error(description: str, headers: tuple[tuple[str, str, bool], ...] = ()) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
+    if headers:
+        answer["headers"] = _headers(headers)
+    return answer
 
 
 def _codes(status: int) -> list[str]:
@@ -154,16 +202,19 @@ def _codes(status: int) -> list[str]:
 _ERRORS = {
     "400": _error("VALIDATION_FAILED: a field is missing, of the wrong type or outside its limits, or a field or query "
                   "parameter the route does not take"),
-    "401": _error("UNAUTHENTICATED: no key, or a key the server does not know"),
-    "403": _error("FORBIDDEN: this needs the admin key"),
+    "401": _error("UNAUTHENTICATED: no key, or a key the server does not know",
+                  (("WWW-Authenticate", "WWWAuthenticate", True),)),
+    "403": _error("FORBIDDEN: the key may not do this: an admin route with an API key, a change with a key of the viewer "
+                  "role, or a change in a space other than an operator's action with the admin key"),
     "404": _error("NOT_FOUND: no such thing in this space (or a space the key does not open)"),
-    "405": _error("METHOD_NOT_ALLOWED"),
-    "409": _error("a conflict: " + ", ".join(_codes(409))),
+    "405": _error("METHOD_NOT_ALLOWED", (("Allow", "Allow", True),)),
+    "409": _error("a conflict: " + ", ".join(_codes(409)) + " (CLAIM_HELD, CAPACITY_UNAVAILABLE and BACKLOG_FULL with "
+                  "Retry-After)", (_RETRY_AFTER,)),
     "410": _error("CURSOR_EXPIRED: the cursor is older than the events kept (or ahead of them); start again without one. "
                   "HISTORY_NOT_KEPT: the point is older than the history kept"),
     "413": _error("the request body is over the limit"),
-    "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After"),
-    "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal"),
+    "429": _error("ALLOWANCE_EXHAUSTED or ALLOWANCE_COOLDOWN, with Retry-After", (("Retry-After", "RetryAfter", True),)),
+    "503": _error("UNAVAILABLE: the server is recovering, shutting down, or cannot write its journal", (_RETRY_AFTER,)),
 }
 
 # What every keyed route may answer whatever it does: a bad or missing key, a bad
@@ -180,7 +231,9 @@ def _request_body(doc: Doc, limits: Limits) -> dict[str, Any] | None:
     if not specs:
         return None
     properties = {spec.wire: schema(spec, limits) for spec in specs}
-    body: dict[str, Any] = {"type": "object", "properties": properties}
+    # Closed, unlike the answers' schemas: a route refuses a field it does not read (400 naming
+    # it), so a client checked against the document learns of a typo before sending it.
+    body: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
     required = [spec.wire for spec in specs if spec.required]
     if required:
         body["required"] = required
@@ -198,11 +251,12 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
             parameters.append({"$ref": "#/components/parameters/space"})
         else:
             parameters.append({"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}})
+    typed = _query_schemas(limits)
     for name in doc.query:
         if name == "limit":
             parameters.append({"$ref": "#/components/parameters/limit"})
         else:
-            parameters.append({"name": name, "in": "query", "required": False, "schema": {"type": "string"}})
+            parameters.append({"name": name, "in": "query", "required": False, "schema": typed.get(name, {"type": "string"})})
     if doc.command is not None:
         for spec in query_fields(doc.command):
             # A query parameter is absent or a value: never null.
@@ -211,12 +265,20 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
     if doc.idempotent:
         parameters.append({"$ref": "#/components/parameters/idempotency"})
     responses: dict[str, dict[str, Any]] = {}
+    # A long poll held for less than it asked says so (`api.say_if_capped`).
+    waits = doc.command is not None and any(spec.wire == "waitMs" for spec in (*body_fields(doc.command), *query_fields(doc.command)))
     for reply in doc.replies:
         answer: dict[str, Any] = {"description": reply.description}
         if reply.schema is not None:
             answer["content"] = {reply.content_type: {"schema": _schema(reply.schema)}}
+        headers = (*reply.headers, *((("runstate-wait-capped-ms", "WaitCapped", False),) if waits else ()),
+                   *((("Location", "Location", True),) if reply.status == 201 and doc.location is not None else ()))
+        if headers:
+            answer["headers"] = _headers(headers)
         responses[str(reply.status)] = answer
     errors = doc.errors if route.public else (*doc.errors, *_KEYED_ERRORS)
+    if not route.public and route.method != "GET":  # a viewer's key changes nothing (runtime.authorize)
+        errors = (*errors, "403")
     if route.query_names is not None:  # a query parameter it does not take is refused
         errors = (*errors, "400")
     for code in sorted(set(errors)):
@@ -227,7 +289,7 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
             "An operator's action: the admin key may call it in any space the server knows, and its record and "
             "event say who did (`by`: the API key's id, or `admin`)."
         )
-    if route.public:
+    if route.public and not doc.takes_key:
         result["security"] = []
     body = _request_body(doc, limits)
     if body is not None:

@@ -119,10 +119,13 @@ def render(snap: dict[str, Any], width: int = 120, now: datetime.datetime | None
 
 def _where(wait: dict[str, Any], mailbox_names: dict[str, str]) -> str:
     """What a wait is on, named: the claim or once key and its run, the mailbox (by name) and run of held
-    receives, the pool or allowance, the run whose timers are polled, or the space's event log."""
+    receives, the task whose end is awaited and its run, the pool or allowance, the run whose timers
+    are polled, or the space's event log."""
     on, run = wait["on"], wait.get("scopeId")
     if on in ("claim", "once"):
         return f"{wait.get('key')} in {run}"
+    if on == "task":
+        return f"{wait.get('taskId')} in {run}"
     if on == "queue":
         mailbox: str | None = wait.get("mailboxId")
         return f"{None if mailbox is None else mailbox_names.get(mailbox, mailbox)} in {run}"

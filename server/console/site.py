@@ -263,6 +263,8 @@ class Console:
                     answer = redirect(PREFIX)
                 else:
                     route, params = ROUTER.match(visit.method, raw_path.rstrip("/") or PREFIX)
+                    if visit.method == "HEAD":  # served as its GET, as the API's (the connection sends the head alone)
+                        visit.method = "GET"
                     await self._prepare(visit, route, params, receive, reading)
                     if route.long_poll:  # the event stream: its answer is sent as it goes
                         status = 200

@@ -33,8 +33,8 @@ BASE = "/v1/admin"
 G = "Admin (the admin key)"
 
 # The request of POST /keys: "space", or "spaces" (one of the two), and an optional "name".
-_SPACE = Spec("space", TEXT, required=False)
-_SPACES = Spec("spaces", TEXTS, required=False, items_max=KEY_SPACES_MAX)
+_SPACE = Spec("space", TEXT, required=False, description="the space the key opens (or spaces: one of the two)")
+_SPACES = Spec("spaces", TEXTS, required=False, items_max=KEY_SPACES_MAX, description="the spaces the key opens (or space)")
 _NAME = Spec("name", TEXT, required=False, length_max="name_len_max")
 _SPACE_REQUIRED = Spec("space", TEXT)
 _ROLE = Spec("role", TEXT, required=False, length_max=16, description="editor (the default: reads and changes) or viewer (reads only)")
@@ -51,6 +51,8 @@ async def create_key(services: Runtime, request: Request) -> tuple[int, CreatedK
     spaces = read_field(_SPACES, data, limits)
     if spaces is None:
         spaces = [read_field(_SPACE_REQUIRED, data, limits)]
+    elif data.get("space") is not None:  # (one of the two: the other was dropped, and the key made for less)
+        raise ApiError(VALIDATION_FAILED, "give space or spaces, not both: list every space the key opens in spaces")
     name = read_field(_NAME, data, limits)
     role = read_field(_ROLE, data, limits) or EDITOR
     if role not in ROLES:

@@ -2,10 +2,10 @@
 
 `POST /v1/spaces/{space}/batch` carries `operations`, each a command route of the space as it
 would be sent alone: its `method`, its `path` below `/v1/spaces/{space}` (percent-encoded as in a
-request), its `body`, and an `idempotencyKey` of its own. The answer holds one result per
-operation, in the same order: `{"status", "body"}` as the route alone would answer, `{"status"}`
-for a 204, or `{"status", "error"}` with the error envelope's fields (and `retryAfter`, in
-seconds, where the route alone would send `Retry-After`). A client that holds many leases renews
+request), its `body`, and an `idempotencyKey` of its own; any other field is refused, naming it.
+The answer holds one result per operation, in the same order: `{"status", "body"}` as the route
+alone would answer, `{"status"}` for a 204, or `{"status", "error"}` with the error envelope's
+fields (and `retryAfter`, in seconds, where the route alone would send `Retry-After`). A client that holds many leases renews
 them all in one request this way, and one whose agents release, complete and submit at the same
 moment sends all of it at once.
 
@@ -50,7 +50,7 @@ import outcome as trio_outcome
 
 from ...actors.commands import Receive, ReceiveMany
 from ...actors.errors import STALE_CLAIM, VALIDATION_FAILED, KernelError
-from ...actors.fields import OBJECTS, Spec, takes_caller
+from ...actors.fields import OBJECTS, Spec, takes_caller, unknown
 from ...actors.kernel import EMPTY, Idem
 from ..api import Doc, Reply, endpoint
 from ..errors import ApiError, status_of
@@ -89,7 +89,10 @@ class _Refused(Exception):
 async def batch(services: Runtime, request: Request, space: str) -> tuple[int, BatchView]:
     services.authorize(request, space)
     kernel = services.kernel
-    operations = request.json().data.get("operations")
+    data = request.json().data
+    if not data.keys() <= {"operations"}:  # as every route refuses a field it does not read
+        raise unknown("field", next(name for name in data if name != "operations"), ("operations",))
+    operations = data.get("operations")
     limit = services.limits.batch_operations_max
     if not isinstance(operations, list) or not operations:
         raise ApiError(VALIDATION_FAILED, "operations must be a non-empty list of operations")
@@ -162,6 +165,9 @@ class _AnswerBound:
         self.deliveries += asked
 
 
+# What an operation of a batch may carry: any other field is refused, naming it.
+OPERATION_FIELDS = frozenset({"method", "path", "body", "idempotencyKey"})
+
 # A delivery's fields other than its payload and the caller's strings, at their largest (bytes of JSON).
 DELIVERY_FIELDS_BYTES = 1024
 
@@ -171,6 +177,11 @@ def _read(services: Runtime, request: Request, space: str, index: int, operation
     where = f"operations[{index}]"
     if not isinstance(operation, dict):
         raise ApiError(VALIDATION_FAILED, f"{where} must be an object with method, path and body")
+    if not operation.keys() <= OPERATION_FIELDS:
+        # As a field a route does not read is refused: a mistyped `idempotencyKey` dropped in
+        # silence would leave the operation without the replay its sender counts on.
+        name = next(name for name in operation if name not in OPERATION_FIELDS)
+        raise ApiError(VALIDATION_FAILED, f"{where}: {unknown('field', name, OPERATION_FIELDS).message}")
     method, path = operation.get("method", "POST"), operation.get("path")
     if not isinstance(method, str) or not isinstance(path, str) or not path.startswith("/"):
         raise ApiError(VALIDATION_FAILED, f"{where} needs a method and a path below /v1/spaces/{{space}} (starting with /)")
@@ -228,7 +239,7 @@ endpoint(router, "POST", "/v1/spaces/{space}/batch", Doc(
     body=(Spec(
         "operations", OBJECTS, minimum=1, maximum="batch_operations_max",
         description="each an object of method (default POST), path (below /v1/spaces/{{space}}), body and "
-        "idempotencyKey: a command route of the space, without waitMs; run in order per key; the receives lease at "
+        "idempotencyKey, and no other field: a command route of the space, without waitMs; run in order per key; the receives lease at "
         "most batch_deliveries_max deliveries together, within batch_answer_bytes_max (a receive past either is refused alone)",
     ),),
     errors=("400", "404"), group=G,

@@ -68,8 +68,8 @@ def _read(path: str) -> bytes:
 
 
 endpoint(router, "GET", "/v1/cluster", Doc(
-    "The partition map: which node leads each partition, and the nodes (our extension)", (Reply(200, "ClusterMap"),),
-    errors=("401",), group=G,
+    "The partition map: which node leads each partition, and the nodes (our extension; any valid key)",
+    (Reply(200, "ClusterMap"),), errors=("401", "503"), group=G, takes_key=True,
 ), cluster_map, public=True)
 endpoint(router, "GET", "/v1/cluster/partitions/{partition}/snapshot", Doc(
     "A partition's newest snapshot, for a node of the same cluster", (Reply(200, None, content_type="application/octet-stream"),),

@@ -23,7 +23,8 @@ from ...actors import commands as c
 from ...actors import coordination_reads as reads
 from ...actors.errors import VALIDATION_FAILED
 from ...actors.barriers import BarrierView
-from ...actors.events import EventPageView
+from ...actors.events import EVENT_TYPES, EventPageView
+from ...actors.fields import unknown
 from ...actors.groups import GroupView
 from ...actors.timers import TimerView
 from ...actors.kernel import EMPTY
@@ -57,7 +58,7 @@ async def read_barrier(services: ReadServices, request: Request, space: str, bar
 G = "Barriers"
 endpoint(router, "POST", BASE + "/barriers", Doc(
     "Create a barrier that releases at target distinct arrivals", (Reply(201, "Barrier", "Created"),), c.CreateBarrier,
-    errors=ERRORS, idempotent=True, group=G,
+    errors=ERRORS, idempotent=True, group=G, location=("/barriers/{}", "id"),
 ), status=201)
 endpoint_and_dot_segments(router, "PUT", BASE + "/barriers/by-name/{name}", Doc(
     "Get or create the scope's barrier of this name (safe to repeat; another target is 409 CONFLICT)",
@@ -97,7 +98,7 @@ async def poll_timers(services: Runtime, request: Request, space: str) -> tuple[
 G = "Timers"
 endpoint(router, "POST", BASE + "/timers", Doc(
     "Arm a timer (afterSeconds or at, exactly one)", (Reply(201, "Timer", "Created"),), c.CreateTimer,
-    errors=ERRORS, idempotent=True, group=G,
+    errors=ERRORS, idempotent=True, group=G, location=("/timers/{}", "id"),
 ), status=201)
 endpoint_and_dot_segments(router, "PUT", BASE + "/timers/by-name/{name}", Doc(
     "Get the scope's timer of this name as it is, or arm it (afterSeconds or at); answers the server's now",
@@ -130,13 +131,13 @@ G = "Task groups"
 GROUP = "/task-groups/{group_id}"
 endpoint(router, "POST", BASE + "/task-groups", Doc(
     "Create a task group and its gate scope", (Reply(201, "TaskGroup", "Created"),), c.CreateGroup, errors=ERRORS,
-    idempotent=True, group=G,
+    idempotent=True, group=G, location=("/task-groups/{}", "groupId"),
 ), status=201)
 endpoint(router, "GET", BASE + GROUP, Doc("A task group", (Reply(200, "TaskGroup"),), errors=("404",), group=G), read_group)
 endpoint(router, "POST", BASE + GROUP + "/tasks", Doc(
     "Submit a member task (or return the key's task)",
     (Reply(201, "GroupSubmitted", "Created"), Reply(200, "GroupSubmitted", "The key's existing task")),
-    c.SubmitGroupTask, errors=ERRORS, idempotent=True, group=G,
+    c.SubmitGroupTask, errors=ERRORS, idempotent=True, group=G, location=("/tasks/{}", "taskId"),
 ), status=created_status)
 endpoint(router, "POST", BASE + GROUP + "/join-task", Doc(
     "Make an outside task a member (only while the group is open)", (Reply(200, "TaskGroup"),), c.JoinGroupTask,
@@ -191,6 +192,8 @@ async def list_events(services: ReadServices, request: Request, space: str) -> t
     if latest is not None:
         if cursor is not None:
             raise ApiError(VALIDATION_FAILED, "give either cursor (the events after it) or latest (the newest ones), not both")
+        if request.param("limit") is not None:  # (latest is the count: a limit beside it would be dropped)
+            raise ApiError(VALIDATION_FAILED, "give either limit (a page after a cursor) or latest (the newest N), not both")
         return 200, reads.events_latest(kernel, space, latest)
     return 200, reads.events_page(kernel, space, cursor, limit)
 
@@ -201,6 +204,9 @@ async def watch(services: ReadServices, request: Request, space: str) -> tuple[i
     after, limit = _cursor(request), integer_param(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
     types_text = request.param("types")
     types = frozenset(name.strip() for name in types_text.split(",") if name.strip()) if types_text else None
+    for name in sorted(types or ()):
+        if name not in EVENT_TYPES:  # a mistyped type would hold every watch to its end, empty
+            raise unknown("event type", name, EVENT_TYPES)
     aggregate = None
     aggregate_text = request.param("aggregate")
     if aggregate_text:
@@ -253,7 +259,7 @@ endpoint(router, "GET", BASE + "/ops/runs/{scope_id}", Doc(
 ), ops_run)
 endpoint(router, "GET", BASE + "/ops/waits", Doc(
     "What waits in the space now: acquires parked on a held claim, reads parked on a once key and held receives (with the "
-    "holders waiting), timer polls, watches, and the waiters of pools' lines and allowances' queues",
+    "holders waiting), reads parked on a task's end, timer polls, watches, and the waiters of pools' lines and allowances' queues",
     (Reply(200, "OpsWaits"),),
     errors=("404",), group=G,
 ), ops_waits)

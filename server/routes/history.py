@@ -41,6 +41,9 @@ PREFIX = BASE + "/history"
 G = "History"
 
 _AS_OF = {"$ref": "#/components/schemas/AsOf"}
+# Where a past read stands, in its headers too (`history.Point.headers`): always for a twin, and for
+# `GET /history` when it is asked with at.
+AS_OF_HEADERS = (("runstate-as-of-lsn", "AsOfLsn", True), ("runstate-as-of", "AsOfTime", True))
 
 
 class _Past:
@@ -88,7 +91,11 @@ def twins(routes: list[Route]) -> Router:
             continue
         doc = route.doc
         replies = tuple(
-            Reply(reply.status, {"allOf": [{"$ref": f"#/components/schemas/{reply.schema}"} if isinstance(reply.schema, str) else reply.schema, _AS_OF]}, reply.description)
+            Reply(
+                reply.status,
+                {"allOf": [{"$ref": f"#/components/schemas/{reply.schema}"} if isinstance(reply.schema, str) else reply.schema, _AS_OF]},
+                reply.description, headers=AS_OF_HEADERS,
+            )
             for reply in doc.replies if reply.schema is not None
         )
         # The read's command stays: its query parameters are the twin's (`GET /once` needs scopeId
@@ -122,7 +129,8 @@ async def diff(services: Runtime, request: Request, space: str) -> tuple[int, Di
 
 endpoint(router, "GET", PREFIX, Doc(
     "The history kept for the space (retention, oldest point, disk); with at=POINT, where that point stands",
-    (Reply(200, "History"),), query=("at",), errors=("400", "404", "410"), group=G,
+    (Reply(200, "History", headers=tuple((name, component, False) for name, component, _ in AS_OF_HEADERS)),),
+    query=("at",), errors=("400", "404", "410"), group=G,
 ), history, settle=False)
 endpoint(router, "GET", PREFIX + "/diff", Doc(
     "What changed in the space between two points (from=POINT, to=POINT): events and records by type, counts by state",

@@ -57,7 +57,7 @@ G = "Mailboxes and messages"
 endpoint(router, "GET", BASE, Doc("Every mailbox of the space", (Reply(200, "Mailboxes"),), errors=("404",), group=G), list_mailboxes)
 endpoint(router, "POST", BASE, Doc(
     "Create a work queue", (Reply(201, "Mailbox", "Created"),), c.CreateMailbox, errors=("400", "404", "409"),
-    idempotent=True, group=G,
+    idempotent=True, group=G, location=("/mailboxes/{}", "id"),
 ), status=201)
 endpoint_and_dot_segments(router, "PUT", BASE + "/by-name/{name}", Doc(
     "Get or create the mailbox of this name; maxAttempts and requirements, once declared, must match (else 409 CONFLICT)",

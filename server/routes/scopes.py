@@ -22,7 +22,7 @@ async def read(services: ReadServices, request: Request, space: str, scope_id: s
 
 endpoint(router, "POST", BASE, Doc(
     "Create a run (scope)", (Reply(201, SCOPE, "Created"),), c.CreateScope, body_required=False,
-    errors=("400", "404", "409"), idempotent=True, group="Scopes",
+    errors=("400", "404", "409"), idempotent=True, group="Scopes", location=("/scopes/{}", "id"),
 ), status=201)
 endpoint(router, "GET", BASE + "/{scope_id}", Doc("A run", (Reply(200, SCOPE),), errors=("404",), group="Scopes"), read)
 endpoint_and_dot_segments(router, "PUT", "/v1/spaces/{space}/runs/{name}", Doc(

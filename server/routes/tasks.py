@@ -38,7 +38,7 @@ async def read(services: ReadServices, request: Request, space: str, task_id: st
 endpoint(router, "POST", BASE, Doc(
     "Create the task of (scopeId, taskKey), or return the one it has",
     (Reply(201, "Submitted", "Created"), Reply(200, "Submitted", "The key's existing task")),
-    c.SubmitTask, errors=ERRORS, idempotent=True, group="Tasks",
+    c.SubmitTask, errors=ERRORS, idempotent=True, group="Tasks", location=("/tasks/{}", "taskId"),
 ), status=created_status)
 endpoint(router, "GET", BASE + "/{task_id}", Doc(
     "A task; with waitMs, once it has ended (a long poll)", TASK, c.WaitTask, errors=("400", "404"), group="Tasks",

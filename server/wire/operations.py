@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...actors.coordination_reads import (
-    AllowanceWaitView, ParkedKeyView, ParkedQueueView, ParkedTimersView, ParkedView, PoolWaitView, RunCounts, RunView, RunWaiter,
-    RunWorker, WaitsView,
+    AllowanceWaitView, ParkedKeyView, ParkedQueueView, ParkedTaskView, ParkedTimersView, ParkedView, PoolWaitView, RunCounts, RunView,
+    RunWaiter, RunWorker, WaitsView,
 )
 from ..views import BatchResultView, BatchView
 from . import errors as _errors  # (a refusal's `error` is written by its shape: it comes first)
@@ -26,6 +26,7 @@ _SINCE = {"since_ms": "since"}
 _HOLDERS = ("holders",)
 PARKED = Shape(ParkedView, present=_HOLDERS)
 PARKED_QUEUE = Shape(ParkedQueueView, present=_HOLDERS)
+PARKED_TASK = Shape(ParkedTaskView)
 PARKED_TIMERS = Shape(ParkedTimersView, present=_HOLDERS)
 PARKED_KEY = Shape(ParkedKeyView, present=_HOLDERS)
 
@@ -60,7 +61,7 @@ def _batch() -> dict[str, Any]:
 # The OpenAPI components these shapes make, by name: `Parked` is every entry a space's waits list.
 COMPONENTS: dict[str, dict[str, Any]] = {
     "OpsRun": component(RUN),
-    "Parked": component(PARKED, PARKED_QUEUE, PARKED_TIMERS, PARKED_KEY, POOL_WAIT, ALLOWANCE_WAIT),
+    "Parked": component(PARKED, PARKED_QUEUE, PARKED_TASK, PARKED_TIMERS, PARKED_KEY, POOL_WAIT, ALLOWANCE_WAIT),
     "OpsWaits": component(WAITS),
     "BatchResults": _batch(),
 }

@@ -35,6 +35,18 @@ def test_every_answer_carries_the_security_headers_and_pages_are_not_cached(cons
     assert httpx.get(console.url + "/console/static/..%2Fsite.py").status_code == 404
 
 
+def test_a_head_of_a_page_is_its_get_without_the_body(console: Console):
+    """HEAD is served wherever GET is: the page's status and headers, no body."""
+    session = console.session()
+    got, head = session.get("/console/s/default/runs"), session.head("/console/s/default/runs")
+    assert head.status_code == got.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == got.headers["content-length"] == str(len(got.content))
+    assert head.headers["content-type"] == got.headers["content-type"]
+    nowhere = session.head("/console/nowhere")
+    assert nowhere.status_code == 404 and nowhere.content == b""
+    assert httpx.head(console.url + "/console/login").status_code == 200
+
+
 def test_a_live_region_of_a_signed_out_tab_is_sent_to_sign_in_and_a_refusal_is_its_message(console: Console):
     """htmx reloads get the message alone with their status (the page shows it as an error), and
     a tab whose session ended is sent to sign in (HX-Redirect)."""

@@ -14,6 +14,18 @@ def test_format_has_exactly_three_fraction_digits_and_an_uppercase_z():
     assert format_ms(1_800_000_000_007) == "2027-01-15T08:00:00.007Z"
 
 
+def test_a_year_before_1000_is_written_with_four_digits_and_reads_back():
+    """The wire's year is always four digits (strftime wrote year 99 as "99"), and every stamp
+    written reads back as the same instant; a time that in UTC falls outside years 1 to 9999 is
+    refused as it is read."""
+    for text in ("0001-01-01T00:00:00.000Z", "0099-06-30T12:34:56.789Z", "0999-12-31T23:59:59.999Z", "9999-12-31T23:59:59.999Z"):
+        assert format_ms(parse_timestamp(text)) == text
+    assert format_ms(parse_timestamp("1969-12-31T23:59:59.500Z")) == "1969-12-31T23:59:59.500Z"
+    for text in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-14:00"):
+        with pytest.raises(ValueError, match="out of range"):
+            parse_timestamp(text)
+
+
 def test_formatting_is_the_same_from_the_caches_and_past_their_size():
     """Stamps repeat (cached whole) and come in runs of one second (cached by second); more
     distinct values than either cache holds still format exactly."""

@@ -86,7 +86,8 @@ async def test_listing_keys_and_spaces(app):
 
 
 async def test_admin_routes_refuse_api_keys_and_bad_requests(app):
-    """No key or a wrong one: 401; an API key: 403; bad bodies: 400; an unknown key id: 404."""
+    """No key or a wrong one: 401; an API key: 403; bad bodies (space and spaces together too): 400;
+    an unknown key id: 404."""
     assert (await request(app, "GET", "/v1/admin/keys"))[0] == 401
     assert (await request(app, "GET", "/v1/admin/keys", "wrong"))[0] == 401
     status, body = await request(app, "GET", "/v1/admin/keys", KEY)
@@ -94,6 +95,10 @@ async def test_admin_routes_refuse_api_keys_and_bad_requests(app):
     assert (await request(app, "POST", "/v1/admin/keys", ADMIN, {}))[0] == 400
     assert (await request(app, "POST", "/v1/admin/keys", ADMIN, {"spaces": []}))[0] == 400
     assert (await request(app, "POST", "/v1/admin/keys", ADMIN, {"space": "no spaces allowed"}))[0] == 400
+    # space and spaces together: refused, not a key for spaces alone (space was dropped).
+    status, body = await request(app, "POST", "/v1/admin/keys", ADMIN, {"space": "a", "spaces": ["b"]})
+    assert status == 400 and body["error"]["message"].startswith("give space or spaces, not both")
+    assert (await request(app, "GET", "/v1/admin/keys", ADMIN, params="?space=b"))[1]["keys"] == []
     assert (await request(app, "POST", "/v1/admin/keys/ak_missing/revoke", ADMIN))[0] == 404
 
 

@@ -138,6 +138,32 @@ async def test_an_operations_idempotency_key_replays_its_first_answer(client, au
     assert bad[0]["status"] == 400
 
 
+async def test_an_operation_with_a_field_it_does_not_take_is_refused_naming_it(client, autojump_clock):
+    """An operation's field other than method, path, body and idempotencyKey is refused alone,
+    naming it and the nearest one (a mistyped idempotencyKey would otherwise leave the operation
+    without its replay), and what it asked is not done; the others run. A field of the batch
+    other than operations refuses the batch."""
+    run = await client.run()
+    results = await batch(
+        client, {**acquire(run, "typo", "a"), "idempotency_key": "op-1"}, {**acquire(run, "extra", "a"), "extra": 1},
+        acquire(run, "fine", "a"),
+    )
+    assert [r["status"] for r in results] == [400, 400, 200]
+    assert results[0]["error"]["code"] == "VALIDATION_FAILED"
+    assert results[0]["error"]["message"] == (
+        "operations[0]: unknown field 'idempotency_key' (did you mean 'idempotencyKey'?): "
+        "this request takes body, idempotencyKey, method, path"
+    )
+    assert results[1]["error"]["message"].startswith("operations[1]: unknown field 'extra'")
+    held = (await client.get(f"/scopes/{run}/claims")).json["claims"]
+    assert [claim["key"] for claim in held] == ["fine"]
+    # A field of the batch itself other than operations refuses the whole batch.
+    response = await client.post("/batch", {"operations": [acquire(run, "whole", "a")], "operation": []})
+    assert response.status == 400 and response.json["error"]["message"].startswith(
+        "unknown field 'operation' (did you mean 'operations'?)")
+    assert [claim["key"] for claim in (await client.get(f"/scopes/{run}/claims")).json["claims"]] == ["fine"]
+
+
 async def test_another_spaces_key_and_no_key_are_refused_for_the_whole_batch(client, autojump_clock):
     response = await AsgiClient(client.runtime, space="elsewhere").post("/batch", {"operations": [{"path": "/scopes"}]})
     assert response.status == 404

@@ -8,6 +8,8 @@ input is a 400 with the envelope.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import trio
 import trio.testing
@@ -190,6 +192,18 @@ async def test_event_routes(nursery, autojump_clock):
     assert (await client.get("/watch?scopeId=sc_nothing&waitSeconds=0")).status == 404
 
 
+async def test_a_watch_for_an_event_type_that_does_not_exist_is_refused_naming_the_nearest(client: AsgiClient, autojump_clock):
+    """types names the event types of the log: one that is none of them (a typo) is 400 naming it
+    and the nearest type, at once, rather than a watch held to its end that no event can answer."""
+    start = trio.current_time()
+    response = await client.get("/watch?types=scope.created,claim.taken&waitSeconds=20")
+    assert (response.status, response.code) == (400, "VALIDATION_FAILED") and trio.current_time() == start
+    assert response.json["error"]["message"].startswith("unknown event type 'claim.taken' (did you mean 'claim.taken_over'?): ")
+    run = await client.run()
+    page = (await client.get("/watch?types=claim.acquired, scope.created&waitSeconds=0")).json
+    assert [event["scopeId"] for event in page["events"]] == [run]
+
+
 async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
     """ops/runs shows a run's holders (claims, once keys, deliveries) with what they hold as keys
     (claim keys, once keys, the delivered task's key) and their earliest lease end, and counts by
@@ -232,6 +246,41 @@ async def test_diagnostics_routes(client: AsgiClient, autojump_clock):
     assert (await client.get("/ops/waits")).json["waits"] == []
 
 
+async def test_a_read_waiting_for_a_tasks_end_is_shown_as_such_not_as_a_receive(client: AsgiClient, autojump_clock):
+    """`GET /tasks/{id}?waitMs=` parks on the task's queue, as a receive does, but waits for no
+    delivery: ops/waits shows it by task, apart from the receives held on that queue (`runstate
+    top` names the task), and the console's queues do not count it among the workers waiting."""
+    from runstate.server.console.views.lists import _receivers
+    from runstate.server.top import _where
+
+    run, mailbox = await client.run(), await client.mailbox()
+    task = (await client.post("/tasks", {"scopeId": run, "mailboxId": mailbox, "taskKey": "t"})).json["taskId"]
+    other = await client.run()
+    answered = []
+
+    async def read_task():
+        answered.append(await client.get(f"/tasks/{task}?waitMs=5000"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read_task)
+        nursery.start_soon(read_task)
+        await trio.sleep(1)
+        waits = (await client.get("/ops/waits")).json["waits"]
+        assert waits == [{"on": "task", "calls": 2, "scopeId": run, "taskId": task}]
+        assert (await client.get(f"/ops/runs/{run}")).json["parked"] == waits
+        assert _where(waits[0], {}) == f"{task} in {run}"  # as `runstate top` names it
+        assert _receivers(client.runtime.kernel, "default") == {mailbox: 0}
+        nursery.start_soon(partial(client.recv, mailbox, other, waitMs=5_000))
+        await trio.sleep(1)
+        waits = (await client.get("/ops/waits")).json["waits"]
+        assert waits == [
+            {"on": "queue", "calls": 1, "mailboxId": mailbox, "scopeId": other, "holders": ["w1"]},
+            {"on": "task", "calls": 2, "scopeId": run, "taskId": task},
+        ]
+        assert _receivers(client.runtime.kernel, "default") == {mailbox: 1}
+    assert [response.status for response in answered] == [200, 200]
+
+
 async def test_metrics_show_coordination_by_state(client: AsgiClient, autojump_clock):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -272,9 +321,14 @@ async def test_named_timer_and_barrier_routes(client: AsgiClient, autojump_clock
     fired = (await client.request("PUT", "/timers/by-name/nap%20time", {"scopeId": run, "afterSeconds": 5})).json
     assert (fired["id"], fired["state"]) == (armed.json["id"], "FIRED") and fired["token"]
     assert (await client.post(f"/timers/{fired['id']}/ack", {"token": fired["token"]})).json["state"] == "ACKED"
+    # A timer that exists is answered as it is whatever the body says: {scopeId} alone looks it up.
+    for body in ({"scopeId": run}, {"scopeId": run, "afterSeconds": 1, "at": "2030-01-01T00:00:00Z"}):
+        found = await client.request("PUT", "/timers/by-name/nap%20time", body)
+        assert found.status == 200 and (found.json["id"], found.json["state"]) == (armed.json["id"], "ACKED")
     for bad in ({"scopeId": run}, {"afterSeconds": 1}, {"scopeId": run, "afterSeconds": 1, "at": "2030-01-01T00:00:00Z"}):
         response = await client.request("PUT", "/timers/by-name/other", bad)
         assert (response.status, response.code) == (400, "VALIDATION_FAILED")
+    assert [timer["name"] for timer in (await client.get(f"/scopes/{run}/timers")).json["timers"]] == ["nap time"]
     assert (await client.request("PUT", "/timers/by-name/x", {"scopeId": "sc_nothing", "afterSeconds": 1})).status == 404
 
     barrier = await client.request("PUT", "/barriers/by-name/meet", {"scopeId": run, "target": 2})
@@ -371,7 +425,8 @@ async def test_ops_waits_lists_the_waiters_of_pools_and_allowances(client: AsgiC
 
 
 async def test_events_latest_gives_the_newest_and_the_cursor_to_follow_from(client: AsgiClient, autojump_clock):
-    """`latest=N`: the newest N events kept, oldest of them first; `latest=0`: only the cursor."""
+    """`latest=N`: the newest N events kept, oldest of them first; `latest=0`: only the cursor;
+    with a cursor or a limit beside it, 400."""
     for _ in range(5):
         await client.run()
     newest = (await client.get("/events?latest=2")).json
@@ -380,6 +435,8 @@ async def test_events_latest_gives_the_newest_and_the_cursor_to_follow_from(clie
     assert len((await client.get("/events?latest=1000")).json["events"]) == 5
     both = await client.get("/events?latest=1&cursor=2")
     assert both.status == 400 and both.code == "VALIDATION_FAILED"
+    with_limit = await client.get("/events?latest=3&limit=1")  # latest is the count: limit is not dropped in silence
+    assert with_limit.status == 400 and "not both" in with_limit.json["error"]["message"]
     assert (await client.get("/events?latest=1001")).status == 400
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 
 pytestmark = pytest.mark.trio
@@ -124,12 +126,43 @@ async def test_unknown_routes_and_methods(api, autojump_clock):
     assert_envelope(status, body, "VALIDATION_FAILED", 400)
 
 
+async def test_an_integer_too_wide_for_a_field_with_no_most_is_told_the_most_taken(api, autojump_clock):
+    """waitMs and waitSeconds have a least and no most of their own: an integer past what the server
+    reads is refused naming the most it reads, not "of at least 0", which the value is."""
+    run = await new_run(api)
+    body = b'{"scopeId": "%s", "key": "k", "holder": "h", "holderSession": "s", "waitMs": %d}' % (run.encode(), 10**30)
+    status, _, answer = await api.post("/claims", body=body, headers={"content-type": "application/json"})
+    assert_envelope(status, answer, "VALIDATION_FAILED", 400)
+    assert answer["error"]["message"] == (
+        f"field 'waitMs' must be an integer from 0 to {2**64 - 1}, got 1000000000000000000000000000000")
+    status, _, answer = await api.get(f"/watch?waitSeconds={10**30}")
+    assert_envelope(status, answer, "VALIDATION_FAILED", 400)
+    assert answer["error"]["message"] == f"waitSeconds must be an integer from 0 to {10**18 - 1}, got '{10**30}'"
+    status, _, answer = await api.get("/watch?waitSeconds=-1")
+    assert answer["error"]["message"] == "waitSeconds must be an integer of at least 0, got '-1'"
+
+
+async def test_a_compressed_body_is_refused_as_such_not_as_bad_json(api, autojump_clock):
+    """A body with a Content-Encoding other than identity is 400 naming the coding (it was read as
+    JSON and refused as "not valid JSON"); identity, and a body of plain JSON, are read."""
+    body = gzip.compress(b'{"name": "zipped"}')
+    status, _, answer = await api.post("/scopes", body=body, headers={"content-type": "application/json", "content-encoding": "gzip"})
+    assert_envelope(status, answer, "VALIDATION_FAILED", 400)
+    assert answer["error"]["message"] == "Content-Encoding 'gzip' is not read here: send the body as plain JSON"
+    status, _, answer = await api.post("/scopes", {"name": "plain"}, headers={"content-encoding": "identity"})
+    assert status == 201 and answer["name"] == "plain"
+    status, _, answer = await api.get("/scopes", headers={"content-encoding": "gzip"})  # no body: nothing to read
+    assert status == 200
+
+
 async def test_missing_wrong_and_foreign_keys(api, autojump_clock):
-    """No key or a malformed header is 401; a wrong key 401; a space the key does not open 404."""
+    """No key or a malformed header is 401; a wrong key 401, each with the challenge of the bearer
+    scheme (WWW-Authenticate, which RFC 9110 asks of every 401); a space the key does not open 404."""
     scope_id = await new_run(api)
     for headers, key in [({}, None), ({"authorization": "Basic abc"}, None), ({"authorization": "Bearer"}, None), ({}, "wrong-key")]:
-        status, _, body = await api.request("GET", f"/v1/spaces/default/scopes/{scope_id}", headers=headers, key=key)
+        status, answer_headers, body = await api.request("GET", f"/v1/spaces/default/scopes/{scope_id}", headers=headers, key=key)
         assert_envelope(status, body, "UNAUTHENTICATED", 401)
+        assert answer_headers["www-authenticate"] == 'Bearer realm="runstate"'
     status, _, body = await api.request("GET", f"/v1/spaces/other/scopes/{scope_id}")
     assert_envelope(status, body, "NOT_FOUND", 404)
     status, _, body = await api.get("/scopes/sc_nope")

@@ -161,6 +161,11 @@ async def test_complete_nack_and_renew_with_a_stale_token_are_409_stale_claim(cl
         assert response.status == 409 and response.code == "STALE_CLAIM", (action, response)
     retaken = (await client.recv(mailbox, run)).json
     assert retaken["message"]["attempt"] == 2
+    # The refusal says what holds the message, whether the token is an earlier delivery's or none at all.
+    for token in (delivery["token"], "dt_made_up"):
+        refused = await client.post(f"/messages/{message}/renew", {"token": token})
+        assert refused.code == "STALE_CLAIM" and refused.json["error"]["message"] == (
+            f"token is not the current one for message {message}: it is leased under another token (attempt 2)")
     renewed = await client.post(f"/messages/{message}/renew", {"token": retaken["token"], "leaseSeconds": 60})
     assert renewed.status == 200 and renewed.json["leaseSeconds"] == 60
     done = await client.post(f"/messages/{message}/complete", {"token": retaken["token"]})

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runstate.actors.coordination_reads import (
-    AllowanceWaitView, ParkedKeyView, ParkedQueueView, ParkedTimersView, ParkedView, PoolWaitView, RunCounts, RunView, RunWaiter,
-    RunWorker, WaitsView,
+    AllowanceWaitView, ParkedKeyView, ParkedQueueView, ParkedTaskView, ParkedTimersView, ParkedView, PoolWaitView, RunCounts, RunView,
+    RunWaiter, RunWorker, WaitsView,
 )
 from runstate.actors.limits import Limits
 from runstate.actors.timestamps import format_ms
@@ -35,6 +35,8 @@ def parked_before(view: Any) -> dict[str, Any]:
         entry.update(scopeId=view.scope_id)
     elif isinstance(view, ParkedKeyView):
         entry.update(scopeId=view.scope_id, key=view.key)
+    elif isinstance(view, ParkedTaskView):
+        entry.update(scopeId=view.scope_id, taskId=view.task_id)
     holders = getattr(view, "holders", ())
     if holders:
         entry["holders"] = list(holders)
@@ -100,6 +102,7 @@ _parked = st.one_of(
     st.builds(ParkedQueueView, st.just("queue"), _count, _text, _text, _held),
     st.builds(ParkedTimersView, st.just("timers"), _count, _text, _held),
     st.builds(ParkedKeyView, st.sampled_from(["claim", "once"]), _count, _text, _text, _held),
+    st.builds(ParkedTaskView, st.just("task"), _count, _text, _text),
 )
 _run_waiter = st.builds(RunWaiter, _text, _text, _count, _text, _text, _text, _waiter_state, _instant)
 _wait = st.one_of(
@@ -162,12 +165,13 @@ def test_the_components_list_exactly_the_encoders_fields() -> None:
     parked = components["Parked"]
     assert parked["required"] == ["on", "calls"]
     assert list(parked["properties"]) == [
-        "on", "calls", "holders", "mailboxId", "scopeId", "key", "permit", "permitId", "units", "holder", "waiterId", "state",
+        "on", "calls", "holders", "mailboxId", "scopeId", "taskId", "key", "permit", "permitId", "units", "holder", "waiterId", "state",
         "since", "allowance", "allowanceId", "expiresAt",
     ]
     assert parked["properties"]["holders"] == {"type": "array", "items": {"type": "string"}}
     run_parked = components["OpsRun"]["properties"]["parked"]["items"]["anyOf"]
     assert [entry["required"] for entry in run_parked] == [
-        ["on", "calls"], ["on", "calls", "mailboxId", "scopeId"], ["on", "calls", "scopeId"], ["on", "calls", "scopeId", "key"],
+        ["on", "calls"], ["on", "calls", "mailboxId", "scopeId"], ["on", "calls", "scopeId", "taskId"], ["on", "calls", "scopeId"],
+        ["on", "calls", "scopeId", "key"],
     ]
     assert list(components["OpsWaits"]["properties"]) == ["waits", "truncated"]

@@ -257,8 +257,8 @@ def _receivers(kernel: RouteKernel, space_id: str) -> dict[str, int]:
     """Receives parked now, per mailbox (workers waiting for work)."""
     found: dict[str, int] = {}
     for key, calls in kernel.parked():
-        if len(key) >= 3 and key[0] == "queue" and key[1] == space_id:
-            found[key[2]] = found.get(key[2], 0) + calls
+        if len(key) >= 3 and key[0] == "queue" and key[1] == space_id:  # (reads waiting for a task's end are not workers)
+            found[key[2]] = found.get(key[2], 0) + coordination_reads.receives_parked(kernel, key, calls)
     return found
 
 

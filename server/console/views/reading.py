@@ -49,6 +49,9 @@ class _Reading:
     def parked(self) -> list[tuple[ActorKey, int]]:
         return self._kernel.parked()
 
+    def parked_commands(self, key: ActorKey) -> list[Any]:
+        return self._kernel.parked_commands(key)
+
     def parked_holders(self, key: ActorKey, count_max: int) -> list[str]:
         return self._kernel.parked_holders(key, count_max)
 
