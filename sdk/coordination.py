@@ -287,11 +287,13 @@ class EventsAPI:
     ) -> dict[str, Any]:
         """One page: `{"events", "nextCursor"}`, the events strictly after `cursor`, oldest first.
 
-        `latest=N` instead (0 to 1000; not with `cursor`): the space's newest N events, oldest of
+        `latest=N` instead (0 to 1000; not with `cursor` nor `limit`): the space's newest N events, oldest of
         them first, and the cursor after the newest: what just happened, and where to follow
         from (`latest=0` gives that cursor alone)."""
         if latest is not None and cursor:
             raise ValueError("give either cursor (the events after it) or latest (the newest ones), not both")
+        if latest is not None and limit is not None:
+            raise ValueError("latest says how many events already: give limit without it")
         query = {"cursor": cursor or None, "limit": limit, "latest": latest}
         answer: dict[str, Any] = (await self._ctx.call("GET", "/events", query=query)).body
         return answer

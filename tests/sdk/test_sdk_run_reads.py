@@ -78,7 +78,7 @@ async def test_a_limit_out_of_range_is_refused_before_anything_is_sent():
 @pytest.mark.trio
 async def test_events_latest_gives_the_newest_events_and_the_cursor_after_them(autojump_clock):
     """latest=2 gives the two newest events, oldest first, and a cursor from which nothing older
-    comes back; latest=0 the cursor alone; latest with a cursor is refused on this side."""
+    comes back; latest=0 the cursor alone; latest with a cursor or a limit is refused on this side."""
     async with runstate.testing.serve() as rs:
         run = await rs.scopes.create()
         for key in ("k1", "k2", "k3"):
@@ -89,6 +89,8 @@ async def test_events_latest_gives_the_newest_events_and_the_cursor_after_them(a
         assert (await rs.events.list(latest=0)) == {"events": [], "nextCursor": page["nextCursor"]}
         with pytest.raises(ValueError, match="not both"):
             await rs.events.list(cursor=page["nextCursor"], latest=2)
+        with pytest.raises(ValueError, match="give limit without it"):  # (the server refuses the two together)
+            await rs.events.list(latest=2, limit=5)
 
 
 @pytest.mark.trio

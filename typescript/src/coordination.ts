@@ -360,12 +360,15 @@ export class EventsAPI {
   }
 
   /** One page: `{ events, nextCursor }` (events strictly after `cursor`). A cursor older than the
-   * log keeps throws `CursorExpiredError`. `latest: N` instead (0 to 1000; not with `cursor`): the
+   * log keeps throws `CursorExpiredError`. `latest: N` instead (0 to 1000; not with `cursor` nor `limit`): the
    * space's newest N events, oldest of them first, and the cursor after the newest (what just
    * happened, and where to follow from; `latest: 0` gives that cursor alone). */
   async list(options: { cursor?: string; limit?: number; latest?: number; signal?: AbortSignal } = {}): Promise<EventsPage> {
     if (options.latest !== undefined && options.cursor) {
       throw new ConfigError('give either cursor (the events after it) or latest (the newest ones), not both');
+    }
+    if (options.latest !== undefined && options.limit !== undefined) {
+      throw new ConfigError('latest says how many events already: give limit without it');
     }
     const query = { cursor: options.cursor || undefined, limit: options.limit, latest: options.latest };
     return (await this.#ctx.call('GET', '/events', { query, signal: options.signal })).body;

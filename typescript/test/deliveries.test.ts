@@ -152,6 +152,7 @@ describe('deliveries by hand, run reads and refusal details', { concurrency: tru
     assert.deepEqual(cursorOnly.events, []);
     assert.ok(Number(cursorOnly.nextCursor) >= Number(page.nextCursor));
     await assert.rejects(rs.events.list({ latest: 1, cursor: page.nextCursor }), ConfigError);
+    await assert.rejects(rs.events.list({ latest: 1, limit: 5 }), /give limit without it/);
   });
 
   test('CLAIM_HELD says who holds the key and until when, alone, inside a batch, and after a wait ran out', async () => {
