@@ -57,7 +57,7 @@ def with_tables_added_since(written: dict) -> dict:
     for (space_id, key), stored in written.pop("idempotency")["_entries"]:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
     with_answer_sizes_added_since(written)
-    with_graced_added_since(written)
+    with_fields_added_since(written)
     with_roles_added_since(written)
     return written
 
@@ -75,17 +75,28 @@ def with_answer_sizes_added_since(written: dict) -> None:
             table["bytes"] += stored["size"]
 
 
-def with_graced_added_since(node: object) -> None:
-    """The mark a lease has carried since record format 2 (`graced`: a restart gave it its grace),
-    False on every lease a directory of an older format wrote down."""
+# The fields an entity has gained since the older formats wrote it down, with the value an entity
+# read from one of them takes: `graced` (record format 2: a restart gave the lease its grace), a
+# message's `returned` deliveries and a once slot's `released` acquisitions (given back unused).
+FIELDS_ADDED_SINCE = {
+    "Claim": {"graced": False},
+    "Grant": {"graced": False},
+    "Message": {"graced": False, "returned": 0},
+    "Slot": {"graced": False, "released": 0},
+}
+
+
+def with_fields_added_since(node: object) -> None:
+    """Every entity of `node` with the fields added since (`FIELDS_ADDED_SINCE`), as an entity of
+    an older format reads back."""
     if isinstance(node, dict):
-        if node.get("__class__") in ("Claim", "Message", "Slot", "Grant"):
-            node.setdefault("graced", False)
+        for name, value in FIELDS_ADDED_SINCE.get(node.get("__class__"), {}).items():  # type: ignore[arg-type]
+            node.setdefault(name, value)
         for value in node.values():
-            with_graced_added_since(value)
+            with_fields_added_since(value)
     elif isinstance(node, (list, tuple)):
         for value in node:
-            with_graced_added_since(value)
+            with_fields_added_since(value)
 
 
 def with_roles_added_since(written: dict) -> None:
@@ -457,7 +468,7 @@ def v1_as_written() -> dict:
     for (space_id, key), stored in written.pop("idempotency")["_entries"]:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
     with_answer_sizes_added_since(written)
-    with_graced_added_since(written)
+    with_fields_added_since(written)
     with_roles_added_since(written)
     for space in written["spaces"].values():
         with_ended_runs_added_since(space)
