@@ -88,6 +88,20 @@ def with_graced_added_since(node: object) -> None:
             with_graced_added_since(value)
 
 
+def with_refundable_added_since(node: object) -> None:
+    """The recent consumptions an allowance has kept since refunds came (`refundable` in its
+    image, optional): none in a directory written before, whose allowances read back with an
+    empty set."""
+    if isinstance(node, dict):
+        if node.get("__class__") == "Allowance":
+            node.setdefault("recent", {})
+        for value in node.values():
+            with_refundable_added_since(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            with_refundable_added_since(value)
+
+
 def with_roles_added_since(written: dict) -> None:
     """A key's role (`actors/keys.py`), added since as an optional field of `key.registered`: a
     key written without one reads back as an editor, the role every key had then."""
@@ -458,6 +472,7 @@ def v1_as_written() -> dict:
         written["spaces"][space_id]["idempotency"]["_entries"].append((key, stored))
     with_answer_sizes_added_since(written)
     with_graced_added_since(written)
+    with_refundable_added_since(written)
     with_roles_added_since(written)
     for space in written["spaces"].values():
         with_ended_runs_added_since(space)
