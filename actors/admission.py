@@ -43,7 +43,7 @@ from .messages import DELIVERY_COMPLETED, DELIVERY_DEAD, DELIVERY_REQUEUED
 from .outcome import Outcome, Space, Timer, State, TimerIdent, TimerMarker
 from .pools import GRANT_ACQUIRED, GRANT_EXPIRED, GRANT_RELEASED, PERMIT_WAITER_ENDED
 from .primitive import NOT_COUNTED, Command, Primitive, command, lease_field, timer_kind
-from .quotas import ALLOWANCE_COOLDOWN_RECORD, WAITER_ENDED
+from .quotas import ALLOWANCE_COOLDOWN_RECORD, ALLOWANCE_REFUNDED, WAITER_ENDED
 from .requirements import TASK_REQUIREMENTS
 from .scopes import SCOPE_ENDED
 from .tasks import TASK_CREATED, TASK_ENDED
@@ -57,7 +57,7 @@ WAKE_TIMER = timer_kind("admission-wake")
 # created wakes those that include descendants: they wait on queues not their own.)
 FREEING = frozenset({
     GRANT_RELEASED, GRANT_EXPIRED, SCOPE_ENDED, DELIVERY_COMPLETED, DELIVERY_REQUEUED, DELIVERY_DEAD,
-    TASK_ENDED, RESERVATION_ENDED, WAITER_ENDED, ALLOWANCE_COOLDOWN_RECORD, PERMIT_WAITER_ENDED,
+    TASK_ENDED, RESERVATION_ENDED, WAITER_ENDED, ALLOWANCE_COOLDOWN_RECORD, ALLOWANCE_REFUNDED, PERMIT_WAITER_ENDED,
 })
 
 

@@ -11,7 +11,7 @@ from .shapes import DurationMs, EpochMs
 
 __all__ = [
     "AllowanceWaiterState", "AllowanceView", "ConsumptionView", "AllowanceWaiterView", "CooldownView",
-    "AllowanceExhaustedView", "AllowanceMismatchView",
+    "AllowanceExhaustedView", "AllowanceMismatchView", "RefundedAllowanceView",
 ]
 
 AllowanceWaiterState = Literal["WAITING", "GRANTED", "EXPIRED", "CANCELLED"]
@@ -34,6 +34,26 @@ class AllowanceView(NamedTuple):
     cooldown_until_ms: EpochMs | None
     cooldown_reason: str | None
     created_ms: EpochMs
+
+
+class RefundedAllowanceView(NamedTuple):
+    """A refund's answer: the allowance as it stands after it (as `AllowanceView`), then the units
+    `refunded` to its current window (0 when the consumption's window has ended, or it was
+    refunded already)."""
+
+    id: str
+    name: str
+    units_limit: int
+    window_ms: DurationMs
+    window_start_ms: EpochMs
+    window_end_ms: EpochMs
+    used: int
+    remaining: int
+    waiting: int
+    cooldown_until_ms: EpochMs | None
+    cooldown_reason: str | None
+    created_ms: EpochMs
+    refunded: int
 
 
 class ConsumptionView(NamedTuple):

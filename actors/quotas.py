@@ -13,6 +13,15 @@ it, and no new consumer, overtakes it. So a consume that arrives while waiters w
 if its units would fit: fairness beats throughput here, since the head would otherwise starve
 behind a stream of small takes. A waiter ends GRANTED, EXPIRED (its TTL ran out) or CANCELLED.
 
+A consumption taken a moment ago may be given back (`refund`): a caller cancelled as its take's
+answer came, which never used the units. Each allowance keeps its recent consumptions (direct,
+granted to a waiter, or taken by an admission), at most `REFUNDABLE_MAX` of them and only those
+recorded in the last `REFUND_WINDOW_MS`, the oldest dropped first, so what it keeps stays small
+whatever the traffic. A refund of one still in the window it was taken in lowers that window's
+`used` (and may let the head waiter in); one whose window has ended gives nothing back (that
+window's units are gone with it), nor does one refunded already; one no longer kept is 409
+CONFLICT. The consumption id is drawn and unguessable: knowing it is the fence, as a token is.
+
 `decide_serve` is what grants waiters; every decision on an allowance calls it first, and a timer
 (`serve_due_ms`) calls it when the next window begins or the cooldown ends. The commands run on the
 space's capacity actor (`capacity.py`); the quotas' declaration (`QUOTAS`) is at the end.
@@ -38,17 +47,18 @@ from .primitive import EVENT, NOT_COUNTED, OPERATION, Primitive, command, event,
 from .timestamps import format_ms
 from .quota_views import (
     AllowanceExhaustedView, AllowanceMismatchView, AllowanceView, AllowanceWaiterState, AllowanceWaiterView, ConsumptionView,
-    CooldownView,
+    CooldownView, RefundedAllowanceView,
 )
 from .shapes import DurationMs, EpochMs, Record
 
 __all__ = [
     "Allowance", "Waiter", "AllowanceTable", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "QUOTAS",
-    "CreateAllowance", "EnsureAllowance", "Consume", "WaitAllowance", "CancelWaiter", "Cooldown",
+    "CreateAllowance", "EnsureAllowance", "Consume", "WaitAllowance", "CancelWaiter", "Cooldown", "RefundConsumption",
     "WAITING", "GRANTED", "EXPIRED", "CANCELLED", "ALLOWANCE_CONSUMED", "ALLOWANCE_COOLDOWN_RECORD",
-    "ALLOWANCE_CREATED", "ALLOWANCE_IMAGE", "WAITER_ADDED", "WAITER_ENDED", "WAITER_GRANTED", "WAITER_IMAGE",
+    "ALLOWANCE_CREATED", "ALLOWANCE_IMAGE", "ALLOWANCE_REFUNDED", "WAITER_ADDED", "WAITER_ENDED", "WAITER_GRANTED", "WAITER_IMAGE",
+    "REFUNDABLE_MAX", "REFUND_WINDOW_MS", "Recent",
     "AllowanceView", "ConsumptionView", "AllowanceWaiterView", "CooldownView", "AllowanceExhaustedView",
-    "AllowanceMismatchView", "AllowanceWaiterState",
+    "AllowanceMismatchView", "AllowanceWaiterState", "RefundedAllowanceView",
 ]
 
 # The record types this module decides and applies (the journal's spelling of each).
@@ -56,6 +66,7 @@ ALLOWANCE_CONSUMED = record_type("allowance.consumed")
 ALLOWANCE_COOLDOWN_RECORD = record_type("allowance.cooldown")
 ALLOWANCE_CREATED = record_type("allowance.created")
 ALLOWANCE_IMAGE = record_type("allowance.image")
+ALLOWANCE_REFUNDED = record_type("allowance.refunded")
 WAITER_ADDED = record_type("waiter.added")
 WAITER_ENDED = record_type("waiter.ended")
 WAITER_GRANTED = record_type("waiter.granted")
@@ -66,6 +77,14 @@ ALLOWANCE_COOLDOWN = "ALLOWANCE_COOLDOWN"
 
 WAITING, GRANTED, EXPIRED, CANCELLED = "WAITING", "GRANTED", "EXPIRED", "CANCELLED"
 
+# What an allowance keeps of its recent consumptions, to give one back: the newest REFUNDABLE_MAX,
+# and of those only the ones recorded in the last REFUND_WINDOW_MS. A refund comes from a caller
+# cancelled as its answer came, within a second or two; these bounds keep an allowance's memory
+# small whatever its traffic. (If in doubt, keep them small: a refund that finds its consumption
+# dropped is refused, and the units count until the window ends, as before refunds existed.)
+REFUNDABLE_MAX = 16
+REFUND_WINDOW_MS = 30_000
+
 SERVE_TIMER = timer_kind("quota-serve")
 WAITER_TIMER = timer_kind("waiter-ttl")
 
@@ -75,10 +94,21 @@ def consumption_of(waiter_id: str) -> str:
     return "cs_" + waiter_id.removeprefix("aw_")
 
 
+class Recent(NamedTuple):
+    """A recent consumption an allowance keeps, to give it back: its units, the window it counts
+    in, when it was recorded, and whether it was refunded already (kept so that a second refund
+    answers 0 rather than CONFLICT)."""
+
+    units: int
+    window_start_ms: EpochMs
+    at_ms: EpochMs
+    refunded: bool
+
+
 class Allowance:
     __slots__ = (
         "id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms",
-        "cooldown_reason", "queue",
+        "cooldown_reason", "queue", "recent",
     )
 
     def __init__(self, allowance_id: str, name: str, units_limit: int, window_ms: int, created_ms: int) -> None:
@@ -92,6 +122,8 @@ class Allowance:
         self.cooldown_until_ms = 0
         self.cooldown_reason: str | None = None
         self.queue: list[str] = []  # waiter ids still WAITING, oldest first
+        # Consumption id -> what may still be given back, oldest first (`REFUNDABLE_MAX`, `REFUND_WINDOW_MS`).
+        self.recent: dict[str, Recent] = {}
 
     def window_at(self, now_ms: int) -> int:
         return self.created_ms + (now_ms - self.created_ms) // self.window_ms * self.window_ms
@@ -293,6 +325,24 @@ class AllowanceTable:
         assert until_ms > now_ms and until_ms >= allowance.cooldown_until_ms, "a cooldown only ever lasts longer"
         return {"type": ALLOWANCE_COOLDOWN_RECORD, "id": allowance.id, "until_ms": until_ms, "reason": reason, "at_ms": now_ms}
 
+    def decide_refund(self, allowance: Allowance, consumption_id: str, now_ms: int) -> Record | None:
+        """The refund of a recent consumption still in its window; None when there is nothing to
+        give back (its window has ended, or it was refunded already); CONFLICT when it is no longer
+        kept (unknown, older than REFUND_WINDOW_MS, or dropped past REFUNDABLE_MAX)."""
+        recent = allowance.recent.get(consumption_id)
+        if recent is None or now_ms - recent.at_ms > REFUND_WINDOW_MS:
+            raise KernelError(
+                CONFLICT,
+                f"consumption {consumption_id!r} of allowance {allowance.name!r} can no longer be given back "
+                f"(only its newest {REFUNDABLE_MAX} consumptions of the last {REFUND_WINDOW_MS // 1000} s can be)",
+            )
+        if recent.refunded or recent.window_start_ms != allowance.window_at(now_ms):
+            return None
+        # Paired with `apply_refunded`: the window it counts in is the one `used` counts now.
+        assert recent.window_start_ms == allowance.window_start_ms, "a consumption in the current window is counted in `used`"
+        assert 0 < recent.units <= allowance.used <= allowance.units_limit, "a refund gives back no more than the window used"
+        return {"type": ALLOWANCE_REFUNDED, "id": allowance.id, "consumption_id": consumption_id, "units": recent.units, "at_ms": now_ms}
+
     def decide_cancel(self, waiter: Waiter, now_ms: int) -> Record | None:
         """Cancel a waiter still waiting; one that ended already stays as it ended (a grant stands)."""
         if waiter.state != WAITING:
@@ -338,8 +388,39 @@ class AllowanceTable:
         allowance.used += units
         assert 0 < units and allowance.used <= allowance.units_limit, "a window never consumes more than the limit"
 
+    def _keep(self, allowance: Allowance, consumption_id: str, units: int, window_start_ms: int, at_ms: int) -> None:
+        """Keep a consumption just counted, to give it back; forget those past the bounds."""
+        assert consumption_id not in allowance.recent, "a consumption id is recorded once"
+        allowance.recent[consumption_id] = Recent(units, window_start_ms, at_ms, False)
+        self._forget(allowance, at_ms)
+
+    @staticmethod
+    def _forget(allowance: Allowance, at_ms: int) -> None:
+        """Drop the consumptions recorded more than REFUND_WINDOW_MS before `at_ms`, and the oldest
+        past REFUNDABLE_MAX (in the order they were recorded, which replay repeats)."""
+        recent = allowance.recent
+        while recent:
+            oldest_id = next(iter(recent))
+            if len(recent) <= REFUNDABLE_MAX and at_ms - recent[oldest_id].at_ms <= REFUND_WINDOW_MS:
+                break
+            del recent[oldest_id]
+        assert len(recent) <= REFUNDABLE_MAX, "an allowance keeps at most REFUNDABLE_MAX recent consumptions"
+
     def apply_consumed(self, record: Record) -> None:
-        self._count(self._allowances[record["id"]], record["units"], record["window_start_ms"])
+        allowance = self._allowances[record["id"]]
+        self._count(allowance, record["units"], record["window_start_ms"])
+        self._keep(allowance, record["consumption_id"], record["units"], record["window_start_ms"], record["at_ms"])
+
+    def apply_refunded(self, record: Record) -> None:
+        allowance = self._allowances[record["id"]]
+        recent = allowance.recent[record["consumption_id"]]
+        assert not recent.refunded and recent.units == record["units"], "a consumption is refunded once, and all of it"
+        assert recent.window_start_ms == allowance.window_start_ms, "a refund gives units back to the window `used` counts"
+        allowance.used -= recent.units
+        # Paired with `decide_refund` and `_count`: `used` never goes below zero.
+        assert 0 <= allowance.used <= allowance.units_limit, "a window's units used are never negative"
+        allowance.recent[record["consumption_id"]] = recent._replace(refunded=True)
+        self._forget(allowance, record["at_ms"])
 
     def apply_cooldown(self, record: Record) -> None:
         allowance = self._allowances[record["id"]]
@@ -359,6 +440,7 @@ class AllowanceTable:
         allowance = self._allowances[waiter.allowance_id]
         assert allowance.queue and allowance.queue[0] == waiter.id, "waiters are granted in order"
         self._count(allowance, waiter.units, record["window_start_ms"])
+        self._keep(allowance, record["consumption_id"], waiter.units, record["window_start_ms"], record["at_ms"])
         waiter.consumption_id = record["consumption_id"]
         waiter.window_start_ms = record["window_start_ms"]
         self._end(waiter, GRANTED, record["at_ms"])
@@ -381,12 +463,15 @@ class AllowanceTable:
 
     def image(self) -> Iterator[Record]:
         for allowance in self._allowances.values():
-            yield {
+            image: Record = {
                 "type": ALLOWANCE_IMAGE, "id": allowance.id, "name": allowance.name, "units_limit": allowance.units_limit,
                 "window_ms": allowance.window_ms, "created_ms": allowance.created_ms,
                 "window_start_ms": allowance.window_start_ms, "used": allowance.used,
                 "cooldown_until_ms": allowance.cooldown_until_ms, "cooldown_reason": allowance.cooldown_reason,
             }
+            if allowance.recent:  # (oldest first; left out when empty, as images before refunds were)
+                image["refundable"] = [[consumption_id, *recent] for consumption_id, recent in allowance.recent.items()]
+            yield image
         # Waiters in the order they were added, so the queues come back in order.
         for waiter in self._waiters.values():
             yield {
@@ -401,6 +486,9 @@ class AllowanceTable:
         allowance.used = record["used"]
         allowance.cooldown_until_ms = record["cooldown_until_ms"]
         allowance.cooldown_reason = record["cooldown_reason"]
+        for consumption_id, units, window_start_ms, at_ms, refunded in record.get("refundable", ()):
+            allowance.recent[consumption_id] = Recent(units, window_start_ms, at_ms, refunded)
+        assert len(allowance.recent) <= REFUNDABLE_MAX, "an image keeps no more recent consumptions than an allowance does"
 
     def apply_waiter_image(self, record: Record) -> None:
         waiter = Waiter(record)
@@ -475,6 +563,15 @@ class Cooldown(CapacityCommand):
     allowance_id: str = path("allowance_id")
     seconds: int = body("seconds", INTEGER, minimum=1, maximum="cooldown_s_max")
     reason: str | None = reason_field("reason")
+
+
+@command
+class RefundConsumption(CapacityCommand):
+    """Give a recent consumption's units back to the window it was taken in, once."""
+
+    space: str = path("space")
+    allowance_id: str = path("allowance_id")
+    consumption_id: str = path("consumption_id")
 
 
 # -- transitions (of the capacity part) ------------------------------------------------------------
@@ -572,6 +669,24 @@ def cooldown(part: CapacityCommands, command: Cooldown, now_ms: int) -> Outcome:
     return _serve_timer(part, outcome, allowance, now_ms)
 
 
+def refund(part: CapacityCommands, command: RefundConsumption, now_ms: int) -> Outcome:
+    """Give a consumption back: the allowance as it then stands, and the units refunded (0 when
+    there was nothing to give back). Units freed may let the head waiter in."""
+    allowances: AllowanceTable = part.allowances
+    allowance = allowances.get(command.allowance_id)
+    outcome = _served(part, allowance, now_ms)
+    record = allowances.decide_refund(allowance, command.consumption_id, now_ms)
+    refunded = 0
+    if record is not None:
+        used = allowance.used
+        part.commit(outcome, record)
+        refunded = record["units"]
+        assert allowance.used == used - refunded, "the refund lowered the window's units used by what it gave back"
+        part.commit(outcome, *allowances.decide_serve(allowance, now_ms))
+    outcome.reply = RefundedAllowanceView(*allowances.view(allowance, now_ms), refunded)
+    return _serve_timer(part, outcome, allowance, now_ms)
+
+
 def on_serve_timer(part: CapacityCommands, allowance_id: str, due_ms: Any, now_ms: int) -> Outcome:
     allowance = part.allowances.get(allowance_id)
     return _serve_timer(part, _served(part, allowance, now_ms), allowance, now_ms)
@@ -628,15 +743,20 @@ QUOTAS = Primitive(
         WaitAllowance: (_ON, wait),
         CancelWaiter: (_ON, cancel_waiter),
         Cooldown: (_ON, cooldown),
+        RefundConsumption: (_ON, refund),
     },
     records={
         ALLOWANCE_CREATED: ("id", "name", "units_limit", "window_ms", "at_ms"),
         ALLOWANCE_CONSUMED: ("id", "consumption_id", "scope_id", "holder", "units", "window_start_ms", "at_ms"),
         ALLOWANCE_COOLDOWN_RECORD: ("id", "until_ms", "reason", "at_ms"),
+        ALLOWANCE_REFUNDED: ("id", "consumption_id", "units", "at_ms"),
         WAITER_ADDED: ("id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "at_ms"),
         WAITER_GRANTED: ("id", "consumption_id", "window_start_ms", "at_ms"),
         WAITER_ENDED: ("id", "state", "at_ms"),
-        ALLOWANCE_IMAGE: ("id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms", "cooldown_reason"),
+        ALLOWANCE_IMAGE: (
+            "id", "name", "units_limit", "window_ms", "created_ms", "window_start_ms", "used", "cooldown_until_ms", "cooldown_reason",
+            "refundable?",
+        ),
         WAITER_IMAGE: (
             "id", "allowance_id", "scope_id", "holder", "units", "expires_ms", "state", "consumption_id", "window_start_ms",
             "created_ms", "ended_ms",
@@ -646,6 +766,7 @@ QUOTAS = Primitive(
         ALLOWANCE_CREATED: (_TABLE, "apply_created"),
         ALLOWANCE_CONSUMED: (_TABLE, "apply_consumed"),
         ALLOWANCE_COOLDOWN_RECORD: (_TABLE, "apply_cooldown"),
+        ALLOWANCE_REFUNDED: (_TABLE, "apply_refunded"),
         WAITER_ADDED: (_TABLE, "apply_waiter_added"),
         WAITER_GRANTED: (_TABLE, "apply_waiter_granted"),
         WAITER_ENDED: (_TABLE, "apply_waiter_ended"),
@@ -656,6 +777,7 @@ QUOTAS = Primitive(
         ALLOWANCE_CREATED: operation("quotas.create"),
         ALLOWANCE_CONSUMED: operation("quotas.consume"),
         ALLOWANCE_COOLDOWN_RECORD: operation("quotas.cooldown"),
+        ALLOWANCE_REFUNDED: operation("quotas.refund"),
         WAITER_ADDED: operation("quotas.wait"),
         WAITER_GRANTED: event("quotas.grant"),
         WAITER_ENDED: lambda record: (OPERATION, "quotas.cancel_wait") if record["state"] == "CANCELLED" else (EVENT, "quotas.wait_expire"),

@@ -1,7 +1,7 @@
 """A request the server applies even when its connection is cut, let finish past a cancellation.
 
 An acquire of a claim or of pool units, a receive or an admission that finds work, a quota
-waiter's creation: the server answers at once, and it applies the request whether or not the
+consumption or waiter's creation: the server answers at once, and it applies the request whether or not the
 client is still there to read the answer. Cut by the caller's cancellation (`move_on_after`, a task
 group cancelled, a stopped `consume()`), the request was applied all the same and the client never
 learned of it: the key or the units stayed held, renewed by no one, until the lease ran out, and a

@@ -5,7 +5,9 @@
   when it is missing and check it when it exists (`ConflictError` names what differs).
 - **take**: join the quota's line (`POST /allowances/{id}/wait`); granted at once, or look at the
   waiter (pauses growing from 0.15 s to 1 s) until it is granted, `WaitTimeoutError` after
-  `timeout` (60 s by default, the waiter withdrawn), `StoppedError` if the run stops.
+  `timeout` (60 s by default, the waiter withdrawn), `StoppedError` if the run stops. Cancelled
+  before it returns, it leaves the line, and units it was granted meanwhile are refunded
+  (`POST /allowances/{id}/consumptions/{consumptionId}/refund`); `limit()` takes as `take` does.
 - **slots**: acquire units of the pool under a lease; when it is full, join its line, acquire when
   signalled; the lease is renewed while the function (or the `with` block) runs, and the units go
   back when it ends. A lease lost meanwhile sets the call's `signal`, and `LeaseLostError` is
@@ -77,6 +79,7 @@ async def take(
         run = await binding.run()
         client = binding.client()
         quota = await binding.shared.resources.ensure(binding, "allowances", name, sizes)
+        give_back = functools.partial(_refund_grant, binding, quota["id"])
         while True:
             left = deadline - anyio.current_time()
             if left <= 0:
@@ -84,15 +87,15 @@ async def take(
             ttl = min(WAITER_TTL_S[1], max_(WAITER_TTL_S[0], math.ceil(left)))
             # Not cut by a cancellation: the server makes the waiter all the same, and it would
             # stay in line and be served (its units consumed) for no one. One made after a
-            # cancellation leaves the line (see `let_finish`).
+            # cancellation leaves the line, or, granted at once, is refunded (see `let_finish`).
             waiter = await binding.call(
                 "POST", f"/allowances/{quota['id']}/wait",
                 body={"scopeId": run.id, "units": count, "holder": client.holder, "ttlSeconds": ttl},
-                undo=functools.partial(_leave_line, binding, "/allowance-waiters"),
+                undo=functools.partial(_leave_line, binding, "/allowance-waiters", granted=give_back),
             )
             if waiter["state"] == "GRANTED":
                 return
-            async with _leaving_line_if_cancelled(binding, f"/allowance-waiters/{waiter['waiterId']}/cancel"):
+            async with _leaving_line_if_cancelled(binding, f"/allowance-waiters/{waiter['waiterId']}/cancel", granted=give_back):
                 if await _wait_granted(binding, waiter["waiterId"], deadline, f"{count} unit(s) of limit {name}"):
                     return
 
@@ -117,31 +120,58 @@ async def _wait_granted(binding: RunBinding, waiter_id: str, deadline: float, wh
             return False  # expired or cancelled: queue again
 
 
+Granted = Callable[[dict[str, Any]], Awaitable[None]]
+
+
 @contextlib.asynccontextmanager
-async def _leaving_line_if_cancelled(binding: RunBinding, suffix: str) -> AsyncIterator[None]:
+async def _leaving_line_if_cancelled(binding: RunBinding, suffix: str, granted: Granted | None = None) -> AsyncIterator[None]:
     """A caller cancelled while its waiter is in line takes it out of the line (shielded, bounded):
     left there, a quota waiter would be served at its turn, the window's units consumed for no one,
-    and a pool waiter's turn would go to no one until it ran out."""
+    and a pool waiter's turn would go to no one until it ran out. A quota waiter granted before it
+    left (the cancel answers GRANTED: the grant stands) has its units refunded by `granted`."""
     try:
         yield
     except anyio.get_cancelled_exc_class():
         with anyio.move_on_after(ABORT_GRACE_S, shield=True):
-            await _withdraw(binding, suffix)
+            left = await _withdraw(binding, suffix)
+            if granted is not None and left is not None and left.get("state") == "GRANTED":
+                await granted(left)
         raise
 
 
-async def _withdraw(binding: RunBinding, suffix: str) -> None:
-    """Leave a line (best effort: a waiter left behind ends at its time to live)."""
+async def _withdraw(binding: RunBinding, suffix: str) -> dict[str, Any] | None:
+    """Leave a line (best effort: a waiter left behind ends at its time to live): the waiter as
+    it then stands, or None when the server could not be told."""
     try:
-        await binding.call("POST", suffix, body={})
+        left: dict[str, Any] = await binding.call("POST", suffix, body={})
+        return left
     except Exception as err:
         _runtime.log.debug("could not leave the line (%s): %s", suffix, err)
+        return None
 
 
-async def _leave_line(binding: RunBinding, prefix: str, waiter: dict[str, Any]) -> None:
-    """A waiter made for a caller cancelled meanwhile: out of the line, if it is still in it."""
-    if waiter.get("state") in ("WAITING", "SIGNALED") and waiter.get("waiterId"):
-        await _withdraw(binding, f"{prefix}/{waiter['waiterId']}/cancel")
+async def _refund_grant(binding: RunBinding, allowance_id: str, waiter: dict[str, Any]) -> None:
+    """Give back the units a quota waiter was granted for a caller that will not use them
+    (`POST /allowances/{id}/consumptions/{consumptionId}/refund`), its failures swallowed: units the
+    server no longer keeps (409) or cannot be told of count until their window ends."""
+    consumption_id = waiter.get("consumptionId")
+    if not consumption_id:
+        return
+    try:
+        await binding.call("POST", f"/allowances/{allowance_id}/consumptions/{consumption_id}/refund", body={})
+    except Exception as err:
+        _runtime.log.debug("could not refund consumption %s: %s", consumption_id, err)
+
+
+async def _leave_line(binding: RunBinding, prefix: str, waiter: dict[str, Any], *, granted: Granted | None = None) -> None:
+    """A waiter made for a caller cancelled meanwhile: out of the line, if it is still in it; a
+    quota waiter granted at once has its units refunded by `granted`."""
+    if waiter.get("state") == "GRANTED" and granted is not None:
+        await granted(waiter)
+    elif waiter.get("state") in ("WAITING", "SIGNALED") and waiter.get("waiterId"):
+        left = await _withdraw(binding, f"{prefix}/{waiter['waiterId']}/cancel")
+        if granted is not None and left is not None and left.get("state") == "GRANTED":
+            await granted(left)
 
 
 def max_(a: int, b: int) -> int:

@@ -297,11 +297,18 @@ class QuotaRef(_Named):
             return None
 
     async def try_take(self, *, units: int = 1) -> dict[str, Any]:
-        """`{"kind": "consumed", "consumption": ...}` or `{"kind": "exhausted"}` (used up, or cooling down)."""
+        """`{"kind": "consumed", "consumption": ...}` or `{"kind": "exhausted"}` (used up, or cooling
+        down). Cancelled as the answer comes, the units it was given are refunded."""
         allowance_id = await self.resolve_id()
         body = {"scopeId": self.scope_id, "units": units, "holder": self._ctx.holder}
+
+        async def give_back(reply: Any) -> None:
+            await self._refund(allowance_id, reply.body.get("consumptionId"))
+
         try:
-            reply = await self._ctx.call("POST", f"/allowances/{allowance_id}/consume", body=body)
+            # Not cut by a cancellation: the server consumes all the same, and the units would be
+            # used by no one until the window ended. Taken after a cancellation, they are refunded.
+            reply = await let_finish(lambda: self._ctx.call("POST", f"/allowances/{allowance_id}/consume", body=body), give_back)
         except RateLimitError as err:
             if err.code in _EXHAUSTED:
                 return {"kind": "exhausted"}
@@ -313,7 +320,8 @@ class QuotaRef(_Named):
         up; `WaitTimeoutError` at `timeout_ms` (the waiter is cancelled, a grant that raced stands),
         or at once with `wait=False` when the window has not the units now. Cancelled while it
         waits, it cancels its waiter too, and a waiter's creation is let finish (2 s at most) so
-        that one made after the cancellation leaves the line (see docs/python.md)."""
+        that one made after the cancellation leaves the line; units granted to a take cancelled
+        before it returns are refunded (see docs/python.md)."""
         deadline = _runtime.deadline_in(timeout_ms)
         waiter_id: str | None = None
         while True:
@@ -335,26 +343,30 @@ class QuotaRef(_Named):
                 }
 
                 async def leave_line(reply: Any) -> None:
-                    if reply.body.get("state") == "WAITING":
-                        await self._cancel_quietly(reply.body.get("waiterId"))
+                    if reply.body.get("state") == "GRANTED":
+                        await self._refund(allowance_id, reply.body.get("consumptionId"))
+                    elif reply.body.get("state") == "WAITING":
+                        await self._leave_or_refund(allowance_id, reply.body.get("waiterId"))
 
                 # Not cut by a cancellation: the server makes the waiter all the same, and it would
                 # stay in line (and consume units for no one when served) with this side never
-                # knowing its id. One made after a cancellation leaves the line (`let_finish`).
+                # knowing its id. One made after a cancellation leaves the line, or, granted at
+                # once, is refunded (`let_finish`).
                 sending = functools.partial(self._ctx.call, "POST", f"/allowances/{allowance_id}/wait", body=body)
                 waiter = (await let_finish(sending, leave_line)).body
                 if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
-                    return await self._consumption(waiter["consumptionId"], units)
+                    return await self._consumption(allowance_id, waiter["consumptionId"], units)
                 waiter_id = waiter["waiterId"]
             try:
                 waiter = await self._poll(waiter_id, deadline, timeout_ms)
             except anyio.get_cancelled_exc_class():
-                # Given up on: leave the line, so the waiter is not served (its units consumed) for no one.
+                # Given up on: leave the line, so the waiter is not served (its units consumed) for
+                # no one; granted meanwhile, its units are refunded.
                 with anyio.move_on_after(ABORT_GRACE_S, shield=True):
-                    await self._cancel_quietly(waiter_id)
+                    await self._leave_or_refund(self._id, waiter_id)
                 raise
             if waiter["state"] == "GRANTED" and waiter.get("consumptionId"):
-                return await self._consumption(waiter["consumptionId"], waiter["units"])
+                return await self._consumption(waiter["allowanceId"], waiter["consumptionId"], waiter["units"])
             waiter_id = None  # EXPIRED or CANCELLED: start again
 
     async def cooldown(self, seconds: int, reason: str | None = None) -> dict[str, Any]:
@@ -363,8 +375,14 @@ class QuotaRef(_Named):
         answer: dict[str, Any] = (await self._ctx.call("POST", f"/allowances/{allowance_id}/cooldown", body={"seconds": seconds, "reason": reason})).body
         return answer
 
-    async def _consumption(self, consumption_id: str, units: int) -> dict[str, Any]:
-        status = await self.status()
+    async def _consumption(self, allowance_id: str, consumption_id: str, units: int) -> dict[str, Any]:
+        try:
+            status = await self.status()
+        except anyio.get_cancelled_exc_class():
+            # Cancelled before the take returned: the units go back (shielded, bounded).
+            with anyio.move_on_after(ABORT_GRACE_S, shield=True):
+                await self._refund(allowance_id, consumption_id)
+            raise
         return {
             "consumptionId": consumption_id, "units": units,
             "windowStart": status["windowStart"] if status else "", "remaining": status["remaining"] if status else 0,
@@ -380,12 +398,32 @@ class QuotaRef(_Named):
                 return cast(dict[str, Any], waiter)
             await _runtime.sleep_before(_runtime.uniform(*WAITER_POLL_S, self._ctx.requester.rng), deadline)
 
-    async def _cancel_quietly(self, waiter_id: str | None) -> None:
+    async def _cancel_quietly(self, waiter_id: str | None) -> dict[str, Any] | None:
+        """Cancel a waiter: it as it then stands (GRANTED if a grant came first), or None when
+        the server could not be told."""
         if waiter_id is None:
+            return None
+        try:
+            left: dict[str, Any] = (await self._ctx.call("POST", f"/allowance-waiters/{waiter_id}/cancel")).body
+            return left
+        except Exception:  # best effort: the waiter's TTL ends it anyway
+            return None
+
+    async def _leave_or_refund(self, allowance_id: str | None, waiter_id: str | None) -> None:
+        """For a caller that will not use the units: cancel the waiter, and refund its grant if one
+        came first."""
+        left = await self._cancel_quietly(waiter_id)
+        if left is not None and left.get("state") == "GRANTED":
+            await self._refund(allowance_id or left.get("allowanceId"), left.get("consumptionId"))
+
+    async def _refund(self, allowance_id: str | None, consumption_id: str | None) -> None:
+        """Give a consumption back (`POST .../consumptions/{id}/refund`), its failures swallowed:
+        one the server no longer keeps (409) or cannot be told of counts until its window ends."""
+        if not allowance_id or not consumption_id:
             return
         try:
-            await self._ctx.call("POST", f"/allowance-waiters/{waiter_id}/cancel")
-        except Exception:  # best effort: the waiter's TTL ends it anyway
+            await self._ctx.call("POST", f"/allowances/{allowance_id}/consumptions/{consumption_id}/refund", body={})
+        except Exception:
             pass
 
 

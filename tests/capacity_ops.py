@@ -70,6 +70,9 @@ class QuotaOps(_Ops):
     async def cooldown(self, space: str, allowance_id: str, *, seconds: int, reason=None, idem=None) -> dict:
         return await self._submit(c.Cooldown, idem, space=space, allowance_id=allowance_id, seconds=seconds, reason=reason)
 
+    async def refund(self, space: str, allowance_id: str, consumption_id: str, *, idem=None) -> dict:
+        return await self._submit(c.RefundConsumption, idem, space=space, allowance_id=allowance_id, consumption_id=consumption_id)
+
     def view(self, space: str, allowance_id: str) -> dict:
         return wire.encode(reads.allowance(self._kernel, space, allowance_id))
 

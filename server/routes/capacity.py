@@ -13,6 +13,7 @@ from typing import Any, Callable
 from ...actors import capacity_reads as reads
 from ...actors import commands as c
 from ...actors.kernel_reads import KernelReads
+from ...actors.quotas import REFUNDABLE_MAX, REFUND_WINDOW_MS
 from ..api import NO_CONTENT, Doc, Reply, command_handler, endpoint, endpoint_and_dot_segments
 from ..http import Handler, Request, Router
 from ..services import ReadServices
@@ -102,6 +103,12 @@ endpoint(router, "POST", BASE + "/allowances/{allowance_id}/wait", Doc(
 endpoint(router, "POST", BASE + "/allowances/{allowance_id}/cooldown", Doc(
     "A back-off reported by the provider: nothing is consumed or granted until it ends",
     (Reply(200, "Cooldown"),), c.Cooldown, errors=ERRORS, idempotent=True, group=G,
+))
+endpoint(router, "POST", BASE + "/allowances/{allowance_id}/consumptions/{consumption_id}/refund", Doc(
+    "Give a recent consumption's units back to its window, once (refunded: the units; 0 when its window has ended or it was "
+    f"refunded already; 409 CONFLICT when it is no longer kept: only the newest {REFUNDABLE_MAX} of the last "
+    f"{REFUND_WINDOW_MS // 1000} s are)",
+    (Reply(200, "Allowance"),), c.RefundConsumption, body_required=False, errors=ERRORS, idempotent=True, group=G,
 ))
 endpoint(router, "GET", BASE + "/allowance-waiters/{waiter_id}", Doc("A waiter", (Reply(200, "Waiter"),), errors=("404",), group=G), _reader(reads.waiter, "waiter_id"))
 endpoint(router, "POST", BASE + "/allowance-waiters/{waiter_id}/cancel", Doc(

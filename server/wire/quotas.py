@@ -6,12 +6,13 @@ from typing import Any
 
 from ...actors.quotas import (
     AllowanceExhaustedView, AllowanceMismatchView, AllowanceView, AllowanceWaiterView, ConsumptionView, CooldownView,
+    RefundedAllowanceView,
 )
 from ...actors.capacity_reads import AllowancesView
 from .shape import Shape, component
 
 __all__ = [
-    "ALLOWANCE", "CONSUMPTION", "ALLOWANCE_WAITER", "COOLDOWN", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_MISMATCH", "COMPONENTS",
+    "ALLOWANCE", "REFUNDED_ALLOWANCE", "CONSUMPTION", "ALLOWANCE_WAITER", "COOLDOWN", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_MISMATCH", "COMPONENTS",
 ]
 
 # The clients read a window's bounds and a cooldown's end without the `At` of other instants
@@ -20,6 +21,8 @@ _START = {"window_start_ms": "windowStart"}
 _UNTIL = {"cooldown_until_ms": "cooldownUntil"}
 
 ALLOWANCE = Shape(AllowanceView, rename={**_START, "window_end_ms": "windowEnd", **_UNTIL}, seconds={"window_ms": "windowSeconds"})
+# A refund answers the allowance with the units it gave back (`refunded`).
+REFUNDED_ALLOWANCE = ALLOWANCE.extended(RefundedAllowanceView)
 CONSUMPTION = Shape(ConsumptionView, rename=_START)
 # A waiter for an allowance's units: its id is written as `waiterId` and again as `id`.
 ALLOWANCE_WAITER = Shape(AllowanceWaiterView, rename=_START, also={"id": "waiter_id"})
@@ -33,7 +36,7 @@ ALLOWANCES = Shape(AllowancesView)
 
 # The OpenAPI components these shapes make, by name.
 COMPONENTS: dict[str, dict[str, Any]] = {
-    "Allowance": component(ALLOWANCE),
+    "Allowance": component(ALLOWANCE, REFUNDED_ALLOWANCE),
     "Allowances": component(ALLOWANCES),
     "Consumption": component(CONSUMPTION),
     "Waiter": component(ALLOWANCE_WAITER),

@@ -77,12 +77,14 @@ def with_answer_sizes_added_since(written: dict) -> None:
 
 # The fields an entity has gained since the older formats wrote it down, with the value an entity
 # read from one of them takes: `graced` (record format 2: a restart gave the lease its grace), a
-# message's `returned` deliveries and a once slot's `released` acquisitions (given back unused).
+# message's `returned` deliveries, a once slot's `released` acquisitions (given back unused) and
+# an allowance's `recent` consumptions (refundable).
 FIELDS_ADDED_SINCE = {
     "Claim": {"graced": False},
     "Grant": {"graced": False},
     "Message": {"graced": False, "returned": 0},
     "Slot": {"graced": False, "released": 0},
+    "Allowance": {"recent": {}},
 }
 
 
@@ -91,7 +93,7 @@ def with_fields_added_since(node: object) -> None:
     an older format reads back."""
     if isinstance(node, dict):
         for name, value in FIELDS_ADDED_SINCE.get(node.get("__class__"), {}).items():  # type: ignore[arg-type]
-            node.setdefault(name, value)
+            node.setdefault(name, copy.deepcopy(value))
         for value in node.values():
             with_fields_added_since(value)
     elif isinstance(node, (list, tuple)):

@@ -131,6 +131,27 @@ async def test_a_parked_admit_wakes_when_capacity_frees(world, autojump_clock):
     assert second["grants"][0]["units"] == 1 and at == pytest.approx(start, abs=1e-6)
 
 
+async def test_a_parked_admit_wakes_when_quota_units_are_refunded(world, autojump_clock):
+    """A task that waits for quota units is admitted in the turn of a refund that gives them back,
+    not at the next window."""
+    await world.setup(limit=1, window_s=60)
+    taken = await world.quotas.consume(SPACE, world.allowance["id"], scope_id=world.run)
+    await world.submit("a", {"quotas": [{"name": "llm", "units": 1}]})
+    answers = []
+
+    async def parked():
+        answers.append((await world.admit(wait_ms=20_000), trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parked)
+        await trio.sleep(4)
+        start = trio.current_time()
+        await world.quotas.refund(SPACE, world.allowance["id"], taken["consumptionId"])
+    admitted, at = answers[0]
+    assert admitted is not EMPTY and admitted["consumptions"][0]["units"] == 1
+    assert at == pytest.approx(start, abs=1e-6), "the parked admit waited past the refund"
+
+
 async def test_a_parked_admit_wakes_at_the_next_quota_window(world, autojump_clock):
     """A task that waits for a quota window is admitted by the window's own timer, not by polling."""
     await world.setup(limit=1, window_s=10)

@@ -324,6 +324,110 @@ async def test_waiters_are_served_first_come_first_served_at_the_next_window(wor
     assert now["state"] == "GRANTED" and now["consumptionId"], "nothing ahead and the units fit: granted at once"
 
 
+def _refund_records(world: World) -> list[dict]:
+    return [record for record in only(world.kernel).journal.records if record["type"] == "allowance.refunded"]
+
+
+async def test_a_refund_gives_a_consumption_back_to_its_window_once(world, autojump_clock):
+    """A consumption in the current window is given back once: `used` goes down by its units and
+    the answer says how many; a second refund gives 0 and records nothing; so does one whose
+    window has ended (its units went with it)."""
+    run = await world.scopes.create(SPACE)
+    allowance = await world.quotas.create(SPACE, name="llm", units_limit=4, window_s=60)
+    taken = await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=3)
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=1)
+    await trio.sleep(1)
+    refunded = await world.quotas.refund(SPACE, allowance["id"], taken["consumptionId"])
+    assert refunded == {**world.quotas.view(SPACE, allowance["id"]), "refunded": 3}
+    assert refunded["used"] == 1 and refunded["remaining"] == 3
+    again = await world.quotas.refund(SPACE, allowance["id"], taken["consumptionId"])
+    assert again["refunded"] == 0 and again["used"] == 1
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=3)  # the units given back are there again
+    assert [(r["consumption_id"], r["units"]) for r in _refund_records(world)] == [(taken["consumptionId"], 3)]
+    assert world.quotas.view(SPACE, allowance["id"])["remaining"] == 0
+
+
+async def test_a_refund_of_a_consumption_whose_window_ended_gives_nothing_back(world, autojump_clock):
+    """The window it was taken in has ended, its units with it: 200 with `refunded` 0, and the
+    new window's units are untouched; nothing is recorded."""
+    run = await world.scopes.create(SPACE)
+    allowance = await world.quotas.create(SPACE, name="llm", units_limit=4, window_s=10)
+    taken = await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=3)
+    await trio.sleep(10)
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=1)
+    answer = await world.quotas.refund(SPACE, allowance["id"], taken["consumptionId"])
+    assert answer["refunded"] == 0 and answer["used"] == 1 and answer["windowStart"] == "2027-01-15T08:00:10.000Z"
+    assert _refund_records(world) == []
+
+
+async def test_a_refund_of_a_consumption_no_longer_kept_is_a_conflict(world, autojump_clock):
+    """Only the newest REFUNDABLE_MAX consumptions of the last REFUND_WINDOW_MS are kept: an
+    older one, one dropped past the bound, and an unknown id are 409 CONFLICT; an unknown
+    allowance is 404."""
+    from runstate.actors.quotas import REFUNDABLE_MAX, REFUND_WINDOW_MS
+
+    run = await world.scopes.create(SPACE)
+    allowance = await world.quotas.create(SPACE, name="llm", units_limit=100, window_s=3600)
+    old = await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"])
+    await trio.sleep(REFUND_WINDOW_MS / 1000)
+    kept = await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"])
+    await trio.sleep(0.001)
+    error = await refused("CONFLICT", world.quotas.refund(SPACE, allowance["id"], old["consumptionId"]))
+    assert "can no longer be given back" in error.message
+    ids = [(await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"]))["consumptionId"] for _ in range(REFUNDABLE_MAX - 1)]
+    assert (await world.quotas.refund(SPACE, allowance["id"], kept["consumptionId"]))["refunded"] == 1
+    ids.append((await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"]))["consumptionId"])
+    # `kept` (refunded, still remembered as such) was the oldest of REFUNDABLE_MAX + 1: dropped.
+    await refused("CONFLICT", world.quotas.refund(SPACE, allowance["id"], kept["consumptionId"]))
+    assert all([(await world.quotas.refund(SPACE, allowance["id"], i))["refunded"] == 1 for i in ids])
+    await refused("CONFLICT", world.quotas.refund(SPACE, allowance["id"], "cs_unknown"))
+    await refused("NOT_FOUND", world.quotas.refund(SPACE, "al_unknown", ids[0]))
+    assert world.quotas.view(SPACE, allowance["id"])["used"] == 1, "only `old` still counts"
+
+
+async def test_units_refunded_let_the_head_waiter_in(world, autojump_clock):
+    """A refund is a decision on the allowance like any other: the units it frees go to the head
+    waiter at once, and a waiter's grant (its consumption id) can be refunded too."""
+    run = await world.scopes.create(SPACE)
+    allowance = await world.quotas.create(SPACE, name="llm", units_limit=4, window_s=600)
+    taken = await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=3)
+    head = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=2, ttl_s=60)
+    assert head["state"] == "WAITING"
+    answer = await world.quotas.refund(SPACE, allowance["id"], taken["consumptionId"])
+    granted = world.quotas.waiter(SPACE, head["waiterId"])
+    assert granted["state"] == "GRANTED" and answer["refunded"] == 3
+    assert answer["used"] == 2 and answer["waiting"] == 0, "the answer shows the head waiter's grant"
+    assert (await world.quotas.refund(SPACE, allowance["id"], granted["consumptionId"]))["refunded"] == 2
+    now = await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=4, ttl_s=60)
+    assert now["state"] == "GRANTED"
+    assert (await world.quotas.refund(SPACE, allowance["id"], now["consumptionId"]))["used"] == 0
+
+
+async def test_an_image_keeps_what_can_be_given_back_and_an_older_one_reads_as_nothing():
+    """The recent consumptions go into the allowance's image, so a restart can still give them
+    back; an image written before refunds existed has none, and reads as an empty set."""
+    from runstate.actors.limits import Limits
+
+    image = {
+        "type": "allowance.image", "id": "al_1", "name": "q", "units_limit": 4, "window_ms": 60_000, "created_ms": T0,
+        "window_start_ms": T0, "used": 3, "cooldown_until_ms": 0, "cooldown_reason": None, "space": SPACE,
+    }
+    older = SpaceState(SPACE, Limits())
+    check_record(image)
+    older.apply(image)
+    assert older.capacity.allowances.get("al_1").recent == {}
+    kept = {**image, "refundable": [["cs_a", 1, T0, T0 + 5, True], ["cs_b", 2, T0, T0 + 6, False]]}
+    check_record(kept)
+    restarted = SpaceState(SPACE, Limits())
+    restarted.apply(kept)
+    [again] = [record for record in restarted.image() if record["type"] == "allowance.image"]
+    assert again["refundable"] == kept["refundable"]
+    allowances = restarted.capacity.allowances
+    record = allowances.decide_refund(allowances.get("al_1"), "cs_b", T0 + 1_000)
+    assert record is not None and record["units"] == 2
+    assert allowances.decide_refund(allowances.get("al_1"), "cs_a", T0 + 1_000) is None, "refunded already"
+
+
 # -- work limits -------------------------------------------------------------------------------------
 
 
@@ -412,7 +516,10 @@ async def _busy(world: World) -> None:
     await world.pools.acquire(SPACE, pool["id"], scope_id=other["id"], units=1, lease_s=600)
     await world.pools.acquire(SPACE, pool["id"], scope_id=run["id"], units=1, lease_s=5)
     allowance = await world.quotas.create(SPACE, name="q", units_limit=3, window_s=30)
-    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=3)
+    given_back = await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=1)
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=2)
+    await world.quotas.refund(SPACE, allowance["id"], given_back["consumptionId"])
+    await world.quotas.consume(SPACE, allowance["id"], scope_id=run["id"], units=1)
     await world.quotas.wait(SPACE, allowance["id"], scope_id=run["id"], units=2, ttl_s=300)
     await world.quotas.wait(SPACE, allowance["id"], scope_id=other["id"], units=2, ttl_s=300)
     budget = await world.budgets.create(SPACE, name="b", limit=1000)

@@ -424,3 +424,143 @@ async def test_a_slots_call_cancelled_while_in_line_leaves_it(autojump_clock):
         started = trio.current_time()
         async with other.slots("browser", timeout=30):
             assert trio.current_time() - started < 1, "the next caller waited for a turn given to no one"
+
+
+class CutOnGrant(CutOnAnswer):
+    """Cancels `scope` when a look at a quota waiter answers GRANTED: the grant came as the caller
+    was cancelled, before it read it."""
+
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        exchange: Exchange = await self.inner.send(method, path, headers, body, timeout_s)
+        if self.armed is not None and method == "GET" and "/allowance-waiters/" in path and b'"GRANTED"' in exchange[2]:
+            scope, _ = self.armed
+            self.armed = None
+            self.cut += 1
+            scope.cancel()
+            await trio.lowlevel.checkpoint()
+        return exchange
+
+
+class WaitsLate:
+    """A transport that sends a quota waiter's creation only at `at` (virtual time): the window
+    that refused the consume has ended by then, and the waiter is granted in its answer."""
+
+    def __init__(self, inner: Any, at: float) -> None:
+        self.inner, self.base_url, self.at = inner, inner.base_url, at
+
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        if path.partition("?")[0].endswith("/wait"):
+            await trio.sleep_until(self.at)
+        answer: Exchange = await self.inner.send(method, path, headers, body, timeout_s)
+        return answer
+
+
+async def _took_one(rs: testing.InProcessRunstate, run_id: str) -> bool:
+    """Whether another caller can take the window's one unit now."""
+    return (await rs.new_client(holder="other").scope(run_id).quota("calls").try_take())["kind"] == "consumed"
+
+
+@pytest.mark.parametrize("call", ["try_take", "take"])
+async def test_a_quota_take_cancelled_as_its_consumption_comes_back_refunds_it(autojump_clock, call):
+    """The server consumed all the same: the unit was used by no one until the window ended."""
+    async with testing.serve() as rs:
+        await rs.quotas.ensure("calls", units_per_window=1, window_seconds=60)
+        run = await rs.scopes.create()
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/consume")
+            await getattr(client.scope(run.id).quota("calls"), call)()
+        assert scope.cancelled_caught and transport.cut == 1
+        assert await _took_one(rs, run.id), "the unit was left consumed by the cancelled take"
+
+
+async def test_a_quota_take_cancelled_as_its_waiter_is_granted_at_once_refunds_it(autojump_clock):
+    """The consume was refused, and the waiter, made once the next window had begun, was granted
+    in its answer: left to stand, its unit was used by no one until that window ended."""
+    async with testing.serve() as rs:
+        await rs.quotas.ensure("calls", units_per_window=1, window_seconds=10)
+        run = await rs.scopes.create()
+        start = trio.current_time()
+        await run.quota("calls").take()  # the window's one unit
+        transport = CutOnAnswer(WaitsLate(rs.transport, start + 10.5))
+        client = rs.new_client(holder="cut", transport=transport)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/wait")
+            await client.scope(run.id).quota("calls").take(timeout_ms=25_000)
+        assert scope.cancelled_caught and transport.cut == 1 and trio.current_time() - start < 11
+        assert await _took_one(rs, run.id), "the cancelled take's grant was left standing"
+
+
+async def test_a_quota_take_cancelled_as_its_waiter_turns_out_granted_refunds_it(autojump_clock):
+    """Cancelled as the look at its waiter answered GRANTED: the cancel that follows finds the
+    grant standing, and its unit was used by no one until the window ended."""
+    async with testing.serve() as rs:
+        await rs.quotas.ensure("calls", units_per_window=1, window_seconds=10)
+        run = await rs.scopes.create()
+        start = trio.current_time()
+        await run.quota("calls").take()  # the window's one unit
+        transport = CutOnGrant(rs.transport)
+        client = rs.new_client(holder="cut", transport=transport)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "")
+            await client.scope(run.id).quota("calls").take(timeout_ms=25_000)
+        assert scope.cancelled_caught and transport.cut == 1 and 10 <= trio.current_time() - start < 12
+        assert await _took_one(rs, run.id), "the grant that came as the take was cancelled was left standing"
+
+
+async def test_a_quota_take_cancelled_as_it_reads_the_window_of_its_grant_refunds_it(autojump_clock):
+    """A waiter's grant known, take() reads the allowance for the window it counts in before it
+    returns: cancelled there, the unit was used by no one until the window ended."""
+    async with testing.serve() as rs:
+        allowance = await rs.quotas.ensure("calls", units_per_window=1, window_seconds=10)
+        run = await rs.scopes.create()
+        await run.quota("calls").take()  # the window's one unit
+        client, transport = await _cut_client(rs)
+        with trio.CancelScope() as scope:
+            transport.arm(scope, f"/allowances/{allowance['id']}")
+            await client.scope(run.id).quota("calls").take(timeout_ms=25_000)
+        assert scope.cancelled_caught and transport.cut == 1
+        assert await _took_one(rs, run.id), "the grant was left standing for a take that never returned"
+
+
+@pytest.mark.parametrize("how", ["take", "limit"])
+async def test_a_take_cancelled_as_its_waiter_is_granted_refunds_the_units(autojump_clock, how):
+    """The run-bound take() (and limit(), which takes as it does) joins the line, and is granted
+    at once when the units are free: cancelled as that answer came, the unit was used by no one
+    until the window ended."""
+    async with testing.serve() as rs:
+        client, transport = _run_bound(rs, f"cut-{how}-granted")
+        other = rs.client(run=f"cut-{how}-granted", worker="w2")
+        await other.asetup(limits={"calls": {"max": 1, "per": 60}})
+        ran = []
+
+        @client.limit("calls")
+        async def call_api():
+            ran.append(1)
+
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "/wait")
+            await (client.atake("calls") if how == "take" else call_api())
+        assert scope.cancelled_caught and transport.cut == 1 and ran == []
+        with trio.move_on_after(1) as late:
+            await other.atake("calls")
+        assert not late.cancelled_caught, "the cancelled take's unit was used by no one"
+
+
+async def test_a_take_cancelled_as_its_waiter_turns_out_granted_refunds_the_units(autojump_clock):
+    """The run-bound take() cancelled as the look at its waiter answered GRANTED: it leaves the
+    line, finds the grant standing, and gives the unit back."""
+    async with testing.serve() as rs:
+        transport = CutOnGrant(rs.transport)
+        client = runstate.Runstate(transport=transport, api_key="test-key", space_id=rs.space_id, run="line-granted", worker="w1")
+        other = rs.client(run="line-granted", worker="w2")
+        await other.asetup(limits={"calls": {"max": 1, "per": 10}})
+        start = trio.current_time()
+        await other.atake("calls")  # the window's one unit
+        with trio.CancelScope() as scope:
+            transport.arm(scope, "")
+            await client.atake("calls", timeout=30)
+        assert scope.cancelled_caught and transport.cut == 1 and 10 <= trio.current_time() - start < 12
+        with trio.move_on_after(1) as late:
+            await other.atake("calls")
+        assert not late.cancelled_caught, "the grant that came as the take was cancelled was left standing"

@@ -81,6 +81,29 @@ async def test_quotas_over_http(api):
     assert status == 404
 
 
+async def test_a_refund_over_http(api):
+    """A consumption given back (no body, or `{}`): the allowance with `refunded`, its units free
+    again; again, 200 with 0; an id no longer kept is 409 CONFLICT, an unknown allowance 404; a
+    retry with the Idempotency-Key answers the same."""
+    run = await _run(api)
+    status, _, allowance = await api.post("/allowances", {"name": "llm", "unitsLimit": 2, "windowSeconds": 60})
+    base = f"/allowances/{allowance['id']}"
+    status, _, consumed = await api.post(base + "/consume", {"scopeId": run, "units": 2, "holder": "w"})
+    refund = f"/v1/spaces/default{base}/consumptions/{consumed['consumptionId']}/refund"
+    status, _, refunded = await api.request("POST", refund, headers={"idempotency-key": "r1"})
+    assert status == 200 and refunded["refunded"] == 2 and refunded["remaining"] == 2 and refunded["id"] == allowance["id"]
+    status, _, again = await api.request("POST", refund, json={})
+    assert status == 200 and again["refunded"] == 0 and again["remaining"] == 2
+    status, _, retried = await api.request("POST", refund, headers={"idempotency-key": "r1"})
+    assert status == 200 and retried == refunded
+    status, _, body = await api.request("POST", f"/v1/spaces/default{base}/consumptions/cs_nope/refund")
+    assert status == 409 and body["error"]["code"] == "CONFLICT" and "can no longer be given back" in body["error"]["message"]
+    status, _, body = await api.request("POST", f"/v1/spaces/default/allowances/al_nope/consumptions/{consumed['consumptionId']}/refund")
+    assert status == 404 and body["error"]["code"] == "NOT_FOUND"
+    status, _, body = await api.request("POST", refund, json={"units": 1})
+    assert status == 400 and body["error"]["code"] == "VALIDATION_FAILED"
+
+
 async def test_work_limits_over_http(api):
     """Create, list, and a submit past maxOutstanding is 409 BACKLOG_FULL with Retry-After."""
     run = await _run(api)

@@ -310,13 +310,14 @@ def _existing(server: ServerProcess) -> dict[str, str]:
         permit_id = http.post(base + "/permits", json={"name": "fuzz", "units": 3}).json()["id"]
         grant = http.post(base + f"/permits/{permit_id}/acquire", json={"scopeId": scope_id, "units": 1, "holder": "h", "holderSession": "s", "leaseSeconds": 600}).json()
         allowance_id = http.post(base + "/allowances", json={"name": "fuzz", "unitsLimit": 1, "windowSeconds": 3600}).json()["id"]
-        http.post(base + f"/allowances/{allowance_id}/consume", json={"scopeId": scope_id, "units": 1, "holder": "h"})
+        consumed = http.post(base + f"/allowances/{allowance_id}/consume", json={"scopeId": scope_id, "units": 1, "holder": "h"}).json()
         waiter = http.post(base + f"/allowances/{allowance_id}/wait", json={"scopeId": scope_id, "units": 1, "holder": "h", "ttlSeconds": 600}).json()
         budget_id = http.post(base + "/budgets", json={"name": "fuzz", "currency": "USD", "scale": 2, "limitMinor": "1000"}).json()["id"]
         barrier_id = http.post(base + "/barriers", json={"scopeId": scope_id, "target": 2}).json()["id"]
         timer_id = http.post(base + "/timers", json={"scopeId": scope_id, "afterSeconds": 3600}).json()["id"]
         group_id = http.post(base + "/task-groups", json={"mailboxId": mailbox_id, "condition": "ALL_TERMINAL"}).json()["groupId"]
-    capacity = {"permit_id": permit_id, "grant_id": grant["grantId"], "allowance_id": allowance_id, "waiter_id": waiter["waiterId"], "budget_id": budget_id}
+    capacity = {"permit_id": permit_id, "grant_id": grant["grantId"], "allowance_id": allowance_id, "waiter_id": waiter["waiterId"], "budget_id": budget_id,
+                "consumption_id": consumed["consumptionId"]}
     return {
         "space": SPACE, "scope_id": scope_id, "mailbox_id": mailbox_id, "task_id": task["taskId"], "message_id": task["messageId"],
         "key": "k", "key_id": "ak_0", "barrier_id": barrier_id, "timer_id": timer_id, "group_id": group_id, **capacity, "name": "fuzz",

@@ -27,6 +27,7 @@ from runstate.actors.pools import (
 )
 from runstate.actors.quotas import (
     AllowanceExhaustedView, AllowanceMismatchView, AllowanceView, AllowanceWaiterView, ConsumptionView, CooldownView,
+    RefundedAllowanceView,
 )
 from runstate.actors.timestamps import format_ms
 from runstate.actors.work_limits import WorkLimitFullView, WorkLimitView
@@ -277,6 +278,16 @@ def allowances(draw: st.DrawFn) -> AllowanceView:
 
 
 @st.composite
+def refunded_allowances(draw: st.DrawFn) -> RefundedAllowanceView:
+    return RefundedAllowanceView(*draw(allowances()), draw(_count))
+
+
+def refunded_allowance_before(view: RefundedAllowanceView) -> dict[str, Any]:
+    """A refund's answer: the allowance as `allowance_before` writes it, then `refunded`."""
+    return {**allowance_before(AllowanceView(*view[:-1])), "refunded": view.refunded}
+
+
+@st.composite
 def consumptions(draw: st.DrawFn) -> ConsumptionView:
     return ConsumptionView(draw(_text), draw(_text), draw(st.integers(1, 2**40)), draw(_instant), draw(_count))
 
@@ -298,6 +309,7 @@ def cooldowns(draw: st.DrawFn) -> CooldownView:
 
 _QUOTA_CASES: list[tuple[str, Callable[..., Any], Callable[[Any], dict[str, Any]], str]] = [
     ("allowance", allowances, allowance_before, "Allowance"),
+    ("refunded allowance", refunded_allowances, refunded_allowance_before, "Allowance"),
     ("consumption", consumptions, consumption_before, "Consumption"),
     ("allowance waiter", allowance_waiters, allowance_waiter_before, "Waiter"),
     ("cooldown", cooldowns, cooldown_before, "Cooldown"),
@@ -324,7 +336,7 @@ def test_the_quota_refusals_carry_the_details_they_carried_before(remaining, win
 
 
 def test_the_quota_components_list_exactly_the_encoders_fields_with_their_json_types() -> None:
-    _fields_and_types("Allowance", (quota_shapes.ALLOWANCE,))
+    _fields_and_types("Allowance", (quota_shapes.ALLOWANCE, quota_shapes.REFUNDED_ALLOWANCE))
     _fields_and_types("Consumption", (quota_shapes.CONSUMPTION,))
     _fields_and_types("Waiter", (quota_shapes.ALLOWANCE_WAITER,))
     _fields_and_types("Cooldown", (quota_shapes.COOLDOWN,))

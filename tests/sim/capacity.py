@@ -8,7 +8,12 @@ server believes):
   holder was last told, or until the holder started to let go (a release sent), whichever is first;
   grants whose answer was lost are unknown here, so the sum is a lower bound and the check sound.
 - `quota-window`: the units of the consumptions acknowledged in one window (direct consumes and
-  waiter grants, each counted once by its id) never exceed the allowance's limit.
+  waiter grants, each counted once by its id), less those of the consumptions a refund was sent
+  for (unless every refund sent for one was surely not applied: answered 0 or refused), never
+  exceed the allowance's limit. (A refund sent may or may not have been applied; counting it as
+  applied can only hide a violation, never invent one.)
+- `quota-refund`: a consumption is refunded at most once (one acknowledged refund answering more
+  than 0 units, however many were sent), and a refund gives back exactly the units it took.
 - `fifo`: of two waiters of one allowance that were both granted, the one registered first (in an
   earlier millisecond) was not granted in a later window.
 - `pool-fifo`: of two waiters in a pool's line that were both granted, the one that joined first
@@ -67,6 +72,8 @@ class CapacityBook:
         self.grants: dict[str, Held] = {}
         self.consumptions: dict[str, tuple[str, int]] = {}  # consumption id -> (window start, units)
         self.waiters: dict[str, tuple[int, int]] = {}  # waiter id -> (registered at, granted window)
+        # Consumption id -> [refunds sent, of them surely not applied, acknowledged as giving units back].
+        self.refunds: dict[str, list[int]] = {}
         self.settled = 0
         self.reservations: dict[str, list] = {}  # id -> [amount still held, surely held until (ms)]
         self.admissions = 0
@@ -124,9 +131,33 @@ class CapacityBook:
         if consumption_id in self.consumptions:
             return
         self.consumptions[consumption_id] = (window_start, units)
-        used = sum(u for w, u in self.consumptions.values() if w == window_start)
+        used = sum(u for c, (w, u) in self.consumptions.items() if w == window_start and not self._maybe_refunded(c))
         if used > QUOTA_LIMIT:
-            self.oracle.fail("quota-window", f"{used} units were consumed in the window from {window_start}, limit {QUOTA_LIMIT}")
+            self.oracle.fail("quota-window", f"{used} units were consumed in the window from {window_start} "
+                             f"(less any refunded), limit {QUOTA_LIMIT}")
+
+    def _maybe_refunded(self, consumption_id: str) -> bool:
+        sent, surely_not, _ = self.refunds.get(consumption_id, (0, 0, 0))
+        return sent > surely_not
+
+    def refunding(self, consumption_id: str) -> None:
+        """A refund of a consumption is about to be sent: from now on it may have been applied."""
+        self.refunds.setdefault(consumption_id, [0, 0, 0])[0] += 1
+
+    def refund_answered(self, consumption_id: str, refunded: int | None) -> None:
+        """A refund's outcome: the units its answer gave back, or None when it was surely not
+        applied (a refusal: CONFLICT, NOT_FOUND). Not called when the outcome is unknown."""
+        self.oracle.checks += 1
+        entry = self.refunds[consumption_id]
+        if not refunded:
+            entry[1] += 1
+            return
+        entry[2] += 1
+        _, units = self.consumptions[consumption_id]
+        if entry[2] > 1:
+            self.oracle.fail("quota-refund", f"consumption {consumption_id} was refunded {entry[2]} times")
+        if refunded != units:
+            self.oracle.fail("quota-refund", f"a refund of consumption {consumption_id} gave back {refunded} units; it took {units}")
 
     def waiting(self, waiter_id: str, created_at: str) -> None:
         if waiter_id not in self.waiters:
@@ -290,6 +321,8 @@ async def quota_taker(world: Any, name: str) -> None:
         ok, reply = await world.call(name, "consume", lambda: rs._ctx.call("POST", f"/allowances/{row['id']}/consume", body=body))
         if ok:
             book.consumed(reply.body["consumptionId"], reply.body["windowStart"], units)
+            if rng.random() < 0.3:
+                await _refund(world, name, rs, rng, row["id"], reply.body["consumptionId"])
             continue
         if rng.random() < 0.5:
             continue
@@ -311,8 +344,26 @@ async def quota_taker(world: Any, name: str) -> None:
         if waiter["state"] == "GRANTED":
             book.consumed(waiter["consumptionId"], waiter["windowStart"], waiter["units"])
             book.waiter_granted(waiter["waiterId"], waiter["windowStart"])
+            if rng.random() < 0.3:
+                await _refund(world, name, rs, rng, row["id"], waiter["consumptionId"])
         world.log(name, f"waiter {waiter['waiterId']} {waiter['state']}")
     await rs.aclose()
+
+
+async def _refund(world: Any, name: str, rs: Any, rng: random.Random, allowance_id: str, consumption_id: str) -> None:
+    """Give a consumption back, as a caller cancelled as its answer came does: at once or a little
+    later (sometimes after its window ended, or too late to be kept), once or twice."""
+    book: CapacityBook = world.capacity
+    await trio.sleep(rng.choice([0.0, 0.0, rng.uniform(0, 6), rng.uniform(25, 35)]))
+    for _ in range(rng.choice([1, 1, 2])):
+        book.refunding(consumption_id)
+        path = f"/allowances/{allowance_id}/consumptions/{consumption_id}/refund"
+        ok, reply = await world.call(name, "refund", lambda: rs._ctx.call("POST", path, body={}))
+        if ok:
+            book.refund_answered(consumption_id, reply.body["refunded"])
+            world.log(name, f"refunded {reply.body['refunded']} of {consumption_id}")
+        elif reply.code in ("CONFLICT", "NOT_FOUND"):
+            book.refund_answered(consumption_id, None)
 
 
 async def spender(world: Any, name: str) -> None:

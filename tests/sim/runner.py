@@ -184,6 +184,7 @@ def run_seed(seed: int, *, virtual_s: float = VIRTUAL_SECONDS, crash_mean_s: flo
         "pool_grants": len(holder["world"].capacity.grants),
         "consumptions": len(holder["world"].capacity.consumptions),
         "waiters_granted": sum(1 for _, window in holder["world"].capacity.waiters.values() if window >= 0),
+        "refunds": sum(1 for _, _, given in holder["world"].capacity.refunds.values() if given),
         "reservations": len(holder["world"].capacity.reservations),
         "admissions": holder["world"].capacity.admissions,
         "pool_waiters_granted": len(holder["world"].capacity.pool_waiters),

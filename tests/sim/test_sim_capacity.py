@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from runstate.actors.budgets import BudgetTable
 from runstate.actors.pools import SIGNALED, WAITING, PoolTable
+from runstate.actors.quotas import ALLOWANCE_REFUNDED, AllowanceTable
 from runstate.actors.scopes import ScopeTree
 
 from .runner import run_seeds_until
@@ -67,3 +68,23 @@ def test_an_injected_reservation_in_an_ended_run_is_caught(monkeypatch):
     monkeypatch.setattr(ScopeTree, "require_active", require_active)
     found, result = run_seeds_until("late-charge", (1, 2, 3, 4), virtual_s=120)
     assert "late-charge" in found, result.describe()
+
+
+def test_an_injected_refund_given_twice_is_caught(monkeypatch):
+    """A refund that does not look whether its consumption was refunded already (nor mark it when
+    applied): a second refund gives the units back again, and the window hands them out twice."""
+
+    def decide_refund(self, allowance, consumption_id, now_ms):
+        recent = allowance.recent.get(consumption_id)
+        if recent is None or recent.window_start_ms != allowance.window_at(now_ms):
+            return None
+        return {"type": ALLOWANCE_REFUNDED, "id": allowance.id, "consumption_id": consumption_id, "units": recent.units, "at_ms": now_ms}
+
+    def apply_refunded(self, record):
+        allowance = self._allowances[record["id"]]
+        allowance.used = max(0, allowance.used - record["units"])  # the bug: never marked refunded
+
+    monkeypatch.setattr(AllowanceTable, "decide_refund", decide_refund)
+    monkeypatch.setattr(AllowanceTable, "apply_refunded", apply_refunded)
+    found, result = run_seeds_until("quota-refund", (1, 2, 3, 4), virtual_s=120)
+    assert "quota-refund" in found, result.describe()

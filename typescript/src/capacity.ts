@@ -304,7 +304,7 @@ export interface TakeOptions {
    * first stands). */
   timeoutMs?: number;
   /** Stops a waiting take (it rejects with the signal's reason); its place in line is given up, as
-   * at the timeout. */
+   * at the timeout, and units its waiter was granted meanwhile are refunded. */
   signal?: AbortSignal;
 }
 
@@ -368,7 +368,11 @@ export class QuotaRef extends Named {
         waiter = await this.#poll(waiterId, started, timeoutMs, signal);
       } catch (err) {
         // Given up on: leave the line, so the waiter is not served (its units consumed) for no one.
-        if (signal?.aborted) await this.#cancelQuietly(waiterId);
+        // Granted meanwhile (the cancel finds the grant standing), its units are refunded.
+        if (signal?.aborted) {
+          const left = await this.#cancelQuietly(waiterId);
+          if (left?.state === 'GRANTED') await this.#refundQuietly(left.allowanceId, left.consumptionId);
+        }
         throw err;
       }
       if (waiter.state === 'GRANTED' && waiter.consumptionId) return this.#consumption(waiter.consumptionId, waiter.units ?? units);
@@ -400,10 +404,19 @@ export class QuotaRef extends Named {
     }
   }
 
-  async #cancelQuietly(waiterId: string | null): Promise<void> {
-    if (waiterId === null) return;
+  /** The waiter as its cancel left it (GRANTED if a grant came first), or null when the server
+   * could not be told. */
+  async #cancelQuietly(waiterId: string | null): Promise<Record<string, any> | null> {
+    if (waiterId === null) return null;
     // Best effort by design: the waiter's time to live ends it anyway.
-    await this.ctx.call('POST', `/allowance-waiters/${waiterId}/cancel`).catch(() => undefined);
+    return this.ctx.call('POST', `/allowance-waiters/${waiterId}/cancel`).then((reply) => reply.body, () => null);
+  }
+
+  /** Give a consumption back to its window (`POST .../consumptions/{id}/refund`). Best effort: units
+   * the server no longer keeps (409) or cannot be told of count until their window ends. */
+  async #refundQuietly(allowanceId: string | undefined, consumptionId: string | undefined): Promise<void> {
+    if (!allowanceId || !consumptionId) return;
+    await this.ctx.call('POST', `/allowances/${allowanceId}/consumptions/${consumptionId}/refund`, { body: {} }).catch(() => undefined);
   }
 }
 

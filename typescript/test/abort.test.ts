@@ -17,6 +17,8 @@ import { Server } from './support/server.js';
 
 /** Aborted, with its reason, when the answer to a request whose path ends so has arrived. */
 let abortOnAnswer: { path: string; controller: AbortController } | null = null;
+/** Aborted when a look at a quota waiter answers GRANTED (the grant came as the caller gave up). */
+let abortOnGranted: AbortController | null = null;
 const realFetch = globalThis.fetch;
 globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) => {
   const response = await realFetch(input, init);
@@ -25,6 +27,13 @@ globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) =>
   if (armed !== null && new URL(url).pathname.endsWith(armed.path)) {
     abortOnAnswer = null;
     armed.controller.abort(new Error('the caller gave up'));
+  }
+  const granted = abortOnGranted;
+  if (granted !== null && new URL(url).pathname.includes('/allowance-waiters/') && (init?.method ?? 'GET') === 'GET') {
+    if ((await response.clone().text()).includes('"GRANTED"')) {
+      abortOnGranted = null;
+      granted.abort(new Error('the caller gave up'));
+    }
   }
   return response;
 }) as typeof fetch;
@@ -200,5 +209,17 @@ describe('an acquire, a receive or an admission aborted while its request is on 
     controller.abort(new Error('the caller gave up'));
     await assert.rejects(taking, gaveUp);
     assert.equal((await quota.status())?.waiting, 0, 'out of the line');
+  });
+
+  test('a quota take given up as its waiter turns out granted refunds the units: they are not used by no one', async () => {
+    await rs.quotas.ensure('abort-granted', { unitsPerWindow: 1, windowSeconds: 2 });
+    const quota = run.quota('abort-granted');
+    await quota.take(); // the window's one unit
+    const controller = new AbortController();
+    abortOnGranted = controller;
+    await assert.rejects(quota.take({ signal: controller.signal, timeoutMs: 30_000 }), gaveUp);
+    assert.equal(abortOnGranted, null, 'given up as the grant came');
+    const status = await quota.status();
+    assert.equal(status?.used, 0, 'the grant that came as the take was given up was left standing');
   });
 });
