@@ -317,7 +317,8 @@ class QuotaRef(_Named):
 
     async def take(self, *, units: int = 1, wait: bool = True, timeout_ms: int = QUOTA_TIMEOUT_MS) -> dict[str, Any]:
         """Consume `units`, waiting through one durable waiter (served FIFO) when the window is used
-        up; `WaitTimeoutError` at `timeout_ms` (the waiter is cancelled, a grant that raced stands),
+        up; `WaitTimeoutError` at `timeout_ms` (the waiter is cancelled; one granted as the time ran out is
+        taken and returned, not left consumed for no one),
         or at once with `wait=False` when the window has not the units now. Cancelled while it
         waits, it cancels its waiter too, and a waiter's creation is let finish (2 s at most) so
         that one made after the cancellation leaves the line; units granted to a take cancelled
@@ -391,7 +392,9 @@ class QuotaRef(_Named):
     async def _poll(self, waiter_id: str, deadline: float, timeout_ms: int) -> dict[str, Any]:
         while True:
             if anyio.current_time() >= deadline:
-                await self._cancel_quietly(waiter_id)
+                left = await self._cancel_quietly(waiter_id)
+                if left is not None and left.get("state") == "GRANTED":
+                    return left  # granted as the time ran out: the units are the caller's, not no one's
                 raise WaitTimeoutError("WAIT_TIMEOUT", 0, f"timed out waiting for allowance waiter after {timeout_ms} ms")
             waiter = (await self._ctx.call("GET", f"/allowance-waiters/{waiter_id}")).body
             if waiter["state"] != "WAITING":

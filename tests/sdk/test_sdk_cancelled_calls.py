@@ -564,3 +564,42 @@ async def test_a_take_cancelled_as_its_waiter_turns_out_granted_refunds_the_unit
         with trio.move_on_after(1) as late:
             await other.atake("calls")
         assert not late.cancelled_caught, "the grant that came as the take was cancelled was left standing"
+
+
+class GrantedBeforeCancel:
+    """A transport in front of the in-process server that, when a waiter's cancel goes out, first
+    gives `consumption` back to its window: the waiter at the head of the line is granted, and the
+    cancel then finds it GRANTED, as when a grant and the caller's time running out meet."""
+
+    def __init__(self, inner: Any, allowance_id: str, consumption: str) -> None:
+        self.inner = inner
+        self.base_url = inner.base_url
+        self.refund = f"/allowances/{allowance_id}/consumptions/{consumption}/refund"
+
+    async def send(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None, timeout_s: float) -> Exchange:
+        if path.startswith("/v1/spaces/") and "/allowance-waiters/" in path and path.endswith("/cancel"):
+            prefix = path.partition("/allowance-waiters/")[0]
+            alone = {name: value for name, value in headers.items() if name.lower() != "idempotency-key"}  # (a call of its own)
+            freed = await self.inner.send("POST", prefix + self.refund, alone, b"{}", timeout_s)
+            assert freed[0] == 200, freed
+        return await self.inner.send(method, path, headers, body, timeout_s)
+
+
+@pytest.mark.parametrize("how", ["quota", "run-bound"])
+async def test_a_quota_take_granted_as_its_time_runs_out_returns_the_grant(autojump_clock, how):
+    """Out of time, take() cancels its waiter; granted just before, the cancel answers GRANTED:
+    the units are the caller's, so take() returns them rather than a WaitTimeoutError over units
+    consumed for no one until the window ends."""
+    async with testing.serve() as rs:
+        allowance = await rs.quotas.ensure("calls", units_per_window=1, window_seconds=3600)
+        run = await rs.scopes.create()
+        first = await run.quota("calls").take()  # the window's one unit
+        transport = GrantedBeforeCancel(rs.transport, allowance["id"], first["consumptionId"])
+        if how == "quota":
+            client = rs.new_client(holder="late", transport=transport)
+            taken = await client.scope(run.id).quota("calls").take(timeout_ms=2_000)
+            assert taken["units"] == 1 and taken["consumptionId"] != first["consumptionId"]
+        else:
+            bound = runstate.Runstate(transport=transport, api_key="test-key", space_id=rs.space_id, run="late", worker="w1")
+            await bound.atake("calls", timeout=2)  # (no WaitTimeoutError)
+        assert not await _took_one(rs, run.id), "the window's unit is the late take's"

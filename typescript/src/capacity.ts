@@ -301,7 +301,7 @@ export interface TakeOptions {
    * `WaitTimeoutError` at once. */
   wait?: boolean;
   /** Default 30 000 ms, then `WaitTimeoutError` (the place in line is given up; a grant that came
-   * first stands). */
+   * as the time ran out is returned, not left consumed for no one). */
   timeoutMs?: number;
   /** Stops a waiting take (it rejects with the signal's reason); its place in line is given up, as
    * at the timeout, and units its waiter was granted meanwhile are refunded. */
@@ -394,7 +394,9 @@ export class QuotaRef extends Named {
   async #poll(waiterId: string, started: number, timeoutMs: number, signal?: AbortSignal): Promise<Record<string, any>> {
     for (;;) {
       if (nowMs() - started >= timeoutMs) {
-        await this.#cancelQuietly(waiterId);
+        const left = await this.#cancelQuietly(waiterId);
+        // Granted as the time ran out: the units are the caller's, not left consumed for no one.
+        if (left?.state === 'GRANTED') return left;
         throw waitTimeout(`timed out waiting in line for quota ${JSON.stringify(this.name)} after ${timeoutMs} ms`);
       }
       const waiter = (await this.ctx.call('GET', `/allowance-waiters/${waiterId}`, { signal })).body;

@@ -19,10 +19,21 @@ import { Server } from './support/server.js';
 let abortOnAnswer: { path: string; controller: AbortController } | null = null;
 /** Aborted when a look at a quota waiter answers GRANTED (the grant came as the caller gave up). */
 let abortOnGranted: AbortController | null = null;
+/** A consumption given back (its refund's path) just before a waiter's cancel goes out: the waiter
+ * at the head of the line is granted, and the cancel finds it GRANTED. */
+let refundBeforeCancel: string | null = null;
 const realFetch = globalThis.fetch;
 globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) => {
-  const response = await realFetch(input, init);
   const url = String(input instanceof Request ? input.url : input);
+  const refund = refundBeforeCancel;
+  if (refund !== null && /\/allowance-waiters\/[^/]+\/cancel$/.test(new URL(url).pathname)) {
+    refundBeforeCancel = null;
+    const headers = new Headers(init?.headers);
+    headers.delete('idempotency-key'); // (a call of its own)
+    const freed = await realFetch(new URL(refund, url), { method: 'POST', headers, body: '{}' });
+    assert.equal(freed.status, 200, await freed.text());
+  }
+  const response = await realFetch(input, init);
   const armed = abortOnAnswer;
   if (armed !== null && new URL(url).pathname.endsWith(armed.path)) {
     abortOnAnswer = null;
@@ -221,5 +232,17 @@ describe('an acquire, a receive or an admission aborted while its request is on 
     assert.equal(abortOnGranted, null, 'given up as the grant came');
     const status = await quota.status();
     assert.equal(status?.used, 0, 'the grant that came as the take was given up was left standing');
+  });
+
+  test('a quota take out of time whose waiter was granted just before returns the grant: the units are not used by no one', async () => {
+    const allowance = await rs.quotas.ensure('late-grant', { unitsPerWindow: 1, windowSeconds: 3600 });
+    const quota = run.quota('late-grant');
+    const first = await quota.take(); // the window's one unit
+    refundBeforeCancel = `/v1/spaces/${server.spaceId}/allowances/${allowance.id}/consumptions/${first.consumptionId}/refund`;
+    const late = await quota.take({ timeoutMs: 1_500 });
+    assert.equal(refundBeforeCancel, null, 'the waiter was cancelled when the time ran out');
+    assert.equal(late.units, 1);
+    assert.notEqual(late.consumptionId, first.consumptionId);
+    assert.equal((await quota.status())?.used, 1, 'the late grant is the caller\'s');
   });
 });
