@@ -327,6 +327,10 @@ class BudgetTable:
         assert reservation.reserved >= 0, "a void gives back what is still held, never more"
         return {"type": RESERVATION_ENDED, "id": reservation.id, "state": VOIDED, "work_key": work_key, "at_ms": now_ms}
 
+    def find_reservation(self, reservation_id: str) -> Reservation | None:
+        """The reservation of that id in any budget of the space, or None."""
+        return self._reservations.get(reservation_id)
+
     def decide_release(self, reservation_id: str, now_ms: int) -> Record | None:
         """The settle-by proposal: give the remainder back if the reservation is still active and due."""
         reservation = self._reservations.get(reservation_id)

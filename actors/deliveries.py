@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any, Callable, NamedTuple
 
 from .actor_keys import ActorKey, queue_actor
+from .budgets import ACTIVE as RESERVATION_ACTIVE
 from .caps import value_bytes
 from .errors import SCOPE_CANCELLED, KernelError
 from .fields import BOOLEAN, INTEGER, JSON, body, drawn, path
@@ -34,6 +35,7 @@ from .messages import (
 )
 from .events import Change
 from .outcome import Outcome, Space, Timer, State
+from .quotas import refund_if_kept
 from .primitive import EVENT, FREE_OPERATION, OPERATION, Command, Primitive, command, lease_field, operation, reason_field, timer_kind
 from .scopes import ACTIVE, SCOPE_END_REASONS
 from .task_commands import task_timers
@@ -416,10 +418,35 @@ def return_delivery(space: Space, command: ReturnDelivery, now_ms: int) -> Outco
     holder's token returns it, and only while it is neither settled nor run out (`_held`)."""
     message = _held(space, command.message_id, command.token, now_ms)
     returned = message.returned
-    outcome = space.commit(Outcome(), space.work.release(message, RETURNED, None, 1.0, now_ms))
+    outcome = Outcome()
+    _give_back_admitted(space, outcome, message, now_ms)
+    space.commit(outcome, space.work.release(message, RETURNED, None, 1.0, now_ms))
     assert message.state != LEASED and message.returned in (returned, returned + 1), "a return ends the delivery"
     outcome.timers.extend(space.work.message_timers(message))
     return _settled(space, outcome, message)
+
+
+def _give_back_admitted(space: Space, outcome: Outcome, message: Message, now_ms: int) -> None:
+    """Into `outcome`: what the admission of this delivery took beside it (`admission._admitted`,
+    whose ids are made from the message and its attempt), given back with a return, since no
+    handler used it: its budget reservations still active are voided, its quota consumptions
+    refunded where the server still can (`refund_if_kept`). Its pool grants share the delivery's
+    lease and end with it. A delivery taken by a receive took nothing beside it."""
+    if message.task_id is None:
+        return
+    part = space.capacity
+    needs = part.requirements.get(message.task_id, space.work.mailboxes.get(message.mailbox_id).requirements)
+    if needs is None:
+        return
+    stem = f"{message.id.removeprefix('ms_')}_{message.attempts}"
+    for index, (allowance_id, _) in enumerate(needs["quotas"]):
+        refund_if_kept(part, outcome, part.allowances.get(allowance_id), f"cs_{stem}_{index}", now_ms)
+    for index in range(len(needs["budgets"])):
+        reservation = part.budgets.find_reservation(f"rs_{stem}_{index}")
+        if reservation is not None and reservation.state == RESERVATION_ACTIVE:
+            record = part.budgets.decide_void(reservation, f"returned:{message.id}:{message.attempts}", now_ms)
+            if record is not None:
+                part.commit(outcome, record)
 
 
 def _settled(space: Space, outcome: Outcome, message: Message) -> Outcome:

@@ -54,7 +54,7 @@ from .shapes import DurationMs, EpochMs, Record
 __all__ = [
     "Allowance", "Waiter", "AllowanceTable", "ALLOWANCE_EXHAUSTED", "ALLOWANCE_COOLDOWN", "QUOTAS",
     "CreateAllowance", "EnsureAllowance", "Consume", "WaitAllowance", "CancelWaiter", "Cooldown", "RefundConsumption",
-    "WAITING", "GRANTED", "EXPIRED", "CANCELLED", "ALLOWANCE_CONSUMED", "ALLOWANCE_COOLDOWN_RECORD",
+    "WAITING", "GRANTED", "EXPIRED", "CANCELLED", "refund_if_kept", "ALLOWANCE_CONSUMED", "ALLOWANCE_COOLDOWN_RECORD",
     "ALLOWANCE_CREATED", "ALLOWANCE_IMAGE", "ALLOWANCE_REFUNDED", "WAITER_ADDED", "WAITER_ENDED", "WAITER_GRANTED", "WAITER_IMAGE",
     "REFUNDABLE_MAX", "REFUND_WINDOW_MS", "Recent",
     "AllowanceView", "ConsumptionView", "AllowanceWaiterView", "CooldownView", "AllowanceExhaustedView",
@@ -667,6 +667,25 @@ def cooldown(part: CapacityCommands, command: Cooldown, now_ms: int) -> Outcome:
     assert allowance.cooling_at(now_ms), "a cooldown just recorded lasts past now (paired with `decide_cooldown`)"
     outcome.reply = CooldownView(allowance.id, allowance.cooldown_until_ms, allowance.cooldown_reason)
     return _serve_timer(part, outcome, allowance, now_ms)
+
+
+def refund_if_kept(part: CapacityCommands, outcome: Outcome, allowance: Allowance, consumption_id: str, now_ms: int) -> int:
+    """Into `outcome`: the refund of `consumption_id` when it can still be given back (kept, and
+    its window current), the waiters its units let in served; the units refunded, else 0. For a
+    return of work its taker never handled (`deliveries.return_delivery`): what its admission
+    consumed goes back with it where the server still can, and is let be where it cannot."""
+    recent = allowance.recent.get(consumption_id)
+    if recent is None or now_ms - recent.at_ms > REFUND_WINDOW_MS:
+        return 0
+    part.commit(outcome, *part.allowances.decide_serve(allowance, now_ms))
+    record = part.allowances.decide_refund(allowance, consumption_id, now_ms)
+    if record is None:
+        return 0
+    part.commit(outcome, record)
+    part.commit(outcome, *part.allowances.decide_serve(allowance, now_ms))
+    _serve_timer(part, outcome, allowance, now_ms)
+    units: int = record["units"]
+    return units
 
 
 def refund(part: CapacityCommands, command: RefundConsumption, now_ms: int) -> Outcome:

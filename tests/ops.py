@@ -120,6 +120,10 @@ class MessageOps(_Ops):
     async def nack(self, space: str, message_id: str, *, token, retry, error=None, idem=None) -> dict:
         return await self._submit(c.NackDelivery, idem, space=space, message_id=message_id, token=token, retry=retry, error=error)
 
+    async def give_back(self, space: str, message_id: str, *, token, idem=None) -> dict:
+        """`POST /messages/{id}/return`: back unhandled, its attempt not counted."""
+        return await self._submit(c.ReturnDelivery, idem, space=space, message_id=message_id, token=token)
+
     async def renew(self, space: str, message_id: str, *, token, lease_s=None, idem=None) -> dict:
         return await self._submit(c.RenewDelivery, idem, space=space, message_id=message_id, token=token, lease_s=lease_s)
 

@@ -24,8 +24,8 @@ endpoint(router, "POST", BASE + "/nack", Doc(
     idempotent=True, group=G,
 ))
 endpoint(router, "POST", BASE + "/return", Doc(
-    "Give a delivery back unhandled: queued again at once, its attempt not counted against maxAttempts (only its "
-    "current holder, before it is settled)", (Reply(200, "Settled"),), c.ReturnDelivery, errors=ERRORS,
+    "Give a delivery back unhandled: queued again at once, its attempt not counted against maxAttempts, and what its "
+    "admission took given back with it (only its current holder, before it is settled)", (Reply(200, "Settled"),), c.ReturnDelivery, errors=ERRORS,
     idempotent=True, group=G,
 ))
 endpoint(router, "POST", BASE + "/renew", Doc(

@@ -195,6 +195,32 @@ async def test_requirements_are_checked_at_submit(world, autojump_clock):
         assert caught.value.code == code, needs
 
 
+async def test_a_delivery_returned_unhandled_gives_back_what_its_admission_took(world, autojump_clock):
+    """A return (work its taker never handed to a handler: taken as it was cancelled, or ahead
+    by a consumer that stops) gives back its pool units, its quota units and its budget
+    reservation, as if it had never been admitted: the next admission takes them all again.
+    Left, the reservation held the budget for an hour and the units counted until the window
+    ended. Past the time a consumption can be refunded, its units stay counted."""
+    from runstate.actors.quotas import REFUND_WINDOW_MS
+
+    await world.setup(limit=1)
+    needs = {**gpu(2), "quotas": [{"name": "llm", "units": 1}], "budgets": [{"name": "spend", "reserveMinor": "300"}]}
+    await world.submit("a", needs)
+    first = await world.admit()
+    assert world.budgets.view(SPACE, world.budget["id"])["reservedMinor"] == "300"
+    await world.messages.give_back(SPACE, first["messageId"], token=first["token"])
+    assert world.in_use() == 0 and world.quotas.view(SPACE, world.allowance["id"])["remaining"] == 1
+    budget = world.budgets.view(SPACE, world.budget["id"])
+    assert budget["reservedMinor"] == "0" and budget["spentMinor"] == "0"
+    again = await world.admit(lease_s=60)
+    assert again["attempt"] == 2 and world.quotas.view(SPACE, world.allowance["id"])["remaining"] == 0
+    assert world.budgets.view(SPACE, world.budget["id"])["reservedMinor"] == "300"
+    await trio.sleep(REFUND_WINDOW_MS / 1000 + 1)  # (the window is 60 s: still the same one)
+    await world.messages.give_back(SPACE, again["messageId"], token=again["token"])
+    assert world.quotas.view(SPACE, world.allowance["id"])["remaining"] == 0, "too late to refund: counted"
+    assert world.budgets.view(SPACE, world.budget["id"])["reservedMinor"] == "0"
+
+
 async def test_admission_replays_and_images_exactly(world, autojump_clock):
     """The journal and the image rebuild the same capacity, requirements and bound grants included."""
     from runstate.snapshots.equality import assert_same_state

@@ -25,6 +25,9 @@ server believes):
 - `late-charge`: a released reservation is charged late (a reservation of one minor unit `lateOf`
   it, taken in its run even once that run ended) at most once; and in a run whose end was
   acknowledged no other reservation is ever acknowledged.
+- `return-gives-back`: an admitted delivery whose return (unhandled) was acknowledged holds none of
+  the budget reservations its admission made (they are voided with it; its quota consumptions are
+  refunded where the server still can, so each counts as maybe refunded in `quota-window`).
 
 Agents here use their own runs, which the manager never ends: a scope's end drops its grants,
 which no holder is told of. Admitted tasks share the pool, the allowance and the budget with the
@@ -44,7 +47,7 @@ import trio
 from .cluster import now_ms
 
 __all__ = [
-    "CapacityBook", "pooler", "slot_waiter", "quota_taker", "spender", "admission_submitter", "admitter", "POOL_UNITS", "QUOTA_LIMIT",
+    "CapacityBook", "pooler", "slot_waiter", "quota_taker", "spender", "admission_submitter", "admitter", "returner", "POOL_UNITS", "QUOTA_LIMIT",
     "BUDGET_LIMIT",
 ]
 
@@ -531,4 +534,44 @@ async def admitter(world: Any, name: str) -> None:
             if ok and view.body["settledMinor"] == str(spent):
                 book.settled_amount(spent)
             await world.call(name, "void", lambda: rs._ctx.call("POST", f"/budgets/{budget['id']}/void", body={"reservationId": reservation_id, "workKey": f"{reservation_id}-v"}))
+    await rs.aclose()
+
+
+async def returner(world: Any, name: str) -> None:
+    """Submits to its own run tasks whose admission reserves a budget amount, admits each and
+    returns it unhandled (a worker cancelled as it took it), checks that the return gave the
+    reservation back (`return-gives-back`), then admits it again and completes it, settling nothing."""
+    rng: random.Random = world.rng(name)
+    book: CapacityBook = world.capacity
+    rs = world.client(name)
+    await world.ready.wait()
+    budget = await _must(world, name, "ensure budget", lambda: rs.budgets.ensure("spend", currency="USD", scale=2, limit="10.00"))
+    run = await _own_run(world, name, rs)
+    box = rs.scope(run.id).mailbox_by_id(world.mailboxes["work"])
+    body = {"scopeId": run.id, "mailboxId": world.mailboxes["work"], "holder": name, "holderSession": rs.session, "leaseSeconds": 10}
+    number = 0
+    while world.running:
+        await trio.sleep(rng.uniform(0.5, 2.0))
+        number += 1
+        needs = {"budgets": [{"name": "spend", "reserveMinor": str(rng.randint(1, 50))}]}
+        ok, _ = await world.call(name, "submit", lambda: box.submit({"n": number}, key=f"{name}-{number}", requirements=needs))
+        if not ok:
+            continue
+        for turn in ("return", "complete"):
+            ok, reply = await world.call(name, "admit", lambda: rs._ctx.call("POST", "/tasks/admit", body=body))
+            if not ok or reply.status == 204:
+                break
+            admitted = reply.body
+            message_id, token, reservations = admitted["messageId"], admitted["token"], admitted["reservations"]
+            for reservation_id in reservations:
+                book.reserved(reservation_id, 0, now_ms())
+            settle = {"token": token}
+            done, _ = await world.call(name, turn, lambda: rs._ctx.call("POST", f"/messages/{message_id}/{turn}", body=settle))
+            if turn == "return" and done:
+                ok, seen = await world.call(name, "budget", lambda: rs._ctx.call("GET", f"/budgets/{budget['id']}"))
+                held = {r["id"] for r in seen.body["reservations"] if r["state"] == "ACTIVE"} & set(reservations) if ok else set()
+                if held:
+                    book.oracle.fail("return-gives-back", f"{message_id} was returned unhandled and its reservations {sorted(held)} are still held")
+            for reservation_id in reservations:  # (a returned one's is voided already: this finds it ended)
+                await world.call(name, "void", lambda: rs._ctx.call("POST", f"/budgets/{budget['id']}/void", body={"reservationId": reservation_id, "workKey": f"{reservation_id}-v"}))
     await rs.aclose()

@@ -70,6 +70,7 @@ INVARIANTS += ("returned-uncounted",)
 INVARIANTS += ("dead-letters",)  # an operator's scans of them (tests/sim/operator_agents.py)
 INVARIANTS += ("pool-units", "quota-window", "fifo", "pool-fifo", "budget-limit", "late-charge")  # -- capacity -- (tests/sim/capacity.py)
 INVARIANTS += ("quota-refund",)
+INVARIANTS += ("return-gives-back",)  # an admitted delivery returned unhandled (tests/sim/capacity.py)
 
 
 @dataclass

@@ -244,6 +244,7 @@ async def _simulate(seed: int, rng: random.Random, fsync: str, root: str, trace:
             people.start_soon(capacity.admission_submitter, world, "admsubmit")
             for number in range(2):
                 people.start_soon(capacity.admitter, world, f"admitter{number}")
+            people.start_soon(capacity.returner, world, "returner")
             for number in range(2):  # (with several partitions: a space in another one than SPACE's)
                 people.start_soon(agents.neighbor, world, f"neighbor{number}")
             people.start_soon(agents.crasher, world, "crasher", crash_mean_s)

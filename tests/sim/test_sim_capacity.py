@@ -88,3 +88,13 @@ def test_an_injected_refund_given_twice_is_caught(monkeypatch):
     monkeypatch.setattr(AllowanceTable, "apply_refunded", apply_refunded)
     found, result = run_seeds_until("quota-refund", (1, 2, 3, 4), virtual_s=120)
     assert "quota-refund" in found, result.describe()
+
+
+def test_an_injected_return_that_keeps_what_its_admission_took_is_caught(monkeypatch):
+    """A return of an admitted delivery that gives back nothing taken with it: its budget
+    reservations stay held for an hour, for no one."""
+    from runstate.actors import deliveries
+
+    monkeypatch.setattr(deliveries, "_give_back_admitted", lambda space, outcome, message, now_ms: None)
+    found, result = run_seeds_until("return-gives-back", (1, 2, 3), virtual_s=120)
+    assert "return-gives-back" in found, result.describe()
