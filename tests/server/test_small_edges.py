@@ -58,3 +58,19 @@ async def test_metrics_away_from_loopback_needs_the_admin_key_as_the_document_sa
     assert await scrape("10.1.2.3", None) == 401
     assert await scrape("10.1.2.3", API_KEY) == 403
     assert await scrape("10.1.2.3", ADMIN_KEY) == 200
+
+
+@pytest.mark.trio
+async def test_a_path_with_a_bad_percent_escape_is_refused_naming_it(client: AsgiClient, autojump_clock):
+    """`%ZZ` is no escape: it was read as the three characters, so `/claims/a%ZZ/release` named
+    the key `a%ZZ`, which a client that escapes its keys never sends. It is 400 naming it now;
+    a good escape (`%25`, a '%') still reads as its character."""
+    run = await client.run()
+    for tail in (f"/scopes/{run}%ZZ", "/claims/a%ZZ/release", "/claims/a%2/release", "/claims/a%/release", "/scopes%zz"):
+        refused = await client.post(tail, {"token": "ct_x"}) if "claims" in tail else await client.get(tail)
+        assert (refused.status, refused.code) == (400, "VALIDATION_FAILED"), tail
+        assert "'%" in refused.json["error"]["message"] and "percent escape" in refused.json["error"]["message"], tail
+    acquired = await client.post("/claims", {"key": "50%", "scopeId": run, "holder": "h", "holderSession": "s", "leaseSeconds": 30})
+    assert acquired.status == 200, acquired
+    released = await client.post("/claims/50%25/release", {"token": acquired.json["token"]})
+    assert released.status == 200, released
