@@ -179,7 +179,7 @@ class BlockingScope:
         while True:
             page = self.claims(limit=page_size, cursor=cursor)
             yield from page["claims"]
-            cursor = page["nextCursor"]
+            cursor = page.get("nextCursor")
             if cursor is None:
                 return
 
@@ -193,7 +193,7 @@ class BlockingScope:
         while True:
             page = self.tasks(limit=page_size, cursor=cursor)
             yield from page["tasks"]
-            cursor = page["nextCursor"]
+            cursor = page.get("nextCursor")
             if cursor is None:
                 return
 

@@ -129,7 +129,7 @@ class ScopeHandle:
             page = await self.claims(limit=page_size, cursor=cursor)
             for claim in page["claims"]:
                 yield claim
-            cursor = page["nextCursor"]
+            cursor = page.get("nextCursor")  # (a server without paging writes none: its one page is all)
             if cursor is None:
                 return
 
@@ -151,7 +151,7 @@ class ScopeHandle:
             page = await self.tasks(limit=page_size, cursor=cursor)
             for task in page["tasks"]:
                 yield task
-            cursor = page["nextCursor"]
+            cursor = page.get("nextCursor")  # (a server without paging writes none: its one page is all)
             if cursor is None:
                 return
 

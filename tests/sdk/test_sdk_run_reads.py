@@ -14,7 +14,7 @@ import trio
 
 import runstate
 import runstate.testing
-from sdk_fakes import error, make_client
+from sdk_fakes import error, make_client, ok
 
 pytest.importorskip("runstate.server.app")
 
@@ -218,3 +218,18 @@ async def test_iter_claims_and_iter_tasks_read_every_page_as_claims_come_and_go(
                 await run.mailbox("research").submit({"n": "late"}, key="late")
         assert listed == made[::-1]
         assert (await run.tasks(limit=1000))["nextCursor"] is None
+
+
+@pytest.mark.anyio
+async def test_iterating_against_a_server_without_paging_reads_its_one_page_once():
+    """A server that writes no nextCursor (its listing is one page): iter_claims() and iter_tasks()
+    give that page's rows and stop, rather than asking for the first page again forever."""
+    def answer(sent):  # type: ignore[no-untyped-def]
+        if sent.suffix.startswith("/scopes/sc_1/claims"):
+            return ok({"scopeId": "sc_1", "claims": [{"key": "a"}, {"key": "b"}], "truncated": False})
+        return ok({"scopeId": "sc_1", "tasks": [{"id": "tk_1"}], "truncated": False})
+
+    rs, transport = make_client(answer)
+    assert [claim["key"] async for claim in rs.scope("sc_1").iter_claims()] == ["a", "b"]
+    assert [task["id"] async for task in rs.scope("sc_1").iter_tasks()] == ["tk_1"]
+    assert [sent.suffix for sent in transport.sent] == ["/scopes/sc_1/claims?limit=100", "/scopes/sc_1/tasks?limit=100"]
