@@ -13,7 +13,7 @@ from .work_limits import WorkLimitView
 from .kernel_reads import KernelReads
 
 __all__ = [
-    "pools", "allowances", "allowance", "waiter", "pool_waiter", "pool_waiting", "work_limits", "budgets", "budget",
+    "pools", "pool", "allowances", "allowance", "waiter", "pool_waiter", "pool_waiting", "work_limits", "budgets", "budget",
     "PoolsView", "AllowancesView", "WorkLimitsView", "BudgetsView",
 ]
 
@@ -44,6 +44,12 @@ def pools(kernel: KernelReads, space: str) -> list[PoolView]:
     """Every pool of the space, in creation order (the client reads the list as complete)."""
     part, now_ms = _part(kernel, space), kernel.clock.now_ms()
     return [part.pools.view(pool, now_ms) for pool in part.pools.all()]
+
+
+def pool(kernel: KernelReads, space: str, pool_id: str) -> PoolView:
+    """One pool, as its row in the listing (what its creation's Location reads)."""
+    part = _part(kernel, space)
+    return part.pools.view(part.pools.get(pool_id), kernel.clock.now_ms())
 
 
 def allowances(kernel: KernelReads, space: str) -> list[AllowanceView]:

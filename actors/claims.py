@@ -101,12 +101,14 @@ class ClaimView(NamedTuple):
 
 
 class RunClaimsView(NamedTuple):
-    """The claims held in a run, at most a listing's limit (`truncated`: more were left out),
+    """A page of the claims held in a run, in the order of their keys, at most a listing's limit
+    (`next_cursor` reads the next page, None on the last; `truncated` says the same as a boolean),
     written without their tokens (`server/wire/claims.py`)."""
 
     scope_id: str
     claims: tuple[ClaimView, ...]
     truncated: bool
+    next_cursor: str | None
 
 
 class ReleasedClaimView(NamedTuple):

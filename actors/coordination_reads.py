@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, Literal, Union, cast
 
 from . import events as event_log
+from . import paging
 from .barriers import BarrierView
 from .groups import GroupView
 from .outcome import Space
@@ -376,8 +377,10 @@ def _count(states: Any) -> dict[str, int]:
 
 
 # -- inspection ------------------------------------------------------------------------------------
-# A run's barriers, timers or task groups, newest first, cut at the caller's limit (`truncated`
-# when more were left out): a view for each kind, as each names its list after the kind.
+# A page of a run's barriers, timers or task groups, newest first (by when each was made, then its
+# id: `paging.py`), cut at the caller's limit; `next_cursor` reads the next page (None on the last,
+# and `truncated` says the same as a boolean): a view for each kind, as each names its list after
+# the kind.
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -385,6 +388,7 @@ class RunBarriersView:
     scope_id: str
     barriers: tuple[BarrierView, ...]
     truncated: bool
+    next_cursor: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -392,6 +396,7 @@ class RunTimersView:
     scope_id: str
     timers: tuple[TimerView, ...]
     truncated: bool
+    next_cursor: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -401,22 +406,38 @@ class RunGroupsView:
     scope_id: str
     groups: tuple[GroupView, ...]
     truncated: bool
+    next_cursor: str | None
+
+
+def _made(row: Any) -> tuple[int, str]:
+    """A barrier's, a timer's or a group's place in a newest-first listing."""
+    return (row.created_ms, row.id)
 
 
 def in_scope(
     kernel: KernelReads, space: str, scope_id: str, what: Literal["barriers", "timers", "groups"], limit: int,
+    cursor: str | None = None,
 ) -> RunBarriersView | RunTimersView | RunGroupsView:
-    """The barriers, timers or task groups of one run, newest first, at most `limit`."""
+    """A page of the barriers, timers or task groups of one run, newest first, at most `limit`,
+    past `cursor` (a page's `next_cursor`)."""
     assert limit >= 1, f"a listing shows at least one entry: {limit}"
+    after = None if cursor is None else paging.parse_created(cursor)
     state = kernel.space_view(space)
     state.scopes.get(scope_id)  # 404 for a run that does not exist
     part, now_ms = state.coordination, kernel.clock.now_ms()
     if what == "barriers":
-        barriers = [part.barriers.view(b, now_ms) for b in part.barriers.all() if b.scope_id == scope_id]
-        return RunBarriersView(scope_id, tuple(barriers[::-1][:limit]), len(barriers) > limit)
+        barriers, place = paging.newest_first((b for b in part.barriers.all() if b.scope_id == scope_id), _made, after, limit)
+        return RunBarriersView(scope_id, tuple(part.barriers.view(b, now_ms) for b in barriers), *_next(place))
     if what == "timers":
-        timers = [part.timers.view(t) for t in part.timers.all() if t.scope_id == scope_id]
-        return RunTimersView(scope_id, tuple(timers[::-1][:limit]), len(timers) > limit)
+        timers, place = paging.newest_first((t for t in part.timers.all() if t.scope_id == scope_id), _made, after, limit)
+        return RunTimersView(scope_id, tuple(part.timers.view(t) for t in timers), *_next(place))
     assert what == "groups", f"a run lists its barriers, timers or groups, not {what}"
-    groups = [part.groups.view(g, now_ms) for g in part.groups.all() if g.scope_id == scope_id or g.parent_scope_id == scope_id]
-    return RunGroupsView(scope_id, tuple(groups[::-1][:limit]), len(groups) > limit)
+    groups, place = paging.newest_first(
+        (g for g in part.groups.all() if g.scope_id == scope_id or g.parent_scope_id == scope_id), _made, after, limit,
+    )
+    return RunGroupsView(scope_id, tuple(part.groups.view(g, now_ms) for g in groups), *_next(place))
+
+
+def _next(place: tuple[int, str] | None) -> tuple[bool, str | None]:
+    """A page's `truncated` and `next_cursor`, from the place of its last row when more follow."""
+    return place is not None, None if place is None else paging.created_cursor(place)

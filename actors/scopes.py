@@ -66,10 +66,12 @@ class ScopeView(NamedTuple):
 
 
 class ScopesView(NamedTuple):
-    """The runs of a space, newest first, at most a listing's limit (`truncated`: more were left out)."""
+    """A page of the runs of a space, newest first, at most a listing's limit: `next_cursor` reads
+    the next page (None on the last; `truncated` says the same as a boolean)."""
 
     scopes: tuple[ScopeView, ...]
     truncated: bool
+    next_cursor: str | None
 
 
 class Scope:

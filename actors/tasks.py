@@ -146,11 +146,13 @@ class TaskView(NamedTuple):
 
 
 class RunTasksView(NamedTuple):
-    """The tasks of a run, newest first, at most a listing's limit (`truncated`: more were left out)."""
+    """A page of the tasks of a run, newest first, at most a listing's limit (`next_cursor` reads
+    the next page, None on the last; `truncated` says the same as a boolean)."""
 
     scope_id: str
     tasks: tuple[TaskView, ...]
     truncated: bool
+    next_cursor: str | None
 
 
 class SubmittedTaskView(NamedTuple):

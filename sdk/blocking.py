@@ -53,7 +53,9 @@ from ._verbs import RunVerbs
 from .client import HOLDER_LEN_MAX, AsyncRunstate, MailboxesAPI, ScopesAPI
 from .scopes import LIST_LIMIT_DEFAULT, ScopeHandle
 from .transport import Transport
-from .types import ClaimsPage, DeadLetter, DeadLetterPage, DeleteResult, MailboxRow, PurgeResult, RequeueResult, ScopeView, TasksPage
+from .types import (
+    ClaimsPage, DeadLetter, DeadLetterPage, DeleteResult, HeldClaim, MailboxRow, PurgeResult, RequeueResult, ScopeView, TasksPage, TaskView,
+)
 
 __all__ = [
     "Runstate",
@@ -167,11 +169,33 @@ class BlockingScope:
         """Make task groups (`create(mailbox=, condition=)`), or reach one by id (`by_id`)."""
         return BlockingGroups(self._handle.groups, self._loop)
 
-    def claims(self, *, limit: int = LIST_LIMIT_DEFAULT) -> ClaimsPage:
-        return self._loop.run(self._handle.claims(limit=limit))
+    def claims(self, *, limit: int = LIST_LIMIT_DEFAULT, cursor: str | None = None) -> ClaimsPage:
+        return self._loop.run(self._handle.claims(limit=limit, cursor=cursor))
 
-    def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT) -> TasksPage:
-        return self._loop.run(self._handle.tasks(limit=limit))
+    def iter_claims(self, *, page_size: int = LIST_LIMIT_DEFAULT) -> Iterator[HeldClaim]:
+        """Every claim held in this run, in the order of their keys, a page at a time (see
+        `ScopeHandle.iter_claims`): each page is read on the client's loop."""
+        cursor = None
+        while True:
+            page = self.claims(limit=page_size, cursor=cursor)
+            yield from page["claims"]
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                return
+
+    def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT, cursor: str | None = None) -> TasksPage:
+        return self._loop.run(self._handle.tasks(limit=limit, cursor=cursor))
+
+    def iter_tasks(self, *, page_size: int = LIST_LIMIT_DEFAULT) -> Iterator[TaskView]:
+        """Every task of this run, newest first, a page at a time (see `ScopeHandle.iter_tasks`):
+        each page is read on the client's loop."""
+        cursor = None
+        while True:
+            page = self.tasks(limit=page_size, cursor=cursor)
+            yield from page["tasks"]
+            cursor = page.get("nextCursor")
+            if cursor is None:
+                return
 
 
 @twin_of(ScopesAPI)

@@ -3,7 +3,7 @@ claims, tasks and deliveries of its whole subtree. The handle is local; each met
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, AsyncIterator
 
 from ._checks import check_id
 from . import _keys
@@ -14,7 +14,7 @@ from .coordination import BarriersAPI, GroupsAPI, TimersAPI
 from .mailboxes import MailboxRef
 from .errors import ValidationError
 from .tasks import TaskTicket
-from .types import ClaimsPage, ScopeView, TasksPage
+from .types import ClaimsPage, HeldClaim, ScopeView, TasksPage, TaskView
 
 __all__ = ["ScopeHandle", "LIST_LIMIT_DEFAULT", "LIST_LIMIT_MAX", "NAME_LEN_MAX"]
 
@@ -110,21 +110,50 @@ class ScopeHandle:
 
     # -- reads of the whole run ---------------------------------------------------------------
 
-    async def claims(self, *, limit: int = LIST_LIMIT_DEFAULT) -> ClaimsPage:
-        """The claims held in this run now, who holds each and until when (tokens are never
-        listed): `{"scopeId", "claims": [HeldClaim, ...], "truncated"}`. At most `limit` (1 to
-        1000, default 100); `truncated` says whether more were left out. A snapshot for people
-        and tooling: to own a key, acquire it (`claim(key)`)."""
-        page: ClaimsPage = (await self._ctx.call("GET", f"/scopes/{self.id}/claims", query={"limit": _limit(limit)})).body
+    async def claims(self, *, limit: int = LIST_LIMIT_DEFAULT, cursor: str | None = None) -> ClaimsPage:
+        """A page of the claims held in this run now, in the order of their keys, who holds each
+        and until when (tokens are never listed): `{"scopeId", "claims": [HeldClaim, ...],
+        "truncated", "nextCursor"}`. At most `limit` (1 to 1000, default 100); pass the page's
+        `nextCursor` as `cursor` for the next one (None on the last page, and `truncated` says
+        the same). `iter_claims()` reads every page. A snapshot for people and tooling: to own a
+        key, acquire it (`claim(key)`)."""
+        query = {"limit": _limit(limit), "cursor": cursor}
+        page: ClaimsPage = (await self._ctx.call("GET", f"/scopes/{self.id}/claims", query=query)).body
         return page
 
-    async def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT) -> TasksPage:
-        """The tasks of this run, newest first, each as `ticket.status()` gives it (`taskKey`,
-        `state`, `attempt`, `outcome`...): `{"scopeId", "tasks": [TaskView, ...], "truncated"}`.
-        At most `limit` (1 to 1000, default 100); `truncated` says whether older ones were left
-        out."""
-        page: TasksPage = (await self._ctx.call("GET", f"/scopes/{self.id}/tasks", query={"limit": _limit(limit)})).body
+    async def iter_claims(self, *, page_size: int = LIST_LIMIT_DEFAULT) -> AsyncIterator[HeldClaim]:
+        """Every claim held in this run, in the order of their keys, a page at a time: one taken
+        or released while it reads moves no other, so none is shown twice."""
+        cursor = None
+        while True:
+            page = await self.claims(limit=page_size, cursor=cursor)
+            for claim in page["claims"]:
+                yield claim
+            cursor = page.get("nextCursor")  # (a server without paging writes none: its one page is all)
+            if cursor is None:
+                return
+
+    async def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT, cursor: str | None = None) -> TasksPage:
+        """A page of the tasks of this run, newest first, each as `ticket.status()` gives it
+        (`taskKey`, `state`, `attempt`, `outcome`...): `{"scopeId", "tasks": [TaskView, ...],
+        "truncated", "nextCursor"}`. At most `limit` (1 to 1000, default 100); pass the page's
+        `nextCursor` as `cursor` for the next, older ones (None on the last page, and
+        `truncated` says the same). `iter_tasks()` reads every page."""
+        query = {"limit": _limit(limit), "cursor": cursor}
+        page: TasksPage = (await self._ctx.call("GET", f"/scopes/{self.id}/tasks", query=query)).body
         return page
+
+    async def iter_tasks(self, *, page_size: int = LIST_LIMIT_DEFAULT) -> AsyncIterator[TaskView]:
+        """Every task of this run, newest first, a page at a time: a task submitted while it
+        reads is newer than where it stands and left for the next reading; none is shown twice."""
+        cursor = None
+        while True:
+            page = await self.tasks(limit=page_size, cursor=cursor)
+            for task in page["tasks"]:
+                yield task
+            cursor = page.get("nextCursor")  # (a server without paging writes none: its one page is all)
+            if cursor is None:
+                return
 
 
 def _limit(limit: int) -> int:

@@ -203,21 +203,25 @@ class HeldClaim(TypedDict):
 
 
 class ClaimsPage(TypedDict):
-    """`run.claims()`: the `claims` held in the run `scopeId` now, at most the `limit` asked;
-    `truncated` when more were left out."""
+    """`run.claims()`: a page of the `claims` held in the run `scopeId` now, in the order of their
+    keys, at most the `limit` asked; `nextCursor` reads the next page (None on the last), and
+    `truncated` is true exactly when it is not None."""
 
     scopeId: str
     claims: list[HeldClaim]
     truncated: bool
+    nextCursor: str | None
 
 
 class TasksPage(TypedDict):
-    """`run.tasks()`: the `tasks` of the run `scopeId`, newest first, at most the `limit` asked;
-    `truncated` when older ones were left out."""
+    """`run.tasks()`: a page of the `tasks` of the run `scopeId`, newest first, at most the
+    `limit` asked; `nextCursor` reads the next, older ones (None on the last page), and
+    `truncated` is true exactly when it is not None."""
 
     scopeId: str
     tasks: list[TaskView]
     truncated: bool
+    nextCursor: str | None
 
 
 class DeadLetter(TypedDict):

@@ -69,6 +69,9 @@ class Doc:
     operator: bool = False
     # A public route (outside a space) that still takes a key (`Authorization: Bearer`): any valid one.
     takes_key: bool = False
+    # A public route that answers loopback without a key and asks every other address for the
+    # admin key (`/metrics`, unless `metrics_public` is set): a key is optional in the document.
+    admin_key_off_loopback: bool = False
     # Where what a 201 made is read, for its Location: the path below the space with `{}` for the
     # answer's field named second (`("/scopes/{}", "id")`); None where nothing reads it alone.
     location: tuple[str, str] | None = None

@@ -38,8 +38,8 @@ routes behave (tasks and queues, runs by name, once keys, the error codes) is in
   something is kept: a refusal, or an answer that changed nothing (a 204 of a receive, a `PUT`
   that found what it names), is not, and a retry with its key runs again. A batch's own header is
   not read: each of its operations carries its own `idempotencyKey`.
-- **Created.** A 201 of a run, a mailbox, a task, a barrier, a timer or a task group carries
-  `Location`: the path of the GET that reads what it made.
+- **Created.** A 201 of a run, a mailbox, a task, a barrier, a timer, a task group, a pool or a
+  budget carries `Location`: the path of the GET that reads what it made.
 - **Fields.** An optional field that is `null` is the same as an absent one; a field the route does
   not read is refused with 400 naming it (a typo is not dropped in silence); integers are JSON
   integers (`30.0` and `"30"` are refused).

@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import logging
 import os
+import re
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Generic, TypeVar
 from urllib.parse import parse_qs, unquote
@@ -83,6 +84,9 @@ def quote_segment(text: str) -> str:
     """`text` as one path segment, percent-encoded but for the unreserved characters."""
     return quote_url(text, safe="")
 
+
+# A '%' not followed by two hex digits: a path so written is refused, not read literally.
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2}).{0,2}", re.DOTALL)
 
 # The most digits a number of a query string or a path may have: more is refused before `int()`.
 DIGITS_MAX = 18
@@ -255,6 +259,11 @@ class BaseRouter(Generic[H]):
         self.routes.append(route)
 
     def match(self, method: str, raw_path: str) -> tuple[BaseRoute[H], dict[str, str]]:
+        bad = _BAD_ESCAPE.search(raw_path)
+        if bad is not None:  # (`unquote` keeps it as it is: `%ZZ` would name a key of those three characters)
+            raise ApiError(
+                VALIDATION_FAILED, f"the path has {bad.group()!r}, which is not a percent escape (write a '%' as %25)"
+            )
         try:
             segments = [unquote(s, errors="strict") for s in raw_path.strip("/").split("/")]
         except UnicodeDecodeError:

@@ -289,7 +289,14 @@ def operation(route: Any, limits: Limits) -> dict[str, Any]:
             "An operator's action: the admin key may call it in any space the server knows, and its record and "
             "event say who did (`by`: the API key's id, or `admin`)."
         )
-    if route.public and not doc.takes_key:
+    if doc.admin_key_off_loopback:
+        # Either none (from loopback) or the admin key (from anywhere else): `{}` is "no key".
+        result["security"] = [{}, {"bearer": []}]
+        result["description"] = (
+            "Without a key from loopback only; from any other address it needs the admin key (401 without a valid "
+            "key, 403 with an API key), unless the server is started with metrics_public."
+        )
+    elif route.public and not doc.takes_key:
         result["security"] = []
     body = _request_body(doc, limits)
     if body is not None:

@@ -50,12 +50,15 @@ G = "Pools"
 endpoint(router, "GET", BASE + "/permits", Doc("Every permit pool of the space", (Reply(200, "Pools"),), errors=("404",), group=G), _lister("permits", reads.pools, reads.PoolsView))
 endpoint(router, "POST", BASE + "/permits", Doc(
     "Create a permit pool (409 CONFLICT if the name exists)", (Reply(201, "Pool", "Created"),), c.CreatePool,
-    errors=ERRORS, idempotent=True, group=G,
+    errors=ERRORS, idempotent=True, group=G, location=("/permits/{}", "id"),
 ), status=201)
 endpoint_and_dot_segments(router, "PUT", BASE + "/permits/by-name/{name}", Doc(
     "Look up the pool of this name ({}), or create or check it (units; 409 CONFLICT when it differs)",
     (Reply(200, "Pool"),), c.EnsurePool, body_required=False, errors=ERRORS, idempotent=True, group=G,
 ), "name")
+endpoint(router, "GET", BASE + "/permits/{permit_id}", Doc(
+    "A permit pool, as its row in the listing", (Reply(200, "Pool"),), errors=("404",), group=G,
+), _reader(reads.pool, "permit_id"))
 endpoint(router, "POST", BASE + "/permits/{permit_id}/acquire", Doc(
     "Take units of a pool under a fenced lease (409 CAPACITY_UNAVAILABLE with Retry-After when too few are free "
     "or anyone is in the pool's line; with waiterId, the units held back for that signaled waiter)",
@@ -132,6 +135,7 @@ endpoint(router, "GET", BASE + "/budgets", Doc("Every budget of the space", (Rep
 endpoint(router, "POST", BASE + "/budgets", Doc(
     "Create a budget (amounts in minor units, as digit strings; 409 CONFLICT if the name exists)",
     (Reply(201, "Budget", "Created"),), c.CreateBudget, errors=ERRORS, idempotent=True, group=G,
+    location=("/budgets/{}", "id"),
 ), status=201)
 endpoint_and_dot_segments(router, "PUT", BASE + "/budgets/by-name/{name}", Doc(
     "Look up the budget of this name ({}), or create or check it (limitMinor, currency USD and scale 2 by default; 409 CONFLICT when it differs)",

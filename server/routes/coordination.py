@@ -274,7 +274,7 @@ def _lister(what: Literal["barriers", "timers", "groups"]) -> Handler:
     ) -> tuple[int, RunBarriersView | RunTimersView | RunGroupsView]:
         services.authorize(request, space)
         limit = integer_param(request, "limit", 1, EVENTS_LIMIT_MAX) or EVENTS_LIMIT_DEFAULT
-        return 200, reads.in_scope(services.kernel, space, scope_id, what, limit)
+        return 200, reads.in_scope(services.kernel, space, scope_id, what, limit, request.param("cursor") or None)
 
     listing.__name__ = listing.__qualname__ = f"list_{what}"
     return listing
@@ -286,7 +286,11 @@ _LISTINGS: tuple[tuple[Literal["barriers", "timers", "groups"], str, str], ...] 
     ("timers", "RunTimers", "Timers of a run, newest first"),
     ("groups", "RunGroups", "Task groups of a run (gated by it or under it), newest first"),
 )
+_PAGE = (
+    f"a page at a time (limit 1-{EVENTS_LIMIT_MAX}, default {EVENTS_LIMIT_DEFAULT}; cursor: the page's nextCursor, "
+    "null on the last)"
+)
 for _what, _schema, _summary in _LISTINGS:
     endpoint(router, "GET", BASE + "/scopes/{scope_id}/" + _what, Doc(
-        _summary, (Reply(200, _schema),), query=("limit",), errors=("400", "404"), group=G,
+        f"{_summary}, {_PAGE}", (Reply(200, _schema),), query=("limit", "cursor"), errors=("400", "404"), group=G,
     ), _lister(_what))

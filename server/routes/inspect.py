@@ -1,21 +1,22 @@
 """Reads for inspection (our extension, not in the 0.2.0 API): runs, a run's claims, usage.
 
 For `runstate inspect` and dashboards. An API key reads the spaces it opens; the admin key reads
-any space the server knows. Lists are bounded: `?limit=` (default 100, at most 1000) with
-`truncated` saying whether more were left out. Claims are listed without their fencing token:
-the token is the holder's proof of ownership, and whoever could read it could release the claim.
+any space the server knows. Lists are read a page at a time: `?limit=` (default 100, at most
+1000) and `?cursor=`, the `nextCursor` of the page before (null on the last page; `truncated` is
+true exactly when it is not). A page goes on strictly after the last row of the one before, in
+an order that rows added or removed in between do not shift (`actors/paging.py`). Claims are
+listed without their fencing token: the token is the holder's proof of ownership, and whoever
+could read it could release the claim.
 
-    GET /v1/spaces/{space}/scopes[?limit=N]               {"scopes": [...newest first], "truncated"}
-    GET /v1/spaces/{space}/scopes/{id}/claims[?limit=N]   {"scopeId", "claims": [...], "truncated"}
-    GET /v1/spaces/{space}/scopes/{id}/tasks[?limit=N]    {"scopeId", "tasks": [...newest first], "truncated"}
+    GET /v1/spaces/{space}/scopes[?limit=N&cursor=C]              {"scopes": [...newest first], "truncated", "nextCursor"}
+    GET /v1/spaces/{space}/scopes/{id}/claims[?limit=N&cursor=C]  {"scopeId", "claims": [...by key], "truncated", "nextCursor"}
+    GET /v1/spaces/{space}/scopes/{id}/tasks[?limit=N&cursor=C]   {"scopeId", "tasks": [...newest first], "truncated", "nextCursor"}
     GET /v1/spaces/{space}/usage                          {"spaceId", "operations", "total", "free", "events"}
     GET /v1/spaces/{space}/caps                           {"spaceId", "caps": [{"setting", "held", "limit"}],
                                                            "pendingRemoval": {ended runs kept, and what they hold}}
 """
 
 from __future__ import annotations
-
-import itertools
 
 from ...actors import caps, reads, runs
 from ...actors.claims import RunClaimsView
@@ -45,32 +46,25 @@ def _limit(request: Request) -> int:
     return LIMIT_DEFAULT if text is None else integer_of(text, "limit", 1, LIMIT_MAX)
 
 
+def _cursor(request: Request) -> str | None:
+    """The page's cursor: the `nextCursor` of the page before (none, or empty: the first page)."""
+    return request.param("cursor") or None
+
+
 async def list_scopes(services: ReadServices, request: Request, space: str) -> tuple[int, ScopesView]:
     services.authorize(request, space)
-    limit = _limit(request)
-    state = services.kernel.space_view(space)
-    now_ms = services.kernel.clock.now_ms()
-    newest = list(itertools.islice(reversed(list(state.scopes.all())), limit + 1))
-    views = [state.scopes.view(scope, now_ms) for scope in newest[:limit]]
-    return 200, ScopesView(tuple(views), len(newest) > limit)
+    return 200, reads.scopes_page(services.kernel, space, _limit(request), _cursor(request))
 
 
 async def list_claims(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, RunClaimsView]:
     services.authorize(request, space)
-    limit = _limit(request)
-    claims = reads.claims_in_scope(services.kernel, space, scope_id)
-    return 200, RunClaimsView(scope_id, tuple(claims[:limit]), len(claims) > limit)  # (written without tokens)
+    # (written without tokens)
+    return 200, reads.claims_page(services.kernel, space, scope_id, _limit(request), _cursor(request))
 
 
 async def list_tasks(services: ReadServices, request: Request, space: str, scope_id: str) -> tuple[int, RunTasksView]:
     services.authorize(request, space)
-    limit = _limit(request)
-    state = services.kernel.space_view(space)
-    state.scopes.get(scope_id)  # 404 for a run that does not exist
-    now_ms = services.kernel.clock.now_ms()
-    tasks = sorted((task for task in state.tasks.all() if task.scope_id == scope_id), key=lambda task: task.created_ms, reverse=True)
-    views = [state.tasks.view(task, now_ms) for task in tasks[:limit]]
-    return 200, RunTasksView(scope_id, tuple(views), len(tasks) > limit)
+    return 200, reads.tasks_page(services.kernel, space, scope_id, _limit(request), _cursor(request))
 
 
 async def usage(services: ReadServices, request: Request, space: str) -> tuple[int, UsageView]:
@@ -87,17 +81,18 @@ async def space_caps(services: ReadServices, request: Request, space: str) -> tu
 
 
 G = "Inspection"
+PAGE = f"a page at a time (limit 1-{LIMIT_MAX}, default {LIMIT_DEFAULT}; cursor: the page's nextCursor, null on the last)"
 endpoint(router, "GET", BASE + "/scopes", Doc(
-    "Runs of the space, newest first", (Reply(200, "Scopes"),),
-    query=("limit",), errors=("400", "404"), group=G,
+    f"Runs of the space, newest first, {PAGE}", (Reply(200, "Scopes"),),
+    query=("limit", "cursor"), errors=("400", "404"), group=G,
 ), list_scopes)
 endpoint(router, "GET", BASE + "/scopes/{scope_id}/claims", Doc(
-    "Claims held in a run (tokens left out)", (Reply(200, "RunClaims"),),
-    query=("limit",), errors=("400", "404"), group=G,
+    f"Claims held in a run (tokens left out), in the order of their keys, {PAGE}", (Reply(200, "RunClaims"),),
+    query=("limit", "cursor"), errors=("400", "404"), group=G,
 ), list_claims)
 endpoint(router, "GET", BASE + "/scopes/{scope_id}/tasks", Doc(
-    "Tasks of a run, newest first", (Reply(200, "RunTasks"),),
-    query=("limit",), errors=("400", "404"), group=G,
+    f"Tasks of a run, newest first, {PAGE}", (Reply(200, "RunTasks"),),
+    query=("limit", "cursor"), errors=("400", "404"), group=G,
 ), list_tasks)
 endpoint(router, "GET", BASE + "/usage", Doc("Operations counted for the space", (Reply(200, "Usage"),), errors=("404",), group=G), usage)
 endpoint(router, "GET", BASE + "/caps", Doc(

@@ -35,4 +35,5 @@ async def metrics(services: Runtime, request: Request) -> tuple[int, Raw]:
 endpoint(router, "GET", "/metrics", Doc(
     "Prometheus metrics (from loopback without a key, else with the admin key)",
     (Reply(200, {"type": "string"}, "Prometheus text format", "text/plain"),), errors=("401", "403"), group="Operating it",
+    admin_key_off_loopback=True,
 ), metrics, public=True)

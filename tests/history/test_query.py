@@ -25,5 +25,5 @@ async def test_a_twin_takes_its_reads_parameters_and_refuses_others(nursery, aut
     refused = await client.get(f"/history/scopes?at={newest}&limits=2")
     assert refused.status == 400 and refused.code == "VALIDATION_FAILED", refused
     assert refused.json["error"]["message"] == (
-        "unknown query parameter 'limits' (did you mean 'limit'?): this request takes at, limit"
+        "unknown query parameter 'limits' (did you mean 'limit'?): this request takes at, cursor, limit"
     )

@@ -14,7 +14,7 @@ import trio
 
 import runstate
 import runstate.testing
-from sdk_fakes import error, make_client
+from sdk_fakes import error, make_client, ok
 
 pytest.importorskip("runstate.server.app")
 
@@ -183,3 +183,53 @@ async def test_an_envelope_without_details_gives_an_empty_dict_and_a_malformed_o
 def runstate_stamp(moment) -> str:
     """A lease end as the server writes it: milliseconds and Z."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+@pytest.mark.trio
+async def test_iter_claims_and_iter_tasks_read_every_page_as_claims_come_and_go(autojump_clock):
+    """Seven claims and seven tasks, read two a page: iter_claims() gives every key once in the
+    order of the keys although claims are taken and released while it reads; iter_tasks() every
+    task once, newest first, a task submitted while it reads left for the next reading. A page
+    carries nextCursor, None on the last."""
+    async with runstate.testing.serve() as rs:
+        await rs.mailboxes.ensure("research", mode="WORK")
+        run = await rs.scopes.create()
+        leases = {key: await run.claim(key).acquire(lease_seconds=60) for key in ("k4", "k2", "k6", "k1", "k5", "k3", "k7")}
+        seen = []
+        async for claim in run.iter_claims(page_size=2):
+            seen.append(claim["key"])
+            if claim["key"] == "k2":  # between pages: one shown already and one not yet reached go
+                await leases["k1"].release()
+                await leases["k5"].release()
+        assert seen == ["k1", "k2", "k3", "k4", "k6", "k7"]
+        first = await run.claims(limit=2)
+        assert first["truncated"] is True and first["nextCursor"] is not None
+        last = await run.claims(limit=2, cursor=first["nextCursor"])
+        assert [c["key"] for c in last["claims"]] == ["k4", "k6"]
+
+        made = []
+        for n in range(7):
+            made.append((await run.mailbox("research").submit({"n": n}, key=f"t{n}")).id)
+            await trio.sleep(0.001)
+        listed = []
+        async for task in run.iter_tasks(page_size=2):
+            listed.append(task["id"])
+            if len(listed) == 3:
+                await run.mailbox("research").submit({"n": "late"}, key="late")
+        assert listed == made[::-1]
+        assert (await run.tasks(limit=1000))["nextCursor"] is None
+
+
+@pytest.mark.anyio
+async def test_iterating_against_a_server_without_paging_reads_its_one_page_once():
+    """A server that writes no nextCursor (its listing is one page): iter_claims() and iter_tasks()
+    give that page's rows and stop, rather than asking for the first page again forever."""
+    def answer(sent):  # type: ignore[no-untyped-def]
+        if sent.suffix.startswith("/scopes/sc_1/claims"):
+            return ok({"scopeId": "sc_1", "claims": [{"key": "a"}, {"key": "b"}], "truncated": False})
+        return ok({"scopeId": "sc_1", "tasks": [{"id": "tk_1"}], "truncated": False})
+
+    rs, transport = make_client(answer)
+    assert [claim["key"] async for claim in rs.scope("sc_1").iter_claims()] == ["a", "b"]
+    assert [task["id"] async for task in rs.scope("sc_1").iter_tasks()] == ["tk_1"]
+    assert [sent.suffix for sent in transport.sent] == ["/scopes/sc_1/claims?limit=100", "/scopes/sc_1/tasks?limit=100"]

@@ -49,9 +49,13 @@ async def test_barrier_routes(client: AsgiClient, autojump_clock):
 
 async def test_a_runs_barriers_timers_and_groups_are_listed_newest_first_cut_at_the_limit(client: AsgiClient, autojump_clock):
     """`/scopes/{id}/barriers`, `/timers` and `/groups`: the run's own, newest first, `limit` of
-    them with `truncated` when more were left out; a group is listed under the run it is under."""
+    them with `truncated` and `nextCursor` when more were left out; a group is listed under the
+    run it is under."""
     run, other = await client.run(), await client.run()
-    barriers = [(await client.post("/barriers", {"scopeId": run, "target": 2})).json["id"] for _ in range(3)]
+    barriers = []
+    for _ in range(3):
+        barriers.append((await client.post("/barriers", {"scopeId": run, "target": 2})).json["id"])
+        await trio.sleep(0.001)  # (newest first by creation, to the millisecond)
     await client.post("/barriers", {"scopeId": other, "target": 2})
     timers = []
     for _ in range(2):
@@ -62,15 +66,19 @@ async def test_a_runs_barriers_timers_and_groups_are_listed_newest_first_cut_at_
         "/task-groups", {"mailboxId": mailbox, "condition": "N_ACCEPTED", "threshold": 1, "parentScopeId": run},
     )).json
     listed = (await client.get(f"/scopes/{run}/barriers?limit=2")).json
-    assert listed == {"scopeId": run, "barriers": listed["barriers"], "truncated": True}
-    assert [entry["id"] for entry in listed["barriers"]] == barriers[:0:-1]
+    assert listed == {"scopeId": run, "barriers": listed["barriers"], "truncated": True, "nextCursor": listed["nextCursor"]}
+    assert [entry["id"] for entry in listed["barriers"]] == barriers[:0:-1] and listed["nextCursor"]
+    rest = (await client.get(f"/scopes/{run}/barriers?limit=2&cursor={listed['nextCursor']}")).json
+    assert ([entry["id"] for entry in rest["barriers"]], rest["truncated"], rest["nextCursor"]) == (barriers[:1], False, None)
     every = (await client.get(f"/scopes/{run}/barriers")).json
     assert ([entry["id"] for entry in every["barriers"]], every["truncated"]) == (barriers[::-1], False)
     listed = (await client.get(f"/scopes/{run}/timers")).json
-    assert list(listed) == ["scopeId", "timers", "truncated"]
+    assert list(listed) == ["scopeId", "timers", "truncated", "nextCursor"]
     assert ([entry["id"] for entry in listed["timers"]], listed["truncated"]) == (timers[::-1], False)
     listed = (await client.get(f"/scopes/{run}/groups?limit=1")).json
-    assert listed == {"scopeId": run, "groups": [(await client.get(f"/task-groups/{group['groupId']}")).json], "truncated": False}
+    assert listed == {
+        "scopeId": run, "groups": [(await client.get(f"/task-groups/{group['groupId']}")).json], "truncated": False, "nextCursor": None,
+    }
     assert (await client.get("/scopes/sc_nothing/timers")).status == 404
     assert (await client.get(f"/scopes/{run}/groups?limit=0")).status == 400
 

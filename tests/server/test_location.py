@@ -26,6 +26,8 @@ async def test_each_creation_answers_the_path_that_reads_what_it_made(client: As
         "/timers": ({"scopeId": run, "afterSeconds": 60}, "id"),
         "/task-groups": ({"mailboxId": mailbox, "condition": "ALL_TERMINAL"}, "groupId"),
         f"/task-groups/{group}/tasks": ({"taskKey": "member"}, "taskId"),
+        "/permits": ({"name": "gpus", "units": 4}, "id"),
+        "/budgets": ({"name": "spend", "currency": "USD", "scale": 2, "limitMinor": "1000"}, "id"),
     }
     for path, (body, field) in made.items():
         created = await client.post(path, body, idempotency_key=f"make {path}")
@@ -42,8 +44,9 @@ async def test_each_creation_answers_the_path_that_reads_what_it_made(client: As
 
 def test_the_document_declares_location_on_those_201s():
     """Each 201 whose route says where its answer is read declares the Location header; the
-    others (a message, a key, a pool...) have no read of their own by id here."""
+    others (a message, a key, a reservation...) have no read of their own by id here."""
     declared = sorted(path for path, item in openapi()["paths"].items() for operation in item.values()
                       if "Location" in operation["responses"].get("201", {}).get("headers", {}))
     assert declared == sorted(f"/v1/spaces/{{space}}{path}" for path in (
-        "/scopes", "/mailboxes", "/tasks", "/barriers", "/timers", "/task-groups", "/task-groups/{group_id}/tasks"))
+        "/scopes", "/mailboxes", "/tasks", "/barriers", "/timers", "/task-groups", "/task-groups/{group_id}/tasks",
+        "/permits", "/budgets"))

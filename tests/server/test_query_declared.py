@@ -120,5 +120,5 @@ def test_the_scan_finds_reads_through_helpers_commands_and_wrappers():
         "cursor", "limit", "types", "aggregate", "scopeId", "waitSeconds",
     }
     assert reads(routes["GET", "/v1/spaces/{space}/history/events"].handler) == {"at", "cursor", "limit", "latest"}
-    assert reads(routes["GET", "/v1/spaces/{space}/scopes/{scope_id}/timers"].handler) == {"limit"}
+    assert reads(routes["GET", "/v1/spaces/{space}/scopes/{scope_id}/timers"].handler) == {"limit", "cursor"}
     assert reads(routes["POST", "/v1/spaces/{space}/claims/{key}/renew"].handler) == set()

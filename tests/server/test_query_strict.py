@@ -57,7 +57,7 @@ async def test_a_history_twin_refuses_what_neither_it_nor_its_read_takes(api, au
     status, _, body = await api.get("/history/events?at=lsn:1&scopeId=sc_1")
     assert refusal(status, body) == "unknown query parameter 'scopeId': this request takes at, cursor, latest, limit"
     status, _, body = await api.get("/history/scopes?at=lsn:1&limt=5")
-    assert refusal(status, body) == "unknown query parameter 'limt' (did you mean 'limit'?): this request takes at, limit"
+    assert refusal(status, body) == "unknown query parameter 'limt' (did you mean 'limit'?): this request takes at, cursor, limit"
 
 
 async def test_known_parameters_still_work(api, autojump_clock):
@@ -79,7 +79,7 @@ async def test_an_empty_query_string_takes_nothing(api, autojump_clock):
     status, _, body = await api.post("/scopes?", {"name": "x"})
     assert status == 201, body
     status, _, body = await api.get("/scopes?=5")
-    assert refusal(status, body) == "unknown query parameter '': this request takes limit"
+    assert refusal(status, body) == "unknown query parameter '': this request takes cursor, limit"
     status, _, body = await api.get("/scopes?limit")  # a name without a value is still the name
     assert "limit must be an integer from 1 to 1000, got ''" in refusal(status, body)
 

@@ -43,16 +43,16 @@ def _components() -> dict[str, Any]:
 
 
 def scopes_before(view: ScopesView) -> bytes:
-    return wire.dumps({"scopes": list(view.scopes), "truncated": view.truncated})
+    return wire.dumps({"scopes": list(view.scopes), "truncated": view.truncated, "nextCursor": view.next_cursor})
 
 
 def run_claims_before(view: RunClaimsView) -> bytes:
     listed = [HELD_CLAIM.encode(claim) for claim in view.claims]
-    return wire.dumps({"scopeId": view.scope_id, "claims": listed, "truncated": view.truncated})
+    return wire.dumps({"scopeId": view.scope_id, "claims": listed, "truncated": view.truncated, "nextCursor": view.next_cursor})
 
 
 def run_tasks_before(view: RunTasksView) -> bytes:
-    return wire.dumps({"scopeId": view.scope_id, "tasks": list(view.tasks), "truncated": view.truncated})
+    return wire.dumps({"scopeId": view.scope_id, "tasks": list(view.tasks), "truncated": view.truncated, "nextCursor": view.next_cursor})
 
 
 def caps_before(view: SpaceCapsView) -> bytes:
@@ -81,10 +81,11 @@ def spaces_before(view: SpacesView) -> bytes:
 
 
 _listed = st.booleans()
-scope_listings = st.builds(ScopesView, st.lists(scopes(), max_size=4).map(tuple), _listed)
-claim_listings = st.builds(RunClaimsView, _text, st.lists(claims(), max_size=4).map(tuple), _listed)
+_cursor = st.none() | st.text(alphabet="ABCabc0123-_", min_size=1, max_size=20)
+scope_listings = st.builds(ScopesView, st.lists(scopes(), max_size=4).map(tuple), _listed, _cursor)
+claim_listings = st.builds(RunClaimsView, _text, st.lists(claims(), max_size=4).map(tuple), _listed, _cursor)
 task_listings = st.builds(
-    RunTasksView, _text, st.lists(tasks().filter(lambda view: type(view) is TaskView), max_size=4).map(tuple), _listed,
+    RunTasksView, _text, st.lists(tasks().filter(lambda view: type(view) is TaskView), max_size=4).map(tuple), _listed, _cursor,
 )
 space_caps = st.builds(
     SpaceCapsView, _text,

@@ -35,14 +35,18 @@ KINDS: list[tuple[type, Any, str, Callable[[Any], dict[str, Any]], str]] = [
 
 def listing_before(view: Any, what: str, before: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
     """`coordination_reads.in_scope` as it was."""
-    return {"scopeId": view.scope_id, what: [before(entry) for entry in getattr(view, what)], "truncated": view.truncated}
+    return {
+        "scopeId": view.scope_id, what: [before(entry) for entry in getattr(view, what)], "truncated": view.truncated,
+        "nextCursor": view.next_cursor,
+    }
 
 
 @st.composite
 def listings(draw: st.DrawFn) -> tuple[Any, str, Callable[[Any], dict[str, Any]], str]:
     view, entries, what, before, name = draw(st.sampled_from(KINDS))
     listed = draw(st.lists(entries, max_size=4).map(tuple))
-    return view(draw(st.text(max_size=40)), listed, draw(st.booleans())), what, before, name
+    cursor = draw(st.none() | st.text(alphabet="ABCabc0123-_", min_size=1, max_size=20))
+    return view(draw(st.text(max_size=40)), listed, draw(st.booleans()), cursor), what, before, name
 
 
 @settings(max_examples=150, deadline=None)
@@ -63,7 +67,7 @@ def test_each_encoded_listing_validates_against_its_component(listing: tuple[Any
     component = openapi(Limits())["components"]["schemas"][name]
     body = orjson.loads(wire.dumps(view))
     jsonschema.validate(body, component)
-    assert list(body) == list(component["properties"]) == component["required"] == ["scopeId", what, "truncated"]
+    assert list(body) == list(component["properties"]) == component["required"] == ["scopeId", what, "truncated", "nextCursor"]
 
 
 def test_the_listing_components_hold_their_kinds_components_and_the_routes_refer_to_them() -> None:
@@ -75,6 +79,7 @@ def test_the_listing_components_hold_their_kinds_components_and_the_routes_refer
         kind = {"barriers": "Barrier", "timers": "Timer", "groups": "TaskGroup"}[what]
         assert components[name]["properties"] == {
             "scopeId": {"type": "string"}, what: {"type": "array", "items": components[kind]}, "truncated": {"type": "boolean"},
+            "nextCursor": {"type": ["string", "null"]},
         }
         answer = document["paths"]["/v1/spaces/{space}/scopes/{scope_id}/" + what]["get"]["responses"]["200"]
         assert answer["content"]["application/json"]["schema"] == {"$ref": f"#/components/schemas/{name}"}

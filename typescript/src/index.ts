@@ -31,7 +31,7 @@ export type {
 export { resolveConfig, DEFAULT_BASE_URL } from './config.js';
 export type { RunstateOptions, Config } from './config.js';
 export { ScopeHandle } from './scopes.js';
-export type { CreateScopeOptions, HeldClaim, ClaimsPage, TasksPage, ListOptions, ScopeView } from './scopes.js';
+export type { CreateScopeOptions, HeldClaim, ClaimsPage, TasksPage, ListOptions, IterateOptions, ScopeView } from './scopes.js';
 export { ClaimRef, ClaimLease, encodeClaimKey } from './claims.js';
 export { HeldLease } from './lease.js';
 export {

@@ -45,23 +45,35 @@ export interface ScopeView {
   [field: string]: unknown;
 }
 
-/** `run.claims()`: the claims held in the run now; `truncated` when more were left out. */
+/** `run.claims()`: a page of the claims held in the run now, in the order of their keys;
+ * `nextCursor` reads the next page (null on the last), `truncated` is true exactly when it is not null. */
 export interface ClaimsPage {
   scopeId: string;
   claims: HeldClaim[];
   truncated: boolean;
+  nextCursor: string | null;
 }
 
-/** `run.tasks()`: the run's tasks, newest first; `truncated` when older ones were left out. */
+/** `run.tasks()`: a page of the run's tasks, newest first; `nextCursor` reads the next, older ones
+ * (null on the last page), `truncated` is true exactly when it is not null. */
 export interface TasksPage {
   scopeId: string;
   tasks: TaskView[];
   truncated: boolean;
+  nextCursor: string | null;
 }
 
 export interface ListOptions {
   /** At most this many rows, 1 to 1000; default 100. */
   limit?: number;
+  /** The `nextCursor` of the page before (none: the first page). */
+  cursor?: string;
+  signal?: AbortSignal;
+}
+
+export interface IterateOptions {
+  /** Rows a page, 1 to 1000; default 100. */
+  pageSize?: number;
   signal?: AbortSignal;
 }
 
@@ -153,15 +165,43 @@ export class ScopeHandle {
     return new TaskTicket<Outcome>(this.#ctx, taskId, this.id);
   }
 
-  /** The claims held in this run now, who holds each and until when (tokens are never listed). A
+  /** A page of the claims held in this run now, in the order of their keys, who holds each and
+   * until when (tokens are never listed); pass its `nextCursor` as `cursor` for the next page. A
    * snapshot for people and tooling: to own a key, acquire it (`claim(key)`). */
   async claims(options: ListOptions = {}): Promise<ClaimsPage> {
-    return (await this.#ctx.call('GET', `/scopes/${this.id}/claims`, { query: { limit: options.limit }, signal: options.signal })).body;
+    const query = { limit: options.limit, cursor: options.cursor };
+    return (await this.#ctx.call('GET', `/scopes/${this.id}/claims`, { query, signal: options.signal })).body;
   }
 
-  /** The tasks of this run, newest first, each as `ticket.status()` gives it. */
+  /** Every claim held in this run, in the order of their keys, a page at a time: one taken or
+   * released while it reads moves no other, so none is shown twice. */
+  async *iterClaims(options: IterateOptions = {}): AsyncGenerator<HeldClaim> {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await this.claims({ limit: options.pageSize, cursor, signal: options.signal });
+      yield* page.claims;
+      if (page.nextCursor == null) return; // (a server without paging writes none: its one page is all)
+      cursor = page.nextCursor;
+    }
+  }
+
+  /** A page of the tasks of this run, newest first, each as `ticket.status()` gives it; pass its
+   * `nextCursor` as `cursor` for the next, older ones. */
   async tasks(options: ListOptions = {}): Promise<TasksPage> {
-    return (await this.#ctx.call('GET', `/scopes/${this.id}/tasks`, { query: { limit: options.limit }, signal: options.signal })).body;
+    const query = { limit: options.limit, cursor: options.cursor };
+    return (await this.#ctx.call('GET', `/scopes/${this.id}/tasks`, { query, signal: options.signal })).body;
+  }
+
+  /** Every task of this run, newest first, a page at a time: a task submitted while it reads is
+   * newer than where it stands and left for the next reading; none is shown twice. */
+  async *iterTasks(options: IterateOptions = {}): AsyncGenerator<TaskView> {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await this.tasks({ limit: options.pageSize, cursor, signal: options.signal });
+      yield* page.tasks;
+      if (page.nextCursor == null) return; // (a server without paging writes none: its one page is all)
+      cursor = page.nextCursor;
+    }
   }
 }
 

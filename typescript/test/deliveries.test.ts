@@ -130,10 +130,44 @@ describe('deliveries by hand, run reads and refusal details', { concurrency: tru
     assert.equal(short.claims.length, 1);
     assert.equal(short.truncated, true);
 
-    for (const company of ['acme', 'globex']) await run.mailbox('reads').submit({ company }, { key: `research:${company}` });
+    for (const company of ['acme', 'globex']) {
+      await run.mailbox('reads').submit({ company }, { key: `research:${company}` });
+      await sleep(2); // (newest first by creation, to the millisecond)
+    }
     const tasks = await run.tasks();
     assert.deepEqual(tasks.tasks.map((task) => [task.taskKey, task.state]), [['research:globex', 'QUEUED'], ['research:acme', 'QUEUED']]);
     assert.equal((await run.tasks({ limit: 1 })).truncated, true);
+  });
+
+  test('iterClaims() and iterTasks() read every page, as claims come and go between pages', async () => {
+    const run = await queue('pages');
+    const leases = new Map<string, Awaited<ReturnType<ReturnType<ScopeHandle['claim']>['acquire']>>>();
+    for (const key of ['k4', 'k2', 'k6', 'k1', 'k5', 'k3', 'k7']) leases.set(key, await run.claim(key).acquire({ leaseSeconds: 60 }));
+    const seen: string[] = [];
+    for await (const claim of run.iterClaims({ pageSize: 2 })) {
+      seen.push(claim.key);
+      if (claim.key === 'k2') {
+        // Between pages: one shown already and one not yet reached are released.
+        await leases.get('k1')!.release();
+        await leases.get('k5')!.release();
+      }
+    }
+    assert.deepEqual(seen, ['k1', 'k2', 'k3', 'k4', 'k6', 'k7']);
+    const first = await run.claims({ limit: 2 });
+    assert.equal(first.truncated, true);
+    assert.deepEqual((await run.claims({ limit: 2, cursor: first.nextCursor! })).claims.map((c) => c.key), ['k4', 'k6']);
+
+    const made: string[] = [];
+    for (let n = 0; n < 5; n++) made.push((await run.mailbox('pages').submit({ n }, { key: `t${n}` })).id);
+    const listed: { id: string; createdAt: string }[] = [];
+    for await (const task of run.iterTasks({ pageSize: 2 })) {
+      listed.push({ id: task.id, createdAt: task.createdAt });
+      if (listed.length === 3) await run.mailbox('pages').submit({ n: 'late' }, { key: 'late' });
+    }
+    assert.deepEqual(listed.map((task) => task.id).sort(), [...made].sort());
+    const places = listed.map((task) => `${task.createdAt} ${task.id}`);
+    assert.deepEqual(places, [...places].sort().reverse());
+    assert.equal((await run.tasks({ limit: 1000 })).nextCursor, null);
   });
 
   test('events.list({ latest }) gives the newest events and the cursor after them', async () => {

@@ -93,6 +93,23 @@ describe('request layer', () => {
     assert.equal(seen[0]!.body, '{"name":"a"}');
   });
 
+  test('iterClaims() and iterTasks() follow nextCursor, and stop after a page without one (a server that does not page)', async () => {
+    answers.push(
+      json(200, { scopeId: 'sc_1', claims: [{ key: 'a' }], truncated: true, nextCursor: 'Im0i' }),
+      json(200, { scopeId: 'sc_1', claims: [{ key: 'b' }], truncated: false, nextCursor: null }),
+      json(200, { scopeId: 'sc_1', tasks: [{ id: 'tk_1' }, { id: 'tk_2' }], truncated: false }),
+    );
+    const scope = client().scope('sc_1');
+    const keys: string[] = [];
+    for await (const claim of scope.iterClaims({ pageSize: 1 })) keys.push(claim.key);
+    const tasks: string[] = [];
+    for await (const task of scope.iterTasks()) tasks.push(task.id);
+    assert.deepEqual([keys, tasks], [['a', 'b'], ['tk_1', 'tk_2']]);
+    assert.deepEqual(seen.map((entry) => entry.url), [
+      '/v1/spaces/sp/scopes/sc_1/claims?limit=1', '/v1/spaces/sp/scopes/sc_1/claims?limit=1&cursor=Im0i', '/v1/spaces/sp/scopes/sc_1/tasks',
+    ]);
+  });
+
   test('bodyless POSTs send no body and no content type; GETs send no idempotency key', async () => {
     answers.push(json(200, { state: 'CANCELLED' }), json(200, { id: 'sc_1' }));
     const scope = client().scope('sc_1');
