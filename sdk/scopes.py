@@ -3,7 +3,7 @@ claims, tasks and deliveries of its whole subtree. The handle is local; each met
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from ._checks import check_id
 from . import _keys
@@ -124,14 +124,9 @@ class ScopeHandle:
     async def iter_claims(self, *, page_size: int = LIST_LIMIT_DEFAULT) -> AsyncIterator[HeldClaim]:
         """Every claim held in this run, in the order of their keys, a page at a time: one taken
         or released while it reads moves no other, so none is shown twice."""
-        cursor = None
-        while True:
-            page = await self.claims(limit=page_size, cursor=cursor)
+        async for page in _pages(self.claims, page_size):
             for claim in page["claims"]:
                 yield claim
-            cursor = page.get("nextCursor")  # (a server without paging writes none: its one page is all)
-            if cursor is None:
-                return
 
     async def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT, cursor: str | None = None) -> TasksPage:
         """A page of the tasks of this run, newest first, each as `ticket.status()` gives it
@@ -146,14 +141,24 @@ class ScopeHandle:
     async def iter_tasks(self, *, page_size: int = LIST_LIMIT_DEFAULT) -> AsyncIterator[TaskView]:
         """Every task of this run, newest first, a page at a time: a task submitted while it
         reads is newer than where it stands and left for the next reading; none is shown twice."""
-        cursor = None
-        while True:
-            page = await self.tasks(limit=page_size, cursor=cursor)
+        async for page in _pages(self.tasks, page_size):
             for task in page["tasks"]:
                 yield task
-            cursor = page.get("nextCursor")  # (a server without paging writes none: its one page is all)
-            if cursor is None:
-                return
+
+
+Page = TypeVar("Page", ClaimsPage, TasksPage)
+
+
+async def _pages(read: Callable[..., Awaitable[Page]], page_size: int) -> AsyncIterator[Page]:
+    """Every page of a listing, `read(limit=, cursor=)` called with the last page's `nextCursor`
+    until a page has none (a server without paging writes none: its one page is all)."""
+    cursor = None
+    while True:
+        page = await read(limit=page_size, cursor=cursor)
+        yield page
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            return
 
 
 def _limit(limit: int) -> int:
