@@ -51,7 +51,7 @@ async def one_of_everything(app) -> dict[str, str]:  # type: ignore[no-untyped-d
     grant = await made(app, f"/permits/{pool}/acquire", {"scopeId": run, "units": 1, "holder": "w", "holderSession": "s"}, 200)
     pool_waiter = await made(app, f"/permits/{pool}/wait", {"scopeId": run, "holder": "x", "ttlSeconds": 60})
     allowance = (await made(app, "/allowances", {"name": "llm", "unitsLimit": 1, "windowSeconds": 60}))["id"]
-    await made(app, f"/allowances/{allowance}/consume", {"scopeId": run, "units": 1, "holder": "w"}, 200)
+    consumption = await made(app, f"/allowances/{allowance}/consume", {"scopeId": run, "units": 1, "holder": "w"}, 200)
     allowance_waiter = await made(app, f"/allowances/{allowance}/wait", {"scopeId": run, "units": 1, "holder": "w", "ttlSeconds": 30})
     budget = (await made(app, "/budgets", {"name": "spend", "currency": "USD", "scale": 2, "limitMinor": "1000"}))["id"]
     barrier = (await made(app, "/barriers", {"scopeId": run, "target": 2}))["id"]
@@ -62,7 +62,7 @@ async def one_of_everything(app) -> dict[str, str]:  # type: ignore[no-untyped-d
         "message_id": message.get("id") or message["messageId"], "task_id": task.get("id") or task["taskId"], "permit_id": pool,
         "grant_id": grant["grantId"], "waiter_id": pool_waiter["waiterId"], "allowance_id": allowance,
         "budget_id": budget, "barrier_id": barrier, "timer_id": timer, "group_id": group["groupId"],
-        "allowance_waiter": allowance_waiter["waiterId"],
+        "allowance_waiter": allowance_waiter["waiterId"], "consumption_id": consumption["consumptionId"],
     }
 
 
