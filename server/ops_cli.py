@@ -50,7 +50,7 @@ def add_commands(commands: Any) -> None:
                "  runstate runs cancel sc_0123456789abcdef", [])
     run_actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = sub(run_actions, "list", "list runs, newest first", "  runstate runs list --limit 20 --json", [reader])
-    listing.add_argument("--limit", type=admin_cli.limit, default=100, help="at most this many (1-1000, default 100)")
+    _paged(listing)
     create = sub(run_actions, "create", "create a run (needs the space's API key: the admin key creates nothing)",
                  "  runstate runs create --name nightly --deadline 2027-01-16T00:00:00Z", [reader])
     create.add_argument("--name", default=None, help="a label (not unique)")
@@ -64,7 +64,7 @@ def add_commands(commands: Any) -> None:
     task_actions = tasks.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = sub(task_actions, "list", "list the tasks of a run, newest first", "  runstate tasks list sc_0123456789abcdef", [reader])
     listing.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
-    listing.add_argument("--limit", type=admin_cli.limit, default=100, help="at most this many (1-1000, default 100)")
+    _paged(listing)
     cancel = sub(task_actions, "cancel", "cancel a task (its subscribers see CANCELLED)", "  runstate tasks cancel tk_0123456789abcdef", [reader])
     cancel.add_argument("task", metavar="TASK", help="the task's id (tk_...)")
     cancel.add_argument("--reason", default=None, help="kept as the task's outcomeReason")
@@ -72,8 +72,9 @@ def add_commands(commands: Any) -> None:
     claims = sub(commands, "claims", "list claims and force one free", "  runstate claims list sc_0123456789abcdef\n"
                  "  runstate claims release sc_0123456789abcdef company:acme --reason 'holder hung'", [])
     claim_actions = claims.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = sub(claim_actions, "list", "list the live claims of a run", "  runstate claims list sc_0123456789abcdef", [reader])
+    listing = sub(claim_actions, "list", "list the live claims of a run, in the order of their keys", "  runstate claims list sc_0123456789abcdef", [reader])
     listing.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
+    _paged(listing)
     release = sub(claim_actions, "release", "force a held claim free without its token: the holder's token is refused from "
                   "then on, the next holder gets the next generation", "  runstate claims release sc_0123456789abcdef company:acme", [reader])
     release.add_argument("run", metavar="RUN", help="the run's id (sc_...)")
@@ -99,8 +100,7 @@ def add_commands(commands: Any) -> None:
                   "  runstate dead-letters list research --newer-than 15m --json", [reader])
     listing.add_argument("mailbox", metavar="MAILBOX", help="the mailbox's name or id")
     _filters(listing)
-    listing.add_argument("--limit", type=admin_cli.limit, default=100, help="at most this many (1-1000, default 100)")
-    listing.add_argument("--cursor", default=None, help="the next page: the cursor the last page printed")
+    _paged(listing)
     for name, text in (("requeue", "put dead letters back at the end of their queues as new messages"),
                        ("delete", "forget dead letters now")):
         action = sub(dead_actions, name, text, f"  runstate dead-letters {name} research --id ms_0123456789abcdef\n"
@@ -111,6 +111,17 @@ def add_commands(commands: Any) -> None:
         action.add_argument("--all", action="store_true", help="every dead letter of the mailbox")
         _filters(action)
         _confirmations(action)
+
+
+def _paged(command: argparse.ArgumentParser) -> None:
+    """A listing read a page at a time: `--limit` rows, from `--cursor` (what the last page printed)."""
+    command.add_argument("--limit", type=admin_cli.limit, default=100, help="at most this many (1-1000, default 100)")
+    command.add_argument("--cursor", default=None, help="the next page: the cursor the last page printed")
+
+
+def _page(args: argparse.Namespace) -> dict[str, Any]:
+    """The query of one page of a listing (`_paged`)."""
+    return {"limit": args.limit} if args.cursor is None else {"limit": args.limit, "cursor": args.cursor}
 
 
 def _filters(command: argparse.ArgumentParser) -> None:
@@ -196,7 +207,9 @@ def _listing(args: argparse.Namespace, data: dict[str, Any], rows_name: str, col
         admin_cli.print_json(data)
         return
     admin_cli.print_table(data[rows_name], columns)
-    if data.get("truncated"):
+    if data.get("nextCursor"):
+        print(f"(more: next page --cursor {data['nextCursor']})")
+    elif data.get("truncated"):  # (a server that does not page its listings)
         print("(more not shown: raise --limit)")
 
 
@@ -204,7 +217,7 @@ def _runs(args: argparse.Namespace) -> None:
     key, space = admin_cli.space_access(args, prefer_api_key=args.action == "create")
     base = f"/v1/spaces/{space}"
     if args.action == "list":
-        _listing(args, admin_cli.request(args, "GET", base + "/scopes", key, params={"limit": args.limit}), "scopes", RUN_COLUMNS)
+        _listing(args, admin_cli.request(args, "GET", base + "/scopes", key, params=_page(args)), "scopes", RUN_COLUMNS)
     elif args.action == "create":
         if key.admin:
             raise CommandError("creating a run needs the space's API key (RUNSTATE_API_KEY): the admin key creates nothing in a space", 2)
@@ -220,7 +233,7 @@ def _tasks(args: argparse.Namespace) -> None:
     key, space = admin_cli.space_access(args)
     base = f"/v1/spaces/{space}"
     if args.action == "list":
-        _listing(args, admin_cli.request(args, "GET", f"{base}/scopes/{args.run}/tasks", key, params={"limit": args.limit}), "tasks", TASK_COLUMNS)
+        _listing(args, admin_cli.request(args, "GET", f"{base}/scopes/{args.run}/tasks", key, params=_page(args)), "tasks", TASK_COLUMNS)
         return
     body = {} if args.reason is None else {"reason": args.reason}
     view = admin_cli.request(args, "POST", f"{base}/tasks/{args.task}/cancel", key, body, idempotent=True)
@@ -231,7 +244,7 @@ def _claims(args: argparse.Namespace) -> None:
     key, space = admin_cli.space_access(args)
     base = f"/v1/spaces/{space}"
     if args.action == "list":
-        _listing(args, admin_cli.request(args, "GET", f"{base}/scopes/{args.run}/claims", key), "claims", CLAIM_COLUMNS)
+        _listing(args, admin_cli.request(args, "GET", f"{base}/scopes/{args.run}/claims", key, params=_page(args)), "claims", CLAIM_COLUMNS)
         return
     body = {"scopeId": args.run, "reason": args.reason}
     view = admin_cli.request(args, "POST", f"{base}/claims/{quote(args.key, safe='')}/force-release", key,

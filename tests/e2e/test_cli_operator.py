@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -78,6 +79,32 @@ def test_runs_are_created_listed_and_cancelled(server):
     assert f"run {made['id']} is CANCELLED" in cancelled.stdout
     refused = runstate("runs", "create", env=admin(server))
     assert refused.returncode == 2 and "needs the space's API key" in refused.stderr
+
+
+def test_listings_are_read_a_page_at_a_time_with_the_cursor_each_page_prints(server, http):
+    """runs, tasks and claims list --limit N print the next page's --cursor; following it reads
+    every row once (more than one page could not be read past the first)."""
+    run = http.post("/scopes", json={"name": "paged"}).json()["id"]
+    mailbox = http.post("/mailboxes", json={"name": "cli-paged"}).json()["id"]
+    for n in range(5):
+        http.post("/tasks", json={"scopeId": run, "mailboxId": mailbox, "taskKey": f"t{n}"})
+        http.post("/claims", json={"scopeId": run, "key": f"k{n}", "holder": "h", "holderSession": "s"})
+    for what, args, made in (("tasks", [run], {f"t{n}" for n in range(5)}), ("claims", [run], {f"k{n}" for n in range(5)})):
+        seen: list[str] = []
+        cursor: list[str] = []
+        for _ in range(5):
+            table = ok(runstate(what, "list", *args, "--limit", "2", *cursor, env=admin(server))).stdout
+            seen += [word for word in table.split() if word in made]
+            more = re.search(r"next page --cursor (\S+)\)", table)
+            if more is None:
+                break
+            cursor = ["--cursor", more.group(1)]
+        assert sorted(seen) == sorted(made), (what, seen)
+    http.post("/scopes", json={"name": "paged-2"})  # (two runs at least, whatever ran before)
+    page = as_json(runstate("runs", "list", "--limit", "1", "--json", env=admin(server)))
+    assert page["nextCursor"] and len(page["scopes"]) == 1
+    after = as_json(runstate("runs", "list", "--limit", "1", "--cursor", page["nextCursor"], "--json", env=admin(server)))
+    assert after["scopes"][0]["id"] != page["scopes"][0]["id"]
 
 
 def test_a_task_is_cancelled_with_a_reason_and_the_event_says_who(server, http):
