@@ -30,7 +30,7 @@ interrupt goes on; a wait (`barrier.wait()`, `quota.take()`...) is cancelled whe
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ._blocking_capacity import (
     BlockingBudget, BlockingBudgetReservation, BlockingBudgets, BlockingPool, BlockingPoolAttempt, BlockingPoolLease,
@@ -175,13 +175,8 @@ class BlockingScope:
     def iter_claims(self, *, page_size: int = LIST_LIMIT_DEFAULT) -> Iterator[HeldClaim]:
         """Every claim held in this run, in the order of their keys, a page at a time (see
         `ScopeHandle.iter_claims`): each page is read on the client's loop."""
-        cursor = None
-        while True:
-            page = self.claims(limit=page_size, cursor=cursor)
+        for page in _pages(self.claims, page_size):
             yield from page["claims"]
-            cursor = page.get("nextCursor")
-            if cursor is None:
-                return
 
     def tasks(self, *, limit: int = LIST_LIMIT_DEFAULT, cursor: str | None = None) -> TasksPage:
         return self._loop.run(self._handle.tasks(limit=limit, cursor=cursor))
@@ -189,13 +184,23 @@ class BlockingScope:
     def iter_tasks(self, *, page_size: int = LIST_LIMIT_DEFAULT) -> Iterator[TaskView]:
         """Every task of this run, newest first, a page at a time (see `ScopeHandle.iter_tasks`):
         each page is read on the client's loop."""
-        cursor = None
-        while True:
-            page = self.tasks(limit=page_size, cursor=cursor)
+        for page in _pages(self.tasks, page_size):
             yield from page["tasks"]
-            cursor = page.get("nextCursor")
-            if cursor is None:
-                return
+
+
+Page = TypeVar("Page", ClaimsPage, TasksPage)
+
+
+def _pages(read: Callable[..., Page], page_size: int) -> Iterator[Page]:
+    """Every page of a listing, `read(limit=, cursor=)` called with the last page's `nextCursor`
+    until a page has none (a server without paging writes none: its one page is all)."""
+    cursor = None
+    while True:
+        page = read(limit=page_size, cursor=cursor)
+        yield page
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            return
 
 
 @twin_of(ScopesAPI)

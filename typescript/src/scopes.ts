@@ -176,13 +176,7 @@ export class ScopeHandle {
   /** Every claim held in this run, in the order of their keys, a page at a time: one taken or
    * released while it reads moves no other, so none is shown twice. */
   async *iterClaims(options: IterateOptions = {}): AsyncGenerator<HeldClaim> {
-    let cursor: string | undefined;
-    for (;;) {
-      const page = await this.claims({ limit: options.pageSize, cursor, signal: options.signal });
-      yield* page.claims;
-      if (page.nextCursor == null) return; // (a server without paging writes none: its one page is all)
-      cursor = page.nextCursor;
-    }
+    for await (const page of pages((listing) => this.claims(listing), options)) yield* page.claims;
   }
 
   /** A page of the tasks of this run, newest first, each as `ticket.status()` gives it; pass its
@@ -195,13 +189,7 @@ export class ScopeHandle {
   /** Every task of this run, newest first, a page at a time: a task submitted while it reads is
    * newer than where it stands and left for the next reading; none is shown twice. */
   async *iterTasks(options: IterateOptions = {}): AsyncGenerator<TaskView> {
-    let cursor: string | undefined;
-    for (;;) {
-      const page = await this.tasks({ limit: options.pageSize, cursor, signal: options.signal });
-      yield* page.tasks;
-      if (page.nextCursor == null) return; // (a server without paging writes none: its one page is all)
-      cursor = page.nextCursor;
-    }
+    for await (const page of pages((listing) => this.tasks(listing), options)) yield* page.tasks;
   }
 }
 
@@ -210,4 +198,19 @@ export async function createScope(ctx: Context, options: CreateScopeOptions = {}
   const reply = await ctx.call('POST', '/scopes', { body });
   if (typeof reply.body?.id !== 'string') throw new TypeError('malformed answer: no scope id');
   return new ScopeHandle(ctx, reply.body.id);
+}
+
+/** Every page of a listing, `read({ limit, cursor, signal })` called with the last page's
+ * `nextCursor` until a page has none (a server without paging writes none: its one page is all). */
+async function* pages<Page extends { nextCursor?: string | null }>(
+  read: (options: ListOptions) => Promise<Page>,
+  options: IterateOptions,
+): AsyncGenerator<Page> {
+  let cursor: string | undefined;
+  for (;;) {
+    const page = await read({ limit: options.pageSize, cursor, signal: options.signal });
+    yield page;
+    if (page.nextCursor == null) return;
+    cursor = page.nextCursor;
+  }
 }
