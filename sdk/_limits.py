@@ -162,7 +162,7 @@ async def _refund_grant(binding: RunBinding, allowance_id: str, waiter: dict[str
     try:
         await binding.call("POST", f"/allowances/{allowance_id}/consumptions/{consumption_id}/refund", body={})
     except Exception as err:
-        _runtime.log.debug("could not refund consumption %s: %s", consumption_id, err)
+        _runtime.log.warning("could not give back consumption %s (its units count until their window ends): %s", consumption_id, err)
 
 
 async def _leave_line(binding: RunBinding, prefix: str, waiter: dict[str, Any], *, granted: Granted | None = None) -> None:

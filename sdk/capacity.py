@@ -420,14 +420,14 @@ class QuotaRef(_Named):
             await self._refund(allowance_id or left.get("allowanceId"), left.get("consumptionId"))
 
     async def _refund(self, allowance_id: str | None, consumption_id: str | None) -> None:
-        """Give a consumption back (`POST .../consumptions/{id}/refund`), its failures swallowed:
-        one the server no longer keeps (409) or cannot be told of counts until its window ends."""
+        """Give a consumption back (`POST .../consumptions/{id}/refund`); a failure is logged, not
+        raised: one the server no longer keeps (409) or cannot be told of counts until its window ends."""
         if not allowance_id or not consumption_id:
             return
         try:
             await self._ctx.call("POST", f"/allowances/{allowance_id}/consumptions/{consumption_id}/refund", body={})
-        except Exception:
-            pass
+        except Exception as err:
+            _runtime.log.warning("could not give back consumption %s (its units count until their window ends): %s", consumption_id, err)
 
 
 # -- budgets -------------------------------------------------------------------------------------------

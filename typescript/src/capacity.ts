@@ -25,6 +25,7 @@ import { ConflictError, NotFoundError, RateLimitError, RunstateError, waitTimeou
 import { HeldLease, keepUnlessAborted, required, runHeld } from './lease.js';
 import { grantStartMs } from './renewal.js';
 import { checkMs, nowMs, pause, uniform, withGrace } from './time.js';
+import { warn } from './warnings.js';
 
 export const POOL_TIMEOUT_MS = 60_000;
 export const QUOTA_TIMEOUT_MS = 30_000;
@@ -418,7 +419,9 @@ export class QuotaRef extends Named {
    * the server no longer keeps (409) or cannot be told of count until their window ends. */
   async #refundQuietly(allowanceId: string | undefined, consumptionId: string | undefined): Promise<void> {
     if (!allowanceId || !consumptionId) return;
-    await this.ctx.call('POST', `/allowances/${allowanceId}/consumptions/${consumptionId}/refund`, { body: {} }).catch(() => undefined);
+    await this.ctx.call('POST', `/allowances/${allowanceId}/consumptions/${consumptionId}/refund`, { body: {} }).catch((err: unknown) => {
+      warn('RUNSTATE_REFUND_FAILED', `quota ${JSON.stringify(this.name)}: could not give back consumption ${consumptionId} (its units count until their window ends): ${err instanceof Error ? err.message : String(err)}`);
+    });
   }
 }
 
